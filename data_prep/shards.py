@@ -1,0 +1,310 @@
+"""The one data format: WebDataset ``.tar`` shards plus a ``manifest.json`` per split.
+
+One sample is one (image, caption) pair (DESIGN.md section 3)::
+
+    __key__   unique, stable id
+    jpg|png   the encoded image  (or npy: a precomputed float32 image feature)
+    json      {"caption": str, "lang": "de", "image_id": str, "group": str | null}
+
+``group`` ties the captions of one image across languages (parallel test data only).
+The manifest holds the shard list, sample count, languages and counts, image size or
+feature dim, source, and a content checksum (sha256 over the shard files).
+
+Split rule (Globetrotter paper): ``train`` and ``val`` show each image in exactly one
+language; ``test`` shows the same images in every language, tied by ``group``.
+:func:`check_split_rule` verifies it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from PIL import Image
+
+from globetrotter.errors import UserError
+
+MANIFEST = "manifest.json"
+SPLITS = ("train", "val", "test")
+IMAGE_EXTS = ("jpg", "png", "npy")
+
+
+@dataclass
+class Sample:
+    """One decoded sample. ``image`` is a PIL image, or a float32 vector for ``npy`` features."""
+
+    key: str
+    image: Image.Image | np.ndarray | bytes
+    caption: str
+    lang: str
+    image_id: str
+    group: str | None = None
+
+
+def encode_image(image: Image.Image | np.ndarray | bytes, fmt: str, quality: int = 90) -> bytes:
+    """Encode an image for a shard: PIL/uint8 array -> jpg/png bytes; features -> npy bytes.
+
+    ``bytes`` are taken as already encoded in ``fmt`` and passed through unchanged.
+    """
+    if isinstance(image, (bytes, bytearray)):
+        return bytes(image)
+    buf = io.BytesIO()
+    if fmt == "npy":
+        np.save(buf, np.asarray(image, dtype=np.float32))
+        return buf.getvalue()
+    if isinstance(image, np.ndarray):
+        image = Image.fromarray(image)
+    if fmt == "jpg":
+        image.convert("RGB").save(buf, format="JPEG", quality=quality)
+    elif fmt == "png":
+        image.save(buf, format="PNG")
+    else:
+        raise ValueError(f"unknown image format {fmt!r}; expected one of {IMAGE_EXTS}")
+    return buf.getvalue()
+
+
+def decode_image(data: bytes, fmt: str) -> Image.Image | np.ndarray:
+    """Decode shard bytes back into a RGB PIL image (jpg/png) or a float32 array (npy)."""
+    if fmt == "npy":
+        return np.load(io.BytesIO(data))
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.convert("RGB")
+
+
+class ShardWriter:
+    """Write samples of one split into ``out_dir/<split>-%06d.tar`` and a manifest.
+
+    Use as a context manager; :meth:`close` writes ``manifest.json``. Keys must be
+    unique within the split (a duplicate raises ``ValueError``; converters catch it and
+    report the offending input line). Writing is sequential (tar streams).
+
+    Example::
+
+        with ShardWriter("data/synth/train", split="train", source="synthetic") as w:
+            w.write("s0", pil_image, "a red circle", "en", image_id="img0")
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        split: str,
+        source: str,
+        image_format: str = "jpg",
+        maxcount: int = 2000,
+        extra: dict | None = None,
+    ) -> None:
+        if image_format not in IMAGE_EXTS:
+            raise ValueError(f"image_format must be one of {IMAGE_EXTS}, got {image_format!r}")
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.out_dir.glob(f"{split}-*.tar"):
+            old.unlink()
+        self.split, self.source, self.image_format = split, source, image_format
+        self.maxcount = maxcount
+        self.extra = dict(extra or {})
+        self._keys: set[str] = set()
+        self._langs: Counter = Counter()
+        self._shards: list[str] = []
+        self._tar: tarfile.TarFile | None = None
+        self._in_shard = 0
+        self._image_shape: list[int] | None = None
+        self.count = 0
+
+    def _next_shard(self) -> None:
+        if self._tar is not None:
+            self._tar.close()
+        name = f"{self.split}-{len(self._shards):06d}.tar"
+        self._shards.append(name)
+        self._tar = tarfile.open(self.out_dir / name, "w", format=tarfile.USTAR_FORMAT)
+        self._in_shard = 0
+
+    def _add(self, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mtime = 0  # deterministic bytes: same content, same checksum
+        info.mode = 0o444
+        self._tar.addfile(info, io.BytesIO(data))
+
+    def write(
+        self,
+        key: str,
+        image: Image.Image | np.ndarray | bytes,
+        caption: str,
+        lang: str,
+        image_id: str,
+        group: str | None = None,
+    ) -> None:
+        """Append one sample. ``image`` is PIL, a uint8 HxWx3 array, encoded bytes, or a feature vector."""
+        if key in self._keys:
+            raise ValueError(f"duplicate key {key!r}")
+        if "." in key or "/" in key:
+            raise ValueError(f"key {key!r} must not contain '.' or '/'")
+        if self._tar is None or self._in_shard >= self.maxcount:
+            self._next_shard()
+        if self._image_shape is None:
+            if self.image_format == "npy":
+                self._image_shape = list(np.asarray(image).shape)
+            elif isinstance(image, Image.Image):
+                self._image_shape = [image.height, image.width]
+            elif isinstance(image, np.ndarray):
+                self._image_shape = list(image.shape[:2])
+        meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group}
+        self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
+        self._add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+        self._keys.add(key)
+        self._langs[lang] += 1
+        self._in_shard += 1
+        self.count += 1
+
+    def close(self) -> dict:
+        """Close the last shard and write ``manifest.json``; returns the manifest."""
+        if self._tar is not None:
+            self._tar.close()
+            self._tar = None
+        manifest = {
+            "split": self.split,
+            "source": self.source,
+            "num_samples": self.count,
+            "shards": list(self._shards),
+            "languages": dict(sorted(self._langs.items())),
+            "image_format": self.image_format,
+            ("feature_dim" if self.image_format == "npy" else "image_size"): self._image_shape,
+            "checksum": content_checksum(self.out_dir, self._shards),
+            **self.extra,
+        }
+        tmp = self.out_dir / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.out_dir / MANIFEST)
+        return manifest
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+
+def content_checksum(split_dir: str | Path, shards: list[str]) -> str:
+    """sha256 over the shard files' bytes, in manifest order."""
+    digest = hashlib.sha256()
+    for name in shards:
+        with open(Path(split_dir) / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def read_manifest(split_dir: str | Path) -> dict:
+    """Read and check a split's manifest; one-line :class:`UserError` on any problem."""
+    split_dir = Path(split_dir)
+    path = split_dir / MANIFEST
+    if not split_dir.is_dir():
+        raise UserError(f"{split_dir}: split directory not found (expected a folder with {MANIFEST} and .tar shards)")
+    if not path.is_file():
+        raise UserError(f"{path}: manifest not found (is {split_dir} a split folder written by globetrotter-data?)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: malformed manifest ({err})") from None
+    for key in ("shards", "num_samples", "languages"):
+        if key not in manifest:
+            raise UserError(f"{path}: manifest lacks key '{key}'")
+    if manifest["num_samples"] == 0 or not manifest["shards"]:
+        raise UserError(f"{path}: split is empty (0 samples)")
+    for name in manifest["shards"]:
+        if not (split_dir / name).is_file():
+            raise UserError(f"{split_dir / name}: shard listed in {MANIFEST} is missing")
+    return manifest
+
+
+def shard_paths(split_dir: str | Path) -> list[str]:
+    """Absolute shard paths of a split, in manifest order."""
+    split_dir = Path(split_dir)
+    return [str(split_dir / name) for name in read_manifest(split_dir)["shards"]]
+
+
+def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator[tuple[str, str, bytes, dict]]:
+    """Yield ``(key, image_ext, image_bytes, meta)`` from a split's shards without decoding images.
+
+    Raises :class:`UserError` naming the shard for an unreadable tar or a malformed sample.
+    """
+    paths = shards if shards is not None else shard_paths(split_dir)
+    for path in paths:
+        try:
+            with tarfile.open(path, "r") as tar:
+                pending: dict[str, dict] = defaultdict(dict)
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    key, _, ext = member.name.rpartition("/")[2].partition(".")
+                    pending[key][ext] = tar.extractfile(member).read()
+                    entry = pending[key]
+                    img_ext = next((e for e in IMAGE_EXTS if e in entry), None)
+                    if "json" in entry and img_ext is not None:
+                        try:
+                            meta = json.loads(entry["json"].decode("utf-8"))
+                        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                            raise UserError(f"{path}: sample '{key}' has malformed json ({err})") from None
+                        yield key, img_ext, entry[img_ext], meta
+                        del pending[key]
+                if pending:
+                    key = next(iter(pending))
+                    raise UserError(f"{path}: sample '{key}' is incomplete (needs an image and a .json)")
+        except (tarfile.TarError, OSError, EOFError) as err:
+            raise UserError(f"{path}: unreadable shard ({err})") from None
+
+
+def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[Sample]:
+    """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to)."""
+    for key, ext, data, meta in iter_raw(split_dir):
+        image = decode_image(data, ext) if decode_images else data
+        yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
+
+
+def read_captions(split_dir: str | Path) -> list[dict]:
+    """All captions' metadata of a split (``key`` added), without decoding images."""
+    return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir)]
+
+
+def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:
+    """Raise :class:`UserError` if a split breaks the rule for its kind.
+
+    ``train``/``val``: every ``image_id`` appears in exactly one language.
+    ``test``: every ``group`` has at least one caption in every language of the split
+    (sources with several captions per image and language keep them all; evaluations
+    that need one per language take the first).
+    """
+    manifest = read_manifest(split_dir)
+    kind = kind or manifest.get("split")
+    metas = read_captions(split_dir)
+    if kind in ("train", "val"):
+        langs_of: dict[str, set] = defaultdict(set)
+        for m in metas:
+            langs_of[m["image_id"]].add(m["lang"])
+        bad = [i for i, langs in langs_of.items() if len(langs) > 1]
+        if bad:
+            raise UserError(
+                f"{split_dir}: {len(bad)} image(s) appear in more than one language in a {kind} split "
+                f"(e.g. {bad[0]!r}: {sorted(langs_of[bad[0]])})"
+            )
+    elif kind == "test":
+        languages = set(manifest["languages"])
+        by_group: dict[str, Counter] = defaultdict(Counter)
+        for m in metas:
+            if m.get("group") is None:
+                raise UserError(f"{split_dir}: test sample '{m['key']}' has no group")
+            by_group[m["group"]][m["lang"]] += 1
+        for group, counts in by_group.items():
+            if set(counts) != languages:
+                raise UserError(
+                    f"{split_dir}: test group {group!r} must have a caption in each of {sorted(languages)}, "
+                    f"has {dict(counts)}"
+                )
