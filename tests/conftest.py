@@ -17,3 +17,56 @@ def flickr8k_dir() -> Path:
     if not (FLICKR8K / "images").is_dir():
         pytest.skip(f"real data not found at {FLICKR8K}")
     return FLICKR8K
+
+
+# A tiny image-caption world in four made-up "languages" with disjoint alphabets: the
+# caption names the colour of a square, so only the images can tie the languages together.
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 60), "blue": (40, 60, 220), "yellow": (230, 220, 40)}
+WORDS = {
+    "en": {"red": "red", "green": "green", "blue": "blue", "yellow": "yellow", "_": "a square"},
+    "ru": {"red": "красный", "green": "зелёный", "blue": "синий", "yellow": "жёлтый", "_": "квадрат"},
+    "el": {"red": "κόκκινο", "green": "πράσινο", "blue": "μπλε", "yellow": "κίτρινο", "_": "τετράγωνο"},
+    "ja": {"red": "赤い", "green": "緑の", "blue": "青い", "yellow": "黄色い", "_": "四角"},
+}
+
+
+def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int = 12, size: int = 32) -> Path:
+    """train/val (each image in one language) and a parallel test split, written with ShardWriter."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from data_prep.shards import ShardWriter
+
+    names, langs = list(COLOURS), list(WORDS)
+
+    def scene(i: int) -> tuple[Image.Image, str]:
+        rng = np.random.default_rng(i)
+        colour = names[i % len(names)]
+        img = Image.new("RGB", (size, size), tuple(int(v) for v in rng.integers(0, 60, 3)))
+        x, y = rng.integers(2, size // 2, 2)
+        ImageDraw.Draw(img).rectangle([x, y, x + size // 3, y + size // 3], fill=COLOURS[colour])
+        return img, colour
+
+    def caption(lang: str, colour: str) -> str:
+        return f"{WORDS[lang][colour]} {WORDS[lang]['_']}"
+
+    offset = 0
+    for split, n in (("train", n_train), ("val", n_val)):
+        with ShardWriter(root / split, split=split, source="tiny", image_format="png", maxcount=40) as w:
+            for i in range(offset, offset + n):
+                img, colour = scene(i)
+                lang = langs[(i // len(names)) % len(langs)]
+                w.write(f"{split}-{i:05d}", img, caption(lang, colour), lang, f"img{i}")
+        offset += n
+    with ShardWriter(root / "test", split="test", source="tiny", image_format="png") as w:
+        for i in range(offset, offset + n_test):
+            img, colour = scene(i)
+            for lang in langs:
+                w.write(f"test-{i:05d}-{lang}", img, caption(lang, colour), lang, f"img{i}", group=f"g{i}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory) -> Path:
+    """A tiny 4-language dataset folder with train/, val/ and test/ splits."""
+    return make_tiny_world(tmp_path_factory.mktemp("tiny_world"))

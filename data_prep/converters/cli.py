@@ -1,0 +1,293 @@
+"""``globetrotter-data {multi30k,flickr8k,globetrotter,xtd10,folder}``: convert public layouts to shards.
+
+All five sub-commands share one set of options, and every source option is repeatable,
+so any combination of sources goes into one dataset; a sub-command only says which
+source it needs at least (and which example its ``--help`` shows).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from globetrotter.errors import UserError
+
+from .flickr8k import read_flickr8k
+from .folder import read_caption_table
+from .globetrotter_layout import read_globetrotter
+from .images import RESIZE_MODES, ImageSpec
+from .languages import normalize_language, parse_language_list
+from .multi30k import TASKS, read_multi30k
+from .pipeline import ConvertOptions, convert
+from .xtd10 import read_xtd10
+
+FLICKR8K_5LANG_COMMAND = (
+    "globetrotter-data flickr8k --images ../shared/data/flickr8k/images "
+    "--multi30k ../shared/data/flickr8k/multi30k "
+    "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
+    "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.05 "
+    "--parallel-train en,de,fr,cs --resize 224 --out outputs/flickr8k"
+)
+
+_COMMANDS = {
+    "multi30k": dict(
+        needs="multi30k",
+        help="Multi30K task 1 (parallel en/de/fr/cs) and task 2 (independent en/de) with Flickr30k/Flickr8k images",
+        example="globetrotter-data multi30k --multi30k multi30k-dataset/data --multi30k-tasks 1,2 "
+                "--images flickr30k-images --assign-languages --out data/multi30k",
+    ),
+    "flickr8k": dict(
+        needs="flickr8k",
+        help="the Flickr8k token file and Flickr8k-CN caption files (language given per file)",
+        example=FLICKR8K_5LANG_COMMAND,
+        note="This is the five-language dataset of the shared real data: en/de/fr/cs from Multi30K task 1 "
+        "(translations of each other, so the test split is true parallel ground truth), zh written by native "
+        "speakers (Flickr8k-CN). Add '--multi30k-tasks 1,2' for the five independent en and de captions of "
+        "task 2, or '--flickr8k .../Flickr8k.token.txt:en' for the five original English captions per image.",
+    ),
+    "globetrotter": dict(
+        needs="globetrotter",
+        help="the Globetrotter dataset layout (translated_independent/, translated_alllangs/, listing_*.txt)",
+        example="globetrotter-data globetrotter --globetrotter globetrotter_dataset "
+                "--assign-languages --resize 256 --out data/globetrotter",
+    ),
+    "xtd10": dict(
+        needs="xtd10",
+        help="XTD10 (test_image_names.txt + test_1kcaptions_<lang>.txt) with a COCO images folder",
+        example="globetrotter-data xtd10 --xtd10 Cross-lingual-Test-Dataset-XTD10 --images coco "
+                "--resize 256 --out data/xtd10",
+    ),
+    "folder": dict(
+        needs="captions",
+        help="a generic images folder plus captions as TSV or JSONL (image, lang, caption[, split])",
+        example="globetrotter-data folder --images photos --captions captions.tsv --assign-languages "
+                "--test-fraction 0.1 --out data/mine",
+    ),
+}
+
+
+def _existing_dir(value: str) -> Path:
+    path = Path(value)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"folder not found: {value}")
+    return path
+
+
+def _existing_file(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"file not found: {value}")
+    return path
+
+
+def _file_and_language(value: str) -> tuple[Path, str]:
+    path, sep, code = value.rpartition(":")
+    if not sep or not path:
+        raise argparse.ArgumentTypeError(f"expected FILE:LANG (e.g. Flickr8k.token.txt:en), got {value!r}")
+    lang = normalize_language(code)
+    if lang is None:
+        raise argparse.ArgumentTypeError(f"unknown language code {code!r} in {value!r} (expected ISO 639-1)")
+    return _existing_file(path), lang
+
+
+def _language_list(value: str) -> list[str]:
+    try:
+        return parse_language_list(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _tasks(value: str) -> list[int]:
+    try:
+        tasks = sorted({int(t) for t in value.split(",") if t.strip()})
+    except ValueError:
+        tasks = []
+    if not tasks or any(t not in TASKS for t in tasks):
+        raise argparse.ArgumentTypeError(f"expected 1, 2 or 1,2, got {value!r}")
+    return tasks
+
+
+def _fraction(value: str) -> float:
+    try:
+        f = float(value)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {value!r}")
+    return f
+
+
+def _default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _shared_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    src = parent.add_argument_group("sources (each repeatable; combine any of them into one dataset)")
+    src.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
+                     help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
+    src.add_argument("--multi30k-tasks", type=_tasks, default=[1], metavar="1|2|1,2",
+                     help="which Multi30K tasks to read: 1 = parallel en/de/fr/cs, 2 = five independent "
+                          "en and de captions per image (default: 1)")
+    src.add_argument("--flickr8k", type=_file_and_language, action="append", default=[], metavar="FILE:LANG",
+                     help="a Flickr8k token file (img.jpg#k<TAB>caption) or Flickr8k-CN caption file "
+                          "(img#zhc#k caption) and the language of its captions, e.g. Flickr8k.token.txt:en")
+    src.add_argument("--globetrotter", type=_existing_dir, action="append", default=[], metavar="ROOT",
+                     help="Globetrotter dataset root (COCO/annotations/, flickr30k/entities/, ConceptualCaptions/ "
+                          "with translated_independent/ and translated_alllangs/); also searched for images")
+    src.add_argument("--xtd10", type=_existing_dir, action="append", default=[], metavar="DIR",
+                     help="XTD10 release folder (XTD10/test_image_names.txt, */test_1kcaptions_<lang>.txt; "
+                          "'jp' is read as ISO 639-1 'ja')")
+    src.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
+                     help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL "
+                          "({\"image\", \"lang\", \"caption\"[, \"split\"]})")
+    src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
+                     help="image folder (searched recursively by path, file name, and Flickr photo id, so "
+                          "<id>.jpg finds <id>_<secret>.jpg); required with --multi30k, --flickr8k, --xtd10")
+
+    out = parent.add_argument_group("output")
+    out.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="dataset folder to write: train/, val/, test/ (shards + manifest.json), "
+                          "train_parallel/ (with --parallel-train) and summary.json")
+    out.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
+    out.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+                     help="comma-separated ISO 639-1 languages to keep (default: every language found); "
+                          "test images need a caption in each of them")
+    out.add_argument("--shard-size", type=int, default=2000, metavar="N", help="samples per .tar shard (default 2000)")
+
+    spl = parent.add_argument_group("splits (Globetrotter rule: train/val one language per image, test all languages)")
+    spl.add_argument("--assign-languages", action="store_true",
+                     help="give each train/val image exactly one of its languages (balanced images per language, "
+                          "seeded) and keep only its captions in that language; without it train/val keep every "
+                          "caption and break the rule")
+    spl.add_argument("--test-fraction", type=_fraction, default=None, metavar="F",
+                     help="hold out this fraction of all images, drawn from those captioned in every language, as "
+                          "the parallel test split (default: use the sources' own test splits)")
+    spl.add_argument("--val-fraction", type=_fraction, default=None, metavar="F",
+                     help="fraction of all images for val, drawn from the non-test images "
+                          "(default: the sources' own val splits)")
+    spl.add_argument("--parallel-train", type=_language_list, default=None, metavar="CODES",
+                     help="also write train_parallel/: the train images captioned in all these languages, with all "
+                          "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
+    spl.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    spl.add_argument("--limit-images", type=int, default=None, metavar="N",
+                     help="keep a random subset of N images (quick trials)")
+
+    img = parent.add_argument_group("images")
+    img.add_argument("--resize", type=int, default=None, metavar="PX",
+                     help="scale images down so the shorter side is PX pixels (never up); default: keep the size "
+                          "and, for JPEG input, the original bytes")
+    img.add_argument("--resize-mode", choices=RESIZE_MODES, default="shorter",
+                     help="shorter: keep aspect ratio; center-crop: then crop the central PX x PX square "
+                          "(default: shorter)")
+    img.add_argument("--jpeg-quality", type=int, default=90, metavar="Q", help="quality of re-encoded JPEGs (default 90)")
+    img.add_argument("--workers", type=int, default=_default_workers(), metavar="N",
+                     help="processes decoding and resizing images (default: all cores)")
+
+    rep = parent.add_argument_group("report")
+    rep.add_argument("--strict", action="store_true",
+                     help="exit with status 1 when any bad input was found (the good samples are still written)")
+    rep.add_argument("--show-issues", type=int, default=5, metavar="N",
+                     help="print the first N issues of each kind (file:line) before the counts (default 5)")
+    rep.add_argument("--no-check", action="store_true",
+                     help="skip re-reading the written splits to verify the split rule")
+    rep.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parent
+
+
+def _format_example(command: str) -> str:
+    """One option per line, shell continuation backslashes, so the example can be pasted."""
+    first, *rest = command.split(" --")
+    return " \\\n      --".join([f"  {first}", *rest])
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the converter sub-commands to ``globetrotter-data``."""
+    shared = _shared_options()
+    for name, spec in _COMMANDS.items():
+        description = textwrap.fill(
+            f"Convert {spec['help']} to the shard format. Bad input (missing or unreadable image, empty caption, "
+            "caption file shorter than its split file, unknown language code, duplicate key, non-UTF-8 bytes) is "
+            "reported with file and line and skipped; the summary accounts for every caption record "
+            "(read = written + skipped + unused) and gives the throughput in images/s. Every source option "
+            "works with every sub-command, so several sources go into one dataset.", width=88)
+        epilog = "example:\n" + _format_example(spec["example"])
+        if spec.get("note"):
+            epilog += "\n\n" + textwrap.fill(spec["note"], width=88)
+        parser = subparsers.add_parser(
+            name, parents=[shared], help=f"convert {spec['help']}", description=description, epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.set_defaults(func=run, command_name=name, needs=spec["needs"])
+
+
+def _sources(args: argparse.Namespace) -> tuple[list, list[str]]:
+    sources, names = [], []
+    for root in args.multi30k:
+        sources.append(read_multi30k(root, args.multi30k_tasks))
+        names.append("multi30k")
+    for path, lang in args.flickr8k:
+        sources.append(read_flickr8k(path, lang))
+        names.append("flickr8k")
+    for root in args.globetrotter:
+        sources.append(read_globetrotter(root))
+        names.append("globetrotter")
+    for root in args.xtd10:
+        sources.append(read_xtd10(root))
+        names.append("xtd10")
+    for path in args.captions:
+        sources.append(read_caption_table(path))
+        names.append("folder")
+    return sources, list(dict.fromkeys(names))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one conversion from parsed arguments; exit code 0, or 1 (nothing written, or bad input under --strict)."""
+    if not getattr(args, args.needs):
+        raise UserError(f"globetrotter-data {args.command_name} needs --{args.needs.replace('_', '-')}")
+    if (args.multi30k or args.flickr8k or args.xtd10) and not args.images:
+        raise UserError("--images DIR is required with --multi30k, --flickr8k and --xtd10 (the folder of the photos)")
+    if args.resize is not None and args.resize < 1:
+        raise UserError(f"--resize must be a positive number of pixels, got {args.resize}")
+    if not 1 <= args.jpeg_quality <= 100:
+        raise UserError(f"--jpeg-quality must be in 1..100, got {args.jpeg_quality}")
+    if args.shard_size < 1:
+        raise UserError(f"--shard-size must be positive, got {args.shard_size}")
+    sources, names = _sources(args)
+    options = ConvertOptions(
+        out_dir=args.out,
+        image_roots=list(args.images) + list(args.globetrotter),
+        languages=args.langs,
+        assign_languages=args.assign_languages,
+        test_fraction=args.test_fraction,
+        val_fraction=args.val_fraction,
+        parallel_train=args.parallel_train,
+        seed=args.seed,
+        limit_images=args.limit_images,
+        image=ImageSpec(args.resize, args.resize_mode, args.jpeg_quality),
+        workers=args.workers,
+        shard_size=args.shard_size,
+        overwrite=args.overwrite,
+        check=not args.no_check,
+        progress=not args.quiet,
+        source_name="+".join(names),
+    )
+    report = convert(sources, options)
+    issues = report.format_issues(args.show_issues)
+    if issues:
+        print(issues, file=sys.stderr)
+    print(report.format_summary())
+    if report.total_written == 0:
+        print(f"nothing written to {args.out}", file=sys.stderr)
+        return 1
+    print(f"dataset: {args.out}  (summary: {args.out / 'summary.json'})")
+    if args.strict and report.total_issues:
+        print(f"--strict: {report.total_issues} bad-input issue(s), {report.total_skipped} caption record(s) "
+              "skipped", file=sys.stderr)
+        return 1
+    return 0

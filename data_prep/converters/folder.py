@@ -1,0 +1,74 @@
+"""A generic layout: a folder of images plus a caption table in TSV or JSONL.
+
+TSV (``.tsv``, ``.txt``): one caption per line, ``<image><TAB><lang><TAB><caption>``,
+optionally a fourth column ``split`` (train, val or test); a first line
+``image<TAB>lang<TAB>caption[<TAB>split]`` is a header and skipped.
+JSONL (``.jsonl``, ``.json``): one object per line with string fields ``image``, ``lang``,
+``caption`` and optionally ``split``.
+
+``image`` is a path relative to an ``--images`` folder (or to the caption file's folder),
+an absolute path, or a bare file name found anywhere under the image folders. Blank lines
+are not records; any other line that does not follow the format is reported as
+malformed. The key of a caption is ``(image, lang, caption)``: a repeated row is a
+duplicate.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from .common import Caption, Record, read_lines_or_issue
+from .report import Issue
+
+FIELDS = ("image", "lang", "caption")
+SPLIT_VALUES = ("train", "val", "test")
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
+def _parse_tsv(text: str) -> tuple[dict | None, str]:
+    cols = text.split("\t")
+    if len(cols) not in (3, 4):
+        return None, f"expected 3 or 4 tab-separated columns (image, lang, caption[, split]), got {len(cols)}"
+    return dict(zip(FIELDS + ("split",), cols)), ""
+
+
+def _parse_jsonl(text: str) -> tuple[dict | None, str]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"invalid JSON ({err.msg} at column {err.colno})"
+    if not isinstance(obj, dict):
+        return None, "expected a JSON object"
+    missing = [f for f in FIELDS if not isinstance(obj.get(f), str)]
+    if missing:
+        return None, f"missing or non-string field(s) {missing}"
+    return obj, ""
+
+
+def read_caption_table(path: str | Path) -> Iterator[Record]:
+    """Yield caption records of a TSV or JSONL caption table (see module docstring)."""
+    path = Path(path)
+    is_jsonl = path.suffix.lower() in JSONL_SUFFIXES
+    lines, issue = read_lines_or_issue(path)
+    for line in lines:
+        if line.text is None:
+            yield Issue("non_utf8", str(path), line.number, line.error)
+            continue
+        if not line.text.strip():
+            continue
+        if not is_jsonl and line.number == 1 and line.text.strip().lower().split("\t")[:3] == list(FIELDS):
+            continue
+        row, error = (_parse_jsonl if is_jsonl else _parse_tsv)(line.text)
+        split = (row or {}).get("split") or None
+        if row is not None and split is not None and split not in SPLIT_VALUES:
+            row, error = None, f"split must be one of {SPLIT_VALUES}, got {split!r}"
+        if row is None:
+            yield Issue("malformed_line", str(path), line.number, error)
+            continue
+        image = row["image"].strip()
+        candidates = (image, str(path.resolve().parent / image)) if image else ("",)
+        yield Caption(candidates, row["lang"].strip(), row["caption"], str(path), line.number,
+                      ("folder", image, row["lang"].strip(), row["caption"].strip()), split)
+    if issue is not None:
+        yield issue

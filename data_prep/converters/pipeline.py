@@ -1,0 +1,328 @@
+"""One conversion, whatever the sources: records -> checked captions -> splits -> shards.
+
+:func:`convert` takes any number of record streams (each from a reader such as
+:func:`~data_prep.converters.multi30k.read_multi30k`), so several sources go into one
+dataset. For each caption record it checks, in this order: the language code (ISO
+639-1), the text (not empty once runs of whitespace are collapsed to one space, which
+is how captions are stored), the key (not seen before), the language (asked for), the
+image (found); bad records are skipped and reported with file and line. Then it plans
+the splits (:mod:`~data_prep.converters.splits`), decodes and resizes each image once in
+a process pool, and writes every (image, caption) sample of each split with
+:class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
+
+Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
+``out_dir/train_parallel/`` (``--parallel-train``: the train images that have captions in
+every language of a parallel set, all those captions, tied by ``group``; for the
+supervised baseline; these images are *also* in ``train``, in one language), and
+``out_dir/summary.json`` (the :class:`~data_prep.converters.report.ConversionReport`).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
+from globetrotter.errors import UserError
+
+from .common import Caption, Record
+from .images import ImageResolver, ImageSpec, prepare_image_task
+from .languages import normalize_language
+from .report import ConversionReport, Issue
+from .splits import ImageInfo, SplitPlan, merge_hints, plan_splits
+
+OUTPUT_SPLITS = ("train", "val", "test", "train_parallel")
+SUMMARY = "summary.json"
+_KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
+
+
+@dataclass
+class ConvertOptions:
+    """Everything a conversion needs besides its sources (command-line flags of the same names)."""
+
+    out_dir: Path
+    image_roots: list[Path] = field(default_factory=list)
+    languages: list[str] | None = None  # None: every language found
+    assign_languages: bool = False
+    test_fraction: float | None = None
+    val_fraction: float | None = None
+    parallel_train: list[str] | None = None
+    seed: int = 0
+    limit_images: int | None = None
+    image: ImageSpec = field(default_factory=ImageSpec)
+    workers: int = 1
+    shard_size: int = 2000
+    overwrite: bool = False
+    check: bool = True
+    progress: bool = True
+    source_name: str = "converted"
+
+    def __post_init__(self) -> None:
+        for name in ("test_fraction", "val_fraction"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if (self.test_fraction or 0.0) + (self.val_fraction or 0.0) > 1.0:
+            raise UserError("--test-fraction plus --val-fraction must not exceed 1")
+        if self.limit_images is not None and self.limit_images < 1:
+            raise UserError(f"--limit-images must be positive, got {self.limit_images}")
+        if self.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {self.workers}")
+
+
+@dataclass
+class _Image:
+    """An image with its accepted captions, in arrival order."""
+
+    path: Path
+    captions: list[Caption] = field(default_factory=list)
+    image_id: str = ""
+
+
+def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
+            resolver: ImageResolver) -> dict[Path, _Image]:
+    """Check every record; keep good captions grouped by image file."""
+    wanted = set(options.languages) if options.languages else None
+    seen: dict[tuple, str] = {}
+    images: dict[Path, _Image] = {}
+    bar = tqdm(desc="reading captions", unit=" rec", disable=not options.progress, mininterval=1.0)
+    for source in sources:
+        for item in source:
+            bar.update()
+            if isinstance(item, Issue):
+                report.records += item.records
+                report.add(item)
+                continue
+            report.records += 1
+            lang = normalize_language(item.lang)
+            if lang is None:
+                report.add(Issue("unknown_language", item.file, item.line,
+                                 f"language code {item.lang!r} is not ISO 639-1"))
+                continue
+            text = " ".join(item.text.split())
+            if not text:
+                report.add(Issue("empty_caption", item.file, item.line, "caption is empty or whitespace"))
+                continue
+            first = seen.get(item.key)
+            if first is not None:
+                report.add(Issue("duplicate_key", item.file, item.line, f"same caption key as {first}"))
+                continue
+            seen[item.key] = item.where
+            if wanted is not None and lang not in wanted:
+                report.leave_out("language_not_requested")
+                continue
+            path = resolver.resolve(item.images)
+            if path is None:
+                report.add(Issue("missing_image", item.file, item.line,
+                                 f"image {item.images[0]!r} not found in the image folders"))
+                continue
+            images.setdefault(path, _Image(path)).captions.append(replace(item, lang=lang, text=text))
+    bar.close()
+    return images
+
+
+def _assign_image_ids(images: Iterable[_Image]) -> None:
+    """Readable, unique ids from file stems (``1000268201_693b08cb0e``); ``-2``, ``-3``... on clashes."""
+    used: set[str] = set()
+    for img in images:
+        base = _KEY_UNSAFE.sub("_", img.path.stem).strip("_") or "image"
+        image_id, n = base, 1
+        while image_id in used:
+            n += 1
+            image_id = f"{base}-{n}"
+        used.add(image_id)
+        img.image_id = image_id
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    existing = [out_dir / s for s in OUTPUT_SPLITS if (out_dir / s / MANIFEST).is_file()]
+    if (out_dir / SUMMARY).is_file():
+        existing.append(out_dir / SUMMARY)
+    if existing and not overwrite:
+        raise UserError(f"{out_dir}: already holds a converted dataset ({existing[0].name}); "
+                        f"pass --overwrite to replace it")
+
+
+def _clear_out_dir(out_dir: Path) -> None:
+    """Remove what a previous conversion wrote (shards, manifests, summary), nothing else."""
+    for split in OUTPUT_SPLITS:
+        folder = out_dir / split
+        if not (folder / MANIFEST).is_file():
+            continue
+        for tar in folder.glob(f"{split}-*.tar"):
+            tar.unlink()
+        (folder / MANIFEST).unlink()
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    (out_dir / SUMMARY).unlink(missing_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _prepared_images(paths: Sequence[Path], spec: ImageSpec, workers: int) -> Iterator[tuple]:
+    """Yield ``(index, bytes, size, error)`` per path, in order; decoded in a process pool when ``workers > 1``."""
+    tasks = [(i, str(p), spec) for i, p in enumerate(paths)]
+    if workers <= 1 or len(tasks) < 2:
+        yield from map(prepare_image_task, tasks)
+        return
+    chunksize = max(1, min(16, len(tasks) // (workers * 8)))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(prepare_image_task, tasks, chunksize=chunksize)
+
+
+def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> ConversionReport:
+    """Convert caption records from ``sources`` into shards under ``options.out_dir``.
+
+    Returns the :class:`ConversionReport` (also written to ``out_dir/summary.json``); when
+    no record is usable, nothing is written (not even the summary) and the report says so. Raises
+    :class:`~globetrotter.errors.UserError` for an output folder that already holds a
+    dataset (unless ``overwrite``).
+    """
+    start = time.perf_counter()
+    report = ConversionReport()
+    out_dir = Path(options.out_dir)
+    _check_out_dir(out_dir, options.overwrite)
+    resolver = ImageResolver(options.image_roots)
+    images = _gather(sources, options, report, resolver)
+    report.timing["read_seconds"] = time.perf_counter() - start
+    if not images:
+        report.note("no usable caption found: nothing written")
+        return report
+    _assign_image_ids(images.values())
+    by_id = {img.image_id: img for img in images.values()}
+
+    found_langs = sorted({c.lang for img in by_id.values() for c in img.captions})
+    languages = list(options.languages) if options.languages else found_langs
+    for lang in languages:
+        if lang not in found_langs:
+            report.note(f"--langs {lang}: no usable caption in this language")
+
+    if options.parallel_train and not set(options.parallel_train) <= set(languages):
+        raise UserError(f"--parallel-train {','.join(options.parallel_train)} must be a subset of the languages "
+                        f"kept ({','.join(languages)})")
+
+    rng = np.random.default_rng(options.seed)
+    if options.limit_images is not None and len(by_id) > options.limit_images:
+        keep = set(rng.permutation(len(by_id))[: options.limit_images].tolist())
+        for idx, image_id in enumerate(list(by_id)):
+            if idx not in keep:
+                report.leave_out("beyond_image_limit", len(by_id.pop(image_id).captions))
+
+    infos = {i: ImageInfo(frozenset(c.lang for c in img.captions), merge_hints([c.split_hint for c in img.captions]))
+             for i, img in by_id.items()}
+    plan = plan_splits(infos, languages, options.test_fraction, options.val_fraction,
+                       options.assign_languages, options.seed)
+    for note in plan.notes:
+        report.note(note)
+    for image_id in plan.incomplete_test:
+        report.leave_out("test_image_missing_language", len(by_id[image_id].captions))
+    if not options.assign_languages:
+        report.note("without --assign-languages, train/val keep every language of each image: this breaks the "
+                    "Globetrotter rule (check_split_rule fails on train/val); pass --assign-languages to train Globetrotter")
+
+    writes = _plan_writes(by_id, plan, frozenset(options.parallel_train or ()), report)
+    ids = list(writes)
+    order = [ids[i] for i in rng.permutation(len(ids))]  # mix languages and sources across shards
+    _clear_out_dir(out_dir)
+    _write_shards(order, by_id, writes, options, report)
+
+    if options.check:
+        for split in ("train", "val", "test"):
+            if report.images[split] and (split == "test" or options.assign_languages):
+                check_split_rule(out_dir / split, split)
+    report.timing["total_seconds"] = time.perf_counter() - start
+    report.options = {k: (v if isinstance(v, (int, float, bool, type(None))) else str(v) if isinstance(v, Path)
+                          else [str(x) for x in v]) for k, v in vars(options).items() if k not in ("image", "progress")}
+    report.options.update(resize=options.image.resize, resize_mode=options.image.mode,
+                          jpeg_quality=options.image.quality, languages_used=languages)
+    report.write_json(out_dir / SUMMARY)
+    return report
+
+
+def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[str],
+                 report: ConversionReport) -> dict[str, list[tuple[str, Caption, str, str | None]]]:
+    """Per planned image, the samples to write: ``(split, caption, key, group)``; the rest counted as unused.
+
+    Keys are ``<image id>-<lang>-<n>`` (n-th caption of the image in that language, in
+    source order), the same in every split the caption goes to.
+    """
+    writes = {}
+    for image_id, split in plan.split_of.items():
+        counter: dict[str, int] = defaultdict(int)
+        chosen = plan.lang_of.get(image_id)
+        captions = by_id[image_id].captions
+        with_parallel = bool(parallel) and split == "train" and parallel <= {c.lang for c in captions}
+        todo = []
+        for cap in captions:
+            key = f"{image_id}-{cap.lang}-{counter[cap.lang]}"
+            counter[cap.lang] += 1
+            if split == "test":
+                todo.append(("test", cap, key, image_id))
+            elif chosen is None or cap.lang == chosen:
+                todo.append((split, cap, key, None))
+            else:
+                report.leave_out("other_language_of_image")
+            if with_parallel and cap.lang in parallel:
+                todo.append(("train_parallel", cap, key, image_id))
+        writes[image_id] = todo
+    return writes
+
+
+def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
+                  report: ConversionReport) -> None:
+    """Decode the images of ``order`` in a pool and write their samples, split by split."""
+    out_dir = Path(options.out_dir)
+    writers: dict[str, ShardWriter] = {}
+    sizes: dict[str, set] = defaultdict(set)
+    paths = [by_id[i].path for i in order]
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(order), desc="images", unit=" img", disable=not options.progress)
+    for index, data, size, error in _prepared_images(paths, options.image, options.workers):
+        bar.update()
+        image_id = order[index]
+        todo = writes[image_id]
+        main = [t for t in todo if t[0] != "train_parallel"]
+        if data is None:
+            first = todo[0][1] if todo else None
+            report.add(Issue("unreadable_image", str(by_id[image_id].path), None,
+                             f"{error} (first caption at {first.where if first else '?'}; "
+                             f"{len(main)} caption(s) skipped)", records=len(main)))
+            continue
+        written_splits = set()
+        for split, cap, key, group in todo:
+            writer = writers.get(split)
+            if writer is None:
+                writer = writers[split] = ShardWriter(
+                    out_dir / split, split=split, source=options.source_name, image_format="jpg",
+                    maxcount=options.shard_size,
+                    extra={"one_language_per_image": split in ("train", "val") and options.assign_languages,
+                           "resize": options.image.resize, "resize_mode": options.image.mode,
+                           "summary": f"../{SUMMARY}"})
+            try:
+                writer.write(key, data, cap.text, cap.lang, image_id, group)
+            except ValueError as err:  # a key clash: never expected, reported rather than fatal
+                if split != "train_parallel":
+                    report.add(Issue("duplicate_key", cap.file, cap.line, str(err)))
+                continue
+            if split == "train_parallel":
+                report.extra_written[(split, cap.lang)] += 1
+            else:
+                report.written[(split, cap.lang)] += 1
+            sizes[split].add(size)
+            written_splits.add(split)
+        for split in written_splits - {"train_parallel"}:
+            report.images[split] += 1
+    bar.close()
+    for split, writer in writers.items():
+        uniform = sizes[split]
+        writer.extra["image_size"] = list(next(iter(uniform))) if len(uniform) == 1 else None
+        writer.close()
+    elapsed = time.perf_counter() - t0
+    report.timing.update(images=len(order), image_seconds=elapsed, workers=options.workers,
+                         images_per_s=len(order) / elapsed if elapsed > 0 else 0.0)

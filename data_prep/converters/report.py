@@ -1,0 +1,198 @@
+"""What a conversion read, wrote, skipped and left out: every caption record accounted for.
+
+A *caption record* is one caption a source offers: a non-blank line of a caption file
+(every line, blank or not, of a line-aligned caption file such as Multi30K's or XTD10's),
+plus one record for every line a line-aligned caption file is *missing* (a caption file
+shorter than its split file). Each record ends in exactly one of three places:
+
+- **written** to a split (counted per split and language);
+- **skipped** because the input is bad (counted per :data:`SKIP_KINDS` kind, each
+  :class:`Issue` naming the file and line);
+- **unused** by design (counted per :data:`UNUSED_REASONS` reason: a language that was
+  not asked for, the other languages of a training image under ``--assign-languages``...).
+
+So ``records == written + skipped + unused`` always holds; :meth:`ConversionReport.balance`
+checks it, the summary prints it, and the tests assert it.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# Bad input, by kind: what the user reads in the summary.
+SKIP_KINDS: dict[str, str] = {
+    "missing_image": "image named by a caption not found in the image folders",
+    "unreadable_image": "image file unreadable, truncated or not an image",
+    "empty_caption": "caption empty or only whitespace",
+    "caption_file_short": "caption file has fewer lines than its split file (missing lines)",
+    "caption_file_long": "caption file has more lines than its split file (lines without an image)",
+    "unknown_language": "language code not ISO 639-1 (mistyped or unknown)",
+    "duplicate_key": "the same caption key appears twice (second one skipped)",
+    "non_utf8": "line is not valid UTF-8",
+    "malformed_line": "line does not follow the layout's format",
+    "missing_caption_file": "a listing names a caption file that does not exist",
+    "unreadable_file": "caption file cannot be read (e.g. corrupt gzip)",
+}
+
+# Records left out on purpose, by reason.
+UNUSED_REASONS: dict[str, str] = {
+    "language_not_requested": "caption in a language not given to --langs",
+    "other_language_of_image": "train/val image assigned another of its languages (--assign-languages)",
+    "test_image_missing_language": "source's test image lacks a caption in some requested language",
+    "beyond_image_limit": "image left out by --limit-images",
+}
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in the input: its kind, where (file and 1-based line, if any), and how many records it costs."""
+
+    kind: str
+    file: str
+    line: int | None
+    message: str
+    records: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in SKIP_KINDS:
+            raise ValueError(f"unknown issue kind {self.kind!r}")
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else str(self.file)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.kind}: {self.message}"
+
+
+class ConversionReport:
+    """Counters and issues of one conversion; turns into the printed summary and ``summary.json``."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.issues: dict[str, list[Issue]] = defaultdict(list)
+        self.skipped: Counter = Counter()  # kind -> records
+        self.unused: Counter = Counter()  # reason -> records
+        self.written: Counter = Counter()  # (split, lang) -> samples
+        self.extra_written: Counter = Counter()  # (split, lang) -> samples of extra views (train_parallel)
+        self.images: Counter = Counter()  # split -> images written
+        self.notes: list[str] = []
+        self.timing: dict[str, float] = {}
+        self.options: dict[str, Any] = {}
+
+    # -- recording ---------------------------------------------------------------------------
+    def add(self, issue: Issue) -> None:
+        """File an issue; its records count as skipped under its kind."""
+        self.issues[issue.kind].append(issue)
+        if issue.records:
+            self.skipped[issue.kind] += issue.records
+
+    def leave_out(self, reason: str, records: int = 1) -> None:
+        """Count records left out on purpose."""
+        if reason not in UNUSED_REASONS:
+            raise ValueError(f"unknown reason {reason!r}")
+        self.unused[reason] += records
+
+    def note(self, message: str) -> None:
+        """A warning for the user (printed with the summary)."""
+        self.notes.append(message)
+
+    # -- totals ------------------------------------------------------------------------------
+    @property
+    def total_written(self) -> int:
+        return sum(self.written.values())
+
+    @property
+    def total_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    @property
+    def total_issues(self) -> int:
+        return sum(len(v) for v in self.issues.values())
+
+    @property
+    def total_unused(self) -> int:
+        return sum(self.unused.values())
+
+    def balance(self) -> int:
+        """``records - written - skipped - unused``: zero when every record is accounted for."""
+        return self.records - self.total_written - self.total_skipped - self.total_unused
+
+    # -- output ------------------------------------------------------------------------------
+    def format_issues(self, max_examples: int = 5) -> str:
+        """The first ``max_examples`` issues of each kind with file:line, then how many more."""
+        out = []
+        for kind in SKIP_KINDS:
+            issues = self.issues.get(kind)
+            if not issues:
+                continue
+            out.append(f"{kind} ({SKIP_KINDS[kind]}): {len(issues)} issue(s), {self.skipped[kind]} record(s) skipped")
+            out.extend(f"  {issue}" for issue in issues[:max_examples])
+            if len(issues) > max_examples:
+                out.append(f"  ... and {len(issues) - max_examples} more")
+        return "\n".join(out)
+
+    def format_summary(self) -> str:
+        """A table of written samples per language and split, then skipped and unused counts."""
+        splits = [s for s in ("train", "val", "test") if any(k[0] == s for k in self.written)]
+        langs = sorted({lang for _, lang in self.written})
+        width = max([6] + [len(lang) for lang in langs])
+        lines = ["samples written (caption, image pairs):"]
+        header = f"  {'lang':<{width}}" + "".join(f"{s:>9}" for s in splits) + f"{'total':>9}"
+        lines.append(header)
+        for lang in langs:
+            row = [self.written[(s, lang)] for s in splits]
+            lines.append(f"  {lang:<{width}}" + "".join(f"{n:>9}" for n in row) + f"{sum(row):>9}")
+        totals = [sum(self.written[(s, lang)] for lang in langs) for s in splits]
+        lines.append(f"  {'total':<{width}}" + "".join(f"{n:>9}" for n in totals) + f"{sum(totals):>9}")
+        lines.append(f"  {'images':<{width}}" + "".join(f"{self.images[s]:>9}" for s in splits)
+                     + f"{sum(self.images[s] for s in splits):>9}")
+        if self.extra_written:
+            extra = ", ".join(f"{s}/{lang} {n}" for (s, lang), n in sorted(self.extra_written.items()))
+            lines.append(f"extra views (copies of train images, not counted above): {extra}")
+        lines.append(f"skipped (bad input): {self.total_skipped}"
+                     + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.skipped.items())))
+        lines.append(f"unused (by design): {self.total_unused}"
+                     + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.unused.items())))
+        verdict = "ok" if self.balance() == 0 else f"MISMATCH by {self.balance()}"
+        lines.append(f"caption records: {self.records} = written {self.total_written} + skipped "
+                     f"{self.total_skipped} + unused {self.total_unused} ({verdict})")
+        if "images_per_s" in self.timing:
+            lines.append(f"images: {self.timing['images']:.0f} decoded in {self.timing['image_seconds']:.1f} s "
+                         f"({self.timing['images_per_s']:.1f} images/s, {self.timing.get('workers', 1):.0f} worker(s))")
+        lines.extend(f"warning: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def to_json(self, max_examples: int = 20) -> dict:
+        """Everything in the summary, plus up to ``max_examples`` issues per kind, as a JSON-able dict."""
+        written: dict[str, dict[str, int]] = defaultdict(dict)
+        for (split, lang), n in sorted(self.written.items()):
+            written[split][lang] = n
+        extra: dict[str, dict[str, int]] = defaultdict(dict)
+        for (split, lang), n in sorted(self.extra_written.items()):
+            extra[split][lang] = n
+        return {
+            "records": self.records,
+            "written": dict(written),
+            "written_total": self.total_written,
+            "images": dict(self.images),
+            "extra_views": dict(extra),
+            "skipped": dict(self.skipped),
+            "skipped_total": self.total_skipped,
+            "unused": dict(self.unused),
+            "unused_total": self.total_unused,
+            "balanced": self.balance() == 0,
+            "issues": {kind: {"count": len(v), "examples": [asdict(i) for i in v[:max_examples]]}
+                       for kind, v in self.issues.items()},
+            "notes": list(self.notes),
+            "timing": dict(self.timing),
+            "options": dict(self.options),
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path`` (UTF-8, indented)."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str) + "\n",
+                              encoding="utf-8")

@@ -1,0 +1,142 @@
+"""The training config: every constant of a Globetrotter run, with the paper's values as defaults.
+
+Load with :func:`load_train_config` (YAML + ``key.sub=value`` overrides, validated);
+the resolved config is saved beside every checkpoint and result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+from data_prep.synth.config import SynthConfig
+
+from .config_io import load_config
+
+
+@dataclass
+class DataConfig:
+    """Where the shards are and how samples become tensors."""
+
+    root: str = "data/synth"  # dataset folder with train/ val/ test/ split folders
+    train_split: str = "train"
+    val_split: str = "val"  # BackRetrieval on it (no parallel data needed)
+    test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
+    synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
+    tokenizer: str | None = None  # tokenizer.json; default <root>/tokenizer.json, trained if absent
+    vocab_size: int = 30000  # shared BPE vocabulary (paper: 30k)
+    max_length: int = 32  # tokens per caption, sentence token included
+    image_size: int = 64  # side of the square crops fed to the image encoder (paper: 224)
+    crop_scale_min: float = 0.2  # RandomResizedCrop lower scale (SimCLR)
+    shuffle_buffer: int = 2000
+    workers: int = 2  # data-loader processes per training process
+
+    def validate(self) -> None:
+        if self.max_length < 4:
+            raise ValueError("data.max_length must be at least 4")
+        if not 0 < self.crop_scale_min <= 1:
+            raise ValueError("data.crop_scale_min must be in (0, 1]")
+
+
+@dataclass
+class ModelConfig:
+    """Text transformer (paper: 4 layers, 4 heads, d=512, FFN 1024) and ResNet image encoder."""
+
+    d_model: int = 512
+    layers: int = 4
+    heads: int = 4
+    ffn: int = 1024
+    dropout: float = 0.1
+    embed_dim: int = 128  # D of every head's output (paper: 128)
+    image_backbone: str = "resnet18"  # any timm model name
+    image_pretrained: str | None = None  # local weights file (.safetensors/.pth); null = random init
+    text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
+
+    def validate(self) -> None:
+        if self.d_model % self.heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+
+
+@dataclass
+class LossConfig:
+    """Total = L_t + λ1 L_v + λ2 L_x + λ3 L_c (paper eq. 2); a weight of 0 removes the loss."""
+
+    temperature: float = 0.1  # τ of every contrastive loss
+    margin: float = 0.4  # m of f(x) = max(0, x - m) / (1 - m) (paper section 3.2)
+    transitive: Literal["paper", "official"] = "paper"  # α as the paper writes it, or as the released code
+    alpha_source: Literal["transitive", "supervised"] = "transitive"  # supervised: α from true pairs
+    text: float = 1.0  # weight of L_t
+    image: float = 1.0  # λ1, L_v (SimCLR)
+    cross: float = 1.0  # λ2, L_x (cross-modal)
+    cloze: float = 1.0  # λ3, L_c (token cloze)
+    mask_prob: float = 1 / 6  # cloze: p of choosing a token (80/10/10)
+    corrupt_other: float = 0.0  # cloze: official code corrupts non-targets with 0.2
+
+    @property
+    def uses_images(self) -> bool:
+        return self.image > 0 or self.cross > 0 or (self.text > 0 and self.alpha_source == "transitive")
+
+    def validate(self) -> None:
+        if min(self.text, self.image, self.cross, self.cloze) < 0:
+            raise ValueError("loss weights must be >= 0")
+        if self.text + self.image + self.cross + self.cloze == 0:
+            raise ValueError("at least one loss weight must be > 0")
+        if not 0 <= self.margin < 1:
+            raise ValueError("loss.margin must be in [0, 1)")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up and cosine decay; gradient clipping."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
+    grad_clip: float = 1.0  # max global grad norm; 0 disables
+
+
+@dataclass
+class ValConfig:
+    """The validation hook: BackRetrieval on val, sentence translation on test."""
+
+    every: int = 500  # steps; 0 disables
+    bkr_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    max_per_lang: int = 200  # val captions per language for BackRetrieval
+    test_groups: int = 200  # test groups for sentence translation
+    select_by: str = "val/bkr@10"  # metric choosing the best checkpoint ("" disables)
+    image_features: str = "pixels"  # BackRetrieval's image similarity g: pixels | model | timm:NAME[:WEIGHTS]
+
+
+@dataclass
+class TrainConfig:
+    """A whole run."""
+
+    seed: int = 0
+    run_name: str = "globetrotter"
+    output_dir: str = "runs"
+    steps: int = 10000
+    batch_size: int = 128  # global batch (split evenly over processes)
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    log_every: int = 20
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2  # step checkpoints kept besides best/
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    val: ValConfig = field(default_factory=ValConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+    def validate(self) -> None:
+        if self.steps <= 0 or self.batch_size <= 1:
+            raise ValueError("steps must be > 0 and batch_size > 1")
+
+
+def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Load a :class:`TrainConfig` from YAML with ``key.sub=value`` overrides."""
+    return load_config(TrainConfig, path, overrides)

@@ -1,0 +1,88 @@
+"""The training data stream: WebDataset shards -> augmented views + tokenized captions.
+
+Shards are resampled with replacement (an endless stream), seeded per rank and worker by
+WebDataset (``rank * 1000 + worker``) plus the run's seed and the step the stream starts at,
+so each process and worker reads its own sequence and a resumed run gets a fresh one.
+The loader is a plain ``WebLoader`` that accelerate must not wrap (DESIGN.md section 6).
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import webdataset as wds
+from tokenizers import Tokenizer
+
+from data_prep.shards import shard_paths
+
+from ..tokenizer import encode_batch
+from .augment import simclr_transform
+
+
+def truth_id(meta: dict) -> int:
+    """Id of a caption's language-independent content, for α precision and the supervised α.
+
+    Synthetic data carries ``meaning`` (captions with equal meaning are translations);
+    parallel data carries ``group``. -1 when neither is known.
+    """
+    key = meta.get("meaning") or meta.get("group")
+    return zlib.crc32(str(key).encode("utf-8")) if key is not None else -1
+
+
+@dataclass
+class Collate:
+    """Batches samples: tokenizes captions (padded), stacks the two views."""
+
+    tokenizer: Tokenizer
+    max_length: int
+
+    def __call__(self, samples: list[tuple[Any, ...]]) -> dict[str, Any]:
+        metas = [s[-1] for s in samples]
+        ids, mask = encode_batch(self.tokenizer, [m["caption"] for m in metas], self.max_length)
+        batch = {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "attention_mask": torch.tensor(mask, dtype=torch.long),
+            "truth": torch.tensor([truth_id(m) for m in metas], dtype=torch.long),
+            "langs": [m["lang"] for m in metas],
+        }
+        if len(samples[0]) == 3:
+            batch["view1"] = torch.stack([s[0] for s in samples])
+            batch["view2"] = torch.stack([s[1] for s in samples])
+        return batch
+
+
+def _two_views(sample: tuple, transform) -> tuple:
+    image, meta = sample
+    return transform(image), transform(image), meta
+
+
+def make_train_loader(
+    split_dir: str,
+    tokenizer: Tokenizer,
+    local_batch: int,
+    max_length: int,
+    image_size: int,
+    with_images: bool = True,
+    crop_scale_min: float = 0.2,
+    shuffle_buffer: int = 2000,
+    workers: int = 2,
+    seed: int = 0,
+) -> wds.WebLoader:
+    """Endless loader of batches of ``local_batch`` samples for one training process."""
+    stages: list = [
+        wds.ResampledShards(shard_paths(split_dir), seed=seed, deterministic=True),
+        wds.tarfile_to_samples(),
+        wds.detshuffle(shuffle_buffer, initial=min(shuffle_buffer, 500), seed=seed),
+    ]
+    if with_images:
+        transform = simclr_transform(image_size, crop_scale_min)
+        stages += [wds.decode("pil"), wds.to_tuple("png;jpg", "json"), wds.map(partial(_two_views, transform=transform))]
+    else:
+        stages += [wds.decode(), wds.to_tuple("json")]
+    stages.append(wds.batched(local_batch, collation_fn=Collate(tokenizer, max_length), partial=False))
+    pipeline = wds.DataPipeline(*stages)
+    return wds.WebLoader(pipeline, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
+                         prefetch_factor=4 if workers > 0 else None)

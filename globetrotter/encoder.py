@@ -1,0 +1,135 @@
+"""A trained Globetrotter model, loaded for use: ``globetrotter.load(path).encode_text([...])``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from safetensors.torch import load_model
+
+from .config import TrainConfig, load_train_config
+from .data.augment import eval_transform
+from .errors import UserError
+from .models import GlobetrotterModel
+from .tokenizer import encode_batch, load_tokenizer, special_ids
+from .training.checkpoint import read_state, resolve
+
+WEIGHTS = "model.safetensors"
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> GlobetrotterModel:
+    """The model a config describes (heads follow the active losses)."""
+    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length)
+
+
+class Encoder:
+    """Inference wrapper: text and image embeddings as float32 numpy arrays, L2-normalised.
+
+    ``head="text"`` is the text–text head (translation); ``head="cross"`` is the
+    cross-modal text head (text→image). A model without the asked head (the text-only
+    baseline has none) falls back to its sentence-token output.
+    """
+
+    def __init__(self, model: GlobetrotterModel, tokenizer, config: TrainConfig, device: str = "cpu",
+                 checkpoint: Path | None = None) -> None:
+        self.model = model.eval().to(device)
+        self.tokenizer = tokenizer
+        self.cfg = config
+        self.device = device
+        self.checkpoint = checkpoint
+        self._transform = eval_transform(config.data.image_size)
+
+    @property
+    def config(self) -> dict:
+        from .config_io import to_dict
+
+        return to_dict(self.cfg)
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text") -> np.ndarray:
+        """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``."""
+        if head not in ("text", "cross", "backbone"):
+            raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
+        proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
+        pooling = self.cfg.model.text_pooling_t if head == "text" else "sentence"
+        out = []
+        for i in range(0, len(texts), batch_size):
+            ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length)
+            ids_t = torch.tensor(ids, device=self.device)
+            mask_t = torch.tensor(mask, device=self.device)
+            sentence, mean = self.model.sentence_states(ids_t, mask_t)
+            x = sentence if pooling == "sentence" else mean
+            out.append((proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu())
+        dim = self.embed_dim(head)
+        return torch.cat(out).numpy() if out else np.zeros((0, dim), np.float32)
+
+    def embed_dim(self, head: str = "text") -> int:
+        proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
+        return self.cfg.model.embed_dim if proj is not None else self.cfg.model.d_model
+
+    @torch.no_grad()
+    def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> np.ndarray:
+        """(N, D) cross-modal image embeddings (the image head ``x``; ``v`` when there is no ``x``)."""
+        if self.model.image is None:
+            raise UserError("this model was trained without images (text-only); it has no image encoder")
+        head = self.model.image_head_x or self.model.image_head_v
+        out = []
+        for i in range(0, len(images), batch_size):
+            batch = torch.stack([self._transform(img.convert("RGB")) for img in images[i : i + batch_size]])
+            out.append(head(self.model.image(batch.to(self.device))).float().cpu())
+        return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.embed_dim), np.float32)
+
+    def token_embeddings(self) -> tuple[list[str], np.ndarray]:
+        """Decoded vocabulary tokens and the input token-embedding matrix (V, d_model), specials excluded."""
+        specials = set(special_ids(self.tokenizer).values())
+        vocab = self.tokenizer.get_vocab()
+        ids = sorted(i for i in vocab.values() if i not in specials)
+        words = [self.tokenizer.decode([i]) for i in ids]
+        weight = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
+        return words, weight[ids]
+
+    @torch.no_grad()
+    def encode_words(self, words: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """Contextual word embeddings: each word encoded alone, mean of its token outputs (sentence token excluded)."""
+        out = []
+        for i in range(0, len(words), batch_size):
+            ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length)
+            ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
+            states = self.model.text(ids_t, mask_t)[:, 1:]
+            m = mask_t[:, 1:].unsqueeze(-1).float()
+            out.append(((states * m).sum(1) / m.sum(1).clamp_min(1)).cpu())
+        return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
+
+
+def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
+    """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder."""
+    ckpt = resolve(path, prefer_best=prefer_best)
+    cfg = load_train_config(ckpt / "config.yaml")
+    tokenizer = load_tokenizer(ckpt / "tokenizer.json")
+    model = build_model(cfg, tokenizer.get_vocab_size())
+    missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
+    tied = {"cloze_head.token_embedding.weight"}
+    if set(missing) - tied or unexpected:
+        raise UserError(f"{ckpt / WEIGHTS}: weights do not match the config (missing {sorted(missing)[:3]}, unexpected {unexpected[:3]})")
+    read_state(ckpt)
+    return Encoder(model, tokenizer, cfg, device, checkpoint=ckpt)
+
+
+class BackRetrievalAdapter:
+    """A Globetrotter checkpoint as a BackRetrieval text embedder (``globetrotter:PATH``)."""
+
+    def __init__(self, path: str, head: str = "text") -> None:
+        self.encoder = load(path)
+        self.head = head
+        self.name = f"globetrotter:{path}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.encoder.encode_text(texts, head=self.head)
+
+
+def backretrieval_embedder(spec: str) -> BackRetrievalAdapter:
+    """Entry point of the ``backretrieval.embedders`` group: ``spec`` is a checkpoint or run folder."""
+    return BackRetrievalAdapter(spec)

@@ -1,0 +1,7 @@
+"""Models of the Globetrotter method."""
+from .globetrotter import GlobetrotterModel
+from .heads import ProjectionHead
+from .image import create_image_backbone
+from .text import ClozeHead, TextEncoder, mean_pool
+
+__all__ = ["GlobetrotterModel", "ProjectionHead", "create_image_backbone", "ClozeHead", "TextEncoder", "mean_pool"]

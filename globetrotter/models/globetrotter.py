@@ -1,0 +1,67 @@
+"""The Globetrotter model: text encoder + image encoder with one head per job.
+
+Heads (paper section 3): image head ``v`` for L_v, image head ``x`` and text head ``x`` for
+L_x, text head ``t`` for L_t, and the tied cloze head for L_c. Only the heads of losses
+with a non-zero weight are built, so every parameter receives gradient and DDP needs no
+``find_unused_parameters``. Everything goes through ``forward`` (so DDP sees it).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import LossConfig, ModelConfig
+from .heads import ProjectionHead
+from .image import create_image_backbone
+from .text import ClozeHead, TextEncoder, mean_pool
+
+
+class GlobetrotterModel(nn.Module):
+    """forward(batch tensors) -> dict of L2-normalised features and cloze logits."""
+
+    def __init__(self, cfg: ModelConfig, loss: LossConfig, vocab_size: int, max_length: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
+        d, D = cfg.d_model, cfg.embed_dim
+        self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
+        self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 or loss.text > 0 and loss.alpha_source == "transitive" else None
+        self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
+        self.image = None
+        if loss.uses_images:
+            self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained)
+            n = self.image.num_features
+            self.image_head_x = ProjectionHead(n, D) if self.text_head_x is not None else None
+            self.image_head_v = ProjectionHead(n, D) if loss.image > 0 or loss.text > 0 and loss.alpha_source == "transitive" else None
+
+    def sentence_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentence-token output and mean-pooled output: (B, d_model) each."""
+        states = self.text(input_ids, attention_mask)
+        return states[:, 0], mean_pool(states, attention_mask)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        masked_ids: torch.Tensor | None = None,
+        view1: torch.Tensor | None = None,
+        view2: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        if self.text_head_t is not None or self.text_head_x is not None:
+            sentence, mean = self.sentence_states(input_ids, attention_mask)
+            if self.text_head_t is not None:
+                out["text_t"] = self.text_head_t(sentence if self.cfg.text_pooling_t == "sentence" else mean)
+            if self.text_head_x is not None:
+                out["text_x"] = self.text_head_x(sentence)
+        if self.cloze_head is not None and masked_ids is not None:
+            out["cloze_logits"] = self.cloze_head(self.text(masked_ids, attention_mask))
+        if self.image is not None and view1 is not None:
+            views = [view1] if view2 is None else [view1, view2]
+            feats = self.image(torch.cat(views))
+            for i, f in enumerate(feats.chunk(len(views))):
+                if self.image_head_v is not None:
+                    out[f"image_v{i + 1}"] = self.image_head_v(f)
+                if self.image_head_x is not None:
+                    out[f"image_x{i + 1}"] = self.image_head_x(f)
+        return out

@@ -1,0 +1,37 @@
+"""The image encoder: any timm backbone (ResNet-18 by default), pooled features."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import timm
+import torch
+from torch import nn
+
+from ..errors import UserError
+
+
+def create_image_backbone(name: str = "resnet18", weights: str | None = None) -> nn.Module:
+    """A timm model without classifier (``num_classes=0``): images (B, 3, H, W) -> (B, num_features).
+
+    ``weights`` is a local ``.safetensors``/``.pth`` file (never a download); ``None`` = random init.
+    """
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=0)
+    except RuntimeError as err:
+        raise UserError(f"model.image_backbone: unknown timm model {name!r} ({err})") from None
+    if weights:
+        path = Path(weights)
+        if not path.is_file():
+            raise UserError(f"model.image_pretrained: weights file {path} not found")
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = state.get("state_dict", state) if isinstance(state, dict) else state
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        unexpected = [k for k in unexpected if not k.startswith(("fc.", "classifier.", "head."))]
+        if unexpected or len(missing) > 0:
+            raise UserError(f"{path}: weights do not fit {name} (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model

@@ -1,0 +1,58 @@
+"""The shared-vocabulary transformer text encoder with its tied cloze head."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TextEncoder(nn.Module):
+    """Token + learned position embeddings -> pre-norm transformer encoder -> final LayerNorm.
+
+    The sentence token is the ``<s>`` token the tokenizer prepends: its output (position 0)
+    is the sentence representation. ``forward`` maps ids (B, L) and mask (B, L; 1 = token)
+    to token states (B, L, d_model).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 512, layers: int = 4, heads: int = 4,
+                 ffn: int = 1024, dropout: float = 0.1, max_length: int = 64) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(max_length, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, ffn, dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.transformer = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        nn.init.normal_(self.position_embedding.weight, std=0.02)
+
+    @property
+    def d_model(self) -> int:
+        return self.token_embedding.embedding_dim
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.token_embedding(input_ids) + self.position_embedding(positions)[None]
+        x = self.transformer(self.dropout(x), src_key_padding_mask=attention_mask == 0)
+        return self.norm(x)
+
+
+def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of token states over real tokens: (B, L, d), (B, L) -> (B, d)."""
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)
+    return (states * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+
+class ClozeHead(nn.Module):
+    """dense -> GELU -> LayerNorm -> logits over the vocabulary, decoder tied to the token embeddings."""
+
+    def __init__(self, token_embedding: nn.Embedding) -> None:
+        super().__init__()
+        d = token_embedding.embedding_dim
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.token_embedding = token_embedding  # shared parameter, not a copy
+        self.bias = nn.Parameter(torch.zeros(token_embedding.num_embeddings))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(states), self.token_embedding.weight, self.bias)

@@ -1,0 +1,82 @@
+"""The shared byte-level BPE tokenizer (one vocabulary for every language and script).
+
+Trained with HF ``tokenizers`` on the *train* split's captions only, saved as a single
+``tokenizer.json`` that training and evaluation load. Byte-level BPE never produces an
+unknown token, so any script round-trips exactly. Every encoded caption starts with the
+sentence token (the learned sentence embedding of the Globetrotter text encoder).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from .errors import UserError
+
+PAD, MASK, SENTENCE = "<pad>", "<mask>", "<s>"
+SPECIAL_TOKENS = (PAD, MASK, SENTENCE)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2) -> Tokenizer:
+    """Train a byte-level BPE tokenizer on ``texts`` with the special tokens pad, mask, sentence.
+
+    Ids 0, 1, 2 are ``<pad>``, ``<mask>``, ``<s>``; ``encode`` prepends ``<s>``.
+    """
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    sentence_id = tok.token_to_id(SENTENCE)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{SENTENCE} $A", special_tokens=[(SENTENCE, sentence_id)]
+    )
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a ``tokenizer.json`` written by :func:`train_tokenizer` (one-line error if unusable)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: tokenizer file not found (make one with `globetrotter-data tokenizer`)")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises plain Exception on bad JSON
+        raise UserError(f"{path}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
+    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
+    if missing:
+        raise UserError(f"{path}: tokenizer lacks special tokens {missing}")
+    return tok
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    """Ids of the special tokens: ``{"pad": 0, "mask": 1, "sentence": 2}``."""
+    return {"pad": tok.token_to_id(PAD), "mask": tok.token_to_id(MASK), "sentence": tok.token_to_id(SENTENCE)}
+
+
+def save_tokenizer(tok: Tokenizer, path: str | Path) -> Path:
+    """Write ``tokenizer.json`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tok.save(str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def encode_batch(tok: Tokenizer, texts: list[str], max_length: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and attention masks, truncated to ``max_length`` and padded to the longest text."""
+    encs = tok.encode_batch(texts)
+    pad_id = tok.token_to_id(PAD)
+    ids = [e.ids[:max_length] for e in encs]
+    width = max(len(x) for x in ids) if ids else 1
+    mask = [[1] * len(x) + [0] * (width - len(x)) for x in ids]
+    ids = [x + [pad_id] * (width - len(x)) for x in ids]
+    return ids, mask

@@ -1,0 +1,22 @@
+"""End-of-run summary printed by ``train.py``."""
+from __future__ import annotations
+
+import os
+
+
+def print_summary(result: dict) -> None:
+    """Print the final validation metrics, sentence translation next to chance (main process only)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    metrics = result.get("metrics") or {}
+    print(f"\nrun folder: {result['run_dir']}")
+    if "test/sentence_translation" in metrics:
+        score, chance = metrics["test/sentence_translation"], metrics["test/sentence_translation_chance"]
+        print(f"sentence translation (test, retrieval): {100 * score:.1f}%   chance: {100 * chance:.1f}%   "
+              f"({score / max(chance, 1e-9):.1f}x chance)")
+    for key, value in sorted(metrics.items()):
+        if key.startswith("val/"):
+            print(f"{key}: {value:.4f}")
+    if result.get("best"):
+        b = result["best"]
+        print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")

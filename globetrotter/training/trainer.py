@@ -1,0 +1,192 @@
+"""The training loop, top to bottom, with HF Accelerate doing the devices.
+
+CPU, one GPU, many GPUs or nodes run the same code (``accelerate launch train.py ...``).
+Each process reads its own resampled WebDataset stream of ``batch_size / world_size``
+samples; the losses see the global batch through all-gathered features.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration, set_seed
+from tqdm.auto import tqdm
+
+from ..config import TrainConfig
+from ..config_io import save_config
+from ..encoder import Encoder, build_model
+from ..errors import UserError
+from ..losses import mask_tokens
+from ..tokenizer import load_tokenizer, special_ids
+from ..data.pipeline import make_train_loader
+from . import checkpoint as ckpt
+from .objective import GlobetrotterObjective
+from .prepare import ensure_data, tokenizer_path
+from .scheduler import warmup_cosine
+
+MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss stayed NaN/inf for several steps; the weights were never updated with it."""
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: no weight decay on biases, norms and embeddings."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "embedding" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def train(cfg: TrainConfig, resume: str | None = None) -> dict:
+    """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, log_with="tensorboard",
+                              project_config=ProjectConfiguration(str(cfg.run_dir), logging_dir=str(cfg.run_dir / "tensorboard")))
+    main = accelerator.is_main_process
+    log = tqdm.write if main else (lambda *a, **k: None)
+    if cfg.batch_size % accelerator.num_processes:
+        raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
+    local_batch = cfg.batch_size // accelerator.num_processes
+    set_seed(cfg.seed, device_specific=True)
+
+    if main:
+        ensure_data(cfg, log)
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, cfg.run_dir / "config.yaml")
+    accelerator.wait_for_everyone()
+    tokenizer = load_tokenizer(tokenizer_path(cfg))
+    specials = special_ids(tokenizer)
+
+    model = build_model(cfg, tokenizer.get_vocab_size())
+    objective = GlobetrotterObjective(cfg.loss)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
+    scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
+
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    start_step, best = 0, None
+    if resume:
+        source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
+        accelerator.load_state(str(source))
+        state = ckpt.read_state(source)
+        start_step, best = state["step"], state.get("best")
+        log(f"resumed from {source} at step {start_step}")
+
+    validator = None
+    if cfg.val.every > 0 and main:
+        from .validation import Validator
+
+        validator = Validator(cfg)
+    if main:
+        accelerator.init_trackers(cfg.run_name)
+
+    loader = make_train_loader(
+        str(Path(cfg.data.root) / cfg.data.train_split), tokenizer, local_batch, cfg.data.max_length,
+        cfg.data.image_size, with_images=cfg.loss.uses_images, crop_scale_min=cfg.data.crop_scale_min,
+        shuffle_buffer=cfg.data.shuffle_buffer, workers=cfg.data.workers, seed=cfg.seed * 1_000_003 + start_step,
+    )
+    batches = iter(loader)
+    generator = torch.Generator().manual_seed(cfg.seed * 7919 + accelerator.process_index * 104729 + start_step)
+    unwrapped = accelerator.unwrap_model(model)
+
+    def save(step: int, metrics: dict, as_best: bool = False) -> None:
+        name = "best" if as_best else ckpt.step_name(step)
+        tmp = root / (name + ".tmp")
+        accelerator.save_state(str(tmp), safe_serialization=True)
+        if main:
+            save_config(cfg, tmp / "config.yaml")
+            shutil.copy(tokenizer_path(cfg), tmp / "tokenizer.json")
+            (tmp / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics}, indent=2))
+            ckpt.publish(tmp, root / name)
+            if not as_best:
+                ckpt.mark_latest(root, name)
+                ckpt.prune(root, cfg.keep_checkpoints)
+        accelerator.wait_for_everyone()
+
+    model.train()
+    metrics: dict = {}
+    bad_steps = 0
+    seen, t0 = 0, time.perf_counter()
+    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not main, desc="train", dynamic_ncols=True)
+    for step in bar:
+        batch = next(batches)
+        batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        masked, labels = None, None
+        if cfg.loss.cloze > 0:
+            masked, labels = mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), specials["mask"],
+                                         tokenizer.get_vocab_size(), list(specials.values()), p=cfg.loss.mask_prob,
+                                         generator=generator, corrupt_other=cfg.loss.corrupt_other)
+            masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
+        with accelerator.autocast():
+            out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"))
+        loss, logs = objective(out, batch, labels)
+
+        finite = torch.tensor([float(torch.isfinite(loss))], device=accelerator.device)
+        if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
+            bad_steps += 1
+            optimizer.zero_grad(set_to_none=True)
+            log(f"step {step}: non-finite loss ({', '.join(f'{k}={v:.4g}' for k, v in logs.items() if k.startswith('loss/'))}); "
+                f"step skipped, weights unchanged")
+            if bad_steps >= MAX_BAD_STEPS:
+                raise NonFiniteLoss(f"loss non-finite for {bad_steps} consecutive steps at step {step}; lower optim.lr "
+                                    f"or use mixed_precision=bf16/no; last good checkpoint: {root / ckpt.LATEST}")
+            continue
+        bad_steps = 0
+        accelerator.backward(loss)
+        if cfg.optim.grad_clip > 0 and accelerator.sync_gradients:
+            logs["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        seen += cfg.batch_size
+        done = step + 1
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            elapsed = time.perf_counter() - t0
+            logs["lr"] = scheduler.get_last_lr()[0]
+            logs["samples_per_s"] = seen / max(elapsed, 1e-9)
+            logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
+                                     if k.startswith("loss/") and k != "loss/total")
+            accelerator.log(logs, step=done)
+            bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
+            seen, t0 = 0, time.perf_counter()
+        is_val = cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps)
+        if is_val:
+            if main:
+                unwrapped.eval()
+                metrics = validator(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
+                unwrapped.train()
+                accelerator.log(metrics, step=done)
+                log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+            metrics = _broadcast(metrics, accelerator)
+            key = cfg.val.select_by
+            if key and key in metrics and (best is None or metrics[key] > best["value"]):
+                best = {"metric": key, "value": metrics[key], "step": done}
+                save(done, metrics, as_best=True)
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            save(done, metrics)
+    accelerator.end_training()
+    result = {"step": cfg.steps, "metrics": metrics, "best": best, "run_dir": str(cfg.run_dir)}
+    if main:
+        (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _broadcast(metrics: dict, accelerator: Accelerator) -> dict:
+    """The main process's metrics on every process (checkpoint selection must agree)."""
+    if accelerator.num_processes == 1:
+        return metrics
+    from accelerate.utils import broadcast_object_list
+
+    box = [metrics]
+    broadcast_object_list(box, from_process=0)
+    return box[0]

@@ -1,0 +1,73 @@
+"""The validation hook: BackRetrieval on ``val`` (no parallel data) and sentence translation on ``test``.
+
+Image similarity for BackRetrieval (``val.image_features``) must stay fixed across
+checkpoints so scores are comparable: ``pixels`` (colour thumbnails, no weights),
+``model`` (the checkpoint's own image head; moves with training), or a BackRetrieval
+image-model spec such as ``timm:resnet50:/path/weights.safetensors``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from data_prep.shards import iter_samples
+
+from ..config import TrainConfig
+from ..encoder import Encoder
+
+
+def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
+    """Centred, L2-normalised colour thumbnails (N, side*side*3): a weight-free image similarity."""
+    x = np.stack([np.asarray(im.convert("RGB").resize((side, side), Image.BILINEAR), np.float32).ravel() for im in images])
+    x -= x.mean(axis=1, keepdims=True)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
+
+
+class Validator:
+    """Loads the val/test data once; ``__call__(encoder)`` returns ``{"val/bkr@K": ..., "test/...": ...}``."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        root = Path(cfg.data.root)
+        rng = np.random.default_rng(cfg.seed)
+        samples = list(iter_samples(root / cfg.data.val_split))
+        by_lang: dict[str, list[int]] = {}
+        for i, s in enumerate(samples):
+            by_lang.setdefault(s.lang, []).append(i)
+        keep = sorted(j for idx in by_lang.values() for j in rng.permutation(idx)[: cfg.val.max_per_lang])
+        self.samples = [samples[i] for i in keep]
+        self.texts = [s.caption for s in self.samples]
+        self.langs = np.array([s.lang for s in self.samples])
+        self.image_ids = np.array([s.image_id for s in self.samples])
+        self.images = [s.image for s in self.samples]
+        spec = cfg.val.image_features
+        if spec == "pixels":
+            self.image_feats = pixel_features(self.images)
+        elif spec == "model":
+            self.image_feats = None  # computed from the checkpoint at each call
+        else:
+            from backretrieval.images import image_features
+
+            self.image_feats = image_features(spec, self.images)
+        self.test_dir = root / cfg.data.test_split if cfg.data.test_split else None
+        if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
+            self.test_dir = None
+
+    def __call__(self, encoder: Encoder) -> dict[str, float]:
+        from backretrieval import evaluate_pairs
+
+        metrics: dict[str, float] = {}
+        text = encoder.encode_text(self.texts, head="text")
+        images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
+        result = evaluate_pairs(text, self.langs, images, self.image_ids, ks=tuple(self.cfg.val.bkr_ks), seed=self.cfg.seed)
+        for k in self.cfg.val.bkr_ks:
+            metrics[f"val/bkr@{k}"] = float(result["mean"][f"bkr@{k}"])
+        if self.test_dir is not None:
+            from ..evaluation import sentence_translation_score
+
+            st = sentence_translation_score(encoder, self.test_dir, n_groups=self.cfg.val.test_groups, seed=self.cfg.seed)
+            metrics["test/sentence_translation"] = float(st["score"])
+            metrics["test/sentence_translation_chance"] = float(st["chance"])
+        return metrics

@@ -1,0 +1,90 @@
+"""Config loading: YAML + overrides, validation errors that name the key, saved config round-trips."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from globetrotter.config import TrainConfig, load_train_config
+from globetrotter.config_io import load_config, parse_overrides, save_config
+from globetrotter.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path, text, name="c.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_yaml_and_overrides_are_applied(tmp_path):
+    path = write(tmp_path, "steps: 50\nmodel:\n  layers: 2\n")
+    cfg = load_train_config(path, ["optim.lr=3e-4", "loss.transitive=official", "val.bkr_ks=[1,3]"])
+    assert cfg.steps == 50 and cfg.model.layers == 2
+    assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
+    assert cfg.loss.transitive == "official" and cfg.val.bkr_ks == [1, 3]
+    assert cfg.model.heads == TrainConfig().model.heads  # untouched defaults stay
+
+
+def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
+    assert load_train_config(None, ["optim.lr=1"]).optim.lr == 1.0
+    with pytest.raises(UserError, match="'steps' expected int"):
+        load_train_config(None, ["steps=1.5"])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("stepz: 3\n", "unknown key 'stepz'"),
+        ("model:\n  layerz: 3\n", "unknown key 'model.layerz'"),
+        ("model:\n  layers: three\n", "'model.layers' expected int"),
+        ("loss:\n  transitive: maybe\n", "'loss.transitive' expected one of"),
+        ("model: 3\n", "'model' must be a mapping"),
+        ("model:\n  d_model: 100\n  heads: 3\n", "divisible"),
+        ("- a\n- b\n", "expected a YAML mapping"),
+        ("steps: [1,\n", "malformed YAML"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(UserError, match=message) as err:
+        load_train_config(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file_and_bad_override():
+    with pytest.raises(UserError, match="config file not found"):
+        load_train_config("/nonexistent/x.yaml")
+    with pytest.raises(UserError, match="expected key.sub=value"):
+        parse_overrides(["steps"])
+
+
+def test_saved_config_loads_back_identically(tmp_path):
+    cfg = load_train_config(None, ["steps=7", "loss.cloze=0.5", "data.synth.seed=3"])
+    path = save_config(cfg, tmp_path / "saved.yaml")
+    assert load_train_config(path) == cfg
+
+
+def test_base_config_is_merged(tmp_path):
+    write(tmp_path, "steps: 5\nmodel:\n  layers: 1\n  heads: 2\n", "base.yaml")
+    path = write(tmp_path, "_base_: base.yaml\nmodel:\n  layers: 3\n")
+    cfg = load_train_config(path)
+    assert (cfg.steps, cfg.model.layers, cfg.model.heads) == (5, 3, 2)
+
+
+def test_shipped_configs_are_valid():
+    configs = sorted((REPO / "configs").glob("*.yaml"))
+    assert configs, "no configs shipped"
+    for path in configs:
+        load_config(TrainConfig, path)
+
+
+def test_cli_reports_config_errors_in_one_line_with_exit_2(tmp_path):
+    path = write(tmp_path, "model:\n  layerz: 3\n")
+    proc = subprocess.run([sys.executable, "train.py", "--config", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "model.layerz" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,439 @@
+"""Converters to the shard format: every layout on tiny fixtures written in its real format,
+bad input reported with file and line and accounted for, splits following the Globetrotter
+rule, and the real Flickr8k data (skipped when ../shared is absent)."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_prep.cli import main as data_cli
+from data_prep.converters import (
+    ISO_639_1, ConvertOptions, ImageResolver, ImageSpec, assign_languages, convert, normalize_language,
+    plan_splits, prepare_image, read_flickr8k,
+)
+from data_prep.converters.images import ImageError
+from data_prep.converters.splits import ImageInfo
+from data_prep.shards import check_split_rule, iter_raw, read_captions, read_manifest
+
+# ------------------------------------------------------------------------------------------
+# fixture builders
+
+
+def make_jpeg(path: Path, size=(24, 16), color=(200, 30, 30)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, color).save(path, format="JPEG", quality=95)
+    return path
+
+
+def write_lines(path: Path, lines: list[str | bytes], gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b"".join((ln if isinstance(ln, bytes) else ln.encode("utf-8")) + b"\n" for ln in lines)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def cli(argv: list[str]) -> int:
+    """Run ``globetrotter-data`` as the console script does; return its exit code."""
+    with pytest.raises(SystemExit) as exit_info:
+        data_cli([str(a) for a in argv])
+    return exit_info.value.code
+
+
+M30K_LANGS = ("en", "de", "fr", "cs")
+SPLITS = {"train": [101, 102, 103, 104], "val": [105], "test_2016_flickr": [106, 107]}
+
+
+def flickr8k_world(tmp_path: Path) -> dict:
+    """Flickr8k-style images, Multi30K task 1 + 2, a Flickr8k-CN file and a TSV, with one of each bad input.
+
+    Returns the paths and the expected facts, computed from what is written here.
+    """
+    images = tmp_path / "images"
+    for pid in range(101, 110):
+        make_jpeg(images / f"{pid}_a1b2c3.jpg", color=(pid, 10, 10))
+    truncated = images / "108_a1b2c3.jpg"
+    truncated.write_bytes(truncated.read_bytes()[:200])  # a truncated JPEG
+
+    m30k = tmp_path / "multi30k"
+    captions: dict[tuple[int, str], list[str]] = defaultdict(list)  # good captions written to files
+    for split, ids in SPLITS.items():
+        write_lines(m30k / "task1" / "image_splits" / f"{split}.txt", [f"{i}.jpg" for i in ids])
+        write_lines(m30k / "task2" / "image_splits" / f"{split.replace('_flickr', '')}_images.txt",
+                    [f"{i}.jpg" for i in ids])
+        for lang in M30K_LANGS:
+            ids_here = ids[:-1] if (split, lang) == ("val", "cs") else ids  # val.cs is one line short
+            lines = [f"{lang} parallel {i}" for i in ids_here]
+            write_lines(m30k / "task1" / "raw" / f"{split}.{lang}.gz", lines, gz=True)
+            for i, text in zip(ids_here, lines):
+                captions[(i, lang)].append(text)
+        for k in (1, 2):
+            for lang in ("en", "de"):
+                write_lines(m30k / "task2" / "raw" / f"{split.replace('_flickr', '')}.{k}.{lang}.gz",
+                            [f"{lang} independent {i} #{k}" for i in ids], gz=True)
+
+    cn = tmp_path / "flickr8kzhc.caption.txt"
+    cn_lines: list[str | bytes] = []
+    for pid in range(101, 110):
+        for k in range(2):
+            cn_lines.append(f"{pid}_a1b2c3.jpg#zhc#{k} 中文描述{pid}之{k}")
+            captions[(pid, "zh")].append(f"中文描述{pid}之{k}")
+    bad = {
+        "duplicate_key": "101_a1b2c3.jpg#zhc#0 重复的描述",
+        "empty_caption": "102_a1b2c3.jpg#zhc#7    ",
+        "missing_image": "999_ffffff.jpg#zhc#0 没有图片",
+        "non_utf8": b"103_a1b2c3.jpg#zhc#8 \xff\xfe broken",
+        "malformed_line": "this line has no image key",
+    }
+    bad_lines = {}
+    for kind, line in bad.items():
+        cn_lines.append(line)
+        bad_lines[kind] = len(cn_lines)
+    write_lines(cn, cn_lines)
+    captions[(108, "zh")].clear()  # the truncated image cannot be written
+
+    tsv = write_lines(tmp_path / "extra.tsv", ["image\tlang\tcaption", "109_a1b2c3.jpg\tdee\ttypo language"])
+    return dict(images=images, m30k=m30k, cn=cn, tsv=tsv, captions=captions, bad_lines=bad_lines,
+                truncated=truncated)
+
+
+def samples_by_image(split_dir: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for meta in read_captions(split_dir):
+        out[meta["image_id"]].append(meta)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# units
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("de", "de"), ("DE", "de"), (" zh ", "zh"), ("fa-AF", "fa-AF"), ("fa_af", "fa-AF"), ("zh-hans", "zh-Hans"),
+    ("es-419", "es-419"), ("jp", None), ("xx", None), ("eng", None), ("", None), ("d e", None), ("de-", None),
+])
+def test_language_codes_are_iso_639_1(code, expected):
+    assert normalize_language(code) == expected
+
+
+def test_iso_table_is_complete():
+    assert len(ISO_639_1) == 183  # ISO 639-1 has 183 current two-letter codes
+    assert {"en", "de", "fr", "cs", "zh", "ja", "ko", "tl", "sw"} <= set(ISO_639_1) and "jp" not in ISO_639_1
+
+
+def test_assign_languages_gives_one_language_balanced():
+    rng = np.random.default_rng(1)
+    all_langs = ("en", "de", "zh")
+    # 10 images only in zh (forced), 30 in all three: the best balance is 40/3 -> 13 or 14 each
+    images = {f"z{i}": frozenset({"zh"}) for i in range(10)}
+    images.update({f"a{i}": frozenset(all_langs) for i in range(30)})
+    chosen = assign_languages(images, rng)
+    assert set(chosen) == set(images)
+    assert all(chosen[i] in images[i] for i in images)
+    counts = Counter(chosen.values())
+    assert max(counts.values()) - min(counts.values()) <= 1 and sum(counts.values()) == 40
+    again = assign_languages(images, np.random.default_rng(1))
+    assert again == chosen  # seeded
+
+
+def test_plan_splits_by_fraction_and_by_source_hints():
+    langs = ("en", "de")
+    images = {f"c{i}": ImageInfo(frozenset(langs), "train") for i in range(80)}
+    images.update({f"p{i}": ImageInfo(frozenset({"en"}), "test") for i in range(20)})
+    plan = plan_splits(images, langs, test_fraction=0.1, val_fraction=0.2, assign=True, seed=3)
+    split_counts = Counter(plan.split_of.values())
+    assert split_counts == {"test": 10, "val": 20, "train": 70}
+    assert all(images[i].langs == frozenset(langs) for i, s in plan.split_of.items() if s == "test")
+    assert set(plan.lang_of) == {i for i, s in plan.split_of.items() if s != "test"}
+
+    by_hint = plan_splits(images, langs)  # no fractions: the sources' splits
+    assert sorted(by_hint.incomplete_test) == sorted(f"p{i}" for i in range(20))  # test images lacking 'de'
+    assert Counter(by_hint.split_of.values()) == {"train": 80}
+
+
+def test_resolver_matches_flickr_photo_ids_both_ways(tmp_path):
+    f8k = make_jpeg(tmp_path / "a" / "1000268201_693b08cb0e.jpg")
+    f30k = make_jpeg(tmp_path / "b" / "sub" / "36979.jpg")
+    resolver = ImageResolver([tmp_path / "a", tmp_path / "b"])
+    assert resolver.resolve(["1000268201.jpg"]) == f8k  # Flickr30k name -> Flickr8k file
+    assert resolver.resolve(["36979_0123abcd.jpg"]) == f30k  # Flickr8k name -> Flickr30k file
+    assert resolver.resolve(["sub/36979.jpg"]) == f30k  # relative path
+    assert resolver.resolve(["1000268202.jpg"]) is None
+
+
+def test_prepare_image_resizes_and_catches_bad_files(tmp_path):
+    src = make_jpeg(tmp_path / "wide.jpg", size=(80, 40))
+    data, (h, w) = prepare_image(src, ImageSpec(resize=20))
+    assert (h, w) == (20, 40) and Image.open(io.BytesIO(data)).size == (40, 20)
+    data, (h, w) = prepare_image(src, ImageSpec(resize=20, mode="center-crop"))
+    assert (h, w) == (20, 20) and Image.open(io.BytesIO(data)).size == (20, 20)
+    assert prepare_image(src, ImageSpec(resize=100))[1] == (40, 80)  # never scaled up
+    assert prepare_image(src, ImageSpec())[0] == src.read_bytes()  # no resize: original JPEG bytes
+    png = tmp_path / "p.png"
+    Image.new("RGBA", (30, 60), (1, 2, 3, 255)).save(png)
+    assert Image.open(io.BytesIO(prepare_image(png, ImageSpec(resize=15))[0])).format == "JPEG"
+
+    truncated = tmp_path / "t.jpg"
+    truncated.write_bytes(src.read_bytes()[:150])
+    not_image = write_lines(tmp_path / "n.jpg", ["hello"])
+    for bad in (truncated, not_image, tmp_path / "absent.jpg"):
+        with pytest.raises(ImageError):
+            prepare_image(bad, ImageSpec(resize=20))
+
+
+def test_flickr8k_reader_parses_both_formats(tmp_path):
+    token = write_lines(tmp_path / "Flickr8k.token.txt", ["1000_ab.jpg#0\tA dog runs .", "1000_ab.jpg#1\tA cat ."])
+    cn = write_lines(tmp_path / "zh.txt", ["1000_ab#zhc#0 一只狗在跑。"])
+    recs = list(read_flickr8k(token, "en")) + list(read_flickr8k(cn, "zh"))
+    assert [(r.images[0], r.lang, r.text, r.line) for r in recs] == [
+        ("1000_ab.jpg", "en", "A dog runs .", 1), ("1000_ab.jpg", "en", "A cat .", 2), ("1000_ab.jpg", "zh", "一只狗在跑。", 1)]
+
+
+# ------------------------------------------------------------------------------------------
+# end to end on fixtures in each real layout
+
+
+def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys):
+    w = flickr8k_world(tmp_path)
+    out = tmp_path / "out"
+    argv = ["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1",
+            "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--langs", "en,de,fr,cs,zh",
+            "--assign-languages", "--parallel-train", "en,de,fr,cs", "--resize", "12", "--workers", "1",
+            "--out", out, "--quiet", "--show-issues", "10"]
+    assert cli(argv) == 0
+    err = capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
+    # every injected problem is reported with its file and line
+    for kind, line in w["bad_lines"].items():
+        assert f"{w['cn']}:{line}: {kind}" in err, kind
+    assert f"{w['tsv']}:2: unknown_language" in err
+    val_cs = w["m30k"] / "task1" / "raw" / "val.cs.gz"
+    assert f"{val_cs}:1: caption_file_short" in err  # 0 lines for 1 image: the first missing line is 1
+    assert f"{w['truncated']}: unreadable_image" in err
+    assert summary["skipped"] == {"duplicate_key": 1, "empty_caption": 1, "missing_image": 1, "non_utf8": 1,
+                                  "malformed_line": 1, "unknown_language": 1, "caption_file_short": 1,
+                                  "unreadable_image": 2}
+
+    # every record accounted for: records counted here from the fixture files
+    n_task1 = sum(len(ids) for ids in SPLITS.values()) * 4  # incl. the missing val.cs line
+    n_cn = 9 * 2 + len(w["bad_lines"])
+    assert summary["records"] == n_task1 + n_cn + 1  # + the TSV row (the header is no record)
+    assert summary["records"] == summary["written_total"] + summary["skipped_total"] + summary["unused_total"]
+    assert summary["balanced"]
+
+    # test = Multi30K's test_2016_flickr images, in all five languages, tied by group
+    for split in ("train", "val", "test"):
+        check_split_rule(out / split, split)
+    test = samples_by_image(out / "test")
+    assert sorted(test) == ["106_a1b2c3", "107_a1b2c3"]
+    for image_id, metas in test.items():
+        pid = int(image_id.split("_")[0])
+        assert {m["group"] for m in metas} == {image_id}
+        got = sorted((m["lang"], m["caption"]) for m in metas)
+        assert got == sorted((lang, t) for lang in (*M30K_LANGS, "zh") for t in w["captions"][(pid, lang)])
+
+    # train/val: one language per image, and all of that image's captions in that language
+    unused_other = 0
+    for split in ("train", "val"):
+        for image_id, metas in samples_by_image(out / split).items():
+            pid = int(image_id.split("_")[0])
+            (lang,) = {m["lang"] for m in metas}
+            assert sorted(m["caption"] for m in metas) == sorted(w["captions"][(pid, lang)])
+            unused_other += sum(len(w["captions"][(pid, other)]) for other in (*M30K_LANGS, "zh") if other != lang)
+    assert summary["unused"] == {"other_language_of_image": unused_other}
+    assert read_manifest(out / "val")["image_size"] == [12, 18]  # 24x16 scaled to shorter side 12
+
+    # train_parallel: the Multi30K train images with all four languages, tied by group
+    par = samples_by_image(out / "train_parallel")
+    assert sorted(par) == [f"{i}_a1b2c3" for i in SPLITS["train"]]
+    assert all(sorted(m["lang"] for m in metas) == sorted(M30K_LANGS) for metas in par.values())
+
+    # --strict turns skips into a failure; an existing dataset is not replaced silently
+    assert cli(argv) == 2 and "--overwrite" in capsys.readouterr().err
+    assert cli(argv + ["--overwrite", "--strict"]) == 1
+
+
+def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
+    w = flickr8k_world(tmp_path)
+    out = tmp_path / "out"
+    argv = ["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
+            "--langs", "en,de", "--assign-languages", "--test-fraction", "0.3", "--val-fraction", "0.2",
+            "--workers", "1", "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    # 7 Multi30K images; 0.3 * 7 -> 2 test images, 0.2 * 7 -> 1 val image
+    assert summary["images"] == {"test": 2, "val": 1, "train": 4}
+    for metas in samples_by_image(out / "test").values():
+        # per language: the task 1 caption and the two independent task 2 captions, task 1 first
+        for lang in ("en", "de"):
+            caps = [m["caption"] for m in metas if m["lang"] == lang]
+            assert len(caps) == 3 and "parallel" in caps[0] and all("independent" in c for c in caps[1:])
+    assert summary["unused"]["language_not_requested"] == 7 * 2 - 1  # fr, cs lines (val.cs is short)
+
+
+def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path):
+    root = tmp_path / "xtd"
+    names = ["COCO_train2014_000000061844.jpg", "COCO_train2014_000000061849.jpg", "COCO_train2014_000000061850.jpg"]
+    write_lines(root / "XTD10" / "test_image_names.txt", names)
+    for i, name in enumerate(names):
+        make_jpeg(tmp_path / "coco" / "train2014" / name, color=(i * 50, 0, 0))
+    write_lines(root / "MIC" / "test_1kcaptions_en.txt", ["a man", "a cat", "a bus"])
+    write_lines(root / "MIC" / "test_1kcaptions_de.txt", ["ein Mann", "eine Katze", "ein Bus"])
+    write_lines(root / "STAIR" / "test_1kcaptions_jp.txt", ["男性", "猫", "バス"])
+    write_lines(root / "XTD10" / "test_1kcaptions_zh.txt", ["一个男人", "一只猫"])  # one line short
+    write_lines(root / "XTD10" / "test_1kcaptions_xx.txt", ["?", "?", "?"])  # not a language
+    out = tmp_path / "out"
+    assert cli(["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out,
+                "--quiet", "--strict"]) == 1
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {"caption_file_short": 1, "unknown_language": 3}
+    # the third image has no zh caption: a source test image lacking a language is left out
+    assert summary["unused"] == {"test_image_missing_language": 3}
+    assert read_manifest(out / "test")["languages"] == {"de": 2, "en": 2, "ja": 2, "zh": 2}
+    check_split_rule(out / "test", "test")
+    assert not (out / "train").exists()
+    test = samples_by_image(out / "test")
+    assert sorted(test) == ["COCO_train2014_000000061844", "COCO_train2014_000000061849"]
+    assert sorted(m["caption"] for m in test["COCO_train2014_000000061849"]) == sorted(
+        ["a cat", "eine Katze", "猫", "一只猫"])
+
+
+def test_globetrotter_layout(tmp_path):
+    root = tmp_path / "gt"
+    coco = root / "COCO" / "annotations"
+    files = {  # (variant, lang, name) -> captions
+        ("translated_independent", "de", "COCO_train2014_000000000001.txt"): ["ein Hund", "ein Hund rennt"],
+        ("translated_independent", "fa-AF", "COCO_train2014_000000000002.txt"): ["سگ"],
+        ("translated_independent", "ja", "COCO_val2014_000000000003.txt"): ["犬"],
+    }
+    for lang in ("en", "de", "fa-AF", "ja"):
+        files[("translated_alllangs", lang, "COCO_val2014_000000000004.txt")] = [f"{lang} cat", f"{lang} cat 2"]
+    for (variant, lang, name), caps in files.items():
+        write_lines(coco / variant / lang / name, caps)
+    write_lines(coco / "translated_independent" / "listing_train.txt",
+                ["./de/COCO_train2014_000000000001.txt", "./fa-AF/COCO_train2014_000000000002.txt",
+                 "./de/COCO_train2014_000000000009.txt"])  # the last caption file does not exist
+    write_lines(coco / "translated_independent" / "listing_val.txt", ["./ja/COCO_val2014_000000000003.txt"])
+    write_lines(coco / "translated_alllangs" / "listing_test.txt",
+                [f"./{lang}/COCO_val2014_000000000004.txt" for lang in ("en", "de", "fa-AF", "ja")])
+    for part, n in (("train", 1), ("train", 2), ("val", 3), ("val", 4)):
+        make_jpeg(root / "COCO" / f"{part}2014" / f"COCO_{part}2014_{n:012d}.jpg")
+    # Flickr30k and Conceptual Captions (a 9-digit number loses its first digit; a .png image)
+    write_lines(root / "flickr30k" / "entities" / "translated_independent" / "de" / "36979.txt", ["zwei Hunde"])
+    write_lines(root / "flickr30k" / "entities" / "translated_independent" / "listing_train.txt", ["./de/36979.txt"])
+    make_jpeg(root / "flickr30k" / "images" / "36979.jpg")
+    cc = root / "ConceptualCaptions" / "translated_independent"
+    write_lines(cc / "ja" / "123456789.txt", ["写真"])
+    write_lines(cc / "listing_train.txt", ["./ja/123456789.txt"])
+    (root / "ConceptualCaptions" / "train").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(root / "ConceptualCaptions" / "train" / "23456789.png")
+
+    out = tmp_path / "out"
+    assert cli(["globetrotter", "--globetrotter", root, "--assign-languages", "--workers", "1", "--out", out,
+                "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {}
+    assert summary["issues"]["missing_caption_file"]["count"] == 1
+    train = {i: sorted((m["lang"], m["caption"]) for m in ms) for i, ms in samples_by_image(out / "train").items()}
+    assert train == {"COCO_train2014_000000000001": [("de", "ein Hund"), ("de", "ein Hund rennt")],
+                     "COCO_train2014_000000000002": [("fa-AF", "سگ")], "36979": [("de", "zwei Hunde")],
+                     "23456789": [("ja", "写真")]}
+    assert list(samples_by_image(out / "val")) == ["COCO_val2014_000000000003"]
+    test = read_manifest(out / "test")
+    assert test["languages"] == {"de": 2, "en": 2, "fa-AF": 2, "ja": 2}
+    check_split_rule(out / "test", "test")
+
+
+def test_folder_tsv_and_jsonl(tmp_path):
+    photos = tmp_path / "photos"
+    for name in ("a.jpg", "b.jpg", "c.jpg", "sub/d.jpg"):
+        make_jpeg(photos / name)
+    tsv = write_lines(tmp_path / "caps.tsv", [
+        "image\tlang\tcaption\tsplit", "a.jpg\ten\ta red square\ttest", "a.jpg\tde\tein rotes Quadrat\ttest",
+        "b.jpg\ten\tanother\ttrain", "b.jpg\ten\tanother\ttrain",  # duplicate row
+        "c.jpg\ten\ttoo\tfew\tcolumns\textra", "c.jpg\tfr\tun carré\tholdout"])  # malformed, bad split
+    jsonl = write_lines(tmp_path / "caps.jsonl", [
+        json.dumps({"image": "sub/d.jpg", "lang": "de", "caption": "ein Bild"}),
+        json.dumps({"image": "c.jpg", "lang": "DE", "caption": "noch ein Bild"}),
+        "{not json", json.dumps({"image": "c.jpg", "caption": "no language"})])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--captions", jsonl, "--assign-languages",
+                "--workers", "2", "--out", out, "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["records"] == 6 + 4
+    assert summary["skipped"] == {"duplicate_key": 1, "malformed_line": 4}
+    assert summary["written"] == {"test": {"de": 1, "en": 1}, "train": {"de": 2, "en": 1}}
+    assert read_manifest(out / "train")["languages"] == {"de": 2, "en": 1}
+
+
+def test_worker_pool_writes_the_same_shards_as_one_process(tmp_path):
+    w = flickr8k_world(tmp_path)
+    checksums = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        opts = ConvertOptions(out_dir=out, image_roots=[w["images"]], assign_languages=True, test_fraction=0.2,
+                              seed=5, image=ImageSpec(resize=10), workers=workers, progress=False)
+        report = convert([read_flickr8k(w["cn"], "zh")], opts)
+        assert report.balance() == 0 and report.total_written > 0
+        checksums.append({s: read_manifest(out / s)["checksum"] for s in ("train", "test")})
+    assert checksums[0] == checksums[1]
+
+
+def test_command_line_errors_are_one_line(tmp_path, capsys):
+    images = tmp_path / "images"
+    images.mkdir()
+    cases = [
+        (["flickr8k", "--flickr8k", f"{tmp_path}/none.txt:en", "--images", images, "--out", tmp_path / "o"], "not found"),
+        (["flickr8k", "--flickr8k", f"{write_lines(tmp_path / 't.txt', ['x'])}:jp", "--images", images,
+          "--out", tmp_path / "o"], "unknown language code 'jp'"),
+        (["multi30k", "--images", images, "--out", tmp_path / "o"], "needs --multi30k"),
+        (["xtd10", "--xtd10", images, "--images", images, "--out", tmp_path / "o"], "test_image_names.txt not found"),
+    ]
+    for argv, message in cases:
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert message in err[-1]
+
+
+def test_nothing_usable_writes_nothing_and_exits_1(tmp_path, capsys):
+    photos = tmp_path / "photos"
+    make_jpeg(photos / "a.jpg")
+    tsv = write_lines(tmp_path / "c.tsv", ["a.jpg\tqq\tbad language", "b.jpg\ten\tno such image"])
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--out", tmp_path / "o", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"{tsv}:1: unknown_language" in err and f"{tsv}:2: missing_image" in err and "nothing written" in err
+    assert not (tmp_path / "o" / "train").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# the real data
+
+
+@pytest.mark.realdata
+def test_real_flickr8k_converts_to_five_languages(flickr8k_dir, tmp_path):
+    out = tmp_path / "flickr8k"
+    argv = ["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
+            "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
+            "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
+            "--resize", "64", "--limit-images", "200", "--workers", "1", "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    # records: every line of the Multi30K task 1 caption files plus every Flickr8k-CN line
+    n_lines = sum(1 for p in (flickr8k_dir / "multi30k" / "task1" / "raw").glob("*.gz")
+                  for _ in gzip.open(p, "rb"))
+    n_lines += sum(1 for _ in open(flickr8k_dir / "flickr8kcn" / "flickr8kzhc.caption.txt", "rb"))
+    assert summary["records"] == n_lines and summary["balanced"] and summary["skipped_total"] == 0
+    assert summary["images"] == {"train": 170, "val": 10, "test": 20}
+    assert set(read_manifest(out / "test")["languages"]) == {"en", "de", "fr", "cs", "zh"}
+    assert set(read_manifest(out / "train")["languages"]) == {"en", "de", "fr", "cs", "zh"}
+    for split in ("train", "val", "test"):
+        check_split_rule(out / split, split)
+    _, _, data, _ = next(iter_raw(out / "test"))
+    assert min(Image.open(io.BytesIO(data)).size) == 64

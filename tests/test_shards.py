@@ -1,0 +1,94 @@
+"""The shard format: write/read round-trip, manifest, checksum, split rule, bad input."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_prep.shards import ShardWriter, check_split_rule, iter_samples, read_captions, read_manifest
+from globetrotter.errors import UserError
+
+
+def image(seed: int, size: int = 16) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8))
+
+
+def write_split(path, rows, split="train", fmt="png", maxcount=3):
+    with ShardWriter(path, split=split, source="test", image_format=fmt, maxcount=maxcount) as w:
+        for key, seed, caption, lang, image_id, group in rows:
+            w.write(key, image(seed), caption, lang, image_id, group)
+    return read_manifest(path)
+
+
+ROWS = [
+    ("a0", 0, "a red circle", "en", "img0", None),
+    ("a1", 1, "ein blauer Kreis", "de", "img1", None),
+    ("a2", 2, "красный квадрат", "ru", "img2", None),
+    ("a3", 3, "赤い丸", "ja", "img3", None),
+    ("a4", 4, "دائرة حمراء", "ar", "img4", None),
+]
+
+
+def test_round_trip_keeps_every_field_and_pixel(tmp_path):
+    manifest = write_split(tmp_path / "train", ROWS)
+    assert manifest["num_samples"] == 5 and len(manifest["shards"]) == 2  # maxcount 3
+    assert manifest["languages"] == {"ar": 1, "de": 1, "en": 1, "ja": 1, "ru": 1}
+    assert manifest["image_size"] == [16, 16] and manifest["checksum"].startswith("sha256:")
+    samples = list(iter_samples(tmp_path / "train"))
+    assert [s.key for s in samples] == [r[0] for r in ROWS]
+    for s, (key, seed, caption, lang, image_id, group) in zip(samples, ROWS):
+        assert (s.caption, s.lang, s.image_id, s.group) == (caption, lang, image_id, group)
+        assert np.array_equal(np.asarray(s.image), np.asarray(image(seed)))  # png is lossless
+
+
+def test_same_content_gives_same_checksum(tmp_path):
+    a = write_split(tmp_path / "a", ROWS)
+    b = write_split(tmp_path / "b", ROWS)
+    c = write_split(tmp_path / "c", ROWS[:4])
+    assert a["checksum"] == b["checksum"] != c["checksum"]
+
+
+def test_feature_vectors_round_trip(tmp_path):
+    with ShardWriter(tmp_path / "f", split="train", source="t", image_format="npy") as w:
+        w.write("k0", np.arange(8, dtype=np.float32), "x", "en", "i0")
+    assert read_manifest(tmp_path / "f")["feature_dim"] == [8]
+    (s,) = iter_samples(tmp_path / "f")
+    assert np.array_equal(s.image, np.arange(8, dtype=np.float32))
+
+
+def test_duplicate_key_is_refused(tmp_path):
+    with ShardWriter(tmp_path / "d", split="train", source="t") as w:
+        w.write("k", image(0), "x", "en", "i0")
+        with pytest.raises(ValueError, match="duplicate key"):
+            w.write("k", image(1), "y", "en", "i1")
+
+
+def test_split_rule(tmp_path):
+    write_split(tmp_path / "ok", ROWS)
+    check_split_rule(tmp_path / "ok")
+    bad = ROWS + [("a5", 5, "a blue circle", "en", "img1", None)]  # img1 already in German
+    write_split(tmp_path / "bad", bad)
+    with pytest.raises(UserError, match="more than one language"):
+        check_split_rule(tmp_path / "bad")
+    test_rows = [("t0", 0, "a", "en", "i0", "g0"), ("t1", 0, "b", "de", "i0", "g0"), ("t2", 1, "c", "en", "i1", "g1")]
+    write_split(tmp_path / "test", test_rows, split="test")
+    with pytest.raises(UserError, match="group 'g1' must have a caption in each of"):
+        check_split_rule(tmp_path / "test")
+
+
+def test_bad_input_gives_one_line_user_errors(tmp_path):
+    with pytest.raises(UserError, match="split directory not found"):
+        read_manifest(tmp_path / "nothing")
+    write_split(tmp_path / "s", ROWS)
+    (tmp_path / "s" / "train-000001.tar").write_bytes(b"not a tar at all" * 10)
+    with pytest.raises(UserError, match="train-000001.tar: unreadable shard"):
+        list(read_captions(tmp_path / "s"))
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(dict(manifest, num_samples=0, shards=[])))
+    with pytest.raises(UserError, match="split is empty"):
+        read_manifest(tmp_path / "s")
+    (tmp_path / "s" / "manifest.json").write_text("{oops")
+    with pytest.raises(UserError, match="malformed manifest"):
+        read_manifest(tmp_path / "s")

@@ -1,0 +1,127 @@
+"""The trainer end to end on a tiny world: checkpoints, loading, resume, non-finite losses, 2 processes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import globetrotter
+from globetrotter.config import load_train_config
+from globetrotter.errors import UserError
+from globetrotter.training import checkpoint as ckpt
+from globetrotter.training.trainer import MAX_BAD_STEPS, NonFiniteLoss, train
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+        "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
+        "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2"]
+
+
+def tiny_cfg(world: Path, out: Path, *extra: str):
+    return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}",
+                                    f"output_dir={out}", *TINY, *extra])
+
+
+def test_run_writes_checkpoints_that_load(tiny_world, tmp_path):
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2")
+    result = train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    assert (root / ckpt.LATEST).read_text().strip() == "step-00000004"
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step-00000002", "step-00000004"]
+    assert (cfg.run_dir / "config.yaml").is_file() and json.loads((cfg.run_dir / "result.json").read_text())["step"] == 4
+    assert any((cfg.run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    enc = globetrotter.load(cfg.run_dir)
+    assert enc.checkpoint.name == "step-00000004"
+    text = enc.encode_text(["red a square", "赤い 四角", "κόκκινο τετράγωνο"])
+    assert text.shape == (3, 16) and np.allclose(np.linalg.norm(text, axis=1), 1, atol=1e-5)
+    assert enc.encode_text(["x"], head="cross").shape == (1, 16)
+    img = enc.encode_image([Image.new("RGB", (40, 30), (200, 10, 10))])
+    assert img.shape == (1, 16)
+    words, emb = enc.token_embeddings()
+    assert len(words) == emb.shape[0] and emb.shape[1] == 32
+    # the loaded weights are the trained ones, not a fresh init
+    state = torch.load(root / "step-00000004" / "optimizer.bin", weights_only=False)
+    assert state["state"], "optimizer state saved"
+
+
+def test_resume_latest_restores_step_schedule_and_weights(tiny_world, tmp_path):
+    full = tiny_cfg(tiny_world, tmp_path / "a", "steps=6", "checkpoint_every=3", "keep_checkpoints=3")
+    train(full)
+    # simulate a run killed after step 3: drop the last checkpoint, point latest back
+    killed = tiny_cfg(tiny_world, tmp_path / "b", "steps=6", "checkpoint_every=3")
+    import shutil
+
+    shutil.copytree(full.run_dir, killed.run_dir)
+    root = ckpt.checkpoint_root(killed.run_dir)
+    shutil.rmtree(root / "step-00000006")
+    ckpt.mark_latest(root, "step-00000003")
+    at3 = globetrotter.load(root / "step-00000003").model.state_dict()
+    result = train(killed, resume="latest")
+    assert result["step"] == 6
+    assert ckpt.read_state(ckpt.resolve(killed.run_dir))["step"] == 6
+    opt_a = torch.load(ckpt.checkpoint_root(full.run_dir) / "step-00000006" / "optimizer.bin", weights_only=False)
+    opt_b = torch.load(root / "step-00000006" / "optimizer.bin", weights_only=False)
+    assert opt_a["state"][0]["step"] == opt_b["state"][0]["step"] == 6  # 3 restored + 3 more, not 3 fresh
+    assert opt_a["param_groups"][0]["lr"] == pytest.approx(opt_b["param_groups"][0]["lr"])  # schedule resumed
+    resumed = globetrotter.load(root / "step-00000006").model.state_dict()
+    moved = [k for k in at3 if not torch.equal(at3[k], resumed[k])]
+    assert moved, "training continued from the restored weights"
+
+
+def test_non_finite_loss_never_touches_the_weights(tiny_world, tmp_path, monkeypatch):
+    from globetrotter.training import objective
+
+    real = objective.GlobetrotterObjective.forward
+
+    def nan_forward(self, out, batch, labels):
+        loss, logs = real(self, out, batch, labels)
+        return loss * float("nan"), logs
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=1")
+    train(cfg)
+    before = globetrotter.load(cfg.run_dir).model.state_dict()
+    monkeypatch.setattr(objective.GlobetrotterObjective, "forward", nan_forward)
+    cfg2 = tiny_cfg(tiny_world, tmp_path, "steps=20", "checkpoint_every=1")
+    with pytest.raises(NonFiniteLoss, match=f"non-finite for {MAX_BAD_STEPS} consecutive steps"):
+        train(cfg2, resume="latest")
+    after = globetrotter.load(cfg.run_dir, prefer_best=False)
+    assert after.checkpoint.name == "step-00000002"  # no checkpoint was written from a NaN step
+    assert all(torch.equal(before[k], v) for k, v in after.model.state_dict().items())
+
+
+def test_text_only_baseline_has_no_image_branch(tiny_world, tmp_path):
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "loss.text=0", "loss.image=0", "loss.cross=0")
+    train(cfg)
+    enc = globetrotter.load(cfg.run_dir)
+    assert enc.model.image is None and enc.model.text_head_t is None
+    assert enc.encode_text(["red a square"]).shape == (1, 32)  # falls back to the sentence token
+    with pytest.raises(UserError, match="text-only"):
+        enc.encode_image([Image.new("RGB", (8, 8))])
+
+
+def _global_loss(processes: int, out: Path) -> dict:
+    # accelerate 1.x runs ONE process for `--cpu --num_processes N`; --multi_gpu launches N gloo processes on CPU
+    mode = "--multi_gpu" if processes > 1 else "--cpu"
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", mode, "--num_processes", str(processes),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(REPO / "tests" / "scripts" / "global_loss.py"), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_two_processes_compute_the_single_process_global_loss(tmp_path):
+    one = _global_loss(1, tmp_path / "one.json")
+    two = _global_loss(2, tmp_path / "two.json")
+    assert two["processes"] == 2
+    for key in ("loss/image", "loss/cross", "loss/cloze", "loss/text"):
+        assert two["logs"][key] == pytest.approx(one["logs"][key], rel=1e-5, abs=1e-6), key
+    assert one["grads"].keys() == two["grads"].keys()
+    for name, g in one["grads"].items():  # DDP-averaged gradients equal the single-process gradient
+        assert two["grads"][name] == pytest.approx(g, rel=1e-3, abs=1e-6), name
