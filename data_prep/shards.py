@@ -141,8 +141,12 @@ class ShardWriter:
         lang: str,
         image_id: str,
         group: str | None = None,
+        extra: dict | None = None,
     ) -> None:
-        """Append one sample. ``image`` is PIL, a uint8 HxWx3 array, encoded bytes, or a feature vector."""
+        """Append one sample. ``image`` is PIL, a uint8 HxWx3 array, encoded bytes, or a feature vector.
+
+        ``extra`` adds fields to the sample's json (e.g. the synthetic world's ``meaning``).
+        """
         if key in self._keys:
             raise ValueError(f"duplicate key {key!r}")
         if "." in key or "/" in key:
@@ -156,7 +160,7 @@ class ShardWriter:
                 self._image_shape = [image.height, image.width]
             elif isinstance(image, np.ndarray):
                 self._image_shape = list(image.shape[:2])
-        meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group}
+        meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group, **(extra or {})}
         self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
         self._add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))
         self._keys.add(key)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from data_prep.synth.config import SynthConfig
 
@@ -29,6 +29,7 @@ class DataConfig:
     image_size: int = 64  # side of the square crops fed to the image encoder (paper: 224)
     crop_scale_min: float = 0.2  # RandomResizedCrop lower scale (SimCLR)
     shuffle_buffer: int = 2000
+    batching: Literal["random", "pairs"] = "random"  # pairs: B/2 translation pairs per batch (parallel split)
     workers: int = 2  # data-loader processes per training process
 
     def validate(self) -> None:
@@ -50,6 +51,7 @@ class ModelConfig:
     embed_dim: int = 128  # D of every head's output (paper: 128)
     image_backbone: str = "resnet18"  # any timm model name
     image_pretrained: str | None = None  # local weights file (.safetensors/.pth); null = random init
+    image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
 
     def validate(self) -> None:

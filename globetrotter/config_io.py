@@ -74,6 +74,11 @@ def _convert(value: Any, tp: Any, key: str, where: str) -> Any:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

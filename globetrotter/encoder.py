@@ -75,7 +75,9 @@ class Encoder:
         """(N, D) cross-modal image embeddings (the image head ``x``; ``v`` when there is no ``x``)."""
         if self.model.image is None:
             raise UserError("this model was trained without images (text-only); it has no image encoder")
-        head = self.model.image_head_x or self.model.image_head_v
+        head = self.model.image_head_x if self.model.image_head_x is not None else self.model.image_head_v
+        if head is None:
+            head = lambda f: F.normalize(f, dim=-1)  # noqa: E731 (ablation without image heads)
         out = []
         for i in range(0, len(images), batch_size):
             batch = torch.stack([self._transform(img.convert("RGB")) for img in images[i : i + batch_size]])

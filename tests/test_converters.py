@@ -250,8 +250,8 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     assert summary["unused"] == {"other_language_of_image": unused_other}
     assert read_manifest(out / "val")["image_size"] == [12, 18]  # 24x16 scaled to shorter side 12
 
-    # train_parallel: the Multi30K train images with all four languages, tied by group
-    par = samples_by_image(out / "train_parallel")
+    # train-parallel: the Multi30K train images with all four languages, tied by group
+    par = samples_by_image(out / "train-parallel")
     assert sorted(par) == [f"{i}_a1b2c3" for i in SPLITS["train"]]
     assert all(sorted(m["lang"] for m in metas) == sorted(M30K_LANGS) for metas in par.values())
 

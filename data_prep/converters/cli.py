@@ -153,7 +153,7 @@ def _shared_options() -> argparse.ArgumentParser:
     out = parent.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, metavar="DIR",
                      help="dataset folder to write: train/, val/, test/ (shards + manifest.json), "
-                          "train_parallel/ (with --parallel-train) and summary.json")
+                          "train-parallel/ (with --parallel-train) and summary.json")
     out.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
     out.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
                      help="comma-separated ISO 639-1 languages to keep (default: every language found); "
@@ -172,7 +172,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="fraction of all images for val, drawn from the non-test images "
                           "(default: the sources' own val splits)")
     spl.add_argument("--parallel-train", type=_language_list, default=None, metavar="CODES",
-                     help="also write train_parallel/: the train images captioned in all these languages, with all "
+                     help="also write train-parallel/: the train images captioned in all these languages, with all "
                           "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
     spl.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     spl.add_argument("--limit-images", type=int, default=None, metavar="N",

@@ -11,7 +11,7 @@ a process pool, and writes every (image, caption) sample of each split with
 :class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
-``out_dir/train_parallel/`` (``--parallel-train``: the train images that have captions in
+``out_dir/train-parallel/`` (``--parallel-train``: the train images that have captions in
 every language of a parallel set, all those captions, tied by ``group``; for the
 supervised baseline; these images are *also* in ``train``, in one language), and
 ``out_dir/summary.json`` (the :class:`~data_prep.converters.report.ConversionReport`).
@@ -38,7 +38,7 @@ from .languages import normalize_language
 from .report import ConversionReport, Issue
 from .splits import ImageInfo, SplitPlan, merge_hints, plan_splits
 
-OUTPUT_SPLITS = ("train", "val", "test", "train_parallel")
+OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
 SUMMARY = "summary.json"
 _KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
 
@@ -269,7 +269,7 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
             else:
                 report.leave_out("other_language_of_image")
             if with_parallel and cap.lang in parallel:
-                todo.append(("train_parallel", cap, key, image_id))
+                todo.append(("train-parallel", cap, key, image_id))
         writes[image_id] = todo
     return writes
 
@@ -287,7 +287,7 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
         bar.update()
         image_id = order[index]
         todo = writes[image_id]
-        main = [t for t in todo if t[0] != "train_parallel"]
+        main = [t for t in todo if t[0] != "train-parallel"]
         if data is None:
             first = todo[0][1] if todo else None
             report.add(Issue("unreadable_image", str(by_id[image_id].path), None,
@@ -307,16 +307,16 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
             try:
                 writer.write(key, data, cap.text, cap.lang, image_id, group)
             except ValueError as err:  # a key clash: never expected, reported rather than fatal
-                if split != "train_parallel":
+                if split != "train-parallel":
                     report.add(Issue("duplicate_key", cap.file, cap.line, str(err)))
                 continue
-            if split == "train_parallel":
+            if split == "train-parallel":
                 report.extra_written[(split, cap.lang)] += 1
             else:
                 report.written[(split, cap.lang)] += 1
             sizes[split].add(size)
             written_splits.add(split)
-        for split in written_splits - {"train_parallel"}:
+        for split in written_splits - {"train-parallel"}:
             report.images[split] += 1
     bar.close()
     for split, writer in writers.items():

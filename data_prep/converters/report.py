@@ -77,7 +77,7 @@ class ConversionReport:
         self.skipped: Counter = Counter()  # kind -> records
         self.unused: Counter = Counter()  # reason -> records
         self.written: Counter = Counter()  # (split, lang) -> samples
-        self.extra_written: Counter = Counter()  # (split, lang) -> samples of extra views (train_parallel)
+        self.extra_written: Counter = Counter()  # (split, lang) -> samples of extra views (train-parallel)
         self.images: Counter = Counter()  # split -> images written
         self.notes: list[str] = []
         self.timing: dict[str, float] = {}

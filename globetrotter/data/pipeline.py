@@ -10,7 +10,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import webdataset as wds
@@ -54,6 +54,34 @@ class Collate:
         return batch
 
 
+def pair_by_group(samples: Iterator[tuple], max_pending: int = 10000) -> Iterator[tuple]:
+    """Yield pairs ``(a, b)``: two captions of one ``group`` in different languages.
+
+    For the supervised baseline on parallel data: a batch of B/2 pairs gives every
+    caption exactly one true translation among the others. Samples without a group are
+    dropped; a group's captions need not be adjacent (up to ``max_pending`` wait).
+    """
+    pending: dict = {}
+    for sample in samples:
+        meta = sample[-1]
+        group = meta.get("group")
+        if group is None:
+            continue
+        other = pending.pop(group, None)
+        if other is not None and other[-1]["lang"] != meta["lang"]:
+            yield other, sample
+        else:
+            pending[group] = sample
+            if len(pending) > max_pending:
+                pending.pop(next(iter(pending)))
+
+
+def _unpair(pairs: Iterator[tuple]) -> Iterator[tuple]:
+    for a, b in pairs:
+        yield a
+        yield b
+
+
 def _two_views(sample: tuple, transform) -> tuple:
     image, meta = sample
     return transform(image), transform(image), meta
@@ -70,18 +98,24 @@ def make_train_loader(
     shuffle_buffer: int = 2000,
     workers: int = 2,
     seed: int = 0,
+    batching: str = "random",
 ) -> wds.WebLoader:
-    """Endless loader of batches of ``local_batch`` samples for one training process."""
+    """Endless loader of batches of ``local_batch`` samples for one training process.
+
+    ``batching="pairs"`` (parallel data, supervised baseline): each batch holds
+    ``local_batch / 2`` pairs of translations (:func:`pair_by_group`).
+    """
     stages: list = [
         wds.ResampledShards(shard_paths(split_dir), seed=seed, deterministic=True),
         wds.tarfile_to_samples(),
-        wds.detshuffle(shuffle_buffer, initial=min(shuffle_buffer, 500), seed=seed),
     ]
+    if batching == "random":
+        stages.append(wds.detshuffle(shuffle_buffer, initial=min(shuffle_buffer, 500), seed=seed))
+    stages += [wds.decode("pil"), wds.to_tuple("png;jpg", "json")] if with_images else [wds.decode(), wds.to_tuple("json")]
+    if batching == "pairs":
+        stages += [pair_by_group, wds.detshuffle(shuffle_buffer // 2, initial=min(shuffle_buffer // 2, 250), seed=seed), _unpair]
     if with_images:
-        transform = simclr_transform(image_size, crop_scale_min)
-        stages += [wds.decode("pil"), wds.to_tuple("png;jpg", "json"), wds.map(partial(_two_views, transform=transform))]
-    else:
-        stages += [wds.decode(), wds.to_tuple("json")]
+        stages.append(wds.map(partial(_two_views, transform=simclr_transform(image_size, crop_scale_min))))
     stages.append(wds.batched(local_batch, collation_fn=Collate(tokenizer, max_length), partial=False))
     pipeline = wds.DataPipeline(*stages)
     return wds.WebLoader(pipeline, batch_size=None, num_workers=workers, persistent_workers=workers > 0,

@@ -3,11 +3,15 @@
 Heads (paper section 3): image head ``v`` for L_v, image head ``x`` and text head ``x`` for
 L_x, text head ``t`` for L_t, and the tied cloze head for L_c. Only the heads of losses
 with a non-zero weight are built, so every parameter receives gradient and DDP needs no
-``find_unused_parameters``. Everything goes through ``forward`` (so DDP sees it).
+``find_unused_parameters``. The transitive α (no gradient) reads the heads that exist:
+α^v from head ``v`` (else ``x``, else the raw backbone features), α^x from the ``x`` heads
+(a factor of 1 in the ablation without L_x). Everything goes through ``forward`` (so DDP
+sees it).
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import LossConfig, ModelConfig
@@ -25,14 +29,17 @@ class GlobetrotterModel(nn.Module):
         self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
         d, D = cfg.d_model, cfg.embed_dim
         self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
-        self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 or loss.text > 0 and loss.alpha_source == "transitive" else None
+        self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 else None
         self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
-        self.image = None
+        self.image = self.image_head_x = self.image_head_v = None
         if loss.uses_images:
-            self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained)
+            self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained, **cfg.image_backbone_args)
             n = self.image.num_features
-            self.image_head_x = ProjectionHead(n, D) if self.text_head_x is not None else None
-            self.image_head_v = ProjectionHead(n, D) if loss.image > 0 or loss.text > 0 and loss.alpha_source == "transitive" else None
+            self.image_head_x = ProjectionHead(n, D) if loss.cross > 0 else None
+            self.image_head_v = ProjectionHead(n, D) if loss.image > 0 else None
+            if self.image_head_x is None and self.image_head_v is None:
+                # only α uses the images (an ablation without L_v and L_x): a fixed feature extractor
+                self.image.requires_grad_(False)
 
     def sentence_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sentence-token output and mean-pooled output: (B, d_model) each."""
@@ -64,4 +71,6 @@ class GlobetrotterModel(nn.Module):
                     out[f"image_v{i + 1}"] = self.image_head_v(f)
                 if self.image_head_x is not None:
                     out[f"image_x{i + 1}"] = self.image_head_x(f)
+                if self.image_head_v is None and self.image_head_x is None:
+                    out[f"image_raw{i + 1}"] = F.normalize(f.detach(), dim=-1)
         return out

@@ -10,14 +10,17 @@ from torch import nn
 from ..errors import UserError
 
 
-def create_image_backbone(name: str = "resnet18", weights: str | None = None) -> nn.Module:
+def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs) -> nn.Module:
     """A timm model without classifier (``num_classes=0``): images (B, 3, H, W) -> (B, num_features).
 
     ``weights`` is a local ``.safetensors``/``.pth`` file (never a download); ``None`` = random init.
+    ``kwargs`` go to the timm constructor (e.g. ``channels=(16, 32, 64, 128), stem_width=16`` for a
+    narrow ResNet-18 that trains on a CPU).
     """
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
     try:
-        model = timm.create_model(name, pretrained=False, num_classes=0)
-    except RuntimeError as err:
+        model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+    except (RuntimeError, TypeError) as err:
         raise UserError(f"model.image_backbone: unknown timm model {name!r} ({err})") from None
     if weights:
         path = Path(weights)

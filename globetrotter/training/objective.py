@@ -51,7 +51,7 @@ class GlobetrotterObjective(nn.Module):
 
     def forward(self, out: dict[str, torch.Tensor], batch: dict, cloze_labels: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
-        keys = [k for k in ("text_t", "text_x", "image_v1", "image_v2", "image_x1", "image_x2") if k in out]
+        keys = [k for k in ("text_t", "text_x", "image_v1", "image_v2", "image_x1", "image_x2", "image_raw1") if k in out]
         gathered = dict(zip(keys, gather_many([out[k].float() for k in keys])))
         truth = gather_many([batch["truth"]])[0]
         terms: dict[str, torch.Tensor] = {}
@@ -65,8 +65,12 @@ class GlobetrotterObjective(nn.Module):
             if cfg.alpha_source == "supervised":
                 alpha = supervised_alpha(truth)
             else:
-                alpha = transitive_alpha(gathered["text_x"], gathered["image_x1"], gathered["image_v1"],
-                                         margin=cfg.margin, variant=cfg.transitive)
+                visual = gathered.get("image_v1", gathered.get("image_x1", gathered.get("image_raw1")))
+                if "text_x" in gathered:
+                    text_x, image_x = gathered["text_x"], gathered["image_x1"]
+                else:  # no L_x: no cross-modal confidence, a factor of 1 for every caption
+                    text_x = image_x = torch.ones_like(visual[:, :1])
+                alpha = transitive_alpha(text_x, image_x, visual, margin=cfg.margin, variant=cfg.transitive)
             terms["text"] = self.text_loss(gathered["text_t"], alpha)
             known = truth >= 0
             truth_matrix = (truth[:, None] == truth[None, :]) if bool(known.all()) else None

@@ -93,6 +93,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         str(Path(cfg.data.root) / cfg.data.train_split), tokenizer, local_batch, cfg.data.max_length,
         cfg.data.image_size, with_images=cfg.loss.uses_images, crop_scale_min=cfg.data.crop_scale_min,
         shuffle_buffer=cfg.data.shuffle_buffer, workers=cfg.data.workers, seed=cfg.seed * 1_000_003 + start_step,
+        batching=cfg.data.batching,
     )
     batches = iter(loader)
     generator = torch.Generator().manual_seed(cfg.seed * 7919 + accelerator.process_index * 104729 + start_step)

@@ -47,10 +47,12 @@ class Validator:
             self.image_feats = pixel_features(self.images)
         elif spec == "model":
             self.image_feats = None  # computed from the checkpoint at each call
-        else:
-            from backretrieval.images import image_features
+        else:  # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0)
+            from backretrieval.images import ImageFeatureExtractor
 
-            self.image_feats = image_features(spec, self.images)
+            _, name, *weights = spec.split(":", 2)
+            extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False)
+            self.image_feats = extractor.extract(self.images)
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
             self.test_dir = None

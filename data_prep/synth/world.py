@@ -1,0 +1,197 @@
+"""Generate the synthetic multilingual world: shards for every split, dictionaries, world.yaml.
+
+Splits (DESIGN.md section 3; Globetrotter paper section 4):
+
+- ``train/``, ``val/``: each scene captioned in exactly ONE training language (balanced,
+  seeded), so no image is seen in two languages; ``group`` is null.
+- ``test/``: each scene captioned in EVERY language (held-out ones too); the captions of
+  a scene say the same thing (one :class:`~data_prep.synth.scene.Meaning`) and share
+  ``group``.
+- ``train-parallel/`` (``parallel_train_images > 0``): like test, in the training
+  languages, for the supervised baseline.
+- ``adapt/`` (with ``heldout_languages``): scenes in one held-out language each, for the
+  adaptation experiment of the Globetrotter paper (appendix A.2).
+
+Every sample's json also carries ``meaning`` (the canonical content string): captions of
+equal meaning are translations. Each scene is seeded by ``(seed, split, index)`` and each
+caption by ``(seed, split, index, language)``, so the output is byte-identical whatever
+the number of worker processes.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from data_prep.shards import ShardWriter, encode_image
+from globetrotter.config_io import save_config
+
+from .config import SynthConfig
+from .dictionary import write_dictionaries
+from .grammars import get_grammar
+from .lexicon import LANGUAGES
+from .render import render_scene
+from .scene import sample_meaning, sample_scene
+
+SOURCE = "synthetic"
+# Stable ids of the splits in the random streams; never reorder.
+SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "train-parallel": 3, "adapt": 4}
+SCENE_STREAM, ASSIGN_STREAM, CAPTION_STREAM = 0, 1, 2
+LANG_STREAM = {code: i for i, code in enumerate(LANGUAGES)}
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """One split to write: ``parallel`` captions each scene in all ``languages``, else in one."""
+
+    name: str
+    images: int
+    languages: tuple[str, ...]
+    parallel: bool
+
+    @property
+    def split_id(self) -> int:
+        return SPLIT_IDS[self.name]
+
+
+def plan_splits(cfg: SynthConfig) -> list[SplitPlan]:
+    """The splits ``cfg`` asks for, in writing order."""
+    train, every = tuple(cfg.train_languages), tuple(cfg.all_languages)
+    plans = [
+        SplitPlan("train", cfg.train_images, train, parallel=False),
+        SplitPlan("val", cfg.val_images, train, parallel=False),
+        SplitPlan("test", cfg.test_images, every, parallel=True),
+    ]
+    if cfg.parallel_train_images > 0:
+        plans.append(SplitPlan("train-parallel", cfg.parallel_train_images, train, parallel=True))
+    if cfg.heldout_languages:
+        plans.append(SplitPlan("adapt", cfg.adapt_images, tuple(cfg.heldout_languages), parallel=False))
+    return plans
+
+
+def language_assignment(seed: int, plan: SplitPlan) -> np.ndarray:
+    """Language index of each scene of a one-language split: balanced counts, seeded order."""
+    rng = np.random.default_rng([seed, plan.split_id, 0, ASSIGN_STREAM])
+    return rng.permutation(np.arange(plan.images) % len(plan.languages))
+
+
+@dataclass(frozen=True)
+class Record:
+    key: str
+    image: bytes
+    caption: str
+    lang: str
+    image_id: str
+    group: str | None
+    meaning: str
+
+
+def render_range(cfg: SynthConfig, plan: SplitPlan, start: int, stop: int,
+                 assignment: np.ndarray | None) -> tuple[list[Record], set[tuple[str, str, str]]]:
+    """Scenes ``start..stop-1`` of a split: encoded images, captions, and the dictionary
+    words used as ``(lang, concept, word)``. ``assignment[i - start]`` is the language
+    index of scene ``i`` in a one-language split."""
+    records: list[Record] = []
+    words: set[tuple[str, str, str]] = set()
+    for index in range(start, stop):
+        rng = np.random.default_rng([cfg.seed, plan.split_id, index, SCENE_STREAM])
+        scene = sample_scene(rng, cfg.image_size, cfg.max_objects, cfg.pixel_noise)
+        image = encode_image(render_scene(scene, cfg.image_size), cfg.image_format)
+        meaning = sample_meaning(
+            scene, rng, cfg.p_mention_object, cfg.p_mention_colour, cfg.p_mention_size,
+            cfg.p_mention_count, cfg.p_mention_position, cfg.p_mention_background,
+        )
+        canonical = meaning.canonical()
+        image_id = f"{plan.name}-{index:06d}"
+        langs = plan.languages if plan.parallel else (plan.languages[assignment[index - start]],)
+        for lang in langs:
+            caption_rng = np.random.default_rng([cfg.seed, plan.split_id, index, CAPTION_STREAM + LANG_STREAM[lang]])
+            caption = get_grammar(lang).caption(meaning, caption_rng)
+            words.update((lang, concept, word) for concept, word in caption.words)
+            key = f"{image_id}-{lang}" if plan.parallel else image_id
+            group = image_id if plan.parallel else None
+            records.append(Record(key, image, caption.text, lang, image_id, group, canonical))
+    return records, words
+
+
+def _render_task(task: tuple) -> tuple[list[Record], set[tuple[str, str, str]]]:
+    return render_range(*task)
+
+
+def write_record(writer: ShardWriter, record: Record) -> None:
+    """Write one rendered caption, its json carrying the language-independent ``meaning``."""
+    writer.write(record.key, record.image, record.caption, record.lang, record.image_id, record.group,
+                 extra={"meaning": record.meaning})
+
+
+def _tasks(cfg: SynthConfig, plan: SplitPlan) -> Iterator[tuple]:
+    assignment = None if plan.parallel else language_assignment(cfg.seed, plan)
+    for start in range(0, plan.images, cfg.chunk_size):
+        stop = min(start + cfg.chunk_size, plan.images)
+        yield cfg, plan, start, stop, (None if assignment is None else assignment[start:stop])
+
+
+def _clear_stale(out_dir: Path, written: set[str]) -> None:
+    """Remove shards of optional splits an earlier run wrote but this one does not."""
+    for name in SPLIT_IDS:
+        split_dir = out_dir / name
+        if name in written or not split_dir.is_dir():
+            continue
+        for path in list(split_dir.glob(f"{name}-*.tar")) + [split_dir / "manifest.json"]:
+            path.unlink(missing_ok=True)
+
+
+def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> dict:
+    """Render the world described by ``cfg`` into ``out_dir``; returns a summary.
+
+    Writes ``train/ val/ test/`` (+ ``train-parallel/``, ``adapt/`` when asked), the
+    ground-truth word dictionaries ``dictionary/<src>-<tgt>.txt`` (MUSE format) and
+    ``world.yaml``. Summary: ``{"out_dir", "seconds", "images_per_second", "splits":
+    {name: {"images", "samples", "languages": {code: n}}}, "dictionary_pairs"}``.
+    """
+    cfg.validate()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    plans = plan_splits(cfg)
+    workers = cfg.workers or os.cpu_count() or 1
+    words: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    summary: dict = {"out_dir": str(out_dir), "splits": {}}
+    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+    try:
+        for plan in plans:
+            results = (pool.imap(_render_task, _tasks(cfg, plan)) if pool is not None
+                       else map(_render_task, _tasks(cfg, plan)))
+            extra = {"world": {"seed": cfg.seed, "heldout_languages": list(cfg.heldout_languages),
+                               "parallel": plan.parallel}}
+            writer = ShardWriter(out_dir / plan.name, split=plan.name, source=SOURCE,
+                                      image_format=cfg.image_format, maxcount=cfg.shard_size, extra=extra)
+            with tqdm(total=plan.images, desc=f"synth {plan.name}", unit="img", disable=not progress) as bar:
+                for records, used in results:
+                    for record in records:
+                        write_record(writer, record)
+                    for lang, concept, word in used:
+                        words[lang][concept].add(word)
+                    bar.update(len({r.image_id for r in records}))
+            manifest = writer.close()
+            summary["splits"][plan.name] = {"images": plan.images, "samples": manifest["num_samples"],
+                                            "languages": manifest["languages"]}
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    _clear_stale(out_dir, {p.name for p in plans})
+    summary["dictionary_pairs"] = write_dictionaries(words, cfg.all_languages, out_dir / "dictionary")
+    save_config(cfg, out_dir / "world.yaml")
+    seconds = time.perf_counter() - started
+    summary["seconds"] = round(seconds, 3)
+    summary["images_per_second"] = round(sum(p.images for p in plans) / max(seconds, 1e-9), 1)
+    return summary

@@ -1,0 +1,65 @@
+"""Evaluation and inference over a trained model (DESIGN.md section 7).
+
+Pure metric functions over numpy embeddings (testable without a model):
+:func:`sentence_translation` (paper 5.2), :func:`word_translation` and the tf-idf ground
+truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement
+(:func:`refine_pairwise`, :func:`refine_multi`), :func:`retrieval_recall` (text↔image),
+:func:`cluster_analysis` (paper A.4), and the saved translation index
+(:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
+:mod:`globetrotter.evaluation.cli`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .clustering import cluster_analysis, purity_scores
+from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
+from .retrieval import retrieval_per_language, retrieval_recall
+from .sentence import ParallelSet, parallel_set, sentence_translation
+from .translate import CorpusIndex, build_index
+from .word import tfidf_dictionary, translate_words, word_translation, word_translation_scores
+
+_PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
+
+
+def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
+                               batch_size: int = 256) -> dict:
+    """Sentence translation accuracy of ``encoder`` on a parallel split (paper 5.2).
+
+    For the trainer's validation hook: the seeded sample of ``n_groups`` groups is read
+    once per (split, checksum, n_groups, seed) and cached. Returns the dict of
+    :func:`sentence_translation` with ``score`` (= ``accuracy``) and ``chance`` as
+    fractions in [0, 1].
+    """
+    from data_prep.shards import read_captions, read_manifest
+
+    key = (str(Path(split_dir).resolve()), read_manifest(split_dir).get("checksum"), n_groups, seed)
+    if key not in _PARALLEL_CACHE:
+        _PARALLEL_CACHE[key] = parallel_set(read_captions(split_dir), n_groups=n_groups, seed=seed, where=str(split_dir))
+    ps = _PARALLEL_CACHE[key]
+    emb = encoder.encode_text(ps.captions, batch_size=batch_size, head="text")
+    result = sentence_translation(emb, ps.langs, ps.groups)
+    result["score"] = result["accuracy"]
+    return result
+
+
+__all__ = [
+    "CorpusIndex",
+    "ParallelSet",
+    "build_index",
+    "cluster_analysis",
+    "mutual_nearest_neighbors",
+    "orthogonal_map",
+    "parallel_set",
+    "purity_scores",
+    "refine_multi",
+    "refine_pairwise",
+    "retrieval_per_language",
+    "retrieval_recall",
+    "sentence_translation",
+    "sentence_translation_score",
+    "tfidf_dictionary",
+    "translate_words",
+    "word_translation",
+    "word_translation_scores",
+]

@@ -1,0 +1,139 @@
+"""Figures of the evaluation (matplotlib, Agg backend, PNG).
+
+Language-pair matrices are drawn with the languages sorted by family, as the paper's
+Fig. 7 (sentence translation), Fig. 8 (word translation) and Fig. 9 (asymmetry A − Aᵀ).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+# ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
+LANGUAGE_FAMILIES: dict[str, str] = {
+    **dict.fromkeys(["en", "de", "nl", "af", "da", "no", "nb", "sv", "is"], "Germanic"),
+    **dict.fromkeys(["fr", "es", "it", "pt", "ro", "ca", "gl"], "Romance"),
+    **dict.fromkeys(["ru", "uk", "be", "pl", "cs", "sk", "sl", "hr", "bs", "sr", "bg", "mk"], "Slavic"),
+    **dict.fromkeys(["lv", "lt"], "Baltic"),
+    "el": "Hellenic",
+    "sq": "Albanian",
+    "hy": "Armenian",
+    **dict.fromkeys(["hi", "ur", "bn", "pa", "mr", "gu", "ne"], "Indo-Aryan"),
+    **dict.fromkeys(["fa", "prs", "ps", "ku"], "Iranian"),
+    **dict.fromkeys(["fi", "et", "hu"], "Uralic"),
+    **dict.fromkeys(["tr", "az", "kk", "uz"], "Turkic"),
+    **dict.fromkeys(["ar", "he", "am", "mt"], "Semitic"),
+    "ha": "Chadic",
+    "so": "Cushitic",
+    **dict.fromkeys(["sw", "zu", "xh"], "Bantu"),
+    "ka": "Kartvelian",
+    **dict.fromkeys(["ta", "te", "kn", "ml"], "Dravidian"),
+    **dict.fromkeys(["zh", "yue"], "Sinitic"),
+    "ja": "Japonic",
+    "ko": "Koreanic",
+    **dict.fromkeys(["th", "lo"], "Kra-Dai"),
+    **dict.fromkeys(["vi", "km"], "Austroasiatic"),
+    **dict.fromkeys(["id", "ms", "tl", "jv"], "Austronesian"),
+}
+FAMILY_ORDER = list(dict.fromkeys(LANGUAGE_FAMILIES.values()))
+
+
+def family(lang: str) -> str:
+    """Language family of an ISO code (region suffixes ignored); ``"Other"`` when unknown."""
+    return LANGUAGE_FAMILIES.get(lang.split("-")[0].split("_")[0].lower(), "Other")
+
+
+def sort_by_family(languages: Sequence[str]) -> list[str]:
+    """Languages ordered by family (as Fig. 7), then by code; unknown families last."""
+    def key(lang: str) -> tuple[int, str]:
+        fam = family(lang)
+        return (FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else len(FAMILY_ORDER), lang)
+
+    return sorted(languages, key=key)
+
+
+def plot_language_matrix(
+    matrix: np.ndarray,
+    languages: Sequence[str],
+    path: str | Path,
+    title: str,
+    diverging: bool = False,
+    label: str = "%",
+    scale: float = 100.0,
+) -> Path:
+    """Heat map of a (M, M) language-pair matrix of fractions (row = query/source, column =
+    target), shown times ``scale`` (percent), languages re-ordered by family;
+    ``diverging`` centres the colour map on 0 (for the asymmetry A − Aᵀ)."""
+    order = [list(languages).index(lang) for lang in sort_by_family(languages)]
+    mat = np.asarray(matrix, dtype=float)[np.ix_(order, order)] * scale
+    names = [languages[i] for i in order]
+    size = max(4.0, 0.35 * len(names) + 2.0)
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    bound = (np.nanmax(np.abs(mat)) if np.isfinite(mat).any() else 1.0) or 1.0
+    if diverging:
+        im = ax.imshow(mat, cmap="RdBu_r", vmin=-bound, vmax=bound)
+    else:
+        im = ax.imshow(mat, cmap="viridis", vmin=0, vmax=scale)
+    ax.set_xticks(range(len(names)), names, rotation=90)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("target language")
+    ax.set_ylabel("query language")
+    ax.set_title(title)
+    if len(names) <= 12:
+        for i in range(len(names)):
+            for j in range(len(names)):
+                if np.isfinite(mat[i, j]):
+                    light = abs(mat[i, j]) < 0.5 * bound if diverging else mat[i, j] > 0.6 * scale
+                    ax.text(j, i, f"{mat[i, j]:.0f}", ha="center", va="center", fontsize=7, color="k" if light else "w")
+    fig.colorbar(im, ax=ax, label=label)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str) -> Path:
+    """Grouped bar chart: ``values[group][series]`` (e.g. language -> recall@K)."""
+    groups = list(values)
+    series = list(next(iter(values.values()))) if values else []
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(groups) * max(len(series), 1) / 2 + 3), 4))
+    for s, name in enumerate(series):
+        ax.bar(np.arange(len(groups)) + s * width, [values[g][name] for g in groups], width, label=name)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
+    """Procrustes convergence: anchors and mean anchor cosine (pairwise) or objective (multi) per iteration."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    its = [e["iteration"] for e in log]
+    if log and "objective" in log[0]:
+        ax.plot(its, [e["objective"][-1] for e in log], marker="o")
+        ax.set_ylabel("mean squared anchor distance")
+    else:
+        ax.plot(its, [e["mean_cosine"] for e in log], marker="o")
+        ax.set_ylabel("mean anchor cosine")
+    ax.set_xlabel("iteration")
+    ax.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,196 @@
+"""Sentence translation by retrieval (Globetrotter paper, section 5.2; Fig. 7 and Fig. 9).
+
+From the parallel test split, a fixed seeded sample of groups (default 200) is taken in
+all M languages (200·M sentences). Every sentence is a query; its M−1 translations are
+the positives. The score of a query is the share of its positives ranked in the top M−1
+candidates by cosine similarity; the reported accuracy is that share over all queries, as
+a fraction in [0, 1] (the paper plots percent). The per-language-pair matrix ``A[a, b]``
+is the same share restricted to queries in language ``a`` and positives in language
+``b``; ``A − Aᵀ`` is its asymmetry (Fig. 9).
+
+Candidates: DESIGN.md section 7 ranks among all *other-language* sentences (the default,
+``candidates="other-language"``); the paper's wording ("among all the 200M − 1 possible
+options") also lets same-language sentences compete (``candidates="all"``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+Candidates = Literal["other-language", "all"]
+
+
+@dataclass
+class ParallelSet:
+    """A sample of parallel test groups, flattened group-major: sentence ``i`` belongs to
+    group ``groups[i]`` (an index into ``group_ids``) and language ``langs[i]``."""
+
+    captions: list[str]
+    langs: np.ndarray
+    groups: np.ndarray
+    group_ids: list[str]
+    languages: list[str]
+    image_ids: list[str] = field(default_factory=list)
+    skipped_groups: int = 0
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+
+def parallel_set(
+    metas: Sequence[dict],
+    languages: Sequence[str] | None = None,
+    n_groups: int | None = 200,
+    seed: int = 0,
+    where: str = "<split>",
+) -> ParallelSet:
+    """Select a seeded sample of complete parallel groups from caption metadata.
+
+    ``metas`` are dicts with ``caption``, ``lang``, ``group`` (and ``image_id``), as
+    ``data_prep.shards.read_captions`` returns them. A group may hold several captions per
+    language: the first (in shard order) is taken. Groups lacking one of ``languages``
+    (default: every language of the split) are skipped. Group ids are compared as exact
+    strings (no hashing), so distinct ids never collide; a group that ties captions of
+    different images is reported as a :class:`UserError` (colliding ids in the data).
+    The sample is a function of (sorted group ids, ``seed``) only, not of shard order.
+    """
+    first: dict[str, dict[str, dict]] = {}
+    images: dict[str, set] = {}
+    for m in metas:
+        group = m.get("group")
+        if group is None:
+            continue
+        group = str(group)
+        per_lang = first.setdefault(group, {})
+        per_lang.setdefault(m["lang"], m)
+        images.setdefault(group, set()).add(str(m.get("image_id")))
+    if not first:
+        raise UserError(f"{where}: no caption has a 'group'; sentence translation needs a parallel (test) split")
+    collided = [g for g, ids in images.items() if len(ids) > 1]
+    if collided:
+        g = collided[0]
+        raise UserError(
+            f"{where}: group {g!r} ties captions of {len(images[g])} different images "
+            f"({sorted(images[g])[:3]}); group ids must identify one image"
+        )
+    if languages is None:
+        languages = sorted({lang for per_lang in first.values() for lang in per_lang})
+    languages = list(languages)
+    if len(languages) < 2:
+        raise UserError(f"{where}: sentence translation needs at least 2 languages, found {languages}")
+    complete = sorted(g for g, per_lang in first.items() if all(lang in per_lang for lang in languages))
+    if not complete:
+        raise UserError(f"{where}: no group has a caption in every one of {languages}")
+    n_incomplete = len(first) - len(complete)
+    rng = np.random.default_rng(seed)
+    if n_groups is not None and n_groups < len(complete):
+        chosen = np.sort(rng.choice(len(complete), size=n_groups, replace=False))
+        complete = [complete[i] for i in chosen]
+    captions, langs, groups, image_ids = [], [], [], []
+    for gi, g in enumerate(complete):
+        for lang in languages:
+            m = first[g][lang]
+            captions.append(m["caption"])
+            langs.append(lang)
+            groups.append(gi)
+            image_ids.append(str(m.get("image_id")))
+    return ParallelSet(
+        captions=captions,
+        langs=np.array(langs),
+        groups=np.array(groups, dtype=np.int64),
+        group_ids=complete,
+        languages=languages,
+        image_ids=image_ids,
+        skipped_groups=n_incomplete,
+    )
+
+
+def _codes(values: Sequence | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact-value integer codes (``np.unique``): no hashing, so no collisions."""
+    uniq, inv = np.unique(np.asarray(values), return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def sentence_translation(
+    emb: np.ndarray,
+    langs: Sequence[str] | np.ndarray,
+    groups: Sequence | np.ndarray,
+    k: int | None = None,
+    candidates: Candidates = "other-language",
+    chunk_size: int = 1024,
+) -> dict:
+    """Sentence translation accuracy by retrieval (paper section 5.2).
+
+    ``emb`` (N, D) L2-normalised sentence embeddings; ``langs`` (N,) language codes;
+    ``groups`` (N,) group ids (any exact-comparable values) with at most one sentence per
+    (group, language). For query ``i`` the candidates are every other sentence (other
+    languages only by default); the top ``k`` (default M−1) by cosine similarity are
+    compared with the query's translations (same group, other language).
+
+    Returns a dict (shares are fractions in [0, 1]): ``accuracy`` (share of positives
+    found in the top k, over all queries), ``chance`` (its expected value under a random
+    ranking), ``matrix`` (M×M, row = query language, column = target language; diagonal
+    NaN), ``asymmetry`` (``matrix − matrixᵀ``, Fig. 9), ``per_query_language`` and
+    ``per_target_language``, ``languages``, ``k``, ``n_queries``, ``n_groups``.
+    Memory is O(chunk_size · N); no N×N matrix is held.
+    """
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    n = emb.shape[0]
+    languages, lang_idx = _codes(langs)
+    _, group_idx = _codes(groups)
+    if len(lang_idx) != n or len(group_idx) != n:
+        raise ValueError(f"emb has {n} rows but langs has {len(lang_idx)} and groups {len(group_idx)}")
+    n_lang, n_group = len(languages), int(group_idx.max()) + 1 if n else 0
+    if n_lang < 2:
+        raise ValueError(f"need at least 2 languages, got {list(languages)}")
+    presence = np.zeros((n_group, n_lang), dtype=np.int64)
+    np.add.at(presence, (group_idx, lang_idx), 1)
+    if presence.max() > 1:
+        g, l = np.argwhere(presence > 1)[0]
+        raise ValueError(f"group #{g} has {presence[g, l]} sentences in {languages[l]!r}; keep one per language")
+    if candidates not in ("other-language", "all"):
+        raise ValueError(f"candidates must be 'other-language' or 'all', got {candidates!r}")
+    k = n_lang - 1 if k is None else int(k)
+    positives = presence.T @ presence  # [a, b]: groups holding both a and b = positives of a-queries in b
+    np.fill_diagonal(positives, 0)
+    lang_count = presence.sum(0)
+    n_cand = (n - lang_count[lang_idx]) if candidates == "other-language" else np.full(n, n - 1)
+    if (n_cand < k).any():
+        raise ValueError(f"k={k} exceeds the number of candidates ({int(n_cand.min())})")
+
+    hits = np.zeros((n_lang, n_lang), dtype=np.int64)
+    for start in range(0, n, chunk_size):
+        q = np.arange(start, min(start + chunk_size, n))
+        sims = emb[q] @ emb.T
+        if candidates == "other-language":
+            sims[lang_idx[q][:, None] == lang_idx[None, :]] = -np.inf
+        sims[np.arange(len(q)), q] = -np.inf
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        hit = (group_idx[top] == group_idx[q][:, None]) & (lang_idx[top] != lang_idx[q][:, None])
+        rows = np.broadcast_to(lang_idx[q][:, None], top.shape)
+        np.add.at(hits, (rows[hit], lang_idx[top][hit]), 1)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        matrix = hits / positives
+        per_query = hits.sum(1) / positives.sum(1)
+        per_target = hits.sum(0) / positives.sum(0)
+    np.fill_diagonal(matrix, np.nan)
+    pos_per_query = positives[lang_idx].sum(1)  # positives of each query
+    chance = float((pos_per_query * np.minimum(1.0, k / n_cand)).sum() / max(pos_per_query.sum(), 1))
+    return {
+        "accuracy": float(hits.sum() / max(positives.sum(), 1)),
+        "chance": chance,
+        "matrix": matrix,
+        "asymmetry": matrix - matrix.T,
+        "per_query_language": dict(zip(languages.tolist(), per_query.tolist())),
+        "per_target_language": dict(zip(languages.tolist(), per_target.tolist())),
+        "languages": languages.tolist(),
+        "k": k,
+        "candidates": candidates,
+        "n_queries": int(n),
+        "n_groups": int(n_group),
+    }

@@ -1,0 +1,193 @@
+"""Translation by retrieval for users: a saved faiss index of a target-language corpus.
+
+A corpus (sentences, or the vocabulary for word translation) is embedded once and stored
+as one faiss index per language, with its texts and a ``meta.json`` that records what it
+was built from (model, corpus signature). Reopening the folder with the same model and
+corpus loads the index instead of re-encoding. Small corpora use an exact inner-product
+index (``IndexFlatIP``); from ``ivf_min`` vectors on, an inverted-file index
+(``IndexIVFFlat``, ``nlist ≈ 4·√n`` cells, ``nprobe`` searched), which trades a little
+recall for speed (bench/bench_eval.py measures both).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import faiss
+import numpy as np
+from tqdm import tqdm
+
+from globetrotter.errors import UserError
+
+META = "meta.json"
+DEFAULT_IVF_MIN = 100_000
+DEFAULT_NPROBE = 16
+
+
+def build_index(
+    emb: np.ndarray,
+    ivf_min: int = DEFAULT_IVF_MIN,
+    nlist: int | None = None,
+    nprobe: int = DEFAULT_NPROBE,
+    train_size: int | None = None,
+    seed: int = 0,
+) -> faiss.Index:
+    """Inner-product faiss index over L2-normalised rows ``emb`` (n, d).
+
+    Exact (``IndexFlatIP``) below ``ivf_min`` rows; otherwise ``IndexIVFFlat`` with
+    ``nlist`` cells (default ``4·√n``, at most n/39) trained by k-means on ``train_size`` random rows
+    (default ``64·nlist``) and searched with ``nprobe`` cells.
+    """
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    n, dim = emb.shape
+    if n < ivf_min:
+        index = faiss.IndexFlatIP(dim)
+        index.add(emb)
+        return index
+    nlist = nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))  # faiss wants >= 39 points per cell
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed
+    train_size = min(n, train_size or 64 * nlist)
+    sample = emb[np.random.default_rng(seed).choice(n, size=train_size, replace=False)] if train_size < n else emb
+    index.train(sample)
+    index.add(emb)
+    index.nprobe = nprobe
+    return index
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    """Set the number of IVF cells searched (no-op for exact indexes)."""
+    try:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    except RuntimeError:
+        pass
+
+
+@dataclass
+class CorpusIndex:
+    """A searchable corpus of one language: ``texts[i]`` is row ``i`` of ``index``."""
+
+    index: faiss.Index
+    texts: list[str]
+    lang: str
+    meta: dict = field(default_factory=dict)
+
+    def search(self, queries: np.ndarray, k: int = 5) -> list[list[tuple[str, float]]]:
+        """Top-k ``(text, cosine)`` for each L2-normalised query row, best first."""
+        k = min(k, self.index.ntotal)
+        scores, idx = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        return [[(self.texts[i], float(s)) for i, s in zip(row_i, row_s) if i >= 0] for row_i, row_s in zip(idx, scores)]
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``<lang>.faiss`` and ``<lang>.jsonl`` (texts) into ``folder`` atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{self.lang}.faiss.tmp"
+        faiss.write_index(self.index, str(tmp))
+        os.replace(tmp, folder / f"{self.lang}.faiss")
+        tmp = folder / f"{self.lang}.jsonl.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for text in self.texts:
+                fh.write(json.dumps(text, ensure_ascii=False) + "\n")
+        os.replace(tmp, folder / f"{self.lang}.jsonl")
+
+    @classmethod
+    def load(cls, folder: str | Path, lang: str) -> "CorpusIndex":
+        """Read the index of ``lang`` saved in ``folder``."""
+        folder = Path(folder)
+        path = folder / f"{lang}.faiss"
+        if not path.is_file():
+            raise UserError(f"{path}: no saved index for language {lang!r}")
+        index = faiss.read_index(str(path))
+        with open(folder / f"{lang}.jsonl", encoding="utf-8") as fh:
+            texts = [json.loads(line) for line in fh]
+        if len(texts) != index.ntotal:
+            raise UserError(f"{folder}: index of {lang!r} holds {index.ntotal} vectors but {len(texts)} texts; rebuild it")
+        return cls(index, texts, lang, read_meta(folder))
+
+
+def read_meta(folder: str | Path) -> dict:
+    path = Path(folder) / META
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}
+
+
+def open_or_build(
+    folder: str | Path,
+    lang: str,
+    signature: dict,
+    texts_fn: Callable[[], Sequence[str]],
+    encode_fn: Callable[[Sequence[str]], np.ndarray],
+    rebuild: bool = False,
+    ivf_min: int = DEFAULT_IVF_MIN,
+    nprobe: int = DEFAULT_NPROBE,
+    log: Callable[[str], None] = print,
+    encode_chunk: int = 8192,
+) -> CorpusIndex:
+    """Load the saved index of ``lang`` when ``meta.json`` matches ``signature`` (same model,
+    same corpus); otherwise embed ``texts_fn()`` with ``encode_fn`` (deduplicated, order
+    kept; ``encode_chunk`` texts per call, with a progress bar), build (:func:`build_index`) and save it."""
+    folder = Path(folder)
+    meta = read_meta(folder)
+    entry = meta.get("languages", {}).get(lang)
+    if not rebuild and entry is not None and meta.get("signature") == signature and (folder / f"{lang}.faiss").is_file():
+        index = CorpusIndex.load(folder, lang)
+        set_nprobe(index.index, nprobe)
+        return index
+    texts = list(dict.fromkeys(t for t in texts_fn() if t.strip()))
+    if not texts:
+        raise UserError(f"corpus has no text in language {lang!r}")
+    start = time.perf_counter()
+    steps = range(0, len(texts), encode_chunk)
+    emb = np.concatenate([
+        encode_fn(texts[i : i + encode_chunk])
+        for i in tqdm(steps, desc=f"encoding {lang} corpus", unit="chunk", disable=len(steps) <= 1)
+    ])
+    encoded = time.perf_counter()
+    index = build_index(emb, ivf_min=ivf_min, nprobe=nprobe)
+    built = time.perf_counter()
+    corpus = CorpusIndex(index, texts, lang)
+    corpus.save(folder)
+    if meta.get("signature") != signature:
+        meta = {"signature": signature, "languages": {}}
+    meta["languages"][lang] = {
+        "count": len(texts),
+        "index": type(index).__name__,
+        "encode_s": round(encoded - start, 3),
+        "build_s": round(built - encoded, 3),
+    }
+    tmp = folder / (META + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, folder / META)
+    log(f"built {type(index).__name__} index of {len(texts)} {lang} texts in {folder} "
+        f"(encode {encoded - start:.1f}s, index {built - encoded:.1f}s)")
+    corpus.meta = meta
+    return corpus
+
+
+def file_signature(path: str | Path) -> dict:
+    """What identifies a corpus or model file cheaply: resolved path, size, mtime."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def read_text_corpus(path: str | Path) -> list[str]:
+    """One sentence per line (blank lines skipped), UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: corpus file not found")
+    try:
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None

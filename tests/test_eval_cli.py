@@ -1,0 +1,293 @@
+"""The evaluation CLI end to end on a tiny parallel shard split, with a fake encoder whose
+answers are known (captions of one scene share their concept vectors across languages)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from data_prep.shards import ShardWriter
+from globetrotter.evaluation import cli, sentence_translation_score
+from globetrotter.evaluation.procrustes import normalize_rows
+
+COLOURS = {"en": ["red", "blue", "green", "yellow", "black", "white"],
+           "de": ["rot", "blau", "grün", "gelb", "schwarz", "weiß"],
+           "fr": ["rouge", "bleu", "vert", "jaune", "noir", "blanc"]}
+SHAPES = {"en": ["circle", "square", "star", "heart", "ring"],
+          "de": ["kreis", "quadrat", "stern", "herz", "ring"],  # "ring" is identical in en and de
+          "fr": ["cercle", "carré", "étoile", "cœur", "anneau"]}
+ARTICLE = {"en": "a", "de": "ein", "fr": "un"}
+LANGS = ["en", "de", "fr"]
+DIM = 32
+
+
+def caption(lang: str, colour: int, shape: int) -> str:
+    c, s = COLOURS[lang][colour], SHAPES[lang][shape]
+    return f"a {c} {s}" if lang == "en" else f"{ARTICLE[lang]} {s} {c}"
+
+
+class FakeEncoder:
+    """Satisfies the ``globetrotter.load`` Encoder interface; the meaning of a caption is the
+    sum of its concept vectors (shared by all languages), an image's that of its scene."""
+
+    def __init__(self, language_offset: float = 0.0, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        colour_vec = rng.normal(size=(6, DIM))
+        shape_vec = rng.normal(size=(5, DIM))
+        lang_vec = rng.normal(size=(3, DIM)) * language_offset
+        self.vectors: dict[str, np.ndarray] = {}
+        for li, lang in enumerate(LANGS):
+            for i, w in enumerate(COLOURS[lang]):
+                self.vectors[w] = colour_vec[i] + lang_vec[li]
+            for i, w in enumerate(SHAPES[lang]):
+                self.vectors[w] = shape_vec[i] + lang_vec[li]
+            self.vectors[ARTICLE[lang]] = 0.2 * rng.normal(size=DIM) + lang_vec[li]
+        self.scene = {(c, s): colour_vec[c] + shape_vec[s] for c in range(6) for s in range(5)}
+        words = sorted(self.vectors)
+        vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+        self.tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        self.tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        self.tokenizer.add_special_tokens(["[UNK]"])
+        self.config = {"fake": True}
+        self.checkpoint = None
+
+    def _vec(self, text: str) -> np.ndarray:
+        return sum((self.vectors.get(w, np.zeros(DIM)) for w in text.lower().split()), np.zeros(DIM))
+
+    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+        return normalize_rows(np.stack([self._vec(t) for t in texts]))
+
+    def encode_image(self, images, batch_size: int = 256) -> np.ndarray:
+        # the scene is written in the red/green channel of pixel (0, 0) (lossless PNG)
+        return normalize_rows(np.stack([self.scene[tuple(int(v) for v in im.getpixel((0, 0))[:2])] for im in images]))
+
+    def token_embeddings(self):
+        words = sorted(self.vectors)
+        return words, np.stack([self.vectors[w] for w in words]).astype(np.float32)
+
+    def encode_words(self, words) -> np.ndarray:
+        return np.stack([self._vec(w) for w in words]).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """30 scenes x 3 languages in a test split, and the lexicon of the world."""
+    root = tmp_path_factory.mktemp("world")
+    with ShardWriter(root / "test", split="test", source="tiny", image_format="png", maxcount=40) as w:
+        for c in range(6):
+            for s in range(5):
+                image = Image.new("RGB", (8, 8), (c, s, 0))
+                for lang in LANGS:
+                    w.write(f"s{c}{s}{lang}", image, caption(lang, c, s), lang, image_id=f"img{c}{s}", group=f"img{c}{s}")
+    lexicon = root / "dictionary"
+    lexicon.mkdir()
+    for a in LANGS:
+        for b in LANGS:
+            if a != b:
+                pairs = list(zip(COLOURS[a], COLOURS[b])) + list(zip(SHAPES[a], SHAPES[b]))
+                (lexicon / f"{a}-{b}.txt").write_text("".join(f"{x} {y}\n" for x, y in pairs), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
+
+    def load(path):
+        return encoders[Path(path).name]
+
+    monkeypatch.setattr(cli, "load_encoder", load)
+    return encoders
+
+
+def run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    return exit_info.value.code
+
+
+def record(out: Path, task: str, model: str = "full") -> dict:
+    return json.loads((out / f"{task}-{model}.json").read_text(encoding="utf-8"))
+
+
+def test_sentence_command_writes_record_and_plots(world, fake, tmp_path):
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", "full", "--name", "full", "--split", str(world / "test"), "--out", str(out)]) == 0
+    rec = record(out, "sentence")
+    assert rec["metrics"]["sentence_translation"] == 1.0
+    assert rec["metrics"]["chance"] == pytest.approx(2 / 60)
+    assert rec["languages"] == ["de", "en", "fr"] and rec["dataset"]["split"] == "test"
+    assert rec["details"]["matrix"]["en"]["de"] == 1.0 and rec["details"]["asymmetry"]["en"]["de"] == 0.0
+    assert all(Path(p).is_file() for p in rec["plots"]) and len(rec["plots"]) == 2
+    assert run(["sentence", "--model", "textonly", "--name", "textonly", "--split", str(world / "test"), "--out", str(out)]) == 0
+    assert record(out, "sentence", "textonly")["metrics"]["sentence_translation"] < 1.0
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_sentence_translation_score_for_the_trainer(world):
+    res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
+    assert res["score"] == 1.0 and 0 < res["chance"] < 0.1 and res["n_groups"] == 20
+
+
+def test_word_command_with_the_lexicon(world, fake, tmp_path):
+    out = tmp_path / "out"
+    assert run(["word", "--model", "full", "--name", "full", "--dictionary", str(world / "dictionary"),
+                "--procrustes", "none", "multi", "--out", str(out)]) == 0
+    metrics = record(out, "word")["metrics"]
+    for tag in ("nn/none", "csls/none", "nn/multi"):
+        assert metrics[tag]["precision@1"] == 1.0 and metrics[tag]["recall@10"] == 1.0
+    assert metrics["nn/none"]["precision@1_no_identical"] == 1.0
+    details = record(out, "word")["details"]
+    assert details["nn/none"]["pairs"]["en-de"]["all"]["n_pairs"] == 11
+    assert details["nn/none"]["pairs"]["en-de"]["no_identical"]["n_pairs"] == 10  # ring = ring
+
+
+def test_word_command_with_tfidf_ground_truth(world, fake, tmp_path):
+    out = tmp_path / "out"
+    assert run(["word", "--model", "full", "--name", "full", "--split", str(world / "test"), "--method", "nn",
+                "--embeddings", "contextual", "--out", str(out)]) == 0
+    rec = record(out, "word")
+    assert rec["details"]["ground_truth"]["source"] == "tfidf"
+    assert rec["metrics"]["nn/none"]["recall@10"] > 0.5
+
+
+def test_build_dictionary_finds_the_lexicon(world, fake, tmp_path):
+    dict_out = tmp_path / "dict"
+    assert run(["build-dictionary", "--split", str(world / "test"), "--model", "full",
+                "--dictionary-out", str(dict_out)]) == 0
+    pairs = {tuple(line.split()) for line in (dict_out / "en-de.txt").read_text(encoding="utf-8").splitlines()}
+    truth = set(zip(COLOURS["en"], COLOURS["de"])) | set(zip(SHAPES["en"], SHAPES["de"]))
+    assert truth <= pairs
+    assert (dict_out / "de-en.txt").is_file() and (dict_out / "summary.json").is_file()
+    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(dict_out)]) == 0
+
+
+def test_retrieval_command(world, fake, tmp_path):
+    out = tmp_path / "out"
+    assert run(["retrieval", "--model", "full", "--name", "full", "--split", str(world / "test"), "--out", str(out)]) == 0
+    rec = record(out, "retrieval")
+    for lang in LANGS:
+        assert rec["metrics"]["per_language"][lang]["image_retrieval_recall@1"] == 1.0
+        assert rec["metrics"]["per_language"][lang]["text_retrieval_recall@1"] == 1.0
+    assert rec["details"]["n_images"] == 30 and rec["details"]["n_captions"] == 90
+
+
+def test_cluster_command_full_vs_text_only(world, fake, tmp_path):
+    out = tmp_path / "out"
+    for name in ("full", "textonly"):
+        assert run(["cluster", "--model", name, "--name", name, "--split", str(world / "test"), "--k", "3",
+                    "--out", str(out)]) == 0
+    full, text = record(out, "cluster")["metrics"], record(out, "cluster", "textonly")["metrics"]
+    assert full["meaning_purity"] == 1.0 and full["language_purity"] < 0.6
+    assert text["language_purity"] == 1.0 and text["meaning_purity"] < 0.5
+
+
+def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["translate", "--model", "full", "a red circle", "a blue ring", "--to", "de",
+            "--corpus", str(world / "test"), "--out", str(out), "--k", "2"]
+    assert run(argv) == 0
+    first = capsys.readouterr()
+    lines = first.out.splitlines()
+    assert lines[0] == "a red circle" and lines[1].split(maxsplit=1)[1] == "ein kreis rot"
+    assert lines[3] == "a blue ring" and lines[4].endswith("ein ring blau")
+    assert "built IndexFlatIP index of 30 de texts" in first.err
+    assert run(argv) == 0
+    assert "built" not in capsys.readouterr().err  # reloaded, not rebuilt
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("un cercle rouge\nun carré noir\n", encoding="utf-8")
+    queries = tmp_path / "queries.txt"
+    queries.write_text("a black square\n", encoding="utf-8")
+    assert run(["translate", "--model", "full", "--input", str(queries), "--to", "fr", "--corpus", str(corpus),
+                "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["results"][0]["text"] == "un carré noir"
+
+
+def test_translate_word(world, fake, tmp_path, capsys):
+    out = tmp_path / "out"
+    for method in ("nn", "csls"):
+        assert run(["translate-word", "--model", "full", "red", "star", "--from", "en", "--to", "fr", "--corpus",
+                    str(world / "test"), "--out", str(out), "--k", "3", "--method", method]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[1].split()[1] == "rouge" and lines[5].split()[1] == "étoile"
+
+
+def test_help_explains_metrics_and_errors_are_one_line(world, fake, tmp_path, capsys):
+    for command in ("sentence", "word", "build-dictionary", "retrieval", "cluster"):
+        assert run([command, "--help"]) == 0
+        assert "METRIC" in capsys.readouterr().out or command == "build-dictionary"
+    assert run(["sentence", "--model", "full", "--split", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "nope" in err and len(err.splitlines()) == 1
+    bad = tmp_path / "dict"
+    bad.mkdir()
+    (bad / "en-de.txt").write_text("red rot\nlonely\n", encoding="utf-8")
+    assert run(["word", "--model", "full", "--dictionary", str(bad), "--out", str(tmp_path)]) == 2
+    assert "en-de.txt:2" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- real data
+
+def _multi30k_split(flickr8k_dir: Path, out: Path, n_images: int = 150) -> Path:
+    """A parallel en/de/fr/cs test split from Multi30K task 1 captions of Flickr8k images."""
+    task1 = flickr8k_dir / "multi30k" / "task1"
+    names = (task1 / "image_splits" / "train.txt").read_text().split()
+    caps = {lang: gzip.open(task1 / "raw" / f"train.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+            for lang in ("en", "de", "fr", "cs")}
+    images = {p.name.split("_")[0]: p for p in (flickr8k_dir / "images").glob("*.jpg")}
+    with ShardWriter(out, split="test", source="multi30k-task1") as w:
+        kept = 0
+        for line, name in enumerate(names):
+            photo = name.split(".")[0]
+            if photo not in images:
+                continue
+            data = images[photo].read_bytes()
+            for lang, lines in caps.items():
+                w.write(f"{photo}-{lang}", data, lines[line], lang, image_id=photo, group=photo)
+            kept += 1
+            if kept == n_images:
+                break
+    return out
+
+
+class PixelEncoder:
+    """Text embedding = a 4x4 thumbnail of the caption's image (looked up); image = its thumbnail."""
+
+    def __init__(self, split: Path) -> None:
+        from data_prep.shards import iter_samples
+
+        self.by_caption = {s.caption: self._thumb(s.image) for s in iter_samples(split)}
+
+    @staticmethod
+    def _thumb(image: Image.Image) -> np.ndarray:
+        v = np.asarray(image.resize((4, 4)), dtype=np.float32).ravel()
+        return v - v.mean()
+
+    def encode_text(self, texts, batch_size=256, head="text"):
+        return normalize_rows(np.stack([self.by_caption[t] for t in texts]))
+
+    def encode_image(self, images, batch_size=256):
+        return normalize_rows(np.stack([self._thumb(im) for im in images]))
+
+
+@pytest.mark.realdata
+def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypatch):
+    split = _multi30k_split(flickr8k_dir, tmp_path / "test")
+    dict_out = tmp_path / "dict"
+    assert run(["build-dictionary", "--split", str(split), "--words", "--dictionary-out", str(dict_out)]) == 0
+    en_de = {tuple(line.split()) for line in (dict_out / "en-de.txt").read_text(encoding="utf-8").splitlines()}
+    assert {("dog", "hund"), ("man", "mann"), ("woman", "frau")} <= en_de
+    en_fr = {tuple(line.split()) for line in (dict_out / "en-fr.txt").read_text(encoding="utf-8").splitlines()}
+    assert {("dog", "chien"), ("water", "eau")} <= en_fr
+    monkeypatch.setattr(cli, "load_encoder", lambda path: PixelEncoder(split))
+    out = tmp_path / "out"
+    assert run(["retrieval", "--model", str(split), "--name", "pixels", "--split", str(split), "--out", str(out)]) == 0
+    rec = record(out, "retrieval", "pixels")
+    assert rec["details"]["n_images"] == 150 and rec["details"]["n_captions"] == 600
+    assert rec["metrics"]["mean"]["image_retrieval_recall@1"] == 1.0

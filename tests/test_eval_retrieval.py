@@ -1,0 +1,44 @@
+"""Text↔image retrieval Recall@K with CLIP_benchmark names, on hand-built embeddings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from globetrotter.evaluation.procrustes import normalize_rows
+from globetrotter.evaluation.retrieval import retrieval_per_language, retrieval_recall
+
+
+def test_aligned_captions_and_images_give_recall_one():
+    rng = np.random.default_rng(0)
+    images = normalize_rows(rng.normal(size=(40, 16)))
+    target = np.repeat(np.arange(40), 2)  # two captions per image
+    text = images[target] + 0.01 * rng.normal(size=(80, 16))
+    res = retrieval_recall(text, images, target)
+    assert all(res[f"image_retrieval_recall@{k}"] == 1.0 for k in (1, 5, 10))
+    assert all(res[f"text_retrieval_recall@{k}"] == 1.0 for k in (1, 5, 10))
+    assert res["chance_image_retrieval_recall@10"] == pytest.approx(10 / 40)
+
+
+def test_hand_computed_recall_both_directions():
+    images = np.eye(3, dtype=np.float32)
+    # caption 0 -> image 0 (hit@1); caption 1 (of image 1) is nearest image 2, then image 1
+    text = np.array([[1, 0, 0], [0, 0.6, 0.8], [0, 0, 1]], dtype=np.float32)
+    target = np.array([0, 1, 2])
+    res = retrieval_recall(text, images, target, ks=(1, 2))
+    assert res["image_retrieval_recall@1"] == pytest.approx(2 / 3)
+    assert res["image_retrieval_recall@2"] == 1.0
+    # image 2's nearest caption is caption 2 (1.0 > 0.8); image 1's nearest is caption 1 (0.6): all hit
+    assert res["text_retrieval_recall@1"] == 1.0
+
+
+def test_random_embeddings_are_near_chance_and_per_language_means():
+    rng = np.random.default_rng(1)
+    images = rng.normal(size=(200, 32))
+    text = rng.normal(size=(400, 32))
+    target = np.tile(np.arange(200), 2)
+    langs = np.repeat(["de", "en"], 200)
+    res = retrieval_per_language(text, langs, images, target)
+    assert set(res["per_language"]) == {"de", "en"}
+    assert res["mean"]["image_retrieval_recall@10"] == pytest.approx(0.05, abs=0.03)
+    assert res["mean"]["image_retrieval_recall@1"] == pytest.approx(
+        np.mean([m["image_retrieval_recall@1"] for m in res["per_language"].values()]))

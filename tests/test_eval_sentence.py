@@ -1,0 +1,124 @@
+"""Sentence translation by retrieval (paper 5.2) on hand-built embeddings with known answers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from globetrotter.errors import UserError
+from globetrotter.evaluation.procrustes import normalize_rows
+from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+
+
+def _layout(n_groups: int, languages: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    langs = np.tile(np.array(languages), n_groups)
+    groups = np.repeat(np.arange(n_groups), len(languages))
+    return langs, groups
+
+
+def test_perfectly_aligned_languages_score_100_percent():
+    rng = np.random.default_rng(0)
+    langs, groups = _layout(50, ["en", "de", "ja", "ar"])
+    meaning = normalize_rows(rng.normal(size=(50, 32)))
+    emb = normalize_rows(meaning[groups] + 0.01 * rng.normal(size=(len(groups), 32)))
+    res = sentence_translation(emb, langs, groups)
+    assert res["accuracy"] == 1.0
+    off_diag = res["matrix"][~np.eye(4, dtype=bool)]
+    assert np.all(off_diag == 1.0) and np.all(np.isnan(np.diag(res["matrix"])))
+    assert res["k"] == 3 and res["n_queries"] == 200 and res["n_groups"] == 50
+
+
+def test_random_model_scores_chance():
+    rng = np.random.default_rng(1)
+    langs, groups = _layout(100, ["en", "de", "fr", "ru"])
+    scores = []
+    for seed in range(5):
+        emb = normalize_rows(np.random.default_rng(seed).normal(size=(len(groups), 64)))
+        res = sentence_translation(emb, langs, groups)
+        scores.append(res["accuracy"])
+    # chance: each positive lands in the top 3 of 300 other-language candidates with p = 3/300
+    assert res["chance"] == pytest.approx(3 / 300)
+    # 5 runs x 1200 positives, binomial sd of the mean ~ 0.0013
+    assert np.mean(scores) == pytest.approx(0.01, abs=0.005)
+    del rng
+
+
+def test_pair_matrix_and_asymmetry_match_hand_computed_case():
+    # 2 groups, 3 languages. en and de are aligned; fr is placed so that fr queries
+    # retrieve the translations of the *other* group, while en/de queries ignore fr.
+    e = np.eye(4, dtype=np.float32)
+    emb = np.stack([
+        e[0], e[0], 0.6 * e[1] + 0.8 * e[2],  # group 0: en, de, fr
+        e[1], e[1], 0.6 * e[0] + 0.8 * e[3],  # group 1: en, de, fr
+    ])
+    langs = np.array(["en", "de", "fr"] * 2)
+    groups = np.array(["g0"] * 3 + ["g1"] * 3)
+    res = sentence_translation(normalize_rows(emb), langs, groups, k=1)
+    m = dict(zip(res["languages"], range(3)))
+    mat = res["matrix"]
+    # en and de find each other at rank 1
+    assert mat[m["en"], m["de"]] == 1.0 and mat[m["de"], m["en"]] == 1.0
+    # with k=1 an en query's single slot goes to de, so its fr translation is missed
+    assert mat[m["en"], m["fr"]] == 0.0
+    # a fr query of group 0 is nearest to e[1] (group 1's en/de): wrong group
+    assert mat[m["fr"], m["en"]] + mat[m["fr"], m["de"]] == 0.0
+    # 2 hits (en->de, de->en) per group out of 6 positives per group
+    assert res["accuracy"] == pytest.approx(4 / 12)
+    assert np.allclose(res["asymmetry"], res["matrix"] - res["matrix"].T, equal_nan=True)
+
+
+def test_candidates_all_lets_same_language_sentences_compete():
+    # Two en sentences are identical, their translations are only close: with every
+    # sentence as a candidate the same-language twin takes the single top slot.
+    emb = normalize_rows(np.array([[1, 0, 0], [1, 0, 0], [0.9, 0.1, 0], [0.9, -0.1, 0]], dtype=np.float32))
+    langs = np.array(["en", "en", "de", "de"])
+    groups = np.array([0, 1, 0, 1])
+    other = sentence_translation(emb, langs, groups, k=1)
+    every = sentence_translation(emb, langs, groups, k=1, candidates="all")
+    assert other["per_query_language"]["en"] == 0.5  # each en query: de twin tie broken one way
+    assert every["per_query_language"]["en"] == 0.0  # the other en sentence wins the slot
+    assert every["chance"] == pytest.approx(1 / 3) and other["chance"] == pytest.approx(1 / 2)
+
+
+def test_duplicate_caption_per_group_and_language_is_rejected():
+    emb = normalize_rows(np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="one per language"):
+        sentence_translation(emb, ["en", "en", "de"], [0, 0, 0])
+
+
+def _metas(n_groups: int, languages: list[str], extra: bool = False) -> list[dict]:
+    metas = []
+    for g in range(n_groups):
+        for lang in languages:
+            metas.append({"caption": f"{lang} caption {g}", "lang": lang, "group": f"img-{g}", "image_id": f"img-{g}"})
+            if extra:
+                metas.append({"caption": f"{lang} second caption {g}", "lang": lang, "group": f"img-{g}", "image_id": f"img-{g}"})
+    return metas
+
+
+def test_parallel_set_is_seeded_complete_and_takes_first_caption():
+    metas = _metas(30, ["en", "de", "fr"], extra=True)
+    metas.append({"caption": "orphan", "lang": "en", "group": "img-x", "image_id": "img-x"})  # lacks de, fr
+    a = parallel_set(metas, n_groups=10, seed=3)
+    b = parallel_set(list(reversed(metas)), n_groups=10, seed=3)
+    c = parallel_set(metas, n_groups=10, seed=4)
+    assert a.group_ids == b.group_ids  # independent of shard order
+    assert a.group_ids != c.group_ids
+    assert a.skipped_groups == 1 and len(a) == 30
+    assert all("second" not in cap for cap in a.captions)  # first caption per language
+    for i in range(len(a)):
+        gid = a.group_ids[a.groups[i]]
+        assert a.captions[i] == f"{a.langs[i]} caption {gid.split('-')[1]}"
+
+
+def test_parallel_set_keeps_distinct_group_ids_apart_and_reports_collisions():
+    metas = [
+        {"caption": "x", "lang": "en", "group": "1", "image_id": "a"},
+        {"caption": "y", "lang": "de", "group": "1", "image_id": "a"},
+        {"caption": "z", "lang": "en", "group": "01", "image_id": "b"},  # differs from "1" as a string
+        {"caption": "w", "lang": "de", "group": "01", "image_id": "b"},
+    ]
+    ps = parallel_set(metas, n_groups=None)
+    assert ps.group_ids == ["01", "1"]
+    metas.append({"caption": "v", "lang": "en", "group": "1", "image_id": "c"})  # same id, another image
+    with pytest.raises(UserError, match="different images"):
+        parallel_set(metas, n_groups=None)

@@ -1,0 +1,204 @@
+"""Word translation: tf-idf ground truth (paper B.2), Recall@10 and MUSE P@k with NN/CSLS."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from globetrotter.evaluation.procrustes import normalize_rows
+from globetrotter.evaluation.word import (
+    CaptionTokenizer,
+    WordSpace,
+    both_directions,
+    build_dictionaries,
+    input_word_embeddings,
+    is_fragment,
+    read_dictionary,
+    row_keys,
+    tfidf_dictionary,
+    translate_words,
+    word_translation,
+    word_translation_scores,
+    write_dictionary,
+)
+
+
+def _planted_corpus(n_sent: int = 800, vocab: int = 60, seed: int = 0):
+    """Parallel sentences: a_i always translates to b_i, word order shuffled, plus function words."""
+    rng = np.random.default_rng(seed)
+    zipf = 1.0 / np.arange(1, vocab + 1)
+    zipf /= zipf.sum()
+    src, tgt = [], []
+    for _ in range(n_sent):
+        words = rng.choice(vocab, size=int(rng.integers(3, 7)), replace=False, p=zipf)
+        src.append(["the"] + [f"a{w}" for w in words] + ["a"] * int(rng.integers(0, 2)))
+        tgt.append(["der"] + [f"b{w}" for w in rng.permutation(words)] + ["die", "die"])
+    return src, tgt
+
+
+def test_tfidf_builder_finds_the_planted_translations():
+    src, tgt = _planted_corpus()
+    pairs = {(s, t) for s, t, _ in tfidf_dictionary(src, tgt)}
+    planted = {(f"a{i}", f"b{i}") for i in range(60)}
+    assert planted <= pairs
+    # beyond the most frequent words (function words, top-ranked content words),
+    # every pair the builder keeps is a planted one
+    rare = {(s, t) for s, t in pairs if s.startswith("a") and s[1:].isdigit() and int(s[1:]) >= 5}
+    assert rare == {(f"a{i}", f"b{i}") for i in range(5, 60)}
+
+
+def test_tfidf_scores_follow_equations_6_and_7():
+    # 3 sentence pairs; hand-computed tf-idf for source token "x".
+    src = [["x", "y"], ["x"], ["y"]]
+    tgt = [["p", "q"], ["p", "p"], ["q"]]
+    from globetrotter.evaluation.word import _sentence_matrix, tfidf_scores
+
+    s_mat, s_vocab = _sentence_matrix(src)
+    t_mat, t_vocab = _sentence_matrix(tgt)
+    paper = tfidf_scores(s_mat, t_mat, idf="paper").toarray()
+    # doc(x) = tokens of tgt sentences 0,1 = {p:3, q:1}; doc(y) = sentences 0,2 = {p:1, q:2}
+    # every target token appears in both documents -> idf = log(2/2) = 0
+    assert np.allclose(paper, 0.0)
+    smooth = tfidf_scores(s_mat, t_mat, idf="smooth").toarray()
+    x, p = list(s_vocab).index("x"), list(t_vocab).index("p")
+    assert smooth[x, p] == pytest.approx(3 / 4 * (np.log(3 / 3) + 1))
+    # idf of a target token present in only one document
+    src2, tgt2 = [["x"], ["y"]], [["p"], ["q"]]
+    s2, _ = _sentence_matrix(src2)
+    t2, _ = _sentence_matrix(tgt2)
+    assert tfidf_scores(s2, t2, idf="paper").toarray()[0, 0] == pytest.approx(np.log(2 / 1))
+
+
+def test_build_dictionaries_gives_both_directions():
+    src, tgt = _planted_corpus(300)
+    dicts = build_dictionaries({"aa": src, "bb": tgt})
+    forward = {(s, t) for s, t, _ in dicts[("aa", "bb")]}
+    backward = {(t, s) for s, t, _ in dicts[("bb", "aa")]}
+    assert forward == backward and ("a7", "b7") in forward
+
+
+def _aligned_spaces(n: int = 200, dim: int = 32, noise: float = 0.05, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    meaning = normalize_rows(rng.normal(size=(n, dim)))
+    src = WordSpace([f"s{i}" for i in range(n)], meaning + noise * rng.normal(size=(n, dim)))
+    tgt = WordSpace([f"t{i}" for i in range(n)], meaning + noise * rng.normal(size=(n, dim)))
+    return src, tgt, [(f"s{i}", f"t{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("method", ["nn", "csls"])
+def test_aligned_words_translate_perfectly(method):
+    src, tgt, pairs = _aligned_spaces()
+    res = word_translation_scores(src, tgt, pairs, method=method)
+    assert res["all"]["recall@10"] == 1.0
+    assert res["all"]["precision@1"] == 1.0 and res["coverage"] == 1.0
+
+
+def test_random_words_translate_at_chance():
+    rng = np.random.default_rng(3)
+    n = 1000
+    src = WordSpace([f"s{i}" for i in range(n)], rng.normal(size=(n, 64)))
+    tgt = WordSpace([f"t{i}" for i in range(n)], rng.normal(size=(n, 64)))
+    res = word_translation_scores(src, tgt, [(f"s{i}", f"t{i}") for i in range(n)])
+    assert res["chance_recall"] == pytest.approx(10 / n)
+    assert res["all"]["recall@10"] == pytest.approx(0.01, abs=0.01)  # sd ~ 0.003
+
+
+def test_identical_pairs_are_excluded_and_precision_is_per_unique_source():
+    e = np.eye(4, dtype=np.float32)
+    src = WordSpace(["taxi", "dog", "cat"], np.stack([e[0], e[1], e[2]]))
+    tgt = WordSpace(["taxi", "hund", "katze", "tier"], np.stack([e[0], e[1], e[3], e[2]]))
+    # "cat" has two valid translations: "katze" (far) and "tier" (its nearest)
+    pairs = [("taxi", "taxi"), ("dog", "hund"), ("cat", "katze"), ("cat", "tier")]
+    res = word_translation_scores(src, tgt, pairs, ks=(1,), recall_k=1)
+    assert res["all"]["recall@1"] == pytest.approx(3 / 4)  # per pair: katze missed
+    assert res["all"]["precision@1"] == 1.0  # per unique source: cat -> tier is valid
+    assert res["no_identical"]["n_pairs"] == 3 and res["no_identical"]["recall@1"] == pytest.approx(2 / 3)
+
+
+def test_csls_demotes_a_hub_target():
+    # target "hub" is close to every source; NN picks it for s1, CSLS picks the true t1.
+    src = WordSpace(["s0", "s1", "s2"], np.array([[1, 0.0, 0.0], [0.6, 0.8, 0.0], [0.6, 0.0, 0.8]]))
+    tgt = WordSpace(["t0", "hub", "t1"], np.array([[1, 0.0, 0.0], [0.75, 0.45, 0.45], [0.1, 0.8, -0.6]]))
+    nn_idx, _ = translate_words(src.emb[1:2], tgt.emb, k=1, method="nn")
+    csls_idx, _ = translate_words(src.emb[1:2], tgt.emb, k=1, method="csls", sources=src.emb, csls_k=2)
+    assert tgt.words[nn_idx[0, 0]] == "hub"
+    assert tgt.words[csls_idx[0, 0]] == "t1"
+
+
+def test_csls_matches_brute_force_definition():
+    rng = np.random.default_rng(5)
+    src = normalize_rows(rng.normal(size=(300, 16)))
+    tgt = normalize_rows(rng.normal(size=(250, 16)))
+    idx, scores = translate_words(src[:40], tgt, k=5, method="csls", sources=src, csls_k=10, chunk_size=7)
+    sims = src @ tgt.T
+    r_t = np.sort(sims, axis=1)[:, -10:].mean(axis=1)
+    r_s = np.sort(sims.T, axis=1)[:, -10:].mean(axis=1)
+    csls = 2 * sims[:40] - r_t[:40, None] - r_s[None, :]
+    assert np.array_equal(idx, np.argsort(-csls, axis=1)[:, :5])
+    assert np.allclose(scores, np.sort(csls, axis=1)[:, ::-1][:, :5], atol=1e-5)
+
+
+def test_procrustes_refinement_recovers_a_rotated_language():
+    from scipy.linalg import expm
+
+    src, tgt, pairs = _aligned_spaces(500, 8, noise=0.005)
+    skew = np.random.default_rng(1).normal(size=(8, 8))
+    skew = (skew - skew.T) / 2
+    rotation = expm(0.8 * skew / np.linalg.norm(skew, 2))  # rotates by up to 0.8 rad
+    spaces = {"xx": src, "yy": WordSpace(tgt.words, tgt.emb @ rotation)}
+    dicts = both_directions({("xx", "yy"): pairs})
+    plain = word_translation(spaces, dicts)
+    pairwise = word_translation(spaces, dicts, procrustes="pairwise")
+    multi = word_translation(spaces, dicts, procrustes="multi")
+    assert plain["precision@1"] < 0.95
+    assert pairwise["precision@1"] == 1.0 and multi["precision@1"] == 1.0
+    assert multi["matrix"].shape == (2, 2) and multi["procrustes_log"]["multi"]
+    assert set(pairwise["procrustes_log"]) == {"xx-yy", "yy-xx"}
+
+
+def test_dictionary_roundtrip(tmp_path):
+    path = write_dictionary(tmp_path / "en-de.txt", [("▁dog", "▁Hund", 0.5), ("cat", "Katze")])
+    assert read_dictionary(path) == [("▁dog", "▁Hund"), ("cat", "Katze")]
+
+
+def _word_level_tokenizer(words: list[str]) -> Tokenizer:
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["[UNK]"])
+    return tok
+
+
+def test_input_embeddings_use_token_rows_and_mean_of_pieces():
+    tok = _word_level_tokenizer(["red", "car", "rot", "auto"])
+    tokens = ["red", "car", "rot", "auto"]
+    matrix = np.arange(8, dtype=np.float32).reshape(4, 2)
+    words, emb = input_word_embeddings(["car", "red car", "zzz"], tokens, matrix, tok, Counter())
+    assert words == ["car", "red car"]  # "zzz" has no usable token
+    assert np.allclose(emb[0], matrix[1]) and np.allclose(emb[1], matrix[:2].mean(axis=0))
+    assert CaptionTokenizer(tok)(["red car", "Auto"]) == [["red", "car"], []]
+    assert CaptionTokenizer(None)(["Red car, red!"]) == [["red", "car", "red"]]
+
+
+def test_bpe_keys_mark_the_leading_space_and_byte_fragments():
+    from globetrotter.tokenizer import special_ids, train_tokenizer
+
+    tok = train_tokenizer(["the red car", "the red ball", "a red car", "红色的车"] * 20, vocab_size=280, min_frequency=1)
+    sents = CaptionTokenizer(tok)(["the red car", "黑"])
+    assert sents[0][0] == "the" and "▁red" in sents[0]
+    # "黑" is unseen: its 3 UTF-8 bytes are 3 fragment tokens, kept under their raw names
+    assert len(sents[1]) == 3 and all(is_fragment(k) for k in sents[1])
+    # rows of Encoder.token_embeddings() (non-special ids, ascending, decoded) get the same keys
+    specials = set(special_ids(tok).values())
+    ids = sorted(i for i in tok.get_vocab().values() if i not in specials)
+    keys = row_keys(tok, [tok.decode([i]) for i in ids])
+    assert set(sents[0]) | set(sents[1]) <= set(keys)
+    assert len(set(keys)) == len(keys)  # fragments no longer collide on "\ufffd"
+    # a lexicon word takes the form its language's captions use: mid-sentence "▁red", initial "the"
+    tokens = [tok.decode([i]) for i in ids]
+    counts = Counter(t for s in CaptionTokenizer(tok)(["the red car", "a red ball"]) for t in s)
+    words, emb = input_word_embeddings(["red", "the"], tokens, np.eye(len(ids)), tok, counts)
+    assert words == ["red", "the"]
+    assert emb[0].argmax() == keys.index("▁red") and emb[1].argmax() == keys.index("the")

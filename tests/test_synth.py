@@ -1,0 +1,279 @@
+"""The built-in synthetic world: determinism, split rules, languages and scripts, grammar,
+grounding, dictionaries, held-out languages, config errors and the CLI."""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from data_prep.shards import check_split_rule, iter_samples, read_captions, read_manifest
+from data_prep.synth import LANGUAGES, SynthConfig, generate, known_languages
+from data_prep.synth.grammars import get_grammar
+from data_prep.synth.grammars.base import MARKED
+from data_prep.synth.lexicon import load_lexicon
+from data_prep.synth.render import render_scene
+from data_prep.synth.scene import (BACKGROUNDS, COLOURS, POSITIONS, SHAPES, SIZES, Background, Kind, Meaning,
+                                   Mention, Scene, SceneObject, sample_meaning, sample_scene)
+from globetrotter.config_io import load_config
+from globetrotter.errors import UserError, run_cli
+
+SPACELESS = {"ja", "zh"}  # written without spaces
+JOINED = {"ar"}  # the conjunction is joined to the next word
+
+
+def tiny(**overrides) -> SynthConfig:
+    base = dict(train_images=180, val_images=45, test_images=24, workers=1, chunk_size=40, shard_size=64)
+    return SynthConfig(**{**base, **overrides})
+
+
+def checksums(out: Path) -> dict[str, str]:
+    return {d.name: read_manifest(d)["checksum"] for d in sorted(out.iterdir()) if (d / "manifest.json").is_file()}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    generate(tiny(), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def heldout_world(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth_heldout")
+    generate(tiny(heldout_languages=["zh"], adapt_images=30, parallel_train_images=12, seed=5), out, progress=False)
+    return out
+
+
+# -- determinism ---------------------------------------------------------------------------
+def test_same_config_gives_identical_bytes_whatever_the_workers(world, tmp_path):
+    generate(tiny(workers=2, chunk_size=17), tmp_path, progress=False)
+    assert checksums(tmp_path) == checksums(world)
+    assert set(checksums(world)) == {"train", "val", "test"}
+    for path in (world / "dictionary").glob("*.txt"):
+        assert (tmp_path / "dictionary" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_other_seed_gives_another_world(world, tmp_path):
+    generate(tiny(seed=1), tmp_path, progress=False)
+    ours, theirs = checksums(world), checksums(tmp_path)
+    assert all(ours[split] != theirs[split] for split in ours)
+
+
+# -- splits ----------------------------------------------------------------------------------
+def test_split_rule_and_sizes(world):
+    for split in ("train", "val", "test"):
+        check_split_rule(world / split)
+    train, val = read_captions(world / "train"), read_captions(world / "val")
+    assert len(train) == 180 and len(val) == 45
+    assert all(m["group"] is None for m in train + val)
+    assert not {m["image_id"] for m in train} & {m["image_id"] for m in val}
+    counts = read_manifest(world / "train")["languages"]
+    assert set(counts) == set(known_languages()) and max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_test_split_is_parallel(world):
+    groups = defaultdict(list)
+    for sample in iter_samples(world / "test", decode_images=False):
+        groups[sample.group].append(sample)
+    metas = {m["key"]: m for m in read_captions(world / "test")}
+    assert len(groups) == 24
+    for members in groups.values():
+        assert sorted(s.lang for s in members) == sorted(known_languages())  # one caption per language
+        assert len({s.image for s in members}) == 1  # the same image bytes
+        assert len({metas[s.key]["meaning"] for s in members}) == 1  # translations of each other
+        assert len({s.caption for s in members}) == len(members)
+
+
+# -- languages and scripts -------------------------------------------------------------------
+def script_of(ch: str) -> str | None:
+    name = unicodedata.name(ch, "")
+    for script, marks in {"Latin": ("LATIN",), "Cyrillic": ("CYRILLIC",), "Greek": ("GREEK",),
+                          "Arabic": ("ARABIC",), "Japanese": ("HIRAGANA", "KATAKANA"), "Han": ("CJK UNIFIED",)}.items():
+        if name.startswith(marks):
+            return script
+    return None
+
+
+def test_languages_scripts_and_no_shared_tokens(world):
+    assert len(LANGUAGES) >= 8
+    assert len({lang.script for lang in LANGUAGES.values()} - {"Latin"}) >= 3
+    by_lang = defaultdict(list)
+    for meta in read_captions(world / "test"):
+        by_lang[meta["lang"]].append(meta["caption"])
+    for code, captions in by_lang.items():
+        text = "".join(captions)
+        assert not re.search(r"\d", text), code  # numbers are words
+        scripts = {script_of(ch) for ch in text} - {None}
+        expected = LANGUAGES[code].script
+        if expected == "Japanese":
+            assert "Japanese" in scripts and scripts <= {"Japanese", "Han"}, (code, scripts)
+        else:
+            assert scripts == {expected}, (code, scripts)
+
+
+def test_every_lexicon_names_every_concept_with_one_to_three_synonyms():
+    inventory = {"shapes": SHAPES, "colours": tuple(COLOURS), "sizes": tuple(SIZES), "positions": POSITIONS,
+                 "backgrounds": BACKGROUNDS}
+    for code in known_languages():
+        lexicon = load_lexicon(code)
+        for section, concepts in inventory.items():
+            assert set(lexicon[section]) == set(concepts), (code, section)
+            for concept in concepts:
+                assert 1 <= len(lexicon[section][concept]) <= 3, (code, section, concept)
+        for phrases in list(lexicon["positions"].values()) + list(lexicon["backgrounds"].values()):
+            for phrase in phrases:
+                marked = MARKED.findall(phrase)
+                assert marked and all(" " not in word for word, _ in marked), (code, phrase)
+
+
+# -- grammar: hand-checked phrases -------------------------------------------------------------
+class FirstChoice:
+    """A stand-in RNG that always takes the first synonym/template and keeps the given order."""
+
+    def integers(self, n, *args, **kw):
+        return 0
+
+    def random(self):
+        return 0.99
+
+    def permutation(self, n):
+        return np.arange(n)
+
+
+@pytest.mark.parametrize("code, mention, case, expected", [
+    ("en", Mention("circle", 2, "red", "large"), "nom", "two large red circles"),
+    ("en", Mention("hexagon", 1, "orange"), "nom", "an orange hexagon"),
+    ("de", Mention("circle", 1, "red", "small"), "nom", "ein kleiner roter Kreis"),
+    ("de", Mention("circle", 1, "red", "small"), "acc", "einen kleinen roten Kreis"),
+    ("de", Mention("heart", 1, "red", "small"), "dat", "einem kleinen roten Herzen"),
+    ("de", Mention("triangle", None, "blue"), "dat", "mehreren blauen Dreiecken"),
+    ("fr", Mention("star", 3, "white", "small"), "nom", "trois petites étoiles blanches"),
+    ("es", Mention("cross", 2, "white", "small"), "nom", "dos cruces blancas pequeñas"),
+    ("ru", Mention("star", 2, "red"), "nom", "две красные звезды"),
+    ("ru", Mention("circle", 3, "red", "large"), "nom", "три больших красных круга"),
+    ("ru", Mention("heart", None, "black"), "nom", "несколько чёрных сердец"),
+    ("el", Mention("circle", 1, "red"), "acc", "έναν κόκκινο κύκλο"),
+    ("el", Mention("triangle", 3, "red", "large"), "nom", "τρία μεγάλα κόκκινα τρίγωνα"),
+])
+def test_noun_phrase_agreement(code, mention, case, expected):
+    tokens = get_grammar(code).noun_phrase(mention, case, FirstChoice())
+    assert " ".join(t.text for t in tokens) == expected
+
+
+@pytest.mark.parametrize("code, mention, expected", [
+    ("ar", Mention("circle", 3, "red"), "ثلاث دوائر حمراء"),  # feminine noun: masculine-looking numeral
+    ("ar", Mention("square", 3, "red"), "ثلاثة مربعات حمراء"),
+    ("ar", Mention("circle", 2, "red", "large"), "دائرتان حمراوان كبيرتان"),  # dual
+    ("ja", Mention("circle", 2, "red", "large"), "大きい赤い円が二つあります"),
+    ("zh", Mention("circle", 2, "red", "large"), "两个红色的大圆形"),
+])
+def test_whole_caption_non_latin(code, mention, expected):
+    assert get_grammar(code).caption(Meaning((mention,)), FirstChoice()).text == expected
+
+
+# -- grounding ---------------------------------------------------------------------------------
+def test_every_mentioned_attribute_is_in_the_scene():
+    for index in range(300):
+        rng = np.random.default_rng([3, index])
+        scene = sample_scene(rng, 64, 3, 6.0)
+        meaning = sample_meaning(scene, rng, p_position=1.0, p_background=1.0)
+        assert meaning.background == scene.background.kind
+        for mention in meaning.mentions:
+            kind = next(k for k in scene.kinds if k.shape == mention.shape)
+            assert mention.colour in (None, kind.colour) and mention.size in (None, kind.size)
+            assert kind.count == mention.count if mention.count is not None else kind.count >= 2
+            if mention.position:
+                (obj,) = [o for o in scene.objects if o.shape == kind.shape]
+                x, y = obj.cx / 64 - 0.5, obj.cy / 64 - 0.5
+                side = {"left": -x, "right": x, "top": -y, "bottom": y, "center": 0.1 - max(abs(x), abs(y))}
+                assert side[mention.position] > 0, (mention, obj)
+
+
+def test_rendered_colour_and_shape_are_where_the_scene_says():
+    red = SceneObject("square", COLOURS["red"], cx=20.0, cy=30.0, radius=10.0, angle=0.0)
+    ring = SceneObject("ring", COLOURS["blue"], cx=46.0, cy=30.0, radius=10.0, angle=0.0)
+    scene = Scene((Kind("square", "red", "large", 1, None), Kind("ring", "blue", "large", 1, None)), (red, ring),
+                  Background("plain", (128, 128, 128), (128, 128, 128), 0.0, 0.1, 0.0), 0.0, 0)
+    pixels = np.asarray(render_scene(scene, 64)).astype(int)
+    assert tuple(pixels[30, 20]) == COLOURS["red"]
+    assert tuple(pixels[30, 46]) == (128, 128, 128)  # the hole of the ring shows the background
+    assert tuple(pixels[30, 55]) == COLOURS["blue"]  # its band
+    assert tuple(pixels[5, 5]) == (128, 128, 128)
+
+
+# -- dictionaries ------------------------------------------------------------------------------
+def occurs(word: str, lang: str, captions: list[str], tokens: set[str]) -> bool:
+    if lang in SPACELESS or lang in JOINED:
+        return any(word in c for c in captions)
+    return word in tokens
+
+
+def test_dictionaries_cover_every_pair_with_words_from_the_captions(world):
+    captions = defaultdict(list)
+    for split in ("train", "val", "test"):
+        for meta in read_captions(world / split):
+            captions[meta["lang"]].append(meta["caption"])
+    tokens = {lang: {w.strip(",") for c in caps for w in c.split()} for lang, caps in captions.items()}
+    langs = known_languages()
+    for src in langs:
+        for tgt in langs:
+            if src == tgt:
+                continue
+            lines = (world / "dictionary" / f"{src}-{tgt}.txt").read_text(encoding="utf-8").splitlines()
+            pairs = [line.split(" ") for line in lines]
+            assert pairs and all(len(p) == 2 for p in pairs)
+            for word in {p[0] for p in pairs}:
+                assert occurs(word, src, captions[src], tokens[src]), (src, tgt, word)
+    en_ru = [line.split() for line in (world / "dictionary" / "en-ru.txt").read_text(encoding="utf-8").splitlines()]
+    assert any(s == "red" and t.startswith("красн") for s, t in en_ru)
+    assert not any(s == "red" and t.startswith(("син", "зел", "жёлт")) for s, t in en_ru)
+    en_ja = (world / "dictionary" / "en-ja.txt").read_text(encoding="utf-8").splitlines()
+    assert "red 赤い" in en_ja or "red 赤色" in en_ja
+
+
+# -- held-out languages --------------------------------------------------------------------------
+def test_heldout_language_only_in_test_and_adapt(heldout_world):
+    for split in ("train", "val", "train-parallel"):
+        assert "zh" not in read_manifest(heldout_world / split)["languages"]
+    assert "zh" in read_manifest(heldout_world / "test")["languages"]
+    assert set(read_manifest(heldout_world / "adapt")["languages"]) == {"zh"}
+    check_split_rule(heldout_world / "adapt", kind="train")
+    check_split_rule(heldout_world / "train-parallel", kind="test")
+    assert (heldout_world / "dictionary" / "zh-en.txt").stat().st_size > 0
+    saved = load_config(SynthConfig, heldout_world / "world.yaml")
+    assert saved.heldout_languages == ["zh"] and saved.seed == 5
+
+
+# -- config and CLI ------------------------------------------------------------------------------
+def test_bad_config_is_a_one_line_user_error(tmp_path):
+    with pytest.raises(UserError, match=r"languages: unknown language code 'xx' \(known: en, de"):
+        load_config(SynthConfig, overrides=["languages=[en, xx]"])
+    with pytest.raises(UserError, match="train_images"):
+        load_config(SynthConfig, overrides=["train_images=0"])
+    path = tmp_path / "world.yaml"
+    path.write_text(yaml.safe_dump({"seed": 1, "colour_count": 3}))
+    with pytest.raises(UserError, match=r"world.yaml: unknown key 'colour_count'"):
+        load_config(SynthConfig, path)
+
+
+def test_cli_writes_a_world_and_rejects_bad_flags(tmp_path, capsys):
+    from data_prep.cli import build_parser
+
+    def main(argv):
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    out = tmp_path / "w"
+    argv = ["synth", "--out", str(out), "--train-images", "20", "--val-images", "9", "--test-images", "3",
+            "--languages", "en,ru,ja", "--workers", "1", "--quiet", "p_mention_colour=1.0"]
+    assert run_cli(main, argv) == 0
+    assert "train" in capsys.readouterr().out
+    assert read_manifest(out / "test")["languages"] == {"en": 3, "ja": 3, "ru": 3}
+    assert load_config(SynthConfig, out / "world.yaml").p_mention_colour == 1.0
+    assert run_cli(main, ["synth", "--out", str(out), "--heldout", "xx"]) == 2
+    assert "heldout_languages: unknown language code 'xx'" in capsys.readouterr().err
