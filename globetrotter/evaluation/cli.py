@@ -637,6 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--embeddings", choices=["input", "contextual"], default="input", help="word embeddings (default: input)")
             p.add_argument("--method", choices=["nn", "csls"], default="nn", help="ranking (default: nn)")
         p.set_defaults(func=func)
+    for name, helptext in (("tag", "multilingual image tagging (XTD10 paper 3.3.2, eqs. 3-5)"),
+                           ("zeroshot", "zero-shot cross-lingual image retrieval: train/retrieval/tag/triplet (M3L, PATR)")):
+        # forwarded whole to globetrotter.zeroshot.cli (see _main); listed here for --help
+        sub.add_parser(name, help=f"{helptext}; `eval.py {name} --help` for options", add_help=False)
     return parser
 
 
@@ -648,7 +652,15 @@ def _tfidf_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-count", type=int, default=1, help="ignore tokens seen in fewer sentences (default %(default)s)")
 
 
+ZEROSHOT_COMMANDS = ("tag", "zeroshot")
+
+
 def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ZEROSHOT_COMMANDS:  # `eval.py tag ...` = `globetrotter-zeroshot tag ...`
+        from globetrotter.zeroshot.cli import _main as zeroshot_main
+
+        return zeroshot_main(argv if argv[0] == "tag" else argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

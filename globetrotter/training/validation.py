@@ -63,7 +63,9 @@ class Validator:
         metrics: dict[str, float] = {}
         text = encoder.encode_text(self.texts, head="text")
         images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
-        result = evaluate_pairs(text, self.langs, images, self.image_ids, ks=tuple(self.cfg.val.bkr_ks), seed=self.cfg.seed)
+        ks = tuple(self.cfg.val.bkr_ks)
+        result = evaluate_pairs(text, self.langs, images, self.image_ids, ks=ks, seed=self.cfg.seed,
+                                max_rank=max(ks), with_corr=False)
         for k in self.cfg.val.bkr_ks:
             metrics[f"val/bkr@{k}"] = float(result["mean"][f"bkr@{k}"])
         if self.test_dir is not None:

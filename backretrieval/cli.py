@@ -1,0 +1,365 @@
+"""``backretrieval`` command line: score embedding files, evaluate a shard dataset, run the protocol.
+
+Each command writes one JSON record (and PNG plots where it makes sense) so results can
+be collected into tables; ``--help`` of each command explains the metric.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import BackRetrievalError, run_cli
+from .ranking import TIES
+
+METRIC_HELP = """\
+BackRetrieval (Fain, Twomey & Bollegala, SIGIR 2021) judges a cross-lingual text model f
+without parallel text, using images as the pivot. For each source-language caption T_S^q
+with image I_S^q:
+  1-2. retrieve the nearest target-language caption T_T* by cosine of f (ties: lowest index);
+  3.   rank all source images by the image similarity g(I_T*, I_S) (cosine of CNN features);
+  4.   rank_q = rank of the query's own image I_S^q (1 = best).
+BkR Recall@K = share of queries with rank_q <= K. Images shared by several source captions
+are ranked once. Ties in g follow --ties: pessimistic (tied images count as above,
+default), optimistic (they do not), expected (expectation over random tie orders).
+XLR Recall@K is the ground-truth cross-lingual retrieval metric (rank of the true
+translation among all target captions), computable only with parallel data; CORR is the
+paper's baseline: Spearman between text and image cosine distances over source x target
+pairs. A good BkR tracks XLR across models (the paper reports Pearson ~0.98).
+"""
+
+
+MODEL_SPECS = (
+    "Model specs: npy:PATH (with a PATH.texts.json list of the texts) | use | st:MODEL | random:DIM[:SEED] | "
+    "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
+    "points; prefix NAME= to label a model (e.g. USE-M=use)."
+)
+
+
+def _describe(*paragraphs: str) -> str:
+    return METRIC_HELP + "".join("\n" + textwrap.fill(p, 88) + "\n" for p in paragraphs)
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def _load_npy(path: str, what: str) -> np.ndarray:
+    p = Path(path)
+    if not p.is_file():
+        raise BackRetrievalError(f"{p}: {what} file not found")
+    try:
+        return np.load(p, mmap_mode="r")
+    except (ValueError, OSError) as err:
+        raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
+
+
+def _clean(obj):
+    """JSON-ready copy: arrays to lists, numpy scalars to Python, NaN/inf to null."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _write_json(record: dict, out: str | Path | None) -> None:
+    text = json.dumps(_clean(record), indent=2, ensure_ascii=False)
+    if out is None or str(out) == "-":
+        print(text)
+        return
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> None:
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10], metavar="K",
+                   help="the K of Recall@K, several at once (default: 1 5 10; the paper uses 10)")
+    p.add_argument("--ties", choices=TIES, default="pessimistic",
+                   help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
+    p.add_argument("--max-rank", type=int, metavar="N", default=None,
+                   help="stop counting a query's rank above N (reported as N+1): same Recall@K for K <= N, much faster "
+                        "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image-model", default="resnet50",
+                   help="timm model whose pooled last-layer features define g (default: resnet50, as in the paper)")
+    p.add_argument("--image-weights", default=None, metavar="W",
+                   help="image model weights: a local .pth/.safetensors file; 'package' (offline EfficientNet-Lite0, "
+                        "use with --image-model efficientnet_lite0); 'hub' (download, needs --online); 'random'. "
+                        "Not needed when the split stores npy features")
+    p.add_argument("--online", action="store_true",
+                   help="allow downloads (timm hub weights, sentence-transformers models); off by default")
+    p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
+    p.add_argument("--device", default="cpu", help="torch device for the image model (default: cpu)")
+    default_cache = os.environ.get("BACKRETRIEVAL_CACHE", str(Path.home() / ".cache" / "backretrieval"))
+    p.add_argument("--cache-dir", default=default_cache,
+                   help="image-feature cache, keyed by model, weights and image set "
+                        "(default: $BACKRETRIEVAL_CACHE or ~/.cache/backretrieval)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="backretrieval", description=METRIC_HELP, formatter_class=_formatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("score", help="BkR/XLR/CORR from embedding files (.npy)", formatter_class=_formatter,
+                       description=_describe("Scores precomputed embeddings: row i of --src-text describes row i of "
+                                             "--src-img (likewise for the target side)."))
+    p.add_argument("--src-text", required=True, metavar="NPY", help="(Ns, d) source-language text embeddings")
+    p.add_argument("--tgt-text", required=True, metavar="NPY", help="(Nt, d) target-language text embeddings")
+    p.add_argument("--src-img", metavar="NPY", help="(Ns, D) image features of the source captions' images")
+    p.add_argument("--tgt-img", metavar="NPY", help="(Nt, D) image features of the target captions' images")
+    p.add_argument("--image-sim", metavar="NPY",
+                   help="(Nt, Ns) precomputed image similarity g(I_T, I_S), instead of --src-img/--tgt-img")
+    p.add_argument("--src-image-ids", metavar="TXT",
+                   help="one image id per line for the source rows; rows sharing an id are one picture, ranked once")
+    p.add_argument("--xlr-tgt-text", metavar="NPY",
+                   help="parallel ground truth: target-language embeddings of the source rows' translations (for XLR)")
+    p.add_argument("--xlr-gt", metavar="NPY",
+                   help="int index per source row into --xlr-tgt-text (default: row i is the translation of row i)")
+    p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the CORR pair sample (default: 0)")
+    p.add_argument("--ranks-out", metavar="NPY", help="also save the per-query BkR ranks")
+    p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
+    _add_metric_options(p, full_ranks=True)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("eval", help="BkR for every language pair of a shard split, one or more models",
+                       formatter_class=_formatter, description=_describe(
+                           "Evaluates each model spec on every ordered language pair of a split folder written by "
+                           "globetrotter-data (texts, langs, image_ids; XLR too where 'group' ties translations). "
+                           "Languages that share images are split into non-matching halves. Writes results.json, a "
+                           "heat map per model and metric, and a box plot over pairs (paper Fig. 3).", MODEL_SPECS))
+    p.add_argument("--data", required=True, metavar="SPLIT_DIR", help="split folder (manifest.json + .tar shards)")
+    p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
+    p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")
+    p.add_argument("--max-per-lang", type=int, metavar="N", help="at most N source and N target captions per pair")
+    p.add_argument("--seed", type=int, default=0, help="seed of the non-matching split and subsampling (default: 0)")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
+    _add_metric_options(p)
+    _add_model_options(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("correlate", help="the paper's protocol: BkR vs XLR over models (Table 1, Fig. 2)",
+                       formatter_class=_formatter, description=_describe(
+                           "Protocol (paper 3.1): per seed, sample N source items and a disjoint (non-matching) set "
+                           "of N target items of a parallel split; compute BkR and CORR on them and XLR on the source "
+                           "items' own translations; then Pearson and Spearman of BkR vs XLR (and CORR vs XLR) over "
+                           "the models, mean +- std over seeds. Writes protocol.json, table.md (Table 1) and a "
+                           "scatter per pair (Fig. 2).", MODEL_SPECS))
+    p.add_argument("--data", required=True, metavar="SPLIT_DIR",
+                   help="a parallel split folder (captions tied by 'group')")
+    p.add_argument("--models", nargs="+", default=[], metavar="SPEC", help="text model specs ([NAME=]SPEC), at least 2")
+    p.add_argument("--models-file", metavar="TXT", help="more specs, one per line ('#' comments allowed)")
+    p.add_argument("--pairs", nargs="+", metavar="SRC-TGT",
+                   help="language pairs, e.g. en-de de-en (default: all ordered pairs)")
+    p.add_argument("--n", type=int, metavar="N",
+                   help="items per side and seed (default: min(10000, items // 2); paper: 10000)")
+    p.add_argument("--seeds", type=int, default=25, help="number of seeds (default: 25, as in the paper)")
+    p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
+    p.add_argument("--report-k", type=int,
+                   help="K used for the table and scatter (default: 10 if in --ks, else the largest)")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="where protocol.json, table.md and PNGs go")
+    _add_metric_options(p)
+    _add_model_options(p)
+    p.set_defaults(func=cmd_correlate)
+    return parser
+
+
+def parse_model_specs(specs: Sequence[str]) -> dict[str, str]:
+    """``[NAME=]SPEC`` strings -> {label: spec}; the label defaults to the spec itself."""
+    out: dict[str, str] = {}
+    for raw in specs:
+        raw = raw.strip()
+        if not raw or raw.startswith("#"):
+            continue
+        name, eq, spec = raw.partition("=")
+        if not eq or ":" in name:
+            name, spec = raw, raw
+        if name in out:
+            raise BackRetrievalError(f"model {name!r} given twice")
+        out[name] = spec
+    return out
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .metric import bkr_recall, corr_score, xlr_recall
+
+    src_text, tgt_text = _load_npy(args.src_text, "--src-text"), _load_npy(args.tgt_text, "--tgt-text")
+    if args.image_sim:
+        if args.src_img or args.tgt_img:
+            raise BackRetrievalError("give either --image-sim or --src-img/--tgt-img, not both")
+        src_img = tgt_img = None
+        image_sim = _load_npy(args.image_sim, "--image-sim")
+    elif args.src_img and args.tgt_img:
+        src_img, tgt_img = _load_npy(args.src_img, "--src-img"), _load_npy(args.tgt_img, "--tgt-img")
+        image_sim = None
+    else:
+        raise BackRetrievalError("the image side is missing: give --src-img and --tgt-img, or --image-sim")
+    ids = None
+    if args.src_image_ids:
+        path = Path(args.src_image_ids)
+        if not path.is_file():
+            raise BackRetrievalError(f"{path}: --src-image-ids file not found")
+        ids = path.read_text(encoding="utf-8").splitlines()
+    bkr = bkr_recall(src_text, src_img, tgt_text, tgt_img, args.ks, src_image_ids=ids, image_sim=image_sim,
+                     ties=args.ties, max_rank=args.max_rank)
+    metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in args.ks}
+    if src_img is not None:
+        metrics["corr"] = corr_score(src_text, src_img, tgt_text, tgt_img, max_pairs=args.corr_pairs, seed=args.seed)
+    if args.xlr_tgt_text:
+        gt = _load_npy(args.xlr_gt, "--xlr-gt") if args.xlr_gt else None
+        xlr = xlr_recall(src_text, _load_npy(args.xlr_tgt_text, "--xlr-tgt-text"), args.ks, gt=gt, ties=args.ties,
+                         max_rank=args.max_rank)
+        metrics.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in args.ks})
+    if args.ranks_out:
+        np.save(args.ranks_out, bkr["ranks"])
+    record = {"task": "backretrieval.score", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
+              "n_queries": bkr["n_queries"], "n_images": bkr["n_images"], "ties": args.ties, "metrics": metrics}
+    _write_json(record, args.out)
+    return 0
+
+
+def _extractor(args: argparse.Namespace):
+    from .images import ImageFeatureExtractor
+
+    return ImageFeatureExtractor(args.image_model, args.image_weights, online=args.online, batch_size=args.batch_size,
+                                 device=args.device, cache_dir=args.cache_dir, progress=not args.no_progress)
+
+
+def _embed_all(spec: str, texts: Sequence[str], args: argparse.Namespace, cache: dict) -> tuple[str, np.ndarray]:
+    """Embed the distinct texts once; returns (embedder name, one row per input text)."""
+    from .embedders import embed_texts, load_embedder
+
+    embedder = load_embedder(spec, online=args.online, progress=not args.no_progress, cache=cache)
+    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    return embedder.name, embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .data import image_features, load_split
+    from .pairs import evaluate_pairs
+    from .plots import pair_boxplot, pair_heatmap
+
+    models = parse_model_specs(args.model)
+    data = load_split(args.data, args.langs)
+    feats = image_features(data, None if data.image_format == "npy" else _extractor(args))[data.image_index]
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = data.groups if data.has_groups else None
+    image_model = None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}"
+    results, record = {}, {"task": "backretrieval.eval", "data": str(data.split_dir), "checksum": data.checksum,
+                           "image_model": image_model,
+                           "ks": args.ks, "ties": args.ties, "seed": args.seed, "max_per_lang": args.max_per_lang,
+                           "max_rank": args.max_rank or max(args.ks),
+                           "models": {}}
+    embedders: dict = {}
+    for label, spec in models.items():
+        name, emb = _embed_all(spec, data.texts, args, embedders)
+        res = evaluate_pairs(emb, data.langs, feats, data.image_ids, args.ks, groups=groups,
+                             max_per_lang=args.max_per_lang, seed=args.seed, ties=args.ties,
+                             max_rank=args.max_rank or max(args.ks))
+        results[label] = res
+        record["models"][label] = {"spec": spec, "embedder": name, "langs": res["langs"], "mean": res["mean"],
+                                   "pairs": res["pairs"], "matrix": {m: v for m, v in res["matrix"].items()}}
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+        for metric in res["matrix"]:
+            if metric.startswith(("bkr", "xlr")):
+                png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
+                pair_heatmap(res, metric, png, title=f"{label}: {metric}")
+        print(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()), file=sys.stderr)
+    k = max(args.ks)
+    pair_boxplot(results, f"bkr@{k}", out_dir / f"boxplot_bkr{k}.png")
+    _write_json(record, out_dir / "results.json")
+    return 0
+
+
+def cmd_correlate(args: argparse.Namespace) -> int:
+    from .data import aligned_pair, image_features, load_split
+    from .plots import scatter_bkr_vs_xlr
+    from .protocol import format_table, run_protocol
+
+    specs = list(args.models)
+    if args.models_file:
+        path = Path(args.models_file)
+        if not path.is_file():
+            raise BackRetrievalError(f"{path}: --models-file not found")
+        specs += path.read_text(encoding="utf-8").splitlines()
+    models = parse_model_specs(specs)
+    if len(models) < 2:
+        raise BackRetrievalError(f"correlate needs at least 2 model specs (got {len(models)}); 3 or more make sense")
+    report_k = args.report_k or (10 if 10 in args.ks else max(args.ks))
+    if report_k not in args.ks:
+        raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
+    pairs = []
+    for raw in args.pairs or []:
+        src, dash, tgt = raw.partition("-")
+        if not dash or not src or not tgt or src == tgt:
+            raise BackRetrievalError(f"--pairs: expected SRC-TGT with two different languages, got {raw!r}")
+        pairs.append((src, tgt))
+    langs = sorted({lang for pair in pairs for lang in pair}) or None
+    data = load_split(args.data, langs)
+    if not pairs:
+        names = sorted(set(data.langs.tolist()))
+        pairs = [(a, b) for a in names for b in names if a != b]
+    feats = image_features(data, None if data.image_format == "npy" else _extractor(args))
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    embedders: dict = {}
+    embedded = {label: _embed_all(spec, data.texts, args, embedders) for label, spec in models.items()}
+    record = {"task": "backretrieval.correlate", "data": str(data.split_dir), "checksum": data.checksum,
+              "image_model": None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}",
+              "models": {label: {"spec": models[label], "embedder": embedded[label][0]} for label in models},
+              "ks": args.ks, "ties": args.ties, "pairs": {}}
+    table_rows = {}
+    for src_lang, tgt_lang in pairs:
+        src_rows, tgt_rows, image_idx = aligned_pair(data, src_lang, tgt_lang)
+        n = args.n or min(10_000, len(image_idx) // 2)
+        per_model = {label: (emb[src_rows], emb[tgt_rows]) for label, (_, emb) in embedded.items()}
+        res = run_protocol(per_model, feats[image_idx], n=n, seeds=args.seeds, ks=args.ks, ties=args.ties,
+                           max_rank=args.max_rank or max(args.ks), corr_pairs=args.corr_pairs,
+                           progress=not args.no_progress)
+        label = f"{src_lang}->{tgt_lang}"
+        record["pairs"][label] = res
+        table_rows[label] = res["correlation"]
+        scatter_bkr_vs_xlr(res, report_k, out_dir / f"scatter_{src_lang}-{tgt_lang}.png",
+                           title=f"{label}: BkR vs XLR (seed {res['seeds'][0]}, N={res['n']})")
+        c = res["correlation"][f"@{report_k}"]
+        print(f"{label}: Pearson BkR {c['pearson']['bkr']['mean']:.3f}, CORR {c['pearson']['corr']['mean']:.3f}; "
+              f"Spearman BkR {c['spearman']['bkr']['mean']:.3f}, CORR {c['spearman']['corr']['mean']:.3f}",
+              file=sys.stderr)
+    table = format_table(table_rows, report_k)
+    (out_dir / "table.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    _write_json(record, out_dir / "protocol.json")
+    return 0
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point ``backretrieval``; user errors print one line and exit with code 2."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

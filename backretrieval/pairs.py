@@ -1,0 +1,150 @@
+"""BkR (and XLR, CORR where possible) for every ordered language pair of one dataset.
+
+This is what a trainer calls on a validation split: captions of many languages, each
+with its image, and no parallel text needed. For a pair a -> b the source set is the
+language-a captions and the target set the language-b captions. The metric assumes the
+two sets do not match (paper 3.1: "a non-matching set of N documents"), so when the
+languages share images (a test split captions the same images in every language) the
+shared images are split at random into two halves, one for each side; a split that
+already shows each image in one language (train/val) is used as it is. ``max_per_lang``
+then subsamples each side. Ranks are over distinct source images (``image_ids``).
+
+XLR needs parallel ground truth: with ``groups`` (the id tying the captions of one image
+across languages), the groups captioned in both a and b give a row-aligned parallel set
+(the first caption per group and language) on which XLR is computed.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .errors import BackRetrievalError
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_score, xlr_recall
+from .ranking import DEFAULT_BLOCK_BYTES
+
+
+def _subsample(rows: np.ndarray, limit: int | None, rng: np.random.Generator) -> np.ndarray:
+    if limit is None or len(rows) <= limit:
+        return rows
+    return np.sort(rng.choice(rows, size=limit, replace=False))
+
+
+def non_matching_sides(
+    src_rows: np.ndarray, tgt_rows: np.ndarray, image_ids: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop rows so that no image appears on both sides: shared images go half to each side."""
+    shared = np.intersect1d(image_ids[src_rows], image_ids[tgt_rows])
+    if len(shared) == 0:
+        return src_rows, tgt_rows
+    shared = rng.permutation(shared)
+    to_src, to_tgt = shared[: (len(shared) + 1) // 2], shared[(len(shared) + 1) // 2:]
+    src_keep = ~np.isin(image_ids[src_rows], to_tgt)
+    tgt_keep = ~np.isin(image_ids[tgt_rows], to_src)
+    return src_rows[src_keep], tgt_rows[tgt_keep]
+
+
+def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
+    """Map group -> first row (in ``rows`` order) of that group; rows without a group are skipped."""
+    out: dict = {}
+    for r in rows:
+        g = groups[r]
+        if g is not None and g not in out:
+            out[g] = r
+    return out
+
+
+def evaluate_pairs(
+    texts_emb: np.ndarray,
+    langs: Sequence[str],
+    image_feats: np.ndarray,
+    image_ids: Sequence,
+    ks: Sequence[int] = DEFAULT_KS,
+    groups: Sequence | None = None,
+    max_per_lang: int | None = None,
+    seed: int = 0,
+    *,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    with_corr: bool = True,
+    corr_pairs: int = 200_000,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> dict:
+    """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
+
+    Args:
+        texts_emb: ``(N, d)`` text embeddings, one row per caption.
+        langs: ``N`` language codes.
+        image_feats: ``(N, D)`` image feature of each caption's image (row-aligned).
+        image_ids: ``N`` image ids (rows with one id show one picture).
+        ks: the K of Recall@K.
+        groups: optional ``N`` group ids tying translations (None entries: no group).
+        max_per_lang: at most this many source and target captions per pair (random, seeded).
+        seed: seed of the non-matching split and of the subsampling.
+        ties, max_rank, block_bytes: as in :func:`backretrieval.metric.bkr_recall` (``max_rank``
+            = max(ks) gives the same Recall@K faster).
+        with_corr, corr_pairs: also compute the CORR baseline on up to ``corr_pairs`` pairs.
+
+    Returns:
+        ``{"langs": [...], "ks": [...], "pairs": {"a->b": {"bkr@K", "xlr@K" (if groups),
+        "corr", "n_src", "n_tgt", "n_xlr"}}, "matrix": {"bkr@K": (L, L) array with NaN on
+        the diagonal and where a pair could not be scored, "xlr@K": ...}, "mean": {metric:
+        mean over the scored pairs}}``.
+    """
+    ks = _check_ks(ks)
+    n = len(texts_emb)
+    langs = np.asarray(langs, dtype=object)
+    image_ids = np.asarray(image_ids, dtype=object)
+    if len(langs) != n or len(image_ids) != n or len(image_feats) != n:
+        raise BackRetrievalError(
+            f"evaluate_pairs: texts_emb has {n} rows but langs/image_ids/image_feats have "
+            f"{len(langs)}/{len(image_ids)}/{len(image_feats)}; they must be row-aligned"
+        )
+    if groups is not None:
+        groups = np.asarray(groups, dtype=object)
+        if len(groups) != n:
+            raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
+    texts_emb = np.asarray(texts_emb, dtype=np.float32)
+    image_feats = np.asarray(image_feats, dtype=np.float32)
+    names = sorted(set(langs.tolist()))
+    if len(names) < 2:
+        raise BackRetrievalError(f"evaluate_pairs: need captions in at least 2 languages, got {names}")
+    rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
+    metrics = [f"bkr@{k}" for k in ks] + ([f"xlr@{k}" for k in ks] if groups is not None else [])
+    metrics += ["corr"] if with_corr else []
+    matrix = {m: np.full((len(names), len(names)), np.nan) for m in metrics}
+    first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
+    pairs: dict[str, dict] = {}
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if a == b:
+                continue
+            rng = np.random.default_rng([seed, i, j])
+            src, tgt = non_matching_sides(rows_of[a], rows_of[b], image_ids, rng)
+            src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
+            entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
+            if len(src) and len(tgt):
+                res = bkr_recall(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt], ks,
+                                 src_image_ids=image_ids[src], ties=ties, max_rank=max_rank,
+                                 block_bytes=block_bytes)
+                entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
+                if with_corr:
+                    entry["corr"] = corr_score(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
+                                               max_pairs=corr_pairs, seed=seed)
+            if groups is not None:
+                in_a, in_b = first_of[a], first_of[b]
+                common = [g for g in in_a if g in in_b]
+                keep = _subsample(np.arange(len(common)), max_per_lang, rng)
+                entry["n_xlr"] = int(len(keep))
+                if len(keep):
+                    xs = np.array([in_a[common[c]] for c in keep])
+                    xt = np.array([in_b[common[c]] for c in keep])
+                    res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, ties=ties, max_rank=max_rank,
+                                     block_bytes=block_bytes)
+                    entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
+            for m in metrics:
+                if m in entry:
+                    matrix[m][i, j] = entry[m]
+            pairs[f"{a}->{b}"] = entry
+    mean = {m: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan") for m, v in matrix.items()}
+    return {"langs": names, "ks": list(ks), "pairs": pairs, "matrix": matrix, "mean": mean}

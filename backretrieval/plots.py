@@ -1,0 +1,102 @@
+"""Figures of the paper: BkR vs XLR scatter (Fig. 2), per-pair box plot (Fig. 3), pair heat maps.
+
+All functions write a PNG with matplotlib's Agg backend and return the path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_index: int = 0, title: str = "") -> Path:
+    """Paper Fig. 2: one point per model, x = XLR@K, y = BkR@K (left) and CORR (right), one seed."""
+    plt = _pyplot()
+    names = list(protocol_result["models"])
+    recs = [protocol_result["models"][m]["per_seed"][seed_index] for m in names]
+    xlr = [r[f"xlr@{k}"] for r in recs]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    corr = protocol_result.get("correlation", {}).get(f"@{k}")
+    panels = ((axes[0], f"bkr@{k}", f"BackRetrieval R@{k}"), (axes[1], "corr", "CORR (Spearman of distances)"))
+    for ax, key, label in panels:
+        ys = [r[key] for r in recs]
+        ax.scatter(xlr, ys, s=30)
+        for name, x, y in zip(names, xlr, ys):
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(f"ground truth XLR R@{k}")
+        ax.set_ylabel(label)
+        if corr:
+            which = "bkr" if key.startswith("bkr") else "corr"
+            ax.set_title(f"Pearson {corr['pearson'][which]['per_seed'][seed_index]:.2f}, "
+                         f"Spearman {corr['spearman'][which]['per_seed'][seed_index]:.2f}", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"BkR vs XLR (seed {protocol_result['seeds'][seed_index]}, N={protocol_result['n']})")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def pair_heatmap(result: dict, metric: str, path: str | Path, title: str = "") -> Path:
+    """Heat map of an :func:`backretrieval.evaluate_pairs` matrix (rows: source, columns: target)."""
+    plt = _pyplot()
+    langs, mat = result["langs"], np.asarray(result["matrix"][metric], dtype=float)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * len(langs), 0.8 + 0.6 * len(langs)))
+    top = float(np.nanmax(mat)) if np.isfinite(mat).any() else 1.0
+    im = ax.imshow(mat, cmap="viridis", vmin=0.0, vmax=max(1e-9, top))
+    ax.set_xticks(range(len(langs)), langs)
+    ax.set_yticks(range(len(langs)), langs)
+    ax.set_xlabel("target language")
+    ax.set_ylabel("source language")
+    for i in range(len(langs)):
+        for j in range(len(langs)):
+            if np.isfinite(mat[i, j]):
+                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(im, ax=ax)
+    ax.set_title(title or metric)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def pair_boxplot(per_model: Mapping[str, dict], metric: str, path: str | Path, annotate: Sequence[str] = ()) -> Path:
+    """Paper Fig. 3: per model, a box of its per-language-pair scores (one point per pair).
+
+    ``per_model[name]`` is an :func:`backretrieval.evaluate_pairs` result; pairs named in
+    ``annotate`` (e.g. ``"en->ar"``) are labelled.
+    """
+    plt = _pyplot()
+    names = list(per_model)
+    data = [[p[metric] for p in per_model[m]["pairs"].values() if metric in p] for m in names]
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(names), 4))
+    ax.boxplot(data, showfliers=False)
+    ax.set_xticks(range(1, len(names) + 1), names, rotation=20, ha="right", fontsize=8)
+    rng = np.random.default_rng(0)
+    for i, m in enumerate(names, start=1):
+        pairs = [(k, p[metric]) for k, p in per_model[m]["pairs"].items() if metric in p]
+        xs = i + rng.uniform(-0.12, 0.12, len(pairs))
+        ax.scatter(xs, [v for _, v in pairs], s=10, alpha=0.7)
+        for x, (label, v) in zip(xs, pairs):
+            if label in annotate:
+                ax.annotate(label, (x, v), fontsize=7, xytext=(4, 0), textcoords="offset points")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} per language pair")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

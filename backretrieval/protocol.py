@@ -1,0 +1,185 @@
+"""The paper's validation protocol (backretrieval.md section 3.1, Table 1, Fig. 2).
+
+Over a set of text models f, on a dataset with parallel ground truth (item i has a
+source caption, a target caption and an image):
+
+* per seed, sample N source items and a *non-matching* (disjoint) set of N target items;
+  BkR_f is computed from the source captions/images against the target captions/images,
+  CORR_f on the same two sets, and XLR_f on the N source items against their own
+  target-language captions (the ground truth the sampled BkR never sees);
+* per seed, Pearson and Spearman of (XLR_f, BkR_f) over the models f, and of
+  (XLR_f, CORR_f) for the baseline; reported as mean +- std over seeds (paper: N = 10 000,
+  25 seeds; N = 1 500 for small datasets).
+
+The image side of BkR does not depend on f, so for each seed the ``(N, N)`` float32
+image-similarity matrix is computed once and shared by all models when it fits in
+``image_sim_bytes``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+from tqdm.auto import tqdm
+
+from .errors import BackRetrievalError
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_score, xlr_recall
+from .ranking import l2_normalize
+
+DEFAULT_SEEDS = 25  # paper 3.1
+DEFAULT_IMAGE_SIM_BYTES = 1 << 30
+
+
+def sample_non_matching(n_items: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two disjoint random index sets of size ``n`` from ``range(n_items)``: sources, targets."""
+    if n < 1 or 2 * n > n_items:
+        raise BackRetrievalError(
+            f"protocol: N={n} needs 2N <= {n_items} items (disjoint, non-matching source and target samples)"
+        )
+    perm = np.random.default_rng(seed).permutation(n_items)
+    return np.sort(perm[:n]), np.sort(perm[n:2 * n])
+
+
+def protocol_seed(
+    src_text: np.ndarray,
+    tgt_text: np.ndarray,
+    image_feats: np.ndarray,
+    src_idx: np.ndarray,
+    tgt_idx: np.ndarray,
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    corr_pairs: int = 1_000_000,
+    image_sim: np.ndarray | None = None,
+    seed: int = 0,
+) -> dict:
+    """BkR@K, XLR@K and CORR of one model for one (source, target) sample.
+
+    ``src_text[i]``/``tgt_text[i]`` are item i's captions (translations or independent
+    descriptions of image ``image_feats[i]``); ``image_sim`` optionally holds
+    g(I_T, I_S) for ``tgt_idx`` x ``src_idx``.
+    """
+    s_txt, t_txt = src_text[src_idx], tgt_text[tgt_idx]
+    s_img, t_img = image_feats[src_idx], image_feats[tgt_idx]
+    bkr = bkr_recall(s_txt, s_img, t_txt, t_img, ks, ties=ties, max_rank=max_rank, image_sim=image_sim)
+    xlr = xlr_recall(s_txt, tgt_text[src_idx], ks, ties=ties, max_rank=max_rank)
+    out = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
+    out.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in ks})
+    out["corr"] = corr_score(s_txt, s_img, t_txt, t_img, max_pairs=corr_pairs, seed=seed)
+    return out
+
+
+def _corr(x: Sequence[float], y: Sequence[float], kind: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input -> NaN, reported as such
+        fn = stats.pearsonr if kind == "pearson" else stats.spearmanr
+        return float(fn(np.asarray(x, float), np.asarray(y, float)).statistic)
+
+
+def correlate_over_models(per_model: Mapping[str, Sequence[dict]], ks: Sequence[int]) -> dict:
+    """Pearson/Spearman over models of BkR@K vs XLR@K and CORR vs XLR@K, mean and std over seeds.
+
+    ``per_model[name][s]`` is the :func:`protocol_seed` record of seed ``s``. Returns
+    ``{"@K": {"pearson": {"bkr": {"mean", "std", "per_seed"}, "corr": {...}}, "spearman": {...}}}``.
+    """
+    names = list(per_model)
+    if len(names) < 2:
+        raise BackRetrievalError(f"correlation over models needs at least 2 models, got {len(names)}")
+    n_seeds = min(len(per_model[m]) for m in names)
+    out: dict = {}
+    for k in ks:
+        entry: dict = {}
+        for kind in ("pearson", "spearman"):
+            entry[kind] = {}
+            for metric in ("bkr", "corr"):
+                key = f"bkr@{k}" if metric == "bkr" else "corr"
+                vals = [
+                    _corr([per_model[m][s][f"xlr@{k}"] for m in names], [per_model[m][s][key] for m in names], kind)
+                    for s in range(n_seeds)
+                ]
+                entry[kind][metric] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "per_seed": vals}
+        out[f"@{k}"] = entry
+    return out
+
+
+def run_protocol(
+    models: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    image_feats: np.ndarray,
+    n: int | None = None,
+    seeds: int | Sequence[int] = DEFAULT_SEEDS,
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    corr_pairs: int = 1_000_000,
+    image_sim_bytes: int = DEFAULT_IMAGE_SIM_BYTES,
+    progress: bool = True,
+) -> dict:
+    """Run the protocol (module doc) for several models on one aligned dataset and language pair.
+
+    Args:
+        models: name -> (source-language embeddings ``(M, d)``, target-language embeddings
+            ``(M, d)``), row i of both describing image ``image_feats[i]``.
+        image_feats: ``(M, D)`` image features (g = cosine).
+        n: sample size N per side (default: ``M // 2``, the most that keeps sides disjoint).
+        seeds: number of seeds (0..S-1) or explicit seeds.
+        ks, ties, max_rank, corr_pairs: metric options (see :mod:`backretrieval.metric`).
+        image_sim_bytes: share one image-similarity matrix per seed across models when it fits.
+
+    Returns:
+        ``{"n", "seeds", "ks", "models": {name: {"per_seed": [...], "mean": {...}, "std": {...}}},
+        "correlation": see :func:`correlate_over_models` (only with >= 2 models)}``.
+    """
+    ks = _check_ks(ks)
+    image_feats = np.asarray(image_feats, dtype=np.float32)
+    n_items = len(image_feats)
+    for name, (src, tgt) in models.items():
+        if len(src) != n_items or len(tgt) != n_items:
+            raise BackRetrievalError(
+                f"model {name}: {len(src)} source / {len(tgt)} target embeddings for {n_items} images; "
+                "expected one per image"
+            )
+    n = n_items // 2 if n is None else int(n)
+    seeds = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    per_model: dict[str, list[dict]] = {name: [] for name in models}
+    bar = tqdm(total=len(seeds) * len(models), desc="protocol", disable=not progress, unit="run")
+    for seed in seeds:
+        src_idx, tgt_idx = sample_non_matching(n_items, n, seed)
+        image_sim = None
+        if len(models) > 1 and 4 * n * n <= image_sim_bytes:  # g does not depend on f: score images once
+            image_sim = l2_normalize(image_feats[tgt_idx]) @ l2_normalize(image_feats[src_idx]).T
+        for name, (src, tgt) in models.items():
+            per_model[name].append(
+                protocol_seed(src, tgt, image_feats, src_idx, tgt_idx, ks, ties=ties, max_rank=max_rank,
+                              corr_pairs=corr_pairs, image_sim=image_sim, seed=seed)
+            )
+            bar.update()
+    bar.close()
+    result = {"n": n, "seeds": seeds, "ks": list(ks), "models": {}}
+    for name, records in per_model.items():
+        keys = list(records[0])
+        result["models"][name] = {
+            "per_seed": records,
+            "mean": {key: float(np.mean([r[key] for r in records])) for key in keys},
+            "std": {key: float(np.std([r[key] for r in records])) for key in keys},
+        }
+    if len(models) >= 2:
+        result["correlation"] = correlate_over_models(per_model, ks)
+    return result
+
+
+def format_table(rows: Mapping[str, dict], k: int) -> str:
+    """Markdown table in the layout of paper Table 1: one row per dataset/pair, from ``correlation``."""
+    lines = [
+        f"| Dataset (K={k}) | Pearson BkR | Pearson CORR | Spearman BkR | Spearman CORR |",
+        "|---|---|---|---|---|",
+    ]
+    for label, corr in rows.items():
+        e = corr[f"@{k}"]
+        cells = [f"{e[kind][m]['mean']:.3f} ± {e[kind][m]['std']:.3f}"
+                 for kind in ("pearson", "spearman") for m in ("bkr", "corr")]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""The two kernels behind every metric here: exact nearest neighbours, and blockwise rank counting.
+
+Similarities are cosines of float32 rows. Nothing builds an N x N matrix, and the large
+inputs are not copied: rows are normalised tile by tile from precomputed inverse norms.
+
+* :func:`nearest_neighbor` is an exact search with faiss ``IndexFlatIP`` on the
+  L2-normalised database (top-1, with a documented tie rule);
+* :func:`count_ranks` computes, for each query, how many candidates score above (and
+  tie with) one designated candidate of that query (its *own* candidate). The own score
+  is one dot product per query; the competitors are scored in tiles of (distinct rows x
+  column chunk) with float32 matrix products of ``block_bytes`` at most, and counted with
+  vectorised comparisons. Each distinct row is scored once however many queries share
+  it, and with ``max_rank`` a row stops being scored once all its queries are known to
+  rank below ``max_rank`` (enough for Recall@K with K <= ``max_rank``).
+
+Tie policies (``TIES``), for the rank of the own candidate when ``G`` competitors score
+strictly higher and ``E`` score exactly the same (the own candidate is excluded by index,
+never by value):
+
+* ``"pessimistic"`` (default): rank = 1 + G + E (tied candidates count as ranked above);
+* ``"optimistic"``: rank = 1 + G;
+* ``"expected"``: the expectation over a uniformly random order of the tied candidates
+  (McSherry & Najork, ECIR 2008): Recall@K = clip((K - G) / (E + 1), 0, 1) per query and
+  the reported rank is the mid-rank 1 + G + E / 2.
+
+Exact ties come from identical vectors (or a precomputed similarity matrix). Note that a
+BLAS may round the same dot product differently at different matrix positions, so two
+*distinct* candidates with identical vectors are not guaranteed to tie bit for bit; give
+copies of one picture the same image id instead (the metrics then rank it once).
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import faiss
+import numpy as np
+
+TIES = ("pessimistic", "optimistic", "expected")
+DEFAULT_BLOCK_BYTES = 64 << 20  # float32 scores held at once by count_ranks (64 MiB)
+_MAX_CHUNK_COLS = 16384
+_FIRST_CHUNK_COLS = 512
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Rows of ``x`` scaled to unit L2 norm, as a C-contiguous float32 copy (zero rows stay zero)."""
+    x = as_float32(x)
+    return np.ascontiguousarray(x * inverse_norms(x, eps)[:, None], dtype=np.float32)
+
+
+def as_float32(x: np.ndarray) -> np.ndarray:
+    """``x`` as a C-contiguous float32 array: no copy when it already is one (memmaps included)."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous:
+        return x
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def inverse_norms(x: np.ndarray, eps: float = 1e-12, chunk: int = 8192) -> np.ndarray:
+    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary)."""
+    out = np.empty(len(x), dtype=np.float32)
+    for s in range(0, len(x), chunk):
+        block = np.asarray(x[s:s + chunk], dtype=np.float32)
+        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(np.einsum("ij,ij->i", block, block)), eps)
+    return out
+
+
+def all_finite(x: np.ndarray, chunk: int = 8192) -> bool:
+    """True when no entry of ``x`` is NaN or inf (checked in row chunks)."""
+    return all(np.isfinite(np.asarray(x[s:s + chunk])).all() for s in range(0, len(x), chunk))
+
+
+def nearest_neighbor(queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024) -> np.ndarray:
+    """Index of the most cosine-similar ``database`` row for each ``queries`` row, shape ``(Q,)``.
+
+    Exact search with faiss ``IndexFlatIP`` on the L2-normalised database (float32); the
+    queries need no normalisation (it does not change their argmax). Tie rule: when
+    several database rows share the best float32 score, the lowest index wins. faiss does
+    not promise an order among ties, so queries whose two best faiss scores are equal are
+    re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
+    """
+    queries = as_float32(queries)
+    database = l2_normalize(database)
+    index = faiss.IndexFlatIP(database.shape[1])
+    index.add(database)
+    k = min(2, database.shape[0])
+    best = np.empty(len(queries), dtype=np.int64)
+    tied = []
+    for s in range(0, len(queries), 65536):  # faiss needs its queries in memory: stream big inputs
+        scores, ids = index.search(queries[s:s + 65536], k)
+        best[s:s + 65536] = ids[:, 0]
+        if k == 2:
+            tied.append(s + np.flatnonzero(scores[:, 1] >= scores[:, 0]))
+    tied = np.concatenate(tied) if tied else np.zeros(0, dtype=np.int64)
+    for start in range(0, len(tied), chunk_rows):
+        rows = tied[start:start + chunk_rows]
+        best[rows] = np.argmax(queries[rows] @ database.T, axis=1)
+    return best
+
+
+class Scorer(Protocol):
+    """Scores of a virtual ``(R, n_cols)`` matrix, delivered in tiles."""
+
+    n_cols: int
+
+    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """float32 ``(len(rows), c1 - c0)`` scores of ``rows`` against columns ``c0:c1``."""
+        ...
+
+    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """float32 ``(n,)`` scores of the pairs ``(rows[i], cols[i])``."""
+        ...
+
+
+class VectorScorer:
+    """Cosines between row vectors ``(R, D)`` and column vectors ``(C, D)``, float32.
+
+    The inputs are used as they are (float32 arrays and memmaps are not copied); each
+    tile is normalised with precomputed inverse row and column norms.
+    """
+
+    def __init__(self, row_vecs: np.ndarray, col_vecs: np.ndarray, chunk: int = 8192) -> None:
+        self.rows, self.cols, self.chunk = as_float32(row_vecs), as_float32(col_vecs), chunk
+        self.inv_rows, self.inv_cols = inverse_norms(self.rows), inverse_norms(self.cols)
+        self.n_cols = len(self.cols)
+
+    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        block = self.rows[rows] * self.inv_rows[rows, None]
+        out = block @ self.cols[c0:c1].T
+        out *= self.inv_cols[None, c0:c1]
+        return out
+
+    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        out = np.empty(len(rows), dtype=np.float32)
+        for s in range(0, len(rows), self.chunk):
+            r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]
+            raw = np.einsum("ij,ij->i", self.rows[r], self.cols[c])
+            out[s:s + self.chunk] = raw * self.inv_rows[r] * self.inv_cols[c]
+        return out
+
+
+class MatrixScorer:
+    """Scores read from a precomputed ``(R, C0)`` matrix (array or memmap), columns ``col_index``."""
+
+    def __init__(self, matrix: np.ndarray, col_index: np.ndarray) -> None:
+        self.matrix, self.col_index = matrix, np.asarray(col_index, dtype=np.int64)
+        self.n_cols = len(self.col_index)
+        self.identity = self.n_cols == matrix.shape[1] and np.array_equal(self.col_index, np.arange(self.n_cols))
+
+    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        if self.identity:
+            return np.asarray(self.matrix[rows, c0:c1], dtype=np.float32)
+        return np.asarray(self.matrix[np.ix_(rows, self.col_index[c0:c1])], dtype=np.float32)
+
+    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix[rows, self.col_index[cols]], dtype=np.float32)
+
+
+def count_ranks(
+    scorer: Scorer,
+    row_of_query: np.ndarray,
+    col_of_query: np.ndarray,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> dict[str, np.ndarray]:
+    """Count, per query ``q``, the competitors of its own candidate ``col_of_query[q]`` in row ``row_of_query[q]``.
+
+    Returns int64 arrays of shape ``(Q,)``: ``"gt"`` (competitors scoring strictly
+    higher) and/or ``"ge"`` (higher or equal), as the tie policy needs. With ``max_rank``
+    a query stops being counted once its count reaches ``max_rank`` (so counts are exact
+    below ``max_rank`` and only known to be ``>= max_rank`` above it).
+    """
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+    need_gt = ties in ("optimistic", "expected")
+    need_ge = ties in ("pessimistic", "expected")
+    stop_key = "ge" if ties == "pessimistic" else "gt"
+    row_of_query = np.asarray(row_of_query, dtype=np.int64)
+    col_of_query = np.asarray(col_of_query, dtype=np.int64)
+    n_queries, n_cols = len(row_of_query), scorer.n_cols
+    out = {key: np.zeros(n_queries, dtype=np.int64) for key, need in (("gt", need_gt), ("ge", need_ge)) if need}
+    if n_queries == 0:
+        return out
+    own = scorer.pairs(row_of_query, col_of_query)  # the query's own score: the threshold
+    order = np.argsort(row_of_query, kind="stable")
+    rows, starts = np.unique(row_of_query[order], return_index=True)
+    ends = np.append(starts[1:], n_queries)
+    chunk = min(n_cols, _MAX_CHUNK_COLS, max(1, int(block_bytes) // (4 * 64)))
+    per_block = max(1, int(block_bytes) // (4 * chunk))
+    # column chunks: full width for exact ranks; with max_rank, small first chunks that
+    # double, so that rows whose queries are already out of the top max_rank stop early
+    bounds, c0, width = [0], 0, chunk if max_rank is None else min(chunk, _FIRST_CHUNK_COLS)
+    while c0 < n_cols:
+        c0 = min(c0 + width, n_cols)
+        bounds.append(c0)
+        width = min(2 * width, chunk)
+    for b0 in range(0, len(rows), per_block):
+        b1 = min(b0 + per_block, len(rows))
+        block_rows = rows[b0:b1]
+        queries = order[starts[b0]:ends[b1 - 1]]  # grouped by row
+        local = np.searchsorted(block_rows, row_of_query[queries])
+        counts = {key: np.zeros(len(queries), dtype=np.int64) for key in out}
+        active = np.arange(len(queries))
+        for c0, c1 in zip(bounds[:-1], bounds[1:]):
+            if max_rank is not None:
+                active = active[counts[stop_key][active] < max_rank]
+                if len(active) == 0:
+                    break
+            tile_rows, pos = np.unique(local[active], return_inverse=True)
+            scores = scorer.tile(block_rows[tile_rows], c0, c1)
+            shared = len(active) != len(tile_rows)  # several queries on one row: gather per query
+            for s0 in range(0, len(active), per_block):
+                sub = active[s0:s0 + per_block]
+                rows_scores = scores[pos.reshape(-1)[s0:s0 + per_block]] if shared else scores
+                found = _count_tile(rows_scores, own[queries[sub]], col_of_query[queries[sub]] - c0, need_gt, need_ge)
+                for key, value in found.items():
+                    counts[key][sub] += value
+        for key in out:
+            out[key][queries] = counts[key]
+    return out
+
+
+def _count_tile(
+    scores: np.ndarray, thr: np.ndarray, own_col: np.ndarray, need_gt: bool, need_ge: bool
+) -> dict[str, np.ndarray]:
+    """Per row of ``scores``: entries above / at least ``thr``, the own column (if in the tile) excluded."""
+    thr = thr[:, None]
+    in_tile = np.flatnonzero((own_col >= 0) & (own_col < scores.shape[1]))
+    own_score = scores[in_tile, own_col[in_tile]][:, None]
+    found = {}
+    if need_gt:
+        found["gt"] = np.count_nonzero(scores > thr, axis=1)
+        found["gt"][in_tile] -= (own_score > thr[in_tile]).ravel()
+    if need_ge:
+        found["ge"] = np.count_nonzero(scores >= thr, axis=1)
+        found["ge"][in_tile] -= (own_score >= thr[in_tile]).ravel()
+    return found
+
+
+def ranks_and_recall(
+    counts: dict[str, np.ndarray], ks: Sequence[int], ties: str, max_rank: int | None = None
+) -> tuple[np.ndarray, dict[int, float]]:
+    """Turn :func:`count_ranks` output into 1-based ranks and Recall@K for each K (module doc).
+
+    With ``max_rank``, ranks above it are reported as ``max_rank + 1`` (censored).
+    """
+    if ties == "optimistic":
+        ranks = 1 + counts["gt"]
+        hit = {k: ranks <= k for k in ks}
+    elif ties == "pessimistic":
+        ranks = 1 + counts["ge"]
+        hit = {k: ranks <= k for k in ks}
+    elif ties == "expected":
+        greater, equal = counts["gt"], counts["ge"] - counts["gt"]
+        ranks = 1.0 + greater + equal / 2.0
+        hit = {k: np.clip((k - greater) / (equal + 1.0), 0.0, 1.0) for k in ks}
+    else:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+    if max_rank is not None:  # counts stopped at max_rank: only "rank > max_rank" is known
+        ranks = np.where(ranks > max_rank, max_rank + 1, ranks)
+    recall = {k: float(np.mean(h)) if len(ranks) else float("nan") for k, h in hit.items()}
+    return ranks, recall

@@ -1,0 +1,97 @@
+"""Configuration of the XTD10 zero-shot system: every constant with the paper's default.
+
+Loaded from YAML with ``key.sub=value`` overrides by :func:`globetrotter.config_io.load_config`,
+e.g. ``loss.name=patr optim.epochs=10``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class AdapterConfig:
+    """XTD10 section 3.1: block widths and dropout (the last block's width is the image-feature size)."""
+
+    hidden_dims: list[int] = field(default_factory=lambda: [1024, 2048])  # FC widths before the last block
+    dropout: list[float] = field(default_factory=lambda: [0.2, 0.1, 0.0])  # one rate per block (3.2)
+    # fixed multiplier of the output (adapter.py): 1.0 = the paper literally; null = the mean L2
+    # norm of the training images' features, so training starts on the features' scale
+    output_scale: float | None = None
+
+    def validate(self) -> None:
+        if len(self.dropout) != len(self.hidden_dims) + 1:
+            raise ValueError(
+                f"adapter.dropout needs {len(self.hidden_dims) + 1} rates (one per block), got {self.dropout}"
+            )
+        if any(not 0.0 <= p < 1.0 for p in self.dropout):
+            raise ValueError(f"adapter.dropout rates must be in [0, 1), got {self.dropout}")
+        if any(w <= 0 for w in self.hidden_dims):
+            raise ValueError(f"adapter.hidden_dims must be positive, got {self.hidden_dims}")
+        if self.output_scale is not None and not self.output_scale > 0:
+            raise ValueError(f"adapter.output_scale must be > 0 or null, got {self.output_scale}")
+
+
+@dataclass
+class LossConfig:
+    """XTD10 section 3.2: M3L (eq. 1) or PATR (eq. 2), both with in-batch hard negatives."""
+
+    name: Literal["m3l", "patr"] = "m3l"
+    rho: float = 4.0  # eq. (1) sensitivity exponent
+    alpha1: float = 0.5  # eq. (1) weight of the negative image
+    alpha2: float = 1.0  # eq. (1) weight of the negative text
+    # eq. (2) eta, a squared distance, so it depends on the image encoder's scale: the paper's
+    # 1100 fits ResNet-152 features (set loss.margin=1100 with them). null = the mean squared
+    # distance between two random training images (332 for EfficientNet-Lite0 on Flickr8k).
+    margin: float | None = None
+
+    def validate(self) -> None:
+        if self.rho <= 0:
+            raise ValueError(f"loss.rho must be > 0, got {self.rho}")
+        if self.alpha1 < 0 or self.alpha2 < 0:
+            raise ValueError("loss.alpha1 and loss.alpha2 must be >= 0")
+        if self.margin is not None and self.margin < 0:
+            raise ValueError(f"loss.margin must be >= 0 or null, got {self.margin}")
+
+
+@dataclass
+class OptimConfig:
+    """XTD10 section 3.2: Adam, lr 1e-3, beta1 0.99, batch 128, 50 epochs."""
+
+    lr: float = 1e-3
+    beta1: float = 0.99
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    batch_size: int = 128  # large, so the batch holds hard negatives
+    epochs: int = 50
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"optim.batch_size must be >= 2 (negatives come from the batch), got {self.batch_size}")
+        if self.epochs < 1:
+            raise ValueError(f"optim.epochs must be >= 1, got {self.epochs}")
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
+            raise ValueError("optim.beta1 and optim.beta2 must be in [0, 1)")
+
+
+@dataclass
+class ZeroShotConfig:
+    """The whole system: encoders (frozen), adapter, loss, optimiser and training languages."""
+
+    text_encoder: str = "use"  # a backretrieval embedder spec: use | npy:PATH | st:MODEL | globetrotter:CKPT
+    image_encoder: str = "efficientnet_lite0"  # any timm model name (pooled pre-logits features)
+    image_weights: str | None = None  # package | FILE | hub; null: 'package' (offline) for efficientnet_lite0
+    train_langs: list[str] = field(default_factory=lambda: ["en"])  # zero-shot: train on English only
+    max_captions_per_image: int | None = None  # first N training captions per image and language (null: all)
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def validate(self) -> None:
+        if not self.train_langs:
+            raise ValueError("train_langs must name at least one language")
+        if self.max_captions_per_image is not None and self.max_captions_per_image < 1:
+            raise ValueError(f"max_captions_per_image must be >= 1 or null, got {self.max_captions_per_image}")

@@ -1,0 +1,151 @@
+"""Frozen features of a shard split, computed once and cached: what the adapter trains on.
+
+Texts are embedded by a pluggable frozen text encoder (a :mod:`backretrieval.embedders`
+spec: ``use``, ``st:MODEL``, ``npy:PATH``, ``globetrotter:CKPT``), images by a frozen timm
+model (:class:`backretrieval.images.ImageFeatureExtractor`; ``efficientnet_lite0`` with the
+offline ``package`` weights by default). Both are cached on disk, keyed by the encoder and
+the exact inputs, so a second run over the same split reads them back.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from backretrieval.data import image_features, load_split
+from backretrieval.embedders import TextEmbedder, embed_texts, load_embedder
+from backretrieval.images import PACKAGE_MODEL, ImageFeatureExtractor
+
+DEFAULT_CACHE = Path(os.environ.get("GLOBETROTTER_CACHE", "outputs/cache"))
+
+
+@dataclass
+class SplitFeatures:
+    """Row-aligned captions of a split with their frozen features.
+
+    ``text_features[i]`` embeds ``texts[i]`` (language ``langs[i]``, group ``groups[i]``), whose
+    image is row ``caption_image[i]`` of ``image_features`` (named ``image_keys``).
+    """
+
+    texts: list[str]
+    langs: np.ndarray
+    groups: np.ndarray
+    caption_image: np.ndarray
+    image_keys: list[str]
+    text_features: np.ndarray
+    image_features: np.ndarray
+
+    def rows(self, lang: str | Sequence[str]) -> np.ndarray:
+        """Row indices of the captions in ``lang`` (one code or several)."""
+        langs = [lang] if isinstance(lang, str) else list(lang)
+        return np.flatnonzero(np.isin(self.langs, langs))
+
+    def first_per_image(self, lang: str) -> np.ndarray:
+        """Rows of the first caption of each image in ``lang`` (XTD10/Multi30K: one query per image)."""
+        rows = self.rows(lang)
+        _, first = np.unique(self.caption_image[rows], return_index=True)
+        return rows[np.sort(first)]
+
+
+def default_image_weights(model_name: str) -> str:
+    """``package`` (offline EfficientNet-Lite0) for that model; other models need an explicit choice."""
+    return "package" if model_name == PACKAGE_MODEL else ""
+
+
+def image_extractor(
+    model_name: str, weights: str | None = None, cache_dir: str | Path | None = DEFAULT_CACHE,
+    device: str = "cpu", batch_size: int = 32, progress: bool = True, online: bool = False,
+) -> ImageFeatureExtractor:
+    """The frozen image encoder: any timm model (pooled pre-logits features), cached under ``cache_dir``."""
+    return ImageFeatureExtractor(
+        model_name, weights or default_image_weights(model_name), online=online, batch_size=batch_size,
+        device=device, cache_dir=Path(cache_dir) / "images" if cache_dir else None, progress=progress,
+    )
+
+
+def _spec_fingerprint(spec: str) -> str:
+    """The spec plus the modification time of the file or folder it names, if any (stale-cache guard)."""
+    _, _, arg = spec.partition(":")
+    path = Path(arg) if arg else None
+    if path is not None and path.exists():
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        newest = max((p.stat().st_mtime_ns for p in files), default=0)
+        return f"{spec}@{newest}"
+    return spec
+
+
+def embed_cached(
+    text_encoder: str | TextEmbedder,
+    texts: Sequence[str],
+    cache_dir: str | Path | None = DEFAULT_CACHE,
+    progress: bool = True,
+) -> np.ndarray:
+    """Embed ``texts`` (each distinct text once), reading/writing ``cache_dir/text/<hash>.npy``.
+
+    ``text_encoder`` is a spec string (loaded only on a cache miss) or an embedder object.
+    The key hashes the spec (with the modification time of a file or folder it names) or the
+    embedder's name, and the texts in order.
+    """
+    texts = [str(t) for t in texts]
+    key = _spec_fingerprint(text_encoder) if isinstance(text_encoder, str) else text_encoder.name
+    path = None
+    if cache_dir:
+        digest = hashlib.sha256("\x1e".join([key, *texts]).encode("utf-8")).hexdigest()[:20]
+        path = Path(cache_dir) / "text" / f"text-{digest}.npy"
+        if path.is_file():
+            cached = np.load(path)
+            if len(cached) == len(texts):
+                return cached
+    embedder = load_embedder(text_encoder, progress=progress) if isinstance(text_encoder, str) else text_encoder
+    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+        np.save(tmp, emb)
+        os.replace(tmp, path)
+    return emb
+
+
+def load_split_features(
+    split_dir: str | Path,
+    text_encoder: str | TextEmbedder,
+    extractor: ImageFeatureExtractor | None,
+    langs: Sequence[str] | None = None,
+    cache_dir: str | Path | None = DEFAULT_CACHE,
+    progress: bool = True,
+    max_captions_per_image: int | None = None,
+) -> SplitFeatures:
+    """Read a split (``manifest.json`` + shards) in ``langs`` and compute/load its frozen features.
+
+    ``max_captions_per_image`` keeps only the first N captions of each image in each language
+    (file order), e.g. 1 for the Multi30K setting of one caption per image. Splits that store
+    ``npy`` image features use them as they are (no image model needed).
+    """
+    data = load_split(split_dir, langs)
+    keep = np.arange(len(data.texts))
+    if max_captions_per_image is not None:
+        if max_captions_per_image < 1:
+            raise ValueError(f"max_captions_per_image must be >= 1, got {max_captions_per_image}")
+        seen: dict[tuple, int] = {}
+        mask = np.zeros(len(data.texts), dtype=bool)
+        for row, key in enumerate(zip(data.image_index.tolist(), data.langs.tolist())):
+            seen[key] = seen.get(key, 0) + 1
+            mask[row] = seen[key] <= max_captions_per_image
+        keep = np.flatnonzero(mask)
+    texts = [data.texts[i] for i in keep]
+    text_features = embed_cached(text_encoder, texts, cache_dir, progress)
+    images = image_features(data, None if data.image_format == "npy" else extractor)
+    return SplitFeatures(
+        texts=texts,
+        langs=np.asarray(data.langs, dtype=object)[keep],
+        groups=np.asarray(data.groups, dtype=object)[keep],
+        caption_image=np.asarray(data.image_index, dtype=np.int64)[keep],
+        image_keys=list(data.image_keys),
+        text_features=np.asarray(text_features, dtype=np.float32),
+        image_features=np.asarray(images, dtype=np.float32),
+    )

@@ -1,0 +1,196 @@
+"""Zero-shot multilingual image tagging (XTD10 paper, section 3.3.2, eqs. 3-5).
+
+An English tagger gives each image its source tags. The trained cross-lingual text->image
+adapter embeds the source tags and every tag of a target-language vocabulary into the image
+space. For each source tag S_j in order, each target tag T_i is scored
+
+    Score(T_i) = W1 * cos(img, T_i) + W2 * cos(S_j, T_i)         (eqs. 3, 4, 5)
+
+and the best-scoring target tag not already used for an earlier source tag becomes S_j's
+translation (one target tag per source tag, none used twice). W1 = 0.65 and W2 = 0.35 are
+the paper's values. The image term is what disambiguates ("spring" the season vs. the coil).
+
+Offline, the English tagger is the ImageNet classifier of the pretrained image model: its
+top-k classes, named by the first synonym of timm's ImageNet class descriptions.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from globetrotter.errors import UserError
+
+PAPER_W1, PAPER_W2 = 0.65, 0.35  # section 3.3.2
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """All cosine similarities ``[N, D], [M, D] -> [N, M]``."""
+    return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
+
+
+def assign_target_tags(
+    image_embeddings: torch.Tensor,
+    source_tags: torch.Tensor,
+    source_embeddings: torch.Tensor,
+    target_embeddings: torch.Tensor,
+    w1: float = PAPER_W1,
+    w2: float = PAPER_W2,
+) -> torch.Tensor:
+    """Pick one target tag per source tag, never the same one twice per image (eqs. 3-5).
+
+    ``image_embeddings`` ``[N, D]``: the images' frozen features. ``source_tags`` ``[N, S]``
+    long: row ``n`` lists image ``n``'s source tags in the tagger's order as rows of
+    ``source_embeddings`` ``[V, D]`` (-1 pads). ``target_embeddings`` ``[T, D]``: the target
+    vocabulary. Tag embeddings are adapter outputs, so all live in the image space.
+    Returns ``[N, S]`` long rows of the target vocabulary (-1 for padding, or when the
+    vocabulary is used up). Vectorised over images; the loop runs over the S tag slots.
+    """
+    if source_tags.ndim != 2 or source_tags.shape[0] != image_embeddings.shape[0]:
+        raise ValueError(f"source_tags must be [N={image_embeddings.shape[0]}, S], got {tuple(source_tags.shape)}")
+    sim_image = cosine_matrix(image_embeddings, target_embeddings)  # eq. (3), [N, T]
+    sim_source = cosine_matrix(source_embeddings, target_embeddings)  # eq. (4), [V, T]
+    n, slots = source_tags.shape
+    used = torch.zeros_like(sim_image, dtype=torch.bool)
+    chosen = torch.full((n, slots), -1, dtype=torch.long)
+    rows = torch.arange(n)
+    for j in range(slots):
+        present = source_tags[:, j] >= 0
+        score = w1 * sim_image + w2 * sim_source[source_tags[:, j].clamp_min(0)]  # eq. (5)
+        score = score.masked_fill(used, float("-inf"))
+        best = score.argmax(dim=1)
+        ok = present & torch.isfinite(score[rows, best])
+        chosen[ok, j] = best[ok]
+        used[rows[ok], best[ok]] = True
+    return chosen
+
+
+def read_tag_vocabulary(path: str | Path) -> list[str]:
+    """Read a target-language tag vocabulary: UTF-8 text, one tag per line.
+
+    Blank lines and lines starting with ``#`` are skipped; surrounding spaces are stripped;
+    a repeated tag is kept once. A missing, unreadable or empty file is a one-line
+    :class:`UserError` naming the file (and the line for non-UTF-8 text).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: tag vocabulary file not found (expected UTF-8 text, one tag per line)")
+    tags: dict[str, None] = {}
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise UserError(f"{path}:{lineno}: not UTF-8 text") from None
+            if line and not line.startswith("#"):
+                tags.setdefault(line, None)
+    if not tags:
+        raise UserError(f"{path}: tag vocabulary is empty (expected one tag per line)")
+    return list(tags)
+
+
+@lru_cache(maxsize=1)
+def imagenet_class_names() -> tuple[str, ...]:
+    """The 1000 ImageNet-1k class names, offline from timm: the first synonym of each class
+    description (``"tench, Tinca tinca"`` -> ``"tench"``)."""
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo()
+    return tuple(info.index_to_description(i).split(",")[0].strip() for i in range(info.num_classes()))
+
+
+def top_k_source_tags(
+    logits: torch.Tensor, k: int = 5, class_names: Sequence[str] | None = None
+) -> tuple[list[list[str]], torch.Tensor]:
+    """Source tags from classifier logits ``[N, C]``: the names of the top-``k`` classes per image.
+
+    Classes sharing a name (ImageNet has two "crane"s) give the tag once. Returns the tags
+    and their probabilities ``[N, k]`` (softmax over all classes).
+    """
+    names = list(class_names) if class_names is not None else list(imagenet_class_names())
+    if logits.shape[1] != len(names):
+        raise ValueError(f"logits have {logits.shape[1]} classes but {len(names)} class names were given")
+    probs = logits.float().softmax(dim=1)
+    top_p, top_i = probs.topk(min(k, probs.shape[1]), dim=1)
+    tags = [list(dict.fromkeys(names[i] for i in row)) for row in top_i.tolist()]
+    return tags, top_p
+
+
+def index_source_tags(tags: Sequence[Sequence[str]]) -> tuple[list[str], torch.Tensor]:
+    """Distinct source tags (first-seen order) and the ``[N, S]`` index matrix (-1 padded)
+    that :func:`assign_target_tags` takes."""
+    vocab: dict[str, int] = {}
+    for row in tags:
+        for tag in row:
+            vocab.setdefault(tag, len(vocab))
+    slots = max((len(row) for row in tags), default=0)
+    index = torch.full((len(tags), slots), -1, dtype=torch.long)
+    for n, row in enumerate(tags):
+        if row:
+            index[n, : len(row)] = torch.tensor([vocab[t] for t in row])
+    return list(vocab), index
+
+
+def tag_images(
+    image_embeddings: torch.Tensor,
+    source_tags: Sequence[Sequence[str]],
+    embed_tags,
+    target_vocabularies: dict[str, Sequence[str]],
+    w1: float = PAPER_W1,
+    w2: float = PAPER_W2,
+) -> dict[str, list[list[str]]]:
+    """Translate each image's source tags into every target language (eqs. 3-5).
+
+    ``embed_tags(list[str]) -> Tensor [n, D]`` maps tags into the image space (frozen text
+    encoder + trained adapter). ``target_vocabularies`` maps a language to its tag list.
+    Returns ``{lang: [[target tag per source tag] per image]}`` (a source tag with no
+    target left is dropped).
+    """
+    source_vocab, index = index_source_tags(source_tags)
+    source_emb = embed_tags(source_vocab) if source_vocab else torch.zeros(0, image_embeddings.shape[1])
+    result: dict[str, list[list[str]]] = {}
+    for lang, vocab in target_vocabularies.items():
+        vocab = list(vocab)
+        chosen = assign_target_tags(image_embeddings, index, source_emb, embed_tags(vocab), w1, w2)
+        result[lang] = [[vocab[i] for i in row if i >= 0] for row in chosen.tolist()]
+    return result
+
+
+def load_imagenet_classifier(model_name: str, weights: str, online: bool = False) -> torch.nn.Module:
+    """The ImageNet classification head of a timm image model: pooled features -> 1000 logits.
+
+    The frozen image features (:class:`backretrieval.images.ImageFeatureExtractor`) are the
+    input of this head, so the English source tagger costs one matrix product per image.
+    ``weights`` as for the extractor: ``package`` (offline EfficientNet-Lite0), a local
+    state-dict file, or ``hub`` (downloads, only with ``online=True``).
+    """
+    import timm
+
+    from backretrieval.images import PACKAGE_MODEL, _read_state_dict, load_state_dict_in_order, package_weights_path
+
+    if weights == "package":
+        if model_name != PACKAGE_MODEL:
+            raise UserError(f"image weights 'package' are for {PACKAGE_MODEL}, not {model_name}")
+        model = timm.create_model(model_name, pretrained=False)
+        load_state_dict_in_order(model, torch.load(package_weights_path(), map_location="cpu", weights_only=True))
+    elif weights == "hub":
+        if not online:
+            raise UserError(f"image weights 'hub' download {model_name}; opt in with --online")
+        model = timm.create_model(model_name, pretrained=True)
+    else:
+        path = Path(weights)
+        if not path.is_file():
+            raise UserError(f"{path}: image weights file not found (or use 'package', 'hub')")
+        model = timm.create_model(model_name, pretrained=False)
+        state = _read_state_dict(path)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError:
+            load_state_dict_in_order(model, state)
+    head = model.get_classifier()
+    if not isinstance(head, torch.nn.Module) or getattr(head, "out_features", None) != 1000:
+        raise UserError(f"image model {model_name} ({weights}) has no 1000-class ImageNet head to tag with")
+    return head.eval()

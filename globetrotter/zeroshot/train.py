@@ -1,0 +1,171 @@
+"""Training loop of the XTD10 adapter over cached (frozen) features, and its checkpoints.
+
+Both encoders are frozen, so their outputs are computed once and cached; an epoch is then
+a pass over the caption features in shuffled mini-batches, each caption paired with the
+features of its image. Negatives are mined inside each mini-batch (see :mod:`.losses`).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from globetrotter.config_io import from_dict, read_yaml, save_config
+from globetrotter.errors import UserError
+
+from .adapter import TextToImageAdapter
+from .config import ZeroShotConfig
+from .losses import M3Loss, PATRLoss, typical_squared_distance
+
+WEIGHTS, CONFIG, META = "adapter.safetensors", "config.yaml", "meta.json"
+
+
+@dataclass
+class TrainHistory:
+    """Per-epoch training loss, optional validation score, throughput and the epoch kept."""
+
+    loss: list[float] = field(default_factory=list)
+    val: list[float] = field(default_factory=list)
+    samples_per_s: float = 0.0
+    best_epoch: int = -1
+    margin: float | None = None  # PATR eta actually used
+    output_scale: float = 1.0  # adapter output scale actually used
+
+
+def build_loss(config: ZeroShotConfig, image_features: torch.Tensor | None = None) -> torch.nn.Module:
+    """The configured loss module; PATR's ``margin: null`` is measured on ``image_features``."""
+    cfg = config.loss
+    if cfg.name == "m3l":
+        return M3Loss(rho=cfg.rho, alpha1=cfg.alpha1, alpha2=cfg.alpha2)
+    margin = cfg.margin
+    if margin is None:
+        if image_features is None:
+            raise ValueError("loss.margin is null: image features are needed to measure it")
+        margin = typical_squared_distance(image_features)
+    return PATRLoss(margin=margin)
+
+
+def train_adapter(
+    text_features: torch.Tensor,
+    image_features: torch.Tensor,
+    caption_image: torch.Tensor,
+    config: ZeroShotConfig,
+    validate: Callable[[TextToImageAdapter], float] | None = None,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> tuple[TextToImageAdapter, TrainHistory]:
+    """Train the XTD10 adapter (section 3.2) and return it with its history.
+
+    ``text_features`` ``[N, Dt]``: frozen sentence embeddings of the training captions.
+    ``image_features`` ``[M, Di]``: frozen image features. ``caption_image`` ``[N]`` long:
+    the row of ``image_features`` each caption describes (captions of one image are never
+    each other's negatives). Adam (``optim.lr``, ``optim.beta1``) for ``optim.epochs``
+    epochs of shuffled batches of ``optim.batch_size`` captions. When ``validate`` is given
+    it is called after each epoch (higher is better) and the best epoch's weights are kept.
+    """
+    if text_features.ndim != 2 or image_features.ndim != 2:
+        raise ValueError("text_features and image_features must be 2-D [rows, dim]")
+    if caption_image.shape != (text_features.shape[0],):
+        raise ValueError(f"caption_image must be [{text_features.shape[0]}], got {tuple(caption_image.shape)}")
+    if text_features.shape[0] < 2:
+        raise UserError(f"need at least 2 training captions, got {text_features.shape[0]}")
+    opt = config.optim
+    torch.manual_seed(opt.seed)
+    device = torch.device(device)
+    scale = config.adapter.output_scale
+    if scale is None:  # the mean feature norm of the images trained on
+        scale = float(image_features[torch.unique(caption_image)].float().norm(dim=1).mean().clamp_min(1e-6))
+    adapter = TextToImageAdapter(
+        text_features.shape[1], image_features.shape[1], config.adapter.hidden_dims, config.adapter.dropout, scale
+    ).to(device)
+    loss_fn = build_loss(config, image_features)
+    history = TrainHistory(margin=getattr(loss_fn, "margin", None), output_scale=scale)
+    optimizer = torch.optim.Adam(
+        adapter.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), weight_decay=opt.weight_decay
+    )
+    text_features = text_features.to(device=device, dtype=torch.float32)
+    image_features = image_features.to(device=device, dtype=torch.float32)
+    caption_image = caption_image.to(device=device, dtype=torch.long)
+    gen = torch.Generator().manual_seed(opt.seed)
+    n = text_features.shape[0]
+    steps_per_epoch = math.ceil(n / opt.batch_size)
+    best_score, best_state = -math.inf, None
+    seen, train_time = 0, 0.0
+    bar = tqdm(range(opt.epochs), desc=f"adapter ({config.loss.name})", disable=not progress)
+    for epoch in bar:
+        adapter.train()
+        order = torch.randperm(n, generator=gen).to(device)
+        total = 0.0
+        start = time.perf_counter()
+        for step in range(steps_per_epoch):
+            idx = order[step * opt.batch_size : (step + 1) * opt.batch_size]
+            if idx.numel() < 2:  # a lone caption has no in-batch negative
+                continue
+            image_rows = caption_image[idx]
+            loss = loss_fn(adapter(text_features[idx]), image_features[image_rows], image_rows)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            seen += idx.numel()
+        train_time += time.perf_counter() - start
+        history.loss.append(total / steps_per_epoch)
+        postfix = {"loss": f"{history.loss[-1]:.4g}"}
+        if validate is not None:
+            score = float(validate(adapter))
+            history.val.append(score)
+            postfix["val"] = f"{score:.4f}"
+            if score > best_score:
+                best_score, best_state, history.best_epoch = score, copy.deepcopy(adapter.state_dict()), epoch
+        bar.set_postfix(postfix)
+    if best_state is not None:
+        adapter.load_state_dict(best_state)
+    else:
+        history.best_epoch = opt.epochs - 1
+    history.samples_per_s = seen / train_time if train_time > 0 else 0.0
+    adapter.eval()
+    return adapter, history
+
+
+def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: str | Path, **meta) -> Path:
+    """Write ``adapter.safetensors``, the resolved ``config.yaml`` and ``meta.json``.
+
+    ``meta.json`` holds the adapter's architecture (read back by :func:`load_adapter`) and
+    the extra ``meta`` (training split, history, ...).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in adapter.state_dict().items()}
+    tmp = out_dir / (WEIGHTS + ".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(out_dir / WEIGHTS)
+    save_config(config, out_dir / CONFIG)
+    info = {"text_dim": adapter.text_dim, "image_dim": adapter.image_dim, "hidden_dims": adapter.hidden_dims,
+            "dropout": adapter.dropout, "output_scale": float(adapter.output_scale), **meta}
+    (out_dir / META).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+    return out_dir
+
+
+def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, dict]:
+    """Load what :func:`save_adapter` wrote; one-line :class:`UserError` when it is not there."""
+    path = Path(path)
+    for name in (WEIGHTS, CONFIG, META):
+        if not (path / name).is_file():
+            raise UserError(f"{path}: not an adapter checkpoint (missing {name}; train one with `train`)")
+    config = from_dict(ZeroShotConfig, read_yaml(path / CONFIG), where=str(path / CONFIG))
+    meta = json.loads((path / META).read_text(encoding="utf-8"))
+    adapter = TextToImageAdapter(
+        meta["text_dim"], meta["image_dim"], meta["hidden_dims"], meta["dropout"], meta.get("output_scale", 1.0)
+    )
+    adapter.load_state_dict(load_file(str(path / WEIGHTS)))
+    adapter.eval()
+    return adapter, config, meta
+

@@ -1,0 +1,157 @@
+"""The ``backretrieval`` command: score / eval / correlate on small data made on the fly."""
+from __future__ import annotations
+
+import json
+import numpy as np
+import pytest
+from PIL import Image
+
+from backretrieval import bkr_recall, evaluate_pairs, xlr_recall
+from backretrieval.cli import main, parse_model_specs
+from data_prep.shards import ShardWriter
+
+LANGS = ("de", "en", "fr")
+
+
+@pytest.fixture(scope="module")
+def parallel_split(tmp_path_factory):
+    """A test-like split: 80 images captioned in 3 languages (tied by group), npy image features,
+    and a 'good' text model stored as npy embeddings looked up by caption text."""
+    root = tmp_path_factory.mktemp("br_cli")
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((80, 12))
+    feats = z @ rng.standard_normal((12, 24)) + 0.5 * rng.standard_normal((80, 24))
+    texts, emb = [], []
+    with ShardWriter(root / "test", split="test", source="unit", image_format="npy", maxcount=100) as w:
+        for i in range(80):
+            for lang in LANGS:
+                caption = f"{lang} caption of picture {i}"
+                w.write(f"s{i}_{lang}", feats[i].astype(np.float32), caption, lang, image_id=f"img{i}", group=f"g{i}")
+                texts.append(caption)
+                emb.append(z[i] + 0.3 * rng.standard_normal(12))
+    np.save(root / "good.npy", np.asarray(emb, np.float32))
+    (root / "good.npy.texts.json").write_text(json.dumps(texts))
+    return root, feats, texts, np.asarray(emb, np.float32)
+
+
+def test_help_of_every_command_explains_the_metric(capsys):
+    for cmd in ([], ["score"], ["eval"], ["correlate"]):
+        with pytest.raises(SystemExit) as exc:
+            main(cmd + ["--help"])
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert "BackRetrieval" in out and "Recall@K" in out and "XLR" in out and "CORR" in out
+
+
+def test_score_on_embedding_files_matches_the_api(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    arrays = {"st": rng.standard_normal((40, 8)), "tt": rng.standard_normal((30, 8)),
+              "si": rng.standard_normal((40, 16)), "ti": rng.standard_normal((30, 16)),
+              "par": rng.standard_normal((40, 8))}
+    for name, arr in arrays.items():
+        np.save(tmp_path / f"{name}.npy", arr.astype(np.float32))
+    code = main(["score", "--src-text", str(tmp_path / "st.npy"), "--tgt-text", str(tmp_path / "tt.npy"),
+                 "--src-img", str(tmp_path / "si.npy"), "--tgt-img", str(tmp_path / "ti.npy"),
+                 "--xlr-tgt-text", str(tmp_path / "par.npy"), "--ks", "1", "10", "--out", str(tmp_path / "r.json"),
+                 "--ranks-out", str(tmp_path / "ranks.npy")])
+    assert code == 0
+    rec = json.loads((tmp_path / "r.json").read_text())
+    ref = bkr_recall(arrays["st"], arrays["si"], arrays["tt"], arrays["ti"], (1, 10))
+    assert rec["metrics"]["bkr@10"] == pytest.approx(ref["bkr@10"])
+    assert rec["metrics"]["xlr@1"] == pytest.approx(xlr_recall(arrays["st"], arrays["par"], (1,))["xlr@1"])
+    assert -1 <= rec["metrics"]["corr"] <= 1
+    np.testing.assert_array_equal(np.load(tmp_path / "ranks.npy"), ref["ranks"])
+
+
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.zeros((3, 4), np.float32))
+    code = main(["score", "--src-text", str(tmp_path / "missing.npy"), "--tgt-text", str(tmp_path / "a.npy"),
+                 "--image-sim", str(tmp_path / "a.npy")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and "missing.npy" in err and err.count("\n") == 1
+    code = main(["score", "--src-text", str(tmp_path / "a.npy"), "--tgt-text", str(tmp_path / "a.npy")])
+    assert code == 2 and "image side is missing" in capsys.readouterr().err
+    code = main(["eval", "--data", str(tmp_path / "nosplit"), "--model", "random:4", "--out-dir", str(tmp_path / "o")])
+    assert code == 2 and "nosplit" in capsys.readouterr().err
+    code = main(["correlate", "--data", str(tmp_path), "--models", "random:4", "--out-dir", str(tmp_path / "o")])
+    assert code == 2 and "at least 2 model specs" in capsys.readouterr().err
+
+
+def test_eval_writes_pair_matrices_and_plots(parallel_split, tmp_path, capsys):
+    root, feats, texts, emb = parallel_split
+    out = tmp_path / "eval"
+    code = main(["eval", "--data", str(root / "test"), "--model", f"good=npy:{root / 'good.npy'}",
+                 "--model", "random:12",
+                 "--ks", "1", "5", "--max-per-lang", "30", "--out-dir", str(out), "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "results.json").read_text())
+    assert set(rec["models"]) == {"good", "random:12"}
+    good = rec["models"]["good"]
+    assert good["langs"] == list(LANGS) and good["matrix"]["bkr@5"][0][0] is None  # NaN diagonal -> null
+    # same numbers as the API on the same rows (shard order = write order)
+    langs = [t.split()[0] for t in texts]
+    ids = [f"img{i // 3}" for i in range(len(texts))]
+    groups = [f"g{i // 3}" for i in range(len(texts))]
+    ref = evaluate_pairs(emb, langs, feats[np.arange(len(texts)) // 3], ids, (1, 5), groups=groups, max_per_lang=30)
+    assert good["pairs"]["en->fr"]["bkr@5"] == pytest.approx(ref["pairs"]["en->fr"]["bkr@5"])
+    assert good["mean"]["xlr@1"] > 0.9 > rec["models"]["random:12"]["mean"]["xlr@5"]
+    pngs = {p.name for p in out.glob("*.png")}
+    assert "boxplot_bkr5.png" in pngs and "heatmap_good_bkr5.png" in pngs and "heatmap_random_12_xlr1.png" in pngs
+
+
+def test_correlate_runs_the_protocol_over_model_specs(parallel_split, tmp_path, capsys):
+    root, *_ = parallel_split
+    models_file = tmp_path / "models.txt"
+    models_file.write_text(f"# graded copies of one model\nnoisy=noisy:2.0:npy:{root / 'good.npy'}\nrandom:12\n")
+    out = tmp_path / "corr"
+    code = main(["correlate", "--data", str(root / "test"), "--models", f"good=npy:{root / 'good.npy'}",
+                 "--models-file", str(models_file), "--pairs", "en-de", "--n", "30", "--seeds", "3",
+                 "--ks", "1", "10", "--out-dir", str(out), "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "protocol.json").read_text())
+    res = rec["pairs"]["en->de"]
+    assert list(res["models"]) == ["good", "noisy", "random:12"] and res["n"] == 30 and len(res["seeds"]) == 3
+    xlr = [res["models"][m]["mean"]["xlr@10"] for m in res["models"]]
+    assert xlr[0] > xlr[1] > xlr[2]
+    assert -1 <= res["correlation"]["@10"]["pearson"]["bkr"]["mean"] <= 1
+    assert "en->de" in (out / "table.md").read_text() and (out / "scatter_en-de.png").is_file()
+
+
+def test_eval_extracts_image_features_from_jpeg_shards_with_cache(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    split = tmp_path / "val"
+    with ShardWriter(split, split="val", source="unit", image_format="jpg") as w:
+        for i in range(6):
+            pixels = rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)
+            w.write(f"k{i}", Image.fromarray(pixels), f"caption {i}", LANGS[i % 2], image_id=f"img{i}")
+    args = ["eval", "--data", str(split), "--model", "random:8", "--image-model", "test_efficientnet",
+            "--image-weights", "random", "--cache-dir", str(tmp_path / "cache"), "--ks", "1",
+            "--out-dir", str(tmp_path / "out"), "--no-progress"]
+    assert main(args) == 0
+    assert len(list((tmp_path / "cache").glob("test_efficientnet-*.npy"))) == 1
+    first = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert main(args) == 0  # second run reads the cache
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["models"] == first["models"]
+
+
+def test_parse_model_specs_labels():
+    assert parse_model_specs(["use", "USE-M=use", "npy:/a=b.npy", "# comment", ""]) == {
+        "use": "use", "USE-M": "use", "npy:/a=b.npy": "npy:/a=b.npy"}
+
+
+def test_package_imports_nothing_from_globetrotter_and_data_prep_only_lazily():
+    import ast
+    from pathlib import Path
+
+    import backretrieval
+
+    for path in Path(backretrieval.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                roots = {n.split(".")[0] for n in names}
+                assert "globetrotter" not in roots, f"{path.name}:{node.lineno} imports globetrotter"
+                if "data_prep" in roots:
+                    assert id(node) not in top_level, f"{path.name}:{node.lineno} imports data_prep at module level"

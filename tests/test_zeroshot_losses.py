@@ -1,0 +1,97 @@
+"""XTD10 losses (M3L eq. 1, PATR eq. 2) and in-batch hard-negative mining, on hand-computed values."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from globetrotter.zeroshot.losses import (
+    M3Loss,
+    PATRLoss,
+    m3l_loss,
+    mine_hard_negatives,
+    pairwise_squared_distance,
+    patr_loss,
+    typical_squared_distance,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def t(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_m3l_matches_hand_computed_value():
+    # d(a,p) = 1, d(a,n_img) = 4, d(a,n_txt) = 2 (squared distances)
+    a, p, ni, nt = t([0.0, 0.0]), t([1.0, 0.0]), t([2.0, 0.0]), t([1.0, 1.0])
+    # 0.5 * (1/4)^4 + 1 * (1/2)^4 = 0.5/256 + 1/16
+    expected = 0.5 / 256 + 1 / 16
+    assert m3l_loss(a, p, ni, nt).item() == pytest.approx(expected, rel=1e-6)
+    # the same as eq. (1) written as a ratio of powers, with other constants
+    got = m3l_loss(a, p, ni, nt, rho=2.0, alpha1=3.0, alpha2=0.25)
+    assert got.item() == pytest.approx(3.0 * 1**2 / 4**2 + 0.25 * 1**2 / 2**2, rel=1e-6)
+
+
+def test_m3l_is_zero_when_anchor_hits_positive_and_large_for_close_negatives():
+    a = t([1.0, 2.0])
+    assert m3l_loss(a, a.clone(), t([5.0, 5.0]), t([0.0, 9.0])).item() == 0.0
+    # negative closer than the positive: each ratio > 1, raised to rho = 4
+    far_pos = m3l_loss(t([0.0, 0.0]), t([2.0, 0.0]), t([1.0, 0.0]), t([1.0, 0.0]))
+    assert far_pos.item() == pytest.approx(0.5 * 4**4 + 4**4)
+
+
+def test_patr_matches_hand_computed_value():
+    a, p = t([0.0, 0.0]), t([3.0, 4.0])  # d(a,p) = 25
+    assert patr_loss(a, p, t([1.0, 0.0]), margin=10.0).item() == pytest.approx(25 + (10 - 1))
+    assert patr_loss(a, p, t([4.0, 0.0]), margin=10.0).item() == pytest.approx(25.0)  # 16 > eta: hinge off
+
+
+def test_pairwise_squared_distance_matches_cdist():
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(7, 5, generator=gen), torch.randn(4, 5, generator=gen)
+    torch.testing.assert_close(pairwise_squared_distance(x, y), torch.cdist(x, y) ** 2, rtol=1e-4, atol=1e-4)
+
+
+def test_mining_picks_the_closest_image_of_another_row():
+    text = t([0.0, 0.0], [10.0, 0.0], [0.0, 10.0])
+    image = t([0.0, 1.0], [3.0, 0.0], [0.0, 5.0])
+    # anchor 0: d(img1)=9 < d(img2)=25; anchor 1: d(img0)=101 < d(img2)=125; anchor 2: d(img0)=81 < d(img1)=109
+    index, valid = mine_hard_negatives(text, image)
+    assert index.tolist() == [1, 0, 0] and valid.all()
+    # rows 0 and 1 show the same image: they are never each other's negative
+    index, valid = mine_hard_negatives(text, image, torch.tensor([7, 7, 8]))
+    assert index.tolist() == [2, 2, 0] and valid.all()
+    # a batch showing one image only has no negatives
+    index, valid = mine_hard_negatives(text, image, torch.tensor([1, 1, 1]))
+    assert not valid.any() and index.tolist() == [0, 1, 2]
+
+
+def test_mined_losses_use_the_negative_image_and_its_caption():
+    text = t([0.0, 0.0], [10.0, 0.0], [0.0, 10.0])
+    image = t([0.0, 1.0], [3.0, 0.0], [0.0, 5.0])
+    neg = torch.tensor([1, 0, 0])  # hand-mined above
+    want_m3l = m3l_loss(text, image, image[neg], text[neg]).mean()
+    assert M3Loss()(text, image).item() == pytest.approx(want_m3l.item(), rel=1e-6)
+    want_patr = patr_loss(text, image, image[neg], margin=50.0).mean()
+    assert PATRLoss(margin=50.0)(text, image).item() == pytest.approx(want_patr.item(), rel=1e-6)
+
+
+def test_m3l_gradient_pulls_anchor_to_positive_and_away_from_negative_text():
+    anchor = t([1.0, 1.0]).requires_grad_(True)
+    loss = m3l_loss(anchor, t([2.0, 1.0]), t([-1.0, 1.0]), t([1.0, -1.0])).sum()
+    loss.backward()
+    step = -anchor.grad[0]  # gradient descent direction
+    assert step[0] > 0  # towards the positive (+x), away from the negative image (-x)
+    assert step[1] > 0  # away from the negative text (-y)
+
+
+def test_typical_squared_distance_of_two_points():
+    # the only pair of different images: squared distance 25
+    assert typical_squared_distance(t([0.0, 0.0], [3.0, 4.0])) == pytest.approx(25.0)

@@ -1,0 +1,149 @@
+"""Zero-shot multilingual image tagging (XTD10 3.3.2, eqs. 3-5)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from globetrotter.errors import UserError
+from globetrotter.zeroshot.adapter import TextToImageAdapter
+from globetrotter.zeroshot.cli import main
+from globetrotter.zeroshot.config import ZeroShotConfig
+from globetrotter.zeroshot.tagging import (
+    assign_target_tags,
+    imagenet_class_names,
+    index_source_tags,
+    read_tag_vocabulary,
+    tag_images,
+    top_k_source_tags,
+)
+from globetrotter.zeroshot.train import save_adapter
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+SEASON, COIL = [1.0, 0.0], [0.0, 1.0]
+SPRING = [1 / math.sqrt(2), 1 / math.sqrt(2)]  # the ambiguous English tag, halfway between both senses
+
+
+def test_the_image_decides_between_the_senses_of_an_ambiguous_tag():
+    targets = torch.tensor([SEASON, COIL])  # "printemps", "ressort"
+    images = torch.tensor([[0.9, 0.1], [0.1, 0.9]])  # a blossom photo, a photo of a metal coil
+    chosen = assign_target_tags(images, torch.tensor([[0], [0]]), torch.tensor([SPRING]), targets)
+    assert chosen.tolist() == [[0], [1]]
+    # hand-computed eq. (5) for image 0: 0.65*cos(img, T) + 0.35*cos(S, T)
+    cos_img = 0.9 / math.hypot(0.9, 0.1)
+    season = 0.65 * cos_img + 0.35 * SPRING[0]
+    coil = 0.65 * (0.1 / math.hypot(0.9, 0.1)) + 0.35 * SPRING[1]
+    assert season > coil
+    # without the image term (W1 = 0) the tie goes to the first tag for both images
+    assert assign_target_tags(images, torch.tensor([[0], [0]]), torch.tensor([SPRING]), targets, w1=0.0, w2=1.0).tolist() == [[0], [0]]
+
+
+def test_no_target_tag_is_used_twice_and_padding_is_kept():
+    targets = torch.tensor([SEASON, COIL])
+    image = torch.tensor([[0.9, 0.1]])
+    # the same source tag twice, then padding: the second copy gets the next best tag
+    chosen = assign_target_tags(image, torch.tensor([[0, 0, -1]]), torch.tensor([SPRING]), targets)
+    assert chosen.tolist() == [[0, 1, -1]]
+    # more source tags than target tags: the vocabulary runs out
+    chosen = assign_target_tags(image, torch.tensor([[0, 0, 0]]), torch.tensor([SPRING]), targets)
+    assert chosen.tolist() == [[0, 1, -1]]
+
+
+def _reference_eq5(image, source_rows, source_emb, target_emb, w1, w2):
+    """Eq. (5) written out literally with Python loops (the obviously-correct reference)."""
+    def cos(a, b):
+        return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    used, out = set(), []
+    for s in source_rows:
+        scores = [(w1 * cos(image, t) + w2 * cos(source_emb[s], t), i) for i, t in enumerate(target_emb)]
+        for _, i in sorted(scores, key=lambda x: (-x[0], x[1])):
+            if i not in used:
+                used.add(i)
+                out.append(i)
+                break
+    return out
+
+
+def test_assignment_matches_a_literal_implementation_of_eq5():
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(6, 5)).astype(np.float32)
+    source_emb = rng.normal(size=(4, 5)).astype(np.float32)
+    target_emb = rng.normal(size=(7, 5)).astype(np.float32)
+    source_tags = rng.integers(0, 4, size=(6, 3))
+    got = assign_target_tags(torch.from_numpy(images), torch.from_numpy(source_tags), torch.from_numpy(source_emb),
+                             torch.from_numpy(target_emb), w1=0.65, w2=0.35)
+    for n in range(6):
+        assert got[n].tolist() == _reference_eq5(images[n], source_tags[n], source_emb, target_emb, 0.65, 0.35)
+
+
+def test_imagenet_names_are_offline_and_source_tags_deduplicated():
+    names = imagenet_class_names()
+    assert len(names) == 1000 and names[0] == "tench" and names.count("crane") == 2
+    logits = torch.tensor([[0.0, 5.0, 4.0, 3.0], [9.0, 0.0, 1.0, 2.0]])
+    tags, probs = top_k_source_tags(logits, k=3, class_names=["cat", "dog", "crane", "crane"])
+    assert tags == [["dog", "crane"], ["cat", "crane"]]
+    torch.testing.assert_close(probs[0], logits[0].softmax(0)[[1, 2, 3]])
+    vocab, index = index_source_tags([["dog", "crane"], ["cat"]])
+    assert vocab == ["dog", "crane", "cat"] and index.tolist() == [[0, 1], [2, -1]]
+
+
+def test_tag_vocabulary_file(tmp_path):
+    path = tmp_path / "de.txt"
+    path.write_text("# German tags\nHund\n\n  Katze \nHund\n", encoding="utf-8")
+    assert read_tag_vocabulary(path) == ["Hund", "Katze"]
+    (tmp_path / "empty.txt").write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(UserError, match="empty"):
+        read_tag_vocabulary(tmp_path / "empty.txt")
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
+    with pytest.raises(UserError, match=r"bad.txt:2: not UTF-8"):
+        read_tag_vocabulary(tmp_path / "bad.txt")
+
+
+def test_tag_images_maps_tags_through_the_embedding_function():
+    table = {"spring": SPRING, "printemps": SEASON, "ressort": COIL, "Frühling": SEASON, "Feder": COIL}
+
+    def embed(tags):
+        return torch.tensor([table[t] for t in tags])
+
+    out = tag_images(torch.tensor([[0.9, 0.1], [0.1, 0.9]]), [["spring"], ["spring"]], embed,
+                     {"fr": ["printemps", "ressort"], "de": ["Feder", "Frühling"]})
+    assert out == {"fr": [["printemps"], ["ressort"]], "de": [["Frühling"], ["Feder"]]}
+
+
+def test_tag_command_end_to_end(tmp_path, capsys):
+    """Real offline EfficientNet-Lite0 (features + ImageNet head), a chance-level text encoder."""
+    cfg = ZeroShotConfig(text_encoder="random:16")
+    torch.manual_seed(0)
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), cfg, tmp_path / "ckpt")
+    for i, colour in enumerate([(200, 30, 30), (20, 120, 220)]):
+        Image.new("RGB", (64, 64), colour).save(tmp_path / f"img{i}.png")
+    vocab = ["rot", "blau", "Hund", "Katze", "Haus", "Baum", "Auto"]
+    (tmp_path / "de.txt").write_text("\n".join(vocab), encoding="utf-8")
+    code = main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--source-tags", "3", "--json", str(tmp_path / "tags.json"),
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    assert code == 0
+    record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
+    assert [e["image"].rsplit("/", 1)[1] for e in record["images"]] == ["img0.png", "img1.png"]
+    for entry in record["images"]:
+        assert 1 <= len(entry["source"]) <= 3 and all(s in imagenet_class_names() for s in entry["source"])
+        tags = entry["tags"]["de"]
+        assert len(tags) == len(entry["source"]) and len(set(tags)) == len(tags) and set(tags) <= set(vocab)
+    assert "img0.png" in capsys.readouterr().out
+    # a missing vocabulary file is a one-line user error with exit code 2
+    assert main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'missing.txt'}"]) == 2
+    assert "missing.txt: tag vocabulary file not found" in capsys.readouterr().err

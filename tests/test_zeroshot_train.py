@@ -1,0 +1,222 @@
+"""The XTD10 adapter (3.1), its training loop over cached features (3.2) and Recall@K retrieval."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from globetrotter.config_io import load_config
+from globetrotter.errors import UserError
+from globetrotter.zeroshot.adapter import TextToImageAdapter
+from globetrotter.zeroshot.config import ZeroShotConfig
+from globetrotter.zeroshot.retrieval import chance_recall, format_table, nearest_images, recall_at_k, zero_shot_recall
+from globetrotter.zeroshot.train import load_adapter, save_adapter, train_adapter
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_adapter_blocks_follow_the_paper():
+    adapter = TextToImageAdapter(text_dim=8, image_dim=6, hidden_dims=(5, 7), dropout=(0.2, 0.1, 0.0))
+    fcs = [m for m in adapter.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(fc.in_features, fc.out_features) for fc in fcs] == [(8, 5), (5, 7), (7, 6)]
+    drops = [m.p for m in adapter.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops == [0.2, 0.1, 0.0]
+    adapter.eval()
+    x = torch.randn(4, 8)
+    h1 = adapter.blocks[0](x)
+    h2 = adapter.blocks[1](h1)
+    out = adapter.blocks[2](h2)
+    # blocks 1 and 2 end in an L2-norm (rows of unit length, or zero when ReLU killed them all)
+    for h in (h1, h2):
+        norms = h.norm(dim=1)
+        assert torch.all((norms - 1).abs() < 1e-5) or torch.all((norms < 1e-6) | ((norms - 1).abs() < 1e-5))
+    # the last block has no L2-norm but keeps its ReLU: non-negative, not normalised
+    big = adapter(torch.randn(64, 8) * 50)
+    assert torch.all(big >= 0)
+    torch.testing.assert_close(adapter(x), out)
+    # manual recomputation of block 1: relu(W x + b) / ||.||
+    fc = fcs[0]
+    ref = torch.relu(x @ fc.weight.T + fc.bias)
+    torch.testing.assert_close(h1, ref / ref.norm(dim=1, keepdim=True).clamp_min(1e-12))
+
+
+def test_adapter_rejects_wrong_dropout_count():
+    with pytest.raises(ValueError, match="one rate per block"):
+        TextToImageAdapter(8, 6, hidden_dims=(5,), dropout=(0.1, 0.1, 0.1))
+
+
+def test_config_defaults_are_the_papers_and_errors_are_one_line():
+    cfg = ZeroShotConfig()
+    assert cfg.adapter.hidden_dims == [1024, 2048] and cfg.adapter.dropout == [0.2, 0.1, 0.0]
+    assert (cfg.loss.rho, cfg.loss.alpha1, cfg.loss.alpha2) == (4.0, 0.5, 1.0)
+    assert cfg.loss.margin is None and cfg.adapter.output_scale is None  # measured on the training images
+    assert (cfg.optim.lr, cfg.optim.beta1, cfg.optim.batch_size, cfg.optim.epochs) == (1e-3, 0.99, 128, 50)
+    with pytest.raises(UserError, match="adapter.dropout"):
+        load_config(ZeroShotConfig, overrides=["adapter.dropout=[0.1]"])
+    with pytest.raises(UserError, match="loss.name"):
+        load_config(ZeroShotConfig, overrides=["loss.name=hinge"])
+
+
+def test_recall_matches_brute_force_ranking():
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(50, 6)).astype(np.float32)
+    queries = images[rng.integers(0, 50, 30)] + rng.normal(scale=1.0, size=(30, 6)).astype(np.float32)
+    targets = rng.integers(0, 50, 30)
+    targets[:15] = [int(np.argmin(((images - q) ** 2).sum(1))) for q in queries[:15]]  # half are hits at rank 1
+    got = recall_at_k(queries, images, targets, ks=(1, 5, 10))
+    dist = ((queries[:, None, :] - images[None]) ** 2).sum(-1)
+    rank = (dist < dist[np.arange(30), targets][:, None]).sum(1)  # 0-based rank of the target
+    for k in (1, 5, 10):
+        assert got[f"image_retrieval_recall@{k}"] == pytest.approx(float((rank < k).mean()))
+    # cosine ranks by angle: a scaled copy of an image is its own nearest neighbour
+    assert recall_at_k(images[:5] * 7.0, images, np.arange(5), ks=(1,), metric="cosine") == {
+        "image_retrieval_recall@1": 1.0
+    }
+    assert nearest_images(images[:3], images, k=1)[:, 0].tolist() == [0, 1, 2]
+    assert chance_recall(200) == {
+        "image_retrieval_recall@1": 0.005,
+        "image_retrieval_recall@5": 0.025,
+        "image_retrieval_recall@10": 0.05,
+    }
+
+
+def _synthetic_pairs(n_images: int, caps_per_image: int, image_dim: int = 64, text_dim: int = 128, seed: int = 0):
+    """Images with non-negative features; each caption is a fixed random linear map of its
+    image plus noise, L2-normalised (a stand-in for frozen sentence embeddings)."""
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.relu(torch.randn(n_images, image_dim, generator=gen))
+    mix = torch.randn(image_dim, text_dim, generator=gen) / image_dim**0.5
+    caption_image = torch.arange(n_images).repeat_interleave(caps_per_image)
+    text = images[caption_image] @ mix + 0.1 * torch.randn(len(caption_image), text_dim, generator=gen)
+    return torch.nn.functional.normalize(text, dim=1), images, caption_image
+
+
+def _small_config(*overrides: str) -> ZeroShotConfig:
+    base = ["adapter.hidden_dims=[128,128]", "optim.epochs=20", "optim.batch_size=32"]
+    return load_config(ZeroShotConfig, overrides=[*base, *overrides])
+
+
+def test_patr_training_learns_a_retrieval_mapping(tmp_path):
+    text, images, caption_image = _synthetic_pairs(300, 2)
+    cfg = _small_config("loss.name=patr", "loss.margin=null")
+    train_rows = caption_image < 250
+    adapter, history = train_adapter(text[train_rows], images, caption_image[train_rows], cfg, progress=False)
+    assert history.loss[-1] < history.loss[0] and history.samples_per_s > 0
+    # eta measured on the training images; output scale = their mean feature norm
+    assert history.margin == pytest.approx(float(torch.pdist(images).pow(2).mean()), rel=1e-4)
+    assert history.output_scale == pytest.approx(float(images[:250].norm(dim=1).mean()), rel=1e-5)
+    # held-out images 250..299, never trained on
+    test_rows = ~train_rows
+    metrics = recall_at_k(adapter.embed(text[test_rows]), images[250:], caption_image[test_rows] - 250, ks=(1, 5))
+    assert metrics["image_retrieval_recall@1"] > 10 * chance_recall(50)["image_retrieval_recall@1"]
+    # a checkpoint round-trips to identical outputs
+    save_adapter(adapter, cfg, tmp_path / "ckpt", text_encoder="npy:x")
+    loaded, cfg2, meta = load_adapter(tmp_path / "ckpt")
+    assert cfg2 == cfg and meta["text_encoder"] == "npy:x"
+    torch.testing.assert_close(loaded.embed(text[:5]), adapter.embed(text[:5]))
+    # per-language layout of Tables 2/3
+    table = zero_shot_recall(adapter, {"en": text[test_rows]}, {"en": caption_image[test_rows] - 250}, images[250:])
+    assert set(table) == {"en"} and table["en"]["image_retrieval_recall@1"] == metrics["image_retrieval_recall@1"]
+    assert format_table({"patr": table}).splitlines()[1].startswith("patr")
+
+
+def test_m3l_training_lowers_its_loss_and_pushes_negative_texts_apart():
+    """M3L's claim (XTD10 3.2): the negative-text term pushes dissimilar texts away from the anchor."""
+    from globetrotter.zeroshot.losses import mine_hard_negatives, squared_distance
+
+    text, images, caption_image = _synthetic_pairs(200, 2)
+    cfg = _small_config("loss.name=m3l")
+
+    def ratio_to_negative_text(adapter) -> float:
+        out = adapter.embed(text[:128])
+        index, _ = mine_hard_negatives(out, images[caption_image[:128]], caption_image[:128])
+        d_pos = squared_distance(out, images[caption_image[:128]])
+        return float((squared_distance(out, out[index]) / d_pos).median())
+
+    torch.manual_seed(cfg.optim.seed)
+    before = ratio_to_negative_text(TextToImageAdapter(128, 64, [128, 128], [0.2, 0.1, 0.0],
+                                                       float(images.norm(dim=1).mean())))
+    adapter, history = train_adapter(text, images, caption_image, cfg, progress=False)
+    assert history.loss[-1] < 1e-2 * history.loss[0]
+    assert ratio_to_negative_text(adapter) > 10 * before
+
+
+def test_validation_keeps_the_best_epoch():
+    text, images, caption_image = _synthetic_pairs(40, 2)
+    cfg = load_config(ZeroShotConfig, overrides=["adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "optim.epochs=4"])
+    scores = iter([0.1, 0.9, 0.2, 0.3])
+    _, history = train_adapter(text, images, caption_image, cfg, validate=lambda a: next(scores), progress=False)
+    assert history.best_epoch == 1 and history.val == [0.1, 0.9, 0.2, 0.3]
+
+
+def test_load_adapter_missing_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="not an adapter checkpoint"):
+        load_adapter(tmp_path)
+
+
+def _write_split(root, split, images, captions):
+    """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)]."""
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(root / split, split=split, source="test", image_format="npy") as writer:
+        for i, (caption, lang, row) in enumerate(captions):
+            writer.write(f"s{i}", images[row], caption, lang, image_id=f"img{row}", group=f"img{row}")
+
+
+def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
+    """Shards with npy image features and a frozen ``npy:`` text encoder whose captions of
+    an image are a fixed linear map of it, in two 'languages' sharing that map."""
+    import json
+
+    from globetrotter.zeroshot.cli import main
+
+    rng = np.random.default_rng(0)
+    n_train, n_test, di, dt = 200, 40, 32, 48
+    images = np.maximum(rng.normal(size=(n_train + n_test, di)), 0).astype(np.float32)
+    mix = rng.normal(size=(di, dt)).astype(np.float32) / np.sqrt(di)
+    texts, vectors = [], []
+
+    def caption(row, lang, k):
+        text = f"{lang} caption {k} of image {row}"
+        texts.append(text)
+        vectors.append(images[row] @ mix + 0.05 * rng.normal(size=dt))
+        return text, lang, row
+
+    train = [caption(r, "en", k) for r in range(n_train) for k in range(2)] + [caption(r, "xx", 0) for r in range(20)]
+    test = [caption(r, lang, 0) for r in range(n_train, n_train + n_test) for lang in ("en", "xx")]
+    _write_split(tmp_path, "train", images, train)
+    _write_split(tmp_path, "test", images, test)
+    np.save(tmp_path / "text.npy", np.asarray(vectors, dtype=np.float32))
+    (tmp_path / "text.npy.texts.json").write_text(json.dumps(texts), encoding="utf-8")
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    code = main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "patr"), *common,
+                 f"text_encoder=npy:{tmp_path / 'text.npy'}", "loss.name=patr", "loss.margin=null",
+                 "adapter.hidden_dims=[64,64]", "optim.epochs=40", "optim.batch_size=32", "optim.beta1=0.9",
+                 "max_captions_per_image=1"])
+    assert code == 0
+    meta = json.loads((tmp_path / "patr" / "meta.json").read_text())
+    assert meta["n_captions"] == n_train and meta["n_images"] == n_train  # English only, first caption per image
+    code = main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
+                 "--json", str(tmp_path / "r.json"), *common])
+    assert code == 0
+    record = json.loads((tmp_path / "r.json").read_text())
+    metrics = record["models"]["patr"]["metrics"]
+    assert set(metrics) == {"en", "xx"} and record["models"]["patr"]["n_queries"] == {"en": n_test, "xx": n_test}
+    assert record["chance"]["image_retrieval_recall@10"] == pytest.approx(10 / n_test)
+    # the unseen 'language' shares the text space, so zero-shot transfer works there too
+    for lang in ("en", "xx"):
+        assert metrics[lang]["image_retrieval_recall@10"] > 2 * record["chance"]["image_retrieval_recall@10"]
+    out = capsys.readouterr().out
+    assert "Recall@10" in out
+    # user errors: one line, exit code 2
+    assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
+    assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "split directory not found" in err and "loss.rho must be > 0" in err

@@ -1,0 +1,196 @@
+"""Triplet and TripletXL (BackRetrieval paper 3.2, eqs. 1-2), JSONL documents, the `triplet` command."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from globetrotter.errors import UserError
+from globetrotter.zeroshot.cli import main
+from globetrotter.zeroshot.triplet import (
+    Document,
+    SiameseAdapter,
+    TripletConfig,
+    cross_lingual_knn_loss,
+    random_other_index,
+    read_documents,
+    train_siamese,
+    triplet_loss,
+    triplet_xl_loss,
+    write_documents,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def t(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_triplet_loss_hand_computed():
+    body = t([1.0, 0.0], [1.0, 0.0])
+    title = t([1.0, 0.0], [0.0, 1.0])
+    # row 0: d(b, own title) = 0, d(b, title 1) = 1 -> max(0, 0 - 1 + 0.1) = 0
+    # row 1: d(b, own title) = 1, d(b, title 0) = 0 -> max(0, 1 - 0 + 0.1) = 1.1
+    got = triplet_loss(body, title, torch.tensor([1, 0]), margin=0.1)
+    torch.testing.assert_close(got, t(0.0, 1.1).squeeze(0))
+
+
+def test_xl_loss_hand_computed():
+    # languages 0, 0, 1, 1; cosine distances between bodies (rows) and titles (columns)
+    body = t([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [-1.0, 0.0])
+    title = t([1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0])
+    langs = torch.tensor([0, 0, 1, 1])
+    # K = 1. row 0: own language (title 1) 0, language 1 (titles 2, 3: 1, 2) -> 1; |1 - 0| = 1
+    # row 1: own (title 0) 1, other (title 2) 0 -> 1. row 2: own (title 3) 2, other 0 -> 2.
+    # row 3: own (title 2) 1, other (titles 0, 1) 2 -> 1.
+    torch.testing.assert_close(cross_lingual_knn_loss(body, title, langs, k=1), t(1.0, 1.0, 2.0, 1.0).squeeze(0))
+    # K = 2. row 0: own language has only title 1 (0); language 1 mean(1, 2) = 1.5 -> 1.5
+    assert cross_lingual_knn_loss(body, title, langs, k=2)[0].item() == pytest.approx(1.5)
+    # TripletXL = Triplet + beta * XL
+    neg = torch.tensor([1, 0, 3, 2])
+    torch.testing.assert_close(
+        triplet_xl_loss(body, title, langs, neg, margin=0.1, beta=0.5, k=1),
+        triplet_loss(body, title, neg, 0.1) + 0.5 * t(1.0, 1.0, 2.0, 1.0).squeeze(0),
+    )
+
+
+def test_xl_loss_of_a_single_language_batch_is_zero():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, generator=gen)
+    assert cross_lingual_knn_loss(x, x.flip(0), torch.zeros(6, dtype=torch.long)).abs().max().item() == 0.0
+
+
+def test_random_negatives_are_never_the_row_itself():
+    idx = random_other_index(5, torch.Generator().manual_seed(0))
+    assert (idx != torch.arange(5)).all() and idx.min() >= 0 and idx.max() < 5
+
+
+def test_siamese_adapter_shares_weights_and_concatenates():
+    model = SiameseAdapter(8, hidden_dim=6, out_dim=4)
+    x = torch.randn(3, 8)
+    x_t, x_b = model(x, x)
+    torch.testing.assert_close(x_t, x_b)  # one tower for both
+    assert model.represent(x, x * 2).shape == (3, 8) and (x_t >= 0).all()
+
+
+def _topic_embeddings(n_docs: int, n_langs: int, dim: int = 16, shift: float = 1.5, seed: int = 0):
+    """Synthetic frozen embeddings: title and body share a topic vector; each language adds
+    its own offset (the language bias that TripletXL is meant to remove)."""
+    gen = torch.Generator().manual_seed(seed)
+    topics = torch.randn(n_docs, dim, generator=gen)
+    langs = torch.arange(n_docs) % n_langs
+    offsets = shift * torch.randn(n_langs, dim, generator=gen)
+    title = topics + offsets[langs] + 0.3 * torch.randn(n_docs, dim, generator=gen)
+    body = topics + offsets[langs] + 0.3 * torch.randn(n_docs, dim, generator=gen)
+    return title, body, langs
+
+
+def test_training_lowers_both_losses_and_keeps_the_best_epoch():
+    title, body, langs = _topic_embeddings(240, 3)
+    cfg = TripletConfig(hidden_dim=32, out_dim=16, epochs=8, batch_size=32, beta=0.01, val_fraction=0.2)
+    model, history = train_siamese(title, body, langs, cfg, progress=False)
+    assert history.train[-1] < history.train[0] and len(history.val) == 8
+    assert history.val[history.best_epoch] == min(history.val)
+    with torch.no_grad():
+        x_t, x_b = model(title, body)
+        own = torch.nn.functional.cosine_similarity(x_t, x_b).mean()
+        other = torch.nn.functional.cosine_similarity(x_t, x_b.roll(1, 0)).mean()
+    assert own > other  # a body is closer to its own title than to another document's
+
+
+def test_read_documents_and_errors(tmp_path):
+    docs = [Document("en", "Chicken soup", "Boil the chicken.", "img/a.jpg", "d1"), Document("es", "Sopa", "Hervir.")]
+    path = write_documents(docs, tmp_path / "docs.jsonl")
+    got = read_documents(path)
+    assert [(d.lang, d.title, d.id) for d in got] == [("en", "Chicken soup", "d1"), ("es", "Sopa", "")]
+    assert got[0].image == str((tmp_path / "img" / "a.jpg").resolve()) and got[1].image is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"lang": "en", "title": "t", "body": "b"}\n{"lang": "en", "title": ""}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"bad.jsonl:2: key 'title' must be a non-empty string"):
+        read_documents(bad)
+    bad.write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"bad.jsonl:1: malformed JSON"):
+        read_documents(bad)
+
+
+TOPICS = {  # a tiny multilingual recipe world: (title, body) per language
+    "soup": {"en": ("Chicken soup", "Boil chicken with carrots and onion."),
+             "es": ("Sopa de pollo", "Hervir el pollo con zanahorias y cebolla."),
+             "ru": ("Куриный суп", "Сварите курицу с морковью и луком.")},
+    "cake": {"en": ("Chocolate cake", "Mix flour, cocoa, sugar and eggs, then bake."),
+             "es": ("Pastel de chocolate", "Mezclar harina, cacao, azúcar y huevos, y hornear."),
+             "ru": ("Шоколадный торт", "Смешайте муку, какао, сахар и яйца, затем выпекайте.")},
+    "salad": {"en": ("Green salad", "Toss lettuce, cucumber and olive oil."),
+              "es": ("Ensalada verde", "Mezclar lechuga, pepino y aceite de oliva."),
+              "ru": ("Зелёный салат", "Смешайте салат, огурец и оливковое масло.")},
+    "bread": {"en": ("Homemade bread", "Knead flour, water, yeast and salt; bake."),
+              "es": ("Pan casero", "Amasar harina, agua, levadura y sal; hornear."),
+              "ru": ("Домашний хлеб", "Замесите муку, воду, дрожжи и соль; выпекайте.")},
+}
+
+
+@pytest.fixture
+def recipe_docs(tmp_path):
+    """A small multilingual document fixture: 4 topics x 3 languages x 8 variants.
+
+    Frozen text embeddings (``npy:`` spec with a ``.texts.json`` sidecar): topic vector +
+    language offset + noise. Documents with images (the evaluation half) carry ``.npy``
+    image features: topic vector (another space) + noise.
+    """
+    rng = np.random.default_rng(0)
+    dim, image_dim = 24, 12
+    topic_text = {k: rng.normal(size=dim) for k in TOPICS}
+    topic_image = {k: rng.normal(size=image_dim) for k in TOPICS}
+    lang_offset = {lang: 1.0 * rng.normal(size=dim) for lang in ("en", "es", "ru")}
+    texts, vectors, docs = [], [], []
+    (tmp_path / "img").mkdir()
+    for topic, by_lang in TOPICS.items():
+        for lang, (title, body) in by_lang.items():
+            for v in range(8):
+                t_txt, b_txt = f"{title} #{v}", f"{body} ({v})"
+                for text in (t_txt, b_txt):
+                    texts.append(text)
+                    vectors.append(topic_text[topic] + lang_offset[lang] + 0.5 * rng.normal(size=dim))
+                image = None
+                if v >= 5:  # 3 of 8 documents per topic and language have an image
+                    image = f"img/{topic}-{lang}-{v}.npy"
+                    np.save(tmp_path / image, (topic_image[topic] + 0.3 * rng.normal(size=image_dim)).astype(np.float32))
+                docs.append(Document(lang, t_txt, b_txt, image, f"{topic}-{lang}-{v}"))
+    np.save(tmp_path / "emb.npy", np.asarray(vectors, dtype=np.float32))
+    (tmp_path / "emb.npy.texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    return write_documents(docs, tmp_path / "recipes.jsonl"), f"npy:{tmp_path / 'emb.npy'}"
+
+
+def test_triplet_command_end_to_end(recipe_docs, tmp_path, capsys):
+    docs, spec = recipe_docs
+    out = tmp_path / "run"
+    code = main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(out), "--epochs", "5",
+                 "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8", "--ks", "1,5",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--annotate", "en->ru"])
+    assert code == 0
+    record = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert record["n_train"] == 4 * 3 * 5 and record["n_eval"] == 4 * 3 * 3
+    assert set(record["models"]) == {"frozen", "triplet", "tripletxl"}
+    for res in record["models"].values():
+        assert set(res["pairs"]) == {f"{a}->{b}" for a in ("en", "es", "ru") for b in ("en", "es", "ru") if a != b}
+    # the frozen embeddings carry the topic, so BackRetrieval@5 is far above chance (5 of 12 images per side)
+    assert record["models"]["frozen"]["mean"]["bkr@5"] > 0.8
+    assert (out / "boxplot_bkr5.png").stat().st_size > 0
+    assert "tripletxl" in capsys.readouterr().out
+
+
+def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
+    path = write_documents([Document("en", "a", "b"), Document("en", "c", "d"), Document("en", "e", "f", "x.npy")],
+                           tmp_path / "d.jsonl")
+    assert main(["triplet", "--docs", str(path), "--text-encoder", "random:4", "--out", str(tmp_path / "o")]) == 2
+    assert "at least 2 languages" in capsys.readouterr().err
