@@ -36,7 +36,8 @@ pairs. A good BkR tracks XLR across models (the paper reports Pearson ~0.98).
 
 
 MODEL_SPECS = (
-    "Model specs: npy:PATH (with a PATH.texts.json list of the texts) | use | st:MODEL | random:DIM[:SEED] | "
+    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption of "
+    "the split, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
     "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
     "points; prefix NAME= to label a model (e.g. USE-M=use)."
 )
@@ -81,9 +82,21 @@ def _write_json(record: dict, out: str | Path | None) -> None:
         print(text)
         return
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n", encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        raise BackRetrievalError(f"{out}: cannot write the JSON record ({err.strerror or err})") from None
     print(f"wrote {out}", file=sys.stderr)
+
+
+def _save_npy(path: str | Path, array: np.ndarray, what: str) -> None:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, array)
+    except OSError as err:
+        raise BackRetrievalError(f"{path}: cannot write {what} ({err.strerror or err})") from None
 
 
 def _add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> None:
@@ -229,7 +242,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                          max_rank=args.max_rank)
         metrics.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in args.ks})
     if args.ranks_out:
-        np.save(args.ranks_out, bkr["ranks"])
+        _save_npy(args.ranks_out, bkr["ranks"], "--ranks-out")
     record = {"task": "backretrieval.score", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
               "n_queries": bkr["n_queries"], "n_images": bkr["n_images"], "ties": args.ties, "metrics": metrics}
     _write_json(record, args.out)
@@ -244,10 +257,15 @@ def _extractor(args: argparse.Namespace):
 
 
 def _embed_all(spec: str, texts: Sequence[str], args: argparse.Namespace, cache: dict) -> tuple[str, np.ndarray]:
-    """Embed the distinct texts once; returns (embedder name, one row per input text)."""
-    from .embedders import embed_texts, load_embedder
+    """Embed the distinct texts once; returns (embedder name, one row per input text).
+
+    A positional embedder (``npy:`` without a texts sidecar) gets every text, in order.
+    """
+    from .embedders import embed_texts, is_positional, load_embedder
 
     embedder = load_embedder(spec, online=args.online, progress=not args.no_progress, cache=cache)
+    if is_positional(embedder):  # its rows are the split's captions in shard order: do not sort or dedupe
+        return embedder.name, embed_texts(embedder, [str(t) for t in texts])
     distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     return embedder.name, embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
 

@@ -40,9 +40,10 @@ class SplitData:
 
 
 def _reraise_user_error(err: Exception) -> None:
-    # data_prep reports user mistakes with globetrotter.errors.UserError, which this
-    # package must not import; it is recognised by name and re-raised as our own error.
-    if type(err).__name__ == "UserError":
+    # the data layer reports user mistakes with data_prep.errors.UserError: re-raised as our own
+    from data_prep.errors import UserError
+
+    if isinstance(err, UserError):
         raise BackRetrievalError(str(err)) from None
     raise err
 
@@ -57,10 +58,12 @@ def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> Spl
     image_pos: dict[str, int] = {}
     images: list = []
     fmt = None
+    seen: set = set()
     try:
         manifest = shards.read_manifest(split_dir)
         for key, ext, data, meta in shards.iter_raw(split_dir):
             lang = meta.get("lang")
+            seen.add(lang)
             if keep is not None and lang not in keep:
                 continue
             image_id = str(meta.get("image_id", key))
@@ -74,6 +77,10 @@ def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> Spl
             rows_group.append(meta.get("group"))
     except Exception as err:  # noqa: BLE001 - only UserError is translated, the rest re-raised
         _reraise_user_error(err)
+    if keep is not None and keep - seen:
+        raise BackRetrievalError(
+            f"{split_dir}: no captions in language(s) {sorted(keep - seen)}; the split has {sorted(map(str, seen))}"
+        )
     if not texts:
         raise BackRetrievalError(f"{split_dir}: no captions" + (f" in languages {sorted(keep)}" if keep else ""))
     return SplitData(

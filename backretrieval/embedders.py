@@ -124,6 +124,11 @@ class NpyEmbedder:
                 )
             self.row_of = {t: i for i, t in enumerate(texts)}
 
+    @property
+    def positional(self) -> bool:
+        """True without a sidecar: rows belong to texts by position, so callers must not reorder texts."""
+        return self.row_of is None
+
     def encode(self, texts: list[str]) -> np.ndarray:
         if self.row_of is None:
             if len(texts) != len(self.array):
@@ -302,6 +307,15 @@ def load_embedder(
     if cache is not None:
         embedder = cache[spec] = MemoEmbedder(embedder)
     return embedder
+
+
+def is_positional(embedder: TextEmbedder) -> bool:
+    """True when ``embedder`` (or a base it wraps, e.g. ``noisy:``) maps rows to texts by position."""
+    while embedder is not None:
+        if getattr(embedder, "positional", False):
+            return True
+        embedder = getattr(embedder, "base", None)
+    return False
 
 
 def embed_texts(embedder: TextEmbedder, texts: Sequence[str]) -> np.ndarray:

@@ -69,11 +69,15 @@ def load_state_dict_in_order(model: torch.nn.Module, state_dict: dict[str, torch
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    from safetensors.torch import load_file
 
-        return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - unpickling/format errors of many types: a bad file, not a bug
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise BackRetrievalError(f"{path}: not a readable weights file ({first})") from None
     for key in ("state_dict", "model", "state_dict_ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             return state[key]
@@ -159,7 +163,10 @@ def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
     ids = []
     for src in images:
         if isinstance(src, (str, Path)):
-            st = os.stat(src)
+            try:
+                st = os.stat(src)
+            except OSError as err:
+                raise BackRetrievalError(f"{src}: unreadable image ({err.strerror or err})") from None
             ids.append(f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}")
         elif isinstance(src, (bytes, bytearray)):
             ids.append("sha256:" + hashlib.sha256(src).hexdigest())

@@ -142,10 +142,13 @@ def bkr_recall(
     retrieved = nearest_neighbor(src_text, tgt_text)  # steps 1-2
 
     if image_sim is not None:  # step 3 with a user-given g
+        image_sim = np.asarray(image_sim)  # memmaps stay memmaps
         if image_sim.shape != (n_tgt, n_src):
             raise BackRetrievalError(
                 f"image_sim: expected shape ({n_tgt}, {n_src}) = (targets, sources), got {image_sim.shape}"
             )
+        if not all_finite(image_sim):  # NaN compares false everywhere: every rank would be 1
+            raise BackRetrievalError("image_sim: contains NaN or inf")
         scorer = MatrixScorer(image_sim, image_rows)
     else:
         if src_img is None or tgt_img is None:
@@ -191,7 +194,10 @@ def xlr_recall(
                 f"xlr_recall: without gt the sets must be row-aligned, got {n_src} sources and {n_tgt} targets"
             )
         gt = np.arange(n_src)
-    gt = np.asarray(gt, dtype=np.int64)
+    gt = np.asarray(gt)
+    if gt.size and not np.issubdtype(gt.dtype, np.integer):
+        raise BackRetrievalError(f"gt: expected integer target indices, got dtype {gt.dtype}")
+    gt = gt.astype(np.int64)
     if gt.shape != (n_src,) or (n_src and (gt.min() < 0 or gt.max() >= n_tgt)):
         raise BackRetrievalError(f"gt: expected {n_src} target indices in [0, {n_tgt}), got shape {gt.shape}")
     scorer = VectorScorer(src_text, tgt_text)
@@ -217,6 +223,8 @@ def corr_score(
     1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``max_pairs``;
     otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``.
     """
+    if max_pairs < 1:
+        raise BackRetrievalError(f"corr: max_pairs must be >= 1, got {max_pairs}")
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     src_img = _matrix("src_img", src_img, rows=len(src_text))

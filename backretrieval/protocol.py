@@ -144,6 +144,8 @@ def run_protocol(
             )
     n = n_items // 2 if n is None else int(n)
     seeds = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    if not seeds:
+        raise BackRetrievalError("protocol: needs at least 1 seed, got none")
     per_model: dict[str, list[dict]] = {name: [] for name in models}
     bar = tqdm(total=len(seeds) * len(models), desc="protocol", disable=not progress, unit="run")
     for seed in seeds:

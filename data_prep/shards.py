@@ -29,7 +29,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from globetrotter.errors import UserError
+from .errors import UserError
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")

@@ -50,7 +50,8 @@ class ModelConfig:
     dropout: float = 0.1
     embed_dim: int = 128  # D of every head's output (paper: 128)
     image_backbone: str = "resnet18"  # any timm model name
-    image_pretrained: str | None = None  # local weights file (.safetensors/.pth); null = random init
+    image_pretrained: str | None = None  # local weights file (.safetensors/.pth), "package" (offline ImageNet
+    # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init
     image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
 

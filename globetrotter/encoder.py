@@ -111,7 +111,9 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     ckpt = resolve(path, prefer_best=prefer_best)
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
+    pretrained, cfg.model.image_pretrained = cfg.model.image_pretrained, None  # the checkpoint has every weight
     model = build_model(cfg, tokenizer.get_vocab_size())
+    cfg.model.image_pretrained = pretrained
     missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
     tied = {"cloze_head.token_embedding.weight"}
     if set(missing) - tied or unexpected:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
+from data_prep.errors import UserError
 
-class UserError(Exception):
-    """An error the user can fix: the message says what, where, and what was expected."""
+__all__ = ["UserError", "run_cli"]
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

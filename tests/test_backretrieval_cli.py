@@ -155,3 +155,52 @@ def test_package_imports_nothing_from_globetrotter_and_data_prep_only_lazily():
                 assert "globetrotter" not in roots, f"{path.name}:{node.lineno} imports globetrotter"
                 if "data_prep" in roots:
                     assert id(node) not in top_level, f"{path.name}:{node.lineno} imports data_prep at module level"
+
+
+
+def test_reading_shards_does_not_load_globetrotter_at_run_time():
+    """The static check above cannot see transitive imports: the shard reader it uses must not pull globetrotter."""
+    import subprocess
+    import sys
+
+    code = ("import sys, backretrieval, backretrieval.cli, backretrieval.data, data_prep.shards; "
+            "leaked = sorted(m for m in sys.modules if m.split('.')[0] == 'globetrotter'); "
+            "assert not leaked, leaked")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+def test_eval_npy_without_sidecar_takes_rows_in_shard_order(parallel_split, tmp_path, capsys):
+    # without PATH.texts.json, row i is the split's caption i; the texts must not be sorted or deduplicated first
+    root, _, _, emb = parallel_split
+    np.save(tmp_path / "plain.npy", emb)
+    out = tmp_path / "eval"
+    code = main(["eval", "--data", str(root / "test"), "--model", f"plain=npy:{tmp_path / 'plain.npy'}",
+                 "--model", f"good=npy:{root / 'good.npy'}", "--ks", "1", "5", "--max-per-lang", "30",
+                 "--out-dir", str(out), "--no-progress"])
+    assert code == 0
+    rec = json.loads((out / "results.json").read_text())
+    assert rec["models"]["plain"]["pairs"] == rec["models"]["good"]["pairs"]
+    assert rec["models"]["plain"]["mean"]["xlr@1"] > 0.9
+
+
+def test_output_paths_are_created_or_reported_in_one_line(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    for name in ("st", "tt", "si", "ti"):
+        np.save(tmp_path / f"{name}.npy", rng.standard_normal((6, 4)).astype(np.float32))
+    base = ["score"] + [a for n, flag in (("st", "--src-text"), ("tt", "--tgt-text"), ("si", "--src-img"),
+                                         ("ti", "--tgt-img")) for a in (flag, str(tmp_path / f"{n}.npy"))]
+    assert main(base + ["--ranks-out", str(tmp_path / "new" / "ranks.npy"), "--out", "-"]) == 0
+    assert np.load(tmp_path / "new" / "ranks.npy").shape == (6,)
+    (tmp_path / "file").write_text("not a folder")
+    capsys.readouterr()
+    code = main(base + ["--out", str(tmp_path / "file" / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and "r.json" in err and err.count("\n") == 1
+
+
+def test_unknown_language_is_named(parallel_split, tmp_path, capsys):
+    root, *_ = parallel_split
+    code = main(["eval", "--data", str(root / "test"), "--model", "random:4", "--langs", "en", "xx",
+                 "--out-dir", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "['xx']" in err and "'de', 'en', 'fr'" in err

@@ -118,3 +118,14 @@ def test_extraction_is_batched_and_cached_by_model_weights_and_images(tmp_path, 
     assert other_images != ext.cache_path(ids)
     torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "x.pth")
     assert other_weights.cache_path(["img0"]) != ext.cache_path(["img0"])
+
+
+def test_bad_weight_files_and_missing_images_are_user_errors(tmp_path):
+    (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
+    (tmp_path / "bad.safetensors").write_bytes(b"not a checkpoint")
+    for name in ("bad.pth", "bad.safetensors"):
+        with pytest.raises(BackRetrievalError, match="not a readable weights file"):
+            create_image_model(TINY, str(tmp_path / name))
+    ext = ImageFeatureExtractor(TINY, "random", cache_dir=tmp_path / "cache", progress=False)
+    with pytest.raises(BackRetrievalError, match="missing.png: unreadable image"):
+        ext.extract([str(tmp_path / "missing.png")])  # the cache key stats the file first

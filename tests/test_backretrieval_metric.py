@@ -256,3 +256,27 @@ def test_max_rank_keeps_recall_exact_and_censors_ranks(ties):
     np.testing.assert_array_equal(xcap["ranks"], np.where(xfull["ranks"] > 10, 11, xfull["ranks"]))
     with pytest.raises(BackRetrievalError, match="max_rank"):
         bkr_recall(st, si, tt, ti, (1, 20), max_rank=10)
+
+
+def test_non_finite_image_similarity_is_rejected():
+    # NaN compares false with everything: before the check, every query got rank 1 (BkR = 1.0)
+    x = np.random.default_rng(9).standard_normal((4, 3))
+    sim = np.zeros((4, 4), np.float32)
+    sim[2, 1] = np.nan
+    with pytest.raises(BackRetrievalError, match="image_sim: contains NaN"):
+        bkr_recall(x, None, x, None, (1,), image_sim=sim)
+    with pytest.raises(BackRetrievalError, match="image_sim: expected shape"):
+        bkr_recall(x, None, x, None, (1,), image_sim=[[0.0] * 4] * 3)  # a nested list is read as an array
+
+
+def test_xlr_ground_truth_must_be_integer_indices():
+    x = np.random.default_rng(10).standard_normal((5, 3))
+    with pytest.raises(BackRetrievalError, match="gt: expected integer"):
+        xlr_recall(x, x, (1,), gt=np.linspace(0, 1, 5))  # was silently truncated to index 0
+    assert xlr_recall(x, x, (1,), gt=np.arange(5, dtype=np.int32))["xlr@1"] == 1.0
+
+
+def test_corr_needs_at_least_one_pair():
+    x = np.random.default_rng(11).standard_normal((5, 3))
+    with pytest.raises(BackRetrievalError, match="max_pairs"):
+        corr_score(x, x, x, x, max_pairs=0)  # was NaN from an empty sample

@@ -147,3 +147,10 @@ def test_evaluate_pairs_rejects_misaligned_inputs():
         evaluate_pairs(np.zeros((4, 2)), ["en"] * 4, np.zeros((3, 2)), list("abcd"))
     with pytest.raises(BackRetrievalError, match="at least 2 languages"):
         evaluate_pairs(np.ones((4, 2)), ["en"] * 4, np.ones((4, 2)), list("abcd"))
+
+
+def test_run_protocol_needs_a_seed():
+    rng = np.random.default_rng(5)
+    z, images = _world(rng, 40)
+    with pytest.raises(BackRetrievalError, match="at least 1 seed"):
+        run_protocol({"a": (z, z), "b": (z, -z)}, images, n=10, seeds=0, progress=False)

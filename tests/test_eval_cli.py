@@ -291,3 +291,58 @@ def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypa
     rec = record(out, "retrieval", "pixels")
     assert rec["details"]["n_images"] == 150 and rec["details"]["n_captions"] == 600
     assert rec["metrics"]["mean"]["image_retrieval_recall@1"] == 1.0
+
+
+@pytest.mark.parametrize("argv", [
+    ["sentence", "--model", "full", "--n-groups", "0"],
+    ["cluster", "--model", "full", "--k", "0"],
+    ["word", "--model", "full", "--top-k", "0"],
+    ["word", "--model", "full", "--procrustes-k", "-1"],
+    ["retrieval", "--model", "full", "--ks", "1", "0"],
+    ["translate", "--model", "full", "x", "--to", "de", "--k", "0"],
+    ["translate-word", "--model", "full", "x", "--to", "de", "--k", "zero"],
+])
+def test_counts_below_one_are_usage_errors(world, fake, tmp_path, capsys, argv):
+    if argv[0] in ("sentence", "cluster", "word", "retrieval"):
+        argv = argv + ["--split", str(world / "test")]
+    if argv[0] == "translate":
+        argv = argv + ["--corpus", str(world / "test")]
+    assert run(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "expected a positive integer" in err.splitlines()[-1]
+
+
+def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_path, capsys):
+    assert run(["retrieval", "--model", "full", "--split", str(world / "test"), "--languages", "en,xx",
+                "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "'xx'" in err and len(err.splitlines()) == 1
+    assert run(["translate-word", "--model", "full", "red", "--from", "xx", "--to", "fr", "--corpus",
+                str(world / "test"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'xx'" in err and "--from" in err and len(err.splitlines()) == 1
+    assert run(["translate", "--model", "full", "--input", str(tmp_path / "queries.txt"), "--to", "de",
+                "--corpus", str(world / "test"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "queries.txt: query file not found" in err and len(err.splitlines()) == 1
+
+
+def test_translate_word_never_offers_a_bare_space():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from globetrotter.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the red car", "a red ball", "a blue car"] * 20, vocab_size=270, min_frequency=1)
+
+    class BpeEncoder:
+        tokenizer = tok
+
+        def token_embeddings(self):
+            ids = sorted(tok.get_vocab().values())
+            return [tok.decode([i]) for i in ids], np.zeros((len(ids), 2), np.float32)
+
+    counts = {"en": Counter({"▁": 3, "▁red": 2, "⟨Ġ⟩": 1})}
+    assert cli._vocab_for(BpeEncoder(), SimpleNamespace(), "en", counts) == ["▁red"]
+    vocab = cli._vocab_for(BpeEncoder(), SimpleNamespace(), None, {})
+    assert "▁red" in vocab and all(w.replace("▁", " ").strip() for w in vocab)

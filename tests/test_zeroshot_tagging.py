@@ -147,3 +147,14 @@ def test_tag_command_end_to_end(tmp_path, capsys):
     assert main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
                  f"de={tmp_path / 'missing.txt'}"]) == 2
     assert "missing.txt: tag vocabulary file not found" in capsys.readouterr().err
+    # an adapter trained on other image features (32-d, not EfficientNet-Lite0's 1280-d)
+    save_adapter(TextToImageAdapter(16, 32, [8], [0.0, 0.0]), cfg, tmp_path / "narrow")
+    assert main(["tag", "--adapter", str(tmp_path / "narrow"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
+    assert "adapter outputs 32-d features but image model efficientnet_lite0 gives 1280-d" in capsys.readouterr().err
+    # counts must be positive (--limit -1 silently dropped the last image, --source-tags -1 crashed)
+    for option in ("--source-tags", "--limit"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
+                  f"de={tmp_path / 'de.txt'}", option, "-1"])
+        assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err

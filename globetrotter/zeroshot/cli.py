@@ -74,6 +74,16 @@ def _ks(value: str) -> list[int]:
     return ks
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
 def _langs(value: str) -> list[str]:
     langs = [v.strip() for v in value.split(",") if v.strip()]
     if not langs:
@@ -95,7 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="where frozen text and image features are cached (default: $GLOBETROTTER_CACHE or outputs/cache)")
     p.add_argument("--device", default="cpu", help="torch device for the image model and the adapter (default cpu)")
     p.add_argument("--online", action="store_true", help="allow downloads (sentence-transformers models, timm 'hub' weights)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -103,9 +113,30 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _write_json(record: dict, path: str | Path | None) -> None:
     text = json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable)
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"{path}: cannot write the JSON record ({err.strerror or err})") from None
         print(f"wrote {path}", file=sys.stderr)
+
+
+def _make_out_dir(path: str | Path) -> Path:
+    """Create the output folder up front, so a bad ``--out`` fails before any training."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{path}: cannot create the output folder ({err.strerror or err})") from None
+    return Path(path)
+
+
+def _check_adapter_dims(adapter, text_dim: int, image_dim: int, where: str) -> None:
+    """One-line error when the features at hand do not fit the adapter's input/output widths."""
+    if adapter.text_dim != text_dim or adapter.image_dim != image_dim:
+        raise UserError(
+            f"{where}: the adapter maps {adapter.text_dim}-d text embeddings to {adapter.image_dim}-d image "
+            f"features, but the encoders give {text_dim}-d text and {image_dim}-d image features"
+        )
 
 
 def _jsonable(obj):
@@ -121,6 +152,7 @@ def _jsonable(obj):
 # --------------------------------------------------------------------------- train
 def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(ZeroShotConfig, args.config, args.overrides)
+    _make_out_dir(args.out)
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -187,6 +219,8 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
         missing = [lang for lang, r in rows.items() if len(r) == 0]
         if missing:
             raise UserError(f"{args.test}: no captions in {missing} (languages present: {sorted(set(test.langs.tolist()))})")
+        _check_adapter_dims(adapter, test.text_features.shape[1], test.image_features.shape[1],
+                            f"{args.test} vs {path}")
         metrics = zero_shot_recall(
             adapter,
             {lang: torch.from_numpy(test.text_features[r]) for lang, r in rows.items()},
@@ -245,6 +279,9 @@ def cmd_tag(args: argparse.Namespace) -> int:
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
     feats = torch.from_numpy(extractor.extract([str(p) for p in paths]))
+    if adapter.image_dim != feats.shape[1]:
+        raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but image model "
+                        f"{config.image_encoder} gives {feats.shape[1]}-d ones (trained on other image features?)")
     weights = config.image_weights or default_image_weights(config.image_encoder)
     head = load_imagenet_classifier(config.image_encoder, weights, online=args.online)
     with torch.no_grad():
@@ -271,6 +308,19 @@ def cmd_tag(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- triplet
+def _npy_image_features(paths: Sequence[str]) -> np.ndarray:
+    """Stack precomputed image feature vectors (``.npy`` files), one row per path."""
+    rows = []
+    for path in paths:
+        try:
+            rows.append(np.load(path).astype(np.float32).reshape(-1))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: unreadable .npy image features ({err})") from None
+        if rows[-1].shape != rows[0].shape:
+            raise UserError(f"{path}: {rows[-1].shape[0]}-d image features, but {paths[0]} has {rows[0].shape[0]}-d")
+    return np.stack(rows)
+
+
 def cmd_triplet(args: argparse.Namespace) -> int:
     from backretrieval.pairs import evaluate_pairs
     from backretrieval.plots import pair_boxplot
@@ -278,6 +328,16 @@ def cmd_triplet(args: argparse.Namespace) -> int:
     from .triplet import TripletConfig, read_documents, train_siamese
 
     progress = not args.no_progress
+    configs = {name: TripletConfig(hidden_dim=args.hidden_dim, out_dim=args.out_dim, margin=args.margin, beta=beta,
+                                   k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+                                   val_fraction=args.val_fraction, seed=args.seed)
+               for name, beta in (("triplet", 0.0), ("tripletxl", args.beta))}
+    for config in configs.values():
+        try:
+            config.validate()
+        except ValueError as err:
+            raise UserError(f"triplet: {err}") from None
+    out = _make_out_dir(args.out)
     docs = [d for path in args.docs for d in read_documents(path)]
     train_docs = [d for d in docs if d.image is None]
     eval_docs = [d for d in docs if d.image is not None]
@@ -297,7 +357,7 @@ def cmd_triplet(args: argparse.Namespace) -> int:
 
     npy = [d.image.endswith(".npy") for d in eval_docs]
     if all(npy):
-        image_feats = np.stack([np.load(d.image).astype(np.float32).reshape(-1) for d in eval_docs])
+        image_feats = _npy_image_features([d.image for d in eval_docs])
     elif not any(npy):
         extractor = image_extractor(args.image_model, args.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
@@ -307,10 +367,7 @@ def cmd_triplet(args: argparse.Namespace) -> int:
 
     representations = {"frozen": torch.cat([title[n_train:], body[n_train:]], dim=1)}
     histories = {}
-    for name, beta in (("triplet", 0.0), ("tripletxl", args.beta)):
-        config = TripletConfig(hidden_dim=args.hidden_dim, out_dim=args.out_dim, margin=args.margin, beta=beta,
-                               k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
-                               val_fraction=args.val_fraction, seed=args.seed)
+    for name, config in configs.items():
         model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress)
         representations[name] = model.represent(title[n_train:], body[n_train:])
         histories[name] = {"config": to_dict(config), "train": history.train, "val": history.val,
@@ -323,8 +380,6 @@ def cmd_triplet(args: argparse.Namespace) -> int:
                              seed=args.seed, with_corr=False)
         for name, rep in representations.items()
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     k = max(args.ks)
     plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate)
     print(f"BackRetrieval R@{k} over {len(results['frozen']['pairs'])} language pairs "
@@ -359,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
     p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
                    "text->image Recall@K on it (first caption per image)")
-    p.add_argument("--val-k", type=int, default=10, metavar="K", help="K of the validation Recall@K (default 10)")
+    p.add_argument("--val-k", type=_positive_int, default=10, metavar="K",
+                   help="K of the validation Recall@K (default 10)")
     p.add_argument("--out", required=True, metavar="DIR", help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
     p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are the paper's")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -391,11 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", required=True, nargs="+", metavar="PATH", help="image files or folders (searched recursively)")
     p.add_argument("--vocab", required=True, action="append", type=_vocab, metavar="LANG=FILE",
                    help="target-language tag vocabulary: UTF-8, one tag per line, '#' comments (repeatable)")
-    p.add_argument("--source-tags", type=int, default=5, metavar="K", help="English source tags per image: the top-K "
-                   "ImageNet classes of the image model (default 5)")
+    p.add_argument("--source-tags", type=_positive_int, default=5, metavar="K",
+                   help="English source tags per image: the top-K ImageNet classes of the image model (default 5)")
     p.add_argument("--w1", type=float, default=PAPER_W1, help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2, help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="tag only the first N images")
+    p.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="tag only the first N images")
     p.add_argument("--json", metavar="FILE", help="write the JSON record here")
     _common(p)
     p.set_defaults(func=cmd_tag)
@@ -409,17 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="frozen text encoder: use | st:MODEL | npy:PATH | globetrotter:CKPT (default use)")
     p.add_argument("--image-model", default="efficientnet_lite0", help="timm model for image features (default efficientnet_lite0)")
     p.add_argument("--image-weights", default=None, help="package (offline EfficientNet-Lite0, default) | FILE | hub")
-    p.add_argument("--hidden-dim", type=int, default=300, help="first dense layer width (default 300)")
-    p.add_argument("--out-dim", type=int, default=300, help="output width of x_t and x_b (default 300)")
+    p.add_argument("--hidden-dim", type=_positive_int, default=300, help="first dense layer width (default 300)")
+    p.add_argument("--out-dim", type=_positive_int, default=300, help="output width of x_t and x_b (default 300)")
     p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha (default 0.1)")
     p.add_argument("--beta", type=float, default=0.01, help="eq. 2 beta of TripletXL (default 0.01)")
-    p.add_argument("--k", type=int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
+    p.add_argument("--k", type=_positive_int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    p.add_argument("--batch-size", type=int, default=128, help="mini-batch size (default 128)")
-    p.add_argument("--epochs", type=int, default=40, help="epochs (default 40)")
+    p.add_argument("--batch-size", type=_positive_int, default=128, help="mini-batch size (default 128)")
+    p.add_argument("--epochs", type=_positive_int, default=40, help="epochs (default 40)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="held-out share for choosing the epoch (default 0.1)")
     p.add_argument("--ks", type=_ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
-    p.add_argument("--max-per-lang", type=int, default=None, metavar="N", help="at most N documents per side of a pair")
+    p.add_argument("--max-per-lang", type=_positive_int, default=None, metavar="N",
+                   help="at most N documents per side of a pair")
     p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     _common(p)

@@ -103,7 +103,7 @@ def train_adapter(
     for epoch in bar:
         adapter.train()
         order = torch.randperm(n, generator=gen).to(device)
-        total = 0.0
+        total, batches = 0.0, 0
         start = time.perf_counter()
         for step in range(steps_per_epoch):
             idx = order[step * opt.batch_size : (step + 1) * opt.batch_size]
@@ -115,9 +115,10 @@ def train_adapter(
             loss.backward()
             optimizer.step()
             total += float(loss.detach())
+            batches += 1
             seen += idx.numel()
         train_time += time.perf_counter() - start
-        history.loss.append(total / steps_per_epoch)
+        history.loss.append(total / max(batches, 1))  # mean over the batches trained on
         postfix = {"loss": f"{history.loss[-1]:.4g}"}
         if validate is not None:
             score = float(validate(adapter))

@@ -226,6 +226,12 @@ class TripletConfig:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.k < 1 or self.epochs < 1:
             raise ValueError("k and epochs must be >= 1")
+        if self.hidden_dim < 1 or self.out_dim < 1:
+            raise ValueError(f"hidden_dim and out_dim must be >= 1, got {self.hidden_dim}, {self.out_dim}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
 
 
 TRIPLET = TripletConfig()
