@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
 
@@ -24,7 +23,7 @@ def main() -> None:
     args = p.parse_args()
 
     from globetrotter.config import load_train_config
-    from globetrotter.data.pipeline import make_train_loader
+    from globetrotter.data.pipeline import train_loader_from_config
     from globetrotter.encoder import build_model
     from globetrotter.losses import mask_tokens
     from globetrotter.tokenizer import load_tokenizer, special_ids
@@ -36,10 +35,7 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tok)
-    loader = make_train_loader(str(Path(cfg.data.root) / cfg.data.train_split), tok, cfg.batch_size, cfg.data.max_length,
-                               cfg.data.image_size, with_images=cfg.loss.uses_images, crop_scale_min=cfg.data.crop_scale_min,
-                               shuffle_buffer=cfg.data.shuffle_buffer, workers=cfg.data.workers, seed=cfg.seed,
-                               batching=cfg.data.batching)
+    loader = train_loader_from_config(cfg, tok, cfg.batch_size, seed=cfg.seed)
     it = iter(loader)
     batches = [next(it) for _ in range(2)]
     t0 = time.perf_counter()

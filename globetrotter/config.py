@@ -28,6 +28,10 @@ class DataConfig:
     max_length: int = 32  # tokens per caption, sentence token included
     image_size: int = 64  # side of the square crops fed to the image encoder (paper: 224)
     crop_scale_min: float = 0.2  # RandomResizedCrop lower scale (SimCLR)
+    colour_jitter: float = 0.4  # brightness/contrast/saturation jitter strength (SimCLR; 0 disables)
+    hue_jitter: float = 0.1  # hue shift of the jitter (SimCLR); 0 keeps colour words true
+    grayscale: float = 0.2  # probability of a grayscale view (SimCLR)
+    hflip: bool = True  # random horizontal flips; false keeps "left"/"right" in captions true
     shuffle_buffer: int = 2000
     batching: Literal["random", "pairs"] = "random"  # pairs: B/2 translation pairs per batch (parallel split)
     workers: int = 2  # data-loader processes per training process
@@ -37,6 +41,8 @@ class DataConfig:
             raise ValueError("data.max_length must be at least 4")
         if not 0 < self.crop_scale_min <= 1:
             raise ValueError("data.crop_scale_min must be in (0, 1]")
+        if self.colour_jitter < 0 or not 0 <= self.hue_jitter <= 0.5 or not 0 <= self.grayscale <= 1:
+            raise ValueError("data.colour_jitter must be >= 0, data.hue_jitter in [0, 0.5], data.grayscale in [0, 1]")
 
 
 @dataclass
@@ -53,6 +59,7 @@ class ModelConfig:
     image_pretrained: str | None = None  # local weights file (.safetensors/.pth), "package" (offline ImageNet
     # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init
     image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
+    freeze_image_backbone: bool = False  # keep the (pretrained) backbone fixed, in eval mode; train its heads only
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
 
     def validate(self) -> None:

@@ -63,3 +63,22 @@ def test_supervised_alpha_uses_the_truth_ids():
     # truth pairs (0,1), (2,3), (4,5): 6 ordered positives of 30 off-diagonal pairs, all true
     assert logs["alpha/positive_fraction"] == pytest.approx(6 / 30)
     assert logs["alpha/precision"] == pytest.approx(1.0)
+
+
+def test_frozen_image_backbone_keeps_its_weights_and_statistics():
+    """model.freeze_image_backbone: the backbone never changes (no gradient, BatchNorm in eval); heads still learn."""
+    cfg = load_train_config(None, SMALL + ["model.image_backbone_args={channels: [8, 16, 32, 64], stem_width: 8}",
+                                           "model.freeze_image_backbone=true"])
+    model = build_model(cfg, vocab_size=40).train()
+    assert not model.image.training and model.text.training
+    before = {k: v.clone() for k, v in model.image.state_dict().items()}
+    heads = model.image_head_x.net[0].weight.clone()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    b = batch()
+    out = model(b["input_ids"], b["attention_mask"], b["masked"], b["view1"], b["view2"])
+    loss, _ = GlobetrotterObjective(cfg.loss)(out, b, b["labels"])
+    loss.backward()
+    optimizer.step()
+    assert all(torch.equal(before[k], v) for k, v in model.image.state_dict().items()), "backbone or BN stats changed"
+    assert all(p.grad is None for p in model.image.parameters())
+    assert not torch.equal(heads, model.image_head_x.net[0].weight), "the image head must still train"

@@ -19,7 +19,6 @@ the number of worker processes.
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import time

@@ -10,7 +10,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import webdataset as wds
@@ -20,6 +21,9 @@ from data_prep.shards import shard_paths
 
 from ..tokenizer import encode_batch
 from .augment import simclr_transform
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
 
 
 def truth_id(meta: dict) -> int:
@@ -92,9 +96,7 @@ def make_train_loader(
     tokenizer: Tokenizer,
     local_batch: int,
     max_length: int,
-    image_size: int,
-    with_images: bool = True,
-    crop_scale_min: float = 0.2,
+    transform: Callable | None,
     shuffle_buffer: int = 2000,
     workers: int = 2,
     seed: int = 0,
@@ -102,9 +104,11 @@ def make_train_loader(
 ) -> wds.WebLoader:
     """Endless loader of batches of ``local_batch`` samples for one training process.
 
+    ``transform`` makes each of an image's two views (None: captions only, no images).
     ``batching="pairs"`` (parallel data, supervised baseline): each batch holds
     ``local_batch / 2`` pairs of translations (:func:`pair_by_group`).
     """
+    with_images = transform is not None
     stages: list = [
         wds.ResampledShards(shard_paths(split_dir), seed=seed, deterministic=True),
         wds.tarfile_to_samples(),
@@ -115,8 +119,18 @@ def make_train_loader(
     if batching == "pairs":
         stages += [pair_by_group, wds.detshuffle(shuffle_buffer // 2, initial=min(shuffle_buffer // 2, 250), seed=seed), _unpair]
     if with_images:
-        stages.append(wds.map(partial(_two_views, transform=simclr_transform(image_size, crop_scale_min))))
+        stages.append(wds.map(partial(_two_views, transform=transform)))
     stages.append(wds.batched(local_batch, collation_fn=Collate(tokenizer, max_length), partial=False))
     pipeline = wds.DataPipeline(*stages)
     return wds.WebLoader(pipeline, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
                          prefetch_factor=4 if workers > 0 else None)
+
+
+def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int) -> wds.WebLoader:
+    """:func:`make_train_loader` for a run: the split, sizes, augmentations and batching of ``cfg``."""
+    d = cfg.data
+    transform = None
+    if cfg.loss.uses_images:
+        transform = simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale, d.hflip)
+    return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, transform,
+                             shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching)

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError, run_cli
 
 from . import plots
@@ -56,17 +57,6 @@ def load_encoder(path: str):
 
 def _languages(arg: str | None) -> list[str] | None:
     return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a count, a k), so 0 or -1 is a usage error, not a traceback."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _jsonable(obj):
@@ -572,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", default="eval_out", help="folder for JSON records, plots and indexes (default %(default)s)")
-    common.add_argument("--batch-size", type=_positive_int, default=256, help="encoding batch size (default %(default)s)")
+    common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
     common.add_argument("--seed", type=int, default=0, help="seed of every sample and k-means (default %(default)s)")
     common.add_argument("--name", help="model name in records and file names (default: from the model path)")
 
@@ -586,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sentence", parents=[common], help="sentence translation accuracy (paper 5.2)", description=_SENTENCE_HELP)
     model_arg(p)
     split_arg(p)
-    p.add_argument("--n-groups", type=_positive_int, default=200, help="parallel groups sampled (paper: 200; default %(default)s)")
+    p.add_argument("--n-groups", type=positive_int, default=200, help="parallel groups sampled (paper: 200; default %(default)s)")
     p.add_argument("--candidates", choices=["other-language", "all"], default="other-language",
                    help="rank among other-language sentences (DESIGN.md, default) or all sentences (paper's wording)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with (default: the text-text head)")
@@ -601,8 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", nargs="+", choices=["nn", "csls"], default=["nn", "csls"], help="ranking(s) (default: both)")
     p.add_argument("--procrustes", nargs="+", choices=["none", "pairwise", "multi"], default=["none"],
                    help="refinement(s) before ranking (default: none)")
-    p.add_argument("--procrustes-k", type=_positive_int, default=5, help="mutual nearest neighbours for anchors (paper: 5)")
-    p.add_argument("--procrustes-iter", type=_positive_int, default=10, help="refinement rounds (default %(default)s)")
+    p.add_argument("--procrustes-k", type=positive_int, default=5, help="mutual nearest neighbours for anchors (paper: 5)")
+    p.add_argument("--procrustes-iter", type=positive_int, default=10, help="refinement rounds (default %(default)s)")
     p.add_argument("--candidates", choices=["dictionary", "split"], default="dictionary",
                    help="target candidates: the language's dictionary words (default) or also every token seen in its --split captions")
     _tfidf_args(p)
@@ -614,22 +604,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer.json to split captions into BPE tokens")
     model_arg(p, required=False)
     p.add_argument("--words", action="store_true", help="use lower-cased words instead of BPE tokens")
-    p.add_argument("--n-groups", type=_positive_int, default=None, help="use a seeded sample of this many groups (default: all)")
+    p.add_argument("--n-groups", type=positive_int, default=None, help="use a seeded sample of this many groups (default: all)")
     _tfidf_args(p)
     p.set_defaults(func=_build_dictionary)
 
     p = sub.add_parser("retrieval", parents=[common], help="text→image / image→text Recall@K per language", description=_RETRIEVAL_HELP)
     model_arg(p)
     split_arg(p, what="test split folder with images")
-    p.add_argument("--ks", type=_positive_int, nargs="+", default=[1, 5, 10], help="K values (default 1 5 10)")
-    p.add_argument("--max-images", type=_positive_int, help="evaluate on a seeded sample of this many images (default: all)")
+    p.add_argument("--ks", type=positive_int, nargs="+", default=[1, 5, 10], help="K values (default 1 5 10)")
+    p.add_argument("--max-images", type=positive_int, help="evaluate on a seeded sample of this many images (default: all)")
     p.set_defaults(func=_retrieval)
 
     p = sub.add_parser("cluster", parents=[common], help="k-means language vs meaning purity (paper A.4)", description=_CLUSTER_HELP)
     model_arg(p)
     split_arg(p)
-    p.add_argument("--n-groups", type=_positive_int, default=200, help="parallel groups sampled (default %(default)s)")
-    p.add_argument("--k", type=_positive_int, default=50, help="number of clusters (paper: 50)")
+    p.add_argument("--n-groups", type=positive_int, default=200, help="parallel groups sampled (default %(default)s)")
+    p.add_argument("--k", type=positive_int, default=50, help="number of clusters (paper: 50)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with")
     p.set_defaults(func=_cluster)
 
@@ -642,11 +632,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("text", nargs="*", help="sentences (or words) to translate")
         p.add_argument("--input", help="file of queries, one per line")
         p.add_argument("--to", required=True, help="target language code")
-        p.add_argument("--k", type=_positive_int, default=5 if name == "translate" else 10, help="results per query (default %(default)s)")
+        p.add_argument("--k", type=positive_int, default=5 if name == "translate" else 10, help="results per query (default %(default)s)")
         p.add_argument("--index", help="index folder (default: under --out/index, one per model and corpus)")
         p.add_argument("--rebuild", action="store_true", help="rebuild the index even if a matching one is saved")
-        p.add_argument("--ivf-min", type=_positive_int, default=DEFAULT_IVF_MIN, help="corpus size from which an IVF index is used (default %(default)s)")
-        p.add_argument("--nprobe", type=_positive_int, default=DEFAULT_NPROBE, help="IVF cells searched per query (default %(default)s)")
+        p.add_argument("--ivf-min", type=positive_int, default=DEFAULT_IVF_MIN, help="corpus size from which an IVF index is used (default %(default)s)")
+        p.add_argument("--nprobe", type=positive_int, default=DEFAULT_NPROBE, help="IVF cells searched per query (default %(default)s)")
         p.add_argument("--json", action="store_true", help="print one JSON object per query")
         if name == "translate":
             p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
@@ -665,11 +655,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _tfidf_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--top-k", type=_positive_int, default=5, help="mutual top-k of the tf-idf rule (paper: 5)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="mutual top-k of the tf-idf rule (paper: 5)")
     p.add_argument("--idf", choices=["smooth", "paper"], default="smooth",
                    help="idf: 'paper' = log(|D|/df) (eq. 7; 0 for tokens in every document, so it ranks nothing on "
                         "small vocabularies), 'smooth' = log((1+|D|)/(1+df))+1 (default)")
-    p.add_argument("--min-count", type=_positive_int, default=1, help="ignore tokens seen in fewer sentences (default %(default)s)")
+    p.add_argument("--min-count", type=positive_int, default=1, help="ignore tokens seen in fewer sentences (default %(default)s)")
 
 
 ZEROSHOT_COMMANDS = ("tag", "zeroshot")

@@ -32,14 +32,22 @@ class GlobetrotterModel(nn.Module):
         self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 else None
         self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
         self.image = self.image_head_x = self.image_head_v = None
+        self.image_frozen = False
         if loss.uses_images:
             self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained, **cfg.image_backbone_args)
             n = self.image.num_features
             self.image_head_x = ProjectionHead(n, D) if loss.cross > 0 else None
             self.image_head_v = ProjectionHead(n, D) if loss.image > 0 else None
-            if self.image_head_x is None and self.image_head_v is None:
-                # only α uses the images (an ablation without L_v and L_x): a fixed feature extractor
-                self.image.requires_grad_(False)
+            # a fixed feature extractor: asked for, or only α uses the images (ablation without L_v and L_x)
+            self.image_frozen = cfg.freeze_image_backbone or (self.image_head_x is None and self.image_head_v is None)
+            self.image.requires_grad_(not self.image_frozen)
+
+    def train(self, mode: bool = True) -> "GlobetrotterModel":
+        """As ``nn.Module.train``, but a frozen image backbone stays in eval mode (fixed BatchNorm statistics)."""
+        super().train(mode)
+        if self.image_frozen:
+            self.image.eval()
+        return self
 
     def sentence_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sentence-token output and mean-pooled output: (B, d_model) each."""
@@ -65,7 +73,8 @@ class GlobetrotterModel(nn.Module):
             out["cloze_logits"] = self.cloze_head(self.text(masked_ids, attention_mask))
         if self.image is not None and view1 is not None:
             views = [view1] if view2 is None else [view1, view2]
-            feats = self.image(torch.cat(views))
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.image_frozen):
+                feats = self.image(torch.cat(views))
             for i, f in enumerate(feats.chunk(len(views))):
                 if self.image_head_v is not None:
                     out[f"image_v{i + 1}"] = self.image_head_v(f)

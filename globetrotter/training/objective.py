@@ -18,7 +18,6 @@ from ..losses import (
     NTXentLoss,
     TransitiveTextLoss,
     alpha_stats,
-    cloze_accuracy,
     gather_many,
     supervised_alpha,
     transitive_alpha,

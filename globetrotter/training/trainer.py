@@ -7,10 +7,8 @@ samples; the losses see the global batch through all-gathered features.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
-from pathlib import Path
 
 import torch
 from accelerate import Accelerator
@@ -23,7 +21,7 @@ from ..encoder import Encoder, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
 from ..tokenizer import load_tokenizer, special_ids
-from ..data.pipeline import make_train_loader
+from ..data.pipeline import train_loader_from_config
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path
@@ -89,12 +87,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         accelerator.init_trackers(cfg.run_name)
 
-    loader = make_train_loader(
-        str(Path(cfg.data.root) / cfg.data.train_split), tokenizer, local_batch, cfg.data.max_length,
-        cfg.data.image_size, with_images=cfg.loss.uses_images, crop_scale_min=cfg.data.crop_scale_min,
-        shuffle_buffer=cfg.data.shuffle_buffer, workers=cfg.data.workers, seed=cfg.seed * 1_000_003 + start_step,
-        batching=cfg.data.batching,
-    )
+    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=cfg.seed * 1_000_003 + start_step)
     batches = iter(loader)
     generator = torch.Generator().manual_seed(cfg.seed * 7919 + accelerator.process_index * 104729 + start_step)
     unwrapped = accelerator.unwrap_model(model)

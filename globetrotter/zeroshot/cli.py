@@ -22,6 +22,7 @@ import torch
 
 from backretrieval.errors import BackRetrievalError
 from globetrotter.config_io import load_config, to_dict
+from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError, run_cli
 
 from .config import ZeroShotConfig
@@ -74,16 +75,6 @@ def _ks(value: str) -> list[int]:
     return ks
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
-
-
 def _langs(value: str) -> list[str]:
     langs = [v.strip() for v in value.split(",") if v.strip()]
     if not langs:
@@ -105,7 +96,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="where frozen text and image features are cached (default: $GLOBETROTTER_CACHE or outputs/cache)")
     p.add_argument("--device", default="cpu", help="torch device for the image model and the adapter (default cpu)")
     p.add_argument("--online", action="store_true", help="allow downloads (sentence-transformers models, timm 'hub' weights)")
-    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -414,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
     p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
                    "text->image Recall@K on it (first caption per image)")
-    p.add_argument("--val-k", type=_positive_int, default=10, metavar="K",
+    p.add_argument("--val-k", type=positive_int, default=10, metavar="K",
                    help="K of the validation Recall@K (default 10)")
     p.add_argument("--out", required=True, metavar="DIR", help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
     p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are the paper's")
@@ -447,11 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", required=True, nargs="+", metavar="PATH", help="image files or folders (searched recursively)")
     p.add_argument("--vocab", required=True, action="append", type=_vocab, metavar="LANG=FILE",
                    help="target-language tag vocabulary: UTF-8, one tag per line, '#' comments (repeatable)")
-    p.add_argument("--source-tags", type=_positive_int, default=5, metavar="K",
+    p.add_argument("--source-tags", type=positive_int, default=5, metavar="K",
                    help="English source tags per image: the top-K ImageNet classes of the image model (default 5)")
     p.add_argument("--w1", type=float, default=PAPER_W1, help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2, help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="tag only the first N images")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="tag only the first N images")
     p.add_argument("--json", metavar="FILE", help="write the JSON record here")
     _common(p)
     p.set_defaults(func=cmd_tag)
@@ -465,17 +456,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="frozen text encoder: use | st:MODEL | npy:PATH | globetrotter:CKPT (default use)")
     p.add_argument("--image-model", default="efficientnet_lite0", help="timm model for image features (default efficientnet_lite0)")
     p.add_argument("--image-weights", default=None, help="package (offline EfficientNet-Lite0, default) | FILE | hub")
-    p.add_argument("--hidden-dim", type=_positive_int, default=300, help="first dense layer width (default 300)")
-    p.add_argument("--out-dim", type=_positive_int, default=300, help="output width of x_t and x_b (default 300)")
+    p.add_argument("--hidden-dim", type=positive_int, default=300, help="first dense layer width (default 300)")
+    p.add_argument("--out-dim", type=positive_int, default=300, help="output width of x_t and x_b (default 300)")
     p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha (default 0.1)")
     p.add_argument("--beta", type=float, default=0.01, help="eq. 2 beta of TripletXL (default 0.01)")
-    p.add_argument("--k", type=_positive_int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
+    p.add_argument("--k", type=positive_int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    p.add_argument("--batch-size", type=_positive_int, default=128, help="mini-batch size (default 128)")
-    p.add_argument("--epochs", type=_positive_int, default=40, help="epochs (default 40)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="mini-batch size (default 128)")
+    p.add_argument("--epochs", type=positive_int, default=40, help="epochs (default 40)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="held-out share for choosing the epoch (default 0.1)")
     p.add_argument("--ks", type=_ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
-    p.add_argument("--max-per-lang", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-per-lang", type=positive_int, default=None, metavar="N",
                    help="at most N documents per side of a pair")
     p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")

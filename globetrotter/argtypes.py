@@ -1,0 +1,15 @@
+"""argparse value types shared by the command-line tools: bad values become usage errors (exit 2)."""
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count, a k), so 0 or -1 is a usage error, not a traceback."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
