@@ -169,7 +169,7 @@ def test_images_align_languages_that_share_no_script(tiny_world, tmp_path):
     After a short run, captions naming the same colour in different scripts must be closer than
     captions naming different colours for the full model, and not for the text-only baseline.
     """
-    from tests.conftest import COLOURS, WORDS
+    from conftest import COLOURS, WORDS  # tests/ is on sys.path: pytest puts each rootless conftest dir there
 
     langs, colours = list(WORDS), list(COLOURS)
     texts = [f"{WORDS[lang][c]} {WORDS[lang]['_']}" for lang in langs for c in colours]
