@@ -1,6 +1,7 @@
 """A trained Globetrotter model, loaded for use: ``globetrotter.load(path).encode_text([...])``."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -111,9 +112,8 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     ckpt = resolve(path, prefer_best=prefer_best)
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
-    pretrained, cfg.model.image_pretrained = cfg.model.image_pretrained, None  # the checkpoint has every weight
-    model = build_model(cfg, tokenizer.get_vocab_size())
-    cfg.model.image_pretrained = pretrained
+    # the checkpoint holds every weight: never read (or require) the file the run started from
+    model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size())
     missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
     tied = {"cloze_head.token_embedding.weight"}
     if set(missing) - tied or unexpected:
