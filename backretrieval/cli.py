@@ -81,20 +81,20 @@ def _write_json(record: dict, out: str | Path | None) -> None:
     if out is None or str(out) == "-":
         print(text)
         return
-    out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        raise BackRetrievalError(f"{out}: cannot write the JSON record ({err.strerror or err})") from None
+    _write_file(out, lambda path: path.write_text(text + "\n", encoding="utf-8"), "the JSON record")
     print(f"wrote {out}", file=sys.stderr)
 
 
 def _save_npy(path: str | Path, array: np.ndarray, what: str) -> None:
+    _write_file(path, lambda p: np.save(p, array), what)
+
+
+def _write_file(path: str | Path, write, what: str) -> None:
+    """``write(path)`` after creating its folder; an OS error becomes a one-line user error."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, array)
+        write(path)
     except OSError as err:
         raise BackRetrievalError(f"{path}: cannot write {what} ({err.strerror or err})") from None
 
