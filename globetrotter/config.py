@@ -33,8 +33,17 @@ class DataConfig:
     grayscale: float = 0.2  # probability of a grayscale view (SimCLR)
     hflip: bool = True  # random horizontal flips; false keeps "left"/"right" in captions true
     shuffle_buffer: int = 2000
-    batching: Literal["random", "pairs"] = "random"  # pairs: B/2 translation pairs per batch (parallel split)
+    # random: the paper; pairs: B/2 translation pairs per batch (parallel split, supervised baseline);
+    # neighbours: half the batch are anchors, half a caption of a visual nearest neighbour of each
+    # anchor's image in another language (needs data.features; DESIGN.md section 10)
+    batching: Literal["random", "pairs", "neighbours"] = "random"
+    neighbours_k: int = 10  # neighbours: the k nearest other-language images an anchor's mate is drawn from
     workers: int = 2  # data-loader processes per training process
+    # Frozen backbone: read pooled backbone features from a cache instead of pixels (DESIGN.md section 10).
+    # null = pixels; auto = <root>/<split>/features (built at the first run); or a cache folder.
+    features: str | None = None
+    feature_views: int = 4  # augmented views cached per image (L_v contrasts two of them); the whole image is added
+    feature_seed: int = 0  # seed of the cached views' augmentations
 
     def validate(self) -> None:
         if self.max_length < 4:
@@ -43,6 +52,12 @@ class DataConfig:
             raise ValueError("data.crop_scale_min must be in (0, 1]")
         if self.colour_jitter < 0 or not 0 <= self.hue_jitter <= 0.5 or not 0 <= self.grayscale <= 1:
             raise ValueError("data.colour_jitter must be >= 0, data.hue_jitter in [0, 0.5], data.grayscale in [0, 1]")
+        if self.feature_views < 2:
+            raise ValueError("data.feature_views must be >= 2 (L_v contrasts two cached views)")
+        if self.neighbours_k < 1:
+            raise ValueError("data.neighbours_k must be >= 1")
+        if self.batching == "neighbours" and not self.features:
+            raise ValueError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
 
 
 @dataclass
@@ -145,6 +160,13 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps <= 0 or self.batch_size <= 1:
             raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.data.features and self.loss.uses_images:
+            if not self.model.freeze_image_backbone:
+                raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "
+                                 "(a backbone that trains needs pixels)")
+            if not self.model.image_pretrained:
+                raise ValueError("data.features needs model.image_pretrained (package or a weights file): the cache and "
+                                 "the saved model must hold the same frozen backbone, which a random init does not fix")
 
 
 def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:

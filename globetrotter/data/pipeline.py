@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from data_prep.shards import shard_paths
 
+from ..errors import UserError
 from ..tokenizer import encode_batch
 from .augment import simclr_transform
 
@@ -126,9 +127,22 @@ def make_train_loader(
                          prefetch_factor=4 if workers > 0 else None)
 
 
-def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int) -> wds.WebLoader:
-    """:func:`make_train_loader` for a run: the split, sizes, augmentations and batching of ``cfg``."""
+def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int,
+                             start_step: int = 0, rank: int = 0, world: int = 1, log: Callable = print):
+    """The training batch stream of a run: from the feature cache when ``data.features`` is set
+    (:class:`FeatureBatches`, index-based from ``start_step``), else :func:`make_train_loader` over
+    pixels with the split, sizes, augmentations and batching of ``cfg``."""
     d = cfg.data
+    if d.features:
+        from .feature_batches import FeatureBatches
+        from .feature_cache import ensure_feature_cache
+
+        cache = ensure_feature_cache(cfg, d.train_split, log) if cfg.loss.uses_images else None
+        return FeatureBatches(Path(d.root) / d.train_split, cache, tokenizer, local_batch, d.max_length, seed=cfg.seed,
+                              rank=rank, world=world, batching=d.batching, neighbours_k=d.neighbours_k,
+                              start_step=start_step)
+    if d.batching == "neighbours":
+        raise UserError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
     transform = None
     if cfg.loss.uses_images:
         transform = simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale, d.hflip)

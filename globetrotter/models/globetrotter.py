@@ -62,6 +62,8 @@ class GlobetrotterModel(nn.Module):
         view1: torch.Tensor | None = None,
         view2: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
+        """Features of the active heads. ``view1``/``view2`` are images [B, 3, H, W] or, with a frozen
+        backbone, its pooled features [B, F] (the feature cache)."""
         out: dict[str, torch.Tensor] = {}
         if self.text_head_t is not None or self.text_head_x is not None:
             sentence, mean = self.sentence_states(input_ids, attention_mask)
@@ -73,8 +75,13 @@ class GlobetrotterModel(nn.Module):
             out["cloze_logits"] = self.cloze_head(self.text(masked_ids, attention_mask))
         if self.image is not None and view1 is not None:
             views = [view1] if view2 is None else [view1, view2]
-            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.image_frozen):
-                feats = self.image(torch.cat(views))
+            if view1.dim() == 2:  # pooled features of the frozen backbone, from the cache (DESIGN.md section 10)
+                if not self.image_frozen:
+                    raise ValueError("cached image features need a frozen image backbone (model.freeze_image_backbone)")
+                feats = torch.cat(views)
+            else:
+                with torch.set_grad_enabled(torch.is_grad_enabled() and not self.image_frozen):
+                    feats = self.image(torch.cat(views))
             for i, f in enumerate(feats.chunk(len(views))):
                 if self.image_head_v is not None:
                     out[f"image_v{i + 1}"] = self.image_head_v(f)

@@ -7,6 +7,8 @@ count, times the world size (DDP averages gradients over processes).
 """
 from __future__ import annotations
 
+import zlib
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -48,6 +50,14 @@ class GlobetrotterObjective(nn.Module):
         global_count = stats[0].clamp_min(1)
         return total / global_count * world_size(), stats[1] / global_count
 
+    @staticmethod
+    def _cross_language_share(alpha: torch.Tensor, langs: list[str], device: torch.device) -> float:
+        """Share of α's positive pairs whose captions are in different languages (the pairs that transfer)."""
+        codes = gather_many([torch.tensor([zlib.crc32(lang.encode()) for lang in langs], device=device)])[0]
+        positive = alpha > 0
+        n_pos = int(positive.sum())
+        return float((positive & (codes[:, None] != codes[None, :])).sum()) / n_pos if n_pos else float("nan")
+
     def forward(self, out: dict[str, torch.Tensor], batch: dict, cloze_labels: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         keys = [k for k in ("text_t", "text_x", "image_v1", "image_v2", "image_x1", "image_x2", "image_raw1") if k in out]
@@ -74,6 +84,7 @@ class GlobetrotterObjective(nn.Module):
             known = truth >= 0
             truth_matrix = (truth[:, None] == truth[None, :]) if bool(known.all()) else None
             logs.update({k: float(v) for k, v in alpha_stats(alpha, truth_matrix).items()})
+            logs["alpha/cross_language_share"] = self._cross_language_share(alpha, batch["langs"], truth.device)
         if cfg.cloze > 0 and cloze_labels is not None:
             terms["cloze"], accuracy = self._cloze(out["cloze_logits"], cloze_labels)
             logs["cloze/accuracy"] = float(accuracy)

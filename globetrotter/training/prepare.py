@@ -16,7 +16,8 @@ def tokenizer_path(cfg: TrainConfig) -> Path:
 
 def ensure_data(cfg: TrainConfig, log=print) -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
-    train the tokenizer on the train split when ``tokenizer.json`` is absent. Main process only."""
+    train the tokenizer on the train split when ``tokenizer.json`` is absent; build the image-feature
+    cache when ``data.features`` asks for one that is absent (refuse a mismatched one). Main process only."""
     root = Path(cfg.data.root)
     train_dir = root / cfg.data.train_split
     if not (train_dir / MANIFEST).is_file():
@@ -35,3 +36,7 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
         captions = [m["caption"] for m in read_captions(train_dir)]
         save_tokenizer(train_tokenizer(captions, cfg.data.vocab_size), path)
     load_tokenizer(path)
+    if cfg.data.features and cfg.loss.uses_images:
+        from ..data.feature_cache import ensure_feature_cache
+
+        ensure_feature_cache(cfg, cfg.data.train_split, log)

@@ -87,7 +87,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         accelerator.init_trackers(cfg.run_name)
 
-    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=cfg.seed * 1_000_003 + start_step)
+    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=cfg.seed * 1_000_003 + start_step,
+                                      start_step=start_step, rank=accelerator.process_index,
+                                      world=accelerator.num_processes, log=log)
     batches = iter(loader)
     generator = torch.Generator().manual_seed(cfg.seed * 7919 + accelerator.process_index * 104729 + start_step)
     unwrapped = accelerator.unwrap_model(model)

@@ -1,0 +1,166 @@
+"""Training batches from an image-feature cache: captions tokenized once, image rows read from memory.
+
+The stream is index-based: the global batch of step ``s`` is a pure function of
+``(seed, s)``, and each process takes its slice of it. So a resumed run reads exactly the
+batches the uninterrupted one would have, and N processes see the same global batches as one.
+
+Batching (``data.batching``):
+
+* ``random`` (the paper): captions in a seeded permutation per epoch;
+* ``neighbours`` (DESIGN.md section 10): half the batch are anchors taken as in ``random``,
+  the other half holds, for each anchor, a caption of one of its image's ``k`` visual nearest
+  neighbours captioned in another language (:mod:`.neighbours`). α is still computed in the
+  batch by eq. 2 with the learned heads, so its gating decides which mined pairs become
+  positives; only images and their own captions are used, no parallel text;
+* ``pairs`` (parallel data, the supervised baseline): half as many groups as the batch, two
+  captions of each group in two different languages.
+
+Each sample's two views are two different cached augmented views of its image.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from data_prep.shards import read_captions
+
+from ..errors import UserError
+from ..tokenizer import encode_batch
+from .feature_cache import FeatureCache
+from .neighbours import other_language_neighbours
+from .pipeline import truth_id
+
+
+def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Members grouped by owner: (order, start, count) so owner o's members are order[start[o]: start[o] + count[o]]."""
+    order = np.argsort(owner, kind="stable")
+    count = np.bincount(owner, minlength=n_owners)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    return order, start, count
+
+
+class FeatureBatches:
+    """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on."""
+
+    def __init__(self, split_dir: str | Path, cache: FeatureCache | None, tokenizer: Tokenizer, local_batch: int,
+                 max_length: int, seed: int = 0, rank: int = 0, world: int = 1, batching: str = "random",
+                 neighbours_k: int = 10, start_step: int = 0) -> None:
+        if cache is not None and cache.views < 2:
+            raise UserError(f"{cache.path}: L_v needs two augmented views per image, the cache has {cache.views} (data.feature_views)")
+        metas = read_captions(split_dir)
+        self.local_batch, self.rank, self.world, self.seed = local_batch, rank, world, seed
+        self.batch_size = local_batch * world
+        self.batching, self.start_step = batching, start_step
+        self.cache = cache
+        ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], max_length)
+        self.ids = torch.tensor(ids, dtype=torch.long)
+        self.mask = torch.tensor(mask, dtype=torch.long)
+        self.truth = torch.tensor([truth_id(m) for m in metas], dtype=torch.long)
+        self.langs = np.array([m["lang"] for m in metas])
+        image_ids = [str(m["image_id"]) for m in metas]
+        if cache is None:  # captions only (no loss reads the images): number the images of the split
+            self.rows = np.unique(image_ids, return_inverse=True)[1]
+        else:
+            self.rows = cache.rows(image_ids, split_dir)  # caption -> cache row
+        # images of this split, numbered 0..n-1, and their captions
+        uniq, self.image_of = np.unique(self.rows, return_inverse=True)
+        self.image_rows = uniq
+        self.captions_of = _csr(self.image_of, len(uniq))
+        if batching == "neighbours":
+            if cache is None:
+                raise UserError("data.batching=neighbours mines visual neighbours: it needs images (a loss that uses them)")
+            if self.batch_size % 2:
+                raise UserError(f"data.batching=neighbours needs an even batch size, got {self.batch_size}")
+            image_lang = np.empty(len(uniq), dtype=self.langs.dtype)
+            image_lang[self.image_of] = self.langs
+            whole = np.asarray(cache.features[uniq, 0], dtype=np.float32)
+            self.neighbours = other_language_neighbours(whole, image_lang, neighbours_k)
+        elif batching == "pairs":
+            if self.batch_size % 2:
+                raise UserError(f"data.batching=pairs needs an even batch size, got {self.batch_size}")
+            self.group_members = self._groups(metas, split_dir)
+        elif batching != "random":
+            raise UserError(f"data.batching must be random, neighbours or pairs, got {batching!r}")
+
+    @staticmethod
+    def _groups(metas: list[dict], split_dir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CSR of the groups with captions in at least two languages: the first caption per (group, language)."""
+        first: dict[tuple[str, str], int] = {}
+        for i, m in enumerate(metas):
+            if m.get("group") is not None:
+                first.setdefault((str(m["group"]), m["lang"]), i)
+        by_group: dict[str, list[int]] = {}
+        for (group, _), i in first.items():
+            by_group.setdefault(group, []).append(i)
+        members = [v for v in by_group.values() if len(v) >= 2]
+        if not members:
+            raise UserError(f"{split_dir}: data.batching=pairs needs groups captioned in two or more languages (a parallel split)")
+        count = np.array([len(v) for v in members])
+        start = np.concatenate([[0], np.cumsum(count)[:-1]])
+        return np.concatenate([np.array(v) for v in members]), start, count
+
+    def _epoch_order(self, n: int, first: int, size: int, salt: int) -> np.ndarray:
+        """Items ``first .. first + size`` of the endless sequence of seeded per-epoch permutations of ``range(n)``."""
+        pos = np.arange(first, first + size)
+        epochs = pos // n
+        out = np.empty(size, dtype=np.int64)
+        for e in np.unique(epochs):
+            perm = np.random.default_rng([self.seed, salt, int(e)]).permutation(n)
+            where = epochs == e
+            out[where] = perm[pos[where] % n]
+        return out
+
+    def _pick(self, rng: np.random.Generator, csr: tuple[np.ndarray, np.ndarray, np.ndarray], owners: np.ndarray) -> np.ndarray:
+        order, start, count = csr
+        return order[start[owners] + rng.integers(0, count[owners])]
+
+    def global_indices(self, step: int) -> np.ndarray:
+        """Caption indices of the global batch of ``step`` (a function of the seed and ``step`` only)."""
+        rng = np.random.default_rng([self.seed, 1, step])
+        b = self.batch_size
+        if self.batching == "random":
+            return self._epoch_order(len(self.ids), step * b, b, salt=0)
+        if self.batching == "neighbours":
+            anchors = self._epoch_order(len(self.ids), step * (b // 2), b // 2, salt=0)
+            k = self.neighbours.shape[1]
+            images = self.neighbours[self.image_of[anchors], rng.integers(0, k, len(anchors))]
+            mates = self._pick(rng, self.captions_of, images)
+            return np.stack([anchors, mates], axis=1).ravel()  # anchor, its mate, next anchor, ...
+        order, start, count = self.group_members
+        groups = self._epoch_order(len(count), step * (b // 2), b // 2, salt=2)
+        first = rng.integers(0, count[groups])
+        second = (first + 1 + rng.integers(0, count[groups] - 1)) % count[groups]
+        return np.stack([order[start[groups] + first], order[start[groups] + second]], axis=1).ravel()
+
+    def batch(self, step: int) -> dict:
+        """This process's slice of the global batch of ``step``: tokens, two cached views, truth ids, languages."""
+        mine = slice(self.rank * self.local_batch, (self.rank + 1) * self.local_batch)
+        index = self.global_indices(step)[mine]
+        picked = torch.from_numpy(index)
+        mask = self.mask[picked]
+        width = int(mask.sum(1).max())
+        batch = {
+            "input_ids": self.ids[picked, :width],
+            "attention_mask": mask[:, :width],
+            "truth": self.truth[picked],
+            "langs": self.langs[index].tolist(),
+        }
+        if self.cache is not None:
+            rng = np.random.default_rng([self.seed, 2, step])  # views of the global batch, then this process's slice
+            k = self.cache.views
+            v1 = 1 + rng.integers(0, k, self.batch_size)
+            v2 = 1 + (v1 + rng.integers(0, k - 1, self.batch_size)) % k  # a different view of the same image
+            v1, v2 = v1[mine], v2[mine]
+            rows = self.rows[index]
+            batch["view1"] = torch.from_numpy(np.asarray(self.cache.features[rows, v1], dtype=np.float32))
+            batch["view2"] = torch.from_numpy(np.asarray(self.cache.features[rows, v2], dtype=np.float32))
+        return batch
+
+    def __iter__(self):
+        step = self.start_step
+        while True:
+            yield self.batch(step)
+            step += 1

@@ -1,0 +1,249 @@
+"""Image-feature cache for frozen backbones (DESIGN.md section 10).
+
+With ``model.freeze_image_backbone=true`` the backbone's output for an image never changes,
+so it is computed once per image and view, at the backbone's native resolution, and training
+reads rows of a float16 matrix instead of decoding and augmenting pixels. The step then costs
+only the text encoder and the heads.
+
+A cache is a folder (default ``<split>/features``) holding
+
+* ``features.npy``: float16 ``[images, views + 1, dim]``; row ``[i, 0]`` is image ``i`` through the
+  evaluation transform (resize, centre crop: what :meth:`Encoder.encode_image` sees), rows
+  ``[i, 1:]`` are ``views`` SimCLR-augmented views, each drawn from a generator seeded by
+  ``(seed, image index)`` so the cache is the same for any worker count;
+* ``image_ids.json``: the image id of each row, in the order images first appear in the shards;
+* ``cache.json``: the :class:`CacheSpec` it was built with (backbone, weights and their
+  checksum, image size, view count and augmentations, seed) and the split's content checksum.
+
+A cache whose spec differs from the one a config asks for is refused with a one-line error
+naming both (never silently reused).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from data_prep.shards import iter_raw, read_manifest
+
+from ..errors import UserError
+from .augment import eval_transform, simclr_transform
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+
+FEATURES = "features.npy"
+IMAGE_IDS = "image_ids.json"
+SPEC = "cache.json"
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Everything that decides a cache's numbers; two caches with equal specs are interchangeable."""
+
+    backbone: str
+    weights: str  # "package", a weights file's name, or "random"
+    weights_sha256: str  # first 16 hex digits of the weights file ("" for random init)
+    image_size: int
+    views: int  # augmented views per image (row 0, the whole image, comes on top)
+    crop_scale_min: float
+    colour_jitter: float
+    hue_jitter: float
+    grayscale: float
+    hflip: bool
+    seed: int
+
+    def differences(self, other: "CacheSpec") -> list[str]:
+        """``key: mine != other's`` for every field that differs."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{k}={mine[k]!r} vs {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+
+def _weights_digest(weights: str | None) -> tuple[str, str]:
+    if not weights:
+        return "random", ""
+    if weights == "package":
+        from backretrieval.images import package_weights_path
+
+        path = package_weights_path()
+        name = "package"
+    else:
+        path = Path(weights)
+        if not path.is_file():
+            raise UserError(f"model.image_pretrained: weights file {path} not found")
+        name = path.name
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return name, digest.hexdigest()[:16]
+
+
+def spec_from_config(cfg: "TrainConfig") -> CacheSpec:
+    """The cache a run's config asks for: its backbone, weights, image size, views and augmentations."""
+    d, m = cfg.data, cfg.model
+    name, digest = _weights_digest(m.image_pretrained)
+    return CacheSpec(backbone=m.image_backbone, weights=name, weights_sha256=digest, image_size=d.image_size,
+                     views=d.feature_views, crop_scale_min=d.crop_scale_min, colour_jitter=d.colour_jitter,
+                     hue_jitter=d.hue_jitter, grayscale=d.grayscale, hflip=d.hflip, seed=d.feature_seed)
+
+
+def cache_dir_for(cfg: "TrainConfig", split: str) -> Path | None:
+    """Where the run's cache for ``split`` lives: ``data.features`` (``auto`` = ``<split>/features``), None for pixels."""
+    where = cfg.data.features
+    if not where:
+        return None
+    return Path(cfg.data.root) / split / "features" if where == "auto" else Path(where)
+
+
+def _unique_images(split_dir: Path) -> Iterator[tuple[str, bytes]]:
+    seen: set[str] = set()
+    for _key, _ext, data, meta in iter_raw(split_dir):
+        image_id = str(meta["image_id"])
+        if image_id not in seen:
+            seen.add(image_id)
+            yield image_id, data
+
+
+class _Views(torch.utils.data.Dataset):
+    """Image ``i`` -> [views + 1, 3, S, S]: the evaluation view, then seeded augmented views."""
+
+    def __init__(self, images: list[bytes], spec: CacheSpec) -> None:
+        self.images = images
+        self.spec = spec
+        self.whole = eval_transform(spec.image_size)
+        self.augment = simclr_transform(spec.image_size, spec.crop_scale_min, spec.colour_jitter, spec.hue_jitter,
+                                        spec.grayscale, spec.hflip)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        image = Image.open(io.BytesIO(self.images[i])).convert("RGB")
+        state = torch.get_rng_state()
+        torch.manual_seed(self.spec.seed * 1_000_003 + i)  # the views depend on (seed, image), not on the worker
+        views = [self.whole(image)] + [self.augment(image) for _ in range(self.spec.views)]
+        torch.set_rng_state(state)
+        return torch.stack(views)
+
+
+def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | Path, backbone: torch.nn.Module,
+                        batch_images: int = 16, workers: int = 1, device: str = "cpu",
+                        progress: bool = True) -> dict:
+    """Run the frozen ``backbone`` once over every image of a split and write the cache to ``out_dir``.
+
+    ``backbone`` maps [B, 3, S, S] to pooled features [B, dim] (timm, ``num_classes=0``). The
+    folder is written under a temporary name and renamed into place. Returns the cache's
+    ``cache.json`` content (with ``images_per_s`` of the build).
+    """
+    split_dir, out_dir = Path(split_dir), Path(out_dir)
+    manifest = read_manifest(split_dir)
+    ids, blobs = [], []
+    for image_id, data in _unique_images(split_dir):
+        ids.append(image_id)
+        blobs.append(data)
+    dataset = _Views(blobs, spec)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_images, num_workers=workers,
+                                         prefetch_factor=4 if workers else None)
+    backbone = backbone.eval().to(device).to(memory_format=torch.channels_last)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    feats = None
+    row = 0
+    start = time.perf_counter()
+    with torch.inference_mode(), tqdm(total=len(ids), desc=f"features {split_dir.name}", unit="img",
+                                      disable=not progress, dynamic_ncols=True) as bar:
+        for batch in loader:
+            b, v = batch.shape[:2]
+            x = batch.flatten(0, 1).to(device).contiguous(memory_format=torch.channels_last)
+            out = backbone(x).float().reshape(b, v, -1)
+            if feats is None:
+                feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16,
+                                                  shape=(len(ids), v, out.shape[-1]))
+            feats[row: row + b] = out.cpu().numpy().astype(np.float16)
+            row += b
+            bar.update(b)
+    elapsed = time.perf_counter() - start
+    feats.flush()
+    del feats
+    record = {"spec": asdict(spec), "split": str(split_dir), "split_checksum": manifest.get("checksum"),
+              "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
+              "build_seconds": elapsed}
+    (tmp / IMAGE_IDS).write_text(json.dumps(ids))
+    (tmp / SPEC).write_text(json.dumps(record, indent=2))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return record
+
+
+@dataclass
+class FeatureCache:
+    """A loaded cache: ``features`` [images, views + 1, dim] float16 (memory-mapped) and the row of each image id."""
+
+    path: Path
+    features: np.ndarray
+    row_of: dict[str, int]
+    spec: CacheSpec
+
+    @property
+    def views(self) -> int:
+        return self.features.shape[1] - 1
+
+    def rows(self, image_ids: list[str], split_dir: Path | str) -> np.ndarray:
+        """The cache row of each image id; a one-line error naming the first missing id and the count."""
+        missing = [i for i in image_ids if i not in self.row_of]
+        if missing:
+            raise UserError(f"{self.path}: {len(set(missing))} image(s) of {split_dir} are missing from the feature cache "
+                            f"(first: {missing[0]!r}); rebuild it with globetrotter-data features")
+        return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
+
+
+def load_feature_cache(path: str | Path, expected: CacheSpec | None = None) -> FeatureCache:
+    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``."""
+    path = Path(path)
+    if not (path / SPEC).is_file() or not (path / FEATURES).is_file():
+        raise UserError(f"{path}: no feature cache here (expected {SPEC} and {FEATURES}; build one with globetrotter-data features)")
+    record = json.loads((path / SPEC).read_text())
+    try:
+        spec = CacheSpec(**record["spec"])
+    except TypeError as err:
+        raise UserError(f"{path / SPEC}: not a feature-cache spec of this version ({err})") from None
+    if expected is not None and spec != expected:
+        raise UserError(f"{path}: feature cache was built for another setting than the config asks "
+                        f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
+    features = np.load(path / FEATURES, mmap_mode="r")
+    ids = json.loads((path / IMAGE_IDS).read_text())
+    if len(ids) != features.shape[0]:
+        raise UserError(f"{path}: {IMAGE_IDS} lists {len(ids)} images but {FEATURES} has {features.shape[0]} rows")
+    return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec)
+
+
+def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], None] = print) -> FeatureCache:
+    """The run's cache for ``split``: built (on the main process) when absent, checked against the config."""
+    path = cache_dir_for(cfg, split)
+    if path is None:
+        raise UserError("data.features is not set: this run reads pixels")
+    spec = spec_from_config(cfg)
+    if not (path / SPEC).is_file():
+        from ..models.image import create_image_backbone
+
+        log(f"building the image-feature cache {path} ({spec.backbone}, {spec.views} views + the whole image) ...")
+        backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
+        record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers)
+        log(f"feature cache: {record['images']} images in {record['build_seconds']:.0f} s "
+            f"({record['images_per_s']:.1f} images/s)")
+    return load_feature_cache(path, spec)

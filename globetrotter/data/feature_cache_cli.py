@@ -1,0 +1,69 @@
+"""``globetrotter-data features``: build the image-feature cache of a split for frozen-backbone training."""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import load_train_config
+from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_train_config(args.config, args.overrides)
+    model = cfg.model
+    if args.backbone or args.weights:
+        other = bool(args.backbone) and args.backbone != model.image_backbone
+        model = replace(model, image_backbone=args.backbone or model.image_backbone,
+                        image_pretrained=args.weights or model.image_pretrained,
+                        image_backbone_args={} if other else model.image_backbone_args)
+    data = replace(cfg.data, image_size=args.image_size or cfg.data.image_size,
+                   feature_views=args.views or cfg.data.feature_views)
+    cfg = replace(cfg, model=model, data=data)
+    spec = spec_from_config(cfg)
+    split = Path(args.split_dir)
+    out = Path(args.out) if args.out else split / "features"
+    if (out / SPEC).is_file() and not args.force:
+        cache = load_feature_cache(out, spec)  # refuses a cache built for other settings
+        print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
+        return 0
+    from ..models.image import create_image_backbone
+
+    backbone = create_image_backbone(model.image_backbone, model.image_pretrained, **model.image_backbone_args)
+    record = build_feature_cache(split, spec, out, backbone, batch_images=args.batch_images, workers=args.workers,
+                                 device=args.device)
+    print(f"wrote {out}: {record['images']} images x {spec.views + 1} views x {record['dim']} dims in "
+          f"{record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)")
+    if args.json:
+        print(json.dumps(record, indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "features",
+        help="cache a frozen backbone's features of a split (whole image + K augmented views)",
+        description="Run a frozen timm backbone once over every image of a split at the config's image size and "
+        "store its pooled features, float16 [images, K+1, dim]: the whole image (evaluation transform) then K "
+        "SimCLR-augmented views with the config's augmentation settings, seeded per image. Training with "
+        "model.freeze_image_backbone=true and data.features=auto|FOLDER then reads these rows instead of pixels. "
+        "A cache records what it was built with; training refuses one that does not match its config. "
+        "Training builds a missing cache itself; this command builds it ahead (or on a machine with a GPU).",
+    )
+    p.add_argument("split_dir", help="split folder (with manifest.json)")
+    p.add_argument("--config", help="training config whose backbone, weights, image size, views and augmentations to use")
+    p.add_argument("--backbone", help="timm model name (default: the config's model.image_backbone)")
+    p.add_argument("--weights", help="'package' (offline ImageNet EfficientNet-Lite0) or a local weights file "
+                   "(default: the config's model.image_pretrained)")
+    p.add_argument("--views", type=int, help="augmented views per image, K (default: the config's data.feature_views)")
+    p.add_argument("--image-size", type=int, help="side of the views in pixels (default: the config's data.image_size)")
+    p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    p.add_argument("--force", action="store_true", help="rebuild even if a cache is there")
+    p.add_argument("--batch-images", type=int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="image decoding/augmentation processes (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device of the backbone (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the cache record as JSON")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
+    p.set_defaults(func=_run)
+

@@ -1,0 +1,228 @@
+"""The image-feature cache and the batches read from it (DESIGN.md section 10), on the tiny world."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import globetrotter
+from data_prep.shards import iter_samples, read_captions
+from globetrotter.config import load_train_config
+from globetrotter.data.augment import eval_transform
+from globetrotter.data.feature_batches import FeatureBatches
+from globetrotter.data.feature_cache import (CacheSpec, build_feature_cache, load_feature_cache,
+                                             spec_from_config)
+from globetrotter.data.neighbours import other_language_neighbours
+from globetrotter.errors import UserError
+from globetrotter.models.image import create_image_backbone
+from globetrotter.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from globetrotter.training.trainer import train
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"channels": [8, 16, 16, 16], "stem_width": 8}
+
+
+def small_spec(**kw) -> CacheSpec:
+    base = dict(backbone="resnet18", weights="random", weights_sha256="", image_size=32, views=3, crop_scale_min=0.5,
+                colour_jitter=0.4, hue_jitter=0.0, grayscale=0.0, hflip=True, seed=0)
+    return CacheSpec(**{**base, **kw})
+
+
+def small_backbone() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return create_image_backbone("resnet18", None, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tiny_world, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cache") / "features"
+    build_feature_cache(tiny_world / "train", small_spec(), out, small_backbone(), batch_images=8, workers=0, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_world, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    captions = [m["caption"] for split in ("train", "test") for m in read_captions(tiny_world / split)]
+    save_tokenizer(train_tokenizer(captions, 300), path)
+    return load_tokenizer(path)
+
+
+def test_cache_holds_the_whole_image_then_distinct_augmented_views(tiny_world, cache_dir):
+    cache = load_feature_cache(cache_dir, small_spec())
+    samples = {s.image_id: s.image for s in iter_samples(tiny_world / "train")}
+    assert cache.features.shape[:2] == (len(samples), 4) and cache.features.dtype == np.float16
+    image_id = next(iter(samples))
+    with torch.inference_mode():
+        direct = small_backbone().eval()(eval_transform(32)(samples[image_id])[None])[0].numpy()
+    row = cache.features[cache.row_of[image_id]].astype(np.float32)
+    np.testing.assert_allclose(row[0], direct, rtol=2e-2, atol=2e-2)  # the view encode_image sees, in float16
+    assert not np.allclose(row[1], row[2]) and not np.allclose(row[1], row[0])
+
+
+def test_cache_is_the_same_for_any_worker_count(tiny_world, cache_dir, tmp_path):
+    other = tmp_path / "features"
+    build_feature_cache(tiny_world / "train", small_spec(), other, small_backbone(), batch_images=5, workers=1, progress=False)
+    a, b = load_feature_cache(cache_dir), load_feature_cache(other)
+    assert a.row_of == b.row_of
+    np.testing.assert_array_equal(a.features, b.features)
+
+
+def test_a_cache_built_for_other_settings_is_refused_naming_both(cache_dir):
+    with pytest.raises(UserError, match=r"views=3 vs 4.*image_size=32 vs 64|image_size=32 vs 64.*views=3 vs 4"):
+        load_feature_cache(cache_dir, small_spec(views=4, image_size=64))
+    with pytest.raises(UserError, match="backbone='resnet18' vs 'efficientnet_lite0'"):
+        load_feature_cache(cache_dir, small_spec(backbone="efficientnet_lite0"))
+
+
+def test_images_missing_from_the_cache_are_named_with_their_count(tiny_world, cache_dir, tokenizer):
+    cache = load_feature_cache(cache_dir)
+    n_test_images = len({m["image_id"] for m in read_captions(tiny_world / "test")})
+    with pytest.raises(UserError, match=rf"{n_test_images} image\(s\) of .*test are missing .*first: 'img\d+'"):
+        FeatureBatches(tiny_world / "test", cache, tokenizer, 8, 16)
+
+
+def test_batches_are_a_function_of_the_step_and_split_over_processes(tiny_world, cache_dir, tokenizer):
+    cache = load_feature_cache(cache_dir)
+    one = FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, seed=3)
+    resumed = iter(FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, seed=3, start_step=5))
+    for key, value in next(resumed).items():
+        assert (value == one.batch(5)[key]) if isinstance(value, list) else torch.equal(value, one.batch(5)[key])
+    halves = [FeatureBatches(tiny_world / "train", cache, tokenizer, 8, 16, seed=3, rank=r, world=2).batch(7) for r in (0, 1)]
+    torch.testing.assert_close(torch.cat([h["view1"] for h in halves]), one.batch(7)["view1"])
+    assert not torch.equal(one.batch(7)["view1"], one.batch(8)["view1"])
+    # one epoch of random batches visits every caption once
+    seen = np.concatenate([one.global_indices(s) for s in range(len(one.ids) // 16)])
+    assert len(set(seen.tolist())) == len(seen)
+    # the two views of a sample are different cached views of its image
+    batch = one.batch(0)
+    assert not torch.equal(batch["view1"], batch["view2"])
+
+
+def test_neighbour_batches_pair_each_anchor_with_a_visual_neighbour_in_another_language(tiny_world, tokenizer):
+    from globetrotter.data.feature_cache import FeatureCache
+
+    metas = read_captions(tiny_world / "train")
+    ids = sorted({m["image_id"] for m in metas})
+    colour_of_image = {m["image_id"]: _colour_of(m["caption"]) for m in metas}
+    colours = sorted(set(colour_of_image.values()))
+    # planted features: an image looks like the colour its caption names, plus noise
+    rng = np.random.default_rng(0)
+    feats = rng.normal(scale=0.3, size=(len(ids), 3, 8)).astype(np.float16)
+    for r, i in enumerate(ids):
+        feats[r, :, colours.index(colour_of_image[i])] += 3
+    cache = FeatureCache(Path("planted"), feats, {i: r for r, i in enumerate(ids)}, small_spec(views=2))
+    stream = FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, batching="neighbours", neighbours_k=3)
+    index = stream.global_indices(4)
+    anchors, mates = index[0::2], index[1::2]
+    for a, m in zip(anchors, mates):
+        assert metas[a]["lang"] != metas[m]["lang"]
+        assert stream.image_of[m] in stream.neighbours[stream.image_of[a]]
+        assert _colour_of(metas[a]["caption"]) == _colour_of(metas[m]["caption"])
+
+
+def _colour_of(caption: str) -> str:
+    from conftest import WORDS
+
+    for words in WORDS.values():
+        for colour, word in words.items():
+            if colour != "_" and caption.startswith(word):
+                return colour
+    return ""
+
+
+def test_pair_batches_hold_two_languages_of_one_group(tiny_world, tokenizer):
+    stream = FeatureBatches(tiny_world / "test", None, tokenizer, 8, 16, batching="pairs")
+    metas = read_captions(tiny_world / "test")
+    index = stream.global_indices(2)
+    for a, b in zip(index[0::2], index[1::2]):
+        assert metas[a]["group"] == metas[b]["group"] and metas[a]["lang"] != metas[b]["lang"]
+    assert "view1" not in stream.batch(0)
+
+
+def test_other_language_neighbours_match_a_brute_force_search():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 8)).astype(np.float32)
+    langs = np.array(list("abc") * 20)
+    found = other_language_neighbours(x, langs, 4)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    sim[langs[:, None] == langs[None, :]] = -np.inf
+    np.testing.assert_array_equal(found, np.argsort(-sim, axis=1)[:, :4])
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    """A small ResNet's weights in a file: the frozen backbone of the training tests."""
+    from safetensors.torch import save_file
+
+    path = tmp_path_factory.mktemp("weights") / "small.safetensors"
+    save_file(small_backbone().state_dict(), str(path))
+    return path
+
+
+def _cfg(world: Path, out: Path, weights: Path, *extra: str):
+    from test_training import TINY
+
+    return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}", f"output_dir={out}",
+                                    *TINY, "data.features=auto", "data.feature_views=2", "model.freeze_image_backbone=true",
+                                    f"model.image_pretrained={weights}",
+                                    "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8",
+                                    *extra])
+
+
+def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_encodes_images(tiny_world, tmp_path, weights):
+    import shutil
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    cfg = _cfg(world, tmp_path, weights, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2")
+    result = train(cfg)
+    assert (world / "train" / "features" / "cache.json").is_file()
+    assert spec_from_config(cfg) == load_feature_cache(world / "train" / "features").spec
+    assert result["step"] == 3
+    enc = globetrotter.load(cfg.run_dir)
+    from PIL import Image
+
+    assert enc.encode_image([Image.new("RGB", (40, 30), (200, 10, 10))]).shape == (1, 16)
+    # another view count: refused, one line, exit 2, naming the cache and the setting
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), f"data.root={world}", f"output_dir={tmp_path}",
+                           f"data.tokenizer={tmp_path / 'tokenizer.json'}", "steps=1", "data.workers=0", "data.synth=null",
+                           "data.features=auto", "data.feature_views=3", "model.freeze_image_backbone=true",
+                           f"model.image_pretrained={weights}",
+                           "data.image_size=32", "model.image_backbone_args.channels=[8,16,16,16]",
+                           "model.image_backbone_args.stem_width=8", "model.d_model=32", "model.layers=1", "model.heads=2",
+                           "model.ffn=64", "batch_size=8", "val.every=0"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "views=2 vs 3" in last and "features" in last
+
+
+def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world, tmp_path, weights):
+    with pytest.raises(UserError, match="freeze_image_backbone"):
+        _cfg(tiny_world, tmp_path, weights, "model.freeze_image_backbone=false")
+    with pytest.raises(UserError, match="image_pretrained"):
+        _cfg(tiny_world, tmp_path, weights, "model.image_pretrained=null")
+    with pytest.raises(UserError, match="neighbours needs data.features"):
+        _cfg(tiny_world, tmp_path, weights, "data.features=null", "data.batching=neighbours")
+
+
+def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights):
+    out = tmp_path / "cache"
+    base = [sys.executable, "-m", "data_prep.cli", "features", str(tiny_world / "train"),
+            "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8", "--out", str(out),
+            "--workers", "0", "--backbone", "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"]
+    first = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "wrote" in first.stdout and json.loads((out / "cache.json").read_text())["spec"]["views"] == 2
+    again = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 0 and "up to date" in again.stdout
+    other = subprocess.run(base[:-1] + ["3"], capture_output=True, text=True, cwd=REPO)
+    assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].startswith("error:")
+    assert "views=2 vs 3" in other.stderr.strip().splitlines()[-1]
