@@ -141,17 +141,20 @@ class _Views(torch.utils.data.Dataset):
 
 def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | Path, backbone: torch.nn.Module,
                         batch_images: int = 16, workers: int = 1, device: str = "cpu",
-                        progress: bool = True) -> dict:
+                        progress: bool = True, max_images: int | None = None) -> dict:
     """Run the frozen ``backbone`` once over every image of a split and write the cache to ``out_dir``.
 
     ``backbone`` maps [B, 3, S, S] to pooled features [B, dim] (timm, ``num_classes=0``). The
     folder is written under a temporary name and renamed into place. Returns the cache's
-    ``cache.json`` content (with ``images_per_s`` of the build).
+    ``cache.json`` content (with ``images_per_s`` of the build). ``max_images`` caps the images
+    (benchmarks; such a cache lacks the rest of the split).
     """
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
     ids, blobs = [], []
     for image_id, data in _unique_images(split_dir):
+        if max_images is not None and len(ids) >= max_images:
+            break
         ids.append(image_id)
         blobs.append(data)
     dataset = _Views(blobs, spec)

@@ -61,9 +61,12 @@ class GlobetrotterModel(nn.Module):
         masked_ids: torch.Tensor | None = None,
         view1: torch.Tensor | None = None,
         view2: torch.Tensor | None = None,
+        cloze_targets: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Features of the active heads. ``view1``/``view2`` are images [B, 3, H, W] or, with a frozen
-        backbone, its pooled features [B, F] (the feature cache)."""
+        backbone, its pooled features [B, F] (the feature cache). ``cloze_targets`` [B, L] (bool) limits
+        the cloze logits to the masked positions, [n_targets, V] (the vocabulary projection of every
+        token would dominate the step); without it they are [B, L, V]."""
         out: dict[str, torch.Tensor] = {}
         if self.text_head_t is not None or self.text_head_x is not None:
             sentence, mean = self.sentence_states(input_ids, attention_mask)
@@ -72,7 +75,8 @@ class GlobetrotterModel(nn.Module):
             if self.text_head_x is not None:
                 out["text_x"] = self.text_head_x(sentence)
         if self.cloze_head is not None and masked_ids is not None:
-            out["cloze_logits"] = self.cloze_head(self.text(masked_ids, attention_mask))
+            states = self.text(masked_ids, attention_mask)
+            out["cloze_logits"] = self.cloze_head(states if cloze_targets is None else states[cloze_targets])
         if self.image is not None and view1 is not None:
             views = [view1] if view2 is None else [view1, view2]
             if view1.dim() == 2:  # pooled features of the frozen backbone, from the cache (DESIGN.md section 10)

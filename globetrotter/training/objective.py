@@ -41,9 +41,10 @@ class GlobetrotterObjective(nn.Module):
     def _cloze(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Global per-token cross-entropy and accuracy (as process-local terms that average to the global value)."""
         targets = labels != -100
-        total = torch.nn.functional.cross_entropy(logits[targets].float(), labels[targets], reduction="sum")
+        picked = logits if logits.dim() == 2 else logits[targets]  # [n_targets, V] already, or [B, L, V]
+        total = torch.nn.functional.cross_entropy(picked.float(), labels[targets], reduction="sum")
         count = targets.sum().to(total.dtype)
-        correct = (logits[targets].argmax(-1) == labels[targets]).sum().to(total.dtype)
+        correct = (picked.argmax(-1) == labels[targets]).sum().to(total.dtype)
         stats = torch.stack([count, correct])
         if world_size() > 1:
             dist.all_reduce(stats)
@@ -84,7 +85,8 @@ class GlobetrotterObjective(nn.Module):
             known = truth >= 0
             truth_matrix = (truth[:, None] == truth[None, :]) if bool(known.all()) else None
             logs.update({k: float(v) for k, v in alpha_stats(alpha, truth_matrix).items()})
-            logs["alpha/cross_language_share"] = self._cross_language_share(alpha, batch["langs"], truth.device)
+            if "langs" in batch:
+                logs["alpha/cross_language_share"] = self._cross_language_share(alpha, batch["langs"], truth.device)
         if cfg.cloze > 0 and cloze_labels is not None:
             terms["cloze"], accuracy = self._cloze(out["cloze_logits"], cloze_labels)
             logs["cloze/accuracy"] = float(accuracy)

@@ -123,7 +123,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
         with accelerator.autocast():
-            out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"))
+            out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
+                        cloze_targets=None if labels is None else labels != -100)
         loss, logs = objective(out, batch, labels)
 
         finite = torch.tensor([float(torch.isfinite(loss))], device=accelerator.device)

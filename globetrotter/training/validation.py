@@ -51,8 +51,12 @@ class Validator:
             from backretrieval.images import ImageFeatureExtractor
 
             _, name, *weights = spec.split(":", 2)
-            extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False)
-            self.image_feats = extractor.extract(self.images)
+            # once per distinct image (a zh image has five captions), cached beside the split for the next runs
+            extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False,
+                                              cache_dir=root / cfg.data.val_split / "bkr-image-features")
+            unique, first, inverse = np.unique(self.image_ids, return_index=True, return_inverse=True)
+            feats = extractor.extract([self.images[i] for i in first], ids=list(unique))
+            self.image_feats = feats[inverse]
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
             self.test_dir = None
