@@ -35,8 +35,12 @@ class DataConfig:
     shuffle_buffer: int = 2000
     batching: Literal["random", "pairs"] = "random"  # pairs: B/2 translation pairs per batch (parallel split)
     workers: int = 2  # data-loader processes per training process
+    max_bad_samples: int = 100  # bad samples (truncated shard, undecodable image/json) skipped before the run
+    # stops with an error naming the shard; counted over all processes, in TensorBoard data/bad_samples; 0: none allowed
 
     def validate(self) -> None:
+        if self.max_bad_samples < 0:
+            raise ValueError("data.max_bad_samples must be >= 0")
         if self.max_length < 4:
             raise ValueError("data.max_length must be at least 4")
         if not 0 < self.crop_scale_min <= 1:
