@@ -35,8 +35,8 @@ class DataConfig:
     shuffle_buffer: int = 2000
     batching: Literal["random", "pairs"] = "random"  # pairs: B/2 translation pairs per batch (parallel split)
     workers: int = 2  # data-loader processes per training process
-    max_bad_samples: int = 100  # bad samples (truncated shard, undecodable image/json) skipped before the run
-    # stops with an error naming the shard; counted over all processes, in TensorBoard data/bad_samples; 0: none allowed
+    max_bad_samples: int = 100  # distinct bad samples (truncated shard, undecodable image/json) a process may
+    # skip before the run stops with an error naming the shard (TensorBoard data/bad_samples); 0: none allowed
 
     def validate(self) -> None:
         if self.max_bad_samples < 0:

@@ -122,16 +122,15 @@ def _rewrite_shard(path: Path, corrupt_first_image: bool, truncate: bool) -> Non
     path.write_bytes(data[: len(data) // 2] if truncate else data)
 
 
-@pytest.fixture
-def bad_world(tiny_world, tmp_path) -> Path:
-    """The tiny world with a corrupt image in every train shard and the first train shard truncated."""
-    world = tmp_path / "bad_world"
-    shutil.copytree(tiny_world, world)
-    shards = sorted((world / "train").glob("*.tar"))
+def _broken_world(tiny_world: Path, dest: Path, corrupt_images: bool, truncate: int) -> Path:
+    """A copy of the tiny world, with a corrupt image in every train shard (``corrupt_images``) and
+    train shard number ``truncate`` cut in half."""
+    shutil.copytree(tiny_world, dest)
+    shards = sorted((dest / "train").glob("*.tar"))
     assert len(shards) >= 2
     for i, shard in enumerate(shards):
-        _rewrite_shard(shard, corrupt_first_image=True, truncate=i == 0)
-    return world
+        _rewrite_shard(shard, corrupt_first_image=corrupt_images, truncate=i == truncate)
+    return dest
 
 
 def _scalars(run_dir: Path, tag: str) -> list[float]:
@@ -147,22 +146,26 @@ def _scalars(run_dir: Path, tag: str) -> list[float]:
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_bad_samples_are_skipped_counted_and_limited(tiny_world, bad_world, tmp_path, workers):
+def test_bad_samples_are_skipped_counted_and_limited(tiny_world, tmp_path, workers):
     """A corrupt image and a truncated shard met mid-run: skipped, counted (TensorBoard, result.json); too many
     stop the run with a one-line error naming the shard. (Tokenizers from the intact world: the shards broke later.)"""
     for run in ("ok", "strict"):
         (tmp_path / run).mkdir()
         _tokenizer(tiny_world, tmp_path / run)
+    bad_world = _broken_world(tiny_world, tmp_path / "bad_world", corrupt_images=True, truncate=0)
     cfg = tiny_cfg(bad_world, tmp_path / "ok", "steps=6", "checkpoint_every=6", f"data.workers={workers}")
     result = train(cfg)
     assert result["step"] == 6 and (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(6)).is_dir()
     saved = json.loads((cfg.run_dir / "result.json").read_text())
-    assert saved["bad_samples"] == result["bad_samples"] >= 2  # a corrupt image in each shard, a truncated shard
+    # 3 corrupt images and the truncated shard's broken tail, each counted once though met again and again
+    assert 2 <= saved["bad_samples"] == result["bad_samples"] <= 5
     logged = _scalars(cfg.run_dir, "data/bad_samples")
     assert logged and logged[-1] == saved["bad_samples"] and logged == sorted(logged)
 
-    strict = tiny_cfg(bad_world, tmp_path / "strict", "steps=6", f"data.workers={workers}", "data.max_bad_samples=0")
-    with pytest.raises(UserError, match=r"train-\d+\.tar: \d+ bad samples skipped .*data\.max_bad_samples=0") as err:
+    # only train-000001.tar is broken (truncated): the run stops at its first bad sample and names it
+    one_bad = _broken_world(tiny_world, tmp_path / "one_bad", corrupt_images=False, truncate=1)
+    strict = tiny_cfg(one_bad, tmp_path / "strict", "steps=40", f"data.workers={workers}", "data.max_bad_samples=0")
+    with pytest.raises(UserError, match=r"train-000001\.tar: 1 distinct bad samples skipped .*data\.max_bad_samples=0") as err:
         train(strict)
     assert "\n" not in str(err.value)
 

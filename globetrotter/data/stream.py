@@ -13,9 +13,10 @@ comes from *logical* worker ``s % W``; a loader restarted at step ``s`` maps its
 worker ``p`` to logical worker ``(p + s) % W`` and the order is unchanged.
 
 Bad data (a truncated or unreadable shard, a sample whose image or json does not decode)
-is skipped and counted per worker; every batch carries its worker's count, so the trainer
-sees the count across worker processes. Past ``max_bad`` the stream stops with a marker
-batch and the trainer raises a one-line error naming the shard.
+is skipped and counted once per sample (``shard/key``: shards are read again and again, a
+corrupt file is one bad sample); every batch carries the bad samples its worker met since its
+last batch, so the trainer counts across worker processes. Past ``max_bad`` the stream stops
+with a marker batch and the trainer raises a one-line error naming the shard.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import json
 import random
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -43,23 +45,23 @@ def derive_seed(*parts: int) -> int:
 
 @dataclass
 class StreamPosition:
-    """Where one process's data stream is: per logical worker, samples handed on and bad samples met.
+    """Where one process's data stream is: samples handed on per logical worker, bad samples met.
 
     This is what a checkpoint stores (one per process) to resume the stream exactly.
     """
 
     workers: int = 1  # logical workers W (data.workers, at least 1)
     cursors: list[int] = field(default_factory=list)
-    bad: list[int] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)  # distinct bad samples met, as "shard/key"
     bad_shard: str = ""  # shard of the last bad sample
 
     def __post_init__(self) -> None:
         self.cursors = list(self.cursors) or [0] * self.workers
-        self.bad = list(self.bad) or [0] * self.workers
+        self.bad = list(self.bad)
 
     @property
     def bad_total(self) -> int:
-        return sum(self.bad)
+        return len(self.bad)
 
     def to_dict(self) -> dict:
         return {"workers": self.workers, "cursors": self.cursors, "bad": self.bad, "bad_shard": self.bad_shard}
@@ -72,7 +74,8 @@ class StreamPosition:
         """
         fields = {k: batch.pop(k) for k in STREAM_KEYS if k in batch}
         w = int(fields[WORKER])
-        self.bad[w], self.bad_shard = int(fields[BAD]), fields[BAD_SHARD] or self.bad_shard
+        self.bad += [b for b in fields[BAD] if b not in self.bad]
+        self.bad_shard = fields[BAD_SHARD] or self.bad_shard
         if fields.get(STOP):
             raise too_many_bad(self.bad_total, max_bad, self.bad_shard)
         self.cursors[w] = int(fields[CURSOR])
@@ -80,37 +83,51 @@ class StreamPosition:
 
 
 def too_many_bad(count: int, max_bad: int, shard: str) -> UserError:
-    return UserError(f"{shard or 'the training data'}: {count} bad samples skipped (truncated/unreadable shard or "
+    return UserError(f"{shard or 'the training data'}: {count} distinct bad samples skipped (truncated/unreadable shard or "
                      f"undecodable sample), more than data.max_bad_samples={max_bad}; check or rewrite this shard")
 
 
 class BadSamples:
-    """A webdataset exception handler that counts and skips; remembers the shard of the last one.
+    """A webdataset exception handler that skips and counts distinct bad samples (``shard/key``).
 
-    Returns False (stop) once the count passes ``limit``. While ``active`` is False (replaying
+    Remembers the shard of the last one and the ones not yet reported (``new``); returns
+    False (stop) once the count passes ``limit``. While ``active`` is False (replaying
     samples already consumed before a resume) errors are skipped without being counted again.
+    ``reading`` is the shard being read (errors inside a tar stream do not name it).
     """
 
-    def __init__(self, count: int, limit: int, worker: int) -> None:
-        self.count, self.limit, self.worker = count, limit, worker
-        self.shard, self.active = "", True
+    def __init__(self, seen: set[str], limit: int, worker: int) -> None:
+        self.seen, self.new, self.limit, self.worker = set(seen), [], limit, worker
+        self.shard, self.reading, self.active = "", "", True
 
-    def __call__(self, exn: Exception, shard: str | None = None) -> bool:
+    @property
+    def count(self) -> int:
+        return len(self.seen)
+
+    def __call__(self, exn: Exception, shard: str | None = None, key: str | None = None) -> bool:
         if not self.active:
             return True
-        self.count += 1
-        self.shard = shard or self.shard
-        message = str(exn).splitlines()[0][:200] if str(exn) else type(exn).__name__
-        print(f"data: skipped a bad sample in {self.shard} (worker {self.worker}, {self.count} so far): {message}",
-              file=sys.stderr, flush=True)
+        self.shard = shard or self.reading
+        name = f"{Path(self.shard).name}/{key or 'unreadable'}"
+        if name not in self.seen:
+            self.seen.add(name)
+            self.new.append(name)
+            message = f"{type(exn).__name__}: {str(exn).splitlines()[0][:200] if str(exn) else ''}"
+            print(f"data: skipped bad sample {key or '(unreadable tar)'} of {self.shard} ({self.count} so far, "
+                  f"worker {self.worker}): {message}", file=sys.stderr, flush=True)
         return self.count <= self.limit
+
+    def report(self) -> list[str]:
+        """The bad samples met since the last call."""
+        new, self.new = self.new, []
+        return new
 
 
 def _resampled(urls: list[str], rng: random.Random, bad: BadSamples) -> Iterator[dict]:
     """Shards drawn with replacement, forever; the handler learns which shard is being read."""
     while True:
         url = rng.choice(urls)
-        bad.shard = url
+        bad.reading = url
         yield {"url": url}
 
 
@@ -118,11 +135,14 @@ def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
     """Decode each sample's json (cheap); images stay bytes until the sample is used."""
     for sample in samples:
         try:
+            if "json" not in sample:
+                raise ValueError("no .json (an incomplete sample: truncated shard?)")
             sample["meta"] = json.loads(sample["json"])
-            yield sample
         except Exception as exn:  # noqa: BLE001 - a missing or malformed json is bad data, not a bug
-            if not bad(exn, sample.get("__url__")):
+            if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                 return
+            continue
+        yield sample
 
 
 def _two_views(sample: dict, transform: Callable, seed: int) -> tuple:
@@ -168,13 +188,13 @@ class ResumableStream(torch.utils.data.IterableDataset):
             raise ValueError(f"stream position is for {self.position.workers} workers, the loader has {workers}")
         w = (physical + self.offset) % workers
         skip = self.position.cursors[w]
-        bad = BadSamples(self.position.bad[w], self.max_bad, w)
+        bad = BadSamples(set(self.position.bad), self.max_bad, w)
         shards = _resampled(self.urls, random.Random(derive_seed(self.seed, self.rank, w, 1)), bad)
         samples = _with_meta(wds.tarfile_to_samples(handler=bad)(shards), bad)
         samples = self.order(samples, random.Random(derive_seed(self.seed, self.rank, w, 2)))
 
         def fields(cursor: int, stop: bool = False) -> dict:
-            return {WORKER: w, CURSOR: cursor, BAD: bad.count, BAD_SHARD: bad.shard, STOP: stop}
+            return {WORKER: w, CURSOR: cursor, BAD: bad.report(), BAD_SHARD: bad.shard, STOP: stop}
 
         bad.active = skip == 0
         pending: list[tuple] = []
@@ -188,7 +208,7 @@ class ResumableStream(torch.utils.data.IterableDataset):
                 item = (sample["meta"],) if self.transform is None else \
                     _two_views(sample, self.transform, derive_seed(self.seed, self.rank, w, 3, index))
             except Exception as exn:  # noqa: BLE001 - an undecodable image is bad data
-                if not bad(exn, sample.get("__url__")):
+                if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                     break
                 continue
             pending.append(item)

@@ -135,8 +135,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"))
         loss, logs = objective(out, batch, labels)
 
-        health = torch.tensor([float(torch.isfinite(loss)), position.bad_total], device=accelerator.device)
-        finite, bad_samples = (int(v) for v in accelerator.reduce(health, reduction="sum").tolist())
+        health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
+                                                 device=accelerator.device))
+        finite, bad_samples = int(health[:, 0].sum()), int(health[:, 1].max())  # bad: the most any process met
         if bad_samples > cfg.data.max_bad_samples:  # every process agrees: all stop
             raise too_many_bad(bad_samples, cfg.data.max_bad_samples, position.bad_shard)
         if finite < accelerator.num_processes:
@@ -185,7 +186,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             save(done, metrics)
     accelerator.end_training()
-    result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples, "run_dir": str(cfg.run_dir)}
+    result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
+              "run_dir": str(cfg.run_dir)}
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
