@@ -73,6 +73,8 @@ class StreamPosition:
         ``max_bad`` bad samples (the trainer checks the total over all processes itself).
         """
         fields = {k: batch.pop(k) for k in STREAM_KEYS if k in batch}
+        if not fields:  # a loader without stream fields (e.g. one whose batches are a function of the step)
+            return batch
         w = int(fields[WORKER])
         self.bad += [b for b in fields[BAD] if b not in self.bad]
         self.bad_shard = fields[BAD_SHARD] or self.bad_shard
