@@ -44,8 +44,12 @@ class DataConfig:
     features: str | None = None
     feature_views: int = 4  # augmented views cached per image (L_v contrasts two of them); the whole image is added
     feature_seed: int = 0  # seed of the cached views' augmentations
+    max_bad_samples: int = 100  # distinct bad samples (truncated shard, undecodable image/json) a process may
+    # skip before the run stops with an error naming the shard (TensorBoard data/bad_samples); 0: none allowed
 
     def validate(self) -> None:
+        if self.max_bad_samples < 0:
+            raise ValueError("data.max_bad_samples must be >= 0")
         if self.max_length < 4:
             raise ValueError("data.max_length must be at least 4")
         if not 0 < self.crop_scale_min <= 1:

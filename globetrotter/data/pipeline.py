@@ -1,12 +1,14 @@
 """The training data stream: WebDataset shards -> augmented views + tokenized captions.
 
-Shards are resampled with replacement (an endless stream), seeded per rank and worker by
-WebDataset (``rank * 1000 + worker``) plus the run's seed and the step the stream starts at,
-so each process and worker reads its own sequence and a resumed run gets a fresh one.
-The loader is a plain ``WebLoader`` that accelerate must not wrap (DESIGN.md section 6).
+Shards are resampled with replacement (an endless stream); each process and data worker
+reads its own sequence, seeded by the run's seed, its rank and its worker, and each
+sample's augmentations are seeded by its index, so a resumed run continues the very same
+stream (:mod:`globetrotter.data.stream`). Bad samples and truncated shards are skipped and
+counted. The loader is a plain ``WebLoader`` that accelerate must not wrap (DESIGN.md section 6).
 """
 from __future__ import annotations
 
+import random
 import zlib
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +24,7 @@ from data_prep.shards import shard_paths
 from ..errors import UserError
 from ..tokenizer import encode_batch
 from .augment import simclr_transform
+from .stream import ResumableStream, StreamPosition
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -59,21 +62,23 @@ class Collate:
         return batch
 
 
-def pair_by_group(samples: Iterator[tuple], max_pending: int = 10000) -> Iterator[tuple]:
+def pair_by_group(samples: Iterator, max_pending: int = 10000,
+                  meta: Callable[[Any], dict] = lambda s: s[-1]) -> Iterator[tuple]:
     """Yield pairs ``(a, b)``: two captions of one ``group`` in different languages.
 
     For the supervised baseline on parallel data: a batch of B/2 pairs gives every
     caption exactly one true translation among the others. Samples without a group are
     dropped; a group's captions need not be adjacent (up to ``max_pending`` wait).
+    ``meta(sample)`` is a sample's metadata (default: its last element).
     """
     pending: dict = {}
     for sample in samples:
-        meta = sample[-1]
-        group = meta.get("group")
+        m = meta(sample)
+        group = m.get("group")
         if group is None:
             continue
         other = pending.pop(group, None)
-        if other is not None and other[-1]["lang"] != meta["lang"]:
+        if other is not None and meta(other)["lang"] != m["lang"]:
             yield other, sample
         else:
             pending[group] = sample
@@ -81,15 +86,25 @@ def pair_by_group(samples: Iterator[tuple], max_pending: int = 10000) -> Iterato
                 pending.pop(next(iter(pending)))
 
 
-def _unpair(pairs: Iterator[tuple]) -> Iterator[tuple]:
+def _unpair(pairs: Iterator[tuple]) -> Iterator:
     for a, b in pairs:
         yield a
         yield b
 
 
-def _two_views(sample: tuple, transform) -> tuple:
-    image, meta = sample
-    return transform(image), transform(image), meta
+def _sample_meta(sample: dict) -> dict:
+    return sample["meta"]
+
+
+def random_order(samples: Iterator[dict], rng: random.Random, buffer: int) -> Iterator[dict]:
+    """Shuffle through a buffer of ``buffer`` samples (the first after min(buffer, 500))."""
+    return wds.shuffle(buffer, initial=min(buffer, 500), rng=rng)(samples)
+
+
+def pairs_order(samples: Iterator[dict], rng: random.Random, buffer: int) -> Iterator[dict]:
+    """Translation pairs (:func:`pair_by_group`) shuffled as pairs, then flattened: a, a', b, b', ..."""
+    pairs = pair_by_group(samples, meta=_sample_meta)
+    return _unpair(wds.shuffle(buffer // 2, initial=min(buffer // 2, 250), rng=rng)(pairs))
 
 
 def make_train_loader(
@@ -102,36 +117,35 @@ def make_train_loader(
     workers: int = 2,
     seed: int = 0,
     batching: str = "random",
+    rank: int = 0,
+    position: StreamPosition | None = None,
+    start_step: int = 0,
+    max_bad: int = 100,
 ) -> wds.WebLoader:
-    """Endless loader of batches of ``local_batch`` samples for one training process.
+    """Endless loader of batches of ``local_batch`` samples for the process of rank ``rank``.
 
     ``transform`` makes each of an image's two views (None: captions only, no images).
     ``batching="pairs"`` (parallel data, supervised baseline): each batch holds
-    ``local_batch / 2`` pairs of translations (:func:`pair_by_group`).
+    ``local_batch / 2`` pairs of translations (:func:`pair_by_group`). ``position`` (from a
+    checkpoint written at ``start_step``) resumes the stream where it was; every batch
+    carries ``stream/*`` fields for :meth:`StreamPosition.consume`.
     """
-    with_images = transform is not None
-    stages: list = [
-        wds.ResampledShards(shard_paths(split_dir), seed=seed, deterministic=True),
-        wds.tarfile_to_samples(),
-    ]
-    if batching == "random":
-        stages.append(wds.detshuffle(shuffle_buffer, initial=min(shuffle_buffer, 500), seed=seed))
-    stages += [wds.decode("pil"), wds.to_tuple("png;jpg", "json")] if with_images else [wds.decode(), wds.to_tuple("json")]
-    if batching == "pairs":
-        stages += [pair_by_group, wds.detshuffle(shuffle_buffer // 2, initial=min(shuffle_buffer // 2, 250), seed=seed), _unpair]
-    if with_images:
-        stages.append(wds.map(partial(_two_views, transform=transform)))
-    stages.append(wds.batched(local_batch, collation_fn=Collate(tokenizer, max_length), partial=False))
-    pipeline = wds.DataPipeline(*stages)
-    return wds.WebLoader(pipeline, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
-                         prefetch_factor=4 if workers > 0 else None)
+    order = partial(random_order if batching == "random" else pairs_order, buffer=shuffle_buffer)
+    position = StreamPosition(**position.to_dict()) if position else StreamPosition(workers=max(1, workers))
+    dataset = ResumableStream(shard_paths(split_dir), Collate(tokenizer, max_length), local_batch, transform, order,
+                              seed=seed, rank=rank, position=position, offset=start_step, max_bad=max_bad)
+    # the loader's own generator: creating its iterator must not draw from the global RNG (exact resume)
+    return wds.WebLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
+                         prefetch_factor=4 if workers > 0 else None, generator=torch.Generator().manual_seed(seed))
 
 
-def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int,
-                             start_step: int = 0, rank: int = 0, world: int = 1, log: Callable = print):
+def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int, rank: int = 0,
+                             position: StreamPosition | None = None, start_step: int = 0, world: int = 1,
+                             log: Callable = print):
     """The training batch stream of a run: from the feature cache when ``data.features`` is set
-    (:class:`FeatureBatches`, index-based from ``start_step``), else :func:`make_train_loader` over
-    pixels with the split, sizes, augmentations and batching of ``cfg``."""
+    (:class:`FeatureBatches`, index-based: batch ``s`` is a function of the seed and ``s``, so resuming at
+    ``start_step`` is exact by construction), else :func:`make_train_loader` over pixels with the split,
+    sizes, augmentations and batching of ``cfg`` (resumed from ``position``)."""
     d = cfg.data
     if d.features:
         from .feature_batches import FeatureBatches
@@ -147,4 +161,5 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
     if cfg.loss.uses_images:
         transform = simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale, d.hflip)
     return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, transform,
-                             shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching)
+                             shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching,
+                             rank=rank, position=position, start_step=start_step, max_bad=d.max_bad_samples)

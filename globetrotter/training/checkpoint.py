@@ -2,9 +2,12 @@
 
 A checkpoint folder holds what ``accelerate.Accelerator.save_state`` writes (safetensors
 weights, optimizer, scheduler, RNG states of every process) plus ``config.yaml``,
-``tokenizer.json`` and ``trainer_state.json`` (step, metrics). It is written to a
-temporary folder and renamed into place, so a killed run never leaves a half checkpoint;
-``latest`` is a one-line file naming the newest complete checkpoint.
+``tokenizer.json``, ``trainer_state.json`` (step, metrics) and one ``data_stream_<rank>.json``
+per process (the data stream's position, :class:`~globetrotter.data.stream.StreamPosition`).
+It is written to a temporary folder and renamed into place, so a killed run never leaves a
+half checkpoint; ``latest`` is a one-line file naming the newest complete checkpoint. A write
+that fails (disk full, permission denied) leaves the previous checkpoints and ``latest`` as
+they were, removes the partial folder, and the run goes on (:func:`write`).
 """
 from __future__ import annotations
 
@@ -12,11 +15,15 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
+
+import torch
 
 from ..errors import UserError
 
 LATEST = "latest"
 STATE = "trainer_state.json"
+DATA_STREAM = "data_stream_{rank}.json"
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
@@ -34,9 +41,13 @@ def publish(tmp_dir: Path, final_dir: Path) -> None:
         shutil.rmtree(trash)
     if final_dir.exists():
         os.replace(final_dir, trash)
-    os.replace(tmp_dir, final_dir)
-    if trash.exists():
-        shutil.rmtree(trash)
+    try:
+        os.replace(tmp_dir, final_dir)
+    except OSError:
+        if trash.exists() and not final_dir.exists():
+            os.replace(trash, final_dir)  # put the older one back
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def mark_latest(root: Path, name: str) -> None:
@@ -72,3 +83,60 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
 
 def read_state(ckpt: Path) -> dict:
     return json.loads((Path(ckpt) / STATE).read_text())
+
+
+def _everywhere(accelerator, ok: bool) -> bool:
+    """True when ``ok`` holds on every process (a collective: every process must call it)."""
+    if accelerator.num_processes == 1:
+        return ok
+    flag = torch.tensor([float(ok)], device=accelerator.device)
+    return accelerator.reduce(flag, reduction="sum").item() == accelerator.num_processes
+
+
+def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None], *, latest: bool, keep: int,
+          log: Callable[[str], None] = print) -> bool:
+    """Write checkpoint ``root/name`` from every process; True when it is in place.
+
+    ``accelerator.save_state`` and ``fill(folder, is_main)`` write into ``name.tmp``, which the
+    main process renames into place (then points ``latest`` at it and prunes to ``keep``
+    when ``latest``). An ``OSError`` on any process (disk full, permission denied) leaves the
+    previous checkpoints and ``latest`` untouched, removes ``name.tmp``, logs one line and
+    returns False: the run goes on and the next checkpoint tries again.
+    """
+    tmp = root / (name + ".tmp")
+    error: OSError | None = None
+    try:
+        accelerator.save_state(str(tmp), safe_serialization=True)
+        fill(tmp, accelerator.is_main_process)
+    except OSError as err:
+        error = err
+    ok = _everywhere(accelerator, error is None)
+    if ok and accelerator.is_main_process:
+        try:
+            publish(tmp, root / name)
+            if latest:
+                mark_latest(root, name)
+                prune(root, keep)
+        except OSError as err:
+            error = err
+    ok = _everywhere(accelerator, ok and error is None)
+    if not ok and accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (root / (LATEST + ".tmp")).unlink(missing_ok=True)
+        pointer = root / LATEST
+        kept = pointer.read_text().strip() if pointer.is_file() else "none yet"
+        why = str(error) if error else "failed on another process"
+        log(f"checkpoint {name} not written ({why}); latest checkpoint kept: {kept}; training goes on, "
+            f"the next checkpoint tries again")
+    accelerator.wait_for_everyone()
+    return ok
+
+
+def write_stream_position(folder: Path, rank: int, position: dict) -> None:
+    (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json.dumps(position))
+
+
+def read_stream_position(ckpt: Path, rank: int) -> dict | None:
+    """The data stream position process ``rank`` saved in ``ckpt`` (None: an older checkpoint without one)."""
+    path = Path(ckpt) / DATA_STREAM.format(rank=rank)
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -2,7 +2,10 @@
 
 CPU, one GPU, many GPUs or nodes run the same code (``accelerate launch train.py ...``).
 Each process reads its own resampled WebDataset stream of ``batch_size / world_size``
-samples; the losses see the global batch through all-gathered features.
+samples; the losses see the global batch through all-gathered features. A checkpoint holds
+everything that decides the rest of the run (weights, optimizer, scheduler, RNG states, each
+process's data-stream position; the cloze masks are seeded per step), so ``--resume latest``
+continues the uninterrupted run exactly (bit for bit on CPU at a fixed thread count).
 """
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ from ..errors import UserError
 from ..losses import mask_tokens
 from ..tokenizer import load_tokenizer, special_ids
 from ..data.pipeline import train_loader_from_config
+from ..data.stream import StreamPosition, too_many_bad
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path
+from .resume import mask_seed, resume_position
 from .scheduler import warmup_cosine
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
@@ -71,13 +76,18 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
 
     root = ckpt.checkpoint_root(cfg.run_dir)
-    start_step, best = 0, None
+    rank = accelerator.process_index
+    start_step, best, position, loader_seed = 0, None, StreamPosition(max(1, cfg.data.workers)), cfg.seed
     if resume:
         source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
         accelerator.load_state(str(source))
         state = ckpt.read_state(source)
         start_step, best = state["step"], state.get("best")
         log(f"resumed from {source} at step {start_step}")
+        saved = resume_position(source, rank, cfg.data.workers, log)
+        if saved is None:  # the stream cannot continue: a fresh one, different from the first
+            loader_seed = cfg.seed * 1_000_003 + start_step
+        position = saved or position
 
     validator = None
     if cfg.val.every > 0 and main:
@@ -87,26 +97,24 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         accelerator.init_trackers(cfg.run_name)
 
-    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=cfg.seed * 1_000_003 + start_step,
-                                      start_step=start_step, rank=accelerator.process_index,
-                                      world=accelerator.num_processes, log=log)
+    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=loader_seed, rank=rank, position=position,
+                                      start_step=start_step, world=accelerator.num_processes, log=log)
     batches = iter(loader)
-    generator = torch.Generator().manual_seed(cfg.seed * 7919 + accelerator.process_index * 104729 + start_step)
+    generator = torch.Generator()  # cloze masks: reseeded every step from (seed, rank, step)
     unwrapped = accelerator.unwrap_model(model)
+    bad_samples = position.bad_total
 
-    def save(step: int, metrics: dict, as_best: bool = False) -> None:
+    def save(step: int, metrics: dict, as_best: bool = False) -> bool:
+        def fill(folder, is_main: bool) -> None:
+            ckpt.write_stream_position(folder, rank, position.to_dict())
+            if is_main:
+                save_config(cfg, folder / "config.yaml")
+                shutil.copy(tokenizer_path(cfg), folder / "tokenizer.json")
+                (folder / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics,
+                                                             "bad_samples": bad_samples}, indent=2))
+
         name = "best" if as_best else ckpt.step_name(step)
-        tmp = root / (name + ".tmp")
-        accelerator.save_state(str(tmp), safe_serialization=True)
-        if main:
-            save_config(cfg, tmp / "config.yaml")
-            shutil.copy(tokenizer_path(cfg), tmp / "tokenizer.json")
-            (tmp / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics}, indent=2))
-            ckpt.publish(tmp, root / name)
-            if not as_best:
-                ckpt.mark_latest(root, name)
-                ckpt.prune(root, cfg.keep_checkpoints)
-        accelerator.wait_for_everyone()
+        return ckpt.write(accelerator, root, name, fill, latest=not as_best, keep=cfg.keep_checkpoints, log=log)
 
     model.train()
     metrics: dict = {}
@@ -114,10 +122,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     seen, t0 = 0, time.perf_counter()
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not main, desc="train", dynamic_ncols=True)
     for step in bar:
-        batch = next(batches)
+        batch = position.consume(next(batches), cfg.data.max_bad_samples)
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         masked, labels = None, None
         if cfg.loss.cloze > 0:
+            generator.manual_seed(mask_seed(cfg.seed, rank, step))
             masked, labels = mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), specials["mask"],
                                          tokenizer.get_vocab_size(), list(specials.values()), p=cfg.loss.mask_prob,
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
@@ -127,8 +136,12 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                         cloze_targets=None if labels is None else labels != -100)
         loss, logs = objective(out, batch, labels)
 
-        finite = torch.tensor([float(torch.isfinite(loss))], device=accelerator.device)
-        if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
+        health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
+                                                 device=accelerator.device))
+        finite, bad_samples = int(health[:, 0].sum()), int(health[:, 1].max())  # bad: the most any process met
+        if bad_samples > cfg.data.max_bad_samples:  # every process agrees: all stop
+            raise too_many_bad(bad_samples, cfg.data.max_bad_samples, position.bad_shard)
+        if finite < accelerator.num_processes:
             bad_steps += 1
             optimizer.zero_grad(set_to_none=True)
             log(f"step {step}: non-finite loss ({', '.join(f'{k}={v:.4g}' for k, v in logs.items() if k.startswith('loss/'))}); "
@@ -151,6 +164,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             elapsed = time.perf_counter() - t0
             logs["lr"] = scheduler.get_last_lr()[0]
             logs["samples_per_s"] = seen / max(elapsed, 1e-9)
+            logs["data/bad_samples"] = bad_samples
             logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
                                      if k.startswith("loss/") and k != "loss/total")
             accelerator.log(logs, step=done)
@@ -167,12 +181,14 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             metrics = _broadcast(metrics, accelerator)
             key = cfg.val.select_by
             if key and key in metrics and (best is None or metrics[key] > best["value"]):
-                best = {"metric": key, "value": metrics[key], "step": done}
-                save(done, metrics, as_best=True)
+                best, previous = {"metric": key, "value": metrics[key], "step": done}, best
+                if not save(done, metrics, as_best=True):
+                    best = previous  # best/ still holds the previous one
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             save(done, metrics)
     accelerator.end_training()
-    result = {"step": cfg.steps, "metrics": metrics, "best": best, "run_dir": str(cfg.run_dir)}
+    result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
+              "run_dir": str(cfg.run_dir)}
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result

@@ -1,0 +1,221 @@
+"""A resumable training stream: seeded, skippable, and tolerant of bad shards.
+
+Each data worker of each process reads its own endless stream: shards drawn with
+replacement and samples shuffled by RNGs seeded from ``(run seed, rank, worker)``, and each
+sample's augmentations seeded from ``(run seed, rank, worker, sample index)``. Nothing in
+the stream depends on a worker's global RNG state, so the stream's position is one number
+per worker (the ``cursor``: samples it has handed on). A resumed run replays the same
+stream and skips the first ``cursor`` samples *before* decoding their images, then goes on
+exactly where the checkpoint left it (:class:`StreamPosition`).
+
+The DataLoader hands out batches round-robin over its workers, so the batch of step ``s``
+comes from *logical* worker ``s % W``; a loader restarted at step ``s`` maps its physical
+worker ``p`` to logical worker ``(p + s) % W`` and the order is unchanged.
+
+Bad data (a truncated or unreadable shard, a sample whose image or json does not decode)
+is skipped and counted once per sample (``shard/key``: shards are read again and again, a
+corrupt file is one bad sample); every batch carries the bad samples its worker met since its
+last batch, so the trainer counts across worker processes. Past ``max_bad`` the stream stops
+with a marker batch and the trainer raises a one-line error naming the shard.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import webdataset as wds
+
+from ..errors import UserError
+
+IMAGE_KEYS = ("png", "jpg", "jpeg")
+WORKER, CURSOR, BAD, BAD_SHARD, STOP = "stream/worker", "stream/cursor", "stream/bad", "stream/bad_shard", "stream/stop"
+STREAM_KEYS = (WORKER, CURSOR, BAD, BAD_SHARD, STOP)
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed that depends on every part (``numpy.random.SeedSequence``), for independent streams."""
+    return int(np.random.SeedSequence([int(p) % 2**64 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+
+@dataclass
+class StreamPosition:
+    """Where one process's data stream is: samples handed on per logical worker, bad samples met.
+
+    This is what a checkpoint stores (one per process) to resume the stream exactly.
+    """
+
+    workers: int = 1  # logical workers W (data.workers, at least 1)
+    cursors: list[int] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)  # distinct bad samples met, as "shard/key"
+    bad_shard: str = ""  # shard of the last bad sample
+
+    def __post_init__(self) -> None:
+        self.cursors = list(self.cursors) or [0] * self.workers
+        self.bad = list(self.bad)
+
+    @property
+    def bad_total(self) -> int:
+        return len(self.bad)
+
+    def to_dict(self) -> dict:
+        return {"workers": self.workers, "cursors": self.cursors, "bad": self.bad, "bad_shard": self.bad_shard}
+
+    def consume(self, batch: dict[str, Any], max_bad: int) -> dict[str, Any]:
+        """Record a batch's stream fields (removed from the batch and returned without them).
+
+        Raises the one-line error when the stream stopped because a worker met more than
+        ``max_bad`` bad samples (the trainer checks the total over all processes itself).
+        """
+        fields = {k: batch.pop(k) for k in STREAM_KEYS if k in batch}
+        if not fields:  # a loader without stream fields (e.g. one whose batches are a function of the step)
+            return batch
+        w = int(fields[WORKER])
+        self.bad += [b for b in fields[BAD] if b not in self.bad]
+        self.bad_shard = fields[BAD_SHARD] or self.bad_shard
+        if fields.get(STOP):
+            raise too_many_bad(self.bad_total, max_bad, self.bad_shard)
+        self.cursors[w] = int(fields[CURSOR])
+        return batch
+
+
+def too_many_bad(count: int, max_bad: int, shard: str) -> UserError:
+    return UserError(f"{shard or 'the training data'}: {count} distinct bad samples skipped (truncated/unreadable shard or "
+                     f"undecodable sample), more than data.max_bad_samples={max_bad}; check or rewrite this shard")
+
+
+class BadSamples:
+    """A webdataset exception handler that skips and counts distinct bad samples (``shard/key``).
+
+    Remembers the shard of the last one and the ones not yet reported (``new``); returns
+    False (stop) once the count passes ``limit``. While ``active`` is False (replaying
+    samples already consumed before a resume) errors are skipped without being counted again.
+    ``reading`` is the shard being read (errors inside a tar stream do not name it).
+    """
+
+    def __init__(self, seen: set[str], limit: int, worker: int) -> None:
+        self.seen, self.new, self.limit, self.worker = set(seen), [], limit, worker
+        self.shard, self.reading, self.active = "", "", True
+
+    @property
+    def count(self) -> int:
+        return len(self.seen)
+
+    def __call__(self, exn: Exception, shard: str | None = None, key: str | None = None) -> bool:
+        if not self.active:
+            return True
+        self.shard = shard or self.reading
+        name = f"{Path(self.shard).name}/{key or 'unreadable'}"
+        if name not in self.seen:
+            self.seen.add(name)
+            self.new.append(name)
+            message = f"{type(exn).__name__}: {str(exn).splitlines()[0][:200] if str(exn) else ''}"
+            print(f"data: skipped bad sample {key or '(unreadable tar)'} of {self.shard} ({self.count} so far, "
+                  f"worker {self.worker}): {message}", file=sys.stderr, flush=True)
+        return self.count <= self.limit
+
+    def report(self) -> list[str]:
+        """The bad samples met since the last call."""
+        new, self.new = self.new, []
+        return new
+
+
+def _resampled(urls: list[str], rng: random.Random, bad: BadSamples) -> Iterator[dict]:
+    """Shards drawn with replacement, forever; the handler learns which shard is being read."""
+    while True:
+        url = rng.choice(urls)
+        bad.reading = url
+        yield {"url": url}
+
+
+def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
+    """Decode each sample's json (cheap); images stay bytes until the sample is used."""
+    for sample in samples:
+        try:
+            if "json" not in sample:
+                raise ValueError("no .json (an incomplete sample: truncated shard?)")
+            sample["meta"] = json.loads(sample["json"])
+        except Exception as exn:  # noqa: BLE001 - a missing or malformed json is bad data, not a bug
+            if not bad(exn, sample.get("__url__"), sample.get("__key__")):
+                return
+            continue
+        yield sample
+
+
+def _two_views(sample: dict, transform: Callable, seed: int) -> tuple:
+    """Decode the image and make its two augmented views with the sample's own seed.
+
+    The global torch RNG (which torchvision's transforms draw from) is seeded per sample
+    inside ``fork_rng``, so the caller's RNG state is untouched.
+    """
+    from data_prep.shards import decode_image
+
+    ext = next((k for k in IMAGE_KEYS if k in sample), None)
+    if ext is None:
+        raise ValueError(f"sample {sample.get('__key__')} has no image ({'/'.join(IMAGE_KEYS)})")
+    image = decode_image(sample[ext], "jpg" if ext == "jpeg" else ext)
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        return transform(image), transform(image), sample["meta"]
+
+
+@dataclass
+class ResumableStream(torch.utils.data.IterableDataset):
+    """One process's batches (see the module docstring); each batch also carries the ``stream/*`` fields.
+
+    ``order`` turns the sample stream (json decoded, images as bytes) into the training order
+    (shuffle, pairing); it gets an RNG of its own.
+    """
+
+    urls: list[str]
+    collate: Callable[[list[tuple]], dict]
+    local_batch: int
+    transform: Callable | None
+    order: Callable[[Iterator[dict], random.Random], Iterator[dict]]
+    seed: int = 0
+    rank: int = 0
+    position: StreamPosition = field(default_factory=StreamPosition)
+    offset: int = 0  # the step the loader starts at (logical worker = (physical + offset) % W)
+    max_bad: int = 100
+
+    def __iter__(self) -> Iterator[dict]:
+        info = torch.utils.data.get_worker_info()
+        physical, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if workers != self.position.workers:
+            raise ValueError(f"stream position is for {self.position.workers} workers, the loader has {workers}")
+        w = (physical + self.offset) % workers
+        skip = self.position.cursors[w]
+        bad = BadSamples(set(self.position.bad), self.max_bad, w)
+        shards = _resampled(self.urls, random.Random(derive_seed(self.seed, self.rank, w, 1)), bad)
+        samples = _with_meta(wds.tarfile_to_samples(handler=bad)(shards), bad)
+        samples = self.order(samples, random.Random(derive_seed(self.seed, self.rank, w, 2)))
+
+        def fields(cursor: int, stop: bool = False) -> dict:
+            return {WORKER: w, CURSOR: cursor, BAD: bad.report(), BAD_SHARD: bad.shard, STOP: stop}
+
+        bad.active = skip == 0
+        pending: list[tuple] = []
+        for index, sample in enumerate(samples):
+            if index < skip:  # consumed before the resume: skipped before decoding
+                bad.active = index == skip - 1
+                continue
+            if bad.count > self.max_bad:
+                break
+            try:
+                item = (sample["meta"],) if self.transform is None else \
+                    _two_views(sample, self.transform, derive_seed(self.seed, self.rank, w, 3, index))
+            except Exception as exn:  # noqa: BLE001 - an undecodable image is bad data
+                if not bad(exn, sample.get("__url__"), sample.get("__key__")):
+                    break
+                continue
+            pending.append(item)
+            if len(pending) == self.local_batch:
+                yield {**self.collate(pending), **fields(index + 1)}
+                pending = []
+        if bad.count > self.max_bad:
+            yield fields(-1, stop=True)

@@ -1,0 +1,208 @@
+"""Reliability of training runs: a killed run resumes exactly, bad shards are skipped, a failed
+checkpoint write keeps the previous checkpoint (issue 17)."""
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from globetrotter.config_io import save_config
+from globetrotter.data.pipeline import make_train_loader
+from globetrotter.data.stream import StreamPosition
+from globetrotter.errors import UserError
+from globetrotter.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from globetrotter.training import checkpoint as ckpt
+from globetrotter.training.trainer import train
+
+from test_training import REPO, tiny_cfg  # tests/ is on sys.path (rootless conftest dir)
+
+
+def _tokenizer(world: Path, out: Path):
+    from data_prep.shards import read_captions
+
+    path = out / "tokenizer.json"
+    if not path.is_file():
+        save_tokenizer(train_tokenizer([m["caption"] for m in read_captions(world / "train")], 300), path)
+    return load_tokenizer(path)
+
+
+def _batches(world: Path, tok, n: int, workers: int, position: StreamPosition | None = None, start: int = 0,
+             batching: str = "random") -> list[dict]:
+    from globetrotter.data.augment import simclr_transform
+
+    loader = make_train_loader(str(world / "train"), tok, 8, 16, simclr_transform(32), shuffle_buffer=50,
+                               workers=workers, seed=3, batching=batching, position=position, start_step=start)
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stream_resumed_from_a_position_continues_the_same_batches(tiny_world, tmp_path, workers):
+    """Batches k.. of a stream restarted from the position after k batches equal the uninterrupted ones."""
+    tok = _tokenizer(tiny_world, tmp_path)
+    full = _batches(tiny_world, tok, 7, workers)
+    position = StreamPosition(max(1, workers))
+    for batch in full[:3]:
+        position.consume(dict(batch), max_bad=0)
+    assert sum(position.cursors) == 3 * 8 and all(c > 0 for c in position.cursors)
+    resumed = _batches(tiny_world, tok, 4, workers, position=position, start=3)
+    for a, b in zip(full[3:], resumed):
+        assert a["stream/worker"] == b["stream/worker"] and a["stream/cursor"] == b["stream/cursor"]
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        assert torch.equal(a["view1"], b["view1"]) and torch.equal(a["view2"], b["view2"])  # same augmentations
+    assert not torch.equal(full[3]["view1"], full[4]["view1"])
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_killed_run_resumes_bit_for_bit(tiny_world, tmp_path, workers):
+    """SIGKILL a real training process after a checkpoint, resume it: the same final weights as an uninterrupted run."""
+    steps, every = 24, 8
+    cfg = tiny_cfg(tiny_world, tmp_path, f"steps={steps}", f"checkpoint_every={every}", f"data.workers={workers}",
+                   "keep_checkpoints=5")
+    config = tmp_path / "tiny.yaml"
+    save_config(cfg, config)
+    logs = [tmp_path / "full.log", tmp_path / "killed.log", tmp_path / "resumed.log"]
+
+    def run(name: str, log: Path, *extra: str) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        return subprocess.Popen([sys.executable, "train.py", "--config", str(config), f"run_name={name}", *extra],
+                                cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def finish(proc: subprocess.Popen, log: Path) -> None:
+        assert proc.wait(300) == 0, log.read_text()[-3000:]
+
+    finish(run("full", logs[0]), logs[0])
+    killed = run("killed", logs[1])
+    latest = ckpt.checkpoint_root(tmp_path / "killed") / ckpt.LATEST
+    deadline = time.monotonic() + 240
+    while not latest.is_file() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(30) == -signal.SIGKILL, "the run ended before it could be killed: " + logs[1].read_text()[-2000:]
+    start = int(latest.read_text().strip().split("-")[1])
+    assert 0 < start < steps
+    finish(run("killed", logs[2], "--resume", "latest"), logs[2])
+    assert f"at step {start}" in logs[2].read_text()
+
+    final = ckpt.step_name(steps)
+    a = load_file(ckpt.checkpoint_root(tmp_path / "full") / final / "model.safetensors")
+    b = load_file(ckpt.checkpoint_root(tmp_path / "killed") / final / "model.safetensors")
+    assert a.keys() == b.keys()
+    diff = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+    assert diff == 0.0, f"resumed from step {start}: max |dw| = {diff}"
+
+
+def _rewrite_shard(path: Path, corrupt_first_image: bool, truncate: bool) -> None:
+    """Replace the first sample's image bytes with garbage and/or cut the shard in half."""
+    members = []
+    with tarfile.open(path) as tar:
+        for m in tar.getmembers():
+            members.append((m, tar.extractfile(m).read()))
+    if corrupt_first_image:
+        first = next(i for i, (m, _) in enumerate(members) if m.name.endswith(".png"))
+        members[first] = (members[first][0], b"this is not a png")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for m, data in members:
+            m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+    data = buf.getvalue()
+    path.write_bytes(data[: len(data) // 2] if truncate else data)
+
+
+def _broken_world(tiny_world: Path, dest: Path, corrupt_images: bool, truncate: int) -> Path:
+    """A copy of the tiny world, with a corrupt image in every train shard (``corrupt_images``) and
+    train shard number ``truncate`` cut in half."""
+    shutil.copytree(tiny_world, dest)
+    shards = sorted((dest / "train").glob("*.tar"))
+    assert len(shards) >= 2
+    for i, shard in enumerate(shards):
+        _rewrite_shard(shard, corrupt_first_image=corrupt_images, truncate=i == truncate)
+    return dest
+
+
+def _scalars(run_dir: Path, tag: str) -> list[float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = []
+    for events in (run_dir / "tensorboard").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent))
+        acc.Reload()
+        if tag in acc.Tags()["scalars"]:
+            values += [e.value for e in acc.Scalars(tag)]
+    return values
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_bad_samples_are_skipped_counted_and_limited(tiny_world, tmp_path, workers):
+    """A corrupt image and a truncated shard met mid-run: skipped, counted (TensorBoard, result.json); too many
+    stop the run with a one-line error naming the shard. (Tokenizers from the intact world: the shards broke later.)"""
+    for run in ("ok", "strict"):
+        (tmp_path / run).mkdir()
+        _tokenizer(tiny_world, tmp_path / run)
+    bad_world = _broken_world(tiny_world, tmp_path / "bad_world", corrupt_images=True, truncate=0)
+    cfg = tiny_cfg(bad_world, tmp_path / "ok", "steps=6", "checkpoint_every=6", f"data.workers={workers}")
+    result = train(cfg)
+    assert result["step"] == 6 and (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(6)).is_dir()
+    saved = json.loads((cfg.run_dir / "result.json").read_text())
+    # 3 corrupt images and the truncated shard's broken tail, each counted once though met again and again
+    assert 2 <= saved["bad_samples"] == result["bad_samples"] <= 5
+    logged = _scalars(cfg.run_dir, "data/bad_samples")
+    assert logged and logged[-1] == saved["bad_samples"] and logged == sorted(logged)
+
+    # only train-000001.tar is broken (truncated): the run stops at its first bad sample and names it
+    one_bad = _broken_world(tiny_world, tmp_path / "one_bad", corrupt_images=False, truncate=1)
+    strict = tiny_cfg(one_bad, tmp_path / "strict", "steps=40", f"data.workers={workers}", "data.max_bad_samples=0")
+    with pytest.raises(UserError, match=r"train-000001\.tar: 1 distinct bad samples skipped .*data\.max_bad_samples=0") as err:
+        train(strict)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("failure", ["save_state", "rename"])
+def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, monkeypatch, capsys, failure):
+    """Disk full while writing step 4 (or no permission to rename it into place): step 2 and `latest` stay,
+    the partial folder goes, one line says so, and the run goes on to write step 6."""
+    from accelerate import Accelerator
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "checkpoint_every=2", "keep_checkpoints=5")
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    failing, seen = ckpt.step_name(4), {}
+    real_save, real_replace = Accelerator.save_state, os.replace
+
+    def save_state(self, output_dir=None, **kw):
+        if Path(output_dir).name.startswith(ckpt.step_name(6)):  # what the failure left behind
+            seen["latest"] = (root / ckpt.LATEST).read_text().strip()
+            seen["dirs"] = sorted(p.name for p in root.iterdir())
+        out = real_save(self, output_dir, **kw)
+        if failure == "save_state" and Path(output_dir).name == failing + ".tmp":
+            raise OSError(errno.ENOSPC, "No space left on device", output_dir)
+        return out
+
+    def replace(src, dst, *a, **kw):
+        if failure == "rename" and Path(src).name == failing + ".tmp":
+            raise PermissionError(errno.EACCES, "Permission denied", str(dst))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    result = train(cfg)
+    assert result["step"] == 6
+    assert seen["latest"] == ckpt.step_name(2)
+    assert seen["dirs"] == [ckpt.LATEST, ckpt.step_name(2)]  # no step-4, no .tmp, no .old
+    assert ckpt.read_state(root / ckpt.step_name(2))["step"] == 2
+    assert (root / ckpt.LATEST).read_text().strip() == ckpt.step_name(6)  # retried at the next checkpoint
+    lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
+    reason = "No space left on device" if failure == "save_state" else "Permission denied"
+    assert len(lines) == 1 and reason in lines[0] and f"latest checkpoint kept: {ckpt.step_name(2)}" in lines[0]
