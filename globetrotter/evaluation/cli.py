@@ -27,6 +27,7 @@ from . import plots
 from .clustering import cluster_analysis
 from .retrieval import retrieval_per_language
 from .sentence import parallel_set, sentence_translation
+from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
     CaptionTokenizer,
@@ -47,7 +48,12 @@ from .word import (
 
 
 def load_encoder(path: str):
-    """``globetrotter.load(path)``, imported lazily (tests replace this function with a fake)."""
+    """``globetrotter.load(path)``, imported lazily (tests replace this function with a fake).
+
+    The spec ``tfidf`` gives the unfitted character n-gram TF-IDF baseline instead.
+    """
+    if is_tfidf_spec(path):
+        return TfidfEncoder()
     if not Path(path).exists():
         raise UserError(f"{path}: model not found (expected a run folder or a checkpoint folder)")
     from globetrotter import load
@@ -84,6 +90,8 @@ def _matrix_dict(matrix: np.ndarray, languages: Sequence[str]) -> dict:
 def _model_name(args: argparse.Namespace) -> str:
     if getattr(args, "name", None):
         return args.name
+    if is_tfidf_spec(args.model):
+        return "tfidf"
     path = Path(args.model).resolve()
     parts = [p for p in path.parts[-3:] if p not in ("checkpoints",)]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
@@ -106,7 +114,8 @@ def write_record(args: argparse.Namespace, task: str, metrics: dict, languages: 
     record = {
         "task": task,
         "dataset": _dataset_info(args.split) if getattr(args, "split", None) else None,
-        "model": {"path": str(Path(args.model).resolve()) if getattr(args, "model", None) else None,
+        "model": {"path": (args.model if is_tfidf_spec(args.model) else str(Path(args.model).resolve()))
+                  if getattr(args, "model", None) else None,
                   "name": _model_name(args) if getattr(args, "model", None) else None},
         "metrics": metrics,
         "languages": list(languages),
@@ -142,11 +151,34 @@ def _plot_prefix(args: argparse.Namespace, task: str) -> Path:
 # ----------------------------------------------------------------------------- sentence
 
 
+def _fit_tfidf(args: argparse.Namespace, encoder, ps) -> dict | None:
+    """Fit the TF-IDF baseline's idf (no labels): on every caption of the split in the evaluated
+    languages (``--tfidf-fit split``, default) or on the evaluated sample only. None for a model."""
+    if not isinstance(encoder, TfidfEncoder):
+        return None
+    if args.tfidf_fit == "split":
+        from data_prep.shards import read_captions
+
+        wanted = set(ps.languages)
+        encoder.fit([m["caption"] for m in read_captions(args.split) if m["lang"] in wanted])
+    else:
+        encoder.fit(ps.captions)
+    return {**encoder.config, "fit": args.tfidf_fit}
+
+
+def _text_model_only(args: argparse.Namespace, command: str) -> None:
+    """A one-line error when a command that needs a trained model is given ``--model tfidf``."""
+    if is_tfidf_spec(getattr(args, "model", None)):
+        raise UserError(f"{command}: --model tfidf is the surface-overlap baseline of `eval.py sentence` only; "
+                        f"{command} needs a trained run folder")
+
+
 def _sentence(args: argparse.Namespace) -> int:
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
+    tfidf = _fit_tfidf(args, encoder, ps)
     emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
-    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates)
+    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed)
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
     written = [
@@ -160,6 +192,8 @@ def _sentence(args: argparse.Namespace) -> int:
     details = {"matrix": _matrix_dict(res["matrix"], langs), "asymmetry": _matrix_dict(res["asymmetry"], langs),
                "k": res["k"], "n_queries": res["n_queries"], "n_groups": res["n_groups"],
                "groups_without_all_languages": ps.skipped_groups}
+    if tfidf is not None:
+        details["tfidf"] = tfidf
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -185,6 +219,7 @@ def _word_spaces(encoder, args, words_by_lang: dict[str, list[str]], counts: dic
 
 
 def _word(args: argparse.Namespace) -> int:
+    _text_model_only(args, "word")
     if not args.dictionary and not args.split:
         raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
     encoder = load_encoder(args.model)
@@ -249,6 +284,7 @@ def _build_dictionary(args: argparse.Namespace) -> int:
         except Exception as err:  # tokenizers raises a bare Exception
             raise UserError(f"{args.tokenizer}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
     elif args.model:
+        _text_model_only(args, "build-dictionary")
         tok = load_encoder(args.model).tokenizer
     else:
         tok = None
@@ -277,6 +313,9 @@ def _build_dictionary(args: argparse.Namespace) -> int:
 
 
 def _retrieval(args: argparse.Namespace) -> int:
+    if is_tfidf_spec(args.model):
+        raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
+                        "text-image retrieval needs a trained run folder")
     from data_prep.shards import decode_image, iter_raw, read_captions
 
     wanted = set(_languages(args.languages) or [])
@@ -331,6 +370,7 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
+    _text_model_only(args, "cluster")
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
@@ -377,6 +417,7 @@ def _queries(args: argparse.Namespace) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    _text_model_only(args, "translate")
     from data_prep.shards import read_captions, read_manifest
 
     queries = _queries(args)
@@ -435,6 +476,7 @@ def _vocab_for(encoder, args, lang: str | None, counts: dict[str, Counter]) -> l
 
 
 def _translate_word(args: argparse.Namespace) -> int:
+    _text_model_only(args, "translate-word")
     queries = _queries(args)
     encoder = load_encoder(args.model)
     counts: dict[str, Counter] = {}
@@ -495,7 +537,11 @@ _SENTENCE_HELP = (
     "candidates by cosine similarity, over all queries (in %; chance is printed beside it), plus the "
     "per-language-pair matrix A[query, target] (heat map, languages sorted by family as the paper's "
     "Fig. 7) and its asymmetry A - A^T (Fig. 9). Candidates are all other-language sentences "
-    "(DESIGN.md); --candidates all also lets same-language sentences compete (the paper's wording)."
+    "(DESIGN.md); --candidates all also lets same-language sentences compete (the paper's wording). "
+    "Ties are broken in a --seed random order. --model tfidf (instead of a run folder) is the "
+    "surface-overlap floor: lower-cased character 1-4-gram TF-IDF (scikit-learn char_wb, sublinear "
+    "tf, L2-normalised; idf fitted without labels on the split's captions, --tfidf-fit), exact cosine "
+    "over the sparse vectors; no learning, no images."
 )
 _WORD_HELP = (
     "Word translation by retrieval (paper 5.3, appendix B.2; MUSE). Ground truth: a lexicon folder of "
@@ -580,6 +626,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", choices=["other-language", "all"], default="other-language",
                    help="rank among other-language sentences (DESIGN.md, default) or all sentences (paper's wording)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with (default: the text-text head)")
+    p.add_argument("--tfidf-fit", choices=["split", "sample"], default="split",
+                   help="--model tfidf only: fit the idf on every caption of --split in the evaluated languages "
+                        "(default) or on the evaluated sample only; no labels either way")
     p.set_defaults(func=_sentence)
 
     p = sub.add_parser("word", parents=[common], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
