@@ -67,6 +67,30 @@ class Encoder:
         dim = self.embed_dim(head)
         return torch.cat(out).numpy() if out else np.zeros((0, dim), np.float32)
 
+    @torch.no_grad()
+    def encode_tokens(self, texts: Sequence[str], batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """Frozen token-level states of the text encoder, for probes (paper A.1).
+
+        Returns ``states`` (N, L, d_model) float32, position 0 the sentence token, and
+        ``mask`` (N, L) int64 (1 = token), padded with zeros to the longest text
+        (at most ``data.max_length`` tokens).
+        """
+        chunks = []
+        for i in range(0, len(texts), batch_size):
+            ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length)
+            ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
+            chunks.append((self.model.text(ids_t, mask_t).float().cpu().numpy(), np.asarray(mask, np.int64)))
+        width = max((s.shape[1] for s, _ in chunks), default=1)
+        d = self.model.text.d_model
+        states = np.zeros((len(texts), width, d), np.float32)
+        masks = np.zeros((len(texts), width), np.int64)
+        row = 0
+        for s, m in chunks:
+            states[row : row + len(s), : s.shape[1]] = s * m[..., None]
+            masks[row : row + len(s), : m.shape[1]] = m
+            row += len(s)
+        return states, masks
+
     def embed_dim(self, head: str = "text") -> int:
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
         return self.cfg.model.embed_dim if proj is not None else self.cfg.model.d_model

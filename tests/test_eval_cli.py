@@ -129,6 +129,31 @@ def test_sentence_command_writes_record_and_plots(world, fake, tmp_path):
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
 
 
+def test_sentence_command_with_the_tfidf_baseline(world, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
+    rec = record(out, "sentence", "tfidf")
+    assert rec["model"] == {"path": "tfidf", "name": "tfidf"}
+    assert rec["details"]["tfidf"]["fit"] == "split" and rec["details"]["tfidf"]["fitted_on_texts"] == 90
+    # the same figure by hand: fit on the split's captions, exact sparse cosines, ties at --seed
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    emb = TfidfEncoder().fit(ps.captions).encode_text(ps.captions)
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+    # cognates (ring/ring, rot/rouge, ...) lift it above chance, far from the perfect fake model
+    assert rec["metrics"]["chance"] < rec["metrics"]["sentence_translation"] < 1.0
+    capsys.readouterr()
+    assert run(["retrieval", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no image encoder" in err and len(err.strip().splitlines()) == 1
+    assert run(["cluster", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 2
+    assert "needs a trained run folder" in capsys.readouterr().err
+
+
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
     assert res["score"] == 1.0 and 0 < res["chance"] < 0.1 and res["n_groups"] == 20

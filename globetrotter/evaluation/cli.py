@@ -27,6 +27,7 @@ from . import plots
 from .clustering import cluster_analysis
 from .retrieval import retrieval_per_language
 from .sentence import parallel_set, sentence_translation
+from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
     CaptionTokenizer,
@@ -47,7 +48,12 @@ from .word import (
 
 
 def load_encoder(path: str):
-    """``globetrotter.load(path)``, imported lazily (tests replace this function with a fake)."""
+    """``globetrotter.load(path)``, imported lazily (tests replace this function with a fake).
+
+    The spec ``tfidf`` gives the unfitted character n-gram TF-IDF baseline instead.
+    """
+    if is_tfidf_spec(path):
+        return TfidfEncoder()
     if not Path(path).exists():
         raise UserError(f"{path}: model not found (expected a run folder or a checkpoint folder)")
     from globetrotter import load
@@ -84,6 +90,8 @@ def _matrix_dict(matrix: np.ndarray, languages: Sequence[str]) -> dict:
 def _model_name(args: argparse.Namespace) -> str:
     if getattr(args, "name", None):
         return args.name
+    if is_tfidf_spec(args.model):
+        return "tfidf"
     path = Path(args.model).resolve()
     parts = [p for p in path.parts[-3:] if p not in ("checkpoints",)]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
@@ -106,7 +114,8 @@ def write_record(args: argparse.Namespace, task: str, metrics: dict, languages: 
     record = {
         "task": task,
         "dataset": _dataset_info(args.split) if getattr(args, "split", None) else None,
-        "model": {"path": str(Path(args.model).resolve()) if getattr(args, "model", None) else None,
+        "model": {"path": (args.model if is_tfidf_spec(args.model) else str(Path(args.model).resolve()))
+                  if getattr(args, "model", None) else None,
                   "name": _model_name(args) if getattr(args, "model", None) else None},
         "metrics": metrics,
         "languages": list(languages),
@@ -142,11 +151,34 @@ def _plot_prefix(args: argparse.Namespace, task: str) -> Path:
 # ----------------------------------------------------------------------------- sentence
 
 
+def _fit_tfidf(args: argparse.Namespace, encoder, ps) -> dict | None:
+    """Fit the TF-IDF baseline's idf (no labels): on every caption of the split in the evaluated
+    languages (``--tfidf-fit split``, default) or on the evaluated sample only. None for a model."""
+    if not isinstance(encoder, TfidfEncoder):
+        return None
+    if args.tfidf_fit == "split":
+        from data_prep.shards import read_captions
+
+        wanted = set(ps.languages)
+        encoder.fit([m["caption"] for m in read_captions(args.split) if m["lang"] in wanted])
+    else:
+        encoder.fit(ps.captions)
+    return {**encoder.config, "fit": args.tfidf_fit}
+
+
+def _text_model_only(args: argparse.Namespace, command: str) -> None:
+    """A one-line error when a command that needs a trained model is given ``--model tfidf``."""
+    if is_tfidf_spec(getattr(args, "model", None)):
+        raise UserError(f"{command}: --model tfidf is the surface-overlap baseline of `eval.py sentence` only; "
+                        f"{command} needs a trained run folder")
+
+
 def _sentence(args: argparse.Namespace) -> int:
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
+    tfidf = _fit_tfidf(args, encoder, ps)
     emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
-    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates)
+    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed)
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
     written = [
@@ -160,6 +192,8 @@ def _sentence(args: argparse.Namespace) -> int:
     details = {"matrix": _matrix_dict(res["matrix"], langs), "asymmetry": _matrix_dict(res["asymmetry"], langs),
                "k": res["k"], "n_queries": res["n_queries"], "n_groups": res["n_groups"],
                "groups_without_all_languages": ps.skipped_groups}
+    if tfidf is not None:
+        details["tfidf"] = tfidf
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -185,6 +219,7 @@ def _word_spaces(encoder, args, words_by_lang: dict[str, list[str]], counts: dic
 
 
 def _word(args: argparse.Namespace) -> int:
+    _text_model_only(args, "word")
     if not args.dictionary and not args.split:
         raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
     encoder = load_encoder(args.model)
@@ -249,6 +284,7 @@ def _build_dictionary(args: argparse.Namespace) -> int:
         except Exception as err:  # tokenizers raises a bare Exception
             raise UserError(f"{args.tokenizer}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
     elif args.model:
+        _text_model_only(args, "build-dictionary")
         tok = load_encoder(args.model).tokenizer
     else:
         tok = None
@@ -277,6 +313,9 @@ def _build_dictionary(args: argparse.Namespace) -> int:
 
 
 def _retrieval(args: argparse.Namespace) -> int:
+    if is_tfidf_spec(args.model):
+        raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
+                        "text-image retrieval needs a trained run folder")
     from data_prep.shards import decode_image, iter_raw, read_captions
 
     wanted = set(_languages(args.languages) or [])
@@ -331,6 +370,7 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
+    _text_model_only(args, "cluster")
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
@@ -344,6 +384,51 @@ def _cluster(args: argparse.Namespace) -> int:
     metrics = {k: res[k] for k in ("language_purity", "meaning_purity", "nmi_language", "nmi_meaning", "chance")}
     write_record(args, "cluster", metrics, ps.languages,
                  {"k": res["k"], "cluster_sizes": res["cluster_sizes"], "examples": res["examples"]})
+    return 0
+
+
+# ----------------------------------------------------------------------------- correspondence
+
+
+def _correspondence(args: argparse.Namespace) -> int:
+    import torch
+
+    from data_prep.shards import read_captions
+
+    from . import correspondence as corr
+
+    _text_model_only(args, "correspondence")
+    task = corr.build_task(read_captions(args.split), _languages(args.languages), _languages(args.seen), seed=args.seed,
+                           test_fraction=args.test_fraction, max_per_language=args.max_per_language,
+                           min_units=args.min_units)
+    encoder = load_encoder(args.model)
+    if not hasattr(encoder, "encode_tokens"):
+        raise UserError(f"correspondence: {args.model} gives no token-level states (needs a Globetrotter run folder)")
+    feats = {}
+    for name in ("train", "seen_test", "unseen_test"):
+        states, mask = encoder.encode_tokens(getattr(task, name).texts, batch_size=args.batch_size)
+        feats[name] = corr.Features(torch.from_numpy(states), torch.from_numpy(mask))
+    res = corr.evaluate(task, feats, probe_seeds=args.probe_seeds, epochs=args.epochs,
+                        batch_size=args.probe_batch_size, lr=args.lr)
+    rel = res["relative_decrease"]
+    print(f"sentence correspondence: seen {100 * res['seen_accuracy']:.2f}% ({','.join(task.seen)}), unseen "
+          f"{100 * res['unseen_accuracy']:.2f}% ({','.join(task.unseen)}), chance 50%; relative decrease "
+          f"{'n/a (seen at chance)' if rel is None else f'{100 * rel:.2f}%'}; surface-only shortcut "
+          f"{100 * res['surface_shortcut_accuracy']:.1f}%; {len(args.probe_seeds)} probe seed(s)")
+    metrics = {k: res[k] for k in ("seen_accuracy", "unseen_accuracy", "relative_decrease", "chance",
+                                   "seen_accuracy_std", "unseen_accuracy_std", "per_language", "surface_shortcut_accuracy")}
+    examples = {}
+    for lang in task.seen + task.unseen:
+        part = task.seen_test if lang in task.seen else task.unseen_test
+        idx = np.flatnonzero(part.langs == lang)
+        examples[lang] = [{"text": part.texts[i], "corresponds": bool(part.labels[i])} for i in idx[:4]]
+    details = {"seen_languages": task.seen, "unseen_languages": task.unseen, "units": task.train.unit | task.unseen_test.unit,
+               "n_examples": {name: {str(l): int((getattr(task, name).langs == l).sum()) for l in np.unique(getattr(task, name).langs)}
+                              for name in ("train", "seen_test", "unseen_test")},
+               "per_seed": res["per_seed"], "examples": examples,
+               "probe": {"layers": 1, "heads": 1, "d_model": int(feats["train"].states.shape[-1]), "epochs": args.epochs,
+                         "batch_size": args.probe_batch_size, "lr": args.lr, "optimizer": "AdamW, one-cycle"}}
+    write_record(args, "correspondence", metrics, task.seen + task.unseen, details)
     return 0
 
 
@@ -377,6 +462,7 @@ def _queries(args: argparse.Namespace) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    _text_model_only(args, "translate")
     from data_prep.shards import read_captions, read_manifest
 
     queries = _queries(args)
@@ -435,6 +521,7 @@ def _vocab_for(encoder, args, lang: str | None, counts: dict[str, Counter]) -> l
 
 
 def _translate_word(args: argparse.Namespace) -> int:
+    _text_model_only(args, "translate-word")
     queries = _queries(args)
     encoder = load_encoder(args.model)
     counts: dict[str, Counter] = {}
@@ -495,7 +582,11 @@ _SENTENCE_HELP = (
     "candidates by cosine similarity, over all queries (in %; chance is printed beside it), plus the "
     "per-language-pair matrix A[query, target] (heat map, languages sorted by family as the paper's "
     "Fig. 7) and its asymmetry A - A^T (Fig. 9). Candidates are all other-language sentences "
-    "(DESIGN.md); --candidates all also lets same-language sentences compete (the paper's wording)."
+    "(DESIGN.md); --candidates all also lets same-language sentences compete (the paper's wording). "
+    "Ties are broken in a --seed random order. --model tfidf (instead of a run folder) is the "
+    "surface-overlap floor: lower-cased character 1-4-gram TF-IDF (scikit-learn char_wb, sublinear "
+    "tf, L2-normalised; idf fitted without labels on the split's captions, --tfidf-fit), exact cosine "
+    "over the sparse vectors; no learning, no images."
 )
 _WORD_HELP = (
     "Word translation by retrieval (paper 5.3, appendix B.2; MUSE). Ground truth: a lexicon folder of "
@@ -536,6 +627,22 @@ _CLUSTER_HELP = (
     "with group; each also for shuffled clusters (chance). Prints three sentences of the first three "
     "clusters (Fig. 10). Run once per model (full and text-only) to compare."
 )
+_CORRESPONDENCE_HELP = (
+    "Sentence correspondence transfer test (Globetrotter paper appendix A.1, Tables 5 and 7). Every "
+    "caption of --split is lower-cased, its final punctuation dropped, and cut in two at a word "
+    "boundary (a character boundary for scripts without spaces, e.g. zh/ja) at a seeded relative "
+    "position in [0.35, 0.65]; for exactly half of the captions the second half is swapped with that "
+    "of another caption of the same language, of another image, with (nearly) the same second-half "
+    "length, so case, word breaks, length and cut position give nothing away (the record's "
+    "surface_shortcut_accuracy, a logistic regression on those lengths, should be ~50%). The model is "
+    "frozen; its token states feed a probe of one transformer layer with one attention head and a "
+    "linear classifier on the sentence token, trained on the first half of the languages "
+    "(alphabetical; --seen to choose) for --epochs. METRICS (fractions): seen_accuracy on held-out "
+    "images of the seen languages, unseen_accuracy on the other languages (never seen by the probe), "
+    "chance 0.5, relative_decrease = (seen - unseen) / (seen - 0.5) (the paper's, in % there), each the "
+    "mean over --probe-seeds; per-language accuracy. --seed fixes the task (cuts, swaps, train/test "
+    "images), --probe-seeds the probe's init and batch order."
+)
 _TRANSLATE_HELP = (
     "Translate sentences by retrieval: embed the queries with the text-text head and print the k "
     "nearest sentences of the target language in a corpus (a shard split folder, or a text file of one "
@@ -555,7 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="globetrotter-eval",
         description="Evaluate and use a trained Globetrotter model: translation by retrieval (sentences, "
-        "words), word ground truth, Procrustes refinement, cross-lingual image retrieval, clustering. "
+        "words), word ground truth, Procrustes refinement, cross-lingual image retrieval, clustering, "
+        "sentence correspondence transfer. "
         "Each evaluation writes one JSON record and PNG plots into --out.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -580,6 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", choices=["other-language", "all"], default="other-language",
                    help="rank among other-language sentences (DESIGN.md, default) or all sentences (paper's wording)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with (default: the text-text head)")
+    p.add_argument("--tfidf-fit", choices=["split", "sample"], default="split",
+                   help="--model tfidf only: fit the idf on every caption of --split in the evaluated languages "
+                        "(default) or on the evaluated sample only; no labels either way")
     p.set_defaults(func=_sentence)
 
     p = sub.add_parser("word", parents=[common], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
@@ -622,6 +733,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=positive_int, default=50, help="number of clusters (paper: 50)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with")
     p.set_defaults(func=_cluster)
+
+    p = sub.add_parser("correspondence", parents=[common], help="sentence correspondence transfer to unseen languages (paper A.1)",
+                       description=_CORRESPONDENCE_HELP)
+    model_arg(p)
+    split_arg(p, what="split folder whose captions build the task (the paper: the test split; no groups needed)")
+    p.add_argument("--seen", help="comma-separated languages the probe trains on (default: first half of the sorted languages, rounded up)")
+    p.add_argument("--max-per-language", type=positive_int, default=2000,
+                   help="training examples per seen language and test examples per unseen language (default %(default)s)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="share of seen-language images held out for the seen test (default %(default)s)")
+    p.add_argument("--min-units", type=positive_int, default=4, help="shortest caption used, in words (characters for unspaced scripts); at least 4")
+    p.add_argument("--epochs", type=positive_int, default=3, help="probe training epochs (paper: 1, on a far larger split; default %(default)s)")
+    p.add_argument("--probe-batch-size", type=positive_int, default=64, help="probe training batch (default %(default)s)")
+    p.add_argument("--lr", type=float, default=1e-3, help="probe peak learning rate, AdamW one-cycle (default %(default)s)")
+    p.add_argument("--probe-seeds", type=int, nargs="+", default=[0, 1, 2], help="probe seeds; metrics are their mean (default 0 1 2)")
+    p.set_defaults(func=_correspondence)
 
     for name, helptext, desc, func in (
         ("translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, _translate),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from globetrotter.errors import UserError
 
@@ -136,10 +137,12 @@ def sentence_translation(
     k: int | None = None,
     candidates: Candidates = "other-language",
     chunk_size: int = 1024,
+    tie_seed: int | None = None,
 ) -> dict:
     """Sentence translation accuracy by retrieval (paper section 5.2).
 
-    ``emb`` (N, D) L2-normalised sentence embeddings; ``langs`` (N,) language codes;
+    ``emb`` (N, D) L2-normalised sentence embeddings, dense or a ``scipy.sparse`` matrix
+    (exact cosines over sparse vectors, e.g. the TF-IDF baseline); ``langs`` (N,) language codes;
     ``groups`` (N,) group ids (any exact-comparable values) with at most one sentence per
     (group, language). For query ``i`` the candidates are every other sentence (other
     languages only by default); the top ``k`` (default M−1) by cosine similarity are
@@ -151,8 +154,15 @@ def sentence_translation(
     NaN), ``asymmetry`` (``matrix − matrixᵀ``, Fig. 9), ``per_query_language`` and
     ``per_target_language``, ``languages``, ``k``, ``n_queries``, ``n_groups``.
     Memory is O(chunk_size · N); no N×N matrix is held.
+
+    Ties: by default equal similarities are taken in numpy's partition order. With
+    ``tie_seed`` the candidates are ranked in a seeded random order among equals, so a
+    model that cannot tell candidates apart (e.g. TF-IDF across scripts: every cosine is
+    0) scores at chance instead of by the layout of the sample.
     """
-    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    sparse = sp.issparse(emb)
+    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
+    emb_t = emb.T.tocsr() if sparse else emb.T
     n = emb.shape[0]
     languages, lang_idx = _codes(langs)
     group_idx = _group_codes(groups)
@@ -176,14 +186,18 @@ def sentence_translation(
     if (n_cand < k).any():
         raise ValueError(f"k={k} exceeds the number of candidates ({int(n_cand.min())})")
 
+    order = np.random.default_rng(tie_seed).permutation(n) if tie_seed is not None else None
     hits = np.zeros((n_lang, n_lang), dtype=np.int64)
     for start in range(0, n, chunk_size):
         q = np.arange(start, min(start + chunk_size, n))
-        sims = emb[q] @ emb.T
+        sims = (emb[q] @ emb_t).toarray() if sparse else emb[q] @ emb_t
         if candidates == "other-language":
             sims[lang_idx[q][:, None] == lang_idx[None, :]] = -np.inf
         sims[np.arange(len(q)), q] = -np.inf
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        if order is None:
+            top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        else:  # partition in a random column order, so equal similarities are taken at random
+            top = order[np.argpartition(-sims[:, order], k - 1, axis=1)[:, :k]]
         hit = (group_idx[top] == group_idx[q][:, None]) & (lang_idx[top] != lang_idx[q][:, None])
         rows = np.broadcast_to(lang_idx[q][:, None], top.shape)
         np.add.at(hits, (rows[hit], lang_idx[top][hit]), 1)

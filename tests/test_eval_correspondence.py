@@ -1,0 +1,164 @@
+"""Sentence correspondence transfer test (paper A.1): the task has no shortcut, the probe
+transfers exactly as far as the representation is shared, and the command runs on a model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from data_prep.shards import ShardWriter
+from globetrotter.errors import UserError
+from globetrotter.evaluation import cli
+from globetrotter.evaluation import correspondence as corr
+
+EN = ["man", "dog", "red", "ball", "runs", "park", "child", "water", "green", "bike", "street", "jumps", "small", "white"]
+DE = ["mann", "hund", "rot", "ball", "läuft", "park", "kind", "wasser", "grün", "rad", "straße", "springt", "klein", "weiß"]
+EL = ["άντρας", "σκύλος", "κόκκινο", "μπάλα", "τρέχει", "πάρκο", "παιδί", "νερό", "πράσινο", "ποδήλατο", "δρόμος"]
+ZH = list("男人狗红球跑公园孩子水绿自行车街道跳小白")
+
+
+def metas(n_images: int = 120, seed: int = 0, langs: dict | None = None) -> list[dict]:
+    """Captions of random words (zh: characters, no spaces), capitalised and ending in '.', 2 per image."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for lang, vocab in (langs or {"en": EN, "de": DE, "el": EL, "zh": ZH}).items():
+        for i in range(n_images):
+            for _ in range(2):
+                words = list(rng.choice(vocab, rng.integers(5, 13)))
+                text = ("".join(words) + "。") if lang == "zh" else (" ".join(words).capitalize() + " .")
+                out.append({"caption": text, "lang": lang, "image_id": f"{lang}{i}"})
+    return out
+
+
+def test_task_is_balanced_lowercased_and_cut_at_unit_boundaries():
+    task = corr.build_task(metas(), seed=0, max_per_language=400)
+    assert task.seen == ["de", "el"] and task.unseen == ["en", "zh"]
+    assert task.train.unit == {"de": "word", "el": "word"} and task.unseen_test.unit["zh"] == "character"
+    originals = {corr.normalize(m["caption"]) for m in metas()}
+    for part in (task.train, task.seen_test, task.unseen_test):
+        for lang in np.unique(part.langs):
+            y = part.labels[part.langs == lang]
+            assert abs(int(y.sum()) - int((1 - y).sum())) <= 1  # balanced per language
+        assert all(t == t.lower() and not t.endswith((".", "。")) for t in part.texts)
+        assert (part.first_units >= 2).all() and (part.second_units >= 2).all()
+        pos = [t for t, y in zip(part.texts, part.labels) if y]
+        neg = [t for t, y in zip(part.texts, part.labels) if not y]
+        assert all(t in originals for t in pos)  # a positive is the caption itself
+        assert sum(t in originals for t in neg) <= 1  # a negative is (almost surely) a new sentence
+    zh = [t for t, l in zip(task.unseen_test.texts, task.unseen_test.langs) if l == "zh"]
+    assert zh and all(" " not in t for t in zh)
+    # seen train and seen test share no image, so no caption either
+    assert not set(task.train.texts) & set(task.seen_test.texts)
+    # deterministic in the seed, different across seeds
+    again = corr.build_task(metas(), seed=0, max_per_language=400)
+    assert again.train.texts == task.train.texts
+    assert corr.build_task(metas(), seed=1, max_per_language=400).train.texts != task.train.texts
+
+
+def test_length_and_cut_position_give_no_shortcut():
+    task = corr.build_task(metas(n_images=300), seed=0, max_per_language=2000, languages=["de", "en"])
+    # a classifier on both halves' lengths and the cut share is at chance on held-out images
+    acc = corr.surface_shortcut_accuracy(task.train, task.unseen_test)
+    assert acc == pytest.approx(0.5, abs=0.06)
+    # a negative's second half is nearly as long as the one it replaced
+    total = task.train.first_units + task.train.second_units
+    share = task.train.first_units / total
+    for y in (0, 1):
+        assert share[task.train.labels == y].mean() == pytest.approx(0.5, abs=0.03)
+
+
+def _features(n: int, langs: list[str], rotate: dict[str, np.ndarray], rng, d: int = 16, length: int = 6):
+    labels = rng.permutation(np.arange(n) % 2)
+    states = rng.normal(size=(n, length, d)).astype(np.float32)
+    direction = np.zeros(d, np.float32)
+    direction[0] = 1.0
+    states += 2 * (2 * labels - 1)[:, None, None] * direction  # the label is written along one direction
+    lang = np.array([langs[i % len(langs)] for i in range(n)])
+    for l, q in rotate.items():
+        states[lang == l] = states[lang == l] @ q
+    z = np.zeros(n, np.int64)
+    part = corr.CorrespondenceSet([""] * n, labels, lang, z + 2, z + 2, z + 5, z + 5)
+    return part, corr.Features(torch.from_numpy(states), torch.ones(n, length, dtype=torch.long))
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_probe_transfers_only_to_an_aligned_representation(aligned):
+    rng = np.random.default_rng(0)
+    q = np.linalg.qr(rng.normal(size=(16, 16)))[0].astype(np.float32)
+    rotate = {} if aligned else {"en": q, "zh": q}
+    train, f_train = _features(600, ["de", "el"], {}, rng)
+    seen, f_seen = _features(200, ["de", "el"], {}, rng)
+    unseen, f_unseen = _features(200, ["en", "zh"], rotate, rng)
+    task = corr.CorrespondenceTask(train, seen, unseen, ["de", "el"], ["en", "zh"])
+    res = corr.evaluate(task, {"train": f_train, "seen_test": f_seen, "unseen_test": f_unseen},
+                        probe_seeds=[0], epochs=10)
+    assert res["seen_accuracy"] > 0.9
+    if aligned:
+        assert res["unseen_accuracy"] > 0.9 and res["relative_decrease"] < 0.1
+    else:
+        assert res["unseen_accuracy"] < 0.75 and res["relative_decrease"] > 0.5
+    expected = (res["seen_accuracy"] - res["unseen_accuracy"]) / (res["seen_accuracy"] - 0.5)
+    assert res["relative_decrease"] == pytest.approx(expected)
+    assert set(res["per_language"]) == {"de", "el", "en", "zh"}
+
+
+def test_relative_decrease_and_bad_input():
+    assert corr.relative_decrease(0.75, 0.7) == pytest.approx(0.2)
+    assert corr.relative_decrease(0.5, 0.4) is None
+    with pytest.raises(UserError, match="at least 2 languages"):
+        corr.build_task(metas(langs={"en": EN}))
+    with pytest.raises(UserError, match="no unseen language"):
+        corr.build_task(metas(langs={"en": EN, "de": DE}), seen=["de", "en"])
+
+
+def _write_split(root: Path, langs: dict) -> Path:
+    with ShardWriter(root, split="test", source="tiny", image_format="png", maxcount=200) as w:
+        for i, m in enumerate(metas(n_images=40, langs=langs)):
+            w.write(f"c{i:05d}", Image.new("RGB", (4, 4)), m["caption"], m["lang"], m["image_id"])
+    return root
+
+
+def test_correspondence_command_on_a_trained_run(tiny_world, tmp_path, capsys):
+    import globetrotter
+    from globetrotter.config import load_train_config
+    from globetrotter.training.trainer import train
+
+    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
+            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
+    run_dir = tmp_path / "run"
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
+                                   f"output_dir={run_dir}", *tiny])
+    train(cfg)
+    states, mask = globetrotter.load(cfg.run_dir).encode_tokens(["red a square", "赤い 四角 です"], batch_size=1)
+    assert states.shape[0] == 2 and states.shape[2] == 32 and mask.shape == states.shape[:2]
+    assert mask[0].sum() < mask[1].sum() and not states[0, mask[0].sum():].any()  # padded with zeros
+
+    split = _write_split(tmp_path / "split", {"en": EN, "de": DE, "el": EL, "zh": ZH})
+    out = tmp_path / "out"
+    argv = ["correspondence", "--model", str(cfg.run_dir), "--name", "tiny", "--split", str(split), "--out", str(out),
+            "--epochs", "1", "--probe-seeds", "0", "1"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 0
+    rec = json.loads((out / "correspondence-tiny.json").read_text(encoding="utf-8"))
+    m, d = rec["metrics"], rec["details"]
+    assert d["seen_languages"] == ["de", "el"] and d["unseen_languages"] == ["en", "zh"]
+    assert d["units"]["zh"] == "character" and d["probe"]["heads"] == 1 and len(d["per_seed"]) == 2
+    assert 0 <= m["seen_accuracy"] <= 1 and 0 <= m["unseen_accuracy"] <= 1 and m["chance"] == 0.5
+    if m["seen_accuracy"] > 0.5:
+        assert m["relative_decrease"] == pytest.approx((m["seen_accuracy"] - m["unseen_accuracy"]) / (m["seen_accuracy"] - 0.5))
+    assert sum(d["n_examples"]["unseen_test"].values()) > 50
+
+    # one language: a one-line error, exit 2
+    one = _write_split(tmp_path / "one", {"en": EN})
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["correspondence", "--model", str(cfg.run_dir), "--split", str(one), "--out", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "at least 2 languages" in err and len(err.splitlines()) == 1

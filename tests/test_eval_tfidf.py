@@ -1,0 +1,86 @@
+"""The character n-gram TF-IDF surface baseline (``eval.py sentence --model tfidf``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from globetrotter.errors import UserError
+from globetrotter.evaluation.sentence import sentence_translation
+from globetrotter.evaluation.tfidf import TfidfEncoder, is_tfidf_spec
+
+NAMES = ["Maria", "Jonas", "Pavel", "Olga", "Tomas", "Lucia", "Marek", "Ines", "Karel", "Sofia"]
+PLACES = ["Praha", "Berlin", "Lyon", "Brno", "Dresden", "Nantes", "Plzen", "Bremen", "Toulouse", "Ostrava"]
+EN = "{n} walks {k} dogs through {p} in the rain"
+DE = "{n} führt {k} Hunde durch {p} im Regen"  # different words, same names and numbers
+
+
+def _near_copies(n_groups: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    captions, langs, groups = [], [], []
+    for g in range(n_groups):
+        fill = {"n": NAMES[g % 10], "p": PLACES[(g * 3) % 10], "k": 10 + g}
+        for lang, template in (("en", EN), ("de", DE)):
+            captions.append(template.format(**fill))
+            langs.append(lang)
+            groups.append(g)
+    return captions, np.array(langs), np.array(groups)
+
+
+def test_vectors_are_sparse_l2_normalised_and_lowercased():
+    enc = TfidfEncoder()
+    x = enc.encode_text(["Ein Hund läuft", "ein hund läuft", "zzz"])
+    assert sp.issparse(x) and x.dtype == np.float32
+    assert np.allclose(sp.linalg.norm(x, axis=1), 1.0, atol=1e-6)
+    assert (x[0] != x[1]).nnz == 0  # case carries no information
+    assert enc.fitted_on == 3 and enc.config["vocabulary"] > 0
+    assert " " not in enc._vectorizer.vocabulary_  # no whitespace-only n-gram
+
+
+def test_near_copy_sharing_names_and_numbers_is_ranked_first():
+    captions, langs, groups = _near_copies(30)
+    enc = TfidfEncoder().fit(captions)
+    emb = enc.encode_text(captions)
+    res = sentence_translation(emb, langs, groups, tie_seed=0)
+    assert res["accuracy"] == 1.0 and res["chance"] == pytest.approx(1 / 30)
+    # the same by hand: every English caption's most similar German caption is its own group's
+    sims = (emb[langs == "en"] @ emb[langs == "de"].T).toarray()
+    assert np.array_equal(sims.argmax(1), np.arange(30))
+
+
+def test_disjoint_scripts_score_at_chance():
+    rng = np.random.default_rng(0)
+    alphabets = {"la": "abcdefghijklmnopqrstuvwxyz", "el": "αβγδεζηθικλμνξοπρστυφχψω", "ru": "абвгдежзиклмнопрстуфхцчшщ"}
+    n_groups = 120
+    captions, langs, groups = [], [], []
+    for g in range(n_groups):
+        for lang, letters in alphabets.items():
+            words = ["".join(rng.choice(list(letters), rng.integers(2, 8))) for _ in range(rng.integers(3, 9))]
+            captions.append(" ".join(words))
+            langs.append(lang)
+            groups.append(g)
+    langs, groups = np.array(langs), np.array(groups)
+    emb = TfidfEncoder().fit(captions).encode_text(captions)
+    cross = (emb @ emb.T).toarray()[langs[:, None] != langs[None, :]]
+    assert np.all(cross == 0)  # no shared n-gram at all, not even the space
+    scores = [sentence_translation(emb, langs, groups, tie_seed=s)["accuracy"] for s in range(5)]
+    chance = sentence_translation(emb, langs, groups, tie_seed=0)["chance"]
+    assert chance == pytest.approx(2 / 240)
+    # 5 x 720 positives at p = 1/120: sd of the mean ~ 0.0015
+    assert np.mean(scores) == pytest.approx(chance, abs=0.006)
+
+
+def test_dense_and_sparse_embeddings_give_the_same_result():
+    captions, langs, groups = _near_copies(12)
+    captions = [c if i % 3 else c.replace("dogs", "cats") for i, c in enumerate(captions)]
+    emb = TfidfEncoder().fit(captions).encode_text(captions)
+    a = sentence_translation(emb, langs, groups, k=1)
+    b = sentence_translation(emb.toarray(), langs, groups, k=1)
+    assert a["accuracy"] == b["accuracy"] and np.array_equal(a["matrix"], b["matrix"], equal_nan=True)
+
+
+def test_spec_and_errors():
+    assert is_tfidf_spec("tfidf") and not is_tfidf_spec("./tfidf") and not is_tfidf_spec("runs/x")
+    with pytest.raises(UserError, match="no image encoder"):
+        TfidfEncoder().encode_image([])
+    with pytest.raises(UserError, match="no text"):
+        TfidfEncoder().fit([])
