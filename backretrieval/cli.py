@@ -456,9 +456,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         res = compare_hits(a, b, args.tests, args.alpha, max(args.bootstrap, 1), args.level, args.seed)
         res["verdict"] = {"A": name_a, "B": name_b}.get(res["verdict"], "tie")
         results[metric] = res
+        verdict = res["verdict"] if res["verdict"] != "tie" else "no significant difference"
         print(f"{metric}: {name_a} {res['a']:.4f} vs {name_b} {res['b']:.4f} (diff {res['diff']:+.4f}); "
-              f"p = {res['p_value']:.4g} -> {res['verdict'] if res['verdict'] != 'tie' else 'no significant difference'}",
-              file=sys.stderr)
+              f"p = {res['p_value']:.4g} -> {verdict}", file=sys.stderr)
     record = {"task": "backretrieval.compare", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
               "models": {"A": name_a, "B": name_b}, "alpha": args.alpha, "tests": args.tests,
               "retrieval": args.retrieval, "approximate": args.approximate, "comparisons": results,

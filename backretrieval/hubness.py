@@ -82,7 +82,7 @@ def augment_for_csls(queries: np.ndarray, targets: np.ndarray, penalty: np.ndarr
 
 
 class CSLSScorer:
-    """Scores ``cos(x, y) - r_S(y) / 2`` of query rows against target columns (a :class:`~backretrieval.ranking.Scorer`).
+    """Scores ``cos(x, y) - r_S(y) / 2`` of query rows against target columns (a ranking ``Scorer``).
 
     Ranks of targets by this score are ranks by CSLS (the query's own ``r_T`` is a constant).
     """

@@ -102,7 +102,9 @@ def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> App
     if not isinstance(config, ApproxConfig):
         raise BackRetrievalError(f"approximate: expected True/False or an ApproxConfig, got {approximate!r}")
     if config.candidates < 1 or config.nprobe < 1:
-        raise BackRetrievalError(f"approximate: candidates and nprobe must be >= 1, got {config.candidates}, {config.nprobe}")
+        raise BackRetrievalError(
+            f"approximate: candidates and nprobe must be >= 1, got {config.candidates}, {config.nprobe}"
+        )
     return config
 
 

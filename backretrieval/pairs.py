@@ -102,9 +102,10 @@ def evaluate_pairs(
 
     Returns:
         ``{"langs": [...], "ks": [...], "pairs": {"a->b": {"bkr@K", "xlr@K" (if groups),
-        "corr", "n_src", "n_tgt", "n_xlr", "hubness", "intervals" (with bootstrap)}}, "matrix": {"bkr@K": (L, L) array with NaN on
-        the diagonal and where a pair could not be scored, "xlr@K": ...}, "mean": {metric:
-        mean over the scored pairs}}``.
+        "corr", "n_src", "n_tgt", "n_xlr", "hubness", "intervals" (with bootstrap)}},
+        "matrix": {"bkr@K": (L, L) array with NaN on the diagonal and where a pair could
+        not be scored, "xlr@K": ...}, "mean": {metric: mean over the scored pairs},
+        "hits" (with ``return_hits``)}``.
     """
     ks = _check_ks(ks)
     n = len(texts_emb)

@@ -210,7 +210,8 @@ def _score_files(tmp_path, rng, n=60, noise=0.3, prefix=""):
     """A world of n source / n target items; a text model of quality ``noise``; files written to tmp_path."""
     z_s, z_t = rng.standard_normal((n, 6)), rng.standard_normal((n, 6))
     w_t, w_i = rng.standard_normal((6, 8)), rng.standard_normal((6, 12))
-    arrays = {"si": z_s @ w_i + 0.2 * rng.standard_normal((n, 12)), "ti": z_t @ w_i + 0.2 * rng.standard_normal((n, 12)),
+    arrays = {"si": z_s @ w_i + 0.2 * rng.standard_normal((n, 12)),
+              "ti": z_t @ w_i + 0.2 * rng.standard_normal((n, 12)),
               f"{prefix}st": z_s @ w_t + noise * rng.standard_normal((n, 8)),
               f"{prefix}tt": z_t @ w_t + noise * rng.standard_normal((n, 8))}
     paths = {}
@@ -234,7 +235,8 @@ def test_score_reports_intervals_hubness_csls_and_approximate(tmp_path, capsys):
     assert "bkr@10=" in capsys.readouterr().err
     hits = np.load(tmp_path / "hits.npy")
     assert hits.shape == (60, 2) and hits[:, 1].mean() == pytest.approx(rec["metrics"]["bkr@10"])
-    assert main(base + ["--retrieval", "csls", "--approximate", "--bootstrap", "0", "--out", str(tmp_path / "c.json")]) == 0
+    code = main(base + ["--retrieval", "csls", "--approximate", "--bootstrap", "0", "--out", str(tmp_path / "c.json")])
+    assert code == 0
     rec = json.loads((tmp_path / "c.json").read_text())
     assert rec["retrieval"] == "csls" and rec["approximate"] is True and rec["intervals"] is None
 
