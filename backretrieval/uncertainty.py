@@ -119,7 +119,7 @@ def recall_intervals(
     result: dict, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0
 ) -> dict[str, dict[str, float]]:
     """Intervals of every Recall@K of a ``bkr_recall`` / ``xlr_recall`` result: ``{"bkr@K": {...}}``."""
-    prefix = "xlr" if "n_targets" in result else "bkr"
+    prefix = "xlr" if any(str(key).startswith("xlr@") for key in result) else "bkr"
     return {f"{prefix}@{k}": recall_interval(h, n_boot, level, seed) for k, h in result["hits"].items()}
 
 
