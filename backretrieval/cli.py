@@ -32,6 +32,13 @@ XLR Recall@K is the ground-truth cross-lingual retrieval metric (rank of the tru
 translation among all target captions), computable only with parallel data; CORR is the
 paper's baseline: Spearman between text and image cosine distances over source x target
 pairs. A good BkR tracks XLR across models (the paper reports Pearson ~0.98).
+
+Every figure comes with a bootstrap 95% interval over queries (--bootstrap replicates of
+the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead of the
+cosine (hub captions penalised) and the record reports the hubness of the retrieval
+(skewness of the k-occurrence, share of queries landing on the top 1% hubs);
+--approximate finds the text neighbours with a faiss IVF index (exact re-scoring) and
+counts better images only up to K: for large N.
 """
 
 
@@ -51,14 +58,37 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
-def _load_npy(path: str, what: str) -> np.ndarray:
+def _load_npy(path: str, what: str, check_finite: bool = True) -> np.ndarray:
+    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, NaN rows)."""
     p = Path(path)
     if not p.is_file():
         raise BackRetrievalError(f"{p}: {what} file not found")
     try:
-        return np.load(p, mmap_mode="r")
+        array = np.load(p, mmap_mode="r")
     except (ValueError, OSError) as err:
         raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
+    if check_finite and array.dtype.kind == "f" and array.ndim == 2:
+        bad = [s + np.flatnonzero(~np.isfinite(np.asarray(array[s:s + 8192])).all(axis=1))
+               for s in range(0, len(array), 8192)]
+        bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+        if len(bad):
+            raise BackRetrievalError(f"{p}: {what} has {len(bad)} of {len(array)} rows with NaN or inf "
+                                     f"(first: row {int(bad[0])})")
+    return array
+
+
+def _same_rows(items: Sequence[tuple[str, np.ndarray]], what: str) -> None:
+    """One-line error when arrays that must be row-aligned differ in length, naming the files."""
+    counts = {path: len(array) for path, array in items}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{path} has {n}" for path, n in counts.items())
+        raise BackRetrievalError(f"row counts differ ({what}): {listed}")
+
+
+def _enough_for_k(path: str, n: int, ks: Sequence[int], what: str) -> None:
+    if n < max(ks):
+        raise BackRetrievalError(f"{path}: {n} {what}, fewer than the largest K ({max(ks)}): Recall@{max(ks)} "
+                                 "would be 1 for any model; lower --ks or use more data")
 
 
 def _clean(obj):
@@ -109,6 +139,27 @@ def _add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) ->
                         "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
 
 
+def _add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B",
+                   help="bootstrap replicates over queries for the intervals (default: 1000; 0: no intervals)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default: 0.95)")
+    p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
+                   help="text retrieval criterion: cosine (the paper) or CSLS, which penalises hub captions "
+                        "(Conneau et al. 2018; default: cosine)")
+    p.add_argument("--csls-k", type=int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+    p.add_argument("--approximate", action="store_true",
+                   help="for large N: text neighbours from a faiss IVF index (candidates re-scored exactly), better "
+                        "images counted only up to the largest K (ranks above it censored)")
+    p.add_argument("--nprobe", type=int, default=32,
+                   help="with --approximate: IVF cells visited per query (more: slower, closer to exact; default: 32)")
+
+
+def _approx(args: argparse.Namespace):
+    from .approximate import ApproxConfig
+
+    return ApproxConfig(nprobe=args.nprobe, seed=args.seed) if args.approximate else False
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-model", default="resnet50",
                    help="timm model whose pooled last-layer features define g (default: resnet50, as in the paper)")
@@ -149,9 +200,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the CORR pair sample (default: 0)")
     p.add_argument("--ranks-out", metavar="NPY", help="also save the per-query BkR ranks")
+    p.add_argument("--hits-out", metavar="NPY",
+                   help="also save the per-query BkR hits, one column per K (for 'compare --hits')")
     p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
     _add_metric_options(p, full_ranks=True)
+    _add_beyond_paper_options(p)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("compare", help="does model A beat model B on the same data? (McNemar, paired bootstrap)",
+                       formatter_class=_formatter, description=_describe(
+                           "Compares two text models on the same queries: BkR@K (and XLR@K with parallel "
+                           "embeddings) of A and B, their difference with a paired-bootstrap interval, McNemar's "
+                           "exact test on the queries where exactly one model hits, and the p-value. The verdict "
+                           "is A, B or tie (no difference at --alpha; the larger p-value of the tests run). Give "
+                           "either embeddings (--a-src-text ... with the shared image files) or two hit files "
+                           "written by 'score --hits-out' on the same data (--hits A.npy B.npy)."))
+    p.add_argument("--a-src-text", metavar="NPY", help="model A: (Ns, d) source-language text embeddings")
+    p.add_argument("--a-tgt-text", metavar="NPY", help="model A: (Nt, d) target-language text embeddings")
+    p.add_argument("--b-src-text", metavar="NPY", help="model B: (Ns, d') source-language text embeddings")
+    p.add_argument("--b-tgt-text", metavar="NPY", help="model B: (Nt, d') target-language text embeddings")
+    p.add_argument("--src-img", metavar="NPY", help="(Ns, D) image features of the source captions' images")
+    p.add_argument("--tgt-img", metavar="NPY", help="(Nt, D) image features of the target captions' images")
+    p.add_argument("--a-xlr-tgt-text", metavar="NPY", help="model A: embeddings of the source rows' translations (XLR)")
+    p.add_argument("--b-xlr-tgt-text", metavar="NPY", help="model B: embeddings of the source rows' translations (XLR)")
+    p.add_argument("--hits", nargs=2, metavar=("A_NPY", "B_NPY"),
+                   help="instead of embeddings: per-query hits of A and B ('score --hits-out'), compared at --ks")
+    p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="labels of the two models")
+    p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
+                   help="paired tests to run (default: both)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the IVF index (default: 0)")
+    p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
+    _add_metric_options(p, full_ranks=True)
+    _add_beyond_paper_options(p)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("eval", help="BkR for every language pair of a shard split, one or more models",
                        formatter_class=_formatter, description=_describe(
@@ -166,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the non-matching split and subsampling (default: 0)")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
     _add_metric_options(p)
+    _add_beyond_paper_options(p)
     _add_model_options(p)
     p.set_defaults(func=cmd_eval)
 
@@ -189,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-k", type=int,
                    help="K used for the table and scatter (default: 10 if in --ks, else the largest)")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="where protocol.json, table.md and PNGs go")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B",
+                   help="bootstrap replicates over queries: per seed and model, an interval for every BkR / XLR / "
+                        "CORR figure in protocol.json (default: 1000; 0: none)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default: 0.95)")
+    p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
+                   help="text retrieval for BkR step 2 and XLR ranks: cosine (the paper) or CSLS (default: cosine)")
     _add_metric_options(p)
     _add_model_options(p)
     p.set_defaults(func=cmd_correlate)
@@ -211,40 +300,169 @@ def parse_model_specs(specs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def cmd_score(args: argparse.Namespace) -> int:
-    from .metric import bkr_recall, corr_score, xlr_recall
-
-    src_text, tgt_text = _load_npy(args.src_text, "--src-text"), _load_npy(args.tgt_text, "--tgt-text")
-    if args.image_sim:
+def _image_side(args: argparse.Namespace, n_src: int, n_tgt: int, src_path: str, tgt_path: str):
+    """(src_img, tgt_img, image_sim) from --src-img/--tgt-img or --image-sim, row counts checked."""
+    if getattr(args, "image_sim", None):
         if args.src_img or args.tgt_img:
             raise BackRetrievalError("give either --image-sim or --src-img/--tgt-img, not both")
-        src_img = tgt_img = None
         image_sim = _load_npy(args.image_sim, "--image-sim")
-    elif args.src_img and args.tgt_img:
+        if image_sim.shape != (n_tgt, n_src):
+            raise BackRetrievalError(f"{args.image_sim}: --image-sim has shape {image_sim.shape}, expected "
+                                     f"({n_tgt}, {n_src}) = ({tgt_path} rows, {src_path} rows)")
+        return None, None, image_sim
+    if args.src_img and args.tgt_img:
         src_img, tgt_img = _load_npy(args.src_img, "--src-img"), _load_npy(args.tgt_img, "--tgt-img")
-        image_sim = None
-    else:
-        raise BackRetrievalError("the image side is missing: give --src-img and --tgt-img, or --image-sim")
-    ids = None
-    if args.src_image_ids:
-        path = Path(args.src_image_ids)
-        if not path.is_file():
-            raise BackRetrievalError(f"{path}: --src-image-ids file not found")
-        ids = path.read_text(encoding="utf-8").splitlines()
+        _same_rows([(src_path, np.empty(n_src)), (args.src_img, src_img)], "source texts vs images")
+        _same_rows([(tgt_path, np.empty(n_tgt)), (args.tgt_img, tgt_img)], "target texts vs images")
+        return src_img, tgt_img, None
+    raise BackRetrievalError("the image side is missing: give --src-img and --tgt-img, or --image-sim")
+
+
+def _src_image_ids(args: argparse.Namespace, n_src: int) -> list[str] | None:
+    if not getattr(args, "src_image_ids", None):
+        return None
+    path = Path(args.src_image_ids)
+    if not path.is_file():
+        raise BackRetrievalError(f"{path}: --src-image-ids file not found")
+    ids = path.read_text(encoding="utf-8").splitlines()
+    if len(ids) != n_src:
+        raise BackRetrievalError(f"{path}: {len(ids)} image ids, expected {n_src} (one per --src-text row)")
+    return ids
+
+
+def _metric_kwargs(args: argparse.Namespace) -> dict:
+    return {"ties": args.ties, "max_rank": args.max_rank, "retrieval": args.retrieval, "csls_k": args.csls_k,
+            "approximate": _approx(args)}
+
+
+def _intervals(result: dict, args: argparse.Namespace) -> dict:
+    from .uncertainty import recall_intervals
+
+    return recall_intervals(result, args.bootstrap, args.level, args.seed) if args.bootstrap > 0 else {}
+
+
+def _print_summary(metrics: dict, intervals: dict) -> None:
+    parts = []
+    for name, value in metrics.items():
+        ci = intervals.get(name)
+        parts.append(f"{name}={value:.4f}" + (f" [{ci['lo']:.4f}, {ci['hi']:.4f}]" if ci else ""))
+    print(", ".join(parts), file=sys.stderr)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .metric import bkr_recall, corr_terms, xlr_recall
+    from .uncertainty import corr_interval
+
+    src_text, tgt_text = _load_npy(args.src_text, "--src-text"), _load_npy(args.tgt_text, "--tgt-text")
+    src_img, tgt_img, image_sim = _image_side(args, len(src_text), len(tgt_text), args.src_text, args.tgt_text)
+    ids = _src_image_ids(args, len(src_text))
+    n_images = len(set(ids)) if ids is not None else len(src_text)
+    _enough_for_k(args.src_img or args.image_sim, n_images, args.ks, "distinct source images")
     bkr = bkr_recall(src_text, src_img, tgt_text, tgt_img, args.ks, src_image_ids=ids, image_sim=image_sim,
-                     ties=args.ties, max_rank=args.max_rank)
+                     **_metric_kwargs(args))
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in args.ks}
+    intervals = _intervals(bkr, args)
     if src_img is not None:
-        metrics["corr"] = corr_score(src_text, src_img, tgt_text, tgt_img, max_pairs=args.corr_pairs, seed=args.seed)
+        terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=args.corr_pairs, seed=args.seed)
+        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_text),
+                           max(args.bootstrap, 1), args.level, args.seed)
+        metrics["corr"] = ci["value"]
+        if args.bootstrap > 0:
+            intervals["corr"] = ci
     if args.xlr_tgt_text:
         gt = _load_npy(args.xlr_gt, "--xlr-gt") if args.xlr_gt else None
-        xlr = xlr_recall(src_text, _load_npy(args.xlr_tgt_text, "--xlr-tgt-text"), args.ks, gt=gt, ties=args.ties,
-                         max_rank=args.max_rank)
+        xlr_tgt = _load_npy(args.xlr_tgt_text, "--xlr-tgt-text")
+        if gt is None:
+            _same_rows([(args.src_text, src_text), (args.xlr_tgt_text, xlr_tgt)], "XLR needs one translation per row")
+        _enough_for_k(args.xlr_tgt_text, len(xlr_tgt), args.ks, "target texts for XLR")
+        xlr = xlr_recall(src_text, xlr_tgt, args.ks, gt=gt, **_metric_kwargs(args))
         metrics.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in args.ks})
+        intervals.update(_intervals(xlr, args))
     if args.ranks_out:
         _save_npy(args.ranks_out, bkr["ranks"], "--ranks-out")
+    if args.hits_out:
+        _save_npy(args.hits_out, np.stack([bkr["hits"][k] for k in args.ks], axis=1), "--hits-out")
     record = {"task": "backretrieval.score", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
-              "n_queries": bkr["n_queries"], "n_images": bkr["n_images"], "ties": args.ties, "metrics": metrics}
+              "n_queries": bkr["n_queries"], "n_images": bkr["n_images"], "ties": args.ties,
+              "retrieval": args.retrieval, "approximate": args.approximate, "metrics": metrics,
+              "intervals": {"level": args.level, "replicates": args.bootstrap, **intervals} if intervals else None,
+              "hubness": bkr["hubness"]}
+    _write_json(record, args.out)
+    _print_summary(metrics, intervals)
+    return 0
+
+
+def _compare_hits_files(args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    a_path, b_path = args.hits
+    a, b = _load_npy(a_path, "hits of A"), _load_npy(b_path, "hits of B")
+    a, b = (np.asarray(x, dtype=np.float64).reshape(len(x), -1) for x in (a, b))
+    _same_rows([(a_path, a), (b_path, b)], "the same queries are needed for a paired comparison")
+    if a.shape[1] != len(args.ks) or b.shape[1] != len(args.ks):
+        raise BackRetrievalError(f"{a_path}, {b_path}: {a.shape[1]} and {b.shape[1]} hit columns, expected one per "
+                                 f"--ks value ({args.ks}), as 'score --hits-out' writes them")
+    return {f"bkr@{k}": (a[:, i], b[:, i]) for i, k in enumerate(args.ks)}
+
+
+def _compare_embeddings(args: argparse.Namespace) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict]:
+    from .metric import bkr_recall, xlr_recall
+
+    needed = {"--a-src-text": args.a_src_text, "--a-tgt-text": args.a_tgt_text,
+              "--b-src-text": args.b_src_text, "--b-tgt-text": args.b_tgt_text}
+    missing = [flag for flag, value in needed.items() if not value]
+    if missing:
+        raise BackRetrievalError(f"compare needs {', '.join(missing)} (or --hits A.npy B.npy)")
+    texts = {flag: _load_npy(path, flag) for flag, path in needed.items()}
+    _same_rows([(args.a_src_text, texts["--a-src-text"]), (args.b_src_text, texts["--b-src-text"])], "source texts")
+    _same_rows([(args.a_tgt_text, texts["--a-tgt-text"]), (args.b_tgt_text, texts["--b-tgt-text"])], "target texts")
+    n_src, n_tgt = len(texts["--a-src-text"]), len(texts["--a-tgt-text"])
+    src_img, tgt_img, _ = _image_side(args, n_src, n_tgt, args.a_src_text, args.a_tgt_text)
+    _enough_for_k(args.src_img, n_src, args.ks, "source images")
+    hits: dict[str, list] = {}
+    hubness = {}
+    for side in ("a", "b"):
+        res = bkr_recall(texts[f"--{side}-src-text"], src_img, texts[f"--{side}-tgt-text"], tgt_img, args.ks,
+                         **_metric_kwargs(args))
+        hubness[side] = res["hubness"]
+        for k in args.ks:
+            hits.setdefault(f"bkr@{k}", []).append(res["hits"][k])
+    if args.a_xlr_tgt_text or args.b_xlr_tgt_text:
+        if not (args.a_xlr_tgt_text and args.b_xlr_tgt_text):
+            raise BackRetrievalError("XLR comparison needs both --a-xlr-tgt-text and --b-xlr-tgt-text")
+        for side, path in (("a", args.a_xlr_tgt_text), ("b", args.b_xlr_tgt_text)):
+            par = _load_npy(path, f"--{side}-xlr-tgt-text")
+            _same_rows([(getattr(args, f"{side}_src_text"), texts[f"--{side}-src-text"]), (path, par)],
+                       "XLR needs one translation per source row")
+            res = xlr_recall(texts[f"--{side}-src-text"], par, args.ks, **_metric_kwargs(args))
+            for k in args.ks:
+                hits.setdefault(f"xlr@{k}", []).append(res["hits"][k])
+    return {m: (h[0], h[1]) for m, h in hits.items()}, hubness
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .uncertainty import compare_hits
+
+    if not 0 < args.alpha < 1:
+        raise BackRetrievalError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.bootstrap < 1 and "bootstrap" in args.tests:
+        raise BackRetrievalError("--bootstrap must be >= 1 for the paired bootstrap test")
+    hubness = None
+    if args.hits:
+        per_metric = _compare_hits_files(args)
+    else:
+        per_metric, hubness = _compare_embeddings(args)
+    name_a, name_b = args.names
+    results = {}
+    for metric, (a, b) in per_metric.items():
+        res = compare_hits(a, b, args.tests, args.alpha, max(args.bootstrap, 1), args.level, args.seed)
+        res["verdict"] = {"A": name_a, "B": name_b}.get(res["verdict"], "tie")
+        results[metric] = res
+        verdict = res["verdict"] if res["verdict"] != "tie" else "no significant difference"
+        print(f"{metric}: {name_a} {res['a']:.4f} vs {name_b} {res['b']:.4f} (diff {res['diff']:+.4f}); "
+              f"p = {res['p_value']:.4g} -> {verdict}", file=sys.stderr)
+    record = {"task": "backretrieval.compare", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
+              "models": {"A": name_a, "B": name_b}, "alpha": args.alpha, "tests": args.tests,
+              "retrieval": args.retrieval, "approximate": args.approximate, "comparisons": results,
+              "hubness": hubness}
     _write_json(record, args.out)
     return 0
 
@@ -285,14 +503,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     results, record = {}, {"task": "backretrieval.eval", "data": str(data.split_dir), "checksum": data.checksum,
                            "image_model": image_model,
                            "ks": args.ks, "ties": args.ties, "seed": args.seed, "max_per_lang": args.max_per_lang,
-                           "max_rank": args.max_rank or max(args.ks),
+                           "max_rank": args.max_rank or max(args.ks), "retrieval": args.retrieval,
+                           "approximate": args.approximate, "bootstrap": args.bootstrap, "level": args.level,
                            "models": {}}
     embedders: dict = {}
     for label, spec in models.items():
         name, emb = _embed_all(spec, data.texts, args, embedders)
         res = evaluate_pairs(emb, data.langs, feats, data.image_ids, args.ks, groups=groups,
                              max_per_lang=args.max_per_lang, seed=args.seed, ties=args.ties,
-                             max_rank=args.max_rank or max(args.ks))
+                             max_rank=args.max_rank or max(args.ks), bootstrap=args.bootstrap, level=args.level,
+                             retrieval=args.retrieval, csls_k=args.csls_k, approximate=_approx(args))
         results[label] = res
         record["models"][label] = {"spec": spec, "embedder": name, "langs": res["langs"], "mean": res["mean"],
                                    "pairs": res["pairs"], "matrix": {m: v for m, v in res["matrix"].items()}}
@@ -344,7 +564,8 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     record = {"task": "backretrieval.correlate", "data": str(data.split_dir), "checksum": data.checksum,
               "image_model": None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}",
               "models": {label: {"spec": models[label], "embedder": embedded[label][0]} for label in models},
-              "ks": args.ks, "ties": args.ties, "pairs": {}}
+              "ks": args.ks, "ties": args.ties, "retrieval": args.retrieval, "bootstrap": args.bootstrap,
+              "level": args.level, "pairs": {}}
     table_rows = {}
     for src_lang, tgt_lang in pairs:
         src_rows, tgt_rows, image_idx = aligned_pair(data, src_lang, tgt_lang)
@@ -352,7 +573,8 @@ def cmd_correlate(args: argparse.Namespace) -> int:
         per_model = {label: (emb[src_rows], emb[tgt_rows]) for label, (_, emb) in embedded.items()}
         res = run_protocol(per_model, feats[image_idx], n=n, seeds=args.seeds, ks=args.ks, ties=args.ties,
                            max_rank=args.max_rank or max(args.ks), corr_pairs=args.corr_pairs,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, bootstrap=args.bootstrap, level=args.level,
+                           retrieval=args.retrieval)
         label = f"{src_lang}->{tgt_lang}"
         record["pairs"][label] = res
         table_rows[label] = res["correlation"]

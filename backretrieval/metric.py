@@ -28,6 +28,14 @@ images beat it in the row g(I_T*, .), so one row per *distinct* retrieved target
 scored in float32 tiles and compared with the threshold; no sort and no N x N float64
 matrix. Recall@K needs only rank_q <= K: with ``max_rank`` a row stops being scored once
 all its queries have ``max_rank`` better images, which is most rows for weak models.
+
+Beyond the paper: ``retrieval="csls"`` retrieves (and ranks, for XLR) by CSLS instead of
+the cosine (:mod:`backretrieval.hubness`); ``approximate=True`` (or an
+:class:`~backretrieval.approximate.ApproxConfig`) replaces the exact N x N text search by
+faiss IVF candidates re-scored exactly, and counts better images (or targets) only up to
+max(ks) (:mod:`backretrieval.approximate`). Every result carries the
+per-query ``hits`` of each Recall@K, which :mod:`backretrieval.uncertainty` resamples for
+intervals and paired tests, and BkR's carries the ``hubness`` of its retrieval step.
 """
 from __future__ import annotations
 
@@ -36,7 +44,9 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+from .approximate import ApproxConfig
 from .errors import BackRetrievalError
+from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,
@@ -45,9 +55,9 @@ from .ranking import (
     all_finite,
     count_ranks,
     l2_normalize,
-    nearest_neighbor,
-    ranks_and_recall,
+    ranks_and_hits,
 )
+from .retrieval import check_retrieval, retrieve, text_scorer
 
 DEFAULT_KS = (1, 5, 10)
 
@@ -84,6 +94,24 @@ def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
         raise BackRetrievalError(f"max_rank: must be >= the largest K ({max(ks)}) for exact Recall@K, got {max_rank}")
 
 
+def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> ApproxConfig | None:
+    """The approximate mode's options (None: exact)."""
+    if approximate is False or approximate is None:
+        return None
+    config = ApproxConfig() if approximate is True else approximate
+    if not isinstance(config, ApproxConfig):
+        raise BackRetrievalError(f"approximate: expected True/False or an ApproxConfig, got {approximate!r}")
+    if config.candidates < 1 or config.nprobe < 1:
+        raise BackRetrievalError(
+            f"approximate: candidates and nprobe must be >= 1, got {config.candidates}, {config.nprobe}"
+        )
+    return config
+
+
+def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) -> dict[str, float]:
+    return {f"{prefix}@{k}": float(np.mean(hits[k])) if len(hits[k]) else float("nan") for k in ks}
+
+
 def _distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndarray, np.ndarray]:
     """(first source row of each distinct image, column of each source row's image)."""
     if src_image_ids is None:
@@ -108,6 +136,9 @@ def bkr_recall(
     ties: str = "pessimistic",
     max_rank: int | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approximate: bool | ApproxConfig = False,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -127,19 +158,26 @@ def bkr_recall(
             Much faster for weak models, whose queries quickly collect ``max_rank``
             better-scoring images. ``None`` (default): exact ranks for every query.
         block_bytes: memory for one tile of float32 image scores.
+        retrieval: step 2 by ``"cosine"`` (the paper) or ``"csls"`` (hubness-corrected).
+        csls_k: the CSLS neighbourhood size.
+        approximate: the text search through faiss IVF candidates re-scored exactly (True,
+            or an :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored.
 
     Returns:
-        ``{"bkr@K": float, ..., "ranks": (Ns,) rank of each query's image (1 = best),
-        "retrieved": (Ns,) index of the retrieved target text, "n_queries", "n_images",
-        "ties"}``.
+        ``{"bkr@K": float, ..., "hits": {K: (Ns,) per-query hits}, "ranks": (Ns,) rank of
+        each query's image (1 = best), "retrieved": (Ns,) index of the retrieved target
+        text, "hubness": :func:`~backretrieval.hubness.hubness_stats` of the retrieval,
+        "n_queries", "n_images", "ties", "retrieval", "approximate"}``.
     """
     ks, _ = _check_ks(ks), _check_ties(ties)
     _check_max_rank(max_rank, ks)
+    check_retrieval(retrieval, csls_k)
+    approx = _approx_config(approximate, ks)
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
     image_rows, image_col = _distinct_images(src_image_ids, n_src)
-    retrieved = nearest_neighbor(src_text, tgt_text)  # steps 1-2
+    retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
 
     if image_sim is not None:  # step 3 with a user-given g
         image_sim = np.asarray(image_sim)  # memmaps stay memmaps
@@ -158,10 +196,14 @@ def bkr_recall(
         distinct = src_img if src_image_ids is None else src_img[image_rows]
         scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
+    if approx is not None:  # only "fewer than K better images?": the exact count, stopped at max(ks)
+        max_rank = max(ks)
     counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
-    ranks, recall = ranks_and_recall(counts, ks, ties, max_rank)
-    out = {f"bkr@{k}": recall[k] for k in ks}
-    out.update(ranks=ranks, retrieved=retrieved, n_queries=n_src, n_images=len(image_rows), ties=ties)
+    ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
+    out = _recall_dict("bkr", ks, hits)
+    out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
+               n_queries=n_src, n_images=len(image_rows), ties=ties, retrieval=retrieval,
+               approximate=approx is not None)
     return out
 
 
@@ -174,17 +216,25 @@ def xlr_recall(
     ties: str = "pessimistic",
     max_rank: int | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approximate: bool | ApproxConfig = False,
 ) -> dict:
     """Ground-truth cross-lingual retrieval Recall@K (XLR, paper section 3.1).
 
-    Each source text queries all target texts by cosine f; the rank of its true
-    translation ``tgt_text[gt[q]]`` (default ``gt[q] = q``: row-aligned parallel sets) is
-    counted blockwise, with the same tie policy and ``max_rank`` as :func:`bkr_recall`.
+    Each source text queries all target texts by cosine f (or CSLS with ``retrieval``);
+    the rank of its true translation ``tgt_text[gt[q]]`` (default ``gt[q] = q``:
+    row-aligned parallel sets) is counted blockwise, with the same tie policy and
+    ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
+    here (and finds CSLS's neighbourhoods through an IVF index): the count stays exact.
 
-    Returns ``{"xlr@K": float, ..., "ranks": (Ns,), "n_queries", "n_targets", "ties"}``.
+    Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
+    "n_targets", "ties", "retrieval", "approximate"}``.
     """
     ks, _ = _check_ks(ks), _check_ties(ties)
     _check_max_rank(max_rank, ks)
+    check_retrieval(retrieval, csls_k)
+    approx = _approx_config(approximate, ks)
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
@@ -200,11 +250,14 @@ def xlr_recall(
     gt = gt.astype(np.int64)
     if gt.shape != (n_src,) or (n_src and (gt.min() < 0 or gt.max() >= n_tgt)):
         raise BackRetrievalError(f"gt: expected {n_src} target indices in [0, {n_tgt}), got shape {gt.shape}")
-    scorer = VectorScorer(src_text, tgt_text)
+    if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
+        max_rank = max(ks)
+    scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)
     counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes)
-    ranks, recall = ranks_and_recall(counts, ks, ties, max_rank)
-    out = {f"xlr@{k}": recall[k] for k in ks}
-    out.update(ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties)
+    ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
+    out = _recall_dict("xlr", ks, hits)
+    out.update(hits=hits, ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties, retrieval=retrieval,
+               approximate=approx is not None)
     return out
 
 
@@ -223,6 +276,24 @@ def corr_score(
     1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``max_pairs``;
     otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``.
     """
+    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=max_pairs, seed=seed)
+    return float(stats.spearmanr(terms["text_dist"], terms["image_dist"]).statistic)
+
+
+def corr_terms(
+    src_text: np.ndarray,
+    src_img: np.ndarray,
+    tgt_text: np.ndarray,
+    tgt_img: np.ndarray,
+    *,
+    max_pairs: int = 1_000_000,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """The pairs behind :func:`corr_score`: ``{"text_dist", "image_dist", "query"}``, each ``(P,)``.
+
+    ``query`` is the source row of each pair, for the bootstrap over queries
+    (:func:`backretrieval.uncertainty.corr_interval`).
+    """
     if max_pairs < 1:
         raise BackRetrievalError(f"corr: max_pairs must be >= 1, got {max_pairs}")
     src_text = _matrix("src_text", src_text)
@@ -233,6 +304,7 @@ def corr_score(
     if n_s * n_t <= max_pairs:
         text_dist = 1.0 - (l2_normalize(src_text) @ l2_normalize(tgt_text).T).ravel()
         image_dist = 1.0 - (l2_normalize(src_img) @ l2_normalize(tgt_img).T).ravel()
+        s_idx = np.repeat(np.arange(n_s), n_t)
     else:
         rng = np.random.default_rng(seed)
         s_idx = rng.integers(0, n_s, max_pairs)
@@ -241,4 +313,4 @@ def corr_score(
         image = VectorScorer(src_img, tgt_img)
         text_dist = 1.0 - text.pairs(s_idx, t_idx)
         image_dist = 1.0 - image.pairs(s_idx, t_idx)
-    return float(stats.spearmanr(text_dist, image_dist).statistic)
+    return {"text_dist": text_dist, "image_dist": image_dist, "query": s_idx}

@@ -20,8 +20,10 @@ from typing import Sequence
 import numpy as np
 
 from .errors import BackRetrievalError
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_score, xlr_recall
+from .approximate import ApproxConfig
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
 from .ranking import DEFAULT_BLOCK_BYTES
+from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
 
 
 def _subsample(rows: np.ndarray, limit: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -69,6 +71,12 @@ def evaluate_pairs(
     with_corr: bool = True,
     corr_pairs: int = 200_000,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    bootstrap: int = 0,
+    level: float = DEFAULT_LEVEL,
+    retrieval: str = "cosine",
+    csls_k: int = 10,
+    approximate: bool | ApproxConfig = False,
+    return_hits: bool = False,
 ) -> dict:
     """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
 
@@ -84,12 +92,20 @@ def evaluate_pairs(
         ties, max_rank, block_bytes: as in :func:`backretrieval.metric.bkr_recall` (``max_rank``
             = max(ks) gives the same Recall@K faster).
         with_corr, corr_pairs: also compute the CORR baseline on up to ``corr_pairs`` pairs.
+        bootstrap, level: with ``bootstrap`` > 0 replicates, each pair's figures get a
+            ``level`` interval over queries (``entry["intervals"]``, seeded with ``seed``).
+        retrieval, csls_k, approximate: as in :func:`backretrieval.metric.bkr_recall`.
+        return_hits: also return ``"hits": {"bkr@K": (Q,)}``, the per-query hits of every
+            pair concatenated in pair order. For one ``seed`` the queries are the same for
+            any text model, so two checkpoints' hits are paired (for
+            :func:`backretrieval.uncertainty.better_beyond_noise`).
 
     Returns:
         ``{"langs": [...], "ks": [...], "pairs": {"a->b": {"bkr@K", "xlr@K" (if groups),
-        "corr", "n_src", "n_tgt", "n_xlr"}}, "matrix": {"bkr@K": (L, L) array with NaN on
-        the diagonal and where a pair could not be scored, "xlr@K": ...}, "mean": {metric:
-        mean over the scored pairs}}``.
+        "corr", "n_src", "n_tgt", "n_xlr", "hubness", "intervals" (with bootstrap)}},
+        "matrix": {"bkr@K": (L, L) array with NaN on the diagonal and where a pair could
+        not be scored, "xlr@K": ...}, "mean": {metric: mean over the scored pairs},
+        "hits" (with ``return_hits``)}``.
     """
     ks = _check_ks(ks)
     n = len(texts_emb)
@@ -115,6 +131,9 @@ def evaluate_pairs(
     matrix = {m: np.full((len(names), len(names)), np.nan) for m in metrics}
     first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
     pairs: dict[str, dict] = {}
+    options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
+               "csls_k": csls_k, "approximate": approximate}
+    all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             if a == b:
@@ -123,14 +142,24 @@ def evaluate_pairs(
             src, tgt = non_matching_sides(rows_of[a], rows_of[b], image_ids, rng)
             src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
             entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
+            intervals: dict = {}
             if len(src) and len(tgt):
                 res = bkr_recall(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt], ks,
-                                 src_image_ids=image_ids[src], ties=ties, max_rank=max_rank,
-                                 block_bytes=block_bytes)
+                                 src_image_ids=image_ids[src], **options)
                 entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
+                entry["hubness"] = res["hubness"]
+                for k in ks:
+                    all_hits[f"bkr@{k}"].append(res["hits"][k])
+                if bootstrap > 0:
+                    intervals.update(recall_intervals(res, bootstrap, level, seed))
                 if with_corr:
-                    entry["corr"] = corr_score(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
-                                               max_pairs=corr_pairs, seed=seed)
+                    terms = corr_terms(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
+                                       max_pairs=corr_pairs, seed=seed)
+                    ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src),
+                                       max(bootstrap, 1), level, seed)
+                    entry["corr"] = ci["value"]
+                    if bootstrap > 0:
+                        intervals["corr"] = ci
             if groups is not None:
                 in_a, in_b = first_of[a], first_of[b]
                 common = [g for g in in_a if g in in_b]
@@ -139,12 +168,18 @@ def evaluate_pairs(
                 if len(keep):
                     xs = np.array([in_a[common[c]] for c in keep])
                     xt = np.array([in_b[common[c]] for c in keep])
-                    res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, ties=ties, max_rank=max_rank,
-                                     block_bytes=block_bytes)
+                    res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, **options)
                     entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
+                    if bootstrap > 0:
+                        intervals.update(recall_intervals(res, bootstrap, level, seed))
+            if intervals:
+                entry["intervals"] = intervals
             for m in metrics:
                 if m in entry:
                     matrix[m][i, j] = entry[m]
             pairs[f"{a}->{b}"] = entry
     mean = {m: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan") for m, v in matrix.items()}
-    return {"langs": names, "ks": list(ks), "pairs": pairs, "matrix": matrix, "mean": mean}
+    out = {"langs": names, "ks": list(ks), "pairs": pairs, "matrix": matrix, "mean": mean}
+    if return_hits:
+        out["hits"] = {m: np.concatenate(h) if h else np.zeros(0) for m, h in all_hits.items()}
+    return out

@@ -25,8 +25,9 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_score, xlr_recall
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
 from .ranking import l2_normalize
+from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
 
 DEFAULT_SEEDS = 25  # paper 3.1
 DEFAULT_IMAGE_SIM_BYTES = 1 << 30
@@ -55,20 +56,33 @@ def protocol_seed(
     corr_pairs: int = 1_000_000,
     image_sim: np.ndarray | None = None,
     seed: int = 0,
+    bootstrap: int = 0,
+    level: float = DEFAULT_LEVEL,
+    retrieval: str = "cosine",
 ) -> dict:
     """BkR@K, XLR@K and CORR of one model for one (source, target) sample.
 
     ``src_text[i]``/``tgt_text[i]`` are item i's captions (translations or independent
     descriptions of image ``image_feats[i]``); ``image_sim`` optionally holds
-    g(I_T, I_S) for ``tgt_idx`` x ``src_idx``.
+    g(I_T, I_S) for ``tgt_idx`` x ``src_idx``. With ``bootstrap`` > 0 replicates the
+    record also has ``"intervals"``: ``{metric: {"value", "lo", "hi", "se"}}`` over the
+    N source queries (:mod:`backretrieval.uncertainty`).
     """
     s_txt, t_txt = src_text[src_idx], tgt_text[tgt_idx]
     s_img, t_img = image_feats[src_idx], image_feats[tgt_idx]
-    bkr = bkr_recall(s_txt, s_img, t_txt, t_img, ks, ties=ties, max_rank=max_rank, image_sim=image_sim)
-    xlr = xlr_recall(s_txt, tgt_text[src_idx], ks, ties=ties, max_rank=max_rank)
+    bkr = bkr_recall(s_txt, s_img, t_txt, t_img, ks, ties=ties, max_rank=max_rank, image_sim=image_sim,
+                     retrieval=retrieval)
+    xlr = xlr_recall(s_txt, tgt_text[src_idx], ks, ties=ties, max_rank=max_rank, retrieval=retrieval)
     out = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     out.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in ks})
-    out["corr"] = corr_score(s_txt, s_img, t_txt, t_img, max_pairs=corr_pairs, seed=seed)
+    out["hub_share"], out["hub_skewness"] = bkr["hubness"]["hub_share"], bkr["hubness"]["skewness"]
+    terms = corr_terms(s_txt, s_img, t_txt, t_img, max_pairs=corr_pairs, seed=seed)
+    corr = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_idx), max(bootstrap, 1),
+                         level, seed)
+    out["corr"] = corr["value"]
+    if bootstrap > 0:
+        out["intervals"] = {**recall_intervals(bkr, bootstrap, level, seed),
+                            **recall_intervals(xlr, bootstrap, level, seed), "corr": corr}
     return out
 
 
@@ -117,6 +131,9 @@ def run_protocol(
     corr_pairs: int = 1_000_000,
     image_sim_bytes: int = DEFAULT_IMAGE_SIM_BYTES,
     progress: bool = True,
+    bootstrap: int = 0,
+    level: float = DEFAULT_LEVEL,
+    retrieval: str = "cosine",
 ) -> dict:
     """Run the protocol (module doc) for several models on one aligned dataset and language pair.
 
@@ -128,6 +145,9 @@ def run_protocol(
         seeds: number of seeds (0..S-1) or explicit seeds.
         ks, ties, max_rank, corr_pairs: metric options (see :mod:`backretrieval.metric`).
         image_sim_bytes: share one image-similarity matrix per seed across models when it fits.
+        bootstrap, level: per seed and model, ``level`` intervals over queries of every
+            figure (``per_seed[s]["intervals"]``; 0: none).
+        retrieval: ``"cosine"`` (the paper) or ``"csls"``, for BkR's step 2 and XLR's ranks.
 
     Returns:
         ``{"n", "seeds", "ks", "models": {name: {"per_seed": [...], "mean": {...}, "std": {...}}},
@@ -156,13 +176,14 @@ def run_protocol(
         for name, (src, tgt) in models.items():
             per_model[name].append(
                 protocol_seed(src, tgt, image_feats, src_idx, tgt_idx, ks, ties=ties, max_rank=max_rank,
-                              corr_pairs=corr_pairs, image_sim=image_sim, seed=seed)
+                              corr_pairs=corr_pairs, image_sim=image_sim, seed=seed, bootstrap=bootstrap,
+                              level=level, retrieval=retrieval)
             )
             bar.update()
     bar.close()
     result = {"n": n, "seeds": seeds, "ks": list(ks), "models": {}}
     for name, records in per_model.items():
-        keys = list(records[0])
+        keys = [key for key in records[0] if key != "intervals"]
         result["models"][name] = {
             "per_seed": records,
             "mean": {key: float(np.mean([r[key] for r in records])) for key in keys},

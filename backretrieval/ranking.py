@@ -68,17 +68,20 @@ def all_finite(x: np.ndarray, chunk: int = 8192) -> bool:
     return all(np.isfinite(np.asarray(x[s:s + chunk])).all() for s in range(0, len(x), chunk))
 
 
-def nearest_neighbor(queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024) -> np.ndarray:
+def nearest_neighbor(
+    queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024, normalize: bool = True
+) -> np.ndarray:
     """Index of the most cosine-similar ``database`` row for each ``queries`` row, shape ``(Q,)``.
 
     Exact search with faiss ``IndexFlatIP`` on the L2-normalised database (float32); the
-    queries need no normalisation (it does not change their argmax). Tie rule: when
+    queries need no normalisation (it does not change their argmax). ``normalize=False``:
+    the largest plain inner product (used with augmented vectors for CSLS). Tie rule: when
     several database rows share the best float32 score, the lowest index wins. faiss does
     not promise an order among ties, so queries whose two best faiss scores are equal are
     re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
     """
     queries = as_float32(queries)
-    database = l2_normalize(database)
+    database = l2_normalize(database) if normalize else as_float32(database)
     index = faiss.IndexFlatIP(database.shape[1])
     index.add(database)
     k = min(2, database.shape[0])
@@ -181,11 +184,7 @@ def count_ranks(
     if n_queries == 0:
         return out
     own = scorer.pairs(row_of_query, col_of_query)  # the query's own score: the threshold
-    order = np.argsort(row_of_query, kind="stable")
-    rows, starts = np.unique(row_of_query[order], return_index=True)
-    ends = np.append(starts[1:], n_queries)
     chunk = min(n_cols, _MAX_CHUNK_COLS, max(1, int(block_bytes) // (4 * 64)))
-    per_block = max(1, int(block_bytes) // (4 * chunk))
     # column chunks: full width for exact ranks; with max_rank, small first chunks that
     # double, so that rows whose queries are already out of the top max_rank stop early
     bounds, c0, width = [0], 0, chunk if max_rank is None else min(chunk, _FIRST_CHUNK_COLS)
@@ -193,29 +192,28 @@ def count_ranks(
         c0 = min(c0 + width, n_cols)
         bounds.append(c0)
         width = min(2 * width, chunk)
-    for b0 in range(0, len(rows), per_block):
-        b1 = min(b0 + per_block, len(rows))
-        block_rows = rows[b0:b1]
-        queries = order[starts[b0]:ends[b1 - 1]]  # grouped by row
-        local = np.searchsorted(block_rows, row_of_query[queries])
-        counts = {key: np.zeros(len(queries), dtype=np.int64) for key in out}
-        active = np.arange(len(queries))
-        for c0, c1 in zip(bounds[:-1], bounds[1:]):
-            if max_rank is not None:
-                active = active[counts[stop_key][active] < max_rank]
-                if len(active) == 0:
-                    break
-            tile_rows, pos = np.unique(local[active], return_inverse=True)
-            scores = scorer.tile(block_rows[tile_rows], c0, c1)
-            shared = len(active) != len(tile_rows)  # several queries on one row: gather per query
-            for s0 in range(0, len(active), per_block):
-                sub = active[s0:s0 + per_block]
-                rows_scores = scores[pos.reshape(-1)[s0:s0 + per_block]] if shared else scores
-                found = _count_tile(rows_scores, own[queries[sub]], col_of_query[queries[sub]] - c0, need_gt, need_ge)
+    # the outer loop runs over column chunks, so that the rows still active in a chunk
+    # (with max_rank: few, spread over all rows) are packed together into full tiles
+    active = np.argsort(row_of_query, kind="stable")  # queries, grouped by row
+    for c0, c1 in zip(bounds[:-1], bounds[1:]):
+        if max_rank is not None:
+            active = active[out[stop_key][active] < max_rank]
+            if len(active) == 0:
+                break
+        rows, pos = np.unique(row_of_query[active], return_inverse=True)
+        pos = pos.reshape(-1)
+        per_block = max(1, int(block_bytes) // (4 * (c1 - c0)))
+        q_bounds = np.searchsorted(pos, np.arange(0, len(rows) + per_block, per_block))
+        for b, b0 in enumerate(range(0, len(rows), per_block)):
+            queries, local = active[q_bounds[b]:q_bounds[b + 1]], pos[q_bounds[b]:q_bounds[b + 1]] - b0
+            scores = scorer.tile(rows[b0:b0 + per_block], c0, c1)
+            shared = len(queries) != min(per_block, len(rows) - b0)  # several queries on one row: gather per query
+            for s0 in range(0, len(queries), per_block):
+                sub = queries[s0:s0 + per_block]
+                rows_scores = scores[local[s0:s0 + per_block]] if shared else scores
+                found = _count_tile(rows_scores, own[sub], col_of_query[sub] - c0, need_gt, need_ge)
                 for key, value in found.items():
-                    counts[key][sub] += value
-        for key in out:
-            out[key][queries] = counts[key]
+                    out[key][sub] += value
     return out
 
 
@@ -243,6 +241,19 @@ def ranks_and_recall(
 
     With ``max_rank``, ranks above it are reported as ``max_rank + 1`` (censored).
     """
+    ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
+    recall = {k: float(np.mean(h)) if len(ranks) else float("nan") for k, h in hits.items()}
+    return ranks, recall
+
+
+def ranks_and_hits(
+    counts: dict[str, np.ndarray], ks: Sequence[int], ties: str, max_rank: int | None = None
+) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """1-based ranks and the per-query hit vectors ``{K: (Q,) float64}`` whose means are Recall@K.
+
+    Hits are 0/1, or fractions in [0, 1] under ``ties="expected"``; the bootstrap of
+    :mod:`backretrieval.uncertainty` resamples them.
+    """
     if ties == "optimistic":
         ranks = 1 + counts["gt"]
         hit = {k: ranks <= k for k in ks}
@@ -257,5 +268,4 @@ def ranks_and_recall(
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
     if max_rank is not None:  # counts stopped at max_rank: only "rank > max_rank" is known
         ranks = np.where(ranks > max_rank, max_rank + 1, ranks)
-    recall = {k: float(np.mean(h)) if len(ranks) else float("nan") for k, h in hit.items()}
-    return ranks, recall
+    return ranks, {k: np.asarray(h, dtype=np.float64) for k, h in hit.items()}

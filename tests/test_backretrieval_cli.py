@@ -35,7 +35,7 @@ def parallel_split(tmp_path_factory):
 
 
 def test_help_of_every_command_explains_the_metric(capsys):
-    for cmd in ([], ["score"], ["eval"], ["correlate"]):
+    for cmd in ([], ["score"], ["eval"], ["correlate"], ["compare"]):
         with pytest.raises(SystemExit) as exc:
             main(cmd + ["--help"])
         assert exc.value.code == 0
@@ -189,11 +189,11 @@ def test_output_paths_are_created_or_reported_in_one_line(tmp_path, capsys):
         np.save(tmp_path / f"{name}.npy", rng.standard_normal((6, 4)).astype(np.float32))
     base = ["score"] + [a for n, flag in (("st", "--src-text"), ("tt", "--tgt-text"), ("si", "--src-img"),
                                          ("ti", "--tgt-img")) for a in (flag, str(tmp_path / f"{n}.npy"))]
-    assert main(base + ["--ranks-out", str(tmp_path / "new" / "ranks.npy"), "--out", "-"]) == 0
+    assert main(base + ["--ks", "1", "5", "--ranks-out", str(tmp_path / "new" / "ranks.npy"), "--out", "-"]) == 0
     assert np.load(tmp_path / "new" / "ranks.npy").shape == (6,)
     (tmp_path / "file").write_text("not a folder")
     capsys.readouterr()
-    code = main(base + ["--out", str(tmp_path / "file" / "r.json")])
+    code = main(base + ["--ks", "1", "5", "--out", str(tmp_path / "file" / "r.json")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error:") and "r.json" in err and err.count("\n") == 1
 
@@ -204,3 +204,99 @@ def test_unknown_language_is_named(parallel_split, tmp_path, capsys):
                  "--out-dir", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "['xx']" in err and "'de', 'en', 'fr'" in err
+
+
+def _score_files(tmp_path, rng, n=60, noise=0.3, prefix=""):
+    """A world of n source / n target items; a text model of quality ``noise``; files written to tmp_path."""
+    z_s, z_t = rng.standard_normal((n, 6)), rng.standard_normal((n, 6))
+    w_t, w_i = rng.standard_normal((6, 8)), rng.standard_normal((6, 12))
+    arrays = {"si": z_s @ w_i + 0.2 * rng.standard_normal((n, 12)),
+              "ti": z_t @ w_i + 0.2 * rng.standard_normal((n, 12)),
+              f"{prefix}st": z_s @ w_t + noise * rng.standard_normal((n, 8)),
+              f"{prefix}tt": z_t @ w_t + noise * rng.standard_normal((n, 8))}
+    paths = {}
+    for name, arr in arrays.items():
+        paths[name] = str(tmp_path / f"{name}.npy")
+        np.save(paths[name], arr.astype(np.float32))
+    return paths, (z_s, z_t, w_t, w_i)
+
+
+def test_score_reports_intervals_hubness_csls_and_approximate(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    p, _ = _score_files(tmp_path, rng)
+    base = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+            "--xlr-tgt-text", p["st"], "--ks", "1", "10"]
+    assert main(base + ["--out", str(tmp_path / "r.json"), "--hits-out", str(tmp_path / "hits.npy")]) == 0
+    rec = json.loads((tmp_path / "r.json").read_text())
+    for metric in ("bkr@1", "bkr@10", "xlr@10", "corr"):
+        ci = rec["intervals"][metric]
+        assert ci["lo"] <= rec["metrics"][metric] <= ci["hi"] and ci["value"] == pytest.approx(rec["metrics"][metric])
+    assert rec["intervals"]["level"] == 0.95 and set(rec["hubness"]) >= {"skewness", "hub_share"}
+    assert "bkr@10=" in capsys.readouterr().err
+    hits = np.load(tmp_path / "hits.npy")
+    assert hits.shape == (60, 2) and hits[:, 1].mean() == pytest.approx(rec["metrics"]["bkr@10"])
+    code = main(base + ["--retrieval", "csls", "--approximate", "--bootstrap", "0", "--out", str(tmp_path / "c.json")])
+    assert code == 0
+    rec = json.loads((tmp_path / "c.json").read_text())
+    assert rec["retrieval"] == "csls" and rec["approximate"] is True and rec["intervals"] is None
+
+
+def test_compare_detects_a_better_model_and_not_itself(tmp_path, capsys):
+    rng = np.random.default_rng(12)
+    p, (z_s, z_t, w_t, _) = _score_files(tmp_path, rng, n=300, noise=0.05)
+    bad_s = z_s @ w_t + 3.0 * rng.standard_normal((300, 8))  # a much noisier text model of the same captions
+    bad_t = z_t @ w_t + 3.0 * rng.standard_normal((300, 8))
+    np.save(tmp_path / "bs.npy", bad_s.astype(np.float32))
+    np.save(tmp_path / "bt.npy", bad_t.astype(np.float32))
+    imgs = ["--src-img", p["si"], "--tgt-img", p["ti"]]
+    code = main(["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", str(tmp_path / "bs.npy"),
+                 "--b-tgt-text", str(tmp_path / "bt.npy"), *imgs, "--names", "good", "noisy", "--ks", "10",
+                 "--out", str(tmp_path / "cmp.json")])
+    assert code == 0
+    res = good_vs_noisy = json.loads((tmp_path / "cmp.json").read_text())["comparisons"]["bkr@10"]
+    assert res["verdict"] == "good" and res["p_value"] < 0.01 and res["mcnemar"]["b"] > res["mcnemar"]["c"]
+    assert "p = " in capsys.readouterr().err
+    code = main(["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["st"],
+                 "--b-tgt-text", p["tt"], *imgs, "--ks", "10", "--out", str(tmp_path / "same.json")])
+    res = json.loads((tmp_path / "same.json").read_text())["comparisons"]["bkr@10"]
+    assert code == 0 and res["verdict"] == "tie" and res["p_value"] == 1.0
+    # from hit files written by score
+    for name, (s, t) in {"a": (p["st"], p["tt"]), "b": (str(tmp_path / "bs.npy"), str(tmp_path / "bt.npy"))}.items():
+        assert main(["score", "--src-text", s, "--tgt-text", t, *imgs, "--ks", "1", "10", "--bootstrap", "0",
+                     "--hits-out", str(tmp_path / f"h{name}.npy"), "--out", str(tmp_path / f"s{name}.json")]) == 0
+    code = main(["compare", "--hits", str(tmp_path / "ha.npy"), str(tmp_path / "hb.npy"), "--ks", "1", "10",
+                 "--out", str(tmp_path / "fromhits.json")])
+    rec = json.loads((tmp_path / "fromhits.json").read_text())["comparisons"]
+    assert code == 0 and rec["bkr@10"]["verdict"] == "A"
+    assert rec["bkr@10"]["diff"] == pytest.approx(good_vs_noisy["diff"])  # the same hits as from the embeddings
+
+
+def test_bad_input_of_score_and_compare_names_files_and_counts(tmp_path, capsys):
+    rng = np.random.default_rng(13)
+    p, _ = _score_files(tmp_path, rng, n=30)
+    short = str(tmp_path / "short.npy")
+    np.save(short, rng.standard_normal((25, 12)).astype(np.float32))
+    nan = str(tmp_path / "nan.npy")
+    arr = rng.standard_normal((30, 8)).astype(np.float32)
+    arr[[4, 9]] = np.nan
+    np.save(nan, arr)
+    cases = [
+        (["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", short, "--tgt-img", p["ti"]],
+         ["short.npy has 25", "st.npy has 30"]),
+        (["score", "--src-text", nan, "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]],
+         ["nan.npy", "2 of 30 rows", "row 4"]),
+        (["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+          "--ks", "50"], ["si.npy", "30 distinct source images", "largest K (50)"]),
+        (["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", short, "--b-tgt-text", p["tt"],
+          "--src-img", p["si"], "--tgt-img", p["ti"]], ["short.npy has 25", "st.npy has 30"]),
+        (["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", nan, "--b-tgt-text", p["tt"],
+          "--src-img", p["si"], "--tgt-img", p["ti"]], ["nan.npy", "NaN"]),
+        (["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["st"], "--b-tgt-text",
+          p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "40"], ["30 source images", "(40)"]),
+        (["compare", "--a-src-text", p["st"], "--src-img", p["si"], "--tgt-img", p["ti"]], ["--a-tgt-text"]),
+    ]
+    for argv, expected in cases:
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (argv, err)
+        assert all(e in err for e in expected), (expected, err)

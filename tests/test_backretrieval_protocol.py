@@ -154,3 +154,41 @@ def test_run_protocol_needs_a_seed():
     z, images = _world(rng, 40)
     with pytest.raises(BackRetrievalError, match="at least 1 seed"):
         run_protocol({"a": (z, z), "b": (z, -z)}, images, n=10, seeds=0, progress=False)
+
+
+def test_evaluate_pairs_intervals_and_paired_hits_for_checkpoint_selection():
+    from backretrieval import better_beyond_noise
+
+    rng = np.random.default_rng(7)
+    emb, langs, feats, ids, groups = _multilingual(rng, ["de", "en", "fr"], 200, parallel=True)
+    worse = emb + 2.0 * rng.standard_normal(emb.shape)  # a later, much worse checkpoint of the same captions
+    kw = dict(ks=(1, 10), groups=groups, max_per_lang=80, seed=0, max_rank=10, with_corr=True, return_hits=True)
+    res = evaluate_pairs(emb, langs, feats, ids, bootstrap=200, **kw)
+    pair = res["pairs"]["de->en"]
+    for metric in ("bkr@10", "xlr@10", "corr"):
+        ci = pair["intervals"][metric]
+        assert ci["lo"] <= pair[metric] <= ci["hi"] and ci["value"] == pytest.approx(pair[metric])
+    assert set(pair["hubness"]) >= {"skewness", "hub_share"}
+    hits = res["hits"]["bkr@10"]
+    assert len(hits) == sum(p["n_src"] for p in res["pairs"].values())
+    sizes = np.array([p["n_src"] for p in res["pairs"].values()])
+    recalls = np.array([p["bkr@10"] for p in res["pairs"].values()])
+    assert hits.mean() == pytest.approx(np.sum(sizes * recalls) / sizes.sum())  # the pairs' hits, concatenated
+    bad = evaluate_pairs(worse, langs, feats, ids, **kw)
+    assert bad["hits"]["bkr@10"].shape == hits.shape  # same queries: paired
+    assert better_beyond_noise(hits, bad["hits"]["bkr@10"])
+    assert not better_beyond_noise(bad["hits"]["bkr@10"], hits)
+    assert "intervals" not in bad["pairs"]["de->en"]  # bootstrap=0 (the default): none
+
+
+def test_run_protocol_intervals_per_seed():
+    rng = np.random.default_rng(8)
+    z, images = _world(rng, 120)
+    proj = rng.standard_normal((24, 16))
+    models = {f"m{s}": (z @ proj + s * rng.standard_normal((120, 16)), z @ proj + s * rng.standard_normal((120, 16)))
+              for s in (0.5, 2.0)}
+    res = run_protocol(models, images, n=50, seeds=2, ks=(10,), bootstrap=100, progress=False)
+    rec = res["models"]["m0.5"]["per_seed"][0]
+    for metric in ("bkr@10", "xlr@10", "corr"):
+        assert rec["intervals"][metric]["lo"] <= rec[metric] <= rec["intervals"][metric]["hi"]
+    assert "intervals" not in res["models"]["m0.5"]["mean"]

@@ -1,0 +1,101 @@
+"""Hubness of the text-retrieval step, and CSLS retrieval that counters it.
+
+In high dimensions a few points (*hubs*) are the nearest neighbour of very many queries
+(Radovanovic et al., JMLR 2010). For BkR this matters at step 2: a hub target caption is
+retrieved for many source queries, all of which are then judged through one image.
+
+k-occurrence. ``N_k(t)`` is the number of queries that have target ``t`` among their k
+nearest neighbours. BkR uses the top-1 retrieval, so the diagnostics here are on ``N_1``
+(the counts of ``retrieved``): its skewness (0 for a symmetric spread; hubness gives a
+long right tail), the share of queries whose retrieved target is one of the top 1% most
+retrieved targets (``hub_share``; about 1% without hubs, more with them), the largest
+occurrence and the share of targets never retrieved (anti-hubs).
+
+CSLS (Conneau et al., ICLR 2018, "Word translation without parallel data", eq. 6):
+``CSLS(x, y) = 2 cos(x, y) - r_T(x) - r_S(y)``, where ``r_S(y)`` is the mean cosine of
+target ``y`` to its ``k`` nearest source queries and ``r_T(x)`` that of query ``x`` to its
+``k`` nearest targets. For one query ``r_T(x)`` is a constant, so retrieval and ranks only
+need ``cos(x, y) - r_S(y) / 2``: a hub (high ``r_S``) is penalised. Exactly, that is an
+inner product of augmented vectors ``[x/|x|, -1/2] . [y/|y|, r_S(y)]``, so the same exact
+faiss search serves both criteria.
+"""
+from __future__ import annotations
+
+import faiss
+import numpy as np
+from scipy import stats
+
+from .ranking import VectorScorer, as_float32, l2_normalize
+
+DEFAULT_CSLS_K = 10  # Conneau et al. 2018 use k = 10
+RETRIEVALS = ("cosine", "csls")
+HUB_SHARE = 0.01  # the top 1% most retrieved targets are the hubs
+
+
+def k_occurrence(retrieved: np.ndarray, n_targets: int) -> np.ndarray:
+    """``(n_targets,)`` int64 counts: how many queries retrieved each target (``N_1``)."""
+    return np.bincount(np.asarray(retrieved, dtype=np.int64).reshape(-1), minlength=n_targets)
+
+
+def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE) -> dict[str, float]:
+    """Hubness of a top-1 retrieval (module doc).
+
+    Returns ``{"skewness": skewness of N_1 over targets, "hub_share": share of queries whose
+    retrieved target is among the ceil(top * n_targets) most retrieved, "hub_share_uniform":
+    that share if every target were retrieved equally often, "max_occurrence", "never_retrieved":
+    share of targets no query retrieved}``.
+    """
+    counts = k_occurrence(retrieved, n_targets)
+    n_hubs = max(1, int(np.ceil(top * n_targets)))
+    top_counts = np.partition(counts, n_targets - n_hubs)[n_targets - n_hubs:] if n_hubs < n_targets else counts
+    total = max(int(counts.sum()), 1)
+    skew = float(stats.skew(counts)) if n_targets > 2 and counts.std() > 0 else 0.0
+    return {
+        "skewness": skew,
+        "hub_share": float(top_counts.sum() / total),
+        "hub_share_uniform": float(n_hubs / n_targets),
+        "max_occurrence": int(counts.max()) if n_targets else 0,
+        "never_retrieved": float(np.mean(counts == 0)) if n_targets else 0.0,
+    }
+
+
+def csls_penalty(targets: np.ndarray, sources: np.ndarray, k: int = DEFAULT_CSLS_K, chunk: int = 65536) -> np.ndarray:
+    """``r_S(y)``: mean cosine of each target row to its ``k`` nearest source rows, ``(Nt,)`` float32.
+
+    Exact faiss ``IndexFlatIP`` search on normalised rows (``k`` is capped at the number of sources).
+    """
+    index = faiss.IndexFlatIP(sources.shape[1])
+    index.add(l2_normalize(sources))
+    k = max(1, min(int(k), len(sources)))
+    out = np.empty(len(targets), dtype=np.float32)
+    for s in range(0, len(targets), chunk):
+        scores, _ = index.search(l2_normalize(targets[s:s + chunk]), k)
+        out[s:s + chunk] = scores.mean(axis=1)
+    return out
+
+
+def augment_for_csls(queries: np.ndarray, targets: np.ndarray, penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Augmented vectors whose inner product is ``cos(x, y) - r_S(y) / 2`` (module doc)."""
+    q = np.concatenate([l2_normalize(queries), np.full((len(queries), 1), -0.5, np.float32)], axis=1)
+    t = np.concatenate([l2_normalize(targets), as_float32(penalty)[:, None]], axis=1)
+    return q, t
+
+
+class CSLSScorer:
+    """Scores ``cos(x, y) - r_S(y) / 2`` of query rows against target columns (a ranking ``Scorer``).
+
+    Ranks of targets by this score are ranks by CSLS (the query's own ``r_T`` is a constant).
+    """
+
+    def __init__(self, row_vecs: np.ndarray, col_vecs: np.ndarray, penalty: np.ndarray) -> None:
+        self.base = VectorScorer(row_vecs, col_vecs)
+        self.half_penalty = 0.5 * as_float32(penalty)
+        self.n_cols = self.base.n_cols
+
+    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        out = self.base.tile(rows, c0, c1)
+        out -= self.half_penalty[None, c0:c1]
+        return out
+
+    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return self.base.pairs(rows, cols) - self.half_penalty[cols]

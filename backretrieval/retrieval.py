@@ -1,0 +1,65 @@
+"""Step 2 of BkR (and the XLR scores): which target text each query retrieves, and by what score.
+
+Two criteria (``retrieval``): ``"cosine"`` (the paper) and ``"csls"`` (cross-domain
+similarity local scaling, :mod:`backretrieval.hubness`), each exact (faiss flat search)
+or approximate (:mod:`backretrieval.approximate`: IVF candidates re-scored exactly).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .approximate import ANNIndex, ApproxConfig, approx_nearest, approx_top_mean
+from .errors import BackRetrievalError
+from .hubness import DEFAULT_CSLS_K, RETRIEVALS, CSLSScorer, augment_for_csls, csls_penalty
+from .ranking import Scorer, VectorScorer, nearest_neighbor
+
+
+def check_retrieval(retrieval: str, csls_k: int) -> None:
+    """One-line errors for a bad retrieval criterion or CSLS neighbourhood."""
+    if retrieval not in RETRIEVALS:
+        raise BackRetrievalError(f"retrieval: expected one of {', '.join(RETRIEVALS)}, got {retrieval!r}")
+    if csls_k < 1:
+        raise BackRetrievalError(f"csls_k: expected a positive number of neighbours, got {csls_k}")
+
+
+def text_scorer(
+    queries: np.ndarray,
+    targets: np.ndarray,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approx: ApproxConfig | None = None,
+    query_index: ANNIndex | None = None,
+) -> Scorer:
+    """Scorer of queries (rows) against targets (columns) under ``retrieval``.
+
+    For CSLS the targets' penalty ``r_S`` (mean cosine to their ``csls_k`` nearest queries)
+    is computed exactly, or from an index over the queries in approximate mode.
+    """
+    if retrieval == "cosine":
+        return VectorScorer(queries, targets)
+    if approx is None:
+        penalty = csls_penalty(targets, queries, csls_k)
+    else:
+        index = query_index or ANNIndex(queries, approx)
+        penalty = approx_top_mean(targets, index, VectorScorer(targets, queries), csls_k, approx.candidates)
+    return CSLSScorer(queries, targets, penalty)
+
+
+def retrieve(
+    queries: np.ndarray,
+    targets: np.ndarray,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approx: ApproxConfig | None = None,
+) -> np.ndarray:
+    """Index of the retrieved target for each query, ``(Q,)`` int64 (ties: lowest index)."""
+    check_retrieval(retrieval, csls_k)
+    if approx is None:
+        if retrieval == "cosine":
+            return nearest_neighbor(queries, targets)
+        scorer = text_scorer(queries, targets, retrieval, csls_k)
+        q, t = augment_for_csls(queries, targets, scorer.half_penalty * 2)
+        return nearest_neighbor(q, t, normalize=False)
+    target_index = ANNIndex(targets, approx)
+    scorer = text_scorer(queries, targets, retrieval, csls_k, approx)
+    return approx_nearest(queries, target_index, scorer, approx.candidates)

@@ -1,0 +1,122 @@
+"""Hubness diagnostics, CSLS retrieval, and the approximate (faiss IVF) mode against exact."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backretrieval import ApproxConfig, BackRetrievalError, bkr_recall, hubness_stats, xlr_recall
+from backretrieval.hubness import CSLSScorer, csls_penalty, k_occurrence
+from backretrieval.retrieval import retrieve
+
+
+def _cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return a @ b.T
+
+
+def _hub_world(rng, n=300, d=32, n_hubs=3):
+    """Row-aligned parallel texts (target i translates source i) plus ``n_hubs`` planted hubs:
+    target captions near the centre of all sources, close to every query."""
+    src = rng.standard_normal((n, d)) + 0.8  # a common offset: the mean direction is close to everything
+    tgt = src + 1.5 * rng.standard_normal((n, d))
+    tgt[:n_hubs] = src.mean(axis=0) + 0.05 * rng.standard_normal((n_hubs, d))
+    return src, tgt
+
+
+def test_hubness_stats_on_hand_built_retrievals():
+    uniform = hubness_stats(np.arange(100), 100)
+    assert uniform["skewness"] == 0.0 and uniform["hub_share"] == pytest.approx(0.01)
+    assert uniform["never_retrieved"] == 0.0 and uniform["max_occurrence"] == 1
+    hubbed = hubness_stats(np.r_[np.zeros(60, int), np.arange(40)], 100)  # target 0 takes 61 queries
+    assert hubbed["hub_share"] == pytest.approx(0.61) and hubbed["max_occurrence"] == 61
+    assert hubbed["skewness"] > 5 and hubbed["never_retrieved"] == pytest.approx(0.60)
+    np.testing.assert_array_equal(k_occurrence([2, 2, 0], 4), [1, 0, 2, 0])
+
+
+def test_csls_matches_its_definition():
+    rng = np.random.default_rng(0)
+    q, t = rng.standard_normal((40, 8)), rng.standard_normal((30, 8))
+    cos = _cos(q, t)
+    r_s = np.sort(cos.T, axis=1)[:, -5:].mean(axis=1)  # mean cosine of each target to its 5 nearest queries
+    r_t = np.sort(cos, axis=1)[:, -5:].mean(axis=1)
+    csls = 2 * cos - r_t[:, None] - r_s[None, :]
+    np.testing.assert_allclose(csls_penalty(t, q, 5), r_s, atol=1e-5)
+    np.testing.assert_array_equal(retrieve(q, t, "csls", 5), csls.argmax(axis=1))
+    scorer = CSLSScorer(q, t, csls_penalty(t, q, 5))
+    np.testing.assert_allclose(2 * scorer.tile(np.arange(40), 0, 30), csls + r_t[:, None], atol=1e-5)
+
+
+def test_csls_reduces_hub_occurrence_and_restores_retrieval_on_planted_hubs():
+    rng = np.random.default_rng(1)
+    src, tgt = _hub_world(rng)
+    img_s = rng.standard_normal((300, 16))
+    cos_res = bkr_recall(src, img_s, tgt, img_s + 0.1, (1, 10))
+    csls_res = bkr_recall(src, img_s, tgt, img_s + 0.1, (1, 10), retrieval="csls")
+    hub_cos, hub_csls = cos_res["hubness"], csls_res["hubness"]
+    assert hub_cos["max_occurrence"] > 3 * hub_csls["max_occurrence"]
+    assert hub_cos["hub_share"] > 2 * hub_csls["hub_share"] and hub_cos["skewness"] > hub_csls["skewness"]
+    assert csls_res["retrieval"] == "csls"
+    xc, xs = xlr_recall(src, tgt, (1,)), xlr_recall(src, tgt, (1,), retrieval="csls")
+    assert xs["xlr@1"] > xc["xlr@1"]  # hubs no longer steal the true translations
+    assert csls_res["bkr@1"] > cos_res["bkr@1"]
+
+
+def test_xlr_csls_ranks_match_a_full_sort():
+    rng = np.random.default_rng(2)
+    src, tgt = _hub_world(rng, n=80, d=12)
+    cos = _cos(src, tgt)
+    score = cos - 0.5 * np.sort(cos.T, axis=1)[:, -10:].mean(axis=1)[None, :]
+    ranks = 1 + np.sum(score > np.diag(score)[:, None], axis=1)
+    res = xlr_recall(src, tgt, (1, 5), retrieval="csls", ties="optimistic")
+    np.testing.assert_array_equal(res["ranks"], ranks)
+
+
+@pytest.mark.parametrize("retrieval", ["cosine", "csls"])
+def test_approximate_equals_exact_on_small_data(retrieval):
+    rng = np.random.default_rng(3)
+    n = 400
+    z_s, z_t = rng.standard_normal((n, 8)), rng.standard_normal((n, 8))
+    w_t, w_i = rng.standard_normal((8, 24)), rng.standard_normal((8, 40))
+    st, tt = z_s @ w_t + 0.5 * rng.standard_normal((n, 24)), z_t @ w_t + 0.5 * rng.standard_normal((n, 24))
+    si, ti = z_s @ w_i + 0.5 * rng.standard_normal((n, 40)), z_t @ w_i + 0.5 * rng.standard_normal((n, 40))
+    exact = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval)
+    # an IVF index of 10 cells (every cell probed: the candidates are the exact top 16)
+    full = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval,
+                      approximate=ApproxConfig(nlist=10, nprobe=10))
+    np.testing.assert_array_equal(full["retrieved"], exact["retrieved"])
+    assert all(full[f"bkr@{k}"] == exact[f"bkr@{k}"] for k in (1, 5, 10))
+    np.testing.assert_array_equal(full["ranks"], np.minimum(exact["ranks"], 11))  # censored above max K
+    # 2 of 10 cells probed: approximate candidates, close recall
+    part = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval, approximate=ApproxConfig(nlist=10, nprobe=2))
+    assert np.mean(part["retrieved"] == exact["retrieved"]) > 0.8
+    assert abs(part["bkr@10"] - exact["bkr@10"]) <= 0.03
+    assert part["approximate"] and not exact["approximate"]
+    par = st + 0.3 * rng.standard_normal(st.shape)
+    x_exact = xlr_recall(st, par, (1, 10), retrieval=retrieval)
+    x_approx = xlr_recall(st, par, (1, 10), retrieval=retrieval, approximate=ApproxConfig(nlist=10, nprobe=10))
+    assert x_approx["xlr@1"] == x_exact["xlr@1"] and x_approx["xlr@10"] == x_exact["xlr@10"]
+
+
+def test_approximate_with_pca_reduction_stays_close():
+    rng = np.random.default_rng(4)
+    n = 600
+    z = rng.standard_normal((2 * n, 6))
+    w = rng.standard_normal((6, 64))
+    text = z @ w + 0.5 * rng.standard_normal((2 * n, 64))
+    imgs = z @ rng.standard_normal((6, 32)) + 0.5 * rng.standard_normal((2 * n, 32))
+    exact = bkr_recall(text[:n], imgs[:n], text[n:], imgs[n:], (10,))
+    approx = bkr_recall(text[:n], imgs[:n], text[n:], imgs[n:], (10,),
+                        approximate=ApproxConfig(pca_dim=16, nlist=16, nprobe=4, candidates=32))
+    assert abs(approx["bkr@10"] - exact["bkr@10"]) <= 0.03
+
+
+def test_bad_retrieval_options_are_one_line_errors():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20, 4))
+    with pytest.raises(BackRetrievalError, match="retrieval: expected one of cosine, csls"):
+        bkr_recall(x, x, x, x, (1,), retrieval="dot")
+    with pytest.raises(BackRetrievalError, match="csls_k"):
+        xlr_recall(x, x, (1,), retrieval="csls", csls_k=0)
+    with pytest.raises(BackRetrievalError, match="approximate"):
+        bkr_recall(x, x, x, x, (1,), approximate=ApproxConfig(nprobe=0))

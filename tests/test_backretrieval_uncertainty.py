@@ -1,0 +1,155 @@
+"""Bootstrap intervals over queries, paired tests between models, checkpoint selection beyond noise."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from backretrieval import (
+    BackRetrievalError,
+    better_beyond_noise,
+    bkr_recall,
+    compare_hits,
+    corr_interval,
+    recall_interval,
+)
+from backretrieval.metric import corr_terms
+from backretrieval.uncertainty import bootstrap_weights, mcnemar_test, paired_bootstrap
+
+
+def _world(rng, n, noise, d=16, d_img=24):
+    """Source and target sets of different scenes; a text model of quality ``noise`` (lower is better)."""
+    w_t, w_i = rng.standard_normal((8, d)), rng.standard_normal((8, d_img))
+    z_s, z_t = rng.standard_normal((n, 8)), rng.standard_normal((n, 8))
+    img = lambda z: z @ w_i + 0.3 * rng.standard_normal((len(z), d_img))  # noqa: E731
+    txt = lambda z: z @ w_t + noise * rng.standard_normal((len(z), d))  # noqa: E731
+    return txt(z_s), img(z_s), txt(z_t), img(z_t)
+
+
+def test_bootstrap_weights_are_resamples_and_seeded():
+    chunks = list(bootstrap_weights(50, 300, seed=3))
+    w = np.concatenate(chunks)
+    assert w.shape == (300, 50) and np.all(w.sum(axis=1) == 50) and np.all(w >= 0)
+    np.testing.assert_array_equal(w, np.concatenate(list(bootstrap_weights(50, 300, seed=3))))
+    assert not np.array_equal(w, np.concatenate(list(bootstrap_weights(50, 300, seed=4))))
+    assert w.mean() == pytest.approx(1.0)
+
+
+def test_recall_interval_contains_the_estimate_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (200, 2000, 20000):
+        hits = (rng.random(n) < 0.3).astype(float)
+        ci = recall_interval(hits, n_boot=500, seed=0)
+        assert ci["lo"] <= ci["value"] <= ci["hi"]
+        assert ci["value"] == pytest.approx(hits.mean())
+        # the binomial standard error sqrt(p (1 - p) / n)
+        assert ci["se"] == pytest.approx(np.sqrt(0.3 * 0.7 / n), rel=0.15)
+        widths.append(ci["hi"] - ci["lo"])
+    assert widths[0] > 2.5 * widths[1] > 2.5 * 2.5 * widths[2]  # ~ 1 / sqrt(n): sqrt(10) ~ 3.2 per step
+
+
+def test_recall_interval_covers_the_true_recall_at_the_nominal_rate():
+    rng = np.random.default_rng(1)
+    covered = 0
+    for trial in range(200):
+        hits = (rng.random(400) < 0.2).astype(float)
+        ci = recall_interval(hits, n_boot=400, seed=trial)
+        covered += ci["lo"] <= 0.2 <= ci["hi"]
+    assert 0.90 <= covered / 200 <= 0.99
+
+
+def test_bkr_result_hits_give_its_recall():
+    rng = np.random.default_rng(2)
+    res = bkr_recall(*_world(rng, 150, 0.5), ks=(1, 10), ties="expected")
+    for k in (1, 10):
+        assert res["hits"][k].shape == (150,) and res["hits"][k].mean() == pytest.approx(res[f"bkr@{k}"])
+
+
+def test_corr_interval_matches_spearman_and_shrinks_with_n():
+    rng = np.random.default_rng(3)
+    widths = []
+    for n in (40, 400):
+        st, si, tt, ti = _world(rng, n, 1.0)
+        terms = corr_terms(st, si, tt, ti, max_pairs=50_000, seed=0)
+        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], n, n_boot=300)
+        rho = stats.spearmanr(terms["text_dist"], terms["image_dist"]).statistic
+        assert ci["value"] == pytest.approx(rho, abs=1e-6)
+        assert ci["lo"] <= ci["value"] <= ci["hi"]
+        widths.append(ci["hi"] - ci["lo"])
+    assert widths[1] < widths[0] / 2
+
+
+def test_compare_detects_a_planted_difference_and_not_a_null_one():
+    rng = np.random.default_rng(4)
+    n = 2000
+    base = (rng.random(n) < 0.3).astype(float)
+    better = np.where(rng.random(n) < 0.1, 1.0, base)  # 10% of the queries turned into hits: ~ +0.07
+    res = compare_hits(better, base, seed=0)
+    assert res["verdict"] == "A" and res["mcnemar"]["p_value"] < 1e-6 and res["diff"] > 0.05
+    assert res["p_value"] <= 2 / 1001  # the bootstrap p-value floor with 1000 replicates
+    assert res["bootstrap"]["lo"] > 0
+    swapped = compare_hits(base, better, seed=0)
+    assert swapped["verdict"] == "B"
+    # null: two models with the same recall that disagree at random on some queries
+    null_p = []
+    for seed in range(20):
+        r = np.random.default_rng(100 + seed)
+        a = (r.random(n) < 0.3).astype(float)
+        b = np.where(r.random(n) < 0.2, (r.random(n) < 0.3).astype(float), a)
+        null_p.append(compare_hits(a, b, seed=seed)["p_value"])
+    assert np.mean(np.asarray(null_p) < 0.05) <= 0.15  # at most ~ alpha, with slack for 20 trials
+
+
+def test_mcnemar_is_the_exact_binomial_test_on_discordant_queries():
+    a = np.array([1, 1, 1, 1, 1, 0, 0, 1, 0, 0], float)
+    b = np.array([0, 0, 0, 0, 1, 1, 0, 1, 0, 0], float)  # A only: 4, B only: 1
+    res = mcnemar_test(a, b)
+    assert (res["b"], res["c"]) == (4, 1)
+    assert res["p_value"] == pytest.approx(stats.binomtest(4, 5, 0.5).pvalue)
+    assert mcnemar_test(a, a)["p_value"] == 1.0
+    with pytest.raises(BackRetrievalError, match="0/1 hits"):
+        mcnemar_test(a * 0.5, b)
+
+
+def test_paired_bootstrap_is_paired():
+    # two models that hit on nearly the same queries: the paired difference is sure, the recalls' intervals overlap
+    rng = np.random.default_rng(5)
+    a = (rng.random(600) < 0.5).astype(float)
+    b = a.copy()
+    b[np.flatnonzero(a == 1)[:15]] = 0  # B misses 15 of A's hits, nothing else changes
+    pb = paired_bootstrap(a, b, n_boot=1000, seed=0)
+    assert pb["lo"] > 0 and pb["p_value"] < 0.01
+    ci_a, ci_b = recall_interval(a, seed=0), recall_interval(b, seed=0)
+    assert ci_a["lo"] < ci_b["hi"]  # unpaired intervals could not tell
+
+
+def test_compare_with_fractional_hits_uses_the_bootstrap_only():
+    rng = np.random.default_rng(6)
+    a, b = rng.random(300), rng.random(300)
+    res = compare_hits(a, b)
+    assert res["mcnemar"] is None and res["p_value"] == res["bootstrap"]["p_value"]
+    with pytest.raises(BackRetrievalError, match="McNemar needs 0/1"):
+        compare_hits(a, b, tests=["mcnemar"])
+
+
+def test_paired_tests_need_the_same_queries():
+    with pytest.raises(BackRetrievalError, match="300 hits for A and 200 for B"):
+        compare_hits(np.zeros(300), np.zeros(200))
+
+
+def test_better_beyond_noise_keeps_the_best_unless_clearly_better():
+    rng = np.random.default_rng(7)
+    n = 1000
+    best = (rng.random(n) < 0.3).astype(float)
+    slightly = best.copy()
+    slightly[np.flatnonzero(best == 0)[:13]] = 1  # 13 queries gained, 10 lost: +0.003, noise
+    slightly[np.flatnonzero(best == 1)[:10]] = 0
+    clearly = best.copy()
+    clearly[np.flatnonzero(best == 0)[:60]] = 1  # +0.06
+    assert better_beyond_noise(slightly, None)  # no best yet
+    assert better_beyond_noise(slightly, best, test=None)  # plain max, as the trainer does now
+    assert not better_beyond_noise(slightly, best)
+    assert not better_beyond_noise(slightly, best, test="bootstrap")
+    assert better_beyond_noise(clearly, best) and better_beyond_noise(clearly, best, test="bootstrap")
+    assert not better_beyond_noise(best, clearly, test=None)
