@@ -80,8 +80,17 @@ class ModelConfig:
     image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
     freeze_image_backbone: bool = False  # keep the (pretrained) backbone fixed, in eval mode; train its heads only
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
+    # transformer: the method's shared encoder. sigurdsson: the Sigurdsson et al. (2020) baseline as the
+    # paper extends it (section 5.1): one word table and adapting layer per language over the shared
+    # vocabulary, max-pooled over words (layers/heads/ffn unused); needs loss.cloze=0
+    text_encoder: Literal["transformer", "sigurdsson"] = "transformer"
+    languages: list[str] = field(default_factory=list)  # sigurdsson: one table each; empty = the train manifest's
 
     def validate(self) -> None:
+        if len(set(self.languages)) != len(self.languages):
+            raise ValueError(f"model.languages has duplicates: {self.languages}")
+        if self.text_encoder == "sigurdsson":
+            return  # no transformer to check
         if self.d_model % self.heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
 
@@ -164,6 +173,9 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps <= 0 or self.batch_size <= 1:
             raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
+            raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
+                             "set loss.cloze=0")
         if self.data.features and self.loss.uses_images:
             if not self.model.freeze_image_backbone:
                 raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "

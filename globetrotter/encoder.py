@@ -32,6 +32,10 @@ class Encoder:
     ``head="text"`` is the text–text head (translation); ``head="cross"`` is the
     cross-modal text head (text→image). A model without the asked head (the text-only
     baseline has none) falls back to its sentence-token output.
+
+    The Sigurdsson baseline (``model.text_encoder=sigurdsson``, :attr:`needs_language`) has a
+    word table per language: its text methods need the texts' languages (``langs``, one code,
+    or one per text); the transformer ignores them.
     """
 
     def __init__(self, model: GlobetrotterModel, tokenizer, config: TrainConfig, device: str = "cpu",
@@ -49,37 +53,62 @@ class Encoder:
 
         return to_dict(self.cfg)
 
+    @property
+    def needs_language(self) -> bool:
+        """True when the text methods need the texts' languages (the Sigurdsson baseline's per-language tables)."""
+        return bool(getattr(self.model, "per_language", False))
+
+    def _lang_ids(self, langs: str | Sequence[str] | None, n: int) -> torch.Tensor | None:
+        """Language indices (n,) for a per-language model; None for the transformer."""
+        if not self.needs_language:
+            return None
+        if langs is None:
+            raise UserError("this model (model.text_encoder=sigurdsson) has one word table per language: give the "
+                            "texts' language (langs=...; eval.py translate/translate-word: --from); "
+                            f"it knows {self.cfg.model.languages}")
+        langs = [langs] * n if isinstance(langs, str) else list(langs)
+        if len(langs) != n:
+            raise ValueError(f"langs has {len(langs)} entries for {n} texts")
+        return self.model.language_ids(langs, self.device)
+
     @torch.no_grad()
-    def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text") -> np.ndarray:
-        """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``."""
+    def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text",
+                    langs: str | Sequence[str] | None = None) -> np.ndarray:
+        """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``;
+        ``langs`` the texts' languages (needed by the Sigurdsson baseline only)."""
         if head not in ("text", "cross", "backbone"):
             raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
         pooling = self.cfg.model.text_pooling_t if head == "text" else "sentence"
+        lang_ids = self._lang_ids(langs, len(texts))
         out = []
         for i in range(0, len(texts), batch_size):
             ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length)
             ids_t = torch.tensor(ids, device=self.device)
             mask_t = torch.tensor(mask, device=self.device)
-            sentence, mean = self.model.sentence_states(ids_t, mask_t)
+            sentence, mean = self.model.sentence_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
             x = sentence if pooling == "sentence" else mean
             out.append((proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu())
         dim = self.embed_dim(head)
         return torch.cat(out).numpy() if out else np.zeros((0, dim), np.float32)
 
     @torch.no_grad()
-    def encode_tokens(self, texts: Sequence[str], batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    def encode_tokens(self, texts: Sequence[str], batch_size: int = 256,
+                      langs: str | Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Frozen token-level states of the text encoder, for probes (paper A.1).
 
         Returns ``states`` (N, L, d_model) float32, position 0 the sentence token, and
         ``mask`` (N, L) int64 (1 = token), padded with zeros to the longest text
-        (at most ``data.max_length`` tokens).
+        (at most ``data.max_length`` tokens). The Sigurdsson baseline gives its adapted word
+        vectors, not max-pooled (paper A.1), and needs ``langs``.
         """
+        lang_ids = self._lang_ids(langs, len(texts))
         chunks = []
         for i in range(0, len(texts), batch_size):
             ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
-            chunks.append((self.model.text(ids_t, mask_t).float().cpu().numpy(), np.asarray(mask, np.int64)))
+            states = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
+            chunks.append((states.float().cpu().numpy(), np.asarray(mask, np.int64)))
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
         states = np.zeros((len(texts), width, d), np.float32)
@@ -109,22 +138,36 @@ class Encoder:
             out.append(head(self.model.image(batch.to(self.device))).float().cpu())
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.embed_dim), np.float32)
 
-    def token_embeddings(self) -> tuple[list[str], np.ndarray]:
-        """Decoded vocabulary tokens and the input token-embedding matrix (V, d_model), specials excluded."""
+    def token_embeddings(self, lang: str | None = None) -> tuple[list[str], np.ndarray]:
+        """Decoded vocabulary tokens and the input token-embedding matrix (V, d_model), specials excluded.
+
+        The Sigurdsson baseline has one table per language: ``lang``'s rows through its adapting
+        layer, the space its languages share (a raw table is in its own language's coordinates).
+        """
         specials = set(special_ids(self.tokenizer).values())
         vocab = self.tokenizer.get_vocab()
         ids = sorted(i for i in vocab.values() if i not in specials)
         words = [self.tokenizer.decode([i]) for i in ids]
-        weight = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
+        lang_ids = self._lang_ids(lang, 1)
+        if lang_ids is not None:
+            weight = self.model.text.word_vectors(int(lang_ids[0])).float().cpu().numpy()
+        else:
+            weight = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
         return words, weight[ids]
 
     @torch.no_grad()
-    def encode_words(self, words: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Contextual word embeddings: each word encoded alone, mean of its token outputs (sentence token excluded)."""
+    def encode_words(self, words: Sequence[str], batch_size: int = 256,
+                     langs: str | Sequence[str] | None = None) -> np.ndarray:
+        """Contextual word embeddings: each word encoded alone, mean of its token outputs (sentence token
+        excluded); the Sigurdsson baseline's max-pooled adapted word vectors (needs ``langs``)."""
+        lang_ids = self._lang_ids(langs, len(words))
         out = []
         for i in range(0, len(words), batch_size):
             ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
+            if lang_ids is not None:
+                out.append(self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0].cpu())
+                continue
             states = self.model.text(ids_t, mask_t)[:, 1:]
             m = mask_t[:, 1:].unsqueeze(-1).float()
             out.append(((states * m).sum(1) / m.sum(1).clamp_min(1)).cpu())

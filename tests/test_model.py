@@ -30,10 +30,12 @@ def batch(n: int = 6, vocab: int = 40, size: int = 32) -> dict:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_trainable_parameter_gets_gradient(config):
-    cfg = load_train_config(config, SMALL)
+    per_language = load_train_config(config).model.text_encoder == "sigurdsson"
+    cfg = load_train_config(config, SMALL + ["model.languages=[en,de]"] * per_language)
     model = build_model(cfg, vocab_size=40)
     b = batch()
-    out = model(b["input_ids"], b["attention_mask"], b["masked"], b["view1"], b["view2"])
+    lang_ids = model.language_ids(["en", "de", "de", "en", "en", "de"]) if per_language else None
+    out = model(b["input_ids"], b["attention_mask"], b["masked"], b["view1"], b["view2"], lang_ids=lang_ids)
     loss, logs = GlobetrotterObjective(cfg.loss)(out, b, b["labels"])
     loss.backward()
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}

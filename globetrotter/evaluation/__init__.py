@@ -37,7 +37,8 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
     if key not in _PARALLEL_CACHE:
         _PARALLEL_CACHE[key] = parallel_set(read_captions(split_dir), n_groups=n_groups, seed=seed, where=str(split_dir))
     ps = _PARALLEL_CACHE[key]
-    emb = encoder.encode_text(ps.captions, batch_size=batch_size, head="text")
+    langs = {"langs": list(ps.langs)} if getattr(encoder, "needs_language", False) else {}  # Sigurdsson baseline
+    emb = encoder.encode_text(ps.captions, batch_size=batch_size, head="text", **langs)
     result = sentence_translation(emb, ps.langs, ps.groups)
     result["score"] = result["accuracy"]
     return result

@@ -61,6 +61,19 @@ def load_encoder(path: str):
     return load(path)
 
 
+def _lang_kw(encoder, langs) -> dict:
+    """``{"langs": langs}`` for an encoder with per-language word tables (the Sigurdsson baseline), else
+    ``{}``: the other encoders (and the baselines' ``encode_text``) take no languages."""
+    if not getattr(encoder, "needs_language", False):
+        return {}
+    return {"langs": langs if langs is None or isinstance(langs, str) else list(langs)}
+
+
+def _token_embeddings(encoder, lang: str | None):
+    """``encoder.token_embeddings()``; ``lang``'s own table for an encoder with per-language tables."""
+    return encoder.token_embeddings(lang) if getattr(encoder, "needs_language", False) else encoder.token_embeddings()
+
+
 def _languages(arg: str | None) -> list[str] | None:
     return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
 
@@ -177,7 +190,7 @@ def _sentence(args: argparse.Namespace) -> int:
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     tfidf = _fit_tfidf(args, encoder, ps)
-    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
+    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **_lang_kw(encoder, ps.langs))
     res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed)
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
@@ -206,14 +219,16 @@ def _sentence(args: argparse.Namespace) -> int:
 def _word_spaces(encoder, args, words_by_lang: dict[str, list[str]], counts: dict[str, Counter]) -> dict[str, WordSpace]:
     spaces = {}
     if args.embeddings == "input":
-        tokens, matrix = encoder.token_embeddings()
+        shared = None if getattr(encoder, "needs_language", False) else encoder.token_embeddings()
         for lang, words in words_by_lang.items():
+            tokens, matrix = shared or _token_embeddings(encoder, lang)  # per-language tables
             kept, emb = input_word_embeddings(words, tokens, matrix, encoder.tokenizer, counts.get(lang))
             spaces[lang] = WordSpace(kept, emb)
     else:
         for lang, words in words_by_lang.items():
             words = [w for w in words if not is_fragment(w)]  # a byte fragment is no text to encode
-            emb = encoder.encode_words([key_text(w) for w in words]) if words else np.zeros((0, 1), np.float32)
+            emb = (encoder.encode_words([key_text(w) for w in words], **_lang_kw(encoder, lang)) if words
+                   else np.zeros((0, 1), np.float32))
             spaces[lang] = WordSpace(words, emb)
     return spaces
 
@@ -351,7 +366,8 @@ def _retrieval(args: argparse.Namespace) -> int:
                 flush()
     flush()
     captions = [m for m in metas if str(m["image_id"]) in row_of]
-    text_emb = encoder.encode_text([m["caption"] for m in captions], batch_size=args.batch_size, head="cross")
+    text_emb = encoder.encode_text([m["caption"] for m in captions], batch_size=args.batch_size, head="cross",
+                                   **_lang_kw(encoder, [m["lang"] for m in captions]))
     res = retrieval_per_language(text_emb, [m["lang"] for m in captions], np.stack(image_emb),
                                  [row_of[str(m["image_id"])] for m in captions], ks=args.ks)
     langs = sorted(res["per_language"])
@@ -373,7 +389,7 @@ def _cluster(args: argparse.Namespace) -> int:
     _text_model_only(args, "cluster")
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
-    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head)
+    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **_lang_kw(encoder, ps.langs))
     res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=args.k, seed=args.seed)
     print(f"k-means k={res['k']} over {len(ps)} sentences: language purity {res['language_purity']:.3f} "
           f"(chance {res['chance']['language_purity']:.3f}), meaning purity {res['meaning_purity']:.3f} "
@@ -406,7 +422,8 @@ def _correspondence(args: argparse.Namespace) -> int:
         raise UserError(f"correspondence: {args.model} gives no token-level states (needs a Globetrotter run folder)")
     feats = {}
     for name in ("train", "seen_test", "unseen_test"):
-        states, mask = encoder.encode_tokens(getattr(task, name).texts, batch_size=args.batch_size)
+        part = getattr(task, name)
+        states, mask = encoder.encode_tokens(part.texts, batch_size=args.batch_size, **_lang_kw(encoder, part.langs))
         feats[name] = corr.Features(torch.from_numpy(states), torch.from_numpy(mask))
     res = corr.evaluate(task, feats, probe_seeds=args.probe_seeds, epochs=args.epochs,
                         batch_size=args.probe_batch_size, lr=args.lr)
@@ -489,10 +506,11 @@ def _translate(args: argparse.Namespace) -> int:
     signature = {"model": _model_signature(encoder, args.model), "corpus": corpus_sig, "head": "text",
                  "ivf_min": args.ivf_min}
     index = open_or_build(_index_dir(args, "sentences"), args.to, signature, texts,
-                          lambda t: encoder.encode_text(list(t), batch_size=args.batch_size, head="text"),
+                          lambda t: encoder.encode_text(list(t), batch_size=args.batch_size, head="text",
+                                                        **_lang_kw(encoder, args.to)),
                           rebuild=args.rebuild, ivf_min=args.ivf_min, nprobe=args.nprobe,
                           log=lambda s: print(s, file=sys.stderr))
-    emb = encoder.encode_text(queries, batch_size=args.batch_size, head="text")
+    emb = encoder.encode_text(queries, batch_size=args.batch_size, head="text", **_lang_kw(encoder, args.source))
     _print_results(args, queries, index.search(emb, args.k))
     return 0
 
@@ -517,7 +535,8 @@ def _vocab_for(encoder, args, lang: str | None, counts: dict[str, Counter]) -> l
 
     if lang is not None and lang in counts:
         return sorted(k for k in counts[lang] if usable(k))
-    return sorted({k for k in row_keys(encoder.tokenizer, encoder.token_embeddings()[0]) if usable(k)})
+    tokens = _token_embeddings(encoder, lang)[0]
+    return sorted({k for k in row_keys(encoder.tokenizer, tokens) if usable(k)})
 
 
 def _translate_word(args: argparse.Namespace) -> int:
@@ -536,13 +555,15 @@ def _translate_word(args: argparse.Namespace) -> int:
             if lang is not None and lang not in by_lang:
                 raise UserError(f"{args.corpus}: no caption in language {lang!r} ({flag}; has {sorted(by_lang)})")
         counts = {lang: Counter(t for s in tok(caps) for t in s) for lang, caps in by_lang.items()}
-    tokens, matrix = encoder.token_embeddings() if args.embeddings == "input" else (None, None)
+    shared = (encoder.token_embeddings() if args.embeddings == "input" and not getattr(encoder, "needs_language", False)
+              else None)
 
     def embed(words: Sequence[str], lang: str | None) -> tuple[list[str], np.ndarray]:
-        if args.embeddings == "input":
+        if args.embeddings == "input":  # the Sigurdsson baseline: the language's own table
+            tokens, matrix = shared or _token_embeddings(encoder, lang)
             return input_word_embeddings(words, tokens, matrix, encoder.tokenizer, counts.get(lang))
         words = [w for w in words if not is_fragment(w)]
-        return words, encoder.encode_words([key_text(w) for w in words])
+        return words, encoder.encode_words([key_text(w) for w in words], **_lang_kw(encoder, lang))
 
     signature = {"model": _model_signature(encoder, args.model), "embeddings": args.embeddings,
                  "corpus": _dataset_info(args.corpus)["checksum"] if args.corpus else None}
@@ -767,6 +788,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "translate":
             p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
             p.add_argument("--corpus-lang", help="language of a text-file corpus (default: --to)")
+            p.add_argument("--from", dest="source",
+                           help="language of the queries (needed by a model with per-language tables: the Sigurdsson baseline)")
         else:
             p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: whole vocabulary)")
             p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")

@@ -7,16 +7,24 @@ with a non-zero weight are built, so every parameter receives gradient and DDP n
 α^v from head ``v`` (else ``x``, else the raw backbone features), α^x from the ``x`` heads
 (a factor of 1 in the ablation without L_x). Everything goes through ``forward`` (so DDP
 sees it).
+
+``model.text_encoder`` picks the text encoder: the shared transformer (the method) or the
+Sigurdsson et al. (2020) baseline's per-language bag of words (:mod:`.sigurdsson`), which
+needs each caption's language (``lang_ids``, indices into ``model.languages``).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..config import LossConfig, ModelConfig
+from ..errors import UserError
 from .heads import ProjectionHead
 from .image import create_image_backbone
+from .sigurdsson import SigurdssonTextEncoder, max_pool_words
 from .text import ClozeHead, TextEncoder, mean_pool
 
 
@@ -26,7 +34,14 @@ class GlobetrotterModel(nn.Module):
     def __init__(self, cfg: ModelConfig, loss: LossConfig, vocab_size: int, max_length: int) -> None:
         super().__init__()
         self.cfg = cfg
-        self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
+        self.per_language = cfg.text_encoder == "sigurdsson"
+        self.text: TextEncoder | SigurdssonTextEncoder
+        if self.per_language:
+            if loss.cloze > 0:
+                raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model: set loss.cloze=0")
+            self.text = SigurdssonTextEncoder(vocab_size, cfg.d_model, cfg.languages, cfg.dropout)
+        else:
+            self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
         d, D = cfg.d_model, cfg.embed_dim
         self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
         self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 else None
@@ -49,9 +64,31 @@ class GlobetrotterModel(nn.Module):
             self.image.eval()
         return self
 
-    def sentence_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sentence-token output and mean-pooled output: (B, d_model) each."""
-        states = self.text(input_ids, attention_mask)
+    def language_ids(self, langs: Sequence[str], device: torch.device | str = "cpu") -> torch.Tensor:
+        """Indices of ``langs`` in ``model.languages`` (B,); a one-line error names a language the model never saw."""
+        index = {lang: i for i, lang in enumerate(self.cfg.languages)}
+        unknown = sorted({lang for lang in langs if lang not in index})
+        if unknown:
+            raise UserError(f"language(s) {unknown} not among this model's training languages {self.cfg.languages} "
+                            f"(the Sigurdsson baseline has one word table per training language)")
+        return torch.tensor([index[lang] for lang in langs], dtype=torch.long, device=device)
+
+    def token_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     lang_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Token-level states (B, L, d_model): the transformer's outputs, or the Sigurdsson baseline's
+        adapted per-language word vectors (which need ``lang_ids``)."""
+        if self.per_language:
+            return self.text(input_ids, attention_mask, lang_ids)
+        return self.text(input_ids, attention_mask)
+
+    def sentence_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        lang_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentence-token output and mean-pooled output: (B, d_model) each. The Sigurdsson baseline
+        has one sentence vector, its words max-pooled, returned as both."""
+        states = self.token_states(input_ids, attention_mask, lang_ids)
+        if self.per_language:
+            pooled = max_pool_words(states, attention_mask)
+            return pooled, pooled
         return states[:, 0], mean_pool(states, attention_mask)
 
     def forward(
@@ -62,14 +99,16 @@ class GlobetrotterModel(nn.Module):
         view1: torch.Tensor | None = None,
         view2: torch.Tensor | None = None,
         cloze_targets: torch.Tensor | None = None,
+        lang_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Features of the active heads. ``view1``/``view2`` are images [B, 3, H, W] or, with a frozen
         backbone, its pooled features [B, F] (the feature cache). ``cloze_targets`` [B, L] (bool) limits
         the cloze logits to the masked positions, [n_targets, V] (the vocabulary projection of every
-        token would dominate the step); without it they are [B, L, V]."""
+        token would dominate the step); without it they are [B, L, V]. ``lang_ids`` (B,) are the captions'
+        languages as :meth:`language_ids` gives them (Sigurdsson baseline only)."""
         out: dict[str, torch.Tensor] = {}
         if self.text_head_t is not None or self.text_head_x is not None:
-            sentence, mean = self.sentence_states(input_ids, attention_mask)
+            sentence, mean = self.sentence_states(input_ids, attention_mask, lang_ids)
             if self.text_head_t is not None:
                 out["text_t"] = self.text_head_t(sentence if self.cfg.text_pooling_t == "sentence" else mean)
             if self.text_head_x is not None:

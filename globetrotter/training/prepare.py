@@ -1,6 +1,7 @@
 """Make sure a run has its data and tokenizer: generate the synthetic world, train the BPE."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from data_prep.shards import MANIFEST, read_manifest
@@ -40,3 +41,20 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
         from ..data.feature_cache import ensure_feature_cache
 
         ensure_feature_cache(cfg, cfg.data.train_split, log)
+
+
+def with_text_languages(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``model.languages`` filled from the train split's manifest (sorted) when a
+    per-language text encoder (``model.text_encoder=sigurdsson``) leaves it empty; a given list
+    must cover every training language. The transformer's config is returned unchanged."""
+    if cfg.model.text_encoder != "sigurdsson":
+        return cfg
+    train_dir = Path(cfg.data.root) / cfg.data.train_split
+    found = sorted(read_manifest(train_dir)["languages"])
+    if not cfg.model.languages:
+        return replace(cfg, model=replace(cfg.model, languages=found))
+    missing = sorted(set(found) - set(cfg.model.languages))
+    if missing:
+        raise UserError(f"model.languages {cfg.model.languages} lacks {missing}, which {train_dir} has "
+                        f"(leave it empty to take the manifest's languages)")
+    return cfg

@@ -28,7 +28,7 @@ from ..data.pipeline import train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
-from .prepare import ensure_data, tokenizer_path
+from .prepare import ensure_data, tokenizer_path, with_text_languages
 from .resume import mask_seed, resume_position
 from .scheduler import warmup_cosine
 
@@ -62,9 +62,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
 
     if main:
         ensure_data(cfg, log)
+        cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()
+    cfg = with_text_languages(cfg)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tokenizer)
 
@@ -131,9 +133,10 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                                          tokenizer.get_vocab_size(), list(specials.values()), p=cfg.loss.mask_prob,
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
+        lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
         with accelerator.autocast():
             out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
-                        cloze_targets=None if labels is None else labels != -100)
+                        cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
         loss, logs = objective(out, batch, labels)
 
         health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],

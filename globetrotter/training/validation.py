@@ -65,7 +65,7 @@ class Validator:
         from backretrieval import evaluate_pairs
 
         metrics: dict[str, float] = {}
-        text = encoder.encode_text(self.texts, head="text")
+        text = encoder.encode_text(self.texts, head="text", langs=list(self.langs))
         images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
         ks = tuple(self.cfg.val.bkr_ks)
         result = evaluate_pairs(text, self.langs, images, self.image_ids, ks=ks, seed=self.cfg.seed,

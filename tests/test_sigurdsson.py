@@ -1,0 +1,175 @@
+"""The Sigurdsson et al. (2020) baseline: per-language word tables, max-pooling, training, loading, every eval command."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import globetrotter
+from globetrotter.config import load_train_config
+from globetrotter.encoder import build_model
+from globetrotter.errors import UserError
+from globetrotter.evaluation import cli
+from globetrotter.models import SigurdssonTextEncoder, max_pool_words
+from globetrotter.training.objective import GlobetrotterObjective
+from globetrotter.training.trainer import train
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "sigurdsson.yaml"
+SMALL = ["model.d_model=16", "model.embed_dim=8", "model.image_backbone_args={}", "data.max_length=8",
+         "model.languages=[en,de]", "model.dropout=0.0"]
+
+
+def test_config_is_the_cross_modal_loss_only_without_cloze():
+    cfg = load_train_config(CONFIG)
+    assert cfg.model.text_encoder == "sigurdsson"
+    assert (cfg.loss.text, cfg.loss.image, cfg.loss.cross, cfg.loss.cloze) == (0, 0, 1, 0)
+    with pytest.raises(UserError, match="loss.cloze=0"):
+        load_train_config(CONFIG, ["loss.cloze=1"])
+
+
+def test_max_pool_takes_the_largest_word_value_ignoring_sentence_token_and_padding():
+    states = torch.tensor([[[9.0, 9.0], [1.0, -3.0], [0.0, 2.0], [7.0, 7.0]],
+                           [[5.0, 5.0], [-1.0, -2.0], [8.0, 8.0], [8.0, 8.0]]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    pooled = max_pool_words(states, mask)
+    assert pooled[0].tolist() == [1.0, 2.0]  # position 0 (9) and padding (7) left out
+    assert pooled[1].tolist() == [5.0, 5.0]  # nothing but the sentence token: keep it
+
+
+def test_bag_of_words_ignores_word_order_and_repetition():
+    enc = SigurdssonTextEncoder(20, 8, ["en", "de"], dropout=0.0)
+
+    def pool(*rows: list[int]) -> torch.Tensor:
+        ids = torch.tensor(rows)
+        mask = torch.ones_like(ids)
+        return max_pool_words(enc(ids, mask, torch.zeros(len(rows), dtype=torch.long)), mask)
+
+    same = pool([2, 5, 6, 7, 7], [2, 7, 5, 6, 6], [2, 6, 7, 5, 5])
+    assert torch.allclose(same[0], same[1]) and torch.allclose(same[0], same[2])
+    assert not torch.allclose(pool([2, 5, 6, 6])[0], same[0])  # token 7 missing
+    words = enc(torch.tensor([[2, 5, 6, 7]]), torch.ones(1, 4), torch.tensor([0]))[0, 1:]
+    assert torch.equal(same[0], words.amax(0))
+
+
+def _batch(lang: int, n: int = 4) -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (n, 8), generator=g)
+    ids[:, 0] = 2
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "view1": torch.randn(n, 3, 32, 32, generator=g),
+            "view2": torch.randn(n, 3, 32, 32, generator=g), "truth": torch.arange(n), "lang_ids": torch.full((n,), lang)}
+
+
+def test_each_language_has_its_own_table_and_adapting_layer():
+    cfg = load_train_config(CONFIG, SMALL)
+    model = build_model(cfg, vocab_size=40)
+    b = _batch(lang=0)  # every caption in en
+    sentence = lambda lang: model.sentence_states(b["input_ids"], b["attention_mask"], torch.full((4,), lang))[0]  # noqa: E731
+    with torch.no_grad():
+        en0, de0 = sentence(0), sentence(1)
+    assert not torch.allclose(en0, de0)  # same token ids, two languages: two encodings
+    table = model.text.word_embedding.weight.detach().clone()
+    adapt = model.text.adapt_weight.detach().clone()
+    out = model(b["input_ids"], b["attention_mask"], view1=b["view1"], view2=b["view2"], lang_ids=b["lang_ids"])
+    loss, _ = GlobetrotterObjective(cfg.loss)(out, b, None)
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    with torch.no_grad():
+        en1, de1 = sentence(0), sentence(1)
+    assert not torch.allclose(en0, en1)  # trained
+    assert torch.equal(de0, de1)  # de's table and adapter never moved with en captions
+    moved = (model.text.word_embedding.weight != table).any(1)
+    assert moved[:40].any() and not moved[40:].any()
+    assert not torch.equal(model.text.adapt_weight[0], adapt[0]) and torch.equal(model.text.adapt_weight[1], adapt[1])
+
+
+def test_every_parameter_is_in_a_one_language_graph():
+    """DDP runs without find_unused_parameters: a batch of one language still reaches every parameter."""
+    cfg = load_train_config(CONFIG, SMALL)
+    model = build_model(cfg, vocab_size=40)
+    b = _batch(lang=1)
+    out = model(b["input_ids"], b["attention_mask"], view1=b["view1"], view2=b["view2"], lang_ids=b["lang_ids"])
+    GlobetrotterObjective(cfg.loss)(out, b, None)[0].backward()
+    assert not [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+
+
+def test_unknown_language_is_a_one_line_error():
+    model = build_model(load_train_config(CONFIG, SMALL), vocab_size=40)
+    with pytest.raises(UserError, match=r"\['fr'\] not among this model's training languages"):
+        model.language_ids(["en", "fr"])
+
+
+TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+        "model.d_model=32", "model.embed_dim=16", "batch_size=16", "log_every=2", "val.every=2",
+        "val.max_per_lang=8", "val.test_groups=12", "optim.warmup_steps=2", "steps=4", "checkpoint_every=4",
+        "model.image_backbone_args={}"]
+
+
+@pytest.fixture(scope="module")
+def sigurdsson_run(tiny_world, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sigurdsson")
+    cfg = load_train_config(CONFIG, [f"data.root={tiny_world}", f"data.tokenizer={out / 'tokenizer.json'}",
+                                     f"output_dir={out}", *TINY])
+    result = train(cfg)
+    assert "val/bkr@10" in result["metrics"] and "test/sentence_translation" in result["metrics"]
+    return cfg.run_dir
+
+
+def test_run_saves_its_languages_and_loads_the_same_weights(sigurdsson_run):
+    enc = globetrotter.load(sigurdsson_run, prefer_best=False)
+    assert enc.cfg.model.languages == ["el", "en", "ja", "ru"]  # the tiny world's train manifest, sorted
+    saved = load_file(str(enc.checkpoint / "model.safetensors"))
+    assert all(torch.equal(saved[k], v) for k, v in enc.model.state_dict().items())
+    assert enc.model.text.word_embedding.weight.shape == (4 * enc.tokenizer.get_vocab_size(), 32)
+    text = enc.encode_text(["red a square", "red a square"], head="cross", langs=["en", "ru"])
+    assert text.shape == (2, 16) and np.allclose(np.linalg.norm(text, axis=1), 1, atol=1e-5)
+    assert not np.allclose(text[0], text[1])  # one string, two languages' tables
+    assert np.allclose(enc.encode_text(["red a square"], head="cross", langs="en"), text[:1], atol=1e-6)
+    states, mask = enc.encode_tokens(["red a square", "赤い 四角"], langs=["en", "ja"])
+    assert states.shape[0] == 2 and states.shape[2] == 32 and mask.shape == states.shape[:2]  # words, not pooled
+    words, emb = enc.token_embeddings("el")
+    assert len(words) == emb.shape[0] and emb.shape[1] == 32
+    assert not np.allclose(emb, enc.token_embeddings("en")[1])
+    assert enc.encode_words(["red", "square"], langs="en").shape == (2, 32)
+    with pytest.raises(UserError, match="one word table per language") as err:
+        enc.encode_text(["red a square"])
+    assert len(str(err.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [
+    ["sentence", "--n-groups", "12"],
+    ["sentence", "--n-groups", "12", "--head", "cross"],
+    ["word", "--method", "nn"],
+    ["word", "--method", "nn", "--embeddings", "contextual"],
+    ["retrieval", "--ks", "1", "5"],
+    ["cluster", "--n-groups", "12", "--k", "4"],
+], ids=["sentence", "sentence-cross", "word", "word-contextual", "retrieval", "cluster"])
+def test_eval_commands_run_on_a_sigurdsson_run(sigurdsson_run, tiny_world, tmp_path, command):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*command, "--model", str(sigurdsson_run), "--name", "sig", "--split", str(tiny_world / "test"),
+                  "--out", str(out)])
+    assert exit_info.value.code == 0
+    rec = json.loads((out / f"{command[0]}-sig.json").read_text(encoding="utf-8"))
+    assert rec["languages"] == ["el", "en", "ja", "ru"] and rec["metrics"]
+
+
+def test_translate_needs_the_query_language(sigurdsson_run, tiny_world, tmp_path, capsys):
+    base = ["translate", "red a square", "--model", str(sigurdsson_run), "--to", "ja", "--corpus",
+            str(tiny_world / "test"), "--out", str(tmp_path), "--k", "2"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*base, "--from", "en"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("red a square")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(base)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "one word table per language" in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["translate-word", "red", "--model", str(sigurdsson_run), "--to", "ru", "--from", "en",
+                  "--corpus", str(tiny_world / "test"), "--out", str(tmp_path), "--k", "2"])
+    assert exit_info.value.code == 0
