@@ -19,7 +19,7 @@ from .hubness import hubness_stats
 from .metric import bkr_recall, corr_score, xlr_recall
 from .pairs import evaluate_pairs
 from .protocol import correlate_over_models, run_protocol, sample_non_matching
-from .uncertainty import better_beyond_noise, compare_hits, corr_interval, recall_interval
+from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
 
 __all__ = [
     "ApproxConfig",
@@ -36,6 +36,7 @@ __all__ = [
     "evaluate_pairs",
     "hubness_stats",
     "load_embedder",
+    "p_better",
     "recall_interval",
     "register_embedder",
     "run_protocol",

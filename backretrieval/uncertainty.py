@@ -237,6 +237,31 @@ def compare_hits(
     return out
 
 
+def p_better(
+    hits_new,
+    hits_best,
+    test: str = "mcnemar",
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> float:
+    """One-sided p-value of "new > best" on paired per-query hits (H0: same recall).
+
+    ``"mcnemar"``: exact one-sided binomial test on the discordant queries (1.0 when there
+    are none; falls back to the bootstrap for fractional hits); ``"bootstrap"``: the paired
+    bootstrap's ``p_greater`` (``n_boot`` replicates, ``seed``).
+    """
+    if test not in TESTS:
+        raise BackRetrievalError(f"test: expected None or one of {', '.join(TESTS)}, got {test!r}")
+    new, best = _paired(hits_new, hits_best)
+    binary = np.isin(new, (0.0, 1.0)).all() and np.isin(best, (0.0, 1.0)).all()
+    if test == "mcnemar" and binary:
+        only_new, only_best = int(np.sum((new == 1) & (best == 0))), int(np.sum((new == 0) & (best == 1)))
+        if only_new + only_best == 0:
+            return 1.0
+        return float(stats.binomtest(only_new, only_new + only_best, 0.5, alternative="greater").pvalue)
+    return float(paired_bootstrap(new, best, n_boot, DEFAULT_LEVEL, seed)["p_greater"])
+
+
 def better_beyond_noise(
     hits_new,
     hits_best,
@@ -252,23 +277,15 @@ def better_beyond_noise(
     new and of the best checkpoint, on the *same* queries. ``hits_best=None`` (no best
     yet) -> True. ``test=None`` is the plain maximum (True when the new mean is higher).
     Otherwise True only when the new mean is higher *and* the one-sided p-value of
-    "new > best" is below ``alpha``: ``"mcnemar"`` (exact, one-sided binomial on the
-    discordant queries; falls back to the bootstrap for fractional hits) or ``"bootstrap"``
-    (paired, ``n_boot`` replicates, ``seed``).
+    "new > best" (:func:`p_better`) is below ``alpha``.
     """
     if hits_best is None:
         return True
     new, best = _paired(hits_new, hits_best)
+    if test is not None and test not in TESTS:
+        raise BackRetrievalError(f"test: expected None or one of {', '.join(TESTS)}, got {test!r}")
     if new.mean() <= best.mean():
         return False
     if test is None:
         return True
-    if test not in TESTS:
-        raise BackRetrievalError(f"test: expected None or one of {', '.join(TESTS)}, got {test!r}")
-    binary = np.isin(new, (0.0, 1.0)).all() and np.isin(best, (0.0, 1.0)).all()
-    if test == "mcnemar" and binary:
-        only_new, only_best = int(np.sum((new == 1) & (best == 0))), int(np.sum((new == 0) & (best == 1)))
-        p = float(stats.binomtest(only_new, only_new + only_best, 0.5, alternative="greater").pvalue)
-    else:
-        p = paired_bootstrap(new, best, n_boot, DEFAULT_LEVEL, seed)["p_greater"]
-    return p < alpha
+    return p_better(new, best, test, n_boot, seed) < alpha

@@ -18,7 +18,7 @@ import torch
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/quickstart.yaml")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (after 2 warm-up steps)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (after 2 warm-up steps, which compile)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
 
@@ -29,6 +29,7 @@ def main() -> None:
     from globetrotter.tokenizer import load_tokenizer, special_ids
     from globetrotter.training.objective import GlobetrotterObjective
     from globetrotter.training.prepare import ensure_data, tokenizer_path
+    from globetrotter.training.speed import CompiledForward
 
     cfg = load_train_config(args.config, args.overrides)
     ensure_data(cfg)
@@ -47,20 +48,24 @@ def main() -> None:
     objective = GlobetrotterObjective(cfg.loss)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
+    forward = CompiledForward(model, cfg.compile, print)  # compile=true: as the trainer does, eager on failure
 
     def step(batch: dict) -> None:
         b = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         masked, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], specials["mask"], tok.get_vocab_size(),
                                      list(specials.values()), p=cfg.loss.mask_prob)
         with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
-            out = model(b["input_ids"], b["attention_mask"], masked.to(device), b.get("view1"), b.get("view2"))
+            out = forward(b["input_ids"], b["attention_mask"], masked.to(device), b.get("view1"), b.get("view2"),
+                          cloze_targets=(labels != -100).to(device))
         loss, _ = objective(out, b, labels.to(device))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    t_warm = time.perf_counter()
     for b in batches[:2]:
         step(b)
+    warm_s = time.perf_counter() - t_warm
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -71,7 +76,9 @@ def main() -> None:
         torch.cuda.synchronize()
     train_rate = args.steps * cfg.batch_size / (time.perf_counter() - t0)
     print(f"config {args.config} {' '.join(args.overrides)}  device {device}  batch {cfg.batch_size}  "
-          f"torch threads {torch.get_num_threads()}  loader workers {cfg.data.workers}")
+          f"torch threads {torch.get_num_threads()}  loader workers {cfg.data.workers}  "
+          f"mixed_precision {cfg.mixed_precision}  compiled {forward.active}")
+    print(f"2 warm-up steps:  {warm_s:8.1f} s (compilation included)")
     print(f"loader alone:     {loader_rate:8.1f} samples/s")
     print(f"training step:    {train_rate:8.1f} samples/s")
     print(f"loader / training: {loader_rate / train_rate:.2f}x ({'keeps up' if loader_rate >= 2 * train_rate else 'BOTTLENECK: data loading'})")

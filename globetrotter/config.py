@@ -145,6 +145,18 @@ class ValConfig:
     test_groups: int = 200  # test groups for sentence translation
     select_by: str = "val/bkr@10"  # metric choosing the best checkpoint ("" disables)
     image_features: str = "pixels"  # BackRetrieval's image similarity g: pixels | model | timm:NAME[:WEIGHTS]
+    # Keep the best checkpoint unless a new one is better beyond noise on the same val queries:
+    # null = plain max of select_by (as before); mcnemar (exact, on the per-query hits) | bootstrap
+    # (paired, 1000 replicates); needs select_by = val/bkr@K with K in bkr_ks (backretrieval.p_better)
+    select_test: Literal["mcnemar", "bootstrap"] | None = None
+    select_alpha: float = 0.05  # one-sided level of "new > best" for select_test
+
+    def validate(self) -> None:
+        if not 0 < self.select_alpha < 1:
+            raise ValueError(f"val.select_alpha must be in (0, 1), got {self.select_alpha}")
+        if self.select_test and self.select_by not in {f"val/bkr@{k}" for k in self.bkr_ks}:
+            raise ValueError(f"val.select_test={self.select_test} needs val.select_by = val/bkr@K with K in val.bkr_ks "
+                             f"{list(self.bkr_ks)} (the test reads per-query hits), got {self.select_by!r}")
 
 
 @dataclass
@@ -156,7 +168,8 @@ class TrainConfig:
     output_dir: str = "runs"
     steps: int = 10000
     batch_size: int = 128  # global batch (split evenly over processes)
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"  # autocast via Accelerate; bf16 without support: float32
+    compile: bool = False  # torch.compile the training forward (CPU too); falls back to eager if compiling fails
     log_every: int = 20
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2  # step checkpoints kept besides best/

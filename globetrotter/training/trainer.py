@@ -13,8 +13,9 @@ import json
 import shutil
 import time
 
+import numpy as np
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import ProjectConfiguration, set_seed
 from tqdm.auto import tqdm
 
@@ -31,6 +32,8 @@ from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path, with_text_languages
 from .resume import mask_seed, resume_position
 from .scheduler import warmup_cosine
+from .selection import Verdict, judge, load_hits, save_hits
+from .speed import CompiledForward, resolve_mixed_precision
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
 
@@ -51,10 +54,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, log_with="tensorboard",
+    process = PartialState()  # the device, before Accelerate fixes the precision
+    log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
+    precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
+    accelerator = Accelerator(mixed_precision=precision, log_with="tensorboard",
                               project_config=ProjectConfiguration(str(cfg.run_dir), logging_dir=str(cfg.run_dir / "tensorboard")))
     main = accelerator.is_main_process
-    log = tqdm.write if main else (lambda *a, **k: None)
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
@@ -76,15 +81,18 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
+    forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
 
     root = ckpt.checkpoint_root(cfg.run_dir)
     rank = accelerator.process_index
     start_step, best, position, loader_seed = 0, None, StreamPosition(max(1, cfg.data.workers)), cfg.seed
+    best_hits = None  # per-query hits of the best checkpoint's selection metric (main process, val.select_test)
     if resume:
         source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
         accelerator.load_state(str(source))
         state = ckpt.read_state(source)
         start_step, best = state["step"], state.get("best")
+        best_hits = load_hits(root / "best", best) if main else None
         log(f"resumed from {source} at step {start_step}")
         saved = resume_position(source, rank, cfg.data.workers, log)
         if saved is None:  # the stream cannot continue: a fresh one, different from the first
@@ -106,10 +114,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     unwrapped = accelerator.unwrap_model(model)
     bad_samples = position.bad_total
 
-    def save(step: int, metrics: dict, as_best: bool = False) -> bool:
+    def save(step: int, metrics: dict, as_best: bool = False, hits: np.ndarray | None = None) -> bool:
         def fill(folder, is_main: bool) -> None:
             ckpt.write_stream_position(folder, rank, position.to_dict())
             if is_main:
+                save_hits(folder, hits if as_best else None)
                 save_config(cfg, folder / "config.yaml")
                 shutil.copy(tokenizer_path(cfg), folder / "tokenizer.json")
                 (folder / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics,
@@ -135,8 +144,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
         lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
         with accelerator.autocast():
-            out = model(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
-                        cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
+            out = forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
+                          cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
         loss, logs = objective(out, batch, labels)
 
         health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
@@ -175,34 +184,50 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             seen, t0 = 0, time.perf_counter()
         is_val = cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps)
         if is_val:
-            if main:
+            key, verdict, hits = cfg.val.select_by, Verdict(False), None
+            if main:  # validate, and decide on best here (the other processes follow)
                 unwrapped.eval()
-                metrics = validator(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
+                encoder = Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device))
+                metrics, all_hits = validator.evaluate(encoder)
                 unwrapped.train()
-                accelerator.log(metrics, step=done)
+                hits = all_hits.get(key)
+                if key and key in metrics:
+                    verdict = judge(metrics[key], hits, best, best_hits, cfg.val.select_test, cfg.val.select_alpha,
+                                    cfg.seed)
+                accelerator.log({**metrics, **_selection_logs(verdict)}, step=done)
                 log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
-            metrics = _broadcast(metrics, accelerator)
-            key = cfg.val.select_by
-            if key and key in metrics and (best is None or metrics[key] > best["value"]):
+                if verdict.note:
+                    log(f"step {done}: {verdict.note}")
+            metrics, accept = _broadcast((metrics, verdict.accept), accelerator)
+            if accept:
                 best, previous = {"metric": key, "value": metrics[key], "step": done}, best
-                if not save(done, metrics, as_best=True):
+                if save(done, metrics, as_best=True, hits=hits):
+                    best_hits = hits
+                else:
                     best = previous  # best/ still holds the previous one
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             save(done, metrics)
     accelerator.end_training()
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
-              "run_dir": str(cfg.run_dir)}
+              "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active}
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
 
 
-def _broadcast(metrics: dict, accelerator: Accelerator) -> dict:
-    """The main process's metrics on every process (checkpoint selection must agree)."""
+def _selection_logs(verdict: Verdict) -> dict[str, float]:
+    """TensorBoard scalars of a selection test: its p-value and whether a higher value was rejected as noise."""
+    if verdict.p_value is None:
+        return {}
+    return {"val/select_p_value": verdict.p_value, "val/select_rejected": float(verdict.noise)}
+
+
+def _broadcast(obj, accelerator: Accelerator):
+    """The main process's ``obj`` (picklable) on every process (checkpoint selection must agree)."""
     if accelerator.num_processes == 1:
-        return metrics
+        return obj
     from accelerate.utils import broadcast_object_list
 
-    box = [metrics]
+    box = [obj]
     broadcast_object_list(box, from_process=0)
     return box[0]

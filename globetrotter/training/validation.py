@@ -26,7 +26,8 @@ def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
 
 
 class Validator:
-    """Loads the val/test data once; ``__call__(encoder)`` returns ``{"val/bkr@K": ..., "test/...": ...}``."""
+    """Loads the val/test data once; ``__call__(encoder)`` returns ``{"val/bkr@K": ..., "test/...": ...}``,
+    :meth:`evaluate` the same and the per-query hits of every ``val/bkr@K``."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -62,6 +63,13 @@ class Validator:
             self.test_dir = None
 
     def __call__(self, encoder: Encoder) -> dict[str, float]:
+        """The metrics of ``encoder`` (see :meth:`evaluate` for the per-query hits too)."""
+        return self.evaluate(encoder)[0]
+
+    def evaluate(self, encoder: Encoder) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """``(metrics, hits)``: ``hits["val/bkr@K"]`` is the per-query hit vector ``(Q,)`` of every
+        language pair concatenated in a fixed order (the same queries at every call, so two
+        checkpoints' hits are paired for checkpoint selection)."""
         from backretrieval import evaluate_pairs
 
         metrics: dict[str, float] = {}
@@ -69,8 +77,9 @@ class Validator:
         images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
         ks = tuple(self.cfg.val.bkr_ks)
         result = evaluate_pairs(text, self.langs, images, self.image_ids, ks=ks, seed=self.cfg.seed,
-                                max_rank=max(ks), with_corr=False)
-        for k in self.cfg.val.bkr_ks:
+                                max_rank=max(ks), with_corr=False, return_hits=True)
+        hits = {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in ks}
+        for k in ks:
             metrics[f"val/bkr@{k}"] = float(result["mean"][f"bkr@{k}"])
         if self.test_dir is not None:
             from ..evaluation import sentence_translation_score
@@ -78,4 +87,4 @@ class Validator:
             st = sentence_translation_score(encoder, self.test_dir, n_groups=self.cfg.val.test_groups, seed=self.cfg.seed)
             metrics["test/sentence_translation"] = float(st["score"])
             metrics["test/sentence_translation_chance"] = float(st["chance"])
-        return metrics
+        return metrics, hits

@@ -1,0 +1,108 @@
+"""Checkpoint selection beyond noise: a marginally higher BkR keeps the best, a clearly higher one replaces it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from globetrotter.training import checkpoint as ckpt
+from globetrotter.training.selection import HITS_FILE, judge
+from globetrotter.training.trainer import train
+from globetrotter.training.validation import Validator
+from test_training import tiny_cfg  # tests/ is on sys.path (rootless conftest)
+
+KEY = "val/bkr@10"
+BASE = np.r_[np.ones(100), np.zeros(100)]  # 200 val queries, BkR@10 = 0.5
+MARGINAL = BASE.copy()
+MARGINAL[100:108], MARGINAL[:5] = 1, 0  # 8 queries gained, 5 lost: 0.515, McNemar one-sided p = 0.291
+CLEAR = BASE.copy()
+CLEAR[100:140] = 1  # +40 queries: 0.7, p ~ 1e-12
+
+
+def test_judge_keeps_the_best_unless_beyond_noise():
+    best = {"metric": KEY, "value": 0.5, "step": 2}
+    assert judge(0.5, BASE, None, None, "mcnemar", 0.05).accept  # no best yet
+    assert not judge(0.4, BASE, best, BASE, None, 0.05).accept
+    assert judge(0.515, MARGINAL, best, BASE, None, 0.05).accept  # plain max
+    for test in ("mcnemar", "bootstrap"):
+        v = judge(0.515, MARGINAL, best, BASE, test, 0.05)
+        assert not v.accept and v.noise and v.p_value > 0.05 and "not beyond noise" in v.note
+        v = judge(0.7, CLEAR, best, BASE, test, 0.05)
+        assert v.accept and not v.noise and v.p_value < 0.01
+    assert judge(0.515, MARGINAL, best, BASE, "mcnemar", 0.3).accept  # p = 0.291 < 0.3
+    v = judge(0.515, MARGINAL, best, None, "mcnemar", 0.05)  # nothing to compare with: plain max, said so
+    assert v.accept and v.p_value is None and "plain max" in v.note
+
+
+def scripted_validator(monkeypatch, *hit_vectors: np.ndarray) -> list[int]:
+    """Validator.evaluate returns these hits (and their mean as val/bkr@10) in turn; returns the list of calls."""
+    calls: list[int] = []
+
+    def evaluate(self, encoder):
+        hits = hit_vectors[len(calls)]
+        calls.append(len(calls))
+        return {KEY: float(hits.mean())}, {KEY: hits}
+
+    monkeypatch.setattr(Validator, "evaluate", evaluate)
+    return calls
+
+
+def best_of(cfg) -> tuple[int, np.ndarray]:
+    best = ckpt.checkpoint_root(cfg.run_dir) / "best"
+    return ckpt.read_state(best)["step"], np.load(best / HITS_FILE)
+
+
+def scalars(run_dir: Path, tag: str) -> dict[int, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = {}
+    for events in (run_dir / "tensorboard").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent)).Reload()
+        if tag in acc.Tags()["scalars"]:
+            out.update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
+
+
+def test_mcnemar_selection_rejects_a_marginal_gain_and_takes_a_clear_one_across_resume(tiny_world, tmp_path,
+                                                                                       monkeypatch, capsys):
+    args = ["val.every=2", "checkpoint_every=100", "val.select_test=mcnemar", "val.test_groups=4"]
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", *args)
+    calls = scripted_validator(monkeypatch, BASE, MARGINAL, MARGINAL)
+    result = train(cfg)
+    assert len(calls) == 3
+    assert result["best"] == {"metric": KEY, "value": 0.5, "step": 2}  # 0.515 at steps 4 and 6 was noise
+    step, hits = best_of(cfg)
+    assert step == 2 and np.array_equal(hits, BASE)
+    out = capsys.readouterr().out
+    assert out.count("not beyond noise (mcnemar p=0.291 >= 0.05); best kept") == 2
+
+    # a resumed run compares against the stored hits of best/: still noise at step 8, a clear gain at step 10
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=10", *args)
+    scripted_validator(monkeypatch, MARGINAL, CLEAR)
+    result = train(cfg, resume="latest")
+    assert result["best"] == {"metric": KEY, "value": 0.7, "step": 10}
+    step, hits = best_of(cfg)
+    assert step == 10 and np.array_equal(hits, CLEAR)
+    out = capsys.readouterr().out
+    assert out.count("not beyond noise") == 1 and "plain max" not in out
+    rejected = scalars(cfg.run_dir, "val/select_rejected")
+    assert rejected == {4: 1.0, 6: 1.0, 8: 1.0, 10: 0.0}
+    assert scalars(cfg.run_dir, "val/select_p_value")[8] == pytest.approx(2380 / 8192)
+
+
+def test_default_selection_is_the_plain_max(tiny_world, tmp_path, monkeypatch):
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=100", "val.test_groups=4")
+    scripted_validator(monkeypatch, BASE, MARGINAL, MARGINAL)
+    result = train(cfg)
+    assert result["best"] == {"metric": KEY, "value": pytest.approx(0.515), "step": 4}
+    assert not scalars(cfg.run_dir, "val/select_p_value")
+
+
+def test_real_validation_stores_the_best_hits(tiny_world, tmp_path):
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=1", "val.select_test=bootstrap", "val.test_groups=4")
+    result = train(cfg)
+    step, hits = best_of(cfg)
+    assert result["best"]["step"] == step
+    assert hits.ndim == 1 and len(hits) > 0 and set(np.unique(hits)) <= {0.0, 1.0}
+    assert hits.mean() == pytest.approx(result["best"]["value"], abs=0.25)  # pooled queries vs mean over pairs

@@ -1,0 +1,101 @@
+"""The trainer's speed options: bf16 and torch.compile give the eager float32 loss, and fall back in one line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+
+from globetrotter.training import objective, speed
+from globetrotter.training.trainer import train
+from test_training import tiny_cfg  # tests/ is on sys.path (rootless conftest)
+
+STEPS = ["steps=3", "model.dropout=0", "checkpoint_every=100"]  # no dropout: compiled RNG differs from eager
+BF16_REL = 2e-2  # bf16 keeps 8 mantissa bits: each loss within 2% over 3 steps (measured: <= 0.8%)
+COMPILE_REL = 1e-4  # inductor reorders float32 sums (measured: ~1e-6)
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Accelerate fixes mixed_precision once per process: reset it around each run of another precision."""
+    AcceleratorState._reset_state()
+    yield
+    AcceleratorState._reset_state()
+
+
+def run_losses(world: Path, out: Path, monkeypatch, *extra: str) -> tuple[list[dict], dict]:
+    """Train 3 steps on the tiny world; the per-step losses (every term and the total) and the run's result."""
+    real, losses = objective.GlobetrotterObjective.forward, []
+
+    def recording(self, out, batch, labels):
+        loss, logs = real(self, out, batch, labels)
+        losses.append({"total": float(loss.detach()),
+                       **{k: float(v) for k, v in logs.items() if k.startswith("loss/")}})
+        return loss, logs
+
+    with monkeypatch.context() as m:
+        m.setattr(objective.GlobetrotterObjective, "forward", recording)
+        AcceleratorState._reset_state()
+        result = train(tiny_cfg(world, out, *STEPS, *extra))
+    assert len(losses) == 3
+    return losses, result
+
+
+def assert_losses_close(got: list[dict], want: list[dict], rel: float) -> None:
+    for step, (g, w) in enumerate(zip(got, want)):
+        for key in w:
+            assert g[key] == pytest.approx(w[key], rel=rel, abs=rel * 0.1), (step, key)
+
+
+def warnings_of(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+
+
+def test_bf16_step_matches_the_float32_step(tiny_world, tmp_path, monkeypatch):
+    eager, _ = run_losses(tiny_world, tmp_path / "fp32", monkeypatch)
+    bf16, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
+    assert result["mixed_precision"] == "bf16"
+    assert bf16 != eager, "bf16 autocast ran (the losses are not bit-identical)"
+    assert_losses_close(bf16, eager, BF16_REL)
+
+
+def test_bf16_without_support_falls_back_to_float32_in_one_line(tiny_world, tmp_path, monkeypatch, capsys):
+    eager, _ = run_losses(tiny_world, tmp_path / "fp32", monkeypatch)
+    capsys.readouterr()
+    monkeypatch.setattr(speed, "bf16_supported", lambda device: False)
+    fallback, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
+    (line,) = warnings_of(capsys)
+    assert "mixed_precision=bf16 is not supported" in line and "falling back to mixed_precision=no (float32)" in line
+    assert result["mixed_precision"] == "no"
+    assert fallback == eager  # float32, bit for bit
+
+
+@pytest.mark.parametrize("where", ["torch.compile", "first forward"])
+def test_compile_failure_falls_back_to_eager_in_one_line(tiny_world, tmp_path, monkeypatch, capsys, where):
+    eager, _ = run_losses(tiny_world, tmp_path / "eager", monkeypatch)
+    capsys.readouterr()
+
+    def broken_compile(model, *args, **kwargs):
+        if where == "torch.compile":
+            raise RuntimeError("no C++ compiler found\nsecond line of the error")
+
+        def fails(*a, **k):
+            raise RuntimeError("inductor: lowering failed")
+        return fails
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    fallback, result = run_losses(tiny_world, tmp_path / "compiled", monkeypatch, "compile=true")
+    (line,) = warnings_of(capsys)
+    assert "compile=true failed (RuntimeError:" in line and "falling back to the eager model" in line
+    assert "second line" not in line
+    assert result["compiled"] is False
+    assert fallback == eager  # the failed first call is repeated eagerly from the same RNG state
+
+
+@pytest.mark.slow  # ~10 s with a warm inductor cache; ~4 min cold (C++ kernels of ResNet-18 fwd+bwd, 2 CPU cores)
+def test_compiled_step_matches_the_eager_step(tiny_world, tmp_path, monkeypatch, capsys):
+    eager, _ = run_losses(tiny_world, tmp_path / "eager", monkeypatch)
+    compiled, result = run_losses(tiny_world, tmp_path / "compiled", monkeypatch, "compile=true")
+    assert result["compiled"] is True, warnings_of(capsys)
+    assert_losses_close(compiled, eager, COMPILE_REL)
