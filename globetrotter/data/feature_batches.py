@@ -54,6 +54,7 @@ class FeatureBatches:
         self.local_batch, self.rank, self.world, self.seed = local_batch, rank, world, seed
         self.batch_size = local_batch * world
         self.batching, self.start_step = batching, start_step
+        self._permutations: dict[tuple[int, int, int], np.ndarray] = {}
         self.cache = cache
         ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], max_length)
         self.ids = torch.tensor(ids, dtype=torch.long)
@@ -108,10 +109,18 @@ class FeatureBatches:
         epochs = pos // n
         out = np.empty(size, dtype=np.int64)
         for e in np.unique(epochs):
-            perm = np.random.default_rng([self.seed, salt, int(e)]).permutation(n)
             where = epochs == e
-            out[where] = perm[pos[where] % n]
+            out[where] = self._permutation(n, salt, int(e))[pos[where] % n]
         return out
+
+    def _permutation(self, n: int, salt: int, epoch: int) -> np.ndarray:
+        """The seeded permutation of ``range(n)`` for ``epoch``; the current one is kept (a step must not redraw it)."""
+        key = (n, salt, epoch)
+        if key not in self._permutations:
+            if len(self._permutations) >= 4:  # an epoch spans many steps: keep only the latest few
+                self._permutations.pop(next(iter(self._permutations)))
+            self._permutations[key] = np.random.default_rng([self.seed, salt, epoch]).permutation(n)
+        return self._permutations[key]
 
     def _pick(self, rng: np.random.Generator, csr: tuple[np.ndarray, np.ndarray, np.ndarray], owners: np.ndarray) -> np.ndarray:
         order, start, count = csr

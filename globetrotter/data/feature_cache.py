@@ -20,6 +20,7 @@ naming both (never silently reused).
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -69,26 +70,19 @@ class CacheSpec:
         return [f"{k}={mine[k]!r} vs {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
 
+@functools.lru_cache(maxsize=8)
 def _weights_digest(weights: str | None) -> tuple[str, str]:
+    """(name, first 16 hex digits of sha256) of the backbone's weights; read once per process."""
+    from backretrieval.images import _file_digest, package_weights_path
+
     if not weights:
         return "random", ""
     if weights == "package":
-        from backretrieval.images import package_weights_path
-
-        path = package_weights_path()
-        name = "package"
-    else:
-        path = Path(weights)
-        if not path.is_file():
-            raise UserError(f"model.image_pretrained: weights file {path} not found")
-        name = path.name
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return name, digest.hexdigest()[:16]
+        return "package", _file_digest(package_weights_path())
+    path = Path(weights)
+    if not path.is_file():
+        raise UserError(f"model.image_pretrained: weights file {path} not found")
+    return path.name, _file_digest(path)
 
 
 def spec_from_config(cfg: "TrainConfig") -> CacheSpec:

@@ -71,7 +71,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()
-    cfg = with_text_languages(cfg)
+    if not main:
+        cfg = with_text_languages(cfg)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tokenizer)
 
