@@ -1,0 +1,208 @@
+"""Translation by generation (paper A.5): a decoder trained on one language's captions writes
+them back from their representation, translates exactly as far as the representation is
+shared across languages, and the command scores it (chrF, BLEU) and refuses bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from data_prep.shards import ShardWriter
+from globetrotter.evaluation import cli
+from globetrotter.evaluation import generation as gen
+from globetrotter.tokenizer import train_tokenizer
+from test_eval_cli import COLOURS, LANGS, SHAPES, FakeEncoder, caption  # tests/ is on sys.path (rootless conftest)
+
+SMALL = gen.DecoderConfig(d_model=64, layers=2, prefix_length=2, max_tokens=16, steps=250, batch_size=32, lr=3e-3)
+PLACES = ["on the left", "on the right", "at the top", "at the bottom"]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_scores_and_floor_permutation():
+    refs = ["a red circle on the left", "two blue squares", "a green star at the top"]
+    same = gen.score(refs, refs)
+    assert same["chrf"] == pytest.approx(100) and same["bleu"] == pytest.approx(100) and same["n"] == 3
+    other = gen.score(["zzz qqq", "xx", "yyy"], refs)
+    assert 0 <= other["bleu"] < 1 and 0 <= other["chrf"] < 10
+    partial = gen.score(["a red circle on the right", "two blue squares", "a green star"], refs)
+    assert other["chrf"] < partial["chrf"] < 100 and 0 < partial["bleu"] < 100
+    zh = gen.score(["一个红色的圆"], ["一个红色的圆"], target="zh")  # no spaces: BLEU on zh tokens
+    assert zh["bleu"] == pytest.approx(100)
+    perm = gen.derangement(50, seed=3)
+    assert sorted(perm) == list(range(50)) and not (perm == np.arange(50)).any()
+    assert (perm == gen.derangement(50, seed=3)).all() and not (perm == gen.derangement(50, seed=4)).all()
+    with pytest.raises(ValueError):
+        gen.derangement(1)
+
+
+def _world(rng: np.random.Generator, dim: int = 24):
+    """Every (colour, shape, place) caption and its representation: the sum of its concept
+    vectors plus a little noise, as a model that embeds meaning would give."""
+    colour, shape, place = (rng.normal(size=(n, dim)) for n in (6, 5, 4))
+    items = [(c, s, p) for c in range(6) for s in range(5) for p in range(4)]
+    texts = [f"a {COLOURS['en'][c]} {SHAPES['en'][s]} {PLACES[p]}" for c, s, p in items]
+    rep = np.stack([colour[c] + shape[s] + place[p] for c, s, p in items]) + 0.05 * rng.normal(size=(len(items), dim))
+    return texts, rep.astype(np.float32)
+
+
+def test_decoder_writes_unseen_captions_from_their_representation_only():
+    rng = np.random.default_rng(0)
+    texts, rep = _world(rng)
+    held = rng.permutation(len(texts))[:20]  # 20 combinations the decoder never trains on
+    train = np.setdiff1d(np.arange(len(texts)), held)
+    tok = train_tokenizer(texts, vocab_size=300, min_frequency=1)
+    decoder, vocab, log = gen.train_decoder([texts[i] for i in train], rep[train], tok, SMALL, seed=0, progress=False)
+    assert log["loss_last_tenth"] < log["loss_first_tenth"] and log["captions"] == len(train)
+    assert len(vocab) < tok.get_vocab_size()  # the softmax covers the training captions' tokens only
+    refs = [texts[i] for i in held]
+    out = gen.generate(decoder, vocab, rep[held], batch_size=8)
+    informed = gen.score(out, refs)
+    # a decoder trained on representations unrelated to meaning (random vectors) can only guess
+    noise = rng.normal(size=rep.shape).astype(np.float32)
+    blind_dec, blind_vocab, _ = gen.train_decoder([texts[i] for i in train], noise[train], tok, SMALL, seed=0, progress=False)
+    blind_out = gen.generate(blind_dec, blind_vocab, noise[held])
+    blind = gen.score(blind_out, refs)
+
+    assert np.mean([a == b for a, b in zip(out, refs)]) > 0.5  # new combinations written exactly
+    assert not any(a == b for a, b in zip(blind_out, refs))
+    assert informed["chrf"] > blind["chrf"] + 15 and informed["bleu"] > blind["bleu"] + 25
+    # the same decoder fed another caption's representation writes that caption, not this one
+    floor = gen.score(gen.generate(decoder, vocab, rep[held][gen.derangement(len(held))]), refs)
+    assert informed["chrf"] > floor["chrf"] + 15
+    # seeded: the same training gives the same decoder
+    again, vocab2, _ = gen.train_decoder([texts[i] for i in train], rep[train], tok, SMALL, seed=0, progress=False)
+    assert gen.generate(again, vocab2, rep[held]) == out
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def run(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    return exit_info.value.code
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory) -> Path:
+    """A train split (each scene twice, in one language per image) and a parallel test split
+    of the same 30 scenes in en/de/fr (the world of test_eval_cli)."""
+    root = tmp_path_factory.mktemp("gen_world")
+    with ShardWriter(root / "train", split="train", source="tiny", image_format="png", maxcount=100) as w:
+        for rep in range(4):
+            for c in range(6):
+                for s in range(5):
+                    lang = LANGS[(rep + c + s) % 3] if rep < 3 else "en"
+                    w.write(f"t{rep}{c}{s}", Image.new("RGB", (4, 4)), caption(lang, c, s), lang, f"t{rep}{c}{s}")
+    with ShardWriter(root / "test", split="test", source="tiny", image_format="png", maxcount=100) as w:
+        for c in range(6):
+            for s in range(5):
+                for lang in LANGS:
+                    w.write(f"s{c}{s}{lang}", Image.new("RGB", (4, 4)), caption(lang, c, s), lang, f"img{c}{s}", group=f"g{c}{s}")
+    return root
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
+    monkeypatch.setattr(cli, "load_encoder", lambda path: encoders[Path(path).name])
+    return encoders
+
+
+def _argv(splits: Path, out: Path, model: str, *extra: str) -> list[str]:
+    return ["generate", "--model", model, "--name", model, "--train", str(splits / "train"), "--split", str(splits / "test"),
+            "--out", str(out), "--steps", "150", "--layers", "1", "--d-model", "32", "--prefix-length", "2",
+            "--decoder-batch-size", "32", "--lr", "3e-3", *extra]
+
+
+def test_generate_command_translates_as_far_as_the_representation_is_shared(splits, fake, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(_argv(splits, out, "full", "--show", "2")) == 0
+    printed = capsys.readouterr().out
+    assert "reference (en): a red circle" in printed or "reference (en): a " in printed
+    assert "en (reconstruction)" in printed and "mismatched (floor)" in printed
+    rec = json.loads((out / "generate-full.json").read_text(encoding="utf-8"))
+    m, d = rec["metrics"], rec["details"]
+    assert rec["task"] == "generate" and rec["languages"] == ["en", "de", "fr"]
+    assert d["sources"] == ["de", "fr"] and d["n_groups"] == 30 and d["train"]["captions"] == 30 + 30
+    assert len(d["examples"]) == 2 and set(d["examples"][0]["generated"]) == {"de", "fr", "en", "mismatched"}
+    for row in [*m["per_source"].values(), m["reconstruction"], m["mismatched"]]:
+        assert 0 <= row["chrf"] <= 100 and 0 <= row["bleu"] <= 100 and row["n"] == 30
+    # the full model's representation is shared: de and fr decode as well as en itself, far above the floor
+    assert m["reconstruction"]["chrf"] > 90
+    for lang in ("de", "fr"):
+        assert m["per_source"][lang]["chrf"] > m["reconstruction"]["chrf"] - 5
+        assert m["per_source"][lang]["chrf"] > m["mismatched"]["chrf"] + 20
+    assert m["chrf"] == pytest.approx(np.mean([m["per_source"][l]["chrf"] for l in ("de", "fr")]))
+
+    # a representation that keeps languages apart (the text-only model) does not translate
+    assert run(_argv(splits, out, "textonly", "--sources", "de", "--show", "0")) == 0
+    text_only = json.loads((out / "generate-textonly.json").read_text(encoding="utf-8"))["metrics"]
+    assert list(text_only["per_source"]) == ["de"]
+    assert text_only["per_source"]["de"]["chrf"] < m["per_source"]["de"]["chrf"] - 20
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--target", "xx"], "no caption in target language 'xx'"),
+    (["--sources", "de,zz"], "no caption in source language(s) ['zz']"),
+    (["--sources", "en"], "at least one language other than the target"),
+    (["--show", "-1"], "--show -1"),
+    (["--noise", "-0.5"], "--noise -0.5"),
+])
+def test_generate_bad_input_is_one_line_exit_2(splits, fake, tmp_path, capsys, extra, message):
+    assert run(_argv(splits, tmp_path, "full", *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_generate_help_and_bad_splits_and_models_exit_2(splits, fake, tmp_path, capsys):
+    assert run(["generate", "--help"]) == 0
+    assert "METRICS" in capsys.readouterr().out
+    cases = [
+        (["--train", str(tmp_path / "missing")], "split directory not found"),
+        (["--train", str(splits / "test"), "--target", "de", "--split", str(splits / "train")], "no caption has a 'group'"),
+    ]
+    for extra, message in cases:
+        assert run(_argv(splits, tmp_path, "full") + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert run(_argv(splits, tmp_path, "tfidf")) == 2
+    assert "needs a trained run folder" in capsys.readouterr().err
+
+
+def test_generate_command_on_a_trained_run(tiny_world, tmp_path):
+    from globetrotter.config import load_train_config
+    from globetrotter.training.trainer import train
+
+    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
+            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
+    run_dir = tmp_path / "run"
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
+                                   f"output_dir={run_dir}", *tiny])
+    train(cfg)
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(cfg.run_dir), "--name", "tiny", "--train", str(tiny_world / "train"),
+            "--split", str(tiny_world / "test"), "--target", "en", "--out", str(out), "--steps", "60",
+            "--layers", "1", "--d-model", "32", "--decoder-batch-size", "16"]
+    assert run(argv) == 0
+    rec = json.loads((out / "generate-tiny.json").read_text(encoding="utf-8"))
+    assert sorted(rec["metrics"]["per_source"]) == ["el", "ja", "ru"] and rec["details"]["n_groups"] == 12
+    assert rec["details"]["train"]["captions"] == 24 and rec["details"]["decoder"]["layers"] == 1
+    assert all(0 <= r["chrf"] <= 100 for r in rec["metrics"]["per_source"].values())
+    # the decoder writes the target's script (pieces of its training captions), whatever the source script
+    generated = [t for ex in rec["details"]["examples"] for t in ex["generated"].values()]
+    assert len(generated) == 5 * 5 and all(t and set(t) <= set("redgrnblueyowasq ") for t in generated)
