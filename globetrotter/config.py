@@ -79,6 +79,9 @@ class ModelConfig:
     # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init
     image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
     freeze_image_backbone: bool = False  # keep the (pretrained) backbone fixed, in eval mode; train its heads only
+    # L_x's image side: mlp = a learned projection head (the paper); features = the frozen backbone's own
+    # features, centred and L2-normalised (no learned image head; the caption head x outputs their width)
+    image_head_x: Literal["mlp", "features"] = "mlp"
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
     # transformer: the method's shared encoder. sigurdsson: the Sigurdsson et al. (2020) baseline as the
     # paper extends it (section 5.1): one word table and adapting layer per language over the shared

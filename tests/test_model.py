@@ -84,3 +84,36 @@ def test_frozen_image_backbone_keeps_its_weights_and_statistics():
     assert all(torch.equal(before[k], v) for k, v in model.image.state_dict().items()), "backbone or BN stats changed"
     assert all(p.grad is None for p in model.image.parameters())
     assert not torch.equal(heads, model.image_head_x.net[0].weight), "the image head must still train"
+
+
+def test_feature_target_head_centres_the_frozen_features_and_learns_only_the_text_side():
+    """model.image_head_x=features: L_x's image side is the frozen backbone's centred features (no learned image
+    head); the running centre is a buffer (saved with the checkpoint) that evaluation uses as it stands."""
+    cfg = load_train_config(None, SMALL + ["model.image_backbone_args={channels: [8, 16, 32, 64], stem_width: 8}",
+                                           "model.freeze_image_backbone=true", "model.image_head_x=features"])
+    model = build_model(cfg, vocab_size=40).train()
+    n = model.image.num_features
+    assert not list(model.image_head_x.parameters()), "no learned image head for L_x"
+    assert model.text_head_x.net[-1].out_features == n, "the caption head x outputs the backbone's width"
+    g = torch.Generator().manual_seed(0)
+    feats = torch.randn(6, n, generator=g).abs() + 1.0  # cached pooled features: all positive, as after a ReLU/SiLU
+    b = batch()
+    out = model(b["input_ids"], b["attention_mask"], b["masked"], feats, feats.flip(0))
+    unit = torch.nn.functional.normalize(feats, dim=-1)
+    assert torch.allclose(model.image_head_x.mean, unit.mean(0)), "the first batch sets the centre"
+    expected = torch.nn.functional.normalize(unit - unit.mean(0), dim=-1)
+    assert torch.allclose(out["image_x1"], expected, atol=1e-6)
+    assert out["image_x1"].mean(0).norm() < unit.mean(0).norm(), "centred: the shared component is gone"
+    loss, _ = GlobetrotterObjective(cfg.loss)(out, b, b["labels"])
+    loss.backward()
+    assert model.text_head_x.net[0].weight.grad is not None
+    centre = model.image_head_x.mean.clone()
+    model.eval()
+    model(b["input_ids"], b["attention_mask"], b["masked"], feats * 3 + 5, feats)
+    assert torch.equal(model.image_head_x.mean, centre), "evaluation must not move the centre"
+    assert "image_head_x.mean" in model.state_dict()
+
+
+def test_feature_target_head_needs_a_frozen_backbone():
+    with pytest.raises(ValueError, match="freeze_image_backbone"):
+        build_model(load_train_config(None, SMALL + ["model.image_head_x=features"]), vocab_size=40)

@@ -27,6 +27,8 @@ from . import plots
 from .clustering import cluster_analysis
 from .retrieval import retrieval_per_language
 from .sentence import parallel_set, sentence_translation
+from .pivot_ridge import PREFIX as RIDGE_PREFIX
+from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
@@ -50,10 +52,13 @@ from .word import (
 def load_encoder(path: str):
     """``globetrotter.load(path)``, imported lazily (tests replace this function with a fake).
 
-    The spec ``tfidf`` gives the unfitted character n-gram TF-IDF baseline instead.
+    The spec ``tfidf`` gives the unfitted character n-gram TF-IDF baseline instead, and
+    ``ridge:TRAIN_SPLIT`` the image-pivot ridge baseline fitted on that split.
     """
     if is_tfidf_spec(path):
         return TfidfEncoder()
+    if is_pivot_ridge_spec(path):
+        return PivotRidgeEncoder(path[len(RIDGE_PREFIX):])
     if not Path(path).exists():
         raise UserError(f"{path}: model not found (expected a run folder or a checkpoint folder)")
     from globetrotter import load
@@ -105,6 +110,8 @@ def _model_name(args: argparse.Namespace) -> str:
         return args.name
     if is_tfidf_spec(args.model):
         return "tfidf"
+    if is_pivot_ridge_spec(args.model):
+        return "ridge-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(Path(args.model[len(RIDGE_PREFIX):]).parts[-2:]))
     path = Path(args.model).resolve()
     parts = [p for p in path.parts[-3:] if p not in ("checkpoints",)]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
@@ -181,8 +188,9 @@ def _fit_tfidf(args: argparse.Namespace, encoder, ps) -> dict | None:
 
 def _text_model_only(args: argparse.Namespace, command: str) -> None:
     """A one-line error when a command that needs a trained model is given ``--model tfidf``."""
-    if is_tfidf_spec(getattr(args, "model", None)):
-        raise UserError(f"{command}: --model tfidf is the surface-overlap baseline of `eval.py sentence` only; "
+    model = getattr(args, "model", None)
+    if is_tfidf_spec(model) or is_pivot_ridge_spec(model):
+        raise UserError(f"{command}: --model {model.split(':')[0]} is a baseline of `eval.py sentence` only; "
                         f"{command} needs a trained run folder")
 
 
@@ -207,6 +215,8 @@ def _sentence(args: argparse.Namespace) -> int:
                "groups_without_all_languages": ps.skipped_groups}
     if tfidf is not None:
         details["tfidf"] = tfidf
+    if isinstance(encoder, PivotRidgeEncoder):
+        details["ridge"] = encoder.config
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -692,7 +702,10 @@ _SENTENCE_HELP = (
     "Ties are broken in a --seed random order. --model tfidf (instead of a run folder) is the "
     "surface-overlap floor: lower-cased character 1-4-gram TF-IDF (scikit-learn char_wb, sublinear "
     "tf, L2-normalised; idf fitted without labels on the split's captions, --tfidf-fit), exact cosine "
-    "over the sparse vectors; no learning, no images."
+    "over the sparse vectors; no learning, no images. --model ridge:TRAIN_SPLIT is the linear "
+    "image pivot: per language, a ridge map from that language's char n-gram TF-IDF to the frozen "
+    "backbone's whole-image features of TRAIN_SPLIT's feature cache (TRAIN_SPLIT/features); "
+    "captions meet only through their predicted images; no parallel text, no transformer."
 )
 _WORD_HELP = (
     "Word translation by retrieval (paper 5.3, appendix B.2; MUSE). Ground truth: a lexicon folder of "

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import LossConfig, ModelConfig
 from ..errors import UserError
-from .heads import ProjectionHead
+from .heads import CentredFeatureHead, ProjectionHead
 from .image import create_image_backbone
 from .sigurdsson import SigurdssonTextEncoder, max_pool_words
 from .text import ClozeHead, TextEncoder, mean_pool
@@ -44,14 +44,25 @@ class GlobetrotterModel(nn.Module):
             self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
         d, D = cfg.d_model, cfg.embed_dim
         self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
-        self.text_head_x = ProjectionHead(d, D) if loss.cross > 0 else None
+        # image_head_x=features: L_x's target is the frozen backbone's feature space itself (its width)
+        self.fixed_target = cfg.image_head_x == "features" and loss.cross > 0
+        self.text_head_x = None
+        if loss.cross > 0 and not self.fixed_target:
+            self.text_head_x = ProjectionHead(d, D)
         self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
         self.image = self.image_head_x = self.image_head_v = None
         self.image_frozen = False
         if loss.uses_images:
             self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained, **cfg.image_backbone_args)
             n = self.image.num_features
-            self.image_head_x = ProjectionHead(n, D) if loss.cross > 0 else None
+            if self.fixed_target:
+                if not cfg.freeze_image_backbone:
+                    raise ValueError("model.image_head_x=features makes the frozen backbone's features L_x's target: "
+                                     "set model.freeze_image_backbone=true")
+                self.text_head_x = ProjectionHead(d, n)
+                self.image_head_x = CentredFeatureHead(n)
+            else:
+                self.image_head_x = ProjectionHead(n, D) if loss.cross > 0 else None
             self.image_head_v = ProjectionHead(n, D) if loss.image > 0 else None
             # a fixed feature extractor: asked for, or only α uses the images (ablation without L_v and L_x)
             self.image_frozen = cfg.freeze_image_backbone or (self.image_head_x is None and self.image_head_v is None)

@@ -1,0 +1,102 @@
+"""A linear image-pivot baseline: per-language ridge maps from caption n-grams to image features
+(``--model ridge:TRAIN_SPLIT``).
+
+No transformer and no parallel text. For every language separately, a caption is its
+character n-gram TF-IDF vector (:class:`~.tfidf.TfidfEncoder`, fitted on that language's
+training captions only, so two languages share no input feature), and a ridge regression
+(scikit-learn, closed form) maps it to the frozen backbone's features of the image it
+describes: the whole-image row of the split's feature cache (``<split>/features``, built by
+``globetrotter-data features``), L2-normalised and centred. A test caption is embedded as
+its predicted image feature, so captions of different languages meet only through what
+their images look like: the image pivot of the Globetrotter paper in its simplest, linear
+form. It is the figure a learned model trained on the same images and captions should
+clear (DESIGN.md section 10); on Flickr8k it does not yet (README, Real photos).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+from .tfidf import TfidfEncoder
+
+PREFIX = "ridge:"
+"""``--model ridge:TRAIN_SPLIT`` names this baseline instead of a run folder."""
+
+
+def is_pivot_ridge_spec(model: str | None) -> bool:
+    """Whether a ``--model`` value names the image-pivot ridge baseline."""
+    return bool(model) and model.startswith(PREFIX)
+
+
+class PivotRidgeEncoder:
+    """Per-language TF-IDF → ridge → image-feature space, with the ``encode_text`` interface of the
+    trained encoders (it needs each text's language: ``needs_language``)."""
+
+    needs_language = True
+    checkpoint = None
+
+    def __init__(self, train_split: str | Path, alpha: float = 3.0, features: str | Path | None = None) -> None:
+        self.train_split = Path(train_split)
+        self.features = Path(features) if features is not None else self.train_split / "features"
+        self.alpha = alpha
+        self.name = f"ridge-{self.train_split.parent.name or self.train_split.name}"
+        self.maps: dict[str, tuple[TfidfEncoder, object]] = {}
+        self.counts: dict[str, int] = {}
+        self._fit()
+
+    def _fit(self) -> None:
+        from sklearn.linear_model import Ridge
+
+        from data_prep.shards import read_captions
+        from globetrotter.data.feature_cache import load_feature_cache
+
+        if not (self.train_split / "manifest.json").is_file():
+            raise UserError(f"{self.train_split}: no split here (expected manifest.json); "
+                            f"--model ridge:SPLIT needs the training split the baseline is fitted on")
+        metas = read_captions(self.train_split)
+        cache = load_feature_cache(self.features)
+        rows = cache.rows([str(m["image_id"]) for m in metas], self.train_split)
+        target = np.asarray(cache.features[rows, 0], dtype=np.float32)  # the whole image of each caption
+        target /= np.linalg.norm(target, axis=1, keepdims=True) + 1e-12
+        self.centre = target.mean(0)
+        target -= self.centre
+        langs = np.array([m["lang"] for m in metas])
+        captions = [m["caption"] for m in metas]
+        for lang in sorted(set(langs.tolist())):
+            idx = np.flatnonzero(langs == lang)
+            vectorizer = TfidfEncoder().fit([captions[i] for i in idx])
+            model = Ridge(alpha=self.alpha).fit(vectorizer.encode_text([captions[i] for i in idx]), target[idx])
+            self.maps[lang], self.counts[lang] = (vectorizer, model), len(idx)
+
+    @property
+    def config(self) -> dict:
+        """The settings, for JSON records."""
+        return {"model": "ridge", "train_split": str(self.train_split), "features": str(self.features),
+                "alpha": self.alpha, "inputs": "per-language char_wb 1-4 TF-IDF", "target": "centred whole-image features",
+                "captions_per_language": self.counts}
+
+    def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text",
+                    langs: str | Sequence[str] | None = None) -> np.ndarray:
+        """(N, F) L2-normalised predicted image features of ``texts`` in languages ``langs``."""
+        if langs is None:
+            raise UserError("--model ridge: needs each text's language (one map per training language)")
+        langs = [langs] * len(texts) if isinstance(langs, str) else list(langs)
+        unknown = sorted(set(langs) - set(self.maps))
+        if unknown:
+            raise UserError(f"--model ridge: language(s) {unknown} have no caption in {self.train_split} "
+                            f"(it has {sorted(self.maps)})")
+        out = np.zeros((len(texts), len(self.centre)), dtype=np.float32)
+        langs_arr = np.array(langs)
+        for lang in sorted(set(langs)):
+            idx = np.flatnonzero(langs_arr == lang)
+            vectorizer, model = self.maps[lang]
+            out[idx] = model.predict(vectorizer.encode_text([texts[i] for i in idx]))
+        return out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-12)
+
+    def encode_image(self, images, batch_size: int = 256):
+        """Always a :class:`UserError`: the baseline embeds captions only."""
+        raise UserError("--model ridge: is a text baseline fitted through images; it does not embed images")
