@@ -163,6 +163,39 @@ class ValConfig:
 
 
 @dataclass
+class AdaptConfig:
+    """Adaptation of a trained run to a language it never saw (Globetrotter paper, appendix A.2).
+
+    ``adapt.from=RUN adapt.language=CODE`` starts from RUN's checkpoint (its best, else latest) and saved
+    config, precomputes the old languages' caption and image features once (frozen), and fine-tunes the
+    text side on the new language's captions with the same losses (:mod:`globetrotter.training.adapt`).
+    """
+
+    from_run: str | None = field(default=None, metadata={"key": "from"})  # key `adapt.from`: run folder or
+    # checkpoint to adapt; null = an ordinary run from scratch
+    language: str | None = None  # the new language; must not be one of the run's training languages
+    split: str = "adapt"  # split under data.root holding the new language's captions and images (others ignored)
+    epochs: float | None = 1.0  # passes over the new language's captions (paper: one); sets `steps`; null: `steps`
+    old_batch: int | None = None  # precomputed old-language captions beside each step's batch in L_t; null: batch_size
+    old_captions: int | None = None  # old-language training captions precomputed (a seeded sample); null: all
+    vocab_size: int = 1000  # BPE learnt on the new language's captions; its tokens that no old training caption
+    # contains are appended to the vocabulary (a new script is otherwise bytes: 10x the tokens); 0 keeps it
+    # text: the whole text side trains (the paper fine-tunes the model); new-tokens: only the appended tokens'
+    # embeddings (and cloze biases), so every old-language caption is encoded exactly as before
+    train: Literal["text", "new-tokens"] = "new-tokens"
+
+    def validate(self) -> None:
+        if self.from_run and not self.language:
+            raise ValueError("adapt.from needs adapt.language (the new language's code)")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"adapt.epochs must be > 0 (or null to use steps), got {self.epochs}")
+        if (self.old_batch is not None and self.old_batch < 1) or (self.old_captions is not None and self.old_captions < 1):
+            raise ValueError("adapt.old_batch and adapt.old_captions must be >= 1 (or null)")
+        if self.vocab_size < 0:
+            raise ValueError(f"adapt.vocab_size must be >= 0, got {self.vocab_size}")
+
+
+@dataclass
 class TrainConfig:
     """A whole run."""
 
@@ -181,6 +214,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     val: ValConfig = field(default_factory=ValConfig)
+    adapt: AdaptConfig = field(default_factory=AdaptConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -189,6 +223,9 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps <= 0 or self.batch_size <= 1:
             raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.adapt.from_run and self.model.text_encoder != "transformer":
+            raise ValueError("adapt.from: only the shared transformer text encoder adapts to a new language "
+                             f"(model.text_encoder={self.model.text_encoder} has one word table per training language)")
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")

@@ -93,17 +93,23 @@ def _convert(value: Any, tp: Any, key: str, where: str) -> Any:
     raise UserError(f"{where}: key '{key}' expected {_type_name(tp)}, got {value!r}")
 
 
+def key_of(f: dataclasses.Field) -> str:
+    """A field's key in YAML and overrides: its name, or ``metadata["key"]`` where the name cannot be
+    the key (``adapt.from``: ``from`` is a Python keyword, the field is ``from_run``)."""
+    return f.metadata.get("key", f.name)
+
+
 def from_dict(cls: type[T], data: dict, where: str = "<config>", prefix: str = "") -> T:
     """Build dataclass ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {key_of(f): f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else str(name)
         if name not in fields:
             known = ", ".join(sorted(fields))
             raise UserError(f"{where}: unknown key '{key}' (expected one of: {known})")
-        kwargs[name] = _convert(value, hints[name], key, where)
+        kwargs[fields[name].name] = _convert(value, hints[fields[name].name], key, where)
     try:
         obj = cls(**kwargs)
     except TypeError as err:  # a required field is missing
@@ -120,7 +126,7 @@ def from_dict(cls: type[T], data: dict, where: str = "<config>", prefix: str = "
 def to_dict(obj: Any) -> Any:
     """Plain-Python (YAML-safe) view of a dataclass tree."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {key_of(f): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -190,6 +196,13 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     A YAML file may name a base config with ``_base_: other.yaml`` (relative to itself);
     the file's keys are merged over the base's.
     """
+    data, where = config_dict(path, overrides)
+    return from_dict(cls, data, where=where)
+
+
+def config_dict(path: str | Path | None = None, overrides: Sequence[str] = ()) -> tuple[dict, str]:
+    """The raw mapping :func:`load_config` builds from YAML ``path`` (``_base_`` resolved) and the
+    overrides, unchecked, and a description of where it came from (for error messages)."""
     data: dict = {}
     where = "<defaults>"
     if path is not None:
@@ -198,7 +211,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     if overrides:
         data = merge(data, parse_overrides(overrides))
         where = f"{where} + overrides"
-    return from_dict(cls, data, where=where)
+    return data, where
 
 
 def _read_with_bases(path: Path, seen: tuple) -> dict:

@@ -7,6 +7,8 @@ sentence token (the learned sentence embedding of the Globetrotter text encoder)
 """
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
@@ -39,6 +41,52 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency
         single=f"{SENTENCE} $A", special_tokens=[(SENTENCE, sentence_id)]
     )
     return tok
+
+
+@lru_cache(maxsize=1)
+def _byte_of_symbol() -> dict[str, int]:
+    """Byte-level BPE's printable symbol of each byte (GPT-2's ``bytes_to_unicode``), inverted."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+def token_bytes(token: str) -> bytes:
+    """The bytes a byte-level BPE token stands for (``"Ġκ"`` -> ``b" \\xce\\xba"``)."""
+    table = _byte_of_symbol()
+    return bytes(table[c] for c in token)
+
+
+def extend_tokenizer(tok: Tokenizer, texts: list[str], vocab_size: int, known: Iterable[str]) -> tuple[Tokenizer, int]:
+    """``tok`` with the tokens of a new language appended: ids of the old tokens unchanged.
+
+    A byte-level BPE of ``vocab_size`` is trained on ``texts`` (the new language's captions). Its
+    merges are appended after ``tok``'s, in their order (so they rank last), when both parts are
+    already tokens and the merged token's bytes occur in none of the ``known`` texts (the captions
+    ``tok`` was trained on): such a token can never form in those texts, so they tokenize exactly as
+    before. New tokens take the ids from ``tok``'s vocabulary size on. Returns the extended tokenizer
+    and the number of tokens added (0 when ``texts`` share the old languages' script and merges).
+    """
+    learnt = json.loads(train_tokenizer(texts, vocab_size).to_str())["model"]["merges"]
+    data = json.loads(tok.to_str())
+    vocab, merges = data["model"]["vocab"], data["model"]["merges"]
+    corpus = "\n".join(known).encode("utf-8")
+    added = 0
+    for merge in learnt:
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        token = left + right
+        if token in vocab or left not in vocab or right not in vocab or token_bytes(token) in corpus:
+            continue
+        vocab[token] = len(vocab)
+        merges.append(merge)
+        added += 1
+    return Tokenizer.from_str(json.dumps(data)), added
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -30,14 +30,19 @@ WORDS = {
 }
 
 
-def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int = 12, size: int = 32) -> Path:
-    """train/val (each image in one language) and a parallel test split, written with ShardWriter."""
+def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int = 12, size: int = 32,
+                    heldout: tuple[str, ...] = (), n_adapt: int = 64) -> Path:
+    """train/val (each image in one language) and a parallel test split, written with ShardWriter.
+
+    ``heldout`` languages stay out of train/val; they caption the test split and an ``adapt`` split
+    of ``n_adapt`` images, one held-out language each (as the synthetic world's ``--heldout``)."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     from data_prep.shards import ShardWriter
 
-    names, langs = list(COLOURS), list(WORDS)
+    names, every = list(COLOURS), list(WORDS)
+    langs = [lang for lang in every if lang not in heldout]
 
     def scene(i: int) -> tuple[Image.Image, str]:
         rng = np.random.default_rng(i)
@@ -51,17 +56,18 @@ def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int 
         return f"{WORDS[lang][colour]} {WORDS[lang]['_']}"
 
     offset = 0
-    for split, n in (("train", n_train), ("val", n_val)):
+    splits = [("train", n_train, langs), ("val", n_val, langs)] + ([("adapt", n_adapt, list(heldout))] if heldout else [])
+    for split, n, split_langs in splits:
         with ShardWriter(root / split, split=split, source="tiny", image_format="png", maxcount=40) as w:
             for i in range(offset, offset + n):
                 img, colour = scene(i)
-                lang = langs[(i // len(names)) % len(langs)]
+                lang = split_langs[(i // len(names)) % len(split_langs)]
                 w.write(f"{split}-{i:05d}", img, caption(lang, colour), lang, f"img{i}")
         offset += n
     with ShardWriter(root / "test", split="test", source="tiny", image_format="png") as w:
         for i in range(offset, offset + n_test):
             img, colour = scene(i)
-            for lang in langs:
+            for lang in every:
                 w.write(f"test-{i:05d}-{lang}", img, caption(lang, colour), lang, f"img{i}", group=f"g{i}")
     return root
 

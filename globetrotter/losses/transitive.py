@@ -63,6 +63,7 @@ def transitive_alpha(
     margin: float = 0.4,
     variant: Variant = "paper",
     official_xm_range: tuple[float, float] = (0.75, 1.25),
+    pairs: Tensor | None = None,
 ) -> Tensor:
     """Transitive soft targets α [N, N] for L_t, computed without gradient (paper eq. 2).
 
@@ -73,6 +74,9 @@ def transitive_alpha(
         margin: m of f(x) = max(0, x − m)/(1 − m) (paper: 0.4).
         variant: ``"paper"`` or ``"official"`` (see the module docstring).
         official_xm_range: interval the ``official`` variant rescales α^x_ii·α^x_jj into.
+        pairs: optional boolean [N, N] mask of the pairs that may be positive (symmetric): the others
+            get α = 0 and take no part in the ``official`` variant's batch statistics (its min–max
+            and maximum). Adaptation to a new language leaves out the pairs of two frozen old captions.
 
     Inputs are L2-normalised here. Returns a float32 symmetric matrix in [0, 1] with a
     zero diagonal, on the inputs' device; pass the global batch.
@@ -90,6 +94,10 @@ def transitive_alpha(
     xm = (t * ix).sum(-1)  # α^x_ii as a cosine, [N]
     vis = iv @ iv.T  # α^v_ij as a cosine, [N, N]
     off = _off_diagonal(n, t.device)
+    if pairs is not None:
+        if pairs.shape != (n, n):
+            raise ValueError(f"pairs must be [N, N] = {(n, n)}, got {tuple(pairs.shape)}")
+        off = off & pairs.to(device=t.device, dtype=torch.bool)
 
     if variant == "paper":
         ax, av = (xm + 1) / 2, (vis + 1) / 2  # appendix B.1: similarities mapped to [0, 1]
@@ -97,11 +105,13 @@ def transitive_alpha(
     else:
         lo, hi = official_xm_range
         factor = xm[:, None] * xm[None, :]
-        span = factor.max() - factor.min()
-        unit = (factor - factor.min()) / span.clamp_min(torch.finfo(span.dtype).tiny)
+        counted = factor if pairs is None else factor[off | torch.eye(n, dtype=torch.bool, device=t.device)]
+        low = counted.min()
+        span = counted.max() - low
+        unit = (factor - low) / span.clamp_min(torch.finfo(span.dtype).tiny)
         factor = torch.where(span > 0, lo + (hi - lo) * unit, torch.full_like(factor, (lo + hi) / 2))
         path = vis * factor
-        top = path.masked_fill(~off, float("-inf")).amax() if n > 1 else path.new_tensor(0.0)
+        top = path.masked_fill(~off, float("-inf")).amax() if bool(off.any()) else path.new_tensor(0.0)
         path = torch.where(top > 0, path / top.clamp_min(torch.finfo(path.dtype).tiny), torch.zeros_like(path))
 
     alpha = (path - margin).clamp_min(0) / (1 - margin)

@@ -137,10 +137,18 @@ class GlobetrotterModel(nn.Module):
                 with torch.set_grad_enabled(torch.is_grad_enabled() and not self.image_frozen):
                     feats = self.image(torch.cat(views))
             for i, f in enumerate(feats.chunk(len(views))):
-                if self.image_head_v is not None:
-                    out[f"image_v{i + 1}"] = self.image_head_v(f)
-                if self.image_head_x is not None:
-                    out[f"image_x{i + 1}"] = self.image_head_x(f)
-                if self.image_head_v is None and self.image_head_x is None:
-                    out[f"image_raw{i + 1}"] = F.normalize(f.detach(), dim=-1)
+                out.update(self.image_outputs(f, i + 1))
+        return out
+
+    def image_outputs(self, feats: torch.Tensor, view: int = 1) -> dict[str, torch.Tensor]:
+        """The image heads' L2-normalised features of pooled backbone features [B, F], named as ``forward``
+        names them for view ``view``: ``image_v<view>`` (L_v head), ``image_x<view>`` (L_x head), or
+        ``image_raw<view>`` (the detached backbone features, normalised) when the model has neither head."""
+        out = {}
+        if self.image_head_v is not None:
+            out[f"image_v{view}"] = self.image_head_v(feats)
+        if self.image_head_x is not None:
+            out[f"image_x{view}"] = self.image_head_x(feats)
+        if self.image_head_v is None and self.image_head_x is None:
+            out[f"image_raw{view}"] = F.normalize(feats.detach(), dim=-1)
         return out

@@ -5,7 +5,6 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from ..config import load_train_config
 from ..errors import run_cli
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
@@ -21,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, and prints "
         "sentence-translation retrieval next to chance.",
         epilog="Overrides use dotted keys, e.g.  train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
-        "loss.transitive=official",
+        "loss.transitive=official.  Adapt a trained run to a language it never saw (paper appendix A.2): "
+        "train.py adapt.from=RUN adapt.language=el [--config FILE] [key=value ...]: the run's saved config with "
+        "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
     )
     p.add_argument("--config", default=None, help=f"YAML config (default: {DEFAULT_CONFIG.name} if it exists)")
     p.add_argument("--resume", default=None, metavar="latest|DIR",
@@ -32,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
-    cfg = load_train_config(config, args.overrides)
+    adapting = any(o.split("=", 1)[0].lstrip("-").strip() == "adapt.from" for o in args.overrides)
+    config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() and not adapting else None)
+    from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)
+    cfg = load_adapt_config(config, args.overrides)
     from .trainer import train
     from .report import print_summary
 

@@ -30,6 +30,8 @@ from ..losses import (
 class GlobetrotterObjective(nn.Module):
     """Computes the weighted loss and a dict of logged scalars from model outputs and the batch."""
 
+    trains_images = True  # False: the image side is fixed (adaptation), L_v has nothing to train
+
     def __init__(self, cfg: LossConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -51,10 +53,20 @@ class GlobetrotterObjective(nn.Module):
         global_count = stats[0].clamp_min(1)
         return total / global_count * world_size(), stats[1] / global_count
 
+    def _text_inputs(self, gathered: dict[str, torch.Tensor], truth: torch.Tensor,
+                     batch: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None]:
+        """What L_t contrasts: the features (``text_t``, ``text_x``, ``image_x1``, ``image_v1``...) and truth
+        ids of its N captions, and a boolean [N, N] mask of the pairs that count (None: all). Here the global
+        batch; adaptation appends the old languages' frozen features (:mod:`.adapt`)."""
+        return gathered, truth, None
+
+    def _language_codes(self, batch: dict, device: torch.device) -> torch.Tensor:
+        """An integer code of each of L_t's captions' language, in :meth:`_text_inputs`'s order."""
+        return gather_many([torch.tensor([zlib.crc32(lang.encode()) for lang in batch["langs"]], device=device)])[0]
+
     @staticmethod
-    def _cross_language_share(alpha: torch.Tensor, langs: list[str], device: torch.device) -> float:
+    def _cross_language_share(alpha: torch.Tensor, codes: torch.Tensor) -> float:
         """Share of α's positive pairs whose captions are in different languages (the pairs that transfer)."""
-        codes = gather_many([torch.tensor([zlib.crc32(lang.encode()) for lang in langs], device=device)])[0]
         positive = alpha > 0
         n_pos = int(positive.sum())
         return float((positive & (codes[:, None] != codes[None, :])).sum()) / n_pos if n_pos else float("nan")
@@ -66,27 +78,28 @@ class GlobetrotterObjective(nn.Module):
         truth = gather_many([batch["truth"]])[0]
         terms: dict[str, torch.Tensor] = {}
         logs: dict[str, float] = {}
-        if cfg.image > 0:
+        if cfg.image > 0 and self.trains_images:
             terms["image"] = self.image_loss(gathered["image_v1"], gathered["image_v2"])
         if cfg.cross > 0:
             second = gathered.get("image_x2") if cfg.transitive == "official" else None
             terms["cross"] = self.cross_loss(gathered["text_x"], gathered["image_x1"], second)
         if cfg.text > 0:
+            feats, text_truth, keep = self._text_inputs(gathered, truth, batch)
             if cfg.alpha_source == "supervised":
-                alpha = supervised_alpha(truth)
+                alpha = supervised_alpha(text_truth) if keep is None else supervised_alpha(text_truth) * keep
             else:
-                visual = gathered.get("image_v1", gathered.get("image_x1", gathered.get("image_raw1")))
-                if "text_x" in gathered:
-                    text_x, image_x = gathered["text_x"], gathered["image_x1"]
+                visual = feats.get("image_v1", feats.get("image_x1", feats.get("image_raw1")))
+                if "text_x" in feats:
+                    text_x, image_x = feats["text_x"], feats["image_x1"]
                 else:  # no L_x: no cross-modal confidence, a factor of 1 for every caption
                     text_x = image_x = torch.ones_like(visual[:, :1])
-                alpha = transitive_alpha(text_x, image_x, visual, margin=cfg.margin, variant=cfg.transitive)
-            terms["text"] = self.text_loss(gathered["text_t"], alpha)
-            known = truth >= 0
-            truth_matrix = (truth[:, None] == truth[None, :]) if bool(known.all()) else None
+                alpha = transitive_alpha(text_x, image_x, visual, margin=cfg.margin, variant=cfg.transitive, pairs=keep)
+            terms["text"] = self.text_loss(feats["text_t"], alpha)
+            known = text_truth >= 0
+            truth_matrix = (text_truth[:, None] == text_truth[None, :]) if bool(known.all()) else None
             logs.update({k: float(v) for k, v in alpha_stats(alpha, truth_matrix).items()})
             if "langs" in batch:
-                logs["alpha/cross_language_share"] = self._cross_language_share(alpha, batch["langs"], truth.device)
+                logs["alpha/cross_language_share"] = self._cross_language_share(alpha, self._language_codes(batch, truth.device))
         if cfg.cloze > 0 and cloze_labels is not None:
             terms["cloze"], accuracy = self._cloze(out["cloze_logits"], cloze_labels)
             logs["cloze/accuracy"] = float(accuracy)

@@ -17,6 +17,14 @@ def print_summary(result: dict) -> None:
     for key, value in sorted(metrics.items()):
         if key.startswith("val/"):
             print(f"{key}: {value:.4f}")
+    adapted = result.get("adapt") or {}
+    if adapted.get("before") and adapted.get("after"):
+        b, a, lang = adapted["before"], adapted["after"], adapted["language"]
+        line = (f"adaptation to {lang} (sentence translation on test, before -> after): {lang} with the old languages "
+                f"{100 * b['new_with_old']:.1f}% -> {100 * a['new_with_old']:.1f}% (chance {100 * a['chance_all']:.1f}%)")
+        if a["old_pairs"] is not None:
+            line += f"; old languages among themselves {100 * b['old_pairs']:.1f}% -> {100 * a['old_pairs']:.1f}%"
+        print(line)
     if result.get("best"):
         b = result["best"]
         print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")

@@ -27,6 +27,7 @@ from ..losses import mask_tokens
 from ..tokenizer import load_tokenizer, special_ids
 from ..data.pipeline import train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
+from . import adapt
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path, with_text_languages
@@ -64,8 +65,15 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
     set_seed(cfg.seed, device_specific=True)
+    adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
+    if adapting:
+        if resume:
+            raise UserError("--resume: an adaptation run is short and starts from adapt.from; run it again instead")
+        cfg = adapt.resolve_config(cfg)
 
     if main:
+        if adapting:
+            adapt.write_tokenizer(cfg, log)
         ensure_data(cfg, log)
         cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +85,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     specials = special_ids(tokenizer)
 
     model = build_model(cfg, tokenizer.get_vocab_size())
-    objective = GlobetrotterObjective(cfg.loss)
+    adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
+    objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
     optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -108,8 +117,12 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         accelerator.init_trackers(cfg.run_name)
 
-    loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=loader_seed, rank=rank, position=position,
-                                      start_step=start_step, world=accelerator.num_processes, log=log)
+    if adapting:
+        adaptation.precompute(accelerator.unwrap_model(model), tokenizer, accelerator.device, main=main)
+        loader = adaptation.batches(local_batch, rank, accelerator.num_processes)
+    else:
+        loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=loader_seed, rank=rank, position=position,
+                                          start_step=start_step, world=accelerator.num_processes, log=log)
     batches = iter(loader)
     generator = torch.Generator()  # cloze masks: reseeded every step from (seed, rank, step)
     unwrapped = accelerator.unwrap_model(model)
@@ -211,6 +224,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     accelerator.end_training()
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
               "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active}
+    if main and adapting:
+        unwrapped.eval()
+        result["adapt"] = adaptation.report(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result

@@ -1,0 +1,220 @@
+"""Adaptation to a new language (paper appendix A.2) on the tiny colour world with Greek held out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import globetrotter
+from data_prep.shards import read_captions
+from globetrotter.config import load_train_config
+from globetrotter.config_io import save_config
+from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
+from globetrotter.losses import transitive_alpha
+from globetrotter.tokenizer import extend_tokenizer, train_tokenizer
+from globetrotter.training import checkpoint as ckpt
+from globetrotter.training.adapt import load_adapt_config
+from globetrotter.training.cli import main as train_main
+from globetrotter.training.trainer import train
+
+from conftest import WORDS, make_tiny_world
+
+# a frozen random narrow ResNet read from the feature cache: a step costs only the text side
+FAST = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "model.d_model=32",
+        "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16", "batch_size=32", "log_every=50",
+        "val.every=0", "optim.warmup_steps=5", "optim.lr=2e-3", "loss.transitive=official", "data.features=auto",
+        "data.feature_views=2", "data.hue_jitter=0", "data.grayscale=0", "model.freeze_image_backbone=true",
+        "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    return make_tiny_world(tmp_path_factory.mktemp("heldout"), n_train=192, n_test=16, heldout=("el",), n_adapt=96)
+
+
+class ColourPool(torch.nn.Module):
+    """The cached features' stand-in backbone: a fixed random 1x1 colour projection, max-pooled, [B, 3, S, S] ->
+    [B, 16]. Its features name the square's colour, which a random ResNet's do not (a trained one would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.randn(16, 3, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.einsum("oc,bchw->bohw", self.weight, images)).amax((2, 3))
+
+
+@pytest.fixture(scope="module")
+def base(world, tmp_path_factory) -> Path:
+    """A run trained on en/ru/ja for 150 steps: its languages share the colours through the images."""
+    from safetensors.torch import save_file
+
+    from test_feature_cache import small_backbone
+
+    out = tmp_path_factory.mktemp("runs")
+    weights = out / "small.safetensors"
+    save_file(small_backbone().state_dict(), str(weights))
+    cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}", f"output_dir={out}",
+                                   "run_name=base", f"model.image_pretrained={weights}", *FAST, "steps=150"])
+    for split in ("train", "adapt"):  # the caches the runs read, built by the stand-in
+        build_feature_cache(world / split, spec_from_config(cfg), cache_dir_for(cfg, split), ColourPool(), workers=0,
+                            progress=False)
+    train(cfg)
+    return cfg.run_dir
+
+
+def colour_accuracy(run: Path, world: Path, query: list[str], target: list[str]) -> float:
+    """Share of test captions in ``query`` languages whose nearest caption in ``target`` languages (another
+    language) names the same colour: a colour has 4 images here, so this is what the world lets a model show."""
+    metas = [m for m in read_captions(world / "test") if m["lang"] in set(query) | set(target)]
+    colour = {w: c for words in WORDS.values() for c, w in words.items() if c != "_"}
+    colours = np.array([colour[m["caption"].split()[0]] for m in metas])
+    langs = np.array([m["lang"] for m in metas])
+    emb = globetrotter.load(run).encode_text([m["caption"] for m in metas])
+    sim = emb @ emb.T
+    sim[langs[:, None] == langs[None, :]] = -np.inf
+    sim[:, ~np.isin(langs, target)] = -np.inf
+    rows = np.isin(langs, query)
+    return float((colours[sim[rows].argmax(1)] == colours[rows]).mean())
+
+
+def adapt(base: Path, out: Path, *extra: str):
+    cfg = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", "adapt.vocab_size=300",
+                                   f"output_dir={out}", *extra])
+    return cfg, train(cfg)
+
+
+def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, tmp_path):
+    old = ["en", "ru", "ja"]
+    el_before = colour_accuracy(base, world, ["el"], old)
+    assert colour_accuracy(base, world, old, old) >= 0.9, "the base run aligned its languages"
+    cfg, result = adapt(base, tmp_path, "adapt.epochs=30")
+    assert cfg.run_name == "base-el" and result["step"] == 90  # 30 epochs x 96 captions / 32
+    el_after = colour_accuracy(cfg.run_dir, world, ["el"], old)
+    assert el_before <= 0.5 and el_after >= 0.9, (el_before, el_after)  # chance: 0.25
+    # only the new tokens trained (adapt.train=new-tokens): every old caption is encoded as before
+    captions = [m["caption"] for m in read_captions(world / "test") if m["lang"] != "el"]
+    np.testing.assert_array_equal(globetrotter.load(base).encode_text(captions),
+                                  globetrotter.load(cfg.run_dir).encode_text(captions))
+    # the run's own before/after report: sentence translation on test (as eval.py sentence)
+    report = result["adapt"]
+    assert report["language"] == "el" and report["old_languages"] == sorted(old)
+    assert report["after"]["new_with_old"] > report["before"]["new_with_old"]
+    assert report["after"]["new_with_old"] > 2 * report["after"]["chance_all"]
+    assert report["after"]["old_pairs"] == report["before"]["old_pairs"]
+    assert json.loads((cfg.run_dir / "result.json").read_text())["adapt"]["after"] == report["after"]
+    # an ordinary run folder: its config, the grown tokenizer, evaluable by eval.py
+    saved = load_train_config(cfg.run_dir / "config.yaml")
+    assert saved.adapt.from_run == str(base) and saved.adapt.language == "el"
+    from globetrotter.evaluation.cli import main as eval_main
+
+    with pytest.raises(SystemExit) as done:
+        eval_main(["sentence", "--model", str(cfg.run_dir), "--split", str(world / "test"), "--out", str(tmp_path / "eval"),
+                   "--languages", "el,en"])
+    assert done.value.code == 0
+    record = json.loads(next((tmp_path / "eval").glob("sentence-*base-el.json")).read_text())
+    assert record["metrics"]["sentence_translation"] > record["metrics"]["chance"]
+
+
+def test_fine_tuning_the_whole_text_side_learns_it_too(world, base, tmp_path):
+    old = ["en", "ru", "ja"]
+    old_before = colour_accuracy(base, world, old, old)
+    cfg, _ = adapt(base, tmp_path, "adapt.epochs=15", "adapt.train=text")
+    assert colour_accuracy(cfg.run_dir, world, ["el"], old) >= 0.75  # chance: 0.25
+    assert colour_accuracy(cfg.run_dir, world, old, old) >= old_before - 0.1
+    a, b = globetrotter.load(base).model.state_dict(), globetrotter.load(cfg.run_dir).model.state_dict()
+    assert any(not torch.equal(a[k], b[k]) for k in a if k.startswith("text.transformer"))
+
+
+def test_old_captions_tokenize_as_before_and_only_new_rows_move(world, base, tmp_path):
+    cfg, _ = adapt(base, tmp_path, "adapt.epochs=1")
+    before, after = globetrotter.load(base), globetrotter.load(cfg.run_dir)
+    assert after.tokenizer.get_vocab_size() > before.tokenizer.get_vocab_size()
+    old = [m["caption"] for m in read_captions(world / "train")]
+    assert all(a.ids == b.ids for a, b in zip(before.tokenizer.encode_batch(old), after.tokenizer.encode_batch(old)))
+    greek = [m["caption"] for m in read_captions(world / "adapt")]
+    assert max(len(e.ids) for e in after.tokenizer.encode_batch(greek)) < max(len(e.ids) for e in before.tokenizer.encode_batch(greek))
+    a, b = before.model.state_dict(), after.model.state_dict()
+    n = before.tokenizer.get_vocab_size()
+    assert all(torch.equal(a[k], b[k][:n] if k.endswith(("token_embedding.weight", "cloze_head.bias")) else b[k]) for k in a)
+
+
+def test_adapting_from_pixels_runs_and_loads(world, tmp_path):
+    from test_training import TINY
+
+    base_cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                        f"output_dir={tmp_path}", "run_name=pixels", *TINY, "steps=2",
+                                        "model.image_backbone_args.channels=[8,16,16,16]",
+                                        "model.image_backbone_args.stem_width=8"])
+    train(base_cfg)
+    cfg, result = adapt(base_cfg.run_dir, tmp_path, "adapt.epochs=1", "adapt.old_captions=40", "adapt.old_batch=8")
+    assert result["step"] == 6 and ckpt.read_state(ckpt.resolve(cfg.run_dir))["step"] == 6
+    assert globetrotter.load(cfg.run_dir).encode_text(["κόκκινο τετράγωνο"]).shape == (1, 16)
+
+
+def test_the_config_is_the_starting_runs_with_the_file_and_overrides_over_it(base, tmp_path):
+    file = tmp_path / "adapt.yaml"
+    file.write_text("optim:\n  lr: 0.01\nadapt:\n  epochs: 2\n")
+    cfg = load_adapt_config(file, [f"adapt.from={base}", "adapt.language=el", "log_every=7"])
+    start = load_train_config(base / "config.yaml")
+    assert cfg.model == start.model and cfg.data.root == start.data.root and cfg.loss == start.loss
+    assert cfg.optim.lr == 0.01 and cfg.adapt.epochs == 2 and cfg.log_every == 7 and cfg.run_name == "base-el"
+    repo_file = Path(__file__).resolve().parents[1] / "configs" / "adapt.yaml"
+    assert load_adapt_config(repo_file, [f"adapt.from={base}", "adapt.language=el"]).adapt.train == "new-tokens"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as stop:
+        train_main(list(argv))
+    lines = capsys.readouterr().err.strip().splitlines()
+    return stop.value.code, lines[-1] if lines else ""
+
+
+def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsys):
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=ru", f"output_dir={tmp_path}")
+    assert code == 2 and line.startswith("error: adapt.language=ru:") and "trained on ru already" in line
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    save_config(load_train_config(None, []), empty / "config.yaml")
+    code, line = run_cli(capsys, f"adapt.from={empty}", "adapt.language=el", f"output_dir={tmp_path}")
+    assert code == 2 and line.startswith("error: adapt.from:") and "no checkpoint found" in line
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=ar", f"output_dir={tmp_path}")
+    assert code == 2 and "has no caption in it" in line
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", "model.layers=2", f"output_dir={tmp_path}")
+    assert code == 2 and line.startswith("error: model.layers: 2 differs from the starting run's 1")
+    code, line = run_cli(capsys, "--resume", "latest", f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}")
+    assert code == 2 and "--resume" in line
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", "adapt.vocab_size=0", f"output_dir={tmp_path}")
+    assert code == 2 and line.startswith("error: adapt.train=new-tokens: no token was appended for el")
+    code, line = run_cli(capsys, "adapt.from=somewhere")
+    assert code == 2 and "adapt.from needs adapt.language" in line
+
+
+def test_grown_tokenizer_keeps_old_ids_and_adds_only_what_old_text_cannot_form():
+    old_texts = ["red a square", "blue a square", "синий квадрат"] * 5
+    tok = train_tokenizer(old_texts, 300)
+    new_texts = ["κόκκινο τετράγωνο", "μπλε τετράγωνο", "red τετράγωνο"] * 5
+    grown, added = extend_tokenizer(tok, new_texts, 300, old_texts)
+    assert added > 0 and grown.get_vocab_size() == tok.get_vocab_size() + added
+    assert all(grown.token_to_id(t) == i for t, i in tok.get_vocab().items())
+    assert [grown.encode(t).ids for t in old_texts] == [tok.encode(t).ids for t in old_texts]
+    assert len(grown.encode("τετράγωνο").ids) < len(tok.encode("τετράγωνο").ids)
+    assert grown.decode(grown.encode("κόκκινο τετράγωνο").ids) == "κόκκινο τετράγωνο"
+    assert extend_tokenizer(tok, old_texts, 300, old_texts)[1] == 0  # nothing new to add
+
+
+def test_pairs_outside_the_mask_get_no_alpha_and_no_say_in_the_batch_statistics():
+    g = torch.Generator().manual_seed(0)
+    tx, ix, iv = (torch.randn(6, 4, generator=g) for _ in range(3))
+    new = torch.arange(6) < 2
+    pairs = new[:, None] | new[None, :]
+    for variant in ("paper", "official"):
+        alpha = transitive_alpha(tx, ix, iv, variant=variant, pairs=pairs)
+        assert torch.all(alpha[2:, 2:] == 0) and torch.equal(alpha, alpha.T)
+    official = transitive_alpha(tx, ix, iv, variant="official", pairs=pairs)
+    assert float(official.max()) == pytest.approx(1.0)  # the largest allowed pair sets the scale, not the masked ones
+    unmasked = transitive_alpha(tx, ix, iv, variant="paper")
+    assert torch.equal(transitive_alpha(tx, ix, iv, variant="paper", pairs=pairs), unmasked * pairs)
