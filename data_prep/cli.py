@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "data_prep.tokenizer_cli",
     "data_prep.inspect",
     "data_prep.converters.cli",
+    "data_prep.converters.more_captions",
     "globetrotter.data.feature_cache_cli",
 )
 

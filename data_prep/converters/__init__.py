@@ -4,7 +4,9 @@ Readers (one per layout) turn files into :class:`Caption` records and :class:`Is
 :func:`convert` checks them, plans the splits (Globetrotter rule), decodes and resizes the
 images in a process pool and writes the shards, accounting for every record in a
 :class:`ConversionReport`. The command line is ``globetrotter-data {multi30k, flickr8k,
-globetrotter, xtd10, folder}`` (:mod:`data_prep.converters.cli`).
+globetrotter, xtd10, folder}`` (:mod:`data_prep.converters.cli`); ``globetrotter-data more-captions``
+(:mod:`data_prep.converters.more_captions`) adds the sources' other captions of each train image,
+in its own language, to a converted dataset.
 """
 from .common import Caption
 from .flickr8k import read_flickr8k

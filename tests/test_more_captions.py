@@ -1,0 +1,221 @@
+"""``globetrotter-data more-captions``: more captions per train image in its own language only.
+
+A tiny Flickr8k/Multi30K world (the converter tests' fixture) is converted with one
+language per train image, then enriched from Multi30K task 2, the Flickr8k-CN file and a
+TSV holding every kind of caption the command must sort: new ones, near-duplicates,
+other languages, val/test images, unknown images and bad lines.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from data_prep.converters.more_captions import same_text
+from data_prep.shards import check_split_rule, content_checksum, iter_raw, read_captions, read_manifest
+from test_converters import cli, flickr8k_world, write_lines  # tests/ is on sys.path (rootless conftest)
+
+
+def convert_world(tmp_path: Path) -> tuple[dict, Path]:
+    w = flickr8k_world(tmp_path)
+    data = tmp_path / "data"
+    assert cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--flickr8k", f"{w['cn']}:zh",
+                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--parallel-train", "en,de,fr,cs",
+                "--workers", "1", "--out", data, "--quiet"]) == 0
+    (data / "tokenizer.json").write_text("{}", encoding="utf-8")
+    return w, data
+
+
+def by_image(split_dir: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for meta in read_captions(split_dir):
+        out[meta["image_id"]].append(meta)
+    return out
+
+
+def image_bytes(split_dir: Path) -> dict[str, set[bytes]]:
+    out: dict[str, set[bytes]] = defaultdict(set)
+    for _key, _ext, data, meta in iter_raw(split_dir):
+        out[meta["image_id"]].add(data)
+    return out
+
+
+def extra_table(tmp_path: Path, data: Path) -> tuple[Path, dict[str, list[str]], Counter]:
+    """A TSV with, per train image, a new caption, a near-duplicate and another language's caption, plus noise.
+
+    Returns the file, the new captions expected per image, and the unused reasons it adds.
+    """
+    train = by_image(data / "train")
+    rows, expected, unused = ["image\tlang\tcaption"], defaultdict(list), Counter()
+    for image_id, metas in sorted(train.items()):
+        lang, photo = metas[0]["lang"], image_id.split("_")[0]
+        new = f"{lang} extra caption for {photo}"
+        rows.append(f"{photo}.jpg\t{lang}\t{new}")  # matched by Flickr photo id
+        expected[image_id].append(new)
+        rows.append(f"{image_id}.jpg\t{lang}\t  {metas[0]['caption'].upper()} !  ")  # same words: counted once
+        rows.append(f"{image_id}.jpg\t{lang}\t{new.replace('extra', 'EXTRA')}.")
+        unused["caption_already_present"] += 2
+        other = "fr" if lang != "fr" else "de"
+        rows.append(f"{image_id}.jpg\t{other}\tanother language for {photo}")
+        unused["other_language_of_image"] += 1
+    test_image = sorted(by_image(data / "test"))[0]
+    rows.append(f"{test_image}.jpg\ten\ta test image stays as it is")
+    unused["image_in_other_split"] += 1
+    rows.append("555_abcdef.jpg\ten\tan image that is in no split")
+    unused["image_not_in_dataset"] += 1
+    rows.append("101.jpg\tqq\tunknown language code")  # skipped: bad input
+    return write_lines(tmp_path / "extra.tsv", rows), expected, unused
+
+
+def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
+    w, data = convert_world(tmp_path)
+    tsv, expected_tsv, tsv_unused = extra_table(tmp_path, data)
+    before = by_image(data / "train")
+    lang_of = {i: metas[0]["lang"] for i, metas in before.items()}
+    out = tmp_path / "more"
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
+            "--flickr8k", f"{w['cn']}:zh", "--captions", tsv, "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert "before" in printed and "after" in printed and "(ok)" in printed
+
+    after = by_image(out / "train")
+    assert set(after) == set(before)  # same images, no new ones
+    # expected captions per image, from the fixture's sources: Multi30K task 2 has two
+    # independent en and de captions per image; task 1 and Flickr8k-CN captions are there already
+    for image_id, metas in after.items():
+        lang, photo = lang_of[image_id], int(image_id.split("_")[0])
+        assert {m["lang"] for m in metas} == {lang}  # never another language
+        old = [m["caption"] for m in before[image_id]]
+        new = [m["caption"] for m in metas]
+        assert new[: len(old)] == old  # every original caption kept, first
+        task2 = [f"{lang} independent {photo} #{k}" for k in (1, 2)] if lang in ("en", "de") and photo <= 107 else []
+        assert sorted(new[len(old):]) == sorted(task2 + expected_tsv[image_id])
+        assert len({same_text(c) for c in new[len(old):]}) == len(new) - len(old)  # no duplicates added
+    check_split_rule(out / "train", "train")
+
+    # counts: manifest = before + added; every source record accounted for
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    manifest = read_manifest(out / "train")
+    added = Counter(m["lang"] for i, metas in after.items() for m in metas[len(before[i]):])
+    orig = Counter(m["lang"] for metas in before.values() for m in metas)
+    assert manifest["languages"] == dict(orig + added) == summary["splits"]["train"]["after"]
+    assert summary["written"]["train"] == dict(added) and summary["balanced"]
+    assert summary["splits"]["train"]["before"] == dict(orig)
+    assert manifest["num_samples"] == sum(orig.values()) + sum(added.values())
+    assert manifest["more_captions"]["original_checksum"] == read_manifest(data / "train")["checksum"]
+    assert manifest["checksum"] == content_checksum(out / "train", manifest["shards"])
+    assert manifest["source"].endswith("+more-captions") and manifest["one_language_per_image"] is True
+    for reason, n in tsv_unused.items():
+        assert summary["unused"][reason] >= n
+    assert summary["skipped"]["unknown_language"] == 1
+    assert summary["unused"]["image_in_other_split"] > tsv_unused["image_in_other_split"]  # val/test captions
+    n_records = sum(1 for p in (w["m30k"]).rglob("*.gz") for _ in gzip.open(p, "rb"))
+    n_records += sum(1 for ln in w["cn"].read_bytes().splitlines() if ln.strip())
+    n_records += len(tsv.read_text(encoding="utf-8").splitlines()) - 1
+    assert summary["records"] == n_records + 1  # + the line missing from the short val.cs file
+
+    # image payload copied as is; keys stay unique; original keys kept
+    old_bytes, new_bytes = image_bytes(data / "train"), image_bytes(out / "train")
+    assert new_bytes == old_bytes and all(len(v) == 1 for v in new_bytes.values())
+    keys = [m["key"] for metas in after.values() for m in metas]
+    assert len(keys) == len(set(keys)) and {m["key"] for ms in before.values() for m in ms} <= set(keys)
+
+    # the other parts are the originals: symlinks, same checksums, rules still hold
+    for name in ("val", "test", "train-parallel", "tokenizer.json"):
+        assert (out / name).is_symlink() and (out / name).resolve() == (data / name).resolve()
+    for split in ("val", "test", "train-parallel"):
+        assert read_manifest(out / split)["checksum"] == read_manifest(data / split)["checksum"]
+    check_split_rule(out / "test", "test")
+    check_split_rule(out / "val", "val")
+    # the original dataset is untouched
+    assert by_image(data / "train") == before
+
+
+def test_val_too_copy_and_overwrite(tmp_path):
+    w, data = convert_world(tmp_path)
+    out = tmp_path / "more"
+    val_before = by_image(data / "val")
+    rows = [f"{i}.jpg\t{metas[0]['lang']}\tone more for val" for i, metas in val_before.items()]
+    tsv = write_lines(tmp_path / "val.tsv", rows + [f"{i}.jpg\tzh\tnot its language" for i in val_before])
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--captions", tsv,
+            "--splits", "train,val", "--copy", "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    val_after = by_image(out / "val")
+    assert set(val_after) == set(val_before)
+    assert sum(summary["splits"]["val"]["added"].values()) == len(val_before)
+    for image_id, metas in val_after.items():
+        assert {m["lang"] for m in metas} == {val_before[image_id][0]["lang"]}
+        assert [m["caption"] for m in metas] == [m["caption"] for m in val_before[image_id]] + ["one more for val"]
+    check_split_rule(out / "val", "val")
+    for name in ("test", "train-parallel", "tokenizer.json"):
+        assert (out / name).exists() and not (out / name).is_symlink()
+    assert read_manifest(out / "test")["checksum"] == read_manifest(data / "test")["checksum"]
+    assert summary["reused"] == {"test": "copied", "tokenizer.json": "copied", "train-parallel": "copied"}
+
+    # an earlier more-captions output is replaced with --overwrite (and kept without it)
+    assert cli(argv) == 2
+    assert cli(argv[:-3] + ["--out", out, "--overwrite", "--quiet"]) == 0
+    assert not (out / "val").is_symlink()
+    assert not list(tmp_path.glob(".more.partial-*"))
+
+
+def test_bad_input_is_a_one_line_error(tmp_path, capsys):
+    w, data = convert_world(tmp_path)
+    src = ["--multi30k", w["m30k"], "--multi30k-tasks", "2"]
+    no_train = tmp_path / "no-train"
+    no_train.mkdir()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    mixed = tmp_path / "mixed"  # converted without --assign-languages: images in several languages
+    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--workers", "1", "--out", mixed,
+                "--quiet"]) == 0
+    cases = [
+        (["--data", no_train, *src, "--out", tmp_path / "o1"], "split directory not found"),
+        (["--data", data, *src, "--out", tmp_path / "taken"], "pass --overwrite"),
+        (["--data", data, *src, "--out", tmp_path / "taken", "--overwrite"], "not a dataset written by more-captions"),
+        (["--data", data, *src, "--out", data / "more"], "outside --data"),
+        (["--data", data, "--out", tmp_path / "o2"], "needs at least one source"),
+        (["--data", mixed, *src, "--out", tmp_path / "o3"], "one language per image"),
+        (["--data", data, *src, "--splits", "test", "--out", tmp_path / "o4"], "test stays as it is"),
+        (["--data", tmp_path / "absent", *src, "--out", tmp_path / "o5"], "folder not found"),
+    ]
+    for argv, message in cases:
+        assert cli(["more-captions", *argv, "--quiet"]) == 2, message
+        err = capsys.readouterr().err.strip().splitlines()
+        assert message in err[-1]
+    assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_help_explains_why(capsys):
+    assert cli(["more-captions", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no parallel text" in text and "exactly one language" in text and "--out" in text
+
+
+@pytest.mark.realdata
+def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
+    data = tmp_path / "f8k"
+    assert cli(["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
+                "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
+                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
+                "--resize", "32", "--limit-images", "200", "--workers", "1", "--out", data, "--quiet"]) == 0
+    out = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--multi30k", flickr8k_dir / "multi30k", "--multi30k-tasks", "1,2",
+                "--flickr8k", f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en",
+                "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
+                "--out", out, "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    train = summary["splits"]["train"]
+    assert summary["balanced"] and summary["skipped_total"] == 0
+    # en and de images get about five captions each (Multi30K task 2 / Flickr8k, duplicates dropped)
+    assert set(train["added"]) <= {"en", "de"} and train["after"]["fr"] == train["before"]["fr"]
+    for lang in ("en", "de"):
+        assert train["after"][lang] >= 4 * train["before"][lang]
+    check_split_rule(out / "train", "train")
+    assert read_manifest(out / "test")["checksum"] == read_manifest(data / "test")["checksum"]
