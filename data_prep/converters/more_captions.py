@@ -49,9 +49,8 @@ from globetrotter.errors import UserError
 from .cli import _existing_dir, _existing_file, _file_and_language, _language_list, _sources, _tasks
 from .common import Record
 from .images import _stem, flickr_photo_id
-from .languages import normalize_language
-from .pipeline import _KEY_UNSAFE, SUMMARY
-from .report import ConversionReport, Issue
+from .pipeline import _KEY_UNSAFE, SUMMARY, checked_records
+from .report import ConversionReport
 
 COMMAND = "more-captions"
 ENRICHABLE = ("train", "val")
@@ -138,53 +137,26 @@ class _Matcher:
 def _gather(sources: Iterable[Iterable[Record]], states: dict[str, _Split], matcher: _Matcher,
             languages: list[str] | None, report: ConversionReport, progress: bool) -> None:
     """Check every record like a conversion does; file the captions to add under their image."""
-    wanted = set(languages) if languages else None
-    seen: dict[tuple, str] = {}
-    bar = tqdm(desc="reading captions", unit=" rec", disable=not progress, mininterval=1.0)
-    for source in sources:
-        for item in source:
-            bar.update()
-            if isinstance(item, Issue):
-                report.records += item.records
-                report.add(item)
-                continue
-            report.records += 1
-            lang = normalize_language(item.lang)
-            if lang is None:
-                report.add(Issue("unknown_language", item.file, item.line,
-                                 f"language code {item.lang!r} is not ISO 639-1"))
-                continue
-            text = " ".join(item.text.split())
-            if not text:
-                report.add(Issue("empty_caption", item.file, item.line, "caption is empty or whitespace"))
-                continue
-            first = seen.get(item.key)
-            if first is not None:
-                report.add(Issue("duplicate_key", item.file, item.line, f"same caption key as {first}"))
-                continue
-            seen[item.key] = item.where
-            if wanted is not None and lang not in wanted:
-                report.leave_out("language_not_requested")
-                continue
-            image_id = matcher.match(item.images)
-            if image_id is None:
-                report.leave_out("image_not_in_dataset")
-                continue
-            state = states.get(matcher.split_of[image_id])
-            if state is None:
-                report.leave_out("image_in_other_split")
-                continue
-            if state.lang_of[image_id] != lang:
-                report.leave_out("other_language_of_image")
-                continue
-            key = same_text(text)
-            if key in state.texts[image_id]:
-                report.leave_out("caption_already_present")
-                continue
-            state.texts[image_id].add(key)
-            state.added[image_id].append((lang, text))
-            report.written[(state.name, lang)] += 1
-    bar.close()
+    for item in checked_records(sources, report, languages, progress):
+        lang, text = item.lang, item.text
+        image_id = matcher.match(item.images)
+        if image_id is None:
+            report.leave_out("image_not_in_dataset")
+            continue
+        state = states.get(matcher.split_of[image_id])
+        if state is None:
+            report.leave_out("image_in_other_split")
+            continue
+        if state.lang_of[image_id] != lang:
+            report.leave_out("other_language_of_image")
+            continue
+        key = same_text(text)
+        if key in state.texts[image_id]:
+            report.leave_out("caption_already_present")
+            continue
+        state.texts[image_id].add(key)
+        state.added[image_id].append((lang, text))
+        report.written[(state.name, lang)] += 1
 
 
 def _new_key(state: _Split, image_id: str, lang: str) -> str:

@@ -86,13 +86,14 @@ class _Image:
     image_id: str = ""
 
 
-def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
-            resolver: ImageResolver) -> dict[Path, _Image]:
-    """Check every record; keep good captions grouped by image file."""
-    wanted = set(options.languages) if options.languages else None
+def checked_records(sources: Iterable[Iterable[Record]], report: ConversionReport, languages: Sequence[str] | None,
+                    progress: bool) -> Iterator[Record]:
+    """The records of ``sources`` that pass a conversion's checks, language code normalised and whitespace
+    collapsed. Bad input (reader issues, unknown language, empty caption, duplicate key) is filed in
+    ``report`` with file and line; a language outside ``languages`` is counted as left out."""
+    wanted = set(languages) if languages else None
     seen: dict[tuple, str] = {}
-    images: dict[Path, _Image] = {}
-    bar = tqdm(desc="reading captions", unit=" rec", disable=not options.progress, mininterval=1.0)
+    bar = tqdm(desc="reading captions", unit=" rec", disable=not progress, mininterval=1.0)
     for source in sources:
         for item in source:
             bar.update()
@@ -118,13 +119,21 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
             if wanted is not None and lang not in wanted:
                 report.leave_out("language_not_requested")
                 continue
-            path = resolver.resolve(item.images)
-            if path is None:
-                report.add(Issue("missing_image", item.file, item.line,
-                                 f"image {item.images[0]!r} not found in the image folders"))
-                continue
-            images.setdefault(path, _Image(path)).captions.append(replace(item, lang=lang, text=text))
+            yield replace(item, lang=lang, text=text)
     bar.close()
+
+
+def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
+            resolver: ImageResolver) -> dict[Path, _Image]:
+    """Check every record; keep good captions grouped by image file."""
+    images: dict[Path, _Image] = {}
+    for item in checked_records(sources, report, options.languages, options.progress):
+        path = resolver.resolve(item.images)
+        if path is None:
+            report.add(Issue("missing_image", item.file, item.line,
+                             f"image {item.images[0]!r} not found in the image folders"))
+            continue
+        images.setdefault(path, _Image(path)).captions.append(item)
     return images
 
 
