@@ -136,6 +136,7 @@ class OptimConfig:
     warmup_steps: int = 100
     min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
     grad_clip: float = 1.0  # max global grad norm; 0 disables
+    embedding_lr_scale: float = 1.0  # the text encoder's token embeddings learn at lr × this (1 = one group)
 
 
 @dataclass
@@ -223,6 +224,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps <= 0 or self.batch_size <= 1:
             raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.optim.embedding_lr_scale <= 0:
+            raise ValueError(f"optim.embedding_lr_scale must be > 0, got {self.optim.embedding_lr_scale}")
         if self.adapt.from_run and self.model.text_encoder != "transformer":
             raise ValueError("adapt.from: only the shared transformer text encoder adapts to a new language "
                              f"(model.text_encoder={self.model.text_encoder} has one word table per training language)")

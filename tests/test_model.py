@@ -8,6 +8,7 @@ import torch
 
 from globetrotter.config import load_train_config
 from globetrotter.encoder import build_model
+from globetrotter.errors import UserError
 from globetrotter.training.objective import GlobetrotterObjective
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
@@ -117,3 +118,21 @@ def test_feature_target_head_centres_the_frozen_features_and_learns_only_the_tex
 def test_feature_target_head_needs_a_frozen_backbone():
     with pytest.raises(ValueError, match="freeze_image_backbone"):
         build_model(load_train_config(None, SMALL + ["model.image_head_x=features"]), vocab_size=40)
+
+
+def test_token_embeddings_get_their_own_learning_rate_group_only_when_asked():
+    from globetrotter.training.trainer import param_groups
+
+    model = build_model(load_train_config(None, SMALL), vocab_size=40)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    plain = param_groups(model, 0.01)
+    assert len(plain) == 2 and sum(p.numel() for g in plain for p in g["params"]) == trainable
+    groups = param_groups(model, 0.01, lr=1e-3, embedding_lr_scale=10.0)
+    assert len(groups) == 3 and sum(p.numel() for g in groups for p in g["params"]) == trainable
+    tokens = groups[2]
+    assert tokens["lr"] == pytest.approx(1e-2) and tokens["weight_decay"] == 0.0
+    assert tokens["params"] == [model.text.token_embedding.weight], "the tied cloze decoder is the same tensor"
+    optimizer = torch.optim.AdamW(groups, lr=1e-3)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3, 1e-2])
+    with pytest.raises(UserError, match="embedding_lr_scale must be > 0"):
+        load_train_config(None, SMALL + ["optim.embedding_lr_scale=0"])

@@ -43,14 +43,25 @@ class NonFiniteLoss(RuntimeError):
     """The loss stayed NaN/inf for several steps; the weights were never updated with it."""
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: no weight decay on biases, norms and embeddings."""
-    decay, no_decay = [], []
+def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None = None,
+                 embedding_lr_scale: float = 1.0) -> list[dict]:
+    """AdamW groups: no weight decay on biases, norms and embeddings. With ``embedding_lr_scale`` != 1 the
+    text encoder's token embeddings (tied to the cloze decoder) get their own group at ``lr × scale``: each
+    row is updated only by the captions holding its token, far more rarely than the layers above it."""
+    decay, no_decay, tokens = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "embedding" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if embedding_lr_scale != 1.0 and name.startswith("text.") and "token_embedding" in name:
+            tokens.append(p)
+        else:
+            (no_decay if p.ndim < 2 or "embedding" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if tokens:
+        if lr is None:
+            raise ValueError("param_groups: embedding_lr_scale needs the base lr")
+        groups.append({"params": tokens, "weight_decay": 0.0, "lr": lr * embedding_lr_scale})
+    return groups
 
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
@@ -87,7 +98,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     model = build_model(cfg, tokenizer.get_vocab_size())
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
+    groups = param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
