@@ -11,6 +11,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Sequence
 
 from globetrotter.errors import UserError
 
@@ -126,26 +127,39 @@ def _default_workers() -> int:
         return os.cpu_count() or 1
 
 
+CAPTION_SOURCES = ("multi30k", "flickr8k", "globetrotter", "xtd10", "captions")
+
+
+def add_source_arguments(group, sources: Sequence[str] = CAPTION_SOURCES) -> None:
+    """The caption-source options (each repeatable) of ``sources`` (``multi30k`` brings ``--multi30k-tasks``)."""
+    if "multi30k" in sources:
+        group.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
+                           help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
+        group.add_argument("--multi30k-tasks", type=_tasks, default=[1], metavar="1|2|1,2",
+                           help="which Multi30K tasks to read: 1 = parallel en/de/fr/cs, 2 = five independent "
+                                "en and de captions per image (default: 1)")
+    if "flickr8k" in sources:
+        group.add_argument("--flickr8k", type=_file_and_language, action="append", default=[], metavar="FILE:LANG",
+                           help="a Flickr8k token file (img.jpg#k<TAB>caption) or Flickr8k-CN caption file "
+                                "(img#zhc#k caption) and the language of its captions, e.g. Flickr8k.token.txt:en")
+    if "globetrotter" in sources:
+        group.add_argument("--globetrotter", type=_existing_dir, action="append", default=[], metavar="ROOT",
+                           help="Globetrotter dataset root (COCO/annotations/, flickr30k/entities/, ConceptualCaptions/ "
+                                "with translated_independent/ and translated_alllangs/); also searched for images")
+    if "xtd10" in sources:
+        group.add_argument("--xtd10", type=_existing_dir, action="append", default=[], metavar="DIR",
+                           help="XTD10 release folder (XTD10/test_image_names.txt, */test_1kcaptions_<lang>.txt; "
+                                "'jp' is read as ISO 639-1 'ja')")
+    if "captions" in sources:
+        group.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
+                           help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL "
+                                "({\"image\", \"lang\", \"caption\"[, \"split\"]})")
+
+
 def _shared_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     src = parent.add_argument_group("sources (each repeatable; combine any of them into one dataset)")
-    src.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
-                     help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
-    src.add_argument("--multi30k-tasks", type=_tasks, default=[1], metavar="1|2|1,2",
-                     help="which Multi30K tasks to read: 1 = parallel en/de/fr/cs, 2 = five independent "
-                          "en and de captions per image (default: 1)")
-    src.add_argument("--flickr8k", type=_file_and_language, action="append", default=[], metavar="FILE:LANG",
-                     help="a Flickr8k token file (img.jpg#k<TAB>caption) or Flickr8k-CN caption file "
-                          "(img#zhc#k caption) and the language of its captions, e.g. Flickr8k.token.txt:en")
-    src.add_argument("--globetrotter", type=_existing_dir, action="append", default=[], metavar="ROOT",
-                     help="Globetrotter dataset root (COCO/annotations/, flickr30k/entities/, ConceptualCaptions/ "
-                          "with translated_independent/ and translated_alllangs/); also searched for images")
-    src.add_argument("--xtd10", type=_existing_dir, action="append", default=[], metavar="DIR",
-                     help="XTD10 release folder (XTD10/test_image_names.txt, */test_1kcaptions_<lang>.txt; "
-                          "'jp' is read as ISO 639-1 'ja')")
-    src.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
-                     help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL "
-                          "({\"image\", \"lang\", \"caption\"[, \"split\"]})")
+    add_source_arguments(src)
     src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
                      help="image folder (searched recursively by path, file name, and Flickr photo id, so "
                           "<id>.jpg finds <id>_<secret>.jpg); required with --multi30k, --flickr8k, --xtd10")

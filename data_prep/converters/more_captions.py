@@ -46,10 +46,10 @@ from tqdm import tqdm
 from data_prep.shards import MANIFEST, SPLITS, ShardWriter, check_split_rule, iter_raw, read_captions, read_manifest
 from globetrotter.errors import UserError
 
-from .cli import _existing_dir, _existing_file, _file_and_language, _language_list, _sources, _tasks
+from .cli import _existing_dir, _language_list, _sources, add_source_arguments
 from .common import Record
 from .images import _stem, flickr_photo_id
-from .pipeline import _KEY_UNSAFE, SUMMARY, checked_records
+from .pipeline import _KEY_UNSAFE, SUMMARY, checked_records, safe_id
 from .report import ConversionReport
 
 COMMAND = "more-captions"
@@ -68,10 +68,6 @@ EXAMPLE = (
 def same_text(text: str) -> str:
     """What two captions must share to count as the same text: their words, case-folded (punctuation and spacing ignored)."""
     return " ".join(_WORD.findall(text.casefold()))
-
-
-def _safe_id(image_id: str) -> str:
-    return _KEY_UNSAFE.sub("_", image_id).strip("_") or "image"
 
 
 @dataclass
@@ -124,7 +120,7 @@ class _Matcher:
     def match(self, candidates: Iterable[str]) -> str | None:
         stems = [_stem(os.path.basename(c)) for c in candidates if c]
         for stem in stems:
-            for image_id in (stem, _safe_id(stem)):
+            for image_id in (stem, safe_id(stem)):
                 if image_id in self.split_of:
                     return image_id
         for stem in stems:
@@ -161,7 +157,7 @@ def _gather(sources: Iterable[Iterable[Record]], states: dict[str, _Split], matc
 
 def _new_key(state: _Split, image_id: str, lang: str) -> str:
     """``<image id>-<lang>-<n>``, the converters' scheme, n continuing after the image's captions in ``lang``."""
-    base = f"{_safe_id(image_id)}-{_KEY_UNSAFE.sub('_', lang)}"
+    base = f"{safe_id(image_id)}-{_KEY_UNSAFE.sub('_', lang)}"
     while True:
         n = state.per_image_lang[(image_id, lang)]
         state.per_image_lang[(image_id, lang)] += 1
@@ -415,16 +411,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
                         help="add captions only in these languages (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
-    src.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
-                     help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
-    src.add_argument("--multi30k-tasks", type=_tasks, default=[1], metavar="1|2|1,2",
-                     help="which Multi30K tasks to read: 1 = en/de/fr/cs, 2 = five independent en and de "
-                          "captions per image (default: 1)")
-    src.add_argument("--flickr8k", type=_file_and_language, action="append", default=[], metavar="FILE:LANG",
-                     help="a Flickr8k token file or Flickr8k-CN caption file and its language, e.g. "
-                          "Flickr8k.token.txt:en")
-    src.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
-                     help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL")
+    add_source_arguments(src, ("multi30k", "flickr8k", "captions"))
     src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
                      help="not needed (accepted so a converter command line can be reused): images are matched "
                           "to the dataset's image ids and their bytes come from its shards")

@@ -137,11 +137,16 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
     return images
 
 
+def safe_id(stem: str) -> str:
+    """The image id a file stem gets (characters outside ``[0-9A-Za-z_-]`` become ``_``)."""
+    return _KEY_UNSAFE.sub("_", stem).strip("_") or "image"
+
+
 def _assign_image_ids(images: Iterable[_Image]) -> None:
     """Readable, unique ids from file stems (``1000268201_693b08cb0e``); ``-2``, ``-3``... on clashes."""
     used: set[str] = set()
     for img in images:
-        base = _KEY_UNSAFE.sub("_", img.path.stem).strip("_") or "image"
+        base = safe_id(img.path.stem)
         image_id, n = base, 1
         while image_id in used:
             n += 1

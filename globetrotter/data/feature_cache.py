@@ -102,13 +102,14 @@ def cache_dir_for(cfg: "TrainConfig", split: str) -> Path | None:
     return Path(cfg.data.root) / split / "features" if where == "auto" else Path(where)
 
 
-def _unique_images(split_dir: Path) -> Iterator[tuple[str, bytes]]:
+def unique_images(split_dir: Path) -> Iterator[tuple[str, str, bytes]]:
+    """(image id, image format, encoded bytes) of each image of a split, once, in shard order."""
     seen: set[str] = set()
-    for _key, _ext, data, meta in iter_raw(split_dir):
+    for _key, ext, data, meta in iter_raw(split_dir):
         image_id = str(meta["image_id"])
         if image_id not in seen:
             seen.add(image_id)
-            yield image_id, data
+            yield image_id, ext, data
 
 
 class _Views(torch.utils.data.Dataset):
@@ -146,7 +147,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
     ids, blobs = [], []
-    for image_id, data in _unique_images(split_dir):
+    for image_id, _ext, data in unique_images(split_dir):
         if max_images is not None and len(ids) >= max_images:
             break
         ids.append(image_id)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from globetrotter.errors import UserError
+from globetrotter.training.scheduler import warmup_cosine
 
 PAD, EOS = 0, 1
 """Decoder ids of padding and of the end-of-sentence token (which also starts every sentence, as in GPT-2)."""
@@ -247,9 +248,7 @@ def train_decoder(texts: Sequence[str], cond: np.ndarray, tokenizer, config: Dec
     dec.cond_mean.copy_(c.mean(0))
     dec.cond_std.copy_(c.std(0).clamp_min(1e-6) if len(c) > 1 else torch.ones(c.shape[1]))
     opt = torch.optim.AdamW(dec.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    warm = max(1, int(config.warmup * config.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, config.steps - warm))))))
+    sched = warmup_cosine(opt, max(1, int(config.warmup * config.steps)), config.steps)
     gen = torch.Generator().manual_seed(seed)
     perm, at = torch.randperm(len(rows), generator=gen), 0
     losses = []

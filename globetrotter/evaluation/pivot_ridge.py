@@ -43,7 +43,6 @@ class PivotRidgeEncoder:
         self.train_split = Path(train_split)
         self.features = Path(features) if features is not None else self.train_split / "features"
         self.alpha = alpha
-        self.name = f"ridge-{self.train_split.parent.name or self.train_split.name}"
         self.maps: dict[str, tuple[TfidfEncoder, object]] = {}
         self.counts: dict[str, int] = {}
         self._fit()

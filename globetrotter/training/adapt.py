@@ -26,7 +26,6 @@ with the old ones, and of the old languages among themselves, before and after (
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -35,11 +34,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data_prep.shards import decode_image, iter_raw, read_captions, read_manifest
+from data_prep.shards import decode_image, read_captions, read_manifest
 
 from ..config import AdaptConfig, TrainConfig, load_train_config
 from ..config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ..data.augment import eval_transform
+from ..data.feature_cache import ensure_feature_cache, unique_images
 from ..data.pipeline import truth_id
 from ..encoder import Encoder, load
 from ..errors import UserError
@@ -47,7 +47,7 @@ from ..evaluation import parallel_set, sentence_translation
 from ..models import GlobetrotterModel
 from ..tokenizer import encode_batch, extend_tokenizer, load_tokenizer, save_tokenizer
 from . import checkpoint as ckpt
-from .objective import GlobetrotterObjective
+from .objective import GlobetrotterObjective, language_codes
 
 def starting_checkpoint(path: str) -> Path:
     """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line error without one."""
@@ -157,8 +157,7 @@ class AdaptationObjective(GlobetrotterObjective):
         return feats, torch.cat([truth, batch["old_truth"].to(truth)]), new[:, None] | new[None, :]
 
     def _language_codes(self, batch, device):
-        old = torch.tensor([zlib.crc32(lang.encode()) for lang in batch["old_langs"]], device=device)
-        return torch.cat([super()._language_codes(batch, device), old])
+        return torch.cat([super()._language_codes(batch, device), language_codes(batch["old_langs"], device)])
 
 
 def _grow_rows(old: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
@@ -219,8 +218,6 @@ class Adaptation:
         cache's row 0 with ``data.features``), in that order."""
         split_dir = Path(self.cfg.data.root) / split
         if self.cfg.data.features:
-            from ..data.feature_cache import ensure_feature_cache
-
             if self.cfg.data.features != "auto" and split != self.cfg.data.train_split:
                 raise UserError(f"data.features={self.cfg.data.features} is the train split's cache; adaptation "
                                 f"reads {split} too: use data.features=auto")
@@ -242,9 +239,9 @@ class Adaptation:
 
         with tqdm(total=len(unique), desc=f"adapt: {split} image features", unit="img", disable=not progress,
                   dynamic_ncols=True) as bar:
-            for _, ext, data, meta in iter_raw(split_dir):
-                r = row.get(str(meta["image_id"]))
-                if r is None or r in seen:
+            for image_id, ext, data in unique_images(split_dir):
+                r = row.get(image_id)
+                if r is None:
                     continue
                 seen.add(r)
                 pending.append((r, transform(decode_image(data, ext).convert("RGB"))))

@@ -8,6 +8,7 @@ count, times the world size (DDP averages gradients over processes).
 from __future__ import annotations
 
 import zlib
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,11 @@ from ..losses import (
     transitive_alpha,
     world_size,
 )
+
+
+def language_codes(langs: Sequence[str], device: torch.device | str = "cpu") -> torch.Tensor:
+    """An integer code per language code (CRC-32), equal for equal languages on every process."""
+    return torch.tensor([zlib.crc32(lang.encode()) for lang in langs], device=device)
 
 
 class GlobetrotterObjective(nn.Module):
@@ -62,7 +68,7 @@ class GlobetrotterObjective(nn.Module):
 
     def _language_codes(self, batch: dict, device: torch.device) -> torch.Tensor:
         """An integer code of each of L_t's captions' language, in :meth:`_text_inputs`'s order."""
-        return gather_many([torch.tensor([zlib.crc32(lang.encode()) for lang in batch["langs"]], device=device)])[0]
+        return gather_many([language_codes(batch["langs"], device)])[0]
 
     @staticmethod
     def _cross_language_share(alpha: torch.Tensor, codes: torch.Tensor) -> float:
