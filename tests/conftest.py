@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GLOBETROTTER_SHARED", REPO.parent / "shared"))
@@ -76,3 +77,28 @@ def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int 
 def tiny_world(tmp_path_factory) -> Path:
     """A tiny 4-language dataset folder with train/, val/ and test/ splits."""
     return make_tiny_world(tmp_path_factory.mktemp("tiny_world"))
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs (``pytestmark`` of a module)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_world, tmp_path_factory) -> Path:
+    """A run folder trained for 2 steps on the tiny world (a real checkpoint for the commands that load one)."""
+    from globetrotter.config import load_train_config
+    from globetrotter.training.trainer import train
+
+    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
+            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
+                                   f"output_dir={run_dir}", *tiny])
+    train(cfg)
+    return cfg.run_dir

@@ -122,25 +122,15 @@ def _write_split(root: Path, langs: dict) -> Path:
     return root
 
 
-def test_correspondence_command_on_a_trained_run(tiny_world, tmp_path, capsys):
+def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path, capsys):
     import globetrotter
-    from globetrotter.config import load_train_config
-    from globetrotter.training.trainer import train
-
-    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
-            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
-            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
-    run_dir = tmp_path / "run"
-    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
-                                   f"output_dir={run_dir}", *tiny])
-    train(cfg)
-    states, mask = globetrotter.load(cfg.run_dir).encode_tokens(["red a square", "赤い 四角 です"], batch_size=1)
+    states, mask = globetrotter.load(tiny_run).encode_tokens(["red a square", "赤い 四角 です"], batch_size=1)
     assert states.shape[0] == 2 and states.shape[2] == 32 and mask.shape == states.shape[:2]
     assert mask[0].sum() < mask[1].sum() and not states[0, mask[0].sum():].any()  # padded with zeros
 
     split = _write_split(tmp_path / "split", {"en": EN, "de": DE, "el": EL, "zh": ZH})
     out = tmp_path / "out"
-    argv = ["correspondence", "--model", str(cfg.run_dir), "--name", "tiny", "--split", str(split), "--out", str(out),
+    argv = ["correspondence", "--model", str(tiny_run), "--name", "tiny", "--split", str(split), "--out", str(out),
             "--epochs", "1", "--probe-seeds", "0", "1"]
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
@@ -158,7 +148,7 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tmp_path, capsys):
     one = _write_split(tmp_path / "one", {"en": EN})
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["correspondence", "--model", str(cfg.run_dir), "--split", str(one), "--out", str(out)])
+        cli.main(["correspondence", "--model", str(tiny_run), "--split", str(one), "--out", str(out)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "at least 2 languages" in err and len(err.splitlines()) == 1

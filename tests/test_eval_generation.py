@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from data_prep.shards import ShardWriter
@@ -21,13 +20,7 @@ SMALL = gen.DecoderConfig(d_model=64, layers=2, prefix_length=2, max_tokens=16, 
 PLACES = ["on the left", "on the right", "at the top", "at the bottom"]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_scores_and_floor_permutation():
@@ -183,19 +176,9 @@ def test_generate_help_and_bad_splits_and_models_exit_2(splits, fake, tmp_path, 
     assert "needs a trained run folder" in capsys.readouterr().err
 
 
-def test_generate_command_on_a_trained_run(tiny_world, tmp_path):
-    from globetrotter.config import load_train_config
-    from globetrotter.training.trainer import train
-
-    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
-            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
-            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
-    run_dir = tmp_path / "run"
-    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
-                                   f"output_dir={run_dir}", *tiny])
-    train(cfg)
+def test_generate_command_on_a_trained_run(tiny_world, tiny_run, tmp_path):
     out = tmp_path / "out"
-    argv = ["generate", "--model", str(cfg.run_dir), "--name", "tiny", "--train", str(tiny_world / "train"),
+    argv = ["generate", "--model", str(tiny_run), "--name", "tiny", "--train", str(tiny_world / "train"),
             "--split", str(tiny_world / "test"), "--target", "en", "--out", str(out), "--steps", "60",
             "--layers", "1", "--d-model", "32", "--decoder-batch-size", "16"]
     assert run(argv) == 0

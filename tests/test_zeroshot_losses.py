@@ -15,13 +15,7 @@ from globetrotter.zeroshot.losses import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def t(*rows):

@@ -24,13 +24,7 @@ from globetrotter.zeroshot.tagging import (
 from globetrotter.zeroshot.train import save_adapter
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SEASON, COIL = [1.0, 0.0], [0.0, 1.0]
 SPRING = [1 / math.sqrt(2), 1 / math.sqrt(2)]  # the ambiguous English tag, halfway between both senses

@@ -13,13 +13,7 @@ from globetrotter.zeroshot.retrieval import chance_recall, format_table, nearest
 from globetrotter.zeroshot.train import load_adapter, save_adapter, train_adapter
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: one thread is fastest, and immune to oversubscribed CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_adapter_blocks_follow_the_paper():
