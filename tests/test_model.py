@@ -134,5 +134,8 @@ def test_token_embeddings_get_their_own_learning_rate_group_only_when_asked():
     assert tokens["params"] == [model.text.token_embedding.weight], "the tied cloze decoder is the same tensor"
     optimizer = torch.optim.AdamW(groups, lr=1e-3)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-3, 1e-3, 1e-2])
+    sigurdsson = Path(__file__).resolve().parents[1] / "configs" / "sigurdsson.yaml"
+    bag = build_model(load_train_config(sigurdsson, SMALL + ["model.languages=[en,de]"]), vocab_size=40)
+    assert param_groups(bag, 0.01, lr=1e-3, embedding_lr_scale=10.0)[2]["params"] == [bag.text.word_embedding.weight]
     with pytest.raises(UserError, match="embedding_lr_scale must be > 0"):
         load_train_config(None, SMALL + ["optim.embedding_lr_scale=0"])

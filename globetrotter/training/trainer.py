@@ -43,16 +43,21 @@ class NonFiniteLoss(RuntimeError):
     """The loss stayed NaN/inf for several steps; the weights were never updated with it."""
 
 
+TOKEN_TABLES = ("text.token_embedding.weight", "text.word_embedding.weight")
+"""The text encoders' token tables (transformer, Sigurdsson baseline): ``optim.embedding_lr_scale`` applies to them."""
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None = None,
                  embedding_lr_scale: float = 1.0) -> list[dict]:
     """AdamW groups: no weight decay on biases, norms and embeddings. With ``embedding_lr_scale`` != 1 the
-    text encoder's token embeddings (tied to the cloze decoder) get their own group at ``lr × scale``: each
-    row is updated only by the captions holding its token, far more rarely than the layers above it."""
+    text encoder's token embeddings (tied to the cloze decoder; the Sigurdsson baseline's per-language word
+    tables) get their own group at ``lr × scale``: each row is updated only by the captions holding its
+    token, far more rarely than the layers above it."""
     decay, no_decay, tokens = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if embedding_lr_scale != 1.0 and name.startswith("text.") and "token_embedding" in name:
+        if embedding_lr_scale != 1.0 and name in TOKEN_TABLES:
             tokens.append(p)
         else:
             (no_decay if p.ndim < 2 or "embedding" in name else decay).append(p)
