@@ -9,11 +9,14 @@ from torchvision.transforms.v2 import functional as F
 
 from globetrotter.config import load_train_config
 from globetrotter.data.augment import IMAGENET_MEAN, IMAGENET_STD, blur_kernel
+from globetrotter.data.pipeline import device_augment_from_config, train_loader_from_config
 from globetrotter.data.device_augment import (BLUR, BOX, FACTORS, FLIP, GRAY, JITTER, N_PARAMS, ORDER, SIGMA,
                                               DeviceSimCLR)
 from globetrotter.data.stream import derive_seed
 from globetrotter.data.views import DeviceInputs
 from globetrotter.errors import UserError
+from globetrotter.tokenizer import load_tokenizer
+from globetrotter.training.prepare import ensure_data, tokenizer_path
 from globetrotter.training.trainer import train
 
 from test_training import tiny_cfg  # tests/ is on sys.path (rootless conftest dir)
@@ -155,6 +158,23 @@ def test_config_rejects_an_unknown_place_in_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="data.device_source_size must be >= 1"):
         load_train_config(None, ["data.augment_on=device", "data.device_source_size=0"])
+
+
+def test_the_loader_streams_the_cpu_paths_samples_as_device_inputs(tiny_world, tmp_path):
+    cpu_cfg = tiny_cfg(tiny_world, tmp_path, "steps=1")
+    device_cfg = tiny_cfg(tiny_world, tmp_path, "steps=1", "data.augment_on=device")
+    ensure_data(cpu_cfg)
+    tok = load_tokenizer(tokenizer_path(cpu_cfg))
+    cpu = next(iter(train_loader_from_config(cpu_cfg, tok, 8, seed=3)))
+    device, again = (next(iter(train_loader_from_config(device_cfg, tok, 8, seed=3))) for _ in range(2))
+    assert torch.equal(cpu["input_ids"], device["input_ids"]) and "view1" not in device
+    assert device["images"].dtype == torch.uint8 and device["images"].shape == (8, 3, 64, 64)
+    assert device["view_params"].shape == (8, 2, N_PARAMS)
+    assert torch.equal(device["images"], again["images"]) and torch.equal(device["view_params"], again["view_params"])
+    batch = device_augment_from_config(device_cfg).apply(device, "cpu")
+    assert batch["view1"].shape == batch["view2"].shape == cpu["view1"].shape == (8, 3, 32, 32)
+    assert "images" not in batch and "view_params" not in batch
+    assert device_augment_from_config(cpu_cfg) is None
 
 
 def test_a_short_run_trains_with_views_made_on_the_device(tiny_world, tmp_path):
