@@ -32,6 +32,14 @@ class DataConfig:
     hue_jitter: float = 0.1  # hue shift of the jitter (SimCLR); 0 keeps colour words true
     grayscale: float = 0.2  # probability of a grayscale view (SimCLR)
     hflip: bool = True  # random horizontal flips; false keeps "left"/"right" in captions true
+    # where SimCLR's two views are made, with the settings above: cpu = in the data workers, one image at a time
+    # (torchvision); device = the workers decode and resize, the training device makes the views of the whole
+    # batch (globetrotter/data/device_augment.py), each sample still seeded on its own
+    augment_on: Literal["cpu", "device"] = "cpu"
+    # augment_on=device: the square side the workers resize every image to (aspect ignored; crops are drawn in
+    # the image's own geometry). null: 2 × image_size (a crop of 1/4 of the area or more is never upsampled);
+    # set the shards' stored side (pre-resized shards) to skip the resize
+    device_source_size: int | None = None
     shuffle_buffer: int = 2000
     # random: the paper; pairs: B/2 translation pairs per batch (parallel split, supervised baseline);
     # neighbours: half the batch are anchors, half a caption of a visual nearest neighbour of each
@@ -47,7 +55,14 @@ class DataConfig:
     max_bad_samples: int = 100  # distinct bad samples (truncated shard, undecodable image/json) a process may
     # skip before the run stops with an error naming the shard (TensorBoard data/bad_samples); 0: none allowed
 
+    @property
+    def source_side(self) -> int:
+        """Side of the images the workers hand on with ``augment_on=device``."""
+        return self.device_source_size or 2 * self.image_size
+
     def validate(self) -> None:
+        if self.device_source_size is not None and self.device_source_size < 1:
+            raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
         if self.max_bad_samples < 0:
             raise ValueError("data.max_bad_samples must be >= 0")
         if self.max_length < 4:

@@ -41,8 +41,9 @@ def _tokenizer(world: Path, out: Path):
 def _batches(world: Path, tok, n: int, workers: int, position: StreamPosition | None = None, start: int = 0,
              batching: str = "random") -> list[dict]:
     from globetrotter.data.augment import simclr_transform
+    from globetrotter.data.views import CpuViews
 
-    loader = make_train_loader(str(world / "train"), tok, 8, 16, simclr_transform(32), shuffle_buffer=50,
+    loader = make_train_loader(str(world / "train"), tok, 8, 16, CpuViews(simclr_transform(32)), shuffle_buffer=50,
                                workers=workers, seed=3, batching=batching, position=position, start_step=start)
     it = iter(loader)
     return [next(it) for _ in range(n)]

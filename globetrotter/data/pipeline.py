@@ -1,10 +1,12 @@
-"""The training data stream: WebDataset shards -> augmented views + tokenized captions.
+"""The training data stream: WebDataset shards -> augmented views (or their device inputs) + tokenized captions.
 
 Shards are resampled with replacement (an endless stream); each process and data worker
 reads its own sequence, seeded by the run's seed, its rank and its worker, and each
 sample's augmentations are seeded by its index, so a resumed run continues the very same
 stream (:mod:`globetrotter.data.stream`). Bad samples and truncated shards are skipped and
 counted. The loader is a plain ``WebLoader`` that accelerate must not wrap (DESIGN.md section 6).
+With ``data.augment_on: device`` the workers hand on each image at a fixed size with its views'
+parameters and the trainer makes the views on its device (:mod:`globetrotter.data.device_augment`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from data_prep.shards import shard_paths
 from ..errors import UserError
 from ..tokenizer import encode_batch
 from .augment import simclr_transform
+from .device_augment import DeviceSimCLR
 from .stream import ResumableStream, StreamPosition
+from .views import CpuViews, DeviceInputs
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -42,7 +46,7 @@ def truth_id(meta: dict) -> int:
 
 @dataclass
 class Collate:
-    """Batches samples: tokenizes captions (padded), stacks the two views."""
+    """Batches ``(tensors, meta)`` samples: tokenizes captions (padded), stacks each image tensor by its name."""
 
     tokenizer: Tokenizer
     max_length: int
@@ -56,9 +60,8 @@ class Collate:
             "truth": torch.tensor([truth_id(m) for m in metas], dtype=torch.long),
             "langs": [m["lang"] for m in metas],
         }
-        if len(samples[0]) == 3:
-            batch["view1"] = torch.stack([s[0] for s in samples])
-            batch["view2"] = torch.stack([s[1] for s in samples])
+        for name in samples[0][0]:
+            batch[name] = torch.stack([s[0][name] for s in samples])
         return batch
 
 
@@ -112,7 +115,7 @@ def make_train_loader(
     tokenizer: Tokenizer,
     local_batch: int,
     max_length: int,
-    transform: Callable | None,
+    views: Callable[[torch.Tensor, int], dict[str, torch.Tensor]] | None,
     shuffle_buffer: int = 2000,
     workers: int = 2,
     seed: int = 0,
@@ -124,7 +127,8 @@ def make_train_loader(
 ) -> wds.WebLoader:
     """Endless loader of batches of ``local_batch`` samples for the process of rank ``rank``.
 
-    ``transform`` makes each of an image's two views (None: captions only, no images).
+    ``views`` makes a sample's image tensors from its decoded image and seed (:mod:`.views`: the
+    two views, or the inputs of the device's; None: captions only, no images).
     ``batching="pairs"`` (parallel data, supervised baseline): each batch holds
     ``local_batch / 2`` pairs of translations (:func:`pair_by_group`). ``position`` (from a
     checkpoint written at ``start_step``) resumes the stream where it was; every batch
@@ -132,7 +136,7 @@ def make_train_loader(
     """
     order = partial(random_order if batching == "random" else pairs_order, buffer=shuffle_buffer)
     position = StreamPosition(**position.to_dict()) if position else StreamPosition(workers=max(1, workers))
-    dataset = ResumableStream(shard_paths(split_dir), Collate(tokenizer, max_length), local_batch, transform, order,
+    dataset = ResumableStream(shard_paths(split_dir), Collate(tokenizer, max_length), local_batch, views, order,
                               seed=seed, rank=rank, position=position, offset=start_step, max_bad=max_bad)
     # the loader's own generator: creating its iterator must not draw from the global RNG (exact resume)
     return wds.WebLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
@@ -145,7 +149,8 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
     """The training batch stream of a run: from the feature cache when ``data.features`` is set
     (:class:`FeatureBatches`, index-based: batch ``s`` is a function of the seed and ``s``, so resuming at
     ``start_step`` is exact by construction), else :func:`make_train_loader` over pixels with the split,
-    sizes, augmentations and batching of ``cfg`` (resumed from ``position``)."""
+    sizes, augmentations and batching of ``cfg`` (resumed from ``position``); with ``data.augment_on: device``
+    its batches need :func:`device_augment_from_config`'s ``apply`` before the step."""
     d = cfg.data
     if d.features:
         from .feature_batches import FeatureBatches
@@ -157,9 +162,20 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
                               start_step=start_step)
     if d.batching == "neighbours":
         raise UserError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
-    transform = None
+    views = None
     if cfg.loss.uses_images:
-        transform = simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale, d.hflip)
-    return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, transform,
+        augment = device_augment_from_config(cfg)
+        views = CpuViews(simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale,
+                                          d.hflip)) if augment is None else DeviceInputs(augment, d.source_side)
+    return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, views,
                              shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching,
                              rank=rank, position=position, start_step=start_step, max_bad=d.max_bad_samples)
+
+
+def device_augment_from_config(cfg: "TrainConfig") -> DeviceSimCLR | None:
+    """The batched SimCLR views of ``data.augment_on: device`` with the config's settings; None when the
+    views are made on the CPU, or the run reads no pixels (cached features, or a loss without images)."""
+    d = cfg.data
+    if d.augment_on != "device" or d.features or not cfg.loss.uses_images:
+        return None
+    return DeviceSimCLR(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale, d.hflip)

@@ -32,6 +32,7 @@ import torch
 import webdataset as wds
 
 from ..errors import UserError
+from .views import decode_rgb
 
 IMAGE_KEYS = ("png", "jpg", "jpeg")
 WORKER, CURSOR, BAD, BAD_SHARD, STOP = "stream/worker", "stream/cursor", "stream/bad", "stream/bad_shard", "stream/stop"
@@ -147,35 +148,29 @@ def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
         yield sample
 
 
-def _two_views(sample: dict, transform: Callable, seed: int) -> tuple:
-    """Decode the image and make its two augmented views with the sample's own seed.
-
-    The global torch RNG (which torchvision's transforms draw from) is seeded per sample
-    inside ``fork_rng``, so the caller's RNG state is untouched.
-    """
-    from data_prep.shards import decode_image
-
+def _image_tensors(sample: dict, views: Callable[[torch.Tensor, int], dict[str, torch.Tensor]],
+                   seed: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """Decode the sample's image and make its tensors (:mod:`.views`) with the sample's own seed."""
     ext = next((k for k in IMAGE_KEYS if k in sample), None)
     if ext is None:
         raise ValueError(f"sample {sample.get('__key__')} has no image ({'/'.join(IMAGE_KEYS)})")
-    image = decode_image(sample[ext], "jpg" if ext == "jpeg" else ext)
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
-        return transform(image), transform(image), sample["meta"]
+    return views(decode_rgb(sample[ext]), seed), sample["meta"]
 
 
 @dataclass
 class ResumableStream(torch.utils.data.IterableDataset):
     """One process's batches (see the module docstring); each batch also carries the ``stream/*`` fields.
 
-    ``order`` turns the sample stream (json decoded, images as bytes) into the training order
-    (shuffle, pairing); it gets an RNG of its own.
+    ``views`` makes a sample's image tensors from the decoded image and the sample's seed
+    (:class:`~.views.CpuViews`, :class:`~.views.DeviceInputs`; None: captions only). ``order`` turns
+    the sample stream (json decoded, images as bytes) into the training order (shuffle, pairing);
+    it gets an RNG of its own.
     """
 
     urls: list[str]
     collate: Callable[[list[tuple]], dict]
     local_batch: int
-    transform: Callable | None
+    views: Callable[[torch.Tensor, int], dict[str, torch.Tensor]] | None
     order: Callable[[Iterator[dict], random.Random], Iterator[dict]]
     seed: int = 0
     rank: int = 0
@@ -207,8 +202,8 @@ class ResumableStream(torch.utils.data.IterableDataset):
             if bad.count > self.max_bad:
                 break
             try:
-                item = (sample["meta"],) if self.transform is None else \
-                    _two_views(sample, self.transform, derive_seed(self.seed, self.rank, w, 3, index))
+                item = ({}, sample["meta"]) if self.views is None else \
+                    _image_tensors(sample, self.views, derive_seed(self.seed, self.rank, w, 3, index))
             except Exception as exn:  # noqa: BLE001 - an undecodable image is bad data
                 if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                     break

@@ -25,7 +25,7 @@ from ..encoder import Encoder, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
 from ..tokenizer import load_tokenizer, special_ids
-from ..data.pipeline import train_loader_from_config
+from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
 from . import adapt
 from . import checkpoint as ckpt
@@ -141,6 +141,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=loader_seed, rank=rank, position=position,
                                           start_step=start_step, world=accelerator.num_processes, log=log)
     batches = iter(loader)
+    device_views = None if adapting else device_augment_from_config(cfg)  # data.augment_on=device: views made here
     generator = torch.Generator()  # cloze masks: reseeded every step from (seed, rank, step)
     unwrapped = accelerator.unwrap_model(model)
     bad_samples = position.bad_total
@@ -165,6 +166,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not main, desc="train", dynamic_ncols=True)
     for step in bar:
         batch = position.consume(next(batches), cfg.data.max_bad_samples)
+        if device_views is not None:
+            batch = device_views.apply(batch, accelerator.device)
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
         masked, labels = None, None
         if cfg.loss.cloze > 0:
