@@ -161,12 +161,15 @@ def _approx(args: argparse.Namespace):
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--image-model", default="resnet50",
-                   help="timm model whose pooled last-layer features define g (default: resnet50, as in the paper)")
+    p.add_argument("--image-model", default="resnet50", metavar="G",
+                   help="the image similarity g: a timm model whose pooled last-layer features define it (default: "
+                        "resnet50, as in the paper); thumbnail:SIZE (the image's SIZE x SIZE pixels, flattened: a "
+                        "degraded g); random[:SEED] (a Gaussian vector per image: the null g, BkR at chance)")
     p.add_argument("--image-weights", default=None, metavar="W",
                    help="image model weights: a local .pth/.safetensors file; 'package' (offline EfficientNet-Lite0, "
-                        "use with --image-model efficientnet_lite0); 'hub' (download, needs --online); 'random'. "
-                        "Not needed when the split stores npy features")
+                        "use with --image-model efficientnet_lite0); 'hub' (download, needs --online); 'random' "
+                        "(a randomly initialised CNN). Not needed when the split stores npy features, nor for "
+                        "thumbnail/random g")
     p.add_argument("--online", action="store_true",
                    help="allow downloads (timm hub weights, sentence-transformers models); off by default")
     p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
@@ -468,10 +471,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _extractor(args: argparse.Namespace):
-    from .images import ImageFeatureExtractor
+    """The g of --image-model/--image-weights (a bad spec fails here, before any data is read)."""
+    from .images import image_feature_extractor
 
-    return ImageFeatureExtractor(args.image_model, args.image_weights, online=args.online, batch_size=args.batch_size,
-                                 device=args.device, cache_dir=args.cache_dir, progress=not args.no_progress)
+    return image_feature_extractor(args.image_model, args.image_weights, online=args.online,
+                                   batch_size=args.batch_size, device=args.device, cache_dir=args.cache_dir,
+                                   progress=not args.no_progress)
+
+
+def _image_label(args: argparse.Namespace, data) -> str | None:
+    """How g is named in the JSON records: MODEL:WEIGHTS for a CNN, the spec for thumbnail/random g."""
+    if args.image_model.partition(":")[0] in ("thumbnail", "random"):
+        return args.image_model
+    return None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}"
 
 
 def _embed_all(spec: str, texts: Sequence[str], args: argparse.Namespace, cache: dict) -> tuple[str, np.ndarray]:
@@ -494,12 +506,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .plots import pair_boxplot, pair_heatmap
 
     models = parse_model_specs(args.model)
+    extractor = _extractor(args)
     data = load_split(args.data, args.langs)
-    feats = image_features(data, None if data.image_format == "npy" else _extractor(args))[data.image_index]
+    feats = image_features(data, extractor)[data.image_index]
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = data.groups if data.has_groups else None
-    image_model = None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}"
+    image_model = _image_label(args, data)
     results, record = {}, {"task": "backretrieval.eval", "data": str(data.split_dir), "checksum": data.checksum,
                            "image_model": image_model,
                            "ks": args.ks, "ties": args.ties, "seed": args.seed, "max_per_lang": args.max_per_lang,
@@ -552,17 +565,18 @@ def cmd_correlate(args: argparse.Namespace) -> int:
             raise BackRetrievalError(f"--pairs: expected SRC-TGT with two different languages, got {raw!r}")
         pairs.append((src, tgt))
     langs = sorted({lang for pair in pairs for lang in pair}) or None
+    extractor = _extractor(args)
     data = load_split(args.data, langs)
     if not pairs:
         names = sorted(set(data.langs.tolist()))
         pairs = [(a, b) for a in names for b in names if a != b]
-    feats = image_features(data, None if data.image_format == "npy" else _extractor(args))
+    feats = image_features(data, extractor)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     embedders: dict = {}
     embedded = {label: _embed_all(spec, data.texts, args, embedders) for label, spec in models.items()}
     record = {"task": "backretrieval.correlate", "data": str(data.split_dir), "checksum": data.checksum,
-              "image_model": None if data.image_format == "npy" else f"{args.image_model}:{args.image_weights}",
+              "image_model": _image_label(args, data),
               "models": {label: {"spec": models[label], "embedder": embedded[label][0]} for label in models},
               "ks": args.ks, "ties": args.ties, "retrieval": args.retrieval, "bootstrap": args.bootstrap,
               "level": args.level, "pairs": {}}

@@ -98,12 +98,23 @@ def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> Spl
 
 
 def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -> np.ndarray:
-    """``(n_distinct_images, D)`` features: stored ``npy`` features, or extracted (and cached)."""
+    """``(n_distinct_images, D)`` features: stored ``npy`` features, or extracted (and cached).
+
+    On a split that stores features, a CNN extractor is not needed (the stored features
+    are g), the null g (``random``, kind ``"random"``) replaces them, and a ``thumbnail``
+    g is an error: there are no pixels to shrink.
+    """
+    kind = getattr(extractor, "kind", "cnn")
+    ids = [f"{data.checksum}:{key}" for key in data.image_keys]
     if data.image_format == "npy":
+        if kind == "random":
+            return extractor.extract(data.images, ids=ids)
+        if kind != "cnn":
+            raise BackRetrievalError(f"{data.split_dir}: the split stores image features, not pixels; "
+                                     f"image model {extractor.name!r} needs pixels")
         return np.stack(data.images).astype(np.float32)
     if extractor is None:
         raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g")
-    ids = [f"{data.checksum}:{key}" for key in data.image_keys]
     return extractor.extract(data.images, ids=ids)
 
 

@@ -1,5 +1,13 @@
 """The image similarity g: pooled last-layer CNN features (any timm model), cosine in the metric.
 
+A degraded g and a null g stand beside the CNN, to ask how much BackRetrieval owes to g's quality
+(:func:`image_feature_extractor` builds any of the three from a spec):
+
+* ``thumbnail:SIZE`` (:class:`ThumbnailFeatures`): the image's own pixels, centre-cropped to
+  a square and box-averaged to SIZE x SIZE, flattened (no network);
+* ``random[:SEED]`` (:class:`RandomImageFeatures`): a Gaussian vector per image, the null g
+  under which BkR sits at chance for every text model.
+
 Paper section 2: "g [is] the cosine similarity between the vectors extracted from the last
 layer of a convolutional network pretrained on ImageNet", ResNet-50 in section 3.1. The
 features are timm's pooled pre-logits output (``num_classes=0``): 2048-d for ResNet-50.
@@ -24,15 +32,18 @@ import json
 import os
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
-import torch
 from PIL import Image
 
 from .errors import BackRetrievalError
 
+if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
+    import torch
+
 DEFAULT_IMAGE_MODEL = "resnet50"  # paper 3.1
+RANDOM_G_DIM = 512
 PACKAGE_MODEL = "efficientnet_lite0"
 ImageSource = Union[str, Path, bytes, Image.Image]
 
@@ -69,6 +80,7 @@ def load_state_dict_in_order(model: torch.nn.Module, state_dict: dict[str, torch
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    import torch
     from safetensors.torch import load_file
 
     try:
@@ -96,6 +108,7 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
                        ) -> tuple[torch.nn.Module, str]:
     """A timm feature extractor (``num_classes=0``) in eval mode, and a string naming its weights."""
     import timm
+    import torch
 
     if not weights:
         raise BackRetrievalError(
@@ -188,6 +201,8 @@ class ImageFeatureExtractor:
         progress: show a tqdm bar.
     """
 
+    kind = "cnn"
+
     def __init__(
         self,
         model_name: str = DEFAULT_IMAGE_MODEL,
@@ -198,22 +213,21 @@ class ImageFeatureExtractor:
         cache_dir: str | Path | None = None,
         progress: bool = True,
     ) -> None:
-        import timm
-
         self.model_name, self.weights, self.online = model_name, weights, online
         self.batch_size, self.device, self.progress = int(batch_size), device, progress
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self._model: torch.nn.Module | None = None
         self._weights_tag: str | None = None
         self._transform: Callable | None = None
-        self._timm = timm
 
     def _load(self) -> None:
         if self._model is None:
+            import timm
+
             model, self._weights_tag = create_image_model(self.model_name, self.weights, self.online)
             self._model = model.to(self.device)
-            config = self._timm.data.resolve_data_config({}, model=model)
-            self._transform = self._timm.data.create_transform(**config)
+            config = timm.data.resolve_data_config({}, model=model)
+            self._transform = timm.data.create_transform(**config)
             self._config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
 
     @property
@@ -231,8 +245,8 @@ class ImageFeatureExtractor:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
         return self.cache_dir / f"{self.model_name}-{digest}.npy"
 
-    @torch.no_grad()
     def _compute(self, images: Sequence[ImageSource]) -> np.ndarray:
+        import torch
         from tqdm.auto import tqdm
 
         self._load()
@@ -240,7 +254,8 @@ class ImageFeatureExtractor:
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
                           disable=not self.progress, unit="batch"):
             batch = torch.stack([self._transform(_open(s)) for s in images[start:start + self.batch_size]])
-            parts.append(self._model(batch.to(self.device)).float().cpu().numpy())
+            with torch.no_grad():
+                parts.append(self._model(batch.to(self.device)).float().cpu().numpy())
         return np.concatenate(parts).astype(np.float32)
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
@@ -268,3 +283,97 @@ class ImageFeatureExtractor:
                 json.dumps({"model": self.model_name, "weights": self._weights_tag, "n": len(images),
                             "dim": int(feats.shape[1])}, indent=2), encoding="utf-8")
         return feats
+
+
+class ThumbnailFeatures:
+    """A degraded g from raw pixels: ``extract(images) -> (n, 3 * size**2)`` float32.
+
+    Each image is centre-cropped to a square, box-averaged down to ``size`` x ``size``
+    (PIL ``BOX``: each output pixel is the mean of its block) and flattened in (row,
+    column, RGB) order, scaled from [0, 255] to [-1, 1] so that the cosine of g compares
+    layouts of colour around mid-grey rather than overall brightness. No network, no cache.
+    """
+
+    kind = "thumbnail"
+
+    def __init__(self, size: int) -> None:
+        if int(size) < 1:
+            raise BackRetrievalError(f"image model 'thumbnail:{size}': SIZE must be >= 1")
+        self.size = int(size)
+        self.name = f"thumbnail:{self.size}"
+
+    def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
+        """Thumbnail vectors of ``images`` (paths, encoded bytes or PIL images); ``ids`` are ignored."""
+        images = list(images)
+        if not images:
+            raise BackRetrievalError("no images to extract features from")
+        out = np.empty((len(images), 3 * self.size * self.size), dtype=np.float32)
+        for i, source in enumerate(images):
+            img = _open(source)
+            side = min(img.size)
+            left, top = (img.width - side) // 2, (img.height - side) // 2
+            img = img.crop((left, top, left + side, top + side)).resize((self.size, self.size), Image.Resampling.BOX)
+            out[i] = np.asarray(img, dtype=np.float32).reshape(-1) / 127.5 - 1.0
+        return out
+
+
+class RandomImageFeatures:
+    """The null g: a standard Gaussian ``dim``-vector per image, seeded by a hash of its identity.
+
+    ``extract(images, ids) -> (n, dim)`` float32. The same image (same id, default
+    :func:`default_image_ids`) always gets the same vector whatever its position, and
+    distinct images independent ones, so g carries no information about what the
+    pictures show: BkR@K is K / N in expectation for every text model.
+    """
+
+    kind = "random"
+
+    def __init__(self, seed: int = 0, dim: int = RANDOM_G_DIM) -> None:
+        self.seed, self.dim = int(seed), int(dim)
+        self.name = f"random:{self.seed}"
+
+    def extract(self, images: Sequence, ids: Sequence[str] | None = None) -> np.ndarray:
+        """One vector per image, from ``ids`` when given (then ``images`` are not read)."""
+        images = list(images)
+        if not images:
+            raise BackRetrievalError("no images to extract features from")
+        if ids is not None and len(ids) != len(images):
+            raise BackRetrievalError(f"{len(ids)} image ids for {len(images)} images")
+        keys = list(map(str, ids)) if ids is not None else default_image_ids(images)
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=str(self.seed).encode()).digest()
+            out[i] = np.random.default_rng(int.from_bytes(digest, "little")).standard_normal(self.dim, np.float32)
+        return out
+
+
+def image_feature_extractor(
+    model: str = DEFAULT_IMAGE_MODEL,
+    weights: str | None = None,
+    online: bool = False,
+    batch_size: int = 32,
+    device: str = "cpu",
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> "ImageFeatureExtractor | ThumbnailFeatures | RandomImageFeatures":
+    """The g a spec names: ``thumbnail:SIZE``, ``random[:SEED]``, or a timm model with ``weights``.
+
+    Every result has ``name``, ``kind`` (``"cnn"``, ``"thumbnail"``, ``"random"``) and
+    ``extract(images, ids=None) -> (n, D)``. Bad specs raise a one-line
+    :class:`BackRetrievalError`; a CNN is only loaded when features are first needed.
+    """
+    prefix, colon, arg = model.partition(":")
+    if prefix not in ("thumbnail", "random"):
+        return ImageFeatureExtractor(model, weights, online=online, batch_size=batch_size, device=device,
+                                     cache_dir=cache_dir, progress=progress)
+    if weights:
+        raise BackRetrievalError(f"image model {model!r} has no network: image weights {weights!r} do not apply "
+                                 "(drop them)")
+    if prefix == "thumbnail":
+        if not arg.isdigit() or int(arg) < 1:
+            raise BackRetrievalError(f"image model {model!r}: expected thumbnail:SIZE with SIZE a positive integer "
+                                     "(e.g. thumbnail:16)")
+        return ThumbnailFeatures(int(arg))
+    if colon and not arg.lstrip("-").isdigit():
+        raise BackRetrievalError(f"image model {model!r}: expected random or random:SEED with SEED an integer")
+    return RandomImageFeatures(int(arg) if colon else 0)

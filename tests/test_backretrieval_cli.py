@@ -300,3 +300,21 @@ def test_bad_input_of_score_and_compare_names_files_and_counts(tmp_path, capsys)
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (argv, err)
         assert all(e in err for e in expected), (expected, err)
+
+
+def test_image_model_takes_thumbnail_and_random_g_and_bad_specs_fail_first(parallel_split, tmp_path, capsys):
+    root, *_ = parallel_split
+    base = ["correlate", "--models", f"good=npy:{root / 'good.npy'}", "random:12", "--pairs", "en-de", "--n", "30",
+            "--seeds", "2", "--ks", "1", "10", "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    for spec, match in (("thumbnail:x", "thumbnail:SIZE"), ("random:a", "random:SEED")):
+        code = main(base + ["--data", str(tmp_path / "nosplit"), "--image-model", spec])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and match in err and "nosplit" not in err  # before reading data
+    code = main(base + ["--data", str(root / "test"), "--image-model", "thumbnail:16"])
+    assert code == 2 and "needs pixels" in capsys.readouterr().err  # this split stores features, no pixels
+    bkr = {}
+    for g in ([], ["--image-model", "random:1"]):  # the stored features, then the null g replacing them
+        assert main(base + ["--data", str(root / "test")] + g) == 0
+        rec = json.loads((tmp_path / "o" / "protocol.json").read_text())
+        bkr[rec["image_model"]] = rec["pairs"]["en->de"]["models"]["good"]["mean"]["bkr@10"]
+    assert set(bkr) == {None, "random:1"} and bkr[None] > bkr["random:1"] + 0.3  # chance: 10 / 30

@@ -1,4 +1,5 @@
-"""Image similarity g: weight sources (file, offline package, hub opt-in), batched extraction, disk cache."""
+"""Image similarity g: weight sources (file, offline package, hub opt-in), batched extraction, disk cache;
+the degraded g (thumbnail pixels) and the null g (random per image)."""
 from __future__ import annotations
 
 import io
@@ -11,7 +12,10 @@ from PIL import Image, ImageDraw
 from backretrieval import BackRetrievalError
 from backretrieval.images import (
     ImageFeatureExtractor,
+    RandomImageFeatures,
+    ThumbnailFeatures,
     create_image_model,
+    image_feature_extractor,
     load_state_dict_in_order,
     package_weights_path,
 )
@@ -129,3 +133,49 @@ def test_bad_weight_files_and_missing_images_are_user_errors(tmp_path):
     ext = ImageFeatureExtractor(TINY, "random", cache_dir=tmp_path / "cache", progress=False)
     with pytest.raises(BackRetrievalError, match="missing.png: unreadable image"):
         ext.extract([str(tmp_path / "missing.png")])  # the cache key stats the file first
+
+
+def test_thumbnail_g_is_the_centre_square_box_averaged_and_flattened(tmp_path):
+    img = Image.new("RGB", (48, 32), (0, 0, 0))  # 8-pixel black margins left and right
+    img.paste((255, 0, 0), (8, 0, 24, 32))  # centre square: red left half, blue right half
+    img.paste((0, 0, 255), (24, 0, 40, 32))
+    g = image_feature_extractor("thumbnail:2")
+    assert g.kind == "thumbnail" and g.name == "thumbnail:2"
+    feats = g.extract([img])
+    assert feats.shape == (1, 12) and feats.dtype == np.float32
+    np.testing.assert_allclose(feats[0].reshape(2, 2, 3)[0], [[1, -1, -1], [-1, -1, 1]])  # row 0: red, blue
+    img.save(tmp_path / "a.png")
+    pictures = [_picture(i, size=40) for i in range(3)]
+    feats16 = image_feature_extractor("thumbnail:16").extract([str(tmp_path / "a.png"), *pictures])
+    assert feats16.shape == (4, 768) and np.all(np.abs(feats16) <= 1.0)
+    np.testing.assert_array_equal(feats16[1:], image_feature_extractor("thumbnail:16").extract(pictures))
+    np.testing.assert_array_equal(ThumbnailFeatures(2).extract([(tmp_path / "a.png").read_bytes()]), feats)
+
+
+def test_random_g_is_seeded_by_image_identity_not_position():
+    ids = [f"img{i}" for i in range(5)]
+    g = image_feature_extractor("random:3")
+    assert g.kind == "random" and g.name == "random:3"
+    feats = g.extract([None] * 5, ids=ids)  # the ids alone decide; pixels are never read
+    assert feats.shape == (5, 512) and feats.dtype == np.float32
+    np.testing.assert_array_equal(g.extract([None] * 3, ids=ids[::-1][:3]), feats[::-1][:3])
+    np.testing.assert_array_equal(RandomImageFeatures(3).extract([None] * 5, ids=ids), feats)
+    assert not np.allclose(image_feature_extractor("random:4").extract([None] * 5, ids=ids), feats)
+    assert image_feature_extractor("random").name == "random:0"
+    sims = (feats / np.linalg.norm(feats, axis=1, keepdims=True)) @ (feats / np.linalg.norm(feats, axis=1,
+                                                                                          keepdims=True)).T
+    assert np.abs(sims[~np.eye(5, dtype=bool)]).max() < 0.25  # distinct images: nearly orthogonal
+    by_content = g.extract([_jpeg(_picture(0)), _jpeg(_picture(1)), _jpeg(_picture(0))])  # no ids: content hash
+    np.testing.assert_array_equal(by_content[0], by_content[2])
+    assert not np.array_equal(by_content[0], by_content[1])
+
+
+def test_g_specs_are_checked_in_one_line_and_a_cnn_loads_lazily():
+    for spec, weights, match in (("thumbnail", None, "thumbnail:SIZE"), ("thumbnail:0", None, "positive integer"),
+                                 ("thumbnail:x", None, "positive integer"), ("random:x", None, "random:SEED"),
+                                 ("random:1:2", None, "random:SEED"), ("thumbnail:16", "package", "do not apply")):
+        with pytest.raises(BackRetrievalError, match=match) as err:
+            image_feature_extractor(spec, weights)
+        assert "\n" not in str(err.value) and repr(spec) in str(err.value)
+    cnn = image_feature_extractor(TINY, "random")
+    assert isinstance(cnn, ImageFeatureExtractor) and cnn.kind == "cnn" and cnn._model is None

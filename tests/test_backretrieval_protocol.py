@@ -192,3 +192,23 @@ def test_run_protocol_intervals_per_seed():
     for metric in ("bkr@10", "xlr@10", "corr"):
         assert rec["intervals"][metric]["lo"] <= rec[metric] <= rec["intervals"][metric]["hi"]
     assert "intervals" not in res["models"]["m0.5"]["mean"]
+
+
+def test_random_g_leaves_bkr_at_chance_while_a_perfect_g_tracks_xlr():
+    from backretrieval.images import image_feature_extractor
+
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((400, 16))  # each item's meaning
+    models = {f"noise{s:g}": (z + 0.1 * rng.standard_normal(z.shape), z + s * rng.standard_normal(z.shape))
+              for s in (0.1, 0.5, 1.0, 1.5, 2.5, 8.0)}
+    perfect = run_protocol(models, z, n=200, seeds=5, ks=(10,), progress=False)  # g = similarity of meanings
+    null_g = image_feature_extractor("random:0").extract([None] * 400, ids=[f"img{i}" for i in range(400)])
+    null = run_protocol(models, null_g, n=200, seeds=5, ks=(10,), progress=False)
+    bkr = {name: [res["models"][m]["mean"]["bkr@10"] for m in models] for name, res in (("perfect", perfect),
+                                                                                         ("null", null))}
+    tracking = perfect["correlation"]["@10"]
+    assert tracking["pearson"]["bkr"]["mean"] > 0.85 and tracking["spearman"]["bkr"]["mean"] > 0.95
+    assert max(bkr["perfect"]) - min(bkr["perfect"]) > 0.3
+    assert max(abs(b - 10 / 200) for b in bkr["null"]) < 0.03  # every model at chance, K / N
+    assert abs(null["correlation"]["@10"]["pearson"]["bkr"]["mean"]) < 0.5
+    assert abs(null["models"]["noise0.1"]["mean"]["corr"]) < 0.05  # CORR knows nothing either

@@ -1,0 +1,82 @@
+"""bench/study_bkr_vs_corr.py: the g x family grid of the protocol, on a tiny jpg split made on the fly."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from backretrieval import BackRetrievalError
+from data_prep.shards import ShardWriter
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "study_bkr_vs_corr.py"
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("study_bkr_vs_corr", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def jpg_split(tmp_path_factory):
+    """60 pictures of 6 colours, captioned in en and de (the colour word), tied by group."""
+    root = tmp_path_factory.mktemp("study")
+    colours = {"red": (220, 30, 30), "green": (30, 200, 60), "blue": (40, 60, 220), "yellow": (230, 220, 40),
+               "black": (10, 10, 10), "white": (245, 245, 245)}
+    german = dict(zip(colours, ("rot", "grün", "blau", "gelb", "schwarz", "weiß")))
+    rng = np.random.default_rng(0)
+    with ShardWriter(root / "test", split="test", source="unit", image_format="jpg") as w:
+        for i in range(60):
+            name = list(colours)[i % 6]
+            pixels = np.clip(np.array(colours[name]) + rng.normal(0, 20, (24, 24, 3)), 0, 255).astype(np.uint8)
+            for lang, word in (("en", name), ("de", german[name])):
+                w.write(f"k{i}_{lang}", Image.fromarray(pixels), f"{word} {i}", lang, image_id=f"img{i}",
+                        group=f"g{i}")
+    return root / "test"
+
+
+def test_families_file_sections_union_and_errors(study, tmp_path):
+    path = tmp_path / "fam.txt"
+    path.write_text("# c\n[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n[b]\nr1=random:8:1\nr4=random:8:4\n"
+                    "r5=random:8:5\n")
+    fams = study.read_families(path)
+    assert list(fams) == ["a", "b"] and list(study.union_family(fams)) == ["r1", "r2", "r3", "r4", "r5"]
+    path.write_text("[a]\nr1=random:8:1\nr2=random:8:2\n")
+    with pytest.raises(BackRetrievalError, match=r"\[a\] has 2 models"):
+        study.read_families(path)
+    with pytest.raises(BackRetrievalError, match="give one label one spec"):
+        study.union_family({"a": {"r1": "random:8:1"}, "b": {"r1": "random:8:2"}})
+    with pytest.raises(BackRetrievalError, match="LABEL=MODEL"):
+        study.parse_g("thumbnail:16")
+
+
+def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_split, tmp_path, capsys):
+    fams = tmp_path / "fam.txt"
+    fams.write_text("[graded]\nchar=tfidf:char\nword=tfidf:word\nrnd=random:16:0\nnoisy=noisy:3:0:tfidf:word\n")
+    out = tmp_path / "out"
+    argv = ["--data", str(jpg_split), "--families", str(fams), "--g", "thumb=thumbnail:4", "null=random:0",
+            "--pairs", "en-de", "--ns", "15", "30", "--seeds", "2", "--out-dir", str(out), "--no-progress"]
+    assert study.main(argv) == 0
+    rec = json.loads((out / "study.json").read_text())
+    assert len(rec["rows"]) == 2 * 2 * 2  # g x (family + union) x N
+    row = next(r for r in rec["rows"] if r["g"] == "thumb" and r["family"] == "graded" and r["n"] == 30)
+    assert row["whole_split"] and len(row["pearson"]["bkr"]["per_seed"]) == 2 and set(row["models"]) == {
+        "char", "word", "rnd", "noisy"}
+    assert row["pearson"]["diff"]["mean"] == pytest.approx(row["pearson"]["bkr"]["mean"]
+                                                           - row["pearson"]["corr"]["mean"])
+    assert "| thumb | graded | en->de | 30* (2) |" in (out / "table.md").read_text()
+    assert (out / "summary.md").read_text().count("\n") == 2 + 4 and (out / "scatter_en-de_n30.png").is_file()
+    cached = sorted((out / "embeddings").glob("*.npy"))
+    assert len(cached) == 4
+    capsys.readouterr()
+    assert study.main(argv) == 0  # the second run reads every embedding from the cache
+    assert sorted((out / "embeddings").glob("*.npy")) == cached
+    assert json.loads((out / "study.json").read_text())["rows"][0]["pearson"] == rec["rows"][0]["pearson"]
+    with pytest.raises(BackRetrievalError, match="2N <= 60"):
+        study.main(argv[:-8] + ["--ns", "31", "--out-dir", str(out), "--no-progress"])
