@@ -98,6 +98,11 @@ class ModelConfig:
     # features, centred and L2-normalised (no learned image head; the caption head x outputs their width)
     image_head_x: Literal["mlp", "features"] = "mlp"
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
+    # the token embeddings' start: random (the paper), or image_pivot = the rows of a closed-form ridge map from
+    # caption token bags to their own images' cached features (globetrotter/training/token_init.py; needs
+    # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength
+    token_init: Literal["random", "image_pivot"] = "random"
+    token_init_alpha: float = 3.0
     # transformer: the method's shared encoder. sigurdsson: the Sigurdsson et al. (2020) baseline as the
     # paper extends it (section 5.1): one word table and adapting layer per language over the shared
     # vocabulary, max-pooled over words (layers/heads/ffn unused); needs loss.cloze=0
@@ -247,6 +252,12 @@ class TrainConfig:
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")
+        if self.model.token_init == "image_pivot":
+            if not (self.data.features and self.loss.uses_images) or self.model.text_encoder != "transformer":
+                raise ValueError("model.token_init=image_pivot maps captions to their images' cached features: it needs "
+                                 "data.features, a loss that uses images and model.text_encoder=transformer")
+            if self.model.token_init_alpha <= 0:
+                raise ValueError(f"model.token_init_alpha must be > 0, got {self.model.token_init_alpha}")
         if self.data.features and self.loss.uses_images:
             if not self.model.freeze_image_backbone:
                 raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "

@@ -27,7 +27,7 @@ from ..losses import mask_tokens
 from ..tokenizer import load_tokenizer, special_ids
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
-from . import adapt
+from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path, with_text_languages
@@ -101,6 +101,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     specials = special_ids(tokenizer)
 
     model = build_model(cfg, tokenizer.get_vocab_size())
+    if cfg.model.token_init == "image_pivot" and not resume and not adapting:  # the same closed form on every process
+        token_init.init_from_config(model, cfg, tokenizer, log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
     groups = param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale)

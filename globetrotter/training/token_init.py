@@ -1,0 +1,101 @@
+"""Image-pivot token embeddings (``model.token_init: image_pivot``): a closed-form start for the text side.
+
+Before the first step, one ridge regression (scikit-learn, closed form) maps each training
+caption's bag of shared-BPE tokens (log counts × idf, L2-normalised) to the whole-image features
+of *its own image* (the frozen backbone's, from the feature cache; L2-normalised, centred,
+projected on their top ``d_model`` principal directions). Row ``v`` of the solution is what
+token ``v`` says about the picture; two tokens of different languages that name the same
+visible thing get similar rows because their captions' images look alike. Those rows,
+rescaled to the initial embedding's spread, replace the token embeddings of every token the
+training captions hold (unseen and special tokens keep their random rows). Only captions and
+their own images are used, so no parallel text enters; the images are the pivot, as in the
+rest of the method. The transformer then trains from there with the configured losses.
+
+Why (README, Real photos): on Flickr8k the same linear map, used directly as a sentence
+encoder, translates 16.8% of the test sentences, where 600 steps of the contrastive losses from
+a random start reach 6–8%. A bag-of-embeddings probe started from these rows keeps the gain
+(13% at the start, 15% after training) instead of rediscovering it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+import torch
+from scipy import sparse
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+
+__all__ = ["image_pivot_embeddings", "init_token_embeddings", "init_from_config"]
+
+
+def token_bags(ids: np.ndarray, mask: np.ndarray, vocab_size: int, skip: Sequence[int]) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """Rows of log(1 + count) × idf over the vocabulary (``skip`` tokens left out), L2-normalised; and the idf."""
+    rows = np.repeat(np.arange(len(ids)), ids.shape[1])
+    keep = mask.reshape(-1).astype(bool) & ~np.isin(ids.reshape(-1), np.asarray(list(skip), dtype=ids.dtype))
+    counts = sparse.csr_matrix((np.ones(int(keep.sum()), dtype=np.float32), (rows[keep], ids.reshape(-1)[keep])),
+                               shape=(len(ids), vocab_size))  # duplicates are summed
+    df = np.bincount(counts.indices, minlength=vocab_size)
+    idf = (np.log((1.0 + len(ids)) / (1.0 + df)) + 1.0).astype(np.float32)
+    bags = counts.log1p().multiply(idf[None, :]).tocsr()
+    norms = np.sqrt(np.asarray(bags.multiply(bags).sum(1))).ravel()
+    return sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ bags, idf
+
+
+def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np.ndarray, vocab_size: int, dim: int,
+                           alpha: float = 3.0, skip: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """``[vocab_size, k]`` token rows (k = min(dim, feature width, captions)) of the ridge map from each caption's
+    token bag (``ids``/``mask`` ``[N, L]``) to its image's features (``[N, F]``), and a boolean mask of the tokens
+    the captions hold. Row ``v`` is the ridge weight of token ``v`` times its idf, so the mean of a caption's
+    rows points where its predicted image does."""
+    from sklearn.linear_model import Ridge
+
+    if len(ids) != len(image_features):
+        raise ValueError(f"{len(ids)} captions but {len(image_features)} image-feature rows")
+    bags, idf = token_bags(ids, mask, vocab_size, skip)
+    target = np.asarray(image_features, dtype=np.float32)
+    target = target / np.maximum(np.linalg.norm(target, axis=1, keepdims=True), 1e-12)
+    target -= target.mean(0)
+    k = min(dim, target.shape[1], len(target))
+    basis = np.linalg.svd(target, full_matrices=False)[2][:k].T  # [F, k]: the top-k principal directions
+    weights = Ridge(alpha=alpha).fit(bags, target @ basis).coef_.T.astype(np.float32)  # [V, k]
+    seen = np.bincount(bags.indices, minlength=vocab_size) > 0
+    return weights * idf[:, None], seen
+
+
+def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,
+                          image_features: np.ndarray, alpha: float, skip: Sequence[int],
+                          log: Callable[[str], None] = print) -> int:
+    """Overwrite the rows of the tokens the captions hold with their image-pivot rows (:func:`image_pivot_embeddings`),
+    rescaled to the table's current standard deviation; returns how many rows were set."""
+    table = embedding.weight
+    rows, seen = image_pivot_embeddings(ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1],
+                                        alpha, skip)
+    rows = torch.from_numpy(rows[seen])
+    with torch.no_grad():
+        scale = table.std() / rows.std().clamp_min(1e-12)
+        table[torch.from_numpy(seen), : rows.shape[1]] = (rows * scale).to(table.dtype)
+    log(f"token_init=image_pivot: {int(seen.sum())} token rows from the ridge map to image features "
+        f"({len(ids)} captions, {rows.shape[1]} principal image directions)")
+    return int(seen.sum())
+
+
+def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> int:
+    """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions and the
+    whole-image rows of its feature cache (``data.features``, built by then)."""
+    from pathlib import Path
+
+    from data_prep.shards import read_captions
+
+    from ..data.feature_cache import ensure_feature_cache
+    from ..tokenizer import encode_batch, special_ids
+
+    split = Path(cfg.data.root) / cfg.data.train_split
+    metas = read_captions(split)
+    cache = ensure_feature_cache(cfg, cfg.data.train_split, log)
+    rows = cache.rows([str(m["image_id"]) for m in metas], split)
+    ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], cfg.data.max_length)
+    return init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask),
+                                 np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
+                                 list(special_ids(tokenizer).values()), log)

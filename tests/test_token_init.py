@@ -1,0 +1,103 @@
+"""Image-pivot token embeddings (model.token_init=image_pivot): closed-form rows that align languages through images."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from globetrotter.errors import UserError
+from globetrotter.tokenizer import load_tokenizer
+from globetrotter.training.token_init import (image_pivot_embeddings, init_from_config, init_token_embeddings,
+                                            token_bags)
+from test_feature_cache import _cfg, weights  # noqa: F401 (the small frozen backbone's weights fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CLASSES, DIM, PAD, SENT = 6, 32, 0, 1
+
+
+def two_language_captions(n_per_class: int = 40, seed: int = 0):
+    """Captions of 6 visual classes in two languages with disjoint tokens (no token or caption is shared between
+    them, no caption is a translation of another), and each caption's image feature: its class prototype + noise."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.normal(size=(CLASSES, DIM))
+    filler = {0: [20, 21, 22], 1: [40, 41, 42]}  # each language's function words, in every caption
+    ids, images = [], []
+    for lang, offset in ((0, 2), (1, 30)):
+        for c in range(CLASSES):
+            for _ in range(n_per_class):
+                words = [offset + c, *rng.choice(filler[lang], 2)]  # the class's noun, then two function words
+                ids.append([SENT, *words, PAD])
+                images.append(prototypes[c] + 0.5 * rng.normal(size=DIM))
+    ids = np.array(ids)
+    return ids, (ids != PAD).astype(np.int64), np.array(images, dtype=np.float32)
+
+
+def test_bags_are_normalised_idf_weighted_and_skip_special_tokens():
+    ids = np.array([[SENT, 5, 5, 6, PAD], [SENT, 6, 7, PAD, PAD]])
+    bags, idf = token_bags(ids, (ids != PAD).astype(int), 10, skip=[PAD, SENT])
+    dense = bags.toarray()
+    assert np.allclose(np.linalg.norm(dense, axis=1), 1.0)
+    assert dense[:, [PAD, SENT]].sum() == 0
+    assert idf[5] > idf[6], "a token in fewer captions weighs more"
+    assert dense[0, 5] / dense[0, 6] == pytest.approx(np.log(3) * idf[5] / (np.log(2) * idf[6]), rel=1e-5)
+
+
+def test_rows_of_two_languages_nouns_for_one_class_align_through_the_images():
+    ids, mask, images = two_language_captions()
+    rows, seen = image_pivot_embeddings(ids, mask, images, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
+    assert rows.shape == (50, 8)
+    assert seen[[2, 30, 20, 41]].all() and not seen[[PAD, SENT, 10, 49]].any()
+    nouns = rows[np.r_[2:2 + CLASSES, 30:30 + CLASSES]]
+    nouns /= np.linalg.norm(nouns, axis=1, keepdims=True)
+    cross = nouns[:CLASSES] @ nouns[CLASSES:].T  # [language-0 noun, language-1 noun]
+    assert (cross.argmax(1) == np.arange(CLASSES)).all(), "each noun's nearest in the other language names its class"
+    # a shuffled pairing of captions and images carries no such signal
+    shuffled = images[np.random.default_rng(1).permutation(len(images))]
+    rows, _ = image_pivot_embeddings(ids, mask, shuffled, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
+    nouns = rows[np.r_[2:2 + CLASSES, 30:30 + CLASSES]]
+    nouns /= np.linalg.norm(nouns, axis=1, keepdims=True)
+    assert (nouns[:CLASSES] @ nouns[CLASSES:].T).argmax(1).tolist() != list(range(CLASSES))
+
+
+def test_init_sets_seen_rows_at_the_table_spread_and_keeps_the_others():
+    ids, mask, images = two_language_captions()
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(50, 16)
+    before = table.weight.detach().clone()
+    n = init_token_embeddings(table, torch.tensor(ids), torch.tensor(mask), images, 1.0, [PAD, SENT], log=lambda s: None)
+    changed = (table.weight.detach() != before).any(1)
+    assert n == int(changed.sum()) == 2 * CLASSES + 6
+    assert not changed[[PAD, SENT, 10, 49]].any()
+    assert table.weight[changed].std().item() == pytest.approx(before.std().item(), rel=0.2)
+    with pytest.raises(ValueError, match="captions but"):
+        image_pivot_embeddings(ids, mask, images[:-1], 50, 8)
+
+
+def test_a_run_starts_from_image_pivot_rows_and_the_key_needs_cached_features(tiny_world, tmp_path, weights):
+    import globetrotter
+    from globetrotter.training.trainer import train
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    cfg = _cfg(world, tmp_path, weights, "steps=1", "checkpoint_every=1", "model.token_init=image_pivot",
+               "optim.lr=1e-9", "optim.warmup_steps=1")
+    train(cfg)
+    enc = globetrotter.load(cfg.run_dir)
+    table = enc.model.text.token_embedding.weight.detach()
+    # the same closed form on a fresh model gives the run's rows of caption tokens (one step at lr 1e-9 moved nothing)
+    fresh = globetrotter.encoder.build_model(cfg, table.shape[0])
+    before = fresh.text.token_embedding.weight.detach().clone()
+    n = init_from_config(fresh, cfg, load_tokenizer(cfg.data.tokenizer), log=lambda s: None)
+    set_rows = (fresh.text.token_embedding.weight.detach() != before).any(1)
+    assert n == int(set_rows.sum()) > 20
+    k = 16  # the small backbone's width < d_model: the first 16 columns come from the ridge map
+    run_rows, expected = table[set_rows, :k], fresh.text.token_embedding.weight.detach()[set_rows, :k]
+    # equal up to the scale, which follows each table's random spread
+    assert torch.nn.functional.cosine_similarity(run_rows, expected, dim=1).min() > 0.999
+    with pytest.raises(UserError, match="token_init=image_pivot"):
+        _cfg(world, tmp_path, weights, "data.features=null", "model.token_init=image_pivot")
+    with pytest.raises(UserError, match="token_init_alpha"):
+        _cfg(world, tmp_path, weights, "model.token_init=image_pivot", "model.token_init_alpha=0")
