@@ -98,6 +98,7 @@ class ModelConfig:
     # features, centred and L2-normalised (no learned image head; the caption head x outputs their width)
     image_head_x: Literal["mlp", "features"] = "mlp"
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
+    text_pooling_x: Literal["sentence", "mean"] = "sentence"  # features for L_x (official code: the sentence token)
     # the token embeddings' start: random (the paper), or image_pivot = the rows of a closed-form ridge map from
     # caption token bags to their own images' cached features (globetrotter/training/token_init.py; needs
     # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength

@@ -79,7 +79,7 @@ class Encoder:
         if head not in ("text", "cross", "backbone"):
             raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
-        pooling = self.cfg.model.text_pooling_t if head == "text" else "sentence"
+        pooling = {"text": self.cfg.model.text_pooling_t, "cross": self.cfg.model.text_pooling_x}.get(head, "sentence")
         lang_ids = self._lang_ids(langs, len(texts))
         out = []
         for i in range(0, len(texts), batch_size):

@@ -139,3 +139,19 @@ def test_token_embeddings_get_their_own_learning_rate_group_only_when_asked():
     assert param_groups(bag, 0.01, lr=1e-3, embedding_lr_scale=10.0)[2]["params"] == [bag.text.word_embedding.weight]
     with pytest.raises(UserError, match="embedding_lr_scale must be > 0"):
         load_train_config(None, SMALL + ["optim.embedding_lr_scale=0"])
+
+
+@pytest.mark.parametrize("pooling", ["sentence", "mean"])
+def test_cross_modal_head_reads_the_pooling_the_config_names(pooling):
+    cfg = load_train_config(None, SMALL + [f"model.text_pooling_x={pooling}"])
+    model = build_model(cfg, vocab_size=40).eval()
+    b = batch()
+    mask = b["attention_mask"].clone()
+    mask[:, 6:] = 0  # padding must not enter the mean
+    with torch.no_grad():
+        out = model(b["input_ids"], mask)
+        sentence, mean = model.sentence_states(b["input_ids"], mask)
+    expected = model.text_head_x(sentence if pooling == "sentence" else mean)
+    other = model.text_head_x(mean if pooling == "sentence" else sentence)
+    torch.testing.assert_close(out["text_x"], expected)
+    assert not torch.allclose(out["text_x"], other)

@@ -123,7 +123,7 @@ class GlobetrotterModel(nn.Module):
             if self.text_head_t is not None:
                 out["text_t"] = self.text_head_t(sentence if self.cfg.text_pooling_t == "sentence" else mean)
             if self.text_head_x is not None:
-                out["text_x"] = self.text_head_x(sentence)
+                out["text_x"] = self.text_head_x(sentence if self.cfg.text_pooling_x == "sentence" else mean)
         if self.cloze_head is not None and masked_ids is not None:
             states = self.text(masked_ids, attention_mask)
             out["cloze_logits"] = self.cloze_head(states if cloze_targets is None else states[cloze_targets])
