@@ -11,11 +11,14 @@ Main entry points::
     recall_interval(res["hits"][10])                # bootstrap 95% interval over queries
     compare_hits(res_a["hits"][10], res_b["hits"][10])  # McNemar + paired bootstrap, p-value
     bkr_recall(..., retrieval="csls", approximate=True)  # hubness-corrected / large-N variants
+    lists = image_neighbours(src_img, tgt_img)      # once per image set (save_image_neighbours to keep)
+    bkr_recall(..., approximate=True, image_neighbours=lists)  # step 4 a lookup, for every text model
 """
 from .embedders import NoisyEmbedder, RandomEmbedder, TextEmbedder, load_embedder, register_embedder
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError
 from .hubness import hubness_stats
+from .image_index import ImageNeighbours, image_neighbours, load_image_neighbours, save_image_neighbours
 from .metric import bkr_recall, corr_score, xlr_recall
 from .pairs import evaluate_pairs
 from .protocol import correlate_over_models, run_protocol, sample_non_matching
@@ -24,6 +27,7 @@ from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_bet
 __all__ = [
     "ApproxConfig",
     "BackRetrievalError",
+    "ImageNeighbours",
     "NoisyEmbedder",
     "RandomEmbedder",
     "TextEmbedder",
@@ -35,11 +39,14 @@ __all__ = [
     "corr_score",
     "evaluate_pairs",
     "hubness_stats",
+    "image_neighbours",
+    "load_image_neighbours",
     "load_embedder",
     "p_better",
     "recall_interval",
     "register_embedder",
     "run_protocol",
+    "save_image_neighbours",
     "sample_non_matching",
     "xlr_recall",
 ]

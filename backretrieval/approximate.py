@@ -1,42 +1,37 @@
-"""Approximate mode for large N: faiss IVF candidates for the text search, re-scored exactly.
+"""Approximate mode for large N: text candidates from a compressed faiss index, re-scored exactly.
 
 Exact BkR costs two N x N passes: the text search (N x N x d) and the image
 back-retrieval (N x D per distinct retrieved target). What each step really needs:
 
-* step 2 needs only the best target per query. The approximate mode searches a faiss
-  ``IndexIVFFlat`` (k-means cells over the L2-normalised target texts, ``nprobe`` cells
-  visited per query; L2 on unit vectors orders exactly as the cosine; optional PCA to
-  ``pca_dim``) for ``candidates`` neighbours, re-scores them exactly with the full
-  float32 vectors and keeps the best (ties: lowest index). It is the exact argmax
-  whenever the true nearest target is among the candidates; when it is not, a target
-  almost as close is retrieved, which moves BkR far less than the share of changed
-  retrievals (bench, nprobe 32: 56% of retrievals changed at N = 30k, |dBkR@10| =
-  0.008; BkR came out lower at every N, the exact best caption being missed).
-* step 4 needs only whether *fewer than K* distinct source images score above the
-  query's own image in the row g(I_T*, .): the own score is one dot product, and the
-  count of better images stops at K (``max_rank = max(ks)`` of
-  :func:`backretrieval.ranking.count_ranks`): no sort, and a row is dropped as soon as
-  its queries have K better images, which for most rows happens in the first 512
-  columns. This side stays exact in the approximate mode. A k-NN candidate list for it
-  (IVF over PCA-reduced image features, candidates re-scored exactly: a miss is then
-  proven by K better candidates, a hit assumed otherwise) was measured and rejected: on
-  the benchmark's noise-dominated 2048-d features it missed better images so often that
-  BkR@10 rose from 0.108 to 0.25 (N = 10k), and building the index cost more than the
-  capped exact count.
+* step 2 needs only the best target per query. The approximate mode fetches ``candidates``
+  neighbours per query from a candidate index over the L2-normalised target texts and
+  re-scores them exactly with the full float32 vectors (faiss reads them in place), keeping
+  the best (ties: lowest index). It is the exact argmax whenever the true nearest target is
+  among the candidates; when it is not, a target almost as close is retrieved. The default
+  index (``"pq"``) projects rows on their top ``pca_dim = 64`` uncentred principal directions
+  and scans 4-bit codes of every target (one code per dimension; faiss ``IndexPQFastScan``:
+  the 1e10 query-target pairs of N = 100k in about 15 s on one core). The earlier default, ``"ivf"`` (k-means cells,
+  ``nprobe`` visited), is kept: on the benchmark's data it misses far more true neighbours.
+* step 4 needs only whether *fewer than K* distinct source images score above the query's
+  own image in the row g(I_T*, .). Without more, it is the exact count stopped at K
+  (``max_rank = max(ks)`` of :func:`backretrieval.ranking.count_ranks`). That row depends on
+  the images only, so :mod:`backretrieval.image_index` computes the K' best source images of
+  every target image once per image set, and step 4 becomes a lookup for every model.
 
-So approximate ranks are censored above max(ks), as with ``max_rank``. The benchmark
-``bench/bench_backretrieval.py`` prints |dBkR@K| against exact in the same run: 1.8x
-faster at N = 100k (113 s against 203 s, |dBkR@10| = 0.0085) on its synthetic data, where
-a 64-d signal is buried in isotropic 512/2048-d noise, the hard case for any index: the
-nearest caption is barely closer than the hundredth. The image side, not the text, is
-then the bottleneck (every hit needs its full row: hits x N x D). The next step measured
-but not taken: bfloat16 tiles (torch matmul 121 GFLOP/s against 52 in float32 on this
-CPU) with exact re-scoring of the scores within the bf16 error bound of the threshold,
-which would keep both steps exact.
+So approximate ranks are censored above max(ks), as with ``max_rank``. Measured by
+``bench/bench_backretrieval.py`` (same run as the exact count; synthetic data where a 64-d
+signal is buried in isotropic 512/2048-d noise, the hard case for any index: the nearest
+caption is barely closer than the hundredth) at N = 100k, one thread on a shared 2-core CPU:
+the candidates hold the exact nearest caption for 87% of queries (IVF, nprobe 32: 34%),
+|dBkR@10| = 0.0033; with image lists the whole metric takes 23 s per model (exact count:
+181 s), the lists a one-off 453 s. Missing the nearest caption here takes a caption close in
+the principal (signal) directions, so the approximate BkR comes out slightly *higher*.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import faiss
 import numpy as np
@@ -44,6 +39,9 @@ import numpy as np
 from .ranking import Scorer, l2_normalize
 
 _CHUNK = 16384  # rows normalised / reduced / searched at once
+PCA_ROWS = 20_000  # rows of the training sample the PCA sees
+INDEXES = ("pq", "ivf")
+_PQ_MIN_ROWS = 16 * 39  # faiss k-means wants 39 rows per centroid: 16 centroids per PQ sub-quantizer
 
 
 @dataclass(frozen=True)
@@ -51,45 +49,42 @@ class ApproxConfig:
     """Options of the approximate mode (module doc).
 
     Attributes:
-        pca_dim: rows wider than this are PCA-reduced to it for the candidate search (0: never).
-        nlist: IVF cells (default ``4 sqrt(N)``, at most ``N // 39`` so k-means has data).
-        nprobe: cells visited per query (more: slower, closer to exact).
+        index: ``"pq"``: exhaustive scan of 4-bit product-quantized PCA codes (faiss fast scan);
+            ``"ivf"``: faiss IVF over the (reduced) rows, ``nprobe`` of ``nlist`` cells visited.
+        pca_dim: rows wider than this are projected on their top ``pca_dim`` principal
+            directions (uncentred: inner products are kept) for the candidate search (0: never).
+        nlist: ``ivf`` cells (default ``4 sqrt(N)``, at most ``N // 39`` so k-means has data).
+        nprobe: ``ivf`` cells visited per query (more: slower, closer to exact).
         candidates: neighbours fetched per query and re-scored exactly (must exceed max K).
-        train_size: rows sampled (seeded) to train the PCA and the k-means.
+        train_size: rows sampled (seeded) to train the PCA, the k-means and the quantizer.
         seed: seed of that sample and of k-means.
     """
 
-    pca_dim: int = 0
+    index: str = "pq"
+    pca_dim: int = 64
     nlist: int | None = None
     nprobe: int = 32
-    candidates: int = 16
+    candidates: int = 128
     train_size: int = 50_000
     seed: int = 0
 
 
 class ANNIndex:
-    """IVF index over the L2-normalised (and PCA-reduced) rows of ``database``: k-NN candidate ids."""
+    """Candidate index over the L2-normalised (and PCA-projected) rows of ``database``: k-NN candidate ids."""
 
     def __init__(self, database: np.ndarray, config: ApproxConfig = ApproxConfig()) -> None:
         n, dim = database.shape
         rng = np.random.default_rng(config.seed)
         sample = np.sort(rng.choice(n, size=min(n, config.train_size), replace=False))
         train = l2_normalize(database[sample])
-        self.mean, self.proj = None, None
+        self.proj = None
         if 0 < config.pca_dim < dim:
-            self.mean, self.proj = pca_basis(train, config.pca_dim, rng)
+            _, self.proj = pca_basis(train[:PCA_ROWS], config.pca_dim, rng, center=False)
             train = self.reduce(database[sample])
-        d = train.shape[1]
-        nlist = config.nlist or int(4 * np.sqrt(n))
-        self.nlist = max(1, min(nlist, n // 39))
-        if self.nlist == 1:
-            self.index = faiss.IndexFlatL2(d)
+        if config.index == "pq":
+            self.index = _pq_index(train, n)
         else:
-            self.quantizer = faiss.IndexFlatL2(d)  # kept referenced: the IVF index does not own it
-            self.index = faiss.IndexIVFFlat(self.quantizer, d, self.nlist, faiss.METRIC_L2)
-            self.index.cp.seed = config.seed
-            self.index.train(train)
-            self.index.nprobe = min(config.nprobe, self.nlist)
+            self.index, self.quantizer = _ivf_index(train, n, config)  # the IVF index does not own its quantizer
         for s in range(0, n, _CHUNK):
             self.index.add(self.reduce(database[s:s + _CHUNK]))
         self.n = n
@@ -97,7 +92,7 @@ class ANNIndex:
     def reduce(self, x: np.ndarray) -> np.ndarray:
         """Rows normalised and projected as the index stores them."""
         x = l2_normalize(x)
-        return x if self.proj is None else np.ascontiguousarray((x - self.mean) @ self.proj, dtype=np.float32)
+        return x if self.proj is None else np.ascontiguousarray(x @ self.proj, dtype=np.float32)
 
     def search(self, queries: np.ndarray, k: int) -> np.ndarray:
         """``(Q, k)`` int64 candidate ids per query, nearest first; -1 where fewer than k were found."""
@@ -109,13 +104,63 @@ class ANNIndex:
         return out
 
 
-def pca_basis(x: np.ndarray, dim: int, rng: np.random.Generator, power_iters: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def _pq_index(train: np.ndarray, n: int) -> faiss.Index:
+    """faiss ``IndexPQFastScan``: one 4-bit code per dimension, inner product, trained; flat when n is small.
+
+    One dimension per code (16 levels each) found the true nearest caption for 87% of queries at
+    N = 100k on the benchmark, against 75% for two dimensions per code at about the same time.
+    """
+    d = train.shape[1]
+    if n < _PQ_MIN_ROWS or len(train) < _PQ_MIN_ROWS:
+        return faiss.IndexFlatIP(d)
+    index = faiss.IndexPQFastScan(d, d, 4, faiss.METRIC_INNER_PRODUCT)
+    with one_faiss_thread():
+        index.train(train)
+    index.implem = 15  # reservoir, no query blocks: 11.6 s against 15.1 s (auto), N = 100k, 32 codes, k = 256
+    return index
+
+
+@contextmanager
+def one_faiss_thread() -> Iterator[None]:
+    """faiss on one OpenMP thread inside the block (restored after).
+
+    For small work in many parallel regions (k-means of 16 centroids per quantizer): on a
+    loaded 2-core machine two spinning threads made the quantizer's training take 51 s
+    instead of 0.2 s.
+    """
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _ivf_index(train: np.ndarray, n: int, config: ApproxConfig) -> tuple[faiss.Index, faiss.Index | None]:
+    """faiss ``IndexIVFFlat`` (inner product, ``nprobe`` set), trained, and its quantizer; flat when one cell."""
+    d = train.shape[1]
+    nlist = max(1, min(config.nlist or int(4 * np.sqrt(n)), n // 39))
+    if nlist == 1:
+        return faiss.IndexFlatIP(d), None
+    quantizer = faiss.IndexFlatIP(d)
+    index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = config.seed
+    index.train(train)
+    index.nprobe = min(config.nprobe, nlist)
+    return index, quantizer
+
+
+def pca_basis(
+    x: np.ndarray, dim: int, rng: np.random.Generator, power_iters: int = 2, center: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean ``(D,)`` and the top-``dim`` principal directions ``(D, dim)`` of the rows of ``x``.
 
     Randomised range finder with power iterations (Halko, Martinsson & Tropp 2011): a few
     ``(n, D) x (D, dim + 10)`` products instead of a ``D x D`` eigendecomposition.
+    ``center=False``: the directions of the uncentred second moment (mean returned as zeros),
+    the rank-``dim`` projection that best keeps inner products.
     """
-    mean = x.mean(axis=0)
+    mean = x.mean(axis=0) if center else np.zeros(x.shape[1], dtype=np.float32)
     xc = x - mean
     basis = rng.standard_normal((x.shape[1], dim + 10)).astype(np.float32)
     for _ in range(power_iters + 1):
@@ -125,7 +170,13 @@ def pca_basis(x: np.ndarray, dim: int, rng: np.random.Generator, power_iters: in
 
 
 def rescore(scorer: Scorer, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """Exact ``(R, C)`` float32 scores of ``candidates[i]`` in row ``rows[i]``; -inf for missing (-1) ids."""
+    """Exact ``(R, C)`` float32 scores of ``candidates[i]`` in row ``rows[i]``; -inf for missing (-1) ids.
+
+    Uses the scorer's ``by_candidates`` when it has one (faiss gathers the columns itself).
+    """
+    fast = getattr(scorer, "by_candidates", None)
+    if fast is not None:
+        return fast(np.asarray(rows), candidates)
     valid = candidates >= 0
     out = np.full(candidates.shape, -np.inf, dtype=np.float32)
     r = np.broadcast_to(np.asarray(rows)[:, None], candidates.shape)[valid]

@@ -37,8 +37,10 @@ Every figure comes with a bootstrap 95% interval over queries (--bootstrap repli
 the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead of the
 cosine (hub captions penalised) and the record reports the hubness of the retrieval
 (skewness of the k-occurrence, share of queries landing on the top 1% hubs);
---approximate finds the text neighbours with a faiss IVF index (exact re-scoring) and
-counts better images only up to K: for large N.
+--approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and
+counts better images only up to K: for large N; --image-index FILE keeps each target image's
+best source images (computed once per image set, exact) so that step 4 is a lookup for
+every model scored on the same images.
 """
 
 
@@ -148,16 +150,54 @@ def _add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
                         "(Conneau et al. 2018; default: cosine)")
     p.add_argument("--csls-k", type=int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
     p.add_argument("--approximate", action="store_true",
-                   help="for large N: text neighbours from a faiss IVF index (candidates re-scored exactly), better "
-                        "images counted only up to the largest K (ranks above it censored)")
+                   help="for large N: text neighbours from a compressed faiss index (candidates re-scored exactly), "
+                        "better images counted only up to the largest K (ranks above it censored)")
+    p.add_argument("--ann", choices=("pq", "ivf"), default="pq",
+                   help="with --approximate: the candidate index: pq (64 principal directions, 4-bit codes, every "
+                        "target scanned) or ivf (k-means cells, --nprobe of them visited) (default: pq)")
+    p.add_argument("--candidates", type=int, default=128, metavar="C",
+                   help="with --approximate: text candidates per query re-scored exactly (default: 128)")
     p.add_argument("--nprobe", type=int, default=32,
-                   help="with --approximate: IVF cells visited per query (more: slower, closer to exact; default: 32)")
+                   help="with --approximate --ann ivf: cells visited per query (more: slower, closer to exact; "
+                        "default: 32)")
+
+
+def _add_image_index_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image-index", metavar="NPZ",
+                   help="image neighbour lists: read from NPZ when it exists, else computed (exact faiss search, "
+                        "one N_t x N_s pass over the image features) and written there. Step 4 becomes a lookup "
+                        "(ranks above the largest K censored); the lists depend only on the images, so reuse the "
+                        "file for every text model scored on them")
 
 
 def _approx(args: argparse.Namespace):
     from .approximate import ApproxConfig
 
-    return ApproxConfig(nprobe=args.nprobe, seed=args.seed) if args.approximate else False
+    if not args.approximate:
+        return False
+    return ApproxConfig(index=args.ann, nprobe=args.nprobe, candidates=args.candidates, seed=args.seed)
+
+
+def _image_index(args: argparse.Namespace, src_img, tgt_img, src_image_ids=None):
+    """``--image-index``: the lists read from the file, or computed and written there (None without it).
+
+    Whether they belong to these images is checked by ``bkr_recall``, which names the file.
+    """
+    from dataclasses import replace
+
+    from .image_index import DEFAULT_NEIGHBOURS, image_neighbours, load_image_neighbours, save_image_neighbours
+
+    if not getattr(args, "image_index", None):
+        return None
+    if src_img is None:
+        raise BackRetrievalError("--image-index needs --src-img and --tgt-img (image features), not --image-sim")
+    path = Path(args.image_index)
+    if path.exists():
+        return load_image_neighbours(path)
+    lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, max(args.ks)), src_image_ids=src_image_ids)
+    _write_file(path, lambda p: save_image_neighbours(p, lists), "--image-index")
+    print(f"wrote {path} ({lists.n_targets} x {lists.n_neighbours} image neighbours)", file=sys.stderr)
+    return replace(lists, origin=str(path))
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
@@ -208,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
     _add_metric_options(p, full_ranks=True)
     _add_beyond_paper_options(p)
+    _add_image_index_option(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("compare", help="does model A beat model B on the same data? (McNemar, paired bootstrap)",
@@ -232,10 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
                    help="paired tests to run (default: both)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the IVF index (default: 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the candidate index (default: 0)")
     p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
     _add_metric_options(p, full_ranks=True)
     _add_beyond_paper_options(p)
+    _add_image_index_option(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("eval", help="BkR for every language pair of a shard split, one or more models",
@@ -361,8 +403,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     ids = _src_image_ids(args, len(src_text))
     n_images = len(set(ids)) if ids is not None else len(src_text)
     _enough_for_k(args.src_img or args.image_sim, n_images, args.ks, "distinct source images")
+    lists = _image_index(args, src_img, tgt_img, ids)
     bkr = bkr_recall(src_text, src_img, tgt_text, tgt_img, args.ks, src_image_ids=ids, image_sim=image_sim,
-                     **_metric_kwargs(args))
+                     image_neighbours=lists, **_metric_kwargs(args))
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in args.ks}
     intervals = _intervals(bkr, args)
     if src_img is not None:
@@ -387,7 +430,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         _save_npy(args.hits_out, np.stack([bkr["hits"][k] for k in args.ks], axis=1), "--hits-out")
     record = {"task": "backretrieval.score", "inputs": {k: v for k, v in vars(args).items() if k != "func"},
               "n_queries": bkr["n_queries"], "n_images": bkr["n_images"], "ties": args.ties,
-              "retrieval": args.retrieval, "approximate": args.approximate, "metrics": metrics,
+              "retrieval": args.retrieval, "approximate": args.approximate,
+              "image_neighbours": bkr["image_neighbours"], "metrics": metrics,
               "intervals": {"level": args.level, "replicates": args.bootstrap, **intervals} if intervals else None,
               "hubness": bkr["hubness"]}
     _write_json(record, args.out)
@@ -420,11 +464,12 @@ def _compare_embeddings(args: argparse.Namespace) -> tuple[dict[str, tuple[np.nd
     n_src, n_tgt = len(texts["--a-src-text"]), len(texts["--a-tgt-text"])
     src_img, tgt_img, _ = _image_side(args, n_src, n_tgt, args.a_src_text, args.a_tgt_text)
     _enough_for_k(args.src_img, n_src, args.ks, "source images")
+    lists = _image_index(args, src_img, tgt_img)  # one set of lists for both models
     hits: dict[str, list] = {}
     hubness = {}
     for side in ("a", "b"):
         res = bkr_recall(texts[f"--{side}-src-text"], src_img, texts[f"--{side}-tgt-text"], tgt_img, args.ks,
-                         **_metric_kwargs(args))
+                         image_neighbours=lists, **_metric_kwargs(args))
         hubness[side] = res["hubness"]
         for k in args.ks:
             hits.setdefault(f"bkr@{k}", []).append(res["hits"][k])

@@ -99,3 +99,7 @@ class CSLSScorer:
 
     def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return self.base.pairs(rows, cols) - self.half_penalty[cols]
+
+    def by_candidates(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """``(R, C)`` scores of ``rows[i]`` against the columns ``candidates[i]``; -inf for -1 ids."""
+        return self.base.by_candidates(rows, candidates) - self.half_penalty[np.maximum(candidates, 0)]

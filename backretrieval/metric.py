@@ -32,8 +32,10 @@ all its queries have ``max_rank`` better images, which is most rows for weak mod
 Beyond the paper: ``retrieval="csls"`` retrieves (and ranks, for XLR) by CSLS instead of
 the cosine (:mod:`backretrieval.hubness`); ``approximate=True`` (or an
 :class:`~backretrieval.approximate.ApproxConfig`) replaces the exact N x N text search by
-faiss IVF candidates re-scored exactly, and counts better images (or targets) only up to
-max(ks) (:mod:`backretrieval.approximate`). Every result carries the
+faiss candidates (PCA + 4-bit codes) re-scored exactly, and counts better images (or
+targets) only up to max(ks) (:mod:`backretrieval.approximate`); ``image_neighbours``
+(:mod:`backretrieval.image_index`) turns step 4 into a lookup in lists computed once per
+image set and reused across text models. Every result carries the
 per-query ``hits`` of each Recall@K, which :mod:`backretrieval.uncertainty` resamples for
 intervals and paired tests, and BkR's carries the ``hubness`` of its retrieval step.
 """
@@ -44,9 +46,10 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from .approximate import ApproxConfig
+from .approximate import INDEXES, ApproxConfig
 from .errors import BackRetrievalError
 from .hubness import DEFAULT_CSLS_K, hubness_stats
+from .image_index import ImageNeighbours, check_image_neighbours, distinct_images, neighbour_counts
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,
@@ -101,27 +104,18 @@ def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> App
     config = ApproxConfig() if approximate is True else approximate
     if not isinstance(config, ApproxConfig):
         raise BackRetrievalError(f"approximate: expected True/False or an ApproxConfig, got {approximate!r}")
-    if config.candidates < 1 or config.nprobe < 1:
+    if config.index not in INDEXES:
+        raise BackRetrievalError(f"approximate: index must be one of {', '.join(INDEXES)}, got {config.index!r}")
+    if config.candidates < 1 or config.nprobe < 1 or config.pca_dim < 0:
         raise BackRetrievalError(
-            f"approximate: candidates and nprobe must be >= 1, got {config.candidates}, {config.nprobe}"
+            f"approximate: candidates and nprobe must be >= 1 and pca_dim >= 0, got {config.candidates}, "
+            f"{config.nprobe}, {config.pca_dim}"
         )
     return config
 
 
 def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) -> dict[str, float]:
     return {f"{prefix}@{k}": float(np.mean(hits[k])) if len(hits[k]) else float("nan") for k in ks}
-
-
-def _distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first source row of each distinct image, column of each source row's image)."""
-    if src_image_ids is None:
-        rows = np.arange(n_src)
-        return rows, rows
-    ids = np.asarray(src_image_ids)
-    if ids.shape != (n_src,):
-        raise BackRetrievalError(f"src_image_ids: expected {n_src} ids (one per source text), got shape {ids.shape}")
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 def bkr_recall(
@@ -139,6 +133,7 @@ def bkr_recall(
     retrieval: str = "cosine",
     csls_k: int = DEFAULT_CSLS_K,
     approximate: bool | ApproxConfig = False,
+    image_neighbours: ImageNeighbours | None = None,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -160,14 +155,19 @@ def bkr_recall(
         block_bytes: memory for one tile of float32 image scores.
         retrieval: step 2 by ``"cosine"`` (the paper) or ``"csls"`` (hubness-corrected).
         csls_k: the CSLS neighbourhood size.
-        approximate: the text search through faiss IVF candidates re-scored exactly (True,
-            or an :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored.
+        approximate: the text search through faiss candidates re-scored exactly (True, or an
+            :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored.
+        image_neighbours: step 4 by lookup in precomputed lists of these images
+            (:func:`~backretrieval.image_index.image_neighbours`: built once per image set,
+            reused across text models; exact when built with ``method="flat"``), with
+            ``max_rank = max(ks)``. Needs ``src_img``/``tgt_img``.
 
     Returns:
         ``{"bkr@K": float, ..., "hits": {K: (Ns,) per-query hits}, "ranks": (Ns,) rank of
         each query's image (1 = best), "retrieved": (Ns,) index of the retrieved target
         text, "hubness": :func:`~backretrieval.hubness.hubness_stats` of the retrieval,
-        "n_queries", "n_images", "ties", "retrieval", "approximate"}``.
+        "n_queries", "n_images", "ties", "retrieval", "approximate", "image_neighbours": the lists'
+        method or None}``.
     """
     ks, _ = _check_ks(ks), _check_ties(ties)
     _check_max_rank(max_rank, ks)
@@ -176,9 +176,11 @@ def bkr_recall(
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
-    image_rows, image_col = _distinct_images(src_image_ids, n_src)
-    retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
+    image_rows, image_col = distinct_images(src_image_ids, n_src)
 
+    if image_sim is not None and image_neighbours is not None:
+        raise BackRetrievalError("image_neighbours: the lists are built from image features; "
+                                 "give src_img/tgt_img instead of image_sim")
     if image_sim is not None:  # step 3 with a user-given g
         image_sim = np.asarray(image_sim)  # memmaps stay memmaps
         if image_sim.shape != (n_tgt, n_src):
@@ -195,15 +197,22 @@ def bkr_recall(
         tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
         distinct = src_img if src_image_ids is None else src_img[image_rows]
         scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
+        if image_neighbours is not None:
+            check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
+    retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
-    if approx is not None:  # only "fewer than K better images?": the exact count, stopped at max(ks)
+    if approx is not None or image_neighbours is not None:  # only "fewer than K better images?"
         max_rank = max(ks)
-    counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
+    if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
+        counts = neighbour_counts(image_neighbours, scorer, retrieved, image_col, ties)
+    else:  # the exact count, stopped at max_rank
+        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
                n_queries=n_src, n_images=len(image_rows), ties=ties, retrieval=retrieval,
-               approximate=approx is not None)
+               approximate=approx is not None,
+               image_neighbours=None if image_neighbours is None else image_neighbours.method)
     return out
 
 
@@ -226,7 +235,7 @@ def xlr_recall(
     the rank of its true translation ``tgt_text[gt[q]]`` (default ``gt[q] = q``:
     row-aligned parallel sets) is counted blockwise, with the same tie policy and
     ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
-    here (and finds CSLS's neighbourhoods through an IVF index): the count stays exact.
+    here (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
 
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.

@@ -30,6 +30,7 @@ copies of one picture the same image id instead (the metrics then rank it once).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence
 
 import faiss
@@ -39,6 +40,7 @@ TIES = ("pessimistic", "optimistic", "expected")
 DEFAULT_BLOCK_BYTES = 64 << 20  # float32 scores held at once by count_ranks (64 MiB)
 _MAX_CHUNK_COLS = 16384
 _FIRST_CHUNK_COLS = 512
+_BY_INDEX_ROWS = 1024  # rows per faiss call in VectorScorer.by_candidates
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -137,6 +139,28 @@ class VectorScorer:
             r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]
             raw = np.einsum("ij,ij->i", self.rows[r], self.cols[c])
             out[s:s + self.chunk] = raw * self.inv_rows[r] * self.inv_cols[c]
+        return out
+
+    def by_candidates(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """float32 ``(R, C)`` scores of row ``rows[i]`` against the columns ``candidates[i]``; -inf for -1 ids.
+
+        faiss reads the candidate columns in place (``fvec_inner_products_by_idx``, no
+        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        ids = np.ascontiguousarray(candidates, dtype=np.int64)
+        out = np.empty(ids.shape, dtype=np.float32)
+
+        def block(s: int) -> None:
+            e = min(s + _BY_INDEX_ROWS, len(rows))
+            x = np.ascontiguousarray(self.rows[rows[s:e]])
+            faiss.fvec_inner_products_by_idx(faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols),
+                                             faiss.swig_ptr(ids[s:e]), x.shape[1], e - s, ids.shape[1])
+
+        with ThreadPoolExecutor(max(1, faiss.omp_get_max_threads())) as pool:  # faiss releases the GIL
+            list(pool.map(block, range(0, len(rows), _BY_INDEX_ROWS)))
+        out *= self.inv_rows[rows, None]
+        out *= self.inv_cols[np.maximum(ids, 0)]  # -inf (missing ids) stays -inf
         return out
 
 

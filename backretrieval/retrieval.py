@@ -2,7 +2,7 @@
 
 Two criteria (``retrieval``): ``"cosine"`` (the paper) and ``"csls"`` (cross-domain
 similarity local scaling, :mod:`backretrieval.hubness`), each exact (faiss flat search)
-or approximate (:mod:`backretrieval.approximate`: IVF candidates re-scored exactly).
+or approximate (:mod:`backretrieval.approximate`: faiss candidates re-scored exactly).
 """
 from __future__ import annotations
 

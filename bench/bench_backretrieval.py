@@ -2,6 +2,8 @@
 
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py                       # N = 1k, 10k
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 1000 10000 100000
+    nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 10000 30000 100000 \
+        --methods capped approx-ivf approx lists                                  # the approximate modes
 
 Methods (all compute BkR Recall@1/5/10 on the same data):
 
@@ -13,25 +15,36 @@ Methods (all compute BkR Recall@1/5/10 on the same data):
   (faiss top-1 text search; float32 tiles of image scores per distinct retrieved target).
 * ``capped`` - the same with ``max_rank = max(K)``: identical Recall@K, ranks above 10
   censored; a row stops being scored once its queries have 10 better images.
-* ``approx`` - ``approximate=True``: the text search through a faiss IVF index (nprobe 32,
-  16 candidates re-scored exactly), the image side counted as in ``capped``. Printed with
-  |dBkR@1| and |dBkR@10| against the exact recall of the same N in the same run
-  (``exact``, else ``capped``: both give the exact Recall@K).
+* ``approx-ivf`` - the previous approximate mode: text candidates from a faiss IVF index
+  (nprobe 32, 16 candidates re-scored exactly), the image side counted as in ``capped``.
+* ``approx`` - ``approximate=True``: text candidates from 4-bit codes of 64 principal
+  directions, every target scanned (128 candidates re-scored exactly), image side as ``capped``.
+* ``lists`` - ``approx`` with the image side looked up in exact image neighbour lists
+  (:mod:`backretrieval.image_index`). The lists depend on the images only: their one-off
+  cost is printed apart ("one-off s"; with ``--image-cache DIR`` they are kept there and
+  reused by later runs), "seconds" is the cost per text model.
+
+The approximate methods are printed with |dBkR@1| and |dBkR@10| against the exact recall of
+the same N in the same run (``exact``, else ``capped``: both give the exact Recall@K), and
+"same NN": the share of queries that retrieve the exact nearest caption.
 
 Data: synthetic, with structure (not pure noise): source and target items are
 *different* scenes (non-matching sets, as in the paper's protocol) with a 64-d latent;
 texts (dim 512) and images (dim 2048) are noisy linear views of the latent.
 
-Each (N, method) runs in a fresh subprocess so that its memory is its own. Time is the
-wall clock of the metric call (data generation excluded). Memory is the growth of the
-peak resident set size during the call: ``resource.getrusage(RUSAGE_SELF).ru_maxrss``
-after minus before (Linux, KiB), i.e. extra memory beyond the inputs. Ratios are
-naive / method, from the same run.
+Each (N, method) runs in a fresh subprocess so that its memory is its own, with ``--threads``
+threads for faiss (``faiss.omp_set_num_threads``) and the BLAS alike (default 1: on a
+shared machine, idle threads spinning at barriers cost more than a second core gains). Time
+is the wall clock of the metric call (data generation excluded). Memory is the growth of the
+peak resident set size during the call (for ``lists``, their build included):
+``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after minus before (Linux, KiB), i.e. extra
+memory beyond the inputs. Ratios are naive / method, from the same run.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -43,6 +56,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
 
 KS = (1, 5, 10)
+METHODS = ["naive", "exact", "capped", "approx-ivf", "approx", "lists"]
+APPROXIMATE = ("approx-ivf", "approx", "lists")
 
 
 def make_data(n: int, text_dim: int, image_dim: int, seed: int = 0, chunk: int = 8192) -> tuple[np.ndarray, ...]:
@@ -83,32 +98,85 @@ def naive_bkr(src_text, src_img, tgt_text, tgt_img, ks=KS) -> tuple[np.ndarray, 
     return ranks, {k: float(np.mean(ranks <= k)) for k in ks}
 
 
-def worker(n: int, method: str, text_dim: int, image_dim: int) -> dict:
-    """Run one method once; returns time, peak-RSS growth and the recalls (plus ranks path)."""
+def image_lists(data: tuple[np.ndarray, ...], cache: str | None) -> tuple[object, float | None]:
+    """Exact image neighbour lists of the bench data and their build seconds (None: read from ``cache``)."""
+    from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
+
+    _, src_img, _, tgt_img = data
+    path = Path(cache) / f"image_lists_{len(src_img)}_{src_img.shape[1]}.npz" if cache else None
+    if path is not None and path.is_file():
+        return load_image_neighbours(path), None
+    start = time.perf_counter()
+    lists = image_neighbours(src_img, tgt_img)
+    seconds = time.perf_counter() - start
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_image_neighbours(path, lists)
+    return lists, seconds
+
+
+def metric_kwargs(method: str, lists: object) -> dict:
+    """bkr_recall options of a method."""
+    from backretrieval import ApproxConfig
+
+    return {"capped": {"max_rank": max(KS)},
+            "approx-ivf": {"approximate": ApproxConfig(index="ivf", pca_dim=0, candidates=16)},
+            "approx": {"approximate": True},
+            "lists": {"approximate": True, "image_neighbours": lists}}.get(method, {})
+
+
+def worker(n: int, method: str, text_dim: int, image_dim: int, threads: int, cache: str | None) -> dict:
+    """Run one method once; returns time, peak-RSS growth, the recalls, ranks and retrievals."""
+    import faiss
+
     from backretrieval import bkr_recall
 
+    faiss.omp_set_num_threads(threads)
     data = make_data(n, text_dim, image_dim)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lists: their build included
+    lists, one_off = image_lists(data, cache) if method == "lists" else (None, None)
     start = time.perf_counter()
+    retrieved = None
     if method == "naive":
         ranks, recall = naive_bkr(*data)
-        distinct = None
     else:
-        res = bkr_recall(*data, ks=KS, max_rank=max(KS) if method == "capped" else None,
-                         approximate=method == "approx")
-        ranks, recall = res["ranks"], {k: res[f"bkr@{k}"] for k in KS}
-        distinct = int(len(np.unique(res["retrieved"])))
+        res = bkr_recall(*data, ks=KS, **metric_kwargs(method, lists))
+        ranks, recall, retrieved = res["ranks"], {k: res[f"bkr@{k}"] for k in KS}, res["retrieved"]
     seconds = time.perf_counter() - start
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    return {"n": n, "method": method, "seconds": seconds, "peak_rss_growth_mib": grown / 1024,
-            "recall": recall, "distinct_retrieved": distinct, "ranks": ranks.tolist() if n <= 10_000 else None}
+    return {"n": n, "method": method, "seconds": seconds, "one_off_seconds": one_off,
+            "one_off": "cached" if method == "lists" and one_off is None else None,
+            "peak_rss_growth_mib": grown / 1024, "recall": recall,
+            "distinct_retrieved": None if retrieved is None else int(len(np.unique(retrieved))),
+            "retrieved": None if retrieved is None else retrieved.tolist(),
+            "ranks": ranks.tolist() if n <= 10_000 else None}
 
 
 def run_isolated(n: int, method: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--worker", method, "--sizes", str(n),
-           "--text-dim", str(args.text_dim), "--image-dim", str(args.image_dim)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    cmd = [sys.executable, __file__, "--worker", method, "--sizes", str(n), "--text-dim", str(args.text_dim),
+           "--image-dim", str(args.image_dim), "--threads", str(args.threads)]
+    if args.image_cache:
+        cmd += ["--image-cache", args.image_cache]
+    threads = str(args.threads)  # set before numpy loads its BLAS
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compared(r: dict, results: dict) -> tuple[str, str, str, str]:
+    """(ranks = naive, |dR@1|, |dR@10|, same NN) of result ``r`` against the reference runs of its N."""
+    naive, ref = results.get("naive"), results.get("exact") or results.get("capped")
+    same = d1 = d10 = nn = "-"
+    if naive and r["method"] != "naive" and r["ranks"] is not None:
+        a, b = np.asarray(naive["ranks"]), np.asarray(r["ranks"])
+        if r["method"] != "exact":  # ranks above max(K) censored
+            a = np.where(a > max(KS), max(KS) + 1, a)
+        same = f"{np.mean(a == b):.4f}"
+    if r["method"] in APPROXIMATE and ref:
+        d1 = f"{abs(r['recall']['1'] - ref['recall']['1']):.4f}"
+        d10 = f"{abs(r['recall']['10'] - ref['recall']['10']):.4f}"
+        nn = f"{np.mean(np.asarray(r['retrieved']) == np.asarray(ref['retrieved'])):.3f}"
+    return same, d1, d10, nn
 
 
 def main() -> None:
@@ -117,17 +185,21 @@ def main() -> None:
     parser.add_argument("--text-dim", type=int, default=512)
     parser.add_argument("--image-dim", type=int, default=2048)
     parser.add_argument("--naive-max", type=int, default=10_000, help="largest N for the naive reference")
-    methods = ["naive", "exact", "capped", "approx"]
-    parser.add_argument("--methods", nargs="+", default=methods, choices=methods, help="what to run (default: all)")
-    parser.add_argument("--worker", choices=methods, help=argparse.SUPPRESS)
+    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="what to run (default: all)")
+    parser.add_argument("--threads", type=int, default=1, help="faiss and BLAS threads per run (default: 1)")
+    parser.add_argument("--image-cache", metavar="DIR",
+                        help="keep the 'lists' method's image neighbour lists here and reuse them in later runs")
+    parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.sizes[0], args.worker, args.text_dim, args.image_dim)))
+        print(json.dumps(worker(args.sizes[0], args.worker, args.text_dim, args.image_dim, args.threads,
+                                args.image_cache)))
         return
-    print(f"BkR Recall@{KS}; text dim {args.text_dim}, image dim {args.image_dim}; "
-          "memory = peak RSS growth during the call (ru_maxrss delta)")
-    header = f"{'N':>7} {'method':>7} {'seconds':>9} {'peak MiB':>9} {'x naive time':>12} {'x naive mem':>11} " \
-             f"{'R@1':>7} {'R@10':>7} {'distinct':>8} {'ranks = naive':>13} {'|dR@1|':>7} {'|dR@10|':>7}"
+    print(f"BkR Recall@{KS}; text dim {args.text_dim}, image dim {args.image_dim}; {args.threads} thread(s); "
+          "memory = peak RSS growth during the call (ru_maxrss delta); 'one-off s' = image lists, once per image set")
+    header = f"{'N':>7} {'method':>10} {'seconds':>9} {'one-off s':>9} {'peak MiB':>9} {'x naive time':>12} " \
+             f"{'x naive mem':>11} {'R@1':>7} {'R@10':>7} {'distinct':>8} {'ranks = naive':>13} {'|dR@1|':>7} " \
+             f"{'|dR@10|':>7} {'same NN':>7}"
     print(header)
     for n in args.sizes:
         results = {}
@@ -139,20 +211,11 @@ def main() -> None:
             ratio_t = f"{naive['seconds'] / r['seconds']:.1f}" if naive and method != "naive" else "-"
             ratio_m = f"{naive['peak_rss_growth_mib'] / max(r['peak_rss_growth_mib'], 1e-3):.1f}" \
                 if naive and method != "naive" else "-"
-            same = "-"
-            if naive and method != "naive" and r["ranks"] is not None:
-                a, b = np.asarray(naive["ranks"]), np.asarray(r["ranks"])
-                if method in ("capped", "approx"):  # ranks above max(K) censored
-                    a = np.where(a > max(KS), max(KS) + 1, a)
-                same = f"{np.mean(a == b):.4f}"
-            ref = results.get("exact") or results.get("capped")
-            d1 = d10 = "-"
-            if method == "approx" and ref:
-                d1 = f"{abs(r['recall']['1'] - ref['recall']['1']):.4f}"
-                d10 = f"{abs(r['recall']['10'] - ref['recall']['10']):.4f}"
-            print(f"{n:>7} {method:>7} {r['seconds']:>9.2f} {r['peak_rss_growth_mib']:>9.1f} {ratio_t:>12} "
-                  f"{ratio_m:>11} {r['recall']['1']:>7.4f} {r['recall']['10']:>7.4f} "
-                  f"{str(r['distinct_retrieved'] or '-'):>8} {same:>13} {d1:>7} {d10:>7}", flush=True)
+            one_off = r["one_off"] or (f"{r['one_off_seconds']:.1f}" if r["one_off_seconds"] is not None else "-")
+            same, d1, d10, nn = compared(r, results)
+            print(f"{n:>7} {method:>10} {r['seconds']:>9.2f} {one_off:>9} {r['peak_rss_growth_mib']:>9.1f} "
+                  f"{ratio_t:>12} {ratio_m:>11} {r['recall']['1']:>7.4f} {r['recall']['10']:>7.4f} "
+                  f"{str(r['distinct_retrieved'] or '-'):>8} {same:>13} {d1:>7} {d10:>7} {nn:>7}", flush=True)
 
 
 if __name__ == "__main__":

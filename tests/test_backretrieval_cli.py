@@ -318,3 +318,41 @@ def test_image_model_takes_thumbnail_and_random_g_and_bad_specs_fail_first(paral
         rec = json.loads((tmp_path / "o" / "protocol.json").read_text())
         bkr[rec["image_model"]] = rec["pairs"]["en->de"]["models"]["good"]["mean"]["bkr@10"]
     assert set(bkr) == {None, "random:1"} and bkr[None] > bkr["random:1"] + 0.3  # chance: 10 / 30
+
+
+def test_image_index_is_written_once_reused_and_refused_for_other_images(tmp_path, capsys):
+    rng = np.random.default_rng(14)
+    p, _ = _score_files(tmp_path, rng, n=60)
+    lists = str(tmp_path / "lists.npz")
+    base = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+            "--ks", "1", "10", "--bootstrap", "0"]
+    assert main(base + ["--max-rank", "10", "--out", str(tmp_path / "exact.json")]) == 0
+    assert main(base + ["--image-index", lists, "--out", str(tmp_path / "built.json")]) == 0
+    assert f"wrote {lists} (60 x 32 image neighbours)" in capsys.readouterr().err
+    written = (tmp_path / "lists.npz").stat().st_mtime_ns
+    assert main(base + ["--image-index", lists, "--approximate", "--out", str(tmp_path / "reused.json")]) == 0
+    assert "image neighbours" not in capsys.readouterr().err and (tmp_path / "lists.npz").stat().st_mtime_ns == written
+    exact, built, reused = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("exact", "built", "reused"))
+    assert built["metrics"] == exact["metrics"] == reused["metrics"] and built["image_neighbours"] == "flat"
+    ab = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["st"], "--b-tgt-text",
+          p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "10", "--bootstrap", "10",
+          "--image-index", lists]
+    assert main(ab + ["--out", str(tmp_path / "c.json")]) == 0  # both models through the same lists
+    assert "no significant difference" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    q, _ = _score_files(tmp_path / "other", np.random.default_rng(15), n=50)  # other images: 50 of them
+    wide = str(tmp_path / "wide.npy")
+    np.save(wide, rng.standard_normal((60, 20)).astype(np.float32))
+    cases = [
+        (["score", "--src-text", q["st"], "--tgt-text", q["tt"], "--src-img", q["si"], "--tgt-img", q["ti"],
+          "--image-index", lists], ["lists.npz", "60 target and 60 source images of dim 12", "50 target and 50"]),
+        (["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", wide, "--tgt-img", wide,
+          "--image-index", lists], ["lists.npz", "of dim 12", "of dim 20"]),
+        (base + ["--image-index", lists, "--ks", "40"], ["lists.npz", "32 neighbours", "largest K (40)"]),
+        (base + ["--image-index", p["st"]], ["st.npy", "not an image neighbour file"]),
+    ]
+    for argv, expected in cases:
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (argv, err)
+        assert all(e in err for e in expected), (expected, err)

@@ -1,4 +1,4 @@
-"""Hubness diagnostics, CSLS retrieval, and the approximate (faiss IVF) mode against exact."""
+"""Hubness diagnostics, CSLS retrieval, and the approximate (faiss PQ / IVF) mode against exact."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,19 +82,21 @@ def test_approximate_equals_exact_on_small_data(retrieval):
     si, ti = z_s @ w_i + 0.5 * rng.standard_normal((n, 40)), z_t @ w_i + 0.5 * rng.standard_normal((n, 40))
     exact = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval)
     # an IVF index of 10 cells (every cell probed: the candidates are the exact top 16)
+    ivf = dict(index="ivf", pca_dim=0, candidates=16)
     full = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval,
-                      approximate=ApproxConfig(nlist=10, nprobe=10))
+                      approximate=ApproxConfig(nlist=10, nprobe=10, **ivf))
     np.testing.assert_array_equal(full["retrieved"], exact["retrieved"])
     assert all(full[f"bkr@{k}"] == exact[f"bkr@{k}"] for k in (1, 5, 10))
     np.testing.assert_array_equal(full["ranks"], np.minimum(exact["ranks"], 11))  # censored above max K
     # 2 of 10 cells probed: approximate candidates, close recall
-    part = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval, approximate=ApproxConfig(nlist=10, nprobe=2))
+    part = bkr_recall(st, si, tt, ti, (1, 5, 10), retrieval=retrieval,
+                      approximate=ApproxConfig(nlist=10, nprobe=2, **ivf))
     assert np.mean(part["retrieved"] == exact["retrieved"]) > 0.8
     assert abs(part["bkr@10"] - exact["bkr@10"]) <= 0.03
     assert part["approximate"] and not exact["approximate"]
     par = st + 0.3 * rng.standard_normal(st.shape)
     x_exact = xlr_recall(st, par, (1, 10), retrieval=retrieval)
-    x_approx = xlr_recall(st, par, (1, 10), retrieval=retrieval, approximate=ApproxConfig(nlist=10, nprobe=10))
+    x_approx = xlr_recall(st, par, (1, 10), retrieval=retrieval, approximate=ApproxConfig(nlist=10, nprobe=10, **ivf))
     assert x_approx["xlr@1"] == x_exact["xlr@1"] and x_approx["xlr@10"] == x_exact["xlr@10"]
 
 
@@ -107,8 +109,25 @@ def test_approximate_with_pca_reduction_stays_close():
     imgs = z @ rng.standard_normal((6, 32)) + 0.5 * rng.standard_normal((2 * n, 32))
     exact = bkr_recall(text[:n], imgs[:n], text[n:], imgs[n:], (10,))
     approx = bkr_recall(text[:n], imgs[:n], text[n:], imgs[n:], (10,),
-                        approximate=ApproxConfig(pca_dim=16, nlist=16, nprobe=4, candidates=32))
+                        approximate=ApproxConfig(index="ivf", pca_dim=16, nlist=16, nprobe=4, candidates=32))
     assert abs(approx["bkr@10"] - exact["bkr@10"]) <= 0.03
+
+
+@pytest.mark.parametrize("retrieval", ["cosine", "csls"])
+def test_pq_candidates_find_the_exact_neighbours_on_structured_data(retrieval):
+    rng = np.random.default_rng(6)
+    n = 2000  # enough rows to train the 4-bit quantizer (below 624 the candidates come from an exact search)
+    z_s, z_t = rng.standard_normal((n, 12)), rng.standard_normal((n, 12))
+    w_t, w_i = rng.standard_normal((12, 96)), rng.standard_normal((12, 48))
+    st, tt = z_s @ w_t + 1.5 * rng.standard_normal((n, 96)), z_t @ w_t + 1.5 * rng.standard_normal((n, 96))
+    si, ti = z_s @ w_i + 1.5 * rng.standard_normal((n, 48)), z_t @ w_i + 1.5 * rng.standard_normal((n, 48))
+    exact = bkr_recall(st, si, tt, ti, (1, 10), retrieval=retrieval, max_rank=10)
+    pq = bkr_recall(st, si, tt, ti, (1, 10), retrieval=retrieval, approximate=ApproxConfig(pca_dim=16, candidates=32))
+    assert np.mean(pq["retrieved"] == exact["retrieved"]) > 0.95
+    assert abs(pq["bkr@10"] - exact["bkr@10"]) <= 0.01
+    every = bkr_recall(st, si, tt, ti, (1, 10), retrieval=retrieval, approximate=ApproxConfig(candidates=n))
+    np.testing.assert_array_equal(every["retrieved"], exact["retrieved"])  # all targets re-scored: exact
+    np.testing.assert_array_equal(every["ranks"], exact["ranks"])
 
 
 def test_bad_retrieval_options_are_one_line_errors():
@@ -120,3 +139,5 @@ def test_bad_retrieval_options_are_one_line_errors():
         xlr_recall(x, x, (1,), retrieval="csls", csls_k=0)
     with pytest.raises(BackRetrievalError, match="approximate"):
         bkr_recall(x, x, x, x, (1,), approximate=ApproxConfig(nprobe=0))
+    with pytest.raises(BackRetrievalError, match="index must be one of pq, ivf"):
+        bkr_recall(x, x, x, x, (1,), approximate=ApproxConfig(index="hnsw"))

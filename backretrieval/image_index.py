@@ -1,0 +1,254 @@
+"""Image-side neighbour lists: BkR's step 4 for Recall@K as a lookup, computed once per image set.
+
+Step 4 asks, for a query q with retrieved target t = T_T*(q): do fewer than K distinct source
+images score at least as high as the query's own image in the row g(I_t, .)? That row depends
+on the images only, never on the text model under evaluation. So the C best source images of
+every target image (their column ids and exact scores, best first) answer step 4 for every
+text model and every K <= C:
+
+* :func:`neighbour_counts`: the own score g(I_t, I_S^q) (one dot product, as in
+  :func:`backretrieval.ranking.count_ranks`; the listed score when the own image is in the
+  list), and the list entries other than the own image scoring above (or at least) it. With
+  exact lists (``method="flat"``) these are the counts of ``count_ranks`` with ``max_rank =
+  max(ks)``: an image missing from an exact list scores at most the list's last entry, so a
+  query whose count stays below C sees every better image (exact ties of the own image with
+  images beyond the list's end aside: give copies of a picture one image id). With
+  approximate lists a better image the index missed turns a miss into a hit, and an own
+  image it missed turns a hit into a miss.
+* :func:`image_neighbours` builds them: ``"flat"``, an exact faiss ``IndexFlatIP`` search over
+  the L2-normalised source images (N_t x N_s x D, the one-off cost: about one uncapped exact
+  pass of the image side), or ``"hnsw"``, faiss ``IndexHNSWFlat`` (optionally over
+  PCA-reduced features) for ``candidates`` neighbours re-scored exactly, the best C kept.
+* :func:`save_image_neighbours` / :func:`load_image_neighbours` keep them in an ``.npz`` with
+  the image counts, the feature dimension and a fingerprint of the features, so that lists of
+  other images (another N, dimension or content) are refused with a one-line error.
+
+Per model the lookup costs one dot product per query and a ``(Q, C)`` comparison.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+
+from .approximate import PCA_ROWS, pca_basis, rescore
+from .errors import BackRetrievalError
+from .ranking import TIES, Scorer, VectorScorer, as_float32, l2_normalize
+
+DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 32
+METHODS = ("flat", "hnsw")
+_CHUNK = 8192  # target images searched at once
+_FINGERPRINT_ROWS = 64
+_FIELDS = ("ids", "scores", "n_sources", "dim", "fingerprint", "method")  # of the .npz
+
+
+@dataclass(frozen=True)
+class ImageNeighbours:
+    """The ``C`` best distinct source images of each target image by g, best first.
+
+    Attributes:
+        ids: ``(Nt, C)`` int64 source-image columns (distinct images), -1 where fewer were found.
+        scores: ``(Nt, C)`` float32 exact g scores of those images (-inf for -1).
+        n_sources: number of distinct source images the ids index.
+        dim: image feature dimension D.
+        fingerprint: :func:`image_fingerprint` of the features the lists were built from.
+        method: how they were built (``flat``: exact; ``hnsw``: approximate).
+        origin: what error messages call them (the file once loaded).
+    """
+
+    ids: np.ndarray
+    scores: np.ndarray
+    n_sources: int
+    dim: int
+    fingerprint: str
+    method: str = "flat"
+    origin: str = "image_neighbours"
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.ids)
+
+    @property
+    def n_neighbours(self) -> int:
+        return self.ids.shape[1]
+
+
+def image_fingerprint(tgt_img: np.ndarray, src_img: np.ndarray, rows: int = _FINGERPRINT_ROWS) -> str:
+    """Short sha1 of both matrices' shapes and ``rows`` evenly spaced rows of each: names an image set cheaply."""
+    digest = hashlib.sha1()
+    for x in (tgt_img, src_img):
+        picked = np.unique(np.linspace(0, len(x) - 1, min(rows, len(x))).astype(np.int64))
+        digest.update(np.asarray(x.shape, dtype=np.int64).tobytes())
+        digest.update(as_float32(np.asarray(x[picked])).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first source row of each distinct image, column of each source row's image); no ids: one image per row."""
+    if src_image_ids is None:
+        rows = np.arange(n_src)
+        return rows, rows
+    ids = np.asarray(src_image_ids)
+    if ids.shape != (n_src,):
+        raise BackRetrievalError(f"src_image_ids: expected {n_src} ids (one per source text), got shape {ids.shape}")
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def image_neighbours(
+    src_img: np.ndarray,
+    tgt_img: np.ndarray,
+    n_neighbours: int = DEFAULT_NEIGHBOURS,
+    *,
+    src_image_ids: Sequence | None = None,
+    method: str = "flat",
+    candidates: int | None = None,
+    pca_dim: int = 0,
+    hnsw_m: int = 32,
+    ef_search: int | None = None,
+    seed: int = 0,
+) -> ImageNeighbours:
+    """The ``n_neighbours`` best source images of every target image by cosine g (module doc).
+
+    Args:
+        src_img: ``(Ns, D)`` source image features, as given to :func:`~backretrieval.bkr_recall`.
+        tgt_img: ``(Nt, D)`` target image features (one row per target text).
+        n_neighbours: C, list length; Recall@K can then be read for every K <= C.
+        src_image_ids: the same ids as given to ``bkr_recall``: the lists hold distinct images.
+        method: ``"flat"`` (exact search) or ``"hnsw"`` (graph search, approximate).
+        candidates: with ``hnsw``, neighbours fetched and re-scored exactly (default ``2 C``).
+        pca_dim: with ``hnsw``, index PCA-reduced features of this width (0: the full features).
+        hnsw_m: HNSW links per node; ``ef_search``: its search width (default ``candidates``).
+        seed: seed of the PCA sample.
+    """
+    if method not in METHODS:
+        raise BackRetrievalError(f"image_neighbours: method must be one of {', '.join(METHODS)}, got {method!r}")
+    tgt, src = as_float32(tgt_img), as_float32(src_img)
+    if src_image_ids is not None:
+        src = as_float32(src[distinct_images(src_image_ids, len(src))[0]])
+    n_neighbours = min(int(n_neighbours), len(src))
+    fetch = n_neighbours if method == "flat" else max(int(candidates or 2 * n_neighbours), n_neighbours)
+    index, reduce = _source_index(src, method, pca_dim, hnsw_m, seed)
+    if method == "hnsw":
+        index.hnsw.efSearch = max(int(ef_search or fetch), fetch)
+    scorer = VectorScorer(tgt, src)
+    ids = np.empty((len(tgt), n_neighbours), dtype=np.int64)
+    scores = np.empty((len(tgt), n_neighbours), dtype=np.float32)
+    for s in range(0, len(tgt), _CHUNK):
+        _, found = index.search(reduce(tgt[s:s + _CHUNK]), min(fetch, len(src)))
+        exact = rescore(scorer, np.arange(s, s + len(found)), found)
+        order = np.argsort(-exact, axis=1, kind="stable")[:, :n_neighbours]
+        ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
+        scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
+    return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), method)
+
+
+def _source_index(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, seed: int):
+    """(faiss index over the normalised, maybe projected, source rows; the matching row transform)."""
+    proj = None
+    if method == "hnsw" and 0 < pca_dim < src.shape[1]:
+        rng = np.random.default_rng(seed)
+        sample = np.sort(rng.choice(len(src), size=min(len(src), PCA_ROWS), replace=False))
+        _, proj = pca_basis(l2_normalize(src[sample]), pca_dim, rng, center=False)
+
+    def reduce(x: np.ndarray) -> np.ndarray:
+        x = l2_normalize(x)
+        return x if proj is None else np.ascontiguousarray(x @ proj, dtype=np.float32)
+
+    dim = src.shape[1] if proj is None else proj.shape[1]
+    if method == "flat":
+        index = faiss.IndexFlatIP(dim)
+    else:
+        index = faiss.IndexHNSWFlat(dim, int(hnsw_m), faiss.METRIC_INNER_PRODUCT)
+    for s in range(0, len(src), _CHUNK):
+        index.add(reduce(src[s:s + _CHUNK]))
+    return index, reduce
+
+
+def check_image_neighbours(
+    neighbours: ImageNeighbours, tgt_img: np.ndarray, src_img: np.ndarray, max_k: int
+) -> None:
+    """One-line errors when the lists do not belong to these images (counts, dimension, content) or are too short."""
+    n_tgt, (n_src, dim) = len(tgt_img), src_img.shape
+    where = neighbours.origin
+    if (neighbours.n_targets, neighbours.n_sources, neighbours.dim) != (n_tgt, n_src, dim):
+        raise BackRetrievalError(
+            f"{where}: neighbour lists of {neighbours.n_targets} target and {neighbours.n_sources} source images "
+            f"of dim {neighbours.dim}, but the data has {n_tgt} target and {n_src} distinct source images of dim {dim}"
+        )
+    if neighbours.n_neighbours < min(max_k, n_src):
+        raise BackRetrievalError(
+            f"{where}: {neighbours.n_neighbours} neighbours per target image, fewer than the largest K ({max_k}); "
+            f"rebuild it with at least {max_k}"
+        )
+    if neighbours.fingerprint != image_fingerprint(tgt_img, src_img):
+        raise BackRetrievalError(
+            f"{where}: built from other image features of the same size ({n_tgt} target, {n_src} source images, "
+            f"dim {dim}); rebuild it for these"
+        )
+
+
+def neighbour_counts(
+    neighbours: ImageNeighbours,
+    scorer: Scorer,
+    row_of_query: np.ndarray,
+    col_of_query: np.ndarray,
+    ties: str = "pessimistic",
+) -> dict[str, np.ndarray]:
+    """:func:`~backretrieval.ranking.count_ranks`' counts from the lists: ``{"gt"|"ge": (Q,) int64}``, at most C.
+
+    ``scorer`` (rows: target images, columns: distinct source images, as the lists were
+    built) scores the own image of the queries whose list lacks it.
+    """
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+    rows = np.asarray(row_of_query, dtype=np.int64)
+    cols = np.asarray(col_of_query, dtype=np.int64)[:, None]
+    ids, scores = neighbours.ids[rows], neighbours.scores[rows]
+    listed = ids == cols
+    own = np.where(listed, scores, -np.inf).max(axis=1)  # the listed score: compared in one arithmetic
+    missing = ~listed.any(axis=1)
+    own[missing] = rescore(scorer, rows[missing], cols[missing])[:, 0]  # the arithmetic of the listed scores
+    own, others = own[:, None], ~listed
+    out = {}
+    if ties in ("optimistic", "expected"):
+        out["gt"] = np.count_nonzero((scores > own) & others, axis=1).astype(np.int64)
+    if ties in ("pessimistic", "expected"):
+        out["ge"] = np.count_nonzero((scores >= own) & others, axis=1).astype(np.int64)
+    return out
+
+
+def save_image_neighbours(path: str | Path, neighbours: ImageNeighbours) -> None:
+    """Write the lists and what they belong to into ``path`` (``.npz``, the name kept as given)."""
+    with open(path, "wb") as handle:
+        np.savez(handle, ids=neighbours.ids, scores=neighbours.scores, n_sources=neighbours.n_sources,
+                 dim=neighbours.dim, fingerprint=neighbours.fingerprint, method=neighbours.method)
+
+
+def load_image_neighbours(path: str | Path) -> ImageNeighbours:
+    """Lists written by :func:`save_image_neighbours`; one-line errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise BackRetrievalError(f"{path}: image neighbour file not found")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError):
+        data = None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise BackRetrievalError(f"{path}: not an image neighbour file (an .npz written by --image-index)")
+    with data:
+        missing = [key for key in _FIELDS if key not in data.files]
+        if missing:
+            raise BackRetrievalError(f"{path}: not an image neighbour file (no {', '.join(missing)} array)")
+        fields = {key: data[key] for key in _FIELDS}
+    ids, scores = fields["ids"], fields["scores"]
+    if ids.ndim != 2 or scores.shape != ids.shape:
+        raise BackRetrievalError(f"{path}: ids {ids.shape} and scores {scores.shape} must be one (Nt, C) shape")
+    nb = ImageNeighbours(ids.astype(np.int64, copy=False), scores.astype(np.float32, copy=False),
+                         int(fields["n_sources"]), int(fields["dim"]), str(fields["fingerprint"]),
+                         str(fields["method"]))
+    return replace(nb, origin=str(path))

@@ -1,0 +1,112 @@
+"""Image neighbour lists: step 4 of BkR as a lookup, against the exact count; saved, reloaded and refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backretrieval import ApproxConfig, BackRetrievalError, bkr_recall
+from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
+
+KS = (1, 5, 10)
+
+
+def _world(rng: np.random.Generator, n: int, latent: int = 8, noise: float = 0.5) -> tuple[np.ndarray, ...]:
+    """Non-matching source and target sets: texts and images are noisy views of a shared latent."""
+    w_t, w_i = rng.standard_normal((latent, 24)), rng.standard_normal((latent, 40))
+    z_s, z_t = rng.standard_normal((n, latent)), rng.standard_normal((n, latent))
+    st, tt = z_s @ w_t + noise * rng.standard_normal((n, 24)), z_t @ w_t + noise * rng.standard_normal((n, 24))
+    si, ti = z_s @ w_i + noise * rng.standard_normal((n, 40)), z_t @ w_i + noise * rng.standard_normal((n, 40))
+    return st, si, tt, ti
+
+
+def _same(a: dict, b: dict) -> None:
+    np.testing.assert_array_equal(a["ranks"], b["ranks"])
+    for k in KS:
+        np.testing.assert_array_equal(a["hits"][k], b["hits"][k])
+        assert a[f"bkr@{k}"] == b[f"bkr@{k}"]
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+@pytest.mark.parametrize("shared_images", [False, True])
+def test_exact_lists_give_the_exact_count(ties, shared_images):
+    rng = np.random.default_rng(0)
+    st, si, tt, ti = _world(rng, 400)
+    ids = rng.integers(0, 250, 400) if shared_images else None
+    if shared_images:
+        si = si[ids]  # captions of one picture share its features
+    lists = image_neighbours(si, ti, 12, src_image_ids=ids)
+    exact = bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, max_rank=max(KS))
+    looked_up = bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, image_neighbours=lists)
+    _same(looked_up, exact)
+    assert 0 < exact["bkr@10"] < 1 and looked_up["image_neighbours"] == "flat" and exact["image_neighbours"] is None
+    approx = bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, approximate=True)
+    _same(bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, approximate=True, image_neighbours=lists),
+          approx)
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_exact_lists_count_exact_ties_like_the_full_count(ties):
+    rng = np.random.default_rng(1)
+    sign = lambda n: rng.choice([-1.0, 1.0], size=(n, 16)).astype(np.float32)  # cosines: multiples of 1/16
+    st, tt, pictures, ti = sign(60), sign(45), sign(35), sign(45)
+    ids = rng.integers(0, 35, 60)
+    si = pictures[ids]
+    lists = image_neighbours(si, ti, 35, src_image_ids=ids)  # every picture listed: ties included
+    exact = bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, max_rank=max(KS))
+    _same(bkr_recall(st, si, tt, ti, KS, ties=ties, src_image_ids=ids, image_neighbours=lists), exact)
+
+
+def test_hnsw_lists_are_close_to_exact_on_structured_data():
+    rng = np.random.default_rng(2)
+    st, si, tt, ti = _world(rng, 1500, latent=16, noise=1.5)
+    exact = bkr_recall(st, si, tt, ti, KS, max_rank=max(KS))
+    lists = image_neighbours(si, ti, 16, method="hnsw", hnsw_m=16, candidates=32)
+    approx = bkr_recall(st, si, tt, ti, KS, image_neighbours=lists)
+    assert lists.method == "hnsw" and approx["image_neighbours"] == "hnsw"
+    assert np.mean(approx["ranks"] == exact["ranks"]) > 0.98  # measured: 0.996
+    assert abs(approx["bkr@10"] - exact["bkr@10"]) <= 0.01  # measured: 0.002
+    reduced = image_neighbours(si, ti, 16, method="hnsw", pca_dim=16, candidates=64)  # graph over 16 PCA dims
+    assert abs(bkr_recall(st, si, tt, ti, KS, image_neighbours=reduced)["bkr@10"] - exact["bkr@10"]) <= 0.01
+
+
+def test_saved_lists_give_the_same_result_as_computing_them(tmp_path):
+    rng = np.random.default_rng(3)
+    st, si, tt, ti = _world(rng, 300)
+    lists = image_neighbours(si, ti)
+    save_image_neighbours(tmp_path / "lists.npz", lists)
+    loaded = load_image_neighbours(tmp_path / "lists.npz")
+    assert loaded.origin == str(tmp_path / "lists.npz") and loaded.fingerprint == lists.fingerprint
+    computed = bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(candidates=64), image_neighbours=lists)
+    _same(bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(candidates=64), image_neighbours=loaded), computed)
+    other = rng.standard_normal(st.shape)  # another text model, the same lists
+    _same(bkr_recall(other, si, tt, ti, KS, image_neighbours=loaded),
+          bkr_recall(other, si, tt, ti, KS, max_rank=max(KS)))
+
+
+def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
+    rng = np.random.default_rng(4)
+    st, si, tt, ti = _world(rng, 200)
+    path = tmp_path / "lists.npz"
+    save_image_neighbours(path, image_neighbours(si, ti, 8))
+    lists = load_image_neighbours(path)
+    cases = [
+        ((st[:150], si[:150], tt, ti), {}, ["lists.npz", "200 target and 200 source", "200 target and 150 distinct"]),
+        ((st, si, tt[:120], ti[:120]), {}, ["lists.npz", "120 target and 200 distinct"]),
+        ((st, si[:, :30], tt, ti[:, :30]), {}, ["lists.npz", "of dim 40", "of dim 30"]),
+        ((st, si + 1.0, tt, ti), {}, ["lists.npz", "other image features", "200 target, 200 source"]),
+        ((st, si, tt, ti), {"ks": (1, 10)}, ["lists.npz", "8 neighbours", "largest K (10)"]),
+    ]
+    for args, kw, expected in cases:
+        with pytest.raises(BackRetrievalError) as err:
+            bkr_recall(*args, kw.get("ks", (1, 5)), image_neighbours=lists)
+        message = str(err.value)
+        assert "\n" not in message and all(e in message for e in expected), (expected, message)
+    with pytest.raises(BackRetrievalError, match="image_sim"):
+        bkr_recall(st, None, tt, None, (1,), image_sim=np.zeros((200, 200)), image_neighbours=lists)
+    (tmp_path / "junk.npz").write_text("not an npz")
+    for bad, expected in [(tmp_path / "junk.npz", "junk.npz: not an image neighbour file"),
+                          (tmp_path / "missing.npz", "missing.npz: image neighbour file not found")]:
+        with pytest.raises(BackRetrievalError, match=expected):
+            load_image_neighbours(bad)
+    with pytest.raises(BackRetrievalError, match="method must be one of flat, hnsw"):
+        image_neighbours(si, ti, method="ivf")
