@@ -91,8 +91,7 @@ class ANNIndex:
 
     def reduce(self, x: np.ndarray) -> np.ndarray:
         """Rows normalised and projected as the index stores them."""
-        x = l2_normalize(x)
-        return x if self.proj is None else np.ascontiguousarray(x @ self.proj, dtype=np.float32)
+        return normalise_and_project(x, self.proj)
 
     def search(self, queries: np.ndarray, k: int) -> np.ndarray:
         """``(Q, k)`` int64 candidate ids per query, nearest first; -1 where fewer than k were found."""
@@ -148,6 +147,12 @@ def _ivf_index(train: np.ndarray, n: int, config: ApproxConfig) -> tuple[faiss.I
     index.train(train)
     index.nprobe = min(config.nprobe, nlist)
     return index, quantizer
+
+
+def normalise_and_project(x: np.ndarray, proj: np.ndarray | None) -> np.ndarray:
+    """Rows L2-normalised, then projected on ``proj`` ``(D, d)`` when there is one (float32, contiguous)."""
+    x = l2_normalize(x)
+    return x if proj is None else np.ascontiguousarray(x @ proj, dtype=np.float32)
 
 
 def pca_basis(

@@ -35,7 +35,7 @@ from typing import Sequence
 import faiss
 import numpy as np
 
-from .approximate import PCA_ROWS, pca_basis, rescore
+from .approximate import PCA_ROWS, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError
 from .ranking import TIES, Scorer, VectorScorer, as_float32, l2_normalize
 
@@ -156,8 +156,7 @@ def _source_index(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, seed:
         _, proj = pca_basis(l2_normalize(src[sample]), pca_dim, rng, center=False)
 
     def reduce(x: np.ndarray) -> np.ndarray:
-        x = l2_normalize(x)
-        return x if proj is None else np.ascontiguousarray(x @ proj, dtype=np.float32)
+        return normalise_and_project(x, proj)
 
     dim = src.shape[1] if proj is None else proj.shape[1]
     if method == "flat":

@@ -18,6 +18,7 @@ a random start reach 6–8%. A bag-of-embeddings probe started from these rows k
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
@@ -84,8 +85,6 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
 def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> int:
     """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions and the
     whole-image rows of its feature cache (``data.features``, built by then)."""
-    from pathlib import Path
-
     from data_prep.shards import read_captions
 
     from ..data.feature_cache import ensure_feature_cache
