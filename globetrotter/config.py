@@ -99,6 +99,13 @@ class ModelConfig:
     image_head_x: Literal["mlp", "features"] = "mlp"
     text_pooling_t: Literal["sentence", "mean"] = "sentence"  # features for L_t (official code: mean)
     text_pooling_x: Literal["sentence", "mean"] = "sentence"  # features for L_x (official code: the sentence token)
+    # where the text encoder's final LayerNorm acts for the heads: token = on every token state, then pool (the
+    # paper's encoder); pooled = pool the residual stream, then LayerNorm the pooled vector, which keeps the tokens'
+    # relative weights (the image-pivot rows carry idf in their norms)
+    text_pool_norm: Literal["token", "pooled"] = "token"
+    # the transformer blocks' output projections (attention and FFN): default = PyTorch's init; zero = every block
+    # starts as the identity (as timm's zero_init_last), so the model starts as the bag of its token embeddings
+    residual_init: Literal["default", "zero"] = "default"
     # the token embeddings' start: random (the paper), or image_pivot = the rows of a closed-form ridge map from
     # caption token bags to their own images' cached features (globetrotter/training/token_init.py; needs
     # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength

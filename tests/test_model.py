@@ -155,3 +155,51 @@ def test_cross_modal_head_reads_the_pooling_the_config_names(pooling):
     other = model.text_head_x(mean if pooling == "sentence" else sentence)
     torch.testing.assert_close(out["text_x"], expected)
     assert not torch.allclose(out["text_x"], other)
+
+
+def embedded(model, ids: torch.Tensor) -> torch.Tensor:
+    """The text encoder's input: token + position embeddings (B, L, d)."""
+    return model.text.token_embedding(ids) + model.text.position_embedding(torch.arange(ids.shape[1]))[None]
+
+
+@pytest.mark.parametrize("residual_init", ["default", "zero"])
+def test_zero_residual_init_starts_the_encoder_as_its_bag_of_embeddings(residual_init):
+    cfg = load_train_config(None, SMALL + ["model.layers=2", f"model.residual_init={residual_init}",
+                                           "model.text_pool_norm=pooled"])
+    model = build_model(cfg, vocab_size=40).eval()
+    b = batch()
+    mask = b["attention_mask"].clone()
+    mask[:, 6:] = 0
+    with torch.no_grad():
+        _, mean = model.sentence_states(b["input_ids"], mask)
+        x = embedded(model, b["input_ids"])
+        bag = model.text.norm((x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
+    assert torch.allclose(mean, bag, atol=1e-5) == (residual_init == "zero")
+
+    # the zeroed projections still learn, and through them the blocks: after one step every weight has gradient
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        out = model(b["input_ids"], mask, b["masked"], b["view1"], b["view2"])
+        GlobetrotterObjective(cfg.loss)(out, b, b["labels"])[0].backward()
+        optimizer.step()
+    for name, p in model.text.transformer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("norm", ["token", "pooled"])
+def test_text_pool_norm_places_the_final_layernorm(norm):
+    cfg = load_train_config(None, SMALL + [f"model.text_pool_norm={norm}"])
+    model = build_model(cfg, vocab_size=40).eval()
+    b = batch()
+    mask = b["attention_mask"].clone()
+    mask[:, 5:] = 0
+    with torch.no_grad():
+        sentence, mean = model.sentence_states(b["input_ids"], mask)
+        stream = model.text(b["input_ids"], mask, normed=False)
+        pooled = (stream * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        normed = model.text.norm(stream)
+    torch.testing.assert_close(sentence, normed[:, 0])  # one token: the same either way
+    expected = model.text.norm(pooled) if norm == "pooled" else (normed * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    torch.testing.assert_close(mean, expected)

@@ -41,7 +41,8 @@ class GlobetrotterModel(nn.Module):
                 raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model: set loss.cloze=0")
             self.text = SigurdssonTextEncoder(vocab_size, cfg.d_model, cfg.languages, cfg.dropout)
         else:
-            self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length)
+            self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length,
+                                    zero_init_residual=cfg.residual_init == "zero")
         d, D = cfg.d_model, cfg.embed_dim
         self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
         # image_head_x=features: L_x's target is the frozen backbone's feature space itself (its width)
@@ -96,10 +97,13 @@ class GlobetrotterModel(nn.Module):
                         lang_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Sentence-token output and mean-pooled output: (B, d_model) each. The Sigurdsson baseline
         has one sentence vector, its words max-pooled, returned as both."""
-        states = self.token_states(input_ids, attention_mask, lang_ids)
         if self.per_language:
-            pooled = max_pool_words(states, attention_mask)
+            pooled = max_pool_words(self.token_states(input_ids, attention_mask, lang_ids), attention_mask)
             return pooled, pooled
+        if self.cfg.text_pool_norm == "pooled":  # pool the residual stream, then LayerNorm the sentence vectors
+            stream = self.text(input_ids, attention_mask, normed=False)
+            return self.text.norm(stream[:, 0]), self.text.norm(mean_pool(stream, attention_mask))
+        states = self.token_states(input_ids, attention_mask, lang_ids)
         return states[:, 0], mean_pool(states, attention_mask)
 
     def forward(

@@ -15,7 +15,7 @@ class TextEncoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, d_model: int = 512, layers: int = 4, heads: int = 4,
-                 ffn: int = 1024, dropout: float = 0.1, max_length: int = 64) -> None:
+                 ffn: int = 1024, dropout: float = 0.1, max_length: int = 64, zero_init_residual: bool = False) -> None:
         super().__init__()
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_length, d_model)
@@ -26,16 +26,22 @@ class TextEncoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
         nn.init.normal_(self.position_embedding.weight, std=0.02)
+        if zero_init_residual:
+            for block in self.transformer.layers:  # each block starts as the identity (as timm's zero_init_last)
+                for proj in (block.self_attn.out_proj, block.linear2):
+                    nn.init.zeros_(proj.weight)
+                    nn.init.zeros_(proj.bias)
 
     @property
     def d_model(self) -> int:
         return self.token_embedding.embedding_dim
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, normed: bool = True) -> torch.Tensor:
+        """Token states (B, L, d_model); ``normed=False`` returns the residual stream before the final LayerNorm."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.token_embedding(input_ids) + self.position_embedding(positions)[None]
         x = self.transformer(self.dropout(x), src_key_padding_mask=attention_mask == 0)
-        return self.norm(x)
+        return self.norm(x) if normed else x
 
 
 def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
