@@ -100,6 +100,11 @@ def test_the_key_is_a_checked_list_saved_with_the_run(world, base, tmp_path, cap
     assert stop.value.code == 2
     assert line == f"error: data.train_languages: xx not in {world / 'train'} (its languages: el,en,ja,ru)"
     assert not (tmp_path / "bad").exists()
+    from globetrotter.training.prepare import with_text_languages  # the Sigurdsson baseline: one table per kept language
+
+    sig = load_train_config(None, [f"data.root={world}", "model.text_encoder=sigurdsson", "loss.cloze=0",
+                                   "data.train_languages=[ru,en]"])
+    assert with_text_languages(sig).model.languages == ["en", "ru"]
 
 
 def test_feature_batches_hold_exactly_the_named_languages(world, cache):

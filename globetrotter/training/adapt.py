@@ -207,9 +207,9 @@ class Adaptation:
     def _rows_to_train(self, n_old: int, vocab_size: int) -> tuple[list[int], int]:
         """The token rows ``adapt.train: new-tokens`` trains, and how many of them were appended: the appended
         tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's captions hold and no
-        old training caption does, single bytes excepted. A shared BPE learnt on every language of a split of which the run trained on
-        some (``data.train_languages``) already holds the left-out language's tokens: no caption the run read
-        held them, so training them changes no old training caption's encoding."""
+        old training caption does, single bytes excepted. A shared BPE learnt on every language of a split of
+        which the run trained on some (``data.train_languages``) already holds the left-out language's tokens:
+        no caption the run read held them, so training them changes no old training caption's encoding."""
         cfg, a = self.cfg, self.cfg.adapt
         tokenizer = load_tokenizer(cfg.data.tokenizer)
 
