@@ -20,6 +20,10 @@ class DataConfig:
 
     root: str = "data/synth"  # dataset folder with train/ val/ test/ split folders
     train_split: str = "train"
+    # the languages of the train split that training reads (captions, and with them their samples: the loader,
+    # neighbour batching, the image-pivot start, an adaptation's old captions); null = every language of the
+    # split. Val and test stay whole: a language left out here can be evaluated, or adapted to (adapt.split=train)
+    train_languages: list[str] | None = None
     val_split: str = "val"  # BackRetrieval on it (no parallel data needed)
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
     synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
@@ -61,6 +65,11 @@ class DataConfig:
         return self.device_source_size or 2 * self.image_size
 
     def validate(self) -> None:
+        if self.train_languages is not None:
+            if not self.train_languages:
+                raise ValueError("data.train_languages is empty: name at least one language (or null for all)")
+            if len(set(self.train_languages)) != len(self.train_languages):
+                raise ValueError(f"data.train_languages has duplicates: {self.train_languages}")
         if self.device_source_size is not None and self.device_source_size < 1:
             raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
         if self.max_bad_samples < 0:
@@ -203,14 +212,16 @@ class AdaptConfig:
     from_run: str | None = field(default=None, metadata={"key": "from"})  # key `adapt.from`: run folder or
     # checkpoint to adapt; null = an ordinary run from scratch
     language: str | None = None  # the new language; must not be one of the run's training languages
-    split: str = "adapt"  # split under data.root holding the new language's captions and images (others ignored)
+    split: str = "adapt"  # split under data.root holding the new language's captions and images (others ignored); the
+    # train split itself for a language the run left out of it (data.train_languages)
     epochs: float | None = 1.0  # passes over the new language's captions (paper: one); sets `steps`; null: `steps`
     old_batch: int | None = None  # precomputed old-language captions beside each step's batch in L_t; null: batch_size
     old_captions: int | None = None  # old-language training captions precomputed (a seeded sample); null: all
     vocab_size: int = 1000  # BPE learnt on the new language's captions; its tokens that no old training caption
     # contains are appended to the vocabulary (a new script is otherwise bytes: 10x the tokens); 0 keeps it
-    # text: the whole text side trains (the paper fine-tunes the model); new-tokens: only the appended tokens'
-    # embeddings (and cloze biases), so every old-language caption is encoded exactly as before
+    # text: the whole text side trains (the paper fine-tunes the model); new-tokens: only the embeddings (and cloze
+    # biases) of the new language's tokens that no old training caption holds (the appended ones, and those a shared
+    # BPE already had: a language left out by data.train_languages), so every old training caption is encoded as before
     train: Literal["text", "new-tokens"] = "new-tokens"
 
     def validate(self) -> None:

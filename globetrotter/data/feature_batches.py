@@ -20,6 +20,7 @@ Each sample's two views are two different cached augmented views of its image.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -43,14 +44,19 @@ def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 class FeatureBatches:
-    """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on."""
+    """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on,
+    of the captions of ``languages`` (``data.train_languages``; None: every language of the split)."""
 
     def __init__(self, split_dir: str | Path, cache: FeatureCache | None, tokenizer: Tokenizer, local_batch: int,
                  max_length: int, seed: int = 0, rank: int = 0, world: int = 1, batching: str = "random",
-                 neighbours_k: int = 10, start_step: int = 0) -> None:
+                 neighbours_k: int = 10, start_step: int = 0, languages: Sequence[str] | None = None) -> None:
         if cache is not None and cache.views < 2:
             raise UserError(f"{cache.path}: L_v needs two augmented views per image, the cache has {cache.views} (data.feature_views)")
         metas = read_captions(split_dir)
+        if languages is not None:  # data.train_languages: the others' captions (and their images) are left out
+            metas = [m for m in metas if m["lang"] in set(languages)]
+            if not metas:
+                raise UserError(f"{split_dir}: no caption in data.train_languages={','.join(languages)}")
         self.local_batch, self.rank, self.world, self.seed = local_batch, rank, world, seed
         self.batch_size = local_batch * world
         self.batching, self.start_step = batching, start_step

@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 import webdataset as wds
@@ -110,6 +110,12 @@ def pairs_order(samples: Iterator[dict], rng: random.Random, buffer: int) -> Ite
     return _unpair(wds.shuffle(buffer // 2, initial=min(buffer // 2, 250), rng=rng)(pairs))
 
 
+def only_languages(samples: Iterator[dict], rng: random.Random, order: Callable, languages: frozenset) -> Iterator[dict]:
+    """``order`` over the samples captioned in ``languages`` only (``data.train_languages``), dropped before
+    their images are decoded and before the stream counts them (a resume skips the same ones)."""
+    return order((s for s in samples if s["meta"].get("lang") in languages), rng)
+
+
 def make_train_loader(
     split_dir: str,
     tokenizer: Tokenizer,
@@ -124,6 +130,7 @@ def make_train_loader(
     position: StreamPosition | None = None,
     start_step: int = 0,
     max_bad: int = 100,
+    languages: Sequence[str] | None = None,
 ) -> wds.WebLoader:
     """Endless loader of batches of ``local_batch`` samples for the process of rank ``rank``.
 
@@ -132,9 +139,12 @@ def make_train_loader(
     ``batching="pairs"`` (parallel data, supervised baseline): each batch holds
     ``local_batch / 2`` pairs of translations (:func:`pair_by_group`). ``position`` (from a
     checkpoint written at ``start_step``) resumes the stream where it was; every batch
-    carries ``stream/*`` fields for :meth:`StreamPosition.consume`.
+    carries ``stream/*`` fields for :meth:`StreamPosition.consume`. ``languages`` (``data.train_languages``):
+    only the samples captioned in them are read (None: all).
     """
     order = partial(random_order if batching == "random" else pairs_order, buffer=shuffle_buffer)
+    if languages is not None:
+        order = partial(only_languages, order=order, languages=frozenset(languages))
     position = StreamPosition(**position.to_dict()) if position else StreamPosition(workers=max(1, workers))
     dataset = ResumableStream(shard_paths(split_dir), Collate(tokenizer, max_length), local_batch, views, order,
                               seed=seed, rank=rank, position=position, offset=start_step, max_bad=max_bad)
@@ -159,7 +169,7 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
         cache = ensure_feature_cache(cfg, d.train_split, log) if cfg.loss.uses_images else None
         return FeatureBatches(Path(d.root) / d.train_split, cache, tokenizer, local_batch, d.max_length, seed=cfg.seed,
                               rank=rank, world=world, batching=d.batching, neighbours_k=d.neighbours_k,
-                              start_step=start_step)
+                              start_step=start_step, languages=d.train_languages)
     if d.batching == "neighbours":
         raise UserError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
     views = None
@@ -169,7 +179,8 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
                                           d.hflip)) if augment is None else DeviceInputs(augment, d.source_side)
     return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, views,
                              shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching,
-                             rank=rank, position=position, start_step=start_step, max_bad=d.max_bad_samples)
+                             rank=rank, position=position, start_step=start_step, max_bad=d.max_bad_samples,
+                             languages=d.train_languages)
 
 
 def device_augment_from_config(cfg: "TrainConfig") -> DeviceSimCLR | None:

@@ -9,7 +9,10 @@ else latest) on the new language's captions, those of split ``adapt.split`` unde
 * the vocabulary grows by the new language's BPE tokens that no old training caption contains
   (:func:`~globetrotter.tokenizer.extend_tokenizer`), so old captions tokenize exactly as before and a
   new script is not spelled out in bytes (Greek: 10 tokens a caption instead of 100); the new rows
-  of the token embedding start at random, with the trained rows' spread;
+  of the token embedding start at random, with the trained rows' spread. ``adapt.train: new-tokens`` trains
+  those rows and the rows of the old vocabulary's tokens that the new language's captions hold and no old
+  training caption does (a language left out of a split by ``data.train_languages``: the split's shared BPE
+  holds its tokens, which no caption the run read used; then ``adapt.split=train`` reads its captions);
 * the image side (backbone and heads) keeps RUN's weights: every image's features, old and new, are
   computed once at the start (the whole image, as ``encode_image`` sees it), and L_v has nothing left
   to train;
@@ -45,9 +48,10 @@ from ..encoder import Encoder, load
 from ..errors import UserError
 from ..evaluation import parallel_set, sentence_translation
 from ..models import GlobetrotterModel
-from ..tokenizer import encode_batch, extend_tokenizer, load_tokenizer, save_tokenizer
+from ..tokenizer import encode_batch, extend_tokenizer, load_tokenizer, save_tokenizer, special_ids, token_bytes
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective, language_codes
+from .prepare import train_captions, train_languages
 
 def starting_checkpoint(path: str) -> Path:
     """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line error without one."""
@@ -86,8 +90,9 @@ def _heads(cfg: TrainConfig) -> dict[str, bool]:
 
 
 def trained_languages(start: TrainConfig) -> list[str]:
-    """The languages a run was trained on: its train split's, and the one it was adapted to, if any."""
-    found = set(read_manifest(Path(start.data.root) / start.data.train_split)["languages"])
+    """The languages a run was trained on: its train split's (``data.train_languages`` of them), and the one it
+    was adapted to, if any."""
+    found = set(train_languages(start))
     return sorted(found | ({start.adapt.language} if start.adapt.from_run else set()))
 
 
@@ -104,7 +109,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     old = trained_languages(start)
     if a.language in old:
         raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already "
-                        f"(its training languages: {','.join(old)}); adapt it to a language it has not seen")
+                        f"(its training languages: {','.join(old)}); adapt it to a language it has not seen, or train "
+                        f"a run without it (data.train_languages)")
     for diff in (_first_difference(to_dict(cfg.model), to_dict(start.model), "model"),
                  _first_difference(_heads(cfg), _heads(start), "loss (weight > 0)"),
                  _first_difference({"max_length": cfg.data.max_length, "image_size": cfg.data.image_size},
@@ -122,7 +128,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     count = read_manifest(split_dir).get("languages", {}).get(a.language, 0)
     if not count:
         found = ",".join(sorted(read_manifest(split_dir).get("languages", {})))
-        raise UserError(f"adapt.language={a.language}: {split_dir} has no caption in it (it has {found})")
+        raise UserError(f"adapt.language={a.language}: adapt.split={a.split} ({split_dir}) has no caption in it "
+                        f"(it has {found})")
     steps = max(1, math.ceil(a.epochs * count / cfg.batch_size)) if a.epochs is not None else cfg.steps
     return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json")))
 
@@ -136,7 +143,7 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     if a.vocab_size > 0:
         start = load_train_config(source / "config.yaml")
         new = [m["caption"] for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language]
-        known = [m["caption"] for m in read_captions(Path(start.data.root) / start.data.train_split)]
+        known = [m["caption"] for m in train_captions(start)]
         before = tokenizer.get_vocab_size()
         tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
         log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "
@@ -197,16 +204,42 @@ class Adaptation:
             model.image_frozen = True
             model.image.eval()
 
+    def _rows_to_train(self, n_old: int, vocab_size: int) -> tuple[list[int], int]:
+        """The token rows ``adapt.train: new-tokens`` trains, and how many of them were appended: the appended
+        tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's captions hold and no
+        old training caption does, single bytes excepted. A shared BPE learnt on every language of a split of
+        which the run trained on some (``data.train_languages``) already holds the left-out language's tokens:
+        no caption the run read held them, so training them changes no old training caption's encoding."""
+        cfg, a = self.cfg, self.cfg.adapt
+        tokenizer = load_tokenizer(cfg.data.tokenizer)
+
+        def held(texts: list[str]) -> set[int]:
+            return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
+
+        new = held([m["caption"] for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language])
+        old = held([m["caption"] for m in train_captions(self.start.cfg)])
+        # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
+        # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
+        unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
+                        if i < n_old and len(token_bytes(tokenizer.id_to_token(i))) > 1)
+        return unused + list(range(n_old, vocab_size)), vocab_size - n_old
+
     def _train_new_tokens_only(self, model: GlobetrotterModel, n_old: int) -> None:
-        """Freeze every weight but the rows of the appended tokens (embedding, tied cloze decoder, cloze bias)."""
-        if model.text.token_embedding.num_embeddings == n_old:
-            raise UserError(f"adapt.train=new-tokens: no token was appended for {self.cfg.adapt.language} (its script "
-                            f"is the old languages', or adapt.vocab_size=0); use adapt.train=text")
+        """Freeze every weight but the rows of the new language's tokens (:meth:`_rows_to_train`): the token
+        embedding, the tied cloze decoder, the cloze bias."""
+        rows, appended = self._rows_to_train(n_old, model.text.token_embedding.num_embeddings)
+        if not rows:
+            raise UserError(f"adapt.train=new-tokens: no token to train for {self.cfg.adapt.language}: none was appended "
+                            f"(its script is the old languages', or adapt.vocab_size=0) and every token of its captions "
+                            f"occurs in the old training captions; use adapt.train=text")
+        self.log(f"adapt.train=new-tokens: {len(rows)} token rows train ({appended} appended, {len(rows) - appended} "
+                 f"already in the vocabulary, held by {self.cfg.adapt.language}'s captions and no old training caption)")
+        self.trained_rows = torch.tensor(rows, dtype=torch.long)
         model.requires_grad_(False)
         for param in [model.text.token_embedding.weight] + ([model.cloze_head.bias] if model.cloze_head else []):
             param.requires_grad_(True)
             keep = torch.zeros(param.shape[0], *[1] * (param.dim() - 1))
-            keep[n_old:] = 1
+            keep[self.trained_rows] = 1
             param.register_hook(lambda grad, keep=keep: grad * keep.to(grad))
 
     # ----------------------------------------------------------------- precomputation
@@ -270,7 +303,7 @@ class Adaptation:
         start_cfg = self.start.cfg
         self.start.model.to(device)
         self.start.device = str(device)
-        old = read_captions(Path(start_cfg.data.root) / start_cfg.data.train_split)
+        old = train_captions(start_cfg)  # data.train_languages: the languages it was trained on
         if a.old_captions is not None and a.old_captions < len(old):
             keep = np.sort(np.random.default_rng([cfg.seed, 11]).choice(len(old), a.old_captions, replace=False))
             old = [old[i] for i in keep]

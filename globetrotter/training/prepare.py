@@ -15,6 +15,31 @@ def tokenizer_path(cfg: TrainConfig) -> Path:
     return Path(cfg.data.tokenizer) if cfg.data.tokenizer else Path(cfg.data.root) / "tokenizer.json"
 
 
+def train_languages(cfg: TrainConfig) -> list[str]:
+    """The languages training reads: ``data.train_languages``, checked against the train split's manifest
+    (a code the split lacks is a one-line error naming the split's languages), or all of the split's (sorted)."""
+    train_dir = Path(cfg.data.root) / cfg.data.train_split
+    found = sorted(read_manifest(train_dir).get("languages", {}))
+    wanted = cfg.data.train_languages
+    if wanted is None:
+        return found
+    missing = [code for code in wanted if code not in found]
+    if missing:
+        raise UserError(f"data.train_languages: {','.join(missing)} not in {train_dir} (its languages: {','.join(found)})")
+    return sorted(wanted)
+
+
+def train_captions(cfg: TrainConfig) -> list[dict]:
+    """The train split's captions' metadata that training reads: those of :func:`train_languages` only."""
+    from data_prep.shards import read_captions
+
+    metas = read_captions(Path(cfg.data.root) / cfg.data.train_split)
+    if cfg.data.train_languages is None:
+        return metas
+    keep = set(train_languages(cfg))
+    return [m for m in metas if m["lang"] in keep]
+
+
 def ensure_data(cfg: TrainConfig, log=print) -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
     train the tokenizer on the train split when ``tokenizer.json`` is absent; build the image-feature
@@ -29,6 +54,7 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
         log(f"generating the synthetic world into {root} ...")
         generate(cfg.data.synth, root)
     read_manifest(train_dir)
+    train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
     path = tokenizer_path(cfg)
     if not path.is_file():
         from data_prep.shards import read_captions
@@ -50,7 +76,7 @@ def with_text_languages(cfg: TrainConfig) -> TrainConfig:
     if cfg.model.text_encoder != "sigurdsson":
         return cfg
     train_dir = Path(cfg.data.root) / cfg.data.train_split
-    found = sorted(read_manifest(train_dir)["languages"])
+    found = train_languages(cfg)
     if not cfg.model.languages:
         return replace(cfg, model=replace(cfg.model, languages=found))
     missing = sorted(set(found) - set(cfg.model.languages))

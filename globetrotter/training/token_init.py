@@ -83,15 +83,15 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
 
 
 def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> int:
-    """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions and the
+    """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions (those of
+    ``data.train_languages``) and the
     whole-image rows of its feature cache (``data.features``, built by then)."""
-    from data_prep.shards import read_captions
-
     from ..data.feature_cache import ensure_feature_cache
     from ..tokenizer import encode_batch, special_ids
+    from .prepare import train_captions
 
     split = Path(cfg.data.root) / cfg.data.train_split
-    metas = read_captions(split)
+    metas = train_captions(cfg)  # data.train_languages: a language left out of training is left out of the ridge
     cache = ensure_feature_cache(cfg, cfg.data.train_split, log)
     rows = cache.rows([str(m["image_id"]) for m in metas], split)
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], cfg.data.max_length)

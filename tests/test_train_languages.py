@@ -1,0 +1,215 @@
+"""``data.train_languages``: training on some languages of a split, then adapting to a left-out one from that split."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import globetrotter
+from data_prep.shards import read_captions
+from globetrotter.config import load_train_config
+from globetrotter.data.feature_batches import FeatureBatches
+from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, ensure_feature_cache, spec_from_config
+from globetrotter.data.pipeline import make_train_loader
+from globetrotter.encoder import build_model
+from globetrotter.tokenizer import encode_batch, load_tokenizer, save_tokenizer, special_ids, token_bytes, train_tokenizer
+from globetrotter.training import token_init
+from globetrotter.training.adapt import load_adapt_config
+from globetrotter.training.cli import main as train_main
+from globetrotter.training.trainer import train
+
+from conftest import make_tiny_world
+from test_adapt import FAST, ColourPool, colour_accuracy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+KEPT = ["en", "ja", "ru"]  # el is left out of training: the tiny world's train split captions it too
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """Four languages in train (each image in one), the tokenizer learnt on all four, and the train cache."""
+    root = make_tiny_world(tmp_path_factory.mktemp("four"), n_train=192, n_test=16)
+    save_tokenizer(train_tokenizer([m["caption"] for m in read_captions(root / "train")], 300), root / "tokenizer.json")
+    return root
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    from safetensors.torch import save_file
+
+    from test_feature_cache import small_backbone
+
+    path = tmp_path_factory.mktemp("weights") / "small.safetensors"
+    save_file(small_backbone().state_dict(), str(path))
+    return path
+
+
+def config(world: Path, out: Path, weights: Path, *extra: str):
+    return load_train_config(None, [f"data.root={world}", f"output_dir={out}", f"model.image_pretrained={weights}",
+                                    *FAST, *extra])
+
+
+@pytest.fixture(scope="module")
+def cache(world, weights, tmp_path_factory):
+    cfg = config(world, tmp_path_factory.mktemp("c"), weights)
+    if not (cache_dir_for(cfg, "train") / "spec.json").is_file():
+        build_feature_cache(world / "train", spec_from_config(cfg), cache_dir_for(cfg, "train"), ColourPool(),
+                            workers=0, progress=False)
+    return ensure_feature_cache(cfg, "train")
+
+
+@pytest.fixture(scope="module")
+def base(world, weights, cache, tmp_path_factory) -> Path:
+    """150 steps on en/ja/ru of the four-language train split, from the image-pivot start."""
+    out = tmp_path_factory.mktemp("runs")
+    cfg = config(world, out, weights, "run_name=noel", "steps=150", "model.token_init=image_pivot",
+                 "data.batching=neighbours", f"data.train_languages=[{','.join(KEPT)}]")
+    train(cfg)
+    return cfg.run_dir
+
+
+def greek_only_tokens(world: Path) -> list[int]:
+    """Ids of the tokens that el's train captions hold and no other language's does, single bytes excepted (the byte
+    alphabet spells rare characters of every language)."""
+    tok = load_tokenizer(world / "tokenizer.json")
+    metas = read_captions(world / "train")
+    held = lambda texts: {i for e in tok.encode_batch(texts) for i in e.ids}  # noqa: E731
+    greek = held([m["caption"] for m in metas if m["lang"] == "el"])
+    others = held([m["caption"] for m in metas if m["lang"] != "el"])
+    out = sorted(i for i in greek - others - set(special_ids(tok).values()) if len(token_bytes(tok.id_to_token(i))) > 1)
+    assert out, "the shared BPE holds el's tokens"
+    return out
+
+
+# ----------------------------------------------------------------------------- the key
+
+
+def test_the_key_is_a_checked_list_saved_with_the_run(world, base, tmp_path, capsys):
+    assert load_train_config(None, []).data.train_languages is None
+    assert load_train_config(base / "config.yaml").data.train_languages == KEPT
+    for bad, message in (("[]", "is empty"), ("[en,en]", "duplicates"), ("en", "expected")):
+        with pytest.raises(globetrotter.errors.UserError, match=message):
+            load_train_config(None, [f"data.train_languages={bad}"])
+    with pytest.raises(SystemExit) as stop:
+        train_main([f"data.root={world}", f"output_dir={tmp_path}", "run_name=bad", *FAST[:1],
+                    "data.train_languages=[en,xx]"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2
+    assert line == f"error: data.train_languages: xx not in {world / 'train'} (its languages: el,en,ja,ru)"
+    assert not (tmp_path / "bad").exists()
+    from globetrotter.training.prepare import with_text_languages  # the Sigurdsson baseline: one table per kept language
+
+    sig = load_train_config(None, [f"data.root={world}", "model.text_encoder=sigurdsson", "loss.cloze=0",
+                                   "data.train_languages=[ru,en]"])
+    assert with_text_languages(sig).model.languages == ["en", "ru"]
+
+
+def test_feature_batches_hold_exactly_the_named_languages(world, cache):
+    tok = load_tokenizer(world / "tokenizer.json")
+    metas = read_captions(world / "train")
+    kept = [m for m in metas if m["lang"] in KEPT]
+    assert len(kept) < len(metas)
+    for batching in ("random", "neighbours"):
+        fb = FeatureBatches(world / "train", cache, tok, 32, 16, batching=batching, languages=KEPT)
+        assert len(fb.ids) == len(kept) and sorted(set(fb.langs)) == KEPT
+        # the captions and images left in are the kept ones, in order
+        assert np.array_equal(fb.rows, cache.rows([str(m["image_id"]) for m in kept], world / "train"))
+        langs = {lang for step in range(12) for lang in fb.batch(step)["langs"]}
+        assert langs == set(KEPT)
+        if batching == "neighbours":  # mined among the kept images only: a mate is never an el image
+            assert fb.neighbours.max() < len(fb.image_rows)
+    everything = FeatureBatches(world / "train", cache, tok, 32, 16, batching="neighbours")
+    assert "el" in {lang for step in range(12) for lang in everything.batch(step)["langs"]}
+
+
+def test_the_pixel_stream_holds_exactly_the_named_languages(world):
+    tok = load_tokenizer(world / "tokenizer.json")
+    loader = make_train_loader(str(world / "train"), tok, 16, 16, None, shuffle_buffer=50, workers=0,
+                               languages=["el", "en"])
+    batches = iter(loader)
+    langs = [lang for _ in range(30) for lang in next(batches)["langs"]]
+    assert set(langs) == {"el", "en"}
+
+
+def test_the_image_pivot_start_ignores_the_left_out_language(world, weights, cache, tmp_path):
+    cfg = config(world, tmp_path, weights, "model.token_init=image_pivot", f"data.train_languages=[{','.join(KEPT)}]")
+    tok = load_tokenizer(world / "tokenizer.json")
+
+    def start(c) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = build_model(c, tok.get_vocab_size())
+        token_init.init_from_config(model, c, tok, log=lambda *_: None)
+        return model.text.token_embedding.weight.detach().clone()
+
+    torch.manual_seed(0)
+    random_rows = build_model(cfg, tok.get_vocab_size()).text.token_embedding.weight.detach().clone()
+    without, with_all = start(cfg), start(config(world, tmp_path, weights, "model.token_init=image_pivot"))
+    greek = greek_only_tokens(world)
+    assert torch.equal(without[greek], random_rows[greek])  # no el caption entered the ridge
+    assert not torch.equal(with_all[greek], random_rows[greek])
+    # and the rest is the ridge of the kept captions alone
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.get_vocab_size())
+    kept = [m for m in read_captions(world / "train") if m["lang"] in KEPT]
+    ids, mask = encode_batch(tok, [m["caption"] for m in kept], cfg.data.max_length)
+    feats = np.asarray(cache.features[cache.rows([str(m["image_id"]) for m in kept], world / "train"), 0], np.float32)
+    token_init.init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask), feats,
+                                     cfg.model.token_init_alpha, list(special_ids(tok).values()), log=lambda *_: None)
+    assert torch.equal(without, model.text.token_embedding.weight.detach())
+
+
+# ----------------------------------------------------------------------------- adapting to the left-out language
+
+
+def test_adapting_to_the_left_out_language_trains_its_existing_tokens(world, base, tmp_path):
+    # adapt.vocab_size=0: nothing is appended (a larger shared BPE than this world's 300 holds the left-out language's
+    # words whole, as Flickr8k's does zh's): what trains is the rows of el's tokens that no training caption held
+    cfg = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", "adapt.split=train",
+                                   "adapt.vocab_size=0", f"output_dir={tmp_path}", "adapt.epochs=40"])
+    result = train(cfg)
+    assert result["step"] == 40 * 48 // 32  # el captions of the train split only
+    before, after = globetrotter.load(base), globetrotter.load(cfg.run_dir)
+    n = before.tokenizer.get_vocab_size()
+    assert after.tokenizer.get_vocab_size() == n
+    greek = greek_only_tokens(world)
+    a, b = before.model.state_dict(), after.model.state_dict()
+    moved = ~torch.isclose(a["text.token_embedding.weight"], b["text.token_embedding.weight"][:n]).all(1)
+    assert moved[greek].all()  # the rows of el's tokens that no training caption held trained
+    assert set(torch.nonzero(moved).flatten().tolist()) <= set(greek)  # and nothing else: not el's single bytes either
+    tok = before.tokenizer
+    greek_bytes = [i for e in tok.encode_batch([m["caption"] for m in read_captions(world / "train") if m["lang"] == "el"])
+                   for i in e.ids if len(token_bytes(tok.id_to_token(i))) == 1 and tok.id_to_token(i) != "<s>"]
+    assert greek_bytes and not moved[greek_bytes].any()
+    assert all(torch.equal(a[k], b[k]) for k in a if not k.endswith(("token_embedding.weight", "cloze_head.bias")))
+    # every caption of the old languages is encoded exactly as before (train and test)
+    old = [m["caption"] for split in ("train", "test") for m in read_captions(world / split) if m["lang"] in KEPT]
+    np.testing.assert_array_equal(before.encode_text(old), after.encode_text(old))
+    report = result["adapt"]
+    assert report["old_languages"] == KEPT and report["after"]["old_pairs"] == report["before"]["old_pairs"]
+    el_before, el_after = (colour_accuracy(run, world, ["el"], KEPT) for run in (base, cfg.run_dir))
+    assert el_before <= 0.6 and el_after >= 0.9, (el_before, el_after)  # chance: 0.25
+
+
+def test_adapting_from_the_train_split_errors(world, base, tmp_path, capsys):
+    def run(*argv: str) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as stop:
+            train_main([f"adapt.from={base}", "adapt.split=train", f"output_dir={tmp_path}", *argv])
+        return stop.value.code, capsys.readouterr().err.strip().splitlines()[-1]
+
+    code, line = run("adapt.language=ar")
+    assert code == 2 and "has no caption in it" in line and "el,en,ja,ru" in line
+    code, line = run("adapt.language=ru")
+    assert code == 2 and "trained on ru already" in line
+    # a language whose captions hold no token of their own (all occur in the old captions): nothing to train
+    from PIL import Image
+
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(world / "adapt-xx", split="adapt", source="tiny", image_format="png") as w:
+        for i in range(4):
+            w.write(f"xx-{i}", Image.new("RGB", (32, 32)), "red a square", "xx", f"xx{i}")
+    code, line = run("adapt.language=xx", "adapt.split=adapt-xx", "adapt.vocab_size=0")
+    assert code == 2 and line.startswith("error: adapt.train=new-tokens: no token to train for xx")
