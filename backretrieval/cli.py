@@ -39,8 +39,9 @@ cosine (hub captions penalised) and the record reports the hubness of the retrie
 (skewness of the k-occurrence, share of queries landing on the top 1% hubs);
 --approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and
 counts better images only up to K: for large N; --image-index FILE keeps each target image's
-best source images (computed once per image set, exact) so that step 4 is a lookup for
-every model scored on the same images.
+best source images (computed once per image set: with --approximate from compressed codes
+re-scored exactly, else exact) so that step 4 is a lookup for every model scored on the
+same images.
 """
 
 
@@ -164,10 +165,15 @@ def _add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
 
 def _add_image_index_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-index", metavar="NPZ",
-                   help="image neighbour lists: read from NPZ when it exists, else computed (exact faiss search, "
-                        "one N_t x N_s pass over the image features) and written there. Step 4 becomes a lookup "
-                        "(ranks above the largest K censored); the lists depend only on the images, so reuse the "
-                        "file for every text model scored on them")
+                   help="image neighbour lists: read from NPZ when it exists, else computed (see "
+                        "--image-index-method) and written there. Step 4 becomes a lookup (ranks above the largest "
+                        "K censored); the lists depend only on the images, so reuse the file for every text model "
+                        "scored on them")
+    p.add_argument("--image-index-method", choices=("pq", "flat"),
+                   help="how a new --image-index file is built: pq (256 candidates per target image from 4-bit codes "
+                        "of 64 principal directions, re-scored exactly: fast, approximate) or flat (exact faiss "
+                        "search, one N_t x N_s pass over the full features) (default: pq with --approximate, "
+                        "else flat)")
 
 
 def _approx(args: argparse.Namespace):
@@ -193,10 +199,16 @@ def _image_index(args: argparse.Namespace, src_img, tgt_img, src_image_ids=None)
         raise BackRetrievalError("--image-index needs --src-img and --tgt-img (image features), not --image-sim")
     path = Path(args.image_index)
     if path.exists():
-        return load_image_neighbours(path)
-    lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, max(args.ks)), src_image_ids=src_image_ids)
+        lists = load_image_neighbours(path)
+        if lists.method != "flat" and not args.approximate:
+            print(f"note: {path} holds approximate ({lists.method}) image lists: step 4 is approximate",
+                  file=sys.stderr)
+        return lists
+    method = args.image_index_method or ("pq" if args.approximate else "flat")
+    lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, max(args.ks)), src_image_ids=src_image_ids,
+                             method=method, seed=args.seed)
     _write_file(path, lambda p: save_image_neighbours(p, lists), "--image-index")
-    print(f"wrote {path} ({lists.n_targets} x {lists.n_neighbours} image neighbours)", file=sys.stderr)
+    print(f"wrote {path} ({lists.n_targets} x {lists.n_neighbours} image neighbours, {method})", file=sys.stderr)
     return replace(lists, origin=str(path))
 
 

@@ -4,6 +4,8 @@
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 1000 10000 100000
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 10000 30000 100000 \
         --methods capped approx-ivf approx lists                                  # the approximate modes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_backretrieval.py --sizes 10000 100000 \
+        --methods capped lists-flat lists                                         # fast vs exact image lists
 
 Methods (all compute BkR Recall@1/5/10 on the same data):
 
@@ -19,14 +21,22 @@ Methods (all compute BkR Recall@1/5/10 on the same data):
   (nprobe 32, 16 candidates re-scored exactly), the image side counted as in ``capped``.
 * ``approx`` - ``approximate=True``: text candidates from 4-bit codes of 64 principal
   directions, every target scanned (128 candidates re-scored exactly), image side as ``capped``.
-* ``lists`` - ``approx`` with the image side looked up in exact image neighbour lists
-  (:mod:`backretrieval.image_index`). The lists depend on the images only: their one-off
-  cost is printed apart ("one-off s"; with ``--image-cache DIR`` they are kept there and
-  reused by later runs), "seconds" is the cost per text model.
+* ``lists`` - ``approx`` with the image side looked up in image neighbour lists
+  (:mod:`backretrieval.image_index`) built with ``method="pq"``, the default of
+  ``--approximate --image-index``: 256 source images per target image from 4-bit codes of 64
+  principal directions, re-scored exactly, the best 32 kept.
+* ``lists-flat`` - the same with exact lists (``method="flat"``: a full N x N x D faiss search).
+
+The lists depend on the images only: their one-off build is printed apart ("one-off s"; with
+``--image-cache DIR`` they are kept there and reused by later runs, else in a temporary
+folder for the run), "seconds" is the cost per text model and "first s" the two together,
+what the first model scored on an image set costs. When both list methods run, the ``lists``
+row gives "list recall": the share of the exact lists' entries that its lists hold.
 
 The approximate methods are printed with |dBkR@1| and |dBkR@10| against the exact recall of
 the same N in the same run (``exact``, else ``capped``: both give the exact Recall@K), and
-"same NN": the share of queries that retrieve the exact nearest caption.
+"same NN": the share of queries that retrieve the exact nearest caption, and with "x ref"
+and "x ref 1st" the speed-up per model and for the first model against that reference's time.
 
 Data: synthetic, with structure (not pure noise): source and target items are
 *different* scenes (non-matching sets, as in the paper's protocol) with a 64-d latent;
@@ -48,6 +58,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,8 +67,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
 
 KS = (1, 5, 10)
-METHODS = ["naive", "exact", "capped", "approx-ivf", "approx", "lists"]
-APPROXIMATE = ("approx-ivf", "approx", "lists")
+METHODS = ["naive", "exact", "capped", "approx-ivf", "approx", "lists-flat", "lists"]  # the order they run in
+APPROXIMATE = ("approx-ivf", "approx", "lists-flat", "lists")
+LIST_METHODS = {"lists": "pq", "lists-flat": "flat"}  # bench method: image_neighbours method
 
 
 def make_data(n: int, text_dim: int, image_dim: int, seed: int = 0, chunk: int = 8192) -> tuple[np.ndarray, ...]:
@@ -98,16 +110,21 @@ def naive_bkr(src_text, src_img, tgt_text, tgt_img, ks=KS) -> tuple[np.ndarray, 
     return ranks, {k: float(np.mean(ranks <= k)) for k in ks}
 
 
-def image_lists(data: tuple[np.ndarray, ...], cache: str | None) -> tuple[object, float | None]:
-    """Exact image neighbour lists of the bench data and their build seconds (None: read from ``cache``)."""
+def lists_path(cache: str | None, n: int, image_dim: int, method: str) -> Path | None:
+    """Where the ``cache`` keeps the image lists of one size and list method."""
+    return Path(cache) / f"image_lists_{n}_{image_dim}_{method}.npz" if cache else None
+
+
+def image_lists(data: tuple[np.ndarray, ...], method: str, cache: str | None) -> tuple[object, float | None]:
+    """Image neighbour lists of the bench data and their build seconds (None: read from ``cache``)."""
     from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
 
     _, src_img, _, tgt_img = data
-    path = Path(cache) / f"image_lists_{len(src_img)}_{src_img.shape[1]}.npz" if cache else None
+    path = lists_path(cache, len(src_img), src_img.shape[1], method)
     if path is not None and path.is_file():
         return load_image_neighbours(path), None
     start = time.perf_counter()
-    lists = image_neighbours(src_img, tgt_img)
+    lists = image_neighbours(src_img, tgt_img, method=method)
     seconds = time.perf_counter() - start
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +139,8 @@ def metric_kwargs(method: str, lists: object) -> dict:
     return {"capped": {"max_rank": max(KS)},
             "approx-ivf": {"approximate": ApproxConfig(index="ivf", pca_dim=0, candidates=16)},
             "approx": {"approximate": True},
-            "lists": {"approximate": True, "image_neighbours": lists}}.get(method, {})
+            "lists": {"approximate": True, "image_neighbours": lists},
+            "lists-flat": {"approximate": True, "image_neighbours": lists}}.get(method, {})
 
 
 def worker(n: int, method: str, text_dim: int, image_dim: int, threads: int, cache: str | None) -> dict:
@@ -134,7 +152,7 @@ def worker(n: int, method: str, text_dim: int, image_dim: int, threads: int, cac
     faiss.omp_set_num_threads(threads)
     data = make_data(n, text_dim, image_dim)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lists: their build included
-    lists, one_off = image_lists(data, cache) if method == "lists" else (None, None)
+    lists, one_off = image_lists(data, LIST_METHODS[method], cache) if method in LIST_METHODS else (None, None)
     start = time.perf_counter()
     retrieved = None
     if method == "naive":
@@ -145,7 +163,7 @@ def worker(n: int, method: str, text_dim: int, image_dim: int, threads: int, cac
     seconds = time.perf_counter() - start
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     return {"n": n, "method": method, "seconds": seconds, "one_off_seconds": one_off,
-            "one_off": "cached" if method == "lists" and one_off is None else None,
+            "one_off": "cached" if method in LIST_METHODS and one_off is None else None,
             "peak_rss_growth_mib": grown / 1024, "recall": recall,
             "distinct_retrieved": None if retrieved is None else int(len(np.unique(retrieved))),
             "retrieved": None if retrieved is None else retrieved.tolist(),
@@ -163,10 +181,22 @@ def run_isolated(n: int, method: str, args: argparse.Namespace) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def compared(r: dict, results: dict) -> tuple[str, str, str, str]:
-    """(ranks = naive, |dR@1|, |dR@10|, same NN) of result ``r`` against the reference runs of its N."""
+def list_recall(n: int, args: argparse.Namespace) -> str:
+    """Share of the exact (flat) lists' entries that the pq lists of size ``n`` hold, when both are in the cache."""
+    from backretrieval.image_index import load_image_neighbours
+
+    paths = [lists_path(args.image_cache, n, args.image_dim, m) for m in ("pq", "flat")]
+    if not all(p is not None and p.is_file() for p in paths):
+        return "-"
+    pq, flat = (load_image_neighbours(p) for p in paths)
+    found = sum(len(np.intersect1d(a, b, assume_unique=True)) for a, b in zip(pq.ids, flat.ids))
+    return f"{found / flat.ids.size:.4f}"
+
+
+def compared(r: dict, results: dict) -> tuple[str, str, str, str, str, str]:
+    """(ranks = naive, |dR@1|, |dR@10|, same NN, x ref, x ref first) of ``r`` against the reference runs of its N."""
     naive, ref = results.get("naive"), results.get("exact") or results.get("capped")
-    same = d1 = d10 = nn = "-"
+    same = d1 = d10 = nn = speed = speed_first = "-"
     if naive and r["method"] != "naive" and r["ranks"] is not None:
         a, b = np.asarray(naive["ranks"]), np.asarray(r["ranks"])
         if r["method"] != "exact":  # ranks above max(K) censored
@@ -176,7 +206,9 @@ def compared(r: dict, results: dict) -> tuple[str, str, str, str]:
         d1 = f"{abs(r['recall']['1'] - ref['recall']['1']):.4f}"
         d10 = f"{abs(r['recall']['10'] - ref['recall']['10']):.4f}"
         nn = f"{np.mean(np.asarray(r['retrieved']) == np.asarray(ref['retrieved'])):.3f}"
-    return same, d1, d10, nn
+        speed = f"{ref['seconds'] / r['seconds']:.1f}"
+        speed_first = f"{ref['seconds'] / (r['seconds'] + (r['one_off_seconds'] or 0.0)):.1f}"
+    return same, d1, d10, nn, speed, speed_first
 
 
 def main() -> None:
@@ -185,25 +217,34 @@ def main() -> None:
     parser.add_argument("--text-dim", type=int, default=512)
     parser.add_argument("--image-dim", type=int, default=2048)
     parser.add_argument("--naive-max", type=int, default=10_000, help="largest N for the naive reference")
-    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="what to run (default: all)")
+    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
+                        help="what to run (default: all; they run in the order listed here)")
     parser.add_argument("--threads", type=int, default=1, help="faiss and BLAS threads per run (default: 1)")
     parser.add_argument("--image-cache", metavar="DIR",
-                        help="keep the 'lists' method's image neighbour lists here and reuse them in later runs")
+                        help="keep the list methods' image neighbour lists here and reuse them in later runs "
+                             "(default: a temporary folder, the lists built in every run)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.sizes[0], args.worker, args.text_dim, args.image_dim, args.threads,
                                 args.image_cache)))
         return
+    with tempfile.TemporaryDirectory(prefix="bench_bkr_lists_") as scratch:
+        args.image_cache = args.image_cache or scratch  # the list recall compares the lists of two workers
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
     print(f"BkR Recall@{KS}; text dim {args.text_dim}, image dim {args.image_dim}; {args.threads} thread(s); "
-          "memory = peak RSS growth during the call (ru_maxrss delta); 'one-off s' = image lists, once per image set")
-    header = f"{'N':>7} {'method':>10} {'seconds':>9} {'one-off s':>9} {'peak MiB':>9} {'x naive time':>12} " \
-             f"{'x naive mem':>11} {'R@1':>7} {'R@10':>7} {'distinct':>8} {'ranks = naive':>13} {'|dR@1|':>7} " \
-             f"{'|dR@10|':>7} {'same NN':>7}"
+          "memory = peak RSS growth during the call (ru_maxrss delta); 'one-off s' = image lists, once per image set; "
+          "'first s' = one-off + seconds; 'x ref' = exact/capped seconds over these")
+    header = f"{'N':>7} {'method':>10} {'seconds':>9} {'one-off s':>9} {'first s':>8} {'peak MiB':>9} " \
+             f"{'x naive time':>12} {'x naive mem':>11} {'R@1':>7} {'R@10':>7} {'distinct':>8} {'ranks = naive':>13} " \
+             f"{'|dR@1|':>7} {'|dR@10|':>7} {'same NN':>7} {'x ref':>6} {'x ref 1st':>9} {'list recall':>11}"
     print(header)
     for n in args.sizes:
         results = {}
-        for method in args.methods:
+        for method in [m for m in METHODS if m in args.methods]:
             if method == "naive" and n > args.naive_max:
                 continue
             results[method] = r = run_isolated(n, method, args)
@@ -212,10 +253,13 @@ def main() -> None:
             ratio_m = f"{naive['peak_rss_growth_mib'] / max(r['peak_rss_growth_mib'], 1e-3):.1f}" \
                 if naive and method != "naive" else "-"
             one_off = r["one_off"] or (f"{r['one_off_seconds']:.1f}" if r["one_off_seconds"] is not None else "-")
-            same, d1, d10, nn = compared(r, results)
-            print(f"{n:>7} {method:>10} {r['seconds']:>9.2f} {one_off:>9} {r['peak_rss_growth_mib']:>9.1f} "
+            first = f"{r['seconds'] + r['one_off_seconds']:.1f}" if r["one_off_seconds"] is not None else "-"
+            same, d1, d10, nn, speed, speed_first = compared(r, results)
+            recall = list_recall(n, args) if method == "lists" else "-"
+            print(f"{n:>7} {method:>10} {r['seconds']:>9.2f} {one_off:>9} {first:>8} {r['peak_rss_growth_mib']:>9.1f} "
                   f"{ratio_t:>12} {ratio_m:>11} {r['recall']['1']:>7.4f} {r['recall']['10']:>7.4f} "
-                  f"{str(r['distinct_retrieved'] or '-'):>8} {same:>13} {d1:>7} {d10:>7} {nn:>7}", flush=True)
+                  f"{str(r['distinct_retrieved'] or '-'):>8} {same:>13} {d1:>7} {d10:>7} {nn:>7} {speed:>6} "
+                  f"{speed_first:>9} {recall:>11}", flush=True)
 
 
 if __name__ == "__main__":

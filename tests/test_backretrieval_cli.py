@@ -328,12 +328,22 @@ def test_image_index_is_written_once_reused_and_refused_for_other_images(tmp_pat
             "--ks", "1", "10", "--bootstrap", "0"]
     assert main(base + ["--max-rank", "10", "--out", str(tmp_path / "exact.json")]) == 0
     assert main(base + ["--image-index", lists, "--out", str(tmp_path / "built.json")]) == 0
-    assert f"wrote {lists} (60 x 32 image neighbours)" in capsys.readouterr().err
+    assert f"wrote {lists} (60 x 32 image neighbours, flat)" in capsys.readouterr().err
     written = (tmp_path / "lists.npz").stat().st_mtime_ns
     assert main(base + ["--image-index", lists, "--approximate", "--out", str(tmp_path / "reused.json")]) == 0
     assert "image neighbours" not in capsys.readouterr().err and (tmp_path / "lists.npz").stat().st_mtime_ns == written
     exact, built, reused = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("exact", "built", "reused"))
     assert built["metrics"] == exact["metrics"] == reused["metrics"] and built["image_neighbours"] == "flat"
+    fast = str(tmp_path / "fast.npz")  # with --approximate a new file is built from PQ codes unless told otherwise
+    assert main(base + ["--image-index", fast, "--approximate", "--out", str(tmp_path / "fast.json")]) == 0
+    assert f"wrote {fast} (60 x 32 image neighbours, pq)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "fast.json").read_text())["image_neighbours"] == "pq"
+    assert main(base + ["--image-index", fast, "--out", str(tmp_path / "fast_exact.json")]) == 0
+    assert "fast.npz holds approximate (pq) image lists" in capsys.readouterr().err
+    told = str(tmp_path / "told.npz")
+    assert main(base + ["--image-index", told, "--approximate", "--image-index-method", "flat",
+                        "--out", str(tmp_path / "told.json")]) == 0
+    assert json.loads((tmp_path / "told.json").read_text())["image_neighbours"] == "flat"
     ab = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["st"], "--b-tgt-text",
           p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "10", "--bootstrap", "10",
           "--image-index", lists]

@@ -19,6 +19,17 @@ def _world(rng: np.random.Generator, n: int, latent: int = 8, noise: float = 0.5
     return st, si, tt, ti
 
 
+def _clustered(rng: np.random.Generator, n: int, clusters: int = 40, latent: int = 16) -> tuple[np.ndarray, ...]:
+    """Like :func:`_world`, the shared latents drawn around ``clusters`` centres; images 128-d, noisy."""
+    centres = rng.standard_normal((clusters, latent))
+    w_t, w_i = rng.standard_normal((latent, 32)), rng.standard_normal((latent, 128))
+    views = []
+    for _ in range(2):  # source, then target: other scenes of the same clusters
+        z = centres[rng.integers(0, clusters, n)] + 0.6 * rng.standard_normal((n, latent))
+        views += [z @ w_t + 6.0 * rng.standard_normal((n, 32)), z @ w_i + 6.0 * rng.standard_normal((n, 128))]
+    return tuple(v.astype(np.float32) for v in views)
+
+
 def _same(a: dict, b: dict) -> None:
     np.testing.assert_array_equal(a["ranks"], b["ranks"])
     for k in KS:
@@ -69,6 +80,30 @@ def test_hnsw_lists_are_close_to_exact_on_structured_data():
     assert abs(bkr_recall(st, si, tt, ti, KS, image_neighbours=reduced)["bkr@10"] - exact["bkr@10"]) <= 0.01
 
 
+def test_pq_lists_recall_the_exact_lists_on_clustered_data(tmp_path):
+    rng = np.random.default_rng(5)
+    st, si, tt, ti = _clustered(rng, 2000)  # above the 624 rows the 4-bit quantizer is trained from
+    exact_lists = image_neighbours(si, ti, 16)
+    lists = image_neighbours(si, ti, 16, method="pq", candidates=48)  # 128-d images, 64 principal directions coded
+    assert lists.method == "pq" and lists.ids.shape == (2000, 16) and lists.dim == 128
+    assert all(len(set(row)) == 16 for row in lists.ids[:200])  # distinct images, none missing
+    recall = np.mean([len(np.intersect1d(a, b)) for a, b in zip(lists.ids, exact_lists.ids)]) / 16
+    assert recall >= 0.9, recall  # measured: 0.94
+    np.testing.assert_array_less(lists.scores[:, 1:], lists.scores[:, :-1] + 1e-6)  # exact scores, best first
+    assert np.mean(np.isclose(lists.scores[:, 0], exact_lists.scores[:, 0], atol=1e-5)) > 0.99  # the best: 0.999
+    exact = bkr_recall(st, si, tt, ti, KS, max_rank=max(KS))
+    approx = bkr_recall(st, si, tt, ti, KS, image_neighbours=lists)
+    assert approx["image_neighbours"] == "pq" and 0.03 < exact["bkr@10"] < 0.5
+    assert np.mean(approx["ranks"] == exact["ranks"]) > 0.98  # measured: 0.997
+    assert abs(approx["bkr@10"] - exact["bkr@10"]) <= 0.005  # measured: 0.001
+    save_image_neighbours(tmp_path / "pq.npz", lists)
+    loaded = load_image_neighbours(tmp_path / "pq.npz")
+    assert loaded.method == "pq"
+    _same(bkr_recall(st, si, tt, ti, KS, image_neighbours=loaded), approx)
+    small = image_neighbours(si[:300], ti[:300], 8, method="pq")  # too few rows to train codes: a flat PCA index
+    assert small.method == "pq" and small.ids.shape == (300, 8) and (small.ids >= 0).all()
+
+
 def test_saved_lists_give_the_same_result_as_computing_them(tmp_path):
     rng = np.random.default_rng(3)
     st, si, tt, ti = _world(rng, 300)
@@ -108,5 +143,5 @@ def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
                           (tmp_path / "missing.npz", "missing.npz: image neighbour file not found")]:
         with pytest.raises(BackRetrievalError, match=expected):
             load_image_neighbours(bad)
-    with pytest.raises(BackRetrievalError, match="method must be one of flat, hnsw"):
+    with pytest.raises(BackRetrievalError, match="method must be one of flat, pq, hnsw"):
         image_neighbours(si, ti, method="ivf")
