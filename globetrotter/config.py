@@ -120,6 +120,9 @@ class ModelConfig:
     # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength
     token_init: Literal["random", "image_pivot"] = "random"
     token_init_alpha: float = 3.0
+    # the image-pivot rows' standard deviation; null = the random table's (0.02). Larger rows keep their weight in the
+    # residual stream against what the blocks learn to add (README, Real photos)
+    token_init_std: float | None = None
     # transformer: the method's shared encoder. sigurdsson: the Sigurdsson et al. (2020) baseline as the
     # paper extends it (section 5.1): one word table and adapting layer per language over the shared
     # vocabulary, max-pooled over words (layers/heads/ffn unused); needs loss.cloze=0
@@ -277,6 +280,8 @@ class TrainConfig:
                                  "data.features, a loss that uses images and model.text_encoder=transformer")
             if self.model.token_init_alpha <= 0:
                 raise ValueError(f"model.token_init_alpha must be > 0, got {self.model.token_init_alpha}")
+            if self.model.token_init_std is not None and self.model.token_init_std <= 0:
+                raise ValueError(f"model.token_init_std must be > 0 (or null), got {self.model.token_init_std}")
         if self.data.features and self.loss.uses_images:
             if not self.model.freeze_image_backbone:
                 raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "

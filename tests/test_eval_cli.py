@@ -154,6 +154,80 @@ def test_sentence_command_with_the_tfidf_baseline(world, tmp_path, capsys):
     assert "needs a trained run folder" in capsys.readouterr().err
 
 
+def test_fused_rows_mix_the_two_cosines():
+    import scipy.sparse as sp
+
+    from globetrotter.evaluation.fusion import fuse_with_surface
+
+    rng = np.random.default_rng(0)
+    dense, surface = rng.normal(size=(7, 5)), sp.random(7, 40, density=0.3, random_state=1, format="csr") * 3
+    fused = fuse_with_surface(dense, surface, 0.3).toarray()
+    d, t = normalize_rows(dense), normalize_rows(surface.toarray())
+    np.testing.assert_allclose(fused @ fused.T, 0.3 * t @ t.T + 0.7 * d @ d.T, atol=1e-5)
+    with pytest.raises(ValueError, match="rows"):
+        fuse_with_surface(dense[:3], surface, 0.3)
+
+
+def test_sentence_command_fuses_a_model_with_tfidf(world, fake, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.fusion import fuse_with_surface
+    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    out = tmp_path / "out"
+    argv = ["sentence", "--split", str(world / "test"), "--out", str(out)]
+    assert run(argv + ["--model", "textonly", "--name", "alone"]) == 0
+    assert run(argv + ["--model", "textonly", "--name", "fused", "--fuse-tfidf", "0.6"]) == 0
+    rec = record(out, "sentence", "fused")
+    assert rec["details"]["fuse_tfidf"]["weight"] == 0.6 and rec["details"]["fuse_tfidf"]["tfidf"]["fitted_on_texts"] == 90
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    surface = TfidfEncoder().fit(ps.captions).encode_text(ps.captions)
+    emb = fuse_with_surface(fake["textonly"].encode_text(ps.captions), surface, 0.6)
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+    # the fake's language offset hides the shared concepts; the shared spellings (ring/ring) pull some back
+    assert rec["metrics"]["sentence_translation"] != record(out, "sentence", "alone")["metrics"]["sentence_translation"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(argv + ["--model", "textonly", "--fuse-tfidf", "1"])
+    assert "strictly between 0 and 1" in capsys.readouterr().err
+    assert run(argv + ["--model", "tfidf", "--fuse-tfidf", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "give a model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_fuse_tfidf_auto_takes_the_weight_its_validator_scores_highest(world, fake):
+    from types import SimpleNamespace
+
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.fusion import WEIGHTS, choose_weight
+    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    seen = []
+
+    def validator(encoder):  # stands in for BackRetrieval on val: here, translation of the fused rows
+        seen.append(encoder.weight)
+        emb = encoder.encode_text(ps.captions, head="text", langs=list(ps.langs))
+        return {f"val/bkr@{k}": sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"] for k in (1, 10)}
+
+    model = fake["textonly"]
+    model.cfg = SimpleNamespace(val=SimpleNamespace(bkr_ks=[1, 10]))
+    weight, scores = choose_weight(model, validator=validator, log=lambda m: None)
+    assert seen == list(WEIGHTS) and sorted(scores) == list(WEIGHTS)
+    assert weight == max(scores, key=lambda w: (scores[w], -w)) and len(set(scores.values())) > 1
+
+
+def test_fuse_tfidf_auto_on_a_run_reads_its_val_split(tiny_run, tiny_world, tmp_path):
+    from globetrotter.evaluation.fusion import WEIGHTS
+
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
+                "--name", "fused", "--fuse-tfidf", "auto"]) == 0
+    fused = record(out, "sentence", "fused")["details"]["fuse_tfidf"]
+    assert sorted(float(w) for w in fused["val_mean_bkr"]) == list(WEIGHTS) and fused["weight"] in WEIGHTS
+
+
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
     assert res["score"] == 1.0 and 0 < res["chance"] < 0.1 and res["n_groups"] == 20

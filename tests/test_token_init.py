@@ -72,6 +72,11 @@ def test_init_sets_seen_rows_at_the_table_spread_and_keeps_the_others():
     assert n == int(changed.sum()) == 2 * CLASSES + 6
     assert not changed[[PAD, SENT, 10, 49]].any()
     assert table.weight[changed].std().item() == pytest.approx(before.std().item(), rel=0.2)
+    rows = table.weight.detach()[changed].clone()
+    init_token_embeddings(table, torch.tensor(ids), torch.tensor(mask), images, 1.0, [PAD, SENT], log=lambda s: None,
+                          std=0.5)  # model.token_init_std: the same rows at the asked spread
+    assert table.weight[changed].std().item() == pytest.approx(0.5, rel=1e-3)
+    torch.testing.assert_close(table.weight.detach()[changed] * (rows.std() / 0.5), rows)
     with pytest.raises(ValueError, match="captions but"):
         image_pivot_embeddings(ids, mask, images[:-1], 50, 8)
 
@@ -101,3 +106,5 @@ def test_a_run_starts_from_image_pivot_rows_and_the_key_needs_cached_features(ti
         _cfg(world, tmp_path, weights, "data.features=null", "model.token_init=image_pivot")
     with pytest.raises(UserError, match="token_init_alpha"):
         _cfg(world, tmp_path, weights, "model.token_init=image_pivot", "model.token_init_alpha=0")
+    with pytest.raises(UserError, match="token_init_std"):
+        _cfg(world, tmp_path, weights, "model.token_init=image_pivot", "model.token_init_std=-1")

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import fusion_weight, positive_int
 from globetrotter.errors import UserError, run_cli
 
 from . import plots
@@ -29,6 +29,7 @@ from .retrieval import retrieval_per_language
 from .sentence import parallel_set, sentence_translation
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
+from .fusion import choose_weight, fuse_with_surface
 from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
@@ -195,10 +196,23 @@ def _text_model_only(args: argparse.Namespace, command: str) -> None:
 
 
 def _sentence(args: argparse.Namespace) -> int:
+    if args.fuse_tfidf is not None and is_tfidf_spec(args.model):
+        raise UserError("--fuse-tfidf mixes a model with the TF-IDF baseline: give a model, not --model tfidf")
+    if args.fuse_tfidf == "auto" and is_pivot_ridge_spec(args.model):
+        raise UserError("--fuse-tfidf auto chooses W on a run's val split: give a run folder or a number")
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     tfidf = _fit_tfidf(args, encoder, ps)
     emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **_lang_kw(encoder, ps.langs))
+    fused = None
+    if args.fuse_tfidf is not None:
+        fused = {"weight": args.fuse_tfidf}
+        if args.fuse_tfidf == "auto":
+            fused["weight"], fused["val_mean_bkr"] = choose_weight(encoder, args.head, log=lambda m: print(m, file=sys.stderr))
+            print(f"--fuse-tfidf auto: W={fused['weight']:.2f} (highest mean val BackRetrieval)", file=sys.stderr)
+        surface = TfidfEncoder()
+        fused["tfidf"] = _fit_tfidf(args, surface, ps)
+        emb = fuse_with_surface(emb, surface.encode_text(ps.captions), fused["weight"])
     res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed)
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
@@ -217,6 +231,8 @@ def _sentence(args: argparse.Namespace) -> int:
         details["tfidf"] = tfidf
     if isinstance(encoder, PivotRidgeEncoder):
         details["ridge"] = encoder.config
+    if fused is not None:
+        details["fuse_tfidf"] = fused
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -824,6 +840,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tfidf-fit", choices=["split", "sample"], default="split",
                    help="--model tfidf only: fit the idf on every caption of --split in the evaluated languages "
                         "(default) or on the evaluated sample only; no labels either way")
+    p.add_argument("--fuse-tfidf", type=fusion_weight, metavar="W|auto",
+                   help="rank by W x (char n-gram TF-IDF cosine) + (1 - W) x (the model's cosine): the model fused with "
+                        "the surface-overlap baseline, as sparse + dense retrieval is (idf fitted as --tfidf-fit says; "
+                        "no labels). Says what the model adds to string overlap. auto: the W of 0.1..0.9 with the "
+                        "highest mean BackRetrieval@{1,5,10} on the run's val split (no parallel text)")
     p.set_defaults(func=_sentence)
 
     p = sub.add_parser("word", parents=[common], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)

@@ -67,15 +67,15 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
 
 def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,
                           image_features: np.ndarray, alpha: float, skip: Sequence[int],
-                          log: Callable[[str], None] = print) -> int:
+                          log: Callable[[str], None] = print, std: float | None = None) -> int:
     """Overwrite the rows of the tokens the captions hold with their image-pivot rows (:func:`image_pivot_embeddings`),
-    rescaled to the table's current standard deviation; returns how many rows were set."""
+    rescaled to standard deviation ``std`` (None: the table's current one); returns how many rows were set."""
     table = embedding.weight
     rows, seen = image_pivot_embeddings(ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1],
                                         alpha, skip)
     rows = torch.from_numpy(rows[seen])
     with torch.no_grad():
-        scale = table.std() / rows.std().clamp_min(1e-12)
+        scale = (table.std() if std is None else std) / rows.std().clamp_min(1e-12)
         table[torch.from_numpy(seen), : rows.shape[1]] = (rows * scale).to(table.dtype)
     log(f"token_init=image_pivot: {int(seen.sum())} token rows from the ridge map to image features "
         f"({len(ids)} captions, {rows.shape[1]} principal image directions)")
@@ -97,4 +97,4 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log:
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], cfg.data.max_length)
     return init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask),
                                  np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
-                                 list(special_ids(tokenizer).values()), log)
+                                 list(special_ids(tokenizer).values()), log, cfg.model.token_init_std)
