@@ -208,7 +208,7 @@ def _sentence(args: argparse.Namespace) -> int:
     if args.fuse_tfidf is not None:
         fused = {"weight": args.fuse_tfidf}
         if args.fuse_tfidf == "auto":
-            fused["weight"], fused["val_mean_bkr"] = choose_weight(encoder, args.head, log=lambda m: print(m, file=sys.stderr))
+            fused["weight"], fused["val_mean_bkr"] = choose_weight(encoder, args.head, ps.languages, log=lambda m: print(m, file=sys.stderr))
             print(f"--fuse-tfidf auto: W={fused['weight']:.2f} (highest mean val BackRetrieval)", file=sys.stderr)
         surface = TfidfEncoder()
         fused["tfidf"] = _fit_tfidf(args, surface, ps)
@@ -844,7 +844,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank by W x (char n-gram TF-IDF cosine) + (1 - W) x (the model's cosine): the model fused with "
                         "the surface-overlap baseline, as sparse + dense retrieval is (idf fitted as --tfidf-fit says; "
                         "no labels). Says what the model adds to string overlap. auto: the W of 0.1..0.9 with the "
-                        "highest mean BackRetrieval@{1,5,10} on the run's val split (no parallel text)")
+                        "highest mean BackRetrieval@{1,5,10} on the run's val split, pairs of the evaluated languages "
+                        "(no parallel text)")
     p.set_defaults(func=_sentence)
 
     p = sub.add_parser("word", parents=[common], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)

@@ -7,7 +7,8 @@ asks what a model adds to string overlap. On Flickr8k en/de/fr/cs the image-trai
 TF-IDF by about 6 points while the text-only model lowers it (README, Real photos).
 
 ``auto`` picks W without parallel text: the weight of :data:`WEIGHTS` whose fused embeddings get
-the highest mean BackRetrieval@K (K of ``val.bkr_ks``: 1, 5, 10) on the run's val split (non-parallel captions and their images, the
+the highest mean BackRetrieval@K (K of ``val.bkr_ks``: 1, 5, 10) on the run's val split, over the pairs
+of the evaluated languages only (string overlap helps en/de/fr/cs and nothing across scripts) (non-parallel captions and their images, the
 trainer's checkpoint-selection protocol, :class:`~globetrotter.training.validation.Validator`).
 """
 from __future__ import annotations
@@ -54,18 +55,21 @@ class FusedEncoder:
         return fuse_with_surface(dense, surface.encode_text(list(texts)), self.weight).toarray()
 
 
-def choose_weight(encoder, head: str = "text", weights: Sequence[float] = WEIGHTS,
+def choose_weight(encoder, head: str = "text", languages: Sequence[str] | None = None, weights: Sequence[float] = WEIGHTS,
                   log: Callable[[str], None] = print, validator=None) -> tuple[float, dict[float, float]]:
     """The weight of ``weights`` with the highest mean val BackRetrieval@K for ``encoder`` fused with TF-IDF (ties:
     the smaller weight), and every weight's score. Reads the run's val split and image features as its trainer did;
     the mean over ``val.bkr_ks`` is steadier than one K on a few hundred captions per language. ``validator``
-    (default: the run's :class:`~globetrotter.training.validation.Validator`, val only) maps an encoder to metrics."""
+    (default: the run's :class:`~globetrotter.training.validation.Validator`, val only, restricted to ``languages``
+    when given) maps an encoder to metrics."""
     cfg = encoder.cfg
     if validator is None:
         from ..training.validation import Validator
 
         validator = Validator(cfg)
         validator.test_dir = None  # val only: the choice sees no parallel text
+        if languages is not None:
+            validator.keep_languages(languages)
     scores = {}
     keys = [f"val/bkr@{k}" for k in cfg.val.bkr_ks]
     for w in weights:

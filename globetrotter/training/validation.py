@@ -8,6 +8,7 @@ image-model spec such as ``timm:resnet50:/path/weights.safetensors``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from PIL import Image
@@ -16,6 +17,7 @@ from data_prep.shards import iter_samples
 
 from ..config import TrainConfig
 from ..encoder import Encoder
+from ..errors import UserError
 
 
 def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
@@ -61,6 +63,20 @@ class Validator:
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
             self.test_dir = None
+
+    def keep_languages(self, languages: Sequence[str]) -> None:
+        """Score only the val captions of ``languages`` (and their pairs) from now on."""
+        keep = np.isin(self.langs, list(languages))
+        if len(set(self.langs[keep])) < 2:
+            raise UserError(f"{self.cfg.data.root}/{self.cfg.data.val_split}: BackRetrieval needs val captions in two of "
+                            f"{sorted(languages)}; the split has {sorted(set(self.langs))}")
+        idx = np.flatnonzero(keep)
+        self.samples = [self.samples[i] for i in idx]
+        self.texts = [self.texts[i] for i in idx]
+        self.images = [self.images[i] for i in idx]
+        self.langs, self.image_ids = self.langs[idx], self.image_ids[idx]
+        if self.image_feats is not None:
+            self.image_feats = self.image_feats[idx]
 
     def __call__(self, encoder: Encoder) -> dict[str, float]:
         """The metrics of ``encoder`` (see :meth:`evaluate` for the per-query hits too)."""
