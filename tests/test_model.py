@@ -162,18 +162,26 @@ def embedded(model, ids: torch.Tensor) -> torch.Tensor:
     return model.text.token_embedding(ids) + model.text.position_embedding(torch.arange(ids.shape[1]))[None]
 
 
-@pytest.mark.parametrize("residual_init", ["default", "zero"])
-def test_zero_residual_init_starts_the_encoder_as_its_bag_of_embeddings(residual_init):
-    cfg = load_train_config(None, SMALL + ["model.layers=2", f"model.residual_init={residual_init}",
-                                           "model.text_pool_norm=pooled"])
-    model = build_model(cfg, vocab_size=40).eval()
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+
+def model_and_padded_batch(overrides: list[str], length: int):
+    """A small eval-mode model of ``SMALL + overrides``, a batch, and its mask with padding after ``length`` tokens."""
+    cfg = load_train_config(None, SMALL + overrides)
     b = batch()
     mask = b["attention_mask"].clone()
-    mask[:, 6:] = 0
+    mask[:, length:] = 0
+    return cfg, build_model(cfg, vocab_size=40).eval(), b, mask
+
+
+@pytest.mark.parametrize("residual_init", ["default", "zero"])
+def test_zero_residual_init_starts_the_encoder_as_its_bag_of_embeddings(residual_init):
+    cfg, model, b, mask = model_and_padded_batch(["model.layers=2", f"model.residual_init={residual_init}",
+                                                  "model.text_pool_norm=pooled"], 6)
     with torch.no_grad():
         _, mean = model.sentence_states(b["input_ids"], mask)
-        x = embedded(model, b["input_ids"])
-        bag = model.text.norm((x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
+        bag = model.text.norm(masked_mean(embedded(model, b["input_ids"]), mask))
     assert torch.allclose(mean, bag, atol=1e-5) == (residual_init == "zero")
 
     # the zeroed projections still learn, and through them the blocks: after one step every weight has gradient
@@ -190,16 +198,11 @@ def test_zero_residual_init_starts_the_encoder_as_its_bag_of_embeddings(residual
 
 @pytest.mark.parametrize("norm", ["token", "pooled"])
 def test_text_pool_norm_places_the_final_layernorm(norm):
-    cfg = load_train_config(None, SMALL + [f"model.text_pool_norm={norm}"])
-    model = build_model(cfg, vocab_size=40).eval()
-    b = batch()
-    mask = b["attention_mask"].clone()
-    mask[:, 5:] = 0
+    _, model, b, mask = model_and_padded_batch([f"model.text_pool_norm={norm}"], 5)
     with torch.no_grad():
         sentence, mean = model.sentence_states(b["input_ids"], mask)
         stream = model.text(b["input_ids"], mask, normed=False)
-        pooled = (stream * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
         normed = model.text.norm(stream)
     torch.testing.assert_close(sentence, normed[:, 0])  # one token: the same either way
-    expected = model.text.norm(pooled) if norm == "pooled" else (normed * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    expected = model.text.norm(masked_mean(stream, mask)) if norm == "pooled" else masked_mean(normed, mask)
     torch.testing.assert_close(mean, expected)
