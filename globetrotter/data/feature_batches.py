@@ -54,7 +54,8 @@ class FeatureBatches:
             raise UserError(f"{cache.path}: L_v needs two augmented views per image, the cache has {cache.views} (data.feature_views)")
         metas = read_captions(split_dir)
         if languages is not None:  # data.train_languages: the others' captions (and their images) are left out
-            metas = [m for m in metas if m["lang"] in set(languages)]
+            keep = set(languages)
+            metas = [m for m in metas if m["lang"] in keep]
             if not metas:
                 raise UserError(f"{split_dir}: no caption in data.train_languages={','.join(languages)}")
         self.local_batch, self.rank, self.world, self.seed = local_batch, rank, world, seed

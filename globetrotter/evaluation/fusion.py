@@ -7,9 +7,10 @@ asks what a model adds to string overlap. On Flickr8k en/de/fr/cs the image-trai
 TF-IDF by about 6 points while the text-only model lowers it (README, Real photos).
 
 ``auto`` picks W without parallel text: the weight of :data:`WEIGHTS` whose fused embeddings get
-the highest mean BackRetrieval@K (K of ``val.bkr_ks``: 1, 5, 10) on the run's val split, over the pairs
-of the evaluated languages only (string overlap helps en/de/fr/cs and nothing across scripts) (non-parallel captions and their images, the
-trainer's checkpoint-selection protocol, :class:`~globetrotter.training.validation.Validator`).
+the highest mean BackRetrieval@K (K of ``val.bkr_ks``: 1, 5, 10) on the run's val split (non-parallel
+captions and their images, the trainer's checkpoint-selection protocol,
+:class:`~globetrotter.training.validation.Validator`), over the pairs of the evaluated languages only:
+string overlap helps en/de/fr/cs and does nothing across scripts.
 """
 from __future__ import annotations
 
@@ -42,17 +43,25 @@ def fuse_with_surface(dense: np.ndarray, surface: sp.spmatrix, weight: float) ->
 
 class FusedEncoder:
     """``encode_text`` of a model fused with a TF-IDF encoder fitted on the texts it is given (label-free), as
-    dense rows: for BackRetrieval on a val split of a few hundred captions per language."""
+    dense rows: for BackRetrieval on a val split of a few hundred captions per language. ``weight`` may change
+    between calls: the model's embeddings and the TF-IDF vectors of the last texts are kept, so trying several
+    weights on the same texts encodes them once."""
 
     def __init__(self, encoder, weight: float, head: str = "text") -> None:
         self.encoder, self.weight, self.head = encoder, weight, head
+        self._texts: list[str] | None = None
+        self._parts: tuple[np.ndarray, sp.csr_matrix] | None = None
 
     def encode_text(self, texts: Sequence[str], head: str | None = None, langs=None, **_) -> np.ndarray:
-        kw = {"langs": langs} if getattr(self.encoder, "needs_language", False) else {}
-        dense = self.encoder.encode_text(list(texts), head=self.head, **kw)
-        surface = TfidfEncoder()
-        surface.fit(list(texts))
-        return fuse_with_surface(dense, surface.encode_text(list(texts)), self.weight).toarray()
+        texts = list(texts)
+        if texts != self._texts:
+            kw = {"langs": langs} if getattr(self.encoder, "needs_language", False) else {}
+            surface = TfidfEncoder()
+            surface.fit(texts)
+            self._parts = (self.encoder.encode_text(texts, head=self.head, **kw), surface.encode_text(texts))
+            self._texts = texts
+        dense, surface_rows = self._parts
+        return fuse_with_surface(dense, surface_rows, self.weight).toarray()
 
 
 def choose_weight(encoder, head: str = "text", languages: Sequence[str] | None = None, weights: Sequence[float] = WEIGHTS,
@@ -72,8 +81,10 @@ def choose_weight(encoder, head: str = "text", languages: Sequence[str] | None =
             validator.keep_languages(languages)
     scores = {}
     keys = [f"val/bkr@{k}" for k in cfg.val.bkr_ks]
+    fused = FusedEncoder(encoder, float(weights[0]), head)
     for w in weights:
-        metrics = validator(FusedEncoder(encoder, float(w), head))
+        fused.weight = float(w)
+        metrics = validator(fused)
         scores[float(w)] = float(np.mean([metrics[k] for k in keys]))
         log(f"--fuse-tfidf auto: W={w:.2f} mean val BkR@{{{','.join(map(str, cfg.val.bkr_ks))}}} {scores[float(w)]:.4f}")
     best = max(scores, key=lambda w: (scores[w], -w))

@@ -89,4 +89,3 @@ class TfidfEncoder:
     def encode_image(self, images, batch_size: int = 256):
         """Always a :class:`UserError`: the baseline reads text only."""
         raise UserError("--model tfidf is a text-only surface baseline: it has no image encoder (use a trained run)")
-

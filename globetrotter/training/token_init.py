@@ -84,8 +84,7 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
 
 def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> int:
     """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions (those of
-    ``data.train_languages``) and the
-    whole-image rows of its feature cache (``data.features``, built by then)."""
+    ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then)."""
     from ..data.feature_cache import ensure_feature_cache
     from ..tokenizer import encode_batch, special_ids
     from .prepare import train_captions
