@@ -196,6 +196,32 @@ def test_sentence_command_fuses_a_model_with_tfidf(world, fake, tmp_path, capsys
     assert "give a model" in err and len(err.strip().splitlines()) == 1
 
 
+def test_sentence_command_ranks_by_csls_over_the_sample_or_a_pool(world, fake, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.sentence import csls_penalty, parallel_set, sentence_translation
+
+    out = tmp_path / "out"
+    argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--retrieval", "csls",
+            "--csls-k", "4"]
+    assert run(argv + ["--name", "sample"]) == 0
+    rec = record(out, "sentence", "sample")
+    assert rec["details"]["csls"] == {"k": 4, "pool": "evaluated sentences"}
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    emb = fake["textonly"].encode_text(ps.captions)
+    penalty = csls_penalty(emb, ps.langs, 4) / 2
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, candidate_penalty=penalty)["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+    cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert expected != cosine, "the penalty changes the ranking of the language-offset model"
+    # a pool split: its captions in the evaluated languages only (en, de of the 3)
+    assert run(argv + ["--name", "pool", "--csls-pool", str(world / "test"), "--languages", "en,de"]) == 0
+    assert record(out, "sentence", "pool")["details"]["csls"]["pool_captions"] == 60
+    capsys.readouterr()
+    assert run(argv + ["--csls-k", "40", "--languages", "en,de"]) == 2
+    err = capsys.readouterr().err
+    assert "--retrieval csls" in err and "exceeds" in err and len(err.strip().splitlines()) == 1
+
+
 def test_fuse_tfidf_auto_takes_the_weight_its_validator_scores_highest(world, fake):
     from types import SimpleNamespace
 

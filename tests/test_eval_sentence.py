@@ -143,3 +143,52 @@ def test_parallel_set_errors_do_not_blame_sentence_translation():
     with pytest.raises(UserError, match="parallel") as err:
         parallel_set([{"caption": "x", "lang": "en", "group": None, "image_id": "a"}])
     assert "sentence" not in str(err.value)
+
+
+def test_csls_penalty_is_the_mean_of_the_k_nearest_other_language_cosines():
+    import scipy.sparse as sp
+
+    from globetrotter.evaluation.sentence import csls_penalty
+
+    rng = np.random.default_rng(0)
+    emb = normalize_rows(rng.normal(size=(12, 6)))
+    langs = np.array(["en", "de", "fr"] * 4)
+    pool = normalize_rows(rng.normal(size=(9, 6)))
+    pool_langs = np.array(["en", "de", "fr"] * 3)
+    for rows, rows_langs, same in ((emb, langs, True), (pool, pool_langs, False)):
+        expected = []
+        for i in range(len(emb)):
+            others = [float(emb[i] @ rows[j]) for j in range(len(rows)) if rows_langs[j] != langs[i] and not (same and j == i)]
+            expected.append(np.mean(sorted(others)[-3:]))
+        got = csls_penalty(emb, langs, 3) if same else csls_penalty(emb, langs, 3, pool, pool_langs)
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+    # sparse rows (the TF-IDF baseline) give the same penalty as dense ones
+    np.testing.assert_allclose(csls_penalty(sp.csr_matrix(emb), langs, 3), csls_penalty(emb, langs, 3), atol=1e-6)
+    with pytest.raises(ValueError, match="exceeds"):
+        csls_penalty(emb, langs, 9)
+    with pytest.raises(ValueError, match="languages"):
+        csls_penalty(emb, langs, 3, pool, pool_langs[:4])
+
+
+def test_csls_ranking_marks_down_a_hub_that_cosine_ranks_first():
+    """A hub (a candidate near every query) takes the top slot of every query under cosine; CSLS
+    subtracts its mean similarity to its neighbours and the true translations come back."""
+    from globetrotter.evaluation.sentence import csls_penalty
+
+    rng = np.random.default_rng(1)
+    n, d = 40, 16
+    meaning = rng.normal(size=(n, d))
+    shared = rng.normal(size=d)
+    # every sentence = its meaning + a shared component + noise; three de rows are mostly the shared component:
+    # hubs near every en query
+    en = meaning + 1.5 * shared + 0.7 * rng.normal(size=(n, d))
+    de = meaning + 1.5 * shared + 0.7 * rng.normal(size=(n, d))
+    de[:3] = 0.5 * meaning[:3] + 4.0 * shared
+    emb = normalize_rows(np.concatenate([en, de]))
+    langs = np.array(["en"] * n + ["de"] * n)
+    groups = np.concatenate([np.arange(n), np.arange(n)])
+    cosine = sentence_translation(emb, langs, groups, k=1)["accuracy"]
+    csls = sentence_translation(emb, langs, groups, k=1, candidate_penalty=csls_penalty(emb, langs, 5) / 2)["accuracy"]
+    assert csls > cosine + 0.05
+    with pytest.raises(ValueError, match="candidate_penalty"):
+        sentence_translation(emb, langs, groups, candidate_penalty=np.zeros(3))

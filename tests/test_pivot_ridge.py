@@ -69,3 +69,19 @@ def test_ridge_bad_input_is_one_line_exit_2(tiny_world, train_split, tmp_path, c
     assert "no feature cache" in capsys.readouterr().err
     assert eval_main(["cluster", "--model", f"ridge:{train_split}", *split]) == 2
     assert "baseline of `eval.py sentence` only" in capsys.readouterr().err
+
+
+def test_a_more_captions_split_without_a_cache_reads_its_origins(train_split, tmp_path):
+    """`globetrotter-data more-captions` keeps image ids and records the split it was made from; the baseline
+    fitted on it finds that split's cache, as README's `ridge:outputs/flickr8k-more/train` needs."""
+    more = tmp_path / "more" / "train"
+    shutil.copytree(train_split, more, ignore=shutil.ignore_patterns("features"))
+    manifest = json.loads((more / "manifest.json").read_text())
+    (more / "manifest.json").write_text(json.dumps({**manifest, "more_captions": {"from": str(train_split)}}))
+    enc = PivotRidgeEncoder(more)
+    assert enc.features == train_split / "features"
+    np.testing.assert_allclose(enc.encode_text(["red a square"], langs="en"),
+                               PivotRidgeEncoder(train_split).encode_text(["red a square"], langs="en"), atol=1e-6)
+    (more / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match="no feature cache"):
+        PivotRidgeEncoder(more)

@@ -26,7 +26,7 @@ from globetrotter.errors import UserError, run_cli
 from . import plots
 from .clustering import cluster_analysis
 from .retrieval import retrieval_per_language
-from .sentence import parallel_set, sentence_translation
+from .sentence import csls_penalty, parallel_set, sentence_translation
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .fusion import choose_weight, fuse_with_surface
@@ -195,6 +195,39 @@ def _text_model_only(args: argparse.Namespace, command: str) -> None:
                         f"{command} needs a trained run folder")
 
 
+def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None, surface) -> tuple[np.ndarray | None, dict | None]:
+    """``--retrieval csls``: each candidate's CSLS penalty ``r(y) / 2`` over the evaluated sentences or over the
+    ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences are, fused alike),
+    and its record; ``(None, None)`` for cosine."""
+    if args.retrieval != "csls":
+        return None, None
+    record = {"k": args.csls_k, "pool": "evaluated sentences"}
+    pool = pool_langs = None
+    if args.csls_pool:
+        from data_prep.shards import read_captions
+
+        wanted = set(ps.languages)
+        metas = [m for m in read_captions(args.csls_pool) if m["lang"] in wanted]
+        if not metas:
+            raise UserError(f"{args.csls_pool}: no caption in {sorted(wanted)} for --csls-pool")
+        pool_langs = np.array([m["lang"] for m in metas])
+        pool = _sentence_embeddings(args, encoder, [m["caption"] for m in metas], pool_langs, fuse_weight, surface)
+        record.update(pool=str(args.csls_pool), pool_captions=len(metas))
+    try:
+        r = csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs)
+    except ValueError as err:
+        raise UserError(f"--retrieval csls: {err}") from None
+    return r / 2.0, record
+
+
+def _sentence_embeddings(args: argparse.Namespace, encoder, captions: list[str], langs, fuse_weight: float | None,
+                         surface) -> np.ndarray:
+    """The rows ``eval.py sentence`` ranks: the model's (or the baseline's) embeddings, fused with ``surface``'s
+    TF-IDF at ``fuse_weight`` when given."""
+    emb = encoder.encode_text(captions, batch_size=args.batch_size, head=args.head, **_lang_kw(encoder, langs))
+    return emb if fuse_weight is None else fuse_with_surface(emb, surface.encode_text(captions), fuse_weight)
+
+
 def _sentence(args: argparse.Namespace) -> int:
     if args.fuse_tfidf is not None and is_tfidf_spec(args.model):
         raise UserError("--fuse-tfidf mixes a model with the TF-IDF baseline: give a model, not --model tfidf")
@@ -203,8 +236,7 @@ def _sentence(args: argparse.Namespace) -> int:
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     tfidf = _fit_tfidf(args, encoder, ps)
-    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **_lang_kw(encoder, ps.langs))
-    fused = None
+    fused = surface = None
     if args.fuse_tfidf is not None:
         fused = {"weight": args.fuse_tfidf}
         if args.fuse_tfidf == "auto":
@@ -212,8 +244,11 @@ def _sentence(args: argparse.Namespace) -> int:
             print(f"--fuse-tfidf auto: W={fused['weight']:.2f} (highest mean val BackRetrieval)", file=sys.stderr)
         surface = TfidfEncoder()
         fused["tfidf"] = _fit_tfidf(args, surface, ps)
-        emb = fuse_with_surface(emb, surface.encode_text(ps.captions), fused["weight"])
-    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed)
+    weight = fused["weight"] if fused else None
+    emb = _sentence_embeddings(args, encoder, ps.captions, ps.langs, weight, surface)
+    penalty, csls = _csls(args, encoder, ps, emb, weight, surface)
+    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed,
+                               candidate_penalty=penalty)
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
     written = [
@@ -233,6 +268,8 @@ def _sentence(args: argparse.Namespace) -> int:
         details["ridge"] = encoder.config
     if fused is not None:
         details["fuse_tfidf"] = fused
+    if csls is not None:
+        details["csls"] = csls
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -846,6 +883,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "no labels). Says what the model adds to string overlap. auto: the W of 0.1..0.9 with the "
                         "highest mean BackRetrieval@{1,5,10} on the run's val split, pairs of the evaluated languages "
                         "(no parallel text)")
+    p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
+                   help="rank candidates by cosine (the paper; default) or by CSLS (Conneau et al., 2018): a candidate "
+                        "near many queries (a hub) is marked down by its mean cosine to its --csls-k nearest "
+                        "other-language sentences")
+    p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+    p.add_argument("--csls-pool", metavar="SPLIT",
+                   help="take CSLS neighbourhoods among this split's captions in the evaluated languages (e.g. the "
+                        "non-parallel val split, which keeps the test set out of the correction) instead of among "
+                        "the evaluated sentences (default)")
     p.set_defaults(func=_sentence)
 
     p = sub.add_parser("word", parents=[common], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)

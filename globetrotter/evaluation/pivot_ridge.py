@@ -32,6 +32,18 @@ def is_pivot_ridge_spec(model: str | None) -> bool:
     return bool(model) and model.startswith(PREFIX)
 
 
+def default_features(split: Path) -> Path:
+    """``<split>/features``; for a ``more-captions`` split without its own cache, the cache of the split it was
+    made from (same images and image ids), which its manifest names."""
+    own = split / "features"
+    if own.exists() or not (split / "manifest.json").is_file():
+        return own
+    from data_prep.shards import read_manifest
+
+    origin = (read_manifest(split).get("more_captions") or {}).get("from")
+    return Path(origin) / "features" if origin and (Path(origin) / "features").exists() else own
+
+
 class PivotRidgeEncoder:
     """Per-language TF-IDF → ridge → image-feature space, with the ``encode_text`` interface of the
     trained encoders (it needs each text's language: ``needs_language``)."""
@@ -41,7 +53,7 @@ class PivotRidgeEncoder:
 
     def __init__(self, train_split: str | Path, alpha: float = 3.0, features: str | Path | None = None) -> None:
         self.train_split = Path(train_split)
-        self.features = Path(features) if features is not None else self.train_split / "features"
+        self.features = Path(features) if features is not None else default_features(self.train_split)
         self.alpha = alpha
         self.maps: dict[str, tuple[TfidfEncoder, object]] = {}
         self.counts: dict[str, int] = {}

@@ -8,6 +8,11 @@ a fraction in [0, 1] (the paper plots percent). The per-language-pair matrix ``A
 is the same share restricted to queries in language ``a`` and positives in language
 ``b``; ``A − Aᵀ`` is its asymmetry (Fig. 9).
 
+Hubness: with ``retrieval="csls"`` (:func:`csls_penalty`) candidates are ranked by CSLS (Conneau et
+al., 2018) instead of cosine: a candidate close to many queries (a hub) is marked down by its mean
+similarity to its K nearest other-language sentences, taken over the evaluated sentences themselves
+or over another, non-parallel pool (a val split's captions).
+
 Candidates: DESIGN.md section 7 ranks among all *other-language* sentences (the default,
 ``candidates="other-language"``); the paper's wording ("among all the 200M − 1 possible
 options") also lets same-language sentences compete (``candidates="all"``).
@@ -130,6 +135,55 @@ def _group_codes(values: Sequence | np.ndarray) -> np.ndarray:
     return np.array([seen.setdefault(v, len(seen)) for v in items], dtype=np.int64)
 
 
+def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray, k: int, exclude_self: bool,
+                chunk_size: int = 1024) -> np.ndarray:
+    """Mean of each query row's ``k`` highest cosines to the base rows of *other* languages (dense or sparse rows;
+    ``base_t`` is the base transposed); ``exclude_self`` when base and queries are the same rows."""
+    n = queries.shape[0]
+    out = np.empty(n, dtype=np.float32)
+    for start in range(0, n, chunk_size):
+        q = np.arange(start, min(start + chunk_size, n))
+        sims = queries[q] @ base_t
+        sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims)
+        sims[query_langs[q][:, None] == base_langs[None, :]] = -np.inf
+        if exclude_self:
+            sims[np.arange(len(q)), q] = -np.inf
+        out[q] = np.partition(sims, sims.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+    return out
+
+
+def csls_penalty(
+    emb: np.ndarray,
+    langs: Sequence[str] | np.ndarray,
+    k: int = 10,
+    pool: np.ndarray | None = None,
+    pool_langs: Sequence[str] | np.ndarray | None = None,
+) -> np.ndarray:
+    """``r(y)`` of every row for CSLS ranking (Conneau et al., 2018): the mean cosine of row ``y`` to its ``k``
+    nearest rows of other languages, in ``pool`` (L2-normalised rows with languages ``pool_langs``; default:
+    ``emb`` itself). CSLS scores a query ``x`` and candidate ``y`` by ``2 cos(x, y) − r(x) − r(y)``; for one
+    query only ``r(y)`` changes the ranking, so :func:`sentence_translation` subtracts ``r(y) / 2`` from the
+    cosines (``candidate_penalty``). A pool from another split (val captions, which are not parallel) keeps
+    the test set out of the correction."""
+    sparse = sp.issparse(emb)
+    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
+    langs = np.asarray(langs).astype(str)
+    same = pool is None
+    if same:
+        pool, pool_langs = emb, langs
+    else:
+        if pool_langs is None or len(pool_langs) != pool.shape[0]:
+            raise ValueError(f"pool has {pool.shape[0]} rows but {0 if pool_langs is None else len(pool_langs)} languages")
+        pool = sp.csr_matrix(pool, dtype=np.float32) if sp.issparse(pool) else np.ascontiguousarray(pool, dtype=np.float32)
+        pool_langs = np.asarray(pool_langs).astype(str)
+    if pool.shape[1] != emb.shape[1]:
+        raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
+    others = np.array([(pool_langs != lang).sum() for lang in langs])
+    if len(others) and others.min() < k:
+        raise ValueError(f"csls k={k} exceeds the other-language pool rows of some language ({int(others.min())})")
+    return _top_k_mean(emb, pool.T.tocsr() if sp.issparse(pool) else pool.T, langs, pool_langs, k, exclude_self=same)
+
+
 def sentence_translation(
     emb: np.ndarray,
     langs: Sequence[str] | np.ndarray,
@@ -138,6 +192,7 @@ def sentence_translation(
     candidates: Candidates = "other-language",
     chunk_size: int = 1024,
     tie_seed: int | None = None,
+    candidate_penalty: np.ndarray | None = None,
 ) -> dict:
     """Sentence translation accuracy by retrieval (paper section 5.2).
 
@@ -159,6 +214,9 @@ def sentence_translation(
     ``tie_seed`` the candidates are ranked in a seeded random order among equals, so a
     model that cannot tell candidates apart (e.g. TF-IDF across scripts: every cosine is
     0) scores at chance instead of by the layout of the sample.
+
+    ``candidate_penalty`` (N,) is subtracted from every cosine to that candidate: ``csls_penalty(...) / 2``
+    ranks by CSLS.
     """
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
@@ -176,6 +234,10 @@ def sentence_translation(
     if presence.max() > 1:
         g, l = np.argwhere(presence > 1)[0]
         raise ValueError(f"group #{g} has {presence[g, l]} sentences in {languages[l]!r}; keep one per language")
+    if candidate_penalty is not None:
+        candidate_penalty = np.asarray(candidate_penalty, dtype=np.float32).reshape(-1)
+        if len(candidate_penalty) != n:
+            raise ValueError(f"candidate_penalty has {len(candidate_penalty)} values for {n} rows")
     if candidates not in ("other-language", "all"):
         raise ValueError(f"candidates must be 'other-language' or 'all', got {candidates!r}")
     k = n_lang - 1 if k is None else int(k)
@@ -191,6 +253,8 @@ def sentence_translation(
     for start in range(0, n, chunk_size):
         q = np.arange(start, min(start + chunk_size, n))
         sims = (emb[q] @ emb_t).toarray() if sparse else emb[q] @ emb_t
+        if candidate_penalty is not None:
+            sims = sims - candidate_penalty[None, :]
         if candidates == "other-language":
             sims[lang_idx[q][:, None] == lang_idx[None, :]] = -np.inf
         sims[np.arange(len(q)), q] = -np.inf
