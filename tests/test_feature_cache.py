@@ -145,6 +145,24 @@ def test_pair_batches_hold_two_languages_of_one_group(tiny_world, tokenizer):
     assert "view1" not in stream.batch(0)
 
 
+def test_streamed_pairs_mix_the_language_pairs_of_each_group():
+    """Shards list a group's captions in one fixed language order; the pixel path's pairs must not follow it (it
+    used to: en-de and fr-cs only, every time)."""
+    import random
+    from collections import Counter
+
+    from globetrotter.data.pipeline import pairs_order
+
+    langs = ["en", "de", "fr", "cs"]
+    samples = [{"meta": {"group": g, "lang": lang}} for g in range(400) for lang in langs]
+    flat = [s["meta"] for s in pairs_order(iter(samples), random.Random(0), buffer=200)]
+    pairs = list(zip(flat[0::2], flat[1::2]))
+    assert len(pairs) > 600
+    assert all(a["group"] == b["group"] and a["lang"] != b["lang"] for a, b in pairs)
+    share = Counter(frozenset((a["lang"], b["lang"])) for a, b in pairs)
+    assert len(share) == 6 and min(share.values()) > 0.08 * len(pairs), share
+
+
 def test_other_language_neighbours_match_a_brute_force_search():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 8)).astype(np.float32)
