@@ -173,3 +173,18 @@ def test_translate_needs_the_query_language(sigurdsson_run, tiny_world, tmp_path
         cli.main(["translate-word", "red", "--model", str(sigurdsson_run), "--to", "ru", "--from", "en",
                   "--corpus", str(tiny_world / "test"), "--out", str(tmp_path), "--k", "2"])
     assert exit_info.value.code == 0
+
+
+def test_the_trainers_test_score_reads_the_languages_the_model_has_tables_for(tiny_world):
+    """A test split with a held-out language (no word table): the trainer's test hook scores the model on the others
+    (it used to stop a Sigurdsson run on a world with a held-out language at its first validation)."""
+    from data_prep.shards import read_captions
+    from globetrotter.encoder import Encoder
+    from globetrotter.evaluation import sentence_translation_score
+    from globetrotter.tokenizer import train_tokenizer
+
+    cfg = load_train_config(CONFIG, [*SMALL, "model.languages=[en,ja]"])
+    tokenizer = train_tokenizer([m["caption"] for m in read_captions(tiny_world / "train")], 300)
+    encoder = Encoder(build_model(cfg, tokenizer.get_vocab_size()), tokenizer, cfg)
+    result = sentence_translation_score(encoder, tiny_world / "test", n_groups=12)
+    assert result["languages"] == ["en", "ja"] and result["n_groups"] == 12

@@ -27,17 +27,23 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
     """Sentence translation accuracy of ``encoder`` on a parallel split (paper 5.2).
 
     For the trainer's validation hook: the seeded sample of ``n_groups`` groups is read
-    once per (split, checksum, n_groups, seed) and cached. Returns the dict of
+    once per (split, checksum, n_groups, seed) and cached. A model with one word table per language (the
+    Sigurdsson baseline) is scored on the split's languages it has a table for. Returns the dict of
     :func:`sentence_translation` with ``score`` (= ``accuracy``) and ``chance`` as
     fractions in [0, 1].
     """
     from data_prep.shards import read_captions, read_manifest
 
-    key = (str(Path(split_dir).resolve()), read_manifest(split_dir).get("checksum"), n_groups, seed)
+    per_language = getattr(encoder, "needs_language", False)  # the Sigurdsson baseline: one word table per language
+    # ... so it is scored on the split's languages it has a table for (a held-out language has none)
+    known = tuple(encoder.model.cfg.languages) if per_language else None
+    key = (str(Path(split_dir).resolve()), read_manifest(split_dir).get("checksum"), n_groups, seed, known)
     if key not in _PARALLEL_CACHE:
-        _PARALLEL_CACHE[key] = parallel_set(read_captions(split_dir), n_groups=n_groups, seed=seed, where=str(split_dir))
+        metas = read_captions(split_dir)
+        languages = None if known is None else sorted({m["lang"] for m in metas} & set(known))
+        _PARALLEL_CACHE[key] = parallel_set(metas, languages, n_groups=n_groups, seed=seed, where=str(split_dir))
     ps = _PARALLEL_CACHE[key]
-    langs = {"langs": list(ps.langs)} if getattr(encoder, "needs_language", False) else {}  # Sigurdsson baseline
+    langs = {"langs": list(ps.langs)} if per_language else {}
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head="text", **langs)
     result = sentence_translation(emb, ps.langs, ps.groups)
     result["score"] = result["accuracy"]
