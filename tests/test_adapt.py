@@ -193,6 +193,27 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     assert code == 2 and "adapt.from needs adapt.language" in line
 
 
+def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp_path, capsys):
+    """``data.features`` names one cache. Adaptation reads it for any split whose images it holds, as the Flickr8k
+    supervised twin needs (it trains on train-parallel and adapts from train: train's cache holds both), and a
+    split whose images it lacks is a one-line error pointing at data.features=auto (it used to refuse by name)."""
+    import shutil
+
+    root = tmp_path / "world"
+    shutil.copytree(world, root)
+    shutil.copytree(root / "train", root / "train-copy", ignore=shutil.ignore_patterns("features"))
+    cfg = load_train_config(base / "config.yaml", [f"data.root={root}", "data.train_split=train-copy",
+                                                   f"data.features={root / 'train' / 'features'}",
+                                                   "data.train_languages=[en,ru]", "steps=10", "run_name=copy",
+                                                   f"data.tokenizer={tmp_path / 'tokenizer.json'}", f"output_dir={tmp_path}"])
+    train(cfg)
+    adapted = load_adapt_config(None, [f"adapt.from={cfg.run_dir}", "adapt.language=ja", "adapt.split=train",
+                                       "adapt.vocab_size=300", f"output_dir={tmp_path}"])
+    assert train(adapted)["step"] > 0
+    code, line = run_cli(capsys, f"adapt.from={cfg.run_dir}", "adapt.language=el", f"output_dir={tmp_path}")
+    assert code == 2 and "does not hold" in line and "data.features=auto" in line, line
+
+
 def test_grown_tokenizer_keeps_old_ids_and_adds_only_what_old_text_cannot_form():
     old_texts = ["red a square", "blue a square", "синий квадрат"] * 5
     tok = train_tokenizer(old_texts, 300)

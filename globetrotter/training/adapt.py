@@ -42,7 +42,8 @@ from data_prep.shards import decode_image, read_captions, read_manifest
 from ..config import AdaptConfig, TrainConfig, load_train_config
 from ..config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ..data.augment import eval_transform
-from ..data.feature_cache import ensure_feature_cache, unique_images
+from ..data.feature_cache import (cache_dir_for, ensure_feature_cache, load_feature_cache, spec_from_config,
+                                  unique_images)
 from ..data.pipeline import truth_id
 from ..encoder import Encoder, load
 from ..errors import UserError
@@ -251,10 +252,14 @@ class Adaptation:
         cache's row 0 with ``data.features``), in that order."""
         split_dir = Path(self.cfg.data.root) / split
         if self.cfg.data.features:
-            if self.cfg.data.features != "auto" and split != self.cfg.data.train_split:
-                raise UserError(f"data.features={self.cfg.data.features} is the train split's cache; adaptation "
-                                f"reads {split} too: use data.features=auto")
-            cache = ensure_feature_cache(self.cfg, split, self.log)
+            if self.cfg.data.features == "auto" or split == self.cfg.data.train_split:
+                cache = ensure_feature_cache(self.cfg, split, self.log)
+            else:  # one named cache: it serves every split whose images it holds, and is never built for another
+                cache = load_feature_cache(cache_dir_for(self.cfg, split), spec_from_config(self.cfg))
+                missing = [i for i in dict.fromkeys(image_ids) if i not in cache.row_of]
+                if missing:
+                    raise UserError(f"data.features={self.cfg.data.features} does not hold {len(missing)} image(s) of "
+                                    f"{split_dir} (first: {missing[0]!r}): use data.features=auto (a cache per split)")
             return torch.from_numpy(np.asarray(cache.features[cache.rows(image_ids, split_dir), 0], dtype=np.float32))
         unique = list(dict.fromkeys(image_ids))
         row = {i: r for r, i in enumerate(unique)}
