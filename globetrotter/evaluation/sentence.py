@@ -135,10 +135,11 @@ def _group_codes(values: Sequence | np.ndarray) -> np.ndarray:
     return np.array([seen.setdefault(v, len(seen)) for v in items], dtype=np.int64)
 
 
-def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray, k: int, exclude_self: bool,
+def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray, k: int,
                 chunk_size: int = 1024) -> np.ndarray:
     """Mean of each query row's ``k`` highest cosines to the base rows of *other* languages (dense or sparse rows;
-    ``base_t`` is the base transposed); ``exclude_self`` when base and queries are the same rows."""
+    ``base_t`` is the base transposed). When base and queries are the same rows, a row's own entry is of its
+    language, so it is left out too."""
     n = queries.shape[0]
     out = np.empty(n, dtype=np.float32)
     for start in range(0, n, chunk_size):
@@ -146,8 +147,6 @@ def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray
         sims = queries[q] @ base_t
         sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims)
         sims[query_langs[q][:, None] == base_langs[None, :]] = -np.inf
-        if exclude_self:
-            sims[np.arange(len(q)), q] = -np.inf
         out[q] = np.partition(sims, sims.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
     return out
 
@@ -168,8 +167,7 @@ def csls_penalty(
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
     langs = np.asarray(langs).astype(str)
-    same = pool is None
-    if same:
+    if pool is None:
         pool, pool_langs = emb, langs
     else:
         if pool_langs is None or len(pool_langs) != pool.shape[0]:
@@ -178,10 +176,10 @@ def csls_penalty(
         pool_langs = np.asarray(pool_langs).astype(str)
     if pool.shape[1] != emb.shape[1]:
         raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
-    others = np.array([(pool_langs != lang).sum() for lang in langs])
-    if len(others) and others.min() < k:
-        raise ValueError(f"csls k={k} exceeds the other-language pool rows of some language ({int(others.min())})")
-    return _top_k_mean(emb, pool.T.tocsr() if sp.issparse(pool) else pool.T, langs, pool_langs, k, exclude_self=same)
+    others = [int((pool_langs != lang).sum()) for lang in np.unique(langs)]
+    if others and min(others) < k:
+        raise ValueError(f"csls k={k} exceeds the other-language pool rows of some language ({min(others)})")
+    return _top_k_mean(emb, pool.T.tocsr() if sp.issparse(pool) else pool.T, langs, pool_langs, k)
 
 
 def sentence_translation(
@@ -254,7 +252,7 @@ def sentence_translation(
         q = np.arange(start, min(start + chunk_size, n))
         sims = (emb[q] @ emb_t).toarray() if sparse else emb[q] @ emb_t
         if candidate_penalty is not None:
-            sims = sims - candidate_penalty[None, :]
+            sims -= candidate_penalty[None, :]  # sims is this chunk's own array
         if candidates == "other-language":
             sims[lang_idx[q][:, None] == lang_idx[None, :]] = -np.inf
         sims[np.arange(len(q)), q] = -np.inf
