@@ -24,6 +24,10 @@ class DataConfig:
     # neighbour batching, the image-pivot start, an adaptation's old captions); null = every language of the
     # split. Val and test stay whole: a language left out here can be evaluated, or adapted to (adapt.split=train)
     train_languages: list[str] | None = None
+    # a fixed share of the train split's images that training reads (their captions only; 1 = all): a hash of
+    # each image id picks them, so shares are nested and the same for every seed (learning curves: README,
+    # Real photos). The tokenizer and the feature cache stay those of the whole split; val and test stay whole
+    train_image_share: float = 1.0
     val_split: str = "val"  # BackRetrieval on it (no parallel data needed)
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
     synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
@@ -70,6 +74,8 @@ class DataConfig:
                 raise ValueError("data.train_languages is empty: name at least one language (or null for all)")
             if len(set(self.train_languages)) != len(self.train_languages):
                 raise ValueError(f"data.train_languages has duplicates: {self.train_languages}")
+        if not 0 < self.train_image_share <= 1:
+            raise ValueError(f"data.train_image_share must be in (0, 1], got {self.train_image_share}")
         if self.device_source_size is not None and self.device_source_size < 1:
             raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
         if self.max_bad_samples < 0:

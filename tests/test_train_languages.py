@@ -1,4 +1,5 @@
-"""``data.train_languages``: training on some languages of a split, then adapting to a left-out one from that split."""
+"""``data.train_languages``: training on some languages of a split, then adapting to a left-out one from that split;
+``data.train_image_share``: training on a fixed share of its images."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,10 +14,12 @@ from globetrotter.config import load_train_config
 from globetrotter.data.feature_batches import FeatureBatches
 from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, ensure_feature_cache, spec_from_config
 from globetrotter.data.pipeline import make_train_loader
+from globetrotter.data.subset import image_share_key, keeps_caption
 from globetrotter.encoder import build_model
 from globetrotter.tokenizer import encode_batch, load_tokenizer, save_tokenizer, special_ids, token_bytes, train_tokenizer
 from globetrotter.training import token_init
 from globetrotter.training.adapt import load_adapt_config
+from globetrotter.training.prepare import train_captions
 from globetrotter.training.cli import main as train_main
 from globetrotter.training.trainer import train
 
@@ -159,6 +162,50 @@ def test_the_image_pivot_start_ignores_the_left_out_language(world, weights, cac
     token_init.init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask), feats,
                                      cfg.model.token_init_alpha, list(special_ids(tok).values()), log=lambda *_: None)
     assert torch.equal(without, model.text.token_embedding.weight.detach())
+
+
+# ----------------------------------------------------------------------------- the image share
+
+
+def test_image_shares_are_nested_about_their_size_and_checked():
+    ids = [f"{i}_photo.jpg" for i in range(4000)]
+    kept = {share: {i for i in ids if keeps_caption({"image_id": i, "lang": "en"}, None, share)} for share in (0.25, 0.5)}
+    for share, images in kept.items():
+        assert abs(len(images) / len(ids) - share) < 0.03
+    assert kept[0.25] < kept[0.5]  # nested: a learning curve adds images, it never swaps them
+    assert not keeps_caption({"image_id": next(iter(kept[0.25])), "lang": "en"}, {"de"}, 0.5)  # and the languages
+    for bad in ("0", "1.5", "-0.2"):
+        with pytest.raises(globetrotter.errors.UserError, match="train_image_share must be in"):
+            load_train_config(None, [f"data.train_image_share={bad}"])
+
+
+def test_every_train_path_reads_the_same_share_of_images(world, weights, cache, tmp_path):
+    share = 0.3
+    cfg = config(world, tmp_path, weights, f"data.train_image_share={share}", f"data.train_languages=[{','.join(KEPT)}]")
+    metas = read_captions(world / "train")
+    kept = [m for m in metas if m["lang"] in KEPT and image_share_key(m["image_id"]) < share]
+    assert 0 < len(kept) < 0.5 * len([m for m in metas if m["lang"] in KEPT])
+    assert train_captions(cfg) == kept  # what the image-pivot start and an adaptation's old captions read
+    tok = load_tokenizer(world / "tokenizer.json")
+    for batching in ("random", "neighbours"):
+        fb = FeatureBatches(world / "train", cache, tok, 16, 16, batching=batching, languages=KEPT, image_share=share)
+        assert np.array_equal(fb.rows, cache.rows([str(m["image_id"]) for m in kept], world / "train"))
+    with pytest.raises(globetrotter.errors.UserError, match="no caption in data.train_image_share=1e-09"):
+        FeatureBatches(world / "train", cache, tok, 16, 16, image_share=1e-9)
+    # the pixel stream: only the kept images' captions (captions repeat across images: 40 batches of the whole split
+    # show every distinct caption, of the few kept images only theirs)
+    def rows(ids, mask) -> set[tuple[int, ...]]:  # token rows without their padding
+        return {tuple(row[:n]) for row, n in zip(np.asarray(ids).tolist(), np.asarray(mask).sum(1).tolist())}
+
+    few = [m for m in metas if image_share_key(m["image_id"]) < 0.08]
+    allowed = rows(*encode_batch(tok, [m["caption"] for m in few], 16))
+    everything = rows(*encode_batch(tok, [m["caption"] for m in metas], 16))
+    assert allowed < everything
+    for image_share, wanted in ((0.08, allowed), (1.0, everything)):
+        loader = iter(make_train_loader(str(world / "train"), tok, 16, 16, None, shuffle_buffer=50, workers=0,
+                                        image_share=image_share))
+        seen = set().union(*(rows(b["input_ids"], b["attention_mask"]) for b in (next(loader) for _ in range(40))))
+        assert seen == wanted
 
 
 # ----------------------------------------------------------------------------- adapting to the left-out language

@@ -33,6 +33,7 @@ from ..tokenizer import encode_batch
 from .feature_cache import FeatureCache
 from .neighbours import other_language_neighbours
 from .pipeline import truth_id
+from .subset import keeps_caption
 
 
 def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,19 +46,23 @@ def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 class FeatureBatches:
     """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on,
-    of the captions of ``languages`` (``data.train_languages``; None: every language of the split)."""
+    of the captions of ``languages`` (``data.train_languages``; None: every language of the split) whose image is in
+    ``image_share`` (``data.train_image_share``, :mod:`.subset`)."""
 
     def __init__(self, split_dir: str | Path, cache: FeatureCache | None, tokenizer: Tokenizer, local_batch: int,
                  max_length: int, seed: int = 0, rank: int = 0, world: int = 1, batching: str = "random",
-                 neighbours_k: int = 10, start_step: int = 0, languages: Sequence[str] | None = None) -> None:
+                 neighbours_k: int = 10, start_step: int = 0, languages: Sequence[str] | None = None,
+                 image_share: float = 1.0) -> None:
         if cache is not None and cache.views < 2:
             raise UserError(f"{cache.path}: L_v needs two augmented views per image, the cache has {cache.views} (data.feature_views)")
         metas = read_captions(split_dir)
-        if languages is not None:  # data.train_languages: the others' captions (and their images) are left out
-            keep = set(languages)
-            metas = [m for m in metas if m["lang"] in keep]
+        if languages is not None or image_share < 1:  # the others' captions (and their images) are left out
+            keep = None if languages is None else set(languages)
+            metas = [m for m in metas if keeps_caption(m, keep, image_share)]
             if not metas:
-                raise UserError(f"{split_dir}: no caption in data.train_languages={','.join(languages)}")
+                named = ([] if languages is None else [f"data.train_languages={','.join(languages)}"]) + \
+                    ([f"data.train_image_share={image_share}"] if image_share < 1 else [])
+                raise UserError(f"{split_dir}: no caption in {' and '.join(named)}")
         self.local_batch, self.rank, self.world, self.seed = local_batch, rank, world, seed
         self.batch_size = local_batch * world
         self.batching, self.start_step = batching, start_step

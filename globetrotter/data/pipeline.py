@@ -28,6 +28,7 @@ from ..tokenizer import encode_batch
 from .augment import simclr_transform
 from .device_augment import DeviceSimCLR
 from .stream import ResumableStream, StreamPosition
+from .subset import keeps_caption
 from .views import CpuViews, DeviceInputs
 
 if TYPE_CHECKING:
@@ -114,10 +115,12 @@ def pairs_order(samples: Iterator[dict], rng: random.Random, buffer: int) -> Ite
     return _unpair(wds.shuffle(buffer // 2, initial=min(buffer // 2, 250), rng=rng)(pairs))
 
 
-def only_languages(samples: Iterator[dict], rng: random.Random, order: Callable, languages: frozenset) -> Iterator[dict]:
-    """``order`` over the samples captioned in ``languages`` only (``data.train_languages``), dropped before
-    their images are decoded and before the stream counts them (a resume skips the same ones)."""
-    return order((s for s in samples if s["meta"].get("lang") in languages), rng)
+def only_kept(samples: Iterator[dict], rng: random.Random, order: Callable, languages: frozenset | None,
+              image_share: float = 1.0) -> Iterator[dict]:
+    """``order`` over the samples captioned in ``languages`` (``data.train_languages``; None: any) whose image is in
+    ``image_share`` (``data.train_image_share``), the others dropped before their images are decoded and before
+    the stream counts them (a resume skips the same ones)."""
+    return order((s for s in samples if keeps_caption(s["meta"], languages, image_share)), rng)
 
 
 def make_train_loader(
@@ -135,6 +138,7 @@ def make_train_loader(
     start_step: int = 0,
     max_bad: int = 100,
     languages: Sequence[str] | None = None,
+    image_share: float = 1.0,
 ) -> wds.WebLoader:
     """Endless loader of batches of ``local_batch`` samples for the process of rank ``rank``.
 
@@ -144,11 +148,13 @@ def make_train_loader(
     ``local_batch / 2`` pairs of translations (:func:`pair_by_group`). ``position`` (from a
     checkpoint written at ``start_step``) resumes the stream where it was; every batch
     carries ``stream/*`` fields for :meth:`StreamPosition.consume`. ``languages`` (``data.train_languages``):
-    only the samples captioned in them are read (None: all).
+    only the samples captioned in them are read (None: all); ``image_share`` (``data.train_image_share``): only
+    those of the images in that share (:mod:`.subset`).
     """
     order = partial(random_order if batching == "random" else pairs_order, buffer=shuffle_buffer)
-    if languages is not None:
-        order = partial(only_languages, order=order, languages=frozenset(languages))
+    if languages is not None or image_share < 1:
+        order = partial(only_kept, order=order, languages=None if languages is None else frozenset(languages),
+                        image_share=image_share)
     position = StreamPosition(**position.to_dict()) if position else StreamPosition(workers=max(1, workers))
     dataset = ResumableStream(shard_paths(split_dir), Collate(tokenizer, max_length), local_batch, views, order,
                               seed=seed, rank=rank, position=position, offset=start_step, max_bad=max_bad)
@@ -173,7 +179,7 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
         cache = ensure_feature_cache(cfg, d.train_split, log) if cfg.loss.uses_images else None
         return FeatureBatches(Path(d.root) / d.train_split, cache, tokenizer, local_batch, d.max_length, seed=cfg.seed,
                               rank=rank, world=world, batching=d.batching, neighbours_k=d.neighbours_k,
-                              start_step=start_step, languages=d.train_languages)
+                              start_step=start_step, languages=d.train_languages, image_share=d.train_image_share)
     if d.batching == "neighbours":
         raise UserError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
     views = None
@@ -184,7 +190,7 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
     return make_train_loader(str(Path(d.root) / d.train_split), tokenizer, local_batch, d.max_length, views,
                              shuffle_buffer=d.shuffle_buffer, workers=d.workers, seed=seed, batching=d.batching,
                              rank=rank, position=position, start_step=start_step, max_bad=d.max_bad_samples,
-                             languages=d.train_languages)
+                             languages=d.train_languages, image_share=d.train_image_share)
 
 
 def device_augment_from_config(cfg: "TrainConfig") -> DeviceSimCLR | None:

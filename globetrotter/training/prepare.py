@@ -30,14 +30,17 @@ def train_languages(cfg: TrainConfig) -> list[str]:
 
 
 def train_captions(cfg: TrainConfig) -> list[dict]:
-    """The train split's captions' metadata that training reads: those of :func:`train_languages` only."""
+    """The train split's captions' metadata that training reads: those of :func:`train_languages` whose image is
+    in ``data.train_image_share`` only."""
     from data_prep.shards import read_captions
 
+    from ..data.subset import keeps_caption
+
     metas = read_captions(Path(cfg.data.root) / cfg.data.train_split)
-    if cfg.data.train_languages is None:
+    if cfg.data.train_languages is None and cfg.data.train_image_share >= 1:
         return metas
-    keep = set(train_languages(cfg))
-    return [m for m in metas if m["lang"] in keep]
+    keep = set(train_languages(cfg)) if cfg.data.train_languages is not None else None
+    return [m for m in metas if keeps_caption(m, keep, cfg.data.train_image_share)]
 
 
 def ensure_data(cfg: TrainConfig, log=print) -> None:
