@@ -1,0 +1,193 @@
+"""How sentence translation grows with the training images per language: the full model against the supervised one.
+
+    cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python bench/study_images_per_language.py \\
+        --out-dir runs/images-curve                       # 12 Flickr8k runs of about 6 minutes each, then the evals
+
+For every model (``--model LABEL=CONFIG``: by default the full model, ``configs/flickr8k.yaml``, and its supervised
+twin, ``configs/flickr8k-supervised.yaml``), every share of the train split's images (``--shares``: the config key
+``data.train_image_share``, fixed nested subsets picked by a hash of the image id, so that share 0.25 holds half the
+images of share 0.5 in every language and every seed) and every seed, it trains
+
+    train.py --config CONFIG seed=SEED data.train_image_share=SHARE run_name=PREFIX-LABEL-shSHARE-sSEED
+
+unless that run already has a ``result.json`` (``--run LABEL:SHARE:SEED=DIR`` names an existing run instead, e.g.
+the share-1 runs of the README), then scores the checkpoint BackRetrieval chose with ``eval.py sentence`` on the
+test split (``--split``, ``--languages``, ``--n-groups``, ``--head``). Writes ``curve.json`` (every run),
+``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
+ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
+the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
+training reads, averaged over those languages: the full model's split gives each image one language, the
+supervised twin's parallel split every language.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
+
+DEFAULT_MODELS = ("full=configs/flickr8k.yaml", "supervised=configs/flickr8k-supervised.yaml")
+
+
+def parse_pairs(items: list[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict; a one-line error (exit 2) for an item without ``=``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            sys.exit(f"error: {what}: expected KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def images_per_language(config: str, share: float) -> float:
+    """Mean over the trained languages of the distinct train images holding a caption in that language."""
+    from globetrotter.config import load_train_config
+    from globetrotter.training.prepare import train_captions
+
+    metas = train_captions(load_train_config(config, [f"data.train_image_share={share}"]))
+    by_lang: dict[str, set] = {}
+    for m in metas:
+        by_lang.setdefault(m["lang"], set()).add(str(m["image_id"]))
+    return float(np.mean([len(v) for v in by_lang.values()]))
+
+
+def run(cmd: list[str], log: Path) -> None:
+    """Run ``cmd`` in the repo, its output into ``log``; stop with the log's last line on failure."""
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        last = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        sys.exit(f"error: {' '.join(cmd[:4])} ... failed (exit {proc.returncode}; {log}): {last[0]}")
+
+
+def translation(run_dir: Path, args: argparse.Namespace, name: str, logs: Path) -> float:
+    """``eval.py sentence`` on the run's chosen checkpoint: the share of translations found."""
+    out = Path(args.out_dir) / "eval"
+    run([sys.executable, "eval.py", "sentence", "--model", str(run_dir), "--split", args.split, "--languages",
+         args.languages, "--n-groups", str(args.n_groups), "--head", args.head, "--out", str(out), "--name", name],
+        logs / f"eval-{name}.log")
+    record = json.loads((out / f"sentence-{name}.json").read_text(encoding="utf-8"))
+    return float(record["metrics"]["sentence_translation"])
+
+
+def table(rows: list[dict], labels: list[str], shares: list[float]) -> str:
+    """Markdown: per model and share, images per language, translation by seed and mean; the full/supervised ratio."""
+    lines = ["| model | share | images per language | translation by seed | mean |", "|---|---|---|---|---|"]
+    means: dict[tuple[str, float], float] = {}
+    for label in labels:
+        for share in shares:
+            got = [r for r in rows if r["model"] == label and r["share"] == share]
+            if not got:
+                continue
+            means[label, share] = float(np.mean([r["translation"] for r in got]))
+            seeds = " / ".join(f"{100 * r['translation']:.2f}%" for r in sorted(got, key=lambda r: r["seed"]))
+            lines.append(f"| {label} | {share:g} | {got[0]['images_per_language']:.0f} | {seeds} | "
+                         f"{100 * means[label, share]:.2f}% |")
+    if len(labels) >= 2:
+        a, b = labels[0], labels[1]
+        lines += ["", f"| share | {a} / {b} (means) |", "|---|---|"]
+        lines += [f"| {s:g} | {means[a, s] / means[b, s]:.3f} |" for s in shares if (a, s) in means and (b, s) in means]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], labels: list[str], path: Path) -> None:
+    """Translation against images per language (log-log, seed means and their range), and the first/second ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    means = {}
+    for label in labels:
+        shares = sorted({r["share"] for r in rows if r["model"] == label})
+        x = [next(r["images_per_language"] for r in rows if r["model"] == label and r["share"] == s) for s in shares]
+        ys = [[100 * r["translation"] for r in rows if r["model"] == label and r["share"] == s] for s in shares]
+        mean = np.array([np.mean(y) for y in ys])
+        err = np.array([[m - min(y), max(y) - m] for m, y in zip(mean, ys)]).T
+        ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=label)
+        means[label] = dict(zip(shares, mean))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("training images per language")
+    ax.set_ylabel("sentence translation (%)")
+    ax.set_title("Translation against images per language")
+    ax.legend()
+    if len(labels) >= 2:
+        a, b = labels[0], labels[1]
+        common = sorted(set(means[a]) & set(means[b]))
+        bx.plot(common, [means[a][s] / means[b][s] for s in common], marker="o")
+        bx.set_xscale("log", base=2)
+        bx.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        bx.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+        bx.set_xlabel("data.train_image_share")
+        bx.set_ylabel(f"{a} / {b}")
+        bx.set_title("Ratio of the seed means")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", nargs="+", default=list(DEFAULT_MODELS), metavar="LABEL=CONFIG",
+                        help="models to compare, the first against the second in the ratio (default: full, supervised)")
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.25, 0.5, 1.0],
+                        help="data.train_image_share values (default: 0.25 0.5 1)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--run", nargs="*", default=[], metavar="LABEL:SHARE:SEED=DIR",
+                        help="existing run folders to use instead of training (e.g. full:1:0=runs/flickr8k)")
+    parser.add_argument("--runs-dir", default="runs", help="output_dir of the runs this trains (default: runs)")
+    parser.add_argument("--prefix", default="curve", help="run_name prefix of the runs this trains (default: curve)")
+    parser.add_argument("--split", default="outputs/flickr8k/test")
+    parser.add_argument("--languages", default="en,de,fr,cs")
+    parser.add_argument("--n-groups", type=int, default=600)
+    parser.add_argument("--head", default="cross", choices=["text", "cross"])
+    parser.add_argument("--out-dir", required=True, help="curve.json, table.md, curve.png and the logs go here")
+    args = parser.parse_args()
+    models = parse_pairs(args.model, "--model")
+    given = {}
+    for key, value in parse_pairs(args.run, "--run").items():
+        label, share, seed = (key.split(":") + ["", ""])[:3]
+        try:
+            given[label, float(share), int(seed)] = Path(value)
+        except ValueError:
+            sys.exit(f"error: --run: expected LABEL:SHARE:SEED=DIR, got {key!r}")
+    out = Path(args.out_dir)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for label, config in models.items():
+        for share in args.shares:
+            images = images_per_language(config, share)
+            for seed in args.seeds:
+                name = f"{args.prefix}-{label}-sh{share:g}-s{seed}"
+                run_dir = given.get((label, share, seed), Path(args.runs_dir) / name)
+                if not (run_dir / "result.json").is_file():
+                    print(f"training {name} ...", flush=True)
+                    run([sys.executable, "train.py", "--config", config, f"seed={seed}",
+                         f"data.train_image_share={share:g}", f"run_name={name}", f"output_dir={args.runs_dir}"],
+                        logs / f"train-{name}.log")
+                value = translation(run_dir, args, name, logs)
+                rows.append({"model": label, "share": share, "seed": seed, "run": str(run_dir),
+                             "images_per_language": images, "translation": value})
+                print(f"{name}: {images:.0f} images per language, {100 * value:.2f}%", flush=True)
+    (out / "curve.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2), encoding="utf-8")
+    text = table(rows, list(models), args.shares)
+    (out / "table.md").write_text(text, encoding="utf-8")
+    plot(rows, list(models), out / "curve.png")
+    print(text + f"wrote {out / 'curve.json'}, {out / 'table.md'}, {out / 'curve.png'}")
+
+
+if __name__ == "__main__":
+    main()
