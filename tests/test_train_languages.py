@@ -192,6 +192,10 @@ def test_every_train_path_reads_the_same_share_of_images(world, weights, cache, 
         assert np.array_equal(fb.rows, cache.rows([str(m["image_id"]) for m in kept], world / "train"))
     with pytest.raises(globetrotter.errors.UserError, match="no caption in data.train_image_share=1e-09"):
         FeatureBatches(world / "train", cache, tok, 16, 16, image_share=1e-9)
+    from globetrotter.training.prepare import ensure_data  # before a run starts, on every path
+
+    with pytest.raises(globetrotter.errors.UserError, match=r"train_image_share=1e-09: keeps no image of .*train"):
+        ensure_data(config(world, tmp_path, weights, "data.train_image_share=1e-9"), log=lambda *_: None)
     # the pixel stream: only the kept images' captions (captions repeat across images: 40 batches of the whole split
     # show every distinct caption, of the few kept images only theirs)
     def rows(ids, mask) -> set[tuple[int, ...]]:  # token rows without their padding

@@ -58,6 +58,8 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
         generate(cfg.data.synth, root)
     read_manifest(train_dir)
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
+    if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
+        raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
     path = tokenizer_path(cfg)
     if not path.is_file():
         from data_prep.shards import read_captions
