@@ -38,7 +38,8 @@ the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead 
 cosine (hub captions penalised) and the record reports the hubness of the retrieval
 (skewness of the k-occurrence, share of queries landing on the top 1% hubs);
 --approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and
-counts better images only up to K: for large N; --image-index FILE keeps each target image's
+the retrieved targets' best source images likewise (compressed codes re-scored exactly; better
+images counted only up to K): for large N; --image-index FILE keeps each target image's
 best source images (computed once per image set: with --approximate from compressed codes
 re-scored exactly, else exact) so that step 4 is a lookup for every model scored on the
 same images.
@@ -152,7 +153,8 @@ def _add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csls-k", type=int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
     p.add_argument("--approximate", action="store_true",
                    help="for large N: text neighbours from a compressed faiss index (candidates re-scored exactly), "
-                        "better images counted only up to the largest K (ranks above it censored)")
+                        "and the retrieved targets' best source images from compressed image codes (re-scored "
+                        "exactly); better images counted only up to the largest K (ranks above it censored)")
     p.add_argument("--ann", choices=("pq", "ivf"), default="pq",
                    help="with --approximate: the candidate index: pq (64 principal directions, 4-bit codes, every "
                         "target scanned) or ivf (k-means cells, --nprobe of them visited) (default: pq)")

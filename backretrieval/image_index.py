@@ -172,6 +172,18 @@ def image_neighbours(
     return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), method)
 
 
+def image_neighbours_of(
+    src_img: np.ndarray, tgt_img: np.ndarray, targets: np.ndarray, n_neighbours: int, seed: int = 0
+) -> tuple[ImageNeighbours, np.ndarray]:
+    """``pq`` lists (:func:`image_neighbours`) of the distinct target images in ``targets`` only, and the list row
+    of each entry of ``targets``: what one model's step 4 needs, where lists of every target image serve all.
+
+    The source index does not depend on the targets, so each list is the one the full build holds.
+    """
+    needed, row_of = np.unique(np.asarray(targets, dtype=np.int64), return_inverse=True)
+    return image_neighbours(src_img, tgt_img[needed], n_neighbours, method="pq", seed=seed), row_of.reshape(-1)
+
+
 def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int, seed: int):
     """``search(target rows, k) -> (R, k)`` source ids, best first by the method's index over the source rows."""
     if method == "pq":  # the text side's candidate index (approximate mode), over the images
@@ -225,11 +237,13 @@ def neighbour_counts(
     row_of_query: np.ndarray,
     col_of_query: np.ndarray,
     ties: str = "pessimistic",
+    targets: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """:func:`~backretrieval.ranking.count_ranks`' counts from the lists: ``{"gt"|"ge": (Q,) int64}``, at most C.
 
-    ``scorer`` (rows: target images, columns: distinct source images, as the lists were
-    built) scores the own image of the queries whose list lacks it.
+    ``scorer`` (rows: target images, columns: distinct source images) scores the own image of
+    the queries whose list lacks it, in row ``targets[q]`` (default ``row_of_query[q]``: lists
+    built for every target image, in the scorer's order).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
@@ -239,7 +253,8 @@ def neighbour_counts(
     listed = ids == cols
     own = np.where(listed, scores, -np.inf).max(axis=1)  # the listed score: compared in one arithmetic
     missing = ~listed.any(axis=1)
-    own[missing] = rescore(scorer, rows[missing], cols[missing])[:, 0]  # the arithmetic of the listed scores
+    score_rows = rows if targets is None else np.asarray(targets, dtype=np.int64)
+    own[missing] = rescore(scorer, score_rows[missing], cols[missing])[:, 0]  # the arithmetic of the listed scores
     own, others = own[:, None], ~listed
     out = {}
     if ties in ("optimistic", "expected"):

@@ -46,10 +46,10 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from .approximate import INDEXES, ApproxConfig
+from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError
 from .hubness import DEFAULT_CSLS_K, hubness_stats
-from .image_index import ImageNeighbours, check_image_neighbours, distinct_images, neighbour_counts
+from .image_index import ImageNeighbours, check_image_neighbours, distinct_images, image_neighbours_of, neighbour_counts
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,
@@ -106,6 +106,9 @@ def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> App
         raise BackRetrievalError(f"approximate: expected True/False or an ApproxConfig, got {approximate!r}")
     if config.index not in INDEXES:
         raise BackRetrievalError(f"approximate: index must be one of {', '.join(INDEXES)}, got {config.index!r}")
+    if config.image_side not in IMAGE_SIDES:
+        raise BackRetrievalError(f"approximate: image_side must be one of {', '.join(IMAGE_SIDES)}, "
+                                 f"got {config.image_side!r}")
     if config.candidates < 1 or config.nprobe < 1 or config.pca_dim < 0:
         raise BackRetrievalError(
             f"approximate: candidates and nprobe must be >= 1 and pca_dim >= 0, got {config.candidates}, "
@@ -156,7 +159,9 @@ def bkr_recall(
         retrieval: step 2 by ``"cosine"`` (the paper) or ``"csls"`` (hubness-corrected).
         csls_k: the CSLS neighbourhood size.
         approximate: the text search through faiss candidates re-scored exactly (True, or an
-            :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored.
+            :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored. Without
+            ``image_neighbours``, step 4 looks the retrieved targets up in ``pq`` lists built for their
+            images only (``ApproxConfig.image_side``; the exact count with ``image_sim``).
         image_neighbours: step 4 by lookup in precomputed lists of these images
             (:func:`~backretrieval.image_index.image_neighbours`: built once per image set,
             reused across text models; exact when built with ``method="flat"``), with
@@ -205,6 +210,9 @@ def bkr_recall(
         max_rank = max(ks)
     if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
         counts = neighbour_counts(image_neighbours, scorer, retrieved, image_col, ties)
+    elif approx is not None and approx.image_side == "pq" and image_sim is None:  # lists of the retrieved only
+        lists, row_of = image_neighbours_of(distinct, tgt_img, retrieved, max(ks), seed=approx.seed)
+        counts = neighbour_counts(lists, VectorScorer(tgt_img, distinct), row_of, image_col, ties, targets=retrieved)
     else:  # the exact count, stopped at max_rank
         counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)

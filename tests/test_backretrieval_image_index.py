@@ -104,6 +104,22 @@ def test_pq_lists_recall_the_exact_lists_on_clustered_data(tmp_path):
     assert small.method == "pq" and small.ids.shape == (300, 8) and (small.ids >= 0).all()
 
 
+@pytest.mark.parametrize("shared_images", [False, True])
+def test_the_approximate_mode_builds_lists_for_the_retrieved_targets_only(shared_images):
+    rng = np.random.default_rng(6)
+    st, si, tt, ti = _clustered(rng, 2000)
+    ids = np.arange(2000) // 2 if shared_images else None  # two source texts per picture
+    default = bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True)
+    assert len(np.unique(default["retrieved"])) < 2000  # lists of only some target images were built
+    every = image_neighbours(si, ti, 32, method="pq", src_image_ids=ids)  # what --image-index would write
+    _same(default, bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True, image_neighbours=every))
+    counted = bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=ApproxConfig(image_side="exact"))
+    np.testing.assert_array_equal(counted["retrieved"], default["retrieved"])
+    assert abs(counted["bkr@10"] - default["bkr@10"]) <= 0.005  # the exact count on the same retrieval
+    with pytest.raises(BackRetrievalError, match="image_side must be one of pq, exact, got 'hnsw'"):
+        bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(image_side="hnsw"))
+
+
 def test_saved_lists_give_the_same_result_as_computing_them(tmp_path):
     rng = np.random.default_rng(3)
     st, si, tt, ti = _world(rng, 300)
