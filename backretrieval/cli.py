@@ -160,6 +160,10 @@ def _add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
                         "target scanned) or ivf (k-means cells, --nprobe of them visited) (default: pq)")
     p.add_argument("--candidates", type=int, default=128, metavar="C",
                    help="with --approximate: text candidates per query re-scored exactly (default: 128)")
+    p.add_argument("--approx-image-side", choices=("pq", "exact"), default="pq",
+                   help="with --approximate and no --image-index: step 4 from compressed-code image lists of the "
+                        "retrieved targets (pq) or the exact count of better images up to the largest K (exact: "
+                        "slower) (default: pq)")
     p.add_argument("--nprobe", type=int, default=32,
                    help="with --approximate --ann ivf: cells visited per query (more: slower, closer to exact; "
                         "default: 32)")
@@ -183,7 +187,8 @@ def _approx(args: argparse.Namespace):
 
     if not args.approximate:
         return False
-    return ApproxConfig(index=args.ann, nprobe=args.nprobe, candidates=args.candidates, seed=args.seed)
+    return ApproxConfig(index=args.ann, nprobe=args.nprobe, candidates=args.candidates, seed=args.seed,
+                        image_side=args.approx_image_side)
 
 
 def _image_index(args: argparse.Namespace, src_img, tgt_img, src_image_ids=None):

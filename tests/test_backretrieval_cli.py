@@ -327,13 +327,18 @@ def test_image_index_is_written_once_reused_and_refused_for_other_images(tmp_pat
     base = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
             "--ks", "1", "10", "--bootstrap", "0"]
     assert main(base + ["--max-rank", "10", "--out", str(tmp_path / "exact.json")]) == 0
+    for side in ("pq", "exact"):  # without lists, --approximate builds them for the retrieved targets (or counts)
+        assert main(base + ["--approximate", "--approx-image-side", side, "--out", str(tmp_path / f"{side}.json")]) == 0
+    pq, counted = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("pq", "exact"))
+    assert pq["metrics"] == counted["metrics"]  # 60 images: the lists hold every better image
     assert main(base + ["--image-index", lists, "--out", str(tmp_path / "built.json")]) == 0
     assert f"wrote {lists} (60 x 32 image neighbours, flat)" in capsys.readouterr().err
     written = (tmp_path / "lists.npz").stat().st_mtime_ns
     assert main(base + ["--image-index", lists, "--approximate", "--out", str(tmp_path / "reused.json")]) == 0
     assert "image neighbours" not in capsys.readouterr().err and (tmp_path / "lists.npz").stat().st_mtime_ns == written
     exact, built, reused = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("exact", "built", "reused"))
-    assert built["metrics"] == exact["metrics"] == reused["metrics"] and built["image_neighbours"] == "flat"
+    assert built["metrics"] == exact["metrics"] == reused["metrics"] == pq["metrics"]
+    assert built["image_neighbours"] == "flat"
     fast = str(tmp_path / "fast.npz")  # with --approximate a new file is built from PQ codes unless told otherwise
     assert main(base + ["--image-index", fast, "--approximate", "--out", str(tmp_path / "fast.json")]) == 0
     assert f"wrote {fast} (60 x 32 image neighbours, pq)" in capsys.readouterr().err
