@@ -212,7 +212,7 @@ def bkr_recall(
         counts = neighbour_counts(image_neighbours, scorer, retrieved, image_col, ties)
     elif approx is not None and approx.image_side == "pq" and image_sim is None:  # lists of the retrieved only
         lists, row_of = image_neighbours_of(distinct, tgt_img, retrieved, max(ks), seed=approx.seed)
-        counts = neighbour_counts(lists, VectorScorer(tgt_img, distinct), row_of, image_col, ties, targets=retrieved)
+        counts = neighbour_counts(lists, scorer, row_of, image_col, ties, targets=retrieved)
     else:  # the exact count, stopped at max_rank
         counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
