@@ -4,23 +4,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from globetrotter.tokenizer import save_tokenizer, train_tokenizer
+from globetrotter.tokenizer import NORMALIZATIONS, save_tokenizer, train_tokenizer
 
 from .shards import read_captions, read_manifest
 
 
-def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2) -> Path:
+def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
+                    normalization: str = "none") -> Path:
     """Train on the captions of ``split_dir`` (must be a train split) and save to ``out``."""
     manifest = read_manifest(split_dir)
     if manifest.get("split") not in (None, "train", "train-parallel"):
         print(f"warning: {split_dir} is a '{manifest.get('split')}' split; the tokenizer should see train captions only")
     captions = [m["caption"] for m in read_captions(split_dir)]
-    return save_tokenizer(train_tokenizer(captions, vocab_size, min_frequency), out)
+    return save_tokenizer(train_tokenizer(captions, vocab_size, min_frequency, normalization), out)
 
 
 def _run(args: argparse.Namespace) -> int:
-    out = args.out or Path(args.split_dir).parent / "tokenizer.json"
-    path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency)
+    name = "tokenizer.json" if args.normalization == "none" else f"tokenizer-{args.normalization}.json"
+    out = args.out or Path(args.split_dir).parent / name  # where training looks for it by default
+    path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency, args.normalization)
     print(f"wrote {path}")
     return 0
 
@@ -34,7 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sentence token <s>, and save it as tokenizer.json for training and evaluation.",
     )
     p.add_argument("split_dir", help="train split folder (with manifest.json)")
-    p.add_argument("--out", help="output tokenizer.json (default: next to the split folder)")
+    p.add_argument("--out", help="output file (default: tokenizer.json next to the split folder, "
+                   "tokenizer-uncased.json with --normalization uncased: where training looks for it)")
+    p.add_argument("--normalization", choices=NORMALIZATIONS, default="none",
+                   help="none: the text as written; uncased: accents stripped, lower case and a space before each "
+                   "caption, as data.tokenizer_normalization (default %(default)s)")
     p.add_argument("--vocab-size", type=int, default=30000, help="BPE vocabulary size (paper: 30k; default %(default)s)")
     p.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default %(default)s)")
     p.set_defaults(func=_run)

@@ -4,29 +4,45 @@ Trained with HF ``tokenizers`` on the *train* split's captions only, saved as a 
 ``tokenizer.json`` that training and evaluation load. Byte-level BPE never produces an
 unknown token, so any script round-trips exactly. Every encoded caption starts with the
 sentence token (the learned sentence embedding of the Globetrotter text encoder).
+
+``normalization="uncased"`` (``data.tokenizer_normalization``) folds case and accents before
+the BPE (Unicode NFD, accents stripped, lower case, as multilingual uncased BERT and XLM do) and
+puts a space before every caption, so a word gets the same tokens at the start of a caption as
+elsewhere. The tokenizer file carries its normalisation, so evaluation encodes text as training did.
 """
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import UserError
 
 PAD, MASK, SENTENCE = "<pad>", "<mask>", "<s>"
 SPECIAL_TOKENS = (PAD, MASK, SENTENCE)
+NORMALIZATIONS = ("none", "uncased")
+"""``none``: the text as written (the paper's BPE); ``uncased``: NFD, accents stripped, lower case, a leading space."""
+_UNCASED_STEPS = ["NFD", "StripAccents", "Lowercase"]
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2) -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2,
+                    normalization: str = "none") -> Tokenizer:
     """Train a byte-level BPE tokenizer on ``texts`` with the special tokens pad, mask, sentence.
 
-    Ids 0, 1, 2 are ``<pad>``, ``<mask>``, ``<s>``; ``encode`` prepends ``<s>``.
+    Ids 0, 1, 2 are ``<pad>``, ``<mask>``, ``<s>``; ``encode`` prepends ``<s>``. ``normalization`` is one of
+    :data:`NORMALIZATIONS`; the tokenizer applies it to every text it encodes.
     """
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"tokenizer normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    uncased = normalization == "uncased"
+    if uncased:
+        tok.normalizer = normalizers.Sequence([getattr(normalizers, step)() for step in _UNCASED_STEPS])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=uncased, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -41,6 +57,18 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency
         single=f"{SENTENCE} $A", special_tokens=[(SENTENCE, sentence_id)]
     )
     return tok
+
+
+def normalization_of(tok: Tokenizer) -> str:
+    """Which of :data:`NORMALIZATIONS` ``tok`` applies (read from its JSON); ``"other"`` for any other setting."""
+    data = json.loads(tok.to_str())
+    norm, pre = data.get("normalizer"), data.get("pre_tokenizer") or {}
+    steps = [n.get("type") for n in norm.get("normalizers", [])] if norm and norm.get("type") == "Sequence" else None
+    if norm is None and not pre.get("add_prefix_space"):
+        return "none"
+    if steps == _UNCASED_STEPS and pre.get("add_prefix_space"):
+        return "uncased"
+    return "other"
 
 
 @lru_cache(maxsize=1)
@@ -73,10 +101,16 @@ def extend_tokenizer(tok: Tokenizer, texts: list[str], vocab_size: int, known: I
     before. New tokens take the ids from ``tok``'s vocabulary size on. Returns the extended tokenizer
     and the number of tokens added (0 when ``texts`` share the old languages' script and merges).
     """
-    learnt = json.loads(train_tokenizer(texts, vocab_size).to_str())["model"]["merges"]
+    normalization = normalization_of(tok)
+    if normalization == "other":
+        raise UserError("extend_tokenizer: the tokenizer's normalisation is none of "
+                        f"{NORMALIZATIONS}; only a tokenizer made by train_tokenizer can be extended")
+    learnt = json.loads(train_tokenizer(texts, vocab_size, normalization=normalization).to_str())["model"]["merges"]
     data = json.loads(tok.to_str())
     vocab, merges = data["model"]["vocab"], data["model"]["merges"]
-    corpus = "\n".join(known).encode("utf-8")
+    # the known texts as the BPE sees them: normalised, with the leading space ``uncased`` adds
+    prefix, norm = (" " if normalization == "uncased" else ""), tok.normalizer
+    corpus = "\n".join(prefix + (norm.normalize_str(t) if norm is not None else t) for t in known).encode("utf-8")
     added = 0
     for merge in learnt:
         left, right = merge.split(" ") if isinstance(merge, str) else merge
@@ -113,7 +147,7 @@ def save_tokenizer(tok: Tokenizer, path: str | Path) -> Path:
     """Write ``tokenizer.json`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")  # two runs that train the same file do not clash
     tok.save(str(tmp))
     tmp.replace(path)
     return path

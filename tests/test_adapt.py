@@ -14,7 +14,7 @@ from globetrotter.config import load_train_config
 from globetrotter.config_io import save_config
 from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
 from globetrotter.losses import transitive_alpha
-from globetrotter.tokenizer import extend_tokenizer, train_tokenizer
+from globetrotter.tokenizer import extend_tokenizer, token_bytes, train_tokenizer
 from globetrotter.training import checkpoint as ckpt
 from globetrotter.training.adapt import load_adapt_config
 from globetrotter.training.cli import main as train_main
@@ -225,6 +225,15 @@ def test_grown_tokenizer_keeps_old_ids_and_adds_only_what_old_text_cannot_form()
     assert len(grown.encode("τετράγωνο").ids) < len(tok.encode("τετράγωνο").ids)
     assert grown.decode(grown.encode("κόκκινο τετράγωνο").ids) == "κόκκινο τετράγωνο"
     assert extend_tokenizer(tok, old_texts, 300, old_texts)[1] == 0  # nothing new to add
+
+    # an uncased tokenizer grows uncased: the new tokens are learnt on folded text, and old texts in any case keep
+    # their ids (the check against the old captions reads them folded, with the leading space)
+    folded = train_tokenizer(old_texts, 300, normalization="uncased")
+    grown, added = extend_tokenizer(folded, ["Κόκκινο Τετράγωνο", "μπλε τετράγωνο"] * 5, 300, old_texts)
+    assert added > 0 and grown.encode("Τετράγωνο").ids == grown.encode("τετραγωνο").ids
+    texts = [token_bytes(t).decode("utf-8", "ignore") for t, i in grown.get_vocab().items() if i >= len(folded.get_vocab())]
+    assert all(text == grown.normalizer.normalize_str(text) for text in texts)  # no capital, no accent among them
+    assert [grown.encode(t.upper()).ids for t in old_texts] == [folded.encode(t).ids for t in old_texts]
 
 
 def test_pairs_outside_the_mask_get_no_alpha_and_no_say_in_the_batch_statistics():

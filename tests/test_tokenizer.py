@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from globetrotter.config import load_train_config
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import encode_batch, load_tokenizer, save_tokenizer, special_ids, train_tokenizer
 
@@ -47,3 +48,56 @@ def test_save_load(tok, tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(UserError, match="bad.json"):
         load_tokenizer(tmp_path / "bad.json")
+
+
+def test_uncased_folds_case_accents_and_the_first_word_and_the_file_carries_it(tok, tmp_path):
+    from globetrotter.tokenizer import normalization_of
+
+    folded = train_tokenizer([c.lower() for c in CAPTIONS] * 20, vocab_size=400, min_frequency=1,
+                             normalization="uncased")
+    assert normalization_of(tok) == "none" and normalization_of(folded) == "uncased"
+    # one word, one token sequence: at the start of a caption or after a space, in any case, with or without accents
+    word = folded.encode("cercle").ids[1:]
+    assert folded.encode("Cercle rouge").ids[1:1 + len(word)] == word
+    assert folded.encode("un CERCLE").ids[-len(word):] == word
+    assert folded.encode("à gauche").ids == folded.encode("a gauche").ids
+    assert folded.encode("左边有一个红色的大圆").ids == folded.encode(" 左边有一个红色的大圆").ids  # no case in Chinese
+    # the raw tokenizer keeps every distinction: the paper's BPE, the default
+    assert tok.encode("Cercle").ids != tok.encode("cercle").ids and tok.encode("à").ids != tok.encode("a").ids
+    again = load_tokenizer(save_tokenizer(folded, tmp_path / "tokenizer-uncased.json"))
+    assert normalization_of(again) == "uncased" and again.encode("Élan").ids == folded.encode("elan").ids
+    with pytest.raises(ValueError, match="normalization"):
+        train_tokenizer(CAPTIONS, 300, normalization="lower")
+
+
+def test_a_run_trains_its_tokenizer_with_the_asked_normalisation_and_refuses_another(tiny_world, tmp_path):
+    from test_training import tiny_cfg
+
+    from globetrotter.tokenizer import normalization_of
+    from globetrotter.training.prepare import ensure_data, tokenizer_path
+
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"output_dir={tmp_path}", "data.synth=null",
+                                   "data.vocab_size=300", "data.tokenizer_normalization=uncased"])
+    assert tokenizer_path(cfg) == tiny_world / "tokenizer-uncased.json"  # beside the cased one: twins share a root
+    uncased = tiny_cfg(tiny_world, tmp_path, "data.tokenizer_normalization=uncased")
+    ensure_data(uncased, log=lambda s: None)
+    assert normalization_of(load_tokenizer(tmp_path / "tokenizer.json")) == "uncased"
+    # the same file asked for as written: refused in one line naming the file and both settings
+    with pytest.raises(UserError, match=r"tokenizer\.json: tokenizer made with normalization uncased, but "
+                                        r"data\.tokenizer_normalization is none"):
+        ensure_data(tiny_cfg(tiny_world, tmp_path), log=lambda s: None)
+
+
+def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_world, tmp_path):
+    import shutil
+
+    from data_prep.cli import main as data_cli
+    from globetrotter.tokenizer import normalization_of
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world / "train", world / "train")
+    with pytest.raises(SystemExit) as done:
+        data_cli(["tokenizer", str(world / "train"), "--vocab-size", "300", "--normalization", "uncased"])
+    assert done.value.code == 0
+    assert normalization_of(load_tokenizer(world / "tokenizer-uncased.json")) == "uncased"
+    assert not (world / "tokenizer.json").exists()

@@ -132,7 +132,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
         raise UserError(f"adapt.language={a.language}: adapt.split={a.split} ({split_dir}) has no caption in it "
                         f"(it has {found})")
     steps = max(1, math.ceil(a.epochs * count / cfg.batch_size)) if a.epochs is not None else cfg.steps
-    return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json")))
+    return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
+                                                  tokenizer_normalization=start.data.tokenizer_normalization))
 
 
 def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> None:

@@ -8,11 +8,26 @@ from data_prep.shards import MANIFEST, read_manifest
 
 from ..config import TrainConfig
 from ..errors import UserError
-from ..tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from ..tokenizer import load_tokenizer, normalization_of, save_tokenizer, train_tokenizer
 
 
 def tokenizer_path(cfg: TrainConfig) -> Path:
-    return Path(cfg.data.tokenizer) if cfg.data.tokenizer else Path(cfg.data.root) / "tokenizer.json"
+    """``data.tokenizer``, or ``<root>/tokenizer.json`` (``tokenizer-uncased.json`` for ``data.tokenizer_normalization:
+    uncased``, so that twins of both settings can share one data root)."""
+    if cfg.data.tokenizer:
+        return Path(cfg.data.tokenizer)
+    norm = cfg.data.tokenizer_normalization
+    return Path(cfg.data.root) / ("tokenizer.json" if norm == "none" else f"tokenizer-{norm}.json")
+
+
+def check_tokenizer(cfg: TrainConfig, path: Path) -> None:
+    """One-line error when the tokenizer file at ``path`` was made with another normalisation than
+    ``data.tokenizer_normalization`` asks for (never a silent reuse)."""
+    found = normalization_of(load_tokenizer(path))
+    if found != cfg.data.tokenizer_normalization:
+        raise UserError(f"{path}: tokenizer made with normalization {found}, but data.tokenizer_normalization is "
+                        f"{cfg.data.tokenizer_normalization}; point data.tokenizer elsewhere or delete the file to "
+                        f"train a new one")
 
 
 def train_languages(cfg: TrainConfig) -> list[str]:
@@ -64,10 +79,11 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
     if not path.is_file():
         from data_prep.shards import read_captions
 
-        log(f"training the shared BPE tokenizer (vocab {cfg.data.vocab_size}) on {train_dir} ...")
+        norm = cfg.data.tokenizer_normalization
+        log(f"training the shared BPE tokenizer (vocab {cfg.data.vocab_size}, normalization {norm}) on {train_dir} ...")
         captions = [m["caption"] for m in read_captions(train_dir)]
-        save_tokenizer(train_tokenizer(captions, cfg.data.vocab_size), path)
-    load_tokenizer(path)
+        save_tokenizer(train_tokenizer(captions, cfg.data.vocab_size, normalization=norm), path)
+    check_tokenizer(cfg, path)
     if cfg.data.features and cfg.loss.uses_images:
         from ..data.feature_cache import ensure_feature_cache
 
