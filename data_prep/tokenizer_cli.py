@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output file (default: tokenizer.json next to the split folder, "
                    "tokenizer-uncased.json with --normalization uncased: where training looks for it)")
     p.add_argument("--normalization", choices=NORMALIZATIONS, default="none",
-                   help="none: the text as written; uncased: accents stripped, lower case and a space before each "
+                   help="none: the text as written; uncased: lower case, Latin accents stripped and a space before each "
                    "caption, as data.tokenizer_normalization (default %(default)s)")
     p.add_argument("--vocab-size", type=int, default=30000, help="BPE vocabulary size (paper: 30k; default %(default)s)")
     p.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default %(default)s)")

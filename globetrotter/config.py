@@ -32,8 +32,8 @@ class DataConfig:
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
     synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
     tokenizer: str | None = None  # tokenizer.json; default <root>/tokenizer.json, trained if absent
-    # what the BPE sees: none = the text as written (the paper); uncased = accents stripped, lower case and a space
-    # before every caption (multilingual uncased BERT's folding; README, Real photos). Its default file is
+    # what the BPE sees: none = the text as written (the paper); uncased = lower case, Latin letters' accents stripped
+    # and a space before every caption (README, Training and Real photos). Its default file is
     # <root>/tokenizer-uncased.json, and a tokenizer file made with another normalisation is refused
     tokenizer_normalization: Literal["none", "uncased"] = "none"
     vocab_size: int = 30000  # shared BPE vocabulary (paper: 30k)

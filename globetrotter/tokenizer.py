@@ -6,9 +6,10 @@ unknown token, so any script round-trips exactly. Every encoded caption starts w
 sentence token (the learned sentence embedding of the Globetrotter text encoder).
 
 ``normalization="uncased"`` (``data.tokenizer_normalization``) folds case and accents before
-the BPE (Unicode NFD, accents stripped, lower case, as multilingual uncased BERT and XLM do) and
-puts a space before every caption, so a word gets the same tokens at the start of a caption as
-elsewhere. The tokenizer file carries its normalisation, so evaluation encodes text as training did.
+the BPE (lower case, and the accents of Latin letters stripped, as multilingual uncased BERT and
+XLM do; unlike them it keeps the marks of other scripts, which are letters there: Cyrillic й and ё,
+Japanese が, Greek ά) and puts a space before every caption, so a word gets the same tokens at the
+start of a caption as elsewhere. The tokenizer file carries its normalisation, so evaluation encodes text as training did.
 """
 from __future__ import annotations
 
@@ -18,15 +19,27 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import UserError
 
 PAD, MASK, SENTENCE = "<pad>", "<mask>", "<s>"
 SPECIAL_TOKENS = (PAD, MASK, SENTENCE)
 NORMALIZATIONS = ("none", "uncased")
-"""``none``: the text as written (the paper's BPE); ``uncased``: NFD, accents stripped, lower case, a leading space."""
-_UNCASED_STEPS = ["NFD", "StripAccents", "Lowercase"]
+"""``none``: the text as written (the paper's BPE); ``uncased``: Latin accents stripped, lower case, a leading space."""
+
+
+def _uncased_normalizer() -> normalizers.Normalizer:
+    """Decompose (NFD), drop the combining marks that follow a Latin letter, recompose (NFC), lower-case."""
+    return normalizers.Sequence([normalizers.NFD(), normalizers.Replace(Regex(r"(?<=[A-Za-z])\p{Mn}+"), ""),
+                                 normalizers.NFC(), normalizers.Lowercase()])
+
+
+@lru_cache(maxsize=1)
+def _uncased_json() -> str:
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = _uncased_normalizer()
+    return json.dumps(json.loads(tok.to_str())["normalizer"], sort_keys=True)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2,
@@ -41,7 +54,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency
     tok = Tokenizer(models.BPE())
     uncased = normalization == "uncased"
     if uncased:
-        tok.normalizer = normalizers.Sequence([getattr(normalizers, step)() for step in _UNCASED_STEPS])
+        tok.normalizer = _uncased_normalizer()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=uncased, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -63,10 +76,9 @@ def normalization_of(tok: Tokenizer) -> str:
     """Which of :data:`NORMALIZATIONS` ``tok`` applies (read from its JSON); ``"other"`` for any other setting."""
     data = json.loads(tok.to_str())
     norm, pre = data.get("normalizer"), data.get("pre_tokenizer") or {}
-    steps = [n.get("type") for n in norm.get("normalizers", [])] if norm and norm.get("type") == "Sequence" else None
     if norm is None and not pre.get("add_prefix_space"):
         return "none"
-    if steps == _UNCASED_STEPS and pre.get("add_prefix_space"):
+    if norm is not None and json.dumps(norm, sort_keys=True) == _uncased_json() and pre.get("add_prefix_space"):
         return "uncased"
     return "other"
 
