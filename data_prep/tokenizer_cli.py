@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from globetrotter.tokenizer import NORMALIZATIONS, save_tokenizer, train_tokenizer
+from globetrotter.tokenizer import NORMALIZATIONS, default_file_name, save_tokenizer, train_tokenizer
 
 from .shards import read_captions, read_manifest
 
@@ -20,8 +20,7 @@ def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30
 
 
 def _run(args: argparse.Namespace) -> int:
-    name = "tokenizer.json" if args.normalization == "none" else f"tokenizer-{args.normalization}.json"
-    out = args.out or Path(args.split_dir).parent / name  # where training looks for it by default
+    out = args.out or Path(args.split_dir).parent / default_file_name(args.normalization)  # where training looks
     path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency, args.normalization)
     print(f"wrote {path}")
     return 0

@@ -29,6 +29,12 @@ NORMALIZATIONS = ("none", "uncased")
 """``none``: the text as written (the paper's BPE); ``uncased``: Latin accents stripped, lower case, a leading space."""
 
 
+def default_file_name(normalization: str) -> str:
+    """The file a data root keeps its tokenizer in: ``tokenizer.json``, or ``tokenizer-<normalization>.json``, so that
+    tokenizers of both settings can sit side by side."""
+    return "tokenizer.json" if normalization == "none" else f"tokenizer-{normalization}.json"
+
+
 def _uncased_normalizer() -> normalizers.Normalizer:
     """Decompose (NFD), drop the combining marks that follow a Latin letter, recompose (NFC), lower-case."""
     return normalizers.Sequence([normalizers.NFD(), normalizers.Replace(Regex(r"(?<=[A-Za-z])\p{Mn}+"), ""),

@@ -8,7 +8,7 @@ from data_prep.shards import MANIFEST, read_manifest
 
 from ..config import TrainConfig
 from ..errors import UserError
-from ..tokenizer import load_tokenizer, normalization_of, save_tokenizer, train_tokenizer
+from ..tokenizer import default_file_name, load_tokenizer, normalization_of, save_tokenizer, train_tokenizer
 
 
 def tokenizer_path(cfg: TrainConfig) -> Path:
@@ -16,8 +16,7 @@ def tokenizer_path(cfg: TrainConfig) -> Path:
     uncased``, so that twins of both settings can share one data root)."""
     if cfg.data.tokenizer:
         return Path(cfg.data.tokenizer)
-    norm = cfg.data.tokenizer_normalization
-    return Path(cfg.data.root) / ("tokenizer.json" if norm == "none" else f"tokenizer-{norm}.json")
+    return Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
 
 
 def check_tokenizer(cfg: TrainConfig, path: Path) -> None:
