@@ -155,6 +155,23 @@ class Encoder:
             weight = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
         return words, weight[ids]
 
+    def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each text's token ids as the model reads them (at most ``data.max_length``), special tokens left out."""
+        specials = np.array(sorted(special_ids(self.tokenizer).values()), dtype=np.int64)
+        ids, mask = encode_batch(self.tokenizer, list(texts), self.cfg.data.max_length)
+        ids, mask = np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)
+        return [row[m & ~np.isin(row, specials)] for row, m in zip(ids, mask)]
+
+    def token_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The input token-embedding table [V, d_model] (row = token id) and the ids of its non-special tokens:
+        the token vectors of late-interaction scoring (:mod:`.evaluation.late_interaction`)."""
+        if self.needs_language:
+            raise UserError("late interaction needs one token table shared by all languages; the Sigurdsson "
+                            "baseline has one per language")
+        specials = set(special_ids(self.tokenizer).values())
+        table = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
+        return table, np.array([i for i in range(len(table)) if i not in specials], dtype=np.int64)
+
     @torch.no_grad()
     def encode_words(self, words: Sequence[str], batch_size: int = 256,
                      langs: str | Sequence[str] | None = None) -> np.ndarray:

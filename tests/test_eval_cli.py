@@ -73,6 +73,13 @@ class FakeEncoder:
     def encode_words(self, words) -> np.ndarray:
         return np.stack([self._vec(w) for w in words]).astype(np.float32)
 
+    def token_table(self):
+        words = sorted(self.vectors)  # row i + 1 is word i, row 0 the [UNK] special
+        return np.vstack([np.zeros(DIM), np.stack([self.vectors[w] for w in words])]).astype(np.float32), np.arange(1, len(words) + 1)
+
+    def token_ids(self, texts):
+        return [np.array([i for i in self.tokenizer.encode(t.lower()).ids if i != 0], dtype=np.int64) for t in texts]
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
@@ -220,6 +227,47 @@ def test_sentence_command_ranks_by_csls_over_the_sample_or_a_pool(world, fake, t
     assert run(argv + ["--csls-k", "40", "--languages", "en,de"]) == 2
     err = capsys.readouterr().err
     assert "--retrieval csls" in err and "exceeds" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sentence_command_adds_late_interaction_scores(world, fake, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.late_interaction import LateInteraction
+    from globetrotter.evaluation.sentence import csls_penalty, parallel_set, sentence_translation
+
+    out = tmp_path / "out"
+    argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--maxsim", "0.5"]
+    assert run(argv + ["--name", "late"]) == 0
+    rec = record(out, "sentence", "late")
+    assert rec["details"]["maxsim"]["weight"] == 0.5 and rec["details"]["maxsim"]["idf"] == "evaluated sentences"
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    encoder = fake["textonly"]
+    emb = encoder.encode_text(ps.captions)
+    late = LateInteraction(encoder, 0.5, ps.captions)
+    bags = late.bags(ps.captions)
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, extra_scores=late.scorer(bags, bags))["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+    cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert expected > cosine, "token matching sees through the language offset that the sentence means carry"
+    # with CSLS over a pool, the pool's penalties include the pool's MaxSim too
+    assert run(argv + ["--name", "late-csls", "--retrieval", "csls", "--csls-k", "4", "--csls-pool", str(world / "test"),
+                       "--languages", "en,de"]) == 0
+    ps2 = parallel_set(read_captions(world / "test"), ["en", "de"], n_groups=200, seed=0)
+    pool = [m for m in read_captions(world / "test") if m["lang"] in ("en", "de")]
+    late2 = LateInteraction(encoder, 0.5, ps2.captions)
+    bags2, pool_bags = late2.bags(ps2.captions), late2.bags([m["caption"] for m in pool])
+    emb2 = encoder.encode_text(ps2.captions)
+    penalty = csls_penalty(emb2, ps2.langs, 4, encoder.encode_text([m["caption"] for m in pool]), [m["lang"] for m in pool],
+                           extra_scores=late2.scorer(bags2, pool_bags)) / 2
+    expected2 = sentence_translation(emb2, ps2.langs, ps2.groups, tie_seed=0, candidate_penalty=penalty,
+                                     extra_scores=late2.scorer(bags2, bags2))["accuracy"]
+    assert record(out, "sentence", "late-csls")["metrics"]["sentence_translation"] == pytest.approx(expected2)
+    capsys.readouterr()
+    assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out), "--maxsim", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--maxsim" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        cli.main(argv[:-1] + ["-1"])
+    assert "expected a finite number >= 0" in capsys.readouterr().err
 
 
 def test_fuse_tfidf_auto_takes_the_weight_its_validator_scores_highest(world, fake):
@@ -471,3 +519,21 @@ def test_translate_word_never_offers_a_bare_space():
     assert cli._vocab_for(BpeEncoder(), SimpleNamespace(), "en", counts) == ["▁red"]
     vocab = cli._vocab_for(BpeEncoder(), SimpleNamespace(), None, {})
     assert "▁red" in vocab and all(w.replace("▁", " ").strip() for w in vocab)
+
+
+def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_path):
+    from globetrotter.encoder import load
+    from globetrotter.tokenizer import special_ids
+
+    encoder = load(tiny_run)
+    table, vocabulary = encoder.token_table()
+    specials = set(special_ids(encoder.tokenizer).values())
+    assert table.shape == (encoder.tokenizer.get_vocab_size(), encoder.model.text.d_model)
+    assert specials and not specials & set(vocabulary.tolist()) and len(vocabulary) == len(table) - len(specials)
+    ids = encoder.token_ids(["a red square", ""])
+    assert len(ids[0]) >= 3 and not specials & set(ids[0].tolist()) and len(ids[1]) == 0
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", str(tiny_run), "--name", "late", "--split", str(tiny_world / "test"),
+                "--out", str(out), "--n-groups", "12", "--maxsim", "1", "--retrieval", "csls", "--csls-k", "3"]) == 0
+    rec = record(out, "sentence", "late")
+    assert rec["details"]["maxsim"]["weight"] == 1.0 and 0 <= rec["metrics"]["sentence_translation"] <= 1

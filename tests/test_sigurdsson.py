@@ -169,6 +169,12 @@ def test_translate_needs_the_query_language(sigurdsson_run, tiny_world, tmp_path
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "one word table per language" in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_info:  # late interaction needs one shared token table
+        cli.main(["sentence", "--model", str(sigurdsson_run), "--split", str(tiny_world / "test"), "--out", str(tmp_path),
+                  "--n-groups", "12", "--maxsim", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "one per language" in err and len(err.splitlines()) == 1
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["translate-word", "red", "--model", str(sigurdsson_run), "--to", "ru", "--from", "en",
                   "--corpus", str(tiny_world / "test"), "--out", str(tmp_path), "--k", "2"])

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from globetrotter.argtypes import fusion_weight, positive_int
+from globetrotter.argtypes import fusion_weight, non_negative_float, positive_int
 from globetrotter.errors import UserError, run_cli
 
 from . import plots
@@ -30,6 +30,7 @@ from .sentence import csls_penalty, parallel_set, sentence_translation
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .fusion import choose_weight, fuse_with_surface
+from .late_interaction import LateInteraction
 from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
@@ -195,10 +196,21 @@ def _text_model_only(args: argparse.Namespace, command: str) -> None:
                         f"{command} needs a trained run folder")
 
 
-def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None, surface) -> tuple[np.ndarray | None, dict | None]:
+def _late_interaction(args: argparse.Namespace, encoder, ps) -> tuple[LateInteraction | None, object]:
+    """``--maxsim W``: the late-interaction scorer of the model's token rows and the evaluated sentences' bags."""
+    if args.maxsim is None:
+        return None, None
+    if not hasattr(encoder, "token_table"):
+        raise UserError(f"--maxsim scores a trained model's token rows; --model {args.model} has none")
+    late = LateInteraction(encoder, args.maxsim, ps.captions)
+    return late, late.bags(ps.captions)
+
+
+def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None, surface,
+          late: tuple[LateInteraction | None, object] = (None, None)) -> tuple[np.ndarray | None, dict | None]:
     """``--retrieval csls``: each candidate's CSLS penalty ``r(y) / 2`` over the evaluated sentences or over the
-    ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences are, fused alike),
-    and its record; ``(None, None)`` for cosine."""
+    ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences are, fused alike, with
+    ``--maxsim`` alike), and its record; ``(None, None)`` for cosine."""
     if args.retrieval != "csls":
         return None, None
     record = {"k": args.csls_k, "pool": "evaluated sentences"}
@@ -213,8 +225,10 @@ def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None,
         pool_langs = np.array([m["lang"] for m in metas])
         pool = _sentence_embeddings(args, encoder, [m["caption"] for m in metas], pool_langs, fuse_weight, surface)
         record.update(pool=str(args.csls_pool), pool_captions=len(metas))
+    scorer, bags = late
+    extra = None if scorer is None else scorer.scorer(bags, bags if pool is None else scorer.bags([m["caption"] for m in metas]))
     try:
-        r = csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs)
+        r = csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs, extra_scores=extra)
     except ValueError as err:
         raise UserError(f"--retrieval csls: {err}") from None
     return r / 2.0, record
@@ -233,6 +247,8 @@ def _sentence(args: argparse.Namespace) -> int:
         raise UserError("--fuse-tfidf mixes a model with the TF-IDF baseline: give a model, not --model tfidf")
     if args.fuse_tfidf == "auto" and is_pivot_ridge_spec(args.model):
         raise UserError("--fuse-tfidf auto chooses W on a run's val split: give a run folder or a number")
+    if args.maxsim is not None and (is_tfidf_spec(args.model) or is_pivot_ridge_spec(args.model)):
+        raise UserError(f"--maxsim scores a trained model's token rows; --model {args.model.split(':')[0]} has none")
     ps = _read_parallel(args, args.n_groups)
     encoder = load_encoder(args.model)
     tfidf = _fit_tfidf(args, encoder, ps)
@@ -246,9 +262,11 @@ def _sentence(args: argparse.Namespace) -> int:
         fused["tfidf"] = _fit_tfidf(args, surface, ps)
     weight = fused["weight"] if fused else None
     emb = _sentence_embeddings(args, encoder, ps.captions, ps.langs, weight, surface)
-    penalty, csls = _csls(args, encoder, ps, emb, weight, surface)
+    late = _late_interaction(args, encoder, ps)
+    penalty, csls = _csls(args, encoder, ps, emb, weight, surface, late)
     res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed,
-                               candidate_penalty=penalty)
+                               candidate_penalty=penalty,
+                               extra_scores=None if late[0] is None else late[0].scorer(late[1], late[1]))
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
     written = [
@@ -270,6 +288,8 @@ def _sentence(args: argparse.Namespace) -> int:
         details["fuse_tfidf"] = fused
     if csls is not None:
         details["csls"] = csls
+    if late[0] is not None:
+        details["maxsim"] = late[0].record
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)
@@ -887,6 +907,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank candidates by cosine (the paper; default) or by CSLS (Conneau et al., 2018): a candidate "
                         "near many queries (a hub) is marked down by its mean cosine to its --csls-k nearest "
                         "other-language sentences")
+    p.add_argument("--maxsim", type=non_negative_float, metavar="W",
+                   help="late interaction: rank by cos(sentence embeddings) + W x MaxSim, where MaxSim pairs every "
+                        "token of one sentence with its most similar token of the other (cosine of the model's input "
+                        "token rows, less the two rows' hubness over the vocabulary) and averages the pairs, "
+                        "idf-weighted, both ways (ColBERT/BERTScore). Keeps the colours and counts that one sentence "
+                        "vector blurs. Trained runs only; combines with --retrieval csls and --fuse-tfidf")
     p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
     p.add_argument("--csls-pool", metavar="SPLIT",
                    help="take CSLS neighbourhoods among this split's captions in the evaluated languages (e.g. the "

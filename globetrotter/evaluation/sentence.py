@@ -20,7 +20,7 @@ options") also lets same-language sentences compete (``candidates="all"``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,6 +28,8 @@ import scipy.sparse as sp
 from globetrotter.errors import UserError
 
 Candidates = Literal["other-language", "all"]
+# query row indices -> [len(rows), n candidates] scores added to the cosines (e.g. late interaction)
+ExtraScores = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -136,16 +138,18 @@ def _group_codes(values: Sequence | np.ndarray) -> np.ndarray:
 
 
 def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray, k: int,
-                chunk_size: int = 1024) -> np.ndarray:
-    """Mean of each query row's ``k`` highest cosines to the base rows of *other* languages (dense or sparse rows;
-    ``base_t`` is the base transposed). When base and queries are the same rows, a row's own entry is of its
-    language, so it is left out too."""
+                chunk_size: int = 1024, extra_scores: ExtraScores | None = None) -> np.ndarray:
+    """Mean of each query row's ``k`` highest cosines (plus ``extra_scores``) to the base rows of *other* languages
+    (dense or sparse rows; ``base_t`` is the base transposed). When base and queries are the same rows, a row's own
+    entry is of its language, so it is left out too."""
     n = queries.shape[0]
     out = np.empty(n, dtype=np.float32)
     for start in range(0, n, chunk_size):
         q = np.arange(start, min(start + chunk_size, n))
         sims = queries[q] @ base_t
         sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims)
+        if extra_scores is not None:
+            sims += extra_scores(q)
         sims[query_langs[q][:, None] == base_langs[None, :]] = -np.inf
         out[q] = np.partition(sims, sims.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
     return out
@@ -157,13 +161,15 @@ def csls_penalty(
     k: int = 10,
     pool: np.ndarray | None = None,
     pool_langs: Sequence[str] | np.ndarray | None = None,
+    extra_scores: ExtraScores | None = None,
 ) -> np.ndarray:
     """``r(y)`` of every row for CSLS ranking (Conneau et al., 2018): the mean cosine of row ``y`` to its ``k``
     nearest rows of other languages, in ``pool`` (L2-normalised rows with languages ``pool_langs``; default:
     ``emb`` itself). CSLS scores a query ``x`` and candidate ``y`` by ``2 cos(x, y) − r(x) − r(y)``; for one
     query only ``r(y)`` changes the ranking, so :func:`sentence_translation` subtracts ``r(y) / 2`` from the
     cosines (``candidate_penalty``). A pool from another split (val captions, which are not parallel) keeps
-    the test set out of the correction."""
+    the test set out of the correction. ``extra_scores(rows)`` [len(rows), pool rows], when given, is added to
+    the cosines, as :func:`sentence_translation` adds it."""
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
     langs = np.asarray(langs).astype(str)
@@ -179,7 +185,8 @@ def csls_penalty(
     others = [int((pool_langs != lang).sum()) for lang in np.unique(langs)]
     if others and min(others) < k:
         raise ValueError(f"csls k={k} exceeds the other-language pool rows of some language ({min(others)})")
-    return _top_k_mean(emb, pool.T.tocsr() if sp.issparse(pool) else pool.T, langs, pool_langs, k)
+    return _top_k_mean(emb, pool.T.tocsr() if sp.issparse(pool) else pool.T, langs, pool_langs, k,
+                       extra_scores=extra_scores)
 
 
 def sentence_translation(
@@ -191,6 +198,7 @@ def sentence_translation(
     chunk_size: int = 1024,
     tie_seed: int | None = None,
     candidate_penalty: np.ndarray | None = None,
+    extra_scores: ExtraScores | None = None,
 ) -> dict:
     """Sentence translation accuracy by retrieval (paper section 5.2).
 
@@ -214,7 +222,8 @@ def sentence_translation(
     0) scores at chance instead of by the layout of the sample.
 
     ``candidate_penalty`` (N,) is subtracted from every cosine to that candidate: ``csls_penalty(...) / 2``
-    ranks by CSLS.
+    ranks by CSLS. ``extra_scores(rows)`` [len(rows), N], when given, is added to the cosines of the query
+    ``rows`` (:func:`.late_interaction.scorer`: MaxSim over token vectors).
     """
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
@@ -251,6 +260,8 @@ def sentence_translation(
     for start in range(0, n, chunk_size):
         q = np.arange(start, min(start + chunk_size, n))
         sims = (emb[q] @ emb_t).toarray() if sparse else emb[q] @ emb_t
+        if extra_scores is not None:
+            sims += extra_scores(q)
         if candidate_penalty is not None:
             sims -= candidate_penalty[None, :]  # sims is this chunk's own array
         if candidates == "other-language":

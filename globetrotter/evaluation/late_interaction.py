@@ -1,0 +1,146 @@
+"""Late-interaction sentence scores: MaxSim over the model's token vectors (as ColBERT and BERTScore score).
+
+A sentence embedding is one vector per caption: two captions that share a scene but differ in a
+colour or a count land close. Matching token by token keeps those details: each token of one
+caption is paired with its most similar token of the other, and the pairs' similarities are
+averaged, idf-weighted, in both directions:
+
+    MaxSim(a, b) = ½ [ Σ_i w_i max_j s_ij / Σ_i w_i  +  Σ_j w_j max_i s_ij / Σ_j w_j ]
+
+``s_ij`` is the cosine of the two tokens' input embedding rows (the image-pivot map of the full
+model: a row points where its token's images lie), less the two rows' hubness
+(``s_ij − r_i/2 − r_j/2``, CSLS at the token level: ``r`` is a row's mean cosine to its ``k``
+nearest rows of the vocabulary, a property of the model alone), so that a frequent token that
+is near every other token does not match everything. ``w`` is the token's idf over the
+evaluated sentences (BERTScore's choice). Nothing but the model and the sentences is used.
+
+``eval.py sentence --maxsim W`` ranks by ``cos(sentence embeddings) + W · MaxSim``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import faiss
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenBags:
+    """The token vectors of ``n`` sentences, grouped by sentence (sentence 0's tokens first)."""
+
+    vectors: np.ndarray  # [T, d] float32, L2-normalised
+    owner: np.ndarray  # [T] int64, non-decreasing sentence index
+    weight: np.ndarray  # [T] float32 > 0 (idf)
+    half_hub: np.ndarray  # [T] float32: r / 2 of each token's row
+    n: int
+
+    @property
+    def starts(self) -> np.ndarray:
+        """First token of every sentence that has tokens (``reduceat`` offsets)."""
+        return np.flatnonzero(np.r_[True, np.diff(self.owner) != 0]) if len(self.owner) else np.zeros(0, np.int64)
+
+
+def row_hubness(table: np.ndarray, k: int = 10, rows: np.ndarray | None = None) -> np.ndarray:
+    """[V] mean cosine of each row of ``table`` [V, d] to its ``k`` nearest other rows among ``rows``
+    (indices; default: all), exact (faiss inner product on L2-normalised rows)."""
+    x = np.ascontiguousarray(table, dtype=np.float32).copy()
+    faiss.normalize_L2(x)
+    pool = np.arange(len(x)) if rows is None else np.asarray(rows, dtype=np.int64)
+    if len(pool) <= k:
+        raise ValueError(f"hubness k={k} needs more than {k} rows, the table has {len(pool)}")
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x[pool])
+    sims, found = index.search(x, k + 1)
+    own = pool[found] == np.arange(len(x))[:, None]  # a row of the pool is its own nearest: leave it out
+    sims[own] = np.nan
+    sims[~own.any(1), -1] = np.nan  # rows outside the pool: keep the k best
+    return np.nanmean(sims, axis=1).astype(np.float32)
+
+
+def idf(token_ids: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
+    """[V] smoothed idf, ``log((1 + N) / (1 + df)) + 1``, of each token over ``N`` sentences (each a document)."""
+    df = np.zeros(vocab_size, dtype=np.int64)
+    for ids in token_ids:
+        df[np.unique(ids)] += 1
+    return (np.log((1.0 + len(token_ids)) / (1.0 + df)) + 1.0).astype(np.float32)
+
+
+def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.ndarray, hubness: np.ndarray) -> TokenBags:
+    """Bags of ``n`` sentences from their token ids (specials already left out): rows of ``table`` [V, d]
+    L2-normalised, ``weights`` [V] and ``hubness`` [V] looked up per token."""
+    lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
+    flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids]) if len(token_ids) else np.zeros(0, np.int64)
+    vectors = np.ascontiguousarray(table[flat], dtype=np.float32)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return TokenBags(vectors, np.repeat(np.arange(len(lengths)), lengths), np.asarray(weights[flat], np.float32),
+                     np.asarray(hubness[flat], np.float32) / 2.0, len(lengths))
+
+
+def _weighted_means(values: np.ndarray, bags: TokenBags, axis: int) -> np.ndarray:
+    """Per-sentence idf-weighted means of ``values`` along ``axis`` (that axis runs over ``bags``' tokens)."""
+    shape = (-1, 1) if axis == 0 else (1, -1)
+    totals = np.add.reduceat(bags.weight, bags.starts).reshape(shape)
+    return np.add.reduceat(values * bags.weight.reshape(shape), bags.starts, axis=axis) / totals
+
+
+def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 1024) -> np.ndarray:
+    """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
+    (module docstring); 0 where either sentence has no token. Memory O(chunk_tokens · T_b)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros((len(rows), b.n), dtype=np.float32)
+    if not len(b.owner):
+        return out
+    b_has = b.owner[b.starts]
+    start_of = np.searchsorted(a.owner, np.arange(a.n + 1))  # a's sentence s holds tokens start_of[s]:start_of[s + 1]
+    picked = rows[start_of[rows + 1] > start_of[rows]]
+    spans = np.cumsum(start_of[picked + 1] - start_of[picked])
+    first = 0
+    while first < len(picked):  # sentences of ``rows`` in groups of about chunk_tokens tokens
+        base = spans[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(spans, base + chunk_tokens, side="right")))
+        group = picked[first:last]
+        tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
+        sims = a.vectors[tok] @ b.vectors.T - a.half_hub[tok][:, None] - b.half_hub[None, :]
+        sub = TokenBags(a.vectors[tok], np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
+                        a.weight[tok], a.half_hub[tok], len(group))
+        forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
+        backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
+        out[_positions(rows, group)[:, None], b_has[None, :]] = (forward + backward) / 2.0
+        first = last
+    return out
+
+
+def _positions(rows: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Index in ``rows`` of each sentence of ``group`` (``rows`` distinct)."""
+    order = np.argsort(rows)
+    return order[np.searchsorted(rows[order], group)]
+
+
+class LateInteraction:
+    """MaxSim between sentence sets with ``encoder``'s token rows (``encoder.token_ids``/``token_table``),
+    weighted by ``weight``; the rows' hubness over the vocabulary with ``hub_k`` neighbours; the idf of
+    ``idf_texts`` (the evaluated sentences)."""
+
+    def __init__(self, encoder, weight: float, idf_texts: Sequence[str], hub_k: int = 10) -> None:
+        if weight < 0:
+            raise ValueError(f"the MaxSim weight must be >= 0, got {weight}")
+        self.encoder, self.weight, self.hub_k = encoder, float(weight), hub_k
+        self.table, vocabulary = encoder.token_table()
+        self.hubness = row_hubness(self.table, hub_k, rows=vocabulary)
+        self.idf = idf(encoder.token_ids(idf_texts), len(self.table))
+
+    def bags(self, texts: Sequence[str]) -> TokenBags:
+        """The token bags of ``texts``."""
+        return token_bags(self.encoder.token_ids(texts), self.table, self.idf, self.hubness)
+
+    def scorer(self, a: TokenBags, b: TokenBags) -> Callable[[np.ndarray], np.ndarray]:
+        """``rows -> weight · maxsim(a, rows, b)``: the extra scores of :func:`.sentence.sentence_translation`
+        (``b`` = ``a``) and :func:`.sentence.csls_penalty` (``b`` = the pool)."""
+        return lambda rows: self.weight * maxsim(a, rows, b)
+
+    @property
+    def record(self) -> dict:
+        """What a result record says of the scoring."""
+        return {"weight": self.weight, "token_vectors": "input token embedding rows", "hub_k": self.hub_k,
+                "idf": "evaluated sentences"}

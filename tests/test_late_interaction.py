@@ -1,0 +1,77 @@
+"""Late interaction (MaxSim over token rows) against its definition, written out pair by pair."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from globetrotter.evaluation.late_interaction import idf, maxsim, row_hubness, token_bags
+
+
+def brute_maxsim(ids_a, ids_b, table, weights, hub) -> float:
+    """The module docstring's formula for one pair of sentences, with loops."""
+    if not len(ids_a) or not len(ids_b):
+        return 0.0
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    s = np.array([[unit[i] @ unit[j] - hub[i] / 2 - hub[j] / 2 for j in ids_b] for i in ids_a])
+    wa, wb = weights[ids_a], weights[ids_b]
+    return 0.5 * ((wa * s.max(1)).sum() / wa.sum() + (wb * s.max(0)).sum() / wb.sum())
+
+
+@pytest.fixture
+def world():
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(40, 8)).astype(np.float32)
+    sentences = [rng.integers(1, 40, size=rng.integers(1, 7)) for _ in range(13)]
+    sentences[4] = np.zeros(0, dtype=np.int64)  # a caption of special tokens only
+    return table, sentences
+
+
+def test_maxsim_equals_the_pairwise_definition_in_any_row_order_and_chunking(world):
+    table, sentences = world
+    weights = idf(sentences, len(table))
+    hub = row_hubness(table, k=3)
+    bags = token_bags(sentences, table, weights, hub)
+    others = token_bags(sentences[::-1], table, weights, hub)
+    rows = np.array([7, 2, 4, 11, 0])
+    for chunk in (1, 5, 10_000):  # a group per sentence, a few sentences, all at once
+        got = maxsim(bags, rows, others, chunk_tokens=chunk)
+        want = np.array([[brute_maxsim(sentences[r], b, table, weights, hub) for b in sentences[::-1]] for r in rows])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert (got[rows == 4] == 0).all() and (got[:, len(sentences) - 1 - 4] == 0).all()
+
+
+def test_row_hubness_is_the_mean_of_the_k_nearest_other_rows():
+    rng = np.random.default_rng(1)
+    table = rng.normal(size=(30, 6))
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    pool = np.arange(5, 30)  # rows 0..4 are outside the pool (e.g. special tokens)
+    got = row_hubness(table, k=4, rows=pool)
+    for i in range(30):
+        sims = np.sort([unit[i] @ unit[j] for j in pool if j != i])[::-1]
+        assert got[i] == pytest.approx(sims[:4].mean(), abs=1e-5)
+    with pytest.raises(ValueError, match="k=30"):
+        row_hubness(table, k=30)
+
+
+def test_idf_counts_each_sentence_once():
+    weights = idf([np.array([1, 1, 2]), np.array([2]), np.array([3])], 5)
+    assert weights[2] == pytest.approx(np.log(4 / 3) + 1)  # in 2 of 3 sentences
+    assert weights[1] == weights[3] == pytest.approx(np.log(4 / 2) + 1)  # 1 of 3, repeats not counted
+    assert weights[0] == weights[4] == pytest.approx(np.log(4) + 1)
+
+
+def test_the_hubness_term_demotes_a_token_near_every_row():
+    """Token 1 lies near many rows of the vocabulary: without the correction a candidate holding it matches a
+    query it does not translate; with it, the candidate holding the query's own (weaker) match wins."""
+    rng = np.random.default_rng(2)
+    e = np.eye(16, dtype=np.float32)
+    table = 0.9 * e[2] + 0.1 * rng.normal(size=(30, 16)).astype(np.float32)  # most of the vocabulary near e2
+    table[0] = e[0]  # the query's token
+    table[1] = 0.5 * e[0] + 0.866 * e[2]  # the hub: cosine 0.5 to the query, ~0.87 to most rows
+    table[3] = 0.3 * e[0] + 0.954 * e[1]  # the true match: cosine 0.3 to the query, far from the rest
+    query, true, hub_only = np.array([0]), np.array([3]), np.array([1])
+    weights = np.ones(len(table), np.float32)
+    for hub, winner in ((np.zeros(len(table), np.float32), 1), (row_hubness(table, k=5), 0)):
+        a = token_bags([query], table, weights, hub)
+        b = token_bags([true, hub_only], table, weights, hub)
+        assert maxsim(a, np.array([0]), b).argmax() == winner
