@@ -8,6 +8,8 @@
 3. Translation index: an IVF index over N sentence embeddings made from repeated
    captions (a pool of distinct captions, each repeated with a small paraphrase jitter),
    build time, queries/s and recall@10 of IVF against exact search (the baseline, same run).
+4. Late interaction (``eval.py sentence --maxsim``): sentence translation of G groups x 4 languages of
+   ~12-token captions with MaxSim over token rows added, against cosine ranking alone (same run).
 
     nice -n 10 python bench/bench_eval.py                 # modest defaults (2-core machine)
     nice -n 10 python bench/bench_eval.py --index-n 1000000 --vocab 30000
@@ -21,6 +23,7 @@ import tracemalloc
 import faiss
 import numpy as np
 
+from globetrotter.evaluation.late_interaction import idf, maxsim, row_hubness, token_bags
 from globetrotter.evaluation.procrustes import normalize_rows
 from globetrotter.evaluation.sentence import sentence_translation
 from globetrotter.evaluation.translate import build_index
@@ -107,6 +110,23 @@ def bench_index(n: int, distinct: int, dim: int, n_queries: int, nprobes: list[i
               f"{min(200, n_queries) / single:7.0f} queries/s one at a time, recall@10 vs exact {recall:.3f}")
 
 
+def bench_late_interaction(n_groups: int, vocab: int, dim: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    langs = np.tile(np.array(["l0", "l1", "l2", "l3"]), n_groups)
+    groups = np.repeat(np.arange(n_groups), 4)
+    print(f"\n[late interaction] {n_groups} groups x 4 languages, vocabulary {vocab}, d={dim}")
+    table = rng.normal(size=(vocab, dim)).astype(np.float32)
+    ids = [rng.integers(0, vocab, rng.integers(6, 19)) for _ in range(len(groups))]
+    emb = normalize_rows(rng.normal(size=(len(groups), dim)))
+    t_cos, res_cos = timed(sentence_translation, emb, langs, groups)
+    t_prep, bags = timed(lambda: token_bags(ids, table, idf(ids, vocab), row_hubness(table, 10)))
+    t_late, res = timed(sentence_translation, emb, langs, groups, extra_scores=lambda q: maxsim(bags, q, bags))
+    n = len(groups)
+    print(f"  cosine ranking {t_cos:6.2f} s ({n / t_cos:8.0f} sentences/s); with MaxSim {t_late:6.2f} s "
+          f"({n / t_late:6.0f} sentences/s, {t_late / t_cos:5.1f}x the cosine time) + {t_prep:5.2f} s for the "
+          f"vocabulary's hubness and the bags; {len(bags.owner)} tokens")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=200)
@@ -119,7 +139,8 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=20_000, help="distinct captions repeated to --index-n")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--nprobe", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index"])
+    parser.add_argument("--late-groups", type=int, default=600, help="groups x 4 languages for the late-interaction timing")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
@@ -129,6 +150,8 @@ def main() -> None:
         bench_word(args.vocab, args.word_dim, args.pairs, args.seed)
     if "index" not in args.skip:
         bench_index(args.index_n, args.distinct, args.dim, args.queries, args.nprobe, args.seed)
+    if "late" not in args.skip:
+        bench_late_interaction(args.late_groups, 8000, args.dim, args.seed)
 
 
 if __name__ == "__main__":
