@@ -382,6 +382,28 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
     assert result["results"][0]["text"] == "un carré noir"
 
 
+def test_translate_reranks_by_cosine_plus_maxsim(world, fake, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.late_interaction import LateInteraction
+
+    out = tmp_path / "out"
+    argv = ["translate", "--model", "textonly", "a red circle", "--to", "de", "--corpus", str(world / "test"),
+            "--out", str(out), "--k", "3", "--json"]
+    assert run(argv + ["--maxsim", "1.5", "--rerank", "30"]) == 0
+    got = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]
+    encoder = fake["textonly"]
+    corpus = [m["caption"] for m in read_captions(world / "test") if m["lang"] == "de"]
+    cos = encoder.encode_text(corpus) @ encoder.encode_text(["a red circle"])[0]
+    late = LateInteraction(encoder, 1.5, corpus)
+    extra = late.scorer(late.bags(["a red circle"]), late.bags(corpus))(np.zeros(1, dtype=np.int64))[0]
+    best = np.argsort(-(cos + extra))[:3]
+    assert [r["text"] for r in got] == [corpus[i] for i in best]
+    assert [r["score"] for r in got] == pytest.approx([round(float(cos[i] + extra[i]), 4) for i in best], abs=1e-4)
+    assert run(argv) == 0  # without --maxsim: cosine order and scores
+    plain = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]
+    assert [r["text"] for r in plain] == [corpus[i] for i in np.argsort(-cos)[:3]]
+
+
 def test_translate_word(world, fake, tmp_path, capsys):
     out = tmp_path / "out"
     for method in ("nn", "csls"):

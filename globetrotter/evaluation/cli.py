@@ -679,8 +679,27 @@ def _translate(args: argparse.Namespace) -> int:
                           rebuild=args.rebuild, ivf_min=args.ivf_min, nprobe=args.nprobe,
                           log=lambda s: print(s, file=sys.stderr))
     emb = encoder.encode_text(queries, batch_size=args.batch_size, head="text", **_lang_kw(encoder, args.source))
-    _print_results(args, queries, index.search(emb, args.k))
+    if args.maxsim is None:
+        _print_results(args, queries, index.search(emb, args.k))
+        return 0
+    hits = index.search(emb, max(args.k, args.rerank))
+    _print_results(args, queries, [found[: args.k] for found in _rerank(encoder, args.maxsim, queries, hits, texts())])
     return 0
+
+
+def _rerank(encoder, weight: float, queries: Sequence[str], hits: list[list[tuple[str, float]]],
+            corpus: Sequence[str]) -> list[list[tuple[str, float]]]:
+    """``translate --maxsim W``: each query's hits re-scored by cosine + W × MaxSim (idf over ``corpus``), best first."""
+    late = LateInteraction(encoder, weight, corpus)
+    out = []
+    for query, found in zip(queries, hits):
+        if not found:
+            out.append(found)
+            continue
+        extra = late.scorer(late.bags([query]), late.bags([t for t, _ in found]))(np.zeros(1, dtype=np.int64))[0]
+        scored = [(text, float(score + e)) for (text, score), e in zip(found, extra)]
+        out.append(sorted(scored, key=lambda item: -item[1]))
+    return out
 
 
 def _print_results(args: argparse.Namespace, queries: Sequence[str], results) -> None:
@@ -1020,6 +1039,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--corpus-lang", help="language of a text-file corpus (default: --to)")
             p.add_argument("--from", dest="source",
                            help="language of the queries (needed by a model with per-language tables: the Sigurdsson baseline)")
+            p.add_argument("--maxsim", type=non_negative_float, metavar="W",
+                           help="re-rank the --rerank nearest sentences by cosine + W x MaxSim of the model's token rows "
+                                "(late interaction, as `eval.py sentence --maxsim`; idf over the corpus); the printed "
+                                "score is then that sum. 2-4 suit a model whose token rows carry meaning "
+                                "(configs/flickr8k.yaml's image-pivot rows, a supervised twin); it hurts one whose rows "
+                                "start random (the synthetic quickstart)")
+            p.add_argument("--rerank", type=positive_int, default=50, metavar="K",
+                           help="with --maxsim: nearest sentences by cosine to re-rank (default %(default)s)")
         else:
             p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: whole vocabulary)")
             p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")
