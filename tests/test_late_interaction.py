@@ -26,7 +26,9 @@ def world():
     return table, sentences
 
 
-def test_maxsim_equals_the_pairwise_definition_in_any_row_order_and_chunking(world):
+def test_maxsim_equals_the_pairwise_definition_in_any_row_order_and_chunking(world, monkeypatch):
+    from globetrotter.evaluation import late_interaction
+
     table, sentences = world
     weights = idf(sentences, len(table))
     hub = row_hubness(table, k=3)
@@ -38,6 +40,8 @@ def test_maxsim_equals_the_pairwise_definition_in_any_row_order_and_chunking(wor
         want = np.array([[brute_maxsim(sentences[r], b, table, weights, hub) for b in sentences[::-1]] for r in rows])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert (got[rows == 4] == 0).all() and (got[:, len(sentences) - 1 - 4] == 0).all()
+    monkeypatch.setattr(late_interaction, "MAX_BLOCK", 40)  # a large b: one query token at a time
+    np.testing.assert_allclose(maxsim(bags, rows, others), want, rtol=1e-5, atol=1e-6)
 
 
 def test_row_hubness_is_the_mean_of_the_k_nearest_other_rows():

@@ -84,10 +84,17 @@ def _weighted_means(values: np.ndarray, bags: TokenBags, axis: int) -> np.ndarra
     return np.add.reduceat(values * bags.weight.reshape(shape), bags.starts, axis=axis) / totals
 
 
+MAX_BLOCK = 1 << 25
+"""Most token-pair similarities held at once by :func:`maxsim` (128 MB of float32)."""
+
+
 def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 1024) -> np.ndarray:
     """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
-    (module docstring); 0 where either sentence has no token. Memory O(chunk_tokens · T_b)."""
+    (module docstring); 0 where either sentence has no token. ``rows``' tokens are taken about
+    ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
+    (beyond one sentence's tokens against ``b``'s)."""
     rows = np.asarray(rows, dtype=np.int64)
+    chunk_tokens = max(1, min(chunk_tokens, MAX_BLOCK // max(1, len(b.owner))))
     out = np.zeros((len(rows), b.n), dtype=np.float32)
     if not len(b.owner):
         return out
