@@ -30,7 +30,7 @@ from .sentence import csls_penalty, parallel_set, sentence_translation
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .fusion import choose_weight, fuse_with_surface
-from .late_interaction import LateInteraction, TokenBags
+from .late_interaction import LateInteraction
 from .tfidf import TfidfEncoder, is_tfidf_spec
 from .translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, file_signature, open_or_build, read_text_corpus
 from .word import (
@@ -196,18 +196,13 @@ def _text_model_only(args: argparse.Namespace, command: str) -> None:
                         f"{command} needs a trained run folder")
 
 
-def _late_interaction(args: argparse.Namespace, encoder, ps) -> tuple[LateInteraction, TokenBags] | None:
-    """``--maxsim W``: the late-interaction scorer of the model's token rows and the evaluated sentences' bags."""
-    if args.maxsim is None:
-        return None
-    if not hasattr(encoder, "token_table"):
-        raise UserError(f"--maxsim scores a trained model's token rows; --model {args.model} has none")
-    late = LateInteraction(encoder, args.maxsim, ps.captions)
-    return late, late.bags(ps.captions)
+def _late_interaction(args: argparse.Namespace, encoder, ps) -> LateInteraction | None:
+    """``--maxsim W``: the late-interaction scorer of the model's token rows over the evaluated sentences."""
+    return None if args.maxsim is None else LateInteraction(encoder, args.maxsim, ps.captions)
 
 
 def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None, surface,
-          late: tuple[LateInteraction, TokenBags] | None = None) -> tuple[np.ndarray | None, dict | None]:
+          late: LateInteraction | None = None) -> tuple[np.ndarray | None, dict | None]:
     """``--retrieval csls``: each candidate's CSLS penalty ``r(y) / 2`` over the evaluated sentences or over the
     ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences are, fused alike, with
     ``--maxsim`` alike), and its record; ``(None, None)`` for cosine."""
@@ -227,8 +222,7 @@ def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None,
         record.update(pool=str(args.csls_pool), pool_captions=len(metas))
     extra = None
     if late is not None:
-        scorer, bags = late
-        extra = scorer.scorer(bags, bags if pool is None else scorer.bags([m["caption"] for m in metas]))
+        extra = late.scorer(late.evaluated, late.evaluated if pool is None else late.bags([m["caption"] for m in metas]))
     try:
         r = csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs, extra_scores=extra)
     except ValueError as err:
@@ -268,7 +262,7 @@ def _sentence(args: argparse.Namespace) -> int:
     penalty, csls = _csls(args, encoder, ps, emb, weight, surface, late)
     res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed,
                                candidate_penalty=penalty,
-                               extra_scores=None if late is None else late[0].scorer(late[1], late[1]))
+                               extra_scores=None if late is None else late.scorer(late.evaluated, late.evaluated))
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
     written = [
@@ -291,7 +285,7 @@ def _sentence(args: argparse.Namespace) -> int:
     if csls is not None:
         details["csls"] = csls
     if late is not None:
-        details["maxsim"] = late[0].record
+        details["maxsim"] = late.record
     print(f"sentence translation: {100 * res['accuracy']:.2f}% of translations in the top {res['k']} "
           f"(chance {100 * res['chance']:.2f}%), {res['n_groups']} groups x {len(langs)} languages")
     write_record(args, "sentence", metrics, langs, details, written)

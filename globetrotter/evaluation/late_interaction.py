@@ -19,6 +19,7 @@ evaluated sentences (BERTScore's choice). Nothing but the model and the sentence
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Sequence
 
 import faiss
@@ -35,7 +36,7 @@ class TokenBags:
     half_hub: np.ndarray  # [T] float32: r / 2 of each token's row
     n: int
 
-    @property
+    @cached_property
     def starts(self) -> np.ndarray:
         """First token of every sentence that has tokens (``reduceat`` offsets)."""
         return np.flatnonzero(np.r_[True, np.diff(self.owner) != 0]) if len(self.owner) else np.zeros(0, np.int64)
@@ -100,7 +101,8 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         return out
     b_has = b.owner[b.starts]
     start_of = np.searchsorted(a.owner, np.arange(a.n + 1))  # a's sentence s holds tokens start_of[s]:start_of[s + 1]
-    picked = rows[start_of[rows + 1] > start_of[rows]]
+    has_tokens = start_of[rows + 1] > start_of[rows]
+    picked, out_row = rows[has_tokens], np.flatnonzero(has_tokens)
     spans = np.cumsum(start_of[picked + 1] - start_of[picked])
     first = 0
     while first < len(picked):  # sentences of ``rows`` in groups of about chunk_tokens tokens
@@ -108,26 +110,21 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         last = max(first + 1, int(np.searchsorted(spans, base + chunk_tokens, side="right")))
         group = picked[first:last]
         tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
-        sims = a.vectors[tok] @ b.vectors.T - a.half_hub[tok][:, None] - b.half_hub[None, :]
-        sub = TokenBags(a.vectors[tok], np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
+        vectors = a.vectors[tok]
+        sims = vectors @ b.vectors.T - a.half_hub[tok][:, None] - b.half_hub[None, :]
+        sub = TokenBags(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
                         a.weight[tok], a.half_hub[tok], len(group))
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
         backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
-        out[_positions(rows, group)[:, None], b_has[None, :]] = (forward + backward) / 2.0
+        out[out_row[first:last, None], b_has[None, :]] = (forward + backward) / 2.0
         first = last
     return out
-
-
-def _positions(rows: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Index in ``rows`` of each sentence of ``group`` (``rows`` distinct)."""
-    order = np.argsort(rows)
-    return order[np.searchsorted(rows[order], group)]
 
 
 class LateInteraction:
     """MaxSim between sentence sets with ``encoder``'s token rows (``encoder.token_ids``/``token_table``),
     weighted by ``weight``; the rows' hubness over the vocabulary with ``hub_k`` neighbours; the idf of
-    ``idf_texts`` (the evaluated sentences)."""
+    ``idf_texts`` (the evaluated sentences, whose bags are :attr:`evaluated`)."""
 
     def __init__(self, encoder, weight: float, idf_texts: Sequence[str], hub_k: int = 10) -> None:
         if weight < 0:
@@ -135,11 +132,17 @@ class LateInteraction:
         self.encoder, self.weight, self.hub_k = encoder, float(weight), hub_k
         self.table, vocabulary = encoder.token_table()
         self.hubness = row_hubness(self.table, hub_k, rows=vocabulary)
-        self.idf = idf(encoder.token_ids(idf_texts), len(self.table))
+        self._idf_ids = encoder.token_ids(idf_texts)
+        self.idf = idf(self._idf_ids, len(self.table))
 
     def bags(self, texts: Sequence[str]) -> TokenBags:
         """The token bags of ``texts``."""
         return token_bags(self.encoder.token_ids(texts), self.table, self.idf, self.hubness)
+
+    @cached_property
+    def evaluated(self) -> TokenBags:
+        """The bags of ``idf_texts``, from the token ids the idf was counted on (built on first use)."""
+        return token_bags(self._idf_ids, self.table, self.idf, self.hubness)
 
     def scorer(self, a: TokenBags, b: TokenBags) -> Callable[[np.ndarray], np.ndarray]:
         """``rows -> weight · maxsim(a, rows, b)``: the extra scores of :func:`.sentence.sentence_translation`
