@@ -133,6 +133,10 @@ class ModelConfig:
     # the image-pivot rows' standard deviation; null = the random table's (0.02). Larger rows keep their weight in the
     # residual stream against what the blocks learn to add (README, Real photos)
     token_init_std: float | None = None
+    # subword-informed token vectors: a token's input vector is its row plus the rows of its character n-grams of
+    # these lengths (e.g. [2, 4]; globetrotter/models/subword.py), so rare forms and cognates share what their
+    # n-grams learnt from every language's captions; null = the paper's plain table
+    token_ngrams: list[int] | None = None
     # transformer: the method's shared encoder. sigurdsson: the Sigurdsson et al. (2020) baseline as the
     # paper extends it (section 5.1): one word table and adapting layer per language over the shared
     # vocabulary, max-pooled over words (layers/heads/ffn unused); needs loss.cloze=0
@@ -142,6 +146,14 @@ class ModelConfig:
     def validate(self) -> None:
         if len(set(self.languages)) != len(self.languages):
             raise ValueError(f"model.languages has duplicates: {self.languages}")
+        if self.token_ngrams is not None:
+            if (len(self.token_ngrams) != 2 or not all(isinstance(n, int) for n in self.token_ngrams)
+                    or not 1 <= self.token_ngrams[0] <= self.token_ngrams[1]):
+                raise ValueError(f"model.token_ngrams must be [min, max] character n-gram lengths with 1 <= min <= max "
+                                 f"(or null), got {self.token_ngrams}")
+            if self.text_encoder != "transformer":
+                raise ValueError("model.token_ngrams composes the shared transformer's token table; "
+                                 f"model.text_encoder={self.text_encoder} has none")
         if self.text_encoder == "sigurdsson":
             return  # no transformer to check
         if self.d_model % self.heads:

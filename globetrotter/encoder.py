@@ -21,9 +21,16 @@ from .training.checkpoint import read_state, resolve
 WEIGHTS = "model.safetensors"
 
 
-def build_model(cfg: TrainConfig, vocab_size: int) -> GlobetrotterModel:
-    """The model a config describes (heads follow the active losses)."""
-    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length)
+def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
+    """The model a config describes (heads follow the active losses); ``tokenizer`` is needed by
+    ``model.token_ngrams`` (the n-grams of its tokens) and ignored otherwise."""
+    if cfg.model.token_ngrams and tokenizer is None:
+        raise ValueError("model.token_ngrams builds the n-grams of the tokenizer's tokens: pass tokenizer=")
+    vocabulary = specials = None
+    if tokenizer is not None and cfg.model.token_ngrams:
+        vocabulary = [tokenizer.id_to_token(i) for i in range(vocab_size)]
+        specials = list(special_ids(tokenizer).values())
+    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length, vocabulary, specials or ())
 
 
 class Encoder:
@@ -152,7 +159,7 @@ class Encoder:
         if lang_ids is not None:
             weight = self.model.text.word_vectors(int(lang_ids[0])).float().cpu().numpy()
         else:
-            weight = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
+            weight = self.model.text.token_table().detach().float().cpu().numpy()
         return words, weight[ids]
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -169,7 +176,8 @@ class Encoder:
             raise UserError("late interaction needs one token table shared by all languages; the Sigurdsson "
                             "baseline has one per language")
         specials = set(special_ids(self.tokenizer).values())
-        table = self.model.text.token_embedding.weight.detach().float().cpu().numpy()
+        with torch.no_grad():
+            table = self.model.text.token_table().detach().float().cpu().numpy()
         return table, np.array([i for i in range(len(table)) if i not in specials], dtype=np.int64)
 
     @torch.no_grad()
@@ -197,7 +205,7 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     # the checkpoint holds every weight: never read (or require) the file the run started from
-    model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size())
+    model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size(), tokenizer)
     missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
     tied = {"cloze_head.token_embedding.weight"}
     if set(missing) - tied or unexpected:

@@ -33,7 +33,13 @@ def batch(n: int = 6, vocab: int = 40, size: int = 32) -> dict:
 def test_every_trainable_parameter_gets_gradient(config):
     per_language = load_train_config(config).model.text_encoder == "sigurdsson"
     cfg = load_train_config(config, SMALL + ["model.languages=[en,de]"] * per_language)
-    model = build_model(cfg, vocab_size=40)
+    if cfg.model.token_ngrams:  # the n-gram rows need the tokenizer's token strings
+        from globetrotter.tokenizer import train_tokenizer
+
+        tok = train_tokenizer(["a red dog runs", "ein roter Hund", "un chien rouge court"] * 4, vocab_size=300)
+        model = build_model(cfg, tok.get_vocab_size(), tok)
+    else:
+        model = build_model(cfg, vocab_size=40)
     b = batch()
     lang_ids = model.language_ids(["en", "de", "de", "en", "en", "de"]) if per_language else None
     out = model(b["input_ids"], b["attention_mask"], b["masked"], b["view1"], b["view2"], lang_ids=lang_ids)

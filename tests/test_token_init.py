@@ -47,7 +47,7 @@ def test_bags_are_normalised_idf_weighted_and_skip_special_tokens():
 
 def test_rows_of_two_languages_nouns_for_one_class_align_through_the_images():
     ids, mask, images = two_language_captions()
-    rows, seen = image_pivot_embeddings(ids, mask, images, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
+    rows, seen, _ = image_pivot_embeddings(ids, mask, images, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
     assert rows.shape == (50, 8)
     assert seen[[2, 30, 20, 41]].all() and not seen[[PAD, SENT, 10, 49]].any()
     nouns = rows[np.r_[2:2 + CLASSES, 30:30 + CLASSES]]
@@ -56,7 +56,7 @@ def test_rows_of_two_languages_nouns_for_one_class_align_through_the_images():
     assert (cross.argmax(1) == np.arange(CLASSES)).all(), "each noun's nearest in the other language names its class"
     # a shuffled pairing of captions and images carries no such signal
     shuffled = images[np.random.default_rng(1).permutation(len(images))]
-    rows, _ = image_pivot_embeddings(ids, mask, shuffled, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
+    rows, _, _ = image_pivot_embeddings(ids, mask, shuffled, vocab_size=50, dim=8, alpha=1.0, skip=[PAD, SENT])
     nouns = rows[np.r_[2:2 + CLASSES, 30:30 + CLASSES]]
     nouns /= np.linalg.norm(nouns, axis=1, keepdims=True)
     assert (nouns[:CLASSES] @ nouns[CLASSES:].T).argmax(1).tolist() != list(range(CLASSES))

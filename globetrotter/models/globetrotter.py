@@ -25,13 +25,17 @@ from ..errors import UserError
 from .heads import CentredFeatureHead, ProjectionHead
 from .image import create_image_backbone
 from .sigurdsson import SigurdssonTextEncoder, max_pool_words
+from .subword import ngram_matrix, token_strings
 from .text import ClozeHead, TextEncoder, mean_pool
 
 
 class GlobetrotterModel(nn.Module):
     """forward(batch tensors) -> dict of L2-normalised features and cloze logits."""
 
-    def __init__(self, cfg: ModelConfig, loss: LossConfig, vocab_size: int, max_length: int) -> None:
+    def __init__(self, cfg: ModelConfig, loss: LossConfig, vocab_size: int, max_length: int,
+                 vocabulary: Sequence[str] | None = None, specials: Sequence[int] = ()) -> None:
+        """``vocabulary`` (the tokenizer's token strings by id) and ``specials`` (their special ids) are needed by
+        ``model.token_ngrams`` only: the character n-grams of each token (:mod:`.subword`)."""
         super().__init__()
         self.cfg = cfg
         self.per_language = cfg.text_encoder == "sigurdsson"
@@ -41,8 +45,13 @@ class GlobetrotterModel(nn.Module):
                 raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model: set loss.cloze=0")
             self.text = SigurdssonTextEncoder(vocab_size, cfg.d_model, cfg.languages, cfg.dropout)
         else:
+            ngrams = None
+            if cfg.token_ngrams:
+                if vocabulary is None or len(vocabulary) != vocab_size:
+                    raise ValueError(f"model.token_ngrams needs the tokenizer's {vocab_size} token strings (vocabulary=...)")
+                ngrams = ngram_matrix(token_strings(vocabulary, specials), cfg.token_ngrams)
             self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length,
-                                    zero_init_residual=cfg.residual_init == "zero")
+                                    zero_init_residual=cfg.residual_init == "zero", ngrams=ngrams)
         d, D = cfg.d_model, cfg.embed_dim
         self.text_head_t = ProjectionHead(d, D) if loss.text > 0 else None
         # image_head_x=features: L_x's target is the frozen backbone's feature space itself (its width)
@@ -130,7 +139,8 @@ class GlobetrotterModel(nn.Module):
                 out["text_x"] = self.text_head_x(sentence if self.cfg.text_pooling_x == "sentence" else mean)
         if self.cloze_head is not None and masked_ids is not None:
             states = self.text(masked_ids, attention_mask)
-            out["cloze_logits"] = self.cloze_head(states if cloze_targets is None else states[cloze_targets])
+            out["cloze_logits"] = self.cloze_head(states if cloze_targets is None else states[cloze_targets],
+                                                  None if self.text.subword is None else self.text.token_table())
         if self.image is not None and view1 is not None:
             views = [view1] if view2 is None else [view1, view2]
             if view1.dim() == 2:  # pooled features of the frozen backbone, from the cache (DESIGN.md section 10)

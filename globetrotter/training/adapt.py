@@ -101,12 +101,15 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
     ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
 
-    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the
+    One-line errors: no checkpoint, a run with ``model.token_ngrams``, a language the run was trained on, no caption of it in the
     adaptation split, a model or heads other than the run's, a run folder that is the starting one.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
     start = load_train_config(source / "config.yaml")
+    if start.model.token_ngrams:
+        raise UserError(f"adapt.from: {a.from_run} has subword-informed token vectors (model.token_ngrams), which do "
+                        f"not adapt yet (a grown vocabulary brings new character n-grams); adapt a run trained without them")
     old = trained_languages(start)
     if a.language in old:
         raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already "

@@ -27,6 +27,7 @@ from scipy import sparse
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
+    from ..models.subword import SubwordTable
 
 __all__ = ["image_pivot_embeddings", "init_token_embeddings", "init_from_config"]
 
@@ -45,11 +46,18 @@ def token_bags(ids: np.ndarray, mask: np.ndarray, vocab_size: int, skip: Sequenc
 
 
 def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np.ndarray, vocab_size: int, dim: int,
-                           alpha: float = 3.0, skip: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+                           alpha: float = 3.0, skip: Sequence[int] = (), ngrams: sparse.csr_matrix | None = None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``[vocab_size, k]`` token rows (k = min(dim, feature width, captions)) of the ridge map from each caption's
-    token bag (``ids``/``mask`` ``[N, L]``) to its image's features (``[N, F]``), and a boolean mask of the tokens
-    the captions hold. Row ``v`` is the ridge weight of token ``v`` times its idf, so the mean of a caption's
-    rows points where its predicted image does."""
+    token bag (``ids``/``mask`` ``[N, L]``) to its image's features (``[N, F]``), a boolean mask of the tokens
+    the captions hold, and (with ``ngrams``, the ``[vocab_size, G]`` matrix of :mod:`globetrotter.models.subword`)
+    ``[G, k]`` n-gram rows, else None. Row ``v`` is the ridge weight of token ``v`` times its idf, so the mean of a
+    caption's rows points where its predicted image does.
+
+    With ``ngrams`` the ridge reads each bag twice: the tokens, and the bag's character n-grams (bag @ ``ngrams``),
+    one weight per n-gram shared by every token (of any language) that holds it. A token's composed vector is then
+    ``idf · (its row + ngrams[v] @ n-gram rows)``: :class:`~globetrotter.models.subword.SubwordTable` with ``C``
+    scaled by the idf (:meth:`~globetrotter.models.subword.SubwordTable.scale_tokens`)."""
     from sklearn.linear_model import Ridge
 
     if len(ids) != len(image_features):
@@ -60,25 +68,44 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     target -= target.mean(0)
     k = min(dim, target.shape[1], len(target))
     basis = np.linalg.svd(target, full_matrices=False)[2][:k].T  # [F, k]: the top-k principal directions
-    weights = Ridge(alpha=alpha).fit(bags, target @ basis).coef_.T.astype(np.float32)  # [V, k]
+    inputs = bags if ngrams is None else sparse.hstack([bags, bags @ ngrams]).tocsr()
+    weights = Ridge(alpha=alpha).fit(inputs, target @ basis).coef_.T.astype(np.float32)  # [V (+ G), k]
     seen = np.bincount(bags.indices, minlength=vocab_size) > 0
-    return weights * idf[:, None], seen
+    ngram_rows = None if ngrams is None else weights[vocab_size:]
+    return weights[:vocab_size] * idf[:, None], seen, ngram_rows
 
 
 def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,
                           image_features: np.ndarray, alpha: float, skip: Sequence[int],
-                          log: Callable[[str], None] = print, std: float | None = None) -> int:
+                          log: Callable[[str], None] = print, std: float | None = None,
+                          subword: "SubwordTable | None" = None) -> int:
     """Overwrite the rows of the tokens the captions hold with their image-pivot rows (:func:`image_pivot_embeddings`),
-    rescaled to standard deviation ``std`` (None: the table's current one); returns how many rows were set."""
+    rescaled to standard deviation ``std`` (None: the table's current one); returns how many rows were set.
+
+    With ``subword`` (a subword-informed table) its n-gram rows are set from the same ridge, its ``C`` is scaled by
+    the tokens' idf, and the rescaling is that of the composed vectors of the tokens the captions hold."""
     table = embedding.weight
-    rows, seen = image_pivot_embeddings(ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1],
-                                        alpha, skip)
-    rows = torch.from_numpy(rows[seen])
+    ngrams = None if subword is None else subword.matrix()
+    rows, seen, ngram_rows = image_pivot_embeddings(ids.numpy(), mask.numpy(), image_features, table.shape[0],
+                                                    table.shape[1], alpha, skip, ngrams)
+    k = rows.shape[1]
+    if subword is None:
+        spread = rows[seen]
+    else:
+        _, idf = token_bags(ids.numpy(), mask.numpy(), table.shape[0], skip)
+        spread = rows[seen] + (idf[:, None] * (ngrams @ ngram_rows))[seen]
+    target_std = float(table.detach().std()) if std is None else std
+    scale = target_std / max(float(spread.std()), 1e-12)
     with torch.no_grad():
-        scale = (table.std() if std is None else std) / rows.std().clamp_min(1e-12)
-        table[torch.from_numpy(seen), : rows.shape[1]] = (rows * scale).to(table.dtype)
-    log(f"token_init=image_pivot: {int(seen.sum())} token rows from the ridge map to image features "
-        f"({len(ids)} captions, {rows.shape[1]} principal image directions)")
+        table[torch.from_numpy(seen), :k] = torch.from_numpy(rows[seen] * scale).to(table.dtype)
+        if subword is not None:
+            weight = subword.ngram_embedding.weight
+            weight.zero_()
+            weight[: ngram_rows.shape[0], :k] = torch.from_numpy(ngram_rows * scale).to(weight.dtype)
+            subword.scale_tokens(torch.from_numpy(idf))
+    what = "" if subword is None else f" and {ngrams.shape[1]} character n-gram rows"
+    log(f"token_init=image_pivot: {int(seen.sum())} token rows{what} from the ridge map to image features "
+        f"({len(ids)} captions, {k} principal image directions)")
     return int(seen.sum())
 
 
@@ -96,4 +123,5 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log:
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], cfg.data.max_length)
     return init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask),
                                  np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
-                                 list(special_ids(tokenizer).values()), log, cfg.model.token_init_std)
+                                 list(special_ids(tokenizer).values()), log, cfg.model.token_init_std,
+                                 model.text.subword)

@@ -43,8 +43,9 @@ class NonFiniteLoss(RuntimeError):
     """The loss stayed NaN/inf for several steps; the weights were never updated with it."""
 
 
-TOKEN_TABLES = ("text.token_embedding.weight", "text.word_embedding.weight")
-"""The text encoders' token tables (transformer, Sigurdsson baseline): ``optim.embedding_lr_scale`` applies to them."""
+TOKEN_TABLES = ("text.token_embedding.weight", "text.subword.ngram_embedding.weight", "text.word_embedding.weight")
+"""The text encoders' token tables (transformer, its n-gram rows, Sigurdsson baseline): ``optim.embedding_lr_scale``
+applies to them."""
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None = None,
@@ -100,7 +101,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tokenizer)
 
-    model = build_model(cfg, tokenizer.get_vocab_size())
+    model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     if cfg.model.token_init == "image_pivot" and not resume and not adapting:  # the same closed form on every process
         token_init.init_from_config(model, cfg, tokenizer, log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
