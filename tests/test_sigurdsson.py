@@ -53,7 +53,9 @@ def test_bag_of_words_ignores_word_order_and_repetition():
     assert torch.allclose(same[0], same[1]) and torch.allclose(same[0], same[2])
     assert not torch.allclose(pool([2, 5, 6, 6])[0], same[0])  # token 7 missing
     words = enc(torch.tensor([[2, 5, 6, 7]]), torch.ones(1, 4), torch.tensor([0]))[0, 1:]
-    assert torch.equal(same[0], words.amax(0))
+    # equal up to float rounding: a batch of 3 and a batch of 1 may take different matmul kernels (MKL picks its
+    # threads by the machine's load)
+    torch.testing.assert_close(same[0], words.amax(0))
 
 
 def _batch(lang: int, n: int = 4) -> dict:
