@@ -6,7 +6,9 @@ Prints (1) the cache build rate (images/s, each image through the backbone K+1 t
 image and K augmented views) on ``--build-images`` images of the train split, and (2) end-to-end
 training samples/s (next batch + forward, losses, backward, AdamW) of the config as it is, from
 the cache, against the same config reading pixels (``data.features=null``), same batch size. The
-cached path must be at least 10x the pixel path. The config's cache must exist (``python train.py
+cached path must be at least 10x the pixel path. With ``model.token_ngrams`` set, (3) the cached path at the
+config's batch without the n-gram rows, to show what the subword-informed table costs a step. The config's cache
+must exist (``python train.py
 --config ...`` or ``globetrotter-data features`` builds it).
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ def train_rate(cfg, steps: int) -> float:
     tok = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tok)
     torch.manual_seed(0)
-    model = build_model(cfg, tok.get_vocab_size()).train()
+    model = build_model(cfg, tok.get_vocab_size(), tok).train()
     objective = GlobetrotterObjective(cfg.loss)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr)
     it = iter(train_loader_from_config(cfg, tok, cfg.batch_size, seed=cfg.seed))
@@ -80,12 +82,15 @@ def main() -> None:
     cached = train_rate(cached_cfg, args.steps)
     pixels = train_rate(pixel_cfg, args.steps)
     big = train_rate(cfg, args.steps) if cfg.batch_size != args.pixel_batch else cached
+    plain = train_rate(replace(cfg, model=replace(cfg.model, token_ngrams=None)), args.steps) if cfg.model.token_ngrams else None
     print(f"config {args.config} {' '.join(args.overrides)}  torch threads {torch.get_num_threads()}  "
           f"backbone {spec.backbone} at {spec.image_size}px, {spec.views} views + whole image")
     print(f"cache build:               {record['images_per_s']:8.1f} images/s ({record['images_per_s'] * (spec.views + 1):.1f} backbone passes/s)")
     print(f"training, pixels   (B={args.pixel_batch}): {pixels:8.1f} samples/s")
     print(f"training, cached   (B={args.pixel_batch}): {cached:8.1f} samples/s  ({cached / pixels:.1f}x pixels)")
     print(f"training, cached   (B={cfg.batch_size}): {big:8.1f} samples/s  ({big / pixels:.1f}x pixels)")
+    if plain is not None:
+        print(f"  same, without model.token_ngrams: {plain:8.1f} samples/s  (the n-gram rows cost {1 - big / plain:.0%})")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def main() -> None:
     tok = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tok)
     torch.manual_seed(0)
-    model = build_model(cfg, tok.get_vocab_size()).to(device).train()
+    model = build_model(cfg, tok.get_vocab_size(), tok).to(device).train()
     objective = GlobetrotterObjective(cfg.loss)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
