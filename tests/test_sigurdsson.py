@@ -42,7 +42,8 @@ def test_max_pool_takes_the_largest_word_value_ignoring_sentence_token_and_paddi
 
 
 def test_bag_of_words_ignores_word_order_and_repetition():
-    enc = SigurdssonTextEncoder(20, 8, ["en", "de"], dropout=0.0)
+    torch.manual_seed(0)  # the random table alone decides whether a left-out word held a maximum: seed it
+    enc = SigurdssonTextEncoder(20, 32, ["en", "de"], dropout=0.0)
 
     def pool(*rows: list[int]) -> torch.Tensor:
         ids = torch.tensor(rows)
