@@ -95,7 +95,7 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
         _, idf = token_bags(ids.numpy(), mask.numpy(), table.shape[0], skip)
         spread = rows[seen] + (idf[:, None] * (ngrams @ ngram_rows))[seen]
     target_std = float(table.detach().std()) if std is None else std
-    scale = target_std / max(float(spread.std()), 1e-12)
+    scale = target_std / max(float(spread.std(ddof=1)), 1e-12)  # ddof=1: torch's std, as the table's spread is read
     with torch.no_grad():
         table[torch.from_numpy(seen), :k] = torch.from_numpy(rows[seen] * scale).to(table.dtype)
         if subword is not None:
