@@ -142,6 +142,35 @@ def test_old_captions_tokenize_as_before_and_only_new_rows_move(world, base, tmp
     assert all(torch.equal(a[k], b[k][:n] if k.endswith(("token_embedding.weight", "cloze_head.bias")) else b[k]) for k in a)
 
 
+@pytest.fixture(scope="module")
+def base_ngrams(world, base) -> Path:
+    """The base run with subword-informed token vectors (model.token_ngrams); ``base`` built the feature caches."""
+    cfg = load_train_config(base / "config.yaml", ["run_name=base-ng", "model.token_ngrams=[2,3]"])
+    train(cfg)
+    return cfg.run_dir
+
+
+def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_old_captions(world, base_ngrams, tmp_path):
+    old = ["en", "ru", "ja"]
+    el_before = colour_accuracy(base_ngrams, world, ["el"], old)
+    cfg, result = adapt(base_ngrams, tmp_path, "adapt.epochs=30")
+    assert colour_accuracy(cfg.run_dir, world, ["el"], old) >= max(0.75, el_before + 0.25)
+    before, after = globetrotter.load(base_ngrams), globetrotter.load(cfg.run_dir)
+    captions = [m["caption"] for m in read_captions(world / "test") if m["lang"] != "el"]
+    np.testing.assert_array_equal(before.encode_text(captions), after.encode_text(captions))
+    assert result["adapt"]["after"]["old_pairs"] == result["adapt"]["before"]["old_pairs"]
+    # the old tokens' n-gram rows (idf-free here) and the old n-grams' rows are the start's; Greek brought new ones
+    old_matrix, grown = before.model.text.subword.matrix(), after.model.text.subword.matrix()
+    n, g = old_matrix.shape
+    assert grown.shape[0] == after.tokenizer.get_vocab_size() > n and grown.shape[1] > g
+    assert (grown[:n, :g] != old_matrix).nnz == 0 and grown[:n, g:].nnz == 0
+    rows_before = before.model.text.subword.ngram_embedding.weight
+    rows_after = after.model.text.subword.ngram_embedding.weight
+    held_by_old = np.unique(old_matrix.indices)
+    torch.testing.assert_close(rows_after[held_by_old], rows_before[held_by_old], rtol=0, atol=0)
+    assert rows_after[g:].abs().sum() > 0, "the new language's n-grams trained"
+
+
 def test_adapting_from_pixels_runs_and_loads(world, tmp_path):
     from test_training import TINY
 

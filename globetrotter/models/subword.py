@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy import sparse
+from scipy.sparse.linalg import norm as sparse_norm
 from torch import nn
 
 WORD_START = "\u0120"  # byte-level BPE's mark of a leading space ("Ġ")
@@ -32,19 +33,57 @@ def token_strings(vocabulary: Sequence[str], specials: Sequence[int] = ()) -> li
     return ["" if i in skip else ("<" + t[1:] if t.startswith(WORD_START) else t) for i, t in enumerate(vocabulary)]
 
 
-def ngram_matrix(strings: Sequence[str], ngram_range: Sequence[int]) -> sparse.csr_matrix:
-    """``C`` [len(strings), G]: TF-IDF weights of each string's character n-grams (``ngram_range`` inclusive), rows
-    L2-normalised, columns in sorted n-gram order; an empty string gets an empty row."""
+def _vectorizer(ngram_range: Sequence[int]):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     low, high = (int(n) for n in ngram_range)
-    vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(low, high), lowercase=False, sublinear_tf=True,
-                                 norm="l2", dtype=np.float32)
+    return TfidfVectorizer(analyzer="char", ngram_range=(low, high), lowercase=False, sublinear_tf=True, norm="l2",
+                           dtype=np.float32)
+
+
+def ngram_matrix(strings: Sequence[str], ngram_range: Sequence[int]) -> sparse.csr_matrix:
+    """``C`` [len(strings), G]: TF-IDF weights of each string's character n-grams (``ngram_range`` inclusive), rows
+    L2-normalised, columns in sorted n-gram order; an empty string gets an empty row."""
     if not any(strings):
         return sparse.csr_matrix((len(strings), 0), dtype=np.float32)
-    matrix = vectorizer.fit_transform(list(strings)).tocsr()
+    matrix = _vectorizer(ngram_range).fit_transform(list(strings)).tocsr()
     matrix.sort_indices()
     return matrix
+
+
+def extend_ngram_matrix(matrix: sparse.csr_matrix, strings: Sequence[str], added: Sequence[str],
+                        ngram_range: Sequence[int]) -> sparse.csr_matrix:
+    """``matrix`` (the [len(strings), G] matrix a model holds for ``strings``, possibly rescaled) with rows for the
+    ``added`` strings appended, for a grown vocabulary (adaptation to a new language).
+
+    The old rows and columns stay as they are, so every old token's vector is unchanged; an added string's n-grams
+    that ``strings`` already hold map to their old columns, new n-grams get new columns (after the old ones, in
+    sorted order). The added rows are TF-IDF weighted over the grown vocabulary, L2-normalised, then scaled to the
+    mean norm of the old non-empty rows (the image-pivot start scales each row by its token's idf)."""
+    matrix = sparse.csr_matrix(matrix, dtype=np.float32)
+    if matrix.shape[0] != len(strings):
+        raise ValueError(f"the n-gram matrix has {matrix.shape[0]} rows for {len(strings)} strings")
+    old_columns = {}
+    if any(strings):
+        old_columns = _vectorizer(ngram_range).fit(list(strings)).vocabulary_
+    if len(old_columns) != matrix.shape[1]:
+        raise ValueError(f"the n-gram matrix has {matrix.shape[1]} columns; the strings' {tuple(ngram_range)}-grams "
+                         f"are {len(old_columns)}: not the matrix of these strings")
+    if not any(added):
+        return sparse.vstack([matrix, sparse.csr_matrix((len(added), matrix.shape[1]), dtype=np.float32)]).tocsr()
+    grown = _vectorizer(ngram_range).fit(list(strings) + list(added))
+    names = grown.get_feature_names_out()
+    fresh = {n: matrix.shape[1] + i for i, n in enumerate(sorted(n for n in names if n not in old_columns))}
+    column = np.array([old_columns[n] if n in old_columns else fresh[n] for n in names], dtype=np.int64)
+    rows = grown.transform(list(added)).tocsr()
+    norms = sparse_norm(matrix, axis=1)
+    rows = rows * (float(norms[norms > 0].mean()) if (norms > 0).any() else 1.0)
+    rows = sparse.csr_matrix((rows.data, column[rows.indices], rows.indptr),
+                             shape=(len(added), matrix.shape[1] + len(fresh)))
+    out = sparse.vstack([sparse.csr_matrix((matrix.data, matrix.indices, matrix.indptr),
+                                           shape=(matrix.shape[0], rows.shape[1])), rows]).tocsr().astype(np.float32)
+    out.sort_indices()
+    return out
 
 
 class SubwordTable(nn.Module):

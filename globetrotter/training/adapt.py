@@ -12,7 +12,9 @@ else latest) on the new language's captions, those of split ``adapt.split`` unde
   of the token embedding start at random, with the trained rows' spread. ``adapt.train: new-tokens`` trains
   those rows and the rows of the old vocabulary's tokens that the new language's captions hold and no old
   training caption does (a language left out of a split by ``data.train_languages``: the split's shared BPE
-  holds its tokens, which no caption the run read used; then ``adapt.split=train`` reads its captions);
+  holds its tokens, which no caption the run read used; then ``adapt.split=train`` reads its captions). With
+  ``model.token_ngrams`` the n-gram matrix grows with the vocabulary (old rows and columns kept), and new-tokens
+  also trains the n-gram rows that only those tokens hold;
 * the image side (backbone and heads) keeps RUN's weights: every image's features, old and new, are
   computed once at the start (the whole image, as ``encode_image`` sees it), and L_v has nothing left
   to train;
@@ -49,6 +51,7 @@ from ..encoder import Encoder, load
 from ..errors import UserError
 from ..evaluation import parallel_set, sentence_translation
 from ..models import GlobetrotterModel
+from ..models.subword import SubwordTable, extend_ngram_matrix, token_strings
 from ..tokenizer import encode_batch, extend_tokenizer, load_tokenizer, save_tokenizer, special_ids, token_bytes
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective, language_codes
@@ -101,15 +104,11 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
     ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
 
-    One-line errors: no checkpoint, a run with ``model.token_ngrams``, a language the run was trained on, no caption of it in the
-    adaptation split, a model or heads other than the run's, a run folder that is the starting one.
+    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the adaptation split, a model or heads other than the run's, a run folder that is the starting one.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
     start = load_train_config(source / "config.yaml")
-    if start.model.token_ngrams:
-        raise UserError(f"adapt.from: {a.from_run} has subword-informed token vectors (model.token_ngrams), which do "
-                        f"not adapt yet (a grown vocabulary brings new character n-grams); adapt a run trained without them")
     old = trained_languages(start)
     if a.language in old:
         raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already "
@@ -193,6 +192,8 @@ class Adaptation:
         self.start = load(starting_checkpoint(cfg.adapt.from_run))
         self.old_languages = trained_languages(self.start.cfg)
         state = self.start.model.state_dict()
+        if model.text.subword is not None:
+            self._grow_subword(model, state)
         generator = torch.Generator().manual_seed(cfg.seed)
         for key, value in model.state_dict().items():
             if key in state and state[key].shape != value.shape:  # token embedding and cloze bias: the new tokens
@@ -208,6 +209,25 @@ class Adaptation:
                     part.requires_grad_(False)
             model.image_frozen = True
             model.image.eval()
+
+    def _grow_subword(self, model: GlobetrotterModel, state: dict) -> None:
+        """``model.token_ngrams``: the start's n-gram matrix with the appended tokens' rows added
+        (:func:`~globetrotter.models.subword.extend_ngram_matrix`: old rows and columns unchanged), set into
+        ``model`` and ``state``; the new n-grams' rows start at zero, so an appended token starts as its own row plus
+        the rows of the n-grams it shares with the old vocabulary."""
+        start_text = self.start.model.text
+        old_vocab = [self.start.tokenizer.id_to_token(i) for i in range(self.start.tokenizer.get_vocab_size())]
+        tokenizer = load_tokenizer(self.cfg.data.tokenizer)
+        added = [tokenizer.id_to_token(i) for i in range(len(old_vocab), tokenizer.get_vocab_size())]
+        specials = list(special_ids(tokenizer).values())
+        matrix = extend_ngram_matrix(start_text.subword.matrix(), token_strings(old_vocab, specials),
+                                     token_strings(added), self.cfg.model.token_ngrams)
+        model.text.subword = SubwordTable(matrix, model.text.d_model)
+        old_rows = state["text.subword.ngram_embedding.weight"]
+        grown = torch.zeros(model.text.subword.ngram_embedding.weight.shape, dtype=old_rows.dtype)
+        grown[: old_rows.shape[0]] = old_rows
+        state.update({f"text.subword.{k}": v for k, v in model.text.subword.state_dict().items()})
+        state["text.subword.ngram_embedding.weight"] = grown
 
     def _rows_to_train(self, n_old: int, vocab_size: int) -> tuple[list[int], int]:
         """The token rows ``adapt.train: new-tokens`` trains, and how many of them were appended: the appended
@@ -241,10 +261,20 @@ class Adaptation:
                  f"already in the vocabulary, held by {self.cfg.adapt.language}'s captions and no old training caption)")
         self.trained_rows = torch.tensor(rows, dtype=torch.long)
         model.requires_grad_(False)
-        for param in [model.text.token_embedding.weight] + ([model.cloze_head.bias] if model.cloze_head else []):
+        trained = {model.text.token_embedding.weight: self.trained_rows}
+        if model.cloze_head:
+            trained[model.cloze_head.bias] = self.trained_rows
+        if model.text.subword is not None:  # the n-grams that only trained tokens hold: no other token's vector moves
+            matrix = model.text.subword.matrix()
+            others = np.setdiff1d(np.arange(matrix.shape[0]), rows)
+            free = np.setdiff1d(np.arange(matrix.shape[1]), matrix[others].indices)
+            self.log(f"adapt.train=new-tokens: {len(free)} of {matrix.shape[1]} character n-gram rows train (those no "
+                     f"other token holds)")
+            trained[model.text.subword.ngram_embedding.weight] = torch.from_numpy(free)
+        for param, train_rows in trained.items():
             param.requires_grad_(True)
             keep = torch.zeros(param.shape[0], *[1] * (param.dim() - 1))
-            keep[self.trained_rows] = 1
+            keep[train_rows] = 1
             param.register_hook(lambda grad, keep=keep: grad * keep.to(grad))
 
     # ----------------------------------------------------------------- precomputation
