@@ -144,3 +144,23 @@ def test_a_run_with_token_ngrams_saves_loads_and_resumes(tiny_world, tmp_path, w
     assert np.abs(ngram_part[vocabulary]).sum() > 0, "the loaded table holds the trained n-gram rows"
     emb = enc.encode_text(["a red square", "красный квадрат"], head="cross")
     assert np.isfinite(emb).all()
+
+
+def test_extend_ngram_matrix_keeps_old_rows_and_columns_and_maps_shared_ngrams():
+    from globetrotter.models.subword import extend_ngram_matrix
+
+    old = ["", "<dog", "<dogs", "<cat"]
+    c = ngram_matrix(old, (2, 3))
+    scaled = (c.multiply(np.array([[0.0], [2.0], [3.0], [1.0]], np.float32))).tocsr().astype(np.float32)
+    grown = extend_ngram_matrix(scaled, old, ["<doggy", "αβγ"], (2, 3))
+    n, g = scaled.shape
+    assert grown.shape[0] == 6 and grown.shape[1] > g
+    np.testing.assert_array_equal(grown[:n, :g].toarray(), scaled.toarray())
+    assert grown[:n, g:].nnz == 0
+    doggy, greek = grown[n].toarray()[0], grown[n + 1].toarray()[0]
+    assert doggy[:g] @ scaled[1].toarray()[0] > 0, "doggy shares dog's old n-gram columns"
+    assert not greek[:g].any() and greek[g:].any(), "a new script gets new columns only"
+    mean_norm = np.mean([np.linalg.norm(r) for r in scaled.toarray() if r.any()])
+    assert np.linalg.norm(doggy) == pytest.approx(mean_norm, rel=1e-5)
+    with pytest.raises(ValueError, match="not the matrix of these strings"):
+        extend_ngram_matrix(scaled, ["", "<dog", "<dogs", "<cattle"], ["<doggy"], (2, 3))
