@@ -8,8 +8,7 @@ training samples/s (next batch + forward, losses, backward, AdamW) of the config
 the cache, against the same config reading pixels (``data.features=null``), same batch size. The
 cached path must be at least 10x the pixel path. With ``model.token_ngrams`` set, (3) the cached path at the
 config's batch without the n-gram rows, to show what the subword-informed table costs a step. The config's cache
-must exist (``python train.py
---config ...`` or ``globetrotter-data features`` builds it).
+must exist (``python train.py --config ...`` or ``globetrotter-data features`` builds it).
 """
 from __future__ import annotations
 
@@ -82,7 +81,9 @@ def main() -> None:
     cached = train_rate(cached_cfg, args.steps)
     pixels = train_rate(pixel_cfg, args.steps)
     big = train_rate(cfg, args.steps) if cfg.batch_size != args.pixel_batch else cached
-    plain = train_rate(replace(cfg, model=replace(cfg.model, token_ngrams=None)), args.steps) if cfg.model.token_ngrams else None
+    plain = None
+    if cfg.model.token_ngrams:  # what the n-gram rows cost a step
+        plain = train_rate(replace(cfg, model=replace(cfg.model, token_ngrams=None)), args.steps)
     print(f"config {args.config} {' '.join(args.overrides)}  torch threads {torch.get_num_threads()}  "
           f"backbone {spec.backbone} at {spec.image_size}px, {spec.views} views + whole image")
     print(f"cache build:               {record['images_per_s']:8.1f} images/s ({record['images_per_s'] * (spec.views + 1):.1f} backbone passes/s)")

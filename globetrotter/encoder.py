@@ -24,13 +24,13 @@ WEIGHTS = "model.safetensors"
 def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
     """The model a config describes (heads follow the active losses); ``tokenizer`` is needed by
     ``model.token_ngrams`` (the n-grams of its tokens) and ignored otherwise."""
-    if cfg.model.token_ngrams and tokenizer is None:
+    if not cfg.model.token_ngrams:
+        return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length)
+    if tokenizer is None:
         raise ValueError("model.token_ngrams builds the n-grams of the tokenizer's tokens: pass tokenizer=")
-    vocabulary = specials = None
-    if tokenizer is not None and cfg.model.token_ngrams:
-        vocabulary = [tokenizer.id_to_token(i) for i in range(vocab_size)]
-        specials = list(special_ids(tokenizer).values())
-    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length, vocabulary, specials or ())
+    vocabulary = [tokenizer.id_to_token(i) for i in range(vocab_size)]
+    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length, vocabulary,
+                             list(special_ids(tokenizer).values()))
 
 
 class Encoder:
@@ -205,7 +205,8 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     # the checkpoint holds every weight: never read (or require) the file the run started from
-    model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size(), tokenizer)
+    model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size(),
+                        tokenizer)
     missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
     tied = {"cloze_head.token_embedding.weight"}
     if set(missing) - tied or unexpected:

@@ -150,7 +150,8 @@ def base_ngrams(world, base) -> Path:
     return cfg.run_dir
 
 
-def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_old_captions(world, base_ngrams, tmp_path):
+def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_old_captions(world, base_ngrams,
+                                                                                              tmp_path):
     old = ["en", "ru", "ja"]
     el_before = colour_accuracy(base_ngrams, world, ["el"], old)
     cfg, result = adapt(base_ngrams, tmp_path, "adapt.epochs=30")

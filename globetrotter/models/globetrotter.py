@@ -48,7 +48,8 @@ class GlobetrotterModel(nn.Module):
             ngrams = None
             if cfg.token_ngrams:
                 if vocabulary is None or len(vocabulary) != vocab_size:
-                    raise ValueError(f"model.token_ngrams needs the tokenizer's {vocab_size} token strings (vocabulary=...)")
+                    raise ValueError(f"model.token_ngrams needs the tokenizer's {vocab_size} token strings "
+                                     "(vocabulary=...)")
                 ngrams = ngram_matrix(token_strings(vocabulary, specials), cfg.token_ngrams)
             self.text = TextEncoder(vocab_size, cfg.d_model, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout, max_length,
                                     zero_init_residual=cfg.residual_init == "zero", ngrams=ngrams)

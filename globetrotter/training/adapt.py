@@ -104,7 +104,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
     ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
 
-    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the adaptation split, a model or heads other than the run's, a run folder that is the starting one.
+    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the
+    adaptation split, a model or heads other than the run's, a run folder that is the starting one.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
