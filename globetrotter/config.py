@@ -127,9 +127,13 @@ class ModelConfig:
     residual_init: Literal["default", "zero"] = "default"
     # the token embeddings' start: random (the paper), or image_pivot = the rows of a closed-form ridge map from
     # caption token bags to their own images' cached features (globetrotter/training/token_init.py; needs
-    # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength
+    # data.features and the transformer text encoder); token_init_alpha is the ridge's L2 strength, or a list of
+    # candidates of which the one with the lowest held-out squared error is taken: token_init_folds-fold
+    # cross-validation that keeps each image's captions in one fold (no parallel text; the choice goes to the log and
+    # the run's token_init.json)
     token_init: Literal["random", "image_pivot"] = "random"
-    token_init_alpha: float = 3.0
+    token_init_alpha: float | list[float] = 3.0
+    token_init_folds: int = 5
     # the image-pivot rows' standard deviation; null = the random table's (0.02). Larger rows keep their weight in the
     # residual stream against what the blocks learn to add (README, Real photos)
     token_init_std: float | None = None
@@ -300,8 +304,13 @@ class TrainConfig:
             if not (self.data.features and self.loss.uses_images) or self.model.text_encoder != "transformer":
                 raise ValueError("model.token_init=image_pivot maps captions to their images' cached features: it needs "
                                  "data.features, a loss that uses images and model.text_encoder=transformer")
-            if self.model.token_init_alpha <= 0:
-                raise ValueError(f"model.token_init_alpha must be > 0, got {self.model.token_init_alpha}")
+            alpha = self.model.token_init_alpha
+            alphas = alpha if isinstance(alpha, list) else [alpha]
+            if not alphas or any(a <= 0 for a in alphas) or len(set(alphas)) != len(alphas):
+                raise ValueError(f"model.token_init_alpha must be > 0, or a list of distinct values > 0 to "
+                                 f"cross-validate, got {alpha}")
+            if isinstance(alpha, list) and self.model.token_init_folds < 2:
+                raise ValueError(f"model.token_init_folds must be >= 2, got {self.model.token_init_folds}")
             if self.model.token_init_std is not None and self.model.token_init_std <= 0:
                 raise ValueError(f"model.token_init_std must be > 0 (or null), got {self.model.token_init_std}")
         if self.data.features and self.loss.uses_images:

@@ -93,14 +93,14 @@ def _cos(a, b):
 def test_ngram_rows_give_rare_and_unseen_forms_the_vector_of_their_frequent_form():
     ids, mask, images, vocab = inflected_captions()
     c = ngram_matrix(token_strings(vocab, [PAD, SENT]), (2, 4))
-    rows, seen, grams = image_pivot_embeddings(ids, mask, images, len(vocab), 4, 1.0, [PAD, SENT], ngrams=c)
+    rows, seen, grams, *_ = image_pivot_embeddings(ids, mask, images, len(vocab), 4, 1.0, [PAD, SENT], ngrams=c)
     _, idf = token_bags(ids, mask, len(vocab), [PAD, SENT])
     composed = rows + idf[:, None] * (c @ grams)
     assert not seen[5], "doggy is in no caption"
     assert _cos(composed[5], composed[2]) > 0.5 > _cos(composed[5], composed[4]), "unseen doggy lands near dog"
     assert _cos(composed[3], composed[2]) > _cos(composed[3], composed[4])
     # the same ridge without n-grams: dogs' row comes from its 2 captions alone and doggy has none
-    plain, _, none = image_pivot_embeddings(ids, mask, images, len(vocab), 4, 1.0, [PAD, SENT])
+    plain, _, none, *_ = image_pivot_embeddings(ids, mask, images, len(vocab), 4, 1.0, [PAD, SENT])
     assert none is None and not plain[5].any()
     assert _cos(composed[3], composed[2]) > _cos(plain[3], plain[2])
 
@@ -110,9 +110,9 @@ def test_init_sets_the_composed_vectors_to_the_closed_form_at_the_asked_spread()
     c = ngram_matrix(token_strings(vocab, [PAD, SENT]), (2, 4))
     enc = TextEncoder(len(vocab), d_model=8, layers=1, heads=2, ffn=16, dropout=0.0, max_length=6, ngrams=c)
     n = init_token_embeddings(enc.token_embedding, torch.tensor(ids), torch.tensor(mask), images, 1.0, [PAD, SENT],
-                              log=lambda s: None, std=1.0, subword=enc.subword)
+                              log=lambda s: None, std=1.0, subword=enc.subword)["rows"]
     assert n == 6  # dog, dogs, cat and the three fillers
-    rows, seen, grams = image_pivot_embeddings(ids, mask, images, len(vocab), 8, 1.0, [PAD, SENT], ngrams=c)
+    rows, seen, grams, *_ = image_pivot_embeddings(ids, mask, images, len(vocab), 8, 1.0, [PAD, SENT], ngrams=c)
     _, idf = token_bags(ids, mask, len(vocab), [PAD, SENT])
     expected = rows + idf[:, None] * (c @ grams)  # [V, k]
     table = enc.token_table().detach().numpy()

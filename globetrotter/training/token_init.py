@@ -19,17 +19,22 @@ a random start reach 6–8%. A bag-of-embeddings probe started from these rows k
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from scipy import sparse
 
+from ..errors import UserError
+
 if TYPE_CHECKING:
     from ..config import TrainConfig
     from ..models.subword import SubwordTable
 
-__all__ = ["image_pivot_embeddings", "init_token_embeddings", "init_from_config"]
+RECORD = "token_init.json"
+"""The run-folder file that records the closed form's ridge strength (and its cross-validation errors)."""
+
+__all__ = ["PivotRows", "choose_alpha", "image_pivot_embeddings", "init_token_embeddings", "init_from_config"]
 
 
 def token_bags(ids: np.ndarray, mask: np.ndarray, vocab_size: int, skip: Sequence[int]) -> tuple[sparse.csr_matrix, np.ndarray]:
@@ -45,9 +50,41 @@ def token_bags(ids: np.ndarray, mask: np.ndarray, vocab_size: int, skip: Sequenc
     return sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ bags, idf
 
 
+class PivotRows(NamedTuple):
+    """The closed form's solution: token rows, which tokens the captions hold, n-gram rows, and the ridge strength."""
+
+    rows: np.ndarray  # [vocab_size, k]
+    seen: np.ndarray  # [vocab_size] bool
+    ngram_rows: np.ndarray | None  # [G, k] with model.token_ngrams, else None
+    alpha: float  # the one used: the given one, or the one cross-validation chose
+    cv_errors: dict[float, float] | None  # held-out squared error of each candidate alpha (None for a given alpha)
+
+
+def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5
+                 ) -> tuple[float, dict[float, float]]:
+    """The ridge strength among ``alphas`` with the lowest held-out squared error, by ``folds``-fold cross-validation
+    that keeps each image's captions in one fold (scikit-learn ``GroupKFold`` over ``groups``, the image ids): the
+    captions of one image share a target, so a split by caption would reward remembering images. Returns the chosen
+    alpha and each candidate's mean error. Only captions and their own images enter: no parallel text."""
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+
+    n_groups = len(np.unique(groups))
+    if n_groups < folds:
+        raise UserError(f"model.token_init_alpha: cross-validating the ridge strength over {folds} folds "
+                        f"(model.token_init_folds) needs at least {folds} images, the captions have {n_groups}")
+    search = GridSearchCV(Ridge(), {"alpha": [float(a) for a in alphas]}, cv=GroupKFold(folds),
+                          scoring="neg_mean_squared_error", refit=False, error_score="raise")
+    search.fit(inputs, target, groups=groups)
+    results = search.cv_results_
+    errors = {float(a): float(-e) for a, e in zip(results["param_alpha"], results["mean_test_score"])}
+    return min(errors, key=errors.get), errors
+
+
 def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np.ndarray, vocab_size: int, dim: int,
-                           alpha: float = 3.0, skip: Sequence[int] = (), ngrams: sparse.csr_matrix | None = None
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                           alpha: float | Sequence[float] = 3.0, skip: Sequence[int] = (),
+                           ngrams: sparse.csr_matrix | None = None, groups: np.ndarray | None = None,
+                           folds: int = 5) -> PivotRows:
     """``[vocab_size, k]`` token rows (k = min(dim, feature width, captions)) of the ridge map from each caption's
     token bag (``ids``/``mask`` ``[N, L]``) to its image's features (``[N, F]``), a boolean mask of the tokens
     the captions hold, and (with ``ngrams``, the ``[vocab_size, G]`` matrix of :mod:`globetrotter.models.subword`)
@@ -57,7 +94,9 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     With ``ngrams`` the ridge reads each bag twice: the tokens, and the bag's character n-grams (bag @ ``ngrams``),
     one weight per n-gram shared by every token (of any language) that holds it. A token's composed vector is then
     ``idf · (its row + ngrams[v] @ n-gram rows)``: :class:`~globetrotter.models.subword.SubwordTable` with ``C``
-    scaled by the idf (:meth:`~globetrotter.models.subword.SubwordTable.scale_tokens`)."""
+    scaled by the idf (:meth:`~globetrotter.models.subword.SubwordTable.scale_tokens`).
+
+    A list of ``alpha`` values is chosen from by :func:`choose_alpha` (``groups``: each caption's image id)."""
     from sklearn.linear_model import Ridge
 
     if len(ids) != len(image_features):
@@ -69,25 +108,34 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     k = min(dim, target.shape[1], len(target))
     basis = np.linalg.svd(target, full_matrices=False)[2][:k].T  # [F, k]: the top-k principal directions
     inputs = bags if ngrams is None else sparse.hstack([bags, bags @ ngrams]).tocsr()
-    weights = Ridge(alpha=alpha).fit(inputs, target @ basis).coef_.T.astype(np.float32)  # [V (+ G), k]
+    target = target @ basis
+    cv_errors = None
+    if not isinstance(alpha, (int, float)):
+        if groups is None or len(groups) != len(ids):
+            raise ValueError("choosing the ridge strength needs each caption's image id (groups)")
+        alpha, cv_errors = choose_alpha(inputs, target, np.asarray(groups), alpha, folds)
+    weights = Ridge(alpha=alpha).fit(inputs, target).coef_.T.astype(np.float32)  # [V (+ G), k]
     seen = np.bincount(bags.indices, minlength=vocab_size) > 0
     ngram_rows = None if ngrams is None else weights[vocab_size:]
-    return weights[:vocab_size] * idf[:, None], seen, ngram_rows
+    return PivotRows(weights[:vocab_size] * idf[:, None], seen, ngram_rows, float(alpha), cv_errors)
 
 
 def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,
-                          image_features: np.ndarray, alpha: float, skip: Sequence[int],
+                          image_features: np.ndarray, alpha: float | Sequence[float], skip: Sequence[int],
                           log: Callable[[str], None] = print, std: float | None = None,
-                          subword: "SubwordTable | None" = None) -> int:
+                          subword: "SubwordTable | None" = None, groups: np.ndarray | None = None,
+                          folds: int = 5) -> dict:
     """Overwrite the rows of the tokens the captions hold with their image-pivot rows (:func:`image_pivot_embeddings`),
-    rescaled to standard deviation ``std`` (None: the table's current one); returns how many rows were set.
+    rescaled to standard deviation ``std`` (None: the table's current one). Returns the record ``{"rows": how many
+    were set, "alpha": the ridge strength, "cv_errors": each candidate's held-out error or None}``.
 
     With ``subword`` (a subword-informed table) its n-gram rows are set from the same ridge, its ``C`` is scaled by
-    the tokens' idf, and the rescaling is that of the composed vectors of the tokens the captions hold."""
+    the tokens' idf, and the rescaling is that of the composed vectors of the tokens the captions hold. A list of
+    ``alpha`` values is cross-validated over ``folds`` folds of the images ``groups`` (:func:`choose_alpha`)."""
     table = embedding.weight
     ngrams = None if subword is None else subword.matrix()
-    rows, seen, ngram_rows = image_pivot_embeddings(ids.numpy(), mask.numpy(), image_features, table.shape[0],
-                                                    table.shape[1], alpha, skip, ngrams)
+    rows, seen, ngram_rows, alpha, cv_errors = image_pivot_embeddings(
+        ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds)
     k = rows.shape[1]
     if subword is None:
         spread = rows[seen]
@@ -104,14 +152,19 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
             weight[: ngram_rows.shape[0], :k] = torch.from_numpy(ngram_rows * scale).to(weight.dtype)
             subword.scale_tokens(torch.from_numpy(idf))
     what = "" if subword is None else f" and {ngrams.shape[1]} character n-gram rows"
+    if cv_errors is not None:
+        table_text = ", ".join(f"{a:g}: {e:.5f}" for a, e in cv_errors.items())
+        log(f"token_init_alpha: {alpha:g} has the lowest held-out squared error of {folds}-fold cross-validation "
+            f"over the images ({table_text})")
     log(f"token_init=image_pivot: {int(seen.sum())} token rows{what} from the ridge map to image features "
-        f"({len(ids)} captions, {k} principal image directions)")
-    return int(seen.sum())
+        f"({len(ids)} captions, {k} principal image directions, alpha {alpha:g})")
+    return {"rows": int(seen.sum()), "alpha": alpha, "cv_errors": cv_errors}
 
 
-def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> int:
+def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> dict:
     """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions (those of
-    ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then)."""
+    ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then).
+    Returns :func:`init_token_embeddings`'s record."""
     from ..data.feature_cache import ensure_feature_cache
     from ..tokenizer import encode_batch, special_ids
     from .prepare import train_captions
@@ -124,4 +177,5 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log:
     return init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask),
                                  np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
                                  list(special_ids(tokenizer).values()), log, cfg.model.token_init_std,
-                                 model.text.subword)
+                                 model.text.subword, np.array([str(m["image_id"]) for m in metas]),
+                                 cfg.model.token_init_folds)

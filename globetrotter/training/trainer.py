@@ -103,7 +103,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
 
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     if cfg.model.token_init == "image_pivot" and not resume and not adapting:  # the same closed form on every process
-        token_init.init_from_config(model, cfg, tokenizer, log)
+        record = token_init.init_from_config(model, cfg, tokenizer, log)
+        if main:  # the ridge strength it used (chosen by cross-validation when the config lists candidates)
+            (cfg.run_dir / token_init.RECORD).write_text(json.dumps(record, indent=2))
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
     groups = param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale)
@@ -247,6 +249,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     accelerator.end_training()
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
               "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active}
+    if main and (cfg.run_dir / token_init.RECORD).is_file():
+        result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
         unwrapped.eval()
         result["adapt"] = adaptation.report(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
