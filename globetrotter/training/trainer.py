@@ -249,7 +249,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     accelerator.end_training()
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
               "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active}
-    if main and (cfg.run_dir / token_init.RECORD).is_file():
+    if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
         unwrapped.eval()
