@@ -58,6 +58,7 @@ class PivotRows(NamedTuple):
     ngram_rows: np.ndarray | None  # [G, k] with model.token_ngrams, else None
     alpha: float  # the one used: the given one, or the one cross-validation chose
     cv_errors: dict[float, float] | None  # held-out squared error of each candidate alpha (None for a given alpha)
+    idf: np.ndarray  # [vocab_size] the captions' token idf (the rows carry it; n-gram compositions scale by it)
 
 
 def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5
@@ -117,7 +118,7 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     weights = Ridge(alpha=alpha).fit(inputs, target).coef_.T.astype(np.float32)  # [V (+ G), k]
     seen = np.bincount(bags.indices, minlength=vocab_size) > 0
     ngram_rows = None if ngrams is None else weights[vocab_size:]
-    return PivotRows(weights[:vocab_size] * idf[:, None], seen, ngram_rows, float(alpha), cv_errors)
+    return PivotRows(weights[:vocab_size] * idf[:, None], seen, ngram_rows, float(alpha), cv_errors, idf)
 
 
 def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,
@@ -134,13 +135,12 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
     ``alpha`` values is cross-validated over ``folds`` folds of the images ``groups`` (:func:`choose_alpha`)."""
     table = embedding.weight
     ngrams = None if subword is None else subword.matrix()
-    rows, seen, ngram_rows, alpha, cv_errors = image_pivot_embeddings(
+    rows, seen, ngram_rows, alpha, cv_errors, idf = image_pivot_embeddings(
         ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds)
     k = rows.shape[1]
     if subword is None:
         spread = rows[seen]
     else:
-        _, idf = token_bags(ids.numpy(), mask.numpy(), table.shape[0], skip)
         spread = rows[seen] + (idf[:, None] * (ngrams @ ngram_rows))[seen]
     target_std = float(table.detach().std()) if std is None else std
     scale = target_std / max(float(spread.std(ddof=1)), 1e-12)  # ddof=1: torch's std, as the table's spread is read
