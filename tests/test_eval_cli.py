@@ -205,21 +205,27 @@ def test_sentence_command_fuses_a_model_with_tfidf(world, fake, tmp_path, capsys
 
 def test_sentence_command_ranks_by_csls_over_the_sample_or_a_pool(world, fake, tmp_path, capsys):
     from data_prep.shards import read_captions
-    from globetrotter.evaluation.sentence import csls_penalty, parallel_set, sentence_translation
+    from globetrotter.evaluation.sentence import csls_penalty, csls_radii, parallel_set, sentence_translation
 
     out = tmp_path / "out"
     argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--retrieval", "csls",
             "--csls-k", "4"]
     assert run(argv + ["--name", "sample"]) == 0
     rec = record(out, "sentence", "sample")
-    assert rec["details"]["csls"] == {"k": 4, "pool": "evaluated sentences"}
+    assert rec["details"]["csls"] == {"k": 4, "pool": "evaluated sentences", "neighbourhood": "per-language"}
     ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
     emb = fake["textonly"].encode_text(ps.captions)
-    penalty = csls_penalty(emb, ps.langs, 4) / 2
-    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, candidate_penalty=penalty)["accuracy"]
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, csls_radii=csls_radii(emb, ps.langs, 4))["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
     cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert expected != cosine, "the penalty changes the ranking of the language-offset model"
+    # the pooled form of before stop 29: only the candidate's term, among all other languages together
+    assert run(argv + ["--name", "pooled", "--csls-neighbourhood", "pooled"]) == 0
+    rec = record(out, "sentence", "pooled")
+    assert rec["details"]["csls"]["neighbourhood"] == "pooled"
+    penalty = csls_penalty(emb, ps.langs, 4) / 2
+    pooled = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, candidate_penalty=penalty)["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(pooled)
     # a pool split: its captions in the evaluated languages only (en, de of the 3)
     assert run(argv + ["--name", "pool", "--csls-pool", str(world / "test"), "--languages", "en,de"]) == 0
     assert record(out, "sentence", "pool")["details"]["csls"]["pool_captions"] == 60
@@ -232,33 +238,44 @@ def test_sentence_command_ranks_by_csls_over_the_sample_or_a_pool(world, fake, t
 def test_sentence_command_adds_late_interaction_scores(world, fake, tmp_path, capsys):
     from data_prep.shards import read_captions
     from globetrotter.evaluation.late_interaction import LateInteraction
-    from globetrotter.evaluation.sentence import csls_penalty, parallel_set, sentence_translation
+    from globetrotter.evaluation.sentence import csls_radii, parallel_set, sentence_translation
 
     out = tmp_path / "out"
     argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--maxsim", "0.5"]
     assert run(argv + ["--name", "late"]) == 0
     rec = record(out, "sentence", "late")
-    assert rec["details"]["maxsim"]["weight"] == 0.5 and rec["details"]["maxsim"]["idf"] == "evaluated sentences"
+    maxsim_record = rec["details"]["maxsim"]
+    assert maxsim_record["weight"] == 0.5 and maxsim_record["idf"] == "evaluated sentences"
+    assert maxsim_record["hubness"].startswith("per language")
     ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
     encoder = fake["textonly"]
     emb = encoder.encode_text(ps.captions)
-    late = LateInteraction(encoder, 0.5, ps.captions)
-    bags = late.bags(ps.captions)
+    late = LateInteraction(encoder, 0.5, ps.captions, languages=ps.langs)
+    bags = late.bags(ps.captions, ps.langs)
     expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, extra_scores=late.scorer(bags, bags))["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
     cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert expected > cosine, "token matching sees through the language offset that the sentence means carry"
-    # with CSLS over a pool, the pool's penalties include the pool's MaxSim too
+    # the vocabulary-wide token hubness of before stop 29
+    assert run(argv + ["--name", "late-vocab", "--maxsim-hubness", "vocabulary"]) == 0
+    rec = record(out, "sentence", "late-vocab")
+    assert rec["details"]["maxsim"]["hubness"] == "vocabulary"
+    vocab = LateInteraction(encoder, 0.5, ps.captions)
+    bags = vocab.bags(ps.captions)
+    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, extra_scores=vocab.scorer(bags, bags))["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+    # with CSLS over a pool, the pool's radii include the pool's MaxSim too
     assert run(argv + ["--name", "late-csls", "--retrieval", "csls", "--csls-k", "4", "--csls-pool", str(world / "test"),
                        "--languages", "en,de"]) == 0
     ps2 = parallel_set(read_captions(world / "test"), ["en", "de"], n_groups=200, seed=0)
     pool = [m for m in read_captions(world / "test") if m["lang"] in ("en", "de")]
-    late2 = LateInteraction(encoder, 0.5, ps2.captions)
-    bags2, pool_bags = late2.bags(ps2.captions), late2.bags([m["caption"] for m in pool])
+    pool_langs = [m["lang"] for m in pool]
+    late2 = LateInteraction(encoder, 0.5, ps2.captions, languages=ps2.langs)
+    bags2, pool_bags = late2.bags(ps2.captions, ps2.langs), late2.bags([m["caption"] for m in pool], pool_langs)
     emb2 = encoder.encode_text(ps2.captions)
-    penalty = csls_penalty(emb2, ps2.langs, 4, encoder.encode_text([m["caption"] for m in pool]), [m["lang"] for m in pool],
-                           extra_scores=late2.scorer(bags2, pool_bags)) / 2
-    expected2 = sentence_translation(emb2, ps2.langs, ps2.groups, tie_seed=0, candidate_penalty=penalty,
+    radii = csls_radii(emb2, ps2.langs, 4, encoder.encode_text([m["caption"] for m in pool]), pool_langs,
+                       extra_scores=late2.scorer(bags2, pool_bags))
+    expected2 = sentence_translation(emb2, ps2.langs, ps2.groups, tie_seed=0, csls_radii=radii,
                                      extra_scores=late2.scorer(bags2, bags2))["accuracy"]
     assert record(out, "sentence", "late-csls")["metrics"]["sentence_translation"] == pytest.approx(expected2)
     capsys.readouterr()

@@ -170,6 +170,60 @@ def test_csls_penalty_is_the_mean_of_the_k_nearest_other_language_cosines():
         csls_penalty(emb, langs, 3, pool, pool_langs[:4])
 
 
+def test_csls_radii_are_the_mean_of_the_k_nearest_cosines_in_each_language():
+    import scipy.sparse as sp
+
+    from globetrotter.evaluation.sentence import csls_radii
+
+    rng = np.random.default_rng(0)
+    emb = normalize_rows(rng.normal(size=(12, 6)))
+    langs = np.array(["en", "de", "fr"] * 4)
+    pool = normalize_rows(rng.normal(size=(15, 6)))
+    pool_langs = np.array(["en", "de", "fr"] * 5)
+    for rows, rows_langs, same in ((emb, langs, True), (pool, pool_langs, False)):
+        got = csls_radii(emb, langs, 3) if same else csls_radii(emb, langs, 3, pool, pool_langs)
+        assert got.shape == (12, 3)
+        for i in range(len(emb)):
+            for col, lang in enumerate(["de", "en", "fr"]):  # sorted, as sentence_translation's columns
+                sims = [float(emb[i] @ rows[j]) for j in range(len(rows)) if rows_langs[j] == lang and not (same and j == i)]
+                assert got[i, col] == pytest.approx(np.mean(sorted(sims)[-3:]), abs=1e-6)
+    np.testing.assert_allclose(csls_radii(sp.csr_matrix(emb), langs, 3), csls_radii(emb, langs, 3), atol=1e-6)
+    with pytest.raises(ValueError, match="exceeds"):  # 4 rows per language, one of them the row itself
+        csls_radii(emb, langs, 4)
+    with pytest.raises(ValueError, match="languages"):
+        csls_radii(emb, langs, 3, pool, pool_langs[:4])
+
+
+def test_ranking_with_csls_radii_is_csls_of_each_language_pair():
+    """Every query's top k by 2 cos(x, y) - r_{lang y}(x) - r_{lang x}(y), written out, finds what
+    sentence_translation(csls_radii=...) finds, pair of languages by pair."""
+    from globetrotter.evaluation.sentence import csls_penalty, csls_radii
+
+    rng = np.random.default_rng(3)
+    n, d, names = 15, 8, ["de", "en", "fr"]
+    meaning = rng.normal(size=(n, d))
+    offsets = 2.0 * rng.normal(size=(3, d)) * np.array([[0.2], [1.0], [0.5]])  # languages of unequal spread
+    emb = normalize_rows(np.concatenate([meaning + off + 0.8 * rng.normal(size=(n, d)) for off in offsets]))
+    langs = np.repeat(names, n)
+    groups = np.tile(np.arange(n), 3)
+    radii = csls_radii(emb, langs, 4)
+    code = np.searchsorted(names, langs)
+    scores = 2 * emb @ emb.T - radii[:, code] - radii[:, code].T  # [x, y]: r_{lang y}(x) + r_{lang x}(y)
+    scores[code[:, None] == code[None, :]] = -np.inf
+    top = np.argsort(-scores, axis=1)[:, :2]
+    hits = np.zeros((3, 3))
+    for x in range(len(emb)):
+        for y in top[x]:
+            hits[code[x], code[y]] += groups[y] == groups[x]
+    res = sentence_translation(emb, langs, groups, csls_radii=radii)
+    assert res["accuracy"] == pytest.approx(hits.sum() / (3 * n * 2))
+    np.testing.assert_allclose(np.nan_to_num(res["matrix"]), hits / n)
+    pooled = sentence_translation(emb, langs, groups, candidate_penalty=csls_penalty(emb, langs, 4) / 2)["accuracy"]
+    assert pooled != res["accuracy"], "the query's own radius per target language changes its ranking"
+    with pytest.raises(ValueError, match="csls_radii"):
+        sentence_translation(emb, langs, groups, csls_radii=radii[:, :2])
+
+
 def test_csls_ranking_marks_down_a_hub_that_cosine_ranks_first():
     """A hub (a candidate near every query) takes the top slot of every query under cosine; CSLS
     subtracts its mean similarity to its neighbours and the true translations come back."""

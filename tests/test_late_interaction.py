@@ -7,12 +7,14 @@ import pytest
 from globetrotter.evaluation.late_interaction import idf, maxsim, row_hubness, token_bags
 
 
-def brute_maxsim(ids_a, ids_b, table, weights, hub) -> float:
-    """The module docstring's formula for one pair of sentences, with loops."""
+def brute_maxsim(ids_a, ids_b, table, weights, hub, hub_b=None) -> float:
+    """The module docstring's formula for one pair of sentences, with loops (``hub_b``: the hubness of b's tokens,
+    when it differs from a's)."""
     if not len(ids_a) or not len(ids_b):
         return 0.0
+    hub_b = hub if hub_b is None else hub_b
     unit = table / np.linalg.norm(table, axis=1, keepdims=True)
-    s = np.array([[unit[i] @ unit[j] - hub[i] / 2 - hub[j] / 2 for j in ids_b] for i in ids_a])
+    s = np.array([[unit[i] @ unit[j] - hub[i] / 2 - hub_b[j] / 2 for j in ids_b] for i in ids_a])
     wa, wb = weights[ids_a], weights[ids_b]
     return 0.5 * ((wa * s.max(1)).sum() / wa.sum() + (wb * s.max(0)).sum() / wb.sum())
 
@@ -79,3 +81,35 @@ def test_the_hubness_term_demotes_a_token_near_every_row():
         a = token_bags([query], table, weights, hub)
         b = token_bags([true, hub_only], table, weights, hub)
         assert maxsim(a, np.array([0]), b).argmax() == winner
+
+
+def test_per_language_hubness_is_taken_among_the_other_sentence_languages_tokens(world):
+    """With languages, a token of a sentence in language a matched against a sentence in language b is marked down
+    by its hubness among b's tokens, and b's token by its hubness among a's: the formula, pair by pair."""
+    from globetrotter.evaluation.late_interaction import language_hubness
+
+    table, sentences = world
+    langs = np.array([0, 1, 2] * 4 + [1])  # 13 sentences in 3 languages
+    weights = idf(sentences, len(table))
+    hub = language_hubness(table, sentences, langs, k=3)
+    assert hub.shape == (len(table), 3)
+    for m in range(3):
+        pool = np.unique(np.concatenate([sentences[i] for i in np.flatnonzero(langs == m)]))
+        np.testing.assert_allclose(hub[:, m], row_hubness(table, k=3, rows=pool), atol=1e-6)
+    other = [sentences[i] for i in (3, 8, 1)]
+    other_langs = np.array([2, 0, 1])
+    bags, others = token_bags(sentences, table, weights, hub, langs), token_bags(other, table, weights, hub, other_langs)
+    rows = np.array([0, 5, 4, 12])
+    for chunk in (1, 10_000):
+        got = maxsim(bags, rows, others, chunk_tokens=chunk)
+        for r_i, r in enumerate(rows):
+            for o in range(len(other)):
+                want = brute_maxsim(sentences[r], other[o], table, weights, hub[:, other_langs[o]], hub[:, langs[r]])
+                assert got[r_i, o] == pytest.approx(want, abs=1e-5)
+    assert (got[rows == 4] == 0).all()
+    with pytest.raises(ValueError, match="language"):
+        token_bags(sentences, table, weights, hub)  # per-language hubness without the sentences' languages
+    with pytest.raises(ValueError, match="same hubness"):
+        maxsim(bags, rows, token_bags(other, table, weights, row_hubness(table, k=3)))
+    with pytest.raises(ValueError, match="k=3"):
+        language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3)

@@ -26,7 +26,7 @@ from globetrotter.errors import UserError, run_cli
 from . import plots
 from .clustering import cluster_analysis
 from .retrieval import retrieval_per_language
-from .sentence import csls_penalty, parallel_set, sentence_translation
+from .sentence import csls_penalty, csls_radii, parallel_set, sentence_translation
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .fusion import choose_weight, fuse_with_surface
@@ -197,18 +197,27 @@ def _text_model_only(args: argparse.Namespace, command: str) -> None:
 
 
 def _late_interaction(args: argparse.Namespace, encoder, ps) -> LateInteraction | None:
-    """``--maxsim W``: the late-interaction scorer of the model's token rows over the evaluated sentences."""
-    return None if args.maxsim is None else LateInteraction(encoder, args.maxsim, ps.captions)
+    """``--maxsim W``: the late-interaction scorer of the model's token rows over the evaluated sentences, the
+    tokens' hubness per language or over the vocabulary (``--maxsim-hubness``)."""
+    if args.maxsim is None:
+        return None
+    try:
+        return LateInteraction(encoder, args.maxsim, ps.captions,
+                               languages=ps.langs if args.maxsim_hubness == "per-language" else None)
+    except ValueError as err:
+        raise UserError(f"--maxsim: {err} (--maxsim-hubness vocabulary takes it over the whole vocabulary)") from None
 
 
 def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None, surface,
-          late: LateInteraction | None = None) -> tuple[np.ndarray | None, dict | None]:
-    """``--retrieval csls``: each candidate's CSLS penalty ``r(y) / 2`` over the evaluated sentences or over the
-    ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences are, fused alike, with
-    ``--maxsim`` alike), and its record; ``(None, None)`` for cosine."""
+          late: LateInteraction | None = None) -> tuple[dict, dict | None]:
+    """``--retrieval csls``: the ranking's CSLS terms as :func:`sentence_translation` keywords, over the evaluated
+    sentences or over the ``--csls-pool`` split's captions in the evaluated languages (embedded as the sentences
+    are, fused alike, with ``--maxsim`` alike), and their record; ``({}, None)`` for cosine. Per language
+    (default): every row's radius in each language (``csls_radii``); pooled: each candidate's ``r(y) / 2`` over
+    all other languages together (``candidate_penalty``)."""
     if args.retrieval != "csls":
-        return None, None
-    record = {"k": args.csls_k, "pool": "evaluated sentences"}
+        return {}, None
+    record = {"k": args.csls_k, "pool": "evaluated sentences", "neighbourhood": args.csls_neighbourhood}
     pool = pool_langs = None
     if args.csls_pool:
         from data_prep.shards import read_captions
@@ -222,12 +231,15 @@ def _csls(args: argparse.Namespace, encoder, ps, emb, fuse_weight: float | None,
         record.update(pool=str(args.csls_pool), pool_captions=len(metas))
     extra = None
     if late is not None:
-        extra = late.scorer(late.evaluated, late.evaluated if pool is None else late.bags([m["caption"] for m in metas]))
+        extra = late.scorer(late.evaluated, late.evaluated if pool is None
+                            else late.bags([m["caption"] for m in metas], pool_langs))
     try:
-        r = csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs, extra_scores=extra)
+        if args.csls_neighbourhood == "pooled":
+            return {"candidate_penalty": csls_penalty(emb, ps.langs, args.csls_k, pool, pool_langs,
+                                                      extra_scores=extra) / 2.0}, record
+        return {"csls_radii": csls_radii(emb, ps.langs, args.csls_k, pool, pool_langs, extra_scores=extra)}, record
     except ValueError as err:
         raise UserError(f"--retrieval csls: {err}") from None
-    return r / 2.0, record
 
 
 def _sentence_embeddings(args: argparse.Namespace, encoder, captions: list[str], langs, fuse_weight: float | None,
@@ -259,9 +271,8 @@ def _sentence(args: argparse.Namespace) -> int:
     weight = fused["weight"] if fused else None
     emb = _sentence_embeddings(args, encoder, ps.captions, ps.langs, weight, surface)
     late = _late_interaction(args, encoder, ps)
-    penalty, csls = _csls(args, encoder, ps, emb, weight, surface, late)
-    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed,
-                               candidate_penalty=penalty,
+    ranking, csls = _csls(args, encoder, ps, emb, weight, surface, late)
+    res = sentence_translation(emb, ps.langs, ps.groups, candidates=args.candidates, tie_seed=args.seed, **ranking,
                                extra_scores=None if late is None else late.scorer(late.evaluated, late.evaluated))
     langs = res["languages"]
     prefix = _plot_prefix(args, "sentence")
@@ -919,18 +930,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "highest mean BackRetrieval@{1,5,10} on the run's val split, pairs of the evaluated languages "
                         "(no parallel text)")
     p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
-                   help="rank candidates by cosine (the paper; default) or by CSLS (Conneau et al., 2018): a candidate "
-                        "near many queries (a hub) is marked down by its mean cosine to its --csls-k nearest "
-                        "other-language sentences")
+                   help="rank candidates by cosine (the paper; default) or by CSLS (Conneau et al., 2018): query x and "
+                        "candidate y score 2 cos(x, y) - r(x) - r(y), where r is a sentence's mean cosine to its "
+                        "--csls-k nearest sentences, so a candidate near many queries (a hub) is marked down")
+    p.add_argument("--csls-neighbourhood", choices=("per-language", "pooled"), default="per-language",
+                   help="where CSLS takes r: per-language (default; CSLS of each query-candidate language pair, "
+                        "as Conneau et al. define it: r(x) among y's language, r(y) among x's, so a query whose "
+                        "neighbourhood is denser in one target language does not fill its top k with it) or pooled "
+                        "(before stop 29: only r(y), among all other languages together; README tables before then)")
     p.add_argument("--maxsim", type=non_negative_float, metavar="W",
                    help="late interaction: rank by cos(sentence embeddings) + W x MaxSim, where MaxSim pairs every "
                         "token of one sentence with its most similar token of the other (cosine of the model's input "
-                        "token rows, less the two rows' hubness over the vocabulary) and averages the pairs, "
+                        "token rows, less the two rows' hubness: --maxsim-hubness) and averages the pairs, "
                         "idf-weighted, both ways (ColBERT/BERTScore). Keeps the colours and counts that one sentence "
                         "vector blurs. Trained runs only; combines with --retrieval csls and --fuse-tfidf. Off by default: "
                         "2-4 help a model whose token rows carry meaning (configs/flickr8k.yaml's image-pivot rows, "
                         "a supervised twin: 18.6%% -> 28.4%% on Flickr8k) and hurt one whose rows start random (the "
                         "synthetic quickstart)")
+    p.add_argument("--maxsim-hubness", choices=("per-language", "vocabulary"), default="per-language",
+                   help="where --maxsim takes a token row's hubness: per-language (default; among the tokens of the "
+                        "other sentence's language in the evaluated sentences, CSLS per language pair as "
+                        "--csls-neighbourhood) or vocabulary (among all rows of the vocabulary, which are mostly "
+                        "the token's own language: before stop 29)")
     p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
     p.add_argument("--csls-pool", metavar="SPLIT",
                    help="take CSLS neighbourhoods among this split's captions in the evaluated languages (e.g. the "

@@ -9,10 +9,15 @@ averaged, idf-weighted, in both directions:
 
 ``s_ij`` is the cosine of the two tokens' input embedding rows (the image-pivot map of the full
 model: a row points where its token's images lie), less the two rows' hubness
-(``s_ij − r_i/2 − r_j/2``, CSLS at the token level: ``r`` is a row's mean cosine to its ``k``
-nearest rows of the vocabulary, a property of the model alone), so that a frequent token that
-is near every other token does not match everything. ``w`` is the token's idf over the
-evaluated sentences (BERTScore's choice). Nothing but the model and the sentences is used.
+(``s_ij − r_i/2 − r_j/2``, CSLS at the token level), so that a frequent token that is near every
+other token does not match everything. ``r`` is a row's mean cosine to its ``k`` nearest rows of
+the vocabulary (a property of the model alone), or, when the sentences' languages are given, to
+its ``k`` nearest tokens *of the other sentence's language* (the tokens of that language's
+evaluated sentences): ``r_i`` for token ``i`` of a sentence in language a matched against one in
+language b is taken among b's tokens, and ``r_j`` among a's, as CSLS is defined for a language pair
+(a token's nearest rows of the whole vocabulary are mostly its own language's forms of itself).
+``w`` is the token's idf over the evaluated sentences (BERTScore's choice). Nothing but the model
+and the sentences is used.
 
 ``eval.py sentence --maxsim W`` ranks by ``cos(sentence embeddings) + W · MaxSim``.
 """
@@ -33,8 +38,9 @@ class TokenBags:
     vectors: np.ndarray  # [T, d] float32, L2-normalised
     owner: np.ndarray  # [T] int64, non-decreasing sentence index
     weight: np.ndarray  # [T] float32 > 0 (idf)
-    half_hub: np.ndarray  # [T] float32: r / 2 of each token's row
+    half_hub: np.ndarray  # [T, M] float32: r / 2 of each token's row among the tokens of language m (M = 1: vocabulary)
     n: int
+    column: np.ndarray | None = None  # [T] int64: the language (column of the other bags' half_hub) of each token's sentence
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -67,15 +73,45 @@ def idf(token_ids: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
     return (np.log((1.0 + len(token_ids)) / (1.0 + df)) + 1.0).astype(np.float32)
 
 
-def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.ndarray, hubness: np.ndarray) -> TokenBags:
+def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.ndarray, hubness: np.ndarray,
+               languages: np.ndarray | None = None) -> TokenBags:
     """Bags of ``n`` sentences from their token ids (specials already left out): rows of ``table`` [V, d]
-    L2-normalised, ``weights`` [V] and ``hubness`` [V] looked up per token."""
+    L2-normalised, ``weights`` [V] and ``hubness`` looked up per token: [V] over the vocabulary, or [V, M] among
+    each of ``M`` languages' tokens (:func:`language_hubness`), with ``languages`` [n] each sentence's column."""
+    hubness = np.asarray(hubness, dtype=np.float32)
+    per_language = hubness.ndim == 2
+    if per_language != (languages is not None):
+        raise ValueError("per-language hubness [V, M] needs each sentence's language column, and only it")
     lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
     flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids]) if len(token_ids) else np.zeros(0, np.int64)
     vectors = np.ascontiguousarray(table[flat], dtype=np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    column = None
+    if per_language:
+        languages = np.asarray(languages, dtype=np.int64)
+        if len(languages) != len(lengths) or (len(languages) and not 0 <= languages.min() <= languages.max() < hubness.shape[1]):
+            raise ValueError(f"languages: expected {len(lengths)} columns in [0, {hubness.shape[1]}), "
+                             f"got {len(languages)}")
+        column = np.repeat(languages, lengths)
+    half_hub = hubness[flat] if per_language else hubness[flat][:, None]
     return TokenBags(vectors, np.repeat(np.arange(len(lengths)), lengths), np.asarray(weights[flat], np.float32),
-                     np.asarray(hubness[flat], np.float32) / 2.0, len(lengths))
+                     half_hub / 2.0, len(lengths), column)
+
+
+def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languages: np.ndarray, k: int = 10
+                     ) -> np.ndarray:
+    """[V, M] hubness of every row of ``table`` among the tokens of each language's sentences: column ``m`` is
+    :func:`row_hubness` over the token ids that the sentences with ``languages == m`` (codes 0..M-1) hold."""
+    languages = np.asarray(languages, dtype=np.int64)
+    out = []
+    for m in range(int(languages.max()) + 1 if len(languages) else 0):
+        held = [np.asarray(token_ids[i], dtype=np.int64) for i in np.flatnonzero(languages == m)]
+        pool = np.unique(np.concatenate(held)) if held else np.zeros(0, np.int64)
+        if len(pool) <= k:
+            raise ValueError(f"per-language hubness k={k} needs more than {k} distinct tokens in each language, "
+                             f"language #{m} has {len(pool)}")
+        out.append(row_hubness(table, k, rows=pool))
+    return np.stack(out, axis=1)
 
 
 def _weighted_means(values: np.ndarray, bags: TokenBags, axis: int) -> np.ndarray:
@@ -95,6 +131,9 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
     ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
     (beyond one sentence's tokens against ``b``'s)."""
     rows = np.asarray(rows, dtype=np.int64)
+    per_language = a.column is not None
+    if per_language != (b.column is not None) or a.half_hub.shape[1] != b.half_hub.shape[1]:
+        raise ValueError("maxsim: both bags need the same hubness (vocabulary, or per language over the same languages)")
     chunk_tokens = max(1, min(chunk_tokens, MAX_BLOCK // max(1, len(b.owner))))
     out = np.zeros((len(rows), b.n), dtype=np.float32)
     if not len(b.owner):
@@ -111,7 +150,12 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         group = picked[first:last]
         tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
         vectors = a.vectors[tok]
-        sims = vectors @ b.vectors.T - a.half_hub[tok][:, None] - b.half_hub[None, :]
+        sims = vectors @ b.vectors.T
+        if per_language:  # r of a's token among b's token's language, and of b's token among a's token's
+            sims -= a.half_hub[tok][:, b.column]
+            sims -= b.half_hub[:, a.column[tok]].T
+        else:
+            sims -= a.half_hub[tok] + b.half_hub.T
         sub = TokenBags(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
                         a.weight[tok], a.half_hub[tok], len(group))
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
@@ -123,34 +167,59 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
 
 class LateInteraction:
     """MaxSim between sentence sets with ``encoder``'s token rows (``encoder.token_ids``/``token_table``),
-    weighted by ``weight``; the rows' hubness over the vocabulary with ``hub_k`` neighbours; the idf of
-    ``idf_texts`` (the evaluated sentences, whose bags are :attr:`evaluated`)."""
+    weighted by ``weight``; the idf of ``idf_texts`` (the evaluated sentences, whose bags are :attr:`evaluated`);
+    the rows' hubness with ``hub_k`` neighbours over the vocabulary, or, given ``languages`` (one per text of
+    ``idf_texts``), per language among the tokens of that language's texts (module docstring). Bags of other
+    texts then need their languages too (:meth:`bags`), among those of ``idf_texts``."""
 
-    def __init__(self, encoder, weight: float, idf_texts: Sequence[str], hub_k: int = 10) -> None:
+    def __init__(self, encoder, weight: float, idf_texts: Sequence[str], hub_k: int = 10,
+                 languages: Sequence[str] | np.ndarray | None = None) -> None:
         if weight < 0:
             raise ValueError(f"the MaxSim weight must be >= 0, got {weight}")
         self.encoder, self.weight, self.hub_k = encoder, float(weight), hub_k
         self.table, vocabulary = encoder.token_table()
-        self.hubness = row_hubness(self.table, hub_k, rows=vocabulary)
         self._idf_ids = encoder.token_ids(idf_texts)
         self.idf = idf(self._idf_ids, len(self.table))
+        self.languages: list[str] | None = None
+        self._columns = None
+        if languages is None:
+            self.hubness = row_hubness(self.table, hub_k, rows=vocabulary)
+        else:
+            if len(languages) != len(self._idf_ids):
+                raise ValueError(f"{len(languages)} languages for {len(self._idf_ids)} texts")
+            names, self._columns = np.unique(np.asarray(languages).astype(str), return_inverse=True)
+            self.languages = names.tolist()
+            self.hubness = language_hubness(self.table, self._idf_ids, self._columns, hub_k)
 
-    def bags(self, texts: Sequence[str]) -> TokenBags:
-        """The token bags of ``texts``."""
-        return token_bags(self.encoder.token_ids(texts), self.table, self.idf, self.hubness)
+    def _language_columns(self, languages) -> np.ndarray | None:
+        if self.languages is None:
+            return None
+        if languages is None:
+            raise ValueError("per-language hubness: give the texts' languages")
+        languages = np.asarray(languages).astype(str)
+        unknown = sorted(set(languages) - set(self.languages))
+        if unknown:
+            raise ValueError(f"languages {unknown} are not among the evaluated sentences' {self.languages}")
+        return np.searchsorted(self.languages, languages)
+
+    def bags(self, texts: Sequence[str], languages: Sequence[str] | np.ndarray | None = None) -> TokenBags:
+        """The token bags of ``texts`` (in ``languages``, one per text, with per-language hubness)."""
+        return token_bags(self.encoder.token_ids(texts), self.table, self.idf, self.hubness,
+                          self._language_columns(languages))
 
     @cached_property
     def evaluated(self) -> TokenBags:
         """The bags of ``idf_texts``, from the token ids the idf was counted on (built on first use)."""
-        return token_bags(self._idf_ids, self.table, self.idf, self.hubness)
+        return token_bags(self._idf_ids, self.table, self.idf, self.hubness, self._columns)
 
     def scorer(self, a: TokenBags, b: TokenBags) -> Callable[[np.ndarray], np.ndarray]:
         """``rows -> weight · maxsim(a, rows, b)``: the extra scores of :func:`.sentence.sentence_translation`
-        (``b`` = ``a``) and :func:`.sentence.csls_penalty` (``b`` = the pool)."""
+        (``b`` = ``a``) and :func:`.sentence.csls_radii` (``b`` = the pool)."""
         return lambda rows: self.weight * maxsim(a, rows, b)
 
     @property
     def record(self) -> dict:
         """What a result record says of the scoring."""
+        hubness = "vocabulary" if self.languages is None else "per language: among the evaluated sentences' tokens"
         return {"weight": self.weight, "token_vectors": "input token embedding rows", "hub_k": self.hub_k,
-                "idf": "evaluated sentences"}
+                "hubness": hubness, "idf": "evaluated sentences"}

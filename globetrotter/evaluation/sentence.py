@@ -8,10 +8,16 @@ a fraction in [0, 1] (the paper plots percent). The per-language-pair matrix ``A
 is the same share restricted to queries in language ``a`` and positives in language
 ``b``; ``A − Aᵀ`` is its asymmetry (Fig. 9).
 
-Hubness: with ``retrieval="csls"`` (:func:`csls_penalty`) candidates are ranked by CSLS (Conneau et
-al., 2018) instead of cosine: a candidate close to many queries (a hub) is marked down by its mean
-similarity to its K nearest other-language sentences, taken over the evaluated sentences themselves
-or over another, non-parallel pool (a val split's captions).
+Hubness: with ``retrieval="csls"`` candidates are ranked by CSLS (Conneau et al., 2018) instead of
+cosine. CSLS is defined for one language pair: query ``x`` (language a) and candidate ``y`` (language
+b) score ``2 cos(x, y) − r_b(x) − r_a(y)``, where ``r_b(x)`` is the mean similarity of ``x`` to its K
+nearest sentences *of language b*. Here the candidates of one query span several languages, so the
+query's term differs between them and is kept (:func:`csls_radii`, ``sentence_translation(csls_radii=)``):
+a query whose neighbourhood is denser in one target language (a better-estimated language, whose
+sentences sit close to everything) no longer fills its top k with that language. The neighbourhoods are
+taken over the evaluated sentences themselves or over another, non-parallel pool (a val split's
+captions). :func:`csls_penalty` is the earlier, pooled form: only the candidate's term, its neighbours
+drawn from all other languages together.
 
 Candidates: DESIGN.md section 7 ranks among all *other-language* sentences (the default,
 ``candidates="other-language"``); the paper's wording ("among all the 200M − 1 possible
@@ -189,6 +195,57 @@ def csls_penalty(
                        extra_scores=extra_scores)
 
 
+def csls_radii(
+    emb,
+    langs: Sequence[str] | np.ndarray,
+    k: int = 10,
+    pool=None,
+    pool_langs: Sequence[str] | np.ndarray | None = None,
+    extra_scores: ExtraScores | None = None,
+    chunk_size: int = 1024,
+) -> np.ndarray:
+    """``[N, M]`` CSLS neighbourhood radii for ranking across several languages: entry ``[x, j]`` is ``r_j(x)``, the
+    mean of row ``x``'s ``k`` highest cosines (plus ``extra_scores``) to the ``pool`` rows of language ``j``, for
+    the ``M`` languages of ``langs`` in sorted order (the columns of :func:`sentence_translation`'s matrix). The pool
+    defaults to ``emb`` itself, where a row is never its own neighbour; ``pool`` (L2-normalised rows in languages
+    ``pool_langs``, dense or sparse like ``emb``) takes the neighbourhoods from another split instead.
+    :func:`sentence_translation` with ``csls_radii`` ranks candidate ``y`` of query ``x`` by
+    ``cos(x, y) − r_{lang y}(x) / 2 − r_{lang x}(y) / 2``: CSLS of the pair's two languages."""
+    sparse = sp.issparse(emb)
+    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
+    langs = np.asarray(langs).astype(str)
+    own = pool is None
+    if own:
+        pool, pool_langs = emb, langs
+    else:
+        if pool_langs is None or len(pool_langs) != pool.shape[0]:
+            raise ValueError(f"pool has {pool.shape[0]} rows but {0 if pool_langs is None else len(pool_langs)} languages")
+        pool = sp.csr_matrix(pool, dtype=np.float32) if sp.issparse(pool) else np.ascontiguousarray(pool, dtype=np.float32)
+        pool_langs = np.asarray(pool_langs).astype(str)
+    if pool.shape[1] != emb.shape[1]:
+        raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
+    languages = np.unique(langs)
+    columns = [np.flatnonzero(pool_langs == lang) for lang in languages]
+    for lang, cols in zip(languages, columns):
+        if len(cols) - own < k:  # a row of its own language is not its own neighbour
+            raise ValueError(f"csls k={k} exceeds the pool's {len(cols)} rows in {lang!r}")
+    pool_t = pool.T.tocsr() if sp.issparse(pool) else pool.T
+    n = emb.shape[0]
+    out = np.empty((n, len(languages)), dtype=np.float32)
+    for start in range(0, n, chunk_size):
+        q = np.arange(start, min(start + chunk_size, n))
+        sims = emb[q] @ pool_t
+        sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims, dtype=np.float32)
+        if extra_scores is not None:
+            sims += extra_scores(q)
+        if own:
+            sims[np.arange(len(q)), q] = -np.inf
+        for j, cols in enumerate(columns):
+            block = sims[:, cols]
+            out[q, j] = np.partition(block, block.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+    return out
+
+
 def sentence_translation(
     emb: np.ndarray,
     langs: Sequence[str] | np.ndarray,
@@ -199,6 +256,7 @@ def sentence_translation(
     tie_seed: int | None = None,
     candidate_penalty: np.ndarray | None = None,
     extra_scores: ExtraScores | None = None,
+    csls_radii: np.ndarray | None = None,
 ) -> dict:
     """Sentence translation accuracy by retrieval (paper section 5.2).
 
@@ -222,8 +280,10 @@ def sentence_translation(
     0) scores at chance instead of by the layout of the sample.
 
     ``candidate_penalty`` (N,) is subtracted from every cosine to that candidate: ``csls_penalty(...) / 2``
-    ranks by CSLS. ``extra_scores(rows)`` [len(rows), N], when given, is added to the cosines of the query
-    ``rows`` (:func:`.late_interaction.scorer`: MaxSim over token vectors).
+    ranks by CSLS in its pooled form. ``csls_radii`` (N, M) (:func:`csls_radii`) ranks by the CSLS of each query's
+    and candidate's two languages: ``r_{lang y}(x) / 2 + r_{lang x}(y) / 2`` is subtracted. ``extra_scores(rows)``
+    [len(rows), N], when given, is added to the cosines of the query ``rows`` (:func:`.late_interaction.scorer`:
+    MaxSim over token vectors).
     """
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
@@ -245,6 +305,11 @@ def sentence_translation(
         candidate_penalty = np.asarray(candidate_penalty, dtype=np.float32).reshape(-1)
         if len(candidate_penalty) != n:
             raise ValueError(f"candidate_penalty has {len(candidate_penalty)} values for {n} rows")
+    if csls_radii is not None:
+        csls_radii = np.asarray(csls_radii, dtype=np.float32)
+        if csls_radii.shape != (n, n_lang):
+            raise ValueError(f"csls_radii has shape {csls_radii.shape}, expected ({n}, {n_lang}): one radius per row "
+                             f"and language")
     if candidates not in ("other-language", "all"):
         raise ValueError(f"candidates must be 'other-language' or 'all', got {candidates!r}")
     k = n_lang - 1 if k is None else int(k)
@@ -264,6 +329,8 @@ def sentence_translation(
             sims += extra_scores(q)
         if candidate_penalty is not None:
             sims -= candidate_penalty[None, :]  # sims is this chunk's own array
+        if csls_radii is not None:  # r_{lang y}(x) / 2 + r_{lang x}(y) / 2
+            sims -= (csls_radii[q][:, lang_idx] + csls_radii[:, lang_idx[q]].T) / 2.0
         if candidates == "other-language":
             sims[lang_idx[q][:, None] == lang_idx[None, :]] = -np.inf
         sims[np.arange(len(q)), q] = -np.inf
