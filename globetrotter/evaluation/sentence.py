@@ -161,6 +161,23 @@ def _top_k_mean(queries, base_t, query_langs: np.ndarray, base_langs: np.ndarray
     return out
 
 
+def _with_pool(emb, langs, pool, pool_langs) -> tuple:
+    """``emb`` and ``pool`` as float32 (CSR when sparse, else contiguous) with their languages as strings; the pool
+    defaults to ``emb`` itself. Checks that the pool's languages and widths match."""
+    def as_rows(x):
+        return sp.csr_matrix(x, dtype=np.float32) if sp.issparse(x) else np.ascontiguousarray(x, dtype=np.float32)
+
+    emb, langs = as_rows(emb), np.asarray(langs).astype(str)
+    if pool is None:
+        return emb, langs, emb, langs
+    if pool_langs is None or len(pool_langs) != pool.shape[0]:
+        raise ValueError(f"pool has {pool.shape[0]} rows but {0 if pool_langs is None else len(pool_langs)} languages")
+    pool = as_rows(pool)
+    if pool.shape[1] != emb.shape[1]:
+        raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
+    return emb, langs, pool, np.asarray(pool_langs).astype(str)
+
+
 def csls_penalty(
     emb: np.ndarray,
     langs: Sequence[str] | np.ndarray,
@@ -176,18 +193,7 @@ def csls_penalty(
     cosines (``candidate_penalty``). A pool from another split (val captions, which are not parallel) keeps
     the test set out of the correction. ``extra_scores(rows)`` [len(rows), pool rows], when given, is added to
     the cosines, as :func:`sentence_translation` adds it."""
-    sparse = sp.issparse(emb)
-    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
-    langs = np.asarray(langs).astype(str)
-    if pool is None:
-        pool, pool_langs = emb, langs
-    else:
-        if pool_langs is None or len(pool_langs) != pool.shape[0]:
-            raise ValueError(f"pool has {pool.shape[0]} rows but {0 if pool_langs is None else len(pool_langs)} languages")
-        pool = sp.csr_matrix(pool, dtype=np.float32) if sp.issparse(pool) else np.ascontiguousarray(pool, dtype=np.float32)
-        pool_langs = np.asarray(pool_langs).astype(str)
-    if pool.shape[1] != emb.shape[1]:
-        raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
+    emb, langs, pool, pool_langs = _with_pool(emb, langs, pool, pool_langs)
     others = [int((pool_langs != lang).sum()) for lang in np.unique(langs)]
     if others and min(others) < k:
         raise ValueError(f"csls k={k} exceeds the other-language pool rows of some language ({min(others)})")
@@ -211,19 +217,8 @@ def csls_radii(
     ``pool_langs``, dense or sparse like ``emb``) takes the neighbourhoods from another split instead.
     :func:`sentence_translation` with ``csls_radii`` ranks candidate ``y`` of query ``x`` by
     ``cos(x, y) − r_{lang y}(x) / 2 − r_{lang x}(y) / 2``: CSLS of the pair's two languages."""
-    sparse = sp.issparse(emb)
-    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
-    langs = np.asarray(langs).astype(str)
     own = pool is None
-    if own:
-        pool, pool_langs = emb, langs
-    else:
-        if pool_langs is None or len(pool_langs) != pool.shape[0]:
-            raise ValueError(f"pool has {pool.shape[0]} rows but {0 if pool_langs is None else len(pool_langs)} languages")
-        pool = sp.csr_matrix(pool, dtype=np.float32) if sp.issparse(pool) else np.ascontiguousarray(pool, dtype=np.float32)
-        pool_langs = np.asarray(pool_langs).astype(str)
-    if pool.shape[1] != emb.shape[1]:
-        raise ValueError(f"pool rows have {pool.shape[1]} dims, embeddings {emb.shape[1]}")
+    emb, langs, pool, pool_langs = _with_pool(emb, langs, pool, pool_langs)
     languages = np.unique(langs)
     columns = [np.flatnonzero(pool_langs == lang) for lang in languages]
     for lang, cols in zip(languages, columns):
