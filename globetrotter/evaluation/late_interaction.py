@@ -125,6 +125,18 @@ MAX_BLOCK = 1 << 25
 """Most token-pair similarities held at once by :func:`maxsim` (128 MB of float32)."""
 
 
+def _language_onehot(bags: TokenBags, tokens) -> np.ndarray:
+    """[len(tokens), M] one-hot of each token's language column (all ones for M = 1: the vocabulary's hubness)."""
+    m = bags.half_hub.shape[1]
+    if bags.column is None:
+        return np.ones((len(bags.owner[tokens]), 1), dtype=np.float32)
+    return np.eye(m, dtype=np.float32)[bags.column[tokens]]
+
+
+def _augmented(*blocks: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
+
+
 def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 1024) -> np.ndarray:
     """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
     (module docstring); 0 where either sentence has no token. ``rows``' tokens are taken about
@@ -139,6 +151,9 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
     if not len(b.owner):
         return out
     b_has = b.owner[b.starts]
+    # one product gives cos - r_a/2 - r_b/2: [v_a, -hub_a, -onehot_a] . [v_b, onehot_b, hub_b], where a token's hub
+    # row holds its half-hubness among each language's tokens and the one-hots pick the other side's language
+    right = _augmented(b.vectors, _language_onehot(b, slice(None)), b.half_hub)
     start_of = np.searchsorted(a.owner, np.arange(a.n + 1))  # a's sentence s holds tokens start_of[s]:start_of[s + 1]
     has_tokens = start_of[rows + 1] > start_of[rows]
     picked, out_row = rows[has_tokens], np.flatnonzero(has_tokens)
@@ -150,12 +165,7 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         group = picked[first:last]
         tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
         vectors = a.vectors[tok]
-        sims = vectors @ b.vectors.T
-        if per_language:  # r of a's token among b's token's language, and of b's token among a's token's
-            sims -= a.half_hub[tok][:, b.column]
-            sims -= b.half_hub[:, a.column[tok]].T
-        else:
-            sims -= a.half_hub[tok] + b.half_hub.T
+        sims = _augmented(vectors, -a.half_hub[tok], -_language_onehot(a, tok)) @ right.T
         sub = TokenBags(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
                         a.weight[tok], a.half_hub[tok], len(group))
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
