@@ -40,7 +40,7 @@ class TokenBags:
     weight: np.ndarray  # [T] float32 > 0 (idf)
     half_hub: np.ndarray  # [T, M] float32: r / 2 of each token's row among the tokens of language m (M = 1: vocabulary)
     n: int
-    column: np.ndarray | None = None  # [T] int64: the language (column of the other bags' half_hub) of each token's sentence
+    column: np.ndarray  # [T] int64: the language of each token's sentence, a column of the other bags' half_hub (0 for M = 1)
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -86,16 +86,16 @@ def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.n
     flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in token_ids]) if len(token_ids) else np.zeros(0, np.int64)
     vectors = np.ascontiguousarray(table[flat], dtype=np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    column = None
     if per_language:
         languages = np.asarray(languages, dtype=np.int64)
         if len(languages) != len(lengths) or (len(languages) and not 0 <= languages.min() <= languages.max() < hubness.shape[1]):
             raise ValueError(f"languages: expected {len(lengths)} columns in [0, {hubness.shape[1]}), "
                              f"got {len(languages)}")
-        column = np.repeat(languages, lengths)
-    half_hub = hubness[flat] if per_language else hubness[flat][:, None]
+    else:  # one column: the vocabulary's hubness
+        languages, hubness = np.zeros(len(lengths), dtype=np.int64), hubness[:, None]
+    half_hub = hubness[flat]
     return TokenBags(vectors, np.repeat(np.arange(len(lengths)), lengths), np.asarray(weights[flat], np.float32),
-                     half_hub / 2.0, len(lengths), column)
+                     half_hub / 2.0, len(lengths), np.repeat(languages, lengths))
 
 
 def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languages: np.ndarray, k: int = 10
@@ -127,10 +127,7 @@ MAX_BLOCK = 1 << 25
 
 def _language_onehot(bags: TokenBags, tokens) -> np.ndarray:
     """[len(tokens), M] one-hot of each token's language column (all ones for M = 1: the vocabulary's hubness)."""
-    m = bags.half_hub.shape[1]
-    if bags.column is None:
-        return np.ones((len(bags.owner[tokens]), 1), dtype=np.float32)
-    return np.eye(m, dtype=np.float32)[bags.column[tokens]]
+    return np.eye(bags.half_hub.shape[1], dtype=np.float32)[bags.column[tokens]]
 
 
 def _augmented(*blocks: np.ndarray) -> np.ndarray:
@@ -143,8 +140,7 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
     ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
     (beyond one sentence's tokens against ``b``'s)."""
     rows = np.asarray(rows, dtype=np.int64)
-    per_language = a.column is not None
-    if per_language != (b.column is not None) or a.half_hub.shape[1] != b.half_hub.shape[1]:
+    if a.half_hub.shape[1] != b.half_hub.shape[1]:
         raise ValueError("maxsim: both bags need the same hubness (vocabulary, or per language over the same languages)")
     chunk_tokens = max(1, min(chunk_tokens, MAX_BLOCK // max(1, len(b.owner))))
     out = np.zeros((len(rows), b.n), dtype=np.float32)
@@ -167,7 +163,7 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         vectors = a.vectors[tok]
         sims = _augmented(vectors, -a.half_hub[tok], -_language_onehot(a, tok)) @ right.T
         sub = TokenBags(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
-                        a.weight[tok], a.half_hub[tok], len(group))
+                        a.weight[tok], a.half_hub[tok], len(group), a.column[tok])
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
         backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
         out[out_row[first:last, None], b_has[None, :]] = (forward + backward) / 2.0
