@@ -21,7 +21,7 @@ Methods (all compute BkR Recall@1/5/10 on the same data):
   (nprobe 32, 16 candidates re-scored exactly), the image side counted as in ``capped``.
 * ``approx-count`` - ``ApproxConfig(image_side="exact")``: text candidates from 4-bit codes of 64
   principal directions, every target scanned (128 candidates re-scored exactly), image side as
-  ``capped`` (what ``approximate=True`` did until stop 24).
+  ``capped`` (the mode's earlier behaviour).
 * ``approx`` - ``approximate=True``: the same text side; the image side looked up in ``pq`` lists
   (below) built in the call for the distinct retrieved targets' images only: the ``lists`` row's
   Recall@K without a one-off for every target image.

@@ -1,7 +1,7 @@
 """Conversion throughput (images/s) with resizing: one process vs. a pool on all cores.
 
 Converts the shared Flickr8k data (Multi30K task 1 en/de/fr/cs + Flickr8k-CN zh, the
-five-language dataset of the README) with ``--resize``, once with one worker (the
+five-language dataset of docs/data.md) with ``--resize``, once with one worker (the
 baseline, measured in the same run) and once per requested worker count, and prints
 images/s of the image phase (decode + resize + JPEG encode + shard write), the end-to-end
 wall time, and the speed-up over the baseline. Without ../shared it generates

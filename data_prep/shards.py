@@ -1,6 +1,6 @@
 """The one data format: WebDataset ``.tar`` shards plus a ``manifest.json`` per split.
 
-One sample is one (image, caption) pair (DESIGN.md section 3)::
+One sample is one (image, caption) pair (docs/design.md section 3)::
 
     __key__   unique, stable id
     jpg|png   the encoded image  (or npy: a precomputed float32 image feature)

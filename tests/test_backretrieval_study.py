@@ -1,4 +1,4 @@
-"""bench/study_bkr_vs_corr.py: the g x family grid of the protocol, on a tiny jpg split made on the fly."""
+"""experiments/study_bkr_vs_corr.py: the g x family grid of the protocol, on a tiny jpg split made on the fly."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,7 +12,7 @@ from PIL import Image
 from backretrieval import BackRetrievalError
 from data_prep.shards import ShardWriter
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "study_bkr_vs_corr.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "study_bkr_vs_corr.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The image-feature cache and the batches read from it (DESIGN.md section 10), on the tiny world."""
+"""The image-feature cache and the batches read from it (docs/design.md section 10), on the tiny world."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Converters from public image-caption layouts to the shard format (DESIGN.md section 3).
+"""Converters from public image-caption layouts to the shard format (docs/design.md section 3).
 
 Readers (one per layout) turn files into :class:`Caption` records and :class:`Issue` items;
 :func:`convert` checks them, plans the splits (Globetrotter rule), decodes and resizes the

@@ -1,4 +1,4 @@
-"""The built-in synthetic multilingual world (DESIGN.md section 4).
+"""The built-in synthetic multilingual world (docs/design.md section 4).
 
 Scenes of 1-3 kinds of objects (shape, colour, size, position, counts) on plain,
 gradient, striped, checkered or noisy backgrounds, rendered with Pillow, each captioned

@@ -2,7 +2,7 @@
 
 Loaded with ``globetrotter.config_io.load_config(SynthConfig, path, overrides)``; every
 field has a default sized so the whole world is generated in seconds and a small CPU
-model can learn from it (DESIGN.md section 4).
+model can learn from it (docs/design.md section 4).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Generate the synthetic multilingual world: shards for every split, dictionaries, world.yaml.
 
-Splits (DESIGN.md section 3; Globetrotter paper section 4):
+Splits (docs/design.md section 3; Globetrotter paper section 4):
 
 - ``train/``, ``val/``: each scene captioned in exactly ONE training language (balanced,
   seeded), so no image is seen in two languages; ``group`` is null.

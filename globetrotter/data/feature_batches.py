@@ -7,7 +7,7 @@ batches the uninterrupted one would have, and N processes see the same global ba
 Batching (``data.batching``):
 
 * ``random`` (the paper): captions in a seeded permutation per epoch;
-* ``neighbours`` (DESIGN.md section 10): half the batch are anchors taken as in ``random``,
+* ``neighbours`` (docs/design.md section 10): half the batch are anchors taken as in ``random``,
   the other half holds, for each anchor, a caption of one of its image's ``k`` visual nearest
   neighbours captioned in another language (:mod:`.neighbours`). α is still computed in the
   batch by eq. 2 with the learned heads, so its gating decides which mined pairs become

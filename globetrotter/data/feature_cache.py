@@ -1,4 +1,4 @@
-"""Image-feature cache for frozen backbones (DESIGN.md section 10).
+"""Image-feature cache for frozen backbones (docs/design.md section 10).
 
 With ``model.freeze_image_backbone=true`` the backbone's output for an image never changes,
 so it is computed once per image and view, at the backbone's native resolution, and training

@@ -1,4 +1,4 @@
-"""Visual nearest neighbours across languages, for neighbour-aware batches (DESIGN.md section 10).
+"""Visual nearest neighbours across languages, for neighbour-aware batches (docs/design.md section 10).
 
 The transitive loss needs, inside one batch, two images that look alike and are captioned in
 different languages. With a few thousand images per language and a batch of a few hundred,

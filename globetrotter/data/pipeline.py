@@ -4,7 +4,7 @@ Shards are resampled with replacement (an endless stream); each process and data
 reads its own sequence, seeded by the run's seed, its rank and its worker, and each
 sample's augmentations are seeded by its index, so a resumed run continues the very same
 stream (:mod:`globetrotter.data.stream`). Bad samples and truncated shards are skipped and
-counted. The loader is a plain ``WebLoader`` that accelerate must not wrap (DESIGN.md section 6).
+counted. The loader is a plain ``WebLoader`` that accelerate must not wrap (docs/design.md section 6).
 With ``data.augment_on: device`` the workers hand on each image at a fixed size with its views'
 parameters and the trainer makes the views on its device (:mod:`globetrotter.data.device_augment`).
 """

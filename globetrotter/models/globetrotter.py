@@ -144,7 +144,7 @@ class GlobetrotterModel(nn.Module):
                                                   None if self.text.subword is None else self.text.token_table())
         if self.image is not None and view1 is not None:
             views = [view1] if view2 is None else [view1, view2]
-            if view1.dim() == 2:  # pooled features of the frozen backbone, from the cache (DESIGN.md section 10)
+            if view1.dim() == 2:  # pooled features of the frozen backbone, from the cache (docs/design.md section 10)
                 if not self.image_frozen:
                     raise ValueError("cached image features need a frozen image backbone (model.freeze_image_backbone)")
                 feats = torch.cat(views)

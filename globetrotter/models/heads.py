@@ -25,7 +25,7 @@ class CentredFeatureHead(nn.Module):
     it; evaluation uses it as it stands. With ``model.image_head_x: features`` L_x pulls each
     caption towards this fixed description of its image: a learned image head over frozen
     features can instead learn to tell the few thousand training images apart, which the
-    captions then memorise (DESIGN.md section 10).
+    captions then memorise (docs/design.md section 11).
     """
 
     def __init__(self, dim: int, momentum: float = 0.01) -> None:

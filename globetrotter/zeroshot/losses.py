@@ -15,8 +15,8 @@ Observed behaviour of M3L as written (Flickr8k, frozen mUSE -> EfficientNet-Lite
 text->image distances stay about as large as the spread between random images (a modality
 gap), while an adapter that retrieves well maps similar captions close together, so its
 ``d(a, p) / d(a, n_txt)`` ratios are > 1 and rho = 4 turns them into huge losses. Measured on
-training batches, the negative-text term scores a chance-level adapter about 9x better than
-the PATR adapter that reaches R@10 0.21, so the optimiser settles at chance; with alpha2 = 0
+training batches, the negative-text term scores a chance-level adapter far better than the
+PATR adapter that retrieves well, so the optimiser settles at chance; with alpha2 = 0
 the outputs grow instead until every ratio is 1. ``loss.rho=1`` learns (a departure from
 the paper's rho = 4, kept as an option). PATR learns with its defaults.
 """

@@ -1,7 +1,7 @@
 """How sentence translation grows with the training images per language: the full model against the supervised one.
 
-    cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python bench/study_images_per_language.py \\
-        --out-dir runs/images-curve                       # 12 Flickr8k runs of about 6 minutes each, then the evals
+    cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python experiments/study_images_per_language.py \\
+        --out-dir runs/images-curve                       # 12 Flickr8k trainings, then their evals
 
 For every model (``--model LABEL=CONFIG``: by default the full model, ``configs/flickr8k.yaml``, and its supervised
 twin, ``configs/flickr8k-supervised.yaml``), every share of the train split's images (``--shares``: the config key
@@ -11,7 +11,7 @@ images of share 0.5 in every language and every seed) and every seed, it trains
     train.py --config CONFIG seed=SEED data.train_image_share=SHARE run_name=PREFIX-LABEL-shSHARE-sSEED
 
 unless that run already has a ``result.json`` (``--run LABEL:SHARE:SEED=DIR`` names an existing run instead, e.g.
-the share-1 runs of the README), then scores the checkpoint BackRetrieval chose with ``eval.py sentence`` on the
+share-1 runs trained before), then scores the checkpoint BackRetrieval chose with ``eval.py sentence`` on the
 test split (``--split``, ``--languages``, ``--n-groups``, ``--head``). Writes ``curve.json`` (every run),
 ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
@@ -138,7 +138,8 @@ def plot(rows: list[dict], labels: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``experiments/study_images_per_language.py``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=list(DEFAULT_MODELS), metavar="LABEL=CONFIG",
                         help="models to compare, the first against the second in the ratio (default: full, supervised)")
@@ -154,7 +155,11 @@ def main() -> None:
     parser.add_argument("--n-groups", type=int, default=600)
     parser.add_argument("--head", default="cross", choices=["text", "cross"])
     parser.add_argument("--out-dir", required=True, help="curve.json, table.md, curve.png and the logs go here")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     models = parse_pairs(args.model, "--model")
     given = {}
     for key, value in parse_pairs(args.run, "--run").items():

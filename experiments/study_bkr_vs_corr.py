@@ -1,7 +1,7 @@
 """When does BackRetrieval beat CORR? The paper's protocol over a grid of g x model family x pair x N.
 
-    cd /path/to/repo && OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/study_bkr_vs_corr.py \\
-        --data outputs/flickr8k-v/test --families configs/backretrieval-study-families.txt --out-dir runs/bkr-study
+    cd /path/to/repo && OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/study_bkr_vs_corr.py \\
+        --data outputs/flickr8k/test --families configs/backretrieval-study-families.txt --out-dir runs/bkr-study
 
 For every image similarity g (``--g LABEL=SPEC``: the ImageNet CNN, 16 x 16 thumbnails, the
 null random g), every model family (``--families``: ``[family]`` sections of model specs, plus
@@ -259,11 +259,8 @@ def _clean(obj):
     return obj
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from backretrieval.data import aligned_pair, image_features, load_split
-    from backretrieval.images import image_feature_extractor
-    from backretrieval.protocol import run_protocol
-
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``experiments/study_bkr_vs_corr.py``."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="a parallel split folder (captions tied by 'group')")
     p.add_argument("--families", required=True, type=Path, help="[family] sections of model specs")
@@ -280,7 +277,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out-dir", required=True, type=Path)
     p.add_argument("--cache-dir", type=Path, default=None, help="CNN feature cache (default: OUT_DIR/image-cache)")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from backretrieval.data import aligned_pair, image_features, load_split
+    from backretrieval.images import image_feature_extractor
+    from backretrieval.protocol import run_protocol
+
+    args = build_parser().parse_args(argv)
 
     started = time.time()
     k, progress = args.report_k, not args.no_progress
