@@ -24,7 +24,7 @@ import tarfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -278,6 +278,15 @@ def read_captions(split_dir: str | Path) -> list[dict]:
     return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir)]
 
 
+def images_in_several_languages(metas: Iterable[dict]) -> dict[str, list[str]]:
+    """The images captioned in more than one language, each with its sorted languages (insertion order):
+    empty for a split that keeps the train/val rule (each image in exactly one language, no parallel text)."""
+    langs_of: dict[str, set] = defaultdict(set)
+    for m in metas:
+        langs_of[str(m["image_id"])].add(m["lang"])
+    return {image: sorted(langs) for image, langs in langs_of.items() if len(langs) > 1}
+
+
 def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:
     """Raise :class:`UserError` if a split breaks the rule for its kind.
 
@@ -290,14 +299,12 @@ def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:
     kind = kind or manifest.get("split")
     metas = read_captions(split_dir)
     if kind in ("train", "val"):
-        langs_of: dict[str, set] = defaultdict(set)
-        for m in metas:
-            langs_of[m["image_id"]].add(m["lang"])
-        bad = [i for i, langs in langs_of.items() if len(langs) > 1]
+        bad = images_in_several_languages(metas)
         if bad:
+            first, langs = next(iter(bad.items()))
             raise UserError(
                 f"{split_dir}: {len(bad)} image(s) appear in more than one language in a {kind} split "
-                f"(e.g. {bad[0]!r}: {sorted(langs_of[bad[0]])})"
+                f"(e.g. {first!r}: {langs})"
             )
     elif kind == "test":
         languages = set(manifest["languages"])

@@ -4,19 +4,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from globetrotter.tokenizer import NORMALIZATIONS, default_file_name, save_tokenizer, train_tokenizer
+from globetrotter.tokenizer import NORMALIZATIONS, default_file_name, train_tokenizer_on_split
 
-from .shards import read_captions, read_manifest
+from .shards import read_manifest
 
 
 def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
                     normalization: str = "none") -> Path:
-    """Train on the captions of ``split_dir`` (must be a train split) and save to ``out``."""
+    """Train on the captions of ``split_dir`` (a one-language train split) and save to ``out`` with its provenance."""
     manifest = read_manifest(split_dir)
-    if manifest.get("split") not in (None, "train", "train-parallel"):
+    if manifest.get("split") not in (None, "train"):
         print(f"warning: {split_dir} is a '{manifest.get('split')}' split; the tokenizer should see train captions only")
-    captions = [m["caption"] for m in read_captions(split_dir)]
-    return save_tokenizer(train_tokenizer(captions, vocab_size, min_frequency, normalization), out)
+    return train_tokenizer_on_split(split_dir, out, vocab_size, min_frequency, normalization)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -32,6 +32,9 @@ class DataConfig:
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
     synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
     tokenizer: str | None = None  # tokenizer.json; default <root>/tokenizer.json, trained if absent
+    # the split the shared BPE is trained on when the tokenizer file is absent: a one-language split, so that twins
+    # trained on other splits (the supervised baseline's parallel split) share one BPE that saw no parallel text
+    tokenizer_split: str = "train"
     # what the BPE sees: none = the text as written (the paper); uncased = lower case, Latin letters' accents stripped
     # and a space before every caption (README, Training and Real photos). Its default file is
     # <root>/tokenizer-uncased.json, and a tokenizer file made with another normalisation is refused
@@ -207,13 +210,15 @@ class OptimConfig:
 
 @dataclass
 class ValConfig:
-    """The validation hook: BackRetrieval on val, sentence translation on test."""
+    """The validation hook: BackRetrieval on val (no parallel data), which also chooses the best checkpoint."""
 
     every: int = 500  # steps; 0 disables
     bkr_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
     max_per_lang: int = 200  # val captions per language for BackRetrieval
-    test_groups: int = 200  # test groups for sentence translation
-    select_by: str = "val/bkr@10"  # metric choosing the best checkpoint ("" disables)
+    # 0 (default): training never reads the test split. N > 0: also log sentence translation on N test groups at
+    # every validation (and an adaptation's before/after), for a run that asks for it; never used to choose anything
+    test_groups: int = 0
+    select_by: str = "val/bkr@10"  # val/bkr@K (K in bkr_ks) choosing the best checkpoint; "" keeps none
     image_features: str = "pixels"  # BackRetrieval's image similarity g: pixels | model | timm:NAME[:WEIGHTS]
     # Keep the best checkpoint unless a new one is better beyond noise on the same val queries:
     # null = plain max of select_by (as before); mcnemar (exact, on the per-query hits) | bootstrap
@@ -221,10 +226,23 @@ class ValConfig:
     select_test: Literal["mcnemar", "bootstrap"] | None = None
     select_alpha: float = 0.05  # one-sided level of "new > best" for select_test
 
+    @property
+    def selection_keys(self) -> list[str]:
+        """The metrics ``select_by`` may name: ``val/bkr@K`` for K in ``bkr_ks``."""
+        return [f"val/bkr@{k}" for k in self.bkr_ks]
+
     def validate(self) -> None:
+        if self.test_groups < 0:
+            raise ValueError(f"val.test_groups must be >= 0 (0: never read the test split), got {self.test_groups}")
+        if self.select_by.startswith("test/"):
+            raise ValueError(f"val.select_by={self.select_by!r}: checkpoints are chosen on val, never on test "
+                             f"(expected one of {self.selection_keys})")
+        if self.select_by and self.select_by not in self.selection_keys:
+            raise ValueError(f"val.select_by={self.select_by!r}: unknown metric (expected one of {self.selection_keys}, "
+                             f"or \"\" to keep no best checkpoint)")
         if not 0 < self.select_alpha < 1:
             raise ValueError(f"val.select_alpha must be in (0, 1), got {self.select_alpha}")
-        if self.select_test and self.select_by not in {f"val/bkr@{k}" for k in self.bkr_ks}:
+        if self.select_test and not self.select_by:
             raise ValueError(f"val.select_test={self.select_test} needs val.select_by = val/bkr@K with K in val.bkr_ks "
                              f"{list(self.bkr_ks)} (the test reads per-query hits), got {self.select_by!r}")
 

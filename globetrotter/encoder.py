@@ -1,6 +1,7 @@
 """A trained Globetrotter model, loaded for use: ``globetrotter.load(path).encode_text([...])``."""
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -202,6 +203,9 @@ class Encoder:
 def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
     """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder."""
     ckpt = resolve(path, prefer_best=prefer_best)
+    if prefer_best and ckpt.name != "best" and ckpt != Path(path):
+        print(f"{path}: no best checkpoint (no val.select_by choice was saved); loading the latest, {ckpt.name}",
+              file=sys.stderr)
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     # the checkpoint holds every weight: never read (or require) the file the run started from

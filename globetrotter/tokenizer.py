@@ -17,7 +17,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -161,14 +161,73 @@ def special_ids(tok: Tokenizer) -> dict[str, int]:
     return {"pad": tok.token_to_id(PAD), "mask": tok.token_to_id(MASK), "sentence": tok.token_to_id(SENTENCE)}
 
 
-def save_tokenizer(tok: Tokenizer, path: str | Path) -> Path:
-    """Write ``tokenizer.json`` atomically."""
+def provenance_path(path: str | Path) -> Path:
+    """Where the provenance record of the tokenizer file ``path`` lives: ``<stem>.provenance.json`` beside it
+    (the tokenizers library refuses unknown keys inside the tokenizer's own JSON)."""
     path = Path(path)
+    return path.with_name(f"{path.stem}.provenance.json")
+
+
+def read_provenance(path: str | Path) -> dict | None:
+    """The provenance record of the tokenizer file ``path`` (what it was trained on), or None when it has none."""
+    record = provenance_path(path)
+    return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")  # two runs that train the same file do not clash
-    tok.save(str(tmp))
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs that train the same file do not clash
+    write(tmp)
     tmp.replace(path)
+
+
+def save_tokenizer(tok: Tokenizer, path: str | Path, provenance: dict | None = None) -> Path:
+    """Write ``tokenizer.json`` atomically, and its ``provenance`` record (:func:`provenance_path`) when given."""
+    path = Path(path)
+    if provenance is not None:
+        _write_atomic(provenance_path(path), lambda tmp: tmp.write_text(
+            json.dumps(provenance, indent=2, ensure_ascii=False), encoding="utf-8"))
+    _write_atomic(path, lambda tmp: tok.save(str(tmp)))
     return path
+
+
+def copy_tokenizer(source: str | Path, dest: str | Path) -> None:
+    """Copy a tokenizer file and its provenance record (if any) to ``dest``."""
+    import shutil
+
+    shutil.copy(source, dest)
+    if provenance_path(source).is_file():
+        shutil.copy(provenance_path(source), provenance_path(dest))
+
+
+def shows_parallel_text(provenance: dict | None) -> bool:
+    """Whether a provenance record says the tokenizer saw a split that captions an image in several languages."""
+    return bool(provenance) and any(s.get("images_in_several_languages", 0) > 0 for s in provenance.get("splits", []))
+
+
+def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
+                             normalization: str = "none") -> Path:
+    """Train the shared BPE on the captions of ``split_dir`` and save it to ``path`` with its provenance: the split's
+    folder, manifest checksum, caption count and how many of its images are captioned in several languages.
+
+    The split must keep the one-language rule (each image captioned in one language): a BPE trained on parallel
+    captions would carry translation pairs into every model that shares it. A split that breaks the rule is a
+    :class:`UserError` naming it and the first such image."""
+    from data_prep.shards import images_in_several_languages, read_captions, read_manifest
+
+    manifest = read_manifest(split_dir)
+    metas = read_captions(split_dir)
+    several = images_in_several_languages(metas)
+    if several:
+        first, langs = next(iter(several.items()))
+        raise UserError(f"{split_dir}: {len(several)} image(s) captioned in more than one language (e.g. {first!r}: "
+                        f"{','.join(langs)}); the shared tokenizer is trained on a one-language split (data.tokenizer_split)")
+    provenance = {"splits": [{"path": str(Path(split_dir).resolve()), "split": manifest.get("split"),
+                              "checksum": manifest.get("checksum"), "captions": len(metas),
+                              "images_in_several_languages": 0}],
+                  "vocab_size": vocab_size, "min_frequency": min_frequency, "normalization": normalization}
+    tok = train_tokenizer([m["caption"] for m in metas], vocab_size, min_frequency, normalization)
+    return save_tokenizer(tok, path, provenance)
 
 
 def encode_batch(tok: Tokenizer, texts: list[str], max_length: int) -> tuple[list[list[int]], list[list[int]]]:

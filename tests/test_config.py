@@ -22,7 +22,7 @@ def write(tmp_path, text, name="c.yaml"):
 
 def test_yaml_and_overrides_are_applied(tmp_path):
     path = write(tmp_path, "steps: 50\nmodel:\n  layers: 2\n")
-    cfg = load_train_config(path, ["optim.lr=3e-4", "loss.transitive=official", "val.bkr_ks=[1,3]"])
+    cfg = load_train_config(path, ["optim.lr=3e-4", "loss.transitive=official", "val.bkr_ks=[1,3]", "val.select_by=val/bkr@3"])
     assert cfg.steps == 50 and cfg.model.layers == 2
     assert cfg.optim.lr == pytest.approx(3e-4) and isinstance(cfg.optim.lr, float)
     assert cfg.loss.transitive == "official" and cfg.val.bkr_ks == [1, 3]
@@ -46,6 +46,9 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("model:\n  d_model: 100\n  heads: 3\n", "divisible"),
         ("- a\n- b\n", "expected a YAML mapping"),
         ("steps: [1,\n", "malformed YAML"),
+        ("val:\n  select_by: test/sentence_translation\n", "checkpoints are chosen on val, never on test"),
+        ("val:\n  select_by: val/bkr@3\n", r"'val/bkr@3': unknown metric \(expected one of \['val/bkr@1', "),
+        ("val:\n  test_groups: -1\n", "val.test_groups must be >= 0"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, message):

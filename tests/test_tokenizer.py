@@ -1,11 +1,15 @@
 """The shared BPE tokenizer: exact round-trip on every script, special tokens, save/load."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from test_training import tiny_cfg
 
 from globetrotter.config import load_train_config
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import encode_batch, load_tokenizer, save_tokenizer, special_ids, train_tokenizer
+from globetrotter.training.prepare import ensure_data
 
 CAPTIONS = [
     "a big red circle on the left",
@@ -74,10 +78,8 @@ def test_uncased_folds_case_accents_and_the_first_word_and_the_file_carries_it(t
 
 
 def test_a_run_trains_its_tokenizer_with_the_asked_normalisation_and_refuses_another(tiny_world, tmp_path):
-    from test_training import tiny_cfg
-
     from globetrotter.tokenizer import normalization_of
-    from globetrotter.training.prepare import ensure_data, tokenizer_path
+    from globetrotter.training.prepare import tokenizer_path
 
     cfg = load_train_config(None, [f"data.root={tiny_world}", f"output_dir={tmp_path}", "data.synth=null",
                                    "data.vocab_size=300", "data.tokenizer_normalization=uncased"])
@@ -104,3 +106,80 @@ def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_
     assert done.value.code == 0
     assert normalization_of(load_tokenizer(world / "tokenizer-uncased.json")) == "uncased"
     assert not (world / "tokenizer.json").exists()
+
+
+# ----------------------------------------------------------------------------- provenance guard rails
+
+
+def _parallel_split(world: Path, dest: Path) -> Path:
+    """A copy of ``world``'s test split declared as a train split: every image captioned in every language."""
+    import shutil
+
+    shutil.copytree(world / "test", dest)
+    return dest
+
+
+def test_a_tokenizer_records_the_split_it_was_trained_on(tiny_world, tmp_path):
+    from data_prep.shards import read_manifest
+    from globetrotter.tokenizer import read_provenance, train_tokenizer_on_split
+
+    path = train_tokenizer_on_split(tiny_world / "train", tmp_path / "tok.json", 300)
+    record = read_provenance(path)
+    (split,) = record["splits"]
+    assert split["path"] == str((tiny_world / "train").resolve())
+    assert split["checksum"] == read_manifest(tiny_world / "train")["checksum"]
+    assert split["images_in_several_languages"] == 0 and split["captions"] > 0
+
+
+def test_a_tokenizer_is_never_trained_on_a_parallel_split(tiny_world, tmp_path):
+    from globetrotter.tokenizer import train_tokenizer_on_split
+
+    split = _parallel_split(tiny_world, tmp_path / "parallel")
+    with pytest.raises(UserError, match=r"parallel: \d+ image\(s\) captioned in more than one language"):
+        train_tokenizer_on_split(split, tmp_path / "tok.json", 300)
+    assert not (tmp_path / "tok.json").exists()
+
+
+def test_twins_share_the_tokenizer_of_the_one_language_split(tiny_world, tmp_path):
+    """A supervised run on a parallel split trains the shared BPE on data.tokenizer_split (train), not on its own
+    split, so a full run that comes after reads a tokenizer that saw no parallel text."""
+    import shutil
+
+    from globetrotter.tokenizer import read_provenance
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    _parallel_split(tiny_world, world / "train-parallel")
+    supervised = tiny_cfg(world, tmp_path, "data.tokenizer=null", "data.train_split=train-parallel",
+                          "loss.alpha_source=supervised")
+    ensure_data(supervised, log=lambda s: None)
+    (split,) = read_provenance(world / "tokenizer.json")["splits"]
+    assert split["path"] == str((world / "train").resolve())
+    ensure_data(tiny_cfg(world, tmp_path, "data.tokenizer=null"), log=lambda s: None)  # the full run accepts it
+
+
+def test_a_run_without_parallel_text_refuses_parallel_training_data(tiny_world, tmp_path):
+    import json
+    import shutil
+
+    from globetrotter.tokenizer import provenance_path, save_tokenizer, train_tokenizer
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    _parallel_split(tiny_world, world / "train-parallel")
+    with pytest.raises(UserError, match=r"train-parallel: \d+ image\(s\) captioned in more than one language .*"
+                                        r"loss.alpha_source=transitive"):
+        ensure_data(tiny_cfg(world, tmp_path, "data.train_split=train-parallel"), log=lambda s: None)
+    # a tokenizer whose record says it saw the parallel split: refused by a full run, accepted by the supervised twin
+    path = save_tokenizer(train_tokenizer(["a square", "ein Quadrat"] * 5, 300), tmp_path / "tok.json",
+                          {"splits": [{"path": str(world / "train-parallel"), "images_in_several_languages": 12}]})
+    with pytest.raises(UserError, match=r"tok.json: tokenizer trained on .*train-parallel, which captions images in "
+                                        r"several languages"):
+        ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}"), log=lambda s: None)
+    ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}", "data.train_split=train-parallel",
+                         "loss.alpha_source=supervised"), log=lambda s: None)
+    provenance_path(path).unlink()  # no record: used, with a warning
+    said = []
+    ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}"), log=said.append)
+    assert any("records no provenance" in line for line in said), said
+    assert json.loads(json.dumps(said))  # plain strings

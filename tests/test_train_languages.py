@@ -219,7 +219,8 @@ def test_adapting_to_the_left_out_language_trains_its_existing_tokens(world, bas
     # adapt.vocab_size=0: nothing is appended (a larger shared BPE than this world's 300 holds the left-out language's
     # words whole, as Flickr8k's does zh's): what trains is the rows of el's tokens that no training caption held
     cfg = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", "adapt.split=train",
-                                   "adapt.vocab_size=0", f"output_dir={tmp_path}", "adapt.epochs=40"])
+                                   "adapt.vocab_size=0", f"output_dir={tmp_path}", "adapt.epochs=40",
+                                   "val.test_groups=12"])
     result = train(cfg)
     assert result["step"] == 40 * 48 // 32  # el captions of the train split only
     before, after = globetrotter.load(base), globetrotter.load(cfg.run_dir)

@@ -66,7 +66,7 @@ def scalars(run_dir: Path, tag: str) -> dict[int, float]:
 
 def test_mcnemar_selection_rejects_a_marginal_gain_and_takes_a_clear_one_across_resume(tiny_world, tmp_path,
                                                                                        monkeypatch, capsys):
-    args = ["val.every=2", "checkpoint_every=100", "val.select_test=mcnemar", "val.test_groups=4"]
+    args = ["val.every=2", "checkpoint_every=100", "val.select_test=mcnemar"]
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", *args)
     calls = scripted_validator(monkeypatch, BASE, MARGINAL, MARGINAL)
     result = train(cfg)
@@ -92,16 +92,17 @@ def test_mcnemar_selection_rejects_a_marginal_gain_and_takes_a_clear_one_across_
 
 
 def test_default_selection_is_the_plain_max(tiny_world, tmp_path, monkeypatch):
-    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=100", "val.test_groups=4")
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=100")
     scripted_validator(monkeypatch, BASE, MARGINAL, MARGINAL)
     result = train(cfg)
     assert result["best"] == {"metric": KEY, "value": pytest.approx(0.515), "step": 4}
     assert not scalars(cfg.run_dir, "val/select_p_value")
 
 
-def test_real_validation_stores_the_best_hits(tiny_world, tmp_path):
-    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=1", "val.select_test=bootstrap", "val.test_groups=4")
+def test_real_validation_stores_the_best_hits_and_never_reads_test_unasked(tiny_world, tmp_path):
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=1", "val.select_test=bootstrap")
     result = train(cfg)
+    assert not [k for k in result["metrics"] if k.startswith("test/")]  # val.test_groups=0: the test split is locked
     step, hits = best_of(cfg)
     assert result["best"]["step"] == step
     assert hits.ndim == 1 and len(hits) > 0 and set(np.unique(hits)) <= {0.0, 1.0}

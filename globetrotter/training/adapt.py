@@ -52,7 +52,15 @@ from ..errors import UserError
 from ..evaluation import parallel_set, sentence_translation
 from ..models import GlobetrotterModel
 from ..models.subword import SubwordTable, extend_ngram_matrix, token_strings
-from ..tokenizer import encode_batch, extend_tokenizer, load_tokenizer, save_tokenizer, special_ids, token_bytes
+from ..tokenizer import (
+    encode_batch,
+    extend_tokenizer,
+    load_tokenizer,
+    read_provenance,
+    save_tokenizer,
+    special_ids,
+    token_bytes,
+)
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective, language_codes
 from .prepare import train_captions, train_languages
@@ -153,7 +161,11 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
         tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
         log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "
             f"{len(new)} captions, less what the old captions contain)")
-    save_tokenizer(tokenizer, cfg.data.tokenizer)
+    base = read_provenance(source / "tokenizer.json")
+    save_tokenizer(tokenizer, cfg.data.tokenizer, {
+        "splits": (base or {}).get("splits", []), "extends": base,
+        "adapt": {"split": str((Path(cfg.data.root) / a.split).resolve()), "language": a.language,
+                  "vocab_size": a.vocab_size}})
 
 
 class AdaptationObjective(GlobetrotterObjective):
@@ -411,11 +423,12 @@ class Adaptation:
     # ----------------------------------------------------------------- report
 
     def _translation(self, encoder: Encoder) -> dict | None:
-        """Sentence translation (paper 5.2, as ``eval.py sentence``: 200 groups, ``seed``) on the test split:
+        """Sentence translation (paper 5.2, as ``eval.py sentence``: ``val.test_groups`` groups, ``seed``) on the test split:
         the new language with the old ones (the mean of the new→old and old→new cells of the matrix over all
-        languages) and the old languages among themselves. None without a test split holding the new language."""
+        languages) and the old languages among themselves. None without a test split holding the new language, or
+        when the run does not ask for test figures (``val.test_groups`` = 0: ``eval.py sentence`` scores it after)."""
         cfg, lang = self.cfg, self.cfg.adapt.language
-        test = Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None
+        test = Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
         present = read_manifest(test).get("languages", {}) if test and (test / "manifest.json").is_file() else {}
         old = [code for code in self.old_languages if code in present]
         if lang not in present or not old:

@@ -17,8 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         "whose captions in many languages align through the images they describe (losses: SimCLR image loss L_v, "
         "cross-modal L_x, transitive text-text L_t, token cloze L_c). Runs on CPU, one GPU, or many with "
         "`accelerate launch train.py ...`. With no arguments it runs configs/quickstart.yaml: generates the "
-        "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, and prints "
-        "sentence-translation retrieval next to chance.",
+        "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, chooses its best "
+        "checkpoint by BackRetrieval on the val split (no parallel text) and prints the command that scores it on "
+        "the test split (`eval.py sentence`).",
         epilog="Overrides use dotted keys, e.g.  train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
         "loss.transitive=official.  Adapt a trained run to a language it never saw (paper appendix A.2): "
         "train.py adapt.from=RUN adapt.language=el [--config FILE] [key=value ...]: the run's saved config with "
@@ -41,7 +42,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from .report import print_summary
 
     result = train(cfg, resume=args.resume)
-    print_summary(result)
+    print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None)
     return 0
 
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from data_prep.shards import MANIFEST, read_manifest
+from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
 
 from ..config import TrainConfig
 from ..errors import UserError
-from ..tokenizer import default_file_name, load_tokenizer, normalization_of, save_tokenizer, train_tokenizer
+from ..tokenizer import (
+    default_file_name,
+    load_tokenizer,
+    normalization_of,
+    read_provenance,
+    shows_parallel_text,
+    train_tokenizer_on_split,
+)
 
 
 def tokenizer_path(cfg: TrainConfig) -> Path:
@@ -19,14 +26,38 @@ def tokenizer_path(cfg: TrainConfig) -> Path:
     return Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
 
 
-def check_tokenizer(cfg: TrainConfig, path: Path) -> None:
-    """One-line error when the tokenizer file at ``path`` was made with another normalisation than
-    ``data.tokenizer_normalization`` asks for (never a silent reuse)."""
+def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
+    """One-line errors when the tokenizer file at ``path`` was made with another normalisation than
+    ``data.tokenizer_normalization`` asks for (never a silent reuse), or, for a run without parallel text (any
+    ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
+    show an image in more than one language: such a BPE carries translation pairs into the model. A file with no
+    provenance record (made before they existed) is used with a warning."""
     found = normalization_of(load_tokenizer(path))
     if found != cfg.data.tokenizer_normalization:
         raise UserError(f"{path}: tokenizer made with normalization {found}, but data.tokenizer_normalization is "
                         f"{cfg.data.tokenizer_normalization}; point data.tokenizer elsewhere or delete the file to "
                         f"train a new one")
+    provenance = read_provenance(path)
+    if provenance is None:
+        log(f"warning: {path} records no provenance (the split it was trained on); delete it to train it again "
+            f"on {Path(cfg.data.root) / cfg.data.tokenizer_split} with a record")
+    elif cfg.loss.alpha_source != "supervised" and shows_parallel_text(provenance):
+        split = next(s for s in provenance["splits"] if s.get("images_in_several_languages", 0) > 0)
+        raise UserError(f"{path}: tokenizer trained on {split['path']}, which captions images in several languages; "
+                        f"a run without parallel text needs one trained on a one-language split (data.tokenizer_split)")
+
+
+def check_one_language_split(cfg: TrainConfig) -> None:
+    """For a run without parallel text (``loss.alpha_source`` other than ``supervised``): a one-line error when the
+    training captions show an image in more than one language (the train/val rule of docs/design.md section 3)."""
+    if cfg.loss.alpha_source == "supervised":
+        return
+    several = images_in_several_languages(train_captions(cfg))
+    if several:
+        first, langs = next(iter(several.items()))
+        raise UserError(f"{Path(cfg.data.root) / cfg.data.train_split}: {len(several)} image(s) captioned in more "
+                        f"than one language (e.g. {first!r}: {','.join(langs)}); a run without parallel text "
+                        f"(loss.alpha_source={cfg.loss.alpha_source}) trains on a one-language split")
 
 
 def train_languages(cfg: TrainConfig) -> list[str]:
@@ -59,8 +90,12 @@ def train_captions(cfg: TrainConfig) -> list[dict]:
 
 def ensure_data(cfg: TrainConfig, log=print) -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
-    train the tokenizer on the train split when ``tokenizer.json`` is absent; build the image-feature
-    cache when ``data.features`` asks for one that is absent (refuse a mismatched one). Main process only."""
+    train the tokenizer when its file is absent; build the image-feature
+    cache when ``data.features`` asks for one that is absent (refuse a mismatched one). Main process only.
+
+    The tokenizer is trained on ``data.tokenizer_split`` (a one-language split), not on the training split, so the
+    twins of a comparison (full, text-only, supervised on a parallel split) share one BPE that saw no parallel text;
+    a run without parallel text refuses a training split that breaks the one-language rule."""
     root = Path(cfg.data.root)
     train_dir = root / cfg.data.train_split
     if not (train_dir / MANIFEST).is_file():
@@ -74,15 +109,13 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
     if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
+    check_one_language_split(cfg)
     path = tokenizer_path(cfg)
     if not path.is_file():
-        from data_prep.shards import read_captions
-
-        norm = cfg.data.tokenizer_normalization
-        log(f"training the shared BPE tokenizer (vocab {cfg.data.vocab_size}, normalization {norm}) on {train_dir} ...")
-        captions = [m["caption"] for m in read_captions(train_dir)]
-        save_tokenizer(train_tokenizer(captions, cfg.data.vocab_size, normalization=norm), path)
-    check_tokenizer(cfg, path)
+        norm, split = cfg.data.tokenizer_normalization, root / cfg.data.tokenizer_split
+        log(f"training the shared BPE tokenizer (vocab {cfg.data.vocab_size}, normalization {norm}) on {split} ...")
+        train_tokenizer_on_split(split, path, cfg.data.vocab_size, normalization=norm)
+    check_tokenizer(cfg, path, log)
     if cfg.data.features and cfg.loss.uses_images:
         from ..data.feature_cache import ensure_feature_cache
 

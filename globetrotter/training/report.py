@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
-def print_summary(result: dict) -> None:
-    """Print the final validation metrics, sentence translation next to chance (main process only)."""
+def print_summary(result: dict, test_split: str | Path | None = None) -> None:
+    """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
+    the command that scores it on ``test_split`` once (main process only)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -28,3 +30,5 @@ def print_summary(result: dict) -> None:
     if result.get("best"):
         b = result["best"]
         print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")
+    if test_split is not None and (Path(test_split) / "manifest.json").is_file():
+        print(f"score it on the test split once: python eval.py sentence --model {result['run_dir']} --split {test_split}")

@@ -10,7 +10,6 @@ continues the uninterrupted run exactly (bit for bit on CPU at a fixed thread co
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import numpy as np
@@ -24,7 +23,7 @@ from ..config_io import save_config
 from ..encoder import Encoder, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
-from ..tokenizer import load_tokenizer, special_ids
+from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
 from . import adapt, token_init
@@ -157,7 +156,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             if is_main:
                 save_hits(folder, hits if as_best else None)
                 save_config(cfg, folder / "config.yaml")
-                shutil.copy(tokenizer_path(cfg), folder / "tokenizer.json")
+                copy_tokenizer(tokenizer_path(cfg), folder / "tokenizer.json")
                 (folder / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics,
                                                              "bad_samples": bad_samples}, indent=2))
 

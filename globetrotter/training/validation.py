@@ -1,4 +1,5 @@
-"""The validation hook: BackRetrieval on ``val`` (no parallel data) and sentence translation on ``test``.
+"""The validation hook: BackRetrieval on ``val`` (no parallel data), and sentence translation on ``test`` only for
+a run that asks for it (``val.test_groups`` > 0).
 
 Image similarity for BackRetrieval (``val.image_features``) must stay fixed across
 checkpoints so scores are comparable: ``pixels`` (colour thumbnails, no weights),
@@ -60,7 +61,8 @@ class Validator:
             unique, first, inverse = np.unique(self.image_ids, return_index=True, return_inverse=True)
             feats = extractor.extract([self.images[i] for i in first], ids=list(unique))
             self.image_feats = feats[inverse]
-        self.test_dir = root / cfg.data.test_split if cfg.data.test_split else None
+        # the test split only for a run that asks for it (val.test_groups > 0); never used to choose anything
+        self.test_dir = root / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
             self.test_dir = None
 
