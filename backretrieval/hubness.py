@@ -21,8 +21,10 @@ faiss search serves both criteria.
 """
 from __future__ import annotations
 
-import faiss
+from typing import Callable
+
 import numpy as np
+import scipy.sparse as sp
 from scipy import stats
 
 from .ranking import VectorScorer, as_float32, l2_normalize
@@ -59,19 +61,76 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     }
 
 
-def csls_penalty(targets: np.ndarray, sources: np.ndarray, k: int = DEFAULT_CSLS_K, chunk: int = 65536) -> np.ndarray:
-    """``r_S(y)``: mean cosine of each target row to its ``k`` nearest source rows, ``(Nt,)`` float32.
+MAX_BLOCK = 1 << 24
+"""Most similarities :func:`neighbourhood_radii` holds at once (64 MB of float32)."""
 
-    Exact faiss ``IndexFlatIP`` search on normalised rows (``k`` is capped at the number of sources).
+
+def _unit_rows(x):
+    """L2-normalised float32 rows, dense (contiguous) or ``scipy.sparse`` CSR."""
+    if sp.issparse(x):
+        x = sp.csr_matrix(x, dtype=np.float32)
+        norms = np.sqrt(np.asarray(x.multiply(x).sum(1))).ravel()
+        return (sp.diags(1.0 / np.maximum(norms, 1e-12)).astype(np.float32) @ x).tocsr()
+    return np.ascontiguousarray(l2_normalize(x), dtype=np.float32)
+
+
+def neighbourhood_radii(
+    queries,
+    pool,
+    k: int = DEFAULT_CSLS_K,
+    *,
+    pool_groups: np.ndarray | None = None,
+    extra: Callable[[np.ndarray], np.ndarray] | None = None,
+    exclude: np.ndarray | None = None,
+    chunk: int = 1024,
+) -> np.ndarray:
+    """CSLS's neighbourhood radius (Conneau et al., ICLR 2018, eq. 6): ``r(x)``, the mean of row ``x``'s ``k``
+    highest similarities to the ``pool`` rows, exact.
+
+    The similarity is the cosine of the rows (dense arrays or ``scipy.sparse`` matrices, L2-normalised here), plus
+    ``extra(rows)`` ``[len(rows), P]`` when given (e.g. a late-interaction score). ``pool_groups`` ``(P,)`` integer
+    codes ``0..G-1`` split the pool (languages): the result is ``[N, G]``, ``r_g(x)`` among group ``g``'s rows;
+    without it ``[N]`` over the whole pool. ``exclude`` ``(N,)`` names the pool row that is query ``i`` itself
+    (``-1``: none), never its own neighbour. Every group needs more than ``k`` rows beyond an excluded one
+    (:class:`ValueError` otherwise). Queries are scored in blocks of at most :data:`MAX_BLOCK` similarities: no
+    ``N x P`` matrix is held.
     """
-    index = faiss.IndexFlatIP(sources.shape[1])
-    index.add(l2_normalize(sources))
-    k = max(1, min(int(k), len(sources)))
-    out = np.empty(len(targets), dtype=np.float32)
-    for s in range(0, len(targets), chunk):
-        scores, _ = index.search(l2_normalize(targets[s:s + chunk]), k)
-        out[s:s + chunk] = scores.mean(axis=1)
-    return out
+    queries, pool = _unit_rows(queries), _unit_rows(pool)
+    if queries.shape[1] != pool.shape[1]:
+        raise ValueError(f"queries have {queries.shape[1]} dims, the pool {pool.shape[1]}")
+    n, n_pool = queries.shape[0], pool.shape[0]
+    groups = np.zeros(n_pool, np.int64) if pool_groups is None else np.asarray(pool_groups, np.int64)
+    if groups.shape != (n_pool,):
+        raise ValueError(f"pool_groups has {groups.shape[0]} codes for {n_pool} pool rows")
+    columns = [np.flatnonzero(groups == g) for g in range(int(groups.max()) + 1 if n_pool else 0)]
+    own = exclude is not None and bool((np.asarray(exclude) >= 0).any())
+    for g, cols in enumerate(columns):
+        if len(cols) - own < k:
+            raise ValueError(f"k={k} neighbours exceed the {len(cols)} pool rows" +
+                             (f" of group {g}" if pool_groups is not None else ""))
+    pool_t = pool.T.tocsr() if sp.issparse(pool) else pool.T
+    out = np.empty((n, len(columns)), dtype=np.float32)
+    step = max(1, min(chunk, MAX_BLOCK // max(n_pool, 1)))
+    for start in range(0, n, step):
+        rows = np.arange(start, min(start + step, n))
+        sims = queries[rows] @ pool_t
+        sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims, dtype=np.float32)
+        if extra is not None:
+            sims += extra(rows)
+        if own:
+            mine = np.asarray(exclude)[rows]
+            keep = mine >= 0
+            sims[np.flatnonzero(keep), mine[keep]] = -np.inf
+        for g, cols in enumerate(columns):
+            block = sims if len(columns) == 1 else sims[:, cols]
+            out[rows, g] = np.partition(block, block.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+    return out[:, 0] if pool_groups is None else out
+
+
+def csls_penalty(targets: np.ndarray, sources: np.ndarray, k: int = DEFAULT_CSLS_K) -> np.ndarray:
+    """``r_S(y)``: each target row's :func:`neighbourhood_radii` among the source rows, ``(Nt,)`` float32 (``k`` is
+    capped at the number of sources)."""
+    return neighbourhood_radii(targets, sources, max(1, min(int(k), len(sources))))
 
 
 def augment_for_csls(queries: np.ndarray, targets: np.ndarray, penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -137,6 +137,7 @@ def bkr_recall(
     csls_k: int = DEFAULT_CSLS_K,
     approximate: bool | ApproxConfig = False,
     image_neighbours: ImageNeighbours | None = None,
+    text_sim: np.ndarray | None = None,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -166,6 +167,10 @@ def bkr_recall(
             (:func:`~backretrieval.image_index.image_neighbours`: built once per image set,
             reused across text models; exact when built with ``method="flat"``), with
             ``max_rank = max(ks)``. Needs ``src_img``/``tgt_img``.
+        text_sim: optional precomputed ``(Ns, Nt)`` text similarity f(T_S, T_T), for an f that is no
+            cosine of two embeddings (late interaction, CSLS with statistics from outside the two sets);
+            replaces steps 1-2 (``src_text``/``tgt_text`` may then be None; ``retrieval`` and
+            ``approximate`` do not apply). Step 2 retrieves each row's maximum (ties: lowest index).
 
     Returns:
         ``{"bkr@K": float, ..., "hits": {K: (Ns,) per-query hits}, "ranks": (Ns,) rank of
@@ -178,9 +183,15 @@ def bkr_recall(
     _check_max_rank(max_rank, ks)
     check_retrieval(retrieval, csls_k)
     approx = _approx_config(approximate, ks)
-    src_text = _matrix("src_text", src_text)
-    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
-    n_src, n_tgt = len(src_text), len(tgt_text)
+    if text_sim is not None:
+        if approx is not None:
+            raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
+        text_sim = _matrix("text_sim", text_sim)
+        n_src, n_tgt = text_sim.shape
+    else:
+        src_text = _matrix("src_text", src_text)
+        tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+        n_src, n_tgt = len(src_text), len(tgt_text)
     image_rows, image_col = distinct_images(src_image_ids, n_src)
 
     if image_sim is not None and image_neighbours is not None:
@@ -204,7 +215,10 @@ def bkr_recall(
         scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
         if image_neighbours is not None:
             check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
-    retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
+    if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
+        retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
+    else:
+        retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
     if approx is not None or image_neighbours is not None:  # only "fewer than K better images?"
         max_rank = max(ks)
@@ -218,7 +232,8 @@ def bkr_recall(
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
-               n_queries=n_src, n_images=len(image_rows), ties=ties, retrieval=retrieval,
+               n_queries=n_src, n_images=len(image_rows), ties=ties,
+               retrieval="given similarity" if text_sim is not None else retrieval,
                approximate=approx is not None,
                image_neighbours=None if image_neighbours is None else image_neighbours.method)
     return out

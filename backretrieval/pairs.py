@@ -15,7 +15,7 @@ across languages), the groups captioned in both a and b give a row-aligned paral
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -77,6 +77,7 @@ def evaluate_pairs(
     csls_k: int = 10,
     approximate: bool | ApproxConfig = False,
     return_hits: bool = False,
+    text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> dict:
     """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
 
@@ -95,6 +96,9 @@ def evaluate_pairs(
         bootstrap, level: with ``bootstrap`` > 0 replicates, each pair's figures get a
             ``level`` interval over queries (``entry["intervals"]``, seeded with ``seed``).
         retrieval, csls_k, approximate: as in :func:`backretrieval.metric.bkr_recall`.
+        text_scores: optional ``(src_rows, tgt_rows) -> (len(src_rows), len(tgt_rows))`` text similarity
+            of rows of this dataset, for an f that is no cosine of ``texts_emb`` (``texts_emb`` may then be
+            None; no CORR or XLR). BkR's step 2 retrieves each source row's best-scoring target.
         return_hits: also return ``"hits": {"bkr@K": (Q,)}``, the per-query hits of every
             pair concatenated in pair order. For one ``seed`` the queries are the same for
             any text model, so two checkpoints' hits are paired (for
@@ -108,7 +112,11 @@ def evaluate_pairs(
         "hits" (with ``return_hits``)}``.
     """
     ks = _check_ks(ks)
-    n = len(texts_emb)
+    if text_scores is not None and (with_corr or groups is not None):
+        raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
+    if texts_emb is None and text_scores is None:
+        raise BackRetrievalError("evaluate_pairs: give texts_emb or text_scores")
+    n = len(langs) if texts_emb is None else len(texts_emb)
     langs = np.asarray(langs, dtype=object)
     image_ids = np.asarray(image_ids, dtype=object)
     if len(langs) != n or len(image_ids) != n or len(image_feats) != n:
@@ -120,7 +128,7 @@ def evaluate_pairs(
         groups = np.asarray(groups, dtype=object)
         if len(groups) != n:
             raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
-    texts_emb = np.asarray(texts_emb, dtype=np.float32)
+    texts_emb = None if texts_emb is None else np.asarray(texts_emb, dtype=np.float32)
     image_feats = np.asarray(image_feats, dtype=np.float32)
     names = sorted(set(langs.tolist()))
     if len(names) < 2:
@@ -144,8 +152,12 @@ def evaluate_pairs(
             entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
             intervals: dict = {}
             if len(src) and len(tgt):
-                res = bkr_recall(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt], ks,
-                                 src_image_ids=image_ids[src], **options)
+                if text_scores is None:
+                    res = bkr_recall(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt], ks,
+                                     src_image_ids=image_ids[src], **options)
+                else:
+                    res = bkr_recall(None, image_feats[src], None, image_feats[tgt], ks, src_image_ids=image_ids[src],
+                                     text_sim=text_scores(src, tgt), **options)
                 entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
                 entry["hubness"] = res["hubness"]
                 for k in ks:

@@ -141,3 +141,40 @@ def test_bad_retrieval_options_are_one_line_errors():
         bkr_recall(x, x, x, x, (1,), approximate=ApproxConfig(nprobe=0))
     with pytest.raises(BackRetrievalError, match="index must be one of pq, ivf"):
         bkr_recall(x, x, x, x, (1,), approximate=ApproxConfig(index="hnsw"))
+
+
+# ----------------------------------------------------------------------------- the neighbourhood radius
+
+
+def _brute_radius(q, pool, k, extra=None, exclude=None):
+    q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    pool = pool / np.linalg.norm(pool, axis=1, keepdims=True)
+    out = []
+    for i, row in enumerate(q):
+        sims = [float(row @ p) + (0.0 if extra is None else extra[i, j]) for j, p in enumerate(pool)
+                if exclude is None or exclude[i] != j]
+        out.append(np.mean(sorted(sims)[-k:]))
+    return np.array(out)
+
+
+def test_neighbourhood_radii_are_the_mean_of_the_k_best_similarities():
+    import scipy.sparse as sp
+
+    from backretrieval.hubness import neighbourhood_radii
+
+    rng = np.random.default_rng(0)
+    q, pool = rng.standard_normal((13, 5)), rng.standard_normal((40, 5))
+    np.testing.assert_allclose(neighbourhood_radii(q, pool, 4), _brute_radius(q, pool, 4), atol=1e-5)
+    # sparse rows give the same radii; an extra score is added before the k best are taken
+    extra = rng.standard_normal((13, 40)).astype(np.float32)
+    np.testing.assert_allclose(neighbourhood_radii(sp.csr_matrix(q), sp.csr_matrix(pool), 4, extra=lambda r: extra[r]),
+                               _brute_radius(q, pool, 4, extra), atol=1e-5)
+    # a row of its own pool is never its own neighbour; groups split the pool (languages)
+    own = neighbourhood_radii(pool, pool, 3, exclude=np.arange(40))
+    np.testing.assert_allclose(own, _brute_radius(pool, pool, 3, exclude=np.arange(40)), atol=1e-5)
+    groups = np.arange(40) % 2
+    by_group = neighbourhood_radii(q, pool, 3, pool_groups=groups, chunk=5)
+    for g in (0, 1):
+        np.testing.assert_allclose(by_group[:, g], _brute_radius(q, pool[groups == g], 3), atol=1e-5)
+    with pytest.raises(ValueError, match="k=21 neighbours exceed the 20 pool rows of group 0"):
+        neighbourhood_radii(q, pool, 21, pool_groups=groups)

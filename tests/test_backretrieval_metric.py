@@ -280,3 +280,28 @@ def test_corr_needs_at_least_one_pair():
     x = np.random.default_rng(11).standard_normal((5, 3))
     with pytest.raises(BackRetrievalError, match="max_pairs"):
         corr_score(x, x, x, x, max_pairs=0)  # was NaN from an empty sample
+
+
+def test_a_given_text_similarity_replaces_the_embeddings():
+    """Any f, given as a matrix (late interaction, CSLS with outside statistics), is back-retrieved as the cosine is."""
+    from backretrieval import evaluate_pairs
+    from backretrieval.ranking import l2_normalize
+
+    rng = np.random.default_rng(3)
+    st, si, tt, ti = (rng.standard_normal((30, 6)) for _ in range(4))
+    cos = l2_normalize(st) @ l2_normalize(tt).T
+    by_emb, by_matrix = bkr_recall(st, si, tt, ti, (1, 5)), bkr_recall(None, si, None, ti, (1, 5), text_sim=cos)
+    np.testing.assert_array_equal(by_emb["retrieved"], by_matrix["retrieved"])
+    assert by_emb["bkr@5"] == by_matrix["bkr@5"] and by_matrix["retrieval"] == "given similarity"
+    flipped = bkr_recall(None, si, None, ti, (1,), text_sim=-cos)  # another f retrieves other targets
+    assert (flipped["retrieved"] != by_emb["retrieved"]).any()
+    # per language pair: the scores of rows of one dataset
+    text, langs = np.vstack([st, tt]), ["a"] * 30 + ["b"] * 30
+    images, ids = np.vstack([si, ti]), [f"i{i}" for i in range(60)]
+    plain = evaluate_pairs(text, langs, images, ids, (1, 5), with_corr=False)
+    full = l2_normalize(text) @ l2_normalize(text).T
+    given = evaluate_pairs(None, langs, images, ids, (1, 5), with_corr=False,
+                           text_scores=lambda s, t: full[np.ix_(s, t)])
+    assert given["mean"] == plain["mean"]
+    with pytest.raises(BackRetrievalError, match="text_sim: contains NaN"):
+        bkr_recall(None, si, None, ti, (1,), text_sim=np.full((30, 30), np.nan))
