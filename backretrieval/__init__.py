@@ -13,40 +13,64 @@ Main entry points::
     bkr_recall(..., retrieval="csls", approximate=True)  # hubness-corrected / large-N variants
     lists = image_neighbours(src_img, tgt_img)      # once per image set (save_image_neighbours to keep)
     bkr_recall(..., approximate=True, image_neighbours=lists)  # step 4 a lookup, for every text model
+
+What each ``backretrieval`` command runs, as functions returning results whose ``to_record()``
+is the command's JSON record::
+
+    score("en.npy", "de.npy", src_img="en_img.npy", tgt_img="de_img.npy")   # score: arrays or .npy paths
+    compare(a_en, a_de, b_en, b_de, src_img=..., tgt_img=...)            # compare: A vs B, paired tests
+    evaluate_split("outputs/flickr8k/val", ["USE=use", "random:512"])     # eval: every language pair
+    correlate_split("outputs/flickr8k/test", specs, pairs=["en-de"])      # correlate: the paper's protocol
 """
-from .embedders import NoisyEmbedder, RandomEmbedder, TextEmbedder, load_embedder, register_embedder
+from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_captions, load_embedder,
+                        parse_model_specs, register_embedder)
 from .approximate import ApproxConfig
+from .comparison import CompareResult, compare
 from .errors import BackRetrievalError
+from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
 from .hubness import hubness_stats
-from .image_index import ImageNeighbours, image_neighbours, load_image_neighbours, save_image_neighbours
+from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
+                          save_image_neighbours)
 from .metric import bkr_recall, corr_score, xlr_recall
 from .pairs import evaluate_pairs
 from .protocol import correlate_over_models, run_protocol, sample_non_matching
+from .scoring import ScoreResult, score
 from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
 
 __all__ = [
     "ApproxConfig",
     "BackRetrievalError",
+    "CompareResult",
     "ImageNeighbours",
     "NoisyEmbedder",
     "RandomEmbedder",
+    "ScoreResult",
+    "SplitCorrelation",
+    "SplitEvaluation",
     "TextEmbedder",
     "better_beyond_noise",
     "bkr_recall",
+    "compare",
     "compare_hits",
     "corr_interval",
-    "correlate_over_models",
     "corr_score",
+    "correlate_over_models",
+    "correlate_split",
+    "embed_captions",
     "evaluate_pairs",
+    "evaluate_split",
     "hubness_stats",
     "image_neighbours",
-    "load_image_neighbours",
+    "image_neighbours_file",
     "load_embedder",
+    "load_image_neighbours",
     "p_better",
+    "parse_model_specs",
     "recall_interval",
     "register_embedder",
     "run_protocol",
-    "save_image_neighbours",
     "sample_non_matching",
+    "save_image_neighbours",
+    "score",
     "xlr_recall",
 ]

@@ -9,9 +9,9 @@ back-retrieval (N x D per distinct retrieved target). What each step really need
   the best (ties: lowest index). It is the exact argmax whenever the true nearest target is
   among the candidates; when it is not, a target almost as close is retrieved. The default
   index (``"pq"``) projects rows on their top ``pca_dim = 64`` uncentred principal directions
-  and scans 4-bit codes of every target (one code per dimension; faiss ``IndexPQFastScan``:
-  the 1e10 query-target pairs of N = 100k in about 15 s on one core). The earlier default, ``"ivf"`` (k-means cells,
-  ``nprobe`` visited), is kept: on the benchmark's data it misses far more true neighbours.
+  and scans 4-bit codes of every target (one code per dimension; faiss ``IndexPQFastScan``).
+  The earlier default, ``"ivf"`` (k-means cells, ``nprobe`` visited), is kept: on
+  noise-dominated data it misses far more true neighbours.
 * step 4 needs only whether *fewer than K* distinct source images score above the query's
   own image in the row g(I_T*, .). That row depends on the images only, so
   :mod:`backretrieval.image_index` computes the K' best source images of every target image
@@ -20,22 +20,12 @@ back-retrieval (N x D per distinct retrieved target). What each step really need
   retrieved targets only; ``image_side="exact"`` counts better images exactly, stopped at K
   (``max_rank = max(ks)`` of :func:`backretrieval.ranking.count_ranks`).
 
-So approximate ranks are censored above max(ks), as with ``max_rank``. Measured by
-``bench/bench_backretrieval.py`` (same run as the exact count; synthetic data where a 64-d
-signal is buried in isotropic 512/2048-d noise, the hard case for any index: the nearest
-caption is barely closer than the hundredth) at N = 100k, one thread on a shared 2-core CPU:
-the candidates hold the exact nearest caption for 87% of queries (IVF, nprobe 32: 34%),
-|dBkR@10| = 0.0033; with image lists the whole metric takes 23 s per model (exact count:
-181 s), exact lists a one-off 453 s. The lists are built by default (``--approximate
---image-index``) with this index over the images (:mod:`backretrieval.image_index`,
-``method="pq"``): 80 s against 721 s for exact lists in a later, more loaded run, where the
-first model cost 114 s against 266 s for the exact count (|dBkR@10| 0.0040). On a quiet machine the
-first model (lists and metric) takes 24.9 s with two threads and 39.4 s with one, against 64 s / 115 s
-for the exact count (same |dBkR@10|). Without lists, ``image_side="pq"`` (the default) builds them in the
-call for the distinct retrieved targets only (54% of them): the whole metric in 20.9 s / 29.8 s, the same
-Recall@K as lists of every target. Missing the
-nearest caption here takes a caption close in the principal (signal) directions, so the
-approximate BkR comes out slightly *higher*.
+So approximate ranks are censored above max(ks), as with ``max_rank``. How often the
+candidates hold the exact nearest caption, the resulting |dBkR@K| and the time against the
+exact count are measured by ``bench/bench_backretrieval.py`` (README, Measured results) on
+synthetic data where a low-dimensional signal is buried in isotropic noise, the hard case for
+any index. Missing the nearest caption there takes a caption close in the principal (signal)
+directions, so the approximate BkR tends to come out slightly *higher*.
 """
 from __future__ import annotations
 
@@ -72,7 +62,7 @@ class ApproxConfig:
         image_side: BkR's step 4 without precomputed image lists: ``"pq"`` (default) builds the
             :mod:`backretrieval.image_index` ``pq`` lists for the distinct retrieved targets' images only
             (the lists a later ``--image-index`` file would hold for them: the same Recall@K); ``"exact"``
-            counts better images exactly up to max(K) (slower; what the mode did before stop 24).
+            counts better images exactly up to max(K) (slower; the mode's earlier behaviour).
     """
 
     index: str = "pq"

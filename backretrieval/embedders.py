@@ -17,7 +17,9 @@ from *spec strings* by :func:`load_embedder`:
                             ``globetrotter:CKPT_DIR``, declared by the globetrotter package)
 ==========================  ===========================================================
 
-New prefixes can also be added at run time with :func:`register_embedder`.
+New prefixes can also be added at run time with :func:`register_embedder`. Lists of specs
+with labels (``[NAME=]SPEC``, as the command line takes them) are read by
+:func:`parse_model_specs`; :func:`embed_captions` embeds a split's captions with one spec.
 """
 from __future__ import annotations
 
@@ -326,3 +328,39 @@ def embed_texts(embedder: TextEmbedder, texts: Sequence[str]) -> np.ndarray:
     if not np.all(np.isfinite(emb)):
         raise BackRetrievalError(f"embedder {embedder.name}: returned NaN or inf")
     return emb
+
+
+def parse_model_specs(specs: Sequence[str]) -> dict[str, str]:
+    """``[NAME=]SPEC`` strings -> {label: spec}; the label defaults to the spec itself.
+
+    Blank lines and ``#`` comments are skipped (so a file's lines can be passed as they are);
+    a label given twice is an error.
+    """
+    out: dict[str, str] = {}
+    for raw in specs:
+        raw = raw.strip()
+        if not raw or raw.startswith("#"):
+            continue
+        name, eq, spec = raw.partition("=")
+        if not eq or ":" in name:
+            name, spec = raw, raw
+        if name in out:
+            raise BackRetrievalError(f"model {name!r} given twice")
+        out[name] = spec
+    return out
+
+
+def embed_captions(
+    spec: str, texts: Sequence[str], *, online: bool = False, progress: bool = True,
+    cache: dict[str, TextEmbedder] | None = None,
+) -> tuple[str, np.ndarray]:
+    """Embed captions with the model a spec names: (embedder name, one row per caption of ``texts``).
+
+    The distinct texts are embedded once; a positional embedder (``npy:`` without a texts
+    sidecar) gets every text, in order. ``cache`` is :func:`load_embedder`'s.
+    """
+    embedder = load_embedder(spec, online=online, progress=progress, cache=cache)
+    if is_positional(embedder):  # its rows are the split's captions in shard order: do not sort or dedupe
+        return embedder.name, embed_texts(embedder, [str(t) for t in texts])
+    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    return embedder.name, embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]

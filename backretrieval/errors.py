@@ -4,15 +4,44 @@
 equivalent of ``globetrotter.errors``. Mistakes a user can fix (a missing file, a shape
 mismatch, an unknown model spec) raise :class:`BackRetrievalError`; bugs raise ordinary
 exceptions and keep their traceback.
+
+The library functions name their inputs in messages through :func:`option`: the parameter
+name (``src_img``) when called from Python, the flag (``--src-img``) inside the command line
+(:func:`cli_option_names`), so one check serves both.
 """
 from __future__ import annotations
 
 import sys
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator, Sequence
+
+_CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=False)
 
 
 class BackRetrievalError(ValueError):
     """An error the user can fix: the message says what, where, and what was expected."""
+
+
+def option(name: str, metavar: str = "") -> str:
+    """How a message names the input ``name`` (a parameter name): as is, or as a flag under the CLI.
+
+    ``metavar`` follows the flag only (``option("hits", "A.npy B.npy")`` is ``--hits A.npy B.npy``
+    on the command line, ``hits`` in Python).
+    """
+    if not _CLI_NAMES.get():
+        return name
+    return "--" + name.replace("_", "-") + (f" {metavar}" if metavar else "")
+
+
+@contextmanager
+def cli_option_names() -> Iterator[None]:
+    """Within this block, :func:`option` names inputs by their command-line flags."""
+    token = _CLI_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _CLI_NAMES.reset(token)
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

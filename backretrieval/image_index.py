@@ -19,25 +19,20 @@ text model and every K <= C:
 
   - ``"flat"`` (the function's default, what the exact metric uses): an exact faiss
     ``IndexFlatIP`` search over the L2-normalised source images, N_t x N_s x D: about one
-    uncapped exact pass of the image side (453 s to 721 s at N = 100k, D = 2048, one thread,
-    as the shared machine was loaded).
+    uncapped exact pass of the image side.
   - ``"pq"`` (the default of ``--approximate --image-index``): the approximate mode's text
     candidate index (:class:`backretrieval.approximate.ANNIndex`) over the source images,
     4-bit codes of their 64 uncentred principal directions, every source image scanned;
     ``candidates`` (256) of them per target image re-scored exactly with the full features,
     the best C kept. The exact re-scoring makes every listed score exact and the order
     exact among the candidates, so an error is only a better image missing from the
-    candidates (a miss counted as a hit). ``bench/bench_backretrieval.py --methods capped
-    lists-flat lists`` at N = 100k (one thread, one run on a loaded 2-core machine): built in
-    80 s against 721 s for ``flat``, holding 91% of the exact lists' entries; the whole
-    approximate metric off them gives |dBkR@10| = 0.0040 against exact (0.0033 with exact
-    lists), and the first model scored on an image set costs 114 s (lists and metric)
-    against 266 s for the capped exact count; on a quiet machine the build takes 17.0 s with two threads and
-    26.8 s with one, and the first model 24.9 s / 39.4 s. Its 2048-d features bury a 64-d signal in
-    isotropic noise, whose share of g no projection sees: with 128 candidates a trial run gave
-    |dBkR@10| = 0.0057, hence 256; on less noisy features fewer would do (``candidates``).
+    candidates (a miss counted as a hit). Much faster to build than ``flat`` at large N;
+    its cost and accuracy against the exact count are measured by
+    ``bench/bench_backretrieval.py --methods capped lists-flat lists`` (README, Measured
+    results). Features whose signal is buried in isotropic noise need more candidates, hence
+    256; on less noisy features fewer would do (``candidates``).
   - ``"hnsw"``: faiss ``IndexHNSWFlat`` (optionally over PCA-reduced features), re-scored the
-    same way; on the benchmark's noise-dominated features it missed more better images.
+    same way; on noise-dominated features it misses more better images than ``pq``.
 * :func:`save_image_neighbours` / :func:`load_image_neighbours` keep them in an ``.npz`` with
   the image counts, the feature dimension and a fingerprint of the features, so that lists of
   other images (another N, dimension or content) are refused with a one-line error.
@@ -55,7 +50,8 @@ import faiss
 import numpy as np
 
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
+from .files import PathLike, write_file
 from .ranking import TIES, Scorer, VectorScorer, as_float32, l2_normalize
 
 DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 32
@@ -170,6 +166,31 @@ def image_neighbours(
         ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
         scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
     return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), method)
+
+
+def image_neighbours_file(
+    path: PathLike,
+    src_img: np.ndarray,
+    tgt_img: np.ndarray,
+    n_neighbours: int = DEFAULT_NEIGHBOURS,
+    *,
+    src_image_ids: Sequence | None = None,
+    method: str = "flat",
+    seed: int = 0,
+) -> tuple[ImageNeighbours, bool]:
+    """Lists kept in a file: ``(lists, built)``, read from ``path`` when it exists, else built and written there.
+
+    A new file holds ``max(DEFAULT_NEIGHBOURS, n_neighbours)`` neighbours per target image,
+    built with ``method`` (:func:`image_neighbours`). Whether existing lists belong to these
+    images is checked where they are used (:func:`check_image_neighbours`, naming the file).
+    """
+    path = Path(path)
+    if path.exists():
+        return load_image_neighbours(path), False
+    lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, n_neighbours), src_image_ids=src_image_ids,
+                             method=method, seed=seed)
+    write_file(path, lambda p: save_image_neighbours(p, lists), option("image_index"))
+    return replace(lists, origin=str(path)), True
 
 
 def image_neighbours_of(

@@ -235,6 +235,11 @@ class ImageFeatureExtractor:
         self._load()
         return f"{self.model_name}@{self._weights_tag}"
 
+    @property
+    def spec(self) -> str:
+        """The image model as given, ``MODEL:WEIGHTS`` (what result records call g)."""
+        return f"{self.model_name}:{self.weights}"
+
     def cache_path(self, ids: Sequence[str]) -> Path | None:
         """The cache file for these image ids (None without a cache folder)."""
         if self.cache_dir is None:
@@ -296,11 +301,12 @@ class ThumbnailFeatures:
 
     kind = "thumbnail"
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, spec: str | None = None) -> None:
         if int(size) < 1:
             raise BackRetrievalError(f"image model 'thumbnail:{size}': SIZE must be >= 1")
         self.size = int(size)
         self.name = f"thumbnail:{self.size}"
+        self.spec = spec or self.name  # as given (what result records call g)
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
         """Thumbnail vectors of ``images`` (paths, encoded bytes or PIL images); ``ids`` are ignored."""
@@ -328,9 +334,10 @@ class RandomImageFeatures:
 
     kind = "random"
 
-    def __init__(self, seed: int = 0, dim: int = RANDOM_G_DIM) -> None:
+    def __init__(self, seed: int = 0, dim: int = RANDOM_G_DIM, spec: str | None = None) -> None:
         self.seed, self.dim = int(seed), int(dim)
         self.name = f"random:{self.seed}"
+        self.spec = spec or self.name  # as given (what result records call g)
 
     def extract(self, images: Sequence, ids: Sequence[str] | None = None) -> np.ndarray:
         """One vector per image, from ``ids`` when given (then ``images`` are not read)."""
@@ -358,7 +365,8 @@ def image_feature_extractor(
 ) -> "ImageFeatureExtractor | ThumbnailFeatures | RandomImageFeatures":
     """The g a spec names: ``thumbnail:SIZE``, ``random[:SEED]``, or a timm model with ``weights``.
 
-    Every result has ``name``, ``kind`` (``"cnn"``, ``"thumbnail"``, ``"random"``) and
+    Every result has ``name``, ``spec`` (``model`` as given; ``MODEL:WEIGHTS`` for a CNN), ``kind``
+    (``"cnn"``, ``"thumbnail"``, ``"random"``) and
     ``extract(images, ids=None) -> (n, D)``. Bad specs raise a one-line
     :class:`BackRetrievalError`; a CNN is only loaded when features are first needed.
     """
@@ -373,7 +381,7 @@ def image_feature_extractor(
         if not arg.isdigit() or int(arg) < 1:
             raise BackRetrievalError(f"image model {model!r}: expected thumbnail:SIZE with SIZE a positive integer "
                                      "(e.g. thumbnail:16)")
-        return ThumbnailFeatures(int(arg))
+        return ThumbnailFeatures(int(arg), spec=model)
     if colon and not arg.lstrip("-").isdigit():
         raise BackRetrievalError(f"image model {model!r}: expected random or random:SEED with SEED an integer")
-    return RandomImageFeatures(int(arg) if colon else 0)
+    return RandomImageFeatures(int(arg) if colon else 0, spec=model)

@@ -1,0 +1,182 @@
+"""What the sub-commands share: the metric's help text, option groups, and arguments -> library options."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from ..approximate import ApproxConfig
+from ..files import dump_json, write_json
+from ..images import image_feature_extractor
+from ..ranking import TIES
+from ..scoring import ImageLists
+
+METRIC_HELP = """\
+BackRetrieval (Fain, Twomey & Bollegala, SIGIR 2021) judges a cross-lingual text model f
+without parallel text, using images as the pivot. For each source-language caption T_S^q
+with image I_S^q:
+  1-2. retrieve the nearest target-language caption T_T* by cosine of f (ties: lowest index);
+  3.   rank all source images by the image similarity g(I_T*, I_S) (cosine of CNN features);
+  4.   rank_q = rank of the query's own image I_S^q (1 = best).
+BkR Recall@K = share of queries with rank_q <= K. Images shared by several source captions
+are ranked once. Ties in g follow --ties: pessimistic (tied images count as above,
+default), optimistic (they do not), expected (expectation over random tie orders).
+XLR Recall@K is the ground-truth cross-lingual retrieval metric (rank of the true
+translation among all target captions), computable only with parallel data; CORR is the
+paper's baseline: Spearman between text and image cosine distances over source x target
+pairs. A good BkR tracks XLR across models ('correlate' measures how closely).
+
+Every figure comes with a bootstrap 95% interval over queries (--bootstrap replicates of
+the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead of the
+cosine (hub captions penalised) and the record reports the hubness of the retrieval
+(skewness of the k-occurrence, share of queries landing on the top 1% hubs);
+--approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and
+the retrieved targets' best source images likewise (compressed codes re-scored exactly; better
+images counted only up to K): for large N; --image-index FILE keeps each target image's
+best source images (computed once per image set: with --approximate from compressed codes
+re-scored exactly, else exact) so that step 4 is a lookup for every model scored on the
+same images.
+"""
+
+MODEL_SPECS = (
+    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption of "
+    "the split, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
+    "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
+    "points; prefix NAME= to label a model (e.g. USE-M=use)."
+)
+
+
+def add_command(sub, name: str, help: str, *paragraphs: str) -> argparse.ArgumentParser:
+    """A sub-command whose ``--help`` explains the metric, then what the command does (``paragraphs``)."""
+    description = METRIC_HELP + "".join("\n" + textwrap.fill(p, 88) + "\n" for p in paragraphs)
+    return sub.add_parser(name, help=help, description=description, formatter_class=formatter)
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> None:
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10], metavar="K",
+                   help="the K of Recall@K, several at once (default: 1 5 10; the paper uses 10)")
+    p.add_argument("--ties", choices=TIES, default="pessimistic",
+                   help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
+    p.add_argument("--max-rank", type=int, metavar="N", default=None,
+                   help="stop counting a query's rank above N (reported as N+1): same Recall@K for K <= N, much faster "
+                        "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
+
+
+def add_interval_options(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help=bootstrap_help)
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default: 0.95)")
+
+
+def add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
+    add_interval_options(p, "bootstrap replicates over queries for the intervals (default: 1000; 0: no intervals)")
+    p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
+                   help="text retrieval criterion: cosine (the paper) or CSLS, which penalises hub captions "
+                        "(Conneau et al. 2018; default: cosine)")
+    p.add_argument("--csls-k", type=int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+    p.add_argument("--approximate", action="store_true",
+                   help="for large N: text neighbours from a compressed faiss index (candidates re-scored exactly), "
+                        "and the retrieved targets' best source images from compressed image codes (re-scored "
+                        "exactly); better images counted only up to the largest K (ranks above it censored)")
+    p.add_argument("--ann", choices=("pq", "ivf"), default="pq",
+                   help="with --approximate: the candidate index: pq (64 principal directions, 4-bit codes, every "
+                        "target scanned) or ivf (k-means cells, --nprobe of them visited) (default: pq)")
+    p.add_argument("--candidates", type=int, default=128, metavar="C",
+                   help="with --approximate: text candidates per query re-scored exactly (default: 128)")
+    p.add_argument("--approx-image-side", choices=("pq", "exact"), default="pq",
+                   help="with --approximate and no --image-index: step 4 from compressed-code image lists of the "
+                        "retrieved targets (pq) or the exact count of better images up to the largest K (exact: "
+                        "slower) (default: pq)")
+    p.add_argument("--nprobe", type=int, default=32,
+                   help="with --approximate --ann ivf: cells visited per query (more: slower, closer to exact; "
+                        "default: 32)")
+
+
+def add_image_index_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image-index", metavar="NPZ",
+                   help="image neighbour lists: read from NPZ when it exists, else computed (see "
+                        "--image-index-method) and written there. Step 4 becomes a lookup (ranks above the largest "
+                        "K censored); the lists depend only on the images, so reuse the file for every text model "
+                        "scored on them")
+    p.add_argument("--image-index-method", choices=("pq", "flat"),
+                   help="how a new --image-index file is built: pq (256 candidates per target image from 4-bit codes "
+                        "of 64 principal directions, re-scored exactly: fast, approximate) or flat (exact faiss "
+                        "search, one N_t x N_s pass over the full features) (default: pq with --approximate, "
+                        "else flat)")
+
+
+def add_embedding_metric_options(p: argparse.ArgumentParser) -> None:
+    """What ``score`` and ``compare`` take after their inputs: --out, then every metric option."""
+    p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
+    add_metric_options(p, full_ranks=True)
+    add_beyond_paper_options(p)
+    add_image_index_option(p)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image-model", default="resnet50", metavar="G",
+                   help="the image similarity g: a timm model whose pooled last-layer features define it (default: "
+                        "resnet50, as in the paper); thumbnail:SIZE (the image's SIZE x SIZE pixels, flattened: a "
+                        "degraded g); random[:SEED] (a Gaussian vector per image: the null g, BkR at chance)")
+    p.add_argument("--image-weights", default=None, metavar="W",
+                   help="image model weights: a local .pth/.safetensors file; 'package' (offline EfficientNet-Lite0, "
+                        "use with --image-model efficientnet_lite0); 'hub' (download, needs --online); 'random' "
+                        "(a randomly initialised CNN). Not needed when the split stores npy features, nor for "
+                        "thumbnail/random g")
+    p.add_argument("--online", action="store_true",
+                   help="allow downloads (timm hub weights, sentence-transformers models); off by default")
+    p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
+    p.add_argument("--device", default="cpu", help="torch device for the image model (default: cpu)")
+    default_cache = os.environ.get("BACKRETRIEVAL_CACHE", str(Path.home() / ".cache" / "backretrieval"))
+    p.add_argument("--cache-dir", default=default_cache,
+                   help="image-feature cache, keyed by model, weights and image set "
+                        "(default: $BACKRETRIEVAL_CACHE or ~/.cache/backretrieval)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def metric_options(args: argparse.Namespace) -> dict:
+    """The metric's keyword options shared by ``score``, ``compare`` and ``eval`` (:func:`backretrieval.score`)."""
+    approximate = args.approximate and ApproxConfig(index=args.ann, nprobe=args.nprobe, candidates=args.candidates,
+                                                    seed=args.seed, image_side=args.approx_image_side)
+    return {"ks": args.ks, "ties": args.ties, "max_rank": args.max_rank, "retrieval": args.retrieval,
+            "csls_k": args.csls_k, "approximate": approximate, "bootstrap": args.bootstrap, "level": args.level,
+            "seed": args.seed}
+
+
+def extractor(args: argparse.Namespace):
+    """The g of --image-model/--image-weights (a bad spec fails here, before any data is read)."""
+    return image_feature_extractor(args.image_model, args.image_weights, online=args.online,
+                                   batch_size=args.batch_size, device=args.device, cache_dir=args.cache_dir,
+                                   progress=not args.no_progress)
+
+
+def inputs(args: argparse.Namespace) -> dict:
+    """The arguments as the JSON records list them."""
+    return {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> None:
+    """Say that --image-index was written, or that the lists read from it are approximate when the run is not."""
+    if image_lists is None:
+        return
+    lists = image_lists.lists
+    if image_lists.built:
+        print(f"wrote {lists.origin} ({lists.n_targets} x {lists.n_neighbours} image neighbours, {lists.method})",
+              file=sys.stderr)
+    elif lists.method != "flat" and not approximate:
+        print(f"note: {lists.origin} holds approximate ({lists.method}) image lists: step 4 is approximate",
+              file=sys.stderr)
+
+
+def emit_json(record: dict, out: str | Path | None) -> None:
+    """Print the record (no --out, or '-'), or write it to ``out`` and say so."""
+    if out is None or str(out) == "-":
+        print(dump_json(record))
+        return
+    write_json(record, out)
+    print(f"wrote {out}", file=sys.stderr)

@@ -1,0 +1,50 @@
+"""``backretrieval compare``: does model A beat model B on the same data? (:func:`backretrieval.compare`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..comparison import compare
+from .common import add_command, add_embedding_metric_options, emit_json, inputs, metric_options, report_image_lists
+
+
+def add_parser(sub) -> None:
+    p = add_command(sub, "compare", "does model A beat model B on the same data? (McNemar, paired bootstrap)",
+                    "Compares two text models on the same queries: BkR@K (and XLR@K with parallel embeddings) of A "
+                    "and B, their difference with a paired-bootstrap interval, McNemar's exact test on the queries "
+                    "where exactly one model hits, and the p-value. The verdict is A, B or tie (no difference at "
+                    "--alpha; the larger p-value of the tests run). Give either embeddings (--a-src-text ... with "
+                    "the shared image files) or two hit files written by 'score --hits-out' on the same data "
+                    "(--hits A.npy B.npy).")
+    p.add_argument("--a-src-text", metavar="NPY", help="model A: (Ns, d) source-language text embeddings")
+    p.add_argument("--a-tgt-text", metavar="NPY", help="model A: (Nt, d) target-language text embeddings")
+    p.add_argument("--b-src-text", metavar="NPY", help="model B: (Ns, d') source-language text embeddings")
+    p.add_argument("--b-tgt-text", metavar="NPY", help="model B: (Nt, d') target-language text embeddings")
+    p.add_argument("--src-img", metavar="NPY", help="(Ns, D) image features of the source captions' images")
+    p.add_argument("--tgt-img", metavar="NPY", help="(Nt, D) image features of the target captions' images")
+    p.add_argument("--a-xlr-tgt-text", metavar="NPY", help="model A: embeddings of the source rows' translations (XLR)")
+    p.add_argument("--b-xlr-tgt-text", metavar="NPY", help="model B: embeddings of the source rows' translations (XLR)")
+    p.add_argument("--hits", nargs=2, metavar=("A_NPY", "B_NPY"),
+                   help="instead of embeddings: per-query hits of A and B ('score --hits-out'), compared at --ks")
+    p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="labels of the two models")
+    p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
+                   help="paired tests to run (default: both)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the candidate index (default: 0)")
+    add_embedding_metric_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,
+                     tgt_img=args.tgt_img, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
+                     hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
+                     image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
+    report_image_lists(result.image_lists, args.approximate)
+    name_a, name_b = result.names
+    for metric, res in result.comparisons.items():
+        verdict = res["verdict"] if res["verdict"] != "tie" else "no significant difference"
+        print(f"{metric}: {name_a} {res['a']:.4f} vs {name_b} {res['b']:.4f} (diff {res['diff']:+.4f}); "
+              f"p = {res['p_value']:.4g} -> {verdict}", file=sys.stderr)
+    emit_json(result.to_record(inputs(args)), args.out)
+    return 0

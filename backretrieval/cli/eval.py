@@ -1,0 +1,41 @@
+"""``backretrieval eval``: BkR for every language pair of a split, one or more models
+(:func:`backretrieval.evaluate_split`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..evaluate import evaluate_split
+from ..files import make_dir
+from .common import (MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options, add_model_options,
+                     emit_json, extractor, metric_options)
+
+
+def add_parser(sub) -> None:
+    p = add_command(sub, "eval", "BkR for every language pair of a shard split, one or more models",
+                    "Evaluates each model spec on every ordered language pair of a split folder written by "
+                    "globetrotter-data (texts, langs, image_ids; XLR too where 'group' ties translations). "
+                    "Languages that share images are split into non-matching halves. Writes results.json, a heat "
+                    "map per model and metric, and a box plot over pairs (paper Fig. 3).", MODEL_SPECS)
+    p.add_argument("--data", required=True, metavar="SPLIT_DIR", help="split folder (manifest.json + .tar shards)")
+    p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
+    p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")
+    p.add_argument("--max-per-lang", type=int, metavar="N", help="at most N source and N target captions per pair")
+    p.add_argument("--seed", type=int, default=0, help="seed of the non-matching split and subsampling (default: 0)")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
+    add_metric_options(p)
+    add_beyond_paper_options(p)
+    add_model_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = evaluate_split(args.data, args.model, extractor=extractor(args), langs=args.langs,
+                            max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
+                            **metric_options(args))
+    out_dir = make_dir(args.out_dir, "--out-dir")
+    result.save_plots(out_dir)
+    for label, res in result.results.items():
+        print(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()), file=sys.stderr)
+    emit_json(result.to_record(), out_dir / "results.json")
+    return 0

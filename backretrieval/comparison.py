@@ -1,0 +1,157 @@
+"""Does text model A beat model B on the same queries? BkR (and XLR) hits compared with paired tests.
+
+:func:`compare` is the library side of ``backretrieval compare``: give either both models'
+embeddings with the shared image features (scored here, through one set of image lists when
+``image_index`` is given), or two per-query hit files written by ``score --hits-out`` on the
+same data (``hits``). Each metric's hits are compared by
+:func:`backretrieval.uncertainty.compare_hits` (McNemar's exact test, paired bootstrap);
+:meth:`CompareResult.to_record` is the command's JSON record.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .approximate import ApproxConfig
+from .errors import BackRetrievalError, option
+from .files import PathLike, enough_for_k, json_ready, load_input, same_rows
+from .hubness import DEFAULT_CSLS_K
+from .metric import DEFAULT_KS, bkr_recall, xlr_recall
+from .scoring import ImageLists, image_side, open_image_lists
+from .uncertainty import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, compare_hits
+
+PairedHits = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (hits of A, hits of B), query-aligned
+
+
+@dataclass
+class CompareResult:
+    """What :func:`compare` found; ``to_record()`` is the JSON record of ``backretrieval compare``."""
+
+    comparisons: dict[str, dict]  # per metric: compare_hits' result, the verdict a model name or "tie"
+    names: tuple[str, str]
+    alpha: float
+    tests: tuple[str, ...]
+    retrieval: str
+    approximate: bool
+    hubness: dict | None  # per model ("a", "b"), when scored from embeddings
+    image_lists: ImageLists | None = None
+
+    def to_record(self, inputs: Mapping | None = None) -> dict:
+        """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments)."""
+        return json_ready({
+            "task": "backretrieval.compare", "inputs": dict(inputs or {}),
+            "models": {"A": self.names[0], "B": self.names[1]}, "alpha": self.alpha, "tests": list(self.tests),
+            "retrieval": self.retrieval, "approximate": self.approximate, "comparisons": self.comparisons,
+            "hubness": self.hubness})
+
+
+def hits_from_files(hits_a, hits_b, ks: Sequence[int]) -> PairedHits:
+    """Paired ``bkr@K`` hits from two ``score --hits-out`` files (or arrays): one column per K, same queries."""
+    (a_label, a), (b_label, b) = load_input(hits_a, "hits of A"), load_input(hits_b, "hits of B")
+    a, b = (np.asarray(x, dtype=np.float64).reshape(len(x), -1) for x in (a, b))
+    same_rows([(a_label, len(a)), (b_label, len(b))], "the same queries are needed for a paired comparison")
+    if a.shape[1] != len(ks) or b.shape[1] != len(ks):
+        raise BackRetrievalError(f"{a_label}, {b_label}: {a.shape[1]} and {b.shape[1]} hit columns, expected one "
+                                 f"per {option('ks')} value ({list(ks)}), as 'score --hits-out' writes them")
+    return {f"bkr@{k}": (a[:, i], b[:, i]) for i, k in enumerate(ks)}
+
+
+def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence[int], options: dict,
+                          image_index, image_index_method, seed: int) -> tuple[PairedHits, dict, ImageLists | None]:
+    missing = [option(name) for name, value in texts.items() if value is None]
+    if missing:
+        raise BackRetrievalError(f"compare needs {', '.join(missing)} (or {option('hits', 'A.npy B.npy')})")
+    loaded = {name: load_input(value, option(name)) for name, value in texts.items()}
+    for side, what in (("src", "source texts"), ("tgt", "target texts")):
+        same_rows([(label, len(arr)) for label, arr in (loaded[f"a_{side}_text"], loaded[f"b_{side}_text"])], what)
+    src, tgt = loaded["a_src_text"], loaded["a_tgt_text"]
+    images = image_side(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])))
+    enough_for_k(images.label, len(src[1]), ks, "source images")
+    lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
+                             method=image_index_method, seed=seed)  # one set of lists for both models
+    hits: dict[str, list] = {}
+    hubness = {}
+    for side in ("a", "b"):
+        res = bkr_recall(loaded[f"{side}_src_text"][1], images.src_img, loaded[f"{side}_tgt_text"][1],
+                         images.tgt_img, ks, image_neighbours=lists.lists if lists else None, **options)
+        hubness[side] = res["hubness"]
+        for k in ks:
+            hits.setdefault(f"bkr@{k}", []).append(res["hits"][k])
+    if any(v is not None for v in xlr.values()):
+        if any(v is None for v in xlr.values()):
+            raise BackRetrievalError(f"XLR comparison needs both {' and '.join(map(option, xlr))}")
+        for side, (name, value) in zip("ab", xlr.items()):
+            src_label, src_arr = loaded[f"{side}_src_text"]
+            label, par = load_input(value, option(name))
+            same_rows([(src_label, len(src_arr)), (label, len(par))], "XLR needs one translation per source row")
+            res = xlr_recall(src_arr, par, ks, **options)
+            for k in ks:
+                hits.setdefault(f"xlr@{k}", []).append(res["hits"][k])
+    return {m: (h[0], h[1]) for m, h in hits.items()}, hubness, lists
+
+
+def compare(
+    a_src_text=None,
+    a_tgt_text=None,
+    b_src_text=None,
+    b_tgt_text=None,
+    *,
+    src_img=None,
+    tgt_img=None,
+    a_xlr_tgt_text=None,
+    b_xlr_tgt_text=None,
+    hits: tuple | None = None,
+    names: Sequence[str] = ("A", "B"),
+    tests: Sequence[str] = TESTS,
+    alpha: float = DEFAULT_ALPHA,
+    ks: Sequence[int] = DEFAULT_KS,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approximate: bool | ApproxConfig = False,
+    image_index: PathLike | None = None,
+    image_index_method: str | None = None,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> CompareResult:
+    """Compare models A and B at every K: BkR@K (and XLR@K with both ``*_xlr_tgt_text``) with paired tests.
+
+    Args:
+        a_src_text, a_tgt_text, b_src_text, b_tgt_text: each model's source / target text
+            embeddings (arrays or ``.npy`` paths), rows aligned with ``src_img`` / ``tgt_img``.
+        a_xlr_tgt_text, b_xlr_tgt_text: each model's embeddings of the source rows' translations.
+        hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out``).
+        names: labels of A and B (the verdict is one of them, or ``"tie"``).
+        tests, alpha: the paired tests run and the significance level of the verdict.
+        ks, ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
+        image_index, image_index_method: image neighbour lists shared by both models (as in
+            :func:`backretrieval.score`).
+        bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
+    """
+    if not 0 < alpha < 1:
+        raise BackRetrievalError(f"{option('alpha')} must be in (0, 1), got {alpha}")
+    if bootstrap < 1 and "bootstrap" in tests:
+        raise BackRetrievalError(f"{option('bootstrap')} must be >= 1 for the paired bootstrap test")
+    hubness, lists = None, None
+    if hits:
+        per_metric = hits_from_files(hits[0], hits[1], ks)
+    else:
+        texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
+                 "b_tgt_text": b_tgt_text}
+        options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
+                   "approximate": approximate}
+        per_metric, hubness, lists = _hits_from_embeddings(
+            texts, {"a_xlr_tgt_text": a_xlr_tgt_text, "b_xlr_tgt_text": b_xlr_tgt_text}, src_img, tgt_img, ks,
+            options, image_index, image_index_method, seed)
+    name_a, name_b = names
+    comparisons = {}
+    for metric, (a, b) in per_metric.items():
+        res = compare_hits(a, b, tests, alpha, max(bootstrap, 1), level, seed)
+        res["verdict"] = {"A": name_a, "B": name_b}.get(res["verdict"], "tie")
+        comparisons[metric] = res
+    return CompareResult(comparisons, (name_a, name_b), alpha, tuple(tests), retrieval, bool(approximate), hubness,
+                         lists)

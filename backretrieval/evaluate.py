@@ -1,0 +1,242 @@
+"""Text models on a shard split: BkR for every language pair, and the paper's protocol over models.
+
+The library side of ``backretrieval eval`` and ``backretrieval correlate``. Both take a split
+folder written by ``globetrotter-data`` (or a loaded :class:`backretrieval.data.SplitData`),
+text models as spec strings (``[NAME=]SPEC``, :func:`backretrieval.embedders.parse_model_specs`)
+and an image model g (:func:`backretrieval.images.image_feature_extractor`; None: the split's
+stored features):
+
+* :func:`evaluate_split`: :func:`backretrieval.evaluate_pairs` per model, every ordered language
+  pair (paper Fig. 3);
+* :func:`correlate_split`: :func:`backretrieval.run_protocol` per language pair, BkR and CORR
+  against XLR over the models (paper Table 1, Fig. 2).
+
+Their results serialise to the commands' JSON records (``to_record()``) and draw the commands'
+figures (``save_plots(out_dir)``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .approximate import ApproxConfig
+from .data import SplitData, aligned_pair, image_features, load_split
+from .embedders import embed_captions, parse_model_specs
+from .errors import BackRetrievalError, option
+from .files import PathLike, json_ready
+from .hubness import DEFAULT_CSLS_K
+from .metric import DEFAULT_KS
+from .pairs import evaluate_pairs
+from .plots import pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
+from .protocol import DEFAULT_SEEDS, format_table, run_protocol
+from .scoring import DEFAULT_CORR_PAIRS
+from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
+
+DEFAULT_PROTOCOL_N = 10_000  # items per side and seed (paper 3.1), at most half the pair's items
+
+
+@dataclass
+class EmbeddedSplit:
+    """A split with its image features and every model's caption embeddings (one row per caption)."""
+
+    data: SplitData
+    features: np.ndarray  # (distinct images, D)
+    image_model: str | None  # how records name g (None: the split's stored features)
+    specs: dict[str, str]  # label -> spec
+    embedders: dict[str, str]  # label -> embedder name
+    embeddings: dict[str, np.ndarray]  # label -> (captions, d)
+
+    def header(self) -> dict:
+        return {"data": str(self.data.split_dir), "checksum": self.data.checksum, "image_model": self.image_model}
+
+
+def _image_label(extractor, image_format: str) -> str | None:
+    """How g is named in the records: its spec, or None where the split's stored features are g."""
+    if extractor is None or (getattr(extractor, "kind", "cnn") == "cnn" and image_format == "npy"):
+        return None
+    return getattr(extractor, "spec", None)
+
+
+def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
+    """{label: spec} from a mapping as is, or from ``[NAME=]SPEC`` strings."""
+    return dict(models) if isinstance(models, Mapping) else parse_model_specs(models)
+
+
+def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
+                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True) -> EmbeddedSplit:
+    """Load the split (only ``langs``), its image features under g, and every model's caption embeddings."""
+    data = data if isinstance(data, SplitData) else load_split(data, langs)
+    features = image_features(data, extractor)
+    cache: dict = {}
+    embedded = {label: embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
+                for label, spec in models.items()}
+    return EmbeddedSplit(data, features, _image_label(extractor, data.image_format), dict(models),
+                         {label: name for label, (name, _) in embedded.items()},
+                         {label: emb for label, (_, emb) in embedded.items()})
+
+
+@dataclass
+class SplitEvaluation:
+    """What :func:`evaluate_split` measured; ``to_record()`` is ``backretrieval eval``'s results.json."""
+
+    split: EmbeddedSplit
+    results: dict[str, dict]  # label -> evaluate_pairs result
+    options: dict  # ks, ties, seed, max_per_lang, max_rank, retrieval, approximate, bootstrap, level
+
+    def to_record(self) -> dict:
+        models = {label: {"spec": self.split.specs[label], "embedder": self.split.embedders[label],
+                          "langs": res["langs"], "mean": res["mean"], "pairs": res["pairs"], "matrix": res["matrix"]}
+                  for label, res in self.results.items()}
+        return json_ready({"task": "backretrieval.eval", **self.split.header(), **self.options, "models": models})
+
+    def save_plots(self, out_dir: PathLike) -> list[Path]:
+        """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
+        out_dir, paths = Path(out_dir), []
+        for label, res in self.results.items():
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+            for metric in res["matrix"]:
+                if metric.startswith(("bkr", "xlr")):
+                    png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
+                    paths.append(pair_heatmap(res, metric, png, title=f"{label}: {metric}"))
+        k = max(self.options["ks"])
+        paths.append(pair_boxplot(self.results, f"bkr@{k}", out_dir / f"boxplot_bkr{k}.png"))
+        return paths
+
+
+def evaluate_split(
+    data: PathLike | SplitData,
+    models: Sequence[str] | Mapping[str, str],
+    *,
+    extractor=None,
+    langs: Sequence[str] | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    max_per_lang: int | None = None,
+    seed: int = 0,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approximate: bool | ApproxConfig = False,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    level: float = DEFAULT_LEVEL,
+    online: bool = False,
+    progress: bool = True,
+) -> SplitEvaluation:
+    """BkR (and XLR where groups tie translations) of each model on every ordered language pair of a split.
+
+    Args:
+        data: a split folder (``manifest.json`` + ``.tar`` shards) or a loaded split.
+        models: ``[NAME=]SPEC`` strings or {label: spec} (:func:`backretrieval.load_embedder` specs).
+        extractor: the image model g (None: the split's stored features).
+        langs: only these languages (default: all in the split).
+        max_per_lang, seed: at most this many source and target captions per pair; seed of the
+            non-matching split and of the subsampling.
+        ks, ties, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`;
+            ``max_rank`` defaults to the largest K (the same Recall@K, faster).
+        bootstrap, level: per pair, intervals over queries (0: none).
+        online, progress: allow downloads of text models; show progress bars.
+    """
+    specs = model_specs(models)
+    split = embed_split(data, specs, extractor, langs, online=online, progress=progress)
+    data = split.data
+    feats = split.features[data.image_index]
+    groups = data.groups if data.has_groups else None
+    options = {"ks": list(ks), "ties": ties, "seed": seed, "max_per_lang": max_per_lang,
+               "max_rank": max_rank or max(ks), "retrieval": retrieval, "approximate": bool(approximate),
+               "bootstrap": bootstrap, "level": level}
+    results = {label: evaluate_pairs(emb, data.langs, feats, data.image_ids, ks, groups=groups,
+                                     max_per_lang=max_per_lang, seed=seed, ties=ties, max_rank=max_rank or max(ks),
+                                     bootstrap=bootstrap, level=level, retrieval=retrieval, csls_k=csls_k,
+                                     approximate=approximate)
+               for label, emb in split.embeddings.items()}
+    return SplitEvaluation(split, results, options)
+
+
+@dataclass
+class SplitCorrelation:
+    """What :func:`correlate_split` measured; ``to_record()`` is ``backretrieval correlate``'s protocol.json."""
+
+    split: EmbeddedSplit
+    pairs: dict[str, dict]  # "src->tgt" -> run_protocol result
+    options: dict  # ks, ties, retrieval, bootstrap, level
+
+    def to_record(self) -> dict:
+        models = {label: {"spec": spec, "embedder": self.split.embedders[label]}
+                  for label, spec in self.split.specs.items()}
+        return json_ready({"task": "backretrieval.correlate", **self.split.header(), "models": models,
+                           **self.options, "pairs": self.pairs})
+
+    def table(self, k: int) -> str:
+        """Paper Table 1 at Recall@``k``: Pearson and Spearman of BkR and CORR against XLR, one row per pair."""
+        return format_table({label: res["correlation"] for label, res in self.pairs.items()}, k)
+
+    def save_plots(self, out_dir: PathLike, k: int) -> list[Path]:
+        """Paper Fig. 2 per pair: BkR@``k`` and CORR against XLR@``k``, one point per model (first seed)."""
+        return [scatter_bkr_vs_xlr(res, k, Path(out_dir) / f"scatter_{label.replace('->', '-')}.png",
+                                   title=f"{label}: BkR vs XLR (seed {res['seeds'][0]}, N={res['n']})")
+                for label, res in self.pairs.items()]
+
+
+def language_pairs(pairs: Sequence[str | tuple[str, str]]) -> list[tuple[str, str]]:
+    """(source, target) language pairs from ``SRC-TGT`` strings or tuples; two different languages each."""
+    out = []
+    for raw in pairs:
+        src, dash, tgt = raw.partition("-") if isinstance(raw, str) else (raw[0], "-", raw[1])
+        if not dash or not src or not tgt or src == tgt:
+            raise BackRetrievalError(f"{option('pairs')}: expected SRC-TGT with two different languages, got {raw!r}")
+        out.append((src, tgt))
+    return out
+
+
+def correlate_split(
+    data: PathLike | SplitData,
+    models: Sequence[str] | Mapping[str, str],
+    *,
+    extractor=None,
+    pairs: Sequence[str | tuple[str, str]] | None = None,
+    n: int | None = None,
+    seeds: int = DEFAULT_SEEDS,
+    ks: Sequence[int] = DEFAULT_KS,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    corr_pairs: int = DEFAULT_CORR_PAIRS,
+    retrieval: str = "cosine",
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    level: float = DEFAULT_LEVEL,
+    online: bool = False,
+    progress: bool = True,
+) -> SplitCorrelation:
+    """The paper's protocol on a parallel split: per language pair, BkR and CORR against XLR over the models.
+
+    Args:
+        data: a parallel split folder (captions tied by ``group``) or a loaded split.
+        models: at least 2 ``[NAME=]SPEC`` strings or {label: spec}.
+        extractor: the image model g (None: the split's stored features).
+        pairs: ``SRC-TGT`` strings or (src, tgt) tuples (default: every ordered pair of the split).
+        n: items per side and seed (default: ``min(10000, items // 2)``); seeds: how many.
+        ks, ties, corr_pairs, retrieval: metric options; ``max_rank`` defaults to the largest K.
+        bootstrap, level: per seed and model, intervals over queries (0: none).
+        online, progress: allow downloads of text models; show progress bars.
+    """
+    specs = model_specs(models)
+    if len(specs) < 2:
+        raise BackRetrievalError(f"correlate needs at least 2 model specs (got {len(specs)}); 3 or more make sense")
+    wanted = language_pairs(pairs or [])
+    split = embed_split(data, specs, extractor, sorted({lang for pair in wanted for lang in pair}) or None,
+                        online=online, progress=progress)
+    if not wanted:
+        names = sorted(set(split.data.langs.tolist()))
+        wanted = [(a, b) for a in names for b in names if a != b]
+    results = {}
+    for src_lang, tgt_lang in wanted:
+        src_rows, tgt_rows, image_idx = aligned_pair(split.data, src_lang, tgt_lang)
+        per_model = {label: (emb[src_rows], emb[tgt_rows]) for label, emb in split.embeddings.items()}
+        results[f"{src_lang}->{tgt_lang}"] = run_protocol(
+            per_model, split.features[image_idx], n=n or min(DEFAULT_PROTOCOL_N, len(image_idx) // 2), seeds=seeds,
+            ks=ks, ties=ties, max_rank=max_rank or max(ks), corr_pairs=corr_pairs, progress=progress,
+            bootstrap=bootstrap, level=level, retrieval=retrieval)
+    options = {"ks": list(ks), "ties": ties, "retrieval": retrieval, "bootstrap": bootstrap, "level": level}
+    return SplitCorrelation(split, results, options)

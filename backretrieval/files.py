@@ -1,0 +1,125 @@
+"""Files in and out of the library functions: checked ``.npy`` inputs, one-line write errors, JSON records.
+
+Every input of :func:`backretrieval.score`, :func:`backretrieval.compare` and the hit files may
+be a path or an array (:func:`load_input`); a path is named in error messages, an array by the
+parameter it was given as. Results serialise through :func:`json_ready` to the records the
+command line writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .errors import BackRetrievalError, option
+
+PathLike = str | os.PathLike
+_FINITE_CHUNK = 8192  # rows checked for NaN/inf at once (memmaps stay on disk)
+
+
+def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray:
+    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, NaN rows)."""
+    p = Path(path)
+    if not p.is_file():
+        raise BackRetrievalError(f"{p}: {what} file not found")
+    try:
+        array = np.load(p, mmap_mode="r")
+    except (ValueError, OSError) as err:
+        raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
+    if check_finite and array.dtype.kind == "f" and array.ndim == 2:
+        bad = [s + np.flatnonzero(~np.isfinite(np.asarray(array[s:s + _FINITE_CHUNK])).all(axis=1))
+               for s in range(0, len(array), _FINITE_CHUNK)]
+        bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+        if len(bad):
+            raise BackRetrievalError(f"{p}: {what} has {len(bad)} of {len(array)} rows with NaN or inf "
+                                     f"(first: row {int(bad[0])})")
+    return array
+
+
+def is_path(x: object) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def load_input(x, what: str) -> tuple[str, np.ndarray]:
+    """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``)."""
+    if is_path(x):
+        return str(x), load_npy(x, what)
+    return what, np.asarray(x)
+
+
+def read_lines(x, what: str) -> tuple[str, list[str]]:
+    """``(label, lines)`` of a text file given by path, or of a sequence given as is (label: ``what``)."""
+    if not is_path(x):
+        return what, [str(v) for v in x]
+    path = Path(x)
+    if not path.is_file():
+        raise BackRetrievalError(f"{path}: {what} file not found")
+    return str(path), path.read_text(encoding="utf-8").splitlines()
+
+
+def same_rows(items: Sequence[tuple[str, int]], what: str) -> None:
+    """One-line error when inputs that must be row-aligned differ in length: ``items`` are (label, rows)."""
+    counts = dict(items)
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{label} has {n}" for label, n in counts.items())
+        raise BackRetrievalError(f"row counts differ ({what}): {listed}")
+
+
+def enough_for_k(label: str, n: int, ks: Sequence[int], what: str) -> None:
+    """One-line error when ``n`` candidates cannot tell models apart at the largest K."""
+    if n < max(ks):
+        raise BackRetrievalError(f"{label}: {n} {what}, fewer than the largest K ({max(ks)}): Recall@{max(ks)} "
+                                 f"would be 1 for any model; lower {option('ks')} or use more data")
+
+
+def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Path:
+    """``write(path)`` after creating its folder; an OS error becomes a one-line user error."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as err:
+        raise BackRetrievalError(f"{path}: cannot write {what} ({err.strerror or err})") from None
+    return path
+
+
+def save_npy(path: PathLike, array: np.ndarray, what: str) -> Path:
+    return write_file(path, lambda p: np.save(p, array), what)
+
+
+def make_dir(path: PathLike, what: str) -> Path:
+    """Create the folder ``path`` (and its parents); an OS error becomes a one-line user error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BackRetrievalError(f"{path}: cannot create {what} ({err.strerror or err})") from None
+    return path
+
+
+def json_ready(obj):
+    """JSON-ready copy: arrays to lists, numpy scalars to Python, NaN/inf to null, paths to strings."""
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def dump_json(record: dict) -> str:
+    """The text of a JSON record as the command line writes it."""
+    return json.dumps(json_ready(record), indent=2, ensure_ascii=False)
+
+
+def write_json(record: dict, path: PathLike, what: str = "the JSON record") -> Path:
+    text = dump_json(record)
+    return write_file(path, lambda p: p.write_text(text + "\n", encoding="utf-8"), what)

@@ -1,0 +1,201 @@
+"""Score one text model on precomputed embeddings: BkR, CORR and (with parallel data) XLR, with intervals.
+
+:func:`score` is the library side of ``backretrieval score``: inputs are arrays or ``.npy``
+paths (row i of ``src_text`` describes row i of ``src_img``, likewise for the target side),
+and the :class:`ScoreResult` serialises to the command's JSON record
+(:meth:`ScoreResult.to_record`). :func:`image_side` and :func:`open_image_lists` are shared with
+:func:`backretrieval.compare`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .approximate import ApproxConfig
+from .errors import BackRetrievalError, option
+from .files import PathLike, enough_for_k, json_ready, load_input, read_lines, same_rows
+from .hubness import DEFAULT_CSLS_K
+from .image_index import ImageNeighbours, image_neighbours_file
+from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
+from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, corr_interval, recall_intervals
+
+DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
+
+
+@dataclass
+class ImageSide:
+    """The image inputs of BkR, loaded and row-checked: features of both sides, or a similarity matrix."""
+
+    src_img: np.ndarray | None
+    tgt_img: np.ndarray | None
+    image_sim: np.ndarray | None
+    label: str  # what messages call the source images (a path or a parameter name)
+
+
+@dataclass
+class ImageLists:
+    """Image neighbour lists kept in a file (``image_index``): the lists and whether this call built them."""
+
+    lists: ImageNeighbours
+    built: bool
+
+
+@dataclass
+class ScoreResult:
+    """What :func:`score` measured; ``to_record()`` is the JSON record of ``backretrieval score``."""
+
+    metrics: dict[str, float]  # bkr@K (, corr) (, xlr@K)
+    intervals: dict[str, dict]  # per metric, with bootstrap > 0: {"value", "lo", "hi", ...}
+    n_queries: int
+    n_images: int
+    ks: tuple[int, ...]
+    ties: str
+    retrieval: str
+    approximate: bool
+    image_neighbours: str | None  # how step 4's lists were made (None: exact count)
+    hubness: dict
+    bootstrap: int
+    level: float
+    ranks: np.ndarray = field(repr=False)  # per-query BkR rank
+    hits: dict[int, np.ndarray] = field(repr=False)  # per-query BkR hit, per K
+    image_lists: ImageLists | None = None
+
+    def hits_matrix(self) -> np.ndarray:
+        """``(n_queries, len(ks))`` hits, one column per K (what ``score --hits-out`` writes)."""
+        return np.stack([self.hits[k] for k in self.ks], axis=1)
+
+    def to_record(self, inputs: Mapping | None = None) -> dict:
+        """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments)."""
+        intervals = {"level": self.level, "replicates": self.bootstrap, **self.intervals} if self.intervals else None
+        return json_ready({
+            "task": "backretrieval.score", "inputs": dict(inputs or {}), "n_queries": self.n_queries,
+            "n_images": self.n_images, "ties": self.ties, "retrieval": self.retrieval,
+            "approximate": self.approximate, "image_neighbours": self.image_neighbours, "metrics": self.metrics,
+            "intervals": intervals, "hubness": self.hubness})
+
+
+def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str, int]) -> ImageSide:
+    """Load ``src_img``/``tgt_img`` or ``image_sim`` (arrays or paths), checked against the text rows.
+
+    ``src`` and ``tgt`` are (label, rows) of the source and target texts.
+    """
+    if image_sim is not None:
+        if src_img is not None or tgt_img is not None:
+            raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
+                                     "not both")
+        label, sim = load_input(image_sim, option("image_sim"))
+        if sim.shape != (tgt[1], src[1]):
+            raise BackRetrievalError(f"{label}: {option('image_sim')} has shape {sim.shape}, expected "
+                                     f"({tgt[1]}, {src[1]}) = ({tgt[0]} rows, {src[0]} rows)")
+        return ImageSide(None, None, sim, label)
+    if src_img is not None and tgt_img is not None:
+        src_label, src_arr = load_input(src_img, option("src_img"))
+        tgt_label, tgt_arr = load_input(tgt_img, option("tgt_img"))
+        same_rows([src, (src_label, len(src_arr))], "source texts vs images")
+        same_rows([tgt, (tgt_label, len(tgt_arr))], "target texts vs images")
+        return ImageSide(src_arr, tgt_arr, None, src_label)
+    raise BackRetrievalError(f"the image side is missing: give {option('src_img')} and {option('tgt_img')}, "
+                             f"or {option('image_sim')}")
+
+
+def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequence[int], *, approximate: bool,
+                     method: str | None = None, src_image_ids=None, seed: int = 0) -> ImageLists | None:
+    """The ``image_index`` file's lists (built and written there when missing; default method ``pq`` when
+    ``approximate``, else ``flat``), or None without a file."""
+    if not image_index:
+        return None
+    if images.src_img is None:
+        raise BackRetrievalError(f"{option('image_index')} needs {option('src_img')} and {option('tgt_img')} "
+                                 f"(image features), not {option('image_sim')}")
+    method = method or ("pq" if approximate else "flat")
+    lists, built = image_neighbours_file(image_index, images.src_img, images.tgt_img, max(ks),
+                                         src_image_ids=src_image_ids, method=method, seed=seed)
+    return ImageLists(lists, built)
+
+
+def _src_image_ids(src_image_ids, n_src: int) -> list[str] | None:
+    if src_image_ids is None:
+        return None
+    label, ids = read_lines(src_image_ids, option("src_image_ids"))
+    if len(ids) != n_src:
+        raise BackRetrievalError(f"{label}: {len(ids)} image ids, expected {n_src} "
+                                 f"(one per {option('src_text')} row)")
+    return ids
+
+
+def score(
+    src_text,
+    tgt_text,
+    *,
+    src_img=None,
+    tgt_img=None,
+    image_sim=None,
+    src_image_ids=None,
+    xlr_tgt_text=None,
+    xlr_gt=None,
+    ks: Sequence[int] = DEFAULT_KS,
+    ties: str = "pessimistic",
+    max_rank: int | None = None,
+    retrieval: str = "cosine",
+    csls_k: int = DEFAULT_CSLS_K,
+    approximate: bool | ApproxConfig = False,
+    image_index: PathLike | None = None,
+    image_index_method: str | None = None,
+    corr_pairs: int = DEFAULT_CORR_PAIRS,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> ScoreResult:
+    """BkR Recall@K of one text model (CORR with image features, XLR with ``xlr_tgt_text``), with intervals.
+
+    Args:
+        src_text, tgt_text: ``(Ns, d)`` / ``(Nt, d)`` text embeddings (arrays or ``.npy`` paths).
+        src_img, tgt_img: ``(Ns, D)`` / ``(Nt, D)`` image features of the captions' images, or
+        image_sim: ``(Nt, Ns)`` precomputed image similarity g(I_T, I_S) instead.
+        src_image_ids: one image id per source row (a sequence, or a text file of one id per
+            line); rows sharing an id are one picture, ranked once.
+        xlr_tgt_text, xlr_gt: parallel ground truth for XLR: the target-language embeddings of
+            the source rows' translations, and optionally an int index per source row into them.
+        ks, ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
+        image_index, image_index_method: a file of image neighbour lists, read when it exists,
+            else built (``"pq"`` or ``"flat"``) and written there: step 4 becomes a lookup.
+        corr_pairs: source x target pairs sampled for CORR.
+        bootstrap, level: replicates over queries for the intervals (0: none) and their level.
+        seed: seed of the CORR pair sample, the bootstrap and the image lists.
+    """
+    src_label, src_arr = load_input(src_text, option("src_text"))
+    tgt_label, tgt_arr = load_input(tgt_text, option("tgt_text"))
+    images = image_side(src_img, tgt_img, image_sim, (src_label, len(src_arr)), (tgt_label, len(tgt_arr)))
+    ids = _src_image_ids(src_image_ids, len(src_arr))
+    n_images = len(set(ids)) if ids is not None else len(src_arr)
+    enough_for_k(images.label, n_images, ks, "distinct source images")
+    lists = open_image_lists(image_index, images, ks, approximate=bool(approximate), method=image_index_method,
+                             src_image_ids=ids, seed=seed)
+    options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
+               "approximate": approximate}
+    bkr = bkr_recall(src_arr, images.src_img, tgt_arr, images.tgt_img, ks, src_image_ids=ids,
+                     image_sim=images.image_sim, image_neighbours=lists.lists if lists else None, **options)
+    metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
+    intervals = recall_intervals(bkr, bootstrap, level, seed) if bootstrap > 0 else {}
+    if images.src_img is not None:
+        terms = corr_terms(src_arr, images.src_img, tgt_arr, images.tgt_img, max_pairs=corr_pairs, seed=seed)
+        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_arr),
+                           max(bootstrap, 1), level, seed)
+        metrics["corr"] = ci["value"]
+        if bootstrap > 0:
+            intervals["corr"] = ci
+    if xlr_tgt_text is not None:
+        gt = load_input(xlr_gt, option("xlr_gt"))[1] if xlr_gt is not None else None
+        xlr_label, xlr_tgt = load_input(xlr_tgt_text, option("xlr_tgt_text"))
+        if gt is None:
+            same_rows([(src_label, len(src_arr)), (xlr_label, len(xlr_tgt))], "XLR needs one translation per row")
+        enough_for_k(xlr_label, len(xlr_tgt), ks, "target texts for XLR")
+        xlr = xlr_recall(src_arr, xlr_tgt, ks, gt=gt, **options)
+        metrics.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in ks})
+        if bootstrap > 0:
+            intervals.update(recall_intervals(xlr, bootstrap, level, seed))
+    return ScoreResult(metrics, intervals, bkr["n_queries"], bkr["n_images"], tuple(ks), ties, retrieval,
+                       bool(approximate), bkr["image_neighbours"], bkr["hubness"], bootstrap, level,
+                       bkr["ranks"], bkr["hits"], lists)

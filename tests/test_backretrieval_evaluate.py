@@ -1,0 +1,143 @@
+"""The library side of ``backretrieval eval`` and ``correlate``: evaluate_split / correlate_split on shard splits."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from backretrieval import (BackRetrievalError, correlate_split, evaluate_pairs, evaluate_split, parse_model_specs)
+from backretrieval.evaluate import language_pairs
+from backretrieval.images import image_feature_extractor
+from data_prep.shards import ShardWriter
+
+LANGS = ("de", "en", "fr")
+
+
+@pytest.fixture(scope="module")
+def parallel_split(tmp_path_factory):
+    """A test-like split: 80 images captioned in 3 languages (tied by group), npy image features,
+    and a 'good' text model stored as npy embeddings looked up by caption text."""
+    root = tmp_path_factory.mktemp("br_eval")
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((80, 12))
+    feats = z @ rng.standard_normal((12, 24)) + 0.5 * rng.standard_normal((80, 24))
+    texts, emb = [], []
+    with ShardWriter(root / "test", split="test", source="unit", image_format="npy", maxcount=100) as w:
+        for i in range(80):
+            for lang in LANGS:
+                caption = f"{lang} caption of picture {i}"
+                w.write(f"s{i}_{lang}", feats[i].astype(np.float32), caption, lang, image_id=f"img{i}", group=f"g{i}")
+                texts.append(caption)
+                emb.append(z[i] + 0.3 * rng.standard_normal(12))
+    np.save(root / "good.npy", np.asarray(emb, np.float32))
+    (root / "good.npy.texts.json").write_text(json.dumps(texts))
+    return root, feats, texts, np.asarray(emb, np.float32)
+
+
+def test_evaluate_split_is_evaluate_pairs_per_model_with_a_record_and_plots(parallel_split, tmp_path):
+    root, feats, texts, emb = parallel_split
+    res = evaluate_split(root / "test", [f"good=npy:{root / 'good.npy'}", "random:12"], ks=(1, 5), max_per_lang=30,
+                         bootstrap=0, progress=False)
+    langs = [t.split()[0] for t in texts]
+    ids = [f"img{i // 3}" for i in range(len(texts))]
+    groups = [f"g{i // 3}" for i in range(len(texts))]
+    ref = evaluate_pairs(emb, langs, feats[np.arange(len(texts)) // 3], ids, (1, 5), groups=groups, max_per_lang=30,
+                         max_rank=5)
+    assert res.results["good"]["pairs"]["en->fr"]["bkr@5"] == pytest.approx(ref["pairs"]["en->fr"]["bkr@5"])
+    assert res.results["good"]["mean"]["xlr@1"] > 0.9 > res.results["random:12"]["mean"]["xlr@5"]
+    record = res.to_record()
+    assert list(record) == ["task", "data", "checksum", "image_model", "ks", "ties", "seed", "max_per_lang", "max_rank",
+                            "retrieval", "approximate", "bootstrap", "level", "models"]
+    assert record["max_rank"] == 5 and record["image_model"] is None and record["ks"] == [1, 5]
+    good = record["models"]["good"]
+    assert good["spec"] == f"npy:{root / 'good.npy'}" and good["embedder"].startswith("npy:")
+    assert good["langs"] == list(LANGS) and good["matrix"]["bkr@5"][0][0] is None  # NaN diagonal -> null
+    json.dumps(record, allow_nan=False)
+    names = {p.name for p in res.save_plots(tmp_path)}
+    assert names == {p.name for p in tmp_path.glob("*.png")}
+    assert {"boxplot_bkr5.png", "heatmap_good_bkr5.png", "heatmap_random_12_xlr1.png"} <= names
+
+
+def test_npy_without_sidecar_takes_rows_in_shard_order(parallel_split, tmp_path):
+    # without PATH.texts.json, row i is the split's caption i; the texts must not be sorted or deduplicated first
+    root, _, _, emb = parallel_split
+    np.save(tmp_path / "plain.npy", emb)
+    res = evaluate_split(root / "test", {"plain": f"npy:{tmp_path / 'plain.npy'}", "good": f"npy:{root / 'good.npy'}"},
+                         ks=(1, 5), max_per_lang=30, bootstrap=0, progress=False)
+    assert res.results["plain"]["pairs"] == res.results["good"]["pairs"]
+    assert res.results["plain"]["mean"]["xlr@1"] > 0.9
+
+
+def test_unknown_language_and_repeated_model_are_named(parallel_split):
+    root, *_ = parallel_split
+    with pytest.raises(BackRetrievalError, match=r"\['xx'\].*'de', 'en', 'fr'"):
+        evaluate_split(root / "test", ["random:4"], langs=["en", "xx"], progress=False)
+    with pytest.raises(BackRetrievalError, match="model 'random:4' given twice"):
+        evaluate_split(root / "test", ["random:4", "random:4"], progress=False)
+
+
+def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_path):
+    rng = np.random.default_rng(2)
+    split = tmp_path / "val"
+    with ShardWriter(split, split="val", source="unit", image_format="jpg") as w:
+        for i in range(6):
+            pixels = rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)
+            w.write(f"k{i}", Image.fromarray(pixels), f"caption {i}", LANGS[i % 2], image_id=f"img{i}")
+    g = image_feature_extractor("test_efficientnet", "random", cache_dir=tmp_path / "cache", progress=False)
+    first = evaluate_split(split, ["random:8"], extractor=g, ks=(1,), bootstrap=0, progress=False).to_record()
+    assert len(list((tmp_path / "cache").glob("test_efficientnet-*.npy"))) == 1
+    assert first["image_model"] == "test_efficientnet:random"
+    again = evaluate_split(split, ["random:8"], extractor=g, ks=(1,), bootstrap=0, progress=False)  # from the cache
+    assert again.to_record()["models"] == first["models"]
+
+
+def test_correlate_split_runs_the_protocol_per_pair(parallel_split, tmp_path):
+    root, *_ = parallel_split
+    specs = [f"good=npy:{root / 'good.npy'}", "# graded copies of one model",
+             f"noisy=noisy:2.0:npy:{root / 'good.npy'}", "random:12"]
+    res = correlate_split(root / "test", specs, pairs=["en-de"], n=30, seeds=3, ks=(1, 10), bootstrap=0,
+                          progress=False)
+    pair = res.pairs["en->de"]
+    assert list(pair["models"]) == ["good", "noisy", "random:12"] and pair["n"] == 30 and len(pair["seeds"]) == 3
+    xlr = [pair["models"][m]["mean"]["xlr@10"] for m in pair["models"]]
+    assert xlr[0] > xlr[1] > xlr[2]
+    assert -1 <= pair["correlation"]["@10"]["pearson"]["bkr"]["mean"] <= 1
+    record = res.to_record()
+    assert list(record) == ["task", "data", "checksum", "image_model", "models", "ks", "ties", "retrieval",
+                            "bootstrap", "level", "pairs"]
+    assert record["models"]["noisy"]["spec"] == f"noisy:2.0:npy:{root / 'good.npy'}"
+    assert res.table(10).splitlines()[2].startswith("| en->de | ")
+    assert [p.name for p in res.save_plots(tmp_path, 10)] == ["scatter_en-de.png"]
+    every = correlate_split(root / "test", specs[-2:], n=10, seeds=1, ks=(1,), bootstrap=0, progress=False)
+    assert set(every.pairs) == {f"{a}->{b}" for a in LANGS for b in LANGS if a != b}
+
+
+def test_correlate_split_with_thumbnail_and_random_g(parallel_split):
+    root, *_ = parallel_split
+    models = {"good": f"npy:{root / 'good.npy'}", "random": "random:12"}
+    run = dict(pairs=[("en", "de")], n=30, seeds=2, ks=(1, 10), bootstrap=0, progress=False)
+    with pytest.raises(BackRetrievalError, match="needs pixels"):  # this split stores features, no pixels
+        correlate_split(root / "test", models, extractor=image_feature_extractor("thumbnail:16"), **run)
+    bkr = {}
+    for g in (None, image_feature_extractor("random:1")):  # the stored features, then the null g replacing them
+        rec = correlate_split(root / "test", models, extractor=g, **run).to_record()
+        bkr[rec["image_model"]] = rec["pairs"]["en->de"]["models"]["good"]["mean"]["bkr@10"]
+    assert set(bkr) == {None, "random:1"} and bkr[None] > bkr["random:1"] + 0.3  # chance: 10 / 30
+
+
+def test_correlate_split_checks_models_and_pairs_first(tmp_path):
+    missing = tmp_path / "nosplit"  # never read: the checks come before the data
+    with pytest.raises(BackRetrievalError, match="at least 2 model specs \\(got 1\\)"):
+        correlate_split(missing, ["random:4"])
+    with pytest.raises(BackRetrievalError, match="pairs: expected SRC-TGT with two different languages, got 'en'"):
+        correlate_split(missing, ["random:4", "random:5"], pairs=["en"])
+    assert language_pairs(["en-de", ("de", "fr")]) == [("en", "de"), ("de", "fr")]
+    with pytest.raises(BackRetrievalError, match="got 'en-en'"):
+        language_pairs(["en-en"])
+
+
+def test_parse_model_specs_labels():
+    assert parse_model_specs(["use", "USE-M=use", "npy:/a=b.npy", "# comment", ""]) == {
+        "use": "use", "USE-M": "use", "npy:/a=b.npy": "npy:/a=b.npy"}
