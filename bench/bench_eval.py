@@ -8,9 +8,9 @@
 3. Translation index: an IVF index over N sentence embeddings made from repeated
    captions (a pool of distinct captions, each repeated with a small paraphrase jitter),
    build time, queries/s and recall@10 of IVF against exact search (the baseline, same run).
-4. Late interaction (``eval.py sentence --maxsim``): sentence translation of G groups x 4 languages of
-   ~12-token captions with MaxSim over token rows added, against cosine ranking alone (same run); the
-   per-language token hubness against the vocabulary's, and CSLS per language pair against the pooled form.
+4. Rankings (``eval.py sentence --retrieval csls --maxsim W``): sentence translation of G groups x 4 languages
+   of ~12-token captions under CSLS per language pair, MaxSim over token rows and both, their statistics taken
+   from R reference captions per language, against the cosine ranking alone (same run).
 
     nice -n 10 python bench/bench_eval.py                 # modest defaults (2-core machine)
     nice -n 10 python bench/bench_eval.py --index-n 1000000 --vocab 30000
@@ -24,9 +24,9 @@ import tracemalloc
 import faiss
 import numpy as np
 
-from globetrotter.evaluation.late_interaction import idf, language_hubness, maxsim, row_hubness, token_bags
+from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
-from globetrotter.evaluation.sentence import csls_penalty, csls_radii, sentence_translation
+from globetrotter.evaluation.sentence import sentence_translation
 from globetrotter.evaluation.translate import build_index
 from globetrotter.evaluation.word import WordSpace, word_translation_scores
 
@@ -111,30 +111,43 @@ def bench_index(n: int, distinct: int, dim: int, n_queries: int, nprobes: list[i
               f"{min(200, n_queries) / single:7.0f} queries/s one at a time, recall@10 vs exact {recall:.3f}")
 
 
-def bench_late_interaction(n_groups: int, vocab: int, dim: int, seed: int) -> None:
+class _RandomModel:
+    """Caption ``"s<i>"``: embedding row ``i`` and token ids ``ids[i]`` of a random token table."""
+
+    def __init__(self, emb: np.ndarray, ids: list[np.ndarray], table: np.ndarray) -> None:
+        self.emb, self.ids, self.table = emb, ids, table
+
+    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+        return self.emb[[int(t[1:]) for t in texts]]
+
+    def token_table(self):
+        return self.table, np.arange(len(self.table))
+
+    def token_ids(self, texts):
+        return [self.ids[int(t[1:])] for t in texts]
+
+
+def bench_late_interaction(n_groups: int, reference: int, vocab: int, dim: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    langs = np.tile(np.array(["l0", "l1", "l2", "l3"]), n_groups)
-    groups = np.repeat(np.arange(n_groups), 4)
-    print(f"\n[late interaction] {n_groups} groups x 4 languages, vocabulary {vocab}, d={dim}")
+    names = np.array(["l0", "l1", "l2", "l3"])
+    n, n_ref = 4 * n_groups, 4 * reference
+    langs, groups = np.tile(names, n_groups), np.repeat(np.arange(n_groups), 4)
+    print(f"\n[ranking] {n_groups} groups x 4 languages scored with statistics of {reference} reference captions per "
+          f"language; vocabulary {vocab}, d={dim}")
     table = rng.normal(size=(vocab, dim)).astype(np.float32)
-    ids = [rng.integers(0, vocab, rng.integers(6, 19)) for _ in range(len(groups))]
-    emb = normalize_rows(rng.normal(size=(len(groups), dim)))
-    t_cos, res_cos = timed(sentence_translation, emb, langs, groups)
-    t_prep, bags = timed(lambda: token_bags(ids, table, idf(ids, vocab), row_hubness(table, 10)))
-    t_late, res = timed(sentence_translation, emb, langs, groups, extra_scores=lambda q: maxsim(bags, q, bags))
-    n = len(groups)
-    print(f"  cosine ranking {t_cos:6.2f} s ({n / t_cos:8.0f} sentences/s); with MaxSim {t_late:6.2f} s "
-          f"({n / t_late:6.0f} sentences/s, {t_late / t_cos:5.1f}x the cosine time) + {t_prep:5.2f} s for the "
-          f"vocabulary's hubness and the bags; {len(bags.owner)} tokens")
-    codes = np.unique(langs, return_inverse=True)[1]
-    t_prep_pl, bags_pl = timed(lambda: token_bags(ids, table, idf(ids, vocab), language_hubness(table, ids, codes, 10), codes))
-    t_late_pl, _ = timed(sentence_translation, emb, langs, groups, extra_scores=lambda q: maxsim(bags_pl, q, bags_pl))
-    print(f"  MaxSim with per-language token hubness {t_late_pl:6.2f} s ({t_late_pl / t_late:4.2f}x the vocabulary "
-          f"hubness's) + {t_prep_pl:5.2f} s for the hubness per language and the bags")
-    t_pooled, _ = timed(lambda: sentence_translation(emb, langs, groups, candidate_penalty=csls_penalty(emb, langs, 10) / 2))
-    t_pairs, _ = timed(lambda: sentence_translation(emb, langs, groups, csls_radii=csls_radii(emb, langs, 10)))
-    print(f"  CSLS (penalty + ranking): pooled {t_pooled:6.2f} s, per language pair {t_pairs:6.2f} s "
-          f"({t_pairs / t_pooled:4.2f}x pooled, {t_pairs / t_cos:4.1f}x cosine ranking)")
+    ids = [rng.integers(0, vocab, rng.integers(6, 19)) for _ in range(n + n_ref)]
+    model = _RandomModel(normalize_rows(rng.normal(size=(n + n_ref, dim))), ids, table)
+    texts = [f"s{i}" for i in range(n)]
+    pool = ReferencePool([f"s{i}" for i in range(n, n + n_ref)], np.tile(names, reference), "random")
+    t_cos, _ = timed(lambda: sentence_translation(model.emb[:n], langs, groups))
+    print(f"  cosine ranking {t_cos:6.2f} s ({n / t_cos:8.0f} sentences/s): the baseline")
+    for ranking in (Ranking(csls=True), Ranking(maxsim=4.0), Ranking(maxsim=4.0, csls=True)):
+        def run():
+            scorer = ScoringContext(model, texts, langs, pool).scorer(ranking)
+            return sentence_translation(scorer, langs, groups)
+        t, _ = timed(run)
+        print(f"  {ranking.label:<16} {t:6.2f} s ({n / t:8.0f} sentences/s, {t / t_cos:6.1f}x the cosine ranking), "
+              f"statistics included")
 
 
 def main() -> None:
@@ -149,7 +162,8 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=20_000, help="distinct captions repeated to --index-n")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--nprobe", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--late-groups", type=int, default=600, help="groups x 4 languages for the late-interaction timing")
+    parser.add_argument("--late-groups", type=int, default=600, help="groups x 4 languages for the ranking timing")
+    parser.add_argument("--reference", type=int, default=2000, help="reference captions per language for the ranking")
     parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -161,7 +175,7 @@ def main() -> None:
     if "index" not in args.skip:
         bench_index(args.index_n, args.distinct, args.dim, args.queries, args.nprobe, args.seed)
     if "late" not in args.skip:
-        bench_late_interaction(args.late_groups, 8000, args.dim, args.seed)
+        bench_late_interaction(args.late_groups, args.reference, 8000, args.dim, args.seed)
 
 
 if __name__ == "__main__":

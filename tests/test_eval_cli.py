@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from data_prep.shards import ShardWriter
 from globetrotter.evaluation import cli, sentence_translation_score
+from globetrotter.evaluation import models as model_specs
 from globetrotter.evaluation.procrustes import normalize_rows
 
 COLOURS = {"en": ["red", "blue", "green", "yellow", "black", "white"],
@@ -83,7 +85,7 @@ class FakeEncoder:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
-    """30 scenes x 3 languages in a test split, and the lexicon of the world."""
+    """30 scenes x 3 languages in a test split, a non-parallel train split of the same scenes, and the lexicon."""
     root = tmp_path_factory.mktemp("world")
     with ShardWriter(root / "test", split="test", source="tiny", image_format="png", maxcount=40) as w:
         for c in range(6):
@@ -91,6 +93,12 @@ def world(tmp_path_factory) -> Path:
                 image = Image.new("RGB", (8, 8), (c, s, 0))
                 for lang in LANGS:
                     w.write(f"s{c}{s}{lang}", image, caption(lang, c, s), lang, image_id=f"img{c}{s}", group=f"img{c}{s}")
+    with ShardWriter(root / "train", split="train", source="tiny", image_format="png", maxcount=40) as w:
+        for c in range(6):  # the reference texts of inductive scoring: each image in one language, no groups
+            for s in range(5):
+                for lang in LANGS:
+                    w.write(f"t{c}{s}{lang}", Image.new("RGB", (8, 8), (c, s, 0)), caption(lang, c, s), lang,
+                            image_id=f"train{c}{s}{lang}")
     lexicon = root / "dictionary"
     lexicon.mkdir()
     for a in LANGS:
@@ -105,10 +113,12 @@ def world(tmp_path_factory) -> Path:
 def fake(monkeypatch):
     encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
 
-    def load(path):
-        return encoders[Path(path).name]
+    real = model_specs.load_model
 
-    monkeypatch.setattr(cli, "load_encoder", load)
+    def load(path):
+        return encoders[Path(path).name] if Path(path).name in encoders else real(path)
+
+    monkeypatch.setattr(model_specs, "load_model", load)
     return encoders
 
 
@@ -136,7 +146,7 @@ def test_sentence_command_writes_record_and_plots(world, fake, tmp_path):
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
 
 
-def test_sentence_command_with_the_tfidf_baseline(world, tmp_path, capsys):
+def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(world, tmp_path, capsys):
     from data_prep.shards import read_captions
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation
     from globetrotter.evaluation.tfidf import TfidfEncoder
@@ -145,10 +155,12 @@ def test_sentence_command_with_the_tfidf_baseline(world, tmp_path, capsys):
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
     rec = record(out, "sentence", "tfidf")
     assert rec["model"] == {"path": "tfidf", "name": "tfidf"}
-    assert rec["details"]["tfidf"]["fit"] == "split" and rec["details"]["tfidf"]["fitted_on_texts"] == 90
-    # the same figure by hand: fit on the split's captions, exact sparse cosines, ties at --seed
+    scoring = rec["details"]["scoring"]
+    assert scoring["statistics"] == "inductive" and scoring["tfidf"]["fitted_on"]["split"] == str(world / "train")
+    assert rec["config"]["reference"] == str(world / "train") and rec["config"]["transductive"] is False
+    # the same figure by hand: idf fitted on the train split's captions, exact sparse cosines, ties at --seed
     ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
-    emb = TfidfEncoder().fit(ps.captions).encode_text(ps.captions)
+    emb = TfidfEncoder().fit([m["caption"] for m in read_captions(world / "train")]).encode_text(ps.captions)
     expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
     # cognates (ring/ring, rot/rouge, ...) lift it above chance, far from the perfect fake model
@@ -161,162 +173,72 @@ def test_sentence_command_with_the_tfidf_baseline(world, tmp_path, capsys):
     assert "needs a trained run folder" in capsys.readouterr().err
 
 
-def test_fused_rows_mix_the_two_cosines():
-    import scipy.sparse as sp
-
-    from globetrotter.evaluation.fusion import fuse_with_surface
-
-    rng = np.random.default_rng(0)
-    dense, surface = rng.normal(size=(7, 5)), sp.random(7, 40, density=0.3, random_state=1, format="csr") * 3
-    fused = fuse_with_surface(dense, surface, 0.3).toarray()
-    d, t = normalize_rows(dense), normalize_rows(surface.toarray())
-    np.testing.assert_allclose(fused @ fused.T, 0.3 * t @ t.T + 0.7 * d @ d.T, atol=1e-5)
-    with pytest.raises(ValueError, match="rows"):
-        fuse_with_surface(dense[:3], surface, 0.3)
-
-
-def test_sentence_command_fuses_a_model_with_tfidf(world, fake, tmp_path, capsys):
+def test_sentence_command_wires_the_ranking_reference_and_transductive_form(world, fake, tmp_path, capsys):
     from data_prep.shards import read_captions
-    from globetrotter.evaluation.fusion import fuse_with_surface
+    from globetrotter.evaluation import Ranking, ScoringContext, read_reference
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation
-    from globetrotter.evaluation.tfidf import TfidfEncoder
 
     out = tmp_path / "out"
-    argv = ["sentence", "--split", str(world / "test"), "--out", str(out)]
-    assert run(argv + ["--model", "textonly", "--name", "alone"]) == 0
-    assert run(argv + ["--model", "textonly", "--name", "fused", "--fuse-tfidf", "0.6"]) == 0
-    rec = record(out, "sentence", "fused")
-    assert rec["details"]["fuse_tfidf"]["weight"] == 0.6 and rec["details"]["fuse_tfidf"]["tfidf"]["fitted_on_texts"] == 90
+    argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--maxsim", "0.5",
+            "--retrieval", "csls", "--csls-k", "4"]
+    assert run(argv + ["--name", "inductive"]) == 0
+    rec = record(out, "sentence", "inductive")
+    ranking = Ranking("text", 0.5, True, 4)
+    assert rec["config"]["ranking"] == ranking.to_dict() and rec["details"]["scoring"]["statistics"] == "inductive"
+    assert rec["details"]["scoring"]["maxsim_tokens"]["reference"] == str(world / "train")
     ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
-    surface = TfidfEncoder().fit(ps.captions).encode_text(ps.captions)
-    emb = fuse_with_surface(fake["textonly"].encode_text(ps.captions), surface, 0.6)
-    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    pool = read_reference(world / "train", ps.languages)
+    scorer = ScoringContext(fake["textonly"], ps.captions, ps.langs, pool).scorer(ranking)
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
-    # the fake's language offset hides the shared concepts; the shared spellings (ring/ring) pull some back
-    assert rec["metrics"]["sentence_translation"] != record(out, "sentence", "alone")["metrics"]["sentence_translation"]
-    capsys.readouterr()
-    with pytest.raises(SystemExit):
-        cli.main(argv + ["--model", "textonly", "--fuse-tfidf", "1"])
-    assert "strictly between 0 and 1" in capsys.readouterr().err
-    assert run(argv + ["--model", "tfidf", "--fuse-tfidf", "0.5"]) == 2
-    err = capsys.readouterr().err
-    assert "give a model" in err and len(err.strip().splitlines()) == 1
-
-
-def test_sentence_command_ranks_by_csls_over_the_sample_or_a_pool(world, fake, tmp_path, capsys):
-    from data_prep.shards import read_captions
-    from globetrotter.evaluation.sentence import csls_penalty, csls_radii, parallel_set, sentence_translation
-
-    out = tmp_path / "out"
-    argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--retrieval", "csls",
-            "--csls-k", "4"]
-    assert run(argv + ["--name", "sample"]) == 0
-    rec = record(out, "sentence", "sample")
-    assert rec["details"]["csls"] == {"k": 4, "pool": "evaluated sentences", "neighbourhood": "per-language"}
-    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
-    emb = fake["textonly"].encode_text(ps.captions)
-    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, csls_radii=csls_radii(emb, ps.langs, 4))["accuracy"]
+    assert "statistics from" in capsys.readouterr().out
+    assert run(argv + ["--name", "transductive", "--transductive"]) == 0
+    rec = record(out, "sentence", "transductive")
+    assert rec["details"]["scoring"]["statistics"] == "transductive" and rec["config"]["reference"] is None
+    assert "TRANSDUCTIVE" in capsys.readouterr().out
+    scorer = ScoringContext(fake["textonly"], ps.captions, ps.langs, None).scorer(ranking)
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
-    cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
-    assert expected != cosine, "the penalty changes the ranking of the language-offset model"
-    # the pooled form of before stop 29: only the candidate's term, among all other languages together
-    assert run(argv + ["--name", "pooled", "--csls-neighbourhood", "pooled"]) == 0
-    rec = record(out, "sentence", "pooled")
-    assert rec["details"]["csls"]["neighbourhood"] == "pooled"
-    penalty = csls_penalty(emb, ps.langs, 4) / 2
-    pooled = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, candidate_penalty=penalty)["accuracy"]
-    assert rec["metrics"]["sentence_translation"] == pytest.approx(pooled)
-    # a pool split: its captions in the evaluated languages only (en, de of the 3)
-    assert run(argv + ["--name", "pool", "--csls-pool", str(world / "test"), "--languages", "en,de"]) == 0
-    assert record(out, "sentence", "pool")["details"]["csls"]["pool_captions"] == 60
-    capsys.readouterr()
-    assert run(argv + ["--csls-k", "40", "--languages", "en,de"]) == 2
-    err = capsys.readouterr().err
-    assert "--retrieval csls" in err and "exceeds" in err and len(err.strip().splitlines()) == 1
-
-
-def test_sentence_command_adds_late_interaction_scores(world, fake, tmp_path, capsys):
-    from data_prep.shards import read_captions
-    from globetrotter.evaluation.late_interaction import LateInteraction
-    from globetrotter.evaluation.sentence import csls_radii, parallel_set, sentence_translation
-
-    out = tmp_path / "out"
-    argv = ["sentence", "--model", "textonly", "--split", str(world / "test"), "--out", str(out), "--maxsim", "0.5"]
-    assert run(argv + ["--name", "late"]) == 0
-    rec = record(out, "sentence", "late")
-    maxsim_record = rec["details"]["maxsim"]
-    assert maxsim_record["weight"] == 0.5 and maxsim_record["idf"] == "evaluated sentences"
-    assert maxsim_record["hubness"].startswith("per language")
-    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
-    encoder = fake["textonly"]
-    emb = encoder.encode_text(ps.captions)
-    late = LateInteraction(encoder, 0.5, ps.captions, languages=ps.langs)
-    bags = late.bags(ps.captions, ps.langs)
-    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, extra_scores=late.scorer(bags, bags))["accuracy"]
-    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
-    cosine = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
-    assert expected > cosine, "token matching sees through the language offset that the sentence means carry"
-    # the vocabulary-wide token hubness of before stop 29
-    assert run(argv + ["--name", "late-vocab", "--maxsim-hubness", "vocabulary"]) == 0
-    rec = record(out, "sentence", "late-vocab")
-    assert rec["details"]["maxsim"]["hubness"] == "vocabulary"
-    vocab = LateInteraction(encoder, 0.5, ps.captions)
-    bags = vocab.bags(ps.captions)
-    expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0, extra_scores=vocab.scorer(bags, bags))["accuracy"]
-    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
-    # with CSLS over a pool, the pool's radii include the pool's MaxSim too
-    assert run(argv + ["--name", "late-csls", "--retrieval", "csls", "--csls-k", "4", "--csls-pool", str(world / "test"),
-                       "--languages", "en,de"]) == 0
-    ps2 = parallel_set(read_captions(world / "test"), ["en", "de"], n_groups=200, seed=0)
-    pool = [m for m in read_captions(world / "test") if m["lang"] in ("en", "de")]
-    pool_langs = [m["lang"] for m in pool]
-    late2 = LateInteraction(encoder, 0.5, ps2.captions, languages=ps2.langs)
-    bags2, pool_bags = late2.bags(ps2.captions, ps2.langs), late2.bags([m["caption"] for m in pool], pool_langs)
-    emb2 = encoder.encode_text(ps2.captions)
-    radii = csls_radii(emb2, ps2.langs, 4, encoder.encode_text([m["caption"] for m in pool]), pool_langs,
-                       extra_scores=late2.scorer(bags2, pool_bags))
-    expected2 = sentence_translation(emb2, ps2.langs, ps2.groups, tie_seed=0, csls_radii=radii,
-                                     extra_scores=late2.scorer(bags2, bags2))["accuracy"]
-    assert record(out, "sentence", "late-csls")["metrics"]["sentence_translation"] == pytest.approx(expected2)
-    capsys.readouterr()
+    # bad input: one line each, exit 2
+    for extra, message in ((["--transductive", "--reference", str(world / "train")], "excludes --reference"),
+                           (["--reference", str(world / "nope")], "nope: no split here"),
+                           (["--reference", str(world / "train"), "--languages", "en,de", "--csls-k", "40"],
+                            "exceed the 30 pool rows"),
+                           (["--ranking", str(world / "nope.json")], "--ranking .* sets the whole ranking")):
+        assert run(argv + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert re.search(message, err) and len(err.splitlines()) == 1, err
+    lone = world / "lone"
+    if not lone.exists():
+        with ShardWriter(lone / "train", split="train", source="tiny", image_format="png") as w:
+            w.write("x", Image.new("RGB", (8, 8)), "a red circle", "en", image_id="x")
+    assert run(argv + ["--reference", str(lone / "train")]) == 2
+    assert "no caption in de,fr for the reference statistics" in capsys.readouterr().err
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out), "--maxsim", "1"]) == 2
     err = capsys.readouterr().err
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
-    with pytest.raises(SystemExit):
-        cli.main(argv[:-1] + ["-1"])
-    assert "expected a finite number >= 0" in capsys.readouterr().err
 
 
-def test_fuse_tfidf_auto_takes_the_weight_its_validator_scores_highest(world, fake):
-    from types import SimpleNamespace
-
-    from data_prep.shards import read_captions
-    from globetrotter.evaluation.fusion import WEIGHTS, choose_weight
-    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
-
-    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
-    seen = []
-
-    def validator(encoder):  # stands in for BackRetrieval on val: here, translation of the fused rows
-        seen.append(encoder.weight)
-        emb = encoder.encode_text(ps.captions, head="text", langs=list(ps.langs))
-        return {f"val/bkr@{k}": sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"] for k in (1, 10)}
-
-    model = fake["textonly"]
-    model.cfg = SimpleNamespace(val=SimpleNamespace(bkr_ks=[1, 10]))
-    weight, scores = choose_weight(model, validator=validator, log=lambda m: None)
-    assert seen == list(WEIGHTS) and sorted(scores) == list(WEIGHTS)
-    assert weight == max(scores, key=lambda w: (scores[w], -w)) and len(set(scores.values())) > 1
-
-
-def test_fuse_tfidf_auto_on_a_run_reads_its_val_split(tiny_run, tiny_world, tmp_path):
-    from globetrotter.evaluation.fusion import WEIGHTS
-
+def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
     out = tmp_path / "out"
+    assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0,1",
+                "--heads", "text", "--csls-k", "3"]) == 0
+    rec = record(out, "select", "run")
+    assert rec["dataset"]["path"] == str((tiny_world / "val").resolve())
+    assert len(rec["details"]["candidates"]) == 4 and rec["config"]["reference"] == str(tiny_world / "train")
+    best = max(rec["details"]["candidates"], key=lambda c: c["mean_bkr"])
+    assert rec["details"]["chosen"] == best["ranking"] and rec["metrics"]["mean_bkr"] == best["mean_bkr"]
+    assert "chosen on val" in capsys.readouterr().out
+    path = out / "select-run.json"
+    assert run(["sentence", "--model", str(tiny_run), "--name", "chosen", "--split", str(tiny_world / "test"),
+                "--out", str(out), "--n-groups", "12", "--ranking", str(path), "--csls-k", "3"]) == 0
+    assert record(out, "sentence", "chosen")["config"]["ranking"] == rec["details"]["chosen"]
+    capsys.readouterr()
     assert run(["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
-                "--name", "fused", "--fuse-tfidf", "auto"]) == 0
-    fused = record(out, "sentence", "fused")["details"]["fuse_tfidf"]
-    assert sorted(float(w) for w in fused["val_mean_bkr"]) == list(WEIGHTS) and fused["weight"] in WEIGHTS
+                "--ranking", str(path), "--head", "cross"]) == 2
+    assert "drop --head" in capsys.readouterr().err
+    assert run(["select", "--model", "tfidf", "--out", str(out)]) == 2
+    assert "--val SPLIT is needed" in capsys.readouterr().err
 
 
 def test_sentence_translation_score_for_the_trainer(world):
@@ -497,7 +419,7 @@ def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypa
     assert {("dog", "hund"), ("man", "mann"), ("woman", "frau")} <= en_de
     en_fr = {tuple(line.split()) for line in (dict_out / "en-fr.txt").read_text(encoding="utf-8").splitlines()}
     assert {("dog", "chien"), ("water", "eau")} <= en_fr
-    monkeypatch.setattr(cli, "load_encoder", lambda path: PixelEncoder(split))
+    monkeypatch.setattr(model_specs, "load_model", lambda path: PixelEncoder(split))
     out = tmp_path / "out"
     assert run(["retrieval", "--model", str(split), "--name", "pixels", "--split", str(split), "--out", str(out)]) == 0
     rec = record(out, "retrieval", "pixels")
@@ -543,6 +465,7 @@ def test_translate_word_never_offers_a_bare_space():
     from collections import Counter
     from types import SimpleNamespace
 
+    from globetrotter.evaluation.cli import translate
     from globetrotter.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["the red car", "a red ball", "a blue car"] * 20, vocab_size=270, min_frequency=1)
@@ -555,8 +478,8 @@ def test_translate_word_never_offers_a_bare_space():
             return [tok.decode([i]) for i in ids], np.zeros((len(ids), 2), np.float32)
 
     counts = {"en": Counter({"▁": 3, "▁red": 2, "⟨Ġ⟩": 1})}
-    assert cli._vocab_for(BpeEncoder(), SimpleNamespace(), "en", counts) == ["▁red"]
-    vocab = cli._vocab_for(BpeEncoder(), SimpleNamespace(), None, {})
+    assert translate._vocab_for(BpeEncoder(), SimpleNamespace(), "en", counts) == ["▁red"]
+    vocab = translate._vocab_for(BpeEncoder(), SimpleNamespace(), None, {})
     assert "▁red" in vocab and all(w.replace("▁", " ").strip() for w in vocab)
 
 
@@ -575,4 +498,6 @@ def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_
     assert run(["sentence", "--model", str(tiny_run), "--name", "late", "--split", str(tiny_world / "test"),
                 "--out", str(out), "--n-groups", "12", "--maxsim", "1", "--retrieval", "csls", "--csls-k", "3"]) == 0
     rec = record(out, "sentence", "late")
-    assert rec["details"]["maxsim"]["weight"] == 1.0 and 0 <= rec["metrics"]["sentence_translation"] <= 1
+    scoring = rec["details"]["scoring"]
+    assert scoring["maxsim"] == 1.0 and scoring["maxsim_tokens"]["hubness"].startswith("per language")
+    assert 0 <= rec["metrics"]["sentence_translation"] <= 1

@@ -12,6 +12,7 @@ from PIL import Image
 
 from data_prep.shards import ShardWriter
 from globetrotter.evaluation import cli
+from globetrotter.evaluation import models as model_specs
 from globetrotter.evaluation import generation as gen
 from globetrotter.tokenizer import train_tokenizer
 from test_eval_cli import COLOURS, LANGS, SHAPES, FakeEncoder, caption  # tests/ is on sys.path (rootless conftest)
@@ -110,7 +111,7 @@ def splits(tmp_path_factory) -> Path:
 @pytest.fixture
 def fake(monkeypatch):
     encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
-    monkeypatch.setattr(cli, "load_encoder", lambda path: encoders[Path(path).name])
+    monkeypatch.setattr(model_specs, "load_model", lambda path: encoders[Path(path).name])
     return encoders
 
 

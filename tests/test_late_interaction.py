@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from globetrotter.evaluation.late_interaction import idf, maxsim, row_hubness, token_bags
+from globetrotter.evaluation.late_interaction import maxsim, row_hubness, sentence_tokens
+from globetrotter.token_stats import idf
 
 
 def brute_maxsim(ids_a, ids_b, table, weights, hub, hub_b=None) -> float:
@@ -34,8 +35,8 @@ def test_maxsim_equals_the_pairwise_definition_in_any_row_order_and_chunking(wor
     table, sentences = world
     weights = idf(sentences, len(table))
     hub = row_hubness(table, k=3)
-    bags = token_bags(sentences, table, weights, hub)
-    others = token_bags(sentences[::-1], table, weights, hub)
+    bags = sentence_tokens(sentences, table, weights, hub)
+    others = sentence_tokens(sentences[::-1], table, weights, hub)
     rows = np.array([7, 2, 4, 11, 0])
     for chunk in (1, 5, 10_000):  # a group per sentence, a few sentences, all at once
         got = maxsim(bags, rows, others, chunk_tokens=chunk)
@@ -78,8 +79,8 @@ def test_the_hubness_term_demotes_a_token_near_every_row():
     query, true, hub_only = np.array([0]), np.array([3]), np.array([1])
     weights = np.ones(len(table), np.float32)
     for hub, winner in ((np.zeros(len(table), np.float32), 1), (row_hubness(table, k=5), 0)):
-        a = token_bags([query], table, weights, hub)
-        b = token_bags([true, hub_only], table, weights, hub)
+        a = sentence_tokens([query], table, weights, hub)
+        b = sentence_tokens([true, hub_only], table, weights, hub)
         assert maxsim(a, np.array([0]), b).argmax() == winner
 
 
@@ -98,7 +99,7 @@ def test_per_language_hubness_is_taken_among_the_other_sentence_languages_tokens
         np.testing.assert_allclose(hub[:, m], row_hubness(table, k=3, rows=pool), atol=1e-6)
     other = [sentences[i] for i in (3, 8, 1)]
     other_langs = np.array([2, 0, 1])
-    bags, others = token_bags(sentences, table, weights, hub, langs), token_bags(other, table, weights, hub, other_langs)
+    bags, others = sentence_tokens(sentences, table, weights, hub, langs), sentence_tokens(other, table, weights, hub, other_langs)
     rows = np.array([0, 5, 4, 12])
     for chunk in (1, 10_000):
         got = maxsim(bags, rows, others, chunk_tokens=chunk)
@@ -108,8 +109,8 @@ def test_per_language_hubness_is_taken_among_the_other_sentence_languages_tokens
                 assert got[r_i, o] == pytest.approx(want, abs=1e-5)
     assert (got[rows == 4] == 0).all()
     with pytest.raises(ValueError, match="language"):
-        token_bags(sentences, table, weights, hub)  # per-language hubness without the sentences' languages
+        sentence_tokens(sentences, table, weights, hub)  # per-language hubness without the sentences' languages
     with pytest.raises(ValueError, match="same hubness"):
-        maxsim(bags, rows, token_bags(other, table, weights, row_hubness(table, k=3)))
+        maxsim(bags, rows, sentence_tokens(other, table, weights, row_hubness(table, k=3)))
     with pytest.raises(ValueError, match="k=3"):
         language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3)

@@ -1,12 +1,13 @@
-"""Evaluation and inference over a trained model (DESIGN.md section 7).
+"""Evaluation and inference over a trained model (docs/design.md section 7).
 
-Pure metric functions over numpy embeddings (testable without a model):
-:func:`sentence_translation` (paper 5.2), :func:`word_translation` and the tf-idf ground
-truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement
-(:func:`refine_pairwise`, :func:`refine_multi`), :func:`retrieval_recall` (text↔image),
-:func:`cluster_analysis` (paper A.4), and the saved translation index
-(:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
-:mod:`globetrotter.evaluation.cli`.
+The library: one function per evaluation that returns a :class:`Result` (the JSON record ``eval.py`` writes), e.g.
+:func:`evaluate_sentence_translation` (paper 5.2, with the :class:`Ranking` chosen on val by
+:func:`select_ranking`, statistics from a :class:`ReferencePool`), and the pure metric functions over numpy
+embeddings they are built on (testable without a model): :func:`sentence_translation`, :func:`word_translation` and
+the tf-idf ground truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement (:func:`refine_pairwise`,
+:func:`refine_multi`), :func:`retrieval_recall` (text↔image), :func:`cluster_analysis` (paper A.4), and the saved
+translation index (:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
+:mod:`globetrotter.evaluation.cli` and only parses, calls these and prints.
 """
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from pathlib import Path
 
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
+from .ranking import Ranking, ScoringContext, SentenceScorer
+from .records import Result
+from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
 from .sentence import ParallelSet, parallel_set, sentence_translation
+from .tasks.select import select_ranking
+from .tasks.sentence import evaluate as evaluate_sentence_translation
 from .translate import CorpusIndex, build_index
 from .word import tfidf_dictionary, translate_words, word_translation, word_translation_scores
 
@@ -53,16 +59,25 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
 __all__ = [
     "CorpusIndex",
     "ParallelSet",
+    "Ranking",
+    "ReferencePool",
+    "Result",
+    "ScoringContext",
+    "SentenceScorer",
     "build_index",
     "cluster_analysis",
+    "default_reference",
+    "evaluate_sentence_translation",
     "mutual_nearest_neighbors",
     "orthogonal_map",
     "parallel_set",
     "purity_scores",
+    "read_reference",
     "refine_multi",
     "refine_pairwise",
     "retrieval_per_language",
     "retrieval_recall",
+    "select_ranking",
     "sentence_translation",
     "sentence_translation_score",
     "tfidf_dictionary",

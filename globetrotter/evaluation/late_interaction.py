@@ -10,14 +10,15 @@ averaged, idf-weighted, in both directions:
 ``s_ij`` is the cosine of the two tokens' input embedding rows (the image-pivot map of the full
 model: a row points where its token's images lie), less the two rows' hubness
 (``s_ij − r_i/2 − r_j/2``, CSLS at the token level), so that a frequent token that is near every
-other token does not match everything. ``r`` is a row's mean cosine to its ``k`` nearest rows of
-the vocabulary (a property of the model alone), or, when the sentences' languages are given, to
-its ``k`` nearest tokens *of the other sentence's language* (the tokens of that language's
-evaluated sentences): ``r_i`` for token ``i`` of a sentence in language a matched against one in
-language b is taken among b's tokens, and ``r_j`` among a's, as CSLS is defined for a language pair
-(a token's nearest rows of the whole vocabulary are mostly its own language's forms of itself).
-``w`` is the token's idf over the evaluated sentences (BERTScore's choice). Nothing but the model
-and the sentences is used.
+other token does not match everything. ``r`` is a row's neighbourhood radius
+(:func:`backretrieval.hubness.neighbourhood_radii`) among the tokens *of the other sentence's
+language* when the texts' languages are given: ``r_i`` for token ``i`` of a sentence in language a
+matched against one in language b is taken among b's tokens, and ``r_j`` among a's, as CSLS is
+defined for a language pair; without languages, among the rows of the whole vocabulary (a property of
+the model alone). ``w`` is the token's smoothed idf (BERTScore's choice). Idf and per-language hubness
+are statistics of a set of *reference* texts: unlabelled captions other than the ones scored
+(inductive scoring, the default of ``eval.py sentence``), or the scored sentences themselves
+(transductive).
 
 ``eval.py sentence --maxsim W`` ranks by ``cos(sentence embeddings) + W · MaxSim``.
 """
@@ -27,12 +28,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Sequence
 
-import faiss
 import numpy as np
+
+from backretrieval.hubness import neighbourhood_radii
+from globetrotter.token_stats import idf
 
 
 @dataclass(frozen=True)
-class TokenBags:
+class SentenceTokens:
     """The token vectors of ``n`` sentences, grouped by sentence (sentence 0's tokens first)."""
 
     vectors: np.ndarray  # [T, d] float32, L2-normalised
@@ -49,32 +52,18 @@ class TokenBags:
 
 
 def row_hubness(table: np.ndarray, k: int = 10, rows: np.ndarray | None = None) -> np.ndarray:
-    """[V] mean cosine of each row of ``table`` [V, d] to its ``k`` nearest other rows among ``rows``
-    (indices; default: all), exact (faiss inner product on L2-normalised rows)."""
-    x = np.ascontiguousarray(table, dtype=np.float32).copy()
-    faiss.normalize_L2(x)
-    pool = np.arange(len(x)) if rows is None else np.asarray(rows, dtype=np.int64)
+    """[V] mean cosine of each row of ``table`` [V, d] to its ``k`` nearest other rows among ``rows`` (indices;
+    default: all): :func:`~backretrieval.hubness.neighbourhood_radii`, a row never its own neighbour."""
+    pool = np.arange(len(table)) if rows is None else np.asarray(rows, dtype=np.int64)
     if len(pool) <= k:
         raise ValueError(f"hubness k={k} needs more than {k} rows, the table has {len(pool)}")
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(x[pool])
-    sims, found = index.search(x, k + 1)
-    own = pool[found] == np.arange(len(x))[:, None]  # a row of the pool is its own nearest: leave it out
-    sims[own] = np.nan
-    sims[~own.any(1), -1] = np.nan  # rows outside the pool: keep the k best
-    return np.nanmean(sims, axis=1).astype(np.float32)
+    position = np.full(len(table), -1, dtype=np.int64)
+    position[pool] = np.arange(len(pool))
+    return neighbourhood_radii(table, table[pool], k, exclude=position)
 
 
-def idf(token_ids: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
-    """[V] smoothed idf, ``log((1 + N) / (1 + df)) + 1``, of each token over ``N`` sentences (each a document)."""
-    df = np.zeros(vocab_size, dtype=np.int64)
-    for ids in token_ids:
-        df[np.unique(ids)] += 1
-    return (np.log((1.0 + len(token_ids)) / (1.0 + df)) + 1.0).astype(np.float32)
-
-
-def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.ndarray, hubness: np.ndarray,
-               languages: np.ndarray | None = None) -> TokenBags:
+def sentence_tokens(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.ndarray, hubness: np.ndarray,
+               languages: np.ndarray | None = None) -> SentenceTokens:
     """Bags of ``n`` sentences from their token ids (specials already left out): rows of ``table`` [V, d]
     L2-normalised, ``weights`` [V] and ``hubness`` looked up per token: [V] over the vocabulary, or [V, M] among
     each of ``M`` languages' tokens (:func:`language_hubness`), with ``languages`` [n] each sentence's column."""
@@ -94,7 +83,7 @@ def token_bags(token_ids: Sequence[np.ndarray], table: np.ndarray, weights: np.n
     else:  # one column: the vocabulary's hubness
         languages, hubness = np.zeros(len(lengths), dtype=np.int64), hubness[:, None]
     half_hub = hubness[flat]
-    return TokenBags(vectors, np.repeat(np.arange(len(lengths)), lengths), np.asarray(weights[flat], np.float32),
+    return SentenceTokens(vectors, np.repeat(np.arange(len(lengths)), lengths), np.asarray(weights[flat], np.float32),
                      half_hub / 2.0, len(lengths), np.repeat(languages, lengths))
 
 
@@ -114,7 +103,7 @@ def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languag
     return np.stack(out, axis=1)
 
 
-def _weighted_means(values: np.ndarray, bags: TokenBags, axis: int) -> np.ndarray:
+def _weighted_means(values: np.ndarray, bags: SentenceTokens, axis: int) -> np.ndarray:
     """Per-sentence idf-weighted means of ``values`` along ``axis`` (that axis runs over ``bags``' tokens)."""
     shape = (-1, 1) if axis == 0 else (1, -1)
     totals = np.add.reduceat(bags.weight, bags.starts).reshape(shape)
@@ -125,7 +114,7 @@ MAX_BLOCK = 1 << 25
 """Most token-pair similarities held at once by :func:`maxsim` (128 MB of float32)."""
 
 
-def _language_onehot(bags: TokenBags, tokens) -> np.ndarray:
+def _language_onehot(bags: SentenceTokens, tokens) -> np.ndarray:
     """[len(tokens), M] one-hot of each token's language column (all ones for M = 1: the vocabulary's hubness)."""
     return np.eye(bags.half_hub.shape[1], dtype=np.float32)[bags.column[tokens]]
 
@@ -134,7 +123,7 @@ def _augmented(*blocks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
 
 
-def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 1024) -> np.ndarray:
+def maxsim(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int = 1024) -> np.ndarray:
     """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
     (module docstring); 0 where either sentence has no token. ``rows``' tokens are taken about
     ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
@@ -162,7 +151,7 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
         tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
         vectors = a.vectors[tok]
         sims = _augmented(vectors, -a.half_hub[tok], -_language_onehot(a, tok)) @ right.T
-        sub = TokenBags(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
+        sub = SentenceTokens(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
                         a.weight[tok], a.half_hub[tok], len(group), a.column[tok])
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
         backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
@@ -172,30 +161,30 @@ def maxsim(a: TokenBags, rows: np.ndarray, b: TokenBags, chunk_tokens: int = 102
 
 
 class LateInteraction:
-    """MaxSim between sentence sets with ``encoder``'s token rows (``encoder.token_ids``/``token_table``),
-    weighted by ``weight``; the idf of ``idf_texts`` (the evaluated sentences, whose bags are :attr:`evaluated`);
-    the rows' hubness with ``hub_k`` neighbours over the vocabulary, or, given ``languages`` (one per text of
-    ``idf_texts``), per language among the tokens of that language's texts (module docstring). Bags of other
-    texts then need their languages too (:meth:`bags`), among those of ``idf_texts``."""
+    """MaxSim between sentence sets with ``encoder``'s token rows (``encoder.token_ids``/``token_table``), weighted by
+    ``weight``. Its statistics come from the ``reference`` texts: their idf, and the rows' hubness with ``hub_k``
+    neighbours per language among the tokens of each language's reference texts when ``languages`` (one per
+    reference text) are given, else over the vocabulary (module docstring). Bags of texts in those languages
+    (:meth:`bags`) are then scored against each other. ``source`` says in records what the reference texts are."""
 
-    def __init__(self, encoder, weight: float, idf_texts: Sequence[str], hub_k: int = 10,
-                 languages: Sequence[str] | np.ndarray | None = None) -> None:
+    def __init__(self, encoder, weight: float, reference: Sequence[str], hub_k: int = 10,
+                 languages: Sequence[str] | np.ndarray | None = None, source: str = "reference texts") -> None:
         if weight < 0:
             raise ValueError(f"the MaxSim weight must be >= 0, got {weight}")
-        self.encoder, self.weight, self.hub_k = encoder, float(weight), hub_k
+        self.encoder, self.weight, self.hub_k, self.source = encoder, float(weight), hub_k, source
         self.table, vocabulary = encoder.token_table()
-        self._idf_ids = encoder.token_ids(idf_texts)
-        self.idf = idf(self._idf_ids, len(self.table))
+        self._reference_ids = encoder.token_ids(reference)
+        self.idf = idf(self._reference_ids, len(self.table))
         self.languages: list[str] | None = None
         self._columns = None
         if languages is None:
             self.hubness = row_hubness(self.table, hub_k, rows=vocabulary)
         else:
-            if len(languages) != len(self._idf_ids):
-                raise ValueError(f"{len(languages)} languages for {len(self._idf_ids)} texts")
+            if len(languages) != len(self._reference_ids):
+                raise ValueError(f"{len(languages)} languages for {len(self._reference_ids)} texts")
             names, self._columns = np.unique(np.asarray(languages).astype(str), return_inverse=True)
             self.languages = names.tolist()
-            self.hubness = language_hubness(self.table, self._idf_ids, self._columns, hub_k)
+            self.hubness = language_hubness(self.table, self._reference_ids, self._columns, hub_k)
 
     def _language_columns(self, languages) -> np.ndarray | None:
         if self.languages is None:
@@ -205,27 +194,26 @@ class LateInteraction:
         languages = np.asarray(languages).astype(str)
         unknown = sorted(set(languages) - set(self.languages))
         if unknown:
-            raise ValueError(f"languages {unknown} are not among the evaluated sentences' {self.languages}")
+            raise ValueError(f"languages {unknown} are not among the reference texts' {self.languages}")
         return np.searchsorted(self.languages, languages)
 
-    def bags(self, texts: Sequence[str], languages: Sequence[str] | np.ndarray | None = None) -> TokenBags:
+    def bags(self, texts: Sequence[str], languages: Sequence[str] | np.ndarray | None = None) -> SentenceTokens:
         """The token bags of ``texts`` (in ``languages``, one per text, with per-language hubness)."""
-        return token_bags(self.encoder.token_ids(texts), self.table, self.idf, self.hubness,
-                          self._language_columns(languages))
+        return sentence_tokens(self.encoder.token_ids(texts), self.table, self.idf, self.hubness,
+                               self._language_columns(languages))
 
     @cached_property
-    def evaluated(self) -> TokenBags:
-        """The bags of ``idf_texts``, from the token ids the idf was counted on (built on first use)."""
-        return token_bags(self._idf_ids, self.table, self.idf, self.hubness, self._columns)
+    def reference_bags(self) -> SentenceTokens:
+        """The bags of the reference texts, from the token ids the statistics were counted on (built on first use)."""
+        return sentence_tokens(self._reference_ids, self.table, self.idf, self.hubness, self._columns)
 
-    def scorer(self, a: TokenBags, b: TokenBags) -> Callable[[np.ndarray], np.ndarray]:
-        """``rows -> weight · maxsim(a, rows, b)``: the extra scores of :func:`.sentence.sentence_translation`
-        (``b`` = ``a``) and :func:`.sentence.csls_radii` (``b`` = the pool)."""
+    def scorer(self, a: SentenceTokens, b: SentenceTokens) -> Callable[[np.ndarray], np.ndarray]:
+        """``rows -> weight · maxsim(a, rows, b)``: scores of sentences ``rows`` of ``a`` against every one of ``b``."""
         return lambda rows: self.weight * maxsim(a, rows, b)
 
     @property
     def record(self) -> dict:
         """What a result record says of the scoring."""
-        hubness = "vocabulary" if self.languages is None else "per language: among the evaluated sentences' tokens"
+        hubness = "vocabulary" if self.languages is None else "per language, among the reference texts' tokens"
         return {"weight": self.weight, "token_vectors": "input token embedding rows", "hub_k": self.hub_k,
-                "hubness": hubness, "idf": "evaluated sentences"}
+                "hubness": hubness, "idf": "smoothed, over the reference texts", "reference": self.source}

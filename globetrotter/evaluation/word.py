@@ -38,7 +38,9 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import sparse
 
+from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
+from globetrotter.token_stats import smoothed_idf
 
 from .procrustes import knn, normalize_rows, refine_multi, refine_pairwise
 
@@ -142,7 +144,7 @@ def tfidf_scores(src: sparse.csr_matrix, tgt: sparse.csr_matrix, idf: Idf = "smo
     if idf == "paper":
         idf_vec = np.log(n_docs / np.maximum(df, 1))  # eq. 7
     elif idf == "smooth":
-        idf_vec = np.log((1 + n_docs) / (1 + df)) + 1.0
+        idf_vec = smoothed_idf(df, n_docs)
     else:
         raise ValueError(f"idf must be 'smooth' or 'paper', got {idf!r}")
     return (tf @ sparse.diags(idf_vec)).tocsr()
@@ -298,8 +300,8 @@ def translate_words(
     if method != "csls":
         raise ValueError(f"method must be 'nn' or 'csls', got {method!r}")
     sources = queries if sources is None else np.ascontiguousarray(sources, dtype=np.float32)
-    r_tgt_of_query = knn(queries, targets, csls_k)[0].mean(axis=1)  # r_T(x)
-    r_src_of_target = knn(targets, sources, csls_k)[0].mean(axis=1)  # r_S(y)
+    r_tgt_of_query = neighbourhood_radii(queries, targets, min(csls_k, len(targets)))  # r_T(x)
+    r_src_of_target = neighbourhood_radii(targets, sources, min(csls_k, len(sources)))  # r_S(y)
     idx = np.empty((len(queries), k), dtype=np.int64)
     out = np.empty((len(queries), k), dtype=np.float32)
     for start in range(0, len(queries), chunk_size):

@@ -25,6 +25,7 @@ import torch
 from scipy import sparse
 
 from ..errors import UserError
+from ..token_stats import smoothed_idf
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -42,8 +43,7 @@ def token_bags(ids: np.ndarray, mask: np.ndarray, vocab_size: int, skip: Sequenc
     keep = mask.reshape(-1).astype(bool) & ~np.isin(ids.reshape(-1), np.asarray(list(skip), dtype=ids.dtype))
     counts = sparse.csr_matrix((np.ones(int(keep.sum()), dtype=np.float32), (rows[keep], ids.reshape(-1)[keep])),
                                shape=(len(ids), vocab_size))  # duplicates are summed
-    df = np.bincount(counts.indices, minlength=vocab_size)
-    idf = (np.log((1.0 + len(ids)) / (1.0 + df)) + 1.0).astype(np.float32)
+    idf = smoothed_idf(np.bincount(counts.indices, minlength=vocab_size), len(ids)).astype(np.float32)
     bags = counts.log1p().multiply(idf[None, :]).tocsr()
     norms = np.sqrt(np.asarray(bags.multiply(bags).sum(1))).ravel()
     return sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ bags, idf

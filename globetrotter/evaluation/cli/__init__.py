@@ -1,0 +1,54 @@
+"""``globetrotter-eval`` / ``python eval.py``: evaluate and use a trained model.
+
+Each sub-command is a small module that adds its arguments, calls the library (:mod:`..tasks` and the metric
+modules), prints a short summary and writes one JSON record (dataset, model, task, metrics, languages, config) to
+``--out/<task>-<model>.json``, appended to ``--out/results.jsonl`` (to collect a table across runs), with its plots
+(PNG) beside it. ``translate`` and ``translate-word`` print translations instead.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from globetrotter.errors import run_cli
+
+from . import cluster, correspondence, generate, retrieval, sentence, translate, word
+from .common import common_options
+
+COMMANDS = (sentence, word, retrieval, cluster, correspondence, generate, translate)
+ZEROSHOT_COMMANDS = ("tag", "zeroshot")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="globetrotter-eval",
+        description="Evaluate and use a trained Globetrotter model: translation by retrieval (sentences, words) with "
+        "the ranking chosen on val, word ground truth, Procrustes refinement, cross-lingual image retrieval, "
+        "clustering, sentence correspondence transfer, translation by generation. Each evaluation writes one JSON "
+        "record and PNG plots into --out.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parent = common_options()
+    for module in COMMANDS:
+        module.register(sub, parent)
+    for name, helptext in (("tag", "multilingual image tagging (XTD10 paper 3.3.2, eqs. 3-5)"),
+                           ("zeroshot", "zero-shot cross-lingual image retrieval: train/retrieval/tag/triplet (M3L, PATR)")):
+        # forwarded whole to globetrotter.zeroshot.cli (see _main); listed here for --help
+        sub.add_parser(name, help=f"{helptext}; `eval.py {name} --help` for options", add_help=False)
+    return parser
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ZEROSHOT_COMMANDS:  # `eval.py tag ...` = `globetrotter-zeroshot tag ...`
+        from globetrotter.zeroshot.cli import _main as zeroshot_main
+
+        return zeroshot_main(argv if argv[0] == "tag" else argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point (``globetrotter-eval``; ``python eval.py``)."""
+    raise SystemExit(run_cli(_main, argv))

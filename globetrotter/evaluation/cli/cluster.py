@@ -1,0 +1,48 @@
+"""``eval.py cluster``: k-means language purity against meaning purity (paper A.4)."""
+from __future__ import annotations
+
+import argparse
+
+from globetrotter.argtypes import positive_int
+
+from ..clustering import cluster_analysis
+from ..models import language_kwargs, require_trained
+from . import common
+
+_CLUSTER_HELP = (
+    "Clustering analysis (paper appendix A.4): spherical k-means (k=50) over the text embeddings of "
+    "--n-groups parallel test groups in all languages. METRICS: language purity = share of sentences "
+    "whose cluster's majority language is their own (1 = clusters by language, as the text-only "
+    "model); meaning purity = share of sentences in the cluster holding most of their group's "
+    "translations (1 = clusters by meaning, as the full model); NMI of the clusters with language and "
+    "with group; each also for shuffled clusters (chance). Prints three sentences of the first three "
+    "clusters (Fig. 10). Run once per model (full and text-only) to compare."
+)
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    require_trained(args.model, "cluster")
+    ps = common.read_parallel(args, args.n_groups)
+    encoder = common.load(args)
+    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **language_kwargs(encoder, ps.langs))
+    res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=args.k, seed=args.seed)
+    print(f"k-means k={res['k']} over {len(ps)} sentences: language purity {res['language_purity']:.3f} "
+          f"(chance {res['chance']['language_purity']:.3f}), meaning purity {res['meaning_purity']:.3f} "
+          f"(chance {res['chance']['meaning_purity']:.3f}); NMI language {res['nmi_language']:.3f}, "
+          f"meaning {res['nmi_meaning']:.3f}")
+    for ex in res["examples"]:
+        print(f"cluster {ex['cluster']}: " + " | ".join(f"({s['lang']}) {s['text']}" for s in ex["sentences"]))
+    metrics = {k: res[k] for k in ("language_purity", "meaning_purity", "nmi_language", "nmi_meaning", "chance")}
+    common.write_record(args, "cluster", metrics, ps.languages,
+                 {"k": res["k"], "cluster_sizes": res["cluster_sizes"], "examples": res["examples"]})
+    return 0
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("cluster", parents=[parent], help="k-means language vs meaning purity (paper A.4)", description=_CLUSTER_HELP)
+    common.add_model(p)
+    common.add_split(p)
+    p.add_argument("--n-groups", type=positive_int, default=200, help="parallel groups sampled (default %(default)s)")
+    p.add_argument("--k", type=positive_int, default=50, help="number of clusters (paper: 50)")
+    p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with")
+    p.set_defaults(func=_cluster)

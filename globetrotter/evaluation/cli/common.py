@@ -1,0 +1,75 @@
+"""What the ``eval.py`` sub-commands share: common options, model loading, writing records."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+from globetrotter.argtypes import positive_int
+
+from .. import models
+from ..records import Result, dataset_info
+from ..tasks.common import read_parallel as _read_parallel
+
+
+def languages(arg: str | None) -> list[str] | None:
+    """A comma-separated ``--languages`` value as a list (None when absent)."""
+    return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
+
+
+def common_options(seed: int | None = 0, seed_help: str = "seed of every sample and k-means (default 0)"
+                   ) -> argparse.ArgumentParser:
+    """The options of every evaluation sub-command (a parent parser; its actions are shared by the children)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", default="eval_out", help="folder for JSON records, plots and indexes (default %(default)s)")
+    common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
+    common.add_argument("--seed", type=int, default=seed, help=seed_help)
+    common.add_argument("--name", help="model name in records and file names (default: from the model path)")
+    return common
+
+
+def add_model(p: argparse.ArgumentParser, required: bool = True, baselines: bool = False) -> None:
+    extra = "; or a baseline: tfidf (character n-gram TF-IDF) or ridge:TRAIN_SPLIT (linear image pivot)" if baselines else ""
+    p.add_argument("--model", required=required,
+                   help=f"trained model: a run folder (its best, else latest checkpoint) or a checkpoint folder{extra}")
+
+
+def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "parallel test split folder") -> None:
+    p.add_argument("--split", required=required, help=f"{what} (shards + manifest.json; groups tie translations)")
+    p.add_argument("--languages", help="comma-separated language codes to use (default: all of the split)")
+
+
+def load(args: argparse.Namespace):
+    """The encoder ``--model`` names."""
+    return models.load_model(args.model)
+
+
+def model_entry(args: argparse.Namespace) -> dict:
+    return models.model_info(args.model, args.name) if getattr(args, "model", None) else {}
+
+
+def plot_prefix(args: argparse.Namespace, task: str) -> Path:
+    """``--out/<task>-<model name>``: the stem of a command's plots."""
+    return Path(args.out) / f"{task}-{models.model_name(args.model, args.name)}"
+
+
+def read_parallel(args: argparse.Namespace, n_groups: int | None):
+    return _read_parallel(args.split, languages(args.languages), n_groups, args.seed)
+
+
+def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
+    """Write ``result`` (with ``plots``) into ``--out`` and say where."""
+    result.plots = [str(p) for p in plots]
+    path = result.write(args.out)
+    print(f"wrote {path}")
+    return path
+
+
+def write_record(args: argparse.Namespace, task: str, metrics: dict, langs: Sequence[str], details: dict | None = None,
+                 plots: Sequence[Path] = ()) -> Path:
+    """The record of a command whose arguments are its whole config: ``--out/<task>-<model>.json``."""
+    config = {k: v for k, v in vars(args).items() if k != "func"}
+    result = Result(task, metrics, list(langs), model=model_entry(args),
+                    dataset=dataset_info(args.split) if getattr(args, "split", None) else None, config=config,
+                    details=details or {})
+    return write(result, args, plots)

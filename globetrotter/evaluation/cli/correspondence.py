@@ -1,0 +1,89 @@
+"""``eval.py correspondence``: sentence correspondence transfer to unseen languages (paper A.1)."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import UserError
+
+from ..models import language_kwargs, require_trained
+from . import common
+
+_CORRESPONDENCE_HELP = (
+    "Sentence correspondence transfer test (Globetrotter paper appendix A.1, Tables 5 and 7). Every "
+    "caption of --split is lower-cased, its final punctuation dropped, and cut in two at a word "
+    "boundary (a character boundary for scripts without spaces, e.g. zh/ja) at a seeded relative "
+    "position in [0.35, 0.65]; for exactly half of the captions the second half is swapped with that "
+    "of another caption of the same language, of another image, with (nearly) the same second-half "
+    "length, so case, word breaks, length and cut position give nothing away (the record's "
+    "surface_shortcut_accuracy, a logistic regression on those lengths, should be ~50%). The model is "
+    "frozen; its token states feed a probe of one transformer layer with one attention head and a "
+    "linear classifier on the sentence token, trained on the first half of the languages "
+    "(alphabetical; --seen to choose) for --epochs. METRICS (fractions): seen_accuracy on held-out "
+    "images of the seen languages, unseen_accuracy on the other languages (never seen by the probe), "
+    "chance 0.5, relative_decrease = (seen - unseen) / (seen - 0.5) (the paper's, in % there), each the "
+    "mean over --probe-seeds; per-language accuracy. --seed fixes the task (cuts, swaps, train/test "
+    "images), --probe-seeds the probe's init and batch order."
+)
+
+
+def _correspondence(args: argparse.Namespace) -> int:
+    import torch
+
+    from data_prep.shards import read_captions
+
+    from .. import correspondence as corr
+
+    require_trained(args.model, "correspondence")
+    task = corr.build_task(read_captions(args.split), common.languages(args.languages), common.languages(args.seen), seed=args.seed,
+                           test_fraction=args.test_fraction, max_per_language=args.max_per_language,
+                           min_units=args.min_units)
+    encoder = common.load(args)
+    if not hasattr(encoder, "encode_tokens"):
+        raise UserError(f"correspondence: {args.model} gives no token-level states (needs a Globetrotter run folder)")
+    feats = {}
+    for name in ("train", "seen_test", "unseen_test"):
+        part = getattr(task, name)
+        states, mask = encoder.encode_tokens(part.texts, batch_size=args.batch_size, **language_kwargs(encoder, part.langs))
+        feats[name] = corr.Features(torch.from_numpy(states), torch.from_numpy(mask))
+    res = corr.evaluate(task, feats, probe_seeds=args.probe_seeds, epochs=args.epochs,
+                        batch_size=args.probe_batch_size, lr=args.lr)
+    rel = res["relative_decrease"]
+    print(f"sentence correspondence: seen {100 * res['seen_accuracy']:.2f}% ({','.join(task.seen)}), unseen "
+          f"{100 * res['unseen_accuracy']:.2f}% ({','.join(task.unseen)}), chance 50%; relative decrease "
+          f"{'n/a (seen at chance)' if rel is None else f'{100 * rel:.2f}%'}; surface-only shortcut "
+          f"{100 * res['surface_shortcut_accuracy']:.1f}%; {len(args.probe_seeds)} probe seed(s)")
+    metrics = {k: res[k] for k in ("seen_accuracy", "unseen_accuracy", "relative_decrease", "chance",
+                                   "seen_accuracy_std", "unseen_accuracy_std", "per_language", "surface_shortcut_accuracy")}
+    examples = {}
+    for lang in task.seen + task.unseen:
+        part = task.seen_test if lang in task.seen else task.unseen_test
+        idx = np.flatnonzero(part.langs == lang)
+        examples[lang] = [{"text": part.texts[i], "corresponds": bool(part.labels[i])} for i in idx[:4]]
+    details = {"seen_languages": task.seen, "unseen_languages": task.unseen, "units": task.train.unit | task.unseen_test.unit,
+               "n_examples": {name: {str(l): int((getattr(task, name).langs == l).sum()) for l in np.unique(getattr(task, name).langs)}
+                              for name in ("train", "seen_test", "unseen_test")},
+               "per_seed": res["per_seed"], "examples": examples,
+               "probe": {"layers": 1, "heads": 1, "d_model": int(feats["train"].states.shape[-1]), "epochs": args.epochs,
+                         "batch_size": args.probe_batch_size, "lr": args.lr, "optimizer": "AdamW, one-cycle"}}
+    common.write_record(args, "correspondence", metrics, task.seen + task.unseen, details)
+    return 0
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("correspondence", parents=[parent], help="sentence correspondence transfer to unseen languages (paper A.1)",
+                       description=_CORRESPONDENCE_HELP)
+    common.add_model(p)
+    common.add_split(p, what="split folder whose captions build the task (the paper: the test split; no groups needed)")
+    p.add_argument("--seen", help="comma-separated languages the probe trains on (default: first half of the sorted languages, rounded up)")
+    p.add_argument("--max-per-language", type=positive_int, default=2000,
+                   help="training examples per seen language and test examples per unseen language (default %(default)s)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="share of seen-language images held out for the seen test (default %(default)s)")
+    p.add_argument("--min-units", type=positive_int, default=4, help="shortest caption used, in words (characters for unspaced scripts); at least 4")
+    p.add_argument("--epochs", type=positive_int, default=3, help="probe training epochs (paper: 1, on a far larger split; default %(default)s)")
+    p.add_argument("--probe-batch-size", type=positive_int, default=64, help="probe training batch (default %(default)s)")
+    p.add_argument("--lr", type=float, default=1e-3, help="probe peak learning rate, AdamW one-cycle (default %(default)s)")
+    p.add_argument("--probe-seeds", type=int, nargs="+", default=[0, 1, 2], help="probe seeds; metrics are their mean (default 0 1 2)")
+    p.set_defaults(func=_correspondence)

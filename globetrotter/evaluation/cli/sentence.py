@@ -1,0 +1,145 @@
+"""``eval.py sentence``: sentence translation by retrieval (paper 5.2), and ``eval.py select``: its ranking, chosen
+on val by BackRetrieval."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from globetrotter.argtypes import non_negative_float, positive_int
+from globetrotter.errors import UserError
+
+from .. import plots
+from ..ranking import HEADS, Ranking
+from ..reference import DEFAULT_SIZE
+from ..tasks import select as select_task
+from ..tasks import sentence as sentence_task
+from . import common
+
+SENTENCE_HELP = (
+    "Sentence translation by retrieval (Globetrotter paper 5.2). A seeded sample of --n-groups parallel test groups "
+    "is taken in all M languages; every sentence is a query whose M-1 translations are the positives. METRIC: the "
+    "share of positives ranked in the query's top M-1 candidates (in %%; chance beside it), and the per-language-pair "
+    "matrix A[query, target] (heat map, languages by family as the paper's Fig. 7) with its asymmetry A - A^T (Fig. "
+    "9). Candidates are all other-language sentences (docs/design.md section 7; --candidates all lets same-language "
+    "ones compete). RANKING: cosine of the sentence embeddings of --head, plus W x MaxSim of the token rows "
+    "(--maxsim W), less CSLS's neighbourhood radii per language pair (--retrieval csls); or the ranking an `eval.py "
+    "select` record chose on val (--ranking). STATISTICS (CSLS radii, MaxSim idf and token hubness, the TF-IDF "
+    "baseline's idf) come from --reference, unlabelled captions other than the evaluated ones (default: the train "
+    "split beside --split), so a pair's score never depends on the other test sentences (inductive); "
+    "--transductive takes them from the evaluated sentences instead and says so in the record. BASELINES as --model: "
+    "tfidf (lower-cased character 1-4-gram TF-IDF, exact cosine; no learning, no images) and ridge:TRAIN_SPLIT (per "
+    "language, a ridge map from TF-IDF to the frozen backbone's image features of TRAIN_SPLIT's feature cache; "
+    "captions meet only through their predicted images)."
+)
+SELECT_HELP = (
+    "Choose the sentence ranking on val, never on test: every candidate (head x MaxSim weight x CSLS) scores the val "
+    "split's captions (the trainer's validation sample: same split, size, seed and image similarity for a run) and "
+    "BackRetrieval judges it, with no parallel text: the mean of BkR@K over the ordered language pairs and K. The "
+    "highest mean wins; a tie goes to the simpler ranking. Statistics come from --reference as in `eval.py sentence`. "
+    "Writes the record (every candidate's score, the choice and why); `eval.py sentence --ranking RECORD` applies it."
+)
+
+
+def add_ranking_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", metavar="SPLIT",
+                   help="split whose captions (in the evaluated languages; no groups or images read) give the "
+                        "ranking's statistics (default: the train split beside the evaluated split)")
+    p.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE, metavar="N",
+                   help="reference captions per language, a seeded sample of larger splits (default %(default)s)")
+    p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("sentence", parents=[parent], help="sentence translation accuracy (paper 5.2)",
+                       description=SENTENCE_HELP)
+    common.add_model(p, baselines=True)
+    common.add_split(p)
+    p.add_argument("--n-groups", type=positive_int, default=200, help="parallel groups sampled (paper: 200; default %(default)s)")
+    p.add_argument("--candidates", choices=["other-language", "all"], default="other-language",
+                   help="rank among other-language sentences (default) or all sentences (the paper's wording)")
+    p.add_argument("--head", choices=HEADS, help="head embedding the sentences (default: text, the text-text head)")
+    p.add_argument("--maxsim", type=non_negative_float, metavar="W",
+                   help="add W x MaxSim: each token of one sentence paired with its most similar token of the other "
+                        "(cosine of the model's input token rows less their hubness), idf-weighted, both ways "
+                        "(ColBERT/BERTScore); trained runs only (default: 0, off)")
+    p.add_argument("--retrieval", choices=("cosine", "csls"),
+                   help="csls: less CSLS's radii r_b(x)/2 + r_a(y)/2 of each query-candidate language pair (Conneau et "
+                        "al., 2018), which marks down hubs (default: cosine, the paper)")
+    p.add_argument("--ranking", metavar="RECORD", help="the ranking an `eval.py select` record chose (its JSON file); "
+                                                        "excludes --head, --maxsim and --retrieval")
+    add_ranking_options(p)
+    p.add_argument("--transductive", action="store_true",
+                   help="take the statistics from the evaluated sentences themselves (not inductive; recorded)")
+    p.set_defaults(func=run_sentence)
+
+    own = common.common_options(seed=None, seed_help="seed of the val sample (default: the run's seed, else 0)")
+    p = sub.add_parser("select", parents=[own], help="choose the sentence ranking on val by BackRetrieval",
+                       description=SELECT_HELP)
+    common.add_model(p, baselines=True)
+    p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/val)")
+    p.add_argument("--languages", help="comma-separated language codes (default: all of the val split)")
+    p.add_argument("--heads", default=",".join(HEADS), help="heads to try (default %(default)s)")
+    p.add_argument("--maxsim", default=",".join(f"{w:g}" for w in select_task.DEFAULT_MAXSIM),
+                   help="MaxSim weights to try, 0 = off (default %(default)s)")
+    p.add_argument("--retrieval", default="cosine,csls", help="rankings to try (default %(default)s)")
+    p.add_argument("--max-per-lang", type=positive_int, help="val captions per language (default: the run's val.max_per_lang)")
+    p.add_argument("--image-features", metavar="SPEC",
+                   help="BackRetrieval's image similarity g (default: the run's val.image_features; "
+                        f"{select_task.DEFAULT_IMAGE_FEATURES} for a baseline)")
+    add_ranking_options(p)
+    p.set_defaults(func=run_select)
+
+
+def _ranking(args: argparse.Namespace) -> Ranking:
+    explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
+                if value is not None]
+    if args.ranking:
+        if explicit:
+            raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
+        return select_task.chosen_ranking(args.ranking)
+    return Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k)
+
+
+def run_sentence(args: argparse.Namespace) -> int:
+    result = sentence_task.evaluate(
+        common.load(args), args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
+        ranking=_ranking(args), reference=args.reference, reference_size=args.reference_size,
+        transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
+        name=common.models.model_name(args.model, args.name))
+    result.model = common.model_entry(args)
+    prefix, langs = common.plot_prefix(args, "sentence"), result.languages
+    written = [
+        plots.plot_language_matrix(result.arrays["matrix"], langs, f"{prefix}-matrix.png",
+                                   "Sentence translation by query → target language (%)"),
+        plots.plot_language_matrix(result.arrays["asymmetry"], langs, f"{prefix}-asymmetry.png",
+                                   "Asymmetry A − Aᵀ (percentage points)", diverging=True, label="pp"),
+    ]
+    m, d = result.metrics, result.details
+    scoring = d["scoring"]
+    where = {"none": "no statistics", "inductive": f"statistics from {result.config['reference']}",
+             "transductive": "TRANSDUCTIVE: statistics from the evaluated sentences"}[scoring["statistics"]]
+    print(f"sentence translation: {100 * m['sentence_translation']:.2f}% of translations in the top {d['k']} "
+          f"(chance {100 * m['chance']:.2f}%), {d['n_groups']} groups x {len(langs)} languages; "
+          f"ranking {scoring['label']}, {where}")
+    common.write(result, args, written)
+    return 0
+
+
+def run_select(args: argparse.Namespace) -> int:
+    try:
+        maxsim = [float(w) for w in args.maxsim.split(",")]
+    except ValueError:
+        raise UserError(f"--maxsim {args.maxsim}: expected comma-separated weights >= 0") from None
+    rankings = args.retrieval.split(",")
+    if set(rankings) - {"cosine", "csls"}:
+        raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
+    result = select_task.select_ranking(
+        common.load(args), val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
+        maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k, reference=args.reference,
+        reference_size=args.reference_size, max_per_lang=args.max_per_lang, image_features=args.image_features,
+        seed=args.seed, batch_size=args.batch_size, log=lambda s: print(s, file=sys.stderr))
+    result.model = common.model_entry(args)
+    print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']})")
+    path = common.write(result, args)
+    print(f"apply it to test: python eval.py sentence --model {args.model} --split SPLIT --ranking {path}")
+    return 0

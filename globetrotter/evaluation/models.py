@@ -1,0 +1,78 @@
+"""What ``--model`` names: a trained run (or checkpoint) folder, or one of the two baselines that need no training
+run — ``tfidf`` (character n-gram TF-IDF, :mod:`.tfidf`) and ``ridge:TRAIN_SPLIT`` (the linear image pivot,
+:mod:`.pivot_ridge`) — and the small adapters every evaluation uses to call them alike."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from globetrotter.errors import UserError
+
+from .pivot_ridge import PREFIX as RIDGE_PREFIX
+from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
+from .tfidf import TfidfEncoder, is_tfidf_spec
+
+
+def is_baseline(spec: str | None) -> bool:
+    """Whether ``spec`` names a baseline (``tfidf``, ``ridge:SPLIT``) rather than a trained run."""
+    return is_tfidf_spec(spec) or is_pivot_ridge_spec(spec)
+
+
+def load_model(spec: str):
+    """The encoder ``spec`` names: ``globetrotter.load(spec)`` for a run or checkpoint folder, an unfitted
+    :class:`~.tfidf.TfidfEncoder` for ``tfidf``, a :class:`~.pivot_ridge.PivotRidgeEncoder` fitted on
+    ``TRAIN_SPLIT`` for ``ridge:TRAIN_SPLIT``. A missing folder is a one-line error."""
+    if is_tfidf_spec(spec):
+        return TfidfEncoder()
+    if is_pivot_ridge_spec(spec):
+        return PivotRidgeEncoder(spec[len(RIDGE_PREFIX):])
+    if not Path(spec).exists():
+        raise UserError(f"{spec}: model not found (expected a run folder or a checkpoint folder)")
+    from globetrotter import load
+
+    return load(spec)
+
+
+def model_name(spec: str, name: str | None = None) -> str:
+    """The name records and file names give the model: ``name`` when set, else derived from ``spec`` (the run
+    folder's last two path parts without ``checkpoints``; ``tfidf``; ``ridge-<split>``)."""
+    if name:
+        return name
+    if is_tfidf_spec(spec):
+        return "tfidf"
+    if is_pivot_ridge_spec(spec):
+        return "ridge-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(Path(spec[len(RIDGE_PREFIX):]).parts[-2:]))
+    parts = [p for p in Path(spec).resolve().parts[-3:] if p != "checkpoints"]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
+
+
+def model_info(spec: str, name: str | None = None) -> dict:
+    """``{"path", "name"}`` of a record's model."""
+    return {"path": spec if is_baseline(spec) else str(Path(spec).resolve()), "name": model_name(spec, name)}
+
+
+def require_trained(spec: str | None, command: str) -> None:
+    """A one-line error when a command that needs a trained model is given a baseline."""
+    if is_baseline(spec):
+        raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of `eval.py sentence` only; "
+                        f"{command} needs a trained run folder")
+
+
+def language_kwargs(encoder, langs: str | Sequence[str] | None) -> dict:
+    """``{"langs": langs}`` for an encoder with per-language tables (the Sigurdsson baseline, the ridge baseline),
+    else ``{}``: the other encoders take no languages."""
+    if not getattr(encoder, "needs_language", False):
+        return {}
+    return {"langs": langs if langs is None or isinstance(langs, str) else list(langs)}
+
+
+def encode_texts(encoder, texts: Sequence[str], langs: str | Sequence[str] | None, head: str = "text",
+                 batch_size: int = 256):
+    """``encoder.encode_text`` with the languages passed where the encoder needs them."""
+    return encoder.encode_text(list(texts), batch_size=batch_size, head=head, **language_kwargs(encoder, langs))
+
+
+def token_embeddings(encoder, lang: str | None):
+    """``encoder.token_embeddings()``; ``lang``'s own table for an encoder with per-language tables."""
+    return encoder.token_embeddings(lang) if getattr(encoder, "needs_language", False) else encoder.token_embeddings()

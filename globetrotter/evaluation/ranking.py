@@ -1,0 +1,206 @@
+"""How evaluated sentences are compared: a :class:`Ranking` (the head that embeds them, late interaction, CSLS)
+and the :class:`SentenceScorer` that applies it, with its statistics taken from reference texts.
+
+The score of query ``x`` (language a) and candidate ``y`` (language b) is
+
+    cos(x, y) + W · MaxSim(x, y) − [r_b(x) + r_a(y)] / 2          (the last term with CSLS only)
+
+``cos`` of the sentence embeddings of ``Ranking.head``; MaxSim over the model's token rows
+(:mod:`.late_interaction`), weighted by ``W = Ranking.maxsim``; ``r_b(x)`` the mean of x's ``csls_k`` highest
+scores (cosine + W · MaxSim) among the reference texts of language b (CSLS of the pair's two languages, Conneau
+et al. 2018; :func:`backretrieval.hubness.neighbourhood_radii`). MaxSim's idf and token hubness come from the same
+reference texts. With a :class:`~.reference.ReferencePool` (inductive, the default) a pair's score depends on the
+two sentences, the model and the pool only; without one (transductive) every statistic is taken from the evaluated
+sentences themselves, each a neighbour of the others but not of itself.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import cached_property, lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from backretrieval.hubness import neighbourhood_radii
+from globetrotter.errors import UserError
+
+from .late_interaction import LateInteraction
+from .models import encode_texts
+from .reference import ReferencePool
+from .sentence import cosine_scores
+from .tfidf import TfidfEncoder
+
+HEADS = ("text", "cross")
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """``head``: the head embedding the sentences (``text``: the text-text head; ``cross``: the cross-modal one);
+    ``maxsim``: the weight W of late interaction (0: off); ``csls``: CSLS per language pair with ``csls_k``
+    neighbours."""
+
+    head: str = "text"
+    maxsim: float = 0.0
+    csls: bool = False
+    csls_k: int = 10
+
+    def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise UserError(f"ranking head {self.head!r}: expected one of {', '.join(HEADS)}")
+        if not 0 <= self.maxsim < float("inf"):
+            raise UserError(f"ranking maxsim {self.maxsim}: expected a weight >= 0")
+        if self.csls_k < 1:
+            raise UserError(f"ranking csls_k {self.csls_k}: expected a number of neighbours >= 1")
+
+    @property
+    def label(self) -> str:
+        """Short name for tables: ``cosine``, ``csls``, ``maxsim 4 + csls``, ... and the head when not ``text``."""
+        parts = ([f"maxsim {self.maxsim:g}"] if self.maxsim else []) + (["csls"] if self.csls else [])
+        name = " + ".join(parts) or "cosine"
+        return name if self.head == "text" else f"{name} ({self.head} head)"
+
+    @property
+    def needs_statistics(self) -> bool:
+        """Whether the scores use corpus statistics (and so a reference pool)."""
+        return self.csls or self.maxsim > 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Ranking":
+        """A ranking from its record (the ``chosen`` entry of ``eval.py select``'s JSON)."""
+        unknown = sorted(set(data) - {"head", "maxsim", "csls", "csls_k"})
+        if unknown:
+            raise UserError(f"ranking record: unknown keys {unknown} (expected head, maxsim, csls, csls_k)")
+        return cls(**data)
+
+
+def needs_statistics(encoder, ranking: Ranking) -> bool:
+    """Whether scoring with ``encoder`` under ``ranking`` reads corpus statistics (the TF-IDF baseline's idf, CSLS's
+    radii, MaxSim's idf and hubness), and so a reference pool or the transductive form."""
+    return ranking.needs_statistics or isinstance(encoder, TfidfEncoder)
+
+
+class ScoringContext:
+    """What every ranking of one set of sentences shares, computed once: the sentences' embeddings per head, the
+    reference texts' embeddings, and the raw MaxSim matrices (which do not depend on the head or on W).
+
+    ``reference`` None: transductive (every statistic from the sentences themselves). The TF-IDF baseline's idf
+    is fitted here, on the reference texts (or the sentences, transductive)."""
+
+    def __init__(self, encoder, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
+                 reference: ReferencePool | None, batch_size: int = 256) -> None:
+        self.encoder, self.captions, self.batch_size = encoder, list(captions), batch_size
+        self.langs = np.asarray(langs).astype(str)
+        self.reference = reference
+        self.languages, self.lang_idx = np.unique(self.langs, return_inverse=True)
+        if reference is not None:
+            unknown = sorted(set(reference.langs.tolist()) - set(self.languages.tolist()))
+            if unknown:
+                raise ValueError(f"reference texts in {unknown}, which are not evaluated")
+            self.pool_idx = np.searchsorted(self.languages, reference.langs)
+        if isinstance(encoder, TfidfEncoder):
+            encoder.fit(self.captions if reference is None else reference.captions)
+
+    @property
+    def statistics(self) -> str:
+        return "transductive" if self.reference is None else "inductive"
+
+    @lru_cache(maxsize=None)
+    def embeddings(self, head: str):
+        return encode_texts(self.encoder, self.captions, self.langs, head, self.batch_size)
+
+    @lru_cache(maxsize=None)
+    def reference_embeddings(self, head: str):
+        if self.reference is None:
+            return self.embeddings(head)
+        return encode_texts(self.encoder, self.reference.captions, self.reference.langs, head, self.batch_size)
+
+    @cached_property
+    def late(self) -> LateInteraction:
+        """Token statistics (idf, per-language hubness) of the reference texts, at weight 1."""
+        if not hasattr(self.encoder, "token_table"):
+            raise UserError("--maxsim scores a trained model's token rows; this model has none "
+                            "(the TF-IDF and ridge baselines embed whole captions)")
+        texts, langs = ((self.captions, self.langs) if self.reference is None
+                        else (self.reference.captions, self.reference.langs))
+        source = "evaluated sentences (transductive)" if self.reference is None else self.reference.source
+        try:
+            return LateInteraction(self.encoder, 1.0, texts, languages=langs, source=source)
+        except ValueError as err:
+            raise UserError(f"--maxsim: {err}") from None
+
+    @cached_property
+    def maxsim_self(self) -> np.ndarray:
+        """``[N, N]`` MaxSim of the sentences against each other."""
+        mine = self._sentence_bags
+        return self.late.scorer(mine, mine)(np.arange(len(self.captions)))
+
+    @cached_property
+    def maxsim_reference(self) -> np.ndarray:
+        """``[N, R]`` MaxSim of the sentences against the reference texts."""
+        if self.reference is None:
+            return self.maxsim_self
+        return self.late.scorer(self._sentence_bags, self.late.reference_bags)(np.arange(len(self.captions)))
+
+    @cached_property
+    def _sentence_bags(self):
+        late = self.late
+        return late.reference_bags if self.reference is None else late.bags(self.captions, self.langs)
+
+    def scorer(self, ranking: Ranking) -> "SentenceScorer":
+        return SentenceScorer(self, ranking)
+
+
+class SentenceScorer:
+    """``scorer(rows) -> [len(rows), N]`` scores of sentences ``rows`` against every sentence under ``ranking``
+    (module docstring); ``matrix()`` all of them; ``record`` what a result says of the scoring."""
+
+    def __init__(self, context: ScoringContext, ranking: Ranking) -> None:
+        self.context, self.ranking = context, ranking
+        self.emb = context.embeddings(ranking.head)
+        self._cos = cosine_scores(self.emb)
+        self.radii = self._radii() if ranking.csls else None
+
+    def _radii(self) -> np.ndarray:
+        c, r = self.context, self.ranking
+        own = c.reference is None
+        extra = None
+        if r.maxsim:
+            table = c.maxsim_reference
+            extra = lambda rows: r.maxsim * table[rows]  # noqa: E731
+        try:
+            return neighbourhood_radii(self.emb, c.reference_embeddings(r.head), r.csls_k,
+                                       pool_groups=c.lang_idx if own else c.pool_idx, extra=extra,
+                                       exclude=np.arange(len(c.captions)) if own else None)
+        except ValueError as err:
+            raise UserError(f"--retrieval csls: {err} (fewer reference texts than --csls-k in a language)") from None
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows)
+        scores = np.asarray(self._cos(rows), dtype=np.float32)
+        if self.ranking.maxsim:
+            scores = scores + self.ranking.maxsim * self.context.maxsim_self[rows]
+        if self.radii is not None:
+            idx = self.context.lang_idx
+            scores = scores - (self.radii[rows][:, idx] + self.radii[:, idx[rows]].T) / 2.0
+        return scores
+
+    def matrix(self) -> np.ndarray:
+        """``[N, N]`` every score (for a few thousand sentences: the val split's BackRetrieval)."""
+        return self(np.arange(len(self.context.captions)))
+
+    @property
+    def record(self) -> dict:
+        c = self.context
+        out = {**self.ranking.to_dict(), "label": self.ranking.label,
+               "statistics": c.statistics if needs_statistics(c.encoder, self.ranking) else "none"}
+        if self.ranking.needs_statistics:
+            out["reference"] = "evaluated sentences" if c.reference is None else c.reference.record
+        if self.ranking.maxsim:
+            out["maxsim_tokens"] = c.late.record
+        if isinstance(c.encoder, TfidfEncoder):
+            out["tfidf"] = {**c.encoder.config,
+                            "fitted_on": "evaluated sentences" if c.reference is None else c.reference.record}
+        return out

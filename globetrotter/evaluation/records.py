@@ -1,0 +1,84 @@
+"""The JSON record every evaluation writes: :class:`Result` (task, dataset, model, metrics, languages, config,
+details, plots), as MUSE and CLIP_benchmark write one record per run so results collect into a table."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def jsonable(obj: Any) -> Any:
+    """numpy → plain Python; NaN/inf → None (strict JSON); paths → strings."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def matrix_dict(matrix: np.ndarray, languages: Sequence[str]) -> dict:
+    """Row-major ``{row_lang: {col_lang: value}}`` view of a language-pair matrix (diagonal left out)."""
+    return {a: {b: matrix[i, j] for j, b in enumerate(languages) if i != j} for i, a in enumerate(languages)}
+
+
+def dataset_info(split: str | Path) -> dict:
+    """What a record says of a shard split: its path, kind, source, checksum and size (from its manifest)."""
+    from data_prep.shards import read_manifest
+
+    manifest = read_manifest(split)
+    return {"path": str(Path(split).resolve()), "split": manifest.get("split"), "source": manifest.get("source"),
+            "checksum": manifest.get("checksum"), "num_samples": manifest.get("num_samples")}
+
+
+@dataclass
+class Result:
+    """One evaluation's outcome: ``metrics`` (what a table shows), ``details`` (everything needed to read them) and
+    the ``config`` that reproduces it. ``to_dict`` is the JSON record."""
+
+    task: str
+    metrics: dict
+    languages: list[str]
+    model: dict = field(default_factory=dict)  # {"path", "name"}
+    dataset: dict | None = None
+    config: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+    plots: list[str] = field(default_factory=list)
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    arrays: dict = field(default_factory=dict, repr=False)  # numpy results for plots; not part of the record
+
+    def to_dict(self) -> dict:
+        """The strict-JSON record (numpy values converted, NaN as null)."""
+        record = asdict(self)
+        del record["arrays"]
+        return jsonable(record)
+
+    @property
+    def name(self) -> str:
+        """``<task>-<model name>``: the record's file name without ``.json``."""
+        return f"{self.task}-{self.model['name']}" if self.model.get("name") else self.task
+
+    def write(self, out: str | Path) -> Path:
+        """Write ``out/<task>-<model>.json`` (atomically) and append the summary to ``out/results.jsonl``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        record = self.to_dict()
+        path = out / f"{self.name}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+        tmp.replace(path)
+        summary = {k: record[k] for k in ("task", "dataset", "model", "metrics", "languages", "config", "created")}
+        with open(out / "results.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(summary, ensure_ascii=False, allow_nan=False) + "\n")
+        return path

@@ -1,0 +1,74 @@
+"""Reference texts: the unlabelled captions whose statistics score evaluated sentences (inductive scoring).
+
+A ranking that corrects for hubness or weighs tokens needs corpus statistics: CSLS's neighbourhood radii, MaxSim's
+idf and token hubness, the TF-IDF baseline's idf. Taken from the evaluated sentences themselves (transductive),
+one pair's score depends on which other sentences happen to be evaluated, and the test sentences shape their own
+ranking. Taken from a reference pool, a pair's score depends on the two sentences, the model and the pool only:
+what a user has at inference time is unlabelled text of their languages, such as the train split's captions
+(no groups, no images: nothing parallel is read). That is the default of every evaluation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+DEFAULT_SIZE = 2000
+"""Reference captions per language (a seeded sample of larger splits): enough for k = 10 neighbourhoods and idf,
+and a bounded cost at any split size."""
+
+
+@dataclass(frozen=True)
+class ReferencePool:
+    """Captions and their languages, read from ``source`` (a split folder)."""
+
+    captions: list[str]
+    langs: np.ndarray
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    @property
+    def record(self) -> dict:
+        """What a result record says of the pool."""
+        counts = dict(zip(*np.unique(self.langs, return_counts=True)))
+        return {"split": self.source, "captions": len(self), "per_language": {str(k): int(v) for k, v in counts.items()}}
+
+
+def default_reference(split: str | Path) -> Path:
+    """The split beside ``split`` named ``train`` (``outputs/flickr8k/test`` → ``outputs/flickr8k/train``)."""
+    return Path(split).parent / "train"
+
+
+def read_reference(split: str | Path, languages: Sequence[str], max_per_language: int | None = DEFAULT_SIZE,
+                   seed: int = 0) -> ReferencePool:
+    """The captions of ``split`` in ``languages`` (at most ``max_per_language`` each, a ``seed``-ed sample).
+
+    One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
+    statistics could not be taken)."""
+    from data_prep.shards import read_captions
+
+    split = Path(split)
+    if not (split / "manifest.json").is_file():
+        raise UserError(f"{split}: no split here (expected manifest.json) to take the reference statistics from; "
+                        f"name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
+    metas = read_captions(split)
+    found = {m["lang"] for m in metas}
+    missing = sorted(set(languages) - found)
+    if missing:
+        raise UserError(f"{split}: no caption in {','.join(missing)} for the reference statistics (--reference; the "
+                        f"split has {','.join(sorted(found)) or 'none'})")
+    rng = np.random.default_rng(seed)
+    captions, langs = [], []
+    for lang in sorted(set(languages)):
+        texts = [m["caption"] for m in metas if m["lang"] == lang]
+        if max_per_language is not None and len(texts) > max_per_language:
+            texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_language, replace=False))]
+        captions += texts
+        langs += [lang] * len(texts)
+    return ReferencePool(captions, np.array(langs), str(split))

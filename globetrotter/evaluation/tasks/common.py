@@ -1,0 +1,25 @@
+"""What the evaluation tasks share: resolving a model argument, reading a parallel sample of a split."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .. import models
+from ..sentence import ParallelSet, parallel_set
+
+
+def resolve_model(model, name: str | None = None) -> tuple[object, dict]:
+    """``(encoder, record's model entry)`` for a model spec (run folder, ``tfidf``, ``ridge:SPLIT``) or an encoder
+    object already loaded (named ``name``, or by its checkpoint)."""
+    if isinstance(model, (str, Path)):
+        return models.load_model(str(model)), models.model_info(str(model), name)
+    checkpoint = getattr(model, "checkpoint", None)
+    return model, {"path": str(checkpoint) if checkpoint else None,
+                   "name": name or (Path(checkpoint).parent.name if checkpoint else type(model).__name__)}
+
+
+def read_parallel(split: str | Path, languages: Sequence[str] | None, n_groups: int | None, seed: int) -> ParallelSet:
+    """A ``seed``-ed sample of ``n_groups`` parallel groups of ``split`` in ``languages`` (default: all of its)."""
+    from data_prep.shards import read_captions
+
+    return parallel_set(read_captions(split), languages, n_groups=n_groups, seed=seed, where=str(split))

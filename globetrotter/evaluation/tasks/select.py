@@ -1,0 +1,115 @@
+"""Choose how to rank sentences on val, never on test: :func:`select_ranking`.
+
+Every candidate :class:`~..ranking.Ranking` (head × late-interaction weight × CSLS) scores the val split's captions,
+and BackRetrieval (the image-pivoted metric; no parallel text) judges each: the mean of BkR@K over the ordered
+language pairs and K (the trainer's checkpoint-selection protocol: same split, sample, seed and image similarity
+``g`` when ``model`` is a run). The highest mean wins; a tie goes to the simpler ranking (the earlier one in
+candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
+the choice and the reason; ``eval.py sentence --ranking RECORD`` applies it to test.
+"""
+from __future__ import annotations
+
+from itertools import product
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+from ..models import is_baseline
+from ..ranking import HEADS, Ranking, ScoringContext
+from ..records import Result, dataset_info
+from ..reference import DEFAULT_SIZE, default_reference, read_reference
+from ..val_set import BackRetrievalSet
+from .common import resolve_model
+
+DEFAULT_MAXSIM = (0.0, 1.0, 2.0, 4.0, 8.0)
+"""Late-interaction weights tried by default."""
+DEFAULT_IMAGE_FEATURES = "timm:efficientnet_lite0:package"
+"""``g`` for a model without a run config (the baselines): ImageNet features of the offline EfficientNet-Lite0."""
+
+
+def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[bool], csls_k: int = 10) -> list[Ranking]:
+    """Every combination, simplest first (the tie order of :func:`select_ranking`)."""
+    return [Ranking(h, float(w), bool(c), csls_k) for h, w, c in product(heads, sorted(set(maxsim)), sorted(set(csls)))]
+
+
+def select_ranking(
+    model,
+    *,
+    val: str | Path | None = None,
+    languages: Sequence[str] | None = None,
+    heads: Sequence[str] = HEADS,
+    maxsim: Sequence[float] = DEFAULT_MAXSIM,
+    csls: Sequence[bool] = (False, True),
+    csls_k: int = 10,
+    reference: str | Path | None = None,
+    reference_size: int | None = DEFAULT_SIZE,
+    max_per_lang: int | None = None,
+    image_features: str | None = None,
+    seed: int | None = None,
+    batch_size: int = 256,
+    name: str | None = None,
+    log: Callable[[str], None] = print,
+) -> Result:
+    """The ranking of ``model`` with the highest mean val BackRetrieval (module docstring).
+
+    For a trained run, ``val``, ``max_per_lang``, ``image_features``, ``seed`` and the K default to its config's
+    (``data.root/data.val_split``, ``val.*``, ``seed``); a baseline (``tfidf``, ``ridge:SPLIT``) needs ``val`` and
+    has one head and no token rows (its candidates: cosine and CSLS). Statistics come from ``reference`` (default:
+    the ``train`` split beside ``val``), as in :func:`.sentence.evaluate`.
+    """
+    encoder, info = resolve_model(model, name)
+    cfg = getattr(encoder, "cfg", None)
+    if val is None:
+        if cfg is None:
+            raise UserError("select: --val SPLIT is needed for a model without a run config (the baselines)")
+        val = Path(cfg.data.root) / cfg.data.val_split
+    ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
+    max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
+    image_features = image_features or (cfg.val.image_features if cfg is not None else DEFAULT_IMAGE_FEATURES)
+    seed = seed if seed is not None else (cfg.seed if cfg is not None else 0)
+    if isinstance(model, str) and is_baseline(model) or not hasattr(encoder, "token_table"):
+        heads, maxsim = ("text",), (0.0,)  # one embedding, no token rows
+    rankings = candidates(heads, maxsim, csls, csls_k)
+    bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks)
+    if languages:
+        bkr.keep_languages(languages)
+    evaluated = sorted(set(bkr.langs.tolist()))
+    pool = read_reference(reference or default_reference(val), evaluated, reference_size, seed)
+    context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
+    rows = []
+    for ranking in rankings:
+        scores = context.scorer(ranking).matrix()
+        metrics, _ = bkr.evaluate(text_scores=lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
+        mean = float(np.mean([metrics[f"val/bkr@{k}"] for k in ks]))
+        rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "mean_bkr": mean,
+                     **{k.split("/")[1]: v for k, v in metrics.items()}})
+        log(f"select: {ranking.label:<28} mean val BkR@{{{','.join(map(str, ks))}}} {mean:.4f}")
+    best = max(range(len(rows)), key=lambda i: (rows[i]["mean_bkr"], -i))
+    chosen = rows[best]
+    reason = (f"highest mean val BackRetrieval@{{{','.join(map(str, ks))}}} over the {len(evaluated) * (len(evaluated) - 1)} "
+              f"ordered pairs of {','.join(evaluated)} ({chosen['mean_bkr']:.4f}); ties to the simpler ranking")
+    metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
+    details = {"chosen": chosen["ranking"], "reason": reason, "candidates": rows,
+               "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks)},
+               "reference": pool.record}
+    config = {"val": str(val), "languages": evaluated, "heads": list(heads), "maxsim": list(maxsim),
+              "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
+              "max_per_lang": max_per_lang, "seed": seed}
+    return Result("select", metrics, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
+
+
+def chosen_ranking(record: str | Path) -> Ranking:
+    """The ranking a ``select`` record (its JSON file) chose."""
+    import json
+
+    path = Path(record)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (--ranking takes the JSON record that `eval.py select` wrote)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Ranking.from_dict(data["details"]["chosen"])
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None

@@ -1,0 +1,68 @@
+"""Sentence translation by retrieval (Globetrotter paper 5.2) as a library call: :func:`evaluate`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from globetrotter.errors import UserError
+
+from ..pivot_ridge import PivotRidgeEncoder
+from ..ranking import Ranking, ScoringContext, needs_statistics
+from ..records import Result, dataset_info, matrix_dict
+from ..reference import DEFAULT_SIZE, default_reference, read_reference
+from ..sentence import Candidates, sentence_translation
+from .common import read_parallel, resolve_model
+
+
+def evaluate(
+    model,
+    split: str | Path,
+    *,
+    languages: Sequence[str] | None = None,
+    n_groups: int | None = 200,
+    ranking: Ranking = Ranking(),
+    reference: str | Path | None = None,
+    reference_size: int | None = DEFAULT_SIZE,
+    transductive: bool = False,
+    candidates: Candidates = "other-language",
+    seed: int = 0,
+    batch_size: int = 256,
+    name: str | None = None,
+) -> Result:
+    """Sentence translation of ``model`` on a ``seed``-ed sample of ``n_groups`` parallel groups of ``split``.
+
+    Every sentence is a query whose translations (its group's sentences in the other languages) are the positives;
+    the metric is the share of positives in the query's top M-1 candidates under ``ranking``
+    (:mod:`..ranking`), over all queries, with chance beside it and the per-language-pair matrix.
+
+    Statistics a ranking needs (CSLS radii, MaxSim idf and hubness, the TF-IDF baseline's idf) come from
+    ``reference`` (a split; default: the ``train`` split beside ``split``), ``reference_size`` captions per
+    language, never from the evaluated sentences (inductive). ``transductive=True`` takes them from the evaluated
+    sentences instead, and says so in the record; it excludes ``reference``.
+    """
+    if transductive and reference is not None:
+        raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes --reference "
+                        f"{reference}")
+    encoder, info = resolve_model(model, name)
+    ps = read_parallel(split, languages, n_groups, seed)
+    pool = None
+    if needs_statistics(encoder, ranking) and not transductive:
+        pool = read_reference(reference or default_reference(split), ps.languages, reference_size, seed)
+    scorer = ScoringContext(encoder, ps.captions, ps.langs, pool, batch_size).scorer(ranking)
+    try:
+        res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
+    except ValueError as err:
+        raise UserError(f"{split}: {err}") from None
+    langs = res["languages"]
+    metrics = {"sentence_translation": res["accuracy"], "chance": res["chance"],
+               "per_query_language": res["per_query_language"], "per_target_language": res["per_target_language"]}
+    details = {"matrix": matrix_dict(res["matrix"], langs), "asymmetry": matrix_dict(res["asymmetry"], langs),
+               "k": res["k"], "n_queries": res["n_queries"], "n_groups": res["n_groups"],
+               "groups_without_all_languages": ps.skipped_groups, "scoring": scorer.record}
+    if isinstance(encoder, PivotRidgeEncoder):
+        details["ridge"] = encoder.config
+    config = {"languages": list(ps.languages), "n_groups": n_groups, "ranking": ranking.to_dict(),
+              "reference": None if pool is None else pool.source, "reference_size": reference_size,
+              "transductive": transductive, "candidates": candidates, "seed": seed}
+    return Result("sentence", metrics, langs, model=info, dataset=dataset_info(split), config=config, details=details,
+                  arrays={"matrix": res["matrix"], "asymmetry": res["asymmetry"]})

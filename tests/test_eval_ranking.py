@@ -1,0 +1,103 @@
+"""The sentence ranking (cosine, CSLS per language pair, MaxSim) against its definition written out, and the
+inductive protocol: with a reference pool a pair's score never depends on the other evaluated sentences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_eval_cli import LANGS, FakeEncoder, caption
+
+from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext, sentence_translation
+from globetrotter.evaluation.procrustes import normalize_rows
+
+
+class TableEncoder:
+    """Caption ``"s<i>"`` is row ``i`` of a fixed matrix: scores whose inputs are known exactly."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = normalize_rows(rows)
+
+    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+        return self.rows[[int(t[1:]) for t in texts]]
+
+
+def brute_csls(emb, langs, pool, pool_langs, k, own: bool) -> np.ndarray:
+    """cos(x, y) - r_{lang y}(x) / 2 - r_{lang x}(y) / 2, every radius written out over the pool."""
+    def radius(i, lang):
+        sims = [float(emb[i] @ pool[j]) for j in range(len(pool)) if pool_langs[j] == lang and not (own and j == i)]
+        return np.mean(sorted(sims)[-k:])
+
+    n = len(emb)
+    return np.array([[emb[x] @ emb[y] - radius(x, langs[y]) / 2 - radius(y, langs[x]) / 2 for y in range(n)]
+                     for x in range(n)])
+
+
+def test_csls_scores_are_csls_of_each_language_pair_over_the_pool_or_the_sentences():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(30, 6)) + np.repeat(rng.normal(size=(3, 6)) * [[0.2], [1.0], [0.5]], 10, axis=0)
+    encoder = TableEncoder(rows)
+    evaluated, langs = [f"s{i}" for i in range(12)], np.array(["en", "de", "fr"] * 4)
+    pool = ReferencePool([f"s{i}" for i in range(12, 30)], np.array(["en", "de", "fr"] * 6), "pool")
+    emb, pool_emb = encoder.rows[:12], encoder.rows[12:]
+    inductive = ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=3)).matrix()
+    np.testing.assert_allclose(inductive, brute_csls(emb, langs, pool_emb, pool.langs, 3, own=False), atol=1e-5)
+    transductive = ScoringContext(encoder, evaluated, langs, None).scorer(Ranking(csls=True, csls_k=3)).matrix()
+    np.testing.assert_allclose(transductive, brute_csls(emb, langs, emb, langs, 3, own=True), atol=1e-5)
+    cosine = ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking()).matrix()
+    np.testing.assert_allclose(cosine, emb @ emb.T, atol=1e-6)
+    # the metric ranks by the scorer exactly as by the embeddings when the scores are the cosines
+    groups = np.repeat(np.arange(4), 3)
+    by_scorer = sentence_translation(ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking()), langs, groups)
+    assert by_scorer["accuracy"] == sentence_translation(emb, langs, groups)["accuracy"]
+
+
+def test_csls_ranking_marks_down_a_hub_that_cosine_ranks_first():
+    """A hub (a candidate near every query) takes the top slot of every query under cosine; CSLS subtracts its
+    radius and the true translations come back."""
+    rng = np.random.default_rng(1)
+    n, d = 40, 16
+    meaning, shared = rng.normal(size=(n, d)), rng.normal(size=d)
+    en = meaning + 1.5 * shared + 0.7 * rng.normal(size=(n, d))
+    de = meaning + 1.5 * shared + 0.7 * rng.normal(size=(n, d))
+    de[:3] = 0.5 * meaning[:3] + 4.0 * shared  # three de rows are mostly the shared component: hubs
+    encoder = TableEncoder(np.concatenate([en, de]))
+    texts, langs = [f"s{i}" for i in range(2 * n)], np.array(["en"] * n + ["de"] * n)
+    groups = np.concatenate([np.arange(n), np.arange(n)])
+    context = ScoringContext(encoder, texts, langs, None)
+    cosine = sentence_translation(context.scorer(Ranking()), langs, groups, k=1)["accuracy"]
+    csls = sentence_translation(context.scorer(Ranking(csls=True, csls_k=5)), langs, groups, k=1)["accuracy"]
+    assert csls > cosine + 0.05
+
+
+def _scene_captions(scenes):
+    return [caption(lang, c, s) for c, s in scenes for lang in LANGS], np.array([lang for _ in scenes for lang in LANGS])
+
+
+@pytest.mark.parametrize("ranking", [Ranking(csls=True, csls_k=3), Ranking(maxsim=0.5), Ranking(maxsim=0.5, csls=True, csls_k=3)])
+def test_with_a_reference_a_pair_score_never_depends_on_the_other_evaluated_sentences(ranking):
+    """Hold one query-candidate pair fixed and redraw every other evaluated sentence: inductive scores stay the same
+    to the bit; the transductive form (statistics from the evaluated sentences, as before) moves them."""
+    encoder = FakeEncoder(language_offset=3.0)
+    fixed = [caption("en", 0, 0), caption("de", 1, 2)]
+    reference = ReferencePool(*_scene_captions([(c, s) for c in range(6) for s in range(5) if (c + s) % 2]), "pool")
+    rng = np.random.default_rng(0)
+    inductive, transductive = [], []
+    for draw in range(3):
+        scenes = [(int(c), int(s)) for c, s in rng.integers(0, [6, 5], size=(20, 2))]
+        others, other_langs = _scene_captions(scenes)
+        texts, langs = fixed + others, np.array(["en", "de"] + list(other_langs))
+        for pool, out in ((reference, inductive), (None, transductive)):
+            out.append(ScoringContext(encoder, texts, langs, pool).scorer(ranking)(np.array([0]))[0, 1])
+    assert inductive[0] == inductive[1] == inductive[2]
+    assert len(set(transductive)) > 1, transductive
+
+
+def test_maxsim_scores_add_the_weighted_token_matching():
+    encoder = FakeEncoder(language_offset=3.0)
+    texts, langs = _scene_captions([(0, 0), (1, 2), (3, 4), (5, 1)])
+    reference = ReferencePool(*_scene_captions([(c, s) for c in range(6) for s in range(5)]), "pool")
+    context = ScoringContext(encoder, texts, langs, reference)
+    plain, late = context.scorer(Ranking()).matrix(), context.scorer(Ranking(maxsim=2.0)).matrix()
+    np.testing.assert_allclose(late - plain, 2.0 * context.maxsim_self, atol=1e-5)
+    bags = context.late.bags(texts, langs)
+    np.testing.assert_allclose(context.maxsim_self, context.late.scorer(bags, bags)(np.arange(len(texts))), atol=1e-6)
+    assert context.late.record["reference"] == "pool"
