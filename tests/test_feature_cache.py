@@ -80,6 +80,64 @@ def test_a_cache_built_for_other_settings_is_refused_naming_both(cache_dir):
         load_feature_cache(cache_dir, small_spec(backbone="efficientnet_lite0"))
 
 
+def _rewrite_manifest(split_dir: Path, **changes) -> None:
+    manifest = json.loads((split_dir / "manifest.json").read_text())
+    manifest.update(changes)
+    (split_dir / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_cache_read_for_its_own_rewritten_split_is_refused_naming_both_checksums(tiny_world, cache_dir, tmp_path):
+    import shutil
+
+    built = json.loads((cache_dir / "cache.json").read_text())["split_checksum"]
+    assert built and built == json.loads((tiny_world / "train" / "manifest.json").read_text())["checksum"]
+    assert load_feature_cache(cache_dir, small_spec(), tiny_world / "train").row_of  # its own split, unchanged
+    # its own split by the folder it sits in (<split>/features), the checksum the same: accepted; rewritten: refused
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world / "train", world / "train")
+    shutil.copytree(cache_dir, world / "train" / "features")
+    load_feature_cache(world / "train" / "features", small_spec(), world / "train")
+    _rewrite_manifest(world / "train", checksum="sha256:rewritten")
+    with pytest.raises(UserError) as err:
+        load_feature_cache(world / "train" / "features", small_spec(), world / "train")
+    assert "\n" not in str(err.value) and f"with checksum {built}, but the split's manifest now says sha256:rewritten" \
+        in str(err.value) and "--force" in str(err.value)
+    # its own split by the folder recorded at build time, the cache elsewhere
+    other = tmp_path / "elsewhere" / "features"
+    build_feature_cache(world / "train", small_spec(), other, small_backbone(), workers=0, progress=False)
+    _rewrite_manifest(world / "train", checksum="sha256:again")
+    with pytest.raises(UserError, match=r"built from .*train with checksum sha256:rewritten, but the split's manifest "
+                                        r"now says sha256:again"):
+        load_feature_cache(other, small_spec(), world / "train")
+    assert load_feature_cache(other, small_spec()).row_of  # read for no split: nothing to compare
+
+
+def test_a_cache_serves_a_more_captions_copy_and_other_splits_by_image_id(tmp_path, tokenizer):
+    """The documented use (configs/flickr8k.yaml): the cache of the converted train split serves the more-captions
+    copy of it (another checksum, the same image bytes) and the parallel split of the supervised twin."""
+    from test_converters import cli
+    from test_more_captions import convert_world
+
+    w, data = convert_world(tmp_path)
+    more = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--out", more,
+                "--quiet"]) == 0
+    cache_path = data / "train" / "features"
+    build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
+    built = json.loads((cache_path / "cache.json").read_text())["split_checksum"]
+    manifest = json.loads((more / "train" / "manifest.json").read_text())
+    assert manifest["checksum"] != built and manifest["more_captions"]["original_checksum"] == built
+    cache = load_feature_cache(cache_path, small_spec(), more / "train")
+    assert len(FeatureBatches(more / "train", cache, tokenizer, 4, 16).ids) > len(read_captions(data / "train"))
+    # the parallel split (no record of where its images come from): served by image id
+    load_feature_cache(cache_path, small_spec(), data / "train-parallel")
+    # a more-captions copy of another version of the split: refused naming both checksums
+    _rewrite_manifest(more / "train", more_captions={**manifest["more_captions"], "original_checksum": "sha256:older"})
+    with pytest.raises(UserError, match=rf"built from a split with checksum {built}, but .*more/train copied its images "
+                                        rf"from one with checksum sha256:older"):
+        load_feature_cache(cache_path, small_spec(), more / "train")
+
+
 def test_images_missing_from_the_cache_are_named_with_their_count(tiny_world, cache_dir, tokenizer):
     cache = load_feature_cache(cache_dir)
     n_test_images = len({m["image_id"] for m in read_captions(tiny_world / "test")})
@@ -233,7 +291,7 @@ def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world
 
 def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights):
     out = tmp_path / "cache"
-    base = [sys.executable, "-m", "data_prep.cli", "features", str(tiny_world / "train"),
+    base = [sys.executable, "-m", "globetrotter.data_cli", "features", str(tiny_world / "train"),
             "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8", "--out", str(out),
             "--workers", "0", "--backbone", "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"]
     first = subprocess.run(base, capture_output=True, text=True, cwd=REPO)

@@ -96,7 +96,7 @@ def test_a_run_trains_its_tokenizer_with_the_asked_normalisation_and_refuses_ano
 def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_world, tmp_path):
     import shutil
 
-    from data_prep.cli import main as data_cli
+    from globetrotter.data_cli import main as data_cli
     from globetrotter.tokenizer import normalization_of
 
     world = tmp_path / "world"

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.errors import UserError
+from data_prep.errors import UserError
 
 from .flickr8k import read_flickr8k
 from .folder import read_caption_table

@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from globetrotter.errors import UserError
+from data_prep.errors import UserError
 
 from .common import Caption, Record, read_lines_or_issue
 from .report import Issue

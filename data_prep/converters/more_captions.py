@@ -43,8 +43,8 @@ from typing import Iterable
 
 from tqdm import tqdm
 
+from data_prep.errors import UserError
 from data_prep.shards import MANIFEST, SPLITS, ShardWriter, check_split_rule, iter_raw, read_captions, read_manifest
-from globetrotter.errors import UserError
 
 from .cli import _existing_dir, _language_list, _sources, add_source_arguments
 from .common import Record

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from globetrotter.errors import UserError
+from data_prep.errors import UserError
 
 from .common import AlignedFile, Record, read_aligned, split_from_name
 

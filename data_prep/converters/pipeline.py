@@ -29,8 +29,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from data_prep.errors import UserError
 from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
-from globetrotter.errors import UserError
 
 from .common import Caption, Record
 from .images import ImageResolver, ImageSpec, prepare_image_task

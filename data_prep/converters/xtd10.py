@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from globetrotter.errors import UserError
+from data_prep.errors import UserError
 
 from .common import AlignedFile, Record, read_aligned
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from globetrotter.config_io import load_config
+from data_prep.config_io import load_config
 
 from .config import SynthConfig
 from .lexicon import LANGUAGES

@@ -1,6 +1,6 @@
 """The synthetic world's config: sizes of the splits, languages, and how much a caption says.
 
-Loaded with ``globetrotter.config_io.load_config(SynthConfig, path, overrides)``; every
+Loaded with ``data_prep.config_io.load_config(SynthConfig, path, overrides)``; every
 field has a default sized so the whole world is generated in seconds and a small CPU
 model can learn from it (docs/design.md section 4).
 """

@@ -30,8 +30,8 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from data_prep.config_io import save_config
 from data_prep.shards import ShardWriter, encode_image
-from globetrotter.config_io import save_config
 
 from .config import SynthConfig
 from .dictionary import write_dictionaries

@@ -32,8 +32,8 @@ from ..errors import UserError
 from ..tokenizer import encode_batch
 from .feature_cache import FeatureCache
 from .neighbours import other_language_neighbours
-from .pipeline import truth_id
 from .subset import keeps_caption
+from .truth import truth_id
 
 
 def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,6 +17,23 @@ A cache is a folder (default ``<split>/features``) holding
 
 A cache whose spec differs from the one a config asks for is refused with a one-line error
 naming both (never silently reused).
+
+A cache is keyed by image id, so it serves any split whose images it holds, not only the one it was built
+from ("its own split"): the more-captions copy of a train split (same image bytes; ``configs/flickr8k.yaml``
+reads ``outputs/flickr8k/train/features`` for ``outputs/flickr8k-more/train``), the parallel split of a
+supervised twin, an adaptation split. Its recorded split checksum is compared (:func:`check_split_checksum`)
+when it is read for a split:
+
+* the split's manifest checksum equals the recorded one: accepted;
+* the split is the cache's own split (the folder recorded at build time, or the folder the cache sits in as
+  ``<split>/features``) with another checksum: the split was rewritten since the build (a regenerated synthetic
+  world keeps its image ids but not its pixels): refused with a one-line error naming both checksums;
+* the split is a more-captions copy (its manifest's ``more_captions.original_checksum``): the checksum of the
+  split its image bytes were copied from must be the recorded one, else refused naming both;
+* any other split: no checksum says which images it holds; the cache serves it by image id and
+  :meth:`FeatureCache.rows` refuses an image the cache lacks.
+
+A cache or manifest without a checksum (older builds) is not compared.
 """
 from __future__ import annotations
 
@@ -177,7 +194,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     elapsed = time.perf_counter() - start
     feats.flush()
     del feats
-    record = {"spec": asdict(spec), "split": str(split_dir), "split_checksum": manifest.get("checksum"),
+    record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
               "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
               "build_seconds": elapsed}
     (tmp / IMAGE_IDS).write_text(json.dumps(ids))
@@ -210,8 +227,40 @@ class FeatureCache:
         return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
 
 
-def load_feature_cache(path: str | Path, expected: CacheSpec | None = None) -> FeatureCache:
-    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``."""
+def _same_folder(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) -> None:
+    """Refuse (one-line :class:`UserError` naming both checksums) the cache at ``path`` with ``cache.json``
+    content ``record`` for reading ``split_dir`` when the split's images may not be the ones it was built from
+    (the rules are in the module docstring)."""
+    path, split_dir = Path(path), Path(split_dir)
+    built = record.get("split_checksum")
+    manifest = read_manifest(split_dir)
+    current = manifest.get("checksum")
+    if not built or not current or current == built:
+        return
+    own = _same_folder(split_dir, record.get("split", "")) or _same_folder(path, split_dir / "features")
+    if own:
+        raise UserError(f"{path}: feature cache was built from {split_dir} with checksum {built}, but the split's "
+                        f"manifest now says {current}: the split was rewritten since; rebuild the cache "
+                        f"(globetrotter-data features {split_dir} --force) or point data.features elsewhere")
+    original = (manifest.get("more_captions") or {}).get("original_checksum")
+    if original and original != built:
+        raise UserError(f"{path}: feature cache was built from a split with checksum {built}, but {split_dir} copied its "
+                        f"images from one with checksum {original} (manifest more_captions.original_checksum): rebuild "
+                        f"the cache from that split or point data.features elsewhere")
+
+
+def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
+                       split_dir: str | Path | None = None) -> FeatureCache:
+    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it
+    is read for ``split_dir`` and its recorded split checksum says that split's images may have changed
+    (:func:`check_split_checksum`)."""
     path = Path(path)
     if not (path / SPEC).is_file() or not (path / FEATURES).is_file():
         raise UserError(f"{path}: no feature cache here (expected {SPEC} and {FEATURES}; build one with globetrotter-data features)")
@@ -223,6 +272,8 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None) -> F
     if expected is not None and spec != expected:
         raise UserError(f"{path}: feature cache was built for another setting than the config asks "
                         f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
+    if split_dir is not None:
+        check_split_checksum(path, record, split_dir)
     features = np.load(path / FEATURES, mmap_mode="r")
     ids = json.loads((path / IMAGE_IDS).read_text())
     if len(ids) != features.shape[0]:
@@ -244,4 +295,4 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
         record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers)
         log(f"feature cache: {record['images']} images in {record['build_seconds']:.0f} s "
             f"({record['images_per_s']:.1f} images/s)")
-    return load_feature_cache(path, spec)
+    return load_feature_cache(path, spec, Path(cfg.data.root) / split)

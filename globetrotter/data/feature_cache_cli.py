@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
     if (out / SPEC).is_file() and not args.force:
-        cache = load_feature_cache(out, spec)  # refuses a cache built for other settings
+        cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         return 0
     from ..models.image import create_image_backbone

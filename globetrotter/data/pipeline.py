@@ -11,7 +11,6 @@ parameters and the trainer makes the views on its device (:mod:`globetrotter.dat
 from __future__ import annotations
 
 import random
-import zlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,20 +28,11 @@ from .augment import simclr_transform
 from .device_augment import DeviceSimCLR
 from .stream import ResumableStream, StreamPosition
 from .subset import keeps_caption
+from .truth import truth_id
 from .views import CpuViews, DeviceInputs
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
-
-
-def truth_id(meta: dict) -> int:
-    """Id of a caption's language-independent content, for α precision and the supervised α.
-
-    Synthetic data carries ``meaning`` (captions with equal meaning are translations);
-    parallel data carries ``group``. -1 when neither is known.
-    """
-    key = meta.get("meaning") or meta.get("group")
-    return zlib.crc32(str(key).encode("utf-8")) if key is not None else -1
 
 
 @dataclass

@@ -46,7 +46,7 @@ from ..config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ..data.augment import eval_transform
 from ..data.feature_cache import (cache_dir_for, ensure_feature_cache, load_feature_cache, spec_from_config,
                                   unique_images)
-from ..data.pipeline import truth_id
+from ..data.truth import truth_id
 from ..encoder import Encoder, load
 from ..errors import UserError
 from ..evaluation import parallel_set, sentence_translation
@@ -302,7 +302,7 @@ class Adaptation:
             if self.cfg.data.features == "auto" or split == self.cfg.data.train_split:
                 cache = ensure_feature_cache(self.cfg, split, self.log)
             else:  # one named cache: it serves every split whose images it holds, and is never built for another
-                cache = load_feature_cache(cache_dir_for(self.cfg, split), spec_from_config(self.cfg))
+                cache = load_feature_cache(cache_dir_for(self.cfg, split), spec_from_config(self.cfg), split_dir)
                 missing = [i for i in dict.fromkeys(image_ids) if i not in cache.row_of]
                 if missing:
                     raise UserError(f"data.features={self.cfg.data.features} does not hold {len(missing)} image(s) of "

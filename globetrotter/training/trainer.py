@@ -19,6 +19,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from tqdm.auto import tqdm
 
 from ..config import TrainConfig
+from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
 from ..encoder import Encoder, build_model
 from ..errors import UserError
@@ -88,6 +89,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         cfg = adapt.resolve_config(cfg)
 
     if main:
+        warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
         if adapting:
             adapt.write_tokenizer(cfg, log)
         ensure_data(cfg, log)

@@ -1,12 +1,16 @@
-"""``globetrotter-data tokenizer``: train the shared BPE tokenizer on a train split's captions."""
+"""``globetrotter-data tokenizer``: train the shared BPE tokenizer on a train split's captions.
+
+A ``globetrotter-data`` sub-command registered from the globetrotter side (:mod:`globetrotter.data_cli`): it
+trains :mod:`globetrotter.tokenizer`'s BPE, and ``data_prep`` imports nothing from ``globetrotter``.
+"""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from globetrotter.tokenizer import NORMALIZATIONS, default_file_name, train_tokenizer_on_split
+from data_prep.shards import read_manifest
 
-from .shards import read_manifest
+from .tokenizer import NORMALIZATIONS, default_file_name, train_tokenizer_on_split
 
 
 def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,

@@ -1,0 +1,124 @@
+"""Config keys a run ignores (issue 33 part 5): set away from their defaults, reported one line each at the start
+of training (``globetrotter.config_checks``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from globetrotter.config import TrainConfig, load_train_config
+from globetrotter.config_checks import RULES, _field, ignored_keys, show, warn_ignored_keys
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def lines(*overrides: str, config: str | None = None) -> list[str]:
+    return [str(i) for i in ignored_keys(load_train_config(REPO / config if config else None, list(overrides)))]
+
+
+def test_every_key_a_rule_names_is_a_config_key():
+    for keys, _ in RULES:
+        for key in keys:
+            _field(TrainConfig(), key)  # KeyError for a misspelt key
+
+
+@pytest.mark.parametrize("config", [None, "configs/quickstart.yaml", "configs/flickr8k.yaml",
+                                    "configs/flickr8k-supervised.yaml", "configs/flickr8k-supervised-matched.yaml",
+                                    "configs/globetrotter-paper.yaml", "configs/supervised.yaml"])
+def test_the_main_recipes_read_every_key_they_set(config):
+    assert lines(config=config) == []
+
+
+def test_the_text_only_twin_names_what_it_inherits_and_never_reads():
+    found = lines(config="configs/flickr8k-text-only.yaml")
+    no_images = "is ignored: no loss uses images (loss.image=0, loss.cross=0, loss.text=0)"
+    assert found == [
+        f"data.image_size=224 {no_images}", f"data.crop_scale_min=0.5 {no_images}", f"data.hue_jitter=0 {no_images}",
+        f"data.grayscale=0 {no_images}", f"model.image_backbone=efficientnet_lite0 {no_images}",
+        f"model.image_pretrained=package {no_images}", f"model.freeze_image_backbone=true {no_images}",
+        f"model.image_head_x=features {no_images}",
+        "model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random",
+        "model.token_init_std=1 is ignored: model.token_init=random",
+        "loss.transitive=official is ignored: loss.text=0 and loss.cross=0",
+    ]
+    # data.features stays: without images it still selects the in-memory caption batches of the full twin
+    assert not any(line.startswith("data.features=") for line in found)
+
+
+def test_the_sigurdsson_twin_names_the_transformer_it_has_not():
+    found = lines(config="configs/flickr8k-sigurdsson.yaml")
+    assert "model.layers=2 is ignored: model.text_encoder=sigurdsson" in found
+    assert "model.ffn=256 is ignored: model.text_encoder=sigurdsson" in found
+    assert not any(line.startswith(("model.heads=", "model.d_model=", "model.dropout=")) for line in found)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["model.token_init_alpha=[3, 10, 30]"], ["model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random"]),
+    (["model.token_init_folds=3", "model.token_init_std=null"],
+     ["model.token_init_folds=3 is ignored: model.token_init=random"]),
+    (["model.token_init=image_pivot", "data.features=auto", "model.freeze_image_backbone=true",
+      "model.image_pretrained=package", "model.image_backbone=efficientnet_lite0", "model.token_init_folds=3"],
+     ["model.token_init_folds=3 is ignored: model.token_init_alpha is one value (nothing to cross-validate)"]),
+    (["model.text_encoder=sigurdsson", "loss.cloze=0", "model.layers=2", "model.heads=2", "model.ffn=64"],
+     ["model.layers=2 is ignored: model.text_encoder=sigurdsson", "model.heads=2 is ignored: model.text_encoder=sigurdsson",
+      "model.ffn=64 is ignored: model.text_encoder=sigurdsson"]),
+    (["model.languages=[en, de]"],
+     ["model.languages=[en, de] is ignored: model.text_encoder=transformer (one table shared by every language)"]),
+    (["val.select_test=mcnemar", "val.select_alpha=0.1", "val.every=0"],
+     ["val.select_test=mcnemar is ignored: val.every=0 (no validation)",
+      "val.select_alpha=0.1 is ignored: val.every=0 (no validation)"]),
+    (["val.select_alpha=0.1"],
+     ["val.select_alpha=0.1 is ignored: val.select_test=null (the best checkpoint is the plain max)"]),
+    (["val.select_by=", "val.select_alpha=0.1"], ["val.select_alpha=0.1 is ignored: val.select_by is empty (no best checkpoint)"]),
+    (["adapt.language=el", "adapt.epochs=2"],
+     ["adapt.language=el is ignored: adapt.from=null (an ordinary run, no adaptation)",
+      "adapt.epochs=2 is ignored: adapt.from=null (an ordinary run, no adaptation)"]),
+    (["data.device_source_size=96"], ["data.device_source_size=96 is ignored: data.augment_on=cpu"]),
+    (["data.augment_on=device", "data.device_source_size=96"], []),
+    (["data.features=auto", "model.freeze_image_backbone=true", "model.image_pretrained=package",
+      "model.image_backbone=efficientnet_lite0", "data.augment_on=device", "data.shuffle_buffer=10"],
+     ["data.augment_on=device is ignored: data.features=auto (cached features: no pixels are streamed)",
+      "data.shuffle_buffer=10 is ignored: data.features=auto (cached features: no pixels are streamed)"]),
+    (["data.feature_views=2", "data.neighbours_k=5"],
+     ["data.neighbours_k=5 is ignored: data.batching=random",
+      "data.feature_views=2 is ignored: data.features=null (pixels: no feature cache)"]),
+    (["loss.cloze=0", "loss.mask_prob=0.2"], ["loss.mask_prob=0.2 is ignored: loss.cloze=0"]),
+    (["loss.alpha_source=supervised", "loss.margin=0.5"],
+     ["loss.margin=0.5 is ignored: loss.alpha_source=supervised (α from true pairs)"]),
+    (["loss.cross=0", "model.image_head_x=features"], ["model.image_head_x=features is ignored: loss.cross=0"]),
+    (["loss.text=0", "loss.image=0", "loss.cross=0", "loss.temperature=0.05", "data.image_size=32", "data.features=auto"],
+     ["data.image_size=32 is ignored: no loss uses images (loss.image=0, loss.cross=0, loss.text=0)",
+      "loss.temperature=0.05 is ignored: loss.text, loss.image and loss.cross are 0"]),
+])
+def test_each_rule_names_the_key_its_value_and_why(overrides, expected):
+    assert lines(*overrides) == expected
+
+
+def test_only_keys_set_away_from_their_default_count():
+    assert lines("model.token_init=random", "model.token_init_alpha=3", "adapt.split=adapt", "val.every=0") == []
+    assert lines("model.token_init_alpha=5") == ["model.token_init_alpha=5 is ignored: model.token_init=random"]
+
+
+def test_values_are_shown_as_overrides_write_them():
+    assert [show(v) for v in (None, True, 3.0, 0.25, [3.0, 10.0], {"a": [1, 2]}, "x")] == \
+        ["null", "true", "3", "0.25", "[3, 10]", "{a: [1, 2]}", "x"]
+
+
+def test_training_logs_one_warning_line_per_ignored_key_at_its_start(monkeypatch, tmp_path, capsys):
+    from globetrotter.training import trainer
+
+    class Stop(Exception):
+        pass
+
+    def stop(cfg, log):
+        raise Stop
+
+    monkeypatch.setattr(trainer, "ensure_data", stop)  # the warnings come before anything is read or built
+    cfg = load_train_config(None, [f"output_dir={tmp_path}", "model.token_init_alpha=[3, 10, 30]",
+                                   "data.device_source_size=96"])
+    with pytest.raises(Stop):
+        trainer.train(cfg)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert printed == ["warning: data.device_source_size=96 is ignored: data.augment_on=cpu",
+                       "warning: model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random"]
+    assert [str(i) for i in warn_ignored_keys(cfg, lambda s: None)] == [p.removeprefix("warning: ") for p in printed]

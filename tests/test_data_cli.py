@@ -1,0 +1,67 @@
+"""``globetrotter-data``: the console script lives on the globetrotter side and holds every sub-command; a
+sub-command whose module fails to import is reported, never dropped."""
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from data_prep import cli as data_prep_cli
+from globetrotter import data_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_the_console_script_is_the_globetrotter_side_parser():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["globetrotter-data"] == "globetrotter.data_cli:main"
+
+
+def test_every_sub_command_in_its_help_place_and_declared_by_its_module():
+    names = list(_subcommands(data_cli.build_parser()))
+    assert names == ["synth", "tokenizer", "inspect", "multi30k", "flickr8k", "globetrotter", "xtd10", "folder",
+                     "more-captions", "features"]
+    assert names == [name for _, declared in data_cli.COMMANDS for name in declared]
+    # the data layer's own parser: its sub-commands alone, none of which needs globetrotter
+    assert list(_subcommands(data_prep_cli.build_parser())) == [
+        name for _, declared in data_prep_cli.COMMANDS for name in declared]
+    assert all(module.startswith("data_prep.") for module, _ in data_prep_cli.COMMANDS)
+
+
+def test_a_sub_command_whose_import_fails_is_listed_and_its_use_is_a_one_line_error(monkeypatch, capsys):
+    commands = data_cli.COMMANDS + (("globetrotter.no_such_module", ("broken", "also-broken")),)
+    monkeypatch.setattr(data_cli, "COMMANDS", commands)
+    parser = data_cli.build_parser()
+    assert list(_subcommands(parser))[-2:] == ["broken", "also-broken"]
+    help_text = " ".join(parser.format_help().split())
+    assert ("broken UNAVAILABLE (importing globetrotter.no_such_module failed: ModuleNotFoundError: No module named "
+            "'globetrotter.no_such_module')") in help_text
+    for argv in (["broken"], ["broken", "--help"], ["also-broken", "x", "--flag", "1"]):
+        with pytest.raises(SystemExit) as done:
+            data_cli.main(argv)
+        assert done.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: globetrotter-data {argv[0]}: unavailable: importing globetrotter.no_such_module "
+                       "failed: ModuleNotFoundError: No module named 'globetrotter.no_such_module'"]
+    # the other sub-commands still work
+    with pytest.raises(SystemExit) as done:
+        data_cli.main(["inspect", "--help"])
+    assert done.value.code == 0 and "inspect" in capsys.readouterr().out
+
+
+def test_an_import_error_inside_a_module_is_reported_with_its_cause(tmp_path, monkeypatch, capsys):
+    (tmp_path / "needs_missing_dependency.py").write_text("import no_such_dependency_xyz\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "needs_missing_dependency", raising=False)
+    parser = data_prep_cli.build_parser((("needs_missing_dependency", ("extra",)),))
+    assert "No module named 'no_such_dependency_xyz'" in " ".join(parser.format_help().split())
+    assert data_prep_cli.run(parser, ["extra"]) == 2
+    assert "globetrotter-data extra: unavailable: importing needs_missing_dependency failed" in capsys.readouterr().err
