@@ -104,8 +104,12 @@ def json_ready(obj):
     """JSON-ready copy: arrays to lists, numpy scalars to Python, NaN/inf to null, paths to strings."""
     if isinstance(obj, dict):
         return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
+    if isinstance(obj, np.ndarray):
+        return json_ready(obj.tolist())
+    if isinstance(obj, (list, tuple)):
         return [json_ready(v) for v in obj]
+    if isinstance(obj, np.bool_):
+        return bool(obj)
     if isinstance(obj, (np.floating, float)):
         return float(obj) if np.isfinite(obj) else None
     if isinstance(obj, np.integer):

@@ -10,22 +10,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from backretrieval.files import json_ready
+
 
 def jsonable(obj: Any) -> Any:
-    """numpy → plain Python; NaN/inf → None (strict JSON); paths → strings."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        return float(obj) if np.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+    """numpy → plain Python; NaN/inf → None (strict JSON); paths → strings (BackRetrieval's records do the same)."""
+    return json_ready(obj)
 
 
 def matrix_dict(matrix: np.ndarray, languages: Sequence[str]) -> dict:
