@@ -157,6 +157,18 @@ def test_plan_splits_by_fraction_and_by_source_hints():
     assert Counter(by_hint.split_of.values()) == {"train": 80}
 
 
+def test_plan_splits_from_split_files_puts_the_unnamed_images_in_train():
+    langs = ("en", "de")
+    images = {f"c{i}": ImageInfo(frozenset(langs), "test") for i in range(6)}  # the source's hints are overridden
+    images["p0"] = ImageInfo(frozenset({"en"}))
+    fixed = {"c0": "test", "c1": "test", "c2": "val", "p0": "test"}
+    plan = plan_splits(images, langs, assign=True, fixed={i: fixed.get(i, "train") for i in images})
+    assert plan.split_of == {"c0": "test", "c1": "test", "c2": "val", "c3": "train", "c4": "train", "c5": "train"}
+    assert plan.incomplete_test == ["p0"]  # a test image lacking 'de' is left out, as with the sources' splits
+    with pytest.raises(ValueError, match="exclusive"):
+        plan_splits(images, langs, test_fraction=0.1, fixed={})
+
+
 def test_resolver_matches_flickr_photo_ids_both_ways(tmp_path):
     f8k = make_jpeg(tmp_path / "a" / "1000268201_693b08cb0e.jpg")
     f30k = make_jpeg(tmp_path / "b" / "sub" / "36979.jpg")
@@ -402,6 +414,89 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
         assert message in err[-1]
 
 
+def split_file_world(tmp_path: Path) -> dict:
+    """Six Flickr8k-style images with en (token file) and zh (Flickr8k-CN) captions, and split lists."""
+    images = tmp_path / "images"
+    for pid in range(101, 107):
+        make_jpeg(images / f"{pid}_a1b2c3.jpg", color=(pid, 10, 10))
+    make_jpeg(images / "200_ffffff.jpg")  # an image file no caption names
+    token = write_lines(tmp_path / "Flickr8k.token.txt",
+                        [f"{pid}_a1b2c3.jpg#{k}\tan en caption of {pid}, #{k}" for pid in range(101, 107) for k in range(2)])
+    cn = write_lines(tmp_path / "zh.txt", [f"{pid}_a1b2c3.jpg#zhc#0 中文描述{pid}" for pid in range(101, 107)])
+    lists = {
+        # Flickr8k-style names, a blank line and a comment; Multi30K-style photo id; an image id; an uncaptioned file
+        "test": write_lines(tmp_path / "Flickr_8k.testImages.txt", ["101_a1b2c3.jpg", "", "# comment", "102_a1b2c3.jpg"]),
+        "dev": write_lines(tmp_path / "Flickr_8k.devImages.txt", ["103.jpg", "104_a1b2c3", "200_ffffff.jpg"]),
+    }
+    base = ["flickr8k", "--images", images, "--flickr8k", f"{token}:en", "--flickr8k", f"{cn}:zh", "--quiet",
+            "--workers", "1"]
+    return dict(images=images, lists=lists, base=base)
+
+
+def test_split_files_send_named_images_to_their_split_and_the_rest_to_train(tmp_path, capsys):
+    w = split_file_world(tmp_path)
+    out = tmp_path / "out"
+    argv = [*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
+            "--split-file", f"dev={w['lists']['dev']}", "--out", out]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    split_of = {image: split for split in ("train", "val", "test") for image in samples_by_image(out / split)}
+    assert split_of == {"101_a1b2c3": "test", "102_a1b2c3": "test", "103_a1b2c3": "val", "104_a1b2c3": "val",
+                        "105_a1b2c3": "train", "106_a1b2c3": "train"}
+    assert "2 image(s) named in no split file went to train" in printed
+    assert "1 named image file(s) have no usable caption" in printed
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["balanced"] and summary["options"]["split_files"] == [f"test={w['lists']['test']}",
+                                                                         f"val={w['lists']['dev']}"]
+    assert any("went to train" in line for line in summary["splits"])
+    for split in ("train", "val", "test"):
+        check_split_rule(out / split, split)
+
+
+def test_all_to_sends_the_whole_dataset_to_one_split(tmp_path, capsys):
+    w = split_file_world(tmp_path)
+    out = tmp_path / "out"
+    assert cli([*w["base"], "--all-to", "test", "--out", out]) == 0
+    assert "every image goes to test" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["test"]
+    assert len(samples_by_image(out / "test")) == 6
+    check_split_rule(out / "test", "test")
+
+
+def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys):
+    w = split_file_world(tmp_path)
+    unknown = write_lines(tmp_path / "unknown.txt", ["101_a1b2c3.jpg", "999.jpg", "no_such_image.jpg"])
+    test, dev = w["lists"]["test"], w["lists"]["dev"]
+    cases = [
+        (["--split-file", f"test={unknown}"], [f"2 name(s) match no image", f"test={unknown}: 2 of 3 line(s)",
+                                               f"{unknown}:2 '999.jpg'", f"{unknown}:3 'no_such_image.jpg'"]),
+        (["--split-file", f"test={test}", "--split-file", f"val={test}"],
+         ["2 image(s) are named in split files of two splits", f"101_a1b2c3 (test at {test}:1, val at {test}:1)"]),
+        (["--all-to", "test", "--test-fraction", "0.1"], ["--all-to and --test-fraction are exclusive"]),
+        (["--split-file", f"test={test}", "--val-fraction", "0.1"], ["--split-file and --val-fraction are exclusive"]),
+        (["--split-file", f"test={dev}", "--all-to", "val"], ["--split-file and --all-to are exclusive"]),
+        (["--split-file", f"tst={test}"], ["unknown split 'tst'"]),
+        (["--split-file", f"test={tmp_path / 'none.txt'}"], ["split file not found"]),
+        (["--split-file", f"test={write_lines(tmp_path / 'empty.txt', ['', '# nothing'])}"], ["names no image"]),
+        (["--all-to", "everything"], ["unknown split 'everything'"]),
+    ]
+    for extra, messages in cases:
+        out = tmp_path / "out"
+        assert cli([*w["base"], *extra, "--out", out]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert all(m in err[-1] for m in messages), (extra, err[-1])
+        assert not out.exists(), extra  # nothing written half-way
+
+
+def test_flickr8k_help_example_is_the_documented_command():
+    """`globetrotter-data flickr8k --help` shows the command of docs/data.md, option for option (one source)."""
+    from data_prep.converters.cli import FLICKR8K_5LANG_COMMAND
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text(encoding="utf-8")
+    joined = " ".join(text.replace("\\\n", " ").split())
+    assert ".venv/bin/" + " ".join(FLICKR8K_5LANG_COMMAND.split()) in joined
+
+
 def test_nothing_usable_writes_nothing_and_exits_1(tmp_path, capsys):
     photos = tmp_path / "photos"
     make_jpeg(photos / "a.jpg")
@@ -414,6 +509,28 @@ def test_nothing_usable_writes_nothing_and_exits_1(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------
 # the real data
+
+
+@pytest.mark.realdata
+def test_real_official_split_files_work_directly(flickr8k_dir, tmp_path, capsys):
+    """Flickr8k's own split list (names with their hash) and Multi30K's (Flickr photo ids) as they are shipped."""
+    flickr8k_list = flickr8k_dir / "flickr8k" / "Flickr_8k.trainImages.txt"
+    multi30k_list = flickr8k_dir / "multi30k" / "task1" / "image_splits" / "test_2016_flickr.txt"
+    out = tmp_path / "all-test"
+    argv = ["flickr8k", "--images", flickr8k_dir / "images", "--flickr8k",
+            f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en", "--split-file", f"test={flickr8k_list}",
+            "--limit-images", "20", "--resize", "32", "--workers", "1", "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    assert f"test={flickr8k_list}: 6000 image(s)" in capsys.readouterr().out  # every name of the list found
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["images"] == {"test": 20}
+    # the Multi30K test list names images of Flickr8k's train list: each of its 173 names is found, and clashes
+    argv = ["multi30k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
+            "--split-file", f"test={multi30k_list}", "--split-file", f"val={flickr8k_list}",
+            "--out", tmp_path / "clash", "--quiet"]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "173 image(s) are named in split files of two splits" in err[-1]
+    assert not (tmp_path / "clash").exists()
 
 
 @pytest.mark.realdata

@@ -22,13 +22,14 @@ from .images import RESIZE_MODES, ImageSpec
 from .languages import normalize_language, parse_language_list
 from .multi30k import TASKS, read_multi30k
 from .pipeline import ConvertOptions, convert
+from .splits import SPLIT_NAMES, parse_split_file, split_name
 from .xtd10 import read_xtd10
 
 FLICKR8K_5LANG_COMMAND = (
     "globetrotter-data flickr8k --images ../shared/data/flickr8k/images "
     "--multi30k ../shared/data/flickr8k/multi30k "
     "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
-    "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.05 "
+    "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
     "--parallel-train en,de,fr,cs --resize 224 --out outputs/flickr8k"
 )
 
@@ -46,7 +47,9 @@ _COMMANDS = {
         note="This is the five-language dataset of the shared real data: en/de/fr/cs from Multi30K task 1 "
         "(translations of each other, so the test split is true parallel ground truth), zh written by native "
         "speakers (Flickr8k-CN). Add '--multi30k-tasks 1,2' for the five independent en and de captions of "
-        "task 2, or '--flickr8k .../Flickr8k.token.txt:en' for the five original English captions per image.",
+        "task 2, or '--flickr8k .../Flickr8k.token.txt:en' for the five original English captions per image. "
+        "For Flickr8k's official splits, replace the fractions with '--split-file test=Flickr_8k.testImages.txt "
+        "--split-file val=Flickr_8k.devImages.txt' (the other images go to train).",
     ),
     "globetrotter": dict(
         needs="globetrotter",
@@ -120,6 +123,20 @@ def _fraction(value: str) -> float:
     return f
 
 
+def _split_file(value: str):
+    try:
+        return parse_split_file(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _split(value: str) -> str:
+    try:
+        return split_name(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _default_workers() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -181,10 +198,17 @@ def _shared_options() -> argparse.ArgumentParser:
                           "caption and break the rule")
     spl.add_argument("--test-fraction", type=_fraction, default=None, metavar="F",
                      help="hold out this fraction of all images, drawn from those captioned in every language, as "
-                          "the parallel test split (default: use the sources' own test splits)")
+                          "the parallel test split (default: use the sources' own test splits; exclusive with --split-file, --all-to)")
     spl.add_argument("--val-fraction", type=_fraction, default=None, metavar="F",
                      help="fraction of all images for val, drawn from the non-test images "
-                          "(default: the sources' own val splits)")
+                          "(default: the sources' own val splits; exclusive with --split-file, --all-to)")
+    spl.add_argument("--split-file", type=_split_file, action="append", default=[], metavar="SPLIT=FILE",
+                     help=f"a dataset's official split list: the images FILE names (one image name or id per line, "
+                          f"e.g. Flickr_8k.testImages.txt, Multi30K image_splits/test_2016_flickr.txt) go to SPLIT "
+                          f"({', '.join(SPLIT_NAMES)}; 'dev' is val); repeatable; images named in no file go to train. "
+                          "A name that matches no image, or an image in files of two splits, stops the conversion")
+    spl.add_argument("--all-to", type=_split, default=None, metavar="SPLIT",
+                     help="put every image in SPLIT (e.g. test: a whole dataset as an evaluation set)")
     spl.add_argument("--parallel-train", type=_language_list, default=None, metavar="CODES",
                      help="also write train-parallel/: the train images captioned in all these languages, with all "
                           "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
@@ -280,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
         assign_languages=args.assign_languages,
         test_fraction=args.test_fraction,
         val_fraction=args.val_fraction,
+        split_files=list(args.split_file),
+        all_to=args.all_to,
         parallel_train=args.parallel_train,
         seed=args.seed,
         limit_images=args.limit_images,

@@ -6,9 +6,12 @@ dataset. For each caption record it checks, in this order: the language code (IS
 639-1), the text (not empty once runs of whitespace are collapsed to one space, which
 is how captions are stored), the key (not seen before), the language (asked for), the
 image (found); bad records are skipped and reported with file and line. Then it plans
-the splits (:mod:`~data_prep.converters.splits`), decodes and resizes each image once in
-a process pool, and writes every (image, caption) sample of each split with
-:class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
+the splits (:mod:`~data_prep.converters.splits`: by fractions, by the sources' own splits,
+by the split files a dataset publishes, or all to one split; a split file naming an unknown
+image, or an image in two splits, stops the conversion here, before anything is written),
+decodes and resizes each image once in a process pool, and writes every (image, caption)
+sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
+works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
 ``out_dir/train-parallel/`` (``--parallel-train``: the train images that have captions in
@@ -33,10 +36,13 @@ from data_prep.errors import UserError
 from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
 
 from .common import Caption, Record
-from .images import ImageResolver, ImageSpec, prepare_image_task
+from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_task
 from .languages import normalize_language
 from .report import ConversionReport, Issue
-from .splits import ImageInfo, SplitPlan, merge_hints, plan_splits
+from .splits import (
+    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, assign_from_split_files, merge_hints, plan_splits,
+    split_name,
+)
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
 SUMMARY = "summary.json"
@@ -53,6 +59,8 @@ class ConvertOptions:
     assign_languages: bool = False
     test_fraction: float | None = None
     val_fraction: float | None = None
+    split_files: list[SplitFile] = field(default_factory=list)  # --split-file SPLIT=FILE (exclusive with fractions)
+    all_to: str | None = None  # --all-to SPLIT: every image to one split
     parallel_train: list[str] | None = None
     seed: int = 0
     limit_images: int | None = None
@@ -71,6 +79,17 @@ class ConvertOptions:
                 raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
         if (self.test_fraction or 0.0) + (self.val_fraction or 0.0) > 1.0:
             raise UserError("--test-fraction plus --val-fraction must not exceed 1")
+        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
+        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
+        if len(lists) > 1 or (lists and fractions):
+            raise UserError(f"{' and '.join(lists + fractions)} are exclusive: give the splits either by fractions "
+                            "(--test-fraction/--val-fraction), by split files (--split-file SPLIT=FILE, repeatable) "
+                            "or all to one split (--all-to SPLIT)")
+        if self.all_to is not None:
+            try:
+                self.all_to = split_name(self.all_to)
+            except ValueError as err:
+                raise UserError(f"--all-to: {err}") from None
         if self.limit_images is not None and self.limit_images < 1:
             raise UserError(f"--limit-images must be positive, got {self.limit_images}")
         if self.workers < 1:
@@ -221,6 +240,7 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
         raise UserError(f"--parallel-train {','.join(options.parallel_train)} must be a subset of the languages "
                         f"kept ({','.join(languages)})")
 
+    fixed = _fixed_splits(options, by_id, resolver)  # before anything is written: a bad split file stops here
     rng = np.random.default_rng(options.seed)
     if options.limit_images is not None and len(by_id) > options.limit_images:
         keep = set(rng.permutation(len(by_id))[: options.limit_images].tolist())
@@ -231,12 +251,15 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     infos = {i: ImageInfo(frozenset(c.lang for c in img.captions), merge_hints([c.split_hint for c in img.captions]))
              for i, img in by_id.items()}
     plan = plan_splits(infos, languages, options.test_fraction, options.val_fraction,
-                       options.assign_languages, options.seed)
+                       options.assign_languages, options.seed,
+                       fixed=None if fixed is None else {i: fixed.split_of.get(i, "train") for i in infos})
+    if fixed is not None:
+        report.split_lines.append(fixed.describe(plan.split_of))
     for note in plan.notes:
         report.note(note)
     for image_id in plan.incomplete_test:
         report.leave_out("test_image_missing_language", len(by_id[image_id].captions))
-    if not options.assign_languages:
+    if not options.assign_languages and any(split != "test" for split in plan.split_of.values()):
         report.note("without --assign-languages, train/val keep every language of each image: this breaks the "
                     "Globetrotter rule (check_split_rule fails on train/val); pass --assign-languages to train Globetrotter")
 
@@ -251,12 +274,47 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
             if report.images[split] and (split == "test" or options.assign_languages):
                 check_split_rule(out_dir / split, split)
     report.timing["total_seconds"] = time.perf_counter() - start
-    report.options = {k: (v if isinstance(v, (int, float, bool, type(None))) else str(v) if isinstance(v, Path)
+    report.options = {k: (v if isinstance(v, (int, float, bool, str, type(None))) else str(v) if isinstance(v, Path)
                           else [str(x) for x in v]) for k, v in vars(options).items() if k not in ("image", "progress")}
     report.options.update(resize=options.image.resize, resize_mode=options.image.mode,
                           jpeg_quality=options.image.quality, languages_used=languages)
     report.write_json(out_dir / SUMMARY)
     return report
+
+
+def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver):
+    """``find(name)`` for split files: the image id a line names, :data:`NOT_CAPTIONED`, or ``None``.
+
+    A line is tried as an image id, then as the captions' image names are (a path, a file name, its stem or
+    its Flickr photo id, under the image folders: so Multi30K's ``<id>.jpg`` finds Flickr8k's
+    ``<id>_<secret>.jpg``), then by file name, stem or photo id among the images of the dataset (captions may
+    name files outside the image folders)."""
+    id_of_path = {img.path: image_id for image_id, img in by_id.items()}
+    by_name: dict[str, str] = {}
+    for image_id, img in by_id.items():
+        for key in (img.path.name, img.path.stem, flickr_photo_id(img.path.name)):
+            if key is not None:
+                by_name.setdefault(key, image_id)
+
+    def find(name: str) -> str | None:
+        if name in by_id:
+            return name
+        path = resolver.resolve((name,))
+        if path is not None:
+            return id_of_path.get(path, NOT_CAPTIONED)
+        base = Path(name).name
+        return by_name.get(base) or by_name.get(Path(base).stem) or by_name.get(flickr_photo_id(base) or "\0")
+
+    return find
+
+
+def _fixed_splits(options: ConvertOptions, by_id: dict[str, _Image], resolver: ImageResolver) -> FixedSplits | None:
+    """The splits given by ``--split-file`` / ``--all-to`` (None: fractions or the sources' own splits)."""
+    if options.all_to is not None:
+        return FixedSplits(split_of={i: options.all_to for i in by_id}, all_to=options.all_to)
+    if not options.split_files:
+        return None
+    return assign_from_split_files(options.split_files, _image_lookup(by_id, resolver))
 
 
 def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[str],

@@ -84,6 +84,7 @@ class ConversionReport:
         self.extra_written: Counter = Counter()  # (split, lang) -> samples of extra views (train-parallel)
         self.images: Counter = Counter()  # split -> images written
         self.notes: list[str] = []
+        self.split_lines: list[str] = []  # where the splits came from (--split-file, --all-to), with counts
         self.timing: dict[str, float] = {}
         self.options: dict[str, Any] = {}
 
@@ -164,6 +165,7 @@ class ConversionReport:
         verdict = "ok" if self.balance() == 0 else f"MISMATCH by {self.balance()}"
         lines.append(f"caption records: {self.records} = written {self.total_written} + skipped "
                      f"{self.total_skipped} + unused {self.total_unused} ({verdict})")
+        lines.extend(self.split_lines)
         if "images_per_s" in self.timing:
             lines.append(f"images: {self.timing['images']:.0f} decoded in {self.timing['image_seconds']:.1f} s "
                          f"({self.timing['images_per_s']:.1f} images/s, {self.timing.get('workers', 1):.0f} worker(s))")
@@ -192,6 +194,7 @@ class ConversionReport:
             "issues": {kind: {"count": len(v), "examples": [asdict(i) for i in v[:max_examples]]}
                        for kind, v in self.issues.items()},
             "notes": list(self.notes),
+            "splits": list(self.split_lines),
             "timing": dict(self.timing),
             "options": dict(self.options),
         }
