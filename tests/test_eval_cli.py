@@ -463,9 +463,8 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
 
 def test_translate_word_never_offers_a_bare_space():
     from collections import Counter
-    from types import SimpleNamespace
 
-    from globetrotter.evaluation.cli import translate
+    from globetrotter.evaluation.word_keys import vocabulary
     from globetrotter.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["the red car", "a red ball", "a blue car"] * 20, vocab_size=270, min_frequency=1)
@@ -478,8 +477,8 @@ def test_translate_word_never_offers_a_bare_space():
             return [tok.decode([i]) for i in ids], np.zeros((len(ids), 2), np.float32)
 
     counts = {"en": Counter({"▁": 3, "▁red": 2, "⟨Ġ⟩": 1})}
-    assert translate._vocab_for(BpeEncoder(), SimpleNamespace(), "en", counts) == ["▁red"]
-    vocab = translate._vocab_for(BpeEncoder(), SimpleNamespace(), None, {})
+    assert vocabulary(BpeEncoder(), "en", counts) == ["▁red"]
+    vocab = vocabulary(BpeEncoder(), None, {})
     assert "▁red" in vocab and all(w.replace("▁", " ").strip() for w in vocab)
 
 

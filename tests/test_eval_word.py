@@ -8,21 +8,15 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from globetrotter.evaluation.procrustes import normalize_rows
-from globetrotter.evaluation.word import (
-    CaptionTokenizer,
-    WordSpace,
+from globetrotter.evaluation.word import WordSpace, translate_words, word_translation, word_translation_scores
+from globetrotter.evaluation.word_dictionary import (
     both_directions,
     build_dictionaries,
-    input_word_embeddings,
-    is_fragment,
     read_dictionary,
-    row_keys,
     tfidf_dictionary,
-    translate_words,
-    word_translation,
-    word_translation_scores,
     write_dictionary,
 )
+from globetrotter.evaluation.word_keys import CaptionTokenizer, input_word_embeddings, is_fragment, row_keys
 
 
 def _planted_corpus(n_sent: int = 800, vocab: int = 60, seed: int = 0):
@@ -53,7 +47,7 @@ def test_tfidf_scores_follow_equations_6_and_7():
     # 3 sentence pairs; hand-computed tf-idf for source token "x".
     src = [["x", "y"], ["x"], ["y"]]
     tgt = [["p", "q"], ["p", "p"], ["q"]]
-    from globetrotter.evaluation.word import _sentence_matrix, tfidf_scores
+    from globetrotter.evaluation.word_dictionary import _sentence_matrix, tfidf_scores
 
     s_mat, s_vocab = _sentence_matrix(src)
     t_mat, t_vocab = _sentence_matrix(tgt)

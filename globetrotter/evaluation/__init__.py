@@ -1,12 +1,16 @@
 """Evaluation and inference over a trained model (docs/design.md section 7).
 
-The library: one function per evaluation that returns a :class:`Result` (the JSON record ``eval.py`` writes), e.g.
-:func:`evaluate_sentence_translation` (paper 5.2, with the :class:`Ranking` chosen on val by
-:func:`select_ranking`, statistics from a :class:`ReferencePool`), and the pure metric functions over numpy
-embeddings they are built on (testable without a model): :func:`sentence_translation`, :func:`word_translation` and
-the tf-idf ground truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement (:func:`refine_pairwise`,
-:func:`refine_multi`), :func:`retrieval_recall` (text↔image), :func:`cluster_analysis` (paper A.4), and the saved
-translation index (:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
+The library: one function per evaluation that takes a model (a run folder, a baseline spec or a loaded encoder) and
+data and returns a :class:`Result` (the JSON record ``eval.py`` writes): :func:`evaluate_sentence_translation`
+(paper 5.2, with the :class:`Ranking` chosen on val by :func:`select_ranking`, statistics from a
+:class:`ReferencePool`), :func:`evaluate_word_translation` (paper 5.3, ground truth from a lexicon or
+:func:`build_word_dictionary`), :func:`evaluate_retrieval` (text↔image, XTD10), :func:`evaluate_clustering` (paper
+A.4), :func:`evaluate_correspondence` (paper A.1), :func:`evaluate_generation` (paper A.5); translation by
+retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_word_queries`); and the pure
+metric functions over numpy embeddings they are built on (testable without a model): :func:`sentence_translation`,
+:func:`word_translation` and the tf-idf ground truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes
+refinement (:func:`refine_pairwise`, :func:`refine_multi`), :func:`retrieval_recall` (text↔image),
+:func:`cluster_analysis` (paper A.4), and the saved translation index (:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
 :mod:`globetrotter.evaluation.cli` and only parses, calls these and prints.
 """
 from __future__ import annotations
@@ -20,10 +24,19 @@ from .records import Result
 from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
 from .sentence import ParallelSet, parallel_set, sentence_translation
+from .tasks.cluster import evaluate as evaluate_clustering
+from .tasks.correspondence import evaluate as evaluate_correspondence
+from .tasks.generate import evaluate as evaluate_generation
+from .tasks.retrieval import evaluate as evaluate_retrieval
 from .tasks.select import select_ranking
 from .tasks.sentence import evaluate as evaluate_sentence_translation
+from .tasks.translate import translate_sentences
+from .tasks.translate import translate_words as translate_word_queries
+from .tasks.word import build_dictionary as build_word_dictionary
+from .tasks.word import evaluate as evaluate_word_translation
 from .translate import CorpusIndex, build_index
-from .word import tfidf_dictionary, translate_words, word_translation, word_translation_scores
+from .word import translate_words, word_translation, word_translation_scores
+from .word_dictionary import tfidf_dictionary
 
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
 
@@ -65,9 +78,15 @@ __all__ = [
     "ScoringContext",
     "SentenceScorer",
     "build_index",
+    "build_word_dictionary",
     "cluster_analysis",
     "default_reference",
+    "evaluate_clustering",
+    "evaluate_correspondence",
+    "evaluate_generation",
+    "evaluate_retrieval",
     "evaluate_sentence_translation",
+    "evaluate_word_translation",
     "mutual_nearest_neighbors",
     "orthogonal_map",
     "parallel_set",
@@ -81,6 +100,8 @@ __all__ = [
     "sentence_translation",
     "sentence_translation_score",
     "tfidf_dictionary",
+    "translate_sentences",
+    "translate_word_queries",
     "translate_words",
     "word_translation",
     "word_translation_scores",

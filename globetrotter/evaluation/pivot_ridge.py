@@ -4,9 +4,9 @@
 No transformer and no parallel text. For every language separately, a caption is its
 character n-gram TF-IDF vector (:class:`~.tfidf.TfidfEncoder`, fitted on that language's
 training captions only, so two languages share no input feature), and a ridge regression
-(scikit-learn, closed form) maps it to the frozen backbone's features of the image it
-describes: the whole-image row of the split's feature cache (``<split>/features``, built by
-``globetrotter-data features``), L2-normalised and centred. A test caption is embedded as
+(scikit-learn, closed form; :mod:`globetrotter.image_ridge`) maps it to the frozen backbone's
+features of the image it describes: the whole-image row of the split's feature cache
+(``<split>/features``, built by ``globetrotter-data features``), L2-normalised and centred. A test caption is embedded as
 its predicted image feature, so captions of different languages meet only through what
 their images look like: the image pivot of the Globetrotter paper in its simplest, linear
 form. It is the figure a learned model trained on the same images and captions should
@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from globetrotter.errors import UserError
+from globetrotter.image_ridge import fit_image_ridge, image_targets
 
 from .tfidf import TfidfEncoder
 
@@ -60,8 +61,6 @@ class PivotRidgeEncoder:
         self._fit()
 
     def _fit(self) -> None:
-        from sklearn.linear_model import Ridge
-
         from data_prep.shards import read_captions
         from globetrotter.data.feature_cache import load_feature_cache
 
@@ -71,17 +70,14 @@ class PivotRidgeEncoder:
         metas = read_captions(self.train_split)
         cache = load_feature_cache(self.features)
         rows = cache.rows([str(m["image_id"]) for m in metas], self.train_split)
-        target = np.asarray(cache.features[rows, 0], dtype=np.float32)  # the whole image of each caption
-        target /= np.linalg.norm(target, axis=1, keepdims=True) + 1e-12
-        self.centre = target.mean(0)
-        target -= self.centre
+        target, self.centre = image_targets(cache.features[rows, 0])  # the whole image of each caption
         langs = np.array([m["lang"] for m in metas])
         captions = [m["caption"] for m in metas]
         for lang in sorted(set(langs.tolist())):
             idx = np.flatnonzero(langs == lang)
             vectorizer = TfidfEncoder().fit([captions[i] for i in idx])
-            model = Ridge(alpha=self.alpha).fit(vectorizer.encode_text([captions[i] for i in idx]), target[idx])
-            self.maps[lang], self.counts[lang] = (vectorizer, model), len(idx)
+            fit = fit_image_ridge(vectorizer.encode_text([captions[i] for i in idx]), target[idx], self.alpha)
+            self.maps[lang], self.counts[lang] = (vectorizer, fit.model), len(idx)
 
     @property
     def config(self) -> dict:

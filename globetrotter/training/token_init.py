@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from ..errors import UserError
+from .. import image_ridge
 from ..token_stats import smoothed_idf
 
 if TYPE_CHECKING:
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 RECORD = "token_init.json"
 """The run-folder file that records the closed form's ridge strength (and its cross-validation errors)."""
+
+_SETTINGS = ("model.token_init_alpha", "model.token_init_folds")
+"""The config keys that ask for the cross-validated ridge strength, named in its errors."""
 
 __all__ = ["PivotRows", "choose_alpha", "image_pivot_embeddings", "init_token_embeddings", "init_from_config"]
 
@@ -63,22 +66,10 @@ class PivotRows(NamedTuple):
 def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5
                  ) -> tuple[float, dict[float, float]]:
     """The ridge strength among ``alphas`` with the lowest held-out squared error, by ``folds``-fold cross-validation
-    that keeps each image's captions in one fold (scikit-learn ``GroupKFold`` over ``groups``, the image ids): the
-    captions of one image share a target, so a split by caption would reward remembering images. Returns the chosen
-    alpha and each candidate's mean error. Only captions and their own images enter: no parallel text."""
-    from sklearn.linear_model import Ridge
-    from sklearn.model_selection import GridSearchCV, GroupKFold
-
-    n_groups = len(np.unique(groups))
-    if n_groups < folds:
-        raise UserError(f"model.token_init_alpha: cross-validating the ridge strength over {folds} folds "
-                        f"(model.token_init_folds) needs at least {folds} images, the captions have {n_groups}")
-    search = GridSearchCV(Ridge(), {"alpha": [float(a) for a in alphas]}, cv=GroupKFold(folds),
-                          scoring="neg_mean_squared_error", refit=False, error_score="raise")
-    search.fit(inputs, target, groups=groups)
-    results = search.cv_results_
-    errors = {float(a): float(-e) for a, e in zip(results["param_alpha"], results["mean_test_score"])}
-    return min(errors, key=errors.get), errors
+    that keeps each image's captions in one fold (:func:`globetrotter.image_ridge.choose_alpha`, ``groups``: the image
+    ids): the captions of one image share a target, so a split by caption would reward remembering images. Returns the
+    chosen alpha and each candidate's mean error. Only captions and their own images enter: no parallel text."""
+    return image_ridge.choose_alpha(inputs, target, groups, alphas, folds, *_SETTINGS)
 
 
 def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np.ndarray, vocab_size: int, dim: int,
@@ -97,27 +88,18 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     scaled by the idf (:meth:`~globetrotter.models.subword.SubwordTable.scale_tokens`).
 
     A list of ``alpha`` values is chosen from by :func:`choose_alpha` (``groups``: each caption's image id)."""
-    from sklearn.linear_model import Ridge
-
     if len(ids) != len(image_features):
         raise ValueError(f"{len(ids)} captions but {len(image_features)} image-feature rows")
     bags, idf = token_bags(ids, mask, vocab_size, skip)
-    target = np.asarray(image_features, dtype=np.float32)
-    target = target / np.maximum(np.linalg.norm(target, axis=1, keepdims=True), 1e-12)
-    target -= target.mean(0)
+    target, _ = image_ridge.image_targets(image_features)
     k = min(dim, target.shape[1], len(target))
     basis = np.linalg.svd(target, full_matrices=False)[2][:k].T  # [F, k]: the top-k principal directions
     inputs = bags if ngrams is None else sparse.hstack([bags, bags @ ngrams]).tocsr()
-    target = target @ basis
-    cv_errors = None
-    if not isinstance(alpha, (int, float)):
-        if groups is None or len(groups) != len(ids):
-            raise ValueError("choosing the ridge strength needs each caption's image id (groups)")
-        alpha, cv_errors = choose_alpha(inputs, target, np.asarray(groups), alpha, folds)
-    weights = Ridge(alpha=alpha).fit(inputs, target).coef_.T.astype(np.float32)  # [V (+ G), k]
+    fit = image_ridge.fit_image_ridge(inputs, target @ basis, alpha, groups, folds, *_SETTINGS)
+    weights = fit.model.coef_.T.astype(np.float32)  # [V (+ G), k]
     seen = np.bincount(bags.indices, minlength=vocab_size) > 0
     ngram_rows = None if ngrams is None else weights[vocab_size:]
-    return PivotRows(weights[:vocab_size] * idf[:, None], seen, ngram_rows, float(alpha), cv_errors, idf)
+    return PivotRows(weights[:vocab_size] * idf[:, None], seen, ngram_rows, fit.alpha, fit.cv_errors, idf)
 
 
 def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask: torch.Tensor,

@@ -13,10 +13,10 @@ from typing import Sequence
 
 from globetrotter.errors import run_cli
 
-from . import cluster, correspondence, generate, retrieval, sentence, translate, word
+from . import cluster, correspondence, generate, retrieval, sentence, translate, translate_word, word
 from .common import common_options
 
-COMMANDS = (sentence, word, retrieval, cluster, correspondence, generate, translate)
+COMMANDS = (sentence, word, retrieval, cluster, correspondence, generate, translate, translate_word)
 ZEROSHOT_COMMANDS = ("tag", "zeroshot")
 
 

@@ -5,8 +5,7 @@ import argparse
 
 from globetrotter.argtypes import positive_int
 
-from ..clustering import cluster_analysis
-from ..models import language_kwargs, require_trained
+from ..tasks import cluster as cluster_task
 from . import common
 
 _CLUSTER_HELP = (
@@ -21,20 +20,17 @@ _CLUSTER_HELP = (
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    require_trained(args.model, "cluster")
-    ps = common.read_parallel(args, args.n_groups)
-    encoder = common.load(args)
-    emb = encoder.encode_text(ps.captions, batch_size=args.batch_size, head=args.head, **language_kwargs(encoder, ps.langs))
-    res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=args.k, seed=args.seed)
-    print(f"k-means k={res['k']} over {len(ps)} sentences: language purity {res['language_purity']:.3f} "
-          f"(chance {res['chance']['language_purity']:.3f}), meaning purity {res['meaning_purity']:.3f} "
-          f"(chance {res['chance']['meaning_purity']:.3f}); NMI language {res['nmi_language']:.3f}, "
-          f"meaning {res['nmi_meaning']:.3f}")
-    for ex in res["examples"]:
+    result = cluster_task.evaluate(args.model, args.split, languages=common.languages(args.languages),
+                                   n_groups=args.n_groups, k=args.k, head=args.head, seed=args.seed,
+                                   batch_size=args.batch_size, name=args.name)
+    m, d = result.metrics, result.details
+    print(f"k-means k={d['k']} over {d['n_sentences']} sentences: language purity {m['language_purity']:.3f} "
+          f"(chance {m['chance']['language_purity']:.3f}), meaning purity {m['meaning_purity']:.3f} "
+          f"(chance {m['chance']['meaning_purity']:.3f}); NMI language {m['nmi_language']:.3f}, "
+          f"meaning {m['nmi_meaning']:.3f}")
+    for ex in d["examples"]:
         print(f"cluster {ex['cluster']}: " + " | ".join(f"({s['lang']}) {s['text']}" for s in ex["sentences"]))
-    metrics = {k: res[k] for k in ("language_purity", "meaning_purity", "nmi_language", "nmi_meaning", "chance")}
-    common.write_record(args, "cluster", metrics, ps.languages,
-                 {"k": res["k"], "cluster_sizes": res["cluster_sizes"], "examples": res["examples"]})
+    common.write(result, args)
     return 0
 
 

@@ -8,7 +8,7 @@ from typing import Sequence
 from globetrotter.argtypes import positive_int
 
 from .. import models
-from ..records import Result, dataset_info
+from ..records import Result
 from ..tasks.common import read_parallel as _read_parallel
 
 
@@ -63,13 +63,3 @@ def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) 
     path = result.write(args.out)
     print(f"wrote {path}")
     return path
-
-
-def write_record(args: argparse.Namespace, task: str, metrics: dict, langs: Sequence[str], details: dict | None = None,
-                 plots: Sequence[Path] = ()) -> Path:
-    """The record of a command whose arguments are its whole config: ``--out/<task>-<model>.json``."""
-    config = {k: v for k, v in vars(args).items() if k != "func"}
-    result = Result(task, metrics, list(langs), model=model_entry(args),
-                    dataset=dataset_info(args.split) if getattr(args, "split", None) else None, config=config,
-                    details=details or {})
-    return write(result, args, plots)

@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from globetrotter.argtypes import positive_int
-from globetrotter.errors import UserError
 
-from ..models import language_kwargs, require_trained
+from ..tasks import correspondence as correspondence_task
 from . import common
 
 _CORRESPONDENCE_HELP = (
@@ -30,45 +27,18 @@ _CORRESPONDENCE_HELP = (
 
 
 def _correspondence(args: argparse.Namespace) -> int:
-    import torch
-
-    from data_prep.shards import read_captions
-
-    from .. import correspondence as corr
-
-    require_trained(args.model, "correspondence")
-    task = corr.build_task(read_captions(args.split), common.languages(args.languages), common.languages(args.seen), seed=args.seed,
-                           test_fraction=args.test_fraction, max_per_language=args.max_per_language,
-                           min_units=args.min_units)
-    encoder = common.load(args)
-    if not hasattr(encoder, "encode_tokens"):
-        raise UserError(f"correspondence: {args.model} gives no token-level states (needs a Globetrotter run folder)")
-    feats = {}
-    for name in ("train", "seen_test", "unseen_test"):
-        part = getattr(task, name)
-        states, mask = encoder.encode_tokens(part.texts, batch_size=args.batch_size, **language_kwargs(encoder, part.langs))
-        feats[name] = corr.Features(torch.from_numpy(states), torch.from_numpy(mask))
-    res = corr.evaluate(task, feats, probe_seeds=args.probe_seeds, epochs=args.epochs,
-                        batch_size=args.probe_batch_size, lr=args.lr)
-    rel = res["relative_decrease"]
-    print(f"sentence correspondence: seen {100 * res['seen_accuracy']:.2f}% ({','.join(task.seen)}), unseen "
-          f"{100 * res['unseen_accuracy']:.2f}% ({','.join(task.unseen)}), chance 50%; relative decrease "
+    result = correspondence_task.evaluate(
+        args.model, args.split, languages=common.languages(args.languages), seen=common.languages(args.seen),
+        max_per_language=args.max_per_language, test_fraction=args.test_fraction, min_units=args.min_units,
+        epochs=args.epochs, probe_batch_size=args.probe_batch_size, lr=args.lr, probe_seeds=args.probe_seeds,
+        seed=args.seed, batch_size=args.batch_size, name=args.name)
+    m, d = result.metrics, result.details
+    rel = m["relative_decrease"]
+    print(f"sentence correspondence: seen {100 * m['seen_accuracy']:.2f}% ({','.join(d['seen_languages'])}), unseen "
+          f"{100 * m['unseen_accuracy']:.2f}% ({','.join(d['unseen_languages'])}), chance 50%; relative decrease "
           f"{'n/a (seen at chance)' if rel is None else f'{100 * rel:.2f}%'}; surface-only shortcut "
-          f"{100 * res['surface_shortcut_accuracy']:.1f}%; {len(args.probe_seeds)} probe seed(s)")
-    metrics = {k: res[k] for k in ("seen_accuracy", "unseen_accuracy", "relative_decrease", "chance",
-                                   "seen_accuracy_std", "unseen_accuracy_std", "per_language", "surface_shortcut_accuracy")}
-    examples = {}
-    for lang in task.seen + task.unseen:
-        part = task.seen_test if lang in task.seen else task.unseen_test
-        idx = np.flatnonzero(part.langs == lang)
-        examples[lang] = [{"text": part.texts[i], "corresponds": bool(part.labels[i])} for i in idx[:4]]
-    details = {"seen_languages": task.seen, "unseen_languages": task.unseen, "units": task.train.unit | task.unseen_test.unit,
-               "n_examples": {name: {str(l): int((getattr(task, name).langs == l).sum()) for l in np.unique(getattr(task, name).langs)}
-                              for name in ("train", "seen_test", "unseen_test")},
-               "per_seed": res["per_seed"], "examples": examples,
-               "probe": {"layers": 1, "heads": 1, "d_model": int(feats["train"].states.shape[-1]), "epochs": args.epochs,
-                         "batch_size": args.probe_batch_size, "lr": args.lr, "optimizer": "AdamW, one-cycle"}}
-    common.write_record(args, "correspondence", metrics, task.seen + task.unseen, details)
+          f"{100 * m['surface_shortcut_accuracy']:.1f}%; {len(args.probe_seeds)} probe seed(s)")
+    common.write(result, args)
     return 0
 
 

@@ -3,30 +3,11 @@ ground truth from a parallel split (paper B.2)."""
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-from pathlib import Path
-import json
-
-import numpy as np
 
 from globetrotter.argtypes import positive_int
-from globetrotter.errors import UserError
 
 from .. import plots
-from ..models import language_kwargs, require_trained, token_embeddings
-from ..records import matrix_dict
-from ..word import (
-    CaptionTokenizer,
-    WordSpace,
-    both_directions,
-    build_dictionaries,
-    input_word_embeddings,
-    is_fragment,
-    key_text,
-    read_dictionaries,
-    word_translation,
-    write_dictionary,
-)
+from ..tasks import word as word_task
 from . import common
 
 _WORD_HELP = (
@@ -53,111 +34,37 @@ _BUILD_HELP = (
 )
 
 
-def _word_spaces(encoder, args, words_by_lang: dict[str, list[str]], counts: dict[str, Counter]) -> dict[str, WordSpace]:
-    spaces = {}
-    if args.embeddings == "input":
-        shared = None if getattr(encoder, "needs_language", False) else encoder.token_embeddings()
-        for lang, words in words_by_lang.items():
-            tokens, matrix = shared or token_embeddings(encoder, lang)  # per-language tables
-            kept, emb = input_word_embeddings(words, tokens, matrix, encoder.tokenizer, counts.get(lang))
-            spaces[lang] = WordSpace(kept, emb)
-    else:
-        for lang, words in words_by_lang.items():
-            words = [w for w in words if not is_fragment(w)]  # a byte fragment is no text to encode
-            emb = (encoder.encode_words([key_text(w) for w in words], **language_kwargs(encoder, lang)) if words
-                   else np.zeros((0, 1), np.float32))
-            spaces[lang] = WordSpace(words, emb)
-    return spaces
-
-
 def _word(args: argparse.Namespace) -> int:
-    require_trained(args.model, "word")
-    if not args.dictionary and not args.split:
-        raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
-    encoder = common.load(args)
-    tokenizer = CaptionTokenizer(encoder.tokenizer)
-    tokenized: dict[str, list[list[str]]] = {}
-    if args.split:
-        ps = common.read_parallel(args, None)
-        for lang in ps.languages:
-            tokenized[lang] = tokenizer([c for c, l in zip(ps.captions, ps.langs) if l == lang])
-    counts = {lang: Counter(t for s in sents for t in s) for lang, sents in tokenized.items()}
-    languages = common.languages(args.languages) or (sorted(tokenized) if tokenized else None)
-    if args.dictionary:
-        dicts = both_directions(read_dictionaries(args.dictionary, languages))
-        gt = f"lexicon:{args.dictionary}"
-    else:
-        dicts = {k: [(s, t) for s, t, _ in v] for k, v in build_dictionaries(tokenized, args.top_k, args.idf, args.min_count).items()}
-        gt = "tfidf"
-    words_by_lang: dict[str, set] = {}
-    for (a, b), pairs in dicts.items():
-        words_by_lang.setdefault(a, set()).update(s for s, _ in pairs)
-        words_by_lang.setdefault(b, set()).update(t for _, t in pairs)
-    if args.candidates == "split":
-        if not tokenized:
-            raise UserError("word: --candidates split needs --split")
-        for lang, c in counts.items():
-            words_by_lang.setdefault(lang, set()).update(c)
-    spaces = _word_spaces(encoder, args, {l: sorted(w) for l, w in words_by_lang.items()}, counts)
-    metrics, details, written = {}, {}, []
-    prefix = common.plot_prefix(args, "word")
-    for method in args.method:
-        for proc in args.procrustes:
-            res = word_translation(spaces, dicts, method=method, procrustes=proc,
-                                   procrustes_k=args.procrustes_k, procrustes_iter=args.procrustes_iter)
-            tag = f"{method}/{proc}"
-            metrics[tag] = {k: v for k, v in res.items() if k.startswith(("recall@", "precision@"))}
-            details[tag] = {"pairs": res["pairs"], "procrustes_log": res["procrustes_log"],
-                            "recall_matrix": matrix_dict(res["matrix"], res["languages"]),
-                            "recall_matrix_no_identical": matrix_dict(res["matrix_no_identical"], res["languages"])}
-            print(f"word translation [{args.embeddings} embeddings, {method}, procrustes={proc}]: "
-                  f"R@10 {100 * res['recall@10']:.1f}% (no identical {100 * res['recall@10_no_identical']:.1f}%), "
-                  f"P@1 {100 * res['precision@1']:.1f}% P@5 {100 * res['precision@5']:.1f}% P@10 {100 * res['precision@10']:.1f}%")
-            if not written:
-                written.append(plots.plot_language_matrix(res["matrix"], res["languages"], f"{prefix}-recall10.png",
-                                                          f"Word translation Recall@10 ({method}) (%)"))
-            if proc == "multi" and res["procrustes_log"].get("multi"):
-                written.append(plots.plot_convergence(res["procrustes_log"]["multi"], f"{prefix}-procrustes-multi.png",
-                                                      "Multi-language Procrustes"))
-    details["ground_truth"] = {"source": gt, "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
-                               "vocabulary": {l: len(s.words) for l, s in spaces.items()}}
-    common.write_record(args, "word", metrics, sorted(spaces), details, written)
+    result = word_task.evaluate(
+        args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
+        embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes, procrustes_k=args.procrustes_k,
+        procrustes_iter=args.procrustes_iter, candidates=args.candidates, top_k=args.top_k, idf=args.idf,
+        min_count=args.min_count, seed=args.seed, name=args.name)
+    prefix, written = common.plot_prefix(args, "word"), []
+    for tag, m in result.metrics.items():
+        method, proc = tag.split("/")
+        print(f"word translation [{args.embeddings} embeddings, {method}, procrustes={proc}]: "
+              f"R@10 {100 * m['recall@10']:.1f}% (no identical {100 * m['recall@10_no_identical']:.1f}%), "
+              + " ".join(f"P@{k} {100 * m[f'precision@{k}']:.1f}%" for k in (1, 5, 10)))
+        if not written:
+            written.append(plots.plot_language_matrix(result.arrays["recall"][tag], result.arrays["languages"],
+                                                      f"{prefix}-recall10.png",
+                                                      f"Word translation Recall@10 ({method}) (%)"))
+        multi = result.details[tag]["procrustes_log"].get("multi")
+        if proc == "multi" and multi:
+            written.append(plots.plot_convergence(multi, f"{prefix}-procrustes-multi.png", "Multi-language Procrustes"))
+    common.write(result, args, written)
     return 0
 
 
 def _build_dictionary(args: argparse.Namespace) -> int:
-    if sum(bool(x) for x in (args.tokenizer, args.model, args.words)) != 1:
-        raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
-    if args.tokenizer:
-        from tokenizers import Tokenizer
-
-        try:
-            tok = Tokenizer.from_file(str(args.tokenizer))
-        except Exception as err:  # tokenizers raises a bare Exception
-            raise UserError(f"{args.tokenizer}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
-    elif args.model:
-        require_trained(args.model, "build-dictionary")
-        tok = common.load(args).tokenizer
-    else:
-        tok = None
-    ps = common.read_parallel(args, args.n_groups)
-    tokenize = CaptionTokenizer(tok)
-    tokenized = {lang: tokenize([c for c, l in zip(ps.captions, ps.langs) if l == lang]) for lang in ps.languages}
-    dicts = build_dictionaries(tokenized, args.top_k, args.idf, args.min_count)
-    out = Path(args.dictionary_out or Path(args.split).resolve().parent / "dictionary-tfidf")
-    for (a, b), pairs in dicts.items():
-        write_dictionary(out / f"{a}-{b}.txt", pairs)
-    summary = {
-        "split": str(Path(args.split).resolve()), "tokens": tokenize.kind, "groups": len(ps.group_ids),
-        "top_k": args.top_k, "idf": args.idf, "min_count": args.min_count,
-        "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
-        "examples": {f"{a}-{b}": [f"{key_text(s).strip()} = {key_text(t).strip()}" for s, t, _ in p[:20]]
-                     for (a, b), p in dicts.items() if a < b},
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
-    sizes = [len(p) for p in dicts.values()]
-    print(f"wrote {len(dicts)} dictionaries ({min(sizes)}–{max(sizes)} pairs each) from {len(ps.group_ids)} "
-          f"parallel groups to {out}")
+    built = word_task.build_dictionary(
+        args.split, args.dictionary_out, tokenizer=args.tokenizer, model=args.model, words=args.words,
+        languages=common.languages(args.languages), n_groups=args.n_groups, top_k=args.top_k, idf=args.idf,
+        min_count=args.min_count, seed=args.seed)
+    sizes = [len(p) for p in built.pairs.values()]
+    print(f"wrote {len(built.pairs)} dictionaries ({min(sizes)}–{max(sizes)} pairs each) from "
+          f"{built.summary['groups']} parallel groups to {built.folder}")
     return 0
 
 

@@ -1,0 +1,117 @@
+"""Translation by generation with a decoder on the frozen representation (Globetrotter paper A.5) as a library call:
+:func:`evaluate`."""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+from ..models import language_kwargs
+from ..records import Result, dataset_info
+from ..sentence import parallel_set
+from .checks import require_trained
+from .common import resolve_model
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _sources(split: str | Path, test_langs: Sequence[str], target: str, sources: Sequence[str] | None) -> list[str]:
+    """The source languages (default: every language of the split but the target), checked against it."""
+    if target not in test_langs:
+        raise UserError(f"{split}: no caption in target language {target!r} (--target; has {list(test_langs)})")
+    sources = list(sources) if sources else [lang for lang in test_langs if lang != target]
+    unknown = sorted(set(sources) - set(test_langs))
+    if unknown:
+        raise UserError(f"{split}: no caption in source language(s) {unknown} (--sources; has {list(test_langs)})")
+    sources = [lang for lang in dict.fromkeys(sources) if lang != target]
+    if not sources:
+        raise UserError(f"--sources: give at least one language other than the target {target!r}")
+    return sources
+
+
+def evaluate(
+    model,
+    split: str | Path,
+    train: str | Path,
+    *,
+    target: str = "en",
+    sources: Sequence[str] | None = None,
+    n_groups: int | None = None,
+    show: int = 5,
+    head: Literal["text", "cross"] = "text",
+    decoder=None,
+    seed: int = 0,
+    batch_size: int = 256,
+    name: str | None = None,
+    log: Callable[[str], None] = _stderr,
+) -> Result:
+    """Train a small causal decoder to write ``train``'s ``target`` captions from ``model``'s frozen ``head``
+    representation of each (``decoder``: a :class:`~..generation.DecoderConfig`, default its defaults), then decode
+    the representations of the ``sources``' captions (default: every other language) of a ``seed``-ed sample of
+    ``n_groups`` parallel groups of ``split`` (default: all) greedily.
+
+    Metrics (sacrebleu corpus scores, 0-100, one reference: the group's target caption): ``chrf`` and ``bleu``, the
+    mean over sources; ``per_source``; ``reconstruction`` (the target's own captions) and ``mismatched`` (each group
+    decoded from another group's target caption: the floor). ``details["examples"]``: the first ``show`` groups'
+    reference, sources and generations. ``seed`` also fixes the decoder's init and batch order.
+    """
+    from data_prep.shards import read_captions
+
+    from .. import generation as gen
+
+    decoder = decoder or gen.DecoderConfig()
+    require_trained(model, "generate")
+    if show < 0:
+        raise UserError(f"--show {show}: expected a number of examples >= 0")
+    if not 0 <= decoder.noise < float("inf"):
+        raise UserError(f"--noise {decoder.noise}: expected a standard deviation >= 0")
+    if not 0 < decoder.lr < float("inf"):
+        raise UserError(f"--lr {decoder.lr}: expected a learning rate > 0")
+    test_metas = read_captions(split)
+    sources = _sources(split, sorted({m["lang"] for m in test_metas}), target, sources)
+    ps = parallel_set(test_metas, [target, *sources], n_groups=n_groups, seed=seed, where=str(split))
+    if len(ps.group_ids) < 2:
+        raise UserError(f"{split}: {len(ps.group_ids)} parallel group(s) in {[target, *sources]}; need at least 2")
+    train_metas = read_captions(train)
+    train_texts = [m["caption"] for m in train_metas if m["lang"] == target]
+    if not train_texts:
+        raise UserError(f"{train}: no caption in target language {target!r} to train the decoder on "
+                        f"(--train; has {sorted({m['lang'] for m in train_metas})})")
+    references = [c for c, lang in zip(ps.captions, ps.langs) if lang == target]
+
+    encoder, info = resolve_model(model, name)
+    train_rep = encoder.encode_text(train_texts, batch_size=batch_size, head=head, **language_kwargs(encoder, target))
+    test_rep = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
+    log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "
+        f"for {decoder.steps} steps")
+    net, vocab, train_log = gen.train_decoder(train_texts, train_rep, encoder.tokenizer, decoder, seed=seed)
+
+    # rows: each source language, the target itself (reconstruction), and the mismatched floor
+    rows = {lang: test_rep[ps.langs == lang] for lang in [*sources, target]}
+    rows["mismatched"] = rows[target][gen.derangement(len(references), seed)]
+    generated = {row: gen.generate(net, vocab, rep, batch_size=batch_size) for row, rep in rows.items()}
+    scores = {row: gen.score(hyps, references, target) for row, hyps in generated.items()}
+    source_text = {lang: [c for c, l in zip(ps.captions, ps.langs) if l == lang] for lang in sources}
+    examples = [{"group": ps.group_ids[g], "reference": references[g],
+                 "generated": {row: generated[row][g] for row in generated},
+                 "sources": {lang: source_text[lang][g] for lang in sources}}
+                for g in range(min(show, len(references)))]
+    metrics = {"chrf": float(np.mean([scores[lang]["chrf"] for lang in sources])),
+               "bleu": float(np.mean([scores[lang]["bleu"] for lang in sources])),
+               "per_source": {lang: scores[lang] for lang in sources},
+               "reconstruction": scores[target], "mismatched": scores["mismatched"]}
+    details = {"target": target, "sources": sources, "n_groups": len(references),
+               "train": {"path": str(Path(train).resolve()), "captions": len(train_texts),
+                         "test_references_in_train": len(set(references) & set(train_texts))},
+               "decoder": {**vars(decoder), **train_log}, "examples": examples}
+    config = {"train": str(train), "target": target, "sources": sources, "n_groups": n_groups, "show": show,
+              "head": head, "decoder": asdict(decoder), "seed": seed}
+    return Result("generate", metrics, [target, *sources], model=info, dataset=dataset_info(split), config=config,
+                  details=details)

@@ -1,0 +1,200 @@
+"""Translation by retrieval for users, as library calls: :func:`translate_sentences` (the nearest sentences of a
+target-language corpus) and :func:`translate_words` (the nearest words of a target-language vocabulary). Each
+searches a saved faiss index (:func:`~..translate.open_or_build`), built once per model and corpus."""
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from globetrotter.errors import UserError
+
+from ..late_interaction import LateInteraction
+from ..models import language_kwargs
+from ..procrustes import normalize_rows
+from ..records import dataset_info
+from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
+from ..word import translate_words as rank_words
+from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
+from .checks import require_trained
+from .common import resolve_model
+
+Hits = list[list[tuple[str, float]]]
+"""Per query, ``(text, score)`` best first."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _model_path(model, encoder) -> Path | None:
+    """What identifies the model on disk: the spec's folder, else the encoder's checkpoint (None: an unsaved model)."""
+    if isinstance(model, (str, Path)):
+        return Path(model)
+    checkpoint = getattr(encoder, "checkpoint", None)
+    return Path(checkpoint) if checkpoint else None
+
+
+def _model_signature(encoder, path: Path | None) -> dict:
+    ckpt = getattr(encoder, "checkpoint", None) or path
+    if ckpt is None:
+        return {"path": None}
+    weights = Path(ckpt) / "model.safetensors"
+    target = weights if weights.is_file() else Path(ckpt)
+    return file_signature(target) if target.exists() else {"path": str(target)}
+
+
+def index_folder(out: str | Path, model_path: Path | None, corpus: str | Path | None, kind: str) -> Path:
+    """The default index folder: ``out/index/<kind>-<corpus name>-<hash of model, corpus and kind>``."""
+    corpus = str(Path(corpus).resolve()) if corpus else "vocabulary"
+    model = model_path.resolve() if model_path is not None else "unsaved"
+    tag = hashlib.sha1(f"{model}|{corpus}|{kind}".encode()).hexdigest()[:10]
+    return Path(out) / "index" / f"{kind}-{Path(corpus).name}-{tag}"
+
+
+def _open(model, encoder, corpus, kind: str, lang: str, signature: dict, texts_fn, encode_fn, *, index, out, rebuild,
+          ivf_min, nprobe, log) -> CorpusIndex:
+    """The ``lang`` index of ``encoder`` (``model`` as given) over ``texts_fn()``, opened or built. A model with no
+    folder or checkpoint has no lasting identity: its index is always rebuilt."""
+    path = _model_path(model, encoder)
+    signature = {"model": _model_signature(encoder, path), **signature}
+    folder = Path(index) if index else index_folder(out, path, corpus, kind)
+    return open_or_build(folder, lang, signature, texts_fn, encode_fn, rebuild=rebuild or path is None,
+                         ivf_min=ivf_min, nprobe=nprobe, log=log)
+
+
+def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict, Callable[[], list[str]]]:
+    """``(signature, texts)`` of a sentence corpus: ``to``'s captions of a split folder, or a text file's lines."""
+    from data_prep.shards import read_captions, read_manifest
+
+    if corpus.is_dir():
+        manifest = read_manifest(corpus)
+        if to not in manifest["languages"]:
+            raise UserError(f"{corpus}: no caption in language {to!r} (has {sorted(manifest['languages'])})")
+        return ({"path": str(corpus.resolve()), "checksum": manifest.get("checksum")},
+                lambda: [m["caption"] for m in read_captions(corpus) if m["lang"] == to])
+    if (corpus_lang or to) != to:
+        raise UserError(f"{corpus}: corpus language {corpus_lang!r} differs from --to {to!r}")
+    if not corpus.is_file():
+        raise UserError(f"{corpus}: corpus not found (a split folder or a text file, one sentence per line)")
+    return file_signature(corpus), lambda: read_text_corpus(corpus)
+
+
+def translate_sentences(
+    model,
+    queries: Sequence[str],
+    *,
+    to: str,
+    corpus: str | Path,
+    corpus_lang: str | None = None,
+    source: str | None = None,
+    k: int = 5,
+    maxsim: float | None = None,
+    rerank: int = 50,
+    index: str | Path | None = None,
+    out: str | Path = "eval_out",
+    rebuild: bool = False,
+    ivf_min: int = DEFAULT_IVF_MIN,
+    nprobe: int = DEFAULT_NPROBE,
+    batch_size: int = 256,
+    log: Callable[[str], None] = _stderr,
+) -> Hits:
+    """The ``k`` sentences of language ``to`` in ``corpus`` (a split folder, or a text file of one sentence per line
+    in ``corpus_lang`` = ``to``) nearest to each query (in ``source``; needed by a model with per-language tables)
+    by the cosine of the text-text head, ``(text, cosine)`` best first. With ``maxsim`` = W the ``rerank`` nearest
+    are re-scored by cosine + W × MaxSim of the model's token rows (idf over the corpus) and the score is that sum.
+    The index is saved in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and
+    corpus are unchanged."""
+    require_trained(model, "translate")
+    corpus = Path(corpus)
+    corpus_sig, texts = _corpus_texts(corpus, to, corpus_lang)
+
+    encoder = resolve_model(model)[0]
+
+    def encode(t: Sequence[str]) -> np.ndarray:
+        return encoder.encode_text(list(t), batch_size=batch_size, head="text", **language_kwargs(encoder, to))
+
+    found = _open(model, encoder, corpus, "sentences", to, {"corpus": corpus_sig, "head": "text", "ivf_min": ivf_min},
+                  texts, encode, index=index, out=out, rebuild=rebuild, ivf_min=ivf_min, nprobe=nprobe, log=log)
+    emb = encoder.encode_text(list(queries), batch_size=batch_size, head="text", **language_kwargs(encoder, source))
+    if maxsim is None:
+        return found.search(emb, k)
+    hits = found.search(emb, max(k, rerank))
+    return [best[:k] for best in _rerank(encoder, maxsim, queries, hits, texts())]
+
+
+def _rerank(encoder, weight: float, queries: Sequence[str], hits: Hits, corpus: Sequence[str]) -> Hits:
+    """Each query's hits re-scored by cosine + ``weight`` × MaxSim (idf over ``corpus``), best first."""
+    late = LateInteraction(encoder, weight, corpus)
+    out = []
+    for query, found in zip(queries, hits):
+        if not found:
+            out.append(found)
+            continue
+        extra = late.scorer(late.bags([query]), late.bags([t for t, _ in found]))(np.zeros(1, dtype=np.int64))[0]
+        scored = [(text, float(score + e)) for (text, score), e in zip(found, extra)]
+        out.append(sorted(scored, key=lambda item: -item[1]))
+    return out
+
+
+def caption_counts(corpus: str | Path, encoder, required: dict[str, str | None]) -> dict[str, Counter]:
+    """Each language's token counts over the captions of the split ``corpus`` (keys of ``encoder``'s tokenizer);
+    ``required`` maps an option name to a language that must have captions (None: not asked)."""
+    from data_prep.shards import read_captions
+
+    by_lang: dict[str, list[str]] = {}
+    for m in read_captions(corpus):
+        by_lang.setdefault(m["lang"], []).append(m["caption"])
+    for flag, lang in required.items():
+        if lang is not None and lang not in by_lang:
+            raise UserError(f"{corpus}: no caption in language {lang!r} ({flag}; has {sorted(by_lang)})")
+    tokenize = CaptionTokenizer(encoder.tokenizer)
+    return {lang: Counter(t for s in tokenize(caps) for t in s) for lang, caps in by_lang.items()}
+
+
+def translate_words(
+    model,
+    queries: Sequence[str],
+    *,
+    to: str,
+    source: str | None = None,
+    corpus: str | Path | None = None,
+    embeddings: Embeddings = "input",
+    method: str = "nn",
+    k: int = 10,
+    index: str | Path | None = None,
+    out: str | Path = "eval_out",
+    rebuild: bool = False,
+    ivf_min: int = DEFAULT_IVF_MIN,
+    nprobe: int = DEFAULT_NPROBE,
+    log: Callable[[str], None] = _stderr,
+) -> Hits:
+    """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
+    best first: by cosine (``method="nn"``) or CSLS against ``source``'s vocabulary, of the ``embeddings`` word
+    vectors (:class:`~..word_keys.WordEmbedder`). A language's vocabulary is the tokens of its captions in the split
+    ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`). The index is saved and reloaded as
+    :func:`translate_sentences`'s."""
+    require_trained(model, "translate-word")
+    encoder = resolve_model(model)[0]
+    counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
+    embed = WordEmbedder(encoder, embeddings, counts)
+    signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None}
+    found = _open(model, encoder, corpus, f"words-{embeddings}", to, signature, lambda: vocabulary(encoder, to, counts),
+                  lambda words: normalize_rows(embed(words, to)[1]), index=index, out=out, rebuild=rebuild,
+                  ivf_min=ivf_min, nprobe=nprobe, log=log)
+    kept, q_emb = embed(queries, source)
+    if len(kept) < len(queries):
+        raise UserError(f"translate-word: no token embedding for {sorted(set(queries) - set(kept))}")
+    q_emb = normalize_rows(q_emb)
+    if method == "csls":
+        targets = found.index.reconstruct_n(0, found.index.ntotal)
+        sources = normalize_rows(embed(vocabulary(encoder, source, counts), source)[1])
+        idx, scores = rank_words(q_emb, targets, k, "csls", sources=sources)
+        hits = [[(found.texts[i], float(s)) for i, s in zip(ri, rs)] for ri, rs in zip(idx, scores)]
+    else:
+        hits = found.search(q_emb, k)
+    return [[(key_text(t).strip(), s) for t, s in row] for row in hits]

@@ -1,0 +1,171 @@
+"""Word translation by retrieval (Globetrotter paper 5.3; MUSE) as a library call, :func:`evaluate`, and its tf-idf
+ground truth from a parallel split (paper B.2), :func:`build_dictionary`."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Literal, NamedTuple, Sequence
+
+from globetrotter.errors import UserError
+
+from ..records import Result, dataset_info, matrix_dict
+from ..word import Method, WordSpace, word_translation
+from ..word_dictionary import Idf, both_directions, build_dictionaries, read_dictionaries, write_dictionary
+from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
+from .checks import require_trained
+from .common import read_parallel, resolve_model
+
+Procrustes = Literal["none", "pairwise", "multi"]
+
+
+def _tokenized(split, languages, tokenizer: CaptionTokenizer, n_groups: int | None, seed: int):
+    """A parallel sample of ``split`` and its captions as dictionary keys, per language (row s = group s)."""
+    ps = read_parallel(split, languages, n_groups, seed)
+    return ps, {lang: tokenizer([c for c, l in zip(ps.captions, ps.langs) if l == lang]) for lang in ps.languages}
+
+
+def evaluate(
+    model,
+    *,
+    split: str | Path | None = None,
+    dictionary: str | Path | None = None,
+    languages: Sequence[str] | None = None,
+    embeddings: Embeddings = "input",
+    methods: Sequence[Method] = ("nn", "csls"),
+    procrustes: Sequence[Procrustes] = ("none",),
+    procrustes_k: int = 5,
+    procrustes_iter: int = 10,
+    candidates: Literal["dictionary", "split"] = "dictionary",
+    top_k: int = 5,
+    idf: Idf = "smooth",
+    min_count: int = 1,
+    seed: int = 0,
+    name: str | None = None,
+) -> Result:
+    """Word translation of a trained ``model`` for every ranking in ``methods`` × refinement in ``procrustes``.
+
+    Ground truth: the lexicon folder ``dictionary`` (``<src>-<tgt>.txt``, MUSE format; a missing direction is the
+    inverse of the other), else the tf-idf dictionary of the parallel ``split`` (:func:`build_dictionary`'s rule with
+    ``top_k``, ``idf``, ``min_count``). ``split`` also gives each language's token frequencies (which form of a word
+    to embed) and, with ``candidates="split"``, adds every token of its captions to the target candidates.
+    Metrics per ``"<method>/<procrustes>"``: Recall@10 and P@1/5/10, with and without identical pairs
+    (:func:`~..word.word_translation`); ``arrays["recall"]`` holds each one's Recall@10 language matrix.
+    """
+    require_trained(model, "word")
+    if not methods or not procrustes:
+        raise ValueError("word: give at least one method and one procrustes setting")
+    if not dictionary and not split:
+        raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
+    encoder, info = resolve_model(model, name)
+    tokenized: dict[str, list[list[str]]] = {}
+    if split:
+        _, tokenized = _tokenized(split, languages, CaptionTokenizer(encoder.tokenizer), None, seed)
+    counts = {lang: Counter(t for s in sents for t in s) for lang, sents in tokenized.items()}
+    languages = list(languages) if languages else (sorted(tokenized) if tokenized else None)
+    if dictionary:
+        dicts = both_directions(read_dictionaries(dictionary, languages))
+        source = f"lexicon:{dictionary}"
+    else:
+        dicts = {key: [(s, t) for s, t, _ in pairs]
+                 for key, pairs in build_dictionaries(tokenized, top_k, idf, min_count).items()}
+        source = "tfidf"
+    words: dict[str, set] = {}
+    for (a, b), pairs in dicts.items():
+        words.setdefault(a, set()).update(s for s, _ in pairs)
+        words.setdefault(b, set()).update(t for _, t in pairs)
+    if candidates == "split":
+        if not tokenized:
+            raise UserError("word: --candidates split needs --split")
+        for lang, c in counts.items():
+            words.setdefault(lang, set()).update(c)
+    embed = WordEmbedder(encoder, embeddings, counts)
+    spaces = {lang: WordSpace(*embed(sorted(ws), lang)) for lang, ws in words.items()}
+    metrics, details, matrices = {}, {}, {}
+    for method in methods:
+        for proc in procrustes:
+            res = word_translation(spaces, dicts, method=method, procrustes=proc, procrustes_k=procrustes_k,
+                                   procrustes_iter=procrustes_iter)
+            tag = f"{method}/{proc}"
+            metrics[tag] = {k: v for k, v in res.items() if k.startswith(("recall@", "precision@"))}
+            details[tag] = {"pairs": res["pairs"], "procrustes_log": res["procrustes_log"],
+                            "recall_matrix": matrix_dict(res["matrix"], res["languages"]),
+                            "recall_matrix_no_identical": matrix_dict(res["matrix_no_identical"], res["languages"])}
+            matrices[tag] = res["matrix"]
+    details["ground_truth"] = {"source": source, "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
+                               "vocabulary": {lang: len(s.words) for lang, s in spaces.items()}}
+    config = {"split": split and str(split), "dictionary": dictionary and str(dictionary), "languages": languages,
+              "embeddings": embeddings, "methods": list(methods), "procrustes": list(procrustes),
+              "procrustes_k": procrustes_k, "procrustes_iter": procrustes_iter, "candidates": candidates,
+              "top_k": top_k, "idf": idf, "min_count": min_count, "seed": seed}
+    return Result("word", metrics, sorted(spaces), model=info, dataset=dataset_info(split) if split else None,
+                  config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
+
+
+class Dictionaries(NamedTuple):
+    """What :func:`build_dictionary` wrote: the folder, each ordered pair's ``(src, tgt, score)`` list, and the
+    summary (also ``summary.json`` in the folder)."""
+
+    folder: Path
+    pairs: dict[tuple[str, str], list[tuple[str, str, float]]]
+    summary: dict
+
+
+def _given(x) -> bool:
+    return x is not None and not (isinstance(x, str) and not x)
+
+
+def build_dictionary(
+    split: str | Path,
+    out: str | Path | None = None,
+    *,
+    tokenizer=None,
+    model=None,
+    words: bool = False,
+    languages: Sequence[str] | None = None,
+    n_groups: int | None = None,
+    top_k: int = 5,
+    idf: Idf = "smooth",
+    min_count: int = 1,
+    seed: int = 0,
+) -> Dictionaries:
+    """The tf-idf word-translation ground truth of the parallel ``split`` (paper B.2; its authors never released
+    theirs), written as MUSE ``<src>-<tgt>.txt`` files (both directions; a BPE token's leading space as U+2581) and
+    ``summary.json`` into ``out`` (default: ``dictionary-tfidf`` beside the split).
+
+    Tokens: the BPE tokens of ``tokenizer`` (a ``tokenizers.Tokenizer`` or its JSON file) or of ``model``'s
+    tokenizer (a trained run or a loaded encoder), or lower-cased words (``words=True``); exactly one. Rule: token
+    t's document is every token of the translations of the sentences holding t; (t, u) is kept when each is in the
+    other's top ``top_k`` by tf-idf (:func:`~..word_dictionary.tfidf_dictionary`). ``n_groups``: a ``seed``-ed sample
+    of the groups (default: all)."""
+    if _given(tokenizer) + _given(model) + bool(words) != 1:
+        raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
+    tok = None
+    if isinstance(tokenizer, (str, Path)) and _given(tokenizer):
+        from tokenizers import Tokenizer
+
+        try:
+            tok = Tokenizer.from_file(str(tokenizer))
+        except Exception as err:  # tokenizers raises a bare Exception
+            raise UserError(f"{tokenizer}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
+    elif _given(tokenizer):
+        tok = tokenizer
+    elif _given(model):
+        require_trained(model, "build-dictionary")
+        tok = resolve_model(model)[0].tokenizer
+    tokenize = CaptionTokenizer(tok)
+    ps, tokenized = _tokenized(split, languages, tokenize, n_groups, seed)
+    pairs = build_dictionaries(tokenized, top_k, idf, min_count)
+    folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
+    for (a, b), found in pairs.items():
+        write_dictionary(folder / f"{a}-{b}.txt", found)
+    summary = {
+        "split": str(Path(split).resolve()), "tokens": tokenize.kind, "groups": len(ps.group_ids),
+        "top_k": top_k, "idf": idf, "min_count": min_count,
+        "pairs": {f"{a}-{b}": len(p) for (a, b), p in pairs.items()},
+        "examples": {f"{a}-{b}": [f"{key_text(s).strip()} = {key_text(t).strip()}" for s, t, _ in p[:20]]
+                     for (a, b), p in pairs.items() if a < b},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    return Dictionaries(folder, pairs, summary)

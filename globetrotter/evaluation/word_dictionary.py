@@ -1,0 +1,179 @@
+"""Word-translation ground truth (Globetrotter paper, appendix B.2; MUSE): the paper's tf-idf dictionary built
+from a parallel split, and dictionary files in MUSE format.
+
+The tf-idf builder (:func:`tfidf_dictionary`, eqs. 6–7): for a token ``t_i`` of language A, its "document" ``d_i``
+is every token (with repetition) of the B translations of the A sentences that contain ``t_i``;
+
+    tf_{j,d} = f_{j,d} / Σ_{j'} f_{j',d}      (eq. 6)
+    idf_j    = log(|D| / |{d ∈ D : t_j ∈ d}|)  (eq. 7)
+
+and ``(t_i, t_j)`` is kept iff ``t_j`` is in the top 5 of ``tf·idf(i, ·)`` and ``t_i`` in
+the top 5 of the reverse score ``tf·idf(j, ·)``. On small vocabularies where every token
+co-occurs with every other (the synthetic world), eq. 7 is 0 for all tokens and ranks
+nothing; ``idf="smooth"`` (the default, scikit-learn's ``log((1+|D|)/(1+df)) + 1``) keeps
+the ranking by tf in that case and agrees with eq. 7 on the order of rare tokens.
+
+Lexicons (the synthetic world writes ``dictionary/<src>-<tgt>.txt``) are read and written as MUSE files: one
+``src tgt`` pair per line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from globetrotter.errors import UserError
+from globetrotter.token_stats import smoothed_idf
+
+Idf = Literal["smooth", "paper"]
+
+
+def _sentence_matrix(sents: Sequence[Sequence[str]]) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """(S, V) token-count matrix and its vocabulary (sorted unique tokens)."""
+    flat = [t for s in sents for t in s]
+    vocab, cols = np.unique(np.array(flat, dtype=object), return_inverse=True) if flat else (np.array([], dtype=object), np.array([], dtype=np.int64))
+    rows = np.repeat(np.arange(len(sents)), [len(s) for s in sents])
+    mat = sparse.csr_matrix((np.ones(len(flat), dtype=np.float64), (rows, cols.reshape(-1))), shape=(len(sents), len(vocab)))
+    mat.sum_duplicates()
+    return mat, vocab
+
+
+def tfidf_scores(src: sparse.csr_matrix, tgt: sparse.csr_matrix, idf: Idf = "smooth") -> sparse.csr_matrix:
+    """tf·idf (appendix B.2, eqs. 6–7) of target token j in the document of source token i: (V_src, V_tgt).
+
+    ``src``/``tgt`` are aligned (S, V) count matrices (row s = sentence s and its translation).
+    """
+    counts = ((src > 0).astype(np.float64).T @ tgt).tocsr()  # f_{j,d_i}
+    row_sum = np.asarray(counts.sum(axis=1)).ravel()
+    tf = sparse.diags(1.0 / np.maximum(row_sum, 1e-12)) @ counts  # eq. 6
+    n_docs = int((row_sum > 0).sum())
+    df = np.bincount(counts.indices, minlength=counts.shape[1]).astype(np.float64)
+    if idf == "paper":
+        idf_vec = np.log(n_docs / np.maximum(df, 1))  # eq. 7
+    elif idf == "smooth":
+        idf_vec = smoothed_idf(df, n_docs)
+    else:
+        raise ValueError(f"idf must be 'smooth' or 'paper', got {idf!r}")
+    return (tf @ sparse.diags(idf_vec)).tocsr()
+
+
+def row_topk(mat: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, cols)`` of the k largest stored entries of each row (ties: lower column first)."""
+    mat = mat.tocsr()
+    rows = np.repeat(np.arange(mat.shape[0]), np.diff(mat.indptr))
+    order = np.lexsort((mat.indices, -mat.data, rows))
+    rank = np.arange(len(order)) - mat.indptr[rows[order]]
+    keep = order[rank < k]
+    return rows[keep], mat.indices[keep]
+
+
+def tfidf_dictionary(
+    src_sents: Sequence[Sequence[str]],
+    tgt_sents: Sequence[Sequence[str]],
+    top_k: int = 5,
+    idf: Idf = "smooth",
+    min_count: int = 1,
+) -> list[tuple[str, str, float]]:
+    """Ground-truth token translations from aligned tokenised sentences (appendix B.2).
+
+    ``src_sents[s]`` and ``tgt_sents[s]`` are translations of each other. Tokens seen in
+    fewer than ``min_count`` sentences are left out. Returns ``(src, tgt, score)`` for
+    every mutual top-``top_k`` pair (paper: 5), sorted by source token then score.
+    """
+    if len(src_sents) != len(tgt_sents):
+        raise ValueError(f"{len(src_sents)} source sentences but {len(tgt_sents)} target sentences")
+    src_mat, src_vocab = _sentence_matrix(src_sents)
+    tgt_mat, tgt_vocab = _sentence_matrix(tgt_sents)
+    if min_count > 1:
+        keep_s = np.asarray((src_mat > 0).sum(axis=0)).ravel() >= min_count
+        keep_t = np.asarray((tgt_mat > 0).sum(axis=0)).ravel() >= min_count
+        src_mat, src_vocab = src_mat[:, keep_s], src_vocab[keep_s]
+        tgt_mat, tgt_vocab = tgt_mat[:, keep_t], tgt_vocab[keep_t]
+    if src_mat.shape[1] == 0 or tgt_mat.shape[1] == 0:
+        return []
+    forward = tfidf_scores(src_mat, tgt_mat, idf)  # (Vs, Vt)
+    backward = tfidf_scores(tgt_mat, src_mat, idf)  # (Vt, Vs)
+    fi, fj = row_topk(forward, top_k)
+    bj, bi = row_topk(backward, top_k)
+    n_t = tgt_mat.shape[1]
+    both = np.intersect1d(fi.astype(np.int64) * n_t + fj, bi.astype(np.int64) * n_t + bj)
+    i, j = both // n_t, both % n_t
+    scores = np.asarray(forward[i, j]).ravel()
+    order = np.lexsort((-scores, i))
+    return [(str(src_vocab[i[o]]), str(tgt_vocab[j[o]]), float(scores[o])) for o in order]
+
+
+def build_dictionaries(
+    tokenized: Mapping[str, Sequence[Sequence[str]]],
+    top_k: int = 5,
+    idf: Idf = "smooth",
+    min_count: int = 1,
+) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
+    """:func:`tfidf_dictionary` for every language pair, both directions.
+
+    ``tokenized[lang][s]`` is the tokenised sentence ``s`` of a parallel set (same ``s``
+    = translations). The ``b-a`` dictionary holds the same pairs as ``a-b``, swapped (the
+    mutual top-k rule is symmetric); scores are the ``a→b`` tf·idf.
+    """
+    langs = sorted(tokenized)
+    out = {}
+    for ai, a in enumerate(langs):
+        for b in langs[ai + 1:]:
+            pairs = tfidf_dictionary(tokenized[a], tokenized[b], top_k, idf, min_count)
+            out[(a, b)] = pairs
+            out[(b, a)] = sorted(((t, s, sc) for s, t, sc in pairs), key=lambda p: (p[0], -p[2]))
+    return out
+
+
+
+def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
+    """MUSE dictionary: one ``src tgt`` pair per line (tab or whitespace separated)."""
+    path = Path(path)
+    pairs = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: unreadable dictionary ({err})") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
+        if len(fields) < 2:
+            raise UserError(f"{path}:{lineno}: expected 'source target' (MUSE format), got {line!r}")
+        pairs.append((fields[0].strip(), fields[1].strip()))
+    return pairs
+
+
+def write_dictionary(path: str | Path, pairs: Iterable[Sequence]) -> Path:
+    """Write ``(src, tgt, ...)`` pairs as a MUSE dictionary (``src tgt`` per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(f"{p[0]} {p[1]}\n" for p in pairs), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_dictionaries(folder: str | Path, languages: Sequence[str] | None = None) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Every ``<src>-<tgt>.txt`` of ``folder`` (restricted to ``languages`` when given)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: dictionary folder not found (expected <src>-<tgt>.txt files)")
+    out = {}
+    for path in sorted(folder.glob("*-*.txt")):
+        src, _, tgt = path.stem.partition("-")
+        if languages is None or (src in languages and tgt in languages):
+            out[(src, tgt)] = read_dictionary(path)
+    if not out:
+        raise UserError(f"{folder}: no <src>-<tgt>.txt dictionary for languages {list(languages or [])}")
+    return out
+
+
+def both_directions(dicts: Mapping[tuple[str, str], list[tuple[str, str]]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Every ordered pair: a missing ``b-a`` dictionary is the inverse of ``a-b``."""
+    out = {key: list(pairs) for key, pairs in dicts.items()}
+    for (a, b), pairs in dicts.items():
+        out.setdefault((b, a), [(t, s) for s, t in pairs])
+    return out

@@ -1,0 +1,197 @@
+"""The evaluation library called directly (no command line): each task with a loaded encoder object, on the tiny
+parallel world of test_eval_cli whose answers are known, checked against the metric functions computed by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from globetrotter.errors import UserError
+from globetrotter.evaluation import (
+    Result,
+    build_word_dictionary,
+    evaluate_clustering,
+    evaluate_correspondence,
+    evaluate_generation,
+    evaluate_retrieval,
+    evaluate_word_translation,
+    retrieval_per_language,
+    translate_sentences,
+    translate_word_queries,
+)
+from globetrotter.evaluation.word_dictionary import read_dictionary
+import test_eval_cli
+from test_eval_cli import COLOURS, LANGS, SHAPES, FakeEncoder
+
+world = test_eval_cli.world  # the fixture: 30 scenes x 3 languages (test), the same scenes one language each (train)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+LEXICON = {(a, b): set(zip(COLOURS[a], COLOURS[b])) | set(zip(SHAPES[a], SHAPES[b])) for a in LANGS for b in LANGS}
+
+
+def test_word_translation_with_a_lexicon_scores_each_ranking_and_refinement(world):
+    result = evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", methods=("nn", "csls"),
+                                       procrustes=("none", "multi"), name="fake")
+    assert isinstance(result, Result) and result.task == "word" and result.model == {"path": None, "name": "fake"}
+    assert result.languages == ["de", "en", "fr"] and result.dataset is None
+    assert list(result.metrics) == ["nn/none", "nn/multi", "csls/none", "csls/multi"]
+    for m in result.metrics.values():  # the fake's words share their concept vectors across languages
+        assert m["recall@10"] == m["precision@1"] == m["precision@1_no_identical"] == 1.0
+    pairs = result.details["nn/none"]["pairs"]["en-de"]
+    assert pairs["all"]["n_pairs"] == 11 and pairs["no_identical"]["n_pairs"] == 10  # ring = ring
+    assert result.details["ground_truth"]["source"] == f"lexicon:{world / 'dictionary'}"
+    assert result.details["ground_truth"]["vocabulary"] == {lang: 11 for lang in LANGS}
+    assert result.details["nn/multi"]["procrustes_log"]["multi"]  # the multi-language maps' convergence
+    matrix = result.arrays["recall"]["nn/none"]
+    assert result.arrays["languages"] == ["de", "en", "fr"] and np.isnan(np.diag(matrix)).all()
+    assert np.nanmin(matrix) == 1.0
+    record = result.to_dict()
+    assert record["config"]["methods"] == ["nn", "csls"] and "arrays" not in record
+
+
+def test_word_translation_falls_when_languages_are_apart_and_with_tfidf_truth(world, tmp_path):
+    offset = evaluate_word_translation(FakeEncoder(language_offset=3.0), dictionary=world / "dictionary",
+                                       methods=("nn",))
+    assert offset.metrics["nn/none"]["precision@1_no_identical"] < 0.5  # each language's words cluster apart
+    tfidf = evaluate_word_translation(FakeEncoder(), split=world / "test", methods=("nn",), embeddings="contextual")
+    assert tfidf.details["ground_truth"]["source"] == "tfidf" and tfidf.dataset["split"] == "test"
+    assert tfidf.metrics["nn/none"]["recall@10"] > 0.5
+    # the evaluation's ground truth is the dictionary build_word_dictionary writes
+    built = build_word_dictionary(world / "test", tmp_path, model=FakeEncoder())
+    assert tfidf.details["ground_truth"]["pairs"] == built.summary["pairs"]
+
+
+def test_word_translation_bad_input(world):
+    with pytest.raises(UserError, match="--split .* or --dictionary"):
+        evaluate_word_translation(FakeEncoder())
+    with pytest.raises(UserError, match="--candidates split needs --split"):
+        evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", candidates="split")
+    with pytest.raises(UserError, match="needs a trained run folder"):
+        evaluate_word_translation("tfidf", dictionary=world / "dictionary")
+
+
+def test_build_word_dictionary_finds_the_lexicon_and_writes_muse_files(world, tmp_path):
+    built = build_word_dictionary(world / "test", tmp_path / "dict", tokenizer=FakeEncoder().tokenizer)
+    assert built.folder == tmp_path / "dict" and len(built.pairs) == 6 and built.summary["groups"] == 30
+    for (a, b), pairs in built.pairs.items():
+        found = {(s, t) for s, t, _ in pairs}
+        assert LEXICON[(a, b)] <= found  # every colour and shape with its translation
+        assert read_dictionary(built.folder / f"{a}-{b}.txt") == [(s, t) for s, t, _ in pairs]
+    assert built.summary["tokens"] == "bpe" and (built.folder / "summary.json").is_file()
+    sample = build_word_dictionary(world / "test", tmp_path / "sample", words=True, n_groups=12, languages=["de", "fr"])
+    assert sample.summary["groups"] == 12 and sample.summary["tokens"] == "words" and set(sample.pairs) == {
+        ("de", "fr"), ("fr", "de")}
+    for given in ({}, {"words": True, "model": FakeEncoder()}):
+        with pytest.raises(UserError, match="exactly one of"):
+            build_word_dictionary(world / "test", tmp_path / "x", **given)
+
+
+def test_retrieval_is_the_metric_over_the_encoders_embeddings(world):
+    from data_prep.shards import read_captions
+
+    result = evaluate_retrieval(FakeEncoder(), world / "test")
+    assert result.languages == ["de", "en", "fr"]
+    for lang in LANGS:
+        assert result.metrics["per_language"][lang]["image_retrieval_recall@1"] == 1.0
+    assert result.details == {"n_images": 30, "n_captions": 90}
+    # a language-offset encoder, against retrieval_per_language over the same embeddings by hand
+    encoder = FakeEncoder(language_offset=3.0)
+    sample = evaluate_retrieval(encoder, world / "test", languages=["en", "de"], ks=(1, 3), max_images=10, seed=3)
+    assert sample.details == {"n_images": 10, "n_captions": 20} and sample.languages == ["de", "en"]
+    kept = sorted({f"img{c}{s}" for c in range(6) for s in range(5)})
+    kept = [kept[i] for i in np.sort(np.random.default_rng(3).choice(30, 10, replace=False))]
+    metas = [m for m in read_captions(world / "test") if m["lang"] in ("en", "de") and m["image_id"] in kept]
+    images = np.stack([encoder.scene[(int(i[3]), int(i[4]))] for i in kept])
+    expected = retrieval_per_language(encoder.encode_text([m["caption"] for m in metas]), [m["lang"] for m in metas],
+                                      images, [kept.index(m["image_id"]) for m in metas], ks=(1, 3))
+    assert sample.metrics["mean"] == pytest.approx(expected["mean"])
+    for lang in ("de", "en"):
+        assert sample.metrics["per_language"][lang] == pytest.approx(expected["per_language"][lang])
+    assert sample.metrics["mean"]["chance_image_retrieval_recall@1"] == pytest.approx(0.1)
+    with pytest.raises(UserError, match="'xx'"):
+        evaluate_retrieval(encoder, world / "test", languages=["en", "xx"])
+    with pytest.raises(UserError, match="no image encoder"):
+        evaluate_retrieval("tfidf", world / "test")
+
+
+def test_clustering_follows_meaning_or_language(world):
+    full = evaluate_clustering(FakeEncoder(), world / "test", k=3, name="full")
+    text = evaluate_clustering(FakeEncoder(language_offset=3.0), world / "test", k=3)
+    assert full.metrics["meaning_purity"] == 1.0 and full.metrics["language_purity"] < 0.6
+    assert text.metrics["language_purity"] == 1.0 and text.metrics["meaning_purity"] < 0.5
+    assert full.details["n_sentences"] == sum(full.details["cluster_sizes"]) == 90 and full.details["k"] == 3
+    assert len(full.details["examples"]) == 3 and full.languages == ["de", "en", "fr"]
+    assert full.metrics["chance"]["meaning_purity"] < full.metrics["meaning_purity"]
+
+
+class TokenEncoder(FakeEncoder):
+    """The fake with token states: a fixed random vector per character, one row per character, zero-padded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[str] = []
+
+    def encode_tokens(self, texts, batch_size: int = 256):
+        self.encoded += list(texts)
+        width = max(len(t) for t in texts)
+        states = np.zeros((len(texts), width, 8), np.float32)
+        for i, t in enumerate(texts):
+            states[i, : len(t)] = [np.random.default_rng(ord(ch)).normal(size=8) for ch in t]
+        return states, np.arange(width)[None, :] < np.array([len(t) for t in texts])[:, None]
+
+
+def test_correspondence_trains_a_probe_on_the_seen_languages(tmp_path):
+    from test_eval_correspondence import DE, EL, EN, ZH, _write_split
+
+    split = _write_split(tmp_path / "split", {"en": EN, "de": DE, "el": EL, "zh": ZH})
+    encoder = TokenEncoder()
+    result = evaluate_correspondence(encoder, split, probe_seeds=(0, 1), epochs=1, max_per_language=60)
+    m, d = result.metrics, result.details
+    assert d["seen_languages"] == ["de", "el"] and d["unseen_languages"] == ["en", "zh"]
+    assert result.languages == ["de", "el", "en", "zh"] and [r["seed"] for r in d["per_seed"]] == [0, 1]
+    assert d["probe"]["d_model"] == 8 and m["chance"] == 0.5 and 0 <= m["unseen_accuracy"] <= 1
+    assert m["seen_accuracy"] == pytest.approx(np.mean([r["seen_accuracy"] for r in d["per_seed"]]))
+    n_texts = sum(sum(part.values()) for part in d["n_examples"].values())
+    assert len(encoder.encoded) == n_texts  # every part's texts, encoded once
+    with pytest.raises(UserError, match="no token-level states"):
+        evaluate_correspondence(FakeEncoder(), split)
+
+
+def test_generation_decodes_every_source_and_the_floor(world):
+    from globetrotter.evaluation.generation import DecoderConfig
+
+    lines: list[str] = []
+    decoder = DecoderConfig(d_model=16, layers=1, prefix_length=2, steps=30, batch_size=16, lr=3e-3)
+    result = evaluate_generation(FakeEncoder(), world / "test", world / "train", target="en",
+                                 sources=["fr", "de", "fr"], n_groups=10, show=3, decoder=decoder, log=lines.append)
+    m, d = result.metrics, result.details
+    assert result.languages == ["en", "fr", "de"] and d["sources"] == ["fr", "de"] and d["n_groups"] == 10
+    assert list(m["per_source"]) == ["fr", "de"] and all(s["n"] == 10 for s in m["per_source"].values())
+    assert m["chrf"] == pytest.approx(np.mean([m["per_source"][lang]["chrf"] for lang in ("fr", "de")]))
+    assert len(d["examples"]) == 3 and set(d["examples"][0]["generated"]) == {"fr", "de", "en", "mismatched"}
+    assert d["decoder"]["steps"] == 30 and d["train"]["captions"] == 30
+    assert d["train"]["test_references_in_train"] == 10  # the world's train split captions the same scenes
+    assert len(lines) == 1 and lines[0].startswith("training a 1-layer decoder on 30 en captions")
+    for kwargs, message in (({"target": "xx"}, "no caption in target language 'xx'"),
+                            ({"sources": ["en"]}, "at least one language other than the target"),
+                            ({"decoder": DecoderConfig(noise=-1.0)}, "--noise -1.0")):
+        with pytest.raises(UserError, match=message):
+            evaluate_generation(FakeEncoder(), world / "test", world / "train", **kwargs)
+
+
+def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
+    built: list[str] = []
+    hits = translate_sentences(FakeEncoder(), ["a red circle", "a blue ring"], to="de", corpus=world / "test", k=2,
+                               out=tmp_path, log=built.append)
+    assert [h[0][0] for h in hits] == ["ein kreis rot", "ein ring blau"] and len(hits[0]) == 2
+    assert hits[0][0][1] >= hits[0][1][1]
+    translate_sentences(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path,
+                        log=built.append)
+    assert len(built) == 2  # an encoder object with no checkpoint: its index is rebuilt, never trusted
+    words = translate_word_queries(FakeEncoder(), ["red", "star"], source="en", to="fr", corpus=world / "test", k=3,
+                                   method="csls", out=tmp_path, log=built.append)
+    assert [w[0][0] for w in words] == ["rouge", "étoile"] and len(words[0]) == 3
+    with pytest.raises(UserError, match="no token embedding"):
+        translate_word_queries(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
+    with pytest.raises(UserError, match="'xx'"):
+        translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
