@@ -9,7 +9,6 @@ from globetrotter.argtypes import positive_int
 
 from .. import models
 from ..records import Result
-from ..tasks.common import read_parallel as _read_parallel
 
 
 def languages(arg: str | None) -> list[str] | None:
@@ -51,10 +50,6 @@ def model_entry(args: argparse.Namespace) -> dict:
 def plot_prefix(args: argparse.Namespace, task: str) -> Path:
     """``--out/<task>-<model name>``: the stem of a command's plots."""
     return Path(args.out) / f"{task}-{models.model_name(args.model, args.name)}"
-
-
-def read_parallel(args: argparse.Namespace, n_groups: int | None):
-    return _read_parallel(args.split, languages(args.languages), n_groups, args.seed)
 
 
 def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
