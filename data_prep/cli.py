@@ -19,7 +19,7 @@ import argparse
 import importlib
 from typing import Sequence
 
-from .errors import UserError, run_cli
+from .errors import UserError, missing_dependency, run_cli
 
 # (module, the sub-commands its register() adds), in --help order. The names are declared so that a module that
 # fails to import can still be reported under them (tests/test_data_cli.py checks they match).
@@ -39,6 +39,9 @@ def _unavailable(sub: argparse._SubParsersAction, name: str, module: str, err: B
     """A stand-in for sub-command ``name`` of a module that failed to import: listed in --help as unavailable;
     running it (with any arguments, ``--help`` included) is a one-line error with the import error."""
     reason = f"importing {module} failed: {type(err).__name__}: {err}"
+    missing = missing_dependency(err)  # a third-party package not installed: name the install command
+    if missing is not None:
+        reason += f" ({missing})"
     # no options (no prefix character a user types), so that every argument, --help too, reaches `fail`
     p = sub.add_parser(name, add_help=False, prefix_chars="\0", help=f"UNAVAILABLE ({reason})",
                        description=f"UNAVAILABLE: {reason}")

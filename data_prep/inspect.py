@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import unicodedata
 from collections import Counter, defaultdict
 from itertools import islice
 from pathlib import Path
+from typing import Callable
 
 from .shards import check_split_rule, iter_samples, read_captions, read_manifest
 
@@ -41,30 +43,134 @@ def summarize(split_dir: str | Path) -> dict:
     }
 
 
-def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int = 6) -> Path:
-    """Save a PNG grid of the first ``n`` samples with their language and caption."""
+# Fonts with glyphs for scripts the default font (DejaVu Sans) lacks, CJK first, tried before any other
+# installed font: Debian/Ubuntu fonts-noto-cjk, fonts-wqy-*, fonts-ipafont, fonts-droid-fallback, macOS, Windows.
+PREFERRED_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK TC", "Noto Sans CJK KR", "Noto Sans SC",
+                   "Noto Sans JP", "Source Han Sans", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback",
+                   "IPAGothic", "IPAexGothic", "TakaoGothic", "VL Gothic", "AR PL UMing CN", "Hiragino Sans",
+                   "PingFang SC", "Microsoft YaHei", "MS Gothic", "Arial Unicode MS", "Noto Sans Arabic",
+                   "Noto Naskh Arabic", "Noto Sans", "Unifont")
+NOT_GLYPHS = ("Last Resort",)  # fonts whose "glyphs" are boxes naming a Unicode block (matplotlib ships one)
+FONT_HINT = "install a CJK font (Debian/Ubuntu: apt-get install fonts-noto-cjk) to draw them"
+
+
+def choose_fallback_fonts(chars_by_lang: dict[str, set[str]], default: frozenset[int],
+                          candidates: list[tuple[str, frozenset[int]]], most: int = 3) -> tuple[list[str], list[str]]:
+    """Fonts to draw captions the default font cannot, and the languages still left with boxes.
+
+    ``chars_by_lang``: the characters of each language's captions; ``default``: the code points the default
+    font has; ``candidates``: (family, code points) of the other fonts, in order of preference. Greedy: the
+    candidate covering most of the still-missing characters (the earlier on a tie), up to ``most`` fonts.
+    Returns (families, languages some of whose characters no font has)."""
+    missing = {ord(c) for chars in chars_by_lang.values() for c in chars if not c.isspace()} - default
+    chosen: list[str] = []
+    while missing and len(chosen) < most:
+        best = max(candidates, key=lambda fc: len(missing & fc[1]), default=None)
+        if best is None or not missing & best[1]:
+            break
+        chosen.append(best[0])
+        missing -= best[1]
+        candidates = [fc for fc in candidates if fc[0] != best[0]]
+    boxes = sorted(lang for lang, chars in chars_by_lang.items() if any(ord(c) in missing for c in chars))
+    return chosen, boxes
+
+
+def _charset(path: str) -> frozenset[int]:
+    from matplotlib import ft2font
+
+    try:
+        return frozenset(ft2font.FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):
+        return frozenset()
+
+
+def candidate_fonts() -> list[tuple[str, frozenset[int]]]:
+    """(family, code points) of the installed fonts matplotlib can use, :data:`PREFERRED_FONTS` first. Fonts that
+    ``fc-list`` knows for CJK but matplotlib's font cache does not (installed after it was built) are added."""
+    import shutil
+    import subprocess
+
+    from matplotlib import font_manager
+
+    known = {entry.fname for entry in font_manager.fontManager.ttflist}
+    if shutil.which("fc-list"):
+        for lang in ("zh", "ja", "ko"):
+            try:
+                listed = subprocess.run(["fc-list", "--format", "%{file}\\n", f":lang={lang}"], capture_output=True,
+                                        text=True, timeout=20).stdout.splitlines()
+            except (OSError, subprocess.SubprocessError):
+                listed = []
+            for path in listed:
+                if path not in known and path.lower().endswith((".ttf", ".otf", ".ttc")):
+                    try:
+                        font_manager.fontManager.addfont(path)
+                        known.add(path)
+                    except (OSError, RuntimeError, ValueError):
+                        pass
+    families: dict[str, str] = {}  # family -> one file (a regular weight when there is one)
+    for entry in font_manager.fontManager.ttflist:
+        if entry.name.startswith(NOT_GLYPHS):
+            continue
+        if entry.name not in families or (entry.weight in (400, "normal") and entry.style == "normal"):
+            families[entry.name] = entry.fname
+    rank = {name: i for i, name in enumerate(PREFERRED_FONTS)}
+    ordered = sorted(families, key=lambda name: (rank.get(name, len(rank)), name))
+    return [(name, _charset(families[name])) for name in ordered]
+
+
+def caption_fonts(chars_by_lang: dict[str, set[str]], warn: Callable[[str], None]) -> list[str]:
+    """The font family list that draws these captions (matplotlib falls back glyph by glyph along it); one
+    ``warn`` line naming the languages that will still show as boxes, when no installed font has their glyphs."""
+    from matplotlib import font_manager
+
+    default_path = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans"))
+    default = _charset(default_path)
+    needed = {ord(c) for chars in chars_by_lang.values() for c in chars if not c.isspace()}
+    if needed <= default:
+        return ["DejaVu Sans"]
+    fallbacks, boxes = choose_fallback_fonts(chars_by_lang, default, candidate_fonts())
+    if boxes:
+        warn(f"warning: contact sheet: no installed font has the glyphs of the {', '.join(boxes)} captions, which "
+             f"will show as boxes; {FONT_HINT}")
+    return ["DejaVu Sans", *fallbacks]
+
+
+def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int = 6,
+                  warn: Callable[[str], None] | None = None) -> Path:
+    """Save a PNG grid of the first ``n`` samples with their language and caption.
+
+    Captions in scripts the default font lacks (zh, ja, ...) are drawn with an installed font that has
+    them (:func:`caption_fonts`); when there is none, the sheet is drawn anyway and ``warn`` (default:
+    stderr) gets one line naming the languages that show as boxes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    warn = warn or (lambda line: print(line, file=sys.stderr))
     samples = list(islice(iter_samples(split_dir), n))
-    rows = max(1, -(-len(samples) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, s in zip(axes.flat, samples):
-        if hasattr(s.image, "size"):
-            ax.imshow(s.image)
+    titles = []
+    chars_by_lang: dict[str, set[str]] = defaultdict(set)
+    for s in samples:
         caption = s.caption if len(s.caption) <= 60 else s.caption[:57] + "..."
-        ax.set_title(f"[{s.lang}] " + "\n".join(caption[i : i + 30] for i in range(0, len(caption), 30)), fontsize=7)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+        titles.append(f"[{s.lang}] " + "\n".join(caption[i : i + 30] for i in range(0, len(caption), 30)))
+        chars_by_lang[s.lang].update(caption)
+    families = caption_fonts(chars_by_lang, warn)
+    rows = max(1, -(-len(samples) // cols))
     import warnings
 
-    with warnings.catch_warnings():  # fonts without CJK/Arabic glyphs warn per missing glyph
-        warnings.simplefilter("ignore")
+    with matplotlib.rc_context({"font.family": families}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a glyph no font has warns once per character: said once above
+        fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
+        for ax in axes.flat:
+            ax.axis("off")
+        for ax, s, title in zip(axes.flat, samples, titles):
+            if hasattr(s.image, "size"):
+                ax.imshow(s.image)
+            ax.set_title(title, fontsize=7)
+        fig.tight_layout()
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

@@ -293,6 +293,10 @@ class TrainConfig:
     batch_size: int = 128  # global batch (split evenly over processes)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"  # autocast via Accelerate; bf16 without support: float32
     compile: bool = False  # torch.compile the training forward (CPU too); falls back to eager if compiling fails
+    # torch intra-op threads per process; null = automatic: OMP_NUM_THREADS if set, else this machine's cores shared by
+    # the processes and their data workers, never more than the load leaves free (globetrotter/threads.py; result.json
+    # records the count used)
+    threads: int | None = None
     log_every: int = 20
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2  # step checkpoints kept besides best/
@@ -310,6 +314,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps <= 0 or self.batch_size <= 1:
             raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, or null (automatic), got {self.threads}")
         if self.optim.embedding_lr_scale <= 0:
             raise ValueError(f"optim.embedding_lr_scale must be > 0, got {self.optim.embedding_lr_scale}")
         if self.adapt.from_run and self.model.text_encoder != "transformer":

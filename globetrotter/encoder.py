@@ -17,7 +17,7 @@ from .data.augment import eval_transform
 from .errors import UserError
 from .models import GlobetrotterModel
 from .tokenizer import encode_batch, load_tokenizer, special_ids
-from .training.checkpoint import read_state, resolve
+from .training.checkpoint import read_state, resolve, tied_aliases
 
 WEIGHTS = "model.safetensors"
 
@@ -211,9 +211,9 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     # the checkpoint holds every weight: never read (or require) the file the run started from
     model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size(),
                         tokenizer)
+    tied = tied_aliases(model)  # stored once, under their first name (training/checkpoint.py): both filled here
     missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
-    tied = {"cloze_head.token_embedding.weight"}
-    if set(missing) - tied or unexpected:
+    if set(missing) - set(tied) or unexpected:
         raise UserError(f"{ckpt / WEIGHTS}: weights do not match the config (missing {sorted(missing)[:3]}, unexpected {unexpected[:3]})")
     read_state(ckpt)
     return Encoder(model, tokenizer, cfg, device, checkpoint=ckpt)

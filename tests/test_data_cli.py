@@ -65,3 +65,49 @@ def test_an_import_error_inside_a_module_is_reported_with_its_cause(tmp_path, mo
     assert "No module named 'no_such_dependency_xyz'" in " ".join(parser.format_help().split())
     assert data_prep_cli.run(parser, ["extra"]) == 2
     assert "globetrotter-data extra: unavailable: importing needs_missing_dependency failed" in capsys.readouterr().err
+
+
+def test_a_sub_command_whose_dependency_is_missing_names_the_install_command(tmp_path, monkeypatch, capsys):
+    (tmp_path / "needs_faiss_like.py").write_text("import no_such_dependency_xyz\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "needs_faiss_like", raising=False)
+    parser = data_prep_cli.build_parser((("needs_faiss_like", ("extra",)),))
+    assert data_prep_cli.run(parser, ["extra"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no module named 'no_such_dependency_xyz'" in err[0] and "pip install -e" in err[0]
+
+
+# ----------------------------------------------------------------------------- the contact sheet's fonts
+def test_fallback_fonts_cover_what_the_default_lacks_and_name_the_rest():
+    from data_prep.inspect import choose_fallback_fonts
+
+    default = frozenset(range(0x20, 0x500))  # Latin, Greek, Cyrillic
+    cjk = ("Fake CJK", frozenset(range(0x3040, 0xA000)))
+    arabic = ("Fake Arabic", frozenset(range(0x600, 0x700)))
+    chars = {"en": set("a red square"), "ja": set("赤い四角"), "zh": set("红色"), "ar": set("مربع")}
+    assert choose_fallback_fonts(chars, default, [arabic, cjk]) == (["Fake CJK", "Fake Arabic"], [])
+    assert choose_fallback_fonts(chars, default, [arabic]) == (["Fake Arabic"], ["ja", "zh"])
+    assert choose_fallback_fonts({"en": set("abc")}, default, [cjk]) == ([], [])
+
+
+def test_contact_sheet_draws_anyway_and_warns_once_naming_the_languages_in_boxes(tiny_world, tmp_path, monkeypatch,
+                                                                                    capsys):
+    from data_prep import inspect
+
+    monkeypatch.setattr(inspect, "candidate_fonts", lambda: [])  # a machine without any CJK font
+    sheet = tmp_path / "sheet.png"
+    with pytest.raises(SystemExit) as done:
+        data_cli.main(["inspect", str(tiny_world / "test"), "--contact-sheet", str(sheet), "--sheet-size", "8"])
+    assert done.value.code == 0 and sheet.stat().st_size > 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "ja captions" in err[0] and "boxes" in err[0] and "fonts-noto-cjk" in err[0], err
+
+
+def test_contact_sheet_uses_an_installed_font_that_has_the_glyphs(monkeypatch):
+    """A real installed font: a letter DejaVu Sans lacks and matplotlib's STIX fonts have is drawn, no warning."""
+    from data_prep import inspect
+
+    warnings: list[str] = []
+    families = inspect.caption_fonts({"el": set("ᶁ κόκκινο")}, warnings.append)
+    assert families[0] == "DejaVu Sans" and len(families) == 2 and not warnings
+    assert not inspect.caption_fonts({"ru": set("красный")}, warnings.append)[1:]  # nothing missing: no search

@@ -74,6 +74,46 @@ def test_resume_latest_restores_step_schedule_and_weights(tiny_world, tmp_path):
     assert moved, "training continued from the restored weights"
 
 
+def test_checkpoints_store_tied_weights_once_without_a_warning_and_reload_them(tiny_world, tmp_path, caplog, capfd):
+    """The cloze decoder is tied to the token embeddings: saved once, deliberately (no 'Removed shared tensor'
+    warning from accelerate at every checkpoint), and tied again, with identical weights, when loaded."""
+    from safetensors.torch import load_file
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=1", "threads=1")
+    with caplog.at_level("WARNING"):
+        result = train(cfg)
+    printed = caplog.text + "".join(capfd.readouterr())
+    assert "Removed shared tensor" not in printed and "shared tensor" not in printed
+    assert result["threads"] == 1 and json.loads((cfg.run_dir / "result.json").read_text())["threads"] == 1
+    for name in ("step-00000001", "step-00000002"):
+        saved = load_file(ckpt.checkpoint_root(cfg.run_dir) / name / "model.safetensors")
+        assert "text.token_embedding.weight" in saved and "cloze_head.token_embedding.weight" not in saved
+    model = globetrotter.load(cfg.run_dir).model
+    assert model.cloze_head.token_embedding.weight is model.text.token_embedding.weight  # tied again
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in saved.items())
+    assert torch.equal(state["cloze_head.token_embedding.weight"], saved["text.token_embedding.weight"])
+    assert ckpt.tied_aliases(model) == {"cloze_head.token_embedding.weight": "text.token_embedding.weight"}
+
+
+def test_a_resume_that_cannot_start_leaves_nothing_behind(tiny_world, tmp_path, capsys):
+    from globetrotter.training.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    from globetrotter.config_io import save_config
+
+    save_config(tiny_cfg(tiny_world, tmp_path / "runs", "steps=2"), config)
+    with pytest.raises(SystemExit) as done:
+        main(["--config", str(config), "--resume", "latest", "run_name=never-trained"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoint found" in err[0]
+    assert not (tmp_path / "runs" / "never-trained").exists()
+    with pytest.raises(UserError, match="no checkpoint found"):
+        train(tiny_cfg(tiny_world, tmp_path / "runs", "steps=2"), resume=str(tmp_path / "nowhere"))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 def test_non_finite_loss_never_touches_the_weights(tiny_world, tmp_path, monkeypatch):
     from globetrotter.training import objective
 

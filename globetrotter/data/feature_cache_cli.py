@@ -29,7 +29,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         return 0
     from ..models.image import create_image_backbone
+    from ..threads import configure_threads
 
+    # the cores' share of this process and its decoding workers (or the config's threads, or OMP_NUM_THREADS)
+    configure_threads(args.workers, requested=cfg.threads, log=print,
+                      hint="set threads=N (override) or OMP_NUM_THREADS=N to choose")
     backbone = create_image_backbone(model.image_backbone, model.image_pretrained, **model.image_backbone_args)
     record = build_feature_cache(split, spec, out, backbone, batch_images=args.batch_images, workers=args.workers,
                                  device=args.device)

@@ -8,6 +8,13 @@ It is written to a temporary folder and renamed into place, so a killed run neve
 half checkpoint; ``latest`` is a one-line file naming the newest complete checkpoint. A write
 that fails (disk full, permission denied) leaves the previous checkpoints and ``latest`` as
 they were, removes the partial folder, and the run goes on (:func:`write`).
+
+Tied weights: the cloze decoder is tied to the token embeddings (one tensor, two names). Safetensors
+stores a tensor once, so the weights file holds it under its first name only
+(``text.token_embedding.weight``): :func:`save_without_tied_aliases` drops the alias from the state dict
+before Accelerate writes it (Accelerate would otherwise drop it itself, with a warning at every
+checkpoint), and loading fills both names, since the model ties them when it is built
+(:func:`tied_aliases` tells the loader which names to expect missing).
 """
 from __future__ import annotations
 
@@ -83,6 +90,37 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
 
 def read_state(ckpt: Path) -> dict:
     return json.loads((Path(ckpt) / STATE).read_text())
+
+
+def tied_aliases(tensors) -> dict[str, str]:
+    """``{alias: first name}`` of the tensors a module (or a state dict) holds under more than one name: the
+    same storage, offset, shape and strides (a tie, such as the cloze decoder's to the token embeddings)."""
+    if isinstance(tensors, torch.nn.Module):
+        tensors = tensors.state_dict(keep_vars=True)
+    first: dict[tuple, str] = {}
+    aliases = {}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(),
+               tensor.device)
+        if key in first:
+            aliases[name] = first[key]
+        else:
+            first[key] = name
+    return aliases
+
+
+def save_without_tied_aliases(accelerator) -> None:
+    """Register an Accelerate save hook that stores each tied tensor once, under its first name, so that
+    ``save_state`` has no shared tensor to remove (and warn about) at every checkpoint."""
+
+    def drop_aliases(models, weights, output_dir) -> None:
+        for state in weights:
+            for alias in tied_aliases(state):
+                del state[alias]
+
+    accelerator.register_save_state_pre_hook(drop_aliases)
 
 
 def _everywhere(accelerator, ok: bool) -> bool:

@@ -10,6 +10,7 @@ continues the uninterrupted run exactly (bit for bit on CPU at a fixed thread co
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -24,6 +25,8 @@ from ..config_io import save_config
 from ..encoder import Encoder, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
+from ..threads import ENV as THREADS_ENV
+from ..threads import ThreadChoice, apply_threads, choose_threads, load_average
 from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
@@ -74,18 +77,22 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
     process = PartialState()  # the device, before Accelerate fixes the precision
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
+    adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
+    if adapting and resume:
+        raise UserError("--resume: an adaptation run is short and starts from adapt.from; run it again instead")
+    # the checkpoint to resume from, found before anything is written: a resume that cannot start leaves nothing
+    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
+    threads = _configure_threads(cfg, process, source, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
     accelerator = Accelerator(mixed_precision=precision, log_with="tensorboard",
                               project_config=ProjectConfiguration(str(cfg.run_dir), logging_dir=str(cfg.run_dir / "tensorboard")))
+    ckpt.save_without_tied_aliases(accelerator)  # the cloze decoder's tie to the token embeddings, saved once
     main = accelerator.is_main_process
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
     set_seed(cfg.seed, device_specific=True)
-    adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     if adapting:
-        if resume:
-            raise UserError("--resume: an adaptation run is short and starts from adapt.from; run it again instead")
         cfg = adapt.resolve_config(cfg)
 
     if main:
@@ -120,8 +127,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     rank = accelerator.process_index
     start_step, best, position, loader_seed = 0, None, StreamPosition(max(1, cfg.data.workers)), cfg.seed
     best_hits = None  # per-query hits of the best checkpoint's selection metric (main process, val.select_test)
-    if resume:
-        source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
+    if source is not None:
         accelerator.load_state(str(source))
         state = ckpt.read_state(source)
         start_step, best = state["step"], state.get("best")
@@ -160,7 +166,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                 save_config(cfg, folder / "config.yaml")
                 copy_tokenizer(tokenizer_path(cfg), folder / "tokenizer.json")
                 (folder / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics,
-                                                             "bad_samples": bad_samples}, indent=2))
+                                                             "bad_samples": bad_samples, "threads": threads.threads},
+                                                            indent=2))
 
         name = "best" if as_best else ckpt.step_name(step)
         return ckpt.write(accelerator, root, name, fill, latest=not as_best, keep=cfg.keep_checkpoints, log=log)
@@ -249,7 +256,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             save(done, metrics)
     accelerator.end_training()
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
-              "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active}
+              "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active,
+              "threads": threads.threads, "threads_source": threads.reason}
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
@@ -258,6 +266,21 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def _configure_threads(cfg: TrainConfig, process: PartialState, source, log) -> ThreadChoice:
+    """Torch's intra-op threads for this process (:mod:`globetrotter.threads`): ``cfg.threads``, else
+    ``OMP_NUM_THREADS``, else the cores' share of each process and data worker on this machine. A resumed run
+    with automatic threads keeps the count its checkpoint was trained with, so it continues exactly."""
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE") or process.num_processes)
+    choice = choose_threads(cfg.data.workers, processes, cfg.threads, load=load_average())
+    saved = ckpt.read_state(source).get("threads") if source is not None else None
+    if choice.source == "automatic" and saved and saved != choice.threads:
+        choice = ThreadChoice(int(saved), "checkpoint", f"the count {source.name} was trained with, so that the "
+                              f"resumed run continues exactly (automatic would be {choice.threads})")
+    apply_threads(choice.threads)
+    log(f"{choice}; set threads=N in the config or {THREADS_ENV}=N to choose")
+    return choice
 
 
 def _selection_logs(verdict: Verdict) -> dict[str, float]:

@@ -1,0 +1,70 @@
+"""The intra-op thread rule of the heavy commands (globetrotter/threads.py): each process gets its share of the
+cores after its data workers, never more than the machine's load leaves free; an explicit choice wins."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from globetrotter.threads import ENV, choose_threads, configure_threads
+
+NO_ENV: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("cores, processes, workers, threads", [
+    (2, 1, 2, 1),    # the trainer on a 2-core machine with its 2 data workers: 2 // 3 -> at least 1
+    (2, 1, 1, 1),    # the feature-cache build with one decoding worker
+    (2, 1, 0, 2),    # eval.py alone on an idle 2-core machine: both cores
+    (16, 1, 2, 5),   # 16 // (1 x 3)
+    (16, 4, 1, 2),   # accelerate launch --num_processes 4, 1 worker each: 16 // 8
+    (16, 8, 2, 1),   # more processes than cores: never 0
+    (1, 1, 0, 1),
+])
+def test_share_of_the_cores_per_process_and_worker(cores, processes, workers, threads):
+    choice = choose_threads(workers, processes, cores=cores, load=0.0, env=NO_ENV)
+    assert (choice.threads, choice.source) == (threads, "automatic")
+    assert f"{cores} core(s)" in choice.reason
+
+
+@pytest.mark.parametrize("cores, workers, load, threads", [
+    (2, 0, 1.0, 1),   # one other job on a 2-core machine: one thread, never slower than OMP_NUM_THREADS=1
+    (2, 0, 4.8, 1),   # a busy machine
+    (2, 0, 0.3, 2),   # a little background noise is not a job
+    (16, 0, 4.0, 12), # 12 cores left free
+    (16, 2, 4.0, 5),  # the share is below what is free: the share
+])
+def test_the_machines_load_caps_the_threads(cores, workers, load, threads):
+    choice = choose_threads(workers, cores=cores, load=load, env=NO_ENV)
+    assert choice.threads == threads
+    assert ("left free by the machine's load" in choice.reason) == (threads < cores // (1 + workers))
+
+
+def test_an_explicit_choice_wins():
+    assert choose_threads(2, cores=2, load=0.0, env={ENV: "3"}).threads == 3
+    assert choose_threads(2, cores=2, load=0.0, env={ENV: "3"}).source == ENV
+    config = choose_threads(0, requested=4, cores=2, load=5.0, env={ENV: "1"})  # the config key beats the environment
+    assert (config.threads, config.source) == (4, "config")
+    for junk in ("", "0", "x", "-2"):  # an unusable OMP_NUM_THREADS is not a choice
+        assert choose_threads(0, cores=2, load=0.0, env={ENV: junk}).source == "automatic"
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        choose_threads(0, requested=0)
+
+
+def test_configure_sets_torch_and_logs_one_line():
+    before = torch.get_num_threads()
+    lines: list[str] = []
+    try:
+        choice = configure_threads(2, cores=2, load=0.0, env=NO_ENV, log=lines.append)
+        assert torch.get_num_threads() == choice.threads == 1
+        assert lines == [f"torch threads: 1 ({choice.reason}); {ENV}=N chooses"]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_training_config_key_and_validation():
+    from globetrotter.config import load_train_config
+    from globetrotter.errors import UserError
+
+    assert load_train_config(None, []).threads is None  # automatic by default
+    assert load_train_config(None, ["threads=3"]).threads == 3
+    with pytest.raises(UserError, match="threads must be >= 1"):
+        load_train_config(None, ["threads=0"])
