@@ -448,7 +448,7 @@ def test_split_files_send_named_images_to_their_split_and_the_rest_to_train(tmp_
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["balanced"] and summary["options"]["split_files"] == [f"test={w['lists']['test']}",
                                                                          f"val={w['lists']['dev']}"]
-    assert any("went to train" in line for line in summary["splits"])
+    assert any("went to train" in line for line in summary["split_sources"])
     for split in ("train", "val", "test"):
         check_split_rule(out / split, split)
 

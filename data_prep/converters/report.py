@@ -194,7 +194,7 @@ class ConversionReport:
             "issues": {kind: {"count": len(v), "examples": [asdict(i) for i in v[:max_examples]]}
                        for kind, v in self.issues.items()},
             "notes": list(self.notes),
-            "splits": list(self.split_lines),
+            "split_sources": list(self.split_lines),
             "timing": dict(self.timing),
             "options": dict(self.options),
         }
