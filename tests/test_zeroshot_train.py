@@ -259,3 +259,39 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
     with pytest.raises(SystemExit) as exit_info:
         main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"), "--threads", "-1"])
     assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+
+
+class _Identity:
+    """An adapter stand-in whose image-space embedding is the text feature itself."""
+
+    text_dim = image_dim = 4
+
+    def embed(self, feats):
+        return feats.float()
+
+
+def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validation_averages_languages():
+    from globetrotter.zeroshot.data import SplitFeatures
+    from globetrotter.zeroshot.retrieval import split_recall
+    from globetrotter.zeroshot.train import train_rows, validation_recall
+
+    images = np.eye(4, dtype=np.float32)
+    # en: each image's first caption is its own features, the second those of the next image; de: the next image's
+    caption_image = np.array([0, 0, 1, 1, 2, 2, 3, 3, 0, 1, 2, 3])
+    shown = np.concatenate([np.repeat(np.arange(4), 2) + np.tile([0, 1], 4), np.arange(4) + 1]) % 4
+    split = SplitFeatures(texts=[f"t{i}" for i in range(12)], langs=np.array(["en"] * 8 + ["de"] * 4, dtype=object),
+                          groups=np.array([f"g{i}" for i in caption_image], dtype=object), caption_image=caption_image,
+                          image_keys=[f"img{i}" for i in range(4)], text_features=images[shown],
+                          image_features=images)
+    first = split_recall(_Identity(), split, ks=(1,))
+    assert first["metrics"] == {"de": {"image_retrieval_recall@1": 0.0}, "en": {"image_retrieval_recall@1": 1.0}}
+    assert first["n_queries"] == {"de": 4, "en": 4} and first["n_images"] == 4
+    every = split_recall(_Identity(), split, ["en"], all_captions=True, ks=(1,))
+    assert every["metrics"] == {"en": {"image_retrieval_recall@1": 0.5}} and every["n_queries"] == {"en": 8}
+    with pytest.raises(UserError, match=r"^test: no captions in \['fr'\]"):
+        split_recall(_Identity(), split, ["en", "fr"], where="test")
+    # the --val score: first caption per image, the mean over the languages present (xx has none)
+    assert validation_recall(split, ["en", "de", "xx"], k=1)(_Identity()) == pytest.approx(0.5)
+    assert len(train_rows(split, ["de"])) == 4
+    with pytest.raises(UserError, match="fewer than 2 captions"):
+        train_rows(split, ["xx"], "train")

@@ -231,3 +231,21 @@ def test_triplet_command_bad_npy_image_features_are_user_errors(recipe_docs, tmp
         assert main(args) == 2
         err = capsys.readouterr().err.strip()
         assert name in err and len(err.splitlines()) == 1
+
+
+def test_case_study_splits_documents_and_summarises_pairs():
+    from globetrotter.zeroshot.case_study import case_study_configs, pair_summary, precomputed_images, split_documents
+
+    docs = [Document("en", "a", "b"), Document("de", "c", "d"), Document("en", "e", "f", "1.npy"),
+            Document("de", "g", "h", "2.npy")]
+    train, evaluate = split_documents(docs)
+    assert [d.title for d in train] == ["a", "c"] and [d.title for d in evaluate] == ["e", "g"]
+    assert precomputed_images(evaluate) is True
+    with pytest.raises(UserError, match="not a mix"):
+        precomputed_images([*evaluate, Document("fr", "i", "j", "3.jpg")])
+    configs = case_study_configs(0.5, epochs=3)
+    assert {n: (c.beta, c.epochs) for n, c in configs.items()} == {"triplet": (0.0, 3), "tripletxl": (0.5, 3)}
+    with pytest.raises(UserError, match="^triplet: lr must be > 0"):
+        case_study_configs(lr=0)
+    results = {"frozen": {"pairs": {"en->de": {"bkr@5": 0.2}, "de->en": {"bkr@5": 0.6}, "en->fr": {}}}}
+    assert pair_summary(results, 5) == {"frozen": pytest.approx({"mean": 0.4, "min": 0.2, "max": 0.6, "std": 0.2})}

@@ -8,13 +8,18 @@ CLIP_benchmark (``image_retrieval_recall@K`` = text->image).
 """
 from __future__ import annotations
 
-from typing import Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 import faiss
 import numpy as np
 import torch
 
+from globetrotter.errors import UserError
+
 from .adapter import TextToImageAdapter
+
+if TYPE_CHECKING:
+    from .data import SplitFeatures
 
 Metric = Literal["l2", "cosine"]
 DEFAULT_KS = (1, 5, 10)
@@ -95,6 +100,51 @@ def zero_shot_recall(
         lang: recall_at_k(adapter.embed(feats), image_features, targets[lang], ks, metric)
         for lang, feats in text_features.items()
     }
+
+
+def check_adapter_dims(adapter: TextToImageAdapter, text_dim: int, image_dim: int, where: str) -> None:
+    """One-line error when the features at hand do not fit the adapter's input/output widths."""
+    if adapter.text_dim != text_dim or adapter.image_dim != image_dim:
+        raise UserError(
+            f"{where}: the adapter maps {adapter.text_dim}-d text embeddings to {adapter.image_dim}-d image "
+            f"features, but the encoders give {text_dim}-d text and {image_dim}-d image features"
+        )
+
+
+def split_recall(
+    adapter: TextToImageAdapter,
+    test: SplitFeatures,
+    langs: Sequence[str] | None = None,
+    all_captions: bool = False,
+    ks: Sequence[int] = DEFAULT_KS,
+    metric: Metric = "l2",
+    where: str = "test split",
+    adapter_name: str = "adapter",
+) -> dict:
+    """Text->image Recall@K of ``adapter`` in each language of a test split (XTD10 Tables 2 and 3).
+
+    The queries of a language are one caption per image, its first (as XTD10 and Multi30K count), or every
+    caption with ``all_captions``; the gallery is every image of the split. ``langs`` defaults to all of the
+    split's; one without a caption, or features that do not fit the adapter, are one-line errors naming the
+    split (``where``) and the adapter (``adapter_name``). Returns ``{"metrics": {lang: {"image_retrieval_recall@K":
+    r}}, "n_queries": {lang: n}, "n_images": M}``.
+    """
+    present = sorted(set(test.langs.tolist()))
+    rows = {lang: (test.rows(lang) if all_captions else test.first_per_image(lang)) for lang in langs or present}
+    missing = [lang for lang, r in rows.items() if len(r) == 0]
+    if missing:
+        raise UserError(f"{where}: no captions in {missing} (languages present: {present})")
+    check_adapter_dims(adapter, test.text_features.shape[1], test.image_features.shape[1], f"{where} vs {adapter_name}")
+    metrics = zero_shot_recall(
+        adapter,
+        {lang: torch.from_numpy(test.text_features[r]) for lang, r in rows.items()},
+        {lang: test.caption_image[r] for lang, r in rows.items()},
+        torch.from_numpy(test.image_features),
+        ks,
+        metric,
+    )
+    return {"metrics": metrics, "n_queries": {lang: int(len(r)) for lang, r in rows.items()},
+            "n_images": len(test.image_keys)}
 
 
 def format_table(rows: Mapping[str, Mapping[str, Mapping[str, float]]], k: int = 10) -> str:

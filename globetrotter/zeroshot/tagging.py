@@ -17,14 +17,18 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from globetrotter.errors import UserError
 
+if TYPE_CHECKING:
+    from .adapter import TextToImageAdapter
+
 PAPER_W1, PAPER_W2 = 0.65, 0.35  # section 3.3.2
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -157,6 +161,48 @@ def tag_images(
         chosen = assign_target_tags(image_embeddings, index, source_emb, embed_tags(vocab), w1, w2)
         result[lang] = [[vocab[i] for i in row if i >= 0] for row in chosen.tolist()]
     return result
+
+
+def tag_image_features(
+    adapter: TextToImageAdapter,
+    image_features: torch.Tensor,
+    classifier: torch.nn.Module,
+    embed_texts: Callable[[list[str]], torch.Tensor],
+    target_vocabularies: dict[str, Sequence[str]],
+    source_k: int = 5,
+    w1: float = PAPER_W1,
+    w2: float = PAPER_W2,
+) -> list[dict]:
+    """Tag images from their frozen features ``[N, D]``: per image, ``source``, its English source tags (the
+    top-``source_k`` classes of the ImageNet ``classifier``, :func:`load_imagenet_classifier`), ``source_probs``
+    (their probabilities, 4 decimals) and ``tags``, their translation into each target language (:func:`tag_images`;
+    ``embed_texts`` gives the frozen text embeddings that ``adapter`` maps into the image space)."""
+    with torch.no_grad():
+        source, probs = top_k_source_tags(classifier(image_features), source_k)
+
+    def embed_tags(tags: list[str]) -> torch.Tensor:
+        return adapter.embed(embed_texts(tags))
+
+    tags = tag_images(image_features, source, embed_tags, target_vocabularies, w1, w2)
+    return [{"source": source[i], "source_probs": [round(float(p), 4) for p in probs[i]],
+             "tags": {lang: tags[lang][i] for lang in target_vocabularies}} for i in range(len(source))]
+
+
+def image_files(sources: Sequence[str | Path]) -> list[Path]:
+    """The image files (:data:`IMAGE_SUFFIXES`) of ``sources``: files as given, folders searched recursively
+    (sorted); a missing path, or no image at all, is a one-line error."""
+    paths: list[Path] = []
+    for src in sources:
+        p = Path(src)
+        if p.is_dir():
+            paths += sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+        elif p.is_file():
+            paths.append(p)
+        else:
+            raise UserError(f"{p}: image file or folder not found")
+    if not paths:
+        raise UserError(f"no images (.jpg/.png/...) found in {list(sources)}")
+    return paths
 
 
 def load_imagenet_classifier(model_name: str, weights: str, online: bool = False) -> torch.nn.Module:

@@ -12,8 +12,9 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
@@ -24,6 +25,10 @@ from globetrotter.errors import UserError
 from .adapter import TextToImageAdapter
 from .config import ZeroShotConfig
 from .losses import M3Loss, PATRLoss, typical_squared_distance
+from .retrieval import recall_at_k
+
+if TYPE_CHECKING:
+    from .data import SplitFeatures
 
 WEIGHTS, CONFIG, META = "adapter.safetensors", "config.yaml", "meta.json"
 
@@ -134,6 +139,64 @@ def train_adapter(
     history.samples_per_s = seen / train_time if train_time > 0 else 0.0
     adapter.eval()
     return adapter, history
+
+
+def train_rows(train: SplitFeatures, langs: Sequence[str], where: str = "train split") -> np.ndarray:
+    """The rows of ``train`` the adapter trains on: its captions in ``langs``; one-line error under two."""
+    rows = train.rows(langs)
+    if len(rows) < 2:
+        raise UserError(f"{where}: fewer than 2 captions in train_langs {langs}")
+    return rows
+
+
+def validation_recall(val: SplitFeatures, langs: Sequence[str], k: int = 10) -> Callable[[TextToImageAdapter], float]:
+    """The validation score :func:`train_adapter` keeps the best epoch by: text->image Recall@``k`` on ``val``
+    (one query per image, its first caption), the mean over the ``langs`` that have captions there."""
+    queries = {lang: val.first_per_image(lang) for lang in langs if len(val.rows(lang))}
+    images = torch.from_numpy(val.image_features)
+    k = max(k, 1)
+
+    def validate(adapter: TextToImageAdapter) -> float:
+        scores = [
+            recall_at_k(adapter.embed(torch.from_numpy(val.text_features[r])), images, val.caption_image[r], (k,))
+            for r in queries.values()
+        ]
+        return float(np.mean([s[f"image_retrieval_recall@{k}"] for s in scores]))
+
+    return validate
+
+
+def train_on_split(
+    train: SplitFeatures,
+    rows: np.ndarray,
+    config: ZeroShotConfig,
+    validate: Callable[[TextToImageAdapter], float] | None = None,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> tuple[TextToImageAdapter, dict]:
+    """Train the adapter on the captions ``rows`` of ``train`` (:func:`train_rows`) and their images.
+
+    Returns the adapter and what its checkpoint's ``meta.json`` says of the training: ``n_captions``,
+    ``n_images`` (the images those captions show) and ``history`` (losses, validation scores, the epoch
+    kept, throughput, the PATR margin and output scale used, ``train_s``)."""
+    start = time.perf_counter()
+    adapter, history = train_adapter(
+        torch.from_numpy(train.text_features[rows]),
+        torch.from_numpy(train.image_features),
+        torch.from_numpy(train.caption_image[rows]),
+        config,
+        validate=validate,
+        device=device,
+        progress=progress,
+    )
+    elapsed = time.perf_counter() - start
+    return adapter, {
+        "n_captions": int(len(rows)),
+        "n_images": int(len(np.unique(train.caption_image[rows]))),
+        "history": {"loss": history.loss, "val": history.val, "best_epoch": history.best_epoch,
+                    "samples_per_s": history.samples_per_s, "margin": history.margin,
+                    "output_scale": history.output_scale, "train_s": elapsed},
+    }
 
 
 def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: str | Path, **meta) -> Path:

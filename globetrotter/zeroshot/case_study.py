@@ -1,0 +1,119 @@
+"""The BackRetrieval paper's case study (Fain et al. 2021, 3.2, Fig. 3): Triplet and TripletXL judged by BackRetrieval.
+
+The documents without an image train the two siamese adapters of :mod:`.triplet` (Triplet, ``beta = 0``;
+TripletXL, ``beta`` > 0, the same other options); those with an image judge three representations of them by
+BackRetrieval Recall@K for every ordered language pair: ``frozen`` (the concatenated frozen title and body
+embeddings), ``triplet`` and ``tripletxl`` (``concat(x_t, x_b)``). An image ending in ``.npy`` is a precomputed
+feature vector.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from backretrieval.pairs import evaluate_pairs
+from globetrotter.config_io import to_dict
+from globetrotter.errors import UserError
+
+from .triplet import PAPER_BETA, Document, TripletConfig, train_siamese
+
+
+def case_study_configs(beta: float = PAPER_BETA, **options) -> dict[str, TripletConfig]:
+    """The adapters compared, ``{"triplet": beta 0, "tripletxl": beta}``, with the same other
+    :class:`~.triplet.TripletConfig` ``options``; a bad option is a one-line error."""
+    configs = {name: TripletConfig(beta=b, **options) for name, b in (("triplet", 0.0), ("tripletxl", beta))}
+    for config in configs.values():
+        try:
+            config.validate()
+        except ValueError as err:
+            raise UserError(f"triplet: {err}") from None
+    return configs
+
+
+def split_documents(docs: Sequence[Document], where: object = "documents") -> tuple[list[Document], list[Document]]:
+    """The documents to train on (without an image, at least 2) and to evaluate with (with one, in at least
+    2 languages); one-line errors name ``where``."""
+    train = [d for d in docs if d.image is None]
+    evaluate = [d for d in docs if d.image is not None]
+    if len(train) < 2:
+        raise UserError(f"{where}: need at least 2 documents without an image to train on, got {len(train)}")
+    langs = sorted({d.lang for d in evaluate})
+    if len(langs) < 2:
+        raise UserError(f"{where}: need documents with images in at least 2 languages to evaluate, got {langs}")
+    return train, evaluate
+
+
+def precomputed_images(docs: Sequence[Document], where: object = "documents") -> bool:
+    """Whether the images of ``docs`` are precomputed ``.npy`` feature vectors (all of them) rather than image
+    files (none of them); a mix is a one-line error."""
+    npy = [d.image.endswith(".npy") for d in docs]
+    if all(npy):
+        return True
+    if not any(npy):
+        return False
+    raise UserError(f"{where}: images must be all image files or all .npy features, not a mix")
+
+
+def npy_image_features(paths: Sequence[str]) -> np.ndarray:
+    """Stack precomputed image feature vectors (``.npy`` files), one row per path."""
+    rows = []
+    for path in paths:
+        try:
+            rows.append(np.load(path).astype(np.float32).reshape(-1))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: unreadable .npy image features ({err})") from None
+        if rows[-1].shape != rows[0].shape:
+            raise UserError(f"{path}: {rows[-1].shape[0]}-d image features, but {paths[0]} has {rows[0].shape[0]}-d")
+    return np.stack(rows)
+
+
+def run_case_study(
+    train_docs: Sequence[Document],
+    eval_docs: Sequence[Document],
+    embed: Callable[[list[str]], torch.Tensor],
+    image_features: np.ndarray,
+    configs: dict[str, TripletConfig],
+    ks: Sequence[int] = (1, 5, 10),
+    max_per_lang: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Train an adapter per config on ``train_docs`` and judge the representations of ``eval_docs`` (``frozen``
+    and one per config) by BackRetrieval with ``image_features`` (a row per evaluation document).
+
+    ``embed`` gives the frozen text embeddings ``[n, D]``. Returns the
+    :func:`~backretrieval.pairs.evaluate_pairs` result of each representation (``mean``, ``pairs``) and each
+    adapter's training history (its config, train and validation losses, the epoch kept).
+    """
+    docs = [*train_docs, *eval_docs]
+    title, body = embed([d.title for d in docs]), embed([d.body for d in docs])
+    n_train = len(train_docs)
+    lang_ids = {lang: i for i, lang in enumerate(sorted({d.lang for d in docs}))}
+    langs = torch.tensor([lang_ids[d.lang] for d in train_docs])
+    representations = {"frozen": torch.cat([title[n_train:], body[n_train:]], dim=1)}
+    histories = {}
+    for name, config in configs.items():
+        model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress)
+        representations[name] = model.represent(title[n_train:], body[n_train:])
+        histories[name] = {"config": to_dict(config), "train": history.train, "val": history.val,
+                           "best_epoch": history.best_epoch}
+    doc_langs = [d.lang for d in eval_docs]
+    image_ids = [d.image for d in eval_docs]
+    results = {
+        name: evaluate_pairs(rep.numpy(), doc_langs, image_features, image_ids, ks, max_per_lang=max_per_lang,
+                             seed=seed, with_corr=False)
+        for name, rep in representations.items()
+    }
+    return results, histories
+
+
+def pair_summary(results: dict[str, dict], k: int) -> dict[str, dict[str, float]]:
+    """Per representation: mean, min, max and std of BackRetrieval Recall@``k`` over the language pairs."""
+    out = {}
+    for name, res in results.items():
+        vals = np.array([p[f"bkr@{k}"] for p in res["pairs"].values() if f"bkr@{k}" in p])
+        out[name] = {"mean": float(vals.mean()), "min": float(vals.min()), "max": float(vals.max()),
+                     "std": float(vals.std())}
+    return out

@@ -1,0 +1,54 @@
+"""``zeroshot`` command line: train the XTD10 adapter, evaluate it per language, tag images,
+and run the BackRetrieval Triplet/TripletXL case study.
+
+Each sub-command is a small module that adds its arguments, calls the library (:mod:`globetrotter.zeroshot`)
+and prints a summary; each writes one JSON record (``--help`` explains every option and metric):
+
+- ``train``      train the text->image adapter on one language's captions of a split (:mod:`.train`);
+- ``retrieval``  text->image Recall@1/5/10 in every language of a test split, Tables 2/3 (:mod:`.retrieval`);
+- ``tag``        zero-shot multilingual image tagging, section 3.3.2, eqs. 3-5 (:mod:`.tag`);
+- ``triplet``    Triplet/TripletXL adapters over JSONL documents, judged by BackRetrieval (:mod:`.triplet`).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+import torch
+
+from backretrieval.errors import BackRetrievalError
+from globetrotter.errors import UserError, run_cli
+
+from . import retrieval, tag, train, triplet
+from .common import common_options, formatter
+
+COMMANDS = (train, retrieval, tag, triplet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zeroshot", formatter_class=formatter,
+        description="The XTD10 zero-shot system (Aggarwal et al. 2020): an adapter from frozen multilingual "
+        "sentence embeddings into a frozen image-feature space, trained on one language and used in all; "
+        "multilingual image tagging; and the BackRetrieval paper's Triplet/TripletXL case study.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parent = common_options()
+    for module in COMMANDS:
+        module.register(sub, parent)
+    return parser
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return args.func(args)
+    except BackRetrievalError as err:  # the metric package's one-line user errors
+        raise UserError(str(err)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: ``zeroshot COMMAND ...``; returns the exit code (2 with one line for a user error)."""
+    return run_cli(_main, argv)

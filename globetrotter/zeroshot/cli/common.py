@@ -1,0 +1,91 @@
+"""What the ``zeroshot`` sub-commands share: the help layout, argument types, the common options, output files."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import UserError
+
+from ..data import DEFAULT_CACHE
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
+
+
+def ks(value: str) -> list[int]:
+    """``--ks 1,5,10``: positive integers."""
+    try:
+        values = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+    if not values or any(k < 1 for k in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
+    return values
+
+
+def langs(value: str) -> list[str]:
+    """``--langs en,de,fr``: language codes."""
+    codes = [v.strip() for v in value.split(",") if v.strip()]
+    if not codes:
+        raise argparse.ArgumentTypeError("expected comma-separated language codes, e.g. en,de,fr")
+    return codes
+
+
+def named_path(value: str) -> tuple[str, str]:
+    """``NAME=PATH`` or ``PATH`` (named by its last part)."""
+    name, sep, path = value.partition("=")
+    if not sep:
+        return Path(value).name or value, value
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH or PATH, got {value!r}")
+    return name, path
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The options of every sub-command (a parent parser)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), metavar="DIR",
+                   help="where frozen text and image features are cached (default: $GLOBETROTTER_CACHE or outputs/cache)")
+    p.add_argument("--device", default="cpu", help="torch device for the image model and the adapter (default cpu)")
+    p.add_argument("--online", action="store_true", help="allow downloads (sentence-transformers models, timm 'hub' weights)")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def _jsonable(obj):
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(record: dict, path: str | Path | None) -> None:
+    """Write ``record`` to ``path`` (nothing without one) and say where, on stderr."""
+    text = json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable)
+    if path:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text + "\n", encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"{path}: cannot write the JSON record ({err.strerror or err})") from None
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def make_out_dir(path: str | Path) -> Path:
+    """Create the output folder up front, so a bad ``--out`` fails before any training."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{path}: cannot create the output folder ({err.strerror or err})") from None
+    return Path(path)

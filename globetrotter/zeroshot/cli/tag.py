@@ -1,0 +1,85 @@
+"""``zeroshot tag``: zero-shot multilingual image tagging (XTD10 3.3.2, eqs. 3-5)."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import UserError
+
+from ..data import default_image_weights, embed_cached, image_extractor
+from ..tagging import PAPER_W1, PAPER_W2, image_files, load_imagenet_classifier, read_tag_vocabulary, tag_image_features
+from ..train import load_adapter
+from .common import formatter, write_json
+
+TAG_HELP = """\
+Zero-shot multilingual image tagging (XTD10 paper 3.3.2). The English source tags of an image
+are the top-k ImageNet classes of the image model. Every target-language tag and every source
+tag is embedded by the text encoder + adapter into the image space; for each source tag S_j,
+in order, each target tag T_i scores W1*cos(image, T_i) + W2*cos(S_j, T_i) (eqs. 3-5) and the
+best target tag not yet used becomes S_j's translation (one per source tag, none twice).
+"""
+
+
+def vocab(value: str) -> tuple[str, str]:
+    """``--vocab LANG=FILE``."""
+    lang, sep, path = value.partition("=")
+    if not sep or not lang or not path:
+        raise argparse.ArgumentTypeError(f"expected LANG=FILE, got {value!r}")
+    return lang, path
+
+
+def run(args: argparse.Namespace) -> int:
+    progress = not args.no_progress
+    adapter, config, _ = load_adapter(args.adapter)
+    vocabularies = {lang: read_tag_vocabulary(path) for lang, path in args.vocab}
+    paths = image_files(args.images)
+    if args.limit:
+        paths = paths[: args.limit]
+    extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
+                                progress=progress, online=args.online)
+    feats = torch.from_numpy(extractor.extract([str(p) for p in paths]))
+    if adapter.image_dim != feats.shape[1]:
+        raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but image model "
+                        f"{config.image_encoder} gives {feats.shape[1]}-d ones (trained on other image features?)")
+    weights = config.image_weights or default_image_weights(config.image_encoder)
+    head = load_imagenet_classifier(config.image_encoder, weights, online=args.online)
+
+    def embed_texts(texts: list[str]) -> torch.Tensor:
+        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress))
+
+    tagged = tag_image_features(adapter, feats, head, embed_texts, vocabularies, args.source_tags, args.w1, args.w2)
+    images = []
+    for path, entry in zip(paths, tagged):
+        images.append({"image": str(path), **entry})
+        print(path.name)
+        print(f"  source (ImageNet): {', '.join(entry['source'])}")
+        for lang in vocabularies:
+            print(f"  {lang}: {', '.join(entry['tags'][lang])}")
+    record = {"task": "zeroshot_tagging", "adapter": str(args.adapter), "text_encoder": config.text_encoder,
+              "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": args.source_tags,
+              "vocabularies": {lang: path for lang, path in args.vocab}, "images": images}
+    write_json(record, args.json)
+    return 0
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("tag", parents=[parent], help="zero-shot multilingual image tagging (XTD10 3.3.2)",
+                       formatter_class=formatter, description=TAG_HELP,
+                       epilog="example: zeroshot tag --adapter runs/m3l --images photos/ --vocab de=tags_de.txt "
+                       "--vocab fr=tags_fr.txt --json tags.json")
+    p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
+    p.add_argument("--images", required=True, nargs="+", metavar="PATH",
+                   help="image files or folders (searched recursively)")
+    p.add_argument("--vocab", required=True, action="append", type=vocab, metavar="LANG=FILE",
+                   help="target-language tag vocabulary: UTF-8, one tag per line, '#' comments (repeatable)")
+    p.add_argument("--source-tags", type=positive_int, default=5, metavar="K",
+                   help="English source tags per image: the top-K ImageNet classes of the image model (default 5)")
+    p.add_argument("--w1", type=float, default=PAPER_W1,
+                   help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
+    p.add_argument("--w2", type=float, default=PAPER_W2,
+                   help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="tag only the first N images")
+    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.set_defaults(func=run)

@@ -1,0 +1,56 @@
+"""``zeroshot train``: train the text->image adapter on one language's captions of a split (XTD10 3.1-3.2)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from globetrotter.argtypes import positive_int
+from globetrotter.config_io import load_config
+
+from ..config import ZeroShotConfig
+from ..data import image_extractor, load_split_features
+from ..train import save_adapter, train_on_split, train_rows, validation_recall
+from .common import formatter, make_out_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(ZeroShotConfig, args.config, args.overrides)
+    make_out_dir(args.out)
+    progress = not args.no_progress
+    extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
+                                progress=progress, online=args.online)
+    train = load_split_features(args.train, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
+                                config.max_captions_per_image)
+    rows = train_rows(train, config.train_langs, args.train)
+    validate = None
+    if args.val:
+        val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress)
+        validate = validation_recall(val, config.train_langs, args.val_k)
+    adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
+    meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
+    save_adapter(adapter, config, args.out, **meta)
+    history = meta["history"]
+    print(f"trained {config.loss.name} adapter on {meta['n_captions']} {'/'.join(config.train_langs)} captions of "
+          f"{meta['n_images']} images in {history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
+          f"best epoch {history['best_epoch'] + 1}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
+    return 0
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("train", parents=[parent], help="train the text->image adapter (XTD10 3.1-3.2)",
+                       formatter_class=formatter,
+                       description="Train the adapter on the train_langs captions of a split (English by default), with "
+                       "M3L (eq. 1) or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",
+                       epilog="example: zeroshot train --train outputs/flickr8k/train --val outputs/flickr8k/val "
+                       "--out runs/m3l loss.name=m3l optim.epochs=50")
+    p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
+    p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
+                   "text->image Recall@K on it (first caption per image)")
+    p.add_argument("--val-k", type=positive_int, default=10, metavar="K",
+                   help="K of the validation Recall@K (default 10)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
+    p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are the paper's")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]")
+    p.set_defaults(func=run)

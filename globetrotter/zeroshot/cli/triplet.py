@@ -1,0 +1,94 @@
+"""``zeroshot triplet``: the BackRetrieval paper's Triplet/TripletXL case study (Fain et al. 2021, 3.2, Fig. 3)."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from globetrotter.argtypes import positive_int
+
+from ..case_study import (case_study_configs, npy_image_features, pair_summary, precomputed_images, run_case_study,
+                          split_documents)
+from ..data import embed_cached, image_extractor
+from ..triplet import read_documents
+from .common import formatter, ks, make_out_dir, write_json
+
+TRIPLET_HELP = """\
+The BackRetrieval paper's case study (Fain et al. 2021, 3.2). Documents (JSONL: lang, title,
+body, optional image) are embedded by a frozen multilingual text encoder; a siamese adapter (two
+dense ReLU layers, 300-d) is trained on the documents WITHOUT images with Triplet (eq. 1: body vs
+own title and a random in-batch title, cosine distance, margin 0.1) and TripletXL (eq. 2: plus
+beta * the gap between mean distances to the K nearest titles of each other language and of the
+own language, beta 0.01, K 5). The documents WITH images then judge three representations
+(frozen: concat of the frozen title and body embeddings; triplet; tripletxl: concat of x_t and
+x_b) by BackRetrieval Recall@K for every ordered language pair; a box plot shows one point per
+pair per model (paper Fig. 3). An "image" ending in .npy is read as a precomputed feature vector.
+"""
+
+
+def run(args: argparse.Namespace) -> int:
+    from backretrieval.plots import pair_boxplot
+
+    progress = not args.no_progress
+    configs = case_study_configs(args.beta, hidden_dim=args.hidden_dim, out_dim=args.out_dim, margin=args.margin,
+                                 k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+                                 val_fraction=args.val_fraction, seed=args.seed)
+    out = make_out_dir(args.out)
+    docs = [d for path in args.docs for d in read_documents(path)]
+    train_docs, eval_docs = split_documents(docs, args.docs)
+    npy = precomputed_images(eval_docs, args.docs)
+    if npy:
+        image_feats = npy_image_features([d.image for d in eval_docs])
+    else:
+        extractor = image_extractor(args.image_model, args.image_weights, args.cache_dir, args.device,
+                                    progress=progress, online=args.online)
+        image_feats = extractor.extract([d.image for d in eval_docs])
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress))
+
+    results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
+                                        max_per_lang=args.max_per_lang, seed=args.seed, progress=progress)
+    k = max(args.ks)
+    plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate)
+    print(f"BackRetrieval R@{k} over {len(results['frozen']['pairs'])} language pairs "
+          f"({len(train_docs)} training documents, {len(eval_docs)} evaluation documents):")
+    for name, s in pair_summary(results, k).items():
+        print(f"  {name:<10} mean {s['mean']:.4f}  min {s['min']:.4f}  max {s['max']:.4f}  std {s['std']:.4f}")
+    record = {"task": "backretrieval_triplet", "docs": list(args.docs), "text_encoder": args.text_encoder,
+              "image_model": None if npy else f"{args.image_model}:{args.image_weights or 'package'}",
+              "n_train": len(train_docs), "n_eval": len(eval_docs), "ks": args.ks, "boxplot": str(plot),
+              "training": histories,
+              "models": {name: {"mean": res["mean"], "pairs": res["pairs"]} for name, res in results.items()}}
+    write_json(record, out / "results.json")
+    return 0
+
+
+def register(sub, parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("triplet", parents=[parent],
+                       help="Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
+                       formatter_class=formatter, description=TRIPLET_HELP,
+                       epilog="example: zeroshot triplet --docs recipes.jsonl --text-encoder use --out runs/triplet")
+    p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder: results.json and the box plot")
+    p.add_argument("--text-encoder", default="use", metavar="SPEC",
+                   help="frozen text encoder: use | st:MODEL | npy:PATH | globetrotter:CKPT (default use)")
+    p.add_argument("--image-model", default="efficientnet_lite0",
+                   help="timm model for image features (default efficientnet_lite0)")
+    p.add_argument("--image-weights", default=None, help="package (offline EfficientNet-Lite0, default) | FILE | hub")
+    p.add_argument("--hidden-dim", type=positive_int, default=300, help="first dense layer width (default 300)")
+    p.add_argument("--out-dim", type=positive_int, default=300, help="output width of x_t and x_b (default 300)")
+    p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha (default 0.1)")
+    p.add_argument("--beta", type=float, default=0.01, help="eq. 2 beta of TripletXL (default 0.01)")
+    p.add_argument("--k", type=positive_int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
+    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="mini-batch size (default 128)")
+    p.add_argument("--epochs", type=positive_int, default=40, help="epochs (default 40)")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="held-out share for choosing the epoch (default 0.1)")
+    p.add_argument("--ks", type=ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
+    p.add_argument("--max-per-lang", type=positive_int, default=None, metavar="N",
+                   help="at most N documents per side of a pair")
+    p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.set_defaults(func=run)
