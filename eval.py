@@ -4,10 +4,8 @@ from data_prep.errors import exit_if_missing_dependency
 
 try:
     from globetrotter.evaluation.cli import main
-    from globetrotter.threads import configure_threads
 except ModuleNotFoundError as err:  # run outside the project's .venv: one line naming the install command
     exit_if_missing_dependency(err, "eval.py")
 
 if __name__ == "__main__":
-    configure_threads(workers=0)  # no data workers: this process's share of the cores (OMP_NUM_THREADS wins)
     main()

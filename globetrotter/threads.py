@@ -3,8 +3,7 @@
 PyTorch starts as many intra-op threads as the machine has cores, whatever else runs: a training process
 beside its data-loader workers (each of which torch runs on one thread), or a command on a small machine
 shared with other jobs, then has more busy threads than cores, and its OpenMP threads spin waiting for each
-other (a training step ran 5-7x slower at two threads than at one on a shared 2-core machine: docs/results.md,
-benchmarks). The rule here gives each process its share of the cores, never more than the cores other jobs
+other (docs/results.md, benchmarks). The rule here gives each process its share of the cores, never more than the cores other jobs
 leave free:
 
     threads = max(1, min(cores // (processes_per_node * (1 + workers)), round(cores - load)))

@@ -46,6 +46,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return zeroshot_main(argv if argv[0] == "tag" else argv[1:])
     args = build_parser().parse_args(argv)
+    from globetrotter.threads import configure_threads
+
+    configure_threads(workers=0)  # no data workers: this process's share of the cores (OMP_NUM_THREADS wins)
     return args.func(args)
 
 
