@@ -1,0 +1,64 @@
+"""The adaptation as the trainer drives it: the starting run loaded into the grown model, the precomputed
+features, the objective, the batches and the before/after report."""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+
+from ...config import TrainConfig
+from ...encoder import Encoder, load
+from ...models import GlobetrotterModel
+from . import bank
+from .objective import AdaptationObjective
+from .report import translation
+from .start import starting_checkpoint, trained_languages
+from .weights import load_start
+
+
+class Adaptation:
+    """The starting run, loaded into a (vocabulary-grown) model, and the precomputed features the steps read.
+
+    Use: ``a = Adaptation(cfg, model)`` before the optimizer is built (loads the weights, freezes the
+    image side); :meth:`precompute` once; then :meth:`objective`, :meth:`batches`, and :meth:`report`.
+    """
+
+    def __init__(self, cfg: TrainConfig, model: GlobetrotterModel, log: Callable[[str], None] = print) -> None:
+        self.cfg, self.log = cfg, log
+        self.start = load(starting_checkpoint(cfg.adapt.from_run))
+        self.old_languages = trained_languages(self.start.cfg)
+        self.trained_rows = load_start(cfg, model, self.start, log)  # adapt.train=new-tokens: the rows that train
+
+    @torch.no_grad()
+    def precompute(self, model: GlobetrotterModel, tokenizer, device, main: bool = True) -> None:
+        """Encode, once: the bank (old-language training captions by the starting model, and their
+        images), the new language's captions as tokens and its images as backbone features; and, on the
+        main process (``main``: also the progress bars), the "before" half of :meth:`report`."""
+        cfg, a = self.cfg, self.cfg.adapt
+        self.start.model.to(device)
+        self.start.device = str(device)
+        self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main, log=self.log)
+        self.log(f"adapt: {len(self.features.ids)} {a.language} captions, "
+                 f"{a.epochs if a.epochs is not None else '-'} epoch(s) = {cfg.steps} steps of {cfg.batch_size}; "
+                 f"bank of {len(self.features.bank_truth)} old-language captions ({','.join(self.old_languages)}), "
+                 f"{self.old_batch} beside each batch")
+        self.before = translation(cfg, self.old_languages, self.start) if main else None
+        self.start.model.cpu()
+        self.start = None  # the starting model is no longer needed
+
+    @property
+    def old_batch(self) -> int:
+        return min(self.cfg.adapt.old_batch or self.cfg.batch_size, len(self.features.bank_truth))
+
+    def objective(self) -> AdaptationObjective:
+        return AdaptationObjective(self.cfg.loss)
+
+    def batches(self, local_batch: int, rank: int = 0, world: int = 1) -> Iterator[dict]:
+        """Endless batches for process ``rank`` (:func:`.bank.batches`)."""
+        return bank.batches(self.features, self.cfg, self.old_batch, local_batch, rank, world)
+
+    def report(self, encoder: Encoder) -> dict:
+        """Before/after sentence translation (fractions): ``{"language", "before": {...}, "after": {...}}``."""
+        return {"language": self.cfg.adapt.language, "from": str(self.cfg.adapt.from_run),
+                "old_languages": self.old_languages, "before": self.before,
+                "after": translation(self.cfg, self.old_languages, encoder)}

@@ -1,0 +1,120 @@
+"""The start of an adaptation: its config (the starting run's, with the new one over it), that config checked
+against the run, and the run's tokenizer grown by the new language's tokens."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from data_prep.shards import read_captions, read_manifest
+
+from ...config import AdaptConfig, TrainConfig, load_train_config
+from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
+from ...errors import UserError
+from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer
+from .. import checkpoint as ckpt
+from ..prepare import train_captions, train_languages
+
+
+def starting_checkpoint(path: str) -> Path:
+    """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line error without one."""
+    try:
+        return ckpt.resolve(path, prefer_best=True)
+    except UserError as err:
+        raise UserError(f"adapt.from: {err}") from None
+
+
+def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """The config of ``train.py``: with ``adapt.from`` set, the starting run's saved config with ``path``
+    and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``);
+    otherwise :func:`~globetrotter.config.load_train_config`'s."""
+    data, where = config_dict(path, overrides)
+    start = (data.get("adapt") or {}).get("from")
+    if not start:
+        return from_dict(TrainConfig, data, where=where)
+    from_dict(AdaptConfig, data["adapt"], where=where, prefix="adapt")  # its own errors first (adapt.language)
+    saved = starting_checkpoint(start) / "config.yaml"
+    base = read_yaml(saved)
+    if "run_name" not in data and (data.get("adapt") or {}).get("language"):
+        data = dict(data, run_name=f"{base.get('run_name', 'run')}-{data['adapt']['language']}")
+    return from_dict(TrainConfig, merge(base, data), where=f"{saved} + {where}")
+
+
+def _first_difference(a: dict, b: dict, prefix: str) -> tuple[str, object, object] | None:
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            return f"{prefix}.{key}", a.get(key), b.get(key)
+    return None
+
+
+def _heads(cfg: TrainConfig) -> dict[str, bool]:
+    """Which losses are on: the model has a head for each."""
+    return {k: getattr(cfg.loss, k) > 0 for k in ("text", "image", "cross", "cloze")}
+
+
+def trained_languages(start: TrainConfig) -> list[str]:
+    """The languages a run was trained on: its train split's (``data.train_languages`` of them), and the one it
+    was adapted to, if any."""
+    found = set(train_languages(start))
+    return sorted(found | ({start.adapt.language} if start.adapt.from_run else set()))
+
+
+def resolve_config(cfg: TrainConfig) -> TrainConfig:
+    """Check an adaptation config against its starting run; return it with ``steps`` (from
+    ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
+
+    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the
+    adaptation split, a model or heads other than the run's, a run folder that is the starting one.
+    """
+    a = cfg.adapt
+    source = starting_checkpoint(a.from_run)
+    start = load_train_config(source / "config.yaml")
+    old = trained_languages(start)
+    if a.language in old:
+        raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already "
+                        f"(its training languages: {','.join(old)}); adapt it to a language it has not seen, or train "
+                        f"a run without it (data.train_languages)")
+    for diff in (_first_difference(to_dict(cfg.model), to_dict(start.model), "model"),
+                 _first_difference(_heads(cfg), _heads(start), "loss (weight > 0)"),
+                 _first_difference({"max_length": cfg.data.max_length, "image_size": cfg.data.image_size},
+                                   {"max_length": start.data.max_length, "image_size": start.data.image_size}, "data")):
+        if diff:
+            key, mine, theirs = diff
+            raise UserError(f"{key}: {mine!r} differs from the starting run's {theirs!r} ({source / 'config.yaml'}); "
+                            f"adaptation keeps the run's model (leave the key out)")
+    if cfg.run_dir.resolve() == source.parents[1].resolve():
+        raise UserError(f"run_name/output_dir: {cfg.run_dir} is the starting run's folder; give the adapted run its own")
+    split_dir = Path(cfg.data.root) / a.split
+    if not (split_dir / "manifest.json").is_file():
+        raise UserError(f"adapt.split: {split_dir} has no manifest.json (the split with the new language's captions "
+                        f"and images; the synthetic world writes it with --heldout)")
+    count = read_manifest(split_dir).get("languages", {}).get(a.language, 0)
+    if not count:
+        found = ",".join(sorted(read_manifest(split_dir).get("languages", {})))
+        raise UserError(f"adapt.language={a.language}: adapt.split={a.split} ({split_dir}) has no caption in it "
+                        f"(it has {found})")
+    steps = max(1, math.ceil(a.epochs * count / cfg.batch_size)) if a.epochs is not None else cfg.steps
+    return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
+                                                  tokenizer_normalization=start.data.tokenizer_normalization))
+
+
+def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> None:
+    """Write the starting run's tokenizer, grown by the new language's tokens, to ``data.tokenizer``
+    (:func:`resolve_config` points it into the run folder). Main process only."""
+    a = cfg.adapt
+    source = starting_checkpoint(a.from_run)
+    tokenizer = load_tokenizer(source / "tokenizer.json")
+    if a.vocab_size > 0:
+        start = load_train_config(source / "config.yaml")
+        new = [m["caption"] for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language]
+        known = [m["caption"] for m in train_captions(start)]
+        before = tokenizer.get_vocab_size()
+        tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
+        log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "
+            f"{len(new)} captions, less what the old captions contain)")
+    base = read_provenance(source / "tokenizer.json")
+    save_tokenizer(tokenizer, cfg.data.tokenizer, {
+        "splits": (base or {}).get("splits", []), "extends": base,
+        "adapt": {"split": str((Path(cfg.data.root) / a.split).resolve()), "language": a.language,
+                  "vocab_size": a.vocab_size}})
