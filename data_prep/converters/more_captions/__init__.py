@@ -1,0 +1,170 @@
+"""``globetrotter-data more-captions``: more same-language captions for the images of a converted dataset.
+
+A conversion under ``--assign-languages`` gives each train (and val) image one language and
+keeps only the captions the sources have for it in that language; with Multi30K task 1
+that is one caption per image, while the sources often hold five or more for the same
+image and language (Multi30K task 2: five independent en and de captions; the Flickr8k
+token file: five en; Flickr8k-CN: five zh). More captions of an image *in its own
+language* are still no parallel text (the Globetrotter rule: train/val show each image in
+exactly one language), and they help a lot on real data.
+
+This command reads an existing dataset (``--data``) and the same sources the converters
+take (read by the same readers, images matched to the dataset's image ids by file name,
+stem and Flickr photo id, as :class:`~data_prep.converters.images.ImageResolver` does),
+and writes a new dataset folder (``--out``) whose enriched splits (``train``; ``val`` too
+with ``--splits train,val``) hold every caption of the original split plus every caption
+the sources have for each of its images in that image's language, once per text (case,
+punctuation and spacing ignored, so ``"entry way."`` and ``"entry way ."`` count once).
+Captions in another language of an image are never added (``check_split_rule`` still
+passes). The images are not decoded again: each sample's image bytes are copied from the
+original shards, so image ids and pixels are unchanged and a feature cache of the original
+split (keyed by image id) serves the new one (``data.features: <data>/train/features``).
+Everything else of ``--data`` (``val/``, ``test/``, ``train-parallel/``, ``tokenizer.json``...)
+is linked (``--copy``: copied), so test figures stay comparable.
+
+Every source caption record is accounted for as in a conversion: added, skipped (bad
+input, with file and line) or unused (image not in an enriched split, another language,
+same text already there).
+
+The modules: :mod:`.gather` (which captions are added), :mod:`.write` (the new dataset),
+:mod:`.summary` (what is printed); this one holds the command.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from data_prep.errors import UserError
+
+from ..cli import _existing_dir, _language_list, _sources, add_source_arguments
+from ..pipeline import SUMMARY
+from ..report import ConversionReport
+from .gather import Matcher, gather, load_split, same_text, split_of_images
+from .summary import format_rest, format_table
+from .write import COMMAND, check_paths, write_dataset
+
+__all__ = ["COMMAND", "ENRICHABLE", "more_captions", "register", "same_text"]
+
+ENRICHABLE = ("train", "val")
+
+EXAMPLE = (
+    "globetrotter-data more-captions --data outputs/flickr8k "
+    "--multi30k ../shared/data/flickr8k/multi30k --multi30k-tasks 1,2 "
+    "--flickr8k ../shared/data/flickr8k/flickr8k/Flickr8k.token.txt:en "
+    "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
+    "--out outputs/flickr8k-more"
+)
+
+
+def more_captions(args: argparse.Namespace) -> int:
+    """Run the command from parsed arguments (see module docstring); exit code 0, or 1 under --strict with bad input."""
+    start = time.perf_counter()
+    data, out = Path(args.data), Path(args.out)
+    if not (args.multi30k or args.flickr8k or args.captions):
+        raise UserError(f"{COMMAND} needs at least one source: --multi30k, --flickr8k or --captions")
+    if args.shard_size < 1:
+        raise UserError(f"--shard-size must be positive, got {args.shard_size}")
+    check_paths(data, out, args.overwrite)
+    if args.images:
+        print("note: --images is not used: image bytes are copied from the shards of --data", file=sys.stderr)
+
+    states = {name: load_split(data / name, name) for name in args.splits}
+    matcher = Matcher(split_of_images(data, states))
+    report = ConversionReport()
+    sources, names = _sources(args)
+    gather(sources, states, matcher, args.langs, report, not args.quiet)
+    report.timing["read_seconds"] = time.perf_counter() - start
+    if report.total_written == 0:
+        report.note("no caption to add: the new splits equal the original ones")
+    report.options = {
+        "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.langs,
+        "multi30k": [str(p) for p in args.multi30k], "multi30k_tasks": list(args.multi30k_tasks),
+        "flickr8k": [f"{p}:{lang}" for p, lang in args.flickr8k], "captions": [str(p) for p in args.captions],
+        "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
+    }
+    reused = write_dataset(data, out, states, report, names, args.shard_size, start, check=not args.no_check,
+                           copy=args.copy, progress=not args.quiet)
+
+    issues = report.format_issues(args.show_issues)
+    if issues:
+        print(issues, file=sys.stderr)
+    lines = []
+    for state in states.values():
+        lines.extend(format_table(state, report))
+    lines.extend(format_rest(report))
+    if reused:
+        how = "copied" if args.copy else "linked"
+        lines.append(f"{how} from {data}: {', '.join(reused)}")
+    print("\n".join(lines))
+    print(f"dataset: {out}  (summary: {out / SUMMARY}); {report.timing['total_seconds']:.1f} s")
+    if "train" in states and (data / "train" / "features").is_dir():
+        print(f"the feature cache of the original train split serves the new one (same image ids and bytes): "
+              f"data.features={(data / 'train' / 'features').resolve()}")
+    if args.strict and report.total_issues:
+        print(f"--strict: {report.total_issues} bad-input issue(s), {report.total_skipped} caption record(s) "
+              "skipped", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _splits(value: str) -> list[str]:
+    names = list(dict.fromkeys(s.strip() for s in value.split(",") if s.strip()))
+    bad = [s for s in names if s not in ENRICHABLE]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected train, val or train,val, got {value!r} (test stays as it is: parallel ground truth)")
+    return names
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``more-captions`` to ``globetrotter-data``."""
+    description = textwrap.fill(
+        "Give the train images of a converted dataset more captions in their own language. A conversion with "
+        "--assign-languages keeps, for each train image, only its captions in the one language it was given; "
+        "with Multi30K task 1 that is one caption per image, while the sources hold about five more per image "
+        "and language (Multi30K task 2: five independent en and de; the Flickr8k token file: five en; "
+        "Flickr8k-CN: five zh). More monolingual captions per image are no parallel text: each image is still "
+        "shown in exactly one language (the Globetrotter rule holds and is checked), and more ways of saying "
+        "what an image shows help a lot on real data.", width=88) + "\n\n" + textwrap.fill(
+        "Writes a NEW dataset folder: its train split holds every caption of --data's train split plus every "
+        "caption the sources have for each train image in that image's language, each text once (case, "
+        "punctuation and spacing ignored); captions in other languages are never added. Image bytes are "
+        "copied from the original shards (nothing is decoded again), so image ids are the same and the "
+        "original train split's feature cache can be reused (data.features: <data>/train/features). val/, "
+        "test/, train-parallel/ and tokenizer.json are symlinks to the originals (--copy: copies), so test "
+        "figures stay comparable. Every source caption is accounted for: added, skipped (bad input, with file "
+        "and line) or unused (image not in train, another language, same text already there).", width=88)
+    parser = subparsers.add_parser(
+        COMMAND, help="more captions per train image, in its own language only (no parallel text)",
+        description=description, epilog="example:\n  " + " \\\n      --".join(EXAMPLE.split(" --")),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--data", type=_existing_dir, required=True, metavar="DIR",
+                        help="converted dataset (train/ with one language per image; val/, test/...)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="new dataset folder to write (must not exist, or be empty)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier more-captions output in --out")
+    parser.add_argument("--copy", action="store_true",
+                        help="copy val/, test/, train-parallel/, tokenizer.json... instead of linking them")
+    parser.add_argument("--splits", type=_splits, default=["train"], metavar="train|train,val",
+                        help="splits to enrich (default: train); the others are linked as they are")
+    parser.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+                        help="add captions only in these languages (default: every language)")
+    src = parser.add_argument_group("sources (each repeatable; as in the converters)")
+    add_source_arguments(src, ("multi30k", "flickr8k", "captions"))
+    src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
+                     help="not needed (accepted so a converter command line can be reused): images are matched "
+                          "to the dataset's image ids and their bytes come from its shards")
+    parser.add_argument("--shard-size", type=int, default=2000, metavar="N",
+                        help="samples per .tar shard (default 2000)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when any bad input was found (the dataset is still written)")
+    parser.add_argument("--show-issues", type=int, default=5, metavar="N",
+                        help="print the first N issues of each kind (file:line) (default 5)")
+    parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=more_captions, globetrotter=[], xtd10=[])
