@@ -61,6 +61,7 @@ from .ranking import (
     ranks_and_hits,
 )
 from .retrieval import check_retrieval, retrieve, text_scorer
+from .uncertainty import corr_interval
 
 DEFAULT_KS = (1, 5, 10)
 
@@ -346,3 +347,22 @@ def corr_terms(
         text_dist = 1.0 - text.pairs(s_idx, t_idx)
         image_dist = 1.0 - image.pairs(s_idx, t_idx)
     return {"text_dist": text_dist, "image_dist": image_dist, "query": s_idx}
+
+
+def corr_with_interval(
+    src_text: np.ndarray,
+    src_img: np.ndarray,
+    tgt_text: np.ndarray,
+    tgt_img: np.ndarray,
+    *,
+    max_pairs: int = 1_000_000,
+    bootstrap: int = 0,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """CORR (:func:`corr_score`) with its bootstrap interval over queries
+    (:func:`backretrieval.uncertainty.corr_interval`; ``bootstrap`` replicates, at least one): ``{"value", ...}``."""
+    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=max_pairs, seed=seed)
+    return corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_text), max(bootstrap, 1),
+                         level, seed)
+

@@ -21,9 +21,9 @@ import numpy as np
 
 from .errors import BackRetrievalError
 from .approximate import ApproxConfig
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .ranking import DEFAULT_BLOCK_BYTES
-from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
+from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
 
 def _subsample(rows: np.ndarray, limit: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -165,10 +165,8 @@ def evaluate_pairs(
                 if bootstrap > 0:
                     intervals.update(recall_intervals(res, bootstrap, level, seed))
                 if with_corr:
-                    terms = corr_terms(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
-                                       max_pairs=corr_pairs, seed=seed)
-                    ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src),
-                                       max(bootstrap, 1), level, seed)
+                    ci = corr_with_interval(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
+                                            max_pairs=corr_pairs, bootstrap=bootstrap, level=level, seed=seed)
                     entry["corr"] = ci["value"]
                     if bootstrap > 0:
                         intervals["corr"] = ci

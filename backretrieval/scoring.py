@@ -18,8 +18,8 @@ from .errors import BackRetrievalError, option
 from .files import PathLike, enough_for_k, json_ready, load_input, read_lines, same_rows
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file
-from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
-from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, corr_interval, recall_intervals
+from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
+from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
 
@@ -180,9 +180,8 @@ def score(
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     intervals = recall_intervals(bkr, bootstrap, level, seed) if bootstrap > 0 else {}
     if images.src_img is not None:
-        terms = corr_terms(src_arr, images.src_img, tgt_arr, images.tgt_img, max_pairs=corr_pairs, seed=seed)
-        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_arr),
-                           max(bootstrap, 1), level, seed)
+        ci = corr_with_interval(src_arr, images.src_img, tgt_arr, images.tgt_img, max_pairs=corr_pairs,
+                                bootstrap=bootstrap, level=level, seed=seed)
         metrics["corr"] = ci["value"]
         if bootstrap > 0:
             intervals["corr"] = ci
