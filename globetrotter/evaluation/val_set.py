@@ -87,3 +87,27 @@ class BackRetrievalSet:
                                 max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores)
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}
         return metrics, {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in self.ks}
+
+    def evaluate_across_languages(self, text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray], encoder=None
+                                  ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """:meth:`evaluate` with each language's queries retrieving among the captions of *every* other language at
+        once (BkR's step 2 over the candidates sentence translation ranks, not one target language at a time), then
+        back-retrieving among their own language's images; ``metrics`` the mean over the source languages. A ranking
+        whose scores differ between target languages (CSLS's query term ``r_b(x)``) is judged where it acts; with two
+        languages it is :meth:`evaluate`. Targets showing an image of the source side are left out."""
+        from backretrieval import bkr_recall
+
+        images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
+        per_k: dict[int, list[float]] = {k: [] for k in self.ks}
+        hits: dict[int, list[np.ndarray]] = {k: [] for k in self.ks}
+        for lang in sorted(set(self.langs.tolist())):
+            src = np.flatnonzero(self.langs == lang)
+            tgt = np.flatnonzero((self.langs != lang) & ~np.isin(self.image_ids, self.image_ids[src]))
+            res = bkr_recall(None, images[src], None, images[tgt], self.ks, src_image_ids=self.image_ids[src],
+                             text_sim=text_scores(src, tgt), max_rank=max(self.ks))
+            for k in self.ks:
+                per_k[k].append(res[f"bkr@{k}"])
+                hits[k].append(res["hits"][k])
+        metrics = {f"val/bkr@{k}": float(np.mean(per_k[k])) for k in self.ks}
+        return metrics, {f"val/bkr@{k}": np.concatenate(hits[k]) for k in self.ks}
+

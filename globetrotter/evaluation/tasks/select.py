@@ -1,9 +1,11 @@
 """Choose how to rank sentences on val, never on test: :func:`select_ranking`.
 
 Every candidate :class:`~..ranking.Ranking` (head × late-interaction weight × CSLS) scores the val split's captions,
-and BackRetrieval (the image-pivoted metric; no parallel text) judges each: the mean of BkR@K over the ordered
-language pairs and K (the trainer's checkpoint-selection protocol: same split, sample, seed and image similarity
-``g`` when ``model`` is a run). The highest mean wins; a tie goes to the simpler ranking (the earlier one in
+and BackRetrieval (the image-pivoted metric; no parallel text) judges each: the mean of BkR@K over the source
+languages and K, each language's queries retrieving among the captions of every other language at once, as sentence
+translation ranks its candidates (:meth:`~..val_set.BackRetrievalSet.evaluate_across_languages`: so CSLS's query
+term, which only differs between target languages, is judged too), on the trainer's validation sample (same split,
+size, seed and image similarity ``g`` when ``model`` is a run). The highest mean wins; a tie goes to the simpler ranking (the earlier one in
 candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
 the choice and the reason; ``eval.py sentence --ranking RECORD`` applies it to test.
 """
@@ -82,15 +84,15 @@ def select_ranking(
     rows = []
     for ranking in rankings:
         scores = context.scorer(ranking).matrix()
-        metrics, _ = bkr.evaluate(text_scores=lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
+        metrics, _ = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
         mean = float(np.mean([metrics[f"val/bkr@{k}"] for k in ks]))
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "mean_bkr": mean,
                      **{k.split("/")[1]: v for k, v in metrics.items()}})
         log(f"select: {ranking.label:<28} mean val BkR@{{{','.join(map(str, ks))}}} {mean:.4f}")
     best = max(range(len(rows)), key=lambda i: (rows[i]["mean_bkr"], -i))
     chosen = rows[best]
-    reason = (f"highest mean val BackRetrieval@{{{','.join(map(str, ks))}}} over the {len(evaluated) * (len(evaluated) - 1)} "
-              f"ordered pairs of {','.join(evaluated)} ({chosen['mean_bkr']:.4f}); ties to the simpler ranking")
+    reason = (f"highest mean val BackRetrieval@{{{','.join(map(str, ks))}}} of {','.join(evaluated)} queries among "
+              f"the other languages' captions ({chosen['mean_bkr']:.4f}); ties to the simpler ranking")
     metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
     details = {"chosen": chosen["ranking"], "reason": reason, "candidates": rows,
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks)},
