@@ -1,0 +1,120 @@
+"""Sentence translation under the project's protocol, for a table of models and seeds: every choice on val, test once.
+
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/sentence_protocol.py --test outputs/flickr8k/test \\
+        --val outputs/flickr8k/val --languages en,de,fr,cs --languages en,zh --n-groups 600 \\
+        --row "TF-IDF=tfidf" --row "text-only=runs/flickr8k-text-only-s0,runs/flickr8k-text-only-s1" \\
+        --row "full=runs/flickr8k-s0,runs/flickr8k-s1" --row "supervised=runs/flickr8k-supervised-s0" \\
+        --ratio full/supervised --out eval_out/flickr8k
+
+For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one per seed, or a baseline spec such as
+``tfidf``) and every language set (``--languages``, repeatable), it
+
+1. chooses on val, with no parallel text (``eval.py select``): the best ranking of all (head × MaxSim weight ×
+   CSLS), and the best cosine ranking (the head only);
+2. scores the test split once with each choice (``eval.py sentence --ranking``): the columns ``cosine`` and
+   ``val-chosen``.
+
+Statistics come from each command's default reference pool (the train split beside the evaluated split). A record
+already written in ``--out`` is reused, so an interrupted table resumes. Writes ``table.md`` (per row: each seed's
+figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed) and prints it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_rows(items: list[str]) -> list[tuple[str, list[str]]]:
+    """``LABEL=MODEL[,MODEL...]`` items, in order; a one-line error (exit 2) for an item without ``=``."""
+    rows = []
+    for item in items:
+        label, sep, models = item.partition("=")
+        if not sep or not label or not models:
+            raise SystemExit(f"error: --row {item!r}: expected LABEL=MODEL[,MODEL...]")
+        rows.append((label, [m for m in models.split(",") if m]))
+    return rows
+
+
+def slug(label: str, index: int, langs: str) -> str:
+    return f"{''.join(c if c.isalnum() else '-' for c in label.lower()).strip('-')}-{index}-{langs.replace(',', '-')}"
+
+
+def run(argv: list[str], log: Path) -> None:
+    with open(log, "a", encoding="utf-8") as fh:
+        done = subprocess.run([sys.executable, str(ROOT / "eval.py"), *argv], stdout=fh, stderr=fh, cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"error: eval.py {' '.join(argv[:3])} ... failed (exit {done.returncode}); see {log}")
+
+
+def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict:
+    """The two choices on val and the two test figures of one model (records reused when present)."""
+    out, log = Path(args.out), Path(args.out) / f"{name}.log"
+    val = ["--val", args.val] if args.val else []
+    figures = {}
+    for column, grid in (("val-chosen", []), ("cosine", ["--maxsim", "0", "--retrieval", "cosine"])):
+        choice = out / f"select-{name}-{column}.json"
+        if not choice.is_file():
+            run(["select", "--model", model, *val, "--languages", langs, *grid, "--name", f"{name}-{column}",
+                 "--out", str(out)], log)
+        record = out / f"sentence-{name}-{column}.json"
+        if not record.is_file():
+            run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
+                 str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
+        result = json.loads(record.read_text(encoding="utf-8"))
+        figures[column] = (100 * result["metrics"]["sentence_translation"], result["details"]["scoring"]["label"])
+    return figures
+
+
+def table(rows, results, language_sets, ratios) -> str:
+    lines = ["| model | " + " | ".join(f"{ls} {c}" for ls in language_sets for c in ("cosine", "val-chosen"))
+             + " | chosen ranking |", "|---|" + "---|" * (2 * len(language_sets) + 1)]
+    for label, models in rows:
+        cells = []
+        for ls in language_sets:
+            for column in ("cosine", "val-chosen"):
+                cells.append(" / ".join(f"{results[label][i][ls][column][0]:.2f}" for i in range(len(models))))
+        chosen = " / ".join(results[label][i][language_sets[0]]["val-chosen"][1] for i in range(len(models)))
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {chosen} |")
+    for ratio in ratios:  # seed by seed; a one-model row (a baseline) divides every seed
+        top, bottom = ratio.split("/")
+        cells = []
+        for ls in language_sets:
+            for column in ("cosine", "val-chosen"):
+                values = [results[top][i][ls][column][0] /
+                          max(results[bottom][min(i, len(results[bottom]) - 1)][ls][column][0], 1e-9)
+                          for i in range(len(results[top]))]
+                cells.append(" / ".join(f"{v:.2f}" for v in values))
+        lines.append(f"| {top} ÷ {bottom} | " + " | ".join(cells) + " | |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--test", required=True, help="parallel test split, scored once per choice")
+    parser.add_argument("--val", help="non-parallel val split for the baselines (runs use their own config's)")
+    parser.add_argument("--languages", action="append", required=True, help="comma-separated codes (repeatable)")
+    parser.add_argument("--n-groups", type=int, default=200, help="test groups (default %(default)s)")
+    parser.add_argument("--row", action="append", required=True, help="LABEL=MODEL[,MODEL...] (repeatable)")
+    parser.add_argument("--ratio", action="append", default=[], help="TOP/BOTTOM: a row of ratios, seed by seed")
+    parser.add_argument("--out", required=True, help="folder of the records and table.md")
+    args = parser.parse_args()
+    rows = parse_rows(args.row)
+    labels = {label for label, _ in rows}
+    for ratio in args.ratio:
+        if ratio.count("/") != 1 or not set(ratio.split("/")) <= labels:
+            raise SystemExit(f"error: --ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(labels)})")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    results = {label: [{ls: measure(m, slug(label, i, ls), ls, args) for ls in args.languages}
+                       for i, m in enumerate(models)] for label, models in rows}
+    text = table(rows, results, args.languages, args.ratio)
+    (Path(args.out) / "table.md").write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
