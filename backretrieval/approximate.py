@@ -112,8 +112,8 @@ class ANNIndex:
 def _pq_index(train: np.ndarray, n: int) -> faiss.Index:
     """faiss ``IndexPQFastScan``: one 4-bit code per dimension, inner product, trained; flat when n is small.
 
-    One dimension per code (16 levels each) found the true nearest caption for 87% of queries at
-    N = 100k on the benchmark, against 75% for two dimensions per code at about the same time.
+    One dimension per code (16 levels each) finds the true nearest caption more often than two dimensions per code
+    at about the same time (``bench/bench_backretrieval.py``; figures in docs/results.md).
     """
     d = train.shape[1]
     if n < _PQ_MIN_ROWS or len(train) < _PQ_MIN_ROWS:
