@@ -22,7 +22,7 @@ back-retrieval (N x D per distinct retrieved target). What each step really need
 
 So approximate ranks are censored above max(ks), as with ``max_rank``. How often the
 candidates hold the exact nearest caption, the resulting |dBkR@K| and the time against the
-exact count are measured by ``bench/bench_backretrieval.py`` (README, Measured results) on
+exact count are measured by ``bench/bench_backretrieval.py`` (docs/results.md, benchmarks) on
 synthetic data where a low-dimensional signal is buried in isotropic noise, the hard case for
 any index. Missing the nearest caption there takes a caption close in the principal (signal)
 directions, so the approximate BkR tends to come out slightly *higher*.

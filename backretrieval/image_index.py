@@ -28,8 +28,8 @@ text model and every K <= C:
     exact among the candidates, so an error is only a better image missing from the
     candidates (a miss counted as a hit). Much faster to build than ``flat`` at large N;
     its cost and accuracy against the exact count are measured by
-    ``bench/bench_backretrieval.py --methods capped lists-flat lists`` (README, Measured
-    results). Features whose signal is buried in isotropic noise need more candidates, hence
+    ``bench/bench_backretrieval.py --methods capped lists-flat lists`` (docs/results.md,
+    benchmarks). Features whose signal is buried in isotropic noise need more candidates, hence
     256; on less noisy features fewer would do (``candidates``).
   - ``"hnsw"``: faiss ``IndexHNSWFlat`` (optionally over PCA-reduced features), re-scored the
     same way; on noise-dominated features it misses more better images than ``pq``.

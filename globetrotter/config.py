@@ -25,8 +25,8 @@ class DataConfig:
     # split. Val and test stay whole: a language left out here can be evaluated, or adapted to (adapt.split=train)
     train_languages: list[str] | None = None
     # a fixed share of the train split's images that training reads (their captions only; 1 = all): a hash of
-    # each image id picks them, so shares are nested and the same for every seed (learning curves: README,
-    # Real photos). The tokenizer and the feature cache stay those of the whole split; val and test stay whole
+    # each image id picks them, so shares are nested and the same for every seed (learning curves:
+    # experiments/study_images_per_language.py). The tokenizer and the feature cache stay those of the whole split; val and test stay whole
     train_image_share: float = 1.0
     val_split: str = "val"  # BackRetrieval on it (no parallel data needed)
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
@@ -36,7 +36,7 @@ class DataConfig:
     # trained on other splits (the supervised baseline's parallel split) share one BPE that saw no parallel text
     tokenizer_split: str = "train"
     # what the BPE sees: none = the text as written (the paper); uncased = lower case, Latin letters' accents stripped
-    # and a space before every caption (README, Training and Real photos). Its default file is
+    # and a space before every caption (docs/design.md section 11). Its default file is
     # <root>/tokenizer-uncased.json, and a tokenizer file made with another normalisation is refused
     tokenizer_normalization: Literal["none", "uncased"] = "none"
     vocab_size: int = 30000  # shared BPE vocabulary (paper: 30k)
@@ -58,11 +58,11 @@ class DataConfig:
     shuffle_buffer: int = 2000
     # random: the paper; pairs: B/2 translation pairs per batch (parallel split, supervised baseline);
     # neighbours: half the batch are anchors, half a caption of a visual nearest neighbour of each
-    # anchor's image in another language (needs data.features; DESIGN.md section 10)
+    # anchor's image in another language (needs data.features; docs/design.md section 10)
     batching: Literal["random", "pairs", "neighbours"] = "random"
     neighbours_k: int = 10  # neighbours: the k nearest other-language images an anchor's mate is drawn from
     workers: int = 2  # data-loader processes per training process
-    # Frozen backbone: read pooled backbone features from a cache instead of pixels (DESIGN.md section 10).
+    # Frozen backbone: read pooled backbone features from a cache instead of pixels (docs/design.md section 10).
     # null = pixels; auto = <root>/<split>/features (built at the first run); or a cache folder.
     features: str | None = None
     feature_views: int = 4  # augmented views cached per image (L_v contrasts two of them); the whole image is added
@@ -138,7 +138,7 @@ class ModelConfig:
     token_init_alpha: float | list[float] = 3.0
     token_init_folds: int = 5
     # the image-pivot rows' standard deviation; null = the random table's (0.02). Larger rows keep their weight in the
-    # residual stream against what the blocks learn to add (README, Real photos)
+    # residual stream against what the blocks learn to add (docs/design.md section 11)
     token_init_std: float | None = None
     # subword-informed token vectors: a token's input vector is its row plus the rows of its character n-grams of
     # these lengths (e.g. [2, 4]; globetrotter/models/subword.py), so rare forms and cognates share what their

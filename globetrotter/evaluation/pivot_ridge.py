@@ -10,7 +10,7 @@ features of the image it describes: the whole-image row of the split's feature c
 its predicted image feature, so captions of different languages meet only through what
 their images look like: the image pivot of the Globetrotter paper in its simplest, linear
 form. It is the figure a learned model trained on the same images and captions should
-clear (DESIGN.md section 10); on Flickr8k it does not yet (README, Real photos).
+clear (docs/design.md section 10).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ No learning and no images: a caption is the TF-IDF vector of its lower-cased cha
 n-grams inside word boundaries (scikit-learn's ``char_wb`` analyzer, n = 1..4,
 sublinear tf = 1 + log tf, smooth idf), L2-normalised, so the cosine of two captions
 measures how many (rare) character n-grams they share: names, numbers, cognates and
-shared spellings. It is the floor a learned multilingual model must clear (DESIGN.md
+shared spellings. It is the floor a learned multilingual model must clear (docs/design.md
 section 10): on captions in disjoint scripts it is at chance, on related languages it is
 not. N-grams made only of whitespace (the ``" "`` unigram of ``char_wb``) are dropped, so
 two scripts share no feature at all.
