@@ -9,10 +9,10 @@ section 10): on captions in disjoint scripts it is at chance, on related languag
 not. N-grams made only of whitespace (the ``" "`` unigram of ``char_wb``) are dropped, so
 two scripts share no feature at all.
 
-The idf statistics are fitted on an unlabelled corpus (by default the evaluated split's
-captions in the evaluated languages; :meth:`TfidfEncoder.fit`); no group, image or
-translation label is used. Vectors are returned as a ``scipy.sparse`` CSR matrix, so the
-similarities are exact cosines over the whole vocabulary (a dense 2,400 × 32,768 float32
+The idf statistics are fitted on an unlabelled corpus: ``eval.py sentence`` fits them on the reference
+captions (the train split's, :mod:`.reference`), never on the evaluated sentences unless asked
+(``--transductive``); no group, image or translation label is used. Vectors are returned as a
+``scipy.sparse`` CSR matrix, so the similarities are exact cosines over the whole vocabulary (a dense 2,400 × 32,768 float32
 matrix would be 300 MB): :func:`~globetrotter.evaluation.sentence.sentence_translation`
 accepts it as it is.
 """
