@@ -260,7 +260,8 @@ class AdaptConfig:
     # checkpoint to adapt; null = an ordinary run from scratch
     language: str | None = None  # the new language; must not be one of the run's training languages
     split: str = "adapt"  # split under data.root holding the new language's captions and images (others ignored); the
-    # train split itself for a language the run left out of it (data.train_languages)
+    # train split itself for a language the run left out of it (data.train_languages); or the path of any split folder
+    # (absolute, or relative to the working directory): new images, their features cached in <split>/features
     epochs: float | None = 1.0  # passes over the new language's captions (paper: one); sets `steps`; null: `steps`
     old_batch: int | None = None  # precomputed old-language captions beside each step's batch in L_t; null: batch_size
     old_captions: int | None = None  # old-language training captions precomputed (a seeded sample); null: all

@@ -16,7 +16,8 @@ from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, 
 from globetrotter.losses import transitive_alpha
 from globetrotter.tokenizer import extend_tokenizer, token_bytes, train_tokenizer
 from globetrotter.training import checkpoint as ckpt
-from globetrotter.training.adapt import load_adapt_config
+from globetrotter.training.adapt import load_adapt_config, resolve_config
+from globetrotter.training.adapt import split as adapt_split
 from globetrotter.training.cli import main as train_main
 from globetrotter.training.trainer import train
 
@@ -225,8 +226,9 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
 
 def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp_path, capsys):
     """``data.features`` names one cache. Adaptation reads it for any split whose images it holds, as the Flickr8k
-    supervised twin needs (it trains on train-parallel and adapts from train: train's cache holds both), and a
-    split whose images it lacks is a one-line error pointing at data.features=auto (it used to refuse by name)."""
+    supervised twin needs (it trains on train-parallel and adapts from train: train's cache holds both); a split
+    whose images it lacks is read from its own cache, ``<split>/features`` (built with the run's backbone when absent:
+    test_adapt_folder), never by rebuilding the named one."""
     import shutil
 
     root = tmp_path / "world"
@@ -240,8 +242,17 @@ def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp
     adapted = load_adapt_config(None, [f"adapt.from={cfg.run_dir}", "adapt.language=ja", "adapt.split=train",
                                        "adapt.vocab_size=300", f"output_dir={tmp_path}"])
     assert train(adapted)["step"] > 0
-    code, line = run_cli(capsys, f"adapt.from={cfg.run_dir}", "adapt.language=el", f"output_dir={tmp_path}")
-    assert code == 2 and "does not hold" in line and "data.features=auto" in line, line
+    named = fingerprint(root / "train" / "features")
+    el = resolve_config(load_adapt_config(None, [f"adapt.from={cfg.run_dir}", "adapt.language=el",
+                                                 f"output_dir={tmp_path}"]))
+    ids = [str(m["image_id"]) for m in read_captions(root / "adapt")]
+    assert adapt_split.features(el, root / "adapt", ids).path == root / "adapt" / "features"
+    assert adapt_split.features(el, root / "train-copy", ids[:0]).path == root / "train" / "features"  # the bank's
+    assert fingerprint(root / "train" / "features") == named
+
+
+def fingerprint(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
 
 
 def test_grown_tokenizer_keeps_old_ids_and_adds_only_what_old_text_cannot_form():

@@ -98,6 +98,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
         if adapting:
+            adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
             adapt.write_tokenizer(cfg, log)
         ensure_data(cfg, log)
         cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint

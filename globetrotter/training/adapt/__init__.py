@@ -1,8 +1,9 @@
 """Adaptation of a trained run to a language it never saw (Globetrotter paper, appendix A.2).
 
 ``train.py [--config FILE] adapt.from=RUN adapt.language=el`` fine-tunes RUN's checkpoint (its best,
-else latest) on the new language's captions, those of split ``adapt.split`` under ``data.root``, for
-``adapt.epochs`` passes (the paper: one), with the same losses, keeping the old languages' alignment:
+else latest) on the new language's captions, those of ``adapt.split`` (a split under ``data.root``, or the
+path of any split folder: a new folder of captioned images, :mod:`.split`), for ``adapt.epochs`` passes (the
+paper: one), with the same losses, keeping the old languages' alignment:
 
 * the config is RUN's saved one, with FILE and the overrides over it (:func:`load_adapt_config`); the
   model must stay RUN's. ``run_name`` defaults to ``<RUN's run_name>-<language>``;
@@ -17,7 +18,8 @@ else latest) on the new language's captions, those of split ``adapt.split`` unde
   also trains the n-gram rows that only those tokens hold;
 * the image side (backbone and heads) keeps RUN's weights: every image's features, old and new, are
   computed once at the start (the whole image, as ``encode_image`` sees it), and L_v has nothing left
-  to train;
+  to train; with a feature cache the old images' come from RUN's cache (read, never rebuilt) and a new
+  folder's from ``<split>/features``, built once with RUN's backbone;
 * RUN's model encodes the old languages' training captions once, without gradient (the bank): their
   text-text and cross-modal features, and their images' features;
 * each step, L_x and L_c are computed on a batch of new-language captions; L_t contrasts those with
@@ -25,6 +27,7 @@ else latest) on the new language's captions, those of split ``adapt.split`` unde
   (pairs of two old captions are left out: both sides are frozen).
 
 The modules: :mod:`.start` (the config and its checks, the starting checkpoint, the grown tokenizer),
+:mod:`.split` (the adaptation split: its folder, its languages checked, its images' features),
 :mod:`.weights` (the start's weights in the grown model; what trains), :mod:`.bank` (the precomputed
 features and the batches), :mod:`.objective`, :mod:`.report` (before/after), and :mod:`.adaptation`, the
 :class:`Adaptation` the trainer drives.
@@ -37,7 +40,8 @@ from __future__ import annotations
 
 from .adaptation import Adaptation
 from .objective import AdaptationObjective
+from .split import ensure_features, split_dir
 from .start import load_adapt_config, resolve_config, starting_checkpoint, trained_languages, write_tokenizer
 
-__all__ = ["Adaptation", "AdaptationObjective", "load_adapt_config", "resolve_config", "starting_checkpoint",
-           "trained_languages", "write_tokenizer"]
+__all__ = ["Adaptation", "AdaptationObjective", "ensure_features", "load_adapt_config", "resolve_config", "split_dir",
+           "starting_checkpoint", "trained_languages", "write_tokenizer"]

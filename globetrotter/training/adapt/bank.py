@@ -11,17 +11,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data_prep.shards import decode_image, read_captions
+from data_prep.shards import decode_image
 
 from ...config import TrainConfig
 from ...data.augment import eval_transform
-from ...data.feature_cache import cache_dir_for, ensure_feature_cache, load_feature_cache, spec_from_config, unique_images
+from ...data.feature_cache import unique_images
 from ...data.truth import truth_id
 from ...encoder import Encoder
 from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...tokenizer import encode_batch
 from ..prepare import train_captions
+from . import split
 
 
 @dataclass
@@ -39,20 +40,13 @@ class Precomputed:
 
 
 @torch.no_grad()
-def image_features(cfg: TrainConfig, model: GlobetrotterModel, split: str, image_ids: list[str], device,
+def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, image_ids: list[str], device,
                    progress: bool, log: Callable[[str], None] = print) -> torch.Tensor:
-    """Pooled backbone features [n, F] of the whole images ``image_ids`` of ``split`` (the feature
-    cache's row 0 with ``data.features``), in that order."""
-    split_dir = Path(cfg.data.root) / split
+    """Pooled backbone features [n, F] of the whole images ``image_ids`` of the split folder ``split_dir``, in that
+    order: a feature cache's row 0 with ``data.features`` (the run's cache, or the split's own:
+    :func:`.split.features`), else the pixels through ``model``'s backbone."""
     if cfg.data.features:
-        if cfg.data.features == "auto" or split == cfg.data.train_split:
-            cache = ensure_feature_cache(cfg, split, log)
-        else:  # one named cache: it serves every split whose images it holds, and is never built for another
-            cache = load_feature_cache(cache_dir_for(cfg, split), spec_from_config(cfg), split_dir)
-            missing = [i for i in dict.fromkeys(image_ids) if i not in cache.row_of]
-            if missing:
-                raise UserError(f"data.features={cfg.data.features} does not hold {len(missing)} image(s) of "
-                                f"{split_dir} (first: {missing[0]!r}): use data.features=auto (a cache per split)")
+        cache = split.features(cfg, split_dir, image_ids)
         return torch.from_numpy(np.asarray(cache.features[cache.rows(image_ids, split_dir), 0], dtype=np.float32))
     unique = list(dict.fromkeys(image_ids))
     row = {i: r for r, i in enumerate(unique)}
@@ -68,7 +62,7 @@ def image_features(cfg: TrainConfig, model: GlobetrotterModel, split: str, image
         bar.update(len(pending))
         pending.clear()
 
-    with tqdm(total=len(unique), desc=f"adapt: {split} image features", unit="img", disable=not progress,
+    with tqdm(total=len(unique), desc=f"adapt: {split_dir.name} image features", unit="img", disable=not progress,
               dynamic_ncols=True) as bar:
         for image_id, ext, data in unique_images(split_dir):
             r = row.get(image_id)
@@ -111,17 +105,17 @@ def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, token
     if model.text_head_x is not None:
         bank["text_x"] = _encode(start, texts, "cross", progress, "old captions, cross-modal head")
     if model.image is not None:
-        feats = image_features(cfg, model, start.cfg.data.train_split, [str(m["image_id"]) for m in old], device,
-                               progress, log).to(device)
+        feats = image_features(cfg, model, Path(cfg.data.root) / start.cfg.data.train_split,
+                               [str(m["image_id"]) for m in old], device, progress, log).to(device)
         bank.update({k: v.float().cpu() for k, v in model.image_outputs(feats).items()})
-    new = [m for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language]
+    new = split.new_captions(cfg)
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in new], cfg.data.max_length)
     return Precomputed(
         bank=bank, bank_truth=torch.tensor([truth_id(m) for m in old], dtype=torch.long),
         bank_langs=np.array([m["lang"] for m in old]),
         ids=torch.tensor(ids, dtype=torch.long), mask=torch.tensor(mask, dtype=torch.long),
         truth=torch.tensor([truth_id(m) for m in new], dtype=torch.long),
-        images=(image_features(cfg, model, a.split, [str(m["image_id"]) for m in new], device, progress, log)
+        images=(image_features(cfg, model, split.split_dir(cfg), [str(m["image_id"]) for m in new], device, progress, log)
                 if model.image is not None else None))
 
 

@@ -7,14 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from data_prep.shards import read_captions, read_manifest
-
 from ...config import AdaptConfig, TrainConfig, load_train_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ...errors import UserError
 from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer
 from .. import checkpoint as ckpt
 from ..prepare import train_captions, train_languages
+from . import split
 
 
 def starting_checkpoint(path: str) -> Path:
@@ -64,17 +63,15 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
     ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
 
-    One-line errors: no checkpoint, a language the run was trained on, no caption of it in the
-    adaptation split, a model or heads other than the run's, a run folder that is the starting one.
+    One-line errors: no checkpoint, a language the run was trained on, no adaptation split (``adapt.split``: a split
+    under ``data.root`` or any split folder, :mod:`.split`), no caption of the language in it, a feature cache beside
+    it built with another backbone, a model or heads other than the run's, a run folder that is the starting one.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
     start = load_train_config(source / "config.yaml")
     old = trained_languages(start)
-    if a.language in old:
-        raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already "
-                        f"(its training languages: {','.join(old)}); adapt it to a language it has not seen, or train "
-                        f"a run without it (data.train_languages)")
+    split.check_new_language(cfg, old)
     for diff in (_first_difference(to_dict(cfg.model), to_dict(start.model), "model"),
                  _first_difference(_heads(cfg), _heads(start), "loss (weight > 0)"),
                  _first_difference({"max_length": cfg.data.max_length, "image_size": cfg.data.image_size},
@@ -85,16 +82,10 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
                             f"adaptation keeps the run's model (leave the key out)")
     if cfg.run_dir.resolve() == source.parents[1].resolve():
         raise UserError(f"run_name/output_dir: {cfg.run_dir} is the starting run's folder; give the adapted run its own")
-    split_dir = Path(cfg.data.root) / a.split
-    if not (split_dir / "manifest.json").is_file():
-        raise UserError(f"adapt.split: {split_dir} has no manifest.json (the split with the new language's captions "
-                        f"and images; the synthetic world writes it with --heldout)")
-    count = read_manifest(split_dir).get("languages", {}).get(a.language, 0)
-    if not count:
-        found = ",".join(sorted(read_manifest(split_dir).get("languages", {})))
-        raise UserError(f"adapt.language={a.language}: adapt.split={a.split} ({split_dir}) has no caption in it "
-                        f"(it has {found})")
-    steps = max(1, math.ceil(a.epochs * count / cfg.batch_size)) if a.epochs is not None else cfg.steps
+    cfg = split.resolved(cfg)  # adapt.split: a split under data.root, or any split folder (made absolute)
+    count = split.check_languages(cfg, old)
+    split.check_features(cfg)  # a cache beside the split built with another backbone: refused before anything is written
+    steps = max(1, math.ceil(cfg.adapt.epochs * count / cfg.batch_size)) if cfg.adapt.epochs is not None else cfg.steps
     return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
                                                   tokenizer_normalization=start.data.tokenizer_normalization))
 
@@ -107,7 +98,7 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     tokenizer = load_tokenizer(source / "tokenizer.json")
     if a.vocab_size > 0:
         start = load_train_config(source / "config.yaml")
-        new = [m["caption"] for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language]
+        new = [m["caption"] for m in split.new_captions(cfg)]
         known = [m["caption"] for m in train_captions(start)]
         before = tokenizer.get_vocab_size()
         tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
@@ -116,5 +107,5 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     base = read_provenance(source / "tokenizer.json")
     save_tokenizer(tokenizer, cfg.data.tokenizer, {
         "splits": (base or {}).get("splits", []), "extends": base,
-        "adapt": {"split": str((Path(cfg.data.root) / a.split).resolve()), "language": a.language,
+        "adapt": {"split": str(split.split_dir(cfg).resolve()), "language": a.language,
                   "vocab_size": a.vocab_size}})

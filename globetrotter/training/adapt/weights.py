@@ -2,13 +2,10 @@
 the image side frozen, and with ``adapt.train: new-tokens`` every weight but the new language's token rows."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
-
-from data_prep.shards import read_captions
 
 from ...config import TrainConfig
 from ...encoder import Encoder
@@ -17,6 +14,7 @@ from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
 from ...tokenizer import load_tokenizer, special_ids, token_bytes
 from ..prepare import train_captions
+from . import split
 
 
 def _grow_rows(old: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
@@ -81,13 +79,12 @@ def _rows_to_train(cfg: TrainConfig, start_cfg: TrainConfig, n_old: int, vocab_s
     old training caption does, single bytes excepted. A shared BPE learnt on every language of a split of
     which the run trained on some (``data.train_languages``) already holds the left-out language's tokens:
     no caption the run read held them, so training them changes no old training caption's encoding."""
-    a = cfg.adapt
     tokenizer = load_tokenizer(cfg.data.tokenizer)
 
     def held(texts: list[str]) -> set[int]:
         return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
 
-    new = held([m["caption"] for m in read_captions(Path(cfg.data.root) / a.split) if m["lang"] == a.language])
+    new = held([m["caption"] for m in split.new_captions(cfg)])
     old = held([m["caption"] for m in train_captions(start_cfg)])
     # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
     # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)

@@ -1,0 +1,187 @@
+"""The adaptation split: where the new language's captions and images are, what they hold, and where its images'
+features come from.
+
+``adapt.split`` is a split under the run's ``data.root`` (``adapt``, ``train``) or the path of any split folder,
+absolute or relative to the working directory: a folder of new images that ``globetrotter-data folder ... --all-to
+train --out DIR`` wrote (``DIR/train``). A relative value is looked for under ``data.root`` first.
+
+With a feature cache (``data.features``, a frozen backbone) the new images' features (the whole image only: row 0
+of a cache) are read from
+
+* the run's own cache when the split is the run's train split, or when ``data.features`` names a cache that holds
+  every image of the split (the train split's copies: more-captions, a parallel twin);
+* else ``<split>/features``: built on the first adaptation when absent, with the run's backbone, weights and image
+  size and no augmented views (only the whole image is read, so a new folder costs one pass of the backbone per
+  image), and refused when it was built with another backbone, weights or image size (its views and augmentations do
+  not matter). The run's own caches are read, never built or rewritten, for the old languages' bank.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable
+
+from data_prep.shards import MANIFEST, read_captions, read_manifest
+
+from ...config import TrainConfig
+from ...data.feature_cache import (
+    SPEC, CacheSpec, FeatureCache, build_feature_cache, ensure_feature_cache, load_feature_cache, spec_from_config,
+)
+from ...errors import UserError
+
+FEATURES = "features"
+ROW0_FIELDS = ("backbone", "weights", "weights_sha256", "image_size")  # what the whole image's features depend on
+
+
+def split_dir(cfg: TrainConfig) -> Path:
+    """The folder of ``adapt.split``: ``<data.root>/<adapt.split>`` when that is a split folder, else ``adapt.split``
+    itself (absolute, or relative to the working directory); a one-line error naming both when neither is."""
+    value = cfg.adapt.split
+    under_root = Path(cfg.data.root) / value
+    if (under_root / MANIFEST).is_file():
+        return under_root
+    path = Path(value).expanduser()
+    if (path / MANIFEST).is_file():
+        return path
+    where = str(under_root) if path.is_absolute() else f"{under_root} or {path.resolve()}"
+    raise UserError(f"adapt.split={value}: no split folder ({MANIFEST} and shards) at {where}: name a split under "
+                    f"data.root, or the path of one (e.g. DIR/train written by globetrotter-data folder ... --all-to "
+                    f"train --out DIR; the synthetic world writes 'adapt' with --heldout)")
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``adapt.split`` as an absolute path when it is not a split under ``data.root`` (a folder given
+    relative to the working directory stays the same folder in the saved config)."""
+    folder = split_dir(cfg)
+    if (Path(cfg.data.root) / cfg.adapt.split).resolve() == folder.resolve():
+        return cfg
+    return replace(cfg, adapt=replace(cfg.adapt, split=str(folder.resolve())))
+
+
+def _counts(folder: Path) -> dict[str, int]:
+    return {code: int(n) for code, n in read_manifest(folder).get("languages", {}).items()}
+
+
+def check_new_language(cfg: TrainConfig, old_languages: list[str]) -> None:
+    """A one-line error when ``adapt.language`` is one the run was trained on (naming the adaptation folder and its
+    captions in that language, when the folder is there)."""
+    a = cfg.adapt
+    if a.language not in old_languages:
+        return
+    try:
+        folder = split_dir(cfg)
+        held = f"; {folder} has {_counts(folder).get(a.language, 0)} {a.language} caption(s)"
+    except UserError:
+        held = ""
+    raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already (its training "
+                    f"languages: {','.join(old_languages)}{held}); adapt it to a language it has not seen, or train a "
+                    f"run without it (data.train_languages)")
+
+
+def check_languages(cfg: TrainConfig, old_languages: list[str]) -> int:
+    """The number of ``adapt.language`` captions in the adaptation split; one-line errors naming the folder, the
+    language and the counts when the language is one the run was trained on, or the split holds none of it."""
+    check_new_language(cfg, old_languages)
+    a, folder = cfg.adapt, split_dir(cfg)
+    languages = _counts(folder)
+    count = languages.get(a.language, 0)
+    if not count:
+        counts = ", ".join(f"{code} {n}" for code, n in sorted(languages.items()))
+        known = [code for code in sorted(languages) if code in old_languages]
+        note = f"; {a.from_run} was trained on {','.join(known)} already" if known else ""
+        raise UserError(f"adapt.language={a.language}: {folder} (adapt.split) has no caption in it: 0 of its "
+                        f"{sum(languages.values())} captions (it has {','.join(sorted(languages)) or 'none'}: "
+                        f"{counts or '-'}{note}); caption its images in {a.language}, or set adapt.language to the "
+                        f"folder's new language")
+    return count
+
+
+def new_captions(cfg: TrainConfig) -> list[dict]:
+    """The adaptation split's captions in ``adapt.language`` (metadata, in shard order)."""
+    return [m for m in read_captions(split_dir(cfg)) if m["lang"] == cfg.adapt.language]
+
+
+def whole_image_spec(cfg: TrainConfig) -> CacheSpec:
+    """The cache the adaptation builds for new images: the run's backbone, weights and image size, the whole image
+    only (no augmented views)."""
+    return replace(spec_from_config(cfg), views=0)
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def _reads_own_cache(cfg: TrainConfig, folder: Path) -> bool:
+    """Whether the adaptation reads ``<folder>/features`` (not the run's train cache, ensured by the trainer)."""
+    return (bool(cfg.data.features) and cfg.loss.uses_images
+            and not _same(folder, Path(cfg.data.root) / cfg.data.train_split) and _run_cache(cfg, folder) is None)
+
+
+def _run_cache(cfg: TrainConfig, folder: Path, image_ids: list[str] | None = None) -> FeatureCache | None:
+    """The run's own cache when it serves ``folder`` (the train split; a named cache holding every image of
+    ``image_ids``, default: those of the new language's captions)."""
+    if _same(folder, Path(cfg.data.root) / cfg.data.train_split):
+        return ensure_feature_cache(cfg, cfg.data.train_split)  # the run's: ensure_data has it, never rebuilt here
+    if cfg.data.features == "auto":
+        return None
+    named = Path(cfg.data.features)
+    if _same(named, folder / FEATURES):
+        return None  # the folder's own cache: read as one (whole images of the run's backbone)
+    cache = load_feature_cache(named, spec_from_config(cfg), folder)
+    if image_ids is None:
+        image_ids = _image_ids(cfg)
+    return cache if all(i in cache.row_of for i in image_ids) else None
+
+
+def _check_own_cache(cfg: TrainConfig, path: Path, folder: Path) -> FeatureCache:
+    """``<split>/features``, refused when built with another backbone, weights or image size than the run's."""
+    cache = load_feature_cache(path, None, folder)  # refuses a cache of a split rewritten since
+    mine, run = asdict(cache.spec), asdict(whole_image_spec(cfg))
+    diffs = [f"{k}={mine[k]!r} vs the run's {run[k]!r}" for k in ROW0_FIELDS if mine[k] != run[k]]
+    if diffs:
+        raise UserError(f"{path}: feature cache of adapt.split was built with another backbone setting than "
+                        f"{cfg.adapt.from_run}'s ({'; '.join(diffs)}); delete it (the adaptation builds the new "
+                        f"images' features with the run's backbone) or point adapt.split at another folder")
+    return cache
+
+
+def check_features(cfg: TrainConfig) -> None:
+    """Refuse, before anything is written, a ``<split>/features`` cache the adaptation would read but was built with
+    another backbone, weights or image size (without a feature cache, or with one that serves the split: nothing)."""
+    folder = split_dir(cfg)
+    path = folder / FEATURES
+    if (path / SPEC).is_file() and _reads_own_cache(cfg, folder):
+        _check_own_cache(cfg, path, folder)
+
+
+def _image_ids(cfg: TrainConfig) -> list[str]:
+    return list(dict.fromkeys(str(m["image_id"]) for m in new_captions(cfg)))
+
+
+def ensure_features(cfg: TrainConfig, log: Callable[[str], None] = print) -> None:
+    """Build ``<split>/features`` (the whole images through the run's backbone) when the adaptation reads it and it
+    is absent. Main process only, before the others read it (:func:`features`)."""
+    folder = split_dir(cfg)
+    path = folder / FEATURES
+    if (path / SPEC).is_file() or not _reads_own_cache(cfg, folder):
+        return
+    from ...models.image import create_image_backbone
+
+    spec = whole_image_spec(cfg)
+    log(f"adapt: caching the whole-image features of {folder}'s images in {path} ({spec.backbone}, the run's "
+        f"backbone; no augmented views) ...")
+    backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained,
+                                     **cfg.model.image_backbone_args)
+    record = build_feature_cache(folder, spec, path, backbone, workers=cfg.data.workers)
+    log(f"adapt: {record['images']} images in {record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)")
+
+
+def features(cfg: TrainConfig, folder: Path, image_ids: list[str]) -> FeatureCache:
+    """The cache holding the whole-image features of ``image_ids`` of ``folder`` (see the module docstring)."""
+    cache = _run_cache(cfg, folder, image_ids)
+    if cache is not None:
+        return cache
+    path = folder / FEATURES
+    if not (path / SPEC).is_file():
+        raise UserError(f"{path}: no feature cache for adapt.split (the main process builds it first)")
+    return _check_own_cache(cfg, path, folder)
