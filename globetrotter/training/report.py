@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..shell import python_command
+
 
 def print_summary(result: dict, test_split: str | Path | None = None) -> None:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
@@ -31,4 +33,4 @@ def print_summary(result: dict, test_split: str | Path | None = None) -> None:
         b = result["best"]
         print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")
     if test_split is not None and (Path(test_split) / "manifest.json").is_file():
-        print(f"score it on the test split once: python eval.py sentence --model {result['run_dir']} --split {test_split}")
+        print(f"score it on the test split once: {python_command()} eval.py sentence --model {result['run_dir']} --split {test_split}")

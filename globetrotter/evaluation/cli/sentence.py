@@ -7,6 +7,7 @@ import sys
 
 from globetrotter.argtypes import non_negative_float, positive_int
 from globetrotter.errors import UserError
+from globetrotter.shell import python_command
 
 from .. import plots
 from ..ranking import HEADS, Ranking
@@ -141,5 +142,5 @@ def run_select(args: argparse.Namespace) -> int:
     result.model = common.model_entry(args)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']})")
     path = common.write(result, args)
-    print(f"apply it to test: python eval.py sentence --model {args.model} --split SPLIT --ranking {path}")
+    print(f"apply it to test: {python_command()} eval.py sentence --model {args.model} --split SPLIT --ranking {path}")
     return 0
