@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +44,17 @@ def slug(label: str, index: int, langs: str) -> str:
 
 
 def run(argv: list[str], log: Path) -> None:
-    with open(log, "a", encoding="utf-8") as fh:
-        done = subprocess.run([sys.executable, str(ROOT / "eval.py"), *argv], stdout=fh, stderr=fh, cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"error: eval.py {' '.join(argv[:3])} ... failed (exit {done.returncode}); see {log}")
+    """``eval.py ARGV`` in this process (one interpreter for the whole table), its output appended to ``log``."""
+    from globetrotter.evaluation.cli import main as eval_main
+
+    with open(log, "a", encoding="utf-8") as fh, redirect_stdout(fh), redirect_stderr(fh):
+        try:
+            eval_main(argv)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+    if code:
+        raise SystemExit(f"error: eval.py {' '.join(argv[:3])} ... failed (exit {code}); see {log}")
 
 
 def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict:
