@@ -20,9 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, chooses its best "
         "checkpoint by BackRetrieval on the val split (no parallel text) and prints the command that scores it on "
         "the test split (`eval.py sentence`).",
-        epilog="Overrides use dotted keys, e.g.  train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
-        "loss.transitive=official.  Adapt a trained run to a language it never saw (paper appendix A.2): "
-        "train.py adapt.from=RUN adapt.language=el [--config FILE] [key=value ...]: the run's saved config with "
+        epilog="Overrides use dotted keys, e.g. `train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
+        "loss.transitive=official`. Adapt a trained run to a language it never saw (paper appendix A.2): "
+        "`train.py adapt.from=RUN adapt.language=el [--config FILE]` [key=value ...]: the run's saved config with "
         "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
     )
     p.add_argument("--config", default=None, help=f"YAML config (default: {DEFAULT_CONFIG.name} if it exists)")
