@@ -18,6 +18,7 @@ from globetrotter.tokenizer import extend_tokenizer, token_bytes, train_tokenize
 from globetrotter.training import checkpoint as ckpt
 from globetrotter.training.adapt import load_adapt_config, resolve_config
 from globetrotter.training.adapt import split as adapt_split
+from globetrotter.errors import UserError
 from globetrotter.training.cli import main as train_main
 from globetrotter.training.trainer import train
 
@@ -249,6 +250,14 @@ def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp
     assert adapt_split.features(el, root / "adapt", ids).path == root / "adapt" / "features"
     assert adapt_split.features(el, root / "train-copy", ids[:0]).path == root / "train" / "features"  # the bank's
     assert fingerprint(root / "train" / "features") == named
+    # other photos under the train split's image names (a manifest with another checksum): never the named cache
+    shutil.copytree(root / "train-copy", root / "other-photos")
+    manifest = json.loads((root / "other-photos" / "manifest.json").read_text())
+    manifest["checksum"] = "sha256:" + "0" * 64
+    (root / "other-photos" / "manifest.json").write_text(json.dumps(manifest))
+    train_ids = [str(m["image_id"]) for m in read_captions(root / "train")][:5]
+    with pytest.raises(UserError, match="no feature cache for adapt.split"):  # its own, which the trainer builds
+        adapt_split.features(el, root / "other-photos", train_ids)
 
 
 def fingerprint(folder: Path) -> dict[str, tuple[int, int]]:

@@ -112,6 +112,7 @@ def test_a_new_language_from_a_new_folder_of_images(base, tmp_path, monkeypatch,
     convert(tmp_path / "new", ["ar"], 10_000, 96, "train", "outputs/new-ar")
     convert(tmp_path / "test", ["en", "ar"], 20_000, 4, "test", "outputs/new-ar-test")  # a photo of each colour
     assert {m["lang"] for m in read_captions("outputs/new-ar/train")} == {"ar"}
+    assert json.loads(Path("outputs/new-ar/train/manifest.json").read_text())["one_language_per_image"] is True
     # 3. adapt: the documented command, with more epochs for 96 captions
     code, _ = run(train_main, "--config", REPO / "configs" / "adapt.yaml", f"adapt.from={base}", "adapt.language=ar",
                   "adapt.split=outputs/new-ar/train", "adapt.epochs=30")

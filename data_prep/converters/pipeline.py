@@ -10,8 +10,7 @@ the splits (:mod:`~data_prep.converters.splits`: by fractions, by the sources' o
 by the split files a dataset publishes, or all to one split; a split file naming an unknown
 image, or an image in two splits, stops the conversion here, before anything is written),
 decodes and resizes each image once in a process pool, and writes every (image, caption)
-sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
-works ahead).
+sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
 ``out_dir/train-parallel/`` (``--parallel-train``: the train images that have captions in
@@ -259,7 +258,8 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
         report.note(note)
     for image_id in plan.incomplete_test:
         report.leave_out("test_image_missing_language", len(by_id[image_id].captions))
-    if not options.assign_languages and any(split != "test" for split in plan.split_of.values()):
+    one_language = options.assign_languages or all(len(infos[i].langs) == 1 for i, s in plan.split_of.items() if s != "test")
+    if not one_language and any(split != "test" for split in plan.split_of.values()):
         report.note("without --assign-languages, train/val keep every language of each image: this breaks the "
                     "Globetrotter rule (check_split_rule fails on train/val); pass --assign-languages to train Globetrotter")
 
@@ -267,11 +267,11 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     ids = list(writes)
     order = [ids[i] for i in rng.permutation(len(ids))]  # mix languages and sources across shards
     _clear_out_dir(out_dir)
-    _write_shards(order, by_id, writes, options, report)
+    _write_shards(order, by_id, writes, options, report, one_language)
 
     if options.check:
         for split in ("train", "val", "test"):
-            if report.images[split] and (split == "test" or options.assign_languages):
+            if report.images[split] and (split == "test" or one_language):
                 check_split_rule(out_dir / split, split)
     report.timing["total_seconds"] = time.perf_counter() - start
     report.options = {k: (v if isinstance(v, (int, float, bool, str, type(None))) else str(v) if isinstance(v, Path)
@@ -347,7 +347,7 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
 
 
 def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
-                  report: ConversionReport) -> None:
+                  report: ConversionReport, one_language: bool) -> None:
     """Decode the images of ``order`` in a pool and write their samples, split by split."""
     out_dir = Path(options.out_dir)
     writers: dict[str, ShardWriter] = {}
@@ -373,7 +373,7 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
                 writer = writers[split] = ShardWriter(
                     out_dir / split, split=split, source=options.source_name, image_format="jpg",
                     maxcount=options.shard_size,
-                    extra={"one_language_per_image": split in ("train", "val") and options.assign_languages,
+                    extra={"one_language_per_image": split in ("train", "val") and one_language,
                            "resize": options.image.resize, "resize_mode": options.image.mode,
                            "summary": f"../{SUMMARY}"})
             try:

@@ -256,6 +256,17 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
                         f"the cache from that split or point data.features elsewhere")
 
 
+def built_from_split(path: str | Path, split_dir: str | Path) -> bool:
+    """Whether the cache at ``path`` was built from ``split_dir``'s very images: the split's manifest checksum, or
+    the checksum of the split a more-captions copy took its images from, is the one the cache recorded. (Image ids
+    alone do not say it: another folder may hold other photos under the same names.)"""
+    if not (Path(path) / SPEC).is_file():
+        return False
+    built = json.loads((Path(path) / SPEC).read_text()).get("split_checksum")
+    manifest = read_manifest(split_dir)
+    return bool(built) and built in (manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum"))
+
+
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
                        split_dir: str | Path | None = None) -> FeatureCache:
     """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it

@@ -34,7 +34,8 @@ features and the batches), :mod:`.objective`, :mod:`.report` (before/after), and
 
 The adapted run is an ordinary run folder (its config, the grown tokenizer, checkpoints) that every
 evaluation command reads. Its ``result.json`` gains ``adapt``: sentence translation of the new language
-with the old ones, and of the old languages among themselves, before and after (on the test split).
+with the old ones, and of the old languages among themselves, before and after, when the run reads the test split
+(``val.test_groups`` > 0; otherwise ``before``/``after`` are null: score the new pair with ``eval.py sentence``).
 """
 from __future__ import annotations
 

@@ -8,8 +8,10 @@ train --out DIR`` wrote (``DIR/train``). A relative value is looked for under ``
 With a feature cache (``data.features``, a frozen backbone) the new images' features (the whole image only: row 0
 of a cache) are read from
 
-* the run's own cache when the split is the run's train split, or when ``data.features`` names a cache that holds
-  every image of the split (the train split's copies: more-captions, a parallel twin);
+* the run's own cache when the split is the run's train split, or when ``data.features`` names a cache built from
+  the split's very images (its manifest checksum, or that of the split a more-captions copy took its images from,
+  is the one the cache recorded: the train split's copies, a parallel twin's) and holding every image of it; never
+  by image ids alone, which another folder of photos may reuse;
 * else ``<split>/features``: built on the first adaptation when absent, with the run's backbone, weights and image
   size and no augmented views (only the whole image is read, so a new folder costs one pass of the backbone per
   image), and refused when it was built with another backbone, weights or image size (its views and augmentations do
@@ -25,7 +27,8 @@ from data_prep.shards import MANIFEST, read_captions, read_manifest
 
 from ...config import TrainConfig
 from ...data.feature_cache import (
-    SPEC, CacheSpec, FeatureCache, build_feature_cache, ensure_feature_cache, load_feature_cache, spec_from_config,
+    SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache, load_feature_cache,
+    spec_from_config,
 )
 from ...errors import UserError
 
@@ -125,8 +128,8 @@ def _run_cache(cfg: TrainConfig, folder: Path, image_ids: list[str] | None = Non
     if cfg.data.features == "auto":
         return None
     named = Path(cfg.data.features)
-    if _same(named, folder / FEATURES):
-        return None  # the folder's own cache: read as one (whole images of the run's backbone)
+    if _same(named, folder / FEATURES) or not built_from_split(named, folder):
+        return None  # the folder's own cache (whole images of the run's backbone), or other photos than the cache's
     cache = load_feature_cache(named, spec_from_config(cfg), folder)
     if image_ids is None:
         image_ids = _image_ids(cfg)
@@ -163,7 +166,12 @@ def ensure_features(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     is absent. Main process only, before the others read it (:func:`features`)."""
     folder = split_dir(cfg)
     path = folder / FEATURES
-    if (path / SPEC).is_file() or not _reads_own_cache(cfg, folder):
+    if not _reads_own_cache(cfg, folder):
+        if cfg.data.features and cfg.loss.uses_images and not _same(folder, Path(cfg.data.root) / cfg.data.train_split):
+            log(f"adapt: {folder}'s image features are read from {cfg.data.features} (built from the same photos)")
+        return
+    if (path / SPEC).is_file():
+        log(f"adapt: {folder}'s image features are read from {path}")
         return
     from ...models.image import create_image_backbone
 
