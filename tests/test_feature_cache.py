@@ -289,16 +289,29 @@ def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world
         _cfg(tiny_world, tmp_path, weights, "data.features=null", "data.batching=neighbours")
 
 
-def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights):
+def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights, capsys):
+    from globetrotter.data_cli import main as data_main
+
     out = tmp_path / "cache"
-    base = [sys.executable, "-m", "globetrotter.data_cli", "features", str(tiny_world / "train"),
-            "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8", "--out", str(out),
-            "--workers", "0", "--backbone", "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"]
-    first = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert "wrote" in first.stdout and json.loads((out / "cache.json").read_text())["spec"]["views"] == 2
-    again = subprocess.run(base, capture_output=True, text=True, cwd=REPO)
-    assert again.returncode == 0 and "up to date" in again.stdout
-    other = subprocess.run(base[:-1] + ["3"], capture_output=True, text=True, cwd=REPO)
-    assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].startswith("error:")
-    assert "views=2 vs 3" in other.stderr.strip().splitlines()[-1]
+    base = ["features", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
+            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        threads = torch.get_num_threads()  # the command sets this process's threads: give the suite its own back
+        try:
+            with pytest.raises(SystemExit) as stop:
+                data_main(argv)
+        finally:
+            torch.set_num_threads(threads)
+        captured = capsys.readouterr()
+        return stop.value.code, captured.out, captured.err
+
+    code, stdout, stderr = run(base)
+    assert code == 0, stderr[-2000:]
+    assert "wrote" in stdout and json.loads((out / "cache.json").read_text())["spec"]["views"] == 2
+    code, stdout, _ = run(base)
+    assert code == 0 and "up to date" in stdout
+    code, _, stderr = run(base[:-1] + ["3"])
+    assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
+    assert "views=2 vs 3" in stderr.strip().splitlines()[-1]

@@ -11,7 +11,8 @@ from globetrotter.training import objective, speed
 from globetrotter.training.trainer import train
 from test_training import tiny_cfg  # tests/ is on sys.path (rootless conftest)
 
-STEPS = ["steps=3", "model.dropout=0", "checkpoint_every=100"]  # no dropout: compiled RNG differs from eager
+STEPS = ["steps=3", "model.dropout=0", "checkpoint_every=100", "threads=1"]  # no dropout: compiled RNG differs from eager;
+# one thread: every run of the module sums in the same order, whatever the machine's load
 BF16_REL = 2e-2  # bf16 keeps 8 mantissa bits: each loss within 2% over 3 steps (measured: <= 0.8%)
 COMPILE_REL = 1e-4  # inductor reorders float32 sums (measured: ~1e-6)
 
@@ -42,6 +43,16 @@ def run_losses(world: Path, out: Path, monkeypatch, *extra: str) -> tuple[list[d
     return losses, result
 
 
+@pytest.fixture(scope="module")
+def eager(tiny_world, tmp_path_factory) -> list[dict]:
+    """The eager float32 losses every option is compared with: one run for the module (the same 3 steps each time)."""
+    AcceleratorState._reset_state()
+    with pytest.MonkeyPatch.context() as m:
+        losses, _ = run_losses(tiny_world, tmp_path_factory.mktemp("eager"), m)
+    AcceleratorState._reset_state()
+    return losses
+
+
 def assert_losses_close(got: list[dict], want: list[dict], rel: float) -> None:
     for step, (g, w) in enumerate(zip(got, want)):
         for key in w:
@@ -52,16 +63,14 @@ def warnings_of(capsys) -> list[str]:
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
 
 
-def test_bf16_step_matches_the_float32_step(tiny_world, tmp_path, monkeypatch):
-    eager, _ = run_losses(tiny_world, tmp_path / "fp32", monkeypatch)
+def test_bf16_step_matches_the_float32_step(eager, tiny_world, tmp_path, monkeypatch):
     bf16, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
     assert result["mixed_precision"] == "bf16"
     assert bf16 != eager, "bf16 autocast ran (the losses are not bit-identical)"
     assert_losses_close(bf16, eager, BF16_REL)
 
 
-def test_bf16_without_support_falls_back_to_float32_in_one_line(tiny_world, tmp_path, monkeypatch, capsys):
-    eager, _ = run_losses(tiny_world, tmp_path / "fp32", monkeypatch)
+def test_bf16_without_support_falls_back_to_float32_in_one_line(eager, tiny_world, tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     monkeypatch.setattr(speed, "bf16_supported", lambda device: False)
     fallback, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
@@ -72,8 +81,7 @@ def test_bf16_without_support_falls_back_to_float32_in_one_line(tiny_world, tmp_
 
 
 @pytest.mark.parametrize("where", ["torch.compile", "first forward"])
-def test_compile_failure_falls_back_to_eager_in_one_line(tiny_world, tmp_path, monkeypatch, capsys, where):
-    eager, _ = run_losses(tiny_world, tmp_path / "eager", monkeypatch)
+def test_compile_failure_falls_back_to_eager_in_one_line(eager, tiny_world, tmp_path, monkeypatch, capsys, where):
     capsys.readouterr()
 
     def broken_compile(model, *args, **kwargs):
@@ -94,8 +102,7 @@ def test_compile_failure_falls_back_to_eager_in_one_line(tiny_world, tmp_path, m
 
 
 @pytest.mark.slow  # ~10 s with a warm inductor cache; ~4 min cold (C++ kernels of ResNet-18 fwd+bwd, 2 CPU cores)
-def test_compiled_step_matches_the_eager_step(tiny_world, tmp_path, monkeypatch, capsys):
-    eager, _ = run_losses(tiny_world, tmp_path / "eager", monkeypatch)
+def test_compiled_step_matches_the_eager_step(eager, tiny_world, tmp_path, monkeypatch, capsys):
     compiled, result = run_losses(tiny_world, tmp_path / "compiled", monkeypatch, "compile=true")
     assert result["compiled"] is True, warnings_of(capsys)
     assert_losses_close(compiled, eager, COMPILE_REL)
