@@ -114,10 +114,15 @@ def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def _reads_own_cache(cfg: TrainConfig, folder: Path) -> bool:
-    """Whether the adaptation reads ``<folder>/features`` (not the run's train cache, ensured by the trainer)."""
+def _cached_new_split(cfg: TrainConfig, folder: Path) -> bool:
+    """Whether ``folder``'s image features come from a cache other than the train split's (ensured by the trainer)."""
     return (bool(cfg.data.features) and cfg.loss.uses_images
-            and not _same(folder, Path(cfg.data.root) / cfg.data.train_split) and _run_cache(cfg, folder) is None)
+            and not _same(folder, Path(cfg.data.root) / cfg.data.train_split))
+
+
+def _reads_own_cache(cfg: TrainConfig, folder: Path) -> bool:
+    """Whether the adaptation reads ``<folder>/features`` (not a cache of the run's)."""
+    return _cached_new_split(cfg, folder) and _run_cache(cfg, folder) is None
 
 
 def _run_cache(cfg: TrainConfig, folder: Path, image_ids: list[str] | None = None) -> FeatureCache | None:
@@ -167,7 +172,7 @@ def ensure_features(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     folder = split_dir(cfg)
     path = folder / FEATURES
     if not _reads_own_cache(cfg, folder):
-        if cfg.data.features and cfg.loss.uses_images and not _same(folder, Path(cfg.data.root) / cfg.data.train_split):
+        if _cached_new_split(cfg, folder):
             log(f"adapt: {folder}'s image features are read from {cfg.data.features} (built from the same photos)")
         return
     if (path / SPEC).is_file():
