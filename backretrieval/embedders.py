@@ -153,6 +153,8 @@ class USEEmbedder:
     """
 
     name = "use"
+    # the languages it was trained on (ISO 639-1; zh covers simplified and traditional)
+    languages = frozenset({"ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"})
 
     def __init__(self, threads: int = 2, batch_size: int = 256, progress: bool = True) -> None:
         try:

@@ -83,6 +83,12 @@ def test_shipped_configs_are_valid():
     assert configs, "no configs shipped"
     for path in configs:
         load_config(TrainConfig, path)
+    from globetrotter.zeroshot.config import ZeroShotConfig
+
+    zeroshot = sorted((REPO / "configs" / "zeroshot").glob("*.yaml"))
+    assert len(zeroshot) >= 3
+    for path in zeroshot:
+        load_config(ZeroShotConfig, path)
 
 
 def test_cli_reports_config_errors_in_one_line_with_exit_2(tmp_path):

@@ -453,6 +453,23 @@ def test_split_files_send_named_images_to_their_split_and_the_rest_to_train(tmp_
         check_split_rule(out / split, split)
 
 
+def test_a_split_folder_pins_another_conversion_to_the_same_images(tmp_path, capsys):
+    """An English-only dataset whose val and test hold exactly the images of a first dataset's val and test."""
+    w = split_file_world(tmp_path)
+    first = tmp_path / "first"
+    assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
+                "--split-file", f"dev={w['lists']['dev']}", "--out", first]) == 0
+    second = tmp_path / "second"
+    assert cli([*w["base"], "--langs", "en", "--split-file", f"test={first / 'test'}", "--split-file",
+                f"val={first / 'val'}", "--out", second]) == 0
+    capsys.readouterr()
+    for split in ("val", "test"):
+        assert sorted(samples_by_image(second / split)) == sorted(samples_by_image(first / split))
+    assert sorted(samples_by_image(second / "train")) == ["105_a1b2c3", "106_a1b2c3"]
+    assert cli([*w["base"], "--split-file", f"test={tmp_path}", "--out", tmp_path / "x"]) == 2
+    assert "split folder with manifest.json) not found" in capsys.readouterr().err
+
+
 def test_all_to_sends_the_whole_dataset_to_one_split(tmp_path, capsys):
     w = split_file_world(tmp_path)
     out = tmp_path / "out"
@@ -476,7 +493,7 @@ def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys)
         (["--split-file", f"test={test}", "--val-fraction", "0.1"], ["--split-file and --val-fraction are exclusive"]),
         (["--split-file", f"test={dev}", "--all-to", "val"], ["--split-file and --all-to are exclusive"]),
         (["--split-file", f"tst={test}"], ["unknown split 'tst'"]),
-        (["--split-file", f"test={tmp_path / 'none.txt'}"], ["split file not found"]),
+        (["--split-file", f"test={tmp_path / 'none.txt'}"], ["split file (or split folder with manifest.json) not found"]),
         (["--split-file", f"test={write_lines(tmp_path / 'empty.txt', ['', '# nothing'])}"], ["names no image"]),
         (["--all-to", "everything"], ["unknown split 'everything'"]),
     ]

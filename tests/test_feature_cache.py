@@ -232,6 +232,25 @@ def test_other_language_neighbours_match_a_brute_force_search():
     np.testing.assert_array_equal(found, np.argsort(-sim, axis=1)[:, :4])
 
 
+def test_inverted_file_neighbours_keep_other_languages_and_most_exact_neighbours():
+    from globetrotter.data.neighbours import neighbour_recall
+
+    rng = np.random.default_rng(0)
+    scenes = rng.normal(size=(80, 16))
+    x = (scenes[rng.integers(0, 80, 6000)] + 0.5 * rng.normal(size=(6000, 16))).astype(np.float32)
+    langs = rng.choice(list("abcd"), 6000)
+    exact = other_language_neighbours(x, langs, 5, method="exact")
+    approx = other_language_neighbours(x, langs, 5, method="ivf", nprobe=8)
+    assert (langs[approx] != langs[:, None]).all() and (approx >= 0).all()
+    assert 0.9 <= neighbour_recall(approx, exact) < 1.0  # approximate, and close
+    assert neighbour_recall(exact, exact) == 1.0
+    np.testing.assert_array_equal(other_language_neighbours(x, langs, 5, method="auto"), exact)  # small: exact
+    # with every list probed the inverted file is exact up to ties
+    assert neighbour_recall(other_language_neighbours(x, langs, 5, method="ivf", nprobe=10_000), exact) > 0.999
+    with pytest.raises(ValueError, match="unknown neighbour search"):
+        other_language_neighbours(x, langs, 5, method="hnsw")
+
+
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     """A small ResNet's weights in a file: the frozen backbone of the training tests."""

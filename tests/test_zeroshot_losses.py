@@ -27,10 +27,14 @@ def test_m3l_matches_hand_computed_value():
     a, p, ni, nt = t([0.0, 0.0]), t([1.0, 0.0]), t([2.0, 0.0]), t([1.0, 1.0])
     # 0.5 * (1/4)^4 + 1 * (1/2)^4 = 0.5/256 + 1/16
     expected = 0.5 / 256 + 1 / 16
-    assert m3l_loss(a, p, ni, nt).item() == pytest.approx(expected, rel=1e-6)
+    assert m3l_loss(a, p, ni, nt, text_term="anchor").item() == pytest.approx(expected, rel=1e-6)
     # the same as eq. (1) written as a ratio of powers, with other constants
-    got = m3l_loss(a, p, ni, nt, rho=2.0, alpha1=3.0, alpha2=0.25)
+    got = m3l_loss(a, p, ni, nt, rho=2.0, alpha1=3.0, alpha2=0.25, text_term="anchor")
     assert got.item() == pytest.approx(3.0 * 1**2 / 4**2 + 0.25 * 1**2 / 2**2, rel=1e-6)
+    # the image text term measures the negative caption from the positive image: d(p, n_txt) = 1
+    assert m3l_loss(a, p, ni, nt).item() == pytest.approx(0.5 / 256 + 1.0, rel=1e-6)
+    with pytest.raises(ValueError, match="text term"):
+        m3l_loss(a, p, ni, nt, text_term="both")
 
 
 def test_m3l_is_zero_when_anchor_hits_positive_and_large_for_close_negatives():
@@ -79,7 +83,7 @@ def test_mined_losses_use_the_negative_image_and_its_caption():
 
 def test_m3l_gradient_pulls_anchor_to_positive_and_away_from_negative_text():
     anchor = t([1.0, 1.0]).requires_grad_(True)
-    loss = m3l_loss(anchor, t([2.0, 1.0]), t([-1.0, 1.0]), t([1.0, -1.0])).sum()
+    loss = m3l_loss(anchor, t([2.0, 1.0]), t([-1.0, 1.0]), t([1.0, -1.0]), text_term="anchor").sum()
     loss.backward()
     step = -anchor.grad[0]  # gradient descent direction
     assert step[0] > 0  # towards the positive (+x), away from the negative image (-x)
@@ -89,3 +93,28 @@ def test_m3l_gradient_pulls_anchor_to_positive_and_away_from_negative_text():
 def test_typical_squared_distance_of_two_points():
     # the only pair of different images: squared distance 25
     assert typical_squared_distance(t([0.0, 0.0], [3.0, 4.0])) == pytest.approx(25.0)
+
+
+def test_random_negatives_never_pick_the_row_or_its_image():
+    from globetrotter.zeroshot.losses import random_negatives
+
+    torch.manual_seed(0)
+    ids = torch.tensor([0, 0, 1, 2, 3, 3])
+    for _ in range(20):
+        index, valid = random_negatives(6, ids)
+        assert (index != torch.arange(6)).all()
+        assert torch.equal(valid, ids[index] != ids)
+    index, valid = random_negatives(2)  # two rows, no ids: each the other's negative
+    assert index.tolist() == [1, 0] and valid.all()
+
+
+def test_m3l_with_random_negatives_uses_them():
+    from globetrotter.zeroshot.losses import M3Loss
+
+    text, image = torch.randn(8, 4), torch.randn(8, 4)
+    torch.manual_seed(1)
+    got = M3Loss(negatives="random")(text, image)
+    torch.manual_seed(1)
+    index, valid = __import__("globetrotter.zeroshot.losses", fromlist=["x"]).random_negatives(8)
+    expected = m3l_loss(text, image, image[index], text[index])[valid].mean()
+    torch.testing.assert_close(got, expected)

@@ -9,7 +9,8 @@ from globetrotter.config_io import load_config
 from globetrotter.errors import UserError
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.config import ZeroShotConfig
-from globetrotter.zeroshot.retrieval import chance_recall, format_table, nearest_images, recall_at_k, zero_shot_recall
+from globetrotter.zeroshot.retrieval import (chance_recall, format_table, nearest_images, rank_summary, recall_at_k,
+                                             target_ranks, zero_shot_recall)
 from globetrotter.zeroshot.train import load_adapter, save_adapter, train_adapter
 
 
@@ -46,16 +47,50 @@ def test_adapter_rejects_wrong_dropout_count():
         TextToImageAdapter(8, 6, hidden_dims=(5,), dropout=(0.1, 0.1, 0.1))
 
 
-def test_config_defaults_are_the_papers_and_errors_are_one_line():
-    cfg = ZeroShotConfig()
+def test_paper_config_is_the_papers_and_errors_are_one_line():
+    from pathlib import Path
+
+    cfg = load_config(ZeroShotConfig, Path(__file__).resolve().parents[1] / "configs" / "zeroshot" / "xtd10.yaml")
+    assert cfg.adapter.form == "xtd10"
     assert cfg.adapter.hidden_dims == [1024, 2048] and cfg.adapter.dropout == [0.2, 0.1, 0.0]
+    assert (cfg.loss.name, cfg.loss.margin_scale, cfg.metric) == ("patr", 1.0, "l2")
     assert (cfg.loss.rho, cfg.loss.alpha1, cfg.loss.alpha2) == (4.0, 0.5, 1.0)
     assert cfg.loss.margin is None and cfg.adapter.output_scale is None  # measured on the training images
     assert (cfg.optim.lr, cfg.optim.beta1, cfg.optim.batch_size, cfg.optim.epochs) == (1e-3, 0.99, 128, 50)
+    defaults = ZeroShotConfig()  # the project's system: residual adapter, cosine ranking
+    assert (defaults.adapter.form, defaults.metric, defaults.loss.name) == ("residual", "cosine", "patr")
     with pytest.raises(UserError, match="adapter.dropout"):
-        load_config(ZeroShotConfig, overrides=["adapter.dropout=[0.1]"])
+        load_config(ZeroShotConfig, overrides=["adapter.form=xtd10", "adapter.hidden_dims=[8,8]",
+                                               "adapter.dropout=[0.1]"])
+    with pytest.raises(UserError, match="residual form is one width"):
+        load_config(ZeroShotConfig, overrides=["adapter.hidden_dims=[8,8]"])
+    with pytest.raises(UserError, match="loss.margin_scale"):
+        load_config(ZeroShotConfig, overrides=["loss.margin_scale=0"])
     with pytest.raises(UserError, match="loss.name"):
         load_config(ZeroShotConfig, overrides=["loss.name=hinge"])
+
+
+def test_residual_adapter_blocks_are_pre_norm_skips_of_one_width():
+    from globetrotter.zeroshot.adapter import ResidualBlock
+
+    adapter = TextToImageAdapter(8, 6, hidden_dims=[5], dropout=[0.0, 0.3], form="residual")
+    blocks = [m for m in adapter.modules() if isinstance(m, ResidualBlock)]
+    assert len(blocks) == 2 and [m.p for m in adapter.modules() if isinstance(m, torch.nn.Dropout)] == [0.0, 0.3]
+    fcs = [m for m in adapter.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(fc.in_features, fc.out_features) for fc in fcs] == [(8, 5), (5, 5), (5, 5), (5, 5), (5, 5), (5, 6)]
+    x = torch.randn(3, 5)
+    with torch.no_grad():  # a block whose last layer is zero is the identity: the skip carries x through
+        blocks[0].mlp[-1].weight.zero_()
+        blocks[0].mlp[-1].bias.zero_()
+    torch.testing.assert_close(blocks[0](x), x)
+    assert (adapter.eval()(torch.randn(64, 8) * 50) < 0).any()  # the output is not clamped at 0
+    on_sphere = TextToImageAdapter(8, 6, hidden_dims=[5], dropout=[0.0], output_scale=3.0, form="residual",
+                                   normalize_output=True)
+    torch.testing.assert_close(on_sphere(torch.randn(4, 8) * 9).norm(dim=1), torch.full((4,), 3.0))
+    with pytest.raises(ValueError, match="one width"):
+        TextToImageAdapter(8, 6, hidden_dims=[5, 7], dropout=[0.1], form="residual")
+    with pytest.raises(ValueError, match="unknown adapter form"):
+        TextToImageAdapter(8, 6, form="dense")
 
 
 def test_recall_matches_brute_force_ranking():
@@ -74,6 +109,18 @@ def test_recall_matches_brute_force_ranking():
         "image_retrieval_recall@1": 1.0
     }
     assert nearest_images(images[:3], images, k=1)[:, 0].tolist() == [0, 1, 2]
+    # the ranks behind Recall@K: 1-based, small chunks give the same, the median and intervals follow from them
+    ranks = target_ranks(queries, images, targets, chunk=7)
+    assert ranks.tolist() == (rank + 1).tolist()
+    cos = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
+        images / np.linalg.norm(images, axis=1, keepdims=True)).T
+    cos_rank = (cos > cos[np.arange(30), targets][:, None]).sum(1) + 1
+    assert target_ranks(queries, images, targets, "cosine").tolist() == cos_rank.tolist()
+    summary = rank_summary(ranks, ks=(1, 10), n_boot=200)
+    assert summary["metrics"]["median_rank"] == float(np.median(rank + 1))
+    r10 = summary["intervals"]["image_retrieval_recall@10"]
+    assert r10["value"] == summary["metrics"]["image_retrieval_recall@10"] and r10["lo"] <= r10["value"] <= r10["hi"]
+    assert r10["hi"] - r10["lo"] > 0.05  # 30 queries: a wide interval
     assert chance_recall(200) == {
         "image_retrieval_recall@1": 0.005,
         "image_retrieval_recall@5": 0.025,
@@ -93,7 +140,8 @@ def _synthetic_pairs(n_images: int, caps_per_image: int, image_dim: int = 64, te
 
 
 def _small_config(*overrides: str) -> ZeroShotConfig:
-    base = ["adapter.hidden_dims=[128,128]", "optim.epochs=20", "optim.batch_size=32"]
+    base = ["adapter.form=xtd10", "adapter.hidden_dims=[128,128]", "adapter.dropout=[0.2,0.1,0.0]",
+            "optim.epochs=20", "optim.batch_size=32", "optim.beta1=0.99"]
     return load_config(ZeroShotConfig, overrides=[*base, *overrides])
 
 
@@ -103,8 +151,9 @@ def test_patr_training_learns_a_retrieval_mapping(tmp_path):
     train_rows = caption_image < 250
     adapter, history = train_adapter(text[train_rows], images, caption_image[train_rows], cfg, progress=False)
     assert history.loss[-1] < history.loss[0] and history.samples_per_s > 0
-    # eta measured on the training images; output scale = their mean feature norm
-    assert history.margin == pytest.approx(float(torch.pdist(images).pow(2).mean()), rel=1e-4)
+    # eta = margin_scale x the mean squared distance between two images; output scale = their mean feature norm
+    typical = float(torch.pdist(images).pow(2).mean())
+    assert history.margin == pytest.approx(cfg.loss.margin_scale * typical, rel=1e-4)
     assert history.output_scale == pytest.approx(float(images[:250].norm(dim=1).mean()), rel=1e-5)
     # held-out images 250..299, never trained on
     test_rows = ~train_rows
@@ -122,11 +171,11 @@ def test_patr_training_learns_a_retrieval_mapping(tmp_path):
 
 
 def test_m3l_training_lowers_its_loss_and_pushes_negative_texts_apart():
-    """M3L's claim (XTD10 3.2): the negative-text term pushes dissimilar texts away from the anchor."""
+    """M3L's claim (XTD10 3.2): the negative-text term as written pushes dissimilar texts away from the anchor."""
     from globetrotter.zeroshot.losses import mine_hard_negatives, squared_distance
 
     text, images, caption_image = _synthetic_pairs(200, 2)
-    cfg = _small_config("loss.name=m3l")
+    cfg = _small_config("loss.name=m3l", "loss.text_term=anchor")
 
     def ratio_to_negative_text(adapter) -> float:
         out = adapter.embed(text[:128])
@@ -192,7 +241,7 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
     code = main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "patr"), *common,
                  f"text_encoder=npy:{tmp_path / 'text.npy'}", "loss.name=patr", "loss.margin=null",
-                 "adapter.hidden_dims=[64,64]", "optim.epochs=40", "optim.batch_size=32", "optim.beta1=0.9",
+                 "adapter.hidden_dims=[64]", "optim.epochs=40", "optim.batch_size=32",
                  "max_captions_per_image=1"])
     assert code == 0
     meta = json.loads((tmp_path / "patr" / "meta.json").read_text())
@@ -223,7 +272,8 @@ def test_epoch_loss_is_the_mean_over_the_batches_trained_on():
 
     text, images, caption_image = _synthetic_pairs(33, 1, image_dim=8, text_dim=12)
     cfg = load_config(ZeroShotConfig, overrides=[
-        "adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "adapter.output_scale=1.0", "loss.name=patr",
+        "adapter.form=xtd10", "adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "adapter.output_scale=1.0",
+        "loss.name=patr",
         "loss.margin=2.0", "optim.epochs=1", "optim.batch_size=32"])
     _, history = train_adapter(text, images, caption_image, cfg, progress=False)
     torch.manual_seed(cfg.optim.seed)  # the adapter train_adapter starts from
@@ -284,10 +334,11 @@ def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validatio
                           image_keys=[f"img{i}" for i in range(4)], text_features=images[shown],
                           image_features=images)
     first = split_recall(_Identity(), split, ks=(1,))
-    assert first["metrics"] == {"de": {"image_retrieval_recall@1": 0.0}, "en": {"image_retrieval_recall@1": 1.0}}
+    assert first["metrics"] == {"de": {"image_retrieval_recall@1": 0.0, "median_rank": 2.0},
+                                "en": {"image_retrieval_recall@1": 1.0, "median_rank": 1.0}}
     assert first["n_queries"] == {"de": 4, "en": 4} and first["n_images"] == 4
     every = split_recall(_Identity(), split, ["en"], all_captions=True, ks=(1,))
-    assert every["metrics"] == {"en": {"image_retrieval_recall@1": 0.5}} and every["n_queries"] == {"en": 8}
+    assert every["metrics"]["en"]["image_retrieval_recall@1"] == 0.5 and every["n_queries"] == {"en": 8}
     with pytest.raises(UserError, match=r"^test: no captions in \['fr'\]"):
         split_recall(_Identity(), split, ["en", "fr"], where="test")
     # the --val score: first caption per image, the mean over the languages present (xx has none)

@@ -205,7 +205,9 @@ def _shared_options() -> argparse.ArgumentParser:
     spl.add_argument("--split-file", type=_split_file, action="append", default=[], metavar="SPLIT=FILE",
                      help=f"a dataset's official split list: the images FILE names (one image name or id per line, "
                           f"e.g. Flickr_8k.testImages.txt, Multi30K image_splits/test_2016_flickr.txt) go to SPLIT "
-                          f"({', '.join(SPLIT_NAMES)}; 'dev' is val); repeatable; images named in no file go to train. "
+                          f"({', '.join(SPLIT_NAMES)}; 'dev' is val); FILE may be a converted split folder, whose images "
+                          f"go to SPLIT (e.g. test=outputs/flickr8k/test: the same test images as that dataset); "
+                          f"repeatable; images named in no file go to train. "
                           "A name that matches no image, or an image in files of two splits, stops the conversion")
     spl.add_argument("--all-to", type=_split, default=None, metavar="SPLIT",
                      help="put every image in SPLIT (e.g. test: a whole dataset as an evaluation set)")

@@ -29,6 +29,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from data_prep.errors import UserError
+from data_prep.shards import MANIFEST, read_captions
 
 from .common import HELD_OUT_ORDER, read_text_lines
 
@@ -79,16 +80,21 @@ def parse_split_file(value: str) -> SplitFile:
     split, sep, path = value.partition("=")
     if not sep or not path or not split:
         raise ValueError(f"expected SPLIT=FILE (e.g. test=Flickr_8k.testImages.txt), got {value!r}")
-    if not Path(path).is_file():
-        raise ValueError(f"split file not found: {path}")
+    if not Path(path).is_file() and not (Path(path) / MANIFEST).is_file():
+        raise ValueError(f"split file (or split folder with {MANIFEST}) not found: {path}")
     return SplitFile(split_name(split), Path(path))
 
 
 def read_split_file(split_file: SplitFile) -> list[tuple[int, str]]:
     """(line number, image name) of each name in a split file: one per line, surrounding whitespace dropped;
-    blank lines and ``#`` comments skipped. :class:`UserError` for a file that cannot be read, a line that
+    blank lines and ``#`` comments skipped. A split folder (``manifest.json`` + shards) names its image ids. :class:`UserError` for a file that cannot be read, a line that
     is not UTF-8, or a file that names no image."""
     path = split_file.path
+    if path.is_dir():  # a converted split: its image ids, in order (the same images as another dataset's split)
+        ids = list(dict.fromkeys(str(meta["image_id"]) for meta in read_captions(path)))
+        if not ids:
+            raise UserError(f"{path}: the split folder holds no image")
+        return list(enumerate(ids, 1))
     names = []
     try:
         for line in read_text_lines(path):

@@ -1,4 +1,4 @@
-"""The XTD10 text adapter: frozen sentence embeddings -> a frozen image-embedding space.
+"""The text adapter of the zero-shot system: frozen sentence embeddings -> a frozen image-embedding space.
 
 Aggarwal et al., "Towards Zero-shot Cross-lingual Image Retrieval and Tagging", section 3.1:
 the sentence embedding of a caption goes through stacked blocks of
@@ -8,7 +8,9 @@ the sentence embedding of a caption goes through stacked blocks of
 and the last block has no L2-norm, "to be consistent with ResNet output features" (pooled
 CNN features are non-negative and not unit length). The paper's best model has three blocks
 of widths 1024, 2048, 2048 (the last one is the image-feature size of ResNet-152) with
-dropout 0.2, 0.1, 0.0. Neither encoder is trained: only this adapter is.
+dropout 0.2, 0.1, 0.0. Neither encoder is trained: only this adapter is. Besides that form
+(``form="xtd10"``) the adapter has a residual form (``form="residual"``, the default of
+:class:`~globetrotter.zeroshot.config.AdapterConfig`): pre-norm residual MLP blocks of one width.
 
 ``output_scale`` multiplies the last block's output by a fixed constant (a buffer, never
 trained). 1.0 is the paper literally. Because every block but the last ends in an L2-norm,
@@ -20,7 +22,7 @@ in units the adapter starts at; squared-distance rankings are unchanged.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ from torch import nn
 
 PAPER_HIDDEN_DIMS = (1024, 2048)  # section 3.1; the third FC has the image-feature width
 PAPER_DROPOUT = (0.2, 0.1, 0.0)  # section 3.2
+Form = Literal["residual", "xtd10"]
 
 
 class L2Norm(nn.Module):
@@ -51,14 +54,34 @@ class AdapterBlock(nn.Sequential):
         super().__init__(*layers)
 
 
-class TextToImageAdapter(nn.Module):
-    """Map frozen text embeddings ``[B, text_dim]`` to image features ``[B, image_dim]`` (XTD10 3.1).
+class ResidualBlock(nn.Module):
+    """``x + Linear(Dropout(ReLU(Linear(LayerNorm(x)))))``: a pre-norm residual MLP block of constant width."""
 
-    ``hidden_dims`` are the widths of all blocks but the last, whose width is ``image_dim``;
-    ``dropout`` has one rate per block (``len(hidden_dims) + 1`` values). Every block but
-    the last ends with an L2-norm. The output is non-negative (the last block keeps its
-    ReLU), like the pooled CNN features it is compared with, and multiplied by the fixed
-    ``output_scale`` (module docstring).
+    def __init__(self, width: int, dropout: float) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(x)
+
+
+class TextToImageAdapter(nn.Module):
+    """Map frozen text embeddings ``[B, text_dim]`` to image features ``[B, image_dim]``.
+
+    ``form="xtd10"`` (XTD10 3.1): ``hidden_dims`` are the widths of all blocks but the last, whose width is
+    ``image_dim``; ``dropout`` has one rate per block (``len(hidden_dims) + 1`` values). Every block but the
+    last ends with an L2-norm; the output is non-negative (the last block keeps its ReLU), like the pooled CNN
+    features it is compared with.
+
+    ``form="residual"``: a linear map to the width ``hidden_dims[0]`` (one width), one pre-norm
+    :class:`ResidualBlock` per ``dropout`` rate, then ``LayerNorm`` and a linear map to ``image_dim``. The skips
+    keep the sentence embedding's information intact through the depth, and the output is unconstrained.
+
+    Both multiply the output by the fixed ``output_scale`` (module docstring); with ``normalize_output`` the
+    output is first scaled to unit length, so every output lies on the sphere of radius ``output_scale``. A
+    ratio loss (M3L) needs that: its ratios of distances are scale-free, and unbounded outputs escape to a
+    norm far above the images', where every ratio is 1 and retrieval is at chance (``losses.py``).
     """
 
     def __init__(
@@ -68,31 +91,51 @@ class TextToImageAdapter(nn.Module):
         hidden_dims: Sequence[int] = PAPER_HIDDEN_DIMS,
         dropout: Sequence[float] = PAPER_DROPOUT,
         output_scale: float = 1.0,
+        form: Form = "xtd10",
+        normalize_output: bool = False,
     ) -> None:
         super().__init__()
+        if form not in ("xtd10", "residual"):
+            raise ValueError(f"unknown adapter form {form!r}; expected 'residual' or 'xtd10'")
+        if form == "residual" and len(hidden_dims) != 1:
+            raise ValueError(f"the residual adapter has one width (hidden_dims: [W]), got {list(hidden_dims)}")
         widths = [int(text_dim), *map(int, hidden_dims), int(image_dim)]
-        if len(dropout) != len(widths) - 1:
+        if form == "xtd10" and len(dropout) != len(widths) - 1:
             raise ValueError(f"dropout needs one rate per block ({len(widths) - 1}), got {list(dropout)}")
+        if not dropout:
+            raise ValueError("dropout needs one rate per block, got none")
         if any(w <= 0 for w in widths):
             raise ValueError(f"layer widths must be positive, got {widths}")
         if any(not 0.0 <= p < 1.0 for p in dropout):
             raise ValueError(f"dropout rates must be in [0, 1), got {list(dropout)}")
         if not output_scale > 0:
             raise ValueError(f"output_scale must be > 0, got {output_scale}")
-        n_blocks = len(widths) - 1
+        self.form, self.normalize_output = form, bool(normalize_output)
         self.text_dim, self.image_dim = widths[0], widths[-1]
         self.hidden_dims, self.dropout = [int(w) for w in hidden_dims], [float(p) for p in dropout]
-        self.blocks = nn.Sequential(
-            *(
-                AdapterBlock(widths[i], widths[i + 1], float(dropout[i]), l2_norm=i < n_blocks - 1)
-                for i in range(n_blocks)
+        if form == "xtd10":
+            n_blocks = len(widths) - 1
+            self.blocks = nn.Sequential(
+                *(
+                    AdapterBlock(widths[i], widths[i + 1], float(dropout[i]), l2_norm=i < n_blocks - 1)
+                    for i in range(n_blocks)
+                )
             )
-        )
-
+        else:
+            width = widths[1]
+            self.blocks = nn.Sequential(
+                nn.Linear(widths[0], width),
+                *(ResidualBlock(width, float(p)) for p in dropout),
+                nn.LayerNorm(width),
+                nn.Linear(width, widths[-1]),
+            )
         self.register_buffer("output_scale", torch.tensor(float(output_scale)))
 
     def forward(self, text_embeddings: torch.Tensor) -> torch.Tensor:
-        return self.blocks(text_embeddings) * self.output_scale
+        out = self.blocks(text_embeddings)
+        if self.normalize_output:
+            out = F.normalize(out, dim=-1)
+        return out * self.output_scale
 
     @torch.no_grad()
     def embed(self, text_embeddings: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:

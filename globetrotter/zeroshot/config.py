@@ -11,19 +11,31 @@ from typing import Literal
 
 @dataclass
 class AdapterConfig:
-    """XTD10 section 3.1: block widths and dropout (the last block's width is the image-feature size)."""
+    """The adapter (adapter.py): its form, widths and dropout.
 
-    hidden_dims: list[int] = field(default_factory=lambda: [1024, 2048])  # FC widths before the last block
-    dropout: list[float] = field(default_factory=lambda: [0.2, 0.1, 0.0])  # one rate per block (3.2)
-    # fixed multiplier of the output (adapter.py): 1.0 = the paper literally; null = the mean L2
-    # norm of the training images' features, so training starts on the features' scale
+    ``residual``: one width (``hidden_dims: [W]``) and one pre-norm residual MLP block per ``dropout`` rate.
+    ``xtd10`` (XTD10 3.1): FC -> dropout -> ReLU -> L2-norm blocks of widths ``hidden_dims`` and the image-feature
+    size, one ``dropout`` rate per block (the paper: ``hidden_dims: [1024, 2048]``, ``dropout: [0.2, 0.1, 0.0]``).
+    """
+
+    form: Literal["residual", "xtd10"] = "residual"
+    hidden_dims: list[int] = field(default_factory=lambda: [1024])
+    dropout: list[float] = field(default_factory=lambda: [0.1, 0.1, 0.1])  # one rate per block
+    # fixed multiplier of the output (adapter.py). null: 1 for residual; for xtd10, or with normalize_output,
+    # the mean L2 norm of the training images' features (1.0 = the paper literally)
     output_scale: float | None = None
+    # scale each output to unit length before output_scale: outputs on the images' sphere (what M3L needs)
+    normalize_output: bool = False
 
     def validate(self) -> None:
-        if len(self.dropout) != len(self.hidden_dims) + 1:
+        if self.form == "xtd10" and len(self.dropout) != len(self.hidden_dims) + 1:
             raise ValueError(
                 f"adapter.dropout needs {len(self.hidden_dims) + 1} rates (one per block), got {self.dropout}"
             )
+        if self.form == "residual" and len(self.hidden_dims) != 1:
+            raise ValueError(f"adapter.hidden_dims of the residual form is one width [W], got {self.hidden_dims}")
+        if not self.dropout:
+            raise ValueError("adapter.dropout needs one rate per block, got none")
         if any(not 0.0 <= p < 1.0 for p in self.dropout):
             raise ValueError(f"adapter.dropout rates must be in [0, 1), got {self.dropout}")
         if any(w <= 0 for w in self.hidden_dims):
@@ -36,14 +48,20 @@ class AdapterConfig:
 class LossConfig:
     """XTD10 section 3.2: M3L (eq. 1) or PATR (eq. 2), both with in-batch hard negatives."""
 
-    name: Literal["m3l", "patr"] = "m3l"
+    name: Literal["m3l", "patr"] = "patr"
     rho: float = 4.0  # eq. (1) sensitivity exponent
     alpha1: float = 0.5  # eq. (1) weight of the negative image
     alpha2: float = 1.0  # eq. (1) weight of the negative text
+    # eq. (1)'s negative-text ratio d(a, p) / d(x, n_txt): x = the positive image (image) or, as the paper
+    # writes it, the anchor caption (anchor), which settles at chance (losses.py)
+    text_term: Literal["image", "anchor"] = "image"
+    # M3L's negatives: the hardest in the batch (the paper) or a random other image's; PATR always mines the hardest
+    negatives: Literal["hardest", "random"] = "hardest"
     # eq. (2) eta, a squared distance, so it depends on the image encoder's scale: the paper's
-    # 1100 fits ResNet-152 features (set loss.margin=1100 with them). null = the mean squared
-    # distance between two random training images (332 for EfficientNet-Lite0 on Flickr8k).
+    # 1100 fits ResNet-152 features (set loss.margin=1100 with them). null = margin_scale times
+    # the mean squared distance between two random training images.
     margin: float | None = None
+    margin_scale: float = 8.0
 
     def validate(self) -> None:
         if self.rho <= 0:
@@ -52,18 +70,20 @@ class LossConfig:
             raise ValueError("loss.alpha1 and loss.alpha2 must be >= 0")
         if self.margin is not None and self.margin < 0:
             raise ValueError(f"loss.margin must be >= 0 or null, got {self.margin}")
+        if not self.margin_scale > 0:
+            raise ValueError(f"loss.margin_scale must be > 0, got {self.margin_scale}")
 
 
 @dataclass
 class OptimConfig:
-    """XTD10 section 3.2: Adam, lr 1e-3, beta1 0.99, batch 128, 50 epochs."""
+    """Adam, lr 1e-3, batch 128, 20 epochs (XTD10 3.2: beta1 0.99, 50 epochs; configs/zeroshot/xtd10.yaml)."""
 
     lr: float = 1e-3
-    beta1: float = 0.99
+    beta1: float = 0.9
     beta2: float = 0.999
     weight_decay: float = 0.0
     batch_size: int = 128  # large, so the batch holds hard negatives
-    epochs: int = 50
+    epochs: int = 20
     seed: int = 0
 
     def validate(self) -> None:
@@ -86,6 +106,7 @@ class ZeroShotConfig:
     image_weights: str | None = None  # package | FILE | hub; null: 'package' (offline) for efficientnet_lite0
     train_langs: list[str] = field(default_factory=lambda: ["en"])  # zero-shot: train on English only
     max_captions_per_image: int | None = None  # first N training captions per image and language (null: all)
+    metric: Literal["cosine", "l2"] = "cosine"  # how images are ranked: in validation, and `retrieval`'s default
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -51,6 +51,26 @@ class SplitFeatures:
         return rows[np.sort(first)]
 
 
+def encoder_languages(spec: str) -> frozenset[str] | None:
+    """The languages a text-encoder spec was trained on, where known (``use``: multilingual USE); else None."""
+    from backretrieval.embedders import USEEmbedder
+
+    return USEEmbedder.languages if spec == "use" else None
+
+
+def first_captions(caption_image: np.ndarray, langs: np.ndarray, n: int) -> np.ndarray:
+    """The rows of the first ``n`` captions (row order) of each image in each language."""
+    if n < 1:
+        raise ValueError(f"max_captions_per_image must be >= 1, got {n}")
+    seen: dict[tuple, int] = {}
+    keep = []
+    for row, key in enumerate(zip(np.asarray(caption_image).tolist(), np.asarray(langs).tolist())):
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= n:
+            keep.append(row)
+    return np.asarray(keep, dtype=np.int64)
+
+
 def default_image_weights(model_name: str) -> str:
     """``package`` (offline EfficientNet-Lite0) for that model; other models need an explicit choice."""
     return "package" if model_name == PACKAGE_MODEL else ""
@@ -129,14 +149,7 @@ def load_split_features(
     data = load_split(split_dir, langs)
     keep = np.arange(len(data.texts))
     if max_captions_per_image is not None:
-        if max_captions_per_image < 1:
-            raise ValueError(f"max_captions_per_image must be >= 1, got {max_captions_per_image}")
-        seen: dict[tuple, int] = {}
-        mask = np.zeros(len(data.texts), dtype=bool)
-        for row, key in enumerate(zip(data.image_index.tolist(), data.langs.tolist())):
-            seen[key] = seen.get(key, 0) + 1
-            mask[row] = seen[key] <= max_captions_per_image
-        keep = np.flatnonzero(mask)
+        keep = first_captions(data.image_index, data.langs, max_captions_per_image)
     texts = [data.texts[i] for i in keep]
     text_features = embed_cached(text_encoder, texts, cache_dir, progress)
     images = image_features(data, None if data.image_format == "npy" else extractor)

@@ -22,11 +22,15 @@ the paper's rho = 4, kept as an option). PATR learns with its defaults.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 
 PAPER_RHO, PAPER_ALPHA1, PAPER_ALPHA2 = 4.0, 0.5, 1.0  # eq. (1)
 PAPER_ETA = 1100.0  # eq. (2), ResNet-152 pooled features
+TextTerm = Literal["image", "anchor"]
+Negatives = Literal["hardest", "random"]
 
 
 def squared_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -66,6 +70,18 @@ def mine_hard_negatives(
     return index, valid
 
 
+@torch.no_grad()
+def random_negatives(batch: int, image_ids: torch.Tensor | None = None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random in-batch negative for each row: row ``(i + u) mod B`` with ``u`` uniform in ``[1, B)`` (never the
+    row itself), valid when its image differs (``image_ids``). Same return as :func:`mine_hard_negatives`."""
+    index = (torch.arange(batch, device=device) + torch.randint(1, max(batch, 2), (batch,), device=device)) % batch
+    if image_ids is None:
+        valid = index != torch.arange(batch, device=device)
+    else:
+        valid = image_ids[index] != image_ids
+    return index, valid
+
+
 def m3l_loss(
     anchor: torch.Tensor,
     positive: torch.Tensor,
@@ -75,16 +91,22 @@ def m3l_loss(
     alpha1: float = PAPER_ALPHA1,
     alpha2: float = PAPER_ALPHA2,
     eps: float = 1e-8,
+    text_term: TextTerm = "image",
 ) -> torch.Tensor:
     """Multi-modal Metric Loss, XTD10 eq. (1), per row ``[B]``.
 
-    ``alpha1 * (d(a,p) / d(a,n_img))^rho + alpha2 * (d(a,p) / d(a,n_txt))^rho`` with ``d``
+    ``alpha1 * (d(a,p) / d(a,n_img))^rho + alpha2 * (d(a,p) / d(x,n_txt))^rho`` with ``d``
     the squared distance; written as a ratio raised to rho (the same value as the paper's
-    ratio of powers, without overflow). Denominators are clamped at ``eps``.
+    ratio of powers, without overflow). Denominators are clamped at ``eps``. ``x`` is the
+    positive image with ``text_term="image"`` (the default: the image must be nearer its own
+    caption than another image's caption) and the anchor caption with ``"anchor"`` (the paper as
+    written, which can settle at chance: module docstring).
     """
+    if text_term not in ("image", "anchor"):
+        raise ValueError(f"unknown M3L text term {text_term!r}; expected 'image' or 'anchor'")
     d_pos = squared_distance(anchor, positive)
     d_neg_image = squared_distance(anchor, negative_image).clamp_min(eps)
-    d_neg_text = squared_distance(anchor, negative_text).clamp_min(eps)
+    d_neg_text = squared_distance(positive if text_term == "image" else anchor, negative_text).clamp_min(eps)
     return alpha1 * (d_pos / d_neg_image).pow(rho) + alpha2 * (d_pos / d_neg_text).pow(rho)
 
 
@@ -97,7 +119,9 @@ def patr_loss(
 
 
 class _MinedLoss(nn.Module):
-    """Shared forward: mine the hardest negatives in the batch, then average a per-row loss."""
+    """Shared forward: pick a negative in the batch (the hardest, or a random one), then average a per-row loss."""
+
+    negatives: Negatives = "hardest"
 
     def forward(
         self, text: torch.Tensor, image: torch.Tensor, image_ids: torch.Tensor | None = None
@@ -105,7 +129,10 @@ class _MinedLoss(nn.Module):
         """``text`` = adapter outputs ``[B, D]``, ``image`` = frozen image features ``[B, D]``
         (row ``i`` a pair); ``image_ids`` ``[B]`` marks rows that share an image. Returns the
         mean loss over the rows that have a negative (0 when none has)."""
-        index, valid = mine_hard_negatives(text.detach(), image, image_ids)
+        if self.negatives == "random":
+            index, valid = random_negatives(text.shape[0], image_ids, text.device)
+        else:
+            index, valid = mine_hard_negatives(text.detach(), image, image_ids)
         per_row = self.per_row(text, image, image[index], text[index])
         if not bool(valid.any()):
             return per_row.sum() * 0.0
@@ -119,13 +146,16 @@ class M3Loss(_MinedLoss):
     """XTD10 eq. (1) with in-batch hard negatives (image and its caption); see :func:`m3l_loss`."""
 
     def __init__(
-        self, rho: float = PAPER_RHO, alpha1: float = PAPER_ALPHA1, alpha2: float = PAPER_ALPHA2, eps: float = 1e-8
+        self, rho: float = PAPER_RHO, alpha1: float = PAPER_ALPHA1, alpha2: float = PAPER_ALPHA2, eps: float = 1e-8,
+        text_term: TextTerm = "image", negatives: Negatives = "hardest",
     ) -> None:
         super().__init__()
-        self.rho, self.alpha1, self.alpha2, self.eps = rho, alpha1, alpha2, eps
+        self.rho, self.alpha1, self.alpha2, self.eps, self.text_term = rho, alpha1, alpha2, eps, text_term
+        self.negatives = negatives
 
     def per_row(self, anchor, positive, negative_image, negative_text) -> torch.Tensor:
-        return m3l_loss(anchor, positive, negative_image, negative_text, self.rho, self.alpha1, self.alpha2, self.eps)
+        return m3l_loss(anchor, positive, negative_image, negative_text, self.rho, self.alpha1, self.alpha2, self.eps,
+                        self.text_term)
 
 
 class PATRLoss(_MinedLoss):

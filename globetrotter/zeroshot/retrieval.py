@@ -14,6 +14,8 @@ import faiss
 import numpy as np
 import torch
 
+from backretrieval.uncertainty import recall_interval
+
 from globetrotter.errors import UserError
 
 from .adapter import TextToImageAdapter
@@ -56,6 +58,44 @@ def nearest_images(
     return nn
 
 
+def target_ranks(
+    queries: torch.Tensor | np.ndarray,
+    images: torch.Tensor | np.ndarray,
+    targets: torch.Tensor | np.ndarray | Sequence[int],
+    metric: Metric = "l2",
+    chunk: int = 1024,
+) -> np.ndarray:
+    """The 1-based rank of each query's own image among all gallery images ``[Q]`` (1 = nearest).
+
+    The rank is one plus the number of images strictly nearer to the query than its target
+    (ties favour the target). ``metric`` as for :func:`nearest_images`. Computed in chunks of
+    ``chunk`` queries, so memory stays ``chunk x M``.
+    """
+    q = torch.from_numpy(_as_f32(queries))
+    g = torch.from_numpy(_as_f32(images))
+    t = torch.as_tensor(np.asarray(targets, dtype=np.int64).reshape(-1))
+    if len(t) != len(q):
+        raise ValueError(f"{len(q)} queries but {len(t)} targets")
+    if len(t) == 0:
+        raise ValueError("no queries to evaluate")
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(f"query dim {q.shape[1]} != image dim {g.shape[1]}")
+    if metric == "cosine":
+        q, g = torch.nn.functional.normalize(q, dim=1), torch.nn.functional.normalize(g, dim=1)
+        score = lambda a: a @ g.T  # noqa: E731
+    elif metric == "l2":  # -||a - g||^2 up to the per-query constant ||a||^2
+        g_sq = (g * g).sum(1)
+        score = lambda a: 2.0 * a @ g.T - g_sq  # noqa: E731
+    else:
+        raise ValueError(f"unknown metric {metric!r}; expected 'l2' or 'cosine'")
+    ranks = []
+    for i in range(0, len(q), chunk):
+        s = score(q[i : i + chunk])
+        own = s.gather(1, t[i : i + chunk, None])
+        ranks.append((s > own).sum(1) + 1)
+    return torch.cat(ranks).numpy()
+
+
 def recall_at_k(
     queries: torch.Tensor | np.ndarray,
     images: torch.Tensor | np.ndarray,
@@ -68,14 +108,18 @@ def recall_at_k(
     ``queries`` ``[Q, D]`` (already in the image space), ``images`` ``[M, D]``, ``targets``
     ``[Q]`` rows of ``images``. Returns ``{"image_retrieval_recall@K": r}`` for each K.
     """
-    targets = np.asarray(targets, dtype=np.int64).reshape(-1)
-    if len(targets) != len(queries):
-        raise ValueError(f"{len(queries)} queries but {len(targets)} targets")
-    if len(targets) == 0:
-        raise ValueError("no queries to evaluate")
-    nn = nearest_images(queries, images, max(ks), metric)
-    hit = nn == targets[:, None]
-    return {f"image_retrieval_recall@{k}": float(hit[:, :k].any(1).mean()) for k in ks}
+    ranks = target_ranks(queries, images, targets, metric)
+    return {f"image_retrieval_recall@{k}": float((ranks <= k).mean()) for k in ks}
+
+
+def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int = 1000, seed: int = 0) -> dict:
+    """What the ranks ``[Q]`` of the queries' own images say: ``metrics`` (Recall@K and ``median_rank``) and
+    ``intervals`` (each Recall@K's 95% bootstrap interval over queries, ``{"value", "lo", "hi", "se"}``)."""
+    ranks = np.asarray(ranks)
+    intervals = {f"image_retrieval_recall@{k}": recall_interval(ranks <= k, n_boot, seed=seed) for k in ks}
+    metrics = {name: iv["value"] for name, iv in intervals.items()}
+    metrics["median_rank"] = float(np.median(ranks))
+    return {"metrics": metrics, "intervals": intervals}
 
 
 def chance_recall(num_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
@@ -96,10 +140,20 @@ def zero_shot_recall(
     ``text_features[lang]`` ``[Q_lang, Dt]``: frozen sentence embeddings of the test captions
     in ``lang``; ``targets[lang]`` ``[Q_lang]``: their image rows in ``image_features``.
     """
-    return {
-        lang: recall_at_k(adapter.embed(feats), image_features, targets[lang], ks, metric)
-        for lang, feats in text_features.items()
-    }
+    return {lang: rank_summary(ranks, ks, n_boot=1)["metrics"]
+            for lang, ranks in language_ranks(adapter, text_features, targets, image_features, metric).items()}
+
+
+def language_ranks(
+    adapter: TextToImageAdapter,
+    text_features: Mapping[str, torch.Tensor],
+    targets: Mapping[str, torch.Tensor | np.ndarray],
+    image_features: torch.Tensor,
+    metric: Metric = "l2",
+) -> dict[str, np.ndarray]:
+    """Per language, the rank of each query's own image (:func:`target_ranks`) after the adapter."""
+    return {lang: target_ranks(adapter.embed(feats), image_features, targets[lang], metric)
+            for lang, feats in text_features.items()}
 
 
 def check_adapter_dims(adapter: TextToImageAdapter, text_dim: int, image_dim: int, where: str) -> None:
@@ -120,6 +174,7 @@ def split_recall(
     metric: Metric = "l2",
     where: str = "test split",
     adapter_name: str = "adapter",
+    n_boot: int = 1000,
 ) -> dict:
     """Text->image Recall@K of ``adapter`` in each language of a test split (XTD10 Tables 2 and 3).
 
@@ -127,7 +182,8 @@ def split_recall(
     caption with ``all_captions``; the gallery is every image of the split. ``langs`` defaults to all of the
     split's; one without a caption, or features that do not fit the adapter, are one-line errors naming the
     split (``where``) and the adapter (``adapter_name``). Returns ``{"metrics": {lang: {"image_retrieval_recall@K":
-    r}}, "n_queries": {lang: n}, "n_images": M}``.
+    r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap interval}}, "n_queries":
+    {lang: n}, "n_images": M}``.
     """
     present = sorted(set(test.langs.tolist()))
     rows = {lang: (test.rows(lang) if all_captions else test.first_per_image(lang)) for lang in langs or present}
@@ -135,27 +191,29 @@ def split_recall(
     if missing:
         raise UserError(f"{where}: no captions in {missing} (languages present: {present})")
     check_adapter_dims(adapter, test.text_features.shape[1], test.image_features.shape[1], f"{where} vs {adapter_name}")
-    metrics = zero_shot_recall(
+    ranks = language_ranks(
         adapter,
         {lang: torch.from_numpy(test.text_features[r]) for lang, r in rows.items()},
         {lang: test.caption_image[r] for lang, r in rows.items()},
         torch.from_numpy(test.image_features),
-        ks,
         metric,
     )
-    return {"metrics": metrics, "n_queries": {lang: int(len(r)) for lang, r in rows.items()},
-            "n_images": len(test.image_keys)}
+    summaries = {lang: rank_summary(r, ks, n_boot) for lang, r in ranks.items()}
+    return {"metrics": {lang: s["metrics"] for lang, s in summaries.items()},
+            "intervals": {lang: s["intervals"] for lang, s in summaries.items()},
+            "n_queries": {lang: int(len(r)) for lang, r in rows.items()}, "n_images": len(test.image_keys)}
 
 
-def format_table(rows: Mapping[str, Mapping[str, Mapping[str, float]]], k: int = 10) -> str:
-    """A plain-text table, one row per model and one column per language, of Recall@``k``."""
+def format_table(rows: Mapping[str, Mapping[str, Mapping[str, float]]], k: int = 10, key: str | None = None) -> str:
+    """A plain-text table, one row per model and one column per language, of Recall@``k`` (or of ``key``)."""
     langs: list[str] = []
     for per_lang in rows.values():
         langs += [lang for lang in per_lang if lang not in langs]
-    key = f"image_retrieval_recall@{k}"
+    key = key or f"image_retrieval_recall@{k}"
     width = max([len("model")] + [len(name) for name in rows])
     lines = [f"{'model':<{width}} " + " ".join(f"{lang:>6}" for lang in langs)]
     for name, per_lang in rows.items():
-        cells = [f"{per_lang[lang][key]:6.3f}" if lang in per_lang else f"{'-':>6}" for lang in langs]
+        fmt = "6.1f" if key == "median_rank" else "6.3f"
+        cells = [f"{per_lang[lang][key]:{fmt}}" if lang in per_lang else f"{'-':>6}" for lang in langs]
         lines.append(f"{name:<{width}} " + " ".join(cells))
     return "\n".join(lines)

@@ -12,6 +12,12 @@ the paper's values. The image term is what disambiguates ("spring" the season vs
 
 Offline, the English tagger is the ImageNet classifier of the pretrained image model: its
 top-k classes, named by the first synonym of timm's ImageNet class descriptions.
+
+Measured on Flickr8k (docs/zeroshot.md), single words mapped by an adapter trained on sentences
+land far from the images they name, and this tagger stays below a frequency baseline.
+:func:`caption_transfer_tags` tags through sentences instead: the adapter maps unpaired
+target-language captions into the image space, and an image takes the words most common in the
+captions nearest to it.
 """
 from __future__ import annotations
 
@@ -186,6 +192,34 @@ def tag_image_features(
     tags = tag_images(image_features, source, embed_tags, target_vocabularies, w1, w2)
     return [{"source": source[i], "source_probs": [round(float(p), 4) for p in probs[i]],
              "tags": {lang: tags[lang][i] for lang in target_vocabularies}} for i in range(len(source))]
+
+
+def caption_transfer_tags(
+    image_features: torch.Tensor,
+    caption_embeddings: torch.Tensor,
+    caption_words: Sequence[Sequence[str]],
+    neighbours: int = 30,
+    n_tags: int = 5,
+) -> list[list[str]]:
+    """Tags from the captions nearest each image: the ``n_tags`` words most often in its ``neighbours`` nearest.
+
+    ``caption_embeddings`` ``[C, D]``: unpaired captions of the target language (text only) mapped into the
+    image space by the adapter; ``caption_words[c]``: the content words of caption ``c``. The captions nearest an
+    image (cosine) are those the adapter places where that image is, so their shared words describe it; a word
+    counts once per caption, ties go to the nearer caption's words. No image of these captions is used.
+    """
+    if len(caption_words) != caption_embeddings.shape[0]:
+        raise ValueError(f"{caption_embeddings.shape[0]} caption embeddings but {len(caption_words)} word lists")
+    k = min(neighbours, caption_embeddings.shape[0])
+    nearest = cosine_matrix(image_features, caption_embeddings).topk(k, dim=1).indices.tolist()
+    tags = []
+    for row in nearest:
+        counts: dict[str, int] = {}
+        for c in row:
+            for word in caption_words[c]:
+                counts[word] = counts.get(word, 0) + 1
+        tags.append(sorted(counts, key=lambda w: -counts[w])[:n_tags])  # stable: first seen wins ties
+    return tags
 
 
 def image_files(sources: Sequence[str | Path]) -> list[Path]:

@@ -25,7 +25,7 @@ from globetrotter.errors import UserError
 from .adapter import TextToImageAdapter
 from .config import ZeroShotConfig
 from .losses import M3Loss, PATRLoss, typical_squared_distance
-from .retrieval import recall_at_k
+from .retrieval import Metric, recall_at_k
 
 if TYPE_CHECKING:
     from .data import SplitFeatures
@@ -46,15 +46,17 @@ class TrainHistory:
 
 
 def build_loss(config: ZeroShotConfig, image_features: torch.Tensor | None = None) -> torch.nn.Module:
-    """The configured loss module; PATR's ``margin: null`` is measured on ``image_features``."""
+    """The configured loss module; PATR's ``margin: null`` is ``margin_scale`` times the mean squared distance
+    between two of ``image_features`` (:func:`typical_squared_distance`)."""
     cfg = config.loss
     if cfg.name == "m3l":
-        return M3Loss(rho=cfg.rho, alpha1=cfg.alpha1, alpha2=cfg.alpha2)
+        return M3Loss(rho=cfg.rho, alpha1=cfg.alpha1, alpha2=cfg.alpha2, text_term=cfg.text_term,
+                      negatives=cfg.negatives)
     margin = cfg.margin
     if margin is None:
         if image_features is None:
             raise ValueError("loss.margin is null: image features are needed to measure it")
-        margin = typical_squared_distance(image_features)
+        margin = cfg.margin_scale * typical_squared_distance(image_features)
     return PATRLoss(margin=margin)
 
 
@@ -86,10 +88,12 @@ def train_adapter(
     torch.manual_seed(opt.seed)
     device = torch.device(device)
     scale = config.adapter.output_scale
-    if scale is None:  # the mean feature norm of the images trained on
-        scale = float(image_features[torch.unique(caption_image)].float().norm(dim=1).mean().clamp_min(1e-6))
+    if scale is None:  # the mean feature norm of the images trained on (adapter.py); 1 for a free residual output
+        scale = 1.0 if config.adapter.form == "residual" and not config.adapter.normalize_output else float(
+            image_features[torch.unique(caption_image)].float().norm(dim=1).mean().clamp_min(1e-6))
     adapter = TextToImageAdapter(
-        text_features.shape[1], image_features.shape[1], config.adapter.hidden_dims, config.adapter.dropout, scale
+        text_features.shape[1], image_features.shape[1], config.adapter.hidden_dims, config.adapter.dropout, scale,
+        config.adapter.form, config.adapter.normalize_output,
     ).to(device)
     loss_fn = build_loss(config, image_features)
     history = TrainHistory(margin=getattr(loss_fn, "margin", None), output_scale=scale)
@@ -149,16 +153,19 @@ def train_rows(train: SplitFeatures, langs: Sequence[str], where: str = "train s
     return rows
 
 
-def validation_recall(val: SplitFeatures, langs: Sequence[str], k: int = 10) -> Callable[[TextToImageAdapter], float]:
+def validation_recall(
+    val: SplitFeatures, langs: Sequence[str], k: int = 10, metric: Metric = "cosine"
+) -> Callable[[TextToImageAdapter], float]:
     """The validation score :func:`train_adapter` keeps the best epoch by: text->image Recall@``k`` on ``val``
-    (one query per image, its first caption), the mean over the ``langs`` that have captions there."""
+    (one query per image, its first caption; images ranked by ``metric``), the mean over the ``langs`` that have
+    captions there."""
     queries = {lang: val.first_per_image(lang) for lang in langs if len(val.rows(lang))}
     images = torch.from_numpy(val.image_features)
     k = max(k, 1)
 
     def validate(adapter: TextToImageAdapter) -> float:
         scores = [
-            recall_at_k(adapter.embed(torch.from_numpy(val.text_features[r])), images, val.caption_image[r], (k,))
+            recall_at_k(adapter.embed(torch.from_numpy(val.text_features[r])), images, val.caption_image[r], (k,), metric)
             for r in queries.values()
         ]
         return float(np.mean([s[f"image_retrieval_recall@{k}"] for s in scores]))
@@ -212,7 +219,9 @@ def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: s
     save_file(state, str(tmp))
     tmp.replace(out_dir / WEIGHTS)
     save_config(config, out_dir / CONFIG)
-    info = {"text_dim": adapter.text_dim, "image_dim": adapter.image_dim, "hidden_dims": adapter.hidden_dims,
+    info = {"form": adapter.form, "normalize_output": adapter.normalize_output, "text_dim": adapter.text_dim,
+            "image_dim": adapter.image_dim,
+            "hidden_dims": adapter.hidden_dims,
             "dropout": adapter.dropout, "output_scale": float(adapter.output_scale), **meta}
     (out_dir / META).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
     return out_dir
@@ -226,9 +235,9 @@ def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, 
             raise UserError(f"{path}: not an adapter checkpoint (missing {name}; train one with `train`)")
     config = from_dict(ZeroShotConfig, read_yaml(path / CONFIG), where=str(path / CONFIG))
     meta = json.loads((path / META).read_text(encoding="utf-8"))
-    adapter = TextToImageAdapter(
-        meta["text_dim"], meta["image_dim"], meta["hidden_dims"], meta["dropout"], meta.get("output_scale", 1.0)
-    )
+    adapter = TextToImageAdapter(meta["text_dim"], meta["image_dim"], meta["hidden_dims"], meta["dropout"],
+                                 meta.get("output_scale", 1.0), meta.get("form", "xtd10"),
+                                 meta.get("normalize_output", False))
     adapter.load_state_dict(load_file(str(path / WEIGHTS)))
     adapter.eval()
     return adapter, config, meta

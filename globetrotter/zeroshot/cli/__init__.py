@@ -7,6 +7,7 @@ and prints a summary; each writes one JSON record (``--help`` explains every opt
 - ``train``      train the text->image adapter on one language's captions of a split (:mod:`.train`);
 - ``retrieval``  text->image Recall@1/5/10 in every language of a test split, Tables 2/3 (:mod:`.retrieval`);
 - ``tag``        zero-shot multilingual image tagging, section 3.3.2, eqs. 3-5 (:mod:`.tag`);
+- ``tag-eval``   tagging Precision@K on held-out captions against a frequency baseline (:mod:`.tag_eval`);
 - ``triplet``    Triplet/TripletXL adapters over JSONL documents, judged by BackRetrieval (:mod:`.triplet`).
 """
 from __future__ import annotations
@@ -19,10 +20,10 @@ import torch
 from backretrieval.errors import BackRetrievalError
 from globetrotter.errors import UserError, run_cli
 
-from . import retrieval, tag, train, triplet
+from . import retrieval, tag, tag_eval, train, triplet
 from .common import common_options, formatter
 
-COMMANDS = (train, retrieval, tag, triplet)
+COMMANDS = (train, retrieval, tag, tag_eval, triplet)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..data import image_extractor, load_split_features
+from ..data import encoder_languages, image_extractor, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
 from .common import formatter, ks, langs, named_path, write_json
@@ -12,38 +12,50 @@ from .common import formatter, ks, langs, named_path, write_json
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is
 embedded by the frozen multilingual text encoder, projected by the trained adapter into the
-frozen image-feature space, and the test images are ranked by squared Euclidean distance
-(--metric cosine: by cosine). Recall@K = share of queries whose own image is among the K
-nearest; chance = K / number of images. By default one query per image and language (its
-first caption), as XTD10 and Multi30K do; --all-captions uses every caption.
+frozen image-feature space, and the test images are ranked by the adapter's metric (cosine by
+default; --metric overrides it). Recall@K = share of queries whose own image is among the K
+nearest (the JSON adds 95% bootstrap intervals over queries); chance = K / number of images;
+the median rank of the own image is printed too. Languages the text encoder was not trained on
+are named. By default one query per image and language (its first caption), as XTD10 and
+Multi30K do; --all-captions uses every caption.
 """
 
 
 def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
-    record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "metric": args.metric, "ks": args.ks,
+    record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "ks": args.ks,
                     "queries": "all captions" if args.all_captions else "first caption per image and language",
                     "models": {}}
     table: dict = {}
+    notes: list[str] = []
     for name, path in args.adapter:
         adapter, config, meta = load_adapter(path)
         extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
         test = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress)
-        scores = split_recall(adapter, test, args.langs, args.all_captions, args.ks, args.metric, where=str(args.test),
+        metric = args.metric or config.metric
+        scores = split_recall(adapter, test, args.langs, args.all_captions, args.ks, metric, where=str(args.test),
                               adapter_name=str(path))
         n_images = scores["n_images"]
         table[name] = scores["metrics"]
+        unseen = sorted(set(scores["metrics"]) - set(encoder_languages(config.text_encoder) or scores["metrics"]))
         record["models"][name] = {
             "adapter": str(path), "loss": config.loss.name, "text_encoder": config.text_encoder,
-            "image_encoder": config.image_encoder, "train_langs": config.train_langs, "metrics": scores["metrics"],
-            "n_queries": scores["n_queries"], "n_images": n_images,
+            "image_encoder": config.image_encoder, "train_langs": config.train_langs, "metric": metric,
+            "metrics": scores["metrics"], "intervals": scores["intervals"], "n_queries": scores["n_queries"],
+            "n_images": n_images, "languages_the_text_encoder_lacks": unseen,
         }
+        if unseen:
+            notes.append(f"{name}: the text encoder {config.text_encoder!r} was not trained on {', '.join(unseen)}")
         record["chance"] = chance_recall(n_images, args.ks)
     for k in args.ks:
         print(f"text->image Recall@{k} ({record['chance'][f'image_retrieval_recall@{k}']:.3f} = chance, "
               f"{n_images} images)")
         print(format_table(table, k))
+    print("median rank of the own image")
+    print(format_table(table, key="median_rank"))
+    for note in notes:
+        print(f"note: {note}")
     write_json(record, args.json)
     return 0
 
@@ -59,8 +71,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="trained adapter checkpoint (repeat to compare models in one table)")
     p.add_argument("--langs", type=langs, metavar="CODES", help="languages to evaluate (default: all in the split)")
     p.add_argument("--all-captions", action="store_true", help="use every caption as a query, not the first per image")
-    p.add_argument("--metric", choices=("l2", "cosine"), default="l2",
-                   help="ranking: squared Euclidean distance, as in training (default), or cosine")
+    p.add_argument("--metric", choices=("l2", "cosine"), default=None,
+                   help="ranking: cosine or squared Euclidean distance (default: the adapter's config, `metric`)")
     p.add_argument("--ks", type=ks, default=list(DEFAULT_KS), metavar="K,K", help="the K of Recall@K (default 1,5,10)")
     p.add_argument("--json", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     validate = None
     if args.val:
         val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress)
-        validate = validation_recall(val, config.train_langs, args.val_k)
+        validate = validation_recall(val, config.train_langs, args.val_k, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, args.out, **meta)

@@ -1,0 +1,83 @@
+"""Other-language neighbour mining at scale: the inverted-file search against the exact one, same run.
+
+    .venv/bin/python bench/bench_neighbours.py --sizes 100000 1000000 --dim 256
+
+Generated image embeddings (clusters of "scenes" plus noise, one of nine languages per image). For each size it
+times the approximate search over every image (``method="ivf"``) and the exact search for a random sample of
+``--sample`` query images; the exact time for all images is that sample's time scaled by n / sample (its cost is
+linear in the queries). Recall@k is measured on the sample: the share of its exact neighbours the approximate
+search returned. Prints one row per size and the log-log slope of each method's time.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from globetrotter.data.neighbours import other_language_neighbours, neighbour_recall  # noqa: E402
+
+LANGS = np.array(["en", "de", "fr", "es", "ru", "el", "ja", "zh", "ar"])
+
+
+def embeddings(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    scenes = rng.normal(size=(max(n // 50, 10), dim)).astype(np.float32)
+    x = scenes[rng.integers(0, len(scenes), n)] + 0.6 * rng.normal(size=(n, dim)).astype(np.float32)
+    return x, LANGS[rng.integers(0, len(LANGS), n)]
+
+
+def exact_sample(x: np.ndarray, langs: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Exact other-language neighbours of the images ``rows`` only (what the exact search gives them)."""
+    x = x.copy()
+    faiss.normalize_L2(x)
+    out = np.empty((len(rows), k), dtype=np.int64)
+    for lang in np.unique(langs[rows]):
+        mine = np.flatnonzero(langs[rows] == lang)
+        pool = np.flatnonzero(langs != lang)
+        index = faiss.IndexFlatIP(x.shape[1])
+        index.add(x[pool])
+        _, found = index.search(x[rows[mine]], k)
+        out[mine] = pool[found]
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--sample", type=int, default=2000, help="query images searched exactly (default 2000)")
+    p.add_argument("--threads", type=int, default=None, help="faiss threads (default: faiss's choice)")
+    args = p.parse_args()
+    if args.threads:
+        faiss.omp_set_num_threads(args.threads)
+    rows = []
+    print(f"{'n':>9} {'ivf s':>8} {'exact s (est.)':>15} {'speed-up':>9} {'recall@k':>9}")
+    for n in args.sizes:
+        x, langs = embeddings(n, args.dim)
+        sample = np.sort(np.random.default_rng(1).choice(n, size=min(args.sample, n), replace=False))
+        start = time.perf_counter()
+        exact = exact_sample(x, langs, sample, args.k)
+        exact_s = (time.perf_counter() - start) * n / len(sample)
+        start = time.perf_counter()
+        approx = other_language_neighbours(x, langs, args.k, method="ivf")
+        ivf_s = time.perf_counter() - start
+        recall = neighbour_recall(approx[sample], exact)
+        rows.append((n, ivf_s, exact_s))
+        print(f"{n:>9} {ivf_s:>8.1f} {exact_s:>15.1f} {exact_s / ivf_s:>8.1f}x {recall:>9.3f}", flush=True)
+    if len(rows) > 1:
+        (n0, a0, e0), (n1, a1, e1) = rows[-2], rows[-1]
+        slope = lambda t0, t1: math.log(t1 / t0) / math.log(n1 / n0)  # noqa: E731
+        print(f"log-log slope {n0} -> {n1}: ivf {slope(a0, a1):.2f}, exact {slope(e0, e1):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

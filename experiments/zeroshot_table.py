@@ -1,0 +1,174 @@
+"""The zero-shot retrieval table: rows of adapter configs x seeds, each chosen by val, test scored once per row.
+
+    .venv/bin/python experiments/zeroshot_table.py --train outputs/flickr8k-en/train --val outputs/flickr8k-en/val \\
+        --test outputs/flickr8k/test --langs en,de,fr,zh,cs --seeds 0,1 --out eval_out/zeroshot
+
+Every row is a config (``configs/zeroshot*.yaml`` plus ``KEY=VALUE`` overrides, the table below). Each row is trained
+once per seed on the train split's English captions, keeping the epoch with the best English text->image Recall@10
+on val; the row's val figure is that best score, its test figures (Recall@1/5/10 with 95% bootstrap intervals and
+the median rank, per language) are measured once. The default config is the row with the best mean val figure
+(``docs/zeroshot.md`` keeps the table). Frozen features come from the splits' caches; ``--save-bundle FILE``
+writes them to one ``.npz`` and ``--bundle FILE`` reads them back instead of the splits (to move the work to a GPU
+machine that has no copy of the data). Records already in ``--out`` are reused, so an interrupted table resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from globetrotter.config_io import load_config  # noqa: E402
+from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
+from globetrotter.zeroshot.data import SplitFeatures, first_captions, image_extractor, load_split_features  # noqa: E402
+from globetrotter.zeroshot.retrieval import split_recall  # noqa: E402
+from globetrotter.zeroshot.train import train_on_split, train_rows, validation_recall  # noqa: E402
+
+XTD10 = str(ROOT / "configs" / "zeroshot" / "xtd10.yaml")
+RECIPE = str(ROOT / "configs" / "zeroshot" / "recipe.yaml")
+M3L = str(ROOT / "configs" / "zeroshot" / "m3l.yaml")
+# label -> (config file or None for the defaults, overrides)
+ROWS: dict[str, tuple[str | None, list[str]]] = {
+    "xtd10 adapter, PATR (paper)": (XTD10, []),
+    "reference recipe": (RECIPE, []),
+    "system (defaults)": (None, []),
+    "system, margin 1x": (None, ["loss.margin_scale=1"]),
+    "system, margin 4x": (None, ["loss.margin_scale=4"]),
+    "system, margin 16x": (None, ["loss.margin_scale=16"]),
+    "system, L2 ranking": (None, ["metric=l2"]),
+    "system, xtd10 adapter": (None, ["adapter.form=xtd10", "adapter.hidden_dims=[1024,2048]",
+                                     "adapter.dropout=[0.2,0.1,0.0]"]),
+    "system, width 2048": (None, ["adapter.hidden_dims=[2048]"]),
+    "system, no dropout": (None, ["adapter.dropout=[0,0,0]"]),
+    "system, batch 512": (None, ["optim.batch_size=512"]),
+    "system, beta1 0.99": (None, ["optim.beta1=0.99"]),
+    "system, 1 caption per image": (None, ["max_captions_per_image=1"]),
+    "M3L as written (anchor text term, rho 4)": (None, ["loss.name=m3l", "loss.text_term=anchor"]),
+    "M3L, image text term, rho 4": (None, ["loss.name=m3l"]),
+    "M3L, image text term, rho 1": (None, ["loss.name=m3l", "loss.rho=1"]),
+    "M3L (configs/zeroshot/m3l.yaml)": (M3L, []),
+    "M3L, hardest negatives": (M3L, ["loss.negatives=hardest"]),
+    "M3L, anchor text term": (M3L, ["loss.text_term=anchor"]),
+    "M3L, outputs not normalised": (M3L, ["adapter.normalize_output=false"]),
+}
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+
+
+def save_bundle(path: Path, splits: dict[str, SplitFeatures]) -> None:
+    """The frozen features of ``splits`` in one ``.npz`` (float16 features; texts kept)."""
+    arrays = {}
+    for name, s in splits.items():
+        arrays.update({f"{name}/text_features": s.text_features.astype(np.float16),
+                       f"{name}/image_features": s.image_features.astype(np.float16),
+                       f"{name}/caption_image": s.caption_image, f"{name}/langs": np.asarray(s.langs, dtype=str),
+                       f"{name}/groups": np.asarray(s.groups, dtype=str), f"{name}/texts": np.asarray(s.texts, dtype=str),
+                       f"{name}/image_keys": np.asarray(s.image_keys, dtype=str)})
+    np.savez_compressed(path, **arrays)
+
+
+def load_bundle(path: Path) -> dict[str, SplitFeatures]:
+    data = np.load(path)
+    names = sorted({key.split("/")[0] for key in data.files})
+    return {name: SplitFeatures(
+        texts=data[f"{name}/texts"].tolist(), langs=data[f"{name}/langs"].astype(object),
+        groups=data[f"{name}/groups"].astype(object), caption_image=data[f"{name}/caption_image"],
+        image_keys=data[f"{name}/image_keys"].tolist(),
+        text_features=data[f"{name}/text_features"].astype(np.float32),
+        image_features=data[f"{name}/image_features"].astype(np.float32)) for name in names}
+
+
+def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, SplitFeatures]:
+    if args.bundle:
+        return load_bundle(Path(args.bundle))
+    extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
+    return {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
+                                         args.cache_dir),
+            "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir),
+            "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir)}
+
+
+def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argparse.Namespace) -> dict:
+    path, overrides = ROWS[label]
+    config = load_config(ZeroShotConfig, path, [*overrides, f"optim.seed={seed}"])
+    train = splits["train"]
+    rows = train_rows(train, config.train_langs)
+    if config.max_captions_per_image is not None:  # as load_split_features keeps them
+        rows = rows[first_captions(train.caption_image[rows], train.langs[rows], config.max_captions_per_image)]
+    validate = validation_recall(splits["val"], config.train_langs, 10, config.metric)
+    adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=False)
+    adapter.cpu()
+    test = split_recall(adapter, splits["test"], args.langs, metric=config.metric, where="test")
+    return {"row": label, "config": path, "overrides": overrides, "seed": seed, "metric": config.metric,
+            "val_recall@10": max(trained["history"]["val"]), **{k: v for k, v in trained.items() if k != "history"},
+            "best_epoch": trained["history"]["best_epoch"], "train_s": trained["history"]["train_s"], "test": test}
+
+
+def table(records: list[dict], langs: list[str]) -> str:
+    key = "image_retrieval_recall@10"
+    lines = ["| row | val en R@10 | " + " | ".join(f"{lang} R@10" for lang in langs) + " | median rank (en) |",
+             "|---|---|" + "---|" * len(langs) + "---|"]
+    for label in dict.fromkeys(r["row"] for r in records):
+        rs = [r for r in records if r["row"] == label]
+        val = " / ".join(f"{r['val_recall@10']:.3f}" for r in rs)
+        cells = [" / ".join(f"{r['test']['metrics'][lang][key]:.3f}" for r in rs) for lang in langs]
+        med = " / ".join(f"{r['test']['metrics'][langs[0]]['median_rank']:.0f}" for r in rs)
+        lines.append(f"| {label} | {val} | " + " | ".join(cells) + f" | {med} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train", default="outputs/flickr8k-en/train")
+    p.add_argument("--val", default="outputs/flickr8k-en/val")
+    p.add_argument("--test", default="outputs/flickr8k/test")
+    p.add_argument("--langs", default="en,de,fr,zh,cs", type=lambda v: v.split(","))
+    p.add_argument("--seeds", default="0,1", type=lambda v: [int(s) for s in v.split(",")])
+    p.add_argument("--rows", default=None, help="comma-separated row numbers (0-based) to run (default: all)")
+    p.add_argument("--out", default="eval_out/zeroshot")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--cache-dir", default="outputs/cache")
+    p.add_argument("--bundle", help="read the frozen features from this .npz instead of the splits")
+    p.add_argument("--save-bundle", help="write the splits' frozen features to this .npz and stop")
+    args = p.parse_args(argv)
+    splits = load_splits(args, load_config(ZeroShotConfig, None, []))
+    if args.save_bundle:
+        save_bundle(Path(args.save_bundle), splits)
+        print(f"wrote {args.save_bundle}", file=sys.stderr)
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = list(ROWS)
+    if args.rows:
+        labels = [labels[int(i)] for i in args.rows.split(",")]
+    records = []
+    for label in labels:
+        for seed in args.seeds:
+            path = out / f"{slug(label)}-s{seed}.json"
+            if path.is_file():
+                records.append(json.loads(path.read_text()))
+                continue
+            start = time.perf_counter()
+            record = measure(label, seed, splits, args)
+            path.write_text(json.dumps(record, indent=1, default=float) + "\n")
+            records.append(record)
+            print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "
+                  f"{record['test']['metrics'][args.langs[0]]['image_retrieval_recall@10']:.3f} "
+                  f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    text = table(records, args.langs)
+    (out / "table.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""experiments/zeroshot_table.py: features move through a bundle unchanged; a row is trained, chosen on val, scored."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from globetrotter.zeroshot.data import SplitFeatures
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _driver():
+    spec = importlib.util.spec_from_file_location("zeroshot_table", ROOT / "experiments" / "zeroshot_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _split(rng, mix, n_images, langs, caps=2):
+    images = np.abs(rng.normal(size=(n_images, 8))).astype(np.float32)
+    rows = [(i, lang) for i in range(n_images) for lang in langs for _ in range(caps if lang == "en" else 1)]
+    image_of = np.array([i for i, _ in rows])
+    text = images[image_of] @ mix + 0.05 * rng.normal(size=(len(rows), 16)).astype(np.float32)
+    return SplitFeatures(texts=[f"c{k}" for k in range(len(rows))], langs=np.array([lang for _, lang in rows], object),
+                         groups=np.array([f"g{i}" for i in image_of], object), caption_image=image_of,
+                         image_keys=[f"img{i}" for i in range(n_images)], text_features=text.astype(np.float32),
+                         image_features=images)
+
+
+def test_bundle_round_trip_and_one_row(tmp_path):
+    z = _driver()
+    rng = np.random.default_rng(0)
+    mix = rng.normal(size=(8, 16)).astype(np.float32)
+    splits = {"train": _split(rng, mix, 60, ["en"]), "val": _split(rng, mix, 20, ["en"]),
+              "test": _split(rng, mix, 20, ["en", "de"], caps=1)}
+    z.save_bundle(tmp_path / "b.npz", splits)
+    back = z.load_bundle(tmp_path / "b.npz")
+    assert back["test"].texts == splits["test"].texts and back["test"].image_keys == splits["test"].image_keys
+    np.testing.assert_array_equal(back["test"].caption_image, splits["test"].caption_image)
+    np.testing.assert_allclose(back["train"].text_features, splits["train"].text_features, atol=1e-2)
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[32]", "optim.epochs=3", "optim.batch_size=16"]),
+              "tiny, 1 caption": (None, ["adapter.hidden_dims=[32]", "optim.epochs=3", "optim.batch_size=16",
+                                         "max_captions_per_image=1"])}
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en,de", "--seeds", "0", "--device", "cpu",
+                   "--out", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "tiny-s0.json").read_text())
+    assert record["n_captions"] == 120 and 0 <= record["best_epoch"] < 3
+    assert set(record["test"]["metrics"]) == {"en", "de"} and "intervals" in record["test"]
+    one = json.loads((tmp_path / "out" / "tiny--1-caption-s0.json").read_text())
+    assert one["n_captions"] == 60 and one["n_images"] == 60
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert table.count("\n| tiny") == 2

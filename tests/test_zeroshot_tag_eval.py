@@ -1,0 +1,113 @@
+"""Tagging measured: tag truth from held-out captions, Precision@K, the frequency baseline, the tag-eval command."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from globetrotter.errors import UserError
+from globetrotter.zeroshot.data import SplitFeatures
+from globetrotter.zeroshot.tag_eval import (content_words, evaluate_tagging, frequent_words, image_tag_truth,
+                                            precision_at_k)
+
+pytest.importorskip("spacy", reason="tagging truth needs the tagging-eval extra")
+pytest.importorskip("jieba", reason="tagging truth needs the tagging-eval extra")
+
+
+def test_content_words_drop_stop_words_keep_nouns_and_segment_chinese():
+    assert content_words("A man and a dog are running on the beach .", "en") == ["man", "dog", "running", "beach"]
+    assert content_words("Ein Mann und ein Hund laufen am Strand.", "de") == ["mann", "hund", "laufen", "strand"]
+    zh = content_words("一只狗在草地上奔跑。", "zh")
+    assert "狗" in zh and "草地" in zh and "在" not in zh and "。" not in zh
+
+
+def test_truth_is_the_words_most_captions_share():
+    captions = ["A dog runs on grass .", "A brown dog on the grass .", "Dog playing outside .",  # image 0
+                "Two children swim in a pool ."]  # image 1: one caption, all of its content words
+    truth = image_tag_truth(captions, [0, 0, 0, 1], "en")
+    assert truth == {0: {"dog", "grass"}, 1: {"children", "swim", "pool"}}
+    assert image_tag_truth(captions, [0, 0, 0, 1], "en", min_share=1.0)[0] == {"dog"}
+    assert frequent_words(captions, "en", 2) == ["dog", "grass"]
+    with pytest.raises(ValueError, match="min_share"):
+        image_tag_truth(captions, [0, 0, 0, 1], "en", min_share=0)
+
+
+def test_precision_at_k_counts_missing_tags_as_wrong_and_skips_images_without_truth():
+    got = precision_at_k([["dog", "grass", "cat"], ["pool"], ["x"]], [{"dog", "grass"}, {"pool", "swim"}, set()], k=2)
+    assert got["precision@2"] == pytest.approx((1.0 + 0.5) / 2) and got["n_images"] == 2
+    with pytest.raises(UserError, match="no image has a true tag"):
+        precision_at_k([["a"]], [set()], k=1)
+
+
+def test_a_tagger_that_reads_the_image_beats_the_frequency_baseline():
+    captions = ["a dog on grass", "dog running on grass", "a cat on a sofa", "cat sleeping on the sofa",
+                "a dog in the snow", "dog jumping in snow"]
+    split = SplitFeatures(texts=captions, langs=np.array(["en"] * 6, dtype=object),
+                          groups=np.array([f"g{i // 2}" for i in range(6)], dtype=object),
+                          caption_image=np.array([0, 0, 1, 1, 2, 2]), image_keys=["a", "b", "c"],
+                          text_features=np.zeros((6, 4), np.float32), image_features=np.eye(3, 4, dtype=np.float32))
+    vocab = {"en": frequent_words(captions, "en", 10)}
+    assert vocab["en"][:2] == ["dog", "grass"] or vocab["en"][0] == "dog"
+    truth_tags = {0: ["dog", "grass"], 1: ["cat", "sofa"], 2: ["dog", "snow"]}
+
+    def oracle(features: torch.Tensor, lang: str) -> list[list[str]]:
+        return [truth_tags[r] for r in features.argmax(1).tolist()]  # the image's row tells which it is
+
+    def constant(features: torch.Tensor, lang: str) -> list[list[str]]:
+        return [["sofa", "snow"]] * len(features)
+
+    scores = evaluate_tagging(split, ["en"], vocab, {"oracle": oracle, "constant": constant}, k=2, n_boot=100)["en"]
+    assert scores["n_images"] == 3 and scores["oracle"]["value"] == pytest.approx(1.0)
+    assert scores["constant"]["value"] == pytest.approx(2 / 6)
+    assert scores["frequency"]["value"] < scores["oracle"]["value"]
+    with pytest.raises(UserError, match="no tag vocabulary"):
+        evaluate_tagging(split, ["de"], vocab, {"oracle": oracle})
+
+
+def test_caption_transfer_tags_vote_among_the_nearest_captions():
+    from globetrotter.zeroshot.tagging import caption_transfer_tags
+
+    images = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    captions = torch.tensor([[1.0, 0.1], [0.9, 0.0], [0.1, 1.0], [0.0, 0.8], [1.0, 1.0]])
+    words = [["hund", "gras"], ["hund", "ball"], ["katze"], ["katze", "sofa"], ["hund", "katze"]]
+    assert caption_transfer_tags(images, captions, words, neighbours=2, n_tags=2) == [["hund", "ball"],
+                                                                                      ["katze", "sofa"]]
+    assert caption_transfer_tags(images, captions, words, neighbours=3, n_tags=1) == [["hund"], ["katze"]]
+    with pytest.raises(ValueError, match="word lists"):
+        caption_transfer_tags(images, captions, words[:2])
+
+
+def test_tag_eval_command_end_to_end(tmp_path, capsys):
+    """Real offline EfficientNet-Lite0 head and features from npy shards, a chance-level text encoder."""
+    from data_prep.shards import ShardWriter
+    from globetrotter.zeroshot.adapter import TextToImageAdapter
+    from globetrotter.zeroshot.cli import main
+    from globetrotter.zeroshot.config import ZeroShotConfig
+    from globetrotter.zeroshot.train import save_adapter
+
+    rng = np.random.default_rng(0)
+    images = np.abs(rng.normal(size=(4, 1280))).astype(np.float32)
+    rows = [("a dog on the grass", "en", 0), ("dog running on grass", "en", 0), ("ein Hund im Gras", "de", 0),
+            ("a cat on a sofa", "en", 1), ("eine Katze auf dem Sofa", "de", 1), ("a red car", "en", 2),
+            ("ein rotes Auto", "de", 2), ("a boy with a ball", "en", 3), ("ein Junge mit einem Ball", "de", 3)]
+    for split in ("test", "train"):
+        with ShardWriter(tmp_path / split, split=split, source="test", image_format="npy") as writer:
+            for i, (caption, lang, row) in enumerate(rows):
+                writer.write(f"s{i}", images[row], caption, lang, image_id=f"img{row}", group=f"img{row}")
+    torch.manual_seed(0)
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0], form="residual"), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt")
+    common = ["--adapter", str(tmp_path / "ckpt"), "--test", str(tmp_path / "test"), "--vocab-from",
+              str(tmp_path / "train"), "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--k", "2"]
+    assert main(["tag-eval", *common, "--json", str(tmp_path / "t.json")]) == 0
+    record = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    assert set(record["scores"]) == {"de", "en"} and record["scores"]["en"]["n_images"] == 4
+    assert record["baseline_tags"]["en"][0] == "dog"  # the most frequent content word of the train captions
+    for scores in record["scores"].values():
+        for model in ("captions", "xtd10", "frequency"):
+            assert 0.0 <= scores[model]["lo"] <= scores[model]["value"] <= scores[model]["hi"] <= 1.0
+    assert "captions" in capsys.readouterr().out.splitlines()[0]
+    assert main(["tag-eval", *common, "--langs", "fr"]) == 2
+    assert "no captions" in capsys.readouterr().err
