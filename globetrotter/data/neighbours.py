@@ -7,7 +7,7 @@ whole-image features (no text, no parallel data): for each image, its ``k`` near
 (cosine) among those captioned in any *other* language.
 
 Up to :data:`EXACT_MAX` images the search is exact (one flat faiss search per language: its cost
-grows with the square of the images). Above, it is approximate and grows about linearly: one
+grows with the square of the images). Above, it is approximate and grows as about n^1.5: one
 inverted-file index (faiss ``IndexIVFFlat``, about ``4 sqrt(n)`` lists, ``nprobe`` of them
 searched) over all images, searched once per language with a selector that leaves that
 language's images out. :func:`neighbour_recall` measures what the approximation keeps.
