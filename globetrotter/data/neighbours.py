@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import UserError
 
 EXACT_MAX = 100_000  # images: exact search up to here, inverted file above
-DEFAULT_NPROBE = 32
+DEFAULT_NPROBE = 8
 TRAIN_SAMPLE = 64  # points per inverted list used to train the coarse quantiser
 
 
