@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.data.neighbours import other_language_neighbours, neighbour_recall  # noqa: E402
+from globetrotter.data.neighbours import exact_neighbours_of, neighbour_recall, other_language_neighbours  # noqa: E402
 
 LANGS = np.array(["en", "de", "fr", "es", "ru", "el", "ja", "zh", "ar"])
 
@@ -31,21 +31,6 @@ def embeddings(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     scenes = rng.normal(size=(max(n // 50, 10), dim)).astype(np.float32)
     x = scenes[rng.integers(0, len(scenes), n)] + 0.6 * rng.normal(size=(n, dim)).astype(np.float32)
     return x, LANGS[rng.integers(0, len(LANGS), n)]
-
-
-def exact_sample(x: np.ndarray, langs: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    """Exact other-language neighbours of the images ``rows`` only (what the exact search gives them)."""
-    x = x.copy()
-    faiss.normalize_L2(x)
-    out = np.empty((len(rows), k), dtype=np.int64)
-    for lang in np.unique(langs[rows]):
-        mine = np.flatnonzero(langs[rows] == lang)
-        pool = np.flatnonzero(langs != lang)
-        index = faiss.IndexFlatIP(x.shape[1])
-        index.add(x[pool])
-        _, found = index.search(x[rows[mine]], k)
-        out[mine] = pool[found]
-    return out
 
 
 def main() -> int:
@@ -64,7 +49,7 @@ def main() -> int:
         x, langs = embeddings(n, args.dim)
         sample = np.sort(np.random.default_rng(1).choice(n, size=min(args.sample, n), replace=False))
         start = time.perf_counter()
-        exact = exact_sample(x, langs, sample, args.k)
+        exact = exact_neighbours_of(x, langs, args.k, sample)
         exact_s = (time.perf_counter() - start) * n / len(sample)
         start = time.perf_counter()
         approx = other_language_neighbours(x, langs, args.k, method="ivf")

@@ -62,16 +62,25 @@ def other_language_neighbours(features: np.ndarray, langs: np.ndarray, k: int, m
     raise ValueError(f"unknown neighbour search {method!r}; expected auto, exact or ivf")
 
 
-def _exact(x: np.ndarray, langs: np.ndarray, k: int) -> np.ndarray:
-    out = np.empty((len(x), k), dtype=np.int64)
-    for lang in np.unique(langs):
-        queries = np.flatnonzero(langs == lang)
+def _exact(x: np.ndarray, langs: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Exact neighbours of the images ``rows`` (default: all), one row of the result per query, in order."""
+    rows = np.arange(len(x)) if rows is None else np.asarray(rows)
+    out = np.empty((len(rows), k), dtype=np.int64)
+    for lang in np.unique(langs[rows]):
+        mine = np.flatnonzero(langs[rows] == lang)
         pool = np.flatnonzero(langs != lang)
         index = faiss.IndexFlatIP(x.shape[1])
         index.add(x[pool])
-        _, found = index.search(x[queries], k)
-        out[queries] = pool[found]
+        _, found = index.search(x[rows[mine]], k)
+        out[mine] = pool[found]
     return out
+
+
+def exact_neighbours_of(features: np.ndarray, langs: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+    """[len(rows), k]: the exact other-language neighbours of the images ``rows`` only (a sample to measure an
+    approximate search against, :func:`neighbour_recall`)."""
+    x, langs = _check(features, langs, k)
+    return _exact(x, langs, k, rows)
 
 
 def _ivf(x: np.ndarray, langs: np.ndarray, k: int, nprobe: int, seed: int) -> np.ndarray:

@@ -51,11 +51,13 @@ class SplitFeatures:
         return rows[np.sort(first)]
 
 
-def encoder_languages(spec: str) -> frozenset[str] | None:
-    """The languages a text-encoder spec was trained on, where known (``use``: multilingual USE); else None."""
+def languages_the_encoder_lacks(spec: str, langs: Sequence[str]) -> list[str]:
+    """Those of ``langs`` the text encoder ``spec`` was not trained on, where that is known (``use``: the
+    multilingual USE's languages); sorted, empty when unknown."""
     from backretrieval.embedders import USEEmbedder
 
-    return USEEmbedder.languages if spec == "use" else None
+    known = USEEmbedder.languages if spec == "use" else None
+    return sorted(set(langs) - known) if known is not None else []
 
 
 def first_captions(caption_image: np.ndarray, langs: np.ndarray, n: int) -> np.ndarray:

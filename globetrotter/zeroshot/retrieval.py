@@ -112,14 +112,19 @@ def recall_at_k(
     return {f"image_retrieval_recall@{k}": float((ranks <= k).mean()) for k in ks}
 
 
+def rank_metrics(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
+    """Recall@K of the ranks ``[Q]`` of the queries' own images, and their ``median_rank``."""
+    ranks = np.asarray(ranks)
+    return {**{f"image_retrieval_recall@{k}": float((ranks <= k).mean()) for k in ks},
+            "median_rank": float(np.median(ranks))}
+
+
 def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int = 1000, seed: int = 0) -> dict:
     """What the ranks ``[Q]`` of the queries' own images say: ``metrics`` (Recall@K and ``median_rank``) and
     ``intervals`` (each Recall@K's 95% bootstrap interval over queries, ``{"value", "lo", "hi", "se"}``)."""
     ranks = np.asarray(ranks)
     intervals = {f"image_retrieval_recall@{k}": recall_interval(ranks <= k, n_boot, seed=seed) for k in ks}
-    metrics = {name: iv["value"] for name, iv in intervals.items()}
-    metrics["median_rank"] = float(np.median(ranks))
-    return {"metrics": metrics, "intervals": intervals}
+    return {"metrics": rank_metrics(ranks, ks), "intervals": intervals}
 
 
 def chance_recall(num_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
@@ -140,7 +145,7 @@ def zero_shot_recall(
     ``text_features[lang]`` ``[Q_lang, Dt]``: frozen sentence embeddings of the test captions
     in ``lang``; ``targets[lang]`` ``[Q_lang]``: their image rows in ``image_features``.
     """
-    return {lang: rank_summary(ranks, ks, n_boot=1)["metrics"]
+    return {lang: rank_metrics(ranks, ks)
             for lang, ranks in language_ranks(adapter, text_features, targets, image_features, metric).items()}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..data import encoder_languages, image_extractor, load_split_features
+from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
 from .common import formatter, ks, langs, named_path, write_json
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
                               adapter_name=str(path))
         n_images = scores["n_images"]
         table[name] = scores["metrics"]
-        unseen = sorted(set(scores["metrics"]) - set(encoder_languages(config.text_encoder) or scores["metrics"]))
+        unseen = languages_the_encoder_lacks(config.text_encoder, list(scores["metrics"]))
         record["models"][name] = {
             "adapter": str(path), "loss": config.loss.name, "text_encoder": config.text_encoder,
             "image_encoder": config.image_encoder, "train_langs": config.train_langs, "metric": metric,

@@ -11,7 +11,8 @@ from backretrieval.data import load_split
 from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
-from ..data import default_image_weights, embed_cached, encoder_languages, image_extractor, load_split_features
+from ..data import (default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks,
+                    load_split_features)
 from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import PAPER_W1, PAPER_W2, caption_transfer_tags, load_imagenet_classifier, tag_image_features
 from ..train import load_adapter
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     for lang, s in scores.items():
         cells = [f"{s[m]['value']:.3f} [{s[m]['lo']:.3f}, {s[m]['hi']:.3f}]" for m in columns]
         print(f"{lang:<5} {s['n_images']:>6} " + " ".join(f"{c:>22}" for c in cells))
-    lacks = sorted(set(codes) - set(encoder_languages(config.text_encoder) or codes))
+    lacks = languages_the_encoder_lacks(config.text_encoder, codes)
     if lacks:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
     record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": str(args.test),
