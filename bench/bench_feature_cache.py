@@ -8,7 +8,7 @@ training samples/s (next batch + forward, losses, backward, AdamW) of the config
 the cache, against the same config reading pixels (``data.features=null``), same batch size. The
 cached path must be at least 10x the pixel path. With ``model.token_ngrams`` set, (3) the cached path at the
 config's batch without the n-gram rows, to show what the subword-informed table costs a step. The config's cache
-must exist (``python train.py --config ...`` or ``globetrotter-data features`` builds it).
+must exist (``python train.py --config ...`` or ``globetrotter-data features build`` builds it).
 """
 from __future__ import annotations
 

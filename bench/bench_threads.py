@@ -6,7 +6,7 @@ with ``OMP_NUM_THREADS=1``, alone and beside one other training job (itself at d
 
 - train: ``train.py --config configs/quickstart.yaml`` for ``--train-steps`` steps (one validation, one
   checkpoint), wall time of the whole command as a user waits for it, start-up included;
-- features: the feature-cache build of ``configs/flickr8k.yaml``'s train split as ``globetrotter-data features``
+- features: the feature-cache build of ``configs/flickr8k.yaml``'s train split as ``globetrotter-data features build``
   runs it (its thread choice, its decoding worker), on ``--build-images`` images; images/s.
 
 Each row prints the threads the default chose and its rate as a ratio of the one-thread rate (≥ 1: the default is
@@ -37,7 +37,7 @@ from globetrotter.data.feature_cache import build_feature_cache, spec_from_confi
 from globetrotter.models.image import create_image_backbone
 from globetrotter.threads import configure_threads
 cfg = load_train_config("configs/flickr8k.yaml")
-configure_threads(1, requested=cfg.threads, log=print)  # as globetrotter-data features: one decoding worker
+configure_threads(1, requested=cfg.threads, log=print)  # as globetrotter-data features build: one decoding worker
 backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
 record = build_feature_cache(Path(cfg.data.root) / cfg.data.train_split, spec_from_config(cfg), Path(sys.argv[2]),
                              backbone, workers=1, progress=False, max_images=int(sys.argv[1]))

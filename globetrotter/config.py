@@ -13,6 +13,10 @@ from data_prep.synth.config import SynthConfig
 
 from .config_io import load_config
 
+# model.image_backbone of imported image embeddings (globetrotter-data features import): no image network, the
+# cache's vectors are the image features; model.image_pretrained names them
+IMPORTED_BACKBONE = "imported"
+
 
 @dataclass
 class DataConfig:
@@ -111,10 +115,12 @@ class ModelConfig:
     ffn: int = 1024
     dropout: float = 0.1
     embed_dim: int = 128  # D of every head's output (paper: 128)
-    image_backbone: str = "resnet18"  # any timm model name
+    image_backbone: str = "resnet18"  # any timm model name, or "imported" (imported embeddings in data.features)
     image_pretrained: str | None = None  # local weights file (.safetensors/.pth), "package" (offline ImageNet
-    # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init
-    image_backbone_args: dict[str, Any] = field(default_factory=dict)  # extra timm.create_model kwargs
+    # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init; with image_backbone=imported:
+    # the imported embeddings' name (globetrotter-data features import --name)
+    # extra timm.create_model kwargs; with image_backbone=imported, {num_features: D}, set by training from the cache
+    image_backbone_args: dict[str, Any] = field(default_factory=dict)
     freeze_image_backbone: bool = False  # keep the (pretrained) backbone fixed, in eval mode; train its heads only
     # L_x's image side: mlp = a learned projection head (the paper); features = the frozen backbone's own
     # features, centred and L2-normalised (no learned image head; the caption head x outputs their width)
@@ -342,9 +348,22 @@ class TrainConfig:
             if not self.model.freeze_image_backbone:
                 raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "
                                  "(a backbone that trains needs pixels)")
+            if not self.model.image_pretrained and self.model.image_backbone == IMPORTED_BACKBONE:
+                raise ValueError("model.image_backbone=imported needs model.image_pretrained: the imported embeddings' "
+                                 "name (globetrotter-data features import --name)")
             if not self.model.image_pretrained:
                 raise ValueError("data.features needs model.image_pretrained (package or a weights file): the cache and "
                                  "the saved model must hold the same frozen backbone, which a random init does not fix")
+        if self.model.image_backbone == IMPORTED_BACKBONE and self.loss.uses_images:
+            if not self.data.features:
+                raise ValueError("model.image_backbone=imported reads imported embeddings: set data.features (auto or "
+                                 "the folder globetrotter-data features import wrote)")
+            if self.loss.image > 0:
+                raise ValueError(f"loss.image={self.loss.image}: imported embeddings hold one row per image, and L_v "
+                                 "(SimCLR) contrasts two augmented views; set loss.image=0 with model.image_backbone=imported")
+            if self.val.image_features == "model" and self.val.every > 0:
+                raise ValueError("val.image_features=model embeds the val images with the model's image branch, and "
+                                 "model.image_backbone=imported has no network for pixels; use pixels or timm:NAME")
 
 
 def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .config import TrainConfig
+from .config import IMPORTED_BACKBONE, TrainConfig
 from .config_io import key_of
 
 # the keys that only the image side reads: the image encoder, the pixels' views and the feature cache
@@ -51,6 +51,10 @@ RULES: tuple[tuple[tuple[str, ...], Callable[[TrainConfig], str | None]], ...] =
     (IMAGE_KEYS, _no_images),
     (("data.augment_on", "data.device_source_size", "data.shuffle_buffer"),
      lambda c: f"data.features={c.data.features} (cached features: no pixels are streamed)" if c.data.features else None),
+    (("data.feature_views", "data.feature_seed", "data.crop_scale_min", "data.colour_jitter", "data.hue_jitter",
+      "data.grayscale", "data.hflip"),
+     lambda c: "model.image_backbone=imported (imported embeddings: the whole image, no augmented views)"
+     if c.model.image_backbone == IMPORTED_BACKBONE else None),
     (("data.feature_views", "data.feature_seed"),
      lambda c: None if c.data.features else "data.features=null (pixels: no feature cache)"),
     (("data.device_source_size",), lambda c: "data.augment_on=cpu" if c.data.augment_on == "cpu" else None),

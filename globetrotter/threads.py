@@ -17,7 +17,7 @@ is never slower than the same run with ``OMP_NUM_THREADS=1`` on a busy machine, 
 idle one. An explicit choice wins: a config's ``threads`` key (training, feature cache), then
 ``OMP_NUM_THREADS`` in the environment (left as torch read it).
 
-Used by ``train.py`` (recorded in ``result.json``), ``globetrotter-data features`` and ``eval.py``.
+Used by ``train.py`` (recorded in ``result.json``), ``globetrotter-data features build`` and ``eval.py``.
 """
 from __future__ import annotations
 

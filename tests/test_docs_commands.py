@@ -356,23 +356,25 @@ def problems_with(command: Command) -> list[str]:
         parser, args = parser_for("zeroshot"), (args if args[0] == "tag" else args[1:])
     sub_name = None
     choices = subcommands(parser)
-    if choices is not None:
+    while choices is not None:  # nested sub-commands (globetrotter-data features build): each level in turn
         unknown, positionals, _ = read_arguments(parser, args)
         if unknown and not positionals:
             return [f"{label}: unknown option(s) {unknown} before the sub-command"]
         if not positionals:
             return [f"{label}: no sub-command (one of {sorted(choices)})"]
-        sub_name = positionals[0]
-        if sub_name not in choices:
-            return [f"{label}: no sub-command {sub_name!r} (expected one of {sorted(choices)})"]
-        parser, args = choices[sub_name], args[args.index(sub_name) + 1:]
-        label = f"{label} {sub_name}"
+        name = positionals[0]
+        if name not in choices:
+            return [f"{label}: no sub-command {name!r} (expected one of {sorted(choices)})"]
+        parser, args = choices[name], args[args.index(name) + 1:]
+        label = f"{label} {name}"
+        sub_name = name if sub_name is None else f"{sub_name} {name}"
+        choices = subcommands(parser)
     unknown, positionals, values = read_arguments(parser, args)
     problems = [f"{label}: no option {flag} (options: {sorted(o for o in parser._option_string_actions if o.startswith('--'))})"
                 for flag in unknown]
     overrides = [p for p in positionals if "=" in p]
     config = (values.get("config") or [parser.get_default("config")])[0]
-    train_config_tools = {("train.py", None), ("data", "features"), ("bench/bench_train.py", None),
+    train_config_tools = {("train.py", None), ("data", "features build"), ("bench/bench_train.py", None),
                           ("bench/bench_feature_cache.py", None)}
     if (command.program, sub_name) in train_config_tools:
         if command.program == "train.py":
@@ -481,7 +483,11 @@ def test_extraction_joins_continuations_drops_comments_and_splits_chains(tmp_pat
     ("eval.py", ["word", "--model", "RUN", "--dictionnary", "D"], ["no option --dictionnary"]),
     ("eval.py", ["tag", "--adapter", "DIR", "--images", "x.jpg", "--vocab", "de=t.txt"], []),
     ("data", ["synth", "--out", "D", "p_mention_colour=0.5", "p_mention_colr=1"], ["p_mention_colr"]),
-    ("data", ["features", "SPLIT", "--config", "configs/flickr8k.yaml", "data.feature_views=2"], []),
+    ("data", ["features", "build", "SPLIT", "--config", "configs/flickr8k.yaml", "data.feature_views=2"], []),
+    ("data", ["features", "build", "SPLIT", "data.feature_viewz=2"], ["data.feature_viewz"]),
+    ("data", ["features", "SPLIT", "--config", "configs/flickr8k.yaml"], ["no sub-command 'SPLIT'"]),
+    ("data", ["features", "import", "SPLIT", "--embeddings", "E.npy", "--ids", "I.txt", "--name", "N"], []),
+    ("data", ["features", "import", "SPLIT", "--embedding", "E.npy"], ["no option --embedding"]),
     ("zeroshot", ["train", "--train", "S", "--out", "D", "loss.rho=1", "loss.rhoo=1"], ["loss.rhoo"]),
     ("backretrieval", ["score", "--src-text", "a.npy", "--retrieval", "csls", "--bootstrapp", "5"], ["--bootstrapp"]),
     ("experiments/study_bkr_vs_corr.py", ["--data", "D", "--families", "F", "--out-dir", "O"], []),

@@ -312,7 +312,7 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     from globetrotter.data_cli import main as data_main
 
     out = tmp_path / "cache"
-    base = ["features", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+    base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
             "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
             "--weights", str(weights), "--image-size", "32", "--views", "2"]
 

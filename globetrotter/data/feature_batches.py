@@ -15,7 +15,9 @@ Batching (``data.batching``):
 * ``pairs`` (parallel data, the supervised baseline): half as many groups as the batch, two
   captions of each group in two different languages.
 
-Each sample's two views are two different cached augmented views of its image.
+Each sample's two views are two different cached augmented views of its image; a cache with fewer than two (imported
+embeddings: the whole image only, :mod:`.feature_import`) gives its whole-image row as both (L_x, α and neighbour
+batching read it; L_v, which needs two views, is refused with ``model.image_backbone: imported`` by the config).
 """
 from __future__ import annotations
 
@@ -53,8 +55,6 @@ class FeatureBatches:
                  max_length: int, seed: int = 0, rank: int = 0, world: int = 1, batching: str = "random",
                  neighbours_k: int = 10, start_step: int = 0, languages: Sequence[str] | None = None,
                  image_share: float = 1.0) -> None:
-        if cache is not None and cache.views < 2:
-            raise UserError(f"{cache.path}: L_v needs two augmented views per image, the cache has {cache.views} (data.feature_views)")
         metas = read_captions(split_dir)
         if languages is not None or image_share < 1:  # the others' captions (and their images) are left out
             keep = None if languages is None else set(languages)
@@ -169,7 +169,10 @@ class FeatureBatches:
             "truth": self.truth[picked],
             "langs": self.langs[index].tolist(),
         }
-        if self.cache is not None:
+        if self.cache is not None and self.cache.views < 2:  # the whole image only: both views are its row
+            whole = torch.from_numpy(np.asarray(self.cache.features[self.rows[index], 0], dtype=np.float32))
+            batch["view1"], batch["view2"] = whole, whole.clone()
+        elif self.cache is not None:
             rng = np.random.default_rng([self.seed, 2, step])  # views of the global batch, then this process's slice
             k = self.cache.views
             v1 = 1 + rng.integers(0, k, self.batch_size)

@@ -16,7 +16,8 @@ A cache is a folder (default ``<split>/features``) holding
   checksum, image size, view count and augmentations, seed) and the split's content checksum.
 
 A cache whose spec differs from the one a config asks for is refused with a one-line error
-naming both (never silently reused).
+naming both (never silently reused). Imported embeddings (:mod:`.feature_import`, ``model.image_backbone:
+imported``) are a cache of the whole image only (0 views) whose spec names them: a config reads them by that name.
 
 A cache is keyed by image id, so it serves any split whose images it holds, not only the one it was built
 from ("its own split"): the more-captions copy of a train split (same image bytes; ``configs/flickr8k.yaml``
@@ -54,6 +55,7 @@ from tqdm.auto import tqdm
 
 from data_prep.shards import iter_raw, read_manifest
 
+from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
 from .augment import eval_transform, simclr_transform
 
@@ -102,9 +104,18 @@ def _weights_digest(weights: str | None) -> tuple[str, str]:
     return path.name, _file_digest(path)
 
 
+def imported_spec(name: str, sha256: str = "") -> CacheSpec:
+    """The spec of imported embeddings ``name`` (:mod:`.feature_import`): no backbone run, no image size, no
+    augmented views; ``sha256`` is their source file's (not compared: a config names the embeddings only)."""
+    return CacheSpec(backbone=IMPORTED_BACKBONE, weights=name, weights_sha256=sha256, image_size=0, views=0,
+                     crop_scale_min=0.0, colour_jitter=0.0, hue_jitter=0.0, grayscale=0.0, hflip=False, seed=0)
+
+
 def spec_from_config(cfg: "TrainConfig") -> CacheSpec:
     """The cache a run's config asks for: its backbone, weights, image size, views and augmentations."""
     d, m = cfg.data, cfg.model
+    if m.image_backbone == IMPORTED_BACKBONE:  # no weights to hash: the imported embeddings' name
+        return imported_spec(m.image_pretrained or "")
     name, digest = _weights_digest(m.image_pretrained)
     return CacheSpec(backbone=m.image_backbone, weights=name, weights_sha256=digest, image_size=d.image_size,
                      views=d.feature_views, crop_scale_min=d.crop_scale_min, colour_jitter=d.colour_jitter,
@@ -222,8 +233,9 @@ class FeatureCache:
         """The cache row of each image id; a one-line error naming the first missing id and the count."""
         missing = [i for i in image_ids if i not in self.row_of]
         if missing:
+            how = "import" if self.spec.backbone == IMPORTED_BACKBONE else "build"
             raise UserError(f"{self.path}: {len(set(missing))} image(s) of {split_dir} are missing from the feature cache "
-                            f"(first: {missing[0]!r}); rebuild it with globetrotter-data features")
+                            f"(first: {missing[0]!r}); {how} it again with globetrotter-data features {how}")
         return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
 
 
@@ -248,7 +260,7 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
     if own:
         raise UserError(f"{path}: feature cache was built from {split_dir} with checksum {built}, but the split's "
                         f"manifest now says {current}: the split was rewritten since; rebuild the cache "
-                        f"(globetrotter-data features {split_dir} --force) or point data.features elsewhere")
+                        f"(globetrotter-data features build {split_dir} --force) or point data.features elsewhere")
     original = (manifest.get("more_captions") or {}).get("original_checksum")
     if original and original != built:
         raise UserError(f"{path}: feature cache was built from a split with checksum {built}, but {split_dir} copied its "
@@ -267,6 +279,18 @@ def built_from_split(path: str | Path, split_dir: str | Path) -> bool:
     return bool(built) and built in (manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum"))
 
 
+def check_imported(path: Path, spec: CacheSpec, name: str) -> None:
+    """Refuse (one line naming both) a cache at ``path`` that is not the imported embeddings ``name``
+    (``model.image_pretrained`` of a config with ``model.image_backbone: imported``)."""
+    if spec.backbone != IMPORTED_BACKBONE:
+        raise UserError(f"{path}: feature cache built from pixels by {spec.backbone} ({spec.weights}), but "
+                        f"model.image_backbone=imported asks for imported embeddings {name!r}; import them "
+                        f"(globetrotter-data features import) or point data.features elsewhere")
+    if spec.weights != name:
+        raise UserError(f"{path}: imported embeddings are named {spec.weights!r}, but model.image_pretrained is "
+                        f"{name!r}; set model.image_pretrained={spec.weights} or point data.features elsewhere")
+
+
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
                        split_dir: str | Path | None = None) -> FeatureCache:
     """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it
@@ -274,13 +298,16 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     (:func:`check_split_checksum`)."""
     path = Path(path)
     if not (path / SPEC).is_file() or not (path / FEATURES).is_file():
-        raise UserError(f"{path}: no feature cache here (expected {SPEC} and {FEATURES}; build one with globetrotter-data features)")
+        raise UserError(f"{path}: no feature cache here (expected {SPEC} and {FEATURES}; build one with globetrotter-data "
+                        f"features build, or import embeddings with globetrotter-data features import)")
     record = json.loads((path / SPEC).read_text())
     try:
         spec = CacheSpec(**record["spec"])
     except TypeError as err:
         raise UserError(f"{path / SPEC}: not a feature-cache spec of this version ({err})") from None
-    if expected is not None and spec != expected:
+    if expected is not None and expected.backbone == IMPORTED_BACKBONE:
+        check_imported(path, spec, expected.weights)
+    elif expected is not None and spec != expected:
         raise UserError(f"{path}: feature cache was built for another setting than the config asks "
                         f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
     if split_dir is not None:
@@ -298,6 +325,9 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
     if path is None:
         raise UserError("data.features is not set: this run reads pixels")
     spec = spec_from_config(cfg)
+    if not (path / SPEC).is_file() and spec.backbone == IMPORTED_BACKBONE:
+        raise UserError(f"{path}: no imported embeddings here (data.features); import them first: globetrotter-data "
+                        f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path}")
     if not (path / SPEC).is_file():
         from ..models.image import create_image_backbone
 

@@ -1,4 +1,5 @@
-"""``globetrotter-data features``: build the image-feature cache of a split for frozen-backbone training."""
+"""``globetrotter-data features build|import``: the image-feature cache of a split for frozen-backbone training, built
+from pixels by a backbone (:mod:`.feature_cache`) or imported from precomputed embeddings (:mod:`.feature_import`)."""
 from __future__ import annotations
 
 import argparse
@@ -6,11 +7,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import load_train_config
+from ..config import IMPORTED_BACKBONE, load_train_config
+from ..errors import UserError
 from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
 
 
-def _run(args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     model = cfg.model
     if args.backbone or args.weights:
@@ -21,6 +23,9 @@ def _run(args: argparse.Namespace) -> int:
     data = replace(cfg.data, image_size=args.image_size or cfg.data.image_size,
                    feature_views=args.views or cfg.data.feature_views)
     cfg = replace(cfg, model=model, data=data)
+    if model.image_backbone == IMPORTED_BACKBONE:
+        raise UserError("model.image_backbone=imported has no network to build features with; import the embeddings "
+                        "with globetrotter-data features import SPLIT --embeddings FILE --name NAME")
     spec = spec_from_config(cfg)
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
@@ -44,9 +49,32 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from .feature_import import import_embeddings
+
+    split = Path(args.split_dir)
+    out = Path(args.out) if args.out else split / "features"
+    record = import_embeddings(split, args.embeddings, out, args.name, ids=args.ids, id_column=args.id_column,
+                               embedding_column=args.embedding_column, force=args.force, progress=not args.quiet)
+    print(f"wrote {out}: {record['images']} images x {record['dim']} dims of {record['imported']['rows']} rows "
+          f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; train with "
+          f"model.image_backbone=imported model.image_pretrained={args.name} data.features={out} loss.image=0")
+    if args.json:
+        print(json.dumps(record, indent=2))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    features = sub.add_parser(
         "features",
+        help="the image-feature cache of a split: build it with a frozen backbone, or import your own embeddings",
+        description="The image-feature cache of a split, read by training with model.freeze_image_backbone=true and "
+        "data.features=auto|FOLDER instead of pixels: `build` runs a frozen timm backbone over the images; `import` "
+        "writes precomputed embeddings (.npy with an id list, or parquet) in the same format.",
+    )
+    actions = features.add_subparsers(dest="features_command", metavar="ACTION", required=True)
+    p = actions.add_parser(
+        "build",
         help="cache a frozen backbone's features of a split (whole image + K augmented views)",
         description="Run a frozen timm backbone once over every image of a split at the config's image size and "
         "store its pooled features, float16 [images, K+1, dim]: the whole image (evaluation transform) then K "
@@ -69,5 +97,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device of the backbone (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the cache record as JSON")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_build)
+
+    q = actions.add_parser(
+        "import",
+        help="import precomputed image embeddings (.npy + ids, or parquet) as a split's feature cache",
+        description="Write your own image embeddings of a split's images as its feature cache, float16 [images, 1, "
+        "dim] (the whole image, no augmented views): a .npy float array [N, D] with --ids (one image id per line, "
+        "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
+        "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, rows "
+        "of another dimension, images of the split without a row (extra ids are dropped), and a cache of other "
+        "embeddings at --out (unless --force). Train from it with model.image_backbone=imported "
+        "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",
+    )
+    q.add_argument("split_dir", help="split folder (with manifest.json)")
+    q.add_argument("--embeddings", required=True, help="the embeddings: FILE.npy (float [N, D], with --ids) or FILE.parquet")
+    q.add_argument("--ids", help="image id of each .npy row: a text file, one id per line, or a .json list")
+    q.add_argument("--name", required=True, help="the embeddings' name; training's model.image_pretrained must be it")
+    q.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    q.add_argument("--id-column", default="image_id",
+                   help="parquet column of the image ids (default %(default)s; key, as img2dataset writes, when absent)")
+    q.add_argument("--embedding-column", default="embedding", help="parquet column of the embeddings (default %(default)s)")
+    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--json", action="store_true", help="print the cache record as JSON")
+    q.set_defaults(func=_import)
 

@@ -6,7 +6,7 @@ character n-gram TF-IDF vector (:class:`~.tfidf.TfidfEncoder`, fitted on that la
 training captions only, so two languages share no input feature), and a ridge regression
 (scikit-learn, closed form; :mod:`globetrotter.image_ridge`) maps it to the frozen backbone's
 features of the image it describes: the whole-image row of the split's feature cache
-(``<split>/features``, built by ``globetrotter-data features``), L2-normalised and centred. A test caption is embedded as
+(``<split>/features``, built by ``globetrotter-data features build``), L2-normalised and centred. A test caption is embedded as
 its predicted image feature, so captions of different languages meet only through what
 their images look like: the image pivot of the Globetrotter paper in its simplest, linear
 form. It is the figure a learned model trained on the same images and captions should

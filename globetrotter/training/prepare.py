@@ -6,7 +6,7 @@ from pathlib import Path
 
 from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
 
-from ..config import TrainConfig
+from ..config import IMPORTED_BACKBONE, TrainConfig
 from ..errors import UserError
 from ..tokenizer import (
     default_file_name,
@@ -148,3 +148,21 @@ def with_text_languages(cfg: TrainConfig) -> TrainConfig:
         raise UserError(f"model.languages {cfg.model.languages} lacks {missing}, which {train_dir} has "
                         f"(leave it empty to take the manifest's languages)")
     return cfg
+
+
+def with_imported_dim(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``model.image_backbone_args.num_features`` set to the width of the imported embeddings in
+    ``data.features`` (``model.image_backbone: imported``), so the saved config rebuilds the model without the
+    cache; a config that gives another width is a one-line error naming both. Other configs are returned unchanged."""
+    m = cfg.model
+    if m.image_backbone != IMPORTED_BACKBONE or not cfg.loss.uses_images:
+        return cfg
+    from ..data.feature_cache import cache_dir_for, load_feature_cache
+
+    path = cache_dir_for(cfg, cfg.data.train_split)
+    dim = int(load_feature_cache(path).features.shape[-1])
+    given = m.image_backbone_args.get("num_features")
+    if given is not None and given != dim:
+        raise UserError(f"model.image_backbone_args.num_features={given}, but the imported embeddings in {path} have "
+                        f"{dim} dims; drop the key (training sets it from the cache) or point data.features elsewhere")
+    return replace(cfg, model=replace(m, image_backbone_args={**m.image_backbone_args, "num_features": dim}))

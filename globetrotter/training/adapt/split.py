@@ -15,7 +15,9 @@ of a cache) are read from
 * else ``<split>/features``: built on the first adaptation when absent, with the run's backbone, weights and image
   size and no augmented views (only the whole image is read, so a new folder costs one pass of the backbone per
   image), and refused when it was built with another backbone, weights or image size (its views and augmentations do
-  not matter). The run's own caches are read, never built or rewritten, for the old languages' bank.
+  not matter). The run's own caches are read, never built or rewritten, for the old languages' bank. With imported
+  embeddings (``model.image_backbone: imported``) there is no backbone to build it: it must hold embeddings of the
+  run's name (``globetrotter-data features import``), whatever their source file.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Callable
 
 from data_prep.shards import MANIFEST, read_captions, read_manifest
 
-from ...config import TrainConfig
+from ...config import IMPORTED_BACKBONE, TrainConfig
 from ...data.feature_cache import (
     SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache, load_feature_cache,
     spec_from_config,
@@ -145,7 +147,8 @@ def _check_own_cache(cfg: TrainConfig, path: Path, folder: Path) -> FeatureCache
     """``<split>/features``, refused when built with another backbone, weights or image size than the run's."""
     cache = load_feature_cache(path, None, folder)  # refuses a cache of a split rewritten since
     mine, run = asdict(cache.spec), asdict(whole_image_spec(cfg))
-    diffs = [f"{k}={mine[k]!r} vs the run's {run[k]!r}" for k in ROW0_FIELDS if mine[k] != run[k]]
+    fields = ROW0_FIELDS[:2] if run["backbone"] == IMPORTED_BACKBONE else ROW0_FIELDS  # imported: by name
+    diffs = [f"{k}={mine[k]!r} vs the run's {run[k]!r}" for k in fields if mine[k] != run[k]]
     if diffs:
         raise UserError(f"{path}: feature cache of adapt.split was built with another backbone setting than "
                         f"{cfg.adapt.from_run}'s ({'; '.join(diffs)}); delete it (the adaptation builds the new "
@@ -178,9 +181,13 @@ def ensure_features(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     if (path / SPEC).is_file():
         log(f"adapt: {folder}'s image features are read from {path}")
         return
+    spec = whole_image_spec(cfg)
+    if spec.backbone == IMPORTED_BACKBONE:
+        raise UserError(f"{path}: no image features for adapt.split, and model.image_backbone=imported has no network to "
+                        f"compute them; import them first: globetrotter-data features import {folder} --embeddings FILE "
+                        f"--name {spec.weights}")
     from ...models.image import create_image_backbone
 
-    spec = whole_image_spec(cfg)
     log(f"adapt: caching the whole-image features of {folder}'s images in {path} ({spec.backbone}, the run's "
         f"backbone; no augmented views) ...")
     backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained,

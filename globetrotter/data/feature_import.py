@@ -1,0 +1,272 @@
+"""Bring your own image embeddings: import precomputed vectors as a split's feature cache (docs/data.md).
+
+Users who train at scale compute image embeddings once (img2dataset / clip-retrieval layouts) and train from them.
+:func:`import_embeddings` writes them in the feature cache's folder format (:mod:`.feature_cache`), the whole image
+only (``features.npy`` float16 ``[images, 1, dim]``, 0 augmented views), so training reads them as it reads a
+cache built from pixels, with ``model.image_backbone: imported`` and ``model.image_pretrained: NAME``.
+
+Inputs:
+
+* ``.npy``: a float array ``[N, D]`` and an id list (``ids``: a text file, one image id per line, or a ``.json``
+  list), row ``i`` being image ``ids[i]``; read memory-mapped;
+* ``.parquet`` (needs ``pyarrow``): one row per image, an id column (``image_id``; ``key`` as img2dataset writes it
+  when the default is absent) and an embedding column (list or fixed-size list of floats), read in record batches.
+
+Every row of the source is checked (one-line :class:`UserError` naming the file and the first offending id; the
+cache is written under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of
+equal count, no duplicate id, finite values within float16's range, one dimension; every image of the split must
+have a row (ids the split lacks are dropped).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from data_prep.shards import read_captions, read_manifest
+
+from ..config import IMPORTED_BACKBONE
+from ..errors import UserError
+from .feature_cache import FEATURES, IMAGE_IDS, SPEC, imported_spec
+
+CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+PYARROW_HINT = 'reading parquet needs pyarrow: .venv/bin/pip install "pyarrow>=14" (or the extra: pip install -e ".[import]")'
+
+
+def file_sha256(path: Path, block: int = 1 << 22) -> str:
+    """First 16 hex digits of the sha256 of the file at ``path``, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def split_image_ids(split_dir: Path) -> list[str]:
+    """The split's image ids in the order they first appear in its shards (no image is decoded)."""
+    return list(dict.fromkeys(str(m["image_id"]) for m in read_captions(split_dir)))
+
+
+def read_id_list(path: Path) -> list[str]:
+    """Image ids of an id file: a ``.json`` list, else one id per line."""
+    if not path.is_file():
+        raise UserError(f"--ids {path}: no such file")
+    if path.suffix == ".json":
+        ids = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(ids, list):
+            raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
+        return [str(i) for i in ids]
+    ids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    empty = next((n for n, i in enumerate(ids, start=1) if not i), None)
+    if empty is not None:
+        raise UserError(f"{path}: line {empty} holds no image id")
+    return ids
+
+
+class _Source:
+    """Embeddings in source order: ``ids`` (all rows'), ``dim``, ``fmt`` and ``chunks()`` of float32 rows."""
+
+    path: Path
+    fmt: str
+    ids: list[str]
+    dim: int
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        raise NotImplementedError
+
+
+class _Npy(_Source):
+    def __init__(self, path: Path, ids_path: Path | None) -> None:
+        if ids_path is None:
+            raise UserError(f"{path}: a .npy file holds no image ids; give them with --ids FILE (one per line, or .json)")
+        self.path, self.fmt = path, "npy"
+        try:
+            self.array = np.load(path, mmap_mode="r")
+        except ValueError as err:
+            raise UserError(f"{path}: not a readable .npy array ({err})") from None
+        if self.array.ndim != 2 or self.array.dtype.kind != "f" or self.array.shape[1] < 1:
+            raise UserError(f"{path}: expected a float array [N, D], got {self.array.dtype} {list(self.array.shape)}")
+        self.ids = read_id_list(ids_path)
+        self.dim = int(self.array.shape[1])
+        rows = self.array.shape[0]
+        if rows != len(self.ids):
+            first = (f"first id without a row: {self.ids[rows]!r}" if len(self.ids) > rows
+                     else f"first row without an id: {len(self.ids)}")
+            raise UserError(f"{path}: {rows} rows but {ids_path} lists {len(self.ids)} ids ({first})")
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        for start in range(0, len(self.ids), CHUNK_ROWS):
+            yield np.asarray(self.array[start: start + CHUNK_ROWS], dtype=np.float32)
+
+
+class _Parquet(_Source):
+    def __init__(self, path: Path, id_column: str, embedding_column: str) -> None:
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError(f"{path}: {PYARROW_HINT}") from None
+        self.path, self.fmt = path, "parquet"
+        try:
+            self.file = pq.ParquetFile(path)
+        except Exception as err:  # pyarrow's ArrowInvalid and kin: not a parquet file
+            raise UserError(f"{path}: not a readable parquet file ({err})") from None
+        names = self.file.schema_arrow.names
+        if id_column not in names and id_column == "image_id" and "key" in names:
+            id_column = "key"  # img2dataset's name
+        for flag, column in (("--id-column", id_column), ("--embedding-column", embedding_column)):
+            if column not in names:
+                raise UserError(f"{path}: no column {column!r} ({flag}; its columns: {', '.join(names)})")
+        self.id_column, self.embedding_column = id_column, embedding_column
+        self.ids = []
+        for batch in self.file.iter_batches(batch_size=CHUNK_ROWS, columns=[id_column]):
+            column = batch.column(0)
+            if column.null_count:
+                raise UserError(f"{path}: row {len(self.ids) + column.is_null().to_pylist().index(True)} has no "
+                                f"{id_column}")
+            self.ids += [str(i) for i in column.to_pylist()]
+        self.dim = self._first_dim()
+
+    def _first_dim(self) -> int:
+        import pyarrow as pa
+
+        kind = self.file.schema_arrow.field(self.embedding_column).type
+        if pa.types.is_fixed_size_list(kind):
+            return kind.list_size
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            raise UserError(f"{self.path}: column {self.embedding_column!r} holds {kind}, not lists of floats")
+        for batch in self.file.iter_batches(batch_size=1, columns=[self.embedding_column]):
+            first = batch.column(0)[0].as_py()
+            return len(first or [])
+        return 0
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        import pyarrow.compute as pc
+
+        row = 0
+        for batch in self.file.iter_batches(batch_size=CHUNK_ROWS, columns=[self.embedding_column]):
+            column = batch.column(0)
+            lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(np.isnan(lengths.astype(np.float64)) | (lengths != self.dim))
+            if len(bad):
+                i = int(bad[0])
+                got = "no embedding" if column[i].as_py() is None else f"{int(lengths[i])} values"
+                raise UserError(f"{self.path}: image {self.ids[row + i]!r} has {got}, the first row {self.dim} "
+                                f"(one dimension for all)")
+            values = column.flatten().to_numpy(zero_copy_only=False)
+            yield np.asarray(values, dtype=np.float32).reshape(len(column), self.dim)
+            row += len(column)
+
+
+def _open_source(path: Path, ids: Path | None, id_column: str, embedding_column: str) -> _Source:
+    if not path.is_file():
+        raise UserError(f"--embeddings {path}: no such file")
+    if path.suffix == ".npy":
+        return _Npy(path, ids)
+    if path.suffix in (".parquet", ".pq"):
+        if ids is not None:
+            raise UserError(f"{path}: --ids is for .npy inputs; a parquet file names its images (--id-column)")
+        return _Parquet(path, id_column, embedding_column)
+    raise UserError(f"--embeddings {path}: expected a .npy array (with --ids) or a .parquet file")
+
+
+def _check_ids(source: _Source, wanted: list[str], split_dir: Path) -> list[int]:
+    """The source row of each of the split's images; refuses duplicate ids and images without a row."""
+    row_of: dict[str, int] = {}
+    for row, image_id in enumerate(source.ids):
+        if row_of.setdefault(image_id, row) != row:
+            raise UserError(f"{source.path}: duplicate image id {image_id!r} (rows {row_of[image_id]} and {row})")
+    missing = [i for i in wanted if i not in row_of]
+    if missing:
+        raise UserError(f"{source.path}: {len(missing)} image(s) of {split_dir} have no embedding "
+                        f"(first: {missing[0]!r})")
+    return [row_of[i] for i in wanted]
+
+
+def _check_out(out_dir: Path, name: str, dim: int, force: bool) -> None:
+    """Refuse (unless ``force``) to replace a cache of other embeddings or dimension, or a folder that is no cache."""
+    if force or not out_dir.exists():
+        return
+    if not (out_dir / SPEC).is_file():
+        if any(out_dir.iterdir()):
+            raise UserError(f"--out {out_dir}: exists and holds no feature cache; choose another --out or pass --force")
+        return
+    record = json.loads((out_dir / SPEC).read_text())
+    spec = record.get("spec", {})
+    theirs = (spec.get("backbone"), spec.get("weights"), record.get("dim"))
+    if theirs != (IMPORTED_BACKBONE, name, dim):
+        what = (f"imported embeddings {spec.get('weights')!r}" if theirs[0] == IMPORTED_BACKBONE
+                else f"a {spec.get('backbone')} cache ({spec.get('weights')})")
+        raise UserError(f"--out {out_dir}: holds {what} of {record.get('dim')} dims, not {name!r} of {dim} dims; "
+                        f"pass --force to replace it or choose another --out")
+
+
+def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: str | Path, name: str,
+                      ids: str | Path | None = None, id_column: str = "image_id", embedding_column: str = "embedding",
+                      force: bool = False, progress: bool = True) -> dict:
+    """Write the embeddings of the split's images from ``embeddings`` (``.npy`` with ``ids``, or ``.parquet``) as a
+    feature cache ``[images, 1, D]`` float16 in ``out_dir``, named ``name``; returns its ``cache.json`` record.
+
+    At most :data:`CHUNK_ROWS` source rows are held as float32 at a time (besides the id -> row index)."""
+    split_dir, path, out_dir = Path(split_dir), Path(embeddings), Path(out_dir)
+    if not name or not name.strip():
+        raise UserError("--name: give the embeddings a name (model.image_pretrained of the runs that train on them)")
+    manifest = read_manifest(split_dir)
+    start = time.perf_counter()
+    source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
+    wanted = split_image_ids(split_dir)
+    rows = np.asarray(_check_ids(source, wanted, split_dir), dtype=np.int64)
+    _check_out(out_dir, name, source.dim, force)
+    position = np.full(len(source.ids), -1, dtype=np.int64)  # source row -> row of the cache (-1: not in the split)
+    position[rows] = np.arange(len(rows))
+    hash_start = time.perf_counter()
+    digest = file_sha256(path)
+    hash_seconds = time.perf_counter() - hash_start
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16, shape=(len(wanted), 1, source.dim))
+        first = 0
+        with tqdm(total=len(source.ids), desc=f"import {path.name}", unit="row", disable=not progress,
+                  dynamic_ncols=True) as bar:
+            for chunk in source.chunks():
+                with np.errstate(over="ignore"):
+                    half = chunk.astype(np.float16)  # beyond float16's range: inf
+                bad = np.flatnonzero(~np.isfinite(half).all(axis=1))
+                if len(bad):
+                    row = first + int(bad[0])
+                    why = "NaN or inf values" if not np.isfinite(chunk[bad[0]]).all() else \
+                        f"values beyond float16's range (|x| > {FLOAT16_MAX:.0f})"
+                    raise UserError(f"{path}: image {source.ids[row]!r} (row {row}) has {why}")
+                where = position[first: first + len(chunk)]
+                kept = where >= 0
+                feats[where[kept], 0] = half[kept]
+                first += len(chunk)
+                bar.update(len(chunk))
+        feats.flush()
+        del feats
+        seconds = time.perf_counter() - start
+        record = {"spec": asdict(imported_spec(name, digest)), "split": str(split_dir.resolve()),
+                  "split_checksum": manifest.get("checksum"), "images": len(wanted), "dim": source.dim,
+                  "imported": {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
+                               "dim": source.dim},
+                  "import_seconds": seconds, "hash_seconds": hash_seconds,
+                  "images_per_s": len(wanted) / max(seconds, 1e-9)}
+        (tmp / IMAGE_IDS).write_text(json.dumps(wanted))
+        (tmp / SPEC).write_text(json.dumps(record, indent=2))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return record

@@ -1,0 +1,232 @@
+"""Bring your own image embeddings: `globetrotter-data features import` and training from imported embeddings."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import globetrotter
+from globetrotter.config import load_train_config
+from globetrotter.data.feature_cache import load_feature_cache
+from globetrotter.data.feature_import import import_embeddings, split_image_ids
+from globetrotter.data_cli import main as data_main
+from globetrotter.errors import UserError
+from globetrotter.training.checkpoint import resolve
+from globetrotter.training.trainer import train
+
+pa = pytest.importorskip("pyarrow", reason="parquet imports need the import extra (pyarrow)")
+pq = pytest.importorskip("pyarrow.parquet")
+
+DIM = 12
+
+
+@pytest.fixture(scope="module")
+def source(tiny_world) -> tuple[list[str], np.ndarray]:
+    """Ids (the split's images, shuffled, and two the split lacks) and their vectors [N, DIM]."""
+    rng = np.random.default_rng(0)
+    ids = split_image_ids(tiny_world / "train") + ["elsewhere-1", "elsewhere-2"]
+    ids = [ids[i] for i in rng.permutation(len(ids))]
+    return ids, rng.normal(size=(len(ids), DIM)).astype(np.float32)
+
+
+def write_npy(folder: Path, ids: list[str], vectors: np.ndarray, json_ids: bool = False) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "emb.npy", vectors)
+    id_file = folder / ("ids.json" if json_ids else "ids.txt")
+    id_file.write_text(json.dumps(ids) if json_ids else "\n".join(ids) + "\n")
+    return folder / "emb.npy", id_file
+
+
+def write_parquet(path: Path, ids: list[str], rows: list, id_column: str = "image_id", fixed: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kind = pa.list_(pa.float32(), len(rows[0])) if fixed else pa.list_(pa.float32())
+    table = pa.table({id_column: pa.array(ids), "embedding": pa.array([None if r is None else list(r) for r in rows], kind)})
+    pq.write_table(table, path, row_group_size=40)
+    return path
+
+
+def check_rows(out: Path, ids: list[str], vectors: np.ndarray, split: Path) -> None:
+    cache = load_feature_cache(out)
+    assert cache.features.shape == (len(ids) - 2, 1, DIM) and cache.features.dtype == np.float16 and cache.views == 0
+    assert list(cache.row_of) == split_image_ids(split)  # the split's first-appearance order
+    source_row = {i: r for r, i in enumerate(ids)}
+    for image_id, row in cache.row_of.items():
+        np.testing.assert_allclose(cache.features[row, 0].astype(np.float32), vectors[source_row[image_id]],
+                                   rtol=1e-3, atol=1e-3)
+
+
+def test_npy_and_parquet_imports_hold_the_source_vectors(tiny_world, source, tmp_path):
+    ids, vectors = source
+    split = tiny_world / "train"
+    emb, id_file = write_npy(tmp_path / "npy", ids, vectors)
+    record = import_embeddings(split, emb, tmp_path / "a", "toy", ids=id_file, progress=False)
+    check_rows(tmp_path / "a", ids, vectors, split)
+    assert record["spec"]["backbone"] == "imported" and record["spec"]["weights"] == "toy"
+    assert len(record["spec"]["weights_sha256"]) == 16 and record["spec"]["views"] == 0
+    assert record["imported"] == {"source": str(emb.resolve()), "format": "npy", "rows": len(ids), "dim": DIM}
+    assert record["split_checksum"] == json.loads((split / "manifest.json").read_text())["checksum"]
+    emb, id_file = write_npy(tmp_path / "json", ids, vectors.astype(np.float16), json_ids=True)  # clip-retrieval: fp16
+    import_embeddings(split, emb, tmp_path / "b", "toy", ids=id_file, progress=False)
+    check_rows(tmp_path / "b", ids, vectors, split)
+    for name, kw in (("list", {}), ("fixed", {"fixed": True, "id_column": "key"})):  # key: as img2dataset writes
+        path = write_parquet(tmp_path / f"{name}.parquet", ids, list(vectors), **kw)
+        record = import_embeddings(split, path, tmp_path / name, "toy", progress=False)
+        check_rows(tmp_path / name, ids, vectors, split)
+        assert record["imported"]["format"] == "parquet" and record["imported"]["rows"] == len(ids)
+
+
+def refused(call, out: Path) -> str:
+    with pytest.raises(UserError) as err:
+        call()
+    message = str(err.value)
+    assert "\n" not in message
+    assert not out.exists() and not out.with_name(out.name + ".tmp").exists()
+    return message
+
+
+def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(tiny_world, source, tmp_path):
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "out" / "features"
+    first_split_id = split_image_ids(split)[0]
+
+    def attempt(ids_, vectors_):
+        emb, id_file = write_npy(tmp_path / "src", ids_, vectors_)
+        return refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out), emb
+
+    message, emb = attempt(ids + ["one-more"], vectors)
+    assert str(emb) in message and f"{len(ids)} rows" in message and "'one-more'" in message
+    message, _ = attempt(ids[:-1] + [ids[0]], vectors)
+    assert "duplicate image id" in message and repr(ids[0]) in message
+    broken = vectors.copy()
+    broken[5, 3] = np.nan
+    message, _ = attempt(ids, broken)
+    assert "NaN or inf" in message and repr(ids[5]) in message
+    broken[5, 3] = 1e6  # finite in float32, inf in float16
+    message, _ = attempt(ids, broken)
+    assert "float16" in message and repr(ids[5]) in message
+    kept = [i for i in ids if i != first_split_id]
+    message, emb = attempt(kept, vectors[: len(kept)])
+    assert str(emb) in message and "1 image(s)" in message and repr(first_split_id) in message
+    with pytest.raises(UserError, match="--ids"):
+        import_embeddings(split, emb, out, "toy", progress=False)
+
+
+def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatch):
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    rows = list(vectors)
+    rows[7] = vectors[7][:-1]
+    path = write_parquet(tmp_path / "dims.parquet", ids, rows)
+    message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    assert str(path) in message and repr(ids[7]) in message and f"{DIM - 1} values" in message
+    rows[7] = None
+    path = write_parquet(tmp_path / "null.parquet", ids, rows)
+    assert "no embedding" in refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    path = write_parquet(tmp_path / "dup.parquet", ids[:-1] + [ids[3]], list(vectors))
+    assert repr(ids[3]) in refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    message = refused(lambda: import_embeddings(split, path, out, "toy", embedding_column="emb", progress=False), out)
+    assert "no column 'emb'" in message and "image_id, embedding" in message
+    monkeypatch.setitem(__import__("sys").modules, "pyarrow.parquet", None)  # pyarrow not installed
+    message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    assert 'pip install "pyarrow>=14"' in message
+
+
+def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, source, tmp_path):
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
+    before = (out / "cache.json").read_text()
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of 12 dims, not 'other' of 12 dims.*--force"):
+        import_embeddings(split, emb, out, "other", ids=id_file, progress=False)
+    wide, _ = write_npy(tmp_path / "wide", ids, np.repeat(vectors, 2, axis=1))
+    with pytest.raises(UserError, match="of 12 dims, not 'toy' of 24 dims"):
+        import_embeddings(split, wide, out, "toy", ids=id_file, progress=False)
+    assert (out / "cache.json").read_text() == before and not (tmp_path / "features.tmp").exists()
+    assert import_embeddings(split, wide, out, "other", ids=id_file, force=True, progress=False)["dim"] == 24
+
+
+def test_the_import_command(tiny_world, source, tmp_path, capsys):
+    ids, vectors = source
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    out = tmp_path / "features"
+    argv = ["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids", str(id_file),
+            "--name", "toy", "--quiet", "--out"]
+    with pytest.raises(SystemExit) as stop:
+        data_main(argv + [str(out)])
+    assert stop.value.code == 0 and "model.image_backbone=imported model.image_pretrained=toy" in capsys.readouterr().out
+    id_file.write_text("\n".join(ids[:-1]) + "\n")  # rows and ids of another count
+    with pytest.raises(SystemExit) as stop:
+        data_main(argv + [str(tmp_path / "other")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error:") and str(emb) in err[0]
+    assert not (tmp_path / "other").exists()
+
+
+def _cfg(world: Path, out: Path, *extra: str):
+    from test_training import TINY
+
+    return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}",
+                                    f"output_dir={out}", *TINY, "data.features=auto", "model.image_backbone=imported",
+                                    "model.image_pretrained=toy", "model.freeze_image_backbone=true", "loss.image=0",
+                                    *extra])
+
+
+def test_training_from_imported_embeddings_saves_their_width_and_reloads_without_them(tiny_world, source, tmp_path):
+    ids, vectors = source
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    import_embeddings(world / "train", emb, world / "train" / "features", "toy", ids=id_file, progress=False)
+    cfg = _cfg(world, tmp_path, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2")
+    assert train(cfg)["step"] == 3
+    checkpoint = resolve(cfg.run_dir, prefer_best=False)
+    for saved in (checkpoint / "config.yaml", cfg.run_dir / "config.yaml"):
+        assert load_train_config(saved).model.image_backbone_args == {"num_features": DIM}
+    shutil.rmtree(world / "train" / "features")  # the checkpoint alone rebuilds the model
+    enc = globetrotter.load(cfg.run_dir)
+    assert enc.encode_text(["red a square"]).shape == (1, 16)
+    assert enc.model.image.num_features == DIM
+    from PIL import Image
+
+    with pytest.raises(UserError, match="no image network to run on pixels"):
+        enc.encode_image([Image.new("RGB", (32, 32))])
+
+
+def test_imported_embeddings_refuse_l_v_and_another_name_or_width(tiny_world, source, tmp_path):
+    ids, vectors = source
+    with pytest.raises(UserError, match="loss.image=1.0: imported embeddings hold one row per image"):
+        _cfg(tiny_world, tmp_path, "loss.image=1")
+    with pytest.raises(UserError, match="model.image_backbone=imported reads imported embeddings: set data.features"):
+        _cfg(tiny_world, tmp_path, "data.features=null")
+    with pytest.raises(UserError, match="val.image_features=model"):
+        _cfg(tiny_world, tmp_path, "val.image_features=model", "val.every=5")
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    cache = tmp_path / "features"
+    import_embeddings(tiny_world / "train", emb, cache, "toy", ids=id_file, progress=False)
+    with pytest.raises(UserError, match=r"imported embeddings are named 'toy', but model.image_pretrained is 'other'"):
+        train(_cfg(tiny_world, tmp_path, f"data.features={cache}", "model.image_pretrained=other", "steps=1"))
+    with pytest.raises(UserError, match=r"num_features=8, but the imported embeddings in .* have 12 dims"):
+        train(_cfg(tiny_world, tmp_path, f"data.features={cache}", "model.image_backbone_args.num_features=8",
+                   "steps=1"))
+
+
+def test_imported_features_are_the_identity_over_the_cached_rows():
+    from globetrotter.models.image import create_image_backbone
+
+    branch = create_image_backbone("imported", "toy", num_features=4)
+    x = torch.randn(3, 4)
+    assert torch.equal(branch(x), x) and not list(branch.parameters())
+    with pytest.raises(UserError, match="num_features"):
+        create_image_backbone("imported", "toy")
+
+
+def test_the_augmentation_keys_are_reported_ignored_with_imported_embeddings(tiny_world, tmp_path):
+    from globetrotter.config_checks import ignored_keys
+
+    found = {i.key: i.reason for i in ignored_keys(_cfg(tiny_world, tmp_path, "data.feature_views=3", "data.hflip=false"))}
+    assert found["data.feature_views"].startswith("model.image_backbone=imported") and "data.hflip" in found
