@@ -278,13 +278,24 @@ def read_captions(split_dir: str | Path) -> list[dict]:
     return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir)]
 
 
+def iter_metas(split_dir: str | Path) -> Iterator[dict]:
+    """Each caption's metadata of a split, in shard order, one at a time (no list of the whole split is held)."""
+    for _key, _ext, _data, meta in iter_raw(split_dir):
+        yield meta
+
+
 def images_in_several_languages(metas: Iterable[dict]) -> dict[str, list[str]]:
     """The images captioned in more than one language, each with its sorted languages (insertion order):
-    empty for a split that keeps the train/val rule (each image in exactly one language, no parallel text)."""
-    langs_of: dict[str, set] = defaultdict(set)
+    empty for a split that keeps the train/val rule (each image in exactly one language, no parallel text).
+    Holds one language per image (and sets only for the images that break the rule): ``metas`` may stream."""
+    first_lang: dict[str, str] = {}
+    several: dict[str, set] = {}
     for m in metas:
-        langs_of[str(m["image_id"])].add(m["lang"])
-    return {image: sorted(langs) for image, langs in langs_of.items() if len(langs) > 1}
+        image, lang = str(m["image_id"]), m["lang"]
+        seen = first_lang.setdefault(image, lang)
+        if seen != lang:
+            several.setdefault(image, {seen}).add(lang)
+    return {image: sorted(several[image]) for image in first_lang if image in several}  # in order of first appearance
 
 
 def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:

@@ -17,7 +17,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -213,20 +213,27 @@ def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size
     The split must keep the one-language rule (each image captioned in one language): a BPE trained on parallel
     captions would carry translation pairs into every model that shares it. A split that breaks the rule is a
     :class:`UserError` naming it and the first such image."""
-    from data_prep.shards import images_in_several_languages, read_captions, read_manifest
+    from data_prep.shards import images_in_several_languages, iter_metas, read_manifest
 
     manifest = read_manifest(split_dir)
-    metas = read_captions(split_dir)
-    several = images_in_several_languages(metas)
+    several = images_in_several_languages(iter_metas(split_dir))  # the split is streamed twice, never held
     if several:
         first, langs = next(iter(several.items()))
         raise UserError(f"{split_dir}: {len(several)} image(s) captioned in more than one language (e.g. {first!r}: "
                         f"{','.join(langs)}); the shared tokenizer is trained on a one-language split (data.tokenizer_split)")
+    count = 0
+
+    def captions() -> Iterator[str]:
+        nonlocal count
+        for m in iter_metas(split_dir):
+            count += 1
+            yield m["caption"]
+
+    tok = train_tokenizer(captions(), vocab_size, min_frequency, normalization)
     provenance = {"splits": [{"path": str(Path(split_dir).resolve()), "split": manifest.get("split"),
-                              "checksum": manifest.get("checksum"), "captions": len(metas),
+                              "checksum": manifest.get("checksum"), "captions": count,
                               "images_in_several_languages": 0}],
                   "vocab_size": vocab_size, "min_frequency": min_frequency, "normalization": normalization}
-    tok = train_tokenizer([m["caption"] for m in metas], vocab_size, min_frequency, normalization)
     return save_tokenizer(tok, path, provenance)
 
 

@@ -182,7 +182,9 @@ def test_training_from_imported_embeddings_saves_their_width_and_reloads_without
     shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     import_embeddings(world / "train", emb, world / "train" / "features", "toy", ids=id_file, progress=False)
-    cfg = _cfg(world, tmp_path, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2")
+    # a base config's timm arguments (a narrow ResNet's) are dropped: the imported branch takes the width only
+    cfg = _cfg(world, tmp_path, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2",
+               "model.image_backbone_args={channels: [8, 16, 32, 64]}")
     assert train(cfg)["step"] == 3
     checkpoint = resolve(cfg.run_dir, prefer_best=False)
     for saved in (checkpoint / "config.yaml", cfg.run_dir / "config.yaml"):

@@ -31,3 +31,20 @@ def test_across_languages_is_per_pair_for_two_languages_and_sees_offsets_between
     before, _ = bkr.evaluate_across_languages(given)
     after, _ = bkr.evaluate_across_languages(lambda s, t: (scores + boost)[np.ix_(s, t)])
     assert after != before
+
+
+def test_sampled_set_decodes_only_the_images_it_keeps(tiny_world, monkeypatch):
+    import data_prep.shards as shards
+    from data_prep.shards import iter_samples
+
+    decoded = []
+    real = shards.decode_image
+    monkeypatch.setattr(shards, "decode_image", lambda data, fmt: decoded.append(fmt) or real(data, fmt))
+    bkr = BackRetrievalSet(tiny_world / "val", max_per_lang=3, seed=0, image_features="pixels")
+    everything = list(iter_samples(tiny_world / "val", decode_images=False))
+    langs = sorted({s.lang for s in everything})
+    assert len(decoded) == len(bkr.texts) == 3 * len(langs) < len(everything)
+    # the kept captions are the split's own, with their own images' ids, three per language
+    truth = {(s.caption, s.lang, s.image_id) for s in everything}
+    assert set(zip(bkr.texts, bkr.langs.tolist(), bkr.image_ids.tolist())) <= truth
+    assert sorted(bkr.langs.tolist()) == sorted(langs * 3)

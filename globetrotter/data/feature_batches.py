@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from data_prep.shards import read_captions
+from data_prep.shards import iter_metas
 
 from ..errors import UserError
-from ..tokenizer import encode_batch
+from ..tokenizer import encode_batch, special_ids
 from .feature_cache import FeatureCache
 from .neighbours import other_language_neighbours
 from .subset import keeps_caption
@@ -46,6 +46,44 @@ def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.n
     return order, start, count
 
 
+class _Captions:
+    """The fields of a split's kept captions that batching reads, one list each."""
+
+    def __init__(self) -> None:
+        self.captions: list[str] = []
+        self.langs: list[str] = []
+        self.image_ids: list[str] = []
+        self.truth: list[int] = []
+        self.groups: list = []
+
+    @classmethod
+    def read(cls, split_dir: str | Path, languages: set | None, image_share: float, groups: bool) -> "_Captions":
+        out = cls()
+        for m in iter_metas(split_dir):
+            if languages is None and image_share >= 1 or keeps_caption(m, languages, image_share):
+                out.captions.append(m["caption"])
+                out.langs.append(m["lang"])
+                out.image_ids.append(str(m["image_id"]))
+                out.truth.append(truth_id(m))
+                if groups:
+                    out.groups.append(m.get("group"))
+        return out
+
+
+def _encode(tokenizer: Tokenizer, captions: list[str], max_length: int,
+            chunk: int = 65_536) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (int32, padded with the pad id) and attention masks (uint8) ``[N, max_length]``, tokenized a
+    chunk at a time (a quarter of int64 rows' memory; a batch is widened back to int64)."""
+    ids = torch.full((len(captions), max_length), special_ids(tokenizer)["pad"], dtype=torch.int32)
+    mask = torch.zeros(len(captions), max_length, dtype=torch.uint8)
+    for s in range(0, len(captions), chunk):
+        i, m = encode_batch(tokenizer, captions[s:s + chunk], max_length)
+        i, m = torch.tensor(i, dtype=torch.int32), torch.tensor(m, dtype=torch.uint8)
+        ids[s:s + len(i), :i.shape[1]] = i
+        mask[s:s + len(m), :m.shape[1]] = m
+    return ids, mask
+
+
 class FeatureBatches:
     """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on,
     of the captions of ``languages`` (``data.train_languages``; None: every language of the split) whose image is in
@@ -55,11 +93,12 @@ class FeatureBatches:
                  max_length: int, seed: int = 0, rank: int = 0, world: int = 1, batching: str = "random",
                  neighbours_k: int = 10, start_step: int = 0, languages: Sequence[str] | None = None,
                  image_share: float = 1.0) -> None:
-        metas = read_captions(split_dir)
-        if languages is not None or image_share < 1:  # the others' captions (and their images) are left out
-            keep = None if languages is None else set(languages)
-            metas = [m for m in metas if keeps_caption(m, keep, image_share)]
-            if not metas:
+        keep = None if languages is None else set(languages)
+        # the split streamed into the few fields batching reads (no list of whole caption records is held);
+        # the others' captions (and their images) are left out
+        metas = _Captions.read(split_dir, keep, image_share, groups=batching == "pairs")
+        if not metas.captions:
+            if languages is not None or image_share < 1:
                 named = ([] if languages is None else [f"data.train_languages={','.join(languages)}"]) + \
                     ([f"data.train_image_share={image_share}"] if image_share < 1 else [])
                 raise UserError(f"{split_dir}: no caption in {' and '.join(named)}")
@@ -68,12 +107,11 @@ class FeatureBatches:
         self.batching, self.start_step = batching, start_step
         self._permutations: dict[tuple[int, int, int], np.ndarray] = {}
         self.cache = cache
-        ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], max_length)
-        self.ids = torch.tensor(ids, dtype=torch.long)
-        self.mask = torch.tensor(mask, dtype=torch.long)
-        self.truth = torch.tensor([truth_id(m) for m in metas], dtype=torch.long)
-        self.langs = np.array([m["lang"] for m in metas])
-        image_ids = [str(m["image_id"]) for m in metas]
+        self.ids, self.mask = _encode(tokenizer, metas.captions, max_length)
+        metas.captions = []
+        self.truth = torch.tensor(metas.truth, dtype=torch.long)
+        self.langs = np.array(metas.langs)
+        image_ids = metas.image_ids
         if cache is None:  # captions only (no loss reads the images): number the images of the split
             self.rows = np.unique(image_ids, return_inverse=True)[1]
         else:
@@ -94,17 +132,17 @@ class FeatureBatches:
         elif batching == "pairs":
             if self.batch_size % 2:
                 raise UserError(f"data.batching=pairs needs an even batch size, got {self.batch_size}")
-            self.group_members = self._groups(metas, split_dir)
+            self.group_members = self._groups(metas.groups, metas.langs, split_dir)
         elif batching != "random":
             raise UserError(f"data.batching must be random, neighbours or pairs, got {batching!r}")
 
     @staticmethod
-    def _groups(metas: list[dict], split_dir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _groups(groups: list, langs: list[str], split_dir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """CSR of the groups with captions in at least two languages: the first caption per (group, language)."""
         first: dict[tuple[str, str], int] = {}
-        for i, m in enumerate(metas):
-            if m.get("group") is not None:
-                first.setdefault((str(m["group"]), m["lang"]), i)
+        for i, (group, lang) in enumerate(zip(groups, langs)):
+            if group is not None:
+                first.setdefault((str(group), lang), i)
         by_group: dict[str, list[int]] = {}
         for (group, _), i in first.items():
             by_group.setdefault(group, []).append(i)
@@ -161,10 +199,10 @@ class FeatureBatches:
         mine = slice(self.rank * self.local_batch, (self.rank + 1) * self.local_batch)
         index = self.global_indices(step)[mine]
         picked = torch.from_numpy(index)
-        mask = self.mask[picked]
+        mask = self.mask[picked].long()
         width = int(mask.sum(1).max())
         batch = {
-            "input_ids": self.ids[picked, :width],
+            "input_ids": self.ids[picked, :width].long(),
             "attention_mask": mask[:, :width],
             "truth": self.truth[picked],
             "langs": self.langs[index].tolist(),

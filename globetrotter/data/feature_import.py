@@ -31,7 +31,7 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from data_prep.shards import read_captions, read_manifest
+from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
@@ -53,7 +53,7 @@ def file_sha256(path: Path, block: int = 1 << 22) -> str:
 
 def split_image_ids(split_dir: Path) -> list[str]:
     """The split's image ids in the order they first appear in its shards (no image is decoded)."""
-    return list(dict.fromkeys(str(m["image_id"]) for m in read_captions(split_dir)))
+    return list(dict.fromkeys(str(m["image_id"]) for m in iter_metas(split_dir)))
 
 
 def read_id_list(path: Path) -> list[str]:

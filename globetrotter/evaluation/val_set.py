@@ -30,22 +30,29 @@ class BackRetrievalSet:
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
                  image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10)) -> None:
-        from data_prep.shards import iter_samples
+        from data_prep.shards import decode_image, iter_metas, iter_raw
 
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
         if not (self.split / "manifest.json").is_file():
             raise UserError(f"{self.split}: no split here (expected manifest.json) for BackRetrieval")
         rng = np.random.default_rng(seed)
-        samples = list(iter_samples(self.split))
         by_lang: dict[str, list[int]] = {}
-        for i, s in enumerate(samples):
-            by_lang.setdefault(s.lang, []).append(i)
+        for i, meta in enumerate(iter_metas(self.split)):  # captions first: only the kept images are decoded
+            by_lang.setdefault(meta["lang"], []).append(i)
         keep = sorted(j for idx in by_lang.values() for j in rng.permutation(idx)[:max_per_lang])
-        samples = [samples[i] for i in keep]
-        self.texts = [s.caption for s in samples]
-        self.langs = np.array([s.lang for s in samples])
-        self.image_ids = np.array([s.image_id for s in samples])
-        self.images = [s.image for s in samples]
+        wanted = iter(keep)
+        kept: list[tuple[dict, Image.Image]] = []
+        next_row = next(wanted, None)
+        for i, (_key, ext, data, meta) in enumerate(iter_raw(self.split)):
+            if next_row is None:
+                break
+            if i == next_row:
+                kept.append((meta, decode_image(data, ext)))
+                next_row = next(wanted, None)
+        self.texts = [m["caption"] for m, _ in kept]
+        self.langs = np.array([m["lang"] for m, _ in kept])
+        self.image_ids = np.array([m["image_id"] for m, _ in kept])
+        self.images = [image for _, image in kept]
         if image_features == "pixels":
             self.image_feats = pixel_features(self.images)
         elif image_features == "model":

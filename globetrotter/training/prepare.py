@@ -152,8 +152,8 @@ def with_text_languages(cfg: TrainConfig) -> TrainConfig:
 
 def with_imported_dim(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with ``model.image_backbone_args.num_features`` set to the width of the imported embeddings in
-    ``data.features`` (``model.image_backbone: imported``), so the saved config rebuilds the model without the
-    cache; a config that gives another width is a one-line error naming both. Other configs are returned unchanged."""
+    ``data.features`` (``model.image_backbone: imported``; the base config's other timm arguments are dropped), so
+    the saved config rebuilds the model without the cache; a config that gives another width is a one-line error naming both. Other configs are returned unchanged."""
     m = cfg.model
     if m.image_backbone != IMPORTED_BACKBONE or not cfg.loss.uses_images:
         return cfg
@@ -165,4 +165,5 @@ def with_imported_dim(cfg: TrainConfig) -> TrainConfig:
     if given is not None and given != dim:
         raise UserError(f"model.image_backbone_args.num_features={given}, but the imported embeddings in {path} have "
                         f"{dim} dims; drop the key (training sets it from the cache) or point data.features elsewhere")
-    return replace(cfg, model=replace(m, image_backbone_args={**m.image_backbone_args, "num_features": dim}))
+    # the width only: a base config's timm arguments (e.g. a narrow ResNet's channels) mean nothing here
+    return replace(cfg, model=replace(m, image_backbone_args={"num_features": dim}))

@@ -1,0 +1,336 @@
+"""How each stage grows with the data: generated corpora of N captions, every stage timed with its peak memory.
+
+    .venv/bin/python bench/bench_scale.py --sizes 10000 100000 1000000 --out bench_out/scale
+
+A corpus of N captions is N images, each captioned once in one of the built-in world's nine languages (the
+paper's train/val rule). Captions come from the world's grammars (a pool of ``--pool`` scenes, reused with fresh
+image ids); each image has a tiny encoded picture (its background and first object's colour) and a generated
+``--dim``-wide embedding (the sum of vectors of the scene's object kinds plus noise, float16 as clip-retrieval
+writes). Stages, each in a fresh process so its peak RSS is its own:
+
+- ``shards``: writing the N captions and pictures as WebDataset shards (``ShardWriter``);
+- ``tokenizer``: training the shared BPE on them (``train_tokenizer_on_split``, the config's vocabulary size);
+- ``import``: ``import_embeddings`` of the ``.npy`` embeddings and their id list into a feature cache;
+- ``neighbours``: other-language visual neighbours of every image (``other_language_neighbours``, k = 10);
+- ``batches``: the trainer's batch stream set-up (captions read and tokenized once, ``FeatureBatches``);
+- ``train``: 200 training steps of the quickstart model from the imported embeddings (samples/s reported);
+- ``validation``: one trainer validation (``Validator``: BackRetrieval on ``val.max_per_lang`` captions per
+  language, read from an N-caption split, with the model just built);
+- ``index``: the sentence-translation index over N embeddings (``translate.build_index``) and 10,000 queries.
+
+Prints one row per stage and size (seconds of the stage's work, after its imports; its process's peak RSS, also
+against a process holding only torch and the model), the
+log-log slope of each stage between consecutive sizes, and saves ``scale.png`` and ``scale.json`` in ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STAGES = ("shards", "tokenizer", "import", "neighbours", "batches", "train", "validation", "index")
+NAME = "generated-512"
+TRAIN_STEPS = 200
+
+
+def _overrides(work: Path, dim: int) -> list[str]:
+    """The quickstart config, trained from the imported embeddings of ``work``."""
+    return [f"data.root={work}", "data.train_split=train", "data.val_split=train", f"data.features={work / 'cache'}",
+            "model.image_backbone=imported", f"model.image_pretrained={NAME}",
+            "model.freeze_image_backbone=true",
+            "loss.image=0", "data.batching=random", "data.synth=null", "threads=2"]
+
+
+def _config(work: Path, dim: int):
+    from dataclasses import replace
+
+    from globetrotter.config import load_train_config
+
+    cfg = load_train_config("configs/quickstart.yaml", _overrides(work, dim))
+    return replace(cfg, model=replace(cfg.model, image_backbone_args={"num_features": dim}))  # not the ResNet's args
+
+
+def make_pool(size: int, dim: int, seed: int = 0) -> dict:
+    """``size`` scenes of the built-in world: a caption per language, a tiny picture and an embedding centre each."""
+    from PIL import Image
+
+    from data_prep.shards import encode_image
+    from data_prep.synth.config import DEFAULT_LANGUAGES
+    from data_prep.synth.grammars import get_grammar
+    from data_prep.synth.scene import sample_meaning, sample_scene
+
+    rng = np.random.default_rng(seed)
+    kinds: dict[tuple, np.ndarray] = {}
+    captions, pictures, centres = [], [], []
+    for i in range(size):
+        r = np.random.default_rng([seed, i])
+        scene = sample_scene(r, 64, 4, 0.0)
+        meaning = sample_meaning(scene, r)
+        captions.append([get_grammar(lang).caption(meaning, r).text for lang in DEFAULT_LANGUAGES])
+        picture = np.empty((4, 4, 3), dtype=np.uint8)
+        picture[:] = scene.background.colour1
+        picture[1:3, 1:3] = scene.objects[0].rgb
+        pictures.append(encode_image(Image.fromarray(picture), "png"))
+        centre = np.zeros(dim, dtype=np.float32)
+        for kind in scene.kinds:
+            key = (kind.shape, kind.colour)
+            if key not in kinds:
+                kinds[key] = rng.normal(size=dim).astype(np.float32)
+            centre += kinds[key]
+        centres.append(centre)
+    return {"langs": list(DEFAULT_LANGUAGES), "captions": captions, "pictures": pictures, "centres": np.stack(centres)}
+
+
+def prepare_embeddings(work: Path, n: int, pool: dict, seed: int = 0) -> None:
+    """The N images' embeddings (float16 ``.npy``) and id list, as an external pipeline would hand them over."""
+    rng = np.random.default_rng([seed, n])
+    out = np.lib.format.open_memmap(work / "embeddings.npy", mode="w+", dtype=np.float16,
+                                    shape=(n, pool["centres"].shape[1]))
+    for s in range(0, n, 65536):
+        idx = np.arange(s, min(n, s + 65536))
+        out[idx] = pool["centres"][idx % len(pool["centres"])] + 0.8 * rng.normal(size=(len(idx), out.shape[1]))
+    out.flush()
+    (work / "ids.txt").write_text("".join(f"img{i:08d}\n" for i in range(n)))
+
+
+def stage_shards(work: Path, n: int, pool: dict) -> dict:
+    from data_prep.shards import ShardWriter
+
+    langs = pool["langs"]
+    lang_of = np.random.default_rng([1, n]).integers(0, len(langs), n)
+    start = time.perf_counter()
+    with ShardWriter(work / "train", split="train", source="bench_scale", image_format="png", maxcount=10_000) as w:
+        for i in range(n):
+            j = i % len(pool["captions"])
+            w.write(f"img{i:08d}", pool["pictures"][j], pool["captions"][j][lang_of[i]], langs[lang_of[i]],
+                    image_id=f"img{i:08d}")
+    return {"seconds": time.perf_counter() - start}
+
+
+def stage_tokenizer(work: Path, n: int, dim: int) -> dict:
+    from globetrotter.tokenizer import train_tokenizer_on_split
+    from globetrotter.training.prepare import tokenizer_path
+
+    cfg = _config(work, dim)
+    start = time.perf_counter()
+    train_tokenizer_on_split(work / "train", tokenizer_path(cfg), cfg.data.vocab_size)
+    return {"seconds": time.perf_counter() - start}
+
+
+def stage_import(work: Path, n: int) -> dict:
+    from globetrotter.data.feature_import import import_embeddings
+
+    start = time.perf_counter()
+    import_embeddings(work / "train", work / "embeddings.npy", work / "cache", NAME, ids=work / "ids.txt",
+                      force=True, progress=False)
+    return {"seconds": time.perf_counter() - start}
+
+
+def stage_neighbours(work: Path, n: int) -> dict:
+    from data_prep.shards import iter_metas
+    from globetrotter.data.feature_cache import load_feature_cache
+    from globetrotter.data.neighbours import EXACT_MAX, other_language_neighbours
+
+    start = time.perf_counter()
+    cache = load_feature_cache(work / "cache")
+    langs = np.array([m["lang"] for m in iter_metas(work / "train")])  # one caption per image, in cache order
+    other_language_neighbours(np.asarray(cache.features[:, 0], dtype=np.float32), langs, 10)
+    return {"seconds": time.perf_counter() - start, "method": "exact" if n <= EXACT_MAX else "ivf"}
+
+
+def _model_and_batches(work: Path, dim: int):
+    import torch
+
+    from globetrotter.data.feature_batches import FeatureBatches
+    from globetrotter.data.feature_cache import load_feature_cache
+    from globetrotter.encoder import build_model
+    from globetrotter.tokenizer import load_tokenizer
+    from globetrotter.training.prepare import tokenizer_path
+
+    cfg = _config(work, dim)
+    tok = load_tokenizer(tokenizer_path(cfg))
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.get_vocab_size(), tok)
+    start = time.perf_counter()
+    batches = FeatureBatches(work / "train", load_feature_cache(work / "cache"), tok, cfg.batch_size,
+                             cfg.data.max_length, seed=0)
+    return cfg, tok, model, batches, time.perf_counter() - start
+
+
+def stage_batches(work: Path, n: int, dim: int) -> dict:
+    *_, setup_s = _model_and_batches(work, dim)
+    return {"seconds": setup_s}
+
+
+def stage_train(work: Path, n: int, dim: int) -> dict:
+    import torch
+
+    from globetrotter.losses import mask_tokens
+    from globetrotter.tokenizer import special_ids
+    from globetrotter.training.objective import GlobetrotterObjective
+
+    torch.set_num_threads(2)
+    cfg, tok, model, batches, _ = _model_and_batches(work, dim)
+    specials = special_ids(tok)
+    objective = GlobetrotterObjective(cfg.loss)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
+    model.train()
+
+    def step(i: int) -> None:
+        b = batches.batch(i)
+        masked, labels = mask_tokens(b["input_ids"], b["attention_mask"], specials["mask"], tok.get_vocab_size(),
+                                     list(specials.values()), p=cfg.loss.mask_prob)
+        out = model(b["input_ids"], b["attention_mask"], masked, b.get("view1"), b.get("view2"),
+                    cloze_targets=labels != -100)
+        loss, _ = objective(out, b, labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for i in range(5):  # warm-up, not timed
+        step(i)
+    start = time.perf_counter()
+    for i in range(5, 5 + TRAIN_STEPS):
+        step(i)
+    elapsed = time.perf_counter() - start
+    return {"seconds": elapsed, "samples_per_s": TRAIN_STEPS * cfg.batch_size / elapsed}
+
+
+def stage_validation(work: Path, n: int, dim: int) -> dict:
+    import torch
+
+    from globetrotter.encoder import Encoder, build_model
+    from globetrotter.tokenizer import load_tokenizer
+    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.validation import Validator
+
+    torch.set_num_threads(2)
+    cfg = _config(work, dim)
+    tok = load_tokenizer(tokenizer_path(cfg))
+    encoder = Encoder(build_model(cfg, tok.get_vocab_size(), tok), tok, cfg)
+    start = time.perf_counter()
+    validator = Validator(cfg)
+    load_s = time.perf_counter() - start
+    metrics = validator(encoder)
+    return {"seconds": time.perf_counter() - start, "load_s": load_s, "captions": len(validator.val.texts),
+            "bkr@10": metrics["val/bkr@10"]}
+
+
+def stage_index(work: Path, n: int) -> dict:
+    from globetrotter.evaluation.translate import build_index
+
+    emb = np.asarray(np.load(work / "embeddings.npy", mmap_mode="r"), dtype=np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    start = time.perf_counter()
+    index = build_index(emb)
+    build_s = time.perf_counter() - start
+    queries = emb[np.random.default_rng(0).choice(n, size=min(n, 10_000), replace=False)]
+    start = time.perf_counter()
+    index.search(queries, 10)
+    query_s = time.perf_counter() - start
+    return {"seconds": build_s + query_s, "build_s": build_s, "queries_per_s": len(queries) / query_s}
+
+
+def stage_baseline(work: Path, n: int, dim: int) -> dict:
+    """The model's own process: the interpreter, torch and the quickstart model built (no data)."""
+    from globetrotter.encoder import build_model
+    from globetrotter.tokenizer import load_tokenizer
+    from globetrotter.training.prepare import tokenizer_path
+
+    cfg = _config(work, dim)
+    tok = load_tokenizer(tokenizer_path(cfg))
+    build_model(cfg, tok.get_vocab_size(), tok)
+    return {"seconds": 0.0}
+
+
+def _child(name: str, args: tuple) -> dict:
+    result = globals()[f"stage_{name}"](*args)  # its "seconds": the stage's work, after the imports
+    return {**result, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_stage(name: str, *args) -> dict:
+    """``stage_<name>(*args)`` in a fresh process: its seconds, peak RSS (MiB) and extra figures."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(_child, name, args).result()
+
+
+def slope(t0: float, t1: float, n0: int, n1: int) -> float:
+    return float(np.log(t1 / t0) / np.log(n1 / n0))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--dim", type=int, default=512, help="width of the generated image embeddings (default %(default)s)")
+    p.add_argument("--pool", type=int, default=20_000, help="distinct generated scenes (default %(default)s)")
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--out", default="bench_out/scale", help="work folder, table and plot (default %(default)s)")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    pool = make_pool(args.pool, args.dim)
+    print(f"pool of {args.pool} scenes in {time.perf_counter() - t:.1f} s", flush=True)
+    results: dict[int, dict] = {}
+    for n in args.sizes:
+        work = out / f"n{n}"
+        work.mkdir(exist_ok=True)
+        prepare_embeddings(work, n, pool)
+        results[n] = {}
+        for name in args.stages:
+            extra = (pool,) if name == "shards" else (args.dim,) if name in ("tokenizer", "batches", "train",
+                                                                            "validation") else ()
+            r = run_stage(name, work, n, *extra)
+            results[n][name] = r
+            figures = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
+                                if k not in ("seconds", "rss_mb"))
+            print(f"{n:>9} {name:<11} {r['seconds']:>8.1f} s  peak RSS {r['rss_mb']:>6.0f} MiB  {figures}", flush=True)
+        base = run_stage("baseline", work, n, args.dim)["rss_mb"]  # after the tokenizer: the model needs its size
+        results[n]["model_process_rss_mb"] = base
+        print(f"{n:>9} the model's own process (torch, the model, no data): peak RSS {base:.0f} MiB", flush=True)
+        (out / "scale.json").write_text(json.dumps({"sizes": args.sizes, "dim": args.dim, "results": results}, indent=2))
+    sizes = [n for n in args.sizes if n in results]
+    if len(sizes) > 1:
+        print("\nlog-log slope of each stage's seconds (train: of 1 / samples per second)")
+        for name in args.stages:
+            cells = []
+            for a, b in zip(sizes, sizes[1:]):
+                ra, rb = results[a][name], results[b][name]
+                ta, tb = ((1 / ra["samples_per_s"], 1 / rb["samples_per_s"]) if name == "train"
+                          else (ra["seconds"], rb["seconds"]))
+                cells.append(f"{a}->{b}: {slope(ta, tb, a, b):.2f}")
+            print(f"  {name:<11} " + "  ".join(cells))
+        plot(results, sizes, args.stages, out / "scale.png")
+    return 0
+
+
+def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in stages:
+        ax.loglog(sizes, [results[n][name]["seconds"] for n in sizes], marker="o", label=name)
+        ax2.semilogx(sizes, [results[n][name]["rss_mb"] / 1024 for n in sizes], marker="o", label=name)
+    ref = np.array(sizes, dtype=float)
+    ax.loglog(ref, results[sizes[0]]["shards"]["seconds"] * ref / ref[0], "k:", label="linear") if "shards" in stages else None
+    ax.set(xlabel="captions (= images)", ylabel="seconds", title="time per stage")
+    ax2.set(xlabel="captions (= images)", ylabel="GiB", title="peak RSS per stage (own process)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
