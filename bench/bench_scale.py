@@ -16,10 +16,12 @@ writes). Stages, each in a fresh process so its peak RSS is its own:
 - ``train``: 200 training steps of the quickstart model from the imported embeddings (samples/s reported);
 - ``validation``: one trainer validation (``Validator``: BackRetrieval on ``val.max_per_lang`` captions per
   language, read from an N-caption split, with the model just built);
-- ``index``: the sentence-translation index over N embeddings (``translate.build_index``) and 10,000 queries.
+- ``index``: the sentence-translation index over N sentence vectors of the paper's width D = 128 (a fixed random
+  projection of the generated embeddings; ``translate.build_index``) and 10,000 queries.
 
-Prints one row per stage and size (seconds of the stage's work, after its imports; its process's peak RSS, also
-against a process holding only torch and the model), the
+Prints one row per stage and size (seconds of the stage's work, after its imports; its process's peak anonymous
+resident memory, sampled every 50 ms, and its peak RSS with the pages of memory-mapped files, which the system
+can drop; a process holding only torch and the model is measured alike), the
 log-log slope of each stage between consecutive sizes, and saves ``scale.png`` and ``scale.json`` in ``--out``.
 """
 from __future__ import annotations
@@ -27,8 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import resource
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -97,7 +99,8 @@ def prepare_embeddings(work: Path, n: int, pool: dict, seed: int = 0) -> None:
                                     shape=(n, pool["centres"].shape[1]))
     for s in range(0, n, 65536):
         idx = np.arange(s, min(n, s + 65536))
-        out[idx] = pool["centres"][idx % len(pool["centres"])] + 0.8 * rng.normal(size=(len(idx), out.shape[1]))
+        noise = rng.standard_normal(size=(len(idx), out.shape[1]), dtype=np.float32)
+        out[idx] = pool["centres"][idx % len(pool["centres"])] + 0.8 * noise
     out.flush()
     (work / "ids.txt").write_text("".join(f"img{i:08d}\n" for i in range(n)))
 
@@ -143,7 +146,7 @@ def stage_neighbours(work: Path, n: int) -> dict:
     start = time.perf_counter()
     cache = load_feature_cache(work / "cache")
     langs = np.array([m["lang"] for m in iter_metas(work / "train")])  # one caption per image, in cache order
-    other_language_neighbours(np.asarray(cache.features[:, 0], dtype=np.float32), langs, 10)
+    other_language_neighbours(cache.features[:, 0], langs, 10)  # as the batch stream passes them: float16 rows
     return {"seconds": time.perf_counter() - start, "method": "exact" if n <= EXACT_MAX else "ivf"}
 
 
@@ -225,10 +228,16 @@ def stage_validation(work: Path, n: int, dim: int) -> dict:
             "bkr@10": metrics["val/bkr@10"]}
 
 
-def stage_index(work: Path, n: int) -> dict:
+def stage_index(work: Path, n: int, width: int = 128) -> dict:
+    """Sentence vectors of the text model's output width (the paper's D = 128): the generated embeddings through a
+    fixed random projection (their neighbourhoods kept), then the index over them and 10,000 queries."""
     from globetrotter.evaluation.translate import build_index
 
-    emb = np.asarray(np.load(work / "embeddings.npy", mmap_mode="r"), dtype=np.float32)
+    source = np.load(work / "embeddings.npy", mmap_mode="r")
+    proj = np.random.default_rng(0).normal(size=(source.shape[1], width)).astype(np.float32)
+    emb = np.empty((n, width), dtype=np.float32)
+    for s in range(0, n, 65536):
+        emb[s:s + 65536] = np.asarray(source[s:s + 65536], dtype=np.float32) @ proj
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
     start = time.perf_counter()
     index = build_index(emb)
@@ -253,14 +262,41 @@ def stage_baseline(work: Path, n: int, dim: int) -> dict:
 
 
 def _child(name: str, args: tuple) -> dict:
+    peak = {"anon": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:  # the kernel keeps no peak of anonymous memory: sample it
+        while not done.wait(0.05):
+            peak["anon"] = max(peak["anon"], _status_mb("RssAnon"))
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
     result = globals()[f"stage_{name}"](*args)  # its "seconds": the stage's work, after the imports
-    return {**result, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    done.set()
+    watcher.join()
+    return {**result, "rss_mb": max(peak["anon"], _status_mb("RssAnon")), "rss_total_mb": _status_mb("VmHWM")}
+
+
+def _status_mb(field: str) -> float:
+    """A memory figure of this process from ``/proc/self/status`` in MiB (0 without /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def run_stage(name: str, *args) -> dict:
     """``stage_<name>(*args)`` in a fresh process: its seconds, peak RSS (MiB) and extra figures."""
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
         return pool.submit(_child, name, args).result()
+
+
+def _earlier(path: Path, dim: int) -> dict[int, dict]:
+    """The figures of an earlier run in the same folder with the same width, by size (empty if none)."""
+    if not path.is_file():
+        return {}
+    saved = json.loads(path.read_text())
+    return {int(n): r for n, r in saved["results"].items()} if saved.get("dim") == dim else {}
 
 
 def slope(t0: float, t1: float, n0: int, n1: int) -> float:
@@ -280,28 +316,32 @@ def main() -> int:
     t = time.perf_counter()
     pool = make_pool(args.pool, args.dim)
     print(f"pool of {args.pool} scenes in {time.perf_counter() - t:.1f} s", flush=True)
-    results: dict[int, dict] = {}
+    results = _earlier(out / "scale.json", args.dim)  # a run of some stages updates those in place
     for n in args.sizes:
         work = out / f"n{n}"
         work.mkdir(exist_ok=True)
-        prepare_embeddings(work, n, pool)
-        results[n] = {}
+        if not (work / "embeddings.npy").is_file() or "shards" in args.stages:
+            prepare_embeddings(work, n, pool)
+        results.setdefault(n, {})
         for name in args.stages:
             extra = (pool,) if name == "shards" else (args.dim,) if name in ("tokenizer", "batches", "train",
                                                                             "validation") else ()
             r = run_stage(name, work, n, *extra)
             results[n][name] = r
             figures = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
-                                if k not in ("seconds", "rss_mb"))
-            print(f"{n:>9} {name:<11} {r['seconds']:>8.1f} s  peak RSS {r['rss_mb']:>6.0f} MiB  {figures}", flush=True)
+                                if k not in ("seconds", "rss_mb", "rss_total_mb"))
+            print(f"{n:>9} {name:<11} {r['seconds']:>8.1f} s  peak RSS {r['rss_mb']:>6.0f} MiB "
+                  f"({r['rss_total_mb']:>6.0f} with mapped files)  {figures}", flush=True)
         base = run_stage("baseline", work, n, args.dim)["rss_mb"]  # after the tokenizer: the model needs its size
         results[n]["model_process_rss_mb"] = base
         print(f"{n:>9} the model's own process (torch, the model, no data): peak RSS {base:.0f} MiB", flush=True)
-        (out / "scale.json").write_text(json.dumps({"sizes": args.sizes, "dim": args.dim, "results": results}, indent=2))
-    sizes = [n for n in args.sizes if n in results]
+        (out / "scale.json").write_text(json.dumps({"sizes": sorted(results), "dim": args.dim, "results": results},
+                                                   indent=2))
+    sizes = sorted(results)
+    shown = [s for s in STAGES if all(s in results[n] for n in sizes)]  # this run's stages and earlier ones
     if len(sizes) > 1:
         print("\nlog-log slope of each stage's seconds (train: of 1 / samples per second)")
-        for name in args.stages:
+        for name in shown:
             cells = []
             for a, b in zip(sizes, sizes[1:]):
                 ra, rb = results[a][name], results[b][name]
@@ -309,7 +349,7 @@ def main() -> int:
                           else (ra["seconds"], rb["seconds"]))
                 cells.append(f"{a}->{b}: {slope(ta, tb, a, b):.2f}")
             print(f"  {name:<11} " + "  ".join(cells))
-        plot(results, sizes, args.stages, out / "scale.png")
+        plot(results, sizes, shown, out / "scale.png")
     return 0
 
 

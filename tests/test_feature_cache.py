@@ -245,8 +245,8 @@ def test_inverted_file_neighbours_keep_other_languages_and_most_exact_neighbours
     assert 0.9 <= neighbour_recall(approx, exact) < 1.0  # approximate, and close
     assert neighbour_recall(exact, exact) == 1.0
     np.testing.assert_array_equal(other_language_neighbours(x, langs, 5, method="auto"), exact)  # small: exact
-    # with every list probed the inverted file is exact up to ties
-    assert neighbour_recall(other_language_neighbours(x, langs, 5, method="ivf", nprobe=10_000), exact) > 0.999
+    # with every list probed the inverted file is exact up to ties and the float16 rounding of its rows
+    assert neighbour_recall(other_language_neighbours(x, langs, 5, method="ivf", nprobe=10_000), exact) > 0.995
     with pytest.raises(ValueError, match="unknown neighbour search"):
         other_language_neighbours(x, langs, 5, method="hnsw")
 

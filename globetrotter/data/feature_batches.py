@@ -127,7 +127,9 @@ class FeatureBatches:
                 raise UserError(f"data.batching=neighbours needs an even batch size, got {self.batch_size}")
             image_lang = np.empty(len(uniq), dtype=self.langs.dtype)
             image_lang[self.image_of] = self.langs
-            whole = np.asarray(cache.features[uniq, 0], dtype=np.float32)
+            # the cache's float16 rows (a memory-mapped view when every cached image is used, in order)
+            every = len(uniq) == len(cache.features) and bool((uniq == np.arange(len(uniq))).all())
+            whole = cache.features[:, 0] if every else cache.features[uniq, 0]
             self.neighbours = other_language_neighbours(whole, image_lang, neighbours_k)
         elif batching == "pairs":
             if self.batch_size % 2:

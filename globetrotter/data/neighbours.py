@@ -8,9 +8,11 @@ whole-image features (no text, no parallel data): for each image, its ``k`` near
 
 Up to :data:`EXACT_MAX` images the search is exact (one flat faiss search per language: its cost
 grows with the square of the images). Above, it is approximate and grows as about n^1.5: one
-inverted-file index (faiss ``IndexIVFFlat``, about ``4 sqrt(n)`` lists, ``nprobe`` of them
-searched) over all images, searched once per language with a selector that leaves that
-language's images out. :func:`neighbour_recall` measures what the approximation keeps.
+inverted-file index (faiss ``IndexIVFScalarQuantizer`` with float16 codes, about ``4 sqrt(n)``
+lists, ``nprobe`` of them searched) over all images, searched once per language with a selector
+that leaves that language's images out; the normalised rows are held as float16 too, so the search
+needs about two bytes per dimension and image twice. :func:`neighbour_recall` measures what the
+approximation keeps.
 """
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ from ..errors import UserError
 EXACT_MAX = 100_000  # images: exact search up to here, inverted file above
 DEFAULT_NPROBE = 8
 TRAIN_SAMPLE = 64  # points per inverted list used to train the coarse quantiser
+CHUNK = 65_536  # rows normalised, added or searched at once
 
 
-def _check(features: np.ndarray, langs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _check(features: np.ndarray, langs: np.ndarray, k: int, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows L2-normalised as dtype, langs)`` after checking the arguments; normalised a chunk at a time, so
+    float16 rows of a memory-mapped cache never become a whole float32 copy."""
     langs = np.asarray(langs)
     n = features.shape[0]
     if langs.shape != (n,):
@@ -38,8 +43,11 @@ def _check(features: np.ndarray, langs: np.ndarray, k: int) -> tuple[np.ndarray,
         if pool < k:
             raise UserError(f"neighbour batching: only {pool} images are captioned in a language other than "
                             f"{lang!r}, fewer than data.neighbours_k={k}")
-    x = np.ascontiguousarray(features, dtype=np.float32).copy()
-    faiss.normalize_L2(x)
+    x = np.empty(features.shape, dtype=dtype)
+    for s in range(0, n, CHUNK):
+        chunk = np.array(features[s:s + CHUNK], dtype=np.float32)
+        faiss.normalize_L2(chunk)
+        x[s:s + CHUNK] = chunk
     return x, langs
 
 
@@ -52,13 +60,12 @@ def other_language_neighbours(features: np.ndarray, langs: np.ndarray, k: int, m
     ``nprobe`` lists searched, quantiser trained on a ``seed``-ed sample) or ``auto`` (exact up to
     :data:`EXACT_MAX` images).
     """
-    x, langs = _check(features, langs, k)
     if method == "auto":
-        method = "exact" if len(x) <= EXACT_MAX else "ivf"
+        method = "exact" if len(features) <= EXACT_MAX else "ivf"
     if method == "exact":
-        return _exact(x, langs, k)
-    if method == "ivf":
-        return _ivf(x, langs, k, nprobe, seed)
+        return _exact(*_check(features, langs, k), k)
+    if method == "ivf":  # rows kept as float16 and indexed as float16 codes: a quarter of two float32 copies
+        return _ivf(*_check(features, langs, k, np.float16), k, nprobe, seed)
     raise ValueError(f"unknown neighbour search {method!r}; expected auto, exact or ivf")
 
 
@@ -84,26 +91,31 @@ def exact_neighbours_of(features: np.ndarray, langs: np.ndarray, k: int, rows: n
 
 
 def _ivf(x: np.ndarray, langs: np.ndarray, k: int, nprobe: int, seed: int) -> np.ndarray:
+    """Inverted-file search over float16 rows ``x``, stored as float16 codes (faiss scalar quantiser)."""
     n, dim = x.shape
     nlist = max(1, min(int(4 * math.sqrt(n)), n // TRAIN_SAMPLE))
     quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_fp16,
+                                          faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
-    sample = x[np.sort(rng.choice(n, size=min(n, nlist * TRAIN_SAMPLE), replace=False))]
+    sample = x[np.sort(rng.choice(n, size=min(n, nlist * TRAIN_SAMPLE), replace=False))].astype(np.float32)
     index.cp.seed = seed
     index.train(sample)
-    index.add(x)
+    for s in range(0, n, CHUNK):
+        index.add(x[s:s + CHUNK].astype(np.float32))
     out = np.empty((n, k), dtype=np.int64)
     for lang in np.unique(langs):
         queries = np.flatnonzero(langs == lang)
         own = faiss.IDSelectorBatch(queries.astype(np.int64))
         params = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=min(nprobe, nlist))
-        _, found = index.search(x[queries], k, params=params)
-        if (found < 0).any():  # too few other-language images in the probed lists: widen the search for those
-            short = np.flatnonzero((found < 0).any(1))
-            wide = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=nlist)
-            _, found[short] = index.search(x[queries[short]], k, params=wide)
-        out[queries] = found
+        for s in range(0, len(queries), CHUNK):
+            part = queries[s:s + CHUNK]
+            _, found = index.search(x[part].astype(np.float32), k, params=params)
+            if (found < 0).any():  # too few other-language images in the probed lists: widen the search for those
+                short = np.flatnonzero((found < 0).any(1))
+                wide = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=nlist)
+                _, found[short] = index.search(x[part[short]].astype(np.float32), k, params=wide)
+            out[part] = found
     return out
 
 
