@@ -363,8 +363,9 @@ def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None
     for name in stages:
         ax.loglog(sizes, [results[n][name]["seconds"] for n in sizes], marker="o", label=name)
         ax2.semilogx(sizes, [results[n][name]["rss_mb"] / 1024 for n in sizes], marker="o", label=name)
-    ref = np.array(sizes, dtype=float)
-    ax.loglog(ref, results[sizes[0]]["shards"]["seconds"] * ref / ref[0], "k:", label="linear") if "shards" in stages else None
+    if "shards" in stages:  # a line of slope 1 through the first shard-writing time
+        ref = np.array(sizes, dtype=float)
+        ax.loglog(ref, results[sizes[0]]["shards"]["seconds"] * ref / ref[0], "k:", label="linear")
     ax.set(xlabel="captions (= images)", ylabel="seconds", title="time per stage")
     ax2.set(xlabel="captions (= images)", ylabel="GiB", title="peak RSS per stage (own process)")
     ax.legend(fontsize=7)

@@ -153,7 +153,8 @@ def with_text_languages(cfg: TrainConfig) -> TrainConfig:
 def with_imported_dim(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with ``model.image_backbone_args.num_features`` set to the width of the imported embeddings in
     ``data.features`` (``model.image_backbone: imported``; the base config's other timm arguments are dropped), so
-    the saved config rebuilds the model without the cache; a config that gives another width is a one-line error naming both. Other configs are returned unchanged."""
+    the saved config rebuilds the model without the cache; a config that gives another width is a one-line error
+    naming both. Other configs are returned unchanged."""
     m = cfg.model
     if m.image_backbone != IMPORTED_BACKBONE or not cfg.loss.uses_images:
         return cfg
