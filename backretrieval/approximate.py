@@ -40,7 +40,7 @@ from .ranking import Scorer, l2_normalize
 
 _CHUNK = 16384  # rows normalised / reduced / searched at once
 PCA_ROWS = 20_000  # rows of the training sample the PCA sees
-INDEXES = ("pq", "ivf")
+INDEXES = ("pq", "ivf", "exact")
 IMAGE_SIDES = ("pq", "exact")
 _PQ_MIN_ROWS = 16 * 39  # faiss k-means wants 39 rows per centroid: 16 centroids per PQ sub-quantizer
 
@@ -51,7 +51,9 @@ class ApproxConfig:
 
     Attributes:
         index: ``"pq"``: exhaustive scan of 4-bit product-quantized PCA codes (faiss fast scan);
-            ``"ivf"``: faiss IVF over the (reduced) rows, ``nprobe`` of ``nlist`` cells visited.
+            ``"ivf"``: faiss IVF over the (reduced) rows, ``nprobe`` of ``nlist`` cells visited;
+            ``"exact"``: no index, the exact text search (only the image side is approximate: for few queries
+            against many targets, where the exact search costs less than building an index).
         pca_dim: rows wider than this are projected on their top ``pca_dim`` principal
             directions (uncentred: inner products are kept) for the candidate search (0: never).
         nlist: ``ivf`` cells (default ``4 sqrt(N)``, at most ``N // 39`` so k-means has data).

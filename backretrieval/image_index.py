@@ -145,27 +145,45 @@ def image_neighbours(
         hnsw_m: HNSW links per node; ``ef_search``: its search width (default ``candidates``).
         seed: seed of the PCA (and quantizer) sample.
     """
-    if method not in METHODS:
-        raise BackRetrievalError(f"image_neighbours: method must be one of {', '.join(METHODS)}, got {method!r}")
-    tgt, src = as_float32(tgt_img), as_float32(src_img)
+    src = as_float32(src_img)
     if src_image_ids is not None:
         src = as_float32(src[distinct_images(src_image_ids, len(src))[0]])
-    n_neighbours = min(int(n_neighbours), len(src))
-    default_fetch = {"flat": n_neighbours, "pq": PQ_CANDIDATES, "hnsw": 2 * n_neighbours}[method]
-    fetch = n_neighbours if method == "flat" else max(int(candidates or default_fetch), n_neighbours)
-    if pca_dim is None:
-        pca_dim = PQ_PCA_DIM if method == "pq" else 0
-    search = _source_search(src, method, pca_dim, hnsw_m, max(int(ef_search or fetch), fetch), seed)
-    scorer = VectorScorer(tgt, src)
-    ids = np.empty((len(tgt), n_neighbours), dtype=np.int64)
-    scores = np.empty((len(tgt), n_neighbours), dtype=np.float32)
-    for s in range(0, len(tgt), _CHUNK):
-        found = search(tgt[s:s + _CHUNK], min(fetch, len(src)))
-        exact = rescore(scorer, np.arange(s, s + len(found)), found)
-        order = np.argsort(-exact, axis=1, kind="stable")[:, :n_neighbours]
-        ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
-        scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
-    return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), method)
+    index = SourceImageIndex(src, method, candidates=candidates, pca_dim=pca_dim, hnsw_m=hnsw_m, ef_search=ef_search,
+                             seed=seed)
+    return index.lists(tgt_img, n_neighbours)
+
+
+class SourceImageIndex:
+    """The search over distinct source images that :func:`image_neighbours` builds, kept to list any target images
+    later: built once per source image set, then searched for each model's retrieved targets
+    (:func:`~backretrieval.bkr_recall`'s ``source_index``). Arguments as in :func:`image_neighbours`."""
+
+    def __init__(self, src_img: np.ndarray, method: str = "pq", *, candidates: int | None = None,
+                 pca_dim: int | None = None, hnsw_m: int = 32, ef_search: int | None = None, seed: int = 0) -> None:
+        if method not in METHODS:
+            raise BackRetrievalError(f"image_neighbours: method must be one of {', '.join(METHODS)}, got {method!r}")
+        self.src, self.method, self.candidates = as_float32(src_img), method, candidates
+        if pca_dim is None:
+            pca_dim = PQ_PCA_DIM if method == "pq" else 0
+        ef = max(int(ef_search or 0), int(candidates or 0), PQ_CANDIDATES if method == "pq" else 2 * DEFAULT_NEIGHBOURS)
+        self._search = _source_search(self.src, method, pca_dim, hnsw_m, ef, seed)
+
+    def lists(self, tgt_img: np.ndarray, n_neighbours: int = DEFAULT_NEIGHBOURS) -> ImageNeighbours:
+        """The ``n_neighbours`` best source images of every row of ``tgt_img``, exactly re-scored, best first."""
+        tgt, src = as_float32(tgt_img), self.src
+        n_neighbours = min(int(n_neighbours), len(src))
+        default_fetch = {"flat": n_neighbours, "pq": PQ_CANDIDATES, "hnsw": 2 * n_neighbours}[self.method]
+        fetch = n_neighbours if self.method == "flat" else max(int(self.candidates or default_fetch), n_neighbours)
+        scorer = VectorScorer(tgt, src)
+        ids = np.empty((len(tgt), n_neighbours), dtype=np.int64)
+        scores = np.empty((len(tgt), n_neighbours), dtype=np.float32)
+        for s in range(0, len(tgt), _CHUNK):
+            found = self._search(tgt[s:s + _CHUNK], min(fetch, len(src)))
+            exact = rescore(scorer, np.arange(s, s + len(found)), found)
+            order = np.argsort(-exact, axis=1, kind="stable")[:, :n_neighbours]
+            ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
+            scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
+        return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), self.method)
 
 
 def image_neighbours_file(
@@ -194,15 +212,18 @@ def image_neighbours_file(
 
 
 def image_neighbours_of(
-    src_img: np.ndarray, tgt_img: np.ndarray, targets: np.ndarray, n_neighbours: int, seed: int = 0
+    src_img: np.ndarray, tgt_img: np.ndarray, targets: np.ndarray, n_neighbours: int, seed: int = 0,
+    index: SourceImageIndex | None = None,
 ) -> tuple[ImageNeighbours, np.ndarray]:
     """``pq`` lists (:func:`image_neighbours`) of the distinct target images in ``targets`` only, and the list row
     of each entry of ``targets``: what one model's step 4 needs, where lists of every target image serve all.
+    ``index``: a :class:`SourceImageIndex` already built over ``src_img`` (else one is built here).
 
     The source index does not depend on the targets, so each list is the one the full build holds.
     """
     needed, row_of = np.unique(np.asarray(targets, dtype=np.int64), return_inverse=True)
-    return image_neighbours(src_img, tgt_img[needed], n_neighbours, method="pq", seed=seed), row_of.reshape(-1)
+    index = index or SourceImageIndex(src_img, "pq", seed=seed)
+    return index.lists(tgt_img[needed], n_neighbours), row_of.reshape(-1)
 
 
 def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int, seed: int):

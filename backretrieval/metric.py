@@ -49,7 +49,14 @@ from scipy import stats
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError
 from .hubness import DEFAULT_CSLS_K, hubness_stats
-from .image_index import ImageNeighbours, check_image_neighbours, distinct_images, image_neighbours_of, neighbour_counts
+from .image_index import (
+    ImageNeighbours,
+    SourceImageIndex,
+    check_image_neighbours,
+    distinct_images,
+    image_neighbours_of,
+    neighbour_counts,
+)
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,
@@ -139,6 +146,8 @@ def bkr_recall(
     approximate: bool | ApproxConfig = False,
     image_neighbours: ImageNeighbours | None = None,
     text_sim: np.ndarray | None = None,
+    queries: np.ndarray | None = None,
+    source_index: SourceImageIndex | None = None,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -172,10 +181,17 @@ def bkr_recall(
             cosine of two embeddings (late interaction, CSLS with statistics from outside the two sets);
             replaces steps 1-2 (``src_text``/``tgt_text`` may then be None; ``retrieval`` and
             ``approximate`` do not apply). Step 2 retrieves each row's maximum (ties: lowest index).
+            With ``queries``, its rows are those queries'.
+        queries: optional source rows that query (e.g. a seeded sample); the others still count among the
+            source images every query is ranked against, so the mean hit over a sample of queries estimates
+            the whole set's BkR without bias. Default: every source row.
+        source_index: with ``approximate`` (``image_side="pq"``), a
+            :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
+            (``pq``), reused instead of building one per call.
 
     Returns:
-        ``{"bkr@K": float, ..., "hits": {K: (Ns,) per-query hits}, "ranks": (Ns,) rank of
-        each query's image (1 = best), "retrieved": (Ns,) index of the retrieved target
+        ``{"bkr@K": float, ..., "hits": {K: (Q,) per-query hits}, "ranks": (Q,) rank of
+        each query's image (1 = best), "retrieved": (Q,) index of the retrieved target
         text, "hubness": :func:`~backretrieval.hubness.hubness_stats` of the retrieval,
         "n_queries", "n_images", "ties", "retrieval", "approximate", "image_neighbours": the lists'
         method or None}``.
@@ -185,15 +201,23 @@ def bkr_recall(
     check_retrieval(retrieval, csls_k)
     approx = _approx_config(approximate, ks)
     if text_sim is not None:
-        if approx is not None:
+        if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
         text_sim = _matrix("text_sim", text_sim)
         n_src, n_tgt = text_sim.shape
+        if queries is not None:  # the source set is the images'
+            n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
     else:
         src_text = _matrix("src_text", src_text)
         tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
         n_src, n_tgt = len(src_text), len(tgt_text)
+    query_rows = np.arange(n_src) if queries is None else np.asarray(queries, dtype=np.int64)
+    if query_rows.ndim != 1 or (len(query_rows) and (query_rows.min() < 0 or query_rows.max() >= n_src)):
+        raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {np.asarray(queries)!r:.80}")
+    if text_sim is not None and len(text_sim) != len(query_rows):
+        raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, image_col = distinct_images(src_image_ids, n_src)
+    image_col = image_col[query_rows]
 
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
@@ -212,28 +236,31 @@ def bkr_recall(
             raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
         src_img = _matrix("src_img", src_img, rows=n_src)
         tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
-        distinct = src_img if src_image_ids is None else src_img[image_rows]
+        every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
+        distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
         scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
         if image_neighbours is not None:
             check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
     if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
     else:
-        retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx)  # steps 1-2
+        retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx,
+                             rows=None if queries is None else query_rows)  # steps 1-2
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
     if approx is not None or image_neighbours is not None:  # only "fewer than K better images?"
         max_rank = max(ks)
     if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
         counts = neighbour_counts(image_neighbours, scorer, retrieved, image_col, ties)
     elif approx is not None and approx.image_side == "pq" and image_sim is None:  # lists of the retrieved only
-        lists, row_of = image_neighbours_of(distinct, tgt_img, retrieved, max(ks), seed=approx.seed)
+        lists, row_of = image_neighbours_of(distinct, tgt_img, retrieved, max(ks), seed=approx.seed,
+                                            index=source_index)
         counts = neighbour_counts(lists, scorer, row_of, image_col, ties, targets=retrieved)
     else:  # the exact count, stopped at max_rank
         counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
-               n_queries=n_src, n_images=len(image_rows), ties=ties,
+               n_queries=len(query_rows), n_images=len(image_rows), ties=ties,
                retrieval="given similarity" if text_sim is not None else retrieval,
                approximate=approx is not None,
                image_neighbours=None if image_neighbours is None else image_neighbours.method)

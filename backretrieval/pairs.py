@@ -21,8 +21,9 @@ import numpy as np
 
 from .errors import BackRetrievalError
 from .approximate import ApproxConfig
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_with_interval, xlr_recall
-from .ranking import DEFAULT_BLOCK_BYTES
+from .image_index import SourceImageIndex, distinct_images
+from .metric import DEFAULT_KS, _approx_config, _check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .ranking import DEFAULT_BLOCK_BYTES, as_float32
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
 
@@ -78,6 +79,7 @@ def evaluate_pairs(
     approximate: bool | ApproxConfig = False,
     return_hits: bool = False,
     text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    max_queries: int | None = None,
 ) -> dict:
     """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
 
@@ -99,6 +101,11 @@ def evaluate_pairs(
         text_scores: optional ``(src_rows, tgt_rows) -> (len(src_rows), len(tgt_rows))`` text similarity
             of rows of this dataset, for an f that is no cosine of ``texts_emb`` (``texts_emb`` may then be
             None; no CORR or XLR). BkR's step 2 retrieves each source row's best-scoring target.
+        max_queries: BkR of a pair with more source captions than this from a seeded sample of this many
+            queries, each against all of the pair's targets and ranked among all its source images: an unbiased
+            estimate of the whole pair's BkR (standard error at most ``0.5 / sqrt(max_queries)``) at a fraction of
+            the cost. With ``approximate`` (``image_side="pq"``), one source-image index per language serves
+            every pair from it. None: every caption queries.
         return_hits: also return ``"hits": {"bkr@K": (Q,)}``, the per-query hits of every
             pair concatenated in pair order. For one ``seed`` the queries are the same for
             any text model, so two checkpoints' hits are paired (for
@@ -129,11 +136,16 @@ def evaluate_pairs(
         if len(groups) != n:
             raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
     texts_emb = None if texts_emb is None else np.asarray(texts_emb, dtype=np.float32)
-    image_feats = np.asarray(image_feats, dtype=np.float32)
+    image_feats = np.asarray(image_feats)  # float16 kept as it is: each pair's rows are converted as they are read
+    if max_queries is not None and max_queries < 1:
+        raise BackRetrievalError(f"evaluate_pairs: max_queries must be >= 1 (or None: every caption), "
+                                 f"got {max_queries}")
     names = sorted(set(langs.tolist()))
     if len(names) < 2:
         raise BackRetrievalError(f"evaluate_pairs: need captions in at least 2 languages, got {names}")
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
+    # integer codes of the image ids (their sorted order): the sides' overlap found fast, the same split as the ids'
+    image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
     metrics = [f"bkr@{k}" for k in ks] + ([f"xlr@{k}" for k in ks] if groups is not None else [])
     metrics += ["corr"] if with_corr else []
     matrix = {m: np.full((len(names), len(names)), np.nan) for m in metrics}
@@ -142,22 +154,38 @@ def evaluate_pairs(
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
                "csls_k": csls_k, "approximate": approximate}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
+    approx = _approx_config(approximate, ks)
+    source_indexes: dict[bytes, SourceImageIndex] = {}  # one per source set, when every pair from a language uses it
+    src_cache: tuple[bytes, np.ndarray | None] = (b"", None)
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             if a == b:
                 continue
             rng = np.random.default_rng([seed, i, j])
-            src, tgt = non_matching_sides(rows_of[a], rows_of[b], image_ids, rng)
+            src, tgt = non_matching_sides(rows_of[a], rows_of[b], image_codes, rng)
             src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
             entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
             intervals: dict = {}
             if len(src) and len(tgt):
+                queries = None if max_queries is None or len(src) <= max_queries else \
+                    np.sort(rng.choice(len(src), size=max_queries, replace=False))
+                if src_cache[0] != src.tobytes():  # a language's source rows serve all its pairs: converted once
+                    src_cache = (src.tobytes(), as_float32(image_feats[src]))
+                src_img, tgt_img = src_cache[1], as_float32(image_feats[tgt])
+                index = None
+                if approx is not None and approx.image_side == "pq":
+                    key = src.tobytes()
+                    if key not in source_indexes:
+                        source_indexes.clear()  # the previous language's: its pairs are done
+                        first = distinct_images(image_ids[src], len(src))[0]
+                        source_indexes[key] = SourceImageIndex(src_img[first], "pq", seed=approx.seed)
+                    index = source_indexes[key]
+                pair = {"src_image_ids": image_ids[src], "queries": queries, "source_index": index, **options}
                 if text_scores is None:
-                    res = bkr_recall(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt], ks,
-                                     src_image_ids=image_ids[src], **options)
+                    res = bkr_recall(texts_emb[src], src_img, texts_emb[tgt], tgt_img, ks, **pair)
                 else:
-                    res = bkr_recall(None, image_feats[src], None, image_feats[tgt], ks, src_image_ids=image_ids[src],
-                                     text_sim=text_scores(src, tgt), **options)
+                    asked = src if queries is None else src[queries]
+                    res = bkr_recall(None, src_img, None, tgt_img, ks, text_sim=text_scores(asked, tgt), **pair)
                 entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
                 entry["hubness"] = res["hubness"]
                 for k in ks:
@@ -165,7 +193,7 @@ def evaluate_pairs(
                 if bootstrap > 0:
                     intervals.update(recall_intervals(res, bootstrap, level, seed))
                 if with_corr:
-                    ci = corr_with_interval(texts_emb[src], image_feats[src], texts_emb[tgt], image_feats[tgt],
+                    ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], tgt_img,
                                             max_pairs=corr_pairs, bootstrap=bootstrap, level=level, seed=seed)
                     entry["corr"] = ci["value"]
                     if bootstrap > 0:

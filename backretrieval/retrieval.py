@@ -37,7 +37,7 @@ def text_scorer(
     """
     if retrieval == "cosine":
         return VectorScorer(queries, targets)
-    if approx is None:
+    if approx is None or approx.index == "exact":
         penalty = csls_penalty(targets, queries, csls_k)
     else:
         index = query_index or ANNIndex(queries, approx)
@@ -51,15 +51,18 @@ def retrieve(
     retrieval: str = "cosine",
     csls_k: int = DEFAULT_CSLS_K,
     approx: ApproxConfig | None = None,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Index of the retrieved target for each query, ``(Q,)`` int64 (ties: lowest index)."""
+    """Index of the retrieved target for each query, ``(Q,)`` int64 (ties: lowest index). ``rows``: only these
+    queries retrieve (CSLS's target term still reads every query); default all."""
     check_retrieval(retrieval, csls_k)
-    if approx is None:
+    asking = queries if rows is None else queries[rows]
+    if approx is None or approx.index == "exact":
         if retrieval == "cosine":
-            return nearest_neighbor(queries, targets)
+            return nearest_neighbor(asking, targets)
         scorer = text_scorer(queries, targets, retrieval, csls_k)
-        q, t = augment_for_csls(queries, targets, scorer.half_penalty * 2)
+        q, t = augment_for_csls(asking, targets, scorer.half_penalty * 2)
         return nearest_neighbor(q, t, normalize=False)
     target_index = ANNIndex(targets, approx)
     scorer = text_scorer(queries, targets, retrieval, csls_k, approx)
-    return approx_nearest(queries, target_index, scorer, approx.candidates)
+    return approx_nearest(asking, target_index, scorer, approx.candidates, query_rows=rows)

@@ -220,7 +220,9 @@ class ValConfig:
 
     every: int = 500  # steps; 0 disables
     bkr_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
-    max_per_lang: int = 200  # val captions per language for BackRetrieval
+    # val captions per language for BackRetrieval (a seeded sample); null: every val caption (past 150,000 queries
+    # each pair's BkR is estimated from a seeded sample of its queries against all its captions, docs/scale.md)
+    max_per_lang: int | None = 200
     # 0 (default): training never reads the test split. N > 0: also log sentence translation on N test groups at
     # every validation (and an adaptation's before/after), for a run that asks for it; never used to choose anything
     test_groups: int = 0
@@ -238,6 +240,8 @@ class ValConfig:
         return [f"val/bkr@{k}" for k in self.bkr_ks]
 
     def validate(self) -> None:
+        if self.max_per_lang is not None and self.max_per_lang < 1:
+            raise ValueError(f"val.max_per_lang must be >= 1, or null for every val caption, got {self.max_per_lang}")
         if self.test_groups < 0:
             raise ValueError(f"val.test_groups must be >= 0 (0: never read the test split), got {self.test_groups}")
         if self.select_by.startswith("test/"):

@@ -9,7 +9,7 @@ split).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
@@ -24,48 +24,136 @@ def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
 
 
+# BkR queries of one validation, at most (spread evenly over the ordered language pairs): beyond, each pair's BkR is
+# estimated from a seeded sample of its queries against all its captions (standard error of the mean <= 0.0013)
+QUERY_BUDGET = 150_000
+_CHUNK = 4096  # images decoded and featurised at once
+
+
+def _queries_per_pair(counts: list[int]) -> int | None:
+    """Queries sampled in each ordered pair of languages with these caption counts; None: every caption queries."""
+    if len(counts) < 2:
+        return None
+    share = QUERY_BUDGET // (len(counts) * (len(counts) - 1))
+    return share if max(counts) > share else None
+
+
 class BackRetrievalSet:
-    """At most ``max_per_lang`` captions per language of ``split`` (a ``seed``-ed sample) with their images and
-    image features; :meth:`evaluate` scores text embeddings or any text similarity on every ordered language pair."""
+    """At most ``max_per_lang`` captions per language of ``split`` (a ``seed``-ed sample; None: all) with their image
+    features; :meth:`evaluate` scores text embeddings or any text similarity on every ordered language pair.
+
+    Only the distinct images of the kept captions are decoded, a chunk at a time. The pictures are kept only for
+    ``image_features="model"`` (embedded at each call); a fixed ``g`` keeps their features alone, in float16 when the
+    set is large enough for :meth:`evaluate` to sample its queries (:data:`QUERY_BUDGET`).
+    """
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
                  image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10)) -> None:
-        from data_prep.shards import decode_image, iter_metas, iter_raw
+        from data_prep.shards import iter_metas, read_manifest
 
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
         if not (self.split / "manifest.json").is_file():
             raise UserError(f"{self.split}: no split here (expected manifest.json) for BackRetrieval")
-        rng = np.random.default_rng(seed)
-        by_lang: dict[str, list[int]] = {}
-        for i, meta in enumerate(iter_metas(self.split)):  # captions first: only the kept images are decoded
-            by_lang.setdefault(meta["lang"], []).append(i)
-        keep = sorted(j for idx in by_lang.values() for j in rng.permutation(idx)[:max_per_lang])
-        wanted = iter(keep)
-        kept: list[tuple[dict, Image.Image]] = []
+        self.images: list[Image.Image] | None = [] if image_features == "model" else None
+        extract = self._feature_extractor(image_features)
+        if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
+            manifest = read_manifest(self.split)
+            counts, capacity = manifest["languages"].values(), int(manifest["num_samples"])  # images <= captions
+            self.texts, langs, ids = [], [], []
+            chunks = self._decoded_chunks(None, extract, (self.texts, langs, ids))
+        else:  # captions first, then only the sampled captions' images are decoded
+            rng = np.random.default_rng(seed)
+            by_lang: dict[str, list[int]] = {}
+            metas: list[tuple[str, str, str]] = []
+            for i, meta in enumerate(iter_metas(self.split)):
+                by_lang.setdefault(meta["lang"], []).append(i)
+                metas.append((meta["caption"], meta["lang"], meta["image_id"]))
+            keep = np.array(sorted(j for idx in by_lang.values() for j in rng.permutation(idx)[:max_per_lang]),
+                            dtype=np.int64)
+            self.texts = [metas[j][0] for j in keep]
+            langs, ids = [metas[j][1] for j in keep], [metas[j][2] for j in keep]
+            del metas
+            counts = [min(len(v), max_per_lang) for v in by_lang.values()]
+            # split rows of each distinct image's first kept caption, in split order
+            firsts = sorted({image: j for j, image in reversed(list(zip(keep.tolist(), ids)))}.values())
+            chunks, capacity = self._decoded_chunks(np.array(firsts, dtype=np.int64), extract), len(firsts)
+        dtype = np.float16 if _queries_per_pair(list(counts)) is not None else np.float32
+        distinct, filled = np.zeros((0, 1), dtype), 0
+        for feats in chunks:  # written in place: no list of chunks held
+            if not filled:
+                distinct = np.empty((capacity, feats.shape[1]), dtype)
+            distinct[filled:filled + len(feats)] = feats
+            filled += len(feats)
+        self.langs, self.image_ids = np.array(langs), np.array(ids)
+        order = {}
+        self._image_of = np.array([order.setdefault(image, len(order)) for image in ids], dtype=np.int64)
+        if extract is None:
+            self.image_feats = None  # the model's own image head, at each call
+        else:
+            distinct = distinct[:filled]
+            same = filled == len(ids) and bool((self._image_of == np.arange(filled)).all())
+            self.image_feats = distinct if same else distinct[self._image_of]
+        if self.images is not None:
+            self.images = [self.images[r] for r in self._image_of]
+
+    def _feature_extractor(self, image_features: str) -> Callable[[list, list], np.ndarray] | None:
+        """``(pictures, image ids) -> features`` of the fixed ``g``; None for ``model``."""
+        if image_features == "pixels":
+            return lambda pictures, _ids: pixel_features(pictures)
+        if image_features == "model":
+            return None
+        # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0)
+        from backretrieval.images import ImageFeatureExtractor
+
+        _, name, *weights = image_features.split(":", 2)
+        # once per distinct image, cached beside the split for later runs
+        extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False,
+                                          cache_dir=self.split / "bkr-image-features")
+        return lambda pictures, ids: extractor.extract(pictures, ids=ids)
+
+    def _decoded_chunks(self, rows: np.ndarray | None, extract, record: tuple[list, list, list] | None = None
+                        ) -> Iterator[np.ndarray]:
+        """Decode the pictures at split ``rows`` (sorted; None: each image at its first caption, appending every
+        caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features (and
+        keep the pictures for ``model``). Distinct images come in the order of their first caption."""
+        from data_prep.shards import decode_image, iter_raw
+
+        pictures: list[Image.Image] = []
+        ids: list[str] = []
+        seen: set = set()
+        wanted = iter([] if rows is None else rows.tolist())
         next_row = next(wanted, None)
         for i, (_key, ext, data, meta) in enumerate(iter_raw(self.split)):
-            if next_row is None:
+            if rows is None:
+                for field, out in zip(("caption", "lang", "image_id"), record):
+                    out.append(meta[field])
+                if meta["image_id"] in seen:
+                    continue
+                seen.add(meta["image_id"])
+            elif next_row is None:
                 break
-            if i == next_row:
-                kept.append((meta, decode_image(data, ext)))
+            elif i != next_row:
+                continue
+            else:
                 next_row = next(wanted, None)
-        self.texts = [m["caption"] for m, _ in kept]
-        self.langs = np.array([m["lang"] for m, _ in kept])
-        self.image_ids = np.array([m["image_id"] for m, _ in kept])
-        self.images = [image for _, image in kept]
-        if image_features == "pixels":
-            self.image_feats = pixel_features(self.images)
-        elif image_features == "model":
-            self.image_feats = None  # the model's own image head, at each call
-        else:  # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0)
-            from backretrieval.images import ImageFeatureExtractor
+            pictures.append(decode_image(data, ext))
+            ids.append(str(meta["image_id"]))
+            if len(pictures) == _CHUNK:
+                yield from self._flush(pictures, ids, extract)
+                pictures, ids = [], []
+        if pictures:
+            yield from self._flush(pictures, ids, extract)
 
-            _, name, *weights = image_features.split(":", 2)
-            # once per distinct image (an image may have several captions), cached beside the split for later runs
-            extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False,
-                                              cache_dir=self.split / "bkr-image-features")
-            unique, first, inverse = np.unique(self.image_ids, return_index=True, return_inverse=True)
-            self.image_feats = extractor.extract([self.images[i] for i in first], ids=list(unique))[inverse]
+    def _flush(self, pictures: list, ids: list, extract) -> Iterator[np.ndarray]:
+        if self.images is not None:
+            self.images.extend(pictures)
+        if extract is not None:
+            yield extract(pictures, ids)
+
+    @property
+    def queries_per_pair(self) -> int | None:
+        """Queries :meth:`evaluate` samples in each language pair (:data:`QUERY_BUDGET`); None: every caption."""
+        return _queries_per_pair(np.unique(self.langs, return_counts=True)[1].tolist())
 
     def keep_languages(self, languages: Sequence[str]) -> None:
         """Score only the captions of ``languages`` (and their pairs) from now on."""
@@ -75,7 +163,8 @@ class BackRetrievalSet:
                             f"{sorted(set(self.langs))}")
         idx = np.flatnonzero(keep)
         self.texts = [self.texts[i] for i in idx]
-        self.images = [self.images[i] for i in idx]
+        if self.images is not None:
+            self.images = [self.images[i] for i in idx]
         self.langs, self.image_ids = self.langs[idx], self.image_ids[idx]
         if self.image_feats is not None:
             self.image_feats = self.image_feats[idx]
@@ -86,12 +175,18 @@ class BackRetrievalSet:
         """``(metrics, hits)`` of ``text_emb`` (rows of :attr:`texts`; cosine) or of ``text_scores(src_rows,
         tgt_rows)``: ``metrics["val/bkr@K"]`` the mean over the ordered language pairs, ``hits["val/bkr@K"]`` the
         per-query hits of every pair concatenated in a fixed order (the same queries at every call, so two models'
-        hits are paired). ``encoder`` embeds the images when the image similarity is ``model``."""
-        from backretrieval import evaluate_pairs
+        hits are paired). ``encoder`` embeds the images when the image similarity is ``model``. Past
+        :data:`QUERY_BUDGET` queries, each pair's figure is estimated from :attr:`queries_per_pair` seeded queries
+        against all of its captions (docs/scale.md, Validation)."""
+        from backretrieval import ApproxConfig, evaluate_pairs
 
         images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
+        # a sample of each pair's queries (QUERY_BUDGET), and step 4 by one faiss index per source language: exact
+        # text search, exactly re-scored image candidates
+        per_pair = self.queries_per_pair
         result = evaluate_pairs(text_emb, self.langs, images, self.image_ids, ks=self.ks, seed=self.seed,
-                                max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores)
+                                max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores,
+                                max_queries=per_pair, approximate=ApproxConfig(index="exact") if per_pair else False)
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}
         return metrics, {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in self.ks}
 
