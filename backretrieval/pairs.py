@@ -155,8 +155,8 @@ def evaluate_pairs(
                "csls_k": csls_k, "approximate": approximate}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
     approx = _approx_config(approximate, ks)
-    source_indexes: dict[bytes, SourceImageIndex] = {}  # one per source set, when every pair from a language uses it
-    src_cache: tuple[bytes, np.ndarray | None] = (b"", None)
+    # a language's source rows serve all its pairs: their float32 features (and image index) made once
+    src_key, src_img, index = b"", None, None
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             if a == b:
@@ -169,17 +169,12 @@ def evaluate_pairs(
             if len(src) and len(tgt):
                 queries = None if max_queries is None or len(src) <= max_queries else \
                     np.sort(rng.choice(len(src), size=max_queries, replace=False))
-                if src_cache[0] != src.tobytes():  # a language's source rows serve all its pairs: converted once
-                    src_cache = (src.tobytes(), as_float32(image_feats[src]))
-                src_img, tgt_img = src_cache[1], as_float32(image_feats[tgt])
-                index = None
-                if approx is not None and approx.image_side == "pq":
-                    key = src.tobytes()
-                    if key not in source_indexes:
-                        source_indexes.clear()  # the previous language's: its pairs are done
+                if src_key != src.tobytes():
+                    src_key, src_img, index = src.tobytes(), as_float32(image_feats[src]), None
+                    if approx is not None and approx.image_side == "pq":
                         first = distinct_images(image_ids[src], len(src))[0]
-                        source_indexes[key] = SourceImageIndex(src_img[first], "pq", seed=approx.seed)
-                    index = source_indexes[key]
+                        index = SourceImageIndex(src_img[first], "pq", seed=approx.seed)
+                tgt_img = as_float32(image_feats[tgt])
                 pair = {"src_image_ids": image_ids[src], "queries": queries, "source_index": index, **options}
                 if text_scores is None:
                     res = bkr_recall(texts_emb[src], src_img, texts_emb[tgt], tgt_img, ks, **pair)

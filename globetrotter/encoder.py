@@ -100,10 +100,7 @@ class Encoder:
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
             sentence, mean = self.model.sentence_states(ids_t, mask_t, batch_langs)
             x = sentence if pooling == "sentence" else mean
-            emb = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
-            if i == 0:
-                out = np.zeros((len(texts), emb.shape[1]), np.float32)  # the head's width (the cross head's may differ)
-            out[rows] = emb
+            out[rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
         return out
 
     @torch.no_grad()
@@ -136,7 +133,10 @@ class Encoder:
 
     def embed_dim(self, head: str = "text") -> int:
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
-        return self.cfg.model.embed_dim if proj is not None else self.cfg.model.d_model
+        if proj is None:
+            return self.cfg.model.d_model
+        # the head's own output width: the cross head maps onto the image features with image_head_x=features
+        return [m for m in proj.modules() if isinstance(m, torch.nn.Linear)][-1].out_features
 
     @torch.no_grad()
     def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> np.ndarray:
