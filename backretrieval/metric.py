@@ -238,7 +238,6 @@ def bkr_recall(
         tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
         every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
         distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
-        scorer = VectorScorer(tgt_img, distinct)  # g(I_T, I_S): cosine of image features
         if image_neighbours is not None:
             check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
     if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
@@ -250,13 +249,20 @@ def bkr_recall(
     if approx is not None or image_neighbours is not None:  # only "fewer than K better images?"
         max_rank = max(ks)
     if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
-        counts = neighbour_counts(image_neighbours, scorer, retrieved, image_col, ties)
-    elif approx is not None and approx.image_side == "pq" and image_sim is None:  # lists of the retrieved only
-        lists, row_of = image_neighbours_of(distinct, tgt_img, retrieved, max(ks), seed=approx.seed,
-                                            index=source_index)
-        counts = neighbour_counts(lists, scorer, row_of, image_col, ties, targets=retrieved)
-    else:  # the exact count, stopped at max_rank
+        counts = neighbour_counts(image_neighbours, VectorScorer(tgt_img, distinct), retrieved, image_col, ties)
+    elif image_sim is not None:  # the exact count, stopped at max_rank
         counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
+    else:  # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
+        used, row_of = np.unique(retrieved, return_inverse=True)
+        row_of = row_of.reshape(-1)
+        used_img = tgt_img[used]
+        scorer = VectorScorer(used_img, distinct)
+        if approx is not None and approx.image_side == "pq":  # lists of the retrieved only
+            lists = image_neighbours_of(distinct, used_img, np.arange(len(used)), max(ks), seed=approx.seed,
+                                        index=source_index)[0]
+            counts = neighbour_counts(lists, scorer, row_of, image_col, ties)
+        else:  # the exact count, stopped at max_rank
+            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),

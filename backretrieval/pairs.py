@@ -47,6 +47,13 @@ def non_matching_sides(
     return src_rows[src_keep], tgt_rows[tgt_keep]
 
 
+def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``x[rows]``, a view without a copy when ``rows`` are consecutive (a dataset ordered by language)."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and bool((np.diff(rows) == 1).all()):
+        return x[rows[0]:rows[-1] + 1]
+    return x[rows]
+
+
 def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
     """Map group -> first row (in ``rows`` order) of that group; rows without a group are skipped."""
     out: dict = {}
@@ -146,6 +153,7 @@ def evaluate_pairs(
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
     # integer codes of the image ids (their sorted order): the sides' overlap found fast, the same split as the ids'
     image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
+    codes_of = {lang: np.unique(image_codes[rows]) for lang, rows in rows_of.items()}
     metrics = [f"bkr@{k}" for k in ks] + ([f"xlr@{k}" for k in ks] if groups is not None else [])
     metrics += ["corr"] if with_corr else []
     matrix = {m: np.full((len(names), len(names)), np.nan) for m in metrics}
@@ -162,7 +170,9 @@ def evaluate_pairs(
             if a == b:
                 continue
             rng = np.random.default_rng([seed, i, j])
-            src, tgt = non_matching_sides(rows_of[a], rows_of[b], image_codes, rng)
+            src, tgt = rows_of[a], rows_of[b]
+            if len(np.intersect1d(codes_of[a], codes_of[b], assume_unique=True)):  # images on both sides
+                src, tgt = non_matching_sides(src, tgt, image_codes, rng)
             src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
             entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
             intervals: dict = {}
@@ -170,14 +180,14 @@ def evaluate_pairs(
                 queries = None if max_queries is None or len(src) <= max_queries else \
                     np.sort(rng.choice(len(src), size=max_queries, replace=False))
                 if src_key != src.tobytes():
-                    src_key, src_img, index = src.tobytes(), as_float32(image_feats[src]), None
+                    src_key, src_img, index = src.tobytes(), as_float32(_take(image_feats, src)), None
                     if approx is not None and approx.image_side == "pq":
-                        first = distinct_images(image_ids[src], len(src))[0]
+                        first = distinct_images(image_codes[src], len(src))[0]
                         index = SourceImageIndex(src_img[first], "pq", seed=approx.seed)
-                tgt_img = as_float32(image_feats[tgt])
-                pair = {"src_image_ids": image_ids[src], "queries": queries, "source_index": index, **options}
+                tgt_img = _take(image_feats, tgt)  # bkr_recall reads the retrieved targets' rows only
+                pair = {"src_image_ids": image_codes[src], "queries": queries, "source_index": index, **options}
                 if text_scores is None:
-                    res = bkr_recall(texts_emb[src], src_img, texts_emb[tgt], tgt_img, ks, **pair)
+                    res = bkr_recall(_take(texts_emb, src), src_img, _take(texts_emb, tgt), tgt_img, ks, **pair)
                 else:
                     asked = src if queries is None else src[queries]
                     res = bkr_recall(None, src_img, None, tgt_img, ks, text_sim=text_scores(asked, tgt), **pair)
@@ -188,7 +198,7 @@ def evaluate_pairs(
                 if bootstrap > 0:
                     intervals.update(recall_intervals(res, bootstrap, level, seed))
                 if with_corr:
-                    ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], tgt_img,
+                    ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], as_float32(tgt_img),
                                             max_pairs=corr_pairs, bootstrap=bootstrap, level=level, seed=seed)
                     entry["corr"] = ci["value"]
                     if bootstrap > 0:

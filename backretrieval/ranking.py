@@ -41,6 +41,7 @@ DEFAULT_BLOCK_BYTES = 64 << 20  # float32 scores held at once by count_ranks (64
 _MAX_CHUNK_COLS = 16384
 _FIRST_CHUNK_COLS = 512
 _BY_INDEX_ROWS = 1024  # rows per faiss call in VectorScorer.by_candidates
+_TIE_K = 16  # nearest_neighbor: scores searched per query, enough to settle most ties without a re-score
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -66,8 +67,15 @@ def inverse_norms(x: np.ndarray, eps: float = 1e-12, chunk: int = 8192) -> np.nd
 
 
 def all_finite(x: np.ndarray, chunk: int = 8192) -> bool:
-    """True when no entry of ``x`` is NaN or inf (checked in row chunks)."""
-    return all(np.isfinite(np.asarray(x[s:s + chunk])).all() for s in range(0, len(x), chunk))
+    """True when no entry of ``x`` is NaN or inf (checked in row chunks; float16 by its exponent bits, 2x faster)."""
+    for s in range(0, len(x), chunk):
+        block = np.asarray(x[s:s + chunk])
+        if block.dtype == np.float16 and block.flags.c_contiguous:
+            if (np.bitwise_and(block.view(np.uint16), 0x7C00) == 0x7C00).any():  # exponent all ones: inf or NaN
+                return False
+        elif not np.isfinite(block).all():
+            return False
+    return True
 
 
 def nearest_neighbor(
@@ -79,21 +87,22 @@ def nearest_neighbor(
     queries need no normalisation (it does not change their argmax). ``normalize=False``:
     the largest plain inner product (used with augmented vectors for CSLS). Tie rule: when
     several database rows share the best float32 score, the lowest index wins. faiss does
-    not promise an order among ties, so queries whose two best faiss scores are equal are
-    re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
+    not promise an order among ties, so the search keeps the best :data:`_TIE_K`: a query whose
+    tie ends within them takes its lowest tied index; one whose :data:`_TIE_K` best all tie (more
+    copies of one vector) is re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
     """
     queries = as_float32(queries)
     database = l2_normalize(database) if normalize else as_float32(database)
     index = faiss.IndexFlatIP(database.shape[1])
     index.add(database)
-    k = min(2, database.shape[0])
+    k = min(_TIE_K, database.shape[0])
     best = np.empty(len(queries), dtype=np.int64)
     tied = []
     for s in range(0, len(queries), 65536):  # faiss needs its queries in memory: stream big inputs
         scores, ids = index.search(queries[s:s + 65536], k)
-        best[s:s + 65536] = ids[:, 0]
-        if k == 2:
-            tied.append(s + np.flatnonzero(scores[:, 1] >= scores[:, 0]))
+        ties = scores >= scores[:, :1]  # best first: the tie is a prefix
+        best[s:s + 65536] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
+        tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
     tied = np.concatenate(tied) if tied else np.zeros(0, dtype=np.int64)
     for start in range(0, len(tied), chunk_rows):
         rows = tied[start:start + chunk_rows]

@@ -15,7 +15,8 @@ writes). Stages, each in a fresh process so its peak RSS is its own:
 - ``batches``: the trainer's batch stream set-up (captions read and tokenized once, ``FeatureBatches``);
 - ``train``: 200 training steps of the quickstart model from the imported embeddings (samples/s reported);
 - ``validation``: the trainer's first validation (``Validator``, load included) on every caption of the N-caption
-  split (``val.max_per_lang: null``), with the model just built; up to 100k captions also the estimate it makes
+  split (``val.max_per_lang: null``), with the model just built and g the imported embeddings
+  (``val.image_features: features``, no picture decoded); up to 100k captions also the estimate it makes
   (sampled queries, approximate image side) against the exact BkR@10 of every caption, on embeddings with signal;
 - ``index``: the sentence-translation index over N sentence vectors of the paper's width D = 128 (a fixed random
   projection of the generated embeddings; ``translate.build_index``) and 10,000 queries.
@@ -221,7 +222,7 @@ def stage_validation(work: Path, n: int, dim: int) -> dict:
     from globetrotter.training.validation import Validator
 
     torch.set_num_threads(2)
-    cfg = _config(work, dim, ["val.max_per_lang=null"])
+    cfg = _config(work, dim, ["val.max_per_lang=null", "val.image_features=features"])
     tok = load_tokenizer(tokenizer_path(cfg))
     encoder = Encoder(build_model(cfg, tok.get_vocab_size(), tok), tok, cfg)
     start = time.perf_counter()

@@ -227,7 +227,9 @@ class ValConfig:
     # every validation (and an adaptation's before/after), for a run that asks for it; never used to choose anything
     test_groups: int = 0
     select_by: str = "val/bkr@10"  # val/bkr@K (K in bkr_ks) choosing the best checkpoint; "" keeps none
-    image_features: str = "pixels"  # BackRetrieval's image similarity g: pixels | model | timm:NAME[:WEIGHTS]
+    # BackRetrieval's image similarity g: pixels | model | features (the run's image-feature cache, data.features: no
+    # picture decoded) | features:PATH (another cache) | timm:NAME[:WEIGHTS]
+    image_features: str = "pixels"
     # Keep the best checkpoint unless a new one is better beyond noise on the same val queries:
     # null = plain max of select_by (as before); mcnemar (exact, on the per-query hits) | bootstrap
     # (paired, 1000 replicates); needs select_by = val/bkr@K with K in bkr_ks (backretrieval.p_better)
@@ -335,6 +337,13 @@ class TrainConfig:
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")
+        g = self.val.image_features
+        if g not in ("pixels", "model", "features") and not g.startswith(("features:", "timm:")):
+            raise ValueError(f"val.image_features={g!r}: expected pixels, model, features, features:PATH or "
+                             "timm:NAME[:WEIGHTS]")
+        if g == "features" and not self.data.features:
+            raise ValueError("val.image_features=features reads the run's image-feature cache: set data.features "
+                             "(auto, or the folder of a cache or of imported embeddings)")
         if self.model.token_init == "image_pivot":
             if not (self.data.features and self.loss.uses_images) or self.model.text_encoder != "transformer":
                 raise ValueError("model.token_init=image_pivot maps captions to their images' cached features: it needs "

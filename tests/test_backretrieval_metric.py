@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from backretrieval import BackRetrievalError, RandomEmbedder, bkr_recall, corr_score, xlr_recall
-from backretrieval.ranking import nearest_neighbor
+from backretrieval.ranking import _TIE_K, nearest_neighbor
 
 KS = (1, 2, 5, 10)
 
@@ -189,6 +189,12 @@ def test_text_retrieval_ties_resolve_to_lowest_index():
     np.testing.assert_array_equal(nearest_neighbor(queries, tgt), np.full(50, 40))
     brute = np.argmax(tgt[:100] @ tgt.T, axis=1)
     np.testing.assert_array_equal(nearest_neighbor(tgt[:100], tgt), brute)
+    # more copies than the search keeps (ranking._TIE_K): settled by a re-score, still the lowest index
+    many = rng.choice(np.arange(60, 300), size=3 * _TIE_K, replace=False)
+    tgt[many] = tgt[7]
+    np.testing.assert_array_equal(nearest_neighbor(np.repeat(tgt[7:8], 3, axis=0), tgt), np.full(3, 7))
+    tgt[7] = -tgt[7]
+    np.testing.assert_array_equal(nearest_neighbor(-tgt[7:8], tgt), [many.min()])
 
 
 def test_precomputed_image_similarity_matches_features():
@@ -305,3 +311,16 @@ def test_a_given_text_similarity_replaces_the_embeddings():
     assert given["mean"] == plain["mean"]
     with pytest.raises(BackRetrievalError, match="text_sim: contains NaN"):
         bkr_recall(None, si, None, ti, (1,), text_sim=np.full((30, 30), np.nan))
+
+
+def test_all_finite_finds_nan_and_inf_in_float16_and_float32():
+    from backretrieval.ranking import all_finite
+
+    for dtype in (np.float16, np.float32):
+        x = np.random.default_rng(0).standard_normal((20_000, 5)).astype(dtype)
+        assert all_finite(x) and all_finite(x[:, 1:])  # a strided view too
+        for bad in (np.nan, np.inf, -np.inf):
+            y = x.copy()
+            y[15_000, 2] = bad
+            assert not all_finite(y) and not all_finite(y[:, 1:])
+        assert all_finite(np.full((3, 2), np.finfo(dtype).max, dtype))  # the largest finite value is finite

@@ -3,6 +3,7 @@ ranking choice of `eval.py select`, whose queries retrieve among every other lan
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from globetrotter.evaluation.val_set import BackRetrievalSet
 
@@ -48,3 +49,57 @@ def test_sampled_set_decodes_only_the_images_it_keeps(tiny_world, monkeypatch):
     truth = {(s.caption, s.lang, s.image_id) for s in everything}
     assert set(zip(bkr.texts, bkr.langs.tolist(), bkr.image_ids.tolist())) <= truth
     assert sorted(bkr.langs.tolist()) == sorted(langs * 3)
+
+
+def test_g_from_a_feature_cache_reads_its_rows_and_decodes_no_picture(tiny_world, tmp_path, monkeypatch):
+    import data_prep.shards as shards
+    from globetrotter.data.feature_import import import_embeddings, split_image_ids
+    from globetrotter.errors import UserError
+
+    ids = split_image_ids(tiny_world / "val")
+    vectors = np.random.default_rng(0).normal(size=(len(ids), 6)).astype(np.float32)
+    np.save(tmp_path / "emb.npy", vectors[::-1])  # the source's own order, not the split's
+    (tmp_path / "ids.txt").write_text("\n".join(ids[::-1]) + "\n")
+    cache = tmp_path / "cache"
+    import_embeddings(tiny_world / "val", tmp_path / "emb.npy", cache, "toy", ids=tmp_path / "ids.txt", progress=False)
+    monkeypatch.setattr(shards, "decode_image", lambda data, fmt: pytest.fail("a picture was decoded"))
+    for max_per_lang in (None, 3):
+        bkr = BackRetrievalSet(tiny_world / "val", max_per_lang=max_per_lang, seed=0, image_features=f"features:{cache}")
+        monkeypatch.undo()
+        pixels = BackRetrievalSet(tiny_world / "val", max_per_lang=max_per_lang, seed=0, image_features="pixels")
+        monkeypatch.setattr(shards, "decode_image", lambda data, fmt: pytest.fail("a picture was decoded"))
+        # the same captions as with any other g, each with its own image's row of the cache
+        assert bkr.texts == pixels.texts and (bkr.image_ids == pixels.image_ids).all()
+        assert (bkr.langs == pixels.langs).all() and bkr.image_feats.dtype == np.float32
+        row = {image: r for r, image in enumerate(ids)}
+        expected = vectors[[row[i] for i in bkr.image_ids]].astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(bkr.image_feats, expected)
+    # a cache that lacks an image of the split: one line naming the first missing id and the count
+    import_embeddings(tiny_world / "val", tmp_path / "emb.npy", cache, "toy", ids=tmp_path / "ids.txt", progress=False,
+                      force=True)
+    train_cache = tmp_path / "train-cache"
+    train_ids = split_image_ids(tiny_world / "train")
+    np.save(tmp_path / "train.npy", np.ones((len(train_ids), 6), np.float32))
+    (tmp_path / "train.txt").write_text("\n".join(train_ids) + "\n")
+    import_embeddings(tiny_world / "train", tmp_path / "train.npy", train_cache, "toy", ids=tmp_path / "train.txt",
+                      progress=False)
+    with pytest.raises(UserError, match=rf"missing from the feature cache \(first: '{ids[0]}'\)"):
+        BackRetrievalSet(tiny_world / "val", max_per_lang=None, image_features=f"features:{train_cache}")
+
+
+def test_a_runs_own_cache_as_g_needs_one_and_unknown_g_is_refused(tiny_world, tmp_path):
+    from globetrotter.config import load_train_config
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.val_set import image_features_of
+
+    base = [f"data.root={tiny_world}", "val.image_features=features"]
+    with pytest.raises(UserError, match="val.image_features=features reads the run's image-feature cache"):
+        load_train_config(None, base)
+    with pytest.raises(UserError, match="val.image_features='pixel'"):
+        load_train_config(None, [f"data.root={tiny_world}", "val.image_features=pixel"])
+    cfg = load_train_config(None, base + [f"data.features={tmp_path / 'cache'}", "model.image_backbone=imported",
+                                          "model.image_pretrained=toy", "model.freeze_image_backbone=true",
+                                          "loss.image=0"])
+    with pytest.raises(UserError, match="no imported embeddings here"):  # nothing imported yet: says how
+        image_features_of(cfg, "val")
+    assert image_features_of(load_train_config(None, [f"data.root={tiny_world}"]), "val") == "pixels"

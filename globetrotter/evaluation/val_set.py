@@ -2,9 +2,10 @@
 ranking choice of ``eval.py select`` both score text models on it.
 
 The image similarity ``g`` (``image_features``) must stay fixed across the models compared: ``pixels`` (colour
-thumbnails, no weights), ``model`` (the model's own image head: moves with training), or a BackRetrieval image-model
-spec such as ``timm:efficientnet_lite0:package`` or ``timm:resnet50:/path/weights.safetensors`` (cached beside the
-split).
+thumbnails, no weights), ``model`` (the model's own image head: moves with training), ``features:PATH`` (the
+whole-image rows of an image-feature cache, built from a frozen backbone or imported: no picture decoded), or a
+BackRetrieval image-model spec such as ``timm:efficientnet_lite0:package`` or ``timm:resnet50:/path/weights.safetensors``
+(cached beside the split).
 """
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
     x = np.stack([np.asarray(im.convert("RGB").resize((side, side), Image.BILINEAR), np.float32).ravel() for im in images])
     x -= x.mean(axis=1, keepdims=True)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
+
+
+def image_features_of(cfg, split: str) -> str:
+    """A run's ``val.image_features`` as :class:`BackRetrievalSet` reads it: ``features`` becomes ``features:PATH``,
+    the run's image-feature cache for ``split`` (built once for a frozen backbone, checked against the config)."""
+    if cfg.val.image_features != "features":
+        return cfg.val.image_features
+    from globetrotter.data.feature_cache import ensure_feature_cache
+
+    return f"features:{ensure_feature_cache(cfg, split).path}"
 
 
 # BkR queries of one validation, at most (spread evenly over the ordered language pairs): beyond, each pair's BkR is
@@ -49,12 +60,15 @@ class BackRetrievalSet:
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
                  image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10)) -> None:
-        from data_prep.shards import iter_metas, read_manifest
+        from data_prep.shards import read_manifest
 
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
         if not (self.split / "manifest.json").is_file():
             raise UserError(f"{self.split}: no split here (expected manifest.json) for BackRetrieval")
         self.images: list[Image.Image] | None = [] if image_features == "model" else None
+        if image_features.startswith("features:"):  # rows of a feature cache: the captions alone are read
+            self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
+            return
         extract = self._feature_extractor(image_features)
         if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
             manifest = read_manifest(self.split)
@@ -62,18 +76,8 @@ class BackRetrievalSet:
             self.texts, langs, ids = [], [], []
             chunks = self._decoded_chunks(None, extract, (self.texts, langs, ids))
         else:  # captions first, then only the sampled captions' images are decoded
-            rng = np.random.default_rng(seed)
-            by_lang: dict[str, list[int]] = {}
-            metas: list[tuple[str, str, str]] = []
-            for i, meta in enumerate(iter_metas(self.split)):
-                by_lang.setdefault(meta["lang"], []).append(i)
-                metas.append((meta["caption"], meta["lang"], meta["image_id"]))
-            keep = np.array(sorted(j for idx in by_lang.values() for j in rng.permutation(idx)[:max_per_lang]),
-                            dtype=np.int64)
-            self.texts = [metas[j][0] for j in keep]
-            langs, ids = [metas[j][1] for j in keep], [metas[j][2] for j in keep]
-            del metas
-            counts = [min(len(v), max_per_lang) for v in by_lang.values()]
+            keep, self.texts, langs, ids = self._sample_captions(max_per_lang)
+            counts = np.unique(langs, return_counts=True)[1].tolist()
             # split rows of each distinct image's first kept caption, in split order
             firsts = sorted({image: j for j, image in reversed(list(zip(keep.tolist(), ids)))}.values())
             chunks, capacity = self._decoded_chunks(np.array(firsts, dtype=np.int64), extract), len(firsts)
@@ -95,6 +99,37 @@ class BackRetrievalSet:
             self.image_feats = distinct if same else distinct[self._image_of]
         if self.images is not None:
             self.images = [self.images[r] for r in self._image_of]
+
+    def _sample_captions(self, max_per_lang: int | None) -> tuple[np.ndarray, list[str], list[str], list[str]]:
+        """``(split rows, texts, languages, image ids)`` of at most ``max_per_lang`` captions per language (a
+        :attr:`seed`-ed sample, in split order; None: every caption)."""
+        from data_prep.shards import iter_metas
+
+        metas = [(m["caption"], m["lang"], str(m["image_id"])) for m in iter_metas(self.split)]
+        langs = np.array([m[1] for m in metas])
+        if max_per_lang is None:
+            keep = np.arange(len(metas))
+        else:
+            rng = np.random.default_rng(self.seed)
+            keep = np.sort(np.concatenate([rng.permutation(np.flatnonzero(langs == lang))[:max_per_lang]
+                                           for lang in dict.fromkeys(langs.tolist())]))
+        return keep, [metas[j][0] for j in keep], langs[keep].tolist(), [metas[j][2] for j in keep]
+
+    def _from_cache(self, path: Path, max_per_lang: int | None) -> None:
+        """Captions from the split, ``g`` the whole-image rows of the feature cache at ``path`` (any image of the
+        split it lacks: a one-line error naming it)."""
+        from globetrotter.data.feature_cache import load_feature_cache
+
+        cache = load_feature_cache(path)
+        _, self.texts, langs, ids = self._sample_captions(max_per_lang)
+        self.langs, self.image_ids = np.array(langs), np.array(ids)
+        rows = cache.rows(ids, self.split)
+        dtype = np.float16 if self.queries_per_pair is not None else np.float32
+        self.image_feats = np.empty((len(rows), cache.features.shape[2]), dtype)
+        for s in range(0, len(rows), 65536):  # a chunk at a time from the memory map, in the cache's row order
+            chunk = rows[s:s + 65536]
+            order = np.argsort(chunk, kind="stable")
+            self.image_feats[s + order] = cache.features[chunk[order], 0]
 
     def _feature_extractor(self, image_features: str) -> Callable[[list, list], np.ndarray] | None:
         """``(pictures, image ids) -> features`` of the fixed ``g``; None for ``model``."""

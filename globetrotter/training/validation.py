@@ -10,7 +10,7 @@ import numpy as np
 
 from ..config import TrainConfig
 from ..encoder import Encoder
-from ..evaluation.val_set import BackRetrievalSet
+from ..evaluation.val_set import BackRetrievalSet, image_features_of
 
 
 class Validator:
@@ -20,8 +20,8 @@ class Validator:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         root = Path(cfg.data.root)
-        self.val = BackRetrievalSet(root / cfg.data.val_split, cfg.val.max_per_lang, cfg.seed, cfg.val.image_features,
-                                    cfg.val.bkr_ks)
+        self.val = BackRetrievalSet(root / cfg.data.val_split, cfg.val.max_per_lang, cfg.seed,
+                                    image_features_of(cfg, cfg.data.val_split), cfg.val.bkr_ks)
         # the test split only for a run that asks for it (val.test_groups > 0); never used to choose anything
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():

@@ -23,7 +23,7 @@ from ..models import is_baseline
 from ..ranking import HEADS, Ranking, ScoringContext
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, default_reference, read_reference
-from ..val_set import BackRetrievalSet
+from ..val_set import BackRetrievalSet, image_features_of
 from .common import resolve_model
 
 DEFAULT_MAXSIM = (0.0, 1.0, 2.0, 4.0, 8.0)
@@ -70,7 +70,8 @@ def select_ranking(
         val = Path(cfg.data.root) / cfg.data.val_split
     ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
     max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
-    image_features = image_features or (cfg.val.image_features if cfg is not None else DEFAULT_IMAGE_FEATURES)
+    if image_features is None:
+        image_features = DEFAULT_IMAGE_FEATURES if cfg is None else image_features_of(cfg, cfg.data.val_split)
     seed = seed if seed is not None else (cfg.seed if cfg is not None else 0)
     if isinstance(model, str) and is_baseline(model) or not hasattr(encoder, "token_table"):
         heads, maxsim = ("text",), (0.0,)  # one embedding, no token rows
