@@ -17,6 +17,7 @@ from globetrotter.data_cli import main as data_main
 from globetrotter.errors import UserError
 from globetrotter.training.checkpoint import resolve
 from globetrotter.training.trainer import train
+from globetrotter.training.validation import Validator
 
 pa = pytest.importorskip("pyarrow", reason="parquet imports need the import extra (pyarrow)")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -232,3 +233,25 @@ def test_the_augmentation_keys_are_reported_ignored_with_imported_embeddings(tin
 
     found = {i.key: i.reason for i in ignored_keys(_cfg(tiny_world, tmp_path, "data.feature_views=3", "data.hflip=false"))}
     assert found["data.feature_views"].startswith("model.image_backbone=imported") and "data.hflip" in found
+
+
+def test_training_validates_with_g_the_imported_embeddings(tiny_world, source, tmp_path):
+    ids, vectors = source
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    val_ids = split_image_ids(world / "val")
+    emb, id_file = write_npy(tmp_path / "src", ids + val_ids,
+                             np.concatenate([vectors, np.ones((len(val_ids), DIM), np.float32)]))
+    for split in ("train", "val"):
+        import_embeddings(world / split, emb, tmp_path / "cache", "toy", ids=id_file, progress=False, force=True)
+    # one folder serving both splits by image id (the val split imported last: it holds the val images only)
+    with pytest.raises(UserError, match=r"missing from the feature cache"):
+        train(_cfg(world, tmp_path, "steps=2", f"data.features={tmp_path / 'cache'}", "val.every=2",
+                   "val.image_features=features"))
+    for split in ("train", "val"):
+        import_embeddings(world / split, emb, world / split / "features", "toy", ids=id_file, progress=False)
+    cfg = _cfg(world, tmp_path, "steps=2", "val.every=2", "val.image_features=features", "run_name=features-g")
+    assert "val/bkr@10" in train(cfg)["metrics"]
+    val = Validator(cfg).val  # g: the val images' imported rows, each caption its own image's
+    assert val.image_spec == f"features:{world / 'val' / 'features'}"
+    assert (val.image_feats == 1).all() and set(val.image_ids) == set(val_ids)  # the train rows are random

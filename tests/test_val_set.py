@@ -85,6 +85,8 @@ def test_g_from_a_feature_cache_reads_its_rows_and_decodes_no_picture(tiny_world
                       progress=False)
     with pytest.raises(UserError, match=rf"missing from the feature cache \(first: '{ids[0]}'\)"):
         BackRetrievalSet(tiny_world / "val", max_per_lang=None, image_features=f"features:{train_cache}")
+    with pytest.raises(UserError, match="give its folder as features:PATH"):  # a run's shorthand, without the run
+        BackRetrievalSet(tiny_world / "val", max_per_lang=None, image_features="features")
 
 
 def test_a_runs_own_cache_as_g_needs_one_and_unknown_g_is_refused(tiny_world, tmp_path):

@@ -137,6 +137,10 @@ class BackRetrievalSet:
             return lambda pictures, _ids: pixel_features(pictures)
         if image_features == "model":
             return None
+        if not image_features.startswith("timm:"):
+            hint = " (a run's own cache: give its folder as features:PATH)" if image_features == "features" else ""
+            raise UserError(f"image features {image_features!r}: expected pixels, model, features:PATH or "
+                            f"timm:NAME[:WEIGHTS]{hint}")
         # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0)
         from backretrieval.images import ImageFeatureExtractor
 
