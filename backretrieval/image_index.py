@@ -211,21 +211,6 @@ def image_neighbours_file(
     return replace(lists, origin=str(path)), True
 
 
-def image_neighbours_of(
-    src_img: np.ndarray, tgt_img: np.ndarray, targets: np.ndarray, n_neighbours: int, seed: int = 0,
-    index: SourceImageIndex | None = None,
-) -> tuple[ImageNeighbours, np.ndarray]:
-    """``pq`` lists (:func:`image_neighbours`) of the distinct target images in ``targets`` only, and the list row
-    of each entry of ``targets``: what one model's step 4 needs, where lists of every target image serve all.
-    ``index``: a :class:`SourceImageIndex` already built over ``src_img`` (else one is built here).
-
-    The source index does not depend on the targets, so each list is the one the full build holds.
-    """
-    needed, row_of = np.unique(np.asarray(targets, dtype=np.int64), return_inverse=True)
-    index = index or SourceImageIndex(src_img, "pq", seed=seed)
-    return index.lists(tgt_img[needed], n_neighbours), row_of.reshape(-1)
-
-
 def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int, seed: int):
     """``search(target rows, k) -> (R, k)`` source ids, best first by the method's index over the source rows."""
     if method == "pq":  # the text side's candidate index (approximate mode), over the images

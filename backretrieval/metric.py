@@ -54,7 +54,6 @@ from .image_index import (
     SourceImageIndex,
     check_image_neighbours,
     distinct_images,
-    image_neighbours_of,
     neighbour_counts,
 )
 from .ranking import (
@@ -257,10 +256,10 @@ def bkr_recall(
         row_of = row_of.reshape(-1)
         used_img = tgt_img[used]
         scorer = VectorScorer(used_img, distinct)
-        if approx is not None and approx.image_side == "pq":  # lists of the retrieved only
-            lists = image_neighbours_of(distinct, used_img, np.arange(len(used)), max(ks), seed=approx.seed,
-                                        index=source_index)[0]
-            counts = neighbour_counts(lists, scorer, row_of, image_col, ties)
+        if approx is not None and approx.image_side == "pq":  # lists of the retrieved only: the source index does
+            # not depend on the targets, so each list is the one a build for every target image holds
+            index = source_index or SourceImageIndex(distinct, "pq", seed=approx.seed)
+            counts = neighbour_counts(index.lists(used_img, max(ks)), scorer, row_of, image_col, ties)
         else:  # the exact count, stopped at max_rank
             counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)

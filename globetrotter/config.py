@@ -242,6 +242,10 @@ class ValConfig:
         return [f"val/bkr@{k}" for k in self.bkr_ks]
 
     def validate(self) -> None:
+        g = self.image_features
+        if g not in ("pixels", "model", "features") and not g.startswith(("features:", "timm:")):
+            raise ValueError(f"val.image_features={g!r}: expected pixels, model, features, features:PATH or "
+                             "timm:NAME[:WEIGHTS]")
         if self.max_per_lang is not None and self.max_per_lang < 1:
             raise ValueError(f"val.max_per_lang must be >= 1, or null for every val caption, got {self.max_per_lang}")
         if self.test_groups < 0:
@@ -337,11 +341,7 @@ class TrainConfig:
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")
-        g = self.val.image_features
-        if g not in ("pixels", "model", "features") and not g.startswith(("features:", "timm:")):
-            raise ValueError(f"val.image_features={g!r}: expected pixels, model, features, features:PATH or "
-                             "timm:NAME[:WEIGHTS]")
-        if g == "features" and not self.data.features:
+        if self.val.image_features == "features" and not self.data.features:
             raise ValueError("val.image_features=features reads the run's image-feature cache: set data.features "
                              "(auto, or the folder of a cache or of imported embeddings)")
         if self.model.token_init == "image_pivot":

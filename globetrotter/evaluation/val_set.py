@@ -53,7 +53,8 @@ class BackRetrievalSet:
     """At most ``max_per_lang`` captions per language of ``split`` (a ``seed``-ed sample; None: all) with their image
     features; :meth:`evaluate` scores text embeddings or any text similarity on every ordered language pair.
 
-    Only the distinct images of the kept captions are decoded, a chunk at a time. The pictures are kept only for
+    Only the distinct images of the kept captions are decoded, a chunk at a time (none with ``features:PATH``: g is
+    read from that cache). The pictures are kept only for
     ``image_features="model"`` (embedded at each call); a fixed ``g`` keeps their features alone, in float16 when the
     set is large enough for :meth:`evaluate` to sample its queries (:data:`QUERY_BUDGET`).
     """
@@ -90,15 +91,15 @@ class BackRetrievalSet:
             filled += len(feats)
         self.langs, self.image_ids = np.array(langs), np.array(ids)
         order = {}
-        self._image_of = np.array([order.setdefault(image, len(order)) for image in ids], dtype=np.int64)
+        image_of = np.array([order.setdefault(image, len(order)) for image in ids], dtype=np.int64)
         if extract is None:
             self.image_feats = None  # the model's own image head, at each call
         else:
             distinct = distinct[:filled]
-            same = filled == len(ids) and bool((self._image_of == np.arange(filled)).all())
-            self.image_feats = distinct if same else distinct[self._image_of]
+            same = filled == len(ids) and bool((image_of == np.arange(filled)).all())
+            self.image_feats = distinct if same else distinct[image_of]
         if self.images is not None:
-            self.images = [self.images[r] for r in self._image_of]
+            self.images = [self.images[r] for r in image_of]
 
     def _sample_captions(self, max_per_lang: int | None) -> tuple[np.ndarray, list[str], list[str], list[str]]:
         """``(split rows, texts, languages, image ids)`` of at most ``max_per_lang`` captions per language (a
