@@ -228,7 +228,16 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     assert len(rec["details"]["candidates"]) == 4 and rec["config"]["reference"] == str(tiny_world / "train")
     best = max(rec["details"]["candidates"], key=lambda c: c["mean_bkr"])
     assert rec["details"]["chosen"] == best["ranking"] and rec["metrics"]["mean_bkr"] == best["mean_bkr"]
-    assert "chosen on val" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "chosen on val" in printed and "95% intervals over the val queries" in printed
+    # the intervals are of the figures the choice was made on: the same means, the runner-up the best other one
+    spread = rec["details"]["uncertainty"]
+    assert spread["mean"]["value"] == pytest.approx(best["mean_bkr"])
+    assert spread["mean"]["lo"] <= best["mean_bkr"] <= spread["mean"]["hi"]
+    runner_up = rec["details"]["candidates"][spread["over_runner_up"]["candidate"]]
+    assert runner_up is not best and runner_up["mean_bkr"] == max(
+        c["mean_bkr"] for c in rec["details"]["candidates"] if c is not best)
+    assert spread["over_runner_up"]["diff"] == pytest.approx(best["mean_bkr"] - runner_up["mean_bkr"])
     path = out / "select-run.json"
     assert run(["sentence", "--model", str(tiny_run), "--name", "chosen", "--split", str(tiny_world / "test"),
                 "--out", str(out), "--n-groups", "12", "--ranking", str(path), "--csls-k", "3"]) == 0
@@ -500,3 +509,13 @@ def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_
     scoring = rec["details"]["scoring"]
     assert scoring["maxsim"] == 1.0 and scoring["maxsim_tokens"]["hubness"].startswith("per language")
     assert 0 <= rec["metrics"]["sentence_translation"] <= 1
+
+
+def test_per_query_scores_weigh_each_language_once():
+    from globetrotter.evaluation.tasks.select import per_query_scores
+
+    langs = np.array(["fr", "en", "en", "en", "fr"])  # the hits come in sorted language order: en, en, en, fr, fr
+    hits = {"val/bkr@1": np.array([1.0, 0.0, 0.0, 1.0, 1.0]), "val/bkr@5": np.array([1.0, 1.0, 0.0, 1.0, 0.0])}
+    scores = per_query_scores(hits, langs)
+    en, fr = np.mean([1 / 3, 2 / 3]), np.mean([1.0, 0.5])  # per language, the mean over K
+    assert scores.mean() == pytest.approx((en + fr) / 2)

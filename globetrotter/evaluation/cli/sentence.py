@@ -141,6 +141,7 @@ def run_select(args: argparse.Namespace) -> int:
         seed=args.seed, batch_size=args.batch_size, log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']})")
+    print(select_task.uncertainty_line(result.details))
     path = common.write(result, args)
     print(f"apply it to test: {python_command()} eval.py sentence --model {args.model} --split SPLIT --ranking {path}")
     return 0

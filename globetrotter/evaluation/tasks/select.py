@@ -7,7 +7,9 @@ translation ranks its candidates (:meth:`~..val_set.BackRetrievalSet.evaluate_ac
 term, which only differs between target languages, is judged too), on the trainer's validation sample (same split,
 size, seed and image similarity ``g`` when ``model`` is a run). The highest mean wins; a tie goes to the simpler ranking (the earlier one in
 candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
-the choice and the reason; ``eval.py sentence --ranking RECORD`` applies it to test.
+the choice and the reason, and how far the choice stands above noise: a bootstrap interval over the val queries of
+its mean, and paired intervals of its margin over the simplest candidate and over the runner-up
+(:func:`choice_margins`); ``eval.py sentence --ranking RECORD`` applies it to test.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
 from globetrotter.errors import UserError
 
@@ -35,6 +38,30 @@ DEFAULT_IMAGE_FEATURES = "timm:efficientnet_lite0:package"
 def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[bool], csls_k: int = 10) -> list[Ranking]:
     """Every combination, simplest first (the tie order of :func:`select_ranking`)."""
     return [Ranking(h, float(w), bool(c), csls_k) for h, w, c in product(heads, sorted(set(maxsim)), sorted(set(csls)))]
+
+
+def per_query_scores(hits: dict[str, np.ndarray], langs: np.ndarray) -> np.ndarray:
+    """Each val query's mean hit over K, weighted so that their plain mean is the mean over source languages (each
+    language counts once, whatever its number of queries), as ``mean_bkr`` is. ``hits`` are
+    :meth:`~..val_set.BackRetrievalSet.evaluate_across_languages`' per-query hits, the languages in sorted order."""
+    scores = np.mean([np.asarray(h, dtype=np.float64) for h in hits.values()], axis=0)
+    order, counts = np.unique(np.asarray(langs), return_counts=True)
+    per_row = np.repeat(counts, counts)  # the size of each query's language, in the hits' order
+    return scores * len(scores) / (len(order) * per_row)
+
+
+def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> dict[str, dict[str, float]]:
+    """How far the chosen candidate stands above noise on the same val queries (1,000 bootstrap replicates, 95%):
+    ``mean`` its interval; ``over_simplest`` and ``over_runner_up`` the paired interval of its margin over the first
+    candidate and over the best other one (absent when it is that candidate or there is none)."""
+    out: dict[str, dict[str, float]] = {"mean": recall_interval(scores[chosen], seed=seed)}
+    if chosen != 0:
+        out["over_simplest"] = paired_bootstrap(scores[chosen], scores[0], seed=seed)
+    others = [i for i in range(len(scores)) if i != chosen]
+    if others:
+        runner_up = max(others, key=lambda i: (float(scores[i].mean()), -i))
+        out["over_runner_up"] = {"candidate": runner_up, **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed)}
+    return out
 
 
 def select_ranking(
@@ -82,11 +109,12 @@ def select_ranking(
     evaluated = sorted(set(bkr.langs.tolist()))
     pool = read_reference(reference or default_reference(val), evaluated, reference_size, seed)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
-    rows = []
+    rows, per_query = [], []
     for ranking in rankings:
         scores = context.scorer(ranking).matrix()
-        metrics, _ = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
+        metrics, hits = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
         mean = float(np.mean([metrics[f"val/bkr@{k}"] for k in ks]))
+        per_query.append(per_query_scores(hits, bkr.langs))
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "mean_bkr": mean,
                      **{k.split("/")[1]: v for k, v in metrics.items()}})
         log(f"select: {ranking.label:<28} mean val BkR@{{{','.join(map(str, ks))}}} {mean:.4f}")
@@ -94,14 +122,29 @@ def select_ranking(
     chosen = rows[best]
     reason = (f"highest mean val BackRetrieval@{{{','.join(map(str, ks))}}} of {','.join(evaluated)} queries among "
               f"the other languages' captions ({chosen['mean_bkr']:.4f}); ties to the simpler ranking")
+    margins = choice_margins(per_query, best, seed)
     metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
-    details = {"chosen": chosen["ranking"], "reason": reason, "candidates": rows,
+    details = {"chosen": chosen["ranking"], "reason": reason, "uncertainty": margins, "candidates": rows,
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks)},
                "reference": pool.record}
     config = {"val": str(val), "languages": evaluated, "heads": list(heads), "maxsim": list(maxsim),
               "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
               "max_per_lang": max_per_lang, "seed": seed}
     return Result("select", metrics, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
+
+
+def uncertainty_line(details: dict) -> str:
+    """A ``select`` record's intervals in one line: the choice's mean and its margins over the simplest candidate
+    and the runner-up (``details`` of the record)."""
+    margins, rows = details["uncertainty"], details["candidates"]
+    m = margins["mean"]
+    parts = [f"{m['value']:.4f} [{m['lo']:.4f}, {m['hi']:.4f}]"]
+    for key, index in (("over_simplest", 0), ("over_runner_up", None)):
+        if key in margins:
+            d = margins[key]
+            label = rows[d["candidate"] if index is None else index]["label"]
+            parts.append(f"over {label} {d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
+    return "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
 
 
 def chosen_ranking(record: str | Path) -> Ranking:
