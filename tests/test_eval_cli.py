@@ -241,7 +241,11 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     path = out / "select-run.json"
     assert run(["sentence", "--model", str(tiny_run), "--name", "chosen", "--split", str(tiny_world / "test"),
                 "--out", str(out), "--n-groups", "12", "--ranking", str(path), "--csls-k", "3"]) == 0
-    assert record(out, "sentence", "chosen")["config"]["ranking"] == rec["details"]["chosen"]
+    scored = record(out, "sentence", "chosen")
+    assert scored["config"]["ranking"] == rec["details"]["chosen"]
+    interval = scored["details"]["interval"]
+    assert interval["lo"] <= scored["metrics"]["sentence_translation"] <= interval["hi"]
+    assert "95% interval over the groups" in capsys.readouterr().out
     capsys.readouterr()
     assert run(["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
                 "--ranking", str(path), "--head", "cross"]) == 2

@@ -6,7 +6,7 @@ import pytest
 
 from globetrotter.errors import UserError
 from globetrotter.evaluation.procrustes import normalize_rows
-from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+from globetrotter.evaluation.sentence import group_interval, parallel_set, sentence_translation
 
 
 def _layout(n_groups: int, languages: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -25,6 +25,25 @@ def test_perfectly_aligned_languages_score_100_percent():
     off_diag = res["matrix"][~np.eye(4, dtype=bool)]
     assert np.all(off_diag == 1.0) and np.all(np.isnan(np.diag(res["matrix"])))
     assert res["k"] == 3 and res["n_queries"] == 200 and res["n_groups"] == 50
+
+
+def test_per_group_counts_and_their_interval():
+    rng = np.random.default_rng(2)
+    langs, groups = _layout(40, ["en", "de", "ja", "ar"])
+    keep = ~((groups == 3) & (langs == "ja"))  # group 3 in three languages: 6 ordered translation pairs, not 12
+    langs, groups = langs[keep], groups[keep]
+    meaning = normalize_rows(rng.normal(size=(40, 16)))
+    perfect = sentence_translation(normalize_rows(meaning[groups]), langs, groups)
+    assert perfect["group_positives"][3] == 6 and perfect["group_positives"].sum() == 39 * 12 + 6
+    assert np.array_equal(perfect["group_hits"], perfect["group_positives"])
+    assert group_interval(perfect["group_hits"], perfect["group_positives"]) | {"level": 0} == {
+        "lo": 1.0, "hi": 1.0, "level": 0, "replicates": 1000}
+    noisy = sentence_translation(normalize_rows(meaning[groups] + 0.9 * rng.normal(size=(len(groups), 16))),
+                                 langs, groups, k=1)
+    assert noisy["group_hits"].sum() / noisy["group_positives"].sum() == pytest.approx(noisy["accuracy"])
+    interval = group_interval(noisy["group_hits"], noisy["group_positives"], seed=3)
+    assert interval["lo"] < noisy["accuracy"] < interval["hi"]
+    assert interval == group_interval(noisy["group_hits"], noisy["group_positives"], seed=3)  # seeded
 
 
 def test_random_model_scores_chance():

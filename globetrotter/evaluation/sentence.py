@@ -23,6 +23,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from backretrieval.uncertainty import bootstrap_weights, percentile_interval
 
 from globetrotter.errors import UserError
 
@@ -173,7 +174,8 @@ def sentence_translation(
     found in the top k, over all queries), ``chance`` (its expected value under a random
     ranking), ``matrix`` (M×M, row = query language, column = target language; diagonal
     NaN), ``asymmetry`` (``matrix − matrixᵀ``, Fig. 9), ``per_query_language`` and
-    ``per_target_language``, ``languages``, ``k``, ``n_queries``, ``n_groups``.
+    ``per_target_language``, ``languages``, ``k``, ``n_queries``, ``n_groups``, and per group
+    ``group_hits`` and ``group_positives`` (for :func:`group_interval`).
     Memory is O(chunk_size · N); no N×N matrix is held.
 
     Ties: by default equal similarities are taken in numpy's partition order. With
@@ -209,6 +211,7 @@ def sentence_translation(
 
     order = np.random.default_rng(tie_seed).permutation(n) if tie_seed is not None else None
     hits = np.zeros((n_lang, n_lang), dtype=np.int64)
+    group_hits = np.zeros(n_group, dtype=np.int64)
     for start in range(0, n, chunk_size):
         q = np.arange(start, min(start + chunk_size, n))
         sims = np.array(scores(q), dtype=np.float32)  # this chunk's own array
@@ -224,6 +227,7 @@ def sentence_translation(
         hit = (group_idx[top] == group_idx[q][:, None]) & (lang_idx[top] != lang_idx[q][:, None])
         rows = np.broadcast_to(lang_idx[q][:, None], top.shape)
         np.add.at(hits, (rows[hit], lang_idx[top][hit]), 1)
+        np.add.at(group_hits, np.broadcast_to(group_idx[q][:, None], top.shape)[hit], 1)
 
     with np.errstate(invalid="ignore", divide="ignore"):
         matrix = hits / positives
@@ -231,6 +235,7 @@ def sentence_translation(
         per_target = hits.sum(0) / positives.sum(0)
     np.fill_diagonal(matrix, np.nan)
     pos_per_query = positives[lang_idx].sum(1)  # positives of each query
+    per_group = presence.sum(1)  # languages of each group: m(m - 1) ordered translation pairs
     chance = float((pos_per_query * np.minimum(1.0, k / n_cand)).sum() / max(pos_per_query.sum(), 1))
     return {
         "accuracy": float(hits.sum() / max(positives.sum(), 1)),
@@ -244,4 +249,18 @@ def sentence_translation(
         "candidates": candidates,
         "n_queries": int(n),
         "n_groups": int(n_group),
+        "group_hits": group_hits,
+        "group_positives": per_group * (per_group - 1),
     }
+
+
+def group_interval(group_hits: np.ndarray, group_positives: np.ndarray, n_boot: int = 1000, level: float = 0.95,
+                   seed: int = 0) -> dict[str, float]:
+    """Bootstrap interval of the accuracy over the evaluated groups (the images: a group's queries share their
+    image and their errors, so the group is the unit resampled): ``{"lo", "hi", "level", "replicates"}``, from
+    :func:`sentence_translation`'s ``group_hits`` and ``group_positives``."""
+    hits, positives = np.asarray(group_hits, np.float64), np.asarray(group_positives, np.float64)
+    reps = np.concatenate([(w @ hits) / np.maximum(w @ positives, 1.0)
+                           for w in bootstrap_weights(len(hits), n_boot, seed)])
+    lo, hi = percentile_interval(reps, level)
+    return {"lo": lo, "hi": hi, "level": level, "replicates": n_boot}

@@ -121,7 +121,8 @@ def run_sentence(args: argparse.Namespace) -> int:
              "transductive": "TRANSDUCTIVE: statistics from the evaluated sentences"}[scoring["statistics"]]
     print(f"sentence translation: {100 * m['sentence_translation']:.2f}% of translations in the top {d['k']} "
           f"(chance {100 * m['chance']:.2f}%), {d['n_groups']} groups x {len(langs)} languages; "
-          f"ranking {scoring['label']}, {where}")
+          f"ranking {scoring['label']}, {where}; 95% interval over the groups "
+          f"{100 * d['interval']['lo']:.2f}–{100 * d['interval']['hi']:.2f}%")
     common.write(result, args, written)
     return 0
 

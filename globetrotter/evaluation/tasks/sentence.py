@@ -10,7 +10,7 @@ from ..pivot_ridge import PivotRidgeEncoder
 from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, default_reference, read_reference
-from ..sentence import Candidates, sentence_translation
+from ..sentence import Candidates, group_interval, sentence_translation
 from .common import read_parallel, resolve_model
 
 
@@ -33,7 +33,8 @@ def evaluate(
 
     Every sentence is a query whose translations (its group's sentences in the other languages) are the positives;
     the metric is the share of positives in the query's top M-1 candidates under ``ranking``
-    (:mod:`..ranking`), over all queries, with chance beside it and the per-language-pair matrix.
+    (:mod:`..ranking`), over all queries, with chance beside it, the per-language-pair matrix and a 95% bootstrap
+    interval over the groups (``details["interval"]``).
 
     Statistics a ranking needs (CSLS radii, MaxSim idf and hubness, the TF-IDF baseline's idf) come from
     ``reference`` (a split; default: the ``train`` split beside ``split``), ``reference_size`` captions per
@@ -58,6 +59,7 @@ def evaluate(
                "per_query_language": res["per_query_language"], "per_target_language": res["per_target_language"]}
     details = {"matrix": matrix_dict(res["matrix"], langs), "asymmetry": matrix_dict(res["asymmetry"], langs),
                "k": res["k"], "n_queries": res["n_queries"], "n_groups": res["n_groups"],
+               "interval": group_interval(res["group_hits"], res["group_positives"], seed=seed),
                "groups_without_all_languages": ps.skipped_groups, "scoring": scorer.record}
     if isinstance(encoder, PivotRidgeEncoder):
         details["ridge"] = encoder.config
