@@ -16,7 +16,8 @@ For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one
 
 Statistics come from each command's default reference pool (the train split beside the evaluated split). A record
 already written in ``--out`` is reused, so an interrupted table resumes. Writes ``table.md`` (per row: each seed's
-figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed) and prints it.
+figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed, each also with
+its 95% interval by a paired bootstrap over the test groups) and prints it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import argparse
 import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +75,8 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
                  str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
         result = json.loads(record.read_text(encoding="utf-8"))
-        figures[column] = (100 * result["metrics"]["sentence_translation"], result["details"]["scoring"]["label"])
+        figures[column] = (100 * result["metrics"]["sentence_translation"], result["details"]["scoring"]["label"],
+                           result["details"].get("per_group"))
     return figures
 
 
@@ -96,7 +100,33 @@ def table(rows, results, language_sets, ratios) -> str:
                           for i in range(len(results[top]))]
                 cells.append(" / ".join(f"{v:.2f}" for v in values))
         lines.append(f"| {top} ÷ {bottom} | " + " | ".join(cells) + " | |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ratio_intervals(results, language_sets, ratios)
+
+
+def ratio_intervals(results, language_sets, ratios) -> str:
+    """Each ``--ratio`` cell again with its 95% interval: a paired bootstrap over the test groups (both models'
+    records of the same groups, resampled together; :func:`globetrotter.evaluation.sentence.ratio_interval`)."""
+    from globetrotter.evaluation.sentence import ratio_interval
+
+    lines = []
+    for ratio in ratios:
+        top, bottom = ratio.split("/")
+        for ls in language_sets:
+            for column in ("cosine", "val-chosen"):
+                cells = []
+                for i in range(len(results[top])):
+                    a = results[top][i][ls][column][2]
+                    b = results[bottom][min(i, len(results[bottom]) - 1)][ls][column][2]
+                    if a is None or b is None or a["ids"] != b["ids"]:
+                        cells.append("n/a (not the same groups)")
+                        continue
+                    r = ratio_interval((np.asarray(a["hits"]), np.asarray(a["positives"])),
+                                       (np.asarray(b["hits"]), np.asarray(b["positives"])))
+                    cells.append(f"{r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]")
+                lines.append(f"- {top} ÷ {bottom}, {ls} {column}: " + " / ".join(cells))
+    if not lines:
+        return ""
+    return "\n95% intervals of the ratios (paired bootstrap over the test groups):\n\n" + "\n".join(lines) + "\n"
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from globetrotter.errors import UserError
 from globetrotter.evaluation.procrustes import normalize_rows
-from globetrotter.evaluation.sentence import group_interval, parallel_set, sentence_translation
+from globetrotter.evaluation.sentence import group_interval, parallel_set, ratio_interval, sentence_translation
 
 
 def _layout(n_groups: int, languages: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -44,6 +44,27 @@ def test_per_group_counts_and_their_interval():
     interval = group_interval(noisy["group_hits"], noisy["group_positives"], seed=3)
     assert interval["lo"] < noisy["accuracy"] < interval["hi"]
     assert interval == group_interval(noisy["group_hits"], noisy["group_positives"], seed=3)  # seeded
+
+
+def test_the_ratio_of_two_models_on_the_same_groups_has_a_paired_interval():
+    rng = np.random.default_rng(4)
+    langs, groups = _layout(60, ["en", "de", "fr"])
+    meaning = normalize_rows(rng.normal(size=(60, 16)))
+    runs = [sentence_translation(normalize_rows(meaning[groups] + noise * rng.normal(size=(len(groups), 16))),
+                                 langs, groups, k=1) for noise in (0.6, 1.2)]
+    (good_h, good_p), (weak_h, weak_p) = [(r["group_hits"], r["group_positives"]) for r in runs]
+    ratio = ratio_interval((weak_h, weak_p), (good_h, good_p), seed=1)
+    assert ratio["ratio"] == pytest.approx(runs[1]["accuracy"] / runs[0]["accuracy"])
+    assert ratio["lo"] < ratio["ratio"] < ratio["hi"] < 1.0  # the weaker model, beyond noise
+    assert ratio_interval((good_h, good_p), (good_h, good_p)) | {"level": 0} == {
+        "ratio": 1.0, "lo": 1.0, "hi": 1.0, "level": 0, "replicates": 1000}  # paired: the same groups each time
+    # unpaired replicates of the two figures would give the same ratio a wide interval
+    unpaired = (group_interval(weak_h, weak_p, seed=1), group_interval(good_h, good_p, seed=2))
+    assert ratio["hi"] - ratio["lo"] < unpaired[0]["hi"] / unpaired[1]["lo"] - unpaired[0]["lo"] / unpaired[1]["hi"]
+    nothing = ratio_interval((good_h, good_p), (np.zeros_like(good_h), good_p))  # a bottom model that finds nothing
+    assert nothing["ratio"] == nothing["lo"] == nothing["hi"] == np.inf
+    with pytest.raises(ValueError, match="same groups"):
+        ratio_interval((weak_h[:-1], weak_p[:-1]), (good_h, good_p))
 
 
 def test_random_model_scores_chance():

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +25,14 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table.splitlines()[3]
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
+    tfidf = json.loads((out / "sentence-tf-idf-0-en-ru-val-chosen.json").read_text(encoding="utf-8"))
+    mine, theirs = record["details"]["per_group"], tfidf["details"]["per_group"]
+    assert mine["ids"] == theirs["ids"] and len(mine["ids"]) == 12
+    assert sum(mine["hits"]) / sum(mine["positives"]) == pytest.approx(record["metrics"]["sentence_translation"])
+    ratio = sum(mine["hits"]) / max(sum(theirs["hits"]), 1)  # same positives: the same groups and languages
+    line = next(x for x in table.splitlines() if x.startswith("- full ÷ TF-IDF, en,ru val-chosen: "))
+    value, lo, hi = (float(v) for v in re.findall(r"inf|[\d.]+", line.split(": ", 1)[1]))
+    assert value == pytest.approx(ratio, abs=0.005) and lo <= value <= hi
     before = {p: p.stat().st_mtime_ns for p in out.glob("*.json")}
     again = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert again.returncode == 0 and {p: p.stat().st_mtime_ns for p in out.glob("*.json")} == before

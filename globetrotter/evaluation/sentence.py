@@ -254,13 +254,36 @@ def sentence_translation(
     }
 
 
+def _accuracy_replicates(hits: np.ndarray, positives: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """The accuracy (hits over positives) of each bootstrap replicate of the groups; the same replicates for any two
+    results of the same groups and ``seed`` (paired)."""
+    hits, positives = np.asarray(hits, np.float64), np.asarray(positives, np.float64)
+    return np.concatenate([(w @ hits) / np.maximum(w @ positives, 1.0)
+                           for w in bootstrap_weights(len(hits), n_boot, seed)])
+
+
 def group_interval(group_hits: np.ndarray, group_positives: np.ndarray, n_boot: int = 1000, level: float = 0.95,
                    seed: int = 0) -> dict[str, float]:
     """Bootstrap interval of the accuracy over the evaluated groups (the images: a group's queries share their
     image and their errors, so the group is the unit resampled): ``{"lo", "hi", "level", "replicates"}``, from
     :func:`sentence_translation`'s ``group_hits`` and ``group_positives``."""
-    hits, positives = np.asarray(group_hits, np.float64), np.asarray(group_positives, np.float64)
-    reps = np.concatenate([(w @ hits) / np.maximum(w @ positives, 1.0)
-                           for w in bootstrap_weights(len(hits), n_boot, seed)])
-    lo, hi = percentile_interval(reps, level)
+    lo, hi = percentile_interval(_accuracy_replicates(group_hits, group_positives, n_boot, seed), level)
     return {"lo": lo, "hi": hi, "level": level, "replicates": n_boot}
+
+
+def ratio_interval(top: tuple[np.ndarray, np.ndarray], bottom: tuple[np.ndarray, np.ndarray], n_boot: int = 1000,
+                   level: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """The ratio of two models' accuracies on the same groups, with a paired bootstrap interval over the groups
+    (each replicate draws the same groups for both): ``{"ratio", "lo", "hi", "level", "replicates"}``, ``inf`` where
+    the bottom model finds nothing. ``top`` and ``bottom``: each model's per-group ``(hits, positives)``, rows in the
+    same group order."""
+    if len(top[0]) != len(bottom[0]):
+        raise ValueError(f"{len(top[0])} groups against {len(bottom[0])}: a paired interval needs the same groups")
+    accuracy = [float(np.sum(hits) / max(np.sum(positives), 1)) for hits, positives in (top, bottom)]
+    value = accuracy[0] / accuracy[1] if accuracy[1] > 0 else float("inf")
+    below = _accuracy_replicates(*bottom, n_boot, seed)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a replicate where the bottom model finds nothing: inf
+        reps = np.where(below > 0, _accuracy_replicates(*top, n_boot, seed) / below, np.inf)
+    # quantiles without interpolation, which an inf replicate would turn into nan
+    lo, hi = (float(q) for q in np.quantile(reps, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf"))
+    return {"ratio": value, "lo": lo, "hi": hi, "level": level, "replicates": n_boot}

@@ -34,7 +34,8 @@ def evaluate(
     Every sentence is a query whose translations (its group's sentences in the other languages) are the positives;
     the metric is the share of positives in the query's top M-1 candidates under ``ranking``
     (:mod:`..ranking`), over all queries, with chance beside it, the per-language-pair matrix and a 95% bootstrap
-    interval over the groups (``details["interval"]``).
+    interval over the groups (``details["interval"]``). ``details["per_group"]`` holds each group's id, hits and
+    positives, so that two records of the same groups can be compared pairwise (:func:`..sentence.ratio_interval`).
 
     Statistics a ranking needs (CSLS radii, MaxSim idf and hubness, the TF-IDF baseline's idf) come from
     ``reference`` (a split; default: the ``train`` split beside ``split``), ``reference_size`` captions per
@@ -60,6 +61,8 @@ def evaluate(
     details = {"matrix": matrix_dict(res["matrix"], langs), "asymmetry": matrix_dict(res["asymmetry"], langs),
                "k": res["k"], "n_queries": res["n_queries"], "n_groups": res["n_groups"],
                "interval": group_interval(res["group_hits"], res["group_positives"], seed=seed),
+               "per_group": {"ids": [str(g) for g in ps.group_ids], "hits": res["group_hits"].tolist(),
+                             "positives": res["group_positives"].tolist()},
                "groups_without_all_languages": ps.skipped_groups, "scoring": scorer.record}
     if isinstance(encoder, PivotRidgeEncoder):
         details["ridge"] = encoder.config
