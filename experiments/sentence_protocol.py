@@ -118,7 +118,8 @@ def ratio_intervals(results, language_sets, ratios) -> str:
                     a = results[top][i][ls][column][2]
                     b = results[bottom][min(i, len(results[bottom]) - 1)][ls][column][2]
                     if a is None or b is None or a["ids"] != b["ids"]:
-                        cells.append("n/a (not the same groups)")
+                        cells.append("n/a (" + ("a record without per-group hits" if a is None or b is None
+                                                else "not the same groups") + ")")
                         continue
                     r = ratio_interval((np.asarray(a["hits"]), np.asarray(a["positives"])),
                                        (np.asarray(b["hits"]), np.asarray(b["positives"])))
