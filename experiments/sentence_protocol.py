@@ -12,7 +12,10 @@ For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one
 1. chooses on val, with no parallel text (``eval.py select``): the best ranking of all (head × MaxSim weight ×
    CSLS), and the best cosine ranking (the head only);
 2. scores the test split once with each choice (``eval.py sentence --ranking``): the columns ``cosine`` and
-   ``val-chosen``.
+   ``val-chosen``;
+3. with ``--oracle-val SPLIT`` (a parallel val split), also the column ``oracle``: the ranking that scores best by
+   sentence translation on that split (``experiments/oracle_ranking.py``). It reads parallel text, so it is not a
+   method choice; it measures what choosing without parallel text costs each model. Test is still scored once.
 
 Statistics come from each command's default reference pool (the train split beside the evaluated split). A record
 already written in ``--out`` is reused, so an interrupted table resumes. Writes ``table.md`` (per row: each seed's
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+BASE_COLUMNS = ("cosine", "val-chosen")
 
 
 def parse_rows(items: list[str]) -> list[tuple[str, list[str]]]:
@@ -65,9 +69,18 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
     out, log = Path(args.out), Path(args.out) / f"{name}.log"
     val = ["--val", args.val] if args.val else []
     figures = {}
-    for column, grid in (("val-chosen", []), ("cosine", ["--maxsim", "0", "--retrieval", "cosine"])):
+    for column in columns(args):
         choice = out / f"select-{name}-{column}.json"
-        if not choice.is_file():
+        if column == "oracle" and not choice.is_file():
+            from globetrotter.evaluation.reference import default_reference
+            from oracle_ranking import oracle_choice
+
+            with open(log, "a", encoding="utf-8") as fh:
+                oracle_choice(model, args.oracle_val, str(default_reference(args.test)), str(out),
+                              languages=langs.split(","), seed=0, name=f"{name}-{column}",
+                              log=lambda line: print(line, file=fh, flush=True))
+        elif not choice.is_file():
+            grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
             run(["select", "--model", model, *val, "--languages", langs, *grid, "--name", f"{name}-{column}",
                  "--out", str(out)], log)
         record = out / f"sentence-{name}-{column}.json"
@@ -80,30 +93,37 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
     return figures
 
 
-def table(rows, results, language_sets, ratios) -> str:
-    lines = ["| model | " + " | ".join(f"{ls} {c}" for ls in language_sets for c in ("cosine", "val-chosen"))
-             + " | chosen ranking |", "|---|" + "---|" * (2 * len(language_sets) + 1)]
+def columns(args: argparse.Namespace) -> tuple[str, ...]:
+    """The table's columns: ``cosine`` and ``val-chosen``, and ``oracle`` with ``--oracle-val``."""
+    return BASE_COLUMNS + (("oracle",) if args.oracle_val else ())
+
+
+def table(rows, results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
+    lines = ["| model | " + " | ".join(f"{ls} {c}" for ls in language_sets for c in cols)
+             + " | chosen ranking |" + (" oracle's ranking |" if "oracle" in cols else ""),
+             "|---|" + "---|" * (len(cols) * len(language_sets) + 1 + ("oracle" in cols))]
     for label, models in rows:
         cells = []
         for ls in language_sets:
-            for column in ("cosine", "val-chosen"):
+            for column in cols:
                 cells.append(" / ".join(f"{results[label][i][ls][column][0]:.2f}" for i in range(len(models))))
-        chosen = " / ".join(results[label][i][language_sets[0]]["val-chosen"][1] for i in range(len(models)))
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {chosen} |")
+        for column in [c for c in ("val-chosen", "oracle") if c in cols]:
+            cells.append(" / ".join(results[label][i][language_sets[0]][column][1] for i in range(len(models))))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for ratio in ratios:  # seed by seed; a one-model row (a baseline) divides every seed
         top, bottom = ratio.split("/")
         cells = []
         for ls in language_sets:
-            for column in ("cosine", "val-chosen"):
+            for column in cols:
                 values = [results[top][i][ls][column][0] /
                           max(results[bottom][min(i, len(results[bottom]) - 1)][ls][column][0], 1e-9)
                           for i in range(len(results[top]))]
                 cells.append(" / ".join(f"{v:.2f}" for v in values))
-        lines.append(f"| {top} ÷ {bottom} | " + " | ".join(cells) + " | |")
-    return "\n".join(lines) + "\n" + ratio_intervals(results, language_sets, ratios)
+        lines.append(f"| {top} ÷ {bottom} | " + " | ".join(cells) + " |" + " |" * (1 + ("oracle" in cols)))
+    return "\n".join(lines) + "\n" + ratio_intervals(results, language_sets, ratios, cols)
 
 
-def ratio_intervals(results, language_sets, ratios) -> str:
+def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
     """Each ``--ratio`` cell again with its 95% interval: a paired bootstrap over the test groups (both models'
     records of the same groups, resampled together; :func:`globetrotter.evaluation.sentence.ratio_interval`)."""
     from globetrotter.evaluation.sentence import ratio_interval
@@ -112,7 +132,7 @@ def ratio_intervals(results, language_sets, ratios) -> str:
     for ratio in ratios:
         top, bottom = ratio.split("/")
         for ls in language_sets:
-            for column in ("cosine", "val-chosen"):
+            for column in cols:
                 cells = []
                 for i in range(len(results[top])):
                     a = results[top][i][ls][column][2]
@@ -138,6 +158,9 @@ def main() -> None:
     parser.add_argument("--n-groups", type=int, default=200, help="test groups (default %(default)s)")
     parser.add_argument("--row", action="append", required=True, help="LABEL=MODEL[,MODEL...] (repeatable)")
     parser.add_argument("--ratio", action="append", default=[], help="TOP/BOTTOM: a row of ratios, seed by seed")
+    parser.add_argument("--oracle-val", metavar="SPLIT",
+                        help="a parallel val split: adds the column oracle, each model's ranking chosen by sentence "
+                             "translation on it (reads parallel text: a measure of what the val choice costs)")
     parser.add_argument("--out", required=True, help="folder of the records and table.md")
     args = parser.parse_args()
     rows = parse_rows(args.row)
@@ -145,10 +168,14 @@ def main() -> None:
     for ratio in args.ratio:
         if ratio.count("/") != 1 or not set(ratio.split("/")) <= labels:
             raise SystemExit(f"error: --ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(labels)})")
+    oracle_val = Path(args.oracle_val) if args.oracle_val else None
+    if oracle_val and (not oracle_val.is_dir() or oracle_val.resolve() == Path(args.test).resolve()):
+        raise SystemExit(f"error: --oracle-val {args.oracle_val!r}: expected a parallel val split folder, "
+                         "not the test split")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = {label: [{ls: measure(m, slug(label, i, ls), ls, args) for ls in args.languages}
                        for i, m in enumerate(models)] for label, models in rows}
-    text = table(rows, results, args.languages, args.ratio)
+    text = table(rows, results, args.languages, args.ratio, columns(args))
     (Path(args.out) / "table.md").write_text(text, encoding="utf-8")
     print(text)
 

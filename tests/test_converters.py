@@ -157,6 +157,17 @@ def test_plan_splits_by_fraction_and_by_source_hints():
     assert Counter(by_hint.split_of.values()) == {"train": 80}
 
 
+def test_plan_splits_gives_the_same_images_to_each_split_with_and_without_one_language_per_image():
+    # a parallel val (the conversion without --assign-languages) must hold exactly the val images of the one-language
+    # conversion, and the test images must not move: the oracle row reads that val beside the training's
+    langs = ("en", "de", "fr")
+    images = {f"c{i}": ImageInfo(frozenset(langs)) for i in range(60)}
+    images.update({f"e{i}": ImageInfo(frozenset({"en"})) for i in range(15)})
+    one = plan_splits(images, langs, test_fraction=0.1, val_fraction=0.25, assign=True, seed=5)
+    every = plan_splits(images, langs, test_fraction=0.1, val_fraction=0.25, assign=False, seed=5)
+    assert one.split_of == every.split_of and set(one.lang_of) and not every.lang_of
+
+
 def test_plan_splits_from_split_files_puts_the_unnamed_images_in_train():
     langs = ("en", "de")
     images = {f"c{i}": ImageInfo(frozenset(langs), "test") for i in range(6)}  # the source's hints are overridden

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +39,33 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert again.returncode == 0 and {p: p.stat().st_mtime_ns for p in out.glob("*.json")} == before
     bad = subprocess.run(argv[:-4] + ["--ratio", "full/nope", "--out", str(out)], capture_output=True, text=True)
     assert bad.returncode != 0 and "two labels of --row" in bad.stderr
+
+
+def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
+                                                                                            tmp_path):
+    parallel_val = tmp_path / "val-parallel"
+    shutil.copytree(tiny_world / "test", parallel_val)  # a parallel split under a val name: the grid's yardstick
+    out = tmp_path / "table"
+    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
+            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", "TF-IDF=tfidf",
+            "--row", f"full={tiny_run}", "--ratio", "full/TF-IDF", "--oracle-val", str(parallel_val), "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    choice = json.loads((out / "select-full-0-en-ru-oracle.json").read_text(encoding="utf-8"))
+    scores = [c["val_translation"] for c in choice["details"]["candidates"]]
+    assert len(scores) == 20 and choice["config"]["oracle"] is True
+    assert choice["details"]["chosen"] == choice["details"]["candidates"][scores.index(max(scores))]["ranking"]
+    record = json.loads((out / "sentence-full-0-en-ru-oracle.json").read_text(encoding="utf-8"))
+    assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
+    table = (out / "table.md").read_text(encoding="utf-8").splitlines()
+    assert table[0].endswith("en,ru oracle | chosen ranking | oracle's ranking |")
+    assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table[3].split(" | ")[3]
+    assert all(line.count("|") == table[0].count("|") for line in table[:5])
+    assert any(line.startswith("- full ÷ TF-IDF, en,ru oracle: ") for line in table)
+    refused = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", str(tiny_run),
+                              "--val", str(tiny_world / "test"), "--reference", str(tiny_world / "train"),
+                              "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode != 0 and "never on the test split" in refused.stderr
+    on_test = subprocess.run(argv[:-4] + ["--oracle-val", str(tiny_world / "test"), "--out", str(out)],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert on_test.returncode != 0 and "not the test split" in on_test.stderr
