@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.evaluation.ranking import HEADS, ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference  # noqa: E402
@@ -45,9 +46,13 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     """Score ``model``'s ranking grid by sentence translation on the parallel ``val`` split (statistics from
     ``reference``), keep the best, and write the record ``out/select-NAME.json`` (`select`'s form). Returns its path."""
     if "test" in Path(val).name:
-        raise SystemExit(f"error: --val {val}: the oracle chooses on val, never on the test split")
+        raise UserError(f"--val {val}: the oracle chooses on val, never on the test split")
     encoder, info = resolve_model(model)
-    ps = parallel_val(val, languages, n_groups, seed)
+    try:
+        ps = parallel_val(val, languages, n_groups, seed)
+    except UserError as err:
+        raise UserError(f"{err} (the oracle needs a parallel val split: its images with captions in every "
+                        "language, e.g. the conversion without --assign-languages)") from None
     pool = read_reference(reference, ps.languages, reference_size, seed)
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     tokens = hasattr(encoder, "token_table")  # a trained run; the baselines have one embedding and no token rows
@@ -88,10 +93,14 @@ def main() -> None:
     parser.add_argument("--name", help="the record's name (default: oracle-<model name from the path>)")
     parser.add_argument("--out", required=True, help="folder of the record (select-NAME.json)")
     args = parser.parse_args()
-    oracle_choice(args.model, args.val, args.reference, args.out,
-                  languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
-                  reference_size=args.reference_size, seed=args.seed, name=args.name,
-                  log=lambda line: print(line, flush=True))
+    try:
+        oracle_choice(args.model, args.val, args.reference, args.out,
+                      languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
+                      reference_size=args.reference_size, seed=args.seed, name=args.name,
+                      log=lambda line: print(line, flush=True))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -75,10 +75,15 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
             from globetrotter.evaluation.reference import default_reference
             from oracle_ranking import oracle_choice
 
+            from globetrotter.errors import UserError
+
             with open(log, "a", encoding="utf-8") as fh:
-                oracle_choice(model, args.oracle_val, str(default_reference(args.test)), str(out),
-                              languages=langs.split(","), seed=0, name=f"{name}-{column}",
-                              log=lambda line: print(line, file=fh, flush=True))
+                try:
+                    oracle_choice(model, args.oracle_val, str(default_reference(args.test)), str(out),
+                                  languages=langs.split(","), seed=0, name=f"{name}-{column}",
+                                  log=lambda line: print(line, file=fh, flush=True))
+                except UserError as err:
+                    raise SystemExit(f"error: --oracle-val: {err}") from None
         elif not choice.is_file():
             grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
             run(["select", "--model", model, *val, "--languages", langs, *grid, "--name", f"{name}-{column}",

@@ -65,7 +65,12 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
     refused = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", str(tiny_run),
                               "--val", str(tiny_world / "test"), "--reference", str(tiny_world / "train"),
                               "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
-    assert refused.returncode != 0 and "never on the test split" in refused.stderr
+    assert refused.returncode == 2 and "never on the test split" in refused.stderr
+    one_language = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", "tfidf",
+                                   "--val", str(tiny_world / "val"), "--reference", str(tiny_world / "train"),
+                                   "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
+    assert one_language.returncode == 2 and "needs a parallel val split" in one_language.stderr
+    assert len(one_language.stderr.strip().splitlines()) == 1
     on_test = subprocess.run(argv[:-4] + ["--oracle-val", str(tiny_world / "test"), "--out", str(out)],
                              capture_output=True, text=True, cwd=ROOT)
     assert on_test.returncode != 0 and "not the test split" in on_test.stderr
