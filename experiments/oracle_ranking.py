@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.evaluation.ranking import HEADS, ScoringContext  # noqa: E402
+from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference  # noqa: E402
 from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
-from globetrotter.evaluation.tasks.select import DEFAULT_MAXSIM, candidates  # noqa: E402
+from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
 
 
 def parallel_val(split: str, languages: list[str] | None, n_groups: int | None, seed: int):
@@ -55,10 +55,8 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
                         "language, e.g. the conversion without --assign-languages)") from None
     pool = read_reference(reference, ps.languages, reference_size, seed)
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
-    tokens = hasattr(encoder, "token_table")  # a trained run; the baselines have one embedding and no token rows
-    grid = candidates(HEADS if tokens else ("text",), DEFAULT_MAXSIM if tokens else (0.0,), (False, True))
     rows = []
-    for ranking in grid:
+    for ranking in model_candidates(model, encoder):
         res = sentence_translation(context.scorer(ranking), ps.langs, ps.groups, tie_seed=seed)
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "val_translation": res["accuracy"]})
         log(f"oracle: {ranking.label:<28} val sentence translation {100 * res['accuracy']:.2f}%")

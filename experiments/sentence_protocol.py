@@ -64,6 +64,22 @@ def run(argv: list[str], log: Path) -> None:
         raise SystemExit(f"error: eval.py {' '.join(argv[:3])} ... failed (exit {code}); see {log}")
 
 
+def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace, log: Path) -> None:
+    """The oracle's choice on ``--oracle-val`` (``experiments/oracle_ranking.py``), its output appended to ``log``;
+    statistics from the reference the test scoring uses."""
+    from oracle_ranking import oracle_choice
+
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.reference import default_reference
+
+    with open(log, "a", encoding="utf-8") as fh:
+        try:
+            oracle_choice(model, args.oracle_val, str(default_reference(args.test)), args.out,
+                          languages=langs.split(","), name=name, log=lambda line: print(line, file=fh, flush=True))
+        except UserError as err:
+            raise SystemExit(f"error: --oracle-val: {err}") from None
+
+
 def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict:
     """The two choices on val and the two test figures of one model (records reused when present)."""
     out, log = Path(args.out), Path(args.out) / f"{name}.log"
@@ -72,18 +88,7 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
     for column in columns(args):
         choice = out / f"select-{name}-{column}.json"
         if column == "oracle" and not choice.is_file():
-            from globetrotter.evaluation.reference import default_reference
-            from oracle_ranking import oracle_choice
-
-            from globetrotter.errors import UserError
-
-            with open(log, "a", encoding="utf-8") as fh:
-                try:
-                    oracle_choice(model, args.oracle_val, str(default_reference(args.test)), str(out),
-                                  languages=langs.split(","), seed=0, name=f"{name}-{column}",
-                                  log=lambda line: print(line, file=fh, flush=True))
-                except UserError as err:
-                    raise SystemExit(f"error: --oracle-val: {err}") from None
+            choose_by_oracle(model, f"{name}-{column}", langs, args, log)
         elif not choice.is_file():
             grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
             run(["select", "--model", model, *val, "--languages", langs, *grid, "--name", f"{name}-{column}",

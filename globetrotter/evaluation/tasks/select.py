@@ -40,6 +40,15 @@ def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[boo
     return [Ranking(h, float(w), bool(c), csls_k) for h, w, c in product(heads, sorted(set(maxsim)), sorted(set(csls)))]
 
 
+def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Sequence[float] = DEFAULT_MAXSIM,
+                     csls: Sequence[bool] = (False, True), csls_k: int = 10) -> list[Ranking]:
+    """:func:`candidates` for ``model`` (its spec) loaded as ``encoder``: a baseline (``tfidf``, ``ridge:SPLIT``) has one
+    embedding and no token rows, so only the text head's cosine and CSLS."""
+    if isinstance(model, str) and is_baseline(model) or not hasattr(encoder, "token_table"):
+        heads, maxsim = ("text",), (0.0,)
+    return candidates(heads, maxsim, csls, csls_k)
+
+
 def per_query_scores(hits: dict[str, np.ndarray], langs: np.ndarray) -> np.ndarray:
     """Each val query's mean hit over K, weighted so that their plain mean is the mean over source languages (each
     language counts once, whatever its number of queries), as ``mean_bkr`` is. ``hits`` are
@@ -100,9 +109,7 @@ def select_ranking(
     if image_features is None:
         image_features = DEFAULT_IMAGE_FEATURES if cfg is None else image_features_of(cfg, cfg.data.val_split)
     seed = seed if seed is not None else (cfg.seed if cfg is not None else 0)
-    if isinstance(model, str) and is_baseline(model) or not hasattr(encoder, "token_table"):
-        heads, maxsim = ("text",), (0.0,)  # one embedding, no token rows
-    rankings = candidates(heads, maxsim, csls, csls_k)
+    rankings = model_candidates(model, encoder, heads, maxsim, csls, csls_k)
     bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks)
     if languages:
         bkr.keep_languages(languages)
