@@ -32,6 +32,10 @@ class DataConfig:
     # each image id picks them, so shares are nested and the same for every seed (learning curves:
     # experiments/study_images_per_language.py). The tokenizer and the feature cache stay those of the whole split; val and test stay whole
     train_image_share: float = 1.0
+    # a split (e.g. the one-language train split): the share above is worked out at the start so that the run reads
+    # exactly as many images per language as that split gives a language, on average over the run's languages (the
+    # images-matched supervised twin on any dataset); the run's saved config holds the share it found
+    match_images_of: str | None = None
     val_split: str = "val"  # BackRetrieval on it (no parallel data needed)
     test_split: str | None = "test"  # parallel split for ground-truth metrics; null to skip
     synth: SynthConfig | None = None  # generate the synthetic world into `root` when it is absent
@@ -87,6 +91,8 @@ class DataConfig:
                 raise ValueError(f"data.train_languages has duplicates: {self.train_languages}")
         if not 0 < self.train_image_share <= 1:
             raise ValueError(f"data.train_image_share must be in (0, 1], got {self.train_image_share}")
+        if self.match_images_of is not None and not self.match_images_of.strip():
+            raise ValueError("data.match_images_of is empty: name a split of data.root (or null)")
         if self.device_source_size is not None and self.device_source_size < 1:
             raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
         if self.max_bad_samples < 0:

@@ -212,6 +212,42 @@ def test_every_train_path_reads_the_same_share_of_images(world, weights, cache, 
         assert seen == wanted
 
 
+def test_match_images_of_keeps_exactly_as_many_images_per_language_as_the_named_split(weights, tmp_path):
+    """The images-matched twin's share: on a parallel split, exactly the mean images per language of the one-language
+    split (train: 24 per language here), the images of lowest hash key; saved with the run; checked values."""
+    from globetrotter.config_io import save_config
+    from globetrotter.training.prepare import with_matched_image_share
+
+    world = make_tiny_world(tmp_path / "w", n_train=96, n_test=60, heldout=("el",))  # train: en/ja/ru; test: + el
+    def twin(*extra):
+        return config(world, tmp_path / "runs", weights, "data.train_split=test", "data.match_images_of=train",
+                      "loss.alpha_source=supervised", "data.batching=pairs", "data.features=null", *extra)
+
+    per_language = {lang: 32 for lang in ("en", "ja", "ru")}  # 96 train images over three languages
+    with pytest.raises(globetrotter.errors.UserError, match=r"match_images_of=train: .*train has no image in el"):
+        with_matched_image_share(twin(), log=lambda *_: None)  # the parallel split also shows el, train does not
+    cfg = with_matched_image_share(twin("data.train_languages=[en,ja,ru]"), log=lambda *_: None)
+    kept = train_captions(cfg)
+    assert {lang: len({m["image_id"] for m in kept if m["lang"] == lang}) for lang in per_language} == per_language
+    ids = sorted({str(m["image_id"]) for m in read_captions(world / "test")}, key=image_share_key)
+    assert {str(m["image_id"]) for m in kept} == set(ids[:32])  # the images of lowest key, as any share keeps
+    with pytest.raises(globetrotter.errors.UserError, match=r"train_image_share=0.5 and data.match_images_of=train "
+                                                            r"\(which gives 0\.\d+\): set one of them"):
+        with_matched_image_share(twin("data.train_languages=[en,ja,ru]", "data.train_image_share=0.5"))
+    with pytest.raises(globetrotter.errors.UserError, match=r"match_images_of=nosuch: .*nosuch is not a converted split"):
+        with_matched_image_share(twin("data.match_images_of=nosuch"))
+    with pytest.raises(globetrotter.errors.UserError, match="match_images_of is empty"):
+        twin("data.match_images_of=' '")
+    # a run saves the share it found, and its saved config resolves to the same (a resumed run)
+    run = twin("data.train_languages=[en,ja,ru]", "steps=2", "run_name=matched", "val.every=0")
+    train(run)
+    saved = load_train_config(str(run.run_dir / "config.yaml"), [])
+    assert saved.data.train_image_share == cfg.data.train_image_share < 1
+    assert with_matched_image_share(saved, log=lambda *_: None) == saved
+    save_config(saved, tmp_path / "again.yaml")  # and it is a valid config to write and read again
+    assert load_train_config(str(tmp_path / "again.yaml"), []) == saved
+
+
 # ----------------------------------------------------------------------------- adapting to the left-out language
 
 

@@ -5,11 +5,12 @@ image is kept when a hash of its id, read as a number in [0, 1), falls below the
 are nested (every image of share 0.25 is in share 0.5) and the same for every run, seed and data
 path (the streamed loader, the feature cache, the image-pivot start), and on a split where each image
 is captioned in one language they keep about that share of every language's images.
+:func:`matching_share` gives the share that keeps an exact number of images (``data.match_images_of``).
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Collection
+from typing import Collection, Iterable
 
 
 def image_share_key(image_id: object) -> float:
@@ -24,3 +25,14 @@ def keeps_caption(meta: dict, languages: Collection[str] | None = None, image_sh
     if languages is not None and meta.get("lang") not in languages:
         return False
     return image_share >= 1.0 or image_share_key(meta["image_id"]) < image_share
+
+
+def matching_share(image_ids: Iterable[object], count: int) -> float:
+    """The image share that keeps exactly ``count`` of the distinct ``image_ids`` (1.0 when ``count`` reaches their
+    number): half-way between the hash key of the ``count``-th image, in key order, and the next one's."""
+    keys = sorted({image_share_key(i) for i in {str(i) for i in image_ids}})
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if count >= len(keys):
+        return 1.0
+    return (keys[count - 1] + keys[count]) / 2.0

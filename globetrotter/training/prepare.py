@@ -99,6 +99,44 @@ def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict
     return [m for m in metas if keeps_caption(m, keep, cfg.data.train_image_share)]
 
 
+def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
+    """``cfg`` with ``data.train_image_share`` worked out from ``data.match_images_of`` (unchanged without it): the
+    share of the train split's images (:func:`~..data.subset.matching_share`) that keeps exactly as many as that
+    split shows per language, on average over :func:`train_languages`. One-line errors when that split lacks one of
+    those languages, or when a ``data.train_image_share`` below 1 is set and differs (a resumed run's saved config
+    holds the one found here)."""
+    from data_prep.shards import read_captions
+
+    from ..data.subset import matching_share
+
+    if cfg.data.match_images_of is None:
+        return cfg
+    root = Path(cfg.data.root)
+    other = root / cfg.data.match_images_of
+    if not (other / MANIFEST).is_file():
+        raise UserError(f"data.match_images_of={cfg.data.match_images_of}: {other} is not a converted split (no {MANIFEST})")
+    langs = train_languages(cfg)
+    per_language: dict[str, set[str]] = {}
+    for meta in read_captions(other):
+        per_language.setdefault(meta["lang"], set()).add(str(meta["image_id"]))
+    missing = [lang for lang in langs if lang not in per_language]
+    if missing:
+        raise UserError(f"data.match_images_of={cfg.data.match_images_of}: {other} has no image in "
+                        f"{','.join(missing)} (its languages: {','.join(sorted(per_language))})")
+    count = round(sum(len(per_language[lang]) for lang in langs) / len(langs))
+    whole = replace(cfg, data=replace(cfg.data, train_image_share=1.0))
+    images = {str(m["image_id"]) for m in train_captions(whole)}
+    share = matching_share(images, count)
+    given = cfg.data.train_image_share
+    if given < 1 and abs(given - share) > 1e-12:
+        raise UserError(f"data.train_image_share={given} and data.match_images_of={cfg.data.match_images_of} "
+                        f"(which gives {share:.6f}): set one of them")
+    log(f"data.match_images_of={cfg.data.match_images_of}: {min(count, len(images))} of the {len(images)} images of "
+        f"{root / cfg.data.train_split} per language, as {other} has ({','.join(langs)}; "
+        f"data.train_image_share={share:.6f})")
+    return replace(cfg, data=replace(cfg.data, train_image_share=share))
+
+
 def ensure_data(cfg: TrainConfig, log=print) -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
     train the tokenizer when its file is absent; build the image-feature

@@ -33,7 +33,7 @@ from ..data.stream import StreamPosition, too_many_bad
 from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
-from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_text_languages
+from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share, with_text_languages
 from .resume import mask_seed, resume_position
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
@@ -101,13 +101,14 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
             adapt.write_tokenizer(cfg, log)
         ensure_data(cfg, log)
+        cfg = with_matched_image_share(cfg, log)  # data.match_images_of: the share, saved with every checkpoint
         cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
         cfg = with_imported_dim(cfg)  # imported embeddings' width, saved with every checkpoint
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()
     if not main:
-        cfg = with_imported_dim(with_text_languages(cfg))
+        cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tokenizer)
 
