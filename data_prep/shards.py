@@ -284,6 +284,14 @@ def iter_metas(split_dir: str | Path) -> Iterator[dict]:
         yield meta
 
 
+def images_by_language(metas: Iterable[dict]) -> dict[str, set[str]]:
+    """Each language's distinct image ids (as strings) among the captions ``metas``."""
+    out: dict[str, set[str]] = {}
+    for m in metas:
+        out.setdefault(m["lang"], set()).add(str(m["image_id"]))
+    return out
+
+
 def images_in_several_languages(metas: Iterable[dict]) -> dict[str, list[str]]:
     """The images captioned in more than one language, each with its sorted languages (insertion order):
     empty for a split that keeps the train/val rule (each image in exactly one language, no parallel text).

@@ -48,13 +48,11 @@ def parse_pairs(items: list[str], what: str) -> dict[str, str]:
 
 def images_per_language(config: str, share: float) -> float:
     """Mean over the trained languages of the distinct train images holding a caption in that language."""
+    from data_prep.shards import images_by_language
     from globetrotter.config import load_train_config
     from globetrotter.training.prepare import train_captions
 
-    metas = train_captions(load_train_config(config, [f"data.train_image_share={share}"]))
-    by_lang: dict[str, set] = {}
-    for m in metas:
-        by_lang.setdefault(m["lang"], set()).add(str(m["image_id"]))
+    by_lang = images_by_language(train_captions(load_train_config(config, [f"data.train_image_share={share}"])))
     return float(np.mean([len(v) for v in by_lang.values()]))
 
 

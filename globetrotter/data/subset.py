@@ -30,9 +30,9 @@ def keeps_caption(meta: dict, languages: Collection[str] | None = None, image_sh
 def matching_share(image_ids: Iterable[object], count: int) -> float:
     """The image share that keeps exactly ``count`` of the distinct ``image_ids`` (1.0 when ``count`` reaches their
     number): half-way between the hash key of the ``count``-th image, in key order, and the next one's."""
-    keys = sorted({image_share_key(i) for i in {str(i) for i in image_ids}})
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
+    keys = sorted(image_share_key(i) for i in {str(i) for i in image_ids})
     if count >= len(keys):
         return 1.0
     return (keys[count - 1] + keys[count]) / 2.0

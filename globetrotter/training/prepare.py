@@ -105,7 +105,7 @@ def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
     split shows per language, on average over :func:`train_languages`. One-line errors when that split lacks one of
     those languages, or when a ``data.train_image_share`` below 1 is set and differs (a resumed run's saved config
     holds the one found here)."""
-    from data_prep.shards import read_captions
+    from data_prep.shards import images_by_language, read_captions
 
     from ..data.subset import matching_share
 
@@ -116,9 +116,7 @@ def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
     if not (other / MANIFEST).is_file():
         raise UserError(f"data.match_images_of={cfg.data.match_images_of}: {other} is not a converted split (no {MANIFEST})")
     langs = train_languages(cfg)
-    per_language: dict[str, set[str]] = {}
-    for meta in read_captions(other):
-        per_language.setdefault(meta["lang"], set()).add(str(meta["image_id"]))
+    per_language = images_by_language(read_captions(other))
     missing = [lang for lang in langs if lang not in per_language]
     if missing:
         raise UserError(f"data.match_images_of={cfg.data.match_images_of}: {other} has no image in "
