@@ -1,8 +1,10 @@
 """Shared pytest fixtures: small data made on the fly, and the optional real Flickr8k data."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -10,6 +12,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GLOBETROTTER_SHARED", REPO.parent / "shared"))
 FLICKR8K = SHARED / "data" / "flickr8k"
+
+
+def load_experiment(name: str) -> ModuleType:
+    """The module of the driver ``experiments/<name>.py`` (experiments/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -1,26 +1,20 @@
 """experiments/study_bkr_vs_corr.py: the g x family grid of the protocol, on a tiny jpg split made on the fly."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from backretrieval import BackRetrievalError
+from conftest import load_experiment
 from data_prep.shards import ShardWriter
-
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "study_bkr_vs_corr.py"
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("study_bkr_vs_corr", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("study_bkr_vs_corr")
 
 
 @pytest.fixture(scope="module")

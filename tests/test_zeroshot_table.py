@@ -1,24 +1,19 @@
 """experiments/zeroshot_table.py: features move through a bundle unchanged; a row is trained, chosen on val, scored."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import load_experiment
 from globetrotter.zeroshot.data import SplitFeatures
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _driver():
-    spec = importlib.util.spec_from_file_location("zeroshot_table", ROOT / "experiments" / "zeroshot_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("zeroshot_table")
 
 
 def _split(rng, mix, n_images, langs, caps=2):

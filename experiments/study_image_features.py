@@ -1,0 +1,144 @@
+"""How far the image features bound the full model: the same recipe trained on two kinds of imported image vectors.
+
+    cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python experiments/study_image_features.py \\
+        --split outputs/flickr8k/train --out-dir outputs/flickr8k-image-vectors
+
+writes two feature caches of the train split's images, each imported as ``globetrotter-data features import`` does
+(the whole image only, float16), and prints the training command of each:
+
+* ``efficientnet``: the control, the whole-image row of the split's EfficientNet-Lite0 cache (``--cache``, default
+  ``SPLIT/features``), what ``configs/flickr8k.yaml`` trains on minus its augmented views;
+* ``described``: an oracle's image vector, what people said about the image: the mean multilingual-USE embedding of
+  the image's official English Flickr8k captions (``--flickr8k``), **leaving out** the caption that Multi30K's
+  de/fr/cs captions were translated from (``--multi30k``: a Flickr8k caption whose word set overlaps a Multi30K task-1
+  English caption of the same photo by more than ``--overlap`` (Jaccard) is dropped; on the README's conversion 4.09
+  of each image's 5 captions remain on average). No training caption's translation enters the vector, but it is built from
+  captions: a model trained on it shows what image features that carry what people see in a picture would give, and
+  is never a method.
+
+Both are read with ``model.image_backbone=imported loss.image=0`` (imported vectors have no augmented views), so they
+differ from each other in the vectors alone. docs/results.md compares them, by sentence translation on the parallel
+val split (``experiments/oracle_ranking.py``), with the images-matched supervised twin. An image without a remaining
+English caption is refused (one line naming it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
+
+from data_prep.converters.common import Caption  # noqa: E402
+from data_prep.converters.flickr8k import read_flickr8k  # noqa: E402
+from data_prep.converters.images import flickr_photo_id  # noqa: E402
+from data_prep.converters.multi30k import read_multi30k  # noqa: E402
+from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
+from globetrotter.data.feature_import import import_embeddings, split_image_ids  # noqa: E402
+from globetrotter.errors import UserError  # noqa: E402
+
+TRAIN = ("OMP_NUM_THREADS=1 .venv/bin/python train.py --config configs/flickr8k.yaml seed=S run_name={name}-sS "
+         "model.image_backbone=imported model.image_pretrained={name} data.features={cache} loss.image=0")
+
+
+def words(text: str) -> frozenset[str]:
+    """The words of a caption, lower-cased, with every character but a-z and space dropped ("T-shirt" -> "tshirt")."""
+    return frozenset(re.sub(r"[^a-z ]", "", text.lower()).split())
+
+
+def is_translated_source(caption: str, sources: Iterable[frozenset[str]], overlap: float) -> bool:
+    """True when ``caption``'s word set overlaps one of ``sources`` by more than ``overlap`` (Jaccard)."""
+    own = words(caption)
+    return any(len(own & s) / max(len(own | s), 1) > overlap for s in sources)
+
+
+def described_captions(image_ids: list[str], flickr8k: Iterable, multi30k: Iterable,
+                       overlap: float = 0.8) -> list[list[str]]:
+    """Each image's English Flickr8k captions (``Caption`` records of ``read_flickr8k``) minus those a Multi30K
+    task-1 English caption of the same Flickr photo (records of ``read_multi30k``) was copied from; matched by photo
+    id. A one-line error names the first image left with none."""
+    sources: dict[str, list[frozenset[str]]] = defaultdict(list)
+    for rec in multi30k:
+        if isinstance(rec, Caption) and rec.lang == "en" and rec.key[0] == "multi30k-task1":
+            sources[flickr_photo_id(rec.images[0]) or rec.images[0]].append(words(rec.text))
+    captions: dict[str, list[str]] = defaultdict(list)
+    for rec in flickr8k:
+        if isinstance(rec, Caption):
+            captions[flickr_photo_id(rec.images[0]) or rec.images[0]].append(rec.text)
+    out = []
+    for image in image_ids:
+        photo = flickr_photo_id(image) or image
+        kept = [c for c in captions.get(photo, []) if not is_translated_source(c, sources.get(photo, []), overlap)]
+        if not kept:
+            raise UserError(f"image {image}: no English Flickr8k caption left (of {len(captions.get(photo, []))}) "
+                            "once the one Multi30K translated is left out")
+        out.append(kept)
+    return out
+
+
+def mean_embeddings(captions: list[list[str]], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    """The L2-normalised mean of each image's L2-normalised caption embeddings, float32 [images, D]."""
+    flat = [c for caps in captions for c in caps]
+    owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
+    emb = np.asarray(encode(flat), dtype=np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)
+    out = np.zeros((len(captions), emb.shape[1]), dtype=np.float32)
+    np.add.at(out, owner, emb)
+    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+
+
+def write_cache(split: Path, vectors: np.ndarray, ids: list[str], name: str, out_dir: Path) -> Path:
+    """Import ``vectors`` (row i: image ``ids[i]``) as the split's feature cache ``out_dir/name``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    npy, id_file = out_dir / f"{name}.npy", out_dir / f"{name}.ids.json"
+    np.save(npy, vectors)
+    id_file.write_text(json.dumps(ids))
+    cache = out_dir / name
+    import_embeddings(split, npy, cache, name, ids=id_file, force=True)
+    return cache
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", default="outputs/flickr8k/train", help="the train split (default: %(default)s)")
+    ap.add_argument("--cache", help="its EfficientNet-Lite0 feature cache (default: SPLIT/features)")
+    ap.add_argument("--flickr8k", default="../shared/data/flickr8k/flickr8k/Flickr8k.token.txt",
+                    help="the official English Flickr8k caption file (default: %(default)s)")
+    ap.add_argument("--multi30k", default="../shared/data/flickr8k/multi30k",
+                    help="the Multi30K folder, to leave out the captions it translated (default: %(default)s)")
+    ap.add_argument("--overlap", type=float, default=0.8,
+                    help="word-set overlap (Jaccard) above which a caption counts as translated (default: %(default)s)")
+    ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the sentence encoder (default: %(default)s)")
+    args = ap.parse_args(argv)
+    try:
+        from backretrieval.embedders import USEEmbedder
+
+        split, out_dir = Path(args.split), Path(args.out_dir)
+        cache = load_feature_cache(args.cache or split / "features")
+        ids = split_image_ids(split)
+        control = np.asarray(cache.features[cache.rows(ids, split), 0], dtype=np.float32)
+        written = {"efficientnet": write_cache(split, control, ids, "efficientnet", out_dir)}
+        captions = described_captions(ids, read_flickr8k(args.flickr8k, "en"), read_multi30k(args.multi30k, (1,)),
+                                      args.overlap)
+        vectors = mean_embeddings(captions, USEEmbedder(threads=args.threads).encode)
+        written["described"] = write_cache(split, vectors, ids, "described", out_dir)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{len(ids)} images; English captions per image after leaving out the translated one: "
+          f"{np.mean([len(c) for c in captions]):.2f}")
+    for name, path in written.items():
+        print(TRAIN.format(name=name, cache=path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""experiments/study_image_features.py: the oracle image vectors leave out the caption Multi30K translated."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from data_prep.converters.flickr8k import read_flickr8k
+from data_prep.converters.multi30k import read_multi30k
+from globetrotter.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_experiment("study_image_features")
+
+
+@pytest.fixture
+def sources(tmp_path):
+    """A Flickr8k token file (two photos, three captions each) and a Multi30K task-1 folder whose English caption of
+    photo 111 is a near copy of one of its Flickr8k captions (punctuation and case differ); photo 222 has none."""
+    token = tmp_path / "Flickr8k.token.txt"
+    token.write_text(
+        "111_aaa.jpg#0\tA dog runs on the grass .\n"
+        "111_aaa.jpg#1\tA brown dog is running through a T-shirt shop .\n"
+        "111_aaa.jpg#2\tThe animal plays outside .\n"
+        "222_bbb.jpg#0\tTwo children swim in a pool .\n"
+        "222_bbb.jpg#1\tKids in the water .\n"
+        "222_bbb.jpg#2\tA swimming pool with two kids .\n", encoding="utf-8")
+    task = tmp_path / "multi30k" / "task1"
+    (task / "image_splits").mkdir(parents=True)
+    (task / "raw").mkdir()
+    (task / "image_splits" / "train.txt").write_text("111.jpg\n333.jpg\n", encoding="utf-8")
+    for lang, lines in {"en": ["a brown dog is running through a tshirt shop", "A cat sleeps ."],
+                        "de": ["Ein brauner Hund rennt durch einen T-Shirt-Laden.", "Eine Katze schläft."]}.items():
+        with gzip.open(task / "raw" / f"train.{lang}.gz", "wt", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+    return token, tmp_path / "multi30k"
+
+
+def test_the_translated_caption_is_left_out_and_the_others_kept(study, sources):
+    token, multi30k = sources
+    kept = study.described_captions(["111_aaa", "222_bbb"], read_flickr8k(token, "en"), read_multi30k(multi30k, (1,)))
+    assert kept[0] == ["A dog runs on the grass .", "The animal plays outside ."]
+    assert len(kept[1]) == 3  # no Multi30K caption of photo 222: all kept
+    # "T-shirt" and "tshirt" are one word, so the near copy's word set is the Multi30K caption's: Jaccard 1, which only
+    # an overlap threshold of 1 lets through
+    loose = study.described_captions(["111_aaa"], read_flickr8k(token, "en"), read_multi30k(multi30k, (1,)), overlap=1.0)
+    assert len(loose[0]) == 3
+
+
+def test_an_image_left_without_a_caption_is_named(study, sources, tmp_path):
+    token, multi30k = sources
+    with pytest.raises(UserError, match="image 444_ccc: no English Flickr8k caption left"):
+        study.described_captions(["111_aaa", "444_ccc"], read_flickr8k(token, "en"), read_multi30k(multi30k, (1,)))
+
+
+def test_mean_embeddings_averages_each_images_unit_caption_vectors(study):
+    table = {"a": [3.0, 0.0], "b": [0.0, 1.0], "c": [0.0, -2.0]}
+    out = study.mean_embeddings([["a", "b"], ["c"]], lambda texts: np.array([table[t] for t in texts]))
+    np.testing.assert_allclose(out, [[2 ** -0.5, 2 ** -0.5], [0.0, -1.0]], atol=1e-6)
