@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -37,3 +38,13 @@ def non_negative_float(text: str) -> float:
     if not 0.0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
     return value
+
+
+def named_path(value: str) -> tuple[str, str]:
+    """argparse type: ``NAME=PATH`` or ``PATH`` (named by its last part) -> ``(name, path)``."""
+    name, sep, path = value.partition("=")
+    if not sep:
+        return Path(value).name or value, value
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH or PATH, got {value!r}")
+    return name, path

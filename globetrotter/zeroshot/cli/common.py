@@ -37,16 +37,6 @@ def langs(value: str) -> list[str]:
     return codes
 
 
-def named_path(value: str) -> tuple[str, str]:
-    """``NAME=PATH`` or ``PATH`` (named by its last part)."""
-    name, sep, path = value.partition("=")
-    if not sep:
-        return Path(value).name or value, value
-    if not name or not path:
-        raise argparse.ArgumentTypeError(f"expected NAME=PATH or PATH, got {value!r}")
-    return name, path
-
-
 def common_options() -> argparse.ArgumentParser:
     """The options of every sub-command (a parent parser)."""
     p = argparse.ArgumentParser(add_help=False)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from globetrotter.argtypes import named_path
+
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
-from .common import formatter, ks, langs, named_path, write_json
+from .common import formatter, ks, langs, write_json
 
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is

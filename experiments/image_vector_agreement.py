@@ -1,0 +1,145 @@
+"""A screen of image encoders in seconds: do their vectors put pictures that people describe alike near each other?
+
+    cd /path/to/repo && .venv/bin/python experiments/image_vector_agreement.py \\
+        --reference outputs/flickr8k-image-vectors/described \\
+        --cache efficientnet=outputs/flickr8k/train/features --out eval_out/image-vectors/agreement.json
+
+The full model carries meaning across languages about as far as its image vectors do (docs/results.md, "What bounds
+the full model"), and a training run costs a quarter of an hour on a CPU. This reads feature caches (built with
+``globetrotter-data features build``, imported with ``features import``; the whole-image row of each) and compares each
+with a reference cache of what people said about each image (``experiments/study_image_features.py`` writes one:
+``described``, an oracle's vectors, used here only as a yardstick). On ``--held-out`` images drawn with ``--seed``:
+
+* ``agreement@k``: the mean reference cosine between an image and its ``k`` nearest held-out images by the cache's
+  vectors (centred cosine), next to ``chance`` (random pairs) and ``ceiling`` (the reference's own ``k`` nearest);
+* ``pair_r``: the correlation of the two cosines over all held-out pairs;
+* ``ridge``: the same two figures for the cache's vectors mapped by a ridge fit to the reference on the other images,
+  the best of ``--ridge`` strengths read on the held-out images: an upper bound of what any linear head on these vectors
+  could reach, and no method (it reads the reference).
+
+An encoder worth a training run lifts ``agreement@k`` well above the frozen EfficientNet-Lite0's. The report is
+printed and, with ``--out``, written as JSON beside its arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
+
+from globetrotter.argtypes import named_path, positive_int  # noqa: E402
+from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
+from globetrotter.errors import UserError  # noqa: E402
+
+
+def unit_centred(vectors: np.ndarray) -> np.ndarray:
+    """Rows minus their mean, scaled to unit length (float64)."""
+    out = np.asarray(vectors, dtype=np.float64)
+    out = out - out.mean(axis=0)
+    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+
+
+def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10) -> dict[str, float]:
+    """How far ``vectors`` [n, d] order n images as ``reference_sim`` [n, n] does: the mean reference similarity of
+    each image's ``k`` nearest others by the vectors' centred cosine, and the correlation of the two over all pairs."""
+    n = len(vectors)
+    if not 0 < k < n:
+        raise UserError(f"k={k}: needs 0 < k < {n} (the held-out images)")
+    sim = unit_centred(vectors) @ unit_centred(vectors).T
+    upper = np.triu_indices(n, 1)
+    pair_r = float(np.corrcoef(sim[upper], reference_sim[upper])[0, 1])
+    np.fill_diagonal(sim, -np.inf)
+    nearest = np.argpartition(-sim, k, axis=1)[:, :k]
+    return {f"agreement@{k}": float(reference_sim[np.arange(n)[:, None], nearest].mean()), "pair_r": pair_r}
+
+
+def ridge_map(train_x: np.ndarray, train_y: np.ndarray, strength: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ridge map ``(W, mean)`` that takes centred ``train_x`` rows to centred ``train_y`` rows."""
+    x = np.asarray(train_x, dtype=np.float64)
+    mean = x.mean(axis=0)
+    x = x - mean
+    y = np.asarray(train_y, dtype=np.float64) - np.mean(train_y, axis=0)
+    return np.linalg.solve(x.T @ x + strength * np.eye(x.shape[1]), x.T @ y), mean
+
+
+def whole_image_rows(path: str | Path) -> tuple[list[str], np.ndarray]:
+    """The image ids of a feature cache and its whole-image row of each (float32 [images, dim])."""
+    cache = load_feature_cache(path)
+    ids = sorted(cache.row_of, key=cache.row_of.__getitem__)
+    return ids, np.asarray(cache.features[:, 0], dtype=np.float32)
+
+
+def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list[str], np.ndarray]],
+           held_out: int = 800, k: int = 10, seed: int = 0, strengths: tuple[float, ...] = (10, 100, 1000)) -> dict:
+    """The report of the module docstring for each cache, on the images every cache shares with the reference."""
+    ref_ids, ref = reference
+    shared = set(ref_ids)
+    for name, (ids, _) in caches.items():
+        if not shared & set(ids):
+            raise UserError(f"cache {name}: none of its image ids are in the reference")
+        shared &= set(ids)
+    images = [i for i in ref_ids if i in shared]
+    if len(images) < held_out + k + 1:
+        raise UserError(f"{len(images)} images shared by the reference and every cache: too few for --held-out "
+                        f"{held_out} and the ridge's fit")
+    test = np.zeros(len(images), dtype=bool)
+    test[np.random.default_rng(seed).choice(len(images), held_out, replace=False)] = True
+    ref_rows = {i: r for r, i in enumerate(ref_ids)}
+    target = ref[[ref_rows[i] for i in images]].astype(np.float64)
+    target /= np.linalg.norm(target, axis=1, keepdims=True).clip(1e-12)
+    ref_sim = target[test] @ target[test].T
+    off = ~np.eye(held_out, dtype=bool)
+    top = np.sort(np.where(off, ref_sim, -np.inf), axis=1)[:, -k:]
+    report = {"images": len(images), "held_out": held_out, "k": k, "seed": seed,
+              "chance": float(ref_sim[off].mean()), "ceiling": float(top.mean()), "caches": {}}
+    for name, (ids, vectors) in caches.items():
+        rows = {i: r for r, i in enumerate(ids)}
+        x = vectors[[rows[i] for i in images]]
+        fits = {}
+        for strength in strengths:
+            w, mean = ridge_map(x[~test], target[~test], strength)
+            fits[strength] = agreement((x[test] - mean) @ w, ref_sim, k)
+        best = max(fits, key=lambda s: fits[s][f"agreement@{k}"])
+        report["caches"][name] = {**agreement(x[test], ref_sim, k), "ridge": {"strength": best, **fits[best]}}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
+    ap.add_argument("--reference", required=True, help="the feature cache of what people said about each image")
+    ap.add_argument("--cache", action="append", type=named_path, required=True, metavar="[NAME=]DIR",
+                    help="a feature cache to screen (repeatable)")
+    ap.add_argument("--held-out", type=positive_int, default=800, help="images the figures are read on (default: %(default)s)")
+    ap.add_argument("--k", type=positive_int, default=10, help="nearest images per image (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=0, help="draws the held-out images (default: %(default)s)")
+    ap.add_argument("--ridge", type=float, nargs="+", default=[10.0, 100.0, 1000.0],
+                    help="ridge strengths of the linear bound (default: %(default)s)")
+    ap.add_argument("--out", help="write the report here as JSON")
+    args = ap.parse_args(argv)
+    try:
+        report = screen(whole_image_rows(args.reference), {n: whole_image_rows(p) for n, p in args.cache},
+                        args.held_out, args.k, args.seed, tuple(args.ridge))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    k = args.k
+    print(f"{report['held_out']} held-out images of {report['images']}: agreement@{k} chance {report['chance']:.4f}, "
+          f"ceiling {report['ceiling']:.4f}")
+    for name, row in report["caches"].items():
+        fit = row["ridge"]
+        print(f"{name}: agreement@{k} {row[f'agreement@{k}']:.4f} (pair r {row['pair_r']:.3f}); through a ridge fit to "
+              f"the reference (strength {fit['strength']:g}) {fit[f'agreement@{k}']:.4f} (pair r {fit['pair_r']:.3f})")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"args": vars(args) | {"cache": dict(args.cache)}, **report}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""experiments/image_vector_agreement.py: the screen of image vectors against a reference of what people said."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from globetrotter.data.feature_cache import FEATURES, IMAGE_IDS, SPEC, imported_spec
+from globetrotter.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def agree():
+    return load_experiment("image_vector_agreement")
+
+
+def clustered(n=300, topics=6, dim=16, seed=0):
+    """Ids and unit reference vectors of n images, each near one of ``topics`` directions, and the topic of each."""
+    rng = np.random.default_rng(seed)
+    topic = rng.integers(0, topics, n)
+    ref = rng.normal(size=(topics, dim))[topic] + 0.3 * rng.normal(size=(n, dim))
+    return [f"img{i}" for i in range(n)], ref / np.linalg.norm(ref, axis=1, keepdims=True), topic
+
+
+def write_cache(path, ids, vectors):
+    """A feature cache folder as ``features import`` writes one (whole image only)."""
+    path.mkdir(parents=True)
+    np.save(path / FEATURES, np.asarray(vectors, dtype=np.float16)[:, None])
+    (path / IMAGE_IDS).write_text(json.dumps(ids))
+    (path / SPEC).write_text(json.dumps({"spec": asdict(imported_spec(path.name))}))
+    return path
+
+
+def test_the_reference_itself_reaches_the_ceiling_and_noise_stays_at_chance(agree):
+    ids, ref, _ = clustered()
+    noise = np.random.default_rng(1).normal(size=ref.shape)
+    report = agree.screen((ids, ref), {"same": (ids, ref), "noise": (ids, noise)}, held_out=200, k=5,
+                          strengths=(1.0,))
+    same, rand = report["caches"]["same"], report["caches"]["noise"]
+    assert same["agreement@5"] == pytest.approx(report["ceiling"], abs=0.02)
+    assert same["pair_r"] > 0.9
+    assert report["ceiling"] > report["chance"] + 0.3
+    assert abs(rand["agreement@5"] - report["chance"]) < 0.1
+    assert rand["ridge"]["strength"] == 1.0
+
+
+def test_a_ridge_recovers_a_linearly_hidden_reference(agree):
+    """Vectors that are a random linear mix of the reference plus nuisance directions order images badly as they are;
+    the ridge fit to the reference on the other images lifts them to near the ceiling."""
+    ids, ref, _ = clustered(n=400)
+    rng = np.random.default_rng(2)
+    mixed = np.hstack([ref, 4.0 * rng.normal(size=(len(ids), 40))]) @ rng.normal(size=(56, 56))
+    row = agree.screen((ids, ref), {"mixed": (ids, mixed)}, held_out=150, k=5)["caches"]["mixed"]
+    assert row["ridge"]["agreement@5"] > row["agreement@5"] + 0.1
+    assert row["ridge"]["pair_r"] > row["pair_r"]
+
+
+def test_images_are_matched_by_id_not_by_row(agree):
+    ids, ref, _ = clustered()
+    order = np.random.default_rng(3).permutation(len(ids))
+    shuffled = ([ids[i] for i in order], ref[order])
+    a = agree.screen((ids, ref), {"c": (ids, ref)}, held_out=100, k=5)["caches"]["c"]
+    b = agree.screen((ids, ref), {"c": shuffled}, held_out=100, k=5)["caches"]["c"]
+    assert a["agreement@5"] == pytest.approx(b["agreement@5"])
+
+
+def test_caches_without_shared_images_or_too_few_are_refused(agree):
+    ids, ref, _ = clustered(n=50)
+    with pytest.raises(UserError, match="cache other: none of its image ids are in the reference"):
+        agree.screen((ids, ref), {"other": ([f"x{i}" for i in range(50)], ref)}, held_out=10)
+    with pytest.raises(UserError, match="50 images shared .* too few for --held-out 45"):
+        agree.screen((ids, ref), {"c": (ids, ref)}, held_out=45, k=10)
+
+
+def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys):
+    ids, ref, topic = clustered(n=200)
+    reference = write_cache(tmp_path / "described", ids, ref)
+    onehot = write_cache(tmp_path / "topics", ids, np.eye(6)[topic])
+    out = tmp_path / "report" / "agreement.json"
+    assert agree.main(["--reference", str(reference), "--cache", str(onehot), "--held-out", "100", "--k", "5",
+                       "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["args"]["cache"] == {"topics": str(onehot)}
+    assert report["caches"]["topics"]["agreement@5"] > report["chance"] + 0.3  # the topic alone orders the images
+    assert "topics: agreement@5" in capsys.readouterr().out
+    assert agree.main(["--reference", str(tmp_path / "nowhere"), "--cache", str(onehot)]) == 2
+    assert "no feature cache here" in capsys.readouterr().err
