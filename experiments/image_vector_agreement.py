@@ -17,8 +17,9 @@ with a reference cache of what people said about each image (``experiments/study
   the best of ``--ridge`` strengths read on the held-out images: an upper bound of what any linear head on these vectors
   could reach, and no method (it reads the reference).
 
-An encoder worth a training run lifts ``agreement@k`` well above the frozen EfficientNet-Lite0's. The report is
-printed and, with ``--out``, written as JSON beside its arguments.
+The screen measures how much of what people say an encoder's vectors could carry (the ridge figure bounds any linear
+head on them), not what a training run makes of them: vectors derived from one encoder can agree more and train worse
+(docs/results.md). The report is printed and, with ``--out``, written as JSON beside its arguments.
 """
 from __future__ import annotations
 
