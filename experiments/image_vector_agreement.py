@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 from globetrotter.argtypes import named_path, positive_int  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.image_ridge import fit_image_ridge  # noqa: E402
 
 
 def unit_centred(vectors: np.ndarray) -> np.ndarray:
@@ -51,21 +52,13 @@ def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10) -> di
     n = len(vectors)
     if not 0 < k < n:
         raise UserError(f"k={k}: needs 0 < k < {n} (the held-out images)")
-    sim = unit_centred(vectors) @ unit_centred(vectors).T
+    unit = unit_centred(vectors)
+    sim = unit @ unit.T
     upper = np.triu_indices(n, 1)
     pair_r = float(np.corrcoef(sim[upper], reference_sim[upper])[0, 1])
     np.fill_diagonal(sim, -np.inf)
     nearest = np.argpartition(-sim, k, axis=1)[:, :k]
     return {f"agreement@{k}": float(reference_sim[np.arange(n)[:, None], nearest].mean()), "pair_r": pair_r}
-
-
-def ridge_map(train_x: np.ndarray, train_y: np.ndarray, strength: float) -> tuple[np.ndarray, np.ndarray]:
-    """The ridge map ``(W, mean)`` that takes centred ``train_x`` rows to centred ``train_y`` rows."""
-    x = np.asarray(train_x, dtype=np.float64)
-    mean = x.mean(axis=0)
-    x = x - mean
-    y = np.asarray(train_y, dtype=np.float64) - np.mean(train_y, axis=0)
-    return np.linalg.solve(x.T @ x + strength * np.eye(x.shape[1]), x.T @ y), mean
 
 
 def whole_image_rows(path: str | Path) -> tuple[list[str], np.ndarray]:
@@ -81,9 +74,10 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     ref_ids, ref = reference
     shared = set(ref_ids)
     for name, (ids, _) in caches.items():
-        if not shared & set(ids):
+        shared_here = shared & set(ids)
+        if not shared_here:
             raise UserError(f"cache {name}: none of its image ids are in the reference")
-        shared &= set(ids)
+        shared = shared_here
     images = [i for i in ref_ids if i in shared]
     if len(images) < held_out + k + 1:
         raise UserError(f"{len(images)} images shared by the reference and every cache: too few for --held-out "
@@ -103,8 +97,8 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
         x = vectors[[rows[i] for i in images]]
         fits = {}
         for strength in strengths:
-            w, mean = ridge_map(x[~test], target[~test], strength)
-            fits[strength] = agreement((x[test] - mean) @ w, ref_sim, k)
+            ridge = fit_image_ridge(x[~test], target[~test], strength).model
+            fits[strength] = agreement(ridge.predict(x[test]), ref_sim, k)
         best = max(fits, key=lambda s: fits[s][f"agreement@{k}"])
         report["caches"][name] = {**agreement(x[test], ref_sim, k), "ridge": {"strength": best, **fits[best]}}
     return report
