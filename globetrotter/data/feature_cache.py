@@ -90,14 +90,19 @@ class CacheSpec:
 
 
 @functools.lru_cache(maxsize=8)
-def _weights_digest(weights: str | None) -> tuple[str, str]:
-    """(name, first 16 hex digits of sha256) of the backbone's weights; read once per process."""
+def _weights_digest(weights: str | None, backbone: str) -> tuple[str, str]:
+    """(name, first 16 hex digits of sha256) of ``backbone``'s weights; read once per process."""
     from backretrieval.images import _file_digest, package_weights_path
 
     if not weights:
         return "random", ""
     if weights == "package":
-        return "package", _file_digest(package_weights_path())
+        from backretrieval.errors import BackRetrievalError
+
+        try:
+            return "package", _file_digest(package_weights_path(backbone))
+        except BackRetrievalError as err:
+            raise UserError(f"model.image_pretrained: {err}") from None
     path = Path(weights)
     if not path.is_file():
         raise UserError(f"model.image_pretrained: weights file {path} not found")
@@ -116,7 +121,7 @@ def spec_from_config(cfg: "TrainConfig") -> CacheSpec:
     d, m = cfg.data, cfg.model
     if m.image_backbone == IMPORTED_BACKBONE:  # no weights to hash: the imported embeddings' name
         return imported_spec(m.image_pretrained or "")
-    name, digest = _weights_digest(m.image_pretrained)
+    name, digest = _weights_digest(m.image_pretrained, m.image_backbone)
     return CacheSpec(backbone=m.image_backbone, weights=name, weights_sha256=digest, image_size=d.image_size,
                      views=d.feature_views, crop_scale_min=d.crop_scale_min, colour_jitter=d.colour_jitter,
                      hue_jitter=d.hue_jitter, grayscale=d.grayscale, hflip=d.hflip, seed=d.feature_seed)
@@ -326,8 +331,9 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
         raise UserError("data.features is not set: this run reads pixels")
     spec = spec_from_config(cfg)
     if not (path / SPEC).is_file() and spec.backbone == IMPORTED_BACKBONE:
-        raise UserError(f"{path}: no imported embeddings here (data.features); import them first: globetrotter-data "
-                        f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path}")
+        raise UserError(f"{path}: no imported embeddings here (data.features); write them first: globetrotter-data "
+                        f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path} "
+                        f"(or features concat ... --name {spec.weights}, as the README's Flickr8k commands do)")
     if not (path / SPEC).is_file():
         from ..models.image import create_image_backbone
 

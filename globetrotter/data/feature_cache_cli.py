@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import IMPORTED_BACKBONE, load_train_config
+from ..argtypes import non_negative_int, positive_int
 from ..errors import UserError
 from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
 
@@ -20,8 +21,8 @@ def _build(args: argparse.Namespace) -> int:
         model = replace(model, image_backbone=args.backbone or model.image_backbone,
                         image_pretrained=args.weights or model.image_pretrained,
                         image_backbone_args={} if other else model.image_backbone_args)
-    data = replace(cfg.data, image_size=args.image_size or cfg.data.image_size,
-                   feature_views=args.views or cfg.data.feature_views)
+    data = replace(cfg.data, image_size=cfg.data.image_size if args.image_size is None else args.image_size,
+                   feature_views=cfg.data.feature_views if args.views is None else args.views)
     cfg = replace(cfg, model=model, data=data)
     if model.image_backbone == IMPORTED_BACKBONE:
         raise UserError("model.image_backbone=imported has no network to build features with; import the embeddings "
@@ -64,13 +65,30 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _concat(args: argparse.Namespace) -> int:
+    from .feature_concat import concat_caches
+
+    split = Path(args.split_dir)
+    out = Path(args.out) if args.out else split / "features"
+    record = concat_caches(split, args.cache, out, args.name, force=args.force, progress=not args.quiet,
+                           centre_like=args.centre_like)
+    print(f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of {len(args.cache)} "
+          f"caches; train with model.image_backbone=imported model.image_pretrained={args.name} data.features={out} "
+          f"loss.image=0")
+    if args.json:
+        print(json.dumps(record, indent=2))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     features = sub.add_parser(
         "features",
-        help="the image-feature cache of a split: build it with a frozen backbone, or import your own embeddings",
+        help="the image-feature cache of a split: build it with a frozen backbone, import your own embeddings, or "
+        "join several",
         description="The image-feature cache of a split, read by training with model.freeze_image_backbone=true and "
         "data.features=auto|FOLDER instead of pixels: `build` runs a frozen timm backbone over the images; `import` "
-        "writes precomputed embeddings (.npy with an id list, or parquet) in the same format.",
+        "writes precomputed embeddings (.npy with an id list, or parquet) in the same format; `concat` joins the "
+        "caches of several encoders into one.",
     )
     actions = features.add_subparsers(dest="features_command", metavar="ACTION", required=True)
     p = actions.add_parser(
@@ -86,10 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--config", help="training config whose backbone, weights, image size, views and augmentations to use")
     p.add_argument("--backbone", help="timm model name (default: the config's model.image_backbone)")
-    p.add_argument("--weights", help="'package' (offline ImageNet EfficientNet-Lite0) or a local weights file "
+    p.add_argument("--weights", help="'package' (offline ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
+                   "or a local weights file "
                    "(default: the config's model.image_pretrained)")
-    p.add_argument("--views", type=int, help="augmented views per image, K (default: the config's data.feature_views)")
-    p.add_argument("--image-size", type=int, help="side of the views in pixels (default: the config's data.image_size)")
+    p.add_argument("--views", type=non_negative_int, help="augmented views per image, K (default: the config's "
+                   "data.feature_views); 0: the whole image only, for `features concat` or a screen of encoders")
+    p.add_argument("--image-size", type=positive_int, help="side of the views in pixels (default: the config's "
+                   "data.image_size)")
     p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
     p.add_argument("--force", action="store_true", help="rebuild even if a cache is there")
     p.add_argument("--batch-images", type=int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")
@@ -122,4 +143,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
+
+    c = actions.add_parser(
+        "concat",
+        help="join the whole-image rows of several caches of a split (several encoders) into one imported cache",
+        description="Join several image encoders: the whole-image rows of two or more feature caches of the split "
+        "(built with `features build`, e.g. with --views 0, or imported), each centred on its mean over the split's "
+        "images (or on the means of --centre-like) and scaled to unit length so that every encoder weighs the same, "
+        "concatenated and written as one imported cache, float16 [images, 1, sum of dims], with the means beside it "
+        "(means.npz). Refused, with nothing written: a cache of another split "
+        "or without an image of the split, a cache named twice, fewer than two caches, and a cache of other "
+        "embeddings at --out (unless --force). Train from it with model.image_backbone=imported "
+        "model.image_pretrained=NAME data.features=FOLDER loss.image=0.",
+    )
+    c.add_argument("split_dir", help="split folder (with manifest.json)")
+    c.add_argument("--cache", action="append", required=True, metavar="FOLDER",
+                   help="a feature cache of the split (repeat: two or more, joined in this order)")
+    c.add_argument("--name", required=True, help="the joined embeddings' name; training's model.image_pretrained must be it")
+    c.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
+                   "train split's) instead of this split's own: new photos joined in the space a run trained in")
+    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true", help="print the cache record as JSON")
+    c.set_defaults(func=_concat)
 

@@ -209,6 +209,11 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool) -> None:
                         f"pass --force to replace it or choose another --out")
 
 
+def _check_name(name: str) -> None:
+    if not name or not name.strip():
+        raise UserError("--name: give the embeddings a name (model.image_pretrained of the runs that train on them)")
+
+
 def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: str | Path, name: str,
                       ids: str | Path | None = None, id_column: str = "image_id", embedding_column: str = "embedding",
                       force: bool = False, progress: bool = True) -> dict:
@@ -216,20 +221,32 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
     feature cache ``[images, 1, D]`` float16 in ``out_dir``, named ``name``; returns its ``cache.json`` record.
 
     At most :data:`CHUNK_ROWS` source rows are held as float32 at a time (besides the id -> row index)."""
-    split_dir, path, out_dir = Path(split_dir), Path(embeddings), Path(out_dir)
-    if not name or not name.strip():
-        raise UserError("--name: give the embeddings a name (model.image_pretrained of the runs that train on them)")
+    _check_name(name)
+    path = Path(embeddings)
+    source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
+    hash_start = time.perf_counter()
+    digest = file_sha256(path)
+    hash_seconds = time.perf_counter() - hash_start
+    return write_imported(split_dir, source, out_dir, name, digest, force, progress,
+                          {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
+                           "dim": source.dim}, extra={"hash_seconds": hash_seconds})
+
+
+def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, name: str, digest: str, force: bool,
+                   progress: bool, imported: dict, extra: dict | None = None) -> dict:
+    """Write the rows of ``source`` for the split's images as the imported cache ``name`` in ``out_dir`` (under a
+    ``.tmp`` name, renamed at the end: a refused write leaves nothing); ``imported`` describes the source in the
+    record. Returns the ``cache.json`` record."""
+    split_dir, out_dir = Path(split_dir), Path(out_dir)
+    _check_name(name)
     manifest = read_manifest(split_dir)
     start = time.perf_counter()
-    source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
+    path = source.path
     wanted = split_image_ids(split_dir)
     rows = np.asarray(_check_ids(source, wanted, split_dir), dtype=np.int64)
     _check_out(out_dir, name, source.dim, force)
     position = np.full(len(source.ids), -1, dtype=np.int64)  # source row -> row of the cache (-1: not in the split)
     position[rows] = np.arange(len(rows))
-    hash_start = time.perf_counter()
-    digest = file_sha256(path)
-    hash_seconds = time.perf_counter() - hash_start
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -257,9 +274,7 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
         seconds = time.perf_counter() - start
         record = {"spec": asdict(imported_spec(name, digest)), "split": str(split_dir.resolve()),
                   "split_checksum": manifest.get("checksum"), "images": len(wanted), "dim": source.dim,
-                  "imported": {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
-                               "dim": source.dim},
-                  "import_seconds": seconds, "hash_seconds": hash_seconds,
+                  "imported": imported, "import_seconds": seconds, **(extra or {}),
                   "images_per_s": len(wanted) / max(seconds, 1e-9)}
         (tmp / IMAGE_IDS).write_text(json.dumps(wanted))
         (tmp / SPEC).write_text(json.dumps(record, indent=2))

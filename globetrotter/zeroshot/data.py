@@ -18,7 +18,7 @@ import numpy as np
 
 from backretrieval.data import image_features, load_split
 from backretrieval.embedders import TextEmbedder, embed_texts, load_embedder
-from backretrieval.images import PACKAGE_MODEL, ImageFeatureExtractor
+from backretrieval.images import PACKAGE_MODELS, ImageFeatureExtractor
 
 DEFAULT_CACHE = Path(os.environ.get("GLOBETROTTER_CACHE", "outputs/cache"))
 
@@ -74,8 +74,9 @@ def first_captions(caption_image: np.ndarray, langs: np.ndarray, n: int) -> np.n
 
 
 def default_image_weights(model_name: str) -> str:
-    """``package`` (offline EfficientNet-Lite0) for that model; other models need an explicit choice."""
-    return "package" if model_name == PACKAGE_MODEL else ""
+    """``package`` (offline ImageNet weights) for the models a registry package holds (EfficientNet-Lite0/1/2);
+    other models need an explicit choice."""
+    return "package" if model_name in PACKAGE_MODELS else ""
 
 
 def image_extractor(

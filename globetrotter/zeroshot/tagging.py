@@ -249,13 +249,16 @@ def load_imagenet_classifier(model_name: str, weights: str, online: bool = False
     """
     import timm
 
-    from backretrieval.images import PACKAGE_MODEL, _read_state_dict, load_state_dict_in_order, package_weights_path
+    from backretrieval.errors import BackRetrievalError
+    from backretrieval.images import _read_state_dict, load_state_dict_in_order, package_weights_path
 
     if weights == "package":
-        if model_name != PACKAGE_MODEL:
-            raise UserError(f"image weights 'package' are for {PACKAGE_MODEL}, not {model_name}")
+        try:
+            path = package_weights_path(model_name)
+        except BackRetrievalError as err:
+            raise UserError(str(err)) from None
         model = timm.create_model(model_name, pretrained=False)
-        load_state_dict_in_order(model, torch.load(package_weights_path(), map_location="cpu", weights_only=True))
+        load_state_dict_in_order(model, torch.load(path, map_location="cpu", weights_only=True))
     elif weights == "hub":
         if not online:
             raise UserError(f"image weights 'hub' download {model_name}; opt in with --online")

@@ -1,0 +1,139 @@
+"""Several image encoders as one: `globetrotter-data features concat`, and `features build --views 0`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_data_cli
+
+from globetrotter.data.feature_cache import CacheSpec, build_feature_cache, load_feature_cache
+from globetrotter.data.feature_concat import concat_caches
+from globetrotter.data.feature_import import split_image_ids
+from globetrotter.errors import UserError
+from globetrotter.models.image import create_image_backbone
+
+SMALL = {"channels": [8, 16, 16, 16], "stem_width": 8}
+
+
+def spec(views: int) -> CacheSpec:
+    return CacheSpec(backbone="resnet18", weights="random", weights_sha256="", image_size=32, views=views,
+                     crop_scale_min=0.5, colour_jitter=0.4, hue_jitter=0.0, grayscale=0.0, hflip=True, seed=0)
+
+
+def build(split: Path, out: Path, seed: int, views: int) -> Path:
+    torch.manual_seed(seed)
+    backbone = create_image_backbone("resnet18", None, **SMALL)
+    build_feature_cache(split, spec(views), out, backbone, batch_images=16, workers=0, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def caches(tiny_world, tmp_path_factory) -> tuple[Path, Path]:
+    """Two encoders' caches of the train split: whole image only, and whole image + 2 augmented views."""
+    root = tmp_path_factory.mktemp("concat")
+    split = tiny_world / "train"
+    return build(split, root / "a", seed=0, views=0), build(split, root / "b", seed=1, views=2)
+
+
+def centred_unit(cache_dir: Path, ids: list[str]) -> np.ndarray:
+    cache = load_feature_cache(cache_dir)
+    x = cache.features[cache.rows(ids, cache_dir), 0].astype(np.float64)
+    x -= x.mean(axis=0)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_concat_joins_each_cache_centred_and_unit_length(tiny_world, caches, tmp_path):
+    split = tiny_world / "train"
+    a, b = caches
+    record = concat_caches(split, [a, b], tmp_path / "ab", "ab", progress=False)
+    ids = split_image_ids(split)
+    joined = load_feature_cache(tmp_path / "ab")
+    d = load_feature_cache(a).features.shape[-1]
+    assert joined.features.shape == (len(ids), 1, 2 * d) and joined.views == 0 and list(joined.row_of) == ids
+    expected = np.concatenate([centred_unit(a, ids), centred_unit(b, ids)], axis=1)
+    np.testing.assert_allclose(joined.features[:, 0].astype(np.float64), expected, atol=2e-3)
+    halves = joined.features[:, 0].astype(np.float64).reshape(len(ids), 2, d)
+    np.testing.assert_allclose(np.linalg.norm(halves, axis=2), 1.0, atol=5e-3)  # each encoder weighs the same
+    assert record["spec"]["backbone"] == "imported" and record["spec"]["weights"] == "ab"
+    assert [s["path"] for s in record["imported"]["sources"]] == [str(a.resolve()), str(b.resolve())]
+    # the order of the caches is the order of the columns
+    concat_caches(split, [b, a], tmp_path / "ba", "ba", progress=False)
+    swapped = load_feature_cache(tmp_path / "ba").features[:, 0]
+    np.testing.assert_array_equal(swapped[:, :d], joined.features[:, 0, d:])
+
+
+def test_another_split_is_joined_in_the_space_of_the_first(tiny_world, tmp_path):
+    """New photos (here val's) centred on the train split's means, as the run that trained on train saw its images."""
+    caches = {}
+    for split in ("train", "val"):
+        caches[split] = [build(tiny_world / split, tmp_path / f"{split}-{seed}", seed=seed, views=0) for seed in (0, 1)]
+    concat_caches(tiny_world / "train", caches["train"], tmp_path / "train-joined", "j", progress=False)
+    concat_caches(tiny_world / "val", caches["val"], tmp_path / "val-joined", "j", progress=False,
+                  centre_like=tmp_path / "train-joined")
+    ids = split_image_ids(tiny_world / "val")
+    parts = []
+    for train_cache, val_cache in zip(caches["train"], caches["val"]):
+        train_rows = load_feature_cache(train_cache).features[:, 0].astype(np.float64)
+        cache = load_feature_cache(val_cache)
+        x = cache.features[cache.rows(ids, val_cache), 0].astype(np.float64) - train_rows.mean(axis=0)
+        parts.append(x / np.linalg.norm(x, axis=1, keepdims=True))
+    joined = load_feature_cache(tmp_path / "val-joined").features[:, 0].astype(np.float64)
+    np.testing.assert_allclose(joined, np.concatenate(parts, axis=1), atol=2e-3)
+    own = concat_caches(tiny_world / "val", caches["val"], tmp_path / "val-own", "j", progress=False)
+    assert "centred_like" not in own["imported"]
+    assert not np.allclose(load_feature_cache(tmp_path / "val-own").features[:, 0].astype(np.float64), joined, atol=2e-3)
+    with pytest.raises(UserError, match="no means.npz here"):
+        concat_caches(tiny_world / "val", caches["val"], tmp_path / "x", "j", progress=False, centre_like=caches["val"][0])
+
+
+def test_concat_refuses_bad_input_and_writes_nothing(tiny_world, caches, tmp_path):
+    split = tiny_world / "train"
+    a, b = caches
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="two or more caches, got 1"):
+        concat_caches(split, [a], out, "x", progress=False)
+    with pytest.raises(UserError, match="named twice"):
+        concat_caches(split, [a, a], out, "x", progress=False)
+    with pytest.raises(UserError, match="missing from the feature cache"):  # a cache of the train split, read for val
+        concat_caches(tiny_world / "val", [a, b], out, "x", progress=False)
+    with pytest.raises(UserError, match="no feature cache here"):
+        concat_caches(split, [a, tmp_path / "nowhere"], out, "x", progress=False)
+    assert not out.exists() and not out.with_name("out.tmp").exists()
+    concat_caches(split, [a, b], out, "x", progress=False)
+    with pytest.raises(UserError, match="pass --force"):  # other embeddings at --out are kept
+        concat_caches(split, [a, b], out, "y", progress=False)
+    assert json.loads((out / "cache.json").read_text())["spec"]["weights"] == "x"
+
+
+def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_path, capsys):
+    split = tiny_world / "train"
+    torch.manual_seed(0)
+    weights = tmp_path / "small.safetensors"
+    from safetensors.torch import save_file
+
+    save_file(create_image_backbone("resnet18", None, **SMALL).state_dict(), str(weights))
+    build = ["features", "build", str(split), "model.image_backbone_args.channels=[8,16,16,16]",
+             "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18",
+             "--weights", str(weights), "--image-size", "32"]
+    code, _, stderr = run_data_cli(build + ["--views", "0", "--out", str(tmp_path / "whole")], capsys)
+    assert code == 0, stderr[-2000:]
+    whole = load_feature_cache(tmp_path / "whole")
+    assert whole.views == 0 and whole.spec.views == 0  # 0 views is a value, not "the config's default"
+    code, _, stderr = run_data_cli(build + ["--views", "2", "--out", str(tmp_path / "views")], capsys)
+    assert code == 0, stderr[-2000:]
+    np.testing.assert_array_equal(load_feature_cache(tmp_path / "views").features[:, 0], whole.features[:, 0])
+    for bad in (["--views", "-1"], ["--image-size", "0"]):
+        code, _, stderr = run_data_cli(build + bad + ["--out", str(tmp_path / "bad")], capsys)
+        assert code == 2 and bad[0] in stderr and not (tmp_path / "bad").exists()
+    code, stdout, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--cache",
+                                    str(tmp_path / "views"), "--name", "joined", "--out", str(tmp_path / "joined"),
+                                    "--quiet"], capsys)
+    assert code == 0, stderr[-2000:]
+    assert "model.image_pretrained=joined" in stdout
+    assert load_feature_cache(tmp_path / "joined").features.shape[-1] == 2 * whole.features.shape[-1]
+    code, _, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--name", "j",
+                               "--out", str(tmp_path / "one")], capsys)
+    assert code != 0 and stderr.strip().splitlines()[-1] == "error: features concat joins two or more caches, got 1"
