@@ -33,8 +33,9 @@ def test_the_text_only_twin_names_what_it_inherits_and_never_reads():
     found = lines(config="configs/flickr8k-text-only.yaml")
     no_images = "is ignored: no loss uses images (loss.image=0, loss.cross=0, loss.text=0)"
     assert found == [
-        f"model.image_backbone=imported {no_images}", f"model.image_pretrained=efficientnet-lite012 {no_images}",
-        f"model.freeze_image_backbone=true {no_images}",
+        f"data.image_size=224 {no_images}", f"data.crop_scale_min=0.5 {no_images}", f"data.hue_jitter=0 {no_images}",
+        f"data.grayscale=0 {no_images}", f"model.image_backbone=efficientnet_lite0 {no_images}",
+        f"model.image_pretrained=package {no_images}", f"model.freeze_image_backbone=true {no_images}",
         f"model.image_head_x=features {no_images}",
         "model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random",
         "model.token_init_std=1 is ignored: model.token_init=random",

@@ -333,7 +333,7 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
     if not (path / SPEC).is_file() and spec.backbone == IMPORTED_BACKBONE:
         raise UserError(f"{path}: no imported embeddings here (data.features); write them first: globetrotter-data "
                         f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path} "
-                        f"(or features concat ... --name {spec.weights}, as the README's Flickr8k commands do)")
+                        f"(or join several encoders' caches: features concat ... --name {spec.weights})")
     if not (path / SPEC).is_file():
         from ..models.image import create_image_backbone
 
