@@ -7,8 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import IMPORTED_BACKBONE, load_train_config
 from ..argtypes import non_negative_int, positive_int
+from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
 
