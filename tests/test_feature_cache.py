@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,34 @@ def test_a_cache_serves_a_more_captions_copy_and_other_splits_by_image_id(tmp_pa
     with pytest.raises(UserError, match=rf"built from a split with checksum {built}, but .*more/train copied its images "
                                         rf"from one with checksum sha256:older"):
         load_feature_cache(cache_path, small_spec(), more / "train")
+
+
+def test_pairs_draw_any_caption_of_a_language_and_keep_the_sequence_of_groups(tmp_path, tokenizer):
+    """Pairs batching over the more-captions copy of train-parallel (the twins' split with as many captions per image
+    and language as the full model's): the train cache serves it by image id, each step pairs the same groups and
+    languages as on the original split, and a side is any of the group's captions in its language."""
+    from test_converters import cli
+    from test_more_captions import convert_world
+
+    w, data = convert_world(tmp_path)
+    more = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--splits",
+                "train,train-parallel", "--out", more, "--quiet"]) == 0
+    cache_path = data / "train" / "features"
+    build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
+    cache = load_feature_cache(cache_path, small_spec(), more / "train-parallel")
+    original = FeatureBatches(data / "train-parallel", cache, tokenizer, 4, 16, seed=1, batching="pairs")
+    enriched = FeatureBatches(more / "train-parallel", cache, tokenizer, 4, 16, seed=1, batching="pairs")
+    metas = {name: read_captions(split) for name, split in (("original", data / "train-parallel"),
+                                                            ("enriched", more / "train-parallel"))}
+    drawn = Counter()
+    for step in range(60):
+        a = [metas["original"][i] for i in original.global_indices(step)]
+        b = [metas["enriched"][i] for i in enriched.global_indices(step)]
+        assert [(m["group"], m["lang"]) for m in a] == [(m["group"], m["lang"]) for m in b]
+        assert all(x["group"] == y["group"] and x["lang"] != y["lang"] for x, y in zip(b[0::2], b[1::2]))
+        drawn.update(m["caption"].split()[1] for m in b if m["lang"] in ("en", "de"))
+    assert drawn["parallel"] and drawn["independent"] > drawn["parallel"]  # 1 of 3 en/de captions is task 1's
 
 
 def test_images_missing_from_the_cache_are_named_with_their_count(tiny_world, cache_dir, tokenizer):

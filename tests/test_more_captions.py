@@ -164,6 +164,41 @@ def test_val_too_copy_and_overwrite(tmp_path):
     assert not list(tmp_path.glob(".more.partial-*"))
 
 
+def test_train_parallel_gets_the_same_captions_in_each_of_its_images_languages(tmp_path, capsys):
+    """--splits train,train-parallel: each image of the twins' split gains the captions the sources have in the
+    languages it already has there, tied to its group; train comes out as a train-only run writes it, and a
+    caption added to both splits counts once, with one copy."""
+    w, data = convert_world(tmp_path)
+    src = ["--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--flickr8k", f"{w['cn']}:zh"]
+    assert cli(["more-captions", "--data", data, *src, "--out", tmp_path / "train-only", "--quiet"]) == 0
+    out = tmp_path / "both"
+    assert cli(["more-captions", "--data", data, *src, "--splits", "train,train-parallel", "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert "(ok)" in printed and "copied into a second split" in printed
+    assert read_manifest(out / "train")["checksum"] == read_manifest(tmp_path / "train-only" / "train")["checksum"]
+    assert not (out / "train-parallel").is_symlink() and (out / "val").is_symlink()
+
+    before, after = by_image(data / "train-parallel"), by_image(out / "train-parallel")
+    assert set(after) == set(before) and before
+    for image_id, metas in after.items():
+        old, photo = before[image_id], int(image_id.split("_")[0])
+        langs = {m["lang"] for m in old}
+        assert len(langs) > 1 and {m["lang"] for m in metas} == langs  # never a language the image lacked
+        assert {m["group"] for m in metas} == {old[0]["group"]} and old[0]["group"] is not None
+        assert [m["caption"] for m in metas[:len(old)]] == [m["caption"] for m in old]
+        task2 = [f"{lang} independent {photo} #{k}" for lang in ("en", "de") if lang in langs for k in (1, 2)]
+        assert sorted(m["caption"] for m in metas[len(old):]) == sorted(task2)
+
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    added = {name: sum(summary["splits"][name]["added"].values()) for name in ("train", "train-parallel")}
+    assert added["train-parallel"] == sum(len(after[i]) - len(before[i]) for i in after) > added["train"] > 0
+    copies = sum(n for langs in summary["extra_views"].values() for n in langs.values())
+    train_images_in_parallel = set(by_image(data / "train")) & set(before)
+    assert copies == sum(len(ms) - len(by_image(data / "train")[i]) for i, ms in by_image(out / "train").items()
+                         if i in train_images_in_parallel) > 0
+    assert summary["written_total"] + copies == added["train"] + added["train-parallel"] and summary["balanced"]
+
+
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     w, data = convert_world(tmp_path)
     src = ["--multi30k", w["m30k"], "--multi30k-tasks", "2"]
@@ -182,6 +217,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
         (["--data", data, "--out", tmp_path / "o2"], "needs at least one source"),
         (["--data", mixed, *src, "--out", tmp_path / "o3"], "one language per image"),
         (["--data", data, *src, "--splits", "test", "--out", tmp_path / "o4"], "test stays as it is"),
+        (["--data", data, *src, "--splits", "train,parallel", "--out", tmp_path / "o4"], "'train,parallel'"),
         (["--data", tmp_path / "absent", *src, "--out", tmp_path / "o5"], "folder not found"),
     ]
     for argv, message in cases:

@@ -13,7 +13,8 @@ Batching (``data.batching``):
   batch by eq. 2 with the learned heads, so its gating decides which mined pairs become
   positives; only images and their own captions are used, no parallel text;
 * ``pairs`` (parallel data, the supervised baseline): half as many groups as the batch, two
-  captions of each group in two different languages.
+  captions of each group in two different languages (where a group has several captions in a
+  language, one of them drawn at random).
 
 Each sample's two views are two different cached augmented views of its image; a cache with fewer than two (imported
 embeddings: the whole image only, :mod:`.feature_import`) gives its whole-image row as both (L_x, α and neighbour
@@ -134,26 +135,34 @@ class FeatureBatches:
         elif batching == "pairs":
             if self.batch_size % 2:
                 raise UserError(f"data.batching=pairs needs an even batch size, got {self.batch_size}")
-            self.group_members = self._groups(metas.groups, metas.langs, split_dir)
+            self.group_slots, self.slot_captions = self._groups(metas.groups, metas.langs, split_dir)
         elif batching != "random":
             raise UserError(f"data.batching must be random, neighbours or pairs, got {batching!r}")
 
     @staticmethod
-    def _groups(groups: list, langs: list[str], split_dir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """CSR of the groups with captions in at least two languages: the first caption per (group, language)."""
-        first: dict[tuple[str, str], int] = {}
+    def _groups(groups: list, langs: list[str], split_dir) -> tuple[tuple, tuple]:
+        """The groups captioned in at least two languages, as two CSRs: group -> its (group, language) slots, and
+        slot -> its captions (several where a group has more than one caption in a language)."""
+        slot_of: dict[tuple[str, str], int] = {}
+        slot_captions: list[list[int]] = []
         for i, (group, lang) in enumerate(zip(groups, langs)):
             if group is not None:
-                first.setdefault((str(group), lang), i)
+                slot = slot_of.setdefault((str(group), lang), len(slot_captions))
+                if slot == len(slot_captions):
+                    slot_captions.append([])
+                slot_captions[slot].append(i)
         by_group: dict[str, list[int]] = {}
-        for (group, _), i in first.items():
-            by_group.setdefault(group, []).append(i)
+        for (group, _), slot in slot_of.items():
+            by_group.setdefault(group, []).append(slot)
         members = [v for v in by_group.values() if len(v) >= 2]
         if not members:
             raise UserError(f"{split_dir}: data.batching=pairs needs groups captioned in two or more languages (a parallel split)")
         count = np.array([len(v) for v in members])
         start = np.concatenate([[0], np.cumsum(count)[:-1]])
-        return np.concatenate([np.array(v) for v in members]), start, count
+        slot_count = np.array([len(c) for c in slot_captions])
+        slot_start = np.concatenate([[0], np.cumsum(slot_count)[:-1]])
+        return ((np.concatenate([np.array(v) for v in members]), start, count),
+                (np.concatenate([np.array(c) for c in slot_captions]), slot_start, slot_count))
 
     def _epoch_order(self, n: int, first: int, size: int, salt: int) -> np.ndarray:
         """Items ``first .. first + size`` of the endless sequence of seeded per-epoch permutations of ``range(n)``."""
@@ -190,11 +199,14 @@ class FeatureBatches:
             images = self.neighbours[self.image_of[anchors], rng.integers(0, k, len(anchors))]
             mates = self._pick(rng, self.captions_of, images)
             return np.stack([anchors, mates], axis=1).ravel()  # anchor, its mate, next anchor, ...
-        order, start, count = self.group_members
+        order, start, count = self.group_slots
         groups = self._epoch_order(len(count), step * (b // 2), b // 2, salt=2)
         first = rng.integers(0, count[groups])
         second = (first + 1 + rng.integers(0, count[groups] - 1)) % count[groups]
-        return np.stack([order[start[groups] + first], order[start[groups] + second]], axis=1).ravel()
+        slots = np.stack([order[start[groups] + first], order[start[groups] + second]], axis=1).ravel()
+        # one of each slot's captions, from a stream of its own: with one caption per slot, the batches are those
+        # of the first captions alone
+        return self._pick(np.random.default_rng([self.seed, 3, step]), self.slot_captions, slots)
 
     def batch(self, step: int) -> dict:
         """This process's slice of the global batch of ``step``: tokens, two cached views, truth ids, languages."""

@@ -29,8 +29,9 @@ when it is read for a split:
 * the split is the cache's own split (the folder recorded at build time, or the folder the cache sits in as
   ``<split>/features``) with another checksum: the split was rewritten since the build (a regenerated synthetic
   world keeps its image ids but not its pixels): refused with a one-line error naming both checksums;
-* the split is a more-captions copy (its manifest's ``more_captions.original_checksum``): the checksum of the
-  split its image bytes were copied from must be the recorded one, else refused naming both;
+* the split is a more-captions copy of the cache's own split (its manifest's ``more_captions.from`` and
+  ``original_checksum``): the checksum of the split its image bytes were copied from must be the recorded one,
+  else refused naming both (a more-captions copy of another split, such as train-parallel, is any other split);
 * any other split: no checksum says which images it holds; the cache serves it by image id and
   :meth:`FeatureCache.rows` refuses an image the cache lacks.
 
@@ -261,13 +262,16 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
     current = manifest.get("checksum")
     if not built or not current or current == built:
         return
-    own = _same_folder(split_dir, record.get("split", "")) or _same_folder(path, split_dir / "features")
-    if own:
+    def own(folder: str | Path) -> bool:  # the cache's own split: recorded at build time, or the folder it sits in
+        return _same_folder(folder, record.get("split", "")) or _same_folder(path, Path(folder) / "features")
+
+    if own(split_dir):
         raise UserError(f"{path}: feature cache was built from {split_dir} with checksum {built}, but the split's "
                         f"manifest now says {current}: the split was rewritten since; rebuild the cache "
                         f"(globetrotter-data features build {split_dir} --force) or point data.features elsewhere")
-    original = (manifest.get("more_captions") or {}).get("original_checksum")
-    if original and original != built:
+    copied = manifest.get("more_captions") or {}
+    original = copied.get("original_checksum")
+    if original and original != built and own(copied.get("from", "")):
         raise UserError(f"{path}: feature cache was built from a split with checksum {built}, but {split_dir} copied its "
                         f"images from one with checksum {original} (manifest more_captions.original_checksum): rebuild "
                         f"the cache from that split or point data.features elsewhere")

@@ -8,6 +8,11 @@ token file: five en; Flickr8k-CN: five zh). More captions of an image *in its ow
 language* are still no parallel text (the Globetrotter rule: train/val show each image in
 exactly one language), and they help a lot on real data.
 
+``--splits`` may also name ``train-parallel``, the supervised twins' split (each train image
+in several languages, tied by group): each of its images gains the captions the sources have
+in the languages it already has there, tied to its group, so the twins see as many captions per
+image and language as the full model.
+
 This command reads an existing dataset (``--data``) and the same sources the converters
 take (read by the same readers, images matched to the dataset's image ids by file name,
 stem and Flickr photo id, as :class:`~data_prep.converters.images.ImageResolver` does),
@@ -48,7 +53,7 @@ from .write import COMMAND, check_paths, write_dataset
 
 __all__ = ["COMMAND", "ENRICHABLE", "more_captions", "register", "same_text"]
 
-ENRICHABLE = ("train", "val")
+ENRICHABLE = ("train", "val", "train-parallel")
 
 EXAMPLE = (
     "globetrotter-data more-captions --data outputs/flickr8k "
@@ -115,7 +120,8 @@ def _splits(value: str) -> list[str]:
     bad = [s for s in names if s not in ENRICHABLE]
     if not names or bad:
         raise argparse.ArgumentTypeError(
-            f"expected train, val or train,val, got {value!r} (test stays as it is: parallel ground truth)")
+            f"expected some of train, val, train-parallel (comma-separated), got {value!r} (test stays as it is: "
+            "parallel ground truth)")
     return names
 
 
@@ -128,7 +134,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and language (Multi30K task 2: five independent en and de; the Flickr8k token file: five en; "
         "Flickr8k-CN: five zh). More monolingual captions per image are no parallel text: each image is still "
         "shown in exactly one language (the Globetrotter rule holds and is checked), and more ways of saying "
-        "what an image shows help a lot on real data.", width=88) + "\n\n" + textwrap.fill(
+        "what an image shows help a lot on real data. --splits train,train-parallel gives the supervised twins' "
+        "split the same (each of its images more captions in the languages it already has, tied to its group), "
+        "so the twins see as many captions per image and language as the full model.", width=88) + "\n\n" + textwrap.fill(
         "Writes a NEW dataset folder: its train split holds every caption of --data's train split plus every "
         "caption the sources have for each train image in that image's language, each text once (case, "
         "punctuation and spacing ignored); captions in other languages are never added. Image bytes are "
@@ -150,8 +158,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replace an earlier more-captions output in --out")
     parser.add_argument("--copy", action="store_true",
                         help="copy val/, test/, train-parallel/, tokenizer.json... instead of linking them")
-    parser.add_argument("--splits", type=_splits, default=["train"], metavar="train|train,val",
-                        help="splits to enrich (default: train); the others are linked as they are")
+    parser.add_argument("--splits", type=_splits, default=["train"], metavar="SPLITS",
+                        help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
+                             "others are linked as they are")
     parser.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
                         help="add captions only in these languages (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")

@@ -1,5 +1,6 @@
 """Which captions ``more-captions`` adds: the splits to enrich as they are, each source caption matched to a
-dataset image, and filed under it when it is in that image's language and its text is new."""
+dataset image, and filed under it (in every enriched split that holds the image) when it is in a language the
+image already has there and its text is new."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ from ..pipeline import checked_records, safe_id
 from ..report import ConversionReport
 
 _WORD = re.compile(r"\w+")
+PARALLEL = ("train-parallel",)  # splits that show an image in several languages (tied by group); the others, one
 
 
 def same_text(text: str) -> str:
@@ -27,11 +29,12 @@ def same_text(text: str) -> str:
 
 @dataclass
 class EnrichedSplit:
-    """One split to enrich: its images' languages and texts, what it held and what is added."""
+    """One split to enrich: its images' languages, groups and texts, what it held and what is added."""
 
     name: str
     manifest: dict
-    lang_of: dict[str, str] = field(default_factory=dict)  # image id -> its one language
+    langs_of: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # image id -> its languages
+    group_of: dict[str, str | None] = field(default_factory=dict)  # image id -> the group tying its captions
     texts: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # image id -> same_text keys
     per_image_lang: Counter = field(default_factory=Counter)  # (image id, lang) -> captions so far
     samples: Counter = field(default_factory=Counter)  # image id -> samples in the original split
@@ -39,17 +42,25 @@ class EnrichedSplit:
     before: Counter = field(default_factory=Counter)  # lang -> captions in the original split
     added: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))  # image id -> (lang, text)
 
+    def added_per_language(self) -> Counter:
+        """Captions added to this split, per language."""
+        return Counter(lang for caps in self.added.values() for lang, _ in caps)
+
 
 def load_split(split_dir: Path, name: str) -> EnrichedSplit:
-    """Read a split to enrich; one-line error when one of its images has captions in two languages."""
+    """Read a split to enrich; one-line error when an image of a one-language split (train, val) has captions in
+    two languages. A parallel split (train-parallel) keeps each image's languages and group."""
     manifest = read_manifest(split_dir)  # one-line UserError when the split is missing
     state = EnrichedSplit(name, manifest)
     for meta in read_captions(split_dir):
         image_id, lang = str(meta["image_id"]), meta["lang"]
-        first = state.lang_of.setdefault(image_id, lang)
-        if first != lang:
-            raise UserError(f"{split_dir}: image {image_id!r} has captions in {first} and {lang}; more-captions needs a "
-                            f"{name} split with one language per image (convert with --assign-languages)")
+        langs = state.langs_of[image_id]
+        if name not in PARALLEL and langs and lang not in langs:
+            raise UserError(f"{split_dir}: image {image_id!r} has captions in {next(iter(langs))} and {lang}; "
+                            f"more-captions needs a {name} split with one language per image (convert with "
+                            "--assign-languages)")
+        langs.add(lang)
+        state.group_of.setdefault(image_id, meta.get("group"))
         state.texts[image_id].add(same_text(meta["caption"]))
         state.per_image_lang[(image_id, lang)] += 1
         state.samples[image_id] += 1
@@ -58,21 +69,25 @@ def load_split(split_dir: Path, name: str) -> EnrichedSplit:
     return state
 
 
-def split_of_images(data: Path, states: dict[str, EnrichedSplit]) -> dict[str, str]:
-    """Image id -> split, over the splits to enrich and the dataset's others (their captions are unused, not
-    missing)."""
-    split_of = {image_id: name for name, st in states.items() for image_id in st.lang_of}
+def split_of_images(data: Path, states: dict[str, EnrichedSplit]) -> dict[str, list[str]]:
+    """Image id -> the splits holding it: the splits to enrich (train-parallel's images are train images too),
+    else the first of the dataset's others (its captions are unused, not missing)."""
+    split_of: dict[str, list[str]] = defaultdict(list)
+    for name, st in states.items():
+        for image_id in st.langs_of:
+            split_of[image_id].append(name)
     for name in SPLITS:
         if name not in states and (data / name / MANIFEST).is_file():
             for image_id in {str(m["image_id"]) for m in read_captions(data / name)}:
-                split_of.setdefault(image_id, name)
-    return split_of
+                if image_id not in split_of:
+                    split_of[image_id] = [name]
+    return dict(split_of)
 
 
 class Matcher:
     """Find the dataset image a caption names: by image id (= file stem), then by Flickr photo id."""
 
-    def __init__(self, split_of: dict[str, str]) -> None:
+    def __init__(self, split_of: dict[str, list[str]]) -> None:
         self.split_of = split_of
         self.by_photo: dict[str, str] = {}
         for image_id in sorted(split_of):
@@ -95,24 +110,31 @@ class Matcher:
 
 def gather(sources: Iterable[Iterable[Record]], states: dict[str, EnrichedSplit], matcher: Matcher,
            languages: list[str] | None, report: ConversionReport, progress: bool) -> None:
-    """Check every record like a conversion does; file the captions to add under their image."""
+    """Check every record like a conversion does; file the captions to add under their image, in each enriched
+    split that holds it in the caption's language. A record added to two splits (a train image's caption, also
+    added to train-parallel) counts as written once and as an extra copy in the second, as the converters count
+    train-parallel's copies of train captions."""
     for item in checked_records(sources, report, languages, progress):
         lang, text = item.lang, item.text
         image_id = matcher.match(item.images)
         if image_id is None:
             report.leave_out("image_not_in_dataset")
             continue
-        state = states.get(matcher.split_of[image_id])
-        if state is None:
+        targets = [states[name] for name in matcher.split_of[image_id] if name in states]
+        if not targets:
             report.leave_out("image_in_other_split")
             continue
-        if state.lang_of[image_id] != lang:
-            report.leave_out("other_language_of_image")
-            continue
-        key = same_text(text)
-        if key in state.texts[image_id]:
-            report.leave_out("caption_already_present")
-            continue
-        state.texts[image_id].add(key)
-        state.added[image_id].append((lang, text))
-        report.written[(state.name, lang)] += 1
+        key, added, reasons = same_text(text), 0, set()
+        for state in targets:
+            if lang not in state.langs_of[image_id]:
+                reasons.add("other_language_of_image")
+            elif key in state.texts[image_id]:
+                reasons.add("caption_already_present")
+            else:
+                state.texts[image_id].add(key)
+                state.added[image_id].append((lang, text))
+                (report.extra_written if added else report.written)[(state.name, lang)] += 1
+                added += 1
+        if not added:  # a caption some split holds already is not new anywhere
+            report.leave_out("caption_already_present" if "caption_already_present" in reasons
+                             else "other_language_of_image")

@@ -39,14 +39,15 @@ def write_split(src: Path, dst: Path, state: EnrichedSplit, shard_size: int, sou
     """Copy every sample of ``src`` and, after the last sample of each image, its added captions (same image bytes)."""
     manifest = state.manifest
     fmt = manifest.get("image_format", "jpg")
-    added = Counter(lang for caps in state.added.values() for lang, _ in caps)
+    added = state.added_per_language()
     extra = {k: v for k, v in manifest.items() if k not in _OWN_MANIFEST_KEYS and k != "more_captions"}
     extra["more_captions"] = {
         "from": str(src.resolve()), "original_checksum": manifest.get("checksum"),
         "original_num_samples": manifest["num_samples"], "added": dict(sorted(added.items())),
         "sources": source_names, "same_text": "words compared case-folded, punctuation and spacing ignored",
-        "note": "captions added only in each image's own language (no parallel text); image bytes copied "
-                "from the original shards, so image ids and a feature cache of the original split carry over",
+        "note": "captions added only in languages an image already has in this split (in train and val, its "
+                "one language: no parallel text); image bytes copied from the original shards, so image ids and a "
+                "feature cache of the original split carry over",
     }
     source = f"{manifest.get('source', 'converted')}+{COMMAND}"
     written_images: set[str] = set()
@@ -67,7 +68,7 @@ def write_split(src: Path, dst: Path, state: EnrichedSplit, shard_size: int, sou
             if remaining[image_id]:
                 continue
             for lang, text in state.added.get(image_id, ()):
-                writer.write(_new_key(state, image_id, lang), data, text, lang, image_id)
+                writer.write(_new_key(state, image_id, lang), data, text, lang, image_id, state.group_of.get(image_id))
                 bar.update()
     bar.close()
     report.images[state.name] = len(written_images)
@@ -127,10 +128,10 @@ def write_dataset(data: Path, out: Path, states: dict[str, EnrichedSplit], repor
             if check:
                 check_split_rule(stage / name, name)
             splits_info[name] = {
-                "images": len(state.lang_of),
+                "images": len(state.langs_of),
                 "images_with_added": sum(1 for caps in state.added.values() if caps),
                 "before": dict(sorted(state.before.items())),
-                "added": {lang: n for (s, lang), n in sorted(report.written.items()) if s == name},
+                "added": dict(sorted(state.added_per_language().items())),
                 "after": manifest["languages"],
                 "num_samples": {"before": state.manifest["num_samples"], "after": manifest["num_samples"]},
                 "checksum": {"before": state.manifest.get("checksum"), "after": manifest["checksum"]},
