@@ -37,11 +37,12 @@ def image_targets(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5,
-                 setting: str = "alpha", folds_setting: str | None = None) -> tuple[float, dict[float, float]]:
+                 setting: str = "alpha", folds_setting: str | None = None, jobs: int = 1) -> tuple[float, dict[float, float]]:
     """The ridge strength among ``alphas`` with the lowest mean held-out squared error over ``folds`` folds that keep
     each group (image id) in one fold (scikit-learn ``GroupKFold``); ties go to the earlier candidate. Returns it and
     each candidate's mean error. Fewer groups than folds is a :class:`UserError` naming ``setting`` (and
-    ``folds_setting``), the options that asked for the search."""
+    ``folds_setting``), the options that asked for the search. ``jobs``: fits run at a time (separate processes;
+    each fit is deterministic, so the result is the same for any count)."""
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import GridSearchCV, GroupKFold
 
@@ -51,7 +52,8 @@ def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequenc
         raise UserError(f"{setting}: cross-validating the ridge strength over {folds} folds{where} needs at least "
                         f"{folds} images, the captions have {n_groups}")
     search = GridSearchCV(Ridge(), {"alpha": [float(a) for a in alphas]}, cv=GroupKFold(folds),
-                          scoring="neg_mean_squared_error", refit=False, error_score="raise")
+                          scoring="neg_mean_squared_error", refit=False, error_score="raise",
+                          n_jobs=min(jobs, folds * len(alphas)) if jobs > 1 else None)
     search.fit(inputs, target, groups=groups)
     results = search.cv_results_
     errors = {float(a): float(-e) for a, e in zip(results["param_alpha"], results["mean_test_score"])}
@@ -59,15 +61,16 @@ def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequenc
 
 
 def fit_image_ridge(inputs, target: np.ndarray, alpha: float | Sequence[float], groups: np.ndarray | None = None,
-                    folds: int = 5, setting: str = "alpha", folds_setting: str | None = None) -> ImageRidge:
+                    folds: int = 5, setting: str = "alpha", folds_setting: str | None = None,
+                    jobs: int = 1) -> ImageRidge:
     """The ridge map from ``inputs`` (``[N, F]``, dense or sparse) to ``target`` (``[N, D]``, e.g.
-    :func:`image_targets`). ``alpha``: the strength, or a list of candidates chosen from by :func:`choose_alpha`,
-    which needs ``groups`` (each row's image id)."""
+    :func:`image_targets`). ``alpha``: the strength, or a list of candidates chosen from by :func:`choose_alpha`
+    (``jobs`` fits at a time), which needs ``groups`` (each row's image id)."""
     from sklearn.linear_model import Ridge
 
     cv_errors = None
     if not isinstance(alpha, (int, float)):
         if groups is None or len(groups) != target.shape[0]:
             raise ValueError("choosing the ridge strength needs each caption's image id (groups)")
-        alpha, cv_errors = choose_alpha(inputs, target, np.asarray(groups), alpha, folds, setting, folds_setting)
+        alpha, cv_errors = choose_alpha(inputs, target, np.asarray(groups), alpha, folds, setting, folds_setting, jobs)
     return ImageRidge(Ridge(alpha=alpha).fit(inputs, target), float(alpha), cv_errors)

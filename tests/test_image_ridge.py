@@ -80,6 +80,8 @@ def test_cross_validation_matches_a_fold_by_fold_loop_that_keeps_groups_together
     assert fit.alpha == best and fit.cv_errors == errors
     w, _ = normal_equations(x, y, best)  # then refitted on everything with the chosen strength
     np.testing.assert_allclose(fit.model.coef_.T, w, rtol=1e-8, atol=1e-10)
+    # fits in separate processes: the same errors, to the last bit, and the same choice
+    assert choose_alpha(x, y, groups, alphas, folds=4, jobs=2) == (best, errors)
 
 
 def test_bad_input_is_named():

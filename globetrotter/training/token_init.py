@@ -75,7 +75,7 @@ def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequenc
 def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np.ndarray, vocab_size: int, dim: int,
                            alpha: float | Sequence[float] = 3.0, skip: Sequence[int] = (),
                            ngrams: sparse.csr_matrix | None = None, groups: np.ndarray | None = None,
-                           folds: int = 5) -> PivotRows:
+                           folds: int = 5, jobs: int = 1) -> PivotRows:
     """``[vocab_size, k]`` token rows (k = min(dim, feature width, captions)) of the ridge map from each caption's
     token bag (``ids``/``mask`` ``[N, L]``) to its image's features (``[N, F]``), a boolean mask of the tokens
     the captions hold, and (with ``ngrams``, the ``[vocab_size, G]`` matrix of :mod:`globetrotter.models.subword`)
@@ -87,7 +87,8 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     ``idf · (its row + ngrams[v] @ n-gram rows)``: :class:`~globetrotter.models.subword.SubwordTable` with ``C``
     scaled by the idf (:meth:`~globetrotter.models.subword.SubwordTable.scale_tokens`).
 
-    A list of ``alpha`` values is chosen from by :func:`choose_alpha` (``groups``: each caption's image id)."""
+    A list of ``alpha`` values is chosen from by :func:`choose_alpha` (``groups``: each caption's image id), ``jobs``
+    of its fits at a time."""
     if len(ids) != len(image_features):
         raise ValueError(f"{len(ids)} captions but {len(image_features)} image-feature rows")
     bags, idf = token_bags(ids, mask, vocab_size, skip)
@@ -95,7 +96,7 @@ def image_pivot_embeddings(ids: np.ndarray, mask: np.ndarray, image_features: np
     k = min(dim, target.shape[1], len(target))
     basis = np.linalg.svd(target, full_matrices=False)[2][:k].T  # [F, k]: the top-k principal directions
     inputs = bags if ngrams is None else sparse.hstack([bags, bags @ ngrams]).tocsr()
-    fit = image_ridge.fit_image_ridge(inputs, target @ basis, alpha, groups, folds, *_SETTINGS)
+    fit = image_ridge.fit_image_ridge(inputs, target @ basis, alpha, groups, folds, *_SETTINGS, jobs=jobs)
     weights = fit.model.coef_.T.astype(np.float32)  # [V (+ G), k]
     seen = np.bincount(bags.indices, minlength=vocab_size) > 0
     ngram_rows = None if ngrams is None else weights[vocab_size:]
@@ -106,18 +107,23 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
                           image_features: np.ndarray, alpha: float | Sequence[float], skip: Sequence[int],
                           log: Callable[[str], None] = print, std: float | None = None,
                           subword: "SubwordTable | None" = None, groups: np.ndarray | None = None,
-                          folds: int = 5) -> dict:
+                          folds: int = 5, jobs: int = 1) -> dict:
     """Overwrite the rows of the tokens the captions hold with their image-pivot rows (:func:`image_pivot_embeddings`),
     rescaled to standard deviation ``std`` (None: the table's current one). Returns the record ``{"rows": how many
     were set, "alpha": the ridge strength, "cv_errors": each candidate's held-out error or None}``.
 
     With ``subword`` (a subword-informed table) its n-gram rows are set from the same ridge, its ``C`` is scaled by
     the tokens' idf, and the rescaling is that of the composed vectors of the tokens the captions hold. A list of
-    ``alpha`` values is cross-validated over ``folds`` folds of the images ``groups`` (:func:`choose_alpha`)."""
+    ``alpha`` values is cross-validated over ``folds`` folds of the images ``groups`` (:func:`choose_alpha`), ``jobs``
+    fits at a time."""
     table = embedding.weight
     ngrams = None if subword is None else subword.matrix()
+    search = "" if isinstance(alpha, (int, float)) else \
+        f", its strength cross-validated first ({len(alpha)} candidates x {folds} folds, {max(1, jobs)} fit(s) at a time)"
+    log(f"token_init=image_pivot: fitting the ridge map on {len(ids)} captions{search}")
     rows, seen, ngram_rows, alpha, cv_errors, idf = image_pivot_embeddings(
-        ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds)
+        ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds,
+        jobs)
     k = rows.shape[1]
     if subword is None:
         spread = rows[seen]
@@ -159,4 +165,4 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log:
                                  np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
                                  list(special_ids(tokenizer).values()), log, cfg.model.token_init_std,
                                  model.text.subword, np.array([str(m["image_id"]) for m in metas]),
-                                 cfg.model.token_init_folds)
+                                 cfg.model.token_init_folds, torch.get_num_threads())
