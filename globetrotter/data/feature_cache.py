@@ -262,6 +262,7 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
     current = manifest.get("checksum")
     if not built or not current or current == built:
         return
+
     def own(folder: str | Path) -> bool:  # the cache's own split: recorded at build time, or the folder it sits in
         return _same_folder(folder, record.get("split", "")) or _same_folder(path, Path(folder) / "features")
 

@@ -11,7 +11,8 @@ exactly one language), and they help a lot on real data.
 ``--splits`` may also name ``train-parallel``, the supervised twins' split (each train image
 in several languages, tied by group): each of its images gains the captions the sources have
 in the languages it already has there, tied to its group, so the twins see as many captions per
-image and language as the full model.
+image and language as the full model. The shipped twins do not use it: with alpha = 1 for any two
+captions of one image, most of their pairs are then not translations (docs/results.md).
 
 This command reads an existing dataset (``--data``) and the same sources the converters
 take (read by the same readers, images matched to the dataset's image ids by file name,
@@ -136,7 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "shown in exactly one language (the Globetrotter rule holds and is checked), and more ways of saying "
         "what an image shows help a lot on real data. --splits train,train-parallel gives the supervised twins' "
         "split the same (each of its images more captions in the languages it already has, tied to its group), "
-        "so the twins see as many captions per image and language as the full model.", width=88) + "\n\n" + textwrap.fill(
+        "so the twins see as many captions per image and language as the full model (a control: the shipped twins "
+        "train on translations alone, docs/results.md).", width=88) + "\n\n" + textwrap.fill(
         "Writes a NEW dataset folder: its train split holds every caption of --data's train split plus every "
         "caption the sources have for each train image in that image's language, each text once (case, "
         "punctuation and spacing ignored); captions in other languages are never added. Image bytes are "
