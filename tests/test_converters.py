@@ -496,7 +496,7 @@ def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys)
     unknown = write_lines(tmp_path / "unknown.txt", ["101_a1b2c3.jpg", "999.jpg", "no_such_image.jpg"])
     test, dev = w["lists"]["test"], w["lists"]["dev"]
     cases = [
-        (["--split-file", f"test={unknown}"], [f"2 name(s) match no image", f"test={unknown}: 2 of 3 line(s)",
+        (["--split-file", f"test={unknown}"], ["2 name(s) match no image", f"test={unknown}: 2 of 3 line(s)",
                                                f"{unknown}:2 '999.jpg'", f"{unknown}:3 'no_such_image.jpg'"]),
         (["--split-file", f"test={test}", "--split-file", f"val={test}"],
          ["2 image(s) are named in split files of two splits", f"101_a1b2c3 (test at {test}:1, val at {test}:1)"]),

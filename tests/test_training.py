@@ -30,7 +30,7 @@ def tiny_cfg(world: Path, out: Path, *extra: str):
 
 def test_run_writes_checkpoints_that_load(tiny_world, tmp_path):
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2")
-    result = train(cfg)
+    train(cfg)
     root = ckpt.checkpoint_root(cfg.run_dir)
     assert (root / ckpt.LATEST).read_text().strip() == "step-00000004"
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step-00000002", "step-00000004"]
