@@ -119,7 +119,7 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
     table = embedding.weight
     ngrams = None if subword is None else subword.matrix()
     search = "" if isinstance(alpha, (int, float)) else \
-        f", its strength cross-validated first ({len(alpha)} candidates x {folds} folds, {max(1, jobs)} fit(s) at a time)"
+        f", its strength cross-validated first ({len(alpha)} candidates x {folds} folds, up to {max(1, jobs)} fit(s) at a time)"
     log(f"token_init=image_pivot: fitting the ridge map on {len(ids)} captions{search}")
     rows, seen, ngram_rows, alpha, cv_errors, idf = image_pivot_embeddings(
         ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds,

@@ -99,7 +99,7 @@ def more_captions(args: argparse.Namespace) -> int:
         print(issues, file=sys.stderr)
     lines = []
     for state in states.values():
-        lines.extend(format_table(state, report))
+        lines.extend(format_table(state))
     lines.extend(format_rest(report))
     if reused:
         how = "copied" if args.copy else "linked"

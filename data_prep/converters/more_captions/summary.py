@@ -8,7 +8,7 @@ from ..report import ConversionReport
 from .gather import EnrichedSplit
 
 
-def format_table(state: EnrichedSplit, report: ConversionReport) -> list[str]:
+def format_table(state: EnrichedSplit) -> list[str]:
     """The table of ``state``'s captions per language: images, before, added, after, per image."""
     added_of = state.added_per_language()
     langs = sorted(set(state.before) | set(added_of))
