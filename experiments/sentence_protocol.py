@@ -17,7 +17,8 @@ For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one
    sentence translation on that split (``experiments/oracle_ranking.py``). It reads parallel text, so it is not a
    method choice; it measures what choosing without parallel text costs each model. Test is still scored once.
 
-Statistics come from each command's default reference pool (the train split beside the evaluated split). A record
+Every ranking of every row and column takes its statistics from one reference pool (``--reference``; default: the
+train split beside ``--test``): each choice is made with it, and test is scored with the choice's own. A record
 already written in ``--out`` is reused, so an interrupted table resumes. Writes ``table.md`` (per row: each seed's
 figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed, each also with
 its 95% interval by a paired bootstrap over the test groups) and prints it.
@@ -70,11 +71,10 @@ def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace
     from oracle_ranking import oracle_choice
 
     from globetrotter.errors import UserError
-    from globetrotter.evaluation.reference import default_reference
 
     with open(log, "a", encoding="utf-8") as fh:
         try:
-            oracle_choice(model, args.oracle_val, str(default_reference(args.test)), args.out,
+            oracle_choice(model, args.oracle_val, reference(args), args.out,
                           languages=langs.split(","), name=name, log=lambda line: print(line, file=fh, flush=True))
         except UserError as err:
             raise SystemExit(f"error: --oracle-val: {err}") from None
@@ -91,8 +91,8 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
             choose_by_oracle(model, f"{name}-{column}", langs, args, log)
         elif not choice.is_file():
             grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
-            run(["select", "--model", model, *val, "--languages", langs, *grid, "--name", f"{name}-{column}",
-                 "--out", str(out)], log)
+            run(["select", "--model", model, *val, "--reference", reference(args), "--languages", langs, *grid,
+                 "--name", f"{name}-{column}", "--out", str(out)], log)
         record = out / f"sentence-{name}-{column}.json"
         if not record.is_file():
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
@@ -101,6 +101,14 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
         figures[column] = (100 * result["metrics"]["sentence_translation"], result["details"]["scoring"]["label"],
                            result["details"].get("per_group"))
     return figures
+
+
+def reference(args: argparse.Namespace) -> str:
+    """The split whose captions give every ranking's statistics: ``--reference``, else the train split beside
+    ``--test``."""
+    from globetrotter.evaluation.reference import default_reference
+
+    return args.reference or str(default_reference(args.test))
 
 
 def columns(args: argparse.Namespace) -> tuple[str, ...]:
@@ -163,7 +171,11 @@ def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--test", required=True, help="parallel test split, scored once per choice")
-    parser.add_argument("--val", help="non-parallel val split for the baselines (runs use their own config's)")
+    parser.add_argument("--val", help="non-parallel val split to choose on (default: each run's config's; the "
+                                      "baselines need it)")
+    parser.add_argument("--reference", metavar="SPLIT",
+                        help="split whose captions give every ranking's statistics, the same for every row and "
+                             "column (default: the train split beside --test)")
     parser.add_argument("--languages", action="append", required=True, help="comma-separated codes (repeatable)")
     parser.add_argument("--n-groups", type=int, default=200, help="test groups (default %(default)s)")
     parser.add_argument("--row", action="append", required=True, help="LABEL=MODEL[,MODEL...] (repeatable)")

@@ -254,6 +254,44 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     assert "--val SPLIT is needed" in capsys.readouterr().err
 
 
+def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_run, tiny_world, tmp_path, capsys):
+    """A ranking chosen with one reference pool is scored on test with that pool, not the default beside test."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import Ranking, ScoringContext, read_reference
+    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+    from globetrotter.evaluation.tasks.common import resolve_model
+
+    out, pool_split = tmp_path / "out", tiny_world / "val"
+    assert run(["select", "--model", str(tiny_run), "--name", "pooled", "--out", str(out), "--maxsim", "0",
+                "--heads", "text", "--retrieval", "csls", "--csls-k", "3", "--reference", str(pool_split),
+                "--reference-size", "6"]) == 0
+    choice = record(out, "select", "pooled")
+    assert choice["config"]["reference"] == str(pool_split) and choice["config"]["reference_size"] == 6
+    assert f"statistics from {pool_split}" in capsys.readouterr().out
+    path = out / "select-pooled.json"
+    test = ["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
+            "--n-groups", "12", "--ranking", str(path)]
+    assert run(test + ["--name", "applied"]) == 0
+    scored = record(out, "sentence", "applied")
+    assert scored["config"]["reference"] == str(pool_split) and scored["config"]["reference_size"] == 6
+    # the same figure by hand: CSLS radii among 6 val captions per language, not the train split's
+    ps = parallel_set(read_captions(tiny_world / "test"), n_groups=12, seed=0)
+    encoder, _ = resolve_model(str(tiny_run))
+    scorer = ScoringContext(encoder, ps.captions, ps.langs, read_reference(pool_split, ps.languages, 6, 0)).scorer(
+        Ranking.from_dict(choice["details"]["chosen"]))
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert scored["metrics"]["sentence_translation"] == pytest.approx(expected)
+    # the same reference named again is fine; another one, another size or the transductive form is refused
+    assert run(test + ["--name", "again", "--reference", str(pool_split)]) == 0
+    capsys.readouterr()
+    for extra, message in ((["--reference", str(tiny_world / "train")], "chosen with statistics from .*val.*--reference"),
+                           (["--reference-size", "2000"], "6 captions per language.*--reference-size 2000"),
+                           (["--transductive"], "chosen with statistics from .*--transductive")):
+        assert run(test + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert re.search(message, err) and len(err.splitlines()) == 1, err
+
+
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
     assert res["score"] == 1.0 and 0 < res["chance"] < 0.1 and res["n_groups"] == 20

@@ -62,6 +62,11 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table[3].split(" | ")[3]
     assert all(line.count("|") == table[0].count("|") for line in table[:5])
     assert any(line.startswith("- full ÷ TF-IDF, en,ru oracle: ") for line in table)
+    # one reference pool for every row and column: each choice is made with it and test scored with the choice's
+    for path in out.glob("select-*.json"):
+        chosen_with = json.loads(path.read_text(encoding="utf-8"))["config"]["reference"]
+        scored = json.loads((out / path.name.replace("select-", "sentence-")).read_text(encoding="utf-8"))
+        assert chosen_with == str(tiny_world / "train") and scored["config"]["reference"] in (None, chosen_with), path
     refused = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", str(tiny_run),
                               "--val", str(tiny_world / "test"), "--reference", str(tiny_world / "train"),
                               "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)

@@ -28,7 +28,7 @@ from .tasks.cluster import evaluate as evaluate_clustering
 from .tasks.correspondence import evaluate as evaluate_correspondence
 from .tasks.generate import evaluate as evaluate_generation
 from .tasks.retrieval import evaluate as evaluate_retrieval
-from .tasks.select import select_ranking
+from .tasks.select import Choice, select_ranking
 from .tasks.sentence import evaluate as evaluate_sentence_translation
 from .tasks.translate import translate_sentences
 from .tasks.translate import translate_words as translate_word_queries
@@ -70,6 +70,7 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
 
 
 __all__ = [
+    "Choice",
     "CorpusIndex",
     "ParallelSet",
     "Ranking",

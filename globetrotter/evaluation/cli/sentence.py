@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from globetrotter.argtypes import non_negative_float, positive_int
 from globetrotter.errors import UserError
@@ -45,8 +46,8 @@ def add_ranking_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", metavar="SPLIT",
                    help="split whose captions (in the evaluated languages; no groups or images read) give the "
                         "ranking's statistics (default: the train split beside the evaluated split)")
-    p.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE, metavar="N",
-                   help="reference captions per language, a seeded sample of larger splits (default %(default)s)")
+    p.add_argument("--reference-size", type=positive_int, metavar="N",
+                   help=f"reference captions per language, a seeded sample of larger splits (default {DEFAULT_SIZE})")
     p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
 
 
@@ -66,8 +67,10 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--retrieval", choices=("cosine", "csls"),
                    help="csls: less CSLS's radii r_b(x)/2 + r_a(y)/2 of each query-candidate language pair (Conneau et "
                         "al., 2018), which marks down hubs (default: cosine, the paper)")
-    p.add_argument("--ranking", metavar="RECORD", help="the ranking an `eval.py select` record chose (its JSON file); "
-                                                        "excludes --head, --maxsim and --retrieval")
+    p.add_argument("--ranking", metavar="RECORD",
+                   help="the ranking an `eval.py select` record chose (its JSON file), with the reference captions "
+                        "its statistics came from; excludes --head, --maxsim, --retrieval and --transductive, and "
+                        "any other --reference or --reference-size")
     add_ranking_options(p)
     p.add_argument("--transductive", action="store_true",
                    help="take the statistics from the evaluated sentences themselves (not inductive; recorded)")
@@ -91,20 +94,34 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_select)
 
 
-def _ranking(args: argparse.Namespace) -> Ranking:
+def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int]:
+    """The ranking and its reference captions (split, per-language cap): a ``select`` record's (``--ranking``), so
+    that test is scored with the statistics the choice was made with, or the flags'."""
     explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
                 if value is not None]
-    if args.ranking:
-        if explicit:
-            raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
-        return select_task.chosen_ranking(args.ranking)
-    return Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k)
+    if not args.ranking:
+        return (Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k),
+                args.reference, args.reference_size or DEFAULT_SIZE)
+    if explicit:
+        raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
+    choice = select_task.read_choice(args.ranking)
+    chosen_with = f"--ranking {args.ranking} was chosen with statistics from {choice.reference}"
+    if args.transductive:
+        raise UserError(f"{chosen_with}; --transductive would score it with others: drop one of them")
+    if args.reference is not None and Path(args.reference).resolve() != Path(choice.reference).resolve():
+        raise UserError(f"{chosen_with}; --reference {args.reference} would score it with others: drop --reference, "
+                        f"or choose again with `eval.py select --reference {args.reference}`")
+    if args.reference_size is not None and args.reference_size != choice.reference_size:
+        raise UserError(f"{chosen_with}, {choice.reference_size} captions per language; --reference-size "
+                        f"{args.reference_size} would score it with others: drop --reference-size")
+    return choice.ranking, choice.reference, choice.reference_size
 
 
 def run_sentence(args: argparse.Namespace) -> int:
+    ranking, reference, reference_size = _scoring(args)
     result = sentence_task.evaluate(
         common.load(args), args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
-        ranking=_ranking(args), reference=args.reference, reference_size=args.reference_size,
+        ranking=ranking, reference=reference, reference_size=reference_size,
         transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
         name=common.models.model_name(args.model, args.name))
     result.model = common.model_entry(args)
@@ -138,10 +155,12 @@ def run_select(args: argparse.Namespace) -> int:
     result = select_task.select_ranking(
         common.load(args), val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k, reference=args.reference,
-        reference_size=args.reference_size, max_per_lang=args.max_per_lang, image_features=args.image_features,
-        seed=args.seed, batch_size=args.batch_size, log=lambda s: print(s, file=sys.stderr))
+        reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
+        image_features=args.image_features, seed=args.seed, batch_size=args.batch_size,
+        log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args)
-    print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']})")
+    print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
+          f"{result.config['reference']}")
     print(select_task.uncertainty_line(result.details))
     path = common.write(result, args)
     print(f"apply it to test: {python_command()} eval.py sentence --model {args.model} --split SPLIT --ranking {path}")

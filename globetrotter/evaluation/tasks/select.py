@@ -9,10 +9,12 @@ size, seed and image similarity ``g`` when ``model`` is a run). The highest mean
 candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
 the choice and the reason, and how far the choice stands above noise: a bootstrap interval over the val queries of
 its mean, and paired intervals of its margin over the simplest candidate and over the runner-up
-(:func:`choice_margins`); ``eval.py sentence --ranking RECORD`` applies it to test.
+(:func:`choice_margins`); ``eval.py sentence --ranking RECORD`` applies it to test, with statistics from the
+same reference captions (:func:`read_choice`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 from typing import Callable, Sequence
@@ -154,15 +156,33 @@ def uncertainty_line(details: dict) -> str:
     return "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
 
 
-def chosen_ranking(record: str | Path) -> Ranking:
-    """The ranking a ``select`` record (its JSON file) chose."""
+@dataclass(frozen=True)
+class Choice:
+    """What an ``eval.py select`` record chose: the ranking, and the reference captions its statistics came from (a
+    split and a per-language cap). Scoring test with the same ranking and reference applies exactly that choice:
+    ``evaluate_sentence_translation(model, split, ranking=c.ranking, reference=c.reference,
+    reference_size=c.reference_size)``."""
+
+    ranking: Ranking
+    reference: str
+    reference_size: int | None
+
+    @classmethod
+    def from_record(cls, data: dict) -> "Choice":
+        """The choice of a ``select`` record (``Result.to_dict()`` of :func:`select_ranking`, or its JSON read back;
+        the oracle's records have the same form)."""
+        return cls(Ranking.from_dict(data["details"]["chosen"]), str(data["config"]["reference"]),
+                   data["config"]["reference_size"])
+
+
+def read_choice(record: str | Path) -> Choice:
+    """The :class:`Choice` of a ``select`` record's JSON file."""
     import json
 
     path = Path(record)
     if not path.is_file():
         raise UserError(f"{path}: no such file (--ranking takes the JSON record that `eval.py select` wrote)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return Ranking.from_dict(data["details"]["chosen"])
+        return Choice.from_record(json.loads(path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
