@@ -94,7 +94,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_select)
 
 
-def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int]:
+def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None]:
     """The ranking and its reference captions (split, per-language cap): a ``select`` record's (``--ranking``), so
     that test is scored with the statistics the choice was made with, or the flags'."""
     explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
