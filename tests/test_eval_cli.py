@@ -286,6 +286,7 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
     capsys.readouterr()
     for extra, message in ((["--reference", str(tiny_world / "train")], "chosen with statistics from .*val.*--reference"),
                            (["--reference-size", "2000"], "6 captions per language.*--reference-size 2000"),
+                           (["--csls-k", "5"], "chosen with --csls-k 3; drop --csls-k 5"),
                            (["--transductive"], "chosen with statistics from .*--transductive")):
         assert run(test + extra) == 2, extra
         err = capsys.readouterr().err.strip()

@@ -42,13 +42,17 @@ SELECT_HELP = (
 )
 
 
+CSLS_K = Ranking.csls_k
+"""CSLS neighbours of a ranking given by flags (the ranking's default)."""
+
+
 def add_ranking_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", metavar="SPLIT",
                    help="split whose captions (in the evaluated languages; no groups or images read) give the "
                         "ranking's statistics (default: the train split beside the evaluated split)")
     p.add_argument("--reference-size", type=positive_int, metavar="N",
                    help=f"reference captions per language, a seeded sample of larger splits (default {DEFAULT_SIZE})")
-    p.add_argument("--csls-k", type=positive_int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+    p.add_argument("--csls-k", type=positive_int, metavar="K", help=f"CSLS neighbourhood size (default: {CSLS_K})")
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
@@ -70,7 +74,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--ranking", metavar="RECORD",
                    help="the ranking an `eval.py select` record chose (its JSON file), with the reference captions "
                         "its statistics came from; excludes --head, --maxsim, --retrieval and --transductive, and "
-                        "any other --reference or --reference-size")
+                        "any other --reference, --reference-size or --csls-k")
     add_ranking_options(p)
     p.add_argument("--transductive", action="store_true",
                    help="take the statistics from the evaluated sentences themselves (not inductive; recorded)")
@@ -100,8 +104,8 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None]
     explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
                 if value is not None]
     if not args.ranking:
-        return (Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k),
-                args.reference, args.reference_size or DEFAULT_SIZE)
+        ranking = Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k or CSLS_K)
+        return ranking, args.reference, args.reference_size or DEFAULT_SIZE
     if explicit:
         raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
     choice = select_task.read_choice(args.ranking)
@@ -111,6 +115,9 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None]
     if args.reference is not None and Path(args.reference).resolve() != Path(choice.reference).resolve():
         raise UserError(f"{chosen_with}; --reference {args.reference} would score it with others: drop --reference, "
                         f"or choose again with `eval.py select --reference {args.reference}`")
+    if args.csls_k is not None and args.csls_k != choice.ranking.csls_k:
+        raise UserError(f"--ranking {args.ranking} was chosen with --csls-k {choice.ranking.csls_k}; drop --csls-k "
+                        f"{args.csls_k}")
     if args.reference_size is not None and args.reference_size != choice.reference_size:
         raise UserError(f"{chosen_with}, {choice.reference_size} captions per language; --reference-size "
                         f"{args.reference_size} would score it with others: drop --reference-size")
@@ -154,7 +161,7 @@ def run_select(args: argparse.Namespace) -> int:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
     result = select_task.select_ranking(
         common.load(args), val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
-        maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k, reference=args.reference,
+        maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size,
         log=lambda s: print(s, file=sys.stderr))
