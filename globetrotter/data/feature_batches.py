@@ -22,6 +22,7 @@ batching read it; L_v, which needs two views, is refused with ``model.image_back
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
@@ -45,6 +46,13 @@ def _csr(owner: np.ndarray, n_owners: int) -> tuple[np.ndarray, np.ndarray, np.n
     count = np.bincount(owner, minlength=n_owners)
     start = np.concatenate([[0], np.cumsum(count)[:-1]])
     return order, start, count
+
+
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Non-empty lists as (order, start, count), list o being order[start[o]: start[o] + count[o]] (:func:`_csr`'s
+    form)."""
+    count = np.array([len(v) for v in lists])
+    return np.concatenate([np.asarray(v) for v in lists]), np.concatenate([[0], np.cumsum(count)[:-1]]), count
 
 
 class _Captions:
@@ -143,26 +151,17 @@ class FeatureBatches:
     def _groups(groups: list, langs: list[str], split_dir) -> tuple[tuple, tuple]:
         """The groups captioned in at least two languages, as two CSRs: group -> its (group, language) slots, and
         slot -> its captions (several where a group has more than one caption in a language)."""
-        slot_of: dict[tuple[str, str], int] = {}
-        slot_captions: list[list[int]] = []
+        slots: dict[tuple[str, str], list[int]] = defaultdict(list)  # (group, language) -> its captions, in order
         for i, (group, lang) in enumerate(zip(groups, langs)):
             if group is not None:
-                slot = slot_of.setdefault((str(group), lang), len(slot_captions))
-                if slot == len(slot_captions):
-                    slot_captions.append([])
-                slot_captions[slot].append(i)
-        by_group: dict[str, list[int]] = {}
-        for (group, _), slot in slot_of.items():
-            by_group.setdefault(group, []).append(slot)
+                slots[(str(group), lang)].append(i)
+        by_group: dict[str, list[int]] = defaultdict(list)
+        for slot, (group, _) in enumerate(slots):
+            by_group[group].append(slot)
         members = [v for v in by_group.values() if len(v) >= 2]
         if not members:
             raise UserError(f"{split_dir}: data.batching=pairs needs groups captioned in two or more languages (a parallel split)")
-        count = np.array([len(v) for v in members])
-        start = np.concatenate([[0], np.cumsum(count)[:-1]])
-        slot_count = np.array([len(c) for c in slot_captions])
-        slot_start = np.concatenate([[0], np.cumsum(slot_count)[:-1]])
-        return ((np.concatenate([np.array(v) for v in members]), start, count),
-                (np.concatenate([np.array(c) for c in slot_captions]), slot_start, slot_count))
+        return _flat(members), _flat(list(slots.values()))
 
     def _epoch_order(self, n: int, first: int, size: int, salt: int) -> np.ndarray:
         """Items ``first .. first + size`` of the endless sequence of seeded per-epoch permutations of ``range(n)``."""
