@@ -53,7 +53,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     except UserError as err:
         raise UserError(f"{err} (the oracle needs a parallel val split: its images with captions in every "
                         "language, e.g. the conversion without --assign-languages)") from None
-    pool = read_reference(reference, ps.languages, reference_size, seed)
+    pool = read_reference(reference, ps.languages, reference_size)
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     rows = []
     for ranking in model_candidates(model, encoder):

@@ -255,7 +255,8 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
 
 
 def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_run, tiny_world, tmp_path, capsys):
-    """A ranking chosen with one reference pool is scored on test with that pool, not the default beside test."""
+    """A ranking chosen with one reference pool is scored on test with that pool, not the default beside test, nor
+    another sample of it drawn with the scoring's seed."""
     from data_prep.shards import read_captions
     from globetrotter.evaluation import Ranking, ScoringContext, read_reference
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation
@@ -264,7 +265,7 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
     out, pool_split = tmp_path / "out", tiny_world / "val"
     assert run(["select", "--model", str(tiny_run), "--name", "pooled", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "csls", "--csls-k", "3", "--reference", str(pool_split),
-                "--reference-size", "6"]) == 0
+                "--reference-size", "6", "--seed", "1"]) == 0
     choice = record(out, "select", "pooled")
     assert choice["config"]["reference"] == str(pool_split) and choice["config"]["reference_size"] == 6
     assert f"statistics from {pool_split}" in capsys.readouterr().out
@@ -274,10 +275,15 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
     assert run(test + ["--name", "applied"]) == 0
     scored = record(out, "sentence", "applied")
     assert scored["config"]["reference"] == str(pool_split) and scored["config"]["reference_size"] == 6
-    # the same figure by hand: CSLS radii among 6 val captions per language, not the train split's
+    # val holds 8 captions per language: the 6 the choice was made with (seed 1) are the 6 test is scored with (seed 0)
+    pool = read_reference(pool_split, choice["languages"], 6)
+    assert len(read_reference(pool_split, ["en"], None)) == 8
+    assert scored["details"]["scoring"]["reference"]["sha256"] == choice["details"]["reference"]["sha256"] \
+        == pool.record["sha256"]
+    # the same figure by hand: CSLS radii among those 6 val captions per language, not the train split's
     ps = parallel_set(read_captions(tiny_world / "test"), n_groups=12, seed=0)
     encoder, _ = resolve_model(str(tiny_run))
-    scorer = ScoringContext(encoder, ps.captions, ps.langs, read_reference(pool_split, ps.languages, 6, 0)).scorer(
+    scorer = ScoringContext(encoder, ps.captions, ps.langs, pool).scorer(
         Ranking.from_dict(choice["details"]["chosen"]))
     expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert scored["metrics"]["sentence_translation"] == pytest.approx(expected)

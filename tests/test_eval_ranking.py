@@ -101,3 +101,24 @@ def test_maxsim_scores_add_the_weighted_token_matching():
     bags = context.late.bags(texts, langs)
     np.testing.assert_allclose(context.maxsim_self, context.late.scorer(bags, bags)(np.arange(len(texts))), atol=1e-6)
     assert context.late.record["reference"] == "pool"
+
+
+def test_a_reference_pool_is_one_sample_whatever_the_seed_or_the_other_languages(tmp_path):
+    """A language's reference captions depend on the split and the cap only: a ranking chosen on val under one
+    seed and language set is scored with the same statistics under another."""
+    from PIL import Image
+
+    from data_prep.shards import ShardWriter
+    from globetrotter.evaluation import read_reference
+
+    with ShardWriter(tmp_path / "pool", split="train", source="made", image_format="png") as writer:
+        for i in range(40):
+            lang = ("de", "en")[i % 2]
+            writer.write(f"c{i:03d}", Image.new("RGB", (8, 8)), f"caption {i}", lang, f"img{i}")
+    alone = read_reference(tmp_path / "pool", ["en"], 5)
+    both = read_reference(tmp_path / "pool", ["de", "en"], 5)
+    assert len(alone) == 5 and set(alone.captions) < {f"caption {i}" for i in range(1, 40, 2)}
+    assert [c for c, lang in zip(both.captions, both.langs) if lang == "en"] == alone.captions
+    assert both.record["per_language"] == {"de": 5, "en": 5}
+    assert alone.record["sha256"] == read_reference(tmp_path / "pool", ["en"], 5).record["sha256"] \
+        != read_reference(tmp_path / "pool", ["en"], 6).record["sha256"]

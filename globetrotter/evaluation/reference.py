@@ -9,6 +9,7 @@ what a user has at inference time is unlabelled text of their languages, such as
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,8 +19,12 @@ import numpy as np
 from globetrotter.errors import UserError
 
 DEFAULT_SIZE = 2000
-"""Reference captions per language (a seeded sample of larger splits): enough for k = 10 neighbourhoods and idf,
+"""Reference captions per language (a fixed sample of larger splits): enough for k = 10 neighbourhoods and idf,
 and a bounded cost at any split size."""
+
+SAMPLE_SEED = 0
+"""The seed of every language's sample: a pool depends on its split, languages and cap only, never on an evaluation's
+seed, so that a ranking chosen on val with one seed is scored on test with the very statistics it was chosen with."""
 
 
 @dataclass(frozen=True)
@@ -35,9 +40,12 @@ class ReferencePool:
 
     @property
     def record(self) -> dict:
-        """What a result record says of the pool."""
+        """What a result record says of the pool, with a checksum of its captions: two records used the same
+        statistics when their checksums agree."""
         counts = dict(zip(*np.unique(self.langs, return_counts=True)))
-        return {"split": self.source, "captions": len(self), "per_language": {str(k): int(v) for k, v in counts.items()}}
+        text = "\n".join(f"{lang}\t{caption}" for lang, caption in zip(self.langs.tolist(), self.captions))
+        return {"split": self.source, "captions": len(self), "per_language": {str(k): int(v) for k, v in counts.items()},
+                "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def default_reference(split: str | Path) -> Path:
@@ -45,9 +53,10 @@ def default_reference(split: str | Path) -> Path:
     return Path(split).parent / "train"
 
 
-def read_reference(split: str | Path, languages: Sequence[str], max_per_language: int | None = DEFAULT_SIZE,
-                   seed: int = 0) -> ReferencePool:
-    """The captions of ``split`` in ``languages`` (at most ``max_per_language`` each, a ``seed``-ed sample).
+def read_reference(split: str | Path, languages: Sequence[str],
+                   max_per_language: int | None = DEFAULT_SIZE) -> ReferencePool:
+    """The captions of ``split`` in ``languages``: at most ``max_per_language`` each, a sample drawn per language
+    with :data:`SAMPLE_SEED`, so that a language's captions are the same whichever other languages are read.
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
     statistics could not be taken)."""
@@ -63,11 +72,11 @@ def read_reference(split: str | Path, languages: Sequence[str], max_per_language
     if missing:
         raise UserError(f"{split}: no caption in {','.join(missing)} for the reference statistics (--reference; the "
                         f"split has {','.join(sorted(found)) or 'none'})")
-    rng = np.random.default_rng(seed)
     captions, langs = [], []
     for lang in sorted(set(languages)):
         texts = [m["caption"] for m in metas if m["lang"] == lang]
         if max_per_language is not None and len(texts) > max_per_language:
+            rng = np.random.default_rng(SAMPLE_SEED)
             texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_language, replace=False))]
         captions += texts
         langs += [lang] * len(texts)

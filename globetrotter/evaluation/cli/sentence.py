@@ -51,7 +51,8 @@ def add_ranking_options(p: argparse.ArgumentParser) -> None:
                    help="split whose captions (in the evaluated languages; no groups or images read) give the "
                         "ranking's statistics (default: the train split beside the evaluated split)")
     p.add_argument("--reference-size", type=positive_int, metavar="N",
-                   help=f"reference captions per language, a seeded sample of larger splits (default {DEFAULT_SIZE})")
+                   help=f"reference captions per language, a fixed sample of larger splits, the same for every --seed "
+                        f"(default {DEFAULT_SIZE})")
     p.add_argument("--csls-k", type=positive_int, metavar="K", help=f"CSLS neighbourhood size (default: {CSLS_K})")
 
 

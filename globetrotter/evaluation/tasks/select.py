@@ -116,7 +116,7 @@ def select_ranking(
     if languages:
         bkr.keep_languages(languages)
     evaluated = sorted(set(bkr.langs.tolist()))
-    pool = read_reference(reference or default_reference(val), evaluated, reference_size, seed)
+    pool = read_reference(reference or default_reference(val), evaluated, reference_size)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
     for ranking in rankings:

@@ -49,7 +49,7 @@ def evaluate(
     ps = read_parallel(split, languages, n_groups, seed)
     pool = None
     if needs_statistics(encoder, ranking) and not transductive:
-        pool = read_reference(reference or default_reference(split), ps.languages, reference_size, seed)
+        pool = read_reference(reference or default_reference(split), ps.languages, reference_size)
     scorer = ScoringContext(encoder, ps.captions, ps.langs, pool, batch_size).scorer(ranking)
     try:
         res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
