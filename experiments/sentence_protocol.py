@@ -19,7 +19,8 @@ For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one
 
 Every ranking of every row and column takes its statistics from one reference pool (``--reference``; default: the
 train split beside ``--test``): each choice is made with it, and test is scored with the choice's own. A record
-already written in ``--out`` is reused, so an interrupted table resumes. Writes ``table.md`` (per row: each seed's
+already written in ``--out`` for the same model, split and setting is reused, so an interrupted table resumes and a
+row can gain seeds; one written for anything else is refused. Writes ``table.md`` (per row: each seed's
 figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed, each also with
 its 95% interval by a paired bootstrap over the test groups) and prints it.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -47,8 +49,33 @@ def parse_rows(items: list[str]) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def slug(label: str, index: int, langs: str) -> str:
-    return f"{''.join(c if c.isalnum() else '-' for c in label.lower()).strip('-')}-{index}-{langs.replace(',', '-')}"
+def slug(label: str, model: str, langs: str) -> str:
+    """A record's name: the row, the model and the languages (a row that gains a seed keeps its other records)."""
+    from globetrotter.evaluation.models import model_name
+
+    return "-".join(("".join(c if c.isalnum() else "-" for c in label.lower()).strip("-"), model_name(model),
+                     langs.replace(",", "-")))
+
+
+def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> bool:
+    """Whether ``path`` holds this measurement already: False when absent; a one-line error (exit 2) when it was
+    written for another model, split (``None``: any), languages or setting (``config``), which reusing it would put
+    in the table unseen."""
+    if not path.is_file():
+        return False
+    from globetrotter.evaluation.models import model_info
+
+    record = json.loads(path.read_text(encoding="utf-8"))
+    want = {"model": model_info(model)["path"], "languages": sorted(languages.split(",")), **config}
+    have = {"model": record["model"]["path"], "languages": sorted(record["languages"]),
+            **{key: record["config"].get(key) for key in config}}
+    if split is not None:
+        want["split"], have["split"] = str(Path(split).resolve()), record["dataset"]["path"]
+    wrong = [f"{key} {have[key]!r}, not {want[key]!r}" for key in want if have[key] != want[key]]
+    if wrong:
+        print(f"error: {path} was written for {'; '.join(wrong)}: delete it or use another --out", file=sys.stderr)
+        raise SystemExit(2)
+    return True
 
 
 def run(argv: list[str], log: Path) -> None:
@@ -87,14 +114,18 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
     figures = {}
     for column in columns(args):
         choice = out / f"select-{name}-{column}.json"
-        if column == "oracle" and not choice.is_file():
+        chosen_on = args.oracle_val if column == "oracle" else args.val
+        if reusable(choice, model, chosen_on, langs, reference=reference(args)):
+            pass
+        elif column == "oracle":
             choose_by_oracle(model, f"{name}-{column}", langs, args, log)
-        elif not choice.is_file():
+        else:
             grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
             run(["select", "--model", model, *val, "--reference", reference(args), "--languages", langs, *grid,
                  "--name", f"{name}-{column}", "--out", str(out)], log)
+        chosen = json.loads(choice.read_text(encoding="utf-8"))["details"]["chosen"]
         record = out / f"sentence-{name}-{column}.json"
-        if not record.is_file():
+        if not reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen):
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
                  str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
         result = json.loads(record.read_text(encoding="utf-8"))
@@ -195,8 +226,8 @@ def main() -> None:
         raise SystemExit(f"error: --oracle-val {args.oracle_val!r}: expected a parallel val split folder, "
                          "not the test split")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    results = {label: [{ls: measure(m, slug(label, i, ls), ls, args) for ls in args.languages}
-                       for i, m in enumerate(models)] for label, models in rows}
+    results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]
+               for label, models in rows}
     text = table(rows, results, args.languages, args.ratio, columns(args))
     (Path(args.out) / "table.md").write_text(text, encoding="utf-8")
     print(text)

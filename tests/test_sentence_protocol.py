@@ -21,12 +21,13 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     table = (out / "table.md").read_text(encoding="utf-8")
-    record = json.loads((out / "sentence-full-0-en-ru-val-chosen.json").read_text(encoding="utf-8"))
-    choice = json.loads((out / "select-full-0-en-ru-val-chosen.json").read_text(encoding="utf-8"))
+    (record_path,) = out.glob("sentence-full-*-en-ru-val-chosen.json")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    choice = json.loads((out / record_path.name.replace("sentence-", "select-")).read_text(encoding="utf-8"))
     assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table.splitlines()[3]
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
-    tfidf = json.loads((out / "sentence-tf-idf-0-en-ru-val-chosen.json").read_text(encoding="utf-8"))
+    tfidf = json.loads((out / "sentence-tf-idf-tfidf-en-ru-val-chosen.json").read_text(encoding="utf-8"))
     mine, theirs = record["details"]["per_group"], tfidf["details"]["per_group"]
     assert mine["ids"] == theirs["ids"] and len(mine["ids"]) == 12
     assert sum(mine["hits"]) / sum(mine["positives"]) == pytest.approx(record["metrics"]["sentence_translation"])
@@ -41,6 +42,21 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert bad.returncode != 0 and "two labels of --row" in bad.stderr
 
 
+def test_a_record_written_for_another_model_is_refused_not_put_in_the_table(tiny_world, tiny_run, tmp_path):
+    out = tmp_path / "table"
+    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
+            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--out", str(out)]
+    assert subprocess.run(argv + ["--row", f"full={tiny_run}"], capture_output=True, cwd=ROOT).returncode == 0
+    twin = tmp_path / "elsewhere" / Path(tiny_run).parent.name / Path(tiny_run).name  # the same record names
+    shutil.copytree(tiny_run, twin)
+    refused = subprocess.run(argv + ["--row", f"full={twin}"], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and str(twin.resolve()) in refused.stderr and "another --out" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    grown = subprocess.run(argv + ["--row", f"full={tiny_run}", "--n-groups", "10"], capture_output=True, text=True,
+                           cwd=ROOT)  # the last --n-groups wins: the same names, another setting
+    assert grown.returncode == 2 and "n_groups 12, not 10" in grown.stderr
+
+
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
                                                                                             tmp_path):
     parallel_val = tmp_path / "val-parallel"
@@ -51,11 +67,12 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
             "--row", f"full={tiny_run}", "--ratio", "full/TF-IDF", "--oracle-val", str(parallel_val), "--out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    choice = json.loads((out / "select-full-0-en-ru-oracle.json").read_text(encoding="utf-8"))
+    (choice_path,) = out.glob("select-full-*-en-ru-oracle.json")
+    choice = json.loads(choice_path.read_text(encoding="utf-8"))
     scores = [c["val_translation"] for c in choice["details"]["candidates"]]
     assert len(scores) == 20 and choice["config"]["oracle"] is True
     assert choice["details"]["chosen"] == choice["details"]["candidates"][scores.index(max(scores))]["ranking"]
-    record = json.loads((out / "sentence-full-0-en-ru-oracle.json").read_text(encoding="utf-8"))
+    record = json.loads((out / choice_path.name.replace("select-", "sentence-")).read_text(encoding="utf-8"))
     assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
     table = (out / "table.md").read_text(encoding="utf-8").splitlines()
     assert table[0].endswith("en,ru oracle | chosen ranking | oracle's ranking |")
