@@ -164,10 +164,10 @@ def table(rows, results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
         cells = []
         for ls in language_sets:
             for column in cols:
-                values = [results[top][i][ls][column][0] /
-                          max(results[bottom][min(i, len(results[bottom]) - 1)][ls][column][0], 1e-9)
-                          for i in range(len(results[top]))]
-                cells.append(" / ".join(f"{v:.2f}" for v in values))
+                below = results[bottom]
+                pairs = [(results[top][i][ls][column][0], below[min(i, len(below) - 1)][ls][column][0])
+                         for i in range(len(results[top]))]
+                cells.append(" / ".join(f"{a / b:.2f}" if b else ("inf" if a else "n/a") for a, b in pairs))
         lines.append(f"| {top} ÷ {bottom} | " + " | ".join(cells) + " |" + " |" * (1 + ("oracle" in cols)))
     return "\n".join(lines) + "\n" + ratio_intervals(results, language_sets, ratios, cols)
 

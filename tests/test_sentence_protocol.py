@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,6 +56,14 @@ def test_a_record_written_for_another_model_is_refused_not_put_in_the_table(tiny
     grown = subprocess.run(argv + ["--row", f"full={tiny_run}", "--n-groups", "10"], capture_output=True, text=True,
                            cwd=ROOT)  # the last --n-groups wins: the same names, another setting
     assert grown.returncode == 2 and "n_groups 12, not 10" in grown.stderr
+
+
+def test_a_ratio_over_a_model_that_finds_nothing_reads_inf_not_a_huge_number():
+    table = load_experiment("sentence_protocol").table
+    figures = {"a": {"cosine": (5.0, "cosine", None), "val-chosen": (0.0, "cosine", None)},
+               "b": {"cosine": (0.0, "cosine", None), "val-chosen": (0.0, "cosine", None)}}
+    lines = table([("a", ["m"]), ("b", ["n"])], {k: [{"en,zh": v}] for k, v in figures.items()}, ["en,zh"], ["a/b"])
+    assert lines.splitlines()[4] == "| a ÷ b | inf | n/a | |"
 
 
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
