@@ -57,12 +57,12 @@ def slug(label: str, model: str, langs: str) -> str:
                      langs.replace(",", "-")))
 
 
-def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> bool:
-    """Whether ``path`` holds this measurement already: False when absent; a one-line error (exit 2) when it was
-    written for another model, split (``None``: any), languages or setting (``config``), which reusing it would put
-    in the table unseen."""
+def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> dict | None:
+    """The record at ``path`` when it holds this measurement already; None when absent; a one-line error (exit 2)
+    when it was written for another model, split (``None``: any), languages or setting (``config``), which reusing
+    it would put in the table unseen."""
     if not path.is_file():
-        return False
+        return None
     from globetrotter.evaluation.models import model_info
 
     record = json.loads(path.read_text(encoding="utf-8"))
@@ -75,7 +75,7 @@ def reusable(path: Path, model: str, split: str | None, languages: str, **config
     if wrong:
         print(f"error: {path} was written for {'; '.join(wrong)}: delete it or use another --out", file=sys.stderr)
         raise SystemExit(2)
-    return True
+    return record
 
 
 def run(argv: list[str], log: Path) -> None:
@@ -115,20 +115,22 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
     for column in columns(args):
         choice = out / f"select-{name}-{column}.json"
         chosen_on = args.oracle_val if column == "oracle" else args.val
-        if reusable(choice, model, chosen_on, langs, reference=reference(args)):
-            pass
-        elif column == "oracle":
-            choose_by_oracle(model, f"{name}-{column}", langs, args, log)
-        else:
-            grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
-            run(["select", "--model", model, *val, "--reference", reference(args), "--languages", langs, *grid,
-                 "--name", f"{name}-{column}", "--out", str(out)], log)
-        chosen = json.loads(choice.read_text(encoding="utf-8"))["details"]["chosen"]
+        selected = reusable(choice, model, chosen_on, langs, reference=reference(args))
+        if selected is None:
+            if column == "oracle":
+                choose_by_oracle(model, f"{name}-{column}", langs, args, log)
+            else:
+                grid = [] if column == "val-chosen" else ["--maxsim", "0", "--retrieval", "cosine"]
+                run(["select", "--model", model, *val, "--reference", reference(args), "--languages", langs, *grid,
+                     "--name", f"{name}-{column}", "--out", str(out)], log)
+            selected = json.loads(choice.read_text(encoding="utf-8"))
         record = out / f"sentence-{name}-{column}.json"
-        if not reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen):
+        chosen = selected["details"]["chosen"]
+        result = reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen)
+        if result is None:
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
                  str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
-        result = json.loads(record.read_text(encoding="utf-8"))
+            result = json.loads(record.read_text(encoding="utf-8"))
         figures[column] = (100 * result["metrics"]["sentence_translation"], result["details"]["scoring"]["label"],
                            result["details"].get("per_group"))
     return figures
@@ -161,10 +163,9 @@ def table(rows, results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for ratio in ratios:  # seed by seed; a one-model row (a baseline) divides every seed
         top, bottom = ratio.split("/")
-        cells = []
+        below, cells = results[bottom], []
         for ls in language_sets:
             for column in cols:
-                below = results[bottom]
                 pairs = [(results[top][i][ls][column][0], below[min(i, len(below) - 1)][ls][column][0])
                          for i in range(len(results[top]))]
                 cells.append(" / ".join(f"{a / b:.2f}" if b else ("inf" if a else "n/a") for a, b in pairs))
