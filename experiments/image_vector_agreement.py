@@ -4,8 +4,8 @@
         --reference outputs/flickr8k-image-vectors/described \\
         --cache efficientnet=outputs/flickr8k/train/features --out eval_out/image-vectors/agreement.json
 
-The full model carries meaning across languages about as far as its image vectors do (docs/results.md, "What bounds
-the full model"), and a training run costs a quarter of an hour on a CPU. This reads feature caches (built with
+The full model carries meaning across languages about as far as image vectors from outside it do (docs/results.md,
+"What bounds the full model"), and a training run costs a quarter of an hour on a CPU. This reads feature caches (built with
 ``globetrotter-data features build``, imported with ``features import``; the whole-image row of each) and compares each
 with a reference cache of what people said about each image (``experiments/study_image_features.py`` writes one:
 ``described``, an oracle's vectors, used here only as a yardstick). On ``--held-out`` images drawn with ``--seed``:
@@ -13,6 +13,9 @@ with a reference cache of what people said about each image (``experiments/study
 * ``agreement@k``: the mean reference cosine between an image and its ``k`` nearest held-out images by the cache's
   vectors (centred cosine), next to ``chance`` (random pairs) and ``ceiling`` (the reference's own ``k`` nearest);
 * ``pair_r``: the correlation of the two cosines over all held-out pairs;
+* with ``--across-languages SPLIT`` (a one-language split: its captions give each image's language) an image's
+  neighbours, chance, ceiling and pairs are only held-out images of *other* languages, the pairs through which the
+  transitive loss carries meaning across languages;
 * ``ridge``: the same two figures for the cache's vectors mapped by a ridge fit to the reference on the other images,
   the best of ``--ridge`` strengths read on the held-out images: an upper bound of what any linear head on these vectors
   could reach, and no method (it reads the reference).
@@ -46,17 +49,21 @@ def unit_centred(vectors: np.ndarray) -> np.ndarray:
     return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
 
 
-def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10) -> dict[str, float]:
+def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10,
+              allowed: np.ndarray | None = None) -> dict[str, float]:
     """How far ``vectors`` [n, d] order n images as ``reference_sim`` [n, n] does: the mean reference similarity of
-    each image's ``k`` nearest others by the vectors' centred cosine, and the correlation of the two over all pairs."""
+    each image's ``k`` nearest others by the vectors' centred cosine, and the correlation of the two over all pairs;
+    with ``allowed`` [n, n] (bool) only those pairs count (e.g. images of two different languages)."""
     n = len(vectors)
-    if not 0 < k < n:
-        raise UserError(f"k={k}: needs 0 < k < {n} (the held-out images)")
+    allowed = ~np.eye(n, dtype=bool) if allowed is None else allowed & ~np.eye(n, dtype=bool)
+    if not 0 < k <= allowed.sum(axis=1).min():
+        raise UserError(f"k={k}: needs 0 < k <= {allowed.sum(axis=1).min()} (the fewest other held-out images an "
+                        "image may be paired with)")
     unit = unit_centred(vectors)
     sim = unit @ unit.T
-    upper = np.triu_indices(n, 1)
+    upper = np.triu(allowed, 1)
     pair_r = float(np.corrcoef(sim[upper], reference_sim[upper])[0, 1])
-    np.fill_diagonal(sim, -np.inf)
+    sim[~allowed] = -np.inf
     nearest = np.argpartition(-sim, k, axis=1)[:, :k]
     return {f"agreement@{k}": float(reference_sim[np.arange(n)[:, None], nearest].mean()), "pair_r": pair_r}
 
@@ -69,10 +76,12 @@ def whole_image_rows(path: str | Path) -> tuple[list[str], np.ndarray]:
 
 
 def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list[str], np.ndarray]],
-           held_out: int = 800, k: int = 10, seed: int = 0, strengths: tuple[float, ...] = (10, 100, 1000)) -> dict:
-    """The report of the module docstring for each cache, on the images every cache shares with the reference."""
+           held_out: int = 800, k: int = 10, seed: int = 0, strengths: tuple[float, ...] = (10, 100, 1000),
+           languages: dict[str, str] | None = None) -> dict:
+    """The report of the module docstring for each cache, on the images every cache shares with the reference; with
+    ``languages`` (image id -> the language it is captioned in) an image's neighbours are those of other languages."""
     ref_ids, ref = reference
-    shared = set(ref_ids)
+    shared = set(ref_ids) if languages is None else set(ref_ids) & set(languages)
     for name, (ids, _) in caches.items():
         shared_here = shared & set(ids)
         if not shared_here:
@@ -89,6 +98,9 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     target /= np.linalg.norm(target, axis=1, keepdims=True).clip(1e-12)
     ref_sim = target[test] @ target[test].T
     off = ~np.eye(held_out, dtype=bool)
+    if languages is not None:
+        held_langs = np.array([languages[i] for i, t in zip(images, test) if t])
+        off &= held_langs[:, None] != held_langs[None, :]
     top = np.sort(np.where(off, ref_sim, -np.inf), axis=1)[:, -k:]
     report = {"images": len(images), "held_out": held_out, "k": k, "seed": seed,
               "chance": float(ref_sim[off].mean()), "ceiling": float(top.mean()), "caches": {}}
@@ -98,9 +110,9 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
         fits = {}
         for strength in strengths:
             ridge = fit_image_ridge(x[~test], target[~test], strength).model
-            fits[strength] = agreement(ridge.predict(x[test]), ref_sim, k)
+            fits[strength] = agreement(ridge.predict(x[test]), ref_sim, k, off)
         best = max(fits, key=lambda s: fits[s][f"agreement@{k}"])
-        report["caches"][name] = {**agreement(x[test], ref_sim, k), "ridge": {"strength": best, **fits[best]}}
+        report["caches"][name] = {**agreement(x[test], ref_sim, k, off), "ridge": {"strength": best, **fits[best]}}
     return report
 
 
@@ -115,11 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="draws the held-out images (default: %(default)s)")
     ap.add_argument("--ridge", type=float, nargs="+", default=[10.0, 100.0, 1000.0],
                     help="ridge strengths of the linear bound (default: %(default)s)")
+    ap.add_argument("--across-languages", metavar="SPLIT",
+                    help="a split whose captions give each image's language: an image's neighbours are then the "
+                         "held-out images of other languages (what the transitive loss pairs)")
     ap.add_argument("--out", help="write the report here as JSON")
     args = ap.parse_args(argv)
     try:
+        languages = None
+        if args.across_languages:
+            from data_prep.shards import read_captions
+
+            languages = {str(m["image_id"]): m["lang"] for m in read_captions(args.across_languages)}
         report = screen(whole_image_rows(args.reference), {n: whole_image_rows(p) for n, p in args.cache},
-                        args.held_out, args.k, args.seed, tuple(args.ridge))
+                        args.held_out, args.k, args.seed, tuple(args.ridge), languages)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -16,7 +16,12 @@ writes two feature caches of the train split's images, each imported as ``globet
   captions: a model trained on it shows what image features that carry what people see in a picture would give, and
   is never a method.
 
-Both are read with ``model.image_backbone=imported loss.image=0`` (imported vectors have no augmented views), so they
+With ``--from-model RUN`` it writes one cache instead, ``self-NAME``: each image's vector is the mean embedding of
+its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model. No
+parallel text enters it: a second round of the recipe on the first round's view of its images (docs/results.md
+measures it; it is not a default).
+
+All are read with ``model.image_backbone=imported loss.image=0`` (imported vectors have no augmented views), so they
 differ from each other in the vectors alone. docs/results.md compares them, by sentence translation on the parallel
 val split (``experiments/oracle_ranking.py``), with the images-matched supervised twin. An image without a remaining
 English caption is refused (one line naming it).
@@ -83,8 +88,9 @@ def described_captions(image_ids: list[str], flickr8k: Iterable, multi30k: Itera
     return out
 
 
-def mean_embeddings(captions: list[list[str]], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
-    """The L2-normalised mean of each image's L2-normalised caption embeddings, float32 [images, D]."""
+def mean_embeddings(captions: list[list], encode: Callable[[list], np.ndarray]) -> np.ndarray:
+    """The L2-normalised mean of each image's L2-normalised caption embeddings, float32 [images, D] (a caption is
+    whatever ``encode`` reads: a string, or a (caption, language) pair)."""
     flat = [c for caps in captions for c in caps]
     owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
     emb = np.asarray(encode(flat), dtype=np.float32)
@@ -92,6 +98,36 @@ def mean_embeddings(captions: list[list[str]], encode: Callable[[list[str]], np.
     out = np.zeros((len(captions), emb.shape[1]), dtype=np.float32)
     np.add.at(out, owner, emb)
     return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+
+
+def own_captions(image_ids: list[str], metas: Iterable[dict]) -> list[list[tuple[str, str]]]:
+    """Each image's ``(caption, language)`` pairs among the caption records ``metas``; a one-line error names the
+    first image with none."""
+    captions: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for meta in metas:
+        captions[str(meta["image_id"])].append((meta["caption"], meta["lang"]))
+    missing = next((image for image in image_ids if image not in captions), None)
+    if missing is not None:
+        raise UserError(f"image {missing}: no caption of it in the run's train split")
+    return [captions[image] for image in image_ids]
+
+
+def model_vectors(run: Path, image_ids: list[str]) -> np.ndarray:
+    """The mean cross-head embedding of each image's own captions (the run's train split, ``data.root``/train) under
+    the trained model of ``run``."""
+    import yaml
+
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.models import encode_texts, load_model
+
+    config = run / "config.yaml"
+    if not config.is_file():
+        raise UserError(f"--from-model {run}: no config.yaml (expected a trained run folder)")
+    captions_split = Path(yaml.safe_load(config.read_text())["data"]["root"]) / "train"
+    encoder = load_model(str(run))
+    pairs = own_captions(image_ids, read_captions(captions_split))
+    return mean_embeddings(pairs, lambda flat: encode_texts(encoder, [c for c, _ in flat], [lang for _, lang in flat],
+                                                            head="cross"))
 
 
 def write_cache(split: Path, vectors: np.ndarray, ids: list[str], name: str, out_dir: Path) -> Path:
@@ -116,14 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overlap", type=float, default=0.8,
                     help="word-set overlap (Jaccard) above which a caption counts as translated (default: %(default)s)")
     ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
+    ap.add_argument("--from-model", type=Path, metavar="RUN",
+                    help="write only self-NAME: each image's mean caption embedding under this trained run")
     ap.add_argument("--threads", type=int, default=2, help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
         from backretrieval.embedders import USEEmbedder
 
         split, out_dir = Path(args.split), Path(args.out_dir)
-        cache = load_feature_cache(args.cache or split / "features")
         ids = split_image_ids(split)
+        if args.from_model is not None:
+            name = f"self-{args.from_model.name}"
+            path = write_cache(split, model_vectors(args.from_model, ids), ids, name, out_dir)
+            print(TRAIN.format(name=name, cache=path))
+            return 0
+        cache = load_feature_cache(args.cache or split / "features")
         control = np.asarray(cache.features[cache.rows(ids, split), 0], dtype=np.float32)
         written = {"efficientnet": write_cache(split, control, ids, "efficientnet", out_dir)}
         captions = described_captions(ids, read_flickr8k(args.flickr8k, "en"), read_multi30k(args.multi30k, (1,)),

@@ -61,3 +61,36 @@ def test_mean_embeddings_averages_each_images_unit_caption_vectors(study):
     table = {"a": [3.0, 0.0], "b": [0.0, 1.0], "c": [0.0, -2.0]}
     out = study.mean_embeddings([["a", "b"], ["c"]], lambda texts: np.array([table[t] for t in texts]))
     np.testing.assert_allclose(out, [[2 ** -0.5, 2 ** -0.5], [0.0, -1.0]], atol=1e-6)
+
+
+def test_own_captions_groups_by_image_and_names_an_image_without_any(study):
+    metas = [{"image_id": 7, "caption": "a dog", "lang": "en"}, {"image_id": "8", "caption": "ein Hund", "lang": "de"},
+             {"image_id": 7, "caption": "a brown dog", "lang": "en"}]
+    assert study.own_captions(["8", "7"], metas) == [[("ein Hund", "de")], [("a dog", "en"), ("a brown dog", "en")]]
+    with pytest.raises(UserError, match="image 9: no caption of it"):
+        study.own_captions(["7", "9"], metas)
+
+
+def test_from_model_writes_each_images_mean_caption_embedding_under_the_run(study, tiny_run, tiny_world, tmp_path):
+    from data_prep.shards import read_captions
+    from globetrotter.data.feature_cache import load_feature_cache
+    from globetrotter.evaluation.models import encode_texts, load_model
+
+    split = tiny_world / "train"
+    assert study.main(["--split", str(split), "--from-model", str(tiny_run), "--out-dir", str(tmp_path)]) == 0
+    cache = load_feature_cache(tmp_path / f"self-{tiny_run.name}")
+    metas = read_captions(split)
+    image = str(metas[0]["image_id"])
+    mine = [m for m in metas if str(m["image_id"]) == image]
+    emb = encode_texts(load_model(str(tiny_run)), [m["caption"] for m in mine], [m["lang"] for m in mine], "cross")
+    emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    expected = emb.mean(0) / np.linalg.norm(emb.mean(0))
+    got = np.asarray(cache.features[cache.row_of[image], 0], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, atol=2e-3)  # stored as float16
+    assert len(cache.row_of) == len({str(m["image_id"]) for m in metas})
+
+
+def test_from_model_refuses_a_folder_that_is_not_a_run(study, tiny_world, tmp_path, capsys):
+    assert study.main(["--split", str(tiny_world / "train"), "--from-model", str(tmp_path), "--out-dir",
+                       str(tmp_path / "out")]) == 2
+    assert "no config.yaml (expected a trained run folder)" in capsys.readouterr().err

@@ -88,3 +88,27 @@ def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys
     assert "topics: agreement@5" in capsys.readouterr().out
     assert agree.main(["--reference", str(tmp_path / "nowhere"), "--cache", str(onehot)]) == 2
     assert "no feature cache here" in capsys.readouterr().err
+
+
+def test_across_languages_an_image_is_matched_only_with_images_of_other_languages(agree):
+    """Vectors that know the reference for language a's images and nothing for b's order a's images among themselves
+    well, so the plain screen reads them far above chance; across languages every pair has a noise side, and only
+    vectors that know both languages reach the cross-language ceiling."""
+    ids, ref, _ = clustered()
+    langs = {i: "ab"[n % 2] for n, i in enumerate(ids)}
+    noise = np.random.default_rng(3).normal(size=ref.shape)
+    half = np.where(np.array([langs[i] == "a" for i in ids])[:, None], ref, noise)
+    caches = {"half": (ids, half), "same": (ids, ref)}
+    plain = agree.screen((ids, ref), caches, held_out=200, k=5, strengths=(1.0,))
+    across = agree.screen((ids, ref), caches, held_out=200, k=5, strengths=(1.0,), languages=langs)
+    assert plain["caches"]["half"]["agreement@5"] > plain["chance"] + 0.3
+    assert across["caches"]["half"]["agreement@5"] < plain["caches"]["half"]["agreement@5"] - 0.2
+    assert across["caches"]["same"]["agreement@5"] == pytest.approx(across["ceiling"], abs=0.02)
+    assert across["ceiling"] > across["caches"]["half"]["agreement@5"] + 0.5
+
+
+def test_across_languages_needs_k_images_of_other_languages(agree):
+    ids, ref, _ = clustered(n=60)
+    langs = {i: ("a" if n < 57 else "b") for n, i in enumerate(ids)}  # 3 images of b: an a image has at most 3
+    with pytest.raises(UserError, match="k=5: needs 0 < k <= "):
+        agree.screen((ids, ref), {"same": (ids, ref)}, held_out=40, k=5, strengths=(1.0,), languages=langs)
