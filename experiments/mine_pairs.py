@@ -29,11 +29,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_prep.shards import ShardWriter, iter_raw, read_manifest  # noqa: E402
+from data_prep.converters.more_captions.write import _OWN_MANIFEST_KEYS  # noqa: E402
+from data_prep.shards import ShardWriter, iter_metas, iter_raw, read_manifest  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
-
-_OWN_MANIFEST_KEYS = ("split", "source", "num_samples", "shards", "languages", "image_format", "checksum")
-
 
 def csls(scores: np.ndarray, k: int) -> np.ndarray:
     """``2·s − r_row − r_col``: each score less the mean of its row's and its column's ``k`` highest (CSLS)."""
@@ -118,7 +116,7 @@ def mine(args: argparse.Namespace) -> None:
         raise UserError(f"--out {out}: must differ from --split")
     encoder, _ = resolve_model(args.teacher)
     choice = read_choice(args.ranking)
-    metas = [m for _, _, _, m in iter_raw(split)]
+    metas = list(iter_metas(split))
     images = sorted({str(m["image_id"]) for m in metas})
     index = {img: i for i, img in enumerate(images)}
     lang_of = np.empty(len(images), dtype=object)
