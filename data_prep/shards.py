@@ -34,6 +34,9 @@ from .errors import UserError
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 IMAGE_EXTS = ("jpg", "png", "npy")
+# what ShardWriter.close() derives from the samples it wrote; image_size / feature_dim are not among them, since a
+# writer given encoded bytes cannot know them, so a rewrite of a split carries the original's
+DERIVED_MANIFEST_KEYS = ("split", "source", "num_samples", "shards", "languages", "image_format", "checksum")
 
 
 @dataclass
@@ -194,6 +197,12 @@ class ShardWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+
+
+def carried_manifest_fields(manifest: dict) -> dict:
+    """The fields of a split's manifest that a :class:`ShardWriter` rewriting the split does not derive itself (its
+    ``extra``)."""
+    return {k: v for k, v in manifest.items() if k not in DERIVED_MANIFEST_KEYS}
 
 
 def content_checksum(split_dir: str | Path, shards: list[str]) -> str:

@@ -29,9 +29,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_prep.converters.more_captions.write import _OWN_MANIFEST_KEYS  # noqa: E402
-from data_prep.shards import ShardWriter, iter_metas, iter_raw, read_manifest  # noqa: E402
+from data_prep.shards import ShardWriter, carried_manifest_fields, iter_metas, iter_raw, read_manifest  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+
 
 def csls(scores: np.ndarray, k: int) -> np.ndarray:
     """``2·s − r_row − r_col``: each score less the mean of its row's and its column's ``k`` highest (CSLS)."""
@@ -159,7 +159,7 @@ def mine(args: argparse.Namespace) -> None:
           f"(sizes {dict(zip(*np.unique(sizes, return_counts=True)))})", flush=True)
 
     manifest = read_manifest(split)
-    extra = {k: v for k, v in manifest.items() if k not in _OWN_MANIFEST_KEYS}
+    extra = carried_manifest_fields(manifest)
     extra["mined_groups"] = {"teacher": str(Path(args.teacher).resolve()), "ranking": choice.ranking.to_dict(),
                              "from": str(split.resolve()), "captions_per_image": args.captions_per_image,
                              "image_weight": args.image_weight, "csls_k": args.csls_k, "pairs": report,

@@ -12,14 +12,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from data_prep.errors import UserError
-from data_prep.shards import ShardWriter, check_split_rule, iter_raw, read_manifest
+from data_prep.shards import ShardWriter, carried_manifest_fields, check_split_rule, iter_raw, read_manifest
 
 from ..pipeline import _KEY_UNSAFE, SUMMARY, safe_id
 from ..report import ConversionReport
 from .gather import EnrichedSplit
 
 COMMAND = "more-captions"
-_OWN_MANIFEST_KEYS = ("split", "source", "num_samples", "shards", "languages", "image_format", "checksum")
 
 
 def _new_key(state: EnrichedSplit, image_id: str, lang: str) -> str:
@@ -40,7 +39,7 @@ def write_split(src: Path, dst: Path, state: EnrichedSplit, shard_size: int, sou
     manifest = state.manifest
     fmt = manifest.get("image_format", "jpg")
     added = state.added_per_language()
-    extra = {k: v for k, v in manifest.items() if k not in _OWN_MANIFEST_KEYS and k != "more_captions"}
+    extra = {k: v for k, v in carried_manifest_fields(manifest).items() if k != "more_captions"}
     extra["more_captions"] = {
         "from": str(src.resolve()), "original_checksum": manifest.get("checksum"),
         "original_num_samples": manifest["num_samples"], "added": dict(sorted(added.items())),
