@@ -41,6 +41,14 @@ WORDS = {
 }
 
 
+# Training settings for the tiny world: a one-layer text transformer and a ResNet-18 narrowed to 16-128 channels
+# (0.7 M weights instead of 11 M: a step costs a third as long, the suite's training tests most of their time)
+TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
+        "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
+        "model.image_backbone_args={channels: [16, 32, 64, 128], stem_width: 16}",
+        "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2"]
+
+
 def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int = 12, size: int = 32,
                     heldout: tuple[str, ...] = (), n_adapt: int = 64) -> Path:
     """train/val (each image in one language) and a parallel test split, written with ShardWriter.
@@ -104,12 +112,9 @@ def tiny_run(tiny_world, tmp_path_factory) -> Path:
     from globetrotter.config import load_train_config
     from globetrotter.training.trainer import train
 
-    tiny = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
-            "model.d_model=32", "model.layers=1", "model.heads=2", "model.ffn=64", "model.embed_dim=16",
-            "batch_size=16", "log_every=2", "val.every=0", "optim.warmup_steps=2", "steps=2"]
     run_dir = tmp_path_factory.mktemp("tiny_run")
     cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
-                                   f"output_dir={run_dir}", *tiny])
+                                   f"output_dir={run_dir}", *TINY, "steps=2"])
     train(cfg)
     return cfg.run_dir
 

@@ -175,7 +175,7 @@ def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_ol
 
 
 def test_adapting_from_pixels_runs_and_loads(world, tmp_path):
-    from test_training import TINY
+    from conftest import TINY
 
     base_cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
                                         f"output_dir={tmp_path}", "run_name=pixels", *TINY, "steps=2",

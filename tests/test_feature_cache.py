@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import globetrotter
 from conftest import run_data_cli
@@ -23,6 +24,7 @@ from globetrotter.data.neighbours import other_language_neighbours
 from globetrotter.errors import UserError
 from globetrotter.models.image import create_image_backbone
 from globetrotter.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from globetrotter.training import checkpoint as ckpt
 from globetrotter.training.trainer import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -292,7 +294,7 @@ def weights(tmp_path_factory) -> Path:
 
 
 def _cfg(world: Path, out: Path, weights: Path, *extra: str):
-    from test_training import TINY
+    from conftest import TINY
 
     return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}", f"output_dir={out}",
                                     *TINY, "data.features=auto", "data.feature_views=2", "model.freeze_image_backbone=true",
@@ -311,6 +313,13 @@ def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_e
     assert (world / "train" / "features" / "cache.json").is_file()
     assert spec_from_config(cfg) == load_feature_cache(world / "train" / "features").spec
     assert result["step"] == 3
+    # the same run again finds the cache: it trains bit for bit as the run that built it (the views and the
+    # backbone's init drew on the random state before the run was seeded)
+    again = _cfg(world, tmp_path / "again", weights, "steps=3", "checkpoint_every=3", "data.batching=neighbours",
+                 "data.neighbours_k=2")
+    train(again)
+    built, found = (load_file(ckpt.checkpoint_root(c.run_dir) / ckpt.step_name(3) / "model.safetensors") for c in (cfg, again))
+    assert built.keys() == found.keys() and all(torch.equal(built[k], found[k]) for k in built)
     enc = globetrotter.load(cfg.run_dir)
     from PIL import Image
 

@@ -169,7 +169,7 @@ def test_the_import_command(tiny_world, source, tmp_path, capsys):
 
 
 def _cfg(world: Path, out: Path, *extra: str):
-    from test_training import TINY
+    from conftest import TINY
 
     return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}",
                                     f"output_dir={out}", *TINY, "data.features=auto", "model.image_backbone=imported",

@@ -25,7 +25,25 @@ def fresh_accelerate_state():
     AcceleratorState._reset_state()
 
 
-def run_losses(world: Path, out: Path, monkeypatch, *extra: str) -> tuple[list[dict], dict]:
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory) -> list[str]:
+    """Every run's image side: as in the real-photo recipes, a frozen backbone read from a feature cache (the first
+    run builds it). Inductor then compiles the text encoder, the heads and the losses; a ResNet's forward and backward
+    would add minutes to a cold compile."""
+    from safetensors.torch import save_file
+
+    from test_feature_cache import SMALL, small_backbone
+
+    where = tmp_path_factory.mktemp("frozen")
+    save_file(small_backbone().state_dict(), str(where / "backbone.safetensors"))
+    return [f"data.features={where / 'features'}", "data.feature_views=2", "model.freeze_image_backbone=true",
+            f"model.image_pretrained={where / 'backbone.safetensors'}",
+            f"model.image_backbone_args.channels={SMALL['channels']}",
+            f"model.image_backbone_args.stem_width={SMALL['stem_width']}",
+            "data.shuffle_buffer=2000"]  # the default: no pixels are streamed, the tiny settings' buffer would warn
+
+
+def run_losses(world: Path, frozen: list[str], out: Path, monkeypatch, *extra: str) -> tuple[list[dict], dict]:
     """Train 3 steps on the tiny world; the per-step losses (every term and the total) and the run's result."""
     real, losses = objective.GlobetrotterObjective.forward, []
 
@@ -38,17 +56,17 @@ def run_losses(world: Path, out: Path, monkeypatch, *extra: str) -> tuple[list[d
     with monkeypatch.context() as m:
         m.setattr(objective.GlobetrotterObjective, "forward", recording)
         AcceleratorState._reset_state()
-        result = train(tiny_cfg(world, out, *STEPS, *extra))
+        result = train(tiny_cfg(world, out, *STEPS, *frozen, *extra))
     assert len(losses) == 3
     return losses, result
 
 
 @pytest.fixture(scope="module")
-def eager(tiny_world, tmp_path_factory) -> list[dict]:
+def eager(tiny_world, frozen, tmp_path_factory) -> list[dict]:
     """The eager float32 losses every option is compared with: one run for the module (the same 3 steps each time)."""
     AcceleratorState._reset_state()
     with pytest.MonkeyPatch.context() as m:
-        losses, _ = run_losses(tiny_world, tmp_path_factory.mktemp("eager"), m)
+        losses, _ = run_losses(tiny_world, frozen, tmp_path_factory.mktemp("eager"), m)
     AcceleratorState._reset_state()
     return losses
 
@@ -63,17 +81,17 @@ def warnings_of(capsys) -> list[str]:
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
 
 
-def test_bf16_step_matches_the_float32_step(eager, tiny_world, tmp_path, monkeypatch):
-    bf16, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
+def test_bf16_step_matches_the_float32_step(eager, frozen, tiny_world, tmp_path, monkeypatch):
+    bf16, result = run_losses(tiny_world, frozen, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
     assert result["mixed_precision"] == "bf16"
     assert bf16 != eager, "bf16 autocast ran (the losses are not bit-identical)"
     assert_losses_close(bf16, eager, BF16_REL)
 
 
-def test_bf16_without_support_falls_back_to_float32_in_one_line(eager, tiny_world, tmp_path, monkeypatch, capsys):
+def test_bf16_without_support_falls_back_to_float32_in_one_line(eager, frozen, tiny_world, tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     monkeypatch.setattr(speed, "bf16_supported", lambda device: False)
-    fallback, result = run_losses(tiny_world, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
+    fallback, result = run_losses(tiny_world, frozen, tmp_path / "bf16", monkeypatch, "mixed_precision=bf16")
     (line,) = warnings_of(capsys)
     assert "mixed_precision=bf16 is not supported" in line and "falling back to mixed_precision=no (float32)" in line
     assert result["mixed_precision"] == "no"
@@ -81,7 +99,7 @@ def test_bf16_without_support_falls_back_to_float32_in_one_line(eager, tiny_worl
 
 
 @pytest.mark.parametrize("where", ["torch.compile", "first forward"])
-def test_compile_failure_falls_back_to_eager_in_one_line(eager, tiny_world, tmp_path, monkeypatch, capsys, where):
+def test_compile_failure_falls_back_to_eager_in_one_line(eager, frozen, tiny_world, tmp_path, monkeypatch, capsys, where):
     capsys.readouterr()
 
     def broken_compile(model, *args, **kwargs):
@@ -93,7 +111,7 @@ def test_compile_failure_falls_back_to_eager_in_one_line(eager, tiny_world, tmp_
         return fails
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    fallback, result = run_losses(tiny_world, tmp_path / "compiled", monkeypatch, "compile=true")
+    fallback, result = run_losses(tiny_world, frozen, tmp_path / "compiled", monkeypatch, "compile=true")
     (line,) = warnings_of(capsys)
     assert "compile=true failed (RuntimeError:" in line and "falling back to the eager model" in line
     assert "second line" not in line
@@ -101,8 +119,8 @@ def test_compile_failure_falls_back_to_eager_in_one_line(eager, tiny_world, tmp_
     assert fallback == eager  # the failed first call is repeated eagerly from the same RNG state
 
 
-@pytest.mark.slow  # ~10 s with a warm inductor cache; ~4 min cold (C++ kernels of ResNet-18 fwd+bwd, 2 CPU cores)
-def test_compiled_step_matches_the_eager_step(eager, tiny_world, tmp_path, monkeypatch, capsys):
-    compiled, result = run_losses(tiny_world, tmp_path / "compiled", monkeypatch, "compile=true")
+@pytest.mark.slow  # ~10 s with a warm inductor cache; ~2 min cold (2 CPU cores)
+def test_compiled_step_matches_the_eager_step(eager, frozen, tiny_world, tmp_path, monkeypatch, capsys):
+    compiled, result = run_losses(tiny_world, frozen, tmp_path / "compiled", monkeypatch, "compile=true")
     assert result["compiled"] is True, warnings_of(capsys)
     assert_losses_close(compiled, eager, COMPILE_REL)

@@ -91,7 +91,6 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
-    set_seed(cfg.seed, device_specific=True)
     if adapting:
         cfg = adapt.resolve_config(cfg)
 
@@ -109,6 +108,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     accelerator.wait_for_everyone()
     if not main:
         cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
+    # seeded once the data is prepared: a run that builds its feature cache (random views, a backbone's init) or
+    # tokenizer trains exactly as the same run that finds them
+    set_seed(cfg.seed, device_specific=True)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tokenizer)
 
