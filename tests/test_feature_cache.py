@@ -293,14 +293,19 @@ def weights(tmp_path_factory) -> Path:
     return path
 
 
+def frozen_backbone(weights: Path, features: str | Path = "auto") -> list[str]:
+    """Config overrides that train on the small backbone (its ``weights`` file) frozen, read from the feature cache
+    ``features`` (built by the first run that needs it)."""
+    return [f"data.features={features}", "data.feature_views=2", "model.freeze_image_backbone=true",
+            f"model.image_pretrained={weights}", f"model.image_backbone_args.channels={SMALL['channels']}",
+            f"model.image_backbone_args.stem_width={SMALL['stem_width']}"]
+
+
 def _cfg(world: Path, out: Path, weights: Path, *extra: str):
     from conftest import TINY
 
     return load_train_config(None, [f"data.root={world}", f"data.tokenizer={out / 'tokenizer.json'}", f"output_dir={out}",
-                                    *TINY, "data.features=auto", "data.feature_views=2", "model.freeze_image_backbone=true",
-                                    f"model.image_pretrained={weights}",
-                                    "model.image_backbone_args.channels=[8,16,16,16]", "model.image_backbone_args.stem_width=8",
-                                    *extra])
+                                    *TINY, *frozen_backbone(weights), *extra])
 
 
 def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_encodes_images(tiny_world, tmp_path, weights):

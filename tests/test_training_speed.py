@@ -32,15 +32,14 @@ def frozen(tmp_path_factory) -> list[str]:
     would add minutes to a cold compile."""
     from safetensors.torch import save_file
 
-    from test_feature_cache import SMALL, small_backbone
+    from globetrotter.config import DataConfig
+    from test_feature_cache import frozen_backbone, small_backbone
 
     where = tmp_path_factory.mktemp("frozen")
     save_file(small_backbone().state_dict(), str(where / "backbone.safetensors"))
-    return [f"data.features={where / 'features'}", "data.feature_views=2", "model.freeze_image_backbone=true",
-            f"model.image_pretrained={where / 'backbone.safetensors'}",
-            f"model.image_backbone_args.channels={SMALL['channels']}",
-            f"model.image_backbone_args.stem_width={SMALL['stem_width']}",
-            "data.shuffle_buffer=2000"]  # the default: no pixels are streamed, the tiny settings' buffer would warn
+    # the default buffer: no pixels are streamed, so the tiny settings' buffer would only add a warning line
+    return [*frozen_backbone(where / "backbone.safetensors", where / "features"),
+            f"data.shuffle_buffer={DataConfig.shuffle_buffer}"]
 
 
 def run_losses(world: Path, frozen: list[str], out: Path, monkeypatch, *extra: str) -> tuple[list[dict], dict]:
