@@ -22,7 +22,8 @@ train split beside ``--test``): each choice is made with it, and test is scored 
 already written in ``--out`` for the same model, split and setting is reused, so an interrupted table resumes and a
 row can gain seeds; one written for anything else is refused. Writes ``table.md`` (per row: each seed's
 figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed, each also with
-its 95% interval by a paired bootstrap over the test groups) and prints it.
+its 95% interval by a paired bootstrap over the test groups) and prints it, and ``table.png``: the same figures as
+bars, one panel per language set (a bar: the mean over seeds; a dot: each seed).
 """
 from __future__ import annotations
 
@@ -200,6 +201,34 @@ def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
     return "\n95% intervals of the ratios (paired bootstrap over the test groups):\n\n" + "\n".join(lines) + "\n"
 
 
+def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> Path:
+    """``table.png``: per language set, each row's figure in every column as a bar (mean over its seeds) with a dot
+    per seed, so rows, columns and the spread between seeds read at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    width = 0.8 / len(cols)
+    panel = max(4.0, 0.35 * len(rows) * len(cols) + 1.5)
+    fig, axes = plt.subplots(1, len(language_sets), figsize=(panel * len(language_sets), 4), squeeze=False)
+    for ax, ls in zip(axes[0], language_sets):
+        for c, column in enumerate(cols):
+            x = np.arange(len(rows)) + (c - (len(cols) - 1) / 2) * width
+            seeds = [[results[label][i][ls][column][0] for i in range(len(models))] for label, models in rows]
+            ax.bar(x, [np.mean(v) for v in seeds], width, label=column, alpha=0.8)
+            for xi, v in zip(x, seeds):
+                ax.plot([xi] * len(v), v, "k.", markersize=4)
+        ax.set_xticks(np.arange(len(rows)), [label for label, _ in rows], rotation=20, ha="right")
+        ax.set_ylabel("sentence translation, %")
+        ax.set_title(ls.replace(",", "/"))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--test", required=True, help="parallel test split, scored once per choice")
@@ -215,7 +244,7 @@ def main() -> None:
     parser.add_argument("--oracle-val", metavar="SPLIT",
                         help="a parallel val split: adds the column oracle, each model's ranking chosen by sentence "
                              "translation on it (reads parallel text: a measure of what the val choice costs)")
-    parser.add_argument("--out", required=True, help="folder of the records and table.md")
+    parser.add_argument("--out", required=True, help="folder of the records, table.md and table.png")
     args = parser.parse_args()
     rows = parse_rows(args.row)
     labels = {label for label, _ in rows}
@@ -231,6 +260,7 @@ def main() -> None:
                for label, models in rows}
     text = table(rows, results, args.languages, args.ratio, columns(args))
     (Path(args.out) / "table.md").write_text(text, encoding="utf-8")
+    plot_table(rows, results, args.languages, Path(args.out) / "table.png", columns(args))
     print(text)
 
 

@@ -28,6 +28,7 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table.splitlines()[3]
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
+    assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     tfidf = json.loads((out / "sentence-tf-idf-tfidf-en-ru-val-chosen.json").read_text(encoding="utf-8"))
     mine, theirs = record["details"]["per_group"], tfidf["details"]["per_group"]
     assert mine["ids"] == theirs["ids"] and len(mine["ids"]) == 12
