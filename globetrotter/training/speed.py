@@ -6,9 +6,11 @@ op, no C++ compiler for inductor on CPU, ...) falls back to the eager model; eac
 one line. ``compile`` wraps the (possibly DDP-wrapped) training model for the training
 forward only: checkpoints, validation and ``globetrotter.load`` keep using the eager module,
 whose parameters the compiled one shares, so saved weights carry no ``_orig_mod.`` prefix.
-The cloze head indexes the token states with a boolean mask (a data-dependent shape):
-dynamo breaks the graph there and compiles the rest, with the number of masked tokens as a
-dynamic dimension after the first recompilation.
+The cloze head indexes the token states with a boolean mask (a data-dependent shape): the
+compiled forward is traced with dynamo's ``capture_dynamic_output_shape_ops``, so the number of
+masked tokens is a symbolic size inside one graph instead of a graph break, and the trainer
+marks the caption length (captions are padded to the batch's longest) as dynamic: one
+compilation serves the whole run.
 """
 from __future__ import annotations
 
@@ -49,9 +51,16 @@ class CompiledForward:
         self.checked = False
         if enabled:
             try:
-                self.compiled = torch.compile(model)
+                compiled = torch.compile(model)
+                self.compiled = lambda *a, **k: self._traced_with_dynamic_outputs(compiled, *a, **k)
             except Exception as err:  # noqa: BLE001 - any failure falls back to eager
                 self._fall_back(err)
+
+    @staticmethod
+    def _traced_with_dynamic_outputs(compiled: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``compiled(*args, **kwargs)`` with data-dependent output sizes (the cloze targets) kept in the graph."""
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            return compiled(*args, **kwargs)
 
     @property
     def active(self) -> bool:

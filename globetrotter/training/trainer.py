@@ -195,9 +195,14 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
         lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
+        cloze_targets = None if labels is None else labels != -100
+        if forward.active:  # captions are padded to the batch's longest: one compiled graph serves every length
+            for tokens in (batch["input_ids"], batch["attention_mask"], masked, cloze_targets):
+                if tokens is not None:
+                    torch._dynamo.maybe_mark_dynamic(tokens, 1)
         with accelerator.autocast():
             out = forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
-                          cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
+                          cloze_targets=cloze_targets, lang_ids=lang_ids)
         loss, logs = objective(out, batch, labels)
 
         health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
