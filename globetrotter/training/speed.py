@@ -36,6 +36,14 @@ def resolve_mixed_precision(requested: str, device: torch.device, log: Callable[
     return requested
 
 
+def mark_length_dynamic(*tokens: torch.Tensor | None) -> None:
+    """Mark dim 1 of each ``[B, L]`` token tensor (ids, masks, cloze targets) as dynamic: captions are padded to the
+    batch's longest, and a compiled forward then serves every length without recompiling."""
+    for t in tokens:
+        if t is not None:
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+
+
 class CompiledForward:
     """Calls ``torch.compile(model)``, or ``model`` when compilation is off or failed.
 
