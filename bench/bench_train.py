@@ -42,7 +42,7 @@ def main() -> None:
     from globetrotter.tokenizer import load_tokenizer, special_ids
     from globetrotter.training.objective import GlobetrotterObjective
     from globetrotter.training.prepare import ensure_data, tokenizer_path
-    from globetrotter.training.speed import CompiledForward, mark_length_dynamic
+    from globetrotter.training.speed import CompiledForward
 
     cfg = load_train_config(args.config, args.overrides)
     ensure_data(cfg)
@@ -62,12 +62,9 @@ def main() -> None:
         b = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         masked, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], specials["mask"], tok.get_vocab_size(),
                                      list(specials.values()), p=cfg.loss.mask_prob)
-        masked, targets = masked.to(device), (labels != -100).to(device)
-        if forward.active:  # as the trainer: one compiled graph for every caption length
-            mark_length_dynamic(b["input_ids"], b["attention_mask"], masked, targets)
         with torch.autocast(device, dtype=dtype, enabled=dtype is not None):
-            out = forward(b["input_ids"], b["attention_mask"], masked, b.get("view1"), b.get("view2"),
-                          cloze_targets=targets)
+            out = forward(b["input_ids"], b["attention_mask"], masked.to(device), b.get("view1"), b.get("view2"),
+                          cloze_targets=(labels != -100).to(device))
         loss, _ = objective(out, b, labels.to(device))
         loss.backward()
         opt.step()

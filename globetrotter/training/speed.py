@@ -8,9 +8,9 @@ forward only: checkpoints, validation and ``globetrotter.load`` keep using the e
 whose parameters the compiled one shares, so saved weights carry no ``_orig_mod.`` prefix.
 The cloze head indexes the token states with a boolean mask (a data-dependent shape): the
 compiled forward is traced with dynamo's ``capture_dynamic_output_shape_ops``, so the number of
-masked tokens is a symbolic size inside one graph instead of a graph break, and the trainer
-marks the caption length (captions are padded to the batch's longest) as dynamic: one
-compilation serves the whole run.
+masked tokens is a symbolic size inside one graph instead of a graph break, and the caption
+length (captions are padded to the batch's longest) is marked dynamic: one compilation serves
+the whole run.
 """
 from __future__ import annotations
 
@@ -36,14 +36,6 @@ def resolve_mixed_precision(requested: str, device: torch.device, log: Callable[
     return requested
 
 
-def mark_length_dynamic(*tokens: torch.Tensor | None) -> None:
-    """Mark dim 1 of each ``[B, L]`` token tensor (ids, masks, cloze targets) as dynamic: captions are padded to the
-    batch's longest, and a compiled forward then serves every length without recompiling."""
-    for t in tokens:
-        if t is not None:
-            torch._dynamo.maybe_mark_dynamic(t, 1)
-
-
 class CompiledForward:
     """Calls ``torch.compile(model)``, or ``model`` when compilation is off or failed.
 
@@ -59,16 +51,19 @@ class CompiledForward:
         self.checked = False
         if enabled:
             try:
-                compiled = torch.compile(model)
-                self.compiled = lambda *a, **k: self._traced_with_dynamic_outputs(compiled, *a, **k)
+                self.compiled = torch.compile(model)
             except Exception as err:  # noqa: BLE001 - any failure falls back to eager
                 self._fall_back(err)
 
-    @staticmethod
-    def _traced_with_dynamic_outputs(compiled: Callable, *args: Any, **kwargs: Any) -> Any:
-        """``compiled(*args, **kwargs)`` with data-dependent output sizes (the cloze targets) kept in the graph."""
+    def _run_compiled(self, *args: Any, **kwargs: Any) -> Any:
+        """The compiled forward, with the data-dependent number of cloze targets kept in the graph and the length of
+        every token tensor (``[B, L]`` integer or bool: captions are padded to the batch's longest) marked dynamic,
+        so one compilation serves every batch."""
+        for t in (*args, *kwargs.values()):
+            if torch.is_tensor(t) and t.dim() == 2 and not t.is_floating_point():
+                torch._dynamo.maybe_mark_dynamic(t, 1)
         with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
-            return compiled(*args, **kwargs)
+            return self.compiled(*args, **kwargs)
 
     @property
     def active(self) -> bool:
@@ -85,11 +80,11 @@ class CompiledForward:
         if self.compiled is None:
             return self.model(*args, **kwargs)
         if self.checked:
-            return self.compiled(*args, **kwargs)
+            return self._run_compiled(*args, **kwargs)
         cpu_rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         try:
-            out = self.compiled(*args, **kwargs)
+            out = self._run_compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - the first call is the compilation
             self._fall_back(err)
             torch.set_rng_state(cpu_rng)

@@ -37,7 +37,7 @@ from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_matche
 from .resume import mask_seed, resume_position
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
-from .speed import CompiledForward, mark_length_dynamic, resolve_mixed_precision
+from .speed import CompiledForward, resolve_mixed_precision
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
 
@@ -195,12 +195,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
         lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
-        cloze_targets = None if labels is None else labels != -100
-        if forward.active:  # one compiled graph for every caption length
-            mark_length_dynamic(batch["input_ids"], batch["attention_mask"], masked, cloze_targets)
         with accelerator.autocast():
             out = forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
-                          cloze_targets=cloze_targets, lang_ids=lang_ids)
+                          cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
         loss, logs = objective(out, batch, labels)
 
         health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
