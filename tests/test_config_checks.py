@@ -24,7 +24,8 @@ def test_every_key_a_rule_names_is_a_config_key():
 
 @pytest.mark.parametrize("config", [None, "configs/quickstart.yaml", "configs/flickr8k.yaml",
                                     "configs/flickr8k-supervised.yaml", "configs/flickr8k-supervised-matched.yaml",
-                                    "configs/globetrotter-paper.yaml", "configs/supervised.yaml"])
+                                    "configs/globetrotter-paper.yaml", "configs/supervised.yaml",
+                                    "configs/supervised-paper.yaml"])
 def test_the_main_recipes_read_every_key_they_set(config):
     assert lines(config=config) == []
 

@@ -1,0 +1,126 @@
+"""The synthetic world's best possible image similarity g, to ask whether BackRetrieval is weak there because of g.
+
+On the synthetic world BackRetrieval with pixel thumbnails as g is near chance for every working model
+(docs/results.md, "What each loss carries"). This driver writes a copy of a synthetic split whose "images" are the
+scenes' object vectors: what a perfect object detector trained on the world's shapes, colours and sizes would
+report (a count per shape, shape x colour, shape x size and colour, and the background pattern at half weight),
+regenerated from the world's seed, never read from a caption. The copy keeps every caption, so
+``backretrieval correlate`` (or ``eval``) scores text models on it unchanged, with g the cosine of those vectors.
+Beside it, ``meaning.npy`` (and its ``meaning.npy.texts.json``) embeds each caption by its canonical meaning (TF-IDF
+of the meaning's words and word pairs): a text model that translates perfectly and knows how alike two meanings
+are, for the ``npy:`` model spec:
+
+    .venv/bin/python experiments/synth_object_g.py --split outputs/synth-seed7/train-parallel \
+      --out outputs/synth-seed7/train-parallel-objects
+    .venv/bin/backretrieval correlate --data outputs/synth-seed7/train-parallel-objects --pairs en-de en-zh de-ru \
+      --n 150 --seeds 10 --out-dir runs/bkr-synth-objects \
+      --models meaning=npy:outputs/synth-seed7/train-parallel-objects/meaning.npy full=globetrotter:runs/quickstart
+
+Such a g reads the scene, which no real image model does: it bounds what any g can give on this world.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data_prep.config_io import load_config  # noqa: E402
+from data_prep.shards import ShardWriter, iter_raw, read_manifest  # noqa: E402
+from data_prep.synth.config import SynthConfig  # noqa: E402
+from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES, Scene, sample_scene  # noqa: E402
+from data_prep.synth.world import SCENE_STREAM, SPLIT_IDS  # noqa: E402
+from globetrotter.errors import UserError  # noqa: E402
+
+COLOUR_NAMES = list(COLOURS)
+N_SHAPES, N_COLOURS = len(SHAPES), len(COLOUR_NAMES)
+DIM = N_SHAPES + N_SHAPES * N_COLOURS + 2 * N_SHAPES + N_COLOURS + len(BACKGROUNDS)
+
+
+def object_vector(scene: Scene) -> np.ndarray:
+    """``(DIM,)`` float32: per kind of the scene one count in its shape, shape x colour, shape x size and colour
+    slots; the background pattern at weight 0.5."""
+    v = np.zeros(DIM, np.float32)
+    for kind in scene.kinds:
+        s, c, z = SHAPES.index(kind.shape), COLOUR_NAMES.index(kind.colour), int(kind.size == "large")
+        at = N_SHAPES
+        v[s] += 1
+        v[at + N_COLOURS * s + c] += 1
+        at += N_SHAPES * N_COLOURS
+        v[at + 2 * s + z] += 1
+        at += 2 * N_SHAPES
+        v[at + c] += 1
+    v[DIM - len(BACKGROUNDS) + BACKGROUNDS.index(scene.background.kind)] += 0.5
+    return v
+
+
+def scene_of(world: SynthConfig, image_id: str) -> Scene:
+    """The scene behind ``image_id`` (``<split>-<index>``), drawn again from the world's seed as the generator drew it."""
+    split, _, index = image_id.rpartition("-")
+    if split not in SPLIT_IDS or not index.isdigit():
+        raise UserError(f"image id {image_id!r}: not a synthetic scene id (<split>-<index>)")
+    rng = np.random.default_rng([world.seed, SPLIT_IDS[split], int(index), SCENE_STREAM])
+    return sample_scene(rng, world.image_size, world.max_objects, world.pixel_noise)
+
+
+def write_object_split(split: str | Path, out: str | Path) -> dict:
+    """Copy ``split`` (of a world written by ``globetrotter-data synth``: its ``world.yaml`` one folder up) to
+    ``out`` with each image replaced by its scene's :func:`object_vector`; returns the new manifest."""
+    split, out = Path(split), Path(out)
+    world_file = split.parent / "world.yaml"
+    if not world_file.is_file():
+        raise UserError(f"{split}: no {world_file} beside it (a synthetic world's split is needed)")
+    world = load_config(SynthConfig, world_file)
+    manifest = read_manifest(split)
+    vectors: dict[str, np.ndarray] = {}
+    with ShardWriter(out, split=manifest.get("split", split.name), source="synthetic object vectors",
+                     image_format="npy", extra={"objects_of": str(split)}) as writer:
+        for key, _ext, _data, meta in iter_raw(split):
+            image_id = str(meta["image_id"])
+            if image_id not in vectors:
+                vectors[image_id] = object_vector(scene_of(world, image_id))
+            extra = {k: v for k, v in meta.items() if k not in ("caption", "lang", "image_id", "group")}
+            writer.write(key, vectors[image_id], meta["caption"], meta["lang"], image_id, meta.get("group"), extra)
+    return read_manifest(out)
+
+
+def write_meaning_embeddings(split: str | Path, out: str | Path) -> Path:
+    """``out`` (``.npy``) and ``out.texts.json``: each caption of ``split`` embedded by its ``meaning`` (unit TF-IDF rows
+    of the meaning's words and word pairs, idf over the split), in the ``npy:`` model spec's layout."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts, meanings = [], []
+    for _key, _ext, _data, meta in iter_raw(split):
+        if "meaning" not in meta:
+            raise UserError(f"{split}: caption {meta['caption']!r} has no 'meaning' (not a synthetic split)")
+        texts.append(meta["caption"])
+        meanings.append(meta["meaning"])
+    rows = TfidfVectorizer(token_pattern=r"[^ ;]+", ngram_range=(1, 2)).fit_transform(meanings).toarray()
+    out = Path(out)
+    np.save(out, (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32))
+    Path(f"{out}.texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--split", required=True, help="a split of a synthetic world (world.yaml in its parent folder)")
+    p.add_argument("--out", required=True, help="folder of the copy with object vectors as images")
+    args = p.parse_args(argv)
+    try:
+        manifest = write_object_split(args.split, args.out)
+        meaning = write_meaning_embeddings(args.split, Path(args.out) / "meaning.npy")
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {manifest['num_samples']} captions, images as {DIM}-d object vectors; {meaning}: the "
+          f"captions by their meaning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""experiments/synth_object_g.py: a synthetic split copied with each image replaced by its scene's object vector."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from data_prep.shards import decode_image, iter_raw, read_manifest
+from data_prep.synth import SynthConfig, generate
+from data_prep.synth.scene import COLOURS, SHAPES
+
+
+@pytest.fixture(scope="module")
+def objects():
+    return load_experiment("synth_object_g")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    generate(SynthConfig(train_images=18, val_images=9, test_images=12, parallel_train_images=0, workers=1,
+                         chunk_size=10, seed=3), root, progress=False)
+    return root
+
+
+def test_the_copy_keeps_every_caption_and_its_vectors_name_what_the_captions_say(objects, world, tmp_path):
+    manifest = objects.write_object_split(world / "test", tmp_path / "objects")
+    original = list(iter_raw(world / "test"))
+    copied = list(iter_raw(tmp_path / "objects"))
+    assert manifest["image_format"] == "npy" and manifest["num_samples"] == len(original) == len(copied)
+    assert [(key, meta) for key, _, _, meta in copied] == [(key, meta) for key, _, _, meta in original]
+    vectors = {}
+    for key, ext, data, meta in copied:
+        v = np.asarray(decode_image(data, ext))
+        vectors.setdefault(meta["group"], []).append(v)
+        assert v.shape == (objects.DIM,)
+        for mention in meta["meaning"].split("; "):  # every shape (and colour) a caption names is in the scene
+            if mention.startswith("on "):
+                continue
+            words = mention.split()
+            shape = next(w for w in words if w in SHAPES)
+            s = SHAPES.index(shape)
+            assert v[s] >= 1
+            colour = next((w for w in words if w in COLOURS), None)
+            if colour is not None:
+                assert v[len(SHAPES) + len(COLOURS) * s + list(COLOURS).index(colour)] >= 1
+    # the captions of one scene share its vector; scenes differ
+    assert all(np.array_equal(vs[0], v) for vs in vectors.values() for v in vs)
+    assert len({vs[0].tobytes() for vs in vectors.values()}) > 1
+    assert read_manifest(tmp_path / "objects")["languages"] == read_manifest(world / "test")["languages"]
+
+
+def test_a_split_outside_a_synthetic_world_is_refused_in_one_line(objects, world, tmp_path, capsys):
+    (tmp_path / "lonely").mkdir()
+    for path in (world / "test").iterdir():
+        (tmp_path / "lonely" / path.name).write_bytes(path.read_bytes())
+    assert objects.main(["--split", str(tmp_path / "lonely"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "world.yaml" in err and "\n" not in err
+
+
+def test_the_meaning_model_puts_translations_together_and_reads_by_caption(objects, world, tmp_path):
+    assert objects.main(["--split", str(world / "test"), "--out", str(tmp_path / "objects")]) == 0
+    rows = np.load(tmp_path / "objects" / "meaning.npy")
+    texts = json.loads((tmp_path / "objects" / "meaning.npy.texts.json").read_text(encoding="utf-8"))
+    metas = [meta for _, _, _, meta in iter_raw(world / "test")]
+    assert texts == [m["caption"] for m in metas] and rows.shape[0] == len(metas)
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-5)
+    same = [(i, j) for i in range(len(metas)) for j in range(len(metas)) if metas[i]["group"] == metas[j]["group"]]
+    assert all(np.allclose(rows[i], rows[j]) for i, j in same)  # the captions of one scene are translations
+    other = [(i, j) for i in range(len(metas)) for j in range(len(metas)) if metas[i]["meaning"] != metas[j]["meaning"]]
+    assert all(rows[i] @ rows[j] < 1 - 1e-4 for i, j in other)
