@@ -32,13 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_prep.config_io import load_config  # noqa: E402
 from data_prep.shards import ShardWriter, iter_raw, read_manifest  # noqa: E402
 from data_prep.synth.config import SynthConfig  # noqa: E402
-from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES, Scene, sample_scene  # noqa: E402
-from data_prep.synth.world import SCENE_STREAM, SPLIT_IDS  # noqa: E402
+from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES, Scene  # noqa: E402
+from data_prep.synth.world import SPLIT_IDS, draw_scene  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 
 COLOUR_NAMES = list(COLOURS)
 N_SHAPES, N_COLOURS = len(SHAPES), len(COLOUR_NAMES)
-DIM = N_SHAPES + N_SHAPES * N_COLOURS + 2 * N_SHAPES + N_COLOURS + len(BACKGROUNDS)
+# slots: shape | shape x colour | shape x size | colour | background pattern
+SHAPE_COLOUR = N_SHAPES
+SHAPE_SIZE = SHAPE_COLOUR + N_SHAPES * N_COLOURS
+COLOUR = SHAPE_SIZE + 2 * N_SHAPES
+BACKGROUND = COLOUR + N_COLOURS
+DIM = BACKGROUND + len(BACKGROUNDS)
 
 
 def object_vector(scene: Scene) -> np.ndarray:
@@ -47,14 +52,8 @@ def object_vector(scene: Scene) -> np.ndarray:
     v = np.zeros(DIM, np.float32)
     for kind in scene.kinds:
         s, c, z = SHAPES.index(kind.shape), COLOUR_NAMES.index(kind.colour), int(kind.size == "large")
-        at = N_SHAPES
-        v[s] += 1
-        v[at + N_COLOURS * s + c] += 1
-        at += N_SHAPES * N_COLOURS
-        v[at + 2 * s + z] += 1
-        at += 2 * N_SHAPES
-        v[at + c] += 1
-    v[DIM - len(BACKGROUNDS) + BACKGROUNDS.index(scene.background.kind)] += 0.5
+        v[[s, SHAPE_COLOUR + N_COLOURS * s + c, SHAPE_SIZE + 2 * s + z, COLOUR + c]] += 1
+    v[BACKGROUND + BACKGROUNDS.index(scene.background.kind)] += 0.5
     return v
 
 
@@ -63,8 +62,7 @@ def scene_of(world: SynthConfig, image_id: str) -> Scene:
     split, _, index = image_id.rpartition("-")
     if split not in SPLIT_IDS or not index.isdigit():
         raise UserError(f"image id {image_id!r}: not a synthetic scene id (<split>-<index>)")
-    rng = np.random.default_rng([world.seed, SPLIT_IDS[split], int(index), SCENE_STREAM])
-    return sample_scene(rng, world.image_size, world.max_objects, world.pixel_noise)
+    return draw_scene(world, SPLIT_IDS[split], int(index))[0]
 
 
 def write_object_split(split: str | Path, out: str | Path) -> dict:

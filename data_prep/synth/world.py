@@ -38,7 +38,7 @@ from .dictionary import write_dictionaries
 from .grammars import get_grammar
 from .lexicon import LANGUAGES
 from .render import render_scene
-from .scene import sample_meaning, sample_scene
+from .scene import Scene, sample_meaning, sample_scene
 
 SOURCE = "synthetic"
 # Stable ids of the splits in the random streams; never reorder.
@@ -93,6 +93,13 @@ class Record:
     meaning: str
 
 
+def draw_scene(cfg: SynthConfig, split_id: int, index: int) -> tuple[Scene, np.random.Generator]:
+    """Scene ``index`` of split ``split_id`` (:data:`SPLIT_IDS`), drawn from its own stream of ``cfg.seed``, and
+    that stream, which then draws what the scene's caption says."""
+    rng = np.random.default_rng([cfg.seed, split_id, index, SCENE_STREAM])
+    return sample_scene(rng, cfg.image_size, cfg.max_objects, cfg.pixel_noise), rng
+
+
 def render_range(cfg: SynthConfig, plan: SplitPlan, start: int, stop: int,
                  assignment: np.ndarray | None) -> tuple[list[Record], set[tuple[str, str, str]]]:
     """Scenes ``start..stop-1`` of a split: encoded images, captions, and the dictionary
@@ -101,8 +108,7 @@ def render_range(cfg: SynthConfig, plan: SplitPlan, start: int, stop: int,
     records: list[Record] = []
     words: set[tuple[str, str, str]] = set()
     for index in range(start, stop):
-        rng = np.random.default_rng([cfg.seed, plan.split_id, index, SCENE_STREAM])
-        scene = sample_scene(rng, cfg.image_size, cfg.max_objects, cfg.pixel_noise)
+        scene, rng = draw_scene(cfg, plan.split_id, index)
         image = encode_image(render_scene(scene, cfg.image_size), cfg.image_format)
         meaning = sample_meaning(
             scene, rng, cfg.p_mention_object, cfg.p_mention_colour, cfg.p_mention_size,
