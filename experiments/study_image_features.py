@@ -16,6 +16,11 @@ writes two feature caches of the train split's images, each imported as ``globet
   captions: a model trained on it shows what image features that carry what people see in a picture would give, and
   is never a method.
 
+With ``--blend W`` (repeatable) it also writes ``blend-W``: the two joined so that the oracle gives a share ``W`` of
+every cosine between two images (each centred and scaled to unit length, then weighted by ``sqrt(W)`` and
+``sqrt(1 - W)``): image vectors of every quality between the two, to read how good an encoder the recipe needs
+(docs/results.md, "How good the image vectors must be").
+
 With ``--from-model RUN`` it writes one cache instead, ``self-NAME``: each image's vector is the mean embedding of
 its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model. No
 parallel text enters it: a second round of the recipe on the first round's view of its images (docs/results.md
@@ -100,6 +105,19 @@ def mean_embeddings(captions: list[list], encode: Callable[[list], np.ndarray]) 
     return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
 
 
+def blend(oracle: np.ndarray, control: np.ndarray, share: float) -> np.ndarray:
+    """Rows of ``oracle`` and ``control`` [images, *] joined, each centred and of unit length, weighted so that the
+    cosine of two rows is ``share`` x their oracle cosine + (1 - share) x their control cosine (float32)."""
+    if not 0 < share < 1:
+        raise UserError(f"--blend {share:g}: the oracle's share must be between 0 and 1 (exclusive)")
+    parts = []
+    for vectors, weight in ((oracle, share), (control, 1 - share)):
+        x = np.asarray(vectors, dtype=np.float64)
+        x = x - x.mean(axis=0)
+        parts.append(np.sqrt(weight) * x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-12))
+    return np.concatenate(parts, axis=1).astype(np.float32)
+
+
 def own_captions(image_ids: list[str], metas: Iterable[dict]) -> list[list[tuple[str, str]]]:
     """Each image's ``(caption, language)`` pairs among the caption records ``metas``; a one-line error names the
     first image with none."""
@@ -154,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
     ap.add_argument("--from-model", type=Path, metavar="RUN",
                     help="write only self-NAME: each image's mean caption embedding under this trained run")
+    ap.add_argument("--blend", type=float, action="append", default=[], metavar="W",
+                    help="also write blend-W, the oracle's share W of every cosine (repeatable)")
     ap.add_argument("--threads", type=int, default=2, help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
@@ -173,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                                       args.overlap)
         vectors = mean_embeddings(captions, USEEmbedder(threads=args.threads).encode)
         written["described"] = write_cache(split, vectors, ids, "described", out_dir)
+        if args.blend:  # the two as written (float16), so that a blend is made of the caches it is read beside
+            stored = load_feature_cache(written["described"])
+            oracle = np.asarray(stored.features[stored.rows(ids, split), 0], dtype=np.float32)
+        for share in args.blend:
+            written[f"blend-{share:g}"] = write_cache(split, blend(oracle, control, share), ids, f"blend-{share:g}",
+                                                      out_dir)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

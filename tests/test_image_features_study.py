@@ -94,3 +94,21 @@ def test_from_model_refuses_a_folder_that_is_not_a_run(study, tiny_world, tmp_pa
     assert study.main(["--split", str(tiny_world / "train"), "--from-model", str(tmp_path), "--out-dir",
                        str(tmp_path / "out")]) == 2
     assert "no config.yaml (expected a trained run folder)" in capsys.readouterr().err
+
+
+def test_blend_gives_the_oracle_its_share_of_every_cosine(study):
+    rng = np.random.default_rng(0)
+    oracle, control = rng.normal(size=(20, 5)), rng.normal(size=(20, 7))
+
+    def cosines(x):
+        x = x - x.mean(axis=0)
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return x @ x.T
+
+    for share in (0.1, 0.5, 0.9):
+        out = study.blend(oracle, control, share)
+        assert out.shape == (20, 12) and out.dtype == np.float32
+        np.testing.assert_allclose(out @ out.T, share * cosines(oracle) + (1 - share) * cosines(control), atol=1e-5)
+    for share in (0.0, 1.0, 1.5):
+        with pytest.raises(UserError, match=f"--blend {share:g}: the oracle's share must be between 0 and 1"):
+            study.blend(oracle, control, share)
