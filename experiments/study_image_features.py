@@ -105,11 +105,16 @@ def mean_embeddings(captions: list[list], encode: Callable[[list], np.ndarray]) 
     return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
 
 
+def check_share(share: float) -> None:
+    """Refuse an oracle's share of ``--blend`` outside (0, 1), in one line."""
+    if not 0 < share < 1:
+        raise UserError(f"--blend {share:g}: the oracle's share must be between 0 and 1 (exclusive)")
+
+
 def blend(oracle: np.ndarray, control: np.ndarray, share: float) -> np.ndarray:
     """Rows of ``oracle`` and ``control`` [images, *] joined, each centred and of unit length, weighted so that the
     cosine of two rows is ``share`` x their oracle cosine + (1 - share) x their control cosine (float32)."""
-    if not 0 < share < 1:
-        raise UserError(f"--blend {share:g}: the oracle's share must be between 0 and 1 (exclusive)")
+    check_share(share)
     parts = []
     for vectors, weight in ((oracle, share), (control, 1 - share)):
         x = np.asarray(vectors, dtype=np.float64)
@@ -179,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from backretrieval.embedders import USEEmbedder
 
+        for share in args.blend:  # before any caption is encoded or cache written
+            check_share(share)
         split, out_dir = Path(args.split), Path(args.out_dir)
         ids = split_image_ids(split)
         if args.from_model is not None:

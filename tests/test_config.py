@@ -91,7 +91,6 @@ def test_shipped_configs_are_valid():
         load_config(ZeroShotConfig, path)
 
 
-
 def test_the_real_photo_recipe_refuses_a_backbone_that_trains_and_its_comment_says_what_does():
     recipe = REPO / "configs" / "flickr8k.yaml"
     with pytest.raises(UserError, match="data.features reads cached backbone features"):
@@ -101,6 +100,7 @@ def test_the_real_photo_recipe_refuses_a_backbone_that_trains_and_its_comment_sa
     assert "model.freeze_image_backbone=false" in overrides
     cfg = load_train_config(recipe, overrides)
     assert (cfg.data.features, cfg.model.freeze_image_backbone, cfg.model.token_init) == (None, False, "random")
+
 
 def test_cli_reports_config_errors_in_one_line_with_exit_2(tmp_path):
     path = write(tmp_path, "model:\n  layerz: 3\n")
