@@ -37,7 +37,7 @@ from globetrotter.data.feature_cache import build_feature_cache, spec_from_confi
 from globetrotter.models.image import create_image_backbone
 from globetrotter.threads import configure_threads
 cfg = load_train_config("configs/flickr8k.yaml")
-configure_threads(1, requested=cfg.threads, log=print)  # as globetrotter-data features build: one decoding worker
+configure_threads(0, requested=cfg.threads, log=print)  # as globetrotter-data features build: light workers
 backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
 record = build_feature_cache(Path(cfg.data.root) / cfg.data.train_split, spec_from_config(cfg), Path(sys.argv[2]),
                              backbone, workers=1, progress=False, max_images=int(sys.argv[1]))
@@ -55,6 +55,14 @@ def environment(one_thread: bool) -> dict[str, str]:
 def train_command(steps: int, out: Path, name: str) -> list[str]:
     return [sys.executable, "train.py", "--config", "configs/quickstart.yaml", f"steps={steps}", f"val.every={steps}",
             f"checkpoint_every={steps}", f"run_name={name}", f"output_dir={out}"]
+
+
+def wait_for_quiet(limit: float) -> None:
+    """Wait (at most ``limit`` seconds) until the 1-minute load falls to 0.5, the level below which the automatic
+    choice ignores it: else the previous measurement's own load would cap the next default."""
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] > 0.5 and time.monotonic() < deadline:
+        time.sleep(5)
 
 
 def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[float, int]:
@@ -82,6 +90,8 @@ def main() -> None:
     p.add_argument("--build-images", type=int, default=24, help="images of each measured cache build")
     p.add_argument("--repeats", type=int, default=1, help="measurements of each cell (their mean is printed)")
     p.add_argument("--settle", type=float, default=75.0, help="seconds the background job runs before measuring")
+    p.add_argument("--quiet-wait", type=float, default=240.0,
+                   help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement")
     p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"])
     args = p.parse_args()
 
@@ -106,6 +116,8 @@ def main() -> None:
                     chosen = set()
                     for r in range(args.repeats):
                         for one in (False, True):
+                            if background is None:
+                                wait_for_quiet(args.quiet_wait)
                             rate, threads = measure(kind, one, args, tmp, f"{situation}-{kind}-{int(one)}-{r}")
                             rates[one].append(rate)
                             if not one:

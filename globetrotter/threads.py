@@ -18,12 +18,15 @@ idle one. An explicit choice wins: a config's ``threads`` key (training, feature
 ``OMP_NUM_THREADS`` in the environment (left as torch read it).
 
 Used by ``train.py`` (recorded in ``result.json``), ``globetrotter-data features build`` and ``eval.py``.
+A feature-cache build counts its decoding workers as light (``workers=0``): they make an image's views about
+ten times faster than the backbone runs over them, so the backbone gets the cores (docs/results.md, benchmarks).
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 ENV = "OMP_NUM_THREADS"
 
@@ -118,3 +121,16 @@ def apply_threads(threads: int) -> None:
 
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def using_threads(threads: int) -> Iterator[None]:
+    """Torch runs ``threads`` intra-op threads inside the block and its previous count after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    apply_threads(threads)
+    try:
+        yield
+    finally:
+        apply_threads(before)

@@ -369,3 +369,52 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     code, _, stderr = run(base[:-1] + ["3"])
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
+
+
+def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_runs_threads(tiny_world, tmp_path, weights,
+                                                                                         monkeypatch):
+    import shutil
+
+    import globetrotter.data.feature_cache as feature_cache
+    import globetrotter.threads as threads
+    from globetrotter.data.feature_cache import ensure_feature_cache
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    monkeypatch.delenv(threads.ENV, raising=False)
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
+    monkeypatch.setattr(threads, "load_average", lambda: 0.0)
+    seen = []
+    real = feature_cache.build_feature_cache
+
+    def build(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(feature_cache, "build_feature_cache", build)
+    cfg = _cfg(world, tmp_path, weights, "data.workers=1")
+    assert threads.choose_threads(cfg.data.workers).threads == 2  # the run's share beside its data worker
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        lines = []
+        ensure_feature_cache(cfg, "train", lines.append)
+        assert seen == [4] and torch.get_num_threads() == 2  # the build had the cores; the run has its share again
+        assert "torch threads: 4" in lines[0]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(tiny_world, tmp_path, weights, capsys,
+                                                                              monkeypatch):
+    import globetrotter.threads as threads
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "load_average", lambda: 0.0)
+    code, stdout, stderr = run_data_cli(
+        ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+         "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "1", "--backbone",
+         "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+    assert code == 0, stderr[-2000:]
+    assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle

@@ -68,3 +68,19 @@ def test_training_config_key_and_validation():
     assert load_train_config(None, ["threads=3"]).threads == 3
     with pytest.raises(UserError, match="threads must be >= 1"):
         load_train_config(None, ["threads=0"])
+
+
+def test_using_threads_sets_the_count_inside_the_block_and_restores_it_after():
+    from globetrotter.threads import using_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with using_threads(3):
+            assert torch.get_num_threads() == 3
+        assert torch.get_num_threads() == 1
+        with pytest.raises(RuntimeError), using_threads(2):
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -341,10 +341,14 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
                         f"(or join several encoders' caches: features concat ... --name {spec.weights})")
     if not (path / SPEC).is_file():
         from ..models.image import create_image_backbone
+        from ..threads import choose_threads, load_average, using_threads
 
-        log(f"building the image-feature cache {path} ({spec.backbone}, {spec.views} views + the whole image) ...")
+        # the build's own threads, not the training's share: its decoding workers are light (globetrotter/threads.py)
+        choice = choose_threads(0, requested=cfg.threads, load=load_average())
+        log(f"building the image-feature cache {path} ({spec.backbone}, {spec.views} views + the whole image; {choice}) ...")
         backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
-        record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers)
+        with using_threads(choice.threads):
+            record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers)
         log(f"feature cache: {record['images']} images in {record['build_seconds']:.0f} s "
             f"({record['images_per_s']:.1f} images/s)")
     return load_feature_cache(path, spec, Path(cfg.data.root) / split)

@@ -37,8 +37,8 @@ def _build(args: argparse.Namespace) -> int:
     from ..models.image import create_image_backbone
     from ..threads import configure_threads
 
-    # the cores' share of this process and its decoding workers (or the config's threads, or OMP_NUM_THREADS)
-    configure_threads(args.workers, requested=cfg.threads, log=print,
+    # the backbone gets the cores, its decoding workers being light (or the config's threads, or OMP_NUM_THREADS)
+    configure_threads(0, requested=cfg.threads, log=print,
                       hint="set threads=N (override) or OMP_NUM_THREADS=N to choose")
     backbone = create_image_backbone(model.image_backbone, model.image_pretrained, **model.image_backbone_args)
     record = build_feature_cache(split, spec, out, backbone, batch_images=args.batch_images, workers=args.workers,
