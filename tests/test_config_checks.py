@@ -111,7 +111,7 @@ def test_training_logs_one_warning_line_per_ignored_key_at_its_start(monkeypatch
     class Stop(Exception):
         pass
 
-    def stop(cfg, log):
+    def stop(cfg, log, device):
         raise Stop
 
     monkeypatch.setattr(trainer, "ensure_data", stop)  # the warnings come before anything is read or built

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from accelerate import PartialState
 from safetensors.torch import load_file
 
 import globetrotter
@@ -403,6 +404,43 @@ def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_ru
         assert "torch threads: 4" in lines[0]
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_builds_its_missing_cache_on_the_training_device(tiny_world, tmp_path, weights, monkeypatch):
+    import shutil
+
+    import globetrotter.data.feature_cache as feature_cache
+    from globetrotter.training import trainer
+    from globetrotter.training.prepare import ensure_data
+
+    class Stop(Exception):
+        pass
+
+    handed = []
+
+    def stop(cfg, log, device):
+        handed.append(device)
+        raise Stop
+
+    monkeypatch.setattr(trainer, "ensure_data", stop)
+    with pytest.raises(Stop):
+        trainer.train(_cfg(tiny_world, tmp_path, weights))
+    assert handed == [PartialState().device]  # the trainer hands its device to the data it prepares
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    seen, real = [], feature_cache.build_feature_cache
+
+    def build(*args, device, **kwargs):  # a CPU machine has no second device: record it, build on the CPU
+        seen.append(device)
+        return real(*args, device="cpu", **kwargs)
+
+    monkeypatch.setattr(feature_cache, "build_feature_cache", build)
+    lines = []
+    ensure_data(_cfg(world, tmp_path, weights), lines.append, device=torch.device("meta"))
+    assert seen == ["meta"] and any("on meta)" in line for line in lines)
+    record = json.loads((world / "train" / "features" / "cache.json").read_text())
+    assert record["device"] == "cpu"  # the cache says where it was built
 
 
 def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(tiny_world, tmp_path, weights, capsys,

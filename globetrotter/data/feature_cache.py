@@ -213,7 +213,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     del feats
     record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
               "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
-              "build_seconds": elapsed}
+              "build_seconds": elapsed, "device": str(device)}
     (tmp / IMAGE_IDS).write_text(json.dumps(ids))
     (tmp / SPEC).write_text(json.dumps(record, indent=2))
     if out_dir.exists():
@@ -329,8 +329,10 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec)
 
 
-def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], None] = print) -> FeatureCache:
-    """The run's cache for ``split``: built (on the main process) when absent, checked against the config."""
+def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], None] = print,
+                         device: str | torch.device = "cpu") -> FeatureCache:
+    """The run's cache for ``split``: built (on the main process, the backbone on ``device``: the training's) when
+    absent, checked against the config."""
     path = cache_dir_for(cfg, split)
     if path is None:
         raise UserError("data.features is not set: this run reads pixels")
@@ -343,12 +345,15 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
         from ..models.image import create_image_backbone
         from ..threads import choose_threads, load_average, using_threads
 
+        device = torch.device(device)
         # the build's own threads, not the training's share: its decoding workers are light (globetrotter/threads.py)
         choice = choose_threads(0, requested=cfg.threads, load=load_average())
-        log(f"building the image-feature cache {path} ({spec.backbone}, {spec.views} views + the whole image; {choice}) ...")
+        where = f"on {device}" if device.type != "cpu" else str(choice)
+        log(f"building the image-feature cache {path} ({spec.backbone}, {spec.views} views + the whole image; {where}) ...")
         backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
         with using_threads(choice.threads):
-            record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers)
+            record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers,
+                                         device=str(device))
         log(f"feature cache: {record['images']} images in {record['build_seconds']:.0f} s "
             f"({record['images_per_s']:.1f} images/s)")
     return load_feature_cache(path, spec, Path(cfg.data.root) / split)

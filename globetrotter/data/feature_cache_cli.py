@@ -99,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "SimCLR-augmented views with the config's augmentation settings, seeded per image. Training with "
         "model.freeze_image_backbone=true and data.features=auto|FOLDER then reads these rows instead of pixels. "
         "A cache records what it was built with; training refuses one that does not match its config. "
-        "Training builds a missing cache itself; this command builds it ahead (or on a machine with a GPU).",
+        "Training builds a missing cache itself, on its own device; this command builds it ahead.",
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--config", help="training config whose backbone, weights, image size, views and augmentations to use")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
 
@@ -16,6 +17,9 @@ from ..tokenizer import (
     shows_parallel_text,
     train_tokenizer_on_split,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 def tokenizer_path(cfg: TrainConfig) -> Path:
@@ -135,10 +139,11 @@ def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
     return replace(cfg, data=replace(cfg.data, train_image_share=share))
 
 
-def ensure_data(cfg: TrainConfig, log=print) -> None:
+def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu") -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
     train the tokenizer when its file is absent; build the image-feature
-    cache when ``data.features`` asks for one that is absent (refuse a mismatched one). Main process only.
+    cache (its backbone on ``device``, the training's) when ``data.features`` asks for one that is absent (refuse a
+    mismatched one). Main process only.
 
     The tokenizer is trained on ``data.tokenizer_split`` (a one-language split), not on the training split, so the
     twins of a comparison (full, text-only, supervised on a parallel split) share one BPE that saw no parallel text;
@@ -166,7 +171,7 @@ def ensure_data(cfg: TrainConfig, log=print) -> None:
     if cfg.data.features and cfg.loss.uses_images:
         from ..data.feature_cache import ensure_feature_cache
 
-        ensure_feature_cache(cfg, cfg.data.train_split, log)
+        ensure_feature_cache(cfg, cfg.data.train_split, log, device=device)
 
 
 def with_text_languages(cfg: TrainConfig) -> TrainConfig:
