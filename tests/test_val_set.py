@@ -105,3 +105,41 @@ def test_a_runs_own_cache_as_g_needs_one_and_unknown_g_is_refused(tiny_world, tm
     with pytest.raises(UserError, match="no imported embeddings here"):  # nothing imported yet: says how
         image_features_of(cfg, "val")
     assert image_features_of(load_train_config(None, [f"data.root={tiny_world}"]), "val") == "pixels"
+
+
+def test_the_trainers_validation_runs_gs_network_on_the_training_device(tiny_world, tmp_path, monkeypatch):
+    import backretrieval.images as images
+    from accelerate import PartialState
+    from conftest import TINY
+    from globetrotter.config import load_train_config
+    from globetrotter.training import trainer, validation
+
+    made = []
+
+    class Extractor:  # stands for the timm network: records where it would run, gives fixed-width features
+        def __init__(self, name, weights, *, device, **_):
+            made.append(device)
+
+        def extract(self, pictures, ids):
+            return np.random.default_rng(0).normal(size=(len(pictures), 8)).astype(np.float32)
+
+    monkeypatch.setattr(images, "ImageFeatureExtractor", Extractor)
+    bkr = validation.Validator(load_train_config(None, [f"data.root={tiny_world}", "val.image_features=timm:resnet18"]),
+                               device="meta").val
+    assert made == ["meta"] and bkr.image_feats.shape == (len(bkr.texts), 8)
+
+    class Stop(Exception):
+        pass
+
+    handed = []
+
+    def stop(cfg, device):
+        handed.append(device)
+        raise Stop
+
+    monkeypatch.setattr(validation, "Validator", stop)
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                   f"output_dir={tmp_path}", *TINY, "val.every=1"])
+    with pytest.raises(Stop):
+        trainer.train(cfg)
+    assert handed == [str(PartialState().device)]

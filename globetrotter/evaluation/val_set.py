@@ -60,7 +60,7 @@ class BackRetrievalSet:
     """
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
-                 image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10)) -> None:
+                 image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10), device: str = "cpu") -> None:
         from data_prep.shards import read_manifest
 
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
@@ -70,7 +70,7 @@ class BackRetrievalSet:
         if image_features.startswith("features:"):  # rows of a feature cache: the captions alone are read
             self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
             return
-        extract = self._feature_extractor(image_features)
+        extract = self._feature_extractor(image_features, device)
         if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
             manifest = read_manifest(self.split)
             counts, capacity = manifest["languages"].values(), int(manifest["num_samples"])  # images <= captions
@@ -132,8 +132,8 @@ class BackRetrievalSet:
             order = np.argsort(chunk, kind="stable")
             self.image_feats[s + order] = cache.features[chunk[order], 0]
 
-    def _feature_extractor(self, image_features: str) -> Callable[[list, list], np.ndarray] | None:
-        """``(pictures, image ids) -> features`` of the fixed ``g``; None for ``model``."""
+    def _feature_extractor(self, image_features: str, device: str = "cpu") -> Callable[[list, list], np.ndarray] | None:
+        """``(pictures, image ids) -> features`` of the fixed ``g`` (a network's on ``device``); None for ``model``."""
         if image_features == "pixels":
             return lambda pictures, _ids: pixel_features(pictures)
         if image_features == "model":
@@ -147,7 +147,7 @@ class BackRetrievalSet:
 
         _, name, *weights = image_features.split(":", 2)
         # once per distinct image, cached beside the split for later runs
-        extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False,
+        extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False, device=device,
                                           cache_dir=self.split / "bkr-image-features")
         return lambda pictures, ids: extractor.extract(pictures, ids=ids)
 

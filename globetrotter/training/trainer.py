@@ -147,7 +147,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if cfg.val.every > 0 and main:
         from .validation import Validator
 
-        validator = Validator(cfg)
+        validator = Validator(cfg, device=str(accelerator.device))
     if main:
         accelerator.init_trackers(cfg.run_name)
 

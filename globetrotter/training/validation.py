@@ -17,11 +17,12 @@ class Validator:
     """Loads the val/test data once; ``__call__(encoder)`` returns ``{"val/bkr@K": ..., "test/...": ...}``,
     :meth:`evaluate` the same and the per-query hits of every ``val/bkr@K``."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, device: str = "cpu") -> None:
         self.cfg = cfg
         root = Path(cfg.data.root)
+        # g's network, if any, runs once over the val images on ``device`` (the training's)
         self.val = BackRetrievalSet(root / cfg.data.val_split, cfg.val.max_per_lang, cfg.seed,
-                                    image_features_of(cfg, cfg.data.val_split), cfg.val.bkr_ks)
+                                    image_features_of(cfg, cfg.data.val_split), cfg.val.bkr_ks, device=device)
         # the test split only for a run that asks for it (val.test_groups > 0); never used to choose anything
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
