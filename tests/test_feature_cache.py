@@ -456,3 +456,10 @@ def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(ti
          "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     assert code == 0, stderr[-2000:]
     assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle
+
+
+def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads_or_loads_a_backbone(tmp_path, capsys):
+    code, stdout, stderr = run_data_cli(["features", "build", str(tmp_path / "nowhere")], capsys)
+    assert code == 2 and stdout == ""  # no threads line, no backbone
+    assert stderr.strip() == f"error: {tmp_path / 'nowhere'}: split directory not found (expected a folder with " \
+                             f"manifest.json and .tar shards)"

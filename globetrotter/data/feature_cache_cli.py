@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from data_prep.shards import read_manifest
+
 from ..argtypes import non_negative_int, positive_int
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
@@ -29,6 +31,7 @@ def _build(args: argparse.Namespace) -> int:
                         "with globetrotter-data features import SPLIT --embeddings FILE --name NAME")
     spec = spec_from_config(cfg)
     split = Path(args.split_dir)
+    read_manifest(split)  # a folder that is no split: its one-line error before anything is loaded
     out = Path(args.out) if args.out else split / "features"
     if (out / SPEC).is_file() and not args.force:
         cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
