@@ -78,7 +78,7 @@ def test_unknown_language_and_repeated_model_are_named(parallel_split):
         evaluate_split(root / "test", ["random:4", "random:4"], progress=False)
 
 
-def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_path):
+def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_path, monkeypatch):
     rng = np.random.default_rng(2)
     split = tmp_path / "val"
     with ShardWriter(split, split="val", source="unit", image_format="jpg") as w:
@@ -89,7 +89,13 @@ def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_
     first = evaluate_split(split, ["random:8"], extractor=g, ks=(1,), bootstrap=0, progress=False).to_record()
     assert len(list((tmp_path / "cache").glob("test_efficientnet-*.npy"))) == 1
     assert first["image_model"] == "test_efficientnet:random"
-    again = evaluate_split(split, ["random:8"], extractor=g, ks=(1,), bootstrap=0, progress=False)  # from the cache
+    fresh = image_feature_extractor("test_efficientnet", "random", cache_dir=tmp_path / "cache", progress=False)
+
+    def no_compute(_images):
+        raise AssertionError("image features computed again: the cache was not read")
+
+    monkeypatch.setattr(fresh, "_compute", no_compute)
+    again = evaluate_split(split, ["random:8"], extractor=fresh, ks=(1,), bootstrap=0, progress=False)  # from the cache
     assert again.to_record()["models"] == first["models"]
 
 

@@ -50,7 +50,7 @@ def test_families_file_sections_union_and_errors(study, tmp_path):
         study.parse_g("thumbnail:16")
 
 
-def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_split, tmp_path, capsys):
+def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_split, tmp_path, capsys, monkeypatch):
     fams = tmp_path / "fam.txt"
     fams.write_text("[graded]\nchar=tfidf:char\nword=tfidf:word\nrnd=random:16:0\nnoisy=noisy:3:0:tfidf:word\n")
     out = tmp_path / "out"
@@ -69,6 +69,11 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
     cached = sorted((out / "embeddings").glob("*.npy"))
     assert len(cached) == 4
     capsys.readouterr()
+
+    def no_embedder(spec, **_):
+        raise AssertionError(f"{spec} embedded again: the cache was not read")
+
+    monkeypatch.setattr(study, "load_embedder", no_embedder)
     assert study.main(argv) == 0  # the second run reads every embedding from the cache
     assert sorted((out / "embeddings").glob("*.npy")) == cached
     assert json.loads((out / "study.json").read_text())["rows"][0]["pearson"] == rec["rows"][0]["pearson"]

@@ -44,7 +44,13 @@ def test_run_writes_checkpoints_that_load(tiny_world, tmp_path):
     assert img.shape == (1, 16)
     words, emb = enc.token_embeddings()
     assert len(words) == emb.shape[0] and emb.shape[1] == 32
-    # the loaded weights are the trained ones, not a fresh init
+    # the loaded weights are the last checkpoint's, which training moved away from the earlier one
+    from safetensors.torch import load_file
+
+    saved, earlier = (load_file(root / step / "model.safetensors") for step in ("step-00000004", "step-00000002"))
+    loaded = enc.model.state_dict()
+    assert saved and all(torch.equal(loaded[k].cpu(), v) for k, v in saved.items())
+    assert not all(torch.equal(v, earlier[k]) for k, v in saved.items())
     state = torch.load(root / "step-00000004" / "optimizer.bin", weights_only=False)
     assert state["state"], "optimizer state saved"
 

@@ -49,7 +49,7 @@ def test_a_tagger_that_reads_the_image_beats_the_frequency_baseline():
                           caption_image=np.array([0, 0, 1, 1, 2, 2]), image_keys=["a", "b", "c"],
                           text_features=np.zeros((6, 4), np.float32), image_features=np.eye(3, 4, dtype=np.float32))
     vocab = {"en": frequent_words(captions, "en", 10)}
-    assert vocab["en"][:2] == ["dog", "grass"] or vocab["en"][0] == "dog"
+    assert vocab["en"] == ["dog", "grass", "cat", "sofa", "snow", "running", "sleeping", "jumping"]  # ties: first seen
     truth_tags = {0: ["dog", "grass"], 1: ["cat", "sofa"], 2: ["dog", "snow"]}
 
     def oracle(features: torch.Tensor, lang: str) -> list[list[str]]:

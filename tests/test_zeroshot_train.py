@@ -194,9 +194,17 @@ def test_m3l_training_lowers_its_loss_and_pushes_negative_texts_apart():
 def test_validation_keeps_the_best_epoch():
     text, images, caption_image = _synthetic_pairs(40, 2)
     cfg = load_config(ZeroShotConfig, overrides=["adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "optim.epochs=4"])
-    scores = iter([0.1, 0.9, 0.2, 0.3])
-    _, history = train_adapter(text, images, caption_image, cfg, validate=lambda a: next(scores), progress=False)
+    scores, states = iter([0.1, 0.9, 0.2, 0.3]), []
+
+    def validate(adapter):  # each epoch's weights, as validated
+        states.append({k: v.clone() for k, v in adapter.state_dict().items()})
+        return next(scores)
+
+    adapter, history = train_adapter(text, images, caption_image, cfg, validate=validate, progress=False)
     assert history.best_epoch == 1 and history.val == [0.1, 0.9, 0.2, 0.3]
+    kept = adapter.state_dict()
+    assert all(torch.equal(kept[k], states[1][k]) for k in kept)  # the returned weights are the best epoch's
+    assert not all(torch.equal(kept[k], states[-1][k]) for k in kept)  # not the last epoch's
 
 
 def test_load_adapter_missing_is_a_user_error(tmp_path):
