@@ -99,7 +99,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if adapting:
             adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
             adapt.write_tokenizer(cfg, log)
-        ensure_data(cfg, log, device=process.device)  # a missing feature cache is built on the training device
+        ensure_data(cfg, log, device=accelerator.device)  # a missing feature cache is built on the training device
         cfg = with_matched_image_share(cfg, log)  # data.match_images_of: the share, saved with every checkpoint
         cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
         cfg = with_imported_dim(cfg)  # imported embeddings' width, saved with every checkpoint
