@@ -12,7 +12,9 @@ leave free:
 
 ``cores`` are the cores this process may run on (``os.sched_getaffinity``), ``workers`` the data-loader
 processes it starts, ``processes_per_node`` the training processes on this machine (``accelerate launch``),
-``load`` the 1-minute load average at start (the other jobs: the command has not run yet). So a default run
+``load`` the other jobs' use of this process's cores at start (:func:`load_average`: the smaller of the
+1-minute load average and the cores busy over the last quarter second, so a command that has just ended, which
+weighs in the load average for a minute, takes no core from the next one). So a default run
 is never slower than the same run with ``OMP_NUM_THREADS=1`` on a busy machine, and uses the cores of an
 idle one. An explicit choice wins: a config's ``threads`` key (training, feature cache), then
 ``OMP_NUM_THREADS`` in the environment (left as torch read it).
@@ -24,6 +26,7 @@ ten times faster than the backbone runs over them, so the backbone gets the core
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
@@ -52,15 +55,43 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cores(window: float = 0.25, stat: str = "/proc/stat") -> float | None:
+    """The machine's cores busy over the next ``window`` seconds (all processes, from the ``cpu`` line of
+    ``/proc/stat``: time not idle and not waiting on I/O); None where the system has no such file."""
+    def totals() -> tuple[int, int]:
+        with open(stat) as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields[:8]), idle  # user..steal; guest time is already in user
+
+    try:
+        total0, idle0 = totals()
+        time.sleep(window)
+        total1, idle1 = totals()
+    except (OSError, ValueError, IndexError):
+        return None
+    elapsed = total1 - total0
+    if elapsed <= 0:
+        return None
+    return (os.cpu_count() or 1) * (elapsed - (idle1 - idle0)) / elapsed
+
+
 def load_average() -> float | None:
-    """The 1-minute load average on this process's cores: the machine's, times the share of its cores this
-    process may use (a container pinned to 4 of 64 cores sees a 64-core machine's load); None where the
-    system has none."""
+    """The other jobs' load on this process's cores: the smaller of the 1-minute load average and
+    :func:`busy_cores` (a job that has just ended still weighs in the load average for a minute), times the
+    share of the machine's cores this process may use (a container pinned to 4 of 64 cores sees a 64-core
+    machine's load); None where the system has neither."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
+        load = None
+    if load is not None and load <= 0.5:
+        return load * min(1.0, available_cores() / (os.cpu_count() or 1))  # idle: no need to look closer
+    busy = busy_cores()
+    measures = [v for v in (load, busy) if v is not None]
+    if not measures:
         return None
-    return load * min(1.0, available_cores() / (os.cpu_count() or 1))
+    return min(measures) * min(1.0, available_cores() / (os.cpu_count() or 1))
 
 
 def _env_threads(env: Mapping[str, str]) -> int | None:

@@ -1,4 +1,4 @@
-"""Config keys a run ignores (issue 33 part 5): set away from their defaults, reported one line each at the start
+"""Config keys a run ignores: set away from their defaults, reported one line each at the start
 of training (``globetrotter.config_checks``)."""
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from globetrotter import threads
 from globetrotter.threads import ENV, choose_threads, configure_threads
 
 NO_ENV: dict[str, str] = {}
@@ -84,3 +85,28 @@ def test_using_threads_sets_the_count_inside_the_block_and_restores_it_after():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_busy_cores_reads_the_time_not_idle_between_two_looks(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal: 1000 jiffies pass, 250 of them idle or waiting on I/O
+    stat.write_text("cpu 100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    monkeypatch.setattr(threads.time, "sleep",
+                        lambda s: stat.write_text("cpu 500 0 450 850 200 0 0 0 0 0\ncpu0 1 2 3\n"))
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.busy_cores(stat=str(stat)) == pytest.approx(4 * 750 / 1000)
+    assert threads.busy_cores(stat=str(tmp_path / "missing")) is None
+
+
+def test_a_command_that_has_just_ended_takes_no_core_from_the_next(monkeypatch):
+    # the 1-minute load average still counts the previous command; the cores busy now do not
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.9, 1.0, 0.5))
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "busy_cores", lambda window=0.25: 0.1)
+    assert threads.load_average() == pytest.approx(0.1)
+    assert threads.choose_threads(cores=2, load=threads.load_average(), env={}).threads == 2
+    # a job that keeps running shows in both: the smaller one counts
+    monkeypatch.setattr(threads, "busy_cores", lambda window=0.25: 2.0)
+    assert threads.load_average() == pytest.approx(1.9)
+    assert threads.choose_threads(cores=2, load=threads.load_average(), env={}).threads == 1

@@ -1,5 +1,5 @@
 """Reliability of training runs: a killed run resumes exactly, bad shards are skipped, a failed
-checkpoint write keeps the previous checkpoint (issue 17)."""
+checkpoint write keeps the previous checkpoint."""
 from __future__ import annotations
 
 import errno
