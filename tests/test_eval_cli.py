@@ -114,12 +114,17 @@ def fake(monkeypatch):
     encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
 
     real = model_specs.load_model
+    DEVICES.clear()
 
-    def load(path):
-        return encoders[Path(path).name] if Path(path).name in encoders else real(path)
+    def load(path, device="cpu"):
+        DEVICES.append(device)
+        return encoders[Path(path).name] if Path(path).name in encoders else real(path, device)
 
     monkeypatch.setattr(model_specs, "load_model", load)
     return encoders
+
+
+DEVICES: list[str] = []  # the devices the fake load_model was asked for, in order
 
 
 def run(argv: list[str]) -> int:
@@ -410,6 +415,21 @@ def test_translate_word(world, fake, tmp_path, capsys):
         assert lines[1].split()[1] == "rouge" and lines[5].split()[1] == "étoile"
 
 
+@pytest.mark.parametrize("command", [
+    ["sentence", "--split", "{test}"], ["retrieval", "--split", "{test}"], ["cluster", "--split", "{test}", "--k", "3"],
+    ["word", "--split", "{test}", "--dictionary", "{dictionary}"],
+    ["translate", "a red circle", "--to", "de", "--corpus", "{test}"],
+    ["translate-word", "red", "--from", "en", "--to", "fr", "--corpus", "{test}"],
+])
+def test_every_command_loads_the_model_on_the_device_asked_for(world, fake, tmp_path, command):
+    argv = [a.format(test=world / "test", dictionary=world / "dictionary") for a in command]
+    assert run(argv + ["--model", "full", "--out", str(tmp_path), "--device", "cuda:3"]) == 0
+    assert DEVICES == ["cuda:3"]
+    DEVICES.clear()
+    assert run(argv + ["--model", "full", "--out", str(tmp_path)]) == 0
+    assert DEVICES == ["cpu"]
+
+
 def test_help_explains_metrics_and_errors_are_one_line(world, fake, tmp_path, capsys):
     for command in ("sentence", "word", "build-dictionary", "retrieval", "cluster"):
         assert run([command, "--help"]) == 0
@@ -477,7 +497,7 @@ def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypa
     assert {("dog", "hund"), ("man", "mann"), ("woman", "frau")} <= en_de
     en_fr = {tuple(line.split()) for line in (dict_out / "en-fr.txt").read_text(encoding="utf-8").splitlines()}
     assert {("dog", "chien"), ("water", "eau")} <= en_fr
-    monkeypatch.setattr(model_specs, "load_model", lambda path: PixelEncoder(split))
+    monkeypatch.setattr(model_specs, "load_model", lambda path, device="cpu": PixelEncoder(split))
     out = tmp_path / "out"
     assert run(["retrieval", "--model", str(split), "--name", "pixels", "--split", str(split), "--out", str(out)]) == 0
     rec = record(out, "retrieval", "pixels")
@@ -568,3 +588,21 @@ def test_per_query_scores_weigh_each_language_once():
     scores = per_query_scores(hits, langs)
     en, fr = np.mean([1 / 3, 2 / 3]), np.mean([1.0, 0.5])  # per language, the mean over K
     assert scores.mean() == pytest.approx((en + fr) / 2)
+
+
+def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, tmp_path, monkeypatch):
+    from globetrotter.evaluation.tasks import select as select_task
+
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def backretrieval_set(*args, device="cpu", **kwargs):
+        asked["device"] = device
+        raise Stop
+
+    monkeypatch.setattr(select_task, "BackRetrievalSet", backretrieval_set)
+    with pytest.raises(Stop):
+        cli.main(["select", "--model", "full", "--val", str(world / "test"), "--out", str(tmp_path), "--device", "cuda:1"])
+    assert asked == {"device": "cuda:1"} and DEVICES == ["cuda:1"]

@@ -112,7 +112,7 @@ def splits(tmp_path_factory) -> Path:
 @pytest.fixture
 def fake(monkeypatch):
     encoders = {"full": FakeEncoder(), "textonly": FakeEncoder(language_offset=3.0)}
-    monkeypatch.setattr(model_specs, "load_model", lambda path: encoders[Path(path).name])
+    monkeypatch.setattr(model_specs, "load_model", lambda path, device="cpu": encoders[Path(path).name])
     return encoders
 
 

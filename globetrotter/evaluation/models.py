@@ -19,8 +19,8 @@ def is_baseline(spec: str | None) -> bool:
     return is_tfidf_spec(spec) or is_pivot_ridge_spec(spec)
 
 
-def load_model(spec: str):
-    """The encoder ``spec`` names: ``globetrotter.load(spec)`` for a run or checkpoint folder, an unfitted
+def load_model(spec: str, device: str = "cpu"):
+    """The encoder ``spec`` names: ``globetrotter.load(spec, device)`` for a run or checkpoint folder, an unfitted
     :class:`~.tfidf.TfidfEncoder` for ``tfidf``, a :class:`~.pivot_ridge.PivotRidgeEncoder` fitted on
     ``TRAIN_SPLIT`` for ``ridge:TRAIN_SPLIT``. A missing folder is a one-line error."""
     if is_tfidf_spec(spec):
@@ -31,7 +31,7 @@ def load_model(spec: str):
         raise UserError(f"{spec}: model not found (expected a run folder or a checkpoint folder)")
     from globetrotter import load
 
-    return load(spec)
+    return load(spec, device=device)
 
 
 def model_name(spec: str, name: str | None = None) -> str:

@@ -22,7 +22,7 @@ _CLUSTER_HELP = (
 def _cluster(args: argparse.Namespace) -> int:
     result = cluster_task.evaluate(args.model, args.split, languages=common.languages(args.languages),
                                    n_groups=args.n_groups, k=args.k, head=args.head, seed=args.seed,
-                                   batch_size=args.batch_size, name=args.name)
+                                   batch_size=args.batch_size, name=args.name, device=args.device)
     m, d = result.metrics, result.details
     print(f"k-means k={d['k']} over {d['n_sentences']} sentences: language purity {m['language_purity']:.3f} "
           f"(chance {m['chance']['language_purity']:.3f}), meaning purity {m['meaning_purity']:.3f} "

@@ -24,6 +24,8 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
     common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
     common.add_argument("--seed", type=int, default=seed, help=seed_help)
     common.add_argument("--name", help="model name in records and file names (default: from the model path)")
+    common.add_argument("--device", default="cpu",
+                        help="torch device of the model and of the image model: cpu, cuda, cuda:1, ... (default cpu)")
     return common
 
 
@@ -39,8 +41,8 @@ def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "pa
 
 
 def load(args: argparse.Namespace):
-    """The encoder ``--model`` names."""
-    return models.load_model(args.model)
+    """The encoder ``--model`` names, on ``--device``."""
+    return models.load_model(args.model, device=args.device)
 
 
 def model_entry(args: argparse.Namespace) -> dict:

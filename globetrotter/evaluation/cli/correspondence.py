@@ -31,7 +31,7 @@ def _correspondence(args: argparse.Namespace) -> int:
         args.model, args.split, languages=common.languages(args.languages), seen=common.languages(args.seen),
         max_per_language=args.max_per_language, test_fraction=args.test_fraction, min_units=args.min_units,
         epochs=args.epochs, probe_batch_size=args.probe_batch_size, lr=args.lr, probe_seeds=args.probe_seeds,
-        seed=args.seed, batch_size=args.batch_size, name=args.name)
+        seed=args.seed, batch_size=args.batch_size, name=args.name, device=args.device)
     m, d = result.metrics, result.details
     rel = m["relative_decrease"]
     print(f"sentence correspondence: seen {100 * m['seen_accuracy']:.2f}% ({','.join(d['seen_languages'])}), unseen "

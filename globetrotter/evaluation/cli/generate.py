@@ -37,7 +37,7 @@ def _generate(args: argparse.Namespace) -> int:
     result = generate_task.evaluate(
         args.model, args.split, args.train, target=args.target, sources=common.languages(args.sources),
         n_groups=args.n_groups, show=args.show, head=args.head, decoder=decoder, seed=args.seed,
-        batch_size=args.batch_size, name=args.name)  # says on stderr when the decoder starts training
+        batch_size=args.batch_size, name=args.name, device=args.device)  # says on stderr when the decoder starts training
     m, d, target = result.metrics, result.details, args.target
     for ex in d["examples"]:
         print(f"group {ex['group']}  reference ({target}): {ex['reference']}")

@@ -22,7 +22,7 @@ _RETRIEVAL_HELP = (
 def _retrieval(args: argparse.Namespace) -> int:
     result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages), ks=args.ks,
                                      max_images=args.max_images, seed=args.seed, batch_size=args.batch_size,
-                                     name=args.name)
+                                     name=args.name, device=args.device)
     per_language = result.metrics["per_language"]
     for lang in result.languages:
         m = per_language[lang]

@@ -164,7 +164,7 @@ def run_select(args: argparse.Namespace) -> int:
         common.load(args), val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
-        image_features=args.image_features, seed=args.seed, batch_size=args.batch_size,
+        image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
         log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "

@@ -76,7 +76,8 @@ def _translate(args: argparse.Namespace) -> int:
     texts = queries(args)
     results = translate_task.translate_sentences(
         args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_lang, source=args.source, k=args.k,
-        maxsim=args.maxsim, rerank=args.rerank, batch_size=args.batch_size, **index_options(args))
+        maxsim=args.maxsim, rerank=args.rerank, batch_size=args.batch_size, device=args.device,
+        **index_options(args))
     print_results(args, texts, results)
     return 0
 

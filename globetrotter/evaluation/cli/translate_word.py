@@ -18,7 +18,7 @@ def _translate_word(args: argparse.Namespace) -> int:
     texts = queries(args)
     results = translate_task.translate_words(
         args.model, texts, to=args.to, source=args.source, corpus=args.corpus, embeddings=args.embeddings,
-        method=args.method, k=args.k, **index_options(args))
+        method=args.method, k=args.k, device=args.device, **index_options(args))
     print_results(args, texts, results)
     return 0
 

@@ -39,7 +39,7 @@ def _word(args: argparse.Namespace) -> int:
         args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
         embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes, procrustes_k=args.procrustes_k,
         procrustes_iter=args.procrustes_iter, candidates=args.candidates, top_k=args.top_k, idf=args.idf,
-        min_count=args.min_count, seed=args.seed, name=args.name)
+        min_count=args.min_count, seed=args.seed, name=args.name, device=args.device)
     prefix, written = common.plot_prefix(args, "word"), []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")

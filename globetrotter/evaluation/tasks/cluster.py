@@ -23,6 +23,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Result:
     """Spherical k-means (``k`` clusters, ``seed``) over ``model``'s ``head`` embeddings of a ``seed``-ed sample of
     ``n_groups`` parallel groups of ``split`` in all ``languages``, and how the clusters follow language or meaning
@@ -31,7 +32,7 @@ def evaluate(
     clusters in ``details["examples"]`` (the paper's Fig. 10)."""
     require_trained(model, "cluster")
     ps = read_parallel(split, languages, n_groups, seed)
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=k, seed=seed)
     metrics = {key: res[key] for key in ("language_purity", "meaning_purity", "nmi_language", "nmi_meaning", "chance")}

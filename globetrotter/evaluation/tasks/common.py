@@ -8,11 +8,11 @@ from .. import models
 from ..sentence import ParallelSet, parallel_set
 
 
-def resolve_model(model, name: str | None = None) -> tuple[object, dict]:
-    """``(encoder, record's model entry)`` for a model spec (run folder, ``tfidf``, ``ridge:SPLIT``) or an encoder
-    object already loaded (named ``name``, or by its checkpoint)."""
+def resolve_model(model, name: str | None = None, device: str = "cpu") -> tuple[object, dict]:
+    """``(encoder, record's model entry)`` for a model spec (run folder, ``tfidf``, ``ridge:SPLIT``; loaded on
+    ``device``) or an encoder object already loaded (named ``name``, or by its checkpoint)."""
     if isinstance(model, (str, Path)):
-        return models.load_model(str(model)), models.model_info(str(model), name)
+        return models.load_model(str(model), device=device), models.model_info(str(model), name)
     checkpoint = getattr(model, "checkpoint", None)
     return model, {"path": str(checkpoint) if checkpoint else None,
                    "name": name or (Path(checkpoint).parent.name if checkpoint else type(model).__name__)}

@@ -32,6 +32,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Result:
     """Whether ``model``'s frozen token states tell a caption from a spliced one in languages a probe never saw.
 
@@ -51,7 +52,7 @@ def evaluate(
     require_trained(model, "correspondence")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,
                            max_per_language=max_per_language, min_units=min_units)
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     if not hasattr(encoder, "encode_tokens"):
         raise UserError(f"correspondence: {model} gives no token-level states (needs a Globetrotter run folder)")
     feats = {}

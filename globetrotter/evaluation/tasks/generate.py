@@ -51,6 +51,7 @@ def evaluate(
     batch_size: int = 256,
     name: str | None = None,
     log: Callable[[str], None] = _stderr,
+    device: str = "cpu",
 ) -> Result:
     """Train a small causal decoder to write ``train``'s ``target`` captions from ``model``'s frozen ``head``
     representation of each (``decoder``: a :class:`~..generation.DecoderConfig`, default its defaults), then decode
@@ -86,7 +87,7 @@ def evaluate(
                         f"(--train; has {sorted({m['lang'] for m in train_metas})})")
     references = [c for c, lang in zip(ps.captions, ps.langs) if lang == target]
 
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     train_rep = encoder.encode_text(train_texts, batch_size=batch_size, head=head, **language_kwargs(encoder, target))
     test_rep = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "

@@ -54,6 +54,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Result:
     """Text→image and image→text Recall@K of ``model`` per language of the test ``split`` (default: all of its).
 
@@ -78,7 +79,7 @@ def evaluate(
         pick = np.random.default_rng(seed).choice(len(image_ids), max_images, replace=False)
         image_ids = [image_ids[i] for i in np.sort(pick)]
     row_of = {iid: i for i, iid in enumerate(image_ids)}
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     image_emb = _encode_images(encoder, split, row_of, batch_size)
     captions = [m for m in metas if str(m["image_id"]) in row_of]
     caption_langs = [m["lang"] for m in captions]

@@ -91,6 +91,7 @@ def select_ranking(
     seed: int | None = None,
     batch_size: int = 256,
     name: str | None = None,
+    device: str = "cpu",
     log: Callable[[str], None] = print,
 ) -> Result:
     """The ranking of ``model`` with the highest mean val BackRetrieval (module docstring).
@@ -98,9 +99,10 @@ def select_ranking(
     For a trained run, ``val``, ``max_per_lang``, ``image_features``, ``seed`` and the K default to its config's
     (``data.root/data.val_split``, ``val.*``, ``seed``); a baseline (``tfidf``, ``ridge:SPLIT``) needs ``val`` and
     has one head and no token rows (its candidates: cosine and CSLS). Statistics come from ``reference`` (default:
-    the ``train`` split beside ``val``), as in :func:`.sentence.evaluate`.
+    the ``train`` split beside ``val``), as in :func:`.sentence.evaluate`. ``device`` runs g's image model (and a
+    model named by its path).
     """
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     cfg = getattr(encoder, "cfg", None)
     if val is None:
         if cfg is None:
@@ -112,7 +114,7 @@ def select_ranking(
         image_features = DEFAULT_IMAGE_FEATURES if cfg is None else image_features_of(cfg, cfg.data.val_split)
     seed = seed if seed is not None else (cfg.seed if cfg is not None else 0)
     rankings = model_candidates(model, encoder, heads, maxsim, csls, csls_k)
-    bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks)
+    bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks, device=device)
     if languages:
         bkr.keep_languages(languages)
     evaluated = sorted(set(bkr.langs.tolist()))

@@ -102,6 +102,7 @@ def translate_sentences(
     nprobe: int = DEFAULT_NPROBE,
     batch_size: int = 256,
     log: Callable[[str], None] = _stderr,
+    device: str = "cpu",
 ) -> Hits:
     """The ``k`` sentences of language ``to`` in ``corpus`` (a split folder, or a text file of one sentence per line
     in ``corpus_lang`` = ``to``) nearest to each query (in ``source``; needed by a model with per-language tables)
@@ -113,7 +114,7 @@ def translate_sentences(
     corpus = Path(corpus)
     corpus_sig, texts = _corpus_texts(corpus, to, corpus_lang)
 
-    encoder = resolve_model(model)[0]
+    encoder = resolve_model(model, device=device)[0]
 
     def encode(t: Sequence[str]) -> np.ndarray:
         return encoder.encode_text(list(t), batch_size=batch_size, head="text", **language_kwargs(encoder, to))
@@ -172,6 +173,7 @@ def translate_words(
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
     log: Callable[[str], None] = _stderr,
+    device: str = "cpu",
 ) -> Hits:
     """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
     best first: by cosine (``method="nn"``) or CSLS against ``source``'s vocabulary, of the ``embeddings`` word
@@ -179,7 +181,7 @@ def translate_words(
     ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`). The index is saved and reloaded as
     :func:`translate_sentences`'s."""
     require_trained(model, "translate-word")
-    encoder = resolve_model(model)[0]
+    encoder = resolve_model(model, device=device)[0]
     counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
     embed = WordEmbedder(encoder, embeddings, counts)
     signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None}

@@ -42,6 +42,7 @@ def evaluate(
     min_count: int = 1,
     seed: int = 0,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Result:
     """Word translation of a trained ``model`` for every ranking in ``methods`` × refinement in ``procrustes``.
 
@@ -57,7 +58,7 @@ def evaluate(
         raise ValueError("word: give at least one method and one procrustes setting")
     if not dictionary and not split:
         raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     tokenized: dict[str, list[list[str]]] = {}
     if split:
         _, tokenized = _tokenized(split, languages, CaptionTokenizer(encoder.tokenizer), None, seed)
