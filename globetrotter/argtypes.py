@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from backretrieval.devices import torch_device  # noqa: F401  (--device: one definition for every tool)
+
 
 def _integer_at_least(text: str, minimum: int, expected: str) -> int:
     try:

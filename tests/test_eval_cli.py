@@ -421,7 +421,10 @@ def test_translate_word(world, fake, tmp_path, capsys):
     ["translate", "a red circle", "--to", "de", "--corpus", "{test}"],
     ["translate-word", "red", "--from", "en", "--to", "fr", "--corpus", "{test}"],
 ])
-def test_every_command_loads_the_model_on_the_device_asked_for(world, fake, tmp_path, command):
+def test_every_command_loads_the_model_on_the_device_asked_for(world, fake, tmp_path, command, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # --device is checked against the machine's GPUs
     argv = [a.format(test=world / "test", dictionary=world / "dictionary") for a in command]
     assert run(argv + ["--model", "full", "--out", str(tmp_path), "--device", "cuda:3"]) == 0
     assert DEVICES == ["cuda:3"]
@@ -591,7 +594,11 @@ def test_per_query_scores_weigh_each_language_once():
 
 
 def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, tmp_path, monkeypatch):
+    import torch
+
     from globetrotter.evaluation.tasks import select as select_task
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
 
     asked = {}
 
@@ -606,3 +613,19 @@ def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, t
     with pytest.raises(Stop):
         cli.main(["select", "--model", "full", "--val", str(world / "test"), "--out", str(tmp_path), "--device", "cuda:1"])
     assert asked == {"device": "cuda:1"} and DEVICES == ["cuda:1"]
+
+
+@pytest.mark.parametrize("device, gpus, message", [
+    ("gpu", 0, "expected a torch device (cpu, cuda, cuda:1, mps, ...), got 'gpu'"),
+    ("cuda", 0, "cuda: torch sees no CUDA device on this machine (use cpu)"),
+    ("cuda:2", 2, "cuda:2: this machine has 2 CUDA device(s), cuda:0 to cuda:1"),
+])
+def test_a_device_the_machine_lacks_is_a_usage_error_before_any_work(world, fake, tmp_path, capsys, monkeypatch,
+                                                                     device, gpus, message):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert run(["sentence", "--model", "full", "--split", str(world / "test"), "--out", str(tmp_path),
+                "--device", device]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"argument --device: {message}") and DEVICES == []

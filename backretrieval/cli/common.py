@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from ..approximate import ApproxConfig
+from ..devices import torch_device
 from ..files import dump_json, write_json
 from ..images import image_feature_extractor
 from ..ranking import TIES
@@ -131,7 +132,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--online", action="store_true",
                    help="allow downloads (timm hub weights, sentence-transformers models); off by default")
     p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
-    p.add_argument("--device", default="cpu", help="torch device for the image model (default: cpu)")
+    p.add_argument("--device", type=torch_device, default="cpu", help="torch device for the image model (default: cpu)")
     default_cache = os.environ.get("BACKRETRIEVAL_CACHE", str(Path.home() / ".cache" / "backretrieval"))
     p.add_argument("--cache-dir", default=default_cache,
                    help="image-feature cache, keyed by model, weights and image set "

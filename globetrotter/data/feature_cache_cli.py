@@ -9,7 +9,7 @@ from pathlib import Path
 
 from data_prep.shards import read_manifest
 
-from ..argtypes import non_negative_int, positive_int
+from ..argtypes import non_negative_int, positive_int, torch_device
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild even if a cache is there")
     p.add_argument("--batch-images", type=int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="image decoding/augmentation processes (default %(default)s)")
-    p.add_argument("--device", default="cpu", help="torch device of the backbone (default %(default)s)")
+    p.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the cache record as JSON")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
     p.set_defaults(func=_build)

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import positive_int, torch_device
 
 from .. import models
 from ..records import Result
@@ -24,7 +24,7 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
     common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
     common.add_argument("--seed", type=int, default=seed, help=seed_help)
     common.add_argument("--name", help="model name in records and file names (default: from the model path)")
-    common.add_argument("--device", default="cpu",
+    common.add_argument("--device", type=torch_device, default="cpu",
                         help="torch device of the model and of the image model: cpu, cuda, cuda:1, ... (default cpu)")
     return common
 

@@ -1,0 +1,40 @@
+"""``--device`` of every tool is checked when the command line is read: a typo or a GPU the machine lacks is a
+one-line usage error (exit 2) naming the value, before any data is read."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from backretrieval import cli as backretrieval_cli
+from backretrieval.devices import torch_device
+from globetrotter import data_cli
+from globetrotter.evaluation import cli as eval_cli
+from globetrotter.zeroshot import cli as zeroshot_cli
+
+
+def test_the_device_type_accepts_what_the_machine_has_and_names_what_it_lacks(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert torch_device("cpu") == "cpu" and torch_device("cuda") == "cuda" and torch_device("cuda:1") == "cuda:1"
+    for value, message in [("gpu", "expected a torch device"), ("cuda:2", r"this machine has 2 CUDA device\(s\)")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            torch_device(value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(argparse.ArgumentTypeError, match="torch sees no CUDA device"):
+        torch_device("cuda")
+
+
+@pytest.mark.parametrize("main, argv", [
+    (backretrieval_cli.main, ["eval", "--data", "missing", "--model", "USE=use"]),
+    (zeroshot_cli.main, ["retrieval", "--test", "missing", "--adapter", "a=missing"]),
+    (data_cli.main, ["features", "build", "missing"]),
+    (eval_cli.main, ["retrieval", "--model", "missing", "--split", "missing"]),
+])
+def test_every_tool_refuses_a_device_it_cannot_use(main, argv, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(SystemExit) as stop:
+        main(argv + ["--device", "cuda"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "argument --device: cuda: torch sees no CUDA device on this machine (use cpu)")
