@@ -629,3 +629,25 @@ def test_a_device_the_machine_lacks_is_a_usage_error_before_any_work(world, fake
                 "--device", device]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(f"argument --device: {message}") and DEVICES == []
+
+
+def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run, tiny_world, tmp_path, capsys,
+                                                                        monkeypatch):
+    import shlex
+
+    from globetrotter.training.report import print_summary
+
+    monkeypatch.chdir(tmp_path)
+    print_summary({"run_dir": str(tiny_run), "metrics": {}}, tiny_world / "test")
+    lines = capsys.readouterr().out.splitlines()
+    select_line, sentence_line = lines[-2], lines[-1]
+    assert select_line.startswith("choose its ranking on val") and sentence_line.startswith("then score the test split")
+    select_argv = shlex.split(select_line.split(": ", 1)[1])
+    sentence_argv = shlex.split(sentence_line.split(": ", 1)[1])
+    assert select_argv[1] == "eval.py" and sentence_argv[1] == "eval.py"
+    # as printed (the tiny world needs a small CSLS k and grid), run in order: sentence reads what select wrote
+    assert run(select_argv[2:] + ["--csls-k", "3", "--maxsim", "0,1", "--heads", "text"]) == 0
+    assert run(sentence_argv[2:] + ["--csls-k", "3", "--n-groups", "12"]) == 0
+    chosen = json.loads(Path(sentence_argv[sentence_argv.index("--ranking") + 1]).read_text())["details"]["chosen"]
+    scored = record(tmp_path / "eval_out", "sentence", model_specs.model_name(sentence_argv[sentence_argv.index("--model") + 1]))
+    assert scored["config"]["ranking"] == chosen

@@ -9,7 +9,7 @@ from ..shell import python_command
 
 def print_summary(result: dict, test_split: str | Path | None = None) -> None:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
-    the command that scores it on ``test_split`` once (main process only)."""
+    the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -33,4 +33,10 @@ def print_summary(result: dict, test_split: str | Path | None = None) -> None:
         b = result["best"]
         print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")
     if test_split is not None and (Path(test_split) / "manifest.json").is_file():
-        print(f"score it on the test split once: {python_command()} eval.py sentence --model {result['run_dir']} --split {test_split}")
+        from ..evaluation.models import model_name
+
+        run, python = result["run_dir"], python_command()
+        record = Path("eval_out") / f"select-{model_name(str(run))}.json"  # where select writes it by default
+        print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}")
+        print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test_split} "
+              f"--ranking {record}")
