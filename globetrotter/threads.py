@@ -85,13 +85,10 @@ def load_average() -> float | None:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = None
-    if load is not None and load <= 0.5:
-        return load * min(1.0, available_cores() / (os.cpu_count() or 1))  # idle: no need to look closer
-    busy = busy_cores()
-    measures = [v for v in (load, busy) if v is not None]
-    if not measures:
-        return None
-    return min(measures) * min(1.0, available_cores() / (os.cpu_count() or 1))
+    if load is None or load > 0.5:  # busy, or unknown: look at the cores busy now (an idle machine needs no look)
+        busy = busy_cores()
+        load = busy if load is None else load if busy is None else min(load, busy)
+    return None if load is None else load * min(1.0, available_cores() / (os.cpu_count() or 1))
 
 
 def _env_threads(env: Mapping[str, str]) -> int | None:

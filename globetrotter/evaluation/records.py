@@ -13,6 +13,14 @@ import numpy as np
 from backretrieval.files import json_ready
 
 
+DEFAULT_OUT = "eval_out"  # where the eval.py sub-commands write their records unless --out says otherwise
+
+
+def record_path(out: str | Path, task: str, model_name: str | None = None) -> Path:
+    """``out/<task>-<model name>.json`` (``out/<task>.json`` without a name): where a record is written."""
+    return Path(out) / (f"{task}-{model_name}.json" if model_name else f"{task}.json")
+
+
 def jsonable(obj: Any) -> Any:
     """numpy → plain Python; NaN/inf → None (strict JSON); paths → strings (BackRetrieval's records do the same)."""
     return json_ready(obj)
@@ -57,14 +65,14 @@ class Result:
     @property
     def name(self) -> str:
         """``<task>-<model name>``: the record's file name without ``.json``."""
-        return f"{self.task}-{self.model['name']}" if self.model.get("name") else self.task
+        return record_path("", self.task, self.model.get("name")).stem
 
     def write(self, out: str | Path) -> Path:
         """Write ``out/<task>-<model>.json`` (atomically) and append the summary to ``out/results.jsonl``."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         record = self.to_dict()
-        path = out / f"{self.name}.json"
+        path = record_path(out, self.task, self.model.get("name"))
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
         tmp.replace(path)

@@ -34,9 +34,10 @@ def print_summary(result: dict, test_split: str | Path | None = None) -> None:
         print(f"best checkpoint: step {b['step']} by {b['metric']} = {b['value']:.4f}")
     if test_split is not None and (Path(test_split) / "manifest.json").is_file():
         from ..evaluation.models import model_name
+        from ..evaluation.records import DEFAULT_OUT, record_path
 
         run, python = result["run_dir"], python_command()
-        record = Path("eval_out") / f"select-{model_name(str(run))}.json"  # where select writes it by default
+        record = record_path(DEFAULT_OUT, "select", model_name(str(run)))  # where select writes it by default
         print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}")
         print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test_split} "
               f"--ranking {record}")

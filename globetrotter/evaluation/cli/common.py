@@ -8,7 +8,7 @@ from typing import Sequence
 from globetrotter.argtypes import positive_int, torch_device
 
 from .. import models
-from ..records import Result
+from ..records import DEFAULT_OUT, Result
 
 
 def languages(arg: str | None) -> list[str] | None:
@@ -20,7 +20,7 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
                    ) -> argparse.ArgumentParser:
     """The options of every evaluation sub-command (a parent parser; its actions are shared by the children)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", default="eval_out", help="folder for JSON records, plots and indexes (default %(default)s)")
+    common.add_argument("--out", default=DEFAULT_OUT, help="folder for JSON records, plots and indexes (default %(default)s)")
     common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
     common.add_argument("--seed", type=int, default=seed, help=seed_help)
     common.add_argument("--name", help="model name in records and file names (default: from the model path)")

@@ -16,7 +16,7 @@ from globetrotter.errors import UserError
 from ..late_interaction import LateInteraction
 from ..models import language_kwargs
 from ..procrustes import normalize_rows
-from ..records import dataset_info
+from ..records import DEFAULT_OUT, dataset_info
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import translate_words as rank_words
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
@@ -96,7 +96,7 @@ def translate_sentences(
     maxsim: float | None = None,
     rerank: int = 50,
     index: str | Path | None = None,
-    out: str | Path = "eval_out",
+    out: str | Path = DEFAULT_OUT,
     rebuild: bool = False,
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
@@ -168,7 +168,7 @@ def translate_words(
     method: str = "nn",
     k: int = 10,
     index: str | Path | None = None,
-    out: str | Path = "eval_out",
+    out: str | Path = DEFAULT_OUT,
     rebuild: bool = False,
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
