@@ -16,6 +16,12 @@ are, for the ``npy:`` model spec:
       --n 150 --seeds 10 --out-dir runs/bkr-synth-objects \
       --models meaning=npy:outputs/synth-seed7/train-parallel-objects/meaning.npy full=globetrotter:runs/quickstart
 
+With ``--cache DIR`` it also writes the split's object vectors as a feature cache of the split itself (keyed by
+image id, ``globetrotter-data features import``'s form, named ``objects``), so the trainer and ``eval.py select`` take
+the objects g for that split: ``val.image_features=features:DIR`` / ``--image-features features:DIR``:
+
+    .venv/bin/python experiments/synth_object_g.py --split data/synth/val --cache outputs/synth-val-objects/cache
+
 Such a g reads the scene, which no real image model does: it bounds what any g can give on this world.
 """
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -65,14 +72,18 @@ def scene_of(world: SynthConfig, image_id: str) -> Scene:
     return draw_scene(world, SPLIT_IDS[split], int(index))[0]
 
 
+def _world_of(split: Path) -> SynthConfig:
+    world_file = split.parent / "world.yaml"
+    if not world_file.is_file():
+        raise UserError(f"{split}: no {world_file} beside it (a synthetic world's split is needed)")
+    return load_config(SynthConfig, world_file)
+
+
 def write_object_split(split: str | Path, out: str | Path) -> dict:
     """Copy ``split`` (of a world written by ``globetrotter-data synth``: its ``world.yaml`` one folder up) to
     ``out`` with each image replaced by its scene's :func:`object_vector`; returns the new manifest."""
     split, out = Path(split), Path(out)
-    world_file = split.parent / "world.yaml"
-    if not world_file.is_file():
-        raise UserError(f"{split}: no {world_file} beside it (a synthetic world's split is needed)")
-    world = load_config(SynthConfig, world_file)
+    world = _world_of(split)
     manifest = read_manifest(split)
     vectors: dict[str, np.ndarray] = {}
     with ShardWriter(out, split=manifest.get("split", split.name), source="synthetic object vectors",
@@ -84,6 +95,22 @@ def write_object_split(split: str | Path, out: str | Path) -> dict:
             extra = {k: v for k, v in meta.items() if k not in ("caption", "lang", "image_id", "group")}
             writer.write(key, vectors[image_id], meta["caption"], meta["lang"], image_id, meta.get("group"), extra)
     return read_manifest(out)
+
+
+def write_object_cache(split: str | Path, out: str | Path) -> dict:
+    """The object vectors of ``split``'s images as an imported feature cache named ``objects`` at ``out`` (keyed by
+    image id: a g for that split itself); returns its ``cache.json`` record."""
+    from globetrotter.data.feature_import import import_embeddings
+    from data_prep.shards import iter_metas
+
+    split, out = Path(split), Path(out)
+    world = _world_of(split)
+    ids = list(dict.fromkeys(str(m["image_id"]) for m in iter_metas(split)))
+    with tempfile.TemporaryDirectory() as tmp:  # the import's source files; the cache holds the rows
+        vectors, id_file = Path(tmp) / "objects.npy", Path(tmp) / "objects.ids.json"
+        np.save(vectors, np.stack([object_vector(scene_of(world, i)) for i in ids]))
+        id_file.write_text(json.dumps(ids))
+        return import_embeddings(split, vectors, out, "objects", ids=id_file, force=True, progress=False)
 
 
 def write_meaning_embeddings(split: str | Path, out: str | Path) -> Path:
@@ -107,16 +134,24 @@ def write_meaning_embeddings(split: str | Path, out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", required=True, help="a split of a synthetic world (world.yaml in its parent folder)")
-    p.add_argument("--out", required=True, help="folder of the copy with object vectors as images")
+    p.add_argument("--out", help="folder of the copy with object vectors as images (and meaning.npy)")
+    p.add_argument("--cache", help="folder of a feature cache of --split's own images holding their object vectors")
     args = p.parse_args(argv)
+    if not (args.out or args.cache):
+        p.error("give --out (the copy), --cache (a feature cache of the split), or both")
     try:
-        manifest = write_object_split(args.split, args.out)
-        meaning = write_meaning_embeddings(args.split, Path(args.out) / "meaning.npy")
+        if args.out:
+            manifest = write_object_split(args.split, args.out)
+            meaning = write_meaning_embeddings(args.split, Path(args.out) / "meaning.npy")
+            print(f"{args.out}: {manifest['num_samples']} captions, images as {DIM}-d object vectors; {meaning}: the "
+                  f"captions by their meaning")
+        if args.cache:
+            record = write_object_cache(args.split, args.cache)
+            print(f"{args.cache}: the object vectors of {record['images']} images of {args.split}, a g for it: "
+                  f"val.image_features=features:{args.cache} or --image-features features:{args.cache}")
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{args.out}: {manifest['num_samples']} captions, images as {DIM}-d object vectors; {meaning}: the "
-          f"captions by their meaning")
     return 0
 
 

@@ -72,3 +72,21 @@ def test_the_meaning_model_puts_translations_together_and_reads_by_caption(objec
     assert all(np.allclose(rows[i], rows[j]) for i, j in same)  # the captions of one scene are translations
     other = [(i, j) for i in range(len(metas)) for j in range(len(metas)) if metas[i]["meaning"] != metas[j]["meaning"]]
     assert all(rows[i] @ rows[j] < 1 - 1e-4 for i, j in other)
+
+
+def test_the_cache_is_a_g_for_the_split_itself_keyed_by_image_id(objects, world, tmp_path, capsys):
+    from globetrotter.evaluation.val_set import BackRetrievalSet
+
+    assert objects.main(["--split", str(world / "val"), "--cache", str(tmp_path / "cache")]) == 0
+    assert "features:" in capsys.readouterr().out and not (tmp_path / "copy").exists()
+    val = BackRetrievalSet(world / "val", max_per_lang=None, image_features=f"features:{tmp_path / 'cache'}")
+    world_cfg = objects.load_config(objects.SynthConfig, world / "world.yaml")
+    expected = np.stack([objects.object_vector(objects.scene_of(world_cfg, i)) for i in val.image_ids])
+    assert val.image_feats.shape == expected.shape and np.allclose(val.image_feats, expected)
+    assert len(set(val.image_ids.tolist())) > 1
+
+
+def test_neither_a_copy_nor_a_cache_asked_for_is_a_usage_error(objects, world):
+    with pytest.raises(SystemExit) as exit_info:
+        objects.main(["--split", str(world / "val")])
+    assert exit_info.value.code == 2
