@@ -100,12 +100,11 @@ def write_object_split(split: str | Path, out: str | Path) -> dict:
 def write_object_cache(split: str | Path, out: str | Path) -> dict:
     """The object vectors of ``split``'s images as an imported feature cache named ``objects`` at ``out`` (keyed by
     image id: a g for that split itself); returns its ``cache.json`` record."""
-    from globetrotter.data.feature_import import import_embeddings
-    from data_prep.shards import iter_metas
+    from globetrotter.data.feature_import import import_embeddings, split_image_ids
 
     split, out = Path(split), Path(out)
     world = _world_of(split)
-    ids = list(dict.fromkeys(str(m["image_id"]) for m in iter_metas(split)))
+    ids = split_image_ids(split)
     with tempfile.TemporaryDirectory() as tmp:  # the import's source files; the cache holds the rows
         vectors, id_file = Path(tmp) / "objects.npy", Path(tmp) / "objects.ids.json"
         np.save(vectors, np.stack([object_vector(scene_of(world, i)) for i in ids]))
