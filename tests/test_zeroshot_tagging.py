@@ -152,3 +152,10 @@ def test_tag_command_end_to_end(tmp_path, capsys):
             main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
                   f"de={tmp_path / 'de.txt'}", option, "-1"])
         assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+
+
+def test_classifier_hub_weights_need_online():
+    from globetrotter.zeroshot.tagging import load_imagenet_classifier
+
+    with pytest.raises(UserError, match="--online"):
+        load_imagenet_classifier("efficientnet_lite0", "hub", online=False)
