@@ -114,8 +114,9 @@ def mine(args: argparse.Namespace) -> None:
     split, out = Path(args.split), Path(args.out)
     if out.resolve() == split.resolve():
         raise UserError(f"--out {out}: must differ from --split")
-    encoder, _ = resolve_model(args.teacher)
+    encoder, teacher = resolve_model(args.teacher)
     choice = read_choice(args.ranking)
+    choice.check(model=teacher["path"])
     metas = list(iter_metas(split))
     images = sorted({str(m["image_id"]) for m in metas})
     index = {img: i for i, img in enumerate(images)}

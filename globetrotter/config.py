@@ -84,6 +84,9 @@ class DataConfig:
         return self.device_source_size or 2 * self.image_size
 
     def validate(self) -> None:
+        if self.val_split == self.test_split:
+            raise ValueError(f"data.val_split={self.val_split!r} is also data.test_split: checkpoints are chosen on "
+                             f"val, never on test")
         if self.train_languages is not None:
             if not self.train_languages:
                 raise ValueError("data.train_languages is empty: name at least one language (or null for all)")

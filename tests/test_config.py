@@ -49,6 +49,7 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("val:\n  select_by: test/sentence_translation\n", "checkpoints are chosen on val, never on test"),
         ("val:\n  select_by: val/bkr@3\n", r"'val/bkr@3': unknown metric \(expected one of \['val/bkr@1', "),
         ("val:\n  test_groups: -1\n", "val.test_groups must be >= 0"),
+        ("data:\n  val_split: test\n", "data.val_split='test' is also data.test_split"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, message):

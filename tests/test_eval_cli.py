@@ -267,7 +267,11 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation
     from globetrotter.evaluation.tasks.common import resolve_model
 
-    out, pool_split = tmp_path / "out", tiny_world / "val"
+    import shutil
+
+    # a pool that is neither the train split (the default) nor an evaluated split: a copy of val's captions
+    out, pool_split = tmp_path / "out", tmp_path / "pool"
+    shutil.copytree(tiny_world / "val", pool_split)
     assert run(["select", "--model", str(tiny_run), "--name", "pooled", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "csls", "--csls-k", "3", "--reference", str(pool_split),
                 "--reference-size", "6", "--seed", "1"]) == 0
@@ -302,6 +306,53 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
         assert run(test + extra) == 2, extra
         err = capsys.readouterr().err.strip()
         assert re.search(message, err) and len(err.splitlines()) == 1, err
+
+
+def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_for(tiny_run, tiny_world, tmp_path,
+                                                                                  capsys):
+    """``sentence --ranking`` refuses a record made for another model or other languages, and one whose reference
+    captions are no longer those it was chosen with; the scored record names the choice it applied."""
+    out = tmp_path / "out"
+    assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
+                "--heads", "text", "--csls-k", "3"]) == 0
+    path = out / "select-run.json"
+    test = ["sentence", "--split", str(tiny_world / "test"), "--out", str(out), "--n-groups", "12"]
+    assert run(test + ["--model", str(tiny_run), "--name", "applied", "--ranking", str(path)]) == 0
+    assert record(out, "sentence", "applied")["config"]["ranking_record"] == str(path)
+    capsys.readouterr()
+    changed = json.loads(path.read_text(encoding="utf-8"))
+    changed["details"]["reference"]["sha256"] = "0" * 64  # as if the train split had been rebuilt since
+    stale = out / "stale.json"
+    stale.write_text(json.dumps(changed), encoding="utf-8")
+    binary = out / "binary.json"
+    binary.write_bytes(bytes(range(128, 256)))
+    for extra, message in ((["--model", "tfidf", "--ranking", str(path)], "chose a ranking for .*tiny_run.*, not tfidf"),
+                           (["--model", str(tiny_run), "--ranking", str(path), "--languages", "en,ru"],
+                            "chose a ranking for el,en,ja,ru, not en,ru"),
+                           (["--model", str(tiny_run), "--ranking", str(stale)],
+                            "are not those the ranking was chosen with"),
+                           (["--model", str(tiny_run), "--ranking", str(binary)], "not a record of `eval.py select`")):
+        assert run(test + extra) == 2, extra
+        err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
+        assert len(err) == 1 and re.search(message, err[0]), err
+
+
+def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, tiny_world, tmp_path, capsys):
+    """The statistics never come from the evaluated sentences unless --transductive says so, and an explicit
+    --reference is checked even for a ranking that reads no statistics; BackRetrieval refuses a parallel split."""
+    out = tmp_path / "out"
+    split = tiny_world / "test"
+    sentence = ["sentence", "--model", str(tiny_run), "--split", str(split), "--out", str(out), "--n-groups", "12"]
+    select = ["select", "--model", str(tiny_run), "--out", str(out), "--maxsim", "0", "--heads", "text",
+              "--csls-k", "3"]
+    for argv, message in ((sentence + ["--retrieval", "csls", "--csls-k", "3", "--reference", str(split)],
+                           "is the evaluated split"),
+                          (sentence + ["--reference", str(tiny_world / "nope")], "nope: no split here"),
+                          (select + ["--reference", str(tiny_world / "val")], "is the evaluated split"),
+                          (select + ["--val", str(split)], "captioned in more than one language")):
+        assert run(argv) == 2, argv
+        err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
+        assert len(err) == 1 and re.search(message, err[0]), err
 
 
 def test_sentence_translation_score_for_the_trainer(world):

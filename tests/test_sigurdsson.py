@@ -161,6 +161,19 @@ def test_eval_commands_run_on_a_sigurdsson_run(sigurdsson_run, tiny_world, tmp_p
     assert rec["languages"] == ["el", "en", "ja", "ru"] and rec["metrics"]
 
 
+def test_select_chooses_among_the_rankings_a_sigurdsson_run_has(sigurdsson_run, tmp_path):
+    """One word table per language: no MaxSim across languages, so the default grid keeps each head's cosine and
+    CSLS, and the record is written."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["select", "--model", str(sigurdsson_run), "--name", "sig", "--csls-k", "3", "--out", str(out)])
+    assert exit_info.value.code == 0
+    rec = json.loads((out / "select-sig.json").read_text(encoding="utf-8"))
+    labels = [c["label"] for c in rec["details"]["candidates"]]
+    assert len(labels) == 4 and not any("maxsim" in label for label in labels), labels
+    assert {c["ranking"]["head"] for c in rec["details"]["candidates"]} == {"text", "cross"}
+
+
 def test_translate_needs_the_query_language(sigurdsson_run, tiny_world, tmp_path, capsys):
     base = ["translate", "red a square", "--model", str(sigurdsson_run), "--to", "ja", "--corpus",
             str(tiny_world / "test"), "--out", str(tmp_path), "--k", "2"]

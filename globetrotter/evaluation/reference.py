@@ -53,6 +53,16 @@ def default_reference(split: str | Path) -> Path:
     return Path(split).parent / "train"
 
 
+def reference_split(evaluated: str | Path, reference: str | Path | None = None) -> Path:
+    """``reference``, else :func:`default_reference` of ``evaluated``; a one-line error when it is the evaluated split
+    itself (its statistics would come from the evaluated sentences: the transductive form)."""
+    chosen = Path(reference) if reference is not None else default_reference(evaluated)
+    if chosen.resolve() == Path(evaluated).resolve():
+        raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
+                        f"evaluated sentences; name another split (e.g. the train split)")
+    return chosen
+
+
 def read_reference(split: str | Path, languages: Sequence[str],
                    max_per_language: int | None = DEFAULT_SIZE) -> ReferencePool:
     """The captions of ``split`` in ``languages``: at most ``max_per_language`` each, a sample drawn per language

@@ -69,6 +69,7 @@ class BackRetrievalSet:
         self.images: list[Image.Image] | None = [] if image_features == "model" else None
         if image_features.startswith("features:"):  # rows of a feature cache: the captions alone are read
             self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
+            self._check_one_language()
             return
         extract = self._feature_extractor(image_features, device)
         if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
@@ -100,6 +101,21 @@ class BackRetrievalSet:
             self.image_feats = distinct if same else distinct[image_of]
         if self.images is not None:
             self.images = [self.images[r] for r in image_of]
+        self._check_one_language()
+
+    def _check_one_language(self) -> None:
+        """A one-line error when a kept image is captioned in more than one language: BackRetrieval needs a split
+        without parallel text (a train/val split), where no caption's translation is among its candidates."""
+        images, image_index = np.unique(self.image_ids, return_inverse=True)
+        languages, lang_index = np.unique(self.langs, return_inverse=True)
+        pairs = np.unique(image_index * len(languages) + lang_index)
+        several = np.flatnonzero(np.bincount(pairs // len(languages), minlength=len(images)) > 1)
+        if len(several):
+            first = images[several[0]]
+            shown = ",".join(sorted(set(self.langs[self.image_ids == first].tolist())))
+            raise UserError(f"{self.split}: {len(several)} image(s) captioned in more than one language (e.g. "
+                            f"{str(first)!r}: {shown}); BackRetrieval scores a split without parallel text, each "
+                            f"image in one language (a val split, not a parallel test split)")
 
     def _sample_captions(self, max_per_lang: int | None) -> tuple[np.ndarray, list[str], list[str], list[str]]:
         """``(split rows, texts, languages, image ids)`` of at most ``max_per_lang`` captions per language (a
@@ -199,8 +215,8 @@ class BackRetrievalSet:
         """Score only the captions of ``languages`` (and their pairs) from now on."""
         keep = np.isin(self.langs, list(languages))
         if len(set(self.langs[keep])) < 2:
-            raise UserError(f"{self.split}: BackRetrieval needs captions in two of {sorted(languages)}; the split has "
-                            f"{sorted(set(self.langs))}")
+            raise UserError(f"{self.split}: BackRetrieval needs captions in two of {','.join(sorted(languages))}; the "
+                            f"split has {','.join(sorted(set(self.langs.tolist())))}")
         idx = np.flatnonzero(keep)
         self.texts = [self.texts[i] for i in idx]
         if self.images is not None:

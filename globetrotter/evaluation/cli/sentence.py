@@ -99,14 +99,15 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_select)
 
 
-def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None]:
-    """The ranking and its reference captions (split, per-language cap): a ``select`` record's (``--ranking``), so
-    that test is scored with the statistics the choice was made with, or the flags'."""
+def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None, select_task.Choice | None]:
+    """The ranking and its reference captions (split, per-language cap), from the flags or from a ``select`` record
+    (``--ranking``: its choice, checked to be this model's, so that test is scored with the statistics the choice was
+    made with)."""
     explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
                 if value is not None]
     if not args.ranking:
         ranking = Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k or CSLS_K)
-        return ranking, args.reference, args.reference_size or DEFAULT_SIZE
+        return ranking, args.reference, args.reference_size or DEFAULT_SIZE, None
     if explicit:
         raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
     choice = select_task.read_choice(args.ranking)
@@ -122,14 +123,15 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None]
     if args.reference_size is not None and args.reference_size != choice.reference_size:
         raise UserError(f"{chosen_with}, {choice.reference_size} captions per language; --reference-size "
                         f"{args.reference_size} would score it with others: drop --reference-size")
-    return choice.ranking, choice.reference, choice.reference_size
+    choice.check(model=common.model_entry(args)["path"])
+    return choice.ranking, choice.reference, choice.reference_size, choice
 
 
 def run_sentence(args: argparse.Namespace) -> int:
-    ranking, reference, reference_size = _scoring(args)
+    ranking, reference, reference_size, choice = _scoring(args)
     result = sentence_task.evaluate(
         common.load(args), args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
-        ranking=ranking, reference=reference, reference_size=reference_size,
+        ranking=ranking, reference=reference, reference_size=reference_size, choice=choice,
         transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
         name=common.models.model_name(args.model, args.name))
     result.model = common.model_entry(args)

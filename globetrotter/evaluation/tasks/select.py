@@ -27,7 +27,7 @@ from globetrotter.errors import UserError
 from ..models import is_baseline
 from ..ranking import HEADS, Ranking, ScoringContext
 from ..records import Result, dataset_info
-from ..reference import DEFAULT_SIZE, default_reference, read_reference
+from ..reference import DEFAULT_SIZE, read_reference, reference_split
 from ..val_set import BackRetrievalSet, image_features_of
 from .common import resolve_model
 
@@ -45,9 +45,13 @@ def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[boo
 def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Sequence[float] = DEFAULT_MAXSIM,
                      csls: Sequence[bool] = (False, True), csls_k: int = 10) -> list[Ranking]:
     """:func:`candidates` for ``model`` (its spec) loaded as ``encoder``: a baseline (``tfidf``, ``ridge:SPLIT``) has one
-    embedding and no token rows, so only the text head's cosine and CSLS."""
+    embedding and no token rows, and an encoder with a token table per language (the Sigurdsson baseline) no rows that
+    MaxSim could pair across languages: the baselines have only the text head's cosine and CSLS, such an encoder
+    its heads' cosine and CSLS."""
     if isinstance(model, str) and is_baseline(model) or not hasattr(encoder, "token_table"):
         heads, maxsim = ("text",), (0.0,)
+    elif getattr(encoder, "needs_language", False):
+        maxsim = (0.0,)
     return candidates(heads, maxsim, csls, csls_k)
 
 
@@ -118,7 +122,7 @@ def select_ranking(
     if languages:
         bkr.keep_languages(languages)
     evaluated = sorted(set(bkr.langs.tolist()))
-    pool = read_reference(reference or default_reference(val), evaluated, reference_size)
+    pool = read_reference(reference_split(val, reference), evaluated, reference_size)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
     for ranking in rankings:
@@ -161,20 +165,42 @@ def uncertainty_line(details: dict) -> str:
 @dataclass(frozen=True)
 class Choice:
     """What an ``eval.py select`` record chose: the ranking, and the reference captions its statistics came from (a
-    split and a per-language cap). Scoring test with the same ranking and reference applies exactly that choice:
-    ``evaluate_sentence_translation(model, split, ranking=c.ranking, reference=c.reference,
-    reference_size=c.reference_size)``."""
+    split and a per-language cap), for the model and languages it was chosen for. Scoring test with the same
+    ranking and reference applies exactly that choice: ``evaluate_sentence_translation(model, split, choice=c)``,
+    which refuses another model, other languages, or reference captions that changed since (:meth:`check`)."""
 
     ranking: Ranking
     reference: str
     reference_size: int | None
+    model: str | None = None
+    languages: tuple[str, ...] | None = None
+    reference_sha256: str | None = None
+    source: str = "the select record"
 
     @classmethod
-    def from_record(cls, data: dict) -> "Choice":
+    def from_record(cls, data: dict, source: str = "the select record") -> "Choice":
         """The choice of a ``select`` record (``Result.to_dict()`` of :func:`select_ranking`, or its JSON read back;
         the oracle's records have the same form)."""
+        languages = data.get("languages")
         return cls(Ranking.from_dict(data["details"]["chosen"]), str(data["config"]["reference"]),
-                   data["config"]["reference_size"])
+                   data["config"]["reference_size"], (data.get("model") or {}).get("path"),
+                   None if languages is None else tuple(sorted(languages)),
+                   (data["details"].get("reference") or {}).get("sha256"), source)
+
+    def check(self, *, model: str | None = None, languages: Sequence[str] | None = None,
+              reference: dict | None = None) -> None:
+        """A one-line error when the choice is applied to another ``model`` (its record's path), other
+        ``languages``, or a reference pool (its ``record``) whose captions are not the ones it was chosen with."""
+        again = "choose again with `eval.py select` for this evaluation"
+        if model is not None and self.model is not None and model != self.model:
+            raise UserError(f"{self.source} chose a ranking for {self.model}, not {model}; {again}")
+        if languages is not None and self.languages is not None and tuple(sorted(languages)) != self.languages:
+            raise UserError(f"{self.source} chose a ranking for {','.join(self.languages)}, not "
+                            f"{','.join(sorted(languages))}; {again} (--languages)")
+        if reference is not None and self.reference_sha256 is not None and reference["sha256"] != self.reference_sha256:
+            raise UserError(f"{self.source}: the captions of {reference['split']} are not those the ranking was "
+                            f"chosen with (sha256 {reference['sha256'][:12]}, the record's {self.reference_sha256[:12]}); "
+                            f"{again}")
 
 
 def read_choice(record: str | Path) -> Choice:
@@ -185,6 +211,6 @@ def read_choice(record: str | Path) -> Choice:
     if not path.is_file():
         raise UserError(f"{path}: no such file (--ranking takes the JSON record that `eval.py select` wrote)")
     try:
-        return Choice.from_record(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        return Choice.from_record(json.loads(path.read_text(encoding="utf-8")), source=str(path))
+    except (ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON or not UTF-8
         raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None

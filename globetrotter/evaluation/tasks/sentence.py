@@ -9,9 +9,10 @@ from globetrotter.errors import UserError
 from ..pivot_ridge import PivotRidgeEncoder
 from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
-from ..reference import DEFAULT_SIZE, default_reference, read_reference
+from ..reference import DEFAULT_SIZE, read_reference, reference_split
 from ..sentence import Candidates, group_interval, sentence_translation
 from .common import read_parallel, resolve_model
+from .select import Choice
 
 
 def evaluate(
@@ -24,6 +25,7 @@ def evaluate(
     reference: str | Path | None = None,
     reference_size: int | None = DEFAULT_SIZE,
     transductive: bool = False,
+    choice: Choice | None = None,
     candidates: Candidates = "other-language",
     seed: int = 0,
     batch_size: int = 256,
@@ -40,16 +42,32 @@ def evaluate(
     Statistics a ranking needs (CSLS radii, MaxSim idf and hubness, the TF-IDF baseline's idf) come from
     ``reference`` (a split; default: the ``train`` split beside ``split``), ``reference_size`` captions per
     language, never from the evaluated sentences (inductive). ``transductive=True`` takes them from the evaluated
-    sentences instead, and says so in the record; it excludes ``reference``.
+    sentences instead, and says so in the record; it excludes ``reference``. ``choice`` (an ``eval.py select``
+    record's :class:`~.select.Choice`) sets the ranking and the reference, and must have been made for these
+    languages with these reference captions.
+
+    One-line errors: ``reference`` is ``split`` itself (that is the transductive form), or, with ``choice``,
+    another model (given by its spec), other languages or reference captions than the choice's.
     """
-    if transductive and reference is not None:
-        raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes --reference "
-                        f"{reference}")
+    if transductive and (reference is not None or choice is not None):
+        raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes "
+                        f"{'--ranking' if choice is not None else '--reference'} "
+                        f"{choice.source if choice is not None else reference}")
+    if choice is not None:
+        ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
+    source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
     ps = read_parallel(split, languages, n_groups, seed)
+    if choice is not None:  # a model given by its spec has the path a record names (an encoder object: the CLI's)
+        choice.check(model=info["path"] if isinstance(model, (str, Path)) else None, languages=ps.languages)
     pool = None
-    if needs_statistics(encoder, ranking) and not transductive:
-        pool = read_reference(reference or default_reference(split), ps.languages, reference_size)
+    if not transductive and (needs_statistics(encoder, ranking) or reference is not None):
+        # an explicit reference is read (and checked) even when the ranking takes no statistics from it
+        pool = read_reference(source, ps.languages, reference_size)
+        if choice is not None:
+            choice.check(reference=pool.record)
+        if not needs_statistics(encoder, ranking):
+            pool = None
     scorer = ScoringContext(encoder, ps.captions, ps.langs, pool, batch_size).scorer(ranking)
     try:
         res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
@@ -68,6 +86,7 @@ def evaluate(
         details["ridge"] = encoder.config
     config = {"languages": list(ps.languages), "n_groups": n_groups, "ranking": ranking.to_dict(),
               "reference": None if pool is None else pool.source, "reference_size": reference_size,
-              "transductive": transductive, "candidates": candidates, "seed": seed}
+              "transductive": transductive, "candidates": candidates, "seed": seed,
+              "ranking_record": None if choice is None else choice.source}
     return Result("sentence", metrics, langs, model=info, dataset=dataset_info(split), config=config, details=details,
                   arrays={"matrix": res["matrix"], "asymmetry": res["asymmetry"]})
