@@ -25,8 +25,9 @@ def load_experiment(name: str) -> ModuleType:
 @pytest.fixture(scope="session")
 def flickr8k_dir() -> Path:
     """The real Flickr8k data of ../shared; the test is skipped cleanly when it is absent."""
-    if not (FLICKR8K / "images").is_dir():
-        pytest.skip(f"real data not found at {FLICKR8K}")
+    missing = [name for name in ("images", "multi30k", "flickr8kcn", "flickr8k") if not (FLICKR8K / name).is_dir()]
+    if missing:
+        pytest.skip(f"real data not found at {FLICKR8K} (no {', '.join(missing)})")
     return FLICKR8K
 
 

@@ -8,6 +8,7 @@ from scipy import stats
 from backretrieval import (
     BackRetrievalError,
     bkr_recall,
+    corr_score,
     correlate_over_models,
     evaluate_pairs,
     run_protocol,
@@ -116,6 +117,7 @@ def test_evaluate_pairs_on_a_split_with_one_language_per_image_equals_bkr_per_pa
                 s, t = langs == a, langs == b
                 ref = bkr_recall(emb[s], feats[s], emb[t], feats[t], (10,), src_image_ids=ids[s])["bkr@10"]
                 assert res["matrix"]["bkr@10"][i, j] == ref == res["pairs"][f"{a}->{b}"]["bkr@10"]
+                assert res["pairs"][f"{a}->{b}"]["corr"] == pytest.approx(corr_score(emb[s], feats[s], emb[t], feats[t]))
     assert res["mean"]["bkr@10"] == pytest.approx(np.nanmean(res["matrix"]["bkr@10"]))
 
 

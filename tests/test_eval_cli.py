@@ -390,7 +390,11 @@ def test_build_dictionary_finds_the_lexicon(world, fake, tmp_path):
     truth = set(zip(COLOURS["en"], COLOURS["de"])) | set(zip(SHAPES["en"], SHAPES["de"]))
     assert truth <= pairs
     assert (dict_out / "de-en.txt").is_file() and (dict_out / "summary.json").is_file()
-    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(dict_out)]) == 0
+    # without a model: TF-IDF over the parallel groups, words that go together in translations
+    by_words = tmp_path / "by-words"
+    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(by_words)]) == 0
+    pairs = {tuple(line.split()) for line in (by_words / "en-de.txt").read_text(encoding="utf-8").splitlines()}
+    assert truth <= pairs and ("red", "rot") in pairs and ("red", "blau") not in pairs
 
 
 def test_retrieval_command(world, fake, tmp_path):
@@ -631,7 +635,16 @@ def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_
     rec = record(out, "sentence", "late")
     scoring = rec["details"]["scoring"]
     assert scoring["maxsim"] == 1.0 and scoring["maxsim_tokens"]["hubness"].startswith("per language")
-    assert 0 <= rec["metrics"]["sentence_translation"] <= 1
+    # the figure by hand: MaxSim + CSLS with the statistics of the train split beside test
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import Ranking, ScoringContext, read_reference
+    from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+
+    ps = parallel_set(read_captions(tiny_world / "test"), n_groups=12, seed=0)
+    scorer = ScoringContext(encoder, ps.captions, ps.langs, read_reference(tiny_world / "train", ps.languages)
+                            ).scorer(Ranking("text", 1.0, True, 3))
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+    assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
 
 
 def test_per_query_scores_weigh_each_language_once():

@@ -159,6 +159,16 @@ def test_eval_commands_run_on_a_sigurdsson_run(sigurdsson_run, tiny_world, tmp_p
     assert exit_info.value.code == 0
     rec = json.loads((out / f"{command[0]}-sig.json").read_text(encoding="utf-8"))
     assert rec["languages"] == ["el", "en", "ja", "ru"] and rec["metrics"]
+    if command[0] == "sentence":  # the figure by hand: each caption through its own language's table
+        from data_prep.shards import read_captions
+        from globetrotter.evaluation.sentence import parallel_set, sentence_translation
+
+        enc = globetrotter.load(sigurdsson_run)
+        ps = parallel_set(read_captions(tiny_world / "test"), n_groups=12, seed=0)
+        head = command[command.index("--head") + 1] if "--head" in command else "text"
+        emb = enc.encode_text(ps.captions, head=head, langs=list(ps.langs))
+        expected = sentence_translation(emb, ps.langs, ps.groups, tie_seed=0)["accuracy"]
+        assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
 
 
 def test_select_chooses_among_the_rankings_a_sigurdsson_run_has(sigurdsson_run, tmp_path):

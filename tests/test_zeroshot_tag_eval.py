@@ -79,7 +79,7 @@ def test_caption_transfer_tags_vote_among_the_nearest_captions():
         caption_transfer_tags(images, captions, words[:2])
 
 
-def test_tag_eval_command_end_to_end(tmp_path, capsys):
+def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     """Real offline EfficientNet-Lite0 head and features from npy shards, a chance-level text encoder."""
     from data_prep.shards import ShardWriter
     from globetrotter.zeroshot.adapter import TextToImageAdapter
@@ -111,3 +111,27 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys):
     assert "captions" in capsys.readouterr().out.splitlines()[0]
     assert main(["tag-eval", *common, "--langs", "fr"]) == 2
     assert "no captions" in capsys.readouterr().err
+
+    # a text encoder that puts each caption at its image's features (any other text: a seeded random point) and an
+    # identity adapter: the captions tagger finds each test image's own train captions, so it tags every image with
+    # its own words
+    from globetrotter.zeroshot.cli import tag_eval
+
+    at_image = {caption: images[row] for caption, _, row in rows}
+
+    def embed(_spec, texts, *_args, **_kwargs):
+        return np.stack([at_image[t] if t in at_image else
+                         np.abs(np.random.default_rng(sum(map(ord, t))).normal(size=1280)) for t in texts])
+
+    monkeypatch.setattr(tag_eval, "embed_cached", embed)
+    identity = TextToImageAdapter(1280, 1280, [], [0.0])
+    with torch.no_grad():
+        identity.blocks[0][0].weight.copy_(torch.eye(1280))
+        identity.blocks[0][0].bias.zero_()
+    save_adapter(identity, ZeroShotConfig(text_encoder="random:1280"), tmp_path / "identity")
+    known = ["--adapter", str(tmp_path / "identity"), *common[2:], "--neighbours", "1"]
+    assert main(["tag-eval", *known, "--json", str(tmp_path / "known.json")]) == 0
+    scores = json.loads((tmp_path / "known.json").read_text(encoding="utf-8"))["scores"]
+    for lang in ("de", "en"):
+        assert scores[lang]["captions"]["value"] == pytest.approx(1.0), scores[lang]
+        assert scores[lang]["frequency"]["value"] < 1.0

@@ -189,7 +189,7 @@ def recipe_docs(tmp_path):
 def test_triplet_command_end_to_end(recipe_docs, tmp_path, capsys):
     docs, spec = recipe_docs
     out = tmp_path / "run"
-    code = main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(out), "--epochs", "5",
+    code = main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(out), "--epochs", "20",
                  "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8", "--ks", "1,5",
                  "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--annotate", "en->ru"])
     assert code == 0
@@ -200,6 +200,10 @@ def test_triplet_command_end_to_end(recipe_docs, tmp_path, capsys):
         assert set(res["pairs"]) == {f"{a}->{b}" for a in ("en", "es", "ru") for b in ("en", "es", "ru") if a != b}
     # the frozen embeddings carry the topic, so BackRetrieval@5 is far above chance (5 of 12 images per side)
     assert record["models"]["frozen"]["mean"]["bkr@5"] > 0.8
+    # the adapters, trained on the documents without images, keep enough of the topic on the evaluation ones to
+    # stand well above chance (5 of 12: 0.42; measured 0.68 and 0.64; 0.43 when they represent other documents)
+    for name in ("triplet", "tripletxl"):
+        assert record["models"][name]["mean"]["bkr@5"] > 0.55, (name, record["models"][name]["mean"])
     assert (out / "boxplot_bkr5.png").stat().st_size > 0
     assert "tripletxl" in capsys.readouterr().out
 
