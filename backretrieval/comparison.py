@@ -16,7 +16,7 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import PathLike, enough_for_k, json_ready, load_input, same_rows
+from .files import PathLike, enough_for_k, json_ready, load_input, load_matrix, same_dim, same_rows
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists
@@ -63,9 +63,12 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
     missing = [option(name) for name, value in texts.items() if value is None]
     if missing:
         raise BackRetrievalError(f"compare needs {', '.join(missing)} (or {option('hits', 'A.npy B.npy')})")
-    loaded = {name: load_input(value, option(name)) for name, value in texts.items()}
+    loaded = {name: load_matrix(value, option(name)) for name, value in texts.items()}
     for side, what in (("src", "source texts"), ("tgt", "target texts")):
         same_rows([(label, len(arr)) for label, arr in (loaded[f"a_{side}_text"], loaded[f"b_{side}_text"])], what)
+    for model in ("a", "b"):
+        same_dim([loaded[f"{model}_src_text"], loaded[f"{model}_tgt_text"]],
+                 f"model {model.upper()}'s source vs target texts")
     src, tgt = loaded["a_src_text"], loaded["a_tgt_text"]
     images = image_side(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])))
     enough_for_k(images.label, len(src[1]), ks, "source images")
@@ -84,7 +87,8 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
             raise BackRetrievalError(f"XLR comparison needs both {' and '.join(map(option, xlr))}")
         for side, (name, value) in zip("ab", xlr.items()):
             src_label, src_arr = loaded[f"{side}_src_text"]
-            label, par = load_input(value, option(name))
+            label, par = load_matrix(value, option(name))
+            same_dim([(src_label, src_arr), (label, par)], "source texts vs XLR targets")
             same_rows([(src_label, len(src_arr)), (label, len(par))], "XLR needs one translation per source row")
             res = xlr_recall(src_arr, par, ks, **options)
             for k in ks:

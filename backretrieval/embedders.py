@@ -32,6 +32,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .errors import BackRetrievalError
+from .files import load_npy
 
 ENTRY_POINT_GROUP = "backretrieval.embedders"
 
@@ -107,19 +108,19 @@ class NpyEmbedder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise BackRetrievalError(f"{self.path}: embeddings file not found (expected a .npy of shape (n, d))")
-        try:
-            self.array = np.load(self.path, mmap_mode="r")
-        except (ValueError, OSError) as err:
-            raise BackRetrievalError(f"{self.path}: not a readable .npy file ({err})") from None
+        self.array = load_npy(self.path, "embeddings", check_finite=False)
         if self.array.ndim != 2:
             raise BackRetrievalError(f"{self.path}: expected a 2-D array (n, d), got shape {self.array.shape}")
         self.name = f"npy:{self.path}"
         sidecar = Path(str(self.path) + ".texts.json")
         self.row_of: dict[str, int] | None = None
         if sidecar.is_file():
-            texts = json.loads(sidecar.read_text(encoding="utf-8"))
+            try:
+                texts = json.loads(sidecar.read_text(encoding="utf-8"))
+            except (ValueError, OSError) as err:  # ValueError: bad JSON or not UTF-8
+                raise BackRetrievalError(f"{sidecar}: not a readable JSON list of texts ({err})") from None
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise BackRetrievalError(f"{sidecar}: expected a JSON list of strings (the text of each row)")
             if len(texts) != len(self.array):
                 raise BackRetrievalError(
                     f"{sidecar}: lists {len(texts)} texts but {self.path} has {len(self.array)} rows"

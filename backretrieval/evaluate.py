@@ -144,6 +144,13 @@ def evaluate_split(
     data = split.data
     feats = split.features[data.image_index]
     groups = data.groups if data.has_groups else None
+    names, counts = np.unique(data.langs, return_counts=True)
+    fewest = int(np.argmin(counts))
+    per_side = min(int(counts[fewest]), max_per_lang or int(counts[fewest]))
+    if per_side < max(ks):
+        raise BackRetrievalError(f"{data.split_dir}: at most {per_side} {names[fewest]} captions per side, fewer than "
+                                 f"the largest K ({max(ks)}): Recall@{max(ks)} would be 1 for any model; lower "
+                                 f"{option('ks')}" + (f" or raise {option('max_per_lang')}" if max_per_lang else ""))
     options = {"ks": list(ks), "ties": ties, "seed": seed, "max_per_lang": max_per_lang,
                "max_rank": max_rank or max(ks), "retrieval": retrieval, "approximate": bool(approximate),
                "bootstrap": bootstrap, "level": level}

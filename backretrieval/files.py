@@ -29,6 +29,9 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
         array = np.load(p, mmap_mode="r")
     except (ValueError, OSError) as err:
         raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        raise BackRetrievalError(f"{p}: {what} is an .npz archive of {len(array.files)} arrays; expected one .npy array")
+    check_numbers(str(p), array, what)
     if check_finite and array.dtype.kind == "f" and array.ndim == 2:
         bad = [s + np.flatnonzero(~np.isfinite(np.asarray(array[s:s + _FINITE_CHUNK])).all(axis=1))
                for s in range(0, len(array), _FINITE_CHUNK)]
@@ -37,6 +40,12 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
             raise BackRetrievalError(f"{p}: {what} has {len(bad)} of {len(array)} rows with NaN or inf "
                                      f"(first: row {int(bad[0])})")
     return array
+
+
+def check_numbers(label: str, array: np.ndarray, what: str) -> None:
+    """One-line error when ``array`` holds no real numbers (strings, objects, complex values)."""
+    if array.dtype.kind not in "biuf":
+        raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers")
 
 
 def is_path(x: object) -> bool:
@@ -48,6 +57,17 @@ def load_input(x, what: str) -> tuple[str, np.ndarray]:
     if is_path(x):
         return str(x), load_npy(x, what)
     return what, np.asarray(x)
+
+
+def load_matrix(x, what: str) -> tuple[str, np.ndarray]:
+    """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``)."""
+    label, array = load_input(x, what)
+    check_numbers(label, array, what)
+    if array.ndim != 2:
+        raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")
+    if array.shape[0] == 0:
+        raise BackRetrievalError(f"{label}: {what} is empty (0 rows)")
+    return label, array
 
 
 def read_lines(x, what: str) -> tuple[str, list[str]]:
@@ -66,6 +86,28 @@ def same_rows(items: Sequence[tuple[str, int]], what: str) -> None:
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{label} has {n}" for label, n in counts.items())
         raise BackRetrievalError(f"row counts differ ({what}): {listed}")
+
+
+def same_dim(items: Sequence[tuple[str, np.ndarray]], what: str) -> None:
+    """One-line error when matrices that are compared by cosine differ in width: ``items`` are (label, array)."""
+    dims = {label: array.shape[1] for label, array in items}
+    if len(set(dims.values())) > 1:
+        listed = ", ".join(f"{label} has {d}" for label, d in dims.items())
+        raise BackRetrievalError(f"dimensions differ ({what}): {listed}")
+
+
+def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
+    """The ground-truth target row of each source row (XLR): ``n_src`` integers in ``[0, n_tgt)``; one-line errors
+    name the file (or option) and the first bad value."""
+    if gt.dtype.kind not in "iu":
+        raise BackRetrievalError(f"{label}: expected integer target indices, got {gt.dtype} values")
+    if gt.shape != (n_src,):
+        raise BackRetrievalError(f"{label}: expected {n_src} target indices (one per source row), got shape {gt.shape}")
+    bad = np.flatnonzero((gt < 0) | (gt >= n_tgt))
+    if len(bad):
+        raise BackRetrievalError(f"{label}: row {int(bad[0])} holds target index {int(gt[bad[0]])}, outside [0, {n_tgt}) "
+                                 f"({len(bad)} such rows)")
+    return np.asarray(gt)
 
 
 def enough_for_k(label: str, n: int, ks: Sequence[int], what: str) -> None:

@@ -4,7 +4,8 @@ Step 4 asks, for a query q with retrieved target t = T_T*(q): do fewer than K di
 images score at least as high as the query's own image in the row g(I_t, .)? That row depends
 on the images only, never on the text model under evaluation. So the C best source images of
 every target image (their column ids and exact scores, best first) answer step 4 for every
-text model and every K <= C:
+text model and every K < C (one entry past K shows whether an image beyond the K-th ties with the
+own one):
 
 * :func:`neighbour_counts`: the own score g(I_t, I_S^q) (one dot product, as in
   :func:`backretrieval.ranking.count_ranks`; the listed score when the own image is in the
@@ -54,7 +55,7 @@ from .errors import BackRetrievalError, option
 from .files import PathLike, write_file
 from .ranking import TIES, Scorer, VectorScorer, as_float32, l2_normalize
 
-DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 32
+DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 31 (a list reaches one past K)
 METHODS = ("flat", "pq", "hnsw")
 PQ_CANDIDATES = 256  # ``pq``: source images fetched per target image and re-scored exactly
 PQ_PCA_DIM = 64  # ``pq``: principal directions the codes quantize
@@ -134,7 +135,7 @@ def image_neighbours(
     Args:
         src_img: ``(Ns, D)`` source image features, as given to :func:`~backretrieval.bkr_recall`.
         tgt_img: ``(Nt, D)`` target image features (one row per target text).
-        n_neighbours: C, list length; Recall@K can then be read for every K <= C.
+        n_neighbours: C, list length; Recall@K can then be read for every K < C.
         src_image_ids: the same ids as given to ``bkr_recall``: the lists hold distinct images.
         method: ``"flat"`` (exact search), ``"pq"`` (4-bit codes of principal directions, every
             source image scanned, approximate) or ``"hnsw"`` (graph search, approximate).
@@ -246,10 +247,10 @@ def check_image_neighbours(
             f"{where}: neighbour lists of {neighbours.n_targets} target and {neighbours.n_sources} source images "
             f"of dim {neighbours.dim}, but the data has {n_tgt} target and {n_src} distinct source images of dim {dim}"
         )
-    if neighbours.n_neighbours < min(max_k, n_src):
+    if neighbours.n_neighbours < min(max_k + 1, n_src):  # one past K: an image tied at the end of a K-list is seen
         raise BackRetrievalError(
-            f"{where}: {neighbours.n_neighbours} neighbours per target image, fewer than the largest K ({max_k}); "
-            f"rebuild it with at least {max_k}"
+            f"{where}: {neighbours.n_neighbours} neighbours per target image, too few for the largest K ({max_k}): "
+            f"a list needs K + 1 to see ties at its end; rebuild it with at least {max_k + 1}"
         )
     if neighbours.fingerprint != image_fingerprint(tgt_img, src_img):
         raise BackRetrievalError(

@@ -48,6 +48,7 @@ from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError
+from .files import check_numbers, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -74,6 +75,7 @@ DEFAULT_KS = (1, 5, 10)
 
 def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "") -> np.ndarray:
     x = np.asarray(x)
+    check_numbers(name, x, "the array")
     if x.ndim != 2:
         raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
     if rows is not None and x.shape[0] != rows:
@@ -259,7 +261,8 @@ def bkr_recall(
         if approx is not None and approx.image_side == "pq":  # lists of the retrieved only: the source index does
             # not depend on the targets, so each list is the one a build for every target image holds
             index = source_index or SourceImageIndex(distinct, "pq", seed=approx.seed)
-            counts = neighbour_counts(index.lists(used_img, max(ks)), scorer, row_of, image_col, ties)
+            # one entry past K, so that an image tied with the own one at the list's end is seen
+            counts = neighbour_counts(index.lists(used_img, max(ks) + 1), scorer, row_of, image_col, ties)
         else:  # the exact count, stopped at max_rank
             counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
@@ -310,11 +313,9 @@ def xlr_recall(
             )
         gt = np.arange(n_src)
     gt = np.asarray(gt)
-    if gt.size and not np.issubdtype(gt.dtype, np.integer):
-        raise BackRetrievalError(f"gt: expected integer target indices, got dtype {gt.dtype}")
-    gt = gt.astype(np.int64)
-    if gt.shape != (n_src,) or (n_src and (gt.min() < 0 or gt.max() >= n_tgt)):
-        raise BackRetrievalError(f"gt: expected {n_src} target indices in [0, {n_tgt}), got shape {gt.shape}")
+    if gt.size == 0:  # np.asarray([]) is float
+        gt = gt.astype(np.int64)
+    gt = target_indices("gt", gt, n_src, n_tgt).astype(np.int64)
     if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
         max_rank = max(ks)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)

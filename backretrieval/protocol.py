@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 from tqdm.auto import tqdm
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
 from .ranking import l2_normalize
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
@@ -163,6 +163,9 @@ def run_protocol(
                 "expected one per image"
             )
     n = n_items // 2 if n is None else int(n)
+    if n < max(ks):
+        raise BackRetrievalError(f"protocol: {option('n')} {n} items per side, fewer than the largest K ({max(ks)}): "
+                                 f"Recall@{max(ks)} would be 1 for any model; lower {option('ks')} or raise {option('n')}")
     seeds = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     if not seeds:
         raise BackRetrievalError("protocol: needs at least 1 seed, got none")

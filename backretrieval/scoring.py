@@ -15,7 +15,8 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import PathLike, enough_for_k, json_ready, load_input, read_lines, same_rows
+from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines, same_dim, same_rows,
+                    target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file
 from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
@@ -85,14 +86,15 @@ def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str
         if src_img is not None or tgt_img is not None:
             raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
                                      "not both")
-        label, sim = load_input(image_sim, option("image_sim"))
+        label, sim = load_matrix(image_sim, option("image_sim"))
         if sim.shape != (tgt[1], src[1]):
             raise BackRetrievalError(f"{label}: {option('image_sim')} has shape {sim.shape}, expected "
                                      f"({tgt[1]}, {src[1]}) = ({tgt[0]} rows, {src[0]} rows)")
         return ImageSide(None, None, sim, label)
     if src_img is not None and tgt_img is not None:
-        src_label, src_arr = load_input(src_img, option("src_img"))
-        tgt_label, tgt_arr = load_input(tgt_img, option("tgt_img"))
+        src_label, src_arr = load_matrix(src_img, option("src_img"))
+        tgt_label, tgt_arr = load_matrix(tgt_img, option("tgt_img"))
+        same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target image features")
         same_rows([src, (src_label, len(src_arr))], "source texts vs images")
         same_rows([tgt, (tgt_label, len(tgt_arr))], "target texts vs images")
         return ImageSide(src_arr, tgt_arr, None, src_label)
@@ -110,7 +112,7 @@ def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequen
         raise BackRetrievalError(f"{option('image_index')} needs {option('src_img')} and {option('tgt_img')} "
                                  f"(image features), not {option('image_sim')}")
     method = method or ("pq" if approximate else "flat")
-    lists, built = image_neighbours_file(image_index, images.src_img, images.tgt_img, max(ks),
+    lists, built = image_neighbours_file(image_index, images.src_img, images.tgt_img, max(ks) + 1,
                                          src_image_ids=src_image_ids, method=method, seed=seed)
     return ImageLists(lists, built)
 
@@ -165,8 +167,9 @@ def score(
         bootstrap, level: replicates over queries for the intervals (0: none) and their level.
         seed: seed of the CORR pair sample, the bootstrap and the image lists.
     """
-    src_label, src_arr = load_input(src_text, option("src_text"))
-    tgt_label, tgt_arr = load_input(tgt_text, option("tgt_text"))
+    src_label, src_arr = load_matrix(src_text, option("src_text"))
+    tgt_label, tgt_arr = load_matrix(tgt_text, option("tgt_text"))
+    same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target text embeddings")
     images = image_side(src_img, tgt_img, image_sim, (src_label, len(src_arr)), (tgt_label, len(tgt_arr)))
     ids = _src_image_ids(src_image_ids, len(src_arr))
     n_images = len(set(ids)) if ids is not None else len(src_arr)
@@ -186,8 +189,10 @@ def score(
         if bootstrap > 0:
             intervals["corr"] = ci
     if xlr_tgt_text is not None:
-        gt = load_input(xlr_gt, option("xlr_gt"))[1] if xlr_gt is not None else None
-        xlr_label, xlr_tgt = load_input(xlr_tgt_text, option("xlr_tgt_text"))
+        xlr_label, xlr_tgt = load_matrix(xlr_tgt_text, option("xlr_tgt_text"))
+        same_dim([(src_label, src_arr), (xlr_label, xlr_tgt)], "source texts vs XLR targets")
+        gt = None if xlr_gt is None else target_indices(*load_input(xlr_gt, option("xlr_gt")), len(src_arr),
+                                                        len(xlr_tgt))
         if gt is None:
             same_rows([(src_label, len(src_arr)), (xlr_label, len(xlr_tgt))], "XLR needs one translation per row")
         enough_for_k(xlr_label, len(xlr_tgt), ks, "target texts for XLR")

@@ -161,11 +161,42 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "file"),
           "--bootstrap", "0", "--no-progress"], ["file: cannot create --out-dir"]),
     ]
+    # files that are not one real-valued matrix, a ground truth out of range, a sidecar that is no list of texts
+    np.savez(tmp_path / "two.npz", a=np.zeros((6, 8)), b=np.zeros((6, 8)))
+    np.save(tmp_path / "words.npy", np.array([["a"] * 8] * 6))
+    np.save(tmp_path / "complex.npy", np.ones((6, 8), np.complex64))
+    np.save(tmp_path / "flat.npy", np.ones(6, np.float32))
+    np.save(tmp_path / "gt.npy", np.array([0, 1, 2, 3, 4, 9]))
+    np.save(tmp_path / "emb.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "emb.npy.texts.json").write_text("[not json")
+    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1", "5", "--bootstrap", "0"]
+    cases += [
+        (["score", "--src-text", str(tmp_path / "two.npz"), "--tgt-text", p["tt"], *images],
+         ["two.npz: --src-text is an .npz archive of 2 arrays"]),
+        (["score", "--src-text", str(tmp_path / "words.npy"), "--tgt-text", p["tt"], *images],
+         ["words.npy: --src-text holds <U1 values; expected real numbers"]),
+        (["score", "--src-text", str(tmp_path / "complex.npy"), "--tgt-text", p["tt"], *images],
+         ["complex.npy: --src-text holds complex64 values"]),
+        (["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"], "--b-tgt-text",
+          str(tmp_path / "flat.npy"), *images[:-2]], ["flat.npy: --b-tgt-text must be a 2-D array"]),
+        (["score", *texts, *images, "--xlr-tgt-text", p["tt"], "--xlr-gt", str(tmp_path / "gt.npy")],
+         ["gt.npy: row 5 holds target index 9, outside [0, 6)"]),
+        (["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'emb.npy'}", "--out-dir",
+          str(tmp_path / "o"), "--no-progress"], ["emb.npy.texts.json: not a readable JSON list of texts"]),
+        (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "3",
+          "--seeds", "1", "--out-dir", str(tmp_path / "o"), "--no-progress"],
+         ["--n 3 items per side, fewer than the largest K (10)"]),
+        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "3", "--out-dir",
+          str(tmp_path / "o"), "--no-progress"], ["at most 3 de captions per side, fewer than the largest K (10)"]),
+    ]
     for argv, expected in cases:
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (argv, err)
         assert all(e in err for e in expected), (expected, err)
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error
+        main(["score", *texts, *images[:-2], "--bootstrap", "-1"])
+    assert exc.value.code == 2 and "--bootstrap: expected an integer >= 0, got -1" in capsys.readouterr().err
 
 
 def test_package_imports_nothing_from_globetrotter_and_data_prep_only_lazily():

@@ -161,3 +161,19 @@ def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
             load_image_neighbours(bad)
     with pytest.raises(BackRetrievalError, match="method must be one of flat, pq, hnsw"):
         image_neighbours(si, ti, method="ivf")
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])
+def test_lists_see_an_image_tied_with_the_own_one_just_past_the_largest_k(ties):
+    """Every picture alike: the own image ties with all 20, so no query is a pessimistic hit at K = 1 and every one
+    an optimistic hit. Lists one entry past K see the tie, as the exact count does; lists of K entries are refused.
+    (``expected`` needs every tie counted, which no capped count has.)"""
+    rng = np.random.default_rng(0)
+    st, tt = rng.standard_normal((2, 20, 4)).astype(np.float32)
+    si = ti = np.ones((20, 3), np.float32)
+    exact = bkr_recall(st, si, tt, ti, (1,), ties=ties)["bkr@1"]
+    assert exact == (0.0 if ties == "pessimistic" else 1.0)
+    for kwargs in ({"approximate": True}, {"image_neighbours": image_neighbours(si, ti, 2)}):
+        assert bkr_recall(st, si, tt, ti, (1,), ties=ties, **kwargs)["bkr@1"] == exact, kwargs
+    with pytest.raises(BackRetrievalError, match="a list needs K \\+ 1 to see ties at its end"):
+        bkr_recall(st, si, tt, ti, (1,), ties=ties, image_neighbours=image_neighbours(si, ti, 1))

@@ -59,18 +59,31 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
+def integer_at_least(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum`` (argparse names the option in its one-line error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    return parse
+
+
 def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> None:
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10], metavar="K",
+    p.add_argument("--ks", type=integer_at_least(1), nargs="+", default=[1, 5, 10], metavar="K",
                    help="the K of Recall@K, several at once (default: 1 5 10; the paper uses 10)")
     p.add_argument("--ties", choices=TIES, default="pessimistic",
                    help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
-    p.add_argument("--max-rank", type=int, metavar="N", default=None,
+    p.add_argument("--max-rank", type=integer_at_least(1), metavar="N", default=None,
                    help="stop counting a query's rank above N (reported as N+1): same Recall@K for K <= N, much faster "
                         "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
 
 
 def add_interval_options(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help=bootstrap_help)
+    p.add_argument("--bootstrap", type=integer_at_least(0), default=1000, metavar="B", help=bootstrap_help)
     p.add_argument("--level", type=float, default=0.95, help="interval level (default: 0.95)")
 
 
