@@ -146,7 +146,7 @@ def evaluate_split(
     groups = data.groups if data.has_groups else None
     names, counts = np.unique(data.langs, return_counts=True)
     fewest = int(np.argmin(counts))
-    per_side = min(int(counts[fewest]), max_per_lang or int(counts[fewest]))
+    per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
     if per_side < max(ks):
         raise BackRetrievalError(f"{data.split_dir}: at most {per_side} {names[fewest]} captions per side, fewer than "
                                  f"the largest K ({max(ks)}): Recall@{max(ks)} would be 1 for any model; lower "

@@ -99,6 +99,9 @@ def same_dim(items: Sequence[tuple[str, np.ndarray]], what: str) -> None:
 def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
     """The ground-truth target row of each source row (XLR): ``n_src`` integers in ``[0, n_tgt)``; one-line errors
     name the file (or option) and the first bad value."""
+    gt = np.asarray(gt)
+    if gt.size == 0:  # np.asarray([]) is float
+        gt = gt.astype(np.int64)
     if gt.dtype.kind not in "iu":
         raise BackRetrievalError(f"{label}: expected integer target indices, got {gt.dtype} values")
     if gt.shape != (n_src,):
@@ -107,7 +110,7 @@ def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.nda
     if len(bad):
         raise BackRetrievalError(f"{label}: row {int(bad[0])} holds target index {int(gt[bad[0]])}, outside [0, {n_tgt}) "
                                  f"({len(bad)} such rows)")
-    return np.asarray(gt)
+    return gt.astype(np.int64)
 
 
 def enough_for_k(label: str, n: int, ks: Sequence[int], what: str) -> None:

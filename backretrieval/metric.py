@@ -312,10 +312,7 @@ def xlr_recall(
                 f"xlr_recall: without gt the sets must be row-aligned, got {n_src} sources and {n_tgt} targets"
             )
         gt = np.arange(n_src)
-    gt = np.asarray(gt)
-    if gt.size == 0:  # np.asarray([]) is float
-        gt = gt.astype(np.int64)
-    gt = target_indices("gt", gt, n_src, n_tgt).astype(np.int64)
+    gt = target_indices("gt", gt, n_src, n_tgt)
     if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
         max_rank = max(ks)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)

@@ -106,15 +106,14 @@ class BackRetrievalSet:
     def _check_one_language(self) -> None:
         """A one-line error when a kept image is captioned in more than one language: BackRetrieval needs a split
         without parallel text (a train/val split), where no caption's translation is among its candidates."""
-        images, image_index = np.unique(self.image_ids, return_inverse=True)
-        languages, lang_index = np.unique(self.langs, return_inverse=True)
-        pairs = np.unique(image_index * len(languages) + lang_index)
-        several = np.flatnonzero(np.bincount(pairs // len(languages), minlength=len(images)) > 1)
-        if len(several):
-            first = images[several[0]]
-            shown = ",".join(sorted(set(self.langs[self.image_ids == first].tolist())))
+        from data_prep.shards import images_in_several_languages
+
+        several = images_in_several_languages({"image_id": image, "lang": lang}
+                                              for image, lang in zip(self.image_ids.tolist(), self.langs.tolist()))
+        if several:
+            first, langs = next(iter(several.items()))
             raise UserError(f"{self.split}: {len(several)} image(s) captioned in more than one language (e.g. "
-                            f"{str(first)!r}: {shown}); BackRetrieval scores a split without parallel text, each "
+                            f"{first!r}: {','.join(langs)}); BackRetrieval scores a split without parallel text, each "
                             f"image in one language (a val split, not a parallel test split)")
 
     def _sample_captions(self, max_per_lang: int | None) -> tuple[np.ndarray, list[str], list[str], list[str]]:
