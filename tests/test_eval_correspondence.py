@@ -143,6 +143,18 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
     if m["seen_accuracy"] > 0.5:
         assert m["relative_decrease"] == pytest.approx((m["seen_accuracy"] - m["unseen_accuracy"]) / (m["seen_accuracy"] - 0.5))
     assert sum(d["n_examples"]["unseen_test"].values()) > 50
+    # the command's figures are the library's on the same model, task and probe settings (flags reach the task)
+    from globetrotter.evaluation.tasks import correspondence as task
+    direct = task.evaluate(str(tiny_run), split, epochs=1, probe_seeds=(0, 1))
+    assert json.loads(json.dumps(direct.metrics)) == m and json.loads(json.dumps(direct.details["per_seed"])) == d["per_seed"]
+    longer = task.evaluate(str(tiny_run), split, epochs=2, probe_seeds=(0, 1)).details["per_seed"]
+    assert json.loads(json.dumps(longer)) != d["per_seed"]  # so --epochs must reach the probe for the line above
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv[:-3] + ["--probe-seeds", "0", "--seen", "en,zh", "--name", "seen-en-zh"])
+    assert exit_info.value.code == 0
+    other = json.loads((out / "correspondence-seen-en-zh.json").read_text(encoding="utf-8"))["details"]
+    assert other["seen_languages"] == ["en", "zh"] and other["unseen_languages"] == ["de", "el"]
 
     # one language: a one-line error, exit 2
     one = _write_split(tmp_path / "one", {"en": EN})
