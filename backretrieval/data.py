@@ -48,8 +48,12 @@ def _reraise_user_error(err: Exception) -> None:
     raise err
 
 
-def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> SplitData:
-    """Read captions and distinct images of a split folder (``manifest.json`` + ``.tar`` shards)."""
+def load_split(split_dir: str | Path, langs: Sequence[str] | None = None, every_image: bool = False) -> SplitData:
+    """Read captions and distinct images of a split folder (``manifest.json`` + ``.tar`` shards).
+
+    ``langs`` keeps the captions of those languages and, unless ``every_image``, only the images they show; with
+    ``every_image`` the images are every image of the split (a retrieval gallery that does not depend on ``langs``).
+    """
     from data_prep import shards  # the data layer, imported only by the commands that read shards
 
     split_dir = Path(split_dir)
@@ -64,13 +68,16 @@ def load_split(split_dir: str | Path, langs: Sequence[str] | None = None) -> Spl
         for key, ext, data, meta in shards.iter_raw(split_dir):
             lang = meta.get("lang")
             seen.add(lang)
-            if keep is not None and lang not in keep:
+            wanted = keep is None or lang in keep
+            if not (wanted or every_image):
                 continue
             image_id = str(meta.get("image_id", key))
             if image_id not in image_pos:
                 image_pos[image_id] = len(images)
                 images.append(shards.decode_image(data, "npy").astype(np.float32) if ext == "npy" else data)
             fmt = fmt or ext
+            if not wanted:
+                continue
             texts.append(str(meta.get("caption", "")))
             rows_lang.append(lang)
             rows_img.append(image_id)

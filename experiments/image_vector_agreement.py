@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
-from globetrotter.argtypes import named_path, positive_int  # noqa: E402
+from globetrotter.argtypes import distinct_names, named_path, positive_int  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.image_ridge import fit_image_ridge  # noqa: E402
@@ -138,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             from data_prep.shards import read_captions
 
             languages = {str(m["image_id"]): m["lang"] for m in read_captions(args.across_languages)}
-        report = screen(whole_image_rows(args.reference), {n: whole_image_rows(p) for n, p in args.cache},
-                        args.held_out, args.k, args.seed, tuple(args.ridge), languages)
+        caches = {n: whole_image_rows(p) for n, p in distinct_names(args.cache, "--cache").items()}
+        report = screen(whole_image_rows(args.reference), caches, args.held_out, args.k, args.seed, tuple(args.ridge),
+                        languages)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -93,8 +93,10 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
     return {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
                                          args.cache_dir),
-            "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir),
-            "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir)}
+            "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
+                                       every_image=True),
+            "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
+                                        every_image=True)}
 
 
 def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argparse.Namespace) -> dict:

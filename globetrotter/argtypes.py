@@ -51,6 +51,19 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def distinct_names(pairs: list[tuple[str, str]], flag: str) -> dict[str, str]:
+    """The ``(name, value)`` pairs of a repeatable ``flag`` as ``{name: value}``; a name given twice (two
+    ``DIR``s with one last part need ``NAME=``) is a one-line :class:`~globetrotter.errors.UserError`."""
+    from globetrotter.errors import UserError
+
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        if name in out:
+            raise UserError(f"{flag}: {name!r} given twice ({out[name]} and {value}); name each one with NAME=")
+        out[name] = value
+    return out
+
+
 def named_path(value: str) -> tuple[str, str]:
     """argparse type: ``NAME=PATH`` or ``PATH`` (named by its last part) -> ``(name, path)``."""
     name, sep, path = value.partition("=")

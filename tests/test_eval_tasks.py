@@ -108,6 +108,15 @@ def test_retrieval_is_the_metric_over_the_encoders_embeddings(world):
     for lang in ("de", "en"):
         assert sample.metrics["per_language"][lang] == pytest.approx(expected["per_language"][lang])
     assert sample.metrics["mean"]["chance_image_retrieval_recall@1"] == pytest.approx(0.1)
+    # the gallery is every image of the split, whichever languages ask: on the one-language train split the en
+    # captions show a third of the images and are still ranked against all of them
+    train = read_captions(world / "train")
+    n_images = len({m["image_id"] for m in train})
+    en_train = [m for m in train if m["lang"] == "en"]
+    assert 3 * len({m["image_id"] for m in en_train}) == n_images
+    one = evaluate_retrieval(FakeEncoder(), world / "train", languages=["en"])
+    assert one.details == {"n_images": n_images, "n_captions": len(en_train)}
+    assert one.metrics["per_language"]["en"]["chance_image_retrieval_recall@1"] == pytest.approx(1 / n_images)
     with pytest.raises(UserError, match="'xx'"):
         evaluate_retrieval(encoder, world / "test", languages=["en", "xx"])
     with pytest.raises(UserError, match="no image encoder"):

@@ -1,6 +1,9 @@
 """The XTD10 adapter (3.1), its training loop over cached features (3.2) and Recall@K retrieval."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -116,6 +119,13 @@ def test_recall_matches_brute_force_ranking():
         images / np.linalg.norm(images, axis=1, keepdims=True)).T
     cos_rank = (cos > cos[np.arange(30), targets][:, None]).sum(1) + 1
     assert target_ranks(queries, images, targets, "cosine").tolist() == cos_rank.tolist()
+    # a tie counts against the query: outputs that tell no images apart rank every target last, and an image's
+    # duplicate in the gallery puts it second
+    assert (target_ranks(np.zeros((4, images.shape[1])), images, [0, 1, 2, 3], "cosine") == 50).all()
+    doubled = np.concatenate([images, images[:1]])
+    assert target_ranks(images[:1], doubled, [0], "cosine").tolist() == [2]
+    assert recall_at_k(np.zeros((4, images.shape[1])), images, [0, 1, 2, 3], ks=(10,), metric="cosine") == {
+        "image_retrieval_recall@10": 0.0}
     summary = rank_summary(ranks, ks=(1, 10), n_boot=200)
     assert summary["metrics"]["median_rank"] == float(np.median(rank + 1))
     r10 = summary["intervals"]["image_retrieval_recall@10"]
@@ -151,8 +161,9 @@ def test_patr_training_learns_a_retrieval_mapping(tmp_path):
     train_rows = caption_image < 250
     adapter, history = train_adapter(text[train_rows], images, caption_image[train_rows], cfg, progress=False)
     assert history.loss[-1] < history.loss[0] and history.samples_per_s > 0
-    # eta = margin_scale x the mean squared distance between two images; output scale = their mean feature norm
-    typical = float(torch.pdist(images).pow(2).mean())
+    # eta = margin_scale x the mean squared distance between two images trained on (0..249, not the held-out
+    # 250..299 that share the features tensor); output scale = their mean feature norm
+    typical = float(torch.pdist(images[:250]).pow(2).mean())
     assert history.margin == pytest.approx(cfg.loss.margin_scale * typical, rel=1e-4)
     assert history.output_scale == pytest.approx(float(images[:250].norm(dim=1).mean()), rel=1e-5)
     # held-out images 250..299, never trained on
@@ -317,6 +328,50 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
     with pytest.raises(SystemExit) as exit_info:
         main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"), "--threads", "-1"])
     assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+    # two adapters of one name would overwrite each other's row: refused
+    (tmp_path / "other").mkdir()
+    shutil.copytree(tmp_path / "ok", tmp_path / "other" / "ok")
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"),
+                 "--adapter", str(tmp_path / "other" / "ok"), *common]) == 2
+    assert "--adapter: 'ok' given twice" in capsys.readouterr().err
+    # a damaged checkpoint: one line naming the file
+    for name, damage in (("meta.json", lambda p: p.write_text(p.read_text()[:20])),
+                         ("meta.json", lambda p: p.write_text(json.dumps({"form": "xtd10"}))),
+                         ("adapter.safetensors", lambda p: p.write_bytes(p.read_bytes()[:40]))):
+        shutil.rmtree(tmp_path / "bad", ignore_errors=True)
+        shutil.copytree(tmp_path / "ok", tmp_path / "bad")
+        damage(tmp_path / "bad" / name)
+        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "bad"), *common]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"bad/{name}: " in err and len(err.splitlines()) == 1, err
+    # a val split of other image features: refused before training, not after an epoch
+    _write_split(tmp_path, "val6", np.ones((6, 6), dtype=np.float32), [(f"caption {r}", "en", r) for r in range(6)])
+    assert main(["train", "--train", str(tmp_path / "test"), "--val", str(tmp_path / "val6"), "--out",
+                 str(tmp_path / "never"), *common, "text_encoder=random:16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "6-d image features, but the train split's are 16-d and 4-d" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "never" / "meta.json").exists()
+
+
+def test_retrieval_gallery_is_every_image_whatever_the_languages(tmp_path):
+    """A language that captions few of the images is ranked against the whole gallery, as the others are."""
+    from globetrotter.zeroshot.cli import main
+
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(12, 4)).astype(np.float32)
+    captions = [(f"en {r}", "en", r) for r in range(12)] + [(f"de {r}", "de", r) for r in range(3)]
+    _write_split(tmp_path, "test", images, captions)
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    records = {}
+    for langs in ("de", "de,en"):
+        out = tmp_path / f"{langs}.json"
+        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--langs", langs,
+                     "--json", str(out), *common]) == 0
+        records[langs] = json.loads(out.read_text())
+    assert records["de"]["models"]["a"]["n_images"] == records["de,en"]["models"]["a"]["n_images"] == 12
+    assert records["de"]["models"]["a"]["metrics"]["de"] == records["de,en"]["models"]["a"]["metrics"]["de"]
+    assert records["de"]["chance"]["image_retrieval_recall@1"] == pytest.approx(1 / 12)
 
 
 class _Identity:
@@ -342,7 +397,8 @@ def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validatio
                           image_keys=[f"img{i}" for i in range(4)], text_features=images[shown],
                           image_features=images)
     first = split_recall(_Identity(), split, ks=(1,))
-    assert first["metrics"] == {"de": {"image_retrieval_recall@1": 0.0, "median_rank": 2.0},
+    # de: the next image first, then the own image tied with the other two at 0, and a tie counts against it
+    assert first["metrics"] == {"de": {"image_retrieval_recall@1": 0.0, "median_rank": 4.0},
                                 "en": {"image_retrieval_recall@1": 1.0, "median_rank": 1.0}}
     assert first["n_queries"] == {"de": 4, "en": 4} and first["n_images"] == 4
     every = split_recall(_Identity(), split, ["en"], all_captions=True, ks=(1,))
@@ -354,3 +410,25 @@ def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validatio
     assert len(train_rows(split, ["de"])) == 4
     with pytest.raises(UserError, match="fewer than 2 captions"):
         train_rows(split, ["xx"], "train")
+
+
+def test_online_reaches_the_text_encoder(tmp_path, monkeypatch):
+    """--online lets every command's text encoder download (an ``st:`` model); without it none may."""
+    from backretrieval.embedders import load_embedder
+    from globetrotter.zeroshot import data as zs_data
+    from globetrotter.zeroshot.cli import main
+
+    calls = []
+
+    def spy(spec, **kwargs):
+        calls.append(kwargs.get("online", False))
+        return load_embedder(spec, **kwargs)
+
+    monkeypatch.setattr(zs_data, "load_embedder", spy)
+    images = np.eye(4, dtype=np.float32)
+    _write_split(tmp_path, "test", images, [(f"caption {r}", "en", r) for r in range(4)])
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    for flags, cache in (([], "c1"), (["--online"], "c2")):
+        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--no-progress",
+                     "--cache-dir", str(tmp_path / cache), *flags]) == 0
+    assert calls == [False, True]

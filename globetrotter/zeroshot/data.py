@@ -106,10 +106,12 @@ def embed_cached(
     texts: Sequence[str],
     cache_dir: str | Path | None = DEFAULT_CACHE,
     progress: bool = True,
+    online: bool = False,
 ) -> np.ndarray:
     """Embed ``texts`` (each distinct text once), reading/writing ``cache_dir/text/<hash>.npy``.
 
-    ``text_encoder`` is a spec string (loaded only on a cache miss) or an embedder object.
+    ``text_encoder`` is a spec string (loaded only on a cache miss, downloading only when ``online``) or an
+    embedder object.
     The key hashes the spec (with the modification time of a file or folder it names) or the
     embedder's name, and the texts in order.
     """
@@ -123,7 +125,7 @@ def embed_cached(
             cached = np.load(path)
             if len(cached) == len(texts):
                 return cached
-    embedder = load_embedder(text_encoder, progress=progress) if isinstance(text_encoder, str) else text_encoder
+    embedder = load_embedder(text_encoder, online=online, progress=progress) if isinstance(text_encoder, str) else text_encoder
     distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
     if path is not None:
@@ -142,19 +144,24 @@ def load_split_features(
     cache_dir: str | Path | None = DEFAULT_CACHE,
     progress: bool = True,
     max_captions_per_image: int | None = None,
+    every_image: bool = False,
+    online: bool = False,
 ) -> SplitFeatures:
     """Read a split (``manifest.json`` + shards) in ``langs`` and compute/load its frozen features.
+
+    The images are those the ``langs`` captions show, or with ``every_image`` every image of the split (the
+    retrieval gallery, the same whatever ``langs``). ``online`` lets the text encoder download (``st:`` models).
 
     ``max_captions_per_image`` keeps only the first N captions of each image in each language
     (file order), e.g. 1 for the Multi30K setting of one caption per image. Splits that store
     ``npy`` image features use them as they are (no image model needed).
     """
-    data = load_split(split_dir, langs)
+    data = load_split(split_dir, langs, every_image=every_image)
     keep = np.arange(len(data.texts))
     if max_captions_per_image is not None:
         keep = first_captions(data.image_index, data.langs, max_captions_per_image)
     texts = [data.texts[i] for i in keep]
-    text_features = embed_cached(text_encoder, texts, cache_dir, progress)
+    text_features = embed_cached(text_encoder, texts, cache_dir, progress, online)
     images = image_features(data, None if data.image_format == "npy" else extractor)
     return SplitFeatures(
         texts=texts,

@@ -67,9 +67,11 @@ def target_ranks(
 ) -> np.ndarray:
     """The 1-based rank of each query's own image among all gallery images ``[Q]`` (1 = nearest).
 
-    The rank is one plus the number of images strictly nearer to the query than its target
-    (ties favour the target). ``metric`` as for :func:`nearest_images`. Computed in chunks of
-    ``chunk`` queries, so memory stays ``chunk x M``.
+    The rank is the number of images at least as near to the query as its target, the target
+    included: a tie counts against the query (as BackRetrieval's pessimistic ranks do), so an
+    adapter whose outputs tell no images apart ranks every target last, not first. ``metric``
+    as for :func:`nearest_images`. Computed in chunks of ``chunk`` queries, so memory stays
+    ``chunk x M``.
     """
     q = torch.from_numpy(_as_f32(queries))
     g = torch.from_numpy(_as_f32(images))
@@ -92,7 +94,7 @@ def target_ranks(
     for i in range(0, len(q), chunk):
         s = score(q[i : i + chunk])
         own = s.gather(1, t[i : i + chunk, None])
-        ranks.append((s > own).sum(1) + 1)
+        ranks.append((s >= own).sum(1))
     return torch.cat(ranks).numpy()
 
 

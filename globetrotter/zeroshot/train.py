@@ -87,15 +87,16 @@ def train_adapter(
     opt = config.optim
     torch.manual_seed(opt.seed)
     device = torch.device(device)
+    trained_on = image_features[torch.unique(caption_image)]  # the images the captions show, not the whole gallery
     scale = config.adapter.output_scale
     if scale is None:  # the mean feature norm of the images trained on (adapter.py); 1 for a free residual output
         scale = 1.0 if config.adapter.form == "residual" and not config.adapter.normalize_output else float(
-            image_features[torch.unique(caption_image)].float().norm(dim=1).mean().clamp_min(1e-6))
+            trained_on.float().norm(dim=1).mean().clamp_min(1e-6))
     adapter = TextToImageAdapter(
         text_features.shape[1], image_features.shape[1], config.adapter.hidden_dims, config.adapter.dropout, scale,
         config.adapter.form, config.adapter.normalize_output,
     ).to(device)
-    loss_fn = build_loss(config, image_features)
+    loss_fn = build_loss(config, trained_on)
     history = TrainHistory(margin=getattr(loss_fn, "margin", None), output_scale=scale)
     optimizer = torch.optim.Adam(
         adapter.parameters(), lr=opt.lr, betas=(opt.beta1, opt.beta2), weight_decay=opt.weight_decay
@@ -223,7 +224,9 @@ def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: s
             "image_dim": adapter.image_dim,
             "hidden_dims": adapter.hidden_dims,
             "dropout": adapter.dropout, "output_scale": float(adapter.output_scale), **meta}
-    (out_dir / META).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp = out_dir / (META + ".tmp")
+    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(out_dir / META)  # written last: a checkpoint with a meta.json is a whole one
     return out_dir
 
 
@@ -234,11 +237,19 @@ def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, 
         if not (path / name).is_file():
             raise UserError(f"{path}: not an adapter checkpoint (missing {name}; train one with `train`)")
     config = from_dict(ZeroShotConfig, read_yaml(path / CONFIG), where=str(path / CONFIG))
-    meta = json.loads((path / META).read_text(encoding="utf-8"))
-    adapter = TextToImageAdapter(meta["text_dim"], meta["image_dim"], meta["hidden_dims"], meta["dropout"],
-                                 meta.get("output_scale", 1.0), meta.get("form", "xtd10"),
-                                 meta.get("normalize_output", False))
-    adapter.load_state_dict(load_file(str(path / WEIGHTS)))
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+        adapter = TextToImageAdapter(meta["text_dim"], meta["image_dim"], meta["hidden_dims"], meta["dropout"],
+                                     meta.get("output_scale", 1.0), meta.get("form", "xtd10"),
+                                     meta.get("normalize_output", False))
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        what = f"no {err}" if isinstance(err, KeyError) else str(err).splitlines()[0]
+        raise UserError(f"{path / META}: not an adapter's meta.json ({what}); train the adapter again") from None
+    try:
+        adapter.load_state_dict(load_file(str(path / WEIGHTS)))
+    except Exception as err:  # noqa: BLE001 - a damaged file (SafetensorError) or another architecture (RuntimeError)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path / WEIGHTS}: does not load into the adapter its meta.json describes ({first})") from None
     adapter.eval()
     return adapter, config, meta
 

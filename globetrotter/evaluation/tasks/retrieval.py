@@ -70,11 +70,12 @@ def evaluate(
     from data_prep.shards import read_captions
 
     wanted = set(languages or [])
-    metas = [m for m in read_captions(split) if not wanted or m["lang"] in wanted]
+    every = read_captions(split)
+    metas = [m for m in every if not wanted or m["lang"] in wanted]
     missing = wanted - {m["lang"] for m in metas}
     if missing:
         raise UserError(f"{split}: no caption in language(s) {sorted(missing)}")
-    image_ids = sorted({str(m["image_id"]) for m in metas})
+    image_ids = sorted({str(m["image_id"]) for m in every})  # the gallery: every image, whatever the languages
     if max_images and len(image_ids) > max_images:
         pick = np.random.default_rng(seed).choice(len(image_ids), max_images, replace=False)
         image_ids = [image_ids[i] for i in np.sort(pick)]

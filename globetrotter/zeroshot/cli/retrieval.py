@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import named_path
+from globetrotter.argtypes import distinct_names, named_path
 
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
@@ -30,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
                     "models": {}}
     table: dict = {}
     notes: list[str] = []
-    for name, path in args.adapter:
+    for name, path in distinct_names(args.adapter, "--adapter").items():
         adapter, config, meta = load_adapter(path)
         extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
-        test = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress)
+        test = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
+                                   every_image=True, online=args.online)
         metric = args.metric or config.metric
         scores = split_recall(adapter, test, args.langs, args.all_captions, args.ks, metric, where=str(args.test),
                               adapter_name=str(path))

@@ -5,7 +5,7 @@ import argparse
 
 import torch
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
 from ..data import default_image_weights, embed_cached, image_extractor
@@ -33,7 +33,7 @@ def vocab(value: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
-    vocabularies = {lang: read_tag_vocabulary(path) for lang, path in args.vocab}
+    vocabularies = {lang: read_tag_vocabulary(path) for lang, path in distinct_names(args.vocab, "--vocab").items()}
     paths = image_files(args.images)
     if args.limit:
         paths = paths[: args.limit]
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     head = load_imagenet_classifier(config.image_encoder, weights, online=args.online)
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress))
+        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
 
     tagged = tag_image_features(adapter, feats, head, embed_texts, vocabularies, args.source_tags, args.w1, args.w2)
     images = []
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {lang}: {', '.join(entry['tags'][lang])}")
     record = {"task": "zeroshot_tagging", "adapter": str(args.adapter), "text_encoder": config.text_encoder,
               "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": args.source_tags,
-              "vocabularies": {lang: path for lang, path in args.vocab}, "images": images}
+              "vocabularies": distinct_names(args.vocab, "--vocab"), "images": images}
     write_json(record, args.json)
     return 0
 

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
-    split = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress)
+    split = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
+                                online=args.online)
     if adapter.image_dim != split.image_features.shape[1]:
         raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but {args.test} has "
                         f"{split.image_features.shape[1]}-d image features")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                     default_image_weights(config.image_encoder), online=args.online)
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress))
+        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
 
     def by_captions(features: torch.Tensor, lang: str) -> list[list[str]]:
         words = [content_words(c, lang) for c in captions[lang]]

@@ -6,6 +6,7 @@ import sys
 
 from globetrotter.argtypes import positive_int
 from globetrotter.config_io import load_config
+from globetrotter.errors import UserError
 
 from ..config import ZeroShotConfig
 from ..data import image_extractor, load_split_features
@@ -20,11 +21,18 @@ def run(args: argparse.Namespace) -> int:
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
     train = load_split_features(args.train, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                config.max_captions_per_image)
+                                config.max_captions_per_image, online=args.online)
     rows = train_rows(train, config.train_langs, args.train)
     validate = None
     if args.val:
-        val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress)
+        val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
+                                  every_image=True, online=args.online)
+        widths = {"train": (train.text_features.shape[1], train.image_features.shape[1]),
+                  "val": (val.text_features.shape[1], val.image_features.shape[1])}
+        if widths["val"] != widths["train"]:
+            raise UserError(f"--val {args.val}: {widths['val'][0]}-d text and {widths['val'][1]}-d image features, "
+                            f"but the train split's are {widths['train'][0]}-d and {widths['train'][1]}-d (stored "
+                            "features of another encoder?)")
         validate = validation_recall(val, config.train_langs, args.val_k, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         image_feats = extractor.extract([d.image for d in eval_docs])
 
     def embed(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress))
+        return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress, args.online))
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
                                         max_per_lang=args.max_per_lang, seed=args.seed, progress=progress)
