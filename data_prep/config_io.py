@@ -61,8 +61,12 @@ def _convert(value: Any, tp: Any, key: str, where: str) -> Any:
                 continue
         raise UserError(f"{where}: key '{key}' expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
-        if value in get_args(tp):
+        if value in get_args(tp) and not (isinstance(value, bool) and True not in get_args(tp)):
             return value
+        if isinstance(value, bool):  # YAML 1.1 reads no/off/yes/on as booleans: the choice that was written
+            for choice in get_args(tp):
+                if isinstance(choice, str) and yaml.safe_load(choice) is value:
+                    return choice
         raise UserError(f"{where}: key '{key}' expected one of {_type_name(tp)}, got {value!r}")
     if origin in (list, tuple, Sequence, typing.Sequence):
         if not isinstance(value, (list, tuple)):

@@ -98,6 +98,8 @@ class DataConfig:
             raise ValueError("data.match_images_of is empty: name a split of data.root (or null)")
         if self.device_source_size is not None and self.device_source_size < 1:
             raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
+        if self.workers < 0:
+            raise ValueError(f"data.workers must be >= 0 (0: load in the training process), got {self.workers}")
         if self.max_bad_samples < 0:
             raise ValueError("data.max_bad_samples must be >= 0")
         if self.max_length < 4:
@@ -176,6 +178,11 @@ class ModelConfig:
             if self.text_encoder != "transformer":
                 raise ValueError("model.token_ngrams composes the shared transformer's token table; "
                                  f"model.text_encoder={self.text_encoder} has none")
+        for key in ("d_model", "embed_dim", "layers", "heads", "ffn"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"model.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.text_encoder == "sigurdsson":
             return  # no transformer to check
         if self.d_model % self.heads:
@@ -202,8 +209,9 @@ class LossConfig:
         return self.image > 0 or self.cross > 0 or (self.text > 0 and self.alpha_source == "transitive")
 
     def validate(self) -> None:
-        if min(self.text, self.image, self.cross, self.cloze) < 0:
-            raise ValueError("loss weights must be >= 0")
+        for key in ("text", "image", "cross", "cloze"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"loss.{key} must be >= 0 (a weight; 0 removes the loss), got {getattr(self, key)}")
         if self.text + self.image + self.cross + self.cloze == 0:
             raise ValueError("at least one loss weight must be > 0")
         if not 0 <= self.margin < 1:
@@ -221,6 +229,17 @@ class OptimConfig:
     min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
     grad_clip: float = 1.0  # max global grad norm; 0 disables
     embedding_lr_scale: float = 1.0  # the text encoder's token embeddings learn at lr × this (1 = one group)
+
+    def validate(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
+        for key in ("weight_decay", "warmup_steps", "grad_clip"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"optim.{key} must be >= 0, got {getattr(self, key)}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass
@@ -338,8 +357,15 @@ class TrainConfig:
         return Path(self.output_dir) / self.run_name
 
     def validate(self) -> None:
-        if self.steps <= 0 or self.batch_size <= 1:
-            raise ValueError("steps must be > 0 and batch_size > 1")
+        if self.steps <= 0:
+            raise ValueError(f"steps must be > 0, got {self.steps}")
+        if self.batch_size <= 1:
+            raise ValueError(f"batch_size must be > 1 (a contrastive batch needs negatives), got {self.batch_size}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        for key in ("log_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, or null (automatic), got {self.threads}")
         if self.optim.embedding_lr_scale <= 0:

@@ -20,8 +20,8 @@ idle one. An explicit choice wins: a config's ``threads`` key (training, feature
 ``OMP_NUM_THREADS`` in the environment (left as torch read it).
 
 Used by ``train.py`` (recorded in ``result.json``), ``globetrotter-data features build`` and ``eval.py``.
-A feature-cache build counts its decoding workers as light (``workers=0``): they make an image's views about
-ten times faster than the backbone runs over them, so the backbone gets the cores (docs/results.md, benchmarks).
+A feature-cache build counts its decoding workers as light (``workers=0``): they make an image's views far
+faster than the backbone runs over them, so the backbone gets the cores (docs/results.md, benchmarks).
 """
 from __future__ import annotations
 

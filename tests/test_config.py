@@ -50,6 +50,17 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("val:\n  select_by: val/bkr@3\n", r"'val/bkr@3': unknown metric \(expected one of \['val/bkr@1', "),
         ("val:\n  test_groups: -1\n", "val.test_groups must be >= 0"),
         ("data:\n  val_split: test\n", "data.val_split='test' is also data.test_split"),
+        ("model:\n  heads: 0\n", "model.heads must be >= 1, got 0"),
+        ("model:\n  dropout: 2\n", r"model.dropout must be in \[0, 1\), got 2.0"),
+        ("optim:\n  betas: [0.9]\n", r"optim.betas must be two numbers in \[0, 1\), got \[0.9\]"),
+        ("optim:\n  lr: -1\n", "optim.lr must be > 0, got -1.0"),
+        ("seed: -1\n", "seed must be >= 0, got -1"),
+        ("log_every: 0\n", "log_every must be >= 1, got 0"),
+        ("keep_checkpoints: 0\n", "keep_checkpoints must be >= 1, got 0"),
+        ("data:\n  workers: -1\n", "data.workers must be >= 0"),
+        ("steps: 0\n", "steps must be > 0, got 0"),
+        ("loss:\n  text: -1\n", "loss.text must be >= 0"),
+        ("mixed_precision: yes\n", "'mixed_precision' expected one of 'no' | 'bf16' | 'fp16', got True"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, message):
@@ -57,6 +68,28 @@ def test_bad_config_names_the_key(tmp_path, text, message):
     with pytest.raises(UserError, match=message) as err:
         load_train_config(path)
     assert str(path) in str(err.value)
+
+
+def test_a_choice_yaml_reads_as_a_boolean_keeps_its_name(tmp_path):
+    """YAML 1.1 reads `no` as False: mixed_precision=no (which the trainer's own messages suggest) is the choice."""
+    assert load_train_config(None, ["mixed_precision=no"]).mixed_precision == "no"
+    assert load_train_config(write(tmp_path, "mixed_precision: no\n")).mixed_precision == "no"
+
+
+def test_overrides_may_follow_the_options(monkeypatch):
+    """train.py's help shows `adapt.from=RUN adapt.language=el [--config FILE] [key=value ...]`: all are read."""
+    from globetrotter.training import adapt, cli
+
+    seen = {}
+
+    def stop(config, overrides):
+        seen.update(config=config, overrides=list(overrides))
+        raise UserError("stop here")
+
+    monkeypatch.setattr(adapt, "load_adapt_config", stop)
+    assert cli.run_cli(cli._main, ["adapt.from=r", "--config", "c.yaml", "optim.lr=1e-3", "--resume", "latest",
+                                   "seed=7"]) == 2
+    assert seen == {"config": "c.yaml", "overrides": ["adapt.from=r", "optim.lr=1e-3", "seed=7"]}
 
 
 def test_missing_file_and_bad_override():

@@ -59,7 +59,8 @@ def test_resume_latest_restores_step_schedule_and_weights(tiny_world, tmp_path):
     full = tiny_cfg(tiny_world, tmp_path / "a", "steps=6", "checkpoint_every=3", "keep_checkpoints=3")
     train(full)
     # simulate a run killed after step 3: drop the last checkpoint, point latest back
-    killed = tiny_cfg(tiny_world, tmp_path / "b", "steps=6", "checkpoint_every=3")
+    killed = tiny_cfg(tiny_world, tmp_path / "b", "steps=6", "checkpoint_every=3",
+                      f"data.tokenizer={full.data.tokenizer}")  # the copy resumes with the config it was trained with
     import shutil
 
     shutil.copytree(full.run_dir, killed.run_dir)

@@ -171,6 +171,47 @@ def test_bad_samples_are_skipped_counted_and_limited(tiny_world, tmp_path, worke
     assert "\n" not in str(err.value)
 
 
+def test_a_run_folder_holds_one_run(tiny_world, tmp_path):
+    """A fresh run refuses a folder that holds one; a resume refuses a changed config and a finished run, before
+    writing anything; steps and the other RUN_KEYS may change."""
+    from globetrotter.training.resume import RUN_KEYS
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    config, result = (cfg.run_dir / name for name in ("config.yaml", "result.json"))
+    before = config.read_text(), result.read_text()
+    with pytest.raises(UserError, match=r"already holds a run \(step-00000002\); continue it with --resume latest"):
+        train(tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=0", "seed=3"))
+    with pytest.raises(UserError, match=r"the config differs from the checkpoint's \(seed: 0 -> 7\)"):
+        train(tiny_cfg(tiny_world, tmp_path, "steps=4", "val.every=0", "seed=7"), resume="latest")
+    with pytest.raises(UserError, match=r"model\.d_model: 32 -> 64, model\.ffn: 64 -> 128"):
+        train(tiny_cfg(tiny_world, tmp_path, "steps=4", "val.every=0", "model.d_model=64", "model.ffn=128"),
+              resume="latest")
+    with pytest.raises(UserError, match="already trained to step 2 of steps=2; raise steps"):
+        train(cfg, resume="latest")
+    assert (config.read_text(), result.read_text()) == before  # nothing rewritten
+    assert {"steps", "log_every", "data.workers"} <= RUN_KEYS
+    longer = train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "val.every=0", "log_every=1"),
+                   resume="latest")
+    assert longer["step"] == 3 and (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(3)).is_dir()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_shards_with_no_readable_sample_stop_the_run_in_one_line(tiny_world, tmp_path, workers):
+    """Every train shard truncated before its first sample: the stream would draw them again and again and never
+    fill a batch (one distinct bad sample per shard stays under data.max_bad_samples); it stops and says so."""
+    (tmp_path / "run").mkdir()
+    _tokenizer(tiny_world, tmp_path / "run")
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_world, broken)
+    for shard in (broken / "train").glob("*.tar"):
+        shard.write_bytes(shard.read_bytes()[:300])  # less than one tar header
+    cfg = tiny_cfg(broken, tmp_path / "run", "steps=4", f"data.workers={workers}")
+    with pytest.raises(UserError, match=r"train-00000\d\.tar: no readable sample in 50 shard reads in a row") as err:
+        train(cfg)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("failure", ["save_state", "rename"])
 def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, monkeypatch, capsys, failure):
     """Disk full while writing step 4 (or no permission to rename it into place): step 2 and `latest` stay,

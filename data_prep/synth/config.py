@@ -25,7 +25,7 @@ class SynthConfig:
     parallel_train_images: int = 0  # extra train-parallel/ scenes in all training languages (supervised baseline)
     adapt_images: int = 2000  # adapt/ scenes captioned in one held-out language (only with heldout_languages)
     max_objects: int = 3  # objects per scene (1..max_objects), at most 3 of one kind
-    image_format: str = "jpg"  # jpg (quality 90: 4x smaller and 10x faster to encode than png here) or png
+    image_format: str = "jpg"  # jpg (quality 90: smaller and faster to encode than png) or png
     shard_size: int = 2000  # samples per .tar shard
     workers: int = 0  # rendering processes; 0 = all cores, 1 = in-process
     chunk_size: int = 250  # scenes per worker task

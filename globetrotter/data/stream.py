@@ -79,8 +79,9 @@ class StreamPosition:
         w = int(fields[WORKER])
         self.bad += [b for b in fields[BAD] if b not in self.bad]
         self.bad_shard = fields[BAD_SHARD] or self.bad_shard
-        if fields.get(STOP):
-            raise too_many_bad(self.bad_total, max_bad, self.bad_shard)
+        stop = fields.get(STOP)
+        if stop:  # True: too many bad samples; a message: the stream found no readable sample at all
+            raise UserError(stop) if isinstance(stop, str) else too_many_bad(self.bad_total, max_bad, self.bad_shard)
         self.cursors[w] = int(fields[CURSOR])
         return batch
 
@@ -102,6 +103,8 @@ class BadSamples:
     def __init__(self, seen: set[str], limit: int, worker: int) -> None:
         self.seen, self.new, self.limit, self.worker = set(seen), [], limit, worker
         self.shard, self.reading, self.active = "", "", True
+        self.good = 0  # samples read whole (json decoded), so that a stream with none can stop
+        self.starved = ""  # why the stream stopped without a readable sample, once it has
 
     @property
     def count(self) -> int:
@@ -126,12 +129,23 @@ class BadSamples:
         return new
 
 
+EMPTY_DRAWS = 50  # shards read in a row without one readable sample: the stream stops with a one-line error
+
+
 def _resampled(urls: list[str], rng: random.Random, bad: BadSamples) -> Iterator[dict]:
-    """Shards drawn with replacement, forever; the handler learns which shard is being read."""
+    """Shards drawn with replacement, forever; the handler learns which shard is being read. Stops (and says why in
+    ``bad.starved``) after :data:`EMPTY_DRAWS` draws in a row that gave no readable sample, which a healthy split
+    never does: truncated or unreadable shards would otherwise be drawn again and again without a batch."""
+    empty, good = 0, bad.good
     while True:
         url = rng.choice(urls)
         bad.reading = url
-        yield {"url": url}
+        yield {"url": url}  # resumes once that shard is read through
+        empty, good = (empty + 1 if bad.good == good else 0), bad.good
+        if empty >= EMPTY_DRAWS:
+            bad.starved = (f"{bad.shard or url}: no readable sample in {empty} shard reads in a row (truncated or "
+                           f"unreadable shards, {bad.count} bad so far); check or rewrite the split's shards")
+            return
 
 
 def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
@@ -145,6 +159,7 @@ def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
             if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                 return
             continue
+        bad.good += 1
         yield sample
 
 
@@ -190,7 +205,7 @@ class ResumableStream(torch.utils.data.IterableDataset):
         samples = _with_meta(wds.tarfile_to_samples(handler=bad)(shards), bad)
         samples = self.order(samples, random.Random(derive_seed(self.seed, self.rank, w, 2)))
 
-        def fields(cursor: int, stop: bool = False) -> dict:
+        def fields(cursor: int, stop: bool | str = False) -> dict:
             return {WORKER: w, CURSOR: cursor, BAD: bad.report(), BAD_SHARD: bad.shard, STOP: stop}
 
         bad.active = skip == 0
@@ -214,3 +229,5 @@ class ResumableStream(torch.utils.data.IterableDataset):
                 pending = []
         if bad.count > self.max_bad:
             yield fields(-1, stop=True)
+        elif bad.starved:
+            yield fields(-1, stop=bad.starved)

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # overrides may stand before or after the options
     adapting = any(o.split("=", 1)[0].lstrip("-").strip() == "adapt.from" for o in args.overrides)
     config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() and not adapting else None)
     from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)

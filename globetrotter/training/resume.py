@@ -1,11 +1,60 @@
-"""What a resumed run needs besides accelerate's state: the data stream's position, per-step seeds."""
+"""What a resumed run needs besides accelerate's state: the data stream's position, per-step seeds, and the checks
+that a run folder holds one run only (a fresh run refuses a used folder, a resume a changed config)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from ..config_io import read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
+from ..errors import UserError
 from . import checkpoint as ckpt
+
+# keys that say how a run is carried out, not what it learns: a resume may change them
+RUN_KEYS = frozenset({"steps", "threads", "compile", "log_every", "checkpoint_every", "keep_checkpoints",
+                      "data.workers", "val.every", "output_dir", "run_name"})
+
+
+def refuse_used_folder(run_dir: Path) -> None:
+    """One-line error when ``run_dir`` already holds checkpoints: a fresh run there would mix two runs (its pruning
+    could delete its own checkpoints while ``best/`` stayed the old run's)."""
+    root = ckpt.checkpoint_root(run_dir)
+    held = sorted(p.name for p in root.glob("*") if p.is_dir() and (p / ckpt.STATE).is_file()) if root.is_dir() else []
+    if held:
+        raise UserError(f"{run_dir}: already holds a run ({', '.join(held)}); continue it with --resume latest, or "
+                        "choose another run_name (or delete the folder)")
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def refuse_changed_config(source: Path, cfg) -> None:
+    """One-line error when ``cfg`` differs from the config checkpoint ``source`` was trained with in a key other than
+    :data:`RUN_KEYS`: the resumed run would no longer be the run it continues."""
+    saved_path = Path(source) / "config.yaml"
+    if not saved_path.is_file():
+        return  # a checkpoint from before configs were saved beside it
+    saved, now = _flat(read_yaml(saved_path)), _flat(to_dict(cfg))
+    changed = sorted(k for k in saved.keys() | now.keys() if k not in RUN_KEYS and saved.get(k) != now.get(k))
+    if changed:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise UserError(f"--resume {source}: the config differs from the checkpoint's ({shown}{more}); resume with "
+                        f"its config ({saved_path}), or start a new run_name")
+
+
+def refuse_finished(source: Path, steps: int) -> None:
+    """One-line error when checkpoint ``source`` is already at ``steps``: there is nothing left to train."""
+    done = ckpt.read_state(source)["step"]
+    if done >= steps:
+        raise UserError(f"--resume {source}: the run is already trained to step {done} of steps={steps}; raise steps "
+                        "to train on")
 
 
 def mask_seed(seed: int, rank: int, step: int) -> int:

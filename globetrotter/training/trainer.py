@@ -34,7 +34,7 @@ from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share, with_text_languages
-from .resume import mask_seed, resume_position
+from .resume import mask_seed, refuse_changed_config, refuse_finished, refuse_used_folder, resume_position
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision
@@ -82,6 +82,10 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         raise UserError("--resume: an adaptation run is short and starts from adapt.from; run it again instead")
     # the checkpoint to resume from, found before anything is written: a resume that cannot start leaves nothing
     source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
+    if source is None:
+        refuse_used_folder(cfg.run_dir)  # a fresh run in a used folder would mix two runs' checkpoints
+    else:
+        refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
     threads = _configure_threads(cfg, process, source, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
     accelerator = Accelerator(mixed_precision=precision, log_with="tensorboard",
@@ -103,6 +107,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         cfg = with_matched_image_share(cfg, log)  # data.match_images_of: the share, saved with every checkpoint
         cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
         cfg = with_imported_dim(cfg)  # imported embeddings' width, saved with every checkpoint
+        if source is not None:
+            refuse_changed_config(source, cfg)  # before the run folder's config.yaml is rewritten
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()
