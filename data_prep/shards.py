@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from .errors import UserError
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 IMAGE_EXTS = ("jpg", "png", "npy")
+REQUIRED_FIELDS = ("caption", "lang", "image_id")  # of a sample's json; ``group`` may be absent (null)
 # what ShardWriter.close() derives from the samples it wrote; image_size / feature_dim are not among them, since a
 # writer given encoded bytes cannot know them, so a rewrite of a split carries the original's
 DERIVED_MANIFEST_KEYS = ("split", "source", "num_samples", "shards", "languages", "image_format", "checksum")
@@ -247,7 +248,8 @@ def shard_paths(split_dir: str | Path) -> list[str]:
 def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator[tuple[str, str, bytes, dict]]:
     """Yield ``(key, image_ext, image_bytes, meta)`` from a split's shards without decoding images.
 
-    Raises :class:`UserError` naming the shard for an unreadable tar or a malformed sample.
+    Raises :class:`UserError` naming the shard for an unreadable tar or a malformed sample (json that is not an
+    object with a string ``caption`` and ``lang`` and an ``image_id``, or a sample lacking its image or json).
     """
     paths = shards if shards is not None else shard_paths(split_dir)
     for path in paths:
@@ -266,6 +268,7 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
                             meta = json.loads(entry["json"].decode("utf-8"))
                         except (json.JSONDecodeError, UnicodeDecodeError) as err:
                             raise UserError(f"{path}: sample '{key}' has malformed json ({err})") from None
+                        _check_meta(meta, path, key)
                         yield key, img_ext, entry[img_ext], meta
                         del pending[key]
                 if pending:
@@ -275,11 +278,33 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
             raise UserError(f"{path}: unreadable shard ({err})") from None
 
 
+def _check_meta(meta: object, path: str, key: str) -> None:
+    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS`."""
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
+                        f"{', '.join(REQUIRED_FIELDS)}")
+    bad = [f for f in REQUIRED_FIELDS if meta.get(f) is None or (f != "image_id" and not isinstance(meta[f], str))]
+    if bad:
+        raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} (expected a string "
+                        "caption and lang, and an image_id)")
+
+
 def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[Sample]:
-    """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to)."""
-    for key, ext, data, meta in iter_raw(split_dir):
-        image = decode_image(data, ext) if decode_images else data
-        yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
+    """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to).
+
+    Raises :class:`UserError` naming the shard and sample for image bytes that do not decode."""
+    for shard in shard_paths(split_dir):
+        for key, ext, data, meta in iter_raw(split_dir, [shard]):
+            image = data
+            if decode_images:
+                try:
+                    image = decode_image(data, ext)
+                except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
+                    why = "not a known image format" if isinstance(err, UnidentifiedImageError) else \
+                        f"{type(err).__name__}: {err}"
+                    raise UserError(f"{shard}: sample '{key}' has a .{ext} image that does not decode "
+                                    f"({why})") from None
+            yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
 
 
 def read_captions(split_dir: str | Path) -> list[dict]:

@@ -111,3 +111,17 @@ def test_contact_sheet_uses_an_installed_font_that_has_the_glyphs(monkeypatch):
     families = inspect.caption_fonts({"el": set("ᶁ κόκκινο")}, warnings.append)
     assert families[0] == "DejaVu Sans" and len(families) == 2 and not warnings
     assert not inspect.caption_fonts({"ru": set("красный")}, warnings.append)[1:]  # nothing missing: no search
+
+
+def test_inspect_of_a_malformed_sample_is_a_one_line_error(tmp_path, capsys):
+    from test_shards import write_raw_split  # tests/ is on sys.path (rootless conftest)
+
+    write_raw_split(tmp_path / "nolang", {"caption": "x", "image_id": "a"}, b"not read")
+    write_raw_split(tmp_path / "badimg", {"caption": "x", "lang": "en", "image_id": "a", "group": None}, b"not a jpeg")
+    for split, extra, message in (("nolang", [], "json lacks valid field(s) lang"),
+                                  ("badimg", ["--contact-sheet", str(tmp_path / "s.png")], "does not decode")):
+        with pytest.raises(SystemExit) as done:
+            data_cli.main(["inspect", str(tmp_path / split), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert done.value.code == 2 and len(err) == 1, err
+        assert err[0].startswith(f"error: {tmp_path / split / 'train-000000.tar'}: sample 'k0'") and message in err[0]

@@ -12,7 +12,7 @@ import torch
 import globetrotter
 from globetrotter.config import load_train_config
 from globetrotter.data.feature_cache import load_feature_cache
-from globetrotter.data.feature_import import import_embeddings, split_image_ids
+from globetrotter.data.feature_import import import_embeddings, read_id_list, split_image_ids
 from globetrotter.data_cli import main as data_main
 from globetrotter.errors import UserError
 from globetrotter.training.checkpoint import resolve
@@ -114,6 +114,33 @@ def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(t
     assert str(emb) in message and "1 image(s)" in message and repr(first_split_id) in message
     with pytest.raises(UserError, match="--ids"):
         import_embeddings(split, emb, out, "toy", progress=False)
+
+
+def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_world, source, tmp_path, capsys):
+    ids, vectors = source
+    folder = tmp_path / "ids"
+    folder.mkdir()
+    bom = folder / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + "\n".join(ids).encode() + b"\n")
+    assert read_id_list(bom) == ids
+    (folder / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(ids).encode())
+    assert read_id_list(folder / "bom.json") == ids
+    cases = [("truncated.json", json.dumps(ids)[:20].encode(), "malformed JSON at line 1 column"),
+             ("latin1.json", b'["caf\xe9"]', "invalid UTF-8 byte 0xe9"),
+             ("latin1.txt", b"a\nb\ncaf\xe9\n", "line 3: invalid UTF-8 byte 0xe9 at column 4")]
+    for name, data, message in cases:
+        (folder / name).write_bytes(data)
+        with pytest.raises(UserError) as err:
+            read_id_list(folder / name)
+        text = str(err.value)
+        assert text.startswith(f"{folder / name}: ") and message in text and "\n" not in text, text
+    np.save(folder / "emb.npy", vectors)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(folder / "emb.npy"), "--ids",
+                   str(folder / "truncated.json"), "--name", "toy", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "truncated.json: malformed JSON" in err[0] and not out.exists()
 
 
 def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatch):

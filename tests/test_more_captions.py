@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from data_prep.converters.more_captions import same_text
 from data_prep.shards import check_split_rule, content_checksum, iter_raw, read_captions, read_manifest
@@ -197,6 +198,32 @@ def test_train_parallel_gets_the_same_captions_in_each_of_its_images_languages(t
     assert copies == sum(len(ms) - len(by_image(data / "train")[i]) for i, ms in by_image(out / "train").items()
                          if i in train_images_in_parallel) > 0
     assert summary["written_total"] + copies == added["train"] + added["train-parallel"] and summary["balanced"]
+
+
+def test_a_stem_two_converted_files_shared_matches_neither(tmp_path, capsys):
+    """cat.jpg and cat.png became ids cat and cat-2; the shards keep no file names, so a caption for either is
+    left out (counted, with a warning), never added to the other image."""
+    photos = tmp_path / "photos"
+    for name, colour in (("cat.jpg", "red"), ("cat.png", "blue"), ("dog.jpg", "white")):
+        photos.mkdir(exist_ok=True)
+        Image.new("RGB", (24, 16), colour).save(photos / name)
+    table = write_lines(tmp_path / "caps.tsv", ["cat.jpg\ten\ta red cat", "cat.png\ten\ta blue cat",
+                                                "dog.jpg\ten\ta white dog"])
+    data = tmp_path / "data"
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--quiet"]) == 0
+    assert sorted(by_image(data / "train")) == ["cat", "cat-2", "dog"]
+    more = write_lines(tmp_path / "more.tsv", ["cat.png\ten\tanother blue cat", "cat-2.jpg\ten\tblue again",
+                                               "cat.jpg\ten\tanother red cat", "dog.jpg\ten\tanother dog"])
+    out = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "3 caption(s) not added: their image name fits several images" in printed and "more.tsv:1" in printed
+    after = by_image(out / "train")
+    assert [m["caption"] for m in after["cat"]] == ["a red cat"]
+    assert [m["caption"] for m in after["cat-2"]] == ["a blue cat"]
+    assert [m["caption"] for m in after["dog"]] == ["a white dog", "another dog"]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["unused"] == {"ambiguous_image_name": 3} and summary["balanced"]
 
 
 def test_bad_input_is_a_one_line_error(tmp_path, capsys):

@@ -1,7 +1,10 @@
 """The shard format: write/read round-trip, manifest, checksum, split rule, bad input."""
 from __future__ import annotations
 
+import io
 import json
+import re
+import tarfile
 
 import numpy as np
 import pytest
@@ -92,3 +95,37 @@ def test_bad_input_gives_one_line_user_errors(tmp_path):
     (tmp_path / "s" / "manifest.json").write_text("{oops")
     with pytest.raises(UserError, match="malformed manifest"):
         read_manifest(tmp_path / "s")
+
+
+def write_raw_split(path, meta, image_bytes: bytes, key: str = "k0") -> None:
+    """A one-sample split written by hand (as another tool might): ``key.jpg`` + ``key.json`` as given."""
+    path.mkdir(parents=True)
+    with tarfile.open(path / "train-000000.tar", "w") as tar:
+        for name, data in ((f"{key}.jpg", image_bytes), (f"{key}.json", json.dumps(meta).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (path / "manifest.json").write_text(json.dumps({"split": "train", "shards": ["train-000000.tar"],
+                                                    "num_samples": 1, "languages": {"en": 1}}))
+
+
+def test_a_malformed_sample_is_a_one_line_error_naming_shard_and_key(tmp_path):
+    buf = io.BytesIO()
+    image(0).save(buf, format="JPEG")
+    jpeg = buf.getvalue()
+    shard = "train-000000.tar"
+    for name, meta, data, message in (
+        ("nolang", {"caption": "x", "image_id": "a"}, jpeg, "lacks valid field(s) lang"),
+        ("noid", {"caption": "x", "lang": "en", "image_id": None}, jpeg, "lacks valid field(s) image_id"),
+        ("list", ["x", "en"], jpeg, "json is a list"),
+        ("badimg", {"caption": "x", "lang": "en", "image_id": "a", "group": None}, b"not a jpeg", "does not decode"),
+    ):
+        write_raw_split(tmp_path / name, meta, data)
+        with pytest.raises(UserError) as err:
+            list(iter_samples(tmp_path / name))
+        text = str(err.value)
+        assert "\n" not in text and f"{tmp_path / name / shard}: sample 'k0'" in text and message in text, text
+        if name != "badimg":  # the fields are checked wherever samples are read, images decoded or not
+            with pytest.raises(UserError, match=re.escape(message)):
+                read_captions(tmp_path / name)
+    assert [s.key for s in iter_samples(tmp_path / "badimg", decode_images=False)] == ["k0"]

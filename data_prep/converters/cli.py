@@ -170,7 +170,8 @@ def add_source_arguments(group, sources: Sequence[str] = CAPTION_SOURCES) -> Non
     if "captions" in sources:
         group.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
                            help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL "
-                                "({\"image\", \"lang\", \"caption\"[, \"split\"]})")
+                                "({\"image\", \"lang\", \"caption\"[, \"split\"]}), .gz allowed; image is a "
+                                "path or file name (no stem or photo id match)")
 
 
 def _shared_options() -> argparse.ArgumentParser:

@@ -28,6 +28,8 @@ class Caption:
     then Flickr photo id). ``lang`` is the code as written in the source (checked later).
     ``key`` identifies the caption within its layout (a second record with the same key is
     a duplicate). ``split_hint`` is the split the source itself puts the image in, if any.
+    ``exact``: the image is found by path or file name only, never by stem or Flickr photo id
+    (the folder layout, whose names are the files' own).
     """
 
     images: tuple[str, ...]
@@ -37,6 +39,7 @@ class Caption:
     line: int | None
     key: tuple
     split_hint: str | None = None
+    exact: bool = False
 
     @property
     def where(self) -> str:

@@ -1,24 +1,28 @@
 """A generic layout: a folder of images plus a caption table in TSV or JSONL.
 
 TSV (``.tsv``, ``.txt``): one caption per line, ``<image><TAB><lang><TAB><caption>``,
-optionally a fourth column ``split`` (train, val or test); a first line
-``image<TAB>lang<TAB>caption[<TAB>split]`` is a header and skipped.
+optionally a fourth column ``split`` (train, val or test, in any case, surrounding spaces
+ignored); a first line ``image<TAB>lang<TAB>caption[<TAB>split]`` is a header and skipped.
 JSONL (``.jsonl``, ``.json``): one object per line with string fields ``image``, ``lang``,
-``caption`` and optionally ``split``.
+``caption`` and optionally ``split``. Either may be gzipped (``captions.jsonl.gz``).
 
 ``image`` is a path relative to an ``--images`` folder (or to the caption file's folder),
-an absolute path, or a bare file name found anywhere under the image folders. Blank lines
-are not records; any other line that does not follow the format is reported as
-malformed. The key of a caption is ``(image, lang, caption)``: a repeated row is a
-duplicate.
+an absolute path, or a bare file name found anywhere under the image folders; nothing
+else (no stem or Flickr photo id match: a caption naming ``dog.jpg`` when only ``dog.png``
+exists is a missing image). Blank lines are not records; any other line that does not
+follow the format is reported as malformed. The key of a caption is ``(image, lang,
+caption)`` as they are compared once normalised (the path without ``./``, the language
+code, the caption's whitespace): a repeated row is a duplicate.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
 from .common import Caption, Record, read_lines_or_issue
+from .languages import normalize_language
 from .report import Issue
 
 FIELDS = ("image", "lang", "caption")
@@ -46,10 +50,16 @@ def _parse_jsonl(text: str) -> tuple[dict | None, str]:
     return obj, ""
 
 
+def _caption_key(image: str, lang: str, caption: str) -> tuple:
+    """The duplicate key of a row: its image path, language and caption as the conversion normalises them."""
+    return ("folder", os.path.normpath(image), normalize_language(lang) or lang.strip(), " ".join(caption.split()))
+
+
 def read_caption_table(path: str | Path) -> Iterator[Record]:
-    """Yield caption records of a TSV or JSONL caption table (see module docstring)."""
+    """Yield caption records of a TSV or JSONL caption table, gzipped or not (see module docstring)."""
     path = Path(path)
-    is_jsonl = path.suffix.lower() in JSONL_SUFFIXES
+    name = path.stem if path.suffix == ".gz" else path.name  # read gunzipped (common.open_binary)
+    is_jsonl = Path(name).suffix.lower() in JSONL_SUFFIXES
     lines, issue = read_lines_or_issue(path)
     for line in lines:
         if line.text is None:
@@ -60,15 +70,16 @@ def read_caption_table(path: str | Path) -> Iterator[Record]:
         if not is_jsonl and line.number == 1 and line.text.strip().lower().split("\t")[:3] == list(FIELDS):
             continue
         row, error = (_parse_jsonl if is_jsonl else _parse_tsv)(line.text)
-        split = (row or {}).get("split") or None
+        raw_split = (row or {}).get("split")
+        split = (raw_split.strip().lower() if isinstance(raw_split, str) else raw_split) or None
         if row is not None and split is not None and split not in SPLIT_VALUES:
-            row, error = None, f"split must be one of {SPLIT_VALUES}, got {split!r}"
+            row, error = None, f"split must be one of {SPLIT_VALUES}, got {raw_split!r}"
         if row is None:
             yield Issue("malformed_line", str(path), line.number, error)
             continue
         image = row["image"].strip()
         candidates = (image, str(path.resolve().parent / image)) if image else ("",)
         yield Caption(candidates, row["lang"].strip(), row["caption"], str(path), line.number,
-                      ("folder", image, row["lang"].strip(), row["caption"].strip()), split)
+                      _caption_key(image, row["lang"], row["caption"]), split, exact=True)
     if issue is not None:
         yield issue

@@ -4,7 +4,9 @@
 first as a path relative to each folder, then (from an index of every image file under
 the folders, built once, on first need) by file name, by name without extension, and by
 Flickr photo id. The last rule is what lets Multi30K / Flickr30k names (``<id>.jpg``) find
-Flickr8k files (``<id>_<secret>.jpg``) and the reverse.
+Flickr8k files (``<id>_<secret>.jpg``) and the reverse. The two loose rules are for those
+datasets' naming only: a caption with ``exact`` set (the folder layout) matches by path or
+file name, so ``dog.jpg`` never finds ``dog.png``, nor ``100.jpg`` ``100_1.jpg``.
 
 :func:`prepare_image` runs in worker processes: it fully decodes the file (so a truncated
 or corrupt JPEG is caught here, not at training time), optionally resizes it, and returns
@@ -50,7 +52,7 @@ class ImageResolver:
     def __init__(self, roots: Sequence[str | Path]) -> None:
         self.roots = [Path(r) for r in roots]
         self._index: tuple[dict[str, Path], dict[str, Path], dict[str, Path]] | None = None
-        self._cache: dict[tuple[str, ...], Path | None] = {}
+        self._cache: dict[tuple[tuple[str, ...], bool], Path | None] = {}
 
     def _build_index(self) -> tuple[dict[str, Path], dict[str, Path], dict[str, Path]]:
         by_name: dict[str, Path] = {}
@@ -70,17 +72,17 @@ class ImageResolver:
                         by_photo.setdefault(photo, path)
         return by_name, by_stem, by_photo
 
-    def resolve(self, candidates: Sequence[str]) -> Path | None:
+    def resolve(self, candidates: Sequence[str], exact: bool = False) -> Path | None:
         """The first existing file for ``candidates``, else ``None``.
 
         First pass: each candidate with a folder part is tried as an absolute path or a path
         relative to each image folder. Second pass (from the index): each candidate's file
-        name, then its stem, then its Flickr photo id.
+        name, then (unless ``exact``) its stem, then its Flickr photo id.
         """
-        key = tuple(candidates)
+        key = (tuple(candidates), exact)
         if key not in self._cache:
             found = next(filter(None, map(self._direct, candidates)), None)
-            self._cache[key] = found or next(filter(None, map(self._indexed, candidates)), None)
+            self._cache[key] = found or next(filter(None, (self._indexed(c, exact) for c in candidates)), None)
         return self._cache[key]
 
     def _direct(self, cand: str) -> Path | None:
@@ -91,11 +93,13 @@ class ImageResolver:
             return path if path.is_file() else None
         return next((root / path for root in self.roots if (root / path).is_file()), None)
 
-    def _indexed(self, cand: str) -> Path | None:
+    def _indexed(self, cand: str, exact: bool = False) -> Path | None:
         if self._index is None:
             self._index = self._build_index()
         by_name, by_stem, by_photo = self._index
         name = os.path.basename(cand)
+        if exact:
+            return by_name.get(name)
         stem = _stem(name)
         found = by_name.get(name) or by_stem.get(stem)
         if found is None:

@@ -146,10 +146,11 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
     """Check every record; keep good captions grouped by image file."""
     images: dict[Path, _Image] = {}
     for item in checked_records(sources, report, options.languages, options.progress):
-        path = resolver.resolve(item.images)
+        path = resolver.resolve(item.images, item.exact)
         if path is None:
+            how = " (by path or file name)" if item.exact else ""
             report.add(Issue("missing_image", item.file, item.line,
-                             f"image {item.images[0]!r} not found in the image folders"))
+                             f"image {item.images[0]!r} not found in the image folders{how}"))
             continue
         images.setdefault(path, _Image(path)).captions.append(item)
     return images
@@ -174,6 +175,12 @@ def _assign_image_ids(images: Iterable[_Image]) -> None:
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """One-line :class:`UserError`, before anything is read, for an ``--out`` that is (or lies under) a file, or
+    that holds a dataset already (unless ``overwrite``)."""
+    nearest = next((p for p in (out_dir, *out_dir.parents) if p.exists() or p.is_symlink()), None)
+    if nearest is not None and not nearest.is_dir():
+        what = "exists and is not a folder" if nearest == out_dir else f"{nearest} is a file, not a folder"
+        raise UserError(f"--out {out_dir}: {what}")
     existing = [out_dir / s for s in OUTPUT_SPLITS if (out_dir / s / MANIFEST).is_file()]
     if (out_dir / SUMMARY).is_file():
         existing.append(out_dir / SUMMARY)
@@ -214,7 +221,7 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     Returns the :class:`ConversionReport` (also written to ``out_dir/summary.json``); when
     no record is usable, nothing is written (not even the summary) and the report says so. Raises
     :class:`~globetrotter.errors.UserError` for an output folder that already holds a
-    dataset (unless ``overwrite``).
+    dataset (unless ``overwrite``) or is a file.
     """
     start = time.perf_counter()
     report = ConversionReport()

@@ -47,6 +47,7 @@ UNUSED_REASONS: dict[str, str] = {
     "image_not_in_dataset": "caption of an image that is in no split of the dataset",
     "image_in_other_split": "caption of an image in a split not being enriched (val/test)",
     "caption_already_present": "the image already has this text (case, punctuation and spacing ignored)",
+    "ambiguous_image_name": "caption's image name fits several images of the dataset (e.g. cat.jpg, cat.png)",
 }
 
 

@@ -14,11 +14,14 @@ converter takes the folder holding ``XTD10/``, ``MIC/`` and ``STAIR/`` (or one f
 with all the files); caption files are looked for one folder deep. Images are found by
 name in the COCO image folder(s) given with ``--images`` (subfolders such as
 ``train2014/`` are searched). Every image is a test image (split hint ``test``); its
-captions in all languages form the parallel test split, tied by ``group``.
+captions in all languages form the parallel test split, tied by ``group``. Another file
+whose name starts ``test_1kcaptions_`` (``test_1kcaptions_de.orig.txt``) is skipped with a
+warning naming it.
 """
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -45,7 +48,12 @@ def read_xtd10(root: str | Path) -> Iterator[Record]:
     paths = sorted(set(root.glob("test_1kcaptions_*.txt")) | set(root.glob("*/test_1kcaptions_*.txt")))
     files = []
     for path in paths:
-        code = _CAPTION_FILE.match(path.name).group("lang")
+        match = _CAPTION_FILE.match(path.name)
+        if match is None:
+            print(f"warning: {path}: not an XTD10 caption file (expected test_1kcaptions_<lang>.txt); skipped",
+                  file=sys.stderr)
+            continue
+        code = match.group("lang")
         files.append(AlignedFile(path, XTD10_LANGUAGE_ALIASES.get(code, code)))
     if not files:
         raise UserError(f"{root}: no test_1kcaptions_<lang>.txt file found (looked in {root} and its subfolders)")

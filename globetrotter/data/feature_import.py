@@ -31,6 +31,7 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from data_prep.converters.common import read_text_lines
 from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
@@ -57,19 +58,36 @@ def split_image_ids(split_dir: Path) -> list[str]:
 
 
 def read_id_list(path: Path) -> list[str]:
-    """Image ids of an id file: a ``.json`` list, else one id per line."""
+    """Image ids of an id file: a ``.json`` list, else one id per line; UTF-8, a byte-order mark dropped.
+
+    One-line :class:`UserError` naming the file (and the line of a text file) for bytes that are not UTF-8,
+    malformed JSON, or a line without an id."""
     if not path.is_file():
         raise UserError(f"--ids {path}: no such file")
-    if path.suffix == ".json":
-        ids = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(ids, list):
-            raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
-        return [str(i) for i in ids]
-    ids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    empty = next((n for n, i in enumerate(ids, start=1) if not i), None)
-    if empty is not None:
-        raise UserError(f"{path}: line {empty} holds no image id")
-    return ids
+    try:
+        if path.suffix == ".json":
+            try:
+                ids = json.loads(path.read_bytes().decode("utf-8-sig"))
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}: invalid UTF-8 byte 0x{err.object[err.start]:02x} at byte {err.start + 1} "
+                                "(expected a JSON list of image ids, UTF-8)") from None
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno} ({err.msg}); "
+                                "expected a JSON list of image ids") from None
+            if not isinstance(ids, list):
+                raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
+            return [str(i) for i in ids]
+        ids = []
+        for line in read_text_lines(path):
+            if line.text is None:
+                raise UserError(f"{path}: line {line.number}: {line.error} (expected UTF-8 text, one image id "
+                                "per line)")
+            if not line.text.strip():
+                raise UserError(f"{path}: line {line.number} holds no image id")
+            ids.append(line.text.strip())
+        return ids
+    except (OSError, EOFError) as err:
+        raise UserError(f"--ids {path}: cannot read ({err})") from None
 
 
 class _Source:

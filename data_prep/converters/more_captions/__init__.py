@@ -16,7 +16,8 @@ captions of one image, most of their pairs are then not translations (docs/resul
 
 This command reads an existing dataset (``--data``) and the same sources the converters
 take (read by the same readers, images matched to the dataset's image ids by file name,
-stem and Flickr photo id, as :class:`~data_prep.converters.images.ImageResolver` does),
+stem and Flickr photo id, as :class:`~data_prep.converters.images.ImageResolver` does; a
+stem that several converted files shared, ids ``cat`` and ``cat-2``, matches none of them),
 and writes a new dataset folder (``--out``) whose enriched splits (``train``; ``val`` too
 with ``--splits train,val``) hold every caption of the original split plus every caption
 the sources have for each of its images in that image's language, once per text (case,

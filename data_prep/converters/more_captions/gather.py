@@ -84,27 +84,42 @@ def split_of_images(data: Path, states: dict[str, EnrichedSplit]) -> dict[str, l
     return dict(split_of)
 
 
+AMBIGUOUS = "\0ambiguous"  # Matcher.match: the name fits several images of the dataset
+_CLASH = re.compile(r"^(?P<base>.+)-(?P<n>[2-9]|[1-9]\d+)$")  # a conversion's id for a second file of one stem
+
+
 class Matcher:
-    """Find the dataset image a caption names: by image id (= file stem), then by Flickr photo id."""
+    """Find the dataset image a caption names: by image id (= file stem), then by Flickr photo id.
+
+    The shards keep no file names, so a stem that several files shared at conversion (``cat.jpg`` and
+    ``cat.png`` became ids ``cat`` and ``cat-2``) names none of them for sure: such ids (and a photo id several
+    images share) match as :data:`AMBIGUOUS`, never as one of the images."""
 
     def __init__(self, split_of: dict[str, list[str]]) -> None:
         self.split_of = split_of
+        self.ambiguous: set[str] = set()
+        for image_id in split_of:
+            clash = _CLASH.match(image_id)
+            if clash is not None and clash.group("base") in split_of:
+                self.ambiguous.update((image_id, clash.group("base")))
         self.by_photo: dict[str, str] = {}
         for image_id in sorted(split_of):
             photo = flickr_photo_id(image_id)
-            if photo is not None:
-                self.by_photo.setdefault(photo, image_id)
+            if photo is not None and self.by_photo.setdefault(photo, image_id) != image_id:
+                self.ambiguous.update((image_id, self.by_photo[photo]))
 
     def match(self, candidates: Iterable[str]) -> str | None:
+        """The image id the caption's image names, :data:`AMBIGUOUS`, or ``None`` (no image of the dataset)."""
         stems = [_stem(os.path.basename(c)) for c in candidates if c]
         for stem in stems:
             for image_id in (stem, safe_id(stem)):
                 if image_id in self.split_of:
-                    return image_id
+                    return AMBIGUOUS if image_id in self.ambiguous else image_id
         for stem in stems:
             photo = flickr_photo_id(stem)
             if photo is not None and photo in self.by_photo:
-                return self.by_photo[photo]
+                image_id = self.by_photo[photo]
+                return AMBIGUOUS if image_id in self.ambiguous else image_id
         return None
 
 
@@ -113,12 +128,18 @@ def gather(sources: Iterable[Iterable[Record]], states: dict[str, EnrichedSplit]
     """Check every record like a conversion does; file the captions to add under their image, in each enriched
     split that holds it in the caption's language. A record added to two splits (a train image's caption, also
     added to train-parallel) counts as written once and as an extra copy in the second, as the converters count
-    train-parallel's copies of train captions."""
+    train-parallel's copies of train captions. A caption whose image name fits several images is left out
+    (``ambiguous_image_name``) with a warning naming the first."""
+    ambiguous: list[str] = []
     for item in checked_records(sources, report, languages, progress):
         lang, text = item.lang, item.text
         image_id = matcher.match(item.images)
         if image_id is None:
             report.leave_out("image_not_in_dataset")
+            continue
+        if image_id == AMBIGUOUS:
+            report.leave_out("ambiguous_image_name")
+            ambiguous.append(f"{item.where} {item.images[0]!r}")
             continue
         targets = [states[name] for name in matcher.split_of[image_id] if name in states]
         if not targets:
@@ -138,3 +159,7 @@ def gather(sources: Iterable[Iterable[Record]], states: dict[str, EnrichedSplit]
         if not added:  # a caption some split holds already is not new anywhere
             report.leave_out("caption_already_present" if "caption_already_present" in reasons
                              else "other_language_of_image")
+    if ambiguous:
+        report.note(f"{len(ambiguous)} caption(s) not added: their image name fits several images of the dataset "
+                    f"(files of one stem, e.g. cat.jpg and cat.png, converted as cat, cat-2; the shards keep no file "
+                    f"names), first {ambiguous[0]}")
