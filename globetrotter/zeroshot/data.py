@@ -125,7 +125,9 @@ def embed_cached(
             cached = np.load(path)
             if len(cached) == len(texts):
                 return cached
-    embedder = load_embedder(text_encoder, online=online, progress=progress) if isinstance(text_encoder, str) else text_encoder
+    embedder = text_encoder
+    if isinstance(text_encoder, str):
+        embedder = load_embedder(text_encoder, online=online, progress=progress)
     distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
     if path is not None:

@@ -33,7 +33,8 @@ def vocab(value: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
-    vocabularies = {lang: read_tag_vocabulary(path) for lang, path in distinct_names(args.vocab, "--vocab").items()}
+    vocab_files = distinct_names(args.vocab, "--vocab")
+    vocabularies = {lang: read_tag_vocabulary(path) for lang, path in vocab_files.items()}
     paths = image_files(args.images)
     if args.limit:
         paths = paths[: args.limit]
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {lang}: {', '.join(entry['tags'][lang])}")
     record = {"task": "zeroshot_tagging", "adapter": str(args.adapter), "text_encoder": config.text_encoder,
               "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": args.source_tags,
-              "vocabularies": distinct_names(args.vocab, "--vocab"), "images": images}
+              "vocabularies": vocab_files, "images": images}
     write_json(record, args.json)
     return 0
 

@@ -27,12 +27,10 @@ def run(args: argparse.Namespace) -> int:
     if args.val:
         val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
                                   every_image=True, online=args.online)
-        widths = {"train": (train.text_features.shape[1], train.image_features.shape[1]),
-                  "val": (val.text_features.shape[1], val.image_features.shape[1])}
-        if widths["val"] != widths["train"]:
-            raise UserError(f"--val {args.val}: {widths['val'][0]}-d text and {widths['val'][1]}-d image features, "
-                            f"but the train split's are {widths['train'][0]}-d and {widths['train'][1]}-d (stored "
-                            "features of another encoder?)")
+        (vt, vi), (tt, ti) = ((s.text_features.shape[1], s.image_features.shape[1]) for s in (val, train))
+        if (vt, vi) != (tt, ti):
+            raise UserError(f"--val {args.val}: {vt}-d text and {vi}-d image features, but the train split's are "
+                            f"{tt}-d and {ti}-d (stored features of another encoder?)")
         validate = validation_recall(val, config.train_langs, args.val_k, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
