@@ -116,7 +116,7 @@ def mine(args: argparse.Namespace) -> None:
         raise UserError(f"--out {out}: must differ from --split")
     encoder, teacher = resolve_model(args.teacher)
     choice = read_choice(args.ranking)
-    choice.check(model=teacher["path"])
+    choice.check(model=teacher["path"], checkpoint=teacher["checkpoint"])
     metas = list(iter_metas(split))
     images = sorted({str(m["image_id"]) for m in metas})
     index = {img: i for i, img in enumerate(images)}

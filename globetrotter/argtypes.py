@@ -27,6 +27,14 @@ def non_negative_int(text: str) -> int:
     return _integer_at_least(text, 0, "an integer >= 0")
 
 
+def output_folder(text: str) -> str:
+    """argparse type: a folder to write into, existing or not; a path that is a file is a usage error (before any
+    work is done, not after)."""
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, expected a folder to write into")
+    return text
+
+
 def fusion_weight(text: str) -> float | str:
     """argparse type: ``auto`` or a number strictly between 0 and 1 (a mixing weight)."""
     if text == "auto":

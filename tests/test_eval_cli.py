@@ -159,7 +159,7 @@ def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(
     out = tmp_path / "out"
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
     rec = record(out, "sentence", "tfidf")
-    assert rec["model"] == {"path": "tfidf", "name": "tfidf"}
+    assert rec["model"] == {"path": "tfidf", "name": "tfidf", "checkpoint": None}
     scoring = rec["details"]["scoring"]
     assert scoring["statistics"] == "inductive" and scoring["tfidf"]["fitted_on"]["split"] == str(world / "train")
     assert rec["config"]["reference"] == str(world / "train") and rec["config"]["transductive"] is False
@@ -311,10 +311,11 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
 def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_for(tiny_run, tiny_world, tmp_path,
                                                                                   capsys):
     """``sentence --ranking`` refuses a record made for another model or other languages, and one whose reference
-    captions are no longer those it was chosen with; the scored record names the choice it applied."""
+    captions are no longer those it was chosen with (a ranking that reads them: CSLS); the scored record names the
+    choice it applied."""
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
-                "--heads", "text", "--csls-k", "3"]) == 0
+                "--heads", "text", "--retrieval", "csls", "--csls-k", "3"]) == 0
     path = out / "select-run.json"
     test = ["sentence", "--split", str(tiny_world / "test"), "--out", str(out), "--n-groups", "12"]
     assert run(test + ["--model", str(tiny_run), "--name", "applied", "--ranking", str(path)]) == 0
@@ -335,6 +336,95 @@ def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_f
         assert run(test + extra) == 2, extra
         err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
         assert len(err) == 1 and re.search(message, err[0]), err
+
+
+def test_a_choice_is_refused_once_the_run_loads_other_weights(tiny_run, tiny_world, tmp_path, capsys):
+    """A select record names the checkpoint it chose for: after the run saves another one (what --model now loads),
+    ``sentence --ranking`` refuses it; the scored record names the checkpoint it evaluated. A cosine choice reads no
+    reference: its split may be gone."""
+    import shutil
+
+    from globetrotter.training.checkpoint import LATEST
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    out, reference = tmp_path / "out", tmp_path / "reference"
+    shutil.copytree(tiny_world / "train", reference)
+    assert run(["select", "--model", str(run_dir), "--name", "run", "--out", str(out), "--maxsim", "0",
+                "--heads", "text", "--retrieval", "cosine", "--reference", str(reference)]) == 0
+    path = out / "select-run.json"
+    chosen_for = json.loads(path.read_text(encoding="utf-8"))["model"]["checkpoint"]
+    assert Path(chosen_for).parent == (run_dir / "checkpoints").resolve()
+    shutil.rmtree(reference)
+    test = ["sentence", "--model", str(run_dir), "--split", str(tiny_world / "test"), "--out", str(out),
+            "--n-groups", "12", "--ranking", str(path)]
+    assert run(test + ["--name", "scored"]) == 0
+    assert record(out, "sentence", "scored")["model"]["checkpoint"] == chosen_for
+    checkpoints = run_dir / "checkpoints"
+    shutil.copytree(chosen_for, checkpoints / "step-00000009")
+    (checkpoints / LATEST).write_text("step-00000009")
+    capsys.readouterr()
+    assert run(test) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
+    assert len(err) == 1 and "not those of" in err[0] and "step-00000009" in err[0], err
+
+
+def test_a_choice_is_checked_against_an_encoder_object_too(tiny_run, tiny_world, tmp_path):
+    """The library form: a choice made for the TF-IDF baseline is refused for a loaded run, and one made for a run
+    for the baseline's object; an encoder object's records are named after its run, not ``checkpoints``."""
+    import globetrotter
+    from globetrotter.evaluation.tasks import select as select_task
+    from globetrotter.evaluation.tasks import sentence as sentence_task
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+    from globetrotter.errors import UserError
+
+    out = tmp_path / "out"
+    assert run(["select", "--model", "tfidf", "--val", str(tiny_world / "val"), "--out", str(out),
+                "--retrieval", "cosine"]) == 0
+    assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
+                "--heads", "text", "--retrieval", "cosine"]) == 0
+    for_tfidf, for_run = (select_task.read_choice(out / f"select-{name}.json") for name in ("tfidf", "run"))
+    encoder = globetrotter.load(tiny_run)
+    split = tiny_world / "test"
+    for model, choice in ((encoder, for_tfidf), (TfidfEncoder(), for_run)):
+        with pytest.raises(UserError, match="chose a ranking for"):
+            sentence_task.evaluate(model, split, n_groups=12, choice=choice)
+    result = sentence_task.evaluate(encoder, split, n_groups=12, choice=for_run)
+    assert result.model["name"] == f"{tiny_run.name}-{encoder.checkpoint.name}" != "checkpoints"
+
+
+def test_select_breaks_ties_to_the_simpler_head_whatever_the_order_given():
+    from globetrotter.evaluation.tasks.select import candidates
+
+    for heads in (["text", "cross"], ["cross", "text"], ["cross", "text", "cross"]):
+        assert [r.label for r in candidates(heads, [0.0], [False])] == ["cosine", "cosine (cross head)"], heads
+
+
+def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
+                "--heads", "text", "--retrieval", "cosine"]) == 0
+    good = json.loads((out / "select-run.json").read_text(encoding="utf-8"))
+    bad_csls = json.loads(json.dumps(good))
+    bad_csls["details"]["chosen"]["csls"] = "no"
+    bad_reference = json.loads(json.dumps(good))
+    bad_reference["details"]["reference"] = "train"
+    test = ["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
+            "--n-groups", "12"]
+    for i, (data, message) in enumerate((([], "not a record of `eval.py select`"), (None, "not a record"),
+                                         (bad_csls, "ranking csls 'no' is str, expected bool"),
+                                         (bad_reference, "not a record"))):
+        path = tmp_path / f"bad{i}.json"
+        path.write_text(json.dumps(data), encoding="utf-8")
+        capsys.readouterr()
+        assert run(test + ["--ranking", str(path)]) == 2, data
+        err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
+        assert len(err) == 1 and message in err[0], err
+    (tmp_path / "a-file").write_text("x")
+    for extra, message in ((["--seed", "-1"], "expected an integer >= 0"), (["--out", str(tmp_path / "a-file")],
+                                                                           "is a file, expected a folder")):
+        assert run(test + extra) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, tiny_world, tmp_path, capsys):

@@ -82,6 +82,21 @@ def test_random_model_scores_chance():
     del rng
 
 
+def test_chance_weighs_each_query_by_its_own_translations_when_groups_lack_languages():
+    """Groups missing languages: chance is each query's translations (its group's other languages) times the share
+    of its candidates in the top k, over all translations; a constant scorer with seeded ties averages to it."""
+    presence = [["en", "de", "fr"], ["en", "de"], ["en"], ["en", "de", "fr"], ["de", "fr"], ["en", "fr"]] * 4
+    langs = np.array([lang for group in presence for lang in group])
+    groups = np.array([g for g, group in enumerate(presence) for _ in group])
+    translations = np.array([len(presence[g]) - 1 for g in groups])
+    candidates = np.array([(langs != lang).sum() for lang in langs])
+    expected = float((translations * np.minimum(1, 2 / candidates)).sum() / translations.sum())
+    constant = np.ones((len(langs), 4), np.float32)
+    runs = [sentence_translation(constant, langs, groups, tie_seed=seed) for seed in range(400)]
+    assert runs[0]["chance"] == pytest.approx(expected)
+    assert np.mean([r["accuracy"] for r in runs]) == pytest.approx(expected, abs=0.01)
+
+
 def test_pair_matrix_and_asymmetry_match_hand_computed_case():
     # 2 groups, 3 languages. en and de are aligned; fr is placed so that fr queries
     # retrieve the translations of the *other* group, while en/de queries ignore fr.

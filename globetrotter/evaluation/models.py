@@ -47,9 +47,32 @@ def model_name(spec: str, name: str | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
 
 
-def model_info(spec: str, name: str | None = None) -> dict:
-    """``{"path", "name"}`` of a record's model."""
-    return {"path": spec if is_baseline(spec) else str(Path(spec).resolve()), "name": model_name(spec, name)}
+def model_info(spec: str, name: str | None = None, encoder=None) -> dict:
+    """``{"path", "name", "checkpoint"}`` of a record's model: ``path`` is ``spec`` with its folder resolved,
+    ``checkpoint`` the folder whose weights ``encoder`` holds (a run folder loads its best checkpoint, else its
+    latest), ``None`` for a baseline or without ``encoder``."""
+    if is_tfidf_spec(spec):
+        path = spec
+    elif is_pivot_ridge_spec(spec):
+        path = RIDGE_PREFIX + str(Path(spec[len(RIDGE_PREFIX):]).resolve())
+    else:
+        path = str(Path(spec).resolve())
+    return {"path": path, "name": model_name(spec, name), "checkpoint": checkpoint_of(encoder)}
+
+
+def baseline_spec(encoder) -> str | None:
+    """The spec a record's ``model.path`` gives a baseline object (``tfidf``, ``ridge:<resolved split>``)."""
+    if isinstance(encoder, TfidfEncoder):
+        return "tfidf"
+    if isinstance(encoder, PivotRidgeEncoder):
+        return RIDGE_PREFIX + str(Path(encoder.train_split).resolve())
+    return None
+
+
+def checkpoint_of(encoder) -> str | None:
+    """The resolved checkpoint folder a loaded encoder's weights come from; ``None`` for a baseline."""
+    checkpoint = getattr(encoder, "checkpoint", None)
+    return str(Path(checkpoint).resolve()) if checkpoint else None
 
 
 def require_trained(spec: str | None, command: str) -> None:

@@ -68,11 +68,20 @@ class Ranking:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Ranking":
-        """A ranking from its record (the ``chosen`` entry of ``eval.py select``'s JSON)."""
+    def from_dict(cls, data: dict, source: str = "ranking record") -> "Ranking":
+        """A ranking from its record (the ``chosen`` entry of ``eval.py select``'s JSON); a field of the wrong type
+        is a one-line error naming ``source``."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: the ranking is {type(data).__name__}, expected an object of head, maxsim, "
+                            f"csls, csls_k")
         unknown = sorted(set(data) - {"head", "maxsim", "csls", "csls_k"})
         if unknown:
-            raise UserError(f"ranking record: unknown keys {unknown} (expected head, maxsim, csls, csls_k)")
+            raise UserError(f"{source}: unknown ranking keys {unknown} (expected head, maxsim, csls, csls_k)")
+        types = {"head": (str,), "maxsim": (int, float), "csls": (bool,), "csls_k": (int,)}
+        for key, value in data.items():  # bool is an int: refused where a number is expected
+            if not isinstance(value, types[key]) or (key != "csls" and isinstance(value, bool)):
+                raise UserError(f"{source}: ranking {key} {value!r} is {type(value).__name__}, expected "
+                                f"{' or '.join(t.__name__ for t in types[key])}")
         return cls(**data)
 
 

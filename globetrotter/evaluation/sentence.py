@@ -234,8 +234,8 @@ def sentence_translation(
         per_query = hits.sum(1) / positives.sum(1)
         per_target = hits.sum(0) / positives.sum(0)
     np.fill_diagonal(matrix, np.nan)
-    pos_per_query = positives[lang_idx].sum(1)  # positives of each query
     per_group = presence.sum(1)  # languages of each group: m(m - 1) ordered translation pairs
+    pos_per_query = per_group[group_idx] - 1  # each query's translations: its group's other languages
     chance = float((pos_per_query * np.minimum(1.0, k / n_cand)).sum() / max(pos_per_query.sum(), 1))
     return {
         "accuracy": float(hits.sum() / max(positives.sum(), 1)),
@@ -275,12 +275,12 @@ def ratio_interval(top: tuple[np.ndarray, np.ndarray], bottom: tuple[np.ndarray,
                    level: float = 0.95, seed: int = 0) -> dict[str, float]:
     """The ratio of two models' accuracies on the same groups, with a paired bootstrap interval over the groups
     (each replicate draws the same groups for both): ``{"ratio", "lo", "hi", "level", "replicates"}``, ``inf`` where
-    the bottom model finds nothing. ``top`` and ``bottom``: each model's per-group ``(hits, positives)``, rows in the
+    the bottom model finds nothing (``nan`` where neither does). ``top`` and ``bottom``: each model's per-group ``(hits, positives)``, rows in the
     same group order."""
     if len(top[0]) != len(bottom[0]):
         raise ValueError(f"{len(top[0])} groups against {len(bottom[0])}: a paired interval needs the same groups")
     accuracy = [float(np.sum(hits) / max(np.sum(positives), 1)) for hits, positives in (top, bottom)]
-    value = accuracy[0] / accuracy[1] if accuracy[1] > 0 else float("inf")
+    value = accuracy[0] / accuracy[1] if accuracy[1] > 0 else float("inf") if accuracy[0] > 0 else float("nan")
     below = _accuracy_replicates(*bottom, n_boot, seed)
     with np.errstate(divide="ignore", invalid="ignore"):  # a replicate where the bottom model finds nothing: inf
         reps = np.where(below > 0, _accuracy_replicates(*top, n_boot, seed) / below, np.inf)

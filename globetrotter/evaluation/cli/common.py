@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.argtypes import positive_int, torch_device
+from globetrotter.argtypes import non_negative_int, output_folder, positive_int, torch_device
 
 from .. import models
 from ..records import DEFAULT_OUT, Result
@@ -20,9 +20,9 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
                    ) -> argparse.ArgumentParser:
     """The options of every evaluation sub-command (a parent parser; its actions are shared by the children)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", default=DEFAULT_OUT, help="folder for JSON records, plots and indexes (default %(default)s)")
+    common.add_argument("--out", type=output_folder, default=DEFAULT_OUT, help="folder for JSON records, plots and indexes (default %(default)s)")
     common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
-    common.add_argument("--seed", type=int, default=seed, help=seed_help)
+    common.add_argument("--seed", type=non_negative_int, default=seed, help=seed_help)
     common.add_argument("--name", help="model name in records and file names (default: from the model path)")
     common.add_argument("--device", type=torch_device, default="cpu",
                         help="torch device of the model and of the image model: cpu, cuda, cuda:1, ... (default cpu)")
@@ -45,8 +45,9 @@ def load(args: argparse.Namespace):
     return models.load_model(args.model, device=args.device)
 
 
-def model_entry(args: argparse.Namespace) -> dict:
-    return models.model_info(args.model, args.name) if getattr(args, "model", None) else {}
+def model_entry(args: argparse.Namespace, encoder=None) -> dict:
+    """The record's model entry of ``--model`` (with the checkpoint ``encoder``, its loaded form, holds)."""
+    return models.model_info(args.model, args.name, encoder) if getattr(args, "model", None) else {}
 
 
 def plot_prefix(args: argparse.Namespace, task: str) -> Path:

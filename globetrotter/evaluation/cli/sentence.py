@@ -36,7 +36,8 @@ SENTENCE_HELP = (
 SELECT_HELP = (
     "Choose the sentence ranking on val, never on test: every candidate (head x MaxSim weight x CSLS) scores the val "
     "split's captions (the trainer's validation sample: same split, size, seed and image similarity for a run) and "
-    "BackRetrieval judges it, with no parallel text: the mean of BkR@K over the ordered language pairs and K. The "
+    "BackRetrieval judges it, with no parallel text: the mean of BkR@K over the source languages (each one's captions retrieving among every other language's at "
+    "once) and K. The "
     "highest mean wins; a tie goes to the simpler ranking. Statistics come from --reference as in `eval.py sentence`. "
     "Writes the record (every candidate's score, the choice and why); `eval.py sentence --ranking RECORD` applies it."
 )
@@ -129,12 +130,13 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
 
 def run_sentence(args: argparse.Namespace) -> int:
     ranking, reference, reference_size, choice = _scoring(args)
+    encoder = common.load(args)
     result = sentence_task.evaluate(
-        common.load(args), args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
+        encoder, args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
         ranking=ranking, reference=reference, reference_size=reference_size, choice=choice,
         transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
         name=common.models.model_name(args.model, args.name))
-    result.model = common.model_entry(args)
+    result.model = common.model_entry(args, encoder)
     prefix, langs = common.plot_prefix(args, "sentence"), result.languages
     written = [
         plots.plot_language_matrix(result.arrays["matrix"], langs, f"{prefix}-matrix.png",
@@ -162,13 +164,14 @@ def run_select(args: argparse.Namespace) -> int:
     rankings = args.retrieval.split(",")
     if set(rankings) - {"cosine", "csls"}:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
+    encoder = common.load(args)
     result = select_task.select_ranking(
-        common.load(args), val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
+        encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
         log=lambda s: print(s, file=sys.stderr))
-    result.model = common.model_entry(args)
+    result.model = common.model_entry(args, encoder)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")
     print(select_task.uncertainty_line(result.details))

@@ -12,10 +12,11 @@ def resolve_model(model, name: str | None = None, device: str = "cpu") -> tuple[
     """``(encoder, record's model entry)`` for a model spec (run folder, ``tfidf``, ``ridge:SPLIT``; loaded on
     ``device``) or an encoder object already loaded (named ``name``, or by its checkpoint)."""
     if isinstance(model, (str, Path)):
-        return models.load_model(str(model), device=device), models.model_info(str(model), name)
-    checkpoint = getattr(model, "checkpoint", None)
-    return model, {"path": str(checkpoint) if checkpoint else None,
-                   "name": name or (Path(checkpoint).parent.name if checkpoint else type(model).__name__)}
+        encoder = models.load_model(str(model), device=device)
+        return encoder, models.model_info(str(model), name, encoder)
+    checkpoint = models.checkpoint_of(model)
+    return model, {"path": checkpoint or models.baseline_spec(model), "checkpoint": checkpoint,
+                   "name": name or (models.model_name(checkpoint) if checkpoint else type(model).__name__)}
 
 
 def read_parallel(split: str | Path, languages: Sequence[str] | None, n_groups: int | None, seed: int) -> ParallelSet:

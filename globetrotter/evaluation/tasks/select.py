@@ -38,7 +38,8 @@ DEFAULT_IMAGE_FEATURES = "timm:efficientnet_lite0:package"
 
 
 def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[bool], csls_k: int = 10) -> list[Ranking]:
-    """Every combination, simplest first (the tie order of :func:`select_ranking`)."""
+    """Every combination, simplest first (the tie order of :func:`select_ranking`), whatever the order given."""
+    heads = sorted(set(heads), key=lambda h: HEADS.index(h) if h in HEADS else len(HEADS))  # unknown: Ranking says so
     return [Ranking(h, float(w), bool(c), csls_k) for h, w, c in product(heads, sorted(set(maxsim)), sorted(set(csls)))]
 
 
@@ -176,24 +177,37 @@ class Choice:
     languages: tuple[str, ...] | None = None
     reference_sha256: str | None = None
     source: str = "the select record"
+    checkpoint: str | None = None
+    """The checkpoint whose weights the choice was made for (``None``: a baseline)."""
 
     @classmethod
     def from_record(cls, data: dict, source: str = "the select record") -> "Choice":
         """The choice of a ``select`` record (``Result.to_dict()`` of :func:`select_ranking`, or its JSON read back;
-        the oracle's records have the same form)."""
-        languages = data.get("languages")
-        return cls(Ranking.from_dict(data["details"]["chosen"]), str(data["config"]["reference"]),
-                   data["config"]["reference_size"], (data.get("model") or {}).get("path"),
-                   None if languages is None else tuple(sorted(languages)),
-                   (data["details"].get("reference") or {}).get("sha256"), source)
+        the oracle's records have the same form). A record of another form is a one-line error."""
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("details", "config")):
+            raise UserError(f"{source}: not a record of `eval.py select` (expected a JSON object with details and "
+                            f"config)")
+        model, languages = data.get("model") or {}, data.get("languages")
+        reference = data["details"].get("reference") or {}
+        if not isinstance(model, dict) or not isinstance(reference, dict):
+            raise UserError(f"{source}: not a record of `eval.py select` (model and details.reference: objects)")
+        return cls(Ranking.from_dict(data["details"]["chosen"], source), str(data["config"]["reference"]),
+                   data["config"]["reference_size"], model.get("path"),
+                   None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
+                   model.get("checkpoint"))
 
-    def check(self, *, model: str | None = None, languages: Sequence[str] | None = None,
+    def check(self, *, model: str | None = None, checkpoint: str | None = None, languages: Sequence[str] | None = None,
               reference: dict | None = None) -> None:
-        """A one-line error when the choice is applied to another ``model`` (its record's path), other
+        """A one-line error when the choice is applied to another ``model`` (its record's path), other weights (the
+        ``checkpoint`` a loaded model holds: a run folder that has saved a better or later one since), other
         ``languages``, or a reference pool (its ``record``) whose captions are not the ones it was chosen with."""
         again = "choose again with `eval.py select` for this evaluation"
         if model is not None and self.model is not None and model != self.model:
             raise UserError(f"{self.source} chose a ranking for {self.model}, not {model}; {again}")
+        if checkpoint is not None and self.model is not None and checkpoint != self.checkpoint:
+            chosen_for = self.checkpoint or self.model
+            raise UserError(f"{self.source} chose a ranking for the weights of {chosen_for}, not those of {checkpoint} "
+                            f"(has the run saved another checkpoint since?); {again}")
         if languages is not None and self.languages is not None and tuple(sorted(languages)) != self.languages:
             raise UserError(f"{self.source} chose a ranking for {','.join(self.languages)}, not "
                             f"{','.join(sorted(languages))}; {again} (--languages)")
@@ -212,5 +226,5 @@ def read_choice(record: str | Path) -> Choice:
         raise UserError(f"{path}: no such file (--ranking takes the JSON record that `eval.py select` wrote)")
     try:
         return Choice.from_record(json.loads(path.read_text(encoding="utf-8")), source=str(path))
-    except (ValueError, KeyError, TypeError) as err:  # ValueError: bad JSON or not UTF-8
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # ValueError: bad JSON or not UTF-8
         raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None

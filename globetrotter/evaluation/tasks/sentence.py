@@ -53,16 +53,20 @@ def evaluate(
         raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes "
                         f"{'--ranking' if choice is not None else '--reference'} "
                         f"{choice.source if choice is not None else reference}")
+    explicit_reference = reference is not None and choice is None
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
     source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
     ps = read_parallel(split, languages, n_groups, seed)
-    if choice is not None:  # a model given by its spec has the path a record names (an encoder object: the CLI's)
-        choice.check(model=info["path"] if isinstance(model, (str, Path)) else None, languages=ps.languages)
+    if choice is not None:  # a model given by its spec or a baseline object has the path a record names; a loaded
+        # run (the CLI's) has the checkpoint it names
+        by_path = isinstance(model, (str, Path)) or info["checkpoint"] is None
+        choice.check(model=info["path"] if by_path else None, checkpoint=info["checkpoint"], languages=ps.languages)
     pool = None
-    if not transductive and (needs_statistics(encoder, ranking) or reference is not None):
-        # an explicit reference is read (and checked) even when the ranking takes no statistics from it
+    if not transductive and (needs_statistics(encoder, ranking) or explicit_reference):
+        # an explicit --reference is read (and checked) even when the ranking takes no statistics from it; a
+        # choice's reference only when its ranking does
         pool = read_reference(source, ps.languages, reference_size)
         if choice is not None:
             choice.check(reference=pool.record)
