@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from safetensors import SafetensorError
 from safetensors.torch import load_model
 
 from .config import TrainConfig, load_train_config
@@ -84,6 +85,7 @@ class Encoder:
                     langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``;
         ``langs`` the texts' languages (needed by the Sigurdsson baseline only)."""
+        _check_texts(texts)
         if head not in ("text", "cross", "backbone"):
             raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
@@ -113,6 +115,7 @@ class Encoder:
         (at most ``data.max_length`` tokens). The Sigurdsson baseline gives its adapted word
         vectors, not max-pooled (paper A.1), and needs ``langs``.
         """
+        _check_texts(texts)
         lang_ids = self._lang_ids(langs, len(texts))
         chunks = []
         for i in range(0, len(texts), batch_size):
@@ -150,7 +153,12 @@ class Encoder:
         for i in range(0, len(images), batch_size):
             batch = torch.stack([self._transform(img.convert("RGB")) for img in images[i : i + batch_size]])
             out.append(head(self.model.image(batch.to(self.device))).float().cpu())
-        return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.embed_dim), np.float32)
+        if out:
+            return torch.cat(out).numpy()
+        # no image: the width one image would have (image_head_x=features: the backbone's, as the cross head's)
+        width = (self.embed_dim("cross") if self.model.image_head_x is not None else
+                 self.cfg.model.embed_dim if self.model.image_head_v is not None else self.model.image.num_features)
+        return np.zeros((0, width), np.float32)
 
     def token_embeddings(self, lang: str | None = None) -> tuple[list[str], np.ndarray]:
         """Decoded vocabulary tokens and the input token-embedding matrix (V, d_model), specials excluded.
@@ -206,6 +214,12 @@ class Encoder:
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 
+def _check_texts(texts: Sequence[str]) -> None:
+    """A ``TypeError`` for one string where a sequence of texts is expected (it would be read as its characters)."""
+    if isinstance(texts, str):
+        raise TypeError(f"expected a sequence of texts, got one string ({texts[:40]!r}); wrap it in a list")
+
+
 def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
     """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder."""
     ckpt = resolve(path, prefer_best=prefer_best)
@@ -218,7 +232,13 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     model = build_model(replace(cfg, model=replace(cfg.model, image_pretrained=None)), tokenizer.get_vocab_size(),
                         tokenizer)
     tied = tied_aliases(model)  # stored once, under their first name (training/checkpoint.py): both filled here
-    missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
+    try:
+        missing, unexpected = load_model(model, str(ckpt / WEIGHTS), strict=False)
+    except (OSError, SafetensorError, RuntimeError) as err:  # absent, truncated, or of other shapes than the config's
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = " ".join(lines[:2]) if lines else type(err).__name__
+        raise UserError(f"{ckpt / WEIGHTS}: cannot load the weights ({reason[:200]}); the checkpoint is incomplete "
+                        f"or does not match its config.yaml") from None
     if set(missing) - set(tied) or unexpected:
         raise UserError(f"{ckpt / WEIGHTS}: weights do not match the config (missing {sorted(missing)[:3]}, unexpected {unexpected[:3]})")
     read_state(ckpt)

@@ -218,7 +218,11 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", "model.layers=2", f"output_dir={tmp_path}")
     assert code == 2 and line.startswith("error: model.layers: 2 differs from the starting run's 1")
     code, line = run_cli(capsys, "--resume", "latest", f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}")
-    assert code == 2 and "--resume" in line
+    assert code == 2 and "--resume" in line and "delete its folder" in line
+    for held_out in ("test", "val"):  # never trained on the split it is measured or chosen on
+        code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", f"adapt.split={held_out}",
+                             f"output_dir={tmp_path}")
+        assert code == 2 and f"is the run's {held_out} split" in line, line
     # adapt.vocab_size=0 no longer fails here: el's byte tokens, which no old caption holds, train
     # (test_train_languages: the error where every token of the new language's captions is an old caption's)
     code, line = run_cli(capsys, "adapt.from=somewhere")
@@ -298,3 +302,52 @@ def test_pairs_outside_the_mask_get_no_alpha_and_no_say_in_the_batch_statistics(
     assert float(official.max()) == pytest.approx(1.0)  # the largest allowed pair sets the scale, not the masked ones
     unmasked = transitive_alpha(tx, ix, iv, variant="paper")
     assert torch.equal(transitive_alpha(tx, ix, iv, variant="paper", pairs=pairs), unmasked * pairs)
+
+
+def test_adapting_a_features_head_run_keeps_its_image_side_and_its_last_checkpoint(world, base, tmp_path, capsys):
+    """With ``model.image_head_x: features`` the image head's running mean stays the start's (the image side is
+    frozen, statistics included). Val has no Greek: no best checkpoint is kept (it would be the first validated
+    one), so ``load`` takes the last. A rerun into the same folder says to delete it (an adaptation does not
+    resume); the report names the starting checkpoint; an adapted run's captions count as known to a second one."""
+    from globetrotter.training.adapt.start import known_captions
+
+    start_cfg = load_train_config(base / "config.yaml", ["run_name=base-features", "model.image_head_x=features",
+                                                          "steps=10"])
+    train(start_cfg)
+    start = globetrotter.load(start_cfg.run_dir)
+    cfg, result = adapt(start_cfg.run_dir, tmp_path, "adapt.epochs=2", "val.every=2", "checkpoint_every=2")
+    saved = load_train_config(cfg.run_dir / "config.yaml")
+    assert saved.val.select_by == "" and not (cfg.run_dir / "checkpoints" / "best").exists()
+    adapted = globetrotter.load(cfg.run_dir)
+    assert adapted.checkpoint.name == f"step-{result['step']:08d}"
+    a, b = start.model.state_dict(), adapted.model.state_dict()
+    image_side = [k for k in a if k.startswith(("image.", "image_head_x.", "image_head_v."))]
+    assert any(k.endswith("mean") for k in image_side) and all(torch.equal(a[k], b[k]) for k in image_side)
+    assert result["adapt"]["checkpoint"] == str(ckpt.resolve(start_cfg.run_dir).resolve())
+    from PIL import Image
+
+    images = [Image.new("RGB", (32, 32), colour) for colour in ((220, 30, 30), (40, 60, 220))]
+    np.testing.assert_array_equal(start.encode_image(images), adapted.encode_image(images))
+    assert adapted.encode_image([]).shape == (0, adapted.encode_image(images[:1]).shape[1])
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        adapted.encode_text("κόκκινο τετράγωνο")
+    code, line = run_cli(capsys, f"adapt.from={start_cfg.run_dir}", "adapt.language=el", "adapt.vocab_size=300",
+                         f"output_dir={tmp_path}")
+    assert code == 2 and "delete the folder to run it again" in line and "--resume" not in line, line
+    greek = {m["caption"] for m in read_captions(world / "adapt") if m["lang"] == "el"}
+    assert greek <= {m["caption"] for m in known_captions(saved, saved)}
+    assert not greek & {m["caption"] for m in known_captions(saved, start_cfg)}
+
+
+def test_a_damaged_checkpoint_is_a_one_line_error(base, tmp_path):
+    import shutil
+
+    for damage, message in ((lambda c: (c / "model.safetensors").write_bytes(b"12345"), "cannot load the weights"),
+                            (lambda c: (c / "trainer_state.json").write_text("{"), "cannot read the checkpoint's state"),
+                            (lambda c: (c / "trainer_state.json").write_text("[]"), "expected a JSON object")):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(base, run, ignore=shutil.ignore_patterns("tensorboard"))
+        damage(ckpt.resolve(run))
+        with pytest.raises(UserError, match=message) as err:
+            globetrotter.load(run)
+        assert len(str(err.value).splitlines()) == 1

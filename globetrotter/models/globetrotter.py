@@ -63,6 +63,7 @@ class GlobetrotterModel(nn.Module):
         self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
         self.image = self.image_head_x = self.image_head_v = None
         self.image_frozen = False
+        self.image_heads_frozen = False  # adaptation: the image heads' weights and statistics stay the start's
         if loss.uses_images:
             self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained, **cfg.image_backbone_args)
             n = self.image.num_features
@@ -80,10 +81,15 @@ class GlobetrotterModel(nn.Module):
             self.image.requires_grad_(not self.image_frozen)
 
     def train(self, mode: bool = True) -> "GlobetrotterModel":
-        """As ``nn.Module.train``, but a frozen image backbone stays in eval mode (fixed BatchNorm statistics)."""
+        """As ``nn.Module.train``, but a frozen image backbone stays in eval mode (fixed BatchNorm statistics), and
+        so do frozen image heads (the running mean of ``image_head_x: features``)."""
         super().train(mode)
         if self.image_frozen:
             self.image.eval()
+        if self.image_heads_frozen:
+            for head in (self.image_head_x, self.image_head_v):
+                if head is not None:
+                    head.eval()
         return self
 
     def language_ids(self, langs: Sequence[str], device: torch.device | str = "cpu") -> torch.Tensor:

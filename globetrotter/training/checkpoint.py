@@ -89,7 +89,16 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
 
 
 def read_state(ckpt: Path) -> dict:
-    return json.loads((Path(ckpt) / STATE).read_text())
+    """A checkpoint's ``trainer_state.json``; one-line error when it is missing or not a JSON object."""
+    path = Path(ckpt) / STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON or not UTF-8
+        raise UserError(f"{path}: cannot read the checkpoint's state ({type(err).__name__}: {err}); the checkpoint "
+                        f"is incomplete") from None
+    if not isinstance(state, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(state).__name__}; the checkpoint is incomplete")
+    return state
 
 
 def tied_aliases(tensors) -> dict[str, str]:

@@ -15,14 +15,16 @@ RUN_KEYS = frozenset({"steps", "threads", "compile", "log_every", "checkpoint_ev
                       "data.workers", "val.every", "output_dir", "run_name"})
 
 
-def refuse_used_folder(run_dir: Path) -> None:
+def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
     """One-line error when ``run_dir`` already holds checkpoints: a fresh run there would mix two runs (its pruning
-    could delete its own checkpoints while ``best/`` stayed the old run's)."""
+    could delete its own checkpoints while ``best/`` stayed the old run's). ``resumable``: whether the error may
+    offer ``--resume`` (an adaptation is run again instead)."""
     root = ckpt.checkpoint_root(run_dir)
     held = sorted(p.name for p in root.glob("*") if p.is_dir() and (p / ckpt.STATE).is_file()) if root.is_dir() else []
     if held:
-        raise UserError(f"{run_dir}: already holds a run ({', '.join(held)}); continue it with --resume latest, or "
-                        "choose another run_name (or delete the folder)")
+        remedy = "continue it with --resume latest, or choose" if resumable else "delete the folder to run it again, or choose"
+        raise UserError(f"{run_dir}: already holds a run ({', '.join(held)}); {remedy} another run_name"
+                        f"{' (or delete the folder)' if resumable else ''}")
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:

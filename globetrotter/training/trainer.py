@@ -79,11 +79,12 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     if adapting and resume:
-        raise UserError("--resume: an adaptation run is short and starts from adapt.from; run it again instead")
+        raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
+                        "it again instead")
     # the checkpoint to resume from, found before anything is written: a resume that cannot start leaves nothing
     source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
     if source is None:
-        refuse_used_folder(cfg.run_dir)  # a fresh run in a used folder would mix two runs' checkpoints
+        refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
     else:
         refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
     threads = _configure_threads(cfg, process, source, log)

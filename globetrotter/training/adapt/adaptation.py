@@ -25,8 +25,13 @@ class Adaptation:
 
     def __init__(self, cfg: TrainConfig, model: GlobetrotterModel, log: Callable[[str], None] = print) -> None:
         self.cfg, self.log = cfg, log
-        self.start = load(starting_checkpoint(cfg.adapt.from_run))
+        self.source = starting_checkpoint(cfg.adapt.from_run).resolve()
+        log(f"adapt: starting from {self.source}")
+        self.start = load(self.source)
         self.old_languages = trained_languages(self.start.cfg)
+        if cfg.adapt.train == "new-tokens" and cfg.optim.embedding_lr_scale != 1:
+            log(f"adapt: optim.embedding_lr_scale={cfg.optim.embedding_lr_scale:g} (the starting run's) scales the "
+                f"new token rows' lr to {cfg.optim.lr * cfg.optim.embedding_lr_scale:g}; configs/adapt.yaml sets 1")
         self.trained_rows = load_start(cfg, model, self.start, log)  # adapt.train=new-tokens: the rows that train
 
     @torch.no_grad()
@@ -59,6 +64,6 @@ class Adaptation:
 
     def report(self, encoder: Encoder) -> dict:
         """Before/after sentence translation (fractions): ``{"language", "before": {...}, "after": {...}}``."""
-        return {"language": self.cfg.adapt.language, "from": str(self.cfg.adapt.from_run),
+        return {"language": self.cfg.adapt.language, "from": str(self.cfg.adapt.from_run), "checkpoint": str(self.source),
                 "old_languages": self.old_languages, "before": self.before,
                 "after": translation(self.cfg, self.old_languages, encoder)}

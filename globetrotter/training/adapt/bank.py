@@ -22,6 +22,7 @@ from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...tokenizer import encode_batch
 from ..prepare import train_captions
+from .start import start_train_config
 from . import split
 
 
@@ -94,7 +95,7 @@ def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, token
     starting model ``start`` on ``device``, and their images by ``model``), the new language's captions as tokens
     and its images as backbone features."""
     a = cfg.adapt
-    old = train_captions(start.cfg)  # data.train_languages: the languages it was trained on
+    old = train_captions(start_train_config(cfg, start.cfg))  # data.train_languages: the languages it was trained on
     if a.old_captions is not None and a.old_captions < len(old):
         keep = np.sort(np.random.default_rng([cfg.seed, 11]).choice(len(old), a.old_captions, replace=False))
         old = [old[i] for i in keep]

@@ -58,6 +58,10 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` with ``adapt.split`` as an absolute path when it is not a split under ``data.root`` (a folder given
     relative to the working directory stays the same folder in the saved config)."""
     folder = split_dir(cfg)
+    for role, held_out in (("test", cfg.data.test_split), ("val", cfg.data.val_split)):
+        if _same(folder, Path(cfg.data.root) / held_out):
+            raise UserError(f"adapt.split={cfg.adapt.split}: {folder} is the run's {role} split; adaptation never "
+                            f"trains on the split it is measured or chosen on (give the new language's train captions)")
     if (Path(cfg.data.root) / cfg.adapt.split).resolve() == folder.resolve():
         return cfg
     return replace(cfg, adapt=replace(cfg.adapt, split=str(folder.resolve())))

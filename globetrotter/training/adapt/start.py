@@ -52,6 +52,21 @@ def _heads(cfg: TrainConfig) -> dict[str, bool]:
     return {k: getattr(cfg.loss, k) > 0 for k in ("text", "image", "cross", "cloze")}
 
 
+def start_train_config(cfg: TrainConfig, start: TrainConfig) -> TrainConfig:
+    """The starting run's config, reading its train split where this run's ``data.root`` says (a moved dataset)."""
+    return replace(start, data=replace(start.data, root=cfg.data.root))
+
+
+def known_captions(cfg: TrainConfig, start: TrainConfig) -> list[dict]:
+    """The captions the starting run was trained on: its train split's (:func:`start_train_config`), and when it
+    was itself adapted, its adaptation split's captions in that language (so that a second adaptation leaves the
+    first one's tokens alone)."""
+    known = train_captions(start_train_config(cfg, start))
+    if start.adapt.from_run:
+        known += split.new_captions(start)
+    return known
+
+
 def trained_languages(start: TrainConfig) -> list[str]:
     """The languages a run was trained on: its train split's (``data.train_languages`` of them), and the one it
     was adapted to, if any."""
@@ -86,8 +101,25 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     count = split.check_languages(cfg, old)
     split.check_features(cfg)  # a cache beside the split built with another backbone: refused before anything is written
     steps = max(1, math.ceil(cfg.adapt.epochs * count / cfg.batch_size)) if cfg.adapt.epochs is not None else cfg.steps
-    return replace(cfg, steps=steps, data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
-                                                  tokenizer_normalization=start.data.tokenizer_normalization))
+    return replace(cfg, steps=steps, val=_selection(cfg),
+                   data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
+                                tokenizer_normalization=start.data.tokenizer_normalization))
+
+
+def _selection(cfg: TrainConfig):
+    """``cfg.val``, choosing no best checkpoint (``select_by: ""``) when the val split has no caption in the new
+    language: its BackRetrieval cannot see what adaptation changes (under new-tokens the old languages do not move
+    at all), so a best checkpoint would be the first validated one; the run's last checkpoint is what it learnt."""
+    from data_prep.shards import read_manifest
+
+    val_dir = Path(cfg.data.root) / cfg.data.val_split
+    try:
+        languages = read_manifest(val_dir).get("languages") or {}
+    except UserError:  # no val split: validation itself says so when it runs
+        languages = {}
+    if not cfg.val.select_by or cfg.adapt.language in languages:
+        return cfg.val
+    return replace(cfg.val, select_by="", select_test=None)
 
 
 def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> None:
@@ -99,7 +131,7 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     if a.vocab_size > 0:
         start = load_train_config(source / "config.yaml")
         new = [m["caption"] for m in split.new_captions(cfg)]
-        known = [m["caption"] for m in train_captions(start)]
+        known = [m["caption"] for m in known_captions(cfg, start)]
         before = tokenizer.get_vocab_size()
         tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
         log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "

@@ -13,8 +13,8 @@ from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
 from ...tokenizer import load_tokenizer, special_ids, token_bytes
-from ..prepare import train_captions
 from . import split
+from .start import known_captions
 
 
 def _grow_rows(old: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
@@ -48,8 +48,8 @@ def load_start(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder,
         for part in (model.image, model.image_head_x, model.image_head_v):
             if part is not None:
                 part.requires_grad_(False)
-        model.image_frozen = True
-        model.image.eval()
+        model.image_frozen = model.image_heads_frozen = True
+        model.train(model.training)  # the frozen parts in eval mode from here on
     return trained_rows
 
 
@@ -85,7 +85,7 @@ def _rows_to_train(cfg: TrainConfig, start_cfg: TrainConfig, n_old: int, vocab_s
         return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
 
     new = held([m["caption"] for m in split.new_captions(cfg)])
-    old = held([m["caption"] for m in train_captions(start_cfg)])
+    old = held([m["caption"] for m in known_captions(cfg, start_cfg)])
     # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
     # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
     unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
