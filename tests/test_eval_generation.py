@@ -192,3 +192,60 @@ def test_generate_command_on_a_trained_run(tiny_world, tiny_run, tmp_path):
     # the decoder writes the target's script (pieces of its training captions), whatever the source script
     generated = [t for ex in rec["details"]["examples"] for t in ex["generated"].values()]
     assert len(generated) == 5 * 5 and all(t and set(t) <= set("redgrnblueyowasq ") for t in generated)
+
+
+def _parallel_copy(src: Path, out: Path, split: str = "train", keep=lambda group: True) -> Path:
+    """A copy of the parallel split ``src`` (groups and images kept) written as ``split``, of the groups ``keep``
+    accepts."""
+    from data_prep.shards import iter_samples
+
+    with ShardWriter(out, split=split, source="copy", image_format="png", maxcount=100) as w:
+        for sample in iter_samples(src):
+            if keep(sample.group):
+                w.write(sample.key, sample.image, sample.caption, sample.lang, sample.image_id, group=sample.group)
+    return out
+
+
+def test_generate_refuses_to_train_on_the_evaluated_groups(splits, fake, tmp_path, capsys):
+    """The test split itself, or a parallel split holding its groups, as --train: the decoder would learn the
+    references; a one-line error, exit 2, and no record."""
+    copy = _parallel_copy(splits / "test", tmp_path / "copy")
+    for train, message in ((splits / "test", "is the evaluated --split itself"),
+                           (splits / "test" / ".." / "test", "is the evaluated --split itself"),
+                           (copy, "a parallel split sharing 30 groups and 30 images")):
+        argv = _argv(splits, tmp_path / "out", "full")
+        argv[argv.index("--train") + 1] = str(train)
+        assert run(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    # a parallel split of other groups (here: the ones not evaluated) is fine
+    from globetrotter.evaluation.tasks.generate import evaluate
+    from globetrotter.evaluation.sentence import parallel_set
+    from data_prep.shards import read_captions
+
+    chosen = set(parallel_set(read_captions(splits / "test"), n_groups=10, seed=0).group_ids)
+    other = _parallel_copy(splits / "test", tmp_path / "other", keep=lambda g: g not in chosen)
+    tiny = gen.DecoderConfig(d_model=16, layers=1, prefix_length=1, steps=2, batch_size=8)
+    result = evaluate(fake["full"], splits / "test", other, n_groups=10, show=0, decoder=tiny, log=lambda _: None)
+    assert result.details["n_groups"] == 10 and result.details["train"]["test_references_in_train"] == 0
+
+
+def test_references_in_train_counts_each_reference_found(splits, fake, tmp_path):
+    """Repeated references are each counted: 4 groups showing one caption, all in train, make 4, not 1."""
+    from globetrotter.evaluation.tasks.generate import evaluate
+
+    test = tmp_path / "test"
+    with ShardWriter(test, split="test", source="tiny", image_format="png") as w:
+        for g in range(6):
+            c, s = (0, 0) if g < 4 else (g, 1)  # groups 0-3 show the same scene, so the same captions
+            for lang in LANGS:
+                w.write(f"s{g}{lang}", Image.new("RGB", (4, 4)), caption(lang, c, s), lang, f"img{g}", group=f"g{g}")
+    from data_prep.shards import read_captions
+
+    train_en = {m["caption"] for m in read_captions(splits / "train") if m["lang"] == "en"}
+    refs = [m["caption"] for m in read_captions(test) if m["lang"] == "en"]
+    tiny = gen.DecoderConfig(d_model=16, layers=1, prefix_length=1, steps=2, batch_size=8)
+    d = evaluate(fake["full"], test, splits / "train", show=0, decoder=tiny, log=lambda _: None).details["train"]
+    assert d["test_references"] == len(refs) == 6
+    assert d["test_references_in_train"] == sum(r in train_en for r in refs) and len(set(refs) & train_en) < 6

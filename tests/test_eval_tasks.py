@@ -86,6 +86,53 @@ def test_build_word_dictionary_finds_the_lexicon_and_writes_muse_files(world, tm
             build_word_dictionary(world / "test", tmp_path / "x", **given)
 
 
+
+def test_dictionary_summary_holds_what_redraws_it(world, tmp_path):
+    import hashlib
+    import json
+
+    tokenizer = tmp_path / "tokenizer.json"
+    FakeEncoder().tokenizer.save(str(tokenizer))
+    built = build_word_dictionary(world / "test", tmp_path / "a", tokenizer=tokenizer, n_groups=12, seed=5,
+                                  languages=["fr", "de"], top_k=3)
+    summary = json.loads((built.folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["seed"] == 5 and summary["n_groups"] == 12 and summary["groups"] == 12
+    assert summary["languages"] == ["fr", "de"] and summary["tokenizer"] == str(tokenizer.resolve())
+    assert summary["tokenizer_sha256"] == hashlib.sha256(
+        FakeEncoder().tokenizer.to_str().encode("utf-8")).hexdigest()
+    again = build_word_dictionary(summary["split"], tmp_path / "b", tokenizer=summary["tokenizer"],
+                                  languages=summary["languages"], n_groups=summary["n_groups"], seed=summary["seed"],
+                                  top_k=summary["top_k"], idf=summary["idf"], min_count=summary["min_count"])
+    assert again.pairs == built.pairs
+    by_model = build_word_dictionary(world / "test", tmp_path / "c", model=FakeEncoder()).summary
+    assert by_model["model"]["name"] == "FakeEncoder" and by_model["tokenizer"] is None
+    assert by_model["n_groups"] is None and by_model["seed"] == 0 and by_model["languages"] == ["de", "en", "fr"]
+
+
+def test_empty_ground_truth_and_empty_queries_are_one_line_errors(world, tmp_path):
+    with pytest.raises(UserError, match=r"no word pair in any of the 6 language pairs.*--min-count 1000.*nothing written"):
+        build_word_dictionary(world / "test", tmp_path / "empty", words=True, min_count=1000)
+    assert not (tmp_path / "empty").exists()
+    with pytest.raises(UserError, match=r"no ground-truth pair: the tf-idf dictionary .* is empty.*--min-count 1000"):
+        evaluate_word_translation(FakeEncoder(), split=world / "test", min_count=1000)
+    lexicon = tmp_path / "lexicon"
+    lexicon.mkdir()
+    (lexicon / "en-de.txt").write_text("\n", encoding="utf-8")
+    with pytest.raises(UserError, match="hold no pair"):
+        evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
+    (lexicon / "en-de.txt").write_text("zzz qqq\n", encoding="utf-8")  # pairs, but no word has a vector
+    with pytest.raises(UserError, match="none of the 2 ground-truth pairs .* has both words embedded"):
+        evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
+    for queries in ([""], ["red", "  "]):
+        with pytest.raises(UserError, match="empty or only spaces"):
+            translate_word_queries(FakeEncoder(), queries, to="fr", corpus=world / "test", out=tmp_path)
+    from globetrotter.evaluation import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["build-dictionary", "--split", str(world / "test"), "--words", "--min-count", "1000",
+                  "--dictionary-out", str(tmp_path / "empty")])
+    assert exit_info.value.code == 2 and not (tmp_path / "empty").exists()
+
 def test_retrieval_is_the_metric_over_the_encoders_embeddings(world):
     from data_prep.shards import read_captions
 

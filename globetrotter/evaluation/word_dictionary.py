@@ -18,6 +18,7 @@ Lexicons (the synthetic world writes ``dictionary/<src>-<tgt>.txt``) are read an
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
 
@@ -126,6 +127,20 @@ def build_dictionaries(
             out[(b, a)] = sorted(((t, s, sc) for s, t, sc in pairs), key=lambda p: (p[0], -p[2]))
     return out
 
+
+
+def why_empty(tokenized: Mapping[str, Sequence[Sequence[str]]], top_k: int, min_count: int) -> str:
+    """Why :func:`build_dictionaries` of ``tokenized`` found no pair at all, in words (for a one-line error)."""
+    if len(tokenized) < 2:
+        return f"it needs at least 2 languages, got {sorted(tokenized)}"
+    n = len(next(iter(tokenized.values())))
+    df = {lang: Counter(t for s in sents for t in set(s)) for lang, sents in tokenized.items()}
+    bare = sorted(lang for lang, c in df.items() if not any(v >= min_count for v in c.values()))
+    if bare:
+        most = max((v for lang in bare for v in df[lang].values()), default=0)
+        return (f"no {'/'.join(bare)} token is in at least --min-count {min_count} of the {n} sentences "
+                f"(the most frequent: {most})")
+    return f"no token pair is in each other's tf-idf top --top-k {top_k}"
 
 
 def read_dictionary(path: str | Path) -> list[tuple[str, str]]:

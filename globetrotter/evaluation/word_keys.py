@@ -3,8 +3,8 @@
 A dictionary entry is a decoded BPE token with its leading space written as ``▁`` (``" car"`` → ``"▁car"``), so
 tokens fit MUSE's ``src tgt`` lines, or ``⟨raw⟩`` for a byte fragment that decodes to no text on its own
 (:func:`vocab_keys`); :class:`CaptionTokenizer` turns captions into such keys (or into lower-cased words). A word's
-vector is the mean of its input token rows (the paper's choice, :func:`input_word_embeddings`) or the encoder's
-contextual embedding of the word alone (:class:`WordEmbedder` gives either).
+vector is the mean of its input token rows (the paper's choice, :func:`input_word_embeddings`; a tokenizer key is its
+own row) or the encoder's contextual embedding of the word alone (:class:`WordEmbedder` gives either).
 """
 from __future__ import annotations
 
@@ -93,40 +93,59 @@ def input_word_embeddings(
     matrix: np.ndarray,
     tokenizer=None,
     token_counts: Counter | None = None,
+    keys: bool = False,
 ) -> tuple[list[str], np.ndarray]:
     """Input-token-embedding vectors for ``words`` (the paper's choice).
 
-    ``tokens``/``matrix`` as ``Encoder.token_embeddings()`` gives them (rows matched to
-    keys by :func:`row_keys`). A token key (``"▁car"``, a fragment) gets its row. A plain
-    word is tokenised on its own, in its in-sentence form ``" word"`` and its bare form
-    ``"word"`` (and is its own token when it is one); the form whose first token is most
-    frequent in ``token_counts`` (the language's captions) is used (without counts: the
-    word's own row if it is a token, else the in-sentence form), and the word's vector is
-    the mean of its tokens' rows.
+    ``tokens``/``matrix`` as ``Encoder.token_embeddings()`` gives them (rows matched to keys by :func:`row_keys`).
+
+    ``keys=True``: the words are this tokenizer's keys (what :class:`CaptionTokenizer` gives: the tf-idf dictionary,
+    the tokens of a split's captions, :func:`vocabulary`), and each key gets **its own row**, whether or not it
+    carries a leading ``▁`` (the word-internal ``are`` of ``squ``+``are`` is not the word ``▁are``); a key with no
+    row of its own is the mean of the rows of its exact text's tokens.
+
+    ``keys=False`` (plain words, as a lexicon writes them): a token key (``"▁car"``, a fragment) still gets its row.
+    Any other word is tokenised on its own, in its in-sentence form ``" word"`` and its bare form ``"word"`` (and is
+    its own token when it is one); the form whose first token is most frequent in ``token_counts`` (the language's
+    captions) is used (without counts: the word's own row if it is a token, else the in-sentence form), and the
+    word's vector is the mean of its tokens' rows.
+
     Words with no usable token are dropped: returns the kept words and their (n, d) matrix.
     """
     row_of = {}
     for r, key in enumerate(row_keys(tokenizer, tokens)):
         if key:
             row_of.setdefault(key, r)
-    keys = vocab_keys(tokenizer) if tokenizer is not None else None
+    vocab = vocab_keys(tokenizer) if tokenizer is not None else None
     counts = token_counts or {}
     kept, rows = [], []
+
+    def rows_of(text: str) -> tuple[list[int], list[int]]:
+        """The ids of ``text``'s tokens and the rows of those that have one."""
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        return ids, [row_of[vocab[i]] for i in ids if i < len(vocab) and vocab[i] in row_of]
+
     for word in words:
         token_rows = [row_of[word]] if word in row_of else []
-        if token_rows and (tokenizer is None or token_counts is None or SPACE in word or is_fragment(word)):
+        own = keys or tokenizer is None or token_counts is None or SPACE in word or is_fragment(word)
+        if token_rows and own:
             kept.append(word)
             rows.append(matrix[token_rows[0]])
             continue
-        if tokenizer is None:
+        if tokenizer is None or (keys and is_fragment(word)):
+            continue
+        if keys:  # a key without a row of its own: the tokens of the very text it stands for
+            _, exact = rows_of(key_text(word))
+            if exact:
+                kept.append(word)
+                rows.append(matrix[exact].mean(axis=0))
             continue
         # candidate forms: (frequency of the first token, prefer the in-sentence form, rows)
         forms = [(counts.get(word, 0), False, token_rows)] if token_rows else []
         for in_sentence, text in ((True, " " + word), (False, word)):
-            ids = tokenizer.encode(text, add_special_tokens=False).ids
-            form_rows = [row_of[keys[i]] for i in ids if i < len(keys) and keys[i] in row_of]
+            ids, form_rows = rows_of(text)
             if form_rows:
-                forms.append((counts.get(keys[ids[0]], 0), in_sentence, form_rows))
+                forms.append((counts.get(vocab[ids[0]], 0), in_sentence, form_rows))
         if forms:
             _, _, best = max(forms, key=lambda f: (f[0], f[1]))
             kept.append(word)
@@ -151,18 +170,19 @@ def vocabulary(encoder, lang: str | None, counts: Mapping[str, Counter]) -> list
 class WordEmbedder:
     """Word vectors of an encoder: ``"input"``, the mean of the word's input token rows (:func:`input_word_embeddings`,
     the first tokens' frequencies from ``counts[lang]``; a model with per-language tables reads ``lang``'s), or
-    ``"contextual"``, the encoder's embedding of the word alone (byte fragments left out)."""
+    ``"contextual"``, the encoder's embedding of the word alone (byte fragments left out). Call it with
+    ``keys=True`` for words that are tokenizer keys (each gets its own input row), ``False`` for plain words."""
 
     def __init__(self, encoder, kind: Embeddings = "input", counts: Mapping[str, Counter] | None = None) -> None:
         self.encoder, self.kind, self.counts = encoder, kind, counts or {}
         per_language = getattr(encoder, "needs_language", False)
         self.shared = encoder.token_embeddings() if kind == "input" and not per_language else None
 
-    def __call__(self, words: Sequence[str], lang: str | None) -> tuple[list[str], np.ndarray]:
-        """The words that have a vector, and their ``[n, d]`` vectors."""
+    def __call__(self, words: Sequence[str], lang: str | None, keys: bool = False) -> tuple[list[str], np.ndarray]:
+        """The words that have a vector, and their ``[n, d]`` vectors (``keys``: see :func:`input_word_embeddings`)."""
         if self.kind == "input":
             tokens, matrix = self.shared or token_embeddings(self.encoder, lang)
-            return input_word_embeddings(words, tokens, matrix, self.encoder.tokenizer, self.counts.get(lang))
+            return input_word_embeddings(words, tokens, matrix, self.encoder.tokenizer, self.counts.get(lang), keys)
         words = [w for w in words if not is_fragment(w)]  # a byte fragment is no text to encode
         if not words:
             return [], np.zeros((0, 1), np.float32)

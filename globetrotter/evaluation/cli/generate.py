@@ -59,7 +59,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("generate", parents=[parent], help="translation by generation with a decoder on the frozen representation (paper A.5)",
                        description=_GENERATE_HELP)
     common.add_model(p)
-    p.add_argument("--train", required=True, help="split whose --target captions train the decoder (the train split)")
+    p.add_argument("--train", required=True, help="split whose --target captions train the decoder (the train split; not --split, nor a "
+                        "parallel split sharing its groups or images)")
     p.add_argument("--split", required=True, help="parallel test split folder (groups tie translations)")
     p.add_argument("--target", default="en", help="language the decoder writes (default %(default)s)")
     p.add_argument("--sources", help="comma-separated source languages (default: every other language of --split)")
@@ -77,5 +78,6 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="std of Gaussian noise on the standardised representation while training the decoder "
                         "(default 0, the paper's)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
+                   help="torch CPU threads (default: this process's share of the free cores, as every eval.py "
+                        "command; 1 is fastest on a busy machine)")
     p.set_defaults(func=_generate)

@@ -36,6 +36,20 @@ def _sources(split: str | Path, test_langs: Sequence[str], target: str, sources:
     return sources
 
 
+def _refuse_overlap(train, split, train_metas: Sequence[dict], ps) -> None:
+    """A :class:`UserError` when ``train`` is a parallel split (its captions carry a ``group``) sharing a group or an
+    image with the evaluated sample ``ps`` of ``split``."""
+    if not any(m.get("group") is not None for m in train_metas):
+        return
+    groups, images = set(ps.group_ids), set(ps.image_ids)
+    shared_groups = {str(m["group"]) for m in train_metas if m.get("group") is not None} & groups
+    shared_images = {str(m["image_id"]) for m in train_metas} & images
+    if shared_groups or shared_images:
+        raise UserError(f"--train {train}: a parallel split sharing {len(shared_groups)} groups and "
+                        f"{len(shared_images)} images with the {len(groups)} evaluated groups of --split {split}; "
+                        "the decoder would learn the references (give the train split)")
+
+
 def evaluate(
     model,
     split: str | Path,
@@ -61,7 +75,10 @@ def evaluate(
     Metrics (sacrebleu corpus scores, 0-100, one reference: the group's target caption): ``chrf`` and ``bleu``, the
     mean over sources; ``per_source``; ``reconstruction`` (the target's own captions) and ``mismatched`` (each group
     decoded from another group's target caption: the floor). ``details["examples"]``: the first ``show`` groups'
-    reference, sources and generations. ``seed`` also fixes the decoder's init and batch order.
+    reference, sources and generations; ``details["train"]``: how many of the references appear verbatim among the
+    training captions (``test_references_in_train`` of ``test_references``). ``seed`` also fixes the decoder's init
+    and batch order. ``train`` may not be ``split`` itself, nor a parallel split (captions with a ``group``) holding
+    any evaluated group or image: the decoder would learn the references (:class:`UserError`).
     """
     from data_prep.shards import read_captions
 
@@ -75,17 +92,22 @@ def evaluate(
         raise UserError(f"--noise {decoder.noise}: expected a standard deviation >= 0")
     if not 0 < decoder.lr < float("inf"):
         raise UserError(f"--lr {decoder.lr}: expected a learning rate > 0")
+    if Path(train).resolve() == Path(split).resolve():
+        raise UserError(f"--train {train}: is the evaluated --split itself; the decoder would learn the references "
+                        "(give the train split)")
     test_metas = read_captions(split)
     sources = _sources(split, sorted({m["lang"] for m in test_metas}), target, sources)
     ps = parallel_set(test_metas, [target, *sources], n_groups=n_groups, seed=seed, where=str(split))
     if len(ps.group_ids) < 2:
         raise UserError(f"{split}: {len(ps.group_ids)} parallel group(s) in {[target, *sources]}; need at least 2")
     train_metas = read_captions(train)
+    _refuse_overlap(train, split, train_metas, ps)
     train_texts = [m["caption"] for m in train_metas if m["lang"] == target]
     if not train_texts:
         raise UserError(f"{train}: no caption in target language {target!r} to train the decoder on "
                         f"(--train; has {sorted({m['lang'] for m in train_metas})})")
     references = [c for c, lang in zip(ps.captions, ps.langs) if lang == target]
+    train_set = set(train_texts)
 
     encoder, info = resolve_model(model, name, device)
     train_rep = encoder.encode_text(train_texts, batch_size=batch_size, head=head, **language_kwargs(encoder, target))
@@ -110,7 +132,8 @@ def evaluate(
                "reconstruction": scores[target], "mismatched": scores["mismatched"]}
     details = {"target": target, "sources": sources, "n_groups": len(references),
                "train": {"path": str(Path(train).resolve()), "captions": len(train_texts),
-                         "test_references_in_train": len(set(references) & set(train_texts))},
+                         "test_references": len(references),
+                         "test_references_in_train": sum(r in train_set for r in references)},
                "decoder": {**vars(decoder), **train_log}, "examples": examples}
     config = {"train": str(train), "target": target, "sources": sources, "n_groups": n_groups, "show": show,
               "head": head, "decoder": asdict(decoder), "seed": seed}

@@ -178,15 +178,22 @@ def translate_words(
     """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
     best first: by cosine (``method="nn"``) or CSLS against ``source``'s vocabulary, of the ``embeddings`` word
     vectors (:class:`~..word_keys.WordEmbedder`). A language's vocabulary is the tokens of its captions in the split
-    ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`). The index is saved and reloaded as
-    :func:`translate_sentences`'s."""
+    ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
+    embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
+    :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
+    blank = [i + 1 for i, q in enumerate(queries) if not q.strip()]
+    if not queries or blank:
+        raise UserError("translate-word: " + (
+            f"query {', '.join(map(str, blank))} of {len(queries)} is empty or only spaces: no word to translate"
+            if blank else "no query word given"))
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
     counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
     embed = WordEmbedder(encoder, embeddings, counts)
-    signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None}
+    signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None,
+                 "word_keys": "own-row"}  # indexes built when keys took another form's row are rebuilt
     found = _open(model, encoder, corpus, f"words-{embeddings}", to, signature, lambda: vocabulary(encoder, to, counts),
-                  lambda words: normalize_rows(embed(words, to)[1]), index=index, out=out, rebuild=rebuild,
+                  lambda words: normalize_rows(embed(words, to, keys=True)[1]), index=index, out=out, rebuild=rebuild,
                   ivf_min=ivf_min, nprobe=nprobe, log=log)
     kept, q_emb = embed(queries, source)
     if len(kept) < len(queries):
@@ -194,7 +201,7 @@ def translate_words(
     q_emb = normalize_rows(q_emb)
     if method == "csls":
         targets = found.index.reconstruct_n(0, found.index.ntotal)
-        sources = normalize_rows(embed(vocabulary(encoder, source, counts), source)[1])
+        sources = normalize_rows(embed(vocabulary(encoder, source, counts), source, keys=True)[1])
         idx, scores = rank_words(q_emb, targets, k, "csls", sources=sources)
         hits = [[(found.texts[i], float(s)) for i, s in zip(ri, rs)] for ri, rs in zip(idx, scores)]
     else:

@@ -7,11 +7,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal, NamedTuple, Sequence
 
+import numpy as np
+
 from globetrotter.errors import UserError
 
 from ..records import Result, dataset_info, matrix_dict
 from ..word import Method, WordSpace, word_translation
-from ..word_dictionary import Idf, both_directions, build_dictionaries, read_dictionaries, write_dictionary
+from ..word_dictionary import (Idf, both_directions, build_dictionaries, read_dictionaries, why_empty,
+                               write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
 from .checks import require_trained
 from .common import read_parallel, resolve_model
@@ -50,6 +53,10 @@ def evaluate(
     inverse of the other), else the tf-idf dictionary of the parallel ``split`` (:func:`build_dictionary`'s rule with
     ``top_k``, ``idf``, ``min_count``). ``split`` also gives each language's token frequencies (which form of a word
     to embed) and, with ``candidates="split"``, adds every token of its captions to the target candidates.
+    Input embeddings: the tf-idf dictionary's words and the split's tokens are tokenizer keys, each embedded by its
+    own row; a lexicon's words are plain words, embedded in their most frequent form
+    (:func:`~..word_keys.input_word_embeddings`). No ground-truth pair, or none with both words embedded: a
+    :class:`UserError`.
     Metrics per ``"<method>/<procrustes>"``: Recall@10 and P@1/5/10, with and without identical pairs
     (:func:`~..word.word_translation`); ``arrays["recall"]`` holds each one's Recall@10 language matrix.
     """
@@ -71,17 +78,34 @@ def evaluate(
         dicts = {key: [(s, t) for s, t, _ in pairs]
                  for key, pairs in build_dictionaries(tokenized, top_k, idf, min_count).items()}
         source = "tfidf"
-    words: dict[str, set] = {}
+    n_truth = sum(len(p) for p in dicts.values())
+    if not n_truth:
+        why = (f"the lexicon files of {dictionary} hold no pair for {languages or 'any language'}" if dictionary
+               else f"the tf-idf dictionary of {split} is empty, {why_empty(tokenized, top_k, min_count)}")
+        raise UserError(f"word: no ground-truth pair: {why}")
+    if candidates == "split" and not tokenized:
+        raise UserError("word: --candidates split needs --split")
+    # plain words (a lexicon's) and tokenizer keys (the tf-idf dictionary's, the split's tokens) per language
+    plain: dict[str, set] = {}
+    keys: dict[str, set] = {}
+    truth_words = plain if dictionary else keys
     for (a, b), pairs in dicts.items():
-        words.setdefault(a, set()).update(s for s, _ in pairs)
-        words.setdefault(b, set()).update(t for _, t in pairs)
+        truth_words.setdefault(a, set()).update(s for s, _ in pairs)
+        truth_words.setdefault(b, set()).update(t for _, t in pairs)
     if candidates == "split":
-        if not tokenized:
-            raise UserError("word: --candidates split needs --split")
         for lang, c in counts.items():
-            words.setdefault(lang, set()).update(c)
+            keys.setdefault(lang, set()).update(set(c) - plain.get(lang, set()))  # a lexicon word stays a word
     embed = WordEmbedder(encoder, embeddings, counts)
-    spaces = {lang: WordSpace(*embed(sorted(ws), lang)) for lang, ws in words.items()}
+    spaces = {}
+    for lang in sorted(set(plain) | set(keys)):
+        kept_plain, emb_plain = embed(sorted(plain.get(lang, ())), lang)
+        kept_keys, emb_keys = embed(sorted(keys.get(lang, ())), lang, keys=True)
+        parts = [e for w, e in ((kept_plain, emb_plain), (kept_keys, emb_keys)) if w]
+        spaces[lang] = WordSpace(kept_plain + kept_keys, np.concatenate(parts) if parts else emb_plain)
+    n_usable = sum(s in spaces[a].index and t in spaces[b].index for (a, b), p in dicts.items() for s, t in p)
+    if not n_usable:
+        raise UserError(f"word: none of the {n_truth} ground-truth pairs ({source}) has both words embedded "
+                        f"({embeddings} embeddings of {info['name']})")
     metrics, details, matrices = {}, {}, {}
     for method in methods:
         for proc in procrustes:
@@ -112,6 +136,16 @@ class Dictionaries(NamedTuple):
     summary: dict
 
 
+def _tokenizer_hash(tok) -> str | None:
+    """sha256 of a ``tokenizers.Tokenizer``'s JSON (None: no tokenizer, or one that cannot be serialised)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest() if tok is not None else None
+    except Exception:  # not a tokenizers.Tokenizer
+        return None
+
+
 def _given(x) -> bool:
     return x is not None and not (isinstance(x, str) and not x)
 
@@ -138,11 +172,14 @@ def build_dictionary(
     tokenizer (a trained run or a loaded encoder), or lower-cased words (``words=True``); exactly one. Rule: token
     t's document is every token of the translations of the sentences holding t; (t, u) is kept when each is in the
     other's top ``top_k`` by tf-idf (:func:`~..word_dictionary.tfidf_dictionary`). ``n_groups``: a ``seed``-ed sample
-    of the groups (default: all)."""
+    of the groups (default: all). ``summary.json`` records what redraws it: the split, the sampling (``seed``, the
+    requested and drawn groups, languages), the rule's settings and the tokens' source (tokenizer file or model, and
+    the tokenizer's sha256). No pair in any direction: a :class:`UserError`, and nothing is written."""
     if _given(tokenizer) + _given(model) + bool(words) != 1:
         raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
-    tok = None
+    tok, source = None, {"tokenizer": None, "model": None}
     if isinstance(tokenizer, (str, Path)) and _given(tokenizer):
+        source["tokenizer"] = str(Path(tokenizer).resolve())
         from tokenizers import Tokenizer
 
         try:
@@ -151,17 +188,28 @@ def build_dictionary(
             raise UserError(f"{tokenizer}: not a tokenizers JSON file ({str(err).splitlines()[0]})") from None
     elif _given(tokenizer):
         tok = tokenizer
+        source["tokenizer"] = type(tokenizer).__name__
     elif _given(model):
         require_trained(model, "build-dictionary")
-        tok = resolve_model(model)[0].tokenizer
+        encoder, info = resolve_model(model)
+        tok = encoder.tokenizer
+        source["model"] = {"path": info.get("path") and str(info["path"]), "name": info.get("name"),
+                           "checkpoint": info.get("checkpoint") and str(info["checkpoint"])}
     tokenize = CaptionTokenizer(tok)
     ps, tokenized = _tokenized(split, languages, tokenize, n_groups, seed)
     pairs = build_dictionaries(tokenized, top_k, idf, min_count)
+    if not any(pairs.values()):
+        raise UserError(f"build-dictionary: no word pair in any of the {len(pairs)} language pairs of "
+                        f"{len(ps.group_ids)} groups of {split}: {why_empty(tokenized, top_k, min_count)}; "
+                        "nothing written")
     folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
     for (a, b), found in pairs.items():
         write_dictionary(folder / f"{a}-{b}.txt", found)
     summary = {
-        "split": str(Path(split).resolve()), "tokens": tokenize.kind, "groups": len(ps.group_ids),
+        "split": str(Path(split).resolve()), "checksum": dataset_info(split).get("checksum"),
+        "tokens": tokenize.kind, **source, "tokenizer_sha256": _tokenizer_hash(tok),
+        "languages": list(ps.languages),
+        "seed": seed, "n_groups": n_groups, "groups": len(ps.group_ids),
         "top_k": top_k, "idf": idf, "min_count": min_count,
         "pairs": {f"{a}-{b}": len(p) for (a, b), p in pairs.items()},
         "examples": {f"{a}-{b}": [f"{key_text(s).strip()} = {key_text(t).strip()}" for s, t, _ in p[:20]]
