@@ -8,7 +8,7 @@
    the same ranking and give the same figure.
 
 Prints one line per check and a JSON summary (also written to ``--out``); exit 1 when a check fails. With
-``--device cpu`` it runs anywhere (every pair of figures is then equal; about 10 minutes on 2 cores); it is meant
+``--device cpu`` it runs anywhere (every pair of figures is then equal); it is meant
 for a machine with a GPU, in this environment or in an image that has PyTorch, timm and accelerate but not the
 project's other packages (their wheels in ``.whl/``, the project on ``PYTHONPATH``)::
 

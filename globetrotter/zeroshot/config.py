@@ -1,4 +1,5 @@
-"""Configuration of the XTD10 zero-shot system: every constant with the paper's default.
+"""Configuration of the XTD10 zero-shot system: every constant a key; the defaults are this project's system
+(``configs/zeroshot/xtd10.yaml``: the paper's, as described).
 
 Loaded from YAML with ``key.sub=value`` overrides by :func:`globetrotter.config_io.load_config`,
 e.g. ``loss.name=patr optim.epochs=10``.

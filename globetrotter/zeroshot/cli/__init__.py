@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-import torch
-
 from backretrieval.errors import BackRetrievalError
 from globetrotter.errors import UserError, run_cli
 
@@ -28,7 +26,7 @@ COMMANDS = (train, retrieval, tag, tag_eval, triplet)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="zeroshot", formatter_class=formatter,
+        prog="globetrotter-zeroshot", formatter_class=formatter,
         description="The XTD10 zero-shot system (Aggarwal et al. 2020): an adapter from frozen multilingual "
         "sentence embeddings into a frozen image-feature space, trained on one language and used in all; "
         "multilingual image tagging; and the BackRetrieval paper's Triplet/TripletXL case study.",
@@ -42,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from globetrotter.threads import configure_threads
+
+    configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
     try:
         return args.func(args)
     except BackRetrievalError as err:  # the metric package's one-line user errors
@@ -51,5 +50,5 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``zeroshot COMMAND ...``; returns the exit code (2 with one line for a user error)."""
+    """Entry point: ``globetrotter-zeroshot COMMAND ...``; returns the exit code (2 with one line for a user error)."""
     return run_cli(_main, argv)

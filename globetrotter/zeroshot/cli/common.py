@@ -45,7 +45,8 @@ def common_options() -> argparse.ArgumentParser:
     p.add_argument("--device", type=torch_device, default="cpu", help="torch device for the image model and the adapter (default cpu)")
     p.add_argument("--online", action="store_true", help="allow downloads (sentence-transformers models, timm 'hub' weights)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="torch CPU threads (default: torch's choice; 1 is fastest on a busy machine)")
+                   help="torch CPU threads (default: this process's share of the free cores, as every heavy command; "
+                        "1 is fastest on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 

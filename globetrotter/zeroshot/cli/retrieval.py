@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("retrieval", parents=[parent], help="text->image Recall@K per language (XTD10 Tables 2/3)",
                        formatter_class=formatter, description=RETRIEVAL_HELP,
-                       epilog="example: zeroshot retrieval --test outputs/flickr8k/test --adapter m3l=runs/m3l "
+                       epilog="example: globetrotter-zeroshot "
+                       "retrieval --test outputs/flickr8k/test --adapter m3l=runs/m3l "
                        "--adapter patr=runs/patr --langs en,de,fr,zh --json runs/retrieval.json")
     p.add_argument("--test", required=True, metavar="SPLIT",
                    help="test split folder (the same images in every language)")

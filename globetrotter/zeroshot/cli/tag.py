@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
 def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tag", parents=[parent], help="zero-shot multilingual image tagging (XTD10 3.3.2)",
                        formatter_class=formatter, description=TAG_HELP,
-                       epilog="example: zeroshot tag --adapter runs/m3l --images photos/ --vocab de=tags_de.txt "
+                       epilog="example: globetrotter-zeroshot "
+                       "tag --adapter runs/m3l --images photos/ --vocab de=tags_de.txt "
                        "--vocab fr=tags_fr.txt --json tags.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--images", required=True, nargs="+", metavar="PATH",

@@ -96,7 +96,8 @@ def _share(value: str) -> float:
 def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tag-eval", parents=[parent], help="tagging Precision@K on held-out captions vs a frequency "
                        "baseline", formatter_class=formatter, description=TAG_EVAL_HELP,
-                       epilog="example: zeroshot tag-eval --adapter runs/zs --test outputs/flickr8k/test "
+                       epilog="example: globetrotter-zeroshot "
+                       "tag-eval --adapter runs/zs --test outputs/flickr8k/test "
                        "--vocab-from outputs/flickr8k/train --langs en,de,fr,zh --json runs/tag-eval.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--test", required=True, metavar="SPLIT", help="split whose captions give the tag truth")

@@ -47,8 +47,9 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        formatter_class=formatter,
                        description="Train the adapter on the train_langs captions of a split (English by default), with "
                        "M3L (eq. 1) or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",
-                       epilog="example: zeroshot train --train outputs/flickr8k/train --val outputs/flickr8k/val "
-                       "--out runs/m3l loss.name=m3l optim.epochs=50")
+                       epilog="example: globetrotter-zeroshot "
+                       "train --train outputs/flickr8k-en/train --val outputs/flickr8k-en/val "
+                       "--out runs/m3l --config configs/zeroshot/m3l.yaml")
     p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
     p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
                    "text->image Recall@K on it (first caption per image)")
@@ -56,7 +57,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="K of the validation Recall@K (default 10)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
-    p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are the paper's")
+    p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are this project's system, "
+                   "configs/zeroshot/xtd10.yaml the paper's as described (docs/zeroshot.md)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]")
     p.set_defaults(func=run)

@@ -68,7 +68,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("triplet", parents=[parent],
                        help="Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
                        formatter_class=formatter, description=TRIPLET_HELP,
-                       epilog="example: zeroshot triplet --docs recipes.jsonl --text-encoder use --out runs/triplet")
+                       epilog="example: globetrotter-zeroshot "
+                       "triplet --docs recipes.jsonl --text-encoder use --out runs/triplet")
     p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: results.json and the box plot")
     p.add_argument("--text-encoder", default="use", metavar="SPEC",
