@@ -62,7 +62,8 @@ def main() -> None:
         print(f"generation, {args.workers:>2} workers      : {parallel:8.0f} images/s  "
               f"({args.images / parallel:.1f} s; {cpun:.2f} CPU-ms/image; {parallel / single:.2f}x the 1-worker run)")
         rate, n = read_rate(Path(tmp) / "wn" / "train")
-        print(f"shard read (iter_samples)   : {rate:8.0f} samples/s decoded ({n} samples, {args.image_format})")
+        print(f"shard read (iter_samples)   : {rate:8.0f} samples/s decoded ({n} samples, {args.image_format}; "
+              f"{rate / parallel:.1f}x the {args.workers}-worker generation)")
 
 
 if __name__ == "__main__":
