@@ -72,10 +72,23 @@ def build_parser(commands: Sequence[tuple[str, Sequence[str]]] = COMMANDS, prog:
     return parser
 
 
+def fold_overrides(parsed: argparse.Namespace, extras: list[str]) -> list[str]:
+    """Add the ``KEY=VALUE`` arguments argparse left over to a sub-command's ``overrides`` (those written after an
+    option, ``SPLIT --config FILE key=value``, as train.py takes them); returns what is still unrecognised."""
+    overrides = getattr(parsed, "overrides", None)
+    if extras and isinstance(overrides, list) and all("=" in e and not e.startswith("-") for e in extras):
+        overrides += extras
+        return []
+    return extras
+
+
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     """Parse ``argv`` with ``parser`` and run the chosen sub-command; a user error is one line, exit code 2."""
     def _main(args: Sequence[str] | None) -> int:
-        parsed = parser.parse_args(args)
+        parsed, extras = parser.parse_known_args(args)
+        extras = fold_overrides(parsed, extras)
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed.func(parsed)
 
     return run_cli(_main, argv)

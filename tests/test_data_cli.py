@@ -125,3 +125,20 @@ def test_inspect_of_a_malformed_sample_is_a_one_line_error(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert done.value.code == 2 and len(err) == 1, err
         assert err[0].startswith(f"error: {tmp_path / split / 'train-000000.tar'}: sample 'k0'") and message in err[0]
+
+
+def test_overrides_after_an_option_reach_the_sub_command(capsys):
+    """``features build SPLIT --config FILE key=value`` (train.py's order) gives the override to the command; a stray
+    word is still refused as argparse refuses it."""
+    from conftest import run_data_cli
+    from data_prep.cli import fold_overrides
+    from globetrotter.data_cli import build_parser
+
+    parser = build_parser()
+    parsed, extras = parser.parse_known_args(["features", "build", "S", "--config", "C.yaml", "data.feature_views=2",
+                                              "threads=1"])
+    assert fold_overrides(parsed, extras) == [] and parsed.overrides == ["data.feature_views=2", "threads=1"]
+    parsed, extras = parser.parse_known_args(["features", "build", "S", "--config", "C.yaml", "stray"])
+    assert fold_overrides(parsed, extras) == ["stray"]
+    code, _, err = run_data_cli(["features", "build", "S", "--config", "C.yaml", "stray"], capsys)
+    assert code == 2 and "unrecognized arguments: stray" in err

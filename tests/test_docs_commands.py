@@ -348,12 +348,37 @@ def check_dataclass_overrides(cls: type, overrides: list[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the check
+class _Stop(Exception):
+    """The real parser met a value it refuses (a placeholder such as N for a number): no verdict on the order."""
+
+
+def unparsed_by(parser: argparse.ArgumentParser, args: list[str], program: str) -> list[str]:
+    """The arguments the real ``parser`` leaves unrecognised (``parse_known_args``' extras, sub-parsers included, less
+    the overrides ``globetrotter-data`` folds in); ``[]`` when it stops first on a value it refuses or a missing
+    requirement (placeholders, elided parts)."""
+    from data_prep.cli import fold_overrides
+
+    def stop(*_args, **_kwargs):
+        raise _Stop
+
+    with mock.patch.object(argparse.ArgumentParser, "error", stop), \
+            mock.patch.object(argparse.ArgumentParser, "exit", stop):
+        try:
+            parsed, extras = parser.parse_known_args([a for a in args if a != "..."])
+        except (_Stop, SystemExit):
+            return []
+    if program == "data":
+        extras = fold_overrides(parsed, extras)
+    return [a for a in extras if not (a.startswith("[") or a.endswith("]"))]
+
+
 def problems_with(command: Command) -> list[str]:
     parser = parser_for(command.program)
     args, label = list(command.args), command.program
     if command.program == "eval.py" and args and args[0] in ("tag", "zeroshot"):  # forwarded to the zero-shot CLI
         label = f"eval.py {args[0]} (globetrotter-zeroshot)"
         parser, args = parser_for("zeroshot"), (args if args[0] == "tag" else args[1:])
+    top, top_label, top_args = parser, label, list(args)
     sub_name = None
     choices = subcommands(parser)
     while choices is not None:  # nested sub-commands (globetrotter-data features build): each level in turn
@@ -392,6 +417,9 @@ def problems_with(command: Command) -> list[str]:
         from data_prep.synth.config import SynthConfig
 
         problems += [f"{label}: {p}" for p in check_dataclass_overrides(SynthConfig, overrides)]
+    if not problems:  # what the real parser leaves over: an override or option it does not take where it stands
+        whole = unparsed_by(top, top_args, command.program)
+        problems = [f"{top_label}: the parser does not take {whole} where they stand (unrecognized arguments)"] if whole else []
     return problems
 
 
@@ -505,6 +533,8 @@ def test_extraction_joins_continuations_drops_comments_and_splits_chains(tmp_pat
     ("eval.py", ["tag", "--adapter", "DIR", "--images", "x.jpg", "--vocab", "de=t.txt"], []),
     ("data", ["synth", "--out", "D", "p_mention_colour=0.5", "p_mention_colr=1"], ["p_mention_colr"]),
     ("data", ["features", "build", "SPLIT", "--config", "configs/flickr8k.yaml", "data.feature_views=2"], []),
+    ("eval.py", ["sentence", "--model", "RUN", "--split", "S", "stray"], ["does not take ['stray']"]),
+    ("zeroshot", ["train", "loss.rho=1", "--train", "S", "--out", "D", "optim.epochs=2"], ["does not take"]),
     ("data", ["features", "build", "SPLIT", "data.feature_viewz=2"], ["data.feature_viewz"]),
     ("data", ["features", "SPLIT", "--config", "configs/flickr8k.yaml"], ["no sub-command 'SPLIT'"]),
     ("data", ["features", "import", "SPLIT", "--embeddings", "E.npy", "--ids", "I.txt", "--name", "N"], []),

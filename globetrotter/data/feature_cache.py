@@ -12,8 +12,16 @@ A cache is a folder (default ``<split>/features``) holding
   ``[i, 1:]`` are ``views`` SimCLR-augmented views, each drawn from a generator seeded by
   ``(seed, image index)`` so the cache is the same for any worker count;
 * ``image_ids.json``: the image id of each row, in the order images first appear in the shards;
-* ``cache.json``: the :class:`CacheSpec` it was built with (backbone, weights and their
-  checksum, image size, view count and augmentations, seed) and the split's content checksum.
+* ``cache.json``: the :class:`CacheSpec` it was built with (backbone, its arguments
+  ``model.image_backbone_args``, weights and their checksum, image size, view count and augmentations, seed)
+  and the split's content checksum;
+* ``means.npz`` (a concatenation of caches only, :mod:`.feature_concat`): the means it was centred on.
+
+Every writer (build, import, concat, a run building its missing cache) writes the folder under a ``.tmp`` name
+and swaps it in (:func:`start_cache_write`, :func:`finish_cache_write`): the old cache is renamed aside, the new
+one renamed into place, then the old one deleted. Only a feature cache (``cache.json`` and nothing beyond a
+cache's own files) or an empty folder is ever replaced; any other folder at the destination (a split, a dataset
+root) is refused in one line naming what it holds, ``--force`` or not.
 
 A cache whose spec differs from the one a config asks for is refused with a one-line error
 naming both (never silently reused). Imported embeddings (:mod:`.feature_import`, ``model.image_backbone:
@@ -45,6 +53,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -66,6 +75,14 @@ if TYPE_CHECKING:
 FEATURES = "features.npy"
 IMAGE_IDS = "image_ids.json"
 SPEC = "cache.json"
+MEANS = "means.npz"  # a concatenation's means (feature_concat)
+CACHE_FILES = frozenset({FEATURES, IMAGE_IDS, SPEC, MEANS})  # all a cache folder ever holds
+ROW0_FIELDS = ("backbone", "weights", "weights_sha256", "image_size", "backbone_args")  # what the whole image's row depends on
+
+
+def canonical_args(args: dict | None) -> str:
+    """``model.image_backbone_args`` as one canonical string (sorted keys, no spaces): the spec's ``backbone_args``."""
+    return json.dumps(args or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,7 @@ class CacheSpec:
     grayscale: float
     hflip: bool
     seed: int
+    backbone_args: str = "{}"  # canonical_args(model.image_backbone_args); absent from older cache.json files: {}
 
     def differences(self, other: "CacheSpec") -> list[str]:
         """``key: mine != other's`` for every field that differs."""
@@ -125,7 +143,8 @@ def spec_from_config(cfg: "TrainConfig") -> CacheSpec:
     name, digest = _weights_digest(m.image_pretrained, m.image_backbone)
     return CacheSpec(backbone=m.image_backbone, weights=name, weights_sha256=digest, image_size=d.image_size,
                      views=d.feature_views, crop_scale_min=d.crop_scale_min, colour_jitter=d.colour_jitter,
-                     hue_jitter=d.hue_jitter, grayscale=d.grayscale, hflip=d.hflip, seed=d.feature_seed)
+                     hue_jitter=d.hue_jitter, grayscale=d.grayscale, hflip=d.hflip, seed=d.feature_seed,
+                     backbone_args=canonical_args(m.image_backbone_args))
 
 
 def cache_dir_for(cfg: "TrainConfig", split: str) -> Path | None:
@@ -168,6 +187,75 @@ class _Views(torch.utils.data.Dataset):
         return torch.stack(views)
 
 
+def _listing(names: list[str], limit: int = 4) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _entries(folder: Path) -> list[str]:
+    """The names in ``folder``, sorted, a folder's with a trailing ``/``."""
+    return sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir())
+
+
+def check_cache_folder(out_dir: str | Path, label: str = "") -> None:
+    """Refuse (one-line :class:`UserError` naming the folder and what it holds) to write a cache to ``out_dir``
+    unless it is absent, an empty folder, or a feature cache: ``cache.json`` and nothing beyond a cache's own files
+    (:data:`CACHE_FILES`). The guard of every writer, ``--force`` or not: a split or a dataset root is never replaced.
+    ``label`` (``--out``, ``data.features``) names where the folder was given."""
+    out_dir = Path(out_dir)
+    where = f"{label} {out_dir}" if label else str(out_dir)
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if not out_dir.is_dir():
+        raise UserError(f"{where}: is not a folder, so not a feature cache to replace; choose another folder")
+    names = _entries(out_dir)
+    others = [n for n in names if n not in CACHE_FILES]
+    if not names or ((out_dir / SPEC).is_file() and not others):
+        return
+    what = (f"a feature cache and other files too ({_listing(others)})" if (out_dir / SPEC).is_file()
+            else f"no feature cache ({SPEC} missing) but {_listing(names)}")
+    raise UserError(f"{where}: holds {what}; a cache is written only to a new or empty folder or over a feature "
+                    f"cache, never over other files (--force or not): choose another folder")
+
+
+def start_cache_write(out_dir: str | Path, label: str = "") -> Path:
+    """Check ``out_dir`` (:func:`check_cache_folder`) and make the empty ``<out_dir>.tmp`` folder a cache is written
+    in (a leftover of an interrupted write is cleared; a folder of that name holding anything else is refused)."""
+    out_dir = Path(out_dir)
+    check_cache_folder(out_dir, label)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists() or tmp.is_symlink():
+        names = _entries(tmp) if tmp.is_dir() and not tmp.is_symlink() else None
+        if names is None or any(n not in CACHE_FILES for n in names):
+            raise UserError(f"{tmp}: the temporary folder of a cache write, but it holds "
+                            f"{_listing(names) if names else 'something other than a folder'}, not a leftover of "
+                            f"one; move it away (it is never deleted) or choose another folder")
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def finish_cache_write(tmp: Path, out_dir: str | Path, label: str = "") -> None:
+    """Swap the finished cache ``tmp`` in as ``out_dir``: the old cache (checked again) is renamed aside, ``tmp``
+    renamed into place (the old one renamed back should that fail), then the old one deleted."""
+    out_dir = Path(out_dir)
+    check_cache_folder(out_dir, label)
+    if not out_dir.exists() and not out_dir.is_symlink():
+        os.replace(tmp, out_dir)
+        return
+    aside = out_dir.with_name(f"{out_dir.name}.old-{uuid.uuid4().hex[:12]}")
+    os.rename(out_dir, aside)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.rename(aside, out_dir)
+        raise
+    if aside.is_symlink():
+        aside.unlink()  # a link to a cache: the link goes, whatever it pointed at stays
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | Path, backbone: torch.nn.Module,
                         batch_images: int = 16, workers: int = 1, device: str = "cpu",
                         progress: bool = True, max_images: int | None = None) -> dict:
@@ -180,6 +268,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     """
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
+    check_cache_folder(out_dir)  # before any work: a folder that is no cache is never replaced
     ids, blobs = [], []
     for image_id, _ext, data in unique_images(split_dir):
         if max_images is not None and len(ids) >= max_images:
@@ -190,35 +279,35 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_images, num_workers=workers,
                                          prefetch_factor=4 if workers else None)
     backbone = backbone.eval().to(device).to(memory_format=torch.channels_last)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    feats = None
-    row = 0
-    start = time.perf_counter()
-    with torch.inference_mode(), tqdm(total=len(ids), desc=f"features {split_dir.name}", unit="img",
-                                      disable=not progress, dynamic_ncols=True) as bar:
-        for batch in loader:
-            b, v = batch.shape[:2]
-            x = batch.flatten(0, 1).to(device).contiguous(memory_format=torch.channels_last)
-            out = backbone(x).float().reshape(b, v, -1)
-            if feats is None:
-                feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16,
-                                                  shape=(len(ids), v, out.shape[-1]))
-            feats[row: row + b] = out.cpu().numpy().astype(np.float16)
-            row += b
-            bar.update(b)
-    elapsed = time.perf_counter() - start
-    feats.flush()
-    del feats
-    record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
-              "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
-              "build_seconds": elapsed, "device": str(device)}
-    (tmp / IMAGE_IDS).write_text(json.dumps(ids))
-    (tmp / SPEC).write_text(json.dumps(record, indent=2))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    tmp = start_cache_write(out_dir)
+    try:
+        feats = None
+        row = 0
+        start = time.perf_counter()
+        with torch.inference_mode(), tqdm(total=len(ids), desc=f"features {split_dir.name}", unit="img",
+                                          disable=not progress, dynamic_ncols=True) as bar:
+            for batch in loader:
+                b, v = batch.shape[:2]
+                x = batch.flatten(0, 1).to(device).contiguous(memory_format=torch.channels_last)
+                out = backbone(x).float().reshape(b, v, -1)
+                if feats is None:
+                    feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16,
+                                                      shape=(len(ids), v, out.shape[-1]))
+                feats[row: row + b] = out.cpu().numpy().astype(np.float16)
+                row += b
+                bar.update(b)
+        elapsed = time.perf_counter() - start
+        feats.flush()
+        del feats
+        record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
+                  "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
+                  "build_seconds": elapsed, "device": str(device)}
+        (tmp / IMAGE_IDS).write_text(json.dumps(ids))
+        (tmp / SPEC).write_text(json.dumps(record, indent=2))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finish_cache_write(tmp, out_dir)
     return record
 
 
@@ -301,19 +390,37 @@ def check_imported(path: Path, spec: CacheSpec, name: str) -> None:
                         f"{name!r}; set model.image_pretrained={spec.weights} or point data.features elsewhere")
 
 
+def rewrite_hint(path: Path, record: dict) -> str:
+    """How to write the cache at ``path`` (its ``cache.json`` content ``record``) again, over what is left of it."""
+    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    split = record.get("split") or "SPLIT"
+    if spec.get("backbone") == IMPORTED_BACKBONE:
+        how = "concat" if (record.get("imported") or {}).get("format") == "concat" else "import"
+        return f"write it again with globetrotter-data features {how} {split} ... --out {path} --force"
+    return (f"rebuild it with globetrotter-data features build {split} --out {path} --force (with the settings it "
+            f"was built for)")
+
+
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
                        split_dir: str | Path | None = None) -> FeatureCache:
     """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it
     is read for ``split_dir`` and its recorded split checksum says that split's images may have changed
     (:func:`check_split_checksum`)."""
     path = Path(path)
-    if not (path / SPEC).is_file() or not (path / FEATURES).is_file():
-        raise UserError(f"{path}: no feature cache here (expected {SPEC} and {FEATURES}; build one with globetrotter-data "
-                        f"features build, or import embeddings with globetrotter-data features import)")
-    record = json.loads((path / SPEC).read_text())
+    if not (path / SPEC).is_file():
+        raise UserError(f"{path}: no feature cache here (expected {SPEC}, {FEATURES} and {IMAGE_IDS}; build one with "
+                        f"globetrotter-data features build, or import embeddings with globetrotter-data features import)")
+    try:
+        record = json.loads((path / SPEC).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); {rewrite_hint(path, {})}") from None
+    missing = [name for name in (FEATURES, IMAGE_IDS) if not (path / name).is_file()]
+    if missing:
+        raise UserError(f"{path}: incomplete feature cache ({' and '.join(missing)} missing beside {SPEC}); "
+                        f"{rewrite_hint(path, record)}")
     try:
         spec = CacheSpec(**record["spec"])
-    except TypeError as err:
+    except (TypeError, KeyError) as err:
         raise UserError(f"{path / SPEC}: not a feature-cache spec of this version ({err})") from None
     if expected is not None and expected.backbone == IMPORTED_BACKBONE:
         check_imported(path, spec, expected.weights)
@@ -342,6 +449,7 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
                         f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path} "
                         f"(or join several encoders' caches: features concat ... --name {spec.weights})")
     if not (path / SPEC).is_file():
+        check_cache_folder(path, "data.features")  # a folder that is no cache (a dataset root) is never replaced
         from ..models.image import create_image_backbone
         from ..threads import choose_threads, load_average, using_threads
 

@@ -12,7 +12,7 @@ from data_prep.shards import read_manifest
 from ..argtypes import non_negative_int, positive_int, torch_device
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
-from .feature_cache import SPEC, build_feature_cache, load_feature_cache, spec_from_config
+from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -33,6 +33,7 @@ def _build(args: argparse.Namespace) -> int:
     split = Path(args.split_dir)
     read_manifest(split)  # a folder that is no split: its one-line error before anything is loaded
     out = Path(args.out) if args.out else split / "features"
+    check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
     if (out / SPEC).is_file() and not args.force:
         cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
@@ -101,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "store its pooled features, float16 [images, K+1, dim]: the whole image (evaluation transform) then K "
         "SimCLR-augmented views with the config's augmentation settings, seeded per image. Training with "
         "model.freeze_image_backbone=true and data.features=auto|FOLDER then reads these rows instead of pixels. "
-        "A cache records what it was built with; training refuses one that does not match its config. "
+        "A cache records what it was built with (model.image_backbone_args included); training refuses one that does "
+        "not match its config. --out must be a new or empty folder or a feature cache: any other folder is refused. "
         "Training builds a missing cache itself, on its own device; this command builds it ahead.",
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -115,7 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=positive_int, help="side of the views in pixels (default: the config's "
                    "data.image_size)")
     p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
-    p.add_argument("--force", action="store_true", help="rebuild even if a cache is there")
+    p.add_argument("--force", action="store_true", help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
     p.add_argument("--batch-images", type=int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="image decoding/augmentation processes (default %(default)s)")
     p.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
@@ -130,8 +132,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "dim] (the whole image, no augmented views): a .npy float array [N, D] with --ids (one image id per line, "
         "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
         "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, rows "
-        "of another dimension, images of the split without a row (extra ids are dropped), and a cache of other "
-        "embeddings at --out (unless --force). Train from it with model.image_backbone=imported "
+        "of another dimension, images of the split without a row (extra ids are dropped), a cache of other "
+        "embeddings at --out (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",
     )
     q.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -142,7 +144,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--id-column", default="image_id",
                    help="parquet column of the image ids (default %(default)s; key, as img2dataset writes, when absent)")
     q.add_argument("--embedding-column", default="embedding", help="parquet column of the embeddings (default %(default)s)")
-    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out")
+    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
+                   "(never a folder that is no feature cache)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
@@ -154,10 +157,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(built with `features build`, e.g. with --views 0, or imported), each centred on its mean over the split's "
         "images (or on the means of --centre-like) and scaled to unit length so that every encoder weighs the same, "
         "concatenated and written as one imported cache, float16 [images, 1, sum of dims], with the means beside it "
-        "(means.npz). Refused, with nothing written: a cache of another split "
-        "or without an image of the split, a cache named twice, fewer than two caches, and a cache of other "
-        "embeddings at --out (unless --force). Train from it with model.image_backbone=imported "
-        "model.image_pretrained=NAME data.features=FOLDER loss.image=0.",
+        "(means.npz). Refused, with nothing written: a cache without an image of the split (caches are matched "
+        "by image id: a cache of another split holding the same ids is not told apart), a cache of this split built "
+        "before the split was rewritten (its recorded checksum), a cache named twice, fewer than two caches, "
+        "--centre-like of other encoders or another order than these caches, a cache of other embeddings at --out "
+        "(unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
+        "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=FOLDER loss.image=0.",
     )
     c.add_argument("split_dir", help="split folder (with manifest.json)")
     c.add_argument("--cache", action="append", required=True, metavar="FOLDER",
@@ -165,8 +170,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--name", required=True, help="the joined embeddings' name; training's model.image_pretrained must be it")
     c.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
     c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
-                   "train split's) instead of this split's own: new photos joined in the space a run trained in")
-    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out")
+                   "train split's) instead of this split's own: new photos joined in the space a run trained in; "
+                   "its encoders must be these caches', in the same order")
+    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
+                   "(never a folder that is no feature cache)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)

@@ -4,7 +4,9 @@ The whole-image rows of several feature caches of one split (built with ``featur
 ``features import``), each centred on its mean over the split's images and scaled to unit length, so that every
 encoder weighs the same, are concatenated into one imported cache (``model.image_backbone: imported``). The means are
 kept beside it (``means.npz``): another split's images (new photos to adapt to, say) are joined in the same space with
-``centre_like`` (``--centre-like``) naming that cache, instead of centring on their own mean. On Flickr8k
+``centre_like`` (``--centre-like``) naming that cache, instead of centring on their own mean; its caches must be
+of the same encoders, in the same order (compared by what their whole-image rows depend on: backbone, its
+arguments, weights and their checksum, image size; imported embeddings by name), else refused naming both. On Flickr8k
 the three offline EfficientNet-Lite encoders (0, 1, 2) so joined carry more of what people say about a photo than
 any one of them (docs/results.md).
 """
@@ -18,17 +20,36 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from .feature_cache import FeatureCache, load_feature_cache
+from .feature_cache import MEANS, ROW0_FIELDS, SPEC, FeatureCache, check_cache_folder, load_feature_cache
 from .feature_import import CHUNK_ROWS, _Source, split_image_ids, write_imported
 
-MEANS = "means.npz"
+
+def _encoder(spec: dict, dim: int) -> tuple:
+    """What a cache's whole-image rows depend on (imported embeddings: their name), and their width."""
+    spec = {"backbone_args": "{}", **spec}  # a spec of before backbone_args: built with none
+    fields = ROW0_FIELDS[:2] if spec.get("backbone") == IMPORTED_BACKBONE else ROW0_FIELDS
+    return tuple((k, spec.get(k)) for k in fields) + (("dim", int(dim)),)
+
+
+def _describe(encoders: list[tuple]) -> str:
+    def one(encoder: tuple) -> str:
+        d = dict(encoder)
+        if d["backbone"] == IMPORTED_BACKBONE:
+            return f"imported {d['weights']!r} ({d['dim']} dims)"
+        sha = f" sha256 {d['weights_sha256']}" if d.get("weights_sha256") else ""
+        args = f" args {d['backbone_args']}" if d.get("backbone_args") not in (None, "{}") else ""
+        return f"{d['backbone']} ({d['weights']}{sha}, {d['image_size']} px{args}, {d['dim']} dims)"
+
+    return " + ".join(one(e) for e in encoders)
 
 
 class _Concatenated(_Source):
     """The split's images in split order, each row the concatenation of every cache's centred unit whole-image row."""
 
-    def __init__(self, split_dir: Path, paths: Sequence[Path], means: Sequence[np.ndarray] | None = None) -> None:
+    def __init__(self, split_dir: Path, paths: Sequence[Path], means: Sequence[np.ndarray] | None = None,
+                 like: tuple[Path, list[dict]] | None = None) -> None:
         if len(paths) < 2:
             raise UserError(f"features concat joins two or more caches, got {len(paths)}")
         if len(set(p.resolve() for p in paths)) != len(paths):
@@ -38,6 +59,13 @@ class _Concatenated(_Source):
         self.caches: list[FeatureCache] = [load_feature_cache(p, split_dir=split_dir) for p in paths]
         self.rows = [cache.rows(self.ids, split_dir) for cache in self.caches]
         dims = [int(cache.features.shape[-1]) for cache in self.caches]
+        if like is not None:  # (folder, its record's sources): the same encoders in the same order
+            folder, sources = like
+            theirs = [_encoder(s.get("spec") or {}, s.get("dim", 0)) for s in sources]
+            mine = [_encoder(asdict(c.spec), d) for c, d in zip(self.caches, dims)]
+            if theirs != mine:
+                raise UserError(f"--centre-like {folder}: it joined {_describe(theirs)}, but these caches are "
+                                f"{_describe(mine)}; give the caches of the same encoders, in the same order")
         if means is None:
             self.means = [self._mean(cache, rows) for cache, rows in zip(self.caches, self.rows)]
         elif [len(m) for m in means] != dims:
@@ -74,15 +102,17 @@ def concat_caches(split_dir: str | Path, caches: Sequence[str | Path], out_dir: 
     cache ``name`` in ``out_dir``, its means in ``out_dir/means.npz``; returns its ``cache.json`` record.
     ``centre_like``: an earlier concatenation whose means to centre on (its split's), instead of this split's."""
     split_dir, out_dir = Path(split_dir), Path(out_dir)
-    source = _Concatenated(split_dir, [Path(c) for c in caches],
-                           None if centre_like is None else read_means(Path(centre_like)))
+    check_cache_folder(out_dir, "--out")  # before any cache is read
+    means = like = None
+    if centre_like is not None:
+        means, like = read_means(Path(centre_like)), (Path(centre_like), read_sources(Path(centre_like)))
+    source = _Concatenated(split_dir, [Path(c) for c in caches], means, like)
     record = source.record()
     if centre_like is not None:
         record["centred_like"] = str(Path(centre_like).resolve())
     digest = hashlib.sha256(json.dumps(record["sources"], sort_keys=True).encode()).hexdigest()[:16]
-    result = write_imported(split_dir, source, out_dir, name, digest, force, progress, record)
-    np.savez(out_dir / MEANS, *source.means)
-    return result
+    return write_imported(split_dir, source, out_dir, name, digest, force, progress, record,
+                          extra_files=lambda tmp: np.savez(tmp / MEANS, *source.means))  # swapped in with the rest
 
 
 def read_means(folder: Path) -> list[np.ndarray]:
@@ -91,3 +121,15 @@ def read_means(folder: Path) -> list[np.ndarray]:
         raise UserError(f"--centre-like {folder}: no {MEANS} here (a cache written by features concat)")
     with np.load(folder / MEANS) as means:
         return [means[f"arr_{i}"] for i in range(len(means.files))]
+
+
+def read_sources(folder: Path) -> list[dict]:
+    """The caches (each's spec and dim, in order) the concatenation in ``folder`` joined, from its ``cache.json``."""
+    try:
+        record = json.loads((folder / SPEC).read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"--centre-like {folder}: no readable {SPEC} ({err})") from None
+    sources = (record.get("imported") or {}).get("sources")
+    if not isinstance(sources, list) or not sources:
+        raise UserError(f"--centre-like {folder}: its {SPEC} names no joined caches (a cache written by features concat)")
+    return sources

@@ -15,18 +15,18 @@ Inputs:
 Every row of the source is checked (one-line :class:`UserError` naming the file and the first offending id; the
 cache is written under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of
 equal count, no duplicate id, finite values within float16's range, one dimension; every image of the split must
-have a row (ids the split lacks are dropped).
+have a row (ids the split lacks are dropped). ``--out`` must be absent, empty or a feature cache
+(:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--force`` or not.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -36,7 +36,8 @@ from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from .feature_cache import FEATURES, IMAGE_IDS, SPEC, imported_spec
+from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finish_cache_write, imported_spec,
+                            start_cache_write)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -157,10 +158,12 @@ class _Parquet(_Source):
         import pyarrow as pa
 
         kind = self.file.schema_arrow.field(self.embedding_column).type
+        lists = pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        if not lists or not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
+            raise UserError(f"{self.path}: column {self.embedding_column!r} holds {kind}, not lists of floats "
+                            f"(one flat list of numbers per image)")
         if pa.types.is_fixed_size_list(kind):
             return kind.list_size
-        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-            raise UserError(f"{self.path}: column {self.embedding_column!r} holds {kind}, not lists of floats")
         for batch in self.file.iter_batches(batch_size=1, columns=[self.embedding_column]):
             first = batch.column(0)[0].as_py()
             return len(first or [])
@@ -210,12 +213,10 @@ def _check_ids(source: _Source, wanted: list[str], split_dir: Path) -> list[int]
 
 
 def _check_out(out_dir: Path, name: str, dim: int, force: bool) -> None:
-    """Refuse (unless ``force``) to replace a cache of other embeddings or dimension, or a folder that is no cache."""
-    if force or not out_dir.exists():
-        return
-    if not (out_dir / SPEC).is_file():
-        if any(out_dir.iterdir()):
-            raise UserError(f"--out {out_dir}: exists and holds no feature cache; choose another --out or pass --force")
+    """Refuse a folder at ``out_dir`` that is no cache (:func:`.feature_cache.check_cache_folder`, ``force`` or not)
+    and, unless ``force``, a cache of other embeddings or dimension."""
+    check_cache_folder(out_dir, "--out")
+    if force or not (out_dir / SPEC).is_file():
         return
     record = json.loads((out_dir / SPEC).read_text())
     spec = record.get("spec", {})
@@ -240,6 +241,7 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
 
     At most :data:`CHUNK_ROWS` source rows are held as float32 at a time (besides the id -> row index)."""
     _check_name(name)
+    check_cache_folder(out_dir, "--out")  # before the source is read or hashed
     path = Path(embeddings)
     source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
     hash_start = time.perf_counter()
@@ -251,12 +253,15 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
 
 
 def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, name: str, digest: str, force: bool,
-                   progress: bool, imported: dict, extra: dict | None = None) -> dict:
+                   progress: bool, imported: dict, extra: dict | None = None,
+                   extra_files: Callable[[Path], None] | None = None) -> dict:
     """Write the rows of ``source`` for the split's images as the imported cache ``name`` in ``out_dir`` (under a
-    ``.tmp`` name, renamed at the end: a refused write leaves nothing); ``imported`` describes the source in the
-    record. Returns the ``cache.json`` record."""
+    ``.tmp`` name, swapped in at the end: a refused write leaves nothing); ``imported`` describes the source in the
+    record; ``extra_files(tmp)`` writes further files of the cache into the ``.tmp`` folder before the swap.
+    Returns the ``cache.json`` record."""
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     _check_name(name)
+    check_cache_folder(out_dir, "--out")
     manifest = read_manifest(split_dir)
     start = time.perf_counter()
     path = source.path
@@ -265,9 +270,7 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
     _check_out(out_dir, name, source.dim, force)
     position = np.full(len(source.ids), -1, dtype=np.int64)  # source row -> row of the cache (-1: not in the split)
     position[rows] = np.arange(len(rows))
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = start_cache_write(out_dir, "--out")
     try:
         feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16, shape=(len(wanted), 1, source.dim))
         first = 0
@@ -295,11 +298,11 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
                   "imported": imported, "import_seconds": seconds, **(extra or {}),
                   "images_per_s": len(wanted) / max(seconds, 1e-9)}
         (tmp / IMAGE_IDS).write_text(json.dumps(wanted))
+        if extra_files is not None:
+            extra_files(tmp)
         (tmp / SPEC).write_text(json.dumps(record, indent=2))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    finish_cache_write(tmp, out_dir, "--out")
     return record

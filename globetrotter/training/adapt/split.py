@@ -29,13 +29,12 @@ from data_prep.shards import MANIFEST, read_captions, read_manifest
 
 from ...config import IMPORTED_BACKBONE, TrainConfig
 from ...data.feature_cache import (
-    SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache, load_feature_cache,
-    spec_from_config,
+    ROW0_FIELDS, SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache,
+    load_feature_cache, spec_from_config,
 )
 from ...errors import UserError
 
 FEATURES = "features"
-ROW0_FIELDS = ("backbone", "weights", "weights_sha256", "image_size")  # what the whole image's features depend on
 
 
 def split_dir(cfg: TrainConfig) -> Path:
