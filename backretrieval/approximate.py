@@ -132,8 +132,8 @@ def one_faiss_thread() -> Iterator[None]:
     """faiss on one OpenMP thread inside the block (restored after).
 
     For small work in many parallel regions (k-means of 16 centroids per quantizer): on a
-    loaded 2-core machine two spinning threads made the quantizer's training take 51 s
-    instead of 0.2 s.
+    loaded machine spinning OpenMP threads slow the quantizer's training by orders of
+    magnitude.
     """
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)

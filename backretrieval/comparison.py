@@ -16,11 +16,12 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import PathLike, enough_for_k, json_ready, load_input, load_matrix, same_dim, same_rows
+from .files import (PathLike, check_numbers, enough_for_k, json_ready, load_input, load_matrix, same_dim,
+                    same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists
-from .uncertainty import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, compare_hits
+from .uncertainty import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, compare_hits
 
 PairedHits = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (hits of A, hits of B), query-aligned
 
@@ -50,12 +51,31 @@ class CompareResult:
 def hits_from_files(hits_a, hits_b, ks: Sequence[int]) -> PairedHits:
     """Paired ``bkr@K`` hits from two ``score --hits-out`` files (or arrays): one column per K, same queries."""
     (a_label, a), (b_label, b) = load_input(hits_a, "hits of A"), load_input(hits_b, "hits of B")
-    a, b = (np.asarray(x, dtype=np.float64).reshape(len(x), -1) for x in (a, b))
+    a, b = (_hit_matrix(label, x, what) for label, x, what in ((a_label, a, "hits of A"), (b_label, b, "hits of B")))
     same_rows([(a_label, len(a)), (b_label, len(b))], "the same queries are needed for a paired comparison")
     if a.shape[1] != len(ks) or b.shape[1] != len(ks):
         raise BackRetrievalError(f"{a_label}, {b_label}: {a.shape[1]} and {b.shape[1]} hit columns, expected one "
                                  f"per {option('ks')} value ({list(ks)}), as 'score --hits-out' writes them")
     return {f"bkr@{k}": (a[:, i], b[:, i]) for i, k in enumerate(ks)}
+
+
+def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:
+    """A hit file as ``(queries, columns)`` float64: one-line errors for no rows and for values outside [0, 1]."""
+    x = np.asarray(x)
+    check_numbers(label, x, what)
+    if x.ndim == 0 or len(x) == 0:
+        raise BackRetrievalError(f"{label}: {what} is empty (no queries)")
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    if not np.isfinite(x).all():
+        raise BackRetrievalError(f"{label}: {what} contains NaN or inf")
+    outside = np.flatnonzero(((x < 0) | (x > 1)).any(axis=1))
+    if len(outside):
+        row = int(outside[0])
+        value = x[row][(x[row] < 0) | (x[row] > 1)][0]
+        raise BackRetrievalError(f"{label}: {what} holds values outside [0, 1] ({len(outside)} rows; row {row}: "
+                                 f"{value:g}): hits are 0/1 or fractions, as 'score --hits-out' writes them "
+                                 "(not ranks: --ranks-out)")
+    return x
 
 
 def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence[int], options: dict,
@@ -140,6 +160,8 @@ def compare(
         raise BackRetrievalError(f"{option('alpha')} must be in (0, 1), got {alpha}")
     if bootstrap < 1 and "bootstrap" in tests:
         raise BackRetrievalError(f"{option('bootstrap')} must be >= 1 for the paired bootstrap test")
+    if "bootstrap" in tests:
+        check_alpha(alpha, bootstrap)  # before any scoring
     hubness, lists = None, None
     if hits:
         per_metric = hits_from_files(hits[0], hits[1], ks)

@@ -26,7 +26,7 @@ from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, image_features, load_split
 from .embedders import embed_captions, parse_model_specs
 from .errors import BackRetrievalError, option
-from .files import PathLike, json_ready
+from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS
 from .pairs import evaluate_pairs
@@ -147,10 +147,8 @@ def evaluate_split(
     names, counts = np.unique(data.langs, return_counts=True)
     fewest = int(np.argmin(counts))
     per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
-    if per_side < max(ks):
-        raise BackRetrievalError(f"{data.split_dir}: at most {per_side} {names[fewest]} captions per side, fewer than "
-                                 f"the largest K ({max(ks)}): Recall@{max(ks)} would be 1 for any model; lower "
-                                 f"{option('ks')}" + (f" or raise {option('max_per_lang')}" if max_per_lang else ""))
+    enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
+                 f"raise {option('max_per_lang')}" if max_per_lang else None)
     options = {"ks": list(ks), "ties": ties, "seed": seed, "max_per_lang": max_per_lang,
                "max_rank": max_rank or max(ks), "retrieval": retrieval, "approximate": bool(approximate),
                "bootstrap": bootstrap, "level": level}
@@ -241,8 +239,9 @@ def correlate_split(
     for src_lang, tgt_lang in wanted:
         src_rows, tgt_rows, image_idx = aligned_pair(split.data, src_lang, tgt_lang)
         per_model = {label: (emb[src_rows], emb[tgt_rows]) for label, emb in split.embeddings.items()}
+        pair_n = min(DEFAULT_PROTOCOL_N, len(image_idx) // 2) if n is None else n  # --n 0 is refused, not the default
         results[f"{src_lang}->{tgt_lang}"] = run_protocol(
-            per_model, split.features[image_idx], n=n or min(DEFAULT_PROTOCOL_N, len(image_idx) // 2), seeds=seeds,
+            per_model, split.features[image_idx], n=pair_n, seeds=seeds,
             ks=ks, ties=ties, max_rank=max_rank or max(ks), corr_pairs=corr_pairs, progress=progress,
             bootstrap=bootstrap, level=level, retrieval=retrieval)
     options = {"ks": list(ks), "ties": ties, "retrieval": retrieval, "bootstrap": bootstrap, "level": level}

@@ -27,6 +27,9 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
         raise BackRetrievalError(f"{p}: {what} file not found")
     try:
         array = np.load(p, mmap_mode="r")
+    except EOFError:  # a file of 0 bytes (or cut short before the header)
+        raise BackRetrievalError(f"{p}: {what} is an empty file ({p.stat().st_size} bytes), not a .npy array") \
+            from None
     except (ValueError, OSError) as err:
         raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
     if not isinstance(array, np.ndarray):  # an .npz archive
@@ -67,6 +70,8 @@ def load_matrix(x, what: str) -> tuple[str, np.ndarray]:
         raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")
     if array.shape[0] == 0:
         raise BackRetrievalError(f"{label}: {what} is empty (0 rows)")
+    if array.shape[1] == 0:
+        raise BackRetrievalError(f"{label}: {what} has 0 columns (vectors of dimension 0)")
     return label, array
 
 
@@ -113,11 +118,13 @@ def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.nda
     return gt.astype(np.int64)
 
 
-def enough_for_k(label: str, n: int, ks: Sequence[int], what: str) -> None:
-    """One-line error when ``n`` candidates cannot tell models apart at the largest K."""
-    if n < max(ks):
-        raise BackRetrievalError(f"{label}: {n} {what}, fewer than the largest K ({max(ks)}): Recall@{max(ks)} "
-                                 f"would be 1 for any model; lower {option('ks')} or use more data")
+def enough_for_k(label: str, n: int, ks: Sequence[int], what: str, remedy: str | None = "use more data") -> None:
+    """One-line error when ``n`` candidates cannot tell models apart at the largest K: with ``n <= K`` every rank is
+    at most K, so Recall@K is 1 for any model. ``remedy``: what else than lowering ``--ks`` helps (None: nothing)."""
+    if n <= max(ks):
+        raise BackRetrievalError(f"{label}: {n} {what}, not more than the largest K ({max(ks)}): Recall@{max(ks)} "
+                                 f"would be 1 for any model; lower {option('ks')}"
+                                 + (f" or {remedy}" if remedy else ""))
 
 
 def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Path:
@@ -131,8 +138,23 @@ def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Pa
     return path
 
 
+def npy_path(path: PathLike) -> Path:
+    """Where ``np.save(path)`` writes: ``path``, with ``.npy`` appended unless it ends so."""
+    path = Path(path)
+    return path if path.suffix == ".npy" else path.with_name(path.name + ".npy")
+
+
 def save_npy(path: PathLike, array: np.ndarray, what: str) -> Path:
-    return write_file(path, lambda p: np.save(p, array), what)
+    """Write ``array`` to :func:`npy_path` of ``path`` (returned: the path written); one-line errors."""
+    if Path(path).is_dir():
+        raise BackRetrievalError(f"{path}: cannot write {what} (is a directory)")
+    path = npy_path(path)
+
+    def write(p: Path) -> None:
+        with open(p, "wb") as handle:  # a handle: np.save appends no second suffix
+            np.save(handle, array)
+
+    return write_file(path, write, what)
 
 
 def make_dir(path: PathLike, what: str) -> Path:

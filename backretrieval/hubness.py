@@ -144,12 +144,20 @@ class CSLSScorer:
     """Scores ``cos(x, y) - r_S(y) / 2`` of query rows against target columns (a ranking ``Scorer``).
 
     Ranks of targets by this score are ranks by CSLS (the query's own ``r_T`` is a constant).
+    Copies of one target vector (``col_groups``) take one penalty, that of the first copy, so
+    that they score alike, and count as tied in :func:`~backretrieval.ranking.count_ranks`.
     """
 
     def __init__(self, row_vecs: np.ndarray, col_vecs: np.ndarray, penalty: np.ndarray) -> None:
         self.base = VectorScorer(row_vecs, col_vecs)
         self.half_penalty = 0.5 * as_float32(penalty)
+        if self.col_groups is not None:  # r_S of a copy: rounded like its own, but not bit for bit
+            self.half_penalty = self.half_penalty[self.col_groups]
         self.n_cols = self.base.n_cols
+
+    @property
+    def col_groups(self) -> np.ndarray | None:
+        return self.base.col_groups
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
         out = self.base.tile(rows, c0, c1)

@@ -12,8 +12,9 @@ own one):
   list), and the list entries other than the own image scoring above (or at least) it. With
   exact lists (``method="flat"``) these are the counts of ``count_ranks`` with ``max_rank =
   max(ks)``: an image missing from an exact list scores at most the list's last entry, so a
-  query whose count stays below C sees every better image (exact ties of the own image with
-  images beyond the list's end aside: give copies of a picture one image id). With
+  query whose count stays below C sees every better image. Ties of the own image with
+  images beyond the list's end change only ``ties="expected"``'s hit (K - G) / (E + 1): a query
+  whose own image ties with the list's last entry is counted exactly by ``count_ranks``. With
   approximate lists a better image the index missed turns a miss into a hit, and an own
   image it missed turns a hit into a miss.
 * :func:`image_neighbours` builds them:
@@ -53,7 +54,7 @@ import numpy as np
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError, option
 from .files import PathLike, write_file
-from .ranking import TIES, Scorer, VectorScorer, as_float32, l2_normalize
+from .ranking import TIES, Scorer, VectorScorer, as_float32, column_groups, count_ranks, l2_normalize
 
 DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 31 (a list reaches one past K)
 METHODS = ("flat", "pq", "hnsw")
@@ -267,11 +268,16 @@ def neighbour_counts(
     ties: str = "pessimistic",
     targets: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """:func:`~backretrieval.ranking.count_ranks`' counts from the lists: ``{"gt"|"ge": (Q,) int64}``, at most C.
+    """:func:`~backretrieval.ranking.count_ranks`' counts from the lists: ``{"gt"|"ge": (Q,) int64}``.
 
     ``scorer`` (rows: target images, columns: distinct source images) scores the own image of
     the queries whose list lacks it, in row ``targets[q]`` (default ``row_of_query[q]``: lists
-    built for every target image, in the scorer's order).
+    built for every target image, in the scorer's order). Listed copies of the own image (the
+    scorer's ``col_groups``) tie with it, as in ``count_ranks``. Counts are read from the list
+    (at most C), except under ``ties="expected"`` for the queries whose own image ties with the
+    list's last entry (equal score, or a copy of it): more tied images may lie past the list's
+    end, and the expected hit (K - G) / (E + 1) needs all of them, so those queries are counted
+    exactly by :func:`~backretrieval.ranking.count_ranks` (stopped at C better images).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
@@ -284,11 +290,25 @@ def neighbour_counts(
     score_rows = rows if targets is None else np.asarray(targets, dtype=np.int64)
     own[missing] = rescore(scorer, score_rows[missing], cols[missing])[:, 0]  # the arithmetic of the listed scores
     own, others = own[:, None], ~listed
+    groups = column_groups(scorer)
+    if groups is None:
+        copies = np.zeros_like(listed)
+    else:  # listed copies of the own image: tied with it whatever their rounded scores
+        copies = others & (ids >= 0) & (groups[np.maximum(ids, 0)] == groups[cols])
     out = {}
     if ties in ("optimistic", "expected"):
-        out["gt"] = np.count_nonzero((scores > own) & others, axis=1).astype(np.int64)
+        out["gt"] = np.count_nonzero((scores > own) & others & ~copies, axis=1).astype(np.int64)
     if ties in ("pessimistic", "expected"):
-        out["ge"] = np.count_nonzero((scores >= own) & others, axis=1).astype(np.int64)
+        out["ge"] = np.count_nonzero(((scores >= own) | copies) & others, axis=1).astype(np.int64)
+    if ties == "expected" and neighbours.n_neighbours < scorer.n_cols:
+        last = neighbours.n_neighbours - 1
+        full = ids[:, last] >= 0
+        at_end = full & ((scores[:, last] == own[:, 0]) | copies[:, last] | listed[:, last])
+        recount = np.flatnonzero(at_end)
+        if len(recount):  # ties may run past the list's end: count those queries exactly
+            exact = count_ranks(scorer, score_rows[recount], cols[recount, 0], ties, neighbours.n_neighbours)
+            for key in out:
+                out[key][recount] = exact[key]
     return out
 
 
@@ -306,10 +326,11 @@ def load_image_neighbours(path: str | Path) -> ImageNeighbours:
         raise BackRetrievalError(f"{path}: image neighbour file not found")
     try:
         data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError):
+    except (ValueError, OSError, EOFError):  # EOFError: an empty file
         data = None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise BackRetrievalError(f"{path}: not an image neighbour file (an .npz written by --image-index)")
+        empty = " (an empty file)" if path.stat().st_size == 0 else ""
+        raise BackRetrievalError(f"{path}: not an image neighbour file{empty} (an .npz written by --image-index)")
     with data:
         missing = [key for key in _FIELDS if key not in data.files]
         if missing:

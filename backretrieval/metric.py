@@ -84,6 +84,8 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
         raise BackRetrievalError(f"{name}: expected dimension {dim} (as {dim_of}), got {x.shape[1]}")
     if x.shape[0] == 0:
         raise BackRetrievalError(f"{name}: empty (0 rows)")
+    if x.shape[1] == 0:
+        raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
     if not all_finite(x):
         raise BackRetrievalError(f"{name}: contains NaN or inf")
     return x

@@ -25,6 +25,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError, option
+from .files import enough_for_k
 from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
 from .ranking import l2_normalize
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
@@ -163,9 +164,7 @@ def run_protocol(
                 "expected one per image"
             )
     n = n_items // 2 if n is None else int(n)
-    if n < max(ks):
-        raise BackRetrievalError(f"protocol: {option('n')} {n} items per side, fewer than the largest K ({max(ks)}): "
-                                 f"Recall@{max(ks)} would be 1 for any model; lower {option('ks')} or raise {option('n')}")
+    enough_for_k("protocol", n, ks, f"items per side ({option('n')})", f"raise {option('n')}")
     seeds = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     if not seeds:
         raise BackRetrievalError("protocol: needs at least 1 seed, got none")

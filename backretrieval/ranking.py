@@ -23,10 +23,16 @@ never by value):
   (McSherry & Najork, ECIR 2008): Recall@K = clip((K - G) / (E + 1), 0, 1) per query and
   the reported rank is the mid-rank 1 + G + E / 2.
 
-Exact ties come from identical vectors (or a precomputed similarity matrix). Note that a
-BLAS may round the same dot product differently at different matrix positions, so two
-*distinct* candidates with identical vectors are not guaranteed to tie bit for bit; give
-copies of one picture the same image id instead (the metrics then rank it once).
+Exact ties come from identical vectors (or a precomputed similarity matrix). A BLAS rounds
+the same dot product differently at different matrix positions and in calls of different
+shapes, so float32 scores alone would not make copies of one vector tie: a copy of the own
+candidate would land above or below it at random. :class:`VectorScorer` therefore finds the
+columns that are copies of one another (:func:`duplicate_rows`: equal float32 values), and
+:func:`count_ranks` counts every copy of the own candidate as tied with it, whatever its
+rounded score, so that copies tie exactly (as in exact arithmetic). The own score itself is
+computed in the tiles' order of operations (rows normalised, then the dot product, then the
+column's inverse norm); *distinct* vectors of equal cosine may still tie or not by rounding.
+To rank copies of one picture once rather than as ties, give them one image id.
 """
 from __future__ import annotations
 
@@ -42,6 +48,9 @@ _MAX_CHUNK_COLS = 16384
 _FIRST_CHUNK_COLS = 512
 _BY_INDEX_ROWS = 1024  # rows per faiss call in VectorScorer.by_candidates
 _TIE_K = 16  # nearest_neighbor: scores searched per query, enough to settle most ties without a re-score
+_HASH_ROWS = 2048  # duplicate_rows: rows hashed at once
+_HASH_DIMS = 64  # duplicate_rows: columns of the first hash (rows that share it are hashed on every column)
+_HASH_SEED = 20210711  # duplicate_rows: fixed weights of the row hash
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -76,6 +85,74 @@ def all_finite(x: np.ndarray, chunk: int = 8192) -> bool:
         elif not np.isfinite(block).all():
             return False
     return True
+
+
+def duplicate_rows(x: np.ndarray) -> np.ndarray | None:
+    """For each row of ``x``, the lowest index of a row with the same float32 values (itself when none), ``(N,)``
+    int64; None when all rows differ.
+
+    Rows are hashed exactly (their float32 bit patterns, ``-0.0`` as ``0.0``, times fixed odd 64-bit weights,
+    summed modulo 2**64: the same for equal rows in any order of operations), in chunks of rows (memmaps stay on
+    disk): first on :data:`_HASH_DIMS` evenly spaced columns, then on every column for the rows that share a
+    first hash with another; rows of equal hash are then compared value by value, so a hash collision never
+    merges distinct rows.
+    """
+    n = len(x)
+    if n < 2:
+        return None
+    dim = int(np.prod(x.shape[1:]))
+    picked = np.unique(np.linspace(0, dim - 1, min(dim, _HASH_DIMS)).astype(np.int64)) if dim else None
+    rows = np.arange(n)
+    hashes = _row_hashes(x, rows, picked)
+    if picked is not None and len(picked) < dim:  # the rows that may have a copy: hashed again, on every column
+        rows = rows[_shared(hashes)]
+        hashes = _row_hashes(x, rows)
+    keep = _shared(hashes)
+    rows, hashes = rows[keep], hashes[keep]
+    if len(rows) == 0:
+        return None
+    order = np.argsort(hashes, kind="stable")  # equal hashes: in row order
+    rows, hashes = rows[order], hashes[order]
+    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+    sizes = np.diff(np.r_[starts, len(rows)])
+    lead = np.repeat(rows[starts], sizes)  # the lowest row of each run of equal hashes
+    out = np.arange(n, dtype=np.int64)
+    same = np.ones(len(rows), dtype=bool)
+    for s in range(0, len(rows), _HASH_ROWS):
+        a = np.asarray(x[rows[s:s + _HASH_ROWS]], dtype=np.float32).reshape(len(rows[s:s + _HASH_ROWS]), -1)
+        b = np.asarray(x[lead[s:s + _HASH_ROWS]], dtype=np.float32).reshape(len(a), -1)
+        same[s:s + _HASH_ROWS] = (a == b).all(axis=1)
+    out[rows[same]] = lead[same]
+    for r in np.unique(np.searchsorted(starts, np.flatnonzero(~same), side="right") - 1):  # hash collisions
+        members = rows[starts[r]:starts[r] + sizes[r]]  # in row order: settle the run by its values
+        values = np.asarray(x[members], dtype=np.float32).reshape(len(members), -1) + np.float32(0.0)
+        _, firsts, inverse = np.unique(values, axis=0, return_index=True, return_inverse=True)
+        out[members] = members[firsts][inverse.reshape(-1)]
+    return None if (out == np.arange(n)).all() else out
+
+
+def _shared(hashes: np.ndarray) -> np.ndarray:
+    """Mask of the entries of ``hashes`` that some other entry equals."""
+    _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    return counts[inverse.reshape(-1)] > 1
+
+
+def _row_hashes(x: np.ndarray, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    """``(len(rows),)`` uint64 exact hashes of the float32 values of ``x[rows]`` (of its columns ``cols``, default
+    all) (:func:`duplicate_rows`)."""
+    dim = int(np.prod(x.shape[1:])) if cols is None else len(cols)
+    weights = np.random.default_rng(_HASH_SEED).integers(1, 2**62, size=dim, dtype=np.uint64) * np.uint64(2) + \
+        np.uint64(1)  # odd
+    hashes = np.empty(len(rows), dtype=np.uint64)
+    contiguous = len(rows) == len(x)  # every row, in order: read slices
+    for s in range(0, len(rows), _HASH_ROWS):
+        block = np.asarray(x[s:s + _HASH_ROWS] if contiguous else x[rows[s:s + _HASH_ROWS]], dtype=np.float32)
+        block = block.reshape(len(block), -1)
+        if cols is not None:
+            block = block[:, cols]
+        block = np.ascontiguousarray(block) + np.float32(0.0)  # -0.0 -> 0.0
+        hashes[s:s + _HASH_ROWS] = (block.view(np.uint32).astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    return hashes
 
 
 def nearest_neighbor(
@@ -124,17 +201,33 @@ class Scorer(Protocol):
         ...
 
 
+def column_groups(scorer: Scorer) -> np.ndarray | None:
+    """A scorer's ``col_groups`` (:func:`duplicate_rows` of its column vectors: copies tie), or None (no copies,
+    or a scorer without column vectors: its scores of equal columns are equal as read)."""
+    return getattr(scorer, "col_groups", None)
+
+
 class VectorScorer:
     """Cosines between row vectors ``(R, D)`` and column vectors ``(C, D)``, float32.
 
     The inputs are used as they are (float32 arrays and memmaps are not copied); each
-    tile is normalised with precomputed inverse row and column norms.
+    tile is normalised with precomputed inverse row and column norms. ``col_groups``
+    (computed when first read) marks the columns that are copies of one another
+    (:func:`duplicate_rows`), which :func:`count_ranks` counts as tied.
     """
 
     def __init__(self, row_vecs: np.ndarray, col_vecs: np.ndarray, chunk: int = 8192) -> None:
         self.rows, self.cols, self.chunk = as_float32(row_vecs), as_float32(col_vecs), chunk
         self.inv_rows, self.inv_cols = inverse_norms(self.rows), inverse_norms(self.cols)
         self.n_cols = len(self.cols)
+        self._col_groups: np.ndarray | None | bool = False  # not computed yet
+
+    @property
+    def col_groups(self) -> np.ndarray | None:
+        """:func:`duplicate_rows` of the column vectors (None: no two columns are equal)."""
+        if self._col_groups is False:
+            self._col_groups = duplicate_rows(self.cols)
+        return self._col_groups
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
         block = self.rows[rows] * self.inv_rows[rows, None]
@@ -145,9 +238,9 @@ class VectorScorer:
     def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.empty(len(rows), dtype=np.float32)
         for s in range(0, len(rows), self.chunk):
-            r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]
-            raw = np.einsum("ij,ij->i", self.rows[r], self.cols[c])
-            out[s:s + self.chunk] = raw * self.inv_rows[r] * self.inv_cols[c]
+            r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]  # the order of operations of tile()
+            dot = np.einsum("ij,ij->i", self.rows[r] * self.inv_rows[r, None], self.cols[c])
+            out[s:s + self.chunk] = dot * self.inv_cols[c]
         return out
 
     def by_candidates(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -203,7 +296,9 @@ def count_ranks(
     Returns int64 arrays of shape ``(Q,)``: ``"gt"`` (competitors scoring strictly
     higher) and/or ``"ge"`` (higher or equal), as the tie policy needs. With ``max_rank``
     a query stops being counted once its count reaches ``max_rank`` (so counts are exact
-    below ``max_rank`` and only known to be ``>= max_rank`` above it).
+    below ``max_rank`` and only known to be ``>= max_rank`` above it). Competitors that are
+    copies of the own candidate (the scorer's ``col_groups``) count as tied with it, whatever
+    their rounded scores (module doc).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
@@ -217,6 +312,13 @@ def count_ranks(
     if n_queries == 0:
         return out
     own = scorer.pairs(row_of_query, col_of_query)  # the query's own score: the threshold
+    groups = column_groups(scorer)
+    own_group = copied = None
+    if groups is not None:  # copies of the own candidate tie with it, however their scores were rounded
+        own_group = groups[col_of_query]
+        copied = np.bincount(groups, minlength=n_cols)[own_group] > 1
+        if not copied.any():
+            groups = None
     chunk = min(n_cols, _MAX_CHUNK_COLS, max(1, int(block_bytes) // (4 * 64)))
     # column chunks: full width for exact ranks; with max_rank, small first chunks that
     # double, so that rows whose queries are already out of the top max_rank stop early
@@ -245,6 +347,9 @@ def count_ranks(
                 sub = queries[s0:s0 + per_block]
                 rows_scores = scores[local[s0:s0 + per_block]] if shared else scores
                 found = _count_tile(rows_scores, own[sub], col_of_query[sub] - c0, need_gt, need_ge)
+                if groups is not None:
+                    _count_copies(found, rows_scores, own[sub], col_of_query[sub] - c0, groups[c0:c1],
+                                  own_group[sub], copied[sub])
                 for key, value in found.items():
                     out[key][sub] += value
     return out
@@ -265,6 +370,25 @@ def _count_tile(
         found["ge"] = np.count_nonzero(scores >= thr, axis=1)
         found["ge"][in_tile] -= (own_score >= thr[in_tile]).ravel()
     return found
+
+
+def _count_copies(
+    found: dict[str, np.ndarray], scores: np.ndarray, thr: np.ndarray, own_col: np.ndarray, groups: np.ndarray,
+    own_group: np.ndarray, copied: np.ndarray
+) -> None:
+    """Correct :func:`_count_tile`'s counts so that the copies of each row's own candidate in the tile (columns of
+    its group, the own column excluded) count as tied with it: in ``ge``, never in ``gt``."""
+    rows = np.flatnonzero(copied)
+    if len(rows) == 0:
+        return
+    same = groups[None, :] == own_group[rows, None]
+    inside = (own_col[rows] >= 0) & (own_col[rows] < scores.shape[1])
+    same[np.flatnonzero(inside), own_col[rows][inside]] = False
+    block, t = scores[rows], thr[rows, None]
+    if "gt" in found:
+        found["gt"][rows] -= np.count_nonzero(same & (block > t), axis=1)
+    if "ge" in found:
+        found["ge"][rows] += np.count_nonzero(same & ~(block >= t), axis=1)
 
 
 def ranks_and_recall(

@@ -167,6 +167,9 @@ def score(
         bootstrap, level: replicates over queries for the intervals (0: none) and their level.
         seed: seed of the CORR pair sample, the bootstrap and the image lists.
     """
+    if xlr_gt is not None and xlr_tgt_text is None:
+        raise BackRetrievalError(f"{option('xlr_gt')} indexes {option('xlr_tgt_text')}: give it too (XLR is scored "
+                                 "only with the translations' embeddings)")
     src_label, src_arr = load_matrix(src_text, option("src_text"))
     tgt_label, tgt_arr = load_matrix(tgt_text, option("tgt_text"))
     same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target text embeddings")

@@ -39,7 +39,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from scipy import stats
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 
 DEFAULT_BOOTSTRAP = 1000  # replicates; the percentile interval's Monte Carlo error is ~0.1 point at 95%
 DEFAULT_LEVEL = 0.95
@@ -62,6 +62,25 @@ def _check(n_boot: int, level: float) -> None:
         raise BackRetrievalError(f"bootstrap: the number of replicates must be >= 1, got {n_boot}")
     if not 0.0 < level < 1.0:
         raise BackRetrievalError(f"bootstrap: the interval level must be in (0, 1), got {level}")
+
+
+def smallest_p(n_boot: int, two_sided: bool = True) -> float:
+    """The smallest p-value the paired bootstrap gives with ``n_boot`` replicates: ``2 / (B + 1)`` two-sided (the
+    +1 correction), ``1 / (B + 1)`` one-sided."""
+    return (2.0 if two_sided else 1.0) / (int(n_boot) + 1)
+
+
+def check_alpha(alpha: float, n_boot: int, two_sided: bool = True) -> None:
+    """One-line error when the bootstrap's p-values cannot go below ``alpha`` (:func:`smallest_p`): no difference
+    could ever be significant, whatever the data."""
+    floor = smallest_p(n_boot, two_sided)
+    if alpha <= floor:
+        need = int(np.floor((2.0 if two_sided else 1.0) / alpha))
+        while smallest_p(need, two_sided) >= alpha:  # the smallest B whose p-values go below alpha
+            need += 1
+        raise BackRetrievalError(
+            f"{option('alpha')} {alpha:g} is not above the smallest p-value {n_boot} bootstrap replicates can give "
+            f"({floor:.3g}), so no difference could be significant; raise {option('bootstrap')} to at least {need}")
 
 
 def bootstrap_weights(n: int, n_boot: int, seed: int = 0) -> Iterator[np.ndarray]:
@@ -220,6 +239,8 @@ def compare_hits(
     unknown = set(tests) - set(TESTS)
     if unknown or not tests:
         raise BackRetrievalError(f"tests: expected some of {', '.join(TESTS)}, got {list(tests)}")
+    if "bootstrap" in tests:
+        check_alpha(alpha, n_boot)
     out: dict = {"a": float(a.mean()), "b": float(b.mean()), "diff": float(a.mean() - b.mean()), "n_queries": len(a)}
     p_values = []
     if "mcnemar" in tests:

@@ -185,9 +185,9 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
           str(tmp_path / "o"), "--no-progress"], ["emb.npy.texts.json: not a readable JSON list of texts"]),
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "3",
           "--seeds", "1", "--out-dir", str(tmp_path / "o"), "--no-progress"],
-         ["--n 3 items per side, fewer than the largest K (10)"]),
+         ["3 items per side (--n), not more than the largest K (10)"]),
         (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "3", "--out-dir",
-          str(tmp_path / "o"), "--no-progress"], ["at most 3 de captions per side, fewer than the largest K (10)"]),
+          str(tmp_path / "o"), "--no-progress"], ["3 de captions per side, not more than the largest K (10)"]),
     ]
     for argv, expected in cases:
         code = main(argv)
@@ -226,3 +226,124 @@ def test_reading_shards_does_not_load_globetrotter_at_run_time():
             "assert not leaked, leaked")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _one_line_error(argv, capsys) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (argv, code, err)
+    return err
+
+
+def test_empty_files_are_one_line_errors_naming_the_file(tmp_path, capsys):
+    p = _embedding_files(tmp_path, n=20)
+    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "0"]
+    (tmp_path / "zero.npy").write_bytes(b"")
+    (tmp_path / "zero.npz").write_bytes(b"")
+    np.save(tmp_path / "no_rows.npy", np.zeros((0, 3), np.float32))
+    zero = str(tmp_path / "zero.npy")
+    assert "zero.npy: --src-text is an empty file" in _one_line_error(
+        ["score", "--src-text", zero, "--tgt-text", p["tt"], *images], capsys)
+    assert "zero.npz: not an image neighbour file" in _one_line_error(
+        ["score", "--src-text", p["st"], "--tgt-text", p["tt"], *images, "--image-index", str(tmp_path / "zero.npz")],
+        capsys)
+    assert "zero.npy: hits of A is an empty file" in _one_line_error(["compare", "--hits", zero, zero], capsys)
+    no_rows = str(tmp_path / "no_rows.npy")
+    assert "no_rows.npy: hits of A is empty (no queries)" in _one_line_error(
+        ["compare", "--hits", no_rows, no_rows, "--ks", "1"], capsys)
+
+
+def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, capsys):
+    """With n <= K candidates every rank is at most K: Recall@K is 1 for any model, so n = K is refused like n < K
+    (score's images, correlate's --n, eval's --max-per-lang); one more candidate is accepted."""
+    p = _embedding_files(tmp_path, n=10)
+    files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
+             "0"]
+    assert "10 distinct source images, not more than the largest K (10)" in _one_line_error(
+        ["score", *files, "--ks", "10"], capsys)
+    assert main(["score", *files, "--ks", "9"]) == 0
+    capsys.readouterr()
+    split = ["--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap",
+             "0"]
+    for n in ("10", "0"):  # --n 0 is no request for the default
+        assert f"protocol: {n} items per side (--n), not more than the largest K (10)" in _one_line_error(
+            ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", n], capsys)
+    assert "10 de captions per side, not more than the largest K (10)" in _one_line_error(
+        ["eval", *split, "--model", "random:4", "--max-per-lang", "10"], capsys)
+    assert main(["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", "11"]) == 0
+
+
+def test_compare_refuses_hits_outside_0_1_such_as_a_ranks_file(tmp_path, capsys):
+    p = _embedding_files(tmp_path, n=30)
+    ranks = str(tmp_path / "ranks.npy")
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+                 "--bootstrap", "0", "--ks", "10", "--ranks-out", ranks]) == 0
+    capsys.readouterr()
+    assert np.load(ranks).max() > 1  # a real ranks file
+    err = _one_line_error(["compare", "--hits", ranks, ranks, "--ks", "10"], capsys)
+    assert "ranks.npy: hits of A holds values outside [0, 1]" in err
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"hits of B holds values outside \[0, 1\]"):
+        compare(hits=(np.zeros((5, 1)), -np.ones((5, 1))), ks=(1,))
+
+
+def test_compare_refuses_an_alpha_the_bootstrap_cannot_reach(tmp_path, capsys):
+    """The paired bootstrap's two-sided p-value is at least 2 / (B + 1): with B = 1000 no alpha <= 0.001998 could
+    ever give a verdict, so it is refused, naming --bootstrap; B = 2000 reaches it."""
+    np.save(tmp_path / "all.npy", np.ones((500, 1)))
+    np.save(tmp_path / "none.npy", np.zeros((500, 1)))
+    hits = ["compare", "--hits", str(tmp_path / "all.npy"), str(tmp_path / "none.npy"), "--ks", "1"]
+    err = _one_line_error([*hits, "--alpha", "0.001"], capsys)
+    assert "--alpha 0.001" in err and "raise --bootstrap to at least 2000" in err
+    assert main([*hits, "--alpha", "0.001", "--bootstrap", "2000", "--out", str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["comparisons"]["bkr@1"]["verdict"] == "A"
+    assert main([*hits, "--alpha", "0.001", "--tests", "mcnemar", "--out", str(tmp_path / "m.json")]) == 0
+
+
+def test_hits_and_ranks_out_record_the_file_they_write(tmp_path, capsys):
+    """np.save appends .npy to a name without it: the record names that file, and compare --hits reads it."""
+    p = _embedding_files(tmp_path, n=30)
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+                 "--bootstrap", "0", "--hits-out", str(tmp_path / "hits"), "--ranks-out", str(tmp_path / "ranks"),
+                 "--out", str(tmp_path / "s.json")]) == 0
+    inputs = json.loads((tmp_path / "s.json").read_text())["inputs"]
+    assert inputs["hits_out"] == str(tmp_path / "hits.npy") and inputs["ranks_out"] == str(tmp_path / "ranks.npy")
+    assert (tmp_path / "hits.npy").is_file() and (tmp_path / "ranks.npy").is_file()
+    assert not (tmp_path / "hits").exists() and not (tmp_path / "hits.npy.npy").exists()
+    assert main(["compare", "--hits", inputs["hits_out"], inputs["hits_out"], "--bootstrap", "100"]) == 0
+
+
+def test_inputs_that_were_silently_ignored_or_accepted_are_refused(small_split, tmp_path, capsys):
+    p = _embedding_files(tmp_path, n=30)
+    files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
+             "0"]
+    np.save(tmp_path / "gt.npy", np.arange(30))
+    assert "--xlr-gt indexes --xlr-tgt-text" in _one_line_error(
+        ["score", *files, "--xlr-gt", str(tmp_path / "gt.npy")], capsys)
+    np.save(tmp_path / "dim0.npy", np.zeros((30, 0), np.float32))
+    dim0 = str(tmp_path / "dim0.npy")
+    assert "dim0.npy: --src-text has 0 columns" in _one_line_error(
+        ["score", "--src-text", dim0, "--tgt-text", dim0, *files[4:]], capsys)
+    with pytest.raises(backretrieval.BackRetrievalError, match="src_text: 0 columns"):
+        backretrieval.bkr_recall(np.zeros((30, 0)), np.load(p["si"]), np.zeros((30, 0)), np.load(p["ti"]))
+    for argv in (["score", *files], ["compare", "--hits", p["st"], p["tt"]],
+                 ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "o")]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--seed", "-1"])
+        assert exc.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err
+
+
+def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
+    p = _embedding_files(tmp_path, n=40)
+    files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]]
+    records = []
+    for seed in ("0", "1"):
+        assert main(["score", *files, "--bootstrap", "200", "--seed", seed, "--out", str(tmp_path / "r.json")]) == 0
+        records.append(json.loads((tmp_path / "r.json").read_text()))
+    assert records[0]["metrics"] == records[1]["metrics"]  # the same figures (every pair is used for CORR) ...
+    assert records[0]["intervals"] != records[1]["intervals"]  # ... with other bootstrap replicates
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    seed_help = help_text[help_text.rindex("--seed SEED"):help_text.rindex("--ranks-out")]  # the option, not usage
+    assert "bootstrap" in seed_help and "--approximate" in seed_help and "--image-index" in seed_help

@@ -167,7 +167,7 @@ def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
 def test_lists_see_an_image_tied_with_the_own_one_just_past_the_largest_k(ties):
     """Every picture alike: the own image ties with all 20, so no query is a pessimistic hit at K = 1 and every one
     an optimistic hit. Lists one entry past K see the tie, as the exact count does; lists of K entries are refused.
-    (``expected`` needs every tie counted, which no capped count has.)"""
+    (``expected``: test_expected_hit_counts_every_tie_when_all_pictures_are_alike.)"""
     rng = np.random.default_rng(0)
     st, tt = rng.standard_normal((2, 20, 4)).astype(np.float32)
     si = ti = np.ones((20, 3), np.float32)
@@ -177,3 +177,32 @@ def test_lists_see_an_image_tied_with_the_own_one_just_past_the_largest_k(ties):
         assert bkr_recall(st, si, tt, ti, (1,), ties=ties, **kwargs)["bkr@1"] == exact, kwargs
     with pytest.raises(BackRetrievalError, match="a list needs K \\+ 1 to see ties at its end"):
         bkr_recall(st, si, tt, ti, (1,), ties=ties, image_neighbours=image_neighbours(si, ti, 1))
+
+
+@pytest.mark.parametrize("how", ["flat lists of K + 1", "flat lists of 32", "approximate (pq image side)"])
+def test_expected_ties_running_past_the_lists_end_are_counted_in_full(how):
+    """One-hot image features: 5 pictures among 40 source rows under distinct ids, so the own image ties with about
+    7 others and a tie often runs past the end of a list. ``ties="expected"``'s hit (K - G) / (E + 1) needs every
+    tied image: lists and the approximate mode must give the exact count's hits, query by query."""
+    rng = np.random.default_rng(1)
+    st, tt = rng.standard_normal((40, 6)).astype(np.float32), rng.standard_normal((45, 6)).astype(np.float32)
+    si = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 40)]
+    ti = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 45)]
+    kwargs = {"flat lists of K + 1": {"image_neighbours": image_neighbours(si, ti, max(KS) + 1)},
+              "flat lists of 32": {"image_neighbours": image_neighbours(si, ti)},
+              "approximate (pq image side)": {"approximate": True}}[how]
+    exact = bkr_recall(st, si, tt, ti, KS, ties="expected")
+    res = bkr_recall(st, si, tt, ti, KS, ties="expected", **kwargs)
+    np.testing.assert_array_equal(res["retrieved"], exact["retrieved"])
+    for k in KS:
+        np.testing.assert_allclose(res["hits"][k], exact["hits"][k], err_msg=f"K={k}")
+
+
+def test_expected_hit_counts_every_tie_when_all_pictures_are_alike():
+    """All 20 pictures alike: G = 0 and E = 19 for every query, so the expected Recall@1 is 1 / 20, with a list of
+    two entries as with the full count (the list sees only one of the 19 ties)."""
+    rng = np.random.default_rng(0)
+    st, tt = rng.standard_normal((2, 20, 4)).astype(np.float32)
+    si = ti = np.ones((20, 3), np.float32)
+    for kwargs in ({}, {"approximate": True}, {"image_neighbours": image_neighbours(si, ti, 2)}):
+        assert bkr_recall(st, si, tt, ti, (1,), ties="expected", **kwargs)["bkr@1"] == pytest.approx(1 / 20), kwargs

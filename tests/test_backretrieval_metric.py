@@ -324,3 +324,73 @@ def test_all_finite_finds_nan_and_inf_in_float16_and_float32():
             y[15_000, 2] = bad
             assert not all_finite(y) and not all_finite(y[:, 1:])
         assert all_finite(np.full((3, 2), np.finfo(dtype).max, dtype))  # the largest finite value is finite
+
+
+# --------------------------------------------------------------------------- copies of one vector tie exactly
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_copies_of_the_own_image_tie_with_it_as_in_exact_arithmetic(ties):
+    """20 pictures, about 10 copies each, under distinct ids, Gaussian features of dim 64: a BLAS rounds the same
+    dot product differently at different matrix positions, yet every copy must tie with the own image, as in the
+    float64 reference (in one tile, and in tiles of a few rows and columns)."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((20, 64)).astype(np.float32)
+    si, ti = base[rng.integers(0, 20, 200)], rng.standard_normal((200, 64)).astype(np.float32)
+    st, tt = rng.standard_normal((2, 200, 16)).astype(np.float32)
+    ranks, recall = naive_bkr(st, si, tt, ti, KS, ties)
+    for kwargs in ({}, {"block_bytes": 4 * 3 * 200}, {"max_rank": max(KS)}):
+        res = bkr_recall(st, si, tt, ti, KS, ties=ties, **kwargs)
+        expected = np.where(ranks > max(KS), max(KS) + 1, ranks) if "max_rank" in kwargs else ranks
+        np.testing.assert_allclose(res["ranks"], expected, err_msg=str(kwargs))
+        for k in KS:
+            assert res[f"bkr@{k}"] == pytest.approx(recall[k]), (kwargs, k)
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_copies_of_the_translation_tie_with_it_as_in_exact_arithmetic(ties):
+    """XLR with targets 10..19 copies of target 0 (duplicate captions): queries 0 and 10..19 tie with 10 copies."""
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal((30, 6)).astype(np.float32)
+    tgt = src.copy()
+    tgt[10:20] = tgt[0]
+    res = xlr_recall(src, tgt, KS, ties=ties)
+    ranks, recall = naive_xlr(src, tgt, KS, np.arange(30), ties)
+    np.testing.assert_allclose(res["ranks"], ranks)
+    for k in KS:
+        assert res[f"xlr@{k}"] == pytest.approx(recall[k])
+
+
+def test_csls_copies_of_the_translation_tie_with_it():
+    """Under CSLS too (copies share one penalty r_S): each of the 11 copies of target 0 ties with the 10 others."""
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal((30, 6)).astype(np.float32)
+    tgt = src.copy()
+    tgt[10:20] = tgt[0]
+    pess = xlr_recall(src, tgt, KS, ties="pessimistic", retrieval="csls")["ranks"]
+    opt = xlr_recall(src, tgt, KS, ties="optimistic", retrieval="csls")["ranks"]
+    copies = np.r_[0, np.arange(10, 20)]
+    np.testing.assert_array_equal((pess - opt)[copies], 10)
+    np.testing.assert_array_equal(np.delete(pess - opt, copies), 0)
+
+
+def test_duplicate_rows_finds_equal_rows_and_survives_hash_collisions(monkeypatch):
+    from backretrieval import ranking
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((50, 7)).astype(np.float32)
+    x[[3, 17, 40]] = x[8]
+    x[22] = x[5]
+    x[31, 0] = 0.0
+    x[30] = x[31]
+    x[30, 0] = -0.0  # equal values, other bits
+    x[44] = x[8] * np.float32(1.0000001)  # close, not equal
+    reference = np.array([min(j for j in range(50) if (x[j] == x[i]).all()) for i in range(50)])
+    np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)
+    assert ranking.duplicate_rows(rng.standard_normal((50, 7))) is None
+    wide = np.repeat(x, 30, axis=1)  # 210 columns: a first hash on 64 of them, then on all for the candidates
+    np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
+    unpicked = sorted(set(range(210)) - set(np.linspace(0, 209, ranking._HASH_DIMS).astype(int)))[0]
+    wide[45] = wide[9]
+    wide[45, unpicked] += 1.0  # row 45 equals row 9 on the first hash's columns only
+    np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
+    monkeypatch.setattr(ranking, "_row_hashes", lambda x, rows, cols=None: np.zeros(len(rows), np.uint64))
+    np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)  # every hash collides

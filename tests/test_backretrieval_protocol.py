@@ -155,7 +155,7 @@ def test_run_protocol_needs_a_seed():
     rng = np.random.default_rng(5)
     z, images = _world(rng, 40)
     with pytest.raises(BackRetrievalError, match="at least 1 seed"):
-        run_protocol({"a": (z, z), "b": (z, -z)}, images, n=10, seeds=0, progress=False)
+        run_protocol({"a": (z, z), "b": (z, -z)}, images, n=12, seeds=0, progress=False)
 
 
 def test_evaluate_pairs_intervals_and_paired_hits_for_checkpoint_selection():

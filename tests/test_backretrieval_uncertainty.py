@@ -153,3 +153,12 @@ def test_better_beyond_noise_keeps_the_best_unless_clearly_better():
     assert not better_beyond_noise(slightly, best, test="bootstrap")
     assert better_beyond_noise(clearly, best) and better_beyond_noise(clearly, best, test="bootstrap")
     assert not better_beyond_noise(best, clearly, test=None)
+
+
+def test_compare_hits_refuses_an_alpha_below_the_bootstraps_smallest_p_value():
+    a, b = np.ones(400), np.zeros(400)
+    with pytest.raises(BackRetrievalError, match="raise bootstrap to at least 2000"):
+        compare_hits(a, b, alpha=0.001, n_boot=1000)
+    res = compare_hits(a, b, alpha=0.003, n_boot=1000)  # 2 / 1001 < 0.003: reachable
+    assert res["bootstrap"]["p_value"] == pytest.approx(2 / 1001) and res["verdict"] == "A"
+    assert compare_hits(a, b, tests=["mcnemar"], alpha=0.001)["verdict"] == "A"  # McNemar alone: no such floor

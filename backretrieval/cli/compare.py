@@ -5,7 +5,8 @@ import argparse
 import sys
 
 from ..comparison import compare
-from .common import add_command, add_embedding_metric_options, emit_json, inputs, metric_options, report_image_lists
+from .common import (add_command, add_embedding_metric_options, emit_json, inputs, integer_at_least, metric_options,
+                     report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -30,7 +31,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
                    help="paired tests to run (default: both)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the candidate index (default: 0)")
+    p.add_argument("--seed", type=integer_at_least(0), default=0,
+                   help="seed of the bootstrap and of the approximate indexes (--approximate's text index and image "
+                        "lists, a new --image-index file's pq lists) (default: 0)")
     add_embedding_metric_options(p)
     p.set_defaults(func=run)
 

@@ -8,7 +8,7 @@ import sys
 from ..evaluate import evaluate_split
 from ..files import make_dir
 from .common import (MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options, add_model_options,
-                     emit_json, extractor, metric_options)
+                     emit_json, extractor, integer_at_least, metric_options)
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
     p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")
     p.add_argument("--max-per-lang", type=int, metavar="N", help="at most N source and N target captions per pair")
-    p.add_argument("--seed", type=int, default=0, help="seed of the non-matching split and subsampling (default: 0)")
+    p.add_argument("--seed", type=integer_at_least(0), default=0,
+                   help="seed of the non-matching split and subsampling (default: 0)")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
     add_metric_options(p)
     add_beyond_paper_options(p)

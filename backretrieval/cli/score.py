@@ -6,7 +6,8 @@ import sys
 
 from ..files import save_npy
 from ..scoring import score
-from .common import add_command, add_embedding_metric_options, emit_json, inputs, metric_options, report_image_lists
+from .common import (add_command, add_embedding_metric_options, emit_json, inputs, integer_at_least, metric_options,
+                     report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -26,10 +27,14 @@ def add_parser(sub) -> None:
     p.add_argument("--xlr-gt", metavar="NPY",
                    help="int index per source row into --xlr-tgt-text (default: row i is the translation of row i)")
     p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the CORR pair sample (default: 0)")
-    p.add_argument("--ranks-out", metavar="NPY", help="also save the per-query BkR ranks")
+    p.add_argument("--seed", type=integer_at_least(0), default=0,
+                   help="seed of the CORR pair sample, of the bootstrap replicates, and of the approximate indexes "
+                        "(--approximate's text index and image lists, a new --image-index file's pq lists) "
+                        "(default: 0)")
+    p.add_argument("--ranks-out", metavar="NPY", help="also save the per-query BkR ranks (.npy appended if missing)")
     p.add_argument("--hits-out", metavar="NPY",
-                   help="also save the per-query BkR hits, one column per K (for 'compare --hits')")
+                   help="also save the per-query BkR hits, one column per K, for 'compare --hits' (.npy appended "
+                        "if missing)")
     add_embedding_metric_options(p)
     p.set_defaults(func=run)
 
@@ -40,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
                    xlr_gt=args.xlr_gt, corr_pairs=args.corr_pairs, image_index=args.image_index,
                    image_index_method=args.image_index_method, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
-    if args.ranks_out:
-        save_npy(args.ranks_out, result.ranks, "--ranks-out")
+    if args.ranks_out:  # the record names the file written (np.save's .npy suffix included)
+        args.ranks_out = str(save_npy(args.ranks_out, result.ranks, "--ranks-out"))
     if args.hits_out:
-        save_npy(args.hits_out, result.hits_matrix(), "--hits-out")
+        args.hits_out = str(save_npy(args.hits_out, result.hits_matrix(), "--hits-out"))
     emit_json(result.to_record(inputs(args)), args.out)
     parts = []
     for name, value in result.metrics.items():
