@@ -92,10 +92,11 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     rows = [("a dog on the grass", "en", 0), ("dog running on grass", "en", 0), ("ein Hund im Gras", "de", 0),
             ("a cat on a sofa", "en", 1), ("eine Katze auf dem Sofa", "de", 1), ("a red car", "en", 2),
             ("ein rotes Auto", "de", 2), ("a boy with a ball", "en", 3), ("ein Junge mit einem Ball", "de", 3)]
-    for split in ("test", "train"):
+    for split in ("test", "train"):  # train: the same photos and captions under other ids (not test's images)
         with ShardWriter(tmp_path / split, split=split, source="test", image_format="npy") as writer:
             for i, (caption, lang, row) in enumerate(rows):
-                writer.write(f"s{i}", images[row], caption, lang, image_id=f"img{row}", group=f"img{row}")
+                image_id = f"img{row}" if split == "test" else f"train{row}"
+                writer.write(f"s{i}", images[row], caption, lang, image_id=image_id, group=image_id)
     torch.manual_seed(0)
     save_adapter(TextToImageAdapter(16, 1280, [8], [0.0], form="residual"), ZeroShotConfig(text_encoder="random:16"),
                  tmp_path / "ckpt")
@@ -111,6 +112,9 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert "captions" in capsys.readouterr().out.splitlines()[0]
     assert main(["tag-eval", *common, "--langs", "fr"]) == 2
     assert "no captions" in capsys.readouterr().err
+    same = [*common[:4], "--vocab-from", str(tmp_path / "test"), *common[6:]]
+    assert main(["tag-eval", *same]) == 2
+    assert "its captions show 4 of the" in capsys.readouterr().err
 
     # a text encoder that puts each caption at its image's features (any other text: a seeded random point) and an
     # identity adapter: the captions tagger finds each test image's own train captions, so it tags every image with

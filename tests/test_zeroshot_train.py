@@ -432,3 +432,29 @@ def test_online_reaches_the_text_encoder(tmp_path, monkeypatch):
         assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--no-progress",
                      "--cache-dir", str(tmp_path / cache), *flags]) == 0
     assert calls == [False, True]
+
+
+def test_a_diverged_adapter_ranks_its_targets_last_and_training_stops_on_a_non_finite_loss(monkeypatch):
+    """Non-finite outputs compare false with everything: ranked as they are, their targets would come first.
+    A non-finite loss stops training with a one-line error, so no such epoch is kept; one image is no data."""
+    import globetrotter.zeroshot.train as zs_train
+
+    images = torch.eye(4, 6)
+    queries = images.clone()
+    queries[1] = float("nan")
+    queries[2, 0] = float("inf")
+    for metric in ("l2", "cosine"):
+        ranks = target_ranks(queries, images, [0, 1, 2, 3], metric=metric)
+        assert ranks[0] == 1 and ranks[3] == 1 and ranks[1] == 4 and ranks[2] == 4, (metric, ranks)
+    text, feats, caption_image = _synthetic_pairs(16, 1, image_dim=8, text_dim=12)
+    cfg = load_config(ZeroShotConfig, overrides=["optim.epochs=1", "optim.batch_size=8"])
+
+    class Diverged(torch.nn.Module):
+        def forward(self, out, *_):
+            return out.sum() * float("nan")
+
+    monkeypatch.setattr(zs_train, "build_loss", lambda *_a, **_k: Diverged())
+    with pytest.raises(UserError, match="loss is nan at epoch 1, step 1; lower optim.lr"):
+        train_adapter(text, feats, caption_image, cfg, progress=False)
+    with pytest.raises(UserError, match="show one image"):
+        train_adapter(text, feats, torch.zeros(16, dtype=torch.long), cfg, progress=False)

@@ -17,8 +17,8 @@ gap), while an adapter that retrieves well maps similar captions close together,
 ``d(a, p) / d(a, n_txt)`` ratios are > 1 and rho = 4 turns them into huge losses. Measured on
 training batches, the negative-text term scores a chance-level adapter far better than the
 PATR adapter that retrieves well, so the optimiser settles at chance; with alpha2 = 0
-the outputs grow instead until every ratio is 1. ``loss.rho=1`` learns (a departure from
-the paper's rho = 4, kept as an option). PATR learns with its defaults.
+the outputs grow instead until every ratio is 1. What makes M3L train is in
+docs/zeroshot.md (M3L; ``configs/zeroshot/m3l.yaml``). PATR learns with its defaults.
 """
 from __future__ import annotations
 

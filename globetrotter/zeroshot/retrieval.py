@@ -94,7 +94,8 @@ def target_ranks(
     for i in range(0, len(q), chunk):
         s = score(q[i : i + chunk])
         own = s.gather(1, t[i : i + chunk, None])
-        ranks.append((s >= own).sum(1))
+        # a non-finite own score (a diverged adapter) ranks last, never first as its false comparisons would say
+        ranks.append(torch.where(torch.isfinite(own[:, 0]), (s >= own).sum(1), s.shape[1]))
     return torch.cat(ranks).numpy()
 
 

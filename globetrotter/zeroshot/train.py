@@ -84,6 +84,9 @@ def train_adapter(
         raise ValueError(f"caption_image must be [{text_features.shape[0]}], got {tuple(caption_image.shape)}")
     if text_features.shape[0] < 2:
         raise UserError(f"need at least 2 training captions, got {text_features.shape[0]}")
+    if len(torch.unique(torch.as_tensor(caption_image))) < 2:  # an image is contrasted with another image's captions
+        raise UserError(f"the {text_features.shape[0]} training captions show one image; the losses need at least "
+                        f"2 images")
     opt = config.optim
     torch.manual_seed(opt.seed)
     device = torch.device(device)
@@ -121,6 +124,9 @@ def train_adapter(
                 continue
             image_rows = caption_image[idx]
             loss = loss_fn(adapter(text_features[idx]), image_features[image_rows], image_rows)
+            if not torch.isfinite(loss):  # diverged: nothing after this step could be kept
+                raise UserError(f"train: the {config.loss.name} loss is {float(loss)} at epoch {epoch + 1}, step "
+                                f"{step + 1}; lower optim.lr (now {opt.lr:g})")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

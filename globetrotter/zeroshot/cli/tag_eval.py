@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
                         f"{split.image_features.shape[1]}-d image features")
     codes = args.langs or sorted(set(split.langs.tolist()))
     source = load_split(args.vocab_from, codes)
+    shared = set(source.image_keys) & set(split.image_keys)
+    if shared:  # the captions tagger would vote with the captions that define the truth
+        raise UserError(f"--vocab-from {args.vocab_from}: its captions show {len(shared)} of the {args.test} images "
+                        f"tagging is measured on (e.g. {sorted(shared)[0]!r}); give the train split")
     captions = {lang: [t for t, code in zip(source.texts, source.langs) if code == lang] for lang in codes}
     vocabularies = {lang: frequent_words(captions[lang], lang, args.vocab_size) for lang in codes}
     for lang in codes:
