@@ -191,7 +191,8 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    """Total = L_t + λ1 L_v + λ2 L_x + λ3 L_c (paper eq. 2); a weight of 0 removes the loss."""
+    """Total = L_t + λ1 L_v + λ2 L_x + λ3 L_c (paper eq. 5); a weight of 0 removes the loss. The λ default to the
+    released code's 1 (the paper's appendix B.1: 0.2 each, as configs/globetrotter-paper.yaml sets them)."""
 
     temperature: float = 0.1  # τ of every contrastive loss
     margin: float = 0.4  # m of f(x) = max(0, x - m) / (1 - m) (paper section 3.2)

@@ -17,9 +17,13 @@ gradient, and weights the text–text contrastive loss. Two variants:
     pair would pass the margin after the max-division below). The cross-modal factor
     P_ij = α^x_ii·α^x_jj is min–max rescaled over the batch matrix (diagonal included,
     as in the code) into [0.75, 1.25]; a = α^v ⊙ P; a is divided by its largest
-    off-diagonal value; α = max(0, a − m)/(1 − m). The loss is normalised by the total
-    α mass of the batch. Degenerate batches, where the code would divide by zero, are
-    handled: a constant P becomes 1, and a non-positive maximum gives α = 0.
+    off-diagonal value; α = max(0, a − m)/(1 − m). Degenerate batches, where the code
+    would divide by zero, are handled: a constant P becomes 1, and a non-positive maximum
+    gives α = 0.
+
+Either α weights eq. 1's sum, divided by the batch's total α (as the released code
+normalises it): each pair pulls in proportion to its α, and the loss does not grow with
+the number of positive pairs.
 
 In both variants the diagonal is 0 (a caption is never its own positive) and α is
 symmetric.
@@ -35,10 +39,7 @@ from torch import Tensor, nn
 __all__ = ["transitive_alpha", "TransitiveTextLoss", "alpha_stats", "supervised_alpha"]
 
 Variant = Literal["paper", "official"]
-Normalization = Literal["anchor", "mass", "batch"]
 _VARIANTS = ("paper", "official")
-_NORMALIZATIONS = ("anchor", "mass", "batch")
-_DEFAULT_NORMALIZATION = {"paper": "anchor", "official": "mass"}
 
 
 def _check_variant(variant: str) -> None:
@@ -126,16 +127,9 @@ class TransitiveTextLoss(nn.Module):
 
         log p_ij = β_ij/τ − log Σ_{k≠i} exp(β_ik/τ),   ℓ_ij = −log p_ij,
 
-    eq. 1 is L_t = Σ_i Σ_{j≠i} α_ij ℓ_ij. The sum is normalised so the loss does not
-    grow with the batch:
-
-    * ``"anchor"`` (default of the ``paper`` variant): each anchor with any positive
-      uses the soft target distribution q_ij = α_ij / Σ_j α_ij and the loss is the
-      mean over those anchors of Σ_j q_ij ℓ_ij (a soft-label cross-entropy); anchors
-      without positives contribute nothing.
-    * ``"mass"`` (default of the ``official`` variant, as in the released code):
-      Σ_ij α_ij ℓ_ij / Σ_ij α_ij, a weighted mean over all positive pairs.
-    * ``"batch"``: eq. 1 literally, divided by the N anchors.
+    eq. 1 is L_t = Σ_i Σ_{j≠i} α_ij ℓ_ij. It is divided by the batch's α mass Σ_ij α_ij
+    (the released code's normalisation): a weighted mean over the positive pairs, each
+    pulling in proportion to its α, whose scale does not grow with their number.
 
     α is treated as a constant (detached). A batch without positives gives 0 (still
     connected to the graph, so every parameter receives a gradient). Pass the global
@@ -144,9 +138,7 @@ class TransitiveTextLoss(nn.Module):
     Args:
         temperature: τ (official code: 0.1).
         margin: m used by :meth:`alpha` (paper: 0.4).
-        variant: ``"paper"`` or ``"official"``: the α of :meth:`alpha` and the default
-            normalisation.
-        normalization: ``"anchor"``, ``"mass"`` or ``"batch"``; None takes the variant's.
+        variant: ``"paper"`` or ``"official"``: the α of :meth:`alpha`.
     """
 
     def __init__(
@@ -154,20 +146,15 @@ class TransitiveTextLoss(nn.Module):
         temperature: float = 0.1,
         margin: float = 0.4,
         variant: Variant = "paper",
-        normalization: Normalization | None = None,
     ) -> None:
         super().__init__()
         _check_variant(variant)
         _check_margin(margin)
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        normalization = normalization or _DEFAULT_NORMALIZATION[variant]
-        if normalization not in _NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
         self.temperature = temperature
         self.margin = margin
         self.variant = variant
-        self.normalization = normalization
 
     def alpha(self, text_x: Tensor, img_x: Tensor, img_v: Tensor) -> Tensor:
         """:func:`transitive_alpha` with this loss's margin and variant."""
@@ -185,15 +172,7 @@ class TransitiveTextLoss(nn.Module):
         logits = (z @ z.T / self.temperature).masked_fill(self_pairs, float("-inf"))
         nll = -logits.log_softmax(dim=-1).masked_fill(self_pairs, 0.0)  # ℓ_ij, 0 on the diagonal
         weights = alpha.detach().float().masked_fill(self_pairs, 0.0)
-        weighted = weights * nll
-        tiny = torch.finfo(weights.dtype).tiny
-        if self.normalization == "batch":
-            return weighted.sum() / n
-        if self.normalization == "mass":
-            return weighted.sum() / weights.sum().clamp_min(tiny)
-        row_mass = weights.sum(dim=1)
-        per_anchor = weighted.sum(dim=1) / row_mass.clamp_min(tiny)
-        return per_anchor.sum() / (row_mass > 0).sum().clamp_min(1)
+        return (weights * nll).sum() / weights.sum().clamp_min(torch.finfo(weights.dtype).tiny)
 
 
 @torch.no_grad()

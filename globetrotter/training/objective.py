@@ -16,7 +16,6 @@ from torch import nn
 
 from ..config import LossConfig
 from ..losses import (
-    ClozeLoss,
     CrossModalLoss,
     NTXentLoss,
     TransitiveTextLoss,
@@ -44,7 +43,6 @@ class GlobetrotterObjective(nn.Module):
         self.image_loss = NTXentLoss(cfg.temperature)
         self.cross_loss = CrossModalLoss(cfg.temperature)
         self.text_loss = TransitiveTextLoss(cfg.temperature, cfg.margin, cfg.transitive)
-        self.cloze_loss = ClozeLoss()
 
     def _cloze(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Global per-token cross-entropy and accuracy (as process-local terms that average to the global value)."""
