@@ -301,3 +301,5 @@ def test_adapting_from_the_train_split_errors(world, base, tmp_path, capsys):
             w.write(f"xx-{i}", Image.new("RGB", (32, 32)), "red a square", "xx", f"xx{i}")
     code, line = run("adapt.language=xx", "adapt.split=adapt-xx", "adapt.vocab_size=0")
     assert code == 2 and line.startswith("error: adapt.train=new-tokens: no token to train for xx")
+    assert not any(tmp_path.glob("*/config.yaml")) and not any(tmp_path.glob("*/tokenizer.json")), \
+        "refused before the run folder is written"

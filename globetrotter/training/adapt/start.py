@@ -128,6 +128,7 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
     tokenizer = load_tokenizer(source / "tokenizer.json")
+    n_old = tokenizer.get_vocab_size()
     if a.vocab_size > 0:
         start = load_train_config(source / "config.yaml")
         new = [m["caption"] for m in split.new_captions(cfg)]
@@ -136,6 +137,10 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
         tokenizer, added = extend_tokenizer(tokenizer, new, a.vocab_size, known)
         log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "
             f"{len(new)} captions, less what the old captions contain)")
+    if a.train == "new-tokens":  # no token to train: refused before the run folder is written
+        from .weights import rows_to_train
+
+        rows_to_train(tokenizer, cfg, load_train_config(source / "config.yaml"), n_old)
     base = read_provenance(source / "tokenizer.json")
     save_tokenizer(tokenizer, cfg.data.tokenizer, {
         "splits": (base or {}).get("splits", []), "extends": base,

@@ -73,13 +73,14 @@ def _grow_subword(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, st
     state["text.subword.ngram_embedding.weight"] = grown
 
 
-def _rows_to_train(cfg: TrainConfig, start_cfg: TrainConfig, n_old: int, vocab_size: int) -> tuple[list[int], int]:
-    """The token rows ``adapt.train: new-tokens`` trains, and how many of them were appended: the appended
-    tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's captions hold and no
-    old training caption does, single bytes excepted. A shared BPE learnt on every language of a split of
-    which the run trained on some (``data.train_languages``) already holds the left-out language's tokens:
-    no caption the run read held them, so training them changes no old training caption's encoding."""
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: int) -> tuple[list[int], int]:
+    """The token rows of the grown ``tokenizer`` that ``adapt.train: new-tokens`` trains, and how many of them
+    were appended: the appended tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's
+    captions hold and no old training caption does, single bytes excepted. A shared BPE learnt on every language
+    of a split of which the run trained on some (``data.train_languages``) already holds the left-out language's
+    tokens: no caption the run read held them, so training them changes no old training caption's encoding.
+    No row at all: a one-line error (checked before the run folder is written, :func:`.start.write_tokenizer`)."""
+    vocab_size = tokenizer.get_vocab_size()
 
     def held(texts: list[str]) -> set[int]:
         return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
@@ -90,18 +91,19 @@ def _rows_to_train(cfg: TrainConfig, start_cfg: TrainConfig, n_old: int, vocab_s
     # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
     unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
                     if i < n_old and len(token_bytes(tokenizer.id_to_token(i))) > 1)
-    return unused + list(range(n_old, vocab_size)), vocab_size - n_old
-
-
-def _train_new_tokens_only(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, n_old: int,
-                           log: Callable[[str], None]) -> torch.Tensor:
-    """Freeze every weight but the rows of the new language's tokens (:func:`_rows_to_train`): the token
-    embedding, the tied cloze decoder, the cloze bias. Returns those rows."""
-    rows, appended = _rows_to_train(cfg, start.cfg, n_old, model.text.token_embedding.num_embeddings)
+    rows = unused + list(range(n_old, vocab_size))
     if not rows:
         raise UserError(f"adapt.train=new-tokens: no token to train for {cfg.adapt.language}: none was appended "
                         f"(its script is the old languages', or adapt.vocab_size=0) and every token of its captions "
                         f"occurs in the old training captions; use adapt.train=text")
+    return rows, vocab_size - n_old
+
+
+def _train_new_tokens_only(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, n_old: int,
+                           log: Callable[[str], None]) -> torch.Tensor:
+    """Freeze every weight but the rows of the new language's tokens (:func:`rows_to_train`): the token
+    embedding, the tied cloze decoder, the cloze bias. Returns those rows."""
+    rows, appended = rows_to_train(load_tokenizer(cfg.data.tokenizer), cfg, start.cfg, n_old)
     log(f"adapt.train=new-tokens: {len(rows)} token rows train ({appended} appended, {len(rows) - appended} "
         f"already in the vocabulary, held by {cfg.adapt.language}'s captions and no old training caption)")
     trained_rows = torch.tensor(rows, dtype=torch.long)
