@@ -20,7 +20,7 @@ from .files import (PathLike, check_numbers, enough_for_k, json_ready, load_inpu
                     same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, bkr_recall, xlr_recall
-from .scoring import ImageLists, image_side, open_image_lists
+from .scoring import ImageLists, image_side, open_image_lists, source_image_ids
 from .uncertainty import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, compare_hits
 
 PairedHits = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (hits of A, hits of B), query-aligned
@@ -79,7 +79,8 @@ def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:
 
 
 def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence[int], options: dict,
-                          image_index, image_index_method, seed: int) -> tuple[PairedHits, dict, ImageLists | None]:
+                          image_index, image_index_method, seed: int,
+                          src_image_ids=None) -> tuple[PairedHits, dict, ImageLists | None]:
     missing = [option(name) for name, value in texts.items() if value is None]
     if missing:
         raise BackRetrievalError(f"compare needs {', '.join(missing)} (or {option('hits', 'A.npy B.npy')})")
@@ -91,14 +92,16 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
                  f"model {model.upper()}'s source vs target texts")
     src, tgt = loaded["a_src_text"], loaded["a_tgt_text"]
     images = image_side(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])))
-    enough_for_k(images.label, len(src[1]), ks, "source images")
+    ids = source_image_ids(src_image_ids, len(src[1]), "a_src_text")
+    enough_for_k(images.label, len(set(ids)) if ids is not None else len(src[1]), ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
-                             method=image_index_method, seed=seed)  # one set of lists for both models
+                             method=image_index_method, src_image_ids=ids, seed=seed)  # one set for both models
     hits: dict[str, list] = {}
     hubness = {}
     for side in ("a", "b"):
         res = bkr_recall(loaded[f"{side}_src_text"][1], images.src_img, loaded[f"{side}_tgt_text"][1],
-                         images.tgt_img, ks, image_neighbours=lists.lists if lists else None, **options)
+                         images.tgt_img, ks, src_image_ids=ids, image_neighbours=lists.lists if lists else None,
+                         **options)
         hubness[side] = res["hubness"]
         for k in ks:
             hits.setdefault(f"bkr@{k}", []).append(res["hits"][k])
@@ -124,6 +127,7 @@ def compare(
     *,
     src_img=None,
     tgt_img=None,
+    src_image_ids=None,
     a_xlr_tgt_text=None,
     b_xlr_tgt_text=None,
     hits: tuple | None = None,
@@ -154,6 +158,8 @@ def compare(
         ks, ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
         image_index, image_index_method: image neighbour lists shared by both models (as in
             :func:`backretrieval.score`).
+        src_image_ids: one image id per source row; rows sharing an id are one picture, ranked once (as in
+            :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
     """
     if not 0 < alpha < 1:
@@ -172,7 +178,7 @@ def compare(
                    "approximate": approximate}
         per_metric, hubness, lists = _hits_from_embeddings(
             texts, {"a_xlr_tgt_text": a_xlr_tgt_text, "b_xlr_tgt_text": b_xlr_tgt_text}, src_img, tgt_img, ks,
-            options, image_index, image_index_method, seed)
+            options, image_index, image_index_method, seed, src_image_ids)
     name_a, name_b = names
     comparisons = {}
     for metric, (a, b) in per_metric.items():

@@ -117,13 +117,15 @@ def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequen
     return ImageLists(lists, built)
 
 
-def _src_image_ids(src_image_ids, n_src: int) -> list[str] | None:
+def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[str] | None:
+    """The image id of each source row (a sequence, or a text file of one id per line), checked to be one per
+    ``rows`` row; None without ids."""
     if src_image_ids is None:
         return None
     label, ids = read_lines(src_image_ids, option("src_image_ids"))
     if len(ids) != n_src:
         raise BackRetrievalError(f"{label}: {len(ids)} image ids, expected {n_src} "
-                                 f"(one per {option('src_text')} row)")
+                                 f"(one per {option(rows)} row)")
     return ids
 
 
@@ -174,7 +176,7 @@ def score(
     tgt_label, tgt_arr = load_matrix(tgt_text, option("tgt_text"))
     same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target text embeddings")
     images = image_side(src_img, tgt_img, image_sim, (src_label, len(src_arr)), (tgt_label, len(tgt_arr)))
-    ids = _src_image_ids(src_image_ids, len(src_arr))
+    ids = source_image_ids(src_image_ids, len(src_arr))
     n_images = len(set(ids)) if ids is not None else len(src_arr)
     enough_for_k(images.label, n_images, ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(approximate), method=image_index_method,

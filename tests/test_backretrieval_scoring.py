@@ -172,6 +172,25 @@ def test_compare_detects_a_better_model_and_not_itself():
     assert list(with_xlr.comparisons) == ["bkr@1", "xlr@1"] and with_xlr.comparisons["xlr@1"]["diff"] == 0
 
 
+def test_compare_ranks_a_picture_once_as_score_does(tmp_path):
+    """With source image ids (rows sharing an id are one picture), compare's figures are score's of each model;
+    without them they are not (the check can tell)."""
+    rng = np.random.default_rng(5)
+    w = _world(rng, n=80, noise=0.3)
+    ids = [f"img{i // 2}" for i in range(80)]  # two captions of every source picture
+    bad = {side: w[f"z_{side[0]}"] @ w["w_t"] + 2.0 * rng.standard_normal((80, 8)) for side in ("src", "tgt")}
+    pairs = ((w["src_text"], w["tgt_text"]), (bad["src"], bad["tgt"]))
+    grouped = [score(s, t, **_inputs(w), src_image_ids=ids, ks=(1, 5), bootstrap=0).metrics["bkr@5"] for s, t in pairs]
+    plain = [score(s, t, **_inputs(w), ks=(1, 5), bootstrap=0).metrics["bkr@5"] for s, t in pairs]
+    assert grouped != plain
+    id_file = tmp_path / "ids.txt"
+    id_file.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    res = compare(*pairs[0], *pairs[1], **_inputs(w), src_image_ids=str(id_file), ks=(1, 5), bootstrap=50)
+    assert (res.comparisons["bkr@5"]["a"], res.comparisons["bkr@5"]["b"]) == pytest.approx(tuple(grouped))
+    with pytest.raises(BackRetrievalError, match="79 image ids, expected 80"):
+        compare(*pairs[0], *pairs[1], **_inputs(w), src_image_ids=ids[:-1], ks=(1, 5), bootstrap=50)
+
+
 def test_compare_errors_are_one_line_and_name_the_inputs(tmp_path):
     w = _world(np.random.default_rng(16), n=30)
     p = _files(tmp_path, {"a": np.ones((30, 2)), "b": np.ones((30, 2))})

@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--b-tgt-text", metavar="NPY", help="model B: (Nt, d') target-language text embeddings")
     p.add_argument("--src-img", metavar="NPY", help="(Ns, D) image features of the source captions' images")
     p.add_argument("--tgt-img", metavar="NPY", help="(Nt, D) image features of the target captions' images")
+    p.add_argument("--src-image-ids", metavar="TXT",
+                   help="one image id per line for the source rows; rows sharing an id are one picture, ranked once")
     p.add_argument("--a-xlr-tgt-text", metavar="NPY", help="model A: embeddings of the source rows' translations (XLR)")
     p.add_argument("--b-xlr-tgt-text", metavar="NPY", help="model B: embeddings of the source rows' translations (XLR)")
     p.add_argument("--hits", nargs=2, metavar=("A_NPY", "B_NPY"),
@@ -40,7 +42,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,
-                     tgt_img=args.tgt_img, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
+                     tgt_img=args.tgt_img, src_image_ids=args.src_image_ids, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
                      image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
