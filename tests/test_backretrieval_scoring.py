@@ -205,7 +205,7 @@ def test_compare_errors_are_one_line_and_name_the_inputs(tmp_path):
         (dict(a_src_text=w["src_text"], a_tgt_text=w["tgt_text"], b_src_text=w["src_text"], b_tgt_text=w["tgt_text"],
               a_xlr_tgt_text=w["src_text"], **_inputs(w)), "XLR comparison needs both a_xlr_tgt_text and b_xlr"),
         (dict(a_src_text=w["src_text"], a_tgt_text=w["tgt_text"], b_src_text=w["src_text"], b_tgt_text=w["tgt_text"],
-              **_inputs(w), ks=(40,)), "src_img: 30 source images, not more than the largest K (40)"),
+              **_inputs(w), ks=(40,)), "src_img: 30 distinct source images, not more than the largest K (40)"),
     ]
     for kwargs, expected in cases:
         with pytest.raises(BackRetrievalError) as err:
