@@ -4,8 +4,8 @@
         --reference outputs/flickr8k-image-vectors/described \\
         --cache efficientnet=outputs/flickr8k/train/features --out eval_out/image-vectors/agreement.json
 
-The full model carries meaning across languages about as far as image vectors from outside it do (docs/results.md,
-"What bounds the full model"), and a training run costs a quarter of an hour on a CPU. This reads feature caches (built with
+How far the full model carries meaning across languages is bounded by its image vectors (docs/results.md,
+"What bounds the full model"), and a training run is slow on a CPU. This reads feature caches (built with
 ``globetrotter-data features build``, imported with ``features import``; the whole-image row of each) and compares each
 with a reference cache of what people said about each image (``experiments/study_image_features.py`` writes one:
 ``described``, an oracle's vectors, used here only as a yardstick). On ``--held-out`` images drawn with ``--seed``:

@@ -131,7 +131,15 @@ def mine(args: argparse.Namespace) -> None:
     captions = [metas[r]["caption"] for r in rows]
     langs = np.array([metas[r]["lang"] for r in rows])
     caption_image = np.array([index[str(metas[r]["image_id"])] for r in rows])
-    pool = read_reference(choice.reference, sorted(set(langs.tolist())), choice.reference_size)
+    split_langs = sorted(set(langs.tolist()))
+    unchosen = sorted(set(split_langs) - set(choice.languages or split_langs))
+    if unchosen:  # no test and no parallel text read: the ranking is carried over, and the record says so
+        print(f"note: {args.ranking} chose its ranking on val for {','.join(choice.languages)}; applied to "
+              f"{','.join(unchosen)} as it is", flush=True)
+    if not encoder.cfg.data.features:
+        raise UserError(f"--teacher {args.teacher}: trained without a feature cache (data.features); the images' "
+                        f"look is read from it")
+    pool = read_reference(choice.reference, split_langs, choice.reference_size)
     context = ScoringContext(encoder, captions, langs, pool)
     print(f"scoring {len(captions)} captions of {len(images)} images with {choice.ranking.label} ...", flush=True)
     text = image_scores(context.scorer(choice.ranking), caption_image, len(images))
@@ -162,6 +170,7 @@ def mine(args: argparse.Namespace) -> None:
     manifest = read_manifest(split)
     extra = carried_manifest_fields(manifest)
     extra["mined_groups"] = {"teacher": str(Path(args.teacher).resolve()), "ranking": choice.ranking.to_dict(),
+                             "ranking_not_chosen_for": unchosen,
                              "from": str(split.resolve()), "captions_per_image": args.captions_per_image,
                              "image_weight": args.image_weight, "csls_k": args.csls_k, "pairs": report,
                              "grouped_images": int((group >= 0).sum()), "groups": len(sizes)}

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
-from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference  # noqa: E402
+from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference, reference_split  # noqa: E402
 from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
@@ -42,11 +42,15 @@ def parallel_val(split: str, languages: list[str] | None, n_groups: int | None, 
 
 def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: list[str] | None = None,
                   n_groups: int | None = None, reference_size: int = DEFAULT_SIZE, seed: int = 0,
-                  name: str | None = None, log=print) -> Path:
+                  name: str | None = None, test: str | None = None, log=print) -> Path:
     """Score ``model``'s ranking grid by sentence translation on the parallel ``val`` split (statistics from
-    ``reference``), keep the best, and write the record ``out/select-NAME.json`` (`select`'s form). Returns its path."""
+    ``reference``, which may not be ``val``), keep the best, and write the record ``out/select-NAME.json``
+    (`select`'s form). Returns its path. ``test``: the test split, whose images ``val`` may not show."""
     if "test" in Path(val).name:
         raise UserError(f"--val {val}: the oracle chooses on val, never on the test split")
+    if test is not None:
+        refuse_shared_images(val, test, "--val")
+    reference = str(reference_split(val, reference))  # never the split the choice is made on
     encoder, info = resolve_model(model)
     try:
         ps = parallel_val(val, languages, n_groups, seed)
@@ -77,6 +81,17 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     return path
 
 
+def refuse_shared_images(chosen_on: str, test: str, flag: str) -> None:
+    """A one-line error when the split a choice is made on (``flag``) shows an image of the test split: the
+    choice would read test (a copy of test under another name is refused too, not only the test folder)."""
+    from data_prep.shards import read_captions
+
+    shared = {str(m["image_id"]) for m in read_captions(chosen_on)} & {str(m["image_id"]) for m in read_captions(test)}
+    if shared:
+        raise UserError(f"{flag} {chosen_on}: shows {len(shared)} images of the test split {test} (e.g. "
+                        f"{sorted(shared)[0]!r}); choose on val images only")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a trained run folder, or a baseline (tfidf)")
@@ -89,12 +104,14 @@ def main() -> None:
                         help="reference captions per language (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the samples (default %(default)s)")
     parser.add_argument("--name", help="the record's name (default: oracle-<model name from the path>)")
+    parser.add_argument("--test", help="the test split the choice will be applied to: --val may show none of its "
+                                       "images (checked)")
     parser.add_argument("--out", required=True, help="folder of the record (select-NAME.json)")
     args = parser.parse_args()
     try:
         oracle_choice(args.model, args.val, args.reference, args.out,
                       languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
-                      reference_size=args.reference_size, seed=args.seed, name=args.name,
+                      reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
                       log=lambda line: print(line, flush=True))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -32,6 +32,7 @@ import json
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def parse_rows(items: list[str]) -> list[tuple[str, list[str]]]:
     for item in items:
         label, sep, models = item.partition("=")
         if not sep or not label or not models:
-            raise SystemExit(f"error: --row {item!r}: expected LABEL=MODEL[,MODEL...]")
+            fail(f"error: --row {item!r}: expected LABEL=MODEL[,MODEL...]")
         rows.append((label, [m for m in models.split(",") if m]))
     return rows
 
@@ -58,18 +59,26 @@ def slug(label: str, model: str, langs: str) -> str:
                      langs.replace(",", "-")))
 
 
+def fail(message: str) -> NoReturn:
+    """Stop with ``message`` as one line on stderr and exit status 2 (bad input)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> dict | None:
     """The record at ``path`` when it holds this measurement already; None when absent; a one-line error (exit 2)
-    when it was written for another model, split (``None``: any), languages or setting (``config``), which reusing
-    it would put in the table unseen."""
+    when it was written for another model or other weights (the checkpoint the run loads now: a run trained on or
+    resumed since), split (``None``: any), languages or setting (``config``), which reusing it would put in the
+    table unseen."""
     if not path.is_file():
         return None
-    from globetrotter.evaluation.models import model_info
+    from globetrotter.evaluation.models import current_checkpoint, model_info
 
     record = json.loads(path.read_text(encoding="utf-8"))
-    want = {"model": model_info(model)["path"], "languages": sorted(languages.split(",")), **config}
-    have = {"model": record["model"]["path"], "languages": sorted(record["languages"]),
-            **{key: record["config"].get(key) for key in config}}
+    want = {"model": model_info(model)["path"], "checkpoint": current_checkpoint(model),
+            "languages": sorted(languages.split(",")), **config}
+    have = {"model": record["model"]["path"], "checkpoint": record["model"].get("checkpoint"),
+            "languages": sorted(record["languages"]), **{key: record["config"].get(key) for key in config}}
     if split is not None:
         want["split"], have["split"] = str(Path(split).resolve()), record["dataset"]["path"]
     wrong = [f"{key} {have[key]!r}, not {want[key]!r}" for key in want if have[key] != want[key]]
@@ -102,10 +111,10 @@ def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace
 
     with open(log, "a", encoding="utf-8") as fh:
         try:
-            oracle_choice(model, args.oracle_val, reference(args), args.out,
-                          languages=langs.split(","), name=name, log=lambda line: print(line, file=fh, flush=True))
+            oracle_choice(model, args.oracle_val, reference(args), args.out, languages=langs.split(","), name=name,
+                          test=args.test, log=lambda line: print(line, file=fh, flush=True))
         except UserError as err:
-            raise SystemExit(f"error: --oracle-val: {err}") from None
+            fail(f"error: --oracle-val: {err}")
 
 
 def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict:
@@ -127,7 +136,11 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
             selected = json.loads(choice.read_text(encoding="utf-8"))
         record = out / f"sentence-{name}-{column}.json"
         chosen = selected["details"]["chosen"]
-        result = reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen)
+        result = reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen,
+                          ranking_record=str(choice))
+        if result is not None and result["config"].get("reference") not in (None, selected["config"]["reference"]):
+            fail(f"error: {record} was scored with statistics from {result['config']['reference']}, not "
+                 f"{selected['config']['reference']} ({choice}'s): delete it or use another --out")
         if result is None:
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
                  str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
@@ -250,11 +263,21 @@ def main() -> None:
     labels = {label for label, _ in rows}
     for ratio in args.ratio:
         if ratio.count("/") != 1 or not set(ratio.split("/")) <= labels:
-            raise SystemExit(f"error: --ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(labels)})")
+            fail(f"error: --ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(labels)})")
     oracle_val = Path(args.oracle_val) if args.oracle_val else None
     if oracle_val and (not oracle_val.is_dir() or oracle_val.resolve() == Path(args.test).resolve()):
-        raise SystemExit(f"error: --oracle-val {args.oracle_val!r}: expected a parallel val split folder, "
+        fail(f"error: --oracle-val {args.oracle_val!r}: expected a parallel val split folder, "
                          "not the test split")
+    from oracle_ranking import refuse_shared_images
+
+    from globetrotter.errors import UserError
+
+    try:  # a choice made on images of the test split would read test
+        for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
+            if split:
+                refuse_shared_images(split, args.test, flag)
+    except UserError as err:
+        fail(f"error: {err}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]
                for label, models in rows}

@@ -11,8 +11,8 @@ writes two feature caches of the train split's images, each imported as ``globet
 * ``described``: an oracle's image vector, what people said about the image: the mean multilingual-USE embedding of
   the image's official English Flickr8k captions (``--flickr8k``), **leaving out** the caption that Multi30K's
   de/fr/cs captions were translated from (``--multi30k``: a Flickr8k caption whose word set overlaps a Multi30K task-1
-  English caption of the same photo by more than ``--overlap`` (Jaccard) is dropped; on the README's conversion 4.09
-  of each image's 5 captions remain on average). No training caption's translation enters the vector, but it is built from
+  English caption of the same photo by more than ``--overlap`` (Jaccard) is dropped; docs/results.md says how many
+  remain on the README's conversion). No training caption's translation enters the vector, but it is built from
   captions: a model trained on it shows what image features that carry what people see in a picture would give, and
   is never a method.
 

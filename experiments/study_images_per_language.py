@@ -10,9 +10,10 @@ images of share 0.5 in every language and every seed) and every seed, it trains
 
     train.py --config CONFIG seed=SEED data.train_image_share=SHARE run_name=PREFIX-LABEL-shSHARE-sSEED
 
-unless that run already has a ``result.json`` (``--run LABEL:SHARE:SEED=DIR`` names an existing run instead, e.g.
-share-1 runs trained before), then scores the checkpoint BackRetrieval chose with ``eval.py sentence`` on the
-test split (``--split``, ``--languages``, ``--n-groups``, ``--head``). Writes ``curve.json`` (every run),
+unless that run already has a ``result.json`` (``--run LABEL:SHARE:SEED=DIR`` names an existing finished run
+instead, e.g. share-1 runs trained before), then chooses the run's ranking on val with ``eval.py select`` (no
+parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
+``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). Writes ``curve.json`` (every run),
 ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
 the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
@@ -66,11 +67,14 @@ def run(cmd: list[str], log: Path) -> None:
 
 
 def translation(run_dir: Path, args: argparse.Namespace, name: str, logs: Path) -> float:
-    """``eval.py sentence`` on the run's chosen checkpoint: the share of translations found."""
+    """The share of translations found on test by the run's chosen checkpoint, with the ranking ``eval.py select``
+    chose on val (as every sentence figure of the project)."""
     out = Path(args.out_dir) / "eval"
+    run([sys.executable, "eval.py", "select", "--model", str(run_dir), "--languages", args.languages,
+         "--out", str(out), "--name", name], logs / f"select-{name}.log")
     run([sys.executable, "eval.py", "sentence", "--model", str(run_dir), "--split", args.split, "--languages",
-         args.languages, "--n-groups", str(args.n_groups), "--head", args.head, "--out", str(out), "--name", name],
-        logs / f"eval-{name}.log")
+         args.languages, "--n-groups", str(args.n_groups), "--ranking", str(out / f"select-{name}.json"),
+         "--out", str(out), "--name", name], logs / f"eval-{name}.log")
     record = json.loads((out / f"sentence-{name}.json").read_text(encoding="utf-8"))
     return float(record["metrics"]["sentence_translation"])
 
@@ -151,13 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", default="outputs/flickr8k/test")
     parser.add_argument("--languages", default="en,de,fr,cs")
     parser.add_argument("--n-groups", type=int, default=600)
-    parser.add_argument("--head", default="cross", choices=["text", "cross"])
     parser.add_argument("--out-dir", required=True, help="curve.json, table.md, curve.png and the logs go here")
     return parser
 
 
 def main() -> None:
-    args = build_parser().parse_args()
+    from globetrotter.errors import UserError
+
+    try:
+        study(build_parser().parse_args())
+    except UserError as err:  # a missing config, a bad share: one line, exit 2
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def study(args: argparse.Namespace) -> None:
+    """Train (or reuse) every run, score it and write the table and the plot."""
     models = parse_pairs(args.model, "--model")
     given = {}
     for key, value in parse_pairs(args.run, "--run").items():
@@ -176,6 +189,8 @@ def main() -> None:
             for seed in args.seeds:
                 name = f"{args.prefix}-{label}-sh{share:g}-s{seed}"
                 run_dir = given.get((label, share, seed), Path(args.runs_dir) / name)
+                if (label, share, seed) in given and not (run_dir / "result.json").is_file():
+                    sys.exit(f"error: --run {label}:{share:g}:{seed}={run_dir}: no result.json (not a finished run)")
                 if not (run_dir / "result.json").is_file():
                     print(f"training {name} ...", flush=True)
                     run([sys.executable, "train.py", "--config", config, f"seed={seed}",

@@ -1,7 +1,7 @@
 """The synthetic world's best possible image similarity g, to ask whether BackRetrieval is weak there because of g.
 
-On the synthetic world BackRetrieval with pixel thumbnails as g is near chance for every working model
-(docs/results.md, "What each loss carries"). This driver writes a copy of a synthetic split whose "images" are the
+How well BackRetrieval with pixel thumbnails as g does on the synthetic world is in docs/results.md ("What
+BackRetrieval sees on this world"). This driver writes a copy of a synthetic split whose "images" are the
 scenes' object vectors: what a perfect object detector trained on the world's shapes, colours and sizes would
 report (a count per shape, shape x colour, shape x size and colour, and the background pattern at half weight),
 regenerated from the world's seed, never read from a caption. The copy keeps every caption, so

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from globetrotter.config_io import load_config  # noqa: E402
+from backretrieval.errors import BackRetrievalError  # noqa: E402
+from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import SplitFeatures, first_captions, image_extractor, load_split_features  # noqa: E402
 from globetrotter.zeroshot.retrieval import split_recall  # noqa: E402
@@ -142,16 +144,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", help="read the frozen features from this .npz instead of the splits")
     p.add_argument("--save-bundle", help="write the splits' frozen features to this .npz and stop")
     args = p.parse_args(argv)
-    splits = load_splits(args, load_config(ZeroShotConfig, None, []))
+    labels = list(ROWS)
+    if args.rows:  # checked before any feature is loaded
+        try:
+            labels = [labels[int(i)] for i in args.rows.split(",")]
+        except (ValueError, IndexError):
+            p.error(f"--rows {args.rows}: expected comma-separated row numbers 0-{len(labels) - 1}")
+    if args.bundle and not Path(args.bundle).is_file():
+        p.error(f"--bundle {args.bundle}: no such file (write one with --save-bundle)")
+    try:
+        splits = load_splits(args, load_config(ZeroShotConfig, None, []))
+    except (UserError, BackRetrievalError) as err:  # a missing split, a text encoder not installed: one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.save_bundle:
         save_bundle(Path(args.save_bundle), splits)
         print(f"wrote {args.save_bundle}", file=sys.stderr)
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    labels = list(ROWS)
-    if args.rows:
-        labels = [labels[int(i)] for i in args.rows.split(",")]
     records = []
     for label in labels:
         for seed in args.seeds:

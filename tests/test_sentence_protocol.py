@@ -59,6 +59,24 @@ def test_a_record_written_for_another_model_is_refused_not_put_in_the_table(tiny
     assert grown.returncode == 2 and "n_groups 12, not 10" in grown.stderr
 
 
+def test_records_of_weights_the_run_no_longer_loads_are_refused(tiny_world, tiny_run, tmp_path):
+    """A run that saved another checkpoint since (trained on, resumed) loads other weights: its records are not
+    reused for the table."""
+    from globetrotter.training.checkpoint import LATEST, resolve
+
+    run_dir = tmp_path / "runs" / Path(tiny_run).name
+    shutil.copytree(tiny_run, run_dir)
+    out = tmp_path / "table"
+    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
+            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", f"full={run_dir}",
+            "--out", str(out)]
+    assert subprocess.run(argv, capture_output=True, cwd=ROOT).returncode == 0
+    shutil.copytree(resolve(run_dir), run_dir / "checkpoints" / "step-00000009")
+    (run_dir / "checkpoints" / LATEST).write_text("step-00000009")
+    refused = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "step-00000009" in refused.stderr and "another --out" in refused.stderr
+
+
 def test_a_ratio_over_a_model_that_finds_nothing_reads_inf_not_a_huge_number():
     table = load_experiment("sentence_protocol").table
     figures = {"a": {"cosine": (5.0, "cosine", None), "val-chosen": (0.0, "cosine", None)},
@@ -69,8 +87,12 @@ def test_a_ratio_over_a_model_that_finds_nothing_reads_inf_not_a_huge_number():
 
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
                                                                                             tmp_path):
-    parallel_val = tmp_path / "val-parallel"
-    shutil.copytree(tiny_world / "test", parallel_val)  # a parallel split under a val name: the grid's yardstick
+    from data_prep.shards import ShardWriter, iter_raw
+
+    parallel_val = tmp_path / "val-parallel"  # a parallel split of other images: the grid's yardstick
+    with ShardWriter(parallel_val, split="val", source="tiny", image_format="png") as writer:
+        for key, _ext, data, meta in iter_raw(tiny_world / "test"):
+            writer.write(f"v{key}", data, meta["caption"], meta["lang"], f"v{meta['image_id']}", f"v{meta['group']}")
     out = tmp_path / "table"
     argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
             "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", "TF-IDF=tfidf",
@@ -98,6 +120,12 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
                               "--val", str(tiny_world / "test"), "--reference", str(tiny_world / "train"),
                               "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "never on the test split" in refused.stderr
+    copy = tmp_path / "val-copy"
+    shutil.copytree(tiny_world / "test", copy)  # test under a val name: its images give it away
+    for extra in (["--oracle-val", str(copy)], ["--val", str(copy)]):
+        refused = subprocess.run(argv[:-4] + extra + ["--out", str(tmp_path / "y")], capture_output=True, text=True,
+                                 cwd=ROOT)
+        assert refused.returncode == 2 and "images of the test split" in refused.stderr, refused.stderr
     one_language = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", "tfidf",
                                    "--val", str(tiny_world / "val"), "--reference", str(tiny_world / "train"),
                                    "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)

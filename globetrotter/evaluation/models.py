@@ -69,6 +69,19 @@ def baseline_spec(encoder) -> str | None:
     return None
 
 
+def current_checkpoint(spec: str) -> str | None:
+    """The resolved checkpoint folder ``spec`` loads now (a run folder: its best, else latest); None for a baseline
+    or a folder without a checkpoint."""
+    if is_baseline(spec):
+        return None
+    from globetrotter.training.checkpoint import resolve
+
+    try:
+        return str(resolve(spec).resolve())
+    except UserError:
+        return None
+
+
 def checkpoint_of(encoder) -> str | None:
     """The resolved checkpoint folder a loaded encoder's weights come from; ``None`` for a baseline."""
     checkpoint = getattr(encoder, "checkpoint", None)
