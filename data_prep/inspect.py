@@ -184,8 +184,9 @@ def _run(args: argparse.Namespace) -> int:
     for lang, count in info["languages"].items():
         print(f"  {lang:>5}  {count:>7}  {info['scripts'][lang]}")
     if args.check:
-        check_split_rule(args.split_dir)
-        print(f"split rule holds for '{info['split']}'")
+        rule = check_split_rule(args.split_dir)
+        print(f"split rule holds for '{info['split']}': {rule}" if rule else
+              f"no split rule for a '{info['split']}' split: nothing checked")
     shown: Counter = Counter()
     print("samples:")
     for m in read_captions(args.split_dir):

@@ -268,7 +268,7 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
                             meta = json.loads(entry["json"].decode("utf-8"))
                         except (json.JSONDecodeError, UnicodeDecodeError) as err:
                             raise UserError(f"{path}: sample '{key}' has malformed json ({err})") from None
-                        _check_meta(meta, path, key)
+                        check_meta(meta, path, key)
                         yield key, img_ext, entry[img_ext], meta
                         del pending[key]
                 if pending:
@@ -278,7 +278,7 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
             raise UserError(f"{path}: unreadable shard ({err})") from None
 
 
-def _check_meta(meta: object, path: str, key: str) -> None:
+def check_meta(meta: object, path: str, key: str) -> None:
     """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS`."""
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
@@ -340,18 +340,25 @@ def images_in_several_languages(metas: Iterable[dict]) -> dict[str, list[str]]:
     return {image: sorted(several[image]) for image in first_lang if image in several}  # in order of first appearance
 
 
-def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:
-    """Raise :class:`UserError` if a split breaks the rule for its kind.
+ONE_LANGUAGE_SPLITS = ("train", "val", "adapt")
+PARALLEL_SPLITS = ("test", "train-parallel")
 
-    ``train``/``val``: every ``image_id`` appears in exactly one language.
-    ``test``: every ``group`` has at least one caption in every language of the split
+
+def check_split_rule(split_dir: str | Path, kind: str | None = None) -> str | None:
+    """Raise :class:`UserError` if a split breaks the rule for its kind; return the rule checked (None: a kind
+    with no rule, nothing checked).
+
+    ``train``/``val``/``adapt``: every ``image_id`` appears in exactly one language.
+    ``test``/``train-parallel``: every ``group`` has at least one caption in every language of the split
     (sources with several captions per image and language keep them all; evaluations
     that need one per language take the first).
     """
     manifest = read_manifest(split_dir)
     kind = kind or manifest.get("split")
+    if kind not in ONE_LANGUAGE_SPLITS + PARALLEL_SPLITS:
+        return None
     metas = read_captions(split_dir)
-    if kind in ("train", "val"):
+    if kind in ONE_LANGUAGE_SPLITS:
         bad = images_in_several_languages(metas)
         if bad:
             first, langs = next(iter(bad.items()))
@@ -359,16 +366,18 @@ def check_split_rule(split_dir: str | Path, kind: str | None = None) -> None:
                 f"{split_dir}: {len(bad)} image(s) appear in more than one language in a {kind} split "
                 f"(e.g. {first!r}: {langs})"
             )
-    elif kind == "test":
+    else:
         languages = set(manifest["languages"])
         by_group: dict[str, Counter] = defaultdict(Counter)
         for m in metas:
             if m.get("group") is None:
-                raise UserError(f"{split_dir}: test sample '{m['key']}' has no group")
+                raise UserError(f"{split_dir}: {kind} sample '{m['key']}' has no group")
             by_group[m["group"]][m["lang"]] += 1
         for group, counts in by_group.items():
             if set(counts) != languages:
                 raise UserError(
-                    f"{split_dir}: test group {group!r} must have a caption in each of {sorted(languages)}, "
+                    f"{split_dir}: {kind} group {group!r} must have a caption in each of {sorted(languages)}, "
                     f"has {dict(counts)}"
                 )
+        return "every group captioned in every language"
+    return "one language per image"

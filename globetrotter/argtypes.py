@@ -17,6 +17,12 @@ def _integer_at_least(text: str, minimum: int, expected: str) -> int:
     return value
 
 
+def int_at_least(minimum: int, what: str = ""):
+    """argparse type: an integer >= ``minimum`` (``what`` says why, in the error)."""
+    expected = f"an integer >= {minimum}" + (f" ({what})" if what else "")
+    return lambda text: _integer_at_least(text, minimum, expected)
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (a count, a k), so 0 or -1 is a usage error, not a traceback."""
     return _integer_at_least(text, 1, "a positive integer")

@@ -84,6 +84,11 @@ class DataConfig:
         return self.device_source_size or 2 * self.image_size
 
     def validate(self) -> None:
+        from .tokenizer import MIN_VOCAB_SIZE
+
+        if self.vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(f"data.vocab_size={self.vocab_size}: expected at least {MIN_VOCAB_SIZE} (the 256 byte "
+                             f"symbols, the special tokens and a merge)")
         if self.val_split == self.test_split:
             raise ValueError(f"data.val_split={self.val_split!r} is also data.test_split: checkpoints are chosen on "
                              f"val, never on test")

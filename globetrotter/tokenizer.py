@@ -48,6 +48,10 @@ def _uncased_json() -> str:
     return json.dumps(json.loads(tok.to_str())["normalizer"], sort_keys=True)
 
 
+MIN_VOCAB_SIZE = 260
+"""The smallest vocabulary a BPE can learn anything in: the 256 byte symbols, the special tokens and one merge."""
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency: int = 2,
                     normalization: str = "none") -> Tokenizer:
     """Train a byte-level BPE tokenizer on ``texts`` with the special tokens pad, mask, sentence.
@@ -75,7 +79,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 30000, min_frequency
     tok.post_processor = processors.TemplateProcessing(
         single=f"{SENTENCE} $A", special_tokens=[(SENTENCE, sentence_id)]
     )
-    return tok
+    return literal_specials(tok)
 
 
 def normalization_of(tok: Tokenizer) -> str:
@@ -138,7 +142,7 @@ def extend_tokenizer(tok: Tokenizer, texts: list[str], vocab_size: int, known: I
         vocab[token] = len(vocab)
         merges.append(merge)
         added += 1
-    return Tokenizer.from_str(json.dumps(data)), added
+    return literal_specials(Tokenizer.from_str(json.dumps(data))), added
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -153,6 +157,13 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
     if missing:
         raise UserError(f"{path}: tokenizer lacks special tokens {missing}")
+    return literal_specials(tok)
+
+
+def literal_specials(tok: Tokenizer) -> Tokenizer:
+    """``tok`` encoding the text of a special token in a caption (``"a <pad> circle"``) as plain text, never as
+    the special id (a runtime setting: the tokenizer file does not keep it). Returns ``tok``."""
+    tok.encode_special_tokens = True
     return tok
 
 
@@ -181,13 +192,26 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     tmp.replace(path)
 
 
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (what a provenance record ties itself to)."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def save_tokenizer(tok: Tokenizer, path: str | Path, provenance: dict | None = None) -> Path:
-    """Write ``tokenizer.json`` atomically, and its ``provenance`` record (:func:`provenance_path`) when given."""
+    """Write ``tokenizer.json`` atomically, then its ``provenance`` record (:func:`provenance_path`) with the file's
+    sha256 (``tokenizer_sha256``: a record describes this file only). Without ``provenance`` a record left beside
+    ``path`` by an earlier file is removed: it would describe another tokenizer."""
     path = Path(path)
-    if provenance is not None:
-        _write_atomic(provenance_path(path), lambda tmp: tmp.write_text(
-            json.dumps(provenance, indent=2, ensure_ascii=False), encoding="utf-8"))
     _write_atomic(path, lambda tmp: tok.save(str(tmp)))
+    record = provenance_path(path)
+    if provenance is None:
+        record.unlink(missing_ok=True)
+        return path
+    provenance = {**provenance, "tokenizer_sha256": file_sha256(path)}
+    _write_atomic(record, lambda tmp: tmp.write_text(json.dumps(provenance, indent=2, ensure_ascii=False),
+                                                     encoding="utf-8"))
     return path
 
 

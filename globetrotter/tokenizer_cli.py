@@ -10,7 +10,9 @@ from pathlib import Path
 
 from data_prep.shards import read_manifest
 
-from .tokenizer import NORMALIZATIONS, default_file_name, train_tokenizer_on_split
+from .argtypes import int_at_least
+from .errors import UserError
+from .tokenizer import MIN_VOCAB_SIZE, NORMALIZATIONS, default_file_name, train_tokenizer_on_split
 
 
 def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
@@ -24,6 +26,8 @@ def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30
 
 def _run(args: argparse.Namespace) -> int:
     out = args.out or Path(args.split_dir).parent / default_file_name(args.normalization)  # where training looks
+    if Path(out).is_dir():
+        raise UserError(f"--out {out}: is a folder; expected the tokenizer file to write (e.g. {Path(out) / 'tokenizer.json'})")
     path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency, args.normalization)
     print(f"wrote {path}")
     return 0
@@ -43,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--normalization", choices=NORMALIZATIONS, default="none",
                    help="none: the text as written; uncased: lower case, Latin accents stripped and a space before each "
                    "caption, as data.tokenizer_normalization (default %(default)s)")
-    p.add_argument("--vocab-size", type=int, default=30000, help="BPE vocabulary size (paper: 30k; default %(default)s)")
+    p.add_argument("--vocab-size", type=int_at_least(MIN_VOCAB_SIZE, "256 bytes, the special tokens, a merge"),
+                   default=30000,
+                   help=f"BPE vocabulary size, at least {MIN_VOCAB_SIZE} (paper: 30k; default %(default)s)")
     p.add_argument("--min-frequency", type=int, default=2, help="minimum pair frequency for a merge (default %(default)s)")
     p.set_defaults(func=_run)

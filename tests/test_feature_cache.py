@@ -332,7 +332,8 @@ def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_e
     assert enc.encode_image([Image.new("RGB", (40, 30), (200, 10, 10))]).shape == (1, 16)
     # another view count: refused, one line, exit 2, naming the cache and the setting
     proc = subprocess.run([sys.executable, str(REPO / "train.py"), f"data.root={world}", f"output_dir={tmp_path}",
-                           f"data.tokenizer={tmp_path / 'tokenizer.json'}", "steps=1", "data.workers=0", "data.synth=null",
+                           f"data.tokenizer={tmp_path / 'tokenizer.json'}", "data.vocab_size=300", "steps=1",
+                           "data.workers=0", "data.synth=null",
                            "data.features=auto", "data.feature_views=3", "model.freeze_image_backbone=true",
                            f"model.image_pretrained={weights}",
                            "data.image_size=32", "model.image_backbone_args.channels=[8,16,16,16]",

@@ -129,3 +129,20 @@ def test_a_malformed_sample_is_a_one_line_error_naming_shard_and_key(tmp_path):
             with pytest.raises(UserError, match=re.escape(message)):
                 read_captions(tmp_path / name)
     assert [s.key for s in iter_samples(tmp_path / "badimg", decode_images=False)] == ["k0"]
+
+
+def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_is_none(tmp_path):
+    image = Image.new("RGB", (8, 8))
+
+    def split(name: str, rows: list[tuple[str, str, str | None]]):
+        with ShardWriter(tmp_path / name, split=name, source="t", image_format="png") as writer:
+            for i, (lang, image_id, group) in enumerate(rows):
+                writer.write(f"k{i}", image, f"caption {i}", lang, image_id=image_id, group=group)
+        return tmp_path / name
+
+    with pytest.raises(UserError, match="in more than one language in a adapt split"):
+        check_split_rule(split("adapt", [("zh", "a", None), ("ar", "a", None)]))
+    with pytest.raises(UserError, match="train-parallel group 'g1' must have a caption in each of"):
+        check_split_rule(split("train-parallel", [("en", "a", "g0"), ("de", "a", "g0"), ("en", "b", "g1")]))
+    assert check_split_rule(split("val", [("en", "a", None), ("de", "b", None)])) == "one language per image"
+    assert check_split_rule(split("extra", [("en", "a", None), ("de", "a", None)])) is None

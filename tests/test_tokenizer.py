@@ -1,6 +1,7 @@
 """The shared BPE tokenizer: exact round-trip on every script, special tokens, save/load."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -177,8 +178,99 @@ def test_a_run_without_parallel_text_refuses_parallel_training_data(tiny_world, 
         ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}"), log=lambda s: None)
     ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}", "data.train_split=train-parallel",
                          "loss.alpha_source=supervised"), log=lambda s: None)
-    provenance_path(path).unlink()  # no record: used, with a warning
+    provenance_path(path).unlink()  # no record: refused by a full run (nothing to check), used by the twin with a warning
+    with pytest.raises(UserError, match="records no provenance .* cannot check it saw none"):
+        ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}"), log=lambda s: None)
     said = []
-    ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}"), log=said.append)
+    ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer={path}", "data.train_split=train-parallel",
+                         "loss.alpha_source=supervised"), log=said.append)
     assert any("records no provenance" in line for line in said), said
     assert all(isinstance(line, str) for line in said)  # plain strings
+
+
+def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_path):
+    """The guard rails cannot be walked around: a tokenizer copied over a recorded one, a split rewritten since
+    (or another split), another vocabulary size, are refused; saving without a record removes a stale one."""
+    import shutil
+
+    from data_prep.shards import ShardWriter, iter_raw
+    from globetrotter.tokenizer import provenance_path, save_tokenizer, train_tokenizer
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    cfg = tiny_cfg(world, tmp_path)
+    ensure_data(cfg, log=lambda s: None)  # trains the tokenizer on train, with its record
+    path = Path(cfg.data.tokenizer)
+    record = json.loads(provenance_path(path).read_text(encoding="utf-8"))
+    assert record["tokenizer_sha256"] and record["splits"][0]["checksum"]
+    other = train_tokenizer(["ein Quadrat", "a square"] * 5, 300)
+    other.save(str(path))  # copied over, its clean record kept beside it
+    with pytest.raises(UserError, match="describes another tokenizer file"):
+        ensure_data(cfg, log=lambda s: None)
+    path.unlink()
+    ensure_data(cfg, log=lambda s: None)  # trained again
+    with pytest.raises(UserError, match="trained with vocab_size 300, but data.vocab_size is 299"):
+        ensure_data(tiny_cfg(world, tmp_path, "data.vocab_size=299"), log=lambda s: None)
+    rewritten = tmp_path / "rewritten"  # the train split written again with one caption fewer
+    rows = list(iter_raw(world / "train"))
+    with ShardWriter(rewritten, split="train", source="tiny", image_format="png") as writer:
+        for key, _ext, data, meta in rows[:-1]:
+            writer.write(key, data, meta["caption"], meta["lang"], meta["image_id"])
+    shutil.rmtree(world / "train")
+    shutil.copytree(rewritten, world / "train")
+    with pytest.raises(UserError, match="not on .*train as it is now .* rewritten since"):
+        ensure_data(cfg, log=lambda s: None)
+    save_tokenizer(other, path)
+    assert not provenance_path(path).exists(), "a record of the file it replaced"
+
+
+
+def test_a_damaged_shard_cannot_hide_parallel_captions_from_the_one_language_check(tiny_world, tmp_path):
+    """A shard whose last sample is malformed still has its readable samples checked (the loader trains on them):
+    the same train image captioned again in other languages before it is refused."""
+    import io
+    import shutil
+    import tarfile
+
+    from data_prep.shards import iter_metas, read_manifest
+    from globetrotter.training.prepare import check_one_language_split
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    train = world / "train"
+    first = next(iter(iter_metas(train)))
+    others = sorted({m["lang"] for m in iter_metas(train)} - {first["lang"]})
+    shard = train / "train-000099.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for i, lang in enumerate(others):  # the image of the first caption, in every other language: parallel text
+            add(f"par-{i}.json", json.dumps({"caption": f"caption {lang}", "lang": lang,
+                                             "image_id": first["image_id"]}).encode())
+            add(f"par-{i}.npy", b"")
+        add("zz-bad.json", b"{not json")  # one malformed sample last
+    manifest = read_manifest(train)
+    manifest["shards"].append(shard.name)
+    manifest["num_samples"] += len(others) + 1
+    (train / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(UserError, match=f"captioned in more than one language .*{first['image_id']}"):
+        check_one_language_split(tiny_cfg(world, tmp_path))
+
+
+def test_the_text_of_a_special_token_in_a_caption_is_plain_text(tmp_path):
+    """"a <pad> circle" is a caption, not padding: it encodes to no special id and decodes as written, from a
+    trained, a loaded and a grown tokenizer."""
+    from globetrotter.tokenizer import (extend_tokenizer, load_tokenizer, save_tokenizer, special_ids,
+                                        train_tokenizer)
+
+    trained = train_tokenizer(["a red circle", "ein roter Kreis"] * 5, 300)
+    loaded = load_tokenizer(save_tokenizer(trained, tmp_path / "tok.json"))
+    grown, _ = extend_tokenizer(loaded, ["κόκκινο τετράγωνο"] * 5, 300, ["a red circle"])
+    for tok in (trained, loaded, grown):
+        specials = set(special_ids(tok).values())
+        for text in ("a <pad> circle", "<mask> ein <s> Kreis"):
+            ids = tok.encode(text).ids
+            assert ids[0] == special_ids(tok)["sentence"] and not specials & set(ids[1:]), (text, ids)
+            assert tok.decode(ids) == text

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 import globetrotter
-from data_prep.shards import read_captions
+from data_prep.shards import images_by_language, read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.feature_batches import FeatureBatches
 from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, ensure_feature_cache, spec_from_config
 from globetrotter.data.pipeline import make_train_loader
 from globetrotter.data.subset import image_share_key, keeps_caption
 from globetrotter.encoder import build_model
-from globetrotter.tokenizer import encode_batch, load_tokenizer, save_tokenizer, special_ids, token_bytes, train_tokenizer
+from globetrotter.tokenizer import encode_batch, load_tokenizer, special_ids, token_bytes, train_tokenizer_on_split
 from globetrotter.training import token_init
 from globetrotter.training.adapt import load_adapt_config
 from globetrotter.training.prepare import train_captions
@@ -35,7 +35,7 @@ KEPT = ["en", "ja", "ru"]  # el is left out of training: the tiny world's train 
 def world(tmp_path_factory) -> Path:
     """Four languages in train (each image in one), the tokenizer learnt on all four, and the train cache."""
     root = make_tiny_world(tmp_path_factory.mktemp("four"), n_train=192, n_test=16)
-    save_tokenizer(train_tokenizer([m["caption"] for m in read_captions(root / "train")], 300), root / "tokenizer.json")
+    train_tokenizer_on_split(root / "train", root / "tokenizer.json", 300)  # with its provenance, as a run trains it
     return root
 
 
@@ -231,6 +231,13 @@ def test_match_images_of_keeps_exactly_as_many_images_per_language_as_the_named_
     assert {lang: len({m["image_id"] for m in kept if m["lang"] == lang}) for lang in per_language} == per_language
     ids = sorted({str(m["image_id"]) for m in read_captions(world / "test")}, key=image_share_key)
     assert {str(m["image_id"]) for m in kept} == set(ids[:32])  # the images of lowest key, as any share keeps
+    # on a one-language split (the full model's): as many images per language on average, not in all
+    one = with_matched_image_share(config(world, tmp_path / "runs", weights, "data.match_images_of=val",
+                                          "data.features=null"), log=lambda *_: None)
+    val_per_language = images_by_language(read_captions(world / "val"))
+    wanted = round(sum(map(len, val_per_language.values())) / len(val_per_language))
+    kept_one = images_by_language(train_captions(one))
+    assert sum(map(len, kept_one.values())) == wanted * len(kept_one) > wanted, (wanted, kept_one)
     with pytest.raises(globetrotter.errors.UserError, match=r"train_image_share=0.5 and data.match_images_of=train "
                                                             r"\(which gives 0\.\d+\): set one of them"):
         with_matched_image_share(twin("data.train_languages=[en,ja,ru]", "data.train_image_share=0.5"))

@@ -120,6 +120,22 @@ def test_a_resume_that_cannot_start_leaves_nothing_behind(tiny_world, tmp_path, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_a_resume_refuses_a_tokenizer_swapped_since(tiny_world, tmp_path):
+    """The tokenizer file replaced between a run and its resume (same vocabulary size, other merges): the same text
+    would map to other ids, so the resume is refused before anything is written."""
+    from globetrotter.tokenizer import read_provenance, save_tokenizer, train_tokenizer
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2")
+    train(cfg)
+    path = Path(cfg.data.tokenizer)
+    before = path.read_bytes()
+    record = read_provenance(path)  # a record that fits the new file: only the checkpoint's copy tells them apart
+    save_tokenizer(train_tokenizer(["κόκκινο τετράγωνο", "a red square"] * 20, 300), path, record)
+    assert path.read_bytes() != before
+    with pytest.raises(UserError, match="not the tokenizer step-00000002 was trained with"):
+        train(tiny_cfg(tiny_world, tmp_path, "steps=4"), resume="latest")
+
+
 def test_non_finite_loss_never_touches_the_weights(tiny_world, tmp_path, monkeypatch):
     from globetrotter.training import objective
 

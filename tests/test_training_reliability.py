@@ -30,11 +30,11 @@ from test_training import REPO, tiny_cfg  # tests/ is on sys.path (rootless conf
 
 
 def _tokenizer(world: Path, out: Path):
-    from data_prep.shards import read_captions
+    from globetrotter.tokenizer import train_tokenizer_on_split
 
     path = out / "tokenizer.json"
-    if not path.is_file():
-        save_tokenizer(train_tokenizer([m["caption"] for m in read_captions(world / "train")], 300), path)
+    if not path.is_file():  # with its provenance record, as a run trains it
+        train_tokenizer_on_split(world / "train", path, 300)
     return load_tokenizer(path)
 
 
@@ -248,3 +248,29 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, mo
     lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
     reason = "No space left on device" if failure == "save_state" else "Permission denied"
     assert len(lines) == 1 and reason in lines[0] and f"latest checkpoint kept: {ckpt.step_name(2)}" in lines[0]
+
+
+def test_pairs_batching_is_checked_before_streaming_and_a_sample_without_caption_is_a_bad_sample(tiny_world, tmp_path):
+    """Pairs on a split without translation groups, or with an odd batch, are refused at once (the stream would wait
+    for a pair forever); a sample whose json lacks its caption is skipped and counted, not a crash."""
+    tok = _tokenizer(tiny_world, tmp_path)
+    with pytest.raises(UserError, match="pairs needs groups captioned in two or more languages"):
+        make_train_loader(str(tiny_world / "train"), tok, 4, 16, None, workers=0, batching="pairs")
+    with pytest.raises(UserError, match="pairs needs an even batch size per process, got 3"):
+        make_train_loader(str(tiny_world / "test"), tok, 3, 16, None, workers=0, batching="pairs")
+    make_train_loader(str(tiny_world / "test"), tok, 4, 16, None, workers=0, batching="pairs")  # groups: fine
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    shard = sorted((world / "train").glob("*.tar"))[0]
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(shard, "w") as tar:
+        for member, data in members:
+            if member.name.endswith(".json") and members.index((member, data)) < 2:
+                data = json.dumps({k: v for k, v in json.loads(data).items() if k != "caption"}).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    loader = make_train_loader(str(world / "train"), tok, 4, 16, None, workers=0, max_bad=5)
+    batches = [batch for _, batch in zip(range(30), loader)]
+    assert sum(len(b["input_ids"]) for b in batches) == 120
+    assert [name for b in batches for name in b["stream/bad"]] == [f"{shard.name}/train-00000"]

@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_prep.config_io import save_config
+from data_prep.errors import UserError
 from data_prep.shards import ShardWriter, encode_image
 
 from .config import SynthConfig
@@ -164,6 +165,8 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> di
     """
     cfg.validate()
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: is a file; expected the folder the world is written into")
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     plans = plan_splits(cfg)

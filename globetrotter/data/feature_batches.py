@@ -93,6 +93,23 @@ def _encode(tokenizer: Tokenizer, captions: list[str], max_length: int,
     return ids, mask
 
 
+def pair_groups(groups: Sequence, langs: Sequence[str], split_dir) -> tuple[list[list[int]], list[list[int]]]:
+    """For ``data.batching: pairs``: the groups captioned in at least two languages (each a list of its (group,
+    language) slots) and each slot's captions (row indices); a one-line error when there is none (a split
+    without translation groups, or one language of them kept), on either path (pixels or cached features)."""
+    slots: dict[tuple[str, str], list[int]] = defaultdict(list)  # (group, language) -> its captions, in order
+    for i, (group, lang) in enumerate(zip(groups, langs)):
+        if group is not None:
+            slots[(str(group), lang)].append(i)
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for slot, (group, _) in enumerate(slots):
+        by_group[group].append(slot)
+    members = [v for v in by_group.values() if len(v) >= 2]
+    if not members:
+        raise UserError(f"{split_dir}: data.batching=pairs needs groups captioned in two or more languages (a parallel split)")
+    return members, list(slots.values())
+
+
 class FeatureBatches:
     """Endless batches of ``local_batch`` samples for process ``rank`` of ``world``, from step ``start_step`` on,
     of the captions of ``languages`` (``data.train_languages``; None: every language of the split) whose image is in
@@ -151,17 +168,8 @@ class FeatureBatches:
     def _groups(groups: list, langs: list[str], split_dir) -> tuple[tuple, tuple]:
         """The groups captioned in at least two languages, as two CSRs: group -> its (group, language) slots, and
         slot -> its captions (several where a group has more than one caption in a language)."""
-        slots: dict[tuple[str, str], list[int]] = defaultdict(list)  # (group, language) -> its captions, in order
-        for i, (group, lang) in enumerate(zip(groups, langs)):
-            if group is not None:
-                slots[(str(group), lang)].append(i)
-        by_group: dict[str, list[int]] = defaultdict(list)
-        for slot, (group, _) in enumerate(slots):
-            by_group[group].append(slot)
-        members = [v for v in by_group.values() if len(v) >= 2]
-        if not members:
-            raise UserError(f"{split_dir}: data.batching=pairs needs groups captioned in two or more languages (a parallel split)")
-        return _flat(members), _flat(list(slots.values()))
+        members, slots = pair_groups(groups, langs, split_dir)
+        return _flat(members), _flat(slots)
 
     def _epoch_order(self, n: int, first: int, size: int, salt: int) -> np.ndarray:
         """Items ``first .. first + size`` of the endless sequence of seeded per-epoch permutations of ``range(n)``."""

@@ -141,6 +141,8 @@ def make_train_loader(
     only the samples captioned in them are read (None: all); ``image_share`` (``data.train_image_share``): only
     those of the images in that share (:mod:`.subset`).
     """
+    if batching == "pairs":
+        _check_pairs(split_dir, local_batch, languages, image_share)
     order = partial(random_order if batching == "random" else pairs_order, buffer=shuffle_buffer)
     if languages is not None or image_share < 1:
         order = partial(only_kept, order=order, languages=None if languages is None else frozenset(languages),
@@ -151,6 +153,20 @@ def make_train_loader(
     # the loader's own generator: creating its iterator must not draw from the global RNG (exact resume)
     return wds.WebLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0,
                          prefetch_factor=4 if workers > 0 else None, generator=torch.Generator().manual_seed(seed))
+
+
+def _check_pairs(split_dir: str, local_batch: int, languages: Sequence[str] | None, image_share: float) -> None:
+    """What ``batching="pairs"`` needs, checked before streaming (else the stream would wait for a pair forever):
+    an even batch (pairs never straddle two), and translation groups among the captions training reads."""
+    from data_prep.shards import read_captions
+
+    from .feature_batches import pair_groups
+
+    if local_batch % 2:
+        raise UserError(f"data.batching=pairs needs an even batch size per process, got {local_batch}")
+    keep = None if languages is None else frozenset(languages)
+    metas = [m for m in read_captions(split_dir) if keeps_caption(m, keep, image_share)]
+    pair_groups([m.get("group") for m in metas], [m["lang"] for m in metas], split_dir)
 
 
 def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int, rank: int = 0,

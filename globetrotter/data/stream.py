@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import webdataset as wds
 
+from data_prep.shards import check_meta
+
 from ..errors import UserError
 from .views import decode_rgb
 
@@ -155,6 +157,7 @@ def _with_meta(samples: Iterator[dict], bad: BadSamples) -> Iterator[dict]:
             if "json" not in sample:
                 raise ValueError("no .json (an incomplete sample: truncated shard?)")
             sample["meta"] = json.loads(sample["json"])
+            check_meta(sample["meta"], sample.get("__url__", "?"), sample.get("__key__", "?"))  # caption, lang, id
         except Exception as exn:  # noqa: BLE001 - a missing or malformed json is bad data, not a bug
             if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                 return

@@ -5,12 +5,15 @@ image is kept when a hash of its id, read as a number in [0, 1), falls below the
 are nested (every image of share 0.25 is in share 0.5) and the same for every run, seed and data
 path (the streamed loader, the feature cache, the image-pivot start), and on a split where each image
 is captioned in one language they keep about that share of every language's images.
-:func:`matching_share` gives the share that keeps an exact number of images (``data.match_images_of``).
+:func:`matching_share` gives the share that keeps an exact number of (image, language) slots
+(``data.match_images_of``).
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Collection, Iterable
+from typing import Collection, Mapping
+
+import numpy as np
 
 
 def image_share_key(image_id: object) -> float:
@@ -27,12 +30,17 @@ def keeps_caption(meta: dict, languages: Collection[str] | None = None, image_sh
     return image_share >= 1.0 or image_share_key(meta["image_id"]) < image_share
 
 
-def matching_share(image_ids: Iterable[object], count: int) -> float:
-    """The image share that keeps exactly ``count`` of the distinct ``image_ids`` (1.0 when ``count`` reaches their
-    number): half-way between the hash key of the ``count``-th image, in key order, and the next one's."""
+def matching_share(image_slots: Mapping[object, int], count: int) -> float:
+    """The image share that keeps ``count`` (image, language) slots of the images ``image_slots`` maps to their
+    number of training languages (1.0 when ``count`` reaches them all): half-way between the hash key of the image
+    that fills the ``count``-th slot, in key order, and the next one's. On a parallel split (every image in every
+    one of L languages) ``count = n · L`` keeps n images; on a one-language split it keeps about n per language."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    keys = sorted(image_share_key(i) for i in {str(i) for i in image_ids})
-    if count >= len(keys):
+    ordered = sorted((image_share_key(i), n) for i, n in {str(i): n for i, n in image_slots.items()}.items())
+    keys = [k for k, _ in ordered]
+    filled = np.cumsum([n for _, n in ordered])
+    last = int(np.searchsorted(filled, count))  # the first image whose slots reach count
+    if last >= len(keys) - 1:
         return 1.0
-    return (keys[count - 1] + keys[count]) / 2.0
+    return (keys[last] + keys[last + 1]) / 2.0

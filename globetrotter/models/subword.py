@@ -4,7 +4,10 @@ over the shared BPE vocabulary).
 A token's input vector is ``E[t] + Σ_g C[t, g] · G[g]``: its own row ``E[t]`` and the rows ``G[g]`` of the
 character n-grams of its string, weighted by ``C`` (TF-IDF over the vocabulary: sublinear tf, smooth idf, each
 token's weights L2-normalised; scikit-learn's ``TfidfVectorizer``). The byte-level BPE marks a word start with
-``Ġ``; it becomes ``<`` so that "Ġchien" and "chien" share every n-gram but the word-start ones.
+``Ġ``; it becomes ``<`` so that "Ġchien" and "chien" share every n-gram but the word-start ones. The strings are the
+tokens as the byte-level BPE writes them, one symbol per UTF-8 byte: in Latin script an n-gram of symbols is one of
+characters, but a Cyrillic or Greek character is two symbols and a CJK one three, so there the n-grams are of bytes
+(and the shared lead bytes of a script are n-grams of their own).
 
 Why: a token's row is learnt only from the captions that hold it. With a few hundred captions per language
 (Flickr8k's fr and cs), an inflected or rare form ("chiens", "psa", "fahrrad") is seen a handful of times, while

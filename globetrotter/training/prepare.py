@@ -11,8 +11,10 @@ from ..config import IMPORTED_BACKBONE, TrainConfig
 from ..errors import UserError
 from ..tokenizer import (
     default_file_name,
+    file_sha256,
     load_tokenizer,
     normalization_of,
+    provenance_path,
     read_provenance,
     shows_parallel_text,
     train_tokenizer_on_split,
@@ -35,20 +37,45 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
     ``data.tokenizer_normalization`` asks for (never a silent reuse), or, for a run without parallel text (any
     ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
     show an image in more than one language: such a BPE carries translation pairs into the model. A file with no
-    provenance record (made before they existed) is used with a warning."""
+    provenance record is refused for a run without parallel text (its origin cannot be checked) and used with a
+    warning by a supervised one. The record must describe this very file (its ``tokenizer_sha256``: not a record
+    left beside a file copied over it), the split it names must still be ``data.tokenizer_split`` as it was (its
+    checksum: not a split rewritten since, nor another split or data root), and its vocabulary size must be
+    ``data.vocab_size`` (the saved config names the size the run uses)."""
     found = normalization_of(load_tokenizer(path))
+    again = f"delete it (and {provenance_path(path).name}) to train it again with the run"
     if found != cfg.data.tokenizer_normalization:
         raise UserError(f"{path}: tokenizer made with normalization {found}, but data.tokenizer_normalization is "
                         f"{cfg.data.tokenizer_normalization}; point data.tokenizer elsewhere or delete the file to "
                         f"train a new one")
     provenance = read_provenance(path)
+    split_dir = Path(cfg.data.root) / cfg.data.tokenizer_split
     if provenance is None:
-        log(f"warning: {path} records no provenance (the split it was trained on); delete it to train it again "
-            f"on {Path(cfg.data.root) / cfg.data.tokenizer_split} with a record")
-    elif cfg.loss.alpha_source != "supervised" and shows_parallel_text(provenance):
+        if cfg.loss.alpha_source != "supervised":
+            raise UserError(f"{path}: the tokenizer records no provenance (the split it was trained on), so a run "
+                            f"without parallel text cannot check it saw none; {again} on {split_dir}")
+        log(f"warning: {path} records no provenance (the split it was trained on); {again} on {split_dir}")
+        return
+    recorded = provenance.get("tokenizer_sha256")
+    if recorded is not None and recorded != file_sha256(path):
+        raise UserError(f"{path}: its provenance record {provenance_path(path).name} describes another tokenizer file "
+                        f"(sha256 {recorded[:12]}, this one {file_sha256(path)[:12]}: copied over?); {again}")
+    if cfg.loss.alpha_source != "supervised" and shows_parallel_text(provenance):
         split = next(s for s in provenance["splits"] if s.get("images_in_several_languages", 0) > 0)
         raise UserError(f"{path}: tokenizer trained on {split['path']}, which captions images in several languages; "
                         f"a run without parallel text needs one trained on a one-language split (data.tokenizer_split)")
+    manifest = read_manifest(split_dir)
+    now = {manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum")} - {None}
+    trained_on = [s["checksum"] for s in provenance.get("splits", []) if s.get("checksum")]
+    if now and trained_on and not now & set(trained_on):
+        where = ", ".join(str(s.get("path")) for s in provenance["splits"])
+        raise UserError(f"{path}: tokenizer trained on {where} (checksum {str(trained_on[0])[:12]}), not on "
+                        f"{split_dir} as it is now (checksum {sorted(now)[0][:12]}): another split, or one rewritten "
+                        f"since; {again}")
+    size = provenance.get("vocab_size")
+    if size is not None and size != cfg.data.vocab_size:
+        raise UserError(f"{path}: tokenizer trained with vocab_size {size}, but data.vocab_size is "
+                        f"{cfg.data.vocab_size}; set data.vocab_size={size} or {again}")
 
 
 def check_one_language_split(cfg: TrainConfig) -> None:
@@ -93,8 +120,9 @@ def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict
     else:
         metas = []
         for shard in shard_paths(split):
-            try:
-                metas += [dict(meta, key=key) for key, _, _, meta in iter_raw(split, [shard])]
+            try:  # the samples before a bad one are read (the loader trains on them), the rest skipped
+                for key, _, _, meta in iter_raw(split, [shard]):
+                    metas.append(dict(meta, key=key))
             except UserError:
                 continue
     if cfg.data.train_languages is None and cfg.data.train_image_share >= 1:
@@ -127,8 +155,12 @@ def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
                         f"{','.join(missing)} (its languages: {','.join(sorted(per_language))})")
     count = round(sum(len(per_language[lang]) for lang in langs) / len(langs))
     whole = replace(cfg, data=replace(cfg.data, train_image_share=1.0))
-    images = {str(m["image_id"]) for m in train_captions(whole)}
-    share = matching_share(images, count)
+    languages_of: dict[str, set] = {}
+    for m in train_captions(whole):
+        languages_of.setdefault(str(m["image_id"]), set()).add(m["lang"])
+    images = set(languages_of)
+    # count images in each of the L languages: count x L (image, language) slots, whatever the split's layout
+    share = matching_share({i: len(v) for i, v in languages_of.items()}, count * len(langs))
     given = cfg.data.train_image_share
     if given < 1 and abs(given - share) > 1e-12:
         raise UserError(f"data.train_image_share={given} and data.match_images_of={cfg.data.match_images_of} "

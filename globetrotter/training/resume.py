@@ -36,6 +36,17 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def refuse_changed_tokenizer(source: Path, tokenizer: Path) -> None:
+    """One-line error when the tokenizer file a resumed run would load is not the one checkpoint ``source`` was
+    trained with (its copy beside the checkpoint): the same text would map to other token ids."""
+    saved = Path(source) / "tokenizer.json"
+    if not saved.is_file() or not Path(tokenizer).is_file():
+        return
+    if saved.read_bytes() != Path(tokenizer).read_bytes():
+        raise UserError(f"{tokenizer}: not the tokenizer {source.name} was trained with ({saved}); a resumed run keeps "
+                        f"its tokenizer: put that file back, or start a new run")
+
+
 def refuse_changed_config(source: Path, cfg) -> None:
     """One-line error when ``cfg`` differs from the config checkpoint ``source`` was trained with in a key other than
     :data:`RUN_KEYS`: the resumed run would no longer be the run it continues."""

@@ -34,7 +34,8 @@ from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share, with_text_languages
-from .resume import mask_seed, refuse_changed_config, refuse_finished, refuse_used_folder, resume_position
+from .resume import (mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
+                     refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision
@@ -110,6 +111,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         cfg = with_imported_dim(cfg)  # imported embeddings' width, saved with every checkpoint
         if source is not None:
             refuse_changed_config(source, cfg)  # before the run folder's config.yaml is rewritten
+            refuse_changed_tokenizer(source, tokenizer_path(cfg))
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()

@@ -125,7 +125,7 @@ def train_adapter(
             image_rows = caption_image[idx]
             loss = loss_fn(adapter(text_features[idx]), image_features[image_rows], image_rows)
             if not torch.isfinite(loss):  # diverged: nothing after this step could be kept
-                raise UserError(f"train: the {config.loss.name} loss is {float(loss)} at epoch {epoch + 1}, step "
+                raise UserError(f"train: the {config.loss.name} loss is {float(loss.detach())} at epoch {epoch + 1}, step "
                                 f"{step + 1}; lower optim.lr (now {opt.lr:g})")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

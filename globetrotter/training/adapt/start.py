@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from ...config import AdaptConfig, TrainConfig, load_train_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ...errors import UserError
-from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer
+from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer, special_ids, token_bytes
 from .. import checkpoint as ckpt
 from ..prepare import train_captions, train_languages
 from . import split
@@ -65,6 +65,32 @@ def known_captions(cfg: TrainConfig, start: TrainConfig) -> list[dict]:
     if start.adapt.from_run:
         known += split.new_captions(start)
     return known
+
+
+def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: int) -> tuple[list[int], int]:
+    """The token rows of the grown ``tokenizer`` that ``adapt.train: new-tokens`` trains, and how many of them
+    were appended: the appended tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's
+    captions hold and no old training caption does, single bytes excepted. A shared BPE learnt on every language
+    of a split of which the run trained on some (``data.train_languages``) already holds the left-out language's
+    tokens: no caption the run read held them, so training them changes no old training caption's encoding.
+    No row at all: a one-line error (checked before the run folder is written, :func:`.start.write_tokenizer`)."""
+    vocab_size = tokenizer.get_vocab_size()
+
+    def held(texts: list[str]) -> set[int]:
+        return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
+
+    new = held([m["caption"] for m in split.new_captions(cfg)])
+    old = held([m["caption"] for m in known_captions(cfg, start_cfg)])
+    # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
+    # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
+    unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
+                    if i < n_old and len(token_bytes(tokenizer.id_to_token(i))) > 1)
+    rows = unused + list(range(n_old, vocab_size))
+    if not rows:
+        raise UserError(f"adapt.train=new-tokens: no token to train for {cfg.adapt.language}: none was appended "
+                        f"(its script is the old languages', or adapt.vocab_size=0) and every token of its captions "
+                        f"occurs in the old training captions; use adapt.train=text")
+    return rows, vocab_size - n_old
 
 
 def trained_languages(start: TrainConfig) -> list[str]:
@@ -138,8 +164,6 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
         log(f"adapt: vocabulary {before} + {added} {a.language} tokens (BPE of {a.vocab_size} on its "
             f"{len(new)} captions, less what the old captions contain)")
     if a.train == "new-tokens":  # no token to train: refused before the run folder is written
-        from .weights import rows_to_train
-
         rows_to_train(tokenizer, cfg, load_train_config(source / "config.yaml"), n_old)
     base = read_provenance(source / "tokenizer.json")
     save_tokenizer(tokenizer, cfg.data.tokenizer, {

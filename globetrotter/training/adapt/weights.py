@@ -9,12 +9,10 @@ import torch
 
 from ...config import TrainConfig
 from ...encoder import Encoder
-from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
-from ...tokenizer import load_tokenizer, special_ids, token_bytes
-from . import split
-from .start import known_captions
+from ...tokenizer import load_tokenizer, special_ids
+from .start import rows_to_train
 
 
 def _grow_rows(old: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
@@ -71,32 +69,6 @@ def _grow_subword(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, st
     grown[: old_rows.shape[0]] = old_rows
     state.update({f"text.subword.{k}": v for k, v in model.text.subword.state_dict().items()})
     state["text.subword.ngram_embedding.weight"] = grown
-
-
-def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: int) -> tuple[list[int], int]:
-    """The token rows of the grown ``tokenizer`` that ``adapt.train: new-tokens`` trains, and how many of them
-    were appended: the appended tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's
-    captions hold and no old training caption does, single bytes excepted. A shared BPE learnt on every language
-    of a split of which the run trained on some (``data.train_languages``) already holds the left-out language's
-    tokens: no caption the run read held them, so training them changes no old training caption's encoding.
-    No row at all: a one-line error (checked before the run folder is written, :func:`.start.write_tokenizer`)."""
-    vocab_size = tokenizer.get_vocab_size()
-
-    def held(texts: list[str]) -> set[int]:
-        return {i for e in tokenizer.encode_batch(texts) for i in e.ids}
-
-    new = held([m["caption"] for m in split.new_captions(cfg)])
-    old = held([m["caption"] for m in known_captions(cfg, start_cfg)])
-    # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
-    # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
-    unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
-                    if i < n_old and len(token_bytes(tokenizer.id_to_token(i))) > 1)
-    rows = unused + list(range(n_old, vocab_size))
-    if not rows:
-        raise UserError(f"adapt.train=new-tokens: no token to train for {cfg.adapt.language}: none was appended "
-                        f"(its script is the old languages', or adapt.vocab_size=0) and every token of its captions "
-                        f"occurs in the old training captions; use adapt.train=text")
-    return rows, vocab_size - n_old
 
 
 def _train_new_tokens_only(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, n_old: int,
