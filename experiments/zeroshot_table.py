@@ -117,6 +117,14 @@ def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argpa
             "best_epoch": trained["history"]["best_epoch"], "train_s": trained["history"]["train_s"], "test": test}
 
 
+def measured_on(args: argparse.Namespace) -> dict:
+    """What a row's figures depend on besides its config and seed: the splits (or the bundle) and the languages."""
+    if args.bundle:
+        return {"bundle": str(Path(args.bundle).resolve()), "langs": list(args.langs)}
+    return {**{name: str(Path(getattr(args, name)).resolve()) for name in ("train", "val", "test")},
+            "langs": list(args.langs)}
+
+
 def table(records: list[dict], langs: list[str]) -> str:
     key = "image_retrieval_recall@10"
     lines = ["| row | val en R@10 | " + " | ".join(f"{lang} R@10" for lang in langs) + " | median rank (en) |",
@@ -164,14 +172,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
+    inputs = measured_on(args)
     for label in labels:
         for seed in args.seeds:
             path = out / f"{slug(label)}-s{seed}.json"
-            if path.is_file():
-                records.append(json.loads(path.read_text()))
+            if path.is_file():  # reused only when measured on the same splits and languages
+                record = json.loads(path.read_text())
+                if record.get("inputs") != inputs:
+                    print(f"error: {path} was measured on {record.get('inputs')}, not {inputs}: delete it or use "
+                          f"another --out", file=sys.stderr)
+                    return 2
+                records.append(record)
                 continue
             start = time.perf_counter()
-            record = measure(label, seed, splits, args)
+            record = {**measure(label, seed, splits, args), "inputs": inputs}
             path.write_text(json.dumps(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "

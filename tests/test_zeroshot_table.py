@@ -55,3 +55,8 @@ def test_bundle_round_trip_and_one_row(tmp_path):
     assert one["n_captions"] == 60 and one["n_images"] == 60
     table = (tmp_path / "out" / "table.md").read_text()
     assert table.count("\n| tiny") == 2
+    # the records are reused when the table is asked again, and refused when measured on other languages
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en,de", "--seeds", "0", "--device", "cpu",
+                   "--out", str(tmp_path / "out")]) == 0
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en", "--seeds", "0", "--device", "cpu",
+                   "--out", str(tmp_path / "out")]) == 2
