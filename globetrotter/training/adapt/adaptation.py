@@ -9,10 +9,11 @@ import torch
 from ...config import TrainConfig
 from ...encoder import Encoder, load
 from ...models import GlobetrotterModel
+from ..prepare import train_languages
 from . import bank
 from .objective import AdaptationObjective
 from .report import translation
-from .start import starting_checkpoint, trained_languages
+from .start import start_train_config, starting_checkpoint, trained_languages
 from .weights import load_start
 
 
@@ -45,7 +46,8 @@ class Adaptation:
         self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main, log=self.log)
         self.log(f"adapt: {len(self.features.ids)} {a.language} captions, "
                  f"{a.epochs if a.epochs is not None else '-'} epoch(s) = {cfg.steps} steps of {cfg.batch_size}; "
-                 f"bank of {len(self.features.bank_truth)} old-language captions ({','.join(self.old_languages)}), "
+                 f"bank of {len(self.features.bank_truth)} old-language train captions "
+                 f"({','.join(train_languages(start_train_config(cfg, self.start.cfg)))}), "
                  f"{self.old_batch} beside each batch")
         self.before = translation(cfg, self.old_languages, self.start) if main else None
         self.start.model.cpu()
