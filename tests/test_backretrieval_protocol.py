@@ -133,6 +133,11 @@ def test_evaluate_pairs_on_a_parallel_split_is_non_matching_and_has_xlr():
         assert res["pairs"][p]["xlr@10"] < 0.3 and res["pairs"][p]["bkr@10"] < res["pairs"]["de->en"]["bkr@10"]
     again = evaluate_pairs(emb, langs, feats, ids, ks=(1, 10), groups=groups, max_per_lang=80, seed=0)
     assert again["pairs"] == res["pairs"]
+    # uncapped, each of the 200 images every language captions is on one side of a pair only, half to each
+    # (a matching split would keep all 200 on both sides)
+    whole = evaluate_pairs(emb, langs, feats, ids, ks=(10,), groups=groups, seed=0, with_corr=False)
+    for name, entry in whole["pairs"].items():
+        assert (entry["n_src"], entry["n_tgt"]) == (100, 100) and entry["n_xlr"] == 200, name
 
 
 def test_non_matching_sides_share_no_image():
