@@ -31,6 +31,18 @@ def test_hand_computed_recall_both_directions():
     assert res["text_retrieval_recall@1"] == 1.0
 
 
+def test_hand_computed_image_to_text_misses_over_the_images_with_a_caption():
+    images = np.eye(4, dtype=np.float32)  # image 3 has no caption: it is no image->text query
+    text = np.array([[1, 0, 0, 0], [0, 0.6, 0.8, 0], [0, 0.7, np.sqrt(0.51), 0]], dtype=np.float32)
+    res = retrieval_recall(text, images, np.array([0, 1, 2]), ks=(1, 2))
+    # image 1: caption 2 (0.7) before its own caption 1 (0.6); image 2: caption 1 (0.8) before caption 2 (0.71)
+    assert res["text_retrieval_recall@1"] == pytest.approx(1 / 3)
+    assert res["text_retrieval_recall@2"] == 1.0
+    # caption 1 finds image 2 first (0.8 > 0.6); captions 0 and 2 their own images
+    assert res["image_retrieval_recall@1"] == pytest.approx(2 / 3) and res["image_retrieval_recall@2"] == 1.0
+    assert res["chance_image_retrieval_recall@1"] == pytest.approx(1 / 4)
+
+
 def test_random_embeddings_are_near_chance_and_per_language_means():
     rng = np.random.default_rng(1)
     images = rng.normal(size=(200, 32))
