@@ -745,6 +745,9 @@ def test_per_query_scores_weigh_each_language_once():
     scores = per_query_scores(hits, langs)
     en, fr = np.mean([1 / 3, 2 / 3]), np.mean([1.0, 0.5])  # per language, the mean over K
     assert scores.mean() == pytest.approx((en + fr) / 2)
+    # query by query (the bootstrap of `select` resamples these): mean over K, times N / (L * its language's queries)
+    # -- the 3 en queries come first, 5 / 6 each, then the 2 fr ones, 5 / 4 each
+    np.testing.assert_allclose(scores, [1.0 * 5 / 6, 0.5 * 5 / 6, 0.0, 1.0 * 5 / 4, 0.5 * 5 / 4])
 
 
 def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, tmp_path, monkeypatch):
