@@ -162,6 +162,12 @@ def test_cross_modal_head_reads_the_pooling_the_config_names(pooling):
     other = model.text_head_x(mean if pooling == "sentence" else sentence)
     torch.testing.assert_close(out["text_x"], expected)
     assert not torch.allclose(out["text_x"], other)
+    # the padded positions hold real token ids: the same captions cut to their 6 tokens, with no padding at all, give
+    # the same features (attention and pooling both ignore padding; `expected` above shares the model's own path)
+    with torch.no_grad():
+        unpadded = model(b["input_ids"][:, :6], mask[:, :6])
+    for head in ("text_x", "text_t"):
+        torch.testing.assert_close(out[head], unpadded[head], atol=1e-5, rtol=1e-5)
 
 
 def embedded(model, ids: torch.Tensor) -> torch.Tensor:
