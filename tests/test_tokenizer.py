@@ -41,9 +41,12 @@ def test_special_ids_and_padding(tok):
     ids = special_ids(tok)
     assert ids == {"pad": 0, "mask": 1, "sentence": 2}
     batch, mask = encode_batch(tok, ["a", CAPTIONS[3]], max_length=8)
-    assert len(batch[0]) == len(batch[1]) <= 8
-    assert batch[0][sum(mask[0]):] == [ids["pad"]] * (len(batch[0]) - sum(mask[0]))
-    assert sum(mask[1]) == 8  # truncated to max_length
+    short, long = tok.encode("a").ids, tok.encode(CAPTIONS[3]).ids
+    assert len(short) < 8 < len(long)  # one caption to pad, one to truncate
+    # the short caption: its ids, then padding that the mask marks as such; the long one: its first 8 ids, all real
+    assert batch[0] == short + [ids["pad"]] * (8 - len(short))
+    assert mask[0] == [1] * len(short) + [0] * (8 - len(short))
+    assert batch[1] == long[:8] and mask[1] == [1] * 8  # truncated to max_length
 
 
 def test_save_load(tok, tmp_path):
