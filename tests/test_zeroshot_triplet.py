@@ -74,7 +74,13 @@ def test_siamese_adapter_shares_weights_and_concatenates():
     x = torch.randn(3, 8)
     x_t, x_b = model(x, x)
     torch.testing.assert_close(x_t, x_b)  # one tower for both
-    assert model.represent(x, x * 2).shape == (3, 8) and (x_t >= 0).all()
+    assert (x_t >= 0).all()
+    # a document is concat(x_t, x_b) of its own title and body, also when represented in batches of 2
+    title, body = torch.randn(5, 8), torch.randn(5, 8)
+    represented = model.represent(title, body, batch_size=2)
+    with torch.no_grad():
+        torch.testing.assert_close(represented, torch.cat([model.tower(title), model.tower(body)], dim=1))
+    assert model.training, "represent puts the model back in training mode"
 
 
 def _topic_embeddings(n_docs: int, n_langs: int, dim: int = 16, shift: float = 1.5, seed: int = 0, noise: float = 0.3):
