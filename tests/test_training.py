@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,14 @@ def test_resume_latest_restores_step_schedule_and_weights(tiny_world, tmp_path):
     opt_b = torch.load(root / "step-00000006" / "optimizer.bin", weights_only=False)
     assert opt_a["state"][0]["step"] == opt_b["state"][0]["step"] == 6  # 3 restored + 3 more, not 3 fresh
     assert opt_a["param_groups"][0]["lr"] == pytest.approx(opt_b["param_groups"][0]["lr"])  # schedule resumed
+    # ... and it is the documented one (linear warm-up over optim.warmup_steps=2, then a cosine to min_lr_ratio 0 at
+    # the last step): at step 3, 1 of the 4 cosine steps is done; at step 6 the rate is 0. A constant rate would
+    # pass the equality above.
+    assert (full.optim.warmup_steps, full.optim.min_lr_ratio) == (2, 0.0)
+    opt_3 = torch.load(ckpt.checkpoint_root(full.run_dir) / "step-00000003" / "optimizer.bin", weights_only=False)
+    at_3 = full.optim.lr * 0.5 * (1 + math.cos(math.pi * (3 - 2) / (6 - 2)))
+    assert [g["lr"] for g in opt_3["param_groups"]] == pytest.approx([at_3] * len(opt_3["param_groups"]))
+    assert [g["lr"] for g in opt_b["param_groups"]] == pytest.approx([0.0] * len(opt_b["param_groups"]), abs=1e-12)
     resumed = globetrotter.load(root / "step-00000006").model.state_dict()
     moved = [k for k in at3 if not torch.equal(at3[k], resumed[k])]
     assert moved, "training continued from the restored weights"
