@@ -90,9 +90,12 @@ def test_m3l_gradient_pulls_anchor_to_positive_and_away_from_negative_text():
     assert step[1] > 0  # away from the negative text (-y)
 
 
-def test_typical_squared_distance_of_two_points():
+def test_typical_squared_distance_is_the_mean_over_pairs_of_different_images():
     # the only pair of different images: squared distance 25
     assert typical_squared_distance(t([0.0, 0.0], [3.0, 4.0])) == pytest.approx(25.0)
+    # three images: pairs at 25, 1 and 18, whose mean (not the max, the median or a mean that counts each image's
+    # distance 0 to itself) is the typical distance
+    assert typical_squared_distance(t([0.0, 0.0], [3.0, 4.0], [0.0, 1.0])) == pytest.approx(44 / 3)
 
 
 def test_random_negatives_never_pick_the_row_or_its_image():
@@ -100,10 +103,14 @@ def test_random_negatives_never_pick_the_row_or_its_image():
 
     torch.manual_seed(0)
     ids = torch.tensor([0, 0, 1, 2, 3, 3])
+    drawn = []
     for _ in range(20):
         index, valid = random_negatives(6, ids)
         assert (index != torch.arange(6)).all()
         assert torch.equal(valid, ids[index] != ids)
+        drawn.append(index)
+    # random, not a fixed other row: over 20 draws each row meets at least 3 of its 5 others (P(fewer) < 1e-6)
+    assert all(len(set(column.tolist())) >= 3 for column in torch.stack(drawn).T)
     index, valid = random_negatives(2)  # two rows, no ids: each the other's negative
     assert index.tolist() == [1, 0] and valid.all()
 
