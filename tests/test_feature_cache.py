@@ -190,9 +190,26 @@ def test_batches_are_a_function_of_the_step_and_split_over_processes(tiny_world,
     # one epoch of random batches visits every caption once
     seen = np.concatenate([one.global_indices(s) for s in range(len(one.ids) // 16)])
     assert len(set(seen.tolist())) == len(seen)
-    # the two views of a sample are different cached views of its image
-    batch = one.batch(0)
-    assert not torch.equal(batch["view1"], batch["view2"])
+    # the two views of a sample are two different augmented views (1..views) of its own image, never the whole image
+    # (view 0, what encode_image sees), and every augmented view is drawn. The tiny world's plain squares often give
+    # equal views, so the cache here is planted: each image's rows random and distinct, as a photo's would be.
+    from globetrotter.data.feature_cache import FeatureCache
+
+    metas = read_captions(tiny_world / "train")
+    ids = sorted({m["image_id"] for m in metas})
+    planted = FeatureCache(Path("planted"), np.random.default_rng(0).normal(size=(len(ids), 4, 8)).astype(np.float16),
+                           {i: r for r, i in enumerate(ids)}, small_spec(views=3))
+    stream = FeatureBatches(tiny_world / "train", planted, tokenizer, 16, 16, seed=3)
+    drawn = set()
+    for step in range(4):
+        batch = stream.batch(step)
+        for caption, v1, v2 in zip(stream.global_indices(step), batch["view1"], batch["view2"]):
+            own = planted.features[ids.index(metas[caption]["image_id"])].astype(np.float32)  # [1 + views, 8]
+            (a,) = [v for v in range(4) if np.array_equal(own[v], v1.numpy())]
+            (b,) = [v for v in range(4) if np.array_equal(own[v], v2.numpy())]
+            assert a != b and 0 not in (a, b), (a, b)
+            drawn |= {a, b}
+    assert drawn == {1, 2, 3}
 
 
 def test_neighbour_batches_pair_each_anchor_with_a_visual_neighbour_in_another_language(tiny_world, tokenizer):
