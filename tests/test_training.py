@@ -158,9 +158,23 @@ def test_non_finite_loss_never_touches_the_weights(tiny_world, tmp_path, monkeyp
     train(cfg)
     before = globetrotter.load(cfg.run_dir).model.state_dict()
     monkeypatch.setattr(objective.GlobetrotterObjective, "forward", nan_forward)
+    # the weights and running statistics each step of the resumed run starts from, in memory (no checkpoint follows
+    # a NaN step, so the saved ones cannot show an update made with a NaN loss, nor BatchNorm statistics it moved)
+    from globetrotter.models.globetrotter import GlobetrotterModel
+
+    real_model_forward, seen = GlobetrotterModel.forward, []
+
+    def recording_forward(self, *args, **kwargs):
+        seen.append({k: v.detach().clone() for k, v in self.state_dict().items()})
+        return real_model_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(GlobetrotterModel, "forward", recording_forward)
     cfg2 = tiny_cfg(tiny_world, tmp_path, "steps=20", "checkpoint_every=1")
     with pytest.raises(NonFiniteLoss, match=f"non-finite for {MAX_BAD_STEPS} consecutive steps"):
         train(cfg2, resume="latest")
+    assert len(seen) == MAX_BAD_STEPS
+    for state in seen:
+        assert all(torch.equal(before[k], v.cpu()) for k, v in state.items())
     after = globetrotter.load(cfg.run_dir, prefer_best=False)
     assert after.checkpoint.name == "step-00000002"  # no checkpoint was written from a NaN step
     assert all(torch.equal(before[k], v) for k, v in after.model.state_dict().items())

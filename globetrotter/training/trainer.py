@@ -170,6 +170,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     device_views = None if adapting else device_augment_from_config(cfg)  # data.augment_on=device: views made here
     generator = torch.Generator()  # cloze masks: reseeded every step from (seed, rank, step)
     unwrapped = accelerator.unwrap_model(model)
+    buffers = list(unwrapped.buffers())  # running statistics (BatchNorm, the features head's centre) a forward moves
     bad_samples = position.bad_total
 
     def save(step: int, metrics: dict, as_best: bool = False, hits: np.ndarray | None = None) -> bool:
@@ -204,6 +205,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
                                          generator=generator, corrupt_other=cfg.loss.corrupt_other)
             masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
         lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
+        kept = [b.clone() for b in buffers]  # put back if the step is skipped
         with accelerator.autocast():
             out = forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
                           cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
@@ -217,6 +219,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if finite < accelerator.num_processes:
             bad_steps += 1
             optimizer.zero_grad(set_to_none=True)
+            with torch.no_grad():  # nor the running statistics, which a non-finite forward would have poisoned
+                for buffer, value in zip(buffers, kept):
+                    buffer.copy_(value)
             log(f"step {step}: non-finite loss ({', '.join(f'{k}={v:.4g}' for k, v in logs.items() if k.startswith('loss/'))}); "
                 f"step skipped, weights unchanged")
             if bad_steps >= MAX_BAD_STEPS:
