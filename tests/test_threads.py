@@ -54,9 +54,14 @@ def test_configure_sets_torch_and_logs_one_line():
     before = torch.get_num_threads()
     lines: list[str] = []
     try:
-        choice = configure_threads(2, cores=2, load=0.0, env=NO_ENV, log=lines.append)
+        # torch starts at a count other than the choice each time, so only applying the choice passes
+        torch.set_num_threads(1)
+        choice = configure_threads(2, cores=6, load=0.0, env=NO_ENV, log=lines.append)  # 6 // (1 + 2)
+        assert torch.get_num_threads() == choice.threads == 2
+        assert lines == [f"torch threads: 2 ({choice.reason}); {ENV}=N chooses"]
+        torch.set_num_threads(3)
+        choice = configure_threads(2, cores=2, load=0.0, env=NO_ENV, log=None)
         assert torch.get_num_threads() == choice.threads == 1
-        assert lines == [f"torch threads: 1 ({choice.reason}); {ENV}=N chooses"]
     finally:
         torch.set_num_threads(before)
 
