@@ -33,7 +33,8 @@ def test_csls_demotes_a_hub_column(mine):
 
 def test_groups_join_best_edges_first_and_never_two_images_of_one_language(mine):
     lang = np.array(["en", "de", "fr", "en", "de"], dtype=object)
-    edges = [(0, 1, 3.0), (3, 1, 2.0), (1, 2, 1.0), (3, 4, 0.5)]
+    # listed worst-first in part: taken in this order, (3, 1) would claim de 1 before the better (0, 1)
+    edges = [(1, 2, 1.0), (3, 1, 2.0), (0, 1, 3.0), (3, 4, 0.5)]
     group = mine.group_images(edges, lang)
     assert group[0] == group[1] == group[2]          # en 0 – de 1 – fr 2
     assert group[3] != group[1]                       # (3, 1) would put en 0 and en 3 together
