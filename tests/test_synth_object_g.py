@@ -9,7 +9,7 @@ import pytest
 from conftest import load_experiment
 from data_prep.shards import decode_image, iter_raw, read_manifest
 from data_prep.synth import SynthConfig, generate
-from data_prep.synth.scene import COLOURS, SHAPES
+from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,15 @@ def test_the_copy_keeps_every_caption_and_its_vectors_name_what_the_captions_say
         v = np.asarray(decode_image(data, ext))
         vectors.setdefault(meta["group"], []).append(v)
         assert v.shape == (objects.DIM,)
-        for mention in meta["meaning"].split("; "):  # every shape (and colour) a caption names is in the scene
+        # every shape, colour, size and background a caption names is in its slots (module docstring's layout:
+        # shape | shape x colour | shape x size | colour | background at 0.5)
+        n_shapes, n_colours = len(SHAPES), len(COLOURS)
+        shape_size = n_shapes + n_shapes * n_colours
+        colour_slot = shape_size + 2 * n_shapes
+        background = colour_slot + n_colours
+        for mention in meta["meaning"].split("; "):
             if mention.startswith("on "):
+                assert v[background + BACKGROUNDS.index(mention[3:])] == 0.5
                 continue
             words = mention.split()
             shape = next(w for w in words if w in SHAPES)
@@ -45,7 +52,11 @@ def test_the_copy_keeps_every_caption_and_its_vectors_name_what_the_captions_say
             assert v[s] >= 1
             colour = next((w for w in words if w in COLOURS), None)
             if colour is not None:
-                assert v[len(SHAPES) + len(COLOURS) * s + list(COLOURS).index(colour)] >= 1
+                c = list(COLOURS).index(colour)
+                assert v[n_shapes + n_colours * s + c] >= 1 and v[colour_slot + c] >= 1
+            size = next((w for w in words if w in ("small", "large")), None)
+            if size is not None:
+                assert v[shape_size + 2 * s + (size == "large")] >= 1
     # the captions of one scene share its vector; scenes differ
     assert all(np.array_equal(vs[0], v) for vs in vectors.values() for v in vs)
     assert len({vs[0].tobytes() for vs in vectors.values()}) > 1
