@@ -53,9 +53,18 @@ def test_a_ridge_recovers_a_linearly_hidden_reference(agree):
     ids, ref, _ = clustered(n=400)
     rng = np.random.default_rng(2)
     mixed = np.hstack([ref, 4.0 * rng.normal(size=(len(ids), 40))]) @ rng.normal(size=(56, 56))
-    row = agree.screen((ids, ref), {"mixed": (ids, mixed)}, held_out=150, k=5)["caches"]["mixed"]
+    strengths = (1000.0, 10.0, 100.0)  # the best (10 here) neither first nor last
+    report = agree.screen((ids, ref), {"mixed": (ids, mixed)}, held_out=150, k=5, strengths=strengths)
+    row = report["caches"]["mixed"]
     assert row["ridge"]["agreement@5"] > row["agreement@5"] + 0.1
     assert row["ridge"]["pair_r"] > row["pair_r"]
+    assert row["ridge"]["agreement@5"] == pytest.approx(report["ceiling"], abs=0.05)
+    # the figure reported is that of the best strength, each read alone
+    alone = {s: agree.screen((ids, ref), {"mixed": (ids, mixed)}, held_out=150, k=5, strengths=(s,))
+             ["caches"]["mixed"]["ridge"] for s in strengths}
+    best = max(alone, key=lambda s: alone[s]["agreement@5"])
+    assert len({fit["agreement@5"] for fit in alone.values()}) == len(strengths)  # the choice matters
+    assert row["ridge"] == pytest.approx(alone[best])
 
 
 def test_images_are_matched_by_id_not_by_row(agree):
