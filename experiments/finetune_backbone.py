@@ -13,7 +13,14 @@ images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out``
 are never trained on, so the screen reads the fine-tuned backbone on pictures it has not seen.
 
 Writes two imported caches into ``--out-dir``: ``finetuned`` (the backbone's pooled features of the whole image) and
-``finetuned-head`` (the head's predictions), and prints the screen's command. docs/results.md reads them beside the
+``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``), and prints the
+screen's command. With ``--held-out 0`` every image is trained on: the weights then build the feature cache of a
+training run (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
+model.image_pretrained=DIR/finetuned.safetensors --out ...``).
+
+``--target`` may be ``own-captions`` (``study_image_features.py --own-captions``): each image's own captions in its
+own language, which a method may use (no parallel text); the held-out draw is the same, since both caches list the
+split's images in one order. docs/results.md reads them beside the
 frozen features and the ridge bound ("What was tried").
 """
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +46,14 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from image_vector_agreement import held_out_mask, screened_images, whole_image_rows  # noqa: E402
 from study_image_features import write_cache  # noqa: E402
 
-from globetrotter.argtypes import positive_int  # noqa: E402
+from globetrotter.argtypes import non_negative_int, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.models.image import create_image_backbone  # noqa: E402
+
+WEIGHTS = "finetuned.safetensors"
+"""The fine-tuned backbone's weights in ``--out-dir``: ``model.image_pretrained`` of a feature cache build."""
 
 SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
@@ -66,6 +77,9 @@ def training_images(ids: list[str], target_ids: list[str], languages: dict[str, 
     """The rows of ``ids`` to fine-tune on (images the target holds), and the images the screen holds out (its draw,
     :func:`image_vector_agreement.held_out_mask` over :func:`image_vector_agreement.screened_images`), never among
     them."""
+    if not held_out:
+        targets = set(target_ids)
+        return [r for r, i in enumerate(ids) if i in targets], set()
     screened = screened_images(target_ids, {"split": ids}, languages)
     if len(screened) <= held_out:
         raise UserError(f"{len(screened)} images to screen: too few for --held-out {held_out}")
@@ -141,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", required=True, help="the feature cache each image's views must predict")
     ap.add_argument("--across-languages", metavar="SPLIT",
                     help="as the screen's: the held-out draw is of the images this one-language split captions")
-    ap.add_argument("--held-out", type=positive_int, default=800, help="as the screen's (default: %(default)s)")
+    ap.add_argument("--held-out", type=non_negative_int, default=800,
+                    help="as the screen's; 0: train on every image, for a feature cache to train on (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
     ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
     ap.add_argument("--batch-size", type=positive_int, default=32, help="(default: %(default)s)")
@@ -177,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         features, predictions = embed(backbone, head, blobs, args.image_size)
         for name, vectors in (("finetuned", features), ("finetuned-head", predictions)):
             write_cache(split, vectors, ids, name, out_dir)
+        save_file(backbone.state_dict(), str(out_dir / WEIGHTS))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)} ({time.perf_counter() - start:.0f} s)")
-    across = f" --across-languages {args.across_languages}" if args.across_languages else ""
-    print(SCREEN.format(target=args.target, held_out=args.held_out, seed=args.seed, across=across, out=out_dir))
+    print(f"backbone weights: {out_dir / WEIGHTS}")
+    if args.held_out:
+        across = f" --across-languages {args.across_languages}" if args.across_languages else ""
+        print(SCREEN.format(target=args.target, held_out=args.held_out, seed=args.seed, across=across, out=out_dir))
     return 0
 
 

@@ -21,6 +21,11 @@ every cosine between two images (each centred and scaled to unit length, then we
 ``sqrt(1 - W)``): image vectors of every quality between the two, to read how good an encoder the recipe needs
 (docs/results.md, "How good the image vectors must be").
 
+With ``--own-captions SPLIT`` it writes one cache instead, ``own-captions``: each image's own captions in the
+one-language split (its language only: no parallel text), as the ``tfidf`` baseline's character n-gram vectors
+reduced to 512 dimensions by truncated SVD and averaged: what is said of each picture in its own words, a target to
+fine-tune the image backbone on (``experiments/finetune_backbone.py``) that a method may use.
+
 With ``--from-model RUN`` it writes one cache instead, ``self-NAME``: each image's vector is the mean embedding of
 its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model. No
 parallel text enters it: a second round of the recipe on the first round's view of its images (docs/results.md
@@ -135,6 +140,17 @@ def own_captions(image_ids: list[str], metas: Iterable[dict]) -> list[list[tuple
     return [captions[image] for image in image_ids]
 
 
+def caption_topics(texts: list[str], dim: int = 512, seed: int = 0) -> np.ndarray:
+    """Each text's character n-gram TF-IDF (the ``tfidf`` baseline's, fitted on ``texts``) reduced to ``dim``
+    dimensions by truncated SVD (LSA), float32 [len(texts), dim]."""
+    from sklearn.decomposition import TruncatedSVD
+
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    bags = TfidfEncoder().fit(texts).encode_text(texts)
+    return TruncatedSVD(min(dim, bags.shape[1] - 1), random_state=seed).fit_transform(bags).astype(np.float32)
+
+
 def model_vectors(run: Path, image_ids: list[str]) -> np.ndarray:
     """The mean cross-head embedding of each image's own captions (the run's train split, ``data.root``/train) under
     the trained model of ``run``."""
@@ -177,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
     ap.add_argument("--from-model", type=Path, metavar="RUN",
                     help="write only self-NAME: each image's mean caption embedding under this trained run")
+    ap.add_argument("--own-captions", metavar="SPLIT",
+                    help="write only own-captions: each image's own captions in this one-language split, as "
+                         "character n-gram TF-IDF reduced to 512 dimensions (a fine-tuning target without parallel text)")
     ap.add_argument("--blend", type=float, action="append", default=[], metavar="W",
                     help="also write blend-W, the oracle's share W of every cosine (repeatable)")
     ap.add_argument("--threads", type=int, default=2, help="threads of the sentence encoder (default: %(default)s)")
@@ -188,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
             check_share(share)
         split, out_dir = Path(args.split), Path(args.out_dir)
         ids = split_image_ids(split)
+        if args.own_captions is not None:
+            from data_prep.shards import read_captions
+
+            pairs = own_captions(ids, read_captions(args.own_captions))
+            vectors = mean_embeddings(pairs, lambda flat: caption_topics([c for c, _ in flat]))
+            path = write_cache(split, vectors, ids, "own-captions", out_dir)
+            print(f"{len(ids)} images, {sum(map(len, pairs))} captions: {path}")
+            return 0
         if args.from_model is not None:
             name = f"self-{args.from_model.name}"
             path = write_cache(split, model_vectors(args.from_model, ids), ids, name, out_dir)

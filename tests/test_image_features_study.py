@@ -112,3 +112,27 @@ def test_blend_gives_the_oracle_its_share_of_every_cosine(study):
     for share in (0.0, 1.0, 1.5):
         with pytest.raises(UserError, match=f"--blend {share:g}: the oracle's share must be between 0 and 1"):
             study.blend(oracle, control, share)
+
+
+def test_own_captions_are_each_images_own_words_and_share_nothing_across_scripts(study, tiny_world, tmp_path):
+    """The tiny world's languages write in disjoint scripts: two images of different languages share no n-gram, so
+    their vectors are orthogonal; two images captioned alike have one vector; another colour in one language is near
+    (the word for "square"), not the same."""
+    from data_prep.shards import read_captions
+    from globetrotter.data.feature_cache import load_feature_cache
+
+    split = tiny_world / "train"
+    assert study.main(["--split", str(split), "--own-captions", str(split), "--out-dir", str(tmp_path)]) == 0
+    cache = load_feature_cache(tmp_path / "own-captions")
+    caption = {str(m["image_id"]): (m["caption"], m["lang"]) for m in read_captions(split)}
+    assert sorted(cache.row_of) == sorted(caption)
+    images = sorted(caption)
+    v = np.asarray(cache.features[[cache.row_of[i] for i in images], 0], dtype=np.float32)
+    cos = v @ v.T / np.outer(np.linalg.norm(v, axis=1), np.linalg.norm(v, axis=1))
+    text = np.array([caption[i][0] for i in images])
+    lang = np.array([caption[i][1] for i in images])
+    same_text, same_lang = text[:, None] == text[None, :], lang[:, None] == lang[None, :]
+    assert len(set(lang)) == 4 and (same_lang & ~same_text).any()
+    np.testing.assert_allclose(cos[same_text], 1.0, atol=2e-3)  # stored as float16
+    assert np.abs(cos[~same_lang]).max() < 2e-3
+    assert 0.05 < cos[same_lang & ~same_text].max() < 0.95
