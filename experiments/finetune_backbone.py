@@ -77,13 +77,12 @@ def training_images(ids: list[str], target_ids: list[str], languages: dict[str, 
     """The rows of ``ids`` to fine-tune on (images the target holds), and the images the screen holds out (its draw,
     :func:`image_vector_agreement.held_out_mask` over :func:`image_vector_agreement.screened_images`), never among
     them."""
-    if not held_out:
-        targets = set(target_ids)
-        return [r for r, i in enumerate(ids) if i in targets], set()
-    screened = screened_images(target_ids, {"split": ids}, languages)
-    if len(screened) <= held_out:
-        raise UserError(f"{len(screened)} images to screen: too few for --held-out {held_out}")
-    held = set(np.asarray(screened)[held_out_mask(len(screened), held_out, seed)].tolist())
+    held: set[str] = set()
+    if held_out:
+        screened = screened_images(target_ids, {"split": ids}, languages)
+        if len(screened) <= held_out:
+            raise UserError(f"{len(screened)} images to screen: too few for --held-out {held_out}")
+        held = set(np.asarray(screened)[held_out_mask(len(screened), held_out, seed)].tolist())
     targets = set(target_ids)
     return [r for r, i in enumerate(ids) if i not in held and i in targets], held
 
@@ -140,9 +139,10 @@ def embed(backbone: torch.nn.Module, head: torch.nn.Linear, images: list[bytes],
           batch_size: int = 64, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The pooled features and the head's predictions of each whole image (the evaluation view), float32."""
     loader = torch.utils.data.DataLoader(_Images(images, eval_transform(image_size)), batch_size=batch_size)
+    backbone.eval()
     features, predictions = [], []
     for x, _rows in tqdm(loader, desc="features", unit="batch", disable=not progress, dynamic_ncols=True):
-        f = backbone.eval()(x)
+        f = backbone(x)
         features.append(f.float().numpy())
         predictions.append(head(f).float().numpy())
     return np.concatenate(features), np.concatenate(predictions)
