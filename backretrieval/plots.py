@@ -10,7 +10,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (imported on first use: scoring needs no matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,9 +20,19 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (PNG; parent folders made), close it and return the path."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_index: int = 0, title: str = "") -> Path:
     """Paper Fig. 2: one point per model, x = XLR@K, y = BkR@K (left) and CORR (right), one seed."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(protocol_result["models"])
     recs = [protocol_result["models"][m]["per_seed"][seed_index] for m in names]
     xlr = [r[f"xlr@{k}"] for r in recs]
@@ -41,16 +52,12 @@ def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_ind
                          f"Spearman {corr['spearman'][which]['per_seed'][seed_index]:.2f}", fontsize=9)
         ax.grid(alpha=0.3)
     fig.suptitle(title or f"BkR vs XLR (seed {protocol_result['seeds'][seed_index]}, N={protocol_result['n']})")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def pair_heatmap(result: dict, metric: str, path: str | Path, title: str = "") -> Path:
     """Heat map of an :func:`backretrieval.evaluate_pairs` matrix (rows: source, columns: target)."""
-    plt = _pyplot()
+    plt = pyplot()
     langs, mat = result["langs"], np.asarray(result["matrix"][metric], dtype=float)
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * len(langs), 0.8 + 0.6 * len(langs)))
     top = float(np.nanmax(mat)) if np.isfinite(mat).any() else 1.0
@@ -65,11 +72,7 @@ def pair_heatmap(result: dict, metric: str, path: str | Path, title: str = "") -
                 ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w")
     fig.colorbar(im, ax=ax)
     ax.set_title(title or metric)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def pair_boxplot(per_model: Mapping[str, dict], metric: str, path: str | Path, annotate: Sequence[str] = ()) -> Path:
@@ -78,7 +81,7 @@ def pair_boxplot(per_model: Mapping[str, dict], metric: str, path: str | Path, a
     ``per_model[name]`` is an :func:`backretrieval.evaluate_pairs` result; pairs named in
     ``annotate`` (e.g. ``"en->ar"``) are labelled.
     """
-    plt = _pyplot()
+    plt = pyplot()
     names = list(per_model)
     data = [[p[metric] for p in per_model[m]["pairs"].values() if metric in p] for m in names]
     fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(names), 4))
@@ -95,8 +98,4 @@ def pair_boxplot(per_model: Mapping[str, dict], metric: str, path: str | Path, a
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} per language pair")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

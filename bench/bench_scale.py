@@ -384,10 +384,9 @@ def main() -> int:
 
 
 def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in stages:
@@ -399,8 +398,7 @@ def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None
     ax.set(xlabel="captions (= images)", ylabel="seconds", title="time per stage")
     ax2.set(xlabel="captions (= images)", ylabel="GiB", title="peak RSS per stage (own process)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

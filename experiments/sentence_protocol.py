@@ -217,10 +217,9 @@ def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
 def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> Path:
     """``table.png``: per language set, each row's figure in every column as a bar (mean over its seeds) with a dot
     per seed, so rows, columns and the spread between seeds read at a glance."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
 
     width = 0.8 / len(cols)
     panel = max(4.0, 0.35 * len(rows) * len(cols) + 1.5)
@@ -236,10 +235,7 @@ def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> P
         ax.set_ylabel("sentence translation, %")
         ax.set_title(ls.replace(",", "/"))
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main() -> None:

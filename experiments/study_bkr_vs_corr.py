@@ -216,11 +216,9 @@ def summary_table(rows: list[dict], n: int, pairs: Sequence[str]) -> str:
 
 def scatter_grid(rows: list[dict], pair: str, n: int, k: int, path: Path) -> Path:
     """A panel per g (rows) x family (columns): model means of BkR@K (left axis) and CORR (right) vs XLR@K."""
-    import matplotlib
+    from backretrieval.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     sel = [r for r in rows if r["pair"] == pair and r["n"] == n]
     gs, fams = list(dict.fromkeys(r["g"] for r in sel)), list(dict.fromkeys(r["family"] for r in sel))
     fig, axes = plt.subplots(len(gs), len(fams), figsize=(3.6 * len(fams), 3.0 * len(gs)), squeeze=False)
@@ -241,10 +239,7 @@ def scatter_grid(rows: list[dict], pair: str, n: int, k: int, path: Path) -> Pat
         ax.grid(alpha=0.3)
     fig.suptitle(f"{pair}, N={n}: BkR@{k} (o, left axis) and CORR (x, right axis) vs XLR@{k}; "
                  "model means over seeds", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def _clean(obj):

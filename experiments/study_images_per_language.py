@@ -101,11 +101,10 @@ def table(rows: list[dict], labels: list[str], shares: list[float]) -> str:
 
 def plot(rows: list[dict], labels: list[str], path: Path) -> None:
     """Translation against images per language (log-log, seed means and their range), and the first/second ratio."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import ticker
+
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     means = {}
@@ -135,9 +134,7 @@ def plot(rows: list[dict], labels: list[str], path: Path) -> None:
         bx.set_xlabel("data.train_image_share")
         bx.set_ylabel(f"{a} / {b}")
         bx.set_title("Ratio of the seed means")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,16 @@ LANGUAGE_FAMILIES: dict[str, str] = {
 FAMILY_ORDER = list(dict.fromkeys(LANGUAGE_FAMILIES.values()))
 
 
+def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 120) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (PNG; parent folders made), close it and return the path."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def family(lang: str) -> str:
     """Language family of an ISO code (region suffixes ignored); ``"Other"`` when unknown."""
     return LANGUAGE_FAMILIES.get(lang.split("-")[0].split("_")[0].lower(), "Other")
@@ -91,12 +101,7 @@ def plot_language_matrix(
                     light = abs(mat[i, j]) < 0.5 * bound if diverging else mat[i, j] > 0.6 * scale
                     ax.text(j, i, f"{mat[i, j]:.0f}", ha="center", va="center", fontsize=7, color="k" if light else "w")
     fig.colorbar(im, ax=ax, label=label)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str) -> Path:
@@ -111,12 +116,7 @@ def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str,
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
@@ -131,9 +131,4 @@ def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
         ax.set_ylabel("mean anchor cosine")
     ax.set_xlabel("iteration")
     ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
