@@ -1,0 +1,128 @@
+"""Draw what bounds the full model on the photos: translation against how well the image vectors agree.
+
+    cd /path/to/repo && .venv/bin/python experiments/plot_image_vectors.py \\
+        --table docs/figures/image-vectors.csv --out docs/figures/image-vectors.png
+
+The table holds the measured figures of docs/results.md ("What bounds the full model: its image features"), one
+row per set of image vectors: ``label,kind,agreement,full,matched_twin,paper_twin`` (``#`` lines are comments;
+``kind`` is ``blend``, vectors that read captions and so are a yardstick, or ``method``; empty cells where a model
+was not trained). The figure draws the full model and the images-matched twin along the blends, the methods as
+labelled points, and the two targets of the project (half the paper-setting twin, 0.8 of the images-matched one)
+at the level of the twins on the shipped vectors, the first row of kind ``method``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.plots import save_figure  # noqa: E402  (sets the Agg backend)
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLUMNS = ("label", "kind", "agreement", "full", "matched_twin", "paper_twin")
+KINDS = ("blend", "method")
+
+
+class Row(NamedTuple):
+    """One set of image vectors: its screen agreement and the translation (%) each model reached on it."""
+
+    label: str
+    kind: str
+    agreement: float
+    full: float
+    matched_twin: float | None
+    paper_twin: float | None
+
+
+def _number(text: str, where: str, column: str, required: bool) -> float | None:
+    if not text.strip():
+        if required:
+            raise UserError(f"{where}: column {column!r} is empty, expected a number")
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{where}: column {column!r} is {text!r}, expected a number") from None
+
+
+def read_table(path: str | Path) -> list[Row]:
+    """The rows of a CSV with the header ``label,kind,agreement,full,matched_twin,paper_twin``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (expected a CSV of {','.join(COLUMNS)})")
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise UserError(f"{path}: no rows (expected the header {','.join(COLUMNS)}, then one row per set of vectors)")
+    header_line, header = lines[0]
+    if tuple(c.strip() for c in next(csv.reader([header]))) != COLUMNS:
+        raise UserError(f"{path}:{header_line}: header {header!r}, expected {','.join(COLUMNS)}")
+    rows = []
+    for number, line in lines[1:]:
+        cells = next(csv.reader([line]))
+        where = f"{path}:{number}"
+        if len(cells) != len(COLUMNS):
+            raise UserError(f"{where}: {len(cells)} cells, expected {len(COLUMNS)} ({','.join(COLUMNS)})")
+        label, kind = cells[0].strip(), cells[1].strip()
+        if kind not in KINDS:
+            raise UserError(f"{where}: kind {kind!r}, expected one of {', '.join(KINDS)}")
+        values = [_number(text, where, column, column in ("agreement", "full"))
+                  for text, column in zip(cells[2:], COLUMNS[2:])]
+        rows.append(Row(label, kind, *values))
+    if not any(r.kind == "method" and r.matched_twin and r.paper_twin for r in rows):
+        raise UserError(f"{path}: no row of kind 'method' with both twins, which the targets are drawn from")
+    return rows
+
+
+def targets(rows: list[Row]) -> dict[str, float]:
+    """The project's two targets in this measure: half the paper-setting twin and 0.8 of the images-matched twin,
+    both trained on the shipped vectors (the first ``method`` row with both twins)."""
+    shipped = next(r for r in rows if r.kind == "method" and r.matched_twin and r.paper_twin)
+    return {"half the paper-setting twin": 0.5 * shipped.paper_twin,
+            "0.8 x the images-matched twin": 0.8 * shipped.matched_twin}
+
+
+def plot(rows: list[Row], out: str | Path) -> Path:
+    """Draw the figure into ``out`` (PNG) and return its path."""
+    blends = sorted((r for r in rows if r.kind == "blend"), key=lambda r: r.agreement)
+    methods = [r for r in rows if r.kind == "method"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    if blends:
+        ax.plot([r.agreement for r in blends], [r.full for r in blends], "o-", color="tab:blue",
+                label="full model, blends with what people said")
+        twin = [r for r in blends if r.matched_twin is not None]
+        ax.plot([r.agreement for r in twin], [r.matched_twin for r in twin], "s--", color="tab:gray",
+                label="images-matched twin, the same blends")
+    ax.scatter([r.agreement for r in methods], [r.full for r in methods], marker="D", color="tab:red", zorder=3,
+               label="full model, image vectors a method can build")
+    for r in methods:
+        ax.annotate(r.label, (r.agreement, r.full), textcoords="offset points", xytext=(6, -3), fontsize=7)
+    for text, level in targets(rows).items():
+        ax.axhline(level, color="tab:green", lw=0.8, ls=":")
+        ax.text(ax.get_xlim()[0], level, f" target: {text} ({level:.1f}%)", va="bottom", fontsize=7,
+                color="tab:green")
+    ax.set_xlabel("agreement@10 of the image vectors (screen of 800 held-out train images)")
+    ax.set_ylabel("sentence translation, parallel val (%)")
+    ax.set_title("Flickr8k: the full model follows its image vectors", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, 0.87))
+    ax.grid(alpha=0.3)
+    return save_figure(fig, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", default="docs/figures/image-vectors.csv", help="the CSV of measured figures")
+    ap.add_argument("--out", default="docs/figures/image-vectors.png", help="the PNG to write")
+    args = ap.parse_args(argv)
+    print(f"wrote {plot(read_table(args.table), args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,54 @@
+"""experiments/plot_image_vectors.py: the figure of what bounds the full model, from the table of measured figures."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, load_experiment
+from globetrotter.errors import UserError
+
+HEADER = "label,kind,agreement,full,matched_twin,paper_twin"
+
+
+@pytest.fixture(scope="module")
+def fig():
+    return load_experiment("plot_image_vectors")
+
+
+def write(tmp_path, *rows, header=HEADER):
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(["# a comment", header, *rows]) + "\n")
+    return path
+
+
+def test_the_shipped_table_reads_and_draws(fig, tmp_path):
+    rows = fig.read_table(REPO / "docs" / "figures" / "image-vectors.csv")
+    assert {r.kind for r in rows} == {"blend", "method"}
+    out = tmp_path / "f.png"
+    assert fig.main(["--table", str(REPO / "docs" / "figures" / "image-vectors.csv"), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_targets_come_from_the_first_method_row_with_both_twins(fig, tmp_path):
+    rows = fig.read_table(write(tmp_path, "a,blend,0.4,30,70,", "b,method,0.45,35,,", "c,method,0.4,34,60,90",
+                                "d,method,0.5,40,50,50"))
+    assert [r.matched_twin for r in rows] == [70.0, None, 60.0, 50.0]
+    assert fig.targets(rows) == {"half the paper-setting twin": 45.0, "0.8 x the images-matched twin": 48.0}
+
+
+@pytest.mark.parametrize("rows, header, message", [
+    (["a,method,0.4,34,60,90", "b,oracle,0.5,40,,"], HEADER, "t.csv:4: kind 'oracle'"),
+    (["a,method,0.4,,60,90"], HEADER, "t.csv:3: column 'full' is empty"),
+    (["a,method,0.4,x,60,90"], HEADER, "t.csv:3: column 'full' is 'x'"),
+    (["a,method,0.4,34,60"], HEADER, "t.csv:3: 5 cells, expected 6"),
+    (["a,method,0.4,34,60,90"], "label,kind,agreement,full", "t.csv:2: header"),
+    (["a,method,0.4,34,,90"], HEADER, "no row of kind 'method' with both twins"),
+])
+def test_bad_rows_name_the_file_line_and_what_was_expected(fig, tmp_path, rows, header, message):
+    with pytest.raises(UserError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        fig.read_table(write(tmp_path, *rows, header=header))
+
+
+def test_a_missing_table_is_one_line_exit_2(fig, tmp_path, capsys):
+    assert fig.run_cli(fig.main, ["--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "f.png")]) == 2
+    assert "none.csv: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "f.png").exists()
