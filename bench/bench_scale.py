@@ -384,9 +384,9 @@ def main() -> int:
 
 
 def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None:
-    import matplotlib.pyplot as plt
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend, before pyplot
 
-    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
+    import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in stages:

@@ -8,7 +8,7 @@ row per set of image vectors: ``label,kind,agreement,full,matched_twin,paper_twi
 ``kind`` is ``blend``, vectors that read captions and so are a yardstick, or ``method``; empty cells where a model
 was not trained). The figure draws the full model and the images-matched twin along the blends, the methods as
 labelled points, and the two targets of the project (half the paper-setting twin, 0.8 of the images-matched one)
-at the level of the twins on the shipped vectors, the first row of kind ``method``.
+at the level of the twins on the shipped vectors, the first row of kind ``method`` with both twins.
 """
 from __future__ import annotations
 
@@ -74,15 +74,21 @@ def read_table(path: str | Path) -> list[Row]:
         values = [_number(text, where, column, column in ("agreement", "full"))
                   for text, column in zip(cells[2:], COLUMNS[2:])]
         rows.append(Row(label, kind, *values))
-    if not any(r.kind == "method" and r.matched_twin and r.paper_twin for r in rows):
+    if _shipped(rows) is None:
         raise UserError(f"{path}: no row of kind 'method' with both twins, which the targets are drawn from")
     return rows
 
 
+def _shipped(rows: list[Row]) -> Row | None:
+    """The shipped vectors' row: the first of kind ``method`` with both twins."""
+    return next((r for r in rows if r.kind == "method" and r.matched_twin is not None
+                 and r.paper_twin is not None), None)
+
+
 def targets(rows: list[Row]) -> dict[str, float]:
     """The project's two targets in this measure: half the paper-setting twin and 0.8 of the images-matched twin,
-    both trained on the shipped vectors (the first ``method`` row with both twins)."""
-    shipped = next(r for r in rows if r.kind == "method" and r.matched_twin and r.paper_twin)
+    both trained on the shipped vectors (:func:`_shipped`)."""
+    shipped = _shipped(rows)
     return {"half the paper-setting twin": 0.5 * shipped.paper_twin,
             "0.8 x the images-matched twin": 0.8 * shipped.matched_twin}
 

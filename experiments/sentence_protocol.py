@@ -217,9 +217,9 @@ def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
 def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> Path:
     """``table.png``: per language set, each row's figure in every column as a bar (mean over its seeds) with a dot
     per seed, so rows, columns and the spread between seeds read at a glance."""
-    import matplotlib.pyplot as plt
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend, before pyplot
 
-    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
+    import matplotlib.pyplot as plt
 
     width = 0.8 / len(cols)
     panel = max(4.0, 0.35 * len(rows) * len(cols) + 1.5)

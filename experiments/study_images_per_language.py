@@ -101,10 +101,10 @@ def table(rows: list[dict], labels: list[str], shares: list[float]) -> str:
 
 def plot(rows: list[dict], labels: list[str], path: Path) -> None:
     """Translation against images per language (log-log, seed means and their range), and the first/second ratio."""
+    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend, before pyplot
+
     import matplotlib.pyplot as plt
     from matplotlib import ticker
-
-    from globetrotter.evaluation.plots import save_figure  # sets the Agg backend
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     means = {}
