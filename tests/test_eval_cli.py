@@ -808,3 +808,33 @@ def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run,
     chosen = json.loads(Path(sentence_argv[sentence_argv.index("--ranking") + 1]).read_text())["details"]["chosen"]
     scored = record(tmp_path / "eval_out", "sentence", model_specs.model_name(sentence_argv[sentence_argv.index("--model") + 1]))
     assert scored["config"]["ranking"] == chosen
+
+
+def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_run, tiny_world, tmp_path, capsys):
+    """Two choices on the same val queries compare query by query: the margin is the difference of the two means and
+    its interval holds it; a record of other queries (another g and sample seed: the baseline's defaults), a missing
+    file or one without per-query scores is a one-line error before any scoring."""
+    out = tmp_path / "out"
+    base = ["select", "--model", str(tiny_run), "--out", str(out), "--heads", "text", "--csls-k", "3"]
+    assert run(base + ["--name", "cosine", "--maxsim", "0", "--retrieval", "cosine"]) == 0
+    first = record(out, "select", "cosine")
+    assert len(first["details"]["per_query"]) == first["details"]["val"]["captions"]
+    assert np.mean(first["details"]["per_query"]) == pytest.approx(first["metrics"]["mean_bkr"])
+    capsys.readouterr()
+    assert run(base + ["--name", "grid", "--maxsim", "0,1", "--against", str(out / "select-cosine.json")]) == 0
+    second = record(out, "select", "grid")
+    margin = second["details"]["against"]
+    assert margin["diff"] == pytest.approx(second["metrics"]["mean_bkr"] - first["metrics"]["mean_bkr"])
+    assert margin["lo"] <= margin["diff"] <= margin["hi"] and margin["chosen"] == "cosine"
+    assert margin["model"] == first["model"]["path"]
+    assert "paired over the same queries" in capsys.readouterr().out
+    assert run(["select", "--model", "tfidf", "--val", str(tiny_world / "val"), "--out", str(out),
+                "--retrieval", "cosine", "--against", str(out / "select-cosine.json")]) == 2
+    err = capsys.readouterr().err
+    assert "its val queries are not this selection's" in err and len(err.strip().splitlines()) == 1
+    old = dict(first, details={k: v for k, v in first["details"].items() if k != "per_query"})
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    for against, message in ((tmp_path / "old.json", "holds no per-query scores"), (tmp_path / "none.json", "no such file")):
+        assert run(base + ["--maxsim", "0", "--against", str(against)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1

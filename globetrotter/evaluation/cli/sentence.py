@@ -39,7 +39,9 @@ SELECT_HELP = (
     "BackRetrieval judges it, with no parallel text: the mean of BkR@K over the source languages (each one's captions retrieving among every other language's at "
     "once) and K. The "
     "highest mean wins; a tie goes to the simpler ranking. Statistics come from --reference as in `eval.py sentence`. "
-    "Writes the record (every candidate's score, the choice and why); `eval.py sentence --ranking RECORD` applies it."
+    "Writes the record (every candidate's score, the choice and why, its score on each val query); `eval.py sentence "
+    "--ranking RECORD` applies it. Two models are compared on val with --against: the other's record, made on the same "
+    "queries."
 )
 
 
@@ -96,6 +98,9 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--image-features", metavar="SPEC",
                    help="BackRetrieval's image similarity g (default: the run's val.image_features; "
                         f"{select_task.DEFAULT_IMAGE_FEATURES} for a baseline)")
+    p.add_argument("--against", metavar="RECORD",
+                   help="another model's select record on the same val queries: also print and record the paired "
+                        "95%% interval of this choice's margin over that one (is the new model better, on val?)")
     add_ranking_options(p)
     p.set_defaults(func=run_select)
 
@@ -164,13 +169,15 @@ def run_select(args: argparse.Namespace) -> int:
     rankings = args.retrieval.split(",")
     if set(rankings) - {"cosine", "csls"}:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
+    if args.against:
+        select_task.read_against(args.against)  # a bad record is an error before the model loads
     encoder = common.load(args)
     result = select_task.select_ranking(
         encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
-        log=lambda s: print(s, file=sys.stderr))
+        against=args.against, log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args, encoder)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")

@@ -9,11 +9,15 @@ size, seed and image similarity ``g`` when ``model`` is a run). The highest mean
 candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
 the choice and the reason, and how far the choice stands above noise: a bootstrap interval over the val queries of
 its mean, and paired intervals of its margin over the simplest candidate and over the runner-up
-(:func:`choice_margins`); ``eval.py sentence --ranking RECORD`` applies it to test, with statistics from the
-same reference captions (:func:`read_choice`).
+(:func:`choice_margins`). The record keeps the chosen ranking's score on each val query, so two models chosen on the
+same queries compare paired (``against``, :func:`compare_choices`): the interval of one's margin over the other, far
+narrower than either mean's. ``eval.py sentence --ranking RECORD`` applies the choice to test, with statistics from
+the same reference captions (:func:`read_choice`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -80,6 +84,63 @@ def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> 
     return out
 
 
+def queries_sha256(bkr: BackRetrievalSet) -> str:
+    """The identity of a val set's queries as BackRetrieval scores them: captions, languages, images, ``g`` and K.
+    Two ``select`` records with the same one scored the same queries, each at the same place in their per-query lists."""
+    parts = {"texts": list(bkr.texts), "langs": bkr.langs.tolist(), "images": bkr.image_ids.tolist(),
+             "g": bkr.image_spec, "ks": list(bkr.ks)}
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def read_against(path: str | Path, flag: str = "--against") -> dict:
+    """Another model's ``select`` record to compare with (its JSON): a one-line error when it is missing, of another
+    form, or without per-query scores (written before they were kept)."""
+    other = read_record(path, flag)
+    check_against(other, None, "", f"{flag} {path}")
+    return other
+
+
+def check_against(other: dict, queries: str | None, image_features: str, source: str = "--against") -> None:
+    """A one-line error unless ``other`` (a ``select`` record's JSON) holds per-query scores of the val queries whose
+    :func:`queries_sha256` is ``queries`` (``image_features``: this selection's ``g``, named in the error; ``None``:
+    the form alone is checked)."""
+    theirs = other.get("details") if isinstance(other, dict) else None
+    if not isinstance(theirs, dict) or not isinstance(theirs.get("val"), dict) or "chosen" not in theirs:
+        raise UserError(f"{source}: not a record of `eval.py select`")
+    if "per_query" not in theirs:
+        raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
+                        f"again with `eval.py select` for that model")
+    if queries is not None and theirs["val"].get("queries_sha256") != queries:
+        said = {k: (other.get("config") or {}).get(k) for k in ("val", "seed", "max_per_lang", "languages")}
+        raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
+                        f"{theirs['val'].get('image_features')} against {image_features}); run `eval.py select` for "
+                        f"both models with the same --val, --seed, --max-per-lang, --image-features and --languages")
+
+
+def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "--against") -> dict:
+    """How far ``record``'s choice stands above ``other``'s on the same val queries (two ``select`` records, their
+    JSON read back): the paired bootstrap interval (1,000 replicates, 95%) of the margin of its per-query score over
+    the other's, with what the other chose. A one-line error when ``other`` is no select record, predates per-query
+    scores, or scored other queries (:func:`check_against`)."""
+    mine = record["details"]
+    check_against(other, mine["val"]["queries_sha256"], mine["val"]["image_features"], source)
+    margin = paired_bootstrap(mine["per_query"], other["details"]["per_query"], seed=seed)
+    return {"model": (other.get("model") or {}).get("path"), "chosen": (other.get("metrics") or {}).get("chosen"),
+            "mean_bkr": (other.get("metrics") or {}).get("mean_bkr"), **margin}
+
+
+def read_record(path: str | Path, flag: str) -> dict:
+    """A ``select`` record's JSON, for the option ``flag`` (a one-line error naming the file when it is missing or
+    not JSON)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file ({flag} takes the JSON record that `eval.py select` wrote)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # bad JSON or not UTF-8
+        raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
+
+
 def select_ranking(
     model,
     *,
@@ -97,6 +158,7 @@ def select_ranking(
     batch_size: int = 256,
     name: str | None = None,
     device: str = "cpu",
+    against: str | Path | dict | None = None,
     log: Callable[[str], None] = print,
 ) -> Result:
     """The ranking of ``model`` with the highest mean val BackRetrieval (module docstring).
@@ -105,8 +167,12 @@ def select_ranking(
     (``data.root/data.val_split``, ``val.*``, ``seed``); a baseline (``tfidf``, ``ridge:SPLIT``) needs ``val`` and
     has one head and no token rows (its candidates: cosine and CSLS). Statistics come from ``reference`` (default:
     the ``train`` split beside ``val``), as in :func:`.sentence.evaluate`. ``device`` runs g's image model (and a
-    model named by its path).
+    model named by its path). ``against``: another model's ``select`` record on the same val queries (its file,
+    or its JSON read by :func:`read_against`); the record then holds this choice's paired margin over that one
+    (:func:`compare_choices`).
     """
+    other = read_against(against) if isinstance(against, (str, Path)) else against
+    source = "--against" + (f" {against}" if isinstance(against, (str, Path)) else "")
     encoder, info = resolve_model(model, name, device)
     cfg = getattr(encoder, "cfg", None)
     if val is None:
@@ -123,6 +189,9 @@ def select_ranking(
     if languages:
         bkr.keep_languages(languages)
     evaluated = sorted(set(bkr.langs.tolist()))
+    queries = queries_sha256(bkr)
+    if other is not None:  # before any scoring
+        check_against(other, queries, image_features, source)
     pool = read_reference(reference_split(val, reference), evaluated, reference_size)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
@@ -141,11 +210,14 @@ def select_ranking(
     margins = choice_margins(per_query, best, seed)
     metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
     details = {"chosen": chosen["ranking"], "reason": reason, "uncertainty": margins, "candidates": rows,
-               "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks)},
-               "reference": pool.record}
+               "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks),
+                       "queries_sha256": queries},
+               "reference": pool.record, "per_query": per_query[best]}
     config = {"val": str(val), "languages": evaluated, "heads": list(heads), "maxsim": list(maxsim),
               "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
               "max_per_lang": max_per_lang, "seed": seed}
+    if other is not None:
+        details["against"] = compare_choices({"details": details}, other, seed=seed, source=source)
     return Result("select", metrics, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
 
 
@@ -160,7 +232,12 @@ def uncertainty_line(details: dict) -> str:
             d = margins[key]
             label = rows[d["candidate"] if index is None else index]["label"]
             parts.append(f"over {label} {d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
-    return "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
+    line = "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
+    if "against" in details:
+        d = details["against"]
+        line += (f"\nagainst {d['model']} ({d['chosen']}, {d['mean_bkr']:.4f}), paired over the same queries: "
+                 f"{d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
+    return line
 
 
 @dataclass(frozen=True)
@@ -219,12 +296,8 @@ class Choice:
 
 def read_choice(record: str | Path) -> Choice:
     """The :class:`Choice` of a ``select`` record's JSON file."""
-    import json
-
-    path = Path(record)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file (--ranking takes the JSON record that `eval.py select` wrote)")
+    data = read_record(record, "--ranking")
     try:
-        return Choice.from_record(json.loads(path.read_text(encoding="utf-8")), source=str(path))
-    except (ValueError, KeyError, TypeError, AttributeError) as err:  # ValueError: bad JSON or not UTF-8
-        raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
+        return Choice.from_record(data, source=str(record))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UserError(f"{record}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
