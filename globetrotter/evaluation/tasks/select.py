@@ -122,11 +122,28 @@ def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "
     JSON read back): the paired bootstrap interval (1,000 replicates, 95%) of the margin of its per-query score over
     the other's, with what the other chose. A one-line error when ``other`` is no select record, predates per-query
     scores, or scored other queries (:func:`check_against`)."""
-    mine = record["details"]
-    check_against(other, mine["val"]["queries_sha256"], mine["val"]["image_features"], source)
-    margin = paired_bootstrap(mine["per_query"], other["details"]["per_query"], seed=seed)
+    margin = paired_margin([record], [other], seed=seed, sources=("this selection", source))
     return {"model": (other.get("model") or {}).get("path"), "chosen": (other.get("metrics") or {}).get("chosen"),
             "mean_bkr": (other.get("metrics") or {}).get("mean_bkr"), **margin}
+
+
+def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int = 0,
+                  sources: tuple[str, str] = ("A", "B")) -> dict[str, float]:
+    """The paired bootstrap interval (95%) of the margin of ``records`` over ``others`` on the same val queries:
+    each side's per-query scores are averaged over its records first (the seeds of one recipe, or one model), so
+    the margin is the recipes' mean over seeds, paired query by query. Every record must hold per-query scores of
+    the same queries (:func:`check_against`; ``sources`` name the two sides in its errors)."""
+    if not records or not others:
+        raise UserError("paired_margin: each side needs at least one select record")
+    first = records[0].get("details") if isinstance(records[0], dict) else None
+    check_against(records[0], None, "", sources[0])
+    queries, g = first["val"].get("queries_sha256"), first["val"].get("image_features")
+    for side, group in zip(sources, (records, others)):
+        for i, rec in enumerate(group):
+            check_against(rec, queries, g, side if len(group) == 1 else f"{side} (record {i + 1})")
+    mean = [np.mean([np.asarray(r["details"]["per_query"], dtype=np.float64) for r in group], axis=0)
+            for group in (records, others)]
+    return paired_bootstrap(mean[0], mean[1], seed=seed)
 
 
 def read_record(path: str | Path, flag: str) -> dict:

@@ -1,0 +1,72 @@
+"""Does one recipe beat another on val, over its seeds? Paired over the same val queries, with no parallel text.
+
+    cd /path/to/repo && .venv/bin/python experiments/compare_recipes.py \\
+        eval_out/paired/select-runs-two-round-s{0,1,2}.json \\
+        --against eval_out/paired/select-runs-flickr8k-s{0,1,2}.json --out eval_out/paired/two-round.json
+
+Each argument is an ``eval.py select`` record (its choice's BackRetrieval score on each val query). The records of
+one side are the seeds of one recipe; all must have scored the same val queries (the same val split, sample, ``g``
+and K: runs of one config whose val sample holds the whole split share them whatever their seed). Printed: each
+record's choice and mean, the margin of each seed over the other side's same seed (when both sides list as many
+records, in order), and the margin of the recipe's mean over seeds, paired query by query: the comparison that
+decides, since the seeds' noise is averaged before the queries are resampled. ``--out`` writes them as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.tasks.select import paired_margin, read_record  # noqa: E402
+
+
+def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
+    """The comparison of the module docstring, as a JSON-ready dict (``records``/``against``: record files)."""
+    sides = [[read_record(path, flag) for path in paths] for flag, paths in (("RECORD", records), ("--against", against))]
+    rows = [{"record": str(path), "model": (rec.get("model") or {}).get("path"),
+             "chosen": (rec.get("metrics") or {}).get("chosen"), "mean_bkr": (rec.get("metrics") or {}).get("mean_bkr")}
+            for paths, group in zip((records, against), sides) for path, rec in zip(paths, group)]
+    out = {"records": rows[:len(records)], "against": rows[len(records):], "seed": seed}
+    if len(records) == len(against):
+        out["per_seed"] = [paired_margin([a], [b], seed=seed, sources=(pa, pb))
+                           for a, b, pa, pb in zip(*sides, records, against)]
+    out["mean_over_seeds"] = paired_margin(sides[0], sides[1], seed=seed,
+                                           sources=("RECORD", "--against"))
+    return out
+
+
+def _line(margin: dict) -> str:
+    return f"{margin['diff']:+.4f} [{margin['lo']:+.4f}, {margin['hi']:+.4f}] (p {margin['p_value']:.3f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 2)[2])
+    parser.add_argument("records", nargs="+", metavar="RECORD", help="select records of the recipe judged (its seeds)")
+    parser.add_argument("--against", nargs="+", required=True, metavar="RECORD",
+                        help="select records of the recipe it is judged against (its seeds, in the same order)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    parser.add_argument("--out", help="also write the comparison here as JSON")
+    args = parser.parse_args(argv)
+    result = compare(args.records, args.against, args.seed)
+    for side in ("records", "against"):
+        for row in result[side]:
+            print(f"{row['record']}: {row['chosen']}, mean val BkR {row['mean_bkr']:.4f}")
+    for i, margin in enumerate(result.get("per_seed", []), 1):
+        print(f"record {i} over its counterpart, paired over the val queries: {_line(margin)}")
+    print(f"mean over {len(args.records)} against {len(args.against)} record(s), paired over the val queries "
+          f"(95% bootstrap): {_line(result['mean_over_seeds'])}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main))

@@ -1,0 +1,71 @@
+"""experiments/compare_recipes.py and ``paired_margin``: two recipes' select records compared on the same val queries."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from globetrotter.errors import UserError
+from globetrotter.evaluation.tasks.select import paired_margin
+
+
+@pytest.fixture(scope="module")
+def cmp():
+    return load_experiment("compare_recipes")
+
+
+def record(per_query, queries="q1", model="runs/m", chosen="cosine") -> dict:
+    """The parts of an ``eval.py select`` record the comparison reads."""
+    return {"model": {"path": model}, "metrics": {"chosen": chosen, "mean_bkr": float(np.mean(per_query))},
+            "config": {"val": "val", "seed": 0, "max_per_lang": 300},
+            "details": {"chosen": {}, "val": {"queries_sha256": queries, "image_features": "g"},
+                        "per_query": list(map(float, per_query))}}
+
+
+def write(tmp_path, name, rec) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(rec), encoding="utf-8")
+    return str(path)
+
+
+def test_the_mean_over_seeds_is_paired_query_by_query():
+    rng = np.random.default_rng(0)
+    hard = rng.random(400)  # how hard each query is: shared by every model, so pairing removes it
+    new = [record(hard + 0.05 + 0.1 * rng.standard_normal(400)) for _ in range(3)]
+    old = [record(hard + 0.1 * rng.standard_normal(400)) for _ in range(3)]
+    pooled = paired_margin(new, old)
+    diff = np.mean([r["details"]["per_query"] for r in new], 0) - np.mean([r["details"]["per_query"] for r in old], 0)
+    assert pooled["diff"] == pytest.approx(diff.mean())
+    assert pooled["lo"] > 0 and pooled["p_value"] < 0.01  # a margin of 0.05 that the seeds' average resolves
+    single = paired_margin(new[:1], old[:1])
+    assert pooled["hi"] - pooled["lo"] < single["hi"] - single["lo"]  # averaging the seeds narrows it
+    assert paired_margin(old, old)["diff"] == 0.0
+
+
+def test_records_of_other_queries_or_without_scores_are_refused():
+    good = record([0.1, 0.2, 0.3])
+    with pytest.raises(UserError, match=r"B \(record 2\): its val queries are not"):
+        paired_margin([good], [good, record([0.1, 0.2, 0.3], queries="q2")])
+    old = record([0.1, 0.2, 0.3])
+    del old["details"]["per_query"]
+    with pytest.raises(UserError, match="holds no per-query scores"):
+        paired_margin([good], [old])
+    with pytest.raises(UserError, match="not a record of `eval.py select`"):
+        paired_margin([{"details": []}], [good])
+
+
+def test_the_command_prints_each_seed_and_the_pooled_margin(cmp, tmp_path, capsys):
+    a = [write(tmp_path, f"a{i}", record([0.2, 0.4, 0.6, 0.5], model=f"runs/a{i}")) for i in range(2)]
+    b = [write(tmp_path, f"b{i}", record([0.1, 0.4, 0.5, 0.5], model=f"runs/b{i}")) for i in range(2)]
+    out = tmp_path / "cmp" / "c.json"
+    assert cmp.run_cli(cmp.main, [*a, "--against", *b, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("over its counterpart") == 2 and "mean over 2 against 2 record(s)" in printed
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved["mean_over_seeds"]["diff"] == pytest.approx(0.05)
+    assert [r["model"] for r in saved["against"]] == ["runs/b0", "runs/b1"]
+    assert cmp.run_cli(cmp.main, [a[0], "--against", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "none.json: no such file (--against takes" in err and len(err.strip().splitlines()) == 1
