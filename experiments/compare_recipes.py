@@ -9,7 +9,9 @@ one side are the seeds of one recipe; all must have scored the same val queries 
 and K: runs of one config whose val sample holds the whole split share them whatever their seed). Printed: each
 record's choice and mean, the margin of each seed over the other side's same seed (when both sides list as many
 records, in order), and the margin of the recipe's mean over seeds, paired query by query: the comparison that
-decides, since the seeds' noise is averaged before the queries are resampled. ``--out`` writes them as JSON.
+decides, since the seeds' noise is averaged before the queries are resampled. When ``g`` is one side's own image
+encoder (the record's ``model_image_encoder``) a note says so: BackRetrieval then leans towards that side, and two
+recipes with different image encoders are refereed under a ``g`` neither uses. ``--out`` writes them as JSON.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.errors import UserError, run_cli  # noqa: E402
-from globetrotter.evaluation.tasks.select import paired_margin, read_record  # noqa: E402
+from globetrotter.errors import run_cli  # noqa: E402
+from globetrotter.evaluation.tasks.select import paired_margin, read_record, shared_g_warning  # noqa: E402
 
 
 def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
@@ -31,11 +33,11 @@ def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
              "chosen": (rec.get("metrics") or {}).get("chosen"), "mean_bkr": (rec.get("metrics") or {}).get("mean_bkr")}
             for paths, group in zip((records, against), sides) for path, rec in zip(paths, group)]
     out = {"records": rows[:len(records)], "against": rows[len(records):], "seed": seed}
+    out["mean_over_seeds"] = paired_margin(sides[0], sides[1], seed=seed, sources=("the records", "--against"))
+    out["g"] = sides[0][0]["details"]["val"]["image_features"]  # one g: checked with the queries
     if len(records) == len(against):
         out["per_seed"] = [paired_margin([a], [b], seed=seed, sources=(pa, pb))
                            for a, b, pa, pb in zip(*sides, records, against)]
-    out["mean_over_seeds"] = paired_margin(sides[0], sides[1], seed=seed,
-                                           sources=("RECORD", "--against"))
     return out
 
 
@@ -59,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['record']}: {row['chosen']}, mean val BkR {row['mean_bkr']:.4f}")
     for i, margin in enumerate(result.get("per_seed", []), 1):
         print(f"record {i} over its counterpart, paired over the val queries: {_line(margin)}")
+    pooled = result["mean_over_seeds"]
     print(f"mean over {len(args.records)} against {len(args.against)} record(s), paired over the val queries "
-          f"(95% bootstrap): {_line(result['mean_over_seeds'])}")
+          f"(95% bootstrap): {_line(pooled)}")
+    if pooled["g_is_encoder_of"]:
+        print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")

@@ -69,3 +69,14 @@ def test_the_command_prints_each_seed_and_the_pooled_margin(cmp, tmp_path, capsy
     assert cmp.run_cli(cmp.main, [a[0], "--against", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert "none.json: no such file (--against takes" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):
+    """BackRetrieval leans towards the model whose image encoder is g: the comparison names that side."""
+    mine, theirs = record([0.3, 0.2, 0.4]), record([0.2, 0.2, 0.3])
+    assert paired_margin([mine], [theirs])["g_is_encoder_of"] == []
+    theirs["details"]["val"]["model_image_encoder"] = "g"  # the records' g (record() above)
+    assert paired_margin([mine], [theirs], sources=("new", "shipped"))["g_is_encoder_of"] == ["shipped"]
+    a, b = write(tmp_path, "a", mine), write(tmp_path, "b", theirs)
+    assert cmp.run_cli(cmp.main, [a, "--against", b]) == 0
+    assert "note: g (g) is the image encoder of --against;" in capsys.readouterr().out

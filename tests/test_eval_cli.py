@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -820,6 +821,8 @@ def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_
     first = record(out, "select", "cosine")
     assert len(first["details"]["per_query"]) == first["details"]["val"]["captions"]
     assert np.mean(first["details"]["per_query"]) == pytest.approx(first["metrics"]["mean_bkr"])
+    model = yaml.safe_load((tiny_run / "config.yaml").read_text(encoding="utf-8"))["model"]
+    assert first["details"]["val"]["model_image_encoder"] == f"timm:{model['image_backbone']}:{model['image_pretrained']}"
     capsys.readouterr()
     assert run(base + ["--name", "grid", "--maxsim", "0,1", "--against", str(out / "select-cosine.json")]) == 0
     second = record(out, "select", "grid")

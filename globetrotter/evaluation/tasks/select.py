@@ -92,6 +92,18 @@ def queries_sha256(bkr: BackRetrievalSet) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+def image_encoder_of(cfg) -> str | None:
+    """A run's image encoder in the form of a ``g`` spec (``timm:BACKBONE:WEIGHTS``; ``imported:NAME`` for imported
+    vectors), so that a comparison can tell when ``g`` is one of the compared models' own encoder; ``None`` for a
+    model without a run config."""
+    if cfg is None:
+        return None
+    model = cfg.model
+    if model.image_backbone == "imported":
+        return f"imported:{model.image_pretrained}"
+    return f"timm:{model.image_backbone}:{model.image_pretrained}"
+
+
 def read_against(path: str | Path, flag: str = "--against") -> dict:
     """Another model's ``select`` record to compare with (its JSON): a one-line error when it is missing, of another
     form, or without per-query scores (written before they were kept)."""
@@ -122,17 +134,19 @@ def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "
     JSON read back): the paired bootstrap interval (1,000 replicates, 95%) of the margin of its per-query score over
     the other's, with what the other chose. A one-line error when ``other`` is no select record, predates per-query
     scores, or scored other queries (:func:`check_against`)."""
-    margin = paired_margin([record], [other], seed=seed, sources=("this selection", source))
+    margin = paired_margin([record], [other], seed=seed, sources=("this model", source))
     return {"model": (other.get("model") or {}).get("path"), "chosen": (other.get("metrics") or {}).get("chosen"),
             "mean_bkr": (other.get("metrics") or {}).get("mean_bkr"), **margin}
 
 
 def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int = 0,
-                  sources: tuple[str, str] = ("A", "B")) -> dict[str, float]:
+                  sources: tuple[str, str] = ("A", "B")) -> dict:
     """The paired bootstrap interval (95%) of the margin of ``records`` over ``others`` on the same val queries:
     each side's per-query scores are averaged over its records first (the seeds of one recipe, or one model), so
     the margin is the recipes' mean over seeds, paired query by query. Every record must hold per-query scores of
-    the same queries (:func:`check_against`; ``sources`` name the two sides in its errors)."""
+    the same queries (:func:`check_against`; ``sources`` name the two sides in its errors). ``g_is_encoder_of`` lists
+    the sides whose image encoder is ``g`` itself (:func:`image_encoder_of`): BackRetrieval leans towards a model that
+    sees images as ``g`` does, so such a margin does not referee two image encoders (docs/evaluation.md)."""
     if not records or not others:
         raise UserError("paired_margin: each side needs at least one select record")
     first = records[0].get("details") if isinstance(records[0], dict) else None
@@ -143,7 +157,9 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
             check_against(rec, queries, g, side if len(group) == 1 else f"{side} (record {i + 1})")
     mean = [np.mean([np.asarray(r["details"]["per_query"], dtype=np.float64) for r in group], axis=0)
             for group in (records, others)]
-    return paired_bootstrap(mean[0], mean[1], seed=seed)
+    shared = [side for side, group in zip(sources, (records, others))
+              if any(r["details"]["val"].get("model_image_encoder") == g for r in group)]
+    return {**paired_bootstrap(mean[0], mean[1], seed=seed), "g_is_encoder_of": shared}
 
 
 def read_record(path: str | Path, flag: str) -> dict:
@@ -228,7 +244,7 @@ def select_ranking(
     metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
     details = {"chosen": chosen["ranking"], "reason": reason, "uncertainty": margins, "candidates": rows,
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks),
-                       "queries_sha256": queries},
+                       "queries_sha256": queries, "model_image_encoder": image_encoder_of(cfg)},
                "reference": pool.record, "per_query": per_query[best]}
     config = {"val": str(val), "languages": evaluated, "heads": list(heads), "maxsim": list(maxsim),
               "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
@@ -236,6 +252,13 @@ def select_ranking(
     if other is not None:
         details["against"] = compare_choices({"details": details}, other, seed=seed, source=source)
     return Result("select", metrics, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
+
+
+def shared_g_warning(sides: Sequence[str], g: str) -> str:
+    """The line that says a comparison's ``g`` is one side's own image encoder."""
+    return (f"note: g ({g}) is the image encoder of {' and '.join(sides)}; BackRetrieval leans towards a model that "
+            f"sees images as g does, so this margin does not referee two image encoders: compare again under a g "
+            f"neither uses (--image-features)")
 
 
 def uncertainty_line(details: dict) -> str:
@@ -254,6 +277,8 @@ def uncertainty_line(details: dict) -> str:
         d = details["against"]
         line += (f"\nagainst {d['model']} ({d['chosen']}, {d['mean_bkr']:.4f}), paired over the same queries: "
                  f"{d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
+        if d.get("g_is_encoder_of"):
+            line += "\n" + shared_g_warning(d["g_is_encoder_of"], details["val"]["image_features"])
     return line
 
 
