@@ -10,9 +10,10 @@ candidate order: text head before cross, smaller W, cosine before CSLS). The rec
 the choice and the reason, and how far the choice stands above noise: a bootstrap interval over the val queries of
 its mean, and paired intervals of its margin over the simplest candidate and over the runner-up
 (:func:`choice_margins`). The record keeps the chosen ranking's score on each val query, so two models chosen on the
-same queries compare paired (``against``, :func:`compare_choices`): the interval of one's margin over the other, far
-narrower than either mean's. ``eval.py sentence --ranking RECORD`` applies the choice to test, with statistics from
-the same reference captions (:func:`read_choice`).
+same queries compare paired (``against``, :func:`compare_choices`; several seeds of two recipes:
+:func:`paired_margin`): the interval of one's margin over the other, resampling the queries together.
+``eval.py sentence --ranking RECORD`` applies the choice to test, with statistics from the same reference captions
+(:func:`read_choice`).
 """
 from __future__ import annotations
 
