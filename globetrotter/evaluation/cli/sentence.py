@@ -169,15 +169,15 @@ def run_select(args: argparse.Namespace) -> int:
     rankings = args.retrieval.split(",")
     if set(rankings) - {"cosine", "csls"}:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
-    if args.against:
-        select_task.read_against(args.against)  # a bad record is an error before the model loads
+    # read once, before the model loads: a bad record is an error before any work
+    against = select_task.read_against(args.against) if args.against else None
     encoder = common.load(args)
     result = select_task.select_ranking(
         encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
-        against=args.against, log=lambda s: print(s, file=sys.stderr))
+        against=against, log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args, encoder)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")

@@ -150,9 +150,9 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
     sees images as ``g`` does, so such a margin does not referee two image encoders (docs/evaluation.md)."""
     if not records or not others:
         raise UserError("paired_margin: each side needs at least one select record")
-    first = records[0].get("details") if isinstance(records[0], dict) else None
     check_against(records[0], None, "", sources[0])
-    queries, g = first["val"].get("queries_sha256"), first["val"].get("image_features")
+    first = records[0]["details"]["val"]
+    queries, g = first.get("queries_sha256"), first.get("image_features")
     for side, group in zip(sources, (records, others)):
         for i, rec in enumerate(group):
             check_against(rec, queries, g, side if len(group) == 1 else f"{side} (record {i + 1})")
