@@ -16,7 +16,9 @@ Writes two imported caches into ``--out-dir``: ``finetuned`` (the backbone's poo
 ``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``), and prints the
 screen's command. With ``--held-out 0`` every image is trained on: the weights then build the feature cache of a
 training run (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
-model.image_pretrained=DIR/finetuned.safetensors --out ...``).
+model.image_pretrained=DIR/finetuned.safetensors --out ...``). The recipe's round two, fine-tuned to a trained run's
+own reading, is one command of the package, by the same steps (``globetrotter.training.backbone_finetune``):
+``globetrotter-data features finetune SPLIT --from-run RUN --out DIR``; this script is the screen.
 
 ``--target`` may be ``own-captions`` (``study_image_features.py --own-captions``): each image's own captions in its
 own language, which a method may use (no parallel text); the held-out draw is the same, since both caches list the
@@ -26,16 +28,12 @@ frozen features and the ridge bound ("What was tried").
 from __future__ import annotations
 
 import argparse
-import io
-import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from PIL import Image
 from safetensors.torch import save_file
 from tqdm import tqdm
 
@@ -51,25 +49,13 @@ from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: 
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.models.image import create_image_backbone  # noqa: E402
+from globetrotter.training.backbone_finetune import FinetuneSettings, EncodedImages, fine_tune  # noqa: E402
 
 WEIGHTS = "finetuned.safetensors"
 """The fine-tuned backbone's weights in ``--out-dir``: ``model.image_pretrained`` of a feature cache build."""
 
 SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
-
-
-class _Images(torch.utils.data.Dataset):
-    """Image ``i`` (encoded bytes) through ``transform``, with its row ``i``."""
-
-    def __init__(self, images: list[bytes], transform) -> None:
-        self.images, self.transform = images, transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return self.transform(Image.open(io.BytesIO(self.images[i])).convert("RGB")), i
 
 
 def training_images(ids: list[str], target_ids: list[str], languages: dict[str, str] | None, held_out: int,
@@ -87,58 +73,17 @@ def training_images(ids: list[str], target_ids: list[str], languages: dict[str, 
     return [r for r, i in enumerate(ids) if i not in held and i in targets], held
 
 
-def unit_centred_targets(vectors: np.ndarray) -> torch.Tensor:
-    """The target rows minus their mean, of unit length (float32)."""
-    out = torch.as_tensor(np.asarray(vectors, dtype=np.float32))
-    return F.normalize(out - out.mean(0), dim=1)
-
-
-def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray, *, epochs: int = 6,
-              batch_size: int = 32, lr: float = 3e-4, head_lr: float = 1e-3, weight_decay: float = 0.05,
-              image_size: int = 224, crop_scale_min: float = 0.5, seed: int = 0, workers: int = 1,
-              progress: bool = True) -> tuple[torch.nn.Module, torch.nn.Linear, list[float]]:
-    """Train every parameter of ``backbone`` and a linear head so that an augmented view of image ``i`` predicts
-    ``targets[i]`` (cosine loss on the centred unit targets; AdamW, ``head_lr`` for the head, a linear warm-up over
-    the first tenth of the steps, then cosine decay). Returns the backbone, the head and each epoch's mean loss."""
-    if len(images) != len(targets) or len(images) < batch_size:
-        raise UserError(f"{len(images)} images and {len(targets)} targets: need as many of each, at least one batch "
-                        f"({batch_size})")
-    torch.manual_seed(seed)
-    goal = unit_centred_targets(targets)
-    head = torch.nn.Linear(backbone.num_features, goal.shape[1])
-    transform = simclr_transform(image_size, crop_scale_min, jitter=0.4, hue=0.0, grayscale=0.0, hflip=True)
-    loader = torch.utils.data.DataLoader(_Images(images, transform), batch_size=batch_size, shuffle=True,
-                                         drop_last=True, num_workers=workers,
-                                         generator=torch.Generator().manual_seed(seed))
-    optimiser = torch.optim.AdamW([{"params": backbone.parameters(), "lr": lr},
-                                   {"params": head.parameters(), "lr": head_lr}], weight_decay=weight_decay)
-    total = epochs * len(loader)
-    warmup = max(1, total // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup))))
-    backbone.train()
-    losses = []
-    with tqdm(total=total, desc="fine-tune", unit="step", disable=not progress, dynamic_ncols=True) as bar:
-        for _epoch in range(epochs):
-            seen = []
-            for x, rows in loader:
-                loss = (1 - F.cosine_similarity(head(backbone(x)), goal[rows], dim=1)).mean()
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                optimiser.step()
-                schedule.step()
-                seen.append(float(loss.detach()))
-                bar.set_postfix(loss=f"{seen[-1]:.4f}")
-                bar.update(1)
-            losses.append(float(np.mean(seen)))
-    return backbone.eval(), head.eval(), losses
+def augmentation(image_size: int):
+    """The views fine-tuned on: ``configs/flickr8k.yaml``'s augmentation (crops of at least half the picture, colour
+    jitter without hue, flips)."""
+    return simclr_transform(image_size, 0.5, jitter=0.4, hue=0.0, grayscale=0.0, hflip=True)
 
 
 @torch.inference_mode()
 def embed(backbone: torch.nn.Module, head: torch.nn.Linear, images: list[bytes], image_size: int = 224,
           batch_size: int = 64, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The pooled features and the head's predictions of each whole image (the evaluation view), float32."""
-    loader = torch.utils.data.DataLoader(_Images(images, eval_transform(image_size)), batch_size=batch_size)
+    loader = torch.utils.data.DataLoader(EncodedImages(images, eval_transform(image_size)), batch_size=batch_size)
     backbone.eval()
     features, predictions = [], []
     for x, _rows in tqdm(loader, desc="features", unit="batch", disable=not progress, dynamic_ncols=True):
@@ -187,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         backbone, head, losses = fine_tune(
             create_image_backbone(args.backbone, "package"), [blobs[r] for r in train],
-            target[[target_row[ids[r]] for r in train]], epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            head_lr=args.head_lr, image_size=args.image_size, seed=args.seed)
+            target[[target_row[ids[r]] for r in train]], augmentation(args.image_size),
+            FinetuneSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, head_lr=args.head_lr,
+                             seed=args.seed))
         features, predictions = embed(backbone, head, blobs, args.image_size)
         for name, vectors in (("finetuned", features), ("finetuned-head", predictions)):
             write_cache(split, vectors, ids, name, out_dir)

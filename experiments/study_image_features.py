@@ -27,9 +27,10 @@ reduced to 512 dimensions by truncated SVD and averaged: what is said of each pi
 fine-tune the image backbone on (``experiments/finetune_backbone.py``) that a method may use.
 
 With ``--from-model RUN`` it writes one cache instead, ``self-NAME``: each image's vector is the mean embedding of
-its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model. No
-parallel text enters it: a second round of the recipe on the first round's view of its images (docs/results.md
-measures it; it is not a default).
+its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model
+(``globetrotter.training.backbone_finetune.model_readings``). No parallel text enters it: trained on directly, a second
+round of the recipe on the first round's view of its images (docs/results.md measures it; the recipe's round two
+fine-tunes the backbone to these vectors instead: ``globetrotter-data features finetune``).
 
 All are read with ``model.image_backbone=imported loss.image=0`` (imported vectors have no augmented views), so they
 differ from each other in the vectors alone. docs/results.md compares them, by sentence translation on the parallel
@@ -44,7 +45,7 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -58,6 +59,7 @@ from data_prep.converters.multi30k import read_multi30k  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.data.feature_import import import_embeddings, split_image_ids  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.training.backbone_finetune import mean_embeddings, model_readings, own_captions  # noqa: E402
 
 TRAIN = ("OMP_NUM_THREADS=1 .venv/bin/python train.py --config configs/flickr8k.yaml seed=S run_name={name}-sS "
          "model.image_backbone=imported model.image_pretrained={name} data.features={cache} loss.image=0")
@@ -98,18 +100,6 @@ def described_captions(image_ids: list[str], flickr8k: Iterable, multi30k: Itera
     return out
 
 
-def mean_embeddings(captions: list[list], encode: Callable[[list], np.ndarray]) -> np.ndarray:
-    """The L2-normalised mean of each image's L2-normalised caption embeddings, float32 [images, D] (a caption is
-    whatever ``encode`` reads: a string, or a (caption, language) pair)."""
-    flat = [c for caps in captions for c in caps]
-    owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
-    emb = np.asarray(encode(flat), dtype=np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)
-    out = np.zeros((len(captions), emb.shape[1]), dtype=np.float32)
-    np.add.at(out, owner, emb)
-    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
-
-
 def check_share(share: float) -> None:
     """Refuse an oracle's share of ``--blend`` outside (0, 1), in one line."""
     if not 0 < share < 1:
@@ -128,18 +118,6 @@ def blend(oracle: np.ndarray, control: np.ndarray, share: float) -> np.ndarray:
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 
-def own_captions(image_ids: list[str], metas: Iterable[dict]) -> list[list[tuple[str, str]]]:
-    """Each image's ``(caption, language)`` pairs among the caption records ``metas``; a one-line error names the
-    first image with none."""
-    captions: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for meta in metas:
-        captions[str(meta["image_id"])].append((meta["caption"], meta["lang"]))
-    missing = next((image for image in image_ids if image not in captions), None)
-    if missing is not None:
-        raise UserError(f"image {missing}: no caption of it in the run's train split")
-    return [captions[image] for image in image_ids]
-
-
 def caption_topics(texts: list[str], dim: int = 512, seed: int = 0) -> np.ndarray:
     """Each text's character n-gram TF-IDF (the ``tfidf`` baseline's, fitted on ``texts``) reduced to ``dim``
     dimensions by truncated SVD (LSA), float32 [len(texts), dim]."""
@@ -149,24 +127,6 @@ def caption_topics(texts: list[str], dim: int = 512, seed: int = 0) -> np.ndarra
 
     bags = TfidfEncoder().fit(texts).encode_text(texts)
     return TruncatedSVD(min(dim, bags.shape[1] - 1), random_state=seed).fit_transform(bags).astype(np.float32)
-
-
-def model_vectors(run: Path, image_ids: list[str]) -> np.ndarray:
-    """The mean cross-head embedding of each image's own captions (the run's train split, ``data.root``/train) under
-    the trained model of ``run``."""
-    import yaml
-
-    from data_prep.shards import read_captions
-    from globetrotter.evaluation.models import encode_texts, load_model
-
-    config = run / "config.yaml"
-    if not config.is_file():
-        raise UserError(f"--from-model {run}: no config.yaml (expected a trained run folder)")
-    captions_split = Path(yaml.safe_load(config.read_text())["data"]["root"]) / "train"
-    encoder = load_model(str(run))
-    pairs = own_captions(image_ids, read_captions(captions_split))
-    return mean_embeddings(pairs, lambda flat: encode_texts(encoder, [c for c, _ in flat], [lang for _, lang in flat],
-                                                            head="cross"))
 
 
 def write_cache(split: Path, vectors: np.ndarray, ids: list[str], name: str, out_dir: Path) -> Path:
@@ -217,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.from_model is not None:
             name = f"self-{args.from_model.name}"
-            path = write_cache(split, model_vectors(args.from_model, ids), ids, name, out_dir)
+            path = write_cache(split, model_readings(args.from_model, ids), ids, name, out_dir)
             print(TRAIN.format(name=name, cache=path))
             return 0
         cache = load_feature_cache(args.cache or split / "features")

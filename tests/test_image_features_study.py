@@ -57,20 +57,6 @@ def test_an_image_left_without_a_caption_is_named(study, sources, tmp_path):
         study.described_captions(["111_aaa", "444_ccc"], read_flickr8k(token, "en"), read_multi30k(multi30k, (1,)))
 
 
-def test_mean_embeddings_averages_each_images_unit_caption_vectors(study):
-    table = {"a": [3.0, 0.0], "b": [0.0, 1.0], "c": [0.0, -2.0]}
-    out = study.mean_embeddings([["a", "b"], ["c"]], lambda texts: np.array([table[t] for t in texts]))
-    np.testing.assert_allclose(out, [[2 ** -0.5, 2 ** -0.5], [0.0, -1.0]], atol=1e-6)
-
-
-def test_own_captions_groups_by_image_and_names_an_image_without_any(study):
-    metas = [{"image_id": 7, "caption": "a dog", "lang": "en"}, {"image_id": "8", "caption": "ein Hund", "lang": "de"},
-             {"image_id": 7, "caption": "a brown dog", "lang": "en"}]
-    assert study.own_captions(["8", "7"], metas) == [[("ein Hund", "de")], [("a dog", "en"), ("a brown dog", "en")]]
-    with pytest.raises(UserError, match="image 9: no caption of it"):
-        study.own_captions(["7", "9"], metas)
-
-
 def test_from_model_writes_each_images_mean_caption_embedding_under_the_run(study, tiny_run, tiny_world, tmp_path):
     from data_prep.shards import read_captions
     from globetrotter.data.feature_cache import load_feature_cache

@@ -1,5 +1,7 @@
-"""``globetrotter-data features build|import``: the image-feature cache of a split for frozen-backbone training, built
-from pixels by a backbone (:mod:`.feature_cache`) or imported from precomputed embeddings (:mod:`.feature_import`)."""
+"""``globetrotter-data features build|import|concat|finetune``: the image-feature cache of a split for frozen-backbone
+training, built from pixels by a backbone (:mod:`.feature_cache`), imported from precomputed embeddings
+(:mod:`.feature_import`), joined (:mod:`.feature_concat`), or built by a backbone fine-tuned to a trained run's reading of
+the images' captions (round two, :mod:`globetrotter.training.backbone_finetune`)."""
 from __future__ import annotations
 
 import argparse
@@ -81,6 +83,19 @@ def _concat(args: argparse.Namespace) -> int:
           f"loss.image=0")
     if args.json:
         print(json.dumps(record, indent=2))
+    return 0
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from ..threads import configure_threads
+    from ..training.backbone_finetune import FEATURES, WEIGHTS, FinetuneSettings, finetune_backbone
+
+    settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
+    configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
+    finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers, device=args.device)
+    out = Path(args.out)
+    print(f"round two: train.py with the first round's config and overrides model.image_pretrained={out / WEIGHTS} "
+          f"data.features={out / FEATURES}")
     return 0
 
 
@@ -177,4 +192,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)
+
+    f = actions.add_parser(
+        "finetune",
+        help="round two: fine-tune a run's frozen backbone to the run's reading of each image's captions, and cache it",
+        description="Round two of the recipe. A run trained on a frozen backbone's feature cache reads each train "
+        "image's own captions with its cross-modal head (their mean: what the model understood the picture to "
+        "show, in a space where the languages already meet). Every layer of the backbone the run started from is "
+        "trained so that a linear head on its pooled features predicts that reading from augmented views of the "
+        "picture (cosine loss; AdamW, warm-up then cosine decay), and the fine-tuned backbone builds a feature cache "
+        "with the run's settings. --out gets targets/ (the readings, an imported cache), backbone.safetensors, "
+        "features/ and finetune.json. Train round two with the run's config and model.image_pretrained=OUT/"
+        "backbone.safetensors data.features=OUT/features. No parallel text enters. A finished step is not done "
+        "again (an interrupted build resumes); an --out of other settings or contents is refused. On two CPU cores "
+        "the Flickr8k train split (3,900 images at 224 px) takes about 35 minutes to fine-tune and 10 to cache.",
+    )
+    f.add_argument("split_dir", help="the split whose images round one's feature cache holds (the run's train images)")
+    f.add_argument("--from-run", required=True, metavar="RUN", help="round one: a run folder trained on a frozen "
+                   "backbone's feature cache")
+    f.add_argument("--out", required=True, help="a new or empty folder (or this fine-tune's own, to resume)")
+    f.add_argument("--epochs", type=positive_int, default=6, help="passes over the images (default %(default)s)")
+    f.add_argument("--lr", type=float, default=3e-4, help="the backbone's learning rate; the head's is 1e-3 "
+                   "(default %(default)s)")
+    f.add_argument("--seed", type=int, default=0, help="seeds the head, the views and the order (default %(default)s)")
+    f.add_argument("--workers", type=int, default=1, help="image decoding/augmentation processes (default %(default)s)")
+    f.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
+    f.set_defaults(func=_finetune)
 

@@ -1,0 +1,116 @@
+"""Round two (``globetrotter-data features finetune``, globetrotter/training/backbone_finetune.py) on the tiny world: the
+backbone fine-tuned to a frozen-backbone run's reading of each image's captions, cached, and trained on again."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file, save_file
+
+from conftest import TINY, run_data_cli
+from data_prep.shards import read_captions
+from globetrotter.config import load_train_config
+from globetrotter.data.augment import eval_transform
+from globetrotter.data.feature_cache import load_feature_cache, unique_images
+from globetrotter.errors import UserError
+from globetrotter.evaluation.models import encode_texts, load_model
+from globetrotter.models.image import create_image_backbone
+from globetrotter.training.backbone_finetune import FEATURES, RECORD, TARGETS, WEIGHTS, mean_embeddings, own_captions
+from globetrotter.training.trainer import train
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+NARROW = {"channels": [16, 32, 64, 128], "stem_width": 16}  # TINY's ResNet-18
+
+
+@pytest.fixture(scope="module")
+def round_one(tiny_world, tmp_path_factory):
+    """A run trained 2 steps on a frozen backbone's feature cache (its weights in a file), as configs/flickr8k.yaml."""
+    root = tmp_path_factory.mktemp("round_one")
+    torch.manual_seed(0)
+    weights = root / "start.safetensors"
+    save_file(create_image_backbone("resnet18", None, **NARROW).state_dict(), str(weights))
+    cfg = load_train_config(None, [f"data.root={tiny_world}", f"data.tokenizer={root / 'tokenizer.json'}",
+                                   f"output_dir={root}", *TINY, "steps=2", f"data.features={root / 'features'}",
+                                   "data.feature_views=2", "model.freeze_image_backbone=true",
+                                   f"model.image_pretrained={weights}"])
+    train(cfg)
+    return cfg.run_dir, weights
+
+
+def test_mean_embeddings_averages_each_images_unit_caption_vectors():
+    table = {"a": [3.0, 0.0], "b": [0.0, 1.0], "c": [0.0, -2.0]}
+    out = mean_embeddings([["a", "b"], ["c"]], lambda texts: np.array([table[t] for t in texts]))
+    np.testing.assert_allclose(out, [[2 ** -0.5, 2 ** -0.5], [0.0, -1.0]], atol=1e-6)
+
+
+def test_own_captions_groups_by_image_and_names_an_image_without_any():
+    metas = [{"image_id": 7, "caption": "a dog", "lang": "en"}, {"image_id": "8", "caption": "ein Hund", "lang": "de"},
+             {"image_id": 7, "caption": "a brown dog", "lang": "en"}]
+    assert own_captions(["8", "7"], metas) == [[("ein Hund", "de")], [("a dog", "en"), ("a brown dog", "en")]]
+    with pytest.raises(UserError, match="image 9: no caption of it"):
+        own_captions(["7", "9"], metas)
+
+
+def test_round_two_fine_tunes_the_backbone_to_the_runs_readings_and_trains_on_its_cache(round_one, tiny_world,
+                                                                                       tmp_path, capsys):
+    run, start_weights = round_one
+    split, out = tiny_world / "train", tmp_path / "round-two"
+    argv = ["features", "finetune", str(split), "--from-run", str(run), "--out", str(out), "--epochs", "2",
+            "--workers", "0"]
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 0, stderr[-2000:]
+    assert f"model.image_pretrained={out / WEIGHTS} data.features={out / FEATURES}" in stdout
+    # the targets: each image's mean cross-head embedding of its own captions under the run
+    targets = load_feature_cache(out / TARGETS)
+    metas = read_captions(split)
+    image = str(metas[0]["image_id"])
+    mine = [m for m in metas if str(m["image_id"]) == image]
+    emb = encode_texts(load_model(str(run)), [m["caption"] for m in mine], [m["lang"] for m in mine], "cross")
+    emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(targets.features[targets.row_of[image], 0], dtype=np.float32),
+                               emb.mean(0) / np.linalg.norm(emb.mean(0)), atol=2e-3)  # stored as float16
+    # the weights moved from the run's start, and the cache is theirs: its whole-image row is the tuned backbone's
+    tuned, start = load_file(str(out / WEIGHTS)), load_file(str(start_weights))
+    assert tuned.keys() == start.keys() and not torch.equal(tuned["conv1.weight"], start["conv1.weight"])
+    record = json.loads((out / RECORD).read_text())
+    assert len(record["losses"]) == 2 and all(np.isfinite(record["losses"]))
+    cache = load_feature_cache(out / FEATURES)
+    image_id, _ext, data = next(unique_images(split))
+    backbone = create_image_backbone("resnet18", str(out / WEIGHTS), **NARROW).eval()
+    with torch.inference_mode():
+        again = backbone(eval_transform(32)(Image.open(io.BytesIO(data)).convert("RGB"))[None])[0].numpy()
+    np.testing.assert_allclose(np.asarray(cache.features[cache.row_of[image_id], 0], dtype=np.float32), again,
+                               rtol=1e-2, atol=1e-2)
+    assert cache.views == 2 and len(cache.row_of) == len({str(m["image_id"]) for m in metas})
+    # round two: the run's config on the printed overrides trains (the cache matches what it expects)
+    two = load_train_config(run / "config.yaml", [f"model.image_pretrained={out / WEIGHTS}",
+                                                  f"data.features={out / FEATURES}", f"output_dir={tmp_path}",
+                                                  "run_name=round-two", "steps=1"])
+    assert train(two)["step"] == 1
+    # again: nothing is redone; other settings into the same folder are refused in one line
+    code, stdout, _ = run_data_cli(argv, capsys)
+    assert code == 0 and "up to date" in stdout and "fine-tuning" not in stdout
+    assert torch.equal(load_file(str(out / WEIGHTS))["conv1.weight"], tuned["conv1.weight"])
+    code, _, stderr = run_data_cli(argv[:-4] + ["--epochs", "3", "--workers", "0"], capsys)
+    assert code == 2 and "holds a fine-tune of other settings" in stderr and "'epochs': 2" in stderr
+
+
+def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):
+    run, _ = round_one
+    split = str(tiny_world / "train")
+    cases = [
+        (["--from-run", str(tmp_path)], "no config.yaml (expected a trained run folder)"),
+        (["--from-run", str(tiny_run)], "model.freeze_image_backbone=false"),  # a backbone trained from pixels
+        (["--from-run", str(run), "--out", str(tiny_world)], "holds no fine-tune"),  # a folder of other things
+    ]
+    for extra, message in cases:
+        if "--out" not in extra:
+            extra = [*extra, "--out", str(tmp_path / "out")]
+        code, _, stderr = run_data_cli(["features", "finetune", split, *extra], capsys)
+        assert code == 2 and message in stderr, stderr
+        assert len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
