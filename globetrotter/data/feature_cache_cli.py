@@ -204,8 +204,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with the run's settings. --out gets targets/ (the readings, an imported cache), backbone.safetensors, "
         "features/ and finetune.json. Train round two with the run's config and model.image_pretrained=OUT/"
         "backbone.safetensors data.features=OUT/features. No parallel text enters. A finished step is not done "
-        "again (an interrupted build resumes); an --out of other settings or contents is refused. On two CPU cores "
-        "the Flickr8k train split (3,900 images at 224 px) takes about 35 minutes to fine-tune and 10 to cache.",
+        "again (an interrupted build resumes); an --out of other settings or contents is refused (docs/training.md, Round two).",
     )
     f.add_argument("split_dir", help="the split whose images round one's feature cache holds (the run's train images)")
     f.add_argument("--from-run", required=True, metavar="RUN", help="round one: a run folder trained on a frozen "
