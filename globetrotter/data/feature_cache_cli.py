@@ -88,14 +88,14 @@ def _concat(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     from ..threads import configure_threads
-    from ..training.backbone_finetune import FEATURES, WEIGHTS, FinetuneSettings, finetune_backbone
+    from ..training.backbone_finetune import FinetuneSettings, finetune_backbone
 
     settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
-    finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers, device=args.device)
-    out = Path(args.out)
-    print(f"round two: train.py with the first round's config and overrides model.image_pretrained={out / WEIGHTS} "
-          f"data.features={out / FEATURES}")
+    two = finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers,
+                            device=args.device)
+    print(f"round two: train.py with the first round's config and overrides "
+          f"model.image_pretrained={two.model.image_pretrained} data.features={two.data.features}")
     return 0
 
 
