@@ -94,7 +94,7 @@ def _finetune(args: argparse.Namespace) -> int:
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
     two = finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers,
                             device=args.device)
-    print(f"round two: train.py with the first round's config and overrides "
+    print(f"next round: train.py with {args.from_run}'s config and overrides "
           f"model.image_pretrained={two.model.image_pretrained} data.features={two.data.features}")
     return 0
 
