@@ -14,6 +14,7 @@ from data_prep.shards import read_manifest
 from ..argtypes import non_negative_int, positive_int, torch_device
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
+from ..training.backbone_finetune import FinetuneSettings
 from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
 
 
@@ -88,7 +89,7 @@ def _concat(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     from ..threads import configure_threads
-    from ..training.backbone_finetune import FinetuneSettings, finetune_backbone
+    from ..training.backbone_finetune import finetune_backbone
 
     settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
@@ -210,10 +211,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--from-run", required=True, metavar="RUN", help="round one: a run folder trained on a frozen "
                    "backbone's feature cache")
     f.add_argument("--out", required=True, help="a new or empty folder (or this fine-tune's own, to resume)")
-    f.add_argument("--epochs", type=positive_int, default=6, help="passes over the images (default %(default)s)")
-    f.add_argument("--lr", type=float, default=3e-4, help="the backbone's learning rate; the head's is 1e-3 "
-                   "(default %(default)s)")
-    f.add_argument("--seed", type=int, default=0, help="seeds the head, the views and the order (default %(default)s)")
+    f.add_argument("--epochs", type=positive_int, default=FinetuneSettings.epochs,
+                   help="passes over the images (default %(default)s)")
+    f.add_argument("--lr", type=float, default=FinetuneSettings.lr, help="the backbone's learning rate; the head's is "
+                   f"{FinetuneSettings.head_lr:g} (default %(default)s)")
+    f.add_argument("--seed", type=int, default=FinetuneSettings.seed,
+                   help="seeds the head, the views and the order (default %(default)s)")
     f.add_argument("--workers", type=int, default=1, help="image decoding/augmentation processes (default %(default)s)")
     f.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
     f.set_defaults(func=_finetune)
