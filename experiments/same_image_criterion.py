@@ -1,0 +1,189 @@
+"""A ranking criterion with a true match among the candidates, and no parallel text: another caption of the same image.
+
+`eval.py select` chooses a model's ranking (head, MaxSim weight, CSLS) by BackRetrieval on val. BackRetrieval's
+candidates never hold a translation of the query (each val image is captioned in one language), so it cannot see
+what a ranking does when a match is there, and over one model's rankings it can order them against translation
+(docs/results.md, *Choosing on val*). This driver scores the same grid by a task whose match is present: in each
+language, the first caption of a val image retrieves, among the second captions of the language's val images,
+the one of its own image. The criterion is the mean reciprocal rank, averaged over languages; statistics come
+from ``--reference`` (the train split), never from the scored captions. No parallel text is read: each image is
+still captioned in one language.
+
+It is a study, not a method default: docs/results.md says where it ordered rankings better than BackRetrieval
+and where it did not. ``--oracle RECORD`` (one per ``--model``, from experiments/oracle_ranking.py) adds the Spearman
+correlation of the criterion with translation on the parallel val split, and what its choice translates.
+
+Val images need two captions in a language: ``globetrotter-data more-captions --splits train,val`` gives the en
+and de val images theirs (the Flickr8k token file, Multi30K task 2); Flickr8k-CN's zh val images have five.
+
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/same_image_criterion.py --model runs/flickr8k-s0 \\
+      --val outputs/flickr8k-more/val --reference outputs/flickr8k/train --languages en,zh \\
+      --oracle eval_out/oracle/select-oracle-runs-flickr8k-s0.json --out eval_out/same-image
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
+from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
+from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference, reference_split  # noqa: E402
+from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
+from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
+from oracle_ranking import refuse_shared_images  # noqa: E402
+
+MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out
+
+
+def caption_pairs(split: str, languages: list[str] | None, n_images: int, seed: int) -> dict[str, list[tuple[str, str]]]:
+    """Per language, a seeded sample of up to ``n_images`` val images captioned at least twice in it: (first, second)
+    caption, in the split's order. Languages with fewer than ``MIN_IMAGES`` such images are refused when named, and
+    left out otherwise."""
+    from data_prep.shards import read_captions
+
+    by_lang: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for meta in read_captions(split):
+        captions = by_lang[meta["lang"]][str(meta["image_id"])]
+        if meta["caption"] not in captions:
+            captions.append(meta["caption"])
+    rng = np.random.default_rng(seed)
+    pairs = {}
+    for lang in languages or sorted(by_lang):
+        twice = sorted(image for image, caps in by_lang.get(lang, {}).items() if len(caps) >= 2)
+        if len(twice) < MIN_IMAGES:
+            if languages:
+                raise UserError(f"--languages {lang}: {split} has {len(twice)} images captioned twice in it, at "
+                                f"least {MIN_IMAGES} needed (more-captions --splits train,val adds captions to val)")
+            continue
+        chosen = sorted(rng.choice(len(twice), size=min(n_images, len(twice)), replace=False))
+        pairs[lang] = [tuple(by_lang[lang][twice[i]][:2]) for i in chosen]
+    if not pairs:
+        raise UserError(f"--val {split}: no language has {MIN_IMAGES} images captioned twice "
+                        "(more-captions --splits train,val adds captions to val)")
+    return pairs
+
+
+def reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
+    """Per query row, 1 / rank of its own candidate (the diagonal); a tie counts half a candidate above."""
+    own = np.diag(scores)[:, None]
+    above = (scores > own).sum(1) + 0.5 * ((scores == own).sum(1) - 1)
+    return 1.0 / (1.0 + above)
+
+
+def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]], reference: str,
+               reference_size: int = DEFAULT_SIZE) -> tuple[dict, list[dict]]:
+    """The criterion of every ranking of ``model``'s grid: (model info, rows with the ranking, its label, the mean
+    reciprocal rank per language and their mean)."""
+    encoder, info = resolve_model(model)
+    rankings = model_candidates(model, encoder)
+    per_lang: dict[str, list[float]] = {}
+    for lang, lang_pairs in pairs.items():
+        n = len(lang_pairs)
+        captions = [a for a, _ in lang_pairs] + [b for _, b in lang_pairs]
+        context = ScoringContext(encoder, captions, [lang] * len(captions),
+                                 read_reference(reference, [lang], reference_size))
+        # queries: the first captions; candidates: the second ones, the own image's on the diagonal
+        per_lang[lang] = [float(reciprocal_ranks(context.scorer(r)(np.arange(n))[:, n:]).mean()) for r in rankings]
+    rows = [{"ranking": r.to_dict(), "label": r.label, "per_language": {g: per_lang[g][i] for g in pairs},
+             "criterion": float(np.mean([per_lang[g][i] for g in pairs]))} for i, r in enumerate(rankings)]
+    return info, rows
+
+
+def against_oracle(rows: list[dict], oracle: str) -> dict:
+    """Spearman of the criterion with the oracle record's translation on the parallel val split, over the grid, and
+    what the criterion's choice and the oracle's translate."""
+    from scipy.stats import spearmanr
+
+    record = json.loads(Path(oracle).read_text(encoding="utf-8"))
+    if not record.get("config", {}).get("oracle"):
+        raise UserError(f"--oracle {oracle}: not an oracle record (experiments/oracle_ranking.py writes them)")
+    translation = {c["label"]: c["val_translation"] for c in record["details"]["candidates"]}
+    missing = [row["label"] for row in rows if row["label"] not in translation]
+    if missing:
+        raise UserError(f"--oracle {oracle}: has no ranking {missing[0]!r}; is it this model's record?")
+    chosen = max(rows, key=lambda row: row["criterion"])["label"]
+    return {"spearman": float(spearmanr([r["criterion"] for r in rows], [translation[r["label"]] for r in rows])[0]),
+            "chosen_translation": translation[chosen], "oracle_translation": max(translation.values()),
+            "oracle": str(oracle)}
+
+
+def choose(model: str, val: str, reference: str, out: str, *, languages: list[str] | None = None,
+           n_images: int = 300, reference_size: int = DEFAULT_SIZE, seed: int = 0, oracle: str | None = None,
+           test: str | None = None, name: str | None = None, log=print) -> Path:
+    """Score ``model``'s grid by the same-image criterion on ``val`` and write the record ``out/same-image-NAME.json``
+    (every ranking's criterion, the choice and, with ``oracle``, how it compares). Returns its path."""
+    if "test" in Path(val).name:
+        raise UserError(f"--val {val}: the criterion is measured on val, never on the test split")
+    if test is not None:
+        refuse_shared_images(val, test, "--val")
+    reference = str(reference_split(val, reference))
+    pairs = caption_pairs(val, languages, n_images, seed)
+    info, rows = score_grid(model, pairs, reference, reference_size)
+    for row in rows:
+        log(f"same image: {row['label']:<28} MRR {row['criterion']:.4f} "
+            + " ".join(f"{g} {v:.4f}" for g, v in row["per_language"].items()))
+    best = max(range(len(rows)), key=lambda i: (rows[i]["criterion"], -i))
+    chosen = rows[best]
+    metrics = {"chosen": chosen["label"], "criterion": chosen["criterion"]}
+    if oracle is not None:
+        metrics.update(against_oracle(rows, oracle))
+    reason = (f"same-image criterion: highest mean reciprocal rank of another caption of the query's image, in its "
+              f"language, on {val} ({', '.join(f'{g}: {len(p)} images' for g, p in pairs.items())}); "
+              "no parallel text; a study, not a method default")
+    result = Result("same-image", metrics, list(pairs), model={**info, "name": name or info["name"]},
+                    dataset=dataset_info(val),
+                    config={"val": str(val), "reference": reference, "reference_size": reference_size,
+                            "n_images": n_images, "seed": seed, "criterion": "same-image"},
+                    details={"chosen": chosen["ranking"], "reason": reason, "candidates": rows})
+    path = result.write(out)
+    summary = f"same-image choice: {chosen['label']} (MRR {chosen['criterion']:.4f})"
+    if oracle is not None:
+        summary += (f"; Spearman with parallel-val translation {metrics['spearman']:+.2f}, its choice translates "
+                    f"{100 * metrics['chosen_translation']:.2f}% (oracle {100 * metrics['oracle_translation']:.2f}%)")
+    log(f"{summary}; record {path}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, action="append", help="a trained run folder (repeatable)")
+    parser.add_argument("--val", required=True,
+                        help="a val split whose images are captioned at least twice in a language (never test)")
+    parser.add_argument("--reference", required=True, help="split whose captions give the rankings' statistics")
+    parser.add_argument("--languages", help="comma-separated codes (default: every language with "
+                                            f"{MIN_IMAGES} val images captioned twice)")
+    parser.add_argument("--n-images", type=int, default=300, help="val images per language (default %(default)s)")
+    parser.add_argument("--reference-size", type=int, default=DEFAULT_SIZE,
+                        help="reference captions per language (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the image sample (default %(default)s)")
+    parser.add_argument("--oracle", action="append",
+                        help="the oracle record of each --model, in the same order (experiments/oracle_ranking.py)")
+    parser.add_argument("--test", help="the test split: --val may show none of its images (checked)")
+    parser.add_argument("--out", required=True, help="folder of the records (same-image-NAME.json)")
+    args = parser.parse_args(argv)
+    try:
+        if args.oracle and len(args.oracle) != len(args.model):
+            raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")
+        for i, model in enumerate(args.model):
+            choose(model, args.val, args.reference, args.out,
+                   languages=args.languages.split(",") if args.languages else None, n_images=args.n_images,
+                   reference_size=args.reference_size, seed=args.seed,
+                   oracle=args.oracle[i] if args.oracle else None, test=args.test,
+                   log=lambda line: print(line, flush=True))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

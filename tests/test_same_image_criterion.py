@@ -1,0 +1,109 @@
+"""experiments/same_image_criterion.py: the same-image ranking criterion, on a tiny val split captioned twice."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import COLOURS, WORDS, load_experiment
+from data_prep.shards import ShardWriter
+from globetrotter.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def criterion():
+    return load_experiment("same_image_criterion")
+
+
+@pytest.fixture(scope="module")
+def twice_val(tmp_path_factory):
+    """60 val images captioned twice in en (two word orders) and once in ru: ru is too thin for the criterion."""
+    root = tmp_path_factory.mktemp("twice")
+    names = list(COLOURS)
+    with ShardWriter(root / "val", split="val", source="unit", image_format="png") as w:
+        for i in range(60):
+            colour = names[i % len(names)]
+            img = Image.new("RGB", (16, 16), COLOURS[colour])
+            en = WORDS["en"]
+            w.write(f"v{i}-a", img, f"{en[colour]} {en['_']} {i}", "en", f"img{i}")
+            w.write(f"v{i}-b", img, f"{en['_']} {en[colour]} {i}", "en", f"img{i}")
+            if i < 10:
+                w.write(f"v{i}-ru", img, f"{WORDS['ru'][colour]} {WORDS['ru']['_']}", "ru", f"img{i}")
+    return root / "val"
+
+
+def test_reciprocal_rank_of_the_own_candidate_with_ties_counting_half(criterion):
+    scores = np.array([[0.9, 0.1, 0.2],    # own candidate first
+                       [0.5, 0.4, 0.3],    # one candidate above
+                       [0.7, 0.7, 0.7]])   # tied with both others: one candidate above on average
+    np.testing.assert_allclose(criterion.reciprocal_ranks(scores), [1.0, 0.5, 0.5])
+
+
+def test_pairs_come_from_one_image_and_thin_languages_are_left_out_or_refused(criterion, twice_val):
+    pairs = criterion.caption_pairs(str(twice_val), None, n_images=20, seed=0)
+    assert list(pairs) == ["en"] and len(pairs["en"]) == 20
+    for first, second in pairs["en"]:
+        assert first != second and first.split()[-1] == second.split()[-1]  # the image's number ends both captions
+    assert pairs == criterion.caption_pairs(str(twice_val), None, n_images=20, seed=0)
+    assert pairs != criterion.caption_pairs(str(twice_val), None, n_images=20, seed=1)
+    with pytest.raises(UserError, match=r"--languages ru: .* has 0 images captioned twice"):
+        criterion.caption_pairs(str(twice_val), ["en", "ru"], n_images=20, seed=0)
+
+
+def test_the_grid_is_scored_and_compared_with_an_oracle_record(criterion, twice_val, tiny_world, tiny_run, tmp_path,
+                                                              capsys):
+    out = tmp_path / "out"
+    assert criterion.main(["--model", str(tiny_run), "--val", str(twice_val),
+                           "--reference", str(tiny_world / "train"), "--out", str(out)]) == 0
+    (path,) = out.glob("same-image-*.json")
+    record = json.loads(path.read_text())
+    rows = record["details"]["candidates"]
+    assert len(rows) == 20 and record["languages"] == ["en"]
+    assert all(0 < row["criterion"] <= 1 and row["criterion"] == row["per_language"]["en"] for row in rows)
+    best = max(rows, key=lambda row: row["criterion"])
+    assert record["metrics"]["chosen"] == best["label"] and record["details"]["chosen"] == best["ranking"]
+    assert record["config"]["reference"] == str(tiny_world / "train")
+
+    # with an oracle record: what the choice translates is the oracle's figure for the chosen label
+    oracle = tmp_path / "oracle.json"
+    translation = {row["label"]: i / 100 for i, row in enumerate(rows)}
+    oracle.write_text(json.dumps({"config": {"oracle": True}, "details": {"candidates": [
+        {"label": label, "val_translation": value} for label, value in translation.items()]}}))
+    assert criterion.main(["--model", str(tiny_run), "--val", str(twice_val), "--reference", str(tiny_world / "train"),
+                           "--oracle", str(oracle), "--out", str(out)]) == 0
+    metrics = json.loads(path.read_text())["metrics"]
+    assert metrics["chosen_translation"] == translation[metrics["chosen"]]
+    assert metrics["oracle_translation"] == max(translation.values()) and -1 <= metrics["spearman"] <= 1
+    assert "Spearman with parallel-val translation" in capsys.readouterr().out
+
+
+def test_spearman_and_choice_against_the_oracle(criterion, tmp_path):
+    rows = [{"label": "a", "criterion": 0.1}, {"label": "b", "criterion": 0.3}, {"label": "c", "criterion": 0.2}]
+    oracle = tmp_path / "oracle.json"
+    oracle.write_text(json.dumps({"config": {"oracle": True}, "details": {"candidates": [
+        {"label": "a", "val_translation": 0.5}, {"label": "b", "val_translation": 0.4},
+        {"label": "c", "val_translation": 0.6}]}}))
+    got = criterion.against_oracle(rows, str(oracle))
+    # ranks 1, 3, 2 against 2, 1, 3: 1 - 6 * (1 + 4 + 1) / (3 * 8)
+    assert got["spearman"] == pytest.approx(-0.5)
+    assert got["chosen_translation"] == 0.4 and got["oracle_translation"] == 0.6
+    with pytest.raises(UserError, match="has no ranking 'd'"):
+        criterion.against_oracle(rows + [{"label": "d", "criterion": 0.0}], str(oracle))
+
+
+def test_bad_input_is_a_one_line_error(criterion, twice_val, tiny_world, tiny_run, tmp_path, capsys):
+    base = ["--model", str(tiny_run), "--reference", str(tiny_world / "train"), "--out", str(tmp_path)]
+    assert criterion.main(base + ["--val", str(tiny_world / "test")]) == 2
+    assert "never on the test split" in capsys.readouterr().err
+    assert criterion.main(base + ["--val", str(tiny_world / "val")]) == 2  # one caption per image
+    assert "no language has 50 images captioned twice" in capsys.readouterr().err
+    not_oracle = tmp_path / "select.json"
+    not_oracle.write_text(json.dumps({"config": {}, "details": {"candidates": []}}))
+    assert criterion.main(base + ["--val", str(twice_val), "--oracle", str(not_oracle)]) == 2
+    assert "not an oracle record" in capsys.readouterr().err
+    assert criterion.main(base + ["--val", str(twice_val), "--oracle", "a", "--oracle", "b"]) == 2
+    assert "--oracle given 2 times for 1 --model" in capsys.readouterr().err
