@@ -13,7 +13,7 @@ It is a study, not a method default: docs/results.md says where it ordered ranki
 and where it did not. ``--oracle RECORD`` (one per ``--model``, from experiments/oracle_ranking.py) adds the Spearman
 correlation of the criterion with translation on the parallel val split, and what its choice translates.
 
-Val images need two captions in a language: ``globetrotter-data more-captions --splits train,val`` gives the en
+Val images need two captions in a language: ``globetrotter-data more-captions --splits val`` gives the en
 and de val images theirs (the Flickr8k token file, Multi30K task 2); Flickr8k-CN's zh val images have five.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/same_image_criterion.py --model runs/flickr8k-s0 \\
@@ -23,7 +23,6 @@ and de val images theirs (the Flickr8k token file, Multi30K task 2); Flickr8k-CN
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -38,13 +37,14 @@ from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference, reference_split  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
-from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
+from globetrotter.evaluation.tasks.select import model_candidates, read_record  # noqa: E402
 from oracle_ranking import refuse_shared_images  # noqa: E402
 
 MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out
 
 
-def caption_pairs(split: str, languages: list[str] | None, n_images: int, seed: int) -> dict[str, list[tuple[str, str]]]:
+def caption_pairs(split: str, languages: list[str] | None, n_images: int,
+                  seed: int) -> dict[str, list[tuple[str, str]]]:
     """Per language, a seeded sample of up to ``n_images`` val images captioned at least twice in it: (first, second)
     caption, in the split's order. Languages with fewer than ``MIN_IMAGES`` such images are refused when named, and
     left out otherwise."""
@@ -62,13 +62,14 @@ def caption_pairs(split: str, languages: list[str] | None, n_images: int, seed: 
         if len(twice) < MIN_IMAGES:
             if languages:
                 raise UserError(f"--languages {lang}: {split} has {len(twice)} images captioned twice in it, at "
-                                f"least {MIN_IMAGES} needed (more-captions --splits train,val adds captions to val)")
+                                f"least {MIN_IMAGES} needed (more-captions --splits val gives val images more "
+                                "captions)")
             continue
         chosen = sorted(rng.choice(len(twice), size=min(n_images, len(twice)), replace=False))
         pairs[lang] = [tuple(by_lang[lang][twice[i]][:2]) for i in chosen]
     if not pairs:
         raise UserError(f"--val {split}: no language has {MIN_IMAGES} images captioned twice "
-                        "(more-captions --splits train,val adds captions to val)")
+                        "(more-captions --splits val gives val images more captions)")
     return pairs
 
 
@@ -103,8 +104,8 @@ def against_oracle(rows: list[dict], oracle: str) -> dict:
     what the criterion's choice and the oracle's translate."""
     from scipy.stats import spearmanr
 
-    record = json.loads(Path(oracle).read_text(encoding="utf-8"))
-    if not record.get("config", {}).get("oracle"):
+    record = read_record(oracle, "--oracle")
+    if not isinstance(record, dict) or not record.get("config", {}).get("oracle"):
         raise UserError(f"--oracle {oracle}: not an oracle record (experiments/oracle_ranking.py writes them)")
     translation = {c["label"]: c["val_translation"] for c in record["details"]["candidates"]}
     missing = [row["label"] for row in rows if row["label"] not in translation]

@@ -105,5 +105,7 @@ def test_bad_input_is_a_one_line_error(criterion, twice_val, tiny_world, tiny_ru
     not_oracle.write_text(json.dumps({"config": {}, "details": {"candidates": []}}))
     assert criterion.main(base + ["--val", str(twice_val), "--oracle", str(not_oracle)]) == 2
     assert "not an oracle record" in capsys.readouterr().err
+    assert criterion.main(base + ["--val", str(twice_val), "--oracle", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
     assert criterion.main(base + ["--val", str(twice_val), "--oracle", "a", "--oracle", "b"]) == 2
     assert "--oracle given 2 times for 1 --model" in capsys.readouterr().err
