@@ -33,6 +33,10 @@ def twice_val(tmp_path_factory):
             w.write(f"v{i}-b", img, f"{en['_']} {en[colour]} {i}", "en", f"img{i}")
             if i < 10:
                 w.write(f"v{i}-ru", img, f"{WORDS['ru'][colour]} {WORDS['ru']['_']}", "ru", f"img{i}")
+    with ShardWriter(root / "train", split="train", source="unit", image_format="png") as w:  # numbers in its text
+        for i in range(60):
+            w.write(f"t{i}", Image.new("RGB", (16, 16), COLOURS[names[i % 4]]), f"picture {i} of {60 + i}", "en",
+                    f"train{i}")
     return root / "val"
 
 
@@ -109,3 +113,16 @@ def test_bad_input_is_a_one_line_error(criterion, twice_val, tiny_world, tiny_ru
     assert "missing.json: no such file" in capsys.readouterr().err
     assert criterion.main(base + ["--val", str(twice_val), "--oracle", "a", "--oracle", "b"]) == 2
     assert "--oracle given 2 times for 1 --model" in capsys.readouterr().err
+
+
+def test_a_model_that_matches_words_finds_the_own_caption_far_above_chance(criterion, twice_val):
+    # the two captions of an image share its number; TF-IDF, fitted on reference captions with numbers, sees it
+    pairs = criterion.caption_pairs(str(twice_val), ["en"], n_images=60, seed=0)
+    reference = str(twice_val.parent / "train")
+    _, rows = criterion.score_grid("tfidf", pairs, reference)
+    chance = np.mean(1 / np.arange(1, 61))  # a random order of 60 candidates
+    assert [row["label"] for row in rows] == ["cosine", "csls"]
+    assert all(row["criterion"] > 5 * chance for row in rows)
+    shuffled = {"en": [(a, b) for (a, _), (_, b) in zip(pairs["en"], pairs["en"][1:] + pairs["en"][:1])]}
+    _, wrong = criterion.score_grid("tfidf", shuffled, reference)
+    assert all(row["criterion"] < 2 * chance for row in wrong)  # a mismatched second caption is not found
