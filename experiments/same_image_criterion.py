@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +34,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
-from globetrotter.evaluation.reference import DEFAULT_SIZE, read_reference, reference_split  # noqa: E402
+from globetrotter.evaluation.reference import (  # noqa: E402
+    DEFAULT_SIZE, ReferencePool, read_reference, reference_split)
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates, read_record  # noqa: E402
 from oracle_ranking import refuse_shared_images  # noqa: E402
@@ -80,18 +83,48 @@ def reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + above)
 
 
-def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]], reference: str,
-               reference_size: int = DEFAULT_SIZE) -> tuple[dict, list[dict]]:
-    """The criterion of every ranking of ``model``'s grid: (model info, rows with the ranking, its label, the mean
-    reciprocal rank per language and their mean)."""
+def reference_pools(reference: str, languages: Iterable[str], reference_size: int = DEFAULT_SIZE) -> dict[str, ReferencePool]:
+    """Each language's reference captions, the statistics of its rankings."""
+    return {lang: read_reference(reference, [lang], reference_size) for lang in languages}
+
+
+@dataclass(frozen=True)
+class ValSample:
+    """What every model is scored on, read once: the caption pairs and each language's reference pool."""
+
+    val: str
+    reference: str
+    reference_size: int
+    n_images: int
+    seed: int
+    pairs: dict[str, list[tuple[str, str]]]
+    pools: dict[str, ReferencePool]
+
+    @classmethod
+    def read(cls, val: str, reference: str, *, languages: list[str] | None = None, n_images: int = 300,
+             reference_size: int = DEFAULT_SIZE, seed: int = 0, test: str | None = None) -> "ValSample":
+        """Check ``val`` (never test, no image of ``test``) and read its pairs and the reference pools."""
+        if "test" in Path(val).name:
+            raise UserError(f"--val {val}: the criterion is measured on val, never on the test split")
+        if test is not None:
+            refuse_shared_images(val, test, "--val")
+        reference = str(reference_split(val, reference))
+        pairs = caption_pairs(val, languages, n_images, seed)
+        return cls(str(val), reference, reference_size, n_images, seed, pairs,
+                   reference_pools(reference, pairs, reference_size))
+
+
+def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
+               pools: dict[str, ReferencePool]) -> tuple[dict, list[dict]]:
+    """The criterion of every ranking of ``model``'s grid, with each language's statistics from ``pools``: (model
+    info, rows with the ranking, its label, the mean reciprocal rank per language and their mean)."""
     encoder, info = resolve_model(model)
     rankings = model_candidates(model, encoder)
     per_lang: dict[str, list[float]] = {}
     for lang, lang_pairs in pairs.items():
         n = len(lang_pairs)
         captions = [a for a, _ in lang_pairs] + [b for _, b in lang_pairs]
-        context = ScoringContext(encoder, captions, [lang] * len(captions),
-                                 read_reference(reference, [lang], reference_size))
+        context = ScoringContext(encoder, captions, [lang] * len(captions), pools[lang])
         # queries: the first captions; candidates: the second ones, the own image's on the diagonal
         per_lang[lang] = [float(reciprocal_ranks(context.scorer(r)(np.arange(n))[:, n:]).mean()) for r in rankings]
     rows = [{"ranking": r.to_dict(), "label": r.label, "per_language": {g: per_lang[g][i] for g in pairs},
@@ -117,33 +150,26 @@ def against_oracle(rows: list[dict], oracle: str) -> dict:
             "oracle": str(oracle)}
 
 
-def choose(model: str, val: str, reference: str, out: str, *, languages: list[str] | None = None,
-           n_images: int = 300, reference_size: int = DEFAULT_SIZE, seed: int = 0, oracle: str | None = None,
-           test: str | None = None, name: str | None = None, log=print) -> Path:
-    """Score ``model``'s grid by the same-image criterion on ``val`` and write the record ``out/same-image-NAME.json``
-    (every ranking's criterion, the choice and, with ``oracle``, how it compares). Returns its path."""
-    if "test" in Path(val).name:
-        raise UserError(f"--val {val}: the criterion is measured on val, never on the test split")
-    if test is not None:
-        refuse_shared_images(val, test, "--val")
-    reference = str(reference_split(val, reference))
-    pairs = caption_pairs(val, languages, n_images, seed)
-    info, rows = score_grid(model, pairs, reference, reference_size)
+def choose(model: str, sample: ValSample, out: str, *, oracle: str | None = None, name: str | None = None,
+           log=print) -> Path:
+    """Score ``model``'s grid by the same-image criterion on ``sample`` and write the record
+    ``out/same-image-NAME.json`` (every ranking's criterion, the choice and, with ``oracle``, how it compares).
+    Returns its path."""
+    info, rows = score_grid(model, sample.pairs, sample.pools)
     for row in rows:
         log(f"same image: {row['label']:<28} MRR {row['criterion']:.4f} "
             + " ".join(f"{g} {v:.4f}" for g, v in row["per_language"].items()))
-    best = max(range(len(rows)), key=lambda i: (rows[i]["criterion"], -i))
-    chosen = rows[best]
+    chosen = max(rows, key=lambda row: row["criterion"])  # the first of equals: the simpler ranking
     metrics = {"chosen": chosen["label"], "criterion": chosen["criterion"]}
     if oracle is not None:
         metrics.update(against_oracle(rows, oracle))
     reason = (f"same-image criterion: highest mean reciprocal rank of another caption of the query's image, in its "
-              f"language, on {val} ({', '.join(f'{g}: {len(p)} images' for g, p in pairs.items())}); "
+              f"language, on {sample.val} ({', '.join(f'{g}: {len(p)} images' for g, p in sample.pairs.items())}); "
               "no parallel text; a study, not a method default")
-    result = Result("same-image", metrics, list(pairs), model={**info, "name": name or info["name"]},
-                    dataset=dataset_info(val),
-                    config={"val": str(val), "reference": reference, "reference_size": reference_size,
-                            "n_images": n_images, "seed": seed, "criterion": "same-image"},
+    result = Result("same-image", metrics, list(sample.pairs), model={**info, "name": name or info["name"]},
+                    dataset=dataset_info(sample.val),
+                    config={"val": sample.val, "reference": sample.reference, "reference_size": sample.reference_size,
+                            "n_images": sample.n_images, "seed": sample.seed, "criterion": "same-image"},
                     details={"chosen": chosen["ranking"], "reason": reason, "candidates": rows})
     path = result.write(out)
     summary = f"same-image choice: {chosen['label']} (MRR {chosen['criterion']:.4f})"
@@ -154,7 +180,7 @@ def choose(model: str, val: str, reference: str, out: str, *, languages: list[st
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, action="append", help="a trained run folder (repeatable)")
     parser.add_argument("--val", required=True,
@@ -171,19 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", help="the test split: --val may show none of its images (checked)")
     parser.add_argument("--out", required=True, help="folder of the records (same-image-NAME.json)")
     args = parser.parse_args(argv)
-    try:
-        if args.oracle and len(args.oracle) != len(args.model):
-            raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")
-        for i, model in enumerate(args.model):
-            choose(model, args.val, args.reference, args.out,
-                   languages=args.languages.split(",") if args.languages else None, n_images=args.n_images,
-                   reference_size=args.reference_size, seed=args.seed,
-                   oracle=args.oracle[i] if args.oracle else None, test=args.test,
-                   log=lambda line: print(line, flush=True))
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.oracle and len(args.oracle) != len(args.model):
+        raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")
+    sample = ValSample.read(args.val, args.reference, languages=args.languages.split(",") if args.languages else None,
+                            n_images=args.n_images, reference_size=args.reference_size, seed=args.seed,
+                            test=args.test)
+    for i, model in enumerate(args.model):
+        choose(model, sample, args.out, oracle=args.oracle[i] if args.oracle else None,
+               log=lambda line: print(line, flush=True))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; a bad input is a one-line error and exit code 2."""
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,6 +19,7 @@ def load_experiment(name: str) -> ModuleType:
     """The module of the driver ``experiments/<name>.py`` (experiments/ is no package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses and pickling look their module up there
     spec.loader.exec_module(module)
     return module
 

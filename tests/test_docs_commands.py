@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import re
 import shlex
+import sys
 import tomllib
 import types
 import typing
@@ -199,6 +200,7 @@ def _script_parser(relative: str) -> argparse.ArgumentParser:
     assert path.is_file(), f"{relative}: no such script"
     spec = importlib.util.spec_from_file_location(f"_docs_{path.parent.name}_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     if hasattr(module, "build_parser"):
         return module.build_parser()

@@ -118,11 +118,11 @@ def test_bad_input_is_a_one_line_error(criterion, twice_val, tiny_world, tiny_ru
 def test_a_model_that_matches_words_finds_the_own_caption_far_above_chance(criterion, twice_val):
     # the two captions of an image share its number; TF-IDF, fitted on reference captions with numbers, sees it
     pairs = criterion.caption_pairs(str(twice_val), ["en"], n_images=60, seed=0)
-    reference = str(twice_val.parent / "train")
-    _, rows = criterion.score_grid("tfidf", pairs, reference)
+    pools = criterion.reference_pools(str(twice_val.parent / "train"), ["en"])
+    _, rows = criterion.score_grid("tfidf", pairs, pools)
     chance = np.mean(1 / np.arange(1, 61))  # a random order of 60 candidates
     assert [row["label"] for row in rows] == ["cosine", "csls"]
     assert all(row["criterion"] > 5 * chance for row in rows)
     shuffled = {"en": [(a, b) for (a, _), (_, b) in zip(pairs["en"], pairs["en"][1:] + pairs["en"][:1])]}
-    _, wrong = criterion.score_grid("tfidf", shuffled, reference)
+    _, wrong = criterion.score_grid("tfidf", shuffled, pools)
     assert all(row["criterion"] < 2 * chance for row in wrong)  # a mismatched second caption is not found
