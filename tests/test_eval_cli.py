@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -430,9 +431,15 @@ def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tm
 
 def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, tiny_world, tmp_path, capsys):
     """The statistics never come from the evaluated sentences unless --transductive says so, and an explicit
-    --reference is checked even for a ranking that reads no statistics; BackRetrieval refuses a parallel split."""
+    --reference is checked even for a ranking that reads no statistics; a choice reads nothing of a test split (by
+    its manifest, whatever its folder is called); BackRetrieval refuses a parallel split."""
     out = tmp_path / "out"
     split = tiny_world / "test"
+    renamed, parallel = tmp_path / "renamed", tmp_path / "parallel"
+    for copy, role in ((renamed, "test"), (parallel, "val")):
+        shutil.copytree(split, copy)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        (copy / "manifest.json").write_text(json.dumps({**manifest, "split": role}))
     sentence = ["sentence", "--model", str(tiny_run), "--split", str(split), "--out", str(out), "--n-groups", "12"]
     select = ["select", "--model", str(tiny_run), "--out", str(out), "--maxsim", "0", "--heads", "text",
               "--csls-k", "3"]
@@ -440,7 +447,10 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
                            "is the evaluated split"),
                           (sentence + ["--reference", str(tiny_world / "nope")], "nope: no split here"),
                           (select + ["--reference", str(tiny_world / "val")], "is the evaluated split"),
-                          (select + ["--val", str(split)], "captioned in more than one language")):
+                          (select + ["--val", str(split)], r"--val \S+test: a test split"),
+                          (select + ["--reference", str(split)], r"--reference \S+test: a test split"),
+                          (select + ["--reference", str(renamed)], r"--reference \S+renamed: a test split"),
+                          (select + ["--val", str(parallel)], "captioned in more than one language")):
         assert run(argv) == 2, argv
         err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
         assert len(err) == 1 and re.search(message, err[0]), err
@@ -769,7 +779,8 @@ def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, t
 
     monkeypatch.setattr(select_task, "BackRetrievalSet", backretrieval_set)
     with pytest.raises(Stop):
-        cli.main(["select", "--model", "full", "--val", str(world / "test"), "--out", str(tmp_path), "--device", "cuda:1"])
+        cli.main(["select", "--model", "full", "--val", str(world / "train"), "--reference", str(tmp_path / "pool"),
+                  "--out", str(tmp_path), "--device", "cuda:1"])
     assert asked == {"device": "cuda:1"} and DEVICES == ["cuda:1"]
 
 

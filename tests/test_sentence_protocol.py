@@ -119,9 +119,11 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
     refused = subprocess.run([sys.executable, str(ROOT / "experiments" / "oracle_ranking.py"), "--model", str(tiny_run),
                               "--val", str(tiny_world / "test"), "--reference", str(tiny_world / "train"),
                               "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=ROOT)
-    assert refused.returncode == 2 and "never on the test split" in refused.stderr
+    assert refused.returncode == 2 and "a test split" in refused.stderr
     copy = tmp_path / "val-copy"
-    shutil.copytree(tiny_world / "test", copy)  # test under a val name: its images give it away
+    shutil.copytree(tiny_world / "test", copy)  # test under a val name, its manifest too: its images give it away
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
     for extra in (["--oracle-val", str(copy)], ["--val", str(copy)]):
         refused = subprocess.run(argv[:-4] + extra + ["--out", str(tmp_path / "y")], capture_output=True, text=True,
                                  cwd=ROOT)

@@ -63,6 +63,19 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None) 
     return chosen
 
 
+def refuse_test_split(split: str | Path, flag: str) -> None:
+    """A one-line error when ``split`` is a test split (its manifest names it ``test``, or its folder is ``test``): a
+    choice is made on val, and reads neither the test captions nor statistics taken from them. ``flag`` names the
+    option that gave it."""
+    from data_prep.shards import read_manifest
+
+    split = Path(split)
+    role = read_manifest(split).get("split") if (split / "manifest.json").is_file() else None
+    if role == "test" or split.name == "test":
+        raise UserError(f"{flag} {split}: a test split; choices are made on val and read nothing of test, not even "
+                        f"its captions' statistics: name another split (e.g. the train split)")
+
+
 def read_reference(split: str | Path, languages: Sequence[str],
                    max_per_language: int | None = DEFAULT_SIZE) -> ReferencePool:
     """The captions of ``split`` in ``languages``: at most ``max_per_language`` each, a sample drawn per language
