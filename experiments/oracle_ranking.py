@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
-from globetrotter.evaluation.reference import (  # noqa: E402
-    DEFAULT_SIZE, read_reference, reference_split, refuse_test_split)
+from globetrotter.evaluation.reference import DEFAULT_SIZE, choice_reference, read_reference  # noqa: E402
 from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
@@ -47,9 +46,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     """Score ``model``'s ranking grid by sentence translation on the parallel ``val`` split (statistics from
     ``reference``, which may not be ``val``), keep the best, and write the record ``out/select-NAME.json``
     (`select`'s form). Returns its path. ``test``: the test split, whose images ``val`` may not show."""
-    reference = str(reference_split(val, reference))  # never the split the choice is made on
-    refuse_test_split(val, "--val")
-    refuse_test_split(reference, "--reference")
+    reference = str(choice_reference(val, reference))  # never test, nor the split the choice is made on
     if test is not None:
         refuse_shared_images(val, test, "--val")
     encoder, info = resolve_model(model)

@@ -38,7 +38,7 @@ from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
-    DEFAULT_SIZE, ReferencePool, read_reference, reference_split, refuse_test_split)
+    DEFAULT_SIZE, ReferencePool, choice_reference, read_reference)
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates, read_record  # noqa: E402
 from oracle_ranking import refuse_shared_images  # noqa: E402
@@ -104,9 +104,7 @@ class ValSample:
     def read(cls, val: str, reference: str, *, languages: list[str] | None = None, n_images: int = 300,
              reference_size: int = DEFAULT_SIZE, seed: int = 0, test: str | None = None) -> "ValSample":
         """Check ``val`` (never test, no image of ``test``) and read its pairs and the reference pools."""
-        reference = str(reference_split(val, reference))
-        refuse_test_split(val, "--val")
-        refuse_test_split(reference, "--reference")
+        reference = str(choice_reference(val, reference))  # never test, nor the split the choice is made on
         if test is not None:
             refuse_shared_images(val, test, "--val")
         pairs = caption_pairs(val, languages, n_images, seed)

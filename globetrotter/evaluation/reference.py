@@ -76,6 +76,15 @@ def refuse_test_split(split: str | Path, flag: str) -> None:
                         f"its captions' statistics: name another split (e.g. the train split)")
 
 
+def choice_reference(val: str | Path, reference: str | Path | None = None) -> Path:
+    """The reference split of a choice made on ``val`` (:func:`reference_split`); a one-line error when ``val`` or the
+    reference is a test split (:func:`refuse_test_split`)."""
+    chosen = reference_split(val, reference)
+    refuse_test_split(val, "--val")
+    refuse_test_split(chosen, "--reference")
+    return chosen
+
+
 def read_reference(split: str | Path, languages: Sequence[str],
                    max_per_language: int | None = DEFAULT_SIZE) -> ReferencePool:
     """The captions of ``split`` in ``languages``: at most ``max_per_language`` each, a sample drawn per language

@@ -32,7 +32,7 @@ from globetrotter.errors import UserError
 from ..models import is_baseline
 from ..ranking import HEADS, Ranking, ScoringContext
 from ..records import Result, dataset_info
-from ..reference import DEFAULT_SIZE, read_reference, reference_split, refuse_test_split
+from ..reference import DEFAULT_SIZE, choice_reference, read_reference
 from ..val_set import BackRetrievalSet, image_features_of
 from .common import resolve_model
 
@@ -213,9 +213,7 @@ def select_ranking(
         if cfg is None:
             raise UserError("select: --val SPLIT is needed for a model without a run config (the baselines)")
         val = Path(cfg.data.root) / cfg.data.val_split
-    reference = reference_split(val, reference)
-    refuse_test_split(val, "--val")
-    refuse_test_split(reference, "--reference")
+    reference = choice_reference(val, reference)
     ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
     max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
     if image_features is None:
