@@ -88,7 +88,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("select", parents=[own], help="choose the sentence ranking on val by BackRetrieval",
                        description=SELECT_HELP)
     common.add_model(p, baselines=True)
-    p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/val)")
+    p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/val); "
+                        "neither it nor --reference may be a test split")
     p.add_argument("--languages", help="comma-separated language codes (default: all of the val split)")
     p.add_argument("--heads", default=",".join(HEADS), help="heads to try (default %(default)s)")
     p.add_argument("--maxsim", default=",".join(f"{w:g}" for w in select_task.DEFAULT_MAXSIM),
