@@ -11,6 +11,9 @@
 4. Rankings (``eval.py sentence --retrieval csls --maxsim W``): sentence translation of G groups x 4 languages
    of ~12-token captions under CSLS per language pair, MaxSim over token rows and both, their statistics taken
    from R reference captions per language, against the cosine ranking alone (same run).
+5. Translation under a chosen ranking (``eval.py translate --ranking``): Q queries, each one's 50 nearest corpus
+   sentences re-scored under MaxSim and MaxSim + CSLS with the statistics of a 4-language reference pool, against
+   the cosine search alone (same run).
 
     nice -n 10 python bench/bench_eval.py                 # modest defaults (2-core machine)
     nice -n 10 python bench/bench_eval.py --index-n 1000000 --vocab 30000
@@ -27,7 +30,8 @@ import numpy as np
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
 from globetrotter.evaluation.sentence import sentence_translation
-from globetrotter.evaluation.translate import build_index
+from globetrotter.evaluation.tasks.translate import _rerank
+from globetrotter.evaluation.translate import CorpusIndex, build_index
 from globetrotter.evaluation.word import WordSpace, word_translation_scores
 
 
@@ -150,6 +154,28 @@ def bench_late_interaction(n_groups: int, reference: int, vocab: int, dim: int, 
               f"statistics included")
 
 
+def bench_translate(n_queries: int, corpus: int, reference: int, vocab: int, dim: int, rerank: int,
+                    seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = np.array(["l0", "l1", "l2", "l3"])
+    n = n_queries + corpus + 4 * reference
+    print(f"\n[translate] {n_queries} queries, the {rerank} nearest of {corpus} corpus sentences re-scored with the "
+          f"statistics of {reference} reference captions per language x 4; vocabulary {vocab}, d={dim}")
+    table = rng.normal(size=(vocab, dim)).astype(np.float32)
+    model = _RandomModel(normalize_rows(rng.normal(size=(n, dim))),
+                         [rng.integers(0, vocab, rng.integers(6, 19)) for _ in range(n)], table)
+    queries = [f"s{i}" for i in range(n_queries)]
+    found = CorpusIndex(build_index(model.emb[n_queries:n_queries + corpus]),
+                        [f"s{i}" for i in range(n_queries, n_queries + corpus)], "l1")
+    pool = ReferencePool([f"s{i}" for i in range(n_queries + corpus, n)], np.tile(names, reference), "random")
+    t_cos, hits = timed(lambda: found.search(model.emb[:n_queries], rerank), repeat=3)
+    print(f"  cosine search  {t_cos:7.3f} s ({n_queries / t_cos:8.0f} queries/s): the baseline")
+    for ranking in (Ranking(maxsim=4.0), Ranking(maxsim=4.0, csls=True)):
+        t, _ = timed(lambda: _rerank(model, ranking, pool, queries, "l0", "l1", hits, 256))
+        print(f"  {ranking.label:<14} {t:7.3f} s ({n_queries / t:8.0f} queries/s, {t / t_cos:6.0f}x the cosine search), "
+              f"statistics included")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=int, default=200)
@@ -164,7 +190,8 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--late-groups", type=int, default=600, help="groups x 4 languages for the ranking timing")
     parser.add_argument("--reference", type=int, default=2000, help="reference captions per language for the ranking")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late"])
+    parser.add_argument("--translate-queries", type=int, default=64, help="queries for the translate timing")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late", "translate"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
@@ -176,6 +203,8 @@ def main() -> None:
         bench_index(args.index_n, args.distinct, args.dim, args.queries, args.nprobe, args.seed)
     if "late" not in args.skip:
         bench_late_interaction(args.late_groups, args.reference, 8000, args.dim, args.seed)
+    if "translate" not in args.skip:
+        bench_translate(args.translate_queries, 20_000, args.reference, 8000, args.dim, 50, args.seed)
 
 
 if __name__ == "__main__":

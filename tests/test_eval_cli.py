@@ -540,26 +540,83 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
     assert result["results"][0]["text"] == "un carré noir"
 
 
-def test_translate_reranks_by_cosine_plus_maxsim(world, fake, tmp_path, capsys):
+def test_translate_ranks_by_a_choice_with_the_statistics_of_its_whole_pool(world, fake):
+    """Re-scored under a chosen ranking, each candidate gets the score `eval.py sentence` gives the pair: MaxSim and
+    CSLS with the statistics of the reference captions the choice was made with, in all of its languages (the idf
+    counts every language), not only the two translated."""
     from data_prep.shards import read_captions
-    from globetrotter.evaluation.late_interaction import LateInteraction
+    from globetrotter.evaluation import Ranking, ScoringContext, read_reference
+    from globetrotter.evaluation.tasks.select import Choice
+    from globetrotter.evaluation.tasks.translate import translate_sentences
+
+    encoder, ranking = fake["textonly"], Ranking("text", 1.5, True, 4)
+    choice = Choice(ranking, str(world / "train"), None, languages=("de", "en", "fr"))
+    corpus = [m["caption"] for m in read_captions(world / "test") if m["lang"] == "de"]
+    queries = ["a red circle", "a blue star", "a green ring"]
+    got = translate_sentences(encoder, queries, to="de", corpus=world / "test", source="en", k=3, ranking=choice,
+                              rerank=10, log=lambda _: None)
+    cos = encoder.encode_text(corpus) @ encoder.encode_text(queries).T  # [corpus, queries]
+    for pool_langs, same in ((["de", "en", "fr"], True), (["de", "en"], False)):
+        pool = read_reference(world / "train", pool_langs)
+        for q, query in enumerate(queries):
+            scores = ScoringContext(encoder, [query] + corpus, ["en"] + ["de"] * len(corpus), pool).scorer(ranking)(
+                np.array([0]))[0, 1:]
+            shortlist = np.argsort(-cos[:, q], kind="stable")[:10]  # the 10 nearest by cosine, re-scored
+            best = shortlist[np.argsort(-scores[shortlist], kind="stable")[:3]]
+            expected = [(corpus[i], float(scores[i])) for i in best]
+            matches = [t for t, _ in got[q]] == [t for t, _ in expected] and np.allclose(
+                [s for _, s in got[q]], [s for _, s in expected], atol=1e-5)
+            assert matches == same, (pool_langs, query, got[q], expected)
+
+
+def test_translate_applies_the_ranking_select_chose(tiny_run, tiny_world, tmp_path, capsys):
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import ScoringContext, read_reference
+    from globetrotter.evaluation.tasks.common import resolve_model
+    from globetrotter.evaluation.tasks.select import read_choice
 
     out = tmp_path / "out"
-    argv = ["translate", "--model", "textonly", "a red circle", "--to", "de", "--corpus", str(world / "test"),
-            "--out", str(out), "--k", "3", "--json"]
-    assert run(argv + ["--maxsim", "1.5", "--rerank", "30"]) == 0
-    got = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]
-    encoder = fake["textonly"]
-    corpus = [m["caption"] for m in read_captions(world / "test") if m["lang"] == "de"]
-    cos = encoder.encode_text(corpus) @ encoder.encode_text(["a red circle"])[0]
-    late = LateInteraction(encoder, 1.5, corpus)
-    extra = late.scorer(late.bags(["a red circle"]), late.bags(corpus))(np.zeros(1, dtype=np.int64))[0]
-    best = np.argsort(-(cos + extra))[:3]
-    assert [r["text"] for r in got] == [corpus[i] for i in best]
-    assert [r["score"] for r in got] == pytest.approx([round(float(cos[i] + extra[i]), 4) for i in best], abs=1e-4)
-    assert run(argv) == 0  # without --maxsim: cosine order and scores
-    plain = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]
-    assert [r["text"] for r in plain] == [corpus[i] for i in np.argsort(-cos)[:3]]
+    assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "1",
+                "--heads", "cross", "--retrieval", "csls", "--csls-k", "3"]) == 0
+    path = out / "select-run.json"
+    choice = read_choice(path)
+    assert choice.ranking.label == "maxsim 1 + csls (cross head)"
+    test = [m for m in read_captions(tiny_world / "test")]
+    query = next(m["caption"] for m in test if m["lang"] == "en")
+    corpus = list(dict.fromkeys(m["caption"] for m in test if m["lang"] == "ru"))
+    argv = ["translate", "--model", str(tiny_run), query, "--to", "ru", "--corpus", str(tiny_world / "test"),
+            "--out", str(out), "--json", "--k", str(len(corpus)), "--ranking", str(path)]
+    capsys.readouterr()
+    assert run(argv + ["--from", "en"]) == 0
+    captured = capsys.readouterr()
+    assert "index/sentences-cross-test-" in captured.err  # an index of the cross head's vectors
+    got = json.loads(captured.out.splitlines()[-1])["results"]
+    encoder, _ = resolve_model(str(tiny_run))
+    pool = read_reference(tiny_world / "train", choice.languages)
+    scores = ScoringContext(encoder, [query] + corpus, ["en"] + ["ru"] * len(corpus), pool).scorer(choice.ranking)(
+        np.array([0]))[0, 1:]
+    order = np.argsort(-scores, kind="stable")
+    assert sorted(r["text"] for r in got) == sorted(corpus)
+    assert [r["score"] for r in got] == pytest.approx([round(float(scores[i]), 4) for i in order], abs=2e-4)
+    capsys.readouterr()
+    # bad input: one line each, exit 2, before the model is loaded
+    for extra, message in (([], "takes its statistics per language; give the queries' language with --from"),
+                           (["--from", "en", "--to", "de"], None),
+                           (["--from", "xx"], "was chosen for el,en,ja,ru, not xx")):
+        args = argv + extra
+        if message is None:  # a language the corpus lacks
+            assert run(args) == 2
+            assert "no caption in language 'de'" in capsys.readouterr().err
+            continue
+        assert run(args) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    other = tmp_path / "other.json"
+    data = json.loads(path.read_text())
+    data["model"]["path"] = str(tmp_path / "another-run")
+    other.write_text(json.dumps(data))
+    assert run(argv + ["--from", "en", "--ranking", str(other)]) == 2
+    assert "chose a ranking for" in capsys.readouterr().err
 
 
 def test_translate_word(world, fake, tmp_path, capsys):

@@ -105,12 +105,22 @@ class ScoringContext:
         self.reference = reference
         self.languages, self.lang_idx = np.unique(self.langs, return_inverse=True)
         if reference is not None:
-            unknown = sorted(set(reference.langs.tolist()) - set(self.languages.tolist()))
-            if unknown:
-                raise ValueError(f"reference texts in {unknown}, which are not evaluated")
-            self.pool_idx = np.searchsorted(self.languages, reference.langs)
+            # CSLS radii are taken among the pool's captions in the sentences' languages; a pool may hold more (a
+            # translation's two languages are scored with the idf of the whole pool its ranking was chosen with)
+            self.radius_rows = np.flatnonzero(np.isin(np.asarray(reference.langs).astype(str), self.languages))
+            self.pool_idx = np.searchsorted(self.languages, np.asarray(reference.langs).astype(str)[self.radius_rows])
+        self._statistics: dict = {}  # what depends on the reference texts only: shared by with_sentences
         if isinstance(encoder, TfidfEncoder):
             encoder.fit(self.captions if reference is None else reference.captions)
+
+    def with_sentences(self, captions: Sequence[str], langs: Sequence[str] | np.ndarray) -> "ScoringContext":
+        """A context of other sentences scored with this one's reference statistics (the pool's embeddings, MaxSim's
+        idf and hubness), computed once for both: a translation's queries and candidates, a few at a time."""
+        if self.reference is None:
+            raise ValueError("a transductive context's statistics are its own sentences'; it shares none")
+        other = ScoringContext(self.encoder, captions, langs, self.reference, self.batch_size)
+        other._statistics = self._statistics
+        return other
 
     @property
     def statistics(self) -> str:
@@ -120,15 +130,23 @@ class ScoringContext:
     def embeddings(self, head: str):
         return encode_texts(self.encoder, self.captions, self.langs, head, self.batch_size)
 
-    @lru_cache(maxsize=None)
     def reference_embeddings(self, head: str):
         if self.reference is None:
             return self.embeddings(head)
-        return encode_texts(self.encoder, self.reference.captions, self.reference.langs, head, self.batch_size)
+        key = ("embeddings", head)
+        if key not in self._statistics:
+            self._statistics[key] = encode_texts(self.encoder, self.reference.captions, self.reference.langs, head,
+                                                 self.batch_size)
+        return self._statistics[key]
 
-    @cached_property
+    @property
     def late(self) -> LateInteraction:
         """Token statistics (idf, per-language hubness) of the reference texts, at weight 1."""
+        if "late" not in self._statistics:
+            self._statistics["late"] = self._late_interaction()
+        return self._statistics["late"]
+
+    def _late_interaction(self) -> LateInteraction:
         if not hasattr(self.encoder, "token_table"):
             raise UserError("--maxsim scores a trained model's token rows; this model has none "
                             "(the TF-IDF and ridge baselines embed whole captions)")
@@ -148,10 +166,16 @@ class ScoringContext:
 
     @cached_property
     def maxsim_reference(self) -> np.ndarray:
-        """``[N, R]`` MaxSim of the sentences against the reference texts."""
+        """``[N, R]`` MaxSim of the sentences against the reference texts in their languages (``radius_rows``)."""
         if self.reference is None:
             return self.maxsim_self
-        return self.late.scorer(self._sentence_bags, self.late.reference_bags)(np.arange(len(self.captions)))
+        late = self.late
+        if len(self.radius_rows) == len(self.reference):
+            pool = late.reference_bags
+        else:
+            pool = late.bags([self.reference.captions[i] for i in self.radius_rows],
+                             np.asarray(self.reference.langs)[self.radius_rows])
+        return late.scorer(self._sentence_bags, pool)(np.arange(len(self.captions)))
 
     @cached_property
     def _sentence_bags(self):
@@ -180,7 +204,8 @@ class SentenceScorer:
             table = c.maxsim_reference
             extra = lambda rows: r.maxsim * table[rows]  # noqa: E731
         try:
-            return neighbourhood_radii(self.emb, c.reference_embeddings(r.head), r.csls_k,
+            pool = self.emb if own else c.reference_embeddings(r.head)[c.radius_rows]
+            return neighbourhood_radii(self.emb, pool, r.csls_k,
                                        pool_groups=c.lang_idx if own else c.pool_idx, extra=extra,
                                        exclude=np.arange(len(c.captions)) if own else None)
         except ValueError as err:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.argtypes import non_negative_float, positive_int
+from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
 from ..tasks import translate as translate_task
@@ -15,10 +15,11 @@ from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, read_text_corpus
 from . import common
 
 _TRANSLATE_HELP = (
-    "Translate sentences by retrieval: embed the queries with the text-text head and print the k "
-    "nearest sentences of the target language in a corpus (a shard split folder, or a text file of one "
-    "sentence per line in the target language), with their cosine similarity. The corpus index "
-    "(faiss; exact below --ivf-min sentences, IVF above) is built once, saved under --index and "
+    "Translate sentences by retrieval: print the k nearest sentences of the target language in a corpus (a shard "
+    "split folder, or a text file of one sentence per line in the target language), with their scores. By default "
+    "the cosine of the text-text head ranks them; --ranking applies the ranking `eval.py select` chose on val (head, "
+    "MaxSim, CSLS, with the statistics of its reference captions), the one the sentence figures are measured with. "
+    "The corpus index (faiss; exact below --ivf-min sentences, IVF above) is built once, saved under --index and "
     "reloaded while the model and corpus are unchanged."
 )
 
@@ -76,7 +77,7 @@ def _translate(args: argparse.Namespace) -> int:
     texts = queries(args)
     results = translate_task.translate_sentences(
         args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_lang, source=args.source, k=args.k,
-        maxsim=args.maxsim, rerank=args.rerank, batch_size=args.batch_size, device=args.device,
+        ranking=args.ranking, rerank=args.rerank, batch_size=args.batch_size, device=args.device,
         **index_options(args))
     print_results(args, texts, results)
     return 0
@@ -87,12 +88,12 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
     p.add_argument("--corpus-lang", help="language of a text-file corpus (default: --to)")
     p.add_argument("--from", dest="source",
-                   help="language of the queries (needed by a model with per-language tables: the Sigurdsson baseline)")
-    p.add_argument("--maxsim", type=non_negative_float, metavar="W",
-                   help="re-rank the --rerank nearest sentences by cosine + W x MaxSim of the model's token rows "
-                        "(late interaction, as `eval.py sentence --maxsim`; idf over the corpus); the printed "
-                        "score is then that sum. It helps a model whose token rows carry meaning and hurts one whose "
-                        "rows start random")
+                   help="language of the queries (needed by --ranking with MaxSim or CSLS, whose statistics are per "
+                        "language, and by a model with per-language tables: the Sigurdsson baseline)")
+    p.add_argument("--ranking", metavar="RECORD",
+                   help="an `eval.py select` record of this model: rank by the ranking it chose on val, as "
+                        "`eval.py sentence --ranking` scores (the printed score is then that ranking's)")
     p.add_argument("--rerank", type=positive_int, default=50, metavar="K",
-                   help="with --maxsim: nearest sentences by cosine to re-rank (default %(default)s)")
+                   help="with --ranking: the nearest sentences by the chosen head's cosine that the ranking re-scores "
+                        "(default %(default)s)")
     p.set_defaults(func=_translate)

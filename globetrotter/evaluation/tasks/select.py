@@ -317,6 +317,13 @@ class Choice:
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
                    model.get("checkpoint"))
 
+    def check_model(self, model, info: dict) -> None:
+        """:meth:`check` of the model an evaluation was given (``model``, a spec or an encoder object) and resolved
+        to (``info``, its record entry): a model given by its spec, or a baseline object, by the path its record
+        names; a loaded run by the checkpoint it holds."""
+        by_path = isinstance(model, (str, Path)) or info["checkpoint"] is None
+        self.check(model=info["path"] if by_path else None, checkpoint=info["checkpoint"])
+
     def check(self, *, model: str | None = None, checkpoint: str | None = None, languages: Sequence[str] | None = None,
               reference: dict | None = None) -> None:
         """A one-line error when the choice is applied to another ``model`` (its record's path), other weights (the

@@ -59,10 +59,9 @@ def evaluate(
     source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
     ps = read_parallel(split, languages, n_groups, seed)
-    if choice is not None:  # a model given by its spec or a baseline object has the path a record names; a loaded
-        # run (the CLI's) has the checkpoint it names
-        by_path = isinstance(model, (str, Path)) or info["checkpoint"] is None
-        choice.check(model=info["path"] if by_path else None, checkpoint=info["checkpoint"], languages=ps.languages)
+    if choice is not None:
+        choice.check_model(model, info)
+        choice.check(languages=ps.languages)
     pool = None
     if not transductive and (needs_statistics(encoder, ranking) or explicit_reference):
         # an explicit --reference is read (and checked) even when the ranking takes no statistics from it; a

@@ -10,18 +10,21 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from globetrotter.errors import UserError
 
-from ..late_interaction import LateInteraction
-from ..models import language_kwargs
+from ..models import encode_texts
 from ..procrustes import normalize_rows
+from ..ranking import Ranking, ScoringContext
 from ..records import DEFAULT_OUT, dataset_info
+from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import translate_words as rank_words
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_trained
 from .common import resolve_model
+from .select import Choice, read_choice
 
 Hits = list[list[tuple[str, float]]]
 """Per query, ``(text, score)`` best first."""
@@ -84,6 +87,10 @@ def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict,
     return file_signature(corpus), lambda: read_text_corpus(corpus)
 
 
+QUERY_CHUNK = 8
+"""Queries re-scored at a time under a ranking with statistics: their candidates' MaxSim is computed in one block."""
+
+
 def translate_sentences(
     model,
     queries: Sequence[str],
@@ -93,7 +100,7 @@ def translate_sentences(
     corpus_lang: str | None = None,
     source: str | None = None,
     k: int = 5,
-    maxsim: float | None = None,
+    ranking: str | Path | Choice | None = None,
     rerank: int = 50,
     index: str | Path | None = None,
     out: str | Path = DEFAULT_OUT,
@@ -105,40 +112,73 @@ def translate_sentences(
     device: str = "cpu",
 ) -> Hits:
     """The ``k`` sentences of language ``to`` in ``corpus`` (a split folder, or a text file of one sentence per line
-    in ``corpus_lang`` = ``to``) nearest to each query (in ``source``; needed by a model with per-language tables)
-    by the cosine of the text-text head, ``(text, cosine)`` best first. With ``maxsim`` = W the ``rerank`` nearest
-    are re-scored by cosine + W × MaxSim of the model's token rows (idf over the corpus) and the score is that sum.
-    The index is saved in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and
-    corpus are unchanged."""
+    in ``corpus_lang`` = ``to``) nearest to each query (in ``source``), ``(text, score)`` best first.
+
+    Without ``ranking``: by the cosine of the text-text head. With ``ranking`` (an ``eval.py select`` record, or its
+    :class:`~.select.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
+    ``rerank`` nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim (− the CSLS radii), every
+    statistic from the reference captions the choice was made with; the score is that sum. A ranking with
+    statistics needs ``source`` (they are per language) and both languages among the choice's. The index is saved
+    in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and corpus are
+    unchanged."""
     require_trained(model, "translate")
+    choice = read_choice(ranking) if isinstance(ranking, (str, Path)) else ranking
+    chosen = choice.ranking if choice is not None else Ranking()
     corpus = Path(corpus)
     corpus_sig, texts = _corpus_texts(corpus, to, corpus_lang)
 
-    encoder = resolve_model(model, device=device)[0]
+    pool = _choice_pool(choice, source, to) if choice is not None and chosen.needs_statistics else None
+    encoder, info = resolve_model(model, device=device)
+    if choice is not None:
+        choice.check_model(model, info)
 
     def encode(t: Sequence[str]) -> np.ndarray:
-        return encoder.encode_text(list(t), batch_size=batch_size, head="text", **language_kwargs(encoder, to))
+        return encode_texts(encoder, t, to, chosen.head, batch_size)
 
-    found = _open(model, encoder, corpus, "sentences", to, {"corpus": corpus_sig, "head": "text", "ivf_min": ivf_min},
+    kind = "sentences" if chosen.head == "text" else f"sentences-{chosen.head}"
+    found = _open(model, encoder, corpus, kind, to, {"corpus": corpus_sig, "head": chosen.head, "ivf_min": ivf_min},
                   texts, encode, index=index, out=out, rebuild=rebuild, ivf_min=ivf_min, nprobe=nprobe, log=log)
-    emb = encoder.encode_text(list(queries), batch_size=batch_size, head="text", **language_kwargs(encoder, source))
-    if maxsim is None:
+    emb = encode_texts(encoder, queries, source, chosen.head, batch_size)
+    if pool is None:
         return found.search(emb, k)
     hits = found.search(emb, max(k, rerank))
-    return [best[:k] for best in _rerank(encoder, maxsim, queries, hits, texts())]
+    return [best[:k] for best in _rerank(encoder, chosen, pool, queries, source, to, hits, batch_size)]
 
 
-def _rerank(encoder, weight: float, queries: Sequence[str], hits: Hits, corpus: Sequence[str]) -> Hits:
-    """Each query's hits re-scored by cosine + ``weight`` × MaxSim (idf over ``corpus``), best first."""
-    late = LateInteraction(encoder, weight, corpus)
-    out = []
-    for query, found in zip(queries, hits):
-        if not found:
-            out.append(found)
-            continue
-        extra = late.scorer(late.bags([query]), late.bags([t for t, _ in found]))(np.zeros(1, dtype=np.int64))[0]
-        scored = [(text, float(score + e)) for (text, score), e in zip(found, extra)]
-        out.append(sorted(scored, key=lambda item: -item[1]))
+def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
+    """The reference captions ``choice`` was made with, checked unchanged; one-line errors when the queries'
+    language is not given or either language is not among the choice's."""
+    if source is None:
+        raise UserError(f"--ranking {choice.source}: {choice.ranking.label} takes its statistics per language; give "
+                        f"the queries' language with --from LANG")
+    languages = choice.languages or tuple(sorted({source, to}))
+    missing = [lang for lang in dict.fromkeys((source, to)) if lang not in languages]
+    if missing:
+        raise UserError(f"--ranking {choice.source} was chosen for {','.join(languages)}, not "
+                        f"{','.join(missing)}; choose one for these languages with `eval.py select --languages`")
+    pool = read_reference(choice.reference, languages, choice.reference_size)
+    choice.check(reference=pool.record)
+    return pool
+
+
+def _rerank(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
+            hits: Hits, batch_size: int) -> Hits:
+    """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
+    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time."""
+    base, out = None, []
+    for start in tqdm(range(0, len(queries), QUERY_CHUNK), desc=f"re-ranking ({ranking.label})", unit="chunk",
+                      disable=len(queries) <= QUERY_CHUNK, file=sys.stderr):
+        chunk, found = list(queries[start:start + QUERY_CHUNK]), hits[start:start + QUERY_CHUNK]
+        candidates = list(dict.fromkeys(text for row in found for text, _ in row))
+        texts, langs = chunk + candidates, [source] * len(chunk) + [to] * len(candidates)
+        context = ScoringContext(encoder, texts, langs, pool, batch_size) if base is None \
+            else base.with_sentences(texts, langs)
+        base = base or context
+        scores = context.scorer(ranking)(np.arange(len(chunk)))
+        column = {text: len(chunk) + i for i, text in enumerate(candidates)}
+        for q, row in enumerate(found):
+            scored = [(text, float(scores[q, column[text]])) for text, _ in row]
+            out.append(sorted(scored, key=lambda item: -item[1]))
     return out
 
 
