@@ -95,8 +95,9 @@ class ScoringContext:
     """What every ranking of one set of sentences shares, computed once: the sentences' embeddings per head, the
     reference texts' embeddings, and the raw MaxSim matrices (which do not depend on the head or on W).
 
-    ``reference`` None: transductive (every statistic from the sentences themselves). The TF-IDF baseline's idf
-    is fitted here, on the reference texts (or the sentences, transductive)."""
+    ``reference`` None: transductive (every statistic from the sentences themselves). The reference may hold
+    languages the sentences are not in: its idf counts them, CSLS's radii do not. The TF-IDF baseline's idf is
+    fitted here, on the reference texts (or the sentences, transductive)."""
 
     def __init__(self, encoder, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
                  reference: ReferencePool | None, batch_size: int = 256) -> None:
@@ -107,8 +108,9 @@ class ScoringContext:
         if reference is not None:
             # CSLS radii are taken among the pool's captions in the sentences' languages; a pool may hold more (a
             # translation's two languages are scored with the idf of the whole pool its ranking was chosen with)
-            self.radius_rows = np.flatnonzero(np.isin(np.asarray(reference.langs).astype(str), self.languages))
-            self.pool_idx = np.searchsorted(self.languages, np.asarray(reference.langs).astype(str)[self.radius_rows])
+            pool_langs = np.asarray(reference.langs).astype(str)
+            self.radius_rows = np.flatnonzero(np.isin(pool_langs, self.languages))
+            self.pool_idx = np.searchsorted(self.languages, pool_langs[self.radius_rows])
         self._statistics: dict = {}  # what depends on the reference texts only: shared by with_sentences
         if isinstance(encoder, TfidfEncoder):
             encoder.fit(self.captions if reference is None else reference.captions)
