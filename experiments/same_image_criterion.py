@@ -122,7 +122,7 @@ def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
     for lang, lang_pairs in pairs.items():
         n = len(lang_pairs)
         captions = [a for a, _ in lang_pairs] + [b for _, b in lang_pairs]
-        context = ScoringContext(encoder, captions, [lang] * len(captions), pools[lang])
+        context = ScoringContext(encoder, captions, [lang] * len(captions), pools[lang], queries=n)
         # queries: the first captions; candidates: the second ones, the own image's on the diagonal
         per_lang[lang] = [float(reciprocal_ranks(context.scorer(r)(np.arange(n))[:, n:]).mean()) for r in rankings]
     rows = [{"ranking": r.to_dict(), "label": r.label, "per_language": {g: per_lang[g][i] for g in pairs},

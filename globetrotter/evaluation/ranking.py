@@ -97,11 +97,16 @@ class ScoringContext:
 
     ``reference`` None: transductive (every statistic from the sentences themselves). The reference may hold
     languages the sentences are not in: its idf counts them, CSLS's radii do not. The TF-IDF baseline's idf is
-    fitted here, on the reference texts (or the sentences, transductive)."""
+    fitted here, on the reference texts (or the sentences, transductive). ``queries`` = Q: only the first Q
+    sentences are ever scored against the others (a retrieval's queries, then its candidates), so MaxSim is
+    computed for those rows alone; default: every sentence."""
 
     def __init__(self, encoder, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
-                 reference: ReferencePool | None, batch_size: int = 256) -> None:
+                 reference: ReferencePool | None, batch_size: int = 256, *, queries: int | None = None) -> None:
         self.encoder, self.captions, self.batch_size = encoder, list(captions), batch_size
+        self.queries = len(self.captions) if queries is None else queries
+        if self.queries != len(self.captions) and reference is None:
+            raise ValueError("a transductive context reads every sentence's MaxSim for its statistics: no queries=")
         self.langs = np.asarray(langs).astype(str)
         self.reference = reference
         self.languages, self.lang_idx = np.unique(self.langs, return_inverse=True)
@@ -115,12 +120,13 @@ class ScoringContext:
         if isinstance(encoder, TfidfEncoder):
             encoder.fit(self.captions if reference is None else reference.captions)
 
-    def with_sentences(self, captions: Sequence[str], langs: Sequence[str] | np.ndarray) -> "ScoringContext":
+    def with_sentences(self, captions: Sequence[str], langs: Sequence[str] | np.ndarray, *,
+                       queries: int | None = None) -> "ScoringContext":
         """A context of other sentences scored with this one's reference statistics (the pool's embeddings, MaxSim's
         idf and hubness), computed once for both: a translation's queries and candidates, a few at a time."""
         if self.reference is None:
             raise ValueError("a transductive context's statistics are its own sentences'; it shares none")
-        other = ScoringContext(self.encoder, captions, langs, self.reference, self.batch_size)
+        other = ScoringContext(self.encoder, captions, langs, self.reference, self.batch_size, queries=queries)
         other._statistics = self._statistics
         return other
 
@@ -162,9 +168,9 @@ class ScoringContext:
 
     @cached_property
     def maxsim_self(self) -> np.ndarray:
-        """``[N, N]`` MaxSim of the sentences against each other."""
+        """``[Q, N]`` MaxSim of the ``queries`` first sentences (default: all) against every sentence."""
         mine = self._sentence_bags
-        return self.late.scorer(mine, mine)(np.arange(len(self.captions)))
+        return self.late.scorer(mine, mine)(np.arange(self.queries))
 
     @cached_property
     def maxsim_reference(self) -> np.ndarray:

@@ -171,8 +171,8 @@ def _rerank(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[st
         chunk, found = list(queries[start:start + QUERY_CHUNK]), hits[start:start + QUERY_CHUNK]
         candidates = list(dict.fromkeys(text for row in found for text, _ in row))
         texts, langs = chunk + candidates, [source] * len(chunk) + [to] * len(candidates)
-        context = ScoringContext(encoder, texts, langs, pool, batch_size) if base is None \
-            else base.with_sentences(texts, langs)
+        context = ScoringContext(encoder, texts, langs, pool, batch_size, queries=len(chunk)) if base is None \
+            else base.with_sentences(texts, langs, queries=len(chunk))
         base = base or context
         scores = context.scorer(ranking)(np.arange(len(chunk)))
         column = {text: len(chunk) + i for i, text in enumerate(candidates)}
