@@ -124,7 +124,7 @@ def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
         captions = [a for a, _ in lang_pairs] + [b for _, b in lang_pairs]
         context = ScoringContext(encoder, captions, [lang] * len(captions), pools[lang], queries=n)
         # queries: the first captions; candidates: the second ones, the own image's on the diagonal
-        per_lang[lang] = [float(reciprocal_ranks(context.scorer(r)(np.arange(n))[:, n:]).mean()) for r in rankings]
+        per_lang[lang] = [float(reciprocal_ranks(context.scorer(r)(np.arange(n))).mean()) for r in rankings]
     rows = [{"ranking": r.to_dict(), "label": r.label, "per_language": {g: per_lang[g][i] for g in pairs},
              "criterion": float(np.mean([per_lang[g][i] for g in pairs]))} for i, r in enumerate(rankings)]
     return info, rows

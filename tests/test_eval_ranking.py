@@ -7,6 +7,7 @@ import pytest
 from test_eval_cli import LANGS, FakeEncoder, caption
 
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext, sentence_translation
+from globetrotter.errors import UserError
 from globetrotter.evaluation.procrustes import normalize_rows
 
 
@@ -101,6 +102,33 @@ def test_maxsim_scores_add_the_weighted_token_matching():
     bags = context.late.bags(texts, langs)
     np.testing.assert_allclose(context.maxsim_self, context.late.scorer(bags, bags)(np.arange(len(texts))), atol=1e-6)
     assert context.late.record["reference"] == "pool"
+
+
+@pytest.mark.parametrize("ranking", [Ranking(csls=True, csls_k=3), Ranking(maxsim=0.5),
+                                     Ranking(maxsim=0.5, csls=True, csls_k=3), Ranking(head="cross")])
+def test_a_retrieval_context_scores_queries_against_candidates_as_the_whole_context_does(ranking):
+    """``queries=Q``: the first Q sentences (en) query the others (de) with the scores the whole context gives those
+    pairs, every radius read among the other side's language only (never the unread fr of the pool)."""
+    encoder = FakeEncoder(language_offset=3.0)
+    queries = [caption("en", c, s) for c, s in ((0, 0), (1, 2), (3, 4))]
+    candidates = [caption("de", c, s) for c, s in ((0, 0), (1, 2), (2, 3), (3, 4), (5, 1))]
+    langs = np.array(["en"] * 3 + ["de"] * 5)
+    reference = ReferencePool(*_scene_captions([(c, s) for c in range(6) for s in range(5) if (c + s) % 2]), "pool")
+    whole = ScoringContext(encoder, queries + candidates, langs, reference).scorer(ranking)(np.arange(3))[:, 3:]
+    retrieval = ScoringContext(encoder, queries + candidates, langs, reference, queries=3)
+    got = retrieval.scorer(ranking)(np.arange(3))
+    np.testing.assert_allclose(got, whole, atol=1e-5)
+    assert got.shape == (3, 5) and retrieval.scorer(ranking).matrix().shape == (3, 5)
+    pool_langs = np.asarray(reference.langs)[retrieval.radius_rows]
+    (q_rows, _, q_among), (c_rows, _, c_among) = retrieval.radius_parts
+    assert list(q_rows) == [0, 1, 2] and set(pool_langs[q_among]) == {"de"} and set(pool_langs[c_among]) == {"en"}
+    with pytest.raises(ValueError, match="queries=8"):
+        ScoringContext(encoder, queries + candidates, langs, reference, queries=8)
+    if ranking.csls:  # the candidates' language missing from the pool: a one-line error, not NaN scores
+        no_de = ReferencePool(*[list(x) for x in zip(*[(t, g) for t, g in zip(reference.captions, reference.langs)
+                                                       if g != "de"])], "pool")
+        with pytest.raises(UserError, match="no reference text in de"):
+            ScoringContext(encoder, queries + candidates, langs, no_de, queries=3).scorer(ranking)
 
 
 def test_a_reference_pool_is_one_sample_whatever_the_seed_or_the_other_languages(tmp_path):

@@ -97,16 +97,22 @@ class ScoringContext:
 
     ``reference`` None: transductive (every statistic from the sentences themselves). The reference may hold
     languages the sentences are not in: its idf counts them, CSLS's radii do not. The TF-IDF baseline's idf is
-    fitted here, on the reference texts (or the sentences, transductive). ``queries`` = Q: only the first Q
-    sentences are ever scored against the others (a retrieval's queries, then its candidates), so MaxSim is
-    computed for those rows alone; default: every sentence."""
+    fitted here, on the reference texts (or the sentences, transductive). ``queries`` = Q: a retrieval, the first Q
+    sentences the queries, the others the candidates; a scorer then scores queries against candidates only, so
+    MaxSim is computed for the query rows alone and each CSLS radius only in the languages it is read in (a query's
+    among the candidates' languages, a candidate's among the queries'). Default: every sentence against every
+    sentence."""
 
     def __init__(self, encoder, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
                  reference: ReferencePool | None, batch_size: int = 256, *, queries: int | None = None) -> None:
         self.encoder, self.captions, self.batch_size = encoder, list(captions), batch_size
+        self.retrieval = queries is not None
         self.queries = len(self.captions) if queries is None else queries
-        if self.queries != len(self.captions) and reference is None:
+        if self.retrieval and reference is None:
             raise ValueError("a transductive context reads every sentence's MaxSim for its statistics: no queries=")
+        if self.retrieval and not 0 < self.queries < len(self.captions):
+            raise ValueError(f"queries={queries}: expected 1 to {len(self.captions) - 1} of {len(self.captions)} "
+                             f"sentences (the rest are the candidates)")
         self.langs = np.asarray(langs).astype(str)
         self.reference = reference
         self.languages, self.lang_idx = np.unique(self.langs, return_inverse=True)
@@ -173,17 +179,39 @@ class ScoringContext:
         return self.late.scorer(mine, mine)(np.arange(self.queries))
 
     @cached_property
-    def maxsim_reference(self) -> np.ndarray:
-        """``[N, R]`` MaxSim of the sentences against the reference texts in their languages (``radius_rows``)."""
-        if self.reference is None:
-            return self.maxsim_self
-        late = self.late
-        if len(self.radius_rows) == len(self.reference):
+    def radius_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(rows, languages, among)``: the CSLS radii of sentences ``rows`` are read in ``languages`` (codes into
+        ``languages``), among the pool rows ``among`` (indices into ``radius_rows``): every sentence in every
+        language, or in a retrieval the queries in the candidates' languages and the candidates in the queries'.
+        A language without reference texts is a :class:`UserError`."""
+        n = len(self.captions)
+        if self.retrieval:
+            queries, candidates = np.arange(self.queries), np.arange(self.queries, n)
+            parts = [(queries, np.unique(self.lang_idx[candidates])), (candidates, np.unique(self.lang_idx[queries]))]
+        else:
+            parts = [(np.arange(n), np.arange(len(self.languages)))]
+        missing = sorted(set(self.languages[np.concatenate([codes for _, codes in parts])]) -
+                         set(self.languages[np.unique(self.pool_idx)]))
+        if missing:
+            raise UserError(f"--retrieval csls: no reference text in {', '.join(missing)} to take CSLS radii among")
+        return [(rows, codes, np.flatnonzero(np.isin(self.pool_idx, codes))) for rows, codes in parts]
+
+    @lru_cache(maxsize=None)
+    def maxsim_reference(self, part: int) -> np.ndarray:
+        """``[rows, among]`` MaxSim of radius part ``part``'s sentences against its pool rows (:attr:`radius_parts`),
+        computed once for every ranking; the pool's bags are built once per set of languages and shared with
+        :meth:`with_sentences`' contexts."""
+        rows, codes, among = self.radius_parts[part]
+        late, pool_rows = self.late, self.radius_rows[among]
+        if len(pool_rows) == len(self.reference):
             pool = late.reference_bags
         else:
-            pool = late.bags([self.reference.captions[i] for i in self.radius_rows],
-                             np.asarray(self.reference.langs)[self.radius_rows])
-        return late.scorer(self._sentence_bags, pool)(np.arange(len(self.captions)))
+            key = ("bags",) + tuple(self.languages[codes])
+            if key not in self._statistics:
+                self._statistics[key] = late.bags([self.reference.captions[i] for i in pool_rows],
+                                                  np.asarray(self.reference.langs)[pool_rows])
+            pool = self._statistics[key]
+        return late.scorer(self._sentence_bags, pool)(rows)
 
     @cached_property
     def _sentence_bags(self):
@@ -196,42 +224,50 @@ class ScoringContext:
 
 class SentenceScorer:
     """``scorer(rows) -> [len(rows), N]`` scores of sentences ``rows`` against every sentence under ``ranking``
-    (module docstring); ``matrix()`` all of them; ``record`` what a result says of the scoring."""
+    (module docstring), or in a retrieval context (``queries=``) of queries ``rows`` against the candidates,
+    ``[len(rows), N - Q]``; ``matrix()`` all of them; ``record`` what a result says of the scoring."""
 
     def __init__(self, context: ScoringContext, ranking: Ranking) -> None:
         self.context, self.ranking = context, ranking
         self.emb = context.embeddings(ranking.head)
         self._cos = cosine_scores(self.emb)
+        self.columns = slice(context.queries if context.retrieval else 0, None)  # the candidates
         self.radii = self._radii() if ranking.csls else None
 
     def _radii(self) -> np.ndarray:
+        """``[N, languages]`` each sentence's CSLS radius among each language's pool rows (NaN where never read)."""
         c, r = self.context, self.ranking
-        own = c.reference is None
-        extra = None
-        if r.maxsim:
-            table = c.maxsim_reference
-            extra = lambda rows: r.maxsim * table[rows]  # noqa: E731
         try:
-            pool = self.emb if own else c.reference_embeddings(r.head)[c.radius_rows]
-            return neighbourhood_radii(self.emb, pool, r.csls_k,
-                                       pool_groups=c.lang_idx if own else c.pool_idx, extra=extra,
-                                       exclude=np.arange(len(c.captions)) if own else None)
+            if c.reference is None:
+                extra = (lambda rows: r.maxsim * c.maxsim_self[rows]) if r.maxsim else None  # noqa: E731
+                return neighbourhood_radii(self.emb, self.emb, r.csls_k, pool_groups=c.lang_idx, extra=extra,
+                                           exclude=np.arange(len(c.captions)))
+            radii = np.full((len(c.captions), len(c.languages)), np.nan, dtype=np.float32)
+            pool_emb = c.reference_embeddings(r.head)[c.radius_rows]
+            for part, (rows, codes, among) in enumerate(c.radius_parts):
+                table = c.maxsim_reference(part) if r.maxsim else None
+                extra = (lambda block: r.maxsim * table[block]) if r.maxsim else None  # noqa: E731
+                groups = np.searchsorted(codes, c.pool_idx[among])  # 0..len(codes) - 1
+                radii[np.ix_(rows, codes)] = neighbourhood_radii(self.emb[rows], pool_emb[among], r.csls_k,
+                                                                 pool_groups=groups, extra=extra)
+            return radii
         except ValueError as err:
             raise UserError(f"--retrieval csls: {err} (fewer reference texts than --csls-k in a language)") from None
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        rows = np.asarray(rows)
-        scores = np.asarray(self._cos(rows), dtype=np.float32)
+        rows, cols = np.asarray(rows), self.columns
+        scores = np.asarray(self._cos(rows), dtype=np.float32)[:, cols]
         if self.ranking.maxsim:
-            scores = scores + self.ranking.maxsim * self.context.maxsim_self[rows]
+            scores = scores + self.ranking.maxsim * self.context.maxsim_self[rows][:, cols]
         if self.radii is not None:
             idx = self.context.lang_idx
-            scores = scores - (self.radii[rows][:, idx] + self.radii[:, idx[rows]].T) / 2.0
+            scores = scores - (self.radii[rows][:, idx[cols]] + self.radii[cols][:, idx[rows]].T) / 2.0
         return scores
 
     def matrix(self) -> np.ndarray:
-        """``[N, N]`` every score (for a few thousand sentences: the val split's BackRetrieval)."""
-        return self(np.arange(len(self.context.captions)))
+        """``[N, N]`` every score (for a few thousand sentences: the val split's BackRetrieval); ``[Q, N - Q]`` in a
+        retrieval."""
+        return self(np.arange(self.context.queries))
 
     @property
     def record(self) -> dict:

@@ -175,7 +175,7 @@ def _rerank(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[st
             else base.with_sentences(texts, langs, queries=len(chunk))
         base = base or context
         scores = context.scorer(ranking)(np.arange(len(chunk)))
-        column = {text: len(chunk) + i for i, text in enumerate(candidates)}
+        column = {text: i for i, text in enumerate(candidates)}
         for q, row in enumerate(found):
             scored = [(text, float(scores[q, column[text]])) for text, _ in row]
             out.append(sorted(scored, key=lambda item: -item[1]))
