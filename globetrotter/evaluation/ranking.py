@@ -16,7 +16,7 @@ sentences themselves, each a neighbour of the others but not of itself.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -123,6 +123,7 @@ class ScoringContext:
             self.radius_rows = np.flatnonzero(np.isin(pool_langs, self.languages))
             self.pool_idx = np.searchsorted(self.languages, pool_langs[self.radius_rows])
         self._statistics: dict = {}  # what depends on the reference texts only: shared by with_sentences
+        self._embeddings: dict = {}
         if isinstance(encoder, TfidfEncoder):
             encoder.fit(self.captions if reference is None else reference.captions)
 
@@ -140,9 +141,12 @@ class ScoringContext:
     def statistics(self) -> str:
         return "transductive" if self.reference is None else "inductive"
 
-    @lru_cache(maxsize=None)
     def embeddings(self, head: str):
-        return encode_texts(self.encoder, self.captions, self.langs, head, self.batch_size)
+        """The sentences' embeddings by ``head``, computed once (kept by the context, not a class-wide cache: a
+        translation makes a context per chunk of queries)."""
+        if head not in self._embeddings:
+            self._embeddings[head] = encode_texts(self.encoder, self.captions, self.langs, head, self.batch_size)
+        return self._embeddings[head]
 
     def reference_embeddings(self, head: str):
         if self.reference is None:
@@ -196,22 +200,24 @@ class ScoringContext:
             raise UserError(f"--retrieval csls: no reference text in {', '.join(missing)} to take CSLS radii among")
         return [(rows, codes, np.flatnonzero(np.isin(self.pool_idx, codes))) for rows, codes in parts]
 
-    @lru_cache(maxsize=None)
-    def maxsim_reference(self, part: int) -> np.ndarray:
-        """``[rows, among]`` MaxSim of radius part ``part``'s sentences against its pool rows (:attr:`radius_parts`),
+    @cached_property
+    def maxsim_reference(self) -> list[np.ndarray]:
+        """Per radius part (:attr:`radius_parts`), ``[rows, among]`` MaxSim of its sentences against its pool rows,
         computed once for every ranking; the pool's bags are built once per set of languages and shared with
         :meth:`with_sentences`' contexts."""
-        rows, codes, among = self.radius_parts[part]
-        late, pool_rows = self.late, self.radius_rows[among]
-        if len(pool_rows) == len(self.reference):
-            pool = late.reference_bags
-        else:
-            key = ("bags",) + tuple(self.languages[codes])
-            if key not in self._statistics:
-                self._statistics[key] = late.bags([self.reference.captions[i] for i in pool_rows],
-                                                  np.asarray(self.reference.langs)[pool_rows])
-            pool = self._statistics[key]
-        return late.scorer(self._sentence_bags, pool)(rows)
+        late, tables = self.late, []
+        for rows, codes, among in self.radius_parts:
+            pool_rows = self.radius_rows[among]
+            if len(pool_rows) == len(self.reference):
+                pool = late.reference_bags
+            else:
+                key = ("bags",) + tuple(self.languages[codes])
+                if key not in self._statistics:
+                    self._statistics[key] = late.bags([self.reference.captions[i] for i in pool_rows],
+                                                      np.asarray(self.reference.langs)[pool_rows])
+                pool = self._statistics[key]
+            tables.append(late.scorer(self._sentence_bags, pool)(rows))
+        return tables
 
     @cached_property
     def _sentence_bags(self):
@@ -245,7 +251,7 @@ class SentenceScorer:
             radii = np.full((len(c.captions), len(c.languages)), np.nan, dtype=np.float32)
             pool_emb = c.reference_embeddings(r.head)[c.radius_rows]
             for part, (rows, codes, among) in enumerate(c.radius_parts):
-                table = c.maxsim_reference(part) if r.maxsim else None
+                table = c.maxsim_reference[part] if r.maxsim else None
                 extra = (lambda block: r.maxsim * table[block]) if r.maxsim else None  # noqa: E731
                 groups = np.searchsorted(codes, c.pool_idx[among])  # 0..len(codes) - 1
                 radii[np.ix_(rows, codes)] = neighbourhood_radii(self.emb[rows], pool_emb[among], r.csls_k,
