@@ -117,11 +117,12 @@ class ScoringContext:
         self.reference = reference
         self.languages, self.lang_idx = np.unique(self.langs, return_inverse=True)
         if reference is not None:
-            # CSLS radii are taken among the pool's captions in the sentences' languages; a pool may hold more (a
-            # translation's two languages are scored with the idf of the whole pool its ranking was chosen with)
+            # each pool caption's language as a code of the sentences' languages, -1 for another: CSLS radii are
+            # taken among the sentences' languages only; a pool may hold more (a translation's two languages are
+            # scored with the idf of the whole pool its ranking was chosen with)
             pool_langs = np.asarray(reference.langs).astype(str)
-            self.radius_rows = np.flatnonzero(np.isin(pool_langs, self.languages))
-            self.pool_idx = np.searchsorted(self.languages, pool_langs[self.radius_rows])
+            code = np.searchsorted(self.languages, pool_langs).clip(max=len(self.languages) - 1)
+            self.pool_code = np.where(self.languages[code] == pool_langs, code, -1)
         self._statistics: dict = {}  # what depends on the reference texts only: shared by with_sentences
         self._embeddings: dict = {}
         if isinstance(encoder, TfidfEncoder):
@@ -185,8 +186,8 @@ class ScoringContext:
     @cached_property
     def radius_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(rows, languages, among)``: the CSLS radii of sentences ``rows`` are read in ``languages`` (codes into
-        ``languages``), among the pool rows ``among`` (indices into ``radius_rows``): every sentence in every
-        language, or in a retrieval the queries in the candidates' languages and the candidates in the queries'.
+        ``languages``), among the pool rows ``among`` (the reference texts in those languages): every sentence in
+        every language, or in a retrieval the queries in the candidates' languages and the candidates in the queries'.
         A language without reference texts is a :class:`UserError`."""
         n = len(self.captions)
         if self.retrieval:
@@ -195,10 +196,10 @@ class ScoringContext:
         else:
             parts = [(np.arange(n), np.arange(len(self.languages)))]
         missing = sorted(set(self.languages[np.concatenate([codes for _, codes in parts])]) -
-                         set(self.languages[np.unique(self.pool_idx)]))
+                         set(self.languages[np.unique(self.pool_code[self.pool_code >= 0])]))
         if missing:
             raise UserError(f"--retrieval csls: no reference text in {', '.join(missing)} to take CSLS radii among")
-        return [(rows, codes, np.flatnonzero(np.isin(self.pool_idx, codes))) for rows, codes in parts]
+        return [(rows, codes, np.flatnonzero(np.isin(self.pool_code, codes))) for rows, codes in parts]
 
     @cached_property
     def maxsim_reference(self) -> list[np.ndarray]:
@@ -207,14 +208,13 @@ class ScoringContext:
         :meth:`with_sentences`' contexts."""
         late, tables = self.late, []
         for rows, codes, among in self.radius_parts:
-            pool_rows = self.radius_rows[among]
-            if len(pool_rows) == len(self.reference):
+            if len(among) == len(self.reference):
                 pool = late.reference_bags
             else:
                 key = ("bags",) + tuple(self.languages[codes])
                 if key not in self._statistics:
-                    self._statistics[key] = late.bags([self.reference.captions[i] for i in pool_rows],
-                                                      np.asarray(self.reference.langs)[pool_rows])
+                    self._statistics[key] = late.bags([self.reference.captions[i] for i in among],
+                                                      np.asarray(self.reference.langs)[among])
                 pool = self._statistics[key]
             tables.append(late.scorer(self._sentence_bags, pool)(rows))
         return tables
@@ -249,11 +249,11 @@ class SentenceScorer:
                 return neighbourhood_radii(self.emb, self.emb, r.csls_k, pool_groups=c.lang_idx, extra=extra,
                                            exclude=np.arange(len(c.captions)))
             radii = np.full((len(c.captions), len(c.languages)), np.nan, dtype=np.float32)
-            pool_emb = c.reference_embeddings(r.head)[c.radius_rows]
+            pool_emb = c.reference_embeddings(r.head)
             for part, (rows, codes, among) in enumerate(c.radius_parts):
                 table = c.maxsim_reference[part] if r.maxsim else None
                 extra = (lambda block: r.maxsim * table[block]) if r.maxsim else None  # noqa: E731
-                groups = np.searchsorted(codes, c.pool_idx[among])  # 0..len(codes) - 1
+                groups = np.searchsorted(codes, c.pool_code[among])  # 0..len(codes) - 1
                 radii[np.ix_(rows, codes)] = neighbourhood_radii(self.emb[rows], pool_emb[among], r.csls_k,
                                                                  pool_groups=groups, extra=extra)
             return radii
