@@ -31,6 +31,7 @@ def step_flops(cfg, tokens: int, batch: int, features: bool) -> float:
     from globetrotter.training.objective import GlobetrotterObjective
 
     vocab = cfg.data.vocab_size
+    cfg = replace(cfg, model=replace(cfg.model, image_pretrained=None))  # counting needs no weights (never a download)
     if features:  # what a cache or imported embeddings hand the model: pooled backbone features
         cfg = replace(cfg, model=replace(cfg.model, freeze_image_backbone=True))
     torch.manual_seed(0)

@@ -133,7 +133,8 @@ class ModelConfig:
     embed_dim: int = 128  # D of every head's output (paper: 128)
     image_backbone: str = "resnet18"  # any timm model name, or "imported" (imported embeddings in data.features)
     image_pretrained: str | None = None  # local weights file (.safetensors/.pth), "package" (offline ImageNet
-    # EfficientNet-Lite0, with image_backbone=efficientnet_lite0) or null = random init; with image_backbone=imported:
+    # EfficientNet-Lite0/1/2, with image_backbone=efficientnet_lite0/1/2), "hub" (timm's ImageNet weights, downloaded
+    # from the Hugging Face hub: the one value that downloads) or null = random init; with image_backbone=imported:
     # the imported embeddings' name (globetrotter-data features import --name)
     # extra timm.create_model kwargs; with image_backbone=imported, {num_features: D}, set by training from the cache
     image_backbone_args: dict[str, Any] = field(default_factory=dict)

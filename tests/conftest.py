@@ -10,6 +10,9 @@ from types import ModuleType
 import pytest
 import torch
 
+# the suite never downloads: a model hub asked for weights answers from the local cache or fails at once
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GLOBETROTTER_SHARED", REPO.parent / "shared"))
 FLICKR8K = SHARED / "data" / "flickr8k"

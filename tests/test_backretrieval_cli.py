@@ -347,3 +347,15 @@ def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     seed_help = help_text[help_text.rindex("--seed SEED"):help_text.rindex("--ranks-out")]  # the option, not usage
     assert "bootstrap" in seed_help and "--approximate" in seed_help and "--image-index" in seed_help
+
+
+@pytest.mark.parametrize("command", ["score", "compare", "eval", "correlate"])
+def test_a_commands_help_describes_only_options_it_takes(command):
+    """The shared description of the metric names no flag a sub-command lacks (--image-index, --approximate ...)."""
+    import re
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    taken = {flag for action in sub._actions for flag in action.option_strings}
+    own = re.sub(r"'(score|compare|eval|correlate)\s[^']*'", "", sub.description)  # another command's flags, quoted
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", own))
+    assert named and named <= taken, f"{command} --help names {sorted(named - taken)}, which it does not take"

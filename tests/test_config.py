@@ -92,6 +92,28 @@ def test_overrides_may_follow_the_options(monkeypatch):
     assert seen == {"config": "c.yaml", "overrides": ["adapt.from=r", "optim.lr=1e-3", "seed=7"]}
 
 
+def test_without_a_config_train_py_reads_the_quickstart_and_says_so_when_it_is_missing(monkeypatch, tmp_path, capsys):
+    """The default config ships with the repository: an install without it is told, not trained on bare defaults."""
+    from globetrotter.training import adapt, cli
+
+    seen = []
+
+    def stop(config, overrides):
+        seen.append(config)
+        raise UserError("stop here")
+
+    monkeypatch.setattr(adapt, "load_adapt_config", stop)
+    assert cli.run_cli(cli._main, ["steps=2"]) == 2 and seen == [cli.DEFAULT_CONFIG]
+    assert cli.run_cli(cli._main, ["adapt.from=r"]) == 2 and seen[-1] is None  # the run's own config
+    missing = tmp_path / "configs" / "quickstart.yaml"
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", missing)
+    capsys.readouterr()
+    assert cli.run_cli(cli._main, ["steps=2"]) == 2 and len(seen) == 2
+    assert capsys.readouterr().err.strip() == (f"error: no --config, and the default {missing} is not there (the "
+                                               f"configs ship with the repository: install it with `pip install -e .` "
+                                               f"from a clone, or pass --config FILE)")
+
+
 def test_missing_file_and_bad_override():
     with pytest.raises(UserError, match="config file not found"):
         load_train_config("/nonexistent/x.yaml")

@@ -245,6 +245,16 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     assert runner_up is not best and runner_up["mean_bkr"] == max(
         c["mean_bkr"] for c in rec["details"]["candidates"] if c is not best)
     assert spread["over_runner_up"]["diff"] == pytest.approx(best["mean_bkr"] - runner_up["mean_bkr"])
+    # every other candidate against the choice, paired on the same queries (the runner-up's the margin's mirror)
+    others = [c for c in rec["details"]["candidates"] if c is not best]
+    assert "vs_chosen" not in best and all(c["vs_chosen"]["lo"] <= c["vs_chosen"]["diff"] <= c["vs_chosen"]["hi"]
+                                           for c in others)
+    assert all(c["vs_chosen"]["diff"] == pytest.approx(c["mean_bkr"] - best["mean_bkr"]) for c in others)
+    assert runner_up["vs_chosen"]["lo"] == pytest.approx(-spread["over_runner_up"]["hi"])
+    tied = [c["label"] for c in others if c["vs_chosen"]["lo"] <= 0 <= c["vs_chosen"]["hi"]]
+    assert (f"within noise of the choice (paired interval holds 0): {len(tied)} of 3 other rankings "
+            f"({', '.join(tied)})" in printed) == bool(tied)
+    assert rec["plots"] == [str(out / "select-run-choice.png")] and Image.open(rec["plots"][0]).size[0] > 300
     path = out / "select-run.json"
     assert run(["sentence", "--model", str(tiny_run), "--name", "chosen", "--split", str(tiny_world / "test"),
                 "--out", str(out), "--n-groups", "12", "--ranking", str(path), "--csls-k", "3"]) == 0
@@ -803,6 +813,22 @@ def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_
                             ).scorer(Ranking("text", 1.0, True, 3))
     expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)["accuracy"]
     assert rec["metrics"]["sentence_translation"] == pytest.approx(expected)
+
+
+def test_a_candidate_val_cannot_tell_from_the_choice_is_named_as_such():
+    from globetrotter.evaluation.tasks.select import margins_to_choice, within_noise
+
+    rng = np.random.default_rng(0)
+    chosen = rng.integers(0, 2, 400).astype(float)
+    twin = chosen.copy()  # a few queries won and a few more lost: within noise
+    twin[rng.choice(np.flatnonzero(chosen == 1), 12, replace=False)] = 0.0
+    twin[rng.choice(np.flatnonzero(chosen == 0), 8, replace=False)] = 1.0
+    far = np.where(rng.random(400) < 0.5, 0.0, chosen)  # half the hits lost: far below beyond noise
+    margins = margins_to_choice([far, chosen, twin], chosen=1)
+    assert margins[1] is None and margins[0]["hi"] < 0 and margins[2]["lo"] <= 0 <= margins[2]["hi"]
+    assert margins[2]["diff"] == pytest.approx(twin.mean() - chosen.mean())
+    rows = [{"label": label, **({"vs_chosen": m} if m else {})} for label, m in zip(("far", "chosen", "twin"), margins)]
+    assert within_noise(rows) == ["twin"]
 
 
 def test_per_query_scores_weigh_each_language_once():

@@ -481,3 +481,14 @@ def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads
     assert code == 2 and stdout == ""  # no threads line, no backbone
     assert stderr.strip() == f"error: {tmp_path / 'nowhere'}: split directory not found (expected a folder with " \
                              f"manifest.json and .tar shards)"
+
+
+def test_features_build_without_a_config_asks_for_the_image_size_before_loading_a_backbone(tiny_world, tmp_path, capsys):
+    """Without --config the sizes would be the built-in defaults (64 px), which no ImageNet recipe trains with."""
+    out = tmp_path / "cache"
+    argv = ["features", "build", str(tiny_world / "train"), "--backbone", "resnet18", "--out", str(out)]
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 2 and stdout == "" and not out.exists()
+    assert stderr.strip() == (f"error: features build {tiny_world / 'train'}: no --config and no --image-size; give the "
+                              f"training config that will read the cache (--config), or the side of the views in "
+                              f"pixels (--image-size, e.g. 224 for an ImageNet backbone): the built-in default is 64")

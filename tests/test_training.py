@@ -247,6 +247,52 @@ def test_image_encoder_starts_from_the_offline_imagenet_package():
         create_image_backbone("resnet18", "package")
 
 
+
+def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path):
+    """npy samples (precomputed image features) reach a model only through a feature cache: training from pixels and
+    building a cache refuse them at once, naming the split and the way in, and write nothing."""
+    from data_prep.shards import ShardWriter
+
+    from globetrotter.data.feature_cache import build_feature_cache, spec_from_config
+    from globetrotter.models import create_image_backbone
+
+    world = tmp_path / "vectors"
+    with ShardWriter(world / "train", split="train", source="t", image_format="npy") as w:
+        for i, lang in enumerate(["en", "de", "en", "de"]):
+            w.write(f"k{i}", np.full(8, i, np.float32), f"caption {i}", lang, f"i{i}")
+    cfg = tiny_cfg(world, tmp_path / "runs", "steps=1")
+    expected = rf"^{world / 'train'}: its samples are precomputed image features \(npy, 8 dims\), not pictures, and "
+    with pytest.raises(UserError, match=expected + r"training without data.features reads pictures; .*features import"):
+        train(cfg)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    backbone = create_image_backbone("resnet18", None, channels=(8, 16, 32, 64), stem_width=8)
+    with pytest.raises(UserError, match=expected + "a feature cache's backbone reads pictures"):
+        build_feature_cache(world / "train", spec_from_config(cfg), tmp_path / "cache", backbone)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_hub_weights_ask_timm_for_its_pretrained_model_and_say_so_when_offline(monkeypatch):
+    """model.image_pretrained=hub: timm's ImageNet weights (its download stubbed here); offline, a one-line error."""
+    import timm
+
+    from globetrotter.models import create_image_backbone
+
+    calls = []
+
+    def fake_create(name, pretrained=False, **kwargs):
+        calls.append((name, pretrained, kwargs))
+        if name == "resnet50":
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore lines")
+        return torch.nn.Linear(3, 4)
+
+    monkeypatch.setattr(timm, "create_model", fake_create)
+    assert isinstance(create_image_backbone("resnet18", "hub", stem_width=8), torch.nn.Linear)
+    assert calls == [("resnet18", True, {"num_classes": 0, "stem_width": 8})]
+    with pytest.raises(UserError, match=r"^model.image_pretrained=hub: cannot get resnet50's ImageNet weights .*"
+                                        r"couldn't connect to 'https://huggingface.co' to load the files\); give a "
+                                        r"local weights file"):
+        create_image_backbone("resnet50", "hub")
+
 @pytest.mark.slow
 def test_images_align_languages_that_share_no_script(tiny_world, tmp_path):
     """The paper's claim end to end: in four scripts with no shared token, only the images tie the captions.

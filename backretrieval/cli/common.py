@@ -32,14 +32,19 @@ pairs. A good BkR tracks XLR across models ('correlate' measures how closely).
 Every figure comes with a bootstrap 95% interval over queries (--bootstrap replicates of
 the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead of the
 cosine (hub captions penalised) and the record reports the hubness of the retrieval
-(skewness of the k-occurrence, share of queries landing on the top 1% hubs);
---approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and
-the retrieved targets' best source images likewise (compressed codes re-scored exactly; better
-images counted only up to K): for large N; --image-index FILE keeps each target image's
-best source images (computed once per image set: with --approximate from compressed codes
-re-scored exactly, else exact) so that step 4 is a lookup for every model scored on the
-same images.
+(skewness of the k-occurrence, share of queries landing on the top 1% hubs).
 """
+
+APPROXIMATE_HELP = (
+    "--approximate finds the text neighbours with a compressed faiss index (exact re-scoring) and the retrieved "
+    "targets' best source images likewise (compressed codes re-scored exactly; better images counted only up to K): "
+    "for large N."
+)
+IMAGE_INDEX_HELP = (
+    "--image-index FILE keeps each target image's best source images (computed once per image set: with "
+    "--approximate from compressed codes re-scored exactly, else exact) so that step 4 is a lookup for every model "
+    "scored on the same images."
+)
 
 MODEL_SPECS = (
     "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption of "
@@ -138,10 +143,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "resnet50, as in the paper); thumbnail:SIZE (the image's SIZE x SIZE pixels, flattened: a "
                         "degraded g); random[:SEED] (a Gaussian vector per image: the null g, BkR at chance)")
     p.add_argument("--image-weights", default=None, metavar="W",
-                   help="image model weights: a local .pth/.safetensors file; 'package' (offline EfficientNet-Lite0, "
-                        "use with --image-model efficientnet_lite0); 'hub' (download, needs --online); 'random' "
-                        "(a randomly initialised CNN). Not needed when the split stores npy features, nor for "
-                        "thumbnail/random g")
+                   help="image model weights: a local .pth/.safetensors file; 'package' (offline "
+                        "EfficientNet-Lite0/1/2, use with --image-model efficientnet_lite0/1/2); 'hub' (download, "
+                        "needs --online); 'random' (a randomly initialised CNN). Not needed when the split stores npy "
+                        "features, nor for thumbnail/random g")
     p.add_argument("--online", action="store_true",
                    help="allow downloads (timm hub weights, sentence-transformers models); off by default")
     p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")

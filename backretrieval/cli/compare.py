@@ -5,8 +5,8 @@ import argparse
 import sys
 
 from ..comparison import compare
-from .common import (add_command, add_embedding_metric_options, emit_json, inputs, integer_at_least, metric_options,
-                     report_image_lists)
+from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
+                     integer_at_least, metric_options, report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
                     "where exactly one model hits, and the p-value. The verdict is A, B or tie (no difference at "
                     "--alpha; the larger p-value of the tests run). Give either embeddings (--a-src-text ... with "
                     "the shared image files) or two hit files written by 'score --hits-out' on the same data "
-                    "(--hits A.npy B.npy).")
+                    "(--hits A.npy B.npy).", APPROXIMATE_HELP, IMAGE_INDEX_HELP)
     p.add_argument("--a-src-text", metavar="NPY", help="model A: (Ns, d) source-language text embeddings")
     p.add_argument("--a-tgt-text", metavar="NPY", help="model A: (Nt, d) target-language text embeddings")
     p.add_argument("--b-src-text", metavar="NPY", help="model B: (Ns, d') source-language text embeddings")

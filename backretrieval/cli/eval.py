@@ -7,8 +7,8 @@ import sys
 
 from ..evaluate import evaluate_split
 from ..files import make_dir
-from .common import (MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options, add_model_options,
-                     emit_json, extractor, integer_at_least, metric_options)
+from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
+                     add_model_options, emit_json, extractor, integer_at_least, metric_options)
 
 
 def add_parser(sub) -> None:
@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
                     "Evaluates each model spec on every ordered language pair of a split folder written by "
                     "globetrotter-data (texts, langs, image_ids; XLR too where 'group' ties translations). "
                     "Languages that share images are split into non-matching halves. Writes results.json, a heat "
-                    "map per model and metric, and a box plot over pairs (paper Fig. 3).", MODEL_SPECS)
+                    "map per model and metric, and a box plot over pairs (paper Fig. 3).",
+                    APPROXIMATE_HELP, MODEL_SPECS)
     p.add_argument("--data", required=True, metavar="SPLIT_DIR", help="split folder (manifest.json + .tar shards)")
     p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
     p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")

@@ -6,14 +6,14 @@ import sys
 
 from ..files import save_npy
 from ..scoring import score
-from .common import (add_command, add_embedding_metric_options, emit_json, inputs, integer_at_least, metric_options,
-                     report_image_lists)
+from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
+                     integer_at_least, metric_options, report_image_lists)
 
 
 def add_parser(sub) -> None:
     p = add_command(sub, "score", "BkR/XLR/CORR from embedding files (.npy)",
                     "Scores precomputed embeddings: row i of --src-text describes row i of --src-img (likewise for "
-                    "the target side).")
+                    "the target side).", APPROXIMATE_HELP, IMAGE_INDEX_HELP)
     p.add_argument("--src-text", required=True, metavar="NPY", help="(Ns, d) source-language text embeddings")
     p.add_argument("--tgt-text", required=True, metavar="NPY", help="(Nt, d) target-language text embeddings")
     p.add_argument("--src-img", metavar="NPY", help="(Ns, D) image features of the source captions' images")

@@ -1,7 +1,7 @@
 """Image-feature cache for frozen backbones (docs/design.md section 10).
 
 With ``model.freeze_image_backbone=true`` the backbone's output for an image never changes,
-so it is computed once per image and view, at the backbone's native resolution, and training
+so it is computed once per image and view, at the config's ``data.image_size``, and training
 reads rows of a float16 matrix instead of decoding and augmenting pixels. The step then costs
 only the text encoder and the heads.
 
@@ -155,6 +155,17 @@ def cache_dir_for(cfg: "TrainConfig", split: str) -> Path | None:
     return Path(cfg.data.root) / split / "features" if where == "auto" else Path(where)
 
 
+def require_pictures(split_dir: str | Path, manifest: dict, reader: str) -> None:
+    """A one-line error when a split's samples are precomputed image features (``npy``), which ``reader`` cannot
+    read: pictures reach the model through its backbone, vectors only through a feature cache."""
+    dim = manifest.get("feature_dim")
+    if dim is not None:
+        dim = "x".join(map(str, dim)) if isinstance(dim, (list, tuple)) else dim
+        raise UserError(f"{split_dir}: its samples are precomputed image features (npy, {dim} dims), not pictures, "
+                        f"and {reader} reads pictures; bring the vectors in with `globetrotter-data features import` "
+                        f"and train on them with model.image_backbone=imported data.features=FOLDER")
+
+
 def unique_images(split_dir: Path) -> Iterator[tuple[str, str, bytes]]:
     """(image id, image format, encoded bytes) of each image of a split, once, in shard order."""
     seen: set[str] = set()
@@ -268,6 +279,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     """
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
+    require_pictures(split_dir, manifest, "a feature cache's backbone")
     check_cache_folder(out_dir)  # before any work: a folder that is no cache is never replaced
     ids, blobs = [], []
     for image_id, _ext, data in unique_images(split_dir):

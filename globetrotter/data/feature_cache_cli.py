@@ -35,6 +35,11 @@ def _build(args: argparse.Namespace) -> int:
     spec = spec_from_config(cfg)
     split = Path(args.split_dir)
     read_manifest(split)  # a folder that is no split: its one-line error before anything is loaded
+    sized = args.image_size is not None or any(o.split("=", 1)[0] == "data.image_size" for o in args.overrides)
+    if args.config is None and not sized:
+        raise UserError(f"features build {split}: no --config and no --image-size; give the training config that "
+                        f"will read the cache (--config), or the side of the views in pixels (--image-size, e.g. 224 "
+                        f"for an ImageNet backbone): the built-in default is {cfg.data.image_size}")
     out = Path(args.out) if args.out else split / "features"
     check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
     if (out / SPEC).is_file() and not args.force:
@@ -131,7 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--views", type=non_negative_int, help="augmented views per image, K (default: the config's "
                    "data.feature_views); 0: the whole image only, for `features concat` or a screen of encoders")
     p.add_argument("--image-size", type=positive_int, help="side of the views in pixels (default: the config's "
-                   "data.image_size)")
+                   "data.image_size; without --config, needed)")
     p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
     p.add_argument("--force", action="store_true", help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
     p.add_argument("--batch-images", type=int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")

@@ -157,7 +157,7 @@ class BackRetrievalSet:
             hint = " (a run's own cache: give its folder as features:PATH)" if image_features == "features" else ""
             raise UserError(f"image features {image_features!r}: expected pixels, model, features:PATH or "
                             f"timm:NAME[:WEIGHTS]{hint}")
-        # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0)
+        # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0/1/2)
         from backretrieval.images import ImageFeatureExtractor
 
         _, name, *weights = image_features.split(":", 2)

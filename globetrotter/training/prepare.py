@@ -189,7 +189,11 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
 
         log(f"generating the synthetic world into {root} ...")
         generate(cfg.data.synth, root)
-    read_manifest(train_dir)
+    manifest = read_manifest(train_dir)
+    if cfg.loss.uses_images and not cfg.data.features:
+        from ..data.feature_cache import require_pictures
+
+        require_pictures(train_dir, manifest, "training without data.features")
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
     if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")

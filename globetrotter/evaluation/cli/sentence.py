@@ -10,7 +10,7 @@ from globetrotter.argtypes import non_negative_float, positive_int
 from globetrotter.errors import UserError
 from globetrotter.shell import python_command
 
-from .. import plots
+from .. import models, plots
 from ..ranking import HEADS, Ranking
 from ..reference import DEFAULT_SIZE
 from ..tasks import select as select_task
@@ -20,7 +20,7 @@ from . import common
 SENTENCE_HELP = (
     "Sentence translation by retrieval (Globetrotter paper 5.2). A seeded sample of --n-groups parallel test groups "
     "is taken in all M languages; every sentence is a query whose M-1 translations are the positives. METRIC: the "
-    "share of positives ranked in the query's top M-1 candidates (in %%; chance beside it), and the per-language-pair "
+    "share of positives ranked in the query's top M-1 candidates (in %; chance beside it), and the per-language-pair "
     "matrix A[query, target] (heat map, languages by family as the paper's Fig. 7) with its asymmetry A - A^T (Fig. "
     "9). Candidates are all other-language sentences (docs/design.md section 7; --candidates all lets same-language "
     "ones compete). RANKING: cosine of the sentence embeddings of --head, plus W x MaxSim of the token rows "
@@ -183,6 +183,8 @@ def run_select(args: argparse.Namespace) -> int:
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")
     print(select_task.uncertainty_line(result.details))
-    path = common.write(result, args)
+    figure = plots.plot_choice(result.details["candidates"], f"{common.plot_prefix(args, 'select')}-choice.png",
+                               f"{models.model_name(args.model, args.name)}: rankings on val against the choice")
+    path = common.write(result, args, [figure])
     print(f"apply it to test: {python_command()} eval.py sentence --model {args.model} --split SPLIT --ranking {path}")
     return 0

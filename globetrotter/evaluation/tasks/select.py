@@ -8,10 +8,12 @@ term, which only differs between target languages, is judged too), on the traine
 size, seed and image similarity ``g`` when ``model`` is a run). The highest mean wins; a tie goes to the simpler ranking (the earlier one in
 candidate order: text head before cross, smaller W, cosine before CSLS). The record lists every candidate's score,
 the choice and the reason, and how far the choice stands above noise: a bootstrap interval over the val queries of
-its mean, and paired intervals of its margin over the simplest candidate and over the runner-up
-(:func:`choice_margins`). The record keeps the chosen ranking's score on each val query, so two models chosen on the
-same queries compare paired (``against``, :func:`compare_choices`; several seeds of two recipes:
-:func:`paired_margin`): the interval of one's margin over the other, resampling the queries together.
+its mean, paired intervals of its margin over the simplest candidate and over the runner-up
+(:func:`choice_margins`), and each other candidate's paired difference from it (:func:`margins_to_choice`; those
+whose interval holds 0 are candidates val cannot tell from the choice, drawn by ``eval.py select``). The record
+keeps the chosen ranking's score on each val query, so two models chosen on the same queries compare paired
+(``against``, :func:`compare_choices`; several seeds of two recipes: :func:`paired_margin`): the interval of one's
+margin over the other, resampling the queries together.
 ``eval.py sentence --ranking RECORD`` applies the choice to test, with statistics from the same reference captions
 (:func:`read_choice`).
 """
@@ -83,6 +85,20 @@ def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> 
         runner_up = max(others, key=lambda i: (float(scores[i].mean()), -i))
         out["over_runner_up"] = {"candidate": runner_up, **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed)}
     return out
+
+
+def margins_to_choice(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> list[dict[str, float] | None]:
+    """Each candidate's paired interval of its difference from the chosen one on the same val queries (``diff``,
+    ``lo``, ``hi``; 1,000 bootstrap replicates, 95%), None for the chosen itself. An interval that holds 0 is a
+    candidate val cannot tell from the choice."""
+    return [None if i == chosen else
+            {k: v for k, v in paired_bootstrap(s, scores[chosen], seed=seed).items() if k in ("diff", "lo", "hi")}
+            for i, s in enumerate(scores)]
+
+
+def within_noise(rows: Sequence[dict]) -> list[str]:
+    """The labels of the candidates of a ``select`` record whose paired interval to the choice holds 0."""
+    return [r["label"] for r in rows if r.get("vs_chosen") and r["vs_chosen"]["lo"] <= 0 <= r["vs_chosen"]["hi"]]
 
 
 def queries_sha256(bkr: BackRetrievalSet) -> str:
@@ -243,6 +259,9 @@ def select_ranking(
     reason = (f"highest mean val BackRetrieval@{{{','.join(map(str, ks))}}} of {','.join(evaluated)} queries among "
               f"the other languages' captions ({chosen['mean_bkr']:.4f}); ties to the simpler ranking")
     margins = choice_margins(per_query, best, seed)
+    for row, margin in zip(rows, margins_to_choice(per_query, best, seed)):
+        if margin is not None:
+            row["vs_chosen"] = margin
     metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
     details = {"chosen": chosen["ranking"], "reason": reason, "uncertainty": margins, "candidates": rows,
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks),
@@ -275,6 +294,10 @@ def uncertainty_line(details: dict) -> str:
             label = rows[d["candidate"] if index is None else index]["label"]
             parts.append(f"over {label} {d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
     line = "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
+    tied = within_noise(rows)
+    if tied:
+        line += (f"\nwithin noise of the choice (paired interval holds 0): {len(tied)} of {len(rows) - 1} other "
+                 f"rankings ({', '.join(tied)})")
     if "against" in details:
         d = details["against"]
         line += (f"\nagainst {d['model']} ({d['chosen']}, {d['mean_bkr']:.4f}), paired over the same queries: "
