@@ -45,11 +45,16 @@ def cli_option_names() -> Iterator[None]:
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run ``main(argv)``; print a :class:`BackRetrievalError` as one line and return exit code 2."""
+    """Run ``main(argv)``; print a :class:`BackRetrievalError`, or a path of the wrong kind, as one line and return
+    exit code 2."""
     try:
         code = main(argv)
     except BackRetrievalError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError) as err:  # a path of the wrong kind
+        print(f"error: {err.filename or 'a path'}: {(err.strerror or type(err).__name__).lower()} (a path this "
+              f"command was given or writes under; give another)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -58,12 +58,27 @@ def exit_if_missing_dependency(err: ImportError, program: str) -> None:
     raise SystemExit(2)
 
 
+PATH_ERRORS = (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)
+"""A path of the wrong kind, or one the user may not write: the user's to fix, whichever command met it."""
+
+
+def path_error_line(err: OSError) -> str:
+    """One line for a :data:`PATH_ERRORS` error: the path, what is wrong with it, and what the user can do."""
+    where = err.filename if err.filename is not None else "a path"
+    return (f"{where}: {(err.strerror or type(err).__name__).lower()} (a path this command was given or writes "
+            f"under; give another)")
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run ``main(argv)``; print a :class:`UserError` as one line and return exit code 2."""
+    """Run ``main(argv)``; print a :class:`UserError` (or a :data:`PATH_ERRORS` error) as one line and return exit
+    code 2."""
     try:
         code = main(argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except PATH_ERRORS as err:
+        print(f"error: {path_error_line(err)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as err:  # a missing third-party package: one line with the install command
         message = missing_dependency(err)

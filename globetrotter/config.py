@@ -103,6 +103,8 @@ class DataConfig:
             raise ValueError("data.match_images_of is empty: name a split of data.root (or null)")
         if self.device_source_size is not None and self.device_source_size < 1:
             raise ValueError(f"data.device_source_size must be >= 1 (or null), got {self.device_source_size}")
+        if self.image_size < 1:
+            raise ValueError(f"data.image_size must be >= 1 (the side of the crops in pixels), got {self.image_size}")
         if self.workers < 0:
             raise ValueError(f"data.workers must be >= 0 (0: load in the training process), got {self.workers}")
         if self.max_bad_samples < 0:
@@ -223,6 +225,8 @@ class LossConfig:
             raise ValueError("at least one loss weight must be > 0")
         if not 0 <= self.margin < 1:
             raise ValueError("loss.margin must be in [0, 1)")
+        if not self.temperature > 0:
+            raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
 
 
 @dataclass

@@ -258,5 +258,11 @@ class BackRetrievalAdapter:
 
 
 def backretrieval_embedder(spec: str) -> BackRetrievalAdapter:
-    """Entry point of the ``backretrieval.embedders`` group: ``spec`` is a checkpoint or run folder."""
-    return BackRetrievalAdapter(spec)
+    """Entry point of the ``backretrieval.embedders`` group: ``spec`` is a checkpoint or run folder. A folder that
+    holds no model is BackRetrieval's own one-line error."""
+    from backretrieval.errors import BackRetrievalError
+
+    try:
+        return BackRetrievalAdapter(spec)
+    except UserError as err:
+        raise BackRetrievalError(f"globetrotter:{spec}: {err}") from None

@@ -93,6 +93,12 @@ def test_globetrotter_prefix_is_declared_as_entry_point():
     assert names.get("globetrotter") == "globetrotter.encoder:backretrieval_embedder"
 
 
+def test_a_globetrotter_spec_without_a_model_is_backretrievals_own_error(tmp_path):
+    """The plugin's error (no checkpoint in the folder) is a BackRetrievalError, which the CLI prints as one line."""
+    with pytest.raises(BackRetrievalError, match=rf"^globetrotter:{tmp_path}: .*no checkpoint"):
+        load_embedder(f"globetrotter:{tmp_path}")
+
+
 def test_register_embedder_adds_a_prefix():
     register_embedder("twice", lambda arg, **_: RandomEmbedder(int(arg) * 2))
     try:

@@ -59,6 +59,8 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("keep_checkpoints: 0\n", "keep_checkpoints must be >= 1, got 0"),
         ("data:\n  workers: -1\n", "data.workers must be >= 0"),
         ("steps: 0\n", "steps must be > 0, got 0"),
+        ("data:\n  image_size: 0\n", "data.image_size must be >= 1"),
+        ("loss:\n  temperature: 0\n", "loss.temperature must be > 0, got 0"),
         ("loss:\n  text: -1\n", "loss.text must be >= 0"),
         ("mixed_precision: yes\n", "'mixed_precision' expected one of 'no' | 'bf16' | 'fp16', got True"),
     ],

@@ -142,3 +142,40 @@ def test_overrides_after_an_option_reach_the_sub_command(capsys):
     assert fold_overrides(parsed, extras) == ["stray"]
     code, _, err = run_data_cli(["features", "build", "S", "--config", "C.yaml", "stray"], capsys)
     assert code == 2 and "unrecognized arguments: stray" in err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["tokenizer", "S", "--min-frequency", "-3"], "--min-frequency"),
+    (["features", "build", "S", "--batch-images", "0"], "--batch-images"),
+    (["features", "build", "S", "--workers", "-1"], "--workers"),
+    (["features", "finetune", "S", "--from-run", "R", "--out", "O", "--workers", "-1"], "--workers"),
+])
+def test_counts_out_of_range_are_refused_by_the_parser(argv, flag, capsys):
+    """A negative or zero count is argparse's one-line error naming the flag, not a traceback from the library."""
+    from conftest import run_data_cli
+
+    code, stdout, err = run_data_cli(argv, capsys)
+    assert code == 2 and stdout == "" and f"argument {flag}:" in err.strip().splitlines()[-1]
+
+
+def test_a_path_of_the_wrong_kind_is_one_line_naming_it(tmp_path, capsys):
+    """An output under a regular file (or a file where a folder is written) is the user's to fix: one line, exit 2."""
+    from conftest import run_data_cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    code, _, err = run_data_cli(["synth", "--out", str(blocker / "world"), "--train-images", "4", "--val-images", "4",
+                                 "--test-images", "4", "--quiet"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {blocker}") and "not a directory" in lines[0]
+
+
+def test_backretrievals_cli_reports_a_path_of_the_wrong_kind_in_one_line(capsys):
+    from backretrieval.errors import run_cli
+
+    def main(_argv):
+        raise FileExistsError(17, "File exists", "/tmp/cache")
+
+    assert run_cli(main, []) == 2
+    assert capsys.readouterr().err.strip() == ("error: /tmp/cache: file exists (a path this command was given or writes "
+                                               "under; give another)")

@@ -248,6 +248,21 @@ def test_image_encoder_starts_from_the_offline_imagenet_package():
 
 
 
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_a_weights_file_that_holds_no_weights_is_a_one_line_error(tmp_path, suffix):
+    from globetrotter.models import create_image_backbone
+
+    path = tmp_path / f"notes{suffix}"
+    path.write_text("not weights at all\n")
+    with pytest.raises(UserError, match=rf"^model.image_pretrained: {path} is not a weights file that torch or "
+                                        r"safetensors can read \(\w+"):
+        create_image_backbone("resnet18", str(path), channels=(8, 16, 32, 64), stem_width=8)
+    listing = tmp_path / "list.pth"
+    torch.save([1, 2], listing)
+    with pytest.raises(UserError, match=rf"^model.image_pretrained: {listing} holds a list, not a state dict"):
+        create_image_backbone("resnet18", str(listing), channels=(8, 16, 32, 64), stem_width=8)
+
+
 def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path):
     """npy samples (precomputed image features) reach a model only through a feature cache: training from pixels and
     building a cache refuse them at once, naming the split and the way in, and write nothing."""

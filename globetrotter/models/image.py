@@ -55,13 +55,19 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         path = Path(weights)
         if not path.is_file():
             raise UserError(f"model.image_pretrained: weights file {path} not found")
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
 
-            state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            state = state.get("state_dict", state) if isinstance(state, dict) else state
+                state = load_file(str(path))
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                state = state.get("state_dict", state) if isinstance(state, dict) else state
+        except Exception as err:  # noqa: BLE001 - pickle, zip and safetensors each fail their own way on a bad file
+            raise UserError(f"model.image_pretrained: {path} is not a weights file that torch or safetensors can read "
+                            f"({type(err).__name__}: {str(err).strip()[:120]})") from None
+        if not isinstance(state, dict):
+            raise UserError(f"model.image_pretrained: {path} holds a {type(state).__name__}, not a state dict")
         missing, unexpected = model.load_state_dict(state, strict=False)
         unexpected = [k for k in unexpected if not k.startswith(("fc.", "classifier.", "head."))]
         if unexpected or len(missing) > 0:

@@ -31,6 +31,8 @@ def queries(args: argparse.Namespace) -> list[str]:
         if not Path(args.input).is_file():
             raise UserError(f"{args.input}: query file not found (--input, one query per line)")
         found += read_text_corpus(args.input)
+        if not found:
+            raise UserError(f"{args.input}: no query in it (--input, one query per line)")
     if not found:
         raise UserError("translate: give sentences as arguments or --input FILE (one per line)")
     return found
