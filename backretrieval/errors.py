@@ -52,7 +52,7 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     except BackRetrievalError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError) as err:  # a path of the wrong kind
+    except (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError) as err:  # a path's wrong kind
         print(f"error: {err.filename or 'a path'}: {(err.strerror or type(err).__name__).lower()} (a path this "
               f"command was given or writes under; give another)", file=sys.stderr)
         return 2

@@ -50,5 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=int_at_least(MIN_VOCAB_SIZE, "256 bytes, the special tokens, a merge"),
                    default=30000,
                    help=f"BPE vocabulary size, at least {MIN_VOCAB_SIZE} (paper: 30k; default %(default)s)")
-    p.add_argument("--min-frequency", type=positive_int, default=2, help="minimum pair frequency for a merge (default %(default)s)")
+    p.add_argument("--min-frequency", type=positive_int, default=2,
+                   help="minimum pair frequency for a merge (default %(default)s)")
     p.set_defaults(func=_run)

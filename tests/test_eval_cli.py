@@ -766,7 +766,8 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
     (tmp_path / "empty.txt").write_text("\n\n")
     assert run(["translate", "--model", "full", "--input", str(tmp_path / "empty.txt"), "--to", "de",
                 "--corpus", str(world / "test"), "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'empty.txt'}: no query in it (--input, one query per line)"
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'empty.txt'}: no query in it (--input, one query " \
+                                              f"per line)"
 
 
 def test_translate_word_never_offers_a_bare_space():

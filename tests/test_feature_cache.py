@@ -483,7 +483,7 @@ def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads
                              f"manifest.json and .tar shards)"
 
 
-def test_features_build_without_a_config_asks_for_the_image_size_before_loading_a_backbone(tiny_world, tmp_path, capsys):
+def test_features_build_without_a_config_asks_for_the_image_size_first(tiny_world, tmp_path, capsys):
     """Without --config the sizes would be the built-in defaults (64 px), which no ImageNet recipe trains with."""
     out = tmp_path / "cache"
     argv = ["features", "build", str(tiny_world / "train"), "--backbone", "resnet18", "--out", str(out)]

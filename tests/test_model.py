@@ -37,7 +37,8 @@ def test_every_trainable_parameter_gets_gradient(config):
     made_later = bool(as_written.image_pretrained) and as_written.image_pretrained.endswith(".safetensors")
     downloads = as_written.image_pretrained == "hub"  # a test never downloads: random init has the same graph
     cfg = load_train_config(config, SMALL + ["model.languages=[en,de]"] * per_language
-                            + ["model.image_pretrained=package"] * made_later + ["model.image_pretrained=null"] * downloads)
+                            + ["model.image_pretrained=package"] * made_later
+                            + ["model.image_pretrained=null"] * downloads)
     if cfg.model.token_ngrams:  # the n-gram rows need the tokenizer's token strings
         from globetrotter.tokenizer import train_tokenizer
 

@@ -139,7 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "data.image_size; without --config, needed)")
     p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
     p.add_argument("--force", action="store_true", help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
-    p.add_argument("--batch-images", type=positive_int, default=16, help="images per forward batch (each with K+1 views; default %(default)s)")
+    p.add_argument("--batch-images", type=positive_int, default=16,
+                   help="images per forward batch (each with K+1 views; default %(default)s)")
     p.add_argument("--workers", type=non_negative_int, default=1,
                    help="image decoding/augmentation processes (default %(default)s)")
     p.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
@@ -223,7 +224,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"{FinetuneSettings.head_lr:g} (default %(default)s)")
     f.add_argument("--seed", type=int, default=FinetuneSettings.seed,
                    help="seeds the head, the views and the order (default %(default)s)")
-    f.add_argument("--workers", type=non_negative_int, default=1, help="image decoding/augmentation processes (default %(default)s)")
+    f.add_argument("--workers", type=non_negative_int, default=1,
+                   help="image decoding/augmentation processes (default %(default)s)")
     f.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
     f.set_defaults(func=_finetune)
 
