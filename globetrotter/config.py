@@ -410,6 +410,10 @@ class TrainConfig:
             if not self.model.image_pretrained and self.model.image_backbone == IMPORTED_BACKBONE:
                 raise ValueError("model.image_backbone=imported needs model.image_pretrained: the imported embeddings' "
                                  "name (globetrotter-data features import --name)")
+            if self.model.image_pretrained == "hub":
+                raise ValueError("data.features needs model.image_pretrained package or a weights file, not hub: the "
+                                 "cache records its weights by their file's checksum (save timm's weights to a file "
+                                 "and name it)")
             if not self.model.image_pretrained:
                 raise ValueError("data.features needs model.image_pretrained (package or a weights file): the cache and "
                                  "the saved model must hold the same frozen backbone, which a random init does not fix")
