@@ -374,6 +374,9 @@ class TrainConfig:
             raise ValueError(f"batch_size must be > 1 (a contrastive batch needs negatives), got {self.batch_size}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not self.run_name or Path(self.run_name).name != self.run_name or self.run_name in (".", ".."):
+            raise ValueError(f"run_name={self.run_name!r}: expected a folder name, without '/' (the run is written to "
+                             f"output_dir/run_name; set output_dir for another place)")
         for key in ("log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")

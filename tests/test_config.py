@@ -61,6 +61,8 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("steps: 0\n", "steps must be > 0, got 0"),
         ("data:\n  image_size: 0\n", "data.image_size must be >= 1"),
         ("loss:\n  temperature: 0\n", "loss.temperature must be > 0, got 0"),
+        ("run_name: ../../elsewhere\n", "run_name='../../elsewhere': expected a folder name, without '/'"),
+        ("run_name: ''\n", "run_name='': expected a folder name"),
         ("data:\n  features: auto\nmodel:\n  freeze_image_backbone: true\n  image_pretrained: hub\n",
          "data.features needs model.image_pretrained package or a weights file, not hub"),
         ("loss:\n  text: -1\n", "loss.text must be >= 0"),
