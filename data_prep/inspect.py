@@ -9,7 +9,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable
 
-from .shards import check_split_rule, iter_samples, read_captions, read_manifest
+from .errors import UserError
+from .shards import check_manifest_counts, check_split_rule, iter_samples, read_captions, read_manifest
 
 
 def script_of(text: str) -> str:
@@ -177,6 +178,10 @@ def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.sheet_size < 1:
+        raise UserError(f"--sheet-size must be a positive number of images, got {args.sheet_size}")
+    if args.contact_sheet and Path(args.contact_sheet).is_dir():
+        raise UserError(f"--contact-sheet {args.contact_sheet}: is a folder, expected the path of a PNG file to write")
     info = summarize(args.split_dir)
     print(f"split {info['split']} ({info['source']}): {info['samples']} captions, {info['images']} images"
           + (f", {info['groups']} groups" if info["groups"] else ""))
@@ -184,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     for lang, count in info["languages"].items():
         print(f"  {lang:>5}  {count:>7}  {info['scripts'][lang]}")
     if args.check:
+        print(f"manifest counts hold: {check_manifest_counts(args.split_dir, info['languages'])}")
         rule = check_split_rule(args.split_dir)
         print(f"split rule holds for '{info['split']}': {rule}" if rule else
               f"no split rule for a '{info['split']}' split: nothing checked")
@@ -205,13 +211,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "inspect",
         help="print a split's languages, scripts, counts and samples",
         description="Summarise a split folder: captions, images and groups; captions and dominant Unicode "
-        "script per language; a few sample captions per language; optionally check the split rule "
-        "(train/val: each image in one language; test: every group in all languages) and write a contact "
-        "sheet PNG of images with their captions.",
+        "script per language; a few sample captions per language; optionally check the manifest's counts "
+        "(num_samples and per language) against the shards and the split rule (train/val: each image in one "
+        "language; test: every group in all languages) and write a contact sheet PNG of images with their captions.",
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--samples", type=int, default=2, help="sample captions to print per language (default %(default)s)")
-    p.add_argument("--check", action="store_true", help="verify the split rule for the split's kind")
+    p.add_argument("--check", action="store_true",
+                   help="verify the manifest's sample counts and the split rule for the split's kind")
     p.add_argument("--contact-sheet", metavar="PNG", help="write a grid of images with their captions")
     p.add_argument("--sheet-size", type=int, default=24, help="images on the contact sheet (default %(default)s)")
     p.set_defaults(func=_run)

@@ -275,7 +275,17 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
                     key = next(iter(pending))
                     raise UserError(f"{path}: sample '{key}' is incomplete (needs an image and a .json)")
         except (tarfile.TarError, OSError, EOFError) as err:
-            raise UserError(f"{path}: unreadable shard ({err})") from None
+            raise UserError(f"{path}: unreadable shard ({_tar_error(err)})") from None
+
+
+def _tar_error(err: BaseException) -> str:
+    """What is wrong with a shard ``tarfile`` could not read, in one line (its "could not be opened" error lists
+    each compression it tried, a line each)."""
+    if isinstance(err, tarfile.ReadError) and str(err).startswith("file could not be opened"):
+        return "not a tar archive, or truncated: expected a .tar shard as globetrotter-data writes them"
+    if isinstance(err, (tarfile.ReadError, EOFError)):
+        return f"truncated or not a tar archive: {' '.join(str(err).split())}"
+    return " ".join(str(err).split())
 
 
 def check_meta(meta: object, path: str, key: str) -> None:
@@ -338,6 +348,25 @@ def images_in_several_languages(metas: Iterable[dict]) -> dict[str, list[str]]:
         if seen != lang:
             several.setdefault(image, {seen}).add(lang)
     return {image: sorted(several[image]) for image in first_lang if image in several}  # in order of first appearance
+
+
+def check_manifest_counts(split_dir: str | Path, languages: dict[str, int] | None = None) -> str:
+    """Raise :class:`UserError` unless a split's shards hold as many samples as its manifest's ``num_samples`` says,
+    and each language as many as its ``languages`` counts; return what was checked. ``languages``: the samples per
+    language found in the shards (read from them when None)."""
+    manifest, path = read_manifest(split_dir), Path(split_dir) / MANIFEST
+    found = Counter(m["lang"] for m in iter_metas(split_dir)) if languages is None else Counter(languages)
+    total = sum(found.values())
+    if total != manifest["num_samples"]:
+        raise UserError(f"{path}: num_samples is {manifest['num_samples']} but the shards hold {total} samples "
+                        f"(the manifest does not describe its shards; write the split again)")
+    recorded = manifest["languages"]
+    wrong = [f"{lang} {recorded.get(lang, 0)} recorded, {found[lang]} found"
+             for lang in sorted(set(recorded) | set(found)) if recorded.get(lang, 0) != found[lang]]
+    if wrong:
+        raise UserError(f"{path}: languages counts differ from the shards' samples ({'; '.join(wrong)}); write the "
+                        "split again")
+    return f"{total} samples, {len(found)} language(s)"
 
 
 ONE_LANGUAGE_SPLITS = ("train", "val", "adapt")

@@ -604,14 +604,34 @@ def test_flickr8k_help_example_is_the_documented_command():
     assert ".venv/bin/" + " ".join(FLICKR8K_5LANG_COMMAND.split()) in joined
 
 
-def test_nothing_usable_writes_nothing_and_exits_1(tmp_path, capsys):
+def test_nothing_usable_is_one_line_saying_why_and_leaves_nothing(tmp_path, capsys):
+    """No usable record, every record left out, or every image unreadable: exit 2, one line naming the cause with an
+    example (for images not found: a name of the table and file names the folder holds), and no --out left."""
     photos = tmp_path / "photos"
-    make_jpeg(photos / "a.jpg")
-    tsv = write_lines(tmp_path / "c.tsv", ["a.jpg\tqq\tbad language", "b.jpg\ten\tno such image"])
-    assert cli(["folder", "--images", photos, "--captions", tsv, "--out", tmp_path / "o", "--quiet"]) == 1
-    err = capsys.readouterr().err
-    assert f"{tsv}:1: unknown_language" in err and f"{tsv}:2: missing_image" in err and "nothing written" in err
-    assert not (tmp_path / "o" / "train").exists()
+    make_jpeg(photos / "IMG_0001.jpg")
+    make_jpeg(photos / "IMG_0002.jpg")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.jpg").write_bytes(b"not a jpeg at all" * 8)
+    ids = write_lines(tmp_path / "ids.tsv", ["img1\ten\ta cat", "img2\ten\ta dog"])
+    mixed = write_lines(tmp_path / "c.tsv", ["IMG_0001.jpg\tqq\tbad language", "b.jpg\ten\tno such image"])
+    apart = write_lines(tmp_path / "apart.tsv", ["IMG_0001.jpg\ten\ta cat", "IMG_0002.jpg\tde\tein Hund"])
+    bad = write_lines(tmp_path / "bad.tsv", ["a.jpg\ten\tunreadable"])
+    for images, table, extra, message in (
+        (photos, ids, [], f"none of the 2 caption record(s) is usable (2 missing_image); e.g. {ids}:1: missing_image: "
+                          "image 'img1' not found in the image folders (by path or file name); the image folders "
+                          "hold e.g. 'IMG_0001.jpg', 'IMG_0002.jpg'; nothing written"),
+        (photos, mixed, [], f"(1 unknown_language, 1 missing_image); e.g. {mixed}:1: unknown_language"),
+        (photos, apart, ["--all-to", "test"], "2 test_image_missing_language); a test image needs a caption in each "
+                                              "of de,en; nothing written"),
+        (tmp_path / "broken", bad, [], f"none of the 1 image(s) could be written (1 unreadable_image); "
+                                       f"e.g. {tmp_path / 'broken' / 'a.jpg'}: unreadable_image"),
+    ):
+        out = tmp_path / "new" / "o"
+        assert cli(["folder", "--images", images, "--captions", table, "--out", out, "--workers", "1", "--quiet",
+                    *extra]) == 2, table
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: nothing to convert: ") and message in err[0], err
+        assert not (tmp_path / "new").exists(), table  # not even the folders above --out
 
 
 # ------------------------------------------------------------------------------------------

@@ -127,6 +127,64 @@ def test_inspect_of_a_malformed_sample_is_a_one_line_error(tmp_path, capsys):
         assert err[0].startswith(f"error: {tmp_path / split / 'train-000000.tar'}: sample 'k0'") and message in err[0]
 
 
+def test_inspect_of_a_shard_that_is_no_tar_is_one_line_naming_it(tmp_path, capsys):
+    from test_shards import write_raw_split
+
+    write_raw_split(tmp_path / "s", {"caption": "x", "lang": "en", "image_id": "a"}, b"not read")
+    shard = tmp_path / "s" / "train-000000.tar"
+    shard.write_bytes(bytes(range(256)) * 12)  # random-looking bytes
+    with pytest.raises(SystemExit) as done:
+        data_cli.main(["inspect", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and err == [f"error: {shard}: unreadable shard (not a tar archive, or truncated: "
+                                            "expected a .tar shard as globetrotter-data writes them)"]
+
+
+def test_inspect_refuses_a_folder_as_contact_sheet_and_a_sheet_size_below_one_before_reading(tiny_world, tmp_path,
+                                                                                                capsys):
+    from conftest import run_data_cli
+
+    folder = tmp_path / "sheets"
+    folder.mkdir()
+    split = tiny_world / "train"
+    for extra, message in (
+        (["--contact-sheet", str(folder)], f"--contact-sheet {folder}: is a folder, expected the path of a PNG file"),
+        (["--contact-sheet", str(tmp_path / "s.png"), "--sheet-size", "0"], "--sheet-size must be a positive number "
+                                                                           "of images, got 0"),
+        (["--sheet-size", "-3"], "got -3"),
+    ):
+        code, stdout, err = run_data_cli(["inspect", str(split), *extra], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err[-2000:]
+        assert stdout == ""  # refused before the split is read
+    assert list(tmp_path.iterdir()) == [folder] and not list(folder.iterdir())  # no sheet written anywhere
+
+
+def test_inspect_check_fails_when_the_manifest_counts_differ_from_the_shards(tiny_world, tmp_path, capsys):
+    import json
+    import shutil
+
+    from conftest import run_data_cli
+
+    split = tmp_path / "train"
+    shutil.copytree(tiny_world / "train", split)
+    manifest = json.loads((split / "manifest.json").read_text())
+    lang = sorted(manifest["languages"])[0]
+    for changed, message in ((dict(manifest, num_samples=97), "num_samples is 97 but the shards hold 96 samples"),
+                             (dict(manifest, languages={**manifest["languages"], lang: 0}),
+                              f"languages counts differ from the shards' samples ({lang} 0 recorded, ")):
+        (split / "manifest.json").write_text(json.dumps(changed))
+        code, _, err = run_data_cli(["inspect", str(split), "--check"], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {split / 'manifest.json'}: ")
+        assert message in lines[0], lines
+    code, _, _ = run_data_cli(["inspect", str(split)], capsys)  # without --check: not verified
+    assert code == 0
+    (split / "manifest.json").write_text(json.dumps(manifest))
+    code, stdout, _ = run_data_cli(["inspect", str(split), "--check"], capsys)
+    assert code == 0 and "manifest counts hold: 96 samples, 4 language(s)" in stdout
+
+
 def test_overrides_after_an_option_reach_the_sub_command(capsys):
     """``features build SPLIT --config FILE key=value`` (train.py's order) gives the override to the command; a stray
     word is still refused as argparse refuses it."""

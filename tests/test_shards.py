@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.shards import ShardWriter, check_split_rule, iter_samples, read_captions, read_manifest
+from data_prep.shards import (
+    ShardWriter, check_manifest_counts, check_split_rule, iter_samples, read_captions, read_manifest,
+)
 from globetrotter.errors import UserError
 
 
@@ -146,3 +148,30 @@ def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_i
         check_split_rule(split("train-parallel", [("en", "a", "g0"), ("de", "a", "g0"), ("en", "b", "g1")]))
     assert check_split_rule(split("val", [("en", "a", None), ("de", "b", None)])) == "one language per image"
     assert check_split_rule(split("extra", [("en", "a", None), ("de", "a", None)])) is None
+
+
+def test_a_shard_that_is_no_tar_or_is_truncated_is_one_line_naming_it(tmp_path):
+    write_split(tmp_path / "s", ROWS)
+    shard = tmp_path / "s" / "train-000000.tar"
+    whole = shard.read_bytes()
+    for data, message in ((np.random.default_rng(0).bytes(3000), "not a tar archive, or truncated"),
+                          (b"", "not a tar archive, or truncated"),
+                          (whole[:1500], "truncated or not a tar archive: unexpected end of data")):
+        shard.write_bytes(data)
+        with pytest.raises(UserError) as err:
+            read_captions(tmp_path / "s")
+        text = str(err.value)
+        assert "\n" not in text and text.startswith(f"{shard}: unreadable shard (") and message in text, text
+
+
+def test_manifest_counts_are_checked_against_the_shards(tmp_path):
+    write_split(tmp_path / "s", ROWS)
+    assert check_manifest_counts(tmp_path / "s") == "5 samples, 5 language(s)"
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(manifest, num_samples=7)))
+    with pytest.raises(UserError, match=re.escape(f"{path}: num_samples is 7 but the shards hold 5 samples")):
+        check_manifest_counts(tmp_path / "s")
+    path.write_text(json.dumps(dict(manifest, languages={**manifest["languages"], "en": 2, "fr": 1})))
+    with pytest.raises(UserError, match=re.escape("(en 2 recorded, 1 found; fr 1 recorded, 0 found)")):
+        check_manifest_counts(tmp_path / "s")

@@ -288,7 +288,8 @@ def _sources(args: argparse.Namespace) -> tuple[list, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one conversion from parsed arguments; exit code 0, or 1 (nothing written, or bad input under --strict)."""
+    """Run one conversion from parsed arguments; exit code 0, or 1 (bad input under --strict); nothing to write is a
+    :class:`UserError`."""
     if not getattr(args, args.needs):
         raise UserError(f"globetrotter-data {args.command_name} needs --{args.needs.replace('_', '-')}")
     if (args.multi30k or args.flickr8k or args.xtd10) and not args.images:
@@ -325,9 +326,6 @@ def run(args: argparse.Namespace) -> int:
     if issues:
         print(issues, file=sys.stderr)
     print(report.format_summary())
-    if report.total_written == 0:
-        print(f"nothing written to {args.out}", file=sys.stderr)
-        return 1
     print(f"dataset: {args.out}  (summary: {args.out / 'summary.json'})")
     if args.strict and report.total_issues:
         print(f"--strict: {report.total_issues} bad-input issue(s), {report.total_skipped} caption record(s) "

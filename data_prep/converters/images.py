@@ -85,6 +85,12 @@ class ImageResolver:
             self._cache[key] = found or next(filter(None, (self._indexed(c, exact) for c in candidates)), None)
         return self._cache[key]
 
+    def some_names(self, most: int = 2) -> list[str]:
+        """Up to ``most`` image file names under the folders, in index order (examples for a message)."""
+        if self._index is None:
+            self._index = self._build_index()
+        return list(self._index[0])[:most]
+
     def _direct(self, cand: str) -> Path | None:
         if "/" not in cand and os.sep not in cand:
             return None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -218,10 +218,10 @@ def _prepared_images(paths: Sequence[Path], spec: ImageSpec, workers: int) -> It
 def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> ConversionReport:
     """Convert caption records from ``sources`` into shards under ``options.out_dir``.
 
-    Returns the :class:`ConversionReport` (also written to ``out_dir/summary.json``); when
-    no record is usable, nothing is written (not even the summary) and the report says so. Raises
+    Returns the :class:`ConversionReport` (also written to ``out_dir/summary.json``). Raises
     :class:`~globetrotter.errors.UserError` for an output folder that already holds a
-    dataset (unless ``overwrite``) or is a file.
+    dataset (unless ``overwrite``) or is a file, and when nothing could be written (no usable
+    record, every one left out, or every image unreadable): then nothing is left behind.
     """
     start = time.perf_counter()
     report = ConversionReport()
@@ -231,8 +231,7 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     images = _gather(sources, options, report, resolver)
     report.timing["read_seconds"] = time.perf_counter() - start
     if not images:
-        report.note("no usable caption found: nothing written")
-        return report
+        raise UserError(_nothing_usable(report, resolver))
     _assign_image_ids(images.values())
     by_id = {img.image_id: img for img in images.values()}
 
@@ -271,10 +270,22 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
                     "Globetrotter rule (check_split_rule fails on train/val); pass --assign-languages to train Globetrotter")
 
     writes = _plan_writes(by_id, plan, frozenset(options.parallel_train or ()), report)
+    if not any(writes.values()):
+        need = (f"; a test image needs a caption in each of {','.join(languages)}"
+                if report.unused["test_image_missing_language"] else "")
+        raise UserError(f"nothing to convert: all {report.records - report.total_skipped} usable caption record(s) "
+                        f"were left out ({_counts(report.unused)}){need}; nothing written")
     ids = list(writes)
     order = [ids[i] for i in rng.permutation(len(ids))]  # mix languages and sources across shards
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # deepest first
     _clear_out_dir(out_dir)
     _write_shards(order, by_id, writes, options, report, one_language)
+    if not report.total_written:  # every image unreadable: take away what this conversion made
+        _clear_out_dir(out_dir)
+        for folder in created:
+            folder.rmdir()
+        raise UserError(f"nothing to convert: none of the {len(order)} image(s) could be written "
+                        f"({_counts(report.skipped)}); e.g. {_first_issue(report)}; nothing written")
 
     if options.check:
         for split in ("train", "val", "test"):
@@ -287,6 +298,36 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
                           jpeg_quality=options.image.quality, languages_used=languages)
     report.write_json(out_dir / SUMMARY)
     return report
+
+
+def _counts(counter: Counter) -> str:
+    """``"3 missing_image, 1 unknown_language"``: a counter's kinds, most records first."""
+    return ", ".join(f"{n} {kind}" for kind, n in counter.most_common())
+
+
+def _first_issue(report: ConversionReport) -> Issue | None:
+    """The first issue of the kind that cost the most records (of any kind when none cost a record)."""
+    kinds = [kind for kind, _ in report.skipped.most_common()] or [k for k, v in report.issues.items() if v]
+    return report.issues[kinds[0]][0] if kinds else None
+
+
+def _nothing_usable(report: ConversionReport, resolver: ImageResolver) -> str:
+    """Why no caption record is usable, in one line: the records skipped or left out by kind, an example, and for
+    images not found, some file names the image folders do hold."""
+    if not report.records:
+        return "nothing to convert: the caption sources hold no caption record; nothing written"
+    line = (f"nothing to convert: none of the {report.records} caption record(s) is usable "
+            f"({_counts(report.skipped + report.unused)})")
+    first = _first_issue(report)
+    if first is not None:
+        line += f"; e.g. {first}"
+    if first is not None and first.kind == "missing_image":
+        names = resolver.some_names()
+        roots = ", ".join(map(str, resolver.roots))
+        line += (f"; the image folders hold e.g. {', '.join(map(repr, names))}" if names else
+                 f"; the image folders ({roots}) hold no image file" if roots else
+                 "; no --images folder was given (image names are read as paths from the caption file's folder)")
+    return line + "; nothing written"
 
 
 def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver):
