@@ -137,3 +137,23 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
     code, _, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--name", "j",
                                "--out", str(tmp_path / "one")], capsys)
     assert code != 0 and stderr.strip().splitlines()[-1] == "error: features concat joins two or more caches, got 1"
+
+
+def test_a_corrupt_features_file_is_one_line_naming_it(tiny_world, caches, tmp_path, capsys):
+    """A features.npy cut short or not an npy file: one line naming it (exit 2), not numpy's traceback; no --out."""
+    import shutil
+
+    a, b = caches
+    whole = (b / "features.npy").read_bytes()
+    for data, why in ((whole[: len(whole) // 2], "mmap length is greater than file size"),
+                      (whole[:60], "EOF: reading array header"), (b"garbage\n", "no .npy header: not an npy file")):
+        bad = tmp_path / "bad"
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(b, bad)
+        (bad / "features.npy").write_bytes(data)
+        code, _, err = run_data_cli(["features", "concat", str(tiny_world / "train"), "--cache", str(a), "--cache",
+                                     str(bad), "--name", "j", "--out", str(tmp_path / "out"), "--quiet"], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err[-2000:]
+        assert lines[0].startswith(f"error: {bad / 'features.npy'}: not a readable .npy array") and why in lines[0]
+        assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()

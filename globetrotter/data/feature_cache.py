@@ -441,7 +441,14 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
                         f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
     if split_dir is not None:
         check_split_checksum(path, record, split_dir)
-    features = np.load(path / FEATURES, mmap_mode="r")
+    try:  # a truncated file, or one that is no npy array: named, not a numpy traceback
+        with open(path / FEATURES, "rb") as fh:
+            if fh.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+                raise ValueError("no .npy header: not an npy file")
+        features = np.load(path / FEATURES, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:
+        raise UserError(f"{path / FEATURES}: not a readable .npy array, truncated or not an npy file "
+                        f"({' '.join(str(err).split())}); {rewrite_hint(path, record)}") from None
     ids = json.loads((path / IMAGE_IDS).read_text())
     if len(ids) != features.shape[0]:
         raise UserError(f"{path}: {IMAGE_IDS} lists {len(ids)} images but {FEATURES} has {features.shape[0]} rows")
