@@ -35,6 +35,8 @@ from .errors import BackRetrievalError
 from .files import load_npy
 
 ENTRY_POINT_GROUP = "backretrieval.embedders"
+SPEC_FORMS = ("[NAME=]SPEC, SPEC one of npy:PATH, use, st:MODEL, random:DIM[:SEED], noisy:STD[:SEED]:SPEC, "
+              "PREFIX:ARG (an entry point)")
 
 
 @runtime_checkable
@@ -333,11 +335,12 @@ def embed_texts(embedder: TextEmbedder, texts: Sequence[str]) -> np.ndarray:
     return emb
 
 
-def parse_model_specs(specs: Sequence[str]) -> dict[str, str]:
+def parse_model_specs(specs: Sequence[str], what: str = "model") -> dict[str, str]:
     """``[NAME=]SPEC`` strings -> {label: spec}; the label defaults to the spec itself.
 
     Blank lines and ``#`` comments are skipped (so a file's lines can be passed as they are);
-    a label given twice is an error.
+    a label given twice, or ``=`` with nothing on one side, is an error (its message names
+    the entry as ``what``, e.g. a flag).
     """
     out: dict[str, str] = {}
     for raw in specs:
@@ -347,6 +350,9 @@ def parse_model_specs(specs: Sequence[str]) -> dict[str, str]:
         name, eq, spec = raw.partition("=")
         if not eq or ":" in name:
             name, spec = raw, raw
+        elif not name.strip() or not spec.strip():
+            side = "no NAME before" if not name.strip() else "no SPEC after"
+            raise BackRetrievalError(f"{what} {raw!r}: {side} '='; expected {SPEC_FORMS}")
         if name in out:
             raise BackRetrievalError(f"model {name!r} given twice")
         out[name] = spec

@@ -24,7 +24,7 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, image_features, load_split
-from .embedders import embed_captions, parse_model_specs
+from .embedders import SPEC_FORMS, embed_captions, parse_model_specs
 from .errors import BackRetrievalError, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
@@ -140,6 +140,8 @@ def evaluate_split(
         online, progress: allow downloads of text models; show progress bars.
     """
     specs = model_specs(models)
+    if not specs:
+        raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
     split = embed_split(data, specs, extractor, langs, online=online, progress=progress)
     data = split.data
     feats = split.features[data.image_index]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 import numpy as np
 from PIL import Image
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
@@ -218,6 +218,8 @@ class ImageFeatureExtractor:
         cache_dir: str | Path | None = None,
         progress: bool = True,
     ) -> None:
+        if int(batch_size) < 1:  # range(0, n, 0) raised mid-run; a negative step extracted nothing
+            raise BackRetrievalError(f"{option('batch_size')} {batch_size}: expected an integer >= 1 (images per batch)")
         self.model_name, self.weights, self.online = model_name, weights, online
         self.batch_size, self.device, self.progress = int(batch_size), device, progress
         self.cache_dir = Path(cache_dir) if cache_dir else None

@@ -359,3 +359,38 @@ def test_a_commands_help_describes_only_options_it_takes(command):
     own = re.sub(r"'(score|compare|eval|correlate)\s[^']*'", "", sub.description)  # another command's flags, quoted
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", own))
     assert named and named <= taken, f"{command} --help names {sorted(named - taken)}, which it does not take"
+
+
+def test_blank_and_half_model_specs_are_one_line_errors_naming_the_value(small_split, tmp_path, capsys):
+    """`--model ""` was skipped as a blank line and eval wrote an empty results.json; `--model name=` named an
+    empty spec '' only. Both (and correlate's --models) now name the value and the accepted forms, writing nothing."""
+    out = tmp_path / "o"
+    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress"]
+    forms = "expected [NAME=]SPEC, SPEC one of npy:PATH, use, st:MODEL, random:DIM[:SEED]"
+    for argv, message in [
+        (["eval", *split, "--model", ""], "--model '': empty model spec"),
+        (["eval", *split, "--model", "random:4", "--model", "  "], "--model '  ': empty model spec"),
+        (["eval", *split, "--model", "#random:4"], "--model '#random:4': a '#' comment, not a model spec"),
+        (["eval", *split, "--model", "name="], "--model 'name=': no SPEC after '='"),
+        (["eval", *split, "--model", "=random:4"], "--model '=random:4': no NAME before '='"),
+        (["correlate", *split, "--models", "random:4", ""], "--models '': empty model spec"),
+    ]:
+        err = _one_line_error(argv, capsys)
+        assert message in err and forms in err, err
+        assert not out.exists()
+    with pytest.raises(backretrieval.BackRetrievalError, match="no model specs in"):
+        evaluate_split(small_split / "test", ["# only a comment"])
+    (tmp_path / "models.txt").write_text("# a file's comments and blank lines are still skipped\n\nrandom:5\n")
+    assert main(["correlate", *split, "--models", "random:4", "--models-file", str(tmp_path / "models.txt"),
+                 "--seeds", "1"]) == 0
+
+
+def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_path, capsys):
+    """--report-k 0 was falsy, so the default K was reported; --batch-size 0 was range(0, n, 0) mid-run."""
+    out = tmp_path / "o"
+    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress"]
+    assert "--report-k 0 is not one of --ks [1, 5, 10]" in _one_line_error(
+        ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--report-k", "0"], capsys)
+    assert "--batch-size 0: expected an integer >= 1" in _one_line_error(
+        ["eval", *split, "--model", "random:4", "--batch-size", "0"], capsys)
+    assert not out.exists()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
+from ..embedders import SPEC_FORMS, parse_model_specs
+from ..errors import BackRetrievalError
 from ..files import dump_json, write_json
 from ..images import image_feature_extractor
 from ..ranking import TIES
@@ -52,6 +54,17 @@ MODEL_SPECS = (
     "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
     "points; prefix NAME= to label a model (e.g. USE-M=use)."
 )
+
+
+def command_line_specs(specs: list[str], flag: str) -> list[str]:
+    """Model specs given on the command line: a blank one or a '#' comment (lines a --models-file may hold) is a
+    mistake here, not a line to skip."""
+    for spec in specs:
+        if not spec.strip() or spec.strip().startswith("#"):
+            what = "empty" if not spec.strip() else "a '#' comment, not a"
+            raise BackRetrievalError(f"{flag} {spec!r}: {what} model spec; expected {SPEC_FORMS}")
+        parse_model_specs([spec], what=flag)
+    return list(specs)
 
 
 def add_command(sub, name: str, help: str, *paragraphs: str) -> argparse.ArgumentParser:

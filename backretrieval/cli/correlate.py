@@ -10,7 +10,7 @@ from ..errors import BackRetrievalError
 from ..evaluate import correlate_split
 from ..files import make_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     emit_json, extractor)
+                     command_line_specs, emit_json, extractor)
 
 
 def add_parser(sub) -> None:
@@ -43,13 +43,13 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    specs = list(args.models)
+    specs = command_line_specs(args.models, "--models")
     if args.models_file:
         path = Path(args.models_file)
         if not path.is_file():
             raise BackRetrievalError(f"{path}: --models-file not found")
         specs += path.read_text(encoding="utf-8").splitlines()
-    report_k = args.report_k or (10 if 10 in args.ks else max(args.ks))
+    report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
     result = correlate_split(args.data, specs, extractor=extractor(args), pairs=args.pairs, n=args.n,

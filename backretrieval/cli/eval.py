@@ -8,7 +8,7 @@ import sys
 from ..evaluate import evaluate_split
 from ..files import make_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
-                     add_model_options, emit_json, extractor, integer_at_least, metric_options)
+                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options)
 
 
 def add_parser(sub) -> None:
@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = evaluate_split(args.data, args.model, extractor=extractor(args), langs=args.langs,
+    specs = command_line_specs(args.model, "--model")
+    result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.langs,
                             max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
     out_dir = make_dir(args.out_dir, "--out-dir")
