@@ -15,6 +15,7 @@ from globetrotter.zeroshot.cli import main
 from globetrotter.zeroshot.config import ZeroShotConfig
 from globetrotter.zeroshot.tagging import (
     assign_target_tags,
+    caption_transfer_tags,
     imagenet_class_names,
     index_source_tags,
     read_tag_vocabulary,
@@ -53,6 +54,27 @@ def test_no_target_tag_is_used_twice_and_padding_is_kept():
     # more source tags than target tags: the vocabulary runs out
     chosen = assign_target_tags(image, torch.tensor([[0, 0, 0]]), torch.tensor([SPRING]), targets)
     assert chosen.tolist() == [[0, 1, -1]]
+
+
+def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
+    """A NaN weight (``--w1 nan`` parsed as a float) or a NaN embedding made the scores NaN: the tags silently
+    vanished, or a NaN caption became every image's nearest. Now a one-line error naming the value."""
+    targets, image, source = torch.tensor([SEASON, COIL]), torch.tensor([[0.9, 0.1]]), torch.tensor([SPRING])
+    for w1, w2, bad in ((math.nan, 0.35, "w1 nan"), (0.65, math.inf, "w2 inf"), (-1.0, 0.35, "w1 -1.0")):
+        with pytest.raises(UserError, match=f"^{bad}: expected a finite tag weight >= 0"):
+            assign_target_tags(image, torch.tensor([[0]]), source, targets, w1=w1, w2=w2)
+    with pytest.raises(UserError, match="target tag embeddings: 1 of 2 rows hold NaN or inf"):
+        assign_target_tags(image, torch.tensor([[0]]), source, torch.tensor([SEASON, [math.nan, 0.0]]))
+    with pytest.raises(UserError, match="caption embeddings: 1 of 2 rows hold NaN or inf"):
+        caption_transfer_tags(image, torch.tensor([[math.nan, 0.0], SEASON]), [["x"], ["y"]], 1, 1)
+    for command, extra in (("tag", ["--images", str(tmp_path), "--vocab", "de=v.txt"]),
+                           ("tag-eval", ["--test", "t", "--vocab-from", "v"])):
+        out = tmp_path / "out" / "r.json"
+        code = main([command, "--adapter", str(tmp_path / "ckpt"), *extra, "--w1", "nan", "--json", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error: --w1 nan: expected a finite tag weight >= 0") and \
+            err.count("\n") == 1, err
+        assert not (tmp_path / "out").exists()
 
 
 def _reference_eq5(image, source_rows, source_emb, target_emb, w1, w2):

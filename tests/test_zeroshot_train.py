@@ -350,7 +350,27 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
                  str(tmp_path / "never"), *common, "text_encoder=random:16"]) == 2
     err = capsys.readouterr().err.strip()
     assert "6-d image features, but the train split's are 16-d and 4-d" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "never" / "meta.json").exists()
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_refused_train_run_leaves_no_out_folder(tmp_path, capsys):
+    """--out was created before the split and config were checked: each refusal left an empty folder behind."""
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(4, dtype=np.float32)
+    _write_split(tmp_path, "test", images, [(f"caption {r}", "de", r) for r in range(4)])
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:16"]
+    refusals = [(["--train", str(tmp_path / "nope")], "split directory not found"),
+                (["--train", str(tmp_path / "test")], "no captions in language(s) ['en']")]
+    for i, (argv, message) in enumerate(refusals):
+        out = tmp_path / f"run{i}" / "ckpt"
+        assert main(["train", *argv, "--out", str(out), *common]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert not (tmp_path / f"run{i}").exists()
+    (tmp_path / "file").write_text("x")  # a bad --out is still refused up front, naming the blocker
+    assert main(["train", "--train", str(tmp_path / "nope"), "--out", str(tmp_path / "file" / "ckpt"), *common]) == 2
+    assert "file/ckpt: cannot create the output folder (" in capsys.readouterr().err
 
 
 def test_retrieval_gallery_is_every_image_whatever_the_languages(tmp_path):

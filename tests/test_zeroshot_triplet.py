@@ -219,6 +219,7 @@ def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
                            tmp_path / "d.jsonl")
     assert main(["triplet", "--docs", str(path), "--text-encoder", "random:4", "--out", str(tmp_path / "o")]) == 2
     assert "at least 2 languages" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # --out is created once the inputs passed, not before: nothing left behind
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ captions nearest to it.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -42,6 +43,24 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
 
 
+def check_tag_weights(w1: float, w2: float, names: tuple[str, str] = ("w1", "w2")) -> None:
+    """Refuse eq. 5 weights that are not finite numbers >= 0: a NaN weight made every score NaN and the tags
+    silently vanished. ``names`` name them in the message (the flags, on the command line)."""
+    for name, value in zip(names, (w1, w2)):
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"{name} {value}: expected a finite tag weight >= 0 (eq. 5; the paper's W1, W2 are "
+                            f"{PAPER_W1}, {PAPER_W2})")
+
+
+def check_finite(what: str, embeddings: torch.Tensor) -> None:
+    """Refuse embeddings holding NaN or inf (a diverged adapter or text encoder): they ranked first or dropped
+    tags silently."""
+    bad = int((~torch.isfinite(embeddings)).any(dim=-1).sum())
+    if bad:
+        raise UserError(f"{what}: {bad} of {embeddings.shape[0]} rows hold NaN or inf; expected finite vectors "
+                        "(a diverged adapter checkpoint? retrain it)")
+
+
 def assign_target_tags(
     image_embeddings: torch.Tensor,
     source_tags: torch.Tensor,
@@ -61,6 +80,10 @@ def assign_target_tags(
     """
     if source_tags.ndim != 2 or source_tags.shape[0] != image_embeddings.shape[0]:
         raise ValueError(f"source_tags must be [N={image_embeddings.shape[0]}, S], got {tuple(source_tags.shape)}")
+    check_tag_weights(w1, w2)
+    for what, emb in (("image features", image_embeddings), ("source tag embeddings", source_embeddings),
+                      ("target tag embeddings", target_embeddings)):
+        check_finite(what, emb)
     sim_image = cosine_matrix(image_embeddings, target_embeddings)  # eq. (3), [N, T]
     sim_source = cosine_matrix(source_embeddings, target_embeddings)  # eq. (4), [V, T]
     n, slots = source_tags.shape
@@ -210,6 +233,8 @@ def caption_transfer_tags(
     """
     if len(caption_words) != caption_embeddings.shape[0]:
         raise ValueError(f"{caption_embeddings.shape[0]} caption embeddings but {len(caption_words)} word lists")
+    check_finite("image features", image_features)
+    check_finite("caption embeddings", caption_embeddings)
     k = min(neighbours, caption_embeddings.shape[0])
     nearest = cosine_matrix(image_features, caption_embeddings).topk(k, dim=1).indices.tolist()
     tags = []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,8 +74,23 @@ def write_json(record: dict, path: str | Path | None) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
+def check_out_dir(path: str | Path) -> Path:
+    """Refuse an output folder that could not be created (a file in the way, a parent not writable) WITHOUT
+    creating it: a bad ``--out`` fails before any training, and a run refused later leaves nothing behind."""
+    path = existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        why = f"{existing} is a file"
+    elif existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    else:
+        return path
+    raise UserError(f"{path}: cannot create the output folder ({why}); expected a folder to write into")
+
+
 def make_out_dir(path: str | Path) -> Path:
-    """Create the output folder up front, so a bad ``--out`` fails before any training."""
+    """Create the output folder (once the inputs are validated: :func:`check_out_dir` checks it up front)."""
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -9,7 +9,8 @@ from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
 from ..data import default_image_weights, embed_cached, image_extractor
-from ..tagging import PAPER_W1, PAPER_W2, image_files, load_imagenet_classifier, read_tag_vocabulary, tag_image_features
+from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier,
+                       read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
 from .common import formatter, write_json
 
@@ -31,6 +32,7 @@ def vocab(value: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
     vocab_files = distinct_names(args.vocab, "--vocab")

@@ -14,7 +14,8 @@ from globetrotter.errors import UserError
 from ..data import (default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks,
                     load_split_features)
 from ..tag_eval import content_words, evaluate_tagging, frequent_words
-from ..tagging import PAPER_W1, PAPER_W2, caption_transfer_tags, load_imagenet_classifier, tag_image_features
+from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
+                       tag_image_features)
 from ..train import load_adapter
 from .common import formatter, langs, write_json
 
@@ -33,6 +34,7 @@ Needs the optional packages spacy (stop-word lists) and jieba: pip install 'glob
 
 
 def run(args: argparse.Namespace) -> int:
+    check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,

@@ -11,12 +11,12 @@ from globetrotter.errors import UserError
 from ..config import ZeroShotConfig
 from ..data import image_extractor, load_split_features
 from ..train import save_adapter, train_on_split, train_rows, validation_recall
-from .common import formatter, make_out_dir
+from .common import check_out_dir, formatter, make_out_dir
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(ZeroShotConfig, args.config, args.overrides)
-    make_out_dir(args.out)
+    check_out_dir(args.out)  # created only once training is done: a refused run leaves no folder
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         validate = validation_recall(val, config.train_langs, args.val_k, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
-    save_adapter(adapter, config, args.out, **meta)
+    save_adapter(adapter, config, make_out_dir(args.out), **meta)
     history = meta["history"]
     print(f"trained {config.loss.name} adapter on {meta['n_captions']} {'/'.join(config.train_langs)} captions of "
           f"{meta['n_images']} images in {history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "

@@ -11,7 +11,7 @@ from ..case_study import (case_study_configs, npy_image_features, pair_summary, 
                           split_documents)
 from ..data import embed_cached, image_extractor
 from ..triplet import read_documents
-from .common import formatter, ks, make_out_dir, write_json
+from .common import check_out_dir, formatter, ks, make_out_dir, write_json
 
 TRIPLET_HELP = """\
 The BackRetrieval paper's case study (Fain et al. 2021, 3.2). Documents (JSONL: lang, title,
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     configs = case_study_configs(args.beta, hidden_dim=args.hidden_dim, out_dim=args.out_dim, margin=args.margin,
                                  k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
                                  val_fraction=args.val_fraction, seed=args.seed)
-    out = make_out_dir(args.out)
+    check_out_dir(args.out)  # created only once the case study has run: a refused run leaves no folder
     docs = [d for path in args.docs for d in read_documents(path)]
     train_docs, eval_docs = split_documents(docs, args.docs)
     npy = precomputed_images(eval_docs, args.docs)
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
                                         max_per_lang=args.max_per_lang, seed=args.seed, progress=progress)
-    k = max(args.ks)
+    out, k = make_out_dir(args.out), max(args.ks)
     plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate)
     print(f"BackRetrieval R@{k} over {len(results['frozen']['pairs'])} language pairs "
           f"({len(train_docs)} training documents, {len(eval_docs)} evaluation documents):")
