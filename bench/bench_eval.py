@@ -30,7 +30,7 @@ import numpy as np
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
 from globetrotter.evaluation.sentence import sentence_translation
-from globetrotter.evaluation.tasks.translate import _rerank
+from globetrotter.evaluation.tasks.translate import rerank_hits
 from globetrotter.evaluation.translate import CorpusIndex, build_index
 from globetrotter.evaluation.word import WordSpace, word_translation_scores
 
@@ -171,7 +171,7 @@ def bench_translate(n_queries: int, corpus: int, reference: int, vocab: int, dim
     t_cos, hits = timed(lambda: found.search(model.emb[:n_queries], rerank), repeat=3)
     print(f"  cosine search  {t_cos:7.3f} s ({n_queries / t_cos:8.0f} queries/s): the baseline")
     for ranking in (Ranking(maxsim=4.0), Ranking(maxsim=4.0, csls=True)):
-        t, _ = timed(lambda: _rerank(model, ranking, pool, queries, "l0", "l1", hits, 256))
+        t, _ = timed(lambda: rerank_hits(model, ranking, pool, queries, "l0", "l1", hits, 256))
         print(f"  {ranking.label:<14} {t:7.3f} s ({n_queries / t:8.0f} queries/s, {t / t_cos:6.0f}x the cosine search), "
               f"statistics included")
 

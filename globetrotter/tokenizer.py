@@ -188,8 +188,11 @@ def read_provenance(path: str | Path) -> dict | None:
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs that train the same file do not clash
-    write(tmp)
-    tmp.replace(path)
+    try:
+        write(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write or move that failed leaves nothing behind
 
 
 def file_sha256(path: str | Path) -> str:
@@ -229,6 +232,23 @@ def shows_parallel_text(provenance: dict | None) -> bool:
     return bool(provenance) and any(s.get("images_in_several_languages", 0) > 0 for s in provenance.get("splits", []))
 
 
+def provenance_languages(provenance: dict | None) -> set[str] | None:
+    """The languages whose captions a tokenizer was trained on (an adapted tokenizer's new language included), from
+    its provenance record; None when the record does not say (no record, or one written before it named them)."""
+    if not provenance or not provenance.get("splits"):
+        return None
+    found: set[str] = set()
+    for split in provenance["splits"]:
+        if "languages" not in split:
+            return None
+        found.update(split["languages"])
+    record: dict | None = provenance
+    while record:  # an adapted tokenizer extends its run's: each adaptation's new language
+        found.update([record["adapt"]["language"]] if record.get("adapt", {}).get("language") else [])
+        record = record.get("extends")
+    return found
+
+
 def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
                              normalization: str = "none") -> Path:
     """Train the shared BPE on the captions of ``split_dir`` and save it to ``path`` with its provenance: the split's
@@ -256,6 +276,7 @@ def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size
     tok = train_tokenizer(captions(), vocab_size, min_frequency, normalization)
     provenance = {"splits": [{"path": str(Path(split_dir).resolve()), "split": manifest.get("split"),
                               "checksum": manifest.get("checksum"), "captions": count,
+                              "languages": sorted(manifest.get("languages", {})),
                               "images_in_several_languages": 0}],
                   "vocab_size": vocab_size, "min_frequency": min_frequency, "normalization": normalization}
     return save_tokenizer(tok, path, provenance)

@@ -627,6 +627,18 @@ def test_translate_applies_the_ranking_select_chose(tiny_run, tiny_world, tmp_pa
     other.write_text(json.dumps(data))
     assert run(argv + ["--from", "en", "--ranking", str(other)]) == 2
     assert "chose a ranking for" in capsys.readouterr().err
+    # a language the model never read: named with the model's own languages (its tokenizer's provenance record),
+    # even where no corpus would catch it (translate-word's whole vocabulary, a text-file corpus)
+    languages = sorted(json.loads((tiny_world / "train" / "manifest.json").read_text())["languages"])
+    corpus_file = tmp_path / "corpus.txt"
+    corpus_file.write_text("\n".join(corpus) + "\n")
+    for args in (["translate-word", "--model", str(tiny_run), "red", "--to", "xx"],
+                 ["translate-word", "--model", str(tiny_run), "red", "--to", "ru", "--from", "xx"],
+                 ["translate", "--model", str(tiny_run), query, "--to", "xx", "--corpus", str(corpus_file)]):
+        assert run(args + ["--out", str(out)]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()[-1]  # after the note that the run has no best checkpoint
+        flag = "--from" if "--from" in args else "--to"
+        assert err == f"error: {flag} xx: not a language of the model's training captions ({', '.join(languages)})"
 
 
 def test_translate_word(world, fake, tmp_path, capsys):

@@ -113,6 +113,15 @@ def test_relative_decrease_and_bad_input():
         corr.build_task(metas(langs={"en": EN}))
     with pytest.raises(UserError, match="no unseen language"):
         corr.build_task(metas(langs={"en": EN, "de": DE}), seen=["de", "en"])
+    with pytest.raises(ValueError, match="min_units=2"):  # was clamped to 4 silently, and the record said 2
+        corr.build_language(EN, [str(i) for i in range(len(EN))], "en", np.random.default_rng(0), min_units=2)
+
+
+def test_min_units_below_four_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["correspondence", "--model", "unused", "--split", "unused", "--min-units", "2"])
+    assert exit_info.value.code == 2
+    assert "--min-units: expected an integer >= 4" in capsys.readouterr().err
 
 
 def _write_split(root: Path, langs: dict) -> Path:

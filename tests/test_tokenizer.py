@@ -97,6 +97,20 @@ def test_a_run_trains_its_tokenizer_with_the_asked_normalisation_and_refuses_ano
         ensure_data(tiny_cfg(tiny_world, tmp_path), log=lambda s: None)
 
 
+def test_a_tokenizer_path_that_is_a_folder_is_refused_before_training_and_leaves_nothing(tiny_world, tmp_path):
+    from globetrotter.tokenizer import train_tokenizer_on_split
+
+    folder = tmp_path / "tokenizers"
+    folder.mkdir()
+    with pytest.raises(UserError, match=f"{folder}: a folder where the tokenizer file should be .* e.g. "
+                                        f"{folder}/tokenizer.json"):
+        ensure_data(tiny_cfg(tiny_world, tmp_path, f"data.tokenizer={folder}"), log=lambda s: None)
+    # the atomic write itself leaves no temporary file when its move fails (it used to leave tokenizers.<pid>.tmp)
+    with pytest.raises(IsADirectoryError):
+        train_tokenizer_on_split(tiny_world / "train", folder, 300)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizers"]
+
+
 def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_world, tmp_path):
     import shutil
 
@@ -133,6 +147,20 @@ def test_a_tokenizer_records_the_split_it_was_trained_on(tiny_world, tmp_path):
     assert split["path"] == str((tiny_world / "train").resolve())
     assert split["checksum"] == read_manifest(tiny_world / "train")["checksum"]
     assert split["images_in_several_languages"] == 0 and split["captions"] > 0
+    languages = sorted(read_manifest(tiny_world / "train")["languages"])
+    assert split["languages"] == languages and len(languages) > 1
+
+
+def test_the_languages_a_tokenizer_read_include_each_adaptation_and_are_unknown_for_an_old_record():
+    from globetrotter.tokenizer import provenance_languages
+
+    base = {"splits": [{"path": "train", "languages": ["de", "en"]}]}
+    once = {"splits": base["splits"], "extends": base, "adapt": {"language": "fr"}}
+    twice = {"splits": base["splits"], "extends": once, "adapt": {"language": "cs"}}
+    assert provenance_languages(base) == {"de", "en"}
+    assert provenance_languages(twice) == {"cs", "de", "en", "fr"}
+    assert provenance_languages({"splits": [{"path": "train"}]}) is None  # written before records named them
+    assert provenance_languages(None) is None
 
 
 def test_a_tokenizer_is_never_trained_on_a_parallel_split(tiny_world, tmp_path):

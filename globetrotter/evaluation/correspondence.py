@@ -41,6 +41,8 @@ from globetrotter.errors import UserError
 
 CUT_RANGE = (0.35, 0.65)
 """Relative cut position (share of the caption's units in the first half)."""
+MIN_UNITS = 4
+"""The shortest caption that is cut in two, in words (characters for unspaced scripts)."""
 _FINAL_PUNCT = re.compile(r"[\s.!?。！？．,，;；:：]+$")
 
 
@@ -89,11 +91,13 @@ def build_language(captions: Sequence[str], image_ids: Sequence[str], lang: str,
     """Examples of one language from its captions (one example per distinct caption).
 
     ``image_ids`` tie captions of one image (a swap partner is always of another image).
-    Captions shorter than ``min_units`` (≥ 4) units are skipped; at most ``max_examples``
+    Captions shorter than ``min_units`` (≥ :data:`MIN_UNITS`) units are skipped; at most ``max_examples``
     are kept (a seeded sample). A negative's partner is drawn among the ``window`` nearest
     captions in second-half length order on each side.
     """
-    min_units = max(4, min_units)
+    if min_units < MIN_UNITS:
+        raise ValueError(f"min_units={min_units}: a caption needs at least {MIN_UNITS} units to be cut in two halves "
+                         f"that each say something")
     normed = [normalize(c) for c in captions]
     spaced = uses_spaces(normed)
     seen: dict[str, str] = {}
@@ -236,7 +240,7 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
     task = CorrespondenceTask(concat(train), concat(seen_test), concat(unseen_test), seen, unseen)
     for name, part in (("training", task.train), ("seen test", task.seen_test), ("unseen test", task.unseen_test)):
         if len(part) < 2:
-            raise UserError(f"the correspondence {name} set is empty: captions need at least {max(4, min_units)} "
+            raise UserError(f"the correspondence {name} set is empty: captions need at least {min_units} "
                             f"units (words, or characters for unspaced scripts)")
     return task
 

@@ -182,6 +182,10 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
     a run without parallel text refuses a training split that breaks the one-language rule."""
     root = Path(cfg.data.root)
     train_dir = root / cfg.data.train_split
+    if tokenizer_path(cfg).is_dir():  # found before a tokenizer is trained for it
+        folder = tokenizer_path(cfg)
+        raise UserError(f"{folder}: a folder where the tokenizer file should be (data.tokenizer); give a file's path, "
+                        f"e.g. {folder / default_file_name(cfg.data.tokenizer_normalization)}")
     if not (train_dir / MANIFEST).is_file():
         if cfg.data.synth is None:
             raise UserError(f"data.root: {train_dir} has no {MANIFEST} (convert a dataset first, or set data.synth to generate the synthetic world)")

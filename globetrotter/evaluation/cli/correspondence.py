@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import int_at_least, positive_int
 
+from ..correspondence import MIN_UNITS
 from ..tasks import correspondence as correspondence_task
 from . import common
 
@@ -51,7 +52,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--max-per-language", type=positive_int, default=2000,
                    help="training examples per seen language and test examples per unseen language (default %(default)s)")
     p.add_argument("--test-fraction", type=float, default=0.2, help="share of seen-language images held out for the seen test (default %(default)s)")
-    p.add_argument("--min-units", type=positive_int, default=4, help="shortest caption used, in words (characters for unspaced scripts); at least 4")
+    p.add_argument("--min-units", type=int_at_least(MIN_UNITS, "a caption is cut in two halves"), default=MIN_UNITS,
+                   help=f"shortest caption used, in words (characters for unspaced scripts); at least {MIN_UNITS}")
     p.add_argument("--epochs", type=positive_int, default=3, help="probe training epochs (paper: 1, on a far larger split; default %(default)s)")
     p.add_argument("--probe-batch-size", type=positive_int, default=64, help="probe training batch (default %(default)s)")
     p.add_argument("--lr", type=float, default=1e-3, help="probe peak learning rate, AdamW one-cycle (default %(default)s)")

@@ -22,7 +22,7 @@ from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import translate_words as rank_words
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
-from .checks import require_trained
+from .checks import require_known_languages, require_trained
 from .common import resolve_model
 from .select import Choice, read_choice
 
@@ -129,6 +129,7 @@ def translate_sentences(
 
     pool = _choice_pool(choice, source, to) if choice is not None and chosen.needs_statistics else None
     encoder, info = resolve_model(model, device=device)
+    require_known_languages(encoder, {"--to": to, "--from": source})
     if choice is not None:
         choice.check_model(model, info)
 
@@ -142,7 +143,7 @@ def translate_sentences(
     if pool is None:
         return found.search(emb, k)
     hits = found.search(emb, max(k, rerank))
-    return [best[:k] for best in _rerank(encoder, chosen, pool, queries, source, to, hits, batch_size)]
+    return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
 
 
 def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
@@ -161,8 +162,8 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     return pool
 
 
-def _rerank(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
-            hits: Hits, batch_size: int) -> Hits:
+def rerank_hits(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
+                hits: Hits, batch_size: int) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
     :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time."""
     base, out = None, []
@@ -228,6 +229,7 @@ def translate_words(
             if blank else "no query word given"))
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
+    require_known_languages(encoder, {"--to": to, "--from": source})
     counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
     embed = WordEmbedder(encoder, embeddings, counts)
     signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None,
