@@ -142,6 +142,8 @@ def evaluate_split(
     specs = model_specs(models)
     if not specs:
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
+    if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
+        raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
     split = embed_split(data, specs, extractor, langs, online=online, progress=progress)
     data = split.data
     feats = split.features[data.image_index]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .approximate import ANNIndex, ApproxConfig, approx_nearest, approx_top_mean
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 from .hubness import DEFAULT_CSLS_K, RETRIEVALS, CSLSScorer, augment_for_csls, csls_penalty
 from .ranking import Scorer, VectorScorer, nearest_neighbor
 
@@ -17,9 +17,9 @@ from .ranking import Scorer, VectorScorer, nearest_neighbor
 def check_retrieval(retrieval: str, csls_k: int) -> None:
     """One-line errors for a bad retrieval criterion or CSLS neighbourhood."""
     if retrieval not in RETRIEVALS:
-        raise BackRetrievalError(f"retrieval: expected one of {', '.join(RETRIEVALS)}, got {retrieval!r}")
+        raise BackRetrievalError(f"{option('retrieval')}: expected one of {', '.join(RETRIEVALS)}, got {retrieval!r}")
     if csls_k < 1:
-        raise BackRetrievalError(f"csls_k: expected a positive number of neighbours, got {csls_k}")
+        raise BackRetrievalError(f"{option('csls_k')}: expected a positive number of neighbours, got {csls_k}")
 
 
 def text_scorer(

@@ -394,3 +394,19 @@ def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_p
     assert "--batch-size 0: expected an integer >= 1" in _one_line_error(
         ["eval", *split, "--model", "random:4", "--batch-size", "0"], capsys)
     assert not out.exists()
+
+
+def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small_split, tmp_path, capsys):
+    """--csls-k 0 was named csls_k; --max-per-lang 0 was refused only after every image was embedded, with advice
+    to lower --ks."""
+    p = _embedding_files(tmp_path, n=20)
+    assert _one_line_error(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img",
+                            p["ti"], "--bootstrap", "0", "--retrieval", "csls", "--csls-k", "0"], capsys).startswith(
+        "error: --csls-k: expected a positive number of neighbours, got 0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "0",
+              "--out-dir", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert "argument --max-per-lang: expected an integer >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(backretrieval.BackRetrievalError, match="max_per_lang 0: expected at least 1 caption per side"):
+        evaluate_split(small_split / "test", ["random:4"], extractor=None, max_per_lang=0)
