@@ -107,6 +107,8 @@ class DataConfig:
             raise ValueError(f"data.image_size must be >= 1 (the side of the crops in pixels), got {self.image_size}")
         if self.workers < 0:
             raise ValueError(f"data.workers must be >= 0 (0: load in the training process), got {self.workers}")
+        if self.shuffle_buffer < 0:
+            raise ValueError(f"data.shuffle_buffer must be >= 0 (samples held to shuffle), got {self.shuffle_buffer}")
         if self.max_bad_samples < 0:
             raise ValueError("data.max_bad_samples must be >= 0")
         if self.max_length < 4:
@@ -227,6 +229,10 @@ class LossConfig:
             raise ValueError("loss.margin must be in [0, 1)")
         if not self.temperature > 0:
             raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
+        if not 0 < self.mask_prob <= 1:
+            raise ValueError(f"loss.mask_prob must be in (0, 1] (the cloze's share of tokens chosen), got {self.mask_prob}")
+        if not 0 <= self.corrupt_other <= 1:
+            raise ValueError(f"loss.corrupt_other must be in [0, 1] (a probability), got {self.corrupt_other}")
 
 
 @dataclass
@@ -281,6 +287,10 @@ class ValConfig:
         return [f"val/bkr@{k}" for k in self.bkr_ks]
 
     def validate(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"val.every must be >= 0 (steps between validations; 0 disables), got {self.every}")
+        if not all(k >= 1 for k in self.bkr_ks) or len(set(self.bkr_ks)) != len(self.bkr_ks):
+            raise ValueError(f"val.bkr_ks must be distinct integers >= 1 (BackRetrieval@K), got {self.bkr_ks}")
         g = self.image_features
         if g not in ("pixels", "model", "features") and not g.startswith(("features:", "timm:")):
             raise ValueError(f"val.image_features={g!r}: expected pixels, model, features, features:PATH or "
@@ -390,6 +400,9 @@ class TrainConfig:
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")
+        if self.val.test_groups > 0 and (self.val.every > 0 or self.adapt.from_run) and not self.data.test_split:
+            raise ValueError(f"val.test_groups={self.val.test_groups} scores translation on the test split, but "
+                             "data.test_split is null; name the split, or set val.test_groups=0")
         if self.val.image_features == "features" and not self.data.features:
             raise ValueError("val.image_features=features reads the run's image-feature cache: set data.features "
                              "(auto, or the folder of a cache or of imported embeddings)")

@@ -351,3 +351,15 @@ def test_a_damaged_checkpoint_is_a_one_line_error(base, tmp_path):
         with pytest.raises(UserError, match=message) as err:
             globetrotter.load(run)
         assert len(str(err.value).splitlines()) == 1
+
+
+def test_steps_beside_adapt_epochs_is_refused_not_replaced(tiny_run, tmp_path, capsys):
+    """adapt.epochs (default 1) sets the adaptation's steps: a steps=N given with it would be replaced in silence."""
+    with pytest.raises(UserError, match=r"steps=5 and adapt.epochs=1 both set the adaptation's length"):
+        load_adapt_config(None, [f"adapt.from={tiny_run}", "adapt.language=el", "steps=5"])
+    assert load_adapt_config(None, [f"adapt.from={tiny_run}", "adapt.language=el", "steps=5",
+                                    "adapt.epochs=null"]).steps == 5
+    with pytest.raises(SystemExit) as done:
+        train_main([f"adapt.from={tiny_run}", "adapt.language=el", "steps=5", f"output_dir={tmp_path}"])
+    assert done.value.code == 2 and "adapt.epochs=null" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

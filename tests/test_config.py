@@ -67,6 +67,14 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
          "data.features needs model.image_pretrained package or a weights file, not hub"),
         ("loss:\n  text: -1\n", "loss.text must be >= 0"),
         ("mixed_precision: yes\n", "'mixed_precision' expected one of 'no' | 'bf16' | 'fp16', got True"),
+        ("loss:\n  mask_prob: 1.5\n", r"loss.mask_prob must be in \(0, 1\] .*got 1.5"),
+        ("loss:\n  corrupt_other: -0.2\n", r"loss.corrupt_other must be in \[0, 1\] .*got -0.2"),
+        ("data:\n  shuffle_buffer: -5\n", "data.shuffle_buffer must be >= 0 .*got -5"),
+        ("val:\n  every: -1\n", "val.every must be >= 0 .*got -1"),
+        ("val:\n  bkr_ks: [0, 10]\n", r"val.bkr_ks must be distinct integers >= 1 .*got \[0, 10\]"),
+        ("val:\n  bkr_ks: [1, 1, 10]\n", r"val.bkr_ks must be distinct integers >= 1 .*got \[1, 1, 10\]"),
+        ("data:\n  test_split: null\nval:\n  test_groups: 5\n",
+         "val.test_groups=5 scores translation on the test split, but data.test_split is null"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, message):

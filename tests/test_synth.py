@@ -277,3 +277,22 @@ def test_cli_writes_a_world_and_rejects_bad_flags(tmp_path, capsys):
     assert load_config(SynthConfig, out / "world.yaml").p_mention_colour == 1.0
     assert run_cli(main, ["synth", "--out", str(out), "--heldout", "xx"]) == 2
     assert "heldout_languages: unknown language code 'xx'" in capsys.readouterr().err
+
+
+def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, capsys):
+    """synth --out into a converted dataset's folder would replace its splits: refused, the data left as it was."""
+    from data_prep.cli import build_parser
+
+    def main(argv):
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    manifest = tmp_path / "real" / "train" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"source": "flickr8k", "shards": ["train-000000.tar"], "num_samples": 5, "languages": {}}')
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    argv = ["synth", "--out", str(tmp_path / "real"), "--train-images", "4", "--workers", "1", "--quiet"]
+    assert run_cli(main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a dataset that is no synthetic world" in err[0] and "'flickr8k'" in err[0]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -129,6 +129,36 @@ def test_a_resume_that_cannot_start_leaves_nothing_behind(tiny_world, tmp_path, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.parametrize("extra, message", [
+    (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
+    (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),
+    (("data.test_split=nope", "val.every=1", "val.test_groups=4"),
+     "val.test_groups=4: data.test_split='nope' has no manifest.json"),
+])
+def test_a_start_that_fails_leaves_no_run_folder(tiny_world, tmp_path, extra, message):
+    """A model that cannot be built, or a val/test split that is not there, is a one-line error before the run
+    folder (config.yaml) is written."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", *extra)
+    with pytest.raises(UserError, match=message):
+        train(cfg)
+    assert not cfg.run_dir.exists()
+
+
+def test_a_resume_from_another_runs_checkpoint_never_writes_over_a_run(tiny_run, tiny_world, tmp_path):
+    """--resume DIR of another run continues it under run_name: refused where run_name's folder holds a run of its
+    own (its checkpoints would be pruned and mixed with the other run's), allowed into a new folder."""
+    source = ckpt.checkpoint_root(tiny_run) / "step-00000002"
+    held = ckpt.checkpoint_root(tmp_path / "mine") / "step-00000001"
+    held.mkdir(parents=True)
+    (held / ckpt.STATE).write_text(json.dumps({"step": 1}))
+    cfg = load_train_config(tiny_run / "config.yaml", [f"output_dir={tmp_path}", "run_name=mine", "steps=3"])
+    with pytest.raises(UserError, match=r"mine: already holds a run \(step-00000001\)"):
+        train(cfg, resume=str(source))
+    assert sorted(p.name for p in held.parent.iterdir()) == ["step-00000001"]
+    fork = load_train_config(tiny_run / "config.yaml", [f"output_dir={tmp_path}", "run_name=fork", "steps=3"])
+    assert train(fork, resume=str(source))["step"] == 3
+
+
 def test_a_resume_refuses_a_tokenizer_swapped_since(tiny_world, tmp_path):
     """The tokenizer file replaced between a run and its resume (same vocabulary size, other merges): the same text
     would map to other ids, so the resume is refused before anything is written."""

@@ -19,6 +19,7 @@ the number of worker processes.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
@@ -32,7 +33,7 @@ from tqdm import tqdm
 
 from data_prep.config_io import save_config
 from data_prep.errors import UserError
-from data_prep.shards import ShardWriter, encode_image
+from data_prep.shards import MANIFEST, ShardWriter, encode_image
 
 from .config import SynthConfig
 from .dictionary import write_dictionaries
@@ -155,6 +156,20 @@ def _clear_stale(out_dir: Path, written: set[str]) -> None:
             path.unlink(missing_ok=True)
 
 
+def _refuse_other_dataset(out_dir: Path) -> None:
+    """One-line error when ``out_dir`` holds a split another tool wrote (a converted dataset): the world's splits
+    would replace it. An earlier synthetic world there is rewritten."""
+    for name in SPLIT_IDS:
+        manifest = out_dir / name / MANIFEST
+        try:
+            source = json.loads(manifest.read_text(encoding="utf-8")).get("source")
+        except (OSError, ValueError, AttributeError):  # no manifest, or none that names a source
+            continue
+        if source != SOURCE:
+            raise UserError(f"--out {out_dir}: holds a dataset that is no synthetic world ({manifest}: source "
+                            f"{source!r}), which the world's splits would replace; give another folder")
+
+
 def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> dict:
     """Render the world described by ``cfg`` into ``out_dir``; returns a summary.
 
@@ -167,6 +182,7 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> di
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: is a file; expected the folder the world is written into")
+    _refuse_other_dataset(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     plans = plan_splits(cfg)

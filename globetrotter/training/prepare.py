@@ -78,6 +78,21 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
                         f"{cfg.data.vocab_size}; set data.vocab_size={size} or {again}")
 
 
+def check_eval_splits(cfg: TrainConfig) -> None:
+    """One-line errors, before anything is built, when validation (``val.every``) has no ``data.val_split`` to read,
+    or ``val.test_groups`` asks for test figures (at validations, or an adaptation's report) and ``data.test_split``
+    holds no split: they would fail at the first validation, or be left out in silence."""
+    root = Path(cfg.data.root)
+    if cfg.val.every > 0 and not (root / cfg.data.val_split / MANIFEST).is_file():
+        raise UserError(f"data.val_split={cfg.data.val_split!r}: {root / cfg.data.val_split} has no {MANIFEST} "
+                        f"(validation reads it every val.every steps); name a converted split, or set val.every=0")
+    test = root / cfg.data.test_split if cfg.data.test_split else None
+    reads = cfg.val.test_groups > 0 and (cfg.val.every > 0 or cfg.adapt.from_run)  # else ignored, with a warning
+    if reads and test is not None and not (test / MANIFEST).is_file():
+        raise UserError(f"val.test_groups={cfg.val.test_groups}: data.test_split={cfg.data.test_split!r} has no "
+                        f"{MANIFEST} at {test}; name a converted split, or set val.test_groups=0")
+
+
 def check_one_language_split(cfg: TrainConfig) -> None:
     """For a run without parallel text (``loss.alpha_source`` other than ``supervised``): a one-line error when the
     training captions show an image in more than one language (the train/val rule of docs/design.md section 3). A shard
@@ -202,6 +217,7 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
     if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
     check_one_language_split(cfg)
+    check_eval_splits(cfg)
     path = tokenizer_path(cfg)
     if not path.is_file():
         norm, split = cfg.data.tokenizer_normalization, root / cfg.data.tokenizer_split

@@ -87,6 +87,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
     else:
+        if source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():  # another run's checkpoint
+            refuse_used_folder(cfg.run_dir)  # continued into run_name's folder: never over a run it holds
         refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
     threads = _configure_threads(cfg, process, source, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
@@ -112,8 +114,6 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if source is not None:
             refuse_changed_config(source, cfg)  # before the run folder's config.yaml is rewritten
             refuse_changed_tokenizer(source, tokenizer_path(cfg))
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, cfg.run_dir / "config.yaml")
     accelerator.wait_for_everyone()
     if not main:
         cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
@@ -124,6 +124,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     specials = special_ids(tokenizer)
 
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
+    if main:  # written once the model is built (its backbone, its weights file): a start that fails leaves no folder
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, cfg.run_dir / "config.yaml")
     if cfg.model.token_init == "image_pivot" and not resume and not adapting:  # the same closed form on every process
         record = token_init.init_from_config(model, cfg, tokenizer, log)
         if main:  # the ridge strength it used (chosen by cross-validation when the config lists candidates)
@@ -152,7 +155,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
             loader_seed = cfg.seed * 1_000_003 + start_step
         position = saved or position
 
-    validator = None
+    validator = None  # built here, after the model's init and the start: its g's network draws from the seeded RNG
     if cfg.val.every > 0 and main:
         from .validation import Validator
 

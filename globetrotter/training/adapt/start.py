@@ -37,7 +37,11 @@ def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
     base = read_yaml(saved)
     if "run_name" not in data and (data.get("adapt") or {}).get("language"):
         data = dict(data, run_name=f"{base.get('run_name', 'run')}-{data['adapt']['language']}")
-    return from_dict(TrainConfig, merge(base, data), where=f"{saved} + {where}")
+    cfg = from_dict(TrainConfig, merge(base, data), where=f"{saved} + {where}")
+    if "steps" in data and cfg.adapt.epochs is not None:  # else resolve_config replaces it in silence
+        raise UserError(f"{where}: steps={data['steps']} and adapt.epochs={cfg.adapt.epochs:g} both set the "
+                        f"adaptation's length; set adapt.epochs=null to train that many steps, or leave steps out")
+    return cfg
 
 
 def _first_difference(a: dict, b: dict, prefix: str) -> tuple[str, object, object] | None:
