@@ -782,6 +782,50 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
                                               f"per line)"
 
 
+@pytest.mark.parametrize("argv, message", [
+    # an option the command would ignore, or apply otherwise than asked
+    (["build-dictionary", "--split", "{test}", "--words", "--out", "{out}"], "unrecognized arguments: --out"),
+    (["sentence", "--model", "full", "--split", "{test}", "--csls-k", "5"],
+     "error: --csls-k 5 sets CSLS's neighbourhood; give --retrieval csls or drop it"),
+    (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
+     "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
+     "error: {test}: corpus language 'fr' differs from --to 'de'"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--rerank", "3"],
+     "error: --rerank 3 re-scores under a chosen ranking; give --ranking RECORD or drop it"),
+    # a value of the wrong kind, named
+    (["translate", "--model", "full", "", "--to", "de", "--corpus", "{test}"],
+     "error: translate: query 1 of 1 is empty or only spaces: no sentence to translate"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{empty}"],
+     "error: {empty}: no sentence in it (--corpus, a text file of one sentence per line)"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--index", "{empty}"],
+     "argument --index: {empty} is a file, expected a folder to write into"),
+    (["build-dictionary", "--split", "{test}", "--words", "--dictionary-out", "{empty}"],
+     "argument --dictionary-out: {empty} is a file, expected a folder to write into"),
+    (["sentence", "--model", "full", "--split", "{test}", "--languages", "en,xx"],
+     "error: {test}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
+    (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],
+     "error: {test}: a parallel set needs at least 2 languages, found ['en']"),
+    (["correspondence", "--model", "full", "--split", "{test}", "--lr", "-1"],
+     "error: --lr -1.0: expected a learning rate > 0"),
+    (["generate", "--model", "full", "--train", "{train}", "--split", "{test}", "--d-model", "6"],
+     "error: --d-model 6: expected a multiple of the decoder's 4 heads"),
+])
+def test_ignored_options_and_bad_values_are_refused_before_anything_is_written(world, fake, tmp_path, capsys, argv,
+                                                                              message):
+    out, empty = tmp_path / "out", tmp_path / "empty.txt"
+    empty.write_text("\n")
+    paths = {"test": world / "test", "train": world / "train", "out": out, "empty": empty}
+    argv = [a.format(**paths) for a in argv]
+    if argv[0] != "build-dictionary":
+        argv += ["--out", str(out)]
+    assert run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and message.format(**paths) in err.splitlines()[-1], err
+    assert len(err.splitlines()) == 1 or "usage:" in err  # argparse's own errors come with the usage
+    assert not out.exists()
+
+
 def test_translate_word_never_offers_a_bare_space():
     from collections import Counter
 

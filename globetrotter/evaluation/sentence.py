@@ -98,9 +98,11 @@ def parallel_set(
             f"{where}: group {g!r} ties captions of {len(images[g])} different images "
             f"({sorted(images[g])[:3]}); group ids must identify one image"
         )
-    if languages is None:
-        languages = sorted({lang for per_lang in first.values() for lang in per_lang})
-    languages = list(languages)
+    present = sorted({lang for per_lang in first.values() for lang in per_lang})
+    languages = present if languages is None else list(dict.fromkeys(languages))  # a language given twice counts once
+    unknown = [lang for lang in languages if lang not in present]
+    if unknown:
+        raise UserError(f"{where}: no caption in language(s) {unknown} (has {present})")
     if len(languages) < 2:
         raise UserError(f"{where}: a parallel set needs at least 2 languages, found {languages}")
     complete = sorted(g for g, per_lang in first.items() if all(lang in per_lang for lang in languages))

@@ -113,6 +113,8 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
     explicit = [flag for flag, value in (("--head", args.head), ("--maxsim", args.maxsim), ("--retrieval", args.retrieval))
                 if value is not None]
     if not args.ranking:
+        if args.csls_k is not None and args.retrieval != "csls":
+            raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; give --retrieval csls or drop it")
         ranking = Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k or CSLS_K)
         return ranking, args.reference, args.reference_size or DEFAULT_SIZE, None
     if explicit:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
 
 from ..tasks import translate as translate_task
@@ -22,6 +22,10 @@ _TRANSLATE_HELP = (
     "The corpus index (faiss; exact below --ivf-min sentences, IVF above) is built once, saved under --index and "
     "reloaded while the model and corpus are unchanged."
 )
+
+
+RERANK = 50
+"""Sentences ``--ranking`` re-scores per query unless ``--rerank`` says."""
 
 
 def queries(args: argparse.Namespace) -> list[str]:
@@ -65,7 +69,8 @@ def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, d
     p.add_argument("--input", help="file of queries, one per line")
     p.add_argument("--to", required=True, help="target language code")
     p.add_argument("--k", type=positive_int, default=k, help="results per query (default %(default)s)")
-    p.add_argument("--index", help="index folder (default: under --out/index, one per model and corpus)")
+    p.add_argument("--index", type=output_folder,
+                   help="index folder (default: under --out/index, one per model and corpus)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the index even if a matching one is saved")
     p.add_argument("--ivf-min", type=positive_int, default=DEFAULT_IVF_MIN,
                    help="corpus size from which an IVF index is used (default %(default)s)")
@@ -76,10 +81,12 @@ def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, d
 
 
 def _translate(args: argparse.Namespace) -> int:
+    if args.rerank is not None and not args.ranking:
+        raise UserError(f"--rerank {args.rerank} re-scores under a chosen ranking; give --ranking RECORD or drop it")
     texts = queries(args)
     results = translate_task.translate_sentences(
         args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_lang, source=args.source, k=args.k,
-        ranking=args.ranking, rerank=args.rerank, batch_size=args.batch_size, device=args.device,
+        ranking=args.ranking, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
         **index_options(args))
     print_results(args, texts, results)
     return 0
@@ -95,7 +102,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--ranking", metavar="RECORD",
                    help="an `eval.py select` record of this model: rank by the ranking it chose on val, as "
                         "`eval.py sentence --ranking` scores (the printed score is then that ranking's)")
-    p.add_argument("--rerank", type=positive_int, default=50, metavar="K",
+    p.add_argument("--rerank", type=positive_int, metavar="K",
                    help="with --ranking: the nearest sentences by the chosen head's cosine that the ranking re-scores "
-                        "(default %(default)s)")
+                        f"(default {RERANK})")
     p.set_defaults(func=_translate)

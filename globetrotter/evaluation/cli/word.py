@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import non_negative_int, output_folder, positive_int
 
 from .. import plots
 from ..tasks import word as word_task
@@ -85,9 +85,13 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     _tfidf_args(p)
     p.set_defaults(func=_word)
 
-    p = sub.add_parser("build-dictionary", parents=[parent], help="tf-idf word ground truth from a parallel split (paper B.2)", description=_BUILD_HELP)
+    # its own options: it writes no record (no --out, --name) and encodes nothing (no --batch-size, --device)
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--seed", type=non_negative_int, default=0, help="seed of the --n-groups sample (default 0)")
+    p = sub.add_parser("build-dictionary", parents=[own], help="tf-idf word ground truth from a parallel split (paper B.2)", description=_BUILD_HELP)
     common.add_split(p)
-    p.add_argument("--dictionary-out", help="output folder (default: <split>/../dictionary-tfidf)")
+    p.add_argument("--dictionary-out", type=output_folder,
+                   help="output folder (default: <split>/../dictionary-tfidf)")
     p.add_argument("--tokenizer", help="tokenizer.json to split captions into BPE tokens")
     common.add_model(p, required=False)
     p.add_argument("--words", action="store_true", help="use lower-cased words instead of BPE tokens")

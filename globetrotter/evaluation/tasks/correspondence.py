@@ -50,6 +50,8 @@ def evaluate(
     from .. import correspondence as corr
 
     require_trained(model, "correspondence")
+    if not 0 < lr < float("inf"):
+        raise UserError(f"--lr {lr}: expected a learning rate > 0")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,
                            max_per_language=max_per_language, min_units=min_units)
     encoder, info = resolve_model(model, name, device)

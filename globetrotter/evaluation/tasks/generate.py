@@ -92,6 +92,8 @@ def evaluate(
         raise UserError(f"--noise {decoder.noise}: expected a standard deviation >= 0")
     if not 0 < decoder.lr < float("inf"):
         raise UserError(f"--lr {decoder.lr}: expected a learning rate > 0")
+    if decoder.d_model % decoder.heads:  # checked before the model loads and the data is read
+        raise UserError(f"--d-model {decoder.d_model}: expected a multiple of the decoder's {decoder.heads} heads")
     if Path(train).resolve() == Path(split).resolve():
         raise UserError(f"--train {train}: is the evaluated --split itself; the decoder would learn the references "
                         "(give the train split)")

@@ -11,6 +11,7 @@ from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, read_reference, reference_split
 from ..sentence import Candidates, group_interval, sentence_translation
+from ..tfidf import TfidfEncoder
 from .common import read_parallel, resolve_model
 from .select import Choice
 
@@ -58,6 +59,9 @@ def evaluate(
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
     source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
+    if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
+        raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "
+                        f"{ranking.head} head; drop --head")
     ps = read_parallel(split, languages, n_groups, seed)
     if choice is not None:
         choice.check_model(model, info)

@@ -74,17 +74,33 @@ def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict,
     """``(signature, texts)`` of a sentence corpus: ``to``'s captions of a split folder, or a text file's lines."""
     from data_prep.shards import read_captions, read_manifest
 
+    if (corpus_lang or to) != to:
+        raise UserError(f"{corpus}: corpus language {corpus_lang!r} differs from --to {to!r}")
     if corpus.is_dir():
         manifest = read_manifest(corpus)
         if to not in manifest["languages"]:
             raise UserError(f"{corpus}: no caption in language {to!r} (has {sorted(manifest['languages'])})")
         return ({"path": str(corpus.resolve()), "checksum": manifest.get("checksum")},
                 lambda: [m["caption"] for m in read_captions(corpus) if m["lang"] == to])
-    if (corpus_lang or to) != to:
-        raise UserError(f"{corpus}: corpus language {corpus_lang!r} differs from --to {to!r}")
     if not corpus.is_file():
         raise UserError(f"{corpus}: corpus not found (a split folder or a text file, one sentence per line)")
-    return file_signature(corpus), lambda: read_text_corpus(corpus)
+
+    def texts() -> list[str]:
+        found = read_text_corpus(corpus)
+        if not found:
+            raise UserError(f"{corpus}: no sentence in it (--corpus, a text file of one sentence per line)")
+        return found
+
+    return file_signature(corpus), texts
+
+
+def require_queries(queries: Sequence[str], command: str, what: str) -> None:
+    """A one-line error when there is no query, or one is empty or only spaces (nothing to translate)."""
+    blank = [i + 1 for i, q in enumerate(queries) if not q.strip()]
+    if not queries or blank:
+        raise UserError(f"{command}: " + (
+            f"query {', '.join(map(str, blank))} of {len(queries)} is empty or only spaces: no {what} to translate"
+            if blank else f"no query {what} given"))
 
 
 QUERY_CHUNK = 8
@@ -120,7 +136,8 @@ def translate_sentences(
     statistic from the reference captions the choice was made with; the score is that sum. A ranking with
     statistics needs ``source`` (they are per language) and both languages among the choice's. The index is saved
     in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and corpus are
-    unchanged."""
+    unchanged. A query with no text is a :class:`UserError`."""
+    require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
     choice = read_choice(ranking) if isinstance(ranking, (str, Path)) else ranking
     chosen = choice.ranking if choice is not None else Ranking()
@@ -222,11 +239,7 @@ def translate_words(
     ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
     embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
     :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
-    blank = [i + 1 for i, q in enumerate(queries) if not q.strip()]
-    if not queries or blank:
-        raise UserError("translate-word: " + (
-            f"query {', '.join(map(str, blank))} of {len(queries)} is empty or only spaces: no word to translate"
-            if blank else "no query word given"))
+    require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
     require_known_languages(encoder, {"--to": to, "--from": source})
