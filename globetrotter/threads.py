@@ -108,7 +108,10 @@ def choose_threads(workers: int = 0, processes: int = 1, requested: int | None =
     if requested is not None:
         if int(requested) < 1:
             raise ValueError(f"threads must be >= 1 (or null: automatic), got {requested}")
-        return ThreadChoice(int(requested), "config", "set by the config's threads key")
+        reason, cores = "set by the config's threads key", available_cores() if cores is None else cores
+        if int(requested) > cores:  # oversubscribed: threads wait on each other, far slower than one per core
+            reason += f"; more than this machine's {cores} core(s): expect it slower than threads={cores}"
+        return ThreadChoice(int(requested), "config", reason)
     env = os.environ if env is None else env
     explicit = _env_threads(env)
     if explicit is not None:

@@ -44,6 +44,8 @@ def test_an_explicit_choice_wins():
     assert choose_threads(2, cores=2, load=0.0, env={ENV: "3"}).source == ENV
     config = choose_threads(0, requested=4, cores=2, load=5.0, env={ENV: "1"})  # the config key beats the environment
     assert (config.threads, config.source) == (4, "config")
+    assert "more than this machine's 2 core(s): expect it slower than threads=2" in config.reason  # honoured, but said
+    assert "core(s)" not in choose_threads(0, requested=2, cores=2, load=0.0, env=NO_ENV).reason
     for junk in ("", "0", "x", "-2"):  # an unusable OMP_NUM_THREADS is not a choice
         assert choose_threads(0, cores=2, load=0.0, env={ENV: junk}).source == "automatic"
     with pytest.raises(ValueError, match="threads must be >= 1"):
