@@ -119,6 +119,18 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
     return {m: (h[0], h[1]) for m, h in hits.items()}, hubness, lists
 
 
+def check_hits_alone(inputs: Mapping[str, object], scoring: Mapping[str, tuple[object, object]]) -> None:
+    """Refuse, with ``hits``, an input or scoring option that only matters when the hits are computed from
+    embeddings (it was silently ignored): ``inputs`` given when not None, ``scoring`` as (value, default)."""
+    given = [name for name, value in inputs.items() if value is not None]
+    given += [name for name, (value, default) in scoring.items() if value != default]
+    if given:
+        names = ", ".join(option(name) for name in given)
+        verb = "matters" if len(given) == 1 else "matter"
+        raise BackRetrievalError(f"{option('hits')} compares hits already scored, but {names} only {verb} when "
+                                 f"scoring embeddings: give either {option('hits')} or the embeddings, not both")
+
+
 def compare(
     a_src_text=None,
     a_tgt_text=None,
@@ -170,6 +182,13 @@ def compare(
         check_alpha(alpha, bootstrap)  # before any scoring
     hubness, lists = None, None
     if hits:
+        check_hits_alone({"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
+                          "b_tgt_text": b_tgt_text, "src_img": src_img, "tgt_img": tgt_img,
+                          "src_image_ids": src_image_ids, "a_xlr_tgt_text": a_xlr_tgt_text,
+                          "b_xlr_tgt_text": b_xlr_tgt_text, "image_index": image_index,
+                          "image_index_method": image_index_method, "max_rank": max_rank},
+                         {"ties": (ties, "pessimistic"), "retrieval": (retrieval, "cosine"),
+                          "approximate": (bool(approximate), False)})
         per_metric = hits_from_files(hits[0], hits[1], ks)
     else:
         texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,

@@ -25,6 +25,11 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
     p = Path(path)
     if not p.is_file():
         raise BackRetrievalError(f"{p}: {what} file not found")
+    with open(p, "rb") as handle:
+        magic = handle.read(6)
+    if magic and magic != b"\x93NUMPY" and not magic.startswith(b"PK"):  # np.load would try it as a pickle
+        raise BackRetrievalError(f"{p}: {what} is not a .npy file (it has no .npy header); expected an array "
+                                 "saved by numpy.save")
     try:
         array = np.load(p, mmap_mode="r")
     except EOFError:  # a file of 0 bytes (or cut short before the header)
@@ -82,7 +87,11 @@ def read_lines(x, what: str) -> tuple[str, list[str]]:
     path = Path(x)
     if not path.is_file():
         raise BackRetrievalError(f"{path}: {what} file not found")
-    return str(path), path.read_text(encoding="utf-8").splitlines()
+    try:
+        return str(path), path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise BackRetrievalError(f"{path}: {what} is not UTF-8 text (byte {err.start}); expected one value per "
+                                 "line") from None
 
 
 def same_rows(items: Sequence[tuple[str, int]], what: str) -> None:
@@ -136,6 +145,25 @@ def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Pa
     except OSError as err:
         raise BackRetrievalError(f"{path}: cannot write {what} ({err.strerror or err})") from None
     return path
+
+
+def writable_file(path: PathLike, what: str) -> Path:
+    """Refuse an output file that could not be written (a folder, a file in the way of its folder, a folder not
+    writable) without creating anything: checked before the work, so a refusal leaves no other output behind."""
+    path = existing = Path(path)
+    if path.is_dir():
+        why = "is a directory"
+    else:
+        existing = path.parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            why = f"{existing} is not a directory"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            why = f"{existing} is not writable"
+        else:
+            return path
+    raise BackRetrievalError(f"{path}: cannot write {what} ({why}); expected a file path to write")
 
 
 def npy_path(path: PathLike) -> Path:

@@ -47,7 +47,7 @@ import numpy as np
 from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 from .files import check_numbers, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
@@ -105,7 +105,8 @@ def _check_ties(ties: str) -> None:
 
 def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
     if max_rank is not None and max_rank < max(ks):
-        raise BackRetrievalError(f"max_rank: must be >= the largest K ({max(ks)}) for exact Recall@K, got {max_rank}")
+        raise BackRetrievalError(f"{option('max_rank')} {max_rank}: must be >= the largest K ({max(ks)}) for exact "
+                                 "Recall@K")
 
 
 def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> ApproxConfig | None:

@@ -16,6 +16,7 @@ import pytest
 import backretrieval
 from backretrieval import compare, correlate_split, evaluate_split, score
 from backretrieval.cli import build_parser, main
+from backretrieval.cli.common import metric_options
 from data_prep.shards import ShardWriter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,11 +70,14 @@ def test_parser_defaults_and_the_console_script():
     for cmd, args in parsed.items():
         assert args.command == cmd and args.func.__module__ == f"backretrieval.cli.{cmd}"
         assert args.ks == [1, 5, 10] and args.ties == "pessimistic" and args.max_rank is None
-        assert args.bootstrap == 1000 and args.level == 0.95 and args.retrieval == "cosine"
+        assert args.bootstrap == 1000 and args.level is None and args.retrieval == "cosine"
     for cmd in ("score", "compare"):
         args = parsed[cmd]
+        # options that only matter with another one are None until resolved, so that one given alone is refused
         assert (args.seed, args.csls_k, args.approximate, args.ann, args.candidates, args.nprobe) == (
-            0, 10, False, "pq", 128, 32)
+            0, None, False, None, None, None)
+        metric_options(args)
+        assert (args.csls_k, args.ann, args.candidates, args.nprobe, args.level) == (10, "pq", 128, 32, 0.95)
         assert args.approx_image_side == "pq" and args.image_index is None and args.out is None
     assert parsed["score"].corr_pairs == 1_000_000 and parsed["compare"].names == ["A", "B"]
     assert parsed["compare"].tests == ["mcnemar", "bootstrap"] and parsed["compare"].alpha == 0.05
@@ -410,3 +414,75 @@ def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small
     assert "argument --max-per-lang: expected an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(backretrieval.BackRetrievalError, match="max_per_lang 0: expected at least 1 caption per side"):
         evaluate_split(small_split / "test", ["random:4"], extractor=None, max_per_lang=0)
+
+
+def test_an_option_given_without_the_one_it_only_matters_with_is_refused(tmp_path, capsys):
+    """--csls-k without --retrieval csls, --ann/--candidates/--nprobe without --approximate (or --ann ivf), --level
+    with --bootstrap 0, --image-index-method without --image-index, --corr-pairs with --image-sim: each was silently
+    ignored; now refused, naming the value and the option it needs, before anything is written."""
+    p = _embedding_files(tmp_path, n=20)
+    np.save(tmp_path / "sim.npy", np.zeros((20, 20), np.float32))
+    out = tmp_path / "r.json"
+    files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+             "--bootstrap", "0", "--out", str(out)]
+    for extra, message in [
+        (["--csls-k", "5"], "--csls-k 5 only matters with --retrieval csls"),
+        (["--ann", "ivf"], "--ann ivf only matters with --approximate"),
+        (["--candidates", "64"], "--candidates 64 only matters with --approximate"),
+        (["--approximate", "--nprobe", "4"], "--nprobe 4 only matters with --approximate --ann ivf"),
+        (["--level", "0.9"], "--level 0.9 only matters with --bootstrap above 0"),
+        (["--image-index-method", "pq"], "--image-index-method pq only matters with --image-index"),
+    ]:
+        assert message in _one_line_error([*files, *extra], capsys)
+    sim = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(tmp_path / "sim.npy"),
+           "--bootstrap", "0", "--out", str(out)]
+    assert "--corr-pairs 5 only matters with --src-img/--tgt-img" in _one_line_error([*sim, "--corr-pairs", "5"],
+                                                                                    capsys)
+    assert not out.exists()
+    assert main([*files, "--retrieval", "csls", "--csls-k", "5"]) == 0
+    assert json.loads(out.read_text())["inputs"]["csls_k"] == 5
+
+
+def test_compare_hits_refuses_embedding_inputs_and_scoring_options_it_would_ignore(tmp_path, capsys):
+    p = _embedding_files(tmp_path, n=20)
+    np.save(tmp_path / "h.npy", np.ones((20, 3)))
+    hits = ["compare", "--hits", str(tmp_path / "h.npy"), str(tmp_path / "h.npy"), "--bootstrap", "100"]
+    err = _one_line_error([*hits, "--src-img", p["si"], "--retrieval", "csls"], capsys)
+    assert "--src-img, --retrieval only matter when scoring embeddings" in err
+    assert "--approximate only matters when scoring embeddings" in _one_line_error([*hits, "--approximate"], capsys)
+    with pytest.raises(backretrieval.BackRetrievalError, match="max_rank only matters"):
+        compare(hits=(np.ones((20, 1)), np.ones((20, 1))), ks=(1,), max_rank=5)
+
+
+def test_wrong_file_kinds_and_bad_output_paths_are_named_before_any_output(tmp_path, capsys):
+    """A JSON file given as .npy was 'pickled (object) data'; non-UTF-8 --src-image-ids was a traceback; a bad
+    --hits-out was refused only after --ranks-out was written; --max-rank was named max_rank."""
+    p = _embedding_files(tmp_path, n=20)
+    (tmp_path / "record.json").write_text('{"task": "x"}')
+    files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+             "--bootstrap", "0"]
+    assert "record.json: --src-text is not a .npy file (it has no .npy header)" in _one_line_error(
+        ["score", "--src-text", str(tmp_path / "record.json"), *files[3:]], capsys)
+    assert "si.npy: --src-image-ids is not UTF-8 text" in _one_line_error([*files, "--src-image-ids", p["si"]], capsys)
+    assert "--max-rank 3: must be >= the largest K (10)" in _one_line_error([*files, "--max-rank", "3"], capsys)
+    ranks = tmp_path / "new" / "ranks.npy"
+    err = _one_line_error([*files, "--ranks-out", str(ranks), "--hits-out", str(tmp_path / "record.json" / "h")],
+                          capsys)
+    assert "record.json/h.npy: cannot write --hits-out" in err and "is not a directory" in err
+    assert not (tmp_path / "new").exists()
+    assert "cannot write the JSON record (is a directory)" in _one_line_error([*files, "--out", str(tmp_path)], capsys)
+
+
+def test_level_seeds_and_corr_pairs_are_checked_by_their_flags(small_split, tmp_path, capsys):
+    """--seeds 0 was 'protocol: needs at least 1 seed', --corr-pairs 0 'corr: max_pairs must be >= 1'."""
+    split = ["correlate", "--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--models",
+             "random:4", "random:5"]
+    for extra, message in [(["--seeds", "0"], "--seeds: expected an integer >= 1, got 0"),
+                           (["--corr-pairs", "0"], "--corr-pairs: expected an integer >= 1, got 0"),
+                           (["--level", "1.5"], "--level: expected a number in (0, 1), got 1.5")]:
+        with pytest.raises(SystemExit) as exc:
+            main([*split, *extra])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert "--level 0.9 only matters with --bootstrap above 0" in _one_line_error(
+        [*split, "--bootstrap", "0", "--level", "0.9", "--seeds", "1"], capsys)
+    assert not (tmp_path / "o").exists()

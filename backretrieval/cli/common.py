@@ -14,7 +14,9 @@ from ..errors import BackRetrievalError
 from ..files import dump_json, write_json
 from ..images import image_feature_extractor
 from ..ranking import TIES
-from ..scoring import ImageLists
+from ..hubness import DEFAULT_CSLS_K
+from ..scoring import DEFAULT_CORR_PAIRS, ImageLists
+from ..uncertainty import DEFAULT_LEVEL
 
 METRIC_HELP = """\
 BackRetrieval (Fain, Twomey & Bollegala, SIGIR 2021) judges a cross-lingual text model f
@@ -100,9 +102,21 @@ def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> 
                         "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
 
 
+def share_between_0_and_1(text: str) -> float:
+    """An argparse ``type``: a number strictly between 0 and 1 (an interval level)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
+
+
 def add_interval_options(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
     p.add_argument("--bootstrap", type=integer_at_least(0), default=1000, metavar="B", help=bootstrap_help)
-    p.add_argument("--level", type=float, default=0.95, help="interval level (default: 0.95)")
+    p.add_argument("--level", type=share_between_0_and_1, default=None,
+                   help="interval level, with --bootstrap above 0 (default: 0.95)")
 
 
 def add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
@@ -110,21 +124,22 @@ def add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
                    help="text retrieval criterion: cosine (the paper) or CSLS, which penalises hub captions "
                         "(Conneau et al. 2018; default: cosine)")
-    p.add_argument("--csls-k", type=int, default=10, metavar="K", help="CSLS neighbourhood size (default: 10)")
+    p.add_argument("--csls-k", type=int, default=None, metavar="K",
+                   help="with --retrieval csls: CSLS neighbourhood size (default: 10)")
     p.add_argument("--approximate", action="store_true",
                    help="for large N: text neighbours from a compressed faiss index (candidates re-scored exactly), "
                         "and the retrieved targets' best source images from compressed image codes (re-scored "
                         "exactly); better images counted only up to the largest K (ranks above it censored)")
-    p.add_argument("--ann", choices=("pq", "ivf"), default="pq",
+    p.add_argument("--ann", choices=("pq", "ivf"), default=None,
                    help="with --approximate: the candidate index: pq (64 principal directions, 4-bit codes, every "
                         "target scanned) or ivf (k-means cells, --nprobe of them visited) (default: pq)")
-    p.add_argument("--candidates", type=int, default=128, metavar="C",
+    p.add_argument("--candidates", type=integer_at_least(1), default=None, metavar="C",
                    help="with --approximate: text candidates per query re-scored exactly (default: 128)")
-    p.add_argument("--approx-image-side", choices=("pq", "exact"), default="pq",
+    p.add_argument("--approx-image-side", choices=("pq", "exact"), default=None,
                    help="with --approximate and no --image-index: step 4 from compressed-code image lists of the "
                         "retrieved targets (pq) or the exact count of better images up to the largest K (exact: "
                         "slower) (default: pq)")
-    p.add_argument("--nprobe", type=int, default=32,
+    p.add_argument("--nprobe", type=integer_at_least(1), default=None,
                    help="with --approximate --ann ivf: cells visited per query (more: slower, closer to exact; "
                         "default: 32)")
 
@@ -171,8 +186,46 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
+APPROX_DEFAULTS = ApproxConfig()
+"""The approximate mode's defaults, filled in for the options not given."""
+
+
+# option -> (its default, the options it only matters with, whether they are given)
+def _dependent_options(args: argparse.Namespace) -> dict[str, tuple[object, str, bool]]:
+    approximate = bool(getattr(args, "approximate", False))
+    options = {"level": (DEFAULT_LEVEL, "--bootstrap above 0", args.bootstrap > 0)}
+    if hasattr(args, "csls_k"):
+        options |= {
+            "csls_k": (DEFAULT_CSLS_K, "--retrieval csls", args.retrieval == "csls"),
+            "ann": (APPROX_DEFAULTS.index, "--approximate", approximate),
+            "candidates": (APPROX_DEFAULTS.candidates, "--approximate", approximate),
+            "approx_image_side": (APPROX_DEFAULTS.image_side, "--approximate", approximate),
+            "nprobe": (APPROX_DEFAULTS.nprobe, "--approximate --ann ivf", approximate and args.ann == "ivf"),
+        }
+    if hasattr(args, "image_index_method"):
+        options["image_index_method"] = (None, "--image-index", bool(args.image_index))
+    if hasattr(args, "corr_pairs") and hasattr(args, "image_sim"):  # score: CORR needs image features
+        options["corr_pairs"] = (DEFAULT_CORR_PAIRS, "--src-img/--tgt-img (CORR), not --image-sim",
+                                 args.image_sim is None)
+    return options
+
+
+def resolve_dependent_options(args: argparse.Namespace) -> None:
+    """Refuse an option given without the one it only matters with (it was silently ignored), then fill in the
+    defaults of those not given, in ``args`` (the JSON record lists the values used)."""
+    for name, (default, needs, given) in _dependent_options(args).items():
+        value = getattr(args, name)
+        if value is None:
+            setattr(args, name, default)
+        elif not given:
+            flag = "--" + name.replace("_", "-")
+            raise BackRetrievalError(f"{flag} {value} only matters with {needs}: give that or drop {flag}")
+
+
 def metric_options(args: argparse.Namespace) -> dict:
-    """The metric's keyword options shared by ``score``, ``compare`` and ``eval`` (:func:`backretrieval.score`)."""
+    """The metric's keyword options shared by ``score``, ``compare`` and ``eval`` (:func:`backretrieval.score`);
+    an option given without the one it only matters with is refused (:func:`resolve_dependent_options`)."""
+    resolve_dependent_options(args)
     approximate = args.approximate and ApproxConfig(index=args.ann, nprobe=args.nprobe, candidates=args.candidates,
                                                     seed=args.seed, image_side=args.approx_image_side)
     return {"ks": args.ks, "ties": args.ties, "max_rank": args.max_rank, "retrieval": args.retrieval,

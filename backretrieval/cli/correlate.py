@@ -10,7 +10,7 @@ from ..errors import BackRetrievalError
 from ..evaluate import correlate_split
 from ..files import make_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     command_line_specs, emit_json, extractor)
+                     command_line_specs, emit_json, extractor, integer_at_least, resolve_dependent_options)
 
 
 def add_parser(sub) -> None:
@@ -28,8 +28,8 @@ def add_parser(sub) -> None:
                    help="language pairs, e.g. en-de de-en (default: all ordered pairs)")
     p.add_argument("--n", type=int, metavar="N",
                    help="items per side and seed (default: min(10000, items // 2); paper: 10000)")
-    p.add_argument("--seeds", type=int, default=25, help="number of seeds (default: 25, as in the paper)")
-    p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
+    p.add_argument("--seeds", type=integer_at_least(1), default=25, help="number of seeds (default: 25, as in the paper)")
+    p.add_argument("--corr-pairs", type=integer_at_least(1), default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
     p.add_argument("--report-k", type=int,
                    help="K used for the table and scatter (default: 10 if in --ks, else the largest)")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="where protocol.json, table.md and PNGs go")
@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    resolve_dependent_options(args)
     specs = command_line_specs(args.models, "--models")
     if args.models_file:
         path = Path(args.models_file)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..files import save_npy
+from ..files import npy_path, save_npy, writable_file
 from ..scoring import score
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
                      integer_at_least, metric_options, report_image_lists)
@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
                    help="parallel ground truth: target-language embeddings of the source rows' translations (for XLR)")
     p.add_argument("--xlr-gt", metavar="NPY",
                    help="int index per source row into --xlr-tgt-text (default: row i is the translation of row i)")
-    p.add_argument("--corr-pairs", type=int, default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
+    p.add_argument("--corr-pairs", type=integer_at_least(1), default=None,
+                   help="pairs sampled for CORR, with --src-img/--tgt-img (default: 1000000)")
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the CORR pair sample, of the bootstrap replicates, and of the approximate indexes "
                         "(--approximate's text index and image lists, a new --image-index file's pq lists) "
@@ -40,10 +41,17 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = metric_options(args)
+    outputs = ((args.ranks_out and npy_path(args.ranks_out), "--ranks-out"),
+               (args.hits_out and npy_path(args.hits_out), "--hits-out"),
+               (args.out if str(args.out) != "-" else None, "the JSON record"))
+    for path, what in outputs:  # a refused output fails before scoring, and before another one is written
+        if path:
+            writable_file(path, what)
     result = score(args.src_text, args.tgt_text, src_img=args.src_img, tgt_img=args.tgt_img,
                    image_sim=args.image_sim, src_image_ids=args.src_image_ids, xlr_tgt_text=args.xlr_tgt_text,
                    xlr_gt=args.xlr_gt, corr_pairs=args.corr_pairs, image_index=args.image_index,
-                   image_index_method=args.image_index_method, **metric_options(args))
+                   image_index_method=args.image_index_method, **options)
     report_image_lists(result.image_lists, args.approximate)
     if args.ranks_out:  # the record names the file written (np.save's .npy suffix included)
         args.ranks_out = str(save_npy(args.ranks_out, result.ranks, "--ranks-out"))
