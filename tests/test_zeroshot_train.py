@@ -478,3 +478,15 @@ def test_a_diverged_adapter_ranks_its_targets_last_and_training_stops_on_a_non_f
         train_adapter(text, feats, caption_image, cfg, progress=False)
     with pytest.raises(UserError, match="show one image"):
         train_adapter(text, feats, torch.zeros(16, dtype=torch.long), cfg, progress=False)
+
+
+def test_a_language_given_twice_in_langs_is_refused_not_merged(capsys):
+    """`--langs en,de,en` was silently read as en,de."""
+    from globetrotter.zeroshot.cli import main
+
+    for command in (["retrieval", "--test", "t", "--adapter", "a"], ["tag-eval", "--adapter", "a", "--test", "t",
+                                                                     "--vocab-from", "v"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*command, "--langs", "en,de,en"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "en given twice in 'en,de,en'; expected each language once" in err

@@ -229,6 +229,9 @@ def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
         (["--val-fraction", "1.5"], "val_fraction must be in [0, 1)"),
         (["--lr", "0"], "lr must be > 0"),
         (["--beta", "-1"], "beta must be >= 0"),
+        (["--beta", "nan"], "beta must be >= 0 and finite, got nan"),  # NaN losses, silently
+        (["--margin", "nan"], "margin must be a finite number, got nan"),
+        (["--lr", "inf"], "lr must be > 0 and finite, got inf"),
     ],
 )
 def test_triplet_command_rejects_bad_training_options_in_one_line(recipe_docs, tmp_path, capsys, options, message):
@@ -263,6 +266,45 @@ def test_triplet_command_bad_npy_image_features_are_user_errors(recipe_docs, tmp
         assert main(args) == 2
         err = capsys.readouterr().err.strip()
         assert name in err and len(err.splitlines()) == 1
+
+
+def _with_first_image(docs, tmp_path, image: str):
+    """A copy of the documents file whose first document with an image points at ``image``."""
+    lines = docs.read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(lines) if '"image"' in line)
+    obj = json.loads(lines[first])
+    obj["image"] = image
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:first], json.dumps(obj), *lines[first + 1:]]) + "\n", encoding="utf-8")
+    return bad
+
+
+def test_triplet_command_refuses_npy_features_of_the_wrong_form_and_unused_or_unknown_options(recipe_docs, tmp_path,
+                                                                                               capsys):
+    """A (2, 6) .npy was flattened into one 12-d vector (and matched 12-d features silently); a JSON file named .npy
+    was 'pickled data'; --image-weights with .npy images, and an --annotate pair the plot lacks, were ignored."""
+    docs, spec = recipe_docs
+    out = tmp_path / "o"
+    args = ["triplet", "--text-encoder", spec, "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress", "--epochs", "1"]
+    np.save(tmp_path / "matrix.npy", np.zeros((2, 6), np.float32))
+    np.save(tmp_path / "nan.npy", np.full(12, np.nan, np.float32))
+    (tmp_path / "record.npy").write_text('{"not": "an array"}')
+    for name, message in [("matrix.npy", "image features of shape (2, 6); expected one non-empty 1-D"),
+                          ("nan.npy", "image features hold NaN or inf"),
+                          ("record.npy", "is not a .npy file (it has no .npy header)")]:
+        assert main([*args, "--docs", str(_with_first_image(docs, tmp_path, name))]) == 2
+        err = capsys.readouterr().err
+        assert f"{name}: " in err and message in err and err.count("\n") == 1, err
+    for extra, message in [(["--image-weights", "hub"], "--image-weights hub: the documents' images are precomputed"),
+                           (["--image-model", "resnet50"], "--image-model resnet50: the documents' images are"),
+                           (["--annotate", "en-ru"], "--annotate 'en-ru': not a language pair of the evaluation "
+                                                     "documents; expected A->B with A, B two of en, es, ru"),
+                           (["--annotate", "en->de"], "--annotate 'en->de': not a language pair")]:
+        assert main([*args, "--docs", str(docs), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not out.exists()
 
 
 def test_case_study_splits_documents_and_summarises_pairs():

@@ -13,6 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from backretrieval.errors import BackRetrievalError
+from backretrieval.files import load_npy
 from backretrieval.pairs import evaluate_pairs
 from globetrotter.config_io import to_dict
 from globetrotter.errors import UserError
@@ -57,16 +59,33 @@ def precomputed_images(docs: Sequence[Document], where: object = "documents") ->
 
 
 def npy_image_features(paths: Sequence[str]) -> np.ndarray:
-    """Stack precomputed image feature vectors (``.npy`` files), one row per path."""
+    """Stack precomputed image feature vectors (``.npy`` files of one finite 1-D vector), one row per path."""
     rows = []
     for path in paths:
         try:
-            rows.append(np.load(path).astype(np.float32).reshape(-1))
-        except (OSError, ValueError) as err:
-            raise UserError(f"{path}: unreadable .npy image features ({err})") from None
+            vector = load_npy(path, "image features")  # one-line errors: missing, no .npy, not numbers
+        except BackRetrievalError as err:
+            raise UserError(str(err)) from None
+        if vector.ndim != 1 or not len(vector):  # a matrix was flattened into one long vector
+            raise UserError(f"{path}: image features of shape {vector.shape}; expected one non-empty 1-D feature "
+                            "vector per image")
+        rows.append(np.asarray(vector, dtype=np.float32))
+        if not np.isfinite(rows[-1]).all():
+            raise UserError(f"{path}: image features hold NaN or inf; expected finite numbers")
         if rows[-1].shape != rows[0].shape:
             raise UserError(f"{path}: {rows[-1].shape[0]}-d image features, but {paths[0]} has {rows[0].shape[0]}-d")
     return np.stack(rows)
+
+
+def check_annotations(annotate: Sequence[str], docs: Sequence[Document], flag: str = "--annotate") -> None:
+    """Refuse a pair to label that is not one of the box plot's ``A->B`` language pairs of ``docs`` (it was
+    silently left unlabelled)."""
+    langs = sorted({d.lang for d in docs})
+    for pair in annotate:
+        src, sep, tgt = pair.partition("->")
+        if not sep or src not in langs or tgt not in langs or src == tgt:
+            raise UserError(f"{flag} {pair!r}: not a language pair of the evaluation documents; expected A->B with "
+                            f"A, B two of {', '.join(langs)} (e.g. {langs[0]}->{langs[-1]})")
 
 
 def run_case_study(

@@ -228,10 +228,12 @@ class TripletConfig:
             raise ValueError("k and epochs must be >= 1")
         if self.hidden_dim < 1 or self.out_dim < 1:
             raise ValueError(f"hidden_dim and out_dim must be >= 1, got {self.hidden_dim}, {self.out_dim}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.beta < 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
+        if not (math.isfinite(self.beta) and self.beta >= 0):
+            raise ValueError(f"beta must be >= 0 and finite, got {self.beta}")
+        if not math.isfinite(self.margin):
+            raise ValueError(f"margin must be a finite number, got {self.margin}")
 
 
 TRIPLET = TripletConfig()

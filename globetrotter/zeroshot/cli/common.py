@@ -35,6 +35,9 @@ def langs(value: str) -> list[str]:
     codes = [v.strip() for v in value.split(",") if v.strip()]
     if not codes:
         raise argparse.ArgumentTypeError("expected comma-separated language codes, e.g. en,de,fr")
+    repeated = sorted({code for code in codes if codes.count(code) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {value!r}; expected each language once")
     return codes
 
 

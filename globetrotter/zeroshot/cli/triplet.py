@@ -6,12 +6,15 @@ import argparse
 import torch
 
 from globetrotter.argtypes import positive_int
+from globetrotter.errors import UserError
 
-from ..case_study import (case_study_configs, npy_image_features, pair_summary, precomputed_images, run_case_study,
-                          split_documents)
+from ..case_study import (case_study_configs, check_annotations, npy_image_features, pair_summary, precomputed_images,
+                          run_case_study, split_documents)
 from ..data import embed_cached, image_extractor
 from ..triplet import read_documents
 from .common import check_out_dir, formatter, ks, make_out_dir, write_json
+
+DEFAULT_IMAGE_MODEL = "efficientnet_lite0"
 
 TRIPLET_HELP = """\
 The BackRetrieval paper's case study (Fain et al. 2021, 3.2). Documents (JSONL: lang, title,
@@ -36,10 +39,16 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)  # created only once the case study has run: a refused run leaves no folder
     docs = [d for path in args.docs for d in read_documents(path)]
     train_docs, eval_docs = split_documents(docs, args.docs)
+    check_annotations(args.annotate, eval_docs)
     npy = precomputed_images(eval_docs, args.docs)
     if npy:
+        for flag, value in (("--image-model", args.image_model), ("--image-weights", args.image_weights)):
+            if value is not None:
+                raise UserError(f"{flag} {value}: the documents' images are precomputed .npy features, so no image "
+                                f"model runs; drop {flag}")
         image_feats = npy_image_features([d.image for d in eval_docs])
     else:
+        args.image_model = args.image_model or DEFAULT_IMAGE_MODEL
         extractor = image_extractor(args.image_model, args.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
         image_feats = extractor.extract([d.image for d in eval_docs])
@@ -74,9 +83,10 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: results.json and the box plot")
     p.add_argument("--text-encoder", default="use", metavar="SPEC",
                    help="frozen text encoder: use | st:MODEL | npy:PATH | globetrotter:CKPT (default use)")
-    p.add_argument("--image-model", default="efficientnet_lite0",
-                   help="timm model for image features (default efficientnet_lite0)")
-    p.add_argument("--image-weights", default=None, help="package (offline EfficientNet-Lite0, default) | FILE | hub")
+    p.add_argument("--image-model", default=None,
+                   help=f"timm model for image features, for image files (default {DEFAULT_IMAGE_MODEL})")
+    p.add_argument("--image-weights", default=None,
+                   help="for image files: package (offline EfficientNet-Lite0, default) | FILE | hub")
     p.add_argument("--hidden-dim", type=positive_int, default=300, help="first dense layer width (default 300)")
     p.add_argument("--out-dim", type=positive_int, default=300, help="output width of x_t and x_b (default 300)")
     p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha (default 0.1)")
