@@ -170,7 +170,7 @@ def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int
                 ax.imshow(s.image)
             ax.set_title(title, fontsize=7)
         fig.tight_layout()
-        out = Path(out)
+        out = Path(out) if Path(out).suffix else Path(out).with_suffix(".png")  # the file matplotlib writes
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=110)
     plt.close(fig)

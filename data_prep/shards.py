@@ -221,7 +221,8 @@ def read_manifest(split_dir: str | Path) -> dict:
     split_dir = Path(split_dir)
     path = split_dir / MANIFEST
     if not split_dir.is_dir():
-        raise UserError(f"{split_dir}: split directory not found (expected a folder with {MANIFEST} and .tar shards)")
+        what = "a file" if split_dir.exists() else "split directory not found"
+        raise UserError(f"{split_dir}: {what} (expected a folder with {MANIFEST} and .tar shards)")
     if not path.is_file():
         raise UserError(f"{path}: manifest not found (is {split_dir} a split folder written by globetrotter-data?)")
     try:

@@ -208,6 +208,8 @@ def test_prepare_image_resizes_and_catches_bad_files(tmp_path):
     for bad in (truncated, not_image, tmp_path / "absent.jpg"):
         with pytest.raises(ImageError):
             prepare_image(bad, ImageSpec(resize=20))
+    with pytest.raises(ImageError, match="^not an image file Pillow can read$"):  # not Pillow's '<_io.BytesIO ...>'
+        prepare_image(not_image, ImageSpec(resize=20))
 
 
 def test_flickr8k_reader_parses_both_formats(tmp_path):

@@ -160,6 +160,15 @@ def test_inspect_refuses_a_folder_as_contact_sheet_and_a_sheet_size_below_one_be
     assert list(tmp_path.iterdir()) == [folder] and not list(folder.iterdir())  # no sheet written anywhere
 
 
+def test_a_contact_sheet_named_without_a_suffix_is_written_and_named_as_the_png_it_is(tiny_world, tmp_path, capsys):
+    from conftest import run_data_cli
+
+    code, stdout, _ = run_data_cli(["inspect", str(tiny_world / "train"), "--contact-sheet", str(tmp_path / "sheet"),
+                                    "--sheet-size", "2"], capsys)
+    assert code == 0 and stdout.strip().splitlines()[-1] == f"wrote {tmp_path / 'sheet.png'}"
+    assert [p.name for p in tmp_path.iterdir()] == ["sheet.png"]
+
+
 def test_inspect_check_fails_when_the_manifest_counts_differ_from_the_shards(tiny_world, tmp_path, capsys):
     import json
     import shutil

@@ -86,6 +86,9 @@ def test_split_rule(tmp_path):
 def test_bad_input_gives_one_line_user_errors(tmp_path):
     with pytest.raises(UserError, match="split directory not found"):
         read_manifest(tmp_path / "nothing")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(UserError, match=r"a-file: a file \(expected a folder with manifest.json"):
+        read_manifest(tmp_path / "a-file")
     write_split(tmp_path / "s", ROWS)
     (tmp_path / "s" / "train-000001.tar").write_bytes(b"not a tar at all" * 10)
     with pytest.raises(UserError, match="train-000001.tar: unreadable shard"):

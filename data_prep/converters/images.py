@@ -165,7 +165,9 @@ def prepare_image(path: str | Path, spec: ImageSpec) -> tuple[bytes, tuple[int, 
         img.load()
     except FileNotFoundError:
         raise ImageError("file not found") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+    except UnidentifiedImageError:  # its message names the in-memory buffer, not the file
+        raise ImageError("not an image file Pillow can read") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
         raise ImageError(f"{type(err).__name__}: {err}") from None
 
     if needs_rotation:
