@@ -16,12 +16,13 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import (PathLike, check_numbers, enough_for_k, json_ready, load_input, load_matrix, same_dim,
-                    same_rows)
+from .files import (PathLike, check_numbers, enough_for_k, is_path, json_ready, load_input, load_matrix,
+                    same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, bkr_recall, xlr_recall
+from .metric import DEFAULT_KS, _check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids
-from .uncertainty import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, compare_hits
+from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
+                          compare_hits)
 
 PairedHits = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (hits of A, hits of B), query-aligned
 
@@ -166,7 +167,8 @@ def compare(
         a_xlr_tgt_text, b_xlr_tgt_text: each model's embeddings of the source rows' translations.
         hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out``).
         names: labels of A and B (the verdict is one of them, or ``"tie"``).
-        tests, alpha: the paired tests run and the significance level of the verdict.
+        tests, alpha: the paired tests run (``"mcnemar"``, ``"bootstrap"``, or both) and the significance level
+            of the verdict.
         ks, ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
         image_index, image_index_method: image neighbour lists shared by both models (as in
             :func:`backretrieval.score`).
@@ -174,6 +176,13 @@ def compare(
             :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
     """
+    ks, tests = _check_ks(ks), check_tests(tests)
+    if isinstance(names, str) or len(names) != 2:
+        raise BackRetrievalError(f"{option('names')}: expected two labels (A, B), got {names!r}")
+    if hits is not None and (is_path(hits) or len(hits) != 2):
+        got = repr(hits) if is_path(hits) else f"{len(hits)}"
+        raise BackRetrievalError(f"{option('hits', 'A.npy B.npy')}: expected two hit arrays or files (A, B), "
+                                 f"got {got}")
     if not 0 < alpha < 1:
         raise BackRetrievalError(f"{option('alpha')} must be in (0, 1), got {alpha}")
     if bootstrap < 1 and "bootstrap" in tests:
@@ -181,7 +190,7 @@ def compare(
     if "bootstrap" in tests:
         check_alpha(alpha, bootstrap)  # before any scoring
     hubness, lists = None, None
-    if hits:
+    if hits is not None:
         check_hits_alone({"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
                           "b_tgt_text": b_tgt_text, "src_img": src_img, "tgt_img": tgt_img,
                           "src_image_ids": src_image_ids, "a_xlr_tgt_text": a_xlr_tgt_text,

@@ -56,6 +56,15 @@ def check_numbers(label: str, array: np.ndarray, what: str) -> None:
         raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers")
 
 
+def as_array(label: str, x) -> np.ndarray:
+    """``np.asarray(x)``; a one-line error naming ``label`` for nested lists of unequal lengths (ragged rows)."""
+    try:
+        return np.asarray(x)
+    except ValueError as err:  # "setting an array element with a sequence ... inhomogeneous shape"
+        raise BackRetrievalError(f"{label}: cannot be read as an array (rows of unequal lengths?): "
+                                 f"{str(err).splitlines()[0][:120]}") from None
+
+
 def is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
@@ -64,7 +73,7 @@ def load_input(x, what: str) -> tuple[str, np.ndarray]:
     """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``)."""
     if is_path(x):
         return str(x), load_npy(x, what)
-    return what, np.asarray(x)
+    return what, as_array(what, x)
 
 
 def load_matrix(x, what: str) -> tuple[str, np.ndarray]:

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from .errors import BackRetrievalError
 from .ranking import VectorScorer, as_float32, l2_normalize
 
 DEFAULT_CSLS_K = 10  # Conneau et al. 2018 use k = 10
@@ -45,8 +46,14 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     Returns ``{"skewness": skewness of N_1 over targets, "hub_share": share of queries whose
     retrieved target is among the ceil(top * n_targets) most retrieved, "hub_share_uniform":
     that share if every target were retrieved equally often, "max_occurrence", "never_retrieved":
-    share of targets no query retrieved}``.
+    share of targets no query retrieved}``. ``retrieved``: each query's target index, in ``[0, n_targets)``.
     """
+    retrieved = np.asarray(retrieved)
+    if n_targets < 1:
+        raise BackRetrievalError(f"n_targets: expected at least one target, got {n_targets}")
+    if retrieved.size and (retrieved.dtype.kind not in "iu" or retrieved.min() < 0 or retrieved.max() >= n_targets):
+        raise BackRetrievalError(f"retrieved: expected target indices (integers) in [0, {n_targets}), got "
+                                 f"{retrieved.dtype} values in [{retrieved.min()}, {retrieved.max()}]")
     counts = k_occurrence(retrieved, n_targets)
     n_hubs = max(1, int(np.ceil(top * n_targets)))
     top_counts = np.partition(counts, n_targets - n_hubs)[n_targets - n_hubs:] if n_hubs < n_targets else counts

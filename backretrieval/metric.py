@@ -48,7 +48,7 @@ from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import check_numbers, target_indices
+from .files import as_array, check_numbers, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -74,7 +74,7 @@ DEFAULT_KS = (1, 5, 10)
 
 
 def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "") -> np.ndarray:
-    x = np.asarray(x)
+    x = as_array(name, x)
     check_numbers(name, x, "the array")
     if x.ndim != 2:
         raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
@@ -91,11 +91,18 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
     return x
 
 
-def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
-    ks = tuple(int(k) for k in ([ks] if np.isscalar(ks) else ks))
-    if not ks or any(k < 1 for k in ks):
-        raise BackRetrievalError(f"ks: expected positive integers, got {ks}")
-    return ks
+def _check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
+    """``ks`` (one K or several) as a tuple of positive ints; 1.5 or ``"5"`` is an error, not silently K=1 or 5."""
+    given = [ks] if np.isscalar(ks) else ks
+    try:
+        given = list(given)
+    except TypeError:
+        raise BackRetrievalError(f"{option('ks')}: expected positive integers, got {ks!r}") from None
+    integral = all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+                   or isinstance(k, (float, np.floating)) and float(k).is_integer() for k in given)
+    if not given or not integral or any(k < 1 for k in given):
+        raise BackRetrievalError(f"{option('ks')}: expected positive integers, got {ks!r}")
+    return tuple(int(k) for k in given)
 
 
 def _check_ties(ties: str) -> None:

@@ -49,12 +49,28 @@ _CHUNK_ENTRIES = 1 << 22  # replicates x queries held at once (4M float64 = 32 M
 
 
 def _hits(name: str, hits) -> np.ndarray:
-    h = np.asarray(hits, dtype=np.float64).reshape(-1)
+    if isinstance(hits, dict):  # a result's "hits" ({K: vector}), not one K's
+        raise BackRetrievalError(f"{name}: expected one per-query hit vector, got a dict (K -> hits); "
+                                 f"pick one K: result['hits'][K]")
+    try:
+        h = np.asarray(hits, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise BackRetrievalError(f"{name}: expected a vector of per-query hits (numbers), got "
+                                 f"{type(hits).__name__}") from None
     if h.size == 0:
         raise BackRetrievalError(f"{name}: no queries (empty hit vector)")
     if not np.isfinite(h).all():
         raise BackRetrievalError(f"{name}: hit vector contains NaN or inf")
     return h
+
+
+def check_tests(tests: Sequence[str] | str) -> tuple[str, ...]:
+    """The paired tests to run, as a tuple: one name (``"mcnemar"``) or several; one-line error for none or an
+    unknown one."""
+    tests = (tests,) if isinstance(tests, str) else tuple(tests)
+    if not tests or set(tests) - set(TESTS):
+        raise BackRetrievalError(f"{option('tests')}: expected some of {', '.join(TESTS)}, got {list(tests)}")
+    return tests
 
 
 def _check(n_boot: int, level: float) -> None:
@@ -230,16 +246,29 @@ def compare_hits(
 ) -> dict:
     """Does model A beat model B on the same queries? (module doc).
 
+    ``hits_a``, ``hits_b``: 1-D per-query hits in [0, 1] (``result["hits"][K]``); ``tests``: ``"mcnemar"``,
+    ``"bootstrap"`` or both.
+
     Returns ``{"a", "b", "diff", "mcnemar": {...}, "bootstrap": {...}, "p_value", "verdict"}``;
     ``p_value`` is the largest of the tests run (conservative) and ``verdict`` is ``"A"``,
     ``"B"`` or ``"tie"`` (no difference at level ``alpha``). McNemar is skipped (None) when
     the hits are not 0/1.
     """
+    tests = check_tests(tests)
+    if not 0 < alpha < 1:
+        raise BackRetrievalError(f"{option('alpha')} must be in (0, 1), got {alpha}")
+    for name, hits in (("hits_a", hits_a), ("hits_b", hits_b)):
+        if np.ndim(hits) != 1 and not isinstance(hits, dict):
+            raise BackRetrievalError(f"{name}: expected a 1-D per-query hit vector, got shape {np.shape(hits)}")
     a, b = _paired(hits_a, hits_b)
-    unknown = set(tests) - set(TESTS)
-    if unknown or not tests:
-        raise BackRetrievalError(f"tests: expected some of {', '.join(TESTS)}, got {list(tests)}")
+    for name, h in (("hits_a", a), ("hits_b", b)):
+        outside = np.flatnonzero((h < 0) | (h > 1))
+        if len(outside):
+            raise BackRetrievalError(f"{name}: {len(outside)} values outside [0, 1] (query {int(outside[0])}: "
+                                     f"{h[outside[0]]:g}); hits are 0/1, or fractions with ties='expected' (not "
+                                     "ranks)")
     if "bootstrap" in tests:
+        _check(n_boot, level)
         check_alpha(alpha, n_boot)
     out: dict = {"a": float(a.mean()), "b": float(b.mean()), "diff": float(a.mean() - b.mean()), "n_queries": len(a)}
     p_values = []

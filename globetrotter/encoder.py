@@ -1,6 +1,7 @@
 """A trained Globetrotter model, loaded for use: ``globetrotter.load(path).encode_text([...])``."""
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -85,7 +86,8 @@ class Encoder:
                     langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``;
         ``langs`` the texts' languages (needed by the Sigurdsson baseline only)."""
-        _check_texts(texts)
+        texts = _check_texts(texts)
+        _check_batch_size(batch_size)
         if head not in ("text", "cross", "backbone"):
             raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
@@ -115,7 +117,8 @@ class Encoder:
         (at most ``data.max_length`` tokens). The Sigurdsson baseline gives its adapted word
         vectors, not max-pooled (paper A.1), and needs ``langs``.
         """
-        _check_texts(texts)
+        texts = _check_texts(texts)
+        _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(texts))
         chunks = []
         for i in range(0, len(texts), batch_size):
@@ -143,7 +146,10 @@ class Encoder:
 
     @torch.no_grad()
     def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> np.ndarray:
-        """(N, D) cross-modal image embeddings (the image head ``x``; ``v`` when there is no ``x``)."""
+        """(N, D) cross-modal image embeddings (the image head ``x``; ``v`` when there is no ``x``) of a sequence
+        of PIL images."""
+        images = _check_images(images)
+        _check_batch_size(batch_size)
         if self.model.image is None:
             raise UserError("this model was trained without images (text-only); it has no image encoder")
         head = self.model.image_head_x if self.model.image_head_x is not None else self.model.image_head_v
@@ -179,8 +185,9 @@ class Encoder:
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids as the model reads them (at most ``data.max_length``), special tokens left out."""
+        texts = _check_texts(texts)
         specials = np.array(sorted(special_ids(self.tokenizer).values()), dtype=np.int64)
-        ids, mask = encode_batch(self.tokenizer, list(texts), self.cfg.data.max_length)
+        ids, mask = encode_batch(self.tokenizer, texts, self.cfg.data.max_length)
         ids, mask = np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)
         return [row[m & ~np.isin(row, specials)] for row, m in zip(ids, mask)]
 
@@ -200,6 +207,8 @@ class Encoder:
                      langs: str | Sequence[str] | None = None) -> np.ndarray:
         """Contextual word embeddings: each word encoded alone, mean of its token outputs (sentence token
         excluded); the Sigurdsson baseline's max-pooled adapted word vectors (needs ``langs``)."""
+        words = _check_texts(words, "words")
+        _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(words))
         out = []
         for i in range(0, len(words), batch_size):
@@ -214,14 +223,60 @@ class Encoder:
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 
-def _check_texts(texts: Sequence[str]) -> None:
-    """A ``TypeError`` for one string where a sequence of texts is expected (it would be read as its characters)."""
-    if isinstance(texts, str):
-        raise TypeError(f"expected a sequence of texts, got one string ({texts[:40]!r}); wrap it in a list")
+def _check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
+    """``texts`` as a list, each a ``str``; a ``TypeError`` naming ``name`` for one string where a sequence of texts
+    is expected (it would be read as its characters) and for an entry that is no string (None, a number, bytes)."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name}: expected a sequence of texts, got one {type(texts).__name__} ({texts[:40]!r}); "
+                        "wrap it in a list")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of texts, got {type(texts).__name__}") from None
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            hint = "; decode bytes first" if isinstance(text, bytes) else ""
+            raise TypeError(f"{name}[{i}]: expected a str, got {type(text).__name__} ({text!r:.40}){hint}")
+    return texts
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+
+
+def _check_images(images: Sequence[Image.Image]) -> list[Image.Image]:
+    """``images`` as a list of PIL images; a ``TypeError`` naming the first entry that is not one (a path, an array)."""
+    if isinstance(images, Image.Image):
+        raise TypeError("images: expected a sequence of PIL images, got one image; wrap it in a list")
+    if isinstance(images, (str, bytes, Path)):
+        raise TypeError(f"images: expected a sequence of PIL images, got {type(images).__name__} ({images!r:.60})")
+    images = list(images)
+    for i, img in enumerate(images):
+        if not isinstance(img, Image.Image):
+            hint = "; open files with PIL.Image.open" if isinstance(img, (str, Path)) else \
+                "; convert arrays with PIL.Image.fromarray" if isinstance(img, np.ndarray) else ""
+            raise TypeError(f"images[{i}]: expected a PIL image, got {type(img).__name__}{hint}")
+    return images
+
+
+def _check_device(device: str | torch.device) -> str:
+    """``device`` as a string torch reads, when this machine has it; a one-line :class:`UserError` otherwise (a typo
+    such as ``gpu``, ``cuda`` without a GPU), not torch's traceback from moving the weights."""
+    from backretrieval.devices import torch_device  # the check of every tool's --device
+
+    if device is None:  # as torch reads it: the default device
+        return "cpu"
+    try:
+        return torch_device(str(device))
+    except argparse.ArgumentTypeError as err:
+        raise UserError(f"device: {err}") from None
 
 
 def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
-    """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder."""
+    """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder,
+    onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
+    device = _check_device(device)
     ckpt = resolve(path, prefer_best=prefer_best)
     if prefer_best and ckpt.name != "best" and ckpt != Path(path):
         print(f"{path}: no best checkpoint (no val.select_by choice was saved); loading the latest, {ckpt.name}",

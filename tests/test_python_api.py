@@ -1,0 +1,127 @@
+"""The Python API as a library user calls it: ``globetrotter.load(...).encode_*`` and ``backretrieval``'s
+functions. Wrong arguments are one-line errors that name the argument, never a traceback deep in torch, numpy or the
+tokenizer, and never a silent result (a string read as its characters, values that are no hits compared as hits)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import backretrieval as br
+import globetrotter
+from backretrieval import BackRetrievalError
+from globetrotter.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_run):
+    return globetrotter.load(tiny_run)
+
+
+@pytest.mark.parametrize("method", ["encode_text", "encode_tokens", "encode_words", "token_ids"])
+def test_every_text_method_refuses_one_string_instead_of_reading_its_characters(encoder, method):
+    with pytest.raises(TypeError, match="wrap it in a list"):
+        getattr(encoder, method)("red square")
+
+
+@pytest.mark.parametrize("method", ["encode_text", "encode_tokens", "encode_words", "token_ids"])
+@pytest.mark.parametrize("bad, named", [(None, "NoneType"), (3, "int"), (b"red", "decode bytes first")])
+def test_texts_that_are_no_strings_name_their_position(encoder, method, bad, named):
+    with pytest.raises(TypeError, match=rf"\[1\]: expected a str, got .*{named}"):
+        getattr(encoder, method)(["red square", bad])
+
+
+def test_any_iterable_of_texts_is_encoded_as_its_list(encoder):
+    texts = ["red square", "blue circle"]
+    np.testing.assert_array_equal(encoder.encode_text(t for t in texts), encoder.encode_text(texts))
+    assert encoder.encode_text([]).shape == (0, encoder.embed_dim("text"))
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5])
+def test_batch_size_must_be_a_positive_integer(encoder, batch_size):
+    with pytest.raises(ValueError, match="batch_size: expected a positive integer"):
+        encoder.encode_text(["red square"], batch_size=batch_size)
+
+
+def test_encode_image_names_what_is_not_a_pil_image(encoder):
+    image = Image.new("RGB", (32, 32), (200, 30, 30))
+    with pytest.raises(TypeError, match="got one image; wrap it in a list"):
+        encoder.encode_image(image)
+    with pytest.raises(TypeError, match=r"images\[1\]: expected a PIL image, got str; open files"):
+        encoder.encode_image([image, "red.jpg"])
+    with pytest.raises(TypeError, match=r"images\[0\]: expected a PIL image, got ndarray"):
+        encoder.encode_image([np.zeros((32, 32, 3), np.uint8)])
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:99"])
+def test_load_refuses_a_device_this_machine_lacks_in_one_line(tiny_run, device):
+    with pytest.raises(UserError, match=f"device: .*{device}"):
+        globetrotter.load(tiny_run, device=device)
+
+
+def _world(n: int = 30, d: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {name: rng.normal(size=(n, d)).astype(np.float32) for name in ("st", "tt", "si", "ti")}
+
+
+@pytest.mark.parametrize("ks", [(1.5,), "5", None, ()])
+def test_ks_that_are_no_positive_integers_are_refused_not_truncated(ks):
+    w = _world()
+    with pytest.raises(BackRetrievalError, match="ks: expected positive integers"):
+        br.bkr_recall(w["st"], w["si"], w["tt"], w["ti"], ks=ks)
+    with pytest.raises(BackRetrievalError, match="ks: expected positive integers"):
+        br.score(w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], ks=ks, bootstrap=0)
+
+
+def test_score_takes_one_k_and_refuses_negative_bootstrap():
+    w = _world()
+    res = br.score(w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], ks=5, bootstrap=0)
+    assert set(res.metrics) == {"bkr@5", "corr"} and res.ks == (5,)
+    with pytest.raises(BackRetrievalError, match="bootstrap: expected a number of replicates >= 0"):
+        br.score(w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], bootstrap=-1)
+
+
+def test_ragged_lists_name_the_input():
+    w = _world()
+    ragged = [[0.1, 0.2], [0.3]]
+    with pytest.raises(BackRetrievalError, match="src_text: cannot be read as an array"):
+        br.score(ragged, w["tt"], src_img=w["si"], tgt_img=w["ti"], bootstrap=0)
+    with pytest.raises(BackRetrievalError, match="src_text: cannot be read as an array"):
+        br.bkr_recall(ragged, w["si"], w["tt"], w["ti"])
+
+
+def test_compare_hits_refuses_what_is_no_hit_vector():
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, 2, 40), rng.integers(0, 2, 40)
+    with pytest.raises(BackRetrievalError, match=r"hits_a: .* outside \[0, 1\]"):
+        br.compare_hits(a * 3, b)  # ranks or counts: the verdict "A" was silent before
+    with pytest.raises(BackRetrievalError, match="hits_a: expected a 1-D per-query hit vector"):
+        br.compare_hits(a.reshape(4, 10), b.reshape(4, 10))
+    with pytest.raises(BackRetrievalError, match=r"pick one K: result\['hits'\]\[K\]"):
+        br.compare_hits({1: a}, {1: b})
+    with pytest.raises(BackRetrievalError, match=r"alpha must be in \(0, 1\)"):
+        br.compare_hits(a, b, alpha=5)
+    with pytest.raises(BackRetrievalError, match="number of replicates must be >= 1, got 0"):
+        br.compare_hits(a, b, n_boot=0)
+    assert "bootstrap" not in br.compare_hits(a, b, tests="mcnemar")  # one name, not its letters
+
+
+def test_compare_names_hits_and_tests_are_checked_as_pairs_and_names():
+    w = _world()
+    common = dict(src_img=w["si"], tgt_img=w["ti"], bootstrap=100)
+    with pytest.raises(BackRetrievalError, match="names: expected two labels"):
+        br.compare(w["st"], w["tt"], w["st"], w["tt"], names=("A",), **common)
+    with pytest.raises(BackRetrievalError, match="hits: expected two hit arrays or files"):
+        br.compare(hits=(np.ones(30),), ks=(1,))
+    res = br.compare(w["st"], w["tt"], w["st"], w["tt"], tests="mcnemar", **common)
+    assert res.tests == ("mcnemar",)
+
+
+def test_hubness_stats_refuses_indices_outside_the_targets():
+    with pytest.raises(BackRetrievalError, match="n_targets: expected at least one target"):
+        br.hubness_stats(np.array([], dtype=np.int64), 0)
+    with pytest.raises(BackRetrievalError, match=r"retrieved: expected target indices .* in \[0, 5\)"):
+        br.hubness_stats(np.array([1, 7]), 5)
+    assert br.hubness_stats(np.array([0, 0, 1]), 3)["never_retrieved"] == pytest.approx(1 / 3)
