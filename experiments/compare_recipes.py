@@ -22,13 +22,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.errors import run_cli  # noqa: E402
-from globetrotter.evaluation.tasks.select import paired_margin, read_record, shared_g_warning  # noqa: E402
+from globetrotter.argtypes import non_negative_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.tasks.select import (check_against, paired_margin, read_record,  # noqa: E402
+                                                  shared_g_warning)
 
 
 def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
     """The comparison of the module docstring, as a JSON-ready dict (``records``/``against``: record files)."""
     sides = [[read_record(path, flag) for path in paths] for flag, paths in (("RECORD", records), ("--against", against))]
+    first = None
+    for flag, paths, group in zip(("RECORD", "--against"), (records, against), sides):
+        for path, rec in zip(paths, group):  # each file checked by name, not as "record 2" of a side
+            if isinstance(rec, dict) and (rec.get("config") or {}).get("oracle"):
+                raise UserError(f"{flag} {path}: the oracle's record (oracle_ranking.py, chosen on parallel text), "
+                                "which scores no val queries; give the records of `eval.py select`")
+            queries, g = (first.get("queries_sha256"), first.get("image_features")) if first else (None, "")
+            check_against(rec, queries, g, f"{flag} {path}")
+            first = first or rec["details"]["val"]
     rows = [{"record": str(path), "model": (rec.get("model") or {}).get("path"),
              "chosen": (rec.get("metrics") or {}).get("chosen"), "mean_bkr": (rec.get("metrics") or {}).get("mean_bkr")}
             for paths, group in zip((records, against), sides) for path, rec in zip(paths, group)]
@@ -39,6 +50,17 @@ def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
         out["per_seed"] = [paired_margin([a], [b], seed=seed, sources=(pa, pb))
                            for a, b, pa, pb in zip(*sides, records, against)]
     return out
+
+
+def check_out_file(out: str) -> None:
+    """A one-line :class:`UserError`, before anything is read or printed, when ``out`` cannot be written as a file:
+    a folder, or under a path that is a file."""
+    path = Path(out)
+    if path.is_dir():
+        raise UserError(f"--out {out}: a folder; expected the path of a JSON file to write")
+    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"--out {out}: {blocked} is a file, not a folder to write into")
 
 
 def _line(margin: dict) -> str:
@@ -52,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("records", nargs="+", metavar="RECORD", help="select records of the recipe judged (its seeds)")
     parser.add_argument("--against", nargs="+", required=True, metavar="RECORD",
                         help="select records of the recipe it is judged against (its seeds, in the same order)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the bootstrap (default: 0)")
     parser.add_argument("--out", help="also write the comparison here as JSON")
     args = parser.parse_args(argv)
+    if args.out:
+        check_out_file(args.out)
     result = compare(args.records, args.against, args.seed)
     for side in ("records", "against"):
         for row in result[side]:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import DEFAULT_SIZE, choice_reference, read_reference  # noqa: E402
@@ -49,13 +50,20 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     reference = str(choice_reference(val, reference))  # never test, nor the split the choice is made on
     if test is not None:
         refuse_shared_images(val, test, "--val")
-    encoder, info = resolve_model(model)
+    from data_prep.shards import read_manifest
+
+    have = sorted(read_manifest(val)["languages"])
+    missing = [lang for lang in languages or () if lang not in have]
+    if missing:  # a code the split lacks: the --languages given, not the split's form, is the mistake
+        raise UserError(f"--languages {','.join(languages)}: --val {val} has no caption in {','.join(missing)} "
+                        f"(it has {','.join(have)})")
     try:
         ps = parallel_val(val, languages, n_groups, seed)
     except UserError as err:
         raise UserError(f"{err} (the oracle needs a parallel val split: its images with captions in every "
                         "language, e.g. the conversion without --assign-languages)") from None
     pool = read_reference(reference, ps.languages, reference_size)
+    encoder, info = resolve_model(model)  # after every check of the splits: loading a run takes a while
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     rows = []
     for ranking in model_candidates(model, encoder):
@@ -90,31 +98,32 @@ def refuse_shared_images(chosen_on: str, test: str, flag: str) -> None:
                         f"{sorted(shared)[0]!r}); choose on val images only")
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a trained run folder, or a baseline (tfidf)")
     parser.add_argument("--val", required=True, help="a parallel val split (never the test split)")
     parser.add_argument("--reference", required=True,
                         help="split whose captions give the rankings' statistics (the one test is scored with)")
     parser.add_argument("--languages", help="comma-separated codes (default: all of --val)")
-    parser.add_argument("--n-groups", type=int, help="val images sampled (default: every complete one)")
-    parser.add_argument("--reference-size", type=int, default=DEFAULT_SIZE,
+    parser.add_argument("--n-groups", type=positive_int, help="val images sampled (default: every complete one)")
+    parser.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE,
                         help="reference captions per language (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the samples (default %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the samples (default %(default)s)")
     parser.add_argument("--name", help="the record's name (default: oracle-<model name from the path>)")
     parser.add_argument("--test", help="the test split the choice will be applied to: --val may show none of its "
                                        "images (checked)")
-    parser.add_argument("--out", required=True, help="folder of the record (select-NAME.json)")
-    args = parser.parse_args()
-    try:
-        oracle_choice(args.model, args.val, args.reference, args.out,
-                      languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
-                      reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
-                      log=lambda line: print(line, flush=True))
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    parser.add_argument("--out", required=True, type=output_folder, help="folder of the record (select-NAME.json)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    oracle_choice(args.model, args.val, args.reference, args.out,
+                  languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
+                  reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
+                  log=lambda line: print(line, flush=True))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))

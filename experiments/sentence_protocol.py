@@ -20,7 +20,9 @@ For every model of every row (``--row LABEL=MODEL[,MODEL...]``: run folders, one
 Every ranking of every row and column takes its statistics from one reference pool (``--reference``; default: the
 train split beside ``--test``): each choice is made with it, and test is scored with the choice's own. A record
 already written in ``--out`` for the same model, split and setting is reused, so an interrupted table resumes and a
-row can gain seeds; one written for anything else is refused. Writes ``table.md`` (per row: each seed's
+row can gain seeds; one written for anything else is refused. Every input (rows, runs, splits, languages, ratios,
+the records already in ``--out``) is checked before the first row is scored. Writes ``command.json`` (the command,
+its options, each model's checkpoint and training seed, the intervals' settings), ``table.md`` (per row: each seed's
 figures, the chosen rankings, and the ``--ratio`` rows: the first row over the second, seed by seed, each also with
 its 95% interval by a paired bootstrap over the test groups) and prints it, and ``table.png``: the same figures as
 bars, one panel per language set (a bar: the mean over seeds; a dot: each seed).
@@ -29,26 +31,99 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import NoReturn
+from typing import Sequence
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the project, and oracle_ranking beside this file
+
+from globetrotter.argtypes import output_folder, positive_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
+
 BASE_COLUMNS = ("cosine", "val-chosen")
+COMMAND_RECORD = "command.json"
 
 
 def parse_rows(items: list[str]) -> list[tuple[str, list[str]]]:
-    """``LABEL=MODEL[,MODEL...]`` items, in order; a one-line error (exit 2) for an item without ``=``."""
-    rows = []
+    """``LABEL=MODEL[,MODEL...]`` items, in order; a one-line :class:`UserError` for an item without ``=``, without a
+    model (``full=,``), a label given twice (the table keys its rows by label) or a model given twice in a row."""
+    rows, seen = [], set()
     for item in items:
         label, sep, models = item.partition("=")
-        if not sep or not label or not models:
-            fail(f"error: --row {item!r}: expected LABEL=MODEL[,MODEL...]")
-        rows.append((label, [m for m in models.split(",") if m]))
+        listed = [m for m in models.split(",") if m]
+        if not sep or not label or not listed:
+            raise UserError(f"--row {item!r}: expected LABEL=MODEL[,MODEL...] with at least one model")
+        if label in seen:
+            raise UserError(f"--row {item!r}: the label {label!r} names another --row already; give each row its own")
+        twice = sorted({m for m in listed if listed.count(m) > 1})
+        if twice:
+            raise UserError(f"--row {item!r}: {twice[0]} is listed twice; list each seed's run once")
+        seen.add(label)
+        rows.append((label, listed))
     return rows
+
+
+def check_ratios(ratios: list[str], rows: list[tuple[str, list[str]]]) -> None:
+    """A one-line :class:`UserError` for a ``--ratio`` that is not ``TOP/BOTTOM`` of two row labels, or whose rows
+    cannot be paired seed by seed (BOTTOM holds one model, which divides every seed, or as many as TOP)."""
+    sizes = {label: len(models) for label, models in rows}
+    for ratio in ratios:
+        if ratio.count("/") != 1 or not set(ratio.split("/")) <= set(sizes):
+            raise UserError(f"--ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(sizes)})")
+        top, bottom = ratio.split("/")
+        if sizes[bottom] not in (1, sizes[top]):
+            raise UserError(f"--ratio {ratio!r}: {top} has {sizes[top]} models and {bottom} {sizes[bottom]}; expected "
+                            f"{bottom} to hold one model or as many as {top} (the ratio pairs them seed by seed)")
+
+
+def check_model(label: str, model: str, has_val: bool) -> None:
+    """A one-line :class:`UserError`, before anything is scored, when ``model`` of row ``label`` is no baseline and
+    no run or checkpoint folder with a checkpoint, or a baseline without ``--val`` (it has no run config)."""
+    from globetrotter.evaluation.models import is_baseline, is_pivot_ridge_spec
+    from globetrotter.training.checkpoint import resolve
+
+    try:
+        if is_baseline(model):
+            if not has_val:
+                raise UserError("a baseline has no run config to take the val split from; give --val SPLIT")
+            if is_pivot_ridge_spec(model):
+                from data_prep.shards import read_manifest
+
+                read_manifest(model.split(":", 1)[1])
+        elif not Path(model).is_dir():
+            raise UserError(f"{model}: no such run folder (expected a run folder, a checkpoint folder or tfidf)")
+        else:
+            resolve(model)
+    except UserError as err:
+        raise UserError(f"--row {label}: {err}") from None
+
+
+def check_languages(language_sets: list[str], splits: dict[str, str]) -> None:
+    """A one-line :class:`UserError` for a ``--languages`` set with an empty code or fewer than two codes, or a code
+    that one of ``splits`` (option -> split folder) has no caption in: a set the test scoring, a choice or the
+    reference statistics would refuse only once earlier rows were scored."""
+    from data_prep.shards import read_manifest
+
+    have = {}
+    for flag, split in splits.items():
+        try:
+            have[flag] = sorted(read_manifest(split)["languages"])
+        except UserError as err:
+            raise UserError(f"{flag}: {err}") from None
+    for ls in language_sets:
+        codes = ls.split(",")
+        if "" in codes or len(set(codes)) < 2:
+            raise UserError(f"--languages {ls!r}: expected two or more comma-separated language codes")
+        for flag, split in splits.items():
+            missing = [code for code in codes if code not in have[flag]]
+            if missing:
+                raise UserError(f"--languages {ls}: {flag} {split} has no caption in {','.join(missing)} "
+                                f"(it has {','.join(have[flag])})")
 
 
 def slug(label: str, model: str, langs: str) -> str:
@@ -59,17 +134,11 @@ def slug(label: str, model: str, langs: str) -> str:
                      langs.replace(",", "-")))
 
 
-def fail(message: str) -> NoReturn:
-    """Stop with ``message`` as one line on stderr and exit status 2 (bad input)."""
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
-
-
 def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> dict | None:
-    """The record at ``path`` when it holds this measurement already; None when absent; a one-line error (exit 2)
-    when it was written for another model or other weights (the checkpoint the run loads now: a run trained on or
-    resumed since), split (``None``: any), languages or setting (``config``), which reusing it would put in the
-    table unseen."""
+    """The record at ``path`` when it holds this measurement already; None when absent; a one-line
+    :class:`UserError` when it was written for another model or other weights (the checkpoint the run loads now: a
+    run trained on or resumed since), split (``None``: any), languages or setting (``config``), which reusing it
+    would put in the table unseen."""
     if not path.is_file():
         return None
     from globetrotter.evaluation.models import current_checkpoint, model_info
@@ -83,8 +152,7 @@ def reusable(path: Path, model: str, split: str | None, languages: str, **config
         want["split"], have["split"] = str(Path(split).resolve()), record["dataset"]["path"]
     wrong = [f"{key} {have[key]!r}, not {want[key]!r}" for key in want if have[key] != want[key]]
     if wrong:
-        print(f"error: {path} was written for {'; '.join(wrong)}: delete it or use another --out", file=sys.stderr)
-        raise SystemExit(2)
+        raise UserError(f"{path} was written for {'; '.join(wrong)}: delete it or use another --out")
     return record
 
 
@@ -99,7 +167,10 @@ def run(argv: list[str], log: Path) -> None:
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
     if code:
-        raise SystemExit(f"error: eval.py {' '.join(argv[:3])} ... failed (exit {code}); see {log}")
+        lines = reversed(log.read_text(encoding="utf-8").splitlines())
+        reason = next((line.strip().split("error: ", 1)[1] for line in lines
+                       if line.startswith("error: ") or ": error: " in line), f"exit {code}")
+        raise UserError(f"eval.py {' '.join(argv[:3])} ... failed ({reason}); see {log}")
 
 
 def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace, log: Path) -> None:
@@ -114,11 +185,13 @@ def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace
             oracle_choice(model, args.oracle_val, reference(args), args.out, languages=langs.split(","), name=name,
                           test=args.test, log=lambda line: print(line, file=fh, flush=True))
         except UserError as err:
-            fail(f"error: --oracle-val: {err}")
+            raise UserError(f"--oracle-val: {err}") from None
 
 
-def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict:
-    """The two choices on val and the two test figures of one model (records reused when present)."""
+def measure(model: str, name: str, langs: str, args: argparse.Namespace, score: bool = True) -> dict:
+    """The two choices on val and the two test figures of one model (records reused when present). ``score=False``:
+    only check the records already in ``--out`` (a one-line error for one written for anything else), scoring
+    nothing, so that a stale record is refused before any row is scored."""
     out, log = Path(args.out), Path(args.out) / f"{name}.log"
     val = ["--val", args.val] if args.val else []
     figures = {}
@@ -126,6 +199,8 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
         choice = out / f"select-{name}-{column}.json"
         chosen_on = args.oracle_val if column == "oracle" else args.val
         selected = reusable(choice, model, chosen_on, langs, reference=reference(args))
+        if selected is None and not score:
+            continue
         if selected is None:
             if column == "oracle":
                 choose_by_oracle(model, f"{name}-{column}", langs, args, log)
@@ -139,8 +214,10 @@ def measure(model: str, name: str, langs: str, args: argparse.Namespace) -> dict
         result = reusable(record, model, args.test, langs, n_groups=args.n_groups, ranking=chosen,
                           ranking_record=str(choice))
         if result is not None and result["config"].get("reference") not in (None, selected["config"]["reference"]):
-            fail(f"error: {record} was scored with statistics from {result['config']['reference']}, not "
-                 f"{selected['config']['reference']} ({choice}'s): delete it or use another --out")
+            raise UserError(f"{record} was scored with statistics from {result['config']['reference']}, not "
+                            f"{selected['config']['reference']} ({choice}'s): delete it or use another --out")
+        if not score:
+            continue
         if result is None:
             run(["sentence", "--model", model, "--split", args.test, "--languages", langs, "--n-groups",
                  str(args.n_groups), "--ranking", str(choice), "--name", f"{name}-{column}", "--out", str(out)], log)
@@ -238,7 +315,7 @@ def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> P
     return save_figure(fig, path)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--test", required=True, help="parallel test split, scored once per choice")
     parser.add_argument("--val", help="non-parallel val split to choose on (default: each run's config's; the "
@@ -247,41 +324,103 @@ def main() -> None:
                         help="split whose captions give every ranking's statistics, the same for every row and "
                              "column (default: the train split beside --test)")
     parser.add_argument("--languages", action="append", required=True, help="comma-separated codes (repeatable)")
-    parser.add_argument("--n-groups", type=int, default=200, help="test groups (default %(default)s)")
+    parser.add_argument("--n-groups", type=positive_int, default=200, help="test groups (default %(default)s)")
     parser.add_argument("--row", action="append", required=True, help="LABEL=MODEL[,MODEL...] (repeatable)")
     parser.add_argument("--ratio", action="append", default=[], help="TOP/BOTTOM: a row of ratios, seed by seed")
     parser.add_argument("--oracle-val", metavar="SPLIT",
                         help="a parallel val split: adds the column oracle, each model's ranking chosen by sentence "
                              "translation on it (reads parallel text: a measure of what the val choice costs)")
-    parser.add_argument("--out", required=True, help="folder of the records, table.md and table.png")
-    args = parser.parse_args()
-    rows = parse_rows(args.row)
-    labels = {label for label, _ in rows}
-    for ratio in args.ratio:
-        if ratio.count("/") != 1 or not set(ratio.split("/")) <= labels:
-            fail(f"error: --ratio {ratio!r}: expected TOP/BOTTOM, two labels of --row ({sorted(labels)})")
-    oracle_val = Path(args.oracle_val) if args.oracle_val else None
-    if oracle_val and (not oracle_val.is_dir() or oracle_val.resolve() == Path(args.test).resolve()):
-        fail(f"error: --oracle-val {args.oracle_val!r}: expected a parallel val split folder, "
-                         "not the test split")
+    parser.add_argument("--out", required=True, type=output_folder,
+                        help=f"folder of the records, table.md, table.png and {COMMAND_RECORD} (the command, its "
+                             "options and each model's checkpoint and training seed)")
+    return parser
+
+
+def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) -> None:
+    """Every check that needs no scoring, before any row is scored: a mistake in the last row, or a record in
+    ``--out`` written for another setting, would otherwise stop the table after hours of scoring."""
     from oracle_ranking import refuse_shared_images
 
-    from globetrotter.errors import UserError
+    from globetrotter.evaluation.reference import choice_reference
 
-    try:  # a choice made on images of the test split would read test
-        for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
-            if split:
-                refuse_shared_images(split, args.test, flag)
-    except UserError as err:
-        fail(f"error: {err}")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
+    check_ratios(args.ratio, rows)
+    if args.oracle_val and Path(args.oracle_val).resolve() == Path(args.test).resolve():
+        raise UserError(f"--oracle-val {args.oracle_val}: expected a parallel val split, not the test split")
+    ref_flag = "--reference" if args.reference else "--reference (default: the train split beside --test)"
+    splits = {"--test": args.test, ref_flag: reference(args)}
+    splits.update({flag: split for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)) if split})
+    check_languages(args.languages, splits)
+    if args.val:  # the statistics of a choice come neither from the split it is made on nor from a test split
+        choice_reference(args.val, reference(args))
+    for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
+        if split:  # a choice made on images of the test split would read test
+            refuse_shared_images(split, args.test, flag)
+    named: dict[str, str] = {}
+    for label, models in rows:
+        for model in models:
+            check_model(label, model, args.val is not None)
+            for ls in args.languages:
+                name = slug(label, model, ls)
+                if named.setdefault(name, model) != model:
+                    raise UserError(f"--row {label}: {model} and {named[name]} would share the records {name}-*; "
+                                    "give them rows of other labels, or run folders whose last two parts differ")
+    for label, models in rows:
+        for model in models:
+            for ls in args.languages:
+                measure(model, slug(label, model, ls), ls, args, score=False)
+
+
+def model_entry(model: str) -> dict:
+    """A model of the table as ``command.json`` lists it: the spec given, its resolved path, the checkpoint it loads
+    and the seed it was trained with (its checkpoint's config.yaml; ``None`` for a baseline)."""
+    import yaml
+
+    from globetrotter.evaluation.models import current_checkpoint, model_info
+
+    checkpoint = current_checkpoint(model)
+    seed = None
+    if checkpoint and (Path(checkpoint) / "config.yaml").is_file():
+        seed = (yaml.safe_load((Path(checkpoint) / "config.yaml").read_text(encoding="utf-8")) or {}).get("seed")
+    return {"spec": model, "path": model_info(model)["path"], "checkpoint": checkpoint, "training_seed": seed}
+
+
+def command_record(argv: Sequence[str], rows: list[tuple[str, list[str]]], args: argparse.Namespace) -> dict:
+    """What ``command.json`` holds, so a table can be traced and re-run: the command line, every option (the
+    reference resolved), each row's models, and the settings of the ratios' intervals."""
+    import inspect
+
+    from globetrotter.evaluation.sentence import ratio_interval
+
+    defaults = {k: v.default for k, v in inspect.signature(ratio_interval).parameters.items()
+                if v.default is not inspect.Parameter.empty}
+    return {"command": shlex.join([".venv/bin/python", "experiments/sentence_protocol.py", *argv]),
+            "argv": list(argv), "cwd": str(Path.cwd()), "options": {**vars(args), "reference": reference(args)},
+            "columns": list(columns(args)),
+            "rows": [{"label": label, "models": [model_entry(m) for m in models]} for label, models in rows],
+            "ratio_intervals": {"method": "paired bootstrap over the test groups", **defaults}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    rows = parse_rows(args.row)
+    check_inputs(rows, args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = command_record(argv, rows, args)
+    text = json.dumps(record, indent=2)
+    if not (out / COMMAND_RECORD).is_file() or (out / COMMAND_RECORD).read_text(encoding="utf-8") != text:
+        (out / COMMAND_RECORD).write_text(text, encoding="utf-8")  # the same command again leaves it as it was
     results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]
                for label, models in rows}
     text = table(rows, results, args.languages, args.ratio, columns(args))
-    (Path(args.out) / "table.md").write_text(text, encoding="utf-8")
-    plot_table(rows, results, args.languages, Path(args.out) / "table.png", columns(args))
+    text += (f"\nCommand ({COMMAND_RECORD}: its options, each model's checkpoint and training seed): "
+             f"`{record['command']}`\n")
+    (out / "table.md").write_text(text, encoding="utf-8")
+    plot_table(rows, results, args.languages, out / "table.png", columns(args))
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main))

@@ -80,3 +80,28 @@ def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):
     a, b = write(tmp_path, "a", mine), write(tmp_path, "b", theirs)
     assert cmp.run_cli(cmp.main, [a, "--against", b]) == 0
     assert "note: g (g) is the image encoder of --against;" in capsys.readouterr().out
+
+
+def test_a_bad_out_or_seed_is_refused_before_anything_is_printed(cmp, tmp_path, capsys):
+    a, b = write(tmp_path, "a", record([0.3, 0.2, 0.4])), write(tmp_path, "b", record([0.2, 0.2, 0.3]))
+    (tmp_path / "file").write_text("x")
+    for out, expected in ((tmp_path, "a folder; expected the path of a JSON file"),
+                          (tmp_path / "file" / "c.json", "is a file, not a folder to write into")):
+        assert cmp.run_cli(cmp.main, [a, "--against", b, "--out", str(out)]) == 2
+        printed = capsys.readouterr()
+        assert expected in printed.err and printed.out == "" and len(printed.err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as stop:
+        cmp.run_cli(cmp.main, [a, "--against", b, "--seed", "-1"])
+    assert stop.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_record_that_does_not_fit_is_named_by_its_file(cmp, tmp_path, capsys):
+    good = [write(tmp_path, f"g{i}", record([0.1, 0.2, 0.3])) for i in range(2)]
+    other = write(tmp_path, "other-queries", record([0.1, 0.2, 0.3], queries="q2"))
+    oracle = record([0.1, 0.2, 0.3])
+    oracle["config"]["oracle"] = True  # oracle_ranking.py's record: chosen on parallel text, no val queries
+    del oracle["details"]["val"]
+    for bad, expected in ((other, "its val queries are not"), (write(tmp_path, "oracle", oracle), "the oracle's record")):
+        assert cmp.run_cli(cmp.main, [*good, "--against", good[0], bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --against {bad}: ") and expected in err, err

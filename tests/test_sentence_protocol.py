@@ -29,6 +29,13 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table.splitlines()[3]
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    command = json.loads((out / "command.json").read_text(encoding="utf-8"))  # what traces the table to its inputs
+    assert command["argv"] == argv[2:] and command["options"]["n_groups"] == 12
+    assert command["options"]["reference"] == str(tiny_world / "train")
+    (full,) = next(row["models"] for row in command["rows"] if row["label"] == "full")
+    assert full["checkpoint"] == record["model"]["checkpoint"] and full["training_seed"] == 0
+    assert command["ratio_intervals"]["seed"] == 0 and command["ratio_intervals"]["n_boot"] == 1000
+    assert table.splitlines()[-1].startswith("Command (command.json") and "--row full=" in table.splitlines()[-1]
     tfidf = json.loads((out / "sentence-tf-idf-tfidf-en-ru-val-chosen.json").read_text(encoding="utf-8"))
     mine, theirs = record["details"]["per_group"], tfidf["details"]["per_group"]
     assert mine["ids"] == theirs["ids"] and len(mine["ids"]) == 12
@@ -136,3 +143,80 @@ def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_re
     on_test = subprocess.run(argv[:-4] + ["--oracle-val", str(tiny_world / "test"), "--out", str(out)],
                              capture_output=True, text=True, cwd=ROOT)
     assert on_test.returncode != 0 and "not the test split" in on_test.stderr
+
+
+@pytest.fixture(scope="module")
+def protocol():
+    return load_experiment("sentence_protocol")
+
+
+def protocol_argv(world: Path, out: Path, *extra: str) -> list[str]:
+    return ["--test", str(world / "test"), "--val", str(world / "val"), "--languages", "en,ru", "--n-groups", "12",
+            *extra, "--out", str(out)]
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--row", "full"], "--row 'full': expected LABEL=MODEL"),
+    (["--row", "full=,"], "--row 'full=,': expected LABEL=MODEL[,MODEL...] with at least one model"),
+    (["--row", "a=tfidf", "--row", "a=tfidf"], "the label 'a' names another --row"),
+    (["--row", "a=RUN,RUN"], "is listed twice"),
+    (["--row", "a=tfidf", "--ratio", "a/nope"], "two labels of --row"),
+    (["--row", "a=RUN", "--row", "b=RUN,tfidf", "--ratio", "a/b"], "expected b to hold one model or as many as a"),
+    (["--row", "a=tfidf", "--row", "b=MISSING"], "--row b: "),
+    (["--row", "a=tfidf", "--row", "b=WORLD"], "--row b: "),
+    (["--row", "a=tfidf", "--languages", "en,xx"], "--languages en,xx: --test "),
+    (["--row", "a=tfidf", "--languages", "en"], "--languages 'en': expected two or more"),
+    (["--row", "a=tfidf", "--oracle-val", "MISSING"], "--oracle-val: "),
+])
+def test_user_mistakes_are_one_line_errors_before_anything_is_written(protocol, tiny_world, tiny_run, tmp_path, capsys,
+                                                                      extra, expected):
+    swap = {"RUN": str(tiny_run), "MISSING": str(tmp_path / "nothing"), "WORLD": str(tiny_world / "train")}
+    for word, path in swap.items():
+        extra = [x.replace(word, path) for x in extra]
+    out = tmp_path / "table"
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, *extra)) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--n-groups", "0"], "--n-groups: expected a positive integer, got 0"),
+    (["--out", "FILE"], "is a file, expected a folder"),
+])
+def test_bad_counts_and_an_out_that_is_a_file_are_usage_errors(protocol, tiny_world, tmp_path, capsys, extra,
+                                                               expected):
+    (tmp_path / "file").write_text("x")
+    extra = [str(tmp_path / "file") if x == "FILE" else x for x in extra]
+    with pytest.raises(SystemExit) as stop:
+        protocol.run_cli(protocol.main, protocol_argv(tiny_world, tmp_path / "t", "--row", "a=tfidf") + extra)
+    assert stop.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_stale_record_of_a_later_row_stops_the_table_before_the_first_row_is_scored(protocol, tiny_world, tiny_run,
+                                                                                      tmp_path, capsys):
+    out = tmp_path / "table"
+    out.mkdir()
+    name = protocol.slug("full", str(tiny_run), "en,ru")
+    stale = {"model": {"path": str(tmp_path / "another-run")}, "languages": ["en", "ru"], "dataset": {"path": "x"},
+             "config": {"reference": str(tiny_world / "train")}}
+    (out / f"select-{name}-cosine.json").write_text(json.dumps(stale), encoding="utf-8")
+    argv = protocol_argv(tiny_world, out, "--row", "TF-IDF=tfidf", "--row", f"full={tiny_run}")
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert "another-run" in err and "another --out" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in out.iterdir()) == [f"select-{name}-cosine.json"]  # TF-IDF not scored
+
+
+def test_a_failing_evaluation_is_one_line_that_says_why(protocol, tiny_world, tiny_run, tmp_path, capsys):
+    from globetrotter.training.checkpoint import resolve
+
+    run_dir = tmp_path / "runs" / "broken"
+    shutil.copytree(tiny_run, run_dir)
+    for weights in resolve(run_dir).glob("*.safetensors"):
+        weights.unlink()  # a checkpoint folder that resolves, whose weights are gone: only loading it finds out
+    out = tmp_path / "table"
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--row", f"full={run_dir}")) == 2
+    err = capsys.readouterr().err
+    assert "eval.py select --model" in err and "cannot load the weights" in err and ".log" in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,45 @@
+"""experiments/oracle_ranking.py: bad input is one line (exit 2), found before the model is loaded or anything scored."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import load_experiment
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return load_experiment("oracle_ranking")
+
+
+def test_a_language_the_val_split_lacks_is_named_as_the_languages_mistake_before_the_model_loads(oracle, tiny_world,
+                                                                                                tmp_path, capsys):
+    val = tmp_path / "val"  # a parallel split of other images: test's captions, under a val manifest
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    argv = ["--model", str(tmp_path / "no-run"), "--val", str(val), "--reference", str(tiny_world / "train"),
+            "--languages", "en,xx", "--out", str(tmp_path / "out")]
+    assert oracle.run_cli(oracle.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --languages en,xx: --val ") and "no caption in xx" in err
+    assert "needs a parallel val split" not in err and "no-run" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--n-groups", "0"], "--n-groups: expected a positive integer, got 0"),
+    (["--n-groups", "-3"], "--n-groups: expected a positive integer, got -3"),
+    (["--reference-size", "0"], "--reference-size: expected a positive integer, got 0"),
+    (["--seed", "-1"], "--seed: expected an integer >= 0, got -1"),
+    (["--out", "FILE"], "is a file, expected a folder to write into"),
+])
+def test_bad_counts_and_an_out_that_is_a_file_are_usage_errors_not_tracebacks(oracle, tiny_world, tmp_path, capsys,
+                                                                              extra, expected):
+    (tmp_path / "file").write_text("x")
+    argv = ["--model", "tfidf", "--val", str(tiny_world / "val"), "--reference", str(tiny_world / "train"),
+            "--out", str(tmp_path / "out")] + [str(tmp_path / "file") if x == "FILE" else x for x in extra]
+    with pytest.raises(SystemExit) as stop:
+        oracle.run_cli(oracle.main, argv)
+    assert stop.value.code == 2 and expected in capsys.readouterr().err
