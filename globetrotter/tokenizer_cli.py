@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from data_prep.shards import read_manifest
+from tokenizers import Tokenizer
 
 from .argtypes import int_at_least, positive_int
 from .errors import UserError
@@ -28,8 +29,16 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or Path(args.split_dir).parent / default_file_name(args.normalization)  # where training looks
     if Path(out).is_dir():
         raise UserError(f"--out {out}: is a folder; expected the tokenizer file to write (e.g. {Path(out) / 'tokenizer.json'})")
+    split = Path(args.split_dir).resolve()
+    if split == Path(out).resolve().parent or split in Path(out).resolve().parents:
+        raise UserError(f"--out {out}: is inside the split folder {args.split_dir}; write the tokenizer elsewhere "
+                        f"(default: {Path(args.split_dir).parent / default_file_name(args.normalization)})")
     path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency, args.normalization)
-    print(f"wrote {path}")
+    size = Tokenizer.from_file(str(path)).get_vocab_size()
+    print(f"wrote {path} ({size} tokens)")
+    if size < args.vocab_size:
+        print(f"note: {size} tokens, fewer than --vocab-size {args.vocab_size}: the captions hold no more pairs seen "
+              f"--min-frequency {args.min_frequency} times")
     return 0
 
 

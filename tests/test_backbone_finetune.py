@@ -113,4 +113,8 @@ def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_
         code, _, stderr = run_data_cli(["features", "finetune", split, *extra], capsys)
         assert code == 2 and message in stderr, stderr
         assert len(stderr.strip().splitlines()) == 1
+    for lr in ("-1", "0", "inf", "nan"):  # was: AdamW's traceback after the readings, or NaN weights
+        code, _, stderr = run_data_cli(["features", "finetune", split, "--from-run", str(run), "--out",
+                                        str(tmp_path / "out"), "--lr", lr], capsys)
+        assert code == 2 and "argument --lr: expected a finite number > 0" in stderr
     assert not (tmp_path / "out").exists()

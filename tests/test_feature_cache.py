@@ -383,8 +383,9 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     code, stdout, stderr = run(base)
     assert code == 0, stderr[-2000:]
     assert "wrote" in stdout and json.loads((out / "cache.json").read_text())["spec"]["views"] == 2
-    code, stdout, _ = run(base)
+    code, stdout, _ = run(base + ["--json"])  # --json was ignored when the cache was up to date
     assert code == 0 and "up to date" in stdout
+    assert json.loads(stdout[stdout.index("{"):]) == json.loads((out / "cache.json").read_text())
     code, _, stderr = run(base[:-1] + ["3"])
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]

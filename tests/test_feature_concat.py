@@ -108,6 +108,22 @@ def test_concat_refuses_bad_input_and_writes_nothing(tiny_world, caches, tmp_pat
     assert json.loads((out / "cache.json").read_text())["spec"]["weights"] == "x"
 
 
+def test_an_out_that_is_one_of_the_inputs_is_refused_even_with_force(tiny_world, caches, tmp_path):
+    import shutil
+
+    split = tiny_world / "train"
+    a, b = caches
+    mine = shutil.copytree(a, tmp_path / "a")
+    before = (mine / "cache.json").read_text()
+    with pytest.raises(UserError, match=f"--out {mine}: is also --cache {mine}"):  # was: replaced by the join
+        concat_caches(split, [mine, b], mine, "x", force=True, progress=False)
+    joined = tmp_path / "joined"
+    concat_caches(split, [mine, b], joined, "x", progress=False)
+    with pytest.raises(UserError, match="is also --centre-like"):
+        concat_caches(split, [mine, b], joined, "x", force=True, progress=False, centre_like=joined)
+    assert (mine / "cache.json").read_text() == before
+
+
 def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_path, capsys):
     split = tiny_world / "train"
     torch.manual_seed(0)

@@ -163,6 +163,39 @@ def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatc
     assert 'pip install "pyarrow>=14"' in message
 
 
+def test_ids_that_are_no_strings_and_empty_embeddings_are_refused_naming_the_file(tiny_world, source, tmp_path):
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors, json_ids=True)
+    id_file.write_text(json.dumps([None] * len(ids)))  # was: "duplicate image id 'None'"
+    message = refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out)
+    assert str(id_file) in message and "item 0 is null" in message
+    table = pa.table({"image_id": pa.array([[i] for i in range(len(ids))]), "embedding": [list(v) for v in vectors]})
+    pq.write_table(table, tmp_path / "listid.parquet")
+    message = refused(lambda: import_embeddings(split, tmp_path / "listid.parquet", out, "toy", progress=False), out)
+    assert "column 'image_id' holds list" in message and "--id-column" in message
+    empty = pa.array([[] for _ in ids], pa.list_(pa.float32()))  # was: a cache of 0 dims
+    pq.write_table(pa.table({"image_id": ids, "embedding": empty}), tmp_path / "dim0.parquet")
+    message = refused(lambda: import_embeddings(split, tmp_path / "dim0.parquet", out, "toy", progress=False), out)
+    assert "holds empty lists" in message
+    path = write_parquet(tmp_path / "first-null.parquet", ids, [None] + list(vectors[1:]))  # was: "the first row 0"
+    message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    assert f"image {ids[0]!r} (row 0) has no embedding" in message
+
+
+def test_parquet_column_options_with_a_npy_file_are_refused_not_ignored(tiny_world, source, tmp_path, capsys):
+    ids, vectors = source
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    out = tmp_path / "features"
+    for flag in ("--id-column", "--embedding-column"):
+        with pytest.raises(SystemExit) as stop:
+            data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
+                       str(id_file), "--name", "toy", "--quiet", "--out", str(out), flag, "vec"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1 and f"{flag} is for parquet inputs" in err[0]
+    assert not out.exists()
+
+
 def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, source, tmp_path):
     ids, vectors = source
     split, out = tiny_world / "train", tmp_path / "features"

@@ -233,11 +233,23 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     no_train.mkdir()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")
+    only_train = tmp_path / "only-train"
+    only_train.mkdir()
+    (only_train / "train").symlink_to(data / "train")
+    bad_tsv, empty_tsv = tmp_path / "bad.tsv", tmp_path / "empty.tsv"  # was: written, a copy of --data, exit 0
+    bad_tsv.write_text("one column\nfoo,bar,baz\n", encoding="utf-8")
+    empty_tsv.write_text("", encoding="utf-8")
     mixed = tmp_path / "mixed"  # converted without --assign-languages: images in several languages
     assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--workers", "1", "--out", mixed,
                 "--quiet"]) == 0
     cases = [
-        (["--data", no_train, *src, "--out", tmp_path / "o1"], "split directory not found"),
+        (["--data", no_train, *src, "--out", tmp_path / "o1"], f"--data {no_train}: no train/manifest.json"),
+        (["--data", data / "train", *src, "--out", tmp_path / "o1"], "is a split folder itself"),
+        (["--data", only_train, *src, "--splits", "train,val", "--out", tmp_path / "o1"],
+         f"--splits names val, but --data {only_train} has no val/ split"),
+        (["--data", data, "--captions", bad_tsv, "--out", tmp_path / "o1"], "none of the 2 caption record(s)"),
+        (["--data", data, "--flickr8k", f"{bad_tsv}:en", "--out", tmp_path / "o1"], f"first: {bad_tsv}:1"),
+        (["--data", data, "--captions", empty_tsv, "--out", tmp_path / "o1"], "no caption record read"),
         (["--data", data, *src, "--out", tmp_path / "taken"], "pass --overwrite"),
         (["--data", data, *src, "--out", tmp_path / "taken", "--overwrite"], "not a dataset written by more-captions"),
         (["--data", data, *src, "--out", data / "more"], "outside --data"),

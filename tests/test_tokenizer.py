@@ -126,6 +126,27 @@ def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_
     assert not (world / "tokenizer.json").exists()
 
 
+def test_the_tokenizer_command_refuses_an_out_inside_the_split_and_says_when_the_vocabulary_is_smaller(
+        tiny_world, tmp_path, capsys):
+    import shutil
+
+    from globetrotter.data_cli import main as data_cli
+
+    split = shutil.copytree(tiny_world / "train", tmp_path / "world" / "train")
+    manifest = (split / "manifest.json").read_text()
+    for out in (split / "manifest.json", split / "sub" / "tok.json"):  # was: the split's manifest overwritten
+        with pytest.raises(SystemExit) as done:
+            data_cli(["tokenizer", str(split), "--vocab-size", "300", "--out", str(out)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert done.value.code == 2 and len(err) == 1 and "is inside the split folder" in err[0]
+    assert (split / "manifest.json").read_text() == manifest and not (split / "sub").exists()
+    with pytest.raises(SystemExit) as done:
+        data_cli(["tokenizer", str(split), "--vocab-size", "100000"])
+    stdout = capsys.readouterr().out
+    size = load_tokenizer(tmp_path / "world" / "tokenizer.json").get_vocab_size()
+    assert done.value.code == 0 and size < 100000 and f"note: {size} tokens, fewer than --vocab-size 100000" in stdout
+
+
 # ----------------------------------------------------------------------------- provenance guard rails
 
 

@@ -18,6 +18,17 @@ from ..training.backbone_finetune import FinetuneSettings
 from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a learning rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
+    return value
+
+
 def _build(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     model = cfg.model
@@ -45,6 +56,8 @@ def _build(args: argparse.Namespace) -> int:
     if (out / SPEC).is_file() and not args.force:
         cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
+        if args.json:
+            print(json.dumps(json.loads((out / SPEC).read_text()), indent=2))
         return 0
     from ..models.image import create_image_backbone
     from ..threads import configure_threads
@@ -164,9 +177,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--ids", help="image id of each .npy row: a text file, one id per line, or a .json list")
     q.add_argument("--name", required=True, help="the embeddings' name; training's model.image_pretrained must be it")
     q.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
-    q.add_argument("--id-column", default="image_id",
-                   help="parquet column of the image ids (default %(default)s; key, as img2dataset writes, when absent)")
-    q.add_argument("--embedding-column", default="embedding", help="parquet column of the embeddings (default %(default)s)")
+    q.add_argument("--id-column", help="parquet column of the image ids (default image_id; key, as img2dataset "
+                   "writes, when absent)")
+    q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
     q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
                    "(never a folder that is no feature cache)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -220,7 +233,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--out", required=True, help="a new or empty folder (or this fine-tune's own, to resume)")
     f.add_argument("--epochs", type=positive_int, default=FinetuneSettings.epochs,
                    help="passes over the images (default %(default)s)")
-    f.add_argument("--lr", type=float, default=FinetuneSettings.lr, help="the backbone's learning rate; the head's is "
+    f.add_argument("--lr", type=positive_float, default=FinetuneSettings.lr, help="the backbone's learning rate; the head's is "
                    f"{FinetuneSettings.head_lr:g} (default %(default)s)")
     f.add_argument("--seed", type=int, default=FinetuneSettings.seed,
                    help="seeds the head, the views and the order (default %(default)s)")

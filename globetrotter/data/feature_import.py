@@ -77,6 +77,10 @@ def read_id_list(path: Path) -> list[str]:
                                 "expected a JSON list of image ids") from None
             if not isinstance(ids, list):
                 raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
+            bad = next((i for i, v in enumerate(ids) if isinstance(v, bool) or not isinstance(v, (str, int))), None)
+            if bad is not None:
+                raise UserError(f"{path}: item {bad} is {json.dumps(ids[bad])}, not an image id (expected a JSON "
+                                "list of strings or integers)")
             return [str(i) for i in ids]
         ids = []
         for line in read_text_lines(path):
@@ -145,6 +149,12 @@ class _Parquet(_Source):
             if column not in names:
                 raise UserError(f"{path}: no column {column!r} ({flag}; its columns: {', '.join(names)})")
         self.id_column, self.embedding_column = id_column, embedding_column
+        import pyarrow as pa
+
+        kind = self.file.schema_arrow.field(id_column).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+            raise UserError(f"{path}: column {id_column!r} holds {kind}, not image ids (strings or integers; "
+                            "--id-column)")
         self.ids = []
         for batch in self.file.iter_batches(batch_size=CHUNK_ROWS, columns=[id_column]):
             column = batch.column(0)
@@ -162,12 +172,17 @@ class _Parquet(_Source):
         if not lists or not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
             raise UserError(f"{self.path}: column {self.embedding_column!r} holds {kind}, not lists of floats "
                             f"(one flat list of numbers per image)")
-        if pa.types.is_fixed_size_list(kind):
-            return kind.list_size
+        dim = kind.list_size if pa.types.is_fixed_size_list(kind) else None
         for batch in self.file.iter_batches(batch_size=1, columns=[self.embedding_column]):
             first = batch.column(0)[0].as_py()
-            return len(first or [])
-        return 0
+            if first is None:
+                raise UserError(f"{self.path}: image {self.ids[0]!r} (row 0) has no embedding")
+            dim = len(first) if dim is None else dim
+            break
+        if dim == 0:
+            raise UserError(f"{self.path}: column {self.embedding_column!r} holds empty lists; expected one list "
+                            "of D >= 1 numbers per image")
+        return dim or 0  # no row at all: every image of the split lacks one (refused by _check_ids)
 
     def chunks(self) -> Iterator[np.ndarray]:
         import pyarrow.compute as pc
@@ -187,15 +202,22 @@ class _Parquet(_Source):
             row += len(column)
 
 
-def _open_source(path: Path, ids: Path | None, id_column: str, embedding_column: str) -> _Source:
+def _open_source(path: Path, ids: Path | None, id_column: str | None, embedding_column: str | None) -> _Source:
+    """The source at ``path``; ``id_column`` / ``embedding_column``: ``None`` for the defaults (refused with a
+    ``.npy`` when given, as it names no columns)."""
     if not path.is_file():
         raise UserError(f"--embeddings {path}: no such file")
     if path.suffix == ".npy":
+        given = [flag for flag, value in (("--id-column", id_column), ("--embedding-column", embedding_column))
+                 if value is not None]
+        if given:
+            raise UserError(f"{path}: {' and '.join(given)} {'is' if len(given) == 1 else 'are'} for parquet "
+                            "inputs; a .npy array has no columns (its ids come from --ids)")
         return _Npy(path, ids)
     if path.suffix in (".parquet", ".pq"):
         if ids is not None:
             raise UserError(f"{path}: --ids is for .npy inputs; a parquet file names its images (--id-column)")
-        return _Parquet(path, id_column, embedding_column)
+        return _Parquet(path, id_column or "image_id", embedding_column or "embedding")
     raise UserError(f"--embeddings {path}: expected a .npy array (with --ids) or a .parquet file")
 
 
@@ -234,10 +256,11 @@ def _check_name(name: str) -> None:
 
 
 def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: str | Path, name: str,
-                      ids: str | Path | None = None, id_column: str = "image_id", embedding_column: str = "embedding",
-                      force: bool = False, progress: bool = True) -> dict:
+                      ids: str | Path | None = None, id_column: str | None = None,
+                      embedding_column: str | None = None, force: bool = False, progress: bool = True) -> dict:
     """Write the embeddings of the split's images from ``embeddings`` (``.npy`` with ``ids``, or ``.parquet``) as a
     feature cache ``[images, 1, D]`` float16 in ``out_dir``, named ``name``; returns its ``cache.json`` record.
+    ``id_column`` / ``embedding_column`` (parquet only; ``None``: ``image_id`` or ``key``, and ``embedding``).
 
     At most :data:`CHUNK_ROWS` source rows are held as float32 at a time (besides the id -> row index)."""
     _check_name(name)

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from data_prep.errors import UserError
+from data_prep.shards import MANIFEST
 
 from ..cli import _existing_dir, _language_list, _sources, add_source_arguments
 from ..pipeline import SUMMARY
@@ -78,11 +79,13 @@ def more_captions(args: argparse.Namespace) -> int:
     if args.images:
         print("note: --images is not used: image bytes are copied from the shards of --data", file=sys.stderr)
 
+    check_splits(data, args.splits)
     states = {name: load_split(data / name, name) for name in args.splits}
     matcher = Matcher(split_of_images(data, states))
     report = ConversionReport()
     sources, names = _sources(args)
     gather(sources, states, matcher, args.langs, report, not args.quiet)
+    check_usable(report, [*map(str, args.multi30k), *(str(f) for f, _ in args.flickr8k), *map(str, args.captions)])
     report.timing["read_seconds"] = time.perf_counter() - start
     if report.total_written == 0:
         report.note("no caption to add: the new splits equal the original ones")
@@ -115,6 +118,32 @@ def more_captions(args: argparse.Namespace) -> int:
               "skipped", file=sys.stderr)
         return 1
     return 0
+
+
+def check_splits(data: Path, splits: list[str]) -> None:
+    """One-line error naming --data (or --splits) when a split to enrich is not in ``data``."""
+    for name in splits:
+        if (data / name / MANIFEST).is_file():
+            continue
+        if (data / MANIFEST).is_file():
+            raise UserError(f"--data {data}: is a split folder itself; give the converted dataset folder holding "
+                            f"{name}/ (its parent, {data.resolve().parent})")
+        if name != "train" and (data / "train" / MANIFEST).is_file():
+            raise UserError(f"--splits names {name}, but --data {data} has no {name}/ split")
+        raise UserError(f"--data {data}: no {name}/{MANIFEST} (expected a converted dataset: train/, val/, test/ "
+                        "split folders written by globetrotter-data)")
+
+
+def check_usable(report: ConversionReport, sources: list[str]) -> None:
+    """One-line error when the sources gave no usable caption record at all (empty, or every record bad input:
+    a file of another format), before anything is written."""
+    if report.total_written or report.total_unused:
+        return
+    if not report.records:
+        raise UserError(f"{', '.join(sources)}: no caption record read (empty source?)")
+    first = next(issue for issues in report.issues.values() for issue in issues)
+    raise UserError(f"none of the {report.records} caption record(s) of {', '.join(sources)} is usable, all bad input "
+                    f"(a file of another format?); first: {first}")
 
 
 def _splits(value: str) -> list[str]:
