@@ -54,6 +54,17 @@ def fusion_weight(text: str) -> float | str:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a learning rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (a weight)."""
     try:

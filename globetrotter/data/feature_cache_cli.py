@@ -11,22 +11,11 @@ from pathlib import Path
 
 from data_prep.shards import read_manifest
 
-from ..argtypes import non_negative_int, positive_int, torch_device
+from ..argtypes import non_negative_int, positive_float, positive_int, torch_device
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from ..training.backbone_finetune import FinetuneSettings
 from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (a learning rate)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
-    return value
 
 
 def _build(args: argparse.Namespace) -> int:
