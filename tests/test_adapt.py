@@ -14,7 +14,8 @@ from globetrotter.config import load_train_config
 from globetrotter.config_io import save_config
 from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
 from globetrotter.losses import transitive_alpha
-from globetrotter.tokenizer import extend_tokenizer, token_bytes, train_tokenizer
+from globetrotter.tokenizer import (extend_tokenizer, provenance_languages, read_provenance, token_bytes,
+                                    train_tokenizer)
 from globetrotter.training import checkpoint as ckpt
 from globetrotter.training.adapt import load_adapt_config, resolve_config
 from globetrotter.training.adapt import split as adapt_split
@@ -110,7 +111,7 @@ def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, t
     assert json.loads((cfg.run_dir / "result.json").read_text())["adapt"]["after"] == report["after"]
     # an ordinary run folder: its config, the grown tokenizer, evaluable by eval.py
     saved = load_train_config(cfg.run_dir / "config.yaml")
-    assert saved.adapt.from_run == str(base) and saved.adapt.language == "el"
+    assert saved.adapt.from_run == str(ckpt.resolve(base).resolve()) and saved.adapt.language == "el"
     from globetrotter.evaluation.cli import main as eval_main
 
     with pytest.raises(SystemExit) as done:
@@ -142,6 +143,14 @@ def test_old_captions_tokenize_as_before_and_only_new_rows_move(world, base, tmp
     a, b = before.model.state_dict(), after.model.state_dict()
     n = before.tokenizer.get_vocab_size()
     assert all(torch.equal(a[k], b[k][:n] if k.endswith(("token_embedding.weight", "cloze_head.bias")) else b[k]) for k in a)
+    # the adapted run records what it was adapted from: the very checkpoint (absolute), the language and the split,
+    # in its config (beside every checkpoint) and its tokenizer's provenance, which lists the new language
+    start = str(ckpt.resolve(base).resolve())
+    saved = load_train_config(ckpt.resolve(cfg.run_dir) / "config.yaml")
+    assert (saved.adapt.from_run, saved.adapt.language, saved.adapt.split) == (start, "el", "adapt")
+    record = read_provenance(ckpt.resolve(cfg.run_dir) / "tokenizer.json")
+    assert record["adapt"]["from"] == start and record["adapt"]["split"] == str((world / "adapt").resolve())
+    assert provenance_languages(record) == {"en", "ru", "ja", "el"}
 
 
 @pytest.fixture(scope="module")
@@ -363,3 +372,54 @@ def test_steps_beside_adapt_epochs_is_refused_not_replaced(tiny_run, tmp_path, c
         train_main([f"adapt.from={tiny_run}", "adapt.language=el", "steps=5", f"output_dir={tmp_path}"])
     assert done.value.code == 2 and "adapt.epochs=null" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_an_unfinished_run_or_weights_that_do_not_load_are_refused_before_anything_is_written(base, tmp_path, capsys):
+    """adapt.from=RUN of a run short of its steps (killed, or still training) would adapt a half-trained model in
+    silence; weights that do not load failed only once the run folder and its grown tokenizer were written."""
+    import shutil
+
+    out = tmp_path / "out"
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(base, unfinished, ignore=shutil.ignore_patterns("tensorboard"))
+    latest = ckpt.resolve(unfinished, prefer_best=False)
+    saved = latest / "config.yaml"
+    saved.write_text(saved.read_text().replace("\nsteps: 150\n", "\nsteps: 1000\n"))
+    code, line = run_cli(capsys, f"adapt.from={unfinished}", "adapt.language=el", f"output_dir={out}")
+    assert code == 2 and line == (f"error: adapt.from={unfinished}: the run is unfinished (its latest checkpoint, "
+                                  f"{latest.name}, is at step 150 of steps=1000); finish it with --resume latest, or "
+                                  f"name a checkpoint to adapt from it as it is (adapt.from={latest})"), line
+    named = resolve_config(load_adapt_config(None, [f"adapt.from={latest}", "adapt.language=el", f"output_dir={out}"]))
+    assert named.adapt.from_run == str(latest.resolve())  # a checkpoint named itself is taken as it is
+    damaged = tmp_path / "damaged"
+    shutil.copytree(base, damaged, ignore=shutil.ignore_patterns("tensorboard"))
+    (ckpt.resolve(damaged) / "model.safetensors").write_bytes(b"12345")
+    code, line = run_cli(capsys, f"adapt.from={damaged}", "adapt.language=el", f"output_dir={out}")
+    assert code == 2 and "model.safetensors: cannot load the weights" in line, line
+    assert not out.exists()  # no run folder, no grown tokenizer
+
+
+def test_old_batch_or_old_captions_above_the_old_captions_is_refused_not_cut(base, tmp_path, capsys):
+    """The bank holds the run's 192 en/ru/ja train captions: more was cut in silence."""
+    out = tmp_path / "out"
+    argv = [f"adapt.from={base}", "adapt.language=el", f"output_dir={out}"]
+    code, line = run_cli(capsys, *argv, "adapt.old_batch=1000")
+    assert code == 2 and line.startswith("error: adapt.old_batch=1000: more than the bank's 192 old captions"), line
+    code, line = run_cli(capsys, *argv, "adapt.old_captions=1000")
+    assert code == 2 and line.startswith(f"error: adapt.old_captions=1000: {base} has only 192"), line
+    code, line = run_cli(capsys, *argv, "adapt.old_captions=10", "adapt.old_batch=11")
+    assert code == 2 and "more than the bank's 10 old captions (adapt.old_captions=10 of" in line, line
+    assert not out.exists()
+    assert resolve_config(load_adapt_config(None, [*argv, "adapt.old_captions=10", "adapt.old_batch=10"])).steps > 0
+
+
+def test_no_validation_keeps_val_select_by_so_no_warning_names_a_key_never_set(base, tmp_path):
+    """Emptying val.select_by (val has no el) matters only when the run validates; with val.every=0 (the base run's)
+    it only drew "warning: val.select_by= is ignored: val.every=0" on every adaptation."""
+    from globetrotter.config_checks import ignored_keys
+
+    argv = [f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}"]
+    quiet = resolve_config(load_adapt_config(None, argv))
+    assert quiet.val.every == 0 and quiet.val.select_by == load_train_config(base / "config.yaml").val.select_by
+    assert not [line for line in ignored_keys(quiet) if line.key == "val.select_by"]
+    assert resolve_config(load_adapt_config(None, [*argv, "val.every=5"])).val.select_by == ""

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from ...config import AdaptConfig, TrainConfig, load_train_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
+from ...encoder import load
 from ...errors import UserError
 from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer, special_ids, token_bytes
 from .. import checkpoint as ckpt
@@ -17,11 +18,21 @@ from . import split
 
 
 def starting_checkpoint(path: str) -> Path:
-    """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line error without one."""
+    """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line errors without one, and for
+    a run folder whose training is unfinished (its latest checkpoint short of its ``steps``: killed, or still
+    running). A checkpoint named itself is taken as it is."""
     try:
-        return ckpt.resolve(path, prefer_best=True)
+        source = ckpt.resolve(path, prefer_best=True)
     except UserError as err:
         raise UserError(f"adapt.from: {err}") from None
+    if source != Path(path):
+        latest = ckpt.resolve(path, prefer_best=False)
+        done, steps = ckpt.read_state(latest).get("step"), (read_yaml(latest / "config.yaml") or {}).get("steps")
+        if isinstance(done, int) and isinstance(steps, int) and done < steps:
+            raise UserError(f"adapt.from={path}: the run is unfinished (its latest checkpoint, {latest.name}, is at step "
+                            f"{done} of steps={steps}); finish it with --resume latest, or name a checkpoint to adapt "
+                            f"from it as it is (adapt.from={latest})")
+    return source
 
 
 def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -106,11 +117,13 @@ def trained_languages(start: TrainConfig) -> list[str]:
 
 def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
-    ``adapt.epochs``) and ``data.tokenizer`` (the grown one, in the run folder) filled in.
+    ``adapt.epochs``), ``data.tokenizer`` (the grown one, in the run folder) and ``adapt.from`` (the starting
+    checkpoint's absolute path, which the saved config records) filled in.
 
-    One-line errors: no checkpoint, a language the run was trained on, no adaptation split (``adapt.split``: a split
-    under ``data.root`` or any split folder, :mod:`.split`), no caption of the language in it, a feature cache beside
-    it built with another backbone, a model or heads other than the run's, a run folder that is the starting one.
+    One-line errors: no checkpoint, an unfinished run, weights that do not load, a language the run was trained on, no
+    adaptation split (``adapt.split``: a split under ``data.root`` or any split folder, :mod:`.split`), no caption of
+    the language in it, a feature cache beside it built with another backbone, a model or heads other than the run's,
+    a run folder that is the starting one, an ``adapt.old_captions`` or ``adapt.old_batch`` above the old captions.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
@@ -130,10 +143,31 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     cfg = split.resolved(cfg)  # adapt.split: a split under data.root, or any split folder (made absolute)
     count = split.check_languages(cfg, old)
     split.check_features(cfg)  # a cache beside the split built with another backbone: refused before anything is written
+    _check_bank(cfg, start)
+    load(source)  # weights that do not load are refused before anything is written (no half-written run folder)
     steps = max(1, math.ceil(cfg.adapt.epochs * count / cfg.batch_size)) if cfg.adapt.epochs is not None else cfg.steps
-    return replace(cfg, steps=steps, val=_selection(cfg),
+    # adapt.from recorded as the very checkpoint it starts from (absolute): a run's best/ moves as it trains on
+    return replace(cfg, steps=steps, val=_selection(cfg), adapt=replace(cfg.adapt, from_run=str(source.resolve())),
                    data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
                                 tokenizer_normalization=start.data.tokenizer_normalization))
+
+
+def _check_bank(cfg: TrainConfig, start: TrainConfig) -> None:
+    """One-line errors for an ``adapt.old_captions`` above the old-language training captions there are, or an
+    ``adapt.old_batch`` above the bank they make (drawn without replacement: it would be cut to the bank in silence)."""
+    a = cfg.adapt
+    if a.old_captions is None and a.old_batch is None:
+        return
+    held = len(train_captions(start_train_config(cfg, start)))
+    where = f"{Path(cfg.data.root) / start.data.train_split}'s old-language training captions"
+    if a.old_captions is not None and a.old_captions > held:
+        raise UserError(f"adapt.old_captions={a.old_captions}: {a.from_run} has only {held} ({where}); give at "
+                        f"most {held}, or null (all)")
+    bank = min(a.old_captions or held, held)
+    if a.old_batch is not None and a.old_batch > bank:
+        sample = f"adapt.old_captions={a.old_captions} of " if a.old_captions else ""
+        raise UserError(f"adapt.old_batch={a.old_batch}: more than the bank's {bank} old captions ({sample}{where}); "
+                        f"give at most {bank}, or null (batch_size, at most the bank)")
 
 
 def _selection(cfg: TrainConfig):
@@ -147,8 +181,8 @@ def _selection(cfg: TrainConfig):
         languages = read_manifest(val_dir).get("languages") or {}
     except UserError:  # no val split: validation itself says so when it runs
         languages = {}
-    if not cfg.val.select_by or cfg.adapt.language in languages:
-        return cfg.val
+    if not cfg.val.select_by or cfg.val.every == 0 or cfg.adapt.language in languages:
+        return cfg.val  # val.every=0: no checkpoint is chosen anyway (emptied, it would warn of a key the user never set)
     return replace(cfg.val, select_by="", select_test=None)
 
 
@@ -172,5 +206,5 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     base = read_provenance(source / "tokenizer.json")
     save_tokenizer(tokenizer, cfg.data.tokenizer, {
         "splits": (base or {}).get("splits", []), "extends": base,
-        "adapt": {"split": str(split.split_dir(cfg).resolve()), "language": a.language,
+        "adapt": {"from": a.from_run, "split": str(split.split_dir(cfg).resolve()), "language": a.language,
                   "vocab_size": a.vocab_size}})
