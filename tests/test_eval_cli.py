@@ -966,6 +966,25 @@ def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run,
     assert scored["config"]["ranking"] == chosen
 
 
+def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a_choice(tiny_run, tiny_world,
+                                                                                          tmp_path, capsys, monkeypatch):
+    """val has no caption in the new language: a choice made there is refused for it, so the summary gives the test
+    command alone (it printed select, then a sentence --ranking that failed)."""
+    import shlex
+
+    from globetrotter.training.report import print_summary
+
+    monkeypatch.chdir(tmp_path)
+    result = {"run_dir": str(tiny_run), "metrics": {}, "adapt": {"language": "xx"}}
+    print_summary(result, tiny_world / "test", tiny_world / "val")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("val has no xx caption, so no ranking can be chosen on val for xx") and "select" not in last
+    argv = shlex.split(last.split(": ", 1)[1])
+    assert "--ranking" not in argv and run(argv[2:] + ["--n-groups", "12"]) == 0
+    print_summary(result | {"adapt": {"language": "en"}}, tiny_world / "test", tiny_world / "val")  # val has en
+    assert capsys.readouterr().out.splitlines()[-2].startswith("choose its ranking on val")
+
+
 def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_run, tiny_world, tmp_path, capsys):
     """Two choices on the same val queries compare query by query: the margin is the difference of the two means and
     its interval holds it; a record of other queries (another g and sample seed: the baseline's defaults), a missing

@@ -46,7 +46,8 @@ def _main(argv: Sequence[str] | None) -> int:
     from .report import print_summary
 
     result = train(cfg, resume=args.resume)
-    print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None)
+    print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None,
+                  Path(cfg.data.root) / cfg.data.val_split)
     return 0
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 from ..shell import python_command
 
 
-def print_summary(result: dict, test_split: str | Path | None = None) -> None:
+def print_summary(result: dict, test_split: str | Path | None = None, val_split: str | Path | None = None) -> None:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
-    the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only)."""
+    the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only).
+    An adaptation whose new language ``val_split`` has no caption in gets the test command alone: val cannot choose
+    a ranking for that language (a choice made on the old ones is refused for it)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -37,7 +39,22 @@ def print_summary(result: dict, test_split: str | Path | None = None) -> None:
         from ..evaluation.records import DEFAULT_OUT, record_path
 
         run, python = result["run_dir"], python_command()
+        new = adapted.get("language")
+        if new and not _has_language(val_split, new):
+            print(f"val has no {new} caption, so no ranking can be chosen on val for {new}; score the test split once "
+                  f"with the default ranking: {python} eval.py sentence --model {run} --split {test_split}")
+            return
         record = record_path(DEFAULT_OUT, "select", model_name(str(run)))  # where select writes it by default
         print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}")
         print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test_split} "
               f"--ranking {record}")
+
+
+def _has_language(split: str | Path | None, language: str) -> bool:
+    """Whether the split folder ``split`` has captions in ``language`` (by its manifest; no split: False)."""
+    import json
+
+    manifest = Path(split) / "manifest.json" if split is not None else None
+    if manifest is None or not manifest.is_file():
+        return False
+    return language in (json.loads(manifest.read_text(encoding="utf-8")).get("languages") or {})
