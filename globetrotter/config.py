@@ -374,6 +374,11 @@ class TrainConfig:
     adapt: AdaptConfig = field(default_factory=AdaptConfig)
 
     @property
+    def scores_test(self) -> bool:
+        """Whether the run scores ``val.test_groups`` test groups: at its validations, or in an adaptation's report."""
+        return self.val.test_groups > 0 and (self.val.every > 0 or bool(self.adapt.from_run))
+
+    @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.run_name
 
@@ -400,7 +405,7 @@ class TrainConfig:
         if self.model.text_encoder == "sigurdsson" and self.loss.cloze > 0:
             raise ValueError("model.text_encoder=sigurdsson is a bag of words with no language model to train: "
                              "set loss.cloze=0")
-        if self.val.test_groups > 0 and (self.val.every > 0 or self.adapt.from_run) and not self.data.test_split:
+        if self.scores_test and not self.data.test_split:
             raise ValueError(f"val.test_groups={self.val.test_groups} scores translation on the test split, but "
                              "data.test_split is null; name the split, or set val.test_groups=0")
         if self.val.image_features == "features" and not self.data.features:

@@ -87,8 +87,7 @@ def check_eval_splits(cfg: TrainConfig) -> None:
         raise UserError(f"data.val_split={cfg.data.val_split!r}: {root / cfg.data.val_split} has no {MANIFEST} "
                         f"(validation reads it every val.every steps); name a converted split, or set val.every=0")
     test = root / cfg.data.test_split if cfg.data.test_split else None
-    reads = cfg.val.test_groups > 0 and (cfg.val.every > 0 or cfg.adapt.from_run)  # else ignored, with a warning
-    if reads and test is not None and not (test / MANIFEST).is_file():
+    if cfg.scores_test and test is not None and not (test / MANIFEST).is_file():
         raise UserError(f"val.test_groups={cfg.val.test_groups}: data.test_split={cfg.data.test_split!r} has no "
                         f"{MANIFEST} at {test}; name a converted split, or set val.test_groups=0")
 
