@@ -636,6 +636,33 @@ def test_nothing_usable_is_one_line_saying_why_and_leaves_nothing(tmp_path, caps
         assert not (tmp_path / "new").exists(), table  # not even the folders above --out
 
 
+def test_overwrite_keeps_the_old_dataset_until_the_new_one_is_complete(tmp_path, capsys, monkeypatch):
+    """--overwrite replaces a dataset only once the new one is written and checked: a conversion that writes
+    nothing, or one interrupted while it writes, leaves the old dataset as it was and no staging folder."""
+    photos = tmp_path / "photos"
+    make_jpeg(photos / "a.jpg")
+    make_jpeg(photos / "b.jpg", color=(10, 200, 10))
+    good = write_lines(tmp_path / "good.tsv", ["a.jpg\ten\ta red square", "b.jpg\ten\ta green square"])
+    out = tmp_path / "out"
+    argv = ["folder", "--images", photos, "--captions", good, "--all-to", "train", "--out", out, "--workers", "1",
+            "--quiet"]
+    assert cli(argv) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "c.jpg").write_bytes(b"not a jpeg at all" * 8)
+    bad = write_lines(tmp_path / "bad.tsv", ["c.jpg\ten\tunreadable"])
+    assert cli(["folder", "--images", tmp_path / "broken", "--captions", bad, "--all-to", "train", "--out", out,
+                "--workers", "1", "--quiet", "--overwrite"]) == 2
+    assert "none of the 1 image(s) could be written" in capsys.readouterr().err
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("data_prep.converters.pipeline.ShardWriter.close", interrupted)
+    assert cli(argv + ["--overwrite"]) == 130  # Ctrl-C while the shards are being written
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 # ------------------------------------------------------------------------------------------
 # the real data
 

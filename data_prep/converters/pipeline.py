@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import re
+import shutil
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from .splits import (
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
 SUMMARY = "summary.json"
+STAGING = ".converting"  # under --out: the dataset being written, moved into place once complete
 _KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
 
 
@@ -204,6 +206,22 @@ def _clear_out_dir(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _move_splits(staging: Path, out_dir: Path) -> None:
+    """Move each split a conversion wrote under ``staging`` into ``out_dir`` (files only: a split folder's other
+    contents, such as a feature cache, stay)."""
+    for folder in sorted(p for p in staging.iterdir() if p.is_dir()):
+        dest = out_dir / folder.name
+        dest.mkdir(exist_ok=True)
+        for f in folder.iterdir():
+            f.replace(dest / f.name)
+
+
+def _remove_tree(folder: Path) -> None:
+    """Remove ``folder`` and what it holds, if it exists."""
+    if folder.is_dir():
+        shutil.rmtree(folder)
+
+
 def _prepared_images(paths: Sequence[Path], spec: ImageSpec, workers: int) -> Iterator[tuple]:
     """Yield ``(index, bytes, size, error)`` per path, in order; decoded in a process pool when ``workers > 1``."""
     tasks = [(i, str(p), spec) for i, p in enumerate(paths)]
@@ -278,19 +296,26 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     ids = list(writes)
     order = [ids[i] for i in rng.permutation(len(ids))]  # mix languages and sources across shards
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # deepest first
-    _clear_out_dir(out_dir)
-    _write_shards(order, by_id, writes, options, report, one_language)
-    if not report.total_written:  # every image unreadable: take away what this conversion made
+    staging, done = out_dir / STAGING, False
+    try:  # the new dataset is written aside: a dataset being replaced stays whole until it is complete
+        _remove_tree(staging)  # what a killed conversion left
+        _write_shards(order, by_id, writes, options, report, one_language, staging)
+        if not report.total_written:
+            raise UserError(f"nothing to convert: none of the {len(order)} image(s) could be written "
+                            f"({_counts(report.skipped)}); e.g. {_first_issue(report)}; nothing written")
+        if options.check:
+            for split in ("train", "val", "test"):
+                if report.images[split] and (split == "test" or one_language):
+                    check_split_rule(staging / split, split)
         _clear_out_dir(out_dir)
-        for folder in created:
-            folder.rmdir()
-        raise UserError(f"nothing to convert: none of the {len(order)} image(s) could be written "
-                        f"({_counts(report.skipped)}); e.g. {_first_issue(report)}; nothing written")
-
-    if options.check:
-        for split in ("train", "val", "test"):
-            if report.images[split] and (split == "test" or one_language):
-                check_split_rule(out_dir / split, split)
+        _move_splits(staging, out_dir)
+        done = True
+    finally:
+        _remove_tree(staging)
+        if not done:  # failed or interrupted before the swap: take away the folders it made
+            for folder in created:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
     report.timing["total_seconds"] = time.perf_counter() - start
     report.options = {k: (v if isinstance(v, (int, float, bool, str, type(None))) else str(v) if isinstance(v, Path)
                           else [str(x) for x in v]) for k, v in vars(options).items() if k not in ("image", "progress")}
@@ -395,9 +420,8 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
 
 
 def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
-                  report: ConversionReport, one_language: bool) -> None:
-    """Decode the images of ``order`` in a pool and write their samples, split by split."""
-    out_dir = Path(options.out_dir)
+                  report: ConversionReport, one_language: bool, out_dir: Path) -> None:
+    """Decode the images of ``order`` in a pool and write their samples, split by split, under ``out_dir``."""
     writers: dict[str, ShardWriter] = {}
     sizes: dict[str, set] = defaultdict(set)
     paths = [by_id[i].path for i in order]
