@@ -785,6 +785,13 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
 @pytest.mark.parametrize("argv, message", [
     # an option the command would ignore, or apply otherwise than asked
     (["build-dictionary", "--split", "{test}", "--words", "--out", "{out}"], "unrecognized arguments: --out"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--seed", "3"],
+     "unrecognized arguments: --seed 3"),
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--name", "mine"],
+     "unrecognized arguments: --name mine"),
+    (["translate-word", "--model", "full", "red", "--to", "de", "--batch-size", "8"],
+     "unrecognized arguments: --batch-size 8"),
+    (["word", "--model", "full", "--split", "{test}", "--batch-size", "8"], "unrecognized arguments: --batch-size 8"),
     (["sentence", "--model", "full", "--split", "{test}", "--csls-k", "5"],
      "error: --csls-k 5 sets CSLS's neighbourhood; give --retrieval csls or drop it"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],

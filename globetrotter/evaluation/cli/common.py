@@ -16,14 +16,19 @@ def languages(arg: str | None) -> list[str] | None:
     return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
 
 
-def common_options(seed: int | None = 0, seed_help: str = "seed of every sample and k-means (default 0)"
-                   ) -> argparse.ArgumentParser:
-    """The options of every evaluation sub-command (a parent parser; its actions are shared by the children)."""
+def common_options(seed: int | None = 0, seed_help: str = "seed of every sample and k-means (default 0)", *,
+                   with_seed: bool = True, name: bool = True, batch_size: bool = True) -> argparse.ArgumentParser:
+    """The options evaluation sub-commands share (a parent parser; its actions are shared by the children): ``--out``
+    and ``--device`` always; ``--seed``, ``--name`` (a record's model name) and ``--batch-size`` unless a command
+    has no use for them (it is then refused rather than ignored)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", type=output_folder, default=DEFAULT_OUT, help="folder for JSON records, plots and indexes (default %(default)s)")
-    common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
-    common.add_argument("--seed", type=non_negative_int, default=seed, help=seed_help)
-    common.add_argument("--name", help="model name in records and file names (default: from the model path)")
+    if batch_size:
+        common.add_argument("--batch-size", type=positive_int, default=256, help="encoding batch size (default %(default)s)")
+    if with_seed:
+        common.add_argument("--seed", type=non_negative_int, default=seed, help=seed_help)
+    if name:
+        common.add_argument("--name", help="model name in records and file names (default: from the model path)")
     common.add_argument("--device", type=torch_device, default="cpu",
                         help="torch device of the model and of the image model: cpu, cuda, cuda:1, ... (default cpu)")
     return common

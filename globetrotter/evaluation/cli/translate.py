@@ -62,7 +62,7 @@ def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> No
 
 def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, description: str,
                k: int) -> argparse.ArgumentParser:
-    """A translate sub-command with the options both share."""
+    """A translate sub-command with the options both share (``parent``: the common options it uses)."""
     p = sub.add_parser(name, parents=[parent], help=helptext, description=description)
     common.add_model(p)
     p.add_argument("text", nargs="*", help="sentences (or words) to translate")
@@ -93,7 +93,8 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = add_parser(sub, parent, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
+    own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
+    p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
     p.add_argument("--corpus-lang", help="language of a text-file corpus (default: --to)")
     p.add_argument("--from", dest="source",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..tasks import translate as translate_task
+from . import common
 from .translate import add_parser, index_options, print_results, queries
 
 _TRANSLATE_WORD_HELP = (
@@ -24,7 +25,8 @@ def _translate_word(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = add_parser(sub, parent, "translate-word", "translate words by retrieval over the vocabulary",
+    own = common.common_options(with_seed=False, name=False, batch_size=False)  # no record, sample or encoding batch
+    p = add_parser(sub, own, "translate-word", "translate words by retrieval over the vocabulary",
                    _TRANSLATE_WORD_HELP, k=10)
     p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: whole vocabulary)")
     p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")

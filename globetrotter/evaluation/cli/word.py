@@ -69,7 +69,8 @@ def _build_dictionary(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("word", parents=[parent], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
+    own = common.common_options(batch_size=False)  # token rows or one word at a time: no encoding batch
+    p = sub.add_parser("word", parents=[own], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
     common.add_model(p)
     common.add_split(p, required=False, what="parallel split for the tf-idf ground truth and token frequencies")
     p.add_argument("--dictionary", help="folder of <src>-<tgt>.txt lexicon files (MUSE format); default: tf-idf from --split")
