@@ -794,6 +794,8 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
     (["word", "--model", "full", "--split", "{test}", "--batch-size", "8"], "unrecognized arguments: --batch-size 8"),
     (["sentence", "--model", "full", "--split", "{test}", "--csls-k", "5"],
      "error: --csls-k 5 sets CSLS's neighbourhood; give --retrieval csls or drop it"),
+    (["select", "--model", "full", "--val", "{train}", "--retrieval", "cosine", "--csls-k", "5"],
+     "error: --csls-k 5 sets CSLS's neighbourhood; add csls to --retrieval or drop it"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],

@@ -172,6 +172,8 @@ def run_select(args: argparse.Namespace) -> int:
     rankings = args.retrieval.split(",")
     if set(rankings) - {"cosine", "csls"}:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
+    if args.csls_k is not None and "csls" not in rankings:
+        raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; add csls to --retrieval or drop it")
     # read once, before the model loads: a bad record is an error before any work
     against = select_task.read_against(args.against) if args.against else None
     encoder = common.load(args)
