@@ -19,7 +19,7 @@ from .errors import BackRetrievalError, option
 from .files import (PathLike, check_numbers, enough_for_k, is_path, json_ready, load_input, load_matrix,
                     same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, xlr_recall
+from .metric import DEFAULT_KS, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)
@@ -176,7 +176,7 @@ def compare(
             :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
     """
-    ks, tests = _check_ks(ks), check_tests(tests)
+    ks, tests = check_ks(ks), check_tests(tests)
     if isinstance(names, str) or len(names) != 2:
         raise BackRetrievalError(f"{option('names')}: expected two labels (A, B), got {names!r}")
     if hits is not None and (is_path(hits) or len(hits) != 2):

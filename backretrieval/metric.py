@@ -91,7 +91,7 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
     return x
 
 
-def _check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
+def check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
     """``ks`` (one K or several) as a tuple of positive ints; 1.5 or ``"5"`` is an error, not silently K=1 or 5."""
     given = [ks] if np.isscalar(ks) else ks
     try:
@@ -116,7 +116,7 @@ def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
                                  "Recall@K")
 
 
-def _approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> ApproxConfig | None:
+def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> ApproxConfig | None:
     """The approximate mode's options (None: exact)."""
     if approximate is False or approximate is None:
         return None
@@ -207,10 +207,10 @@ def bkr_recall(
         "n_queries", "n_images", "ties", "retrieval", "approximate", "image_neighbours": the lists'
         method or None}``.
     """
-    ks, _ = _check_ks(ks), _check_ties(ties)
+    ks, _ = check_ks(ks), _check_ties(ties)
     _check_max_rank(max_rank, ks)
     check_retrieval(retrieval, csls_k)
-    approx = _approx_config(approximate, ks)
+    approx = approx_config(approximate, ks)
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
@@ -309,10 +309,10 @@ def xlr_recall(
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
     """
-    ks, _ = _check_ks(ks), _check_ties(ties)
+    ks, _ = check_ks(ks), _check_ties(ties)
     _check_max_rank(max_rank, ks)
     check_retrieval(retrieval, csls_k)
-    approx = _approx_config(approximate, ks)
+    approx = approx_config(approximate, ks)
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)

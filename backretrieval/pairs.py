@@ -22,7 +22,7 @@ import numpy as np
 from .errors import BackRetrievalError
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex, distinct_images
-from .metric import DEFAULT_KS, _approx_config, _check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import DEFAULT_KS, approx_config, check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
@@ -125,7 +125,7 @@ def evaluate_pairs(
         not be scored, "xlr@K": ...}, "mean": {metric: mean over the scored pairs},
         "hits" (with ``return_hits``)}``.
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     if text_scores is not None and (with_corr or groups is not None):
         raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
     if texts_emb is None and text_scores is None:
@@ -162,7 +162,7 @@ def evaluate_pairs(
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
                "csls_k": csls_k, "approximate": approximate}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
-    approx = _approx_config(approximate, ks)
+    approx = approx_config(approximate, ks)
     # a language's source rows serve all its pairs: their float32 features (and image index) made once
     src_key, src_img, index = b"", None, None
     for i, a in enumerate(names):

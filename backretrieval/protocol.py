@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError, option
 from .files import enough_for_k
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_terms, xlr_recall
+from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_terms, xlr_recall
 from .ranking import l2_normalize
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
 
@@ -154,7 +154,7 @@ def run_protocol(
         ``{"n", "seeds", "ks", "models": {name: {"per_seed": [...], "mean": {...}, "std": {...}}},
         "correlation": see :func:`correlate_over_models` (only with >= 2 models)}``.
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     image_feats = np.asarray(image_feats, dtype=np.float32)
     n_items = len(image_feats)
     for name, (src, tgt) in models.items():

@@ -19,7 +19,7 @@ from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix,
                     target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file
-from .metric import DEFAULT_KS, _check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
@@ -169,7 +169,7 @@ def score(
         bootstrap, level: replicates over queries for the intervals (0: none) and their level.
         seed: seed of the CORR pair sample, the bootstrap and the image lists.
     """
-    ks = _check_ks(ks)  # before max(ks) sizes anything
+    ks = check_ks(ks)  # before max(ks) sizes anything
     if bootstrap < 0:
         raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
                                  f"got {bootstrap}")
