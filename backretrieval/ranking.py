@@ -391,18 +391,6 @@ def _count_copies(
         found["ge"][rows] += np.count_nonzero(same & ~(block >= t), axis=1)
 
 
-def ranks_and_recall(
-    counts: dict[str, np.ndarray], ks: Sequence[int], ties: str, max_rank: int | None = None
-) -> tuple[np.ndarray, dict[int, float]]:
-    """Turn :func:`count_ranks` output into 1-based ranks and Recall@K for each K (module doc).
-
-    With ``max_rank``, ranks above it are reported as ``max_rank + 1`` (censored).
-    """
-    ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
-    recall = {k: float(np.mean(h)) if len(ranks) else float("nan") for k, h in hits.items()}
-    return ranks, recall
-
-
 def ranks_and_hits(
     counts: dict[str, np.ndarray], ks: Sequence[int], ties: str, max_rank: int | None = None
 ) -> tuple[np.ndarray, dict[int, np.ndarray]]:

@@ -142,14 +142,6 @@ def recall_interval(
     return {"value": float(h.mean()), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if n_boot > 1 else 0.0}
 
 
-def hits_at(result: dict, k: int) -> np.ndarray:
-    """The per-query hit vector of Recall@``k`` from a ``bkr_recall`` / ``xlr_recall`` result."""
-    hits = result.get("hits", {})
-    if k not in hits:
-        raise BackRetrievalError(f"no hits for K={k} in this result (computed for K in {sorted(hits)})")
-    return hits[k]
-
-
 def recall_intervals(
     result: dict, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0
 ) -> dict[str, dict[str, float]]:

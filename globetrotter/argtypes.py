@@ -41,19 +41,6 @@ def output_folder(text: str) -> str:
     return text
 
 
-def fusion_weight(text: str) -> float | str:
-    """argparse type: ``auto`` or a number strictly between 0 and 1 (a mixing weight)."""
-    if text == "auto":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected auto or a number between 0 and 1, got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {value}")
-    return value
-
-
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (a learning rate)."""
     try:

@@ -22,7 +22,7 @@ from globetrotter.config_io import save_config
 from globetrotter.data.pipeline import make_train_loader
 from globetrotter.data.stream import StreamPosition
 from globetrotter.errors import UserError
-from globetrotter.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from globetrotter.tokenizer import load_tokenizer
 from globetrotter.training import checkpoint as ckpt
 from globetrotter.training.trainer import train
 

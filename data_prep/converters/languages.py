@@ -81,13 +81,6 @@ def normalize_language(code: str) -> str | None:
     return f"{primary}-{sub.upper()}"
 
 
-def language_name(code: str) -> str:
-    """English name of a (normalized) code's primary language, e.g. ``"fa-AF"`` -> ``"Persian (AF)"``."""
-    primary, _, sub = code.partition("-")
-    name = ISO_639_1.get(primary, code)
-    return f"{name} ({sub})" if sub else name
-
-
 def parse_language_list(text: str) -> list[str]:
     """Parse a comma-separated list of codes (a command-line value); ``ValueError`` names the bad one."""
     codes = []
