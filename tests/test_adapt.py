@@ -423,3 +423,64 @@ def test_no_validation_keeps_val_select_by_so_no_warning_names_a_key_never_set(b
     assert quiet.val.every == 0 and quiet.val.select_by == load_train_config(base / "config.yaml").val.select_by
     assert not [line for line in ignored_keys(quiet) if line.key == "val.select_by"]
     assert resolve_config(load_adapt_config(None, [*argv, "val.every=5"])).val.select_by == ""
+
+
+def test_adapt_from_takes_a_run_its_checkpoints_a_checkpoint_or_the_latest_and_best_pointers(base, tmp_path):
+    """``checkpoints/latest`` (the pointer file the trainer writes) said "no checkpoint found", to adaptation and to
+    every loader: it names the latest checkpoint, taken as it is (best/ too), as a checkpoint named itself is."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(base, run, ignore=shutil.ignore_patterns("tensorboard"))
+    latest = ckpt.resolve(run, prefer_best=False)
+    shutil.copytree(latest, run / "checkpoints" / "best")
+    best = run / "checkpoints" / "best"
+    for named, start in ((run, best), (run / "checkpoints", best), (best, best), (latest, latest),
+                         (run / "checkpoints" / "latest", latest)):
+        cfg = load_adapt_config(None, [f"adapt.from={named}", "adapt.language=el", f"output_dir={tmp_path / 'out'}"])
+        assert cfg.run_name == "base-el" and resolve_config(cfg).adapt.from_run == str(start.resolve()), named
+        assert ckpt.resolve(named) == start, named  # as `globetrotter.load` and `eval.py --model` read it
+
+
+def test_a_data_tokenizer_of_the_users_is_refused_not_replaced_by_the_grown_one(base, tmp_path, capsys):
+    """Adaptation writes its own tokenizer into the run folder (the run's, grown): a data.tokenizer given with it
+    was replaced in silence, and so was a data.tokenizer_normalization. The starting run's own (inherited from its
+    saved config) is no key of the user's."""
+    out, mine = tmp_path / "out", tmp_path / "mine.json"
+    argv = [f"adapt.from={base}", "adapt.language=el", f"output_dir={out}"]
+    code, line = run_cli(capsys, *argv, f"data.tokenizer={mine}")
+    assert code == 2 and line == (f"error: data.tokenizer={mine}: adaptation writes its own tokenizer, the starting "
+                                  f"run's grown by the new language's tokens ({out / 'base-el' / 'tokenizer.json'}); "
+                                  f"drop data.tokenizer"), line
+    file = tmp_path / "adapt.yaml"
+    file.write_text(f"data:\n  tokenizer: {mine}\n")
+    with pytest.raises(UserError, match=r"^data.tokenizer=.*drop data.tokenizer$"):
+        load_adapt_config(file, argv)
+    code, line = run_cli(capsys, *argv, "data.tokenizer_normalization=uncased")
+    assert code == 2 and line.startswith("error: data.tokenizer_normalization: 'uncased' differs from the starting "
+                                         "run's 'none'"), line
+    assert not out.exists()
+    cfg = load_adapt_config(None, argv)
+    assert cfg.data.tokenizer == load_train_config(base / "config.yaml").data.tokenizer  # the run's, inherited
+    assert resolve_config(cfg).data.tokenizer == str(out / "base-el" / "tokenizer.json")
+
+
+def test_adapt_keys_without_adapt_from_are_refused_not_a_run_from_scratch(base, tmp_path, capsys, monkeypatch):
+    """``train.py --config configs/adapt.yaml`` without adapt.from trained a new model from the defaults (with
+    adapt.language=el after a warning that it was ignored). A saved config (adapt.from: null, the other adapt keys
+    at their defaults) is an ordinary run's."""
+    monkeypatch.chdir(tmp_path)  # the old code read data.root's default, data/synth, from here
+    repo_file = Path(__file__).resolve().parents[1] / "configs" / "adapt.yaml"
+    out = tmp_path / "out"
+    for argv, named in ((["--config", str(repo_file)], "sets adapt.split, adapt.epochs, adapt.train, adapt.vocab_size "
+                                                       "without it"),
+                        (["--config", str(repo_file), "adapt.language=el"], "adapt.vocab_size, adapt.language without it"),
+                        (["adapt.language=el"], "quickstart.yaml + overrides sets adapt.language without it"),
+                        (["adapt.from="], "adapt.from='' names none")):
+        code, line = run_cli(capsys, *argv, "data.synth=null", f"output_dir={out}")
+        assert code == 2 and line.startswith("error: adapt.from is required: the run to adapt (adapt.from=RUN: a run "
+                                             "folder or one of its checkpoints); ") and named in line, line
+    code, line = run_cli(capsys, "--config", str(repo_file), f"adapt.from={base}", f"output_dir={out}")
+    assert code == 2 and line.endswith("adapt.from needs adapt.language (the new language's code)"), line
+    assert not any(tmp_path.iterdir())
+    assert load_adapt_config(base / "config.yaml").adapt.from_run is None

@@ -71,13 +71,16 @@ def prune(root: Path, keep: int) -> None:
 
 
 def resolve(path: str | Path, prefer_best: bool = True) -> Path:
-    """A checkpoint folder from a run folder, a checkpoints folder, or a checkpoint itself.
+    """A checkpoint folder from a run folder, a checkpoints folder, a checkpoint itself, or the ``latest`` pointer
+    file (the checkpoint it names).
 
     From a run folder: ``best`` when it exists and ``prefer_best``, else ``latest``.
     """
     path = Path(path)
     if (path / STATE).is_file():
         return path
+    if path.name == LATEST and path.is_file():
+        return resolve(path.parent, prefer_best=False)
     for root in (path / "checkpoints", path):
         if prefer_best and (root / "best" / STATE).is_file():
             return root / "best"

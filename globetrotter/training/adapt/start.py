@@ -16,16 +16,20 @@ from .. import checkpoint as ckpt
 from ..prepare import train_captions, train_languages
 from . import split
 
+# the data keys of the starting run's model and tokenizer (the grown tokenizer keeps its normalization)
+DATA_KEPT = ("max_length", "image_size", "tokenizer_normalization")
+
 
 def starting_checkpoint(path: str) -> Path:
     """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line errors without one, and for
     a run folder whose training is unfinished (its latest checkpoint short of its ``steps``: killed, or still
-    running). A checkpoint named itself is taken as it is."""
+    running). A checkpoint named itself is taken as it is, and so is the one a ``checkpoints/latest`` pointer names."""
+    pointer = Path(path).name == ckpt.LATEST and Path(path).is_file()
     try:
         source = ckpt.resolve(path, prefer_best=True)
     except UserError as err:
         raise UserError(f"adapt.from: {err}") from None
-    if source != Path(path):
+    if source != Path(path) and not pointer:
         latest = ckpt.resolve(path, prefer_best=False)
         done, steps = ckpt.read_state(latest).get("step"), (read_yaml(latest / "config.yaml") or {}).get("steps")
         if isinstance(done, int) and isinstance(steps, int) and done < steps:
@@ -37,22 +41,42 @@ def starting_checkpoint(path: str) -> Path:
 
 def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """The config of ``train.py``: with ``adapt.from`` set, the starting run's saved config with ``path``
-    and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``);
-    otherwise :func:`~globetrotter.config.load_train_config`'s."""
+    and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``; ``steps`` beside
+    ``adapt.epochs`` and a ``data.tokenizer`` of the user's are refused); otherwise, with no ``adapt.*`` key set
+    (:func:`_check_no_adapt_keys`), :func:`~globetrotter.config.load_train_config`'s."""
     data, where = config_dict(path, overrides)
-    start = (data.get("adapt") or {}).get("from")
+    section = data.get("adapt") if isinstance(data.get("adapt"), dict) else {}  # else from_dict says it is no mapping
+    start = section.get("from")
     if not start:
+        _check_no_adapt_keys(section, where)
         return from_dict(TrainConfig, data, where=where)
-    from_dict(AdaptConfig, data["adapt"], where=where, prefix="adapt")  # its own errors first (adapt.language)
+    from_dict(AdaptConfig, section, where=where, prefix="adapt")  # its own errors first (adapt.language)
     saved = starting_checkpoint(start) / "config.yaml"
     base = read_yaml(saved)
-    if "run_name" not in data and (data.get("adapt") or {}).get("language"):
-        data = dict(data, run_name=f"{base.get('run_name', 'run')}-{data['adapt']['language']}")
+    if "run_name" not in data and section.get("language"):
+        data = dict(data, run_name=f"{base.get('run_name', 'run')}-{section['language']}")
     cfg = from_dict(TrainConfig, merge(base, data), where=f"{saved} + {where}")
     if "steps" in data and cfg.adapt.epochs is not None:  # else resolve_config replaces it in silence
         raise UserError(f"{where}: steps={data['steps']} and adapt.epochs={cfg.adapt.epochs:g} both set the "
                         f"adaptation's length; set adapt.epochs=null to train that many steps, or leave steps out")
+    if "tokenizer" in (data.get("data") or {}):  # else resolve_config replaces it in silence
+        raise UserError(f"data.tokenizer={data['data']['tokenizer']}: adaptation writes its own tokenizer, the starting "
+                        f"run's grown by the new language's tokens ({cfg.run_dir / 'tokenizer.json'}); drop "
+                        f"data.tokenizer")
     return cfg
+
+
+def _check_no_adapt_keys(section: dict, where: str) -> None:
+    """One-line error for an ``adapt`` section without ``adapt.from`` (``configs/adapt.yaml`` alone, ``adapt.*``
+    overrides over an ordinary config): its keys would be ignored and a new model trained from scratch. A saved
+    config's section (``from: null``, every other key at its default) is an ordinary run's."""
+    defaults = to_dict(AdaptConfig())
+    keys = [f"adapt.{k}" for k, v in section.items() if k != "from" and ("from" not in section or v != defaults.get(k))]
+    if keys or section.get("from") is not None:  # from: "" (adapt.from= with no value) names no run either
+        got = (f"adapt.from={section['from']!r} names none" if section.get("from") is not None
+               else f"{where} sets {', '.join(keys)} without it")
+        raise UserError(f"adapt.from is required: the run to adapt (adapt.from=RUN: a run folder or one of its "
+                        f"checkpoints); {got}, which would train a new model from scratch")
 
 
 def _first_difference(a: dict, b: dict, prefix: str) -> tuple[str, object, object] | None:
@@ -132,8 +156,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     split.check_new_language(cfg, old)
     for diff in (_first_difference(to_dict(cfg.model), to_dict(start.model), "model"),
                  _first_difference(_heads(cfg), _heads(start), "loss (weight > 0)"),
-                 _first_difference({"max_length": cfg.data.max_length, "image_size": cfg.data.image_size},
-                                   {"max_length": start.data.max_length, "image_size": start.data.image_size}, "data")):
+                 _first_difference({k: getattr(cfg.data, k) for k in DATA_KEPT},
+                                   {k: getattr(start.data, k) for k in DATA_KEPT}, "data")):
         if diff:
             key, mine, theirs = diff
             raise UserError(f"{key}: {mine!r} differs from the starting run's {theirs!r} ({source / 'config.yaml'}); "
