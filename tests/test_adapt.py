@@ -456,6 +456,10 @@ def test_a_data_tokenizer_of_the_users_is_refused_not_replaced_by_the_grown_one(
     file.write_text(f"data:\n  tokenizer: {mine}\n")
     with pytest.raises(UserError, match=r"^data.tokenizer=.*drop data.tokenizer$"):
         load_adapt_config(file, argv)
+    code, line = run_cli(capsys, *argv, "data.vocab_size=500")
+    assert code == 2 and line == ("error: data.vocab_size=500: adaptation keeps the starting run's vocabulary and "
+                                  "appends the new language's tokens; set adapt.vocab_size (their BPE's size) "
+                                  "instead"), line
     code, line = run_cli(capsys, *argv, "data.tokenizer_normalization=uncased")
     assert code == 2 and line.startswith("error: data.tokenizer_normalization: 'uncased' differs from the starting "
                                          "run's 'none'"), line

@@ -63,6 +63,9 @@ def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
         raise UserError(f"data.tokenizer={data['data']['tokenizer']}: adaptation writes its own tokenizer, the starting "
                         f"run's grown by the new language's tokens ({cfg.run_dir / 'tokenizer.json'}); drop "
                         f"data.tokenizer")
+    if "vocab_size" in (data.get("data") or {}):
+        raise UserError(f"data.vocab_size={data['data']['vocab_size']}: adaptation keeps the starting run's vocabulary "
+                        f"and appends the new language's tokens; set adapt.vocab_size (their BPE's size) instead")
     return cfg
 
 
