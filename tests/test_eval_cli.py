@@ -650,6 +650,36 @@ def test_translate_word(world, fake, tmp_path, capsys):
         assert lines[1].split()[1] == "rouge" and lines[5].split()[1] == "étoile"
 
 
+def test_translate_word_searches_the_training_captions_tokens_of_the_target_language_by_default(tiny_run, tiny_world,
+                                                                                                 tmp_path, capsys):
+    """Without --corpus the vocabulary was every token of the shared BPE, so a word's nearest "translation" was itself
+    (cosine 1) or a word of a third language. It is now the --to tokens of the captions the tokenizer was trained on
+    (its provenance record), as if that split were given; where they are not on this machine, the whole vocabulary,
+    said so."""
+    import shutil
+
+    def words(model: Path, *extra: str) -> tuple[list[str], str]:
+        argv = ["translate-word", "--model", str(model), "red", "--from", "en", "--to", "ru", "--k", "40", "--json",
+                "--out", str(tmp_path / "out"), *extra]
+        assert run(argv) == 0
+        captured = capsys.readouterr()
+        return [h["text"] for h in json.loads(captured.out.splitlines()[-1])["results"]], captured.err
+
+    default, note = words(tiny_run)
+    assert f"the ru and en tokens of {tiny_world / 'train'}, the model's training captions" in note
+    assert default == words(tiny_run, "--corpus", str(tiny_world / "train"))[0]
+    run_copy = tmp_path / "moved"
+    shutil.copytree(tiny_run, run_copy, ignore=shutil.ignore_patterns("tensorboard"))
+    for record in run_copy.rglob("tokenizer.provenance.json"):
+        data = json.loads(record.read_text(encoding="utf-8"))
+        data["splits"][0]["path"] = str(tmp_path / "elsewhere" / "train")
+        record.write_text(json.dumps(data), encoding="utf-8")
+    whole, note = words(run_copy)
+    assert "every token of the shared BPE, whatever its language" in note
+    assert all(not w.isascii() for w in default)  # ru's own tokens: Cyrillic
+    assert any(w.isascii() for w in whole)  # the query's own fragments, and other languages'
+
+
 @pytest.mark.parametrize("command", [
     ["sentence", "--split", "{test}"], ["retrieval", "--split", "{test}"], ["cluster", "--split", "{test}", "--k", "3"],
     ["word", "--split", "{test}", "--dictionary", "{dictionary}"],
@@ -999,8 +1029,9 @@ def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_
     its interval holds it; a record of other queries (another g and sample seed: the baseline's defaults), a missing
     file or one without per-query scores is a one-line error before any scoring."""
     out = tmp_path / "out"
-    base = ["select", "--model", str(tiny_run), "--out", str(out), "--heads", "text", "--csls-k", "3"]
+    base = ["select", "--model", str(tiny_run), "--out", str(out), "--heads", "text"]
     assert run(base + ["--name", "cosine", "--maxsim", "0", "--retrieval", "cosine"]) == 0
+    base += ["--csls-k", "3"]
     first = record(out, "select", "cosine")
     assert len(first["details"]["per_query"]) == first["details"]["val"]["captions"]
     assert np.mean(first["details"]["per_query"]) == pytest.approx(first["metrics"]["mean_bkr"])

@@ -9,8 +9,9 @@ from .translate import add_parser, index_options, print_results, queries
 
 _TRANSLATE_WORD_HELP = (
     "Translate words by retrieval over the vocabulary: the k nearest target-language tokens of each "
-    "query word (target vocabulary = the tokens seen in --to captions of --corpus, else the whole BPE "
-    "vocabulary), by cosine (nn) or CSLS, from input token embeddings or contextual ones. The "
+    "query word (target vocabulary = the tokens seen in --to captions of --corpus; by default, of the captions the "
+    "model's tokenizer was trained on, else the whole BPE vocabulary of every language), by cosine (nn) or CSLS, "
+    "from input token embeddings or contextual ones. The "
     "vocabulary index is saved and reloaded like translate's."
 )
 
@@ -28,7 +29,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     own = common.common_options(with_seed=False, name=False, batch_size=False)  # no record, sample or encoding batch
     p = add_parser(sub, own, "translate-word", "translate words by retrieval over the vocabulary",
                    _TRANSLATE_WORD_HELP, k=10)
-    p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: whole vocabulary)")
+    p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: the captions the "
+                        "tokenizer was trained on, when on this machine; else the whole vocabulary)")
     p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")
     p.add_argument("--embeddings", choices=["input", "contextual"], default="input", help="word embeddings (default: input)")
     p.add_argument("--method", choices=["nn", "csls"], default="nn", help="ranking (default: nn)")

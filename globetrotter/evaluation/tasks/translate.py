@@ -215,6 +215,26 @@ def caption_counts(corpus: str | Path, encoder, required: dict[str, str | None])
     return {lang: Counter(t for s in tokenize(caps) for t in s) for lang, caps in by_lang.items()}
 
 
+def training_corpus(encoder, langs: Sequence[str | None]) -> Path | None:
+    """The split the model's tokenizer was trained on (its provenance record, an adapted one's base records too)
+    that is on this machine and has captions in each of ``langs`` (None: not asked); None when there is none."""
+    from data_prep.shards import MANIFEST, read_manifest
+
+    from ...tokenizer import read_provenance
+    from ..models import checkpoint_of
+
+    checkpoint = checkpoint_of(encoder)
+    record = read_provenance(Path(checkpoint) / "tokenizer.json") if checkpoint else None
+    wanted = {lang for lang in langs if lang}
+    while record:
+        for split in record.get("splits") or []:
+            path = Path(split.get("path", ""))
+            if (path / MANIFEST).is_file() and wanted <= set(read_manifest(path)["languages"]):
+                return path
+        record = record.get("extends")
+    return None
+
+
 def translate_words(
     model,
     queries: Sequence[str],
@@ -236,13 +256,20 @@ def translate_words(
     """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
     best first: by cosine (``method="nn"``) or CSLS against ``source``'s vocabulary, of the ``embeddings`` word
     vectors (:class:`~..word_keys.WordEmbedder`). A language's vocabulary is the tokens of its captions in the split
-    ``corpus``, else the whole token table (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
+    ``corpus`` (default: :func:`training_corpus`, the captions the tokenizer was trained on), else the whole token
+    table, every language's tokens (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
     embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
     :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
     require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
     require_known_languages(encoder, {"--to": to, "--from": source})
+    if corpus is None:
+        corpus = training_corpus(encoder, [to, source])
+        log(f"vocabulary: the {to}{f' and {source}' if source else ''} tokens of {corpus}, the model's training "
+            f"captions (--corpus to choose another)" if corpus else
+            "vocabulary: every token of the shared BPE, whatever its language (the captions the tokenizer was "
+            "trained on are not on this machine; --corpus SPLIT keeps each language's own)")
     counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
     embed = WordEmbedder(encoder, embeddings, counts)
     signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None,
