@@ -12,11 +12,8 @@ the training captions of the target language (no download, any target language):
 :class:`PrefixDecoder` of a few pre-norm causal transformer blocks over the model's own BPE
 vocabulary, restricted to the tokens of those captions (:class:`Vocabulary`), and the
 linear layer maps the standardised representation (training mean and standard deviation per
-dimension) to ``prefix_length`` embeddings put before the text. Optionally (not in the
-paper) Gaussian noise is added to the standardised representation while training
-(``DecoderConfig.noise``, as CapDec does across modalities): a translation's representation
-lies near, not on, its target caption's, and the noise teaches the decoder to write what a
-neighbourhood means. Decoding is greedy and batched, with cached keys and values.
+dimension) to ``prefix_length`` embeddings put before the text. Decoding is greedy and
+batched, with cached keys and values.
 
 Scores are corpus chrF and BLEU (sacrebleu, 0–100) against the target-language caption of
 the same parallel test group; :func:`score` also gives BLEU's tokenisation for zh/ja.
@@ -123,9 +120,8 @@ class PrefixDecoder(nn.Module):
     training representations) and mapped by one linear layer to ``prefix_length`` vectors
     of width ``d_model`` put before the token embeddings (paper A.5: "an extra linear layer
     at the input ... concatenated with the input word embeddings").
-    ``forward(cond, tokens, noise)`` gives next-token logits (B, T, V) at each token
-    position (``noise``: std of Gaussian noise added to the standardised ``cond``, for
-    training); the output layer is tied to the token embedding.
+    ``forward(cond, tokens)`` gives next-token logits (B, T, V) at each token position; the
+    output layer is tied to the token embedding.
     """
 
     def __init__(self, vocab_size: int, cond_dim: int, d_model: int = 128, layers: int = 2, heads: int = 4,
@@ -143,10 +139,8 @@ class PrefixDecoder(nn.Module):
         for p in (self.token_embedding.weight, self.position.weight):
             nn.init.normal_(p, std=0.02)
 
-    def _prefix(self, cond: torch.Tensor, noise: float = 0.0) -> torch.Tensor:
+    def _prefix(self, cond: torch.Tensor) -> torch.Tensor:
         z = (cond - self.cond_mean) / self.cond_std
-        if noise:
-            z = z + noise * torch.randn_like(z)
         return self.prefix(z).view(len(cond), self.prefix_length, self.d_model)
 
     def _run(self, x: torch.Tensor, start: int, past: list | None):
@@ -157,8 +151,8 @@ class PrefixDecoder(nn.Module):
             cache.append(kv)
         return self.norm(x) @ self.token_embedding.weight.T, cache
 
-    def forward(self, cond: torch.Tensor, tokens: torch.Tensor, noise: float = 0.0) -> torch.Tensor:
-        prefix = self._prefix(cond, noise)
+    def forward(self, cond: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        prefix = self._prefix(cond)
         x = torch.cat([prefix, self.token_embedding(tokens)], 1)
         return self._run(x, 0, None)[0][:, self.prefix_length :]
 
@@ -207,10 +201,6 @@ class DecoderConfig:
     weight_decay: float = 0.01
     warmup: float = 0.05
     """Share of the steps with a linear warm-up; cosine decay to 0 after it."""
-    noise: float = 0.0
-    """Standard deviation of Gaussian noise added to the standardised representation while
-    training (not the paper's; Nukrai et al. 2022, CapDec): the decoder learns to write a
-    neighbourhood's meaning, not one point's caption. 0 = none."""
 
 
 def _batch(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,7 +219,7 @@ def train_decoder(texts: Sequence[str], cond: np.ndarray, tokenizer, config: Dec
     """Train a :class:`PrefixDecoder` to write ``texts`` from their representations ``cond``
     (N, D) (frozen; computed once by the caller), with AdamW and token cross-entropy, for
     ``config.steps`` batches drawn epoch by epoch in a seeded order (seed: init, order,
-    dropout, noise). Returns the decoder (eval mode), its vocabulary and a log with the mean loss
+    dropout). Returns the decoder (eval mode), its vocabulary and a log with the mean loss
     of the first and last tenth of the steps, the captions used and the seconds taken."""
     from tqdm.auto import tqdm
 
@@ -261,7 +251,7 @@ def train_decoder(texts: Sequence[str], cond: np.ndarray, tokenizer, config: Dec
         idx = perm[at : at + config.batch_size]
         at += config.batch_size
         inp, tgt = _batch([rows[i] for i in idx])
-        logits = dec(c[idx], inp, noise=config.noise)
+        logits = dec(c[idx], inp)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()

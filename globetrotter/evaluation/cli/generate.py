@@ -13,8 +13,7 @@ _GENERATE_HELP = (
     "decoder (--layers, trained here from scratch; the paper fine-tunes GPT-2) learns to write the "
     "--target language's captions of --train from the frozen model's sentence representation of each "
     "caption (the text-text head, --head), passed through one linear layer to a prefix of --prefix-length "
-    "vectors before the words (--noise: Gaussian noise on the standardised representation while "
-    "training, not in the paper). It never sees another language. It is then fed the representations of "
+    "vectors before the words. It never sees another language. It is then fed the representations of "
     "the other languages' captions of the parallel --split (--n-groups groups) and decodes greedily. "
     "METRICS (sacrebleu corpus scores, 0-100, one reference: the target caption of the same group): chrF "
     "and BLEU per source language, their mean over sources, the target itself (reconstruction, for "
@@ -33,7 +32,7 @@ def _generate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     decoder = DecoderConfig(d_model=args.d_model, layers=args.layers, prefix_length=args.prefix_length,
                             max_tokens=args.max_tokens, steps=args.steps, batch_size=args.decoder_batch_size,
-                            lr=args.lr, noise=args.noise)
+                            lr=args.lr)
     result = generate_task.evaluate(
         args.model, args.split, args.train, target=args.target, sources=common.languages(args.sources),
         n_groups=args.n_groups, show=args.show, head=args.head, decoder=decoder, seed=args.seed,
@@ -74,9 +73,6 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=positive_int, default=40, help="longest caption trained on and generated, in BPE tokens (default %(default)s)")
     p.add_argument("--decoder-batch-size", type=positive_int, default=64, help="decoder training batch (default %(default)s)")
     p.add_argument("--lr", type=float, default=1e-3, help="decoder peak learning rate, AdamW, warm-up then cosine (default %(default)s)")
-    p.add_argument("--noise", type=float, default=0.0,
-                   help="std of Gaussian noise on the standardised representation while training the decoder "
-                        "(default 0, the paper's)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch CPU threads (default: this process's share of the free cores, as every eval.py "
                         "command; 1 is fastest on a busy machine)")

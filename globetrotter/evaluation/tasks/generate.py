@@ -88,8 +88,6 @@ def evaluate(
     require_trained(model, "generate")
     if show < 0:
         raise UserError(f"--show {show}: expected a number of examples >= 0")
-    if not 0 <= decoder.noise < float("inf"):
-        raise UserError(f"--noise {decoder.noise}: expected a standard deviation >= 0")
     if not 0 < decoder.lr < float("inf"):
         raise UserError(f"--lr {decoder.lr}: expected a learning rate > 0")
     if decoder.d_model % decoder.heads:  # checked before the model loads and the data is read
