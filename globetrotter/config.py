@@ -272,7 +272,7 @@ class ValConfig:
     # every validation (and an adaptation's before/after), for a run that asks for it; never used to choose anything
     test_groups: int = 0
     select_by: str = "val/bkr@10"  # val/bkr@K (K in bkr_ks) choosing the best checkpoint; "" keeps none
-    # BackRetrieval's image similarity g: pixels | model | features (the run's image-feature cache, data.features: no
+    # BackRetrieval's image similarity g: pixels | features (the run's image-feature cache, data.features: no
     # picture decoded) | features:PATH (another cache) | timm:NAME[:WEIGHTS]
     image_features: str = "pixels"
     # Keep the best checkpoint unless a new one is better beyond noise on the same val queries:
@@ -292,8 +292,8 @@ class ValConfig:
         if not all(k >= 1 for k in self.bkr_ks) or len(set(self.bkr_ks)) != len(self.bkr_ks):
             raise ValueError(f"val.bkr_ks must be distinct integers >= 1 (BackRetrieval@K), got {self.bkr_ks}")
         g = self.image_features
-        if g not in ("pixels", "model", "features") and not g.startswith(("features:", "timm:")):
-            raise ValueError(f"val.image_features={g!r}: expected pixels, model, features, features:PATH or "
+        if g not in ("pixels", "features") and not g.startswith(("features:", "timm:")):
+            raise ValueError(f"val.image_features={g!r}: expected pixels, features, features:PATH or "
                              "timm:NAME[:WEIGHTS]")
         if self.max_per_lang is not None and self.max_per_lang < 1:
             raise ValueError(f"val.max_per_lang must be >= 1, or null for every val caption, got {self.max_per_lang}")
@@ -445,9 +445,6 @@ class TrainConfig:
             if self.loss.image > 0:
                 raise ValueError(f"loss.image={self.loss.image}: imported embeddings hold one row per image, and L_v "
                                  "(SimCLR) contrasts two augmented views; set loss.image=0 with model.image_backbone=imported")
-            if self.val.image_features == "model" and self.val.every > 0:
-                raise ValueError("val.image_features=model embeds the val images with the model's image branch, and "
-                                 "model.image_backbone=imported has no network for pixels; use pixels or timm:NAME")
 
 
 def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:

@@ -266,8 +266,6 @@ def test_imported_embeddings_refuse_l_v_and_another_name_or_width(tiny_world, so
         _cfg(tiny_world, tmp_path, "loss.image=1")
     with pytest.raises(UserError, match="model.image_backbone=imported reads imported embeddings: set data.features"):
         _cfg(tiny_world, tmp_path, "data.features=null")
-    with pytest.raises(UserError, match="val.image_features=model"):
-        _cfg(tiny_world, tmp_path, "val.image_features=model", "val.every=5")
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     cache = tmp_path / "features"
     import_embeddings(tiny_world / "train", emb, cache, "toy", ids=id_file, progress=False)

@@ -2,7 +2,7 @@
 ranking choice of ``eval.py select`` both score text models on it.
 
 The image similarity ``g`` (``image_features``) must stay fixed across the models compared: ``pixels`` (colour
-thumbnails, no weights), ``model`` (the model's own image head: moves with training), ``features:PATH`` (the
+thumbnails, no weights), ``features:PATH`` (the
 whole-image rows of an image-feature cache, built from a frozen backbone or imported: no picture decoded), or a
 BackRetrieval image-model spec such as ``timm:efficientnet_lite0:package`` or ``timm:resnet50:/path/weights.safetensors``
 (cached beside the split).
@@ -54,9 +54,8 @@ class BackRetrievalSet:
     features; :meth:`evaluate` scores text embeddings or any text similarity on every ordered language pair.
 
     Only the distinct images of the kept captions are decoded, a chunk at a time (none with ``features:PATH``: g is
-    read from that cache). The pictures are kept only for
-    ``image_features="model"`` (embedded at each call); a fixed ``g`` keeps their features alone, in float16 when the
-    set is large enough for :meth:`evaluate` to sample its queries (:data:`QUERY_BUDGET`).
+    read from that cache), and only their features are kept, in float16 when the set is large enough for
+    :meth:`evaluate` to sample its queries (:data:`QUERY_BUDGET`).
     """
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
@@ -66,7 +65,6 @@ class BackRetrievalSet:
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
         if not (self.split / "manifest.json").is_file():
             raise UserError(f"{self.split}: no split here (expected manifest.json) for BackRetrieval")
-        self.images: list[Image.Image] | None = [] if image_features == "model" else None
         if image_features.startswith("features:"):  # rows of a feature cache: the captions alone are read
             self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
             self._check_one_language()
@@ -93,14 +91,9 @@ class BackRetrievalSet:
         self.langs, self.image_ids = np.array(langs), np.array(ids)
         order = {}
         image_of = np.array([order.setdefault(image, len(order)) for image in ids], dtype=np.int64)
-        if extract is None:
-            self.image_feats = None  # the model's own image head, at each call
-        else:
-            distinct = distinct[:filled]
-            same = filled == len(ids) and bool((image_of == np.arange(filled)).all())
-            self.image_feats = distinct if same else distinct[image_of]
-        if self.images is not None:
-            self.images = [self.images[r] for r in image_of]
+        distinct = distinct[:filled]
+        same = filled == len(ids) and bool((image_of == np.arange(filled)).all())
+        self.image_feats = distinct if same else distinct[image_of]
         self._check_one_language()
 
     def _check_one_language(self) -> None:
@@ -147,15 +140,13 @@ class BackRetrievalSet:
             order = np.argsort(chunk, kind="stable")
             self.image_feats[s + order] = cache.features[chunk[order], 0]
 
-    def _feature_extractor(self, image_features: str, device: str = "cpu") -> Callable[[list, list], np.ndarray] | None:
-        """``(pictures, image ids) -> features`` of the fixed ``g`` (a network's on ``device``); None for ``model``."""
+    def _feature_extractor(self, image_features: str, device: str = "cpu") -> Callable[[list, list], np.ndarray]:
+        """``(pictures, image ids) -> features`` of the fixed ``g`` (a network's on ``device``)."""
         if image_features == "pixels":
             return lambda pictures, _ids: pixel_features(pictures)
-        if image_features == "model":
-            return None
         if not image_features.startswith("timm:"):
             hint = " (a run's own cache: give its folder as features:PATH)" if image_features == "features" else ""
-            raise UserError(f"image features {image_features!r}: expected pixels, model, features:PATH or "
+            raise UserError(f"image features {image_features!r}: expected pixels, features:PATH or "
                             f"timm:NAME[:WEIGHTS]{hint}")
         # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0/1/2)
         from backretrieval.images import ImageFeatureExtractor
@@ -169,8 +160,8 @@ class BackRetrievalSet:
     def _decoded_chunks(self, rows: np.ndarray | None, extract, record: tuple[list, list, list] | None = None
                         ) -> Iterator[np.ndarray]:
         """Decode the pictures at split ``rows`` (sorted; None: each image at its first caption, appending every
-        caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features (and
-        keep the pictures for ``model``). Distinct images come in the order of their first caption."""
+        caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features. Distinct
+        images come in the order of their first caption."""
         from data_prep.shards import decode_image, iter_raw
 
         pictures: list[Image.Image] = []
@@ -194,15 +185,9 @@ class BackRetrievalSet:
             pictures.append(decode_image(data, ext))
             ids.append(str(meta["image_id"]))
             if len(pictures) == _CHUNK:
-                yield from self._flush(pictures, ids, extract)
+                yield extract(pictures, ids)
                 pictures, ids = [], []
         if pictures:
-            yield from self._flush(pictures, ids, extract)
-
-    def _flush(self, pictures: list, ids: list, extract) -> Iterator[np.ndarray]:
-        if self.images is not None:
-            self.images.extend(pictures)
-        if extract is not None:
             yield extract(pictures, ids)
 
     @property
@@ -218,24 +203,21 @@ class BackRetrievalSet:
                             f"split has {','.join(sorted(set(self.langs.tolist())))}")
         idx = np.flatnonzero(keep)
         self.texts = [self.texts[i] for i in idx]
-        if self.images is not None:
-            self.images = [self.images[i] for i in idx]
         self.langs, self.image_ids = self.langs[idx], self.image_ids[idx]
-        if self.image_feats is not None:
-            self.image_feats = self.image_feats[idx]
+        self.image_feats = self.image_feats[idx]
 
-    def evaluate(self, text_emb: np.ndarray | None = None, encoder=None,
+    def evaluate(self, text_emb: np.ndarray | None = None,
                  text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
                  ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """``(metrics, hits)`` of ``text_emb`` (rows of :attr:`texts`; cosine) or of ``text_scores(src_rows,
         tgt_rows)``: ``metrics["val/bkr@K"]`` the mean over the ordered language pairs, ``hits["val/bkr@K"]`` the
         per-query hits of every pair concatenated in a fixed order (the same queries at every call, so two models'
-        hits are paired). ``encoder`` embeds the images when the image similarity is ``model``. Past
+        hits are paired). Past
         :data:`QUERY_BUDGET` queries, each pair's figure is estimated from :attr:`queries_per_pair` seeded queries
         against all of its captions (docs/scale.md, Validation)."""
         from backretrieval import ApproxConfig, evaluate_pairs
 
-        images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
+        images = self.image_feats
         # a sample of each pair's queries (QUERY_BUDGET), and step 4 by one faiss index per source language: exact
         # text search, exactly re-scored image candidates
         per_pair = self.queries_per_pair
@@ -245,7 +227,7 @@ class BackRetrievalSet:
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}
         return metrics, {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in self.ks}
 
-    def evaluate_across_languages(self, text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray], encoder=None
+    def evaluate_across_languages(self, text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray]
                                   ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """:meth:`evaluate` with each language's queries retrieving among the captions of *every* other language at
         once (BkR's step 2 over the candidates sentence translation ranks, not one target language at a time), then
@@ -254,7 +236,7 @@ class BackRetrievalSet:
         languages it is :meth:`evaluate`. Targets showing an image of the source side are left out."""
         from backretrieval import bkr_recall
 
-        images = self.image_feats if self.image_feats is not None else encoder.encode_image(self.images)
+        images = self.image_feats
         per_k: dict[int, list[float]] = {k: [] for k in self.ks}
         hits: dict[int, list[np.ndarray]] = {k: [] for k in self.ks}
         for lang in sorted(set(self.langs.tolist())):

@@ -41,7 +41,7 @@ class Validator:
         language pair concatenated in a fixed order (the same queries at every call, so two
         checkpoints' hits are paired for checkpoint selection)."""
         text = encoder.encode_text(self.val.texts, head="text", langs=list(self.val.langs))
-        metrics, hits = self.val.evaluate(text, encoder=encoder)
+        metrics, hits = self.val.evaluate(text)
         if self.test_dir is not None:
             from ..evaluation import sentence_translation_score
 

@@ -248,7 +248,7 @@ def select_ranking(
     rows, per_query = [], []
     for ranking in rankings:
         scores = context.scorer(ranking).matrix()
-        metrics, hits = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)], encoder=encoder)
+        metrics, hits = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)])
         mean = float(np.mean([metrics[f"val/bkr@{k}"] for k in ks]))
         per_query.append(per_query_scores(hits, bkr.langs))
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "mean_bkr": mean,
