@@ -24,7 +24,7 @@ import tarfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -246,12 +246,20 @@ def shard_paths(split_dir: str | Path) -> list[str]:
     return [str(split_dir / name) for name in read_manifest(split_dir)["shards"]]
 
 
-def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator[tuple[str, str, bytes, dict]]:
+def iter_raw(split_dir: str | Path, shards: list[str] | None = None,
+             on_bad: Callable[[UserError], None] | None = None) -> Iterator[tuple[str, str, bytes, dict]]:
     """Yield ``(key, image_ext, image_bytes, meta)`` from a split's shards without decoding images.
 
     Raises :class:`UserError` naming the shard for an unreadable tar or a malformed sample (json that is not an
-    object with a string ``caption`` and ``lang`` and an ``image_id``, or a sample lacking its image or json).
+    object with a string ``caption`` and ``lang`` and an ``image_id``, or a sample lacking its image or json). With
+    ``on_bad``, that error is handed to it instead and reading goes on, as the training loader does: with the next
+    sample, or after a shard that stops reading part-way, with the next shard.
     """
+    def bad(err: UserError) -> None:
+        if on_bad is None:
+            raise err
+        on_bad(err)
+
     paths = shards if shards is not None else shard_paths(split_dir)
     for path in paths:
         try:
@@ -265,18 +273,22 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None) -> Iterator
                     entry = pending[key]
                     img_ext = next((e for e in IMAGE_EXTS if e in entry), None)
                     if "json" in entry and img_ext is not None:
+                        del pending[key]
                         try:
                             meta = json.loads(entry["json"].decode("utf-8"))
                         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                            raise UserError(f"{path}: sample '{key}' has malformed json ({err})") from None
-                        check_meta(meta, path, key)
+                            bad(UserError(f"{path}: sample '{key}' has malformed json ({err})"))
+                            continue
+                        try:
+                            check_meta(meta, path, key)
+                        except UserError as err:
+                            bad(err)
+                            continue
                         yield key, img_ext, entry[img_ext], meta
-                        del pending[key]
-                if pending:
-                    key = next(iter(pending))
-                    raise UserError(f"{path}: sample '{key}' is incomplete (needs an image and a .json)")
+                for key in pending:
+                    bad(UserError(f"{path}: sample '{key}' is incomplete (needs an image and a .json)"))
         except (tarfile.TarError, OSError, EOFError) as err:
-            raise UserError(f"{path}: unreadable shard ({_tar_error(err)})") from None
+            bad(UserError(f"{path}: unreadable shard ({_tar_error(err)})"))
 
 
 def _tar_error(err: BaseException) -> str:

@@ -277,9 +277,10 @@ def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_p
 
 
 
-def test_a_damaged_shard_cannot_hide_parallel_captions_from_the_one_language_check(tiny_world, tmp_path):
-    """A shard whose last sample is malformed still has its readable samples checked (the loader trains on them):
-    the same train image captioned again in other languages before it is refused."""
+@pytest.mark.parametrize("bad_at", ["first", "last"])
+def test_a_damaged_shard_cannot_hide_parallel_captions_from_the_one_language_check(tiny_world, tmp_path, bad_at):
+    """A shard with a malformed sample still has its readable samples checked, before and after it (the loader
+    trains on them all): the same train image captioned again in other languages is refused."""
     import io
     import shutil
     import tarfile
@@ -298,11 +299,15 @@ def test_a_damaged_shard_cannot_hide_parallel_captions_from_the_one_language_che
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        if bad_at == "first":
+            add("aa-bad.json", b"{not json")
+            add("aa-bad.npy", b"")
         for i, lang in enumerate(others):  # the image of the first caption, in every other language: parallel text
             add(f"par-{i}.json", json.dumps({"caption": f"caption {lang}", "lang": lang,
                                              "image_id": first["image_id"]}).encode())
             add(f"par-{i}.npy", b"")
-        add("zz-bad.json", b"{not json")  # one malformed sample last
+        if bad_at == "last":
+            add("zz-bad.json", b"{not json")  # an incomplete sample last
     manifest = read_manifest(train)
     manifest["shards"].append(shard.name)
     manifest["num_samples"] += len(others) + 1

@@ -122,9 +122,9 @@ def train_languages(cfg: TrainConfig) -> list[str]:
 
 def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict]:
     """The train split's captions' metadata that training reads: those of :func:`train_languages` whose image is
-    in ``data.train_image_share`` only. ``skip_unreadable``: leave out the shards that do not read whole (a
-    one-line error naming the shard otherwise)."""
-    from data_prep.shards import iter_raw, read_captions, shard_paths
+    in ``data.train_image_share`` only. ``skip_unreadable``: leave out the samples that do not read, as the loader
+    does (a one-line error naming the shard otherwise)."""
+    from data_prep.shards import iter_raw, read_captions
 
     from ..data.subset import keeps_caption
 
@@ -132,13 +132,7 @@ def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict
     if not skip_unreadable:
         metas = read_captions(split)
     else:
-        metas = []
-        for shard in shard_paths(split):
-            try:  # the samples before a bad one are read (the loader trains on them), the rest skipped
-                for key, _, _, meta in iter_raw(split, [shard]):
-                    metas.append(dict(meta, key=key))
-            except UserError:
-                continue
+        metas = [dict(meta, key=key) for key, _, _, meta in iter_raw(split, on_bad=lambda err: None)]
     if cfg.data.train_languages is None and cfg.data.train_image_share >= 1:
         return metas
     keep = set(train_languages(cfg)) if cfg.data.train_languages is not None else None
