@@ -344,8 +344,11 @@ class AdaptConfig:
             raise ValueError(f"adapt.epochs must be > 0 (or null to use steps), got {self.epochs}")
         if (self.old_batch is not None and self.old_batch < 1) or (self.old_captions is not None and self.old_captions < 1):
             raise ValueError("adapt.old_batch and adapt.old_captions must be >= 1 (or null)")
-        if self.vocab_size < 0:
-            raise ValueError(f"adapt.vocab_size must be >= 0, got {self.vocab_size}")
+        from .tokenizer import MIN_VOCAB_SIZE
+
+        if self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:  # a BPE below it has no merge: no new token
+            raise ValueError(f"adapt.vocab_size={self.vocab_size}: expected 0 (no new token) or at least "
+                             f"{MIN_VOCAB_SIZE} (the 256 byte symbols, the special tokens and a merge)")
 
 
 @dataclass

@@ -72,6 +72,7 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("data:\n  shuffle_buffer: -5\n", "data.shuffle_buffer must be >= 0 .*got -5"),
         ("val:\n  every: -1\n", "val.every must be >= 0 .*got -1"),
         ("val:\n  bkr_ks: [0, 10]\n", r"val.bkr_ks must be distinct integers >= 1 .*got \[0, 10\]"),
+        ("adapt:\n  vocab_size: 100\n", r"adapt.vocab_size=100: expected 0 \(no new token\) or at least 260"),
         ("val:\n  image_features: model\n", r"val.image_features='model': expected pixels, features, features:PATH or "
                                              r"timm:NAME\[:WEIGHTS\]"),
         ("val:\n  bkr_ks: [1, 1, 10]\n", r"val.bkr_ks must be distinct integers >= 1 .*got \[1, 1, 10\]"),
