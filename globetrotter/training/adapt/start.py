@@ -42,7 +42,7 @@ def starting_checkpoint(path: str) -> Path:
 def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """The config of ``train.py``: with ``adapt.from`` set, the starting run's saved config with ``path``
     and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``; ``steps`` beside
-    ``adapt.epochs`` and a ``data.tokenizer`` of the user's are refused); otherwise, with no ``adapt.*`` key set
+    ``adapt.epochs`` and a ``data.tokenizer`` or ``data.vocab_size`` of the user's are refused); otherwise, with no ``adapt.*`` key set
     (:func:`_check_no_adapt_keys`), :func:`~globetrotter.config.load_train_config`'s."""
     data, where = config_dict(path, overrides)
     section = data.get("adapt") if isinstance(data.get("adapt"), dict) else {}  # else from_dict says it is no mapping
