@@ -396,6 +396,8 @@ def test_a_choice_is_checked_against_an_encoder_object_too(tiny_run, tiny_world,
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "cosine"]) == 0
     for_tfidf, for_run = (select_task.read_choice(out / f"select-{name}.json") for name in ("tfidf", "run"))
+    tried = json.loads((out / "select-tfidf.json").read_text(encoding="utf-8"))["config"]
+    assert (tried["heads"], tried["maxsim"]) == (["text"], [0.0])  # what was tried, not the defaults asked for
     encoder = globetrotter.load(tiny_run)
     split = tiny_world / "test"
     for model, choice in ((encoder, for_tfidf), (TfidfEncoder(), for_run)):
@@ -826,6 +828,12 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "error: --csls-k 5 sets CSLS's neighbourhood; give --retrieval csls or drop it"),
     (["select", "--model", "full", "--val", "{train}", "--retrieval", "cosine", "--csls-k", "5"],
      "error: --csls-k 5 sets CSLS's neighbourhood; add csls to --retrieval or drop it"),
+    (["select", "--model", "full", "--val", "{train}", "--languages", "en,xx"],
+     "error: {train}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
+    (["select", "--model", "tfidf", "--val", "{train}", "--maxsim", "4"],
+     "error: --maxsim 4: the TF-IDF and ridge baselines have one embedding and no token rows, so select tries only "
+     "the text head's cosine and CSLS; drop --maxsim"),
+    (["select", "--model", "tfidf", "--val", "{train}", "--heads", "cross"], "error: --heads cross: the TF-IDF"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
@@ -1048,7 +1056,8 @@ def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_
     assert run(["select", "--model", "tfidf", "--val", str(tiny_world / "val"), "--out", str(out),
                 "--retrieval", "cosine", "--against", str(out / "select-cosine.json")]) == 2
     err = capsys.readouterr().err
-    assert "its val queries are not this selection's" in err and len(err.strip().splitlines()) == 1
+    assert f"--against {out / 'select-cosine.json'}: its val queries are not this selection's" in err
+    assert len(err.strip().splitlines()) == 1
     old = dict(first, details={k: v for k, v in first["details"].items() if k != "per_query"})
     (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
     for against, message in ((tmp_path / "old.json", "holds no per-query scores"), (tmp_path / "none.json", "no such file")):

@@ -11,6 +11,7 @@ from globetrotter.errors import UserError
 from globetrotter.shell import python_command
 
 from .. import models, plots
+from ..models import is_baseline
 from ..ranking import HEADS, Ranking
 from ..reference import DEFAULT_SIZE
 from ..tasks import select as select_task
@@ -46,6 +47,7 @@ SELECT_HELP = (
 
 
 CSLS_K = Ranking.csls_k
+DEFAULT_MAXSIM_ARG = ",".join(f"{w:g}" for w in select_task.DEFAULT_MAXSIM)
 """CSLS neighbours of a ranking given by flags (the ranking's default)."""
 
 
@@ -92,7 +94,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                         "neither it nor --reference may be a test split")
     p.add_argument("--languages", help="comma-separated language codes (default: all of the val split)")
     p.add_argument("--heads", default=",".join(HEADS), help="heads to try (default %(default)s)")
-    p.add_argument("--maxsim", default=",".join(f"{w:g}" for w in select_task.DEFAULT_MAXSIM),
+    p.add_argument("--maxsim", default=DEFAULT_MAXSIM_ARG,
                    help="MaxSim weights to try, 0 = off (default %(default)s)")
     p.add_argument("--retrieval", default="cosine,csls", help="rankings to try (default %(default)s)")
     p.add_argument("--max-per-lang", type=positive_int, help="val captions per language (default: the run's val.max_per_lang)")
@@ -174,15 +176,21 @@ def run_select(args: argparse.Namespace) -> int:
         raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
     if args.csls_k is not None and "csls" not in rankings:
         raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; add csls to --retrieval or drop it")
-    # read once, before the model loads: a bad record is an error before any work
-    against = select_task.read_against(args.against) if args.against else None
+    if is_baseline(args.model):  # its candidates are the text head's cosine and CSLS: nothing else is tried
+        for flag, value, default in (("--heads", args.heads, ",".join(HEADS)),
+                                     ("--maxsim", args.maxsim, DEFAULT_MAXSIM_ARG)):
+            if value != default:
+                raise UserError(f"{flag} {value}: the TF-IDF and ridge baselines have one embedding and no token "
+                                f"rows, so select tries only the text head's cosine and CSLS; drop {flag}")
+    if args.against:  # checked before the model loads: a bad record is an error before any work
+        select_task.read_against(args.against)
     encoder = common.load(args)
     result = select_task.select_ranking(
         encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
-        against=against, log=lambda s: print(s, file=sys.stderr))
+        against=args.against, log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args, encoder)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")

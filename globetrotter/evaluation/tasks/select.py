@@ -229,6 +229,13 @@ def select_ranking(
         if cfg is None:
             raise UserError("select: --val SPLIT is needed for a model without a run config (the baselines)")
         val = Path(cfg.data.root) / cfg.data.val_split
+    if languages and (Path(val) / "manifest.json").is_file():  # before g embeds any image
+        from data_prep.shards import read_manifest
+
+        has = read_manifest(val)["languages"]
+        missing = sorted(set(languages) - set(has))
+        if missing:
+            raise UserError(f"{val}: no caption in language(s) {missing} (has {sorted(has)})")
     reference = choice_reference(val, reference)
     ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
     max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
@@ -267,8 +274,8 @@ def select_ranking(
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks),
                        "queries_sha256": queries, "model_image_encoder": image_encoder_of(cfg)},
                "reference": pool.record, "per_query": per_query[best]}
-    config = {"val": str(val), "languages": evaluated, "heads": list(heads), "maxsim": list(maxsim),
-              "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
+    config = {"val": str(val), "languages": evaluated, "heads": sorted({r.head for r in rankings}, key=HEADS.index),
+              "maxsim": sorted({r.maxsim for r in rankings}), "csls": list(csls), "csls_k": csls_k, "reference": pool.source, "reference_size": reference_size,
               "max_per_lang": max_per_lang, "seed": seed}
     if other is not None:
         details["against"] = compare_choices({"details": details}, other, seed=seed, source=source)
