@@ -230,7 +230,7 @@ def test_generation_decodes_every_source_and_the_floor(world):
     assert len(lines) == 1 and lines[0].startswith("training a 1-layer decoder on 30 en captions")
     for kwargs, message in (({"target": "xx"}, "no caption in target language 'xx'"),
                             ({"sources": ["en"]}, "at least one language other than the target"),
-                            ({"decoder": DecoderConfig(noise=-1.0)}, "--noise -1.0")):
+                            ({"decoder": DecoderConfig(lr=-1.0)}, "--lr -1.0")):
         with pytest.raises(UserError, match=message):
             evaluate_generation(FakeEncoder(), world / "test", world / "train", **kwargs)
 

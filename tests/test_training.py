@@ -129,6 +129,34 @@ def test_a_resume_that_cannot_start_leaves_nothing_behind(tiny_world, tmp_path, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_resume_latest_continues_the_run_as_it_was_started_not_as_the_default_config_says(tiny_world, tmp_path,
+                                                                                            capsys, monkeypatch):
+    """`train.py steps=2` then `train.py --resume latest`: the resume took steps (and val.every, ...) from the default
+    config file and trained on to its 4 steps. It keeps the run's own settings now, unless the command line sets
+    them (an override, or a --config that names them)."""
+    from globetrotter.config_io import save_config
+    from globetrotter.training import cli
+
+    default = tmp_path / "default.yaml"
+    cfg = tiny_cfg(tiny_world, tmp_path / "runs", "steps=4", "val.every=0", "checkpoint_every=1")
+    save_config(cfg, default)
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", default)
+
+    def train_py(*argv: str) -> int:
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(argv))
+        return done.value.code
+
+    assert train_py("steps=2", "log_every=1") == 0
+    capsys.readouterr()
+    assert train_py("--resume", "latest") == 2
+    out, err = capsys.readouterr()
+    assert "resume: the run's own log_every=1, steps=2 (" in out
+    assert err.strip().endswith("already trained to step 2 of steps=2; raise steps to train on")
+    assert train_py("--resume", "latest", "steps=3") == 0  # the command line still sets them
+    assert ckpt.read_state(ckpt.resolve(cfg.run_dir, prefer_best=False))["step"] == 3
+
+
 @pytest.mark.parametrize("extra, message", [
     (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
     (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),

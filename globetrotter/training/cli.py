@@ -42,6 +42,11 @@ def _main(argv: Sequence[str] | None) -> int:
     config = args.config or (None if adapting else DEFAULT_CONFIG)
     from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)
     cfg = load_adapt_config(config, args.overrides)
+    if args.resume and not cfg.adapt.from_run:  # an adaptation is refused a resume by train()
+        from ..config_io import config_dict
+        from .resume import keep_run_settings
+
+        cfg = keep_run_settings(cfg, args.resume, config_dict(args.config, args.overrides)[0])
     from .trainer import train
     from .report import print_summary
 

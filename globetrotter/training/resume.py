@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config_io import read_yaml, to_dict
+from ..config_io import from_dict, read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
 from ..errors import UserError
 from . import checkpoint as ckpt
@@ -60,6 +60,32 @@ def refuse_changed_config(source: Path, cfg) -> None:
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
         raise UserError(f"--resume {source}: the config differs from the checkpoint's ({shown}{more}); resume with "
                         f"its config ({saved_path}), or start a new run_name")
+
+
+def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] = print):
+    """``cfg`` with each :data:`RUN_KEYS` setting that ``given`` (the mapping of an explicit ``--config`` file and the
+    overrides) does not set taken from the config of the checkpoint ``resume`` names (``latest``: ``cfg``'s run
+    folder's): ``--resume latest`` continues a run as it was started (``steps=60``, say), not as the default config
+    file says. Said in one line when it differs from ``cfg``."""
+    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
+    saved_path = source / "config.yaml"
+    if not saved_path.is_file():
+        return cfg  # a checkpoint from before configs were saved beside it
+    saved, now, named = _flat(read_yaml(saved_path)), _flat(to_dict(cfg)), _flat(given)
+    kept = {k: saved[k] for k in sorted(RUN_KEYS - {"output_dir", "run_name"})
+            if k in saved and saved[k] != now.get(k) and not any(n == k or n.startswith(f"{k}.") for n in named)}
+    if not kept:
+        return cfg
+    log(f"resume: the run's own {', '.join(f'{k}={v}' for k, v in kept.items())} ({saved_path}; set them to change "
+        f"them)")
+    data = to_dict(cfg)
+    for key, value in kept.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return from_dict(type(cfg), data, where=str(saved_path))
 
 
 def refuse_finished(source: Path, steps: int) -> None:
