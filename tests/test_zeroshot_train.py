@@ -346,11 +346,38 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
         assert f"bad/{name}: " in err and len(err.splitlines()) == 1, err
     # a val split of other image features: refused before training, not after an epoch
     _write_split(tmp_path, "val6", np.ones((6, 6), dtype=np.float32), [(f"caption {r}", "en", r) for r in range(6)])
-    assert main(["train", "--train", str(tmp_path / "test"), "--val", str(tmp_path / "val6"), "--out",
+    assert main(["train", "--train", str(tmp_path / "test"), "--val", str(tmp_path / "val6"), "--val-k", "5", "--out",
                  str(tmp_path / "never"), *common, "text_encoder=random:16"]) == 2
     err = capsys.readouterr().err.strip()
     assert "6-d image features, but the train split's are 16-d and 4-d" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "never").exists()
+
+
+def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """Recall@10 over 2 val images is 1 for any adapter: every epoch tied at 1.0, the first was kept, unsaid."""
+    from globetrotter.zeroshot import train as zs_train
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(6, dtype=np.float32)
+    _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
+    _write_split(tmp_path, "val2", images, [(f"caption {r}", "en", r) for r in range(2)])
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6", "optim.epochs=1",
+              "adapter.hidden_dims=[8]"]
+    trained = []
+    real_train = zs_train.train_adapter
+    monkeypatch.setattr(zs_train, "train_adapter", lambda *a, **kw: trained.append(1) or real_train(*a, **kw))
+    out = tmp_path / "zs" / "ckpt"
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val2"), "--out", str(out),
+                 *common]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"--val {tmp_path / 'val2'}: 2 image(s), not more than the validation K (10)" in err
+    assert "lower --val-k, or drop --val" in err
+    assert not trained and not (tmp_path / "zs").exists()
+    # an adequate val set trains as before: 2 images judged by Recall@1
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val2"), "--val-k", "1",
+                 "--out", str(out), *common]) == 0
+    assert trained and len(json.loads((out / "meta.json").read_text())["history"]["val"]) == 1
 
 
 def test_a_refused_train_run_leaves_no_out_folder(tmp_path, capsys):

@@ -267,9 +267,12 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     rng = np.random.default_rng(options.seed)
     if options.limit_images is not None and len(by_id) > options.limit_images:
         keep = set(rng.permutation(len(by_id))[: options.limit_images].tolist())
-        for idx, image_id in enumerate(list(by_id)):
-            if idx not in keep:
-                report.leave_out("beyond_image_limit", len(by_id.pop(image_id).captions))
+        dropped = [image_id for idx, image_id in enumerate(by_id) if idx not in keep]
+        for image_id in dropped:
+            report.leave_out("beyond_image_limit", len(by_id.pop(image_id).captions))
+        note = None if fixed is None else fixed.limit_note(dropped, options.limit_images)
+        if note:  # the split files' counts (fixed.describe) are of the images they name, not of those kept
+            report.note(note)
 
     infos = {i: ImageInfo(frozenset(c.lang for c in img.captions), merge_hints([c.split_hint for c in img.captions]))
              for i, img in by_id.items()}

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -133,6 +133,21 @@ class FixedSplits:
         if self.not_captioned:
             line += f"; {self.not_captioned} named image file(s) have no usable caption (left out)"
         return line
+
+    def limit_note(self, dropped: Iterable[str], limit: int) -> str | None:
+        """The warning that ``--limit-images`` left out images the split files name (``dropped``: the ids it left
+        out), per split: the per-file counts of :meth:`describe` are the images named, not those kept. ``None``
+        when it left out none of them (or the splits are ``--all-to``'s: every image is named there)."""
+        if self.all_to is not None:
+            return None
+        named = Counter(self.split_of.values())
+        lost = Counter(self.split_of[i] for i in dropped if i in self.split_of)
+        if not lost:
+            return None
+        per_split = ", ".join(f"{s} {lost[s]} of {named[s]}" for s in SPLIT_NAMES if lost[s])
+        return (f"--limit-images {limit} left out {sum(lost.values())} of the {sum(named.values())} image(s) the split "
+                f"files name ({per_split}): those splits hold fewer images than their files name; raise or drop "
+                f"--limit-images to keep them")
 
 
 def _examples(items: Sequence[str], limit: int = 3) -> str:

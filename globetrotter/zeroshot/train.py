@@ -161,14 +161,23 @@ def train_rows(train: SplitFeatures, langs: Sequence[str], where: str = "train s
 
 
 def validation_recall(
-    val: SplitFeatures, langs: Sequence[str], k: int = 10, metric: Metric = "cosine"
+    val: SplitFeatures, langs: Sequence[str], k: int = 10, metric: Metric = "cosine", where: str = "val split",
+    remedy: str = "use a val split of more images, a lower K, or no validation",
 ) -> Callable[[TextToImageAdapter], float]:
     """The validation score :func:`train_adapter` keeps the best epoch by: text->image Recall@``k`` on ``val``
     (one query per image, its first caption; images ranked by ``metric``), the mean over the ``langs`` that have
-    captions there."""
+    captions there.
+
+    A ``val`` of at most ``k`` images is refused (one-line :class:`UserError` naming ``where``, its image count and
+    ``k``, then ``remedy``): every rank is then at most ``k``, Recall@``k`` is 1 for any adapter, and the tie would
+    keep the first epoch whatever it is worth."""
+    k = max(k, 1)
+    n_images = len(val.image_features)
+    if n_images <= k:
+        raise UserError(f"{where}: {n_images} image(s), not more than the validation K ({k}): Recall@{k} would be 1 "
+                        f"for any adapter, so no epoch could be told from another; {remedy}")
     queries = {lang: val.first_per_image(lang) for lang in langs if len(val.rows(lang))}
     images = torch.from_numpy(val.image_features)
-    k = max(k, 1)
 
     def validate(adapter: TextToImageAdapter) -> float:
         scores = [

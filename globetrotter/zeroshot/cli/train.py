@@ -20,18 +20,21 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
+    validate = val = None
+    if args.val:  # read first: a val split too small to choose an epoch is refused before the train split's features
+        val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
+                                  every_image=True, online=args.online)
+        validate = validation_recall(val, config.train_langs, args.val_k, config.metric, where=f"--val {args.val}",
+                                     remedy=f"use a val split of more than {args.val_k} images, lower --val-k, "
+                                            "or drop --val")
     train = load_split_features(args.train, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
                                 config.max_captions_per_image, online=args.online)
     rows = train_rows(train, config.train_langs, args.train)
-    validate = None
-    if args.val:
-        val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                  every_image=True, online=args.online)
+    if val is not None:
         (vt, vi), (tt, ti) = ((s.text_features.shape[1], s.image_features.shape[1]) for s in (val, train))
         if (vt, vi) != (tt, ti):
             raise UserError(f"--val {args.val}: {vt}-d text and {vi}-d image features, but the train split's are "
                             f"{tt}-d and {ti}-d (stored features of another encoder?)")
-        validate = validation_recall(val, config.train_langs, args.val_k, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
