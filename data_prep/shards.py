@@ -224,7 +224,10 @@ def read_manifest(split_dir: str | Path) -> dict:
         what = "a file" if split_dir.exists() else "split directory not found"
         raise UserError(f"{split_dir}: {what} (expected a folder with {MANIFEST} and .tar shards)")
     if not path.is_file():
-        raise UserError(f"{path}: manifest not found (is {split_dir} a split folder written by globetrotter-data?)")
+        inner = sorted(p.name for p in split_dir.iterdir() if (p / MANIFEST).is_file())
+        hint = (f"{split_dir} holds the splits {', '.join(inner)}: name one of them, e.g. {split_dir / inner[0]}"
+                if inner else f"is {split_dir} a split folder written by globetrotter-data?")
+        raise UserError(f"{path}: manifest not found ({hint})")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

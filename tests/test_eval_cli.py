@@ -237,6 +237,8 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     assert rec["details"]["chosen"] == best["ranking"] and rec["metrics"]["mean_bkr"] == best["mean_bkr"]
     printed = capsys.readouterr().out
     assert "chosen on val" in printed and "95% intervals over the val queries" in printed
+    # the printed test command names the languages it was chosen for (sentence refuses any other set)
+    assert f"--split SPLIT --languages {','.join(rec['languages'])} --ranking {out / 'select-run.json'}" in printed
     # the intervals are of the figures the choice was made on: the same means, the runner-up the best other one
     spread = rec["details"]["uncertainty"]
     assert spread["mean"]["value"] == pytest.approx(best["mean_bkr"])
@@ -341,7 +343,8 @@ def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_f
     binary.write_bytes(bytes(range(128, 256)))
     for extra, message in ((["--model", "tfidf", "--ranking", str(path)], "chose a ranking for .*tiny_run.*, not tfidf"),
                            (["--model", str(tiny_run), "--ranking", str(path), "--languages", "en,ru"],
-                            "chose a ranking for el,en,ja,ru, not en,ru"),
+                            "chose a ranking for el,en,ja,ru, not en,ru: evaluate --languages el,en,ja,ru, or choose "
+                            "again"),
                            (["--model", str(tiny_run), "--ranking", str(stale)],
                             "are not those the ranking was chosen with"),
                            (["--model", str(tiny_run), "--ranking", str(binary)], "not a record of `eval.py select`")):
@@ -510,14 +513,19 @@ def test_build_dictionary_finds_the_lexicon(world, fake, tmp_path):
     assert truth <= pairs and ("red", "rot") in pairs and ("red", "blau") not in pairs
 
 
-def test_retrieval_command(world, fake, tmp_path):
+def test_retrieval_command(world, fake, tmp_path, capsys):
     out = tmp_path / "out"
-    assert run(["retrieval", "--model", "full", "--name", "full", "--split", str(world / "test"), "--out", str(out)]) == 0
+    argv = ["retrieval", "--model", "full", "--name", "full", "--split", str(world / "test"), "--out", str(out)]
+    assert run(argv) == 0
     rec = record(out, "retrieval")
     for lang in LANGS:
         assert rec["metrics"]["per_language"][lang]["image_retrieval_recall@1"] == 1.0
         assert rec["metrics"]["per_language"][lang]["text_retrieval_recall@1"] == 1.0
     assert rec["details"]["n_images"] == 30 and rec["details"]["n_captions"] == 90
+    assert "replaces an earlier record" not in capsys.readouterr().out
+    assert run(argv + ["--ks", "1"]) == 0  # the same model's record again: said, and both summaries kept
+    assert "it replaces an earlier record of this model" in capsys.readouterr().out
+    assert len((out / "results.jsonl").read_text(encoding="utf-8").splitlines()) == 2
 
 
 def test_cluster_command_full_vs_text_only(world, fake, tmp_path):

@@ -100,6 +100,15 @@ def test_bad_input_gives_one_line_user_errors(tmp_path):
     (tmp_path / "s" / "manifest.json").write_text("{oops")
     with pytest.raises(UserError, match="malformed manifest"):
         read_manifest(tmp_path / "s")
+    world = tmp_path / "world"  # a dataset root given where a split is expected: its splits are named
+    write_split(world / "train", ROWS)
+    write_split(world / "test", ROWS)
+    with pytest.raises(UserError, match=rf"manifest not found \({world} holds the splits test, train: name one of "
+                                        rf"them, e.g. {world / 'test'}\)"):
+        read_manifest(world)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"manifest not found \(is .*empty a split folder written by globetrotter-data"):
+        read_manifest(tmp_path / "empty")
 
 
 def write_raw_split(path, meta, image_bytes: bytes, key: str = "k0") -> None:

@@ -8,7 +8,7 @@ from typing import Sequence
 from globetrotter.argtypes import non_negative_int, output_folder, positive_int, torch_device
 
 from .. import models
-from ..records import DEFAULT_OUT, Result
+from ..records import DEFAULT_OUT, Result, record_path
 
 
 def languages(arg: str | None) -> list[str] | None:
@@ -63,6 +63,8 @@ def plot_prefix(args: argparse.Namespace, task: str) -> Path:
 def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
     """Write ``result`` (with ``plots``) into ``--out`` and say where."""
     result.plots = [str(p) for p in plots]
+    earlier = record_path(args.out, result.task, result.model.get("name")).is_file()
     path = result.write(args.out)
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f" (it replaces an earlier record of this model; every record's summary is also in "
+                             f"{Path(args.out) / 'results.jsonl'}: --name keeps records apart)" if earlier else ""))
     return path

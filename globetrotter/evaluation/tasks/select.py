@@ -368,7 +368,8 @@ class Choice:
                             f"(has the run saved another checkpoint since?); {again}")
         if languages is not None and self.languages is not None and tuple(sorted(languages)) != self.languages:
             raise UserError(f"{self.source} chose a ranking for {','.join(self.languages)}, not "
-                            f"{','.join(sorted(languages))}; {again} (--languages)")
+                            f"{','.join(sorted(languages))}: evaluate --languages {','.join(self.languages)}, or "
+                            f"{again} (--languages)")
         if reference is not None and self.reference_sha256 is not None and reference["sha256"] != self.reference_sha256:
             raise UserError(f"{self.source}: the captions of {reference['split']} are not those the ranking was "
                             f"chosen with (sha256 {reference['sha256'][:12]}, the record's {self.reference_sha256[:12]}); "
