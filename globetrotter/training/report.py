@@ -22,7 +22,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
               f"({score / max(chance, 1e-9):.1f}x chance)")
     for key, value in sorted(metrics.items()):
         if key.startswith("val/"):
-            print(f"{key}: {value:.4f}")
+            print(f"{key} at the last step: {value:.4f}")
     adapted = result.get("adapt") or {}
     if adapted.get("before") and adapted.get("after"):
         b, a, lang = adapted["before"], adapted["after"], adapted["language"]

@@ -24,6 +24,9 @@ def _retrieval(args: argparse.Namespace) -> int:
                                      max_images=args.max_images, seed=args.seed, batch_size=args.batch_size,
                                      name=args.name, device=args.device)
     per_language = result.metrics["per_language"]
+    n = result.details["n_images"]
+    print(f"recall in % over {n} images (chance: " + ", ".join(f"R@{k} {100 * min(1.0, k / n):.1f}" for k in args.ks)
+          + ")")
     for lang in result.languages:
         m = per_language[lang]
         print(f"{lang}: text→image " + " ".join(f"R@{k} {100 * m[f'image_retrieval_recall@{k}']:.1f}" for k in args.ks)
