@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from globetrotter.errors import UserError
 
@@ -107,16 +108,16 @@ def evaluate(
         raise UserError(f"word: none of the {n_truth} ground-truth pairs ({source}) has both words embedded "
                         f"({embeddings} embeddings of {info['name']})")
     metrics, details, matrices = {}, {}, {}
-    for method in methods:
-        for proc in procrustes:
-            res = word_translation(spaces, dicts, method=method, procrustes=proc, procrustes_k=procrustes_k,
-                                   procrustes_iter=procrustes_iter)
-            tag = f"{method}/{proc}"
-            metrics[tag] = {k: v for k, v in res.items() if k.startswith(("recall@", "precision@"))}
-            details[tag] = {"pairs": res["pairs"], "procrustes_log": res["procrustes_log"],
-                            "recall_matrix": matrix_dict(res["matrix"], res["languages"]),
-                            "recall_matrix_no_identical": matrix_dict(res["matrix_no_identical"], res["languages"])}
-            matrices[tag] = res["matrix"]
+    settings = [(method, proc) for method in methods for proc in procrustes]
+    for method, proc in tqdm(settings, desc="word translation", unit=" setting", disable=None):  # off without a TTY
+        res = word_translation(spaces, dicts, method=method, procrustes=proc, procrustes_k=procrustes_k,
+                               procrustes_iter=procrustes_iter)
+        tag = f"{method}/{proc}"
+        metrics[tag] = {k: v for k, v in res.items() if k.startswith(("recall@", "precision@"))}
+        details[tag] = {"pairs": res["pairs"], "procrustes_log": res["procrustes_log"],
+                        "recall_matrix": matrix_dict(res["matrix"], res["languages"]),
+                        "recall_matrix_no_identical": matrix_dict(res["matrix_no_identical"], res["languages"])}
+        matrices[tag] = res["matrix"]
     details["ground_truth"] = {"source": source, "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
                                "vocabulary": {lang: len(s.words) for lang, s in spaces.items()}}
     config = {"split": split and str(split), "dictionary": dictionary and str(dictionary), "languages": languages,
