@@ -7,6 +7,7 @@ encoded bytes, or as float32 features when the split stores ``npy`` features.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -104,6 +105,27 @@ def load_split(split_dir: str | Path, langs: Sequence[str] | None = None, every_
     )
 
 
+def stored_image_format(data: str | Path | SplitData) -> str | None:
+    """The split's image format (``jpg``, ``png``, ``npy``...) from its ``manifest.json`` alone, without reading
+    a shard; None when the manifest does not say (reading the split then reports what is wrong)."""
+    if isinstance(data, SplitData):
+        return data.image_format
+    try:
+        manifest = json.loads((Path(data) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fmt = manifest.get("image_format") if isinstance(manifest, dict) else None
+    return fmt if isinstance(fmt, str) else None
+
+
+def check_image_model(data: str | Path | SplitData, extractor) -> None:
+    """Before any work: check a CNN g's weights (nothing loaded) when the split stores pixels, where it will be
+    needed (a split of stored features is its own g)."""
+    check = getattr(extractor, "check", None)
+    if check is not None and stored_image_format(data) not in (None, "npy"):
+        check()
+
+
 def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -> np.ndarray:
     """``(n_distinct_images, D)`` features: stored ``npy`` features, or extracted (and cached).
 
@@ -121,7 +143,9 @@ def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -
                                      f"image model {extractor.name!r} needs pixels")
         return np.stack(data.images).astype(np.float32)
     if extractor is None:
-        raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g")
+        raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g "
+                                 "(e.g. extractor=backretrieval.images.image_feature_extractor(): efficientnet_lite0, "
+                                 "offline)")
     return extractor.extract(data.images, ids=ids)
 
 

@@ -235,16 +235,22 @@ def _parse_int(value: str, what: str, spec: str) -> int:
         raise BackRetrievalError(f"embedder spec {spec!r}: {what} must be an integer, got {value!r}") from None
 
 
-def _random_factory(arg: str, **_: object) -> RandomEmbedder:
+def _random_parts(arg: str) -> tuple[int, int]:
+    """DIM and SEED of ``random:ARG`` (DIM 512, SEED 0 when left out)."""
     parts = arg.split(":") if arg else []
     if len(parts) > 2:
         raise BackRetrievalError(f"embedder spec 'random:{arg}': expected random:DIM or random:DIM:SEED")
     dim = _parse_int(parts[0], "DIM", f"random:{arg}") if parts else 512
     seed = _parse_int(parts[1], "SEED", f"random:{arg}") if len(parts) > 1 else 0
-    return RandomEmbedder(dim, seed)
+    return dim, seed
 
 
-def _noisy_factory(arg: str, **kwargs: object) -> NoisyEmbedder:
+def _random_factory(arg: str, **_: object) -> RandomEmbedder:
+    return RandomEmbedder(*_random_parts(arg))
+
+
+def _noisy_parts(arg: str) -> tuple[float, int, str]:
+    """STD, SEED and the base SPEC of ``noisy:ARG``."""
     parts = arg.split(":", 2)
     spec = f"noisy:{arg}"
     if len(parts) < 2:
@@ -254,9 +260,12 @@ def _noisy_factory(arg: str, **kwargs: object) -> NoisyEmbedder:
     except ValueError:
         raise BackRetrievalError(f"embedder spec {spec!r}: STD must be a number, got {parts[0]!r}") from None
     if len(parts) == 3 and parts[1].lstrip("-").isdigit():
-        seed, base = int(parts[1]), parts[2]
-    else:
-        seed, base = 0, arg.split(":", 1)[1]
+        return std, int(parts[1]), parts[2]
+    return std, 0, arg.split(":", 1)[1]
+
+
+def _noisy_factory(arg: str, **kwargs: object) -> NoisyEmbedder:
+    std, seed, base = _noisy_parts(arg)
     return NoisyEmbedder(load_embedder(base, **kwargs), std, seed)
 
 
@@ -277,6 +286,54 @@ def register_embedder(prefix: str, factory: Callable[..., TextEmbedder]) -> None
 def available_prefixes() -> list[str]:
     """Built-in/registered prefixes plus those declared in the ``backretrieval.embedders`` entry points."""
     return sorted(set(_REGISTRY) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def _path_hint(spec: str) -> str:
+    """For a spec that is an existing file or folder: the prefixed spec the user most likely meant, else ''."""
+    path = Path(spec)
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except OSError:  # e.g. a name too long to be a path
+        return ""
+    if is_dir:
+        sentence_transformers = any((path / name).is_file() for name in ("modules.json",
+                                                                        "config_sentence_transformers.json"))
+        meant = "st" if sentence_transformers else "globetrotter"
+    elif is_file:
+        meant = "npy" if path.suffix == ".npy" else "globetrotter"
+    else:
+        return ""
+    hint = f"{spec} is a {'folder' if is_dir else 'file'}: did you mean {meant}:{spec}?"
+    if meant not in available_prefixes():  # globetrotter: declared by the globetrotter package's entry point
+        hint += f" (prefix {meant!r} needs the package that declares it installed)"
+    return hint
+
+
+def _unknown_prefix(spec: str, prefix: str) -> BackRetrievalError:
+    hint = _path_hint(spec)
+    if hint:
+        return BackRetrievalError(f"unknown embedder spec {spec!r}: no known prefix, and {hint}")
+    return BackRetrievalError(
+        f"unknown embedder spec {spec!r}: prefix {prefix!r} is not one of {', '.join(available_prefixes())} "
+        f"(nor an entry point of group {ENTRY_POINT_GROUP!r})"
+    )
+
+
+def check_spec(spec: str) -> None:
+    """Check a spec string without building anything (no model loaded, no entry point imported): its prefix is
+    known, and a built-in prefix has the arguments it needs. A mistake raises the one-line error
+    :func:`load_embedder` would raise for it, so a list of specs can be checked before any work."""
+    prefix, _, arg = spec.partition(":")
+    if prefix in _REGISTRY:
+        if prefix in ("npy", "st") and not arg:
+            what = "PATH" if prefix == "npy" else "MODEL"
+            raise BackRetrievalError(f"embedder spec {spec!r}: expected {prefix}:{what}")
+        if prefix == "random" and _REGISTRY[prefix] is _random_factory:
+            _random_parts(arg)
+        elif prefix == "noisy" and _REGISTRY[prefix] is _noisy_factory:
+            check_spec(_noisy_parts(arg)[2])
+    elif not any(ep.name == prefix for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)):
+        raise _unknown_prefix(spec, prefix)
 
 
 def load_embedder(
@@ -300,10 +357,7 @@ def load_embedder(
     else:
         found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == prefix]
         if not found:
-            raise BackRetrievalError(
-                f"unknown embedder spec {spec!r}: prefix {prefix!r} is not one of {', '.join(available_prefixes())} "
-                f"(nor an entry point of group {ENTRY_POINT_GROUP!r})"
-            )
+            raise _unknown_prefix(spec, prefix)
         try:
             factory = found[0].load()
         except ImportError as err:

@@ -34,6 +34,11 @@ def option(name: str, metavar: str = "") -> str:
     return "--" + name.replace("_", "-") + (f" {metavar}" if metavar else "")
 
 
+def naming_flags() -> bool:
+    """True inside :func:`cli_option_names`: messages then name command-line flags, not Python parameters."""
+    return _CLI_NAMES.get()
+
+
 @contextmanager
 def cli_option_names() -> Iterator[None]:
     """Within this block, :func:`option` names inputs by their command-line flags."""

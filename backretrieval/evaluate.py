@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .approximate import ApproxConfig
-from .data import SplitData, aligned_pair, image_features, load_split
-from .embedders import SPEC_FORMS, embed_captions, parse_model_specs
+from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
+from .embedders import SPEC_FORMS, check_spec, embed_captions, parse_model_specs
 from .errors import BackRetrievalError, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
@@ -61,13 +61,22 @@ def _image_label(extractor, image_format: str) -> str | None:
 
 
 def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
-    """{label: spec} from a mapping as is, or from ``[NAME=]SPEC`` strings."""
-    return dict(models) if isinstance(models, Mapping) else parse_model_specs(models)
+    """{label: spec} from a mapping as is, or from ``[NAME=]SPEC`` strings; every spec checked without loading its
+    model (:func:`backretrieval.embedders.check_spec`), so a mistyped one is reported before any work."""
+    specs = dict(models) if isinstance(models, Mapping) else parse_model_specs(models)
+    for spec in specs.values():
+        check_spec(spec)
+    return specs
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
                 langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True) -> EmbeddedSplit:
-    """Load the split (only ``langs``), its image features under g, and every model's caption embeddings."""
+    """Load the split (only ``langs``), its image features under g, and every model's caption embeddings.
+
+    The specs, then g's weights (where the split stores pixels), are checked before the split is read."""
+    for spec in models.values():
+        check_spec(spec)
+    check_image_model(data, extractor)
     data = data if isinstance(data, SplitData) else load_split(data, langs)
     features = image_features(data, extractor)
     cache: dict = {}

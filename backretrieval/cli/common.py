@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
-from ..embedders import SPEC_FORMS, parse_model_specs
+from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
 from ..files import dump_json, write_json
-from ..images import image_feature_extractor
+from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
 from ..scoring import DEFAULT_CORR_PAIRS, ImageLists
@@ -65,7 +65,8 @@ def command_line_specs(specs: list[str], flag: str) -> list[str]:
         if not spec.strip() or spec.strip().startswith("#"):
             what = "empty" if not spec.strip() else "a '#' comment, not a"
             raise BackRetrievalError(f"{flag} {spec!r}: {what} model spec; expected {SPEC_FORMS}")
-        parse_model_specs([spec], what=flag)
+        for one in parse_model_specs([spec], what=flag).values():
+            check_spec(one)  # a mistyped spec is reported now, before the image model or any data is touched
     return list(specs)
 
 
@@ -166,15 +167,16 @@ def add_embedding_metric_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--image-model", default="resnet50", metavar="G",
+    p.add_argument("--image-model", default=DEFAULT_IMAGE_MODEL, metavar="G",
                    help="the image similarity g: a timm model whose pooled last-layer features define it (default: "
-                        "resnet50, as in the paper); thumbnail:SIZE (the image's SIZE x SIZE pixels, flattened: a "
+                        f"{DEFAULT_IMAGE_MODEL}, whose ImageNet weights ship offline; the paper's {PAPER_IMAGE_MODEL} "
+                        "needs --image-weights); thumbnail:SIZE (the image's SIZE x SIZE pixels, flattened: a "
                         "degraded g); random[:SEED] (a Gaussian vector per image: the null g, BkR at chance)")
     p.add_argument("--image-weights", default=None, metavar="W",
-                   help="image model weights: a local .pth/.safetensors file; 'package' (offline "
-                        "EfficientNet-Lite0/1/2, use with --image-model efficientnet_lite0/1/2); 'hub' (download, "
-                        "needs --online); 'random' (a randomly initialised CNN). Not needed when the split stores npy "
-                        "features, nor for thumbnail/random g")
+                   help="image model weights: a local .pth/.safetensors file; 'package' (offline ImageNet weights of "
+                        "the offline-models extra, only for --image-model efficientnet_lite0/1/2, and their default); "
+                        "'hub' (download, needs --online); 'random' (a randomly initialised CNN). Not needed when the "
+                        "split stores npy features, nor for thumbnail/random g")
     p.add_argument("--online", action="store_true",
                    help="allow downloads (timm hub weights, sentence-transformers models); off by default")
     p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
