@@ -111,6 +111,14 @@ def test_score_and_compare_write_the_library_records(tmp_path, capsys):
     lib = compare(hits=(tmp_path / "ha.npy", tmp_path / "hb.npy"), names=("good", "bad"), ks=[1, 10], bootstrap=100)
     assert rec == lib.to_record(rec["inputs"]) and rec["comparisons"]["bkr@10"]["verdict"] == "good"
     assert "bkr@10: good " in capsys.readouterr().err
+    # in a terminal the record comes first and the verdicts last, not scrolled away above 100 lines of JSON
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "backretrieval.cli", "compare", "--hits", str(tmp_path / "ha.npy"),
+                            str(tmp_path / "hb.npy"), "--names", "good", "bad", "--ks", "1", "10", "--bootstrap", "100"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout
+    assert shown.rstrip().splitlines()[-1].startswith("bkr@10: good ") and shown.index("}") < shown.index("bkr@10: good")
 
 
 def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys):

@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
                      image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
+    emit_json(result.to_record(inputs(args)), args.out)
+    sys.stdout.flush()  # the verdicts last, below a record printed on stdout (as score prints its figures)
     name_a, name_b = result.names
     for metric, res in result.comparisons.items():
         verdict = res["verdict"] if res["verdict"] != "tie" else "no significant difference"
         print(f"{metric}: {name_a} {res['a']:.4f} vs {name_b} {res['b']:.4f} (diff {res['diff']:+.4f}); "
               f"p = {res['p_value']:.4g} -> {verdict}", file=sys.stderr)
-    emit_json(result.to_record(inputs(args)), args.out)
     return 0

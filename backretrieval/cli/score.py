@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hits_out:
         args.hits_out = str(save_npy(args.hits_out, result.hits_matrix(), "--hits-out"))
     emit_json(result.to_record(inputs(args)), args.out)
+    sys.stdout.flush()  # the figures last, below a record printed on stdout
     parts = []
     for name, value in result.metrics.items():
         ci = result.intervals.get(name)
