@@ -114,3 +114,5 @@ def test_per_language_hubness_is_taken_among_the_other_sentence_languages_tokens
         maxsim(bags, rows, sentence_tokens(other, table, weights, row_hubness(table, k=3)))
     with pytest.raises(ValueError, match="k=3"):
         language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3)
+    with pytest.raises(ValueError, match="language 'de' has 2$"):  # named, not "#0"
+        language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3, names=["de", "en"])

@@ -87,18 +87,20 @@ def sentence_tokens(token_ids: Sequence[np.ndarray], table: np.ndarray, weights:
                      half_hub / 2.0, len(lengths), np.repeat(languages, lengths))
 
 
-def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languages: np.ndarray, k: int = 10
-                     ) -> np.ndarray:
+def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languages: np.ndarray, k: int = 10,
+                     names: Sequence[str] | None = None) -> np.ndarray:
     """[V, M] hubness of every row of ``table`` among the tokens of each language's sentences: column ``m`` is
-    :func:`row_hubness` over the token ids that the sentences with ``languages == m`` (codes 0..M-1) hold."""
+    :func:`row_hubness` over the token ids that the sentences with ``languages == m`` (codes 0..M-1, named by
+    ``names`` in errors) hold."""
     languages = np.asarray(languages, dtype=np.int64)
     out = []
     for m in range(int(languages.max()) + 1 if len(languages) else 0):
         held = [np.asarray(token_ids[i], dtype=np.int64) for i in np.flatnonzero(languages == m)]
         pool = np.unique(np.concatenate(held)) if held else np.zeros(0, np.int64)
         if len(pool) <= k:
-            raise ValueError(f"per-language hubness k={k} needs more than {k} distinct tokens in each language, "
-                             f"language #{m} has {len(pool)}")
+            name = repr(names[m]) if names is not None else f"#{m}"
+            raise ValueError(f"per-language hubness k={k} needs more than {k} distinct tokens in each language's "
+                             f"texts; language {name} has {len(pool)}")
         out.append(row_hubness(table, k, rows=pool))
     return np.stack(out, axis=1)
 
@@ -184,7 +186,7 @@ class LateInteraction:
                 raise ValueError(f"{len(languages)} languages for {len(self._reference_ids)} texts")
             names, self._columns = np.unique(np.asarray(languages).astype(str), return_inverse=True)
             self.languages = names.tolist()
-            self.hubness = language_hubness(self.table, self._reference_ids, self._columns, hub_k)
+            self.hubness = language_hubness(self.table, self._reference_ids, self._columns, hub_k, self.languages)
 
     def _language_columns(self, languages) -> np.ndarray | None:
         if self.languages is None:

@@ -175,7 +175,8 @@ class ScoringContext:
         try:
             return LateInteraction(self.encoder, 1.0, texts, languages=langs, source=source)
         except ValueError as err:
-            raise UserError(f"--maxsim: {err}") from None
+            raise UserError(f"--maxsim: {err} (the reference captions, {source}); give a reference split with "
+                            f"more captions in it (--reference), or rank without MaxSim (--maxsim 0)") from None
 
     @cached_property
     def maxsim_self(self) -> np.ndarray:
