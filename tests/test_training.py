@@ -157,6 +157,18 @@ def test_resume_latest_continues_the_run_as_it_was_started_not_as_the_default_co
     assert ckpt.read_state(ckpt.resolve(cfg.run_dir, prefer_best=False))["step"] == 3
 
 
+def test_a_split_given_as_data_root_is_refused_not_filled_with_the_synthetic_world(tiny_world, tmp_path):
+    """data.root=<dataset>/train with data.synth set (the quickstart's) generated the whole synthetic world into the
+    user's split folder and trained on it."""
+    split = tiny_world / "train"
+    before = sorted(p.name for p in split.iterdir())
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", f"data.root={split}", "data.synth={}")
+    with pytest.raises(UserError, match=rf"data.root={split} is a split folder \(it holds manifest.json\); give the "
+                                        rf"dataset folder that holds train/, e.g. data.root={tiny_world}"):
+        train(cfg)
+    assert sorted(p.name for p in split.iterdir()) == before and not cfg.run_dir.exists()
+
+
 @pytest.mark.parametrize("extra, message", [
     (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
     (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),

@@ -195,6 +195,9 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
         raise UserError(f"{folder}: a folder where the tokenizer file should be (data.tokenizer); give a file's path, "
                         f"e.g. {folder / default_file_name(cfg.data.tokenizer_normalization)}")
     if not (train_dir / MANIFEST).is_file():
+        if (root / MANIFEST).is_file():  # a split given as the dataset: never a synthetic world generated into it
+            raise UserError(f"data.root={root} is a split folder (it holds {MANIFEST}); give the dataset folder that "
+                            f"holds {cfg.data.train_split}/, e.g. data.root={root.parent}")
         if cfg.data.synth is None:
             raise UserError(f"data.root: {train_dir} has no {MANIFEST} (convert a dataset first, or set data.synth to generate the synthetic world)")
         from data_prep.synth import generate
