@@ -1030,14 +1030,21 @@ def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a
     from globetrotter.training.report import print_summary
 
     monkeypatch.chdir(tmp_path)
-    result = {"run_dir": str(tiny_run), "metrics": {}, "adapt": {"language": "xx"}}
-    print_summary(result, tiny_world / "test", tiny_world / "val")
+    val_without_en = tmp_path / "val"  # its manifest is all the summary reads
+    val_without_en.mkdir()
+    (val_without_en / "manifest.json").write_text(json.dumps({"languages": {"ru": 10}}), encoding="utf-8")
+    result = {"run_dir": str(tiny_run), "metrics": {}, "adapt": {"language": "en"}}
+    print_summary(result, tiny_world / "test", val_without_en)
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("val has no xx caption, so no ranking can be chosen on val for xx") and "select" not in last
+    assert last.startswith("val has no en caption, so no ranking can be chosen on val for en") and "select" not in last
     argv = shlex.split(last.split(": ", 1)[1])
     assert "--ranking" not in argv and run(argv[2:] + ["--n-groups", "12"]) == 0
-    print_summary(result | {"adapt": {"language": "en"}}, tiny_world / "test", tiny_world / "val")  # val has en
+    print_summary(result, tiny_world / "test", tiny_world / "val")  # val has en
     assert capsys.readouterr().out.splitlines()[-2].startswith("choose its ranking on val")
+    # a test split without the new language cannot score it: said, not a command that scores the old ones alone
+    print_summary(result | {"adapt": {"language": "xx"}}, tiny_world / "test", tiny_world / "val")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"the test split {tiny_world / 'test'} has no xx caption, so it cannot score xx")
 
 
 def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_run, tiny_world, tmp_path, capsys):

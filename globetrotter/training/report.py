@@ -40,6 +40,11 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
 
         run, python = result["run_dir"], python_command()
         new = adapted.get("language")
+        if new and not _has_language(test_split, new):
+            print(f"the test split {test_split} has no {new} caption, so it cannot score {new}: convert a parallel "
+                  f"test split with {new} captions (every image captioned in each language), then score it with "
+                  f"{python} eval.py sentence --model {run} --split SPLIT")
+            return
         if new and not _has_language(val_split, new):
             print(f"val has no {new} caption, so no ranking can be chosen on val for {new}; score the test split once "
                   f"with the default ranking: {python} eval.py sentence --model {run} --split {test_split}")
