@@ -143,3 +143,15 @@ def test_the_trainers_validation_runs_gs_network_on_the_training_device(tiny_wor
     with pytest.raises(Stop):
         trainer.train(cfg)
     assert handed == [str(PartialState().device)]
+
+
+def test_a_val_set_too_small_for_k_says_which_ks_cannot_tell_models_apart(tiny_world):
+    """With at most K images in a language, back-retrieval ranks them all: BkR@K is 1 for any model, and a
+    checkpoint chosen by it is chosen by a tie (the trainer warns)."""
+    from globetrotter.evaluation.val_set import BackRetrievalSet
+
+    val = BackRetrievalSet(tiny_world / "val", None, 0, "pixels", (1, 5, 10, 100))
+    per_language = {lang: len(set(val.image_ids[val.langs == lang].tolist())) for lang in set(val.langs.tolist())}
+    smallest = min(per_language.values())
+    assert set(val.saturated_ks()) == {k for k in (1, 5, 10, 100) if k >= smallest} and 100 in val.saturated_ks()
+    assert 1 not in val.saturated_ks() and f"({smallest} images)" in val.saturated_ks()[100]

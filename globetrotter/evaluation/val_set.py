@@ -190,6 +190,13 @@ class BackRetrievalSet:
         if pictures:
             yield extract(pictures, ids)
 
+    def saturated_ks(self) -> dict[int, str]:
+        """``{K: language}`` for each K at which BkR@K is 1 for any model: a language with at most K distinct images
+        (its back-retrieval ranks them all), named with its image count."""
+        counts = {lang: len(set(self.image_ids[self.langs == lang].tolist())) for lang in sorted(set(self.langs.tolist()))}
+        smallest = min(counts, key=counts.get) if counts else None
+        return {k: f"{smallest} ({counts[smallest]} images)" for k in self.ks if smallest and counts[smallest] <= k}
+
     @property
     def queries_per_pair(self) -> int | None:
         """Queries :meth:`evaluate` samples in each language pair (:data:`QUERY_BUDGET`); None: every caption."""
