@@ -98,7 +98,9 @@ def correlate_over_models(per_model: Mapping[str, Sequence[dict]], ks: Sequence[
     """Pearson/Spearman over models of BkR@K vs XLR@K and CORR vs XLR@K, mean and std over seeds.
 
     ``per_model[name][s]`` is the :func:`protocol_seed` record of seed ``s``. Returns
-    ``{"@K": {"pearson": {"bkr": {"mean", "std", "per_seed"}, "corr": {...}}, "spearman": {...}}}``.
+    ``{"@K": {"pearson": {"bkr": {"mean", "std", "per_seed", "defined"}, "corr": {...}}, "spearman": {...}}}``:
+    a seed where the correlation is undefined (NaN: a metric equal for every model) is left out of the mean and
+    std, and ``defined`` counts the seeds that are in them (NaN mean when none is).
     """
     names = list(per_model)
     if len(names) < 2:
@@ -115,7 +117,10 @@ def correlate_over_models(per_model: Mapping[str, Sequence[dict]], ks: Sequence[
                     _corr([per_model[m][s][f"xlr@{k}"] for m in names], [per_model[m][s][key] for m in names], kind)
                     for s in range(n_seeds)
                 ]
-                entry[kind][metric] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)), "per_seed": vals}
+                ok = [v for v in vals if np.isfinite(v)]
+                entry[kind][metric] = {"mean": float(np.mean(ok)) if ok else float("nan"),
+                                       "std": float(np.std(ok)) if ok else float("nan"), "per_seed": vals,
+                                       "defined": len(ok)}
         out[f"@{k}"] = entry
     return out
 
@@ -196,6 +201,12 @@ def run_protocol(
     return result
 
 
+def _undefined(entry: dict) -> str:
+    """`` (k of n seeds)`` when the correlation was undefined in some seeds (a metric equal for every model)."""
+    n = len(entry["per_seed"])
+    return "" if entry.get("defined", n) == n else f" ({entry['defined']} of {n} seeds)"
+
+
 def format_table(rows: Mapping[str, dict], k: int) -> str:
     """Markdown table in the layout of paper Table 1: one row per dataset/pair, from ``correlation``."""
     lines = [
@@ -204,7 +215,7 @@ def format_table(rows: Mapping[str, dict], k: int) -> str:
     ]
     for label, corr in rows.items():
         e = corr[f"@{k}"]
-        cells = [f"{e[kind][m]['mean']:.3f} ± {e[kind][m]['std']:.3f}"
+        cells = [f"{e[kind][m]['mean']:.3f} ± {e[kind][m]['std']:.3f}" + _undefined(e[kind][m])
                  for kind in ("pearson", "spearman") for m in ("bkr", "corr")]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

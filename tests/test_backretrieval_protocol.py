@@ -88,6 +88,12 @@ def test_correlate_over_models_is_pearson_and_spearman_per_seed():
     assert "toy en->de" in table and f"{(p0 + p1) / 2:.3f}" in table
     with pytest.raises(BackRetrievalError, match="at least 2 models"):
         correlate_over_models({"m1": per_model["m1"]}, (10,))
+    # a seed where every model has the same XLR@10: its correlation is undefined, left out of the mean (was NaN)
+    flat = {m: [*records, {"xlr@10": 0.5, "bkr@10": 0.1 * i, "corr": 0.2}] for i, (m, records) in
+            enumerate(per_model.items())}
+    bkr = correlate_over_models(flat, (10,))["@10"]["pearson"]["bkr"]
+    assert np.isnan(bkr["per_seed"][2]) and bkr["defined"] == 2 and bkr["mean"] == pytest.approx((p0 + p1) / 2)
+    assert "(2 of 3 seeds)" in format_table({"toy": correlate_over_models(flat, (10,))}, 10)
 
 
 def _multilingual(rng, langs, n_images, parallel, d=16):

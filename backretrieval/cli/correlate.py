@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{label}: Pearson BkR {c['pearson']['bkr']['mean']:.3f}, CORR {c['pearson']['corr']['mean']:.3f}; "
               f"Spearman BkR {c['spearman']['bkr']['mean']:.3f}, CORR {c['spearman']['corr']['mean']:.3f}",
               file=sys.stderr)
+        undefined = max(len(e["per_seed"]) - e["defined"] for kind in c.values() for e in kind.values())
+        if undefined:
+            print(f"{label}: the correlation is undefined in up to {undefined} of {args.seeds} seed(s) (a metric "
+                  "equal for every model: the models are too few or too alike at this --n); left out of the means",
+                  file=sys.stderr)
     table = result.table(report_k)
     write_file(out_dir / "table.md", lambda p: p.write_text(table + "\n", encoding="utf-8"), "table.md")
     print(table)
