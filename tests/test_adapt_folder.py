@@ -144,7 +144,7 @@ def test_bad_adaptation_folders_are_one_line_errors_and_write_nothing(base, tmp_
     code, line = run(train_main, *argv, "adapt.language=ar", "adapt.split=outputs/new-en/train", capsys=capsys)
     folder = Path("outputs/new-en/train").resolve()
     assert code == 2 and line.startswith(f"error: adapt.language=ar: {folder} (adapt.split) has no caption in it: "
-                                         f"0 of its 8 captions (it has en: en 8; {base} was trained on en already)"), line
+                                         f"0 of its 8 captions (by language: en 8; {base} was trained on en already)"), line
     code, line = run(train_main, *argv, "adapt.language=en", "adapt.split=outputs/new-en/train", capsys=capsys)
     assert code == 2 and line.startswith("error: adapt.language=en:") and "trained on en already" in line
     assert "outputs/new-en/train has 8 en caption(s)" in line, line

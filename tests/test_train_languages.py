@@ -295,7 +295,7 @@ def test_adapting_from_the_train_split_errors(world, base, tmp_path, capsys):
         return stop.value.code, capsys.readouterr().err.strip().splitlines()[-1]
 
     code, line = run("adapt.language=ar")
-    assert code == 2 and "has no caption in it" in line and "el,en,ja,ru" in line
+    assert code == 2 and "has no caption in it" in line and "(by language: el " in line and ", ru " in line
     code, line = run("adapt.language=ru")
     assert code == 2 and "trained on ru already" in line
     # a language whose captions hold no token of their own (all occur in the old captions): nothing to train

@@ -98,9 +98,9 @@ def check_languages(cfg: TrainConfig, old_languages: list[str]) -> int:
         known = [code for code in sorted(languages) if code in old_languages]
         note = f"; {a.from_run} was trained on {','.join(known)} already" if known else ""
         raise UserError(f"adapt.language={a.language}: {folder} (adapt.split) has no caption in it: 0 of its "
-                        f"{sum(languages.values())} captions (it has {','.join(sorted(languages)) or 'none'}: "
-                        f"{counts or '-'}{note}); caption its images in {a.language}, or set adapt.language to the "
-                        f"folder's new language")
+                        f"{sum(languages.values())} captions (by language: {counts or 'none'}{note}); caption its "
+                        f"images in {a.language}, or set adapt.language to the folder's new language (a code as the "
+                        f"split writes it, e.g. {min(languages) if languages else 'el'})")
     return count
 
 
