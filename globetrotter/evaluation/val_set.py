@@ -219,16 +219,14 @@ class BackRetrievalSet:
         """``(metrics, hits)`` of ``text_emb`` (rows of :attr:`texts`; cosine) or of ``text_scores(src_rows,
         tgt_rows)``: ``metrics["val/bkr@K"]`` the mean over the ordered language pairs, ``hits["val/bkr@K"]`` the
         per-query hits of every pair concatenated in a fixed order (the same queries at every call, so two models'
-        hits are paired). Past
-        :data:`QUERY_BUDGET` queries, each pair's figure is estimated from :attr:`queries_per_pair` seeded queries
-        against all of its captions (docs/scale.md, Validation)."""
+        hits are paired). Past :data:`QUERY_BUDGET` queries, each pair's figure is estimated from
+        :attr:`queries_per_pair` seeded queries against all of its captions (docs/scale.md, Validation)."""
         from backretrieval import ApproxConfig, evaluate_pairs
 
-        images = self.image_feats
         # a sample of each pair's queries (QUERY_BUDGET), and step 4 by one faiss index per source language: exact
         # text search, exactly re-scored image candidates
         per_pair = self.queries_per_pair
-        result = evaluate_pairs(text_emb, self.langs, images, self.image_ids, ks=self.ks, seed=self.seed,
+        result = evaluate_pairs(text_emb, self.langs, self.image_feats, self.image_ids, ks=self.ks, seed=self.seed,
                                 max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores,
                                 max_queries=per_pair, approximate=ApproxConfig(index="exact") if per_pair else False)
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}

@@ -177,10 +177,10 @@ def run_select(args: argparse.Namespace) -> int:
     if args.csls_k is not None and "csls" not in rankings:
         raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; add csls to --retrieval or drop it")
     if is_baseline(args.model):  # its candidates are the text head's cosine and CSLS: nothing else is tried
-        for flag, value, default, only in (("--heads", args.heads, ",".join(HEADS), {"text"}),
-                                           ("--maxsim", args.maxsim, DEFAULT_MAXSIM_ARG, {0.0})):
-            given = {float(v) for v in maxsim} if flag == "--maxsim" else set(args.heads.split(","))
-            if value != default and not given <= only:
+        asked = (("--heads", args.heads, ",".join(HEADS), set(args.heads.split(",")) <= {"text"}),
+                 ("--maxsim", args.maxsim, DEFAULT_MAXSIM_ARG, set(maxsim) <= {0.0}))
+        for flag, value, default, within_tried in asked:
+            if value != default and not within_tried:
                 raise UserError(f"{flag} {value}: the TF-IDF and ridge baselines have one embedding and no token "
                                 f"rows, so select tries only the text head's cosine and CSLS; drop {flag}")
     if args.against:  # checked before the model loads: a bad record is an error before any work

@@ -159,8 +159,9 @@ def translate_sentences(
     emb = encode_texts(encoder, queries, source, chosen.head, batch_size)
     if pool is None:
         return found.search(emb, k)
-    log(f"scores: those of the chosen ranking, {chosen.label} (cosine{f' + {chosen.maxsim:g} x MaxSim' if chosen.maxsim else ''}"
-        f"{' - CSLS radii' if chosen.csls else ''}), not cosines")
+    terms = ["cosine"] + ([f"+ {chosen.maxsim:g} x MaxSim"] if chosen.maxsim else []) + (
+        ["- CSLS radii"] if chosen.csls else [])
+    log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
     hits = found.search(emb, max(k, rerank))
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
 
