@@ -6,12 +6,19 @@ samples; the losses see the global batch through all-gathered features. A checkp
 everything that decides the rest of the run (weights, optimizer, scheduler, RNG states, each
 process's data-stream position; the cloze masks are seeded per step), so ``--resume latest``
 continues the uninterrupted run exactly (bit for bit on CPU at a fixed thread count).
+
+:func:`train` reads in the order a run happens: refuse what cannot start, prepare the data and the
+config, build the model and its start, restore a checkpoint, then step (:class:`Stepper`), validate
+and choose ``best`` (:func:`validate`), and save (:class:`Checkpoints`).
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -41,6 +48,8 @@ from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
+
+Log = Callable[[str], None]
 
 
 class NonFiniteLoss(RuntimeError):
@@ -74,22 +83,25 @@ def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None =
     return groups
 
 
+@dataclass
+class Progress:
+    """Where the run stands besides its weights: the next step, the best checkpoint (and its selection hits,
+    main process), the bad samples met, and the data stream's position and seed."""
+
+    position: StreamPosition
+    loader_seed: int
+    step: int = 0
+    best: dict | None = None
+    best_hits: np.ndarray | None = None
+    bad_samples: int = 0
+
+
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
     process = PartialState()  # the device, before Accelerate fixes the precision
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
-    if adapting and resume:
-        raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
-                        "it again instead")
-    # the checkpoint to resume from, found before anything is written: a resume that cannot start leaves nothing
-    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
-    if source is None:
-        refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
-    else:
-        if source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():  # another run's checkpoint
-            refuse_used_folder(cfg.run_dir)  # continued into run_name's folder: never over a run it holds
-        refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
+    source = resume_source(cfg, resume, adapting)
     threads = _configure_threads(cfg, process, source, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
     accelerator = Accelerator(mixed_precision=precision, log_with="tensorboard",
@@ -99,189 +111,71 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
-    if adapting:
-        cfg = adapt.resolve_config(cfg)
-
-    if main:
-        warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
-        if adapting:
-            adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
-            adapt.write_tokenizer(cfg, log)
-        ensure_data(cfg, log, device=accelerator.device)  # a missing feature cache is built on the training device
-        cfg = with_matched_image_share(cfg, log)  # data.match_images_of: the share, saved with every checkpoint
-        cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables, saved with every checkpoint
-        cfg = with_imported_dim(cfg)  # imported embeddings' width, saved with every checkpoint
-        if source is not None:
-            refuse_changed_config(source, cfg)  # before the run folder's config.yaml is rewritten
-            refuse_changed_tokenizer(source, tokenizer_path(cfg))
-    accelerator.wait_for_everyone()
-    if not main:
-        cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
+    cfg = _prepare(cfg, accelerator, source, adapting, log)
     # seeded once the data is prepared: a run that builds its feature cache (random views, a backbone's init) or
     # tokenizer trains exactly as the same run that finds them
     set_seed(cfg.seed, device_specific=True)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
-    specials = special_ids(tokenizer)
-
-    model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
-    if main:  # written once the model is built (its backbone, its weights file): a start that fails leaves no folder
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, cfg.run_dir / "config.yaml")
-    if cfg.model.token_init == "image_pivot" and not resume and not adapting:  # the same closed form on every process
-        record = token_init.init_from_config(model, cfg, tokenizer, log)
-        if main:  # the ridge strength it used (chosen by cross-validation when the config lists candidates)
-            (cfg.run_dir / token_init.RECORD).write_text(json.dumps(record, indent=2))
+    model = _build_model(cfg, tokenizer, main, start=not resume and not adapting, log=log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
-    groups = param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale)
-    optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale),
+                                  lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
     forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
 
-    root = ckpt.checkpoint_root(cfg.run_dir)
-    rank = accelerator.process_index
-    start_step, best, position, loader_seed = 0, None, StreamPosition(max(1, cfg.data.workers)), cfg.seed
-    best_hits = None  # per-query hits of the best checkpoint's selection metric (main process, val.select_test)
-    if source is not None:
-        accelerator.load_state(str(source))
-        state = ckpt.read_state(source)
-        start_step, best = state["step"], state.get("best")
-        best_hits = load_hits(root / "best", best) if main else None
-        log(f"resumed from {source} at step {start_step}")
-        saved = resume_position(source, rank, cfg.data.workers, log)
-        if saved is None:  # the stream cannot continue: a fresh one, different from the first
-            loader_seed = cfg.seed * 1_000_003 + start_step
-        position = saved or position
-
-    validator = None  # built here, after the model's init and the start: its g's network draws from the seeded RNG
-    if cfg.val.every > 0 and main:
-        from .validation import Validator
-
-        validator = Validator(cfg, device=str(accelerator.device))
-        saturated = validator.val.saturated_ks()
-        if saturated:  # the best checkpoint would then be chosen by a tie
-            log(f"warning: val/bkr@{','.join(map(str, saturated))} is 1 for any model: val has too few images in "
-                f"{next(iter(saturated.values()))} to tell checkpoints apart by it; use a larger val split")
+    progress = _restore(cfg, accelerator, source, log)
+    # built after the model's init and the start: its g's network draws from the seeded RNG
+    validator = _validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
     if main:
         accelerator.init_trackers(cfg.run_name)
-
+    rank, unwrapped = accelerator.process_index, accelerator.unwrap_model(model)
     if adapting:
-        adaptation.precompute(accelerator.unwrap_model(model), tokenizer, accelerator.device, main=main)
+        adaptation.precompute(unwrapped, tokenizer, accelerator.device, main=main)
         loader = adaptation.batches(local_batch, rank, accelerator.num_processes)
     else:
-        loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=loader_seed, rank=rank, position=position,
-                                          start_step=start_step, world=accelerator.num_processes, log=log)
+        loader = train_loader_from_config(cfg, tokenizer, local_batch, seed=progress.loader_seed, rank=rank,
+                                          position=progress.position, start_step=progress.step,
+                                          world=accelerator.num_processes, log=log)
     batches = iter(loader)
     device_views = None if adapting else device_augment_from_config(cfg)  # data.augment_on=device: views made here
-    generator = torch.Generator()  # cloze masks: reseeded every step from (seed, rank, step)
-    unwrapped = accelerator.unwrap_model(model)
-    buffers = list(unwrapped.buffers())  # running statistics (BatchNorm, the features head's centre) a forward moves
-    bad_samples = position.bad_total
-
-    def save(step: int, metrics: dict, as_best: bool = False, hits: np.ndarray | None = None) -> bool:
-        def fill(folder, is_main: bool) -> None:
-            ckpt.write_stream_position(folder, rank, position.to_dict())
-            if is_main:
-                save_hits(folder, hits if as_best else None)
-                save_config(cfg, folder / "config.yaml")
-                copy_tokenizer(tokenizer_path(cfg), folder / "tokenizer.json")
-                (folder / ckpt.STATE).write_text(json.dumps({"step": step, "best": best, "metrics": metrics,
-                                                             "bad_samples": bad_samples, "threads": threads.threads},
-                                                            indent=2))
-
-        name = "best" if as_best else ckpt.step_name(step)
-        return ckpt.write(accelerator, root, name, fill, latest=not as_best, keep=cfg.keep_checkpoints, log=log)
+    stepper = Stepper(cfg, accelerator, model, forward, objective, optimizer, scheduler, tokenizer, log)
+    checkpoints = Checkpoints(cfg, accelerator, tokenizer, progress, threads, log)
+    progress.bad_samples = progress.position.bad_total
 
     model.train()
     metrics: dict = {}
-    bad_steps = 0
     seen, t0 = 0, time.perf_counter()
-    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, disable=not main, desc="train", dynamic_ncols=True)
+    bar = tqdm(range(progress.step, cfg.steps), initial=progress.step, total=cfg.steps, disable=not main,
+               desc="train", dynamic_ncols=True)
     for step in bar:
-        batch = position.consume(next(batches), cfg.data.max_bad_samples)
+        batch = progress.position.consume(next(batches), cfg.data.max_bad_samples)
         if device_views is not None:
             batch = device_views.apply(batch, accelerator.device)
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        masked, labels = None, None
-        if cfg.loss.cloze > 0:
-            generator.manual_seed(mask_seed(cfg.seed, rank, step))
-            masked, labels = mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), specials["mask"],
-                                         tokenizer.get_vocab_size(), list(specials.values()), p=cfg.loss.mask_prob,
-                                         generator=generator, corrupt_other=cfg.loss.corrupt_other)
-            masked, labels = masked.to(accelerator.device), labels.to(accelerator.device)
-        lang_ids = unwrapped.language_ids(batch["langs"], accelerator.device) if unwrapped.per_language else None
-        kept = [b.clone() for b in buffers]  # put back if the step is skipped
-        with accelerator.autocast():
-            out = forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"), batch.get("view2"),
-                          cloze_targets=None if labels is None else labels != -100, lang_ids=lang_ids)
-        loss, logs = objective(out, batch, labels)
-
-        health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]],
-                                                 device=accelerator.device))
-        finite, bad_samples = int(health[:, 0].sum()), int(health[:, 1].max())  # bad: the most any process met
-        if bad_samples > cfg.data.max_bad_samples:  # every process agrees: all stop
-            raise too_many_bad(bad_samples, cfg.data.max_bad_samples, position.bad_shard)
-        if finite < accelerator.num_processes:
-            bad_steps += 1
-            optimizer.zero_grad(set_to_none=True)
-            with torch.no_grad():  # nor the running statistics, which a non-finite forward would have poisoned
-                for buffer, value in zip(buffers, kept):
-                    buffer.copy_(value)
-            log(f"step {step}: non-finite loss ({', '.join(f'{k}={v:.4g}' for k, v in logs.items() if k.startswith('loss/'))}); "
-                f"step skipped, weights unchanged")
-            if bad_steps >= MAX_BAD_STEPS:
-                raise NonFiniteLoss(f"loss non-finite for {bad_steps} consecutive steps at step {step}; lower optim.lr "
-                                    f"or use mixed_precision=bf16/no; last good checkpoint: {root / ckpt.LATEST}")
+        logs, progress.bad_samples = stepper(batch, step, progress.position)
+        if logs is None:  # a non-finite loss: the step was skipped
             continue
-        bad_steps = 0
-        accelerator.backward(loss)
-        if cfg.optim.grad_clip > 0 and accelerator.sync_gradients:
-            logs["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-
         seen += cfg.batch_size
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
-            elapsed = time.perf_counter() - t0
-            logs["lr"] = scheduler.get_last_lr()[0]
-            logs["samples_per_s"] = seen / max(elapsed, 1e-9)
-            logs["data/bad_samples"] = bad_samples
-            logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
-                                     if k.startswith("loss/") and k != "loss/total")
-            accelerator.log(logs, step=done)
-            bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
+            _log_training(cfg, accelerator, bar, logs, scheduler, progress.bad_samples, seen / max(time.perf_counter() - t0, 1e-9), done)
             seen, t0 = 0, time.perf_counter()
-        is_val = cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps)
-        if is_val:
-            key, verdict, hits = cfg.val.select_by, Verdict(False), None
-            if main:  # validate, and decide on best here (the other processes follow)
-                unwrapped.eval()
-                encoder = Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device))
-                metrics, all_hits = validator.evaluate(encoder)
-                unwrapped.train()
-                hits = all_hits.get(key)
-                if key and key in metrics:
-                    verdict = judge(metrics[key], hits, best, best_hits, cfg.val.select_test, cfg.val.select_alpha,
-                                    cfg.seed)
-                accelerator.log({**metrics, **_selection_logs(verdict)}, step=done)
-                log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
-                if verdict.note:
-                    log(f"step {done}: {verdict.note}")
-            metrics, accept = _broadcast((metrics, verdict.accept), accelerator)
+        if cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps):
+            metrics, accept, hits = validate(cfg, accelerator, validator, unwrapped, tokenizer, progress, done, log)
             if accept:
-                best, previous = {"metric": key, "value": metrics[key], "step": done}, best
-                if save(done, metrics, as_best=True, hits=hits):
-                    best_hits = hits
+                previous = progress.best
+                progress.best = {"metric": cfg.val.select_by, "value": metrics[cfg.val.select_by], "step": done}
+                if checkpoints.save(done, metrics, as_best=True, hits=hits):
+                    progress.best_hits = hits
                 else:
-                    best = previous  # best/ still holds the previous one
+                    progress.best = previous  # best/ still holds the previous one
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-            save(done, metrics)
+            checkpoints.save(done, metrics)
     accelerator.end_training()
-    result = {"step": cfg.steps, "metrics": metrics, "best": best, "bad_samples": bad_samples,
+    result = {"step": cfg.steps, "metrics": metrics, "best": progress.best, "bad_samples": progress.bad_samples,
               "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active,
               "threads": threads.threads, "threads_source": threads.reason}
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
@@ -292,6 +186,227 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     if main:
         (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path | None:
+    """The checkpoint ``--resume`` names (None for a fresh run), found and checked before anything is written:
+    a run that cannot start leaves nothing. Refuses a fresh run into a used folder, a resume into another run's
+    folder, a finished run and the resume of an adaptation."""
+    if adapting and resume:
+        raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
+                        "it again instead")
+    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
+    if source is None:
+        refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
+    else:
+        if source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():  # another run's checkpoint
+            refuse_used_folder(cfg.run_dir)  # continued into run_name's folder: never over a run it holds
+        refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
+    return source
+
+
+def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, adapting: bool, log: Log) -> TrainConfig:
+    """The data the run reads, made on the main process (tokenizer, feature cache, an adapted run's new rows), and
+    the config completed with what they decide (saved with every checkpoint); every process returns the same."""
+    if adapting:
+        cfg = adapt.resolve_config(cfg)
+    if accelerator.is_main_process:
+        warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
+        if adapting:
+            adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
+            adapt.write_tokenizer(cfg, log)
+        ensure_data(cfg, log, device=accelerator.device)  # a missing feature cache is built on the training device
+        cfg = with_matched_image_share(cfg, log)  # data.match_images_of: the share
+        cfg = with_text_languages(cfg)  # the Sigurdsson baseline's tables
+        cfg = with_imported_dim(cfg)  # imported embeddings' width
+        if source is not None:
+            refuse_changed_config(source, cfg)  # before the run folder's config.yaml is rewritten
+            refuse_changed_tokenizer(source, tokenizer_path(cfg))
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
+    return cfg
+
+
+def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> torch.nn.Module:
+    """The model, its run folder's ``config.yaml`` (written once the model is built: a start that fails leaves no
+    folder) and, for a fresh run with ``model.token_init=image_pivot``, the closed-form start on every process
+    (its record, with the ridge strength chosen, beside the config)."""
+    model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
+    if main:
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, cfg.run_dir / "config.yaml")
+    if cfg.model.token_init == "image_pivot" and start:
+        record = token_init.init_from_config(model, cfg, tokenizer, log)
+        if main:
+            (cfg.run_dir / token_init.RECORD).write_text(json.dumps(record, indent=2))
+    return model
+
+
+def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, log: Log) -> Progress:
+    """A fresh run's progress, or the checkpoint's: its state (weights, optimizer, scheduler, RNG) loaded, its step,
+    best and data-stream position; a stream that cannot continue gets a fresh seed, different from the first."""
+    progress = Progress(StreamPosition(max(1, cfg.data.workers)), loader_seed=cfg.seed)
+    if source is None:
+        return progress
+    accelerator.load_state(str(source))
+    state = ckpt.read_state(source)
+    progress.step, progress.best = state["step"], state.get("best")
+    if accelerator.is_main_process:
+        progress.best_hits = load_hits(ckpt.checkpoint_root(cfg.run_dir) / "best", progress.best)
+    log(f"resumed from {source} at step {progress.step}")
+    saved = resume_position(source, accelerator.process_index, cfg.data.workers, log)
+    if saved is None:
+        progress.loader_seed = cfg.seed * 1_000_003 + progress.step
+    else:
+        progress.position = saved
+    return progress
+
+
+def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
+    """The validation hook (main process); warns when val is too small for a BkR@K to tell checkpoints apart."""
+    from .validation import Validator
+
+    validator = Validator(cfg, device=str(accelerator.device))
+    saturated = validator.val.saturated_ks()
+    if saturated:  # the best checkpoint would then be chosen by a tie
+        log(f"warning: val/bkr@{','.join(map(str, saturated))} is 1 for any model: val has too few images in "
+            f"{next(iter(saturated.values()))} to tell checkpoints apart by it; use a larger val split")
+    return validator
+
+
+class Stepper:
+    """One optimisation step at a time. The cloze masks are seeded from (seed, rank, step); every process learns
+    whether the loss was finite everywhere and how many bad samples the worst stream met. A non-finite loss
+    skips the step with the weights and the running statistics (BatchNorm, the features head's centre) as they
+    were; :data:`MAX_BAD_STEPS` in a row stop the run."""
+
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, model, forward, objective, optimizer, scheduler,
+                 tokenizer, log: Log) -> None:
+        self.cfg, self.accelerator, self.model, self.forward = cfg, accelerator, model, forward
+        self.objective, self.optimizer, self.scheduler, self.log = objective, optimizer, scheduler, log
+        self.unwrapped = accelerator.unwrap_model(model)
+        self.buffers = list(self.unwrapped.buffers())  # running statistics a forward moves
+        self.specials, self.vocab_size = special_ids(tokenizer), tokenizer.get_vocab_size()
+        self.generator = torch.Generator()  # cloze masks: reseeded every step
+        self.bad_steps = 0
+        self.rank = accelerator.process_index
+
+    def cloze_inputs(self, batch: dict, step: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The masked ids and their labels (-100 where not masked), or ``(None, None)`` without the cloze loss."""
+        if self.cfg.loss.cloze <= 0:
+            return None, None
+        loss = self.cfg.loss
+        self.generator.manual_seed(mask_seed(self.cfg.seed, self.rank, step))
+        masked, labels = mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), self.specials["mask"],
+                                     self.vocab_size, list(self.specials.values()), p=loss.mask_prob,
+                                     generator=self.generator, corrupt_other=loss.corrupt_other)
+        device = self.accelerator.device
+        return masked.to(device), labels.to(device)
+
+    def __call__(self, batch: dict, step: int, position: StreamPosition) -> tuple[dict | None, int]:
+        """Step on ``batch`` (on the device): ``(logs, bad_samples)``, logs None when the step was skipped;
+        ``position`` is this process's stream (its bad samples so far)."""
+        accelerator = self.accelerator
+        masked, labels = self.cloze_inputs(batch, step)
+        lang_ids = self.unwrapped.language_ids(batch["langs"], accelerator.device) if self.unwrapped.per_language else None
+        kept = [b.clone() for b in self.buffers]  # put back if the step is skipped
+        with accelerator.autocast():
+            out = self.forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"),
+                               batch.get("view2"), cloze_targets=None if labels is None else labels != -100,
+                               lang_ids=lang_ids)
+        loss, logs = self.objective(out, batch, labels)
+        health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]], device=accelerator.device))
+        finite, bad_samples = int(health[:, 0].sum()), int(health[:, 1].max())  # bad: the most any process met
+        if bad_samples > self.cfg.data.max_bad_samples:  # every process agrees: all stop
+            raise too_many_bad(bad_samples, self.cfg.data.max_bad_samples, position.bad_shard)
+        if finite < accelerator.num_processes:
+            self._skip(kept, logs, step)
+            return None, bad_samples
+        self.bad_steps = 0
+        accelerator.backward(loss)
+        if self.cfg.optim.grad_clip > 0 and accelerator.sync_gradients:
+            logs["grad_norm"] = float(accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return logs, bad_samples
+
+    def _skip(self, kept: list[torch.Tensor], logs: dict, step: int) -> None:
+        self.bad_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():  # nor the running statistics, which a non-finite forward would have poisoned
+            for buffer, value in zip(self.buffers, kept):
+                buffer.copy_(value)
+        losses = ", ".join(f"{k}={v:.4g}" for k, v in logs.items() if k.startswith("loss/"))
+        self.log(f"step {step}: non-finite loss ({losses}); step skipped, weights unchanged")
+        if self.bad_steps >= MAX_BAD_STEPS:
+            latest = ckpt.checkpoint_root(self.cfg.run_dir) / ckpt.LATEST
+            raise NonFiniteLoss(f"loss non-finite for {self.bad_steps} consecutive steps at step {step}; lower optim.lr "
+                                f"or use mixed_precision=bf16/no; last good checkpoint: {latest}")
+
+
+class Checkpoints:
+    """Saves the run's checkpoints: ``step-N/`` (then ``latest`` points at it, and old ones are pruned to
+    ``keep_checkpoints``) or ``best/``, each with its config, tokenizer, state (step, best, metrics, bad samples,
+    threads), every process's stream position and, in ``best/``, the selection hits."""
+
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, tokenizer, progress: Progress,
+                 threads: ThreadChoice, log: Log) -> None:
+        self.cfg, self.accelerator, self.progress, self.threads, self.log = cfg, accelerator, progress, threads, log
+        self.root = ckpt.checkpoint_root(cfg.run_dir)
+        self.tokenizer_file = tokenizer_path(cfg)
+
+    def save(self, step: int, metrics: dict, as_best: bool = False, hits: np.ndarray | None = None) -> bool:
+        """Write the checkpoint of ``step`` (``best/`` with ``as_best``); False when it could not be written."""
+        progress, rank = self.progress, self.accelerator.process_index
+
+        def fill(folder: Path, is_main: bool) -> None:
+            ckpt.write_stream_position(folder, rank, progress.position.to_dict())
+            if is_main:
+                save_hits(folder, hits if as_best else None)
+                save_config(self.cfg, folder / "config.yaml")
+                copy_tokenizer(self.tokenizer_file, folder / "tokenizer.json")
+                state = {"step": step, "best": progress.best, "metrics": metrics, "bad_samples": progress.bad_samples,
+                         "threads": self.threads.threads}
+                (folder / ckpt.STATE).write_text(json.dumps(state, indent=2))
+
+        name = "best" if as_best else ckpt.step_name(step)
+        return ckpt.write(self.accelerator, self.root, name, fill, latest=not as_best, keep=self.cfg.keep_checkpoints,
+                          log=self.log)
+
+
+def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: torch.nn.Module, tokenizer,
+             progress: Progress, done: int, log: Log) -> tuple[dict, bool, np.ndarray | None]:
+    """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
+    (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too."""
+    key, verdict, hits, metrics = cfg.val.select_by, Verdict(False), None, {}
+    if accelerator.is_main_process:
+        unwrapped.eval()
+        metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
+        unwrapped.train()
+        hits = all_hits.get(key)
+        if key and key in metrics:
+            verdict = judge(metrics[key], hits, progress.best, progress.best_hits, cfg.val.select_test,
+                            cfg.val.select_alpha, cfg.seed)
+        accelerator.log({**metrics, **_selection_logs(verdict)}, step=done)
+        log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+        if verdict.note:
+            log(f"step {done}: {verdict.note}")
+    metrics, accept = _broadcast((metrics, verdict.accept), accelerator)
+    return metrics, accept, hits
+
+
+def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, scheduler, bad_samples: int,
+                  samples_per_s: float, done: int) -> None:
+    """The step's losses, learning rate, throughput and bad samples to TensorBoard and the progress bar."""
+    logs["lr"] = scheduler.get_last_lr()[0]
+    logs["samples_per_s"] = samples_per_s
+    logs["data/bad_samples"] = bad_samples
+    logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
+                             if k.startswith("loss/") and k != "loss/total")
+    accelerator.log(logs, step=done)
+    bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
 
 
 def _configure_threads(cfg: TrainConfig, process: PartialState, source, log) -> ThreadChoice:
