@@ -526,6 +526,10 @@ def test_retrieval_command(world, fake, tmp_path, capsys):
     assert run(argv + ["--ks", "1"]) == 0  # the same model's record again: said, and both summaries kept
     assert "it replaces an earlier record of this model" in capsys.readouterr().out
     assert len((out / "results.jsonl").read_text(encoding="utf-8").splitlines()) == 2
+    other = ["retrieval", "--model", "textonly", "--name", "full", "--split", str(world / "test"), "--out", str(out)]
+    assert run(other) == 0  # another model under the same name: the one replaced is named
+    assert f"it replaces an earlier record of another model, {Path('full').resolve()}, with this name" in \
+        capsys.readouterr().out
 
 
 def test_cluster_command_full_vs_text_only(world, fake, tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -63,8 +64,22 @@ def plot_prefix(args: argparse.Namespace, task: str) -> Path:
 def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
     """Write ``result`` (with ``plots``) into ``--out`` and say where."""
     result.plots = [str(p) for p in plots]
-    earlier = record_path(args.out, result.task, result.model.get("name")).is_file()
+    earlier = _earlier_model(record_path(args.out, result.task, result.model.get("name")))
     path = result.write(args.out)
-    print(f"wrote {path}" + (f" (it replaces an earlier record of this model; every record's summary is also in "
-                             f"{Path(args.out) / 'results.jsonl'}: --name keeps records apart)" if earlier else ""))
+    note = ""
+    if earlier is not None:
+        whose = "this model" if earlier == result.model.get("path") else f"another model, {earlier}, with this name"
+        note = (f" (it replaces an earlier record of {whose}; every record's summary is also in "
+                f"{Path(args.out) / 'results.jsonl'}: --name keeps records apart)")
+    print(f"wrote {path}{note}")
     return path
+
+
+def _earlier_model(path: Path) -> str | None:
+    """The model path of the record already at ``path`` ("" when it cannot be read), None when there is none."""
+    if not path.is_file():
+        return None
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8")).get("model", {}).get("path", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
