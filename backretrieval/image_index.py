@@ -118,6 +118,24 @@ def distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndar
     return first, inverse.reshape(-1)
 
 
+def check_one_picture_per_id(src_img: np.ndarray, src_image_ids: Sequence, first: np.ndarray,
+                             inverse: np.ndarray) -> None:
+    """One-line error when source rows that share an image id hold different image features: the metric ranks an
+    id's picture once, by its first row's features, so the others' would be dropped in silence."""
+    if len(first) == len(inverse):
+        return
+    for start in range(0, len(inverse), 65_536):  # in blocks: a memmap is never read whole at once
+        rows = np.arange(start, min(start + 65_536, len(inverse)))
+        own, kept = np.asarray(src_img[rows], np.float32), np.asarray(src_img[first[inverse[rows]]], np.float32)
+        differ = ~np.isclose(own, kept, rtol=1e-4, atol=1e-6).all(axis=1)
+        if differ.any():
+            row = int(rows[np.argmax(differ)])
+            other = int(first[inverse[row]])
+            raise BackRetrievalError(f"src_image_ids: rows {other} and {row} share the image id "
+                                     f"{str(np.asarray(src_image_ids)[row])!r} but their image features differ; rows "
+                                     f"sharing an id must be one picture (give each picture its own id)")
+
+
 def image_neighbours(
     src_img: np.ndarray,
     tgt_img: np.ndarray,

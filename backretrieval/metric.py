@@ -54,6 +54,7 @@ from .image_index import (
     ImageNeighbours,
     SourceImageIndex,
     check_image_neighbours,
+    check_one_picture_per_id,
     distinct_images,
     neighbour_counts,
 )
@@ -227,8 +228,8 @@ def bkr_recall(
         raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {np.asarray(queries)!r:.80}")
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
-    image_rows, image_col = distinct_images(src_image_ids, n_src)
-    image_col = image_col[query_rows]
+    image_rows, every_col = distinct_images(src_image_ids, n_src)
+    image_col = every_col[query_rows]
 
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
@@ -247,6 +248,8 @@ def bkr_recall(
             raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
         src_img = _matrix("src_img", src_img, rows=n_src)
         tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
+        if src_image_ids is not None:
+            check_one_picture_per_id(src_img, src_image_ids, image_rows, every_col)
         every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
         distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
         if image_neighbours is not None:

@@ -123,6 +123,11 @@ def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[
     if src_image_ids is None:
         return None
     label, ids = read_lines(src_image_ids, option("src_image_ids"))
+    blank = next((i for i, v in enumerate(ids) if not v.strip()), None)
+    if blank is not None:
+        where = f"line {blank + 1}" if label != option("src_image_ids") else f"id {blank}"
+        raise BackRetrievalError(f"{label}: {where} is blank; expected one image id per {option(rows)} row, "
+                                 f"{n_src} in all")
     if len(ids) != n_src:
         raise BackRetrievalError(f"{label}: {len(ids)} image ids, expected {n_src} "
                                  f"(one per {option(rows)} row)")

@@ -109,6 +109,8 @@ def test_the_approximate_mode_builds_lists_for_the_retrieved_targets_only(shared
     rng = np.random.default_rng(6)
     st, si, tt, ti = _clustered(rng, 2000)
     ids = np.arange(2000) // 2 if shared_images else None  # two source texts per picture
+    if shared_images:
+        si = si[ids * 2]  # ... and its features on both rows
     default = bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True)
     assert len(np.unique(default["retrieved"])) < 2000  # lists of only some target images were built
     every = image_neighbours(si, ti, 32, method="pq", src_image_ids=ids)  # what --image-index would write

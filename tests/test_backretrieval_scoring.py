@@ -65,10 +65,19 @@ def test_score_takes_paths_like_arrays_image_ids_and_a_similarity_matrix(tmp_pat
     assert from_files.intervals == {} and from_files.to_record()["intervals"] is None
     ids = [f"i{j // 2}" for j in range(60)]  # two source rows per picture: 30 distinct images
     (tmp_path / "ids.txt").write_text("\n".join(ids) + "\n")
-    by_list = score(w["src_text"], w["tgt_text"], **_inputs(w), src_image_ids=ids, ks=(1, 5), bootstrap=0)
-    by_file = score(w["src_text"], w["tgt_text"], **_inputs(w), src_image_ids=tmp_path / "ids.txt", ks=(1, 5),
+    pictures = {"src_img": w["src_img"][np.arange(60) // 2 * 2], "tgt_img": w["tgt_img"]}  # one picture's features
+    by_list = score(w["src_text"], w["tgt_text"], **pictures, src_image_ids=ids, ks=(1, 5), bootstrap=0)
+    by_file = score(w["src_text"], w["tgt_text"], **pictures, src_image_ids=tmp_path / "ids.txt", ks=(1, 5),
                     bootstrap=0)
     assert by_list.n_images == by_file.n_images == 30 and by_list.metrics == by_file.metrics
+    with pytest.raises(BackRetrievalError, match="src_image_ids: rows 0 and 1 share the image id 'i0' but their "
+                                                 "image features differ; rows sharing an id must be one picture"):
+        score(w["src_text"], w["tgt_text"], **_inputs(w), src_image_ids=ids, ks=(1, 5), bootstrap=0)
+    for text, line in (("\n".join(ids[:30] + [""] + ids[31:]) + "\n", 31), ("\n".join(ids) + "\n\n", 61)):
+        (tmp_path / "blank.txt").write_text(text)
+        with pytest.raises(BackRetrievalError, match=f"blank.txt: line {line} is blank; expected one image id per "
+                                                     "src_text row, 60 in all"):
+            score(w["src_text"], w["tgt_text"], **pictures, src_image_ids=tmp_path / "blank.txt", ks=(1, 5))
     unit = [x / np.linalg.norm(x, axis=1, keepdims=True) for x in (w["src_img"], w["tgt_img"])]
     by_sim = score(w["src_text"], w["tgt_text"], image_sim=unit[1] @ unit[0].T, ks=(1, 5), bootstrap=0)
     assert by_sim.metrics == pytest.approx({k: v for k, v in from_arrays.metrics.items() if k != "corr"})
@@ -178,6 +187,7 @@ def test_compare_ranks_a_picture_once_as_score_does(tmp_path):
     rng = np.random.default_rng(5)
     w = _world(rng, n=80, noise=0.3)
     ids = [f"img{i // 2}" for i in range(80)]  # two captions of every source picture
+    w["src_img"] = w["src_img"][np.arange(80) // 2 * 2]  # ... and its features on both rows
     bad = {side: w[f"z_{side[0]}"] @ w["w_t"] + 2.0 * rng.standard_normal((80, 8)) for side in ("src", "tgt")}
     pairs = ((w["src_text"], w["tgt_text"]), (bad["src"], bad["tgt"]))
     grouped = [score(s, t, **_inputs(w), src_image_ids=ids, ks=(1, 5), bootstrap=0).metrics["bkr@5"] for s, t in pairs]
