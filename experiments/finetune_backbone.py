@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +47,7 @@ from globetrotter.argtypes import non_negative_int, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.weights_file import save_weights  # noqa: E402
 from globetrotter.models.image import create_image_backbone  # noqa: E402
 from globetrotter.training.backbone_finetune import FinetuneSettings, EncodedImages, fine_tune  # noqa: E402
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         features, predictions = embed(backbone, head, blobs, args.image_size)
         for name, vectors in (("finetuned", features), ("finetuned-head", predictions)):
             write_cache(split, vectors, ids, name, out_dir)
-        save_file(backbone.state_dict(), str(out_dir / WEIGHTS))
+        save_weights(backbone.state_dict(), out_dir / WEIGHTS)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -54,6 +54,9 @@ def test_run_writes_checkpoints_that_load(tiny_world, tmp_path):
     assert not all(torch.equal(v, earlier[k]) for k, v in saved.items())
     state = torch.load(root / "step-00000004" / "optimizer.bin", weights_only=False)
     assert state["state"], "optimizer state saved"
+    # the weights are as readable as every other file of the checkpoint (safetensors alone would write them 0600)
+    modes = {p.stat().st_mode & 0o777 for p in (root / "step-00000004").iterdir()}
+    assert modes == {(root / "step-00000004" / "config.yaml").stat().st_mode & 0o777}
 
 
 def test_resume_latest_restores_step_schedule_and_weights(tiny_world, tmp_path):

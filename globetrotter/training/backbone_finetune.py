@@ -198,7 +198,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     finished step is not done again (an interrupted build resumes); ``out`` holding anything else is refused.
     Returns round two's config (the run's, on the new backbone and cache)."""
     from data_prep.shards import read_manifest
-    from safetensors.torch import save_file
+    from ..weights_file import save_weights
 
     from ..data.augment import simclr_transform
     from ..data.feature_cache import build_feature_cache, load_feature_cache, spec_from_config, unique_images
@@ -233,7 +233,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
         start = time.perf_counter()
         backbone, _head, losses = fine_tune(backbone, images, targets, transform, settings, workers=workers,
                                             device=device, progress=progress)
-        save_file({k: v.contiguous() for k, v in backbone.state_dict().items()}, str(out / f"{WEIGHTS}.tmp"))
+        save_weights({k: v.contiguous() for k, v in backbone.state_dict().items()}, out / f"{WEIGHTS}.tmp")
         (out / f"{WEIGHTS}.tmp").replace(out / WEIGHTS)
         (out / RECORD).write_text(json.dumps({**record, "losses": losses,
                                               "seconds": time.perf_counter() - start}, indent=2))

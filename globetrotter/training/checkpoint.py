@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from ..errors import UserError
+from ..weights_file import as_umask_allows
 
 LATEST = "latest"
 STATE = "trainer_state.json"
@@ -157,6 +158,7 @@ def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None]
     error: OSError | None = None
     try:
         accelerator.save_state(str(tmp), safe_serialization=True)
+        as_umask_allows(tmp)  # safetensors writes its files 0600 (weights_file)
         fill(tmp, accelerator.is_main_process)
     except OSError as err:
         error = err
