@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import SPEC_FORMS, check_spec, embed_captions, parse_model_specs
+from .embedders import SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, parse_model_specs
 from .errors import BackRetrievalError, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
@@ -70,14 +70,22 @@ def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
-                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True) -> EmbeddedSplit:
+                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True,
+                check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
     """Load the split (only ``langs``), its image features under g, and every model's caption embeddings.
 
-    The specs, then g's weights (where the split stores pixels), are checked before the split is read."""
+    The specs and what they read (:func:`backretrieval.embedders.check_spec_inputs`: ``.npy`` files and sidecars,
+    packages, an entry point's own check), then g's weights (where the split stores pixels), are checked before the
+    split is read; once its captions are read, before g's features or any embedding, that every model has a row for
+    each caption, and ``check(data)`` (the caller's own preconditions)."""
     for spec in models.values():
-        check_spec(spec)
+        check_spec_inputs(spec)
     check_image_model(data, extractor)
     data = data if isinstance(data, SplitData) else load_split(data, langs)
+    for spec in models.values():
+        check_spec_inputs(spec, data.texts)
+    if check is not None:
+        check(data)
     features = image_features(data, extractor)
     cache: dict = {}
     embedded = {label: embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)

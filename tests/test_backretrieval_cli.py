@@ -588,3 +588,41 @@ def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, ca
     err = _one_line_error([*run, "--model", f"good={npy}"], capsys)
     assert f"{npy} is a file: did you mean npy:{npy}?" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, tmp_path, capsys, monkeypatch):
+    """`eval --model USE=use --model mine=npy:typo.npy` extracted g's features and embedded with USE, then failed on
+    the missing file; likewise a bad .texts.json sidecar, a .npy with another row count than the split's captions, a
+    missing globetrotter run, and the same in correlate's --models-file. Each is now refused before g's features (so
+    before any embedding): the files before the split is read, the rows once its captions are."""
+    import backretrieval.evaluate as evaluate_module
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("g's features were extracted before the mistake was reported")
+
+    monkeypatch.setattr(evaluate_module, "image_features", no_features)
+    np.save(tmp_path / "rows.npy", np.ones((23, 4), np.float32))  # the split has 24 captions
+    np.save(tmp_path / "side.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "side.npy.texts.json").write_text('{"en 0": 0}')
+    np.save(tmp_path / "few.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "few.npy.texts.json").write_text('["en 0", "de 0"]')
+    (tmp_path / "models.txt").write_text(f"random:4\nrandom:5\nmine=npy:{tmp_path / 'typo.npy'}\n")
+    out = tmp_path / "o"
+    run = ["--data", str(pixel_split), "--out-dir", str(out), "--no-progress", "--image-model", "random"]
+    with monkeypatch.context() as before_the_split:
+        _no_split_read(before_the_split)
+        for spec, message in [(f"npy:{tmp_path / 'typo.npy'}", "typo.npy: embeddings file not found"),
+                              (f"noisy:0.5:npy:{tmp_path / 'typo.npy'}", "typo.npy: embeddings file not found"),
+                              (f"npy:{tmp_path / 'side.npy'}", "side.npy.texts.json: expected a JSON list of strings"),
+                              (f"globetrotter:{tmp_path / 'no_run'}", "no_run: no checkpoint found")]:
+            err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"mine={spec}"], capsys)
+            assert message in err, err
+        err = _one_line_error(["correlate", *run, "--models-file", str(tmp_path / "models.txt")], capsys)
+        assert "typo.npy: embeddings file not found" in err
+        with pytest.raises(backretrieval.BackRetrievalError, match="typo.npy: embeddings file not found"):
+            evaluate_split(pixel_split, ["random:4", f"npy:{tmp_path / 'typo.npy'}"])
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'rows.npy'}"], capsys)
+    assert "rows.npy: has 23 rows but 24 texts were asked for" in err
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'few.npy'}"], capsys)
+    assert "few.npy.texts.json: 22 text(s) not listed" in err
+    assert not out.exists()
