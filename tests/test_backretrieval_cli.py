@@ -626,3 +626,48 @@ def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, t
     err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'few.npy'}"], capsys)
     assert "few.npy.texts.json: 22 text(s) not listed" in err
     assert not out.exists()
+
+
+def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_split, tmp_path, capsys,
+                                                                          monkeypatch):
+    """eval/correlate --out-dir naming a file, and compare --out naming a folder, were refused only after all the
+    work (compare printed no verdicts); correlate on a split without 'group' ids (or with too few items for --n)
+    failed only after g's features were extracted. Each is now refused first."""
+    import backretrieval.cli.compare as compare_command
+    import backretrieval.evaluate as evaluate_module
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("g's features were extracted before the mistake was reported")
+
+    monkeypatch.setattr(evaluate_module, "image_features", no_features)
+    (tmp_path / "file").write_text("not a folder")
+    run = ["--data", str(pixel_split), "--no-progress", "--image-model", "random", "--bootstrap", "0"]
+    with monkeypatch.context() as before_the_split:
+        _no_split_read(before_the_split)
+        for argv in (["eval", *run, "--model", "random:4"], ["correlate", *run, "--models", "random:4", "random:5"]):
+            for out, why in [(tmp_path / "file", "a file of that name exists"),
+                             (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is not a directory")]:
+                err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
+                assert f"{out}: cannot create --out-dir ({why}); expected a folder to write into" in err, err
+    p = _embedding_files(tmp_path, n=20)
+
+    def no_scoring(*_args, **_kwargs):
+        raise AssertionError("the models were scored before the output path was checked")
+
+    monkeypatch.setattr(compare_command, "compare", no_scoring)
+    err = _one_line_error(["compare", "--hits", p["st"], p["tt"], "--out", str(tmp_path)], capsys)
+    assert "cannot write the JSON record (is a directory)" in err
+    rng = np.random.default_rng(1)
+    with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="npy") as w:  # no 'group' ids
+        for i in range(30):
+            w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", ("en", "de")[i % 2],
+                    image_id=f"i{i}")
+    out = ["--out-dir", str(tmp_path / "o"), "--models", "random:4", "random:5", "--no-progress", "--seeds", "1",
+           "--bootstrap", "0", "--image-model", "random"]
+    err = _one_line_error(["correlate", "--data", str(tmp_path / "val"), *out], capsys)
+    assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
+    err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
+    assert "protocol: N=7 needs 2N <= 12 items" in err
+    assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
+        ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
+    assert not (tmp_path / "o").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import BackRetrievalError
 from ..evaluate import correlate_split
-from ..files import make_dir, write_file
+from ..files import make_dir, writable_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
                      command_line_specs, emit_json, extractor, integer_at_least, resolve_dependent_options)
 
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
+    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
     result = correlate_split(args.data, specs, extractor=extractor(args), pairs=args.pairs, n=args.n,
                              seeds=args.seeds, ks=args.ks, ties=args.ties, max_rank=args.max_rank,
                              corr_pairs=args.corr_pairs, retrieval=args.retrieval, bootstrap=args.bootstrap,

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..evaluate import evaluate_split
-from ..files import make_dir
+from ..files import make_dir, writable_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
                      add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options)
 
@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = command_line_specs(args.model, "--model")
+    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
     result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.langs,
                             max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
