@@ -671,3 +671,19 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weights(pixel_split, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """`--image-model efficientnet_lite9` (or not_a_model) said 'no weights given; pass --image-weights FILE'; only
+    with --image-weights random did timm say 'Unknown model'. The name is checked against timm's registry first."""
+    _no_split_read(monkeypatch)
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    for extra in ([], ["--image-weights", "random"], ["--image-weights", "package"]):
+        err = _one_line_error([*run, "--image-model", "efficientnet_lite9", *extra], capsys)
+        assert "--image-model 'efficientnet_lite9' is not a timm model (did you mean efficientnet_lite" in err, err
+    err = _one_line_error([*run, "--image-model", "not_a_model"], capsys)
+    assert "--image-model 'not_a_model' is not a timm model (timm.list_models() lists them" in err, err
+    with pytest.raises(backretrieval.BackRetrievalError, match="image model 'resnet5' is not a timm model .*resnet50"):
+        backretrieval.images.image_feature_extractor("resnet5", "random").check()
+    assert not (tmp_path / "o").exists()
