@@ -147,7 +147,8 @@ def evaluate_split(
     Args:
         data: a split folder (``manifest.json`` + ``.tar`` shards) or a loaded split.
         models: ``[NAME=]SPEC`` strings or {label: spec} (:func:`backretrieval.load_embedder` specs).
-        extractor: the image model g (None: the split's stored features).
+        extractor: the image model g, :func:`backretrieval.image_feature_extractor` (None: the split's stored
+            features; a split of pictures needs one, ``image_feature_extractor()`` for the commands' default).
         langs: only these languages (default: all in the split).
         max_per_lang, seed: at most this many source and target captions per pair; seed of the
             non-matching split and of the subsampling.
