@@ -217,6 +217,21 @@ def make_dir(path: PathLike, what: str) -> Path:
     return path
 
 
+def remove_earlier_outputs(folder: PathLike, patterns: Sequence[str], written: Sequence[PathLike]) -> list[Path]:
+    """Remove the files of ``folder`` named as a command names its outputs (``patterns``, e.g. ``heatmap_*.png``)
+    that this run did not write (``written``): an earlier run's plots of other models or pairs, which would stand
+    beside a record that no longer holds them. Every other file stays. Returns the paths removed."""
+    keep = {Path(p).resolve() for p in written}
+    stale = sorted({p for pattern in patterns for p in Path(folder).glob(pattern)
+                    if p.is_file() and p.resolve() not in keep})
+    for path in stale:
+        try:
+            path.unlink()
+        except OSError as err:
+            raise BackRetrievalError(f"{path}: cannot remove this earlier output ({err.strerror or err})") from None
+    return stale
+
+
 def json_ready(obj):
     """JSON-ready copy: arrays to lists, numpy scalars to Python, NaN/inf to null, paths to strings."""
     if isinstance(obj, dict):

@@ -687,3 +687,25 @@ def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weigh
     with pytest.raises(backretrieval.BackRetrievalError, match="image model 'resnet5' is not a timm model .*resnet50"):
         backretrieval.images.image_feature_extractor("resnet5", "random").check()
     assert not (tmp_path / "o").exists()
+
+
+def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, capsys):
+    """A reused --out-dir kept the heat maps (and scatters) of an earlier run's models and pairs beside a record
+    that no longer holds them. This run's plot names replace them, said in one line; every other file stays."""
+    out = tmp_path / "eval"
+    run = ["eval", "--data", str(small_split / "test"), "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    assert main([*run, "--model", "first=random:8", "--ks", "1", "5"]) == 0
+    (out / "notes.md").write_text("mine")
+    assert main([*run, "--model", "second=random:4", "--ks", "1", "10"]) == 0
+    assert {p.name for p in out.glob("*.png")} == {"boxplot_bkr10.png"} | {
+        f"heatmap_second_{m}{k}.png" for m in ("bkr", "xlr") for k in (1, 10)}
+    assert (out / "notes.md").read_text() == "mine"
+    err = capsys.readouterr().err
+    assert f"removed 5 plot(s) of an earlier run from {out} (boxplot_bkr5.png, heatmap_first_bkr1.png," in err
+    out = tmp_path / "corr"
+    run = ["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "15", "--seeds",
+           "1", "--ks", "1", "5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    assert main([*run, "--pairs", "en-de"]) == 0 and main([*run, "--pairs", "de-en"]) == 0
+    assert [p.name for p in out.glob("*.png")] == ["scatter_de-en.png"]
+    assert "removed 1 plot(s) of an earlier run" in capsys.readouterr().err
+

@@ -10,7 +10,8 @@ from ..errors import BackRetrievalError
 from ..evaluate import correlate_split
 from ..files import make_dir, writable_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     command_line_specs, emit_json, extractor, integer_at_least, resolve_dependent_options)
+                     command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
+                     resolve_dependent_options)
 
 
 def add_parser(sub) -> None:
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                              corr_pairs=args.corr_pairs, retrieval=args.retrieval, bootstrap=args.bootstrap,
                              level=args.level, online=args.online, progress=not args.no_progress)
     out_dir = make_dir(args.out_dir, "--out-dir")
-    result.save_plots(out_dir, report_k)
+    replace_plots(out_dir, result.save_plots(out_dir, report_k), ("scatter_*.png",))
     for label, res in result.pairs.items():
         c = res["correlation"][f"@{report_k}"]
         print(f"{label}: Pearson BkR {c['pearson']['bkr']['mean']:.3f}, CORR {c['pearson']['corr']['mean']:.3f}; "
