@@ -413,6 +413,18 @@ def load_embedder(
     return embedder
 
 
+def unsupported_languages(embedder: TextEmbedder, langs: Sequence[str]) -> list[str]:
+    """Those of ``langs`` that ``embedder`` (or a base it wraps, e.g. ``noisy:``) declares it does not support: it
+    has a ``languages`` set (ISO 639-1, as :class:`USEEmbedder`) and a code's language part is not in it. An
+    embedder that declares no languages supports them all."""
+    while embedder is not None:
+        declared = getattr(embedder, "languages", None)
+        if declared is not None:
+            return [lang for lang in langs if str(lang).lower().replace("_", "-").split("-")[0] not in declared]
+        embedder = getattr(embedder, "base", None)
+    return []
+
+
 def is_positional(embedder: TextEmbedder) -> bool:
     """True when ``embedder`` (or a base it wraps, e.g. ``noisy:``) maps rows to texts by position."""
     while embedder is not None:

@@ -16,6 +16,7 @@ figures (``save_plots(out_dir)``).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -24,8 +25,9 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, parse_model_specs
-from .errors import BackRetrievalError, option
+from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, load_embedder,
+                         parse_model_specs, unsupported_languages)
+from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, check_ks
@@ -88,8 +90,15 @@ def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor
         check(data)
     features = image_features(data, extractor)
     cache: dict = {}
-    embedded = {label: embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
-                for label, spec in models.items()}
+    embedded = {}
+    for label, spec in models.items():
+        lacking = unsupported_languages(load_embedder(spec, online=online, progress=progress, cache=cache),
+                                        sorted(set(data.langs.tolist())))
+        if lacking:  # scored all the same: the user decides what the figures of those pairs are worth
+            name = label if label == spec else f"{label} ({spec})"
+            warnings.warn(f"model {name} does not support {', '.join(lacking)} (not among the languages it declares); "
+                          "its pairs with them are scored all the same", BackRetrievalWarning, stacklevel=2)
+        embedded[label] = embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
     return EmbeddedSplit(data, features, _image_label(extractor, data.image_format), dict(models),
                          {label: name for label, (name, _) in embedded.items()},
                          {label: emb for label, (_, emb) in embedded.items()})

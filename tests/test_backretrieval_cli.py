@@ -709,3 +709,24 @@ def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, caps
     assert [p.name for p in out.glob("*.png")] == ["scatter_de-en.png"]
     assert "removed 1 plot(s) of an earlier run" in capsys.readouterr().err
 
+
+def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_split, tmp_path, capsys):
+    """eval scored USE on Czech, which USEEmbedder.languages leaves out, without a word: a model that declares its
+    languages now gets one warning line naming those of the split it lacks (a base under noisy: too)."""
+    class EnglishOnly(backretrieval.RandomEmbedder):
+        languages = frozenset({"en"})
+
+    backretrieval.register_embedder("english", lambda arg, **_: EnglishOnly(int(arg)))
+    try:
+        assert main(["eval", "--data", str(small_split / "test"), "--model", "E=english:8", "--model",
+                     "noisy:0.5:english:8", "--model", "random:8", "--bootstrap", "0", "--out-dir",
+                     str(tmp_path / "o"), "--no-progress"]) == 0
+        err = capsys.readouterr().err.splitlines()
+        warned = [line for line in err if line.startswith("warning:")]
+        assert warned == [f"warning: model {m} does not support de (not among the languages it declares); its pairs "
+                          "with them are scored all the same" for m in ("E (english:8)", "noisy:0.5:english:8")]
+        with pytest.warns(backretrieval.BackRetrievalWarning, match="model english:8 does not support de"):
+            evaluate_split(small_split / "test", ["english:8"], bootstrap=0, progress=False)
+    finally:
+        backretrieval.embedders._REGISTRY.pop("english")
+    assert "cs" not in backretrieval.embedders.USEEmbedder.languages
