@@ -19,16 +19,19 @@ is the command's JSON record::
 
     score("en.npy", "de.npy", src_img="en_img.npy", tgt_img="de_img.npy")   # score: arrays or .npy paths
     compare(a_en, a_de, b_en, b_de, src_img=..., tgt_img=...)            # compare: A vs B, paired tests
-    evaluate_split("outputs/flickr8k/val", ["USE=use", "random:512"])     # eval: every language pair
-    correlate_split("outputs/flickr8k/test", specs, pairs=["en-de"])      # correlate: the paper's protocol
+    g = image_feature_extractor()   # the commands' default g: efficientnet_lite0, offline ImageNet weights
+    evaluate_split("outputs/flickr8k/val", ["USE=use", "random:512"], extractor=g)  # eval: every language pair
+    correlate_split("outputs/flickr8k/test", specs, extractor=g, pairs=["en-de"])   # correlate: the paper's protocol
+    np.save("en_img.npy", g.extract(["photos/1.jpg", "photos/2.jpg"]))  # score's --src-img from your own photos
 """
 from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_captions, load_embedder,
                         parse_model_specs, register_embedder)
 from .approximate import ApproxConfig
 from .comparison import CompareResult, compare
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, BackRetrievalWarning
 from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
 from .hubness import hubness_stats
+from .images import image_feature_extractor  # numpy and PIL only: torch and timm load with the first CNN
 from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
                           save_image_neighbours)
 from .metric import bkr_recall, corr_score, xlr_recall
@@ -40,6 +43,7 @@ from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_bet
 __all__ = [
     "ApproxConfig",
     "BackRetrievalError",
+    "BackRetrievalWarning",
     "CompareResult",
     "ImageNeighbours",
     "NoisyEmbedder",
@@ -60,6 +64,7 @@ __all__ = [
     "evaluate_pairs",
     "evaluate_split",
     "hubness_stats",
+    "image_feature_extractor",
     "image_neighbours",
     "image_neighbours_file",
     "load_embedder",

@@ -144,8 +144,7 @@ def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -
         return np.stack(data.images).astype(np.float32)
     if extractor is None:
         raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g "
-                                 "(e.g. extractor=backretrieval.images.image_feature_extractor(): efficientnet_lite0, "
-                                 "offline)")
+                                 "(e.g. extractor=backretrieval.image_feature_extractor(): efficientnet_lite0, offline)")
     return extractor.extract(data.images, ids=ids)
 
 

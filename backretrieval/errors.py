@@ -12,6 +12,7 @@ name (``src_img``) when called from Python, the flag (``--src-img``) inside the 
 from __future__ import annotations
 
 import sys
+import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Callable, Iterator, Sequence
@@ -21,6 +22,11 @@ _CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=Fal
 
 class BackRetrievalError(ValueError):
     """An error the user can fix: the message says what, where, and what was expected."""
+
+
+class BackRetrievalWarning(UserWarning):
+    """Something the user should know about a result that is still computed (a model scored on a language it does
+    not declare); the command line prints it as one ``warning:`` line."""
 
 
 def option(name: str, metavar: str = "") -> str:
@@ -47,6 +53,24 @@ def cli_option_names() -> Iterator[None]:
         yield
     finally:
         _CLI_NAMES.reset(token)
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Within this block, every :class:`BackRetrievalWarning` is printed as one ``warning: ...`` line on stderr
+    (not Python's two-line form with the source line, nor once per place only)."""
+    with warnings.catch_warnings():  # restores the filters and showwarning on leaving
+        warnings.simplefilter("always", BackRetrievalWarning)
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, BackRetrievalWarning):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        yield
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

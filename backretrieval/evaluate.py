@@ -16,22 +16,24 @@ figures (``save_plots(out_dir)``).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import SPEC_FORMS, check_spec, embed_captions, parse_model_specs
-from .errors import BackRetrievalError, option
+from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, load_embedder,
+                         parse_model_specs, unsupported_languages)
+from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS
+from .metric import DEFAULT_KS, check_ks
 from .pairs import evaluate_pairs
 from .plots import pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
-from .protocol import DEFAULT_SEEDS, format_table, run_protocol
+from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
 
@@ -70,18 +72,33 @@ def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
-                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True) -> EmbeddedSplit:
+                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True,
+                check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
     """Load the split (only ``langs``), its image features under g, and every model's caption embeddings.
 
-    The specs, then g's weights (where the split stores pixels), are checked before the split is read."""
+    The specs and what they read (:func:`backretrieval.embedders.check_spec_inputs`: ``.npy`` files and sidecars,
+    packages, an entry point's own check), then g's weights (where the split stores pixels), are checked before the
+    split is read; once its captions are read, before g's features or any embedding, that every model has a row for
+    each caption, and ``check(data)`` (the caller's own preconditions)."""
     for spec in models.values():
-        check_spec(spec)
+        check_spec_inputs(spec)
     check_image_model(data, extractor)
     data = data if isinstance(data, SplitData) else load_split(data, langs)
+    for spec in models.values():
+        check_spec_inputs(spec, data.texts)
+    if check is not None:
+        check(data)
     features = image_features(data, extractor)
     cache: dict = {}
-    embedded = {label: embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
-                for label, spec in models.items()}
+    embedded = {}
+    for label, spec in models.items():
+        lacking = unsupported_languages(load_embedder(spec, online=online, progress=progress, cache=cache),
+                                        sorted(set(data.langs.tolist())))
+        if lacking:  # scored all the same: the user decides what the figures of those pairs are worth
+            name = label if label == spec else f"{label} ({spec})"
+            warnings.warn(f"model {name} does not support {', '.join(lacking)} (not among the languages it declares); "
+                          "its pairs with them are scored all the same", BackRetrievalWarning, stacklevel=2)
+        embedded[label] = embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
     return EmbeddedSplit(data, features, _image_label(extractor, data.image_format), dict(models),
                          {label: name for label, (name, _) in embedded.items()},
                          {label: emb for label, (_, emb) in embedded.items()})
@@ -139,7 +156,8 @@ def evaluate_split(
     Args:
         data: a split folder (``manifest.json`` + ``.tar`` shards) or a loaded split.
         models: ``[NAME=]SPEC`` strings or {label: spec} (:func:`backretrieval.load_embedder` specs).
-        extractor: the image model g (None: the split's stored features).
+        extractor: the image model g, :func:`backretrieval.image_feature_extractor` (None: the split's stored
+            features; a split of pictures needs one, ``image_feature_extractor()`` for the commands' default).
         langs: only these languages (default: all in the split).
         max_per_lang, seed: at most this many source and target captions per pair; seed of the
             non-matching split and of the subsampling.
@@ -153,15 +171,18 @@ def evaluate_split(
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
     if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
-    split = embed_split(data, specs, extractor, langs, online=online, progress=progress)
+
+    def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
+        names, counts = np.unique(data.langs, return_counts=True)
+        fewest = int(np.argmin(counts))
+        per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
+        enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
+                     f"raise {option('max_per_lang')}" if max_per_lang else None)
+
+    split = embed_split(data, specs, extractor, langs, online=online, progress=progress, check=enough_captions)
     data = split.data
     feats = split.features[data.image_index]
     groups = data.groups if data.has_groups else None
-    names, counts = np.unique(data.langs, return_counts=True)
-    fewest = int(np.argmin(counts))
-    per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
-    enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
-                 f"raise {option('max_per_lang')}" if max_per_lang else None)
     options = {"ks": list(ks), "ties": ties, "seed": seed, "max_per_lang": max_per_lang,
                "max_rank": max_rank or max(ks), "retrieval": retrieval, "approximate": bool(approximate),
                "bootstrap": bootstrap, "level": level}
@@ -243,16 +264,22 @@ def correlate_split(
     if len(specs) < 2:
         raise BackRetrievalError(f"correlate needs at least 2 model specs (got {len(specs)}); 3 or more make sense")
     wanted = language_pairs(pairs or [])
+    items: dict[tuple[str, str], tuple] = {}
+
+    def parallel_items(data: SplitData) -> None:  # before g's features and any embedding (e.g. no 'group' ids)
+        names = sorted(set(data.langs.tolist()))
+        for src_lang, tgt_lang in wanted or [(a, b) for a in names for b in names if a != b]:
+            src_rows, tgt_rows, image_idx = aligned_pair(data, src_lang, tgt_lang)
+            pair_n = min(DEFAULT_PROTOCOL_N, len(image_idx) // 2) if n is None else n  # --n 0 is refused
+            enough_for_k("protocol", pair_n, check_ks(ks), f"items per side ({option('n')})", f"raise {option('n')}")
+            sample_non_matching(len(image_idx), pair_n, 0)  # as run_protocol will: N at most half the items
+            items[src_lang, tgt_lang] = (src_rows, tgt_rows, image_idx, pair_n)
+
     split = embed_split(data, specs, extractor, sorted({lang for pair in wanted for lang in pair}) or None,
-                        online=online, progress=progress)
-    if not wanted:
-        names = sorted(set(split.data.langs.tolist()))
-        wanted = [(a, b) for a in names for b in names if a != b]
+                        online=online, progress=progress, check=parallel_items)
     results = {}
-    for src_lang, tgt_lang in wanted:
-        src_rows, tgt_rows, image_idx = aligned_pair(split.data, src_lang, tgt_lang)
+    for (src_lang, tgt_lang), (src_rows, tgt_rows, image_idx, pair_n) in items.items():
         per_model = {label: (emb[src_rows], emb[tgt_rows]) for label, emb in split.embeddings.items()}
-        pair_n = min(DEFAULT_PROTOCOL_N, len(image_idx) // 2) if n is None else n  # --n 0 is refused, not the default
         results[f"{src_lang}->{tgt_lang}"] = run_protocol(
             per_model, split.features[image_idx], n=pair_n, seeds=seeds,
             ks=ks, ties=ties, max_rank=max_rank or max(ks), corr_pairs=corr_pairs, progress=progress,

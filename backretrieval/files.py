@@ -156,23 +156,36 @@ def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Pa
     return path
 
 
+def _unwritable_folder(folder: Path) -> str | None:
+    """Why files could not be created in ``folder`` (or in the folders that would be made for it), else None."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
 def writable_file(path: PathLike, what: str) -> Path:
     """Refuse an output file that could not be written (a folder, a file in the way of its folder, a folder not
     writable) without creating anything: checked before the work, so a refusal leaves no other output behind."""
-    path = existing = Path(path)
-    if path.is_dir():
-        why = "is a directory"
-    else:
-        existing = path.parent
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            why = f"{existing} is not a directory"
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            why = f"{existing} is not writable"
-        else:
-            return path
+    path = Path(path)
+    why = "is a directory" if path.is_dir() else _unwritable_folder(path.parent)
+    if why is None:
+        return path
     raise BackRetrievalError(f"{path}: cannot write {what} ({why}); expected a file path to write")
+
+
+def writable_dir(path: PathLike, what: str) -> Path:
+    """Refuse an output folder that could not be created or written into (a file of that name, or in the way of
+    its parents, a folder not writable) without creating anything: :func:`writable_file` for folders."""
+    path = Path(path)
+    why = "a file of that name exists" if path.exists() and not path.is_dir() else _unwritable_folder(path)
+    if why is None:
+        return path
+    raise BackRetrievalError(f"{path}: cannot create {what} ({why}); expected a folder to write into")
 
 
 def npy_path(path: PathLike) -> Path:
@@ -202,6 +215,21 @@ def make_dir(path: PathLike, what: str) -> Path:
     except OSError as err:
         raise BackRetrievalError(f"{path}: cannot create {what} ({err.strerror or err})") from None
     return path
+
+
+def remove_earlier_outputs(folder: PathLike, patterns: Sequence[str], written: Sequence[PathLike]) -> list[Path]:
+    """Remove the files of ``folder`` named as a command names its outputs (``patterns``, e.g. ``heatmap_*.png``)
+    that this run did not write (``written``): an earlier run's plots of other models or pairs, which would stand
+    beside a record that no longer holds them. Every other file stays. Returns the paths removed."""
+    keep = {Path(p).resolve() for p in written}
+    stale = sorted({p for pattern in patterns for p in Path(folder).glob(pattern)
+                    if p.is_file() and p.resolve() not in keep})
+    for path in stale:
+        try:
+            path.unlink()
+        except OSError as err:
+            raise BackRetrievalError(f"{path}: cannot remove this earlier output ({err.strerror or err})") from None
+    return stale
 
 
 def json_ready(obj):

@@ -32,6 +32,7 @@ model, its weights and the identities of the images in order.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import io
 import json
@@ -137,11 +138,29 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def check_model_name(model_name: str) -> None:
+    """A one-line :class:`BackRetrievalError` when ``model_name`` is no model of timm's registry (``timm.is_model``;
+    timm imported, nothing loaded), naming the closest names: a typo is not reported as missing weights."""
+    if ":" in model_name:  # hf-hub:ORG/NAME or local-dir:PATH, sources timm reads when it creates the model
+        return
+    import timm
+
+    if timm.is_model(model_name):
+        return
+    close = difflib.get_close_matches(model_name, timm.list_models(), n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise BackRetrievalError(f"{_named('--image-model', 'image model')} {model_name!r} is not a timm model ({hint}"
+                             "timm.list_models() lists them; "
+                             "thumbnail:SIZE and random[:SEED] need no network)")
+
+
 def check_image_weights(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | None = None, online: bool = False
                         ) -> str:
     """The weights ``model_name`` will load (``weights``, or :func:`default_image_weights`), checked without loading
-    anything: a one-line :class:`BackRetrievalError` for none given, ``'package'`` for a model no package holds or
-    with its package not installed, ``'hub'`` without ``online``, or a weights file that does not exist."""
+    anything (after :func:`check_model_name`): a one-line :class:`BackRetrievalError` for none given, ``'package'``
+    for a model no package holds or with its package not installed, ``'hub'`` without ``online``, or a weights file
+    that does not exist."""
+    check_model_name(model_name)
     weights = weights or default_image_weights(model_name)
     if not weights:
         raise BackRetrievalError(

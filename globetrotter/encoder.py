@@ -321,3 +321,16 @@ def backretrieval_embedder(spec: str) -> BackRetrievalAdapter:
         return BackRetrievalAdapter(spec)
     except UserError as err:
         raise BackRetrievalError(f"globetrotter:{spec}: {err}") from None
+
+
+def _check_backretrieval_spec(spec: str) -> None:
+    """What ``backretrieval`` checks before any work (nothing loaded): the folder holds a checkpoint."""
+    from backretrieval.errors import BackRetrievalError
+
+    try:
+        resolve(spec)
+    except UserError as err:
+        raise BackRetrievalError(f"globetrotter:{spec}: {err}") from None
+
+
+backretrieval_embedder.check = _check_backretrieval_spec  # backretrieval.embedders.check_spec_inputs calls it

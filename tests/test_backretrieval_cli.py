@@ -588,3 +588,145 @@ def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, ca
     err = _one_line_error([*run, "--model", f"good={npy}"], capsys)
     assert f"{npy} is a file: did you mean npy:{npy}?" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, tmp_path, capsys, monkeypatch):
+    """`eval --model USE=use --model mine=npy:typo.npy` extracted g's features and embedded with USE, then failed on
+    the missing file; likewise a bad .texts.json sidecar, a .npy with another row count than the split's captions, a
+    missing globetrotter run, and the same in correlate's --models-file. Each is now refused before g's features (so
+    before any embedding): the files before the split is read, the rows once its captions are."""
+    import backretrieval.evaluate as evaluate_module
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("g's features were extracted before the mistake was reported")
+
+    monkeypatch.setattr(evaluate_module, "image_features", no_features)
+    np.save(tmp_path / "rows.npy", np.ones((23, 4), np.float32))  # the split has 24 captions
+    np.save(tmp_path / "side.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "side.npy.texts.json").write_text('{"en 0": 0}')
+    np.save(tmp_path / "few.npy", np.ones((2, 4), np.float32))
+    (tmp_path / "few.npy.texts.json").write_text('["en 0", "de 0"]')
+    (tmp_path / "models.txt").write_text(f"random:4\nrandom:5\nmine=npy:{tmp_path / 'typo.npy'}\n")
+    out = tmp_path / "o"
+    run = ["--data", str(pixel_split), "--out-dir", str(out), "--no-progress", "--image-model", "random"]
+    with monkeypatch.context() as before_the_split:
+        _no_split_read(before_the_split)
+        for spec, message in [(f"npy:{tmp_path / 'typo.npy'}", "typo.npy: embeddings file not found"),
+                              (f"noisy:0.5:npy:{tmp_path / 'typo.npy'}", "typo.npy: embeddings file not found"),
+                              (f"npy:{tmp_path / 'side.npy'}", "side.npy.texts.json: expected a JSON list of strings"),
+                              (f"globetrotter:{tmp_path / 'no_run'}", "no_run: no checkpoint found")]:
+            err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"mine={spec}"], capsys)
+            assert message in err, err
+        err = _one_line_error(["correlate", *run, "--models-file", str(tmp_path / "models.txt")], capsys)
+        assert "typo.npy: embeddings file not found" in err
+        with pytest.raises(backretrieval.BackRetrievalError, match="typo.npy: embeddings file not found"):
+            evaluate_split(pixel_split, ["random:4", f"npy:{tmp_path / 'typo.npy'}"])
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'rows.npy'}"], capsys)
+    assert "rows.npy: has 23 rows but 24 texts were asked for" in err
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'few.npy'}"], capsys)
+    assert "few.npy.texts.json: 22 text(s) not listed" in err
+    assert not out.exists()
+
+
+def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_split, tmp_path, capsys,
+                                                                          monkeypatch):
+    """eval/correlate --out-dir naming a file, and compare --out naming a folder, were refused only after all the
+    work (compare printed no verdicts); correlate on a split without 'group' ids (or with too few items for --n)
+    failed only after g's features were extracted. Each is now refused first."""
+    import backretrieval.cli.compare as compare_command
+    import backretrieval.evaluate as evaluate_module
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("g's features were extracted before the mistake was reported")
+
+    monkeypatch.setattr(evaluate_module, "image_features", no_features)
+    (tmp_path / "file").write_text("not a folder")
+    run = ["--data", str(pixel_split), "--no-progress", "--image-model", "random", "--bootstrap", "0"]
+    with monkeypatch.context() as before_the_split:
+        _no_split_read(before_the_split)
+        for argv in (["eval", *run, "--model", "random:4"], ["correlate", *run, "--models", "random:4", "random:5"]):
+            for out, why in [(tmp_path / "file", "a file of that name exists"),
+                             (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is not a directory")]:
+                err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
+                assert f"{out}: cannot create --out-dir ({why}); expected a folder to write into" in err, err
+    p = _embedding_files(tmp_path, n=20)
+
+    def no_scoring(*_args, **_kwargs):
+        raise AssertionError("the models were scored before the output path was checked")
+
+    monkeypatch.setattr(compare_command, "compare", no_scoring)
+    err = _one_line_error(["compare", "--hits", p["st"], p["tt"], "--out", str(tmp_path)], capsys)
+    assert "cannot write the JSON record (is a directory)" in err
+    rng = np.random.default_rng(1)
+    with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="npy") as w:  # no 'group' ids
+        for i in range(30):
+            w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", ("en", "de")[i % 2],
+                    image_id=f"i{i}")
+    out = ["--out-dir", str(tmp_path / "o"), "--models", "random:4", "random:5", "--no-progress", "--seeds", "1",
+           "--bootstrap", "0", "--image-model", "random"]
+    err = _one_line_error(["correlate", "--data", str(tmp_path / "val"), *out], capsys)
+    assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
+    err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
+    assert "protocol: N=7 needs 2N <= 12 items" in err
+    assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
+        ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weights(pixel_split, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """`--image-model efficientnet_lite9` (or not_a_model) said 'no weights given; pass --image-weights FILE'; only
+    with --image-weights random did timm say 'Unknown model'. The name is checked against timm's registry first."""
+    _no_split_read(monkeypatch)
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    for extra in ([], ["--image-weights", "random"], ["--image-weights", "package"]):
+        err = _one_line_error([*run, "--image-model", "efficientnet_lite9", *extra], capsys)
+        assert "--image-model 'efficientnet_lite9' is not a timm model (did you mean efficientnet_lite" in err, err
+    err = _one_line_error([*run, "--image-model", "not_a_model"], capsys)
+    assert "--image-model 'not_a_model' is not a timm model (timm.list_models() lists them" in err, err
+    with pytest.raises(backretrieval.BackRetrievalError, match="image model 'resnet5' is not a timm model .*resnet50"):
+        backretrieval.images.image_feature_extractor("resnet5", "random").check()
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, capsys):
+    """A reused --out-dir kept the heat maps (and scatters) of an earlier run's models and pairs beside a record
+    that no longer holds them. This run's plot names replace them, said in one line; every other file stays."""
+    out = tmp_path / "eval"
+    run = ["eval", "--data", str(small_split / "test"), "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    assert main([*run, "--model", "first=random:8", "--ks", "1", "5"]) == 0
+    (out / "notes.md").write_text("mine")
+    assert main([*run, "--model", "second=random:4", "--ks", "1", "10"]) == 0
+    assert {p.name for p in out.glob("*.png")} == {"boxplot_bkr10.png"} | {
+        f"heatmap_second_{m}{k}.png" for m in ("bkr", "xlr") for k in (1, 10)}
+    assert (out / "notes.md").read_text() == "mine"
+    err = capsys.readouterr().err
+    assert f"removed 5 plot(s) of an earlier run from {out} (boxplot_bkr5.png, heatmap_first_bkr1.png," in err
+    out = tmp_path / "corr"
+    run = ["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "15", "--seeds",
+           "1", "--ks", "1", "5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    assert main([*run, "--pairs", "en-de"]) == 0 and main([*run, "--pairs", "de-en"]) == 0
+    assert [p.name for p in out.glob("*.png")] == ["scatter_de-en.png"]
+    assert "removed 1 plot(s) of an earlier run" in capsys.readouterr().err
+
+
+def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_split, tmp_path, capsys):
+    """eval scored USE on Czech, which USEEmbedder.languages leaves out, without a word: a model that declares its
+    languages now gets one warning line naming those of the split it lacks (a base under noisy: too)."""
+    class EnglishOnly(backretrieval.RandomEmbedder):
+        languages = frozenset({"en"})
+
+    backretrieval.register_embedder("english", lambda arg, **_: EnglishOnly(int(arg)))
+    try:
+        assert main(["eval", "--data", str(small_split / "test"), "--model", "E=english:8", "--model",
+                     "noisy:0.5:english:8", "--model", "random:8", "--bootstrap", "0", "--out-dir",
+                     str(tmp_path / "o"), "--no-progress"]) == 0
+        err = capsys.readouterr().err.splitlines()
+        warned = [line for line in err if line.startswith("warning:")]
+        assert warned == [f"warning: model {m} does not support de (not among the languages it declares); its pairs "
+                          "with them are scored all the same" for m in ("E (english:8)", "noisy:0.5:english:8")]
+        with pytest.warns(backretrieval.BackRetrievalWarning, match="model english:8 does not support de"):
+            evaluate_split(small_split / "test", ["english:8"], bootstrap=0, progress=False)
+    finally:
+        backretrieval.embedders._REGISTRY.pop("english")
+    assert "cs" not in backretrieval.embedders.USEEmbedder.languages

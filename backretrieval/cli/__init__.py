@@ -13,7 +13,7 @@ import argparse
 from typing import Sequence
 
 from ..embedders import parse_model_specs
-from ..errors import cli_option_names, run_cli
+from ..errors import cli_option_names, one_line_warnings, run_cli
 from . import compare, correlate, score
 from . import eval as evaluate
 from .common import METRIC_HELP, formatter
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with cli_option_names():  # library messages name the flags (--src-img), not the parameters (src_img)
+    with cli_option_names(), one_line_warnings():  # library messages name the flags (--src-img), not src_img
         return args.func(args)
 
 

@@ -11,7 +11,7 @@ from ..approximate import ApproxConfig
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
-from ..files import dump_json, write_json
+from ..files import dump_json, remove_earlier_outputs, write_json
 from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
@@ -257,6 +257,16 @@ def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> Non
               file=sys.stderr)
     elif lists.method != "flat" and not approximate:
         print(f"note: {lists.origin} holds approximate ({lists.method}) image lists: step 4 is approximate",
+              file=sys.stderr)
+
+
+def replace_plots(out_dir: Path, written: list[Path], patterns: tuple[str, ...]) -> None:
+    """Remove the plots of an earlier run in a reused --out-dir that this run did not write (by the names the
+    command gives its plots), and say so in one line: the folder then holds one run, as its JSON record does."""
+    stale = remove_earlier_outputs(out_dir, patterns, written)
+    if stale:
+        names = ", ".join(p.name for p in stale[:3]) + (", ..." if len(stale) > 3 else "")
+        print(f"removed {len(stale)} plot(s) of an earlier run from {out_dir} ({names}); other files stay",
               file=sys.stderr)
 
 

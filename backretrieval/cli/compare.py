@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..comparison import compare
+from ..files import writable_file
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
                      integer_at_least, metric_options, report_image_lists)
 
@@ -41,6 +42,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is not None and str(args.out) != "-":  # before scoring two models: a refusal then costs nothing
+        writable_file(args.out, "the JSON record")
     result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,
                      tgt_img=args.tgt_img, src_image_ids=args.src_image_ids, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,

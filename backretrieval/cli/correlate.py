@@ -8,9 +8,10 @@ from pathlib import Path
 
 from ..errors import BackRetrievalError
 from ..evaluate import correlate_split
-from ..files import make_dir, write_file
+from ..files import make_dir, writable_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     command_line_specs, emit_json, extractor, integer_at_least, resolve_dependent_options)
+                     command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
+                     resolve_dependent_options)
 
 
 def add_parser(sub) -> None:
@@ -53,12 +54,13 @@ def run(args: argparse.Namespace) -> int:
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
+    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
     result = correlate_split(args.data, specs, extractor=extractor(args), pairs=args.pairs, n=args.n,
                              seeds=args.seeds, ks=args.ks, ties=args.ties, max_rank=args.max_rank,
                              corr_pairs=args.corr_pairs, retrieval=args.retrieval, bootstrap=args.bootstrap,
                              level=args.level, online=args.online, progress=not args.no_progress)
     out_dir = make_dir(args.out_dir, "--out-dir")
-    result.save_plots(out_dir, report_k)
+    replace_plots(out_dir, result.save_plots(out_dir, report_k), ("scatter_*.png",))
     for label, res in result.pairs.items():
         c = res["correlation"][f"@{report_k}"]
         print(f"{label}: Pearson BkR {c['pearson']['bkr']['mean']:.3f}, CORR {c['pearson']['corr']['mean']:.3f}; "

@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from ..evaluate import evaluate_split
-from ..files import make_dir
+from ..files import make_dir, writable_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
-                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options)
+                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options,
+                     replace_plots)
 
 
 def add_parser(sub) -> None:
@@ -33,11 +34,12 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = command_line_specs(args.model, "--model")
+    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
     result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.langs,
                             max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
     out_dir = make_dir(args.out_dir, "--out-dir")
-    result.save_plots(out_dir)
+    replace_plots(out_dir, result.save_plots(out_dir), ("heatmap_*.png", "boxplot_bkr*.png"))
     for label, res in result.results.items():
         print(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()), file=sys.stderr)
     emit_json(result.to_record(), out_dir / "results.json")
