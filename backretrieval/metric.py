@@ -136,6 +136,24 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
+def _query_rows(queries, n_src: int) -> np.ndarray:
+    """``bkr_recall``'s ``queries`` as source row indices: integer rows in ``[0, n_src)``, or a boolean mask of one
+    entry per source row (its True rows); one-line errors otherwise (a mask is not read as rows 0 and 1)."""
+    rows = as_array("queries", queries)
+    if rows.dtype.kind == "b":
+        if rows.shape != (n_src,):
+            raise BackRetrievalError(f"queries: a boolean mask needs one entry per source row ({n_src}), got shape "
+                                     f"{rows.shape}")
+        return np.flatnonzero(rows)
+    if rows.size == 0:  # np.asarray([]) is float
+        rows = rows.astype(np.int64)
+    if rows.dtype.kind not in "iu":
+        raise BackRetrievalError(f"queries: expected integer source rows or a boolean mask, got {rows.dtype} values")
+    if rows.ndim != 1 or (len(rows) and (rows.min() < 0 or rows.max() >= n_src)):
+        raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {rows!r:.80}")
+    return rows.astype(np.int64)
+
+
 def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) -> dict[str, float]:
     return {f"{prefix}@{k}": float(np.mean(hits[k])) if len(hits[k]) else float("nan") for k in ks}
 
@@ -193,9 +211,10 @@ def bkr_recall(
             replaces steps 1-2 (``src_text``/``tgt_text`` may then be None; ``retrieval`` and
             ``approximate`` do not apply). Step 2 retrieves each row's maximum (ties: lowest index).
             With ``queries``, its rows are those queries'.
-        queries: optional source rows that query (e.g. a seeded sample); the others still count among the
-            source images every query is ranked against, so the mean hit over a sample of queries estimates
-            the whole set's BkR without bias. Default: every source row.
+        queries: optional source rows that query (e.g. a seeded sample): row indices, or a boolean mask of one
+            entry per source row; the others still count among the source images every query is ranked against,
+            so the mean hit over a sample of queries estimates the whole set's BkR without bias. Default: every
+            source row.
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
             (``pq``), reused instead of building one per call.
@@ -222,9 +241,7 @@ def bkr_recall(
         src_text = _matrix("src_text", src_text)
         tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
         n_src, n_tgt = len(src_text), len(tgt_text)
-    query_rows = np.arange(n_src) if queries is None else np.asarray(queries, dtype=np.int64)
-    if query_rows.ndim != 1 or (len(query_rows) and (query_rows.min() < 0 or query_rows.max() >= n_src)):
-        raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {np.asarray(queries)!r:.80}")
+    query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, image_col = distinct_images(src_image_ids, n_src)
