@@ -26,7 +26,7 @@ from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_capti
                         parse_model_specs, register_embedder)
 from .approximate import ApproxConfig
 from .comparison import CompareResult, compare
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, BackRetrievalWarning
 from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
 from .hubness import hubness_stats
 from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
@@ -40,6 +40,7 @@ from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_bet
 __all__ = [
     "ApproxConfig",
     "BackRetrievalError",
+    "BackRetrievalWarning",
     "CompareResult",
     "ImageNeighbours",
     "NoisyEmbedder",

@@ -23,6 +23,10 @@ class BackRetrievalError(ValueError):
     """An error the user can fix: the message says what, where, and what was expected."""
 
 
+class BackRetrievalWarning(UserWarning):
+    """A result that holds but may not mean what the caller thinks (the command line prints it as a note)."""
+
+
 def option(name: str, metavar: str = "") -> str:
     """How a message names the input ``name`` (a parameter name): as is, or as a flag under the CLI.
 

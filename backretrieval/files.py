@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .errors import BackRetrievalError, option
+from .errors import BackRetrievalError, BackRetrievalWarning, option
 
 PathLike = str | os.PathLike
 _FINITE_CHUNK = 8192  # rows checked for NaN/inf at once (memmaps stay on disk)
@@ -136,13 +137,17 @@ def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.nda
     return gt.astype(np.int64)
 
 
-def enough_for_k(label: str, n: int, ks: Sequence[int], what: str, remedy: str | None = "use more data") -> None:
+def enough_for_k(label: str, n: int, ks: Sequence[int], what: str, remedy: str | None = "use more data",
+                 warn: bool = False) -> None:
     """One-line error when ``n`` candidates cannot tell models apart at the largest K: with ``n <= K`` every rank is
-    at most K, so Recall@K is 1 for any model. ``remedy``: what else than lowering ``--ks`` helps (None: nothing)."""
+    at most K, so Recall@K is 1 for any model. ``remedy``: what else than lowering ``--ks`` helps (None: nothing).
+    ``warn``: a warning instead of the error (the low-level metric functions, whose callers may score a small set)."""
     if n <= max(ks):
-        raise BackRetrievalError(f"{label}: {n} {what}, not more than the largest K ({max(ks)}): Recall@{max(ks)} "
-                                 f"would be 1 for any model; lower {option('ks')}"
-                                 + (f" or {remedy}" if remedy else ""))
+        message = (f"{label}: {n} {what}, not more than the largest K ({max(ks)}): Recall@{max(ks)} "
+                   f"would be 1 for any model; lower {option('ks')}" + (f" or {remedy}" if remedy else ""))
+        if not warn:
+            raise BackRetrievalError(message)
+        warnings.warn(message, BackRetrievalWarning, stacklevel=3)
 
 
 def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Path:

@@ -48,7 +48,7 @@ from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import as_array, check_numbers, target_indices
+from .files import as_array, check_numbers, enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -185,7 +185,8 @@ def bkr_recall(
         src_img: ``(Ns, D)`` image features of the source pairs (g = cosine), or None with ``image_sim``.
         tgt_text: ``(Nt, d)`` text embeddings f(T_T) of the target language.
         tgt_img: ``(Nt, D)`` image features of the target pairs, or None with ``image_sim``.
-        ks: the K of Recall@K, several at once.
+        ks: the K of Recall@K, several at once (with no more distinct source images than the largest K, a
+            :class:`~backretrieval.errors.BackRetrievalWarning`: Recall@K is then 1 for any model).
         src_image_ids: optional ``(Ns,)`` image id per source row; rows sharing an id are one
             picture, ranked once (the query's own image is not pushed down by its siblings).
         image_sim: optional precomputed ``(Nt, Ns)`` image similarity g(I_T, I_S) (any g;
@@ -245,6 +246,7 @@ def bkr_recall(
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, image_col = distinct_images(src_image_ids, n_src)
+    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     image_col = image_col[query_rows]
 
     if image_sim is not None and image_neighbours is not None:
@@ -322,6 +324,8 @@ def xlr_recall(
     row-aligned parallel sets) is counted blockwise, with the same tie policy and
     ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
     here (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
+    With no more targets than the largest K, a :class:`~backretrieval.errors.BackRetrievalWarning` says that
+    Recall@K is 1 for any model.
 
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
@@ -340,6 +344,7 @@ def xlr_recall(
             )
         gt = np.arange(n_src)
     gt = target_indices("gt", gt, n_src, n_tgt)
+    enough_for_k("xlr_recall", n_tgt, ks, "target texts", warn=True)
     if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
         max_rank = max(ks)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)

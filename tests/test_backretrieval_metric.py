@@ -1,6 +1,8 @@
 """BkR / XLR / CORR against a naive reference (loops and full sorts) and hand-built cases."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -394,3 +396,24 @@ def test_duplicate_rows_finds_equal_rows_and_survives_hash_collisions(monkeypatc
     np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
     monkeypatch.setattr(ranking, "_row_hashes", lambda x, rows, cols=None: np.zeros(len(rows), np.uint64))
     np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)  # every hash collides
+
+
+def test_k_not_below_the_pool_warns_that_recall_is_one_for_any_model():
+    """With no more candidates than K every rank is at most K: score and the CLI refuse it, the metric functions
+    (which callers use on small sets: a small val split, the references above) say so instead of a silent 1.0."""
+    from backretrieval.errors import BackRetrievalWarning
+
+    rng = np.random.default_rng(4)
+    st, si, tt, ti = (rng.standard_normal((8, 4)) for _ in range(4))
+    with pytest.warns(BackRetrievalWarning, match=r"bkr_recall: 8 distinct source images, not more than the largest "
+                                                  r"K \(10\): Recall@10 would be 1 for any model"):
+        res = bkr_recall(st, si, tt, ti, (1, 10))
+    assert res["bkr@10"] == 1.0
+    with pytest.warns(BackRetrievalWarning, match=r"bkr_recall: 4 distinct source images.*largest K \(5\)"):
+        bkr_recall(st, si, tt, ti, (1, 5), src_image_ids=[i // 2 for i in range(8)])
+    with pytest.warns(BackRetrievalWarning, match=r"xlr_recall: 5 target texts, not more than the largest K \(10\)"):
+        xlr_recall(st[:5], tt[:5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fewer: no warning
+        bkr_recall(st, si, tt, ti, (1, 7))
+        xlr_recall(st, tt, (1, 7))

@@ -16,7 +16,7 @@ from ..embedders import parse_model_specs
 from ..errors import cli_option_names, run_cli
 from . import compare, correlate, score
 from . import eval as evaluate
-from .common import METRIC_HELP, formatter
+from .common import METRIC_HELP, formatter, notes
 
 COMMANDS = (score, compare, evaluate, correlate)
 
@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with cli_option_names():  # library messages name the flags (--src-img), not the parameters (src_img)
+    # library messages name the flags (--src-img), not the parameters (src_img); its warnings print as notes
+    with cli_option_names(), notes():
         return args.func(args)
 
 

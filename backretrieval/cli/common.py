@@ -5,12 +5,15 @@ import argparse
 import os
 import sys
 import textwrap
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
-from ..errors import BackRetrievalError
+from ..errors import BackRetrievalError, BackRetrievalWarning
 from ..files import dump_json, write_json
 from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
 from ..ranking import TIES
@@ -258,6 +261,24 @@ def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> Non
     elif lists.method != "flat" and not approximate:
         print(f"note: {lists.origin} holds approximate ({lists.method}) image lists: step 4 is approximate",
               file=sys.stderr)
+
+
+@contextmanager
+def notes() -> Iterator[None]:
+    """Within this block, the library's :class:`~backretrieval.errors.BackRetrievalWarning` prints as a ``note:``
+    line on stderr, every time (not as a Python warning with a file and line); other warnings show as they would."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", BackRetrievalWarning)
+        show = warnings.showwarning
+
+        def note(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, BackRetrievalWarning):
+                print(f"note: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = note
+        yield
 
 
 def emit_json(record: dict, out: str | Path | None) -> None:
