@@ -18,11 +18,12 @@ import numpy as np
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 
 PathLike = str | os.PathLike
-_FINITE_CHUNK = 8192  # rows checked for NaN/inf at once (memmaps stay on disk)
+_FINITE_CHUNK = 8192  # rows checked for NaN/inf (or all zeros) at once (memmaps stay on disk)
 
 
-def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray:
-    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, NaN rows)."""
+def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool = False) -> np.ndarray:
+    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, rows with NaN, and
+    with ``vectors`` all-zero rows: :func:`check_rows`)."""
     p = Path(path)
     if not p.is_file():
         raise BackRetrievalError(f"{p}: {what} file not found")
@@ -41,14 +42,30 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
     if not isinstance(array, np.ndarray):  # an .npz archive
         raise BackRetrievalError(f"{p}: {what} is an .npz archive of {len(array.files)} arrays; expected one .npy array")
     check_numbers(str(p), array, what)
-    if check_finite and array.dtype.kind == "f" and array.ndim == 2:
-        bad = [s + np.flatnonzero(~np.isfinite(np.asarray(array[s:s + _FINITE_CHUNK])).all(axis=1))
-               for s in range(0, len(array), _FINITE_CHUNK)]
+    if check_finite and array.ndim == 2:
+        check_rows(str(p), array, what, vectors)
+    return array
+
+
+def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True) -> None:
+    """One-line error naming ``label`` and the first bad row of a ``(rows, dim)`` array: rows with NaN or inf and,
+    with ``vectors`` (embeddings, image features: rows compared by cosine), all-zero rows, whose cosine with
+    anything is undefined (scored 0, they rank arbitrarily). Checked in row chunks (memmaps stay on disk)."""
+    if array.dtype.kind not in "fiub":
+        return
+    nonfinite, zero = [], []
+    for s in range(0, len(array), _FINITE_CHUNK):
+        block = np.asarray(array[s:s + _FINITE_CHUNK])
+        if block.dtype.kind == "f":
+            nonfinite.append(s + np.flatnonzero(~np.isfinite(block).all(axis=1)))
+        if vectors and block.shape[1]:
+            zero.append(s + np.flatnonzero(~block.any(axis=1)))
+    for bad, why, after in ((nonfinite, "with NaN or inf", ""),
+                            (zero, "that are all zero", "; a zero vector has no direction, so no cosine")):
         bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
         if len(bad):
-            raise BackRetrievalError(f"{p}: {what} has {len(bad)} of {len(array)} rows with NaN or inf "
-                                     f"(first: row {int(bad[0])})")
-    return array
+            raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {len(array)} rows {why} "
+                                     f"(first: row {int(bad[0])}){after}")
 
 
 def check_numbers(label: str, array: np.ndarray, what: str) -> None:
@@ -70,16 +87,19 @@ def is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_input(x, what: str) -> tuple[str, np.ndarray]:
-    """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``)."""
+def load_input(x, what: str, vectors: bool = False) -> tuple[str, np.ndarray]:
+    """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``);
+    ``vectors``: a file's all-zero rows are refused too (:func:`check_rows`)."""
     if is_path(x):
-        return str(x), load_npy(x, what)
+        return str(x), load_npy(x, what, vectors=vectors)
     return what, as_array(what, x)
 
 
-def load_matrix(x, what: str) -> tuple[str, np.ndarray]:
-    """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``)."""
-    label, array = load_input(x, what)
+def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
+    """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``).
+    ``vectors`` (embeddings, image features: rows compared by cosine): a file's all-zero rows are refused; False for
+    a similarity matrix."""
+    label, array = load_input(x, what, vectors)
     check_numbers(label, array, what)
     if array.ndim != 2:
         raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")

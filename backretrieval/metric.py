@@ -48,7 +48,7 @@ from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import as_array, check_numbers, enough_for_k, target_indices
+from .files import as_array, check_numbers, check_rows, enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -73,7 +73,10 @@ from .uncertainty import corr_interval
 DEFAULT_KS = (1, 5, 10)
 
 
-def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "") -> np.ndarray:
+def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+            vectors: bool = True) -> np.ndarray:
+    """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
+    compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
     x = as_array(name, x)
     check_numbers(name, x, "the array")
     if x.ndim != 2:
@@ -88,6 +91,8 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
         raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
     if not all_finite(x):
         raise BackRetrievalError(f"{name}: contains NaN or inf")
+    if vectors:
+        check_rows(name, x, "the array")
     return x
 
 
@@ -234,7 +239,7 @@ def bkr_recall(
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
-        text_sim = _matrix("text_sim", text_sim)
+        text_sim = _matrix("text_sim", text_sim, vectors=False)
         n_src, n_tgt = text_sim.shape
         if queries is not None:  # the source set is the images'
             n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src

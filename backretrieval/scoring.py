@@ -86,7 +86,7 @@ def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str
         if src_img is not None or tgt_img is not None:
             raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
                                      "not both")
-        label, sim = load_matrix(image_sim, option("image_sim"))
+        label, sim = load_matrix(image_sim, option("image_sim"), vectors=False)  # a similarity: zero rows are fine
         if sim.shape != (tgt[1], src[1]):
             raise BackRetrievalError(f"{label}: {option('image_sim')} has shape {sim.shape}, expected "
                                      f"({tgt[1]}, {src[1]}) = ({tgt[0]} rows, {src[0]} rows)")

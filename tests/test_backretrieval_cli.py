@@ -588,3 +588,34 @@ def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, ca
     err = _one_line_error([*run, "--model", f"good={npy}"], capsys)
     assert f"{npy} is a file: did you mean npy:{npy}?" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_split, tmp_path, capsys):
+    """An all-zero embedding or image feature has no cosine: it was scored 0 against everything, silently."""
+    p = _embedding_files(tmp_path, n=30)
+    for name, row in (("st", 4), ("si", 7)):
+        x = np.load(p[name])
+        x[row] = 0
+        np.save(tmp_path / f"zero_{name}.npy", x)
+    zero_st, zero_si = str(tmp_path / "zero_st.npy"), str(tmp_path / "zero_si.npy")
+    err = _one_line_error(["score", "--src-text", zero_st, "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img",
+                           p["ti"], "--bootstrap", "0"], capsys)
+    assert f"{zero_st}: --src-text has 1 of 30 rows that are all zero (first: row 4)" in err
+    err = _one_line_error(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", zero_si, "--tgt-img",
+                           p["ti"], "--bootstrap", "0"], capsys)
+    assert f"{zero_si}: --src-img has 1 of 30 rows that are all zero (first: row 7)" in err
+    err = _one_line_error(["compare", "--a-src-text", zero_st, "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                           "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"]], capsys)
+    assert f"{zero_st}: --a-src-text has 1 of 30 rows that are all zero (first: row 4)" in err
+    # eval: a model's caption embeddings (npy: rows looked up by text)
+    emb = np.load(small_split / "good.npy")
+    emb[7] = 0
+    np.save(tmp_path / "zero.npy", emb)
+    (tmp_path / "zero.npy.texts.json").write_text((small_split / "good.npy.texts.json").read_text())
+    err = _one_line_error(["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'zero.npy'}",
+                           "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap", "0"], capsys)
+    assert "zero.npy: the embedding of the captions has 1 of 80 rows that are all zero (first: row 7)" in err
+    # zero rows of a similarity matrix or of hits are no vectors: fine
+    np.save(tmp_path / "sim.npy", np.vstack([np.zeros((1, 30)), np.random.default_rng(0).random((29, 30))]))
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(tmp_path / "sim.npy"),
+                 "--bootstrap", "0"]) == 0

@@ -232,7 +232,7 @@ def test_corr_score_matches_scipy_on_all_pairs_and_sampling():
 
 
 def test_bad_inputs_raise_one_line_errors():
-    x = np.zeros((4, 3))
+    x = np.ones((4, 3))  # not zeros: an all-zero row is an error of its own
     with pytest.raises(BackRetrievalError, match="tgt_text: expected dimension 3"):
         bkr_recall(x, x, np.zeros((4, 2)), x)
     with pytest.raises(BackRetrievalError, match="src_img: expected 4 rows"):
@@ -417,3 +417,22 @@ def test_k_not_below_the_pool_warns_that_recall_is_one_for_any_model():
         warnings.simplefilter("error")  # fewer: no warning
         bkr_recall(st, si, tt, ti, (1, 7))
         xlr_recall(st, tt, (1, 7))
+
+
+def test_an_all_zero_text_or_image_row_is_refused_naming_the_row():
+    """A zero vector has no cosine: scored 0 against everything, it was ranked arbitrarily, silently."""
+    rng = np.random.default_rng(6)
+    st, si, tt, ti = (rng.standard_normal((20, 4)) for _ in range(4))
+    for name, x in (("src_text", st), ("tgt_img", ti)):
+        x[3] = 0
+        with pytest.raises(BackRetrievalError, match=rf"{name}: the array has 1 of 20 rows that are all zero "
+                                                     r"\(first: row 3\)"):
+            bkr_recall(st, si, tt, ti, (1, 5))
+        x[3] = 1
+    tt[11] = 0
+    with pytest.raises(BackRetrievalError, match=r"tgt_text: the array has 1 of 20 rows that are all zero \(first: "
+                                                 r"row 11\)"):
+        xlr_recall(st, tt, (1, 5))
+    sim = rng.random((20, 20))
+    sim[0] = 0  # a similarity row of zeros is no vector: fine
+    bkr_recall(None, si, None, ti, (1, 5), text_sim=sim)
