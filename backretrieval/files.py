@@ -219,6 +219,39 @@ def save_npy(path: PathLike, array: np.ndarray, what: str) -> Path:
     return write_file(path, write, what)
 
 
+def hits_ks_path(path: PathLike) -> Path:
+    """The record of a hits file's K beside it: ``HITS.npy.ks.json``, a JSON list of the K of each column (as
+    ``PATH.texts.json`` lists the text of each row of an embedding file)."""
+    return Path(str(path) + ".ks.json")
+
+
+def save_hits(path: PathLike, hits: np.ndarray, ks: Sequence[int], what: str) -> Path:
+    """Write ``(queries, len(ks))`` hits to :func:`npy_path` of ``path`` and their K to :func:`hits_ks_path` of it
+    (returned: the ``.npy`` written); one-line errors."""
+    path = save_npy(path, hits, what)
+    write_file(hits_ks_path(path), lambda p: p.write_text(json.dumps([int(k) for k in ks]) + "\n",
+                                                          encoding="utf-8"), f"the K of {what}")
+    return path
+
+
+def recorded_ks(path: PathLike, columns: int) -> tuple[int, ...] | None:
+    """The K of each column of the hits file ``path`` (:func:`save_hits`), or None when it has no record (a file
+    written before hits files recorded them); one-line errors for a record that does not fit."""
+    record = hits_ks_path(path)
+    if not record.is_file():
+        return None
+    try:
+        ks = json.loads(record.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # ValueError: bad JSON or not UTF-8
+        raise BackRetrievalError(f"{record}: not a readable JSON list of K ({err})") from None
+    if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                                                     for k in ks):
+        raise BackRetrievalError(f"{record}: expected a JSON list of positive integers (the K of each hit column)")
+    if len(ks) != columns:
+        raise BackRetrievalError(f"{record}: lists {len(ks)} K but {path} has {columns} hit columns")
+    return tuple(ks)
+
+
 def make_dir(path: PathLike, what: str) -> Path:
     """Create the folder ``path`` (and its parents); an OS error becomes a one-line user error."""
     path = Path(path)

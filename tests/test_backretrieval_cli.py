@@ -69,7 +69,9 @@ def test_parser_defaults_and_the_console_script():
     parsed = {cmd: parser.parse_args([cmd, *rest]) for cmd, rest in argv.items()}
     for cmd, args in parsed.items():
         assert args.command == cmd and args.func.__module__ == f"backretrieval.cli.{cmd}"
-        assert args.ks == [1, 5, 10] and args.ties == "pessimistic" and args.max_rank is None
+        # compare's K default to those its --hits files were scored at (1 5 10 without hits, or for older files)
+        assert args.ks == (None if cmd == "compare" else [1, 5, 10])
+        assert args.ties == "pessimistic" and args.max_rank is None
         assert args.bootstrap == 1000 and args.level is None and args.retrieval == "cosine"
     for cmd in ("score", "compare"):
         args = parsed[cmd]
@@ -588,6 +590,57 @@ def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, ca
     err = _one_line_error([*run, "--model", f"good={npy}"], capsys)
     assert f"{npy} is a file: did you mean npy:{npy}?" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_hits_files_carry_their_k_and_compare_labels_and_checks_by_them(tmp_path, capsys):
+    """score --hits-out writes the K beside the hits (NPY.ks.json); compare --hits labels the columns by them (it
+    labelled them by its own default --ks 1 5 10), refuses files scored at other K or a --ks that contradicts them,
+    and reads a file without the record (written before) at --ks, saying so."""
+    p = _embedding_files(tmp_path, n=60)
+    files = ["--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "0"]
+    for name, text, ks in (("a", "st", ["10", "20", "50"]), ("b", "bs", ["10", "20", "50"]),
+                           ("c", "bs", ["1", "5", "10"])):
+        assert main(["score", "--src-text", p[text], "--tgt-text", p["tt" if text == "st" else "bt"], *files,
+                     "--ks", *ks, "--hits-out", str(tmp_path / f"{name}_hits"), "--out", str(tmp_path / "s.json")]) == 0
+    capsys.readouterr()
+    a, b, c = (str(tmp_path / f"{name}_hits.npy") for name in "abc")
+    assert json.loads(Path(a + ".ks.json").read_text()) == [10, 20, 50]
+    assert main(["compare", "--hits", a, b, "--bootstrap", "100", "--out", str(tmp_path / "ab.json")]) == 0
+    record = json.loads((tmp_path / "ab.json").read_text())
+    assert list(record["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"] and record["inputs"]["ks"] == [10, 20, 50]
+    scored = json.loads((tmp_path / "s.json").read_text())  # c: the B model at 1 5 10, its bkr@10 = b's column 0
+    assert record["comparisons"]["bkr@10"]["b"] == pytest.approx(np.load(b)[:, 0].mean())
+    assert scored["metrics"]["bkr@10"] == pytest.approx(record["comparisons"]["bkr@10"]["b"])
+    assert "note:" not in capsys.readouterr().err
+    err = _one_line_error(["compare", "--hits", a, c], capsys)
+    assert f"{a} was scored at K 10 20 50 and {c} at K 1 5 10" in err and "same --ks" in err
+    err = _one_line_error(["compare", "--hits", a, b, "--ks", "1", "5", "10"], capsys)
+    assert f"--ks 1 5 10 contradicts {a} and {b}, scored at K 10 20 50" in err
+    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100"]) == 0  # the same K: fine
+    capsys.readouterr()
+    # an older file, without the record: read at --ks, and said so
+    Path(a + ".ks.json").unlink()
+    Path(b + ".ks.json").unlink()
+    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100",
+                 "--out", str(tmp_path / "old.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {a} records no K (no a_hits.npy.ks.json beside it" in err
+    assert "assumed to be K 10 20 50 (--ks)" in err
+    assert list(json.loads((tmp_path / "old.json").read_text())["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"]
+    # in Python the same: compare(hits=files) takes the files' K, and warns for a file without them
+    with pytest.warns(backretrieval.errors.BackRetrievalWarning, match="records no K.*assumed to be K 1 5 10"):
+        res = compare(hits=(a, c), bootstrap=50)
+    assert list(res.comparisons) == ["bkr@1", "bkr@5", "bkr@10"] and res.ks == (1, 5, 10)
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"ks 10 contradicts .*c_hits.npy, scored at K 1 5 10"):
+        compare(hits=(a, c), ks=(10,), bootstrap=50)
+    res = score(p["st"], p["tt"], src_img=p["si"], tgt_img=p["ti"], ks=(2, 3), bootstrap=0)
+    written = res.save_hits(tmp_path / "py_hits")
+    assert written == tmp_path / "py_hits.npy" and json.loads((tmp_path / "py_hits.npy.ks.json").read_text()) == [2, 3]
+    assert list(compare(hits=(written, written), bootstrap=50).comparisons) == ["bkr@2", "bkr@3"]
+    Path(c + ".ks.json").write_text("[1, 5]")  # a record that does not fit its file
+    assert f"{c}.ks.json: lists 2 K but {c} has 3 hit columns" in _one_line_error(["compare", "--hits", c, c], capsys)
+    Path(c + ".ks.json").write_text('{"ks": [1, 5, 10]}')
+    assert "expected a JSON list of positive integers" in _one_line_error(["compare", "--hits", c, c], capsys)
 
 
 def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_split, tmp_path, capsys):
