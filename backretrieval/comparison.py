@@ -3,21 +3,23 @@
 :func:`compare` is the library side of ``backretrieval compare``: give either both models'
 embeddings with the shared image features (scored here, through one set of image lists when
 ``image_index`` is given), or two per-query hit files written by ``score --hits-out`` on the
-same data (``hits``). Each metric's hits are compared by
+same data (``hits``), whose K are read from the record beside each file (``HITS.npy.ks.json``).
+Each metric's hits are compared by
 :func:`backretrieval.uncertainty.compare_hits` (McNemar's exact test, paired bootstrap);
 :meth:`CompareResult.to_record` is the command's JSON record.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from .approximate import ApproxConfig
-from .errors import BackRetrievalError, option
-from .files import (PathLike, check_numbers, enough_for_k, is_path, json_ready, load_input, load_matrix,
-                    same_dim, same_rows)
+from .errors import BackRetrievalError, BackRetrievalWarning, option
+from .files import (PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready, load_input, load_matrix,
+                    recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids
@@ -39,6 +41,7 @@ class CompareResult:
     approximate: bool
     hubness: dict | None  # per model ("a", "b"), when scored from embeddings
     image_lists: ImageLists | None = None
+    ks: tuple[int, ...] = DEFAULT_KS  # the K compared (with hits: those the files were scored at)
 
     def to_record(self, inputs: Mapping | None = None) -> dict:
         """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments)."""
@@ -49,15 +52,49 @@ class CompareResult:
             "hubness": self.hubness})
 
 
-def hits_from_files(hits_a, hits_b, ks: Sequence[int]) -> PairedHits:
-    """Paired ``bkr@K`` hits from two ``score --hits-out`` files (or arrays): one column per K, same queries."""
-    (a_label, a), (b_label, b) = load_input(hits_a, "hits of A"), load_input(hits_b, "hits of B")
-    a, b = (_hit_matrix(label, x, what) for label, x, what in ((a_label, a, "hits of A"), (b_label, b, "hits of B")))
+def hits_from_files(hits_a, hits_b, ks: Sequence[int] | None = None) -> tuple[PairedHits, tuple[int, ...]]:
+    """Paired ``bkr@K`` hits from two ``score --hits-out`` files (or arrays): one column per K, same queries; and
+    the K.
+
+    A file's K are those recorded beside it (``HITS.npy.ks.json``): two files scored at different K, or ``ks``
+    (when given) other than theirs, are refused. A file without the record (written before hits files recorded
+    their K) or an array has its columns read as ``ks`` (default 1, 5, 10), or as the other file's K; a file's
+    assumption is said by a :class:`~backretrieval.errors.BackRetrievalWarning`.
+    """
+    sides = []
+    for x, what in ((hits_a, "hits of A"), (hits_b, "hits of B")):
+        label, array = load_input(x, what)
+        array = _hit_matrix(label, array, what)
+        sides.append((label, array, recorded_ks(x, array.shape[1]) if is_path(x) else None, is_path(x)))
+    (a_label, a, _, _), (b_label, b, _, _) = sides
     same_rows([(a_label, len(a)), (b_label, len(b))], "the same queries are needed for a paired comparison")
-    if a.shape[1] != len(ks) or b.shape[1] != len(ks):
+    known = [(label, k) for label, _, k, _ in sides if k is not None]
+    if len(known) == 2 and known[0][1] != known[1][1]:
+        raise BackRetrievalError(f"{a_label} was scored at K {_listed(known[0][1])} and {b_label} at K "
+                                 f"{_listed(known[1][1])}: hits compare only at the same K (score both with the "
+                                 f"same {option('ks')})")
+    if known and ks is not None and tuple(ks) != known[0][1]:
+        scored = " and ".join(label for label, _ in known)
+        raise BackRetrievalError(f"{option('ks')} {_listed(ks)} contradicts {scored}, scored at K "
+                                 f"{_listed(known[0][1])} (recorded in {hits_ks_path(known[0][0])}): drop "
+                                 f"{option('ks')} or give those K")
+    used = known[0][1] if known else tuple(ks) if ks is not None else DEFAULT_KS
+    source = (f"as recorded for {known[0][0]}" if known else
+              f"{option('ks')}" if ks is not None else f"the default {option('ks')}")
+    if a.shape[1] != len(used) or b.shape[1] != len(used):
+        per = f"K recorded for {known[0][0]}" if known else f"{option('ks')} value"
         raise BackRetrievalError(f"{a_label}, {b_label}: {a.shape[1]} and {b.shape[1]} hit columns, expected one "
-                                 f"per {option('ks')} value ({list(ks)}), as 'score --hits-out' writes them")
-    return {f"bkr@{k}": (a[:, i], b[:, i]) for i, k in enumerate(ks)}
+                                 f"per {per} ({list(used)}), as 'score --hits-out' writes them")
+    for label, _, recorded, path in sides:
+        if path and recorded is None:
+            warnings.warn(f"{label} records no K (no {hits_ks_path(label).name} beside it, as 'score --hits-out' "
+                          f"writes now): its columns are assumed to be K {_listed(used)} ({source})",
+                          BackRetrievalWarning, stacklevel=3)
+    return {f"bkr@{k}": (a[:, i], b[:, i]) for i, k in enumerate(used)}, used
+
+
+def _listed(ks: Sequence[int]) -> str:
+    return " ".join(str(k) for k in ks)
 
 
 def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:
@@ -147,7 +184,7 @@ def compare(
     names: Sequence[str] = ("A", "B"),
     tests: Sequence[str] = TESTS,
     alpha: float = DEFAULT_ALPHA,
-    ks: Sequence[int] = DEFAULT_KS,
+    ks: Sequence[int] | None = None,
     ties: str = "pessimistic",
     max_rank: int | None = None,
     retrieval: str = "cosine",
@@ -165,18 +202,21 @@ def compare(
         a_src_text, a_tgt_text, b_src_text, b_tgt_text: each model's source / target text
             embeddings (arrays or ``.npy`` paths), rows aligned with ``src_img`` / ``tgt_img``.
         a_xlr_tgt_text, b_xlr_tgt_text: each model's embeddings of the source rows' translations.
-        hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out``).
+        hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out`` files, whose K
+            are read from the record beside each, or arrays).
         names: labels of A and B (the verdict is one of them, or ``"tie"``).
         tests, alpha: the paired tests run (``"mcnemar"``, ``"bootstrap"``, or both) and the significance level
             of the verdict.
-        ks, ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
+        ks: the K of Recall@K (default 1, 5, 10). With ``hits``: the K the files were scored at (default), which a
+            ``ks`` given must equal (:func:`hits_from_files`).
+        ties, max_rank, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`.
         image_index, image_index_method: image neighbour lists shared by both models (as in
             :func:`backretrieval.score`).
         src_image_ids: one image id per source row; rows sharing an id are one picture, ranked once (as in
             :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
     """
-    ks, tests = check_ks(ks), check_tests(tests)
+    ks, tests = None if ks is None else check_ks(ks), check_tests(tests)
     if isinstance(names, str) or len(names) != 2:
         raise BackRetrievalError(f"{option('names')}: expected two labels (A, B), got {names!r}")
     if hits is not None and (is_path(hits) or len(hits) != 2):
@@ -198,8 +238,9 @@ def compare(
                           "image_index_method": image_index_method, "max_rank": max_rank},
                          {"ties": (ties, "pessimistic"), "retrieval": (retrieval, "cosine"),
                           "approximate": (bool(approximate), False)})
-        per_metric = hits_from_files(hits[0], hits[1], ks)
+        per_metric, ks = hits_from_files(hits[0], hits[1], ks)
     else:
+        ks = ks or DEFAULT_KS
         texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
                  "b_tgt_text": b_tgt_text}
         options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
@@ -214,4 +255,4 @@ def compare(
         res["verdict"] = {"A": name_a, "B": name_b}.get(res["verdict"], "tie")
         comparisons[metric] = res
     return CompareResult(comparisons, (name_a, name_b), alpha, tuple(tests), retrieval, bool(approximate), hubness,
-                         lists)
+                         lists, tuple(ks))

@@ -33,7 +33,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .errors import BackRetrievalError
-from .files import load_npy
+from .files import check_rows, load_npy
 
 ENTRY_POINT_GROUP = "backretrieval.embedders"
 SPEC_FORMS = ("[NAME=]SPEC, SPEC one of npy:PATH, use, st:MODEL, random:DIM[:SEED], noisy:STD[:SEED]:SPEC, "
@@ -479,6 +479,9 @@ def embed_captions(
     """
     embedder = load_embedder(spec, online=online, progress=progress, cache=cache)
     if is_positional(embedder):  # its rows are the split's captions in shard order: do not sort or dedupe
-        return embedder.name, embed_texts(embedder, [str(t) for t in texts])
-    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-    return embedder.name, embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
+        emb = embed_texts(embedder, [str(t) for t in texts])
+    else:
+        distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+        emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
+    check_rows(f"embedder {embedder.name}", emb, "the embedding of the captions")  # all-zero rows: no cosine
+    return embedder.name, emb

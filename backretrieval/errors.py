@@ -26,7 +26,8 @@ class BackRetrievalError(ValueError):
 
 class BackRetrievalWarning(UserWarning):
     """Something the user should know about a result that is still computed (a model scored on a language it does
-    not declare); the command line prints it as one ``warning:`` line."""
+    not declare, K not below the pool, a hits file without its K); the command line prints it as one ``warning:``
+    line."""
 
 
 def option(name: str, metavar: str = "") -> str:

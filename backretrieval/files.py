@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .errors import BackRetrievalError, option
+from .errors import BackRetrievalError, BackRetrievalWarning, option
 
 PathLike = str | os.PathLike
-_FINITE_CHUNK = 8192  # rows checked for NaN/inf at once (memmaps stay on disk)
+_FINITE_CHUNK = 8192  # rows checked for NaN/inf (or all zeros) at once (memmaps stay on disk)
 
 
-def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray:
-    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, NaN rows)."""
+def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool = False) -> np.ndarray:
+    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, rows with NaN, and
+    with ``vectors`` all-zero rows: :func:`check_rows`)."""
     p = Path(path)
     if not p.is_file():
         raise BackRetrievalError(f"{p}: {what} file not found")
@@ -40,14 +42,30 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True) -> np.ndarray
     if not isinstance(array, np.ndarray):  # an .npz archive
         raise BackRetrievalError(f"{p}: {what} is an .npz archive of {len(array.files)} arrays; expected one .npy array")
     check_numbers(str(p), array, what)
-    if check_finite and array.dtype.kind == "f" and array.ndim == 2:
-        bad = [s + np.flatnonzero(~np.isfinite(np.asarray(array[s:s + _FINITE_CHUNK])).all(axis=1))
-               for s in range(0, len(array), _FINITE_CHUNK)]
+    if check_finite and array.ndim == 2:
+        check_rows(str(p), array, what, vectors)
+    return array
+
+
+def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True) -> None:
+    """One-line error naming ``label`` and the first bad row of a ``(rows, dim)`` array: rows with NaN or inf and,
+    with ``vectors`` (embeddings, image features: rows compared by cosine), all-zero rows, whose cosine with
+    anything is undefined (scored 0, they rank arbitrarily). Checked in row chunks (memmaps stay on disk)."""
+    if array.dtype.kind not in "fiub":
+        return
+    nonfinite, zero = [], []
+    for s in range(0, len(array), _FINITE_CHUNK):
+        block = np.asarray(array[s:s + _FINITE_CHUNK])
+        if block.dtype.kind == "f":
+            nonfinite.append(s + np.flatnonzero(~np.isfinite(block).all(axis=1)))
+        if vectors and block.shape[1]:
+            zero.append(s + np.flatnonzero(~block.any(axis=1)))
+    for bad, why, after in ((nonfinite, "with NaN or inf", ""),
+                            (zero, "that are all zero", "; a zero vector has no direction, so no cosine")):
         bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
         if len(bad):
-            raise BackRetrievalError(f"{p}: {what} has {len(bad)} of {len(array)} rows with NaN or inf "
-                                     f"(first: row {int(bad[0])})")
-    return array
+            raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {len(array)} rows {why} "
+                                     f"(first: row {int(bad[0])}){after}")
 
 
 def check_numbers(label: str, array: np.ndarray, what: str) -> None:
@@ -69,16 +87,19 @@ def is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_input(x, what: str) -> tuple[str, np.ndarray]:
-    """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``)."""
+def load_input(x, what: str, vectors: bool = False) -> tuple[str, np.ndarray]:
+    """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``);
+    ``vectors``: a file's all-zero rows are refused too (:func:`check_rows`)."""
     if is_path(x):
-        return str(x), load_npy(x, what)
+        return str(x), load_npy(x, what, vectors=vectors)
     return what, as_array(what, x)
 
 
-def load_matrix(x, what: str) -> tuple[str, np.ndarray]:
-    """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``)."""
-    label, array = load_input(x, what)
+def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
+    """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``).
+    ``vectors`` (embeddings, image features: rows compared by cosine): a file's all-zero rows are refused; False for
+    a similarity matrix."""
+    label, array = load_input(x, what, vectors)
     check_numbers(label, array, what)
     if array.ndim != 2:
         raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")
@@ -136,13 +157,17 @@ def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.nda
     return gt.astype(np.int64)
 
 
-def enough_for_k(label: str, n: int, ks: Sequence[int], what: str, remedy: str | None = "use more data") -> None:
+def enough_for_k(label: str, n: int, ks: Sequence[int], what: str, remedy: str | None = "use more data",
+                 warn: bool = False) -> None:
     """One-line error when ``n`` candidates cannot tell models apart at the largest K: with ``n <= K`` every rank is
-    at most K, so Recall@K is 1 for any model. ``remedy``: what else than lowering ``--ks`` helps (None: nothing)."""
+    at most K, so Recall@K is 1 for any model. ``remedy``: what else than lowering ``--ks`` helps (None: nothing).
+    ``warn``: a warning instead of the error (the low-level metric functions, whose callers may score a small set)."""
     if n <= max(ks):
-        raise BackRetrievalError(f"{label}: {n} {what}, not more than the largest K ({max(ks)}): Recall@{max(ks)} "
-                                 f"would be 1 for any model; lower {option('ks')}"
-                                 + (f" or {remedy}" if remedy else ""))
+        message = (f"{label}: {n} {what}, not more than the largest K ({max(ks)}): Recall@{max(ks)} "
+                   f"would be 1 for any model; lower {option('ks')}" + (f" or {remedy}" if remedy else ""))
+        if not warn:
+            raise BackRetrievalError(message)
+        warnings.warn(message, BackRetrievalWarning, stacklevel=3)
 
 
 def write_file(path: PathLike, write: Callable[[Path], object], what: str) -> Path:
@@ -205,6 +230,39 @@ def save_npy(path: PathLike, array: np.ndarray, what: str) -> Path:
             np.save(handle, array)
 
     return write_file(path, write, what)
+
+
+def hits_ks_path(path: PathLike) -> Path:
+    """The record of a hits file's K beside it: ``HITS.npy.ks.json``, a JSON list of the K of each column (as
+    ``PATH.texts.json`` lists the text of each row of an embedding file)."""
+    return Path(str(path) + ".ks.json")
+
+
+def save_hits(path: PathLike, hits: np.ndarray, ks: Sequence[int], what: str) -> Path:
+    """Write ``(queries, len(ks))`` hits to :func:`npy_path` of ``path`` and their K to :func:`hits_ks_path` of it
+    (returned: the ``.npy`` written); one-line errors."""
+    path = save_npy(path, hits, what)
+    write_file(hits_ks_path(path), lambda p: p.write_text(json.dumps([int(k) for k in ks]) + "\n",
+                                                          encoding="utf-8"), f"the K of {what}")
+    return path
+
+
+def recorded_ks(path: PathLike, columns: int) -> tuple[int, ...] | None:
+    """The K of each column of the hits file ``path`` (:func:`save_hits`), or None when it has no record (a file
+    written before hits files recorded them); one-line errors for a record that does not fit."""
+    record = hits_ks_path(path)
+    if not record.is_file():
+        return None
+    try:
+        ks = json.loads(record.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as err:  # ValueError: bad JSON or not UTF-8
+        raise BackRetrievalError(f"{record}: not a readable JSON list of K ({err})") from None
+    if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                                                     for k in ks):
+        raise BackRetrievalError(f"{record}: expected a JSON list of positive integers (the K of each hit column)")
+    if len(ks) != columns:
+        raise BackRetrievalError(f"{record}: lists {len(ks)} K but {path} has {columns} hit columns")
+    return tuple(ks)
 
 
 def make_dir(path: PathLike, what: str) -> Path:

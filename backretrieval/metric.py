@@ -48,7 +48,7 @@ from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import as_array, check_numbers, target_indices
+from .files import as_array, check_numbers, check_rows, enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -74,7 +74,10 @@ from .uncertainty import corr_interval
 DEFAULT_KS = (1, 5, 10)
 
 
-def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "") -> np.ndarray:
+def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+            vectors: bool = True) -> np.ndarray:
+    """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
+    compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
     x = as_array(name, x)
     check_numbers(name, x, "the array")
     if x.ndim != 2:
@@ -89,6 +92,8 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
         raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
     if not all_finite(x):
         raise BackRetrievalError(f"{name}: contains NaN or inf")
+    if vectors:
+        check_rows(name, x, "the array")
     return x
 
 
@@ -137,6 +142,24 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
+def _query_rows(queries, n_src: int) -> np.ndarray:
+    """``bkr_recall``'s ``queries`` as source row indices: integer rows in ``[0, n_src)``, or a boolean mask of one
+    entry per source row (its True rows); one-line errors otherwise (a mask is not read as rows 0 and 1)."""
+    rows = as_array("queries", queries)
+    if rows.dtype.kind == "b":
+        if rows.shape != (n_src,):
+            raise BackRetrievalError(f"queries: a boolean mask needs one entry per source row ({n_src}), got shape "
+                                     f"{rows.shape}")
+        return np.flatnonzero(rows)
+    if rows.size == 0:  # np.asarray([]) is float
+        rows = rows.astype(np.int64)
+    if rows.dtype.kind not in "iu":
+        raise BackRetrievalError(f"queries: expected integer source rows or a boolean mask, got {rows.dtype} values")
+    if rows.ndim != 1 or (len(rows) and (rows.min() < 0 or rows.max() >= n_src)):
+        raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {rows!r:.80}")
+    return rows.astype(np.int64)
+
+
 def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) -> dict[str, float]:
     return {f"{prefix}@{k}": float(np.mean(hits[k])) if len(hits[k]) else float("nan") for k in ks}
 
@@ -168,7 +191,8 @@ def bkr_recall(
         src_img: ``(Ns, D)`` image features of the source pairs (g = cosine), or None with ``image_sim``.
         tgt_text: ``(Nt, d)`` text embeddings f(T_T) of the target language.
         tgt_img: ``(Nt, D)`` image features of the target pairs, or None with ``image_sim``.
-        ks: the K of Recall@K, several at once.
+        ks: the K of Recall@K, several at once (with no more distinct source images than the largest K, a
+            :class:`~backretrieval.errors.BackRetrievalWarning`: Recall@K is then 1 for any model).
         src_image_ids: optional ``(Ns,)`` image id per source row; rows sharing an id are one
             picture, ranked once (the query's own image is not pushed down by its siblings).
         image_sim: optional precomputed ``(Nt, Ns)`` image similarity g(I_T, I_S) (any g;
@@ -194,9 +218,10 @@ def bkr_recall(
             replaces steps 1-2 (``src_text``/``tgt_text`` may then be None; ``retrieval`` and
             ``approximate`` do not apply). Step 2 retrieves each row's maximum (ties: lowest index).
             With ``queries``, its rows are those queries'.
-        queries: optional source rows that query (e.g. a seeded sample); the others still count among the
-            source images every query is ranked against, so the mean hit over a sample of queries estimates
-            the whole set's BkR without bias. Default: every source row.
+        queries: optional source rows that query (e.g. a seeded sample): row indices, or a boolean mask of one
+            entry per source row; the others still count among the source images every query is ranked against,
+            so the mean hit over a sample of queries estimates the whole set's BkR without bias. Default: every
+            source row.
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
             (``pq``), reused instead of building one per call.
@@ -215,7 +240,7 @@ def bkr_recall(
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
-        text_sim = _matrix("text_sim", text_sim)
+        text_sim = _matrix("text_sim", text_sim, vectors=False)
         n_src, n_tgt = text_sim.shape
         if queries is not None:  # the source set is the images'
             n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
@@ -223,12 +248,11 @@ def bkr_recall(
         src_text = _matrix("src_text", src_text)
         tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
         n_src, n_tgt = len(src_text), len(tgt_text)
-    query_rows = np.arange(n_src) if queries is None else np.asarray(queries, dtype=np.int64)
-    if query_rows.ndim != 1 or (len(query_rows) and (query_rows.min() < 0 or query_rows.max() >= n_src)):
-        raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {np.asarray(queries)!r:.80}")
+    query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, every_col = distinct_images(src_image_ids, n_src)
+    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     image_col = every_col[query_rows]
 
     if image_sim is not None and image_neighbours is not None:
@@ -308,6 +332,8 @@ def xlr_recall(
     row-aligned parallel sets) is counted blockwise, with the same tie policy and
     ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
     here (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
+    With no more targets than the largest K, a :class:`~backretrieval.errors.BackRetrievalWarning` says that
+    Recall@K is 1 for any model.
 
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
@@ -326,6 +352,7 @@ def xlr_recall(
             )
         gt = np.arange(n_src)
     gt = target_indices("gt", gt, n_src, n_tgt)
+    enough_for_k("xlr_recall", n_tgt, ks, "target texts", warn=True)
     if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
         max_rank = max(ks)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)

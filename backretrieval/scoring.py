@@ -9,6 +9,7 @@ and the :class:`ScoreResult` serialises to the command's JSON record
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
 from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines, same_dim, same_rows,
-                    target_indices)
+                    save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file
 from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_with_interval, xlr_recall
@@ -67,6 +68,12 @@ class ScoreResult:
         """``(n_queries, len(ks))`` hits, one column per K (what ``score --hits-out`` writes)."""
         return np.stack([self.hits[k] for k in self.ks], axis=1)
 
+    def save_hits(self, path: PathLike, what: str = "the hits") -> Path:
+        """Write :meth:`hits_matrix` to ``path`` (``.npy`` appended if missing) and its K beside it
+        (``PATH.npy.ks.json``), as ``score --hits-out`` does and :func:`backretrieval.compare` reads them; returns
+        the ``.npy`` written."""
+        return save_hits(path, self.hits_matrix(), self.ks, what)
+
     def to_record(self, inputs: Mapping | None = None) -> dict:
         """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments)."""
         intervals = {"level": self.level, "replicates": self.bootstrap, **self.intervals} if self.intervals else None
@@ -86,7 +93,7 @@ def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str
         if src_img is not None or tgt_img is not None:
             raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
                                      "not both")
-        label, sim = load_matrix(image_sim, option("image_sim"))
+        label, sim = load_matrix(image_sim, option("image_sim"), vectors=False)  # a similarity: zero rows are fine
         if sim.shape != (tgt[1], src[1]):
             raise BackRetrievalError(f"{label}: {option('image_sim')} has shape {sim.shape}, expected "
                                      f"({tgt[1]}, {src[1]}) = ({tgt[0]} rows, {src[0]} rows)")

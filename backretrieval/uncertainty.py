@@ -61,6 +61,11 @@ def _hits(name: str, hits) -> np.ndarray:
         raise BackRetrievalError(f"{name}: no queries (empty hit vector)")
     if not np.isfinite(h).all():
         raise BackRetrievalError(f"{name}: hit vector contains NaN or inf")
+    outside = np.flatnonzero((h < 0) | (h > 1))
+    if len(outside):
+        raise BackRetrievalError(f"{name}: {len(outside)} values outside [0, 1] (query {int(outside[0])}: "
+                                 f"{h[outside[0]]:g}); hits are 0/1, or fractions with ties='expected' (not "
+                                 "ranks)")
     return h
 
 
@@ -131,7 +136,7 @@ def percentile_interval(replicates: np.ndarray, level: float = DEFAULT_LEVEL) ->
 def recall_interval(
     hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0
 ) -> dict[str, float]:
-    """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)``.
+    """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)`` (values in [0, 1]: ranks refused).
 
     Returns ``{"value": mean(hits), "lo", "hi", "se"}`` (``se``: the replicates' std).
     """
@@ -252,13 +257,7 @@ def compare_hits(
     for name, hits in (("hits_a", hits_a), ("hits_b", hits_b)):
         if np.ndim(hits) != 1 and not isinstance(hits, dict):
             raise BackRetrievalError(f"{name}: expected a 1-D per-query hit vector, got shape {np.shape(hits)}")
-    a, b = _paired(hits_a, hits_b)
-    for name, h in (("hits_a", a), ("hits_b", b)):
-        outside = np.flatnonzero((h < 0) | (h > 1))
-        if len(outside):
-            raise BackRetrievalError(f"{name}: {len(outside)} values outside [0, 1] (query {int(outside[0])}: "
-                                     f"{h[outside[0]]:g}); hits are 0/1, or fractions with ties='expected' (not "
-                                     "ranks)")
+    a, b = _paired(hits_a, hits_b)  # values outside [0, 1] (ranks) refused
     if "bootstrap" in tests:
         _check(n_boot, level)
         check_alpha(alpha, n_boot)

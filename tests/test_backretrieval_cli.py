@@ -69,7 +69,9 @@ def test_parser_defaults_and_the_console_script():
     parsed = {cmd: parser.parse_args([cmd, *rest]) for cmd, rest in argv.items()}
     for cmd, args in parsed.items():
         assert args.command == cmd and args.func.__module__ == f"backretrieval.cli.{cmd}"
-        assert args.ks == [1, 5, 10] and args.ties == "pessimistic" and args.max_rank is None
+        # compare's K default to those its --hits files were scored at (1 5 10 without hits, or for older files)
+        assert args.ks == (None if cmd == "compare" else [1, 5, 10])
+        assert args.ties == "pessimistic" and args.max_rank is None
         assert args.bootstrap == 1000 and args.level is None and args.retrieval == "cosine"
     for cmd in ("score", "compare"):
         args = parsed[cmd]
@@ -730,3 +732,85 @@ def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_
     finally:
         backretrieval.embedders._REGISTRY.pop("english")
     assert "cs" not in backretrieval.embedders.USEEmbedder.languages
+
+
+def test_hits_files_carry_their_k_and_compare_labels_and_checks_by_them(tmp_path, capsys):
+    """score --hits-out writes the K beside the hits (NPY.ks.json); compare --hits labels the columns by them (it
+    labelled them by its own default --ks 1 5 10), refuses files scored at other K or a --ks that contradicts them,
+    and reads a file without the record (written before) at --ks, saying so."""
+    p = _embedding_files(tmp_path, n=60)
+    files = ["--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "0"]
+    for name, text, ks in (("a", "st", ["10", "20", "50"]), ("b", "bs", ["10", "20", "50"]),
+                           ("c", "bs", ["1", "5", "10"])):
+        assert main(["score", "--src-text", p[text], "--tgt-text", p["tt" if text == "st" else "bt"], *files,
+                     "--ks", *ks, "--hits-out", str(tmp_path / f"{name}_hits"), "--out", str(tmp_path / "s.json")]) == 0
+    capsys.readouterr()
+    a, b, c = (str(tmp_path / f"{name}_hits.npy") for name in "abc")
+    assert json.loads(Path(a + ".ks.json").read_text()) == [10, 20, 50]
+    assert main(["compare", "--hits", a, b, "--bootstrap", "100", "--out", str(tmp_path / "ab.json")]) == 0
+    record = json.loads((tmp_path / "ab.json").read_text())
+    assert list(record["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"] and record["inputs"]["ks"] == [10, 20, 50]
+    scored = json.loads((tmp_path / "s.json").read_text())  # c: the B model at 1 5 10, its bkr@10 = b's column 0
+    assert record["comparisons"]["bkr@10"]["b"] == pytest.approx(np.load(b)[:, 0].mean())
+    assert scored["metrics"]["bkr@10"] == pytest.approx(record["comparisons"]["bkr@10"]["b"])
+    assert "note:" not in capsys.readouterr().err
+    err = _one_line_error(["compare", "--hits", a, c], capsys)
+    assert f"{a} was scored at K 10 20 50 and {c} at K 1 5 10" in err and "same --ks" in err
+    err = _one_line_error(["compare", "--hits", a, b, "--ks", "1", "5", "10"], capsys)
+    assert f"--ks 1 5 10 contradicts {a} and {b}, scored at K 10 20 50" in err
+    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100"]) == 0  # the same K: fine
+    capsys.readouterr()
+    # an older file, without the record: read at --ks, and said so
+    Path(a + ".ks.json").unlink()
+    Path(b + ".ks.json").unlink()
+    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100",
+                 "--out", str(tmp_path / "old.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {a} records no K (no a_hits.npy.ks.json beside it" in err
+    assert "assumed to be K 10 20 50 (--ks)" in err
+    assert list(json.loads((tmp_path / "old.json").read_text())["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"]
+    # in Python the same: compare(hits=files) takes the files' K, and warns for a file without them
+    with pytest.warns(backretrieval.errors.BackRetrievalWarning, match="records no K.*assumed to be K 1 5 10"):
+        res = compare(hits=(a, c), bootstrap=50)
+    assert list(res.comparisons) == ["bkr@1", "bkr@5", "bkr@10"] and res.ks == (1, 5, 10)
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"ks 10 contradicts .*c_hits.npy, scored at K 1 5 10"):
+        compare(hits=(a, c), ks=(10,), bootstrap=50)
+    res = score(p["st"], p["tt"], src_img=p["si"], tgt_img=p["ti"], ks=(2, 3), bootstrap=0)
+    written = res.save_hits(tmp_path / "py_hits")
+    assert written == tmp_path / "py_hits.npy" and json.loads((tmp_path / "py_hits.npy.ks.json").read_text()) == [2, 3]
+    assert list(compare(hits=(written, written), bootstrap=50).comparisons) == ["bkr@2", "bkr@3"]
+    Path(c + ".ks.json").write_text("[1, 5]")  # a record that does not fit its file
+    assert f"{c}.ks.json: lists 2 K but {c} has 3 hit columns" in _one_line_error(["compare", "--hits", c, c], capsys)
+    Path(c + ".ks.json").write_text('{"ks": [1, 5, 10]}')
+    assert "expected a JSON list of positive integers" in _one_line_error(["compare", "--hits", c, c], capsys)
+
+
+def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_split, tmp_path, capsys):
+    """An all-zero embedding or image feature has no cosine: it was scored 0 against everything, silently."""
+    p = _embedding_files(tmp_path, n=30)
+    for name, row in (("st", 4), ("si", 7)):
+        x = np.load(p[name])
+        x[row] = 0
+        np.save(tmp_path / f"zero_{name}.npy", x)
+    zero_st, zero_si = str(tmp_path / "zero_st.npy"), str(tmp_path / "zero_si.npy")
+    err = _one_line_error(["score", "--src-text", zero_st, "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img",
+                           p["ti"], "--bootstrap", "0"], capsys)
+    assert f"{zero_st}: --src-text has 1 of 30 rows that are all zero (first: row 4)" in err
+    err = _one_line_error(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", zero_si, "--tgt-img",
+                           p["ti"], "--bootstrap", "0"], capsys)
+    assert f"{zero_si}: --src-img has 1 of 30 rows that are all zero (first: row 7)" in err
+    err = _one_line_error(["compare", "--a-src-text", zero_st, "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                           "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"]], capsys)
+    assert f"{zero_st}: --a-src-text has 1 of 30 rows that are all zero (first: row 4)" in err
+    # eval: a model's caption embeddings (npy: rows looked up by text)
+    emb = np.load(small_split / "good.npy")
+    emb[7] = 0
+    np.save(tmp_path / "zero.npy", emb)
+    (tmp_path / "zero.npy.texts.json").write_text((small_split / "good.npy.texts.json").read_text())
+    err = _one_line_error(["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'zero.npy'}",
+                           "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap", "0"], capsys)
+    assert "zero.npy: the embedding of the captions has 1 of 80 rows that are all zero (first: row 7)" in err
+    # zero rows of a similarity matrix or of hits are no vectors: fine
+    np.save(tmp_path / "sim.npy", np.vstack([np.zeros((1, 30)), np.random.default_rng(0).random((29, 30))]))
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(tmp_path / "sim.npy"),
+                 "--bootstrap", "0"]) == 0

@@ -1,6 +1,8 @@
 """BkR / XLR / CORR against a naive reference (loops and full sorts) and hand-built cases."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -230,7 +232,7 @@ def test_corr_score_matches_scipy_on_all_pairs_and_sampling():
 
 
 def test_bad_inputs_raise_one_line_errors():
-    x = np.zeros((4, 3))
+    x = np.ones((4, 3))  # not zeros: an all-zero row is an error of its own
     with pytest.raises(BackRetrievalError, match="tgt_text: expected dimension 3"):
         bkr_recall(x, x, np.zeros((4, 2)), x)
     with pytest.raises(BackRetrievalError, match="src_img: expected 4 rows"):
@@ -394,3 +396,43 @@ def test_duplicate_rows_finds_equal_rows_and_survives_hash_collisions(monkeypatc
     np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
     monkeypatch.setattr(ranking, "_row_hashes", lambda x, rows, cols=None: np.zeros(len(rows), np.uint64))
     np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)  # every hash collides
+
+
+def test_k_not_below_the_pool_warns_that_recall_is_one_for_any_model():
+    """With no more candidates than K every rank is at most K: score and the CLI refuse it, the metric functions
+    (which callers use on small sets: a small val split, the references above) say so instead of a silent 1.0."""
+    from backretrieval.errors import BackRetrievalWarning
+
+    rng = np.random.default_rng(4)
+    st, si, tt, ti = (rng.standard_normal((8, 4)) for _ in range(4))
+    with pytest.warns(BackRetrievalWarning, match=r"bkr_recall: 8 distinct source images, not more than the largest "
+                                                  r"K \(10\): Recall@10 would be 1 for any model"):
+        res = bkr_recall(st, si, tt, ti, (1, 10))
+    assert res["bkr@10"] == 1.0
+    with pytest.warns(BackRetrievalWarning, match=r"bkr_recall: 4 distinct source images.*largest K \(5\)"):
+        bkr_recall(st, si[np.arange(8) // 2 * 2], tt, ti, (1, 5), src_image_ids=[i // 2 for i in range(8)])
+    with pytest.warns(BackRetrievalWarning, match=r"xlr_recall: 5 target texts, not more than the largest K \(10\)"):
+        xlr_recall(st[:5], tt[:5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fewer: no warning
+        bkr_recall(st, si, tt, ti, (1, 7))
+        xlr_recall(st, tt, (1, 7))
+
+
+def test_an_all_zero_text_or_image_row_is_refused_naming_the_row():
+    """A zero vector has no cosine: scored 0 against everything, it was ranked arbitrarily, silently."""
+    rng = np.random.default_rng(6)
+    st, si, tt, ti = (rng.standard_normal((20, 4)) for _ in range(4))
+    for name, x in (("src_text", st), ("tgt_img", ti)):
+        x[3] = 0
+        with pytest.raises(BackRetrievalError, match=rf"{name}: the array has 1 of 20 rows that are all zero "
+                                                     r"\(first: row 3\)"):
+            bkr_recall(st, si, tt, ti, (1, 5))
+        x[3] = 1
+    tt[11] = 0
+    with pytest.raises(BackRetrievalError, match=r"tgt_text: the array has 1 of 20 rows that are all zero \(first: "
+                                                 r"row 11\)"):
+        xlr_recall(st, tt, (1, 5))
+    sim = rng.random((20, 20))
+    sim[0] = 0  # a similarity row of zeros is no vector: fine
+    bkr_recall(None, si, None, ti, (1, 5), text_sim=sim)

@@ -162,3 +162,14 @@ def test_compare_hits_refuses_an_alpha_below_the_bootstraps_smallest_p_value():
     res = compare_hits(a, b, alpha=0.003, n_boot=1000)  # 2 / 1001 < 0.003: reachable
     assert res["bootstrap"]["p_value"] == pytest.approx(2 / 1001) and res["verdict"] == "A"
     assert compare_hits(a, b, tests=["mcnemar"], alpha=0.001)["verdict"] == "A"  # McNemar alone: no such floor
+
+
+def test_recall_interval_refuses_ranks_as_compare_hits_does():
+    """Ranks (1 = best) given where hits are due gave an 'interval' of mean rank (44.64), silently."""
+    ranks = bkr_recall(*_world(np.random.default_rng(3), 100, 0.5))["ranks"]
+    message = r"hits: \d+ values outside \[0, 1\] \(query \d+: \d+\); hits are 0/1, or fractions .*\(not ranks\)"
+    with pytest.raises(BackRetrievalError, match=message):
+        recall_interval(ranks)
+    with pytest.raises(BackRetrievalError, match=r"hits: 1 values outside \[0, 1\] \(query 2: -0.5\)"):
+        recall_interval([1, 0, -0.5])
+    assert recall_interval([1, 0, 0.5])["value"] == pytest.approx(0.5)  # fractions (ties='expected') are hits

@@ -108,3 +108,21 @@ def test_sampled_queries_under_csls_keep_the_penalty_of_every_source_text():
         full = bkr_recall(st, si, tt, ti, KS, retrieval="csls", approximate=approximate)
         some = bkr_recall(st, si, tt, ti, KS, retrieval="csls", approximate=approximate, queries=rows)
         np.testing.assert_array_equal(some["retrieved"], full["retrieved"][rows])
+
+
+def test_a_boolean_mask_of_queries_is_its_true_rows_not_rows_0_and_1():
+    """``queries=mask`` was read as indices, True/False as rows 1/0: the figure of two queries, silently."""
+    st, si, tt, ti = _world(np.random.default_rng(2), 100)
+    mask = np.arange(100) < 50
+    by_mask = bkr_recall(st, si, tt, ti, KS, queries=mask)
+    by_rows = bkr_recall(st, si, tt, ti, KS, queries=np.arange(50))
+    assert by_mask["n_queries"] == 50 and by_mask["n_images"] == 100
+    np.testing.assert_array_equal(by_mask["ranks"], by_rows["ranks"])
+    assert all(by_mask[f"bkr@{k}"] == by_rows[f"bkr@{k}"] for k in KS)
+    assert bkr_recall(st, si, tt, ti, KS, queries=list(mask))["n_queries"] == 50  # a list of bools too
+    with pytest.raises(BackRetrievalError, match=r"queries: a boolean mask needs one entry per source row \(100\), "
+                                                 r"got shape \(50,\)"):
+        bkr_recall(st, si, tt, ti, KS, queries=mask[:50])
+    with pytest.raises(BackRetrievalError, match="queries: expected integer source rows or a boolean mask, got "
+                                                 "float64"):
+        bkr_recall(st, si, tt, ti, KS, queries=np.arange(50) + 0.5)

@@ -155,3 +155,21 @@ def test_a_val_set_too_small_for_k_says_which_ks_cannot_tell_models_apart(tiny_w
     smallest = min(per_language.values())
     assert set(val.saturated_ks()) == {k for k in (1, 5, 10, 100) if k >= smallest} and 100 in val.saturated_ks()
     assert 1 not in val.saturated_ks() and f"({smallest} images)" in val.saturated_ks()[100]
+    line = val.saturation_warning()
+    assert line.startswith("warning: val/bkr@") and "is 1 for any model" in line and str(tiny_world / "val") in line
+
+
+def test_the_set_says_a_saturated_k_once_not_once_per_pair_and_call(tiny_world, capsys):
+    """BackRetrieval warns for each call whose pool is not above K; the val set says it in one line of its own, so
+    a run's validation and select print no Python warning per language pair."""
+    import warnings
+
+    from globetrotter.evaluation.val_set import BackRetrievalSet
+
+    val = BackRetrievalSet(tiny_world / "val", None, 0, "pixels", (1, 100))
+    emb = np.random.default_rng(0).standard_normal((len(val.texts), 8)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        metrics, _ = val.evaluate(emb)
+        across, _ = val.evaluate_across_languages(lambda s, t: emb[s] @ emb[t].T)
+    assert metrics["val/bkr@100"] == across["val/bkr@100"] == 1.0 and val.saturation_warning() is not None

@@ -93,9 +93,11 @@ def integer_at_least(minimum: int):
     return parse
 
 
-def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False) -> None:
-    p.add_argument("--ks", type=integer_at_least(1), nargs="+", default=[1, 5, 10], metavar="K",
-                   help="the K of Recall@K, several at once (default: 1 5 10; the paper uses 10)")
+def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False, hits: bool = False) -> None:
+    """``hits``: the command also compares hit files, which record their K (``--ks`` then defaults to those)."""
+    p.add_argument("--ks", type=integer_at_least(1), nargs="+", default=None if hits else [1, 5, 10], metavar="K",
+                   help="the K of Recall@K, several at once (default: 1 5 10" +
+                        ("; with --hits, the K the files were scored at" if hits else "") + "; the paper uses 10)")
     p.add_argument("--ties", choices=TIES, default="pessimistic",
                    help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
     p.add_argument("--max-rank", type=integer_at_least(1), metavar="N", default=None,
@@ -158,10 +160,11 @@ def add_image_index_option(p: argparse.ArgumentParser) -> None:
                         "else flat)")
 
 
-def add_embedding_metric_options(p: argparse.ArgumentParser) -> None:
-    """What ``score`` and ``compare`` take after their inputs: --out, then every metric option."""
+def add_embedding_metric_options(p: argparse.ArgumentParser, hits: bool = False) -> None:
+    """What ``score`` and ``compare`` take after their inputs: --out, then every metric option (``hits``: as in
+    :func:`add_metric_options`)."""
     p.add_argument("--out", metavar="JSON", help="write the JSON record here (default: print it)")
-    add_metric_options(p, full_ranks=True)
+    add_metric_options(p, full_ranks=True, hits=hits)
     add_beyond_paper_options(p)
     add_image_index_option(p)
 

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--a-xlr-tgt-text", metavar="NPY", help="model A: embeddings of the source rows' translations (XLR)")
     p.add_argument("--b-xlr-tgt-text", metavar="NPY", help="model B: embeddings of the source rows' translations (XLR)")
     p.add_argument("--hits", nargs=2, metavar=("A_NPY", "B_NPY"),
-                   help="instead of embeddings: per-query hits of A and B ('score --hits-out'), compared at --ks")
+                   help="instead of embeddings: per-query hits of A and B ('score --hits-out'), compared at the K "
+                        "recorded beside them (NPY.ks.json; files without it: at --ks)")
     p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="labels of the two models")
     p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
                    help="paired tests to run (default: both)")
@@ -37,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the bootstrap and of the approximate indexes (--approximate's text index and image "
                         "lists, a new --image-index file's pq lists) (default: 0)")
-    add_embedding_metric_options(p)
+    add_embedding_metric_options(p, hits=True)
     p.set_defaults(func=run)
 
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
                      image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
+    args.ks = list(result.ks)  # the record lists the K compared (with --hits: the files')
     emit_json(result.to_record(inputs(args)), args.out)
     sys.stdout.flush()  # the verdicts last, below a record printed on stdout (as score prints its figures)
     name_a, name_b = result.names

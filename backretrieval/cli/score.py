@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--ranks-out", metavar="NPY", help="also save the per-query BkR ranks (.npy appended if missing)")
     p.add_argument("--hits-out", metavar="NPY",
                    help="also save the per-query BkR hits, one column per K, for 'compare --hits' (.npy appended "
-                        "if missing)")
+                        "if missing; the K are written beside it, NPY.ks.json)")
     add_embedding_metric_options(p)
     p.set_defaults(func=run)
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ranks_out:  # the record names the file written (np.save's .npy suffix included)
         args.ranks_out = str(save_npy(args.ranks_out, result.ranks, "--ranks-out"))
     if args.hits_out:
-        args.hits_out = str(save_npy(args.hits_out, result.hits_matrix(), "--hits-out"))
+        args.hits_out = str(result.save_hits(args.hits_out, "--hits-out"))
     emit_json(result.to_record(inputs(args)), args.out)
     sys.stdout.flush()  # the figures last, below a record printed on stdout
     parts = []

@@ -9,6 +9,8 @@ BackRetrieval image-model spec such as ``timm:efficientnet_lite0:package`` or ``
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -190,6 +192,14 @@ class BackRetrievalSet:
         if pictures:
             yield extract(pictures, ids)
 
+    def saturation_warning(self) -> str | None:
+        """The one warning line when a BkR@K cannot tell models apart (:meth:`saturated_ks`), else None."""
+        saturated = self.saturated_ks()
+        if not saturated:
+            return None
+        return (f"warning: val/bkr@{','.join(map(str, saturated))} is 1 for any model: {self.split} has too few images "
+                f"in {next(iter(saturated.values()))} to tell models apart by it; use a larger val split")
+
     def saturated_ks(self) -> dict[int, str]:
         """``{K: language}`` for each K at which BkR@K is 1 for any model: a language with at most K distinct images
         (its back-retrieval ranks them all), named with its image count."""
@@ -226,9 +236,10 @@ class BackRetrievalSet:
         # a sample of each pair's queries (QUERY_BUDGET), and step 4 by one faiss index per source language: exact
         # text search, exactly re-scored image candidates
         per_pair = self.queries_per_pair
-        result = evaluate_pairs(text_emb, self.langs, self.image_feats, self.image_ids, ks=self.ks, seed=self.seed,
-                                max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores,
-                                max_queries=per_pair, approximate=ApproxConfig(index="exact") if per_pair else False)
+        with _saturation_said_once():
+            result = evaluate_pairs(text_emb, self.langs, self.image_feats, self.image_ids, ks=self.ks, seed=self.seed,
+                                    max_rank=max(self.ks), with_corr=False, return_hits=True, text_scores=text_scores,
+                                    max_queries=per_pair, approximate=ApproxConfig(index="exact") if per_pair else False)
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}
         return metrics, {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in self.ks}
 
@@ -247,11 +258,22 @@ class BackRetrievalSet:
         for lang in sorted(set(self.langs.tolist())):
             src = np.flatnonzero(self.langs == lang)
             tgt = np.flatnonzero((self.langs != lang) & ~np.isin(self.image_ids, self.image_ids[src]))
-            res = bkr_recall(None, images[src], None, images[tgt], self.ks, src_image_ids=self.image_ids[src],
-                             text_sim=text_scores(src, tgt), max_rank=max(self.ks))
+            with _saturation_said_once():
+                res = bkr_recall(None, images[src], None, images[tgt], self.ks, src_image_ids=self.image_ids[src],
+                                 text_sim=text_scores(src, tgt), max_rank=max(self.ks))
             for k in self.ks:
                 per_k[k].append(res[f"bkr@{k}"])
                 hits[k].append(res["hits"][k])
         metrics = {f"val/bkr@{k}": float(np.mean(per_k[k])) for k in self.ks}
         return metrics, {f"val/bkr@{k}": np.concatenate(hits[k]) for k in self.ks}
 
+
+@contextmanager
+def _saturation_said_once() -> Iterator[None]:
+    """BackRetrieval's warning that a Recall@K is 1 for any model, silenced: the set says it once, for the whole
+    set (:meth:`BackRetrievalSet.saturation_warning`), not once per language pair and call."""
+    from backretrieval import BackRetrievalWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*would be 1 for any model", category=BackRetrievalWarning)
+        yield

@@ -268,10 +268,9 @@ def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
     from .validation import Validator
 
     validator = Validator(cfg, device=str(accelerator.device))
-    saturated = validator.val.saturated_ks()
-    if saturated:  # the best checkpoint would then be chosen by a tie
-        log(f"warning: val/bkr@{','.join(map(str, saturated))} is 1 for any model: val has too few images in "
-            f"{next(iter(saturated.values()))} to tell checkpoints apart by it; use a larger val split")
+    warning = validator.val.saturation_warning()
+    if warning:  # the best checkpoint would then be chosen by a tie
+        log(warning)
     return validator
 
 

@@ -246,6 +246,8 @@ def select_ranking(
     bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks, device=device)
     if languages:
         bkr.keep_languages(languages)
+    if bkr.saturation_warning():  # rankings then tie at that K, whatever they do
+        print(bkr.saturation_warning())
     evaluated = sorted(set(bkr.langs.tolist()))
     queries = queries_sha256(bkr)
     if other is not None:  # before any scoring
