@@ -22,7 +22,7 @@ from .files import (PathLike, check_numbers, enough_for_k, hits_ks_path, is_path
                     recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, check_ks, bkr_recall, xlr_recall
-from .scoring import ImageLists, image_side, open_image_lists, source_image_ids
+from .scoring import ImageLists, image_side, open_image_lists, source_image_ids, warn_shared_pictures
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)
 
@@ -131,6 +131,7 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
     src, tgt = loaded["a_src_text"], loaded["a_tgt_text"]
     images = image_side(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])))
     ids = source_image_ids(src_image_ids, len(src[1]), "a_src_text")
+    warn_shared_pictures(images)
     enough_for_k(images.label, len(set(ids)) if ids is not None else len(src[1]), ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
                              method=image_index_method, src_image_ids=ids, seed=seed)  # one set for both models

@@ -118,6 +118,23 @@ def distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndar
     return first, inverse.reshape(-1)
 
 
+def shared_pictures(src_img: np.ndarray, tgt_img: np.ndarray) -> int:
+    """How many target rows hold the very features of a source row (the same picture on both sides).
+
+    BkR pivots on pictures that differ between the two sides: with a target caption of the query's own picture
+    among the candidates, retrieving it is rewarded as a translation (BkR then reads like XLR on parallel data).
+    """
+    def digests(features: np.ndarray) -> list[bytes]:
+        out: list[bytes] = []
+        for start in range(0, len(features), 65_536):  # in blocks: a memmap is never read whole at once
+            block = np.ascontiguousarray(np.asarray(features[start:start + 65_536], np.float32))
+            out.extend(hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in block)
+        return out
+
+    source = set(digests(src_img))
+    return sum(d in source for d in digests(tgt_img))
+
+
 def check_one_picture_per_id(src_img: np.ndarray, src_image_ids: Sequence, first: np.ndarray,
                              inverse: np.ndarray) -> None:
     """One-line error when source rows that share an image id hold different image features: the metric ranks an

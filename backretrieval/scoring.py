@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import warnings
+
 import numpy as np
 
 from .approximate import ApproxConfig
-from .errors import BackRetrievalError, option
+from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines, same_dim, same_rows,
                     save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
-from .image_index import ImageNeighbours, image_neighbours_file
+from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
 from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
@@ -109,6 +111,20 @@ def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str
                              f"or {option('image_sim')}")
 
 
+def warn_shared_pictures(images: ImageSide) -> None:
+    """Warn when target rows show the very pictures of source rows: BkR pivots on different pictures on the two
+    sides (as ``eval`` splits languages that share images into non-matching halves); with a caption of the
+    query's own picture among the targets, retrieving it scores like a translation found."""
+    if images.src_img is None:
+        return
+    shared = shared_pictures(images.src_img, images.tgt_img)
+    if shared:
+        warnings.warn(f"{shared} of {len(images.tgt_img)} target rows show a picture of the source side (the same "
+                      f"image features): BkR then rewards finding a caption of the query's own picture, as XLR on "
+                      f"parallel data would; give source and target captions of different pictures",
+                      BackRetrievalWarning, stacklevel=3)
+
+
 def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequence[int], *, approximate: bool,
                      method: str | None = None, src_image_ids=None, seed: int = 0) -> ImageLists | None:
     """The ``image_index`` file's lists (built and written there when missing; default method ``pq`` when
@@ -193,6 +209,7 @@ def score(
     same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target text embeddings")
     images = image_side(src_img, tgt_img, image_sim, (src_label, len(src_arr)), (tgt_label, len(tgt_arr)))
     ids = source_image_ids(src_image_ids, len(src_arr))
+    warn_shared_pictures(images)
     n_images = len(set(ids)) if ids is not None else len(src_arr)
     enough_for_k(images.label, n_images, ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(approximate), method=image_index_method,

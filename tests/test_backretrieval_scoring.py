@@ -223,3 +223,27 @@ def test_compare_errors_are_one_line_and_name_the_inputs(tmp_path):
         assert expected in str(err.value) and "\n" not in str(err.value), (expected, str(err.value))
     with cli_option_names(), pytest.raises(BackRetrievalError, match=r"\(or --hits A.npy B.npy\)"):
         compare(a_src_text=w["src_text"], **_inputs(w))
+
+
+def test_pictures_on_both_sides_are_warned_about_as_they_inflate_bkr(tmp_path, capsys):
+    """A user scoring captions of the same photos in two languages (parallel data) got BkR@10 0.99 against 0.35 on
+    different photos, without a word: the target caption of the query's own picture is found like a translation."""
+    from backretrieval import BackRetrievalWarning
+    from backretrieval.cli import main
+
+    w = _world(np.random.default_rng(21), n=60)
+    same = {"src_img": w["src_img"], "tgt_img": w["src_img"]}  # the same pictures, captioned in both languages
+    with pytest.warns(BackRetrievalWarning, match="60 of 60 target rows show a picture of the source side"):
+        score(w["src_text"], w["src_text"] + 0.01, **same, ks=(1, 5), bootstrap=0)
+    with pytest.warns(BackRetrievalWarning, match="60 of 60 target rows"):
+        compare(w["src_text"], w["src_text"], w["tgt_text"], w["tgt_text"], **same, ks=(1, 5), bootstrap=50)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # different pictures: no warning
+        score(w["src_text"], w["tgt_text"], **_inputs(w), ks=(1, 5), bootstrap=0)
+    p = _files(tmp_path, {"st": w["src_text"], "tt": w["src_text"], "img": w["src_img"]})
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["img"], "--tgt-img", p["img"],
+                 "--ks", "1", "5", "--bootstrap", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 60 of 60 target rows show a picture of the source side" in err
