@@ -32,9 +32,9 @@ def write(tmp_path, name, rec) -> str:
 
 def test_the_mean_over_seeds_is_paired_query_by_query():
     rng = np.random.default_rng(0)
-    hard = rng.random(400)  # how hard each query is: shared by every model, so pairing removes it
-    new = [record(hard + 0.05 + 0.1 * rng.standard_normal(400)) for _ in range(3)]
-    old = [record(hard + 0.1 * rng.standard_normal(400)) for _ in range(3)]
+    hard = rng.uniform(0.2, 0.8, 400)  # how hard each query is: shared by every model, so pairing removes it
+    new = [record(np.clip(hard + 0.05 + 0.1 * rng.standard_normal(400), 0, 1)) for _ in range(3)]  # hit rates
+    old = [record(np.clip(hard + 0.1 * rng.standard_normal(400), 0, 1)) for _ in range(3)]
     pooled = paired_margin(new, old)
     diff = np.mean([r["details"]["per_query"] for r in new], 0) - np.mean([r["details"]["per_query"] for r in old], 0)
     assert pooled["diff"] == pytest.approx(diff.mean())
