@@ -517,3 +517,23 @@ def test_a_language_given_twice_in_langs_is_refused_not_merged(capsys):
             main([*command, "--langs", "en,de,en"])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "en given twice in 'en,de,en'; expected each language once" in err
+
+
+def test_train_keeps_an_adapter_already_in_out_unless_overwrite(tmp_path, capsys):
+    """`train --out runs/x` replaced the adapter already in runs/x in silence."""
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(6, dtype=np.float32)
+    _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
+    out = tmp_path / "ckpt"
+    argv = ["train", "--train", str(tmp_path / "train"), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress", "text_encoder=random:6", "optim.epochs=1", "adapter.hidden_dims=[8]"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    before = (out / "meta.json").read_bytes()
+    assert main([*argv, "optim.epochs=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: already holds an adapter (adapter.safetensors); pass --overwrite to replace it" in err
+    assert err.count("\n") == 1 and (out / "meta.json").read_bytes() == before
+    assert main([*argv, "optim.epochs=2", "--overwrite"]) == 0
+    assert len(json.loads((out / "meta.json").read_text())["history"]["loss"]) == 2
