@@ -181,3 +181,31 @@ def test_classifier_hub_weights_need_online():
 
     with pytest.raises(UserError, match="--online"):
         load_imagenet_classifier("efficientnet_lite0", "hub", online=False)
+
+
+def test_a_damaged_cache_entry_is_computed_again_and_named(tmp_path, capsys):
+    """A .npy of the feature cache cut short was a ValueError traceback that did not name the file."""
+    from globetrotter.zeroshot.data import embed_cached, image_extractor
+
+    texts = ["ein Hund", "eine Katze", "ein Hund"]
+    first = embed_cached("random:8", texts, tmp_path / "cache", progress=False)
+    for i, colour in enumerate([(200, 30, 30), (20, 120, 220)]):
+        Image.new("RGB", (64, 64), colour).save(tmp_path / f"img{i}.png")
+    images = [str(tmp_path / f"img{i}.png") for i in range(2)]
+    extractor = image_extractor("efficientnet_lite0", cache_dir=tmp_path / "cache", progress=False)
+    feats = extractor.extract(images)
+    capsys.readouterr()
+    for kind, again in (("text", lambda: embed_cached("random:8", texts, tmp_path / "cache", progress=False)),
+                        ("images", lambda: image_extractor("efficientnet_lite0", cache_dir=tmp_path / "cache",
+                                                           progress=False).extract(images))):
+        (entry,) = (tmp_path / "cache" / kind).glob("*.npy")
+        for damage in (lambda b: b[: len(b) // 2], lambda b: b"not an array"):
+            entry.write_bytes(damage(entry.read_bytes()))
+            got = again()
+            err = capsys.readouterr().err
+            assert err.startswith(f"note: {entry}: unreadable cache entry (") and \
+                err.endswith("); computing it again\n") and err.count("\n") == 1, err
+            np.testing.assert_allclose(got, first if kind == "text" else feats, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(np.load(entry), got)  # written again, whole
+        again()
+        assert capsys.readouterr().err == ""  # read from the cache again, in silence
