@@ -529,11 +529,16 @@ def test_train_keeps_an_adapter_already_in_out_unless_overwrite(tmp_path, capsys
     argv = ["train", "--train", str(tmp_path / "train"), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
             "--no-progress", "text_encoder=random:6", "optim.epochs=1", "adapter.hidden_dims=[8]"]
     assert main(argv) == 0
-    capsys.readouterr()
+    assert "trained patr adapter (residual, 3 blocks) on 6 en captions" in capsys.readouterr().err
     before = (out / "meta.json").read_bytes()
     assert main([*argv, "optim.epochs=2"]) == 2
     err = capsys.readouterr().err
     assert f"{out}: already holds an adapter (adapter.safetensors); pass --overwrite to replace it" in err
     assert err.count("\n") == 1 and (out / "meta.json").read_bytes() == before
-    assert main([*argv, "optim.epochs=2", "--overwrite"]) == 0
+    assert main(["train", "--overwrite", *argv[1:], "optim.epochs=2", "adapter.dropout=[0.1]"]) == 0
     assert len(json.loads((out / "meta.json").read_text())["history"]["loss"]) == 2
+    # adapter.dropout is one rate per block: [0.1] is a 1-block adapter, and the summary line says so
+    assert "adapter (residual, 1 block) on" in capsys.readouterr().err
+    from globetrotter.zeroshot.adapter import ResidualBlock
+
+    assert sum(isinstance(m, ResidualBlock) for m in load_adapter(out)[0].modules()) == 1

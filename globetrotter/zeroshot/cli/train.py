@@ -43,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
     history = meta["history"]
-    print(f"trained {config.loss.name} adapter on {meta['n_captions']} {'/'.join(config.train_langs)} captions of "
-          f"{meta['n_images']} images in {history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
+    blocks = len(config.adapter.dropout)  # one block per rate: adapter.dropout=[0.1] is a 1-block adapter
+    print(f"trained {config.loss.name} adapter ({config.adapter.form}, {blocks} block{'s' * (blocks != 1)}) on "
+          f"{meta['n_captions']} {'/'.join(config.train_langs)} captions of {meta['n_images']} images in "
+          f"{history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
           f"best epoch {history['best_epoch'] + 1}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
     return 0
 
@@ -68,5 +70,6 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are this project's system, "
                    "configs/zeroshot/xtd10.yaml the paper's as described (docs/zeroshot.md)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]")
+                   help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]; "
+                        "adapter.dropout is one rate per block, so its length sets the number of blocks")
     p.set_defaults(func=run)
