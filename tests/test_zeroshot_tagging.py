@@ -209,3 +209,20 @@ def test_a_damaged_cache_entry_is_computed_again_and_named(tmp_path, capsys):
             np.testing.assert_array_equal(np.load(entry), got)  # written again, whole
         again()
         assert capsys.readouterr().err == ""  # read from the cache again, in silence
+
+
+def test_tag_messages_blame_the_flag_at_fault(tmp_path, capsys):
+    """--vocab de=a --vocab de=b said "name each one with NAME=" (--adapter's advice); --vocab-size 3 below --k 5
+    was blamed on the --vocab-from split, after its features were computed."""
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("Hund\n", encoding="utf-8")
+    assert main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'a.txt'}", "--vocab", f"de={tmp_path / 'b.txt'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--vocab: language 'de' given twice ({tmp_path / 'a.txt'} and {tmp_path / 'b.txt'}); give one " \
+           "vocabulary file per language" in err and err.count("\n") == 1, err
+    assert main(["tag-eval", "--adapter", str(tmp_path / "none"), "--test", "t", "--vocab-from", "v",
+                 "--vocab-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--vocab-size 3: fewer candidate tags than --k (5) tags per image; raise --vocab-size or lower --k" in err
+    assert err.count("\n") == 1, err

@@ -344,6 +344,16 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
         assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "bad"), *common]) == 2
         err = capsys.readouterr().err.strip()
         assert f"bad/{name}: " in err and len(err.splitlines()) == 1, err
+    # weights of another shape than meta.json describes: torch's first mismatch is named, not only its heading
+    shutil.rmtree(tmp_path / "bad")
+    shutil.copytree(tmp_path / "ok", tmp_path / "bad")
+    meta = json.loads((tmp_path / "bad" / "meta.json").read_text())
+    (tmp_path / "bad" / "meta.json").write_text(json.dumps({**meta, "hidden_dims": [9]}))
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "bad"), *common]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad/adapter.safetensors: does not load into the adapter its meta.json describes (Error(s) in loading " \
+           "state_dict for TextToImageAdapter: size mismatch for blocks.0.0.weight: copying a param with shape " \
+           "torch.Size([8, 16])" in err and len(err.splitlines()) == 1, err
     # a val split of other image features: refused before training, not after an epoch
     _write_split(tmp_path, "val6", np.ones((6, 6), dtype=np.float32), [(f"caption {r}", "en", r) for r in range(6)])
     assert main(["train", "--train", str(tmp_path / "test"), "--val", str(tmp_path / "val6"), "--val-k", "5", "--out",

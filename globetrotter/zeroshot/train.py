@@ -263,7 +263,9 @@ def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, 
     try:
         adapter.load_state_dict(load_file(str(path / WEIGHTS)))
     except Exception as err:  # noqa: BLE001 - a damaged file (SafetensorError) or another architecture (RuntimeError)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()] or [type(err).__name__]
+        # torch's "Error(s) in loading state_dict for TextToImageAdapter:" says what only on its next line
+        first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
         raise UserError(f"{path / WEIGHTS}: does not load into the adapter its meta.json describes ({first})") from None
     adapter.eval()
     return adapter, config, meta

@@ -34,9 +34,9 @@ def vocab(value: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     progress = not args.no_progress
-    adapter, config, _ = load_adapter(args.adapter)
-    vocab_files = distinct_names(args.vocab, "--vocab")
+    vocab_files = distinct_names(args.vocab, "--vocab", "language", "give one vocabulary file per language")
     vocabularies = {lang: read_tag_vocabulary(path) for lang, path in vocab_files.items()}
+    adapter, config, _ = load_adapter(args.adapter)
     paths = image_files(args.images)
     if args.limit:
         paths = paths[: args.limit]

@@ -35,6 +35,9 @@ Needs the optional packages spacy (stop-word lists) and jieba: pip install 'glob
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
+    if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
+        raise UserError(f"--vocab-size {args.vocab_size}: fewer candidate tags than --k ({args.k}) tags per image; "
+                        f"raise --vocab-size or lower --k")
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
