@@ -147,7 +147,7 @@ def run_case_study(
 
     ``embed`` gives the frozen text embeddings ``[n, D]``. Returns the
     :func:`~backretrieval.pairs.evaluate_pairs` result of each representation (``mean``, ``pairs``) and each
-    adapter's training history (its config, train and validation losses, the epoch kept).
+    adapter's training history (its config, train and validation losses, the epoch kept, counted from 1).
     """
     docs = [*train_docs, *eval_docs]
     title, body = embed([d.title for d in docs]), embed([d.body for d in docs])
@@ -160,7 +160,7 @@ def run_case_study(
         model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress)
         representations[name] = model.represent(title[n_train:], body[n_train:])
         histories[name] = {"config": to_dict(config), "train": history.train, "val": history.val,
-                           "best_epoch": history.best_epoch}
+                           "best_epoch": history.best_epoch + 1}  # counted from 1, as meta.json's
     doc_langs = [d.lang for d in eval_docs]
     image_ids = [d.image for d in eval_docs]
     results = {

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"trained {config.loss.name} adapter ({config.adapter.form}, {blocks} block{'s' * (blocks != 1)}) on "
           f"{meta['n_captions']} {'/'.join(config.train_langs)} captions of {meta['n_images']} images in "
           f"{history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
-          f"best epoch {history['best_epoch'] + 1}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
+          f"best epoch {history['best_epoch']}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
     return 0
 
 
