@@ -27,7 +27,9 @@ beta * the gap between mean distances to the K nearest titles of each other lang
 own language, beta 0.01, K 5). The documents WITH images then judge three representations
 (frozen: concat of the frozen title and body embeddings; triplet; tripletxl: concat of x_t and
 x_b) by BackRetrieval Recall@K for every ordered language pair; a box plot shows one point per
-pair per model (paper Fig. 3). An "image" ending in .npy is read as a precomputed feature vector.
+pair per model (paper Fig. 3). An "image" ending in .npy is read as a precomputed feature vector;
+a relative one is found from the JSONL file's folder. A language with at most K (the largest of
+--ks) evaluation images is left out with its pairs, in a printed note: its BkR@K would be 1.
 """
 
 
