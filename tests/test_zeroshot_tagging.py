@@ -134,7 +134,8 @@ def test_tag_vocabulary_file(tmp_path):
     with pytest.raises(UserError, match=r"bad.txt:2: not UTF-8"):
         read_tag_vocabulary(tmp_path / "bad.txt")
     (tmp_path / "tab.txt").write_text("Hund\nGras\tgrün\n", encoding="utf-8")  # was one tag, "Gras\tgrün"
-    with pytest.raises(UserError, match=r"^\S*tab.txt:2: the tag 'Gras\\tgrün' holds a tab; expected one tag per line$"):
+    with pytest.raises(UserError, match=r"^\S*tab.txt:2: the tag 'Gras\\tgrün' holds a tab; expected one tag per "
+                                        r"line$"):
         read_tag_vocabulary(tmp_path / "tab.txt")
 
 
@@ -193,7 +194,8 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert "note: the text encoder 'use' was not trained on cs" in out
     record = json.loads((tmp_path / "cs.json").read_text(encoding="utf-8"))
     assert record["source_tags"] == 1000 and record["languages_the_text_encoder_lacks"] == ["cs"]
-    assert len(record["images"][0]["source"]) == len(set(imagenet_class_names())) and len(record["images"][0]["tags"]["cs"]) == len(vocab)
+    entry = record["images"][0]
+    assert len(entry["source"]) == len(set(imagenet_class_names())) and len(entry["tags"]["cs"]) == len(vocab)
     # counts must be positive (--limit -1 silently dropped the last image, --source-tags -1 crashed)
     for option in ("--source-tags", "--limit"):
         with pytest.raises(SystemExit) as exit_info:

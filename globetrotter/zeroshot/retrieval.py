@@ -191,9 +191,9 @@ def split_recall(
     caption with ``all_captions``; the gallery is every image of the split. ``langs`` defaults to all of the
     split's; one without a caption, or features that do not fit the adapter, are one-line errors naming the
     split (``where``) and the adapter (``adapter_name``); so is a gallery of at most the largest K images, where
-    Recall@K is 1 for any adapter (``remedy`` says what to do). Returns ``{"metrics": {lang: {"image_retrieval_recall@K":
-    r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap interval}}, "n_queries":
-    {lang: n}, "n_images": M}``.
+    Recall@K is 1 for any adapter (``remedy`` says what to do). Returns ``{"metrics": {lang:
+    {"image_retrieval_recall@K": r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap
+    interval}}, "n_queries": {lang: n}, "n_images": M}``.
     """
     present = sorted(set(test.langs.tolist()))
     rows = {lang: (test.rows(lang) if all_captions else test.first_per_image(lang)) for lang in langs or present}

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
     record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": str(args.test),
               "vocab_from": str(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
-              "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2, "min_share": args.min_share,
-              "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
+              "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
+              "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}
     write_json(record, args.json)
     return 0
