@@ -326,10 +326,10 @@ def test_case_study_splits_documents_and_summarises_pairs():
     assert pair_summary(results, 5) == {"frozen": pytest.approx({"mean": 0.4, "min": 0.2, "max": 0.6, "std": 0.2})}
 
 
-def _triplet_args(docs, spec, tmp_path, out="run", *extra):
+def _triplet_args(docs, spec, tmp_path, out="run", *extra, ks="1,5"):
     return ["triplet", "--docs", *map(str, docs if isinstance(docs, list) else [docs]), "--text-encoder", spec,
             "--out", str(tmp_path / out), "--epochs", "2", "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8",
-            "--ks", "1,5", "--cache-dir", str(tmp_path / "cache"), "--no-progress", *extra]
+            "--ks", ks, "--cache-dir", str(tmp_path / "cache"), "--no-progress", *extra]
 
 
 def test_a_language_with_too_few_images_is_left_out_of_the_mean(recipe_docs, tmp_path, capsys):
@@ -416,3 +416,26 @@ def test_triplet_command_keeps_the_results_in_out_unless_overwrite(recipe_docs, 
     assert (tmp_path / "run" / "results.json").read_text() == "{}"
     assert main(_triplet_args(docs, spec, tmp_path, "run", "--overwrite")) == 0
     assert json.loads((tmp_path / "run" / "results.json").read_text())["n_eval"] == 36
+
+
+def test_triplet_command_leaves_out_pairs_that_shared_images_make_too_small(recipe_docs, tmp_path, capsys):
+    """en and es documents showing the same 12 pictures keep 6 a side: at K 6 their pairs are left out, said."""
+    docs, spec = recipe_docs
+    shared = tmp_path / "shared.jsonl"
+    lines = [json.loads(line) for line in docs.read_text(encoding="utf-8").splitlines()]
+    for obj in lines:
+        if obj["lang"] == "es" and "image" in obj:
+            obj["image"] = obj["image"].replace("-es-", "-en-")
+    shared.write_text("".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in lines), encoding="utf-8")
+    assert main(_triplet_args(shared, spec, tmp_path, ks="1,6")) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.out.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {pair}: 6 source document(s) once shared images are split between the sides, not more "
+                     "than the largest K (6): left out" for pair in ("en->es", "es->en")]
+    # the metric's own warning, one line each (not Python's two-line form)
+    warned = captured.err.splitlines()[:-1]  # the last: "wrote .../results.json"
+    assert len(warned) == 6 and all(line.startswith("warning: bkr_recall: 6 distinct source images, not more than "
+                                                    "the largest K (6)") for line in warned)  # 2 pairs x 3 models
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["left_out"] == {"languages": {}, "pairs": {"en->es": 6, "es->en": 6}}
+    assert set(record["models"]["frozen"]["pairs"]) == {"en->ru", "es->ru", "ru->en", "ru->es"}
