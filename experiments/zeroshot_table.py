@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.zeroshot.cli.common import langs  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import SplitFeatures, first_captions, image_extractor, load_split_features  # noqa: E402
 from globetrotter.zeroshot.retrieval import split_recall  # noqa: E402
@@ -138,13 +139,24 @@ def table(records: list[dict], langs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def seeds(value: str) -> list[int]:
+    """``--seeds 0,1``: integer seeds (a bad one is a usage error naming the option, not "invalid <lambda> value")."""
+    try:
+        values = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integer seeds, e.g. 0,1; got {value!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", default="outputs/flickr8k-en/train")
     p.add_argument("--val", default="outputs/flickr8k-en/val")
     p.add_argument("--test", default="outputs/flickr8k/test")
-    p.add_argument("--langs", default="en,de,fr,zh,cs", type=lambda v: v.split(","))
-    p.add_argument("--seeds", default="0,1", type=lambda v: [int(s) for s in v.split(",")])
+    p.add_argument("--langs", default="en,de,fr,zh,cs", type=langs)
+    p.add_argument("--seeds", default="0,1", type=seeds)
     p.add_argument("--rows", default=None, help="comma-separated row numbers (0-based) to run (default: all)")
     p.add_argument("--out", default="eval_out/zeroshot")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -63,15 +63,18 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def distinct_names(pairs: list[tuple[str, str]], flag: str) -> dict[str, str]:
+def distinct_names(pairs: list[tuple[str, str]], flag: str, what: str = "",
+                   remedy: str = "name each one with NAME=") -> dict[str, str]:
     """The ``(name, value)`` pairs of a repeatable ``flag`` as ``{name: value}``; a name given twice (two
-    ``DIR``s with one last part need ``NAME=``) is a one-line :class:`~globetrotter.errors.UserError`."""
+    ``DIR``s with one last part need ``NAME=``) is a one-line :class:`~globetrotter.errors.UserError`
+    naming it (as ``what``, e.g. "language", when given) and saying what to do (``remedy``)."""
     from globetrotter.errors import UserError
 
     out: dict[str, str] = {}
     for name, value in pairs:
         if name in out:
-            raise UserError(f"{flag}: {name!r} given twice ({out[name]} and {value}); name each one with NAME=")
+            kind = f"{what} " if what else ""
+            raise UserError(f"{flag}: {kind}{name!r} given twice ({out[name]} and {value}); {remedy}")
         out[name] = value
     return out
 

@@ -60,3 +60,15 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 0
     assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en", "--seeds", "0", "--device", "cpu",
                    "--out", str(tmp_path / "out")]) == 2
+
+
+def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
+    """--seeds a said "invalid <lambda> value"."""
+    z = _driver()
+    for argv, message in ((["--seeds", "a"], "argument --seeds: expected comma-separated integer seeds, e.g. 0,1; "
+                                             "got 'a'"),
+                          (["--langs", "en,en"], "argument --langs: en given twice in 'en,en'")):
+        with pytest.raises(SystemExit) as stop:
+            z.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err, err

@@ -104,12 +104,16 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
               str(tmp_path / "train"), "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--k", "2"]
     assert main(["tag-eval", *common, "--json", str(tmp_path / "t.json")]) == 0
     record = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    # --neighbours 30 of 5 en and 4 de train captions: all of them, said (it was passed over in silence)
+    assert record["neighbours"] == 30 and record["neighbours_used"] == {"de": 4, "en": 5}
+    out = capsys.readouterr().out
+    assert f"note: --neighbours 30: {tmp_path / 'train'} has 4 de captions; using 4" in out
+    assert "captions" in out.splitlines()[2]
     assert set(record["scores"]) == {"de", "en"} and record["scores"]["en"]["n_images"] == 4
     assert record["baseline_tags"]["en"][0] == "dog"  # the most frequent content word of the train captions
     for scores in record["scores"].values():
         for model in ("captions", "xtd10", "frequency"):
             assert 0.0 <= scores[model]["lo"] <= scores[model]["value"] <= scores[model]["hi"] <= 1.0
-    assert "captions" in capsys.readouterr().out.splitlines()[0]
     assert main(["tag-eval", *common, "--langs", "fr"]) == 2
     assert "no captions" in capsys.readouterr().err
     same = [*common[:4], "--vocab-from", str(tmp_path / "test"), *common[6:]]

@@ -63,6 +63,9 @@ def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
     for w1, w2, bad in ((math.nan, 0.35, "w1 nan"), (0.65, math.inf, "w2 inf"), (-1.0, 0.35, "w1 -1.0")):
         with pytest.raises(UserError, match=f"^{bad}: expected a finite tag weight >= 0"):
             assign_target_tags(image, torch.tensor([[0]]), source, targets, w1=w1, w2=w2)
+    # both 0: every score 0, and the tags were the vocabulary's first lines
+    with pytest.raises(UserError, match=r"^w1 0.0, w2 0.0: every tag would score 0 \(eq. 5\); expected at least one"):
+        assign_target_tags(image, torch.tensor([[0]]), source, targets, w1=0.0, w2=0.0)
     with pytest.raises(UserError, match="target tag embeddings: 1 of 2 rows hold NaN or inf"):
         assign_target_tags(image, torch.tensor([[0]]), source, torch.tensor([SEASON, [math.nan, 0.0]]))
     with pytest.raises(UserError, match="caption embeddings: 1 of 2 rows hold NaN or inf"):
@@ -75,6 +78,10 @@ def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
         assert code == 2 and err.startswith("error: --w1 nan: expected a finite tag weight >= 0") and \
             err.count("\n") == 1, err
         assert not (tmp_path / "out").exists()
+        code = main([command, "--adapter", str(tmp_path / "ckpt"), *extra, "--w1", "0", "--w2", "0"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error: --w1 0.0, --w2 0.0: every tag would score 0") and \
+            err.count("\n") == 1, err
 
 
 def _reference_eq5(image, source_rows, source_emb, target_emb, w1, w2):
@@ -126,6 +133,10 @@ def test_tag_vocabulary_file(tmp_path):
     (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(UserError, match=r"bad.txt:2: not UTF-8"):
         read_tag_vocabulary(tmp_path / "bad.txt")
+    (tmp_path / "tab.txt").write_text("Hund\nGras\tgrün\n", encoding="utf-8")  # was one tag, "Gras\tgrün"
+    with pytest.raises(UserError, match=r"^\S*tab.txt:2: the tag 'Gras\\tgrün' holds a tab; expected one tag per "
+                                        r"line$"):
+        read_tag_vocabulary(tmp_path / "tab.txt")
 
 
 def test_tag_images_maps_tags_through_the_embedding_function():
@@ -139,7 +150,7 @@ def test_tag_images_maps_tags_through_the_embedding_function():
     assert out == {"fr": [["printemps"], ["ressort"]], "de": [["Frühling"], ["Feder"]]}
 
 
-def test_tag_command_end_to_end(tmp_path, capsys):
+def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     """Real offline EfficientNet-Lite0 (features + ImageNet head), a chance-level text encoder."""
     cfg = ZeroShotConfig(text_encoder="random:16")
     torch.manual_seed(0)
@@ -168,6 +179,23 @@ def test_tag_command_end_to_end(tmp_path, capsys):
     assert main(["tag", "--adapter", str(tmp_path / "narrow"), "--images", str(tmp_path), "--vocab",
                  f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
     assert "adapter outputs 32-d features but image model efficientnet_lite0 gives 1280-d" in capsys.readouterr().err
+    # --source-tags above the classifier's 1,000 classes: all of them, said; cs, which mUSE lacks, named as retrieval
+    # and tag-eval name it (a text encoder standing in for "use", whose languages are known)
+    from globetrotter.zeroshot.cli import tag as tag_cli
+
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="use"), tmp_path / "use")
+    monkeypatch.setattr(tag_cli, "embed_cached", lambda _spec, texts, *_a, **_k: np.stack(
+        [np.random.default_rng(sum(map(ord, t))).normal(size=16) for t in texts]).astype(np.float32))
+    assert main(["tag", "--adapter", str(tmp_path / "use"), "--images", str(tmp_path / "img0.png"), "--vocab",
+                 f"cs={tmp_path / 'de.txt'}", "--source-tags", "1001", "--json", str(tmp_path / "cs.json"),
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "note: --source-tags 1001: the image model's classifier has 1000 classes; using 1000" in out
+    assert "note: the text encoder 'use' was not trained on cs" in out
+    record = json.loads((tmp_path / "cs.json").read_text(encoding="utf-8"))
+    assert record["source_tags"] == 1000 and record["languages_the_text_encoder_lacks"] == ["cs"]
+    entry = record["images"][0]
+    assert len(entry["source"]) == len(set(imagenet_class_names())) and len(entry["tags"]["cs"]) == len(vocab)
     # counts must be positive (--limit -1 silently dropped the last image, --source-tags -1 crashed)
     for option in ("--source-tags", "--limit"):
         with pytest.raises(SystemExit) as exit_info:
@@ -181,3 +209,48 @@ def test_classifier_hub_weights_need_online():
 
     with pytest.raises(UserError, match="--online"):
         load_imagenet_classifier("efficientnet_lite0", "hub", online=False)
+
+
+def test_a_damaged_cache_entry_is_computed_again_and_named(tmp_path, capsys):
+    """A .npy of the feature cache cut short was a ValueError traceback that did not name the file."""
+    from globetrotter.zeroshot.data import embed_cached, image_extractor
+
+    texts = ["ein Hund", "eine Katze", "ein Hund"]
+    first = embed_cached("random:8", texts, tmp_path / "cache", progress=False)
+    for i, colour in enumerate([(200, 30, 30), (20, 120, 220)]):
+        Image.new("RGB", (64, 64), colour).save(tmp_path / f"img{i}.png")
+    images = [str(tmp_path / f"img{i}.png") for i in range(2)]
+    extractor = image_extractor("efficientnet_lite0", cache_dir=tmp_path / "cache", progress=False)
+    feats = extractor.extract(images)
+    capsys.readouterr()
+    for kind, again in (("text", lambda: embed_cached("random:8", texts, tmp_path / "cache", progress=False)),
+                        ("images", lambda: image_extractor("efficientnet_lite0", cache_dir=tmp_path / "cache",
+                                                           progress=False).extract(images))):
+        (entry,) = (tmp_path / "cache" / kind).glob("*.npy")
+        for damage in (lambda b: b[: len(b) // 2], lambda b: b"not an array"):
+            entry.write_bytes(damage(entry.read_bytes()))
+            got = again()
+            err = capsys.readouterr().err
+            assert err.startswith(f"note: {entry}: unreadable cache entry (") and \
+                err.endswith("); computing it again\n") and err.count("\n") == 1, err
+            np.testing.assert_allclose(got, first if kind == "text" else feats, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(np.load(entry), got)  # written again, whole
+        again()
+        assert capsys.readouterr().err == ""  # read from the cache again, in silence
+
+
+def test_tag_messages_blame_the_flag_at_fault(tmp_path, capsys):
+    """--vocab de=a --vocab de=b said "name each one with NAME=" (--adapter's advice); --vocab-size 3 below --k 5
+    was blamed on the --vocab-from split, after its features were computed."""
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("Hund\n", encoding="utf-8")
+    assert main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'a.txt'}", "--vocab", f"de={tmp_path / 'b.txt'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--vocab: language 'de' given twice ({tmp_path / 'a.txt'} and {tmp_path / 'b.txt'}); give one " \
+           "vocabulary file per language" in err and err.count("\n") == 1, err
+    assert main(["tag-eval", "--adapter", str(tmp_path / "none"), "--test", "t", "--vocab-from", "v",
+                 "--vocab-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--vocab-size 3: fewer candidate tags than --k (5) tags per image; raise --vocab-size or lower --k" in err
+    assert err.count("\n") == 1, err

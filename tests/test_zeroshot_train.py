@@ -344,6 +344,16 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
         assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "bad"), *common]) == 2
         err = capsys.readouterr().err.strip()
         assert f"bad/{name}: " in err and len(err.splitlines()) == 1, err
+    # weights of another shape than meta.json describes: torch's first mismatch is named, not only its heading
+    shutil.rmtree(tmp_path / "bad")
+    shutil.copytree(tmp_path / "ok", tmp_path / "bad")
+    meta = json.loads((tmp_path / "bad" / "meta.json").read_text())
+    (tmp_path / "bad" / "meta.json").write_text(json.dumps({**meta, "hidden_dims": [9]}))
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "bad"), *common]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad/adapter.safetensors: does not load into the adapter its meta.json describes (Error(s) in loading " \
+           "state_dict for TextToImageAdapter: size mismatch for blocks.0.0.weight: copying a param with shape " \
+           "torch.Size([8, 16])" in err and len(err.splitlines()) == 1, err
     # a val split of other image features: refused before training, not after an epoch
     _write_split(tmp_path, "val6", np.ones((6, 6), dtype=np.float32), [(f"caption {r}", "en", r) for r in range(6)])
     assert main(["train", "--train", str(tmp_path / "test"), "--val", str(tmp_path / "val6"), "--val-k", "5", "--out",
@@ -477,7 +487,7 @@ def test_online_reaches_the_text_encoder(tmp_path, monkeypatch):
     save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
     for flags, cache in (([], "c1"), (["--online"], "c2")):
         assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--no-progress",
-                     "--cache-dir", str(tmp_path / cache), *flags]) == 0
+                     "--cache-dir", str(tmp_path / cache), "--ks", "1", *flags]) == 0
     assert calls == [False, True]
 
 
@@ -517,3 +527,63 @@ def test_a_language_given_twice_in_langs_is_refused_not_merged(capsys):
             main([*command, "--langs", "en,de,en"])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "en given twice in 'en,de,en'; expected each language once" in err
+
+
+def test_train_keeps_an_adapter_already_in_out_unless_overwrite(tmp_path, capsys):
+    """`train --out runs/x` replaced the adapter already in runs/x in silence."""
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(6, dtype=np.float32)
+    _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
+    out = tmp_path / "ckpt"
+    argv = ["train", "--train", str(tmp_path / "train"), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+            "--no-progress", "text_encoder=random:6", "optim.epochs=1", "adapter.hidden_dims=[8]"]
+    assert main(argv) == 0
+    assert "trained patr adapter (residual, 3 blocks) on 6 en captions" in capsys.readouterr().err
+    before = (out / "meta.json").read_bytes()
+    assert main([*argv, "optim.epochs=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: already holds an adapter (adapter.safetensors); pass --overwrite to replace it" in err
+    assert err.count("\n") == 1 and (out / "meta.json").read_bytes() == before
+    assert main(["train", "--overwrite", *argv[1:], "optim.epochs=2", "adapter.dropout=[0.1]"]) == 0
+    history = json.loads((out / "meta.json").read_text())["history"]
+    assert len(history["loss"]) == 2
+    # adapter.dropout is one rate per block: [0.1] is a 1-block adapter, and the summary line says so
+    err = capsys.readouterr().err
+    assert "adapter (residual, 1 block) on" in err
+    # meta.json counts the epoch kept from 1, as the summary line does (it said 1 where the line said 2/2)
+    assert "best epoch 2/2;" in err and history["best_epoch"] == 2
+    # the weights file is as readable as the other files (a temporary file moved into place left it 0600)
+    modes = {name: (out / name).stat().st_mode & 0o777 for name in ("adapter.safetensors", "config.yaml", "meta.json")}
+    assert len(set(modes.values())) == 1, modes
+    from globetrotter.zeroshot.adapter import ResidualBlock
+
+    assert sum(isinstance(m, ResidualBlock) for m in load_adapter(out)[0].modules()) == 1
+
+
+def test_retrieval_refuses_a_k_of_at_least_the_images_and_an_unwritable_json_first(tmp_path, capsys):
+    """--ks 500 over 12 images printed Recall@500 = 1.000; a --json naming a folder lost the record after the work."""
+    from globetrotter.zeroshot.cli import main
+
+    rng = np.random.default_rng(0)
+    _write_split(tmp_path, "test", rng.normal(size=(12, 4)).astype(np.float32),
+                 [(f"en {r}", "en", r) for r in range(12)])
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    argv = ["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]
+    for ks in ("1,12", "500"):
+        assert main([*argv, "--ks", ks]) == 2
+        err = capsys.readouterr().err
+        k = max(map(int, ks.split(",")))
+        assert f"test: 12 image(s), not more than the largest K ({k}): Recall@{k} would be 1 for any adapter; " \
+               "lower --ks" in err and err.count("\n") == 1, err
+    assert main([*argv, "--ks", "1,11"]) == 0
+    capsys.readouterr()
+    (tmp_path / "folder").mkdir()
+    for command in (["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "a")],
+                    ["tag-eval", "--adapter", str(tmp_path / "a"), "--test", str(tmp_path / "nope"), "--vocab-from",
+                     "v"],
+                    ["tag", "--adapter", str(tmp_path / "a"), "--images", str(tmp_path / "nope"), "--vocab", "de=v"]):
+        assert main([*command, "--json", str(tmp_path / "folder")]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'folder'}: cannot write the JSON record (is a directory)" in err, err

@@ -230,7 +230,8 @@ def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
         (["--lr", "0"], "lr must be > 0"),
         (["--beta", "-1"], "beta must be >= 0"),
         (["--beta", "nan"], "beta must be >= 0 and finite, got nan"),  # NaN losses, silently
-        (["--margin", "nan"], "margin must be a finite number, got nan"),
+        (["--margin", "nan"], "margin must be >= 0 and finite, got nan"),
+        (["--margin", "-1"], "margin must be >= 0 and finite, got -1.0"),  # was trained with, in silence
         (["--lr", "inf"], "lr must be > 0 and finite, got inf"),
     ],
 )
@@ -323,3 +324,120 @@ def test_case_study_splits_documents_and_summarises_pairs():
         case_study_configs(lr=0)
     results = {"frozen": {"pairs": {"en->de": {"bkr@5": 0.2}, "de->en": {"bkr@5": 0.6}, "en->fr": {}}}}
     assert pair_summary(results, 5) == {"frozen": pytest.approx({"mean": 0.4, "min": 0.2, "max": 0.6, "std": 0.2})}
+
+
+def _triplet_args(docs, spec, tmp_path, out="run", *extra, ks="1,5"):
+    return ["triplet", "--docs", *map(str, docs if isinstance(docs, list) else [docs]), "--text-encoder", spec,
+            "--out", str(tmp_path / out), "--epochs", "2", "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8",
+            "--ks", ks, "--cache-dir", str(tmp_path / "cache"), "--no-progress", *extra]
+
+
+def test_a_language_with_too_few_images_is_left_out_of_the_mean(recipe_docs, tmp_path, capsys):
+    """One stray document in its own language gave klingon->en n_src 1 BkR 1.0 for every model, averaged in."""
+    docs, spec = recipe_docs
+    assert main(_triplet_args(docs, spec, tmp_path, "without")) == 0
+    capsys.readouterr()
+    np.save(tmp_path / "img" / "kl.npy", np.ones(12, np.float32))
+    stray = tmp_path / "stray.jsonl"
+    stray.write_text(json.dumps({"lang": "klingon", "title": "Soup #0", "body": "Boil (0)", "image": "img/kl.npy"})
+                     + "\n", encoding="utf-8")
+    assert main(_triplet_args([docs, stray], spec, tmp_path, "with")) == 0
+    out = capsys.readouterr().out
+    assert "note: klingon: 1 evaluation image(s), not more than the largest K (5)" in out and "left out" in out
+    without, with_stray = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("without", "with"))
+    for name, res in with_stray["models"].items():
+        assert not any("klingon" in pair for pair in res["pairs"])
+        assert res["mean"] == pytest.approx(without["models"][name]["mean"])
+    assert with_stray["left_out"] == {"languages": {"klingon": 1}, "pairs": {}}
+    # the languages that stay must be 2: else the run is refused, naming each language's images
+    only = tmp_path / "only.jsonl"
+    only.write_text(docs.read_text(encoding="utf-8").replace('"lang": "es"', '"lang": "en"')
+                    .replace('"lang": "ru"', '"lang": "en"') + stray.read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(_triplet_args(only, spec, tmp_path, "never")) == 2
+    err = capsys.readouterr().err
+    assert "in at least 2 languages with more than 5 images each (the largest K), got en 36, klingon 1" in err
+    assert err.count("\n") == 1 and not (tmp_path / "never").exists()
+
+
+def test_pairs_whose_shared_images_leave_too_few_sources_are_left_out():
+    """Two languages showing the same images split them between the sides: 4 shared images give 2 per side."""
+    from backretrieval import BackRetrievalWarning
+    from backretrieval.pairs import evaluate_pairs
+
+    from globetrotter.zeroshot.case_study import drop_small_pairs
+
+    rng = np.random.default_rng(0)
+    langs = ["en"] * 4 + ["de"] * 4 + ["fr"] * 12
+    ids = [f"s{i}" for i in range(4)] * 2 + [f"f{i}" for i in range(12)]
+    feats = {i: rng.normal(size=6) for i in set(ids)}
+    image_feats = np.stack([feats[i] for i in ids]).astype(np.float32)
+    texts = (image_feats @ rng.normal(size=(6, 8)) + 0.1 * rng.normal(size=(20, 8))).astype(np.float32)
+    with pytest.warns(BackRetrievalWarning, match="2 distinct source images"):  # the metric says it too
+        results = {name: evaluate_pairs(texts, langs, image_feats, ids, ks=(1, 3), with_corr=False) for name in "ab"}
+    assert results["a"]["pairs"]["en->de"]["n_src"] == 2
+    assert drop_small_pairs(results, 3) == {"de->en": 2, "en->de": 2}
+    for res in results.values():
+        assert set(res["pairs"]) == {"de->fr", "en->fr", "fr->de", "fr->en"}
+        assert res["mean"]["bkr@3"] == pytest.approx(np.mean([p["bkr@3"] for p in res["pairs"].values()]))
+    with pytest.raises(UserError, match="every language pair has at most 20 source documents"):
+        drop_small_pairs(results, 20)
+
+
+def test_triplet_command_refuses_upper_case_codes_repeated_files_and_a_small_max_per_lang(recipe_docs, tmp_path,
+                                                                                          capsys):
+    """"EN" and "en" were two languages; --docs d.jsonl d.jsonl read every document twice; --max-per-lang 3 with K 5
+    made every pair's BkR@5 1."""
+    docs, spec = recipe_docs
+    lines = docs.read_text(encoding="utf-8").splitlines()
+    upper = tmp_path / "upper.jsonl"
+    upper.write_text("\n".join([*lines[:2], lines[2].replace('"lang": "en"', '"lang": "EN"'), *lines[3:]]) + "\n",
+                     encoding="utf-8")
+    assert '"EN"' in upper.read_text(encoding="utf-8")
+    for args, message in [(_triplet_args(upper, spec, tmp_path), "upper.jsonl:3: key 'lang' 'EN' is not a lowercase "
+                                                                   "language code; write 'en'"),
+                          (_triplet_args([docs, docs], spec, tmp_path), f"--docs: {docs} given twice; expected each "
+                                                                        "documents file once"),
+                          (_triplet_args([docs, tmp_path / "img" / ".." / docs.name], spec, tmp_path),
+                           f"--docs: {docs} and {tmp_path / 'img' / '..' / docs.name} are one file"),
+                          (_triplet_args(docs, spec, tmp_path, "run", "--max-per-lang", "5"),
+                           "--max-per-lang 5: not more than the largest K (5): BackRetrieval Recall@5 of every pair "
+                           "would be 1 for any model")]:
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_triplet_command_keeps_the_results_in_out_unless_overwrite(recipe_docs, tmp_path, capsys):
+    docs, spec = recipe_docs
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text("{}")
+    assert main(_triplet_args(docs, spec, tmp_path)) == 2
+    assert f"{tmp_path / 'run'}: already holds a case study (results.json); pass --overwrite to replace it" in \
+        capsys.readouterr().err
+    assert (tmp_path / "run" / "results.json").read_text() == "{}"
+    assert main(_triplet_args(docs, spec, tmp_path, "run", "--overwrite")) == 0
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["n_eval"] == 36
+
+
+def test_triplet_command_leaves_out_pairs_that_shared_images_make_too_small(recipe_docs, tmp_path, capsys):
+    """en and es documents showing the same 12 pictures keep 6 a side: at K 6 their pairs are left out, said."""
+    docs, spec = recipe_docs
+    shared = tmp_path / "shared.jsonl"
+    lines = [json.loads(line) for line in docs.read_text(encoding="utf-8").splitlines()]
+    for obj in lines:
+        if obj["lang"] == "es" and "image" in obj:
+            obj["image"] = obj["image"].replace("-es-", "-en-")
+    shared.write_text("".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in lines), encoding="utf-8")
+    assert main(_triplet_args(shared, spec, tmp_path, ks="1,6")) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.out.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {pair}: 6 source document(s) once shared images are split between the sides, not more "
+                     "than the largest K (6): left out" for pair in ("en->es", "es->en")]
+    # the metric's own warning, one line each (not Python's two-line form)
+    warned = captured.err.splitlines()[:-1]  # the last: "wrote .../results.json"
+    assert len(warned) == 6 and all(line.startswith("warning: bkr_recall: 6 distinct source images, not more than "
+                                                    "the largest K (6)") for line in warned)  # 2 pairs x 3 models
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["left_out"] == {"languages": {}, "pairs": {"en->es": 6, "es->en": 6}}
+    assert set(record["models"]["frozen"]["pairs"]) == {"en->ru", "es->ru", "ru->en", "ru->es"}

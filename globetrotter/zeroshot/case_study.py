@@ -47,6 +47,49 @@ def split_documents(docs: Sequence[Document], where: object = "documents") -> tu
     return train, evaluate
 
 
+def languages_with_enough_images(
+    docs: Sequence[Document], k: int, where: object = "documents"
+) -> tuple[list[Document], dict[str, int]]:
+    """The evaluation documents ``docs`` of the languages with more than ``k`` distinct images (the largest K), and
+    ``{language: its number of distinct images}`` of the languages left out.
+
+    BackRetrieval ranks a query's own image among the images of the query's language: with at most ``k`` of them
+    Recall@``k`` is 1 for any model, and as the other side of a pair so few documents give every query the same
+    few targets. Such a language (one stray document) is left out with all its pairs rather than entering the
+    mean; fewer than 2 languages left is a one-line error naming ``where`` and every language's count."""
+    counts = {lang: len({d.image for d in docs if d.lang == lang}) for lang in sorted({d.lang for d in docs})}
+    left_out = {lang: n for lang, n in counts.items() if n <= k}
+    if len(counts) - len(left_out) < 2:
+        found = ", ".join(f"{lang} {n}" for lang, n in counts.items())
+        raise UserError(f"{where}: need documents with images in at least 2 languages with more than {k} images each "
+                        f"(the largest K), got {found}; add documents or lower --ks")
+    return [d for d in docs if d.lang not in left_out], left_out
+
+
+def drop_small_pairs(results: dict[str, dict], k: int) -> dict[str, int]:
+    """Leave out of every representation's :func:`run_case_study` result the language pairs with at most ``k``
+    source documents (two languages that share images split them between the sides, so a pair can hold fewer
+    than its languages do): their Recall@``k`` is 1 for any model. Their ``mean`` is recomputed over the pairs
+    kept. Returns ``{pair: its source documents}`` of those left out; none kept is a one-line error."""
+    first = next(iter(results.values()))
+    small = {pair: entry["n_src"] for pair, entry in first["pairs"].items() if entry["n_src"] <= k}
+    if not small:
+        return {}
+    if len(small) == len(first["pairs"]):
+        raise UserError(f"every language pair has at most {k} source documents (the largest K) once the images "
+                        f"the languages share are split between the sides; add documents or lower --ks")
+    for res in results.values():
+        names = list(res["langs"])
+        for pair in small:
+            del res["pairs"][pair]
+            a, b = pair.split("->")
+            for matrix in res["matrix"].values():
+                matrix[names.index(a), names.index(b)] = np.nan
+        res["mean"] = {m: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+                       for m, v in res["matrix"].items()}
+    return small
+
+
 def precomputed_images(docs: Sequence[Document], where: object = "documents") -> bool:
     """Whether the images of ``docs`` are precomputed ``.npy`` feature vectors (all of them) rather than image
     files (none of them); a mix is a one-line error."""
@@ -104,7 +147,7 @@ def run_case_study(
 
     ``embed`` gives the frozen text embeddings ``[n, D]``. Returns the
     :func:`~backretrieval.pairs.evaluate_pairs` result of each representation (``mean``, ``pairs``) and each
-    adapter's training history (its config, train and validation losses, the epoch kept).
+    adapter's training history (its config, train and validation losses, the epoch kept, counted from 1).
     """
     docs = [*train_docs, *eval_docs]
     title, body = embed([d.title for d in docs]), embed([d.body for d in docs])
@@ -117,7 +160,7 @@ def run_case_study(
         model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress)
         representations[name] = model.represent(title[n_train:], body[n_train:])
         histories[name] = {"config": to_dict(config), "train": history.train, "val": history.val,
-                           "best_epoch": history.best_epoch}
+                           "best_epoch": history.best_epoch + 1}  # counted from 1, as meta.json's
     doc_langs = [d.lang for d in eval_docs]
     image_ids = [d.image for d in eval_docs]
     results = {

@@ -14,6 +14,8 @@ from typing import Literal
 class AdapterConfig:
     """The adapter (adapter.py): its form, widths and dropout.
 
+    ``dropout`` is a list of one rate per block: its length is the number of blocks (``[0.1]`` builds one block,
+    the default ``[0.1, 0.1, 0.1]`` three; a single number is refused).
     ``residual``: one width (``hidden_dims: [W]``) and one pre-norm residual MLP block per ``dropout`` rate.
     ``xtd10`` (XTD10 3.1): FC -> dropout -> ReLU -> L2-norm blocks of widths ``hidden_dims`` and the image-feature
     size, one ``dropout`` rate per block (the paper: ``hidden_dims: [1024, 2048]``, ``dropout: [0.2, 0.1, 0.0]``).
@@ -21,7 +23,8 @@ class AdapterConfig:
 
     form: Literal["residual", "xtd10"] = "residual"
     hidden_dims: list[int] = field(default_factory=lambda: [1024])
-    dropout: list[float] = field(default_factory=lambda: [0.1, 0.1, 0.1])  # one rate per block
+    # one rate per block, so its length is the number of blocks: [0.1] builds a 1-block adapter
+    dropout: list[float] = field(default_factory=lambda: [0.1, 0.1, 0.1])
     # fixed multiplier of the output (adapter.py). null: 1 for residual; for xtd10, or with normalize_output,
     # the mean L2 norm of the training images' features (1.0 = the paper literally)
     output_scale: float | None = None

@@ -183,15 +183,17 @@ def split_recall(
     where: str = "test split",
     adapter_name: str = "adapter",
     n_boot: int = 1000,
+    remedy: str = "lower --ks",
 ) -> dict:
     """Text->image Recall@K of ``adapter`` in each language of a test split (XTD10 Tables 2 and 3).
 
     The queries of a language are one caption per image, its first (as XTD10 and Multi30K count), or every
     caption with ``all_captions``; the gallery is every image of the split. ``langs`` defaults to all of the
     split's; one without a caption, or features that do not fit the adapter, are one-line errors naming the
-    split (``where``) and the adapter (``adapter_name``). Returns ``{"metrics": {lang: {"image_retrieval_recall@K":
-    r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap interval}}, "n_queries":
-    {lang: n}, "n_images": M}``.
+    split (``where``) and the adapter (``adapter_name``); so is a gallery of at most the largest K images, where
+    Recall@K is 1 for any adapter (``remedy`` says what to do). Returns ``{"metrics": {lang:
+    {"image_retrieval_recall@K": r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap
+    interval}}, "n_queries": {lang: n}, "n_images": M}``.
     """
     present = sorted(set(test.langs.tolist()))
     rows = {lang: (test.rows(lang) if all_captions else test.first_per_image(lang)) for lang in langs or present}
@@ -199,6 +201,10 @@ def split_recall(
     if missing:
         raise UserError(f"{where}: no captions in {missing} (languages present: {present})")
     check_adapter_dims(adapter, test.text_features.shape[1], test.image_features.shape[1], f"{where} vs {adapter_name}")
+    n_images, k = len(test.image_keys), max(ks)
+    if n_images <= k:  # every rank is at most K: Recall@500 of 80 images was printed as 1.000
+        raise UserError(f"{where}: {n_images} image(s), not more than the largest K ({k}): Recall@{k} would be 1 for "
+                        f"any adapter; {remedy}")
     ranks = language_ranks(
         adapter,
         {lang: torch.from_numpy(test.text_features[r]) for lang, r in rows.items()},

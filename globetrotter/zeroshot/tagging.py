@@ -44,12 +44,16 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def check_tag_weights(w1: float, w2: float, names: tuple[str, str] = ("w1", "w2")) -> None:
-    """Refuse eq. 5 weights that are not finite numbers >= 0: a NaN weight made every score NaN and the tags
-    silently vanished. ``names`` name them in the message (the flags, on the command line)."""
+    """Refuse eq. 5 weights that are not finite numbers >= 0 (a NaN weight made every score NaN and the tags
+    silently vanished), or both 0 (every score 0). ``names`` name them in the message (the flags, on the command
+    line)."""
     for name, value in zip(names, (w1, w2)):
         if not (math.isfinite(value) and value >= 0):
             raise UserError(f"{name} {value}: expected a finite tag weight >= 0 (eq. 5; the paper's W1, W2 are "
                             f"{PAPER_W1}, {PAPER_W2})")
+    if w1 == 0 and w2 == 0:  # every score 0: the tags were the vocabulary's first lines, in file order
+        raise UserError(f"{names[0]} {w1}, {names[1]} {w2}: every tag would score 0 (eq. 5); expected at least one "
+                        f"weight > 0 (the paper's are {PAPER_W1}, {PAPER_W2})")
 
 
 def check_finite(what: str, embeddings: torch.Tensor) -> None:
@@ -106,7 +110,7 @@ def read_tag_vocabulary(path: str | Path) -> list[str]:
 
     Blank lines and lines starting with ``#`` are skipped; surrounding spaces are stripped;
     a repeated tag is kept once. A missing, unreadable or empty file is a one-line
-    :class:`UserError` naming the file (and the line for non-UTF-8 text).
+    :class:`UserError` naming the file (and the line for non-UTF-8 text or a tag holding a tab).
     """
     path = Path(path)
     if not path.is_file():
@@ -119,6 +123,8 @@ def read_tag_vocabulary(path: str | Path) -> list[str]:
             except UnicodeDecodeError:
                 raise UserError(f"{path}:{lineno}: not UTF-8 text") from None
             if line and not line.startswith("#"):
+                if "\t" in line:  # a table row pasted in became one tag, "Gras\tgrün"
+                    raise UserError(f"{path}:{lineno}: the tag {line!r} holds a tab; expected one tag per line")
                 tags.setdefault(line, None)
     if not tags:
         raise UserError(f"{path}: tag vocabulary is empty (expected one tag per line)")

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from globetrotter.config_io import from_dict, read_yaml, save_config
 from globetrotter.errors import UserError
+from globetrotter.weights_file import save_weights
 
 from .adapter import TextToImageAdapter
 from .config import ZeroShotConfig
@@ -35,7 +36,8 @@ WEIGHTS, CONFIG, META = "adapter.safetensors", "config.yaml", "meta.json"
 
 @dataclass
 class TrainHistory:
-    """Per-epoch training loss, optional validation score, throughput and the epoch kept."""
+    """Per-epoch training loss, optional validation score, throughput and the epoch kept (``best_epoch``, an index
+    of ``loss``; ``meta.json`` counts it from 1)."""
 
     loss: list[float] = field(default_factory=list)
     val: list[float] = field(default_factory=list)
@@ -201,7 +203,8 @@ def train_on_split(
 
     Returns the adapter and what its checkpoint's ``meta.json`` says of the training: ``n_captions``,
     ``n_images`` (the images those captions show) and ``history`` (losses, validation scores, the epoch
-    kept, throughput, the PATR margin and output scale used, ``train_s``)."""
+    kept, ``best_epoch``, counted from 1 as ``train`` prints it, throughput, the PATR margin and output scale used,
+    ``train_s``)."""
     start = time.perf_counter()
     adapter, history = train_adapter(
         torch.from_numpy(train.text_features[rows]),
@@ -216,7 +219,7 @@ def train_on_split(
     return adapter, {
         "n_captions": int(len(rows)),
         "n_images": int(len(np.unique(train.caption_image[rows]))),
-        "history": {"loss": history.loss, "val": history.val, "best_epoch": history.best_epoch,
+        "history": {"loss": history.loss, "val": history.val, "best_epoch": history.best_epoch + 1,
                     "samples_per_s": history.samples_per_s, "margin": history.margin,
                     "output_scale": history.output_scale, "train_s": elapsed},
     }
@@ -232,7 +235,7 @@ def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in adapter.state_dict().items()}
     tmp = out_dir / (WEIGHTS + ".tmp")
-    save_file(state, str(tmp))
+    save_weights(state, tmp)  # as the umask allows: safetensors writes 0600, the other files were 0644
     tmp.replace(out_dir / WEIGHTS)
     save_config(config, out_dir / CONFIG)
     info = {"form": adapter.form, "normalize_output": adapter.normalize_output, "text_dim": adapter.text_dim,
@@ -263,7 +266,9 @@ def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, 
     try:
         adapter.load_state_dict(load_file(str(path / WEIGHTS)))
     except Exception as err:  # noqa: BLE001 - a damaged file (SafetensorError) or another architecture (RuntimeError)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()] or [type(err).__name__]
+        # torch's "Error(s) in loading state_dict for TextToImageAdapter:" says what only on its next line
+        first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
         raise UserError(f"{path / WEIGHTS}: does not load into the adapter its meta.json describes ({first})") from None
     adapter.eval()
     return adapter, config, meta

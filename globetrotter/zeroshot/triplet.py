@@ -53,7 +53,8 @@ def read_documents(path: str | Path) -> list[Document]:
     """Read a JSONL file of documents (see the module docstring for the fields).
 
     Image paths are resolved relative to the file's folder. Any malformed line, missing
-    or non-string field is a one-line :class:`UserError` naming ``file:line`` and the key.
+    or non-string field, or a ``lang`` that is not a lowercase code (``"EN"`` would be another
+    language than ``"en"``) is a one-line :class:`UserError` naming ``file:line`` and the key.
     """
     path = Path(path)
     if not path.is_file():
@@ -77,6 +78,10 @@ def read_documents(path: str | Path) -> list[Document]:
             for key in ("lang", "title", "body"):
                 if not isinstance(obj.get(key), str) or not obj[key].strip():
                     raise UserError(f"{where}: key '{key}' must be a non-empty string")
+            lang = obj["lang"]
+            if lang != lang.strip().lower():  # "EN" next to "en" made two languages of one
+                raise UserError(f"{where}: key 'lang' {lang!r} is not a lowercase language code; write "
+                                f"{lang.strip().lower()!r}")
             image = obj.get("image")
             if image is not None:
                 if not isinstance(image, str) or not image:
@@ -232,8 +237,8 @@ class TripletConfig:
             raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
         if not (math.isfinite(self.beta) and self.beta >= 0):
             raise ValueError(f"beta must be >= 0 and finite, got {self.beta}")
-        if not math.isfinite(self.margin):
-            raise ValueError(f"margin must be a finite number, got {self.margin}")
+        if not (math.isfinite(self.margin) and self.margin >= 0):  # < 0: the own title may be farther than another
+            raise ValueError(f"margin must be >= 0 and finite, got {self.margin}")
 
 
 TRIPLET = TripletConfig()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from backretrieval.errors import BackRetrievalError
+from backretrieval.errors import BackRetrievalError, one_line_warnings
 from globetrotter.errors import UserError, run_cli
 
 from . import retrieval, tag, tag_eval, train, triplet
@@ -44,7 +44,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
     try:
-        return args.func(args)
+        with one_line_warnings():  # the metric's warnings (a K not below a pair's images) as one 'warning:' line
+            return args.func(args)
     except BackRetrievalError as err:  # the metric package's one-line user errors
         raise UserError(str(err)) from None
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from backretrieval.errors import BackRetrievalError
+from backretrieval.files import writable_file
 
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import UserError
@@ -63,6 +65,16 @@ def _jsonable(obj):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def check_json(path: str | Path | None) -> None:
+    """Refuse a ``--json`` FILE that could not be written (a folder, a file in the way) before any work: it was
+    found out once the work was done, and the record lost."""
+    if path:
+        try:
+            writable_file(path, "the JSON record")
+        except BackRetrievalError as err:
+            raise UserError(str(err)) from None
 
 
 def write_json(record: dict, path: str | Path | None) -> None:

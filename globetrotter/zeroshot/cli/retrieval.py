@@ -9,7 +9,7 @@ from globetrotter.argtypes import distinct_names, named_path
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
-from .common import formatter, ks, langs, write_json
+from .common import check_json, formatter, ks, langs, write_json
 
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is
@@ -24,6 +24,7 @@ Multi30K do; --all-captions uses every caption.
 
 
 def run(args: argparse.Namespace) -> int:
+    check_json(args.json)
     progress = not args.no_progress
     record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "ks": args.ks,
                     "queries": "all captions" if args.all_captions else "first caption per image and language",

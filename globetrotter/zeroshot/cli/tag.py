@@ -8,11 +8,11 @@ import torch
 from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
-from ..data import default_image_weights, embed_cached, image_extractor
+from ..data import default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks
 from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
-from .common import formatter, write_json
+from .common import check_json, formatter, write_json
 
 TAG_HELP = """\
 Zero-shot multilingual image tagging (XTD10 paper 3.3.2). The English source tags of an image
@@ -33,10 +33,11 @@ def vocab(value: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
+    check_json(args.json)
     progress = not args.no_progress
-    adapter, config, _ = load_adapter(args.adapter)
-    vocab_files = distinct_names(args.vocab, "--vocab")
+    vocab_files = distinct_names(args.vocab, "--vocab", "language", "give one vocabulary file per language")
     vocabularies = {lang: read_tag_vocabulary(path) for lang, path in vocab_files.items()}
+    adapter, config, _ = load_adapter(args.adapter)
     paths = image_files(args.images)
     if args.limit:
         paths = paths[: args.limit]
@@ -48,11 +49,18 @@ def run(args: argparse.Namespace) -> int:
                         f"{config.image_encoder} gives {feats.shape[1]}-d ones (trained on other image features?)")
     weights = config.image_weights or default_image_weights(config.image_encoder)
     head = load_imagenet_classifier(config.image_encoder, weights, online=args.online)
+    source_tags = min(args.source_tags, head.out_features)
+    if source_tags < args.source_tags:  # the top-K of 1,000 classes is all of them: said, not passed over
+        print(f"note: --source-tags {args.source_tags}: the image model's classifier has {head.out_features} "
+              f"classes; using {source_tags}")
+    lacks = languages_the_encoder_lacks(config.text_encoder, list(vocabularies))
+    if lacks:  # as retrieval and tag-eval say it
+        print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
         return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
 
-    tagged = tag_image_features(adapter, feats, head, embed_texts, vocabularies, args.source_tags, args.w1, args.w2)
+    tagged = tag_image_features(adapter, feats, head, embed_texts, vocabularies, source_tags, args.w1, args.w2)
     images = []
     for path, entry in zip(paths, tagged):
         images.append({"image": str(path), **entry})
@@ -61,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         for lang in vocabularies:
             print(f"  {lang}: {', '.join(entry['tags'][lang])}")
     record = {"task": "zeroshot_tagging", "adapter": str(args.adapter), "text_encoder": config.text_encoder,
-              "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": args.source_tags,
-              "vocabularies": vocab_files, "images": images}
+              "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": source_tags,
+              "vocabularies": vocab_files, "languages_the_text_encoder_lacks": lacks, "images": images}
     write_json(record, args.json)
     return 0
 

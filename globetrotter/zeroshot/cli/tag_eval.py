@@ -17,7 +17,7 @@ from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
 from ..train import load_adapter
-from .common import formatter, langs, write_json
+from .common import check_json, formatter, langs, write_json
 
 TAG_EVAL_HELP = """\
 Measure multilingual image tagging (XTD10 3.3.2) on a split's held-out captions. The true tags
@@ -35,6 +35,10 @@ Needs the optional packages spacy (stop-word lists) and jieba: pip install 'glob
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
+    check_json(args.json)
+    if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
+        raise UserError(f"--vocab-size {args.vocab_size}: fewer candidate tags than --k ({args.k}) tags per image; "
+                        f"raise --vocab-size or lower --k")
     progress = not args.no_progress
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
@@ -55,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
     for lang in codes:
         if len(vocabularies[lang]) < args.k:
             raise UserError(f"{args.vocab_from}: fewer than {args.k} content words in {lang!r} to tag with")
+    neighbours = {lang: min(args.neighbours, len(captions[lang])) for lang in codes}
+    for lang, n in neighbours.items():  # the nearest N of fewer captions are all of them: said, not passed over
+        if n < args.neighbours:
+            print(f"note: --neighbours {args.neighbours}: {args.vocab_from} has {n} {lang} captions; using {n}")
     head = load_imagenet_classifier(config.image_encoder, config.image_weights or
                                     default_image_weights(config.image_encoder), online=args.online)
 
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     def by_captions(features: torch.Tensor, lang: str) -> list[list[str]]:
         words = [content_words(c, lang) for c in captions[lang]]
-        return caption_transfer_tags(features, adapter.embed(embed_texts(captions[lang])), words, args.neighbours,
+        return caption_transfer_tags(features, adapter.embed(embed_texts(captions[lang])), words, neighbours[lang],
                                      args.k)
 
     def by_eq5(features: torch.Tensor, lang: str) -> list[list[str]]:
@@ -85,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
     record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": str(args.test),
               "vocab_from": str(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
-              "neighbours": args.neighbours, "w1": args.w1, "w2": args.w2, "min_share": args.min_share,
-              "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
+              "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
+              "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}
     write_json(record, args.json)
     return 0

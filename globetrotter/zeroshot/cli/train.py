@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from globetrotter.argtypes import positive_int
 from globetrotter.config_io import load_config
@@ -10,13 +11,16 @@ from globetrotter.errors import UserError
 
 from ..config import ZeroShotConfig
 from ..data import image_extractor, load_split_features
-from ..train import save_adapter, train_on_split, train_rows, validation_recall
+from ..train import CONFIG, META, WEIGHTS, save_adapter, train_on_split, train_rows, validation_recall
 from .common import check_out_dir, formatter, make_out_dir
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(ZeroShotConfig, args.config, args.overrides)
     check_out_dir(args.out)  # created only once training is done: a refused run leaves no folder
+    held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
+    if held and not args.overwrite:  # checked before training: the adapter there was replaced in silence
+        raise UserError(f"{args.out}: already holds an adapter ({held[0]}); pass --overwrite to replace it")
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -39,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
     history = meta["history"]
-    print(f"trained {config.loss.name} adapter on {meta['n_captions']} {'/'.join(config.train_langs)} captions of "
-          f"{meta['n_images']} images in {history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
-          f"best epoch {history['best_epoch'] + 1}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
+    blocks = len(config.adapter.dropout)  # one block per rate: adapter.dropout=[0.1] is a 1-block adapter
+    print(f"trained {config.loss.name} adapter ({config.adapter.form}, {blocks} block{'s' * (blocks != 1)}) on "
+          f"{meta['n_captions']} {'/'.join(config.train_langs)} captions of {meta['n_images']} images in "
+          f"{history['train_s']:.0f} s ({history['samples_per_s']:.0f} samples/s); "
+          f"best epoch {history['best_epoch']}/{config.optim.epochs}; saved to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -60,8 +66,10 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="K of the validation Recall@K (default 10)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
+    p.add_argument("--overwrite", action="store_true", help="replace the adapter already in --out")
     p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are this project's system, "
                    "configs/zeroshot/xtd10.yaml the paper's as described (docs/zeroshot.md)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]")
+                   help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]; "
+                        "adapter.dropout is one rate per block, so its length sets the number of blocks")
     p.set_defaults(func=run)

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
 from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
-from ..case_study import (case_study_configs, check_annotations, npy_image_features, pair_summary, precomputed_images,
-                          run_case_study, split_documents)
+from ..case_study import (case_study_configs, check_annotations, drop_small_pairs, languages_with_enough_images,
+                          npy_image_features, pair_summary, precomputed_images, run_case_study, split_documents)
 from ..data import embed_cached, image_extractor
 from ..triplet import read_documents
 from .common import check_out_dir, formatter, ks, make_out_dir, write_json
 
 DEFAULT_IMAGE_MODEL = "efficientnet_lite0"
+RESULTS = "results.json"
 
 TRIPLET_HELP = """\
 The BackRetrieval paper's case study (Fain et al. 2021, 3.2). Documents (JSONL: lang, title,
@@ -25,7 +27,9 @@ beta * the gap between mean distances to the K nearest titles of each other lang
 own language, beta 0.01, K 5). The documents WITH images then judge three representations
 (frozen: concat of the frozen title and body embeddings; triplet; tripletxl: concat of x_t and
 x_b) by BackRetrieval Recall@K for every ordered language pair; a box plot shows one point per
-pair per model (paper Fig. 3). An "image" ending in .npy is read as a precomputed feature vector.
+pair per model (paper Fig. 3). An "image" ending in .npy is read as a precomputed feature vector;
+a relative one is found from the JSONL file's folder. A language with at most K (the largest of
+--ks) evaluation images is left out with its pairs, in a printed note: its BkR@K would be 1.
 """
 
 
@@ -36,9 +40,26 @@ def run(args: argparse.Namespace) -> int:
     configs = case_study_configs(args.beta, hidden_dim=args.hidden_dim, out_dim=args.out_dim, margin=args.margin,
                                  k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
                                  val_fraction=args.val_fraction, seed=args.seed)
+    k = max(args.ks)
+    if args.max_per_lang is not None and args.max_per_lang <= k:
+        raise UserError(f"--max-per-lang {args.max_per_lang}: not more than the largest K ({k}): BackRetrieval "
+                        f"Recall@{k} of every pair would be 1 for any model; raise --max-per-lang or lower --ks")
     check_out_dir(args.out)  # created only once the case study has run: a refused run leaves no folder
+    if (Path(args.out) / RESULTS).exists() and not args.overwrite:
+        raise UserError(f"{args.out}: already holds a case study ({RESULTS}); pass --overwrite to replace it")
+    seen: dict[Path, str] = {}
+    for path in args.docs:  # the same file twice was read twice: each of its documents counted double
+        key = Path(path).resolve()
+        if key in seen:
+            one = f"{path} given twice" if seen[key] == path else f"{seen[key]} and {path} are one file"
+            raise UserError(f"--docs: {one}; expected each documents file once")
+        seen[key] = path
     docs = [d for path in args.docs for d in read_documents(path)]
     train_docs, eval_docs = split_documents(docs, args.docs)
+    eval_docs, small = languages_with_enough_images(eval_docs, k, args.docs)
+    for lang, n in small.items():
+        print(f"note: {lang}: {n} evaluation image(s), not more than the largest K ({k}): as a source its "
+              f"BackRetrieval Recall@{k} would be 1 for any model, so its language pairs are left out")
     check_annotations(args.annotate, eval_docs)
     npy = precomputed_images(eval_docs, args.docs)
     if npy:
@@ -58,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
                                         max_per_lang=args.max_per_lang, seed=args.seed, progress=progress)
-    out, k = make_out_dir(args.out), max(args.ks)
+    small_pairs = drop_small_pairs(results, k)
+    for pair, n in small_pairs.items():
+        print(f"note: {pair}: {n} source document(s) once shared images are split between the sides, not more than "
+              f"the largest K ({k}): left out")
+    out = make_out_dir(args.out)
     plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate)
     print(f"BackRetrieval R@{k} over {len(results['frozen']['pairs'])} language pairs "
           f"({len(train_docs)} training documents, {len(eval_docs)} evaluation documents):")
@@ -67,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
     record = {"task": "backretrieval_triplet", "docs": list(args.docs), "text_encoder": args.text_encoder,
               "image_model": None if npy else f"{args.image_model}:{args.image_weights or 'package'}",
               "n_train": len(train_docs), "n_eval": len(eval_docs), "ks": args.ks, "boxplot": str(plot),
-              "training": histories,
+              "training": histories, "left_out": {"languages": small, "pairs": small_pairs},
               "models": {name: {"mean": res["mean"], "pairs": res["pairs"]} for name, res in results.items()}}
-    write_json(record, out / "results.json")
+    write_json(record, out / RESULTS)
     return 0
 
 
@@ -81,6 +106,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        "triplet --docs recipes.jsonl --text-encoder use --out runs/triplet")
     p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: results.json and the box plot")
+    p.add_argument("--overwrite", action="store_true", help="replace the results.json already in --out")
     p.add_argument("--text-encoder", default="use", metavar="SPEC",
                    help="frozen text encoder: use | st:MODEL | npy:PATH | globetrotter:CKPT (default use)")
     p.add_argument("--image-model", default=None,
@@ -89,7 +115,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="for image files: package (offline EfficientNet-Lite0, default) | FILE | hub")
     p.add_argument("--hidden-dim", type=positive_int, default=300, help="first dense layer width (default 300)")
     p.add_argument("--out-dim", type=positive_int, default=300, help="output width of x_t and x_b (default 300)")
-    p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha (default 0.1)")
+    p.add_argument("--margin", type=float, default=0.1, help="eq. 1 margin alpha, >= 0 (default 0.1)")
     p.add_argument("--beta", type=float, default=0.01, help="eq. 2 beta of TripletXL (default 0.01)")
     p.add_argument("--k", type=positive_int, default=5, help="eq. 2 nearest neighbours per language (default 5)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
