@@ -265,6 +265,27 @@ def recorded_ks(path: PathLike, columns: int) -> tuple[int, ...] | None:
     return tuple(ks)
 
 
+def read_cache_entry(path: PathLike, rows: int) -> np.ndarray | None:
+    """The ``(rows, D)`` features cached at ``path``, or None when there is none, or it is damaged (cut short, not a
+    ``.npy`` array, another row count): then it is removed, to be computed and written again, and named in one
+    :class:`~backretrieval.errors.BackRetrievalWarning` (it was a traceback that did not name the file)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        cached = np.load(path, allow_pickle=False)
+        why = None if isinstance(cached, np.ndarray) else "an .npz archive, not a .npy array"
+        if why is None and (cached.ndim != 2 or len(cached) != rows):
+            why = f"an array of shape {cached.shape}, expected {rows} rows of features"
+    except (ValueError, OSError, EOFError) as err:
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if why is None:
+        return cached
+    warnings.warn(f"{path}: unreadable cache entry ({why}); computing it again", BackRetrievalWarning, stacklevel=2)
+    path.unlink(missing_ok=True)
+    return None
+
+
 def make_dir(path: PathLike, what: str) -> Path:
     """Create the folder ``path`` (and its parents); an OS error becomes a one-line user error."""
     path = Path(path)

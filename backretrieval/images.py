@@ -45,6 +45,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import BackRetrievalError, naming_flags, option
+from .files import read_cache_entry
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
@@ -352,10 +353,9 @@ class ImageFeatureExtractor:
         if ids is not None and len(ids) != len(images):
             raise BackRetrievalError(f"{len(ids)} image ids for {len(images)} images")
         path = self.cache_path(ids if ids is not None else default_image_ids(images)) if self.cache_dir else None
-        if path is not None and path.is_file():
-            feats = np.load(path)
-            if len(feats) == len(images):
-                return feats
+        cached = read_cache_entry(path, len(images)) if path is not None else None
+        if cached is not None:
+            return cached
         feats = self._compute(images)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -269,3 +269,27 @@ def test_the_documented_python_snippets_pass_g_and_run(tmp_path, monkeypatch, on
     for side in ("en", "de"):
         feats = np.load(tmp_path / f"{side}_img.npy")
         assert feats.shape == (2, 1280) and np.isfinite(feats).all()
+
+
+def test_a_damaged_cache_entry_is_named_removed_and_computed_again(tmp_path):
+    """A cache file cut short (a full disk, a copy interrupted) was a numpy traceback that named no file."""
+    import warnings
+
+    from backretrieval import BackRetrievalWarning
+    from backretrieval.files import read_cache_entry
+
+    entry = tmp_path / "g-abc.npy"
+    assert read_cache_entry(entry, 3) is None  # none yet: nothing said
+    np.save(entry, np.ones((3, 4), np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_cache_entry(entry, 3).shape == (3, 4)
+    for damage, why in ((lambda b: b[: len(b) // 2], "unreadable cache entry"),
+                        (lambda b: b"not an array", "unreadable cache entry"),
+                        (None, r"an array of shape \(3, 4\), expected 5 rows")):
+        np.save(entry, np.ones((3, 4), np.float32))
+        if damage is not None:
+            entry.write_bytes(damage(entry.read_bytes()))
+        with pytest.warns(BackRetrievalWarning, match=rf"{entry.name}: .*{why}"):
+            assert read_cache_entry(entry, 5 if damage is None else 3) is None
+        assert not entry.exists()  # removed: written again once computed

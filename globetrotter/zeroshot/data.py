@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +18,8 @@ import numpy as np
 
 from backretrieval.data import image_features, load_split
 from backretrieval.embedders import TextEmbedder, embed_texts, load_embedder
-from backretrieval.images import PACKAGE_MODELS, ImageFeatureExtractor, default_image_ids
+from backretrieval.files import read_cache_entry
+from backretrieval.images import PACKAGE_MODELS, ImageFeatureExtractor
 
 DEFAULT_CACHE = Path(os.environ.get("GLOBETROTTER_CACHE", "outputs/cache"))
 
@@ -80,47 +80,13 @@ def default_image_weights(model_name: str) -> str:
     return "package" if model_name in PACKAGE_MODELS else ""
 
 
-def read_cache(path: Path, rows: int) -> np.ndarray | None:
-    """The features cached at ``path`` when it holds a readable ``[rows, D]`` array, else None (to be computed).
-
-    A damaged entry (cut short, not a ``.npy`` array, another row count) is removed, so that it is computed and
-    written again, and named in one printed line: it was a traceback that did not name the file."""
-    if not path.is_file():
-        return None
-    try:
-        cached = np.load(path, allow_pickle=False)
-        why = None if isinstance(cached, np.ndarray) else "an .npz archive, not a .npy array"
-        if why is None and (cached.ndim != 2 or len(cached) != rows):
-            why = f"an array of shape {cached.shape}, expected {rows} rows of features"
-    except (ValueError, OSError, EOFError) as err:
-        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if why is None:
-        return cached
-    print(f"note: {path}: unreadable cache entry ({why}); computing it again", file=sys.stderr)
-    path.unlink(missing_ok=True)
-    return None
-
-
-class _CheckedCacheExtractor(ImageFeatureExtractor):
-    """:class:`ImageFeatureExtractor` whose damaged cache entry is computed again (:func:`read_cache`)."""
-
-    def extract(self, images, ids=None) -> np.ndarray:
-        images = list(images)
-        if self.cache_dir is not None and images and (ids is None or len(ids) == len(images)):
-            ids = list(ids) if ids is not None else default_image_ids(images)
-            cached = read_cache(self.cache_path(ids), len(images))
-            if cached is not None:
-                return cached
-        return super().extract(images, ids)
-
-
 def image_extractor(
     model_name: str, weights: str | None = None, cache_dir: str | Path | None = DEFAULT_CACHE,
     device: str = "cpu", batch_size: int = 32, progress: bool = True, online: bool = False,
 ) -> ImageFeatureExtractor:
     """The frozen image encoder: any timm model (pooled pre-logits features), cached under ``cache_dir`` (a damaged
-    cache entry is computed again: :func:`read_cache`)."""
-    return _CheckedCacheExtractor(
+    cache entry is computed again: :func:`backretrieval.files.read_cache_entry`)."""
+    return ImageFeatureExtractor(
         model_name, weights or default_image_weights(model_name), online=online, batch_size=batch_size,
         device=device, cache_dir=Path(cache_dir) / "images" if cache_dir else None, progress=progress,
     )
@@ -157,7 +123,7 @@ def embed_cached(
     if cache_dir:
         digest = hashlib.sha256("\x1e".join([key, *texts]).encode("utf-8")).hexdigest()[:20]
         path = Path(cache_dir) / "text" / f"text-{digest}.npy"
-        cached = read_cache(path, len(texts))
+        cached = read_cache_entry(path, len(texts))
         if cached is not None:
             return cached
     embedder = text_encoder
