@@ -334,6 +334,10 @@ def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_f
     test = ["sentence", "--split", str(tiny_world / "test"), "--out", str(out), "--n-groups", "12"]
     assert run(test + ["--model", str(tiny_run), "--name", "applied", "--ranking", str(path)]) == 0
     assert record(out, "sentence", "applied")["config"]["ranking_record"] == str(path)
+    # the same weights by their checkpoint folder (the run folder loads it): the choice applies
+    weights = record(out, "sentence", "applied")["model"]["checkpoint"]
+    assert Path(weights).parent.name == "checkpoints"
+    assert run(test + ["--model", weights, "--name", "by-checkpoint", "--ranking", str(path)]) == 0
     capsys.readouterr()
     changed = json.loads(path.read_text(encoding="utf-8"))
     changed["details"]["reference"]["sha256"] = "0" * 64  # as if the train split had been rebuilt since
@@ -638,6 +642,7 @@ def test_translate_applies_the_ranking_select_chose(tiny_run, tiny_world, tmp_pa
     other = tmp_path / "other.json"
     data = json.loads(path.read_text())
     data["model"]["path"] = str(tmp_path / "another-run")
+    data["model"]["checkpoint"] = str(tmp_path / "another-run" / "checkpoints" / "best")  # another model's weights
     other.write_text(json.dumps(data))
     assert run(argv + ["--from", "en", "--ranking", str(other)]) == 2
     assert "chose a ranking for" in capsys.readouterr().err

@@ -41,6 +41,23 @@ def test_hand_computed_image_to_text_misses_over_the_images_with_a_caption():
     # caption 1 finds image 2 first (0.8 > 0.6); captions 0 and 2 their own images
     assert res["image_retrieval_recall@1"] == pytest.approx(2 / 3) and res["image_retrieval_recall@2"] == 1.0
     assert res["chance_image_retrieval_recall@1"] == pytest.approx(1 / 4)
+    # image->text chance is over the 3 captioned images and the 3 captions: one caption each, 1 (or 2) of 3 drawn
+    assert res["chance_text_retrieval_recall@1"] == pytest.approx(1 / 3)
+    assert res["chance_text_retrieval_recall@2"] == pytest.approx(2 / 3)
+
+
+def test_image_to_text_chance_is_measured_by_captions_drawn_at_random():
+    """On a split where few images are captioned in a language (each image in one language), image->text ranks
+    only that language's captions: its chance is far above K / images (the command printed 1.7% for ~15%)."""
+    rng = np.random.default_rng(3)
+    images = rng.normal(size=(600, 8))
+    target = np.repeat(rng.choice(600, 67, replace=False), rng.integers(1, 4, 67))  # 67 images, 1-3 captions
+    res = retrieval_recall(rng.normal(size=(len(target), 8)), images, target, ks=(10,))
+    chance = res["chance_text_retrieval_recall@10"]
+    assert chance > 5 * res["chance_image_retrieval_recall@10"]
+    draws = [np.mean([np.isin(np.flatnonzero(target == i), rng.choice(len(target), 10, replace=False)).any()
+                      for i in np.unique(target)]) for _ in range(300)]  # K captions drawn at random
+    assert np.mean(draws) == pytest.approx(chance, abs=0.01)
 
 
 def test_random_embeddings_are_near_chance_and_per_language_means():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import hypergeom
 
 from .procrustes import knn, normalize_rows
 
@@ -29,7 +30,9 @@ def retrieval_recall(
     ``text_to_image`` (T,) the image row of each caption (an image may have several
     captions, or none). Returns ``image_retrieval_recall@K`` (over captions) and
     ``text_retrieval_recall@K`` (over images that have a caption), plus the chance
-    levels ``chance_image_retrieval_recall@K`` = K / I.
+    levels ``chance_image_retrieval_recall@K`` = K / I and ``chance_text_retrieval_recall@K``: the mean over those
+    images of the chance that K captions drawn at random hold one of the image's (its c of the T captions:
+    1 - C(T - c, K) / C(T, K)); on a split where few images have a caption in the language it is far above K / I.
     """
     text_emb, image_emb = normalize_rows(text_emb), normalize_rows(image_emb)
     target = np.asarray(text_to_image, dtype=np.int64).reshape(-1)
@@ -47,8 +50,11 @@ def retrieval_recall(
     for k in ks:
         out[f"image_retrieval_recall@{k}"] = float(t2i_hit[:, :k].any(axis=1).mean())
         out[f"text_retrieval_recall@{k}"] = float(i2t_hit[:, :k].any(axis=1).mean())
+    per_image = np.bincount(target)[images_with_text]  # c: each image's captions among the T
     for k in ks:
         out[f"chance_image_retrieval_recall@{k}"] = min(1.0, k / len(image_emb))
+        none = hypergeom.pmf(0, len(target), per_image, min(k, len(target)))  # no caption of it among K drawn
+        out[f"chance_text_retrieval_recall@{k}"] = float(np.mean(1.0 - none))
     return out
 
 

@@ -21,8 +21,9 @@ _CORRESPONDENCE_HELP = (
     "linear classifier on the sentence token, trained on the first half of the languages "
     "(alphabetical; --seen to choose) for --epochs. METRICS (fractions): seen_accuracy on held-out "
     "images of the seen languages, unseen_accuracy on the other languages (never seen by the probe), "
-    "chance 0.5, relative_decrease = (seen - unseen) / (seen - 0.5) (the paper's, in % there), each the "
-    "mean over --probe-seeds; per-language accuracy. --seed fixes the task (cuts, swaps, train/test "
+    "chance 0.5 (accuracies: the mean over --probe-seeds), relative_decrease = (seen - unseen) / (seen - 0.5) of "
+    "those means (the paper's, in % there; per seed in the record), n/a unless seen is above chance beyond noise "
+    "(one-sided binomial test, p < 0.05); per-language accuracy. --seed fixes the task (cuts, swaps, train/test "
     "images), --probe-seeds the probe's init and batch order."
 )
 
@@ -37,7 +38,7 @@ def _correspondence(args: argparse.Namespace) -> int:
     rel = m["relative_decrease"]
     print(f"sentence correspondence: seen {100 * m['seen_accuracy']:.2f}% ({','.join(d['seen_languages'])}), unseen "
           f"{100 * m['unseen_accuracy']:.2f}% ({','.join(d['unseen_languages'])}), chance 50%; relative decrease "
-          f"{'n/a (seen at chance)' if rel is None else f'{100 * rel:.2f}%'}; surface-only shortcut "
+          f"{'n/a (seen not above chance beyond noise)' if rel is None else f'{100 * rel:.2f}%'}; surface-only shortcut "
           f"{100 * m['surface_shortcut_accuracy']:.1f}%; {len(args.probe_seeds)} probe seed(s)")
     common.write(result, args)
     return 0

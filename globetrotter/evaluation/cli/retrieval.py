@@ -20,18 +20,24 @@ _RETRIEVAL_HELP = (
 
 
 def _retrieval(args: argparse.Namespace) -> int:
-    result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages), ks=args.ks,
+    result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages),
+                                     ks=list(dict.fromkeys(args.ks)),
                                      max_images=args.max_images, seed=args.seed, batch_size=args.batch_size,
                                      name=args.name, device=args.device)
     per_language = result.metrics["per_language"]
-    n = result.details["n_images"]
-    print(f"recall in % over {n} images (chance: " + ", ".join(f"R@{k} {100 * min(1.0, k / n):.1f}" for k in args.ks)
-          + ")")
+    n, ks = result.details["n_images"], list(dict.fromkeys(args.ks))
+
+    def recalls(m: dict, direction: str) -> str:
+        return " ".join(f"R@{k} {100 * m[f'{direction}_recall@{k}']:.1f}" for k in ks)
+
+    print(f"recall in % over {n} images (chance of text→image: " + ", ".join(f"R@{k} {100 * min(1.0, k / n):.1f}"
+                                                                           for k in ks)
+          + "; of image→text: per language, over the images captioned in it)")
     for lang in result.languages:
         m = per_language[lang]
-        print(f"{lang}: text→image " + " ".join(f"R@{k} {100 * m[f'image_retrieval_recall@{k}']:.1f}" for k in args.ks)
-              + " | image→text " + " ".join(f"R@{k} {100 * m[f'text_retrieval_recall@{k}']:.1f}" for k in args.ks))
-    bars = {lang: {f"R@{k}": 100 * per_language[lang][f"image_retrieval_recall@{k}"] for k in args.ks}
+        print(f"{lang}: text→image {recalls(m, 'image_retrieval')} | image→text {recalls(m, 'text_retrieval')} "
+              f"(chance {recalls(m, 'chance_text_retrieval')})")
+    bars = {lang: {f"R@{k}": 100 * per_language[lang][f"image_retrieval_recall@{k}"] for k in ks}
             for lang in result.languages}
     written = [plots.plot_bars(bars, f"{common.plot_prefix(args, 'retrieval')}-text2image.png",
                                f"Text→image retrieval over {result.details['n_images']} images", "recall (%)")]

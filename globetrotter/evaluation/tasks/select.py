@@ -362,7 +362,8 @@ class Choice:
         ``checkpoint`` a loaded model holds: a run folder that has saved a better or later one since), other
         ``languages``, or a reference pool (its ``record``) whose captions are not the ones it was chosen with."""
         again = "choose again with `eval.py select` for this evaluation"
-        if model is not None and self.model is not None and model != self.model:
+        same_weights = checkpoint is not None and checkpoint == self.checkpoint  # e.g. RUN and RUN/checkpoints/best
+        if model is not None and self.model is not None and model != self.model and not same_weights:
             raise UserError(f"{self.source} chose a ranking for {self.model}, not {model}; {again}")
         if checkpoint is not None and self.model is not None and checkpoint != self.checkpoint:
             chosen_for = self.checkpoint or self.model
