@@ -517,6 +517,50 @@ def test_build_dictionary_finds_the_lexicon(world, fake, tmp_path):
     assert truth <= pairs and ("red", "rot") in pairs and ("red", "blau") not in pairs
 
 
+def test_build_dictionary_replaces_its_earlier_build_and_never_a_hand_made_lexicon(world, fake, tmp_path, capsys):
+    dict_out = tmp_path / "dict"
+    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(dict_out)]) == 0
+    assert len(list(dict_out.glob("*-*.txt"))) == 6
+    capsys.readouterr()
+    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--languages", "en,de", "--top-k", "1",
+                "--dictionary-out", str(dict_out)]) == 0
+    assert sorted(p.name for p in dict_out.glob("*-*.txt")) == ["de-en.txt", "en-de.txt"]  # not 2 builds mixed
+    assert json.loads((dict_out / "summary.json").read_text(encoding="utf-8"))["languages"] == ["en", "de"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "removed 4 dictionaries of the earlier build" in err[0] and "fr-en" in err[0]
+    # a lexicon no build wrote (the synthetic world's ground truth) is refused before any work, left as it was
+    lexicon = tmp_path / "lexicon"
+    shutil.copytree(world / "dictionary", lexicon)
+    before = {p.name: p.read_bytes() for p in lexicon.iterdir()}
+    assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(lexicon)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(lexicon) in err and "no earlier build-dictionary wrote" in err
+    assert {p.name: p.read_bytes() for p in lexicon.iterdir()} == before
+
+
+def test_build_dictionary_by_words_leaves_out_languages_written_without_spaces(tmp_path, capsys):
+    zh = {"colour": ["红色", "蓝色", "绿色", "黄色", "黑色", "白色"], "shape": ["圆形", "方形", "星形", "心形", "环形"]}
+    split = tmp_path / "test"
+    with ShardWriter(split, split="test", source="tiny", image_format="png", maxcount=40) as w:
+        for c in range(6):
+            for s in range(5):
+                image = Image.new("RGB", (8, 8), (c, s, 0))
+                for lang in ("en", "de"):
+                    w.write(f"s{c}{s}{lang}", image, caption(lang, c, s), lang, image_id=f"img{c}{s}", group=f"img{c}{s}")
+                w.write(f"s{c}{s}zh", image, f"一个{zh['colour'][c]}的{zh['shape'][s]}", "zh", image_id=f"img{c}{s}",
+                        group=f"img{c}{s}")
+    out = tmp_path / "dict"
+    assert run(["build-dictionary", "--split", str(split), "--words", "--dictionary-out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*-*.txt")) == ["de-en.txt", "en-de.txt"]  # no "一个红色的圆形 rot"
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["languages"] == ["de", "en"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "left out zh" in err[0] and "without spaces" in err[0]
+    assert run(["build-dictionary", "--split", str(split), "--words", "--languages", "en,zh",
+                "--dictionary-out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "written with spaces" in err and not (tmp_path / "none").exists()
+
+
 def test_retrieval_command(world, fake, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["retrieval", "--model", "full", "--name", "full", "--split", str(world / "test"), "--out", str(out)]

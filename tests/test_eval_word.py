@@ -157,6 +157,19 @@ def test_dictionary_roundtrip(tmp_path):
     assert read_dictionary(path) == [("▁dog", "▁Hund"), ("cat", "Katze")]
 
 
+@pytest.mark.parametrize("bad", ["ice cream Eis", "ice\tcream\tEis", "dog Hund  Köter", "ice cream\tEis", "dog"])
+def test_a_dictionary_line_of_other_than_two_fields_is_named(tmp_path, bad):
+    from globetrotter.errors import UserError
+
+    path = tmp_path / "en-de.txt"
+    path.write_text(f"cat\tKatze\ndog Hund\n\n{bad}\n", encoding="utf-8")
+    with pytest.raises(UserError) as err:
+        read_dictionary(path)  # was ("ice", "cream"): the third field dropped, the pair wrong
+    assert str(err.value) == f"{path}:4: expected 'source target' (MUSE format), got {bad!r}"
+    path.write_text("cat\tKatze\n dog   Hund \n", encoding="utf-8")
+    assert read_dictionary(path) == [("cat", "Katze"), ("dog", "Hund")]
+
+
 def _word_level_tokenizer(words: list[str]) -> Tokenizer:
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

@@ -144,7 +144,8 @@ def why_empty(tokenized: Mapping[str, Sequence[Sequence[str]]], top_k: int, min_
 
 
 def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
-    """MUSE dictionary: one ``src tgt`` pair per line (tab or whitespace separated)."""
+    """MUSE dictionary: one ``src tgt`` pair per line, exactly two fields (tab or whitespace separated); a line of
+    one field or of three or more is a :class:`UserError` naming ``file:line``."""
     path = Path(path)
     pairs = []
     try:
@@ -154,10 +155,10 @@ def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
-        if len(fields) < 2:
+        fields = line.split()  # exactly two: a third field is no part of either word ("ice cream Eis")
+        if len(fields) != 2:
             raise UserError(f"{path}:{lineno}: expected 'source target' (MUSE format), got {line!r}")
-        pairs.append((fields[0].strip(), fields[1].strip()))
+        pairs.append((fields[0], fields[1]))
     return pairs
 
 

@@ -30,7 +30,9 @@ _BUILD_HELP = (
     "idf(u); (t, u) is kept when u is in t's top-k and t in u's top-k (k=5). Writes MUSE-format "
     "<src>-<tgt>.txt files (both directions; a BPE token's leading space is written as U+2581) and "
     "summary.json to --dictionary-out. Tokens are the model's BPE tokens (--model or --tokenizer) or "
-    "lower-cased words (--words, for space-separated scripts)."
+    "lower-cased words (--words, for space-separated scripts: languages written without spaces are left out). "
+    "An earlier build's --dictionary-out has its dictionary files replaced; a folder of dictionary files no "
+    "build-dictionary wrote is refused."
 )
 
 

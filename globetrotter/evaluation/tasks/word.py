@@ -3,6 +3,7 @@ ground truth from a parallel split (paper B.2), :func:`build_dictionary`."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Literal, NamedTuple, Sequence
@@ -147,6 +148,29 @@ def _tokenizer_hash(tok) -> str | None:
         return None
 
 
+def _is_build_summary(path: Path) -> bool:
+    """Whether ``path`` is the ``summary.json`` of an earlier :func:`build_dictionary` (its keys, not a converter's)."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(summary, dict) and {"tokens", "pairs", "top_k", "idf", "min_count"} <= set(summary)
+
+
+def _check_out_folder(folder: Path) -> list[Path]:
+    """The earlier build's ``*-*.txt`` files of ``folder`` (to be replaced); a folder holding dictionary files (or a
+    ``summary.json``) that no earlier build wrote is a :class:`UserError` (never overwritten)."""
+    if not folder.is_dir():
+        return []
+    found = sorted(folder.glob("*-*.txt"))
+    summary = folder / "summary.json"
+    if (found or summary.exists()) and not _is_build_summary(summary):
+        what = f"{len(found)} <src>-<tgt>.txt files" if found else "a summary.json"
+        raise UserError(f"build-dictionary: {folder} holds {what} that no earlier build-dictionary wrote (no "
+                        "summary.json of one); give another --dictionary-out, nothing written")
+    return found
+
+
 def _given(x) -> bool:
     return x is not None and not (isinstance(x, str) and not x)
 
@@ -175,9 +199,16 @@ def build_dictionary(
     other's top ``top_k`` by tf-idf (:func:`~..word_dictionary.tfidf_dictionary`). ``n_groups``: a ``seed``-ed sample
     of the groups (default: all). ``summary.json`` records what redraws it: the split, the sampling (``seed``, the
     requested and drawn groups, languages), the rule's settings and the tokens' source (tokenizer file or model, and
-    the tokenizer's sha256). No pair in any direction: a :class:`UserError`, and nothing is written."""
+    the tokenizer's sha256). No pair in any direction: a :class:`UserError`, and nothing is written.
+
+    ``out`` may be an earlier build's folder: its ``*-*.txt`` files are replaced (those this build does not write are
+    removed, said on stderr); a folder with dictionary files and no earlier build's ``summary.json`` (hand-made
+    ground truth) is a :class:`UserError` before any work. ``words=True`` leaves out the languages written without
+    spaces (zh, ja: most captions hold no space), said on stderr; fewer than 2 languages left: a :class:`UserError`."""
     if _given(tokenizer) + _given(model) + bool(words) != 1:
         raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
+    folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
+    earlier = _check_out_folder(folder)
     tok, source = None, {"tokenizer": None, "model": None}
     if isinstance(tokenizer, (str, Path)) and _given(tokenizer):
         source["tokenizer"] = str(Path(tokenizer).resolve())
@@ -198,18 +229,30 @@ def build_dictionary(
                            "checkpoint": info.get("checkpoint") and str(info["checkpoint"])}
     tokenize = CaptionTokenizer(tok)
     ps, tokenized = _tokenized(split, languages, tokenize, n_groups, seed)
+    kept = list(ps.languages)
+    if words:
+        from ..correspondence import uses_spaces
+
+        unspaced = [lang for lang in kept if not uses_spaces([c for c, l in zip(ps.captions, ps.langs) if l == lang])]
+        kept = [lang for lang in kept if lang not in unspaced]
+        if len(kept) < 2:
+            raise UserError(f"build-dictionary --words: {split} has {len(kept)} language(s) written with spaces "
+                            f"({kept}; {unspaced} are not), need 2; use --model or --tokenizer for BPE tokens")
+        if unspaced:
+            print(f"build-dictionary --words: left out {', '.join(unspaced)} (written without spaces, so a 'word' "
+                  "would be a whole phrase); use --model or --tokenizer for them", file=sys.stderr)
+            tokenized = {lang: tokenized[lang] for lang in kept}
     pairs = build_dictionaries(tokenized, top_k, idf, min_count)
     if not any(pairs.values()):
         raise UserError(f"build-dictionary: no word pair in any of the {len(pairs)} language pairs of "
                         f"{len(ps.group_ids)} groups of {split}: {why_empty(tokenized, top_k, min_count)}; "
                         "nothing written")
-    folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
     for (a, b), found in pairs.items():
         write_dictionary(folder / f"{a}-{b}.txt", found)
     summary = {
         "split": str(Path(split).resolve()), "checksum": dataset_info(split).get("checksum"),
         "tokens": tokenize.kind, **source, "tokenizer_sha256": _tokenizer_hash(tok),
-        "languages": list(ps.languages),
+        "languages": kept,
         "seed": seed, "n_groups": n_groups, "groups": len(ps.group_ids),
         "top_k": top_k, "idf": idf, "min_count": min_count,
         "pairs": {f"{a}-{b}": len(p) for (a, b), p in pairs.items()},
@@ -218,4 +261,12 @@ def build_dictionary(
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    written = {f"{a}-{b}.txt" for a, b in pairs}
+    stale = [path for path in earlier if path.name not in written]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        print(f"build-dictionary: removed {len(stale)} dictionaries of the earlier build in {folder} that this one "
+              f"does not write ({', '.join(p.stem for p in stale[:6])}{', …' if len(stale) > 6 else ''})",
+              file=sys.stderr)
     return Dictionaries(folder, pairs, summary)
