@@ -209,3 +209,14 @@ def test_bpe_keys_mark_the_leading_space_and_byte_fragments():
     words, emb = input_word_embeddings(["red", "the"], tokens, np.eye(len(ids)), tok, counts)
     assert words == ["red", "the"]
     assert emb[0].argmax() == keys.index("▁red") and emb[1].argmax() == keys.index("the")
+
+
+def test_a_dictionary_file_given_for_its_folder_is_named_as_such(tmp_path):
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.word_dictionary import read_dictionaries
+
+    (tmp_path / "en-de.txt").write_text("dog Hund\n", encoding="utf-8")
+    with pytest.raises(UserError, match=f"en-de.txt: a file; --dictionary takes the folder of <src>-<tgt>.txt files "
+                                        f"\\({tmp_path}\\)"):
+        read_dictionaries(tmp_path / "en-de.txt")
+    assert read_dictionaries(tmp_path) == {("en", "de"): [("dog", "Hund")]}

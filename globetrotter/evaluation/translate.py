@@ -169,7 +169,7 @@ def open_or_build(
     tmp = folder / (META + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, folder / META)
-    log(f"built {type(index).__name__} index of {len(texts)} {lang} texts in {folder} "
+    log(f"built {type(index).__name__} index of {len(texts)} {lang} entries (sentences or words) in {folder} "
         f"(encode {encoded - start:.1f}s, index {built - encoded:.1f}s)")
     corpus.meta = meta
     return corpus

@@ -175,6 +175,8 @@ def write_dictionary(path: str | Path, pairs: Iterable[Sequence]) -> Path:
 def read_dictionaries(folder: str | Path, languages: Sequence[str] | None = None) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """Every ``<src>-<tgt>.txt`` of ``folder`` (restricted to ``languages`` when given)."""
     folder = Path(folder)
+    if folder.is_file():
+        raise UserError(f"{folder}: a file; --dictionary takes the folder of <src>-<tgt>.txt files ({folder.parent})")
     if not folder.is_dir():
         raise UserError(f"{folder}: dictionary folder not found (expected <src>-<tgt>.txt files)")
     out = {}
