@@ -599,7 +599,7 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
     lines = first.out.splitlines()
     assert lines[0] == "a red circle" and lines[1].split(maxsplit=1)[1] == "ein kreis rot"
     assert lines[3] == "a blue ring" and lines[4].endswith("ein ring blau")
-    assert "built IndexFlatIP index of 30 de texts" in first.err
+    assert "built IndexFlatIP index of 30 de entries" in first.err
     assert run(argv) == 0
     assert "built" not in capsys.readouterr().err  # reloaded, not rebuilt
     corpus = tmp_path / "fr.txt"
