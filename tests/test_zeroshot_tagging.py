@@ -258,3 +258,26 @@ def test_tag_messages_blame_the_flag_at_fault(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--vocab-size 3: fewer candidate tags than --k (5) tags per image; raise --vocab-size or lower --k" in err
     assert err.count("\n") == 1, err
+
+
+def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path, capsys):
+    """One broken photo stopped `tag` over a whole folder ("unreadable image"), nothing tagged; the converters skip
+    and count bad input. It is now named in one warning line, listed in the record, and the others are tagged."""
+    torch.manual_seed(0)
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(photos / "good.png")
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
+    argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    assert main(argv + ["--images", str(photos), "--json", str(tmp_path / "tags.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {photos / 'broken.jpg'}: unreadable image (" in out and "good.png" in out
+    record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
+    assert [e["image"] for e in record["images"]] == [str(photos / "good.png")]
+    assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg")]
+    assert main(argv + ["--images", str(photos / "broken.jpg")]) == 2  # nothing readable: one line, exit 2
+    assert "no readable image among the 1 given" in capsys.readouterr().err

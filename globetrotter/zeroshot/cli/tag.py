@@ -9,7 +9,7 @@ from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
 from ..data import default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks
-from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier,
+from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier, readable_images,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
 from .common import check_json, formatter, write_json
@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
     paths = image_files(args.images)
     if args.limit:
         paths = paths[: args.limit]
+    paths, skipped = readable_images(paths)
+    for path, why in skipped:
+        print(f"warning: {path}: unreadable image ({why}); skipped")
+    if not paths:
+        raise UserError(f"no readable image among the {len(skipped)} given (each named above)")
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
     feats = torch.from_numpy(extractor.extract([str(p) for p in paths]))
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {lang}: {', '.join(entry['tags'][lang])}")
     record = {"task": "zeroshot_tagging", "adapter": str(args.adapter), "text_encoder": config.text_encoder,
               "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": source_tags,
-              "vocabularies": vocab_files, "languages_the_text_encoder_lacks": lacks, "images": images}
+              "vocabularies": vocab_files, "languages_the_text_encoder_lacks": lacks, "images": images,
+              "skipped": [{"image": str(path), "why": why} for path, why in skipped]}
     write_json(record, args.json)
     return 0
 
