@@ -8,11 +8,10 @@ and the :class:`ScoreResult` serialises to the command's JSON record
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
-
-import warnings
 
 import numpy as np
 

@@ -224,6 +224,9 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
         by_lang = {k: v for k, v in by_lang.items() if k in set(languages)}
     seen, unseen = split_languages(list(by_lang), seen)
     rng = np.random.default_rng(seed)
+    # examples per language: --max-per-language, its --test-fraction share for the seen languages' test images
+    caps_of = {"training": max_per_language, "unseen test": max_per_language,
+               "seen test": None if max_per_language is None else max(1, int(round(max_per_language * test_fraction)))}
     train, seen_test, unseen_test = [], [], []
     for lang in seen:
         caps, ids = by_lang[lang]
@@ -232,17 +235,16 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
         is_test = np.array([i in test_ids for i in ids])
         for part, flag in ((train, False), (seen_test, True)):
             sel = np.flatnonzero(is_test == flag)
-            cap = max_per_language if part is train or max_per_language is None else max(1, int(round(max_per_language * test_fraction)))
+            cap = caps_of["training" if part is train else "seen test"]
             part.append(build_language([caps[i] for i in sel], [ids[i] for i in sel], lang, rng, min_units, cap))
     for lang in unseen:
         caps, ids = by_lang[lang]
-        unseen_test.append(build_language(caps, ids, lang, rng, min_units, max_per_language))
+        unseen_test.append(build_language(caps, ids, lang, rng, min_units, caps_of["unseen test"]))
     task = CorrespondenceTask(concat(train), concat(seen_test), concat(unseen_test), seen, unseen)
     for name, part in (("training", task.train), ("seen test", task.seen_test), ("unseen test", task.unseen_test)):
         if len(part) < 2:
-            cap = max_per_language if name != "seen test" or max_per_language is None else \
-                max(1, int(round(max_per_language * test_fraction)))
-            capped = "" if cap is None else f"; --max-per-language {max_per_language} keeps at most {cap} a language here"
+            capped = "" if max_per_language is None else \
+                f"; --max-per-language {max_per_language} keeps at most {caps_of[name]} a language here"
             raise UserError(f"the correspondence {name} set has {len(part)} example(s), needs 2: captions need at least "
                             f"{min_units} units (words, or characters for unspaced scripts){capped}")
     return task

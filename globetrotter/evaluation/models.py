@@ -78,20 +78,7 @@ def current_checkpoint(spec: str) -> str | None:
 
     try:
         return str(resolve(spec).resolve())
-    except UserError:
-        return None
-
-
-def checkpoint_of_spec(spec: str) -> str | None:
-    """The resolved checkpoint folder a model spec loads (a run folder: its best, else its latest), found without
-    loading it; ``None`` for a baseline or a path that holds no checkpoint (loading it then says why)."""
-    if is_baseline(spec):
-        return None
-    from globetrotter.training.checkpoint import resolve
-
-    try:
-        return str(resolve(spec).resolve())
-    except (UserError, OSError):
+    except (UserError, OSError):  # loading it then says why
         return None
 
 

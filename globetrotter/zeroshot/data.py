@@ -19,7 +19,7 @@ import numpy as np
 from backretrieval.data import image_features, load_split
 from backretrieval.embedders import TextEmbedder, embed_texts, load_embedder
 from backretrieval.files import read_cache_entry
-from backretrieval.images import PACKAGE_MODELS, ImageFeatureExtractor
+from backretrieval.images import ImageFeatureExtractor
 
 DEFAULT_CACHE = Path(os.environ.get("GLOBETROTTER_CACHE", "outputs/cache"))
 
@@ -74,12 +74,6 @@ def first_captions(caption_image: np.ndarray, langs: np.ndarray, n: int) -> np.n
     return np.asarray(keep, dtype=np.int64)
 
 
-def default_image_weights(model_name: str) -> str:
-    """``package`` (offline ImageNet weights) for the models a registry package holds (EfficientNet-Lite0/1/2);
-    other models need an explicit choice."""
-    return "package" if model_name in PACKAGE_MODELS else ""
-
-
 def image_extractor(
     model_name: str, weights: str | None = None, cache_dir: str | Path | None = DEFAULT_CACHE,
     device: str = "cpu", batch_size: int = 32, progress: bool = True, online: bool = False,
@@ -87,7 +81,7 @@ def image_extractor(
     """The frozen image encoder: any timm model (pooled pre-logits features), cached under ``cache_dir`` (a damaged
     cache entry is computed again: :func:`backretrieval.files.read_cache_entry`)."""
     return ImageFeatureExtractor(
-        model_name, weights or default_image_weights(model_name), online=online, batch_size=batch_size,
+        model_name, weights, online=online, batch_size=batch_size,
         device=device, cache_dir=Path(cache_dir) / "images" if cache_dir else None, progress=progress,
     )
 

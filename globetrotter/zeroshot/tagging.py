@@ -311,7 +311,7 @@ def load_imagenet_classifier(model_name: str, weights: str, online: bool = False
             raise UserError(f"image weights 'hub' download {model_name}; opt in with --online")
         model = timm.create_model(model_name, pretrained=True)
     else:
-        path = Path(weights)
+        path = Path(weights or "")  # none given (a model no package holds): not found, as a file
         if not path.is_file():
             raise UserError(f"{path}: image weights file not found (or use 'package', 'hub')")
         model = timm.create_model(model_name, pretrained=False)

@@ -20,12 +20,12 @@ _RETRIEVAL_HELP = (
 
 
 def _retrieval(args: argparse.Namespace) -> int:
-    result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages),
-                                     ks=list(dict.fromkeys(args.ks)),
+    ks = list(dict.fromkeys(args.ks))  # each K once
+    result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages), ks=ks,
                                      max_images=args.max_images, seed=args.seed, batch_size=args.batch_size,
                                      name=args.name, device=args.device)
     per_language = result.metrics["per_language"]
-    n, ks = result.details["n_images"], list(dict.fromkeys(args.ks))
+    n = result.details["n_images"]
 
     def recalls(m: dict, direction: str) -> str:
         return " ".join(f"R@{k} {100 * m[f'{direction}_recall@{k}']:.1f}" for k in ks)

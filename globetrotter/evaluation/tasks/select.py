@@ -246,8 +246,9 @@ def select_ranking(
     bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks, device=device)
     if languages:
         bkr.keep_languages(languages)
-    if bkr.saturation_warning():  # rankings then tie at that K, whatever they do
-        print(bkr.saturation_warning())
+    warning = bkr.saturation_warning()
+    if warning:  # rankings then tie at that K, whatever they do
+        print(warning)
     evaluated = sorted(set(bkr.langs.tolist()))
     queries = queries_sha256(bkr)
     if other is not None:  # before any scoring

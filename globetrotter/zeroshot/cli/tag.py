@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 
 import torch
+from backretrieval.images import default_image_weights
 
 from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
-from ..data import default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks
+from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier, readable_images,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter

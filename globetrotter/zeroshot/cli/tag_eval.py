@@ -7,12 +7,12 @@ import sys
 
 import torch
 from backretrieval.data import load_split
+from backretrieval.images import default_image_weights
 
 from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
-from ..data import (default_image_weights, embed_cached, image_extractor, languages_the_encoder_lacks,
-                    load_split_features)
+from ..data import embed_cached, image_extractor, languages_the_encoder_lacks, load_split_features
 from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
