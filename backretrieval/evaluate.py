@@ -174,6 +174,10 @@ def evaluate_split(
 
     def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
         names, counts = np.unique(data.langs, return_counts=True)
+        if len(names) < 2:
+            raise BackRetrievalError(f"{data.split_dir}: captions in {len(names)} language(s) "
+                                     f"({', '.join(names.tolist()) or 'none'}); BkR needs two"
+                                     + (f" (check {option('langs')})" if langs else ""))
         fewest = int(np.argmin(counts))
         per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
         enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
@@ -274,6 +278,9 @@ def correlate_split(
             enough_for_k("protocol", pair_n, check_ks(ks), f"items per side ({option('n')})", f"raise {option('n')}")
             sample_non_matching(len(image_idx), pair_n, 0)  # as run_protocol will: N at most half the items
             items[src_lang, tgt_lang] = (src_rows, tgt_rows, image_idx, pair_n)
+        if not items:
+            raise BackRetrievalError(f"{data.split_dir}: captions in {len(names)} language(s) "
+                                     f"({', '.join(names) or 'none'}); the protocol needs a pair of two")
 
     split = embed_split(data, specs, extractor, sorted({lang for pair in wanted for lang in pair}) or None,
                         online=online, progress=progress, check=parallel_items)

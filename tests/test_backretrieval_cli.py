@@ -672,6 +672,16 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "protocol: N=7 needs 2N <= 12 items" in err
     assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
+    # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
+    assert "captions in 1 language(s) (en); BkR needs two (check --langs)" in _one_line_error(
+        ["eval", *run, "--model", "random:4", "--langs", "en", "--out-dir", str(tmp_path / "o")], capsys)
+    rng = np.random.default_rng(2)
+    with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
+        for i in range(30):
+            w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", "en", image_id=f"i{i}",
+                    group=i)
+    assert "captions in 1 language(s) (en); the protocol needs a pair of two" in _one_line_error(
+        ["correlate", "--data", str(tmp_path / "en-only"), *out], capsys)
     assert not (tmp_path / "o").exists()
 
 
