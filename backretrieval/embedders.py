@@ -136,18 +136,20 @@ class NpyEmbedder:
         return self.row_of is None
 
     def check_texts(self, texts: Sequence[str]) -> None:
-        """The one-line error :meth:`encode` would raise for ``texts`` (a row count that is not theirs, a text the
-        sidecar does not list), without reading a row."""
+        """The one-line error :meth:`encode` or scoring would raise for ``texts``: a row count that is not theirs, a
+        text the sidecar does not list, a row they use with NaN, inf or only zeros."""
         if self.row_of is None:
             if len(texts) != len(self.array):
                 raise BackRetrievalError(
                     f"{self.path}: has {len(self.array)} rows but {len(texts)} texts were asked for "
                     f"(write {self.path}.texts.json to look texts up by content)"
                 )
+            check_rows(str(self.path), self.array, "embeddings")
             return
         missing = [t for t in texts if t not in self.row_of]
         if missing:
             raise BackRetrievalError(f"{self.path}.texts.json: {len(missing)} text(s) not listed, e.g. {missing[0]!r}")
+        check_rows(str(self.path), self.array, "embeddings", rows=np.unique([self.row_of[t] for t in texts]))
 
     def encode(self, texts: list[str]) -> np.ndarray:
         self.check_texts(texts)
@@ -363,7 +365,7 @@ def _entry_point(spec: str, prefix: str) -> Callable[..., TextEmbedder]:
 def check_spec_inputs(spec: str, texts: Sequence[str] | None = None) -> None:
     """Check what a spec reads before any work, loading no model and embedding nothing: :func:`check_spec`, then
     ``npy:`` its file (a readable 2-D ``.npy``, only its header read) and ``.texts.json`` sidecar, and, given the
-    ``texts`` to embed, a row for each of them; ``use`` / ``st:`` their package installed; ``noisy:`` its base; a
+    ``texts`` to embed, a row for each of them, finite and not all zero; ``use`` / ``st:`` their package installed; ``noisy:`` its base; a
     prefix whose factory has a ``check(arg)`` attribute (an entry point, imported for it, or one registered with
     :func:`register_embedder`), that check (``globetrotter:RUN``: the run holds a checkpoint). A mistake raises the
     one-line error building the embedder or embedding would raise."""

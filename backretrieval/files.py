@@ -47,24 +47,29 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool
     return array
 
 
-def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True) -> None:
+def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True,
+               rows: np.ndarray | None = None) -> None:
     """One-line error naming ``label`` and the first bad row of a ``(rows, dim)`` array: rows with NaN or inf and,
     with ``vectors`` (embeddings, image features: rows compared by cosine), all-zero rows, whose cosine with
-    anything is undefined (scored 0, they rank arbitrarily). Checked in row chunks (memmaps stay on disk)."""
+    anything is undefined (scored 0, they rank arbitrarily). Checked in row chunks (memmaps stay on disk).
+    ``rows``: check only these (sorted) row numbers, the ones to be used; the message still names file rows."""
     if array.dtype.kind not in "fiub":
         return
+    rows = np.arange(len(array)) if rows is None else np.asarray(rows, dtype=np.int64)
     nonfinite, zero = [], []
-    for s in range(0, len(array), _FINITE_CHUNK):
-        block = np.asarray(array[s:s + _FINITE_CHUNK])
+    for s in range(0, len(rows), _FINITE_CHUNK):
+        chunk = rows[s:s + _FINITE_CHUNK]
+        block = np.asarray(array[chunk[0]:chunk[-1] + 1] if len(chunk) == chunk[-1] - chunk[0] + 1 else array[chunk])
         if block.dtype.kind == "f":
-            nonfinite.append(s + np.flatnonzero(~np.isfinite(block).all(axis=1)))
+            nonfinite.append(chunk[~np.isfinite(block).all(axis=1)])
         if vectors and block.shape[1]:
-            zero.append(s + np.flatnonzero(~block.any(axis=1)))
+            zero.append(chunk[~block.any(axis=1)])
     for bad, why, after in ((nonfinite, "with NaN or inf", ""),
                             (zero, "that are all zero", "; a zero vector has no direction, so no cosine")):
         bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
         if len(bad):
-            raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {len(array)} rows {why} "
+            of = f"{len(array)} rows" if len(rows) == len(array) else f"the {len(rows)} rows used"
+            raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {of} {why} "
                                      f"(first: row {int(bad[0])}){after}")
 
 

@@ -627,6 +627,24 @@ def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, t
     assert "rows.npy: has 23 rows but 24 texts were asked for" in err
     err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'few.npy'}"], capsys)
     assert "few.npy.texts.json: 22 text(s) not listed" in err
+    nan_rows = np.ones((24, 4), np.float32)  # a NaN row was found only when scoring, after g's features
+    nan_rows[5, 2] = np.nan
+    np.save(tmp_path / "nan.npy", nan_rows)
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'nan.npy'}"], capsys)
+    assert "nan.npy: embeddings has 1 of 24 rows with NaN or inf (first: row 5)" in err, err
+    # with a sidecar only the rows the split's captions use count: an unused NaN row is no error
+    texts = ["unused"] + [f"{lang} {i}" for i in range(12) for lang in ("en", "de")]
+    nan_rows = np.ones((24, 4), np.float32)
+    nan_rows[0] = np.nan
+    np.save(tmp_path / "nan.npy", np.concatenate([nan_rows, np.ones((1, 4), np.float32)]))
+    (tmp_path / "nan.npy.texts.json").write_text(json.dumps(texts))
+    with pytest.raises(AssertionError, match="g's features were extracted"):  # past every check: to g
+        main(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'nan.npy'}"])
+    nan_rows = np.ones((25, 4), np.float32)
+    nan_rows[7] = 0.0
+    np.save(tmp_path / "nan.npy", nan_rows)
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'nan.npy'}"], capsys)
+    assert "nan.npy: embeddings has 1 of the 24 rows used that are all zero (first: row 7)" in err, err
     assert not out.exists()
 
 
@@ -819,7 +837,7 @@ def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_spli
     (tmp_path / "zero.npy.texts.json").write_text((small_split / "good.npy.texts.json").read_text())
     err = _one_line_error(["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'zero.npy'}",
                            "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap", "0"], capsys)
-    assert "zero.npy: the embedding of the captions has 1 of 80 rows that are all zero (first: row 7)" in err
+    assert "zero.npy: embeddings has 1 of 80 rows that are all zero (first: row 7)" in err  # before g's features
     # zero rows of a similarity matrix or of hits are no vectors: fine
     np.save(tmp_path / "sim.npy", np.vstack([np.zeros((1, 30)), np.random.default_rng(0).random((29, 30))]))
     assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(tmp_path / "sim.npy"),
