@@ -135,27 +135,32 @@ class NpyEmbedder:
         """True without a sidecar: rows belong to texts by position, so callers must not reorder texts."""
         return self.row_of is None
 
-    def check_texts(self, texts: Sequence[str]) -> None:
-        """The one-line error :meth:`encode` or scoring would raise for ``texts``: a row count that is not theirs, a
-        text the sidecar does not list, a row they use with NaN, inf or only zeros."""
+    def _rows_for(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The rows of ``texts`` (None: every row, in file order); a one-line error for a row count that is not
+        theirs or a text the sidecar does not list."""
         if self.row_of is None:
             if len(texts) != len(self.array):
                 raise BackRetrievalError(
                     f"{self.path}: has {len(self.array)} rows but {len(texts)} texts were asked for "
                     f"(write {self.path}.texts.json to look texts up by content)"
                 )
-            check_rows(str(self.path), self.array, "embeddings")
-            return
+            return None
         missing = [t for t in texts if t not in self.row_of]
         if missing:
             raise BackRetrievalError(f"{self.path}.texts.json: {len(missing)} text(s) not listed, e.g. {missing[0]!r}")
-        check_rows(str(self.path), self.array, "embeddings", rows=np.unique([self.row_of[t] for t in texts]))
+        return np.array([self.row_of[t] for t in texts], dtype=np.int64)
+
+    def check_texts(self, texts: Sequence[str]) -> None:
+        """The one-line error :meth:`encode` or scoring would raise for ``texts``: a row count that is not theirs, a
+        text the sidecar does not list, a row they use with NaN, inf or only zeros."""
+        rows = self._rows_for(texts)
+        check_rows(str(self.path), self.array, "embeddings", rows=None if rows is None else np.unique(rows))
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        self.check_texts(texts)
-        if self.row_of is None:
+        rows = self._rows_for(texts)  # the rows' values are checked where they are scored
+        if rows is None:
             return np.asarray(self.array, dtype=np.float32)
-        return np.asarray(self.array[[self.row_of[t] for t in texts]], dtype=np.float32)
+        return np.asarray(self.array[rows], dtype=np.float32)
 
 
 class USEEmbedder:
