@@ -90,10 +90,10 @@ def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_o
         raise BackRetrievalError(f"{name}: empty (0 rows)")
     if x.shape[1] == 0:
         raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
-    if not all_finite(x):
-        raise BackRetrievalError(f"{name}: contains NaN or inf")
-    if vectors:
+    if vectors:  # NaN, inf or all-zero rows, the first one named: one pass
         check_rows(name, x, "the array")
+    elif not all_finite(x):
+        raise BackRetrievalError(f"{name}: contains NaN or inf")
     return x
 
 
