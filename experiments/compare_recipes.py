@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.argtypes import non_negative_int  # noqa: E402
+from globetrotter.argtypes import non_negative_int, output_file  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.tasks.select import (check_against, paired_margin, read_record,  # noqa: E402
                                                   shared_g_warning)
@@ -52,17 +52,6 @@ def compare(records: list[str], against: list[str], seed: int = 0) -> dict:
     return out
 
 
-def check_out_file(out: str) -> None:
-    """A one-line :class:`UserError`, before anything is read or printed, when ``out`` cannot be written as a file:
-    a folder, or under a path that is a file."""
-    path = Path(out)
-    if path.is_dir():
-        raise UserError(f"--out {out}: a folder; expected the path of a JSON file to write")
-    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        raise UserError(f"--out {out}: {blocked} is a file, not a folder to write into")
-
-
 def _line(margin: dict) -> str:
     return f"{margin['diff']:+.4f} [{margin['lo']:+.4f}, {margin['hi']:+.4f}] (p {margin['p_value']:.3f})"
 
@@ -75,10 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", nargs="+", required=True, metavar="RECORD",
                         help="select records of the recipe it is judged against (its seeds, in the same order)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the bootstrap (default: 0)")
-    parser.add_argument("--out", help="also write the comparison here as JSON")
+    parser.add_argument("--out", type=output_file, help="also write the comparison here as JSON")
     args = parser.parse_args(argv)
-    if args.out:
-        check_out_file(args.out)
     result = compare(args.records, args.against, args.seed)
     for side in ("records", "against"):
         for row in result[side]:

@@ -5,6 +5,8 @@ import argparse
 from pathlib import Path
 
 from backretrieval.devices import torch_device  # noqa: F401  (--device: one definition for every tool)
+from backretrieval.errors import BackRetrievalError
+from backretrieval.files import writable_dir, writable_file
 
 
 def _integer_at_least(text: str, minimum: int, expected: str) -> int:
@@ -34,10 +36,22 @@ def non_negative_int(text: str) -> int:
 
 
 def output_folder(text: str) -> str:
-    """argparse type: a folder to write into, existing or not; a path that is a file is a usage error (before any
-    work is done, not after)."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file, expected a folder to write into")
+    """argparse type: a folder to write into, existing or not (made later); one that could not be (a file of that
+    name or in the way of its parents, a folder not writable) is a usage error before any work, not after."""
+    return _writable(writable_dir, text, "the output folder")
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file to write (a JSON record), made later; a path that could not be written (a folder, a
+    file in the way of its folder, a folder not writable) is a usage error before any work, not after."""
+    return _writable(writable_file, text, "the output file")
+
+
+def _writable(check, text: str, what: str) -> str:
+    try:
+        check(text, what)
+    except BackRetrievalError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     return text
 
 

@@ -85,11 +85,13 @@ def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):
 def test_a_bad_out_or_seed_is_refused_before_anything_is_printed(cmp, tmp_path, capsys):
     a, b = write(tmp_path, "a", record([0.3, 0.2, 0.4])), write(tmp_path, "b", record([0.2, 0.2, 0.3]))
     (tmp_path / "file").write_text("x")
-    for out, expected in ((tmp_path, "a folder; expected the path of a JSON file"),
-                          (tmp_path / "file" / "c.json", "is a file, not a folder to write into")):
-        assert cmp.run_cli(cmp.main, [a, "--against", b, "--out", str(out)]) == 2
+    for out, expected in ((tmp_path, "cannot write the output file (is a directory)"),
+                          (tmp_path / "file" / "c.json", f"cannot write the output file ({tmp_path / 'file'} is not a "
+                                                         "directory)")):
+        with pytest.raises(SystemExit) as stop:
+            cmp.run_cli(cmp.main, [a, "--against", b, "--out", str(out)])
         printed = capsys.readouterr()
-        assert expected in printed.err and printed.out == "" and len(printed.err.strip().splitlines()) == 1
+        assert stop.value.code == 2 and expected in printed.err and printed.out == "", printed.err
     with pytest.raises(SystemExit) as stop:
         cmp.run_cli(cmp.main, [a, "--against", b, "--seed", "-1"])
     assert stop.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err

@@ -442,8 +442,8 @@ def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tm
         err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
         assert len(err) == 1 and message in err[0], err
     (tmp_path / "a-file").write_text("x")
-    for extra, message in ((["--seed", "-1"], "expected an integer >= 0"), (["--out", str(tmp_path / "a-file")],
-                                                                           "is a file, expected a folder")):
+    for extra, message in ((["--seed", "-1"], "expected an integer >= 0"),
+                           (["--out", str(tmp_path / "a-file")], "cannot create the output folder (a file of that name exists)")):
         assert run(test + extra) == 2
         assert message in capsys.readouterr().err
 
@@ -907,9 +907,9 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{empty}"],
      "error: {empty}: no sentence in it (--corpus, a text file of one sentence per line)"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--index", "{empty}"],
-     "argument --index: {empty} is a file, expected a folder to write into"),
+     "argument --index: {empty}: cannot create the output folder (a file of that name exists)"),
     (["build-dictionary", "--split", "{test}", "--words", "--dictionary-out", "{empty}"],
-     "argument --dictionary-out: {empty} is a file, expected a folder to write into"),
+     "argument --dictionary-out: {empty}: cannot create the output folder (a file of that name exists)"),
     (["sentence", "--model", "full", "--split", "{test}", "--languages", "en,xx"],
      "error: {test}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
     (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],

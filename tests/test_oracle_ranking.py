@@ -33,13 +33,14 @@ def test_a_language_the_val_split_lacks_is_named_as_the_languages_mistake_before
     (["--n-groups", "-3"], "--n-groups: expected a positive integer, got -3"),
     (["--reference-size", "0"], "--reference-size: expected a positive integer, got 0"),
     (["--seed", "-1"], "--seed: expected an integer >= 0, got -1"),
-    (["--out", "FILE"], "is a file, expected a folder to write into"),
+    (["--out", "FILE"], "file: cannot create the output folder (a file of that name exists)"),
+    (["--out", "FILE/sub"], "file/sub: cannot create the output folder (FILE is not a directory)"),
 ])
 def test_bad_counts_and_an_out_that_is_a_file_are_usage_errors_not_tracebacks(oracle, tiny_world, tmp_path, capsys,
                                                                               extra, expected):
     (tmp_path / "file").write_text("x")
     argv = ["--model", "tfidf", "--val", str(tiny_world / "val"), "--reference", str(tiny_world / "train"),
-            "--out", str(tmp_path / "out")] + [str(tmp_path / "file") if x == "FILE" else x for x in extra]
+            "--out", str(tmp_path / "out")] + [x.replace("FILE", str(tmp_path / "file")) for x in extra]
     with pytest.raises(SystemExit) as stop:
         oracle.run_cli(oracle.main, argv)
-    assert stop.value.code == 2 and expected in capsys.readouterr().err
+    assert stop.value.code == 2 and expected.replace("FILE", str(tmp_path / "file")) in capsys.readouterr().err

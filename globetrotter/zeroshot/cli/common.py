@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import writable_file
+from backretrieval.files import writable_dir, writable_file
 
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import UserError
@@ -92,16 +91,10 @@ def write_json(record: dict, path: str | Path | None) -> None:
 def check_out_dir(path: str | Path) -> Path:
     """Refuse an output folder that could not be created (a file in the way, a parent not writable) WITHOUT
     creating it: a bad ``--out`` fails before any training, and a run refused later leaves nothing behind."""
-    path = existing = Path(path)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        why = f"{existing} is a file"
-    elif existing != path and not os.access(existing, os.W_OK | os.X_OK):
-        why = f"{existing} is not writable"
-    else:
-        return path
-    raise UserError(f"{path}: cannot create the output folder ({why}); expected a folder to write into")
+    try:
+        return writable_dir(path, "the output folder")
+    except BackRetrievalError as err:
+        raise UserError(str(err)) from None
 
 
 def make_out_dir(path: str | Path) -> Path:
