@@ -270,8 +270,13 @@ def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_p
             writer.write(key, data, meta["caption"], meta["lang"], meta["image_id"])
     shutil.rmtree(world / "train")
     shutil.copytree(rewritten, world / "train")
-    with pytest.raises(UserError, match="not on .*train as it is now .* rewritten since"):
+    with pytest.raises(UserError, match="not on .*train as it is now .* rewritten since; delete it"):
         ensure_data(cfg, log=lambda s: None)
+    world2 = tmp_path / "world2"  # another data root: its advice was to delete the file, the first root's tokenizer
+    shutil.copytree(world, world2)
+    with pytest.raises(UserError, match="another split's tokenizer; point data.tokenizer at one trained on "
+                                        ".*world2/train .*the run trains one at .*world2/tokenizer.json"):
+        ensure_data(tiny_cfg(world2, tmp_path), log=lambda s: None)
     save_tokenizer(other, path)
     assert not provenance_path(path).exists(), "a record of the file it replaced"
 
