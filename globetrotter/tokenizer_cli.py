@@ -33,6 +33,9 @@ def _run(args: argparse.Namespace) -> int:
     if split == Path(out).resolve().parent or split in Path(out).resolve().parents:
         raise UserError(f"--out {out}: is inside the split folder {args.split_dir}; write the tokenizer elsewhere "
                         f"(default: {Path(args.split_dir).parent / default_file_name(args.normalization)})")
+    if Path(out).exists() and not args.overwrite:  # the runs of a data root start from its shared file
+        raise UserError(f"--out {out}: a tokenizer is there already (runs of this data root read it); pass "
+                        f"--overwrite to replace it, or give another --out")
     path = build_tokenizer(args.split_dir, out, args.vocab_size, args.min_frequency, args.normalization)
     size = Tokenizer.from_file(str(path)).get_vocab_size()
     print(f"wrote {path} ({size} tokens)")
@@ -61,4 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"BPE vocabulary size, at least {MIN_VOCAB_SIZE} (paper: 30k; default %(default)s)")
     p.add_argument("--min-frequency", type=positive_int, default=2,
                    help="minimum pair frequency for a merge (default %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a tokenizer file at --out (refused otherwise: runs of the data root read it; runs "
+                   "already trained keep their own copy)")
     p.set_defaults(func=_run)

@@ -124,6 +124,14 @@ def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_
     assert done.value.code == 0
     assert normalization_of(load_tokenizer(world / "tokenizer-uncased.json")) == "uncased"
     assert not (world / "tokenizer.json").exists()
+    made = (world / "tokenizer-uncased.json").read_bytes()  # the shared file was replaced in silence
+    with pytest.raises(SystemExit) as done:
+        data_cli(["tokenizer", str(world / "train"), "--vocab-size", "280", "--normalization", "uncased"])
+    assert done.value.code == 2 and (world / "tokenizer-uncased.json").read_bytes() == made
+    with pytest.raises(SystemExit) as done:
+        data_cli(["tokenizer", str(world / "train"), "--vocab-size", "280", "--normalization", "uncased",
+                  "--overwrite"])
+    assert done.value.code == 0 and (world / "tokenizer-uncased.json").read_bytes() != made
 
 
 def test_the_tokenizer_command_refuses_an_out_inside_the_split_and_says_when_the_vocabulary_is_smaller(
