@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -283,6 +284,23 @@ def test_two_processes_compute_the_single_process_global_loss(tmp_path):
     assert one["grads"].keys() == two["grads"].keys()
     for name, g in one["grads"].items():  # DDP-averaged gradients equal the single-process gradient
         assert two["grads"][name] == pytest.approx(g, rel=1e-3, abs=1e-6), name
+
+
+def test_train_py_under_two_cpu_processes_is_one_run_of_two_processes(tiny_world, tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2 train.py` on a machine without a GPU (the documented CPU
+    form) ran two separate runs of one process each into one folder (Accelerate without cpu=True on CPU), which
+    raced on the checkpoint folders. Now one run: the checkpoint holds both processes' states, one summary."""
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(REPO / "train.py"),
+           f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}", f"output_dir={tmp_path}",
+           *TINY, "steps=4", "checkpoint_every=2", "run_name=two"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    step = tmp_path / "two" / "checkpoints" / "step-00000004"
+    assert {"random_states_0.pkl", "random_states_1.pkl", "data_stream_1.json"} <= {p.name for p in step.iterdir()}
+    assert (proc.stdout + proc.stderr).count("run folder:") == 1
+    assert json.loads((tmp_path / "two" / "result.json").read_text())["step"] == 4
 
 
 def test_checkpoint_loads_without_the_pretrained_weights_file(tiny_world, tmp_path):

@@ -98,13 +98,14 @@ class Progress:
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
-    process = PartialState()  # the device, before Accelerate fixes the precision
+    cpu = _no_accelerator()
+    process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     source = resume_source(cfg, resume, adapting)
     threads = _configure_threads(cfg, process, source, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
-    accelerator = Accelerator(mixed_precision=precision, log_with="tensorboard",
+    accelerator = Accelerator(cpu=cpu, mixed_precision=precision, log_with="tensorboard",
                               project_config=ProjectConfiguration(str(cfg.run_dir), logging_dir=str(cfg.run_dir / "tensorboard")))
     ckpt.save_without_tied_aliases(accelerator)  # the cloze decoder's tie to the token embeddings, saved once
     main = accelerator.is_main_process
@@ -406,6 +407,14 @@ def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, s
                              if k.startswith("loss/") and k != "loss/total")
     accelerator.log(logs, step=done)
     bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
+
+
+def _no_accelerator() -> bool:
+    """True where torch sees no GPU (nor another accelerator): Accelerate is then told ``cpu=True``, without which
+    the N processes of ``accelerate launch --multi_gpu`` on CPU (gloo) each trained alone as a run of one process,
+    all writing into one run folder."""
+    probe = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return not (probe.is_available() if probe is not None else torch.cuda.is_available())
 
 
 def _configure_threads(cfg: TrainConfig, process: PartialState, source, log) -> ThreadChoice:
