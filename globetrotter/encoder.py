@@ -19,7 +19,7 @@ from .data.augment import eval_transform
 from .errors import UserError
 from .models import GlobetrotterModel
 from .tokenizer import encode_batch, load_tokenizer, special_ids
-from .training.checkpoint import read_state, resolve, tied_aliases
+from .training.checkpoint import LATEST, read_state, resolve, tied_aliases
 
 WEIGHTS = "model.safetensors"
 
@@ -278,8 +278,8 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
     device = _check_device(device)
     ckpt = resolve(path, prefer_best=prefer_best)
-    if prefer_best and ckpt.name != "best" and ckpt != Path(path):
-        print(f"{path}: no best checkpoint (no val.select_by choice was saved); loading the latest, {ckpt.name}",
+    if prefer_best and ckpt.name != "best" and ckpt != Path(path) and Path(path).name != LATEST:  # a run folder
+        print(f"{path}: no best checkpoint (its validation chose none); loading the latest, {ckpt.name}",
               file=sys.stderr)
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")

@@ -274,3 +274,36 @@ def test_pairs_batching_is_checked_before_streaming_and_a_sample_without_caption
     batches = [batch for _, batch in zip(range(30), loader)]
     assert sum(len(b["input_ids"]) for b in batches) == 120
     assert [name for b in batches for name in b["stream/bad"]] == [f"{shard.name}/train-00000"]
+
+
+def test_resume_latest_takes_a_best_checkpoint_written_after_the_last_step_checkpoint(tiny_world, tmp_path):
+    """A run killed after a validation but before its next step checkpoint may hold only ``best/``: `--resume latest`
+    said 'no checkpoint found' while a fresh start said to resume with --resume latest. The furthest checkpoint is
+    taken now."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=4", "val.every=2")
+    train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    shutil.rmtree(root / ckpt.step_name(2))  # as killed between best/ and the step checkpoint
+    (root / ckpt.LATEST).unlink()
+    assert ckpt.read_state(root / "best")["step"] == 2
+    longer = train(tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=4", "val.every=2"), resume="latest")
+    assert longer["step"] == 4 and (root / ckpt.step_name(4)).is_dir()
+
+
+def test_a_run_continued_from_another_runs_checkpoint_keeps_the_best_it_can_load(tiny_world, tmp_path, capsys):
+    """Continued into a new folder, a run restored the source run's best (step and value) but not its best/ folder:
+    it reported a best checkpoint that `globetrotter.load` could not find (it loaded the latest). The best is now
+    chosen among the new run's own validations."""
+    import globetrotter
+
+    source = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=2", "run_name=source")
+    train(source)
+    fork = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=2", "run_name=fork")
+    result = train(fork, resume=str(ckpt.checkpoint_root(source.run_dir) / ckpt.step_name(2)))
+    best = ckpt.checkpoint_root(fork.run_dir) / "best"
+    assert best.is_dir() and result["best"]["step"] == ckpt.read_state(best)["step"] == 4
+    assert "another run's checkpoint: its best (step 2) stays in that run" in capsys.readouterr().out
+    assert globetrotter.load(fork.run_dir).checkpoint == best
+    # the latest pointer asked for by name: loaded without a note that the run has no best (it has one)
+    assert globetrotter.load(best.parent / ckpt.LATEST).checkpoint.name == ckpt.step_name(4)
+    assert "no best checkpoint" not in capsys.readouterr().err

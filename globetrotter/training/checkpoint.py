@@ -92,6 +92,24 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
     raise UserError(f"{path}: no checkpoint found (expected a run folder, its checkpoints/, or a checkpoint with {STATE})")
 
 
+def furthest(run_dir: str | Path) -> Path:
+    """The checkpoint of a run that got furthest, for ``--resume latest``: the one ``latest`` names, or ``best/``
+    when it holds a later step (a validation between step checkpoints: a run killed before its first step
+    checkpoint has only ``best/``); a one-line error when the run has neither."""
+    held = [path for path in (_latest_or_none(run_dir), checkpoint_root(run_dir) / "best") if path is not None
+            and (path / STATE).is_file()]
+    if not held:
+        return resolve(run_dir, prefer_best=False)  # its one-line error
+    return max(held, key=lambda path: read_state(path).get("step", 0))  # a tie: latest's
+
+
+def _latest_or_none(run_dir: str | Path) -> Path | None:
+    try:
+        return resolve(run_dir, prefer_best=False)
+    except UserError:
+        return None
+
+
 def read_state(ckpt: Path) -> dict:
     """A checkpoint's ``trainer_state.json``; one-line error when it is missing or not a JSON object."""
     path = Path(ckpt) / STATE

@@ -196,7 +196,8 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     if adapting and resume:
         raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
                         "it again instead")
-    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False) if resume else None
+    source = (ckpt.furthest(cfg.run_dir) if resume == "latest" else ckpt.resolve(resume, prefer_best=False)) \
+        if resume else None
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
     else:
@@ -253,9 +254,13 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
     accelerator.load_state(str(source))
     state = ckpt.read_state(source)
     progress.step, progress.best = state["step"], state.get("best")
+    log(f"resumed from {source} at step {progress.step}")
+    if progress.best and source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():
+        log(f"another run's checkpoint: its best (step {progress.best.get('step')}) stays in that run; this run's "
+            f"best is chosen among its own validations")  # its best/ is not here: a best reported, none to load
+        progress.best = None
     if accelerator.is_main_process:
         progress.best_hits = load_hits(ckpt.checkpoint_root(cfg.run_dir) / "best", progress.best)
-    log(f"resumed from {source} at step {progress.step}")
     saved = resume_position(source, accelerator.process_index, cfg.data.workers, log)
     if saved is None:
         progress.loader_seed = cfg.seed * 1_000_003 + progress.step
