@@ -20,6 +20,7 @@ from data_prep.converters import (
 )
 from data_prep.converters.images import ImageError
 from data_prep.converters.splits import ImageInfo
+from data_prep.errors import UserError
 from data_prep.shards import check_split_rule, iter_raw, read_captions, read_manifest
 
 # ------------------------------------------------------------------------------------------
@@ -447,6 +448,60 @@ def test_folder_reads_gzipped_tables_and_split_values_in_any_case(tmp_path):
     assert summary["skipped"] == {"malformed_line": 1}  # 'holdout' only
     assert "'holdout'" in summary["issues"]["malformed_line"]["examples"][0]["message"]
     assert summary["written"] == {"test": {"de": 1, "en": 1}, "train": {"de": 1, "en": 1}}
+
+
+def folder_world(tmp_path: Path, n: int = 10, langs=("en", "de", "fr")) -> tuple[Path, list[str]]:
+    """``n`` photos and a caption table's rows, one caption per photo and language."""
+    photos = tmp_path / "photos"
+    for i in range(n):
+        make_jpeg(photos / f"p{i}.jpg", color=(i * 20, 10, 10))
+    return photos, [f"p{i}.jpg\t{lang}\tphoto {i} in {lang}" for i in range(n) for lang in langs]
+
+
+def one_error_line(capsys) -> str:
+    """The single ``error:`` line a command printed to stderr (asserting there is only that one)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_a_test_fraction_with_no_complete_image_is_a_one_line_error_naming_the_languages(tmp_path, capsys):
+    """One fr-FR row among fr rows left no image captioned in all of de,en,fr,fr-FR: the test split the user asked
+    for came out empty with exit 0 (even with --strict). Now exit 2, naming the languages some images lack."""
+    photos, rows = folder_world(tmp_path)
+    rows[2] = rows[2].replace("\tfr\t", "\tfr-FR\t")
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--test-fraction", "0.2",
+                "--strict", "--workers", "1", "--quiet", "--out", out]) == 2
+    err = one_error_line(capsys)
+    assert "asks for 2 test image(s), but none of the 10 image(s) has a caption in every language of de,en,fr,fr-FR" \
+        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--langs de,en)" in err, err
+    assert not out.exists()
+    with pytest.raises(UserError, match="rounds to 0 test images"):  # the other way a requested test split is empty
+        plan_splits({f"c{i}": ImageInfo(frozenset({"en"})) for i in range(10)}, ["en"], test_fraction=0.01)
+
+
+def test_a_requested_language_without_captions_is_a_one_line_error(tmp_path, capsys):
+    photos, rows = folder_world(tmp_path)
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--langs", "en,de,it", "--assign-languages",
+                "--workers", "1", "--quiet", "--out", out]) == 2
+    assert "--langs en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_a_region_subtag_beside_its_base_language_is_one_warning(tmp_path, capsys):
+    """fr-FR stays a language of its own (languages.py), but one warning line names it beside fr, with counts."""
+    photos, rows = folder_world(tmp_path)
+    rows[2] = rows[2].replace("\tfr\t", "\tfr-FR\t")
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows),
+                "--assign-languages", "--workers", "1", "--quiet", "--out", out]) == 0
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if "fr-FR" in ln and ln.startswith("warning:")]
+    assert len(warnings) == 1 and "fr-FR (1 image(s)) beside fr (9 image(s))" in warnings[0], warnings
+    assert "fr-FR" in json.loads((out / "summary.json").read_text(encoding="utf-8"))["options"]["languages_used"]
 
 
 def test_xtd10_skips_a_stray_caption_file_with_a_warning(tmp_path, capsys):

@@ -176,6 +176,20 @@ def _assign_image_ids(images: Iterable[_Image]) -> None:
         img.image_id = image_id
 
 
+def _region_note(by_id: dict[str, _Image]) -> str | None:
+    """The warning for languages with a region or script subtag beside their base code (``fr-FR`` and ``fr``): kept
+    apart on purpose (:mod:`~data_prep.converters.languages`), but often one language written two ways. ``None``
+    when there is none."""
+    per_lang = Counter(lang for img in by_id.values() for lang in {c.lang for c in img.captions})
+    pairs = [(lang, lang.split("-")[0]) for lang in sorted(per_lang) if "-" in lang and lang.split("-")[0] in per_lang]
+    if not pairs:
+        return None
+    named = "; ".join(f"{tagged} ({per_lang[tagged]} image(s)) beside {base} ({per_lang[base]} image(s))"
+                      for tagged, base in pairs)
+    return (f"{named}: kept as separate languages (a region or script subtag makes its own language, e.g. fa-AF "
+            f"Dari beside fa Persian); if they are one language, write one code in the captions")
+
+
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
     """One-line :class:`UserError`, before anything is read, for an ``--out`` that is (or lies under) a file, or
     that holds a dataset already (unless ``overwrite``)."""
@@ -255,9 +269,14 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
 
     found_langs = sorted({c.lang for img in by_id.values() for c in img.captions})
     languages = list(options.languages) if options.languages else found_langs
-    for lang in languages:
-        if lang not in found_langs:
-            report.note(f"--langs {lang}: no usable caption in this language")
+    absent = [lang for lang in languages if lang not in found_langs]
+    if absent:
+        raise UserError(f"--langs {','.join(languages)}: no usable caption in {','.join(absent)} (the usable captions "
+                        f"are in {','.join(found_langs)}): remove {','.join(absent)} from --langs, or add captions in "
+                        f"{'that language' if len(absent) == 1 else 'those languages'}; nothing written")
+    region = _region_note(by_id)
+    if region:
+        report.note(region)
 
     if options.parallel_train and not set(options.parallel_train) <= set(languages):
         raise UserError(f"--parallel-train {','.join(options.parallel_train)} must be a subset of the languages "
