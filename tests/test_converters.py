@@ -504,6 +504,25 @@ def test_a_region_subtag_beside_its_base_language_is_one_warning(tmp_path, capsy
     assert "fr-FR" in json.loads((out / "summary.json").read_text(encoding="utf-8"))["options"]["languages_used"]
 
 
+def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys):
+    """--test-fraction re-split a table whose split column already split it: images the user labelled test went to
+    train, silently. Any split option beside a table's split labels is refused; without one the labels hold."""
+    photos, rows = folder_world(tmp_path)
+    split = {0: "test", 1: "test", 2: "val"}
+    table = write_lines(tmp_path / "caps.tsv", [f"{row}\t{split.get(int(row[1]), 'train')}" for row in rows])
+    out = tmp_path / "out"
+    for option in (["--test-fraction", "0.2"], ["--val-fraction", "0.1"], ["--all-to", "train"]):
+        assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", *option, "--workers",
+                    "1", "--quiet", "--out", out]) == 2, option
+        err = one_error_line(capsys)
+        assert f"{table}:1: the caption table's split column already splits the images (this row: test), and " \
+               f"{option[0]} would re-split them" in err, err
+        assert not out.exists()
+    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--workers", "1", "--quiet",
+                "--out", out]) == 0
+    assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
+
+
 def test_xtd10_skips_a_stray_caption_file_with_a_warning(tmp_path, capsys):
     root = tmp_path / "xtd"
     write_lines(root / "XTD10" / "test_image_names.txt", ["a.jpg"])

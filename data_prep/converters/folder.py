@@ -12,7 +12,8 @@ else (no stem or Flickr photo id match: a caption naming ``dog.jpg`` when only `
 exists is a missing image). Blank lines are not records; any other line that does not
 follow the format is reported as malformed. The key of a caption is ``(image, lang,
 caption)`` as they are compared once normalised (the path without ``./``, the language
-code, the caption's whitespace): a repeated row is a duplicate.
+code, the caption's whitespace): a repeated row is a duplicate. A table's split column is the user's
+own split: given with a command-line split option (``--test-fraction``...), a conversion refuses it.
 """
 from __future__ import annotations
 
@@ -80,6 +81,6 @@ def read_caption_table(path: str | Path) -> Iterator[Record]:
         image = row["image"].strip()
         candidates = (image, str(path.resolve().parent / image)) if image else ("",)
         yield Caption(candidates, row["lang"].strip(), row["caption"], str(path), line.number,
-                      _caption_key(image, row["lang"], row["caption"]), split, exact=True)
+                      _caption_key(image, row["lang"], row["caption"]), split, exact=True, user_split=True)
     if issue is not None:
         yield issue

@@ -80,10 +80,9 @@ class ConvertOptions:
                 raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
         if (self.test_fraction or 0.0) + (self.val_fraction or 0.0) > 1.0:
             raise UserError("--test-fraction plus --val-fraction must not exceed 1")
-        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
-        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
-        if len(lists) > 1 or (lists and fractions):
-            raise UserError(f"{' and '.join(lists + fractions)} are exclusive: give the splits either by fractions "
+        given = self.split_options()
+        if len(given) > 1 and not all(name.endswith("-fraction") for name in given):
+            raise UserError(f"{' and '.join(given)} are exclusive: give the splits either by fractions "
                             "(--test-fraction/--val-fraction), by split files (--split-file SPLIT=FILE, repeatable) "
                             "or all to one split (--all-to SPLIT)")
         if self.all_to is not None:
@@ -95,6 +94,12 @@ class ConvertOptions:
             raise UserError(f"--limit-images must be positive, got {self.limit_images}")
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
+
+    def split_options(self) -> list[str]:
+        """The command-line split options given: ``--split-file``, ``--all-to``, then the fractions."""
+        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
+        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
+        return lists + fractions
 
 
 @dataclass
@@ -145,9 +150,17 @@ def checked_records(sources: Iterable[Iterable[Record]], report: ConversionRepor
 
 def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
             resolver: ImageResolver) -> dict[Path, _Image]:
-    """Check every record; keep good captions grouped by image file."""
+    """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
+    (a caption table's split column) while a command-line split option is given is a one-line :class:`UserError`:
+    the option would re-split the images the user split (a test image could land in train)."""
     images: dict[Path, _Image] = {}
+    given = options.split_options()
     for item in checked_records(sources, report, options.languages, options.progress):
+        if item.user_split and item.split_hint is not None and given:
+            raise UserError(f"{item.where}: the caption table's split column already splits the images (this row: "
+                            f"{item.split_hint}), and {' and '.join(given)} would re-split them (an image labelled "
+                            f"test could go to train): drop {' and '.join(given)} to keep the column's splits, or "
+                            f"leave the column out (or empty) to split by {' and '.join(given)}; nothing written")
         path = resolver.resolve(item.images, item.exact)
         if path is None:
             how = " (by path or file name)" if item.exact else ""
