@@ -523,6 +523,24 @@ def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys
     assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
 
 
+def test_a_table_where_only_some_rows_carry_a_split_is_a_one_line_error(tmp_path, capsys):
+    """A tab inside a caption of a 3-column table made a 4th field read as the split ('...<TAB>Test': image in test,
+    caption cut), silently; a row missing its split field in a 4-column table was accepted too."""
+    photos, rows = folder_world(tmp_path)
+    tab = list(rows)
+    tab[4] = tab[4] + "\tTest"  # line 5: a caption 'photo 1 in de<TAB>Test'
+    missing = [f"{row}\ttrain" for row in rows]
+    missing[6] = rows[6]  # line 7 lacks its split
+    for lines, line, odd, usual in ((tab, 5, 4, 3), (["image\tlang\tcaption\tsplit", *missing], 8, 3, 4)):
+        table = write_lines(tmp_path / "caps.tsv", lines)
+        out = tmp_path / "out"
+        assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--quiet", "--out", out]) == 2
+        err = one_error_line(capsys)
+        assert f"caps.tsv:{line}: {odd} tab-separated columns, but {table}:1 has {usual}: only some rows carry " \
+               f"a split column" in err and "a tab inside a caption or a missing split field" in err, err
+        assert not out.exists()
+
+
 def test_xtd10_skips_a_stray_caption_file_with_a_warning(tmp_path, capsys):
     root = tmp_path / "xtd"
     write_lines(root / "XTD10" / "test_image_names.txt", ["a.jpg"])
