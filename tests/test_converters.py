@@ -421,6 +421,27 @@ def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):
     assert report.total_written == 2 and not report.issues
 
 
+def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
+    """same.jpg, with x/same.jpg and y/same.jpg under the folder, went to the first file, silently: now each such row
+    is an ambiguous_image issue (skipped, counted); a path picks its file."""
+    photos = tmp_path / "photos"
+    for name, colour in (("x/same.jpg", (200, 0, 0)), ("y/same.jpg", (0, 200, 0)), ("z/other.jpg", (0, 0, 200))):
+        make_jpeg(photos / name, color=colour)
+    tsv = write_lines(tmp_path / "caps.tsv", ["same.jpg\ten\twhich one?", "other.jpg\ten\tthe blue one",
+                                              "y/same.jpg\ten\tthe green one", "same.jpg\tde\twelches?"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {"ambiguous_image": 2} and summary["written"] == {"train": {"en": 2}}
+    issues = summary["issues"]["ambiguous_image"]["examples"]
+    assert [i["line"] for i in issues] == [1, 4]
+    assert issues[0]["message"] == (f"image name 'same.jpg' fits several files under the image folders "
+                                    f"({photos / 'x' / 'same.jpg'}, {photos / 'y' / 'same.jpg'}): give the path of "
+                                    f"one, relative to its image folder")
+    assert {image: [m["caption"] for m in metas] for image, metas in samples_by_image(out / "train").items()} == \
+        {"other": ["the blue one"], "same": ["the green one"]}
+
+
 def test_folder_duplicates_compare_normalised_path_language_and_caption(tmp_path):
     make_jpeg(tmp_path / "photos" / "my cat.jpg")
     tsv = write_lines(tmp_path / "caps.tsv", ["my cat.jpg\ten\ta  red cat", "./my cat.jpg\ten\ta red cat",

@@ -2,15 +2,17 @@
 
 :func:`convert` takes any number of record streams (each from a reader such as
 :func:`~data_prep.converters.multi30k.read_multi30k`), so several sources go into one
-dataset. For each caption record it checks, in this order: the language code (ISO
-639-1), the text (not empty once runs of whitespace are collapsed to one space, which
-is how captions are stored), the key (not seen before), the language (asked for), the
-image (found); bad records are skipped and reported with file and line. Then it plans
-the splits (:mod:`~data_prep.converters.splits`: by fractions, by the sources' own splits,
-by the split files a dataset publishes, or all to one split; a split file naming an unknown
+dataset. For each caption record it checks, in this order: the language code (ISO 639-1),
+the text (not empty once runs of whitespace are collapsed to one space, which is how
+captions are stored), the key (not seen before), the language (asked for), the image
+(found; for the folder layout, by a file name only one file has); bad records are skipped
+and reported with file and line. Then it plans the splits
+(:mod:`~data_prep.converters.splits`: by fractions, by the sources' own splits, by the
+split files a dataset publishes, or all to one split; a split file naming an unknown
 image, or an image in two splits, stops the conversion here, before anything is written),
 decodes and resizes each image once in a process pool, and writes every (image, caption)
-sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
+sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
+works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
 ``out_dir/train-parallel/`` (``--parallel-train``: the train images that have captions in
@@ -40,8 +42,8 @@ from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_tas
 from .languages import normalize_language
 from .report import ConversionReport, Issue
 from .splits import (
-    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, assign_from_split_files, merge_hints, plan_splits,
-    split_name,
+    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, _examples, assign_from_split_files, merge_hints,
+    plan_splits, split_name,
 )
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
@@ -162,6 +164,13 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
                             f"test could go to train): drop {' and '.join(given)} to keep the column's splits, or "
                             f"leave the column out (or empty) to split by {' and '.join(given)}; nothing written")
         path = resolver.resolve(item.images, item.exact)
+        clash = resolver.same_name(item.images) if path is None and item.exact else []
+        if clash:
+            report.add(Issue("ambiguous_image", item.file, item.line,
+                             f"image name {item.images[0]!r} fits several files under the image folders "
+                             f"({_examples(list(map(str, clash)))}): give the path of one, relative to its image "
+                             f"folder"))
+            continue
         if path is None:
             how = " (by path or file name)" if item.exact else ""
             report.add(Issue("missing_image", item.file, item.line,
