@@ -11,10 +11,11 @@ JSONL (``.jsonl``, ``.json``): one object per line with string fields ``image``,
 ``image`` is a path relative to an ``--images`` folder (or to the caption file's folder),
 an absolute path, or a bare file name found anywhere under the image folders; nothing
 else (no stem or Flickr photo id match: a caption naming ``dog.jpg`` when only ``dog.png``
-exists is a missing image). Blank lines are not records; any other line that does not
-follow the format is reported as malformed. The key of a caption is ``(image, lang,
-caption)`` as they are compared once normalised (the path without ``./``, the language
-code, the caption's whitespace): a repeated row is a duplicate. A table's split column is the user's
+exists is a missing image). The path is normalised before it is matched (``./a.jpg`` and
+``b/../a.jpg`` are ``a.jpg``), so two spellings of one file are one image. Blank lines are not
+records; any other line that does not follow the format is reported as malformed. The key of a
+caption is ``(image, lang, caption)`` as they are compared once normalised (the path, the
+language code, the caption's whitespace): a repeated row is a duplicate. A table's split column is the user's
 own split: given with a command-line split option (``--test-fraction``...), a conversion refuses it.
 """
 from __future__ import annotations
@@ -106,6 +107,7 @@ def read_caption_table(path: str | Path) -> Iterator[Record]:
             yield Issue("malformed_line", str(path), line.number, error)
             continue
         image = row["image"].strip()
+        image = os.path.normpath(image) if image else ""  # one file, one image: "a/../a/b.jpg" is "a/b.jpg"
         candidates = (image, str(path.resolve().parent / image)) if image else ("",)
         yield Caption(candidates, row["lang"].strip(), row["caption"], str(path), line.number,
                       _caption_key(image, row["lang"], row["caption"]), split, exact=True, user_split=True)
