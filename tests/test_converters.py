@@ -20,6 +20,7 @@ from data_prep.converters import (
 )
 from data_prep.converters.images import ImageError
 from data_prep.converters.splits import ImageInfo
+from data_prep.errors import UserError
 from data_prep.shards import check_split_rule, iter_raw, read_captions, read_manifest
 
 # ------------------------------------------------------------------------------------------
@@ -420,6 +421,27 @@ def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):
     assert report.total_written == 2 and not report.issues
 
 
+def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
+    """same.jpg, with x/same.jpg and y/same.jpg under the folder, went to the first file, silently: now each such row
+    is an ambiguous_image issue (skipped, counted); a path picks its file."""
+    photos = tmp_path / "photos"
+    for name, colour in (("x/same.jpg", (200, 0, 0)), ("y/same.jpg", (0, 200, 0)), ("z/other.jpg", (0, 0, 200))):
+        make_jpeg(photos / name, color=colour)
+    tsv = write_lines(tmp_path / "caps.tsv", ["same.jpg\ten\twhich one?", "other.jpg\ten\tthe blue one",
+                                              "y/same.jpg\ten\tthe green one", "same.jpg\tde\twelches?"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {"ambiguous_image": 2} and summary["written"] == {"train": {"en": 2}}
+    issues = summary["issues"]["ambiguous_image"]["examples"]
+    assert [i["line"] for i in issues] == [1, 4]
+    assert issues[0]["message"] == (f"image name 'same.jpg' fits several files under the image folders "
+                                    f"({photos / 'x' / 'same.jpg'}, {photos / 'y' / 'same.jpg'}): give the path of "
+                                    f"one, relative to its image folder")
+    assert {image: [m["caption"] for m in metas] for image, metas in samples_by_image(out / "train").items()} == \
+        {"other": ["the blue one"], "same": ["the green one"]}
+
+
 def test_folder_duplicates_compare_normalised_path_language_and_caption(tmp_path):
     make_jpeg(tmp_path / "photos" / "my cat.jpg")
     tsv = write_lines(tmp_path / "caps.tsv", ["my cat.jpg\ten\ta  red cat", "./my cat.jpg\ten\ta red cat",
@@ -430,6 +452,20 @@ def test_folder_duplicates_compare_normalised_path_language_and_caption(tmp_path
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {"duplicate_key": 2} and summary["written"] == {"train": {"en": 2}}
     assert [i["line"] for i in summary["issues"]["duplicate_key"]["examples"]] == [2, 3]
+
+
+def test_folder_paths_are_normalised_before_files_are_matched(tmp_path):
+    """'sub a/../sub a/pic 1.jpg' was a second image of the same file, so one picture trained in two languages."""
+    make_jpeg(tmp_path / "photos" / "sub a" / "pic 1.jpg")
+    tsv = write_lines(tmp_path / "caps.tsv", ["sub a/pic 1.jpg\ten\ta picture", "sub a/../sub a/pic 1.jpg\tde\tein Bild",
+                                              "./sub a/pic 1.jpg\tfr\tune image"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--assign-languages", "--workers", "1",
+                "--out", out, "--quiet"]) == 0
+    train = samples_by_image(out / "train")
+    assert list(train) == ["pic_1"] and len(train["pic_1"]) == 1
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["unused"] == {"other_language_of_image": 2} and summary["balanced"]
 
 
 def test_folder_reads_gzipped_tables_and_split_values_in_any_case(tmp_path):
@@ -447,6 +483,97 @@ def test_folder_reads_gzipped_tables_and_split_values_in_any_case(tmp_path):
     assert summary["skipped"] == {"malformed_line": 1}  # 'holdout' only
     assert "'holdout'" in summary["issues"]["malformed_line"]["examples"][0]["message"]
     assert summary["written"] == {"test": {"de": 1, "en": 1}, "train": {"de": 1, "en": 1}}
+
+
+def folder_world(tmp_path: Path, n: int = 10, langs=("en", "de", "fr")) -> tuple[Path, list[str]]:
+    """``n`` photos and a caption table's rows, one caption per photo and language."""
+    photos = tmp_path / "photos"
+    for i in range(n):
+        make_jpeg(photos / f"p{i}.jpg", color=(i * 20, 10, 10))
+    return photos, [f"p{i}.jpg\t{lang}\tphoto {i} in {lang}" for i in range(n) for lang in langs]
+
+
+def one_error_line(capsys) -> str:
+    """The single ``error:`` line a command printed to stderr (asserting there is only that one)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_a_test_fraction_with_no_complete_image_is_a_one_line_error_naming_the_languages(tmp_path, capsys):
+    """One fr-FR row among fr rows left no image captioned in all of de,en,fr,fr-FR: the test split the user asked
+    for came out empty with exit 0 (even with --strict). Now exit 2, naming the languages some images lack."""
+    photos, rows = folder_world(tmp_path)
+    rows[2] = rows[2].replace("\tfr\t", "\tfr-FR\t")
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--test-fraction", "0.2",
+                "--strict", "--workers", "1", "--quiet", "--out", out]) == 2
+    err = one_error_line(capsys)
+    assert "asks for 2 test image(s), but none of the 10 image(s) has a caption in every language of de,en,fr,fr-FR" \
+        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--langs de,en)" in err, err
+    assert not out.exists()
+    with pytest.raises(UserError, match="rounds to 0 test images"):  # the other way a requested test split is empty
+        plan_splits({f"c{i}": ImageInfo(frozenset({"en"})) for i in range(10)}, ["en"], test_fraction=0.01)
+
+
+def test_a_requested_language_without_captions_is_a_one_line_error(tmp_path, capsys):
+    photos, rows = folder_world(tmp_path)
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--langs", "en,de,it", "--assign-languages",
+                "--workers", "1", "--quiet", "--out", out]) == 2
+    assert "--langs en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_a_region_subtag_beside_its_base_language_is_one_warning(tmp_path, capsys):
+    """fr-FR stays a language of its own (languages.py), but one warning line names it beside fr, with counts."""
+    photos, rows = folder_world(tmp_path)
+    rows[2] = rows[2].replace("\tfr\t", "\tfr-FR\t")
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows),
+                "--assign-languages", "--workers", "1", "--quiet", "--out", out]) == 0
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if "fr-FR" in ln and ln.startswith("warning:")]
+    assert len(warnings) == 1 and "fr-FR (1 image(s)) beside fr (9 image(s))" in warnings[0], warnings
+    assert "fr-FR" in json.loads((out / "summary.json").read_text(encoding="utf-8"))["options"]["languages_used"]
+
+
+def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys):
+    """--test-fraction re-split a table whose split column already split it: images the user labelled test went to
+    train, silently. Any split option beside a table's split labels is refused; without one the labels hold."""
+    photos, rows = folder_world(tmp_path)
+    split = {0: "test", 1: "test", 2: "val"}
+    table = write_lines(tmp_path / "caps.tsv", [f"{row}\t{split.get(int(row[1]), 'train')}" for row in rows])
+    out = tmp_path / "out"
+    for option in (["--test-fraction", "0.2"], ["--val-fraction", "0.1"], ["--all-to", "train"]):
+        assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", *option, "--workers",
+                    "1", "--quiet", "--out", out]) == 2, option
+        err = one_error_line(capsys)
+        assert f"{table}:1: the caption table's split column already splits the images (this row: test), and " \
+               f"{option[0]} would re-split them" in err, err
+        assert not out.exists()
+    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--workers", "1", "--quiet",
+                "--out", out]) == 0
+    assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
+
+
+def test_a_table_where_only_some_rows_carry_a_split_is_a_one_line_error(tmp_path, capsys):
+    """A tab inside a caption of a 3-column table made a 4th field read as the split ('...<TAB>Test': image in test,
+    caption cut), silently; a row missing its split field in a 4-column table was accepted too."""
+    photos, rows = folder_world(tmp_path)
+    tab = list(rows)
+    tab[4] = tab[4] + "\tTest"  # line 5: a caption 'photo 1 in de<TAB>Test'
+    missing = [f"{row}\ttrain" for row in rows]
+    missing[6] = rows[6]  # line 7 lacks its split
+    for lines, line, odd, usual in ((tab, 5, 4, 3), (["image\tlang\tcaption\tsplit", *missing], 8, 3, 4)):
+        table = write_lines(tmp_path / "caps.tsv", lines)
+        out = tmp_path / "out"
+        assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--quiet", "--out", out]) == 2
+        err = one_error_line(capsys)
+        assert f"caps.tsv:{line}: {odd} tab-separated columns, but {table}:1 has {usual}: only some rows carry " \
+               f"a split column" in err and "a tab inside a caption or a missing split field" in err, err
+        assert not out.exists()
 
 
 def test_xtd10_skips_a_stray_caption_file_with_a_warning(tmp_path, capsys):

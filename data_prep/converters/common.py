@@ -29,7 +29,8 @@ class Caption:
     ``key`` identifies the caption within its layout (a second record with the same key is
     a duplicate). ``split_hint`` is the split the source itself puts the image in, if any.
     ``exact``: the image is found by path or file name only, never by stem or Flickr photo id
-    (the folder layout, whose names are the files' own).
+    (the folder layout, whose names are the files' own). ``user_split``: ``split_hint`` is the user's own
+    label (a caption table's split column), which no command-line split option may override.
     """
 
     images: tuple[str, ...]
@@ -40,6 +41,7 @@ class Caption:
     key: tuple
     split_hint: str | None = None
     exact: bool = False
+    user_split: bool = False
 
     @property
     def where(self) -> str:

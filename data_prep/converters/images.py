@@ -6,7 +6,9 @@ the folders, built once, on first need) by file name, by name without extension,
 Flickr photo id. The last rule is what lets Multi30K / Flickr30k names (``<id>.jpg``) find
 Flickr8k files (``<id>_<secret>.jpg``) and the reverse. The two loose rules are for those
 datasets' naming only: a caption with ``exact`` set (the folder layout) matches by path or
-file name, so ``dog.jpg`` never finds ``dog.png``, nor ``100.jpg`` ``100_1.jpg``.
+file name, so ``dog.jpg`` never finds ``dog.png``, nor ``100.jpg`` ``100_1.jpg``; and a file name that
+several files under the folders have (``x/same.jpg``, ``y/same.jpg``) finds none of them
+(:meth:`ImageResolver.same_name` lists them), where the loose rules take the first.
 
 :func:`prepare_image` runs in worker processes: it fully decodes the file (so a truncated
 or corrupt JPEG is caught here, not at training time), optionally resizes it, and returns
@@ -51,11 +53,14 @@ class ImageResolver:
 
     def __init__(self, roots: Sequence[str | Path]) -> None:
         self.roots = [Path(r) for r in roots]
-        self._index: tuple[dict[str, Path], dict[str, Path], dict[str, Path]] | None = None
+        self._index: tuple[dict[str, Path], dict[str, Path], dict[str, Path], dict[str, list[Path]]] | None = None
         self._cache: dict[tuple[tuple[str, ...], bool], Path | None] = {}
 
-    def _build_index(self) -> tuple[dict[str, Path], dict[str, Path], dict[str, Path]]:
+    def _build_index(self) -> tuple[dict[str, Path], dict[str, Path], dict[str, Path], dict[str, list[Path]]]:
+        """File name, stem and photo id -> the first file found (folders and files in sorted order), and file name ->
+        every file of that name, for the names several files have."""
         by_name: dict[str, Path] = {}
+        clashes: dict[str, list[Path]] = {}
         by_stem: dict[str, Path] = {}
         by_photo: dict[str, Path] = {}
         for root in self.roots:
@@ -65,25 +70,36 @@ class ImageResolver:
                     if not name.lower().endswith(IMAGE_SUFFIXES):
                         continue
                     path = Path(folder) / name
+                    if name in by_name:
+                        clashes.setdefault(name, [by_name[name]]).append(path)
                     by_name.setdefault(name, path)
                     by_stem.setdefault(_stem(name), path)
                     photo = flickr_photo_id(name)
                     if photo is not None:
                         by_photo.setdefault(photo, path)
-        return by_name, by_stem, by_photo
+        return by_name, by_stem, by_photo, clashes
 
     def resolve(self, candidates: Sequence[str], exact: bool = False) -> Path | None:
         """The first existing file for ``candidates``, else ``None``.
 
         First pass: each candidate with a folder part is tried as an absolute path or a path
         relative to each image folder. Second pass (from the index): each candidate's file
-        name, then (unless ``exact``) its stem, then its Flickr photo id.
+        name, then (unless ``exact``) its stem, then its Flickr photo id. With ``exact``, a file name that several
+        files have finds none (:meth:`same_name`).
         """
         key = (tuple(candidates), exact)
         if key not in self._cache:
             found = next(filter(None, map(self._direct, candidates)), None)
             self._cache[key] = found or next(filter(None, (self._indexed(c, exact) for c in candidates)), None)
         return self._cache[key]
+
+    def same_name(self, candidates: Sequence[str]) -> list[Path]:
+        """Every file under the folders named like the first of ``candidates`` whose file name several files have
+        (why an ``exact`` lookup found none), else ``[]``."""
+        if self._index is None:
+            self._index = self._build_index()
+        clashes = self._index[3]
+        return next((clashes[name] for name in map(os.path.basename, candidates) if name in clashes), [])
 
     def some_names(self, most: int = 2) -> list[str]:
         """Up to ``most`` image file names under the folders, in index order (examples for a message)."""
@@ -102,10 +118,10 @@ class ImageResolver:
     def _indexed(self, cand: str, exact: bool = False) -> Path | None:
         if self._index is None:
             self._index = self._build_index()
-        by_name, by_stem, by_photo = self._index
+        by_name, by_stem, by_photo, clashes = self._index
         name = os.path.basename(cand)
         if exact:
-            return by_name.get(name)
+            return None if name in clashes else by_name.get(name)
         stem = _stem(name)
         found = by_name.get(name) or by_stem.get(stem)
         if found is None:

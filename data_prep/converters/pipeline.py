@@ -2,15 +2,17 @@
 
 :func:`convert` takes any number of record streams (each from a reader such as
 :func:`~data_prep.converters.multi30k.read_multi30k`), so several sources go into one
-dataset. For each caption record it checks, in this order: the language code (ISO
-639-1), the text (not empty once runs of whitespace are collapsed to one space, which
-is how captions are stored), the key (not seen before), the language (asked for), the
-image (found); bad records are skipped and reported with file and line. Then it plans
-the splits (:mod:`~data_prep.converters.splits`: by fractions, by the sources' own splits,
-by the split files a dataset publishes, or all to one split; a split file naming an unknown
+dataset. For each caption record it checks, in this order: the language code (ISO 639-1),
+the text (not empty once runs of whitespace are collapsed to one space, which is how
+captions are stored), the key (not seen before), the language (asked for), the image
+(found; for the folder layout, by a file name only one file has); bad records are skipped
+and reported with file and line. Then it plans the splits
+(:mod:`~data_prep.converters.splits`: by fractions, by the sources' own splits, by the
+split files a dataset publishes, or all to one split; a split file naming an unknown
 image, or an image in two splits, stops the conversion here, before anything is written),
 decodes and resizes each image once in a process pool, and writes every (image, caption)
-sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool works ahead).
+sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
+works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
 ``out_dir/train-parallel/`` (``--parallel-train``: the train images that have captions in
@@ -40,8 +42,8 @@ from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_tas
 from .languages import normalize_language
 from .report import ConversionReport, Issue
 from .splits import (
-    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, assign_from_split_files, merge_hints, plan_splits,
-    split_name,
+    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, _examples, assign_from_split_files, merge_hints,
+    plan_splits, split_name,
 )
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
@@ -80,10 +82,9 @@ class ConvertOptions:
                 raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
         if (self.test_fraction or 0.0) + (self.val_fraction or 0.0) > 1.0:
             raise UserError("--test-fraction plus --val-fraction must not exceed 1")
-        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
-        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
-        if len(lists) > 1 or (lists and fractions):
-            raise UserError(f"{' and '.join(lists + fractions)} are exclusive: give the splits either by fractions "
+        given = self.split_options()
+        if len(given) > 1 and not all(name.endswith("-fraction") for name in given):
+            raise UserError(f"{' and '.join(given)} are exclusive: give the splits either by fractions "
                             "(--test-fraction/--val-fraction), by split files (--split-file SPLIT=FILE, repeatable) "
                             "or all to one split (--all-to SPLIT)")
         if self.all_to is not None:
@@ -95,6 +96,12 @@ class ConvertOptions:
             raise UserError(f"--limit-images must be positive, got {self.limit_images}")
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
+
+    def split_options(self) -> list[str]:
+        """The command-line split options given: ``--split-file``, ``--all-to``, then the fractions."""
+        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
+        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
+        return lists + fractions
 
 
 @dataclass
@@ -145,10 +152,25 @@ def checked_records(sources: Iterable[Iterable[Record]], report: ConversionRepor
 
 def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
             resolver: ImageResolver) -> dict[Path, _Image]:
-    """Check every record; keep good captions grouped by image file."""
+    """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
+    (a caption table's split column) while a command-line split option is given is a one-line :class:`UserError`:
+    the option would re-split the images the user split (a test image could land in train)."""
     images: dict[Path, _Image] = {}
+    given = options.split_options()
     for item in checked_records(sources, report, options.languages, options.progress):
+        if item.user_split and item.split_hint is not None and given:
+            raise UserError(f"{item.where}: the caption table's split column already splits the images (this row: "
+                            f"{item.split_hint}), and {' and '.join(given)} would re-split them (an image labelled "
+                            f"test could go to train): drop {' and '.join(given)} to keep the column's splits, or "
+                            f"leave the column out (or empty) to split by {' and '.join(given)}; nothing written")
         path = resolver.resolve(item.images, item.exact)
+        clash = resolver.same_name(item.images) if path is None and item.exact else []
+        if clash:
+            report.add(Issue("ambiguous_image", item.file, item.line,
+                             f"image name {item.images[0]!r} fits several files under the image folders "
+                             f"({_examples(list(map(str, clash)))}): give the path of one, relative to its image "
+                             f"folder"))
+            continue
         if path is None:
             how = " (by path or file name)" if item.exact else ""
             report.add(Issue("missing_image", item.file, item.line,
@@ -174,6 +196,20 @@ def _assign_image_ids(images: Iterable[_Image]) -> None:
             image_id = f"{base}-{n}"
         used.add(image_id)
         img.image_id = image_id
+
+
+def _region_note(by_id: dict[str, _Image]) -> str | None:
+    """The warning for languages with a region or script subtag beside their base code (``fr-FR`` and ``fr``): kept
+    apart on purpose (:mod:`~data_prep.converters.languages`), but often one language written two ways. ``None``
+    when there is none."""
+    per_lang = Counter(lang for img in by_id.values() for lang in {c.lang for c in img.captions})
+    pairs = [(lang, lang.split("-")[0]) for lang in sorted(per_lang) if "-" in lang and lang.split("-")[0] in per_lang]
+    if not pairs:
+        return None
+    named = "; ".join(f"{tagged} ({per_lang[tagged]} image(s)) beside {base} ({per_lang[base]} image(s))"
+                      for tagged, base in pairs)
+    return (f"{named}: kept as separate languages (a region or script subtag makes its own language, e.g. fa-AF "
+            f"Dari beside fa Persian); if they are one language, write one code in the captions")
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -255,9 +291,14 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
 
     found_langs = sorted({c.lang for img in by_id.values() for c in img.captions})
     languages = list(options.languages) if options.languages else found_langs
-    for lang in languages:
-        if lang not in found_langs:
-            report.note(f"--langs {lang}: no usable caption in this language")
+    absent = [lang for lang in languages if lang not in found_langs]
+    if absent:
+        raise UserError(f"--langs {','.join(languages)}: no usable caption in {','.join(absent)} (the usable captions "
+                        f"are in {','.join(found_langs)}): remove {','.join(absent)} from --langs, or add captions in "
+                        f"{'that language' if len(absent) == 1 else 'those languages'}; nothing written")
+    region = _region_note(by_id)
+    if region:
+        report.note(region)
 
     if options.parallel_train and not set(options.parallel_train) <= set(languages):
         raise UserError(f"--parallel-train {','.join(options.parallel_train)} must be a subset of the languages "

@@ -25,6 +25,7 @@ from typing import Any
 # Bad input, by kind: what the user reads in the summary.
 SKIP_KINDS: dict[str, str] = {
     "missing_image": "image named by a caption not found in the image folders",
+    "ambiguous_image": "image name fits several files under the image folders (give its path)",
     "unreadable_image": "image file unreadable, truncated or not an image",
     "empty_caption": "caption empty or only whitespace",
     "caption_file_short": "caption file has fewer lines than its split file (missing lines)",

@@ -9,7 +9,8 @@ by giving each language its own disjoint share of the images; we do the same per
   its split, every other image to train (:func:`assign_from_split_files`); test images lacking a
   requested language are left out, as below. Exclusive with the fractions.
 - **test**: with ``test_fraction`` set, ``round(test_fraction * n_images)`` images drawn
-  (seeded) from those captioned in *every* requested language; otherwise the images a
+  (seeded) from those captioned in *every* requested language (fewer, with a warning, when fewer
+  are; a :class:`UserError` when none is or the count rounds to 0); otherwise the images a
   source marks as test (Multi30K ``test_*`` split files, Globetrotter ``listing_test.txt``,
   all of XTD10), dropping those that lack a requested language.
 - **val**: with ``val_fraction`` set, ``round(val_fraction * n_images)`` of the remaining
@@ -229,6 +230,21 @@ def assign_languages(image_langs: Mapping[str, frozenset[str]], rng: np.random.G
     return chosen
 
 
+def _no_complete_image(images: Mapping[str, ImageInfo], wanted: frozenset[str], test_fraction: float,
+                       n_test: int) -> str:
+    """The one-line error for a ``--test-fraction`` that finds no image captioned in every requested language: the
+    languages some images lack, with how many images each has, and what to do."""
+    n = len(images)
+    per_lang = Counter(lang for info in images.values() for lang in info.langs & wanted)
+    lacking = sorted((lang for lang in wanted if per_lang[lang] < n), key=lambda lang: (per_lang[lang], lang))
+    full = sorted(lang for lang in wanted if per_lang[lang] == n)
+    keep = f", or keep only the languages every image has (--langs {','.join(full)})" if full else ""
+    return (f"--test-fraction {test_fraction} asks for {n_test} test image(s), but none of the {n} image(s) has a "
+            f"caption in every language of {','.join(sorted(wanted))} (a test image needs all of them); images per "
+            f"language: {', '.join(f'{lang} {per_lang[lang]}' for lang in lacking)} (of {n}): add the missing "
+            f"captions, correct their language codes{keep}; nothing written")
+
+
 def plan_splits(
     images: Mapping[str, ImageInfo],
     languages: Sequence[str],
@@ -244,7 +260,9 @@ def plan_splits(
     subset of them). See the module docstring for the rules. Images a source marks as
     test but that lack a requested language are listed in ``incomplete_test`` and get
     no split. ``fixed`` (image id -> split, from split files; exclusive with the fractions)
-    replaces the sources' hints: an image it does not name goes to train.
+    replaces the sources' hints: an image it does not name goes to train. A ``test_fraction`` above 0 whose
+    test split would be empty (no image captioned in every language, or the count rounds to 0) is a one-line
+    :class:`UserError`.
     """
     if fixed is not None and (test_fraction is not None or val_fraction is not None):
         raise ValueError("plan_splits: fixed splits and fractions are exclusive")
@@ -258,6 +276,11 @@ def plan_splits(
     if test_fraction is not None:
         complete = [i for i in ids if images[i].langs >= wanted]
         n_test = int(round(test_fraction * n))
+        if n_test and not complete:
+            raise UserError(_no_complete_image(images, wanted, test_fraction, n_test))
+        if test_fraction and not n_test:
+            raise UserError(f"--test-fraction {test_fraction} of {n} image(s) rounds to 0 test images: raise it to at "
+                            f"least {1 / n:.2g} (one image) or drop it; nothing written")
         if n_test > len(complete):
             plan.notes.append(f"--test-fraction {test_fraction} asks for {n_test} test images but only "
                               f"{len(complete)} have captions in all of {sorted(wanted)}; using those")
