@@ -315,21 +315,23 @@ def check_meta(meta: object, path: str, key: str) -> None:
                         "caption and lang, and an image_id)")
 
 
+def decode_sample_image(data: bytes, ext: str, shard: str | Path, key: str) -> Image.Image | np.ndarray:
+    """:func:`decode_image` of sample ``key`` of ``shard``; a one-line :class:`UserError` naming both for image
+    bytes that do not decode (truncated, or no known format)."""
+    try:
+        return decode_image(data, ext)
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
+        why = "not a known image format" if isinstance(err, UnidentifiedImageError) else f"{type(err).__name__}: {err}"
+        raise UserError(f"{shard}: sample '{key}' has a .{ext} image that does not decode ({why})") from None
+
+
 def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[Sample]:
     """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to).
 
     Raises :class:`UserError` naming the shard and sample for image bytes that do not decode."""
     for shard in shard_paths(split_dir):
         for key, ext, data, meta in iter_raw(split_dir, [shard]):
-            image = data
-            if decode_images:
-                try:
-                    image = decode_image(data, ext)
-                except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
-                    why = "not a known image format" if isinstance(err, UnidentifiedImageError) else \
-                        f"{type(err).__name__}: {err}"
-                    raise UserError(f"{shard}: sample '{key}' has a .{ext} image that does not decode "
-                                    f"({why})") from None
+            image = decode_sample_image(data, ext, shard, key) if decode_images else data
             yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
 
 

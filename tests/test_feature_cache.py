@@ -477,6 +477,34 @@ def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(ti
     assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle
 
 
+def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shard_and_sample(tiny_world, tmp_path,
+                                                                                             weights, capsys):
+    """Was: ``OSError: image file is truncated``, a traceback from the loader's worker (exit 1), in features build
+    and in a run building its missing cache."""
+    import shutil
+
+    from conftest import truncate_image
+    from globetrotter.data.feature_cache import ensure_feature_cache
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    key = read_captions(world / "train")[50]["key"]
+    shard = truncate_image(world / "train", key)
+    out = tmp_path / "cache"
+    code, _, stderr = run_data_cli(
+        ["features", "build", str(world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--backbone", "resnet18",
+         "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+    last = stderr.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert last.startswith(f"error: {shard}: sample '{key}' has a .png image that does not decode ("), last
+    assert not out.exists() and not out.with_name("cache.tmp").exists()  # nothing written
+    with pytest.raises(UserError) as err:  # a run's own build (data.workers=0: decoded in this process)
+        ensure_feature_cache(_cfg(world, tmp_path, weights), "train", lambda line: None)
+    assert str(err.value).startswith(f"{shard}: sample '{key}' has a .png image that does not decode (")
+    assert not (world / "train" / "features").exists()
+
+
 def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads_or_loads_a_backbone(tmp_path, capsys):
     code, stdout, stderr = run_data_cli(["features", "build", str(tmp_path / "nowhere")], capsys)
     assert code == 2 and stdout == ""  # no threads line, no backbone
