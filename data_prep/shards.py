@@ -335,6 +335,26 @@ def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[
             yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
 
 
+def check_samples(split_dir: str | Path, progress: bool = True) -> str:
+    """Raise :class:`UserError` naming the shard and sample at the first sample of a split whose image does not
+    decode (every image is decoded) or whose caption is empty (blank); return what was checked. ``progress``: a
+    progress bar on a terminal (none when stderr is no terminal)."""
+    from tqdm import tqdm
+
+    total, checked = read_manifest(split_dir)["num_samples"], 0
+    with tqdm(total=total, desc=f"decoding {Path(split_dir).name}", unit="smp",
+              disable=None if progress else True, dynamic_ncols=True, leave=False) as bar:
+        for shard in shard_paths(split_dir):
+            for key, ext, data, meta in iter_raw(split_dir, [shard]):
+                decode_sample_image(data, ext, shard, key)
+                if not meta["caption"].strip():
+                    raise UserError(f"{shard}: sample '{key}' has an empty caption (expected the text of the "
+                                    f"image's caption; write the split again without it)")
+                checked += 1
+                bar.update(1)
+    return f"{checked} samples, every image decodes, no caption is empty"
+
+
 def read_captions(split_dir: str | Path) -> list[dict]:
     """All captions' metadata of a split (``key`` added), without decoding images."""
     return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir)]
