@@ -505,6 +505,20 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
     assert not (world / "train" / "features").exists()
 
 
+def test_features_build_without_weights_warns_that_they_are_random(tiny_world, tmp_path, weights, capsys):
+    """Was: a randomly initialised backbone's cache, said only by cache.json's "weights": "random"."""
+    base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+            "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18", "--image-size", "32",
+            "--views", "0"]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "random")], capsys)
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert code == 0 and json.loads((tmp_path / "random" / "cache.json").read_text())["spec"]["weights"] == "random"
+    assert len(warnings) == 1 and "randomly initialised resnet18" in warnings[0], stderr[-2000:]
+    assert "--weights package" in warnings[0] and "--weights FILE" in warnings[0]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--weights", str(weights)], capsys)
+    assert code == 0 and "warning:" not in stderr
+
+
 def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads_or_loads_a_backbone(tmp_path, capsys):
     code, stdout, stderr = run_data_cli(["features", "build", str(tmp_path / "nowhere")], capsys)
     assert code == 2 and stdout == ""  # no threads line, no backbone

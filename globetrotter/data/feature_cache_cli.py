@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from ..argtypes import non_negative_int, positive_float, positive_int, torch_dev
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from ..training.backbone_finetune import FinetuneSettings
-from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
+from .feature_cache import SPEC, CacheSpec, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
+
+
+def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
+    """One warning line (stderr) when the cache's backbone has no weights: its features are a random network's."""
+    if spec.weights == "random":
+        print(f"warning: features build {split}: no weights given (--weights, or the config's "
+              f"model.image_pretrained), so the features come from a randomly initialised {spec.backbone}; for "
+              f"pretrained ones pass --weights package (ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
+              f"or --weights FILE (see --help)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -40,6 +50,7 @@ def _build(args: argparse.Namespace) -> int:
         raise UserError(f"features build {split}: no --config and no --image-size; give the training config that "
                         f"will read the cache (--config), or the side of the views in pixels (--image-size, e.g. 224 "
                         f"for an ImageNet backbone): the built-in default is {cfg.data.image_size}")
+    _warn_random_weights(spec, split)
     out = Path(args.out) if args.out else split / "features"
     check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
     if (out / SPEC).is_file() and not args.force:
