@@ -389,6 +389,8 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     code, _, stderr = run(base[:-1] + ["3"])
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
+    # the command's own way out, not training's (was: "rebuild it or point data.features elsewhere")
+    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --force, or build into another --out")
 
 
 def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_runs_threads(tiny_world, tmp_path, weights,

@@ -432,10 +432,11 @@ def rewrite_hint(path: Path, record: dict) -> str:
 
 
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
-                       split_dir: str | Path | None = None) -> FeatureCache:
-    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it
-    is read for ``split_dir`` and its recorded split checksum says that split's images may have changed
-    (:func:`check_split_checksum`)."""
+                       split_dir: str | Path | None = None,
+                       remedy: str = "rebuild it or point data.features elsewhere") -> FeatureCache:
+    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected`` (the error
+    ends with ``remedy``: what the reader can do), or when it is read for ``split_dir`` and its recorded split
+    checksum says that split's images may have changed (:func:`check_split_checksum`)."""
     path = Path(path)
     if not (path / SPEC).is_file():
         raise UserError(f"{path}: no feature cache here (expected {SPEC}, {FEATURES} and {IMAGE_IDS}; build one with "
@@ -456,7 +457,7 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
         check_imported(path, spec, expected.weights)
     elif expected is not None and spec != expected:
         raise UserError(f"{path}: feature cache was built for another setting than the config asks "
-                        f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
+                        f"(cache vs config: {'; '.join(spec.differences(expected))}); {remedy}")
     if split_dir is not None:
         check_split_checksum(path, record, split_dir)
     try:  # a truncated file, or one that is no npy array: named, not a numpy traceback

@@ -54,7 +54,8 @@ def _build(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else split / "features"
     check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
     if (out / SPEC).is_file() and not args.force:
-        cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
+        # refuses a cache built for other settings, or a rewritten split
+        cache = load_feature_cache(out, spec, split, remedy="rebuild it with --force, or build into another --out")
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         if args.json:
             print(json.dumps(json.loads((out / SPEC).read_text()), indent=2))
