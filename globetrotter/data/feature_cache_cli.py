@@ -170,7 +170,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
         "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, rows "
         "of another dimension, images of the split without a row (extra ids are dropped), a cache of other "
-        "embeddings at --out (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
+        "embeddings at --out, or of the same name from another file or for another split (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",
     )
     q.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -181,8 +181,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--id-column", help="parquet column of the image ids (default image_id; key, as img2dataset "
                    "writes, when absent)")
     q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
-    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
-                   "(never a folder that is no feature cache)")
+    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, source "
+                   "file or split at --out (never a folder that is no feature cache)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
@@ -209,8 +209,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
                    "train split's) instead of this split's own: new photos joined in the space a run trained in; "
                    "its encoders must be these caches', in the same order")
-    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
-                   "(never a folder that is no feature cache)")
+    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, caches "
+                   "or split at --out (never a folder that is no feature cache)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)
