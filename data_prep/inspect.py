@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import UserError
-from .shards import check_manifest_counts, check_split_rule, iter_samples, read_captions, read_manifest
+from .shards import (check_manifest_counts, check_samples, check_split_rule, iter_samples, read_captions,
+                     read_manifest)
 
 
 def script_of(text: str) -> str:
@@ -193,6 +194,7 @@ def _run(args: argparse.Namespace) -> int:
         rule = check_split_rule(args.split_dir)
         print(f"split rule holds for '{info['split']}': {rule}" if rule else
               f"no split rule for a '{info['split']}' split: nothing checked")
+        print(f"samples hold: {check_samples(args.split_dir)}")
     shown: Counter = Counter()
     print("samples:")
     for m in read_captions(args.split_dir):
@@ -212,13 +214,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print a split's languages, scripts, counts and samples",
         description="Summarise a split folder: captions, images and groups; captions and dominant Unicode "
         "script per language; a few sample captions per language; optionally check the manifest's counts "
-        "(num_samples and per language) against the shards and the split rule (train/val: each image in one "
-        "language; test: every group in all languages) and write a contact sheet PNG of images with their captions.",
+        "(num_samples and per language) against the shards, the split rule (train/val: each image in one "
+        "language; test: every group in all languages), that every image decodes and that no caption is empty; "
+        "and write a contact sheet PNG of images with their captions.",
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--samples", type=int, default=2, help="sample captions to print per language (default %(default)s)")
     p.add_argument("--check", action="store_true",
-                   help="verify the manifest's sample counts and the split rule for the split's kind")
+                   help="verify the manifest's sample counts, the split rule for the split's kind, that every "
+                   "image decodes and that no caption is empty")
     p.add_argument("--contact-sheet", metavar="PNG", help="write a grid of images with their captions")
     p.add_argument("--sheet-size", type=int, default=24, help="images on the contact sheet (default %(default)s)")
     p.set_defaults(func=_run)

@@ -315,22 +315,44 @@ def check_meta(meta: object, path: str, key: str) -> None:
                         "caption and lang, and an image_id)")
 
 
+def decode_sample_image(data: bytes, ext: str, shard: str | Path, key: str) -> Image.Image | np.ndarray:
+    """:func:`decode_image` of sample ``key`` of ``shard``; a one-line :class:`UserError` naming both for image
+    bytes that do not decode (truncated, or no known format)."""
+    try:
+        return decode_image(data, ext)
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
+        why = "not a known image format" if isinstance(err, UnidentifiedImageError) else f"{type(err).__name__}: {err}"
+        raise UserError(f"{shard}: sample '{key}' has a .{ext} image that does not decode ({why})") from None
+
+
 def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[Sample]:
     """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to).
 
     Raises :class:`UserError` naming the shard and sample for image bytes that do not decode."""
     for shard in shard_paths(split_dir):
         for key, ext, data, meta in iter_raw(split_dir, [shard]):
-            image = data
-            if decode_images:
-                try:
-                    image = decode_image(data, ext)
-                except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
-                    why = "not a known image format" if isinstance(err, UnidentifiedImageError) else \
-                        f"{type(err).__name__}: {err}"
-                    raise UserError(f"{shard}: sample '{key}' has a .{ext} image that does not decode "
-                                    f"({why})") from None
+            image = decode_sample_image(data, ext, shard, key) if decode_images else data
             yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
+
+
+def check_samples(split_dir: str | Path, progress: bool = True) -> str:
+    """Raise :class:`UserError` naming the shard and sample at the first sample of a split whose image does not
+    decode (every image is decoded) or whose caption is empty (blank); return what was checked. ``progress``: a
+    progress bar on a terminal (none when stderr is no terminal)."""
+    from tqdm import tqdm
+
+    total, checked = read_manifest(split_dir)["num_samples"], 0
+    with tqdm(total=total, desc=f"decoding {Path(split_dir).name}", unit="smp",
+              disable=None if progress else True, dynamic_ncols=True, leave=False) as bar:
+        for shard in shard_paths(split_dir):
+            for key, ext, data, meta in iter_raw(split_dir, [shard]):
+                decode_sample_image(data, ext, shard, key)
+                if not meta["caption"].strip():
+                    raise UserError(f"{shard}: sample '{key}' has an empty caption (expected the text of the "
+                                    f"image's caption; write the split again without it)")
+                checked += 1
+                bar.update(1)
+    return f"{checked} samples, every image decodes, no caption is empty"
 
 
 def read_captions(split_dir: str | Path) -> list[dict]:

@@ -138,3 +138,24 @@ def run_data_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         torch.set_num_threads(threads)
     captured = capsys.readouterr()
     return stop.value.code, captured.out, captured.err
+
+
+def truncate_image(split_dir: Path, key: str) -> Path:
+    """Cut the image member of sample ``key`` in its shard of ``split_dir`` to its first half (a download or copy
+    that stopped part-way; the manifest is left as it was); returns the shard."""
+    import io
+    import tarfile
+
+    for shard in sorted(split_dir.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+        if not any(m.name.startswith(f"{key}.") for m, _ in members):
+            continue
+        with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for member, data in members:
+                if member.name.startswith(f"{key}.") and not member.name.endswith(".json"):
+                    data = data[: len(data) // 2]
+                    member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        return shard
+    raise KeyError(f"no sample {key!r} in {split_dir}")

@@ -118,3 +118,17 @@ def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_
                                         str(tmp_path / "out"), "--lr", lr], capsys)
         assert code == 2 and "argument --lr: expected a finite number > 0" in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_round_two_refuses_a_split_smaller_than_one_batch_before_writing_anything(round_one, tmp_path, capsys):
+    """Was: "24 images and 24 targets: need as many of each, at least one batch (32)", after targets/ was written."""
+    from conftest import make_tiny_world
+
+    run, _ = round_one
+    split = make_tiny_world(tmp_path / "small", n_train=24, n_val=4, n_test=2) / "train"
+    out = tmp_path / "out"
+    code, stdout, stderr = run_data_cli(["features", "finetune", str(split), "--from-run", str(run), "--out", str(out)],
+                                        capsys)
+    assert code == 2 and stderr.strip().splitlines() == [
+        f"error: {split} has 24 images, fewer than one batch of 32: fine-tuning the backbone needs at least 32"]
+    assert not out.exists()  # no targets/ left behind

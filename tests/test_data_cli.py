@@ -194,6 +194,36 @@ def test_inspect_check_fails_when_the_manifest_counts_differ_from_the_shards(tin
     assert code == 0 and "manifest counts hold: 96 samples, 4 language(s)" in stdout
 
 
+def test_inspect_check_decodes_every_image_and_refuses_an_empty_caption(tiny_world, tmp_path, capsys):
+    """Was: exit 0 and "manifest counts hold" for a split with a truncated image or a blank caption."""
+    import io
+    import shutil
+
+    from PIL import Image
+
+    from conftest import run_data_cli, truncate_image
+    from test_shards import write_raw_split
+
+    split = tmp_path / "train"
+    shutil.copytree(tiny_world / "train", split, ignore=shutil.ignore_patterns("features"))
+    shard = truncate_image(split, "train-00050")
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, format="JPEG")
+    write_raw_split(tmp_path / "blank", {"caption": " ", "lang": "en", "image_id": "a"}, buf.getvalue())
+    for folder, message in (
+        (split, f"error: {shard}: sample 'train-00050' has a .png image that does not decode ("),
+        (tmp_path / "blank", f"error: {tmp_path / 'blank' / 'train-000000.tar'}: sample 'k0' has an empty caption"),
+    ):
+        code, _, err = run_data_cli(["inspect", str(folder)], capsys)  # without --check: images not decoded
+        assert code == 0, err
+        code, stdout, err = run_data_cli(["inspect", str(folder), "--check"], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(message), err
+        assert "manifest counts hold" in stdout and "samples hold" not in stdout
+    code, stdout, _ = run_data_cli(["inspect", str(tiny_world / "train"), "--check"], capsys)
+    assert code == 0 and "samples hold: 96 samples, every image decodes, no caption is empty" in stdout
+
+
 def test_overrides_after_an_option_reach_the_sub_command(capsys):
     """``features build SPLIT --config FILE key=value`` (train.py's order) gives the override to the command; a stray
     word is still refused as argparse refuses it."""

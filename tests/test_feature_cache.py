@@ -389,6 +389,8 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     code, _, stderr = run(base[:-1] + ["3"])
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
+    # the command's own way out, not training's (was: "rebuild it or point data.features elsewhere")
+    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --force, or build into another --out")
 
 
 def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_runs_threads(tiny_world, tmp_path, weights,
@@ -475,6 +477,48 @@ def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(ti
          "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     assert code == 0, stderr[-2000:]
     assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle
+
+
+def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shard_and_sample(tiny_world, tmp_path,
+                                                                                             weights, capsys):
+    """Was: ``OSError: image file is truncated``, a traceback from the loader's worker (exit 1), in features build
+    and in a run building its missing cache."""
+    import shutil
+
+    from conftest import truncate_image
+    from globetrotter.data.feature_cache import ensure_feature_cache
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    key = read_captions(world / "train")[50]["key"]
+    shard = truncate_image(world / "train", key)
+    out = tmp_path / "cache"
+    code, _, stderr = run_data_cli(
+        ["features", "build", str(world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--backbone", "resnet18",
+         "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+    last = stderr.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert last.startswith(f"error: {shard}: sample '{key}' has a .png image that does not decode ("), last
+    assert not out.exists() and not out.with_name("cache.tmp").exists()  # nothing written
+    with pytest.raises(UserError) as err:  # a run's own build (data.workers=0: decoded in this process)
+        ensure_feature_cache(_cfg(world, tmp_path, weights), "train", lambda line: None)
+    assert str(err.value).startswith(f"{shard}: sample '{key}' has a .png image that does not decode (")
+    assert not (world / "train" / "features").exists()
+
+
+def test_features_build_without_weights_warns_that_they_are_random(tiny_world, tmp_path, weights, capsys):
+    """Was: a randomly initialised backbone's cache, said only by cache.json's "weights": "random"."""
+    base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+            "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18", "--image-size", "32",
+            "--views", "0"]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "random")], capsys)
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert code == 0 and json.loads((tmp_path / "random" / "cache.json").read_text())["spec"]["weights"] == "random"
+    assert len(warnings) == 1 and "randomly initialised resnet18" in warnings[0], stderr[-2000:]
+    assert "--weights package" in warnings[0] and "--weights FILE" in warnings[0]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--weights", str(weights)], capsys)
+    assert code == 0 and "warning:" not in stderr
 
 
 def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads_or_loads_a_backbone(tmp_path, capsys):

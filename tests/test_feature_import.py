@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import globetrotter
+from conftest import run_data_cli
 from globetrotter.config import load_train_config
 from globetrotter.data.feature_cache import load_feature_cache
-from globetrotter.data.feature_import import import_embeddings, read_id_list, split_image_ids
+from globetrotter.data.feature_import import (file_sha256, import_embeddings, read_id_list,
+                                             split_image_ids)
 from globetrotter.data_cli import main as data_main
 from globetrotter.errors import UserError
 from globetrotter.training.checkpoint import resolve
@@ -209,6 +211,32 @@ def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, so
         import_embeddings(split, wide, out, "toy", ids=id_file, progress=False)
     assert (out / "cache.json").read_text() == before and not (tmp_path / "features.tmp").exists()
     assert import_embeddings(split, wide, out, "other", ids=id_file, force=True, progress=False)["dim"] == 24
+
+
+def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unless_forced(tiny_world, source, tmp_path,
+                                                                                         capsys):
+    """Was: a second import of the same --name and width replaced the cache, whatever its vectors."""
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
+    before = (out / "cache.json").read_text()
+    import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)  # the same import again: allowed
+    new, _ = write_npy(tmp_path / "new", ids, vectors + 1)
+    argv = ["features", "import", str(split), "--embeddings", str(new), "--ids", str(id_file), "--name", "toy",
+            "--quiet", "--out", str(out)]
+    code, _, stderr = run_data_cli(argv, capsys)
+    assert code == 2 and stderr.strip().splitlines() == [
+        f"error: --out {out}: holds imported embeddings 'toy' of another source (sha256 "
+        f"{json.loads(before)['spec']['weights_sha256']} there, {file_sha256(new)} now); pass --force to replace "
+        f"them or choose another --out"]
+    copy = tmp_path / "copy"  # the same images in another split folder
+    shutil.copytree(split, copy, ignore=shutil.ignore_patterns("features"))
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of another split \(.*train\); pass --force"):
+        import_embeddings(copy, emb, out, "toy", ids=id_file, progress=False)
+    assert json.loads((out / "cache.json").read_text())["spec"] == json.loads(before)["spec"]
+    code, _, _ = run_data_cli(argv + ["--force"], capsys)
+    assert code == 0 and json.loads((out / "cache.json").read_text())["spec"]["weights_sha256"] == file_sha256(new)
 
 
 def test_the_import_command(tiny_world, source, tmp_path, capsys):

@@ -48,7 +48,6 @@ A cache or manifest without a checksum (older builds) is not compared.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import shutil
@@ -60,10 +59,9 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
-from PIL import Image
 from tqdm.auto import tqdm
 
-from data_prep.shards import iter_raw, read_manifest
+from data_prep.shards import decode_sample_image, iter_raw, read_manifest, shard_paths
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
@@ -166,21 +164,32 @@ def require_pictures(split_dir: str | Path, manifest: dict, reader: str) -> None
                         f"and train on them with model.image_backbone=imported data.features=FOLDER")
 
 
+def unique_samples(split_dir: Path) -> Iterator[tuple[str, str, bytes, str, str]]:
+    """(image id, image format, encoded bytes, shard, sample key) of each image of a split, once (its first sample),
+    in shard order."""
+    seen: set[str] = set()
+    for shard in shard_paths(split_dir):
+        for key, ext, data, meta in iter_raw(split_dir, [shard]):
+            image_id = str(meta["image_id"])
+            if image_id not in seen:
+                seen.add(image_id)
+                yield image_id, ext, data, shard, key
+
+
 def unique_images(split_dir: Path) -> Iterator[tuple[str, str, bytes]]:
     """(image id, image format, encoded bytes) of each image of a split, once, in shard order."""
-    seen: set[str] = set()
-    for _key, ext, data, meta in iter_raw(split_dir):
-        image_id = str(meta["image_id"])
-        if image_id not in seen:
-            seen.add(image_id)
-            yield image_id, ext, data
+    for image_id, ext, data, _shard, _key in unique_samples(split_dir):
+        yield image_id, ext, data
 
 
 class _Views(torch.utils.data.Dataset):
-    """Image ``i`` -> [views + 1, 3, S, S]: the evaluation view, then seeded augmented views."""
+    """Image ``i`` -> ([views + 1, 3, S, S]: the evaluation view, then seeded augmented views; ""). An image that
+    does not decode gives zeros and the one-line error naming its shard and sample (``places[i]``: (shard, key),
+    format ``exts[i]``), which the builder raises: an exception raised in a loader worker would come back as a
+    traceback."""
 
-    def __init__(self, images: list[bytes], spec: CacheSpec) -> None:
-        self.images = images
+    def __init__(self, images: list[bytes], spec: CacheSpec, exts: list[str], places: list[tuple[str, str]]) -> None:
+        self.images, self.exts, self.places = images, exts, places
         self.spec = spec
         self.whole = eval_transform(spec.image_size)
         self.augment = simclr_transform(spec.image_size, spec.crop_scale_min, spec.colour_jitter, spec.hue_jitter,
@@ -189,13 +198,17 @@ class _Views(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        image = Image.open(io.BytesIO(self.images[i])).convert("RGB")
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+        try:
+            image = decode_sample_image(self.images[i], self.exts[i], *self.places[i])
+        except UserError as err:
+            size = self.spec.image_size
+            return torch.zeros(self.spec.views + 1, 3, size, size), str(err)
         state = torch.get_rng_state()
         torch.manual_seed(self.spec.seed * 1_000_003 + i)  # the views depend on (seed, image), not on the worker
         views = [self.whole(image)] + [self.augment(image) for _ in range(self.spec.views)]
         torch.set_rng_state(state)
-        return torch.stack(views)
+        return torch.stack(views), ""
 
 
 def _listing(names: list[str], limit: int = 4) -> str:
@@ -281,13 +294,15 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     manifest = read_manifest(split_dir)
     require_pictures(split_dir, manifest, "a feature cache's backbone")
     check_cache_folder(out_dir)  # before any work: a folder that is no cache is never replaced
-    ids, blobs = [], []
-    for image_id, _ext, data in unique_images(split_dir):
+    ids, blobs, exts, places = [], [], [], []
+    for image_id, ext, data, shard, key in unique_samples(split_dir):
         if max_images is not None and len(ids) >= max_images:
             break
         ids.append(image_id)
         blobs.append(data)
-    dataset = _Views(blobs, spec)
+        exts.append(ext)
+        places.append((shard, key))
+    dataset = _Views(blobs, spec, exts, places)
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_images, num_workers=workers,
                                          prefetch_factor=4 if workers else None)
     backbone = backbone.eval().to(device).to(memory_format=torch.channels_last)
@@ -298,7 +313,10 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
         start = time.perf_counter()
         with torch.inference_mode(), tqdm(total=len(ids), desc=f"features {split_dir.name}", unit="img",
                                           disable=not progress, dynamic_ncols=True) as bar:
-            for batch in loader:
+            for batch, errors in loader:
+                bad = next((error for error in errors if error), None)
+                if bad is not None:  # one line naming the shard and sample, nothing written
+                    raise UserError(bad)
                 b, v = batch.shape[:2]
                 x = batch.flatten(0, 1).to(device).contiguous(memory_format=torch.channels_last)
                 out = backbone(x).float().reshape(b, v, -1)
@@ -414,10 +432,11 @@ def rewrite_hint(path: Path, record: dict) -> str:
 
 
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
-                       split_dir: str | Path | None = None) -> FeatureCache:
-    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected``, or when it
-    is read for ``split_dir`` and its recorded split checksum says that split's images may have changed
-    (:func:`check_split_checksum`)."""
+                       split_dir: str | Path | None = None,
+                       remedy: str = "rebuild it or point data.features elsewhere") -> FeatureCache:
+    """Open a cache folder; refuse it (one-line :class:`UserError`) when its spec is not ``expected`` (the error
+    ends with ``remedy``: what the reader can do), or when it is read for ``split_dir`` and its recorded split
+    checksum says that split's images may have changed (:func:`check_split_checksum`)."""
     path = Path(path)
     if not (path / SPEC).is_file():
         raise UserError(f"{path}: no feature cache here (expected {SPEC}, {FEATURES} and {IMAGE_IDS}; build one with "
@@ -438,7 +457,7 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
         check_imported(path, spec, expected.weights)
     elif expected is not None and spec != expected:
         raise UserError(f"{path}: feature cache was built for another setting than the config asks "
-                        f"(cache vs config: {'; '.join(spec.differences(expected))}); rebuild it or point data.features elsewhere")
+                        f"(cache vs config: {'; '.join(spec.differences(expected))}); {remedy}")
     if split_dir is not None:
         check_split_checksum(path, record, split_dir)
     try:  # a truncated file, or one that is no npy array: named, not a numpy traceback

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from ..argtypes import non_negative_int, positive_float, positive_int, torch_dev
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from ..training.backbone_finetune import FinetuneSettings
-from .feature_cache import SPEC, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
+from .feature_cache import SPEC, CacheSpec, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
+
+
+def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
+    """One warning line (stderr) when the cache's backbone has no weights: its features are a random network's."""
+    if spec.weights == "random":
+        print(f"warning: features build {split}: no weights given (--weights, or the config's "
+              f"model.image_pretrained), so the features come from a randomly initialised {spec.backbone}; for "
+              f"pretrained ones pass --weights package (ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
+              f"or --weights FILE (see --help)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -40,10 +50,12 @@ def _build(args: argparse.Namespace) -> int:
         raise UserError(f"features build {split}: no --config and no --image-size; give the training config that "
                         f"will read the cache (--config), or the side of the views in pixels (--image-size, e.g. 224 "
                         f"for an ImageNet backbone): the built-in default is {cfg.data.image_size}")
+    _warn_random_weights(spec, split)
     out = Path(args.out) if args.out else split / "features"
     check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
     if (out / SPEC).is_file() and not args.force:
-        cache = load_feature_cache(out, spec, split)  # refuses a cache built for other settings, or a rewritten split
+        # refuses a cache built for other settings, or a rewritten split
+        cache = load_feature_cache(out, spec, split, remedy="rebuild it with --force, or build into another --out")
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         if args.json:
             print(json.dumps(json.loads((out / SPEC).read_text()), indent=2))
@@ -158,7 +170,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
         "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, rows "
         "of another dimension, images of the split without a row (extra ids are dropped), a cache of other "
-        "embeddings at --out (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
+        "embeddings at --out, or of the same name from another file or for another split (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",
     )
     q.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -169,8 +181,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--id-column", help="parquet column of the image ids (default image_id; key, as img2dataset "
                    "writes, when absent)")
     q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
-    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
-                   "(never a folder that is no feature cache)")
+    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, source "
+                   "file or split at --out (never a folder that is no feature cache)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
@@ -197,8 +209,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
                    "train split's) instead of this split's own: new photos joined in the space a run trained in; "
                    "its encoders must be these caches', in the same order")
-    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings or dimension at --out "
-                   "(never a folder that is no feature cache)")
+    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, caches "
+                   "or split at --out (never a folder that is no feature cache)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)

@@ -36,8 +36,8 @@ from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finish_cache_write, imported_spec,
-                            start_cache_write)
+from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, _same_folder, check_cache_folder, finish_cache_write,
+                            imported_spec, start_cache_write)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -234,9 +234,10 @@ def _check_ids(source: _Source, wanted: list[str], split_dir: Path) -> list[int]
     return [row_of[i] for i in wanted]
 
 
-def _check_out(out_dir: Path, name: str, dim: int, force: bool) -> None:
+def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, split_dir: Path) -> None:
     """Refuse a folder at ``out_dir`` that is no cache (:func:`.feature_cache.check_cache_folder`, ``force`` or not)
-    and, unless ``force``, a cache of other embeddings or dimension."""
+    and, unless ``force``, a cache of other embeddings or dimension, or of the same name and dimension but from
+    another source (its recorded sha256 is not ``digest``) or of another split than ``split_dir``."""
     check_cache_folder(out_dir, "--out")
     if force or not (out_dir / SPEC).is_file():
         return
@@ -248,6 +249,13 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool) -> None:
                 else f"a {spec.get('backbone')} cache ({spec.get('weights')})")
         raise UserError(f"--out {out_dir}: holds {what} of {record.get('dim')} dims, not {name!r} of {dim} dims; "
                         f"pass --force to replace it or choose another --out")
+    other = [] if spec.get("weights_sha256") == digest else \
+        [f"another source (sha256 {spec.get('weights_sha256') or 'unrecorded'} there, {digest} now)"]
+    if record.get("split") and not _same_folder(record["split"], split_dir):
+        other.append(f"another split ({record['split']})")
+    if other:
+        raise UserError(f"--out {out_dir}: holds imported embeddings {name!r} of {' and '.join(other)}; pass --force "
+                        f"to replace them or choose another --out")
 
 
 def _check_name(name: str) -> None:
@@ -290,7 +298,7 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
     path = source.path
     wanted = split_image_ids(split_dir)
     rows = np.asarray(_check_ids(source, wanted, split_dir), dtype=np.int64)
-    _check_out(out_dir, name, source.dim, force)
+    _check_out(out_dir, name, source.dim, force, digest, split_dir)
     position = np.full(len(source.ids), -1, dtype=np.int64)  # source row -> row of the cache (-1: not in the split)
     position[rows] = np.arange(len(rows))
     tmp = start_cache_write(out_dir, "--out")

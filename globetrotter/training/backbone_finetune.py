@@ -111,6 +111,14 @@ def unit_centred_targets(vectors: np.ndarray) -> torch.Tensor:
     return F.normalize(out - out.mean(0), dim=1)
 
 
+def check_enough_images(count: int, batch_size: int, where: str = "the split") -> None:
+    """A one-line error when ``count`` images (of ``where``) make no full batch of ``batch_size``: the fine-tune
+    drops the last partial batch, so it would take no step."""
+    if count < batch_size:
+        raise UserError(f"{where} has {count} images, fewer than one batch of {batch_size}: fine-tuning the backbone "
+                        f"needs at least {batch_size}")
+
+
 def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray, transform,
               settings: FinetuneSettings = FinetuneSettings(), workers: int = 1, device: str = "cpu",
               progress: bool = True) -> tuple[torch.nn.Module, torch.nn.Linear, list[float]]:
@@ -119,9 +127,9 @@ def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarra
     linear warm-up over the first tenth of the steps, then cosine decay). Returns the backbone and the head (on the
     CPU, in eval mode) and each epoch's mean loss."""
     s = settings
-    if len(images) != len(targets) or len(images) < s.batch_size:
-        raise UserError(f"{len(images)} images and {len(targets)} targets: need as many of each, at least one batch "
-                        f"({s.batch_size})")
+    if len(images) != len(targets):
+        raise UserError(f"{len(images)} images but {len(targets)} targets: need one target per image")
+    check_enough_images(len(images), s.batch_size)
     torch.manual_seed(s.seed)
     goal = unit_centred_targets(targets).to(device)
     head = torch.nn.Linear(backbone.num_features, goal.shape[1])
@@ -215,6 +223,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
         for image_id, _ext, data in unique_images(split):
             ids.append(image_id)
             images.append(data)
+        check_enough_images(len(images), settings.batch_size, str(split))  # before --out gets anything
         log(f"reading the captions of {len(ids)} images with {run}")
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
