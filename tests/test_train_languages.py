@@ -251,6 +251,10 @@ def test_match_images_of_keeps_exactly_as_many_images_per_language_as_the_named_
     saved = load_train_config(str(run.run_dir / "config.yaml"), [])
     assert saved.data.train_image_share == cfg.data.train_image_share < 1
     assert with_matched_image_share(saved, log=lambda *_: None) == saved
+    # resumed as started: the config as given (share 1) is not refused before the data completes it
+    longer = train(twin("data.train_languages=[en,ja,ru]", "steps=3", "run_name=matched", "val.every=0"),
+                   resume="latest")
+    assert longer["step"] == 3
     save_config(saved, tmp_path / "again.yaml")  # and it is a valid config to write and read again
     assert load_train_config(str(tmp_path / "again.yaml"), []) == saved
 

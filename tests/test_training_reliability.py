@@ -307,3 +307,21 @@ def test_a_run_continued_from_another_runs_checkpoint_keeps_the_best_it_can_load
     # the latest pointer asked for by name: loaded without a note that the run has no best (it has one)
     assert globetrotter.load(best.parent / ckpt.LATEST).checkpoint.name == ckpt.step_name(4)
     assert "no best checkpoint" not in capsys.readouterr().err
+
+
+def test_a_resume_with_a_changed_config_is_refused_before_any_data_is_made(tiny_world, tmp_path, monkeypatch):
+    """The comparison with the checkpoint's config came after the data was prepared: a changed data.root generated a
+    synthetic world (or built a feature cache) before the one-line refusal. Keys the data completes are compared
+    after it, as before."""
+    import globetrotter.training.trainer as trainer_module
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+
+    def no_data(*_args, **_kwargs):
+        raise AssertionError("data was prepared before the changed config was refused")
+
+    monkeypatch.setattr(trainer_module, "ensure_data", no_data)
+    with pytest.raises(UserError, match=r"the config differs from the checkpoint's \(data\.root: "):
+        train(tiny_cfg(tmp_path / "other-root", tmp_path, "steps=4", "val.every=0"), resume=str(
+            ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)))

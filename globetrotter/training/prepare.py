@@ -149,6 +149,11 @@ def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict
     return [m for m in metas if keeps_caption(m, keep, cfg.data.train_image_share)]
 
 
+# the keys the data completes (with_matched_image_share, with_text_languages, with_imported_dim): a config as given
+# may differ there from the completed one a checkpoint saved
+COMPLETED_KEYS = ("data.train_image_share", "model.languages", "model.image_backbone_args")
+
+
 def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
     """``cfg`` with ``data.train_image_share`` worked out from ``data.match_images_of`` (unchanged without it): the
     share of the train split's images (:func:`~..data.subset.matching_share`) that keeps exactly as many as that

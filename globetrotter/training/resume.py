@@ -47,14 +47,16 @@ def refuse_changed_tokenizer(source: Path, tokenizer: Path) -> None:
                         f"its tokenizer: put that file back, or start a new run")
 
 
-def refuse_changed_config(source: Path, cfg) -> None:
+def refuse_changed_config(source: Path, cfg, skip: tuple[str, ...] = ()) -> None:
     """One-line error when ``cfg`` differs from the config checkpoint ``source`` was trained with in a key other than
-    :data:`RUN_KEYS`: the resumed run would no longer be the run it continues."""
+    :data:`RUN_KEYS`: the resumed run would no longer be the run it continues. ``skip``: keys (and the keys under
+    them) not compared, e.g. those the data completes, for a check of ``cfg`` as given, before any data is made."""
     saved_path = Path(source) / "config.yaml"
     if not saved_path.is_file():
         return  # a checkpoint from before configs were saved beside it
     saved, now = _flat(read_yaml(saved_path)), _flat(to_dict(cfg))
-    changed = sorted(k for k in saved.keys() | now.keys() if k not in RUN_KEYS and saved.get(k) != now.get(k))
+    changed = sorted(k for k in saved.keys() | now.keys() if k not in RUN_KEYS and saved.get(k) != now.get(k)
+                     and not any(k == s or k.startswith(f"{s}.") for s in skip))
     if changed:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""

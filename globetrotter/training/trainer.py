@@ -40,7 +40,8 @@ from ..data.stream import StreamPosition, too_many_bad
 from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
-from .prepare import ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share, with_text_languages
+from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
+                      with_text_languages)
 from .resume import (mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
                      refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
@@ -213,6 +214,8 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     if adapting:
         cfg = adapt.resolve_config(cfg)
     if accelerator.is_main_process:
+        if source is not None:  # before the data is made (a world generated, a feature cache built) for nothing
+            refuse_changed_config(source, cfg, skip=COMPLETED_KEYS)
         warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
         if adapting:
             adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
