@@ -133,6 +133,32 @@ def test_a_resume_that_cannot_start_leaves_nothing_behind(tiny_world, tmp_path, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_ctrl_c_says_which_checkpoint_a_resume_continues_from(tiny_world, tmp_path, capsys, monkeypatch):
+    """An interrupted run printed only 'interrupted': the steps since its last checkpoint are lost, and it said
+    neither which checkpoint remains nor how to continue."""
+    import globetrotter.training.trainer as trainer_module
+    from globetrotter.config_io import save_config
+    from globetrotter.training.cli import main
+
+    config = tmp_path / "tiny.yaml"
+    save_config(tiny_cfg(tiny_world, tmp_path / "runs", "steps=2", "checkpoint_every=2", "val.every=0"), config)
+    with pytest.raises(SystemExit):
+        main(["--config", str(config)])
+    capsys.readouterr()
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_module, "train", interrupted)
+    for argv, said in ((["--resume", "latest", "steps=4"], "the last checkpoint is step 2 (step-00000002); continue "
+                                                            "the run with the same command and --resume latest"),
+                       (["run_name=other"], "stopped before its first checkpoint; nothing to resume")):
+        with pytest.raises(SystemExit) as done:
+            main(["--config", str(config), *argv])
+        err = capsys.readouterr().err
+        assert done.value.code == 130 and said in err and err.rstrip().endswith("interrupted"), err
+
+
 def test_resume_latest_continues_the_run_as_it_was_started_not_as_the_default_config_says(tiny_world, tmp_path,
                                                                                             capsys, monkeypatch):
     """`train.py steps=2` then `train.py --resume latest`: the resume took steps (and val.every, ...) from the default

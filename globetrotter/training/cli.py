@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -50,10 +52,30 @@ def _main(argv: Sequence[str] | None) -> int:
     from .trainer import train
     from .report import print_summary
 
-    result = train(cfg, resume=args.resume)
+    try:
+        result = train(cfg, resume=args.resume)
+    except KeyboardInterrupt:
+        _say_where_to_resume(cfg.run_dir)
+        raise
     print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None,
                   Path(cfg.data.root) / cfg.data.val_split)
     return 0
+
+
+def _say_where_to_resume(run_dir: Path) -> None:
+    """On Ctrl-C: the checkpoint a resume would continue from (the steps after it are lost), or that there is none,
+    in one line from the first process."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    from .checkpoint import furthest, read_state
+
+    try:
+        source = furthest(run_dir)
+    except UserError:
+        print(f"{run_dir}: stopped before its first checkpoint; nothing to resume", file=sys.stderr)
+        return
+    print(f"{run_dir}: the last checkpoint is step {read_state(source).get('step')} ({source.name}); continue the run "
+          f"with the same command and --resume latest", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
