@@ -325,3 +325,21 @@ def test_a_resume_with_a_changed_config_is_refused_before_any_data_is_made(tiny_
     with pytest.raises(UserError, match=r"the config differs from the checkpoint's \(data\.root: "):
         train(tiny_cfg(tmp_path / "other-root", tmp_path, "steps=4", "val.every=0"), resume=str(
             ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)))
+
+
+def test_a_resumed_run_hides_what_the_interrupted_one_logged_after_its_checkpoint(tiny_world, tmp_path):
+    """Steps logged between the last checkpoint and the kill were logged again by the resumed run: TensorBoard drew
+    them twice (steps 3, 4, 3, 4). The resumed run's writer purges them (purge_step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "log_every=1", "val.every=0")
+    train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    shutil.rmtree(root / ckpt.step_name(4))  # as killed after step 4 was logged, before its checkpoint
+    (root / ckpt.LATEST).write_text(ckpt.step_name(2))
+    (cfg.run_dir / "result.json").unlink()
+    train(cfg, resume="latest")
+    (folder,) = {p.parent for p in (cfg.run_dir / "tensorboard").rglob("events.out.tfevents.*")}
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss/image")] == [1, 2, 3, 4]

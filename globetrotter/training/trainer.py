@@ -131,8 +131,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     progress = _restore(cfg, accelerator, source, log)
     # built after the model's init and the start: its g's network draws from the seeded RNG
     validator = _validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
-    if main:
-        accelerator.init_trackers(cfg.run_name)
+    if main:  # a resumed run hides what the killed one logged after its checkpoint (TensorBoard's purge_step)
+        accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {"purge_step": progress.step + 1}}
+                                  if progress.step else {})
     rank, unwrapped = accelerator.process_index, accelerator.unwrap_model(model)
     if adapting:
         adaptation.precompute(unwrapped, tokenizer, accelerator.device, main=main)
