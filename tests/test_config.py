@@ -46,6 +46,8 @@ def test_int_is_accepted_for_float_but_not_the_reverse(tmp_path):
         ("model:\n  d_model: 100\n  heads: 3\n", "divisible"),
         ("- a\n- b\n", "expected a YAML mapping"),
         ("steps: [1,\n", "malformed YAML"),
+        ("steps: 5\nseed: 1\nsteps: 6\n", r"line 3: malformed YAML \(key 'steps' given twice \(lines 1 and 3\)\)"),
+        ("model:\n  layers: 1\n  layers: 2\n", r"key 'layers' given twice \(lines 2 and 3\)"),
         ("val:\n  select_by: test/sentence_translation\n", "checkpoints are chosen on val, never on test"),
         ("val:\n  select_by: val/bkr@3\n", r"'val/bkr@3': unknown metric \(expected one of \['val/bkr@1', "),
         ("val:\n  test_groups: -1\n", "val.test_groups must be >= 0"),
