@@ -719,6 +719,10 @@ def test_all_to_sends_the_whole_dataset_to_one_split(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["test"]
     assert len(samples_by_image(out / "test")) == 6
     check_split_rule(out / "test", "test")
+    # to train (a new language's folder, docs/training.md): no warning that there is no test split, as asked
+    assert cli([*w["base"], "--all-to", "train", "--out", tmp_path / "train-only"]) == 0
+    printed = capsys.readouterr()
+    assert "every image goes to train" in printed.out and "no test split" not in printed.out + printed.err
 
 
 def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys):

@@ -314,7 +314,7 @@ def plan_splits(
         for split in ("train", "val"):
             members = {i: images[i].langs for i in ids if plan.split_of.get(i) == split}
             plan.lang_of.update(assign_languages(members, rng))
-    if not test:
+    if not test and (fixed is None or "test" in set(fixed.values())):  # not where the splits given hold no test
         plan.notes.append("no test split: no complete image was marked test by a source or a split file, or "
                           "drawn by --test-fraction")
     return plan
