@@ -85,7 +85,8 @@ class Encoder:
     def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text",
                     langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``;
-        ``langs`` the texts' languages (needed by the Sigurdsson baseline only)."""
+        ``langs`` the texts' languages (needed by the Sigurdsson baseline only). A text is cut to the run's
+        ``data.max_length`` tokens, as in training: what follows does not change its embedding."""
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
         if head not in ("text", "cross", "backbone"):
