@@ -626,6 +626,11 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
           "--out", tmp_path / "o"], "unknown language code 'jp'"),
         (["multi30k", "--images", images, "--out", tmp_path / "o"], "needs --multi30k"),
         (["xtd10", "--xtd10", images, "--images", images, "--out", tmp_path / "o"], "test_image_names.txt not found"),
+        # a path of the wrong kind was reported as missing
+        (["folder", "--images", write_lines(tmp_path / "f.txt", ["x"]), "--captions", tmp_path / "f.txt", "--out",
+          tmp_path / "o"], "f.txt is a file, expected a folder"),
+        (["folder", "--images", images, "--captions", images, "--out", tmp_path / "o"], "images is a folder, expected "
+                                                                                      "a file"),
     ]
     for argv, message in cases:
         assert cli(argv) == 2

@@ -75,14 +75,16 @@ _COMMANDS = {
 def _existing_dir(value: str) -> Path:
     path = Path(value)
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"folder not found: {value}")
+        raise argparse.ArgumentTypeError(f"{value} is a file, expected a folder" if path.exists() else
+                                         f"folder not found: {value}")
     return path
 
 
 def _existing_file(value: str) -> Path:
     path = Path(value)
     if not path.is_file():
-        raise argparse.ArgumentTypeError(f"file not found: {value}")
+        raise argparse.ArgumentTypeError(f"{value} is a folder, expected a file" if path.is_dir() else
+                                         f"file not found: {value}")
     return path
 
 
