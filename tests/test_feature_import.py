@@ -111,6 +111,10 @@ def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(t
     broken[5, 3] = 1e6  # finite in float32, inf in float16
     message, _ = attempt(ids, broken)
     assert "float16" in message and repr(ids[5]) in message
+    zeros = vectors.copy()  # an all-zero row was imported in silence: no cosine with any image
+    zeros[7] = 0.0
+    message, _ = attempt(ids, zeros)
+    assert f"image {ids[7]!r} (row 7) is all zeros" in message
     kept = [i for i in ids if i != first_split_id]
     message, emb = attempt(kept, vectors[: len(kept)])
     assert str(emb) in message and "1 image(s)" in message and repr(first_split_id) in message

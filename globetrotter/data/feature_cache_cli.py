@@ -168,7 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write your own image embeddings of a split's images as its feature cache, float16 [images, 1, "
         "dim] (the whole image, no augmented views): a .npy float array [N, D] with --ids (one image id per line, "
         "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
-        "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, rows "
+        "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, all-zero rows, rows "
         "of another dimension, images of the split without a row (extra ids are dropped), a cache of other "
         "embeddings at --out, or of the same name from another file or for another split (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",

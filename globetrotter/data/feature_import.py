@@ -14,8 +14,8 @@ Inputs:
 
 Every row of the source is checked (one-line :class:`UserError` naming the file and the first offending id; the
 cache is written under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of
-equal count, no duplicate id, finite values within float16's range, one dimension; every image of the split must
-have a row (ids the split lacks are dropped). ``--out`` must be absent, empty or a feature cache
+equal count, no duplicate id, finite values within float16's range, no all-zero row (of the split's images), one
+dimension; every image of the split must have a row (ids the split lacks are dropped). ``--out`` must be absent, empty or a feature cache
 (:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--force`` or not.
 """
 from __future__ import annotations
@@ -318,6 +318,11 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
                     raise UserError(f"{path}: image {source.ids[row]!r} (row {row}) has {why}")
                 where = position[first: first + len(chunk)]
                 kept = where >= 0
+                zero = np.flatnonzero(kept & ~half.any(axis=1))  # rows of the split's images only
+                if len(zero):
+                    row = first + int(zero[0])
+                    raise UserError(f"{path}: image {source.ids[row]!r} (row {row}) is all zeros (in float16): a zero "
+                                    f"vector has no direction, so no cosine with any image")
                 feats[where[kept], 0] = half[kept]
                 first += len(chunk)
                 bar.update(len(chunk))
