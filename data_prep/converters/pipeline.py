@@ -42,7 +42,7 @@ from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_tas
 from .languages import normalize_language
 from .report import ConversionReport, Issue
 from .splits import (
-    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, _examples, assign_from_split_files, merge_hints,
+    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, assign_from_split_files, examples, merge_hints,
     plan_splits, split_name,
 )
 
@@ -168,7 +168,7 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
         if clash:
             report.add(Issue("ambiguous_image", item.file, item.line,
                              f"image name {item.images[0]!r} fits several files under the image folders "
-                             f"({_examples(list(map(str, clash)))}): give the path of one, relative to its image "
+                             f"({examples(list(map(str, clash)))}): give the path of one, relative to its image "
                              f"folder"))
             continue
         if path is None:

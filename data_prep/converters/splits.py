@@ -151,7 +151,8 @@ class FixedSplits:
                 f"--limit-images to keep them")
 
 
-def _examples(items: Sequence[str], limit: int = 3) -> str:
+def examples(items: Sequence[str], limit: int = 3) -> str:
+    """The first ``limit`` of ``items``, comma-separated, and how many more (for a one-line message)."""
     more = f", ... ({len(items) - limit} more)" if len(items) > limit else ""
     return ", ".join(items[:limit]) + more
 
@@ -193,11 +194,11 @@ def assign_from_split_files(split_files: Sequence[SplitFile], find: Callable[[st
         fixed.named[str(split_file)] = len(ids)
     if unknown:
         count = sum(len(v) for v in unknown.values())
-        parts = "; ".join(f"{sf}: {len(v)} of {totals[sf]} line(s), e.g. {_examples(v)}" for sf, v in unknown.items())
+        parts = "; ".join(f"{sf}: {len(v)} of {totals[sf]} line(s), e.g. {examples(v)}" for sf, v in unknown.items())
         raise UserError(f"--split-file: {count} name(s) match no image of the dataset ({parts}); nothing written")
     if clashes:
         raise UserError(f"--split-file: {len(clashes)} image(s) are named in split files of two splits: "
-                        f"{_examples(clashes)}; an image goes to one split only; nothing written")
+                        f"{examples(clashes)}; an image goes to one split only; nothing written")
     return fixed
 
 

@@ -364,7 +364,8 @@ class FeatureCache:
         return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
 
 
-def _same_folder(a: str | Path, b: str | Path) -> bool:
+def same_folder(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one folder once resolved (False where one cannot be resolved)."""
     try:
         return Path(a).resolve() == Path(b).resolve()
     except OSError:
@@ -383,7 +384,7 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
         return
 
     def own(folder: str | Path) -> bool:  # the cache's own split: recorded at build time, or the folder it sits in
-        return _same_folder(folder, record.get("split", "")) or _same_folder(path, Path(folder) / "features")
+        return same_folder(folder, record.get("split", "")) or same_folder(path, Path(folder) / "features")
 
     if own(split_dir):
         raise UserError(f"{path}: feature cache was built from {split_dir} with checksum {built}, but the split's "

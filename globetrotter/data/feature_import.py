@@ -36,8 +36,8 @@ from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, _same_folder, check_cache_folder, finish_cache_write,
-                            imported_spec, start_cache_write)
+from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finish_cache_write,
+                            imported_spec, same_folder, start_cache_write)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -251,7 +251,7 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, spl
                         f"pass --force to replace it or choose another --out")
     other = [] if spec.get("weights_sha256") == digest else \
         [f"another source (sha256 {spec.get('weights_sha256') or 'unrecorded'} there, {digest} now)"]
-    if record.get("split") and not _same_folder(record["split"], split_dir):
+    if record.get("split") and not same_folder(record["split"], split_dir):
         other.append(f"another split ({record['split']})")
     if other:
         raise UserError(f"--out {out_dir}: holds imported embeddings {name!r} of {' and '.join(other)}; pass --force "

@@ -69,7 +69,9 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
     trained_on = [s["checksum"] for s in provenance.get("splits", []) if s.get("checksum")]
     if now and trained_on and not now & set(trained_on):
         where = ", ".join(str(s.get("path")) for s in provenance["splits"])
-        if any(_same_folder(s.get("path"), split_dir) for s in provenance["splits"]):
+        from ..data.feature_cache import same_folder
+
+        if any(s.get("path") and same_folder(s["path"], split_dir) for s in provenance["splits"]):
             why = f"{split_dir} was rewritten since; {again}"
         else:  # another split's tokenizer: deleting it would take it from the runs of that split
             why = (f"another split's tokenizer; point data.tokenizer at one trained on {split_dir} (or leave it unset: "
@@ -80,12 +82,6 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
     if size is not None and size != cfg.data.vocab_size:
         raise UserError(f"{path}: tokenizer trained with vocab_size {size}, but data.vocab_size is "
                         f"{cfg.data.vocab_size}; set data.vocab_size={size} or {again}")
-
-
-def _same_folder(recorded: str | None, folder: Path) -> bool:
-    """Whether a provenance record's split path names ``folder`` (both resolved; a relative record is read from here,
-    as it was written)."""
-    return recorded is not None and Path(recorded).resolve() == folder.resolve()
 
 
 def check_eval_splits(cfg: TrainConfig) -> None:
