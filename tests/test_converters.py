@@ -457,15 +457,16 @@ def test_folder_duplicates_compare_normalised_path_language_and_caption(tmp_path
 def test_folder_paths_are_normalised_before_files_are_matched(tmp_path):
     """'sub a/../sub a/pic 1.jpg' was a second image of the same file, so one picture trained in two languages."""
     make_jpeg(tmp_path / "photos" / "sub a" / "pic 1.jpg")
+    absolute = tmp_path / "photos" / "sub a" / "pic 1.jpg"  # and by its absolute path: one file, one image too
     tsv = write_lines(tmp_path / "caps.tsv", ["sub a/pic 1.jpg\ten\ta picture", "sub a/../sub a/pic 1.jpg\tde\tein Bild",
-                                              "./sub a/pic 1.jpg\tfr\tune image"])
+                                              "./sub a/pic 1.jpg\tfr\tune image", f"{absolute}\tes\tuna imagen"])
     out = tmp_path / "out"
     assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--assign-languages", "--workers", "1",
                 "--out", out, "--quiet"]) == 0
     train = samples_by_image(out / "train")
     assert list(train) == ["pic_1"] and len(train["pic_1"]) == 1
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert summary["unused"] == {"other_language_of_image": 2} and summary["balanced"]
+    assert summary["unused"] == {"other_language_of_image": 3} and summary["balanced"]
 
 
 def test_folder_reads_gzipped_tables_and_split_values_in_any_case(tmp_path):
