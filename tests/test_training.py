@@ -197,6 +197,17 @@ def test_a_split_given_as_data_root_is_refused_not_filled_with_the_synthetic_wor
                                         rf"dataset folder that holds train/, e.g. data.root={tiny_world}"):
         train(cfg)
     assert sorted(p.name for p in split.iterdir()) == before and not cfg.run_dir.exists()
+    # any folder of other files (data.root=. generated the world into the working folder); an empty root
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", f"data.root={tmp_path / 'mine'}", "data.synth={}")
+    with pytest.raises(UserError, match=r"mine: no train/manifest.json there, and the folder holds other files "
+                                        r"\(notes.txt...\): the synthetic world \(data.synth\) is generated into an "
+                                        r"absent or empty folder"):
+        train(cfg)
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"] and not cfg.run_dir.exists()
+    with pytest.raises(UserError, match="data.root is empty: name the dataset folder"):
+        tiny_cfg(tiny_world, tmp_path, "data.root=")
 
 
 @pytest.mark.parametrize("extra, message", [

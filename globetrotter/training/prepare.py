@@ -211,6 +211,11 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
                             f"holds {cfg.data.train_split}/, e.g. data.root={root.parent}")
         if cfg.data.synth is None:
             raise UserError(f"data.root: {train_dir} has no {MANIFEST} (convert a dataset first, or set data.synth to generate the synthetic world)")
+        held = sorted(p.name for p in root.iterdir())[:3] if root.is_dir() else []
+        if held:  # never among other files (data.root=. once generated a world into the working folder)
+            raise UserError(f"data.root={root}: no {cfg.data.train_split}/{MANIFEST} there, and the folder holds other "
+                            f"files ({', '.join(held)}...): the synthetic world (data.synth) is generated into an absent "
+                            f"or empty folder; name one, or the dataset folder (an interrupted generation: delete the folder)")
         from data_prep.synth import generate
 
         log(f"generating the synthetic world into {root} ...")
