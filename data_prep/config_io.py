@@ -154,14 +154,18 @@ def parse_overrides(overrides: Sequence[str]) -> dict:
             raise UserError(f"override '{item}': empty key")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        except yaml.YAMLError as err:
+            if raw.strip()[:1] in "[{":  # meant as a list or mapping: say it does not parse
+                problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+                raise UserError(f"override '{item}': malformed YAML ({problem})") from None
             value = raw
         node = tree
         parts = key.split(".")
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise UserError(f"override '{item}': '{part}' is set twice")
+                raise UserError(f"override '{item}': {'.'.join(parts[:depth + 1])} is given a value by another "
+                                f"override, so it has no key {parts[depth + 1]!r}")
         node[parts[-1]] = value
     return tree
 

@@ -138,6 +138,12 @@ def test_missing_file_and_bad_override():
         load_train_config("/nonexistent/x.yaml")
     with pytest.raises(UserError, match="expected key.sub=value"):
         parse_overrides(["steps"])
+    # a list or mapping that does not parse was taken as a string ("expected a mapping, got '{...'")
+    with pytest.raises(UserError, match=r"override 'model.image_backbone_args=\{channels: \[16': malformed YAML"):
+        parse_overrides(["model.image_backbone_args={channels: [16"])
+    assert parse_overrides(["run_name=a:b]"]) == {"run_name": "a:b]"}  # a string that is no YAML stays one
+    with pytest.raises(UserError, match="data.root is given a value by another override, so it has no key 'x'"):
+        parse_overrides(["data.root=x", "data.root.x=3"])  # it said "'root' is set twice"
 
 
 def test_saved_config_loads_back_identically(tmp_path):
