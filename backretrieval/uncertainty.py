@@ -48,7 +48,7 @@ TESTS = ("mcnemar", "bootstrap")
 _CHUNK_ENTRIES = 1 << 22  # replicates x queries held at once (4M float64 = 32 MiB)
 
 
-def _hits(name: str, hits) -> np.ndarray:
+def _hits(name: str, hits, bounded: bool = True) -> np.ndarray:
     if isinstance(hits, dict):  # a result's "hits" ({K: vector}), not one K's
         raise BackRetrievalError(f"{name}: expected one per-query hit vector, got a dict (K -> hits); "
                                  f"pick one K: result['hits'][K]")
@@ -61,7 +61,7 @@ def _hits(name: str, hits) -> np.ndarray:
         raise BackRetrievalError(f"{name}: no queries (empty hit vector)")
     if not np.isfinite(h).all():
         raise BackRetrievalError(f"{name}: hit vector contains NaN or inf")
-    outside = np.flatnonzero((h < 0) | (h > 1))
+    outside = np.flatnonzero((h < 0) | (h > 1)) if bounded else []
     if len(outside):
         raise BackRetrievalError(f"{name}: {len(outside)} values outside [0, 1] (query {int(outside[0])}: "
                                  f"{h[outside[0]]:g}); hits are 0/1, or fractions with ties='expected' (not "
@@ -134,14 +134,15 @@ def percentile_interval(replicates: np.ndarray, level: float = DEFAULT_LEVEL) ->
 
 
 def recall_interval(
-    hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0
+    hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0, bounded: bool = True
 ) -> dict[str, float]:
-    """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)`` (values in [0, 1]: ranks refused).
+    """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)`` (values in [0, 1]: ranks refused;
+    ``bounded=False``: any finite values, e.g. hits weighted so that their plain mean is a mean over languages).
 
     Returns ``{"value": mean(hits), "lo", "hi", "se"}`` (``se``: the replicates' std).
     """
     _check(n_boot, level)
-    h = _hits("hits", hits)
+    h = _hits("hits", hits, bounded)
     reps = bootstrap_means(h, n_boot, seed)
     lo, hi = percentile_interval(reps, level)
     return {"value": float(h.mean()), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if n_boot > 1 else 0.0}
@@ -205,15 +206,16 @@ def mcnemar_test(hits_a, hits_b) -> dict[str, float]:
 
 
 def paired_bootstrap(
-    hits_a, hits_b, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0
+    hits_a, hits_b, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0,
+    bounded: bool = True
 ) -> dict[str, float]:
     """Paired bootstrap of ``mean(hits_a - hits_b)``: ``{"diff", "lo", "hi", "p_value", "p_greater"}``.
 
     ``p_value`` is two-sided (H0: no difference); ``p_greater`` the one-sided p-value of
-    H1: A > B, ``(1 + #{d* <= 0}) / (B + 1)``.
+    H1: A > B, ``(1 + #{d* <= 0}) / (B + 1)``. ``bounded``: as in :func:`recall_interval`.
     """
     _check(n_boot, level)
-    a, b = _paired(hits_a, hits_b)
+    a, b = _paired(hits_a, hits_b, bounded)
     d = a - b
     reps = bootstrap_means(d, n_boot, seed)
     lo, hi = percentile_interval(reps, level)
@@ -223,8 +225,8 @@ def paired_bootstrap(
             "p_greater": float(p_le)}
 
 
-def _paired(hits_a, hits_b) -> tuple[np.ndarray, np.ndarray]:
-    a, b = _hits("hits_a", hits_a), _hits("hits_b", hits_b)
+def _paired(hits_a, hits_b, bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _hits("hits_a", hits_a, bounded), _hits("hits_b", hits_b, bounded)
     if a.shape != b.shape:
         raise BackRetrievalError(
             f"paired comparison needs the same queries: {len(a)} hits for A and {len(b)} for B"

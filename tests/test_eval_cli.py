@@ -1011,6 +1011,14 @@ def test_per_query_scores_weigh_each_language_once():
     # query by query (the bootstrap of `select` resamples these): mean over K, times N / (L * its language's queries)
     # -- the 3 en queries come first, 5 / 6 each, then the 2 fr ones, 5 / 4 each
     np.testing.assert_allclose(scores, [1.0 * 5 / 6, 0.5 * 5 / 6, 0.0, 1.0 * 5 / 4, 0.5 * 5 / 4])
+    # a score above 1 (a language of fewer queries) is no rank: select's intervals took it for one and stopped after
+    # the whole grid was scored (val splits with unequal captions per language, e.g. en,zh)
+    from globetrotter.evaluation.tasks.select import choice_margins, margins_to_choice
+
+    other = per_query_scores({"val/bkr@1": np.array([0.0, 0.0, 1.0, 1.0, 0.0])}, langs)
+    margins = choice_margins([other, scores], chosen=1)
+    assert margins["mean"]["value"] == pytest.approx((en + fr) / 2) and margins["mean"]["hi"] > 1 / 2
+    assert margins_to_choice([other, scores], chosen=1)[0]["diff"] == pytest.approx(other.mean() - scores.mean())
 
 
 def test_select_runs_the_image_model_of_g_on_the_device_asked_for(world, fake, tmp_path, monkeypatch):

@@ -65,7 +65,8 @@ def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Seque
 
 def per_query_scores(hits: dict[str, np.ndarray], langs: np.ndarray) -> np.ndarray:
     """Each val query's mean hit over K, weighted so that their plain mean is the mean over source languages (each
-    language counts once, whatever its number of queries), as ``mean_bkr`` is. ``hits`` are
+    language counts once, whatever its number of queries), as ``mean_bkr`` is (a query of a language with fewer
+    queries than the others scores above 1: intervals take them with ``bounded=False``). ``hits`` are
     :meth:`~..val_set.BackRetrievalSet.evaluate_across_languages`' per-query hits, the languages in sorted order."""
     scores = np.mean([np.asarray(h, dtype=np.float64) for h in hits.values()], axis=0)
     order, counts = np.unique(np.asarray(langs), return_counts=True)
@@ -77,13 +78,14 @@ def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> 
     """How far the chosen candidate stands above noise on the same val queries (1,000 bootstrap replicates, 95%):
     ``mean`` its interval; ``over_simplest`` and ``over_runner_up`` the paired interval of its margin over the first
     candidate and over the best other one (absent when it is that candidate or there is none)."""
-    out: dict[str, dict[str, float]] = {"mean": recall_interval(scores[chosen], seed=seed)}
+    out: dict[str, dict[str, float]] = {"mean": recall_interval(scores[chosen], seed=seed, bounded=False)}
     if chosen != 0:
-        out["over_simplest"] = paired_bootstrap(scores[chosen], scores[0], seed=seed)
+        out["over_simplest"] = paired_bootstrap(scores[chosen], scores[0], seed=seed, bounded=False)
     others = [i for i in range(len(scores)) if i != chosen]
     if others:
         runner_up = max(others, key=lambda i: (float(scores[i].mean()), -i))
-        out["over_runner_up"] = {"candidate": runner_up, **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed)}
+        out["over_runner_up"] = {"candidate": runner_up, **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed,
+                                                                 bounded=False)}
     return out
 
 
@@ -92,7 +94,7 @@ def margins_to_choice(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) 
     ``lo``, ``hi``; 1,000 bootstrap replicates, 95%), None for the chosen itself. An interval that holds 0 is a
     candidate val cannot tell from the choice."""
     return [None if i == chosen else
-            {k: v for k, v in paired_bootstrap(s, scores[chosen], seed=seed).items() if k in ("diff", "lo", "hi")}
+            {k: v for k, v in paired_bootstrap(s, scores[chosen], seed=seed, bounded=False).items() if k in ("diff", "lo", "hi")}
             for i, s in enumerate(scores)]
 
 
@@ -176,7 +178,7 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
             for group in (records, others)]
     shared = [side for side, group in zip(sources, (records, others))
               if any(r["details"]["val"].get("model_image_encoder") == g for r in group)]
-    return {**paired_bootstrap(mean[0], mean[1], seed=seed), "g_is_encoder_of": shared}
+    return {**paired_bootstrap(mean[0], mean[1], seed=seed, bounded=False), "g_is_encoder_of": shared}
 
 
 def read_record(path: str | Path, flag: str) -> dict:
