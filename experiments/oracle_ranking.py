@@ -25,7 +25,7 @@ from globetrotter.argtypes import non_negative_int, output_folder, positive_int 
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
-from globetrotter.evaluation.reference import DEFAULT_SIZE, choice_reference, read_reference  # noqa: E402
+from globetrotter.evaluation.reference import DEFAULT_SIZE, choice_reference, read_reference, shared_images  # noqa: E402
 from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
@@ -90,9 +90,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
 def refuse_shared_images(chosen_on: str, test: str, flag: str) -> None:
     """A one-line error when the split a choice is made on (``flag``) shows an image of the test split: the
     choice would read test (a copy of test under another name is refused too, not only the test folder)."""
-    from data_prep.shards import read_captions
-
-    shared = {str(m["image_id"]) for m in read_captions(chosen_on)} & {str(m["image_id"]) for m in read_captions(test)}
+    shared = shared_images(chosen_on, test)
     if shared:
         raise UserError(f"{flag} {chosen_on}: shows {len(shared)} images of the test split {test} (e.g. "
                         f"{sorted(shared)[0]!r}); choose on val images only")

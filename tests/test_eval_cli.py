@@ -283,9 +283,14 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
 
     import shutil
 
-    # a pool that is neither the train split (the default) nor an evaluated split: a copy of val's captions
+    # a pool that is neither the train split (the default) nor an evaluated split: val's captions, of other images
+    # (a copy of val itself, its images included, is refused: its captions are the evaluated ones)
+    from data_prep.shards import iter_raw
+
     out, pool_split = tmp_path / "out", tmp_path / "pool"
-    shutil.copytree(tiny_world / "val", pool_split)
+    with ShardWriter(pool_split, split="train", source="unit", image_format="png") as writer:
+        for key, _ext, data, meta in iter_raw(tiny_world / "val"):
+            writer.write(key, data, meta["caption"], meta["lang"], f"pool-{meta['image_id']}")
     assert run(["select", "--model", str(tiny_run), "--name", "pooled", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "csls", "--csls-k", "3", "--reference", str(pool_split),
                 "--reference-size", "6", "--seed", "1"]) == 0
@@ -469,7 +474,11 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
                           (select + ["--val", str(split)], r"--val \S+test: a test split"),
                           (select + ["--reference", str(split)], r"--reference \S+test: a test split"),
                           (select + ["--reference", str(renamed)], r"--reference \S+renamed: a test split"),
-                          (select + ["--val", str(parallel)], "captioned in more than one language")):
+                          (select + ["--val", str(parallel)], "captioned in more than one language"),
+                          # sentence took a copy of test, or a split showing its images, as its statistics
+                          (sentence + ["--reference", str(renamed)], r"--reference \S+renamed: a test split"),
+                          (sentence + ["--reference", str(parallel)], r"--reference \S+parallel: shows 12 images of "
+                                                                      r"the evaluated split \S+test \(e.g. 'img")):
         assert run(argv) == 2, argv
         err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
         assert len(err) == 1 and re.search(message, err[0]), err

@@ -29,10 +29,10 @@ def twice_val(tmp_path_factory):
             colour = names[i % len(names)]
             img = Image.new("RGB", (16, 16), COLOURS[colour])
             en = WORDS["en"]
-            w.write(f"v{i}-a", img, f"{en[colour]} {en['_']} {i}", "en", f"img{i}")
-            w.write(f"v{i}-b", img, f"{en['_']} {en[colour]} {i}", "en", f"img{i}")
+            w.write(f"v{i}-a", img, f"{en[colour]} {en['_']} {i}", "en", f"twice{i}")
+            w.write(f"v{i}-b", img, f"{en['_']} {en[colour]} {i}", "en", f"twice{i}")
             if i < 10:
-                w.write(f"v{i}-ru", img, f"{WORDS['ru'][colour]} {WORDS['ru']['_']}", "ru", f"img{i}")
+                w.write(f"v{i}-ru", img, f"{WORDS['ru'][colour]} {WORDS['ru']['_']}", "ru", f"twice{i}")
     with ShardWriter(root / "train", split="train", source="unit", image_format="png") as w:  # numbers in its text
         for i in range(60):
             w.write(f"t{i}", Image.new("RGB", (16, 16), COLOURS[names[i % 4]]), f"picture {i} of {60 + i}", "en",

@@ -55,12 +55,29 @@ def default_reference(split: str | Path) -> Path:
 
 def reference_split(evaluated: str | Path, reference: str | Path | None = None) -> Path:
     """``reference``, else :func:`default_reference` of ``evaluated``; a one-line error when it is the evaluated split
-    itself (its statistics would come from the evaluated sentences: the transductive form)."""
+    itself (its statistics would come from the evaluated sentences: the transductive form), a test split
+    (:func:`refuse_test_split`), or a split that shows an image of the evaluated split (a copy of it, or another
+    draw's train split holding its images: their captions would give the statistics)."""
     chosen = Path(reference) if reference is not None else default_reference(evaluated)
     if chosen.resolve() == Path(evaluated).resolve():
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
+    refuse_test_split(chosen, "--reference")
+    shared = shared_images(chosen, evaluated)
+    if shared:
+        raise UserError(f"--reference {chosen}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
+                        f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
+                        f"images (e.g. the train split of the same conversion)")
     return chosen
+
+
+def shared_images(split: str | Path, other: str | Path) -> set[str]:
+    """The image ids two splits both show (none when either folder holds no split)."""
+    from data_prep.shards import read_captions
+
+    if not all((Path(folder) / "manifest.json").is_file() for folder in (split, other)):
+        return set()
+    return {str(m["image_id"]) for m in read_captions(split)} & {str(m["image_id"]) for m in read_captions(other)}
 
 
 def refuse_test_split(split: str | Path, flag: str) -> None:
@@ -79,10 +96,8 @@ def refuse_test_split(split: str | Path, flag: str) -> None:
 def choice_reference(val: str | Path, reference: str | Path | None = None) -> Path:
     """The reference split of a choice made on ``val`` (:func:`reference_split`); a one-line error when ``val`` or the
     reference is a test split (:func:`refuse_test_split`)."""
-    chosen = reference_split(val, reference)
     refuse_test_split(val, "--val")
-    refuse_test_split(chosen, "--reference")
-    return chosen
+    return reference_split(val, reference)
 
 
 def read_reference(split: str | Path, languages: Sequence[str],
