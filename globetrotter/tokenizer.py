@@ -195,11 +195,16 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)  # a write or move that failed leaves nothing behind
 
 
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes (what a provenance record ties itself to)."""
+def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
+    """sha256 of a file's bytes, read in blocks (what a provenance record, an imported cache or an evaluation record
+    ties itself to)."""
     import hashlib
 
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def save_tokenizer(tok: Tokenizer, path: str | Path, provenance: dict | None = None) -> Path:

@@ -161,7 +161,7 @@ def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(
     out = tmp_path / "out"
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
     rec = record(out, "sentence", "tfidf")
-    assert rec["model"] == {"path": "tfidf", "name": "tfidf", "checkpoint": None}
+    assert rec["model"] == {"path": "tfidf", "name": "tfidf", "checkpoint": None, "weights_sha256": None}
     scoring = rec["details"]["scoring"]
     assert scoring["statistics"] == "inductive" and scoring["tfidf"]["fitted_on"]["split"] == str(world / "train")
     assert rec["config"]["reference"] == str(world / "train") and rec["config"]["transductive"] is False
@@ -391,6 +391,18 @@ def test_a_choice_is_refused_once_the_run_loads_other_weights(tiny_run, tiny_wor
     assert run(test) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
     assert len(err) == 1 and "not those of" in err[0] and "step-00000009" in err[0], err
+    # other weights saved under the very folder it chose for (a new best/): the path alone let the choice through
+    from safetensors.torch import load_file, save_file
+
+    shutil.rmtree(checkpoints / "step-00000009")
+    (checkpoints / LATEST).write_text(Path(chosen_for).name)
+    tensors = load_file(Path(chosen_for) / "model.safetensors")
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first] + 1
+    save_file(tensors, str(Path(chosen_for) / "model.safetensors"))
+    assert run(test) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "no best checkpoint" not in line]
+    assert len(err) == 1 and "chose a ranking for other weights than" in err[0], err
 
 
 def test_a_choice_is_checked_against_an_encoder_object_too(tiny_run, tiny_world, tmp_path):

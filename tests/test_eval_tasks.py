@@ -32,7 +32,8 @@ LEXICON = {(a, b): set(zip(COLOURS[a], COLOURS[b])) | set(zip(SHAPES[a], SHAPES[
 def test_word_translation_with_a_lexicon_scores_each_ranking_and_refinement(world):
     result = evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", methods=("nn", "csls"),
                                        procrustes=("none", "multi"), name="fake")
-    assert isinstance(result, Result) and result.task == "word" and result.model == {"path": None, "name": "fake", "checkpoint": None}
+    assert isinstance(result, Result) and result.task == "word"
+    assert result.model == {"path": None, "name": "fake", "checkpoint": None, "weights_sha256": None}
     assert result.languages == ["de", "en", "fr"] and result.dataset is None
     assert list(result.metrics) == ["nn/none", "nn/multi", "csls/none", "csls/multi"]
     for m in result.metrics.values():  # the fake's words share their concept vectors across languages

@@ -20,7 +20,6 @@ dimension; every image of the split must have a row (ids the split lacks are dro
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -36,21 +35,13 @@ from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
+from ..tokenizer import file_sha256
 from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finish_cache_write,
                             imported_spec, same_folder, start_cache_write)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 PYARROW_HINT = 'reading parquet needs pyarrow: .venv/bin/pip install "pyarrow>=14" (or the extra: pip install -e ".[import]")'
-
-
-def file_sha256(path: Path, block: int = 1 << 22) -> str:
-    """First 16 hex digits of the sha256 of the file at ``path``, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(block), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
 
 
 def split_image_ids(split_dir: Path) -> list[str]:
@@ -276,7 +267,7 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
     path = Path(embeddings)
     source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
     hash_start = time.perf_counter()
-    digest = file_sha256(path)
+    digest = file_sha256(path)[:16]  # the records' form
     hash_seconds = time.perf_counter() - hash_start
     return write_imported(split_dir, source, out_dir, name, digest, force, progress,
                           {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),

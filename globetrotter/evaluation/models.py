@@ -48,16 +48,18 @@ def model_name(spec: str, name: str | None = None) -> str:
 
 
 def model_info(spec: str, name: str | None = None, encoder=None) -> dict:
-    """``{"path", "name", "checkpoint"}`` of a record's model: ``path`` is ``spec`` with its folder resolved,
-    ``checkpoint`` the folder whose weights ``encoder`` holds (a run folder loads its best checkpoint, else its
-    latest), ``None`` for a baseline or without ``encoder``."""
+    """``{"path", "name", "checkpoint", "weights_sha256"}`` of a record's model: ``path`` is ``spec`` with its folder
+    resolved, ``checkpoint`` the folder whose weights ``encoder`` holds (a run folder loads its best checkpoint, else
+    its latest), ``None`` for a baseline or without ``encoder``, and :func:`weights_sha256` of it."""
     if is_tfidf_spec(spec):
         path = spec
     elif is_pivot_ridge_spec(spec):
         path = RIDGE_PREFIX + str(Path(spec[len(RIDGE_PREFIX):]).resolve())
     else:
         path = str(Path(spec).resolve())
-    return {"path": path, "name": model_name(spec, name), "checkpoint": checkpoint_of(encoder)}
+    checkpoint = checkpoint_of(encoder)
+    return {"path": path, "name": model_name(spec, name), "checkpoint": checkpoint,
+            "weights_sha256": weights_sha256(checkpoint)}
 
 
 def baseline_spec(encoder) -> str | None:
@@ -86,6 +88,15 @@ def checkpoint_of(encoder) -> str | None:
     """The resolved checkpoint folder a loaded encoder's weights come from; ``None`` for a baseline."""
     checkpoint = getattr(encoder, "checkpoint", None)
     return str(Path(checkpoint).resolve()) if checkpoint else None
+
+
+def weights_sha256(checkpoint: str | None) -> str | None:
+    """The sha256 of a checkpoint folder's weights file (what a record was made with: a run may save another
+    ``best/`` under the same path later); ``None`` for a baseline or a folder without one."""
+    from ..tokenizer import file_sha256
+
+    weights = Path(checkpoint) / "model.safetensors" if checkpoint else None
+    return file_sha256(weights) if weights is not None and weights.is_file() else None
 
 
 def require_trained(spec: str | None, command: str) -> None:

@@ -335,6 +335,8 @@ class Choice:
     source: str = "the select record"
     checkpoint: str | None = None
     """The checkpoint whose weights the choice was made for (``None``: a baseline)."""
+    weights_sha256: str | None = None
+    """Those weights' file digest (``None``: a baseline, or a record from before it was kept)."""
 
     @classmethod
     def from_record(cls, data: dict, source: str = "the select record") -> "Choice":
@@ -350,20 +352,22 @@ class Choice:
         return cls(Ranking.from_dict(data["details"]["chosen"], source), str(data["config"]["reference"]),
                    data["config"]["reference_size"], model.get("path"),
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
-                   model.get("checkpoint"))
+                   model.get("checkpoint"), model.get("weights_sha256"))
 
     def check_model(self, model, info: dict) -> None:
         """:meth:`check` of the model an evaluation was given (``model``, a spec or an encoder object) and resolved
         to (``info``, its record entry): a model given by its spec, or a baseline object, by the path its record
         names; a loaded run by the checkpoint it holds."""
         by_path = isinstance(model, (str, Path)) or info["checkpoint"] is None
-        self.check(model=info["path"] if by_path else None, checkpoint=info["checkpoint"])
+        self.check(model=info["path"] if by_path else None, checkpoint=info["checkpoint"],
+                   weights_sha256=info.get("weights_sha256"))
 
     def check(self, *, model: str | None = None, checkpoint: str | None = None, languages: Sequence[str] | None = None,
-              reference: dict | None = None) -> None:
+              reference: dict | None = None, weights_sha256: str | None = None) -> None:
         """A one-line error when the choice is applied to another ``model`` (its record's path), other weights (the
-        ``checkpoint`` a loaded model holds: a run folder that has saved a better or later one since), other
-        ``languages``, or a reference pool (its ``record``) whose captions are not the ones it was chosen with."""
+        ``checkpoint`` a loaded model holds, or the digest of its weights file: a run folder that has saved a better
+        or later one since), other ``languages``, or a reference pool (its ``record``) whose captions are not the
+        ones it was chosen with."""
         again = "choose again with `eval.py select` for this evaluation"
         same_weights = checkpoint is not None and checkpoint == self.checkpoint  # e.g. RUN and RUN/checkpoints/best
         if model is not None and self.model is not None and model != self.model and not same_weights:
@@ -372,6 +376,10 @@ class Choice:
             chosen_for = self.checkpoint or self.model
             raise UserError(f"{self.source} chose a ranking for the weights of {chosen_for}, not those of {checkpoint} "
                             f"(has the run saved another checkpoint since?); {again}")
+        if weights_sha256 and self.weights_sha256 and weights_sha256 != self.weights_sha256:
+            raise UserError(f"{self.source} chose a ranking for other weights than {checkpoint or model} holds now "
+                            f"(sha256 {self.weights_sha256[:12]}, now {weights_sha256[:12]}: has the run saved another "
+                            f"checkpoint there since?); {again}")
         if languages is not None and self.languages is not None and tuple(sorted(languages)) != self.languages:
             raise UserError(f"{self.source} chose a ranking for {','.join(self.languages)}, not "
                             f"{','.join(sorted(languages))}: evaluate --languages {','.join(self.languages)}, or "
