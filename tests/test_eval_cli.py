@@ -1161,3 +1161,15 @@ def test_select_against_another_record_is_paired_over_the_same_val_queries(tiny_
         assert run(base + ["--maxsim", "0", "--against", str(against)]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_sentence_says_when_the_split_has_fewer_groups_than_asked(tiny_world, tmp_path, capsys):
+    """--n-groups 600 on a split of 12 groups scored the 12 and said 600 nowhere but the config: a note now."""
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", "tfidf", "--split", str(tiny_world / "test"), "--out", str(out),
+                "--n-groups", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert "12 groups x" in printed and "note: --n-groups 50, but" in printed and "has 12 groups" in printed
+    assert run(["sentence", "--model", "tfidf", "--split", str(tiny_world / "test"), "--out", str(out),
+                "--n-groups", "12", "--name", "all"]) == 0
+    assert "note: --n-groups" not in capsys.readouterr().out
