@@ -1173,3 +1173,19 @@ def test_sentence_says_when_the_split_has_fewer_groups_than_asked(tiny_world, tm
     assert run(["sentence", "--model", "tfidf", "--split", str(tiny_world / "test"), "--out", str(out),
                 "--n-groups", "12", "--name", "all"]) == 0
     assert "note: --n-groups" not in capsys.readouterr().out
+
+
+def test_a_test_figure_scored_with_the_oracles_choice_says_so(tiny_world, tmp_path, capsys):
+    """A ranking chosen on parallel val (experiments/oracle_ranking.py, config.oracle) applied to test printed and
+    recorded like val's choice: the record and the line now say it is the oracle's."""
+    out = tmp_path / "out"
+    assert run(["select", "--model", "tfidf", "--val", str(tiny_world / "val"), "--out", str(out),
+                "--retrieval", "cosine"]) == 0
+    chosen = json.loads((out / "select-tfidf.json").read_text(encoding="utf-8"))
+    (out / "oracle.json").write_text(json.dumps({**chosen, "config": {**chosen["config"], "oracle": True}}))
+    test = ["sentence", "--model", "tfidf", "--split", str(tiny_world / "test"), "--out", str(out), "--n-groups", "12"]
+    for ranking, oracle in (("select-tfidf.json", False), ("oracle.json", True)):
+        capsys.readouterr()
+        assert run(test + ["--ranking", str(out / ranking), "--name", ranking]) == 0
+        assert ("is the oracle's choice, made on parallel val text" in capsys.readouterr().out) is oracle
+        assert record(out, "sentence", ranking)["config"]["oracle_choice"] is oracle

@@ -164,6 +164,9 @@ def run_sentence(args: argparse.Namespace) -> int:
           f"(chance {100 * m['chance']:.2f}%), {d['n_groups']} groups x {len(langs)} languages; "
           f"ranking {scoring['label']}, {where}; 95% interval over the groups "
           f"{100 * d['interval']['lo']:.2f}–{100 * d['interval']['hi']:.2f}%")
+    if result.config["oracle_choice"]:
+        print(f"note: {args.ranking} is the oracle's choice, made on parallel val text: a ceiling of the ranking, not "
+              f"a figure of the method (whose choice is `eval.py select`'s, without parallel text)")
     if args.n_groups is not None and d["n_groups"] < args.n_groups:  # the figure is of fewer candidates than asked
         print(f"note: --n-groups {args.n_groups}, but {args.split} has {d['n_groups']} groups in every one of "
               f"{','.join(langs)}: all of them were scored (chance and figure are of {d['n_groups']} candidates)")

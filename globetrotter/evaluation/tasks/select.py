@@ -337,6 +337,8 @@ class Choice:
     """The checkpoint whose weights the choice was made for (``None``: a baseline)."""
     weights_sha256: str | None = None
     """Those weights' file digest (``None``: a baseline, or a record from before it was kept)."""
+    oracle: bool = False
+    """Made on parallel val text (``experiments/oracle_ranking.py``): a ceiling, not a choice a method can make."""
 
     @classmethod
     def from_record(cls, data: dict, source: str = "the select record") -> "Choice":
@@ -352,7 +354,7 @@ class Choice:
         return cls(Ranking.from_dict(data["details"]["chosen"], source), str(data["config"]["reference"]),
                    data["config"]["reference_size"], model.get("path"),
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
-                   model.get("checkpoint"), model.get("weights_sha256"))
+                   model.get("checkpoint"), model.get("weights_sha256"), bool(data["config"].get("oracle")))
 
     def check_model(self, model, info: dict) -> None:
         """:meth:`check` of the model an evaluation was given (``model``, a spec or an encoder object) and resolved

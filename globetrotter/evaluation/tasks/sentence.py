@@ -94,6 +94,7 @@ def evaluate(
     config = {"languages": list(ps.languages), "n_groups": n_groups, "ranking": ranking.to_dict(),
               "reference": None if pool is None else pool.source, "reference_size": reference_size,
               "transductive": transductive, "candidates": candidates, "seed": seed,
-              "ranking_record": None if choice is None else choice.source}
+              "ranking_record": None if choice is None else choice.source,
+              "oracle_choice": bool(choice is not None and choice.oracle)}
     return Result("sentence", metrics, langs, model=info, dataset=dataset_info(split), config=config, details=details,
                   arrays={"matrix": res["matrix"], "asymmetry": res["asymmetry"]})
