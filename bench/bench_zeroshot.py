@@ -68,7 +68,10 @@ def bench_features(n: int, image_dir: Path | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def bench_training(steps: int, batch: int = 128, text_dim: int = 512, image_dim: int = 1280) -> None:
+def bench_training(steps: int, batch: int = 128, text_dim: int = 512, image_dim: int = 1280, rounds: int = 3) -> None:
+    """Samples/s of M3L, PATR and the MSE baseline, each the best of ``rounds`` runs taken in turn (MSE, M3L, PATR,
+    MSE, ...): measured once each, the first loss timed paid the process's warm-up, so mining looked faster than no
+    mining (1.8x of MSE)."""
     gen = torch.Generator().manual_seed(0)
     text = torch.randn(batch * 4, text_dim, generator=gen)
     image = torch.relu(torch.randn(batch * 4, image_dim, generator=gen))
@@ -88,11 +91,15 @@ def bench_training(steps: int, batch: int = 128, text_dim: int = 512, image_dim:
             opt.step()
         return steps * batch / (time.perf_counter() - start)
 
-    mse = run(lambda out, img, _: (out - img).pow(2).sum(1).mean())
-    m3l = run(M3Loss())
-    patr = run(PATRLoss(margin=150.0))
-    print(f"[training] adapter {text_dim}->1024->2048->{image_dim}, batch {batch}, {steps} steps, "
-          f"{torch.get_num_threads()} threads: M3L {m3l:.0f} samples/s ({m3l / mse:.2f}x of MSE), "
+    losses = {"MSE": lambda out, img, _: (out - img).pow(2).sum(1).mean(), "M3L": M3Loss(),
+              "PATR": PATRLoss(margin=150.0)}
+    best = {name: 0.0 for name in losses}
+    for _ in range(rounds):
+        for name, loss_fn in losses.items():
+            best[name] = max(best[name], run(loss_fn))
+    mse, m3l, patr = best["MSE"], best["M3L"], best["PATR"]
+    print(f"[training] adapter {text_dim}->1024->2048->{image_dim}, batch {batch}, {steps} steps, best of {rounds} "
+          f"rounds, {torch.get_num_threads()} threads: M3L {m3l:.0f} samples/s ({m3l / mse:.2f}x of MSE), "
           f"PATR {patr:.0f} samples/s ({patr / mse:.2f}x), MSE baseline {mse:.0f} samples/s")
 
 
