@@ -68,6 +68,9 @@ from pathlib import Path
 
 import numpy as np
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
 
 KS = (1, 5, 10)
@@ -218,13 +221,13 @@ def compared(r: dict, results: dict) -> tuple[str, str, str, str, str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000], help="N values (default: 1000 10000)")
-    parser.add_argument("--text-dim", type=int, default=512)
-    parser.add_argument("--image-dim", type=int, default=2048)
-    parser.add_argument("--naive-max", type=int, default=10_000, help="largest N for the naive reference")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 10_000], help="N values (default: 1000 10000)")
+    parser.add_argument("--text-dim", type=positive_int, default=512)
+    parser.add_argument("--image-dim", type=positive_int, default=2048)
+    parser.add_argument("--naive-max", type=positive_int, default=10_000, help="largest N for the naive reference")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
                         help="what to run (default: all; they run in the order listed here)")
-    parser.add_argument("--threads", type=int, default=1, help="faiss and BLAS threads per run (default: 1)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="faiss and BLAS threads per run (default: 1)")
     parser.add_argument("--image-cache", metavar="DIR",
                         help="keep the list methods' image neighbour lists here and reuse them in later runs "
                              "(default: a temporary folder, the lists built in every run)")
@@ -268,4 +271,4 @@ def run_all(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from data_prep.converters import ConvertOptions, ImageSpec, convert, read_flickr8k, read_multi30k  # noqa: E402
+from globetrotter.argtypes import positive_int  # noqa: E402
+from globetrotter.errors import run_cli  # noqa: E402
 
 SHARED = Path(os.environ.get("GLOBETROTTER_SHARED", REPO.parent / "shared")) / "data" / "flickr8k"
 
@@ -65,11 +67,11 @@ def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit-images", type=int, default=1000, help="images converted per run (default 1000)")
-    parser.add_argument("--resize", type=int, default=160, help="shorter side in pixels (default 160)")
+    parser.add_argument("--limit-images", type=positive_int, default=1000, help="images converted per run (default 1000)")
+    parser.add_argument("--resize", type=positive_int, default=160, help="shorter side in pixels (default 160)")
     parser.add_argument("--workers", default=str(len(os.sched_getaffinity(0))),
                         help="comma-separated worker counts to compare with 1 (default: all cores)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per setting; the best is kept (default 2)")
+    parser.add_argument("--repeats", type=positive_int, default=2, help="runs per setting; the best is kept (default 2)")
     parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if ../shared exists")
     args = parser.parse_args()
 
@@ -100,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

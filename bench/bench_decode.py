@@ -19,6 +19,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 
 def best_rate(fn: Callable[[], object], n: int, repeats: int, sync: bool = False) -> float:
     """Images/s of ``fn`` (which decodes ``n`` images), best of ``repeats``."""
@@ -35,8 +38,8 @@ def best_rate(fn: Callable[[], object], n: int, repeats: int, sync: bool = False
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("split", help="a split folder (manifest.json + shards)")
-    p.add_argument("--images", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--images", type=positive_int, default=2000)
+    p.add_argument("--repeats", type=positive_int, default=3)
     args = p.parse_args()
 
     from torchvision.io import ImageReadMode, decode_jpeg
@@ -72,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

@@ -27,6 +27,8 @@ import tracemalloc
 import faiss
 import numpy as np
 
+from globetrotter.argtypes import non_negative_int, positive_int
+from globetrotter.errors import run_cli
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
 from globetrotter.evaluation.sentence import sentence_translation
@@ -178,21 +180,21 @@ def bench_translate(n_queries: int, corpus: int, reference: int, vocab: int, dim
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--groups", type=int, default=200)
-    parser.add_argument("--languages", type=int, nargs="+", default=[8, 52])
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--vocab", type=int, default=30000)
-    parser.add_argument("--word-dim", type=int, default=512)
-    parser.add_argument("--pairs", type=int, default=5000)
-    parser.add_argument("--index-n", type=int, default=200_000, help="sentences in the index (issue: 1M; default sized for 2 shared cores)")
-    parser.add_argument("--distinct", type=int, default=20_000, help="distinct captions repeated to --index-n")
-    parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--nprobe", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--late-groups", type=int, default=600, help="groups x 4 languages for the ranking timing")
-    parser.add_argument("--reference", type=int, default=2000, help="reference captions per language for the ranking")
-    parser.add_argument("--translate-queries", type=int, default=64, help="queries for the translate timing")
+    parser.add_argument("--groups", type=positive_int, default=200)
+    parser.add_argument("--languages", type=positive_int, nargs="+", default=[8, 52])
+    parser.add_argument("--dim", type=positive_int, default=128)
+    parser.add_argument("--vocab", type=positive_int, default=30000)
+    parser.add_argument("--word-dim", type=positive_int, default=512)
+    parser.add_argument("--pairs", type=positive_int, default=5000)
+    parser.add_argument("--index-n", type=positive_int, default=200_000, help="sentences in the index (issue: 1M; default sized for 2 shared cores)")
+    parser.add_argument("--distinct", type=positive_int, default=20_000, help="distinct captions repeated to --index-n")
+    parser.add_argument("--queries", type=positive_int, default=1000)
+    parser.add_argument("--nprobe", type=positive_int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--late-groups", type=positive_int, default=600, help="groups x 4 languages for the ranking timing")
+    parser.add_argument("--reference", type=positive_int, default=2000, help="reference captions per language for the ranking")
+    parser.add_argument("--translate-queries", type=positive_int, default=64, help="queries for the translate timing")
     parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late", "translate"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     args = parser.parse_args()
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
     if "sentence" not in args.skip:
@@ -208,4 +210,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import torch
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 
 def train_rate(cfg, steps: int) -> float:
     """Samples/s of ``steps`` training steps, batches drawn from the config's stream inside the timing."""
@@ -59,9 +62,9 @@ def train_rate(cfg, steps: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/flickr8k.yaml")
-    p.add_argument("--steps", type=int, default=5, help="timed steps of each path (after one warm-up step)")
-    p.add_argument("--pixel-batch", type=int, default=64, help="batch of both paths (the pixel path is slow)")
-    p.add_argument("--build-images", type=int, default=64, help="images for the cache-build timing")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps of each path (after one warm-up step)")
+    p.add_argument("--pixel-batch", type=positive_int, default=64, help="batch of both paths (the pixel path is slow)")
+    p.add_argument("--build-images", type=positive_int, default=64, help="images for the cache-build timing")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
 
@@ -72,6 +75,14 @@ def main() -> None:
     cfg = load_train_config(args.config, args.overrides)
     if not cfg.data.features:
         raise SystemExit(f"{args.config}: data.features is not set; nothing to compare")
+    from globetrotter.data.feature_cache import SPEC, cache_dir_for
+    from globetrotter.errors import UserError
+
+    cache = cache_dir_for(cfg, cfg.data.train_split)
+    if not (cache / SPEC).is_file():  # the timed runs would build the whole cache first (3,900 images: 10 minutes)
+        raise UserError(f"{cache}: no feature cache there; this benchmark times a built one: build it first with "
+                        f"`globetrotter-data features build {Path(cfg.data.root) / cfg.data.train_split} --config "
+                        f"{args.config} --out {cache}` (or a training run)")
     spec = spec_from_config(cfg)
     backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

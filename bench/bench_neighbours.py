@@ -21,7 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from globetrotter.argtypes import positive_int  # noqa: E402
 from globetrotter.data.neighbours import exact_neighbours_of, neighbour_recall, other_language_neighbours  # noqa: E402
+from globetrotter.errors import run_cli  # noqa: E402
 
 LANGS = np.array(["en", "de", "fr", "es", "ru", "el", "ja", "zh", "ar"])
 
@@ -35,11 +37,11 @@ def embeddings(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--sample", type=int, default=2000, help="query images searched exactly (default 2000)")
-    p.add_argument("--threads", type=int, default=None, help="faiss threads (default: faiss's choice)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=[100_000, 1_000_000])
+    p.add_argument("--dim", type=positive_int, default=256)
+    p.add_argument("--k", type=positive_int, default=10)
+    p.add_argument("--sample", type=positive_int, default=2000, help="query images searched exactly (default 2000)")
+    p.add_argument("--threads", type=positive_int, default=None, help="faiss threads (default: faiss's choice)")
     args = p.parse_args()
     if args.threads:
         faiss.omp_set_num_threads(args.threads)
@@ -65,4 +67,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(lambda _argv: main()))

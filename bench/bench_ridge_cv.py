@@ -20,8 +20,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from globetrotter.argtypes import positive_int  # noqa: E402
 from globetrotter.config import load_train_config  # noqa: E402
 from globetrotter.encoder import build_model  # noqa: E402
+from globetrotter.errors import run_cli  # noqa: E402
 from globetrotter.tokenizer import load_tokenizer  # noqa: E402
 from globetrotter.training import token_init  # noqa: E402
 from globetrotter.training.prepare import tokenizer_path  # noqa: E402
@@ -41,7 +43,7 @@ def start(cfg, threads: int) -> tuple[float, dict, torch.Tensor]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/flickr8k.yaml")
-    parser.add_argument("--threads", type=int, default=2, help="threads (and fits at a time) against one (default 2)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="threads (and fits at a time) against one (default 2)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as train.py takes them")
     args = parser.parse_args()
     cfg = load_train_config(REPO / args.config, args.overrides)
@@ -56,4 +58,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

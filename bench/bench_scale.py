@@ -39,6 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("shards", "tokenizer", "import", "neighbours", "batches", "train", "validation", "index")
@@ -335,9 +338,9 @@ def slope(t0: float, t1: float, n0: int, n1: int) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--dim", type=int, default=512, help="width of the generated image embeddings (default %(default)s)")
-    p.add_argument("--pool", type=int, default=20_000, help="distinct generated scenes (default %(default)s)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--dim", type=positive_int, default=512, help="width of the generated image embeddings (default %(default)s)")
+    p.add_argument("--pool", type=positive_int, default=20_000, help="distinct generated scenes (default %(default)s)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     p.add_argument("--out", default="bench_out/scale", help="work folder, table and plot (default %(default)s)")
     args = p.parse_args()
@@ -402,4 +405,4 @@ def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(lambda _argv: main()))

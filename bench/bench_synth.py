@@ -18,6 +18,8 @@ from pathlib import Path
 
 from data_prep.shards import iter_samples
 from data_prep.synth import SynthConfig, generate
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
 
 
 def _cpu_seconds() -> float:
@@ -45,9 +47,9 @@ def read_rate(split_dir: Path) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=20000, help="train scenes to generate per run (default 20000)")
-    parser.add_argument("--image-size", type=int, default=64, help="image side in pixels (default 64)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--images", type=positive_int, default=20000, help="train scenes to generate per run (default 20000)")
+    parser.add_argument("--image-size", type=positive_int, default=64, help="image side in pixels (default 64)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                         help="processes of the parallel run (default: all cores)")
     parser.add_argument("--image-format", choices=("jpg", "png"), default="jpg")
     args = parser.parse_args()
@@ -67,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

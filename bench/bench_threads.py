@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from globetrotter.argtypes import non_negative_float, positive_int
+from globetrotter.errors import run_cli
+
 REPO = Path(__file__).resolve().parents[1]
 THREADS = re.compile(r"torch threads: (\d+)")
 RATE = re.compile(r"images_per_s=([0-9.]+)")
@@ -86,11 +89,11 @@ def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[flo
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train-steps", type=int, default=60, help="steps of each measured train.py run")
-    p.add_argument("--build-images", type=int, default=24, help="images of each measured cache build")
-    p.add_argument("--repeats", type=int, default=1, help="measurements of each cell (their mean is printed)")
-    p.add_argument("--settle", type=float, default=75.0, help="seconds the background job runs before measuring")
-    p.add_argument("--quiet-wait", type=float, default=240.0,
+    p.add_argument("--train-steps", type=positive_int, default=60, help="steps of each measured train.py run")
+    p.add_argument("--build-images", type=positive_int, default=24, help="images of each measured cache build")
+    p.add_argument("--repeats", type=positive_int, default=1, help="measurements of each cell (their mean is printed)")
+    p.add_argument("--settle", type=non_negative_float, default=75.0, help="seconds the background job runs before measuring")
+    p.add_argument("--quiet-wait", type=non_negative_float, default=240.0,
                    help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement")
     p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"])
     args = p.parse_args()
@@ -133,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

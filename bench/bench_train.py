@@ -24,14 +24,17 @@ from dataclasses import replace
 
 import torch
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 PATHS = ("cpu", "device")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/quickstart.yaml")
-    p.add_argument("--steps", type=int, default=10, help="timed batches per figure (after 2 warm-up ones)")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="intra-op thread counts to compare")
+    p.add_argument("--steps", type=positive_int, default=10, help="timed batches per figure (after 2 warm-up ones)")
+    p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2], help="intra-op thread counts to compare")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
 
@@ -120,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

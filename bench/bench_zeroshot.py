@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.data import image_extractor
 from globetrotter.zeroshot.losses import M3Loss, PATRLoss
@@ -125,11 +127,11 @@ def bench_retrieval(galleries: list[int], queries: int = 1000, dim: int = 1280) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=64, help="images for the extraction figure (default 64)")
+    parser.add_argument("--images", type=positive_int, default=64, help="images for the extraction figure (default 64)")
     parser.add_argument("--image-dir", type=Path, default=SHARED_IMAGES, help="folder of .jpg images")
-    parser.add_argument("--steps", type=int, default=20, help="timed training steps per loss (default 20)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed training steps per loss (default 20)")
     parser.add_argument("--gallery", default="1000,100000", help="gallery sizes (default 1000,100000)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--skip", nargs="*", default=[], choices=("features", "training", "retrieval"))
     args = parser.parse_args()
     if args.threads:
@@ -143,4 +145,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(lambda _argv: main()))

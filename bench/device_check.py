@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from globetrotter.argtypes import positive_int
+from globetrotter.errors import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "flickr8k.yaml"
 LANGUAGES = "en,de,fr"
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="the device under test (default %(default)s)")
     p.add_argument("--work", type=Path, default=Path("outputs/device-check"), help="scratch folder (default %(default)s)")
     p.add_argument("--out", type=Path, help="write the JSON summary here too")
-    p.add_argument("--steps", type=int, default=60, help="training steps of each run (default %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=60, help="training steps of each run (default %(default)s)")
     p.add_argument("--min-cosine", type=float, default=0.999,
                    help="least cosine of a cached row built on the device with its CPU twin (default %(default)s)")
     p.add_argument("--max-points", type=float, default=1.0,
@@ -158,4 +161,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(lambda _argv: main()))

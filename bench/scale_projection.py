@@ -19,6 +19,9 @@ from pathlib import Path
 
 import torch
 
+from globetrotter.argtypes import positive_float, positive_int
+from globetrotter.errors import run_cli
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -57,12 +60,12 @@ def step_flops(cfg, tokens: int, batch: int, features: bool) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/globetrotter-paper.yaml")
-    p.add_argument("--tokens", type=int, default=32, help="tokens per caption (default %(default)s)")
-    p.add_argument("--batch", type=int, default=8, help="samples of the counted step (default %(default)s)")
-    p.add_argument("--samples", type=float, default=3.15e6, help="training captions (paper: 3.15M)")
-    p.add_argument("--epochs", type=float, default=200, help="epochs (paper: 200)")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="GPU dense bf16 peak (H100 SXM: 989)")
-    p.add_argument("--mfu", type=float, default=0.3, help="assumed model-FLOPs utilisation (default %(default)s)")
+    p.add_argument("--tokens", type=positive_int, default=32, help="tokens per caption (default %(default)s)")
+    p.add_argument("--batch", type=positive_int, default=8, help="samples of the counted step (default %(default)s)")
+    p.add_argument("--samples", type=positive_float, default=3.15e6, help="training captions (paper: 3.15M)")
+    p.add_argument("--epochs", type=positive_float, default=200, help="epochs (paper: 200)")
+    p.add_argument("--peak-tflops", type=positive_float, default=989.0, help="GPU dense bf16 peak (H100 SXM: 989)")
+    p.add_argument("--mfu", type=positive_float, default=0.3, help="assumed model-FLOPs utilisation (default %(default)s)")
     args = p.parse_args()
 
     from globetrotter.config import load_train_config
@@ -83,4 +86,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(lambda _argv: main()))
