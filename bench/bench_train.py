@@ -1,6 +1,6 @@
 """Training throughput: the data loader, the step and both together, views made on the CPU or on the device.
 
-    python bench/bench_train.py --config configs/quickstart.yaml [--steps 10] [--threads 1 2] [key=value ...]
+    python bench/bench_train.py --config configs/quickstart.yaml [key=value ...] [--steps 10] [--threads 1 2]
 
 For each intra-op thread count of ``--threads`` (the training process's ``torch.set_num_threads``;
 the loader's worker processes always run one thread) and each place SimCLR's views are made
@@ -35,7 +35,7 @@ def main() -> None:
     p.add_argument("--config", default="configs/quickstart.yaml")
     p.add_argument("--steps", type=positive_int, default=10, help="timed batches per figure (after 2 warm-up ones)")
     p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2], help="intra-op thread counts to compare")
-    p.add_argument("overrides", nargs="*")
+    p.add_argument("overrides", nargs="*", help="config overrides key=value (before --threads, whose values run on)")
     args = p.parse_args()
 
     from globetrotter.config import load_train_config
