@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda", help="the device under test (default %(default)s)")
+    p.add_argument("--device", type=torch_device, default="cuda", help="the device under test (default %(default)s)")
     p.add_argument("--work", type=Path, default=Path("outputs/device-check"), help="scratch folder (default %(default)s)")
     p.add_argument("--out", type=Path, help="write the JSON summary here too")
     p.add_argument("--steps", type=positive_int, default=60, help="training steps of each run (default %(default)s)")
