@@ -185,7 +185,12 @@ def run_isolated(n: int, method: str, args: argparse.Namespace) -> dict:
         cmd += ["--image-cache", args.image_cache]
     threads = str(args.threads)  # set before numpy loads its BLAS
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:  # the worker's own last lines say why
+        from globetrotter.errors import UserError
+
+        said = " | ".join(proc.stderr.strip().splitlines()[-3:]) or "no output"
+        raise UserError(f"the {method} worker at N={n} exited {proc.returncode}: {said}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
