@@ -37,10 +37,12 @@ SHARED_IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "flick
 
 
 def _images(n: int, image_dir: Path | None, tmp: Path) -> list[str]:
+    """``n`` .jpg files of ``image_dir``, else (said in one line) ``n`` generated noise pictures of 224 px."""
     if image_dir is not None and image_dir.is_dir():
         found = sorted(str(p) for p in image_dir.glob("*.jpg"))[:n]
         if len(found) == n:
             return found
+    print(f"note: {image_dir} holds fewer than {n} .jpg images; timing {n} generated noise pictures of 224x224")
     rng = np.random.default_rng(0)
     paths = []
     for i in range(n):
