@@ -47,6 +47,11 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as train.py takes them")
     args = parser.parse_args()
     cfg = load_train_config(REPO / args.config, args.overrides)
+    if cfg.model.token_init != "image_pivot":  # it timed the fit all the same
+        from globetrotter.errors import UserError
+
+        raise UserError(f"model.token_init={cfg.model.token_init}: this benchmark times the image-pivot start's ridge "
+                        f"fit; give a config that uses it (model.token_init=image_pivot)")
     runs = {}
     for threads in (1, args.threads):
         print(f"{threads} thread(s):")
