@@ -280,14 +280,21 @@ def test_resume_latest_takes_a_best_checkpoint_written_after_the_last_step_check
     """A run killed after a validation but before its next step checkpoint may hold only ``best/``: `--resume latest`
     said 'no checkpoint found' while a fresh start said to resume with --resume latest. The furthest checkpoint is
     taken now."""
+    from globetrotter.training.cli import main as train_py
+
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=4", "val.every=2")
+    config = tmp_path / "tiny.yaml"
+    save_config(cfg, config)
     train(cfg)
     root = ckpt.checkpoint_root(cfg.run_dir)
     shutil.rmtree(root / ckpt.step_name(2))  # as killed between best/ and the step checkpoint
     (root / ckpt.LATEST).unlink()
+    (cfg.run_dir / "result.json").unlink()
     assert ckpt.read_state(root / "best")["step"] == 2
-    longer = train(tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=4", "val.every=2"), resume="latest")
-    assert longer["step"] == 4 and (root / ckpt.step_name(4)).is_dir()
+    with pytest.raises(SystemExit) as done:  # train.py as a user runs it (it reads the run's settings first)
+        train_py(["--config", str(config), "--resume", "latest", "steps=4"])
+    assert done.value.code == 0 and (root / ckpt.step_name(4)).is_dir()
+    assert json.loads((cfg.run_dir / "result.json").read_text())["step"] == 4
 
 
 def test_a_run_continued_from_another_runs_checkpoint_keeps_the_best_it_can_load(tiny_world, tmp_path, capsys):

@@ -103,6 +103,12 @@ def furthest(run_dir: str | Path) -> Path:
     return max(held, key=lambda path: read_state(path).get("step", 0))  # a tie: latest's
 
 
+def to_resume(run_dir: str | Path, resume: str | Path) -> Path:
+    """The checkpoint ``--resume`` names: ``latest`` is the run folder's :func:`furthest`, anything else a run folder's
+    latest or a checkpoint folder itself (:func:`resolve`)."""
+    return furthest(run_dir) if str(resume) == "latest" else resolve(resume, prefer_best=False)
+
+
 def _latest_or_none(run_dir: str | Path) -> Path | None:
     try:
         return resolve(run_dir, prefer_best=False)

@@ -69,7 +69,7 @@ def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] 
     overrides) does not set taken from the config of the checkpoint ``resume`` names (``latest``: ``cfg``'s run
     folder's): ``--resume latest`` continues a run as it was started (``steps=60``, say), not as the default config
     file says. Said in one line when it differs from ``cfg``."""
-    source = ckpt.resolve(cfg.run_dir if resume == "latest" else resume, prefer_best=False)
+    source = ckpt.to_resume(cfg.run_dir, resume)
     saved_path = source / "config.yaml"
     if not saved_path.is_file():
         return cfg  # a checkpoint from before configs were saved beside it

@@ -198,8 +198,7 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     if adapting and resume:
         raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
                         "it again instead")
-    source = (ckpt.furthest(cfg.run_dir) if resume == "latest" else ckpt.resolve(resume, prefer_best=False)) \
-        if resume else None
+    source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
     else:
