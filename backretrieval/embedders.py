@@ -370,8 +370,8 @@ def _entry_point(spec: str, prefix: str) -> Callable[..., TextEmbedder]:
 def check_spec_inputs(spec: str, texts: Sequence[str] | None = None) -> None:
     """Check what a spec reads before any work, loading no model and embedding nothing: :func:`check_spec`, then
     ``npy:`` its file (a readable 2-D ``.npy``, only its header read) and ``.texts.json`` sidecar, and, given the
-    ``texts`` to embed, a row for each of them, finite and not all zero; ``use`` / ``st:`` their package installed; ``noisy:`` its base; a
-    prefix whose factory has a ``check(arg)`` attribute (an entry point, imported for it, or one registered with
+    ``texts`` to embed, a row for each of them, finite and not all zero; ``use`` / ``st:`` their package installed;
+    ``noisy:`` its base; a prefix whose factory has a ``check(arg)`` attribute (an entry point, imported for it, or one registered with
     :func:`register_embedder`), that check (``globetrotter:RUN``: the run holds a checkpoint). A mistake raises the
     one-line error building the embedder or embedding would raise."""
     check_spec(spec)

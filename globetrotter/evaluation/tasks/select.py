@@ -84,8 +84,8 @@ def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> 
     others = [i for i in range(len(scores)) if i != chosen]
     if others:
         runner_up = max(others, key=lambda i: (float(scores[i].mean()), -i))
-        out["over_runner_up"] = {"candidate": runner_up, **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed,
-                                                                 bounded=False)}
+        out["over_runner_up"] = {"candidate": runner_up,
+                                 **paired_bootstrap(scores[chosen], scores[runner_up], seed=seed, bounded=False)}
     return out
 
 
@@ -94,7 +94,8 @@ def margins_to_choice(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) 
     ``lo``, ``hi``; 1,000 bootstrap replicates, 95%), None for the chosen itself. An interval that holds 0 is a
     candidate val cannot tell from the choice."""
     return [None if i == chosen else
-            {k: v for k, v in paired_bootstrap(s, scores[chosen], seed=seed, bounded=False).items() if k in ("diff", "lo", "hi")}
+            {k: v for k, v in paired_bootstrap(s, scores[chosen], seed=seed, bounded=False).items()
+             if k in ("diff", "lo", "hi")}
             for i, s in enumerate(scores)]
 
 
