@@ -365,9 +365,14 @@ def main() -> int:
                                 if k not in ("seconds", "rss_mb", "rss_total_mb"))
             print(f"{n:>9} {name:<11} {r['seconds']:>8.1f} s  peak RSS {r['rss_mb']:>6.0f} MiB "
                   f"({r['rss_total_mb']:>6.0f} with mapped files)  {figures}", flush=True)
-        base = run_stage("baseline", work, n, args.dim)["rss_mb"]  # after the tokenizer: the model needs its size
-        results[n]["model_process_rss_mb"] = base
-        print(f"{n:>9} the model's own process (torch, the model, no data): peak RSS {base:.0f} MiB", flush=True)
+        from globetrotter.training.prepare import tokenizer_path
+
+        if tokenizer_path(_config(work, args.dim)).is_file():  # the model needs the tokenizer's size
+            base = run_stage("baseline", work, n, args.dim)["rss_mb"]
+            results[n]["model_process_rss_mb"] = base
+            print(f"{n:>9} the model's own process (torch, the model, no data): peak RSS {base:.0f} MiB", flush=True)
+        else:  # it stopped the run, the stages' figures unsaved
+            print(f"{n:>9} the model's own process: not measured (no tokenizer yet: the tokenizer stage makes it)")
         (out / "scale.json").write_text(json.dumps({"sizes": sorted(results), "dim": args.dim, "results": results},
                                                    indent=2))
     sizes = sorted(results)
