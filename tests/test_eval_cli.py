@@ -1101,6 +1101,15 @@ def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run,
     chosen = json.loads(Path(sentence_argv[sentence_argv.index("--ranking") + 1]).read_text())["details"]["chosen"]
     scored = record(tmp_path / "eval_out", "sentence", model_specs.model_name(sentence_argv[sentence_argv.index("--model") + 1]))
     assert scored["config"]["ranking"] == chosen
+    # a run on more-captions' split: select gets the one-language original as its reference, as the README's does
+    enriched = tmp_path / "more" / "train"  # its manifest is all the summary reads
+    enriched.mkdir(parents=True)
+    (enriched / "manifest.json").write_text(json.dumps({"more_captions": {"from": str(tiny_world / "train")}}))
+    print_summary({"run_dir": str(tiny_run), "metrics": {}}, tiny_world / "test", None, enriched)
+    select_argv = shlex.split(capsys.readouterr().out.splitlines()[-2].split(": ", 1)[1])
+    assert select_argv[select_argv.index("--reference") + 1] == str(tiny_world / "train")
+    print_summary({"run_dir": str(tiny_run), "metrics": {}}, tiny_world / "test", None, tiny_world / "train")
+    assert "--reference" not in capsys.readouterr().out.splitlines()[-2]
 
 
 def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a_choice(tiny_run, tiny_world,

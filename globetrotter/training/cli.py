@@ -58,7 +58,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _say_where_to_resume(cfg.run_dir)
         raise
     print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None,
-                  Path(cfg.data.root) / cfg.data.val_split)
+                  Path(cfg.data.root) / cfg.data.val_split, Path(cfg.data.root) / cfg.data.train_split)
     return 0
 
 

@@ -7,11 +7,13 @@ from pathlib import Path
 from ..shell import python_command
 
 
-def print_summary(result: dict, test_split: str | Path | None = None, val_split: str | Path | None = None) -> None:
+def print_summary(result: dict, test_split: str | Path | None = None, val_split: str | Path | None = None,
+                  train_split: str | Path | None = None) -> None:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
     the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only).
     An adaptation whose new language ``val_split`` has no caption in gets the test command alone: val cannot choose
-    a ranking for that language (a choice made on the old ones is refused for it)."""
+    a ranking for that language (a choice made on the old ones is refused for it). A ``train_split`` made by
+    ``more-captions`` names its one-language original as the reference (the one every twin of a table shares)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -50,9 +52,26 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
                   f"with the default ranking: {python} eval.py sentence --model {run} --split {test_split}")
             return
         record = record_path(DEFAULT_OUT, "select", model_name(str(run)))  # where select writes it by default
-        print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}")
+        original = _one_language_original(train_split)
+        reference = f" --reference {original}" if original else ""
+        print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}{reference}")
         print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test_split} "
               f"--ranking {record}")
+
+
+def _one_language_original(train_split: str | Path | None) -> str | None:
+    """The split ``more-captions`` made ``train_split`` from (its manifest's ``more_captions.from``), where it still
+    holds a split; a path under the working folder is given relative to it."""
+    import json
+
+    manifest = Path(train_split) / "manifest.json" if train_split is not None else None
+    if manifest is None or not manifest.is_file():
+        return None
+    original = (json.loads(manifest.read_text(encoding="utf-8")).get("more_captions") or {}).get("from")
+    if not original or not (Path(original) / "manifest.json").is_file():
+        return None
+    relative = os.path.relpath(original)
+    return original if relative.startswith("..") else relative
 
 
 def _has_language(split: str | Path | None, language: str) -> bool:
