@@ -62,12 +62,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
 def _one_language_original(train_split: str | Path | None) -> str | None:
     """The split ``more-captions`` made ``train_split`` from (its manifest's ``more_captions.from``), where it still
     holds a split; a path under the working folder is given relative to it."""
-    import json
-
-    manifest = Path(train_split) / "manifest.json" if train_split is not None else None
-    if manifest is None or not manifest.is_file():
-        return None
-    original = (json.loads(manifest.read_text(encoding="utf-8")).get("more_captions") or {}).get("from")
+    original = (_manifest(train_split).get("more_captions") or {}).get("from")
     if not original or not (Path(original) / "manifest.json").is_file():
         return None
     relative = os.path.relpath(original)
@@ -76,9 +71,14 @@ def _one_language_original(train_split: str | Path | None) -> str | None:
 
 def _has_language(split: str | Path | None, language: str) -> bool:
     """Whether the split folder ``split`` has captions in ``language`` (by its manifest; no split: False)."""
+    return language in (_manifest(split).get("languages") or {})
+
+
+def _manifest(split: str | Path | None) -> dict:
+    """The manifest of the split folder ``split`` as written (``{}`` where there is none): what the summary reads."""
     import json
 
     manifest = Path(split) / "manifest.json" if split is not None else None
     if manifest is None or not manifest.is_file():
-        return False
-    return language in (json.loads(manifest.read_text(encoding="utf-8")).get("languages") or {})
+        return {}
+    return json.loads(manifest.read_text(encoding="utf-8"))
