@@ -82,6 +82,8 @@ def test_another_split_is_joined_in_the_space_of_the_first(tiny_world, tmp_path)
         parts.append(x / np.linalg.norm(x, axis=1, keepdims=True))
     joined = load_feature_cache(tmp_path / "val-joined").features[:, 0].astype(np.float64)
     np.testing.assert_allclose(joined, np.concatenate(parts, axis=1), atol=2e-3)
+    with pytest.raises(UserError, match="another source"):  # was: replaced in silence by the rows centred on val's own means
+        concat_caches(tiny_world / "val", caches["val"], tmp_path / "val-joined", "j", progress=False)
     own = concat_caches(tiny_world / "val", caches["val"], tmp_path / "val-own", "j", progress=False)
     assert "centred_like" not in own["imported"]
     assert not np.allclose(load_feature_cache(tmp_path / "val-own").features[:, 0].astype(np.float64), joined, atol=2e-3)

@@ -114,7 +114,11 @@ def concat_caches(split_dir: str | Path, caches: Sequence[str | Path], out_dir: 
     record = source.record()
     if centre_like is not None:
         record["centred_like"] = str(Path(centre_like).resolve())
-    digest = hashlib.sha256(json.dumps(record["sources"], sort_keys=True).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(record["sources"], sort_keys=True).encode())
+    if means is not None:  # centred on other means: other rows, so another source (a same-name cache is not replaced)
+        for mean in means:
+            digest.update(np.ascontiguousarray(mean, dtype=np.float64).tobytes())
+    digest = digest.hexdigest()[:16]
     return write_imported(split_dir, source, out_dir, name, digest, force, progress, record,
                           extra_files=lambda tmp: np.savez(tmp / MEANS, *source.means))  # swapped in with the rest
 
