@@ -80,6 +80,10 @@ def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):
     a, b = write(tmp_path, "a", mine), write(tmp_path, "b", theirs)
     assert cmp.run_cli(cmp.main, [a, "--against", b]) == 0
     assert "note: g (g) is the image encoder of --against;" in capsys.readouterr().out
+    mine["details"]["val"]["model_image_encoder"] = "g"  # both sides see images as g does: it leans towards neither
+    assert paired_margin([mine], [theirs])["g_is_encoder_of"] == []
+    assert cmp.run_cli(cmp.main, [write(tmp_path, "a", mine), "--against", b]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_a_bad_out_or_seed_is_refused_before_anything_is_printed(cmp, tmp_path, capsys):

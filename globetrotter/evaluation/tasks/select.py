@@ -164,9 +164,10 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
     """The paired bootstrap interval (95%) of the margin of ``records`` over ``others`` on the same val queries:
     each side's per-query scores are averaged over its records first (the seeds of one recipe, or one model), so
     the margin is the recipes' mean over seeds, paired query by query. Every record must hold per-query scores of
-    the same queries (:func:`check_against`; ``sources`` name the two sides in its errors). ``g_is_encoder_of`` lists
-    the sides whose image encoder is ``g`` itself (:func:`image_encoder_of`): BackRetrieval leans towards a model that
-    sees images as ``g`` does, so such a margin does not referee two image encoders (docs/evaluation.md)."""
+    the same queries (:func:`check_against`; ``sources`` name the two sides in its errors). ``g_is_encoder_of`` names
+    the side whose image encoder is ``g`` itself when the other's is not (:func:`image_encoder_of`): BackRetrieval
+    leans towards a model that sees images as ``g`` does, so such a margin does not referee two image encoders
+    (docs/evaluation.md)."""
     if not records or not others:
         raise UserError("paired_margin: each side needs at least one select record")
     check_against(records[0], None, "", sources[0])
@@ -179,6 +180,8 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
             for group in (records, others)]
     shared = [side for side, group in zip(sources, (records, others))
               if any(r["details"]["val"].get("model_image_encoder") == g for r in group)]
+    if len(shared) == 2:  # both sides see images as g does: it leans towards neither
+        shared = []
     return {**paired_bootstrap(mean[0], mean[1], seed=seed, bounded=False), "g_is_encoder_of": shared}
 
 
