@@ -10,8 +10,9 @@ and K: runs of one config whose val sample holds the whole split share them what
 record's choice and mean, the margin of each seed over the other side's same seed (when both sides list as many
 records, in order), and the margin of the recipe's mean over seeds, paired query by query: the comparison that
 decides, since the seeds' noise is averaged before the queries are resampled. When ``g`` is one side's own image
-encoder and not the other's (the record's ``model_image_encoder``) a note says so: BackRetrieval then leans towards that side, and two
-recipes with different image encoders are refereed under a ``g`` neither uses. ``--out`` writes them as JSON.
+encoder and not the other's (the record's ``model_image_encoder``) a note says so: BackRetrieval then leans towards
+that side, and two recipes with different image encoders are refereed under a ``g`` neither uses. ``--out`` writes
+them as JSON.
 """
 from __future__ import annotations
 
