@@ -210,6 +210,16 @@ def test_a_split_given_as_data_root_is_refused_not_filled_with_the_synthetic_wor
         tiny_cfg(tiny_world, tmp_path, "data.root=")
 
 
+def test_a_run_folder_that_cannot_be_made_is_refused_before_any_work(tiny_world, tmp_path):
+    """output_dir under a file was a FileNotFoundError traceback once the data was prepared."""
+    (tmp_path / "afile").write_text("x")
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", f"output_dir={tmp_path / 'afile'}")
+    with pytest.raises(UserError, match=rf"output_dir/run_name: {tmp_path / 'afile' / cfg.run_name}: cannot create "
+                                        rf"the run folder \({tmp_path / 'afile'} is not a directory\)"):
+        train(cfg)
+    assert not (tmp_path / "tokenizer.json").exists()  # nothing prepared
+
+
 @pytest.mark.parametrize("extra, message", [
     (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
     (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),

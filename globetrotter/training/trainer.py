@@ -26,6 +26,9 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import ProjectConfiguration, set_seed
 from tqdm.auto import tqdm
 
+from backretrieval.errors import BackRetrievalError
+from backretrieval.files import writable_dir
+
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
@@ -99,6 +102,7 @@ class Progress:
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
+    _check_run_folder(cfg.run_dir)  # before any work: a run that could never save is no run
     cpu = _no_accelerator()
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
@@ -233,13 +237,24 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     return cfg
 
 
+def _check_run_folder(run_dir: Path) -> None:
+    """A one-line error for a run folder that could not be created or written into (``output_dir``/``run_name``)."""
+    try:
+        writable_dir(run_dir, "the run folder")
+    except BackRetrievalError as err:
+        raise UserError(f"output_dir/run_name: {err}") from None
+
+
 def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> torch.nn.Module:
     """The model, its run folder's ``config.yaml`` (written once the model is built: a start that fails leaves no
     folder) and, for a fresh run with ``model.token_init=image_pivot``, the closed-form start on every process
     (its record, with the ridge strength chosen, beside the config)."""
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     if main:
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # one the early check could not foresee (a pseudo file system, say)
+            raise UserError(f"output_dir/run_name: cannot create the run folder {cfg.run_dir} ({err.strerror})") from None
         save_config(cfg, cfg.run_dir / "config.yaml")
     if cfg.model.token_init == "image_pivot" and start:
         record = token_init.init_from_config(model, cfg, tokenizer, log)
