@@ -173,3 +173,25 @@ def test_the_set_says_a_saturated_k_once_not_once_per_pair_and_call(tiny_world, 
         metrics, _ = val.evaluate(emb)
         across, _ = val.evaluate_across_languages(lambda s, t: emb[s] @ emb[t].T)
     assert metrics["val/bkr@100"] == across["val/bkr@100"] == 1.0 and val.saturation_warning() is not None
+
+
+def test_gs_cached_features_are_of_the_splits_pictures_not_of_an_earlier_conversion(tmp_path):
+    """g's features are cached beside the split by image id: a split converted again (--overwrite) with other
+    pictures of the same ids read the earlier pictures' features in silence."""
+    import shutil
+
+    from conftest import make_tiny_world
+
+    g = "timm:resnet18:random"
+    world = make_tiny_world(tmp_path / "world", n_train=8, n_val=16, n_test=2, size=32)
+    first = BackRetrievalSet(world / "val", max_per_lang=None, image_features=g).image_feats
+    assert (world / "val" / "bkr-image-features").is_dir()
+    shutil.move(world / "val" / "bkr-image-features", tmp_path / "kept")  # the conversion again: other pictures
+    shutil.rmtree(world)
+    make_tiny_world(tmp_path / "world", n_train=8, n_val=16, n_test=2, size=48)
+    shutil.move(tmp_path / "kept", world / "val" / "bkr-image-features")  # ... beside the split's other files
+    again = BackRetrievalSet(world / "val", max_per_lang=None, image_features=g).image_feats
+    shutil.rmtree(world / "val" / "bkr-image-features")
+    fresh = BackRetrievalSet(world / "val", max_per_lang=None, image_features=g).image_feats
+    np.testing.assert_array_equal(again, fresh)
+    assert not np.allclose(first, fresh)

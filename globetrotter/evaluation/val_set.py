@@ -153,10 +153,14 @@ class BackRetrievalSet:
         # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0/1/2)
         from backretrieval.images import ImageFeatureExtractor
 
+        from data_prep.shards import read_manifest
+
         _, name, *weights = image_features.split(":", 2)
-        # once per distinct image, cached beside the split for later runs
+        # once per distinct image, cached beside the split for later runs, under the split's content checksum: the
+        # cache is keyed by image ids, and a split converted again (--overwrite) may hold other pictures of those ids
+        checksum = read_manifest(self.split).get("checksum") or "unchecked"
         extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False, device=device,
-                                          cache_dir=self.split / "bkr-image-features")
+                                          cache_dir=self.split / "bkr-image-features" / checksum[:16])
         return lambda pictures, ids: extractor.extract(pictures, ids=ids)
 
     def _decoded_chunks(self, rows: np.ndarray | None, extract, record: tuple[list, list, list] | None = None
