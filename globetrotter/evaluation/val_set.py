@@ -156,12 +156,13 @@ class BackRetrievalSet:
         from data_prep.shards import read_manifest
 
         _, name, *weights = image_features.split(":", 2)
-        # once per distinct image, cached beside the split for later runs, under the split's content checksum: the
-        # cache is keyed by image ids, and a split converted again (--overwrite) may hold other pictures of those ids
-        checksum = read_manifest(self.split).get("checksum") or "unchecked"
+        # once per distinct image, cached beside the split for later runs; keyed by the split's content checksum and
+        # the image ids, as backretrieval.data keys them: a split converted again (--overwrite) may hold other
+        # pictures of those ids
+        checksum = read_manifest(self.split).get("checksum")
         extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False, device=device,
-                                          cache_dir=self.split / "bkr-image-features" / checksum[:16])
-        return lambda pictures, ids: extractor.extract(pictures, ids=ids)
+                                          cache_dir=self.split / "bkr-image-features")
+        return lambda pictures, ids: extractor.extract(pictures, ids=[f"{checksum}:{i}" for i in ids])
 
     def _decoded_chunks(self, rows: np.ndarray | None, extract, record: tuple[list, list, list] | None = None
                         ) -> Iterator[np.ndarray]:
