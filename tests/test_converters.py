@@ -233,7 +233,8 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
             "--assign-languages", "--parallel-train", "en,de,fr,cs", "--resize", "12", "--workers", "1",
             "--out", out, "--quiet", "--show-issues", "10"]
     assert cli(argv) == 0
-    err = capsys.readouterr().err
+    printed = capsys.readouterr()
+    err = printed.err
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
 
     # every injected problem is reported with its file and line
@@ -243,6 +244,8 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     val_cs = w["m30k"] / "task1" / "raw" / "val.cs.gz"
     assert f"{val_cs}:1: caption_file_short" in err  # 0 lines for 1 image: the first missing line is 1
     assert f"{w['truncated']}: unreadable_image" in err
+    assert (f"warning: 1 caption line(s) of {w['cn']} are not UTF-8 and were skipped (their captions are lost): if a "
+            f"file is in another encoding") in printed.out  # the advice, naming the file
     assert summary["skipped"] == {"duplicate_key": 1, "empty_caption": 1, "missing_image": 1, "non_utf8": 1,
                                   "malformed_line": 1, "unknown_language": 1, "caption_file_short": 1,
                                   "unreadable_image": 2}

@@ -212,6 +212,19 @@ def _region_note(by_id: dict[str, _Image]) -> str | None:
             f"Dari beside fa Persian); if they are one language, write one code in the captions")
 
 
+def _encoding_note(report: ConversionReport) -> str | None:
+    """The advice for caption lines skipped as not UTF-8: most often a whole file saved in a legacy encoding, whose
+    lines with accents are lost and whose plain-ASCII lines are kept (a language can vanish this way)."""
+    issues = report.issues.get("non_utf8", [])
+    if not issues:
+        return None
+    files = sorted({issue.file for issue in issues})
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (f"{len(issues)} caption line(s) of {shown} are not UTF-8 and were skipped (their captions are lost): "
+            f"if a file is in another encoding (Latin-1, cp1252...), convert it first, e.g. "
+            f"iconv -f latin1 -t utf-8 {files[0]} > converted.txt")
+
+
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
     """One-line :class:`UserError`, before anything is read, for an ``--out`` that is (or lies under) a file, or
     that holds a dataset already (unless ``overwrite``)."""
@@ -286,6 +299,9 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     report.timing["read_seconds"] = time.perf_counter() - start
     if not images:
         raise UserError(_nothing_usable(report, resolver))
+    encoding = _encoding_note(report)
+    if encoding:
+        report.note(encoding)
     _assign_image_ids(images.values())
     by_id = {img.image_id: img for img in images.values()}
 
