@@ -171,26 +171,31 @@ def corr_interval(
         text_dist, image_dist: ``(P,)`` distances of the pairs CORR was computed on.
         query_of_pair: ``(P,)`` source query index of each pair, in ``[0, n_queries)``.
 
-    Returns ``{"value", "lo", "hi", "se"}``; ``value`` is the Spearman of all pairs.
+    Returns ``{"value", "lo", "hi", "se"}``; ``value`` is the Spearman of all pairs, NaN (with the interval) when
+    the text or the image distances are all equal: a rank correlation with a constant is undefined, as
+    :func:`backretrieval.metric.corr_score` (scipy) says too; a replicate that draws such pairs is left out.
     """
     _check(n_boot, level)
+    undefined = {"value": float("nan"), "lo": float("nan"), "hi": float("nan"), "se": float("nan")}
     x = stats.rankdata(text_dist)
     y = stats.rankdata(image_dist)
-    x = (x - x.mean()) / max(x.std(), 1e-12)  # centred ranks: better conditioned sums
-    y = (y - y.mean()) / max(y.std(), 1e-12)
+    if not (x.std() > 0 and y.std() > 0):
+        return undefined
+    x = (x - x.mean()) / x.std()  # centred ranks: better conditioned sums
+    y = (y - y.mean()) / y.std()
     q = np.asarray(query_of_pair, dtype=np.int64)
     terms = np.stack([np.bincount(q, weights=v, minlength=n_queries)
                       for v in (np.ones_like(x), x, y, x * x, y * y, x * y)], axis=1)  # (Nq, 6)
     sums = np.concatenate([w @ terms for w in bootstrap_weights(n_queries, n_boot, seed)])
     n, sx, sy, sxx, syy, sxy = sums.T
-    cov = sxy / n - sx * sy / n**2
-    var = np.maximum(sxx / n - (sx / n) ** 2, 0) * np.maximum(syy / n - (sy / n) ** 2, 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate with no pair, or with constant ranks
+        cov = sxy / n - sx * sy / n**2
+        var = np.maximum(sxx / n - (sx / n) ** 2, 0) * np.maximum(syy / n - (sy / n) ** 2, 0)
         reps = cov / np.sqrt(var)
     reps = reps[np.isfinite(reps)]
     value = float(np.mean(x * y))
     if len(reps) == 0:
-        return {"value": value, "lo": float("nan"), "hi": float("nan"), "se": float("nan")}
+        return {**undefined, "value": value}
     lo, hi = percentile_interval(reps, level)
     return {"value": value, "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if len(reps) > 1 else 0.0}
 
