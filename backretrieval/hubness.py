@@ -6,10 +6,12 @@ retrieved for many source queries, all of which are then judged through one imag
 
 k-occurrence. ``N_k(t)`` is the number of queries that have target ``t`` among their k
 nearest neighbours. BkR uses the top-1 retrieval, so the diagnostics here are on ``N_1``
-(the counts of ``retrieved``): its skewness (0 for a symmetric spread; hubness gives a
-long right tail), the share of queries whose retrieved target is one of the top 1% most
-retrieved targets (``hub_share``; about 1% without hubs, more with them), the largest
-occurrence and the share of targets never retrieved (anti-hubs).
+(the counts of ``retrieved``): its skewness (hubness gives a long right tail), the share of
+queries whose retrieved target is one of the top 1% most retrieved targets (``hub_share``), the
+largest occurrence and the share of targets never retrieved (anti-hubs). Without hubs, each query
+retrieving a target at random, ``N_1`` is Poisson with mean Q/N (Q queries, N targets): skewness
+``sqrt(N/Q)`` and a hub share of about 4.4% at Q = N, not 1% (``skewness_random`` and
+``hub_share_random``, the baselines each record carries).
 
 CSLS (Conneau et al., ICLR 2018, "Word translation without parallel data", eq. 6):
 ``CSLS(x, y) = 2 cos(x, y) - r_T(x) - r_S(y)``, where ``r_S(y)`` is the mean cosine of
@@ -44,9 +46,10 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     """Hubness of a top-1 retrieval (module doc).
 
     Returns ``{"skewness": skewness of N_1 over targets, "hub_share": share of queries whose
-    retrieved target is among the ceil(top * n_targets) most retrieved, "hub_share_uniform":
-    that share if every target were retrieved equally often, "max_occurrence", "never_retrieved":
-    share of targets no query retrieved}``. ``retrieved``: each query's target index, in ``[0, n_targets)``.
+    retrieved target is among the ceil(top * n_targets) most retrieved, "skewness_random" and
+    "hub_share_random": both without hubs (:func:`random_retrieval_baseline`), "max_occurrence",
+    "never_retrieved": share of targets no query retrieved}``. ``retrieved``: each query's target index,
+    in ``[0, n_targets)``.
     """
     retrieved = np.asarray(retrieved)
     if n_targets < 1:
@@ -62,10 +65,28 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     return {
         "skewness": skew,
         "hub_share": float(top_counts.sum() / total),
-        "hub_share_uniform": float(n_hubs / n_targets),
+        **random_retrieval_baseline(retrieved.size, n_targets, top),
         "max_occurrence": int(counts.max()) if n_targets else 0,
         "never_retrieved": float(np.mean(counts == 0)) if n_targets else 0.0,
     }
+
+
+def random_retrieval_baseline(n_queries: int, n_targets: int, top: float = HUB_SHARE) -> dict[str, float]:
+    """What :func:`hubness_stats` reads when there are no hubs, each query retrieving a target at random:
+    ``N_1`` is then Poisson with mean ``lam = n_queries / n_targets`` (the multinomial's limit), so
+    ``{"skewness_random": 1 / sqrt(lam), "hub_share_random": the expected share of queries on the top ``top``
+    of targets}`` (the top ``p`` of a Poisson: every count above ``t``, where ``P(X > t) <= p < P(X >= t)``,
+    and ``t`` for the rest of ``p``)."""
+    if n_queries < 1:
+        return {"skewness_random": float("nan"), "hub_share_random": float("nan")}
+    lam = n_queries / n_targets
+    p = max(1, int(np.ceil(top * n_targets))) / n_targets
+    t = int(stats.poisson.isf(p, lam))  # the smallest count with P(X > t) <= p
+    while stats.poisson.sf(t, lam) > p:
+        t += 1
+    above = lam * stats.poisson.sf(t - 1, lam)  # E[X; X > t] = lam * P(X >= t)
+    share = (above + (p - stats.poisson.sf(t, lam)) * t) / lam
+    return {"skewness_random": float(1 / np.sqrt(lam)), "hub_share_random": float(min(share, 1.0))}
 
 
 MAX_BLOCK = 1 << 24

@@ -34,6 +34,20 @@ def test_hubness_stats_on_hand_built_retrievals():
     np.testing.assert_array_equal(k_occurrence([2, 2, 0], 4), [1, 0, 2, 0])
 
 
+def test_the_no_hub_baseline_is_what_random_retrieval_reads():
+    """Each record's baseline said 1% (every target retrieved equally often); a retrieval with no hubs at all, each
+    query drawing its target at random, reads about 4.5% and skewness 1 at as many queries as targets."""
+    rng = np.random.default_rng(0)
+    for n_queries, n_targets in ((20_000, 20_000), (60_000, 2_000), (2_000, 20_000)):
+        draws = [hubness_stats(rng.integers(0, n_targets, n_queries), n_targets) for _ in range(5)]
+        mean = {key: np.mean([d[key] for d in draws]) for key in ("hub_share", "skewness")}
+        base = draws[0]
+        assert mean["hub_share"] == pytest.approx(base["hub_share_random"], rel=0.05)
+        assert mean["skewness"] == pytest.approx(base["skewness_random"], abs=0.06)  # a sample skewness: noisy
+    assert hubness_stats(np.zeros(0, int), 10)["hub_share_random"] != hubness_stats(np.zeros(0, int), 10)[
+        "hub_share_random"]  # no query: NaN
+
+
 def test_csls_matches_its_definition():
     rng = np.random.default_rng(0)
     q, t = rng.standard_normal((40, 8)), rng.standard_normal((30, 8))

@@ -36,7 +36,8 @@ pairs. A good BkR tracks XLR across models ('correlate' measures how closely).
 Every figure comes with a bootstrap 95% interval over queries (--bootstrap replicates of
 the per-query hits; 0 turns it off); --retrieval csls retrieves by CSLS instead of the
 cosine (hub captions penalised) and the record reports the hubness of the retrieval
-(skewness of the k-occurrence, share of queries landing on the top 1% hubs).
+(skewness of the k-occurrence, share of queries landing on the top 1% hubs, each beside what a
+retrieval without hubs reads).
 """
 
 APPROXIMATE_HELP = (
