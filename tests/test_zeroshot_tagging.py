@@ -1,6 +1,7 @@
 """Zero-shot multilingual image tagging (XTD10 3.3.2, eqs. 3-5)."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import warnings
@@ -119,8 +120,12 @@ def test_imagenet_names_are_offline_and_source_tags_deduplicated():
     assert len(names) == 1000 and names[0] == "tench" and names.count("crane") == 2
     logits = torch.tensor([[0.0, 5.0, 4.0, 3.0], [9.0, 0.0, 1.0, 2.0]])
     tags, probs = top_k_source_tags(logits, k=3, class_names=["cat", "dog", "crane", "crane"])
-    assert tags == [["dog", "crane"], ["cat", "crane"]]
-    torch.testing.assert_close(probs[0], logits[0].softmax(0)[[1, 2, 3]])
+    # two classes of one name are one tag of their summed probability: k distinct tags, each with its own (both
+    # rows gave 2 tags beside 3 probabilities)
+    assert tags == [["dog", "crane", "cat"], ["cat", "crane", "dog"]]
+    p = logits.softmax(1)
+    expected = [[p[0, 1], p[0, 2] + p[0, 3], p[0, 0]], [p[1, 0], p[1, 2] + p[1, 3], p[1, 1]]]
+    torch.testing.assert_close(probs, torch.tensor(expected))
     vocab, index = index_source_tags([["dog", "crane"], ["cat"]])
     assert vocab == ["dog", "crane", "cat"] and index.tolist() == [[0, 1], [2, -1]]
 
@@ -135,6 +140,10 @@ def test_tag_vocabulary_file(tmp_path):
     (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(UserError, match=r"bad.txt:2: not UTF-8"):
         read_tag_vocabulary(tmp_path / "bad.txt")
+    path.write_bytes("Hund\r\nKatze\r\nHund\r\n".encode("utf-8-sig"))  # Notepad's: "\ufeffHund" was a second Hund
+    assert read_tag_vocabulary(path) == ["Hund", "Katze"]
+    path.write_bytes("# German tags\nHund\n".encode("utf-8-sig"))  # ... and a first comment line a tag
+    assert read_tag_vocabulary(path) == ["Hund"]
     (tmp_path / "tab.txt").write_text("Hund\nGras\tgrün\n", encoding="utf-8")  # was one tag, "Gras\tgrün"
     with pytest.raises(UserError, match=r"^\S*tab.txt:2: the tag 'Gras\\tgrün' holds a tab; expected one tag per "
                                         r"line$"):
@@ -258,6 +267,13 @@ def test_tag_messages_blame_the_flag_at_fault(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--vocab-size 3: fewer candidate tags than --k (5) tags per image; raise --vocab-size or lower --k" in err
     assert err.count("\n") == 1, err
+    # a language code as the converters read it: DE is de (it was a language the text encoder "lacks"), xx refused
+    assert main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab",
+                 f"DE={tmp_path / 'a.txt'}", "--vocab", f"de={tmp_path / 'b.txt'}"]) == 2
+    assert "--vocab: language 'de' given twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab", f"xx={tmp_path / 'a.txt'}"])
+    assert "'xx' is not an ISO 639-1 language code" in capsys.readouterr().err
 
 
 def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path, capsys):
@@ -270,14 +286,19 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     photos.mkdir()
     Image.new("RGB", (64, 64), (200, 30, 30)).save(photos / "good.png")
     (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    whole = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (128, 128, 3), dtype=np.uint8)).save(whole, "JPEG")
+    cut = whole.getvalue()
+    (photos / "cut.jpg").write_bytes(cut[: len(cut) // 2])  # a sound header, then cut short: verify() passed it
     (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
     argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
             "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
     assert main(argv + ["--images", str(photos), "--json", str(tmp_path / "tags.json")]) == 0
     out = capsys.readouterr().out
     assert f"warning: {photos / 'broken.jpg'}: unreadable image (" in out and "good.png" in out
+    assert f"warning: {photos / 'cut.jpg'}: unreadable image (" in out
     record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
     assert [e["image"] for e in record["images"]] == [str(photos / "good.png")]
-    assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg")]
+    assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg"), str(photos / "cut.jpg")]
     assert main(argv + ["--images", str(photos / "broken.jpg")]) == 2  # nothing readable: one line, exit 2
     assert "no readable image among the 1 given" in capsys.readouterr().err

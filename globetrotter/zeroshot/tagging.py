@@ -119,7 +119,7 @@ def read_tag_vocabulary(path: str | Path) -> list[str]:
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
-                line = raw.decode("utf-8").strip()
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8").strip()  # a BOM is no part of a tag
             except UnicodeDecodeError:
                 raise UserError(f"{path}:{lineno}: not UTF-8 text") from None
             if line and not line.startswith("#"):
@@ -144,17 +144,22 @@ def imagenet_class_names() -> tuple[str, ...]:
 def top_k_source_tags(
     logits: torch.Tensor, k: int = 5, class_names: Sequence[str] | None = None
 ) -> tuple[list[list[str]], torch.Tensor]:
-    """Source tags from classifier logits ``[N, C]``: the names of the top-``k`` classes per image.
+    """Source tags from classifier logits ``[N, C]``: the ``k`` most probable class names per image.
 
-    Classes sharing a name (ImageNet has two "crane"s) give the tag once. Returns the tags
-    and their probabilities ``[N, k]`` (softmax over all classes).
+    Classes sharing a name (ImageNet has two "crane"s, two "maillot"s) are one tag whose probability is theirs
+    summed, so every image gets ``k`` distinct tags (fewer only when there are fewer names). Returns the tags
+    and their probabilities ``[N, k]`` (softmax over all classes), in the same order.
     """
     names = list(class_names) if class_names is not None else list(imagenet_class_names())
     if logits.shape[1] != len(names):
         raise ValueError(f"logits have {logits.shape[1]} classes but {len(names)} class names were given")
+    distinct = list(dict.fromkeys(names))
+    column = {name: j for j, name in enumerate(distinct)}
     probs = logits.float().softmax(dim=1)
-    top_p, top_i = probs.topk(min(k, probs.shape[1]), dim=1)
-    tags = [list(dict.fromkeys(names[i] for i in row)) for row in top_i.tolist()]
+    by_name = torch.zeros(probs.shape[0], len(distinct), dtype=probs.dtype).index_add_(
+        1, torch.tensor([column[name] for name in names]), probs)
+    top_p, top_i = by_name.topk(min(k, len(distinct)), dim=1)
+    tags = [[distinct[j] for j in row] for row in top_i.tolist()]
     return tags, top_p
 
 
@@ -271,15 +276,16 @@ def image_files(sources: Sequence[str | Path]) -> list[Path]:
 
 
 def readable_images(paths: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """``(readable, skipped)``: the images PIL can open and verify, and ``(path, why)`` of the others (a truncated
-    or mislabelled file), so that one bad photo in a folder does not stop the rest from being tagged."""
+    """``(readable, skipped)``: the images PIL can decode, and ``(path, why)`` of the others (a truncated or
+    mislabelled file), so that one bad photo in a folder does not stop the rest from being tagged. Each image is
+    decoded whole: ``verify`` passes a JPEG cut short after a sound header."""
     from PIL import Image
 
     readable, skipped = [], []
     for path in paths:
         try:
             with Image.open(path) as image:
-                image.verify()
+                image.load()
             readable.append(path)
         except Exception as err:  # PIL raises many kinds (UnidentifiedImageError, SyntaxError, OSError, ...)
             skipped.append((path, str(err).splitlines()[0] if str(err) else type(err).__name__))

@@ -26,10 +26,15 @@ best target tag not yet used becomes S_j's translation (one per source tag, none
 
 def vocab(value: str) -> tuple[str, str]:
     """``--vocab LANG=FILE``."""
+    from data_prep.converters.languages import normalize_language
+
     lang, sep, path = value.partition("=")
     if not sep or not lang or not path:
         raise argparse.ArgumentTypeError(f"expected LANG=FILE, got {value!r}")
-    return lang, path
+    code = normalize_language(lang)  # "DE" is de, as the converters read it
+    if code is None:
+        raise argparse.ArgumentTypeError(f"{lang!r} is not an ISO 639-1 language code (e.g. de, zh, pt-BR), in {value!r}")
+    return code, path
 
 
 def run(args: argparse.Namespace) -> int:
