@@ -89,8 +89,6 @@ class DataConfig:
         if self.vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(f"data.vocab_size={self.vocab_size}: expected at least {MIN_VOCAB_SIZE} (the 256 byte "
                              f"symbols, the special tokens and a merge)")
-        if not self.root.strip():
-            raise ValueError("data.root is empty: name the dataset folder (its train/, val/ and test/ splits)")
         if self.val_split == self.test_split:
             raise ValueError(f"data.val_split={self.val_split!r} is also data.test_split: checkpoints are chosen on "
                              f"val, never on test")

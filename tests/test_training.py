@@ -207,7 +207,22 @@ def test_a_split_given_as_data_root_is_refused_not_filled_with_the_synthetic_wor
         train(cfg)
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"] and not cfg.run_dir.exists()
     with pytest.raises(UserError, match="data.root is empty: name the dataset folder"):
-        tiny_cfg(tiny_world, tmp_path, "data.root=")
+        train(tiny_cfg(tiny_world, tmp_path, "data.root="))
+
+
+def test_a_run_saved_with_an_empty_data_root_still_loads_for_use(tiny_run, tmp_path):
+    """Loading a model to encode text needs no dataset: the empty-root check of training refused such a run's
+    saved config in globetrotter.load (and every eval.py sub-command)."""
+    import shutil
+
+    import yaml
+
+    saved = shutil.copytree(ckpt.resolve(tiny_run, prefer_best=False), tmp_path / "ckpt")
+    config = yaml.safe_load((saved / "config.yaml").read_text())
+    config["data"]["root"] = ""
+    (saved / "config.yaml").write_text(yaml.safe_dump(config))
+    reference = globetrotter.load(tiny_run, prefer_best=False).encode_text(["a red circle"])
+    np.testing.assert_array_equal(globetrotter.load(saved).encode_text(["a red circle"]), reference)
 
 
 def test_a_run_folder_that_cannot_be_made_is_refused_before_any_work(tiny_world, tmp_path):

@@ -199,6 +199,8 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
     The tokenizer is trained on ``data.tokenizer_split`` (a one-language split), not on the training split, so the
     twins of a comparison (full, text-only, supervised on a parallel split) share one BPE that saw no parallel text;
     a run without parallel text refuses a training split that breaks the one-language rule."""
+    if not cfg.data.root.strip():  # here, not in the config's checks: a saved run loads for use without its data
+        raise UserError("data.root is empty: name the dataset folder (its train/, val/ and test/ splits)")
     root = Path(cfg.data.root)
     train_dir = root / cfg.data.train_split
     if tokenizer_path(cfg).is_dir():  # found before a tokenizer is trained for it
