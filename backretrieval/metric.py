@@ -377,9 +377,12 @@ def corr_score(
 
     Over (source, target) pairs of the same sets as BkR: rho_Spearman(1 - f(T_S, T_T),
     1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``max_pairs``;
-    otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``.
+    otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``. Distances that are all equal
+    show no association: 0 (:func:`backretrieval.uncertainty.corr_interval`).
     """
     terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=max_pairs, seed=seed)
+    if np.ptp(terms["text_dist"]) == 0 or np.ptp(terms["image_dist"]) == 0:  # no association (corr_interval)
+        return 0.0
     return float(stats.spearmanr(terms["text_dist"], terms["image_dist"]).statistic)
 
 

@@ -171,16 +171,17 @@ def corr_interval(
         text_dist, image_dist: ``(P,)`` distances of the pairs CORR was computed on.
         query_of_pair: ``(P,)`` source query index of each pair, in ``[0, n_queries)``.
 
-    Returns ``{"value", "lo", "hi", "se"}``; ``value`` is the Spearman of all pairs, NaN (with the interval) when
-    the text or the image distances are all equal: a rank correlation with a constant is undefined, as
-    :func:`backretrieval.metric.corr_score` (scipy) says too; a replicate that draws such pairs is left out.
+    Returns ``{"value", "lo", "hi", "se"}``; ``value`` is the Spearman of all pairs. When the text or the image
+    distances are all equal (a model that gives every caption one vector, captions of two languages with no word
+    in common under a word model) they show no association: CORR is 0, the interval [0, 0] (scipy calls a rank
+    correlation with a constant undefined; :func:`backretrieval.metric.corr_score` gives 0 too). A replicate
+    that draws no pair, or only pairs of equal distances, is left out.
     """
     _check(n_boot, level)
-    undefined = {"value": float("nan"), "lo": float("nan"), "hi": float("nan"), "se": float("nan")}
     x = stats.rankdata(text_dist)
     y = stats.rankdata(image_dist)
     if not (x.std() > 0 and y.std() > 0):
-        return undefined
+        return {"value": 0.0, "lo": 0.0, "hi": 0.0, "se": 0.0}
     x = (x - x.mean()) / x.std()  # centred ranks: better conditioned sums
     y = (y - y.mean()) / y.std()
     q = np.asarray(query_of_pair, dtype=np.int64)
@@ -195,7 +196,7 @@ def corr_interval(
     reps = reps[np.isfinite(reps)]
     value = float(np.mean(x * y))
     if len(reps) == 0:
-        return {**undefined, "value": value}
+        return {"value": value, "lo": float("nan"), "hi": float("nan"), "se": float("nan")}
     lo, hi = percentile_interval(reps, level)
     return {"value": value, "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if len(reps) > 1 else 0.0}
 

@@ -62,9 +62,6 @@ def run(args: argparse.Namespace) -> int:
     parts = []
     for name, value in result.metrics.items():
         ci = result.intervals.get(name)
-        if value != value:  # NaN: CORR of distances that are all equal (a model that collapsed every caption)
-            parts.append(f"{name} undefined (the text or the image distances are all equal)")
-            continue
         parts.append(f"{name}={value:.4f}" + (f" [{ci['lo']:.4f}, {ci['hi']:.4f}]" if ci else ""))
     print(", ".join(parts), file=sys.stderr)
     return 0
