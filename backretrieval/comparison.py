@@ -21,7 +21,7 @@ from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import (PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready, load_input, load_matrix,
                     recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, check_ks, bkr_recall, xlr_recall
+from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids, warn_shared_pictures
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)
@@ -242,6 +242,8 @@ def compare(
         per_metric, ks = hits_from_files(hits[0], hits[1], ks)
     else:
         ks = ks or DEFAULT_KS
+        censored_max_rank(max_rank, ks, option("approximate") if approximate else option("image_index") if image_index
+                          else None)  # before either model is scored
         texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
                  "b_tgt_text": b_tgt_text}
         options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,

@@ -30,7 +30,7 @@ from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_caption
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, check_ks
+from .metric import DEFAULT_KS, censored_max_rank, check_ks
 from .pairs import evaluate_pairs
 from .plots import pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
@@ -171,6 +171,7 @@ def evaluate_split(
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
     if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
+    censored_max_rank(max_rank, check_ks(ks), option("approximate") if approximate else None)
 
     def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
         names, counts = np.unique(data.langs, return_counts=True)

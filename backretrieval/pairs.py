@@ -19,10 +19,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex, distinct_images
-from .metric import DEFAULT_KS, approx_config, check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_ks, bkr_recall, corr_with_interval,
+                     xlr_recall)
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
@@ -163,6 +164,7 @@ def evaluate_pairs(
                "csls_k": csls_k, "approximate": approximate}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
     approx = approx_config(approximate, ks)
+    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)  # before any pair
     # a language's source rows serve all its pairs: their float32 features (and image index) made once
     src_key, src_img, index = b"", None, None
     for i, a in enumerate(names):

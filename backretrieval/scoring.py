@@ -21,7 +21,7 @@ from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix,
                     save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
-from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
@@ -197,6 +197,9 @@ def score(
         seed: seed of the CORR pair sample, the bootstrap and the image lists.
     """
     ks = check_ks(ks)  # before max(ks) sizes anything
+    # a --max-rank these modes would not use, before any file is read or image list built
+    censored_max_rank(max_rank, ks, option("approximate") if approximate else option("image_index") if image_index
+                      else None)
     if bootstrap < 0:
         raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
                                  f"got {bootstrap}")

@@ -348,6 +348,30 @@ def test_inputs_that_were_silently_ignored_or_accepted_are_refused(small_split, 
         assert exc.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err
 
 
+def test_a_max_rank_approximate_or_image_index_would_not_use_is_refused_and_the_record_says_the_cap(tmp_path,
+                                                                                                      capsys):
+    """score --approximate (or --image-index) --max-rank 50 --ranks-out saved ranks censored at max(K) + 1 while the
+    record said max_rank 50; now refused before any output, and without --max-rank the record names the cap used."""
+    p = _embedding_files(tmp_path, n=40)
+    files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
+             "0", "--ranks-out", str(tmp_path / "r.npy"), "--out", str(tmp_path / "r.json")]
+    for mode, flag in ((["--approximate"], "--approximate"), (["--image-index", str(tmp_path / "i.npz")],
+                                                              "--image-index")):
+        err = _one_line_error(["score", *files, *mode, "--max-rank", "50"], capsys)
+        assert f"--max-rank 50: with {flag} ranks are counted only up to the largest K (10)" in err, err
+        assert not list(tmp_path.glob("r.*")) and not (tmp_path / "i.npz").exists()
+        assert main(["score", *files, *mode]) == 0
+        assert json.loads((tmp_path / "r.json").read_text())["inputs"]["max_rank"] == 10
+        assert np.load(tmp_path / "r.npy").max() <= 11
+        (tmp_path / "r.json").unlink()
+        (tmp_path / "r.npy").unlink()
+        capsys.readouterr()
+    compare_files = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                     "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "100"]
+    assert "--max-rank 20: with --approximate" in _one_line_error([*compare_files, "--approximate", "--max-rank",
+                                                                   "20"], capsys)
+
+
 def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
     p = _embedding_files(tmp_path, n=40)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]]

@@ -266,6 +266,23 @@ def test_max_rank_keeps_recall_exact_and_censors_ranks(ties):
         bkr_recall(st, si, tt, ti, (1, 20), max_rank=10)
 
 
+def test_a_max_rank_the_approximate_mode_or_image_lists_would_not_use_is_refused():
+    """approximate / image_neighbours set max_rank = max(ks) silently: ranks came back censored at max(ks) + 1 while
+    the caller asked for another cap. Another cap is refused now; max(ks) itself (what they use) is accepted."""
+    from backretrieval.image_index import image_neighbours
+
+    rng = np.random.default_rng(4)
+    st, tt, si, ti = (rng.standard_normal((60, d)).astype(np.float32) for d in (8, 8, 12, 12))
+    lists = image_neighbours(si, ti, 32)
+    for mode in ({"approximate": True}, {"image_neighbours": lists}):
+        with pytest.raises(BackRetrievalError, match="max_rank 50: with .* ranks are counted only up to the largest K"):
+            bkr_recall(st, si, tt, ti, (1, 10), max_rank=50, **mode)
+        same = bkr_recall(st, si, tt, ti, (1, 10), max_rank=10, **mode)
+        assert same["ranks"].max() <= 11
+    with pytest.raises(BackRetrievalError, match="max_rank 50: with approximate"):
+        xlr_recall(st, tt, (1, 10), max_rank=50, approximate=True)
+
+
 def test_non_finite_image_similarity_is_rejected():
     # NaN compares false with everything: before the check, every query got rank 1 (BkR = 1.0)
     x = np.random.default_rng(9).standard_normal((4, 3))

@@ -102,7 +102,9 @@ def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False, hit
                    help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
     p.add_argument("--max-rank", type=integer_at_least(1), metavar="N", default=None,
                    help="stop counting a query's rank above N (reported as N+1): same Recall@K for K <= N, much faster "
-                        "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
+                        "for weak models (default: " + ("exact ranks; with --approximate or --image-index only the "
+                                                        "largest K, the cap they use" if full_ranks else
+                                                        "the largest K") + ")")
 
 
 def share_between_0_and_1(text: str) -> float:
@@ -236,6 +238,13 @@ def metric_options(args: argparse.Namespace) -> dict:
     return {"ks": args.ks, "ties": args.ties, "max_rank": args.max_rank, "retrieval": args.retrieval,
             "csls_k": args.csls_k, "approximate": approximate, "bootstrap": args.bootstrap, "level": args.level,
             "seed": args.seed}
+
+
+def record_rank_cap(args: argparse.Namespace) -> None:
+    """With --approximate or --image-index ranks are counted only up to the largest K: the record's max_rank says
+    so (None would read as exact ranks)."""
+    if args.max_rank is None and (args.approximate or args.image_index):
+        args.max_rank = max(args.ks)
 
 
 def extractor(args: argparse.Namespace):
