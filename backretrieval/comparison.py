@@ -205,7 +205,7 @@ def compare(
         a_xlr_tgt_text, b_xlr_tgt_text: each model's embeddings of the source rows' translations.
         hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out`` files, whose K
             are read from the record beside each, or arrays).
-        names: labels of A and B (the verdict is one of them, or ``"tie"``).
+        names: two different labels of A and B (the verdict is one of them, or ``"tie"``).
         tests, alpha: the paired tests run (``"mcnemar"``, ``"bootstrap"``, or both) and the significance level
             of the verdict.
         ks: the K of Recall@K (default 1, 5, 10). With ``hits``: the K the files were scored at (default), which a
@@ -220,6 +220,8 @@ def compare(
     ks, tests = None if ks is None else check_ks(ks), check_tests(tests)
     if isinstance(names, str) or len(names) != 2:
         raise BackRetrievalError(f"{option('names')}: expected two labels (A, B), got {names!r}")
+    if names[0] == names[1]:  # the verdict would name one model for either
+        raise BackRetrievalError(f"{option('names')}: model {names[0]!r} given twice; give A and B different labels")
     if hits is not None and (is_path(hits) or len(hits) != 2):
         got = repr(hits) if is_path(hits) else f"{len(hits)}"
         raise BackRetrievalError(f"{option('hits', 'A.npy B.npy')}: expected two hit arrays or files (A, B), "

@@ -372,6 +372,17 @@ def test_a_max_rank_approximate_or_image_index_would_not_use_is_refused_and_the_
                                                                    "20"], capsys)
 
 
+def test_compare_refuses_one_name_for_both_models(tmp_path, capsys):
+    """--names mine mine was accepted and the verdict said "mine", whichever model won."""
+    np.save(tmp_path / "h.npy", np.ones((20, 3)))
+    hits = ["compare", "--hits", str(tmp_path / "h.npy"), str(tmp_path / "h.npy"), "--bootstrap", "100"]
+    assert "--names: model 'mine' given twice; give A and B different labels" in _one_line_error(
+        [*hits, "--names", "mine", "mine"], capsys)
+    with pytest.raises(backretrieval.BackRetrievalError, match="names: model 'A' given twice"):
+        compare(hits=(np.ones((20, 1)), np.ones((20, 1))), ks=(1,), names=("A", "A"))
+    assert main([*hits, "--names", "mine", "theirs"]) == 0
+
+
 def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
     p = _embedding_files(tmp_path, n=40)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]]
