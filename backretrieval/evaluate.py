@@ -71,6 +71,23 @@ def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
     return specs
 
 
+def plot_name(label: str) -> str:
+    """A model label as its plots' file names hold it: characters other than letters, digits and ``-_.`` as ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+
+
+def check_plot_names(labels: Sequence[str]) -> None:
+    """One-line error naming two labels whose plots would share a file name (:func:`plot_name`): the second model's
+    heat maps replaced the first's in silence."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        other = seen.setdefault(plot_name(label), label)
+        if other != label:
+            raise BackRetrievalError(f"models {other!r} and {label!r} would write their heat maps to one file "
+                                     f"(heatmap_{plot_name(label)}_*.png); give labels that differ in letters, digits "
+                                     "or '-_.'")
+
+
 def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
                 langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True,
                 check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
@@ -122,7 +139,7 @@ class SplitEvaluation:
         """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
         out_dir, paths = Path(out_dir), []
         for label, res in self.results.items():
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+            safe = plot_name(label)
             for metric in res["matrix"]:
                 if metric.startswith(("bkr", "xlr")):
                     png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
@@ -169,6 +186,7 @@ def evaluate_split(
     specs = model_specs(models)
     if not specs:
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
+    check_plot_names(specs)  # before any work, as save_plots will name the files
     if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
     censored_max_rank(max_rank, check_ks(ks), option("approximate") if approximate else None)
