@@ -738,6 +738,33 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert not (tmp_path / "o").exists()
 
 
+def test_an_output_file_that_cannot_be_written_in_out_dir_is_refused_before_any_work(small_split, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """eval --out-dir D with D/results.json a folder scored every model, then failed writing results.json: the
+    scores were lost. The files eval and correlate will write in --out-dir are now checked first."""
+    import backretrieval.cli.correlate as correlate_command
+    import backretrieval.cli.eval as eval_command
+
+    def no_work(*_args, **_kwargs):
+        raise AssertionError("the models were scored before the output files were checked")
+
+    monkeypatch.setattr(eval_command, "evaluate_split", no_work)
+    monkeypatch.setattr(correlate_command, "correlate_split", no_work)
+    run = ["--data", str(small_split / "test"), "--no-progress", "--bootstrap", "0"]
+    out = tmp_path / "o"
+    for argv, name in [(["eval", *run, "--model", "m=random:4"], "results.json"),
+                       (["eval", *run, "--model", "m=random:4"], "boxplot_bkr10.png"),
+                       (["eval", *run, "--model", "m=random:4", "--ks", "1", "5"], "heatmap_m_bkr5.png"),
+                       (["correlate", *run, "--models", "random:4", "random:5"], "protocol.json"),
+                       (["correlate", *run, "--models", "random:4", "random:5"], "table.md"),
+                       (["correlate", *run, "--models", "random:4", "random:5", "--pairs", "en-de"],
+                        "scatter_en-de.png")]:
+        (out / name).mkdir(parents=True)
+        err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
+        assert f"{out / name}: cannot write {name} in --out-dir (is a directory)" in err, err
+        (out / name).rmdir()
+
+
 def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weights(pixel_split, tmp_path, capsys,
                                                                                    monkeypatch):
     """`--image-model efficientnet_lite9` (or not_a_model) said 'no weights given; pass --image-weights FILE'; only

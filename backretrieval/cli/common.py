@@ -6,12 +6,13 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterable
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
-from ..files import dump_json, remove_earlier_outputs, write_json
+from ..files import dump_json, remove_earlier_outputs, writable_dir, writable_file, write_json
 from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
@@ -270,6 +271,14 @@ def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> Non
     elif lists.method != "flat" and not approximate:
         print(f"note: {lists.origin} holds approximate ({lists.method}) image lists: step 4 is approximate",
               file=sys.stderr)
+
+
+def writable_outputs(out_dir: str | Path, names: Iterable[str]) -> None:
+    """Refuse --out-dir, or a file the command will write in it (``names``: a folder of that name, say), before any
+    work: the results were lost when writing them failed at the end."""
+    writable_dir(out_dir, "--out-dir")
+    for name in names:
+        writable_file(Path(out_dir) / name, f"{name} in --out-dir")
 
 
 def replace_plots(out_dir: Path, written: list[Path], patterns: tuple[str, ...]) -> None:
