@@ -67,11 +67,19 @@ def as_float32(x: np.ndarray) -> np.ndarray:
 
 
 def inverse_norms(x: np.ndarray, eps: float = 1e-12, chunk: int = 8192) -> np.ndarray:
-    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary)."""
+    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary).
+
+    A row whose float32 sum of squares overflows (a norm past about 1.8e19) is summed again in float64: its inverse
+    norm was 1 / inf = 0, so it was scored as a zero vector and the cosine was not scale-invariant."""
     out = np.empty(len(x), dtype=np.float32)
     for s in range(0, len(x), chunk):
         block = np.asarray(x[s:s + chunk], dtype=np.float32)
-        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(np.einsum("ij,ij->i", block, block)), eps)
+        squares = np.einsum("ij,ij->i", block, block)
+        over = np.isinf(squares) & np.isfinite(block).all(axis=1)  # finite rows only: inf entries stay inf
+        if over.any():
+            squares = squares.astype(np.float64)
+            squares[over] = np.einsum("ij,ij->i", block[over], block[over], dtype=np.float64)
+        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(squares), eps)
     return out
 
 
@@ -247,7 +255,8 @@ class VectorScorer:
         """float32 ``(R, C)`` scores of row ``rows[i]`` against the columns ``candidates[i]``; -inf for -1 ids.
 
         faiss reads the candidate columns in place (``fvec_inner_products_by_idx``, no
-        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads.
+        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads. Rows are normalised
+        first, as in :meth:`tile` (two huge rows' raw inner product overflowed float32).
         """
         rows = np.asarray(rows, dtype=np.int64)
         ids = np.ascontiguousarray(candidates, dtype=np.int64)
@@ -255,13 +264,12 @@ class VectorScorer:
 
         def block(s: int) -> None:
             e = min(s + _BY_INDEX_ROWS, len(rows))
-            x = np.ascontiguousarray(self.rows[rows[s:e]])
+            x = np.ascontiguousarray(self.rows[rows[s:e]] * self.inv_rows[rows[s:e], None])
             faiss.fvec_inner_products_by_idx(faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols),
                                              faiss.swig_ptr(ids[s:e]), x.shape[1], e - s, ids.shape[1])
 
         with ThreadPoolExecutor(max(1, faiss.omp_get_max_threads())) as pool:  # faiss releases the GIL
             list(pool.map(block, range(0, len(rows), _BY_INDEX_ROWS)))
-        out *= self.inv_rows[rows, None]
         out *= self.inv_cols[np.maximum(ids, 0)]  # -inf (missing ids) stays -inf
         return out
 
