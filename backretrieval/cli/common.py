@@ -52,8 +52,8 @@ IMAGE_INDEX_HELP = (
 )
 
 MODEL_SPECS = (
-    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption of "
-    "the split, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
+    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption read "
+    "from the split, only the languages asked for, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
     "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
     "points; prefix NAME= to label a model (e.g. USE-M=use)."
 )
