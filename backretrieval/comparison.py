@@ -134,7 +134,8 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
     warn_shared_pictures(images)
     enough_for_k(images.label, len(set(ids)) if ids is not None else len(src[1]), ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
-                             method=image_index_method, src_image_ids=ids, seed=seed)  # one set for both models
+                             method=image_index_method, src_image_ids=ids, seed=seed,
+                             progress=options["progress"])  # one set for both models
     hits: dict[str, list] = {}
     hubness = {}
     for side in ("a", "b"):
@@ -196,6 +197,7 @@ def compare(
     bootstrap: int = DEFAULT_BOOTSTRAP,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    progress: bool = True,
 ) -> CompareResult:
     """Compare models A and B at every K: BkR@K (and XLR@K with both ``*_xlr_tgt_text``) with paired tests.
 
@@ -216,6 +218,7 @@ def compare(
         src_image_ids: one image id per source row; rows sharing an id are one picture, ranked once (as in
             :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
+        progress: progress bars over the scoring (as in :func:`backretrieval.score`), when the work is big.
     """
     ks, tests = None if ks is None else check_ks(ks), check_tests(tests)
     if isinstance(names, str) or len(names) != 2:
@@ -249,7 +252,7 @@ def compare(
         texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
                  "b_tgt_text": b_tgt_text}
         options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
-                   "approximate": approximate}
+                   "approximate": approximate, "progress": progress}
         per_metric, hubness, lists = _hits_from_embeddings(
             texts, {"a_xlr_tgt_text": a_xlr_tgt_text, "b_xlr_tgt_text": b_xlr_tgt_text}, src_img, tgt_img, ks,
             options, image_index, image_index_method, seed, src_image_ids)

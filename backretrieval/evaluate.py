@@ -181,7 +181,7 @@ def evaluate_split(
         ks, ties, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`;
             ``max_rank`` defaults to the largest K (the same Recall@K, faster).
         bootstrap, level: per pair, intervals over queries (0: none).
-        online, progress: allow downloads of text models; show progress bars.
+        online, progress: allow downloads of text models; show progress bars (for scoring: when the work is big).
     """
     specs = model_specs(models)
     if not specs:
@@ -212,7 +212,7 @@ def evaluate_split(
     results = {label: evaluate_pairs(emb, data.langs, feats, data.image_ids, ks, groups=groups,
                                      max_per_lang=max_per_lang, seed=seed, ties=ties, max_rank=max_rank or max(ks),
                                      bootstrap=bootstrap, level=level, retrieval=retrieval, csls_k=csls_k,
-                                     approximate=approximate)
+                                     approximate=approximate, progress=progress)
                for label, emb in split.embeddings.items()}
     return SplitEvaluation(split, results, options)
 

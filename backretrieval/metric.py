@@ -195,6 +195,7 @@ def bkr_recall(
     text_sim: np.ndarray | None = None,
     queries: np.ndarray | None = None,
     source_index: SourceImageIndex | None = None,
+    progress: bool = False,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -238,6 +239,8 @@ def bkr_recall(
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
             (``pq``), reused instead of building one per call.
+        progress: progress bars over the text search and the image ranks when they are big
+            (:func:`~backretrieval.ranking.progress_bar`).
 
     Returns:
         ``{"bkr@K": float, ..., "hits": {K: (Q,) per-query hits}, "ranks": (Q,) rank of
@@ -297,13 +300,13 @@ def bkr_recall(
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
     else:
         retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx,
-                             rows=None if queries is None else query_rows)  # steps 1-2
+                             rows=None if queries is None else query_rows, progress=progress)  # steps 1-2
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images (with approx or
     # image_neighbours only "fewer than K better images?": max_rank is max(ks))
     if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
         counts = neighbour_counts(image_neighbours, VectorScorer(tgt_img, distinct), retrieved, image_col, ties)
     elif image_sim is not None:  # the exact count, stopped at max_rank
-        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
+        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
     else:  # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
         used, row_of = np.unique(retrieved, return_inverse=True)
         row_of = row_of.reshape(-1)
@@ -313,9 +316,9 @@ def bkr_recall(
             # not depend on the targets, so each list is the one a build for every target image holds
             index = source_index or SourceImageIndex(distinct, "pq", seed=approx.seed)
             # one entry past K, so that an image tied with the own one at the list's end is seen
-            counts = neighbour_counts(index.lists(used_img, max(ks) + 1), scorer, row_of, image_col, ties)
+            counts = neighbour_counts(index.lists(used_img, max(ks) + 1, progress), scorer, row_of, image_col, ties)
         else:  # the exact count, stopped at max_rank
-            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes)
+            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
@@ -338,6 +341,7 @@ def xlr_recall(
     retrieval: str = "cosine",
     csls_k: int = DEFAULT_CSLS_K,
     approximate: bool | ApproxConfig = False,
+    progress: bool = False,
 ) -> dict:
     """Ground-truth cross-lingual retrieval Recall@K (XLR, paper section 3.1).
 
@@ -347,7 +351,7 @@ def xlr_recall(
     ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
     here, refusing another (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
     With no more targets than the largest K, a :class:`~backretrieval.errors.BackRetrievalWarning` says that
-    Recall@K is 1 for any model.
+    Recall@K is 1 for any model. ``progress``: a bar over the ranks when they are big.
 
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
@@ -370,7 +374,7 @@ def xlr_recall(
     gt = target_indices("gt", gt, n_src, n_tgt)
     enough_for_k("xlr_recall", n_tgt, ks, "target texts", warn=True)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)
-    counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes)
+    counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes, progress, "XLR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("xlr", ks, hits)
     out.update(hits=hits, ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties, retrieval=retrieval,

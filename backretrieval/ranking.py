@@ -51,6 +51,17 @@ _TIE_K = 16  # nearest_neighbor: scores searched per query, enough to settle mos
 _HASH_ROWS = 2048  # duplicate_rows: rows hashed at once
 _HASH_DIMS = 64  # duplicate_rows: columns of the first hash (rows that share it are hashed on every column)
 _HASH_SEED = 20210711  # duplicate_rows: fixed weights of the row hash
+_SEARCH_ROWS = 8192  # nearest_neighbor: queries per faiss search (a progress step; no slower than one big call)
+_BAR_MIN_PAIRS = 1 << 28  # progress bars only for work of more (row, column) scores than this: seconds of it
+
+
+def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row"):
+    """A tqdm bar of ``total`` steps (on stderr, gone when done), shown with ``show`` for work of at least
+    :data:`_BAR_MIN_PAIRS` scored (row, column) ``pairs`` only: small calls stay quiet."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False,
+                disable=not show or pairs < _BAR_MIN_PAIRS)
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -164,7 +175,7 @@ def _row_hashes(x: np.ndarray, rows: np.ndarray, cols: np.ndarray | None = None)
 
 
 def nearest_neighbor(
-    queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024, normalize: bool = True
+    queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024, normalize: bool = True, progress: bool = False
 ) -> np.ndarray:
     """Index of the most cosine-similar ``database`` row for each ``queries`` row, shape ``(Q,)``.
 
@@ -175,6 +186,7 @@ def nearest_neighbor(
     not promise an order among ties, so the search keeps the best :data:`_TIE_K`: a query whose
     tie ends within them takes its lowest tied index; one whose :data:`_TIE_K` best all tie (more
     copies of one vector) is re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
+    ``progress``: a bar over the query chunks when the search is big (:func:`progress_bar`).
     """
     queries = as_float32(queries)
     database = l2_normalize(database) if normalize else as_float32(database)
@@ -183,11 +195,13 @@ def nearest_neighbor(
     k = min(_TIE_K, database.shape[0])
     best = np.empty(len(queries), dtype=np.int64)
     tied = []
-    for s in range(0, len(queries), 65536):  # faiss needs its queries in memory: stream big inputs
-        scores, ids = index.search(queries[s:s + 65536], k)
-        ties = scores >= scores[:, :1]  # best first: the tie is a prefix
-        best[s:s + 65536] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
-        tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
+    with progress_bar(len(queries), "nearest", progress, len(queries) * len(database)) as bar:
+        for s in range(0, len(queries), _SEARCH_ROWS):  # faiss needs its queries in memory: stream big inputs
+            scores, ids = index.search(queries[s:s + _SEARCH_ROWS], k)
+            ties = scores >= scores[:, :1]  # best first: the tie is a prefix
+            best[s:s + _SEARCH_ROWS] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
+            tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
+            bar.update(len(ids))
     tied = np.concatenate(tied) if tied else np.zeros(0, dtype=np.int64)
     for start in range(0, len(tied), chunk_rows):
         rows = tied[start:start + chunk_rows]
@@ -298,6 +312,8 @@ def count_ranks(
     ties: str = "pessimistic",
     max_rank: int | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    progress: bool = False,
+    desc: str = "ranks",
 ) -> dict[str, np.ndarray]:
     """Count, per query ``q``, the competitors of its own candidate ``col_of_query[q]`` in row ``row_of_query[q]``.
 
@@ -306,7 +322,8 @@ def count_ranks(
     a query stops being counted once its count reaches ``max_rank`` (so counts are exact
     below ``max_rank`` and only known to be ``>= max_rank`` above it). Competitors that are
     copies of the own candidate (the scorer's ``col_groups``) count as tied with it, whatever
-    their rounded scores (module doc).
+    their rounded scores (module doc). ``progress``: a bar (named ``desc``) over the (row, column) scores when they
+    are many (:func:`progress_bar`; with ``max_rank`` it stops short, as the rows do).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
@@ -338,6 +355,8 @@ def count_ranks(
     # the outer loop runs over column chunks, so that the rows still active in a chunk
     # (with max_rank: few, spread over all rows) are packed together into full tiles
     active = np.argsort(row_of_query, kind="stable")  # queries, grouped by row
+    work = len(np.unique(row_of_query)) * n_cols if progress else 0
+    bar = progress_bar(work, desc, progress, work, unit="score")
     for c0, c1 in zip(bounds[:-1], bounds[1:]):
         if max_rank is not None:
             active = active[out[stop_key][active] < max_rank]
@@ -360,6 +379,8 @@ def count_ranks(
                                   own_group[sub], copied[sub])
                 for key, value in found.items():
                     out[key][sub] += value
+            bar.update(len(rows[b0:b0 + per_block]) * (c1 - c0))
+    bar.close()
     return out
 
 

@@ -383,6 +383,38 @@ def test_compare_refuses_one_name_for_both_models(tmp_path, capsys):
     assert main([*hits, "--names", "mine", "theirs"]) == 0
 
 
+def test_big_scoring_shows_progress_bars_and_small_work_or_no_progress_stays_quiet(small_split, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """score, compare and eval printed nothing while scoring (about 45 s at N=60,000); bars over the search and
+    rank loops, a new --image-index file's lists and eval's language pairs now show when the work is big."""
+    import backretrieval.ranking as ranking
+
+    p = _embedding_files(tmp_path, n=40)
+    score_files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+                   "--bootstrap", "0", "--xlr-tgt-text", p["tt"]]
+    compare_files = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                     "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "100"]
+    eval_run = ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "o"),
+                "--bootstrap", "0"]
+    index = ["--image-index", str(tmp_path / "i.npz")]
+    runs = [(score_files, ("nearest", "BkR ranks", "XLR ranks")), (compare_files, ("nearest", "BkR ranks")),
+            ([*score_files, *index], ("image lists",)), ([*score_files, "--approximate"], ("nearest", "image lists")),
+            (eval_run, ("pairs", "nearest", "BkR ranks", "XLR ranks"))]
+    for argv, _ in runs:  # small work: no bar
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main(argv) == 0
+        assert "%|" not in capsys.readouterr().err
+    monkeypatch.setattr(ranking, "_BAR_MIN_PAIRS", 0, raising=False)  # any work counts as big
+    for argv, bars in runs:
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert all(f"{bar}: " in err for bar in bars), (argv, err)
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main([*argv, "--no-progress"]) == 0
+        assert "%|" not in capsys.readouterr().err
+
+
 def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
     p = _embedding_files(tmp_path, n=40)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]]

@@ -170,6 +170,7 @@ def add_embedding_metric_options(p: argparse.ArgumentParser, hits: bool = False)
     add_metric_options(p, full_ranks=True, hits=hits)
     add_beyond_paper_options(p)
     add_image_index_option(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars of big scoring work")
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,
                      tgt_img=args.tgt_img, src_image_ids=args.src_image_ids, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
-                     image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
+                     image_index=args.image_index, image_index_method=args.image_index_method,
+                     progress=not args.no_progress, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
     args.ks = list(result.ks)  # the record lists the K compared (with --hits: the files')
     record_rank_cap(args)
