@@ -36,7 +36,7 @@ from typing import Iterator
 import faiss
 import numpy as np
 
-from .ranking import Scorer, l2_normalize
+from .ranking import Scorer, l2_normalize, progress_bar
 
 _CHUNK = 16384  # rows normalised / reduced / searched at once
 PCA_ROWS = 20_000  # rows of the training sample the PCA sees
@@ -198,20 +198,24 @@ def rescore(scorer: Scorer, rows: np.ndarray, candidates: np.ndarray) -> np.ndar
 
 
 def approx_nearest(
-    queries: np.ndarray, index: ANNIndex, scorer: Scorer, candidates: int, query_rows: np.ndarray | None = None
+    queries: np.ndarray, index: ANNIndex, scorer: Scorer, candidates: int, query_rows: np.ndarray | None = None,
+    progress: bool = False,
 ) -> np.ndarray:
     """Best target per query among its ``candidates`` index neighbours, by the exact ``scorer``.
 
     ``scorer`` rows are the queries (``query_rows[i]`` for query vector i, default ``i``),
-    its columns the indexed database. Ties: the lowest target index. ``(Q,)`` int64.
+    its columns the indexed database. Ties: the lowest target index. ``(Q,)`` int64. ``progress``: a bar over the
+    query chunks when the search is big (:func:`~backretrieval.ranking.progress_bar`).
     """
     rows = np.arange(len(queries)) if query_rows is None else query_rows
     best = np.empty(len(queries), dtype=np.int64)
-    for s in range(0, len(queries), _CHUNK):
-        cand = index.search(queries[s:s + _CHUNK], candidates)
-        scores = rescore(scorer, rows[s:s + _CHUNK], cand)
-        top = scores.max(axis=1, keepdims=True)
-        best[s:s + _CHUNK] = np.where((scores == top) & (cand >= 0), cand, np.iinfo(np.int64).max).min(axis=1)
+    with progress_bar(len(queries), "nearest", progress, len(queries) * index.n) as bar:
+        for s in range(0, len(queries), _CHUNK):
+            cand = index.search(queries[s:s + _CHUNK], candidates)
+            scores = rescore(scorer, rows[s:s + _CHUNK], cand)
+            top = scores.max(axis=1, keepdims=True)
+            best[s:s + _CHUNK] = np.where((scores == top) & (cand >= 0), cand, np.iinfo(np.int64).max).min(axis=1)
+            bar.update(len(cand))
     return best
 
 

@@ -21,7 +21,7 @@ from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import (PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready, load_input, load_matrix,
                     recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, check_ks, bkr_recall, xlr_recall
+from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids, warn_shared_pictures
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)
@@ -134,7 +134,8 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
     warn_shared_pictures(images)
     enough_for_k(images.label, len(set(ids)) if ids is not None else len(src[1]), ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
-                             method=image_index_method, src_image_ids=ids, seed=seed)  # one set for both models
+                             method=image_index_method, src_image_ids=ids, seed=seed,
+                             progress=options["progress"])  # one set for both models
     hits: dict[str, list] = {}
     hubness = {}
     for side in ("a", "b"):
@@ -196,6 +197,7 @@ def compare(
     bootstrap: int = DEFAULT_BOOTSTRAP,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    progress: bool = True,
 ) -> CompareResult:
     """Compare models A and B at every K: BkR@K (and XLR@K with both ``*_xlr_tgt_text``) with paired tests.
 
@@ -205,7 +207,7 @@ def compare(
         a_xlr_tgt_text, b_xlr_tgt_text: each model's embeddings of the source rows' translations.
         hits: instead of embeddings, (A, B) per-query hits, one column per K (``score --hits-out`` files, whose K
             are read from the record beside each, or arrays).
-        names: labels of A and B (the verdict is one of them, or ``"tie"``).
+        names: two different labels of A and B (the verdict is one of them, or ``"tie"``).
         tests, alpha: the paired tests run (``"mcnemar"``, ``"bootstrap"``, or both) and the significance level
             of the verdict.
         ks: the K of Recall@K (default 1, 5, 10). With ``hits``: the K the files were scored at (default), which a
@@ -216,10 +218,13 @@ def compare(
         src_image_ids: one image id per source row; rows sharing an id are one picture, ranked once (as in
             :func:`backretrieval.score`).
         bootstrap, level, seed: paired-bootstrap replicates, interval level and seed.
+        progress: progress bars over the scoring (as in :func:`backretrieval.score`), when the work is big.
     """
     ks, tests = None if ks is None else check_ks(ks), check_tests(tests)
     if isinstance(names, str) or len(names) != 2:
         raise BackRetrievalError(f"{option('names')}: expected two labels (A, B), got {names!r}")
+    if names[0] == names[1]:  # the verdict would name one model for either
+        raise BackRetrievalError(f"{option('names')}: model {names[0]!r} given twice; give A and B different labels")
     if hits is not None and (is_path(hits) or len(hits) != 2):
         got = repr(hits) if is_path(hits) else f"{len(hits)}"
         raise BackRetrievalError(f"{option('hits', 'A.npy B.npy')}: expected two hit arrays or files (A, B), "
@@ -242,10 +247,12 @@ def compare(
         per_metric, ks = hits_from_files(hits[0], hits[1], ks)
     else:
         ks = ks or DEFAULT_KS
+        censored_max_rank(max_rank, ks, option("approximate") if approximate else option("image_index") if image_index
+                          else None)  # before either model is scored
         texts = {"a_src_text": a_src_text, "a_tgt_text": a_tgt_text, "b_src_text": b_src_text,
                  "b_tgt_text": b_tgt_text}
         options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
-                   "approximate": approximate}
+                   "approximate": approximate, "progress": progress}
         per_metric, hubness, lists = _hits_from_embeddings(
             texts, {"a_xlr_tgt_text": a_xlr_tgt_text, "b_xlr_tgt_text": b_xlr_tgt_text}, src_img, tgt_img, ks,
             options, image_index, image_index_method, seed, src_image_ids)

@@ -30,7 +30,7 @@ from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_caption
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, check_ks
+from .metric import DEFAULT_KS, censored_max_rank, check_ks
 from .pairs import evaluate_pairs
 from .plots import pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
@@ -69,6 +69,23 @@ def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
     for spec in specs.values():
         check_spec(spec)
     return specs
+
+
+def plot_name(label: str) -> str:
+    """A model label as its plots' file names hold it: characters other than letters, digits and ``-_.`` as ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+
+
+def check_plot_names(labels: Sequence[str]) -> None:
+    """One-line error naming two labels whose plots would share a file name (:func:`plot_name`): the second model's
+    heat maps replaced the first's in silence."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        other = seen.setdefault(plot_name(label), label)
+        if other != label:
+            raise BackRetrievalError(f"models {other!r} and {label!r} would write their heat maps to one file "
+                                     f"(heatmap_{plot_name(label)}_*.png); give labels that differ in letters, digits "
+                                     "or '-_.'")
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
@@ -122,7 +139,7 @@ class SplitEvaluation:
         """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
         out_dir, paths = Path(out_dir), []
         for label, res in self.results.items():
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+            safe = plot_name(label)
             for metric in res["matrix"]:
                 if metric.startswith(("bkr", "xlr")):
                     png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
@@ -164,13 +181,15 @@ def evaluate_split(
         ks, ties, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`;
             ``max_rank`` defaults to the largest K (the same Recall@K, faster).
         bootstrap, level: per pair, intervals over queries (0: none).
-        online, progress: allow downloads of text models; show progress bars.
+        online, progress: allow downloads of text models; show progress bars (for scoring: when the work is big).
     """
     specs = model_specs(models)
     if not specs:
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
+    check_plot_names(specs)  # before any work, as save_plots will name the files
     if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
+    censored_max_rank(max_rank, check_ks(ks), option("approximate") if approximate else None)
 
     def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
         names, counts = np.unique(data.langs, return_counts=True)
@@ -193,7 +212,7 @@ def evaluate_split(
     results = {label: evaluate_pairs(emb, data.langs, feats, data.image_ids, ks, groups=groups,
                                      max_per_lang=max_per_lang, seed=seed, ties=ties, max_rank=max_rank or max(ks),
                                      bootstrap=bootstrap, level=level, retrieval=retrieval, csls_k=csls_k,
-                                     approximate=approximate)
+                                     approximate=approximate, progress=progress)
                for label, emb in split.embeddings.items()}
     return SplitEvaluation(split, results, options)
 

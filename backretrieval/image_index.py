@@ -54,7 +54,8 @@ import numpy as np
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError, option
 from .files import PathLike, write_file
-from .ranking import TIES, Scorer, VectorScorer, as_float32, column_groups, count_ranks, l2_normalize
+from .ranking import (TIES, Scorer, VectorScorer, as_float32, column_groups, count_ranks, l2_normalize,
+                      progress_bar)
 
 DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 31 (a list reaches one past K)
 METHODS = ("flat", "pq", "hnsw")
@@ -165,6 +166,7 @@ def image_neighbours(
     hnsw_m: int = 32,
     ef_search: int | None = None,
     seed: int = 0,
+    progress: bool = False,
 ) -> ImageNeighbours:
     """The ``n_neighbours`` best source images of every target image by cosine g (module doc).
 
@@ -181,13 +183,14 @@ def image_neighbours(
             directions (default ``PQ_PCA_DIM`` = 64 / 0; 0: the full features).
         hnsw_m: HNSW links per node; ``ef_search``: its search width (default ``candidates``).
         seed: seed of the PCA (and quantizer) sample.
+        progress: a bar over the target images when they are many (:meth:`SourceImageIndex.lists`).
     """
     src = as_float32(src_img)
     if src_image_ids is not None:
         src = as_float32(src[distinct_images(src_image_ids, len(src))[0]])
     index = SourceImageIndex(src, method, candidates=candidates, pca_dim=pca_dim, hnsw_m=hnsw_m, ef_search=ef_search,
                              seed=seed)
-    return index.lists(tgt_img, n_neighbours)
+    return index.lists(tgt_img, n_neighbours, progress=progress)
 
 
 class SourceImageIndex:
@@ -205,8 +208,11 @@ class SourceImageIndex:
         ef = max(int(ef_search or 0), int(candidates or 0), PQ_CANDIDATES if method == "pq" else 2 * DEFAULT_NEIGHBOURS)
         self._search = _source_search(self.src, method, pca_dim, hnsw_m, ef, seed)
 
-    def lists(self, tgt_img: np.ndarray, n_neighbours: int = DEFAULT_NEIGHBOURS) -> ImageNeighbours:
-        """The ``n_neighbours`` best source images of every row of ``tgt_img``, exactly re-scored, best first."""
+    def lists(self, tgt_img: np.ndarray, n_neighbours: int = DEFAULT_NEIGHBOURS,
+              progress: bool = False) -> ImageNeighbours:
+        """The ``n_neighbours`` best source images of every row of ``tgt_img``, exactly re-scored, best first;
+        ``progress``: a bar over the target chunks when the search is big
+        (:func:`~backretrieval.ranking.progress_bar`)."""
         tgt, src = as_float32(tgt_img), self.src
         n_neighbours = min(int(n_neighbours), len(src))
         default_fetch = {"flat": n_neighbours, "pq": PQ_CANDIDATES, "hnsw": 2 * n_neighbours}[self.method]
@@ -214,12 +220,14 @@ class SourceImageIndex:
         scorer = VectorScorer(tgt, src)
         ids = np.empty((len(tgt), n_neighbours), dtype=np.int64)
         scores = np.empty((len(tgt), n_neighbours), dtype=np.float32)
-        for s in range(0, len(tgt), _CHUNK):
-            found = self._search(tgt[s:s + _CHUNK], min(fetch, len(src)))
-            exact = rescore(scorer, np.arange(s, s + len(found)), found)
-            order = np.argsort(-exact, axis=1, kind="stable")[:, :n_neighbours]
-            ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
-            scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
+        with progress_bar(len(tgt), "image lists", progress, len(tgt) * len(src)) as bar:
+            for s in range(0, len(tgt), _CHUNK):
+                found = self._search(tgt[s:s + _CHUNK], min(fetch, len(src)))
+                exact = rescore(scorer, np.arange(s, s + len(found)), found)
+                order = np.argsort(-exact, axis=1, kind="stable")[:, :n_neighbours]
+                ids[s:s + _CHUNK] = np.take_along_axis(found, order, axis=1)
+                scores[s:s + _CHUNK] = np.take_along_axis(exact, order, axis=1)
+                bar.update(len(found))
         return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), self.method)
 
 
@@ -232,18 +240,20 @@ def image_neighbours_file(
     src_image_ids: Sequence | None = None,
     method: str = "flat",
     seed: int = 0,
+    progress: bool = False,
 ) -> tuple[ImageNeighbours, bool]:
     """Lists kept in a file: ``(lists, built)``, read from ``path`` when it exists, else built and written there.
 
     A new file holds ``max(DEFAULT_NEIGHBOURS, n_neighbours)`` neighbours per target image,
     built with ``method`` (:func:`image_neighbours`). Whether existing lists belong to these
-    images is checked where they are used (:func:`check_image_neighbours`, naming the file).
+    images is checked where they are used (:func:`check_image_neighbours`, naming the file). ``progress``: a bar
+    over a big build.
     """
     path = Path(path)
     if path.exists():
         return load_image_neighbours(path), False
     lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, n_neighbours), src_image_ids=src_image_ids,
-                             method=method, seed=seed)
+                             method=method, seed=seed, progress=progress)
     write_file(path, lambda p: save_image_neighbours(p, lists), option("image_index"))
     return replace(lists, origin=str(path)), True
 

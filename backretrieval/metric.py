@@ -122,6 +122,18 @@ def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
                                  "Recall@K")
 
 
+def censored_max_rank(max_rank: int | None, ks: tuple[int, ...], by: str | None) -> int | None:
+    """The rank cap used: ``max_rank``, or max(ks) with ``by`` (the name of a mode that counts better images or
+    targets only up to the largest K: the approximate mode, image lists). There a ``max_rank`` other than max(ks) is
+    refused: it was silently replaced by max(ks), so ranks were censored at another cap than the one asked for."""
+    if by is None:
+        return max_rank
+    if max_rank is not None and max_rank != max(ks):
+        raise BackRetrievalError(f"{option('max_rank')} {max_rank}: with {by} ranks are counted only up to the largest "
+                                 f"K ({max(ks)}) and censored above it; drop {option('max_rank')} (or give {max(ks)})")
+    return max(ks)
+
+
 def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> ApproxConfig | None:
     """The approximate mode's options (None: exact)."""
     if approximate is False or approximate is None:
@@ -183,6 +195,7 @@ def bkr_recall(
     text_sim: np.ndarray | None = None,
     queries: np.ndarray | None = None,
     source_index: SourceImageIndex | None = None,
+    progress: bool = False,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -206,13 +219,14 @@ def bkr_recall(
         retrieval: step 2 by ``"cosine"`` (the paper) or ``"csls"`` (hubness-corrected).
         csls_k: the CSLS neighbourhood size.
         approximate: the text search through faiss candidates re-scored exactly (True, or an
-            :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored. Without
+            :class:`ApproxConfig`) and ``max_rank = max(ks)``: ranks above it censored (another ``max_rank`` is
+            refused). Without
             ``image_neighbours``, step 4 looks the retrieved targets up in ``pq`` lists built for their
             images only (``ApproxConfig.image_side``; the exact count with ``image_sim``).
         image_neighbours: step 4 by lookup in precomputed lists of these images
             (:func:`~backretrieval.image_index.image_neighbours`: built once per image set,
             reused across text models; exact when built with ``method="flat"``), with
-            ``max_rank = max(ks)``. Needs ``src_img``/``tgt_img``.
+            ``max_rank = max(ks)`` (another ``max_rank`` is refused). Needs ``src_img``/``tgt_img``.
         text_sim: optional precomputed ``(Ns, Nt)`` text similarity f(T_S, T_T), for an f that is no
             cosine of two embeddings (late interaction, CSLS with statistics from outside the two sets);
             replaces steps 1-2 (``src_text``/``tgt_text`` may then be None; ``retrieval`` and
@@ -225,6 +239,8 @@ def bkr_recall(
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
             (``pq``), reused instead of building one per call.
+        progress: progress bars over the text search and the image ranks when they are big
+            (:func:`~backretrieval.ranking.progress_bar`).
 
     Returns:
         ``{"bkr@K": float, ..., "hits": {K: (Q,) per-query hits}, "ranks": (Q,) rank of
@@ -237,6 +253,8 @@ def bkr_recall(
     _check_max_rank(max_rank, ks)
     check_retrieval(retrieval, csls_k)
     approx = approx_config(approximate, ks)
+    max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
+                                 "image_neighbours" if image_neighbours is not None else None)
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
@@ -282,14 +300,13 @@ def bkr_recall(
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
     else:
         retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx,
-                             rows=None if queries is None else query_rows)  # steps 1-2
-    # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
-    if approx is not None or image_neighbours is not None:  # only "fewer than K better images?"
-        max_rank = max(ks)
+                             rows=None if queries is None else query_rows, progress=progress)  # steps 1-2
+    # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images (with approx or
+    # image_neighbours only "fewer than K better images?": max_rank is max(ks))
     if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
         counts = neighbour_counts(image_neighbours, VectorScorer(tgt_img, distinct), retrieved, image_col, ties)
     elif image_sim is not None:  # the exact count, stopped at max_rank
-        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes)
+        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
     else:  # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
         used, row_of = np.unique(retrieved, return_inverse=True)
         row_of = row_of.reshape(-1)
@@ -299,9 +316,9 @@ def bkr_recall(
             # not depend on the targets, so each list is the one a build for every target image holds
             index = source_index or SourceImageIndex(distinct, "pq", seed=approx.seed)
             # one entry past K, so that an image tied with the own one at the list's end is seen
-            counts = neighbour_counts(index.lists(used_img, max(ks) + 1), scorer, row_of, image_col, ties)
+            counts = neighbour_counts(index.lists(used_img, max(ks) + 1, progress), scorer, row_of, image_col, ties)
         else:  # the exact count, stopped at max_rank
-            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes)
+            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
@@ -324,6 +341,7 @@ def xlr_recall(
     retrieval: str = "cosine",
     csls_k: int = DEFAULT_CSLS_K,
     approximate: bool | ApproxConfig = False,
+    progress: bool = False,
 ) -> dict:
     """Ground-truth cross-lingual retrieval Recall@K (XLR, paper section 3.1).
 
@@ -331,9 +349,9 @@ def xlr_recall(
     the rank of its true translation ``tgt_text[gt[q]]`` (default ``gt[q] = q``:
     row-aligned parallel sets) is counted blockwise, with the same tie policy and
     ``max_rank`` as :func:`bkr_recall`; ``approximate`` only sets ``max_rank = max(ks)``
-    here (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
+    here, refusing another (and finds CSLS's neighbourhoods through a faiss candidate index): the count stays exact.
     With no more targets than the largest K, a :class:`~backretrieval.errors.BackRetrievalWarning` says that
-    Recall@K is 1 for any model.
+    Recall@K is 1 for any model. ``progress``: a bar over the ranks when they are big.
 
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
@@ -342,6 +360,8 @@ def xlr_recall(
     _check_max_rank(max_rank, ks)
     check_retrieval(retrieval, csls_k)
     approx = approx_config(approximate, ks)
+    # approximate: only "fewer than K better targets?", the exact count stopped at max(ks)
+    max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
     src_text = _matrix("src_text", src_text)
     tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
@@ -353,10 +373,8 @@ def xlr_recall(
         gt = np.arange(n_src)
     gt = target_indices("gt", gt, n_src, n_tgt)
     enough_for_k("xlr_recall", n_tgt, ks, "target texts", warn=True)
-    if approx is not None:  # only "fewer than K better targets?": the exact count, stopped at max(ks)
-        max_rank = max(ks)
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)
-    counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes)
+    counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes, progress, "XLR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("xlr", ks, hits)
     out.update(hits=hits, ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties, retrieval=retrieval,

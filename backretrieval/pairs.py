@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex, distinct_images
-from .metric import DEFAULT_KS, approx_config, check_ks, bkr_recall, corr_with_interval, xlr_recall
-from .ranking import DEFAULT_BLOCK_BYTES, as_float32
+from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_ks, bkr_recall, corr_with_interval,
+                     xlr_recall)
+from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
 
@@ -87,6 +88,7 @@ def evaluate_pairs(
     return_hits: bool = False,
     text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     max_queries: int | None = None,
+    progress: bool = False,
 ) -> dict:
     """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
 
@@ -117,6 +119,8 @@ def evaluate_pairs(
             pair concatenated in pair order. For one ``seed`` the queries are the same for
             any text model, so two checkpoints' hits are paired (for
             :func:`backretrieval.uncertainty.better_beyond_noise`).
+        progress: a bar over the language pairs, and the bars of :func:`~backretrieval.bkr_recall`, when the work
+            is big (:func:`~backretrieval.ranking.progress_bar`).
 
     Returns:
         ``{"langs": [...], "ks": [...], "pairs": {"a->b": {"bkr@K", "xlr@K" (if groups),
@@ -160,11 +164,15 @@ def evaluate_pairs(
     first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
     pairs: dict[str, dict] = {}
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
-               "csls_k": csls_k, "approximate": approximate}
+               "csls_k": csls_k, "approximate": approximate, "progress": progress}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
     approx = approx_config(approximate, ks)
+    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)  # before any pair
     # a language's source rows serve all its pairs: their float32 features (and image index) made once
     src_key, src_img, index = b"", None, None
+    sides = [len(rows_of[lang]) if max_per_lang is None else min(len(rows_of[lang]), max_per_lang) for lang in names]
+    bar = progress_bar(len(names) * (len(names) - 1), "pairs", progress, sum(sides) ** 2 - sum(n * n for n in sides),
+                       unit="pair")
     for i, a in enumerate(names):
         for j, b in enumerate(names):
             if a == b:
@@ -221,6 +229,8 @@ def evaluate_pairs(
                 if m in entry:
                     matrix[m][i, j] = entry[m]
             pairs[f"{a}->{b}"] = entry
+            bar.update(1)
+    bar.close()
     mean = {m: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan") for m, v in matrix.items()}
     out = {"langs": names, "ks": list(ks), "pairs": pairs, "matrix": matrix, "mean": mean}
     if return_hits:

@@ -51,6 +51,17 @@ _TIE_K = 16  # nearest_neighbor: scores searched per query, enough to settle mos
 _HASH_ROWS = 2048  # duplicate_rows: rows hashed at once
 _HASH_DIMS = 64  # duplicate_rows: columns of the first hash (rows that share it are hashed on every column)
 _HASH_SEED = 20210711  # duplicate_rows: fixed weights of the row hash
+_SEARCH_ROWS = 8192  # nearest_neighbor: queries per faiss search (a progress step; no slower than one big call)
+_BAR_MIN_PAIRS = 1 << 28  # progress bars only for work of more (row, column) scores than this: seconds of it
+
+
+def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row"):
+    """A tqdm bar of ``total`` steps (on stderr, gone when done), shown with ``show`` for work of at least
+    :data:`_BAR_MIN_PAIRS` scored (row, column) ``pairs`` only: small calls stay quiet."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False,
+                disable=not show or pairs < _BAR_MIN_PAIRS)
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -67,11 +78,19 @@ def as_float32(x: np.ndarray) -> np.ndarray:
 
 
 def inverse_norms(x: np.ndarray, eps: float = 1e-12, chunk: int = 8192) -> np.ndarray:
-    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary)."""
+    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary).
+
+    A row whose float32 sum of squares overflows (a norm past about 1.8e19) is summed again in float64: its inverse
+    norm was 1 / inf = 0, so it was scored as a zero vector and the cosine was not scale-invariant."""
     out = np.empty(len(x), dtype=np.float32)
     for s in range(0, len(x), chunk):
         block = np.asarray(x[s:s + chunk], dtype=np.float32)
-        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(np.einsum("ij,ij->i", block, block)), eps)
+        squares = np.einsum("ij,ij->i", block, block)
+        over = np.isinf(squares) & np.isfinite(block).all(axis=1)  # finite rows only: inf entries stay inf
+        if over.any():
+            squares = squares.astype(np.float64)
+            squares[over] = np.einsum("ij,ij->i", block[over], block[over], dtype=np.float64)
+        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(squares), eps)
     return out
 
 
@@ -156,7 +175,7 @@ def _row_hashes(x: np.ndarray, rows: np.ndarray, cols: np.ndarray | None = None)
 
 
 def nearest_neighbor(
-    queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024, normalize: bool = True
+    queries: np.ndarray, database: np.ndarray, chunk_rows: int = 1024, normalize: bool = True, progress: bool = False
 ) -> np.ndarray:
     """Index of the most cosine-similar ``database`` row for each ``queries`` row, shape ``(Q,)``.
 
@@ -167,6 +186,7 @@ def nearest_neighbor(
     not promise an order among ties, so the search keeps the best :data:`_TIE_K`: a query whose
     tie ends within them takes its lowest tied index; one whose :data:`_TIE_K` best all tie (more
     copies of one vector) is re-scored in float32 with numpy and resolved with ``argmax`` (first maximum).
+    ``progress``: a bar over the query chunks when the search is big (:func:`progress_bar`).
     """
     queries = as_float32(queries)
     database = l2_normalize(database) if normalize else as_float32(database)
@@ -175,11 +195,13 @@ def nearest_neighbor(
     k = min(_TIE_K, database.shape[0])
     best = np.empty(len(queries), dtype=np.int64)
     tied = []
-    for s in range(0, len(queries), 65536):  # faiss needs its queries in memory: stream big inputs
-        scores, ids = index.search(queries[s:s + 65536], k)
-        ties = scores >= scores[:, :1]  # best first: the tie is a prefix
-        best[s:s + 65536] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
-        tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
+    with progress_bar(len(queries), "nearest", progress, len(queries) * len(database)) as bar:
+        for s in range(0, len(queries), _SEARCH_ROWS):  # faiss needs its queries in memory: stream big inputs
+            scores, ids = index.search(queries[s:s + _SEARCH_ROWS], k)
+            ties = scores >= scores[:, :1]  # best first: the tie is a prefix
+            best[s:s + _SEARCH_ROWS] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
+            tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
+            bar.update(len(ids))
     tied = np.concatenate(tied) if tied else np.zeros(0, dtype=np.int64)
     for start in range(0, len(tied), chunk_rows):
         rows = tied[start:start + chunk_rows]
@@ -247,7 +269,8 @@ class VectorScorer:
         """float32 ``(R, C)`` scores of row ``rows[i]`` against the columns ``candidates[i]``; -inf for -1 ids.
 
         faiss reads the candidate columns in place (``fvec_inner_products_by_idx``, no
-        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads.
+        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads. Rows are normalised
+        first, as in :meth:`tile` (two huge rows' raw inner product overflowed float32).
         """
         rows = np.asarray(rows, dtype=np.int64)
         ids = np.ascontiguousarray(candidates, dtype=np.int64)
@@ -255,13 +278,12 @@ class VectorScorer:
 
         def block(s: int) -> None:
             e = min(s + _BY_INDEX_ROWS, len(rows))
-            x = np.ascontiguousarray(self.rows[rows[s:e]])
+            x = np.ascontiguousarray(self.rows[rows[s:e]] * self.inv_rows[rows[s:e], None])
             faiss.fvec_inner_products_by_idx(faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols),
                                              faiss.swig_ptr(ids[s:e]), x.shape[1], e - s, ids.shape[1])
 
         with ThreadPoolExecutor(max(1, faiss.omp_get_max_threads())) as pool:  # faiss releases the GIL
             list(pool.map(block, range(0, len(rows), _BY_INDEX_ROWS)))
-        out *= self.inv_rows[rows, None]
         out *= self.inv_cols[np.maximum(ids, 0)]  # -inf (missing ids) stays -inf
         return out
 
@@ -290,6 +312,8 @@ def count_ranks(
     ties: str = "pessimistic",
     max_rank: int | None = None,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    progress: bool = False,
+    desc: str = "ranks",
 ) -> dict[str, np.ndarray]:
     """Count, per query ``q``, the competitors of its own candidate ``col_of_query[q]`` in row ``row_of_query[q]``.
 
@@ -298,7 +322,8 @@ def count_ranks(
     a query stops being counted once its count reaches ``max_rank`` (so counts are exact
     below ``max_rank`` and only known to be ``>= max_rank`` above it). Competitors that are
     copies of the own candidate (the scorer's ``col_groups``) count as tied with it, whatever
-    their rounded scores (module doc).
+    their rounded scores (module doc). ``progress``: a bar (named ``desc``) over the (row, column) scores when they
+    are many (:func:`progress_bar`; with ``max_rank`` it stops short, as the rows do).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
@@ -330,6 +355,8 @@ def count_ranks(
     # the outer loop runs over column chunks, so that the rows still active in a chunk
     # (with max_rank: few, spread over all rows) are packed together into full tiles
     active = np.argsort(row_of_query, kind="stable")  # queries, grouped by row
+    work = len(np.unique(row_of_query)) * n_cols if progress else 0
+    bar = progress_bar(work, desc, progress, work, unit="score")
     for c0, c1 in zip(bounds[:-1], bounds[1:]):
         if max_rank is not None:
             active = active[out[stop_key][active] < max_rank]
@@ -352,6 +379,8 @@ def count_ranks(
                                   own_group[sub], copied[sub])
                 for key, value in found.items():
                     out[key][sub] += value
+            bar.update(len(rows[b0:b0 + per_block]) * (c1 - c0))
+    bar.close()
     return out
 
 

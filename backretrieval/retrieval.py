@@ -52,17 +52,19 @@ def retrieve(
     csls_k: int = DEFAULT_CSLS_K,
     approx: ApproxConfig | None = None,
     rows: np.ndarray | None = None,
+    progress: bool = False,
 ) -> np.ndarray:
     """Index of the retrieved target for each query, ``(Q,)`` int64 (ties: lowest index). ``rows``: only these
-    queries retrieve (CSLS's target term still reads every query); default all."""
+    queries retrieve (CSLS's target term still reads every query); default all. ``progress``: a bar over the
+    search when it is big."""
     check_retrieval(retrieval, csls_k)
     asking = queries if rows is None else queries[rows]
     if approx is None or approx.index == "exact":
         if retrieval == "cosine":
-            return nearest_neighbor(asking, targets)
+            return nearest_neighbor(asking, targets, progress=progress)
         scorer = text_scorer(queries, targets, retrieval, csls_k)
         q, t = augment_for_csls(asking, targets, scorer.half_penalty * 2)
-        return nearest_neighbor(q, t, normalize=False)
+        return nearest_neighbor(q, t, normalize=False, progress=progress)
     target_index = ANNIndex(targets, approx)
     scorer = text_scorer(queries, targets, retrieval, csls_k, approx)
-    return approx_nearest(asking, target_index, scorer, approx.candidates, query_rows=rows)
+    return approx_nearest(asking, target_index, scorer, approx.candidates, query_rows=rows, progress=progress)

@@ -21,7 +21,7 @@ from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix,
                     save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
-from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, corr_with_interval, xlr_recall
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
@@ -125,9 +125,10 @@ def warn_shared_pictures(images: ImageSide) -> None:
 
 
 def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequence[int], *, approximate: bool,
-                     method: str | None = None, src_image_ids=None, seed: int = 0) -> ImageLists | None:
-    """The ``image_index`` file's lists (built and written there when missing; default method ``pq`` when
-    ``approximate``, else ``flat``), or None without a file."""
+                     method: str | None = None, src_image_ids=None, seed: int = 0,
+                     progress: bool = False) -> ImageLists | None:
+    """The ``image_index`` file's lists (built and written there when missing, with a progress bar when big and
+    ``progress``; default method ``pq`` when ``approximate``, else ``flat``), or None without a file."""
     if not image_index:
         return None
     if images.src_img is None:
@@ -135,7 +136,7 @@ def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequen
                                  f"(image features), not {option('image_sim')}")
     method = method or ("pq" if approximate else "flat")
     lists, built = image_neighbours_file(image_index, images.src_img, images.tgt_img, max(ks) + 1,
-                                         src_image_ids=src_image_ids, method=method, seed=seed)
+                                         src_image_ids=src_image_ids, method=method, seed=seed, progress=progress)
     return ImageLists(lists, built)
 
 
@@ -178,6 +179,7 @@ def score(
     bootstrap: int = DEFAULT_BOOTSTRAP,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    progress: bool = True,
 ) -> ScoreResult:
     """BkR Recall@K of one text model (CORR with image features, XLR with ``xlr_tgt_text``), with intervals.
 
@@ -195,8 +197,12 @@ def score(
         corr_pairs: source x target pairs sampled for CORR.
         bootstrap, level: replicates over queries for the intervals (0: none) and their level.
         seed: seed of the CORR pair sample, the bootstrap and the image lists.
+        progress: progress bars over the search, the ranks and a new image list file, when the work is big.
     """
     ks = check_ks(ks)  # before max(ks) sizes anything
+    # a --max-rank these modes would not use, before any file is read or image list built
+    censored_max_rank(max_rank, ks, option("approximate") if approximate else option("image_index") if image_index
+                      else None)
     if bootstrap < 0:
         raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
                                  f"got {bootstrap}")
@@ -212,9 +218,9 @@ def score(
     n_images = len(set(ids)) if ids is not None else len(src_arr)
     enough_for_k(images.label, n_images, ks, "distinct source images")
     lists = open_image_lists(image_index, images, ks, approximate=bool(approximate), method=image_index_method,
-                             src_image_ids=ids, seed=seed)
+                             src_image_ids=ids, seed=seed, progress=progress)
     options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
-               "approximate": approximate}
+               "approximate": approximate, "progress": progress}
     bkr = bkr_recall(src_arr, images.src_img, tgt_arr, images.tgt_img, ks, src_image_ids=ids,
                      image_sim=images.image_sim, image_neighbours=lists.lists if lists else None, **options)
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}

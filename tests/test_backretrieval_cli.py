@@ -348,6 +348,73 @@ def test_inputs_that_were_silently_ignored_or_accepted_are_refused(small_split, 
         assert exc.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err
 
 
+def test_a_max_rank_approximate_or_image_index_would_not_use_is_refused_and_the_record_says_the_cap(tmp_path,
+                                                                                                      capsys):
+    """score --approximate (or --image-index) --max-rank 50 --ranks-out saved ranks censored at max(K) + 1 while the
+    record said max_rank 50; now refused before any output, and without --max-rank the record names the cap used."""
+    p = _embedding_files(tmp_path, n=40)
+    files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
+             "0", "--ranks-out", str(tmp_path / "r.npy"), "--out", str(tmp_path / "r.json")]
+    for mode, flag in ((["--approximate"], "--approximate"), (["--image-index", str(tmp_path / "i.npz")],
+                                                              "--image-index")):
+        err = _one_line_error(["score", *files, *mode, "--max-rank", "50"], capsys)
+        assert f"--max-rank 50: with {flag} ranks are counted only up to the largest K (10)" in err, err
+        assert not list(tmp_path.glob("r.*")) and not (tmp_path / "i.npz").exists()
+        assert main(["score", *files, *mode]) == 0
+        assert json.loads((tmp_path / "r.json").read_text())["inputs"]["max_rank"] == 10
+        assert np.load(tmp_path / "r.npy").max() <= 11
+        (tmp_path / "r.json").unlink()
+        (tmp_path / "r.npy").unlink()
+        capsys.readouterr()
+    compare_files = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                     "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "100"]
+    assert "--max-rank 20: with --approximate" in _one_line_error([*compare_files, "--approximate", "--max-rank",
+                                                                   "20"], capsys)
+
+
+def test_compare_refuses_one_name_for_both_models(tmp_path, capsys):
+    """--names mine mine was accepted and the verdict said "mine", whichever model won."""
+    np.save(tmp_path / "h.npy", np.ones((20, 3)))
+    hits = ["compare", "--hits", str(tmp_path / "h.npy"), str(tmp_path / "h.npy"), "--bootstrap", "100"]
+    assert "--names: model 'mine' given twice; give A and B different labels" in _one_line_error(
+        [*hits, "--names", "mine", "mine"], capsys)
+    with pytest.raises(backretrieval.BackRetrievalError, match="names: model 'A' given twice"):
+        compare(hits=(np.ones((20, 1)), np.ones((20, 1))), ks=(1,), names=("A", "A"))
+    assert main([*hits, "--names", "mine", "theirs"]) == 0
+
+
+def test_big_scoring_shows_progress_bars_and_small_work_or_no_progress_stays_quiet(small_split, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """score, compare and eval printed nothing while scoring (about 45 s at N=60,000); bars over the search and
+    rank loops, a new --image-index file's lists and eval's language pairs now show when the work is big."""
+    import backretrieval.ranking as ranking
+
+    p = _embedding_files(tmp_path, n=40)
+    score_files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+                   "--bootstrap", "0", "--xlr-tgt-text", p["tt"]]
+    compare_files = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
+                     "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "100"]
+    eval_run = ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "o"),
+                "--bootstrap", "0"]
+    index = ["--image-index", str(tmp_path / "i.npz")]
+    runs = [(score_files, ("nearest", "BkR ranks", "XLR ranks")), (compare_files, ("nearest", "BkR ranks")),
+            ([*score_files, *index], ("image lists",)), ([*score_files, "--approximate"], ("nearest", "image lists")),
+            (eval_run, ("pairs", "nearest", "BkR ranks", "XLR ranks"))]
+    for argv, _ in runs:  # small work: no bar
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main(argv) == 0
+        assert "%|" not in capsys.readouterr().err
+    monkeypatch.setattr(ranking, "_BAR_MIN_PAIRS", 0, raising=False)  # any work counts as big
+    for argv, bars in runs:
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert all(f"{bar}: " in err for bar in bars), (argv, err)
+        (tmp_path / "i.npz").unlink(missing_ok=True)
+        assert main([*argv, "--no-progress"]) == 0
+        assert "%|" not in capsys.readouterr().err
+
+
 def test_score_seed_seeds_the_bootstrap_and_the_help_says_so(tmp_path, capsys):
     p = _embedding_files(tmp_path, n=40)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"]]
@@ -701,6 +768,33 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "captions in 1 language(s) (en); the protocol needs a pair of two" in _one_line_error(
         ["correlate", "--data", str(tmp_path / "en-only"), *out], capsys)
     assert not (tmp_path / "o").exists()
+
+
+def test_an_output_file_that_cannot_be_written_in_out_dir_is_refused_before_any_work(small_split, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """eval --out-dir D with D/results.json a folder scored every model, then failed writing results.json: the
+    scores were lost. The files eval and correlate will write in --out-dir are now checked first."""
+    import backretrieval.cli.correlate as correlate_command
+    import backretrieval.cli.eval as eval_command
+
+    def no_work(*_args, **_kwargs):
+        raise AssertionError("the models were scored before the output files were checked")
+
+    monkeypatch.setattr(eval_command, "evaluate_split", no_work)
+    monkeypatch.setattr(correlate_command, "correlate_split", no_work)
+    run = ["--data", str(small_split / "test"), "--no-progress", "--bootstrap", "0"]
+    out = tmp_path / "o"
+    for argv, name in [(["eval", *run, "--model", "m=random:4"], "results.json"),
+                       (["eval", *run, "--model", "m=random:4"], "boxplot_bkr10.png"),
+                       (["eval", *run, "--model", "m=random:4", "--ks", "1", "5"], "heatmap_m_bkr5.png"),
+                       (["correlate", *run, "--models", "random:4", "random:5"], "protocol.json"),
+                       (["correlate", *run, "--models", "random:4", "random:5"], "table.md"),
+                       (["correlate", *run, "--models", "random:4", "random:5", "--pairs", "en-de"],
+                        "scatter_en-de.png")]:
+        (out / name).mkdir(parents=True)
+        err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
+        assert f"{out / name}: cannot write {name} in --out-dir (is a directory)" in err, err
+        (out / name).rmdir()
 
 
 def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weights(pixel_split, tmp_path, capsys,

@@ -78,6 +78,20 @@ def test_unknown_language_and_repeated_model_are_named(parallel_split):
         evaluate_split(root / "test", ["random:4", "random:4"], progress=False)
 
 
+def test_labels_that_would_share_a_plot_file_are_refused_before_any_work(parallel_split, monkeypatch):
+    """'run 1' and 'run_1' both wrote heatmap_run_1_*.png: the second model's heat maps replaced the first's."""
+    import backretrieval.evaluate as evaluate_module
+
+    def no_work(*_args, **_kwargs):
+        raise AssertionError("the split was read before the labels were checked")
+
+    monkeypatch.setattr(evaluate_module, "embed_split", no_work)
+    root, *_ = parallel_split
+    with pytest.raises(BackRetrievalError, match=r"models 'run 1' and 'run_1' would write their heat maps to one "
+                                                 r"file \(heatmap_run_1_\*\.png\)"):
+        evaluate_split(root / "test", ["run 1=random:64:1", "run_1=random:64:2"], progress=False)
+
+
 def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_path, monkeypatch):
     rng = np.random.default_rng(2)
     split = tmp_path / "val"

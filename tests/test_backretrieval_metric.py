@@ -266,6 +266,48 @@ def test_max_rank_keeps_recall_exact_and_censors_ranks(ties):
         bkr_recall(st, si, tt, ti, (1, 20), max_rank=10)
 
 
+def test_a_max_rank_the_approximate_mode_or_image_lists_would_not_use_is_refused():
+    """approximate / image_neighbours set max_rank = max(ks) silently: ranks came back censored at max(ks) + 1 while
+    the caller asked for another cap. Another cap is refused now; max(ks) itself (what they use) is accepted."""
+    from backretrieval.image_index import image_neighbours
+
+    rng = np.random.default_rng(4)
+    st, tt, si, ti = (rng.standard_normal((60, d)).astype(np.float32) for d in (8, 8, 12, 12))
+    lists = image_neighbours(si, ti, 32)
+    for mode in ({"approximate": True}, {"image_neighbours": lists}):
+        with pytest.raises(BackRetrievalError, match="max_rank 50: with .* ranks are counted only up to the largest K"):
+            bkr_recall(st, si, tt, ti, (1, 10), max_rank=50, **mode)
+        same = bkr_recall(st, si, tt, ti, (1, 10), max_rank=10, **mode)
+        assert same["ranks"].max() <= 11
+    with pytest.raises(BackRetrievalError, match="max_rank 50: with approximate"):
+        xlr_recall(st, tt, (1, 10), max_rank=50, approximate=True)
+
+
+def test_rows_of_a_huge_norm_keep_their_cosine():
+    """A float32 row scaled by 1e20 has a sum of squares past float32's range: its inverse norm was 1 / inf = 0, so
+    it was scored as a zero vector (XLR@1 fell from 1.0 to 0.5 with half the rows scaled; the approximate mode's
+    exact re-scoring, whose raw inner products of two such rows overflowed, crashed)."""
+    from backretrieval.ranking import l2_normalize
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((40, 16)).astype(np.float32)
+    y = (x + 0.01 * rng.standard_normal(x.shape)).astype(np.float32)
+    huge = y.copy()
+    huge[::2] *= np.float32(1e20)
+    np.testing.assert_allclose(np.linalg.norm(l2_normalize(huge).astype(np.float64), axis=1), 1.0, rtol=1e-5)
+    assert xlr_recall(y, x, (1,))["xlr@1"] == 1.0
+    assert xlr_recall(huge, x, (1,))["xlr@1"] == 1.0 and xlr_recall(x, huge, (1,))["xlr@1"] == 1.0
+    si = rng.standard_normal((40, 8)).astype(np.float32)
+    ti = (si + 0.01 * rng.standard_normal(si.shape)).astype(np.float32)
+    for approximate in (False, True):
+        plain = bkr_recall(x, si, y, ti, (1, 5), approximate=approximate)
+        scaled = bkr_recall(x * np.float32(1e20), si * np.float32(1e20), huge, ti * np.float32(1e20), (1, 5),
+                            approximate=approximate)
+        np.testing.assert_array_equal(scaled["retrieved"], plain["retrieved"])
+        assert scaled["bkr@1"] == plain["bkr@1"] == 1.0
+    assert corr_score(x, si, huge, ti) == pytest.approx(corr_score(x, si, y, ti), abs=1e-6)
+
+
 def test_non_finite_image_similarity_is_rejected():
     # NaN compares false with everything: before the check, every query got rank 1 (BkR = 1.0)
     x = np.random.default_rng(9).standard_normal((4, 3))

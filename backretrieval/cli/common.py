@@ -6,12 +6,13 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterable
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
-from ..files import dump_json, remove_earlier_outputs, write_json
+from ..files import dump_json, remove_earlier_outputs, writable_dir, writable_file, write_json
 from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
@@ -52,8 +53,8 @@ IMAGE_INDEX_HELP = (
 )
 
 MODEL_SPECS = (
-    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption of "
-    "the split, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
+    "Model specs: npy:PATH (rows looked up by text in a PATH.texts.json list; without it, one row per caption read "
+    "from the split, only the languages asked for, in shard order) | use | st:MODEL | random:DIM[:SEED] | "
     "noisy:STD[:SEED]:SPEC | globetrotter:CKPT_DIR | any PREFIX:ARG of the 'backretrieval.embedders' entry "
     "points; prefix NAME= to label a model (e.g. USE-M=use)."
 )
@@ -103,7 +104,9 @@ def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False, hit
                    help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")
     p.add_argument("--max-rank", type=integer_at_least(1), metavar="N", default=None,
                    help="stop counting a query's rank above N (reported as N+1): same Recall@K for K <= N, much faster "
-                        "for weak models (default: " + ("exact ranks" if full_ranks else "the largest K") + ")")
+                        "for weak models (default: " + ("exact ranks; with --approximate or --image-index only the "
+                                                        "largest K, the cap they use" if full_ranks else
+                                                        "the largest K") + ")")
 
 
 def share_between_0_and_1(text: str) -> float:
@@ -168,6 +171,7 @@ def add_embedding_metric_options(p: argparse.ArgumentParser, hits: bool = False)
     add_metric_options(p, full_ranks=True, hits=hits)
     add_beyond_paper_options(p)
     add_image_index_option(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars of big scoring work")
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -239,6 +243,13 @@ def metric_options(args: argparse.Namespace) -> dict:
             "seed": args.seed}
 
 
+def record_rank_cap(args: argparse.Namespace) -> None:
+    """With --approximate or --image-index ranks are counted only up to the largest K: the record's max_rank says
+    so (None would read as exact ranks)."""
+    if args.max_rank is None and (args.approximate or args.image_index):
+        args.max_rank = max(args.ks)
+
+
 def extractor(args: argparse.Namespace):
     """The g of --image-model/--image-weights (a bad spec fails here, before any data is read)."""
     return image_feature_extractor(args.image_model, args.image_weights, online=args.online,
@@ -262,6 +273,14 @@ def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> Non
     elif lists.method != "flat" and not approximate:
         print(f"note: {lists.origin} holds approximate ({lists.method}) image lists: step 4 is approximate",
               file=sys.stderr)
+
+
+def writable_outputs(out_dir: str | Path, names: Iterable[str]) -> None:
+    """Refuse --out-dir, or a file the command will write in it (``names``: a folder of that name, say), before any
+    work: the results were lost when writing them failed at the end."""
+    writable_dir(out_dir, "--out-dir")
+    for name in names:
+        writable_file(Path(out_dir) / name, f"{name} in --out-dir")
 
 
 def replace_plots(out_dir: Path, written: list[Path], patterns: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ import sys
 from ..comparison import compare
 from ..files import writable_file
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
-                     integer_at_least, metric_options, report_image_lists)
+                     integer_at_least, metric_options, record_rank_cap, report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -48,9 +48,11 @@ def run(args: argparse.Namespace) -> int:
     result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,
                      tgt_img=args.tgt_img, src_image_ids=args.src_image_ids, a_xlr_tgt_text=args.a_xlr_tgt_text, b_xlr_tgt_text=args.b_xlr_tgt_text,
                      hits=args.hits, names=args.names, tests=args.tests, alpha=args.alpha,
-                     image_index=args.image_index, image_index_method=args.image_index_method, **metric_options(args))
+                     image_index=args.image_index, image_index_method=args.image_index_method,
+                     progress=not args.no_progress, **metric_options(args))
     report_image_lists(result.image_lists, args.approximate)
     args.ks = list(result.ks)  # the record lists the K compared (with --hits: the files')
+    record_rank_cap(args)
     emit_json(result.to_record(inputs(args)), args.out)
     sys.stdout.flush()  # the verdicts last, below a record printed on stdout (as score prints its figures)
     name_a, name_b = result.names

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 from ..errors import BackRetrievalError
-from ..evaluate import correlate_split
-from ..files import make_dir, writable_dir, write_file
+from ..evaluate import correlate_split, language_pairs
+from ..files import make_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
                      command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
-                     resolve_dependent_options)
+                     resolve_dependent_options, writable_outputs)
 
 
 def add_parser(sub) -> None:
@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
-    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
+    # before any work: a refusal then costs nothing (without --pairs, the scatters' names wait for the split)
+    writable_outputs(args.out_dir, ["protocol.json", "table.md",
+                                    *(f"scatter_{src}-{tgt}.png" for src, tgt in language_pairs(args.pairs or []))])
     result = correlate_split(args.data, specs, extractor=extractor(args), pairs=args.pairs, n=args.n,
                              seeds=args.seeds, ks=args.ks, ties=args.ties, max_rank=args.max_rank,
                              corr_pairs=args.corr_pairs, retrieval=args.retrieval, bootstrap=args.bootstrap,

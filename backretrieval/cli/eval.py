@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..evaluate import evaluate_split
-from ..files import make_dir, writable_dir
+from ..embedders import parse_model_specs
+from ..evaluate import evaluate_split, plot_name
+from ..files import make_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
                      add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options,
-                     replace_plots)
+                     replace_plots, writable_outputs)
 
 
 def add_parser(sub) -> None:
@@ -34,7 +35,10 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = command_line_specs(args.model, "--model")
-    writable_dir(args.out_dir, "--out-dir")  # before any work: a refusal then costs nothing
+    labels = parse_model_specs(specs, what="--model")
+    # before any work: a refusal then costs nothing (XLR's heat maps depend on the split's groups, unread yet)
+    writable_outputs(args.out_dir, ["results.json", f"boxplot_bkr{max(args.ks)}.png",
+                                    *(f"heatmap_{plot_name(label)}_bkr{k}.png" for label in labels for k in args.ks)])
     result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.langs,
                             max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
                             **metric_options(args))

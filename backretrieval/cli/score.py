@@ -7,7 +7,7 @@ import sys
 from ..files import npy_path, save_npy, writable_file
 from ..scoring import score
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
-                     integer_at_least, metric_options, report_image_lists)
+                     integer_at_least, metric_options, record_rank_cap, report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -51,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     result = score(args.src_text, args.tgt_text, src_img=args.src_img, tgt_img=args.tgt_img,
                    image_sim=args.image_sim, src_image_ids=args.src_image_ids, xlr_tgt_text=args.xlr_tgt_text,
                    xlr_gt=args.xlr_gt, corr_pairs=args.corr_pairs, image_index=args.image_index,
-                   image_index_method=args.image_index_method, **options)
+                   image_index_method=args.image_index_method, progress=not args.no_progress, **options)
     report_image_lists(result.image_lists, args.approximate)
+    record_rank_cap(args)
     if args.ranks_out:  # the record names the file written (np.save's .npy suffix included)
         args.ranks_out = str(save_npy(args.ranks_out, result.ranks, "--ranks-out"))
     if args.hits_out:
