@@ -8,7 +8,7 @@ from typing import Literal, Sequence
 from ..clustering import cluster_analysis
 from ..models import language_kwargs
 from ..records import Result, dataset_info
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import read_parallel, resolve_model
 
 
@@ -31,6 +31,7 @@ def evaluate(
     and with group, each beside its value for shuffled clusters (``chance``); three sentences of the first three
     clusters in ``details["examples"]`` (the paper's Fig. 10)."""
     require_trained(model, "cluster")
+    require_languages(languages=languages)
     ps = read_parallel(split, languages, n_groups, seed)
     encoder, info = resolve_model(model, name, device)
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))

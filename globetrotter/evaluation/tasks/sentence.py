@@ -12,6 +12,7 @@ from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, read_reference, reference_split
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
+from .checks import require_languages
 from .common import read_parallel, resolve_model
 from .select import Choice
 
@@ -50,6 +51,7 @@ def evaluate(
     One-line errors: ``reference`` is ``split`` itself (that is the transductive form), or, with ``choice``,
     another model (given by its spec), other languages or reference captions than the choice's.
     """
+    require_languages(languages=languages)
     if transductive and (reference is not None or choice is not None):
         raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes "
                         f"{'--ranking' if choice is not None else '--reference'} "

@@ -18,7 +18,7 @@ from ..word import Method, WordSpace, word_translation
 from ..word_dictionary import (Idf, both_directions, build_dictionaries, read_dictionaries, why_empty,
                                write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import read_parallel, resolve_model
 
 Procrustes = Literal["none", "pairwise", "multi"]
@@ -63,6 +63,7 @@ def evaluate(
     (:func:`~..word.word_translation`); ``arrays["recall"]`` holds each one's Recall@10 language matrix.
     """
     require_trained(model, "word")
+    require_languages(languages=languages)
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
     if not dictionary and not split:
@@ -205,6 +206,7 @@ def build_dictionary(
     removed, said on stderr); a folder with dictionary files and no earlier build's ``summary.json`` (hand-made
     ground truth) is a :class:`UserError` before any work. ``words=True`` leaves out the languages written without
     spaces (zh, ja: most captions hold no space), said on stderr; fewer than 2 languages left: a :class:`UserError`."""
+    require_languages(languages=languages)
     if _given(tokenizer) + _given(model) + bool(words) != 1:
         raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
     folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
