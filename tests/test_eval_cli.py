@@ -226,6 +226,22 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
 
 
+def test_the_sentence_record_names_only_the_statistics_that_applied(world, fake, tmp_path):
+    """A cosine ranking reads no reference: the record said reference_size 2000 beside reference None; --transductive
+    and --reference-size apply where the ranking reads statistics (the TF-IDF baseline's idf)."""
+    out = tmp_path / "out"
+    test = ["sentence", "--split", str(world / "test"), "--out", str(out)]
+    assert run(test + ["--model", "full", "--name", "full"]) == 0
+    config = record(out, "sentence")["config"]
+    assert config["reference"] is None and config["reference_size"] is None and config["transductive"] is False
+    assert run(test + ["--model", "tfidf", "--name", "tfidf", "--transductive"]) == 0
+    rec = record(out, "sentence", "tfidf")
+    assert rec["details"]["scoring"]["statistics"] == "transductive" and rec["config"]["transductive"] is True
+    assert rec["config"]["reference_size"] is None
+    assert run(test + ["--model", "tfidf", "--reference-size", "7", "--name", "capped"]) == 0
+    assert record(out, "sentence", "capped")["config"]["reference_size"] == 7
+
+
 def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0,1",
@@ -916,6 +932,16 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "error: --maxsim 4: the TF-IDF and ridge baselines have one embedding and no token rows, so select tries only "
      "the text head's cosine and CSLS; drop --maxsim"),
     (["select", "--model", "tfidf", "--val", "{train}", "--heads", "cross"], "error: --heads cross: the TF-IDF"),
+    (["sentence", "--model", "full", "--split", "{test}", "--retrieval", "csls", "--transductive",
+      "--reference-size", "5"],
+     "error: --reference-size 5 samples the reference captions; --transductive reads none (its statistics are the "
+     "evaluated sentences'): drop one of them"),
+    (["sentence", "--model", "full", "--split", "{test}", "--transductive"],
+     "error: --transductive takes the ranking's statistics from the evaluated sentences, but the cosine ranking reads "
+     "none (CSLS, MaxSim and the TF-IDF baseline's idf do): drop --transductive"),
+    (["sentence", "--model", "full", "--split", "{test}", "--reference", "{train}", "--reference-size", "5"],
+     "error: --reference-size 5 samples the reference captions of the ranking's statistics; the cosine ranking reads "
+     "none (CSLS, MaxSim and the TF-IDF baseline's idf do): drop --reference-size"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
