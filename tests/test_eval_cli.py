@@ -242,6 +242,19 @@ def test_the_sentence_record_names_only_the_statistics_that_applied(world, fake,
     assert record(out, "sentence", "capped")["config"]["reference_size"] == 7
 
 
+def test_the_word_record_names_only_the_settings_that_applied(world, fake, tmp_path):
+    """word recorded the tf-idf rule beside a lexicon and Procrustes settings without refinement; the defaults of the
+    options refused when given stay harmless."""
+    out = tmp_path / "out"
+    word = ["word", "--model", "full", "--split", str(world / "test"), "--out", str(out), "--method", "nn"]
+    assert run(word + ["--dictionary", str(world / "dictionary"), "--name", "full"]) == 0
+    config = record(out, "word")["config"]
+    assert [config[k] for k in ("top_k", "idf", "min_count", "procrustes_k", "procrustes_iter")] == [None] * 5
+    assert run(word + ["--top-k", "4", "--procrustes", "pairwise", "--procrustes-iter", "2", "--name", "tfidf"]) == 0
+    config = record(out, "word", "tfidf")["config"]
+    assert [config[k] for k in ("top_k", "idf", "min_count", "procrustes_k", "procrustes_iter")] == [4, "smooth", 1, 5, 2]
+
+
 def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0,1",
@@ -942,6 +955,15 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
     (["sentence", "--model", "full", "--split", "{test}", "--reference", "{train}", "--reference-size", "5"],
      "error: --reference-size 5 samples the reference captions of the ranking's statistics; the cosine ranking reads "
      "none (CSLS, MaxSim and the TF-IDF baseline's idf do): drop --reference-size"),
+    (["word", "--model", "full", "--split", "{test}", "--dictionary", "{dictionary}", "--top-k", "3", "--idf", "paper",
+      "--min-count", "50"],
+     "error: --top-k 3, --idf paper, --min-count 50 set the tf-idf ground truth built from --split; --dictionary "
+     "{dictionary} replaces it: drop them"),
+    (["word", "--model", "full", "--dictionary", "{dictionary}", "--procrustes-k", "3", "--procrustes-iter", "1"],
+     "error: --procrustes-k 3, --procrustes-iter 1 set the Procrustes refinement; give --procrustes pairwise or multi, "
+     "or drop them"),
+    (["word", "--model", "full", "--dictionary", "{dictionary}", "--procrustes", "none", "--procrustes-k", "5"],
+     "error: --procrustes-k 5 sets the Procrustes refinement; give --procrustes pairwise or multi, or drop it"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
@@ -970,7 +992,8 @@ def test_ignored_options_and_bad_values_are_refused_before_anything_is_written(w
                                                                               message):
     out, empty = tmp_path / "out", tmp_path / "empty.txt"
     empty.write_text("\n")
-    paths = {"test": world / "test", "train": world / "train", "out": out, "empty": empty}
+    paths = {"test": world / "test", "train": world / "train", "out": out, "empty": empty,
+             "dictionary": world / "dictionary"}
     argv = [a.format(**paths) for a in argv]
     if argv[0] != "build-dictionary":
         argv += ["--out", str(out)]

@@ -59,6 +59,8 @@ def evaluate(
     own row; a lexicon's words are plain words, embedded in their most frequent form
     (:func:`~..word_keys.input_word_embeddings`). No ground-truth pair, or none with both words embedded: a
     :class:`UserError`.
+    The record's ``config`` holds None for the settings that did not apply (``top_k``, ``idf``, ``min_count`` with
+    a lexicon; ``procrustes_k``, ``procrustes_iter`` without refinement).
     Metrics per ``"<method>/<procrustes>"``: Recall@10 and P@1/5/10, with and without identical pairs
     (:func:`~..word.word_translation`); ``arrays["recall"]`` holds each one's Recall@10 language matrix.
     """
@@ -122,10 +124,12 @@ def evaluate(
         matrices[tag] = res["matrix"]
     details["ground_truth"] = {"source": source, "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
                                "vocabulary": {lang: len(s.words) for lang, s in spaces.items()}}
+    refined = set(procrustes) != {"none"}  # the settings that applied; None: unused (no refinement, a lexicon)
     config = {"split": split and str(split), "dictionary": dictionary and str(dictionary), "languages": languages,
               "embeddings": embeddings, "methods": list(methods), "procrustes": list(procrustes),
-              "procrustes_k": procrustes_k, "procrustes_iter": procrustes_iter, "candidates": candidates,
-              "top_k": top_k, "idf": idf, "min_count": min_count, "seed": seed}
+              "procrustes_k": procrustes_k if refined else None, "procrustes_iter": procrustes_iter if refined else None,
+              "candidates": candidates, "top_k": None if dictionary else top_k, "idf": None if dictionary else idf,
+              "min_count": None if dictionary else min_count, "seed": seed}
     return Result("word", metrics, sorted(spaces), model=info, dataset=dataset_info(split) if split else None,
                   config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
 
