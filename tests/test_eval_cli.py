@@ -979,6 +979,11 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "argument --index: {empty}: cannot create the output folder (a file of that name exists)"),
     (["build-dictionary", "--split", "{test}", "--words", "--dictionary-out", "{empty}"],
      "argument --dictionary-out: {empty}: cannot create the output folder (a file of that name exists)"),
+    (["sentence", "--model", "full", "--split", "{train}"],  # the default reference beside it is itself: not the issue
+     "error: {train}: no caption has a 'group'; expected a parallel (test) split"),
+    (["select", "--model", "tfidf", "--val", "{train}"],  # no --reference given: its default is named as such
+     "error: {train}: the default reference split (the train split beside it) is the evaluated split itself: the "
+     "statistics would come from the evaluated sentences; name another split with --reference SPLIT"),
     (["sentence", "--model", "full", "--split", "{test}", "--languages", "en,xx"],
      "error: {test}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
     (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],

@@ -60,6 +60,10 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None) 
     draw's train split holding its images: their captions would give the statistics)."""
     chosen = Path(reference) if reference is not None else default_reference(evaluated)
     if chosen.resolve() == Path(evaluated).resolve():
+        if reference is None:  # the default beside a split named train: no --reference was given
+            raise UserError(f"{evaluated}: the default reference split (the train split beside it) is the evaluated "
+                            f"split itself: the statistics would come from the evaluated sentences; name another split "
+                            f"with --reference SPLIT")
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "--reference")

@@ -62,6 +62,7 @@ def evaluate(
     explicit_reference = reference is not None and choice is None
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
+    ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
     source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
@@ -71,7 +72,6 @@ def evaluate(
         raise UserError(f"--transductive takes the ranking's statistics from the evaluated sentences, but the "
                         f"{ranking.label} ranking reads none (CSLS, MaxSim and the TF-IDF baseline's idf do): "
                         f"drop --transductive")
-    ps = read_parallel(split, languages, n_groups, seed)
     if choice is not None:
         choice.check_model(model, info)
         choice.check(languages=ps.languages)
