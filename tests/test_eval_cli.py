@@ -210,7 +210,14 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     for extra, message in ((["--transductive", "--reference", str(world / "train")], "excludes --reference"),
                            (["--reference", str(world / "nope")], "nope: no split here"),
                            (["--reference", str(world / "train"), "--languages", "en,de", "--csls-k", "40"],
-                            "exceed the 30 pool rows"),
+                            r"--csls-k 40 neighbours exceed the 30 reference captions in de \(\S+train\); raise "
+                            r"--reference-size, name a --reference with more de captions, or lower --csls-k"),
+                           (["--reference-size", "3", "--n-groups", "10"],
+                            r"--csls-k 4 neighbours exceed the 3 reference captions in de"),
+                           (["--transductive", "--n-groups", "4"],
+                            r"--retrieval csls --transductive: --csls-k 4 neighbours exceed the 3 evaluated sentences "
+                            r"in de besides the query's own \(4 in all\); sample more groups \(--n-groups\) or lower "
+                            r"--csls-k"),
                            (["--ranking", str(world / "nope.json")], "--ranking .* sets the whole ranking")):
         assert run(argv + extra) == 2, extra
         err = capsys.readouterr().err.strip()
