@@ -993,6 +993,9 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "statistics would come from the evaluated sentences; name another split with --reference SPLIT"),
     (["sentence", "--model", "full", "--split", "{test}", "--languages", "en,xx"],
      "error: {test}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
+    (["cluster", "--model", "full", "--split", "{test}", "--n-groups", "3", "--k", "9"],
+     "error: --k 9: k-means needs fewer clusters than the 9 sentences sampled (3 groups x 3 languages; one sentence a "
+     "cluster makes every purity 1, as chance): lower --k or sample more groups (--n-groups)"),
     (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],
      "error: {test}: a parallel set needs at least 2 languages, found ['en']"),
     (["correspondence", "--model", "full", "--split", "{test}", "--lr", "-1"],
