@@ -519,8 +519,10 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
                            "is the evaluated split"),
                           (sentence + ["--reference", str(tiny_world / "nope")], "nope: no split here"),
                           (select + ["--reference", str(tiny_world / "val")], "is the evaluated split"),
-                          (select + ["--val", str(split)], r"--val \S+test: a test split"),
-                          (select + ["--reference", str(split)], r"--reference \S+test: a test split"),
+                          (select + ["--val", str(split)], r"--val \S+test: a test split; .*: name a val split "
+                                                           r"\(e.g. the val split beside it\)$"),
+                          (select + ["--reference", str(split)], r"--reference \S+test: a test split; .*: name "
+                                                                 r"another split \(e.g. the train split\)$"),
                           (select + ["--reference", str(renamed)], r"--reference \S+renamed: a test split"),
                           (select + ["--val", str(parallel)], "captioned in more than one language"),
                           # sentence took a copy of test, or a split showing its images, as its statistics
