@@ -210,7 +210,14 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     for extra, message in ((["--transductive", "--reference", str(world / "train")], "excludes --reference"),
                            (["--reference", str(world / "nope")], "nope: no split here"),
                            (["--reference", str(world / "train"), "--languages", "en,de", "--csls-k", "40"],
-                            "exceed the 30 pool rows"),
+                            r"--csls-k 40 neighbours exceed the 30 reference captions in de \(\S+train\); raise "
+                            r"--reference-size, name a --reference with more de captions, or lower --csls-k"),
+                           (["--reference-size", "3", "--n-groups", "10"],
+                            r"--csls-k 4 neighbours exceed the 3 reference captions in de"),
+                           (["--transductive", "--n-groups", "4"],
+                            r"--retrieval csls --transductive: --csls-k 4 neighbours exceed the 3 evaluated sentences "
+                            r"in de besides the query's own \(4 in all\); sample more groups \(--n-groups\) or lower "
+                            r"--csls-k"),
                            (["--ranking", str(world / "nope.json")], "--ranking .* sets the whole ranking")):
         assert run(argv + extra) == 2, extra
         err = capsys.readouterr().err.strip()
@@ -224,6 +231,35 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out), "--maxsim", "1"]) == 2
     err = capsys.readouterr().err
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_sentence_record_names_only_the_statistics_that_applied(world, fake, tmp_path):
+    """A cosine ranking reads no reference: the record said reference_size 2000 beside reference None; --transductive
+    and --reference-size apply where the ranking reads statistics (the TF-IDF baseline's idf)."""
+    out = tmp_path / "out"
+    test = ["sentence", "--split", str(world / "test"), "--out", str(out)]
+    assert run(test + ["--model", "full", "--name", "full"]) == 0
+    config = record(out, "sentence")["config"]
+    assert config["reference"] is None and config["reference_size"] is None and config["transductive"] is False
+    assert run(test + ["--model", "tfidf", "--name", "tfidf", "--transductive"]) == 0
+    rec = record(out, "sentence", "tfidf")
+    assert rec["details"]["scoring"]["statistics"] == "transductive" and rec["config"]["transductive"] is True
+    assert rec["config"]["reference_size"] is None
+    assert run(test + ["--model", "tfidf", "--reference-size", "7", "--name", "capped"]) == 0
+    assert record(out, "sentence", "capped")["config"]["reference_size"] == 7
+
+
+def test_the_word_record_names_only_the_settings_that_applied(world, fake, tmp_path):
+    """word recorded the tf-idf rule beside a lexicon and Procrustes settings without refinement; the defaults of the
+    options refused when given stay harmless."""
+    out = tmp_path / "out"
+    word = ["word", "--model", "full", "--split", str(world / "test"), "--out", str(out), "--method", "nn"]
+    assert run(word + ["--dictionary", str(world / "dictionary"), "--name", "full"]) == 0
+    config = record(out, "word")["config"]
+    assert [config[k] for k in ("top_k", "idf", "min_count", "procrustes_k", "procrustes_iter")] == [None] * 5
+    assert run(word + ["--top-k", "4", "--procrustes", "pairwise", "--procrustes-iter", "2", "--name", "tfidf"]) == 0
+    config = record(out, "word", "tfidf")["config"]
+    assert [config[k] for k in ("top_k", "idf", "min_count", "procrustes_k", "procrustes_iter")] == [4, "smooth", 1, 5, 2]
 
 
 def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
@@ -483,8 +519,10 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
                            "is the evaluated split"),
                           (sentence + ["--reference", str(tiny_world / "nope")], "nope: no split here"),
                           (select + ["--reference", str(tiny_world / "val")], "is the evaluated split"),
-                          (select + ["--val", str(split)], r"--val \S+test: a test split"),
-                          (select + ["--reference", str(split)], r"--reference \S+test: a test split"),
+                          (select + ["--val", str(split)], r"--val \S+test: a test split; .*: name a val split "
+                                                           r"\(e.g. the val split beside it\)$"),
+                          (select + ["--reference", str(split)], r"--reference \S+test: a test split; .*: name "
+                                                                 r"another split \(e.g. the train split\)$"),
                           (select + ["--reference", str(renamed)], r"--reference \S+renamed: a test split"),
                           (select + ["--val", str(parallel)], "captioned in more than one language"),
                           # sentence took a copy of test, or a split showing its images, as its statistics
@@ -916,6 +954,25 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "error: --maxsim 4: the TF-IDF and ridge baselines have one embedding and no token rows, so select tries only "
      "the text head's cosine and CSLS; drop --maxsim"),
     (["select", "--model", "tfidf", "--val", "{train}", "--heads", "cross"], "error: --heads cross: the TF-IDF"),
+    (["sentence", "--model", "full", "--split", "{test}", "--retrieval", "csls", "--transductive",
+      "--reference-size", "5"],
+     "error: --reference-size 5 samples the reference captions; --transductive reads none (its statistics are the "
+     "evaluated sentences'): drop one of them"),
+    (["sentence", "--model", "full", "--split", "{test}", "--transductive"],
+     "error: --transductive takes the ranking's statistics from the evaluated sentences, but the cosine ranking reads "
+     "none (CSLS, MaxSim and the TF-IDF baseline's idf do): drop --transductive"),
+    (["sentence", "--model", "full", "--split", "{test}", "--reference", "{train}", "--reference-size", "5"],
+     "error: --reference-size 5 samples the reference captions of the ranking's statistics; the cosine ranking reads "
+     "none (CSLS, MaxSim and the TF-IDF baseline's idf do): drop --reference-size"),
+    (["word", "--model", "full", "--split", "{test}", "--dictionary", "{dictionary}", "--top-k", "3", "--idf", "paper",
+      "--min-count", "50"],
+     "error: --top-k 3, --idf paper, --min-count 50 set the tf-idf ground truth built from --split; --dictionary "
+     "{dictionary} replaces it: drop them"),
+    (["word", "--model", "full", "--dictionary", "{dictionary}", "--procrustes-k", "3", "--procrustes-iter", "1"],
+     "error: --procrustes-k 3, --procrustes-iter 1 set the Procrustes refinement; give --procrustes pairwise or multi, "
+     "or drop them"),
+    (["word", "--model", "full", "--dictionary", "{dictionary}", "--procrustes", "none", "--procrustes-k", "5"],
+     "error: --procrustes-k 5 sets the Procrustes refinement; give --procrustes pairwise or multi, or drop it"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
@@ -931,8 +988,16 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "argument --index: {empty}: cannot create the output folder (a file of that name exists)"),
     (["build-dictionary", "--split", "{test}", "--words", "--dictionary-out", "{empty}"],
      "argument --dictionary-out: {empty}: cannot create the output folder (a file of that name exists)"),
+    (["sentence", "--model", "full", "--split", "{train}"],  # the default reference beside it is itself: not the issue
+     "error: {train}: no caption has a 'group'; expected a parallel (test) split"),
+    (["select", "--model", "tfidf", "--val", "{train}"],  # no --reference given: its default is named as such
+     "error: {train}: the default reference split (the train split beside it) is the evaluated split itself: the "
+     "statistics would come from the evaluated sentences; name another split with --reference SPLIT"),
     (["sentence", "--model", "full", "--split", "{test}", "--languages", "en,xx"],
      "error: {test}: no caption in language(s) ['xx'] (has ['de', 'en', 'fr'])"),
+    (["cluster", "--model", "full", "--split", "{test}", "--n-groups", "3", "--k", "9"],
+     "error: --k 9: k-means needs fewer clusters than the 9 sentences sampled (3 groups x 3 languages; one sentence a "
+     "cluster makes every purity 1, as chance): lower --k or sample more groups (--n-groups)"),
     (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],
      "error: {test}: a parallel set needs at least 2 languages, found ['en']"),
     (["correspondence", "--model", "full", "--split", "{test}", "--lr", "-1"],
@@ -944,7 +1009,8 @@ def test_ignored_options_and_bad_values_are_refused_before_anything_is_written(w
                                                                               message):
     out, empty = tmp_path / "out", tmp_path / "empty.txt"
     empty.write_text("\n")
-    paths = {"test": world / "test", "train": world / "train", "out": out, "empty": empty}
+    paths = {"test": world / "test", "train": world / "train", "out": out, "empty": empty,
+             "dictionary": world / "dictionary"}
     argv = [a.format(**paths) for a in argv]
     if argv[0] != "build-dictionary":
         argv += ["--out", str(out)]

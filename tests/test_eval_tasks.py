@@ -13,8 +13,10 @@ from globetrotter.evaluation import (
     evaluate_correspondence,
     evaluate_generation,
     evaluate_retrieval,
+    evaluate_sentence_translation,
     evaluate_word_translation,
     retrieval_per_language,
+    select_ranking,
     translate_sentences,
     translate_word_queries,
 )
@@ -252,3 +254,26 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
         translate_word_queries(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
     with pytest.raises(UserError, match="'xx'"):
         translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
+
+
+def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
+    """translate_sentences(e, 'Kreis', ...) returned one result per character, and languages='en,de' failed with
+    "no caption in language(s) ['e', 'n', ',', 'd']": one str is refused as Encoder.encode_text refuses one."""
+    for translate in (translate_sentences, translate_word_queries):
+        with pytest.raises(TypeError, match=r"^queries: expected a sequence of texts, got one str \('Kreis'\); wrap "
+                                            r"it in a list$"):
+            translate(FakeEncoder(), "Kreis", to="fr", corpus=world / "test", out=tmp_path, k=1)
+    expected = r"expected a sequence of language codes, got one str \('en,de'\); wrap it in a list \(\['en', 'de'\]\)"
+    for call in (lambda: evaluate_clustering(FakeEncoder(), world / "test", languages="en,de", k=3),
+                 lambda: evaluate_sentence_translation(FakeEncoder(), world / "test", languages="en,de"),
+                 lambda: evaluate_retrieval(FakeEncoder(), world / "test", languages="en,de"),
+                 lambda: evaluate_word_translation(FakeEncoder(), split=world / "test", languages="en,de"),
+                 lambda: build_word_dictionary(world / "test", tmp_path / "d", words=True, languages="en,de"),
+                 lambda: select_ranking(FakeEncoder(), val=world / "train", languages="en,de")):
+        with pytest.raises(TypeError, match="^languages: " + expected):
+            call()
+    with pytest.raises(TypeError, match="^seen: " + expected):
+        evaluate_correspondence(TokenEncoder(), world / "test", seen="en,de")
+    with pytest.raises(TypeError, match="^sources: " + expected):
+        evaluate_generation(FakeEncoder(), world / "test", world / "train", sources="en,de")
+    assert not (tmp_path / "d").exists()

@@ -244,6 +244,11 @@ class SentenceScorer:
     def _radii(self) -> np.ndarray:
         """``[N, languages]`` each sentence's CSLS radius among each language's pool rows (NaN where never read)."""
         c, r = self.context, self.ranking
+        if c.reference is None:
+            self._require_neighbours(c.lang_idx, np.arange(len(c.languages)))
+        else:
+            for _, codes, among in c.radius_parts:
+                self._require_neighbours(c.pool_code[among], codes)
         try:
             if c.reference is None:
                 extra = (lambda rows: r.maxsim * c.maxsim_self[rows]) if r.maxsim else None  # noqa: E731
@@ -260,6 +265,23 @@ class SentenceScorer:
             return radii
         except ValueError as err:
             raise UserError(f"--retrieval csls: {err} (fewer reference texts than --csls-k in a language)") from None
+
+    def _require_neighbours(self, pool_codes: np.ndarray, codes: np.ndarray) -> None:
+        """A one-line error naming the first language of ``codes`` (into the context's languages) whose rows among
+        ``pool_codes`` (each pool row's language code) are fewer than ``csls_k``: the reference captions in it, or,
+        transductive, the evaluated sentences in it other than the query itself; with the remedy."""
+        c, k = self.context, self.ranking.csls_k
+        counts = np.bincount(pool_codes[pool_codes >= 0], minlength=len(c.languages))
+        for code in codes:
+            lang, n = c.languages[code], int(counts[code])
+            if c.reference is None and n - 1 < k:  # a query is never its own neighbour
+                raise UserError(f"--retrieval csls --transductive: --csls-k {k} neighbours exceed the {n - 1} "
+                                f"evaluated sentences in {lang} besides the query's own ({n} in all); sample more "
+                                f"groups (--n-groups) or lower --csls-k")
+            if c.reference is not None and n < k:
+                raise UserError(f"--retrieval csls: --csls-k {k} neighbours exceed the {n} reference captions in "
+                                f"{lang} ({c.reference.source}); raise --reference-size, name a --reference with more "
+                                f"{lang} captions, or lower --csls-k")
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         rows, cols = np.asarray(rows), self.columns

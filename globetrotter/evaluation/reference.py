@@ -60,6 +60,10 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None) 
     draw's train split holding its images: their captions would give the statistics)."""
     chosen = Path(reference) if reference is not None else default_reference(evaluated)
     if chosen.resolve() == Path(evaluated).resolve():
+        if reference is None:  # the default beside a split named train: no --reference was given
+            raise UserError(f"{evaluated}: the default reference split (the train split beside it) is the evaluated "
+                            f"split itself: the statistics would come from the evaluated sentences; name another split "
+                            f"with --reference SPLIT")
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "--reference")
@@ -83,14 +87,15 @@ def shared_images(split: str | Path, other: str | Path) -> set[str]:
 def refuse_test_split(split: str | Path, flag: str) -> None:
     """A one-line error when ``split`` is a test split (its manifest names it ``test``, or its folder is ``test``): a
     choice is made on val, and reads neither the test captions nor statistics taken from them. ``flag`` names the
-    option that gave it."""
+    option that gave it, and the advice is the split it takes (``--val``: a val split; else the train split)."""
     from data_prep.shards import read_manifest
 
     split = Path(split)
     role = read_manifest(split).get("split") if (split / "manifest.json").is_file() else None
     if role == "test" or split.name == "test":
+        instead = "a val split (e.g. the val split beside it)" if flag == "--val" else "another split (e.g. the train split)"
         raise UserError(f"{flag} {split}: a test split; choices are made on val and read nothing of test, not even "
-                        f"its captions' statistics: name another split (e.g. the train split)")
+                        f"its captions' statistics: name {instead}")
 
 
 def choice_reference(val: str | Path, reference: str | Path | None = None) -> Path:

@@ -12,7 +12,7 @@ from globetrotter.shell import python_command
 
 from .. import models, plots
 from ..models import is_baseline
-from ..ranking import HEADS, Ranking
+from ..ranking import HEADS, Ranking, needs_statistics
 from ..reference import DEFAULT_SIZE
 from ..tasks import select as select_task
 from ..tasks import sentence as sentence_task
@@ -83,7 +83,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                         "any other --reference, --reference-size or --csls-k")
     add_ranking_options(p)
     p.add_argument("--transductive", action="store_true",
-                   help="take the statistics from the evaluated sentences themselves (not inductive; recorded)")
+                   help="take the statistics (of CSLS, MaxSim or the TF-IDF baseline; a ranking without them has none) "
+                        "from the evaluated sentences themselves (not inductive; recorded)")
     p.set_defaults(func=run_sentence)
 
     own = common.common_options(seed=None, seed_help="seed of the val sample (default: the run's seed, else 0)")
@@ -117,6 +118,9 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
     if not args.ranking:
         if args.csls_k is not None and args.retrieval != "csls":
             raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; give --retrieval csls or drop it")
+        if args.reference_size is not None and args.transductive:
+            raise UserError(f"--reference-size {args.reference_size} samples the reference captions; --transductive "
+                            f"reads none (its statistics are the evaluated sentences'): drop one of them")
         ranking = Ranking(args.head or "text", args.maxsim or 0.0, args.retrieval == "csls", args.csls_k or CSLS_K)
         return ranking, args.reference, args.reference_size or DEFAULT_SIZE, None
     if explicit:
@@ -143,6 +147,10 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
 def run_sentence(args: argparse.Namespace) -> int:
     ranking, reference, reference_size, choice = _scoring(args)
     encoder = common.load(args)
+    if args.reference_size is not None and choice is None and not needs_statistics(encoder, ranking):
+        raise UserError(f"--reference-size {args.reference_size} samples the reference captions of the ranking's "
+                        f"statistics; the {ranking.label} ranking reads none (CSLS, MaxSim and the TF-IDF baseline's "
+                        f"idf do): drop --reference-size")
     result = sentence_task.evaluate(
         encoder, args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
         ranking=ranking, reference=reference, reference_size=reference_size, choice=choice,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from globetrotter.argtypes import non_negative_int, output_folder, positive_int
+from globetrotter.errors import UserError
 
 from .. import plots
 from ..tasks import word as word_task
@@ -36,12 +37,33 @@ _BUILD_HELP = (
 )
 
 
+TOP_K, IDF, MIN_COUNT = 5, "smooth", 1
+"""The tf-idf rule's defaults (``word`` leaves its flags None, so that a value given with ``--dictionary`` is told)."""
+PROCRUSTES_K, PROCRUSTES_ITER = 5, 10
+
+
+def _refuse_unused(args: argparse.Namespace, names: tuple[str, ...], what: str, remedy: str) -> None:
+    """A one-line error naming each option of ``names`` the user gave (its default None: not given), which sets
+    ``what`` that this evaluation does not use; ``remedy``: what would use them."""
+    given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in names if getattr(args, name) is not None]
+    if given:
+        raise UserError(f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} {what}; {remedy} "
+                        f"{'it' if len(given) == 1 else 'them'}")
+
+
 def _word(args: argparse.Namespace) -> int:
+    if args.dictionary:
+        _refuse_unused(args, ("top_k", "idf", "min_count"), "the tf-idf ground truth built from --split",
+                       f"--dictionary {args.dictionary} replaces it: drop")
+    if set(args.procrustes) == {"none"}:
+        _refuse_unused(args, ("procrustes_k", "procrustes_iter"), "the Procrustes refinement",
+                       "give --procrustes pairwise or multi, or drop")
     result = word_task.evaluate(
         args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
-        embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes, procrustes_k=args.procrustes_k,
-        procrustes_iter=args.procrustes_iter, candidates=args.candidates, top_k=args.top_k, idf=args.idf,
-        min_count=args.min_count, seed=args.seed, name=args.name, device=args.device)
+        embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
+        procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
+        candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
+        min_count=args.min_count or MIN_COUNT, seed=args.seed, name=args.name, device=args.device)
     prefix, written = common.plot_prefix(args, "word"), []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")
@@ -81,11 +103,14 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--method", nargs="+", choices=["nn", "csls"], default=["nn", "csls"], help="ranking(s) (default: both)")
     p.add_argument("--procrustes", nargs="+", choices=["none", "pairwise", "multi"], default=["none"],
                    help="refinement(s) before ranking (default: none)")
-    p.add_argument("--procrustes-k", type=positive_int, default=5, help="mutual nearest neighbours for anchors (paper: 5)")
-    p.add_argument("--procrustes-iter", type=positive_int, default=10, help="refinement rounds (default %(default)s)")
+    p.add_argument("--procrustes-k", type=positive_int,
+                   help=f"with --procrustes pairwise or multi: mutual nearest neighbours for anchors (paper and default: "
+                        f"{PROCRUSTES_K})")
+    p.add_argument("--procrustes-iter", type=positive_int,
+                   help=f"with --procrustes pairwise or multi: refinement rounds (default {PROCRUSTES_ITER})")
     p.add_argument("--candidates", choices=["dictionary", "split"], default="dictionary",
                    help="target candidates: the language's dictionary words (default) or also every token seen in its --split captions")
-    _tfidf_args(p)
+    _tfidf_args(p, given=True)
     p.set_defaults(func=_word)
 
     # its own options: it writes no record (no --out, --name) and encodes nothing (no --batch-size, --device)
@@ -103,9 +128,14 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_build_dictionary)
 
 
-def _tfidf_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--top-k", type=positive_int, default=5, help="mutual top-k of the tf-idf rule (paper: 5)")
-    p.add_argument("--idf", choices=["smooth", "paper"], default="smooth",
+def _tfidf_args(p: argparse.ArgumentParser, given: bool = False) -> None:
+    """The tf-idf rule's options; ``given``: their default is None (the rule's defaults apply), so that a value the
+    user gave is told from the default."""
+    top_k, idf, min_count = (None, None, None) if given else (TOP_K, IDF, MIN_COUNT)
+    p.add_argument("--top-k", type=positive_int, default=top_k,
+                   help=f"mutual top-k of the tf-idf rule (paper and default: {TOP_K})")
+    p.add_argument("--idf", choices=["smooth", "paper"], default=idf,
                    help="idf: 'paper' = log(|D|/df) (eq. 7; 0 for tokens in every document, so it ranks nothing on "
                         "small vocabularies), 'smooth' = log((1+|D|)/(1+df))+1 (default)")
-    p.add_argument("--min-count", type=positive_int, default=1, help="ignore tokens seen in fewer sentences (default %(default)s)")
+    p.add_argument("--min-count", type=positive_int, default=min_count,
+                   help=f"ignore tokens seen in fewer sentences (default {MIN_COUNT})")

@@ -1,4 +1,4 @@
-"""The check the tasks that need a trained model share."""
+"""The checks the tasks share: a trained model, its languages, sequences given as one str."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +8,23 @@ from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
 
 from .. import models
+
+
+def require_sequence(value, name: str, what: str = "texts") -> None:
+    """A ``TypeError`` when ``value`` is one ``str`` where a sequence of ``what`` is expected (it would be read as its
+    characters), as :meth:`~globetrotter.encoder.Encoder.encode_text` refuses one; for language codes the message
+    shows the list a comma-separated value stands for."""
+    if isinstance(value, (str, bytes)):
+        items = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else []
+        example = f" ({items!r})" if what == "language codes" and items else ""
+        raise TypeError(f"{name}: expected a sequence of {what}, got one {type(value).__name__} ({value[:40]!r}); "
+                        f"wrap it in a list{example}")
+
+
+def require_languages(**given) -> None:
+    """:func:`require_sequence` of each language-list argument (name=value; None: not given)."""
+    for name, value in given.items():
+        require_sequence(value, name, "language codes")
 
 
 def require_trained(model, command: str) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Sequence
 
+from globetrotter.errors import UserError
+
 from ..clustering import cluster_analysis
 from ..models import language_kwargs
 from ..records import Result, dataset_info
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import read_parallel, resolve_model
 
 
@@ -29,9 +31,15 @@ def evaluate(
     ``n_groups`` parallel groups of ``split`` in all ``languages``, and how the clusters follow language or meaning
     (:func:`~..clustering.cluster_analysis`): language purity, meaning purity, the NMI of the clusters with language
     and with group, each beside its value for shuffled clusters (``chance``); three sentences of the first three
-    clusters in ``details["examples"]`` (the paper's Fig. 10)."""
+    clusters in ``details["examples"]`` (the paper's Fig. 10). ``k`` of at least the sampled sentences (each its own
+    cluster: every purity 1, as chance) is a :class:`UserError`."""
     require_trained(model, "cluster")
+    require_languages(languages=languages)
     ps = read_parallel(split, languages, n_groups, seed)
+    if k >= len(ps):
+        raise UserError(f"--k {k}: k-means needs fewer clusters than the {len(ps)} sentences sampled "
+                        f"({len(ps.group_ids)} groups x {len(ps.languages)} languages; one sentence a cluster makes "
+                        f"every purity 1, as chance): lower --k or sample more groups (--n-groups)")
     encoder, info = resolve_model(model, name, device)
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=k, seed=seed)

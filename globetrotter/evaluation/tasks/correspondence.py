@@ -10,7 +10,7 @@ from globetrotter.errors import UserError
 
 from ..models import language_kwargs
 from ..records import Result, dataset_info
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import resolve_model
 
 PARTS = ("train", "seen_test", "unseen_test")
@@ -50,6 +50,7 @@ def evaluate(
     from .. import correspondence as corr
 
     require_trained(model, "correspondence")
+    require_languages(languages=languages, seen=seen)
     if not 0 < lr < float("inf"):
         raise UserError(f"--lr {lr}: expected a learning rate > 0")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,

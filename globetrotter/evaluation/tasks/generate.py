@@ -14,7 +14,7 @@ from globetrotter.errors import UserError
 from ..models import language_kwargs
 from ..records import Result, dataset_info
 from ..sentence import parallel_set
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import resolve_model
 
 
@@ -86,6 +86,7 @@ def evaluate(
 
     decoder = decoder or gen.DecoderConfig()
     require_trained(model, "generate")
+    require_languages(sources=sources)
     if show < 0:
         raise UserError(f"--show {show}: expected a number of examples >= 0")
     if not 0 < decoder.lr < float("inf"):

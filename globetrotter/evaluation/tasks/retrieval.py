@@ -13,6 +13,7 @@ from ..models import language_kwargs
 from ..records import Result, dataset_info
 from ..retrieval import DEFAULT_KS, retrieval_per_language
 from ..tfidf import is_tfidf_spec
+from .checks import require_languages
 from .common import resolve_model
 
 
@@ -64,6 +65,7 @@ def evaluate(
     captions) and ``text_retrieval_recall@K`` (image→text, over images), with chance
     (:func:`~..retrieval.retrieval_recall`).
     """
+    require_languages(languages=languages)
     if isinstance(model, str) and is_tfidf_spec(model):
         raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
                         "text-image retrieval needs a trained run folder")

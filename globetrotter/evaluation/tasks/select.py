@@ -36,6 +36,7 @@ from ..ranking import HEADS, Ranking, ScoringContext
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, choice_reference, read_reference
 from ..val_set import BackRetrievalSet, image_features_of
+from .checks import require_languages
 from .common import resolve_model
 
 DEFAULT_MAXSIM = (0.0, 1.0, 2.0, 4.0, 8.0)
@@ -227,6 +228,7 @@ def select_ranking(
     or its JSON read by :func:`read_against`); the record then holds this choice's paired margin over that one
     (:func:`compare_choices`).
     """
+    require_languages(languages=languages)
     other = read_against(against) if isinstance(against, (str, Path)) else against
     source = "--against" + (f" {against}" if isinstance(against, (str, Path)) else "")
     encoder, info = resolve_model(model, name, device)

@@ -12,6 +12,7 @@ from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, read_reference, reference_split
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
+from .checks import require_languages
 from .common import read_parallel, resolve_model
 from .select import Choice
 
@@ -43,13 +44,17 @@ def evaluate(
     Statistics a ranking needs (CSLS radii, MaxSim idf and hubness, the TF-IDF baseline's idf) come from
     ``reference`` (a split; default: the ``train`` split beside ``split``), ``reference_size`` captions per
     language, never from the evaluated sentences (inductive). ``transductive=True`` takes them from the evaluated
-    sentences instead, and says so in the record; it excludes ``reference``. ``choice`` (an ``eval.py select``
+    sentences instead, and says so in the record; it excludes ``reference``, and a ranking that reads no statistics
+    (the cosine of a trained model) has none to take. ``choice`` (an ``eval.py select``
     record's :class:`~.select.Choice`) sets the ranking and the reference, and must have been made for these
     languages with these reference captions.
 
-    One-line errors: ``reference`` is ``split`` itself (that is the transductive form), or, with ``choice``,
-    another model (given by its spec), other languages or reference captions than the choice's.
+    One-line errors: ``reference`` is ``split`` itself (that is the transductive form), ``transductive`` with a
+    ranking that reads no statistics, or, with ``choice``, another model (given by its spec), other languages or
+    reference captions than the choice's. The record's ``reference`` and ``reference_size`` are None when no
+    reference captions were read.
     """
+    require_languages(languages=languages)
     if transductive and (reference is not None or choice is not None):
         raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes "
                         f"{'--ranking' if choice is not None else '--reference'} "
@@ -57,12 +62,16 @@ def evaluate(
     explicit_reference = reference is not None and choice is None
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
+    ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
     source = None if transductive else reference_split(split, reference)
     encoder, info = resolve_model(model, name)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
         raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "
                         f"{ranking.head} head; drop --head")
-    ps = read_parallel(split, languages, n_groups, seed)
+    if transductive and not needs_statistics(encoder, ranking):
+        raise UserError(f"--transductive takes the ranking's statistics from the evaluated sentences, but the "
+                        f"{ranking.label} ranking reads none (CSLS, MaxSim and the TF-IDF baseline's idf do): "
+                        f"drop --transductive")
     if choice is not None:
         choice.check_model(model, info)
         choice.check(languages=ps.languages)
@@ -92,7 +101,7 @@ def evaluate(
     if isinstance(encoder, PivotRidgeEncoder):
         details["ridge"] = encoder.config
     config = {"languages": list(ps.languages), "n_groups": n_groups, "ranking": ranking.to_dict(),
-              "reference": None if pool is None else pool.source, "reference_size": reference_size,
+              "reference": None if pool is None else pool.source, "reference_size": None if pool is None else reference_size,
               "transductive": transductive, "candidates": candidates, "seed": seed,
               "ranking_record": None if choice is None else choice.source,
               "oracle_choice": bool(choice is not None and choice.oracle)}

@@ -22,7 +22,7 @@ from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import translate_words as rank_words
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
-from .checks import require_known_languages, require_trained
+from .checks import require_known_languages, require_sequence, require_trained
 from .common import resolve_model
 from .select import Choice, read_choice
 
@@ -95,7 +95,9 @@ def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict,
 
 
 def require_queries(queries: Sequence[str], command: str, what: str) -> None:
-    """A one-line error when there is no query, or one is empty or only spaces (nothing to translate)."""
+    """A one-line error when there is no query, or one is empty or only spaces (nothing to translate); a
+    ``TypeError`` for one str (its characters would be the queries: :func:`~.checks.require_sequence`)."""
+    require_sequence(queries, "queries")
     blank = [i + 1 for i, q in enumerate(queries) if not q.strip()]
     if not queries or blank:
         raise UserError(f"{command}: " + (

@@ -18,7 +18,7 @@ from ..word import Method, WordSpace, word_translation
 from ..word_dictionary import (Idf, both_directions, build_dictionaries, read_dictionaries, why_empty,
                                write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
-from .checks import require_trained
+from .checks import require_languages, require_trained
 from .common import read_parallel, resolve_model
 
 Procrustes = Literal["none", "pairwise", "multi"]
@@ -59,10 +59,13 @@ def evaluate(
     own row; a lexicon's words are plain words, embedded in their most frequent form
     (:func:`~..word_keys.input_word_embeddings`). No ground-truth pair, or none with both words embedded: a
     :class:`UserError`.
+    The record's ``config`` holds None for the settings that did not apply (``top_k``, ``idf``, ``min_count`` with
+    a lexicon; ``procrustes_k``, ``procrustes_iter`` without refinement).
     Metrics per ``"<method>/<procrustes>"``: Recall@10 and P@1/5/10, with and without identical pairs
     (:func:`~..word.word_translation`); ``arrays["recall"]`` holds each one's Recall@10 language matrix.
     """
     require_trained(model, "word")
+    require_languages(languages=languages)
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
     if not dictionary and not split:
@@ -121,10 +124,12 @@ def evaluate(
         matrices[tag] = res["matrix"]
     details["ground_truth"] = {"source": source, "pairs": {f"{a}-{b}": len(p) for (a, b), p in dicts.items()},
                                "vocabulary": {lang: len(s.words) for lang, s in spaces.items()}}
+    refined = set(procrustes) != {"none"}  # the settings that applied; None: unused (no refinement, a lexicon)
     config = {"split": split and str(split), "dictionary": dictionary and str(dictionary), "languages": languages,
               "embeddings": embeddings, "methods": list(methods), "procrustes": list(procrustes),
-              "procrustes_k": procrustes_k, "procrustes_iter": procrustes_iter, "candidates": candidates,
-              "top_k": top_k, "idf": idf, "min_count": min_count, "seed": seed}
+              "procrustes_k": procrustes_k if refined else None, "procrustes_iter": procrustes_iter if refined else None,
+              "candidates": candidates, "top_k": None if dictionary else top_k, "idf": None if dictionary else idf,
+              "min_count": None if dictionary else min_count, "seed": seed}
     return Result("word", metrics, sorted(spaces), model=info, dataset=dataset_info(split) if split else None,
                   config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
 
@@ -205,6 +210,7 @@ def build_dictionary(
     removed, said on stderr); a folder with dictionary files and no earlier build's ``summary.json`` (hand-made
     ground truth) is a :class:`UserError` before any work. ``words=True`` leaves out the languages written without
     spaces (zh, ja: most captions hold no space), said on stderr; fewer than 2 languages left: a :class:`UserError`."""
+    require_languages(languages=languages)
     if _given(tokenizer) + _given(model) + bool(words) != 1:
         raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
     folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
