@@ -83,6 +83,10 @@ def decode_image(data: bytes, fmt: str) -> Image.Image | np.ndarray:
     return img.convert("RGB")
 
 
+MAX_MEMBER_NAME = 100
+"""Bytes of a tar member's name in the shards' USTAR format (a key plus its extension)."""
+
+
 class ShardWriter:
     """Write samples of one split into ``out_dir/<split>-%06d.tar`` and a manifest.
 
@@ -147,7 +151,9 @@ class ShardWriter:
         group: str | None = None,
         extra: dict | None = None,
     ) -> None:
-        """Append one sample. ``image`` is PIL, a uint8 HxWx3 array, encoded bytes, or a feature vector.
+        """Append one sample. ``image`` is PIL, a uint8 HxWx3 array, encoded bytes, or a feature vector. ``key``:
+        unique, without ``.`` or ``/``, and short enough that ``key.json`` fits a tar name (:data:`MAX_MEMBER_NAME`
+        bytes, UTF-8).
 
         ``extra`` adds fields to the sample's json (e.g. the synthetic world's ``meaning``).
         """
@@ -155,6 +161,10 @@ class ShardWriter:
             raise ValueError(f"duplicate key {key!r}")
         if "." in key or "/" in key:
             raise ValueError(f"key {key!r} must not contain '.' or '/'")
+        longest = max(len(f"{key}.{ext}".encode("utf-8")) for ext in (self.image_format, "json"))
+        if longest > MAX_MEMBER_NAME:  # checked before either file is added: never half a sample in the shard
+            raise ValueError(f"key {key[:40]!r}... is too long: with its extension a shard member name takes {longest} "
+                             f"bytes, and a tar (USTAR) name holds at most {MAX_MEMBER_NAME}; shorten the key")
         if self._tar is None or self._in_shard >= self.maxcount:
             self._next_shard()
         if self._image_shape is None:
@@ -164,6 +174,9 @@ class ShardWriter:
                 self._image_shape = [image.height, image.width]
             elif isinstance(image, np.ndarray):
                 self._image_shape = list(image.shape[:2])
+            else:  # encoded bytes: the size from the header, nothing decoded
+                with Image.open(io.BytesIO(image)) as picture:
+                    self._image_shape = [picture.height, picture.width]
         meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group, **(extra or {})}
         self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
         self._add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))

@@ -21,7 +21,7 @@ from data_prep.converters import (
 from data_prep.converters.images import ImageError
 from data_prep.converters.splits import ImageInfo
 from data_prep.errors import UserError
-from data_prep.shards import check_split_rule, iter_raw, read_captions, read_manifest
+from data_prep.shards import check_split_rule, iter_raw, iter_samples, read_captions, read_manifest
 
 # ------------------------------------------------------------------------------------------
 # fixture builders
@@ -400,6 +400,24 @@ def test_folder_tsv_and_jsonl(tmp_path):
     assert summary["skipped"] == {"duplicate_key": 1, "malformed_line": 4}
     assert summary["written"] == {"test": {"de": 1, "en": 1}, "train": {"de": 2, "en": 1}}
     assert read_manifest(out / "train")["languages"] == {"de": 2, "en": 1}
+
+
+def test_folder_images_with_long_file_names_are_converted(tmp_path):
+    """Image ids are file stems: a stem of 88+ characters made keys too long for a tar name, and each caption was
+    skipped as a "duplicate_key" (exit 0); ids now keep their start and end in a hash of the whole stem."""
+    photos = tmp_path / "photos"
+    names = [f"{'a very long photo name ' * 5}{i}.jpg" for i in range(2)]  # 116 characters, alike but for the end
+    for name in names:
+        make_jpeg(photos / name)
+    tsv = write_lines(tmp_path / "caps.tsv", [f"{name}\t{lang}\tcaption {i}" for i, name in enumerate(names)
+                                              for lang in ("en", "de")])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--all-to", "train", "--workers", "1", "--out", out,
+                "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["written_total"] == 4 and summary["skipped_total"] == 0
+    ids = {s.image_id for s in iter_samples(out / "train")}
+    assert len(ids) == 2 and all(len(i) == 64 for i in ids)
 
 
 def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):

@@ -70,6 +70,26 @@ def test_duplicate_key_is_refused(tmp_path):
             w.write("k", image(1), "y", "en", "i1")
 
 
+def test_a_key_too_long_for_a_tar_name_is_refused_before_anything_is_written(tmp_path):
+    """A 96-character key: its .png fitted the 100 bytes of a USTAR name and its .json did not, so the picture was
+    in the shard, the manifest counted no sample for it, and every later read said "incomplete sample"."""
+    with ShardWriter(tmp_path / "k", split="train", source="t") as w:
+        with pytest.raises(ValueError, match=r"too long: with its extension a shard member name takes 101 bytes, and "
+                                             r"a tar \(USTAR\) name holds at most 100"):
+            w.write("k" * 96, image(0), "x", "en", "i0")
+        w.write("é" * 45, image(1), "y", "en", "i1")  # 90 UTF-8 bytes + ".json": fits
+    assert [s.key for s in iter_samples(tmp_path / "k")] == ["é" * 45]
+
+
+def test_encoded_bytes_record_their_image_size(tmp_path):
+    """The synthetic world writes encoded bytes: its manifests said image_size null."""
+    buf = io.BytesIO()
+    image(0, size=24).save(buf, format="PNG")
+    with ShardWriter(tmp_path / "b", split="train", source="t") as w:
+        w.write("k0", buf.getvalue(), "x", "en", "i0")
+    assert read_manifest(tmp_path / "b")["image_size"] == [24, 24]
+
+
 def test_split_rule(tmp_path):
     write_split(tmp_path / "ok", ROWS)
     check_split_rule(tmp_path / "ok")

@@ -22,6 +22,7 @@ supervised baseline; these images are *also* in ``train``, in one language), and
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import re
 import shutil
@@ -180,9 +181,18 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
     return images
 
 
+MAX_ID = 64
+"""Characters of an image id: its samples' keys (``<id>-<lang>-<n>.json``) fit a tar name
+(:data:`data_prep.shards.MAX_MEMBER_NAME`)."""
+
+
 def safe_id(stem: str) -> str:
-    """The image id a file stem gets (characters outside ``[0-9A-Za-z_-]`` become ``_``)."""
-    return _KEY_UNSAFE.sub("_", stem).strip("_") or "image"
+    """The image id a file stem gets (characters outside ``[0-9A-Za-z_-]`` become ``_``); a longer one than
+    :data:`MAX_ID` keeps its start and ends in a hash of the whole stem (so two long names stay two ids)."""
+    image_id = _KEY_UNSAFE.sub("_", stem).strip("_") or "image"
+    if len(image_id) <= MAX_ID:
+        return image_id
+    return f"{image_id[:MAX_ID - 11]}-{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:10]}"
 
 
 def _assign_image_ids(images: Iterable[_Image]) -> None:
