@@ -41,7 +41,8 @@ class Encoder:
 
     ``head="text"`` is the text–text head (translation); ``head="cross"`` is the
     cross-modal text head (text→image). A model without the asked head (the text-only
-    baseline has none) falls back to its sentence-token output.
+    baseline has none) gives the head's pooled backbone output (``model.text_pooling_t`` /
+    ``text_pooling_x``: the sentence token or the mean of the tokens), L2-normalised.
 
     The Sigurdsson baseline (``model.text_encoder=sigurdsson``, :attr:`needs_language`) has a
     word table per language: its text methods need the texts' languages (``langs``, one code,

@@ -26,7 +26,8 @@ normalises it): each pair pulls in proportion to its α, and the loss does not g
 the number of positive pairs.
 
 In both variants the diagonal is 0 (a caption is never its own positive) and α is
-symmetric.
+symmetric (the paper variant up to float32 rounding, about 1e-7: its products are taken in
+another order for α_ij and α_ji).
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def transitive_alpha(
             get α = 0 and take no part in the ``official`` variant's batch statistics (its min–max
             and maximum). Adaptation to a new language leaves out the pairs of two frozen old captions.
 
-    Inputs are L2-normalised here. Returns a float32 symmetric matrix in [0, 1] with a
+    Inputs are L2-normalised here. Returns a float32 symmetric matrix (to float32 rounding) in [0, 1] with a
     zero diagonal, on the inputs' device; pass the global batch.
     """
     _check_variant(variant)
