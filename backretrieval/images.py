@@ -37,6 +37,7 @@ import hashlib
 import io
 import json
 import os
+import warnings
 from importlib import util as importlib_util
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence, Union
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 import numpy as np
 from PIL import Image
 
-from .errors import BackRetrievalError, naming_flags, option
+from .errors import BackRetrievalError, BackRetrievalWarning, naming_flags, option
 from .files import read_cache_entry
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
@@ -358,14 +359,25 @@ class ImageFeatureExtractor:
             return cached
         feats = self._compute(images)
         if path is not None:
+            self._write_cache(path, feats)
+        return feats
+
+    def _write_cache(self, path: Path, feats: np.ndarray) -> None:
+        """Keep ``feats`` at ``path`` for the next run; a cache folder that cannot be written (a read-only dataset
+        beside which the caller caches) costs the cache, not the features: one warning."""
+        tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
             np.save(tmp, feats)
             os.replace(tmp, path)
             path.with_suffix(".json").write_text(
-                json.dumps({"model": self.model_name, "weights": self._weights_tag, "n": len(images),
+                json.dumps({"model": self.model_name, "weights": self._weights_tag, "n": len(feats),
                             "dim": int(feats.shape[1])}, indent=2), encoding="utf-8")
-        return feats
+        except OSError as err:
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            warnings.warn(f"{path.parent}: the image features were not cached ({err.strerror or err}); they are "
+                          f"computed again next time", BackRetrievalWarning, stacklevel=3)
 
 
 class ThumbnailFeatures:

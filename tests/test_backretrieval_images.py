@@ -157,6 +157,19 @@ def test_extraction_is_batched_and_cached_by_model_weights_and_images(tmp_path, 
     assert other_weights.cache_path(["img0"]) != ext.cache_path(["img0"])
 
 
+def test_a_cache_folder_that_cannot_be_written_costs_the_cache_not_the_features(tmp_path):
+    """eval.py select caches g's features beside the val split: a dataset that cannot be written into (read-only, a
+    file in the way) was a traceback after the features were computed."""
+    from backretrieval import BackRetrievalWarning
+
+    (tmp_path / "afile").write_text("x")
+    images = [_jpeg(_picture(i)) for i in range(2)]
+    ext = ImageFeatureExtractor(TINY, "random", cache_dir=tmp_path / "afile" / "cache", progress=False)
+    with pytest.warns(BackRetrievalWarning, match=r"afile/cache: the image features were not cached \("):
+        feats = ext.extract(images, ids=["a", "b"])
+    np.testing.assert_array_equal(feats, ImageFeatureExtractor(TINY, "random", progress=False).extract(images))
+
+
 def test_bad_weight_files_and_missing_images_are_user_errors(tmp_path):
     (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
     (tmp_path / "bad.safetensors").write_bytes(b"not a checkpoint")
