@@ -111,3 +111,18 @@ def test_a_record_that_does_not_fit_is_named_by_its_file(cmp, tmp_path, capsys):
         assert cmp.run_cli(cmp.main, [*good, "--against", good[0], bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --against {bad}: ") and expected in err, err
+
+
+def test_a_runner_up_that_is_the_simplest_ranking_is_said_once():
+    """'over cosine +0.0144 [...]; over cosine +0.0144 [...]': the two margins were one."""
+    from globetrotter.evaluation.tasks.select import uncertainty_line
+
+    margin = {"diff": 0.0144, "lo": 0.002, "hi": 0.027}
+    details = {"uncertainty": {"mean": {"value": 0.12, "lo": 0.10, "hi": 0.14}, "over_simplest": margin,
+                               "over_runner_up": {"candidate": 0, **margin}},
+               "candidates": [{"label": "cosine"}, {"label": "maxsim 2"}]}
+    line = uncertainty_line(details)
+    assert line.count("over cosine") == 1
+    assert line.endswith("over cosine +0.0144 [+0.0020, +0.0270] (also the runner-up)")
+    details["uncertainty"]["over_runner_up"]["candidate"] = 1
+    assert "; over maxsim 2 +0.0144" in uncertainty_line(details)

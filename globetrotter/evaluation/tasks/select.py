@@ -309,6 +309,9 @@ def uncertainty_line(details: dict) -> str:
     for key, index in (("over_simplest", 0), ("over_runner_up", None)):
         if key in margins:
             d = margins[key]
+            if index is None and d["candidate"] == 0 and "over_simplest" in margins:
+                parts[-1] += " (also the runner-up)"  # one margin, said once
+                continue
             label = rows[d["candidate"] if index is None else index]["label"]
             parts.append(f"over {label} {d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]")
     line = "95% intervals over the val queries (bootstrap): " + "; ".join(parts)
