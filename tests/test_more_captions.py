@@ -294,3 +294,23 @@ def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
         assert train["after"][lang] >= 4 * train["before"][lang]
     check_split_rule(out / "train", "train")
     assert read_manifest(out / "test")["checksum"] == read_manifest(data / "test")["checksum"]
+
+
+def test_an_image_converted_before_long_ids_were_shortened_still_gets_its_captions(tmp_path, monkeypatch):
+    """Image ids keep 64 characters now; a dataset converted before holds the whole sanitised stem of a long name."""
+    import data_prep.converters.pipeline as pipeline
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    name = "a holiday photo " * 5 + ".jpg"  # a stem of 80 characters, spaces among them
+    Image.new("RGB", (24, 16), "red").save(photos / name)
+    data, out = tmp_path / "data", tmp_path / "more"
+    monkeypatch.setattr(pipeline, "MAX_ID", 1000)  # the ids of before
+    table = write_lines(tmp_path / "caps.tsv", [f"{name}\ten\ta red photo"])
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--quiet"]) == 0
+    monkeypatch.undo()
+    (old_id,) = by_image(data / "train")
+    assert len(old_id) > 64
+    more = write_lines(tmp_path / "more.tsv", [f"{name}\ten\tanother red photo"])
+    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--quiet"]) == 0
+    assert [m["caption"] for m in by_image(out / "train")[old_id]] == ["a red photo", "another red photo"]

@@ -15,7 +15,7 @@ from data_prep.shards import MANIFEST, SPLITS, read_captions, read_manifest
 
 from ..common import Record
 from ..images import _stem, flickr_photo_id
-from ..pipeline import checked_records, safe_id
+from ..pipeline import _KEY_UNSAFE, checked_records, safe_id
 from ..report import ConversionReport
 
 _WORD = re.compile(r"\w+")
@@ -112,7 +112,9 @@ class Matcher:
         """The image id the caption's image names, :data:`AMBIGUOUS`, or ``None`` (no image of the dataset)."""
         stems = [_stem(os.path.basename(c)) for c in candidates if c]
         for stem in stems:
-            for image_id in (stem, safe_id(stem)):
+            # the id a conversion gives the stem; also the whole sanitised stem, as ids of over 64 characters were
+            # before they were shortened
+            for image_id in (stem, safe_id(stem), _KEY_UNSAFE.sub("_", stem).strip("_")):
                 if image_id in self.split_of:
                     return AMBIGUOUS if image_id in self.ambiguous else image_id
         for stem in stems:
