@@ -649,6 +649,15 @@ def test_cluster_command_full_vs_text_only(world, fake, tmp_path):
     assert text["language_purity"] == 1.0 and text["meaning_purity"] < 0.5
 
 
+def test_cluster_says_when_the_split_has_fewer_groups_than_asked(world, fake, tmp_path, capsys):
+    """As sentence does: --n-groups 5000 clustered every group of the split with no word of it."""
+    out = tmp_path / "out"
+    assert run(["cluster", "--model", "full", "--name", "full", "--split", str(world / "test"), "--k", "3",
+                "--n-groups", "5000", "--out", str(out)]) == 0
+    groups = record(out, "cluster")["details"]["n_groups"]
+    assert f"note: --n-groups 5000, but {world / 'test'} has {groups} groups in every one of" in capsys.readouterr().out
+
+
 def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["translate", "--model", "full", "a red circle", "a blue ring", "--to", "de",

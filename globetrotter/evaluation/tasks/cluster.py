@@ -44,7 +44,7 @@ def evaluate(
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=k, seed=seed)
     metrics = {key: res[key] for key in ("language_purity", "meaning_purity", "nmi_language", "nmi_meaning", "chance")}
-    details = {"k": res["k"], "n_sentences": len(ps), "cluster_sizes": res["cluster_sizes"], "examples": res["examples"]}
+    details = {"k": res["k"], "n_sentences": len(ps), "n_groups": len(ps.group_ids), "cluster_sizes": res["cluster_sizes"], "examples": res["examples"]}
     config = {"languages": list(ps.languages), "n_groups": n_groups, "k": k, "head": head, "seed": seed}
     return Result("cluster", metrics, list(ps.languages), model=info, dataset=dataset_info(split), config=config,
                   details=details)
