@@ -277,3 +277,9 @@ def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
     with pytest.raises(TypeError, match="^sources: " + expected):
         evaluate_generation(FakeEncoder(), world / "test", world / "train", sources="en,de")
     assert not (tmp_path / "d").exists()
+    # the other lists of names: 'text' was the heads 't', 'e', 'x'; 'nn' the methods 'n', 'n'
+    with pytest.raises(TypeError, match=r"^heads: expected a sequence of head names, got one str \('text'\)"):
+        select_ranking(FakeEncoder(), val=world / "train", heads="text")
+    for name, given in (("methods", {"methods": "nn"}), ("procrustes", {"procrustes": "pairwise"})):
+        with pytest.raises(TypeError, match=rf"^{name}: expected a sequence of"):
+            evaluate_word_translation(FakeEncoder(), split=world / "test", **given)

@@ -36,7 +36,7 @@ from ..ranking import HEADS, Ranking, ScoringContext
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, choice_reference, read_reference
 from ..val_set import BackRetrievalSet, image_features_of
-from .checks import require_languages
+from .checks import require_languages, require_sequence
 from .common import resolve_model
 
 DEFAULT_MAXSIM = (0.0, 1.0, 2.0, 4.0, 8.0)
@@ -229,6 +229,7 @@ def select_ranking(
     (:func:`compare_choices`).
     """
     require_languages(languages=languages)
+    require_sequence(heads, "heads", "head names")
     other = read_against(against) if isinstance(against, (str, Path)) else against
     source = "--against" + (f" {against}" if isinstance(against, (str, Path)) else "")
     encoder, info = resolve_model(model, name, device)

@@ -18,7 +18,7 @@ from ..word import Method, WordSpace, word_translation
 from ..word_dictionary import (Idf, both_directions, build_dictionaries, read_dictionaries, why_empty,
                                write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
-from .checks import require_languages, require_trained
+from .checks import require_languages, require_sequence, require_trained
 from .common import read_parallel, resolve_model
 
 Procrustes = Literal["none", "pairwise", "multi"]
@@ -66,6 +66,8 @@ def evaluate(
     """
     require_trained(model, "word")
     require_languages(languages=languages)
+    require_sequence(methods, "methods", "method names")
+    require_sequence(procrustes, "procrustes", "refinement names")
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
     if not dictionary and not split:
