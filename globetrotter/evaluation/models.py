@@ -4,6 +4,7 @@ run — ``tfidf`` (character n-gram TF-IDF, :mod:`.tfidf`) and ``ridge:TRAIN_SPL
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -92,11 +93,20 @@ def checkpoint_of(encoder) -> str | None:
 
 def weights_sha256(checkpoint: str | None) -> str | None:
     """The sha256 of a checkpoint folder's weights file (what a record was made with: a run may save another
-    ``best/`` under the same path later); ``None`` for a baseline or a folder without one."""
+    ``best/`` under the same path later); ``None`` for a baseline or a folder without one. Read once per file
+    version: a command asks before loading the model and again for its record."""
+    weights = Path(checkpoint) / "model.safetensors" if checkpoint else None
+    if weights is None or not weights.is_file():
+        return None
+    stat = weights.stat()
+    return _file_sha256(str(weights.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
     from ..tokenizer import file_sha256
 
-    weights = Path(checkpoint) / "model.safetensors" if checkpoint else None
-    return file_sha256(weights) if weights is not None and weights.is_file() else None
+    return file_sha256(Path(path))
 
 
 def require_trained(spec: str | None, command: str) -> None:
