@@ -128,6 +128,10 @@ def word_translation_scores(
     return result
 
 
+PROCRUSTES_K, PROCRUSTES_ITER = 5, 10
+"""Procrustes refinement's defaults: mutual nearest neighbours for anchors (the paper's 5), rounds."""
+
+
 def word_translation(
     spaces: Mapping[str, WordSpace],
     dictionaries: Mapping[tuple[str, str], Sequence[tuple[str, str]]],
@@ -136,8 +140,8 @@ def word_translation(
     ks: Sequence[int] = (1, 5, 10),
     recall_k: int = 10,
     csls_k: int = 10,
-    procrustes_k: int = 5,
-    procrustes_iter: int = 10,
+    procrustes_k: int = PROCRUSTES_K,
+    procrustes_iter: int = PROCRUSTES_ITER,
 ) -> dict:
     """Word translation over every ordered language pair that has a dictionary.
 

@@ -70,12 +70,16 @@ def row_topk(mat: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
     return rows[keep], mat.indices[keep]
 
 
+TOP_K, IDF, MIN_COUNT = 5, "smooth", 1
+"""The tf-idf rule's defaults: mutual top-k (the paper's 5), idf, the fewest sentences a token is seen in."""
+
+
 def tfidf_dictionary(
     src_sents: Sequence[Sequence[str]],
     tgt_sents: Sequence[Sequence[str]],
-    top_k: int = 5,
-    idf: Idf = "smooth",
-    min_count: int = 1,
+    top_k: int = TOP_K,
+    idf: Idf = IDF,
+    min_count: int = MIN_COUNT,
 ) -> list[tuple[str, str, float]]:
     """Ground-truth token translations from aligned tokenised sentences (appendix B.2).
 
@@ -108,9 +112,9 @@ def tfidf_dictionary(
 
 def build_dictionaries(
     tokenized: Mapping[str, Sequence[Sequence[str]]],
-    top_k: int = 5,
-    idf: Idf = "smooth",
-    min_count: int = 1,
+    top_k: int = TOP_K,
+    idf: Idf = IDF,
+    min_count: int = MIN_COUNT,
 ) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
     """:func:`tfidf_dictionary` for every language pair, both directions.
 

@@ -9,6 +9,8 @@ from globetrotter.errors import UserError
 
 from .. import plots
 from ..tasks import word as word_task
+from ..word import PROCRUSTES_ITER, PROCRUSTES_K
+from ..word_dictionary import IDF, MIN_COUNT, TOP_K
 from . import common
 
 _WORD_HELP = (
@@ -35,11 +37,6 @@ _BUILD_HELP = (
     "An earlier build's --dictionary-out has its dictionary files replaced; a folder of dictionary files no "
     "build-dictionary wrote is refused."
 )
-
-
-TOP_K, IDF, MIN_COUNT = 5, "smooth", 1
-"""The tf-idf rule's defaults (``word`` leaves its flags None, so that a value given with ``--dictionary`` is told)."""
-PROCRUSTES_K, PROCRUSTES_ITER = 5, 10
 
 
 def _refuse_unused(args: argparse.Namespace, names: tuple[str, ...], what: str, remedy: str) -> None:

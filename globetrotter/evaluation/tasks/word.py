@@ -14,9 +14,9 @@ from tqdm import tqdm
 from globetrotter.errors import UserError
 
 from ..records import Result, dataset_info, matrix_dict
-from ..word import Method, WordSpace, word_translation
-from ..word_dictionary import (Idf, both_directions, build_dictionaries, read_dictionaries, why_empty,
-                               write_dictionary)
+from ..word import PROCRUSTES_ITER, PROCRUSTES_K, Method, WordSpace, word_translation
+from ..word_dictionary import (IDF, MIN_COUNT, TOP_K, Idf, both_directions, build_dictionaries, read_dictionaries,
+                               why_empty, write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
 from .checks import require_languages, require_sequence, require_trained
 from .common import read_parallel, resolve_model
@@ -39,12 +39,12 @@ def evaluate(
     embeddings: Embeddings = "input",
     methods: Sequence[Method] = ("nn", "csls"),
     procrustes: Sequence[Procrustes] = ("none",),
-    procrustes_k: int = 5,
-    procrustes_iter: int = 10,
+    procrustes_k: int = PROCRUSTES_K,
+    procrustes_iter: int = PROCRUSTES_ITER,
     candidates: Literal["dictionary", "split"] = "dictionary",
-    top_k: int = 5,
-    idf: Idf = "smooth",
-    min_count: int = 1,
+    top_k: int = TOP_K,
+    idf: Idf = IDF,
+    min_count: int = MIN_COUNT,
     seed: int = 0,
     name: str | None = None,
     device: str = "cpu",
@@ -191,9 +191,9 @@ def build_dictionary(
     words: bool = False,
     languages: Sequence[str] | None = None,
     n_groups: int | None = None,
-    top_k: int = 5,
-    idf: Idf = "smooth",
-    min_count: int = 1,
+    top_k: int = TOP_K,
+    idf: Idf = IDF,
+    min_count: int = MIN_COUNT,
     seed: int = 0,
 ) -> Dictionaries:
     """The tf-idf word-translation ground truth of the parallel ``split`` (paper B.2; its authors never released
