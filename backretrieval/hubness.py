@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from .errors import BackRetrievalError
-from .ranking import VectorScorer, as_float32, l2_normalize
+from .ranking import VectorScorer, as_float32, l2_normalize, progress_bar
 
 DEFAULT_CSLS_K = 10  # Conneau et al. 2018 use k = 10
 RETRIEVALS = ("cosine", "csls")
@@ -111,6 +111,7 @@ def neighbourhood_radii(
     extra: Callable[[np.ndarray], np.ndarray] | None = None,
     exclude: np.ndarray | None = None,
     chunk: int = 1024,
+    progress: bool = False,
 ) -> np.ndarray:
     """CSLS's neighbourhood radius (Conneau et al., ICLR 2018, eq. 6): ``r(x)``, the mean of row ``x``'s ``k``
     highest similarities to the ``pool`` rows, exact.
@@ -121,7 +122,8 @@ def neighbourhood_radii(
     without it ``[N]`` over the whole pool. ``exclude`` ``(N,)`` names the pool row that is query ``i`` itself
     (``-1``: none), never its own neighbour. Every group needs more than ``k`` rows beyond an excluded one
     (:class:`ValueError` otherwise). Queries are scored in blocks of at most :data:`MAX_BLOCK` similarities: no
-    ``N x P`` matrix is held.
+    ``N x P`` matrix is held. ``progress``: a bar over the query blocks when the work is big
+    (:func:`~backretrieval.ranking.progress_bar`).
     """
     queries, pool = _unit_rows(queries), _unit_rows(pool)
     if queries.shape[1] != pool.shape[1]:
@@ -139,26 +141,34 @@ def neighbourhood_radii(
     pool_t = pool.T.tocsr() if sp.issparse(pool) else pool.T
     out = np.empty((n, len(columns)), dtype=np.float32)
     step = max(1, min(chunk, MAX_BLOCK // max(n_pool, 1)))
-    for start in range(0, n, step):
-        rows = np.arange(start, min(start + step, n))
-        sims = queries[rows] @ pool_t
-        sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims, dtype=np.float32)
-        if extra is not None:
-            sims += extra(rows)
-        if own:
-            mine = np.asarray(exclude)[rows]
-            keep = mine >= 0
-            sims[np.flatnonzero(keep), mine[keep]] = -np.inf
-        for g, cols in enumerate(columns):
-            block = sims if len(columns) == 1 else sims[:, cols]
-            out[rows, g] = np.partition(block, block.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+    with progress_bar(n, "CSLS radii", progress, n * n_pool) as bar:
+        for start in range(0, n, step):
+            _radii_block(queries, pool_t, np.arange(start, min(start + step, n)), columns, k, extra, exclude if own
+                         else None, out)
+            bar.update(min(step, n - start))
     return out[:, 0] if pool_groups is None else out
 
 
-def csls_penalty(targets: np.ndarray, sources: np.ndarray, k: int = DEFAULT_CSLS_K) -> np.ndarray:
+def _radii_block(queries, pool_t, rows: np.ndarray, columns: list[np.ndarray], k: int,
+                 extra: Callable[[np.ndarray], np.ndarray] | None, exclude: np.ndarray | None, out: np.ndarray) -> None:
+    """:func:`neighbourhood_radii` of the query ``rows`` into ``out[rows]``."""
+    sims = queries[rows] @ pool_t
+    sims = sims.toarray() if sp.issparse(sims) else np.asarray(sims, dtype=np.float32)
+    if extra is not None:
+        sims += extra(rows)
+    if exclude is not None:
+        mine = np.asarray(exclude)[rows]
+        keep = mine >= 0
+        sims[np.flatnonzero(keep), mine[keep]] = -np.inf
+    for g, cols in enumerate(columns):
+        block = sims if len(columns) == 1 else sims[:, cols]
+        out[rows, g] = np.partition(block, block.shape[1] - k, axis=1)[:, -k:].mean(axis=1)
+
+
+def csls_penalty(targets: np.ndarray, sources: np.ndarray, k: int = DEFAULT_CSLS_K, progress: bool = False) -> np.ndarray:
     """``r_S(y)``: each target row's :func:`neighbourhood_radii` among the source rows, ``(Nt,)`` float32 (``k`` is
-    capped at the number of sources)."""
-    return neighbourhood_radii(targets, sources, max(1, min(int(k), len(sources))))
+    capped at the number of sources). ``progress``: a bar when the work is big."""
+    return neighbourhood_radii(targets, sources, max(1, min(int(k), len(sources))), progress=progress)
 
 
 def augment_for_csls(queries: np.ndarray, targets: np.ndarray, penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

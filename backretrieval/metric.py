@@ -373,7 +373,7 @@ def xlr_recall(
         gt = np.arange(n_src)
     gt = target_indices("gt", gt, n_src, n_tgt)
     enough_for_k("xlr_recall", n_tgt, ks, "target texts", warn=True)
-    scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx)
+    scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx, progress=progress)
     counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes, progress, "XLR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("xlr", ks, hits)

@@ -29,16 +29,17 @@ def text_scorer(
     csls_k: int = DEFAULT_CSLS_K,
     approx: ApproxConfig | None = None,
     query_index: ANNIndex | None = None,
+    progress: bool = False,
 ) -> Scorer:
     """Scorer of queries (rows) against targets (columns) under ``retrieval``.
 
     For CSLS the targets' penalty ``r_S`` (mean cosine to their ``csls_k`` nearest queries)
-    is computed exactly, or from an index over the queries in approximate mode.
+    is computed exactly (``progress``: a bar when that is big), or from an index over the queries in approximate mode.
     """
     if retrieval == "cosine":
         return VectorScorer(queries, targets)
     if approx is None or approx.index == "exact":
-        penalty = csls_penalty(targets, queries, csls_k)
+        penalty = csls_penalty(targets, queries, csls_k, progress)
     else:
         index = query_index or ANNIndex(queries, approx)
         penalty = approx_top_mean(targets, index, VectorScorer(targets, queries), csls_k, approx.candidates)
@@ -62,7 +63,7 @@ def retrieve(
     if approx is None or approx.index == "exact":
         if retrieval == "cosine":
             return nearest_neighbor(asking, targets, progress=progress)
-        scorer = text_scorer(queries, targets, retrieval, csls_k)
+        scorer = text_scorer(queries, targets, retrieval, csls_k, progress=progress)
         q, t = augment_for_csls(asking, targets, scorer.half_penalty * 2)
         return nearest_neighbor(q, t, normalize=False, progress=progress)
     target_index = ANNIndex(targets, approx)

@@ -399,7 +399,8 @@ def test_big_scoring_shows_progress_bars_and_small_work_or_no_progress_stays_qui
     index = ["--image-index", str(tmp_path / "i.npz")]
     runs = [(score_files, ("nearest", "BkR ranks", "XLR ranks")), (compare_files, ("nearest", "BkR ranks")),
             ([*score_files, *index], ("image lists",)), ([*score_files, "--approximate"], ("nearest", "image lists")),
-            (eval_run, ("pairs", "nearest", "BkR ranks", "XLR ranks"))]
+            (eval_run, ("pairs", "nearest", "BkR ranks", "XLR ranks")),
+            ([*score_files, "--retrieval", "csls"], ("CSLS radii", "nearest", "BkR ranks", "XLR ranks"))]
     for argv, _ in runs:  # small work: no bar
         (tmp_path / "i.npz").unlink(missing_ok=True)
         assert main(argv) == 0
