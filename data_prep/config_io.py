@@ -98,7 +98,8 @@ def _convert(value: Any, tp: Any, key: str, where: str) -> Any:
             return value
     elif isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise UserError(f"{where}: key '{key}' expected {_type_name(tp)}, got {value!r}")
+    read_as = " (YAML reads yes/no/on/off/true/false as a boolean)" if isinstance(value, bool) else ""
+    raise UserError(f"{where}: key '{key}' expected {_type_name(tp)}, got {value!r}{read_as}")
 
 
 def key_of(f: dataclasses.Field) -> str:
@@ -127,7 +128,8 @@ def from_dict(cls: type[T], data: dict, where: str = "<config>", prefix: str = "
         try:
             validate()
         except ValueError as err:
-            raise UserError(f"{where}: {prefix + ': ' if prefix else ''}{err}") from None
+            named = not prefix or str(err).startswith(f"{prefix}.")  # the message names its key already
+            raise UserError(f"{where}: {'' if named else prefix + ': '}{err}") from None
     return obj
 
 
@@ -170,12 +172,13 @@ def parse_overrides(overrides: Sequence[str]) -> dict:
     return tree
 
 
-def merge(base: dict, extra: dict) -> dict:
-    """Recursive dict merge: values in ``extra`` win; nested mappings are merged."""
+def merge(base: dict, extra: dict, _depth: int = 0) -> dict:
+    """Recursive dict merge: values in ``extra`` win; nested mappings are merged, except that an empty mapping
+    below the sections clears the key (``model.image_backbone_args={}``: merged, it changed nothing)."""
     out = dict(base)
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and (value or _depth == 0):
+            out[key] = merge(out[key], value, _depth + 1)
         else:
             out[key] = value
     return out
@@ -205,9 +208,12 @@ def read_yaml(path: str | Path) -> dict:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
+        mark, opened = getattr(err, "problem_mark", None), getattr(err, "context_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        if context and opened is not None and mark is not None and opened.line != mark.line:  # an unclosed [ or {
+            problem += f"; {context} opened on line {opened.line + 1}"
         raise UserError(f"{path}:{line}: malformed YAML ({problem})") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
@@ -251,6 +257,8 @@ def _read_with_bases(path: Path, seen: tuple) -> dict:
         return data
     if not isinstance(base, str):
         raise UserError(f"{path}: key '_base_' expected a file name, got {base!r}")
+    if not (path.parent / base).is_file():
+        raise UserError(f"{path}: _base_ {base!r}: config file {path.parent / base} not found")
     return merge(_read_with_bases(path.parent / base, seen + (path.resolve(),)), data)
 
 

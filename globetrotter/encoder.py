@@ -281,7 +281,7 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     device = _check_device(device)
     ckpt = resolve(path, prefer_best=prefer_best)
     if prefer_best and ckpt.name != "best" and ckpt != Path(path) and Path(path).name != LATEST:  # a run folder
-        print(f"{path}: no best checkpoint (its validation chose none); loading the latest, {ckpt.name}",
+        print(f"{path}: no best checkpoint (no validation chose one); loading the latest, {ckpt.name}",
               file=sys.stderr)
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")

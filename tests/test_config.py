@@ -189,3 +189,33 @@ def test_cli_reports_config_errors_in_one_line_with_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "model.layerz" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_empty_mapping_clears_a_mapping_key_and_an_empty_section_changes_nothing(tmp_path):
+    """``model.image_backbone_args={}`` merged into the quickstart's half-width args and changed nothing: the run
+    trained the half-width ResNet, and the packaged EfficientNet was refused for args the user had emptied."""
+    quickstart = REPO / "configs" / "quickstart.yaml"
+    assert load_train_config(quickstart).model.image_backbone_args  # the half-width ResNet's args
+    assert load_train_config(quickstart, ["model.image_backbone_args={}"]).model.image_backbone_args == {}
+    child = write(tmp_path, f"_base_: {quickstart}\nmodel:\n  image_backbone_args: {{}}\n")
+    assert load_train_config(child).model.image_backbone_args == {}
+    narrower = load_train_config(quickstart, ["model.image_backbone_args={stem_width: 16}"]).model
+    assert narrower.image_backbone_args["stem_width"] == 16 and "channels" in narrower.image_backbone_args  # merged
+    empty_section = write(tmp_path, f"_base_: {quickstart}\nmodel: {{}}\n", "section.yaml")
+    assert load_train_config(empty_section) == load_train_config(quickstart)
+
+
+def test_config_errors_name_the_right_line_file_and_value_once(tmp_path):
+    unclosed = write(tmp_path, "steps: 5\nmodel:\n  d_model: [1, 2\nloss:\n  text: 1\n")
+    with pytest.raises(UserError, match=r"line 4: malformed YAML \(expected ',' or ']', but got ':'; while parsing a "
+                                        r"flow sequence opened on line 3\)"):
+        load_train_config(unclosed)
+    orphan = write(tmp_path, "_base_: nothere.yaml\nsteps: 5\n", "orphan.yaml")
+    with pytest.raises(UserError, match=rf"^{orphan}: _base_ 'nothere.yaml': config file {tmp_path}/nothere.yaml "
+                                        r"not found$"):
+        load_train_config(orphan)
+    with pytest.raises(UserError, match=r"overrides: optim.lr must be > 0, got -1.0$"):  # not "optim: optim.lr ..."
+        load_train_config(None, ["optim.lr=-1"])
+    with pytest.raises(UserError, match=r"'loss.text' expected float, got True \(YAML reads yes/no/on/off/true/false "
+                                        r"as a boolean\)"):
+        load_train_config(None, ["loss.text=yes"])

@@ -107,3 +107,15 @@ def test_real_validation_stores_the_best_hits_and_never_reads_test_unasked(tiny_
     assert result["best"]["step"] == step
     assert hits.ndim == 1 and len(hits) > 0 and set(np.unique(hits)) <= {0.0, 1.0}
     assert hits.mean() == pytest.approx(result["best"]["value"], abs=0.25)  # pooled queries vs mean over pairs
+
+
+def test_the_summary_dates_the_test_figure_beside_a_best_checkpoint_of_another_step(capsys):
+    """The end-of-run summary printed the last validation's test figure next to "best checkpoint: step 5" as if it
+    were the best's: it says whose figure it is now, as the val lines do."""
+    from globetrotter.training.report import print_summary
+
+    print_summary({"run_dir": "r", "metrics": {"test/sentence_translation": 0.067, "test/sentence_translation_chance":
+                   0.05, "val/bkr@10": 0.15}, "best": {"step": 5, "metric": "val/bkr@10", "value": 0.1681}})
+    out = capsys.readouterr().out
+    assert "sentence translation (test, retrieval) at the last step: 6.7%" in out
+    assert "val/bkr@10 at the last step: 0.1500" in out and "best checkpoint: step 5" in out

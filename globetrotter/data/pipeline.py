@@ -100,7 +100,7 @@ def pairs_order(samples: Iterator[dict], rng: random.Random, buffer: int) -> Ite
 
     The samples are shuffled before they are paired: shards list a group's captions in one fixed language
     order, and pairing them as they come would always join the same languages (en-de, fr-es, ... : a
-    supervised baseline trained on 4 of the synthetic world's 28 language pairs)."""
+    supervised baseline trained on 4 of the synthetic world's 36 language pairs)."""
     pairs = pair_by_group(random_order(samples, rng, buffer), meta=_sample_meta)
     return _unpair(wds.shuffle(buffer // 2, initial=min(buffer // 2, 250), rng=rng)(pairs))
 

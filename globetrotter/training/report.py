@@ -20,7 +20,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
     print(f"\nrun folder: {result['run_dir']}")
     if "test/sentence_translation" in metrics:
         score, chance = metrics["test/sentence_translation"], metrics["test/sentence_translation_chance"]
-        print(f"sentence translation (test, retrieval): {100 * score:.1f}%   chance: {100 * chance:.1f}%   "
+        print(f"sentence translation (test, retrieval) at the last step: {100 * score:.1f}%   chance: {100 * chance:.1f}%   "
               f"({score / max(chance, 1e-9):.1f}x chance)")
     for key, value in sorted(metrics.items()):
         if key.startswith("val/"):
