@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import unicodedata
 from collections import Counter, defaultdict
 from itertools import islice
@@ -15,14 +16,16 @@ from .shards import (check_manifest_counts, check_samples, check_split_rule, ite
 
 
 def script_of(text: str) -> str:
-    """Dominant Unicode script of ``text`` (first word of the letters' Unicode names: LATIN, CJK, ...)."""
+    """Dominant Unicode script of ``text`` (first word of the letters' Unicode names: LATIN, CJK, ...); text with
+    kana is JAPANESE, its kanji included (CJK alone is Chinese characters)."""
     counts: Counter = Counter()
     for ch in text:
         if ch.isalpha():
             name = unicodedata.name(ch, "")
             if name:
-                word = name.split()[0]
-                counts["CJK" if word in ("CJK", "HIRAGANA", "KATAKANA") else word] += 1
+                counts[name.split()[0]] += 1
+    if counts["HIRAGANA"] or counts["KATAKANA"]:
+        return "JAPANESE"
     return counts.most_common(1)[0][0] if counts else "NONE"
 
 
@@ -155,7 +158,7 @@ def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int
     chars_by_lang: dict[str, set[str]] = defaultdict(set)
     for s in samples:
         caption = s.caption if len(s.caption) <= 60 else s.caption[:57] + "..."
-        titles.append(f"[{s.lang}] " + "\n".join(caption[i : i + 30] for i in range(0, len(caption), 30)))
+        titles.append(f"[{s.lang}] " + textwrap.fill(caption, 30))  # at spaces; text without them, every 30
         chars_by_lang[s.lang].update(caption)
     families = caption_fonts(chars_by_lang, warn)
     rows = max(1, -(-len(samples) // cols))

@@ -296,3 +296,12 @@ def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a dataset that is no synthetic world" in err[0] and "'flickr8k'" in err[0]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_inspect_names_the_worlds_six_scripts(world):
+    """inspect reported ja and zh both as CJK (five scripts) where the README and the docs say six."""
+    from data_prep.inspect import summarize
+
+    scripts = summarize(world / "test")["scripts"]
+    assert scripts["ja"] == "JAPANESE" and scripts["zh"] == "CJK" and scripts["ru"] == "CYRILLIC"
+    assert len(set(scripts.values())) == 6, scripts
