@@ -39,10 +39,11 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
     ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
     show an image in more than one language: such a BPE carries translation pairs into the model. A file with no
     provenance record, or one that lacks what the checks below need (:func:`unchecked_provenance`), is refused for a
-    run without parallel text (its origin cannot be checked) and used with a warning by a supervised one. The record must describe this very file (its ``tokenizer_sha256``: not a record
-    left beside a file copied over it), the split it names must still be ``data.tokenizer_split`` as it was (its
-    checksum: not a split rewritten since, nor another split or data root), and its vocabulary size must be
-    ``data.vocab_size`` (the saved config names the size the run uses)."""
+    run without parallel text (its origin cannot be checked) and used with a warning by a supervised one. The record
+    must describe this very file (its ``tokenizer_sha256``: not a record left beside a file copied over it), the
+    split it names must still be ``data.tokenizer_split`` as it was (its checksum: not a split rewritten since, nor
+    another split or data root), and its vocabulary size must be ``data.vocab_size`` (the saved config names the
+    size the run uses)."""
     found = normalization_of(load_tokenizer(path))
     again = f"delete it (and {provenance_path(path).name}) to train it again with the run"
     if found != cfg.data.tokenizer_normalization:
