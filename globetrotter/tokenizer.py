@@ -180,9 +180,40 @@ def provenance_path(path: str | Path) -> Path:
 
 
 def read_provenance(path: str | Path) -> dict | None:
-    """The provenance record of the tokenizer file ``path`` (what it was trained on), or None when it has none."""
+    """The provenance record of the tokenizer file ``path`` (what it was trained on), or None when it has none.
+    A damaged record (not JSON, not an object, ``splits`` not a list of objects, a field of the wrong type) is a
+    one-line :class:`UserError` naming it."""
     record = provenance_path(path)
-    return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+    if not record.is_file():
+        return None
+    try:
+        provenance = json.loads(record.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        provenance, problem = None, f"not UTF-8 JSON ({err})"
+    else:
+        problem = _provenance_problem(provenance)
+    if problem:
+        raise UserError(f"{record}: damaged tokenizer provenance record: {problem}; expected the JSON object a trained "
+                        f"tokenizer's record holds, with a list of \"splits\" objects (delete it and {Path(path).name} "
+                        f"to train the tokenizer again)")
+    return provenance
+
+
+def _provenance_problem(provenance: object) -> str | None:
+    """What makes ``provenance`` no record :func:`save_tokenizer` could have written, or None."""
+    if not isinstance(provenance, dict):
+        return f"it holds a {type(provenance).__name__}, not an object"
+    splits = provenance.get("splits", [])
+    if not isinstance(splits, list) or not all(isinstance(s, dict) for s in splits):
+        return f"\"splits\" is {json.dumps(splits)[:40]}, not a list of objects"
+    fields = [(provenance, "tokenizer_sha256", str), (provenance, "vocab_size", int)]
+    fields += [(s, key, kind) for s in splits for key, kind in
+               (("path", str), ("checksum", str), ("images_in_several_languages", int), ("languages", list))]
+    for where, key, kind in fields:
+        value = where.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"\"{key}\" is {json.dumps(value)[:40]}, not a {'number' if kind is int else kind.__name__}"
+    return None
 
 
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -254,6 +285,19 @@ def provenance_languages(provenance: dict | None) -> set[str] | None:
     return found
 
 
+HELD_OUT_SPLITS = ("val", "test")
+"""The kinds of split (a manifest's ``split``) the shared tokenizer never sees: checkpoints are chosen and models
+scored on their captions."""
+
+
+def refuse_held_out_split(split_dir: str | Path, manifest: dict) -> None:
+    """A one-line :class:`UserError` when the split at ``split_dir`` (its ``manifest``) is a val or test split."""
+    kind = manifest.get("split")
+    if kind in HELD_OUT_SPLITS:
+        raise UserError(f"{split_dir}: a {kind!r} split (its manifest says so); the shared tokenizer is trained on a "
+                        f"train split's captions only, never val or test")
+
+
 def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
                              normalization: str = "none") -> Path:
     """Train the shared BPE on the captions of ``split_dir`` and save it to ``path`` with its provenance: the split's
@@ -261,10 +305,11 @@ def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size
 
     The split must keep the one-language rule (each image captioned in one language): a BPE trained on parallel
     captions would carry translation pairs into every model that shares it. A split that breaks the rule is a
-    :class:`UserError` naming it and the first such image."""
+    :class:`UserError` naming it and the first such image; so is a val or test split (:func:`refuse_held_out_split`)."""
     from data_prep.shards import images_in_several_languages, iter_metas, read_manifest
 
     manifest = read_manifest(split_dir)
+    refuse_held_out_split(split_dir, manifest)
     several = images_in_several_languages(iter_metas(split_dir))  # the split is streamed twice, never held
     if several:
         first, langs = next(iter(several.items()))

@@ -13,13 +13,17 @@ from tokenizers import Tokenizer
 
 from .argtypes import int_at_least, positive_int
 from .errors import UserError
-from .tokenizer import MIN_VOCAB_SIZE, NORMALIZATIONS, default_file_name, train_tokenizer_on_split
+from .tokenizer import (MIN_VOCAB_SIZE, NORMALIZATIONS, default_file_name, refuse_held_out_split,
+                        train_tokenizer_on_split)
 
 
 def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
                     normalization: str = "none") -> Path:
-    """Train on the captions of ``split_dir`` (a one-language train split) and save to ``out`` with its provenance."""
+    """Train on the captions of ``split_dir`` (a one-language train split) and save to ``out`` with its provenance.
+    A val or test split is refused (one line, as training refuses it for ``data.tokenizer_split``); another kind than
+    train (e.g. adapt) is trained on with a warning."""
     manifest = read_manifest(split_dir)
+    refuse_held_out_split(split_dir, manifest)
     if manifest.get("split") not in (None, "train"):
         print(f"warning: {split_dir} is a '{manifest.get('split')}' split; the tokenizer should see train captions only")
     return train_tokenizer_on_split(split_dir, out, vocab_size, min_frequency, normalization)

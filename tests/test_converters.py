@@ -522,6 +522,22 @@ def one_error_line(capsys) -> str:
     return err[0]
 
 
+def test_unreadable_images_that_unbalance_assigned_languages_are_named_with_the_counts_left(tmp_path, capsys):
+    """--assign-languages balances before the images are decoded: two unreadable en-only images took en's slots and
+    train came out de 4, en 2, fr 4 without a word. The summary now says so, with the images per language left."""
+    photos, rows = folder_world(tmp_path)  # 10 images captioned in en, de and fr
+    for name in ("bad0.jpg", "bad1.jpg"):
+        (photos / name).write_bytes(b"not an image")
+        rows.append(f"{name}\ten\ta broken photo {name}")
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows),
+                "--assign-languages", "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["written"]["train"] == {"de": 4, "en": 2, "fr": 4} and summary["skipped"]["unreadable_image"] == 2
+    note = [n for n in summary["notes"] if n.startswith("--assign-languages balanced")]
+    assert note and "2 of them could not be read" in note[0] and "train de 4, en 2, fr 4;" in note[0], summary["notes"]
+    assert "warning: --assign-languages balanced" in capsys.readouterr().out
+
 def test_a_test_fraction_with_no_complete_image_is_a_one_line_error_naming_the_languages(tmp_path, capsys):
     """One fr-FR row among fr rows left no image captioned in all of de,en,fr,fr-FR: the test split the user asked
     for came out empty with exit 0 (even with --strict). Now exit 2, naming the languages some images lack."""

@@ -70,7 +70,9 @@ def test_npy_and_parquet_imports_hold_the_source_vectors(tiny_world, source, tmp
     check_rows(tmp_path / "a", ids, vectors, split)
     assert record["spec"]["backbone"] == "imported" and record["spec"]["weights"] == "toy"
     assert len(record["spec"]["weights_sha256"]) == 16 and record["spec"]["views"] == 0
-    assert record["imported"] == {"source": str(emb.resolve()), "format": "npy", "rows": len(ids), "dim": DIM}
+    assert record["imported"] == {"source": str(emb.resolve()), "format": "npy", "rows": len(ids), "dim": DIM,
+                                  "sha256": file_sha256(emb)}  # the whole digest, as docs/data.md says
+    assert json.loads((tmp_path / "a" / "cache.json").read_text())["imported"]["sha256"] == file_sha256(emb)
     assert record["split_checksum"] == json.loads((split / "manifest.json").read_text())["checksum"]
     emb, id_file = write_npy(tmp_path / "json", ids, vectors.astype(np.float16), json_ids=True)  # clip-retrieval: fp16
     import_embeddings(split, emb, tmp_path / "b", "toy", ids=id_file, progress=False)
@@ -159,7 +161,8 @@ def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatc
     assert str(path) in message and repr(ids[7]) in message and f"{DIM - 1} values" in message
     rows[7] = None
     path = write_parquet(tmp_path / "null.parquet", ids, rows)
-    assert "no embedding" in refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
+    assert f"image {ids[7]!r} (row 7) has a null embedding (expected a list of {DIM} numbers)" in message
     path = write_parquet(tmp_path / "dup.parquet", ids[:-1] + [ids[3]], list(vectors))
     assert repr(ids[3]) in refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
     message = refused(lambda: import_embeddings(split, path, out, "toy", embedding_column="emb", progress=False), out)
@@ -168,6 +171,45 @@ def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatc
     message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
     assert 'pip install "pyarrow>=14"' in message
 
+
+def test_values_beyond_float32_are_named_beyond_float16s_range_without_a_numpy_warning(tiny_world, source, tmp_path,
+                                                                                        recwarn):
+    """A float64 value beyond float32 (parquet or .npy) was cast to inf with numpy's RuntimeWarning and reported as
+    "NaN or inf"; a real infinity is still reported as one."""
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    big = vectors.astype(np.float64)
+    big[4, 2] = -1e300
+    table = pa.table({"image_id": ids, "embedding": pa.array([list(r) for r in big], pa.list_(pa.float64()))})
+    pq.write_table(table, tmp_path / "big.parquet")
+    emb, id_file = write_npy(tmp_path / "npy", ids, big)
+    for call in (lambda: import_embeddings(split, tmp_path / "big.parquet", out, "toy", progress=False),
+                 lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)):
+        message = refused(call, out)
+        assert f"image {ids[4]!r} (row 4) has values beyond float16's range (|x| > 65504)" in message, message
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+    big[4, 2] = -np.inf
+    emb, id_file = write_npy(tmp_path / "inf", ids, big)
+    assert "NaN or inf" in refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out)
+
+
+def test_nan_in_a_row_the_split_lacks_is_dropped_with_it(tiny_world, source, tmp_path):
+    """Ids the split lacks are dropped: a NaN or an overflow in their rows no longer refuses the import (it did, while
+    their all-zero rows were already ignored); the split's own rows are still checked."""
+    ids, vectors = source
+    split = tiny_world / "train"
+    broken = vectors.copy()
+    broken[ids.index("elsewhere-1"), 0] = np.nan
+    broken[ids.index("elsewhere-2"), 1] = 1e6
+    emb, id_file = write_npy(tmp_path / "src", ids, broken)
+    import_embeddings(split, emb, tmp_path / "ok", "toy", ids=id_file, progress=False)
+    check_rows(tmp_path / "ok", ids, vectors, split)
+    first = split_image_ids(split)[0]
+    broken[ids.index(first), 0] = np.nan
+    emb, id_file = write_npy(tmp_path / "src", ids, broken)
+    message = refused(lambda: import_embeddings(split, emb, tmp_path / "no", "toy", ids=id_file, progress=False),
+                      tmp_path / "no")
+    assert f"image {first!r} (row {ids.index(first)}) has NaN or inf values" in message
 
 def test_ids_that_are_no_strings_and_empty_embeddings_are_refused_naming_the_file(tiny_world, source, tmp_path):
     ids, vectors = source
@@ -186,7 +228,7 @@ def test_ids_that_are_no_strings_and_empty_embeddings_are_refused_naming_the_fil
     assert "holds empty lists" in message
     path = write_parquet(tmp_path / "first-null.parquet", ids, [None] + list(vectors[1:]))  # was: "the first row 0"
     message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
-    assert f"image {ids[0]!r} (row 0) has no embedding" in message
+    assert f"image {ids[0]!r} (row 0) has a null embedding" in message
 
 
 def test_parquet_column_options_with_a_npy_file_are_refused_not_ignored(tiny_world, source, tmp_path, capsys):

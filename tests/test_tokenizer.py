@@ -163,6 +163,8 @@ def _parallel_split(world: Path, dest: Path) -> Path:
     import shutil
 
     shutil.copytree(world / "test", dest)
+    manifest = json.loads((dest / "manifest.json").read_text(encoding="utf-8"))
+    (dest / "manifest.json").write_text(json.dumps({**manifest, "split": "train"}), encoding="utf-8")
     return dest
 
 
@@ -288,6 +290,107 @@ def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_p
     save_tokenizer(other, path)
     assert not provenance_path(path).exists(), "a record of the file it replaced"
 
+
+
+@pytest.mark.parametrize("drop", ["everything", "tokenizer_sha256", "checksum", "vocab_size"])
+def test_a_partial_provenance_record_is_refused_like_none(tiny_world, tmp_path, drop):
+    """A record of ``{}``, or one without the file's sha256, the split's checksum or the vocabulary size, cannot be
+    checked: a run without parallel text refuses it as it refuses no record (it used to pass every check, even for a
+    tokenizer trained on parallel test captions); a supervised run uses it with a warning."""
+    import shutil
+
+    from globetrotter.tokenizer import provenance_path
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    _parallel_split(tiny_world, world / "train-parallel")
+    cfg = tiny_cfg(world, tmp_path)
+    ensure_data(cfg, log=lambda s: None)  # the tokenizer and its full record
+    record_path = provenance_path(cfg.data.tokenizer)
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    if drop == "everything":
+        record = {}
+    elif drop == "checksum":
+        del record["splits"][0]["checksum"]
+    else:
+        del record[drop]
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    lacks = {"everything": "tokenizer_sha256, a split checksum .*, vocab_size", "tokenizer_sha256": "tokenizer_sha256",
+             "checksum": r"a split checksum \(splits\[\]\.checksum\)", "vocab_size": "vocab_size"}[drop]
+    with pytest.raises(UserError, match=f"tokenizer.provenance.json lacks {lacks}, so a run without parallel text "
+                                        f"cannot check it saw none; delete it"):
+        ensure_data(cfg, log=lambda s: None)
+    said = []
+    ensure_data(tiny_cfg(world, tmp_path, "data.train_split=train-parallel", "loss.alpha_source=supervised"),
+                log=said.append)
+    assert any("lacks" in line for line in said), said
+
+
+@pytest.mark.parametrize("content", ["not json", "[]", '{"splits": "x"}',
+                                     '{"splits": [{"images_in_several_languages": "x"}]}',
+                                     '{"tokenizer_sha256": 3, "splits": []}'])
+def test_a_damaged_provenance_record_is_one_line_naming_it(tiny_world, tmp_path, content):
+    import shutil
+
+    from globetrotter.tokenizer import provenance_path
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    cfg = tiny_cfg(world, tmp_path)
+    ensure_data(cfg, log=lambda s: None)
+    provenance_path(cfg.data.tokenizer).write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match=r"tokenizer\.provenance\.json: damaged tokenizer provenance record: .*; "
+                                        r"expected the JSON object") as err:
+        ensure_data(cfg, log=lambda s: None)
+    assert "\n" not in str(err.value)
+
+
+def test_a_val_or_test_split_never_trains_the_tokenizer(tiny_world, tmp_path, capsys):
+    """data.tokenizer_split naming the run's val or test split, or a split whose manifest says val, is refused before
+    anything is trained (it used to train the shared BPE on val in silence); the tokenizer command refuses it too."""
+    import shutil
+
+    from globetrotter.data_cli import main as data_cli
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    for split, held in (("val", "data.val_split"), ("test", "data.test_split")):
+        with pytest.raises(UserError, match=f"data.tokenizer_split='{split}' is also {held}: the shared tokenizer is "
+                                            f"trained on a train split's captions only"):
+            ensure_data(tiny_cfg(world, tmp_path, f"data.tokenizer_split={split}"), log=lambda s: None)
+    shutil.copytree(world / "val", world / "dev")  # a val split under another name
+    with pytest.raises(UserError, match=r"data.tokenizer_split='dev': .*dev: a 'val' split"):
+        ensure_data(tiny_cfg(world, tmp_path, "data.tokenizer_split=dev"), log=lambda s: None)
+    assert not (tmp_path / "tokenizer.json").exists()
+    with pytest.raises(SystemExit) as done:
+        data_cli(["tokenizer", str(world / "val"), "--vocab-size", "300"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(err) == 1 and "val: a 'val' split" in err[0], err
+    assert not (world / "tokenizer.json").exists()
+
+
+def test_the_advice_for_another_splits_tokenizer_at_the_default_path_works(tiny_world, tmp_path):
+    """The root's own tokenizer.json trained on another split: the advice is to move it away (it used to say "leave
+    data.tokenizer unset", which it was), and doing so lets the run train its own."""
+    import shutil
+
+    from data_prep.shards import ShardWriter, iter_raw
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    with ShardWriter(world / "train2", split="train", source="tiny", image_format="png") as writer:
+        for key, _ext, data, meta in list(iter_raw(world / "train"))[:-1]:  # another train split: one caption fewer
+            writer.write(key, data, meta["caption"], meta["lang"], meta["image_id"])
+    ensure_data(tiny_cfg(world, tmp_path, "data.tokenizer=null", "data.tokenizer_split=train2"), log=lambda s: None)
+    cfg = tiny_cfg(world, tmp_path, "data.tokenizer=null")
+    with pytest.raises(UserError, match=r"another split's tokenizer; move it \(and tokenizer.provenance.json\) "
+                                        r"elsewhere, and the run trains one on .*world/train in its place") as err:
+        ensure_data(cfg, log=lambda s: None)
+    assert "leave it unset" not in str(err.value)
+    for name in ("tokenizer.json", "tokenizer.provenance.json"):  # the advice, followed
+        (world / name).rename(tmp_path / name)
+    ensure_data(cfg, log=lambda s: None)
+    assert (world / "tokenizer.json").is_file()
 
 
 @pytest.mark.parametrize("bad_at", ["first", "last"])

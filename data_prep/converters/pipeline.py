@@ -369,7 +369,7 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     staging, done = out_dir / STAGING, False
     try:  # the new dataset is written aside: a dataset being replaced stays whole until it is complete
         _remove_tree(staging)  # what a killed conversion left
-        _write_shards(order, by_id, writes, options, report, one_language, staging)
+        unreadable = _write_shards(order, by_id, writes, options, report, one_language, staging)
         if not report.total_written:
             raise UserError(f"nothing to convert: none of the {len(order)} image(s) could be written "
                             f"({_counts(report.skipped)}); e.g. {_first_issue(report)}; nothing written")
@@ -386,6 +386,9 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
             for folder in created:
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
+    unbalanced = _unbalanced_note(plan, unreadable) if options.assign_languages else None
+    if unbalanced:
+        report.note(unbalanced)
     report.timing["total_seconds"] = time.perf_counter() - start
     report.options = {k: (v if isinstance(v, (int, float, bool, str, type(None))) else str(v) if isinstance(v, Path)
                           else [str(x) for x in v]) for k, v in vars(options).items() if k not in ("image", "progress")}
@@ -393,6 +396,24 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
                           jpeg_quality=options.image.quality, languages_used=languages)
     report.write_json(out_dir / SUMMARY)
     return report
+
+
+def _unbalanced_note(plan: SplitPlan, unreadable: set[str]) -> str | None:
+    """The images per language that train and val hold when some of the images ``--assign-languages`` gave a
+    language could not be read (the balance is struck before any image is decoded), or None when none was lost."""
+    lost = unreadable & set(plan.lang_of)
+    if not lost:
+        return None
+    parts = []
+    for split in ("train", "val"):
+        ids = [i for i, s in plan.split_of.items() if s == split and i in plan.lang_of]
+        if lost.intersection(ids):
+            kept = Counter(plan.lang_of[i] for i in ids if i not in lost)
+            langs = sorted({plan.lang_of[i] for i in ids})
+            parts.append(f"{split} " + ", ".join(f"{lang} {kept[lang]}" for lang in langs))
+    return (f"--assign-languages balanced the images per language before they were decoded; {len(lost)} of them "
+            f"could not be read (unreadable_image) and were left out after, so the images per language are: "
+            f"{'; '.join(parts)}; fix or remove the unreadable images and convert again for an even balance")
 
 
 def _counts(counter: Counter) -> str:
@@ -490,8 +511,10 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
 
 
 def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
-                  report: ConversionReport, one_language: bool, out_dir: Path) -> None:
-    """Decode the images of ``order`` in a pool and write their samples, split by split, under ``out_dir``."""
+                  report: ConversionReport, one_language: bool, out_dir: Path) -> set[str]:
+    """Decode the images of ``order`` in a pool and write their samples, split by split, under ``out_dir``.
+    Returns the ids of the images that could not be read (reported as ``unreadable_image``)."""
+    unreadable: set[str] = set()
     writers: dict[str, ShardWriter] = {}
     sizes: dict[str, set] = defaultdict(set)
     paths = [by_id[i].path for i in order]
@@ -507,6 +530,7 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
             report.add(Issue("unreadable_image", str(by_id[image_id].path), None,
                              f"{error} (first caption at {first.where if first else '?'}; "
                              f"{len(main)} caption(s) skipped)", records=len(main)))
+            unreadable.add(image_id)
             continue
         written_splits = set()
         for split, cap, key, group in todo:
@@ -540,3 +564,4 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
     elapsed = time.perf_counter() - t0
     report.timing.update(images=len(order), image_seconds=elapsed, workers=options.workers,
                          images_per_s=len(order) / elapsed if elapsed > 0 else 0.0)
+    return unreadable

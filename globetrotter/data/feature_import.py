@@ -12,10 +12,11 @@ Inputs:
 * ``.parquet`` (needs ``pyarrow``): one row per image, an id column (``image_id``; ``key`` as img2dataset writes it
   when the default is absent) and an embedding column (list or fixed-size list of floats), read in record batches.
 
-Every row of the source is checked (one-line :class:`UserError` naming the file and the first offending id; the
-cache is written under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of
-equal count, no duplicate id, finite values within float16's range, no all-zero row (of the split's images), one
-dimension; every image of the split must have a row (ids the split lacks are dropped). ``--out`` must be absent, empty or a feature cache
+The source is checked (one-line :class:`UserError` naming the file and the first offending id; the cache is written
+under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of equal count, no
+duplicate id, one dimension for every row; every image of the split must have a row, with finite values within
+float16's range and not all zero (the rows of ids the split lacks are dropped, their values unchecked). ``--out``
+must be absent, empty or a feature cache
 (:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--force`` or not.
 """
 from __future__ import annotations
@@ -41,12 +42,26 @@ from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finis
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 PYARROW_HINT = 'reading parquet needs pyarrow: .venv/bin/pip install "pyarrow>=14" (or the extra: pip install -e ".[import]")'
 
 
 def split_image_ids(split_dir: Path) -> list[str]:
     """The split's image ids in the order they first appear in its shards (no image is decoded)."""
     return list(dict.fromkeys(str(m["image_id"]) for m in iter_metas(split_dir)))
+
+
+def as_float32(values: np.ndarray) -> np.ndarray:
+    """``values`` as float32, without numpy's overflow warning: a finite value beyond float32's range becomes
+    float32's largest of its sign (still beyond float16's, so it is refused as such, not as an infinity)."""
+    with np.errstate(over="ignore"):
+        out = np.asarray(values, dtype=np.float32)
+    beyond = np.isinf(out)
+    if beyond.any():
+        beyond &= np.isfinite(values)
+        if beyond.any():
+            out[beyond] = np.copysign(FLOAT32_MAX, values[beyond])
+    return out
 
 
 def read_id_list(path: Path) -> list[str]:
@@ -119,7 +134,7 @@ class _Npy(_Source):
 
     def chunks(self) -> Iterator[np.ndarray]:
         for start in range(0, len(self.ids), CHUNK_ROWS):
-            yield np.asarray(self.array[start: start + CHUNK_ROWS], dtype=np.float32)
+            yield as_float32(self.array[start: start + CHUNK_ROWS])
 
 
 class _Parquet(_Source):
@@ -167,7 +182,8 @@ class _Parquet(_Source):
         for batch in self.file.iter_batches(batch_size=1, columns=[self.embedding_column]):
             first = batch.column(0)[0].as_py()
             if first is None:
-                raise UserError(f"{self.path}: image {self.ids[0]!r} (row 0) has no embedding")
+                raise UserError(f"{self.path}: image {self.ids[0]!r} (row 0) has a null embedding (expected a list "
+                                "of numbers)")
             dim = len(first) if dim is None else dim
             break
         if dim == 0:
@@ -185,11 +201,13 @@ class _Parquet(_Source):
             bad = np.flatnonzero(np.isnan(lengths.astype(np.float64)) | (lengths != self.dim))
             if len(bad):
                 i = int(bad[0])
-                got = "no embedding" if column[i].as_py() is None else f"{int(lengths[i])} values"
-                raise UserError(f"{self.path}: image {self.ids[row + i]!r} has {got}, the first row {self.dim} "
-                                f"(one dimension for all)")
+                where = f"{self.path}: image {self.ids[row + i]!r} (row {row + i})"
+                if column[i].as_py() is None:
+                    raise UserError(f"{where} has a null embedding (expected a list of {self.dim} numbers)")
+                raise UserError(f"{where} has {int(lengths[i])} values, where the first row has {self.dim} (one "
+                                f"dimension for all)")
             values = column.flatten().to_numpy(zero_copy_only=False)
-            yield np.asarray(values, dtype=np.float32).reshape(len(column), self.dim)
+            yield as_float32(values).reshape(len(column), self.dim)
             row += len(column)
 
 
@@ -267,11 +285,11 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
     path = Path(embeddings)
     source = _open_source(path, None if ids is None else Path(ids), id_column, embedding_column)
     hash_start = time.perf_counter()
-    digest = file_sha256(path)[:16]  # the records' form
+    sha256 = file_sha256(path)
     hash_seconds = time.perf_counter() - hash_start
-    return write_imported(split_dir, source, out_dir, name, digest, force, progress,
+    return write_imported(split_dir, source, out_dir, name, sha256[:16], force, progress,  # the spec's form: 16 digits
                           {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
-                           "dim": source.dim}, extra={"hash_seconds": hash_seconds})
+                           "dim": source.dim, "sha256": sha256}, extra={"hash_seconds": hash_seconds})
 
 
 def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, name: str, digest: str, force: bool,
@@ -301,15 +319,15 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
             for chunk in source.chunks():
                 with np.errstate(over="ignore"):
                     half = chunk.astype(np.float16)  # beyond float16's range: inf
-                bad = np.flatnonzero(~np.isfinite(half).all(axis=1))
+                where = position[first: first + len(chunk)]
+                kept = where >= 0  # the rows of the split's images: only they are checked (the others are dropped)
+                bad = np.flatnonzero(kept & ~np.isfinite(half).all(axis=1))
                 if len(bad):
                     row = first + int(bad[0])
                     why = "NaN or inf values" if not np.isfinite(chunk[bad[0]]).all() else \
                         f"values beyond float16's range (|x| > {FLOAT16_MAX:.0f})"
                     raise UserError(f"{path}: image {source.ids[row]!r} (row {row}) has {why}")
-                where = position[first: first + len(chunk)]
-                kept = where >= 0
-                zero = np.flatnonzero(kept & ~half.any(axis=1))  # rows of the split's images only
+                zero = np.flatnonzero(kept & ~half.any(axis=1))
                 if len(zero):
                     row = first + int(zero[0])
                     raise UserError(f"{path}: image {source.ids[row]!r} (row {row}) is all zeros (in float16): a zero "

@@ -16,6 +16,7 @@ from ..tokenizer import (
     normalization_of,
     provenance_path,
     read_provenance,
+    refuse_held_out_split,
     shows_parallel_text,
     train_tokenizer_on_split,
 )
@@ -37,11 +38,12 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
     ``data.tokenizer_normalization`` asks for (never a silent reuse), or, for a run without parallel text (any
     ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
     show an image in more than one language: such a BPE carries translation pairs into the model. A file with no
-    provenance record is refused for a run without parallel text (its origin cannot be checked) and used with a
-    warning by a supervised one. The record must describe this very file (its ``tokenizer_sha256``: not a record
-    left beside a file copied over it), the split it names must still be ``data.tokenizer_split`` as it was (its
-    checksum: not a split rewritten since, nor another split or data root), and its vocabulary size must be
-    ``data.vocab_size`` (the saved config names the size the run uses)."""
+    provenance record, or one that lacks what the checks below need (:func:`unchecked_provenance`), is refused for a
+    run without parallel text (its origin cannot be checked) and used with a warning by a supervised one. The record
+    must describe this very file (its ``tokenizer_sha256``: not a record left beside a file copied over it), the
+    split it names must still be ``data.tokenizer_split`` as it was (its checksum: not a split rewritten since, nor
+    another split or data root), and its vocabulary size must be ``data.vocab_size`` (the saved config names the
+    size the run uses)."""
     found = normalization_of(load_tokenizer(path))
     again = f"delete it (and {provenance_path(path).name}) to train it again with the run"
     if found != cfg.data.tokenizer_normalization:
@@ -64,6 +66,13 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
         split = next(s for s in provenance["splits"] if s.get("images_in_several_languages", 0) > 0)
         raise UserError(f"{path}: tokenizer trained on {split['path']}, which captions images in several languages; "
                         f"a run without parallel text needs one trained on a one-language split (data.tokenizer_split)")
+    gaps = unchecked_provenance(provenance)
+    if gaps:  # as unchecked as no record at all
+        what = f"its provenance record {provenance_path(path).name} lacks {', '.join(gaps)}"
+        if cfg.loss.alpha_source != "supervised":
+            raise UserError(f"{path}: {what}, so a run without parallel text cannot check it saw none; {again} on "
+                            f"{split_dir}")
+        log(f"warning: {path}: {what}; {again} on {split_dir}")
     manifest = read_manifest(split_dir)
     now = {manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum")} - {None}
     trained_on = [s["checksum"] for s in provenance.get("splits", []) if s.get("checksum")]
@@ -74,14 +83,47 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
         if any(s.get("path") and same_folder(s["path"], split_dir) for s in provenance["splits"]):
             why = f"{split_dir} was rewritten since; {again}"
         else:  # another split's tokenizer: deleting it would take it from the runs of that split
-            why = (f"another split's tokenizer; point data.tokenizer at one trained on {split_dir} (or leave it unset: "
-                   f"the run trains one at {Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)})")
+            default = Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
+            why = (f"another split's tokenizer; move it (and {provenance_path(path).name}) elsewhere, and the run "
+                   f"trains one on {split_dir} in its place, or point data.tokenizer at one trained on {split_dir}"
+                   if path.resolve() == default.resolve() else
+                   f"another split's tokenizer; point data.tokenizer at one trained on {split_dir} (or leave it unset: "
+                   f"the run trains one at {default})")
         raise UserError(f"{path}: tokenizer trained on {where} (checksum {str(trained_on[0])[:12]}), not on "
                         f"{split_dir} as it is now (checksum {sorted(now)[0][:12]}): {why}")
     size = provenance.get("vocab_size")
     if size is not None and size != cfg.data.vocab_size:
         raise UserError(f"{path}: tokenizer trained with vocab_size {size}, but data.vocab_size is "
                         f"{cfg.data.vocab_size}; set data.vocab_size={size} or {again}")
+
+
+def unchecked_provenance(provenance: dict) -> list[str]:
+    """What a tokenizer's provenance record lacks for :func:`check_tokenizer` to check it: the file's sha256, a
+    checksum of the split it was trained on, its vocabulary size (not asked of an adapted tokenizer's record: it grew
+    past its run's). Empty for a record the tokenizer was saved with."""
+    gaps = [] if provenance.get("tokenizer_sha256") else ["tokenizer_sha256"]
+    if not any(s.get("checksum") for s in provenance.get("splits", [])):
+        gaps.append("a split checksum (splits[].checksum)")
+    if provenance.get("vocab_size") is None and "adapt" not in provenance:
+        gaps.append("vocab_size")
+    return gaps
+
+
+def check_tokenizer_split(cfg: TrainConfig) -> None:
+    """One-line error when ``data.tokenizer_split`` is the run's val or test split (``data.val_split``,
+    ``data.test_split``), or a split its manifest calls val or test: the shared tokenizer sees train captions only."""
+    name = cfg.data.tokenizer_split
+    held = {cfg.data.val_split: "data.val_split", cfg.data.test_split: "data.test_split"}
+    if name in held:
+        raise UserError(f"data.tokenizer_split={name!r} is also {held[name]}: the shared tokenizer is trained on a "
+                        f"train split's captions only, never val or test; name a train split, e.g. "
+                        f"data.tokenizer_split={cfg.data.train_split}")
+    split_dir = Path(cfg.data.root) / name
+    if (split_dir / MANIFEST).is_file():
+        try:
+            refuse_held_out_split(split_dir, read_manifest(split_dir))
+        except UserError as err:
+            raise UserError(f"data.tokenizer_split={name!r}: {err}") from None
 
 
 def check_eval_splits(cfg: TrainConfig) -> None:
@@ -232,6 +274,7 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
     check_one_language_split(cfg)
     check_eval_splits(cfg)
+    check_tokenizer_split(cfg)
     path = tokenizer_path(cfg)
     if not path.is_file():
         norm, split = cfg.data.tokenizer_normalization, root / cfg.data.tokenizer_split
