@@ -350,3 +350,27 @@ def test_a_resumed_run_hides_what_the_interrupted_one_logged_after_its_checkpoin
     events = EventAccumulator(str(folder))
     events.Reload()
     assert [e.step for e in events.Scalars("loss/image")] == [1, 2, 3, 4]
+
+
+def test_a_resume_with_another_number_of_processes_restarts_every_stream_and_says_so(tmp_path):
+    """2 -> 1 processes: rank 0 went on with its own stream (rank 1's half of the data dropped) and 1 -> 2: rank 1
+    started fresh beside rank 0's continued stream, each with no logged line, though the docs promise one."""
+    from dataclasses import asdict
+
+    from globetrotter.data.stream import StreamPosition
+    from globetrotter.training.checkpoint import write_stream_position
+    from globetrotter.training.resume import resume_position
+
+    two = tmp_path / "two"
+    two.mkdir()
+    for rank in (0, 1):
+        write_stream_position(two, rank, asdict(StreamPosition(1, [640 * (rank + 1)])))
+    lines: list[str] = []
+    assert resume_position(two, 0, 1, lines.append, processes=1) is None
+    assert len(lines) == 1 and "saved by 2 process(es), 1 now" in lines[0] and "not exact" in lines[0]
+    assert resume_position(two, 1, 1, lines.append, processes=2).cursors == [1280]  # the same count: continued
+    one = tmp_path / "one"
+    one.mkdir()
+    write_stream_position(one, 0, asdict(StreamPosition(1, [3040])))
+    assert [resume_position(one, rank, 1, lines.append, processes=2) for rank in (0, 1)] == [None, None]
+    assert "saved by 1 process(es), 2 now" in lines[-1]

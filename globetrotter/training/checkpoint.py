@@ -212,6 +212,11 @@ def write_stream_position(folder: Path, rank: int, position: dict) -> None:
     (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json.dumps(position))
 
 
+def saved_stream_count(ckpt: Path) -> int:
+    """How many processes saved a data stream position in ``ckpt`` (0: an older checkpoint without one)."""
+    return len(list(Path(ckpt).glob(DATA_STREAM.format(rank="*"))))
+
+
 def read_stream_position(ckpt: Path, rank: int) -> dict | None:
     """The data stream position process ``rank`` saved in ``ckpt`` (None: an older checkpoint without one)."""
     path = Path(ckpt) / DATA_STREAM.format(rank=rank)

@@ -48,7 +48,9 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..config_io import config_dict
         from .resume import keep_run_settings
 
-        cfg = keep_run_settings(cfg, args.resume, config_dict(args.config, args.overrides)[0])
+        first = os.environ.get("RANK", "0") == "0"  # one notice, not one per process
+        cfg = keep_run_settings(cfg, args.resume, config_dict(args.config, args.overrides)[0],
+                                log=print if first else lambda line: None)
     from .trainer import train
     from .report import print_summary
 

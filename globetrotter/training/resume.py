@@ -103,12 +103,19 @@ def mask_seed(seed: int, rank: int, step: int) -> int:
     return derive_seed(seed, 7919, rank, step)
 
 
-def resume_position(source: Path, rank: int, workers: int, log: Callable[[str], None] = print) -> StreamPosition | None:
-    """The data stream position process ``rank`` saved in checkpoint ``source``.
+def resume_position(source: Path, rank: int, workers: int, log: Callable[[str], None] = print,
+                    processes: int = 1) -> StreamPosition | None:
+    """The data stream position process ``rank`` (of ``processes``) saved in checkpoint ``source``.
 
     None (and one logged line) when it cannot be continued exactly: a checkpoint written
-    before positions were saved, or by a run with another number of processes or data workers.
+    before positions were saved, or by a run with another number of processes or data workers
+    (every process's stream restarts then: the saved positions divide the data among other processes).
     """
+    count = ckpt.saved_stream_count(source)
+    if count and count != processes:
+        log(f"{source}: data streams saved by {count} process(es), {processes} now; every process's data stream "
+            f"restarts with a fresh seed, so this resume is not exact")
+        return None
     saved = ckpt.read_stream_position(source, rank)
     if saved is None:
         log(f"{source}: no data stream position for process {rank} (older checkpoint, or more processes now); "

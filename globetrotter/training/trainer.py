@@ -279,7 +279,7 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
         progress.best = None
     if accelerator.is_main_process:
         progress.best_hits = load_hits(ckpt.checkpoint_root(cfg.run_dir) / "best", progress.best)
-    saved = resume_position(source, accelerator.process_index, cfg.data.workers, log)
+    saved = resume_position(source, accelerator.process_index, cfg.data.workers, log, accelerator.num_processes)
     if saved is None:
         progress.loader_seed = cfg.seed * 1_000_003 + progress.step
     else:
