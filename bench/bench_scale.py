@@ -13,24 +13,36 @@ writes). Stages, each in a fresh process so its peak RSS is its own:
 - ``import``: ``import_embeddings`` of the ``.npy`` embeddings and their id list into a feature cache;
 - ``neighbours``: other-language visual neighbours of every image (``other_language_neighbours``, k = 10);
 - ``batches``: the trainer's batch stream set-up (captions read and tokenized once, ``FeatureBatches``);
-- ``train``: 200 training steps of the quickstart model from the imported embeddings (samples/s reported);
+- ``train``: ``--train-steps`` (200) training steps of the quickstart model from the imported embeddings (samples/s
+  reported), at ``--threads`` (2) intra-op threads;
 - ``validation``: the trainer's first validation (``Validator``, load included) on every caption of the N-caption
   split (``val.max_per_lang: null``), with the model just built and g the imported embeddings
   (``val.image_features: features``, no picture decoded); up to 100k captions also the estimate it makes
   (sampled queries, approximate image side) against the exact BkR@10 of every caption, on embeddings with signal;
+  at ``--threads`` intra-op threads;
 - ``index``: the sentence-translation index over N sentence vectors of the paper's width D = 128 (a fixed random
   projection of the generated embeddings; ``translate.build_index``) and 10,000 queries.
 
 Prints one row per stage and size (seconds of the stage's work, after its imports; its process's peak anonymous
 resident memory, sampled every 50 ms, and its peak RSS with the pages of memory-mapped files, which the system
-can drop; a process holding only torch and the model is measured alike), the
-log-log slope of each stage between consecutive sizes, and saves ``scale.png`` and ``scale.json`` in ``--out``.
+can drop; a process holding only torch and the model is measured alike). ``scale.json`` in ``--out`` is updated
+after each stage (an interrupted run keeps what it measured), with each run's command and settings. With two sizes
+or more measured for a stage (this run's or earlier ones' in the folder), also the log-log slope of each stage
+between consecutive sizes and the plot ``scale.png``.
+
+A later run in the same ``--out`` updates the stages it runs (``--stages validation``): each size's folder
+records the ``--dim``, ``--pool`` and seed its data was made with, and a run with other ones is refused (use
+another ``--out``). A stage run alone needs the stages before it to have run in that folder (``import`` needs
+``shards``; ``neighbours`` needs ``shards import``; ``batches``, ``train`` and ``validation`` need
+``shards tokenizer import``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import multiprocessing as mp
+import os
+import shlex
 import sys
 import threading
 import time
@@ -39,31 +51,38 @@ from pathlib import Path
 
 import numpy as np
 
-from globetrotter.argtypes import positive_int
-from globetrotter.errors import run_cli
+from globetrotter.argtypes import output_folder, positive_int
+from globetrotter.errors import UserError, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STAGES = ("shards", "tokenizer", "import", "neighbours", "batches", "train", "validation", "index")
 NAME = "generated-512"
-TRAIN_STEPS = 200
+TRAIN_STEPS = 200  # the documented figures' steps (--train-steps)
+THREADS = 2  # the documented figures' intra-op threads for train and validation (--threads)
+SEED = 0  # the generated pool's and embeddings' seed, recorded with the data
+DATA_RECORD = "data.json"  # in each size's folder: what generated its data
+# the stages whose output each stage reads (``index`` reads only the embeddings, made whenever missing)
+NEEDS = {"tokenizer": ("shards",), "import": ("shards",), "neighbours": ("shards", "import"),
+         "batches": ("shards", "tokenizer", "import"), "train": ("shards", "tokenizer", "import"),
+         "validation": ("shards", "tokenizer", "import")}
 EXACT_CHECK_MAX = 100_000  # the validation's estimate is checked against the exact full-set BkR up to this size
 
 
-def _overrides(work: Path, dim: int) -> list[str]:
+def _overrides(work: Path, dim: int, threads: int = THREADS) -> list[str]:
     """The quickstart config, trained from the imported embeddings of ``work``."""
     return [f"data.root={work}", "data.train_split=train", "data.val_split=train", f"data.features={work / 'cache'}",
             "model.image_backbone=imported", f"model.image_pretrained={NAME}",
             "model.freeze_image_backbone=true",
-            "loss.image=0", "data.batching=random", "data.synth=null", "threads=2"]
+            "loss.image=0", "data.batching=random", "data.synth=null", f"threads={threads}"]
 
 
-def _config(work: Path, dim: int, extra: list[str] = ()):
+def _config(work: Path, dim: int, extra: list[str] = (), threads: int = THREADS):
     from dataclasses import replace
 
     from globetrotter.config import load_train_config
 
-    cfg = load_train_config("configs/quickstart.yaml", _overrides(work, dim) + list(extra))
+    cfg = load_train_config("configs/quickstart.yaml", _overrides(work, dim, threads) + list(extra))
     return replace(cfg, model=replace(cfg.model, image_backbone_args={"num_features": dim}))  # not the ResNet's args
 
 
@@ -180,14 +199,14 @@ def stage_batches(work: Path, n: int, dim: int) -> dict:
     return {"seconds": setup_s}
 
 
-def stage_train(work: Path, n: int, dim: int) -> dict:
+def stage_train(work: Path, n: int, dim: int, threads: int = THREADS, steps: int = TRAIN_STEPS) -> dict:
     import torch
 
     from globetrotter.losses import mask_tokens
     from globetrotter.tokenizer import special_ids
     from globetrotter.training.objective import GlobetrotterObjective
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     cfg, tok, model, batches, _ = _model_and_batches(work, dim)
     specials = special_ids(tok)
     objective = GlobetrotterObjective(cfg.loss)
@@ -208,13 +227,14 @@ def stage_train(work: Path, n: int, dim: int) -> dict:
     for i in range(5):  # warm-up, not timed
         step(i)
     start = time.perf_counter()
-    for i in range(5, 5 + TRAIN_STEPS):
+    for i in range(5, 5 + steps):
         step(i)
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "samples_per_s": TRAIN_STEPS * cfg.batch_size / elapsed}
+    return {"seconds": elapsed, "samples_per_s": steps * cfg.batch_size / elapsed, "steps": steps,
+            "threads": torch.get_num_threads()}
 
 
-def stage_validation(work: Path, n: int, dim: int) -> dict:
+def stage_validation(work: Path, n: int, dim: int, threads: int = THREADS) -> dict:
     """The trainer's first validation on every caption of the N-caption split (``val.max_per_lang: null``), load
     included; up to :data:`EXACT_CHECK_MAX` captions also the estimate against the exact full-set BkR."""
     import torch
@@ -224,8 +244,8 @@ def stage_validation(work: Path, n: int, dim: int) -> dict:
     from globetrotter.training.prepare import tokenizer_path
     from globetrotter.training.validation import Validator
 
-    torch.set_num_threads(2)
-    cfg = _config(work, dim, ["val.max_per_lang=null", "val.image_features=features"])
+    torch.set_num_threads(threads)
+    cfg = _config(work, dim, ["val.max_per_lang=null", "val.image_features=features"], threads)
     tok = load_tokenizer(tokenizer_path(cfg))
     encoder = Encoder(build_model(cfg, tok.get_vocab_size(), tok), tok, cfg)
     start = time.perf_counter()
@@ -233,7 +253,8 @@ def stage_validation(work: Path, n: int, dim: int) -> dict:
     load_s = time.perf_counter() - start
     metrics = validator(encoder)
     out = {"seconds": time.perf_counter() - start, "load_s": load_s, "captions": len(validator.val.texts),
-           "queries_per_pair": validator.val.queries_per_pair or 0, "bkr@10": metrics["val/bkr@10"]}
+           "queries_per_pair": validator.val.queries_per_pair or 0, "bkr@10": metrics["val/bkr@10"],
+           "threads": torch.get_num_threads()}
     if n <= EXACT_CHECK_MAX:
         out.update(estimate_against_exact(work, validator.val))
     return out
@@ -324,57 +345,133 @@ def run_stage(name: str, *args) -> dict:
         return pool.submit(_child, name, args).result()
 
 
-def _earlier(path: Path, dim: int) -> dict[int, dict]:
-    """The figures of an earlier run in the same folder with the same width, by size (empty if none)."""
-    if not path.is_file():
-        return {}
-    saved = json.loads(path.read_text())
-    return {int(n): r for n, r in saved["results"].items()} if saved.get("dim") == dim else {}
+def data_settings(dim: int, pool: int) -> dict:
+    """What generates a size's data (shards, embeddings; the tokenizer and cache made from them)."""
+    return {"dim": dim, "pool": pool, "seed": SEED}
+
+
+def _differing(recorded: dict, settings: dict) -> str | None:
+    """The first setting ``recorded`` holds otherwise than ``settings`` (``--dim 64, not 32``), else None."""
+    for key, value in settings.items():
+        if recorded.get(key) != value:
+            flag = "seed" if key == "seed" else f"--{key}"
+            was = "none recorded (an older bench_scale)" if recorded.get(key) is None else recorded[key]
+            return f"{flag} {was}, not {value}"
+    return None
+
+
+def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict) -> dict[int, dict]:
+    """The figures of earlier runs in ``out`` by size (empty if none), after refusing (:class:`UserError`) data or
+    figures made with other ``settings``, and a stage whose inputs neither exist nor are made by this run."""
+    again = "give the same settings, or another --out for a new table"
+    results: dict[int, dict] = {}
+    if (out / "scale.json").is_file():
+        saved = json.loads((out / "scale.json").read_text())
+        differ = _differing(saved.get("settings", {"dim": saved.get("dim")}), settings)
+        if differ:
+            raise UserError(f"{out}: its scale.json holds figures made with {differ}; {again}")
+        results = {int(n): r for n, r in saved["results"].items()}
+    for n in sizes:
+        work = out / f"n{n}"
+        record = work / DATA_RECORD
+        if record.is_file():
+            differ = _differing(json.loads(record.read_text()), settings)
+            if differ:
+                raise UserError(f"{work}: its data was generated with {differ}; {again}")
+        elif any((work / name).exists() for name in ("embeddings.npy", "train", "cache")):
+            raise UserError(f"{work}: data of unknown settings (no {DATA_RECORD}: an older bench_scale made it); "
+                            f"remove it, or give another --out")
+        for i, name in enumerate(stages):
+            missing = [need for need in NEEDS.get(name, ()) if need not in stages[:i] and not _made(work, need)]
+            if missing:
+                run = [s for s in STAGES if s in missing or s in stages]
+                raise UserError(f"--stages {name} at size {n}: {work} has no output of the stage(s) "
+                                f"{' '.join(missing)} yet; run them first (--stages {' '.join(run)})")
+    return results
+
+
+def _made(work: Path, stage: str) -> bool:
+    """Whether ``stage`` has left its output in ``work``."""
+    if stage == "tokenizer":
+        from globetrotter.training.prepare import tokenizer_path
+
+        return tokenizer_path(_config(work, 1)).is_file()
+    return (work / {"shards": "train/manifest.json", "import": "cache/cache.json"}[stage]).is_file()
+
+
+def save(out: Path, results: dict[int, dict], settings: dict, runs: list[dict]) -> None:
+    """``scale.json``: the figures by size and stage, the data's settings and each run's command and options."""
+    (out / "scale.json").write_text(json.dumps({"sizes": sorted(results), "dim": settings["dim"],
+                                                "settings": settings, "runs": runs,
+                                                "results": {n: results[n] for n in sorted(results)}}, indent=2))
 
 
 def slope(t0: float, t1: float, n0: int, n1: int) -> float:
     return float(np.log(t1 / t0) / np.log(n1 / n0))
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000],
+                   help="captions (= images) per generated corpus, one folder n<SIZE> each (default: %(default)s)")
     p.add_argument("--dim", type=positive_int, default=512, help="width of the generated image embeddings (default %(default)s)")
     p.add_argument("--pool", type=positive_int, default=20_000, help="distinct generated scenes (default %(default)s)")
-    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
-    p.add_argument("--out", default="bench_out/scale", help="work folder, table and plot (default %(default)s)")
-    args = p.parse_args()
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), metavar="STAGE",
+                   help=f"stages to run, in this order ({' '.join(STAGES)}; default: all)")
+    p.add_argument("--threads", type=positive_int, default=THREADS,
+                   help="torch intra-op threads of the train and validation stages (default %(default)s, as the "
+                        "documented figures used; OMP_NUM_THREADS does not change it); recorded in scale.json")
+    p.add_argument("--train-steps", type=positive_int, default=TRAIN_STEPS,
+                   help="timed steps of the train stage, after 5 untimed ones (default %(default)s, as documented)")
+    p.add_argument("--out", type=output_folder, default="bench_out/scale",
+                   help="work folder, table and plot (default %(default)s)")
+    return p
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
-    pool = make_pool(args.pool, args.dim)
-    print(f"pool of {args.pool} scenes in {time.perf_counter() - t:.1f} s", flush=True)
-    results = _earlier(out / "scale.json", args.dim)  # a run of some stages updates those in place
+    stages = [s for s in STAGES if s in args.stages]  # each stage's inputs before it, as the help lists them
+    settings = data_settings(args.dim, args.pool)
+    results = check_folder(out, args.sizes, stages, settings)  # a run of some stages updates those in place
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
+    runs = json.loads((out / "scale.json").read_text()).get("runs", []) if (out / "scale.json").is_file() else []
+    runs.append({"command": shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "sizes": args.sizes,
+                 "stages": stages, "threads": args.threads, "train_steps": args.train_steps,
+                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")})
+    pool = None
     for n in args.sizes:
         work = out / f"n{n}"
         work.mkdir(exist_ok=True)
-        if not (work / "embeddings.npy").is_file() or "shards" in args.stages:
-            prepare_embeddings(work, n, pool)
         results.setdefault(n, {})
-        for name in args.stages:
-            extra = (pool,) if name == "shards" else (args.dim,) if name in ("tokenizer", "batches", "train",
-                                                                            "validation") else ()
+        if not (work / "embeddings.npy").is_file() or "shards" in stages:
+            if pool is None:
+                t = time.perf_counter()
+                pool = make_pool(args.pool, args.dim, SEED)
+                print(f"pool of {args.pool} scenes in {time.perf_counter() - t:.1f} s", flush=True)
+            prepare_embeddings(work, n, pool, SEED)
+            (work / DATA_RECORD).write_text(json.dumps(settings, indent=2))
+        for name in stages:
+            extra = {"shards": (pool,), "tokenizer": (args.dim,), "batches": (args.dim,),
+                     "train": (args.dim, args.threads, args.train_steps),
+                     "validation": (args.dim, args.threads)}.get(name, ())
             r = run_stage(name, work, n, *extra)
             results[n][name] = r
+            save(out, results, settings, runs)  # after each stage: an interrupted run keeps what it measured
             figures = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
                                 if k not in ("seconds", "rss_mb", "rss_total_mb"))
             print(f"{n:>9} {name:<11} {r['seconds']:>8.1f} s  peak RSS {r['rss_mb']:>6.0f} MiB "
                   f"({r['rss_total_mb']:>6.0f} with mapped files)  {figures}", flush=True)
-        from globetrotter.training.prepare import tokenizer_path
-
-        if tokenizer_path(_config(work, args.dim)).is_file():  # the model needs the tokenizer's size
+        if _made(work, "tokenizer"):  # the model needs the tokenizer's size
             base = run_stage("baseline", work, n, args.dim)["rss_mb"]
             results[n]["model_process_rss_mb"] = base
+            save(out, results, settings, runs)
             print(f"{n:>9} the model's own process (torch, the model, no data): peak RSS {base:.0f} MiB", flush=True)
-        else:  # it stopped the run, the stages' figures unsaved
+        else:
             print(f"{n:>9} the model's own process: not measured (no tokenizer yet: the tokenizer stage makes it)")
-        (out / "scale.json").write_text(json.dumps({"sizes": sorted(results), "dim": args.dim, "results": results},
-                                                   indent=2))
     sizes = sorted(results)
     shown = [s for s in STAGES if all(s in results[n] for n in sizes)]  # this run's stages and earlier ones
     if len(sizes) > 1:
@@ -388,6 +485,8 @@ def main() -> int:
                 cells.append(f"{a}->{b}: {slope(ta, tb, a, b):.2f}")
             print(f"  {name:<11} " + "  ".join(cells))
         plot(results, sizes, shown, out / "scale.png")
+    else:
+        print(f"one size in {out / 'scale.json'}: no slopes and no scale.png (they need two sizes or more)")
     return 0
 
 
