@@ -11,8 +11,9 @@ with ``OMP_NUM_THREADS=1``, alone and beside one other training job (itself at d
 
 Each row prints the threads the default chose and its rate as a ratio of the one-thread rate (≥ 1: the default is
 no slower). The background job starts first and runs ``--settle`` seconds before the measurements, so the load
-average that the automatic choice reads has seen it. Needs the synthetic world (``train.py`` makes it) and the
-Flickr8k split of ``configs/flickr8k.yaml`` (skipped when absent).
+average that the automatic choice reads has seen it. Needs the synthetic world and its tokenizer (made once,
+before any timing, when absent, as ``train.py`` would) and the Flickr8k split of ``configs/flickr8k.yaml``
+(skipped when absent).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from globetrotter.argtypes import non_negative_float, positive_int
-from globetrotter.errors import run_cli
+from globetrotter.errors import UserError, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 THREADS = re.compile(r"torch threads: (\d+)")
@@ -47,6 +48,12 @@ record = build_feature_cache(Path(cfg.data.root) / cfg.data.train_split, spec_fr
 print(f"images_per_s={record['images_per_s']}")
 """
 
+PREPARE = """
+from globetrotter.config import load_train_config
+from globetrotter.training.prepare import ensure_data
+ensure_data(load_train_config("configs/quickstart.yaml"))
+"""
+
 
 def environment(one_thread: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -58,6 +65,15 @@ def environment(one_thread: bool) -> dict[str, str]:
 def train_command(steps: int, out: Path, name: str) -> list[str]:
     return [sys.executable, "train.py", "--config", "configs/quickstart.yaml", f"steps={steps}", f"val.every={steps}",
             f"checkpoint_every={steps}", f"run_name={name}", f"output_dir={out}"]
+
+
+def prepare_world() -> None:
+    """The quickstart's synthetic world and tokenizer, made when absent (as ``train.py`` would) before any timing:
+    else the first measured run would time their generation too."""
+    done = subprocess.run([sys.executable, "-c", PREPARE], cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"the synthetic world of configs/quickstart.yaml could not be prepared: {last}")
 
 
 def wait_for_quiet(limit: float) -> None:
@@ -95,18 +111,30 @@ def main() -> None:
     p.add_argument("--settle", type=non_negative_float, default=75.0, help="seconds the background job runs before measuring")
     p.add_argument("--quiet-wait", type=non_negative_float, default=240.0,
                    help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement")
-    p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"])
+    p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"],
+                   help="commands (train, features) or situations (alone, busy) not to measure; at least one of "
+                        "each pair must stay")
     args = p.parse_args()
 
+    situations = [s for s in ("alone", "busy") if s not in args.skip]
+    if not situations:
+        raise UserError("--skip alone busy: leaves no situation to measure in; keep one of them")
     kinds = [k for k in ("train", "features") if k not in args.skip]
     if "features" in kinds and not (REPO / "outputs/flickr8k-more/train/manifest.json").is_file():
+        if "train" not in kinds:
+            raise UserError("--skip train: leaves only features, and there is no Flickr8k split at "
+                            "outputs/flickr8k-more (see docs/data.md): nothing to measure")
         print("features: skipped (no Flickr8k split at outputs/flickr8k-more; see docs/data.md)")
         kinds.remove("features")
+    if not kinds:
+        raise UserError("--skip train features: leaves no command to measure; keep one of them")
+    if "train" in kinds or "busy" in situations:  # the background job is a train.py run too
+        prepare_world()
     print(f"{os.cpu_count()} cores; load before: {os.getloadavg()[0]:.1f}")
     print(f"{'beside':<8} {'command':<9} {'default threads':>15} {'default':>10} {'1 thread':>10} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        for situation in [s for s in ("alone", "busy") if s not in args.skip]:
+        for situation in situations:
             background = None
             if situation == "busy":
                 background = subprocess.Popen(train_command(100_000, tmp, "bench-background"), cwd=REPO,

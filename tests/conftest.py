@@ -27,6 +27,15 @@ def load_experiment(name: str) -> ModuleType:
     return module
 
 
+def load_bench(name: str) -> ModuleType:
+    """The module of the benchmark ``bench/<name>.py`` (bench/ is no package), as :func:`load_experiment`."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def flickr8k_dir() -> Path:
     """The real Flickr8k data of ../shared; the test is skipped cleanly when it is absent."""

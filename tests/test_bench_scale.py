@@ -2,25 +2,14 @@
 stage, data of other settings refused, a stage's missing inputs named, --threads/--train-steps passed and recorded."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, load_bench
 
 from globetrotter.errors import run_cli
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load_bench(name: str):
-    """The module of ``bench/<name>.py`` (bench/ is no package)."""
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
