@@ -30,9 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from data_prep.converters import ConvertOptions, ImageSpec, convert, read_flickr8k, read_multi30k  # noqa: E402
-from globetrotter.argtypes import positive_int  # noqa: E402
+from globetrotter.argtypes import int_at_least, positive_int  # noqa: E402
 from globetrotter.errors import run_cli  # noqa: E402
 
+TEST_FRACTION = 0.1  # of the converted images, as the converter's --test-fraction
+MIN_IMAGES = 6  # round(TEST_FRACTION * n) >= 1: the test split is not empty
 SHARED = Path(os.environ.get("GLOBETROTTER_SHARED", REPO.parent / "shared")) / "data" / "flickr8k"
 
 
@@ -55,7 +57,7 @@ def synthetic_source(folder: Path, n: int, size: tuple[int, int] = (500, 375)) -
 def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     opts = ConvertOptions(out_dir=out, image_roots=[images], languages=args.langs, assign_languages=True,
-                          test_fraction=0.1, val_fraction=0.05, limit_images=args.limit_images, seed=0,
+                          test_fraction=TEST_FRACTION, val_fraction=0.05, limit_images=args.limit_images, seed=0,
                           image=ImageSpec(args.resize, "shorter", 90), workers=workers, progress=False)
     t0 = time.perf_counter()
     report = convert(sources(), opts)
@@ -65,11 +67,18 @@ def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
                 ips=report.timing["images_per_s"], wall=wall, samples=report.total_written)
 
 
+def worker_counts(text: str) -> list[int]:
+    """argparse type: comma-separated worker counts, each a positive integer."""
+    return [positive_int(item) for item in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit-images", type=positive_int, default=1000, help="images converted per run (default 1000)")
+    parser.add_argument("--limit-images", default=1000,
+                        type=int_at_least(MIN_IMAGES, f"{TEST_FRACTION:.0%} of them make the test split"),
+                        help=f"images converted per run, at least {MIN_IMAGES} (default %(default)s)")
     parser.add_argument("--resize", type=positive_int, default=160, help="shorter side in pixels (default 160)")
-    parser.add_argument("--workers", default=str(len(os.sched_getaffinity(0))),
+    parser.add_argument("--workers", type=worker_counts, default=str(len(os.sched_getaffinity(0))),
                         help="comma-separated worker counts to compare with 1 (default: all cores)")
     parser.add_argument("--repeats", type=positive_int, default=2, help="runs per setting; the best is kept (default 2)")
     parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if ../shared exists")
@@ -87,7 +96,7 @@ def main() -> None:
             images, sources = synthetic_source(tmp / "synthetic", args.limit_images)
             args.langs = None
             data = "synthetic 500x375 JPEG"
-        counts = [1] + [int(w) for w in args.workers.split(",") if int(w) != 1]
+        counts = [1] + [w for w in args.workers if w != 1]
         print(f"data: {data}; {args.limit_images} images, --resize {args.resize}; cores: {os.cpu_count()}")
         print(f"{'workers':>8} {'images':>7} {'images/s':>9} {'image s':>8} {'wall s':>7} {'samples':>8} {'speed-up':>9}")
         base = None

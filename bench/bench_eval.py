@@ -28,7 +28,7 @@ import faiss
 import numpy as np
 
 from globetrotter.argtypes import non_negative_int, positive_int
-from globetrotter.errors import run_cli
+from globetrotter.errors import UserError, run_cli
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
 from globetrotter.evaluation.sentence import sentence_translation
@@ -180,22 +180,47 @@ def bench_translate(n_queries: int, corpus: int, reference: int, vocab: int, dim
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--groups", type=positive_int, default=200)
-    parser.add_argument("--languages", type=positive_int, nargs="+", default=[8, 52])
-    parser.add_argument("--dim", type=positive_int, default=128)
-    parser.add_argument("--vocab", type=positive_int, default=30000)
-    parser.add_argument("--word-dim", type=positive_int, default=512)
-    parser.add_argument("--pairs", type=positive_int, default=5000)
-    parser.add_argument("--index-n", type=positive_int, default=200_000, help="sentences in the index (issue: 1M; default sized for 2 shared cores)")
-    parser.add_argument("--distinct", type=positive_int, default=20_000, help="distinct captions repeated to --index-n")
-    parser.add_argument("--queries", type=positive_int, default=1000)
-    parser.add_argument("--nprobe", type=positive_int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--late-groups", type=positive_int, default=600, help="groups x 4 languages for the ranking timing")
-    parser.add_argument("--reference", type=positive_int, default=2000, help="reference captions per language for the ranking")
-    parser.add_argument("--translate-queries", type=positive_int, default=64, help="queries for the translate timing")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late", "translate"])
-    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--groups", type=positive_int, default=200,
+                        help="sentence translation: groups of captions, one per language (default %(default)s)")
+    parser.add_argument("--languages", type=positive_int, nargs="+", default=[8, 52], metavar="M",
+                        help="sentence translation: numbers of languages M to time, one timing each "
+                             "(default: 8 52)")
+    parser.add_argument("--dim", type=positive_int, default=128,
+                        help="sentence embedding width D, for the sentence, index and ranking timings "
+                             "(default %(default)s)")
+    parser.add_argument("--vocab", type=positive_int, default=30000,
+                        help="word translation: words per language V (default %(default)s)")
+    parser.add_argument("--word-dim", type=positive_int, default=512,
+                        help="word translation: word vector width (default %(default)s)")
+    parser.add_argument("--pairs", type=positive_int, default=5000,
+                        help="word translation: dictionary pairs, distinct words, at most --vocab "
+                             "(default %(default)s)")
+    parser.add_argument("--index-n", type=positive_int, default=200_000,
+                        help="translation index: sentences in the index (default %(default)s, sized for 2 shared "
+                             "cores; docs/results.md's figure used 1000000)")
+    parser.add_argument("--distinct", type=positive_int, default=20_000,
+                        help="translation index: distinct captions repeated to --index-n (default %(default)s)")
+    parser.add_argument("--queries", type=positive_int, default=1000,
+                        help="translation index: queries, distinct sentences of the index, at most --index-n "
+                             "(default %(default)s)")
+    parser.add_argument("--nprobe", type=positive_int, nargs="+", default=[4, 16, 64],
+                        help="translation index: IVF lists searched per query, one timing each (default: 4 16 64)")
+    parser.add_argument("--late-groups", type=positive_int, default=600,
+                        help="rankings: groups x 4 languages for the ranking timing (default %(default)s)")
+    parser.add_argument("--reference", type=positive_int, default=2000,
+                        help="rankings and translate: reference captions per language (default %(default)s)")
+    parser.add_argument("--translate-queries", type=positive_int, default=64,
+                        help="translate: queries for the translate timing (default %(default)s)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late", "translate"],
+                        help="timings not to run")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random embeddings (default 0)")
     args = parser.parse_args()
+    if "word" not in args.skip and args.pairs > args.vocab:  # distinct words: checked before any timing
+        raise UserError(f"--pairs {args.pairs} is more than --vocab {args.vocab} (each pair is a distinct word): "
+                        f"give --pairs at most {args.vocab}, or a larger --vocab")
+    if "index" not in args.skip and args.queries > args.index_n:
+        raise UserError(f"--queries {args.queries} is more than --index-n {args.index_n} (each query is a distinct "
+                        f"sentence of the index): give --queries at most {args.index_n}, or a larger --index-n")
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
     if "sentence" not in args.skip:
         bench_sentence(args.groups, args.languages, args.dim, args.seed)

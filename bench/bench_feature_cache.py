@@ -61,11 +61,11 @@ def train_rate(cfg, steps: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/flickr8k.yaml")
+    p.add_argument("--config", default="configs/flickr8k.yaml", help="training config (default %(default)s)")
     p.add_argument("--steps", type=positive_int, default=5, help="timed steps of each path (after one warm-up step)")
     p.add_argument("--pixel-batch", type=positive_int, default=64, help="batch of both paths (the pixel path is slow)")
     p.add_argument("--build-images", type=positive_int, default=64, help="images for the cache-build timing")
-    p.add_argument("overrides", nargs="*")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as train.py takes them")
     args = p.parse_args()
 
     from globetrotter.config import load_train_config
@@ -73,10 +73,12 @@ def main() -> None:
     from globetrotter.models.image import create_image_backbone
 
     cfg = load_train_config(args.config, args.overrides)
-    if not cfg.data.features:
-        raise SystemExit(f"{args.config}: data.features is not set; nothing to compare")
     from globetrotter.data.feature_cache import SPEC, cache_dir_for
     from globetrotter.errors import UserError
+
+    if not cfg.data.features:
+        raise UserError(f"{args.config}: data.features is not set; nothing to compare (give a config that trains "
+                        f"from a feature cache, or data.features=DIR)")
 
     cache = cache_dir_for(cfg, cfg.data.train_split)
     if not (cache / SPEC).is_file():  # the timed runs would build the whole cache first (3,900 images: 10 minutes)

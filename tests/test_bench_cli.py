@@ -1,0 +1,65 @@
+"""The bench scripts' bad arguments: one-line errors with exit 2, checked before any timing (in-process, no data)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import REPO, load_bench
+
+from globetrotter.errors import run_cli
+
+
+def exit_code(module, argv: list[str], monkeypatch) -> int:
+    """``module.main()`` as its ``__main__`` runs it: run_cli's code, or argparse's exit code."""
+    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *argv])
+    try:
+        return run_cli(lambda _argv: module.main())
+    except SystemExit as stop:
+        return stop.code
+
+
+CASES = [
+    ("bench_eval", ["--skip", "sentence", "index", "late", "translate", "--vocab", "100"], "--pairs 5000"),
+    ("bench_eval", ["--skip", "sentence", "word", "late", "translate", "--index-n", "50", "--distinct", "10"],
+     "--queries 1000"),
+    ("bench_neighbours", ["--sizes", "500", "500", "--dim", "4"], "500 given twice"),
+    ("bench_neighbours", ["--sizes", "3", "--dim", "4"], "--k 10"),
+    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "5"], "--gallery"),
+    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "0"], "--gallery"),
+    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "abc"], "--gallery"),
+    ("bench_convert", ["--workers", "abc", "--limit-images", "6", "--synthetic"], "--workers"),
+    ("bench_convert", ["--workers", "0", "--limit-images", "6", "--synthetic", "--repeats", "1"], "--workers"),
+    ("bench_convert", ["--limit-images", "5", "--synthetic", "--repeats", "1", "--workers", "1"], "--limit-images"),
+    ("bench_feature_cache", ["--config", "configs/quickstart.yaml"], "data.features"),
+]
+
+
+@pytest.mark.parametrize("script, argv, named", CASES, ids=[f"{c[0]}-{'-'.join(c[1][-2:])}" for c in CASES])
+def test_bad_arguments_are_one_line_before_any_timing(script, argv, named, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert exit_code(load_bench(script), argv, monkeypatch) == 2
+    out, err = capsys.readouterr()
+    last = err.strip().splitlines()[-1]
+    assert "error:" in last and named in last and "Traceback" not in err
+    assert "np.str_" not in err and "test-fraction" not in err  # the benchmark's own words, not a library's
+    assert "1.00x" not in out  # no baseline row measured
+
+
+def test_ridge_cv_refuses_to_compare_one_thread_with_itself(monkeypatch, capsys):
+    module = load_bench("bench_ridge_cv")
+    calls = []
+    monkeypatch.setattr(module, "start", lambda cfg, threads: calls.append(threads))
+    monkeypatch.chdir(REPO)
+    assert exit_code(module, ["--threads", "1"], monkeypatch) == 2
+    assert "--threads" in capsys.readouterr().err and calls == []
+
+
+def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
+    module = load_bench("bench_neighbours")
+    seen = []
+    real = module.other_language_neighbours
+    monkeypatch.setattr(module, "other_language_neighbours",
+                        lambda *a, **k: seen.append(k["nprobe"]) or real(*a, **k))
+    assert exit_code(module, ["--sizes", "300", "600", "--dim", "4", "--sample", "20", "--nprobe", "32"],
+                     monkeypatch) == 0
+    assert seen == [32, 32] and "nprobe 32" in capsys.readouterr().out
