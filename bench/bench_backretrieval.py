@@ -1,4 +1,4 @@
-"""Benchmark BackRetrieval Recall@K against the naive reference, in the same run.
+r"""Benchmark BackRetrieval Recall@K against the naive reference, in the same run.
 
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py                       # N = 1k, 10k
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 1000 10000 100000
@@ -227,9 +227,12 @@ def compared(r: dict, results: dict) -> tuple[str, str, str, str, str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 10_000], help="N values (default: 1000 10000)")
-    parser.add_argument("--text-dim", type=positive_int, default=512)
-    parser.add_argument("--image-dim", type=positive_int, default=2048)
-    parser.add_argument("--naive-max", type=positive_int, default=10_000, help="largest N for the naive reference")
+    parser.add_argument("--text-dim", type=positive_int, default=512,
+                        help="width of the generated text embeddings (default %(default)s)")
+    parser.add_argument("--image-dim", type=positive_int, default=2048,
+                        help="width of the generated image embeddings (default %(default)s)")
+    parser.add_argument("--naive-max", type=positive_int, default=10_000,
+                        help="largest N for the naive reference (default %(default)s)")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
                         help="what to run (default: all; they run in the order listed here)")
     parser.add_argument("--threads", type=positive_int, default=1, help="faiss and BLAS threads per run (default: 1)")

@@ -38,8 +38,9 @@ def best_rate(fn: Callable[[], object], n: int, repeats: int, sync: bool = False
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("split", help="a split folder (manifest.json + shards)")
-    p.add_argument("--images", type=positive_int, default=2000)
-    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--images", type=positive_int, default=2000, help="images decoded per run (default %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="runs per path; the best is kept (default %(default)s)")
     args = p.parse_args()
 
     from torchvision.io import ImageReadMode, decode_jpeg

@@ -51,7 +51,8 @@ def main() -> None:
     parser.add_argument("--image-size", type=positive_int, default=64, help="image side in pixels (default 64)")
     parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                         help="processes of the parallel run (default: all cores)")
-    parser.add_argument("--image-format", choices=("jpg", "png"), default="jpg")
+    parser.add_argument("--image-format", choices=("jpg", "png"), default="jpg",
+                        help="encoding of the generated images (default %(default)s)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_synth_") as tmp:
         print(f"{args.images} scenes of {args.image_size}x{args.image_size}, {args.image_format}, "

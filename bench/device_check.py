@@ -1,4 +1,4 @@
-"""Check the GPU paths against the CPU on a small synthetic world, with the project's own commands.
+r"""Check the GPU paths against the CPU on a small synthetic world, with the project's own commands.
 
 1. ``globetrotter-data features build`` on ``--device`` and on the CPU: the two caches of the same images and
    views must agree (cosine of every row);
@@ -70,7 +70,7 @@ def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", type=torch_device, default="cuda", help="the device under test (default %(default)s)")
     p.add_argument("--work", type=Path, default=Path("outputs/device-check"), help="scratch folder (default %(default)s)")
     p.add_argument("--out", type=Path, help="write the JSON summary here too")

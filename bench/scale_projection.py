@@ -59,7 +59,8 @@ def step_flops(cfg, tokens: int, batch: int, features: bool) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/globetrotter-paper.yaml")
+    p.add_argument("--config", default="configs/globetrotter-paper.yaml",
+                   help="training config whose model is counted (default %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=32, help="tokens per caption (default %(default)s)")
     p.add_argument("--batch", type=positive_int, default=8, help="samples of the counted step (default %(default)s)")
     p.add_argument("--samples", type=positive_float, default=3.15e6, help="training captions (paper: 3.15M)")

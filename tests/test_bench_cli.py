@@ -1,6 +1,8 @@
 """The bench scripts' bad arguments: one-line errors with exit 2, checked before any timing (in-process, no data)."""
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 
 import pytest
@@ -63,3 +65,20 @@ def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
     assert exit_code(module, ["--sizes", "300", "600", "--dim", "4", "--sample", "20", "--nprobe", "32"],
                      monkeypatch) == 0
     assert seen == [32, 32] and "nprobe 32" in capsys.readouterr().out
+
+
+BENCH_SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", BENCH_SCRIPTS)
+def test_help_names_every_option_and_keeps_the_examples(script):
+    from test_docs_commands import parser_for
+
+    parser = parser_for(f"bench/{script}")
+    bare = [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions
+            if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert bare == [], f"{script}: options without help text"
+    text = parser.format_help()
+    assert not re.search(r"\S {4,}--\w", text), f"{script}: a \\ continuation joined into a run of spaces"
+    last = " ".join(load_bench(script[:-3]).__doc__.strip().split("\n\n")[-1].split())
+    assert last in " ".join(text.split()), f"{script}: --help cuts the description short"
