@@ -379,8 +379,8 @@ def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict)
             if differ:
                 raise UserError(f"{work}: its data was generated with {differ}; {again}")
         elif any((work / name).exists() for name in ("embeddings.npy", "train", "cache")):
-            raise UserError(f"{work}: data of unknown settings (no {DATA_RECORD}: an older bench_scale made it); "
-                            f"remove it, or give another --out")
+            raise UserError(f"{work}: data of unknown settings (no {DATA_RECORD}: an older bench_scale, or an "
+                            f"interrupted generation, made it); remove it, or give another --out")
         for i, name in enumerate(stages):
             missing = [need for need in NEEDS.get(name, ()) if need not in stages[:i] and not _made(work, need)]
             if missing:
