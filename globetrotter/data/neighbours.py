@@ -42,7 +42,7 @@ def _check(features: np.ndarray, langs: np.ndarray, k: int, dtype: type = np.flo
         pool = int((langs != lang).sum())
         if pool < k:
             raise UserError(f"neighbour batching: only {pool} images are captioned in a language other than "
-                            f"{lang!r}, fewer than data.neighbours_k={k}")
+                            f"{str(lang)!r}, fewer than data.neighbours_k={k}")
     x = np.empty(features.shape, dtype=dtype)
     for s in range(0, n, CHUNK):
         chunk = np.array(features[s:s + CHUNK], dtype=np.float32)
