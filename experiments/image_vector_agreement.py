@@ -45,14 +45,7 @@ from globetrotter.argtypes import (distinct_names, named_path, non_negative_int,
                                    positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
-from globetrotter.image_ridge import fit_image_ridge  # noqa: E402
-
-
-def unit_centred(vectors: np.ndarray) -> np.ndarray:
-    """Rows minus their mean, scaled to unit length (float64)."""
-    out = np.asarray(vectors, dtype=np.float64)
-    out = out - out.mean(axis=0)
-    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+from globetrotter.image_ridge import fit_image_ridge, unit_centred  # noqa: E402
 
 
 def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10,

@@ -113,6 +113,7 @@ def mine(args: argparse.Namespace) -> None:
     from globetrotter.evaluation.reference import read_reference
     from globetrotter.evaluation.tasks.common import resolve_model
     from globetrotter.evaluation.tasks.select import read_choice
+    from globetrotter.training.backbone_finetune import unit_centred_targets
 
     split, out = Path(args.split), Path(args.out)
     # before any work: a ShardWriter on the split (or another one) would delete its shards
@@ -150,8 +151,7 @@ def mine(args: argparse.Namespace) -> None:
     cfg = encoder.cfg
     cache = load_feature_cache(cfg.data.features)
     feats = torch.from_numpy(np.asarray(cache.features[cache.rows(images, split), 0], dtype=np.float32))
-    feats = torch.nn.functional.normalize(feats, dim=-1)
-    feats = torch.nn.functional.normalize(feats - feats.mean(0), dim=-1).numpy()
+    feats = unit_centred_targets(torch.nn.functional.normalize(feats, dim=-1)).numpy()  # unit, centred, unit
     look = feats @ feats.T
 
     edges, report = [], {}
