@@ -63,7 +63,8 @@ SETTINGS = "finetuned.settings.json"
 SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
 BUILD = (".venv/bin/globetrotter-data features build {split} --config configs/flickr8k.yaml "
-         "model.image_backbone={backbone} model.image_pretrained={out}/" + WEIGHTS + " --out {split}/features-finetuned")
+         "model.image_backbone={backbone} model.image_pretrained={out}/" + WEIGHTS
+         + " --out {split}/features-finetuned")
 
 
 def training_images(ids: list[str], target_ids: list[str], languages: dict[str, str] | None, held_out: int,

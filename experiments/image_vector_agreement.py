@@ -15,9 +15,9 @@ with a reference cache of what people said about each image (``experiments/study
 * ``pair_r``: the correlation of the two cosines over all held-out pairs;
 * the two sides are read differently on purpose: the cache's vectors centred (their mean over the screened images
   taken off, then unit length: a direction every image shares is no likeness, as ``model.image_head_x:
-  features`` reads frozen features), the reference's plain cosine the yardstick (chance, ceiling and agreement are in its units,
-  and the ceiling is the most any k neighbours can reach). So a cache identical to the reference stays below the
-  ceiling, and its ``pair_r`` below 1, as far as the reference's rows share a mean direction;
+  features`` reads frozen features), the reference's plain cosine the yardstick (chance, ceiling and agreement are
+  in its units, and the ceiling is the most any k neighbours can reach). So a cache identical to the reference
+  stays below the ceiling, and its ``pair_r`` below 1, as far as the reference's rows share a mean direction;
 * with ``--across-languages SPLIT`` (a one-language split: its captions give each image's language) an image's
   neighbours, chance, ceiling and pairs are only held-out images of *other* languages, the pairs through which the
   transitive loss carries meaning across languages;

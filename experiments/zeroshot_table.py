@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the split each row is scored on once, in --langs (default: %(default)s)")
     p.add_argument("--langs", default="en,de,fr,zh,cs", type=langs,
                    help="comma-separated test languages, the first the table's median rank (default: %(default)s)")
-    p.add_argument("--seeds", default="0,1", type=seeds, help="comma-separated seeds of every row (default: %(default)s)")
+    p.add_argument("--seeds", default="0,1", type=seeds,
+                   help="comma-separated seeds of every row (default: %(default)s)")
     p.add_argument("--rows", default=None, help="comma-separated row numbers (0-based) to run (default: all)")
     p.add_argument("--out", default="eval_out/zeroshot", type=output_folder,
                    help="folder of the records (one per row and seed, reused when there) and table.md "

@@ -112,7 +112,8 @@ def test_held_out_0_prints_the_cache_build_and_the_settings_are_saved(tune, tiny
     assert tune.main(argv) == 0
     printed = capsys.readouterr().out
     assert "image_vector_agreement.py" not in printed  # nothing held out: no screen
-    assert f"features build {tiny_world / 'train'} " in printed and f"model.image_pretrained={out}/{tune.WEIGHTS}" in printed
+    assert f"features build {tiny_world / 'train'} " in printed
+    assert f"model.image_pretrained={out}/{tune.WEIGHTS}" in printed
     assert "(fine-tune " in printed and "images embedded in" in printed  # the time says what it covers
     settings = json.loads((out / tune.SETTINGS).read_text())
     assert settings["argv"] == argv and settings["seed"] == 5 and settings["args"]["epochs"] == 1
