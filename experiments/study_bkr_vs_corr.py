@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 
 from backretrieval.embedders import embed_texts, is_positional, load_embedder, register_embedder  # noqa: E402
 from backretrieval.errors import BackRetrievalError, run_cli  # noqa: E402
+from backretrieval.files import enough_for_k  # noqa: E402
+from globetrotter.argtypes import output_folder, positive_int  # noqa: E402
 
 DEFAULT_G = ("imagenet=efficientnet_lite0@package", "thumbnail16=thumbnail:16", "random=random:0")
 
@@ -263,13 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--g", nargs="+", default=list(DEFAULT_G), metavar="LABEL=MODEL[@WEIGHTS]",
                    help="image similarities: a timm model @ weights, thumbnail:SIZE or random[:SEED] "
                         f"(default: {' '.join(DEFAULT_G)})")
-    p.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="SRC-TGT")
-    p.add_argument("--ns", nargs="+", type=int, default=[150, 300], metavar="N",
-                   help="items per side (2N <= the pair's items; default: 150 300)")
-    p.add_argument("--seeds", type=int, default=10, help="seeds per N (default: 10)")
-    p.add_argument("--ks", nargs="+", type=int, default=[1, 5, 10])
-    p.add_argument("--report-k", type=int, default=10)
-    p.add_argument("--out-dir", required=True, type=Path)
+    p.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="SRC-TGT",
+                   help="language pairs, source-target (default: %(default)s)")
+    p.add_argument("--ns", nargs="+", type=positive_int, default=[150, 300], metavar="N",
+                   help="items per side (2N <= the pair's items, checked before any model is embedded; "
+                        "default: 150 300)")
+    p.add_argument("--seeds", type=positive_int, default=10, help="seeds per N (default: 10)")
+    p.add_argument("--ks", nargs="+", type=positive_int, default=[1, 5, 10],
+                   help="K of BkR@K and XLR@K (default: %(default)s)")
+    p.add_argument("--report-k", type=positive_int, default=10,
+                   help="the K of the tables and plots, one of --ks (default: %(default)s)")
+    p.add_argument("--out-dir", required=True, type=lambda text: Path(output_folder(text)),
+                   help="folder of study.json, table.md, summary.md, the plots and the embeddings cache")
     p.add_argument("--cache-dir", type=Path, default=None, help="CNN feature cache (default: OUT_DIR/image-cache)")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -301,6 +308,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BackRetrievalError(f"--pairs: expected SRC-TGT with two different languages, got {raw!r}")
         pairs.append((src, tgt))
     data = load_split(args.data, sorted({lang for pair in pairs for lang in pair}))
+    aligned = {}
+    for src, tgt in pairs:  # before any image or model is embedded: N must fit the pair, and exceed the Ks
+        aligned[src, tgt] = aligned_pair(data, src, tgt)
+        items = len(aligned[src, tgt][2])
+        for n in args.ns:
+            if 2 * n > items:
+                raise BackRetrievalError(f"--ns {n}: {src}-{tgt} has {items} parallel items; disjoint source "
+                                         f"and target samples need 2N <= {items}")
+            enough_for_k("protocol", n, args.ks, f"items per side (--ns {n})", "raise --ns")
     feats = {}
     for label, extractor in extractors.items():
         feats[label] = image_features(data, extractor)
@@ -313,11 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows = []
     for src, tgt in pairs:
-        src_rows, tgt_rows, image_idx = aligned_pair(data, src, tgt)
-        for n in args.ns:
-            if 2 * n > len(image_idx):
-                raise BackRetrievalError(f"--ns {n}: {src}-{tgt} has {len(image_idx)} parallel items; disjoint source "
-                                         f"and target samples need 2N <= {len(image_idx)}")
+        src_rows, tgt_rows, image_idx = aligned[src, tgt]
         for g_label, _, _ in gs:
             g_feats = feats[g_label][image_idx]
             for family, members in families.items():

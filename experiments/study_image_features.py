@@ -59,6 +59,7 @@ from data_prep.converters.multi30k import read_multi30k  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.data.feature_import import import_embeddings, split_image_ids  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.image_ridge import unit_centred  # noqa: E402
 from globetrotter.training.backbone_finetune import mean_embeddings, model_readings, own_captions  # noqa: E402
 
 TRAIN = ("OMP_NUM_THREADS=1 .venv/bin/python train.py --config configs/flickr8k.yaml seed=S run_name={name}-sS "
@@ -110,11 +111,7 @@ def blend(oracle: np.ndarray, control: np.ndarray, share: float) -> np.ndarray:
     """Rows of ``oracle`` and ``control`` [images, *] joined, each centred and of unit length, weighted so that the
     cosine of two rows is ``share`` x their oracle cosine + (1 - share) x their control cosine (float32)."""
     check_share(share)
-    parts = []
-    for vectors, weight in ((oracle, share), (control, 1 - share)):
-        x = np.asarray(vectors, dtype=np.float64)
-        x = x - x.mean(axis=0)
-        parts.append(np.sqrt(weight) * x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-12))
+    parts = [np.sqrt(weight) * unit_centred(vectors) for vectors, weight in ((oracle, share), (control, 1 - share))]
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 

@@ -33,6 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
+from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
+
 DEFAULT_MODELS = ("full=configs/flickr8k.yaml", "supervised=configs/flickr8k-supervised.yaml")
 
 
@@ -144,23 +146,28 @@ def build_parser() -> argparse.ArgumentParser:
                         help="models to compare, the first against the second in the ratio (default: full, supervised)")
     parser.add_argument("--shares", type=float, nargs="+", default=[0.25, 0.5, 1.0],
                         help="data.train_image_share values (default: 0.25 0.5 1)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1],
+                        help="training seeds of each model and share (default: 0 1)")
     parser.add_argument("--run", nargs="*", default=[], metavar="LABEL:SHARE:SEED=DIR",
                         help="existing run folders to use instead of training (e.g. full:1:0=runs/flickr8k)")
     parser.add_argument("--runs-dir", default="runs", help="output_dir of the runs this trains (default: runs)")
     parser.add_argument("--prefix", default="curve", help="run_name prefix of the runs this trains (default: curve)")
-    parser.add_argument("--split", default="outputs/flickr8k/test")
-    parser.add_argument("--languages", default="en,de,fr,cs")
-    parser.add_argument("--n-groups", type=int, default=600)
-    parser.add_argument("--out-dir", required=True, help="curve.json, table.md, curve.png and the logs go here")
+    parser.add_argument("--split", default="outputs/flickr8k/test",
+                        help="the parallel split each run's translation is scored on (default: %(default)s)")
+    parser.add_argument("--languages", default="en,de,fr,cs",
+                        help="comma-separated languages of the selection and the score (default: %(default)s)")
+    parser.add_argument("--n-groups", type=positive_int, default=600,
+                        help="groups of --split scored (eval.py sentence --n-groups; default: %(default)s)")
+    parser.add_argument("--out-dir", required=True, type=output_folder,
+                        help="curve.json, table.md, curve.png and the logs go here")
     return parser
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from globetrotter.errors import UserError
 
     try:
-        study(build_parser().parse_args())
+        study(build_parser().parse_args(argv))
     except UserError as err:  # a missing config, a bad share: one line, exit 2
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -37,12 +37,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_prep.config_io import load_config  # noqa: E402
-from data_prep.shards import ShardWriter, iter_raw, read_manifest  # noqa: E402
+from data_prep.shards import ShardWriter, check_new_split_folder, iter_raw, read_manifest  # noqa: E402
 from data_prep.synth.config import SynthConfig  # noqa: E402
 from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES, Scene  # noqa: E402
 from data_prep.synth.world import SPLIT_IDS, draw_scene  # noqa: E402
+from globetrotter.argtypes import output_folder  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 
+SOURCE = "synthetic object vectors"  # the copy's manifest source: an earlier copy may be written over
 COLOUR_NAMES = list(COLOURS)
 N_SHAPES, N_COLOURS = len(SHAPES), len(COLOUR_NAMES)
 # slots: shape | shape x colour | shape x size | colour | background pattern
@@ -79,14 +81,22 @@ def _world_of(split: Path) -> SynthConfig:
     return load_config(SynthConfig, world_file)
 
 
+def check_out(split: str | Path, out: str | Path) -> None:
+    """Refuse (one-line :class:`UserError`, before anything is written) an ``out`` that is, lies inside or holds
+    ``split``, or that holds anything but an earlier copy of this script."""
+    check_new_split_folder(out, [split], lambda manifest: manifest.get("source") == SOURCE)
+
+
 def write_object_split(split: str | Path, out: str | Path) -> dict:
     """Copy ``split`` (of a world written by ``globetrotter-data synth``: its ``world.yaml`` one folder up) to
-    ``out`` with each image replaced by its scene's :func:`object_vector`; returns the new manifest."""
+    ``out`` with each image replaced by its scene's :func:`object_vector`; returns the new manifest. ``out`` must pass
+    :func:`check_out` (the split itself would be deleted)."""
     split, out = Path(split), Path(out)
+    check_out(split, out)
     world = _world_of(split)
     manifest = read_manifest(split)
     vectors: dict[str, np.ndarray] = {}
-    with ShardWriter(out, split=manifest.get("split", split.name), source="synthetic object vectors",
+    with ShardWriter(out, split=manifest.get("split", split.name), source=SOURCE,
                      image_format="npy", extra={"objects_of": str(split)}) as writer:
         for key, _ext, _data, meta in iter_raw(split):
             image_id = str(meta["image_id"])
@@ -133,12 +143,23 @@ def write_meaning_embeddings(split: str | Path, out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", required=True, help="a split of a synthetic world (world.yaml in its parent folder)")
-    p.add_argument("--out", help="folder of the copy with object vectors as images (and meaning.npy)")
-    p.add_argument("--cache", help="folder of a feature cache of --split's own images holding their object vectors")
+    p.add_argument("--out", type=output_folder,
+                   help="folder of the copy with object vectors as images (and meaning.npy): a new or empty folder "
+                        "outside --split, or an earlier copy to write over")
+    p.add_argument("--cache", type=output_folder,
+                   help="folder of a feature cache of --split's own images holding their object vectors")
     args = p.parse_args(argv)
     if not (args.out or args.cache):
         p.error("give --out (the copy), --cache (a feature cache of the split), or both")
     try:
+        if args.out:  # before anything is written: a ShardWriter on the split itself would delete its shards
+            check_out(args.split, args.out)
+        if args.cache:
+            from globetrotter.data.feature_cache import check_cache_folder, same_folder
+
+            if args.out and same_folder(args.out, args.cache):
+                raise UserError(f"--cache {args.cache}: the same folder as --out; give the cache a folder of its own")
+            check_cache_folder(args.cache, "--cache")
         if args.out:
             manifest = write_object_split(args.split, args.out)
             meaning = write_meaning_embeddings(args.split, Path(args.out) / "meaning.npy")

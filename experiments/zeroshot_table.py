@@ -25,12 +25,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from globetrotter.argtypes import output_file, output_folder, torch_device  # noqa: E402
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.zeroshot.cli.common import langs  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
-from globetrotter.zeroshot.data import SplitFeatures, first_captions, image_extractor, load_split_features  # noqa: E402
+from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
+                                        load_split_features)
 from globetrotter.zeroshot.retrieval import split_recall  # noqa: E402
 from globetrotter.zeroshot.train import train_on_split, train_rows, validation_recall  # noqa: E402
 
@@ -91,8 +93,22 @@ def load_bundle(path: Path) -> dict[str, SplitFeatures]:
 
 
 def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, SplitFeatures]:
+    """The frozen features of train, val and test (or of ``--bundle``); a language a split lacks (of ``--langs`` for
+    test) is refused first, from the manifests, before any feature is extracted."""
     if args.bundle:
-        return load_bundle(Path(args.bundle))
+        splits = load_bundle(Path(args.bundle))
+        missing = [lang for lang in args.langs if lang not in set(splits["test"].langs)]
+        if missing:
+            raise UserError(f"--langs: {args.bundle}'s test split has no captions in {', '.join(missing)}")
+        return splits
+    from data_prep.shards import read_manifest
+
+    for flag, split_langs in (("--test", args.langs), ("--val", config.train_langs), ("--train", config.train_langs)):
+        split = getattr(args, flag[2:])  # its manifest only, before any feature is extracted
+        missing = [lang for lang in split_langs if lang not in read_manifest(split)["languages"]]
+        if missing:
+            raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
+                            + (" (--langs)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
     return {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
                                          args.cache_dir),
@@ -152,17 +168,27 @@ def seeds(value: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train", default="outputs/flickr8k-en/train")
-    p.add_argument("--val", default="outputs/flickr8k-en/val")
-    p.add_argument("--test", default="outputs/flickr8k/test")
-    p.add_argument("--langs", default="en,de,fr,zh,cs", type=langs)
-    p.add_argument("--seeds", default="0,1", type=seeds)
+    p.add_argument("--train", default="outputs/flickr8k-en/train",
+                   help="the split the adapters train on, its train_langs captions (default: %(default)s)")
+    p.add_argument("--val", default="outputs/flickr8k-en/val",
+                   help="the split each row's epoch is chosen on (default: %(default)s)")
+    p.add_argument("--test", default="outputs/flickr8k/test",
+                   help="the split each row is scored on once, in --langs (default: %(default)s)")
+    p.add_argument("--langs", default="en,de,fr,zh,cs", type=langs,
+                   help="comma-separated test languages, the first the table's median rank (default: %(default)s)")
+    p.add_argument("--seeds", default="0,1", type=seeds,
+                   help="comma-separated seeds of every row (default: %(default)s)")
     p.add_argument("--rows", default=None, help="comma-separated row numbers (0-based) to run (default: all)")
-    p.add_argument("--out", default="eval_out/zeroshot")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--cache-dir", default="outputs/cache")
+    p.add_argument("--out", default="eval_out/zeroshot", type=output_folder,
+                   help="folder of the records (one per row and seed, reused when there) and table.md "
+                        "(default: %(default)s)")
+    p.add_argument("--device", type=torch_device, default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="torch device the adapters train on (default: cuda when there is one, else cpu)")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE),
+                   help="where frozen text and image features are cached, shared with globetrotter-zeroshot "
+                        "(default: $GLOBETROTTER_CACHE or outputs/cache, relative to the current folder)")
     p.add_argument("--bundle", help="read the frozen features from this .npz instead of the splits")
-    p.add_argument("--save-bundle", help="write the splits' frozen features to this .npz and stop")
+    p.add_argument("--save-bundle", type=output_file, help="write the splits' frozen features to this .npz and stop")
     args = p.parse_args(argv)
     labels = list(ROWS)
     if args.rows:  # checked before any feature is loaded

@@ -36,6 +36,15 @@ def image_targets(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return target - centre, centre
 
 
+def unit_centred(vectors: np.ndarray) -> np.ndarray:
+    """The rows of ``vectors`` (one image per row) less their mean, scaled to unit length, in float64: what a cosine
+    of image vectors reads once the direction every image shares is taken off. (The fine-tune's targets,
+    :func:`globetrotter.training.backbone_finetune.unit_centred_targets`, are the same in torch float32.)"""
+    out = np.asarray(vectors, dtype=np.float64)
+    out = out - out.mean(axis=0)
+    return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
+
+
 def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5,
                  setting: str = "alpha", folds_setting: str | None = None, jobs: int = 1) -> tuple[float, dict[float, float]]:
     """The ridge strength among ``alphas`` with the lowest mean held-out squared error over ``folds`` folds that keep

@@ -79,3 +79,25 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
     assert json.loads((out / "study.json").read_text())["rows"][0]["pearson"] == rec["rows"][0]["pearson"]
     with pytest.raises(BackRetrievalError, match="2N <= 60"):
         study.main(argv[:-8] + ["--ns", "31", "--out-dir", str(out), "--no-progress"])
+
+
+@pytest.mark.parametrize("bad", [["--ns", "31"], ["--ns", "8"], ["--seeds", "0"], ["--ks", "0"]])
+def test_bad_sizes_are_refused_before_any_model_is_embedded(study, jpg_split, tmp_path, monkeypatch, bad):
+    fams = tmp_path / "fam.txt"
+    fams.write_text("[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n")
+
+    def no_embedder(spec, **_):
+        raise AssertionError(f"{spec} embedded before the options were checked")
+
+    monkeypatch.setattr(study, "load_embedder", no_embedder)
+    monkeypatch.setattr(study, "embed_split", no_embedder)
+    argv = ["--data", str(jpg_split), "--families", str(fams), "--g", "thumb=thumbnail:4", "--pairs", "en-de",
+            "--ns", "15", "--seeds", "2", "--out-dir", str(tmp_path / "out"), "--no-progress", *bad]
+    try:
+        study.main(argv)
+    except SystemExit as exit_:  # argparse: a usage error
+        assert exit_.code == 2
+    except BackRetrievalError as err:
+        assert bad[0] in str(err)
+    else:
+        raise AssertionError("accepted")

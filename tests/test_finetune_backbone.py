@@ -98,3 +98,31 @@ def test_a_target_that_is_no_cache_is_one_line(tune, tiny_world, tmp_path, capsy
     assert tune.main(["--split", str(tiny_world / "train"), "--target", str(tmp_path / "nothing"),
                       "--out-dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_held_out_0_prints_the_cache_build_and_the_settings_are_saved(tune, tiny_world, colour_target, tmp_path,
+                                                                     capsys):
+    import json
+
+    target, _ids = colour_target
+    out = tmp_path / "vectors"
+    torch.set_num_threads(1)
+    argv = ["--split", str(tiny_world / "train"), "--target", str(target), "--held-out", "0", "--max-images", "12",
+            "--epochs", "1", "--batch-size", "12", "--image-size", "64", "--seed", "5", "--out-dir", str(out)]
+    assert tune.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "image_vector_agreement.py" not in printed  # nothing held out: no screen
+    assert f"features build {tiny_world / 'train'} " in printed
+    assert f"model.image_pretrained={out}/{tune.WEIGHTS}" in printed
+    assert "(fine-tune " in printed and "images embedded in" in printed  # the time says what it covers
+    settings = json.loads((out / tune.SETTINGS).read_text())
+    assert settings["argv"] == argv and settings["seed"] == 5 and settings["args"]["epochs"] == 1
+    assert settings["trained_images"] == 12 and settings["held_out_images"] == 0 and len(settings["losses"]) == 1
+    assert set(settings["seconds"]) == {"fine_tune", "embed"}
+
+
+@pytest.mark.parametrize("bad", [["--seed", "-1"], ["--lr", "0"], ["--head-lr", "-1"]])
+def test_a_negative_seed_or_learning_rate_is_a_usage_error(tune, tmp_path, bad):
+    with pytest.raises(SystemExit) as exit_:
+        tune.main(["--split", str(tmp_path), "--target", str(tmp_path), "--out-dir", str(tmp_path / "o"), *bad])
+    assert exit_.value.code == 2

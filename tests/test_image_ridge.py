@@ -94,3 +94,16 @@ def test_bad_input_is_named():
     with pytest.raises(UserError, match=r"^ridge_alpha: .* over 5 folds \(ridge_folds\) needs at least 5 images, "
                                         r"the captions have 2$"):
         choose_alpha(x, y, np.arange(20) % 2, [1.0, 2.0], folds=5, setting="ridge_alpha", folds_setting="ridge_folds")
+
+
+def test_unit_centred_rows_are_of_unit_length_around_their_mean_and_match_the_fine_tunes_targets():
+    from globetrotter.image_ridge import unit_centred
+    from globetrotter.training.backbone_finetune import unit_centred_targets
+
+    vectors = np.random.default_rng(0).normal(size=(50, 7)) + 3.0  # a shared direction the centring takes off
+    out = unit_centred(vectors)
+    assert out.dtype == np.float64 and np.allclose(np.linalg.norm(out, axis=1), 1)
+    centred = vectors - vectors.mean(0)
+    np.testing.assert_allclose(out * np.linalg.norm(centred, axis=1, keepdims=True), centred)
+    np.testing.assert_allclose(out, unit_centred_targets(vectors).numpy(), atol=1e-6)
+    assert np.isfinite(unit_centred(np.ones((3, 4)))).all()  # rows equal to their mean: zeros, not NaN

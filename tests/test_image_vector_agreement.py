@@ -121,3 +121,27 @@ def test_across_languages_needs_k_images_of_other_languages(agree):
     langs = {i: ("a" if n < 57 else "b") for n, i in enumerate(ids)}  # 3 images of b: an a image has at most 3
     with pytest.raises(UserError, match="k=5: needs 0 < k <= "):
         agree.screen((ids, ref), {"same": (ids, ref)}, held_out=40, k=5, strengths=(1.0,), languages=langs)
+
+
+@pytest.mark.parametrize("bad", [["--seed", "-1"], ["--ridge", "10", "-5"], ["--out", "AFILE/report.json"]])
+def test_bad_options_are_usage_errors_before_the_screen_runs(agree, tmp_path, capsys, bad):
+    ids, ref, _ = clustered(n=60)
+    reference = write_cache(tmp_path / "described", ids, ref)
+    (tmp_path / "afile").write_text("")
+    bad = [b.replace("AFILE", str(tmp_path / "afile")) for b in bad]
+    with pytest.raises(SystemExit) as exit_:
+        agree.main(["--reference", str(reference), "--cache", str(reference), "--held-out", "20", "--k", "3", *bad])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and bad[0] in err and "Traceback" not in err
+
+
+def test_a_copy_of_the_reference_falls_below_the_ceiling_by_its_shared_direction(agree):
+    """The cache is read centred, the reference as it is (module docstring): a copy of a reference whose rows share
+    a mean direction orders images a little differently from the reference's own cosine."""
+    ids, ref, _ = clustered(n=300)
+    shifted = ref + 1.5 * np.random.default_rng(4).normal(size=ref.shape[1])
+    shifted /= np.linalg.norm(shifted, axis=1, keepdims=True)
+    report = agree.screen((ids, shifted), {"copy": (ids, shifted)}, held_out=200, k=5, strengths=(1.0,))
+    assert report["caches"]["copy"]["agreement@5"] < report["ceiling"]
+    assert report["caches"]["copy"]["pair_r"] < 0.99

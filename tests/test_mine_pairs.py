@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+from globetrotter.errors import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,29 @@ def test_a_missing_teacher_is_a_one_line_error(tmp_path):
     from conftest import REPO
 
     out = subprocess.run([sys.executable, str(REPO / "experiments" / "mine_pairs.py"), "--teacher",
-                          str(tmp_path / "nope"), "--ranking", "x.json", "--split", str(tmp_path), "--out",
+                          str(tmp_path / "nope"), "--ranking", "x.json", "--split", str(tmp_path / "split"), "--out",
                           str(tmp_path / "out")], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "nope" in out.stderr and "model not found" in out.stderr
+
+
+@pytest.mark.parametrize("where", ["split", "other split"])
+def test_an_out_holding_data_is_refused_before_the_teacher_is_read(mine, tmp_path, capsys, where):
+    split, other = tmp_path / "train", tmp_path / "val"
+    for folder in (split, other):
+        folder.mkdir()
+        (folder / "manifest.json").write_text('{"source": "converted"}')
+        (folder / f"{folder.name}-000000.tar").write_bytes(b"shard")
+    out = split if where == "split" else other
+    assert run_cli(mine.main, ["--teacher", str(tmp_path / "nope"), "--ranking", "x.json", "--split", str(split),
+                               "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and "\n" not in err and "nope" not in err
+    assert (out / f"{out.name}-000000.tar").read_bytes() == b"shard"
+
+
+@pytest.mark.parametrize("option", ["--captions-per-image", "--csls-k", "--image-weight"])
+def test_a_negative_count_or_weight_is_a_usage_error(mine, tmp_path, option):
+    with pytest.raises(SystemExit) as exit_:
+        mine.main(["--teacher", "t", "--ranking", "r", "--split", "s", "--out", str(tmp_path / "o"), option, "-5"])
+    assert exit_.value.code == 2

@@ -126,3 +126,13 @@ def test_a_model_that_matches_words_finds_the_own_caption_far_above_chance(crite
     shuffled = {"en": [(a, b) for (a, _), (_, b) in zip(pairs["en"], pairs["en"][1:] + pairs["en"][:1])]}
     _, wrong = criterion.score_grid("tfidf", shuffled, pools)
     assert all(row["criterion"] < 2 * chance for row in wrong)  # a mismatched second caption is not found
+
+
+@pytest.mark.parametrize("bad", [["--n-images", "-5"], ["--reference-size", "0"], ["--seed", "-1"]])
+def test_negative_or_zero_sizes_are_usage_errors(criterion, tmp_path, capsys, bad):
+    with pytest.raises(SystemExit) as exit_:
+        criterion.main(["--model", str(tmp_path / "run"), "--val", str(tmp_path / "val"), "--reference",
+                        str(tmp_path / "train"), "--out", str(tmp_path / "out"), *bad])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert bad[0] in err and "--retrieval" not in err

@@ -167,6 +167,7 @@ def protocol_argv(world: Path, out: Path, *extra: str) -> list[str]:
     (["--row", "a=tfidf", "--languages", "en,xx"], "--languages en,xx: --test "),
     (["--row", "a=tfidf", "--languages", "en"], "--languages 'en': expected two or more"),
     (["--row", "a=tfidf", "--oracle-val", "MISSING"], "--oracle-val: "),
+    (["--row", "a=tfidf", "--n-groups", "100000"], "--n-groups 100000: --test "),  # the table said 100000, scored fewer
 ])
 def test_user_mistakes_are_one_line_errors_before_anything_is_written(protocol, tiny_world, tiny_run, tmp_path, capsys,
                                                                       extra, expected):

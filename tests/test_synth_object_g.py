@@ -101,3 +101,41 @@ def test_neither_a_copy_nor_a_cache_asked_for_is_a_usage_error(objects, world):
     with pytest.raises(SystemExit) as exit_info:
         objects.main(["--split", str(world / "val")])
     assert exit_info.value.code == 2
+
+
+def _copy_split(src, dst):
+    dst.mkdir(parents=True)
+    for path in src.iterdir():
+        (dst / path.name).write_bytes(path.read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize("where", ["itself", "inside", "holding", "other data"])
+def test_an_out_that_would_delete_or_mix_with_data_is_refused_before_anything_is_written(objects, world, tmp_path,
+                                                                                         capsys, where):
+    root = tmp_path / "world"
+    (root).mkdir()
+    (root / "world.yaml").write_bytes((world / "world.yaml").read_bytes())
+    split = _copy_split(world / "val", root / "val")
+    other = _copy_split(world / "test", tmp_path / "elsewhere")
+    out = {"itself": split, "inside": split / "objects", "holding": root, "other data": other}[where]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert objects.main(["--split", str(split), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and "\n" not in err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (split / "objects").exists()
+
+
+def test_an_earlier_copy_is_written_over(objects, world, tmp_path):
+    out = tmp_path / "objects"
+    assert objects.main(["--split", str(world / "test"), "--out", str(out)]) == 0
+    first = read_manifest(out)
+    assert objects.main(["--split", str(world / "test"), "--out", str(out)]) == 0
+    assert read_manifest(out)["checksum"] == first["checksum"]
+
+
+def test_a_cache_in_the_copys_folder_is_refused_before_the_copy_is_written(objects, world, tmp_path, capsys):
+    out = tmp_path / "objects"
+    assert objects.main(["--split", str(world / "test"), "--out", str(out), "--cache", str(out)]) == 2
+    assert "--cache" in capsys.readouterr().err and not out.exists()

@@ -72,3 +72,34 @@ def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
             z.main(argv)
         err = capsys.readouterr().err
         assert stop.value.code == 2 and message in err, err
+
+
+def test_a_bad_device_or_bundle_path_is_a_usage_error(tmp_path, capsys):
+    z = _driver()
+    (tmp_path / "afile").write_text("")
+    for argv in (["--device", "bogus"], ["--save-bundle", str(tmp_path / "afile" / "b.npz")],
+                 ["--out", str(tmp_path / "afile" / "out")]):
+        with pytest.raises(SystemExit) as stop:
+            z.main(argv)
+        assert stop.value.code == 2 and argv[0] in capsys.readouterr().err
+
+
+def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
+    from data_prep.shards import ShardWriter
+
+    z = _driver()
+    for name in ("train", "val", "test"):
+        with ShardWriter(tmp_path / name, split=name, source="unit", image_format="npy") as w:
+            for i in range(3):
+                w.write(f"{name}{i}", np.ones(4, np.float32), f"caption {i}", "en", f"img{i}", f"g{i}")
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("features extracted before the languages were checked")
+
+    monkeypatch.setattr(z, "image_extractor", no_features)
+    monkeypatch.setattr(z, "load_split_features", no_features)
+    assert z.main(["--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--test", str(tmp_path / "test"),
+                   "--langs", "en,xx", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
+                   "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert "--test" in err and "xx" in err and err.count("\n") == 1
