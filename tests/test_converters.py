@@ -69,10 +69,11 @@ def flickr8k_world(tmp_path: Path) -> dict:
         write_lines(m30k / "task2" / "image_splits" / f"{split.replace('_flickr', '')}_images.txt",
                     [f"{i}.jpg" for i in ids])
         for lang in M30K_LANGS:
-            ids_here = ids[:-1] if (split, lang) == ("val", "cs") else ids  # val.cs is one line short
-            lines = [f"{lang} parallel {i}" for i in ids_here]
+            if (split, lang) == ("val", "cs"):  # the val image has no cs caption: no val.cs file
+                continue
+            lines = [f"{lang} parallel {i}" for i in ids]
             write_lines(m30k / "task1" / "raw" / f"{split}.{lang}.gz", lines, gz=True)
-            for i, text in zip(ids_here, lines):
+            for i, text in zip(ids, lines):
                 captions[(i, lang)].append(text)
         for k in (1, 2):
             for lang in ("en", "de"):
@@ -241,17 +242,14 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     for kind, line in w["bad_lines"].items():
         assert f"{w['cn']}:{line}: {kind}" in err, kind
     assert f"{w['tsv']}:2: unknown_language" in err
-    val_cs = w["m30k"] / "task1" / "raw" / "val.cs.gz"
-    assert f"{val_cs}:1: caption_file_short" in err  # 0 lines for 1 image: the first missing line is 1
     assert f"{w['truncated']}: unreadable_image" in err
     assert (f"warning: 1 caption line(s) of {w['cn']} are not UTF-8 and were skipped (their captions are lost): if a "
             f"file is in another encoding") in printed.out  # the advice, naming the file
     assert summary["skipped"] == {"duplicate_key": 1, "empty_caption": 1, "missing_image": 1, "non_utf8": 1,
-                                  "malformed_line": 1, "unknown_language": 1, "caption_file_short": 1,
-                                  "unreadable_image": 2}
+                                  "malformed_line": 1, "unknown_language": 1, "unreadable_image": 2}
 
     # every record accounted for: records counted here from the fixture files
-    n_task1 = sum(len(ids) for ids in SPLITS.values()) * 4  # incl. the missing val.cs line
+    n_task1 = sum(len(ids) for ids in SPLITS.values()) * 4 - 1  # no val.cs
     n_cn = 9 * 2 + len(w["bad_lines"])
     assert summary["records"] == n_task1 + n_cn + 1  # + the TSV row (the header is no record)
     assert summary["records"] == summary["written_total"] + summary["skipped_total"] + summary["unused_total"]
@@ -304,10 +302,28 @@ def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
         for lang in ("en", "de"):
             caps = [m["caption"] for m in metas if m["lang"] == lang]
             assert len(caps) == 3 and "parallel" in caps[0] and all("independent" in c for c in caps[1:])
-    assert summary["unused"]["language_not_requested"] == 7 * 2 - 1  # fr, cs lines (val.cs is short)
+    assert summary["unused"]["language_not_requested"] == 7 * 2 - 1  # fr, cs lines (no val.cs)
 
 
-def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path):
+def test_multi30k_caption_file_missing_a_middle_line_is_refused(tmp_path, capsys):
+    """A line missing in the middle would shift every later caption onto the next image: the file is refused."""
+    names = [f"{pid}.jpg" for pid in (101, 102, 103)]
+    m30k = tmp_path / "multi30k"
+    write_lines(m30k / "task1" / "image_splits" / "train.txt", names)
+    for pid in (101, 102, 103):
+        make_jpeg(tmp_path / "images" / f"{pid}_a1b2c3.jpg", color=(pid, 0, 0))
+    write_lines(m30k / "task1" / "raw" / "train.en.gz", ["en 101", "en 102", "en 103"], gz=True)
+    de = write_lines(m30k / "task1" / "raw" / "train.de.gz", ["de 101", "de 103"], gz=True)  # line 2 missing
+    out = tmp_path / "out"
+    assert cli(["multi30k", "--images", tmp_path / "images", "--multi30k", m30k, "--assign-languages",
+                "--workers", "1", "--quiet", "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {de}: has 2 line(s) but ") and "lists 3 image(s)" in err
+    assert not out.exists()
+
+
+def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):
     root = tmp_path / "xtd"
     names = ["COCO_train2014_000000061844.jpg", "COCO_train2014_000000061849.jpg", "COCO_train2014_000000061850.jpg"]
     write_lines(root / "XTD10" / "test_image_names.txt", names)
@@ -316,15 +332,27 @@ def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path):
     write_lines(root / "MIC" / "test_1kcaptions_en.txt", ["a man", "a cat", "a bus"])
     write_lines(root / "MIC" / "test_1kcaptions_de.txt", ["ein Mann", "eine Katze", "ein Bus"])
     write_lines(root / "STAIR" / "test_1kcaptions_jp.txt", ["男性", "猫", "バス"])
-    write_lines(root / "XTD10" / "test_1kcaptions_zh.txt", ["一个男人", "一只猫"])  # one line short
+    zh = write_lines(root / "XTD10" / "test_1kcaptions_zh.txt", ["一个男人", "一只猫"])  # one line short
     write_lines(root / "XTD10" / "test_1kcaptions_xx.txt", ["?", "?", "?"])  # not a language
     out = tmp_path / "out"
-    assert cli(["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out,
-                "--quiet", "--strict"]) == 1
+    argv = ["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out, "--quiet"]
+    # a short file cannot be aligned: refused in one line, nothing written
+    assert cli(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {zh}: has 2 line(s) but {root / 'XTD10' / 'test_image_names.txt'} lists 3 image(s); line i captions "
+        f"image i only when the counts agree (a line missing or added anywhere shifts every later caption onto "
+        f"another image): fix the file, or move it out of the folder; nothing written")
+    assert not out.exists()
+    write_lines(zh, ["一个男人", "一只猫", " "])  # the third image's zh caption is empty
+    assert cli(argv + ["--strict"]) == 1
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert summary["skipped"] == {"caption_file_short": 1, "unknown_language": 3}
-    # the third image has no zh caption: a source test image lacking a language is left out
+    assert summary["skipped"] == {"empty_caption": 1, "unknown_language": 3}
+    # the third image has no zh caption: a source test image lacking a language is left out, and zh is named
     assert summary["unused"] == {"test_image_missing_language": 3}
+    assert summary["notes"] == ["1 source test image(s) left out in every language, as they lack a caption in zh 1 "
+                                "(images per language): --langs de,en,ja keeps them (or complete those languages' "
+                                "captions)"]
+    assert "warning: 1 source test image(s) left out in every language" in capsys.readouterr().out
     assert read_manifest(out / "test")["languages"] == {"de": 2, "en": 2, "ja": 2, "zh": 2}
     check_split_rule(out / "test", "test")
     assert not (out / "train").exists()

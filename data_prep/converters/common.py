@@ -2,7 +2,7 @@
 
 A reader turns one public layout into a stream of :class:`Caption` records (one per
 caption) and :class:`~data_prep.converters.report.Issue` items (bad input it found while
-parsing: non-UTF-8 bytes, malformed lines, caption files shorter than their split file).
+parsing: non-UTF-8 bytes, malformed lines).
 Everything after parsing (language codes, empty captions, duplicate keys, finding the
 image, splits, decoding, writing) is done once, for all sources, by
 :func:`data_prep.converters.pipeline.convert`.
@@ -13,6 +13,8 @@ import gzip
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence, Union
+
+from data_prep.errors import UserError
 
 from .report import Issue
 
@@ -114,21 +116,30 @@ def read_aligned(
     """Pair each caption line with the image named on the same line of ``names_path``.
 
     Yields a :class:`Caption` per caption line with key ``(source, image name, lang,
-    *key_extra)``, and issues for: a caption file shorter than the split file (one
-    ``caption_file_short`` issue costing one record per missing line), longer (one
-    ``caption_file_long`` issue costing its extra lines), non-UTF-8 caption lines, and
-    split-file lines that are not UTF-8 or blank (one issue costing the captions aligned
-    to that line in every caption file).
+    *key_extra)``, and issues for non-UTF-8 caption lines and split-file lines that are not
+    UTF-8 or blank (one issue costing the captions aligned to that line in every caption
+    file). A caption file with more or fewer lines than the split file is a one-line
+    :class:`UserError` before any record is yielded: a line missing (or added) anywhere
+    shifts every later caption onto another image, so no line of it can be trusted.
     """
-    names, issue = read_lines_or_issue(names_path)
-    if issue is not None:
-        yield issue
+    names, names_issue = read_lines_or_issue(names_path)
+    if names_issue is not None:
+        yield names_issue
     contents: list[tuple[AlignedFile, list[Line]]] = []
+    complete: set[Path] = set()  # caption files read to their end (an unreadable one is reported as such)
     for cf in caption_files:
         lines, issue = read_lines_or_issue(cf.path)
         if issue is not None:
             yield issue
+        else:
+            complete.add(cf.path)
         contents.append((cf, lines))
+    for cf, lines in contents:
+        if names_issue is None and cf.path in complete and len(lines) != len(names):
+            raise UserError(f"{cf.path}: has {len(lines)} line(s) but {names_path} lists {len(names)} image(s); line i "
+                            f"captions image i only when the counts agree (a line missing or added anywhere shifts "
+                            f"every later caption onto another image): fix the file, or move it out of the folder; "
+                            f"nothing written")
 
     bad_names: dict[int, str] = {}
     for line in names:
@@ -141,27 +152,18 @@ def read_aligned(
         cost = sum(1 for _, lines in contents if len(lines) >= number)
         yield Issue(kind, str(names_path), number, f"{message}; its {cost} aligned caption(s) skipped", records=cost)
 
-    n_names = len(names)
     for cf, lines in contents:
-        for line in lines[:n_names]:
+        for line in lines:
             if line.number in bad_names:
                 continue
             if line.text is None:
                 yield Issue("non_utf8", str(cf.path), line.number, line.error)
                 continue
+            if line.number > len(names):  # after an unreadable split file's last readable line
+                break
             name = names[line.number - 1].text.strip()
             yield Caption((name,), cf.lang, line.text, str(cf.path), line.number,
                           (source, name, cf.lang, *cf.key_extra), split_hint)
-        if len(lines) < n_names:
-            missing = n_names - len(lines)
-            yield Issue("caption_file_short", str(cf.path), len(lines) + 1,
-                        f"has {len(lines)} line(s) but {names_path.name} has {n_names}; "
-                        f"the last {missing} image(s) have no caption here", records=missing)
-        elif len(lines) > n_names:
-            extra = len(lines) - n_names
-            yield Issue("caption_file_long", str(cf.path), n_names + 1,
-                        f"has {len(lines)} line(s) but {names_path.name} has {n_names}; "
-                        f"{extra} caption(s) have no image", records=extra)
 
 
 def split_from_name(name: str) -> str | None:

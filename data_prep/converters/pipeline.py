@@ -222,6 +222,20 @@ def _region_note(by_id: dict[str, _Image]) -> str | None:
             f"Dari beside fa Persian); if they are one language, write one code in the captions")
 
 
+def _lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], languages: Sequence[str]) -> str | None:
+    """The warning for source test images left out for lacking a requested language: which languages they lack
+    (most first, with counts) and the ``--langs`` that keeps them. ``None`` when none was left out."""
+    if not incomplete:
+        return None
+    lacking = Counter(lang for i in incomplete for lang in languages if lang not in infos[i].langs)
+    named = ", ".join(f"{lang} {n}" for lang, n in lacking.most_common())
+    keep = [lang for lang in languages if lang not in lacking]
+    hint = (f"--langs {','.join(keep)} keeps them (or complete those languages' captions)" if keep
+            else "complete those languages' captions")
+    return (f"{len(incomplete)} source test image(s) left out in every language, as they lack a caption in {named} "
+            f"(images per language): {hint}")
+
+
 def _encoding_note(report: ConversionReport) -> str | None:
     """The advice for caption lines skipped as not UTF-8: most often a whole file saved in a legacy encoding, whose
     lines with accents are lost and whose plain-ASCII lines are kept (a language can vanish this way)."""
@@ -352,6 +366,9 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
         report.note(note)
     for image_id in plan.incomplete_test:
         report.leave_out("test_image_missing_language", len(by_id[image_id].captions))
+    lacking = _lacking_note(plan.incomplete_test, infos, languages)
+    if lacking:
+        report.note(lacking)
     one_language = options.assign_languages or all(len(infos[i].langs) == 1 for i, s in plan.split_of.items() if s != "test")
     if not one_language and any(split != "test" for split in plan.split_of.values()):
         report.note("without --assign-languages, train/val keep every language of each image: this breaks the "

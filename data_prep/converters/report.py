@@ -1,9 +1,8 @@
 """What a conversion read, wrote, skipped and left out: every caption record accounted for.
 
 A *caption record* is one caption a source offers: a non-blank line of a caption file
-(every line, blank or not, of a line-aligned caption file such as Multi30K's or XTD10's),
-plus one record for every line a line-aligned caption file is *missing* (a caption file
-shorter than its split file). Each record ends in exactly one of three places:
+(every line, blank or not, of a line-aligned caption file such as Multi30K's or XTD10's).
+Each record ends in exactly one of three places:
 
 - **written** to a split (counted per split and language);
 - **skipped** because the input is bad (counted per :data:`SKIP_KINDS` kind, each
@@ -28,8 +27,6 @@ SKIP_KINDS: dict[str, str] = {
     "ambiguous_image": "image name fits several files under the image folders (give its path)",
     "unreadable_image": "image file unreadable, truncated or not an image",
     "empty_caption": "caption empty or only whitespace",
-    "caption_file_short": "caption file has fewer lines than its split file (missing lines)",
-    "caption_file_long": "caption file has more lines than its split file (lines without an image)",
     "unknown_language": "language code not ISO 639-1 (mistyped or unknown)",
     "duplicate_key": "the same caption key appears twice (second one skipped)",
     "non_utf8": "line is not valid UTF-8",
