@@ -253,7 +253,30 @@ def read_manifest(split_dir: str | Path) -> dict:
     for name in manifest["shards"]:
         if not (split_dir / name).is_file():
             raise UserError(f"{split_dir / name}: shard listed in {MANIFEST} is missing")
+    check_linked_split(split_dir, manifest)
     return manifest
+
+
+LINKED_CHECKSUMS = "linked_checksums"  # key of a more-captions summary.json: linked split -> checksum when linked
+
+
+def check_linked_split(split_dir: Path, manifest: dict) -> None:
+    """One-line :class:`UserError` for a split that ``more-captions`` linked to its original dataset when the
+    original was rewritten since (its checksum is not the one the dataset's ``summary.json`` recorded): the
+    enriched splits and the linked ones would no longer be one split of the images (a test image could be a train
+    image). Only a symbolic link is checked, from the summary (the shards are not read)."""
+    if not split_dir.is_symlink():
+        return
+    summary = split_dir.parent / "summary.json"
+    try:
+        recorded = json.loads(summary.read_text(encoding="utf-8")).get(LINKED_CHECKSUMS, {}).get(split_dir.name)
+    except (OSError, ValueError, AttributeError):
+        return
+    if recorded is not None and recorded != manifest.get("checksum"):
+        raise UserError(f"{split_dir}: links to {split_dir.resolve()}, rewritten since more-captions wrote "
+                        f"{split_dir.parent} (checksum {manifest.get('checksum')}, {summary} recorded {recorded}): "
+                        f"its images may now be in the enriched splits too; run more-captions again to rebuild "
+                        f"{split_dir.parent}")
 
 
 def check_new_split_folder(out: str | Path, read: Iterable[str | Path], own: Callable[[dict], bool],

@@ -16,6 +16,9 @@ import pytest
 from PIL import Image
 
 from data_prep.converters.more_captions import same_text
+from data_prep.errors import UserError
+from globetrotter.config import load_train_config
+from globetrotter.training.prepare import check_eval_splits
 from data_prep.shards import check_split_rule, content_checksum, iter_raw, read_captions, read_manifest
 from test_converters import cli, flickr8k_world, write_lines  # tests/ is on sys.path (rootless conftest)
 
@@ -117,7 +120,7 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
     n_records = sum(1 for p in (w["m30k"]).rglob("*.gz") for _ in gzip.open(p, "rb"))
     n_records += sum(1 for ln in w["cn"].read_bytes().splitlines() if ln.strip())
     n_records += len(tsv.read_text(encoding="utf-8").splitlines()) - 1
-    assert summary["records"] == n_records + 1  # + the line missing from the short val.cs file
+    assert summary["records"] == n_records
 
     # image payload copied as is; keys stay unique; original keys kept
     old_bytes, new_bytes = image_bytes(data / "train"), image_bytes(out / "train")
@@ -134,6 +137,31 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
     check_split_rule(out / "val", "val")
     # the original dataset is untouched
     assert by_image(data / "train") == before
+
+
+def test_a_linked_split_rewritten_since_is_refused(tmp_path, capsys):
+    """Re-converting the original with --overwrite changes the linked val/test: readers refuse them."""
+    w, data = convert_world(tmp_path)
+    out = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out,
+                "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["linked_checksums"] == {name: read_manifest(data / name)["checksum"]
+                                           for name in ("test", "train-parallel", "val")}
+    read_manifest(out / "test")  # unchanged: fine
+    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--langs", "en,de",
+                "--assign-languages", "--test-fraction", "0.4", "--workers", "1", "--out", data, "--overwrite",
+                "--quiet"]) == 0
+    capsys.readouterr()
+    with pytest.raises(UserError, match=rf"^{out / 'test'}: links to .*rewritten since more-captions wrote "
+                                        rf".*run more-captions again to rebuild {out}$"):
+        read_manifest(out / "test")
+    assert cli(["inspect", out / "test"]) == 2
+    assert "run more-captions again" in capsys.readouterr().err
+    cfg = load_train_config(None, [f"data.root={out}", "val.every=10"])
+    with pytest.raises(UserError, match=rf"^{out / 'val'}: links to .*run more-captions again"):
+        check_eval_splits(cfg)  # training refuses it before any data work
+    read_manifest(data / "test")  # the original itself is fine
 
 
 def test_val_too_copy_and_overwrite(tmp_path):

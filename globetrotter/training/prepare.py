@@ -129,7 +129,8 @@ def check_tokenizer_split(cfg: TrainConfig) -> None:
 def check_eval_splits(cfg: TrainConfig) -> None:
     """One-line errors, before anything is built, when validation (``val.every``) has no ``data.val_split`` to read,
     or ``val.test_groups`` asks for test figures (at validations, or an adaptation's report) and ``data.test_split``
-    holds no split: they would fail at the first validation, or be left out in silence."""
+    holds no split: they would fail at the first validation, or be left out in silence. Their manifests are read (a
+    more-captions link whose original split was rewritten since is refused here)."""
     root = Path(cfg.data.root)
     if cfg.val.every > 0 and not (root / cfg.data.val_split / MANIFEST).is_file():
         raise UserError(f"data.val_split={cfg.data.val_split!r}: {root / cfg.data.val_split} has no {MANIFEST} "
@@ -138,6 +139,9 @@ def check_eval_splits(cfg: TrainConfig) -> None:
     if cfg.scores_test and test is not None and not (test / MANIFEST).is_file():
         raise UserError(f"val.test_groups={cfg.val.test_groups}: data.test_split={cfg.data.test_split!r} has no "
                         f"{MANIFEST} at {test}; name a converted split, or set val.test_groups=0")
+    for split in (root / cfg.data.val_split if cfg.val.every > 0 else None, test if cfg.scores_test else None):
+        if split is not None:
+            read_manifest(split)  # e.g. a more-captions link whose original split was rewritten since
 
 
 def check_one_language_split(cfg: TrainConfig) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from data_prep.errors import UserError
-from data_prep.shards import ShardWriter, carried_manifest_fields, check_split_rule, iter_raw, read_manifest
+from data_prep.shards import (
+    LINKED_CHECKSUMS, MANIFEST, ShardWriter, carried_manifest_fields, check_split_rule, iter_raw, read_manifest,
+)
 
 from ..pipeline import _KEY_UNSAFE, SUMMARY, safe_id
 from ..report import ConversionReport
@@ -141,7 +143,10 @@ def write_dataset(data: Path, out: Path, states: dict[str, EnrichedSplit], repor
                 continue
             reused[entry.name] = _link_or_copy(entry, stage / entry.name, final, copy)
         report.timing["total_seconds"] = time.perf_counter() - start
+        linked = {name: read_manifest(data / name).get("checksum") for name, how in reused.items()
+                  if how == "linked" and (data / name / MANIFEST).is_file()}
         summary = {"command": COMMAND, "data": str(data.resolve()), "splits": splits_info, "reused": reused,
+                   LINKED_CHECKSUMS: linked,
                    "original_summary": str((data / SUMMARY).resolve()) if (data / SUMMARY).is_file() else None,
                    **report.to_json()}
         (stage / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n",
