@@ -323,6 +323,31 @@ def test_multi30k_caption_file_missing_a_middle_line_is_refused(tmp_path, capsys
     assert not out.exists()
 
 
+def test_a_caption_repeated_by_an_overlapping_source_is_kept_once(tmp_path):
+    """Multi30K task 1's en caption is also among task 2's (up to case and punctuation): written once, counted."""
+    m30k = tmp_path / "multi30k"
+    write_lines(m30k / "task1" / "image_splits" / "train.txt", ["101.jpg", "102.jpg"])
+    write_lines(m30k / "task2" / "image_splits" / "train_images.txt", ["101.jpg", "102.jpg"])
+    for pid in (101, 102):
+        make_jpeg(tmp_path / "images" / f"{pid}_a1b2c3.jpg", color=(pid, 0, 0))
+    write_lines(m30k / "task1" / "raw" / "train.en.gz", ["A dog runs.", "A cat sits."], gz=True)
+    write_lines(m30k / "task2" / "raw" / "train.1.en.gz", ["a dog runs .", "A cat sits."], gz=True)
+    write_lines(m30k / "task2" / "raw" / "train.2.en.gz", ["A brown dog", "a cat sits"], gz=True)
+    out = tmp_path / "out"
+    assert cli(["multi30k", "--images", tmp_path / "images", "--multi30k", m30k, "--multi30k-tasks", "1,2",
+                "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["unused"] == {"caption_already_present": 3}
+    assert summary["written"] == {"train": {"en": 3}} and summary["balanced"]
+    t2 = m30k / "task2" / "raw"
+    assert summary["notes"] == [f"3 caption(s) repeat a text their image already has in that language (case, "
+                                f"punctuation and spacing ignored; e.g. overlapping sources) and were kept once "
+                                f"(unused: caption_already_present); first: {t2 / 'train.1.en.gz'}:1 repeats "
+                                f"{m30k / 'task1' / 'raw' / 'train.en.gz'}:1"]
+    assert sorted((m["image_id"], m["caption"]) for m in read_captions(out / "train")) == [
+        ("101_a1b2c3", "A brown dog"), ("101_a1b2c3", "A dog runs."), ("102_a1b2c3", "A cat sits.")]
+
+
 def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):
     root = tmp_path / "xtd"
     names = ["COCO_train2014_000000061844.jpg", "COCO_train2014_000000061849.jpg", "COCO_train2014_000000061850.jpg"]

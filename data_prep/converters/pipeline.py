@@ -51,6 +51,7 @@ OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
 SUMMARY = "summary.json"
 STAGING = ".converting"  # under --out: the dataset being written, moved into place once complete
 _KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
+_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -151,6 +152,11 @@ def checked_records(sources: Iterable[Iterable[Record]], report: ConversionRepor
     bar.close()
 
 
+def same_text(text: str) -> str:
+    """What two captions must share to count as the same text: their words, case-folded (punctuation and spacing ignored)."""
+    return " ".join(_WORD.findall(text.casefold()))
+
+
 def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
             resolver: ImageResolver) -> dict[Path, _Image]:
     """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
@@ -158,6 +164,8 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
     the option would re-split the images the user split (a test image could land in train)."""
     images: dict[Path, _Image] = {}
     given = options.split_options()
+    kept: dict[tuple[Path, str, str], str] = {}  # (image, lang, same_text) -> where the caption kept came from
+    repeats: list[str] = []
     for item in checked_records(sources, report, options.languages, options.progress):
         if item.user_split and item.split_hint is not None and given:
             raise UserError(f"{item.where}: the caption table's split column already splits the images (this row: "
@@ -177,7 +185,17 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
             report.add(Issue("missing_image", item.file, item.line,
                              f"image {item.images[0]!r} not found in the image folders{how}"))
             continue
+        text_key = (path, item.lang, same_text(item.text))
+        if text_key[2] and text_key in kept:  # overlapping sources (Multi30K tasks 1 and 2, the Flickr8k token file)
+            report.leave_out("caption_already_present")
+            repeats.append(f"{item.where} repeats {kept[text_key]}")
+            continue
+        kept.setdefault(text_key, item.where)
         images.setdefault(path, _Image(path)).captions.append(item)
+    if repeats:
+        report.note(f"{len(repeats)} caption(s) repeat a text their image already has in that language (case, "
+                    f"punctuation and spacing ignored; e.g. overlapping sources) and were kept once (unused: "
+                    f"caption_already_present); first: {repeats[0]}")
     return images
 
 

@@ -41,10 +41,10 @@ UNUSED_REASONS: dict[str, str] = {
     "other_language_of_image": "train/val image assigned another of its languages (--assign-languages)",
     "test_image_missing_language": "source's test image lacks a caption in some requested language",
     "beyond_image_limit": "image left out by --limit-images",
+    "caption_already_present": "the image already has this text (case, punctuation and spacing ignored)",
     # globetrotter-data more-captions
     "image_not_in_dataset": "caption of an image that is in no split of the dataset",
     "image_in_other_split": "caption of an image in a split not being enriched (val/test)",
-    "caption_already_present": "the image already has this text (case, punctuation and spacing ignored)",
     "ambiguous_image_name": "caption's image name fits several images of the dataset (e.g. cat.jpg, cat.png)",
 }
 

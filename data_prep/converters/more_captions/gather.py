@@ -15,16 +15,10 @@ from data_prep.shards import MANIFEST, SPLITS, read_captions, read_manifest
 
 from ..common import Record
 from ..images import _stem, flickr_photo_id
-from ..pipeline import _KEY_UNSAFE, checked_records, safe_id
+from ..pipeline import _KEY_UNSAFE, checked_records, safe_id, same_text
 from ..report import ConversionReport
 
-_WORD = re.compile(r"\w+")
 PARALLEL = ("train-parallel",)  # splits that show an image in several languages (tied by group); the others, one
-
-
-def same_text(text: str) -> str:
-    """What two captions must share to count as the same text: their words, case-folded (punctuation and spacing ignored)."""
-    return " ".join(_WORD.findall(text.casefold()))
 
 
 @dataclass
