@@ -107,6 +107,9 @@ def test_a_cache_read_for_its_own_rewritten_split_is_refused_naming_both_checksu
         load_feature_cache(world / "train" / "features", small_spec(), world / "train")
     assert "\n" not in str(err.value) and f"with checksum {built}, but the split's manifest now says sha256:rewritten" \
         in str(err.value) and "--force" in str(err.value)
+    # the way out rebuilds this very cache (rewrite_hint), not <split>/features of a command that cannot run
+    assert f"features build {world / 'train'} --out {world / 'train' / 'features'} --force (with the settings" \
+        in str(err.value)
     # its own split by the folder recorded at build time, the cache elsewhere
     other = tmp_path / "elsewhere" / "features"
     build_feature_cache(world / "train", small_spec(), other, small_backbone(), workers=0, progress=False)
@@ -391,6 +394,29 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
     # the command's own way out, not training's (was: "rebuild it or point data.features elsewhere")
     assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --force, or build into another --out")
+
+
+def test_features_build_into_another_splits_cache_is_refused_and_a_killed_writes_tmp_is_removed(
+        tiny_world, tmp_path, weights, capsys):
+    out = tmp_path / "cache"
+    base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
+            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+    code, _, stderr = run_data_cli(base, capsys)
+    assert code == 0, stderr[-2000:]
+    # the test split's images are not in the train split's cache: not "up to date"
+    code, stdout, stderr = run_data_cli([base[0], base[1], str(tiny_world / "test"), *base[3:]], capsys)
+    assert code == 2 and "up to date" not in stdout
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {out}: ") and f"image(s) of {tiny_world / 'test'} are missing from this feature " \
+        f"cache (first: " in last and f"an --out of its own, e.g. {tiny_world / 'test' / 'features'}" in last
+    # a killed build's <out>.tmp is removed by the next build, and said so
+    tmp = out.with_name("cache.tmp")
+    tmp.mkdir()
+    (tmp / "features.npy").write_bytes(b"partial")
+    code, stdout, _ = run_data_cli(base, capsys)
+    assert code == 0 and "up to date" in stdout and f"removed {tmp}, left by an interrupted cache write" in stdout
+    assert not tmp.exists()
 
 
 def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_runs_threads(tiny_world, tmp_path, weights,

@@ -248,14 +248,24 @@ def start_cache_write(out_dir: str | Path, label: str = "") -> Path:
     out_dir = Path(out_dir)
     check_cache_folder(out_dir, label)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists() or tmp.is_symlink():
-        names = _entries(tmp) if tmp.is_dir() and not tmp.is_symlink() else None
-        if names is None or any(n not in CACHE_FILES for n in names):
-            raise UserError(f"{tmp}: the temporary folder of a cache write, but it holds "
-                            f"{_listing(names) if names else 'something other than a folder'}, not a leftover of "
-                            f"one; move it away (it is never deleted) or choose another folder")
-        shutil.rmtree(tmp)
+    clear_stale_write(out_dir)
     tmp.mkdir(parents=True)
+    return tmp
+
+
+def clear_stale_write(out_dir: str | Path) -> Path | None:
+    """Remove ``<out_dir>.tmp`` left by an interrupted (killed) cache write, and return it (``None`` when there is
+    none); a folder of that name holding anything else than cache files is refused (it is never deleted)."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if not (tmp.exists() or tmp.is_symlink()):
+        return None
+    names = _entries(tmp) if tmp.is_dir() and not tmp.is_symlink() else None
+    if names is None or any(n not in CACHE_FILES for n in names):
+        raise UserError(f"{tmp}: the temporary folder of a cache write, but it holds "
+                        f"{_listing(names) if names else 'something other than a folder'}, not a leftover of "
+                        f"one; move it away (it is never deleted) or choose another folder")
+    shutil.rmtree(tmp)
     return tmp
 
 
@@ -388,8 +398,9 @@ def check_split_checksum(path: str | Path, record: dict, split_dir: str | Path) 
 
     if own(split_dir):
         raise UserError(f"{path}: feature cache was built from {split_dir} with checksum {built}, but the split's "
-                        f"manifest now says {current}: the split was rewritten since; rebuild the cache "
-                        f"(globetrotter-data features build {split_dir} --force) or point data.features elsewhere")
+                        f"manifest now says {current}: the split was rewritten since; "
+                        f"{rewrite_hint(path, {**record, 'split': str(split_dir)})}, "
+                        f"or point data.features elsewhere")
     copied = manifest.get("more_captions") or {}
     original = copied.get("original_checksum")
     if original and original != built and own(copied.get("from", "")):

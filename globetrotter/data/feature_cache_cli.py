@@ -16,7 +16,10 @@ from ..argtypes import non_negative_int, positive_float, positive_int, torch_dev
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from ..training.backbone_finetune import FinetuneSettings
-from .feature_cache import SPEC, CacheSpec, build_feature_cache, check_cache_folder, load_feature_cache, spec_from_config
+from .feature_cache import (
+    SPEC, CacheSpec, build_feature_cache, built_from_split, check_cache_folder, clear_stale_write, load_feature_cache,
+    spec_from_config,
+)
 
 
 def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
@@ -56,6 +59,19 @@ def _build(args: argparse.Namespace) -> int:
     if (out / SPEC).is_file() and not args.force:
         # refuses a cache built for other settings, or a rewritten split
         cache = load_feature_cache(out, spec, split, remedy="rebuild it with --force, or build into another --out")
+        if not built_from_split(out, split):  # another split's cache: it serves this one only if it holds its images
+            from .feature_import import split_image_ids
+
+            ids = split_image_ids(split)
+            missing = [i for i in ids if i not in cache.row_of]
+            if missing:
+                built = json.loads((out / SPEC).read_text()).get("split") or "another split"
+                raise UserError(f"{out}: {len(missing)} of the {len(ids)} image(s) of {split} are missing from this "
+                                f"feature cache (first: {missing[0]!r}; it was built from {built}): give features "
+                                f"build {split} an --out of its own, e.g. {split / 'features'}")
+        stale = clear_stale_write(out)
+        if stale is not None:
+            print(f"removed {stale}, left by an interrupted cache write")
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         if args.json:
             print(json.dumps(json.loads((out / SPEC).read_text()), indent=2))
