@@ -18,6 +18,12 @@ from .config_io import load_config
 IMPORTED_BACKBONE = "imported"
 
 
+# the one-line error for a network of the offline package given arguments (checked when a config loads)
+PACKAGE_ARGS = ("model.image_backbone_args must be empty with model.image_pretrained=package (the package's network "
+                "takes no arguments), got {args} (e.g. a config's ResNet arguments, kept when model.image_backbone "
+                "changed): add the override model.image_backbone_args={{}}")
+
+
 @dataclass
 class DataConfig:
     """Where the shards are and how samples become tensors."""
@@ -427,6 +433,8 @@ class TrainConfig:
                 raise ValueError(f"model.token_init_folds must be >= 2, got {self.model.token_init_folds}")
             if self.model.token_init_std is not None and self.model.token_init_std <= 0:
                 raise ValueError(f"model.token_init_std must be > 0 (or null), got {self.model.token_init_std}")
+        if self.model.image_pretrained == "package" and self.model.image_backbone_args:
+            raise ValueError(PACKAGE_ARGS.format(args=self.model.image_backbone_args))
         if self.data.features and self.loss.uses_images:
             if not self.model.freeze_image_backbone:
                 raise ValueError("data.features reads cached backbone features: set model.freeze_image_backbone=true "

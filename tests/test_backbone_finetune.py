@@ -132,3 +132,10 @@ def test_round_two_refuses_a_split_smaller_than_one_batch_before_writing_anythin
     assert code == 2 and stderr.strip().splitlines() == [
         f"error: {split} has 24 images, fewer than one batch of 32: fine-tuning the backbone needs at least 32"]
     assert not out.exists()  # no targets/ left behind
+
+
+def test_round_two_from_a_run_folder_that_does_not_exist_says_not_found(tmp_path):
+    from globetrotter.training.backbone_finetune import run_config
+
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'absent'}: run folder not found \(expected a trained run"):
+        run_config(tmp_path / "absent")

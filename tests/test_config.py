@@ -219,3 +219,13 @@ def test_config_errors_name_the_right_line_file_and_value_once(tmp_path):
     with pytest.raises(UserError, match=r"'loss.text' expected float, got True \(YAML reads yes/no/on/off/true/false "
                                         r"as a boolean\)"):
         load_train_config(None, ["loss.text=yes"])
+
+
+def test_package_weights_with_another_backbones_arguments_name_the_override_that_clears_them():
+    """Was: refused only when the backbone was made, after the tokenizer was trained, with no way out."""
+    swap = ["model.image_backbone=efficientnet_lite0", "model.image_pretrained=package"]
+    with pytest.raises(UserError, match=r"model.image_backbone_args must be empty with model.image_pretrained=package"
+                                        r".*: add the override model.image_backbone_args=\{\}$"):
+        load_train_config(REPO / "configs" / "quickstart.yaml", swap)
+    assert load_train_config(REPO / "configs" / "quickstart.yaml",
+                             [*swap, "model.image_backbone_args={}"]).model.image_backbone_args == {}

@@ -7,7 +7,7 @@ import timm
 import torch
 from torch import nn
 
-from ..config import IMPORTED_BACKBONE
+from ..config import IMPORTED_BACKBONE, PACKAGE_ARGS
 from ..errors import UserError
 
 
@@ -102,7 +102,7 @@ def _package_backbone(name: str, kwargs: dict) -> nn.Module:
     from backretrieval.images import create_image_model
 
     if kwargs:
-        raise UserError(f"model.image_backbone_args must be empty with model.image_pretrained=package, got {kwargs}")
+        raise UserError(PACKAGE_ARGS.format(args=kwargs))
     try:
         model, _ = create_image_model(name, "package")
     except BackRetrievalError as err:

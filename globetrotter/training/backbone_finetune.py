@@ -74,6 +74,8 @@ def mean_embeddings(captions: list[list], encode: Callable[[list], np.ndarray]) 
 def run_config(run: str | Path) -> TrainConfig:
     """The training config of a run folder; a one-line error when ``run`` is no trained run."""
     config = Path(run) / "config.yaml"
+    if not Path(run).is_dir():
+        raise UserError(f"{run}: run folder not found (expected a trained run folder, e.g. outputs/<run name>)")
     if not config.is_file():
         raise UserError(f"{run}: no config.yaml (expected a trained run folder)")
     return load_train_config(config)
