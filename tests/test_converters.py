@@ -340,12 +340,29 @@ def test_a_caption_repeated_by_an_overlapping_source_is_kept_once(tmp_path):
     assert summary["unused"] == {"caption_already_present": 3}
     assert summary["written"] == {"train": {"en": 3}} and summary["balanced"]
     t2 = m30k / "task2" / "raw"
-    assert summary["notes"] == [f"3 caption(s) repeat a text their image already has in that language (case, "
-                                f"punctuation and spacing ignored; e.g. overlapping sources) and were kept once "
-                                f"(unused: caption_already_present); first: {t2 / 'train.1.en.gz'}:1 repeats "
+    assert summary["notes"] == [f"3 caption(s) repeat a text their image already has in that language from "
+                                f"another source file (case, punctuation and spacing ignored: overlapping sources) "
+                                f"and were kept once (unused: caption_already_present); first: "
+                                f"{t2 / 'train.1.en.gz'}:1 repeats "
                                 f"{m30k / 'task1' / 'raw' / 'train.en.gz'}:1"]
     assert sorted((m["image_id"], m["caption"]) for m in read_captions(out / "train")) == [
         ("101_a1b2c3", "A brown dog"), ("101_a1b2c3", "A dog runs."), ("102_a1b2c3", "A cat sits.")]
+
+
+def test_one_source_files_own_repeats_are_kept(tmp_path):
+    """Flickr8k-CN holds an image's caption twice in places (two annotators, one sentence): the source's own repeats
+    stay (the documented conversions keep their data); only a text another source file repeats is kept once."""
+    make_jpeg(tmp_path / "images" / "101_a1b2c3.jpg")
+    cn = write_lines(tmp_path / "zh.txt", ["101_a1b2c3.jpg#zhc#0 一只狗在跑。", "101_a1b2c3.jpg#zhc#1 一只狗在跑。",
+                                           "101_a1b2c3.jpg#zhc#2 一只猫。"])
+    token = write_lines(tmp_path / "Flickr8k.token.txt", ["101_a1b2c3.jpg#0\tA dog runs .",
+                                                          "101_a1b2c3.jpg#1\tA dog runs ."])
+    more = write_lines(tmp_path / "more.token.txt", ["101_a1b2c3.jpg#5\ta dog runs"])
+    out = tmp_path / "out"
+    assert cli(["flickr8k", "--images", tmp_path / "images", "--flickr8k", f"{cn}:zh", "--flickr8k", f"{token}:en",
+                "--flickr8k", f"{more}:en", "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["written"] == {"train": {"zh": 3, "en": 2}} and summary["unused"] == {"caption_already_present": 1}
 
 
 def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):

@@ -164,7 +164,7 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
     the option would re-split the images the user split (a test image could land in train)."""
     images: dict[Path, _Image] = {}
     given = options.split_options()
-    kept: dict[tuple[Path, str, str], str] = {}  # (image, lang, same_text) -> where the caption kept came from
+    kept: dict[tuple[Path, str, str], tuple[str, str]] = {}  # (image, lang, same_text) -> (file, where) of the kept
     repeats: list[str] = []
     for item in checked_records(sources, report, options.languages, options.progress):
         if item.user_split and item.split_hint is not None and given:
@@ -186,16 +186,17 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
                              f"image {item.images[0]!r} not found in the image folders{how}"))
             continue
         text_key = (path, item.lang, same_text(item.text))
-        if text_key[2] and text_key in kept:  # overlapping sources (Multi30K tasks 1 and 2, the Flickr8k token file)
-            report.leave_out("caption_already_present")
-            repeats.append(f"{item.where} repeats {kept[text_key]}")
+        first = kept.get(text_key) if text_key[2] else None
+        if first is not None and first[0] != str(item.file):  # overlapping sources (Multi30K tasks 1 and 2, ...);
+            report.leave_out("caption_already_present")      # one file's own repeats are its annotators' and stay
+            repeats.append(f"{item.where} repeats {first[1]}")
             continue
-        kept.setdefault(text_key, item.where)
+        kept.setdefault(text_key, (str(item.file), item.where))
         images.setdefault(path, _Image(path)).captions.append(item)
     if repeats:
-        report.note(f"{len(repeats)} caption(s) repeat a text their image already has in that language (case, "
-                    f"punctuation and spacing ignored; e.g. overlapping sources) and were kept once (unused: "
-                    f"caption_already_present); first: {repeats[0]}")
+        report.note(f"{len(repeats)} caption(s) repeat a text their image already has in that language from another "
+                    f"source file (case, punctuation and spacing ignored: overlapping sources) and were kept once "
+                    f"(unused: caption_already_present); first: {repeats[0]}")
     return images
 
 
