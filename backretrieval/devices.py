@@ -22,6 +22,13 @@ def torch_device(text: str) -> str:
             raise argparse.ArgumentTypeError(f"{text}: torch sees no CUDA device on this machine (use cpu)")
         if device.index is not None and device.index >= count:
             raise argparse.ArgumentTypeError(f"{text}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine (use cpu)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine (use cpu)")
+    elif device.type != "cpu":  # xpu, hpu, meta (no data), ...: torch.<type>.is_available() where torch has one
+        backend = getattr(torch, device.type, None)
+        available = getattr(backend, "is_available", None)
+        if not callable(available) or not available():
+            raise argparse.ArgumentTypeError(f"{text}: torch has no usable {device.type} device on this machine "
+                                             f"(use cpu)")
     return text

@@ -25,6 +25,25 @@ def test_the_device_type_accepts_what_the_machine_has_and_names_what_it_lacks(mo
         torch_device("cuda")
 
 
+def test_a_device_type_torch_cannot_use_here_is_refused_up_front():
+    """xpu, meta, hpu passed the check and failed later in a traceback (meta: 'Cannot copy out of meta tensor')."""
+    for value in ("meta", "hpu", "xpu:0"):
+        if value == "xpu:0" and getattr(torch, "xpu", None) is not None and torch.xpu.is_available():
+            continue
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"{value}: torch has no usable .* device on this "
+                                                              r"machine \(use cpu\)"):
+            torch_device(value)
+
+
+def test_forwarded_zeroshot_commands_name_the_command_typed(capsys):
+    with pytest.raises(SystemExit):
+        eval_cli.main(["tag", "--device", "bogus"])
+    assert "usage: globetrotter-eval tag" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        eval_cli.main(["zeroshot", "train", "--device", "bogus"])
+    assert "usage: globetrotter-eval zeroshot train" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("main, argv", [
     (backretrieval_cli.main, ["eval", "--data", "missing", "--model", "USE=use"]),
     (zeroshot_cli.main, ["retrieval", "--test", "missing", "--adapter", "a=missing"]),

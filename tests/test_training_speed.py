@@ -97,6 +97,27 @@ def test_bf16_without_support_falls_back_to_float32_in_one_line(eager, frozen, t
     assert fallback == eager  # float32, bit for bit
 
 
+def test_fp16_on_cpu_says_it_trains_in_float32_and_records_so(eager, frozen, tiny_world, tmp_path, monkeypatch, capsys):
+    """fp16 on CPU trained in float32 (Accelerate autocasts fp16 on GPUs only) with result.json saying "fp16"."""
+    capsys.readouterr()
+    losses, result = run_losses(tiny_world, frozen, tmp_path / "fp16", monkeypatch, "mixed_precision=fp16")
+    (line,) = warnings_of(capsys)
+    assert "mixed_precision=fp16 does not run on CPU" in line and "float32 (mixed_precision=no)" in line
+    assert result["mixed_precision"] == "no" and losses == eager
+
+
+def test_a_launchers_precision_the_config_overrides_is_said():
+    """`accelerate launch --mixed_precision bf16` trained in float32 in silence: the config key decides."""
+    lines: list[str] = []
+    speed.warn_launcher_precision("no", lines.append, {"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert lines == ["warning: accelerate launch --mixed_precision bf16 is not used: the run's config key decides "
+                     "(mixed_precision=no); pass mixed_precision=bf16 to train.py instead"]
+    for env in ({}, {"ACCELERATE_MIXED_PRECISION": "no"}, {"ACCELERATE_MIXED_PRECISION": "no"}):
+        speed.warn_launcher_precision("bf16", lines.append, env)
+    speed.warn_launcher_precision("bf16", lines.append, {"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert len(lines) == 1
+
+
 @pytest.mark.parametrize("where", ["torch.compile", "first forward"])
 def test_compile_failure_falls_back_to_eager_in_one_line(eager, frozen, tiny_world, tmp_path, monkeypatch, capsys, where):
     capsys.readouterr()

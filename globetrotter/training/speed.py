@@ -1,7 +1,7 @@
 """The speed options of a run (``mixed_precision``, ``compile``) and their fallbacks.
 
-Neither option may fail a run or slow it down silently: bf16 asked for on a GPU without it
-falls back to float32, and a model that ``torch.compile`` cannot compile (an unsupported
+Neither option may fail a run or slow it down silently: bf16 asked for on a GPU without it,
+or fp16 on CPU, falls back to float32, and a model that ``torch.compile`` cannot compile (an unsupported
 op, no C++ compiler for inductor on CPU, ...) falls back to the eager model; each says so in
 one line. ``compile`` wraps the (possibly DDP-wrapped) training model for the training
 forward only: checkpoints, validation and ``globetrotter.load`` keep using the eager module,
@@ -27,13 +27,29 @@ def bf16_supported(device: torch.device) -> bool:
 
 
 def resolve_mixed_precision(requested: str, device: torch.device, log: Callable[[str], None]) -> str:
-    """The ``mixed_precision`` a run can use on ``device``: ``requested``, or ``"no"`` (float32) with a warning line."""
+    """The ``mixed_precision`` a run can use on ``device``: ``requested``, or ``"no"`` (float32) with a warning line.
+    fp16 autocast is a GPU mode: on CPU Accelerate leaves it off, so the run says so and records float32."""
+    if requested == "fp16" and device.type == "cpu":
+        log("warning: mixed_precision=fp16 does not run on CPU (Accelerate autocasts fp16 on GPUs only); training in "
+            "float32 (mixed_precision=no); mixed_precision=bf16 autocasts on CPU")
+        return "no"
     if requested == "bf16" and not bf16_supported(device):
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
         log(f"warning: mixed_precision=bf16 is not supported on {device} ({name}); falling back to "
             f"mixed_precision=no (float32)")
         return "no"
     return requested
+
+
+def warn_launcher_precision(requested: str, log: Callable[[str], None], env: dict | None = None) -> None:
+    """One line when ``accelerate launch --mixed_precision X`` asks for another precision than the run's
+    ``mixed_precision`` key (``requested``): the key decides, the launcher's flag is not used."""
+    import os
+
+    launcher = (os.environ if env is None else env).get("ACCELERATE_MIXED_PRECISION")
+    if launcher and launcher != "no" and launcher != requested:
+        log(f"warning: accelerate launch --mixed_precision {launcher} is not used: the run's config key decides "
+            f"(mixed_precision={requested}); pass mixed_precision={launcher} to train.py instead")
 
 
 class CompiledForward:

@@ -49,7 +49,7 @@ from .resume import (mask_seed, refuse_changed_config, refuse_changed_tokenizer,
                      refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
-from .speed import CompiledForward, resolve_mixed_precision
+from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
 
@@ -109,6 +109,7 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     source = resume_source(cfg, resume, adapting)
     threads = _configure_threads(cfg, process, source, log)
+    warn_launcher_precision(cfg.mixed_precision, log)
     precision = resolve_mixed_precision(cfg.mixed_precision, process.device, log)
     accelerator = Accelerator(cpu=cpu, mixed_precision=precision, log_with="tensorboard",
                               project_config=ProjectConfiguration(str(cfg.run_dir), logging_dir=str(cfg.run_dir / "tensorboard")))

@@ -44,7 +44,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv and argv[0] in ZEROSHOT_COMMANDS:  # `eval.py tag ...` = `globetrotter-zeroshot tag ...`
         from globetrotter.zeroshot.cli import _main as zeroshot_main
 
-        return zeroshot_main(argv if argv[0] == "tag" else argv[1:])
+        # usage lines and errors name the command typed: `globetrotter-eval tag`, `globetrotter-eval zeroshot train`
+        return zeroshot_main(argv, "globetrotter-eval") if argv[0] == "tag" else \
+            zeroshot_main(argv[1:], "globetrotter-eval zeroshot")
     args = build_parser().parse_args(argv)
     from globetrotter.threads import configure_threads
 

@@ -24,9 +24,9 @@ from .common import common_options, formatter
 COMMANDS = (train, retrieval, tag, tag_eval, triplet)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "globetrotter-zeroshot") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="globetrotter-zeroshot", formatter_class=formatter,
+        prog=prog, formatter_class=formatter,
         description="The XTD10 zero-shot system (Aggarwal et al. 2020): an adapter from frozen multilingual "
         "sentence embeddings into a frozen image-feature space, trained on one language and used in all; "
         "multilingual image tagging; and the BackRetrieval paper's Triplet/TripletXL case study.",
@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _main(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> int:
+    args = build_parser(prog).parse_args(argv)
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
