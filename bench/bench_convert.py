@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from data_prep.converters import ConvertOptions, ImageSpec, convert, read_flickr8k, read_multi30k  # noqa: E402
-from globetrotter.argtypes import int_at_least, positive_int  # noqa: E402
+from globetrotter.argtypes import comma_separated, int_at_least, positive_int  # noqa: E402
 from globetrotter.errors import run_cli  # noqa: E402
 
 TEST_FRACTION = 0.1  # of the converted images, as the converter's --test-fraction
@@ -67,18 +67,13 @@ def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
                 ips=report.timing["images_per_s"], wall=wall, samples=report.total_written)
 
 
-def worker_counts(text: str) -> list[int]:
-    """argparse type: comma-separated worker counts, each a positive integer."""
-    return [positive_int(item) for item in text.split(",")]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit-images", default=1000,
                         type=int_at_least(MIN_IMAGES, f"{TEST_FRACTION:.0%} of them make the test split"),
                         help=f"images converted per run, at least {MIN_IMAGES} (default %(default)s)")
     parser.add_argument("--resize", type=positive_int, default=160, help="shorter side in pixels (default 160)")
-    parser.add_argument("--workers", type=worker_counts, default=str(len(os.sched_getaffinity(0))),
+    parser.add_argument("--workers", type=comma_separated(positive_int), default=str(len(os.sched_getaffinity(0))),
                         help="comma-separated worker counts to compare with 1 (default: all cores)")
     parser.add_argument("--repeats", type=positive_int, default=2, help="runs per setting; the best is kept (default 2)")
     parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if ../shared exists")

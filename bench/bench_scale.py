@@ -360,17 +360,19 @@ def _differing(recorded: dict, settings: dict) -> str | None:
     return None
 
 
-def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict) -> dict[int, dict]:
-    """The figures of earlier runs in ``out`` by size (empty if none), after refusing (:class:`UserError`) data or
+def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict) -> tuple[dict[int, dict], list[dict]]:
+    """The figures of earlier runs in ``out`` by size and those runs' records (empty if none), after refusing (:class:`UserError`) data or
     figures made with other ``settings``, and a stage whose inputs neither exist nor are made by this run."""
     again = "give the same settings, or another --out for a new table"
     results: dict[int, dict] = {}
+    runs: list[dict] = []
     if (out / "scale.json").is_file():
         saved = json.loads((out / "scale.json").read_text())
         differ = _differing(saved.get("settings", {"dim": saved.get("dim")}), settings)
         if differ:
             raise UserError(f"{out}: its scale.json holds figures made with {differ}; {again}")
         results = {int(n): r for n, r in saved["results"].items()}
+        runs = saved.get("runs", [])
     for n in sizes:
         work = out / f"n{n}"
         record = work / DATA_RECORD
@@ -387,7 +389,7 @@ def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict)
                 run = [s for s in STAGES if s in missing or s in stages]
                 raise UserError(f"--stages {name} at size {n}: {work} has no output of the stage(s) "
                                 f"{' '.join(missing)} yet; run them first (--stages {' '.join(run)})")
-    return results
+    return results, runs
 
 
 def _made(work: Path, stage: str) -> bool:
@@ -433,12 +435,11 @@ def main() -> int:
     out = Path(args.out)
     stages = [s for s in STAGES if s in args.stages]  # each stage's inputs before it, as the help lists them
     settings = data_settings(args.dim, args.pool)
-    results = check_folder(out, args.sizes, stages, settings)  # a run of some stages updates those in place
+    results, runs = check_folder(out, args.sizes, stages, settings)  # a run of some stages updates those in place
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
-    runs = json.loads((out / "scale.json").read_text()).get("runs", []) if (out / "scale.json").is_file() else []
     runs.append({"command": shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "sizes": args.sizes,
                  "stages": stages, "threads": args.threads, "train_steps": args.train_steps,
                  "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")})

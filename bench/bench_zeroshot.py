@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from globetrotter.argtypes import int_at_least, positive_int
+from globetrotter.argtypes import comma_separated, int_at_least, positive_int
 from globetrotter.errors import run_cli
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.data import image_extractor
@@ -127,18 +127,13 @@ def bench_retrieval(galleries: list[int], queries: int = 1000, dim: int = 1280) 
         del images
 
 
-def gallery_sizes(text: str) -> list[int]:
-    """argparse type: comma-separated gallery sizes, each at least 10 (the ranking's top 10)."""
-    size = int_at_least(10, "a gallery holds the top 10 it is ranked by")
-    return [size(item) for item in text.split(",")]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=positive_int, default=64, help="images for the extraction figure (default 64)")
     parser.add_argument("--image-dir", type=Path, default=SHARED_IMAGES, help="folder of .jpg images")
     parser.add_argument("--steps", type=positive_int, default=20, help="timed training steps per loss (default 20)")
-    parser.add_argument("--gallery", type=gallery_sizes, default="1000,100000",
+    gallery_size = int_at_least(10, "a gallery holds the top 10 it is ranked by")
+    parser.add_argument("--gallery", type=comma_separated(gallery_size), default="1000,100000",
                         help="comma-separated gallery sizes, each at least 10 (default 1000,100000)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--skip", nargs="*", default=[], choices=("features", "training", "retrieval"),

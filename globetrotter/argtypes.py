@@ -35,6 +35,11 @@ def non_negative_int(text: str) -> int:
     return _integer_at_least(text, 0, "an integer >= 0")
 
 
+def comma_separated(item):
+    """argparse type: comma-separated values, each read by the argparse type ``item`` (``1,2,4``)."""
+    return lambda text: [item(part) for part in text.split(",")]
+
+
 def output_folder(text: str) -> str:
     """argparse type: a folder to write into, existing or not (made later); one that could not be (a file of that
     name or in the way of its parents, a folder not writable) is a usage error before any work, not after."""

@@ -51,7 +51,7 @@ def split_image_ids(split_dir: Path) -> list[str]:
     return list(dict.fromkeys(str(m["image_id"]) for m in iter_metas(split_dir)))
 
 
-def as_float32(values: np.ndarray) -> np.ndarray:
+def saturating_float32(values: np.ndarray) -> np.ndarray:
     """``values`` as float32, without numpy's overflow warning: a finite value beyond float32's range becomes
     float32's largest of its sign (still beyond float16's, so it is refused as such, not as an infinity)."""
     with np.errstate(over="ignore"):
@@ -134,7 +134,7 @@ class _Npy(_Source):
 
     def chunks(self) -> Iterator[np.ndarray]:
         for start in range(0, len(self.ids), CHUNK_ROWS):
-            yield as_float32(self.array[start: start + CHUNK_ROWS])
+            yield saturating_float32(self.array[start: start + CHUNK_ROWS])
 
 
 class _Parquet(_Source):
@@ -207,7 +207,7 @@ class _Parquet(_Source):
                 raise UserError(f"{where} has {int(lengths[i])} values, where the first row has {self.dim} (one "
                                 f"dimension for all)")
             values = column.flatten().to_numpy(zero_copy_only=False)
-            yield as_float32(values).reshape(len(column), self.dim)
+            yield saturating_float32(values).reshape(len(column), self.dim)
             row += len(column)
 
 

@@ -14,6 +14,7 @@ the whole run.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import torch
@@ -44,8 +45,6 @@ def resolve_mixed_precision(requested: str, device: torch.device, log: Callable[
 def warn_launcher_precision(requested: str, log: Callable[[str], None], env: dict | None = None) -> None:
     """One line when ``accelerate launch --mixed_precision X`` asks for another precision than the run's
     ``mixed_precision`` key (``requested``): the key decides, the launcher's flag is not used."""
-    import os
-
     launcher = (os.environ if env is None else env).get("ACCELERATE_MIXED_PRECISION")
     if launcher and launcher != "no" and launcher != requested:
         log(f"warning: accelerate launch --mixed_precision {launcher} is not used: the run's config key decides "
