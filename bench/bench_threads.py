@@ -67,13 +67,18 @@ def train_command(steps: int, out: Path, name: str) -> list[str]:
             f"checkpoint_every={steps}", f"run_name={name}", f"output_dir={out}"]
 
 
+def last_line(stderr: str) -> str:
+    """The last line a failed subprocess wrote (its error), or ``"no message"``."""
+    return (stderr.strip().splitlines() or ["no message"])[-1]
+
+
 def prepare_world() -> None:
     """The quickstart's synthetic world and tokenizer, made when absent (as ``train.py`` would) before any timing:
     else the first measured run would time their generation too."""
     done = subprocess.run([sys.executable, "-c", PREPARE], cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise UserError(f"the synthetic world of configs/quickstart.yaml could not be prepared: {last}")
+        raise UserError(f"the synthetic world of configs/quickstart.yaml could not be prepared: "
+                        f"{last_line(done.stderr)}")
 
 
 def wait_for_quiet(limit: float) -> None:
@@ -95,7 +100,9 @@ def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[flo
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])} ...: exit {done.returncode}\n{done.stderr[-2000:]}")
+        what = "train.py" if kind == "train" else "the feature-cache build"
+        raise UserError(f"{what} ({'OMP_NUM_THREADS=1' if one_thread else 'default threads'}, {tag}) exited "
+                        f"{done.returncode}: {last_line(done.stderr)}")
     found = THREADS.search(done.stdout + done.stderr)
     threads = int(found.group(1)) if found else -1
     if kind == "train":

@@ -298,6 +298,16 @@ def refuse_held_out_split(split_dir: str | Path, manifest: dict) -> None:
                         f"train split's captions only, never val or test")
 
 
+def other_split_warning(split_dir: str | Path, manifest: dict) -> str | None:
+    """Why training the shared tokenizer on the split at ``split_dir`` (its ``manifest``) is doubtful, when the
+    manifest calls it neither train nor val/test (e.g. ``adapt``: captions of languages held out for adaptation);
+    else ``None``."""
+    kind = manifest.get("split")
+    if kind in (None, "train", *HELD_OUT_SPLITS):
+        return None
+    return f"{split_dir} is a {kind!r} split; the tokenizer should see train captions only"
+
+
 def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
                              normalization: str = "none") -> Path:
     """Train the shared BPE on the captions of ``split_dir`` and save it to ``path`` with its provenance: the split's

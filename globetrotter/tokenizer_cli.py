@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 
 from .argtypes import int_at_least, positive_int
 from .errors import UserError
-from .tokenizer import (MIN_VOCAB_SIZE, NORMALIZATIONS, default_file_name, refuse_held_out_split,
-                        train_tokenizer_on_split)
+from .tokenizer import (MIN_VOCAB_SIZE, NORMALIZATIONS, default_file_name, other_split_warning,
+                        refuse_held_out_split, train_tokenizer_on_split)
 
 
 def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30000, min_frequency: int = 2,
@@ -24,8 +24,9 @@ def build_tokenizer(split_dir: str | Path, out: str | Path, vocab_size: int = 30
     train (e.g. adapt) is trained on with a warning."""
     manifest = read_manifest(split_dir)
     refuse_held_out_split(split_dir, manifest)
-    if manifest.get("split") not in (None, "train"):
-        print(f"warning: {split_dir} is a '{manifest.get('split')}' split; the tokenizer should see train captions only")
+    doubt = other_split_warning(split_dir, manifest)
+    if doubt:
+        print(f"warning: {doubt}")
     return train_tokenizer_on_split(split_dir, out, vocab_size, min_frequency, normalization)
 
 

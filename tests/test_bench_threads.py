@@ -1,5 +1,5 @@
-"""bench/bench_threads.py: the synthetic world is made before any timing, and a --skip that leaves nothing to
-measure is refused up front (no train.py run is started, no settle wait)."""
+"""bench/bench_threads.py: the synthetic world is made before any timing, a --skip that leaves nothing to
+measure is refused up front (no train.py run is started, no settle wait), and a failed measured run is one line."""
 from __future__ import annotations
 
 import subprocess
@@ -50,3 +50,20 @@ def test_a_skip_leaving_nothing_to_measure_is_refused_up_front(threads, monkeypa
     err = capsys.readouterr().err
     assert err.startswith("error: --skip") and err.count("\n") == 1
     assert threads.events == []  # no world made, no background job, no settle wait
+
+
+def test_a_failed_measured_run_is_one_line_and_exit_2(monkeypatch, capsys):
+    """A measured train.py that failed ended the benchmark with exit 1 and its stderr's last 2,000 characters."""
+    module = load_bench("bench_threads")
+
+    def fake_run(cmd, **kwargs):
+        if "ensure_data" in " ".join(map(str, cmd)):
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        failed = "Traceback (most recent call last):\n  ...\nerror: out of memory\n"
+        return subprocess.CompletedProcess(cmd, 1, "", failed)
+
+    monkeypatch.setattr(module.subprocess, "run", fake_run)
+    monkeypatch.setattr(module, "wait_for_quiet", lambda limit: None)
+    assert run(module, monkeypatch, "--train-steps", "2", "--skip", "features", "busy") == 2
+    err = capsys.readouterr().err
+    assert err == "error: train.py (default threads, alone-train-0-0) exited 1: error: out of memory\n"

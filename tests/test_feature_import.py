@@ -211,6 +211,24 @@ def test_nan_in_a_row_the_split_lacks_is_dropped_with_it(tiny_world, source, tmp
                       tmp_path / "no")
     assert f"image {first!r} (row {ids.index(first)}) has NaN or inf values" in message
 
+
+def test_a_null_parquet_row_the_split_lacks_is_dropped_with_it(tiny_world, source, tmp_path):
+    """A null embedding of an id the split lacks refused the whole import (a NaN there was already dropped), even
+    as the first row, which gives the dimension; a null row of the split's images is still refused naming it."""
+    ids, vectors = source
+    split = tiny_world / "train"
+    order = [ids.index("elsewhere-1")] + [i for i in range(len(ids)) if ids[i] != "elsewhere-1"]
+    ids, vectors = [ids[i] for i in order], vectors[order]  # the absent id first
+    rows = list(vectors)
+    rows[0] = rows[ids.index("elsewhere-2")] = None
+    path = write_parquet(tmp_path / "null.parquet", ids, rows)
+    import_embeddings(split, path, tmp_path / "ok", "toy", progress=False)
+    check_rows(tmp_path / "ok", ids, vectors, split)
+    rows[5] = None
+    path = write_parquet(tmp_path / "null-kept.parquet", ids, rows)
+    message = refused(lambda: import_embeddings(split, path, tmp_path / "no", "toy", progress=False), tmp_path / "no")
+    assert f"image {ids[5]!r} (row 5) has a null embedding (expected a list of {DIM} numbers)" in message
+
 def test_ids_that_are_no_strings_and_empty_embeddings_are_refused_naming_the_file(tiny_world, source, tmp_path):
     ids, vectors = source
     split, out = tiny_world / "train", tmp_path / "features"

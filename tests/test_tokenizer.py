@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_data_cli
 from test_training import tiny_cfg
 
 from globetrotter.config import load_train_config
@@ -367,6 +368,31 @@ def test_a_val_or_test_split_never_trains_the_tokenizer(tiny_world, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert done.value.code == 2 and len(err) == 1 and "val: a 'val' split" in err[0], err
     assert not (world / "tokenizer.json").exists()
+
+
+def test_training_the_tokenizer_on_an_adapt_split_warns_as_the_tokenizer_command_does(tiny_world, tmp_path, capsys):
+    """data.tokenizer_split naming an adapt split (captions of held-out languages) trained the shared BPE in silence,
+    while globetrotter-data tokenizer warns for it; a train split still trains without a warning."""
+    import shutil
+
+    from data_prep.shards import ShardWriter, iter_raw
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    with ShardWriter(world / "adapt", split="adapt", source="tiny", image_format="png") as writer:
+        for key, _ext, data, meta in iter_raw(world / "train"):
+            writer.write(key, data, meta["caption"], meta["lang"], meta["image_id"])
+    said: list[str] = []
+    ensure_data(tiny_cfg(world, tmp_path / "a", "data.tokenizer_split=adapt"), log=said.append)
+    warnings = [line for line in said if line.startswith("warning:")]
+    assert warnings == [f"warning: data.tokenizer_split='adapt': {world / 'adapt'} is a 'adapt' split; the tokenizer "
+                        f"should see train captions only"]
+    said.clear()
+    ensure_data(tiny_cfg(world, tmp_path / "b"), log=said.append)
+    assert not [line for line in said if line.startswith("warning:")]
+    code, out, _ = run_data_cli(["tokenizer", str(world / "adapt"), "--vocab-size", "300", "--out",
+                                 str(tmp_path / "t.json")], capsys)
+    assert code == 0 and f"warning: {world / 'adapt'} is a 'adapt' split" in out
 
 
 def test_the_advice_for_another_splits_tokenizer_at_the_default_path_works(tiny_world, tmp_path):

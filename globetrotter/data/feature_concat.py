@@ -81,7 +81,7 @@ class _Concatenated(_Source):
             total += cache.features[rows[start: start + CHUNK_ROWS], 0].astype(np.float64).sum(axis=0)
         return total / max(len(rows), 1)
 
-    def chunks(self) -> Iterator[np.ndarray]:
+    def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
         for start in range(0, len(self.ids), CHUNK_ROWS):
             parts = []
             for cache, rows, mean in zip(self.caches, self.rows, self.means):

@@ -14,8 +14,8 @@ Inputs:
 
 The source is checked (one-line :class:`UserError` naming the file and the first offending id; the cache is written
 under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing): ids and rows of equal count, no
-duplicate id, one dimension for every row; every image of the split must have a row, with finite values within
-float16's range and not all zero (the rows of ids the split lacks are dropped, their values unchecked). ``--out``
+duplicate id, one dimension for every row; every image of the split must have a row, not null, with finite values
+within float16's range and not all zero (the rows of ids the split lacks are dropped, their values unchecked). ``--out``
 must be absent, empty or a feature cache
 (:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--force`` or not.
 """
@@ -102,14 +102,15 @@ def read_id_list(path: Path) -> list[str]:
 
 
 class _Source:
-    """Embeddings in source order: ``ids`` (all rows'), ``dim``, ``fmt`` and ``chunks()`` of float32 rows."""
+    """Embeddings in source order: ``ids`` (all rows'), ``dim``, ``fmt`` and ``chunks(kept)`` of float32 rows
+    (``kept``: bool per source row, True for the split's images; the other rows are dropped, so they may be null)."""
 
     path: Path
     fmt: str
     ids: list[str]
     dim: int
 
-    def chunks(self) -> Iterator[np.ndarray]:
+    def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
         raise NotImplementedError
 
 
@@ -132,7 +133,7 @@ class _Npy(_Source):
                      else f"first row without an id: {len(self.ids)}")
             raise UserError(f"{path}: {rows} rows but {ids_path} lists {len(self.ids)} ids ({first})")
 
-    def chunks(self) -> Iterator[np.ndarray]:
+    def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
         for start in range(0, len(self.ids), CHUNK_ROWS):
             yield saturating_float32(self.array[start: start + CHUNK_ROWS])
 
@@ -179,35 +180,44 @@ class _Parquet(_Source):
             raise UserError(f"{self.path}: column {self.embedding_column!r} holds {kind}, not lists of floats "
                             f"(one flat list of numbers per image)")
         dim = kind.list_size if pa.types.is_fixed_size_list(kind) else None
-        for batch in self.file.iter_batches(batch_size=1, columns=[self.embedding_column]):
-            first = batch.column(0)[0].as_py()
-            if first is None:
-                raise UserError(f"{self.path}: image {self.ids[0]!r} (row 0) has a null embedding (expected a list "
-                                "of numbers)")
-            dim = len(first) if dim is None else dim
-            break
+        batches = self.file.iter_batches(batch_size=CHUNK_ROWS, columns=[self.embedding_column]) if dim is None else ()
+        for batch in batches:  # the first row that is not null (a null one of an id the split lacks is dropped)
+            column = batch.column(0)
+            valid = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
+            if len(valid):
+                dim = len(column[int(valid[0])].as_py())
+                break
+        if dim is None and self.ids:
+            raise UserError(f"{self.path}: every row's embedding is null (expected a list of numbers per image)")
         if dim == 0:
             raise UserError(f"{self.path}: column {self.embedding_column!r} holds empty lists; expected one list "
                             "of D >= 1 numbers per image")
         return dim or 0  # no row at all: every image of the split lacks one (refused by _check_ids)
 
-    def chunks(self) -> Iterator[np.ndarray]:
+    def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
+        """Float32 rows; a null row of an id the split lacks is yielded as NaN (it is dropped), one of the split's
+        images or a row of another length is refused naming its id."""
         import pyarrow.compute as pc
 
         row = 0
         for batch in self.file.iter_batches(batch_size=CHUNK_ROWS, columns=[self.embedding_column]):
             column = batch.column(0)
+            null = column.is_null().to_numpy(zero_copy_only=False)
             lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-            bad = np.flatnonzero(np.isnan(lengths.astype(np.float64)) | (lengths != self.dim))
+            bad = np.flatnonzero((null & kept[row: row + len(column)]) | (~null & (lengths != self.dim)))
             if len(bad):
                 i = int(bad[0])
                 where = f"{self.path}: image {self.ids[row + i]!r} (row {row + i})"
-                if column[i].as_py() is None:
+                if null[i]:
                     raise UserError(f"{where} has a null embedding (expected a list of {self.dim} numbers)")
                 raise UserError(f"{where} has {int(lengths[i])} values, where the first row has {self.dim} (one "
                                 f"dimension for all)")
-            values = column.flatten().to_numpy(zero_copy_only=False)
-            yield saturating_float32(values).reshape(len(column), self.dim)
+            values = saturating_float32(column.drop_null().flatten().to_numpy(zero_copy_only=False))
+            if null.any():  # rows of ids the split lacks: NaN, dropped with them
+                full = np.full((len(column), self.dim), np.nan, dtype=np.float32)
+                full[~null] = values.reshape(-1, self.dim)
+                values = full
+            yield values.reshape(len(column), self.dim)
             row += len(column)
 
 
@@ -316,7 +326,7 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
         first = 0
         with tqdm(total=len(source.ids), desc=f"import {path.name}", unit="row", disable=not progress,
                   dynamic_ncols=True) as bar:
-            for chunk in source.chunks():
+            for chunk in source.chunks(position >= 0):
                 with np.errstate(over="ignore"):
                     half = chunk.astype(np.float16)  # beyond float16's range: inf
                 where = position[first: first + len(chunk)]

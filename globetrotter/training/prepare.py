@@ -14,6 +14,7 @@ from ..tokenizer import (
     file_sha256,
     load_tokenizer,
     normalization_of,
+    other_split_warning,
     provenance_path,
     read_provenance,
     refuse_held_out_split,
@@ -282,6 +283,9 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
     path = tokenizer_path(cfg)
     if not path.is_file():
         norm, split = cfg.data.tokenizer_normalization, root / cfg.data.tokenizer_split
+        doubt = other_split_warning(split, read_manifest(split))  # e.g. an adapt split: held-out languages
+        if doubt:
+            log(f"warning: data.tokenizer_split={cfg.data.tokenizer_split!r}: {doubt}")
         log(f"training the shared BPE tokenizer (vocab {cfg.data.vocab_size}, normalization {norm}) on {split} ...")
         train_tokenizer_on_split(split, path, cfg.data.vocab_size, normalization=norm)
     check_tokenizer(cfg, path, log)
