@@ -17,8 +17,8 @@ Val images need two captions in a language: ``globetrotter-data more-captions --
 and de val images theirs (the Flickr8k token file, Multi30K task 2); Flickr8k-CN's zh val images have five.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/same_image_criterion.py --model runs/flickr8k-s0 \\
-      --val outputs/flickr8k-more/val --reference outputs/flickr8k/train --languages en,zh \\
-      --oracle eval_out/oracle/select-oracle-runs-flickr8k-s0.json --out eval_out/same-image
+      --oracle eval_out/oracle/select-oracle-runs-flickr8k-s0.json --val outputs/flickr8k-val-more/val \\
+      --reference outputs/flickr8k/train --test outputs/flickr8k/test --out eval_out/same-image
 """
 from __future__ import annotations
 
