@@ -154,6 +154,13 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
+def check_one_image_side(src_img, tgt_img, image_sim) -> None:
+    """One-line error when both ``image_sim`` and ``src_img``/``tgt_img`` are given: one of them would be ignored."""
+    if image_sim is not None and (src_img is not None or tgt_img is not None):
+        raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
+                                 "not both")
+
+
 def _query_rows(queries, n_src: int) -> np.ndarray:
     """``bkr_recall``'s ``queries`` as source row indices: integer rows in ``[0, n_src)``, or a boolean mask of one
     entry per source row (its True rows); one-line errors otherwise (a mask is not read as rows 0 and 1)."""
@@ -162,13 +169,15 @@ def _query_rows(queries, n_src: int) -> np.ndarray:
         if rows.shape != (n_src,):
             raise BackRetrievalError(f"queries: a boolean mask needs one entry per source row ({n_src}), got shape "
                                      f"{rows.shape}")
-        return np.flatnonzero(rows)
+        rows = np.flatnonzero(rows)
     if rows.size == 0:  # np.asarray([]) is float
         rows = rows.astype(np.int64)
     if rows.dtype.kind not in "iu":
         raise BackRetrievalError(f"queries: expected integer source rows or a boolean mask, got {rows.dtype} values")
     if rows.ndim != 1 or (len(rows) and (rows.min() < 0 or rows.max() >= n_src)):
         raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {rows!r:.80}")
+    if len(rows) == 0:  # Recall@K would be the mean of no hits: NaN
+        raise BackRetrievalError("queries: no source row queries (an empty list or an all-False mask); give at least one")
     return rows.astype(np.int64)
 
 
@@ -209,7 +218,7 @@ def bkr_recall(
         src_image_ids: optional ``(Ns,)`` image id per source row; rows sharing an id are one
             picture, ranked once (the query's own image is not pushed down by its siblings).
         image_sim: optional precomputed ``(Nt, Ns)`` image similarity g(I_T, I_S) (any g;
-            array or memmap); replaces ``src_img``/``tgt_img``.
+            array or memmap); replaces ``src_img``/``tgt_img`` (giving both is an error).
         ties: ``pessimistic`` | ``optimistic`` | ``expected`` (see :mod:`backretrieval.ranking`).
         max_rank: stop counting a query's rank once it exceeds ``max_rank`` (must be >=
             max(ks)); Recall@K is unchanged, ranks above are reported as ``max_rank + 1``.
@@ -270,9 +279,9 @@ def bkr_recall(
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, every_col = distinct_images(src_image_ids, n_src)
-    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     image_col = every_col[query_rows]
 
+    check_one_image_side(src_img, tgt_img, image_sim)
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
                                  "give src_img/tgt_img instead of image_sim")
@@ -296,6 +305,8 @@ def bkr_recall(
         distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
         if image_neighbours is not None:
             check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
+    # after the shapes: a row-count error is the one message, not this warning before it
+    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
     else:

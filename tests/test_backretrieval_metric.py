@@ -478,3 +478,30 @@ def test_an_all_zero_text_or_image_row_is_refused_naming_the_row():
     sim = rng.random((20, 20))
     sim[0] = 0  # a similarity row of zeros is no vector: fine
     bkr_recall(None, si, None, ti, (1, 5), text_sim=sim)
+
+
+def test_image_sim_with_image_features_is_refused_as_score_refuses_it():
+    """bkr_recall used image_sim and dropped src_img/tgt_img in silence; score refused the pair."""
+    rng = np.random.default_rng(7)
+    st, si, tt, ti = (rng.standard_normal((12, 4)) for _ in range(4))
+    with pytest.raises(BackRetrievalError, match=r"give either image_sim or src_img/tgt_img, not both"):
+        bkr_recall(st, si, tt, ti, (1, 5), image_sim=np.zeros((12, 12)))
+
+
+def test_a_row_count_error_comes_alone_without_a_warning_about_distinct_images():
+    """bkr_recall warned 'Recall@10 would be 1' from the text rows before refusing src_img's row count."""
+    rng = np.random.default_rng(8)
+    st, si, tt, ti = (rng.standard_normal((50, 4)) for _ in range(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BackRetrievalError, match="src_img: expected 10 rows"):
+            bkr_recall(st[:10], si, tt, ti, (1, 10))
+
+
+@pytest.mark.parametrize("queries", [[], np.zeros(30, bool)])
+def test_an_empty_query_set_is_refused(queries):
+    """No query gave Recall@K = NaN in silence."""
+    rng = np.random.default_rng(9)
+    st, si, tt, ti = (rng.standard_normal((30, 4)) for _ in range(4))
+    with pytest.raises(BackRetrievalError, match="queries: no source row queries"):
+        bkr_recall(st, si, tt, ti, (1, 5), queries=queries)
