@@ -74,7 +74,7 @@ from .uncertainty import corr_interval
 DEFAULT_KS = (1, 5, 10)
 
 
-def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+def check_matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
             vectors: bool = True) -> np.ndarray:
     """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
     compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
@@ -267,13 +267,13 @@ def bkr_recall(
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
-        text_sim = _matrix("text_sim", text_sim, vectors=False)
+        text_sim = check_matrix("text_sim", text_sim, vectors=False)
         n_src, n_tgt = text_sim.shape
         if queries is not None:  # the source set is the images'
             n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
     else:
-        src_text = _matrix("src_text", src_text)
-        tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+        src_text = check_matrix("src_text", src_text)
+        tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
         n_src, n_tgt = len(src_text), len(tgt_text)
     query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
     if text_sim is not None and len(text_sim) != len(query_rows):
@@ -297,8 +297,8 @@ def bkr_recall(
     else:
         if src_img is None or tgt_img is None:
             raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
-        src_img = _matrix("src_img", src_img, rows=n_src)
-        tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
+        src_img = check_matrix("src_img", src_img, rows=n_src)
+        tgt_img = check_matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
         if src_image_ids is not None:
             check_one_picture_per_id(src_img, src_image_ids, image_rows, every_col)
         every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
@@ -373,8 +373,8 @@ def xlr_recall(
     approx = approx_config(approximate, ks)
     # approximate: only "fewer than K better targets?", the exact count stopped at max(ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
-    src_text = _matrix("src_text", src_text)
-    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    src_text = check_matrix("src_text", src_text)
+    tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
     if gt is None:
         if n_tgt != n_src:
@@ -431,10 +431,10 @@ def corr_terms(
     """
     if max_pairs < 1:
         raise BackRetrievalError(f"corr: max_pairs must be >= 1, got {max_pairs}")
-    src_text = _matrix("src_text", src_text)
-    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
-    src_img = _matrix("src_img", src_img, rows=len(src_text))
-    tgt_img = _matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
+    src_text = check_matrix("src_text", src_text)
+    tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    src_img = check_matrix("src_img", src_img, rows=len(src_text))
+    tgt_img = check_matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
     n_s, n_t = len(src_text), len(tgt_text)
     if n_s * n_t <= max_pairs:
         text_dist = 1.0 - (l2_normalize(src_text) @ l2_normalize(tgt_text).T).ravel()
