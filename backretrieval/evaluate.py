@@ -28,7 +28,7 @@ from .data import SplitData, aligned_pair, check_image_model, image_features, lo
 from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, load_embedder,
                          parse_model_specs, unsupported_languages)
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import PathLike, enough_for_k, json_ready
+from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, censored_max_rank, check_ks
 from .pairs import evaluate_pairs
@@ -65,6 +65,8 @@ def _image_label(extractor, image_format: str) -> str | None:
 def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
     """{label: spec} from a mapping as is, or from ``[NAME=]SPEC`` strings; every spec checked without loading its
     model (:func:`backretrieval.embedders.check_spec`), so a mistyped one is reported before any work."""
+    if not isinstance(models, Mapping):
+        require_sequence(models, "models", "model specs")
     specs = dict(models) if isinstance(models, Mapping) else parse_model_specs(models)
     for spec in specs.values():
         check_spec(spec)
@@ -97,6 +99,7 @@ def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor
     packages, an entry point's own check), then g's weights (where the split stores pixels), are checked before the
     split is read; once its captions are read, before g's features or any embedding, that every model has a row for
     each caption, and ``check(data)`` (the caller's own preconditions)."""
+    require_sequence(langs, "langs", "language codes")
     for spec in models.values():
         check_spec_inputs(spec)
     check_image_model(data, extractor)

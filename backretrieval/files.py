@@ -88,6 +88,14 @@ def as_array(label: str, x) -> np.ndarray:
                                  f"{str(err).splitlines()[0][:120]}") from None
 
 
+def require_sequence(value, name: str, what: str) -> None:
+    """One-line error when ``value`` is one ``str`` (or ``bytes``) where a sequence of ``what`` is expected: it would be
+    read as its characters (the wording of globetrotter's ``Encoder.encode_text``)."""
+    if isinstance(value, (str, bytes)):
+        raise BackRetrievalError(f"{option(name)}: expected a sequence of {what}, got one {type(value).__name__} "
+                                 f"({value[:40]!r}); wrap it in a list")
+
+
 def is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 

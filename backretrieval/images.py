@@ -46,7 +46,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import BackRetrievalError, BackRetrievalWarning, naming_flags, option
-from .files import read_cache_entry
+from .files import read_cache_entry, require_sequence
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
@@ -229,16 +229,45 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
     return model.eval(), tag
 
 
+def rgb_image(img: Image.Image) -> Image.Image:
+    """``img`` as 8-bit RGB. 16-bit greyscale (modes ``I;16``, ``I;16B``, ..., and ``I``, as which Pillow may open a
+    16-bit PNG: values in [0, 65535]) is scaled to 8 bits first (divided by 257): ``convert("RGB")`` clips its values
+    at 255, so the picture came out white."""
+    if img.mode == "I" or img.mode.startswith("I;16"):
+        pixels = np.asarray(img, dtype=np.float64) / 257.0
+        img = Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
+    return img.convert("RGB")
+
+
+def image_sources(images: Sequence[ImageSource], entries: bool = True) -> list[ImageSource]:
+    """``images`` as a list; one-line errors for one image where a sequence is expected (a path was read as its
+    characters) and, with ``entries``, for an entry that is no path, encoded bytes or PIL image (an array, None)."""
+    require_sequence(images, "images", "images")
+    if isinstance(images, (os.PathLike, Image.Image)):
+        raise BackRetrievalError(f"images: expected a sequence of images, got one {type(images).__name__}; "
+                                 "wrap it in a list")
+    try:
+        images = list(images)
+    except TypeError:
+        raise BackRetrievalError(f"images: expected a sequence of images, got {type(images).__name__}") from None
+    for i, source in enumerate(images if entries else ()):
+        if not isinstance(source, (str, os.PathLike, bytes, bytearray, Image.Image)):
+            hint = "; convert arrays with PIL.Image.fromarray" if isinstance(source, np.ndarray) else ""
+            raise BackRetrievalError(f"images[{i}]: expected a PIL image, a path or encoded bytes, got "
+                                     f"{type(source).__name__}{hint}")
+    return images
+
+
 def _open(source: ImageSource) -> Image.Image:
     if isinstance(source, Image.Image):
-        return source.convert("RGB")
+        return rgb_image(source)
     try:
         img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source)
         img.load()
     except (OSError, ValueError) as err:
         where = "image bytes" if isinstance(source, (bytes, bytearray)) else str(source)
         raise BackRetrievalError(f"{where}: unreadable image ({err})") from None
-    return img.convert("RGB")
+    return rgb_image(img)
 
 
 def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
@@ -348,7 +377,7 @@ class ImageFeatureExtractor:
 
         ``ids`` name the images for the cache key (default: :func:`default_image_ids`).
         """
-        images = list(images)
+        images = image_sources(images)
         if not images:
             raise BackRetrievalError("no images to extract features from")
         if ids is not None and len(ids) != len(images):
@@ -400,7 +429,7 @@ class ThumbnailFeatures:
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
         """Thumbnail vectors of ``images`` (paths, encoded bytes or PIL images); ``ids`` are ignored."""
-        images = list(images)
+        images = image_sources(images)
         if not images:
             raise BackRetrievalError("no images to extract features from")
         out = np.empty((len(images), 3 * self.size * self.size), dtype=np.float32)
@@ -431,7 +460,7 @@ class RandomImageFeatures:
 
     def extract(self, images: Sequence, ids: Sequence[str] | None = None) -> np.ndarray:
         """One vector per image, from ``ids`` when given (then ``images`` are not read)."""
-        images = list(images)
+        images = image_sources(images, entries=ids is None)
         if not images:
             raise BackRetrievalError("no images to extract features from")
         if ids is not None and len(ids) != len(images):

@@ -74,7 +74,7 @@ from .uncertainty import corr_interval
 DEFAULT_KS = (1, 5, 10)
 
 
-def _matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+def check_matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
             vectors: bool = True) -> np.ndarray:
     """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
     compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
@@ -154,6 +154,13 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
+def check_one_image_side(src_img, tgt_img, image_sim) -> None:
+    """One-line error when both ``image_sim`` and ``src_img``/``tgt_img`` are given: one of them would be ignored."""
+    if image_sim is not None and (src_img is not None or tgt_img is not None):
+        raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
+                                 "not both")
+
+
 def _query_rows(queries, n_src: int) -> np.ndarray:
     """``bkr_recall``'s ``queries`` as source row indices: integer rows in ``[0, n_src)``, or a boolean mask of one
     entry per source row (its True rows); one-line errors otherwise (a mask is not read as rows 0 and 1)."""
@@ -162,13 +169,15 @@ def _query_rows(queries, n_src: int) -> np.ndarray:
         if rows.shape != (n_src,):
             raise BackRetrievalError(f"queries: a boolean mask needs one entry per source row ({n_src}), got shape "
                                      f"{rows.shape}")
-        return np.flatnonzero(rows)
+        rows = np.flatnonzero(rows)
     if rows.size == 0:  # np.asarray([]) is float
         rows = rows.astype(np.int64)
     if rows.dtype.kind not in "iu":
         raise BackRetrievalError(f"queries: expected integer source rows or a boolean mask, got {rows.dtype} values")
     if rows.ndim != 1 or (len(rows) and (rows.min() < 0 or rows.max() >= n_src)):
         raise BackRetrievalError(f"queries: expected source rows in [0, {n_src}), got {rows!r:.80}")
+    if len(rows) == 0:  # Recall@K would be the mean of no hits: NaN
+        raise BackRetrievalError("queries: no source row queries (an empty list or an all-False mask); give at least one")
     return rows.astype(np.int64)
 
 
@@ -209,7 +218,7 @@ def bkr_recall(
         src_image_ids: optional ``(Ns,)`` image id per source row; rows sharing an id are one
             picture, ranked once (the query's own image is not pushed down by its siblings).
         image_sim: optional precomputed ``(Nt, Ns)`` image similarity g(I_T, I_S) (any g;
-            array or memmap); replaces ``src_img``/``tgt_img``.
+            array or memmap); replaces ``src_img``/``tgt_img`` (giving both is an error).
         ties: ``pessimistic`` | ``optimistic`` | ``expected`` (see :mod:`backretrieval.ranking`).
         max_rank: stop counting a query's rank once it exceeds ``max_rank`` (must be >=
             max(ks)); Recall@K is unchanged, ranks above are reported as ``max_rank + 1``.
@@ -258,21 +267,21 @@ def bkr_recall(
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
-        text_sim = _matrix("text_sim", text_sim, vectors=False)
+        text_sim = check_matrix("text_sim", text_sim, vectors=False)
         n_src, n_tgt = text_sim.shape
         if queries is not None:  # the source set is the images'
             n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
     else:
-        src_text = _matrix("src_text", src_text)
-        tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+        src_text = check_matrix("src_text", src_text)
+        tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
         n_src, n_tgt = len(src_text), len(tgt_text)
     query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     image_rows, every_col = distinct_images(src_image_ids, n_src)
-    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     image_col = every_col[query_rows]
 
+    check_one_image_side(src_img, tgt_img, image_sim)
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
                                  "give src_img/tgt_img instead of image_sim")
@@ -288,14 +297,16 @@ def bkr_recall(
     else:
         if src_img is None or tgt_img is None:
             raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
-        src_img = _matrix("src_img", src_img, rows=n_src)
-        tgt_img = _matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
+        src_img = check_matrix("src_img", src_img, rows=n_src)
+        tgt_img = check_matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
         if src_image_ids is not None:
             check_one_picture_per_id(src_img, src_image_ids, image_rows, every_col)
         every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
         distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
         if image_neighbours is not None:
             check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
+    # after the shapes: a row-count error is the one message, not this warning before it
+    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
     else:
@@ -362,8 +373,8 @@ def xlr_recall(
     approx = approx_config(approximate, ks)
     # approximate: only "fewer than K better targets?", the exact count stopped at max(ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
-    src_text = _matrix("src_text", src_text)
-    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    src_text = check_matrix("src_text", src_text)
+    tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     n_src, n_tgt = len(src_text), len(tgt_text)
     if gt is None:
         if n_tgt != n_src:
@@ -420,10 +431,10 @@ def corr_terms(
     """
     if max_pairs < 1:
         raise BackRetrievalError(f"corr: max_pairs must be >= 1, got {max_pairs}")
-    src_text = _matrix("src_text", src_text)
-    tgt_text = _matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
-    src_img = _matrix("src_img", src_img, rows=len(src_text))
-    tgt_img = _matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
+    src_text = check_matrix("src_text", src_text)
+    tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+    src_img = check_matrix("src_img", src_img, rows=len(src_text))
+    tgt_img = check_matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
     n_s, n_t = len(src_text), len(tgt_text)
     if n_s * n_t <= max_pairs:
         text_dist = 1.0 - (l2_normalize(src_text) @ l2_normalize(tgt_text).T).ravel()

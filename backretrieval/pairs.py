@@ -22,8 +22,9 @@ import numpy as np
 from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex, distinct_images
-from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_ks, bkr_recall, corr_with_interval,
-                     xlr_recall)
+from .files import require_sequence
+from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_matrix, bkr_recall,
+                     corr_with_interval, xlr_recall)
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
 
@@ -134,6 +135,12 @@ def evaluate_pairs(
         raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
     if texts_emb is None and text_scores is None:
         raise BackRetrievalError("evaluate_pairs: give texts_emb or text_scores")
+    for name, value, what in (("langs", langs, "language codes"), ("image_ids", image_ids, "image ids"),
+                              ("groups", groups, "group ids")):
+        require_sequence(value, name, what)
+    # every row, named as given (not as a pair's src_text, row of its subset; nor passed when left out of the sample)
+    texts_emb = None if texts_emb is None else check_matrix("texts_emb", texts_emb)
+    image_feats = check_matrix("image_feats", image_feats)
     n = len(langs) if texts_emb is None else len(texts_emb)
     langs = np.asarray(langs, dtype=object)
     image_ids = np.asarray(image_ids, dtype=object)

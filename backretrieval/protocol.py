@@ -71,8 +71,9 @@ def protocol_seed(
     """
     s_txt, t_txt = src_text[src_idx], tgt_text[tgt_idx]
     s_img, t_img = image_feats[src_idx], image_feats[tgt_idx]
-    bkr = bkr_recall(s_txt, s_img, t_txt, t_img, ks, ties=ties, max_rank=max_rank, image_sim=image_sim,
-                     retrieval=retrieval)
+    given = image_sim is not None  # g given: the features serve CORR only (bkr_recall takes one image side)
+    bkr = bkr_recall(s_txt, None if given else s_img, t_txt, None if given else t_img, ks, ties=ties,
+                     max_rank=max_rank, image_sim=image_sim, retrieval=retrieval)
     xlr = xlr_recall(s_txt, tgt_text[src_idx], ks, ties=ties, max_rank=max_rank, retrieval=retrieval)
     out = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     out.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in ks})

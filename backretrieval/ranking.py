@@ -64,10 +64,10 @@ def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row
                 disable=not show or pairs < _BAR_MIN_PAIRS)
 
 
-def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+def l2_normalize(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` scaled to unit L2 norm, as a C-contiguous float32 copy (zero rows stay zero)."""
     x = as_float32(x)
-    return np.ascontiguousarray(x * inverse_norms(x, eps)[:, None], dtype=np.float32)
+    return np.ascontiguousarray(x * inverse_norms(x)[:, None], dtype=np.float32)
 
 
 def as_float32(x: np.ndarray) -> np.ndarray:
@@ -77,20 +77,29 @@ def as_float32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def inverse_norms(x: np.ndarray, eps: float = 1e-12, chunk: int = 8192) -> np.ndarray:
-    """``1 / max(||x_i||, eps)`` per row, float32, computed in row chunks (no full-size temporary).
+_FLOAT32 = np.finfo(np.float32)
 
-    A row whose float32 sum of squares overflows (a norm past about 1.8e19) is summed again in float64: its inverse
-    norm was 1 / inf = 0, so it was scored as a zero vector and the cosine was not scale-invariant."""
+
+def inverse_norms(x: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """``1 / ||x_i||`` per row (0 for an all-zero row), float32, computed in row chunks (no full-size temporary).
+
+    Any non-zero finite row gets its own inverse norm, so the cosine is scale-invariant: a row whose float32 sum of
+    squares overflows (a norm past about 1.8e19) or underflows (below about 1e-19) is summed again in float64; no
+    floor (an ``eps`` of 1e-12 scored a row of norm 1e-13 at a tenth of its cosine). Only rows of float32
+    subnormals (a norm below about 3e-39) get float32's largest number, not their inverse norm."""
     out = np.empty(len(x), dtype=np.float32)
     for s in range(0, len(x), chunk):
         block = np.asarray(x[s:s + chunk], dtype=np.float32)
         squares = np.einsum("ij,ij->i", block, block)
-        over = np.isinf(squares) & np.isfinite(block).all(axis=1)  # finite rows only: inf entries stay inf
-        if over.any():
+        suspect = np.flatnonzero((squares < _FLOAT32.tiny) | np.isinf(squares))  # zero rows too: a few, or none
+        if len(suspect):
+            part = block[suspect]
+            finite = np.isfinite(part).all(axis=1)  # inf entries stay inf
             squares = squares.astype(np.float64)
-            squares[over] = np.einsum("ij,ij->i", block[over], block[over], dtype=np.float64)
-        out[s:s + chunk] = 1.0 / np.maximum(np.sqrt(squares), eps)
+            squares[suspect[finite]] = np.einsum("ij,ij->i", part[finite], part[finite], dtype=np.float64)
+        norms = np.sqrt(squares)
+        with np.errstate(divide="ignore"):
+            out[s:s + chunk] = np.minimum(np.where(norms > 0, 1.0 / norms, 0.0), _FLOAT32.max)
     return out
 
 

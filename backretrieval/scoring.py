@@ -21,7 +21,8 @@ from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix,
                     save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
-from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, corr_with_interval, xlr_recall
+from .metric import (DEFAULT_KS, bkr_recall, censored_max_rank, check_ks, check_one_image_side, corr_with_interval,
+                     xlr_recall)
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
@@ -90,10 +91,8 @@ def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str
 
     ``src`` and ``tgt`` are (label, rows) of the source and target texts.
     """
+    check_one_image_side(src_img, tgt_img, image_sim)
     if image_sim is not None:
-        if src_img is not None or tgt_img is not None:
-            raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
-                                     "not both")
         label, sim = load_matrix(image_sim, option("image_sim"), vectors=False)  # a similarity: zero rows are fine
         if sim.shape != (tgt[1], src[1]):
             raise BackRetrievalError(f"{label}: {option('image_sim')} has shape {sim.shape}, expected "

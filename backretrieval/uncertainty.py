@@ -82,7 +82,7 @@ def _check(n_boot: int, level: float) -> None:
     if n_boot < 1:
         raise BackRetrievalError(f"bootstrap: the number of replicates must be >= 1, got {n_boot}")
     if not 0.0 < level < 1.0:
-        raise BackRetrievalError(f"bootstrap: the interval level must be in (0, 1), got {level}")
+        raise BackRetrievalError(f"{option('level')}: expected an interval level in (0, 1), got {level}")
 
 
 def smallest_p(n_boot: int, two_sided: bool = True) -> float:

@@ -28,7 +28,8 @@ EXTRAS = {"sentence_transformers": "sentence-transformers", "fast_universal_sent
 
 
 class UserError(Exception):
-    """An error the user can fix: the message says what, where, and what was expected."""
+    """An error the user can fix: the message says what, where, and what was expected. A direct subclass of
+    ``Exception`` (not ``ValueError``): catch it as ``globetrotter.UserError``."""
 
 
 def missing_dependency(err: ImportError) -> str | None:

@@ -5,14 +5,17 @@ The library (models, losses, data pipeline, evaluation) lives here; ``train.py``
 """
 from __future__ import annotations
 
+from .errors import UserError  # what load and the library raise for a mistake a user can fix
+
 __version__ = "0.1.0"
 
 
 def load(path, device: str = "cpu", prefer_best: bool = True):
-    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.encoder.Encoder`."""
+    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.encoder.Encoder`; a folder
+    that holds no model, or a device this machine lacks, is a :class:`UserError`."""
     from .encoder import load as _load
 
     return _load(path, device=device, prefer_best=prefer_best)
 
 
-__all__ = ["load", "__version__"]
+__all__ = ["load", "UserError", "__version__"]

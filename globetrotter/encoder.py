@@ -14,6 +14,8 @@ from PIL import Image
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 
+from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
+
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
 from .errors import UserError
@@ -90,8 +92,7 @@ class Encoder:
         ``data.max_length`` tokens, as in training: what follows does not change its embedding."""
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
-        if head not in ("text", "cross", "backbone"):
-            raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
+        _check_head(head)
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
         pooling = {"text": self.cfg.model.text_pooling_t, "cross": self.cfg.model.text_pooling_x}.get(head, "sentence")
         lang_ids = self._lang_ids(langs, len(texts))
@@ -140,6 +141,9 @@ class Encoder:
         return states, masks
 
     def embed_dim(self, head: str = "text") -> int:
+        """The width D of :meth:`encode_text`'s embeddings with ``head`` (``"text"``, ``"cross"`` or ``"backbone"``):
+        the head's output width, ``model.d_model`` for the backbone or a model without that head."""
+        _check_head(head)
         proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
         if proj is None:
             return self.cfg.model.d_model
@@ -159,7 +163,8 @@ class Encoder:
             head = lambda f: F.normalize(f, dim=-1)  # noqa: E731 (ablation without image heads)
         out = []
         for i in range(0, len(images), batch_size):
-            batch = torch.stack([self._transform(img.convert("RGB")) for img in images[i : i + batch_size]])
+            # 16-bit greyscale scaled to 8 bits (convert("RGB") alone clips it to white)
+            batch = torch.stack([self._transform(rgb_image(img)) for img in images[i : i + batch_size]])
             out.append(head(self.model.image(batch.to(self.device))).float().cpu())
         if out:
             return torch.cat(out).numpy()
@@ -207,9 +212,13 @@ class Encoder:
     @torch.no_grad()
     def encode_words(self, words: Sequence[str], batch_size: int = 256,
                      langs: str | Sequence[str] | None = None) -> np.ndarray:
-        """Contextual word embeddings: each word encoded alone, mean of its token outputs (sentence token
-        excluded); the Sigurdsson baseline's max-pooled adapted word vectors (needs ``langs``)."""
+        """(N, d_model) contextual word embeddings, L2-normalised: each word encoded alone, mean of its token outputs
+        (sentence token excluded); the Sigurdsson baseline's max-pooled adapted word vectors (needs ``langs``). An
+        empty word has no token: a :class:`UserError`."""
         words = _check_texts(words, "words")
+        empty = [i for i, word in enumerate(words) if not word]
+        if empty:
+            raise UserError(f"words[{empty[0]}]: an empty word has no token to embed ({len(empty)} empty words)")
         _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(words))
         out = []
@@ -217,11 +226,12 @@ class Encoder:
             ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             if lang_ids is not None:
-                out.append(self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0].cpu())
-                continue
-            states = self.model.text(ids_t, mask_t)[:, 1:]
-            m = mask_t[:, 1:].unsqueeze(-1).float()
-            out.append(((states * m).sum(1) / m.sum(1).clamp_min(1)).cpu())
+                vectors = self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0]
+            else:
+                states = self.model.text(ids_t, mask_t)[:, 1:]
+                m = mask_t[:, 1:].unsqueeze(-1).float()
+                vectors = (states * m).sum(1) / m.sum(1).clamp_min(1)
+            out.append(F.normalize(vectors.float(), dim=-1).cpu())
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 
@@ -240,6 +250,11 @@ def _check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
             hint = "; decode bytes first" if isinstance(text, bytes) else ""
             raise TypeError(f"{name}[{i}]: expected a str, got {type(text).__name__} ({text!r:.40}){hint}")
     return texts
+
+
+def _check_head(head: str) -> None:
+    if head not in ("text", "cross", "backbone"):
+        raise ValueError(f"head must be 'text', 'cross' or 'backbone', got {head!r}")
 
 
 def _check_batch_size(batch_size: int) -> None:

@@ -164,3 +164,13 @@ def test_correlate_split_checks_models_and_pairs_first(tmp_path):
 def test_parse_model_specs_labels():
     assert parse_model_specs(["use", "USE-M=use", "npy:/a=b.npy", "# comment", ""]) == {
         "use": "use", "USE-M": "use", "npy:/a=b.npy": "npy:/a=b.npy"}
+
+
+def test_one_string_for_the_models_or_languages_is_refused(parallel_split):
+    """evaluate_split(split, "random:12") read the spec as its characters (model 'r', 'a', ...)."""
+    root = parallel_split[0]
+    with pytest.raises(BackRetrievalError, match=r"^models: expected a sequence of model specs, got one str "
+                                                 r"\('random:12'\); wrap it in a list$"):
+        evaluate_split(root / "test", "random:12", progress=False)
+    with pytest.raises(BackRetrievalError, match=r"^langs: expected a sequence of language codes, got one str"):
+        evaluate_split(root / "test", ["random:12"], langs="en", progress=False)

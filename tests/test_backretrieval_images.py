@@ -306,3 +306,30 @@ def test_a_damaged_cache_entry_is_named_removed_and_computed_again(tmp_path):
         with pytest.warns(BackRetrievalWarning, match=rf"{entry.name}: .*{why}"):
             assert read_cache_entry(entry, 5 if damage is None else 3) is None
         assert not entry.exists()  # removed: written again once computed
+
+
+def test_a_16_bit_picture_gives_the_features_of_its_8_bit_version(tmp_path):
+    """convert("RGB") clips 16-bit values (PIL modes I;16 and I) at 255: the picture was read as pure white."""
+    grey = _picture(3).convert("L")
+    wide = np.asarray(grey).astype(np.uint16) * 257  # the same picture, 16 bits per pixel
+    Image.fromarray(wide).save(tmp_path / "g16.png")
+    assert Image.open(tmp_path / "g16.png").mode.startswith("I")
+    as_int = Image.fromarray(wide.astype(np.int32))  # mode I
+    for g in (ImageFeatureExtractor(TINY, "random", progress=False), ThumbnailFeatures(8)):
+        eight = g.extract([grey])
+        for sixteen in (str(tmp_path / "g16.png"), Image.fromarray(wide), as_int):
+            np.testing.assert_allclose(g.extract([sixteen]), eight, rtol=1e-5, atol=1e-5)
+
+
+def test_one_image_for_a_list_and_entries_that_are_no_image_are_one_line_errors(tmp_path):
+    """A path was read as its characters ('/: unreadable image'); an array or None gave PIL's AttributeError."""
+    _picture(0).save(tmp_path / "x.png")
+    for g in (ImageFeatureExtractor(TINY, "random", progress=False), ThumbnailFeatures(4), RandomImageFeatures()):
+        with pytest.raises(BackRetrievalError, match=r"^images: expected a sequence of images, got one str \('/.*'\); "
+                                                     r"wrap it in a list$"):
+            g.extract(str(tmp_path / "x.png"))
+        with pytest.raises(BackRetrievalError, match=r"^images\[1\]: expected a PIL image, a path or encoded bytes, "
+                                                     r"got ndarray; convert arrays with PIL.Image.fromarray$"):
+            g.extract([str(tmp_path / "x.png"), np.zeros((8, 8, 3), np.uint8)])
+        with pytest.raises(BackRetrievalError, match=r"^images\[0\]: .* got NoneType$"):
+            g.extract([None])

@@ -308,6 +308,29 @@ def test_rows_of_a_huge_norm_keep_their_cosine():
     assert corr_score(x, si, huge, ti) == pytest.approx(corr_score(x, si, y, ti), abs=1e-6)
 
 
+def test_rows_of_a_tiny_norm_keep_their_cosine():
+    """A row of norm 1e-13 (or 1e-25, whose float32 sum of squares underflows) was divided by max(norm, 1e-12): its
+    cosines were a tenth (or nothing) of their value, so the nearest neighbour changed with the row's scale."""
+    from backretrieval.ranking import l2_normalize
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((40, 16)).astype(np.float32)
+    y = (x + 0.01 * rng.standard_normal(x.shape)).astype(np.float32)
+    for scale in (1e-13, 1e-25):
+        tiny = y / np.linalg.norm(y, axis=1, keepdims=True)
+        tiny[::2] *= np.float32(scale)
+        np.testing.assert_allclose(np.linalg.norm(l2_normalize(tiny).astype(np.float64), axis=1), 1.0, rtol=1e-5)
+        assert xlr_recall(x, tiny, (1,))["xlr@1"] == 1.0 and xlr_recall(tiny, x, (1,))["xlr@1"] == 1.0
+        si = rng.standard_normal((40, 8)).astype(np.float32)
+        ti = (si + 0.01 * rng.standard_normal(si.shape)).astype(np.float32)
+        assert bkr_recall(x, si * np.float32(scale), tiny, ti, (1, 5))["bkr@1"] == 1.0
+    zero = y.copy()
+    zero[5] = 0  # still refused: no direction at all
+    with pytest.raises(BackRetrievalError, match=r"tgt_text: the array has 1 of 40 rows that are all zero"):
+        xlr_recall(x, zero, (1,))
+    assert not l2_normalize(zero)[5].any()
+
+
 def test_non_finite_image_similarity_is_rejected():
     # NaN compares false with everything: before the check, every query got rank 1 (BkR = 1.0)
     x = np.random.default_rng(9).standard_normal((4, 3))
@@ -478,3 +501,30 @@ def test_an_all_zero_text_or_image_row_is_refused_naming_the_row():
     sim = rng.random((20, 20))
     sim[0] = 0  # a similarity row of zeros is no vector: fine
     bkr_recall(None, si, None, ti, (1, 5), text_sim=sim)
+
+
+def test_image_sim_with_image_features_is_refused_as_score_refuses_it():
+    """bkr_recall used image_sim and dropped src_img/tgt_img in silence; score refused the pair."""
+    rng = np.random.default_rng(7)
+    st, si, tt, ti = (rng.standard_normal((12, 4)) for _ in range(4))
+    with pytest.raises(BackRetrievalError, match=r"give either image_sim or src_img/tgt_img, not both"):
+        bkr_recall(st, si, tt, ti, (1, 5), image_sim=np.zeros((12, 12)))
+
+
+def test_a_row_count_error_comes_alone_without_a_warning_about_distinct_images():
+    """bkr_recall warned 'Recall@10 would be 1' from the text rows before refusing src_img's row count."""
+    rng = np.random.default_rng(8)
+    st, si, tt, ti = (rng.standard_normal((50, 4)) for _ in range(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BackRetrievalError, match="src_img: expected 10 rows"):
+            bkr_recall(st[:10], si, tt, ti, (1, 10))
+
+
+@pytest.mark.parametrize("queries", [[], np.zeros(30, bool)])
+def test_an_empty_query_set_is_refused(queries):
+    """No query gave Recall@K = NaN in silence."""
+    rng = np.random.default_rng(9)
+    st, si, tt, ti = (rng.standard_normal((30, 4)) for _ in range(4))
+    with pytest.raises(BackRetrievalError, match="queries: no source row queries"):
+        bkr_recall(st, si, tt, ti, (1, 5), queries=queries)

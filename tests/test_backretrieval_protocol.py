@@ -157,7 +157,7 @@ def test_non_matching_sides_share_no_image():
 
 def test_evaluate_pairs_rejects_misaligned_inputs():
     with pytest.raises(BackRetrievalError, match="row-aligned"):
-        evaluate_pairs(np.zeros((4, 2)), ["en"] * 4, np.zeros((3, 2)), list("abcd"))
+        evaluate_pairs(np.ones((4, 2)), ["en"] * 4, np.ones((3, 2)), list("abcd"))
     with pytest.raises(BackRetrievalError, match="at least 2 languages"):
         evaluate_pairs(np.ones((4, 2)), ["en"] * 4, np.ones((4, 2)), list("abcd"))
 
@@ -225,3 +225,36 @@ def test_random_g_leaves_bkr_at_chance_while_a_perfect_g_tracks_xlr():
     assert max(abs(b - 10 / 200) for b in bkr["null"]) < 0.03  # every model at chance, K / N
     assert abs(null["correlation"]["@10"]["pearson"]["bkr"]["mean"]) < 0.5
     assert abs(null["models"]["noise0.1"]["mean"]["corr"]) < 0.05  # CORR knows nothing either
+
+
+def test_evaluate_pairs_checks_every_row_naming_texts_emb_and_its_row():
+    """A NaN row was reported as a pair's src_text/tgt_text with a row number of the pair's subset, or accepted when
+    the non-matching split left it out; every row of the inputs is checked first, named as given."""
+    rng = np.random.default_rng(0)
+    n_img = 100
+    feats = rng.standard_normal((n_img, 16)).astype(np.float32)
+    langs, ids = ["en", "de"] * n_img, [f"i{i // 2}" for i in range(2 * n_img)]
+    image_feats = feats[[i // 2 for i in range(2 * n_img)]]
+    emb = rng.standard_normal((2 * n_img, 8)).astype(np.float32)
+    for row in (150, 151):  # one is left out of every pair by the non-matching split
+        bad = emb.copy()
+        bad[row] = np.nan
+        with pytest.raises(BackRetrievalError, match=rf"^texts_emb: the array has 1 of 200 rows with NaN or inf "
+                                                     rf"\(first: row {row}\)"):
+            evaluate_pairs(bad, langs, image_feats, ids)
+    bad = image_feats.copy()
+    bad[151] = np.inf
+    with pytest.raises(BackRetrievalError, match=r"^image_feats: the array has 1 of 200 rows with NaN or inf "
+                                                 r"\(first: row 151\)"):
+        evaluate_pairs(emb, langs, bad, ids)
+
+
+def test_evaluate_pairs_refuses_one_string_for_a_list():
+    """langs="en" was read as its characters (a TypeError of len() on the way)."""
+    rng = np.random.default_rng(1)
+    emb, feats = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
+    with pytest.raises(BackRetrievalError, match=r"^langs: expected a sequence of language codes, got one str "
+                                                 r"\('en'\); wrap it in a list$"):
+        evaluate_pairs(emb, "en", feats, ["a", "b", "c", "d"])
+    with pytest.raises(BackRetrievalError, match=r"^image_ids: expected a sequence of image ids, got one str"):
+        evaluate_pairs(emb, ["en", "de"] * 2, feats, "abcd")

@@ -191,3 +191,9 @@ def test_recall_interval_refuses_ranks_as_compare_hits_does():
     with pytest.raises(BackRetrievalError, match=r"hits: 1 values outside \[0, 1\] \(query 2: -0.5\)"):
         recall_interval([1, 0, -0.5])
     assert recall_interval([1, 0, 0.5])["value"] == pytest.approx(0.5)  # fractions (ties='expected') are hits
+
+
+def test_a_bad_level_is_named_as_the_parameter_given():
+    """The message named 'bootstrap: the interval level' for a wrong level=; it names level (--level on the CLI)."""
+    with pytest.raises(BackRetrievalError, match=r"^level: expected an interval level in \(0, 1\), got 2$"):
+        recall_interval([1, 0, 1, 1], level=2)

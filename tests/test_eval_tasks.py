@@ -283,3 +283,33 @@ def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
     for name, given in (("methods", {"methods": "nn"}), ("procrustes", {"procrustes": "pairwise"})):
         with pytest.raises(TypeError, match=rf"^{name}: expected a sequence of"):
             evaluate_word_translation(FakeEncoder(), split=world / "test", **given)
+
+
+@pytest.mark.parametrize("value", [0, -5, 2.5])
+def test_counts_and_k_must_be_positive_integers(world, tmp_path, value):
+    """max_images=0 scored every image and recorded 0 (-5: numpy's error); n_groups 0 said 'at least 2 languages,
+    found []' (-5: numpy's error, 2.5: a TypeError); translate_sentences(k=0) failed on faiss' bare assertion."""
+    with pytest.raises(UserError, match=rf"^max_images: expected a positive integer, got {value}$"):
+        evaluate_retrieval(FakeEncoder(), world / "test", max_images=value)
+    for evaluate in (evaluate_sentence_translation, evaluate_clustering):
+        with pytest.raises(UserError, match=rf"^n_groups: expected a positive integer, got {value}$"):
+            evaluate(FakeEncoder(), world / "test", n_groups=value)
+    for translate in (translate_sentences, translate_word_queries):
+        with pytest.raises(UserError, match=rf"^k: expected a positive integer, got {value}$"):
+            translate(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path, k=value)
+
+
+def test_retrieval_refuses_a_k_of_zero_and_warns_when_k_is_not_below_the_gallery(world):
+    """ks=[0] reported recall@0; a K past the gallery gave 1.0 without a word."""
+    from backretrieval import BackRetrievalWarning
+
+    with pytest.raises(UserError, match=r"^ks: expected positive integers, got \[0\]$"):
+        evaluate_retrieval(FakeEncoder(), world / "test", ks=[0])
+    with pytest.warns(BackRetrievalWarning, match=r"^retrieval: 5 images in the gallery, not more than the largest K "
+                                                  r"\(10\): Recall@10 would be 1 for any model"):
+        evaluate_retrieval(FakeEncoder(), world / "test", ks=[1, 10], max_images=5)
+
+
+def test_sentence_translation_takes_a_device_as_the_other_tasks_do(world):
+    result = evaluate_sentence_translation(FakeEncoder(), world / "test", n_groups=10, device="cpu")
+    assert result.details["n_groups"] == 10

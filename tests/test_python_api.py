@@ -125,3 +125,32 @@ def test_hubness_stats_refuses_indices_outside_the_targets():
     with pytest.raises(BackRetrievalError, match=r"retrieved: expected target indices .* in \[0, 5\)"):
         br.hubness_stats(np.array([1, 7]), 5)
     assert br.hubness_stats(np.array([0, 0, 1]), 3)["never_retrieved"] == pytest.approx(1 / 3)
+
+
+def test_user_error_is_exported_by_the_package():
+    """globetrotter.load's docstring promised UserError, which globetrotter did not export."""
+    assert globetrotter.UserError is UserError and "UserError" in globetrotter.__all__
+
+
+def test_a_16_bit_picture_is_encoded_as_its_8_bit_version(encoder):
+    """convert("RGB") clips 16-bit values (PIL modes I;16 and I) at 255: the picture was encoded as pure white."""
+    grey = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40), dtype=np.uint8))
+    wide = np.asarray(grey).astype(np.uint16) * 257
+    eight = encoder.encode_image([grey])
+    for sixteen in (Image.fromarray(wide), Image.fromarray(wide.astype(np.int32))):  # modes I;16 and I
+        np.testing.assert_allclose(encoder.encode_image([sixteen]), eight, atol=1e-5)
+
+
+def test_embed_dim_refuses_an_unknown_head_as_encode_text_does(encoder):
+    with pytest.raises(ValueError, match="head must be 'text', 'cross' or 'backbone', got 'nope'"):
+        encoder.encode_text(["red square"], head="nope")
+    with pytest.raises(ValueError, match="head must be 'text', 'cross' or 'backbone', got 'nope'"):
+        encoder.embed_dim("nope")
+
+
+def test_word_embeddings_are_l2_normalised_and_an_empty_word_is_refused(encoder):
+    """The class promises L2-normalised embeddings; encode_words returned raw means, and "" an all-zero vector."""
+    np.testing.assert_allclose(np.linalg.norm(encoder.encode_words(["red", "square", "circle"]), axis=1), 1.0,
+                               rtol=1e-5)
+    with pytest.raises(UserError, match=r"words\[1\]: an empty word has no token to embed"):
+        encoder.encode_words(["red", ""])

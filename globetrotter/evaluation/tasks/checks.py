@@ -4,6 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
+
+from backretrieval.errors import BackRetrievalError
+from backretrieval.metric import check_ks
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
 
@@ -19,6 +23,21 @@ def require_sequence(value, name: str, what: str = "texts") -> None:
         example = f" ({items!r})" if what == "language codes" and items else ""
         raise TypeError(f"{name}: expected a sequence of {what}, got one {type(value).__name__} ({value[:40]!r}); "
                         f"wrap it in a list{example}")
+
+
+def require_positive_int(value, name: str) -> None:
+    """A one-line :class:`UserError` naming ``name`` unless ``value`` is an integer >= 1 (a count, a k), as the
+    command line's ``positive_int`` refuses 0, -5 or 2.5 (numpy's error, or a silent 'all', otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UserError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def require_ks(ks) -> tuple[int, ...]:
+    """``ks`` as a tuple of positive integers (:func:`backretrieval.metric.check_ks`), as a :class:`UserError`."""
+    try:
+        return check_ks(ks)
+    except BackRetrievalError as err:
+        raise UserError(str(err)) from None
 
 
 def require_languages(**given) -> None:

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from .. import models
 from ..sentence import ParallelSet, parallel_set
+from .checks import require_positive_int
 
 
 def resolve_model(model, name: str | None = None, device: str = "cpu") -> tuple[object, dict]:
@@ -21,7 +22,11 @@ def resolve_model(model, name: str | None = None, device: str = "cpu") -> tuple[
 
 
 def read_parallel(split: str | Path, languages: Sequence[str] | None, n_groups: int | None, seed: int) -> ParallelSet:
-    """A ``seed``-ed sample of ``n_groups`` parallel groups of ``split`` in ``languages`` (default: all of its)."""
+    """A ``seed``-ed sample of ``n_groups`` parallel groups of ``split`` in ``languages`` (default: all of its; None:
+    every group)."""
     from data_prep.shards import read_captions
+
+    if n_groups is not None:
+        require_positive_int(n_groups, "n_groups")
 
     return parallel_set(read_captions(split), languages, n_groups=n_groups, seed=seed, where=str(split))

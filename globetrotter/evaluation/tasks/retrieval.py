@@ -7,13 +7,14 @@ from typing import Sequence
 
 import numpy as np
 
+from backretrieval.files import enough_for_k
 from globetrotter.errors import UserError
 
 from ..models import language_kwargs
 from ..records import Result, dataset_info
 from ..retrieval import DEFAULT_KS, retrieval_per_language
 from ..tfidf import is_tfidf_spec
-from .checks import require_languages
+from .checks import require_ks, require_languages, require_positive_int
 from .common import resolve_model
 
 
@@ -66,6 +67,9 @@ def evaluate(
     (:func:`~..retrieval.retrieval_recall`).
     """
     require_languages(languages=languages)
+    ks = require_ks(ks)
+    if max_images is not None:
+        require_positive_int(max_images, "max_images")
     if isinstance(model, str) and is_tfidf_spec(model):
         raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
                         "text-image retrieval needs a trained run folder")
@@ -78,10 +82,13 @@ def evaluate(
     if missing:
         raise UserError(f"{split}: no caption in language(s) {sorted(missing)}")
     image_ids = sorted({str(m["image_id"]) for m in every})  # the gallery: every image, whatever the languages
-    if max_images and len(image_ids) > max_images:
+    if max_images is not None and len(image_ids) > max_images:
         pick = np.random.default_rng(seed).choice(len(image_ids), max_images, replace=False)
         image_ids = [image_ids[i] for i in np.sort(pick)]
     row_of = {iid: i for i, iid in enumerate(image_ids)}
+    # K not below the gallery: Recall@K is 1 for any model (a warning, as backretrieval's recall functions give)
+    enough_for_k("retrieval", len(image_ids), ks, "images in the gallery", "raise max_images" if max_images else None,
+                 warn=True)
     encoder, info = resolve_model(model, name, device)
     image_emb = _encode_images(encoder, split, row_of, batch_size)
     captions = [m for m in metas if str(m["image_id"]) in row_of]

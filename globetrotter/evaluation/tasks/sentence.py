@@ -32,6 +32,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Result:
     """Sentence translation of ``model`` on a ``seed``-ed sample of ``n_groups`` parallel groups of ``split``.
 
@@ -52,7 +53,7 @@ def evaluate(
     One-line errors: ``reference`` is ``split`` itself (that is the transductive form), ``transductive`` with a
     ranking that reads no statistics, or, with ``choice``, another model (given by its spec), other languages or
     reference captions than the choice's. The record's ``reference`` and ``reference_size`` are None when no
-    reference captions were read.
+    reference captions were read. ``device`` runs a model given by its spec (a loaded encoder keeps its own).
     """
     require_languages(languages=languages)
     if transductive and (reference is not None or choice is not None):
@@ -64,7 +65,7 @@ def evaluate(
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
     ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
     source = None if transductive else reference_split(split, reference)
-    encoder, info = resolve_model(model, name)
+    encoder, info = resolve_model(model, name, device)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
         raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "
                         f"{ranking.head} head; drop --head")

@@ -22,7 +22,7 @@ from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import translate_words as rank_words
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
-from .checks import require_known_languages, require_sequence, require_trained
+from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
 from .common import resolve_model
 from .select import Choice, read_choice
 
@@ -139,6 +139,7 @@ def translate_sentences(
     statistics needs ``source`` (they are per language) and both languages among the choice's. The index is saved
     in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and corpus are
     unchanged. A query with no text is a :class:`UserError`."""
+    require_positive_int(k, "k")
     require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
     choice = read_choice(ranking) if isinstance(ranking, (str, Path)) else ranking
@@ -265,6 +266,7 @@ def translate_words(
     table, every language's tokens (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
     embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
     :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
+    require_positive_int(k, "k")
     require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
