@@ -66,12 +66,22 @@ def encode_image(image: Image.Image | np.ndarray | bytes, fmt: str, quality: int
     if isinstance(image, np.ndarray):
         image = Image.fromarray(image)
     if fmt == "jpg":
-        image.convert("RGB").save(buf, format="JPEG", quality=quality)
+        rgb_image(image).save(buf, format="JPEG", quality=quality)
     elif fmt == "png":
         image.save(buf, format="PNG")
     else:
         raise ValueError(f"unknown image format {fmt!r}; expected one of {IMAGE_EXTS}")
     return buf.getvalue()
+
+
+def rgb_image(img: Image.Image) -> Image.Image:
+    """``img`` as 8-bit RGB; 16-bit greyscale (modes ``I;16*`` and ``I``, as which Pillow opens a 16-bit PNG) is scaled
+    to 8 bits first (divided by 257), where ``convert("RGB")`` alone clips it to white. (backretrieval.images has the
+    same reading for its g; neither package imports the other.)"""
+    if img.mode == "I" or img.mode.startswith("I;16"):
+        pixels = np.asarray(img, dtype=np.float64) / 257.0
+        img = Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
+    return img.convert("RGB")
 
 
 def decode_image(data: bytes, fmt: str) -> Image.Image | np.ndarray:
@@ -80,7 +90,7 @@ def decode_image(data: bytes, fmt: str) -> Image.Image | np.ndarray:
         return np.load(io.BytesIO(data))
     img = Image.open(io.BytesIO(data))
     img.load()
-    return img.convert("RGB")
+    return rgb_image(img)
 
 
 MAX_MEMBER_NAME = 100

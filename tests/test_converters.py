@@ -21,7 +21,8 @@ from data_prep.converters import (
 from data_prep.converters.images import ImageError
 from data_prep.converters.splits import ImageInfo
 from data_prep.errors import UserError
-from data_prep.shards import check_split_rule, iter_raw, iter_samples, read_captions, read_manifest
+from data_prep.shards import (check_split_rule, decode_image, encode_image, iter_raw, iter_samples, read_captions,
+                              read_manifest)
 
 # ------------------------------------------------------------------------------------------
 # fixture builders
@@ -191,6 +192,20 @@ def test_resolver_matches_flickr_photo_ids_both_ways(tmp_path):
     assert resolver.resolve(["sub/36979.jpg"]) == f30k  # relative path
     assert resolver.resolve(["1000268202.jpg"]) is None
 
+
+def test_a_16_bit_png_is_converted_as_its_8_bit_picture_not_white(tmp_path):
+    gradient = np.tile(np.linspace(0, 255, 64).astype(np.uint8), (32, 1))
+    Image.fromarray(gradient).save(tmp_path / "eight.png")
+    Image.fromarray(gradient.astype(np.uint16) * 257).save(tmp_path / "sixteen.png")  # Pillow opens it as I;16 or I
+    assert Image.open(tmp_path / "sixteen.png").mode.startswith("I")
+    read = [np.asarray(Image.open(io.BytesIO(prepare_image(tmp_path / name, ImageSpec(resize=16))[0])), np.float32)
+            for name in ("eight.png", "sixteen.png")]
+    assert np.abs(read[0] - read[1]).max() <= 2  # JPEG rounding; convert("RGB") made every pixel 255
+    assert read[1].min() < 50
+    sixteen = Image.open(tmp_path / "sixteen.png")
+    for fmt in ("png", "jpg"):  # a shard written from a 16-bit picture reads back as the picture
+        back = np.asarray(decode_image(encode_image(sixteen, fmt), fmt), np.float32)[..., 0]
+        assert np.abs(back - gradient).max() <= 2, fmt
 
 def test_prepare_image_resizes_and_catches_bad_files(tmp_path):
     src = make_jpeg(tmp_path / "wide.jpg", size=(80, 40))

@@ -26,6 +26,8 @@ from typing import Sequence
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..shards import rgb_image
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 RESIZE_MODES = ("shorter", "center-crop")
 _PHOTO_ID = re.compile(r"^(\d+)(?:_[0-9a-fA-F]+)?$")  # Flickr: 1000268201 or 1000268201_693b08cb0e
@@ -195,7 +197,7 @@ def prepare_image(path: str | Path, spec: ImageSpec) -> tuple[bytes, tuple[int, 
             out_w = out_h = min(out_w, out_h)
     if (out_w, out_h) == img.size == full_size and source_format == "JPEG" and not needs_rotation and img.mode in ("RGB", "L"):
         return data, (img.height, img.width)  # already right: keep the original bytes
-    img = img.convert("RGB")
+    img = rgb_image(img)  # 16-bit greyscale scaled, not clipped to white
     if spec.resize is not None:
         new_w, new_h = _target_size(img.width, img.height, spec.resize)
         if (new_w, new_h) != img.size:

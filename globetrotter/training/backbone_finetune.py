@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
+from data_prep.shards import rgb_image
+
 from ..config import IMPORTED_BACKBONE, TrainConfig, load_train_config
 from ..errors import UserError
 
@@ -104,7 +106,7 @@ class EncodedImages(torch.utils.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return self.transform(Image.open(io.BytesIO(self.images[i])).convert("RGB")), i
+        return self.transform(rgb_image(Image.open(io.BytesIO(self.images[i])))), i
 
 
 def unit_centred_targets(vectors: np.ndarray) -> torch.Tensor:
