@@ -944,6 +944,34 @@ def test_overwrite_keeps_the_old_dataset_until_the_new_one_is_complete(tmp_path,
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_a_second_conversion_into_the_same_out_meanwhile_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """Two conversions into one --out at once shared its staging folder: one crashed with a FileNotFoundError
+    traceback and the other stopped on an "unreadable shard" (or both reported success over mixed data). The second
+    is now refused in one line naming --out while the first runs, and the first completes."""
+    from data_prep.converters import pipeline
+
+    photos, rows = folder_world(tmp_path, n=4)
+    out = tmp_path / "out"
+    argv = ["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows), "--assign-languages",
+            "--all-to", "train", "--out", out, "--workers", "1", "--quiet"]
+    write, second = pipeline._write_shards, []
+
+    def racing(*args, **kwargs):
+        if not second:  # a second command starts while the first writes its shards
+            second.append(None)
+            second[:] = [cli(argv), capsys.readouterr().err]
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_write_shards", racing)
+    assert cli(argv) == 0
+    code, err = second
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: --out {out}: another command is writing there now"), err
+    assert read_manifest(out / "train")["num_samples"] == 4 and check_split_rule(out / "train")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caps.tsv", "out", "photos"]  # no lock file left
+
+
 # ------------------------------------------------------------------------------------------
 # the real data
 

@@ -193,6 +193,32 @@ def test_val_too_copy_and_overwrite(tmp_path):
     assert not list(tmp_path.glob(".more.partial-*"))
 
 
+def test_a_second_run_into_the_same_out_meanwhile_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """Two more-captions runs into one --out at once both reported success, the last one's dataset replacing the
+    first's under it; the second is now refused in one line naming --out while the first runs."""
+    import data_prep.converters.more_captions as command
+
+    w, data = convert_world(tmp_path)
+    capsys.readouterr()
+    out = tmp_path / "more"
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out, "--quiet"]
+    write, second = command.write_dataset, []
+
+    def racing(*args, **kwargs):
+        if not second:  # a second command starts as the first writes
+            second.append(None)
+            second[:] = [cli(argv), capsys.readouterr().err]
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(command, "write_dataset", racing)
+    assert cli(argv) == 0
+    code, err = second
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --out {out}: another command is writing"), err
+    check_split_rule(out / "train", "train")
+    assert not list(tmp_path.glob(".more*"))  # neither a staging folder nor the lock file is left
+
+
 def test_train_parallel_gets_the_same_captions_in_each_of_its_images_languages(tmp_path, capsys):
     """--splits train,train-parallel: each image of the twins' split gains the captions the sources have in the
     languages it already has there, tied to its group; train comes out as a train-only run writes it, and a

@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_prep.errors import UserError
+from data_prep.out_folder import lock_out_folder, move_splits
 from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
 
 from .common import Caption, Record
@@ -298,16 +299,6 @@ def _clear_out_dir(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _move_splits(staging: Path, out_dir: Path) -> None:
-    """Move each split a conversion wrote under ``staging`` into ``out_dir`` (files only: a split folder's other
-    contents, such as a feature cache, stay)."""
-    for folder in sorted(p for p in staging.iterdir() if p.is_dir()):
-        dest = out_dir / folder.name
-        dest.mkdir(exist_ok=True)
-        for f in folder.iterdir():
-            f.replace(dest / f.name)
-
-
 def _remove_tree(folder: Path) -> None:
     """Remove ``folder`` and what it holds, if it exists."""
     if folder.is_dir():
@@ -331,12 +322,20 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
     Returns the :class:`ConversionReport` (also written to ``out_dir/summary.json``). Raises
     :class:`~globetrotter.errors.UserError` for an output folder that already holds a
     dataset (unless ``overwrite``) or is a file, and when nothing could be written (no usable
-    record, every one left out, or every image unreadable): then nothing is left behind.
+    record, every one left out, or every image unreadable): then nothing is left behind; and while another command
+    writes ``out_dir`` (:func:`~data_prep.out_folder.lock_out_folder`).
     """
     start = time.perf_counter()
-    report = ConversionReport()
     out_dir = Path(options.out_dir)
-    _check_out_dir(out_dir, options.overwrite)
+    with lock_out_folder(out_dir):  # a second conversion (or synth) into out_dir is refused while this one runs
+        _check_out_dir(out_dir, options.overwrite)
+        return _convert(sources, options, out_dir, start)
+
+
+def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_dir: Path,
+             start: float) -> ConversionReport:
+    """:func:`convert`, with ``out_dir`` locked."""
+    report = ConversionReport()
     resolver = ImageResolver(options.image_roots)
     images = _gather(sources, options, report, resolver)
     report.timing["read_seconds"] = time.perf_counter() - start
@@ -414,7 +413,7 @@ def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> Con
                 if report.images[split] and (split == "test" or one_language):
                     check_split_rule(staging / split, split)
         _clear_out_dir(out_dir)
-        _move_splits(staging, out_dir)
+        move_splits(staging, out_dir)
         done = True
     finally:
         _remove_tree(staging)

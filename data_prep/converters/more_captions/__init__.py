@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from data_prep.errors import UserError
+from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST
 
 from ..cli import _existing_dir, _language_list, _sources, add_source_arguments
@@ -68,7 +69,13 @@ EXAMPLE = (
 
 
 def more_captions(args: argparse.Namespace) -> int:
-    """Run the command from parsed arguments (see module docstring); exit code 0, or 1 under --strict with bad input."""
+    """Run the command from parsed arguments (see module docstring); exit code 0, or 1 under --strict with bad input.
+    A second command writing the same ``--out`` meanwhile is refused (:func:`~data_prep.out_folder.lock_out_folder`)."""
+    with lock_out_folder(args.out):
+        return _more_captions(args)
+
+
+def _more_captions(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     data, out = Path(args.data), Path(args.out)
     if not (args.multi30k or args.flickr8k or args.captions):

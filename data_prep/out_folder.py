@@ -1,0 +1,93 @@
+"""Writing a dataset folder (``--out``) safely: one writer at a time, and the new splits moved in once complete.
+
+:func:`lock_out_folder` holds an exclusive ``fcntl.flock`` lock on ``.<name>.lock`` beside the folder for a
+command's life, so that a second command writing the same folder (two ``synth`` runs, two conversions) is refused
+in one line instead of mixing its shards with the first's or deleting its staging folder. The kernel releases the
+lock when its process dies (no stale lock to clear by hand); where ``fcntl`` is missing (Windows) nothing is locked.
+:func:`move_splits` moves the split folders a command wrote in a staging folder into place.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None
+
+
+def lock_path(out_dir: str | Path) -> Path:
+    """The lock file of ``out_dir``: ``.<name>.lock`` beside it (its real path's, so that two spellings of one
+    folder share it)."""
+    target = Path(out_dir).resolve()
+    return target.parent / f".{target.name}.lock"
+
+
+@contextmanager
+def lock_out_folder(out_dir: str | Path, flag: str = "--out") -> Iterator[None]:
+    """Hold the exclusive lock of ``out_dir`` while the block runs; a one-line :class:`UserError` naming ``flag``
+    and the folder when another process (or another open of the lock in this one) holds it. The lock file is
+    removed on release, and the folders made for it are removed again when they are left empty. Where the lock file
+    cannot be made (a read-only parent, a path under a file) the block runs unlocked, and the command meets the
+    problem where it writes."""
+    lock = lock_path(out_dir)
+    made = [p for p in lock.parents if not p.exists()]  # deepest first
+    fd = None if fcntl is None else _acquire(lock, made, f"{flag} {out_dir}")
+    try:
+        yield
+    finally:
+        if fd is not None:
+            lock.unlink(missing_ok=True)  # while still held: a process that opened this file then opens the next
+            os.close(fd)
+        _remove_empty(made)
+
+
+def _acquire(lock: Path, made: list[Path], what: str) -> int | None:
+    """The open descriptor of ``lock``, exclusively locked; None where no lock can be taken there. A one-line
+    :class:`UserError` starting with ``what`` when another holds it."""
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            _remove_empty(made)
+            raise UserError(f"{what}: another command is writing there now (it holds {lock}); wait for it to finish, "
+                            f"or give another folder") from None
+        except OSError:  # a file system without flock
+            os.close(fd)
+            return None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the holder before us removed this file as it let go: lock the one now there
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty; stop at the first that is not."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def move_splits(staging: Path, out_dir: Path) -> None:
+    """Move each split folder written under ``staging`` into ``out_dir`` (files only: a split folder's other
+    contents, such as a feature cache, stay)."""
+    for folder in sorted(p for p in staging.iterdir() if p.is_dir()):
+        dest = out_dir / folder.name
+        dest.mkdir(exist_ok=True)
+        for f in folder.iterdir():
+            f.replace(dest / f.name)
