@@ -3,6 +3,7 @@ grounding, dictionaries, held-out languages, config errors and the CLI."""
 from __future__ import annotations
 
 import re
+import shutil
 import unicodedata
 from collections import defaultdict
 from pathlib import Path
@@ -305,3 +306,132 @@ def test_inspect_names_the_worlds_six_scripts(world):
     scripts = summarize(world / "test")["scripts"]
     assert scripts["ja"] == "JAPANESE" and scripts["zh"] == "CJK" and scripts["ru"] == "CYRILLIC"
     assert len(set(scripts.values())) == 6, scripts
+
+
+# -- the output folder: other files, interruptions, a second command ---------------------------------------------
+def synth_cli(argv: list[str]) -> int:
+    from data_prep.cli import build_parser
+
+    def main(args):
+        parsed = build_parser().parse_args(args)
+        return parsed.func(parsed)
+
+    return run_cli(main, argv)
+
+
+SMALL = ["--train-images", "8", "--val-images", "4", "--test-images", "3", "--languages", "en,de", "--workers", "1",
+         "--quiet"]
+
+
+def files_of(folder: Path) -> dict[Path, bytes]:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_of_other_files_is_not_written_over_without_overwrite(tmp_path, capsys):
+    """synth --out DIR replaced a user's world.yaml, dictionary/en-de.txt and test/manifest.json (not JSON) without a
+    word: a non-empty folder that holds no earlier world is now refused in one line (exit 2), left as it was, and
+    written into only with --overwrite (its other files kept)."""
+    out = tmp_path / "mine"
+    (out / "dictionary").mkdir(parents=True)
+    (out / "test").mkdir()
+    (out / "world.yaml").write_text("my notes")
+    (out / "dictionary" / "en-de.txt").write_text("hund dog\n")
+    (out / "test" / "manifest.json").write_text("keep")
+    before = files_of(tmp_path)
+    assert synth_cli(["synth", "--out", str(out), *SMALL]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --out {out}: ") and "--overwrite" in err[0], err
+    assert files_of(tmp_path) == before
+    (out / "test" / "manifest.json").unlink()  # the notes alone are no world either
+    assert synth_cli(["synth", "--out", str(out), *SMALL]) == 2
+    assert f"{out / 'world.yaml'} is not a world's config" in capsys.readouterr().err
+    (out / "notes.txt").write_text("mine")
+    assert synth_cli(["synth", "--out", str(out), *SMALL, "--overwrite"]) == 0
+    assert load_config(SynthConfig, out / "world.yaml").train_images == 8 and (out / "notes.txt").read_text() == "mine"
+    assert synth_cli(["synth", "--out", str(out), *SMALL, "--seed", "3"]) == 0  # an earlier world: written over
+    assert load_config(SynthConfig, out / "world.yaml").seed == 3 and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no lock file, no staging folder left
+
+
+def interrupt_at(monkeypatch, split: str) -> None:
+    """Ctrl-C as the first record of ``split`` is written."""
+    from data_prep.synth import world as world_module
+
+    write = world_module.write_record
+
+    def record(writer, rec):
+        if rec.image_id.startswith(f"{split}-"):
+            raise KeyboardInterrupt
+        write(writer, rec)
+
+    monkeypatch.setattr(world_module, "write_record", record)
+
+
+def test_an_interrupted_generation_leaves_no_half_world(tmp_path, monkeypatch):
+    """A Ctrl-C while the world was written left train/ (and the next train.py trusted it); now a new world is
+    absent until complete, and an earlier one stays whole (world.yaml included) until the new one replaces it."""
+    cfg = tiny(train_images=12, val_images=6, test_images=3, languages=["en", "de"], chunk_size=4)
+    interrupt_at(monkeypatch, "val")
+    with pytest.raises(KeyboardInterrupt):
+        generate(cfg, tmp_path / "new" / "w", progress=False)
+    assert list(tmp_path.iterdir()) == []  # nor the folders made for it
+    monkeypatch.undo()
+    generate(cfg, tmp_path / "w", progress=False)
+    before = files_of(tmp_path / "w")
+    interrupt_at(monkeypatch, "test")
+    with pytest.raises(KeyboardInterrupt):
+        generate(tiny(train_images=12, val_images=6, test_images=3, languages=["en", "de"], seed=1), tmp_path / "w",
+                 progress=False)
+    assert files_of(tmp_path / "w") == before and sorted(p.name for p in tmp_path.iterdir()) == ["w"]
+
+
+def test_a_second_synth_into_the_same_out_meanwhile_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """Two synth runs into one --out at once both wrote its splits (mixed worlds, or a crash); the second is now
+    refused in one line naming --out while the first runs, and the first completes."""
+    from data_prep.synth import world as world_module
+
+    out, write, second = tmp_path / "w", world_module.write_record, []
+
+    def record(writer, rec):
+        if not second:  # a second command starts while the first writes its shards
+            second.append(None)
+            second[:] = [synth_cli(["synth", "--out", str(out), *SMALL, "--seed", "1"]), capsys.readouterr().err]
+        write(writer, rec)
+
+    monkeypatch.setattr(world_module, "write_record", record)
+    assert synth_cli(["synth", "--out", str(out), *SMALL]) == 0
+    code, err = second
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: --out {out}: another command is writing there now"), err
+    assert load_config(SynthConfig, out / "world.yaml").seed == 0 and check_split_rule(out / "train")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w"]  # the lock file goes with the command
+
+
+def test_a_run_refuses_a_half_world_and_generates_over_a_killed_ones_leftovers(tmp_path):
+    """train.py trusted a world whose generation was interrupted (train/ there, val/, dictionary/ and world.yaml not)
+    and failed later with a wrong cause; it now names the interrupted generation. A generation killed outright
+    leaves only its staging folder, over which the next run generates."""
+    from globetrotter.config import load_train_config
+    from globetrotter.training.prepare import ensure_data
+
+    from conftest import TINY
+
+    root = tmp_path / "world"
+    small = "{train_images: 12, val_images: 6, test_images: 3, languages: [en, de], workers: 1}"
+
+    def cfg():
+        return load_train_config(None, [f"data.root={root}", f"output_dir={tmp_path / 'runs'}", *TINY,
+                                        f"data.synth={small}"])
+
+    generate(load_config(SynthConfig, overrides=[f"{k}={v}" for k, v in yaml.safe_load(small).items()]), root,
+             progress=False)
+    shutil.rmtree(root / "val")  # as an interrupted generation of an earlier version left it: train/ only
+    (root / "world.yaml").unlink()
+    with pytest.raises(UserError, match=rf"data.root={root}: .* an interrupted generation; delete {root}"):
+        ensure_data(cfg(), log=lambda line: None)
+    shutil.rmtree(root)
+    (root / ".generating" / "train").mkdir(parents=True)  # what a generation killed outright leaves
+    (root / ".generating" / "train" / "train-000000.tar").write_bytes(b"half")
+    ensure_data(cfg(), log=lambda line: None)
+    assert (root / "world.yaml").is_file() and not (root / ".generating").exists()

@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-objects", type=int, dest="max_objects", help="objects per scene, at most (default 3)")
     p.add_argument("--image-format", choices=("jpg", "png"), dest="image_format", help="image encoding (default jpg)")
     p.add_argument("--workers", type=int, help="rendering processes; 0 = all cores, 1 = in-process (default 0)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out that holds no earlier world (its train/ val/ test/ "
+                        "train-parallel/ adapt/ shards, dictionary/ and world.yaml are replaced; other files stay). "
+                        "An earlier world is written over without it")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="any SynthConfig field, e.g. p_mention_colour=0.5 pixel_noise=0")
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from .world import generate  # heavy imports only when generating
 
     cfg = config_from_args(args)
-    summary = generate(cfg, args.out, progress=not args.quiet)
+    summary = generate(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
     print(f"synthetic world written to {summary['out_dir']} in {summary['seconds']:.1f} s "
           f"({summary['images_per_second']:.0f} images/s)")
     for name, split in summary["splits"].items():

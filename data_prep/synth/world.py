@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import yaml
 from tqdm import tqdm
 
 from data_prep.config_io import save_config
 from data_prep.errors import UserError
+from data_prep.out_folder import lock_out_folder, move_splits
 from data_prep.shards import MANIFEST, ShardWriter, encode_image
 
 from .config import SynthConfig
@@ -45,6 +48,8 @@ from .scene import Scene, sample_meaning, sample_scene
 SOURCE = "synthetic"
 # Stable ids of the splits in the random streams; never reorder.
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "train-parallel": 3, "adapt": 4}
+WORLD_CONFIG = "world.yaml"  # written last: splits without it are an interrupted generation
+STAGING = ".generating"  # under --out: the world being written, moved into place once complete
 SCENE_STREAM, ASSIGN_STREAM, CAPTION_STREAM = 0, 1, 2
 LANG_STREAM = {code: i for i, code in enumerate(LANGUAGES)}
 
@@ -146,44 +151,100 @@ def _tasks(cfg: SynthConfig, plan: SplitPlan) -> Iterator[tuple]:
         yield cfg, plan, start, stop, (None if assignment is None else assignment[start:stop])
 
 
-def _clear_stale(out_dir: Path, written: set[str]) -> None:
-    """Remove shards of optional splits an earlier run wrote but this one does not."""
+def _clear_splits(out_dir: Path) -> None:
+    """Remove the shards and manifest of every split an earlier world wrote (a split folder's other files, such as a
+    feature cache, stay; a folder left empty goes)."""
     for name in SPLIT_IDS:
         split_dir = out_dir / name
-        if name in written or not split_dir.is_dir():
+        if not split_dir.is_dir():
             continue
-        for path in list(split_dir.glob(f"{name}-*.tar")) + [split_dir / "manifest.json"]:
+        for path in list(split_dir.glob(f"{name}-*.tar")) + [split_dir / MANIFEST]:
             path.unlink(missing_ok=True)
+        if not any(split_dir.iterdir()):
+            split_dir.rmdir()
 
 
-def _refuse_other_dataset(out_dir: Path) -> None:
-    """One-line error when ``out_dir`` holds a split another tool wrote (a converted dataset): the world's splits
-    would replace it. An earlier synthetic world there is rewritten."""
+def _not_a_world(out_dir: Path) -> str | None:
+    """Why the non-empty folder ``out_dir`` holds no earlier synthetic world (None when it holds one: a split of
+    source ``synthetic`` or a world.yaml, and nothing of another kind where the world writes)."""
+    found = False
     for name in SPLIT_IDS:
         manifest = out_dir / name / MANIFEST
+        if not manifest.exists():
+            continue
         try:
             source = json.loads(manifest.read_text(encoding="utf-8")).get("source")
-        except (OSError, ValueError, AttributeError):  # no manifest, or none that names a source
-            continue
+        except (OSError, ValueError, AttributeError):
+            return f"{manifest} is not a split's manifest"
         if source != SOURCE:
-            raise UserError(f"--out {out_dir}: holds a dataset that is no synthetic world ({manifest}: source "
-                            f"{source!r}), which the world's splits would replace; give another folder")
+            return f"holds a dataset that is no synthetic world ({manifest}: source {source!r})"
+        found = True
+    config = out_dir / WORLD_CONFIG
+    if config.exists():
+        try:
+            text = yaml.safe_load(config.read_text(encoding="utf-8"))
+            found = isinstance(text, dict) and "seed" in text
+        except (OSError, ValueError, yaml.YAMLError):
+            found = False
+        if not found:
+            return f"{config} is not a world's config"
+    return None if found else "holds no world.yaml and no split of a synthetic world"
 
 
-def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> dict:
+def _check_out_dir(out_dir: Path, overwrite: bool, flag: str) -> None:
+    """One-line :class:`UserError` for an ``out_dir`` that is a file, or (unless ``overwrite``) a non-empty folder
+    that holds no earlier synthetic world: the world's splits, ``dictionary/`` and ``world.yaml`` would replace
+    what is there. An earlier world is written over (its other files stay)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{flag} {out_dir}: is a file; expected the folder the world is written into")
+    if overwrite or not out_dir.is_dir() or not any(p.name != STAGING for p in out_dir.iterdir()):
+        return
+    why = _not_a_world(out_dir)
+    if why is not None:
+        raise UserError(f"{flag} {out_dir}: {why}; a world written there replaces its splits, dictionary/ and "
+                        f"world.yaml: give an absent or empty folder (or an earlier world), or pass --overwrite")
+
+
+def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overwrite: bool = False,
+             flag: str = "--out") -> dict:
     """Render the world described by ``cfg`` into ``out_dir``; returns a summary.
 
     Writes ``train/ val/ test/`` (+ ``train-parallel/``, ``adapt/`` when asked), the
     ground-truth word dictionaries ``dictionary/<src>-<tgt>.txt`` (MUSE format) and
     ``world.yaml``. Summary: ``{"out_dir", "seconds", "images_per_second", "splits":
     {name: {"images", "samples", "languages": {code: n}}}, "dictionary_pairs"}``.
+
+    ``out_dir`` is absent, empty or an earlier world (else a one-line :class:`UserError` naming ``flag``, unless
+    ``overwrite``), and no other command may write it meanwhile (:func:`~data_prep.out_folder.lock_out_folder`).
+    The splits are rendered under ``out_dir/.generating`` and moved into place once all are written, so an
+    interrupted generation leaves an earlier world whole and a new one absent; ``world.yaml`` is removed before
+    the move and written after it, the mark of a complete world (``ensure_data`` refuses splits without it).
     """
     cfg.validate()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: is a file; expected the folder the world is written into")
-    _refuse_other_dataset(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with lock_out_folder(out_dir, flag):
+        _check_out_dir(out_dir, overwrite, flag)
+        created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # deepest first
+        staging, done = out_dir / STAGING, False
+        try:
+            if staging.is_dir():
+                shutil.rmtree(staging)  # what a killed generation left
+            summary = _write_world(cfg, out_dir, staging, progress)
+            done = True
+        finally:
+            if staging.is_dir():
+                shutil.rmtree(staging)
+            if not done:  # failed or interrupted before the world was complete: take away the folders it made
+                for folder in created:
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+    return summary
+
+
+def _write_world(cfg: SynthConfig, out_dir: Path, staging: Path, progress: bool) -> dict:
+    """:func:`generate`'s work, ``out_dir`` locked and checked: the splits rendered under ``staging``, then moved
+    into ``out_dir`` with the dictionaries and ``world.yaml`` (last)."""
+    staging.mkdir(parents=True)
     started = time.perf_counter()
     plans = plan_splits(cfg)
     workers = cfg.workers or os.cpu_count() or 1
@@ -196,7 +257,7 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> di
                        else map(_render_task, _tasks(cfg, plan)))
             extra = {"world": {"seed": cfg.seed, "heldout_languages": list(cfg.heldout_languages),
                                "parallel": plan.parallel}}
-            writer = ShardWriter(out_dir / plan.name, split=plan.name, source=SOURCE,
+            writer = ShardWriter(staging / plan.name, split=plan.name, source=SOURCE,
                                       image_format=cfg.image_format, maxcount=cfg.shard_size, extra=extra)
             with tqdm(total=plan.images, desc=f"synth {plan.name}", unit="img", disable=not progress) as bar:
                 for records, used in results:
@@ -212,9 +273,12 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True) -> di
         if pool is not None:
             pool.close()
             pool.join()
-    _clear_stale(out_dir, {p.name for p in plans})
+    save_config(cfg, staging / WORLD_CONFIG)
+    (out_dir / WORLD_CONFIG).unlink(missing_ok=True)  # first: a move cut short leaves splits without a world.yaml
+    _clear_splits(out_dir)  # an earlier world's, optional ones this world lacks included
+    move_splits(staging, out_dir)
     summary["dictionary_pairs"] = write_dictionaries(words, cfg.all_languages, out_dir / "dictionary")
-    save_config(cfg, out_dir / "world.yaml")
+    os.replace(staging / WORLD_CONFIG, out_dir / WORLD_CONFIG)  # last: the world is complete
     seconds = time.perf_counter() - started
     summary["seconds"] = round(seconds, 3)
     summary["images_per_second"] = round(sum(p.images for p in plans) / max(seconds, 1e-9), 1)

@@ -248,6 +248,8 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
     a run without parallel text refuses a training split that breaks the one-language rule."""
     if not cfg.data.root.strip():  # here, not in the config's checks: a saved run loads for use without its data
         raise UserError("data.root is empty: name the dataset folder (its train/, val/ and test/ splits)")
+    from data_prep.synth.world import SOURCE as SYNTHETIC, STAGING, WORLD_CONFIG
+
     root = Path(cfg.data.root)
     train_dir = root / cfg.data.train_split
     if tokenizer_path(cfg).is_dir():  # found before a tokenizer is trained for it
@@ -260,7 +262,7 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
                             f"holds {cfg.data.train_split}/, e.g. data.root={root.parent}")
         if cfg.data.synth is None:
             raise UserError(f"data.root: {train_dir} has no {MANIFEST} (convert a dataset first, or set data.synth to generate the synthetic world)")
-        held = sorted(p.name for p in root.iterdir())[:3] if root.is_dir() else []
+        held = sorted(p.name for p in root.iterdir() if p.name != STAGING)[:3] if root.is_dir() else []
         if held:  # never among other files (data.root=. once generated a world into the working folder)
             raise UserError(f"data.root={root}: no {cfg.data.train_split}/{MANIFEST} there, and the folder holds other "
                             f"files ({', '.join(held)}...): the synthetic world (data.synth) is generated into an absent "
@@ -268,8 +270,12 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
         from data_prep.synth import generate
 
         log(f"generating the synthetic world into {root} ...")
-        generate(cfg.data.synth, root)
+        generate(cfg.data.synth, root, flag="data.root")
     manifest = read_manifest(train_dir)
+    if manifest.get("source") == SYNTHETIC and not (root / WORLD_CONFIG).is_file():  # a world's last file
+        raise UserError(f"data.root={root}: {train_dir} is a synthetic world's split, but {root / WORLD_CONFIG}, which "
+                        f"generation writes last, is missing: an interrupted generation; delete {root} (or regenerate "
+                        f"it: globetrotter-data synth --out {root})")
     if cfg.loss.uses_images and not cfg.data.features:
         from ..data.feature_cache import require_pictures
 
