@@ -30,6 +30,15 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
     return path
 
 
+def chance_line(ax, value: float | None, label: str = "chance", fmt: str = "{:.2g}", **style):
+    """A dashed grey horizontal line at ``value`` (the score a random ranking gets), labelled in the legend as
+    ``label`` and its value (``fmt``); nothing when ``value`` is None or not finite. Returns the line or None."""
+    if value is None or not np.isfinite(value):
+        return None
+    style = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 3, **style}
+    return ax.axhline(value, label=f"{label} {fmt.format(value)}", **style)
+
+
 def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_index: int = 0, title: str = "") -> Path:
     """Paper Fig. 2: one point per model, x = XLR@K, y = BkR@K (left) and CORR (right), one seed."""
     plt = pyplot()
