@@ -30,13 +30,20 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
     return path
 
 
-def chance_line(ax, value: float | None, label: str = "chance", fmt: str = "{:.2g}", **style):
+def chance_line(ax, value: float | None, label: str | None = "chance", fmt: str = "{:.2g}", spans=None, **style):
     """A dashed grey horizontal line at ``value`` (the score a random ranking gets), labelled in the legend as
-    ``label`` and its value (``fmt``); nothing when ``value`` is None or not finite. Returns the line or None."""
+    ``label`` and its value (``fmt``; no legend entry when ``label`` is None); across the axes, or only over the
+    ``spans`` ((x0, x1) pairs in data units, e.g. the bars of one series). Nothing when ``value`` is None or not
+    finite. Returns the artist or None."""
     if value is None or not np.isfinite(value):
         return None
-    style = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 3, **style}
-    return ax.axhline(value, label=f"{label} {fmt.format(value)}", **style)
+    style = {"color": "0.3", "linestyle": "--", "linewidth": 1.0, "zorder": 3, **style}
+    text = None if label is None else f"{label} {fmt.format(value)}".strip()
+    if spans is None:
+        return ax.axhline(value, label=text, **style)
+    x0, x1 = zip(*spans)
+    style["colors"], style["linestyles"] = style.pop("color"), style.pop("linestyle")
+    return ax.hlines([value] * len(x0), x0, x1, label=text, **style)
 
 
 def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_index: int = 0, title: str = "") -> Path:

@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from backretrieval.plots import chance_line  # noqa: E402  (one dashed chance line for every figure)
+
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
     **dict.fromkeys(["en", "de", "nl", "af", "da", "no", "nb", "sv", "is"], "Germanic"),
@@ -104,16 +106,29 @@ def plot_language_matrix(
     return save_figure(fig, path)
 
 
-def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str) -> Path:
-    """Grouped bar chart: ``values[group][series]`` (e.g. language -> recall@K)."""
+def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str,
+              chance: dict[str, float] | None = None, xlabel: str = "") -> Path:
+    """Grouped bar chart: ``values[group][series]`` (e.g. language -> recall@K); ``chance[series]`` (same units)
+    is drawn as a dashed black line over each bar of the series, and the y-axis then reaches at least 4× the
+    largest chance, so that bars at chance stay low rather than fill the plot."""
     groups = list(values)
     series = list(next(iter(values.values()))) if values else []
     width = 0.8 / max(len(series), 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(groups) * max(len(series), 1) / 2 + 3), 4))
+    top = 0.0
     for s, name in enumerate(series):
-        ax.bar(np.arange(len(groups)) + s * width, [values[g][name] for g in groups], width, label=name)
+        x = np.arange(len(groups)) + s * width
+        heights = [values[g][name] for g in groups]
+        ax.bar(x, heights, width, label=name)
+        top = max([top, *[h for h in heights if np.isfinite(h)]])
+        if chance and name in chance:
+            chance_line(ax, chance[name], label="chance" if s == 0 else None, fmt="", spans=zip(x - width / 2,
+                        x + width / 2), color="k", linewidth=1.2)
+    if chance:
+        ax.set_ylim(0, max(1.1 * top, 4 * max(chance.values())))
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
     ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
