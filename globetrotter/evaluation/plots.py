@@ -95,7 +95,7 @@ def plot_language_matrix(
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("target language")
     ax.set_ylabel("query language")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
     if len(names) <= 12:
         for i in range(len(names)):
             for j in range(len(names)):
@@ -145,7 +145,7 @@ def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
         ax.plot(its, [e["mean_cosine"] for e in log], marker="o")
         ax.set_ylabel("mean anchor cosine")
     ax.set_xlabel("iteration")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
     return save_figure(fig, path)
 
 
