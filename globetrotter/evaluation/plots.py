@@ -69,6 +69,12 @@ def sort_by_family(languages: Sequence[str]) -> list[str]:
     return sorted(languages, key=key)
 
 
+def cell_label(value: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals, a value that rounds to zero written without a sign (no "-0")."""
+    text = f"{value:.{decimals}f}"
+    return text.lstrip("-") if float(text) == 0 else text
+
+
 def plot_language_matrix(
     matrix: np.ndarray,
     languages: Sequence[str],
@@ -77,16 +83,20 @@ def plot_language_matrix(
     diverging: bool = False,
     label: str = "%",
     scale: float = 100.0,
+    floor: float = 10.0,
 ) -> Path:
     """Heat map of a (M, M) language-pair matrix of fractions (row = query/source, column =
     target), shown times ``scale`` (percent), languages re-ordered by family;
-    ``diverging`` centres the colour map on 0 (for the asymmetry A − Aᵀ)."""
+    ``diverging`` centres the colour map on 0 (for the asymmetry A − Aᵀ), on ±``floor`` (shown units, e.g.
+    percentage points) or ±the largest |value|, whichever is larger, so that noise near 0 stays pale. Cells are
+    labelled with one decimal when every value is below 20 (near chance, "1.4" not "1"), else none."""
     order = [list(languages).index(lang) for lang in sort_by_family(languages)]
     mat = np.asarray(matrix, dtype=float)[np.ix_(order, order)] * scale
     names = [languages[i] for i in order]
     size = max(4.0, 0.35 * len(names) + 2.0)
     fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    bound = (np.nanmax(np.abs(mat)) if np.isfinite(mat).any() else 1.0) or 1.0
+    largest = float(np.nanmax(np.abs(mat))) if np.isfinite(mat).any() else 0.0
+    bound = max(largest, floor) or 1.0
     if diverging:
         im = ax.imshow(mat, cmap="RdBu_r", vmin=-bound, vmax=bound)
     else:
@@ -96,12 +106,14 @@ def plot_language_matrix(
     ax.set_xlabel("target language")
     ax.set_ylabel("query language")
     ax.set_title(title, fontsize=10 if "\n" in title else None)
+    decimals = 1 if largest < 20 else 0
     if len(names) <= 12:
         for i in range(len(names)):
             for j in range(len(names)):
                 if np.isfinite(mat[i, j]):
                     light = abs(mat[i, j]) < 0.5 * bound if diverging else mat[i, j] > 0.6 * scale
-                    ax.text(j, i, f"{mat[i, j]:.0f}", ha="center", va="center", fontsize=7, color="k" if light else "w")
+                    ax.text(j, i, cell_label(mat[i, j], decimals), ha="center", va="center", fontsize=7,
+                            color="k" if light else "w")
     fig.colorbar(im, ax=ax, label=label)
     return save_figure(fig, path)
 
