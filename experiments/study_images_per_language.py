@@ -127,7 +127,8 @@ def log2_ticks(axis, values) -> None:
     values = [v for v in values if v > 0 and np.isfinite(v)]
     if values and max(values) < 2 * min(values):
         lo, hi = min(values), max(values)
-        ticks = sorted({float(f"{v:.3g}") for v in np.geomspace(lo, hi, 1 if hi == lo else min(4, len(set(values))))})
+        spread = np.geomspace(lo, hi, 1 if hi == lo else min(4, len(set(values))))
+        ticks = sorted({float(round(v)) if v >= 100 else float(f"{v:.3g}") for v in spread})
         axis.set_major_locator(ticker.FixedLocator(ticks))
         axis.set_minor_locator(ticker.NullLocator())
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 100 else f"{v:.3g}"))
