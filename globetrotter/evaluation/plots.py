@@ -164,22 +164,36 @@ def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
 def plot_choice(rows: Sequence[dict], path: str | Path, title: str) -> Path:
     """An ``eval.py select`` record's candidates (``details.candidates``): each one's difference in mean val
     BackRetrieval from the chosen ranking with its paired 95% interval (``vs_chosen``), in candidate order; the
-    candidates whose interval holds 0, which val cannot tell from the choice, in orange, the choice as a star at 0."""
-    fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(rows) + 1.7))
+    candidates whose interval holds 0, which val cannot tell from the choice, in orange, the choice as a star at 0.
+    The title gets the choice's own mean val BkR; the legend (only the kinds drawn) sits above the axes."""
+    fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(rows) + 2.0))
+    drawn = {"tied": 0, "below": 0}
+    choice = None
     for y, row in enumerate(rows):
         margin = row.get("vs_chosen")
         if margin is None:
             ax.plot(0, y, marker="*", markersize=12, color="tab:green", linestyle="none", label="the choice")
+            choice = row
             continue
         tied = margin["lo"] <= 0 <= margin["hi"]
+        drawn["tied" if tied else "below"] += 1
         ax.errorbar(margin["diff"], y, xerr=[[margin["diff"] - margin["lo"]], [margin["hi"] - margin["diff"]]],
                     fmt="o", markersize=4, capsize=2, color="tab:orange" if tied else "tab:gray")
     ax.axvline(0, color="k", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [row["label"] for row in rows], fontsize=8)
-    ax.set_ylim(len(rows) - 0.5, -2.0)  # top to bottom in candidate order, with room for the legend above
-    ax.errorbar([], [], xerr=[], fmt="o", color="tab:orange", label="not told apart (interval holds 0)")
-    ax.errorbar([], [], xerr=[], fmt="o", color="tab:gray", label="below the choice beyond noise")
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # top to bottom in candidate order
+    if drawn["tied"]:
+        ax.errorbar([], [], xerr=[], fmt="o", color="tab:orange", label=f"not told apart (interval holds 0): "
+                                                                         f"{drawn['tied']}")
+    if drawn["below"]:
+        ax.errorbar([], [], xerr=[], fmt="o", color="tab:gray", label=f"below the choice beyond noise: "
+                                                                       f"{drawn['below']}")
+    entries = (choice is not None) + bool(drawn["tied"]) + bool(drawn["below"])
+    ncol = entries if entries < 3 else 2  # three side by side would run past the figure's edge
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=max(ncol, 1), frameon=False,
+              handletextpad=0.3, columnspacing=1.0)
     ax.set_xlabel("mean val BkR minus the choice's (paired 95% interval)")
-    ax.set_title(title, fontsize=10)
+    if choice is not None and choice.get("mean_bkr") is not None:
+        title += f"\nthe choice: {choice['label']}, mean val BkR {choice['mean_bkr']:.4f}"
+    ax.set_title(title, fontsize=10, pad=10 + 12 * -(-entries // max(ncol, 1)))  # above the legend's rows
     return save_figure(fig, path)
