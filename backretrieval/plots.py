@@ -46,24 +46,45 @@ def chance_line(ax, value: float | None, label: str | None = "chance", fmt: str 
     return ax.hlines([value] * len(x0), x0, x1, label=text, **style)
 
 
+def point_labels(xs: Sequence[float], ys: Sequence[float], names: Sequence[str]) -> list[tuple[float, float, str]]:
+    """One label per distinct point: the ``names`` of the points at the same (x, y) joined by commas, so that
+    models that score alike share one label instead of printing over each other."""
+    at: dict[tuple[float, float], list[str]] = {}
+    for x, y, name in zip(xs, ys, names):
+        at.setdefault((round(float(x), 9), round(float(y), 9)), []).append(name)
+    return [(x, y, ",".join(group)) for (x, y), group in at.items()]
+
+
 def scatter_bkr_vs_xlr(protocol_result: dict, k: int, path: str | Path, seed_index: int = 0, title: str = "") -> Path:
-    """Paper Fig. 2: one point per model, x = XLR@K, y = BkR@K (left) and CORR (right), one seed."""
+    """Paper Fig. 2: one point per model, x = XLR@K, y = BkR@K (left) and CORR (right), one seed. With more than
+    five models each point is labelled with its model's number, listed with the names in a key on the right;
+    models at the same point share one label."""
     plt = pyplot()
     names = list(protocol_result["models"])
     recs = [protocol_result["models"][m]["per_seed"][seed_index] for m in names]
     xlr = [r[f"xlr@{k}"] for r in recs]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    numbered = len(names) > 5
+    if numbered:
+        fig, axes = plt.subplots(1, 3, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1, 1, 0.3]})
+        key = axes[2]
+        key.axis("off")
+        handles = [key.plot([], [], linestyle="none")[0] for _ in names]
+        key.legend(handles, [f"{i}  {name}" for i, name in enumerate(names, 1)], loc="center left", fontsize=7,
+                   handlelength=0, handletextpad=0, frameon=False, title="models", title_fontsize=8)
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    tags = [str(i) for i in range(1, len(names) + 1)] if numbered else names
     corr = protocol_result.get("correlation", {}).get(f"@{k}")
     panels = ((axes[0], f"bkr@{k}", f"BackRetrieval R@{k}"), (axes[1], "corr", "CORR (Spearman of distances)"))
-    for ax, key, label in panels:
-        ys = [r[key] for r in recs]
+    for ax, key_name, label in panels:
+        ys = [r[key_name] for r in recs]
         ax.scatter(xlr, ys, s=30)
-        for name, x, y in zip(names, xlr, ys):
-            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        for x, y, text in point_labels(xlr, ys, tags):
+            ax.annotate(text, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel(f"ground truth XLR R@{k}")
         ax.set_ylabel(label)
         if corr:
-            which = "bkr" if key.startswith("bkr") else "corr"
+            which = "bkr" if key_name.startswith("bkr") else "corr"
             ax.set_title(f"Pearson {corr['pearson'][which]['per_seed'][seed_index]:.2f}, "
                          f"Spearman {corr['spearman'][which]['per_seed'][seed_index]:.2f}", fontsize=9)
         ax.grid(alpha=0.3)
