@@ -32,7 +32,7 @@ from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, censored_max_rank, check_ks
 from .pairs import evaluate_pairs
-from .plots import pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
+from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
@@ -141,14 +141,16 @@ class SplitEvaluation:
     def save_plots(self, out_dir: PathLike) -> list[Path]:
         """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
         out_dir, paths = Path(out_dir), []
+        g = self.split.image_model or "the split's stored features"
         for label, res in self.results.items():
             safe = plot_name(label)
             for metric in res["matrix"]:
                 if metric.startswith(("bkr", "xlr")):
                     png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
-                    paths.append(pair_heatmap(res, metric, png, title=f"{label}: {metric}"))
+                    paths.append(pair_heatmap(res, metric, png, title=f"{label}: {metric_name(metric)}",
+                                              g=g if metric.startswith("bkr") else None))
         k = max(self.options["ks"])
-        paths.append(pair_boxplot(self.results, f"bkr@{k}", out_dir / f"boxplot_bkr{k}.png"))
+        paths.append(pair_boxplot(self.results, f"bkr@{k}", out_dir / f"boxplot_bkr{k}.png", g=g))
         return paths
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 import unicodedata
 from collections import Counter, defaultdict
 from itertools import islice
@@ -140,6 +139,55 @@ def caption_fonts(chars_by_lang: dict[str, set[str]], warn: Callable[[str], None
     return ["DejaVu Sans", *fallbacks]
 
 
+def display_width(text: str) -> int:
+    """Columns ``text`` takes: 2 for a wide or full-width character (CJK, East Asian width ``W``/``F``), 0 for a
+    combining mark, else 1."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def shorten_to_width(text: str, width: int) -> str:
+    """``text`` when it takes at most ``width`` columns (:func:`display_width`), else cut to ``width - 3`` columns
+    and ``...``."""
+    if display_width(text) <= width:
+        return text
+    out, used = "", 0
+    for c in text:
+        if used + display_width(c) > width - 3:
+            break
+        out, used = out + c, used + display_width(c)
+    return out.rstrip() + "..."
+
+
+def wrap_to_width(text: str, width: int) -> str:
+    """``text`` wrapped into lines of at most ``width`` columns (:func:`display_width`, so a line of CJK holds half
+    as many characters as one of Latin): at spaces where it has them, a word wider than a line cut by columns."""
+    lines, line = [], ""
+    for word in text.split():
+        while display_width(word) > width:  # text without spaces (zh, ja): cut by columns
+            head, used = "", 0
+            room = width - display_width(line) - (1 if line else 0)
+            if room < 2:
+                lines.append(line)
+                line, room = "", width
+            for c in word:
+                if used + display_width(c) > room:
+                    break
+                head, used = head + c, used + display_width(c)
+            line = f"{line} {head}" if line else head
+            lines.append(line)
+            line, word = "", word[len(head):]
+        if not word:
+            continue
+        if line and display_width(line) + 1 + display_width(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int = 6,
                   warn: Callable[[str], None] | None = None) -> Path:
     """Save a PNG grid of the first ``n`` samples with their language and caption.
@@ -157,8 +205,8 @@ def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int
     titles = []
     chars_by_lang: dict[str, set[str]] = defaultdict(set)
     for s in samples:
-        caption = s.caption if len(s.caption) <= 60 else s.caption[:57] + "..."
-        titles.append(f"[{s.lang}] " + textwrap.fill(caption, 30))  # at spaces; text without them, every 30
+        caption = shorten_to_width(s.caption, 60)
+        titles.append(f"[{s.lang}] " + wrap_to_width(caption, 30))  # by columns: a CJK character takes two
         chars_by_lang[s.lang].update(caption)
     families = caption_fonts(chars_by_lang, warn)
     rows = max(1, -(-len(samples) // cols))

@@ -93,6 +93,39 @@ def targets(rows: list[Row]) -> dict[str, float]:
             "0.8 x the images-matched twin": 0.8 * shipped.matched_twin}
 
 
+def _label_line(ax, text: str, level: float, curves, points) -> None:
+    """Write ``text`` along the horizontal line at ``level``: above it at the left edge, else above it at the right
+    edge, else below it (left, then right), the first place where no curve (``(xs, ys)`` polylines) and no point
+    crosses the text; the last one tried when every place is crossed."""
+    renderer = ax.figure.canvas.get_renderer()
+    (x0, x1) = ax.get_xlim()
+    for va in ("bottom", "top"):
+        for x, ha in ((x0, "left"), (x1, "right")):
+            label = ax.text(x, level, text, ha=ha, va=va, fontsize=7, color="tab:green")
+            box = label.get_window_extent(renderer).transformed(ax.transData.inverted())
+            if not _crosses(box, curves, points):
+                return
+            label.remove()
+    ax.text(x1, level, text, ha="right", va="top", fontsize=7, color="tab:green")
+
+
+def _crosses(box, curves, points) -> bool:
+    """Whether a polyline of ``curves`` or a point of ``points`` (data units) passes through ``box``."""
+    import numpy as np
+
+    if any(box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1 for x, y in points):
+        return True
+    for xs, ys in curves:
+        if len(xs) < 2:
+            continue
+        inside = np.linspace(max(box.x0, min(xs)), min(box.x1, max(xs)), 200)
+        if len(inside) and inside[0] <= inside[-1]:
+            y = np.interp(inside, xs, ys)
+            if ((y >= box.y0) & (y <= box.y1)).any():
+                return True
+    return False
+
+
 def plot(rows: list[Row], out: str | Path) -> Path:
     """Draw the figure into ``out`` (PNG) and return its path."""
     blends = sorted((r for r in rows if r.kind == "blend"), key=lambda r: r.agreement)
@@ -108,10 +141,12 @@ def plot(rows: list[Row], out: str | Path) -> Path:
                label="full model, image vectors a method can build")
     for r in methods:
         ax.annotate(r.label, (r.agreement, r.full), textcoords="offset points", xytext=(6, -3), fontsize=7)
+    curves = [([r.agreement for r in blends], [r.full for r in blends]),
+              ([r.agreement for r in twin], [r.matched_twin for r in twin])] if blends else []
+    points = [(r.agreement, r.full) for r in methods]
     for text, level in targets(rows).items():
         ax.axhline(level, color="tab:green", lw=0.8, ls=":")
-        ax.text(ax.get_xlim()[0], level, f" target: {text} ({level:.1f}%)", va="bottom", fontsize=7,
-                color="tab:green")
+        _label_line(ax, f" target: {text} ({level:.1f}%) ", level, curves, points)
     ax.set_xlabel("agreement@10 of the image vectors (screen of 800 held-out train images)")
     ax.set_ylabel("sentence translation, parallel val (%)")
     ax.set_title("Flickr8k: the full model follows its image vectors", fontsize=10)

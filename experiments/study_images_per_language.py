@@ -17,8 +17,8 @@ parallel text, statistics from the train captions) and scores the checkpoint Bac
 ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
 the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
-training reads, averaged over those languages: the full model's split gives each image one language, the
-supervised twin's parallel split every language.
+training reads, averaged over those languages, as the run folder's own ``config.yaml`` sets them (for a ``--run``
+too): the full model's split gives each image one language, the supervised twin's parallel split every language.
 """
 from __future__ import annotations
 
@@ -49,14 +49,31 @@ def parse_pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def images_per_language(config: str, share: float) -> float:
-    """Mean over the trained languages of the distinct train images holding a caption in that language."""
+def images_per_language(config: str | Path, share: float | None = None) -> float:
+    """Mean over the trained languages of the distinct train images holding a caption in that language, for the
+    train config ``config`` (a run folder's ``config.yaml``: the split and share that run trained on), its
+    ``data.train_image_share`` set to ``share`` unless None."""
     from data_prep.shards import images_by_language
     from globetrotter.config import load_train_config
     from globetrotter.training.prepare import train_captions
 
-    by_lang = images_by_language(train_captions(load_train_config(config, [f"data.train_image_share={share}"])))
+    overrides = [] if share is None else [f"data.train_image_share={share}"]
+    by_lang = images_by_language(train_captions(load_train_config(config, overrides)))
     return float(np.mean([len(v) for v in by_lang.values()]))
+
+
+def run_images_per_language(run_dir: Path, cache: dict[str, float]) -> float:
+    """:func:`images_per_language` of the run folder's own ``config.yaml`` (what it trained on, not the ``--model``
+    config: a ``--run`` may come from another config or split), memoised by the config's text in ``cache``."""
+    from globetrotter.errors import UserError
+
+    config = Path(run_dir) / "config.yaml"
+    if not config.is_file():
+        raise UserError(f"{run_dir}: no config.yaml (expected a run folder trained by train.py)")
+    text = config.read_text(encoding="utf-8")
+    if text not in cache:
+        cache[text] = images_per_language(config)
+    return cache[text]
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -101,15 +118,31 @@ def table(rows: list[dict], labels: list[str], shares: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def log2_ticks(axis, values) -> None:
+    """Label a base-2 log ``axis``: at powers of 2 when ``values`` span an octave or more, else (no power of 2 may
+    fall among them) at up to 4 values spread evenly in log between the smallest and largest, 3 significant
+    digits (whole numbers from 100 up)."""
+    from matplotlib import ticker
+
+    values = [v for v in values if v > 0 and np.isfinite(v)]
+    if values and max(values) < 2 * min(values):
+        lo, hi = min(values), max(values)
+        spread = np.geomspace(lo, hi, 1 if hi == lo else min(4, len(set(values))))
+        ticks = sorted({float(round(v)) if v >= 100 else float(f"{v:.3g}") for v in spread})
+        axis.set_major_locator(ticker.FixedLocator(ticks))
+        axis.set_minor_locator(ticker.NullLocator())
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 100 else f"{v:.3g}"))
+
+
 def plot(rows: list[dict], labels: list[str], path: Path) -> None:
-    """Translation against images per language (log-log, seed means and their range), and the first/second ratio."""
+    """Translation against images per language (log-log, seed means and their range), and the first/second ratio
+    with half (0.5) marked."""
     from globetrotter.evaluation.plots import save_figure  # sets the Agg backend, before pyplot
 
     import matplotlib.pyplot as plt
-    from matplotlib import ticker
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
-    means = {}
+    means, xs, ys_all = {}, [], []
     for label in labels:
         shares = sorted({r["share"] for r in rows if r["model"] == label})
         x = [next(r["images_per_language"] for r in rows if r["model"] == label and r["share"] == s) for s in shares]
@@ -118,10 +151,12 @@ def plot(rows: list[dict], labels: list[str], path: Path) -> None:
         err = np.array([[m - min(y), max(y) - m] for m, y in zip(mean, ys)]).T
         ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=label)
         means[label] = dict(zip(shares, mean))
+        xs += x
+        ys_all += [v for y in ys for v in y]
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    log2_ticks(ax.xaxis, xs)
+    log2_ticks(ax.yaxis, ys_all)
     ax.set_xlabel("training images per language")
     ax.set_ylabel("sentence translation (%)")
     ax.set_title("Translation against images per language")
@@ -131,8 +166,13 @@ def plot(rows: list[dict], labels: list[str], path: Path) -> None:
         common = sorted(set(means[a]) & set(means[b]))
         bx.plot(common, [means[a][s] / means[b][s] for s in common], marker="o")
         bx.set_xscale("log", base=2)
-        bx.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        log2_ticks(bx.xaxis, common)
         bx.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+        lo, hi = bx.get_ylim()
+        above = 0.5 < lo + 0.85 * (hi - lo)  # else the label would leave the axes: under the line
+        bx.annotate(f"0.5: half of {b}", (1.0, 0.5), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 3 if above else -3), textcoords="offset points", ha="right",
+                    va="bottom" if above else "top", fontsize=8, color="0.35")
         bx.set_xlabel("data.train_image_share")
         bx.set_ylabel(f"{a} / {b}")
         bx.set_title("Ratio of the seed means")
@@ -186,10 +226,9 @@ def study(args: argparse.Namespace) -> None:
     out = Path(args.out_dir)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, counted = [], {}
     for label, config in models.items():
         for share in args.shares:
-            images = images_per_language(config, share)
             for seed in args.seeds:
                 name = f"{args.prefix}-{label}-sh{share:g}-s{seed}"
                 run_dir = given.get((label, share, seed), Path(args.runs_dir) / name)
@@ -200,6 +239,7 @@ def study(args: argparse.Namespace) -> None:
                     run([sys.executable, "train.py", "--config", config, f"seed={seed}",
                          f"data.train_image_share={share:g}", f"run_name={name}", f"output_dir={args.runs_dir}"],
                         logs / f"train-{name}.log")
+                images = run_images_per_language(run_dir, counted)  # the run used, trained or given
                 value = translation(run_dir, args, name, logs)
                 rows.append({"model": label, "share": share, "seed": seed, "run": str(run_dir),
                              "images_per_language": images, "translation": value})

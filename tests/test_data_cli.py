@@ -276,3 +276,12 @@ def test_backretrievals_cli_reports_a_path_of_the_wrong_kind_in_one_line(capsys)
     assert run_cli(main, []) == 2
     assert capsys.readouterr().err.strip() == ("error: /tmp/cache: file exists (a path this command was given or writes "
                                                "under; give another)")
+
+
+def test_contact_sheet_captions_wrap_by_columns_so_cjk_lines_fit_the_panel():
+    from data_prep.inspect import display_width, shorten_to_width, wrap_to_width
+
+    zh = "一只红色的大球在左边的蓝色方块旁边，背景是绿色的草地和天空，还有一只黄色的星星"
+    lines = wrap_to_width(shorten_to_width(zh, 60), 30).split("\n")
+    assert all(display_width(line) <= 30 for line in lines) and len(lines) == 2 and lines[-1].endswith("...")
+    assert wrap_to_width("a red ball next to a blue square", 30) == "a red ball next to a blue\nsquare"

@@ -550,6 +550,8 @@ def test_word_command_with_the_lexicon(world, fake, tmp_path):
     details = record(out, "word")["details"]
     assert details["nn/none"]["pairs"]["en-de"]["all"]["n_pairs"] == 11
     assert details["nn/none"]["pairs"]["en-de"]["no_identical"]["n_pairs"] == 10  # ring = ring
+    plots = [Path(p).name for p in record(out, "word")["plots"]]  # the multi map serves nn and csls: drawn once
+    assert plots == ["word-full-recall10.png", "word-full-procrustes-multi.png"]
 
 
 def test_word_command_with_tfidf_ground_truth(world, fake, tmp_path):

@@ -92,6 +92,25 @@ def test_a_ratio_over_a_model_that_finds_nothing_reads_inf_not_a_huge_number():
     assert lines.splitlines()[4] == "| a ÷ b | inf | n/a | |"
 
 
+def test_each_language_set_shows_its_own_chosen_ranking():
+    """With two --languages sets, the second set's choices were shown as the first set's."""
+    table = load_experiment("sentence_protocol").table
+    results = {"a": [{"en,de": {"cosine": (5.0, "cosine", None), "val-chosen": (6.0, "csls", None)},
+                      "en,zh": {"cosine": (4.0, "cosine", None), "val-chosen": (7.0, "maxsim 2", None)}},
+                     {"en,de": {"cosine": (5.5, "cosine", None), "val-chosen": (6.5, "maxsim 1", None)},
+                      "en,zh": {"cosine": (4.5, "cosine", None), "val-chosen": (7.5, "cosine (cross head)", None)}}],
+               "b": [{"en,de": {"cosine": (2.0, "cosine", None), "val-chosen": (3.0, "cosine", None)},
+                      "en,zh": {"cosine": (1.0, "cosine", None), "val-chosen": (2.0, "csls", None)}}]}
+    lines = table([("a", ["m0", "m1"]), ("b", ["n"])], results, ["en,de", "en,zh"], ["a/b"]).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[-2:] == ["en,de chosen ranking", "en,zh chosen ranking"]
+    row_a = [c.strip() for c in lines[2].strip("|").split("|")]
+    row_b = [c.strip() for c in lines[3].strip("|").split("|")]
+    assert row_a[-2:] == ["csls / maxsim 1", "maxsim 2 / cosine (cross head)"]
+    assert row_b[-2:] == ["cosine", "csls"]
+    assert all(line.count("|") == lines[0].count("|") for line in lines[:5])
+
+
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
                                                                                             tmp_path):
     from data_prep.shards import ShardWriter, iter_raw

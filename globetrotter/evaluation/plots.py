@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from backretrieval.plots import chance_line  # noqa: E402  (one dashed chance line for every figure)
+
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
     **dict.fromkeys(["en", "de", "nl", "af", "da", "no", "nb", "sv", "is"], "Germanic"),
@@ -67,6 +69,12 @@ def sort_by_family(languages: Sequence[str]) -> list[str]:
     return sorted(languages, key=key)
 
 
+def cell_label(value: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals, a value that rounds to zero written without a sign (no "-0")."""
+    text = f"{value:.{decimals}f}"
+    return text.lstrip("-") if float(text) == 0 else text
+
+
 def plot_language_matrix(
     matrix: np.ndarray,
     languages: Sequence[str],
@@ -75,16 +83,20 @@ def plot_language_matrix(
     diverging: bool = False,
     label: str = "%",
     scale: float = 100.0,
+    floor: float = 10.0,
 ) -> Path:
     """Heat map of a (M, M) language-pair matrix of fractions (row = query/source, column =
     target), shown times ``scale`` (percent), languages re-ordered by family;
-    ``diverging`` centres the colour map on 0 (for the asymmetry A − Aᵀ)."""
+    ``diverging`` centres the colour map on 0 (for the asymmetry A − Aᵀ), on ±``floor`` (shown units, e.g.
+    percentage points) or ±the largest |value|, whichever is larger, so that noise near 0 stays pale. Cells are
+    labelled with one decimal when every value is below 20 (near chance, "1.4" not "1"), else none."""
     order = [list(languages).index(lang) for lang in sort_by_family(languages)]
     mat = np.asarray(matrix, dtype=float)[np.ix_(order, order)] * scale
     names = [languages[i] for i in order]
     size = max(4.0, 0.35 * len(names) + 2.0)
     fig, ax = plt.subplots(figsize=(size + 1.0, size))
-    bound = (np.nanmax(np.abs(mat)) if np.isfinite(mat).any() else 1.0) or 1.0
+    largest = float(np.nanmax(np.abs(mat))) if np.isfinite(mat).any() else 0.0
+    bound = max(largest, floor) or 1.0
     if diverging:
         im = ax.imshow(mat, cmap="RdBu_r", vmin=-bound, vmax=bound)
     else:
@@ -93,27 +105,42 @@ def plot_language_matrix(
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("target language")
     ax.set_ylabel("query language")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
+    decimals = 1 if largest < 20 else 0
     if len(names) <= 12:
         for i in range(len(names)):
             for j in range(len(names)):
                 if np.isfinite(mat[i, j]):
                     light = abs(mat[i, j]) < 0.5 * bound if diverging else mat[i, j] > 0.6 * scale
-                    ax.text(j, i, f"{mat[i, j]:.0f}", ha="center", va="center", fontsize=7, color="k" if light else "w")
+                    ax.text(j, i, cell_label(mat[i, j], decimals), ha="center", va="center", fontsize=7,
+                            color="k" if light else "w")
     fig.colorbar(im, ax=ax, label=label)
     return save_figure(fig, path)
 
 
-def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str) -> Path:
-    """Grouped bar chart: ``values[group][series]`` (e.g. language -> recall@K)."""
+def plot_bars(values: dict[str, dict[str, float]], path: str | Path, title: str, ylabel: str,
+              chance: dict[str, float] | None = None, xlabel: str = "") -> Path:
+    """Grouped bar chart: ``values[group][series]`` (e.g. language -> recall@K); ``chance[series]`` (same units)
+    is drawn as a dashed black line over each bar of the series, and the y-axis then reaches at least 4× the
+    largest chance, so that bars at chance stay low rather than fill the plot."""
     groups = list(values)
     series = list(next(iter(values.values()))) if values else []
     width = 0.8 / max(len(series), 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(groups) * max(len(series), 1) / 2 + 3), 4))
+    top = 0.0
     for s, name in enumerate(series):
-        ax.bar(np.arange(len(groups)) + s * width, [values[g][name] for g in groups], width, label=name)
+        x = np.arange(len(groups)) + s * width
+        heights = [values[g][name] for g in groups]
+        ax.bar(x, heights, width, label=name)
+        top = max([top, *[h for h in heights if np.isfinite(h)]])
+        if chance and name in chance:
+            chance_line(ax, chance[name], label="chance" if s == 0 else None, fmt="", spans=zip(x - width / 2,
+                        x + width / 2), color="k", linewidth=1.2)
+    if chance:
+        ax.set_ylim(0, max(1.1 * top, 4 * max(chance.values())))
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
     ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.legend(fontsize=7)
     return save_figure(fig, path)
@@ -130,29 +157,43 @@ def plot_convergence(log: Sequence[dict], path: str | Path, title: str) -> Path:
         ax.plot(its, [e["mean_cosine"] for e in log], marker="o")
         ax.set_ylabel("mean anchor cosine")
     ax.set_xlabel("iteration")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10 if "\n" in title else None)
     return save_figure(fig, path)
 
 
 def plot_choice(rows: Sequence[dict], path: str | Path, title: str) -> Path:
     """An ``eval.py select`` record's candidates (``details.candidates``): each one's difference in mean val
     BackRetrieval from the chosen ranking with its paired 95% interval (``vs_chosen``), in candidate order; the
-    candidates whose interval holds 0, which val cannot tell from the choice, in orange, the choice as a star at 0."""
-    fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(rows) + 1.7))
+    candidates whose interval holds 0, which val cannot tell from the choice, in orange, the choice as a star at 0.
+    The title gets the choice's own mean val BkR; the legend (only the kinds drawn) sits above the axes."""
+    fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(rows) + 2.0))
+    drawn = {"tied": 0, "below": 0}
+    choice = None
     for y, row in enumerate(rows):
         margin = row.get("vs_chosen")
         if margin is None:
             ax.plot(0, y, marker="*", markersize=12, color="tab:green", linestyle="none", label="the choice")
+            choice = row
             continue
         tied = margin["lo"] <= 0 <= margin["hi"]
+        drawn["tied" if tied else "below"] += 1
         ax.errorbar(margin["diff"], y, xerr=[[margin["diff"] - margin["lo"]], [margin["hi"] - margin["diff"]]],
                     fmt="o", markersize=4, capsize=2, color="tab:orange" if tied else "tab:gray")
     ax.axvline(0, color="k", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [row["label"] for row in rows], fontsize=8)
-    ax.set_ylim(len(rows) - 0.5, -2.0)  # top to bottom in candidate order, with room for the legend above
-    ax.errorbar([], [], xerr=[], fmt="o", color="tab:orange", label="not told apart (interval holds 0)")
-    ax.errorbar([], [], xerr=[], fmt="o", color="tab:gray", label="below the choice beyond noise")
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # top to bottom in candidate order
+    if drawn["tied"]:
+        ax.errorbar([], [], xerr=[], fmt="o", color="tab:orange", label=f"not told apart (interval holds 0): "
+                                                                         f"{drawn['tied']}")
+    if drawn["below"]:
+        ax.errorbar([], [], xerr=[], fmt="o", color="tab:gray", label=f"below the choice beyond noise: "
+                                                                       f"{drawn['below']}")
+    entries = (choice is not None) + bool(drawn["tied"]) + bool(drawn["below"])
+    ncol = entries if entries < 3 else 2  # three side by side would run past the figure's edge
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=max(ncol, 1), frameon=False,
+              handletextpad=0.3, columnspacing=1.0)
     ax.set_xlabel("mean val BkR minus the choice's (paired 95% interval)")
-    ax.set_title(title, fontsize=10)
+    if choice is not None and choice.get("mean_bkr") is not None:
+        title += f"\nthe choice: {choice['label']}, mean val BkR {choice['mean_bkr']:.4f}"
+    ax.set_title(title, fontsize=10, pad=10 + 12 * -(-entries // max(ncol, 1)))  # above the legend's rows
     return save_figure(fig, path)

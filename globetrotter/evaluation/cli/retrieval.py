@@ -39,8 +39,11 @@ def _retrieval(args: argparse.Namespace) -> int:
               f"(chance {recalls(m, 'chance_text_retrieval')})")
     bars = {lang: {f"R@{k}": 100 * per_language[lang][f"image_retrieval_recall@{k}"] for k in ks}
             for lang in result.languages}
+    chance = {f"R@{k}": 100 * min(1.0, k / n) for k in ks}  # as printed above: K of the n gallery images
     written = [plots.plot_bars(bars, f"{common.plot_prefix(args, 'retrieval')}-text2image.png",
-                               f"Text→image retrieval over {result.details['n_images']} images", "recall (%)")]
+                               f"Text→image retrieval: each language's captions query {n} images\n(dashed: "
+                               + ", ".join(f"chance {key} {v:.2g}%" for key, v in chance.items()) + ")",
+                               "recall (%)", chance=chance, xlabel="query language")]
     common.write(result, args, written)
     return 0
 

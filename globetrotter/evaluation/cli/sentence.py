@@ -158,11 +158,13 @@ def run_sentence(args: argparse.Namespace) -> int:
         name=common.models.model_name(args.model, args.name))
     result.model = common.model_entry(args, encoder)
     prefix, langs = common.plot_prefix(args, "sentence"), result.languages
+    overall = (f"\noverall {100 * result.metrics['sentence_translation']:.2f}%, chance "
+               f"{100 * result.metrics['chance']:.2f}% (top {result.details['k']}, {result.details['n_groups']} groups)")
     written = [
         plots.plot_language_matrix(result.arrays["matrix"], langs, f"{prefix}-matrix.png",
-                                   "Sentence translation by query → target language (%)"),
+                                   "Sentence translation by query → target language (%)" + overall),
         plots.plot_language_matrix(result.arrays["asymmetry"], langs, f"{prefix}-asymmetry.png",
-                                   "Asymmetry A − Aᵀ (percentage points)", diverging=True, label="pp"),
+                                   "Asymmetry A − Aᵀ (percentage points)" + overall, diverging=True, label="pp"),
     ]
     m, d = result.metrics, result.details
     scoring = d["scoring"]

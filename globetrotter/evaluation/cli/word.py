@@ -67,13 +67,20 @@ def _word(args: argparse.Namespace) -> int:
         print(f"word translation [{args.embeddings} embeddings, {method}, procrustes={proc}]: "
               f"R@10 {100 * m['recall@10']:.1f}% (no identical {100 * m['recall@10_no_identical']:.1f}%), "
               + " ".join(f"P@{k} {100 * m[f'precision@{k}']:.1f}%" for k in (1, 5, 10)))
-        if not written:
+        if not written:  # the heat map of the first setting (the record holds every setting's matrix)
+            pairs = result.details[tag]["pairs"].values()
+            chance = [p["chance_recall"] for p in pairs if p.get("chance_recall") is not None]
+            setting = f"{args.embeddings} embeddings, {method}, " + ("no Procrustes" if proc == "none"
+                                                                      else f"{proc} Procrustes")
+            title = f"Word translation Recall@10 (%)\n{setting}" + (
+                f"\nchance {100 * sum(chance) / len(chance):.2g}% (K / target words, mean over pairs)" if chance else "")
             written.append(plots.plot_language_matrix(result.arrays["recall"][tag], result.arrays["languages"],
-                                                      f"{prefix}-recall10.png",
-                                                      f"Word translation Recall@10 ({method}) (%)"))
+                                                      f"{prefix}-recall10.png", title))
         multi = result.details[tag]["procrustes_log"].get("multi")
-        if proc == "multi" and multi:
-            written.append(plots.plot_convergence(multi, f"{prefix}-procrustes-multi.png", "Multi-language Procrustes"))
+        convergence = f"{prefix}-procrustes-multi.png"
+        if proc == "multi" and multi and str(convergence) not in map(str, written):  # one map for every method
+            written.append(plots.plot_convergence(multi, convergence, "Multi-language Procrustes\n"
+                                                  f"({args.embeddings} embeddings; the same maps for every method)"))
     common.write(result, args, written)
     return 0
 

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {pair}: {n} source document(s) once shared images are split between the sides, not more than "
               f"the largest K ({k}): left out")
     out = make_out_dir(args.out)
-    plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate)
+    g = "precomputed .npy features" if npy else args.image_model
+    plot = pair_boxplot(results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", annotate=args.annotate, g=g)
     print(f"BackRetrieval R@{k} over {len(results['frozen']['pairs'])} language pairs "
           f"({len(train_docs)} training documents, {len(eval_docs)} evaluation documents):")
     for name, s in pair_summary(results, k).items():
