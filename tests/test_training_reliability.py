@@ -212,11 +212,19 @@ def test_shards_with_no_readable_sample_stop_the_run_in_one_line(tiny_world, tmp
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("failure", ["save_state", "rename"])
+WRITE_FAILURES = {"save_state": "No space left on device", "rename": "Permission denied",
+                  "zip_writer": "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos",
+                  "safetensors": "SafetensorError: Error while serializing: I/O error: File too large (os error 27)"}
+
+
+@pytest.mark.parametrize("failure", list(WRITE_FAILURES))
 def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, monkeypatch, capsys, failure):
     """Disk full while writing step 4 (or no permission to rename it into place): step 2 and `latest` stay,
-    the partial folder goes, one line says so, and the run goes on to write step 6."""
+    the partial folder goes, one line says so, and the run goes on to write step 6. A full disk under torch's zip
+    writer (RuntimeError) or safetensors (SafetensorError) was a traceback that left step-4.tmp."""
+    import accelerate.utils.other as accelerate_io
     from accelerate import Accelerator
+    from safetensors import SafetensorError
 
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "checkpoint_every=2", "keep_checkpoints=5")
     root = ckpt.checkpoint_root(cfg.run_dir)
@@ -237,8 +245,24 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, mo
             raise PermissionError(errno.EACCES, "Permission denied", str(dst))
         return real_replace(src, dst, *a, **kw)
 
+    real_torch_save, real_safe_save = torch.save, accelerate_io.safe_save_file
+
+    def torch_save(obj, f, *a, **kw):  # torch's zip writer on a full disk: part of the file, then RuntimeError
+        if failure == "zip_writer" and Path(f).parent.name == failing + ".tmp":
+            Path(f).write_bytes(b"PK\x03\x04")
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 1024 vs 912")
+        return real_torch_save(obj, f, *a, **kw)
+
+    def safe_save(tensors, filename, *a, **kw):
+        if failure == "safetensors" and Path(filename).parent.name == failing + ".tmp":
+            Path(filename).write_bytes(b"\0" * 8)
+            raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+        return real_safe_save(tensors, filename, *a, **kw)
+
     monkeypatch.setattr(Accelerator, "save_state", save_state)
     monkeypatch.setattr(ckpt.os, "replace", replace)
+    monkeypatch.setattr(torch, "save", torch_save)
+    monkeypatch.setattr(accelerate_io, "safe_save_file", safe_save)
     result = train(cfg)
     assert result["step"] == 6
     assert seen["latest"] == ckpt.step_name(2)
@@ -246,7 +270,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, mo
     assert ckpt.read_state(root / ckpt.step_name(2))["step"] == 2
     assert (root / ckpt.LATEST).read_text().strip() == ckpt.step_name(6)  # retried at the next checkpoint
     lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
-    reason = "No space left on device" if failure == "save_state" else "Permission denied"
+    reason = WRITE_FAILURES[failure]
     assert len(lines) == 1 and reason in lines[0] and f"latest checkpoint kept: {ckpt.step_name(2)}" in lines[0]
 
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import SafetensorError
 
 from ..errors import UserError
 from ..weights_file import as_umask_allows
@@ -160,6 +162,23 @@ def save_without_tied_aliases(accelerator) -> None:
     accelerator.register_save_state_pre_hook(drop_aliases)
 
 
+WRITER_FAILURE = re.compile(r"PytorchStreamWriter|inline_container|unexpected pos|file write failed")
+"""How torch's zip writer says a write failed (a full disk: ``[enforce fail at inline_container.cc] . unexpected pos``):
+a ``RuntimeError``, not the ``OSError`` of Python's own writes."""
+
+
+def save_state(accelerator, folder: Path) -> None:
+    """``accelerator.save_state`` into ``folder``, its write failures raised as ``OSError`` (a full disk: torch's zip
+    writer raises ``RuntimeError``, safetensors ``SafetensorError`` "File too large"); other errors, bugs, as they are."""
+    try:
+        accelerator.save_state(str(folder), safe_serialization=True)
+    except (RuntimeError, SafetensorError) as err:
+        if isinstance(err, RuntimeError) and not WRITER_FAILURE.search(str(err)):
+            raise
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise OSError(f"{type(err).__name__}: {lines[0] if lines else 'write failed'}") from err
+
+
 def _everywhere(accelerator, ok: bool) -> bool:
     """True when ``ok`` holds on every process (a collective: every process must call it)."""
     if accelerator.num_processes == 1:
@@ -174,14 +193,15 @@ def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None]
 
     ``accelerator.save_state`` and ``fill(folder, is_main)`` write into ``name.tmp``, which the
     main process renames into place (then points ``latest`` at it and prunes to ``keep``
-    when ``latest``). An ``OSError`` on any process (disk full, permission denied) leaves the
+    when ``latest``). An ``OSError`` on any process (disk full, permission denied; torch's and safetensors' write
+    failures too, :func:`save_state`) leaves the
     previous checkpoints and ``latest`` untouched, removes ``name.tmp``, logs one line and
     returns False: the run goes on and the next checkpoint tries again.
     """
     tmp = root / (name + ".tmp")
     error: OSError | None = None
     try:
-        accelerator.save_state(str(tmp), safe_serialization=True)
+        save_state(accelerator, tmp)
         as_umask_allows(tmp)  # safetensors writes its files 0600 (weights_file)
         fill(tmp, accelerator.is_main_process)
     except OSError as err:
