@@ -398,3 +398,34 @@ def test_a_resume_with_another_number_of_processes_restarts_every_stream_and_say
     write_stream_position(one, 0, asdict(StreamPosition(1, [3040])))
     assert [resume_position(one, rank, 1, lines.append, processes=2) for rank in (0, 1)] == [None, None]
     assert "saved by 1 process(es), 2 now" in lines[-1]
+
+
+def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero(tiny_world, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """The final checkpoint (and best/ at the same step) failing to write: the run exited 0 with the normal summary
+    and result.json claimed step 4. It now records the checkpoints that are there (latest and best: step 2), names
+    the last one in a final line and exits with UNSAVED."""
+    from globetrotter.training import cli
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=2")
+    config = tmp_path / "tiny.yaml"
+    save_config(cfg, config)
+    real_replace = os.replace
+
+    def replace(src, dst, *a, **kw):  # step 4's checkpoint and best/ cannot be renamed into place
+        if Path(src).name in (ckpt.step_name(4) + ".tmp", "best.tmp") and ckpt.read_state(Path(src))["step"] == 4:
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--config", str(config)])
+    assert done.value.code != 0 and done.value.code == cli.UNSAVED
+    result = json.loads((cfg.run_dir / "result.json").read_text())
+    assert result["checkpoints"] == {"latest": 2, "best": 2} and result["best"]["step"] == 2
+    out, err = capsys.readouterr()
+    assert "best checkpoint: step 2 " in out
+    last = err.strip().splitlines()[-1]
+    assert last == (f"error: {cfg.run_dir}: the final checkpoint (step 4) was not written; the last checkpoint is "
+                    f"step 2 ({ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)}): free disk space, then "
+                    f"continue the run with the same command and --resume latest")

@@ -118,6 +118,13 @@ def _latest_or_none(run_dir: str | Path) -> Path | None:
         return None
 
 
+def saved_steps(run_dir: str | Path) -> dict[str, int | None]:
+    """The steps of the checkpoints a run folder holds: ``{"latest": ..., "best": ...}`` (None where there is none)."""
+    latest, best = _latest_or_none(run_dir), checkpoint_root(run_dir) / "best"
+    return {"latest": read_state(latest).get("step") if latest is not None else None,
+            "best": read_state(best).get("step") if (best / STATE).is_file() else None}
+
+
 def read_state(ckpt: Path) -> dict:
     """A checkpoint's ``trainer_state.json``; one-line error when it is missing or not a JSON object."""
     path = Path(ckpt) / STATE

@@ -183,9 +183,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             checkpoints.save(done, metrics)
     accelerator.end_training()
-    result = {"step": cfg.steps, "metrics": metrics, "best": progress.best, "bad_samples": progress.bad_samples,
-              "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active,
-              "threads": threads.threads, "threads_source": threads.reason}
+    saved = ckpt.saved_steps(cfg.run_dir)  # what a failed write left: the final checkpoint may be missing
+    best = progress.best if progress.best and progress.best.get("step") == saved["best"] else None
+    result = {"step": cfg.steps, "metrics": metrics, "best": best, "checkpoints": saved,
+              "bad_samples": progress.bad_samples, "run_dir": str(cfg.run_dir), "mixed_precision": precision,
+              "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason}
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
