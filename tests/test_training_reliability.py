@@ -429,3 +429,27 @@ def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero
     assert last == (f"error: {cfg.run_dir}: the final checkpoint (step 4) was not written; the last checkpoint is "
                     f"step 2 ({ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)}): free disk space, then "
                     f"continue the run with the same command and --resume latest")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+def test_a_second_run_into_a_run_folder_in_use_is_refused_and_readers_are_not(tiny_world, tmp_path):
+    """Two train.py into one run folder at once mixed their checkpoints in silence. The running one holds the folder's
+    lock (flock, gone when it dies): the second is a one-line error naming the folder before it writes anything;
+    globetrotter.load (eval.py) takes no lock, and the lock goes with the run that held it."""
+    import fcntl
+
+    import globetrotter
+
+    LOCK = ".train.lock"  # globetrotter.training.resume.LOCK
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    before = sorted((p.relative_to(cfg.run_dir), p.stat().st_mtime_ns) for p in cfg.run_dir.rglob("*"))
+    with open(cfg.run_dir / LOCK, "a") as running:  # as the running train.py holds it
+        fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        longer = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0")
+        with pytest.raises(UserError, match=rf"^{cfg.run_dir}: another train.py is running in this run folder") as err:
+            train(longer, resume="latest")
+        assert "\n" not in str(err.value)
+        assert globetrotter.load(cfg.run_dir).checkpoint.name == ckpt.step_name(2)  # a reader is not refused
+    assert sorted((p.relative_to(cfg.run_dir), p.stat().st_mtime_ns) for p in cfg.run_dir.rglob("*")) == before
+    assert train(longer, resume="latest")["step"] == 4  # released: the run goes on

@@ -45,7 +45,7 @@ from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
                       with_text_languages)
-from .resume import (mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
+from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
                      refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
@@ -105,6 +105,12 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     _check_run_folder(cfg.run_dir)  # before any work: a run that could never save is no run
     cpu = _no_accelerator()
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
+    with hold_run_folder(cfg.run_dir, process.is_main_process):  # one train.py at a time in a run folder
+        return _train(cfg, resume, cpu, process)
+
+
+def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialState) -> dict:
+    """:func:`train` once the run folder is held."""
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     source = resume_source(cfg, resume, adapting)
