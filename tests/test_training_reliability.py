@@ -453,3 +453,37 @@ def test_a_second_run_into_a_run_folder_in_use_is_refused_and_readers_are_not(ti
         assert globetrotter.load(cfg.run_dir).checkpoint.name == ckpt.step_name(2)  # a reader is not refused
     assert sorted((p.relative_to(cfg.run_dir), p.stat().st_mtime_ns) for p in cfg.run_dir.rglob("*")) == before
     assert train(longer, resume="latest")["step"] == 4  # released: the run goes on
+
+
+@pytest.mark.parametrize("damaged, message", [
+    ("model.safetensors", "cannot load the checkpoint: model.safetensors is damaged"),
+    ("optimizer.bin", "cannot load the checkpoint: optimizer.bin is damaged"),
+    ("custom_checkpoint_0.pkl", "cannot load the checkpoint: custom_checkpoint_0.pkl is damaged"),
+    ("data_stream_0.json", "data_stream_0.json: cannot read the data stream position"),
+])
+def test_a_resume_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tiny_world, tmp_path, damaged, message):
+    """A truncated weights, optimizer or scheduler file (or an empty stream position) made --resume a traceback, and
+    the run's config.yaml had been rewritten first. One line names the file; config.yaml is as it was."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    path = ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if path.suffix != ".json" else b"")
+    config = (cfg.run_dir / "config.yaml").read_text()
+    with pytest.raises(UserError, match=message) as err:
+        train(tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0"), resume="latest")
+    assert "\n" not in str(err.value)
+    assert (cfg.run_dir / "config.yaml").read_text() == config  # steps=2: not rewritten by a resume that never began
+
+
+def test_a_resume_whose_rng_states_are_damaged_says_it_is_not_exact(tiny_world, tmp_path, capsys):
+    """A truncated random_states_0.pkl: Accelerate went on without the RNG states, saying so at info level only, and
+    the resume was silently not exact."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    path = ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / "random_states_0.pkl"
+    path.write_bytes(path.read_bytes()[:100])
+    capsys.readouterr()
+    train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "val.every=0"), resume="latest")
+    lines = [line for line in capsys.readouterr().out.splitlines() if "RNG states" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: cannot restore the RNG states (")
+    assert lines[0].endswith("so this resume is not exact")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -182,8 +183,7 @@ def save_state(accelerator, folder: Path) -> None:
     except (RuntimeError, SafetensorError) as err:
         if isinstance(err, RuntimeError) and not WRITER_FAILURE.search(str(err)):
             raise
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        raise OSError(f"{type(err).__name__}: {lines[0] if lines else 'write failed'}") from err
+        raise OSError(error_line(err)) from err
 
 
 def _everywhere(accelerator, ok: bool) -> bool:
@@ -235,6 +235,46 @@ def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None]
     return ok
 
 
+LOAD_ERRORS = (OSError, RuntimeError, SafetensorError, EOFError, ValueError, pickle.UnpicklingError)
+"""What loading a damaged checkpoint file raises: truncated safetensors (``SafetensorError``), torch's zip reader
+(``RuntimeError: PytorchStreamReader failed ...``), a truncated pickle (``EOFError``, ``UnpicklingError``), bad JSON
+(``ValueError``)."""
+
+
+def unreadable(path: Path) -> str | None:
+    """Why checkpoint file ``path`` cannot be read as Accelerate (or :func:`read_state`) reads it; None when it can."""
+    from accelerate.utils.other import load
+    from safetensors import safe_open
+
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as weights:
+                for key in weights.keys():
+                    weights.get_slice(key)
+        elif path.suffix in (".bin", ".pkl"):
+            load(path, map_location="cpu")
+        elif path.suffix == ".json":
+            json.loads(path.read_text(encoding="utf-8"))
+    except LOAD_ERRORS as err:
+        return error_line(err)
+    return None
+
+
+def damaged_file(ckpt: Path) -> tuple[Path, str] | None:
+    """The first file of checkpoint folder ``ckpt`` that cannot be read, and why (None: every one reads)."""
+    for path in sorted(Path(ckpt).iterdir()):
+        why = unreadable(path) if path.is_file() else None
+        if why:
+            return path, why
+    return None
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` in one line: its type and the first line of its message."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:200] if lines else 'no detail'}"
+
+
 def write_stream_position(folder: Path, rank: int, position: dict) -> None:
     (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json.dumps(position))
 
@@ -247,4 +287,10 @@ def saved_stream_count(ckpt: Path) -> int:
 def read_stream_position(ckpt: Path, rank: int) -> dict | None:
     """The data stream position process ``rank`` saved in ``ckpt`` (None: an older checkpoint without one)."""
     path = Path(ckpt) / DATA_STREAM.format(rank=rank)
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # empty or cut short
+        raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); the checkpoint is "
+                        f"damaged: resume from another one of the run's checkpoints") from None

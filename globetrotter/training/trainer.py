@@ -140,6 +140,8 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
 
     progress = _restore(cfg, accelerator, source, log)
+    if main:  # once the checkpoint loaded: a resume that cannot start leaves the run's config.yaml as it was
+        save_config(cfg, cfg.run_dir / "config.yaml")
     # built after the model's init and the start: its g's network draws from the seeded RNG
     validator = _validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
     if main:  # a resumed run hides what the killed one logged after its checkpoint (TensorBoard's purge_step)
@@ -255,16 +257,15 @@ def _check_run_folder(run_dir: Path) -> None:
 
 
 def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> torch.nn.Module:
-    """The model, its run folder's ``config.yaml`` (written once the model is built: a start that fails leaves no
-    folder) and, for a fresh run with ``model.token_init=image_pivot``, the closed-form start on every process
-    (its record, with the ridge strength chosen, beside the config)."""
+    """The model, its run folder (made once the model is built: a start that fails leaves no folder) and, for a fresh
+    run with ``model.token_init=image_pivot``, the closed-form start on every process (its record, with the ridge
+    strength chosen, in the run folder)."""
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     if main:
         try:
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # one the early check could not foresee (a pseudo file system, say)
             raise UserError(f"output_dir/run_name: cannot create the run folder {cfg.run_dir} ({err.strerror})") from None
-        save_config(cfg, cfg.run_dir / "config.yaml")
     if cfg.model.token_init == "image_pivot" and start:
         record = token_init.init_from_config(model, cfg, tokenizer, log)
         if main:
@@ -278,7 +279,7 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
     progress = Progress(StreamPosition(max(1, cfg.data.workers)), loader_seed=cfg.seed)
     if source is None:
         return progress
-    accelerator.load_state(str(source))
+    _load_state(accelerator, source, log)
     state = ckpt.read_state(source)
     progress.step, progress.best = state["step"], state.get("best")
     log(f"resumed from {source} at step {progress.step}")
@@ -294,6 +295,23 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
     else:
         progress.position = saved
     return progress
+
+
+def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
+    """``accelerator.load_state`` of checkpoint ``source``; a damaged file is a one-line error naming it, and RNG
+    states that cannot be read (Accelerate goes on without them, saying so at info level) are one logged line."""
+    rng = source / f"random_states_{accelerator.process_index}.pkl"
+    why = ckpt.unreadable(rng) if rng.is_file() else "missing"
+    if why:
+        log(f"{rng}: cannot restore the RNG states ({why}); the run goes on from other random numbers, so this "
+            f"resume is not exact")
+    try:
+        accelerator.load_state(str(source))
+    except ckpt.LOAD_ERRORS as err:
+        damaged = ckpt.damaged_file(source)
+        what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else ckpt.error_line(err)
+        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; resume from another one of the "
+                        f"run's checkpoints (--resume {source.parent}/step-N)") from None
 
 
 def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
