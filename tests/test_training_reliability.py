@@ -487,3 +487,67 @@ def test_a_resume_whose_rng_states_are_damaged_says_it_is_not_exact(tiny_world, 
     lines = [line for line in capsys.readouterr().out.splitlines() if "RNG states" in line]
     assert len(lines) == 1 and lines[0].startswith(f"{path}: cannot restore the RNG states (")
     assert lines[0].endswith("so this resume is not exact")
+
+
+def test_a_best_checkpoint_left_as_best_old_by_a_stopped_publish_is_loaded_and_put_back(tiny_world, tmp_path,
+                                                                                         capsys):
+    """Killed between the two renames of a best/ publish (best -> best.old, best.tmp -> best): best/ was lost, later
+    messages said no validation chose one. Loading reads best.old and says so; a resume puts it back."""
+    import globetrotter
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=2")
+    train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    os.replace(root / "best", root / "best.old")
+    capsys.readouterr()
+    assert globetrotter.load(cfg.run_dir).checkpoint == root / "best.old"
+    assert "no validation chose one" not in capsys.readouterr().err
+    train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "val.every=2"), resume="latest")
+    assert f"{root / 'best'}: put back from best.old" in capsys.readouterr().out
+    assert (root / "best" / ckpt.STATE).is_file() and not (root / "best.old").exists()
+
+
+def test_loading_says_what_is_wrong_with_an_incomplete_best_or_a_checkpoint_pruned_meanwhile(tiny_run, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """best/ without its trainer_state.json was reported as 'no validation chose one'; a checkpoint pruned by a running
+    training while it loaded as 'the checkpoint is incomplete'; an emptied config.yaml as a size mismatch."""
+    import shutil as sh
+
+    import globetrotter
+    import globetrotter.encoder as encoder_module
+
+    run = sh.copytree(tiny_run, tmp_path / "run")
+    root = ckpt.checkpoint_root(run)
+    latest = ckpt.resolve(run, prefer_best=False)
+    sh.copytree(latest, root / "best")
+    (root / "best" / ckpt.STATE).unlink()
+    capsys.readouterr()
+    assert globetrotter.load(run).checkpoint == latest
+    assert f"best/ is incomplete (no {ckpt.STATE} in {root / 'best'}); loading the latest" in capsys.readouterr().err
+    (root / "best" / "config.yaml").write_text("")
+    (root / "best" / ckpt.STATE).write_text(json.dumps({"step": 2}))
+    with pytest.raises(UserError, match=rf"^{root / 'best' / 'config.yaml'}: the config file is empty \(no key\)"):
+        globetrotter.load(run)
+    real = encoder_module.load_model
+
+    def pruned_meanwhile(model, filename, **kw):
+        sh.rmtree(Path(filename).parent)
+        return real(model, filename, **kw)
+
+    monkeypatch.setattr(encoder_module, "load_model", pruned_meanwhile)
+    with pytest.raises(UserError, match=rf"^{latest}: the checkpoint was removed while it was being loaded \(pruned"):
+        globetrotter.load(root / ckpt.LATEST)
+
+
+def test_an_empty_config_file_is_refused_naming_it(tiny_world, tmp_path, capsys):
+    """`train.py --config RUN/config.yaml --resume latest` with an emptied config.yaml read it as the defaults and
+    looked for the default run's checkpoints ('runs/globetrotter: no checkpoint found')."""
+    from globetrotter.training.cli import main as train_py
+
+    empty = tmp_path / "config.yaml"
+    empty.write_text("# emptied\n")
+    with pytest.raises(SystemExit) as done:
+        train_py(["--config", str(empty), "--resume", "latest"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {empty}: the config file is empty (no key); expected a YAML "
+                                               f"mapping of training keys")

@@ -34,6 +34,9 @@ from ..weights_file import as_umask_allows
 
 LATEST = "latest"
 STATE = "trainer_state.json"
+PUBLISHING = "best.old"
+"""Where :func:`publish` keeps the previous ``best/`` while it renames the new one into place: a run stopped between
+the two renames leaves only this (:func:`resolve` reads it, :func:`restore_best` puts it back)."""
 DATA_STREAM = "data_stream_{rank}.json"
 
 
@@ -88,11 +91,22 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
     for root in (path / "checkpoints", path):
         if prefer_best and (root / "best" / STATE).is_file():
             return root / "best"
+        if prefer_best and not (root / "best").exists() and (root / PUBLISHING / STATE).is_file():
+            return root / PUBLISHING  # a publish of best/ stopped between its renames
         if (root / LATEST).is_file():
             target = root / (root / LATEST).read_text().strip()
             if (target / STATE).is_file():
                 return target
     raise UserError(f"{path}: no checkpoint found (expected a run folder, its checkpoints/, or a checkpoint with {STATE})")
+
+
+def restore_best(run_dir: str | Path, log: Callable[[str], None] = print) -> None:
+    """Put ``best/`` back from :data:`PUBLISHING` when a run was stopped between the two renames of :func:`publish`
+    (``best/`` missing); said in one line. For the run that holds the folder (a resume), not for readers."""
+    root = checkpoint_root(run_dir)
+    if not (root / "best").exists() and (root / PUBLISHING / STATE).is_file():
+        os.replace(root / PUBLISHING, root / "best")
+        log(f"{root / 'best'}: put back from {PUBLISHING} (a run was stopped while it replaced best/)")
 
 
 def furthest(run_dir: str | Path) -> Path:

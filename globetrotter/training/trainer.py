@@ -112,6 +112,9 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
 def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialState) -> dict:
     """:func:`train` once the run folder is held."""
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
+    if resume and process.is_main_process:
+        ckpt.restore_best(cfg.run_dir, log)  # a run stopped while it replaced best/ left it as best.old
+    process.wait_for_everyone()
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     source = resume_source(cfg, resume, adapting)
     threads = _configure_threads(cfg, process, source, log)
