@@ -551,3 +551,23 @@ def test_an_empty_config_file_is_refused_naming_it(tiny_world, tmp_path, capsys)
     assert done.value.code == 2
     assert capsys.readouterr().err.strip() == (f"error: {empty}: the config file is empty (no key); expected a YAML "
                                                f"mapping of training keys")
+
+
+def test_a_fresh_run_refuses_a_folder_of_files_no_run_wrote(tiny_world, tmp_path):
+    """A fresh run into a folder holding a user's config.yaml and result.json (no checkpoints/) overwrote them. It is
+    refused now, naming them, and leaves the folder as it was; a folder a run left before its first checkpoint (its
+    own config.yaml, tensorboard/) is trained into as before."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "config.yaml").write_text("steps: 5\n")
+    (cfg.run_dir / "result.json").write_text('{"mine": 1}')
+    with pytest.raises(UserError, match=rf"^{cfg.run_dir}: holds files no run wrote \(config.yaml, result.json\); a "
+                                        rf"run would overwrite them") as err:
+        train(cfg)
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["config.yaml", "result.json"]
+    assert (cfg.run_dir / "config.yaml").read_text() == "steps: 5\n"
+    shutil.rmtree(cfg.run_dir)
+    (cfg.run_dir / "tensorboard").mkdir(parents=True)  # as left by a run stopped before its first checkpoint
+    save_config(cfg, cfg.run_dir / "config.yaml")
+    assert train(cfg)["checkpoints"]["latest"] == 2

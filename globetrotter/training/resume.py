@@ -89,6 +89,46 @@ def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
                         f"{' (or delete the folder)' if resumable else ''}")
 
 
+RUN_FILES = frozenset({"config.yaml", "result.json", "checkpoints", "tensorboard", "tokenizer.json", LOCK,
+                       "token_init.json"})  # token_init.RECORD; tokenizer.json: an adaptation's
+"""What a run writes into its folder."""
+
+
+def refuse_foreign_files(cfg) -> None:
+    """One-line error when a fresh run's folder holds files no run wrote (a user's notes, or a ``config.yaml`` or
+    ``result.json`` that names no run of this folder): the run would overwrite them. A folder a run left before its
+    first checkpoint (its ``config.yaml``, ``tensorboard/``) is trained into, as before."""
+    run_dir = cfg.run_dir
+    if not run_dir.is_dir():
+        return
+    tokenizer = Path(cfg.data.tokenizer) if cfg.data.tokenizer else None
+    own = RUN_FILES | ({tokenizer.name} if tokenizer is not None and tokenizer.parent.resolve() == run_dir.resolve()
+                       else set())
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in own or not _of_this_run(p, run_dir))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UserError(f"{run_dir}: holds files no run wrote ({shown}); a run would overwrite them: move them away, "
+                        f"or choose another run_name")
+
+
+def _of_this_run(path: Path, run_dir: Path) -> bool:
+    """Whether ``config.yaml`` or ``result.json`` in ``run_dir`` is a run's of that folder (by the folder it names);
+    any other file a run writes: True."""
+    import json
+
+    try:
+        if path.name == "config.yaml":
+            saved = read_yaml(path)
+            named = Path(str(saved.get("output_dir"))) / str(saved.get("run_name"))
+        elif path.name == "result.json":
+            named = Path(str(json.loads(path.read_text(encoding="utf-8")).get("run_dir")))
+        else:
+            return True
+    except (UserError, OSError, ValueError, AttributeError):  # unreadable, or not a mapping
+        return False
+    return named.resolve() == run_dir.resolve()
+
+
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(tree, dict):
         return {prefix: tree}

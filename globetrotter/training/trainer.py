@@ -46,7 +46,7 @@ from .objective import GlobetrotterObjective
 from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
                       with_text_languages)
 from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
-                     refuse_used_folder, resume_position)
+                     refuse_foreign_files, refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
@@ -219,9 +219,11 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
+        refuse_foreign_files(cfg)  # nor overwrite a user's files
     else:
         if source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():  # another run's checkpoint
             refuse_used_folder(cfg.run_dir)  # continued into run_name's folder: never over a run it holds
+            refuse_foreign_files(cfg)
         refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
     return source
 
