@@ -11,7 +11,8 @@ from typing import Any, Literal, Sequence
 
 from data_prep.synth.config import SynthConfig
 
-from .config_io import load_config
+from .config_io import load_config, read_yaml
+from .errors import UserError
 
 # model.image_backbone of imported image embeddings (globetrotter-data features import): no image network, the
 # cache's vectors are the image features; model.image_pretrained names them
@@ -459,5 +460,13 @@ class TrainConfig:
 
 
 def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Load a :class:`TrainConfig` from YAML with ``key.sub=value`` overrides."""
+    """Load a :class:`TrainConfig` from YAML with ``key.sub=value`` overrides (an empty file is refused)."""
+    refuse_empty_config(path)
     return load_config(TrainConfig, path, overrides)
+
+
+def refuse_empty_config(path: str | Path | None) -> None:
+    """One-line error for a config file that holds no key (empty, or comments only): read as the defaults, a run's
+    emptied config.yaml loaded a checkpoint as the default model (a size mismatch) or resumed the default run."""
+    if path is not None and Path(path).is_file() and not read_yaml(path):
+        raise UserError(f"{path}: the config file is empty (no key); expected a YAML mapping of training keys")

@@ -21,7 +21,7 @@ from .data.augment import eval_transform
 from .errors import UserError
 from .models import GlobetrotterModel
 from .tokenizer import encode_batch, load_tokenizer, special_ids
-from .training.checkpoint import LATEST, read_state, resolve, tied_aliases
+from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases
 
 WEIGHTS = "model.safetensors"
 
@@ -295,9 +295,25 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
     device = _check_device(device)
     ckpt = resolve(path, prefer_best=prefer_best)
-    if prefer_best and ckpt.name != "best" and ckpt != Path(path) and Path(path).name != LATEST:  # a run folder
-        print(f"{path}: no best checkpoint (no validation chose one); loading the latest, {ckpt.name}",
-              file=sys.stderr)
+    if prefer_best and ckpt.name == PUBLISHING:
+        print(f"{ckpt.parent / 'best'}: missing (a run was stopped while it replaced best/); loading the best "
+              f"checkpoint before it, {ckpt}: train.py --resume puts it back", file=sys.stderr)
+    elif prefer_best and ckpt.name != "best" and ckpt != Path(path) and Path(path).name != LATEST:  # a run folder
+        best = ckpt.parent / "best"
+        why = (f"best/ is incomplete (no {STATE} in {best})" if best.is_dir() else
+               "no best checkpoint (no validation chose one)")
+        print(f"{path}: {why}; loading the latest, {ckpt.name}", file=sys.stderr)
+    try:
+        return _load_checkpoint(ckpt, device)
+    except UserError:
+        if ckpt.is_dir():
+            raise
+        raise UserError(f"{ckpt}: the checkpoint was removed while it was being loaded (pruned by a training that "
+                        f"is running, say); load again") from None
+
+
+def _load_checkpoint(ckpt: Path, device: str) -> Encoder:
+    """:func:`load` of checkpoint folder ``ckpt``."""
     cfg = load_train_config(ckpt / "config.yaml")
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     # the checkpoint holds every weight: never read (or require) the file the run started from

@@ -212,11 +212,19 @@ def test_shards_with_no_readable_sample_stop_the_run_in_one_line(tiny_world, tmp
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("failure", ["save_state", "rename"])
+WRITE_FAILURES = {"save_state": "No space left on device", "rename": "Permission denied",
+                  "zip_writer": "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos",
+                  "safetensors": "SafetensorError: Error while serializing: I/O error: File too large (os error 27)"}
+
+
+@pytest.mark.parametrize("failure", list(WRITE_FAILURES))
 def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, monkeypatch, capsys, failure):
     """Disk full while writing step 4 (or no permission to rename it into place): step 2 and `latest` stay,
-    the partial folder goes, one line says so, and the run goes on to write step 6."""
+    the partial folder goes, one line says so, and the run goes on to write step 6. A full disk under torch's zip
+    writer (RuntimeError) or safetensors (SafetensorError) was a traceback that left step-4.tmp."""
+    import accelerate.utils.other as accelerate_io
     from accelerate import Accelerator
+    from safetensors import SafetensorError
 
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "checkpoint_every=2", "keep_checkpoints=5")
     root = ckpt.checkpoint_root(cfg.run_dir)
@@ -237,8 +245,24 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, mo
             raise PermissionError(errno.EACCES, "Permission denied", str(dst))
         return real_replace(src, dst, *a, **kw)
 
+    real_torch_save, real_safe_save = torch.save, accelerate_io.safe_save_file
+
+    def torch_save(obj, f, *a, **kw):  # torch's zip writer on a full disk: part of the file, then RuntimeError
+        if failure == "zip_writer" and Path(f).parent.name == failing + ".tmp":
+            Path(f).write_bytes(b"PK\x03\x04")
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 1024 vs 912")
+        return real_torch_save(obj, f, *a, **kw)
+
+    def safe_save(tensors, filename, *a, **kw):
+        if failure == "safetensors" and Path(filename).parent.name == failing + ".tmp":
+            Path(filename).write_bytes(b"\0" * 8)
+            raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+        return real_safe_save(tensors, filename, *a, **kw)
+
     monkeypatch.setattr(Accelerator, "save_state", save_state)
     monkeypatch.setattr(ckpt.os, "replace", replace)
+    monkeypatch.setattr(torch, "save", torch_save)
+    monkeypatch.setattr(accelerate_io, "safe_save_file", safe_save)
     result = train(cfg)
     assert result["step"] == 6
     assert seen["latest"] == ckpt.step_name(2)
@@ -246,7 +270,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tiny_world, tmp_path, mo
     assert ckpt.read_state(root / ckpt.step_name(2))["step"] == 2
     assert (root / ckpt.LATEST).read_text().strip() == ckpt.step_name(6)  # retried at the next checkpoint
     lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
-    reason = "No space left on device" if failure == "save_state" else "Permission denied"
+    reason = WRITE_FAILURES[failure]
     assert len(lines) == 1 and reason in lines[0] and f"latest checkpoint kept: {ckpt.step_name(2)}" in lines[0]
 
 
@@ -374,3 +398,176 @@ def test_a_resume_with_another_number_of_processes_restarts_every_stream_and_say
     write_stream_position(one, 0, asdict(StreamPosition(1, [3040])))
     assert [resume_position(one, rank, 1, lines.append, processes=2) for rank in (0, 1)] == [None, None]
     assert "saved by 1 process(es), 2 now" in lines[-1]
+
+
+def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero(tiny_world, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """The final checkpoint (and best/ at the same step) failing to write: the run exited 0 with the normal summary
+    and result.json claimed step 4. It now records the checkpoints that are there (latest and best: step 2), names
+    the last one in a final line and exits with UNSAVED."""
+    from globetrotter.training import cli
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=2")
+    config = tmp_path / "tiny.yaml"
+    save_config(cfg, config)
+    real_replace = os.replace
+
+    def replace(src, dst, *a, **kw):  # step 4's checkpoint and best/ cannot be renamed into place
+        if Path(src).name in (ckpt.step_name(4) + ".tmp", "best.tmp") and ckpt.read_state(Path(src))["step"] == 4:
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--config", str(config)])
+    assert done.value.code != 0 and done.value.code == cli.UNSAVED
+    result = json.loads((cfg.run_dir / "result.json").read_text())
+    assert result["checkpoints"] == {"latest": 2, "best": 2} and result["best"]["step"] == 2
+    out, err = capsys.readouterr()
+    assert "best checkpoint: step 2 " in out
+    last = err.strip().splitlines()[-1]
+    assert last == (f"error: {cfg.run_dir}: the final checkpoint (step 4) was not written; the last checkpoint is "
+                    f"step 2 ({ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)}): free disk space, then "
+                    f"continue the run with the same command and --resume latest")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+def test_a_second_run_into_a_run_folder_in_use_is_refused_and_readers_are_not(tiny_world, tmp_path):
+    """Two train.py into one run folder at once mixed their checkpoints in silence. The running one holds the folder's
+    lock (flock, gone when it dies): the second is a one-line error naming the folder before it writes anything;
+    globetrotter.load (eval.py) takes no lock, and the lock goes with the run that held it."""
+    import fcntl
+
+    import globetrotter
+
+    LOCK = ".train.lock"  # globetrotter.training.resume.LOCK
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    before = sorted((p.relative_to(cfg.run_dir), p.stat().st_mtime_ns) for p in cfg.run_dir.rglob("*"))
+    with open(cfg.run_dir / LOCK, "a") as running:  # as the running train.py holds it
+        fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        longer = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0")
+        with pytest.raises(UserError, match=rf"^{cfg.run_dir}: another train.py is running in this run folder") as err:
+            train(longer, resume="latest")
+        assert "\n" not in str(err.value)
+        assert globetrotter.load(cfg.run_dir).checkpoint.name == ckpt.step_name(2)  # a reader is not refused
+    assert sorted((p.relative_to(cfg.run_dir), p.stat().st_mtime_ns) for p in cfg.run_dir.rglob("*")) == before
+    assert train(longer, resume="latest")["step"] == 4  # released: the run goes on
+
+
+@pytest.mark.parametrize("damaged, message", [
+    ("model.safetensors", "cannot load the checkpoint: model.safetensors is damaged"),
+    ("optimizer.bin", "cannot load the checkpoint: optimizer.bin is damaged"),
+    ("custom_checkpoint_0.pkl", "cannot load the checkpoint: custom_checkpoint_0.pkl is damaged"),
+    ("data_stream_0.json", "data_stream_0.json: cannot read the data stream position"),
+])
+def test_a_resume_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tiny_world, tmp_path, damaged, message):
+    """A truncated weights, optimizer or scheduler file (or an empty stream position) made --resume a traceback, and
+    the run's config.yaml had been rewritten first. One line names the file; config.yaml is as it was."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    path = ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2] if path.suffix != ".json" else b"")
+    config = (cfg.run_dir / "config.yaml").read_text()
+    with pytest.raises(UserError, match=message) as err:
+        train(tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0"), resume="latest")
+    assert "\n" not in str(err.value)
+    assert (cfg.run_dir / "config.yaml").read_text() == config  # steps=2: not rewritten by a resume that never began
+
+
+def test_a_resume_whose_rng_states_are_damaged_says_it_is_not_exact(tiny_world, tmp_path, capsys):
+    """A truncated random_states_0.pkl: Accelerate went on without the RNG states, saying so at info level only, and
+    the resume was silently not exact."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    train(cfg)
+    path = ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / "random_states_0.pkl"
+    path.write_bytes(path.read_bytes()[:100])
+    capsys.readouterr()
+    train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "val.every=0"), resume="latest")
+    lines = [line for line in capsys.readouterr().out.splitlines() if "RNG states" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: cannot restore the RNG states (")
+    assert lines[0].endswith("so this resume is not exact")
+
+
+def test_a_best_checkpoint_left_as_best_old_by_a_stopped_publish_is_loaded_and_put_back(tiny_world, tmp_path,
+                                                                                         capsys):
+    """Killed between the two renames of a best/ publish (best -> best.old, best.tmp -> best): best/ was lost, later
+    messages said no validation chose one. Loading reads best.old and says so; a resume puts it back."""
+    import globetrotter
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=2")
+    train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    os.replace(root / "best", root / "best.old")
+    capsys.readouterr()
+    assert globetrotter.load(cfg.run_dir).checkpoint == root / "best.old"
+    assert "no validation chose one" not in capsys.readouterr().err
+    train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "val.every=2"), resume="latest")
+    assert f"{root / 'best'}: put back from best.old" in capsys.readouterr().out
+    assert (root / "best" / ckpt.STATE).is_file() and not (root / "best.old").exists()
+
+
+def test_loading_says_what_is_wrong_with_an_incomplete_best_or_a_checkpoint_pruned_meanwhile(tiny_run, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """best/ without its trainer_state.json was reported as 'no validation chose one'; a checkpoint pruned by a running
+    training while it loaded as 'the checkpoint is incomplete'; an emptied config.yaml as a size mismatch."""
+    import shutil as sh
+
+    import globetrotter
+    import globetrotter.encoder as encoder_module
+
+    run = sh.copytree(tiny_run, tmp_path / "run")
+    root = ckpt.checkpoint_root(run)
+    latest = ckpt.resolve(run, prefer_best=False)
+    sh.copytree(latest, root / "best")
+    (root / "best" / ckpt.STATE).unlink()
+    capsys.readouterr()
+    assert globetrotter.load(run).checkpoint == latest
+    assert f"best/ is incomplete (no {ckpt.STATE} in {root / 'best'}); loading the latest" in capsys.readouterr().err
+    (root / "best" / "config.yaml").write_text("")
+    (root / "best" / ckpt.STATE).write_text(json.dumps({"step": 2}))
+    with pytest.raises(UserError, match=rf"^{root / 'best' / 'config.yaml'}: the config file is empty \(no key\)"):
+        globetrotter.load(run)
+    real = encoder_module.load_model
+
+    def pruned_meanwhile(model, filename, **kw):
+        sh.rmtree(Path(filename).parent)
+        return real(model, filename, **kw)
+
+    monkeypatch.setattr(encoder_module, "load_model", pruned_meanwhile)
+    with pytest.raises(UserError, match=rf"^{latest}: the checkpoint was removed while it was being loaded \(pruned"):
+        globetrotter.load(root / ckpt.LATEST)
+
+
+def test_an_empty_config_file_is_refused_naming_it(tiny_world, tmp_path, capsys):
+    """`train.py --config RUN/config.yaml --resume latest` with an emptied config.yaml read it as the defaults and
+    looked for the default run's checkpoints ('runs/globetrotter: no checkpoint found')."""
+    from globetrotter.training.cli import main as train_py
+
+    empty = tmp_path / "config.yaml"
+    empty.write_text("# emptied\n")
+    with pytest.raises(SystemExit) as done:
+        train_py(["--config", str(empty), "--resume", "latest"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {empty}: the config file is empty (no key); expected a YAML "
+                                               f"mapping of training keys")
+
+
+def test_a_fresh_run_refuses_a_folder_of_files_no_run_wrote(tiny_world, tmp_path):
+    """A fresh run into a folder holding a user's config.yaml and result.json (no checkpoints/) overwrote them. It is
+    refused now, naming them, and leaves the folder as it was; a folder a run left before its first checkpoint (its
+    own config.yaml, tensorboard/) is trained into as before."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "val.every=0")
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "config.yaml").write_text("steps: 5\n")
+    (cfg.run_dir / "result.json").write_text('{"mine": 1}')
+    with pytest.raises(UserError, match=rf"^{cfg.run_dir}: holds files no run wrote \(config.yaml, result.json\); a "
+                                        rf"run would overwrite them") as err:
+        train(cfg)
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["config.yaml", "result.json"]
+    assert (cfg.run_dir / "config.yaml").read_text() == "steps: 5\n"
+    shutil.rmtree(cfg.run_dir)
+    (cfg.run_dir / "tensorboard").mkdir(parents=True)  # as left by a run stopped before its first checkpoint
+    save_config(cfg, cfg.run_dir / "config.yaml")
+    assert train(cfg)["checkpoints"]["latest"] == 2

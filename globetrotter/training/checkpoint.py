@@ -20,17 +20,23 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import SafetensorError
 
 from ..errors import UserError
 from ..weights_file import as_umask_allows
 
 LATEST = "latest"
 STATE = "trainer_state.json"
+PUBLISHING = "best.old"
+"""Where :func:`publish` keeps the previous ``best/`` while it renames the new one into place: a run stopped between
+the two renames leaves only this (:func:`resolve` reads it, :func:`restore_best` puts it back)."""
 DATA_STREAM = "data_stream_{rank}.json"
 
 
@@ -85,11 +91,22 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
     for root in (path / "checkpoints", path):
         if prefer_best and (root / "best" / STATE).is_file():
             return root / "best"
+        if prefer_best and not (root / "best").exists() and (root / PUBLISHING / STATE).is_file():
+            return root / PUBLISHING  # a publish of best/ stopped between its renames
         if (root / LATEST).is_file():
             target = root / (root / LATEST).read_text().strip()
             if (target / STATE).is_file():
                 return target
     raise UserError(f"{path}: no checkpoint found (expected a run folder, its checkpoints/, or a checkpoint with {STATE})")
+
+
+def restore_best(run_dir: str | Path, log: Callable[[str], None] = print) -> None:
+    """Put ``best/`` back from :data:`PUBLISHING` when a run was stopped between the two renames of :func:`publish`
+    (``best/`` missing); said in one line. For the run that holds the folder (a resume), not for readers."""
+    root = checkpoint_root(run_dir)
+    if not (root / "best").exists() and (root / PUBLISHING / STATE).is_file():
+        os.replace(root / PUBLISHING, root / "best")
+        log(f"{root / 'best'}: put back from {PUBLISHING} (a run was stopped while it replaced best/)")
 
 
 def furthest(run_dir: str | Path) -> Path:
@@ -114,6 +131,13 @@ def _latest_or_none(run_dir: str | Path) -> Path | None:
         return resolve(run_dir, prefer_best=False)
     except UserError:
         return None
+
+
+def saved_steps(run_dir: str | Path) -> dict[str, int | None]:
+    """The steps of the checkpoints a run folder holds: ``{"latest": ..., "best": ...}`` (None where there is none)."""
+    latest, best = _latest_or_none(run_dir), checkpoint_root(run_dir) / "best"
+    return {"latest": read_state(latest).get("step") if latest is not None else None,
+            "best": read_state(best).get("step") if (best / STATE).is_file() else None}
 
 
 def read_state(ckpt: Path) -> dict:
@@ -160,6 +184,22 @@ def save_without_tied_aliases(accelerator) -> None:
     accelerator.register_save_state_pre_hook(drop_aliases)
 
 
+WRITER_FAILURE = re.compile(r"PytorchStreamWriter|inline_container|unexpected pos|file write failed")
+"""How torch's zip writer says a write failed (a full disk: ``[enforce fail at inline_container.cc] . unexpected pos``):
+a ``RuntimeError``, not the ``OSError`` of Python's own writes."""
+
+
+def save_state(accelerator, folder: Path) -> None:
+    """``accelerator.save_state`` into ``folder``, its write failures raised as ``OSError`` (a full disk: torch's zip
+    writer raises ``RuntimeError``, safetensors ``SafetensorError`` "File too large"); other errors, bugs, as they are."""
+    try:
+        accelerator.save_state(str(folder), safe_serialization=True)
+    except (RuntimeError, SafetensorError) as err:
+        if isinstance(err, RuntimeError) and not WRITER_FAILURE.search(str(err)):
+            raise
+        raise OSError(error_line(err)) from err
+
+
 def _everywhere(accelerator, ok: bool) -> bool:
     """True when ``ok`` holds on every process (a collective: every process must call it)."""
     if accelerator.num_processes == 1:
@@ -174,14 +214,15 @@ def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None]
 
     ``accelerator.save_state`` and ``fill(folder, is_main)`` write into ``name.tmp``, which the
     main process renames into place (then points ``latest`` at it and prunes to ``keep``
-    when ``latest``). An ``OSError`` on any process (disk full, permission denied) leaves the
+    when ``latest``). An ``OSError`` on any process (disk full, permission denied; torch's and safetensors' write
+    failures too, :func:`save_state`) leaves the
     previous checkpoints and ``latest`` untouched, removes ``name.tmp``, logs one line and
     returns False: the run goes on and the next checkpoint tries again.
     """
     tmp = root / (name + ".tmp")
     error: OSError | None = None
     try:
-        accelerator.save_state(str(tmp), safe_serialization=True)
+        save_state(accelerator, tmp)
         as_umask_allows(tmp)  # safetensors writes its files 0600 (weights_file)
         fill(tmp, accelerator.is_main_process)
     except OSError as err:
@@ -208,6 +249,46 @@ def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None]
     return ok
 
 
+LOAD_ERRORS = (OSError, RuntimeError, SafetensorError, EOFError, ValueError, pickle.UnpicklingError)
+"""What loading a damaged checkpoint file raises: truncated safetensors (``SafetensorError``), torch's zip reader
+(``RuntimeError: PytorchStreamReader failed ...``), a truncated pickle (``EOFError``, ``UnpicklingError``), bad JSON
+(``ValueError``)."""
+
+
+def unreadable(path: Path) -> str | None:
+    """Why checkpoint file ``path`` cannot be read as Accelerate (or :func:`read_state`) reads it; None when it can."""
+    from accelerate.utils.other import load
+    from safetensors import safe_open
+
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), "pt") as weights:
+                for key in weights.keys():
+                    weights.get_slice(key)
+        elif path.suffix in (".bin", ".pkl"):
+            load(path, map_location="cpu")
+        elif path.suffix == ".json":
+            json.loads(path.read_text(encoding="utf-8"))
+    except LOAD_ERRORS as err:
+        return error_line(err)
+    return None
+
+
+def damaged_file(ckpt: Path) -> tuple[Path, str] | None:
+    """The first file of checkpoint folder ``ckpt`` that cannot be read, and why (None: every one reads)."""
+    for path in sorted(Path(ckpt).iterdir()):
+        why = unreadable(path) if path.is_file() else None
+        if why:
+            return path, why
+    return None
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` in one line: its type and the first line of its message."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:200] if lines else 'no detail'}"
+
+
 def write_stream_position(folder: Path, rank: int, position: dict) -> None:
     (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json.dumps(position))
 
@@ -220,4 +301,10 @@ def saved_stream_count(ckpt: Path) -> int:
 def read_stream_position(ckpt: Path, rank: int) -> dict | None:
     """The data stream position process ``rank`` saved in ``ckpt`` (None: an older checkpoint without one)."""
     path = Path(ckpt) / DATA_STREAM.format(rank=rank)
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # empty or cut short
+        raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); the checkpoint is "
+                        f"damaged: resume from another one of the run's checkpoints") from None

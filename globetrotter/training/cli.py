@@ -10,6 +10,9 @@ from typing import Sequence
 from ..errors import UserError, run_cli
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+UNSAVED = 3
+"""Exit code of a run that trained to the end but could not write its final checkpoint (2: a user error, nothing
+trained; 130: interrupted)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +64,30 @@ def _main(argv: Sequence[str] | None) -> int:
         raise
     print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None,
                   Path(cfg.data.root) / cfg.data.val_split, Path(cfg.data.root) / cfg.data.train_split)
-    return 0
+    return _unsaved_final_checkpoint(result)
+
+
+def _unsaved_final_checkpoint(result: dict) -> int:
+    """:data:`UNSAVED`, and one line naming the last checkpoint there is, when the run's final checkpoint was not
+    written (a full disk: its own line said why); else 0."""
+    saved, step = result.get("checkpoints") or {}, result["step"]
+    latest = saved.get("latest")
+    if latest == step:
+        return 0
+    if os.environ.get("RANK", "0") == "0":
+        from .checkpoint import checkpoint_root, step_name
+
+        root = checkpoint_root(result["run_dir"])
+        if saved.get("best") == step:  # validated at the last step: best/ holds the final weights
+            kept = f"{root / 'best'} holds the weights of step {step}"
+        elif latest is not None:
+            kept = (f"the last checkpoint is step {latest} ({root / step_name(latest)}): free disk space, then "
+                    f"continue the run with the same command and --resume latest")
+        else:
+            kept = "no checkpoint was written: free disk space and run it again"
+        print(f"error: {result['run_dir']}: the final checkpoint (step {step}) was not written; {kept}",
+              file=sys.stderr)
+    return UNSAVED
 
 
 def _say_where_to_resume(run_dir: Path) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from ..shell import python_command
@@ -40,7 +41,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
         from ..evaluation.models import model_name
         from ..evaluation.records import DEFAULT_OUT, record_path
 
-        run, python = result["run_dir"], python_command()
+        run, python, test = shlex.quote(result["run_dir"]), python_command(), shlex.quote(str(test_split))
         new = adapted.get("language")
         if new and not _has_language(test_split, new):
             print(f"the test split {test_split} has no {new} caption, so it cannot score {new}: convert a parallel "
@@ -49,13 +50,13 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
             return
         if new and not _has_language(val_split, new):
             print(f"val has no {new} caption, so no ranking can be chosen on val for {new}; score the test split once "
-                  f"with the default ranking: {python} eval.py sentence --model {run} --split {test_split}")
+                  f"with the default ranking: {python} eval.py sentence --model {run} --split {test}")
             return
-        record = record_path(DEFAULT_OUT, "select", model_name(str(run)))  # where select writes it by default
+        record = shlex.quote(str(record_path(DEFAULT_OUT, "select", model_name(result["run_dir"]))))  # select's default
         original = _one_language_original(train_split)
-        reference = f" --reference {original}" if original else ""
+        reference = f" --reference {shlex.quote(original)}" if original else ""
         print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}{reference}")
-        print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test_split} "
+        print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test} "
               f"--ranking {record}")
 
 

@@ -1,9 +1,16 @@
 """What a resumed run needs besides accelerate's state: the data stream's position, per-step seeds, and the checks
-that a run folder holds one run only (a fresh run refuses a used folder, a resume a changed config)."""
+that a run folder holds one run only (one run at a time holds its lock, a fresh run refuses a used folder, a resume
+a changed config)."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # no flock on this platform (Windows): runs are not locked
+    fcntl = None
 
 from ..config_io import from_dict, read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
@@ -13,6 +20,61 @@ from . import checkpoint as ckpt
 # keys that say how a run is carried out, not what it learns: a resume may change them
 RUN_KEYS = frozenset({"steps", "threads", "compile", "log_every", "checkpoint_every", "keep_checkpoints",
                       "data.workers", "val.every", "output_dir", "run_name"})
+
+
+LOCK = ".train.lock"
+"""The file in a run folder that the running ``train.py`` holds locked (``flock``, released when it ends or dies)."""
+
+
+@contextlib.contextmanager
+def hold_run_folder(run_dir: Path, main: bool) -> Iterator[None]:
+    """Hold ``run_dir``'s :data:`LOCK` for the run's life (main process only; the lock dies with the process, so none
+    is ever stale): a second ``train.py`` into the folder is a one-line error before it writes anything. The folder
+    is made here; a run that fails while it holds nothing but the lock takes it away again (a start that fails
+    leaves no run folder). Readers (``eval.py``, ``globetrotter.load``) take no lock."""
+    if not main or fcntl is None:
+        yield
+        return
+    made = next((p for p in [run_dir, *run_dir.parents][::-1] if not p.exists()), None)  # the first folder made here
+    lock_made = not (run_dir / LOCK).exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(run_dir / LOCK, "a")
+    except OSError as err:  # one the early check could not foresee (a pseudo file system, say)
+        raise UserError(f"output_dir/run_name: cannot create the run folder {run_dir} ({err.strerror})") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{run_dir}: another train.py is running in this run folder (it holds {LOCK}); wait for "
+                            f"it to end, or choose another run_name") from None
+        except OSError:  # a file system without locks (some network ones): the run goes on unlocked
+            pass
+        finished = False
+        try:
+            yield
+            finished = True
+        finally:
+            if not finished:
+                _take_away(run_dir, made, lock_made)
+    finally:
+        handle.close()
+
+
+def _take_away(run_dir: Path, made: Path | None, lock_made: bool) -> None:
+    """After a run that failed: the lock file when this run made it, and the folders it made, up to ``made``, where
+    they are left empty."""
+    if lock_made:
+        (run_dir / LOCK).unlink(missing_ok=True)
+    if made is None:
+        return
+    for folder in [run_dir, *run_dir.parents]:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (config.yaml written, a tokenizer beside it): kept
+            return
+        if folder == made:
+            return
 
 
 def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
@@ -25,6 +87,46 @@ def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
         remedy = "continue it with --resume latest, or choose" if resumable else "delete the folder to run it again, or choose"
         raise UserError(f"{run_dir}: already holds a run ({', '.join(held)}); {remedy} another run_name"
                         f"{' (or delete the folder)' if resumable else ''}")
+
+
+RUN_FILES = frozenset({"config.yaml", "result.json", "checkpoints", "tensorboard", "tokenizer.json", LOCK,
+                       "token_init.json"})  # token_init.RECORD; tokenizer.json: an adaptation's
+"""What a run writes into its folder."""
+
+
+def refuse_foreign_files(cfg) -> None:
+    """One-line error when a fresh run's folder holds files no run wrote (a user's notes, or a ``config.yaml`` or
+    ``result.json`` that names no run of this folder): the run would overwrite them. A folder a run left before its
+    first checkpoint (its ``config.yaml``, ``tensorboard/``) is trained into, as before."""
+    run_dir = cfg.run_dir
+    if not run_dir.is_dir():
+        return
+    tokenizer = Path(cfg.data.tokenizer) if cfg.data.tokenizer else None
+    own = RUN_FILES | ({tokenizer.name} if tokenizer is not None and tokenizer.parent.resolve() == run_dir.resolve()
+                       else set())
+    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in own or not _of_this_run(p, run_dir))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UserError(f"{run_dir}: holds files no run wrote ({shown}); a run would overwrite them: move them away, "
+                        f"or choose another run_name")
+
+
+def _of_this_run(path: Path, run_dir: Path) -> bool:
+    """Whether ``config.yaml`` or ``result.json`` in ``run_dir`` is a run's of that folder (by the folder it names);
+    any other file a run writes: True."""
+    import json
+
+    try:
+        if path.name == "config.yaml":
+            saved = read_yaml(path)
+            named = Path(str(saved.get("output_dir"))) / str(saved.get("run_name"))
+        elif path.name == "result.json":
+            named = Path(str(json.loads(path.read_text(encoding="utf-8")).get("run_dir")))
+        else:
+            return True
+    except (UserError, OSError, ValueError, AttributeError):  # unreadable, or not a mapping
+        return False
+    return named.resolve() == run_dir.resolve()
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:

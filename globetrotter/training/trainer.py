@@ -45,8 +45,8 @@ from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
                       with_text_languages)
-from .resume import (mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
-                     refuse_used_folder, resume_position)
+from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
+                     refuse_foreign_files, refuse_used_folder, resume_position)
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
@@ -105,7 +105,16 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     _check_run_folder(cfg.run_dir)  # before any work: a run that could never save is no run
     cpu = _no_accelerator()
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
+    with hold_run_folder(cfg.run_dir, process.is_main_process):  # one train.py at a time in a run folder
+        return _train(cfg, resume, cpu, process)
+
+
+def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialState) -> dict:
+    """:func:`train` once the run folder is held."""
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
+    if resume and process.is_main_process:
+        ckpt.restore_best(cfg.run_dir, log)  # a run stopped while it replaced best/ left it as best.old
+    process.wait_for_everyone()
     adapting = bool(cfg.adapt.from_run)  # adaptation to a new language (paper A.2, :mod:`.adapt`)
     source = resume_source(cfg, resume, adapting)
     threads = _configure_threads(cfg, process, source, log)
@@ -134,6 +143,8 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
 
     progress = _restore(cfg, accelerator, source, log)
+    if main:  # once the checkpoint loaded: a resume that cannot start leaves the run's config.yaml as it was
+        save_config(cfg, cfg.run_dir / "config.yaml")
     # built after the model's init and the start: its g's network draws from the seeded RNG
     validator = _validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
     if main:  # a resumed run hides what the killed one logged after its checkpoint (TensorBoard's purge_step)
@@ -183,9 +194,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             checkpoints.save(done, metrics)
     accelerator.end_training()
-    result = {"step": cfg.steps, "metrics": metrics, "best": progress.best, "bad_samples": progress.bad_samples,
-              "run_dir": str(cfg.run_dir), "mixed_precision": precision, "compiled": forward.active,
-              "threads": threads.threads, "threads_source": threads.reason}
+    saved = ckpt.saved_steps(cfg.run_dir)  # what a failed write left: the final checkpoint may be missing
+    best = progress.best if progress.best and progress.best.get("step") == saved["best"] else None
+    result = {"step": cfg.steps, "metrics": metrics, "best": best, "checkpoints": saved,
+              "bad_samples": progress.bad_samples, "run_dir": str(cfg.run_dir), "mixed_precision": precision,
+              "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason}
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
@@ -206,9 +219,11 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
+        refuse_foreign_files(cfg)  # nor overwrite a user's files
     else:
         if source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():  # another run's checkpoint
             refuse_used_folder(cfg.run_dir)  # continued into run_name's folder: never over a run it holds
+            refuse_foreign_files(cfg)
         refuse_finished(source, cfg.steps)  # nothing to train, and result.json keeps the run's metrics
     return source
 
@@ -247,16 +262,15 @@ def _check_run_folder(run_dir: Path) -> None:
 
 
 def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> torch.nn.Module:
-    """The model, its run folder's ``config.yaml`` (written once the model is built: a start that fails leaves no
-    folder) and, for a fresh run with ``model.token_init=image_pivot``, the closed-form start on every process
-    (its record, with the ridge strength chosen, beside the config)."""
+    """The model, its run folder (made once the model is built: a start that fails leaves no folder) and, for a fresh
+    run with ``model.token_init=image_pivot``, the closed-form start on every process (its record, with the ridge
+    strength chosen, in the run folder)."""
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     if main:
         try:
             cfg.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # one the early check could not foresee (a pseudo file system, say)
             raise UserError(f"output_dir/run_name: cannot create the run folder {cfg.run_dir} ({err.strerror})") from None
-        save_config(cfg, cfg.run_dir / "config.yaml")
     if cfg.model.token_init == "image_pivot" and start:
         record = token_init.init_from_config(model, cfg, tokenizer, log)
         if main:
@@ -270,7 +284,7 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
     progress = Progress(StreamPosition(max(1, cfg.data.workers)), loader_seed=cfg.seed)
     if source is None:
         return progress
-    accelerator.load_state(str(source))
+    _load_state(accelerator, source, log)
     state = ckpt.read_state(source)
     progress.step, progress.best = state["step"], state.get("best")
     log(f"resumed from {source} at step {progress.step}")
@@ -286,6 +300,23 @@ def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, lo
     else:
         progress.position = saved
     return progress
+
+
+def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
+    """``accelerator.load_state`` of checkpoint ``source``; a damaged file is a one-line error naming it, and RNG
+    states that cannot be read (Accelerate goes on without them, saying so at info level) are one logged line."""
+    rng = source / f"random_states_{accelerator.process_index}.pkl"
+    why = ckpt.unreadable(rng) if rng.is_file() else "missing"
+    if why:
+        log(f"{rng}: cannot restore the RNG states ({why}); the run goes on from other random numbers, so this "
+            f"resume is not exact")
+    try:
+        accelerator.load_state(str(source))
+    except ckpt.LOAD_ERRORS as err:
+        damaged = ckpt.damaged_file(source)
+        what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else ckpt.error_line(err)
+        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; resume from another one of the "
+                        f"run's checkpoints (--resume {source.parent}/step-N)") from None
 
 
 def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):

@@ -3,6 +3,7 @@ on val by BackRetrieval."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -217,6 +218,6 @@ def run_select(args: argparse.Namespace) -> int:
     figure = plots.plot_choice(result.details["candidates"], f"{common.plot_prefix(args, 'select')}-choice.png",
                                f"{models.model_name(args.model, args.name)}: rankings on val against the choice")
     path = common.write(result, args, [figure])
-    print(f"apply it to test: {python_command()} eval.py sentence --model {args.model} --split SPLIT "
-          f"--languages {','.join(result.languages)} --ranking {path}")
+    print(f"apply it to test: {python_command()} eval.py sentence --model {shlex.quote(str(args.model))} --split SPLIT "
+          f"--languages {','.join(result.languages)} --ranking {shlex.quote(str(path))}")
     return 0

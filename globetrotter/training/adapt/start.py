@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ...config import AdaptConfig, TrainConfig, load_train_config
+from ...config import AdaptConfig, TrainConfig, load_train_config, refuse_empty_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ...encoder import load
 from ...errors import UserError
@@ -44,6 +44,7 @@ def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
     and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``; ``steps`` beside
     ``adapt.epochs`` and a ``data.tokenizer`` or ``data.vocab_size`` of the user's are refused); otherwise, with no ``adapt.*`` key set
     (:func:`_check_no_adapt_keys`), :func:`~globetrotter.config.load_train_config`'s."""
+    refuse_empty_config(path)
     data, where = config_dict(path, overrides)
     section = data.get("adapt") if isinstance(data.get("adapt"), dict) else {}  # else from_dict says it is no mapping
     start = section.get("from")
