@@ -376,6 +376,13 @@ def test_a_resumed_run_hides_what_the_interrupted_one_logged_after_its_checkpoin
     assert [e.step for e in events.Scalars("loss/image")] == [1, 2, 3, 4]
 
 
+def test_the_logged_learning_rate_is_the_one_each_step_trained_with(tiny_world, tmp_path):
+    """lr was read after the scheduler stepped: each logged rate was the next step's (the last one logged 0)."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "log_every=1", "val.every=0", "optim.warmup_steps=4",
+                   "optim.lr=1e-3")
+    train(cfg)
+    assert _scalars(cfg.run_dir, "lr") == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])  # warm-up: (k + 1) / 4
+
 def test_a_resume_with_another_number_of_processes_restarts_every_stream_and_says_so(tmp_path):
     """2 -> 1 processes: rank 0 went on with its own stream (rank 1's half of the data dropped) and 1 -> 2: rank 1
     started fresh beside rank 0's continued stream, each with no logged line, though the docs promise one."""

@@ -166,7 +166,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
 
     model.train()
     metrics: dict = {}
-    seen, t0 = 0, time.perf_counter()
+    seen, t0, paused = 0, time.perf_counter(), 0.0  # paused: validation and checkpoint time, not training's
     bar = tqdm(range(progress.step, cfg.steps), initial=progress.step, total=cfg.steps, disable=not main,
                desc="train", dynamic_ncols=True)
     for step in bar:
@@ -180,8 +180,10 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         seen += cfg.batch_size
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
-            _log_training(cfg, accelerator, bar, logs, scheduler, progress.bad_samples, seen / max(time.perf_counter() - t0, 1e-9), done)
-            seen, t0 = 0, time.perf_counter()
+            train_time = time.perf_counter() - t0 - paused
+            _log_training(cfg, accelerator, bar, logs, progress.bad_samples, seen / max(train_time, 1e-9), done)
+            seen, t0, paused = 0, time.perf_counter(), 0.0
+        pause = time.perf_counter()
         if cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps):
             metrics, accept, hits = validate(cfg, accelerator, validator, unwrapped, tokenizer, progress, done, log)
             if accept:
@@ -193,6 +195,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
                     progress.best = previous  # best/ still holds the previous one
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             checkpoints.save(done, metrics)
+        paused += time.perf_counter() - pause
     accelerator.end_training()
     saved = ckpt.saved_steps(cfg.run_dir)  # what a failed write left: the final checkpoint may be missing
     best = progress.best if progress.best and progress.best.get("step") == saved["best"] else None
@@ -383,6 +386,7 @@ class Stepper:
         if self.cfg.optim.grad_clip > 0 and accelerator.sync_gradients:
             logs["grad_norm"] = float(accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
         self.optimizer.step()
+        logs["lr"] = self.scheduler.get_last_lr()[0]  # the rate this step trained with, before the schedule moves on
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return logs, bad_samples
@@ -452,10 +456,10 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: t
     return metrics, accept, hits
 
 
-def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, scheduler, bad_samples: int,
+def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, bad_samples: int,
                   samples_per_s: float, done: int) -> None:
-    """The step's losses, learning rate, throughput and bad samples to TensorBoard and the progress bar."""
-    logs["lr"] = scheduler.get_last_lr()[0]
+    """The step's losses, learning rate (the one it trained with), throughput (samples per second of training since
+    the last log: validation and checkpoint writes left out) and bad samples to TensorBoard and the progress bar."""
     logs["samples_per_s"] = samples_per_s
     logs["data/bad_samples"] = bad_samples
     logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
