@@ -89,26 +89,20 @@ def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
                         f"{' (or delete the folder)' if resumable else ''}")
 
 
-RUN_FILES = frozenset({"config.yaml", "result.json", "checkpoints", "tensorboard", "tokenizer.json", LOCK,
-                       "token_init.json"})  # token_init.RECORD; tokenizer.json: an adaptation's
-"""What a run writes into its folder."""
+OVERWRITTEN = ("config.yaml", "result.json")
+"""The files a fresh run writes over in its folder (its checkpoints are refused apart, by :func:`refuse_used_folder`;
+its TensorBoard events are added beside others)."""
 
 
 def refuse_foreign_files(cfg) -> None:
-    """One-line error when a fresh run's folder holds files no run wrote (a user's notes, or a ``config.yaml`` or
-    ``result.json`` that names no run of this folder): the run would overwrite them. A folder a run left before its
-    first checkpoint (its ``config.yaml``, ``tensorboard/``) is trained into, as before."""
+    """One-line error when a fresh run's folder holds a ``config.yaml`` or ``result.json`` that names no run of this
+    folder (a user's files): the run would overwrite them. Other files of the folder are left alone, and a folder a run
+    left before its first checkpoint (its own ``config.yaml``) is trained into, as before."""
     run_dir = cfg.run_dir
-    if not run_dir.is_dir():
-        return
-    tokenizer = Path(cfg.data.tokenizer) if cfg.data.tokenizer else None
-    own = RUN_FILES | ({tokenizer.name} if tokenizer is not None and tokenizer.parent.resolve() == run_dir.resolve()
-                       else set())
-    foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in own or not _of_this_run(p, run_dir))
+    foreign = [name for name in OVERWRITTEN if (run_dir / name).exists() and not _of_this_run(run_dir / name, run_dir)]
     if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise UserError(f"{run_dir}: holds files no run wrote ({shown}); a run would overwrite them: move them away, "
-                        f"or choose another run_name")
+        raise UserError(f"{run_dir}: holds files no run wrote ({', '.join(foreign)}); a run would overwrite them: move "
+                        f"them away, or choose another run_name")
 
 
 def _of_this_run(path: Path, run_dir: Path) -> bool:
