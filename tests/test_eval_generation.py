@@ -248,3 +248,18 @@ def test_references_in_train_counts_each_reference_found(splits, fake, tmp_path)
     d = evaluate(fake["full"], test, splits / "train", show=0, decoder=tiny, log=lambda _: None).details["train"]
     assert d["test_references"] == len(refs) == 6
     assert d["test_references_in_train"] == sum(r in train_en for r in refs) and len(set(refs) & train_en) < 6
+
+
+def test_generate_refuses_a_language_the_model_never_read(splits, tiny_world, tiny_run, tmp_path, capsys):
+    """--target or --sources naming a language outside the model's training captions (its tokenizer's provenance
+    record): the one-line error translate and translate-word give, exit 2, and no record."""
+    languages = sorted(json.loads((tiny_world / "train" / "manifest.json").read_text())["languages"])
+    out = tmp_path / "out"
+    base = ["generate", "--model", str(tiny_run), "--name", "tiny", "--train", str(splits / "train"),
+            "--split", str(splits / "test"), "--out", str(out), "--steps", "2", "--layers", "1", "--d-model", "16"]
+    for extra, flag, lang in ((["--target", "de"], "--target", "de"),
+                              (["--target", "en", "--sources", "fr"], "--sources", "fr")):
+        assert run(base + extra) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()[-1]  # after the note that the run has no best checkpoint
+        assert err == f"error: {flag} {lang}: not a language of the model's training captions ({', '.join(languages)})"
+    assert not out.exists()

@@ -14,7 +14,7 @@ from globetrotter.errors import UserError
 from ..models import language_kwargs
 from ..records import Result, dataset_info
 from ..sentence import parallel_set
-from .checks import require_languages, require_trained
+from .checks import require_known_languages, require_languages, require_trained
 from .common import resolve_model
 
 
@@ -78,7 +78,8 @@ def evaluate(
     reference, sources and generations; ``details["train"]``: how many of the references appear verbatim among the
     training captions (``test_references_in_train`` of ``test_references``). ``seed`` also fixes the decoder's init
     and batch order. ``train`` may not be ``split`` itself, nor a parallel split (captions with a ``group``) holding
-    any evaluated group or image: the decoder would learn the references (:class:`UserError`).
+    any evaluated group or image: the decoder would learn the references (:class:`UserError`); so is a ``target`` or
+    a given source the model's tokenizer never read (its provenance record).
     """
     from data_prep.shards import read_captions
 
@@ -97,6 +98,7 @@ def evaluate(
         raise UserError(f"--train {train}: is the evaluated --split itself; the decoder would learn the references "
                         "(give the train split)")
     test_metas = read_captions(split)
+    given_sources = list(sources) if sources else None
     sources = _sources(split, sorted({m["lang"] for m in test_metas}), target, sources)
     ps = parallel_set(test_metas, [target, *sources], n_groups=n_groups, seed=seed, where=str(split))
     if len(ps.group_ids) < 2:
@@ -111,6 +113,9 @@ def evaluate(
     train_set = set(train_texts)
 
     encoder, info = resolve_model(model, name, device)
+    require_known_languages(encoder, {"--target": target})
+    for lang in given_sources or []:
+        require_known_languages(encoder, {"--sources": lang})
     train_rep = encoder.encode_text(train_texts, batch_size=batch_size, head=head, **language_kwargs(encoder, target))
     test_rep = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "
