@@ -488,3 +488,29 @@ def test_adapt_keys_without_adapt_from_are_refused_not_a_run_from_scratch(base, 
     assert code == 2 and line.endswith("adapt.from needs adapt.language (the new language's code)"), line
     assert not any(tmp_path.iterdir())
     assert load_adapt_config(base / "config.yaml").adapt.from_run is None
+
+
+@pytest.fixture(scope="module")
+def adapted(base, tmp_path_factory) -> Path:
+    """``base`` adapted to el for 2 steps (a real adapted run folder: its config and tokenizer provenance)."""
+    cfg, _ = adapt(base, tmp_path_factory.mktemp("adapted"), "adapt.epochs=null", "steps=2")
+    return cfg.run_dir
+
+
+def test_translate_word_on_an_adapted_model_reads_the_adaptation_split_and_the_base_train_split(world, adapted,
+                                                                                                tmp_path, capsys):
+    """No one split holds both el (the adaptation split) and en (the base's train split): translate-word fell back to
+    every token of the shared BPE, saying the captions "are not on this machine" though both splits were. Each
+    language's tokens now come from the split the tokenizer read them in."""
+    from globetrotter.evaluation.cli import main as eval_main
+
+    argv = ["translate-word", "--model", str(adapted), "red", "--from", "en", "--to", "el", "--k", "40", "--json",
+            "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as done:
+        eval_main(argv)
+    captured = capsys.readouterr()
+    assert done.value.code == 0, captured.err
+    assert (f"vocabulary: the el tokens of {world / 'adapt'} and the en tokens of {world / 'train'}, the model's "
+            "training captions") in captured.err
+    words = [h["text"] for h in json.loads(captured.out.splitlines()[-1])["results"]]
+    assert words and all(not w.isascii() for w in words)  # el's own tokens: Greek

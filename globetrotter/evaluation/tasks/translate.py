@@ -221,9 +221,11 @@ def caption_counts(corpus: str | Path, encoder, required: dict[str, str | None])
     return {lang: Counter(t for s in tokenize(caps) for t in s) for lang, caps in by_lang.items()}
 
 
-def training_corpus(encoder, langs: Sequence[str | None]) -> Path | None:
-    """The split the model's tokenizer was trained on (its provenance record, an adapted one's base records too)
-    that is on this machine and has captions in each of ``langs`` (None: not asked); None when there is none."""
+def training_corpus(encoder, langs: Sequence[str | None]) -> dict[str, Path]:
+    """Each of ``langs`` (None: not asked) mapped to the split on this machine whose captions the model's tokenizer
+    read in it, as its provenance record names them: an adapted one's new language from its adaptation split
+    (``adapt.split``), the others from its base's train split (the record it ``extends``). A language with no such
+    split here is left out."""
     from data_prep.shards import MANIFEST, read_manifest
 
     from ...tokenizer import read_provenance
@@ -231,14 +233,43 @@ def training_corpus(encoder, langs: Sequence[str | None]) -> Path | None:
 
     checkpoint = checkpoint_of(encoder)
     record = read_provenance(Path(checkpoint) / "tokenizer.json") if checkpoint else None
-    wanted = {lang for lang in langs if lang}
-    while record:
-        for split in record.get("splits") or []:
-            path = Path(split.get("path", ""))
-            if (path / MANIFEST).is_file() and wanted <= set(read_manifest(path)["languages"]):
-                return path
+    wanted = [lang for lang in dict.fromkeys(langs) if lang]
+    found: dict[str, Path] = {}
+    while record and len(found) < len(wanted):
+        adapt = record.get("adapt") or {}
+        candidates = ([Path(adapt["split"])] if adapt.get("split") else []) + [
+            Path(split.get("path", "")) for split in record.get("splits") or []]
+        for path in candidates:
+            if (path / MANIFEST).is_file():
+                held = set(read_manifest(path)["languages"])
+                found.update({lang: path for lang in wanted if lang in held and lang not in found})
         record = record.get("extends")
-    return None
+    return {lang: found[lang] for lang in wanted if lang in found}
+
+
+def _training_counts(corpora: dict[str, Path], encoder) -> dict[str, Counter]:
+    """:func:`caption_counts` of each language from its own split of ``corpora`` (:func:`training_corpus`)."""
+    counts: dict[str, Counter] = {}
+    for path in dict.fromkeys(corpora.values()):
+        langs = [lang for lang, where in corpora.items() if where == path]
+        found = caption_counts(path, encoder, {})
+        counts.update({lang: found[lang] for lang in langs})
+    return counts
+
+
+def _training_note(corpora: dict[str, Path], wanted: Sequence[str]) -> str:
+    """The log line saying which vocabulary :func:`translate_words` searches without ``--corpus``."""
+    if len(corpora) == len(wanted) and len(set(corpora.values())) == 1:
+        return (f"vocabulary: the {' and '.join(wanted)} tokens of {corpora[wanted[0]]}, the model's training "
+                "captions (--corpus to choose another)")
+    if len(corpora) == len(wanted):
+        parts = [f"the {' and '.join(l for l in wanted if corpora[l] == path)} tokens of {path}"
+                 for path in dict.fromkeys(corpora[l] for l in wanted)]
+        return f"vocabulary: {' and '.join(parts)}, the model's training captions (--corpus to choose another)"
+    missing = [lang for lang in wanted if lang not in corpora]
+    return (f"vocabulary: every token of the shared BPE, whatever its language (no split of the captions the "
+            f"tokenizer was trained on in {', '.join(missing)} is on this machine; --corpus SPLIT keeps each "
+            "language's own)")
 
 
 def translate_words(
@@ -262,7 +293,8 @@ def translate_words(
     """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
     best first: by cosine (``method="nn"``) or CSLS against ``source``'s vocabulary, of the ``embeddings`` word
     vectors (:class:`~..word_keys.WordEmbedder`). A language's vocabulary is the tokens of its captions in the split
-    ``corpus`` (default: :func:`training_corpus`, the captions the tokenizer was trained on), else the whole token
+    ``corpus`` (default: :func:`training_corpus`, the captions the tokenizer was trained on in it: an adapted
+    model's new language from its adaptation split, the others from its base's train split), else the whole token
     table, every language's tokens (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
     embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
     :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
@@ -272,12 +304,14 @@ def translate_words(
     encoder = resolve_model(model, device=device)[0]
     require_known_languages(encoder, {"--to": to, "--from": source})
     if corpus is None:
-        corpus = training_corpus(encoder, [to, source])
-        log(f"vocabulary: the {to}{f' and {source}' if source else ''} tokens of {corpus}, the model's training "
-            f"captions (--corpus to choose another)" if corpus else
-            "vocabulary: every token of the shared BPE, whatever its language (the captions the tokenizer was "
-            "trained on are not on this machine; --corpus SPLIT keeps each language's own)")
-    counts = caption_counts(corpus, encoder, {"--to": to, "--from": source}) if corpus else {}
+        wanted = [lang for lang in dict.fromkeys((to, source)) if lang]
+        corpora = training_corpus(encoder, wanted)
+        log(_training_note(corpora, wanted))
+        complete = len(corpora) == len(wanted)
+        corpus = corpora[to] if complete else None  # the index holds --to's words: named by its split
+        counts = _training_counts(corpora, encoder) if complete else {}
+    else:
+        counts = caption_counts(corpus, encoder, {"--to": to, "--from": source})
     embed = WordEmbedder(encoder, embeddings, counts)
     signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None,
                  "word_keys": "own-row"}  # indexes built when keys took another form's row are rebuilt
