@@ -1275,3 +1275,24 @@ def test_a_test_figure_scored_with_the_oracles_choice_says_so(tiny_world, tmp_pa
         assert run(test + ["--ranking", str(out / ranking), "--name", ranking]) == 0
         assert ("is the oracle's choice, made on parallel val text" in capsys.readouterr().out) is oracle
         assert record(out, "sentence", ranking)["config"]["oracle_choice"] is oracle
+
+
+def test_word_prints_chance_and_warns_of_few_candidates_and_repeated_pairs(world, fake, tmp_path, capsys):
+    """The R@10/P@ line had no chance beside it (the record had it); a lexicon of 10 or fewer target words makes
+    R@10 1 for any model, and a repeated pair counted twice, both in silence. Now: chance printed as `sentence`
+    prints it, and a one-line warning for each."""
+    lexicon = tmp_path / "lexicon"
+    lexicon.mkdir()
+    pairs = list(zip(COLOURS["en"], COLOURS["de"]))[:4]
+    (lexicon / "en-de.txt").write_text("".join(f"{x} {y}\n" for x, y in pairs + pairs[:1]), encoding="utf-8")
+    assert run(["word", "--model", "full", "--name", "full", "--dictionary", str(lexicon), "--method", "nn",
+                "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    line = next(l for l in captured.out.splitlines() if l.startswith("word translation"))
+    assert "R@10 100.0% (chance 100.0%, no identical" in line, line  # 4 candidates: R@10 is 1 whatever the model
+    warnings_ = [l for l in captured.err.splitlines() if l.startswith("warning: ")]
+    assert f"warning: {lexicon / 'en-de.txt'}: 1 duplicate pair(s) dropped (each pair counts once)" in warnings_
+    assert any(l.startswith("warning: word: 2 language pair(s) with 10 or fewer target candidates (de-en 4, en-de 4)")
+               for l in warnings_), warnings_
+    details = record(tmp_path / "out", "word")["details"]
+    assert details["nn/none"]["pairs"]["en-de"]["all"]["n_pairs"] == 4

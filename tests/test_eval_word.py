@@ -1,6 +1,7 @@
 """Word translation: tf-idf ground truth (paper B.2), Recall@10 and MUSE P@k with NN/CSLS."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -220,3 +221,14 @@ def test_a_dictionary_file_given_for_its_folder_is_named_as_such(tmp_path):
                                         f"\\({tmp_path}\\)"):
         read_dictionaries(tmp_path / "en-de.txt")
     assert read_dictionaries(tmp_path) == {("en", "de"): [("dog", "Hund")]}
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_word_and_a_repeated_pair_counts_once(tmp_path):
+    """A file saved with a UTF-8 BOM had '\\ufeffcat' as its first word (never found); a pair given twice was scored
+    twice. The BOM is dropped, and so is the repeat, with a warning naming the file and how many."""
+    from backretrieval.errors import BackRetrievalWarning
+
+    path = tmp_path / "en-de.txt"
+    path.write_text("\ufeffcat Katze\ndog Hund\ncat Katze\ndog\tHund\n", encoding="utf-8")
+    with pytest.warns(BackRetrievalWarning, match=rf"^{re.escape(str(path))}: 2 duplicate pair\(s\) dropped"):
+        assert read_dictionary(path) == [("cat", "Katze"), ("dog", "Hund")]

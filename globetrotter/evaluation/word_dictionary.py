@@ -18,6 +18,7 @@ Lexicons (the synthetic world writes ``dictionary/<src>-<tgt>.txt``) are read an
 """
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import sparse
 
+from backretrieval.errors import BackRetrievalWarning
 from globetrotter.errors import UserError
 from globetrotter.token_stats import smoothed_idf
 
@@ -149,21 +151,28 @@ def why_empty(tokenized: Mapping[str, Sequence[Sequence[str]]], top_k: int, min_
 
 def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
     """MUSE dictionary: one ``src tgt`` pair per line, exactly two fields (tab or whitespace separated); a line of
-    one field or of three or more is a :class:`UserError` naming ``file:line``."""
+    one field or of three or more is a :class:`UserError` naming ``file:line``. A UTF-8 byte-order mark is no part of
+    the first word; a pair given again is kept once (a :class:`~backretrieval.errors.BackRetrievalWarning` names the
+    file and how many were dropped: each would count twice)."""
     path = Path(path)
-    pairs = []
+    pairs: dict[tuple[str, str], None] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: unreadable dictionary ({err})") from None
+    given = 0
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         fields = line.split()  # exactly two: a third field is no part of either word ("ice cream Eis")
         if len(fields) != 2:
             raise UserError(f"{path}:{lineno}: expected 'source target' (MUSE format), got {line!r}")
-        pairs.append((fields[0], fields[1]))
-    return pairs
+        pairs[(fields[0], fields[1])] = None
+        given += 1
+    if given > len(pairs):
+        warnings.warn(f"{path}: {given - len(pairs)} duplicate pair(s) dropped (each pair counts once)",
+                      BackRetrievalWarning, stacklevel=2)
+    return list(pairs)
 
 
 def write_dictionary(path: str | Path, pairs: Iterable[Sequence]) -> Path:

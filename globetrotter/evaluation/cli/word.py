@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from backretrieval.errors import one_line_warnings
 from globetrotter.argtypes import non_negative_int, output_folder, positive_int
 from globetrotter.errors import UserError
 
@@ -55,21 +56,24 @@ def _word(args: argparse.Namespace) -> int:
     if set(args.procrustes) == {"none"}:
         _refuse_unused(args, ("procrustes_k", "procrustes_iter"), "the Procrustes refinement",
                        "give --procrustes pairwise or multi, or drop")
-    result = word_task.evaluate(
-        args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
-        embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
-        procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
-        candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
-        min_count=args.min_count or MIN_COUNT, seed=args.seed, name=args.name, device=args.device)
+    with one_line_warnings():  # duplicate dictionary pairs, too few candidates: one 'warning:' line each
+        result = word_task.evaluate(
+            args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
+            embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
+            procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
+            candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
+            min_count=args.min_count or MIN_COUNT, seed=args.seed, name=args.name, device=args.device)
     prefix, written = common.plot_prefix(args, "word"), []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")
+        pairs = result.details[tag]["pairs"].values()
+        chance = [p["chance_recall"] for p in pairs if p.get("chance_recall") is not None]
         print(f"word translation [{args.embeddings} embeddings, {method}, procrustes={proc}]: "
-              f"R@10 {100 * m['recall@10']:.1f}% (no identical {100 * m['recall@10_no_identical']:.1f}%), "
+              f"R@10 {100 * m['recall@10']:.1f}% ("
+              + (f"chance {100 * sum(chance) / len(chance):.1f}%, " if chance else "")
+              + f"no identical {100 * m['recall@10_no_identical']:.1f}%), "
               + " ".join(f"P@{k} {100 * m[f'precision@{k}']:.1f}%" for k in (1, 5, 10)))
         if not written:  # the heat map of the first setting (the record holds every setting's matrix)
-            pairs = result.details[tag]["pairs"].values()
-            chance = [p["chance_recall"] for p in pairs if p.get("chance_recall") is not None]
             setting = f"{args.embeddings} embeddings, {method}, " + ("no Procrustes" if proc == "none"
                                                                       else f"{proc} Procrustes")
             title = f"Word translation Recall@10 (%)\n{setting}" + (

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Literal, NamedTuple, Sequence
+from typing import Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
+from backretrieval.errors import BackRetrievalWarning
 from globetrotter.errors import UserError
 
 from ..records import Result, dataset_info, matrix_dict
@@ -113,6 +115,7 @@ def evaluate(
     if not n_usable:
         raise UserError(f"word: none of the {n_truth} ground-truth pairs ({source}) has both words embedded "
                         f"({embeddings} embeddings of {info['name']})")
+    _warn_few_candidates(spaces, dicts)
     metrics, details, matrices = {}, {}, {}
     settings = [(method, proc) for method in methods for proc in procrustes]
     for method, proc in tqdm(settings, desc="word translation", unit=" setting", disable=None):  # off without a TTY
@@ -134,6 +137,19 @@ def evaluate(
               "min_count": None if dictionary else min_count, "seed": seed}
     return Result("word", metrics, sorted(spaces), model=info, dataset=dataset_info(split) if split else None,
                   config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
+
+
+def _warn_few_candidates(spaces: Mapping[str, WordSpace], dicts: Mapping[tuple[str, str], Sequence]) -> None:
+    """A :class:`~backretrieval.errors.BackRetrievalWarning` naming the language pairs whose target language has no
+    more candidate words than Recall@K's K: every rank is then at most K, so Recall@K is 1 for any model."""
+    k = 10  # word_translation's Recall@10, and its largest P@k
+    few = [f"{a}-{b} {len(spaces[b].words)}" for a, b in sorted(dicts)
+           if a != b and a in spaces and b in spaces and len(spaces[b].words) <= k]
+    if few:
+        warnings.warn(f"word: {len(few)} language pair(s) with {k} or fewer target candidates ({', '.join(few)}), "
+                      f"not more than the largest K ({k}): Recall@{k} and P@{k} would be 1 for any model there; "
+                      "give more dictionary words, or --split with --candidates split", BackRetrievalWarning,
+                      stacklevel=3)
 
 
 class Dictionaries(NamedTuple):
