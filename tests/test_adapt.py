@@ -492,8 +492,10 @@ def test_adapt_keys_without_adapt_from_are_refused_not_a_run_from_scratch(base, 
 
 @pytest.fixture(scope="module")
 def adapted(base, tmp_path_factory) -> Path:
-    """``base`` adapted to el for 2 steps (a real adapted run folder: its config and tokenizer provenance)."""
-    cfg, _ = adapt(base, tmp_path_factory.mktemp("adapted"), "adapt.epochs=null", "steps=2")
+    """``base`` adapted to el for its default one epoch, 3 steps (a real adapted run folder: its saved config, with
+    the steps resolved from adapt.epochs, and its tokenizer's provenance)."""
+    cfg, result = adapt(base, tmp_path_factory.mktemp("adapted"))
+    assert result["step"] == 3  # 96 captions / 32
     return cfg.run_dir
 
 
@@ -514,3 +516,23 @@ def test_translate_word_on_an_adapted_model_reads_the_adaptation_split_and_the_b
             "training captions") in captured.err
     words = [h["text"] for h in json.loads(captured.out.splitlines()[-1])["results"]]
     assert words and all(not w.isascii() for w in words)  # el's own tokens: Greek
+
+
+def test_an_adapted_runs_saved_config_re_runs_the_adaptation_and_resume_says_it_does_not_resume(adapted, tmp_path,
+                                                                                               capsys):
+    """`train.py --config RUN/config.yaml --resume latest` of an adaptation said "steps=3 and adapt.epochs=1 both set
+    the adaptation's length" though the user set neither (the saved config records the resolved steps, and the
+    grown tokenizer and the base's vocab_size). The resume gets the documented line (an adaptation does not resume),
+    and the saved config re-runs the adaptation; a steps the user really sets beside adapt.epochs is still refused."""
+    saved = adapted / "config.yaml"
+    code, line = run_cli(capsys, "--config", str(saved), "--resume", "latest")
+    assert code == 2 and line == ("error: --resume: an adaptation run is short and starts from adapt.from; delete its "
+                                  "folder and run it again instead"), line
+    assert "does not resume" in Path(__file__).parents[1].joinpath("docs", "training.md").read_text(encoding="utf-8")
+    again = resolve_config(load_adapt_config(saved, [f"output_dir={tmp_path}"]))
+    assert again.steps == 3 and again.adapt.epochs == 1 and again.data.tokenizer == str(again.run_dir / "tokenizer.json")
+    with pytest.raises(SystemExit) as done:
+        train_main(["--config", str(saved), f"output_dir={tmp_path}"])
+    assert done.value.code == 0 and json.loads((again.run_dir / "result.json").read_text())["step"] == 3
+    with pytest.raises(UserError, match=r"steps=5 and adapt.epochs=1 both set the adaptation's length"):
+        load_adapt_config(saved, [f"output_dir={tmp_path}", "steps=5"])

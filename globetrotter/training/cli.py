@@ -46,6 +46,13 @@ def _main(argv: Sequence[str] | None) -> int:
                         f"repository: install it with `pip install -e .` from a clone, or pass --config FILE)")
     config = args.config or (None if adapting else DEFAULT_CONFIG)
     from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)
+    if args.resume:  # an adaptation does not resume: said before its config's own checks (a saved one's included)
+        from ..config_io import config_dict
+        from .adapt.start import RESUME_REFUSED
+
+        section = config_dict(config, args.overrides)[0].get("adapt")
+        if isinstance(section, dict) and section.get("from"):
+            raise UserError(RESUME_REFUSED)
     cfg = load_adapt_config(config, args.overrides)
     if args.resume and not cfg.adapt.from_run:  # an adaptation is refused a resume by train()
         from ..config_io import config_dict

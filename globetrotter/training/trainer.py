@@ -217,8 +217,7 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     a run that cannot start leaves nothing. Refuses a fresh run into a used folder, a resume into another run's
     folder, a finished run and the resume of an adaptation."""
     if adapting and resume:
-        raise UserError("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run "
-                        "it again instead")
+        raise UserError(adapt.start.RESUME_REFUSED)
     source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints

@@ -19,6 +19,25 @@ from . import split
 # the data keys of the starting run's model and tokenizer (the grown tokenizer keeps its normalization)
 DATA_KEPT = ("max_length", "image_size", "tokenizer_normalization")
 
+RESUME_REFUSED = ("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run it "
+                  "again instead")
+"""The one line ``--resume`` of an adaptation gets (docs/training.md: a killed adaptation is run again)."""
+
+
+def epoch_steps(epochs: float, count: int, batch_size: int) -> int:
+    """The steps of ``epochs`` passes over ``count`` new-language captions in batches of ``batch_size``."""
+    return max(1, math.ceil(epochs * count / batch_size))
+
+
+def _saved_steps(cfg: TrainConfig) -> int | None:
+    """The steps ``adapt.epochs`` gives ``cfg`` (the adaptation split's manifest count of the language), as
+    :func:`resolve_config` resolves and the run's saved config records them; None when the split cannot say."""
+    try:
+        count = split._counts(split.split_dir(cfg)).get(cfg.adapt.language, 0)
+    except (UserError, OSError, ValueError):
+        return None
+    return epoch_steps(cfg.adapt.epochs, count, cfg.batch_size) if count else None
+
 
 def starting_checkpoint(path: str) -> Path:
     """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line errors without one, and for
@@ -42,7 +61,8 @@ def starting_checkpoint(path: str) -> Path:
 def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """The config of ``train.py``: with ``adapt.from`` set, the starting run's saved config with ``path``
     and ``overrides`` merged over it (``run_name`` defaults to ``<its run_name>-<adapt.language>``; ``steps`` beside
-    ``adapt.epochs`` and a ``data.tokenizer`` or ``data.vocab_size`` of the user's are refused); otherwise, with no ``adapt.*`` key set
+    ``adapt.epochs`` and a ``data.tokenizer`` or ``data.vocab_size`` of the user's are refused, unless equal to
+    what the adaptation sets them to, as its saved config records them); otherwise, with no ``adapt.*`` key set
     (:func:`_check_no_adapt_keys`), :func:`~globetrotter.config.load_train_config`'s."""
     refuse_empty_config(path)
     data, where = config_dict(path, overrides)
@@ -57,17 +77,30 @@ def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
     if "run_name" not in data and section.get("language"):
         data = dict(data, run_name=f"{base.get('run_name', 'run')}-{section['language']}")
     cfg = from_dict(TrainConfig, merge(base, data), where=f"{saved} + {where}")
-    if "steps" in data and cfg.adapt.epochs is not None:  # else resolve_config replaces it in silence
+    # a value equal to the one resolve_config gives is no conflict: an adapted run's saved config records them, and
+    # is given again as --config to re-run the adaptation
+    if "steps" in data and cfg.adapt.epochs is not None and data["steps"] != _saved_steps(cfg):
         raise UserError(f"{where}: steps={data['steps']} and adapt.epochs={cfg.adapt.epochs:g} both set the "
                         f"adaptation's length; set adapt.epochs=null to train that many steps, or leave steps out")
-    if "tokenizer" in (data.get("data") or {}):  # else resolve_config replaces it in silence
+    given = data.get("data") or {}
+    if "tokenizer" in given and str(given["tokenizer"]) not in _own_tokenizers(path, cfg):
         raise UserError(f"data.tokenizer={data['data']['tokenizer']}: adaptation writes its own tokenizer, the starting "
                         f"run's grown by the new language's tokens ({cfg.run_dir / 'tokenizer.json'}); drop "
                         f"data.tokenizer")
-    if "vocab_size" in (data.get("data") or {}):
+    if "vocab_size" in given and given["vocab_size"] != (base.get("data") or {}).get("vocab_size"):
         raise UserError(f"data.vocab_size={data['data']['vocab_size']}: adaptation keeps the starting run's vocabulary "
                         f"and appends the new language's tokens; set adapt.vocab_size (their BPE's size) instead")
     return cfg
+
+
+def _own_tokenizers(path: str | Path | None, cfg: TrainConfig) -> set[str]:
+    """The ``data.tokenizer`` values an adaptation sets itself: its run folder's, and the one a saved adapted
+    config (``path``) records for the run folder it names (given again to re-run the adaptation elsewhere)."""
+    own = {str(cfg.run_dir / "tokenizer.json")}
+    saved = read_yaml(path) if path is not None and Path(path).is_file() else None
+    if isinstance(saved, dict) and saved.get("output_dir") and saved.get("run_name"):
+        own.add(str(Path(saved["output_dir"]) / saved["run_name"] / "tokenizer.json"))
+    return own
 
 
 def _check_no_adapt_keys(section: dict, where: str) -> None:
@@ -173,7 +206,7 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     split.check_features(cfg)  # a cache beside the split built with another backbone: refused before anything is written
     _check_bank(cfg, start)
     load(source)  # weights that do not load are refused before anything is written (no half-written run folder)
-    steps = max(1, math.ceil(cfg.adapt.epochs * count / cfg.batch_size)) if cfg.adapt.epochs is not None else cfg.steps
+    steps = epoch_steps(cfg.adapt.epochs, count, cfg.batch_size) if cfg.adapt.epochs is not None else cfg.steps
     # adapt.from recorded as the very checkpoint it starts from (absolute): a run's best/ moves as it trains on
     return replace(cfg, steps=steps, val=_selection(cfg), adapt=replace(cfg.adapt, from_run=str(source.resolve())),
                    data=replace(cfg.data, tokenizer=str(cfg.run_dir / "tokenizer.json"),
