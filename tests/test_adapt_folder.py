@@ -145,6 +145,11 @@ def test_bad_adaptation_folders_are_one_line_errors_and_write_nothing(base, tmp_
     folder = Path("outputs/new-en/train").resolve()
     assert code == 2 and line.startswith(f"error: adapt.language=ar: {folder} (adapt.split) has no caption in it: "
                                          f"0 of its 8 captions (by language: en 8; {base} was trained on en already)"), line
+    # it suggested "e.g. en", a language the run knows: now it says the folder holds no new language
+    assert line.endswith("caption its images in ar (the folder holds no language the run does not know)"), line
+    convert(tmp_path / "mixed", ["en", "el"], 50_000, 4, "train", "outputs/mixed")
+    code, line = run(train_main, *argv, "adapt.language=ar", "adapt.split=outputs/mixed/train", capsys=capsys)
+    assert code == 2 and line.endswith("or set adapt.language to the folder's new language (el)"), line
     code, line = run(train_main, *argv, "adapt.language=en", "adapt.split=outputs/new-en/train", capsys=capsys)
     assert code == 2 and line.startswith("error: adapt.language=en:") and "trained on en already" in line
     assert "outputs/new-en/train has 8 en caption(s)" in line, line

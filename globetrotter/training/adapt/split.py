@@ -97,10 +97,12 @@ def check_languages(cfg: TrainConfig, old_languages: list[str]) -> int:
         counts = ", ".join(f"{code} {n}" for code, n in sorted(languages.items()))
         known = [code for code in sorted(languages) if code in old_languages]
         note = f"; {a.from_run} was trained on {','.join(known)} already" if known else ""
+        new = [code for code in sorted(languages) if code not in old_languages]
+        other = (f"or set adapt.language to the folder's new language ({', '.join(new)})" if new else
+                 "(the folder holds no language the run does not know)")
         raise UserError(f"adapt.language={a.language}: {folder} (adapt.split) has no caption in it: 0 of its "
                         f"{sum(languages.values())} captions (by language: {counts or 'none'}{note}); caption its "
-                        f"images in {a.language}, or set adapt.language to the folder's new language (a code as the "
-                        f"split writes it, e.g. {min(languages) if languages else 'el'})")
+                        f"images in {a.language}{', ' if new else ' '}{other}")
     return count
 
 
