@@ -1296,3 +1296,31 @@ def test_word_prints_chance_and_warns_of_few_candidates_and_repeated_pairs(world
                for l in warnings_), warnings_
     details = record(tmp_path / "out", "word")["details"]
     assert details["nn/none"]["pairs"]["en-de"]["all"]["n_pairs"] == 4
+
+
+def test_translate_notes_a_k_above_the_corpus_and_cut_queries_and_translate_word_odd_queries(tiny_run, tiny_world,
+                                                                                             tmp_path, capsys):
+    """A --k above the corpus, a query longer than data.max_length tokens (cut), a translate-word query of several
+    words or no token of its own: each went through in silence; now one note line each, and the command runs."""
+    from globetrotter.config import load_train_config
+
+    limit = load_train_config(tiny_run / "config.yaml").data.max_length
+    from data_prep.shards import read_captions
+
+    n_ru = len({m["caption"] for m in read_captions(tiny_world / "test") if m["lang"] == "ru"})  # distinct sentences
+    out = str(tmp_path / "out")
+    long_query = " ".join(["red"] * (2 * limit))
+    assert run(["translate", "--model", str(tiny_run), "red square", long_query, "--to", "ru", "--corpus",
+                str(tiny_world / "test"), "--k", str(n_ru + 5), "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert f"note: --k {n_ru + 5}: the corpus has {n_ru} ru sentences; each query lists all of them" in err, err
+    assert f"note: 1 of 2 queries cut to data.max_length={limit} tokens" in err, err
+    import globetrotter
+
+    vocab = globetrotter.load(tiny_run).tokenizer.get_vocab()
+    token = next(t[1:] for t in sorted(vocab) if t.startswith("Ġ") and len(t) > 3 and t[1:].isalpha())  # a whole word
+    assert run(["translate-word", "--model", str(tiny_run), token, "red square", "qzxqzx", "--from", "en", "--to",
+                "ru", "--k", "3", "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert "note: ['red square'] is several words" in err, err
+    assert "note: ['qzxqzx'] is not in the model's vocabulary" in err, err  # a token of its own gets no note

@@ -159,6 +159,9 @@ def translate_sentences(
     kind = "sentences" if chosen.head == "text" else f"sentences-{chosen.head}"
     found = _open(model, encoder, corpus, kind, to, {"corpus": corpus_sig, "head": chosen.head, "ivf_min": ivf_min},
                   texts, encode, index=index, out=out, rebuild=rebuild, ivf_min=ivf_min, nprobe=nprobe, log=log)
+    _note_long_queries(encoder, queries, log)
+    if k > len(found.texts):
+        log(f"note: --k {k}: the corpus has {len(found.texts)} {to} sentences; each query lists all of them")
     emb = encode_texts(encoder, queries, source, chosen.head, batch_size)
     if pool is None:
         return found.search(emb, k)
@@ -167,6 +170,36 @@ def translate_sentences(
     log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
     hits = found.search(emb, max(k, rerank))
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
+
+
+def _note_long_queries(encoder, queries: Sequence[str], log: Callable[[str], None]) -> None:
+    """One line saying how many ``queries`` are longer than the model's ``data.max_length`` tokens: the encoder
+    reads the first ones only, as in training (a model without a config or tokenizer: no note)."""
+    limit = getattr(getattr(getattr(encoder, "cfg", None), "data", None), "max_length", None)
+    tokenizer = getattr(encoder, "tokenizer", None)
+    if not isinstance(limit, int) or not hasattr(tokenizer, "encode_batch"):
+        return
+    cut = sum(len(e.ids) > limit for e in tokenizer.encode_batch(list(queries)))
+    if cut:
+        log(f"note: {cut} of {len(queries)} queries cut to data.max_length={limit} tokens (the model reads no "
+            "further, as in training)")
+
+
+def _note_odd_words(encoder, queries: Sequence[str], log: Callable[[str], None]) -> None:
+    """One line naming the queries of several words, and one naming those that are no token of the model's
+    vocabulary (neither ``word`` nor `` word`` is one token): each is embedded as the mean of its tokens' rows."""
+    several = [q for q in queries if len(q.split()) > 1]
+    if several:
+        log(f"note: {several} {'is' if len(several) == 1 else 'are'} several words; translate-word embeds each as "
+            "the mean of its tokens (`eval.py translate` translates sentences)")
+    tokenizer = getattr(encoder, "tokenizer", None)
+    if not hasattr(tokenizer, "encode"):
+        return
+    absent = [q for q in queries if len(q.split()) == 1 and all(
+        len(tokenizer.encode(text, add_special_tokens=False).ids) != 1 for text in (q.strip(), " " + q.strip()))]
+    if absent:
+        log(f"note: {absent} {'is' if len(absent) == 1 else 'are'} not in the model's vocabulary (no token of its "
+            "own); embedded as the mean of its pieces")
 
 
 def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
@@ -318,6 +351,7 @@ def translate_words(
     found = _open(model, encoder, corpus, f"words-{embeddings}", to, signature, lambda: vocabulary(encoder, to, counts),
                   lambda words: normalize_rows(embed(words, to, keys=True)[1]), index=index, out=out, rebuild=rebuild,
                   ivf_min=ivf_min, nprobe=nprobe, log=log)
+    _note_odd_words(encoder, queries, log)
     kept, q_emb = embed(queries, source)
     if len(kept) < len(queries):
         raise UserError(f"translate-word: no token embedding for {sorted(set(queries) - set(kept))}")
