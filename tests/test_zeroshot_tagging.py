@@ -302,3 +302,16 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg"), str(photos / "cut.jpg")]
     assert main(argv + ["--images", str(photos / "broken.jpg")]) == 2  # nothing readable: one line, exit 2
     assert "no readable image among the 1 given" in capsys.readouterr().err
+
+
+def test_a_positional_npy_text_encoder_gives_rows_in_the_order_asked(tmp_path):
+    """npy: without a .texts.json sidecar maps row i to text i; the texts were sorted and deduplicated first, so
+    ['b', 'a', 'c'] got rows (1, 0, 2) and repeated captions a row-count error."""
+    from globetrotter.zeroshot.data import embed_cached
+
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    np.save(tmp_path / "emb.npy", rows)
+    got = embed_cached(f"npy:{tmp_path / 'emb.npy'}", ["b", "a", "c"], tmp_path / "cache", progress=False)
+    np.testing.assert_array_equal(got, rows)
+    again = embed_cached(f"npy:{tmp_path / 'emb.npy'}", ["a", "a", "b"], None, progress=False)
+    np.testing.assert_array_equal(again, rows)
