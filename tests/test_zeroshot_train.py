@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -71,6 +72,25 @@ def test_paper_config_is_the_papers_and_errors_are_one_line():
         load_config(ZeroShotConfig, overrides=["loss.margin_scale=0"])
     with pytest.raises(UserError, match="loss.name"):
         load_config(ZeroShotConfig, overrides=["loss.name=hinge"])
+
+
+@pytest.mark.parametrize("override, said", [
+    ("optim.lr=nan", "optim.lr must be > 0 and finite, got nan"),
+    ("optim.lr=inf", "optim.lr must be > 0 and finite, got inf"),
+    ("optim.weight_decay=-1", "optim.weight_decay must be >= 0 and finite, got -1"),
+    ("optim.weight_decay=nan", "optim.weight_decay must be >= 0 and finite, got nan"),
+    ("loss.rho=nan", "loss.rho must be > 0 and finite, got nan"),
+    ("loss.alpha1=nan", "loss.alpha1 must be >= 0 and finite, got nan"),
+    ("loss.alpha2=inf", "loss.alpha2 must be >= 0 and finite, got inf"),
+    ("loss.margin=nan", "loss.margin must be >= 0 and finite, or null, got nan"),
+    ("loss.margin_scale=inf", "loss.margin_scale must be > 0 and finite, got inf"),
+    ("adapter.output_scale=inf", "adapter.output_scale must be > 0 and finite, or null, got inf"),
+])
+def test_non_finite_and_negative_config_values_are_refused_up_front(override, said):
+    """NaN passed `rho <= 0`, `lr <= 0`... (every comparison with NaN is False) and weight_decay was never checked:
+    they failed late (NaN losses, a torch traceback for weight_decay=-1); one line before any work now."""
+    with pytest.raises(UserError, match=r"^<defaults> \+ overrides: " + re.escape(said)):
+        load_config(ZeroShotConfig, overrides=[override])
 
 
 def test_residual_adapter_blocks_are_pre_norm_skips_of_one_width():
