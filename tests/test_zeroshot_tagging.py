@@ -190,6 +190,13 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert main(["tag", "--adapter", str(tmp_path / "narrow"), "--images", str(tmp_path), "--vocab",
                  f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
     assert "adapter outputs 32-d features but image model efficientnet_lite0 gives 1280-d" in capsys.readouterr().err
+    # an adapter trained on other text embeddings (12-d, not random:16's 16-d): one line, as retrieval says it (it was
+    # a "mat1 and mat2 shapes cannot be multiplied" traceback)
+    save_adapter(TextToImageAdapter(12, 1280, [8], [0.0, 0.0]), cfg, tmp_path / "other-text")
+    assert main(["tag", "--adapter", str(tmp_path / "other-text"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
+    assert ("the adapter maps 12-d text embeddings to 1280-d image features, but the encoders give 16-d text"
+            in capsys.readouterr().err)
     # --source-tags above the classifier's 1,000 classes: all of them, said; cs, which mUSE lacks, named as retrieval
     # and tag-eval name it (a text encoder standing in for "use", whose languages are known)
     from globetrotter.zeroshot.cli import tag as tag_cli

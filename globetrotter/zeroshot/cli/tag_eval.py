@@ -13,6 +13,7 @@ from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks, load_split_features
+from ..retrieval import check_adapter_dims
 from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
@@ -45,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
                                 progress=progress, online=args.online)
     split = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
                                 online=args.online)
-    if adapter.image_dim != split.image_features.shape[1]:
-        raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but {args.test} has "
-                        f"{split.image_features.shape[1]}-d image features")
+    check_adapter_dims(adapter, split.text_features.shape[1], split.image_features.shape[1],
+                       f"{args.test} vs {args.adapter}")  # the text width too, as retrieval checks it
     codes = args.langs or sorted(set(split.langs.tolist()))
     source = load_split(args.vocab_from, codes)
     shared = set(source.image_keys) & set(split.image_keys)
