@@ -243,13 +243,13 @@ def test_load_adapter_missing_is_a_user_error(tmp_path):
         load_adapter(tmp_path)
 
 
-def _write_split(root, split, images, captions):
-    """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)]."""
+def _write_split(root, split, images, captions, prefix="img"):
+    """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)], image ids prefix + row."""
     from data_prep.shards import ShardWriter
 
     with ShardWriter(root / split, split=split, source="test", image_format="npy") as writer:
         for i, (caption, lang, row) in enumerate(captions):
-            writer.write(f"s{i}", images[row], caption, lang, image_id=f"img{row}", group=f"img{row}")
+            writer.write(f"s{i}", images[row], caption, lang, image_id=f"{prefix}{row}", group=f"{prefix}{row}")
 
 
 def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
@@ -390,7 +390,7 @@ def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, ca
 
     images = np.eye(6, dtype=np.float32)
     _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
-    _write_split(tmp_path, "val2", images, [(f"caption {r}", "en", r) for r in range(2)])
+    _write_split(tmp_path, "val2", images, [(f"caption {r}", "en", r) for r in range(2)], prefix="val")
     common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6", "optim.epochs=1",
               "adapter.hidden_dims=[8]"]
     trained = []
@@ -408,6 +408,29 @@ def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, ca
     assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val2"), "--val-k", "1",
                  "--out", str(out), *common]) == 0
     assert trained and len(json.loads((out / "meta.json").read_text())["history"]["val"]) == 1
+
+
+def test_a_val_split_that_is_or_overlaps_the_train_split_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """--val of the --train split itself (or of some of its images) was accepted: the epoch was chosen on training
+    images. Refused in one line, as tag-eval refuses a --vocab-from that shows its --test images."""
+    from globetrotter.zeroshot import train as zs_train
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(8, dtype=np.float32)
+    _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
+    _write_split(tmp_path, "val", images, [(f"caption {r}", "en", r) for r in range(4, 8)])  # img4, img5 are train's
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6", "optim.epochs=1",
+              "adapter.hidden_dims=[8]", "--val-k", "1"]
+    monkeypatch.setattr(zs_train, "train_adapter", lambda *a, **kw: pytest.fail("trained"))
+    for val, said in ((tmp_path / "train", f"--val {tmp_path / 'train'}: is the --train split"),
+                      (tmp_path / ".." / tmp_path.name / "train", "is the --train split"),
+                      (tmp_path / "val", f"--val {tmp_path / 'val'}: its captions show 2 of the --train "
+                                         f"{tmp_path / 'train'} images the adapter trains on (e.g. 'img4')")):
+        out = tmp_path / "zs"
+        assert main(["train", "--train", str(tmp_path / "train"), "--val", str(val), "--out", str(out), *common]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+        assert not out.exists()
 
 
 def test_a_refused_train_run_leaves_no_out_folder(tmp_path, capsys):

@@ -12,7 +12,7 @@ from globetrotter.errors import UserError
 from ..config import ZeroShotConfig
 from ..data import image_extractor, load_split_features
 from ..train import CONFIG, META, WEIGHTS, save_adapter, train_on_split, train_rows, validation_recall
-from .common import check_out_dir, formatter, make_out_dir
+from .common import check_no_shared_images, check_out_dir, formatter, make_out_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
     if held and not args.overwrite:  # checked before training: the adapter there was replaced in silence
         raise UserError(f"{args.out}: already holds an adapter ({held[0]}); pass --overwrite to replace it")
+    if args.val and Path(args.val).resolve() == Path(args.train).resolve():  # the epoch would be chosen on train data
+        raise UserError(f"--val {args.val}: is the --train split; give a split of other images, or drop --val")
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -39,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         if (vt, vi) != (tt, ti):
             raise UserError(f"--val {args.val}: {vt}-d text and {vi}-d image features, but the train split's are "
                             f"{tt}-d and {ti}-d (stored features of another encoder?)")
+        check_no_shared_images(f"--val {args.val}", val.image_keys, train.image_keys,
+                               f"--train {args.train} images the adapter trains on",
+                               "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
