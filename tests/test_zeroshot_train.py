@@ -93,6 +93,12 @@ def test_non_finite_and_negative_config_values_are_refused_up_front(override, sa
         load_config(ZeroShotConfig, overrides=[override])
 
 
+def test_a_language_named_twice_in_train_langs_is_refused():
+    """train_langs=[en,en] was accepted (and printed en/en) while --langs en,en is refused."""
+    with pytest.raises(UserError, match=r"overrides: train_langs names en more than once, got \['en', 'en', 'de'\]$"):
+        load_config(ZeroShotConfig, overrides=["train_langs=[en,en,de]"])
+
+
 def test_residual_adapter_blocks_are_pre_norm_skips_of_one_width():
     from globetrotter.zeroshot.adapter import ResidualBlock
 
