@@ -93,6 +93,14 @@ def test_non_finite_and_negative_config_values_are_refused_up_front(override, sa
         load_config(ZeroShotConfig, overrides=[override])
 
 
+def test_train_names_a_train_language_the_text_encoder_lacks(tmp_path, capsys):
+    """train_langs=[en,cs] with mUSE (no cs) ran with no note; retrieval and tag name cs."""
+    from globetrotter.zeroshot.cli import main
+
+    assert main(["train", "--train", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "train_langs=[en,cs]"]) == 2
+    assert "note: the text encoder 'use' was not trained on cs\n" in capsys.readouterr().out
+
+
 def test_a_language_named_twice_in_train_langs_is_refused():
     """train_langs=[en,en] was accepted (and printed en/en) while --langs en,en is refused."""
     with pytest.raises(UserError, match=r"overrides: train_langs names en more than once, got \['en', 'en', 'de'\]$"):

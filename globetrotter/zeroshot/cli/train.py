@@ -10,7 +10,7 @@ from globetrotter.config_io import load_config
 from globetrotter.errors import UserError
 
 from ..config import ZeroShotConfig
-from ..data import image_extractor, load_split_features
+from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..train import CONFIG, META, WEIGHTS, save_adapter, train_on_split, train_rows, validation_recall
 from .common import check_no_shared_images, check_out_dir, formatter, make_out_dir
 
@@ -23,6 +23,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.out}: already holds an adapter ({held[0]}); pass --overwrite to replace it")
     if args.val and Path(args.val).resolve() == Path(args.train).resolve():  # the epoch would be chosen on train data
         raise UserError(f"--val {args.val}: is the --train split; give a split of other images, or drop --val")
+    lacks = languages_the_encoder_lacks(config.text_encoder, config.train_langs)
+    if lacks:  # as retrieval, tag and tag-eval say it
+        print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
