@@ -322,3 +322,17 @@ def test_a_positional_npy_text_encoder_gives_rows_in_the_order_asked(tmp_path):
     np.testing.assert_array_equal(got, rows)
     again = embed_cached(f"npy:{tmp_path / 'emb.npy'}", ["a", "a", "b"], None, progress=False)
     np.testing.assert_array_equal(again, rows)
+
+
+def test_tags_differing_only_in_case_are_one_tag_with_one_warning(tmp_path):
+    """'Hund' and 'hund' were two entries of one tag, so an image could be given the same tag twice."""
+    path = tmp_path / "de.txt"
+    path.write_text("Hund\nKatze\nhund\nHUND\nkatze\nBaum\n", encoding="utf-8")
+    with pytest.warns(BackRetrievalWarning) as said:
+        assert read_tag_vocabulary(path) == ["Hund", "Katze", "Baum"]
+    (message,) = [str(w.message) for w in said]
+    assert message.startswith(f"{path}: 3 tag(s) differ from an earlier one only in case (e.g. 'hund' after 'Hund')")
+    path.write_text("Hund\nKatze\nHund\n", encoding="utf-8")  # an exact repeat is kept once, as before, unsaid
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_tag_vocabulary(path) == ["Hund", "Katze"]
