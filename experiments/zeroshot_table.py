@@ -32,7 +32,7 @@ from globetrotter.argtypes import output_file, output_folder, torch_device  # no
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.zeroshot.cli.common import langs  # noqa: E402
+from globetrotter.zeroshot.cli.common import check_no_shared_images, langs  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
                                         load_split_features)
@@ -106,6 +106,8 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
         return splits
     from data_prep.shards import read_manifest
 
+    if Path(args.val).resolve() == Path(args.train).resolve():  # each row's epoch would be chosen on training data
+        raise UserError(f"--val {args.val}: is the --train split; give a split of other images")
     for flag, split_langs in (("--test", args.langs), ("--val", config.train_langs), ("--train", config.train_langs)):
         split = getattr(args, flag[2:])  # its manifest only, before any feature is extracted
         missing = [lang for lang in split_langs if lang not in read_manifest(split)["languages"]]
@@ -113,12 +115,15 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
             raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
                             + (" (--langs)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
-    return {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
-                                         args.cache_dir),
-            "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
-                                       every_image=True),
-            "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
-                                        every_image=True)}
+    splits = {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
+                                           args.cache_dir),
+              "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
+                                         every_image=True),
+              "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
+                                          every_image=True)}
+    check_no_shared_images(f"--val {args.val}", splits["val"].image_keys, splits["train"].image_keys,
+                           f"--train {args.train} images the adapters train on", "give a split of other images")
+    return splits
 
 
 def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argparse.Namespace) -> dict:

@@ -149,3 +149,25 @@ def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extrac
                    "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
     assert "--test" in err and "xx" in err and err.count("\n") == 1
+
+
+def test_a_val_that_is_the_train_split_is_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
+    """--val of the --train split was accepted: each row's epoch was chosen on its training images."""
+    from data_prep.shards import ShardWriter
+
+    z = _driver()
+    for name in ("train", "test"):
+        with ShardWriter(tmp_path / name, split=name, source="unit", image_format="npy") as w:
+            for i in range(3):
+                w.write(f"{name}{i}", np.ones(4, np.float32), f"caption {i}", "en", f"{name}-img{i}", f"g{i}")
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("features extracted before --val was checked")
+
+    monkeypatch.setattr(z, "image_extractor", no_features)
+    monkeypatch.setattr(z, "load_split_features", no_features)
+    assert z.main(["--train", str(tmp_path / "train"), "--val", str(tmp_path / "train"), "--test", str(tmp_path / "test"),
+                   "--langs", "en", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
+                   "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert f"--val {tmp_path / 'train'}: is the --train split" in err and err.count("\n") == 1
