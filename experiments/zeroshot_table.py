@@ -9,14 +9,17 @@ on val; the row's val figure is that best score, its test figures (Recall@1/5/10
 the median rank, per language) are measured once. The default config is the row with the best mean val figure
 (``docs/zeroshot.md`` keeps the table). Frozen features come from the splits' caches; ``--save-bundle FILE``
 writes them to one ``.npz`` and ``--bundle FILE`` reads them back instead of the splits (to move the work to a GPU
-machine that has no copy of the data). Records already in ``--out`` are reused, so an interrupted table resumes.
+machine that has no copy of the data). Records already in ``--out`` are reused, so an interrupted table resumes;
+a record measured on other split contents (manifest checksums), bundle, languages or row config is refused.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +32,7 @@ from globetrotter.argtypes import output_file, output_folder, torch_device  # no
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.zeroshot.cli.common import langs  # noqa: E402
+from globetrotter.zeroshot.cli.common import check_no_shared_images, langs  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
                                         load_split_features)
@@ -103,6 +106,8 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
         return splits
     from data_prep.shards import read_manifest
 
+    if Path(args.val).resolve() == Path(args.train).resolve():  # each row's epoch would be chosen on training data
+        raise UserError(f"--val {args.val}: is the --train split; give a split of other images")
     for flag, split_langs in (("--test", args.langs), ("--val", config.train_langs), ("--train", config.train_langs)):
         split = getattr(args, flag[2:])  # its manifest only, before any feature is extracted
         missing = [lang for lang in split_langs if lang not in read_manifest(split)["languages"]]
@@ -110,12 +115,15 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
             raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
                             + (" (--langs)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
-    return {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
-                                         args.cache_dir),
-            "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
-                                       every_image=True),
-            "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
-                                        every_image=True)}
+    splits = {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
+                                           args.cache_dir),
+              "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
+                                         every_image=True),
+              "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
+                                          every_image=True)}
+    check_no_shared_images(f"--val {args.val}", splits["val"].image_keys, splits["train"].image_keys,
+                           f"--train {args.train} images the adapters train on", "give a split of other images")
+    return splits
 
 
 def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argparse.Namespace) -> dict:
@@ -135,11 +143,34 @@ def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argpa
 
 
 def measured_on(args: argparse.Namespace) -> dict:
-    """What a row's figures depend on besides its config and seed: the splits (or the bundle) and the languages."""
+    """What a row's figures depend on besides its config and seed: the splits (each with its manifest's content
+    checksum, so a split rewritten in place is told apart) or the bundle (with its file's sha256), and the languages."""
+    from data_prep.shards import read_manifest
+
     if args.bundle:
-        return {"bundle": str(Path(args.bundle).resolve()), "langs": list(args.langs)}
-    return {**{name: str(Path(getattr(args, name)).resolve()) for name in ("train", "val", "test")},
+        digest = hashlib.sha256(Path(args.bundle).read_bytes()).hexdigest()
+        return {"bundle": {"path": str(Path(args.bundle).resolve()), "sha256": digest}, "langs": list(args.langs)}
+    return {**{name: {"path": str(Path(getattr(args, name)).resolve()),
+                      "checksum": read_manifest(getattr(args, name)).get("checksum")}
+               for name in ("train", "val", "test")},
             "langs": list(args.langs)}
+
+
+def row_config_sha256(label: str, seed: int) -> str:
+    """The sha256 of the row's resolved config (its file and overrides as loaded now, with the seed): a record
+    written under other values is not this row's."""
+    path, overrides = ROWS[label]
+    config = load_config(ZeroShotConfig, path, [*overrides, f"optim.seed={seed}"])
+    return hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def stale_inputs(recorded: dict | None, current: dict) -> str | None:
+    """None when a record's ``inputs`` are ``current``; else which differ, e.g. ``train (recorded {...}, now {...})``."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    keys = [k for k in dict.fromkeys([*current, *recorded]) if recorded.get(k) != current.get(k)]
+    if not keys:
+        return None
+    return "; ".join(f"{k} (recorded {recorded.get(k)}, now {current.get(k)})" for k in keys)
 
 
 def table(records: list[dict], langs: list[str]) -> str:
@@ -214,16 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     for label in labels:
         for seed in args.seeds:
             path = out / f"{slug(label)}-s{seed}.json"
-            if path.is_file():  # reused only when measured on the same splits and languages
+            row_inputs = {**inputs, "config_sha256": row_config_sha256(label, seed)}
+            if path.is_file():  # reused only when measured on the same split contents, languages and row config
                 record = json.loads(path.read_text())
-                if record.get("inputs") != inputs:
-                    print(f"error: {path} was measured on {record.get('inputs')}, not {inputs}: delete it or use "
-                          f"another --out", file=sys.stderr)
+                stale = stale_inputs(record.get("inputs"), row_inputs)
+                if stale:
+                    print(f"error: {path} was measured on other inputs: {stale}; delete it or use another --out",
+                          file=sys.stderr)
                     return 2
                 records.append(record)
                 continue
             start = time.perf_counter()
-            record = {**measure(label, seed, splits, args), "inputs": inputs}
+            record = {**measure(label, seed, splits, args), "inputs": row_inputs}
             path.write_text(json.dumps(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "

@@ -62,6 +62,52 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 2
 
 
+def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, capsys):
+    """Records were keyed on the resolved paths and languages only: a bundle (or split) rewritten in place, or a row
+    whose overrides changed, reused the old figures in silence; refused now, naming what changed."""
+    z = _driver()
+    rng = np.random.default_rng(0)
+    mix = rng.normal(size=(8, 16)).astype(np.float32)
+    splits = {"train": _split(rng, mix, 30, ["en"]), "val": _split(rng, mix, 12, ["en"]),
+              "test": _split(rng, mix, 12, ["en"], caps=1)}
+    z.save_bundle(tmp_path / "b.npz", splits)
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
+    run = ["--bundle", str(tmp_path / "b.npz"), "--langs", "en", "--seeds", "0", "--device", "cpu",
+           "--out", str(tmp_path / "out")]
+    assert z.main(run) == 0 and z.main(run) == 0  # the same inputs: reused
+    capsys.readouterr()
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=2", "optim.batch_size=16"])}
+    assert z.main(run) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tiny-s0.json was measured on other inputs: config_sha256 (recorded" in err
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
+    splits["test"] = _split(rng, mix, 12, ["en"], caps=1)  # other features, the same file name
+    z.save_bundle(tmp_path / "b.npz", splits)
+    assert z.main(run) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other inputs: bundle (recorded" in err and "config_sha256" not in err
+
+
+def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):
+    from data_prep.shards import ShardWriter
+
+    z = _driver()
+
+    def write(name, caption):
+        with ShardWriter(tmp_path / name, split=name, source="unit", image_format="npy") as w:
+            for i in range(3):
+                w.write(f"{name}{i}", np.ones(4, np.float32), f"{caption} {i}", "en", f"img{i}", f"g{i}")
+
+    for name in ("train", "val", "test"):
+        write(name, "caption")
+    args = argparse.Namespace(bundle=None, langs=["en"], **{n: str(tmp_path / n) for n in ("train", "val", "test")})
+    before = z.measured_on(args)
+    write("train", "another caption")  # rewritten in place: the same path
+    after = z.measured_on(args)
+    assert before["train"]["path"] == after["train"]["path"] and before["train"]["checksum"] != after["train"]["checksum"]
+    assert z.stale_inputs(before, after).startswith("train (recorded {") and before["val"] == after["val"]
+
+
 def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
     """--seeds a said "invalid <lambda> value"."""
     z = _driver()
@@ -103,3 +149,25 @@ def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extrac
                    "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
     assert "--test" in err and "xx" in err and err.count("\n") == 1
+
+
+def test_a_val_that_is_the_train_split_is_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
+    """--val of the --train split was accepted: each row's epoch was chosen on its training images."""
+    from data_prep.shards import ShardWriter
+
+    z = _driver()
+    for name in ("train", "test"):
+        with ShardWriter(tmp_path / name, split=name, source="unit", image_format="npy") as w:
+            for i in range(3):
+                w.write(f"{name}{i}", np.ones(4, np.float32), f"caption {i}", "en", f"{name}-img{i}", f"g{i}")
+
+    def no_features(*_args, **_kwargs):
+        raise AssertionError("features extracted before --val was checked")
+
+    monkeypatch.setattr(z, "image_extractor", no_features)
+    monkeypatch.setattr(z, "load_split_features", no_features)
+    assert z.main(["--train", str(tmp_path / "train"), "--val", str(tmp_path / "train"), "--test", str(tmp_path / "test"),
+                   "--langs", "en", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
+                   "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert f"--val {tmp_path / 'train'}: is the --train split" in err and err.count("\n") == 1

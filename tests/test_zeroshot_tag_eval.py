@@ -119,6 +119,13 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     same = [*common[:4], "--vocab-from", str(tmp_path / "test"), *common[6:]]
     assert main(["tag-eval", *same]) == 2
     assert "its captions show 4 of the" in capsys.readouterr().err
+    # an adapter trained on other text embeddings (12-d, not random:16's 16-d): one line, as retrieval says it (it was
+    # a "mat1 and mat2 shapes cannot be multiplied" traceback)
+    save_adapter(TextToImageAdapter(12, 1280, [8], [0.0], form="residual"), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "other-text")
+    assert main(["tag-eval", "--adapter", str(tmp_path / "other-text"), *common[2:]]) == 2
+    assert ("the adapter maps 12-d text embeddings to 1280-d image features, but the encoders give 16-d text"
+            in capsys.readouterr().err)
 
     # a text encoder that puts each caption at its image's features (any other text: a seeded random point) and an
     # identity adapter: the captions tagger finds each test image's own train captions, so it tags every image with

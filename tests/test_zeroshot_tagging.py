@@ -190,6 +190,13 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert main(["tag", "--adapter", str(tmp_path / "narrow"), "--images", str(tmp_path), "--vocab",
                  f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
     assert "adapter outputs 32-d features but image model efficientnet_lite0 gives 1280-d" in capsys.readouterr().err
+    # an adapter trained on other text embeddings (12-d, not random:16's 16-d): one line, as retrieval says it (it was
+    # a "mat1 and mat2 shapes cannot be multiplied" traceback)
+    save_adapter(TextToImageAdapter(12, 1280, [8], [0.0, 0.0]), cfg, tmp_path / "other-text")
+    assert main(["tag", "--adapter", str(tmp_path / "other-text"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
+    assert ("the adapter maps 12-d text embeddings to 1280-d image features, but the encoders give 16-d text"
+            in capsys.readouterr().err)
     # --source-tags above the classifier's 1,000 classes: all of them, said; cs, which mUSE lacks, named as retrieval
     # and tag-eval name it (a text encoder standing in for "use", whose languages are known)
     from globetrotter.zeroshot.cli import tag as tag_cli
@@ -302,3 +309,30 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg"), str(photos / "cut.jpg")]
     assert main(argv + ["--images", str(photos / "broken.jpg")]) == 2  # nothing readable: one line, exit 2
     assert "no readable image among the 1 given" in capsys.readouterr().err
+
+
+def test_a_positional_npy_text_encoder_gives_rows_in_the_order_asked(tmp_path):
+    """npy: without a .texts.json sidecar maps row i to text i; the texts were sorted and deduplicated first, so
+    ['b', 'a', 'c'] got rows (1, 0, 2) and repeated captions a row-count error."""
+    from globetrotter.zeroshot.data import embed_cached
+
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    np.save(tmp_path / "emb.npy", rows)
+    got = embed_cached(f"npy:{tmp_path / 'emb.npy'}", ["b", "a", "c"], tmp_path / "cache", progress=False)
+    np.testing.assert_array_equal(got, rows)
+    again = embed_cached(f"npy:{tmp_path / 'emb.npy'}", ["a", "a", "b"], None, progress=False)
+    np.testing.assert_array_equal(again, rows)
+
+
+def test_tags_differing_only_in_case_are_one_tag_with_one_warning(tmp_path):
+    """'Hund' and 'hund' were two entries of one tag, so an image could be given the same tag twice."""
+    path = tmp_path / "de.txt"
+    path.write_text("Hund\nKatze\nhund\nHUND\nkatze\nBaum\n", encoding="utf-8")
+    with pytest.warns(BackRetrievalWarning) as said:
+        assert read_tag_vocabulary(path) == ["Hund", "Katze", "Baum"]
+    (message,) = [str(w.message) for w in said]
+    assert message.startswith(f"{path}: 3 tag(s) differ from an earlier one only in case (e.g. 'hund' after 'Hund')")
+    path.write_text("Hund\nKatze\nHund\n", encoding="utf-8")  # an exact repeat is kept once, as before, unsaid
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_tag_vocabulary(path) == ["Hund", "Katze"]

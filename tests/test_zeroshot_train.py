@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -71,6 +72,39 @@ def test_paper_config_is_the_papers_and_errors_are_one_line():
         load_config(ZeroShotConfig, overrides=["loss.margin_scale=0"])
     with pytest.raises(UserError, match="loss.name"):
         load_config(ZeroShotConfig, overrides=["loss.name=hinge"])
+
+
+@pytest.mark.parametrize("override, said", [
+    ("optim.lr=nan", "optim.lr must be > 0 and finite, got nan"),
+    ("optim.lr=inf", "optim.lr must be > 0 and finite, got inf"),
+    ("optim.weight_decay=-1", "optim.weight_decay must be >= 0 and finite, got -1"),
+    ("optim.weight_decay=nan", "optim.weight_decay must be >= 0 and finite, got nan"),
+    ("loss.rho=nan", "loss.rho must be > 0 and finite, got nan"),
+    ("loss.alpha1=nan", "loss.alpha1 must be >= 0 and finite, got nan"),
+    ("loss.alpha2=inf", "loss.alpha2 must be >= 0 and finite, got inf"),
+    ("loss.margin=nan", "loss.margin must be >= 0 and finite, or null, got nan"),
+    ("loss.margin_scale=inf", "loss.margin_scale must be > 0 and finite, got inf"),
+    ("adapter.output_scale=inf", "adapter.output_scale must be > 0 and finite, or null, got inf"),
+])
+def test_non_finite_and_negative_config_values_are_refused_up_front(override, said):
+    """NaN passed `rho <= 0`, `lr <= 0`... (every comparison with NaN is False) and weight_decay was never checked:
+    they failed late (NaN losses, a torch traceback for weight_decay=-1); one line before any work now."""
+    with pytest.raises(UserError, match=r"^<defaults> \+ overrides: " + re.escape(said)):
+        load_config(ZeroShotConfig, overrides=[override])
+
+
+def test_train_names_a_train_language_the_text_encoder_lacks(tmp_path, capsys):
+    """train_langs=[en,cs] with mUSE (no cs) ran with no note; retrieval and tag name cs."""
+    from globetrotter.zeroshot.cli import main
+
+    assert main(["train", "--train", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "train_langs=[en,cs]"]) == 2
+    assert "note: the text encoder 'use' was not trained on cs\n" in capsys.readouterr().out
+
+
+def test_a_language_named_twice_in_train_langs_is_refused():
+    """train_langs=[en,en] was accepted (and printed en/en) while --langs en,en is refused."""
+    with pytest.raises(UserError, match=r"overrides: train_langs names en more than once, got \['en', 'en', 'de'\]$"):
+        load_config(ZeroShotConfig, overrides=["train_langs=[en,en,de]"])
 
 
 def test_residual_adapter_blocks_are_pre_norm_skips_of_one_width():
@@ -223,13 +257,13 @@ def test_load_adapter_missing_is_a_user_error(tmp_path):
         load_adapter(tmp_path)
 
 
-def _write_split(root, split, images, captions):
-    """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)]."""
+def _write_split(root, split, images, captions, prefix="img"):
+    """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)], image ids prefix + row."""
     from data_prep.shards import ShardWriter
 
     with ShardWriter(root / split, split=split, source="test", image_format="npy") as writer:
         for i, (caption, lang, row) in enumerate(captions):
-            writer.write(f"s{i}", images[row], caption, lang, image_id=f"img{row}", group=f"img{row}")
+            writer.write(f"s{i}", images[row], caption, lang, image_id=f"{prefix}{row}", group=f"{prefix}{row}")
 
 
 def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
@@ -370,7 +404,7 @@ def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, ca
 
     images = np.eye(6, dtype=np.float32)
     _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
-    _write_split(tmp_path, "val2", images, [(f"caption {r}", "en", r) for r in range(2)])
+    _write_split(tmp_path, "val2", images, [(f"caption {r}", "en", r) for r in range(2)], prefix="val")
     common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6", "optim.epochs=1",
               "adapter.hidden_dims=[8]"]
     trained = []
@@ -388,6 +422,29 @@ def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, ca
     assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val2"), "--val-k", "1",
                  "--out", str(out), *common]) == 0
     assert trained and len(json.loads((out / "meta.json").read_text())["history"]["val"]) == 1
+
+
+def test_a_val_split_that_is_or_overlaps_the_train_split_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    """--val of the --train split itself (or of some of its images) was accepted: the epoch was chosen on training
+    images. Refused in one line, as tag-eval refuses a --vocab-from that shows its --test images."""
+    from globetrotter.zeroshot import train as zs_train
+    from globetrotter.zeroshot.cli import main
+
+    images = np.eye(8, dtype=np.float32)
+    _write_split(tmp_path, "train", images, [(f"caption {r}", "en", r) for r in range(6)])
+    _write_split(tmp_path, "val", images, [(f"caption {r}", "en", r) for r in range(4, 8)])  # img4, img5 are train's
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6", "optim.epochs=1",
+              "adapter.hidden_dims=[8]", "--val-k", "1"]
+    monkeypatch.setattr(zs_train, "train_adapter", lambda *a, **kw: pytest.fail("trained"))
+    for val, said in ((tmp_path / "train", f"--val {tmp_path / 'train'}: is the --train split"),
+                      (tmp_path / ".." / tmp_path.name / "train", "is the --train split"),
+                      (tmp_path / "val", f"--val {tmp_path / 'val'}: its captions show 2 of the --train "
+                                         f"{tmp_path / 'train'} images the adapter trains on (e.g. 'img4')")):
+        out = tmp_path / "zs"
+        assert main(["train", "--train", str(tmp_path / "train"), "--val", str(val), "--out", str(out), *common]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+        assert not out.exists()
 
 
 def test_a_refused_train_run_leaves_no_out_folder(tmp_path, capsys):

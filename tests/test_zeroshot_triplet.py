@@ -222,6 +222,15 @@ def test_triplet_command_needs_two_evaluation_languages(tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # --out is created once the inputs passed, not before: nothing left behind
 
 
+def test_triplet_command_names_a_language_the_text_encoder_lacks(tmp_path, capsys):
+    """Documents in cs, which mUSE was not trained on, ran with no note; retrieval and tag name it."""
+    path = write_documents([Document("cs", "a", "b"), Document("en", "c", "d"), Document("cs", "e", "f", "x.npy")],
+                           tmp_path / "d.jsonl")
+    assert main(["triplet", "--docs", str(path), "--text-encoder", "use", "--out", str(tmp_path / "o")]) == 2
+    out = capsys.readouterr().out
+    assert out.count("note: the text encoder 'use' was not trained on cs\n") == 1, out
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -6,6 +6,7 @@ e.g. ``loss.name=patr optim.epochs=10``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,8 +45,8 @@ class AdapterConfig:
             raise ValueError(f"adapter.dropout rates must be in [0, 1), got {self.dropout}")
         if any(w <= 0 for w in self.hidden_dims):
             raise ValueError(f"adapter.hidden_dims must be positive, got {self.hidden_dims}")
-        if self.output_scale is not None and not self.output_scale > 0:
-            raise ValueError(f"adapter.output_scale must be > 0 or null, got {self.output_scale}")
+        if self.output_scale is not None and not 0 < self.output_scale < math.inf:
+            raise ValueError(f"adapter.output_scale must be > 0 and finite, or null, got {self.output_scale}")
 
 
 @dataclass
@@ -68,14 +69,16 @@ class LossConfig:
     margin_scale: float = 8.0
 
     def validate(self) -> None:
-        if self.rho <= 0:
-            raise ValueError(f"loss.rho must be > 0, got {self.rho}")
-        if self.alpha1 < 0 or self.alpha2 < 0:
-            raise ValueError("loss.alpha1 and loss.alpha2 must be >= 0")
-        if self.margin is not None and self.margin < 0:
-            raise ValueError(f"loss.margin must be >= 0 or null, got {self.margin}")
-        if not self.margin_scale > 0:
-            raise ValueError(f"loss.margin_scale must be > 0, got {self.margin_scale}")
+        # written as `not 0 < x < inf` so that NaN (every comparison False) is refused too
+        if not 0 < self.rho < math.inf:
+            raise ValueError(f"loss.rho must be > 0 and finite, got {self.rho}")
+        for key, value in (("loss.alpha1", self.alpha1), ("loss.alpha2", self.alpha2)):
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{key} must be >= 0 and finite, got {value}")
+        if self.margin is not None and not 0 <= self.margin < math.inf:
+            raise ValueError(f"loss.margin must be >= 0 and finite, or null, got {self.margin}")
+        if not 0 < self.margin_scale < math.inf:
+            raise ValueError(f"loss.margin_scale must be > 0 and finite, got {self.margin_scale}")
 
 
 @dataclass
@@ -95,8 +98,10 @@ class OptimConfig:
             raise ValueError(f"optim.batch_size must be >= 2 (negatives come from the batch), got {self.batch_size}")
         if self.epochs < 1:
             raise ValueError(f"optim.epochs must be >= 1, got {self.epochs}")
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:  # NaN fails every comparison, so it is refused here too
+            raise ValueError(f"optim.lr must be > 0 and finite, got {self.lr}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"optim.weight_decay must be >= 0 and finite, got {self.weight_decay}")
         if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
             raise ValueError("optim.beta1 and optim.beta2 must be in [0, 1)")
 
@@ -118,5 +123,8 @@ class ZeroShotConfig:
     def validate(self) -> None:
         if not self.train_langs:
             raise ValueError("train_langs must name at least one language")
+        repeated = sorted({lang for lang in self.train_langs if self.train_langs.count(lang) > 1})
+        if repeated:  # as --langs refuses them: each caption would be counted once whatever the repeats
+            raise ValueError(f"train_langs names {', '.join(repeated)} more than once, got {self.train_langs}")
         if self.max_captions_per_image is not None and self.max_captions_per_image < 1:
             raise ValueError(f"max_captions_per_image must be >= 1 or null, got {self.max_captions_per_image}")

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from backretrieval.data import image_features, load_split
-from backretrieval.embedders import TextEmbedder, embed_texts, load_embedder
+from backretrieval.embedders import TextEmbedder, embed_texts, is_positional, load_embedder
 from backretrieval.files import read_cache_entry
 from backretrieval.images import ImageFeatureExtractor
 
@@ -106,6 +106,8 @@ def embed_cached(
 ) -> np.ndarray:
     """Embed ``texts`` (each distinct text once), reading/writing ``cache_dir/text/<hash>.npy``.
 
+    A positional embedder (``npy:`` without a ``.texts.json`` sidecar) gets ``texts`` as given: row i is text i.
+
     ``text_encoder`` is a spec string (loaded only on a cache miss, downloading only when ``online``) or an
     embedder object.
     The key hashes the spec (with the modification time of a file or folder it names) or the
@@ -123,8 +125,11 @@ def embed_cached(
     embedder = text_encoder
     if isinstance(text_encoder, str):
         embedder = load_embedder(text_encoder, online=online, progress=progress)
-    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-    emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
+    if is_positional(embedder):  # rows are the texts asked for, in order (npy: without a sidecar): no sort/dedupe
+        emb = embed_texts(embedder, texts)
+    else:
+        distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+        emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}.npy")

@@ -22,12 +22,14 @@ captions nearest to it.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from backretrieval.errors import BackRetrievalWarning
 
 from globetrotter.errors import UserError
 
@@ -109,7 +111,8 @@ def read_tag_vocabulary(path: str | Path) -> list[str]:
     """Read a target-language tag vocabulary: UTF-8 text, one tag per line.
 
     Blank lines and lines starting with ``#`` are skipped; surrounding spaces are stripped;
-    a repeated tag is kept once. A missing, unreadable or empty file is a one-line
+    a repeated tag is kept once, and so is a tag repeated in another case (its first spelling, with one warning
+    naming the file and how many were dropped). A missing, unreadable or empty file is a one-line
     :class:`UserError` naming the file (and the line for non-UTF-8 text or a tag holding a tab).
     """
     path = Path(path)
@@ -128,7 +131,18 @@ def read_tag_vocabulary(path: str | Path) -> list[str]:
                 tags.setdefault(line, None)
     if not tags:
         raise UserError(f"{path}: tag vocabulary is empty (expected one tag per line)")
-    return list(tags)
+    first: dict[str, str] = {}  # casefolded tag -> its first spelling: "Hund" and "hund" would be one tag twice
+    dropped = []
+    for tag in tags:
+        if tag.casefold() in first:
+            dropped.append((tag, first[tag.casefold()]))
+        else:
+            first[tag.casefold()] = tag
+    if dropped:
+        tag, kept = dropped[0]
+        warnings.warn(f"{path}: {len(dropped)} tag(s) differ from an earlier one only in case (e.g. {tag!r} after "
+                      f"{kept!r}); kept the first spelling of each", BackRetrievalWarning, stacklevel=2)
+    return list(first.values())
 
 
 @lru_cache(maxsize=1)

@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from backretrieval.errors import BackRetrievalError
@@ -29,6 +30,15 @@ def ks(value: str) -> list[int]:
     if not values or any(k < 1 for k in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
     return values
+
+
+def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence[str], other: str, remedy: str) -> None:
+    """One-line :class:`UserError` when the split named by ``where`` (e.g. ``--val DIR``) shows an image of the other
+    split (``other``, e.g. ``"--train DIR images the adapter trains on"``), by image id; ``remedy`` ends it."""
+    shared = set(keys) & set(other_keys)
+    if shared:
+        raise UserError(f"{where}: its captions show {len(shared)} of the {other} (e.g. {sorted(shared)[0]!r}); "
+                        f"{remedy}")
 
 
 def langs(value: str) -> list[str]:

@@ -10,6 +10,7 @@ from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError
 
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
+from ..retrieval import check_adapter_dims
 from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier, readable_images,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
@@ -69,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
+        emb = embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online)
+        check_adapter_dims(adapter, emb.shape[1], feats.shape[1], f"{args.adapter}")  # as retrieval checks it
+        return torch.from_numpy(emb)
 
     tagged = tag_image_features(adapter, feats, head, embed_texts, vocabularies, source_tags, args.w1, args.w2)
     images = []

@@ -13,11 +13,12 @@ from globetrotter.argtypes import positive_int
 from globetrotter.errors import UserError
 
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks, load_split_features
+from ..retrieval import check_adapter_dims
 from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
 from ..train import load_adapter
-from .common import check_json, formatter, langs, write_json
+from .common import check_json, check_no_shared_images, formatter, langs, write_json
 
 TAG_EVAL_HELP = """\
 Measure multilingual image tagging (XTD10 3.3.2) on a split's held-out captions. The true tags
@@ -45,15 +46,13 @@ def run(args: argparse.Namespace) -> int:
                                 progress=progress, online=args.online)
     split = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
                                 online=args.online)
-    if adapter.image_dim != split.image_features.shape[1]:
-        raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but {args.test} has "
-                        f"{split.image_features.shape[1]}-d image features")
+    check_adapter_dims(adapter, split.text_features.shape[1], split.image_features.shape[1],
+                       f"{args.test} vs {args.adapter}")  # the text width too, as retrieval checks it
     codes = args.langs or sorted(set(split.langs.tolist()))
     source = load_split(args.vocab_from, codes)
-    shared = set(source.image_keys) & set(split.image_keys)
-    if shared:  # the captions tagger would vote with the captions that define the truth
-        raise UserError(f"--vocab-from {args.vocab_from}: its captions show {len(shared)} of the {args.test} images "
-                        f"tagging is measured on (e.g. {sorted(shared)[0]!r}); give the train split")
+    # the captions tagger would vote with the captions that define the truth
+    check_no_shared_images(f"--vocab-from {args.vocab_from}", source.image_keys, split.image_keys,
+                           f"{args.test} images tagging is measured on", "give the train split")
     captions = {lang: [t for t, code in zip(source.texts, source.langs) if code == lang] for lang in codes}
     vocabularies = {lang: frequent_words(captions[lang], lang, args.vocab_size) for lang in codes}
     for lang in codes:

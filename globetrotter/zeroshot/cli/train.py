@@ -10,9 +10,9 @@ from globetrotter.config_io import load_config
 from globetrotter.errors import UserError
 
 from ..config import ZeroShotConfig
-from ..data import image_extractor, load_split_features
+from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..train import CONFIG, META, WEIGHTS, save_adapter, train_on_split, train_rows, validation_recall
-from .common import check_out_dir, formatter, make_out_dir
+from .common import check_no_shared_images, check_out_dir, formatter, make_out_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +21,11 @@ def run(args: argparse.Namespace) -> int:
     held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
     if held and not args.overwrite:  # checked before training: the adapter there was replaced in silence
         raise UserError(f"{args.out}: already holds an adapter ({held[0]}); pass --overwrite to replace it")
+    if args.val and Path(args.val).resolve() == Path(args.train).resolve():  # the epoch would be chosen on train data
+        raise UserError(f"--val {args.val}: is the --train split; give a split of other images, or drop --val")
+    lacks = languages_the_encoder_lacks(config.text_encoder, config.train_langs)
+    if lacks:  # as retrieval, tag and tag-eval say it
+        print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -39,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         if (vt, vi) != (tt, ti):
             raise UserError(f"--val {args.val}: {vt}-d text and {vi}-d image features, but the train split's are "
                             f"{tt}-d and {ti}-d (stored features of another encoder?)")
+        check_no_shared_images(f"--val {args.val}", val.image_keys, train.image_keys,
+                               f"--train {args.train} images the adapter trains on",
+                               "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)

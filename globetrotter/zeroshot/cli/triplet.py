@@ -11,7 +11,7 @@ from globetrotter.errors import UserError
 
 from ..case_study import (case_study_configs, check_annotations, drop_small_pairs, languages_with_enough_images,
                           npy_image_features, pair_summary, precomputed_images, run_case_study, split_documents)
-from ..data import embed_cached, image_extractor
+from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..triplet import read_documents
 from .common import check_out_dir, formatter, ks, make_out_dir, write_json
 
@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--docs: {one}; expected each documents file once")
         seen[key] = path
     docs = [d for path in args.docs for d in read_documents(path)]
+    lacks = languages_the_encoder_lacks(args.text_encoder, sorted({d.lang for d in docs}))
+    if lacks:  # as retrieval, tag and tag-eval say it
+        print(f"note: the text encoder {args.text_encoder!r} was not trained on {', '.join(lacks)}")
     train_docs, eval_docs = split_documents(docs, args.docs)
     eval_docs, small = languages_with_enough_images(eval_docs, k, args.docs)
     for lang, n in small.items():
