@@ -20,6 +20,40 @@ try:
 except ImportError:  # Windows: no flock
     fcntl = None
 
+_LOCK_FDS: set[int] = set()
+"""Descriptors of the locks this process holds, which a forked child gives up (:func:`keep_lock_from_children`)."""
+
+
+def _drop_locks_in_child() -> None:
+    # an flock belongs to the open file, which fork shares: a child (a data loader worker, a pool process) outliving
+    # a killed parent would hold the lock on. Its copy is pointed at /dev/null (dup2 closes it; the number stays
+    # valid, so a later close of it in the child touches nothing of the parent's).
+    if not _LOCK_FDS:
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd in _LOCK_FDS:
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
+    _LOCK_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
+@contextmanager
+def keep_lock_from_children(fd: int) -> Iterator[None]:
+    """While the block runs, a child forked by this process gives up its copy of the locked descriptor ``fd``, so the
+    lock ends with this process alone (a SIGKILLed run's data workers do not keep its folder locked)."""
+    _LOCK_FDS.add(fd)
+    try:
+        yield
+    finally:
+        _LOCK_FDS.discard(fd)
+
 
 def lock_path(out_dir: str | Path) -> Path:
     """The lock file of ``out_dir``: ``.<name>.lock`` beside it (its real path's, so that two spellings of one
@@ -39,7 +73,11 @@ def lock_out_folder(out_dir: str | Path, flag: str = "--out") -> Iterator[None]:
     made = [p for p in lock.parents if not p.exists()]  # deepest first
     fd = None if fcntl is None else _acquire(lock, made, f"{flag} {out_dir}")
     try:
-        yield
+        if fd is None:
+            yield
+        else:
+            with keep_lock_from_children(fd):
+                yield
     finally:
         if fd is not None:
             lock.unlink(missing_ok=True)  # while still held: a process that opened this file then opens the next

@@ -106,8 +106,7 @@ def test_overrides_may_follow_the_options(monkeypatch):
         raise UserError("stop here")
 
     monkeypatch.setattr(adapt, "load_adapt_config", stop)
-    assert cli.run_cli(cli._main, ["adapt.from=r", "--config", "c.yaml", "optim.lr=1e-3", "--resume", "latest",
-                                   "seed=7"]) == 2
+    assert cli.run_cli(cli._main, ["adapt.from=r", "--config", "c.yaml", "optim.lr=1e-3", "seed=7"]) == 2
     assert seen == {"config": "c.yaml", "overrides": ["adapt.from=r", "optim.lr=1e-3", "seed=7"]}
 
 

@@ -7,15 +7,17 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-try:
-    import fcntl
-except ImportError:  # no flock on this platform (Windows): runs are not locked
-    fcntl = None
+from data_prep.out_folder import keep_lock_from_children
 
 from ..config_io import from_dict, read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
 from ..errors import UserError
 from . import checkpoint as ckpt
+
+try:
+    import fcntl
+except ImportError:  # no flock on this platform (Windows): runs are not locked
+    fcntl = None
 
 # keys that say how a run is carried out, not what it learns: a resume may change them
 RUN_KEYS = frozenset({"steps", "threads", "compile", "log_every", "checkpoint_every", "keep_checkpoints",
@@ -52,7 +54,8 @@ def hold_run_folder(run_dir: Path, main: bool) -> Iterator[None]:
             pass
         finished = False
         try:
-            yield
+            with keep_lock_from_children(handle.fileno()):  # data workers: a kill -9 frees the folder at once
+                yield
             finished = True
         finally:
             if not finished:

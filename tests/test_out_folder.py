@@ -1,0 +1,39 @@
+"""The output-folder lock (``data_prep.out_folder``) ends with the process that holds it, not with its forked children."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from data_prep.out_folder import lock_out_folder
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork and flock are POSIX")
+
+
+def test_a_killed_holders_forked_child_does_not_keep_the_folder_locked(tmp_path):
+    """A data worker or pool process forked while the lock was held shared the locked file: when the holder was
+    SIGKILLed its surviving workers kept the folder locked, and the next command (a resume) was refused as 'another
+    command is writing there'."""
+    out = tmp_path / "out"
+    read, write = os.pipe()
+    holder = os.fork()
+    if holder == 0:  # takes the lock, forks a worker that lives on, reports the worker's pid, waits to be killed
+        with lock_out_folder(out):
+            worker = os.fork()
+            if worker == 0:
+                signal.pause()
+                os._exit(0)
+            os.write(write, f"{worker}\n".encode())
+            signal.pause()
+        os._exit(0)
+    os.close(write)
+    worker = int(os.read(read, 64).decode())
+    os.close(read)
+    try:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
+        with lock_out_folder(out):  # the worker still runs
+            pass
+    finally:
+        os.kill(worker, signal.SIGKILL)
