@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import UserError
 
@@ -63,15 +63,17 @@ def lock_path(out_dir: str | Path) -> Path:
 
 
 @contextmanager
-def lock_out_folder(out_dir: str | Path, flag: str = "--out") -> Iterator[None]:
+def lock_out_folder(out_dir: str | Path, flag: str = "--out",
+                    wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the exclusive lock of ``out_dir`` while the block runs; a one-line :class:`UserError` naming ``flag``
-    and the folder when another process (or another open of the lock in this one) holds it. The lock file is
-    removed on release, and the folders made for it are removed again when they are left empty. Where the lock file
-    cannot be made (a read-only parent, a path under a file) the block runs unlocked, and the command meets the
-    problem where it writes."""
+    and the folder when another process (or another open of the lock in this one) holds it, or, with ``wait``, a
+    line passed to ``wait`` and a wait until the holder lets go. The lock file is removed on release, and the
+    folders made for it are removed again when they are left empty. Where the lock file cannot be made (a read-only
+    parent, a path under a file) the block runs unlocked, and the command meets the problem where it writes."""
     lock = lock_path(out_dir)
     made = [p for p in lock.parents if not p.exists()]  # deepest first
-    fd = None if fcntl is None else _acquire(lock, made, f"{flag} {out_dir}")
+    what = f"{flag} {out_dir}" if flag else str(out_dir)
+    fd = None if fcntl is None else _acquire(lock, made, what, wait)
     try:
         if fd is None:
             yield
@@ -85,9 +87,10 @@ def lock_out_folder(out_dir: str | Path, flag: str = "--out") -> Iterator[None]:
         _remove_empty(made)
 
 
-def _acquire(lock: Path, made: list[Path], what: str) -> int | None:
-    """The open descriptor of ``lock``, exclusively locked; None where no lock can be taken there. A one-line
-    :class:`UserError` starting with ``what`` when another holds it."""
+def _acquire(lock: Path, made: list[Path], what: str, wait: Callable[[str], None] | None) -> int | None:
+    """The open descriptor of ``lock``, exclusively locked; None where no lock can be taken there. When another
+    holds it: a one-line :class:`UserError` starting with ``what``, or with ``wait`` a line to it and a wait."""
+    said = False
     while True:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +98,15 @@ def _acquire(lock: Path, made: list[Path], what: str) -> int | None:
         except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if wait is None:
+                    raise
+                if not said:  # once, however many holders come and go
+                    wait(f"{what}: another command is writing there now (it holds {lock}); waiting for it to finish")
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except BlockingIOError:
             os.close(fd)
             _remove_empty(made)

@@ -266,3 +266,82 @@ def test_concat_help_is_true_about_caches_of_other_splits(world, tmp_path, capsy
     text = " ".join(capsys.readouterr().out.split())
     assert "a cache of another split or" not in text  # the old, untrue claim
     assert "same ids is not told apart" in text and "rewritten" in text
+
+
+class _SecondWriter(torch.nn.Module):
+    """A backbone that, at its second batch, runs ``second()`` (another writer of the same cache) once."""
+
+    def __init__(self, second):
+        super().__init__()
+        self.inner, self.second, self.calls, self.result = small_backbone(), second, 0, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 2:
+            try:
+                self.second()
+                self.result = "finished"
+            except UserError as err:
+                self.result = str(err)
+        return self.inner(x)
+
+
+def test_a_second_cache_writer_is_refused_while_the_first_writes_and_the_first_completes(world, tmp_path):
+    """Each writer cleared a `.tmp` folder it found as an interrupted write's leftover: a second build (or import)
+    into the folder deleted the first's work in progress, and the first then failed with a traceback."""
+    split, out, spec = world / "train", tmp_path / "features", spec_from_config(config())
+    ids = split_image_ids(split)
+    emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
+    seconds = {
+        "build": lambda: build_feature_cache(split, spec, out, small_backbone(), workers=0, progress=False),
+        "import": lambda: import_embeddings(split, emb, out, "x", ids=id_file, force=True, progress=False),
+    }
+    reference = build_feature_cache(split, spec, tmp_path / "reference", small_backbone(), batch_images=8, workers=0,
+                                    progress=False)
+    for kind, second in seconds.items():
+        first = _SecondWriter(second)
+        build_feature_cache(split, spec, out, first, batch_images=8, workers=0, progress=False)
+        label = "--out " if kind == "import" else ""
+        assert first.result is not None and first.result.startswith(f"{label}{out}: another command is writing there"), \
+            (kind, first.result)
+        assert "\n" not in first.result
+        cache, ref = load_feature_cache(out, spec, split), load_feature_cache(tmp_path / "reference", spec, split)
+        assert cache.row_of == ref.row_of and np.array_equal(cache.features, ref.features), kind
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["features", "reference", "src", "world"], kind
+    assert reference["images"] == len(ids)
+
+
+def test_a_run_waits_for_another_writer_of_its_cache_and_reads_what_it_wrote(world, tmp_path, weights, monkeypatch):
+    """Runs started together (seeds 0, 1, 2 on a fresh machine) each built the missing cache: the second deleted the
+    first's write in progress. Now a run waits while another command holds the cache's lock, then reads its cache."""
+    import subprocess
+    import sys
+    import time
+
+    from data_prep.out_folder import lock_path
+
+    out = tmp_path / "features"
+    cfg = config(f"data.root={world}", f"data.features={out}", "model.freeze_image_backbone=true",
+                 f"model.image_pretrained={weights}")
+    built = tmp_path / "built"
+    build_feature_cache(world / "train", spec_from_config(cfg), built, small_backbone(), workers=0, progress=False)
+    holder = ("import shutil, sys, time\nfrom data_prep.out_folder import lock_out_folder\n"
+              f"with lock_out_folder({str(out)!r}):\n    print('holding', flush=True)\n    time.sleep(1.5)\n"
+              f"    shutil.copytree({str(built)!r}, {str(out)!r})\n")
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        monkeypatch.setattr("globetrotter.models.image.create_image_backbone",
+                            lambda *a, **k: pytest.fail("built the cache another command was writing"))
+        lines: list[str] = []
+        start = time.perf_counter()
+        cache = ensure_feature_cache(cfg, "train", lines.append)
+        assert time.perf_counter() - start > 0.5
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    assert len(lines) == 1 and lines[0].startswith(f"data.features {out}: another command is writing there now") \
+        and "waiting" in lines[0], lines
+    assert np.array_equal(cache.features, load_feature_cache(built).features)
+    assert not lock_path(out).exists()

@@ -53,6 +53,7 @@ import os
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -61,6 +62,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from data_prep.out_folder import lock_out_folder
 from data_prep.shards import decode_sample_image, iter_raw, read_manifest, shard_paths
 
 from ..config import IMPORTED_BACKBONE
@@ -290,20 +292,37 @@ def finish_cache_write(tmp: Path, out_dir: str | Path, label: str = "") -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
+@contextmanager
+def cache_write(out_dir: str | Path, label: str = "") -> Iterator[Path]:
+    """Write a cache to ``out_dir`` as one writer at a time: hold its lock (:func:`data_prep.out_folder.lock_out_folder`:
+    a second writer is refused in one line naming ``label`` and the folder, instead of deleting this one's ``.tmp``
+    folder as a leftover), yield the empty ``.tmp`` folder (:func:`start_cache_write`), swap it in when the block ends
+    (:func:`finish_cache_write`), remove it when the block raises."""
+    with lock_out_folder(out_dir, label):
+        tmp = start_cache_write(out_dir, label)
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finish_cache_write(tmp, out_dir, label)
+
+
 def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | Path, backbone: torch.nn.Module,
                         batch_images: int = 16, workers: int = 1, device: str = "cpu",
-                        progress: bool = True, max_images: int | None = None) -> dict:
+                        progress: bool = True, max_images: int | None = None, label: str = "") -> dict:
     """Run the frozen ``backbone`` once over every image of a split and write the cache to ``out_dir``.
 
     ``backbone`` maps [B, 3, S, S] to pooled features [B, dim] (timm, ``num_classes=0``). The
     folder is written under a temporary name and renamed into place. Returns the cache's
     ``cache.json`` content (with ``images_per_s`` of the build). ``max_images`` caps the images
-    (benchmarks; such a cache lacks the rest of the split).
+    (benchmarks; such a cache lacks the rest of the split). ``label`` names where ``out_dir`` was given in errors
+    (``--out``, ``data.features``); a second writer of ``out_dir`` is refused (:func:`cache_write`).
     """
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
     require_pictures(split_dir, manifest, "a feature cache's backbone")
-    check_cache_folder(out_dir)  # before any work: a folder that is no cache is never replaced
+    check_cache_folder(out_dir, label)  # before any work: a folder that is no cache is never replaced
     ids, blobs, exts, places = [], [], [], []
     for image_id, ext, data, shard, key in unique_samples(split_dir):
         if max_images is not None and len(ids) >= max_images:
@@ -316,8 +335,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_images, num_workers=workers,
                                          prefetch_factor=4 if workers else None)
     backbone = backbone.eval().to(device).to(memory_format=torch.channels_last)
-    tmp = start_cache_write(out_dir)
-    try:
+    with cache_write(out_dir, label) as tmp:
         feats = None
         row = 0
         start = time.perf_counter()
@@ -344,10 +362,6 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
                   "build_seconds": elapsed, "device": str(device)}
         (tmp / IMAGE_IDS).write_text(json.dumps(ids))
         (tmp / SPEC).write_text(json.dumps(record, indent=2))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finish_cache_write(tmp, out_dir)
     return record
 
 
@@ -489,7 +503,7 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
 def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], None] = print,
                          device: str | torch.device = "cpu") -> FeatureCache:
     """The run's cache for ``split``: built (on the main process, the backbone on ``device``: the training's) when
-    absent, checked against the config."""
+    absent, checked against the config. While another command writes it, this one waits and then reads it."""
     path = cache_dir_for(cfg, split)
     if path is None:
         raise UserError("data.features is not set: this run reads pixels")
@@ -498,6 +512,9 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
         raise UserError(f"{path}: no imported embeddings here (data.features); write them first: globetrotter-data "
                         f"features import {Path(cfg.data.root) / split} --embeddings FILE --name {spec.weights} --out {path} "
                         f"(or join several encoders' caches: features concat ... --name {spec.weights})")
+    if not (path / SPEC).is_file():
+        with lock_out_folder(path, "data.features", wait=log):
+            pass  # another run building this cache (seeds started together): wait for it, then read what it wrote
     if not (path / SPEC).is_file():
         check_cache_folder(path, "data.features")  # a folder that is no cache (a dataset root) is never replaced
         from ..models.image import create_image_backbone
@@ -511,7 +528,7 @@ def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], No
         backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained, **cfg.model.image_backbone_args)
         with using_threads(choice.threads):
             record = build_feature_cache(Path(cfg.data.root) / split, spec, path, backbone, workers=cfg.data.workers,
-                                         device=str(device))
+                                         device=str(device), label="data.features")
         log(f"feature cache: {record['images']} images in {record['build_seconds']:.0f} s "
             f"({record['images_per_s']:.1f} images/s)")
     return load_feature_cache(path, spec, Path(cfg.data.root) / split)

@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from data_prep.out_folder import lock_out_folder
 from data_prep.shards import read_manifest
 
 from ..argtypes import non_negative_int, positive_float, positive_int, torch_device
@@ -69,7 +70,8 @@ def _build(args: argparse.Namespace) -> int:
                 raise UserError(f"{out}: {len(missing)} of the {len(ids)} image(s) of {split} are missing from this "
                                 f"feature cache (first: {missing[0]!r}; it was built from {built}): give features "
                                 f"build {split} an --out of its own, e.g. {split / 'features'}")
-        stale = clear_stale_write(out)
+        with lock_out_folder(out, "--out"):  # a .tmp folder of a running write is not a leftover
+            stale = clear_stale_write(out)
         if stale is not None:
             print(f"removed {stale}, left by an interrupted cache write")
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")

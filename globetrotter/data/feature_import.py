@@ -22,7 +22,6 @@ must be absent, empty or a feature cache
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -37,8 +36,8 @@ from data_prep.shards import iter_metas, read_manifest
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
 from ..tokenizer import file_sha256
-from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, check_cache_folder, finish_cache_write,
-                            imported_spec, same_folder, start_cache_write)
+from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, cache_write, check_cache_folder, imported_spec,
+                            same_folder)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -320,8 +319,7 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
     _check_out(out_dir, name, source.dim, force, digest, split_dir)
     position = np.full(len(source.ids), -1, dtype=np.int64)  # source row -> row of the cache (-1: not in the split)
     position[rows] = np.arange(len(rows))
-    tmp = start_cache_write(out_dir, "--out")
-    try:
+    with cache_write(out_dir, "--out") as tmp:
         feats = np.lib.format.open_memmap(tmp / FEATURES, mode="w+", dtype=np.float16, shape=(len(wanted), 1, source.dim))
         first = 0
         with tqdm(total=len(source.ids), desc=f"import {path.name}", unit="row", disable=not progress,
@@ -356,8 +354,4 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
         if extra_files is not None:
             extra_files(tmp)
         (tmp / SPEC).write_text(json.dumps(record, indent=2))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finish_cache_write(tmp, out_dir, "--out")
     return record

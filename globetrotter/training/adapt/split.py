@@ -197,7 +197,7 @@ def ensure_features(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
         f"backbone; no augmented views) ...")
     backbone = create_image_backbone(cfg.model.image_backbone, cfg.model.image_pretrained,
                                      **cfg.model.image_backbone_args)
-    record = build_feature_cache(folder, spec, path, backbone, workers=cfg.data.workers)
+    record = build_feature_cache(folder, spec, path, backbone, workers=cfg.data.workers, label="adapt.split")
     log(f"adapt: {record['images']} images in {record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)")
 
 
