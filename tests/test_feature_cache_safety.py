@@ -316,7 +316,6 @@ def test_a_run_waits_for_another_writer_of_its_cache_and_reads_what_it_wrote(wor
     first's write in progress. Now a run waits while another command holds the cache's lock, then reads its cache."""
     import subprocess
     import sys
-    import time
 
     from data_prep.out_folder import lock_path
 
@@ -325,20 +324,25 @@ def test_a_run_waits_for_another_writer_of_its_cache_and_reads_what_it_wrote(wor
                  f"model.image_pretrained={weights}")
     built = tmp_path / "built"
     build_feature_cache(world / "train", spec_from_config(cfg), built, small_backbone(), workers=0, progress=False)
-    holder = ("import shutil, sys, time\nfrom data_prep.out_folder import lock_out_folder\n"
-              f"with lock_out_folder({str(out)!r}):\n    print('holding', flush=True)\n    time.sleep(1.5)\n"
+    holder = ("import shutil, sys\nfrom data_prep.out_folder import lock_out_folder\n"
+              f"with lock_out_folder({str(out)!r}):\n    print('holding', flush=True)\n    sys.stdin.readline()\n"
               f"    shutil.copytree({str(built)!r}, {str(out)!r})\n")
-    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[1])
+    lines: list[str] = []
+
+    def waiting(line: str) -> None:  # the run says it waits: now the holder writes its cache and lets go
+        lines.append(line)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
     try:
         assert proc.stdout.readline().strip() == "holding"
         monkeypatch.setattr("globetrotter.models.image.create_image_backbone",
                             lambda *a, **k: pytest.fail("built the cache another command was writing"))
-        lines: list[str] = []
-        start = time.perf_counter()
-        cache = ensure_feature_cache(cfg, "train", lines.append)
-        assert time.perf_counter() - start > 0.5
+        cache = ensure_feature_cache(cfg, "train", waiting)
     finally:
+        proc.stdin.close()
         proc.wait(timeout=30)
     assert proc.returncode == 0
     assert len(lines) == 1 and lines[0].startswith(f"data.features {out}: another command is writing there now") \
