@@ -6,9 +6,24 @@ import signal
 
 import pytest
 
+from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork and flock are POSIX")
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a dead process not yet reaped, a zombie, counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:  # no /proc: os.kill is all there is
+        return True
+    return state not in ("Z", "X")
 
 
 def test_a_killed_holders_forked_child_does_not_keep_the_folder_locked(tmp_path):
@@ -31,9 +46,21 @@ def test_a_killed_holders_forked_child_does_not_keep_the_folder_locked(tmp_path)
     worker = int(os.read(read, 64).decode())
     os.close(read)
     try:
+        with pytest.raises(UserError, match="another command is writing"):  # the holder's lock is live
+            with lock_out_folder(out):
+                pass
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
-        with lock_out_folder(out):  # the worker still runs
+        assert _alive(worker)  # the worker outlives its holder, so it could have kept the lock
+        with lock_out_folder(out):
             pass
     finally:
-        os.kill(worker, signal.SIGKILL)
+        for pid in (holder, worker):  # the holder too where an assert stopped the test before its kill
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(holder, 0)
+        except ChildProcessError:  # reaped above
+            pass
