@@ -142,8 +142,9 @@ def test_ctrl_c_says_which_checkpoint_a_resume_continues_from(tiny_world, tmp_pa
 
     config = tmp_path / "tiny.yaml"
     save_config(tiny_cfg(tiny_world, tmp_path / "runs", "steps=2", "checkpoint_every=2", "val.every=0"), config)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as first:
         main(["--config", str(config)])
+    assert first.value.code == 0, capsys.readouterr().err  # trained, and wrote the checkpoint at step 2
     capsys.readouterr()
 
     def interrupted(*_args, **_kwargs):
