@@ -310,6 +310,17 @@ def test_retrieval_refuses_a_k_of_zero_and_warns_when_k_is_not_below_the_gallery
         evaluate_retrieval(FakeEncoder(), world / "test", ks=[1, 10], max_images=5)
 
 
-def test_sentence_translation_takes_a_device_as_the_other_tasks_do(world):
-    result = evaluate_sentence_translation(FakeEncoder(), world / "test", n_groups=10, device="cpu")
+def test_sentence_translation_takes_a_device_as_the_other_tasks_do(world, monkeypatch):
+    """A model given by its spec is loaded on ``device`` (a loaded encoder keeps its own, so it cannot show this)."""
+    from globetrotter.evaluation import models as model_specs
+
+    asked: list[tuple[str, str]] = []
+
+    def load(spec, device="cpu"):  # records the device; the fake encoder runs anywhere
+        asked.append((spec, device))
+        return FakeEncoder()
+
+    monkeypatch.setattr(model_specs, "load_model", load)
+    result = evaluate_sentence_translation("some-run", world / "test", n_groups=10, device="cuda:3")
+    assert asked == [("some-run", "cuda:3")]
     assert result.details["n_groups"] == 10
