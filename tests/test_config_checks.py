@@ -2,6 +2,7 @@
 of training (``globetrotter.config_checks``)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ def lines(*overrides: str, config: str | None = None) -> list[str]:
 
 
 def test_every_key_a_rule_names_is_a_config_key():
+    assert RULES and all(keys for keys, _ in RULES)
     for keys, _ in RULES:
         for key in keys:
-            _field(TrainConfig(), key)  # KeyError for a misspelt key
+            value = _field(TrainConfig(), key)  # KeyError for a misspelt key
+            assert not dataclasses.is_dataclass(value), key  # a setting, not a group of them
+    for misspelt in ("data.image_sise", "no_such_group.steps", "adapt.from_run"):  # the check can fail
+        with pytest.raises(KeyError, match="no such config key"):
+            _field(TrainConfig(), misspelt)
 
 
 @pytest.mark.parametrize("config", [None, "configs/quickstart.yaml", "configs/flickr8k.yaml",
