@@ -228,9 +228,12 @@ def test_neighbour_batches_pair_each_anchor_with_a_visual_neighbour_in_another_l
     for r, i in enumerate(ids):
         feats[r, :, colours.index(colour_of_image[i])] += 3
     cache = FeatureCache(Path("planted"), feats, {i: r for r, i in enumerate(ids)}, small_spec(views=2))
-    stream = FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, batching="neighbours", neighbours_k=3)
+    batch = 16
+    stream = FeatureBatches(tiny_world / "train", cache, tokenizer, batch, 16, batching="neighbours", neighbours_k=3)
     index = stream.global_indices(4)
     anchors, mates = index[0::2], index[1::2]
+    assert len(index) == batch and len(anchors) == len(mates) == batch // 2  # the batch is anchor/mate pairs
+    assert len(stream.batch(4)["input_ids"]) == batch
     for a, m in zip(anchors, mates):
         assert metas[a]["lang"] != metas[m]["lang"]
         assert stream.image_of[m] in stream.neighbours[stream.image_of[a]]
