@@ -47,7 +47,8 @@ def test_the_tag_and_triplet_examples_make_the_files_they_read(tmp_path):
     assert [lang for lang, _ in tag.vocab] == ["de", "fr"]
     for _, path in tag.vocab:
         assert len(read_tag_vocabulary(work / path)) >= 5
-    assert all(Path(p).suffix == ".jpg" and p.startswith("../shared/data/flickr8k/images/") for p in tag.images)
+    assert tag.images and all(Path(p).suffix == ".jpg" and p.startswith("../shared/data/flickr8k/images/")
+                              for p in tag.images)
     triplet = commands["triplet"]
     docs = [d for path in triplet.docs for d in read_documents(work / path)]
     train, evaluate = split_documents(docs)
