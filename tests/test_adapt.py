@@ -183,8 +183,18 @@ def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_ol
     assert rows_after[g:].abs().sum() > 0, "the new language's n-grams trained"
 
 
-def test_adapting_from_pixels_runs_and_loads(world, tmp_path):
+def test_adapting_from_pixels_runs_and_loads(world, tmp_path, monkeypatch):
     from conftest import TINY
+    from globetrotter.training.adapt import adaptation, weights
+
+    started = {}
+
+    def load_start(cfg, model, start, log=print):  # the real one; the token rows as the adaptation starts them
+        rows = weights.load_start(cfg, model, start, log)
+        started["rows"], started["table"] = rows, model.text.token_embedding.weight.detach().clone()
+        return rows
+
+    monkeypatch.setattr(adaptation, "load_start", load_start)
 
     base_cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
                                         f"output_dir={tmp_path}", "run_name=pixels", *TINY, "steps=2",
@@ -193,7 +203,17 @@ def test_adapting_from_pixels_runs_and_loads(world, tmp_path):
     train(base_cfg)
     cfg, result = adapt(base_cfg.run_dir, tmp_path, "adapt.epochs=1", "adapt.old_captions=40", "adapt.old_batch=8")
     assert result["step"] == 6 and ckpt.read_state(ckpt.resolve(cfg.run_dir))["step"] == 6
-    assert globetrotter.load(cfg.run_dir).encode_text(["κόκκινο τετράγωνο"]).shape == (1, 16)
+    adapted = globetrotter.load(cfg.run_dir)
+    assert adapted.encode_text(["κόκκινο τετράγωνο"]).shape == (1, 16)
+    # the steps trained the new language's token rows (adapt.train=new-tokens), and only those
+    rows, start = started["rows"], started["table"]
+    table = adapted.model.text.token_embedding.weight.detach()
+    assert rows is not None and len(rows) > 0 and table.shape == start.shape
+    moved = (table[rows] != start[rows]).any(1)
+    assert moved.all(), f"{int((~moved).sum())} of {len(rows)} new-language rows kept their start"
+    others = torch.ones(len(start), dtype=torch.bool)
+    others[rows] = False
+    assert torch.equal(table[others], start[others])
 
 
 def test_the_config_is_the_starting_runs_with_the_file_and_overrides_over_it(base, tmp_path):
