@@ -116,3 +116,7 @@ def _say_where_to_resume(run_dir: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     raise SystemExit(run_cli(_main, argv))
+
+
+if __name__ == "__main__":  # python -m globetrotter.training.cli, accelerate launch -m globetrotter.training.cli
+    main()
