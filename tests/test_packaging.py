@@ -40,3 +40,60 @@ def test_each_console_scripts_module_runs_its_command_under_python_m(script, tmp
     refused = _python_m(module, "--no-such-option", cwd=tmp_path)
     assert refused.returncode == 2, (refused.stdout[-1000:], refused.stderr[-2000:])
     assert "usage:" in refused.stderr and script in refused.stderr, refused.stderr[-2000:]
+
+
+UNSHIPPED = ("data", "runs", "outputs", "eval_out", ".venv", ".git", "build", "dist")
+
+
+def _build(kind: str, tmp_path: Path) -> tuple[Path, str]:
+    """Build the ``kind`` (sdist or wheel) of a copy of the checkout (so that the build's egg-info lands in the copy,
+    not beside the packages), with a run's leftovers planted in it; the archive, and what the build printed."""
+    import shutil
+
+    src = tmp_path / "src"
+    bytecode = shutil.ignore_patterns("__pycache__", "*.egg-info")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:  # a run's folders at the top only (globetrotter/data is ours)
+        return set(bytecode(folder, names)) | (set(names) & set(UNSHIPPED) if Path(folder) == ROOT else set())
+
+    shutil.copytree(ROOT, src, ignore=ignore)
+    for leftover in ("data/synth/manifest.json", "runs/quickstart/config.yaml", "outputs/x.json", "eval_out/r.json",
+                     "tests/__pycache__/test_x.cpython-311.pyc", "globetrotter/__pycache__/shell.cpython-311.pyc"):
+        (src / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (src / leftover).write_text("{}\n")
+    out = tmp_path / "dist"
+    code = f"from setuptools import build_meta as b; print(b.build_{kind}({str(out)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out / done.stdout.strip().splitlines()[-1], done.stdout + done.stderr
+
+
+def test_the_sdist_is_the_full_source_release(tmp_path):
+    """The sdist held the packages, the README and tests/test_*.py only: no tests/conftest.py (so its tests could not
+    run), tests/scripts/, configs/ (train.py's default config), docs/, train.py, eval.py, bench/ or experiments/.
+    MANIFEST.in adds them, and no run's data, outputs or bytecode."""
+    import tarfile
+
+    sdist, _ = _build("sdist", tmp_path)
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    for shipped in ("train.py", "eval.py", "README.md", "pyproject.toml", "MANIFEST.in", "tests/conftest.py",
+                    "tests/scripts/global_loss.py", "tests/test_packaging.py", "configs/quickstart.yaml",
+                    "configs/zeroshot/xtd10.yaml", "docs/training.md", "docs/figures/image-vectors.png",
+                    "bench/bench_train.py", "experiments/sentence_protocol.py", "globetrotter/shell.py",
+                    "globetrotter/data/feature_cache.py",
+                    "data_prep/synth/lexicons/en.yaml", "backretrieval/cli/__main__.py"):
+        assert shipped in names, shipped
+    assert not [n for n in names if n.split("/")[0] in UNSHIPPED or "__pycache__" in n or n.endswith(".pyc")], names
+
+
+def test_the_wheel_holds_the_three_packages_only(tmp_path):
+    """configs, docs, tests, bench and experiments stay out of the wheel (they are no packages of its)."""
+    import zipfile
+
+    wheel, _ = _build("wheel", tmp_path)
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert "globetrotter/data/feature_cache.py" in names and "data_prep/synth/lexicons/en.yaml" in names
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"globetrotter", "backretrieval", "data_prep"}, tops
