@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +46,10 @@ def test_each_console_scripts_module_runs_its_command_under_python_m(script, tmp
 UNSHIPPED = ("data", "runs", "outputs", "eval_out", ".venv", ".git", "build", "dist")
 
 
-def _build(kind: str, tmp_path: Path) -> tuple[Path, str]:
+def _build(kind: str, tmp_path: Path, version: str | None = None) -> tuple[Path, str]:
     """Build the ``kind`` (sdist or wheel) of a copy of the checkout (so that the build's egg-info lands in the copy,
-    not beside the packages), with a run's leftovers planted in it; the archive, and what the build printed."""
+    not beside the packages), with a run's leftovers planted in it (and ``version`` as globetrotter.__version__);
+    the archive, and what the build printed."""
     import shutil
 
     src = tmp_path / "src"
@@ -61,10 +63,15 @@ def _build(kind: str, tmp_path: Path) -> tuple[Path, str]:
                      "tests/__pycache__/test_x.cpython-311.pyc", "globetrotter/__pycache__/shell.cpython-311.pyc"):
         (src / leftover).parent.mkdir(parents=True, exist_ok=True)
         (src / leftover).write_text("{}\n")
+    if version is not None:
+        init = src / "globetrotter" / "__init__.py"
+        init.write_text(re.sub(r'(?m)^__version__ = "[^"]*"', f'__version__ = "{version}"', init.read_text()))
     out = tmp_path / "dist"
-    code = f"from setuptools import build_meta as b; print(b.build_{kind}({str(out)!r}))"
+    code = (f"import sys; from setuptools import build_meta as b; name = b.build_{kind}({str(out)!r}); "
+            "print('imported:', sorted({'globetrotter', 'torch'} & set(sys.modules))); print(name)")
     done = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "imported: []" in done.stdout, done.stdout[-2000:]  # the version is read from the source, not imported
     return out / done.stdout.strip().splitlines()[-1], done.stdout + done.stderr
 
 
@@ -97,3 +104,21 @@ def test_the_wheel_holds_the_three_packages_only(tmp_path):
     tops = {name.split("/")[0] for name in names}
     assert "globetrotter/data/feature_cache.py" in names and "data_prep/synth/lexicons/en.yaml" in names
     assert {t for t in tops if not t.endswith(".dist-info")} == {"globetrotter", "backretrieval", "data_prep"}, tops
+
+
+def test_the_version_is_written_once_and_the_license_is_an_spdx_expression(tmp_path):
+    """The version was written twice (pyproject.toml and globetrotter/__init__.py), and `license = { text = "MIT" }`
+    made setuptools warn of its deprecation (by 2027-02). The build reads globetrotter.__version__ (without importing
+    globetrotter or torch), and the metadata has License-Expression: MIT with the LICENSE file, with no warning."""
+    import zipfile
+
+    wheel, printed = _build("wheel", tmp_path, version="9.8.7")
+    assert wheel.name == "globetrotter-9.8.7-py3-none-any.whl"
+    assert "SetuptoolsDeprecationWarning" not in printed and "project.license" not in printed, printed[-3000:]
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = whl.read("globetrotter-9.8.7.dist-info/METADATA").decode()
+        assert whl.read("globetrotter-9.8.7.dist-info/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    assert "\nVersion: 9.8.7\n" in metadata and "\nLicense-Expression: MIT\n" in metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
+    assert "Copyright (c) 2026 The globetrotter authors" in (ROOT / "LICENSE").read_text()
+    assert "version" not in PYPROJECT["project"] and "version" in PYPROJECT["project"]["dynamic"]
