@@ -1205,6 +1205,7 @@ def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a
     from globetrotter.training.report import print_summary
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # `python train.py`: the command runs eval.py
     val_without_en = tmp_path / "val"  # its manifest is all the summary reads
     val_without_en.mkdir()
     (val_without_en / "manifest.json").write_text(json.dumps({"languages": {"ru": 10}}), encoding="utf-8")
