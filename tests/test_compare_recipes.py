@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def test_the_mean_over_seeds_is_paired_query_by_query():
     assert paired_margin(old, old)["diff"] == 0.0
 
 
-def test_records_of_other_queries_or_without_scores_are_refused():
+def test_records_of_other_queries_or_without_scores_are_refused(monkeypatch):
     good = record([0.1, 0.2, 0.3])
     with pytest.raises(UserError, match=r"B \(record 2\): its val queries are not"):
         paired_margin([good], [good, record([0.1, 0.2, 0.3], queries="q2")])
@@ -52,7 +53,8 @@ def test_records_of_other_queries_or_without_scores_are_refused():
     del old["details"]["per_query"]
     with pytest.raises(UserError, match="holds no per-query scores"):
         paired_margin([good], [old])
-    with pytest.raises(UserError, match="not a record of `eval.py select`"):
+    monkeypatch.setattr(sys, "argv", ["experiments/compare_recipes.py"])  # not eval.py: named as the console script
+    with pytest.raises(UserError, match="not a record of `globetrotter-eval select`"):
         paired_margin([{"details": []}], [good])
 
 

@@ -6,6 +6,7 @@ import gzip
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -364,10 +365,11 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
 
 
 def test_a_choice_applies_only_to_the_model_languages_and_captions_it_was_made_for(tiny_run, tiny_world, tmp_path,
-                                                                                  capsys):
+                                                                                  capsys, monkeypatch):
     """``sentence --ranking`` refuses a record made for another model or other languages, and one whose reference
     captions are no longer those it was chosen with (a ranking that reads them: CSLS); the scored record names the
     choice it applied."""
+    monkeypatch.setattr(sys, "argv", ["eval.py"])  # messages name the command as it was started
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "csls", "--csls-k", "3"]) == 0
@@ -474,10 +476,14 @@ def test_select_breaks_ties_to_the_simpler_head_whatever_the_order_given():
         assert [r.label for r in candidates(heads, [0.0], [False])] == ["cosine", "cosine (cross head)"], heads
 
 
-def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tmp_path, capsys):
+def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "bin" / "globetrotter-eval")])  # the installed console script
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "cosine"]) == 0
+    # the next step names the console script (an install has no eval.py), not `python eval.py sentence`
+    applied = [line for line in capsys.readouterr().out.splitlines() if line.startswith("apply it to test: ")]
+    assert len(applied) == 1 and re.match(r"apply it to test: \S*globetrotter-eval sentence --model ", applied[0])
     good = json.loads((out / "select-run.json").read_text(encoding="utf-8"))
     bad_csls = json.loads(json.dumps(good))
     bad_csls["details"]["chosen"]["csls"] = "no"
@@ -485,7 +491,7 @@ def test_a_record_of_the_wrong_form_is_a_one_line_error(tiny_run, tiny_world, tm
     bad_reference["details"]["reference"] = "train"
     test = ["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
             "--n-groups", "12"]
-    for i, (data, message) in enumerate((([], "not a record of `eval.py select`"), (None, "not a record"),
+    for i, (data, message) in enumerate((([], "not a record of `globetrotter-eval select`"), (None, "not a record"),
                                          (bad_csls, "ranking csls 'no' is str, expected bool"),
                                          (bad_reference, "not a record"))):
         path = tmp_path / f"bad{i}.json"
@@ -1165,6 +1171,7 @@ def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run,
     from globetrotter.training.report import print_summary
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # `python train.py`: the commands run eval.py
     print_summary({"run_dir": str(tiny_run), "metrics": {}}, tiny_world / "test")
     lines = capsys.readouterr().out.splitlines()
     select_line, sentence_line = lines[-2], lines[-1]
@@ -1198,6 +1205,7 @@ def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a
     from globetrotter.training.report import print_summary
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # `python train.py`: the command runs eval.py
     val_without_en = tmp_path / "val"  # its manifest is all the summary reads
     val_without_en.mkdir()
     (val_without_en / "manifest.json").write_text(json.dumps({"languages": {"ru": 10}}), encoding="utf-8")

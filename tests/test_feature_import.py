@@ -169,7 +169,8 @@ def test_bad_parquet_inputs_are_refused(tiny_world, source, tmp_path, monkeypatc
     assert "no column 'emb'" in message and "image_id, embedding" in message
     monkeypatch.setitem(__import__("sys").modules, "pyarrow.parquet", None)  # pyarrow not installed
     message = refused(lambda: import_embeddings(split, path, out, "toy", progress=False), out)
-    assert 'pip install "pyarrow>=14"' in message
+    assert message.endswith('reading parquet needs pyarrow: pip install "globetrotter[import]" (from a clone: '
+                            'pip install -e ".[import]")'), message
 
 
 def test_values_beyond_float32_are_named_beyond_float16s_range_without_a_numpy_warning(tiny_world, source, tmp_path,

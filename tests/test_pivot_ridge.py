@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import shutil
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_ridge_embeddings_are_unit_vectors_per_language_and_need_languages(tiny_
         enc.encode_text(["red a square"], langs=["xx"])
 
 
-def test_ridge_bad_input_is_one_line_exit_2(tiny_world, train_split, tmp_path, capsys):
+def test_ridge_bad_input_is_one_line_exit_2(tiny_world, train_split, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["eval.py"])  # messages name the command as it was started
     split = ["--split", str(tiny_world / "test"), "--out", str(tmp_path)]
     assert eval_main(["sentence", "--model", f"ridge:{tmp_path / 'nowhere'}", *split]) == 2
     assert "no split here" in capsys.readouterr().err

@@ -454,7 +454,8 @@ def test_a_second_run_into_a_run_folder_in_use_is_refused_and_readers_are_not(ti
     with open(cfg.run_dir / LOCK, "a") as running:  # as the running train.py holds it
         fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
         longer = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0")
-        with pytest.raises(UserError, match=rf"^{cfg.run_dir}: another train.py is running in this run folder") as err:
+        refused = rf"^{cfg.run_dir}: another training run is running in this run folder"
+        with pytest.raises(UserError, match=refused) as err:
             train(longer, resume="latest")
         assert "\n" not in str(err.value)
         assert globetrotter.load(cfg.run_dir).checkpoint.name == ckpt.step_name(2)  # a reader is not refused

@@ -1,6 +1,7 @@
 """The trainer's speed options: bf16 and torch.compile give the eager float32 loss, and fall back in one line."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,9 +107,10 @@ def test_fp16_on_cpu_says_it_trains_in_float32_and_records_so(eager, frozen, tin
     assert result["mixed_precision"] == "no" and losses == eager
 
 
-def test_a_launchers_precision_the_config_overrides_is_said():
+def test_a_launchers_precision_the_config_overrides_is_said(monkeypatch):
     """`accelerate launch --mixed_precision bf16` trained in float32 in silence: the config key decides."""
     lines: list[str] = []
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # `accelerate launch train.py`: the line names train.py
     speed.warn_launcher_precision("no", lines.append, {"ACCELERATE_MIXED_PRECISION": "bf16"})
     assert lines == ["warning: accelerate launch --mixed_precision bf16 is not used: the run's config key decides "
                      "(mixed_precision=no); pass mixed_precision=bf16 to train.py instead"]

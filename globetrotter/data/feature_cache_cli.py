@@ -16,6 +16,7 @@ from data_prep.shards import read_manifest
 from ..argtypes import non_negative_int, positive_float, positive_int, torch_device
 from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
+from ..shell import program_command
 from ..training.backbone_finetune import FinetuneSettings
 from .feature_cache import (
     SPEC, CacheSpec, build_feature_cache, built_from_split, check_cache_folder, clear_stale_write, load_feature_cache,
@@ -132,7 +133,7 @@ def _finetune(args: argparse.Namespace) -> int:
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
     two = finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers,
                             device=args.device)
-    print(f"next round: train.py with {args.from_run}'s config and overrides "
+    print(f"next round: {program_command('train')} with {args.from_run}'s config and overrides "
           f"model.image_pretrained={two.model.image_pretrained} data.features={two.data.features}")
     return 0
 

@@ -31,6 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from data_prep.converters.common import read_text_lines
+from data_prep.errors import install_hint
 from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
@@ -42,7 +43,7 @@ from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, cache_write, check_cache_
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-PYARROW_HINT = 'reading parquet needs pyarrow: .venv/bin/pip install "pyarrow>=14" (or the extra: pip install -e ".[import]")'
+PYARROW_HINT = f"reading parquet needs pyarrow: {install_hint('import')}"
 
 
 def split_image_ids(split_dir: Path) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from globetrotter.errors import UserError
+from globetrotter.shell import program_name
 
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
@@ -112,7 +113,8 @@ def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
 def require_trained(spec: str | None, command: str) -> None:
     """A one-line error when a command that needs a trained model is given a baseline."""
     if is_baseline(spec):
-        raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of `eval.py sentence` only; "
+        raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of "
+                        f"`{program_name('eval')} sentence` only; "
                         f"{command} needs a trained run folder")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import UserError, run_cli
+from ..shell import program_name, started_from_repository
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 UNSAVED = 3
@@ -16,18 +17,22 @@ trained; 130: interrupted)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # named as it was started: `train.py` (the repository's script) or `globetrotter-train` (the console script,
+    # and `python -m globetrotter.training.cli`, whose own file name would say nothing)
+    train, evaluate = program_name("train"), program_name("eval")
+    launch = "train.py" if started_from_repository() else "-m globetrotter.training.cli"
     p = argparse.ArgumentParser(
-        prog="train.py",
+        prog=train,
         description="Train a Globetrotter model: a shared-BPE transformer text encoder and a ResNet image encoder "
         "whose captions in many languages align through the images they describe (losses: SimCLR image loss L_v, "
         "cross-modal L_x, transitive text-text L_t, token cloze L_c). Runs on CPU, one GPU, or many with "
-        "`accelerate launch train.py ...`. With no arguments it runs configs/quickstart.yaml: generates the "
+        f"`accelerate launch {launch} ...`. With no arguments it runs configs/quickstart.yaml: generates the "
         "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, chooses its best "
         "checkpoint by BackRetrieval on the val split (no parallel text) and prints the command that scores it on "
-        "the test split (`eval.py sentence`).",
-        epilog="Overrides use dotted keys, e.g. `train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
+        f"the test split (`{evaluate} sentence`).",
+        epilog=f"Overrides use dotted keys, e.g. `{train} --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
         "loss.transitive=official`. Adapt a trained run to a language it never saw (paper appendix A.2): "
-        "`train.py adapt.from=RUN adapt.language=el [--config FILE]` [key=value ...]: the run's saved config with "
+        f"`{train} adapt.from=RUN adapt.language=el [--config FILE]` [key=value ...]: the run's saved config with "
         "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
     )
     p.add_argument("--config", default=None, help=f"YAML config (default: configs/{DEFAULT_CONFIG.name}; with "
@@ -116,3 +121,7 @@ def _say_where_to_resume(run_dir: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     raise SystemExit(run_cli(_main, argv))
+
+
+if __name__ == "__main__":  # python -m globetrotter.training.cli, accelerate launch -m globetrotter.training.cli
+    main()

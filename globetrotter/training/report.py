@@ -1,11 +1,11 @@
-"""End-of-run summary printed by ``train.py``."""
+"""End-of-run summary printed by ``train.py`` / ``globetrotter-train``."""
 from __future__ import annotations
 
 import os
 import shlex
 from pathlib import Path
 
-from ..shell import python_command
+from ..shell import program_command
 
 
 def print_summary(result: dict, test_split: str | Path | None = None, val_split: str | Path | None = None,
@@ -41,22 +41,22 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
         from ..evaluation.models import model_name
         from ..evaluation.records import DEFAULT_OUT, record_path
 
-        run, python, test = shlex.quote(result["run_dir"]), python_command(), shlex.quote(str(test_split))
+        run, evaluate, test = shlex.quote(result["run_dir"]), program_command("eval"), shlex.quote(str(test_split))
         new = adapted.get("language")
         if new and not _has_language(test_split, new):
             print(f"the test split {test_split} has no {new} caption, so it cannot score {new}: convert a parallel "
                   f"test split with {new} captions (every image captioned in each language), then score it with "
-                  f"{python} eval.py sentence --model {run} --split SPLIT")
+                  f"{evaluate} sentence --model {run} --split SPLIT")
             return
         if new and not _has_language(val_split, new):
             print(f"val has no {new} caption, so no ranking can be chosen on val for {new}; score the test split once "
-                  f"with the default ranking: {python} eval.py sentence --model {run} --split {test}")
+                  f"with the default ranking: {evaluate} sentence --model {run} --split {test}")
             return
         record = shlex.quote(str(record_path(DEFAULT_OUT, "select", model_name(result["run_dir"]))))  # select's default
         original = _one_language_original(train_split)
         reference = f" --reference {shlex.quote(original)}" if original else ""
-        print(f"choose its ranking on val, with no parallel text: {python} eval.py select --model {run}{reference}")
-        print(f"then score the test split once: {python} eval.py sentence --model {run} --split {test} "
+        print(f"choose its ranking on val, with no parallel text: {evaluate} select --model {run}{reference}")
+        print(f"then score the test split once: {evaluate} sentence --model {run} --split {test} "
               f"--ranking {record}")
 
 

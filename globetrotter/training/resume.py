@@ -48,8 +48,8 @@ def hold_run_folder(run_dir: Path, main: bool) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"{run_dir}: another train.py is running in this run folder (it holds {LOCK}); wait for "
-                            f"it to end, or choose another run_name") from None
+            raise UserError(f"{run_dir}: another training run is running in this run folder (it holds {LOCK}); "
+                            f"wait for it to end, or choose another run_name") from None
         except OSError:  # a file system without locks (some network ones): the run goes on unlocked
             pass
         finished = False

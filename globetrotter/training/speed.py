@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..shell import program_name
+
 
 def bf16_supported(device: torch.device) -> bool:
     """Can ``device`` run bf16 autocast? CUDA asks the GPU; CPU autocast always can (slower without AVX512-BF16/AMX)."""
@@ -48,7 +50,7 @@ def warn_launcher_precision(requested: str, log: Callable[[str], None], env: dic
     launcher = (os.environ if env is None else env).get("ACCELERATE_MIXED_PRECISION")
     if launcher and launcher != "no" and launcher != requested:
         log(f"warning: accelerate launch --mixed_precision {launcher} is not used: the run's config key decides "
-            f"(mixed_precision={requested}); pass mixed_precision={launcher} to train.py instead")
+            f"(mixed_precision={requested}); pass mixed_precision={launcher} to {program_name('train')} instead")
 
 
 class CompiledForward:

@@ -6,7 +6,7 @@ tag of image ``i`` when at least ``min_share`` of ``i``'s captions in the langua
 (with one caption, every content word of it). Content words are the caption's lower-cased
 words minus the language's stop words (spaCy's lists, which need no model and keep nouns such as
 "man" that broader lists drop); Chinese is segmented into words by ``jieba``. Both are optional
-(``pip install 'globetrotter[tagging-eval]'``), imported only here.
+(``pip install "globetrotter[tagging-eval]"``), imported only here.
 
 A tagger is judged by Precision@K: the share of its first K tags that are true tags of the image,
 averaged over the images that have at least one true tag. The frequency baseline tags every image
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from backretrieval.uncertainty import bootstrap_means, percentile_interval
+from data_prep.errors import install_hint
 from globetrotter.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ def stop_words(lang: str) -> frozenset[str]:
         module = importlib.import_module(f"spacy.lang.{lang}.stop_words")
     except ImportError as err:
         if getattr(err, "name", "") in ("spacy", "spacy.lang"):
-            raise UserError("tagging truth needs spaCy's stop-word lists: pip install 'globetrotter[tagging-eval]'") \
-                from None
+            raise UserError(f"tagging truth needs spaCy's stop-word lists: {install_hint('tagging-eval')}") from None
         raise UserError(f"spaCy has no stop-word list for language {lang!r}") from None
     return frozenset(w.lower() for w in module.STOP_WORDS)
 
@@ -56,7 +56,7 @@ def _segment(text: str, lang: str) -> list[str]:
     try:
         import jieba
     except ImportError:
-        raise UserError("Chinese tagging truth needs jieba: pip install 'globetrotter[tagging-eval]'") from None
+        raise UserError(f"Chinese tagging truth needs jieba: {install_hint('tagging-eval')}") from None
     jieba.setLogLevel(60)
     return [w for w in jieba.lcut(text) if _WORD.fullmatch(w)]
 

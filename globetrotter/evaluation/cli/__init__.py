@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from globetrotter.errors import run_cli
+from globetrotter.shell import program_name
 
 from . import cluster, correspondence, generate, retrieval, sentence, translate, translate_word, word
 from .common import common_options
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext in (("tag", "multilingual image tagging (XTD10 paper 3.3.2, eqs. 3-5)"),
                            ("zeroshot", "zero-shot cross-lingual image retrieval: train/retrieval/tag/triplet (M3L, PATR)")):
         # forwarded whole to globetrotter.zeroshot.cli (see _main); listed here for --help
-        sub.add_parser(name, help=f"{helptext}; `eval.py {name} --help` for options", add_help=False)
+        sub.add_parser(name, help=f"{helptext}; `{program_name('eval')} {name} --help` for options", add_help=False)
     return parser
 
 

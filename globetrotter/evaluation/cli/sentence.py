@@ -9,7 +9,7 @@ from pathlib import Path
 
 from globetrotter.argtypes import non_negative_float, positive_int
 from globetrotter.errors import UserError
-from globetrotter.shell import python_command
+from globetrotter.shell import program_command, program_name
 
 from .. import models, plots
 from ..models import is_baseline
@@ -132,7 +132,7 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
         raise UserError(f"{chosen_with}; --transductive would score it with others: drop one of them")
     if args.reference is not None and Path(args.reference).resolve() != Path(choice.reference).resolve():
         raise UserError(f"{chosen_with}; --reference {args.reference} would score it with others: drop --reference, "
-                        f"or choose again with `eval.py select --reference {args.reference}`")
+                        f"or choose again with `{program_name('eval')} select --reference {args.reference}`")
     if args.csls_k is not None and args.csls_k != choice.ranking.csls_k:
         raise UserError(f"--ranking {args.ranking} was chosen with --csls-k {choice.ranking.csls_k}; drop --csls-k "
                         f"{args.csls_k}")
@@ -218,6 +218,6 @@ def run_select(args: argparse.Namespace) -> int:
     figure = plots.plot_choice(result.details["candidates"], f"{common.plot_prefix(args, 'select')}-choice.png",
                                f"{models.model_name(args.model, args.name)}: rankings on val against the choice")
     path = common.write(result, args, [figure])
-    print(f"apply it to test: {python_command()} eval.py sentence --model {shlex.quote(str(args.model))} --split SPLIT "
+    print(f"apply it to test: {program_command('eval')} sentence --model {shlex.quote(str(args.model))} --split SPLIT "
           f"--languages {','.join(result.languages)} --ranking {shlex.quote(str(path))}")
     return 0

@@ -30,6 +30,7 @@ import numpy as np
 from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
 from globetrotter.errors import UserError
+from globetrotter.shell import program_name
 
 from ..models import is_baseline
 from ..ranking import HEADS, Ranking, ScoringContext
@@ -133,21 +134,28 @@ def read_against(path: str | Path, flag: str = "--against") -> dict:
     return other
 
 
+def _select() -> str:
+    """This command as messages name it: ``eval.py select`` from the repository's script, else
+    ``globetrotter-eval select`` (:func:`globetrotter.shell.program_name`)."""
+    return f"{program_name('eval')} select"
+
+
 def check_against(other: dict, queries: str | None, image_features: str, source: str = "--against") -> None:
     """A one-line error unless ``other`` (a ``select`` record's JSON) holds per-query scores of the val queries whose
     :func:`queries_sha256` is ``queries`` (``image_features``: this selection's ``g``, named in the error; ``None``:
     the form alone is checked)."""
     theirs = other.get("details") if isinstance(other, dict) else None
     if not isinstance(theirs, dict) or not isinstance(theirs.get("val"), dict) or "chosen" not in theirs:
-        raise UserError(f"{source}: not a record of `eval.py select`")
+        raise UserError(f"{source}: not a record of `{_select()}`")
     if "per_query" not in theirs:
         raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
-                        f"again with `eval.py select` for that model")
+                        f"again with `{_select()}` for that model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
         said = {k: (other.get("config") or {}).get(k) for k in ("val", "seed", "max_per_lang", "languages")}
         raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
-                        f"{theirs['val'].get('image_features')} against {image_features}); run `eval.py select` for "
-                        f"both models with the same --val, --seed, --max-per-lang, --image-features and --languages")
+                        f"{theirs['val'].get('image_features')} against {image_features}); run "
+                        f"`{_select()}` for both models with the same --val, --seed, --max-per-lang, --image-features "
+                        f"and --languages")
 
 
 def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "--against") -> dict:
@@ -191,11 +199,11 @@ def read_record(path: str | Path, flag: str) -> dict:
     not JSON)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such file ({flag} takes the JSON record that `eval.py select` wrote)")
+        raise UserError(f"{path}: no such file ({flag} takes the JSON record that `{_select()}` wrote)")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:  # bad JSON or not UTF-8
-        raise UserError(f"{path}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
+        raise UserError(f"{path}: not a record of `{_select()}` ({type(err).__name__}: {err})") from None
 
 
 def select_ranking(
@@ -355,12 +363,12 @@ class Choice:
         """The choice of a ``select`` record (``Result.to_dict()`` of :func:`select_ranking`, or its JSON read back;
         the oracle's records have the same form). A record of another form is a one-line error."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("details", "config")):
-            raise UserError(f"{source}: not a record of `eval.py select` (expected a JSON object with details and "
-                            f"config)")
+            raise UserError(f"{source}: not a record of `{_select()}` (expected a JSON object with "
+                            f"details and config)")
         model, languages = data.get("model") or {}, data.get("languages")
         reference = data["details"].get("reference") or {}
         if not isinstance(model, dict) or not isinstance(reference, dict):
-            raise UserError(f"{source}: not a record of `eval.py select` (model and details.reference: objects)")
+            raise UserError(f"{source}: not a record of `{_select()}` (model and details.reference: objects)")
         return cls(Ranking.from_dict(data["details"]["chosen"], source), str(data["config"]["reference"]),
                    data["config"]["reference_size"], model.get("path"),
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
@@ -380,7 +388,7 @@ class Choice:
         ``checkpoint`` a loaded model holds, or the digest of its weights file: a run folder that has saved a better
         or later one since), other ``languages``, or a reference pool (its ``record``) whose captions are not the
         ones it was chosen with."""
-        again = "choose again with `eval.py select` for this evaluation"
+        again = f"choose again with `{_select()}` for this evaluation"
         same_weights = checkpoint is not None and checkpoint == self.checkpoint  # e.g. RUN and RUN/checkpoints/best
         if model is not None and self.model is not None and model != self.model and not same_weights:
             raise UserError(f"{self.source} chose a ranking for {self.model}, not {model}; {again}")
@@ -408,4 +416,4 @@ def read_choice(record: str | Path) -> Choice:
     try:
         return Choice.from_record(data, source=str(record))
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise UserError(f"{record}: not a record of `eval.py select` ({type(err).__name__}: {err})") from None
+        raise UserError(f"{record}: not a record of `{_select()}` ({type(err).__name__}: {err})") from None

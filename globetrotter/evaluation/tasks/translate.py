@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from globetrotter.errors import UserError
+from globetrotter.shell import program_name
 
 from ..models import encode_texts
 from ..procrustes import normalize_rows
@@ -191,7 +192,7 @@ def _note_odd_words(encoder, queries: Sequence[str], log: Callable[[str], None])
     several = [q for q in queries if len(q.split()) > 1]
     if several:
         log(f"note: {several} {'is' if len(several) == 1 else 'are'} several words; translate-word embeds each as "
-            "the mean of its tokens (`eval.py translate` translates sentences)")
+            f"the mean of its tokens (`{program_name('eval')} translate` translates sentences)")
     tokenizer = getattr(encoder, "tokenizer", None)
     if not hasattr(tokenizer, "encode"):
         return
@@ -212,7 +213,8 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     missing = [lang for lang in dict.fromkeys((source, to)) if lang not in languages]
     if missing:
         raise UserError(f"--ranking {choice.source} was chosen for {','.join(languages)}, not "
-                        f"{','.join(missing)}; choose one for these languages with `eval.py select --languages`")
+                        f"{','.join(missing)}; choose one for these languages with "
+                        f"`{program_name('eval')} select --languages`")
     pool = read_reference(choice.reference, languages, choice.reference_size)
     choice.check(reference=pool.record)
     return pool

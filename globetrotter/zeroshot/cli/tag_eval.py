@@ -30,7 +30,8 @@ the image space and gives an image the K words most common among its --neighbour
 captions; `xtd10` is the `tag` command (top-K ImageNet source tags translated by eq. 5). Each is
 scored by Precision@K, the share of its K tags that are true, over images with a true tag, with a
 95% bootstrap interval; the frequency baseline gives every image the K most frequent candidates.
-Needs the optional packages spacy (stop-word lists) and jieba: pip install 'globetrotter[tagging-eval]'.
+Needs the optional packages spacy (stop-word lists) and jieba: pip install "globetrotter[tagging-eval]" (from a
+clone: pip install -e ".[tagging-eval]").
 """
 
 
