@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .errors import UserError, missing_dependency, run_cli
 
@@ -94,8 +94,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     return run_cli(_main, argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m data_prep.cli``: the data layer's sub-commands only (``globetrotter-data`` has them all)."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """``python -m data_prep.cli``: the data layer's sub-commands only (``globetrotter-data`` has them all); never
+    returns: exits with the command's exit code."""
     raise SystemExit(run(build_parser(), argv))
 
 

@@ -12,7 +12,7 @@ and running it is a one-line error naming it (:func:`data_prep.cli.build_parser`
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from data_prep import cli as data_cli
 
@@ -29,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=data_cli.DESCRIPTION)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point; never returns: exits with the command's exit code."""
     raise SystemExit(data_cli.run(build_parser(), argv))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from globetrotter.errors import run_cli
 
@@ -53,6 +53,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return args.func(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point (``globetrotter-eval``; ``python eval.py``)."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point (``globetrotter-eval``; ``python eval.py``); never returns: exits with the
+    command's exit code."""
     raise SystemExit(run_cli(_main, argv))
