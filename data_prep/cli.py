@@ -32,7 +32,9 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars + manifest.json): "
                "the built-in synthetic multilingual world, converters from public caption datasets, "
-               "the shared BPE tokenizer, and inspection.")
+               "more same-language captions per image (more-captions), and inspection.")
+"""The data layer's sub-commands (:data:`COMMANDS`); ``globetrotter-data`` describes its own, with ``tokenizer`` and
+``features`` (:data:`globetrotter.data_cli.DESCRIPTION`)."""
 
 
 def _unavailable(sub: argparse._SubParsersAction, name: str, module: str, err: BaseException) -> None:
@@ -57,8 +59,7 @@ def build_parser(commands: Sequence[tuple[str, Sequence[str]]] = COMMANDS, prog:
                  description: str | None = None) -> argparse.ArgumentParser:
     """The parser with the sub-commands of ``commands`` ((module, sub-command names) pairs, in --help order)."""
     if description is None:
-        description = (DESCRIPTION.replace(", the shared BPE tokenizer,", "") +
-                       " The data layer's sub-commands only: globetrotter-data adds tokenizer and features.")
+        description = DESCRIPTION + " The data layer's sub-commands only: globetrotter-data adds tokenizer and features."
     parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name, names in commands:

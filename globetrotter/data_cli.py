@@ -24,9 +24,14 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("globetrotter.data.feature_cache_cli", ("features",)),
 )
 
+DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars + manifest.json): "
+               "the built-in synthetic multilingual world, the shared BPE tokenizer, converters from public caption "
+               "datasets, more same-language captions per image (more-captions), inspection, and the image-feature "
+               "caches of a split (features: build, import, concat, finetune).")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=data_cli.DESCRIPTION)
+    return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=DESCRIPTION)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
