@@ -28,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         "scores the test split once with that choice.",
         epilog="Overrides use dotted keys, e.g. `train.py --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
         "loss.transitive=official`. Adapt a trained run to a language it never saw (paper appendix A.2): "
-        "`train.py adapt.from=RUN adapt.language=el [--config FILE] [key=value ...]`: the run's saved config with "
-        "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
+        "`train.py adapt.from=RUN adapt.language=el [--config FILE] [adapt.epochs=2 ...]`: the run's saved config "
+        "with FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by "
+        "default.",
     )
     p.add_argument("--config", default=None, help=f"YAML config (default: configs/{DEFAULT_CONFIG.name}; with "
                    f"adapt.from, the run's own)")
