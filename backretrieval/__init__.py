@@ -1,6 +1,7 @@
 """BackRetrieval: judge cross-lingual text embeddings without parallel text, through images.
 
-Fain, Twomey & Bollegala, SIGIR 2021 (../shared/papers/backretrieval.md). Standalone: this
+Fain, Twomey & Bollegala, "BackRetrieval: An Image-Pivoted Evaluation Metric for Cross-Lingual Text
+Representations Without Parallel Corpora", SIGIR 2021. Standalone: this
 package depends on numpy, scipy, faiss and torch only (timm for image features,
 matplotlib for plots) and imports nothing from ``globetrotter``.
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready, load_input, load_matrix,
-                    recorded_ks, same_dim, same_rows)
+from .files import (ArrayInput, IdsInput, PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready,
+                    load_input, load_matrix, recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, image_side, open_image_lists, source_image_ids, warn_shared_pictures
@@ -172,17 +172,17 @@ def check_hits_alone(inputs: Mapping[str, object], scoring: Mapping[str, tuple[o
 
 
 def compare(
-    a_src_text=None,
-    a_tgt_text=None,
-    b_src_text=None,
-    b_tgt_text=None,
+    a_src_text: ArrayInput | None = None,
+    a_tgt_text: ArrayInput | None = None,
+    b_src_text: ArrayInput | None = None,
+    b_tgt_text: ArrayInput | None = None,
     *,
-    src_img=None,
-    tgt_img=None,
-    src_image_ids=None,
-    a_xlr_tgt_text=None,
-    b_xlr_tgt_text=None,
-    hits: tuple | None = None,
+    src_img: ArrayInput | None = None,
+    tgt_img: ArrayInput | None = None,
+    src_image_ids: IdsInput | None = None,
+    a_xlr_tgt_text: ArrayInput | None = None,
+    b_xlr_tgt_text: ArrayInput | None = None,
+    hits: tuple[ArrayInput, ArrayInput] | None = None,
     names: Sequence[str] = ("A", "B"),
     tests: Sequence[str] = TESTS,
     alpha: float = DEFAULT_ALPHA,

@@ -18,6 +18,10 @@ import numpy as np
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 
 PathLike = str | os.PathLike
+ArrayInput = np.ndarray | PathLike
+"""An array argument of :func:`backretrieval.score` / :func:`backretrieval.compare`: the array, or a ``.npy`` path."""
+IdsInput = Sequence[str] | PathLike
+"""Image ids, one per source row: a sequence, or the path of a text file of one id per line."""
 _FINITE_CHUNK = 8192  # rows checked for NaN/inf (or all zeros) at once (memmaps stay on disk)
 
 

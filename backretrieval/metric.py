@@ -1,6 +1,6 @@
 """BackRetrieval (BkR), the ground-truth cross-lingual retrieval metric (XLR) and the CORR baseline.
 
-Notation of the paper (backretrieval.md, section 2). A source set Omega_S of text-image
+Notation of the BackRetrieval paper (Fain et al. 2021, section 2). A source set Omega_S of text-image
 pairs (T_S, I_S) and a target set Omega_T of pairs (T_T, I_T), with no correspondence
 between them. ``f`` is the text model under evaluation and ``g`` the image similarity.
 Here both similarities are cosines: every embedding row is L2-normalised and

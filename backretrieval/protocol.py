@@ -1,4 +1,4 @@
-"""The paper's validation protocol (backretrieval.md section 3.1, Table 1, Fig. 2).
+"""The BackRetrieval paper's validation protocol (Fain et al. 2021, section 3.1, Table 1, Fig. 2).
 
 Over a set of text models f, on a dataset with parallel ground truth (item i has a
 source caption, a target caption and an image):

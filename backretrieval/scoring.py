@@ -17,8 +17,8 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines, same_dim, same_rows,
-                    save_hits, target_indices)
+from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines,
+                    same_dim, same_rows, save_hits, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
 from .metric import (DEFAULT_KS, bkr_recall, censored_max_rank, check_ks, check_one_image_side, corr_with_interval,
@@ -157,15 +157,15 @@ def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[
 
 
 def score(
-    src_text,
-    tgt_text,
+    src_text: ArrayInput,
+    tgt_text: ArrayInput,
     *,
-    src_img=None,
-    tgt_img=None,
-    image_sim=None,
-    src_image_ids=None,
-    xlr_tgt_text=None,
-    xlr_gt=None,
+    src_img: ArrayInput | None = None,
+    tgt_img: ArrayInput | None = None,
+    image_sim: ArrayInput | None = None,
+    src_image_ids: IdsInput | None = None,
+    xlr_tgt_text: ArrayInput | None = None,
+    xlr_gt: ArrayInput | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     ties: str = "pessimistic",
     max_rank: int | None = None,

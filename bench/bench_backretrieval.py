@@ -17,11 +17,12 @@ Methods (all compute BkR Recall@1/5/10 on the same data):
   (faiss top-1 text search; float32 tiles of image scores per distinct retrieved target).
 * ``capped`` - the same with ``max_rank = max(K)``: identical Recall@K, ranks above 10
   censored; a row stops being scored once its queries have 10 better images.
-* ``approx-ivf`` - the first approximate mode: text candidates from a faiss IVF index
-  (nprobe 32, 16 candidates re-scored exactly), the image side counted as in ``capped``.
+* ``approx-ivf`` - ``ApproxConfig(index="ivf", pca_dim=0, candidates=16, image_side="exact")``: text
+  candidates from a faiss IVF index over the full vectors (nprobe 32, 16 candidates re-scored
+  exactly), the image side counted as in ``capped``.
 * ``approx-count`` - ``ApproxConfig(image_side="exact")``: text candidates from 4-bit codes of 64
   principal directions, every target scanned (128 candidates re-scored exactly), image side as
-  ``capped`` (the mode's earlier behaviour).
+  ``capped`` (the command line's ``--approximate --approx-image-side exact``).
 * ``approx`` - ``approximate=True``: the same text side; the image side looked up in ``pq`` lists
   (below) built in the call for the distinct retrieved targets' images only: the ``lists`` row's
   Recall@K without a one-off for every target image.
@@ -47,8 +48,7 @@ Data: synthetic, with structure (not pure noise): source and target items are
 texts (dim 512) and images (dim 2048) are noisy linear views of the latent.
 
 Each (N, method) runs in a fresh subprocess so that its memory is its own, with ``--threads``
-threads for faiss (``faiss.omp_set_num_threads``) and the BLAS alike (default 1: on a
-shared machine, idle threads spinning at barriers cost more than a second core gains). Time
+threads for faiss (``faiss.omp_set_num_threads``) and the BLAS alike (default 1). Time
 is the wall clock of the metric call (data generation excluded). Memory is the growth of the
 peak resident set size during the call (for ``lists``, their build included):
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after minus before (Linux, KiB), i.e. extra

@@ -1,13 +1,14 @@
 """Conversion throughput (images/s) with resizing: one process vs. a pool on all cores.
 
-Converts the shared Flickr8k data (Multi30K task 1 en/de/fr/cs + Flickr8k-CN zh, the
-five-language dataset of docs/data.md) with ``--resize``, once with one worker (the
+Converts the Flickr8k data (Multi30K task 1 en/de/fr/cs + Flickr8k-CN zh, the five-language
+dataset of docs/data.md) found in $GLOBETROTTER_SHARED/data/flickr8k (default: ../shared beside
+the repository; set the variable to read your copy) with ``--resize``, once with one worker (the
 baseline, measured in the same run) and once per requested worker count, and prints
 images/s of the image phase (decode + resize + JPEG encode + shard write), the end-to-end
-wall time, and the speed-up over the baseline. Without ../shared it generates
+wall time, and the speed-up over the baseline. Without that folder it generates
 ``--synthetic`` random photos-like JPEGs instead.
 
-The shared images are 224x224, so the default ``--resize 160`` makes every image go
+The images of that folder are 224x224, so the default ``--resize 160`` makes every image go
 through decode, resize and re-encode; ``--resize 224`` measures the pass-through path
 (the original JPEG bytes are kept when no resizing is needed).
 
@@ -74,9 +75,11 @@ def main() -> None:
                         help=f"images converted per run, at least {MIN_IMAGES} (default %(default)s)")
     parser.add_argument("--resize", type=positive_int, default=160, help="shorter side in pixels (default 160)")
     parser.add_argument("--workers", type=comma_separated(positive_int), default=str(len(os.sched_getaffinity(0))),
-                        help="comma-separated worker counts to compare with 1 (default: all cores)")
+                        help="comma-separated worker counts to compare with 1, each at least 1 (default: the number "
+                             "of cores this process may use)")
     parser.add_argument("--repeats", type=positive_int, default=2, help="runs per setting; the best is kept (default 2)")
-    parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if ../shared exists")
+    parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if the Flickr8k folder ($GLOBETROTTER_SHARED, default "
+                             "../shared) exists")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))

@@ -3,8 +3,8 @@
     python bench/bench_decode.py data/synth/train [--images 2000] [--repeats 3]
 
 Reads ``--images`` encoded images of the split's shards into memory and prints images/s (best of
-``--repeats``, one thread) and the ratio to PIL's decode, for: PIL to a PIL image (the loader's
-former decode), PIL to a uint8 tensor, torchvision ``decode_image`` one image at a time
+``--repeats``, one thread) and the ratio to PIL's decode, for: PIL to a PIL image (the baseline
+of the ratios), PIL to a uint8 tensor, torchvision ``decode_image`` one image at a time
 (the loader's :func:`~globetrotter.data.views.decode_rgb`), ``decode_jpeg`` on the list (batched input),
 and, on a GPU, ``decode_jpeg(list, device="cuda")`` (nvJPEG, synchronised). Also checks that
 torchvision's pixels equal PIL's.

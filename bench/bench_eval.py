@@ -15,7 +15,7 @@
    sentences re-scored under MaxSim and MaxSim + CSLS with the statistics of a 4-language reference pool, against
    the cosine search alone (same run).
 
-    nice -n 10 python bench/bench_eval.py                 # modest defaults (2-core machine)
+    nice -n 10 python bench/bench_eval.py                 # the defaults
     nice -n 10 python bench/bench_eval.py --index-n 1000000 --vocab 30000
 """
 from __future__ import annotations
@@ -196,8 +196,8 @@ def main() -> None:
                         help="word translation: dictionary pairs, distinct words, at most --vocab "
                              "(default %(default)s)")
     parser.add_argument("--index-n", type=positive_int, default=200_000,
-                        help="translation index: sentences in the index (default %(default)s, sized for 2 shared "
-                             "cores; docs/results.md's figure used 1000000)")
+                        help="translation index: sentences in the index (default %(default)s; docs/results.md's "
+                             "figure used 1000000)")
     parser.add_argument("--distinct", type=positive_int, default=20_000,
                         help="translation index: distinct captions repeated to --index-n (default %(default)s)")
     parser.add_argument("--queries", type=positive_int, default=1000,

@@ -62,9 +62,10 @@ def train_rate(cfg, steps: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/flickr8k.yaml", help="training config (default %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=5, help="timed steps of each path (after one warm-up step)")
-    p.add_argument("--pixel-batch", type=positive_int, default=64, help="batch of both paths (the pixel path is slow)")
-    p.add_argument("--build-images", type=positive_int, default=64, help="images for the cache-build timing")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed steps of each path, after one warm-up step (default %(default)s)")
+    p.add_argument("--pixel-batch", type=positive_int, default=64, help="batch size of the cached and the pixel path compared "
+                   "(the config's own batch size is timed on the cached path too) (default %(default)s)")
+    p.add_argument("--build-images", type=positive_int, default=64, help="images for the cache-build timing (default %(default)s)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as train.py takes them")
     args = p.parse_args()
 

@@ -415,7 +415,7 @@ def slope(t0: float, t1: float, n0: int, n1: int) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000],
-                   help="captions (= images) per generated corpus, one folder n<SIZE> each (default: %(default)s)")
+                   help="captions (= images) per generated corpus, one folder n<SIZE> each (default: 10000 100000 1000000)")
     p.add_argument("--dim", type=positive_int, default=512, help="width of the generated image embeddings (default %(default)s)")
     p.add_argument("--pool", type=positive_int, default=20_000, help="distinct generated scenes (default %(default)s)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), metavar="STAGE",

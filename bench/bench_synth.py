@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--images", type=positive_int, default=20000, help="train scenes to generate per run (default 20000)")
     parser.add_argument("--image-size", type=positive_int, default=64, help="image side in pixels (default 64)")
     parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                        help="processes of the parallel run (default: all cores)")
+                        help="processes of the parallel run, at least 1 (default: the machine's cores)")
     parser.add_argument("--image-format", choices=("jpg", "png"), default="jpg",
                         help="encoding of the generated images (default %(default)s)")
     args = parser.parse_args()

@@ -112,15 +112,16 @@ def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[flo
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train-steps", type=positive_int, default=60, help="steps of each measured train.py run")
-    p.add_argument("--build-images", type=positive_int, default=24, help="images of each measured cache build")
-    p.add_argument("--repeats", type=positive_int, default=1, help="measurements of each cell (their mean is printed)")
-    p.add_argument("--settle", type=non_negative_float, default=75.0, help="seconds the background job runs before measuring")
+    p.add_argument("--train-steps", type=positive_int, default=60, help="steps of each measured train.py run (default %(default)s)")
+    p.add_argument("--build-images", type=positive_int, default=24, help="images of each measured cache build (default %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=1, help="measurements of each cell, their mean printed (default %(default)s)")
+    p.add_argument("--settle", type=non_negative_float, default=75.0, help="seconds the background job runs before measuring (default %(default)s)")
     p.add_argument("--quiet-wait", type=non_negative_float, default=240.0,
-                   help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement")
+                   help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement "
+                        "(default %(default)s)")
     p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"],
                    help="commands (train, features) or situations (alone, busy) not to measure; at least one of "
-                        "each pair must stay")
+                        "each pair must stay (default: measure all)")
     args = p.parse_args()
 
     situations = [s for s in ("alone", "busy") if s not in args.skip]

@@ -33,8 +33,8 @@ PATHS = ("cpu", "device")
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/quickstart.yaml", help="training config (default %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=10, help="timed batches per figure (after 2 warm-up ones)")
-    p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2], help="intra-op thread counts to compare")
+    p.add_argument("--steps", type=positive_int, default=10, help="timed batches per figure, after 2 warm-up ones (default %(default)s)")
+    p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2], help="intra-op thread counts to compare (default: 1 2)")
     p.add_argument("overrides", nargs="*", help="config overrides key=value (before --threads, whose values run on)")
     args = p.parse_args()
 

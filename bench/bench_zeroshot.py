@@ -12,7 +12,8 @@ Prints three figures, each with a baseline measured in the same run:
 
     .venv/bin/python bench/bench_zeroshot.py [--images 64] [--steps 20] [--gallery 1000,100000]
 
-Image files come from ``--image-dir`` (default: the shared Flickr8k images, else generated).
+Image files come from ``--image-dir`` (default: ../shared/data/flickr8k/images beside the repository, else
+generated).
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ from globetrotter.zeroshot.data import image_extractor
 from globetrotter.zeroshot.losses import M3Loss, PATRLoss
 from globetrotter.zeroshot.retrieval import recall_at_k
 
-SHARED_IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k" / "images"
+IMAGES_BESIDE_REPO = "../shared/data/flickr8k/images"
+"""The default ``--image-dir``, relative to the repository (the folder this file's parent is in)."""
+SHARED_IMAGES = (Path(__file__).resolve().parents[1] / IMAGES_BESIDE_REPO).resolve()
 
 
 def _images(n: int, image_dir: Path | None, tmp: Path) -> list[str]:
@@ -130,14 +133,16 @@ def bench_retrieval(galleries: list[int], queries: int = 1000, dim: int = 1280) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=positive_int, default=64, help="images for the extraction figure (default 64)")
-    parser.add_argument("--image-dir", type=Path, default=SHARED_IMAGES, help="folder of .jpg images")
+    parser.add_argument("--image-dir", type=Path, default=SHARED_IMAGES,
+                        help=f"folder of .jpg images (default: {IMAGES_BESIDE_REPO}, relative to the repository; "
+                             "generated noise pictures when it holds fewer than --images)")
     parser.add_argument("--steps", type=positive_int, default=20, help="timed training steps per loss (default 20)")
     gallery_size = int_at_least(10, "a gallery holds the top 10 it is ranked by")
     parser.add_argument("--gallery", type=comma_separated(gallery_size), default="1000,100000",
                         help="comma-separated gallery sizes, each at least 10 (default 1000,100000)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--skip", nargs="*", default=[], choices=("features", "training", "retrieval"),
-                        help="figures not to measure")
+                        help="figures not to measure (default: none)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -63,9 +63,9 @@ def main() -> int:
                    help="training config whose model is counted (default %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=32, help="tokens per caption (default %(default)s)")
     p.add_argument("--batch", type=positive_int, default=8, help="samples of the counted step (default %(default)s)")
-    p.add_argument("--samples", type=positive_float, default=3.15e6, help="training captions (paper: 3.15M)")
-    p.add_argument("--epochs", type=positive_float, default=200, help="epochs (paper: 200)")
-    p.add_argument("--peak-tflops", type=positive_float, default=989.0, help="GPU dense bf16 peak (H100 SXM: 989)")
+    p.add_argument("--samples", type=positive_float, default=3.15e6, help="training captions (default %(default)g, the paper's 3.15M)")
+    p.add_argument("--epochs", type=positive_float, default=200, help="epochs (default %(default)g, the paper's)")
+    p.add_argument("--peak-tflops", type=positive_float, default=989.0, help="GPU dense bf16 peak TFLOP/s (default %(default)g, an H100 SXM's data-sheet peak)")
     p.add_argument("--mfu", type=positive_float, default=0.3, help="assumed model-FLOPs utilisation (default %(default)s)")
     args = p.parse_args()
 

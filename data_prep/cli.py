@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .errors import UserError, missing_dependency, run_cli
 
@@ -32,7 +32,9 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars + manifest.json): "
                "the built-in synthetic multilingual world, converters from public caption datasets, "
-               "the shared BPE tokenizer, and inspection.")
+               "more same-language captions per image (more-captions), and inspection.")
+"""The data layer's sub-commands (:data:`COMMANDS`); ``globetrotter-data`` describes its own, with ``tokenizer`` and
+``features`` (:data:`globetrotter.data_cli.DESCRIPTION`)."""
 
 
 def _unavailable(sub: argparse._SubParsersAction, name: str, module: str, err: BaseException) -> None:
@@ -57,8 +59,7 @@ def build_parser(commands: Sequence[tuple[str, Sequence[str]]] = COMMANDS, prog:
                  description: str | None = None) -> argparse.ArgumentParser:
     """The parser with the sub-commands of ``commands`` ((module, sub-command names) pairs, in --help order)."""
     if description is None:
-        description = (DESCRIPTION.replace(", the shared BPE tokenizer,", "") +
-                       " The data layer's sub-commands only: globetrotter-data adds tokenizer and features.")
+        description = DESCRIPTION + " The data layer's sub-commands only: globetrotter-data adds tokenizer and features."
     parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name, names in commands:
@@ -94,8 +95,9 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     return run_cli(_main, argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m data_prep.cli``: the data layer's sub-commands only (``globetrotter-data`` has them all)."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """``python -m data_prep.cli``: the data layer's sub-commands only (``globetrotter-data`` has them all); never
+    returns: exits with the command's exit code."""
     raise SystemExit(run(build_parser(), argv))
 
 

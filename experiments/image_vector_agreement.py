@@ -138,7 +138,7 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=positive_int, default=10, help="nearest images per image (default: %(default)s)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="draws the held-out images (default: %(default)s)")
     ap.add_argument("--ridge", type=positive_float, nargs="+", default=[10.0, 100.0, 1000.0],
-                    help="ridge strengths of the linear bound (default: %(default)s)")
+                    help="ridge strengths of the linear bound (default: 10 100 1000)")
     ap.add_argument("--across-languages", metavar="SPLIT",
                     help="a split whose captions give each image's language: an image's neighbours are then the "
                          "held-out images of other languages (what the transitive loss pairs)")

@@ -158,8 +158,9 @@ def plot(rows: list[Row], out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--table", default="docs/figures/image-vectors.csv", help="the CSV of measured figures")
-    ap.add_argument("--out", default="docs/figures/image-vectors.png", help="the PNG to write")
+    ap.add_argument("--table", default="docs/figures/image-vectors.csv",
+                    help="the CSV of measured figures (default: %(default)s)")
+    ap.add_argument("--out", default="docs/figures/image-vectors.png", help="the PNG to write (default: %(default)s)")
     args = ap.parse_args(argv)
     print(f"wrote {plot(read_table(args.table), args.out)}")
     return 0

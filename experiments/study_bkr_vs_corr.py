@@ -267,24 +267,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="a parallel split folder (captions tied by 'group')")
     p.add_argument("--families", required=True, type=Path, help="[family] sections of model specs")
-    p.add_argument("--union", default="all", help="name of the family of every distinct model ('' for none)")
+    p.add_argument("--union", default="all",
+                   help="name of an added family holding every distinct model ('' for none) (default: %(default)s)")
     p.add_argument("--g", nargs="+", default=list(DEFAULT_G), metavar="LABEL=MODEL[@WEIGHTS]",
                    help="image similarities: a timm model @ weights, thumbnail:SIZE or random[:SEED] "
                         f"(default: {' '.join(DEFAULT_G)})")
     p.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="SRC-TGT",
-                   help="language pairs, source-target (default: %(default)s)")
+                   help="language pairs, source-target (default: en-de en-fr)")
     p.add_argument("--ns", nargs="+", type=positive_int, default=[150, 300], metavar="N",
                    help="items per side (2N <= the pair's items, checked before any model is embedded; "
                         "default: 150 300)")
     p.add_argument("--seeds", type=positive_int, default=10, help="seeds per N (default: 10)")
     p.add_argument("--ks", nargs="+", type=positive_int, default=[1, 5, 10],
-                   help="K of BkR@K and XLR@K (default: %(default)s)")
+                   help="K of BkR@K and XLR@K (default: 1 5 10)")
     p.add_argument("--report-k", type=positive_int, default=10,
                    help="the K of the tables and plots, one of --ks (default: %(default)s)")
     p.add_argument("--out-dir", required=True, type=lambda text: Path(output_folder(text)),
                    help="folder of study.json, table.md, summary.md, the plots and the embeddings cache")
     p.add_argument("--cache-dir", type=Path, default=None, help="CNN feature cache (default: OUT_DIR/image-cache)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return p
 
 

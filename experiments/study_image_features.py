@@ -142,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="outputs/flickr8k/train", help="the train split (default: %(default)s)")
     ap.add_argument("--cache", help="its EfficientNet-Lite0 feature cache (default: SPLIT/features)")
     ap.add_argument("--flickr8k", default="../shared/data/flickr8k/flickr8k/Flickr8k.token.txt",
-                    help="the official English Flickr8k caption file (default: %(default)s)")
+                    help="the official English Flickr8k caption file (default: %(default)s, a path relative to the "
+                         "current folder: give your copy's)")
     ap.add_argument("--multi30k", default="../shared/data/flickr8k/multi30k",
-                    help="the Multi30K folder, to leave out the captions it translated (default: %(default)s)")
+                    help="the Multi30K folder, to leave out the captions it translated (default: %(default)s, a "
+                         "path relative to the current folder: give your copy's)")
     ap.add_argument("--overlap", type=float, default=0.8,
                     help="word-set overlap (Jaccard) above which a caption counts as translated (default: %(default)s)")
     ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")

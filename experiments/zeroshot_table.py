@@ -3,7 +3,8 @@
     .venv/bin/python experiments/zeroshot_table.py --train outputs/flickr8k-en/train --val outputs/flickr8k-en/val \\
         --test outputs/flickr8k/test --langs en,de,fr,zh,cs --seeds 0,1 --out eval_out/zeroshot
 
-Every row is a config (``configs/zeroshot*.yaml`` plus ``KEY=VALUE`` overrides, the table below). Each row is trained
+Every row is a config (the defaults or a ``configs/zeroshot/*.yaml`` file, plus ``KEY=VALUE`` overrides; the rows
+are listed at the end of ``--help``, numbered as ``--rows`` takes them). Each row is trained
 once per seed on the train split's English captions, keeping the epoch with the best English text->image Recall@10
 on val; the row's val figure is that best score, its test figures (Recall@1/5/10 with 95% bootstrap intervals and
 the median rank, per language) are measured once. The default config is the row with the best mean val figure
@@ -66,6 +67,17 @@ ROWS: dict[str, tuple[str | None, list[str]]] = {
     "M3L, anchor text term": (M3L, ["loss.text_term=anchor"]),
     "M3L, outputs not normalised": (M3L, ["adapter.normalize_output=false"]),
 }
+
+
+def rows_help() -> str:
+    """The ``--help`` epilog: every row of :data:`ROWS` with its number (what ``--rows`` takes), config and overrides."""
+    lines = ["rows (--rows takes their numbers):"]
+    for i, (label, (path, overrides)) in enumerate(ROWS.items()):
+        config = "defaults" if path is None else Path(path)
+        if isinstance(config, Path) and config.is_relative_to(ROOT):
+            config = config.relative_to(ROOT)
+        lines.append(f"  {i:2d}  {label}: {config}" + (f" + {' '.join(overrides)}" if overrides else ""))
+    return "\n".join(lines)
 
 
 def slug(label: str) -> str:
@@ -198,7 +210,8 @@ def seeds(value: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=rows_help())
     p.add_argument("--train", default="outputs/flickr8k-en/train",
                    help="the split the adapters train on, its train_langs captions (default: %(default)s)")
     p.add_argument("--val", default="outputs/flickr8k-en/val",
@@ -209,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated test languages, the first the table's median rank (default: %(default)s)")
     p.add_argument("--seeds", default="0,1", type=seeds,
                    help="comma-separated seeds of every row (default: %(default)s)")
-    p.add_argument("--rows", default=None, help="comma-separated row numbers (0-based) to run (default: all)")
+    p.add_argument("--rows", default=None, help="comma-separated row numbers to run, as listed below (default: all)")
     p.add_argument("--out", default="eval_out/zeroshot", type=output_folder,
                    help="folder of the records (one per row and seed, reused when there) and table.md "
                         "(default: %(default)s)")

@@ -5,14 +5,25 @@ The library (models, losses, data pipeline, evaluation) lives here; ``train.py``
 """
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from .errors import UserError  # what load and the library raise for a mistake a user can fix
+
+if TYPE_CHECKING:  # the encoder module imports torch: loaded by load() only
+    from .encoder import Encoder
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it: keep it a literal)
 
 
-def load(path, device: str = "cpu", prefer_best: bool = True):
-    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.encoder.Encoder`; a folder
-    that holds no model, or a device this machine lacks, is a :class:`UserError`."""
+def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
+    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.encoder.Encoder` on
+    ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...).
+
+    ``prefer_best``: from a run folder (or its ``checkpoints/``), load its ``best`` checkpoint (the one validation
+    chose) when there is one, else its ``latest``; False loads ``latest``, the last one saved. A checkpoint folder
+    (or a ``latest`` pointer file) loads that checkpoint whatever ``prefer_best`` says. A folder that holds no model,
+    or a device this machine lacks, is a :class:`UserError`."""
     from .encoder import load as _load
 
     return _load(path, device=device, prefer_best=prefer_best)

@@ -12,7 +12,7 @@ and running it is a one-line error naming it (:func:`data_prep.cli.build_parser`
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from data_prep import cli as data_cli
 
@@ -24,13 +24,18 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("globetrotter.data.feature_cache_cli", ("features",)),
 )
 
+DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars + manifest.json): "
+               "the built-in synthetic multilingual world, the shared BPE tokenizer, converters from public caption "
+               "datasets, more same-language captions per image (more-captions), inspection, and the image-feature "
+               "caches of a split (features: build, import, concat, finetune).")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=data_cli.DESCRIPTION)
+    return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=DESCRIPTION)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point; never returns: exits with the command's exit code."""
     raise SystemExit(data_cli.run(build_parser(), argv))
 
 

@@ -879,12 +879,15 @@ def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys)
 
 
 def test_flickr8k_help_example_is_the_documented_command():
-    """`globetrotter-data flickr8k --help` shows the command of docs/data.md, option for option (one source)."""
-    from data_prep.converters.cli import FLICKR8K_5LANG_COMMAND
+    """`globetrotter-data flickr8k --help` shows the command of docs/data.md, option for option (one source; its
+    data paths as FLICKR8K/ placeholders)."""
+    from data_prep.converters.cli import _COMMANDS, FLICKR8K_5LANG_COMMAND, with_placeholders
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text(encoding="utf-8")
     joined = " ".join(text.replace("\\\n", " ").split())
     assert ".venv/bin/" + " ".join(FLICKR8K_5LANG_COMMAND.split()) in joined
+    shown = _COMMANDS["flickr8k"]["example"]
+    assert shown == with_placeholders(FLICKR8K_5LANG_COMMAND) and "../shared" not in shown
 
 
 def test_nothing_usable_is_one_line_saying_why_and_leaves_nothing(tmp_path, capsys):

@@ -126,7 +126,9 @@ def add_interval_options(p: argparse.ArgumentParser, bootstrap_help: str) -> Non
                    help="interval level, with --bootstrap above 0 (default: 0.95)")
 
 
-def add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
+def add_beyond_paper_options(p: argparse.ArgumentParser, image_index: bool = True) -> None:
+    """The options beyond the paper's metric; ``image_index``: the command also takes ``--image-index`` (which
+    ``--approx-image-side`` then does not apply with)."""
     add_interval_options(p, "bootstrap replicates over queries for the intervals (default: 1000; 0: no intervals)")
     p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
                    help="text retrieval criterion: cosine (the paper) or CSLS, which penalises hub captions "
@@ -143,9 +145,9 @@ def add_beyond_paper_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=integer_at_least(1), default=None, metavar="C",
                    help="with --approximate: text candidates per query re-scored exactly (default: 128)")
     p.add_argument("--approx-image-side", choices=("pq", "exact"), default=None,
-                   help="with --approximate and no --image-index: step 4 from compressed-code image lists of the "
-                        "retrieved targets (pq) or the exact count of better images up to the largest K (exact: "
-                        "slower) (default: pq)")
+                   help=("with --approximate and no --image-index" if image_index else "with --approximate") +
+                        ": step 4 from compressed-code image lists of the retrieved targets (pq) or the exact count "
+                        "of better images up to the largest K (exact: slower) (default: pq)")
     p.add_argument("--nprobe", type=integer_at_least(1), default=None,
                    help="with --approximate --ann ivf: cells visited per query (more: slower, closer to exact; "
                         "default: 32)")

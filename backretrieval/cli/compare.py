@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--hits", nargs=2, metavar=("A_NPY", "B_NPY"),
                    help="instead of embeddings: per-query hits of A and B ('score --hits-out'), compared at the K "
                         "recorded beside them (NPY.ks.json; files without it: at --ks)")
-    p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"), help="labels of the two models")
+    p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
+                   help="labels of the two models (default: A B)")
     p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
                    help="paired tests to run (default: both)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import BackRetrievalError
 from ..evaluate import correlate_split, language_pairs
+from ..hubness import DEFAULT_CSLS_K
 from ..files import make_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
                      command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
@@ -37,7 +38,9 @@ def add_parser(sub) -> None:
     add_interval_options(p, "bootstrap replicates over queries: per seed and model, an interval for every BkR / "
                             "XLR / CORR figure in protocol.json (default: 1000; 0: none)")
     p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
-                   help="text retrieval for BkR step 2 and XLR ranks: cosine (the paper) or CSLS (default: cosine)")
+                   help="text retrieval for BkR step 2 and XLR ranks: cosine (the paper) or CSLS with a "
+                        f"neighbourhood of k = {DEFAULT_CSLS_K} (fixed here; score and eval take --csls-k) "
+                        "(default: cosine)")
     add_metric_options(p)
     add_model_options(p)
     p.set_defaults(func=run)

@@ -23,12 +23,13 @@ def add_parser(sub) -> None:
     p.add_argument("--data", required=True, metavar="SPLIT_DIR", help="split folder (manifest.json + .tar shards)")
     p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
     p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")
-    p.add_argument("--max-per-lang", type=integer_at_least(1), metavar="N", help="at most N source and N target captions per pair")
+    p.add_argument("--max-per-lang", type=integer_at_least(1), metavar="N",
+                   help="at most N source and N target captions per pair (default: all)")
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the non-matching split and subsampling (default: 0)")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
     add_metric_options(p)
-    add_beyond_paper_options(p)
+    add_beyond_paper_options(p, image_index=False)  # eval takes no --image-index
     add_model_options(p)
     p.set_defaults(func=run)
 

@@ -32,6 +32,16 @@ FLICKR8K_5LANG_COMMAND = (
     "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
     "--parallel-train en,de,fr,cs --resize 224 --out outputs/flickr8k"
 )
+"""The command of docs/data.md (the project's copy of the data under ../shared); --help shows it with the paths as
+FLICKR8K/... placeholders (:data:`FLICKR8K_FOLDERS`)."""
+FLICKR8K_FOLDERS = ("FLICKR8K stands for the folder of your copy of the data: images/ (the Flickr8k photos), "
+                    "multi30k/ (Multi30K's data folder) and flickr8kcn/ (the Flickr8k-CN caption files).")
+
+
+def with_placeholders(command: str) -> str:
+    """``command`` with the project machine's data paths (``../shared/data/flickr8k/``) as ``FLICKR8K/``."""
+    return command.replace("../shared/data/flickr8k/", "FLICKR8K/")
+
 
 _COMMANDS = {
     "multi30k": dict(
@@ -43,8 +53,8 @@ _COMMANDS = {
     "flickr8k": dict(
         needs="flickr8k",
         help="the Flickr8k token file and Flickr8k-CN caption files (language given per file)",
-        example=FLICKR8K_5LANG_COMMAND,
-        note="This is the five-language dataset of the shared real data: en/de/fr/cs from Multi30K task 1 "
+        example=with_placeholders(FLICKR8K_5LANG_COMMAND),
+        note=FLICKR8K_FOLDERS + " This is the five-language dataset of docs/data.md: en/de/fr/cs from Multi30K task 1 "
         "(translations of each other, so the test split is true parallel ground truth), zh written by native "
         "speakers (Flickr8k-CN). Add '--multi30k-tasks 1,2' for the five independent en and de captions of "
         "task 2, or '--flickr8k .../Flickr8k.token.txt:en' for the five original English captions per image. "
@@ -230,7 +240,8 @@ def _shared_options() -> argparse.ArgumentParser:
                           "(default: shorter)")
     img.add_argument("--jpeg-quality", type=int, default=90, metavar="Q", help="quality of re-encoded JPEGs (default 90)")
     img.add_argument("--workers", type=int, default=_default_workers(), metavar="N",
-                     help="processes decoding and resizing images (default: all cores)")
+                     help="processes decoding and resizing images, at least 1 (0 is refused); 1: in this process, "
+                          "no pool (default: the number of cores this process may use)")
 
     rep = parent.add_argument_group("report")
     rep.add_argument("--strict", action="store_true",

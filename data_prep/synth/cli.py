@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="adapt/ scenes in the held-out languages (default 2000; only with --heldout)")
     p.add_argument("--max-objects", type=int, dest="max_objects", help="objects per scene, at most (default 3)")
     p.add_argument("--image-format", choices=("jpg", "png"), dest="image_format", help="image encoding (default jpg)")
-    p.add_argument("--workers", type=int, help="rendering processes; 0 = all cores, 1 = in-process (default 0)")
+    p.add_argument("--workers", type=int, help="rendering processes; 0: one per core of the machine; 1: in this "
+                   "process, no pool (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty --out that holds no earlier world (its train/ val/ test/ "
                         "train-parallel/ adapt/ shards, dictionary/ and world.yaml are replaced; other files stay). "

@@ -141,12 +141,13 @@ def _finetune(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     features = sub.add_parser(
         "features",
-        help="the image-feature cache of a split: build it with a frozen backbone, import your own embeddings, or "
-        "join several",
+        help="the image-feature cache of a split: build it with a frozen backbone, import your own embeddings, "
+        "join several, or fine-tune a run's backbone and cache its features",
         description="The image-feature cache of a split, read by training with model.freeze_image_backbone=true and "
         "data.features=auto|FOLDER instead of pixels: `build` runs a frozen timm backbone over the images; `import` "
         "writes precomputed embeddings (.npy with an id list, or parquet) in the same format; `concat` joins the "
-        "caches of several encoders into one.",
+        "caches of several encoders into one; `finetune` fine-tunes the backbone of a run trained on such a cache "
+        "to the run's reading of each image's captions, and caches the fine-tuned backbone's features.",
     )
     actions = features.add_subparsers(dest="features_command", metavar="ACTION", required=True)
     p = actions.add_parser(
@@ -175,7 +176,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-images", type=positive_int, default=16,
                    help="images per forward batch (each with K+1 views; default %(default)s)")
     p.add_argument("--workers", type=non_negative_int, default=1,
-                   help="image decoding/augmentation processes (default %(default)s)")
+                   help="image decoding/augmentation processes; 0: none, the images are decoded and augmented in this "
+                        "process (default %(default)s)")
     p.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the cache record as JSON")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
@@ -236,7 +238,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     f = actions.add_parser(
         "finetune",
-        help="round two: fine-tune a run's frozen backbone to the run's reading of each image's captions, and cache it",
+        help="fine-tune the frozen backbone of a run to the run's reading of each image's captions, and cache its "
+        "features (a second training round then trains on them)",
         description="Round two of the recipe. A run trained on a frozen backbone's feature cache reads each train "
         "image's own captions with its cross-modal head (their mean: what the model understood the picture to "
         "show, in a space where the languages already meet). Every layer of the backbone the run started from is "
@@ -258,7 +261,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--seed", type=int, default=FinetuneSettings.seed,
                    help="seeds the head, the views and the order (default %(default)s)")
     f.add_argument("--workers", type=non_negative_int, default=1,
-                   help="image decoding/augmentation processes (default %(default)s)")
+                   help="image decoding/augmentation processes; 0: none, the images are decoded and augmented in this "
+                        "process (default %(default)s)")
     f.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
     f.set_defaults(func=_finetune)
 

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from ..errors import UserError, run_cli
 from ..shell import program_name, started_from_repository
@@ -27,13 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
         "whose captions in many languages align through the images they describe (losses: SimCLR image loss L_v, "
         "cross-modal L_x, transitive text-text L_t, token cloze L_c). Runs on CPU, one GPU, or many with "
         f"`accelerate launch {launch} ...`. With no arguments it runs configs/quickstart.yaml: generates the "
-        "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU, chooses its best "
-        "checkpoint by BackRetrieval on the val split (no parallel text) and prints the command that scores it on "
-        f"the test split (`{evaluate} sentence`).",
+        "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU and chooses its best "
+        "checkpoint by BackRetrieval on the val split (no parallel text). At the end it prints two commands: "
+        f"`{evaluate} select`, which chooses the sentence ranking on val, then `{evaluate} sentence --ranking RECORD`, "
+        "which scores the test split once with that choice.",
         epilog=f"Overrides use dotted keys, e.g. `{train} --config configs/quickstart.yaml steps=200 optim.lr=3e-4 "
         "loss.transitive=official`. Adapt a trained run to a language it never saw (paper appendix A.2): "
-        f"`{train} adapt.from=RUN adapt.language=el [--config FILE]` [key=value ...]: the run's saved config with "
-        "FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by default.",
+        f"`{train} adapt.from=RUN adapt.language=el [--config FILE] [adapt.epochs=2 ...]`: the run's saved config "
+        "with FILE and the overrides over it; one epoch over the new language's captions (split adapt.split) by "
+        "default.",
     )
     p.add_argument("--config", default=None, help=f"YAML config (default: configs/{DEFAULT_CONFIG.name}; with "
                    f"adapt.from, the run's own)")
@@ -118,8 +120,8 @@ def _say_where_to_resume(run_dir: Path) -> None:
           f"with the same command and --resume latest", file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point; never returns: exits with the command's exit code."""
     raise SystemExit(run_cli(_main, argv))
 
 

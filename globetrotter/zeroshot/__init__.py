@@ -7,7 +7,7 @@
 - :mod:`.tagging`: zero-shot multilingual image tagging (3.3.2, eqs. 3-5).
 - :mod:`.triplet`: the siamese Triplet / TripletXL adapter of the BackRetrieval paper (3.2).
 - :mod:`.case_study`: that paper's case study, Triplet and TripletXL judged by BackRetrieval (Fig. 3).
-- :mod:`.cli`: the ``zeroshot`` command (train, retrieve, tag, triplet), a module per sub-command.
+- :mod:`.cli`: the ``zeroshot`` command (train, retrieval, tag, tag-eval, triplet), a module per sub-command.
 """
 from .adapter import TextToImageAdapter
 from .config import AdapterConfig, LossConfig, OptimConfig, ZeroShotConfig

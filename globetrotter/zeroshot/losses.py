@@ -138,7 +138,9 @@ class _MinedLoss(nn.Module):
             return per_row.sum() * 0.0
         return per_row[valid].mean()
 
-    def per_row(self, anchor, positive, negative_image, negative_text) -> torch.Tensor:  # pragma: no cover
+    def per_row(self, anchor: torch.Tensor, positive: torch.Tensor, negative_image: torch.Tensor,
+                negative_text: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        """The loss of each row ``[B]`` from the anchor texts, their images and the negatives (each ``[B, D]``)."""
         raise NotImplementedError
 
 
@@ -153,7 +155,9 @@ class M3Loss(_MinedLoss):
         self.rho, self.alpha1, self.alpha2, self.eps, self.text_term = rho, alpha1, alpha2, eps, text_term
         self.negatives = negatives
 
-    def per_row(self, anchor, positive, negative_image, negative_text) -> torch.Tensor:
+    def per_row(self, anchor: torch.Tensor, positive: torch.Tensor, negative_image: torch.Tensor,
+                negative_text: torch.Tensor) -> torch.Tensor:
+        """M3L of each row ``[B]`` (:func:`m3l_loss`) from ``[B, D]`` anchor texts, positive images and negatives."""
         return m3l_loss(anchor, positive, negative_image, negative_text, self.rho, self.alpha1, self.alpha2, self.eps,
                         self.text_term)
 
@@ -165,7 +169,9 @@ class PATRLoss(_MinedLoss):
         super().__init__()
         self.margin = margin
 
-    def per_row(self, anchor, positive, negative_image, negative_text) -> torch.Tensor:
+    def per_row(self, anchor: torch.Tensor, positive: torch.Tensor, negative_image: torch.Tensor,
+                negative_text: torch.Tensor) -> torch.Tensor:
+        """PATR of each row ``[B]`` (:func:`patr_loss`) from ``[B, D]`` rows; ``negative_text`` is not used."""
         return patr_loss(anchor, positive, negative_image, self.margin)
 
 

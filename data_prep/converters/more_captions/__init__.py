@@ -61,11 +61,13 @@ ENRICHABLE = ("train", "val", "train-parallel")
 
 EXAMPLE = (
     "globetrotter-data more-captions --data outputs/flickr8k "
-    "--multi30k ../shared/data/flickr8k/multi30k --multi30k-tasks 1,2 "
-    "--flickr8k ../shared/data/flickr8k/flickr8k/Flickr8k.token.txt:en "
-    "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
+    "--multi30k FLICKR8K/multi30k --multi30k-tasks 1,2 "
+    "--flickr8k FLICKR8K/flickr8k/Flickr8k.token.txt:en "
+    "--flickr8k FLICKR8K/flickr8kcn/flickr8kzhc.caption.txt:zh "
     "--out outputs/flickr8k-more"
 )
+EXAMPLE_FOLDERS = ("FLICKR8K stands for the folder of your copy of the data: multi30k/ (Multi30K's data folder), "
+                   "flickr8k/ (the Flickr8k token file) and flickr8kcn/ (the Flickr8k-CN caption files).")
 
 
 def more_captions(args: argparse.Namespace) -> int:
@@ -186,7 +188,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and line) or unused (image not in train, another language, same text already there).", width=88)
     parser = subparsers.add_parser(
         COMMAND, help="more captions per train image, in its own language only (no parallel text)",
-        description=description, epilog="example:\n  " + " \\\n      --".join(EXAMPLE.split(" --")),
+        description=description, epilog="example:\n  " + " \\\n      --".join(EXAMPLE.split(" --")) + "\n\n" +
+        textwrap.fill(EXAMPLE_FOLDERS, 88),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", type=_existing_dir, required=True, metavar="DIR",

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from globetrotter.errors import run_cli
 from globetrotter.shell import program_name
 
 from . import cluster, correspondence, generate, retrieval, sentence, translate, translate_word, word
-from .common import common_options
 
 COMMANDS = (sentence, word, retrieval, cluster, correspondence, generate, translate, translate_word)
 ZEROSHOT_COMMANDS = ("tag", "zeroshot")
@@ -27,14 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate and use a trained Globetrotter model: translation by retrieval (sentences, words) with "
         "the ranking chosen on val, word ground truth, Procrustes refinement, cross-lingual image retrieval, "
         "clustering, sentence correspondence transfer, translation by generation. Each evaluation writes one JSON "
-        "record and PNG plots into --out.",
+        "record (with its PNG plots) into --out; build-dictionary writes its lexicon files into --dictionary-out, "
+        "and translate and translate-word print their translations.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    parent = common_options()
     for module in COMMANDS:
-        module.register(sub, parent)
+        module.register(sub)  # each with its own common options (common.common_options: their help per command)
     for name, helptext in (("tag", "multilingual image tagging (XTD10 paper 3.3.2, eqs. 3-5)"),
-                           ("zeroshot", "zero-shot cross-lingual image retrieval: train/retrieval/tag/triplet (M3L, PATR)")):
+                           ("zeroshot", "the XTD10 zero-shot system: train/retrieval/tag/tag-eval/triplet")):
         # forwarded whole to globetrotter.zeroshot.cli (see _main); listed here for --help
         sub.add_parser(name, help=f"{helptext}; `{program_name('eval')} {name} --help` for options", add_help=False)
     return parser
@@ -55,6 +54,7 @@ def _main(argv: Sequence[str] | None) -> int:
     return args.func(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point (``globetrotter-eval``; ``python eval.py``)."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point (``globetrotter-eval``; ``python eval.py``); never returns: exits with the
+    command's exit code."""
     raise SystemExit(run_cli(_main, argv))

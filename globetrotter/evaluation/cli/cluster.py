@@ -9,8 +9,8 @@ from ..tasks import cluster as cluster_task
 from . import common
 
 _CLUSTER_HELP = (
-    "Clustering analysis (paper appendix A.4): spherical k-means (k=50) over the text embeddings of "
-    "--n-groups parallel test groups in all languages. METRICS: language purity = share of sentences "
+    "Clustering analysis (paper appendix A.4): spherical k-means (--k clusters, 50 by default as in the "
+    "paper) over the --head embeddings of --n-groups parallel test groups in all languages. METRICS: language purity = share of sentences "
     "whose cluster's majority language is their own (1 = clusters by language, as the text-only "
     "model); meaning purity = share of sentences in the cluster holding most of their group's "
     "translations (1 = clusters by meaning, as the full model); NMI of the clusters with language and "
@@ -37,11 +37,13 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("cluster", parents=[parent], help="k-means language vs meaning purity (paper A.4)", description=_CLUSTER_HELP)
+def register(sub) -> None:
+    own = common.common_options(seed_help="seed of the --n-groups sample and of k-means (default 0)")
+    p = sub.add_parser("cluster", parents=[own], help="k-means language vs meaning purity (paper A.4)", description=_CLUSTER_HELP)
     common.add_model(p)
     common.add_split(p)
     p.add_argument("--n-groups", type=positive_int, default=200, help="parallel groups sampled (default %(default)s)")
-    p.add_argument("--k", type=positive_int, default=50, help="number of clusters (paper: 50)")
-    p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with")
+    p.add_argument("--k", type=positive_int, default=50, help="number of clusters (default %(default)s, the paper's)")
+    p.add_argument("--head", choices=["text", "cross"], default="text", help="head to embed with: text (the text-text head) or cross (the cross-modal head) "
+                        "(default %(default)s)")
     p.set_defaults(func=_cluster)

@@ -17,11 +17,16 @@ def languages(arg: str | None) -> list[str] | None:
     return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
 
 
-def common_options(seed: int | None = 0, seed_help: str = "seed of every sample and k-means (default 0)", *,
-                   with_seed: bool = True, name: bool = True, batch_size: bool = True) -> argparse.ArgumentParser:
-    """The options evaluation sub-commands share (a parent parser; its actions are shared by the children): ``--out``
-    and ``--device`` always; ``--seed``, ``--name`` (a record's model name) and ``--batch-size`` unless a command
-    has no use for them (it is then refused rather than ignored)."""
+DEVICE_HELP = "torch device of the model: cpu, cuda, cuda:1, ... (default cpu)"
+
+
+def common_options(seed: int | None = 0, seed_help: str = "seed of every sample (default 0)", *,
+                   device_help: str = DEVICE_HELP, with_seed: bool = True, name: bool = True,
+                   batch_size: bool = True) -> argparse.ArgumentParser:
+    """The options evaluation sub-commands share, as a parent parser of one sub-command (``seed_help`` and
+    ``device_help`` say what ``--seed`` and ``--device`` do in it): ``--out`` and ``--device`` always; ``--seed``,
+    ``--name`` (a record's model name) and ``--batch-size`` unless a command has no use for them (it is then refused
+    rather than ignored)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", type=output_folder, default=DEFAULT_OUT, help="folder for JSON records, plots and indexes (default %(default)s)")
     if batch_size:
@@ -30,8 +35,7 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
         common.add_argument("--seed", type=non_negative_int, default=seed, help=seed_help)
     if name:
         common.add_argument("--name", help="model name in records and file names (default: from the model path)")
-    common.add_argument("--device", type=torch_device, default="cpu",
-                        help="torch device of the model and of the image model: cpu, cuda, cuda:1, ... (default cpu)")
+    common.add_argument("--device", type=torch_device, default="cpu", help=device_help)
     return common
 
 
@@ -41,8 +45,10 @@ def add_model(p: argparse.ArgumentParser, required: bool = True, baselines: bool
                    help=f"trained model: a run folder (its best, else latest checkpoint) or a checkpoint folder{extra}")
 
 
-def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "parallel test split folder") -> None:
-    p.add_argument("--split", required=required, help=f"{what} (shards + manifest.json; groups tie translations)")
+def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "parallel test split folder",
+              detail: str = "shards + manifest.json; groups tie translations") -> None:
+    """``--split`` (``what`` it is, then ``detail`` in brackets: what the folder holds) and ``--languages``."""
+    p.add_argument("--split", required=required, help=f"{what} ({detail})")
     p.add_argument("--languages", help="comma-separated language codes to use (default: all of the split)")
 
 

@@ -44,17 +44,20 @@ def _correspondence(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("correspondence", parents=[parent], help="sentence correspondence transfer to unseen languages (paper A.1)",
+def register(sub) -> None:
+    own = common.common_options(seed_help="seed of the task: the cuts, the swapped halves and the held-out images of "
+                                          "the seen languages (default 0; the probe's seeds are --probe-seeds)")
+    p = sub.add_parser("correspondence", parents=[own], help="sentence correspondence transfer to unseen languages (paper A.1)",
                        description=_CORRESPONDENCE_HELP)
     common.add_model(p)
-    common.add_split(p, what="split folder whose captions build the task (the paper: the test split; no groups needed)")
+    common.add_split(p, what="split folder whose captions build the task, e.g. the test split as in the paper",
+                     detail="shards + manifest.json; no groups needed")
     p.add_argument("--seen", help="comma-separated languages the probe trains on (default: first half of the sorted languages, rounded up)")
     p.add_argument("--max-per-language", type=positive_int, default=2000,
                    help="training examples per seen language and test examples per unseen language (default %(default)s)")
     p.add_argument("--test-fraction", type=float, default=0.2, help="share of seen-language images held out for the seen test (default %(default)s)")
     p.add_argument("--min-units", type=int_at_least(MIN_UNITS, "a caption is cut in two halves"), default=MIN_UNITS,
-                   help=f"shortest caption used, in words (characters for unspaced scripts); at least {MIN_UNITS}")
+                   help=f"shortest caption used, in words (characters for unspaced scripts) (default and minimum: {MIN_UNITS})")
     p.add_argument("--epochs", type=positive_int, default=3, help="probe training epochs (paper: 1, on a far larger split; default %(default)s)")
     p.add_argument("--probe-batch-size", type=positive_int, default=64, help="probe training batch (default %(default)s)")
     p.add_argument("--lr", type=float, default=1e-3, help="probe peak learning rate, AdamW one-cycle (default %(default)s)")

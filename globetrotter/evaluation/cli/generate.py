@@ -54,8 +54,12 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("generate", parents=[parent], help="translation by generation with a decoder on the frozen representation (paper A.5)",
+def register(sub) -> None:
+    own = common.common_options(seed_help="seed of the --n-groups sample, of the decoder's initialisation and batch "
+                                          "order, and of the mismatched floor (default 0)",
+                                device_help="torch device of the model (the decoder trains on the CPU): cpu, cuda, "
+                                            "cuda:1, ... (default cpu)")
+    p = sub.add_parser("generate", parents=[own], help="translation by generation with a decoder on the frozen representation (paper A.5)",
                        description=_GENERATE_HELP)
     common.add_model(p)
     p.add_argument("--train", required=True, help="split whose --target captions train the decoder (the train split; not --split, nor a "

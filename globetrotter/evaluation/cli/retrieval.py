@@ -48,10 +48,13 @@ def _retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("retrieval", parents=[parent], help="text→image / image→text Recall@K per language", description=_RETRIEVAL_HELP)
+def register(sub) -> None:
+    own = common.common_options(seed_help="seed of the --max-images sample (default 0)",
+                                device_help="torch device of the model (its text and image encoders): cpu, cuda, "
+                                            "cuda:1, ... (default cpu)")
+    p = sub.add_parser("retrieval", parents=[own], help="text→image / image→text Recall@K per language", description=_RETRIEVAL_HELP)
     common.add_model(p)
-    common.add_split(p, what="test split folder with images")
+    common.add_split(p, what="test split folder with images", detail="shards + manifest.json; no groups needed")
     p.add_argument("--ks", type=positive_int, nargs="+", default=[1, 5, 10], help="K values (default 1 5 10)")
     p.add_argument("--max-images", type=positive_int, help="evaluate on a seeded sample of this many images (default: all)")
     p.set_defaults(func=_retrieval)

@@ -62,8 +62,10 @@ def add_ranking_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csls-k", type=positive_int, metavar="K", help=f"CSLS neighbourhood size (default: {CSLS_K})")
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("sentence", parents=[parent], help="sentence translation accuracy (paper 5.2)",
+def register(sub) -> None:
+    own = common.common_options(seed_help="seed of the --n-groups sample, of tie breaks and of the bootstrap interval "
+                                          "(default 0)")
+    p = sub.add_parser("sentence", parents=[own], help="sentence translation accuracy (paper 5.2)",
                        description=SENTENCE_HELP)
     common.add_model(p, baselines=True)
     common.add_split(p)
@@ -88,7 +90,9 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                         "from the evaluated sentences themselves (not inductive; recorded)")
     p.set_defaults(func=run_sentence)
 
-    own = common.common_options(seed=None, seed_help="seed of the val sample (default: the run's seed, else 0)")
+    own = common.common_options(seed=None, seed_help="seed of the val sample (default: the run's seed, else 0)",
+                                device_help="torch device of the model and of BackRetrieval's image model (g): cpu, "
+                                            "cuda, cuda:1, ... (default cpu)")
     p = sub.add_parser("select", parents=[own], help="choose the sentence ranking on val by BackRetrieval",
                        description=SELECT_HELP)
     common.add_model(p, baselines=True)

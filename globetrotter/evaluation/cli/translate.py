@@ -61,11 +61,12 @@ def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> No
 
 
 def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, description: str,
-               k: int) -> argparse.ArgumentParser:
-    """A translate sub-command with the options both share (``parent``: the common options it uses)."""
+               k: int, queries: str = "sentences") -> argparse.ArgumentParser:
+    """A translate sub-command with the options both share (``parent``: the common options it uses; ``queries``:
+    what it translates, ``sentences`` or ``words``)."""
     p = sub.add_parser(name, parents=[parent], help=helptext, description=description)
     common.add_model(p)
-    p.add_argument("text", nargs="*", help="sentences (or words) to translate")
+    p.add_argument("text", nargs="*", help=f"{queries} to translate")
     p.add_argument("--input", help="file of queries, one per line")
     p.add_argument("--to", required=True, help="target language code")
     p.add_argument("--k", type=positive_int, default=k, help="results per query (default %(default)s)")
@@ -92,7 +93,7 @@ def _translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub) -> None:
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")

@@ -25,10 +25,10 @@ def _translate_word(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub) -> None:
     own = common.common_options(with_seed=False, name=False, batch_size=False)  # no record, sample or encoding batch
     p = add_parser(sub, own, "translate-word", "translate words by retrieval over the vocabulary",
-                   _TRANSLATE_WORD_HELP, k=10)
+                   _TRANSLATE_WORD_HELP, k=10, queries="words")
     p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: the captions the "
                         "tokenizer was trained on, when on this machine; else the whole vocabulary)")
     p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")

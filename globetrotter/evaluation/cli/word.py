@@ -100,8 +100,10 @@ def _build_dictionary(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
-    own = common.common_options(batch_size=False)  # token rows or one word at a time: no encoding batch
+def register(sub) -> None:
+    # token rows or one word at a time: no encoding batch; every group of --split is read: nothing sampled
+    own = common.common_options(batch_size=False, seed_help="kept in the record only: word samples nothing, it reads "
+                                                            "every group of --split (default 0)")
     p = sub.add_parser("word", parents=[own], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
     common.add_model(p)
     common.add_split(p, required=False, what="parallel split for the tf-idf ground truth and token frequencies")

@@ -75,8 +75,12 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
     p.add_argument("--overwrite", action="store_true", help="replace the adapter already in --out")
-    p.add_argument("--config", metavar="YAML", help="config file (ZeroShotConfig); defaults are this project's system, "
-                   "configs/zeroshot/xtd10.yaml the paper's as described (docs/zeroshot.md)")
+    p.add_argument("--config", metavar="YAML",
+                   help="config file (ZeroShotConfig) (default: none, this project's system; "
+                        "configs/zeroshot/xtd10.yaml is the XTD10 paper's PATR system as the paper describes it, "
+                        "configs/zeroshot/m3l.yaml the paper's M3L loss as this project trains it, "
+                        "configs/zeroshot/recipe.yaml the reference recipe the system is compared with; "
+                        "docs/zeroshot.md)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides, e.g. loss.name=patr loss.margin=null optim.epochs=10 train_langs=[en]; "
                         "adapter.dropout is one rate per block, so its length sets the number of blocks")

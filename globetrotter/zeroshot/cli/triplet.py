@@ -129,7 +129,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="held-out share for choosing the epoch (default 0.1)")
     p.add_argument("--ks", type=ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
     p.add_argument("--max-per-lang", type=positive_int, default=None, metavar="N",
-                   help="at most N documents per side of a pair")
+                   help="at most N documents per side of a pair (default: all)")
     p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.set_defaults(func=run)
