@@ -114,7 +114,8 @@ def test_the_training_command_line_is_named_as_it_was_started(tmp_path, monkeypa
     monkeypatch.setattr(sys, "argv", ["train.py"])
     parser = build_parser()
     assert parser.prog == "train.py" and "`accelerate launch train.py ...`" in parser.description
-    assert "`train.py adapt.from=RUN" in parser.epilog and "`eval.py sentence`" in parser.description
+    assert "`train.py adapt.from=RUN" in parser.epilog and "`eval.py select`" in parser.description \
+        and "`eval.py sentence --ranking RECORD`" in parser.description
     for started in (tmp_path / "bin" / "globetrotter-train", tmp_path / "globetrotter" / "training" / "cli.py"):
         monkeypatch.setattr(sys, "argv", [str(started)])
         parser = build_parser()
@@ -122,7 +123,7 @@ def test_the_training_command_line_is_named_as_it_was_started(tmp_path, monkeypa
         assert parser.format_usage().startswith("usage: globetrotter-train ")
         assert "`accelerate launch -m globetrotter.training.cli ...`" in parser.description
         assert "`globetrotter-train adapt.from=RUN" in parser.epilog
-        assert "`globetrotter-eval sentence`" in parser.description
+        assert "`globetrotter-eval sentence --ranking RECORD`" in parser.description
 
 
 def test_the_next_round_of_a_backbone_finetune_names_the_training_command(tmp_path, monkeypatch, capsys):
