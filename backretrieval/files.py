@@ -29,6 +29,8 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool
     """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, rows with NaN, and
     with ``vectors`` all-zero rows: :func:`check_rows`)."""
     p = Path(path)
+    if p.is_dir():
+        raise BackRetrievalError(f"{p}: {what} is a folder; expected an .npy file")
     if not p.is_file():
         raise BackRetrievalError(f"{p}: {what} file not found")
     with open(p, "rb") as handle:
@@ -128,17 +130,34 @@ def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
 
 
 def read_lines(x, what: str) -> tuple[str, list[str]]:
-    """``(label, lines)`` of a text file given by path, or of a sequence given as is (label: ``what``)."""
+    """``(label, lines)`` of a text file given by path, or of a sequence given as is (label: ``what``).
+
+    A file is read as UTF-8 (a leading byte-order mark is dropped); one-line errors name the file for a folder, a
+    missing file, and bytes that are not UTF-8 (with their line)."""
     if not is_path(x):
         return what, [str(v) for v in x]
-    path = Path(x)
+    return str(x), read_text_lines(x, what)
+
+
+def read_text_lines(path: PathLike, what: str) -> list[str]:
+    """The lines of the UTF-8 text file ``path`` (a byte-order mark dropped); one-line errors name the file, and the
+    line of the first byte that is not UTF-8."""
+    path = Path(path)
+    if path.is_dir():
+        raise BackRetrievalError(f"{path}: {what} is a folder; expected a text file of one value per line")
     if not path.is_file():
         raise BackRetrievalError(f"{path}: {what} file not found")
     try:
-        return str(path), path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_bytes()
+    except OSError as err:
+        raise BackRetrievalError(f"{path}: cannot read {what} ({err.strerror or err})") from None
+    try:
+        return raw.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as err:
-        raise BackRetrievalError(f"{path}: {what} is not UTF-8 text (byte {err.start}); expected one value per "
-                                 "line") from None
+        bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+        line = raw[:err.start + bom].count(b"\n") + 1
+        raise BackRetrievalError(f"{path}:{line}: {what} is not UTF-8 text (byte {err.start + bom}); expected one "
+                                 "value per line in UTF-8") from None
 
 
 def same_rows(items: Sequence[tuple[str, int]], what: str) -> None:

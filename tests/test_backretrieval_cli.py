@@ -543,7 +543,7 @@ def test_wrong_file_kinds_and_bad_output_paths_are_named_before_any_output(tmp_p
              "--bootstrap", "0"]
     assert "record.json: --src-text is not a .npy file (it has no .npy header)" in _one_line_error(
         ["score", "--src-text", str(tmp_path / "record.json"), *files[3:]], capsys)
-    assert "si.npy: --src-image-ids is not UTF-8 text" in _one_line_error([*files, "--src-image-ids", p["si"]], capsys)
+    assert "si.npy:1: --src-image-ids is not UTF-8 text" in _one_line_error([*files, "--src-image-ids", p["si"]], capsys)
     assert "--max-rank 3: must be >= the largest K (10)" in _one_line_error([*files, "--max-rank", "3"], capsys)
     ranks = tmp_path / "new" / "ranks.npy"
     err = _one_line_error([*files, "--ranks-out", str(ranks), "--hits-out", str(tmp_path / "record.json" / "h")],
@@ -937,3 +937,31 @@ def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_spli
     np.save(tmp_path / "sim.npy", np.vstack([np.zeros((1, 30)), np.random.default_rng(0).random((29, 30))]))
     assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(tmp_path / "sim.npy"),
                  "--bootstrap", "0"]) == 0
+
+
+def test_text_list_files_drop_a_bom_and_name_the_line_of_non_utf8_bytes(small_split, tmp_path, capsys):
+    """--models-file was read as strict UTF-8: a non-UTF-8 file was a UnicodeDecodeError traceback and a BOM became
+    part of the first spec ("unknown embedder spec '\\ufeffrandom:4'"); --src-image-ids said "not UTF-8 text" without
+    the line; a folder given as --src-text or --models-file was "not found". Now a BOM is dropped, the non-UTF-8
+    line is named, and a folder is named as one."""
+    out = tmp_path / "o"
+    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress",
+             "--seeds", "1"]
+    models = tmp_path / "models.txt"
+    models.write_bytes(b"random:4\nrandom:5\xe9\n")
+    err = _one_line_error(["correlate", *split, "--models-file", str(models)], capsys)
+    assert "models.txt:2: --models-file is not UTF-8 text" in err and not out.exists(), err
+    err = _one_line_error(["correlate", *split, "--models-file", str(tmp_path)], capsys)
+    assert f"{tmp_path}: --models-file is a folder; expected a text file" in err, err
+    models.write_bytes("\ufeffrandom:4\nrandom:5\n".encode("utf-8"))
+    assert main(["correlate", *split, "--models-file", str(models)]) == 0
+    capsys.readouterr()
+    p = _embedding_files(tmp_path, n=20)
+    files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+             "--bootstrap", "0"]
+    ids = tmp_path / "ids.txt"
+    ids.write_bytes(b"a\nb\nc\xe9\n")
+    err = _one_line_error([*files, "--src-image-ids", str(ids)], capsys)
+    assert "ids.txt:3: --src-image-ids is not UTF-8 text" in err, err
+    err = _one_line_error(["score", "--src-text", str(tmp_path), *files[3:]], capsys)
+    assert f"{tmp_path}: --src-text is a folder; expected an .npy file" in err, err

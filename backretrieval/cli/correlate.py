@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import BackRetrievalError
 from ..evaluate import correlate_split, language_pairs
 from ..hubness import DEFAULT_CSLS_K
-from ..files import make_dir, write_file
+from ..files import make_dir, read_text_lines, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
                      command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
                      resolve_dependent_options, writable_outputs)
@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     specs = command_line_specs(args.models, "--models")
     if args.models_file:
         path = Path(args.models_file)
-        if not path.is_file():
+        if not path.exists():
             raise BackRetrievalError(f"{path}: --models-file not found")
-        specs += path.read_text(encoding="utf-8").splitlines()
+        specs += read_text_lines(path, "--models-file")
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
