@@ -491,3 +491,29 @@ def test_images_align_languages_that_share_no_script(tiny_world, tmp_path):
     text_only = margin("text-only", "loss.text=0", "loss.image=0", "loss.cross=0")
     assert full > 0.02, f"the full model did not align the scripts (margin {full:.3f})"
     assert full > text_only + 0.02, f"full {full:.3f} vs text-only {text_only:.3f}"
+
+
+def test_a_non_utf8_latest_pointer_or_trainer_state_is_a_one_line_error_saying_what_to_do(tmp_path, capsys):
+    """checkpoints/latest that is not UTF-8 was a UnicodeDecodeError traceback (eval.py --model, train.py --resume);
+    a non-UTF-8 trainer_state.json said "(UnicodeDecodeError: 'utf-8' codec can't decode ...)"."""
+    root = tmp_path / "run" / "checkpoints"
+    (root / "step-00000002").mkdir(parents=True)
+    (root / "step-00000002" / ckpt.STATE).write_text(json.dumps({"step": 2}))
+    (root / ckpt.LATEST).write_bytes(b"step-0000000\xff\n")
+    for call in (lambda: ckpt.resolve(tmp_path / "run"), lambda: ckpt.to_resume(tmp_path / "run", "latest")):
+        with pytest.raises(UserError) as err:
+            call()
+        message = str(err.value)
+        assert message.startswith(f"{root / ckpt.LATEST}: not a checkpoint pointer (not UTF-8 text, byte 12)")
+        assert "write that name into it" in message and len(message.splitlines()) == 1
+    (root / ckpt.LATEST).write_text("step-00000002\n")
+    assert ckpt.resolve(tmp_path / "run") == root / "step-00000002"
+    (root / "step-00000002" / ckpt.STATE).write_bytes(b'{"step": "\xe9"}')
+    with pytest.raises(UserError) as err:
+        ckpt.read_state(root / "step-00000002")
+    message = str(err.value)
+    assert message.startswith(f"{root / 'step-00000002' / ckpt.STATE}: not a trainer state (not UTF-8 text, byte 10)")
+    assert "Unicode" not in message and "use another checkpoint of the run" in message
+    (root / "step-00000002" / ckpt.STATE).write_text("{")
+    with pytest.raises(UserError, match=r"trainer_state.json:1:2: cannot read the checkpoint's state \(not JSON"):
+        ckpt.read_state(root / "step-00000002")

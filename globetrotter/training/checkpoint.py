@@ -94,10 +94,24 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
         if prefer_best and not (root / "best").exists() and (root / PUBLISHING / STATE).is_file():
             return root / PUBLISHING  # a publish of best/ stopped between its renames
         if (root / LATEST).is_file():
-            target = root / (root / LATEST).read_text().strip()
+            target = root / _read_pointer(root / LATEST)
             if (target / STATE).is_file():
                 return target
     raise UserError(f"{path}: no checkpoint found (expected a run folder, its checkpoints/, or a checkpoint with {STATE})")
+
+
+def _read_pointer(pointer: Path) -> str:
+    """The checkpoint name the ``latest`` pointer file holds; a one-line error when it is not such a file."""
+    try:
+        raw = pointer.read_bytes()
+    except OSError as err:
+        raise UserError(f"{pointer}: cannot read the checkpoint pointer ({err.strerror or err})") from None
+    try:
+        return raw.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{pointer}: not a checkpoint pointer (not UTF-8 text, byte {err.start}); it should hold the "
+                        f"name of a checkpoint folder in {pointer.parent} (such as step-00000005): write that name "
+                        "into it, or give the checkpoint folder itself") from None
 
 
 def restore_best(run_dir: str | Path, log: Callable[[str], None] = print) -> None:
@@ -143,9 +157,16 @@ def saved_steps(run_dir: str | Path) -> dict[str, int | None]:
 def read_state(ckpt: Path) -> dict:
     """A checkpoint's ``trainer_state.json``; one-line error when it is missing or not a JSON object."""
     path = Path(ckpt) / STATE
+    damaged = (f"the checkpoint is damaged: use another checkpoint of the run (best/ or a step-* folder in "
+               f"{path.parent.parent}) or train again")
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # ValueError: bad JSON or not UTF-8
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a trainer state (not UTF-8 text, byte {err.start}); {damaged}") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{err.lineno}:{err.colno}: cannot read the checkpoint's state (not JSON: {err.msg}); "
+                        f"{damaged}") from None
+    except (OSError, ValueError) as err:
         raise UserError(f"{path}: cannot read the checkpoint's state ({type(err).__name__}: {err}); the checkpoint "
                         f"is incomplete") from None
     if not isinstance(state, dict):
