@@ -517,3 +517,20 @@ def test_a_non_utf8_latest_pointer_or_trainer_state_is_a_one_line_error_saying_w
     (root / "step-00000002" / ckpt.STATE).write_text("{")
     with pytest.raises(UserError, match=r"trainer_state.json:1:2: cannot read the checkpoint's state \(not JSON"):
         ckpt.read_state(root / "step-00000002")
+
+
+def test_a_bad_backbone_argument_is_named_and_an_unknown_backbone_said_once_with_close_names():
+    """image_backbone_args={foo: 1} was reported as "unknown timm model 'resnet18' (ResNet.__init__() got an
+    unexpected keyword argument 'foo')"; an unknown name as "unknown timm model 'foo' (Unknown model (foo))"."""
+    from globetrotter.models.image import create_image_backbone
+
+    with pytest.raises(UserError) as err:
+        create_image_backbone("resnet18", foo=1)
+    assert str(err.value) == ("model.image_backbone_args: timm model 'resnet18' takes no argument 'foo'; remove it "
+                              "from model.image_backbone_args {'foo': 1}")
+    with pytest.raises(UserError) as err:
+        create_image_backbone("resnt18")
+    assert str(err.value).startswith("model.image_backbone: unknown timm model 'resnt18'; did you mean resnet18")
+    with pytest.raises(UserError) as err:
+        create_image_backbone("foo")
+    assert str(err.value).count("foo") == 1 and "timm.list_models()" in str(err.value)

@@ -1,6 +1,8 @@
 """The image encoder: any timm backbone (ResNet-18 by default), pooled features; or imported embeddings."""
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 
 import timm
@@ -47,10 +49,14 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         return _package_backbone(name, kwargs)
     if weights == "hub":
         return _hub_backbone(name, kwargs)
+    if not timm.is_model(name):
+        raise UserError(unknown_timm_model(name))
     try:
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-    except (RuntimeError, TypeError) as err:
-        raise UserError(f"model.image_backbone: unknown timm model {name!r} ({err})") from None
+    except TypeError as err:  # the constructor refused an argument of model.image_backbone_args
+        raise UserError(bad_backbone_args(name, kwargs, err)) from None
+    except RuntimeError as err:
+        raise UserError(f"model.image_backbone: cannot create timm model {name!r} ({err})") from None
     if weights:
         path = Path(weights)
         if not path.is_file():
@@ -73,6 +79,25 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         if unexpected or len(missing) > 0:
             raise UserError(f"{path}: weights do not fit {name} (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model
+
+
+def unknown_timm_model(name: str) -> str:
+    """The message for a name timm does not know, with the close names it does know."""
+    close = difflib.get_close_matches(str(name), timm.list_models(), n=3, cutoff=0.6)
+    hint = (f"did you mean {', '.join(close)}?" if close
+            else "timm.list_models() lists the names (e.g. resnet18, efficientnet_lite0)")
+    return f"model.image_backbone: unknown timm model {name!r}; {hint}"
+
+
+def bad_backbone_args(name: str, kwargs: dict, err: TypeError) -> str:
+    """The message for a ``TypeError`` of the timm constructor: an argument of ``model.image_backbone_args`` it does
+    not take (named), or a value of the wrong kind."""
+    unexpected = re.search(r"unexpected keyword argument '([^']+)'", str(err))
+    if unexpected:
+        return (f"model.image_backbone_args: timm model {name!r} takes no argument {unexpected.group(1)!r}; remove it "
+                f"from model.image_backbone_args {kwargs}")
+    return (f"model.image_backbone_args {kwargs}: timm model {name!r} refused a value ({err}); check the arguments' "
+            "values against the model's constructor")
 
 
 def _imported(weights: str | None, kwargs: dict) -> ImportedFeatures:
