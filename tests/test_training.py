@@ -239,6 +239,7 @@ def test_a_run_folder_that_cannot_be_made_is_refused_before_any_work(tiny_world,
 @pytest.mark.parametrize("extra, message", [
     (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
     (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),
+    (("data.train_split=nope",), r"^data.train_split='nope': \S+nope has no manifest.json \(splits there: [a-z, ]*train"),
     (("data.test_split=nope", "val.every=1", "val.test_groups=4"),
      "val.test_groups=4: data.test_split='nope' has no manifest.json"),
 ])

@@ -260,6 +260,10 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
         if (root / MANIFEST).is_file():  # a split given as the dataset: never a synthetic world generated into it
             raise UserError(f"data.root={root} is a split folder (it holds {MANIFEST}); give the dataset folder that "
                             f"holds {cfg.data.train_split}/, e.g. data.root={root.parent}")
+        splits = sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file()) if root.is_dir() else []
+        if splits:  # a dataset folder: the split name is wrong (no world is generated among splits)
+            raise UserError(f"data.train_split={cfg.data.train_split!r}: {train_dir} has no {MANIFEST} (splits there: "
+                            f"{', '.join(splits)})")
         if cfg.data.synth is None:
             raise UserError(f"data.root: {train_dir} has no {MANIFEST} (convert a dataset first, or set data.synth to generate the synthetic world)")
         held = sorted(p.name for p in root.iterdir() if p.name != STAGING)[:3] if root.is_dir() else []
