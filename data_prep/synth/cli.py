@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
-from data_prep.config_io import load_config
+from data_prep.config_io import config_dict, from_dict
+from data_prep.errors import UserError
 
 from .config import SynthConfig
 from .lexicon import LANGUAGES
@@ -61,14 +63,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SynthConfig:
-    """The SynthConfig of a parsed command line (YAML, then flags, then KEY=VALUE overrides)."""
-    overrides = [f"{name}={json.dumps(getattr(args, name))}" for name in _FLAG_FIELDS
-                 if getattr(args, name) is not None]
+    """The SynthConfig of a parsed command line (YAML, then flags, then KEY=VALUE overrides).
+
+    A bad value that came from a flag is reported as the flag the user typed (``--image-size 5: expected
+    16..1024 pixels, got 5``); one from the YAML file or a KEY=VALUE override names the key."""
+    typed: dict[str, str] = {}  # config key -> the flag and value as typed
+    overrides = []
+    for name in _FLAG_FIELDS:
+        value = getattr(args, name)
+        if value is not None:
+            overrides.append(f"{name}={json.dumps(value)}")
+            typed[name] = f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
     for flag, name in (("languages", "languages"), ("heldout", "heldout_languages")):
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"{name}={json.dumps([c.strip() for c in value.split(',') if c.strip()])}")
-    return load_config(SynthConfig, args.config, overrides + list(args.overrides))
+            typed[name] = f"--{flag} {shlex.quote(value)}"
+    for item in args.overrides:  # a KEY=VALUE override wins over the flag: its key is the one to name
+        typed.pop(item.split("=", 1)[0].strip(), None)
+    data, where = config_dict(args.config, overrides + list(args.overrides))
+    try:
+        return from_dict(SynthConfig, data, where=where)
+    except UserError as err:
+        message = str(err)
+        for key, flag in typed.items():
+            head = f"{where}: {key}: "
+            if message.startswith(head):
+                raise UserError(f"{flag}: {message[len(head):]}") from None
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
