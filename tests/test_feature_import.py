@@ -406,3 +406,25 @@ def test_training_validates_with_g_the_imported_embeddings(tiny_world, source, t
     val = Validator(cfg).val  # g: the val images' imported rows, each caption its own image's
     assert val.image_spec == f"features:{world / 'val' / 'features'}"
     assert (val.image_feats == 1).all() and set(val.image_ids) == set(val_ids)  # the train rows are random
+
+
+def test_an_embeddings_file_that_is_not_npy_is_named_as_such_not_as_a_pickle(tiny_world, source, tmp_path, capsys):
+    """A text file named .npy was reported with numpy's 'allow_pickle=False' hint; a folder as 'no such file'."""
+    ids, vectors = source
+    _, id_file = write_npy(tmp_path / "src", ids, vectors)
+    (tmp_path / "notnpy.npy").write_text("0.1 0.2\n")
+    np.savez(tmp_path / "arch.npz", a=vectors)
+    (tmp_path / "arch.npz").rename(tmp_path / "arch.npy")
+    out = tmp_path / "features"
+    for emb, message in ((tmp_path / "notnpy.npy", f"{tmp_path / 'notnpy.npy'}: not a .npy file (it has no .npy "
+                                                   "header); expected one array saved by numpy.save"),
+                         (tmp_path / "arch.npy", f"{tmp_path / 'arch.npy'}: an .npz archive, not a .npy file"),
+                         (tmp_path / "src", f"--embeddings {tmp_path / 'src'}: a folder; expected a .npy or .parquet "
+                                            "file")):
+        with pytest.raises(SystemExit) as stop:
+            data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
+                       str(id_file), "--name", "toy", "--quiet", "--out", str(out)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+        assert "pickle" not in err[0]
+    assert not out.exists()

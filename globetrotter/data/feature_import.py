@@ -119,9 +119,15 @@ class _Npy(_Source):
         if ids_path is None:
             raise UserError(f"{path}: a .npy file holds no image ids; give them with --ids FILE (one per line, or .json)")
         self.path, self.fmt = path, "npy"
+        with open(path, "rb") as handle:
+            magic = handle.read(6)
+        if magic != b"\x93NUMPY":  # np.load would try it as a pickle (and say allow_pickle), or open an .npz
+            kind = "an .npz archive, not a .npy file" if magic.startswith(b"PK") else (
+                "an empty file" if not magic else "not a .npy file (it has no .npy header)")
+            raise UserError(f"{path}: {kind}; expected one array saved by numpy.save")
         try:
             self.array = np.load(path, mmap_mode="r")
-        except ValueError as err:
+        except (ValueError, EOFError) as err:
             raise UserError(f"{path}: not a readable .npy array ({err})") from None
         if self.array.ndim != 2 or self.array.dtype.kind != "f" or self.array.shape[1] < 1:
             raise UserError(f"{path}: expected a float array [N, D], got {self.array.dtype} {list(self.array.shape)}")
@@ -224,6 +230,8 @@ class _Parquet(_Source):
 def _open_source(path: Path, ids: Path | None, id_column: str | None, embedding_column: str | None) -> _Source:
     """The source at ``path``; ``id_column`` / ``embedding_column``: ``None`` for the defaults (refused with a
     ``.npy`` when given, as it names no columns)."""
+    if path.is_dir():
+        raise UserError(f"--embeddings {path}: a folder; expected a .npy or .parquet file")
     if not path.is_file():
         raise UserError(f"--embeddings {path}: no such file")
     if path.suffix == ".npy":
