@@ -203,6 +203,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping, with one-line errors for a missing or malformed file (a key given twice included)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: a folder; expected a YAML config file")
     if not path.is_file():
         raise UserError(f"{path}: config file not found")
     try:

@@ -228,3 +228,10 @@ def test_package_weights_with_another_backbones_arguments_name_the_override_that
         load_train_config(REPO / "configs" / "quickstart.yaml", swap)
     assert load_train_config(REPO / "configs" / "quickstart.yaml",
                              [*swap, "model.image_backbone_args={}"]).model.image_backbone_args == {}
+
+
+def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path):
+    """`train.py --config DIR` said 'DIR: config file not found'."""
+    with pytest.raises(UserError) as err:
+        load_train_config(tmp_path)
+    assert str(err.value) == f"{tmp_path}: a folder; expected a YAML config file"

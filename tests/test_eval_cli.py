@@ -1332,3 +1332,14 @@ def test_translate_notes_a_k_above_the_corpus_and_cut_queries_and_translate_word
     err = capsys.readouterr().err
     assert "note: ['red square'] is several words" in err, err
     assert "note: ['qzxqzx'] is not in the model's vocabulary" in err, err  # a token of its own gets no note
+
+
+def test_a_folder_given_as_the_ranking_record_is_named_as_a_folder(tmp_path, monkeypatch):
+    """`eval.py sentence --ranking DIR` said 'DIR: no such file'."""
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.tasks.select import read_choice
+
+    monkeypatch.setattr(sys, "argv", ["eval.py"])
+    with pytest.raises(UserError) as err:
+        read_choice(tmp_path)
+    assert str(err.value) == f"{tmp_path}: a folder; --ranking takes the JSON record that `eval.py select` wrote"

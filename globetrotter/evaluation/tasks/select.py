@@ -198,6 +198,8 @@ def read_record(path: str | Path, flag: str) -> dict:
     """A ``select`` record's JSON, for the option ``flag`` (a one-line error naming the file when it is missing or
     not JSON)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: a folder; {flag} takes the JSON record that `{_select()}` wrote")
     if not path.is_file():
         raise UserError(f"{path}: no such file ({flag} takes the JSON record that `{_select()}` wrote)")
     try:
