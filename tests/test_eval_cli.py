@@ -1343,3 +1343,22 @@ def test_a_folder_given_as_the_ranking_record_is_named_as_a_folder(tmp_path, mon
     with pytest.raises(UserError) as err:
         read_choice(tmp_path)
     assert str(err.value) == f"{tmp_path}: a folder; --ranking takes the JSON record that `eval.py select` wrote"
+
+
+def test_a_ranking_record_that_is_not_json_names_the_place_not_the_exception(tmp_path, monkeypatch):
+    """`eval.py sentence --ranking afile.txt` said '(JSONDecodeError: Expecting value: line 1 column 1 (char 0))';
+    a JSON object without a key of the record '(KeyError: 'reference')'."""
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.tasks.select import read_choice
+
+    monkeypatch.setattr(sys, "argv", ["eval.py"])
+    (tmp_path / "afile.txt").write_text("not json\n")
+    with pytest.raises(UserError) as err:
+        read_choice(tmp_path / "afile.txt")
+    assert str(err.value) == (f"{tmp_path / 'afile.txt'}:1:1: not JSON (Expecting value); expected the record "
+                              "`eval.py select` wrote")
+    (tmp_path / "partial.json").write_text(json.dumps({"details": {"chosen": {}}, "config": {}}))
+    with pytest.raises(UserError) as err:
+        read_choice(tmp_path / "partial.json")
+    assert "Error" not in str(err.value) and str(err.value).startswith(f"{tmp_path / 'partial.json'}: not a record of "
+                                                                       "`eval.py select` (")

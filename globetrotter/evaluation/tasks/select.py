@@ -204,8 +204,12 @@ def read_record(path: str | Path, flag: str) -> dict:
         raise UserError(f"{path}: no such file ({flag} takes the JSON record that `{_select()}` wrote)")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:  # bad JSON or not UTF-8
-        raise UserError(f"{path}: not a record of `{_select()}` ({type(err).__name__}: {err})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}), so not a record of `{_select()}` (the JSON it "
+                        "writes)") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected the record `{_select()}` "
+                        "wrote") from None
 
 
 def select_ranking(
@@ -417,5 +421,7 @@ def read_choice(record: str | Path) -> Choice:
     data = read_record(record, "--ranking")
     try:
         return Choice.from_record(data, source=str(record))
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise UserError(f"{record}: not a record of `{_select()}` ({type(err).__name__}: {err})") from None
+    except KeyError as err:
+        raise UserError(f"{record}: not a record of `{_select()}` (missing key {err.args[0]!r})") from None
+    except (ValueError, TypeError, AttributeError) as err:
+        raise UserError(f"{record}: not a record of `{_select()}` ({err})") from None
