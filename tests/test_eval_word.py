@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,14 +213,18 @@ def test_bpe_keys_mark_the_leading_space_and_byte_fragments():
     assert emb[0].argmax() == keys.index("▁red") and emb[1].argmax() == keys.index("the")
 
 
-def test_a_dictionary_file_given_for_its_folder_is_named_as_such(tmp_path):
+def test_a_dictionary_file_given_for_its_folder_is_named_as_such(tmp_path, monkeypatch):
+    """A file named by a relative path said '... <src>-<tgt>.txt files (.)': the folder is now absolute."""
     from globetrotter.errors import UserError
     from globetrotter.evaluation.word_dictionary import read_dictionaries
 
     (tmp_path / "en-de.txt").write_text("dog Hund\n", encoding="utf-8")
-    with pytest.raises(UserError, match=f"en-de.txt: a file; --dictionary takes the folder of <src>-<tgt>.txt files "
-                                        f"\\({tmp_path}\\)"):
-        read_dictionaries(tmp_path / "en-de.txt")
+    for given in (tmp_path / "en-de.txt", Path("en-de.txt")):
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(UserError) as err:
+            read_dictionaries(given)
+        assert str(err.value) == (f"{given}: a file; --dictionary takes the folder of <src>-<tgt>.txt files (e.g. its "
+                                  f"folder, {tmp_path.resolve()})")
     assert read_dictionaries(tmp_path) == {("en", "de"): [("dog", "Hund")]}
 
 

@@ -189,7 +189,8 @@ def read_dictionaries(folder: str | Path, languages: Sequence[str] | None = None
     """Every ``<src>-<tgt>.txt`` of ``folder`` (restricted to ``languages`` when given)."""
     folder = Path(folder)
     if folder.is_file():
-        raise UserError(f"{folder}: a file; --dictionary takes the folder of <src>-<tgt>.txt files ({folder.parent})")
+        raise UserError(f"{folder}: a file; --dictionary takes the folder of <src>-<tgt>.txt files (e.g. its folder, "
+                        f"{folder.resolve().parent})")
     if not folder.is_dir():
         raise UserError(f"{folder}: dictionary folder not found (expected <src>-<tgt>.txt files)")
     out = {}
