@@ -256,6 +256,9 @@ def test_bad_config_is_a_one_line_user_error(tmp_path):
         load_config(SynthConfig, overrides=["languages=[en, xx]"])
     with pytest.raises(UserError, match="train_images"):
         load_config(SynthConfig, overrides=["train_images=0"])
+    for key in ("shard_size", "chunk_size"):  # was "shard_size and chunk_size: expected at least 1", either bad
+        with pytest.raises(UserError, match=rf"^<defaults> \+ overrides: {key}: expected at least 1, got 0$"):
+            load_config(SynthConfig, overrides=[f"{key}=0"])
     path = tmp_path / "world.yaml"
     path.write_text(yaml.safe_dump({"seed": 1, "colour_count": 3}))
     with pytest.raises(UserError, match=r"world.yaml: unknown key 'colour_count'"):

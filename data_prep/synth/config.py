@@ -69,8 +69,9 @@ class SynthConfig:
             raise ValueError(f"max_objects: expected 1..6, got {self.max_objects}")
         if self.image_format not in ("png", "jpg"):
             raise ValueError(f"image_format: expected 'png' or 'jpg', got {self.image_format!r}")
-        if self.shard_size < 1 or self.chunk_size < 1:
-            raise ValueError("shard_size and chunk_size: expected at least 1")
+        for key in ("shard_size", "chunk_size"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: expected at least 1, got {getattr(self, key)}")
         for key in ("p_mention_object", "p_mention_colour", "p_mention_size", "p_mention_count",
                     "p_mention_position", "p_mention_background"):
             if not 0.0 <= getattr(self, key) <= 1.0:
