@@ -755,7 +755,7 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     err = _one_line_error(["correlate", "--data", str(tmp_path / "val"), *out], capsys)
     assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
     err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
-    assert "protocol: N=7 needs 2N <= 12 items" in err
+    assert "--n 7: needs 2N <= 12 items (disjoint, non-matching source and target samples); use --n 6 or less" in err
     assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record

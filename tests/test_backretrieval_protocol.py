@@ -32,8 +32,11 @@ def test_sample_non_matching_is_disjoint_and_seeded():
     a2, b2 = sample_non_matching(100, 40, seed=3)
     np.testing.assert_array_equal(a, a2)
     assert not np.array_equal(a, sample_non_matching(100, 40, seed=4)[0])
-    with pytest.raises(BackRetrievalError, match="2N"):
+    # was "protocol: N=51 needs 2N <= 100 items": now the parameter (--n under the CLI) and the largest N allowed
+    with pytest.raises(BackRetrievalError, match=r"^n=51: needs 2N <= 100 items .*; use n=50 or less$"):
         sample_non_matching(100, 51, seed=0)
+    with pytest.raises(BackRetrievalError, match=r"^n=0: expected at least 1 item per side$"):
+        sample_non_matching(100, 0, seed=0)
 
 
 def test_bkr_tracks_xlr_over_models_of_graded_quality():
