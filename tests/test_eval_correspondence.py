@@ -184,3 +184,17 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "at least 2 languages" in err and len(err.splitlines()) == 1
+
+
+def test_seen_languages_are_named_as_typed():
+    """`correspondence --seen en,de` that left no unseen language said "--seen ['de', 'en']"."""
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.correspondence import split_languages
+
+    with pytest.raises(UserError) as err:
+        split_languages(["de", "en"], ["en", "de"])
+    assert str(err.value) == "--seen en,de: leaves no unseen language to test transfer on (languages: de, en)"
+    with pytest.raises(UserError) as err:
+        split_languages(["de", "en", "fr"], ["en", "xx"])
+    assert str(err.value) == "--seen en,xx: language(s) xx not among de, en, fr"
+    assert split_languages(["de", "en", "fr"], ["fr", "de"]) == (["de", "fr"], ["en"])

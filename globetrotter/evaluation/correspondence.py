@@ -188,16 +188,18 @@ def split_languages(languages: Sequence[str], seen: Sequence[str] | None = None)
     if len(languages) < 2:
         raise UserError(f"the correspondence test needs at least 2 languages (the probe trains on the first half "
                         f"and is tested on the other), found {languages}")
+    typed = ",".join(seen) if seen else ""  # --seen as the user typed it, for messages
     if seen:
         unknown = sorted(set(seen) - set(languages))
         if unknown:
-            raise UserError(f"--seen: language(s) {unknown} not among {languages}")
+            raise UserError(f"--seen {typed}: language(s) {', '.join(unknown)} not among {', '.join(languages)}")
         seen = sorted(set(seen))
     else:
         seen = languages[: (len(languages) + 1) // 2]
     unseen = [lang for lang in languages if lang not in seen]
     if not unseen:
-        raise UserError(f"--seen {seen}: leaves no unseen language to test transfer on")
+        raise UserError(f"--seen {typed or ','.join(seen)}: leaves no unseen language to test transfer on (languages: "
+                        f"{', '.join(languages)})")
     return seen, unseen
 
 
