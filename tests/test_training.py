@@ -236,6 +236,16 @@ def test_a_run_folder_that_cannot_be_made_is_refused_before_any_work(tiny_world,
     assert not (tmp_path / "tokenizer.json").exists()  # nothing prepared
 
 
+
+def test_an_empty_output_dir_is_refused_as_an_empty_data_root_is(tiny_world, tmp_path, monkeypatch):
+    """output_dir= (empty) wrote the run into the working folder, while an empty data.root= was refused."""
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "output_dir=")
+    with pytest.raises(UserError, match=r"^output_dir is empty: name the folder the runs are written to"):
+        train(cfg)
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("extra, message", [
     (("model.image_backbone=resnet_nope",), "unknown timm model 'resnet_nope'"),
     (("data.val_split=nope", "val.every=1"), "data.val_split='nope': .* has no manifest.json"),

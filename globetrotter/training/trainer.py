@@ -102,6 +102,9 @@ class Progress:
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
+    if not cfg.output_dir.strip():  # as data.root: here, not in the config's checks (a saved run loads without it)
+        raise UserError("output_dir is empty: name the folder the runs are written to (the run goes to "
+                        "output_dir/run_name; output_dir=. for the working folder)")
     _check_run_folder(cfg.run_dir)  # before any work: a run that could never save is no run
     cpu = _no_accelerator()
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
