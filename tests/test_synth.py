@@ -280,7 +280,7 @@ def test_cli_writes_a_world_and_rejects_bad_flags(tmp_path, capsys):
     assert read_manifest(out / "test")["languages"] == {"en": 3, "ja": 3, "ru": 3}
     assert load_config(SynthConfig, out / "world.yaml").p_mention_colour == 1.0
     assert run_cli(main, ["synth", "--out", str(out), "--heldout", "xx"]) == 2
-    assert "heldout_languages: unknown language code 'xx'" in capsys.readouterr().err
+    assert "error: --heldout xx: unknown language code 'xx'" in capsys.readouterr().err
 
 
 def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, capsys):
