@@ -159,7 +159,8 @@ class _RandomTokenModel:
     def __init__(self, n: int, vocab: int = 200, dim: int = 16, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         proto = rng.integers(0, max(2, n // 3), n)
-        self.emb = {head: normalize_rows(rng.normal(size=(n, dim)))[proto].astype(np.float32) for head in ("text", "cross")}
+        self.emb = {head: normalize_rows(rng.normal(size=(n, dim)))[proto].astype(np.float32)
+                    for head in ("text", "cross")}
         ids = [rng.integers(0, vocab, rng.integers(0, 9)) for _ in range(n)]
         self.ids = [ids[p] for p in proto]
         self.table = rng.normal(size=(vocab, dim)).astype(np.float32)
