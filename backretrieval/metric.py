@@ -205,6 +205,7 @@ def bkr_recall(
     queries: np.ndarray | None = None,
     source_index: SourceImageIndex | None = None,
     progress: bool = False,
+    retrieved: np.ndarray | None = None,
 ) -> dict:
     """BackRetrieval Recall@K of a text model (paper section 2, steps 1-4; module doc).
 
@@ -250,6 +251,10 @@ def bkr_recall(
             (``pq``), reused instead of building one per call.
         progress: progress bars over the text search and the image ranks when they are big
             (:func:`~backretrieval.ranking.progress_bar`).
+        retrieved: optional ``(Q,)`` index of each query's retrieved target, steps 1-2 done by the caller
+            (``text_sim``'s row maxima, ties to the lowest index, found a block of rows at a time: no
+            ``(Ns, Nt)`` matrix held); replaces ``text_sim`` and the text side as ``text_sim`` does, with the
+            targets counted by ``tgt_img`` (or ``image_sim``). With ``queries``, one per query.
 
     Returns:
         ``{"bkr@K": float, ..., "hits": {K: (Q,) per-query hits}, "ranks": (Q,) rank of
@@ -264,6 +269,9 @@ def bkr_recall(
     approx = approx_config(approximate, ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
                                  "image_neighbours" if image_neighbours is not None else None)
+    given = retrieved is not None
+    if text_sim is not None and given:
+        raise BackRetrievalError("retrieved: the targets text_sim retrieves are given; give one of the two")
     if text_sim is not None:
         if approx is not None and approx.index != "exact":
             raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
@@ -271,6 +279,16 @@ def bkr_recall(
         n_src, n_tgt = text_sim.shape
         if queries is not None:  # the source set is the images'
             n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
+    elif given:
+        if approx is not None and approx.index != "exact":
+            raise BackRetrievalError("retrieved: the targets are given; drop approximate")
+        if image_sim is None and (src_img is None or tgt_img is None):
+            raise BackRetrievalError("retrieved: the sources and targets are counted by src_img/tgt_img or image_sim; "
+                                     "give them")
+        n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1]
+        n_tgt = len(tgt_img) if tgt_img is not None else np.shape(image_sim)[0]
+        if n_tgt == 0:
+            raise BackRetrievalError("retrieved: no target to retrieve (0 target rows)")
     else:
         src_text = check_matrix("src_text", src_text)
         tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
@@ -278,6 +296,8 @@ def bkr_recall(
     query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
     if text_sim is not None and len(text_sim) != len(query_rows):
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
+    if given:
+        retrieved = target_indices("retrieved", retrieved, len(query_rows), n_tgt)
     image_rows, every_col = distinct_images(src_image_ids, n_src)
     image_col = every_col[query_rows]
 
@@ -309,7 +329,7 @@ def bkr_recall(
     enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
     if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
         retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
-    else:
+    elif not given:
         retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx,
                              rows=None if queries is None else query_rows, progress=progress)  # steps 1-2
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images (with approx or
@@ -334,7 +354,7 @@ def bkr_recall(
     out = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
                n_queries=len(query_rows), n_images=len(image_rows), ties=ties,
-               retrieval="given similarity" if text_sim is not None else retrieval,
+               retrieval="given similarity" if text_sim is not None else "given targets" if given else retrieval,
                approximate=approx is not None,
                image_neighbours=None if image_neighbours is None else image_neighbours.method)
     return out

@@ -368,6 +368,16 @@ def test_a_given_text_similarity_replaces_the_embeddings():
     assert by_emb["bkr@5"] == by_matrix["bkr@5"] and by_matrix["retrieval"] == "given similarity"
     flipped = bkr_recall(None, si, None, ti, (1,), text_sim=-cos)  # another f retrieves other targets
     assert (flipped["retrieved"] != by_emb["retrieved"]).any()
+    # the retrieved targets given (the row maxima found a block of rows at a time): the same figures
+    given_targets = bkr_recall(None, si, None, ti, (1, 5), retrieved=by_matrix["retrieved"])
+    assert given_targets["retrieval"] == "given targets"
+    for key in ("bkr@1", "bkr@5", "hubness"):
+        assert given_targets[key] == by_matrix[key]
+    np.testing.assert_array_equal(given_targets["ranks"], by_matrix["ranks"])
+    with pytest.raises(BackRetrievalError, match="retrieved: row 2 holds target index 30"):
+        bkr_recall(None, si, None, ti, (1,), retrieved=np.r_[0, 1, 30, np.zeros(27, int)])
+    with pytest.raises(BackRetrievalError, match="give one of the two"):
+        bkr_recall(None, si, None, ti, (1,), text_sim=cos, retrieved=by_matrix["retrieved"])
     # per language pair: the scores of rows of one dataset
     text, langs = np.vstack([st, tt]), ["a"] * 30 + ["b"] * 30
     images, ids = np.vstack([si, ti]), [f"i{i}" for i in range(60)]

@@ -150,3 +150,58 @@ def test_a_reference_pool_is_one_sample_whatever_the_seed_or_the_other_languages
     assert both.record["per_language"] == {"de": 5, "en": 5}
     assert alone.record["sha256"] == read_reference(tmp_path / "pool", ["en"], 5).record["sha256"] \
         != read_reference(tmp_path / "pool", ["en"], 6).record["sha256"]
+
+
+class _RandomTokenModel:
+    """Caption ``"s<i>"``: row ``i`` of random embeddings per head and random token ids (none for some), drawn from a
+    few prototypes so that candidates tie."""
+
+    def __init__(self, n: int, vocab: int = 200, dim: int = 16, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        proto = rng.integers(0, max(2, n // 3), n)
+        self.emb = {head: normalize_rows(rng.normal(size=(n, dim)))[proto].astype(np.float32)
+                    for head in ("text", "cross")}
+        ids = [rng.integers(0, vocab, rng.integers(0, 9)) for _ in range(n)]
+        self.ids = [ids[p] for p in proto]
+        self.table = rng.normal(size=(vocab, dim)).astype(np.float32)
+
+    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+        return self.emb[head][[int(t[1:]) for t in texts]]
+
+    def token_table(self):
+        return self.table, np.arange(len(self.table))
+
+    def token_ids(self, texts):
+        return [self.ids[int(t[1:])] for t in texts]
+
+
+def test_select_scores_a_block_of_rows_at_a_time_as_the_whole_matrix_does():
+    """``eval.py select`` finds each query's best candidate a block of rows at a time (MaxSim once per block for every
+    ranking): the row maxima (lowest index of ties) of the whole matrix's [src, tgt] blocks, and each block's MaxSim
+    the whole MaxSim's rows bit for bit (its blocks end where MaxSim starts a product)."""
+    from globetrotter.evaluation.late_interaction import maxsim_group_starts
+    from globetrotter.evaluation.tasks.select import candidates, retrieved_by_ranking
+    from globetrotter.evaluation.val_set import BackRetrievalSet
+
+    n, n_ref = 900, 300
+    model = _RandomTokenModel(n + n_ref)
+    names = np.array(["l0", "l1", "l2"])
+    langs = names[np.random.default_rng(1).integers(0, 3, n)]
+    pool = ReferencePool([f"s{i}" for i in range(n, n + n_ref)], np.resize(names, n_ref), "random")
+    context = ScoringContext(model, [f"s{i}" for i in range(n)], langs, pool)
+    blocks = context.row_blocks(maxsim=True, block=1)
+    assert len(blocks) == 3 and np.array_equal(np.concatenate(blocks), np.arange(n)) and min(map(len, blocks)) >= 256
+    bags = context.late.bags(context.captions, langs)
+    assert set(b[0] for b in blocks[1:]) <= set(maxsim_group_starts(bags, bags).tolist())
+    parts = [context.maxsim_rows(b) for b in blocks]
+    assert "maxsim_self" not in context.__dict__  # never the [N, N] MaxSim
+    assert np.array_equal(np.concatenate(parts), context.maxsim_self)
+    bkr = BackRetrievalSet.__new__(BackRetrievalSet)  # the queries' languages and images are all it reads
+    bkr.langs, bkr.image_ids = langs, np.arange(n) // 2  # two captions of an image: its other one is no candidate
+    rankings = candidates(("text", "cross"), (0.0, 1.0), (False, True), csls_k=5)
+    fresh = ScoringContext(model, [f"s{i}" for i in range(n)], langs, pool)
+    for ranking, found in zip(rankings, retrieved_by_ranking(fresh, rankings, bkr, block=1)):
+        matrix = context.scorer(ranking).matrix()
+        for lang, src, tgt in bkr.language_blocks():
+            np.testing.assert_array_equal(found[lang], matrix[np.ix_(src, tgt)].argmax(axis=1), err_msg=ranking.label)
+    assert "maxsim_self" not in fresh.__dict__

@@ -29,7 +29,11 @@ def test_across_languages_is_per_pair_for_two_languages_and_sees_offsets_between
     plain, _ = bkr.evaluate(text_scores=given)
     shifted, _ = bkr.evaluate(text_scores=lambda s, t: (scores + boost)[np.ix_(s, t)])
     assert shifted == plain
-    before, _ = bkr.evaluate_across_languages(given)
+    before, before_hits = bkr.evaluate_across_languages(given)
+    # each query's best candidate given (as eval.py select finds it, a block of rows at a time): the same figures
+    best = {lang: scores[np.ix_(src, tgt)].argmax(axis=1) for lang, src, tgt in bkr.language_blocks()}
+    by_best, best_hits = bkr.evaluate_across_languages(retrieved=best)
+    assert by_best == before and all(np.array_equal(best_hits[k], before_hits[k]) for k in before_hits)
     after, _ = bkr.evaluate_across_languages(lambda s, t: (scores + boost)[np.ix_(s, t)])
     assert after != before
 

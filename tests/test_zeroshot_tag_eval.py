@@ -79,6 +79,20 @@ def test_caption_transfer_tags_vote_among_the_nearest_captions():
         caption_transfer_tags(images, captions, words[:2])
 
 
+def test_caption_transfer_tags_take_the_images_a_block_at_a_time_as_the_whole_matrix_does(monkeypatch):
+    """Blocks of at least 256 images (the last one too): each image's nearest captions, ties included (captions
+    sharing an embedding, each with its own words), are those of the whole [images, captions] matrix."""
+    from globetrotter.zeroshot import tagging
+
+    rng = np.random.default_rng(0)
+    images = torch.from_numpy(rng.normal(size=(600, 16)).astype(np.float32))
+    captions = torch.from_numpy(rng.normal(size=(40, 16)).astype(np.float32)[rng.integers(0, 40, 120)])
+    words = [[f"w{j}" for j in rng.integers(0, 30, 4)] for _ in range(120)]
+    whole = tagging.caption_transfer_tags(images, captions, words, neighbours=7, n_tags=3)  # one block
+    monkeypatch.setattr(tagging, "SIMILARITY_BLOCK", 1)  # blocks of 256 and 344 images
+    assert tagging.caption_transfer_tags(images, captions, words, neighbours=7, n_tags=3) == whole
+
+
 def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     """Real offline EfficientNet-Lite0 head and features from npy shards, a chance-level text encoder."""
     from data_prep.shards import ShardWriter

@@ -125,15 +125,44 @@ def _augmented(*blocks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
 
 
+def _token_groups(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int):
+    """How :func:`maxsim` takes ``rows``' tokens: ``(start_of, picked, out_row, groups)``, ``start_of[s]:start_of[s +
+    1]`` sentence ``s``'s tokens in ``a``, ``picked`` the rows that have tokens (at ``out_row`` of the output), and
+    ``groups`` the ``(first, last)`` slices of ``picked`` scored in one product each: as many sentences as hold at most
+    ``chunk_tokens`` tokens (fewer when ``b`` is large: :data:`MAX_BLOCK`), at least one."""
+    chunk_tokens = max(1, min(chunk_tokens, MAX_BLOCK // max(1, len(b.owner))))
+    start_of = np.searchsorted(a.owner, np.arange(a.n + 1))  # a's sentence s holds tokens start_of[s]:start_of[s + 1]
+    has_tokens = start_of[rows + 1] > start_of[rows]
+    picked, out_row = rows[has_tokens], np.flatnonzero(has_tokens)
+    spans = np.cumsum(start_of[picked + 1] - start_of[picked])
+    groups, first = [], 0
+    while first < len(picked):
+        base = spans[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(spans, base + chunk_tokens, side="right")))
+        groups.append((first, last))
+        first = last
+    return start_of, picked, out_row, groups
+
+
+def maxsim_group_starts(a: SentenceTokens, b: SentenceTokens, n: int | None = None,
+                        chunk_tokens: int = 1024) -> np.ndarray:
+    """The sentences of ``a`` at which ``maxsim(a, np.arange(n), b, chunk_tokens)`` (``n`` default ``a.n``) starts a
+    product: ``maxsim`` of a range ``np.arange(lo, hi)`` between two of them (or ``n``) makes the same products, so
+    its rows are those of the whole ``[n, b.n]`` bit for bit (rows grouped otherwise make other products, which BLAS
+    may round otherwise in the last bit)."""
+    rows = np.arange(a.n if n is None else n, dtype=np.int64)
+    _, picked, _, groups = _token_groups(a, rows, b, chunk_tokens)
+    return np.array([picked[first] for first, _ in groups], dtype=np.int64)
+
+
 def maxsim(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int = 1024) -> np.ndarray:
     """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
     (module docstring); 0 where either sentence has no token. ``rows``' tokens are taken about
     ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
-    (beyond one sentence's tokens against ``b``'s)."""
+    (beyond one sentence's tokens against ``b``'s); :func:`maxsim_group_starts` says where."""
     rows = np.asarray(rows, dtype=np.int64)
     if a.half_hub.shape[1] != b.half_hub.shape[1]:
         raise ValueError("maxsim: both bags need the same hubness (vocabulary, or per language over the same languages)")
-    chunk_tokens = max(1, min(chunk_tokens, MAX_BLOCK // max(1, len(b.owner))))
     out = np.zeros((len(rows), b.n), dtype=np.float32)
     if not len(b.owner):
         return out
@@ -141,14 +170,8 @@ def maxsim(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens:
     # one product gives cos - r_a/2 - r_b/2: [v_a, -hub_a, -onehot_a] . [v_b, onehot_b, hub_b], where a token's hub
     # row holds its half-hubness among each language's tokens and the one-hots pick the other side's language
     right = _augmented(b.vectors, _language_onehot(b, slice(None)), b.half_hub)
-    start_of = np.searchsorted(a.owner, np.arange(a.n + 1))  # a's sentence s holds tokens start_of[s]:start_of[s + 1]
-    has_tokens = start_of[rows + 1] > start_of[rows]
-    picked, out_row = rows[has_tokens], np.flatnonzero(has_tokens)
-    spans = np.cumsum(start_of[picked + 1] - start_of[picked])
-    first = 0
-    while first < len(picked):  # sentences of ``rows`` in groups of about chunk_tokens tokens
-        base = spans[first - 1] if first else 0
-        last = max(first + 1, int(np.searchsorted(spans, base + chunk_tokens, side="right")))
+    start_of, picked, out_row, groups = _token_groups(a, rows, b, chunk_tokens)
+    for first, last in groups:  # sentences of ``rows`` in groups of about chunk_tokens tokens
         group = picked[first:last]
         tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
         vectors = a.vectors[tok]
@@ -158,7 +181,6 @@ def maxsim(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens:
         forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
         backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
         out[out_row[first:last, None], b_has[None, :]] = (forward + backward) / 2.0
-        first = last
     return out
 
 

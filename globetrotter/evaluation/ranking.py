@@ -24,13 +24,15 @@ import numpy as np
 from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
 
-from .late_interaction import LateInteraction
+from .late_interaction import LateInteraction, maxsim_group_starts
 from .models import encode_texts
 from .reference import ReferencePool
 from .sentence import cosine_scores
 from .tfidf import TfidfEncoder
 
 HEADS = ("text", "cross")
+SCORE_BLOCK = 1 << 22
+"""Scores per block of :meth:`ScoringContext.row_blocks` (16 MiB of float32): its rows are at least this over N."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,38 @@ class ScoringContext:
         mine = self._sentence_bags
         return self.late.scorer(mine, mine)(np.arange(self.queries))
 
+    def maxsim_rows(self, rows: np.ndarray) -> np.ndarray:
+        """``[len(rows), N]`` rows ``rows`` of :attr:`maxsim_self`, computed for them alone unless it is held: those of
+        a :meth:`row_blocks` range are its rows bit for bit (the same products)."""
+        if "maxsim_self" in self.__dict__:
+            return self.maxsim_self[rows]
+        mine = self._sentence_bags
+        return self.late.scorer(mine, mine)(np.asarray(rows))
+
+    def row_blocks(self, maxsim: bool, block: int = SCORE_BLOCK) -> list[np.ndarray]:
+        """The ``queries`` first sentences (default: all) in ranges of consecutive rows, each at least ``block`` / N
+        rows and 256 (one range when there are fewer than twice that), for a caller that scores them a block at a
+        time rather than as one ``[Q, N]`` matrix (``eval.py select``: every ranking's scores, and MaxSim's once
+        for all of them). With ``maxsim``, ranges end only where MaxSim starts a product
+        (:func:`~.late_interaction.maxsim_group_starts`), so that :meth:`maxsim_rows` of each range is
+        :attr:`maxsim_self`'s rows. A range's cosines are one product of its rows: the whole matrix's rows where BLAS
+        rounds a product's entries alike whatever its number of rows (as it does for hundreds of rows, not for one or
+        two); below twice ``least`` sentences (about 2,900 at the default block) the one range is the whole matrix."""
+        q = self.queries
+        least = max(256, block // max(1, len(self.captions)))
+        if maxsim:
+            mine = self._sentence_bags
+            cuts = maxsim_group_starts(mine, mine, q)
+        else:
+            cuts = np.arange(q)
+        edges, last = [0], 0
+        for cut in cuts.tolist():
+            if cut - last >= least and q - cut >= least:
+                edges.append(cut)
+                last = cut
+        edges.append(q)
+        return [np.arange(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
+
     @cached_property
     def radius_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(rows, languages, among)``: the CSLS radii of sentences ``rows`` are read in ``languages`` (codes into
@@ -283,11 +317,19 @@ class SentenceScorer:
                                 f"{lang} ({c.reference.source}); raise --reference-size, name a --reference with more "
                                 f"{lang} captions, or lower --csls-k")
 
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
+    def cosine(self, rows: np.ndarray) -> np.ndarray:
+        """``[len(rows), N]`` cosines of sentences ``rows`` against every sentence, by this ranking's head."""
+        return self._cos(np.asarray(rows))
+
+    def __call__(self, rows: np.ndarray, *, cosine: np.ndarray | None = None,
+                 maxsim: np.ndarray | None = None) -> np.ndarray:
+        """The scores of sentences ``rows`` (class docstring); ``cosine`` (:meth:`cosine`) and ``maxsim``
+        (:meth:`ScoringContext.maxsim_rows`) of these rows when the caller has them, for several rankings."""
         rows, cols = np.asarray(rows), self.columns
-        scores = np.asarray(self._cos(rows), dtype=np.float32)[:, cols]
+        scores = np.asarray(self._cos(rows) if cosine is None else cosine, dtype=np.float32)[:, cols]
         if self.ranking.maxsim:
-            scores = scores + self.ranking.maxsim * self.context.maxsim_self[rows][:, cols]
+            block = self.context.maxsim_self[rows] if maxsim is None else maxsim
+            scores = scores + self.ranking.maxsim * block[:, cols]
         if self.radii is not None:
             idx = self.context.lang_idx
             scores = scores - (self.radii[rows][:, idx[cols]] + self.radii[cols][:, idx[rows]].T) / 2.0

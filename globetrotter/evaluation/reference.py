@@ -112,21 +112,26 @@ def read_reference(split: str | Path, languages: Sequence[str],
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
     statistics could not be taken)."""
-    from data_prep.shards import read_captions
+    from data_prep.shards import iter_metas
 
     split = Path(split)
     if not (split / "manifest.json").is_file():
         raise UserError(f"{split}: no split here (expected manifest.json) to take the reference statistics from; "
                         f"name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
-    metas = read_captions(split)
-    found = {m["lang"] for m in metas}
+    by_lang: dict[str, list[str]] = {lang: [] for lang in languages}  # one pass, the captions of these languages kept
+    found = set()
+    for m in iter_metas(split):
+        found.add(m["lang"])
+        texts = by_lang.get(m["lang"])
+        if texts is not None:
+            texts.append(m["caption"])
     missing = sorted(set(languages) - found)
     if missing:
         raise UserError(f"{split}: no caption in {','.join(missing)} for the reference statistics (--reference; the "
                         f"split has {','.join(sorted(found)) or 'none'})")
     captions, langs = [], []
     for lang in sorted(set(languages)):
-        texts = [m["caption"] for m in metas if m["lang"] == lang]
+        texts = by_lang[lang]
         if max_per_language is not None and len(texts) > max_per_language:
             rng = np.random.default_rng(SAMPLE_SEED)
             texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_language, replace=False))]

@@ -248,24 +248,40 @@ class BackRetrievalSet:
         metrics = {f"val/bkr@{k}": float(result["mean"][f"bkr@{k}"]) for k in self.ks}
         return metrics, {f"val/bkr@{k}": result["hits"][f"bkr@{k}"] for k in self.ks}
 
-    def evaluate_across_languages(self, text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    def language_blocks(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """``(language, src, tgt)`` of :meth:`evaluate_across_languages`, the languages sorted: its queries ``src``
+        (the rows of ``language``) and their candidates ``tgt`` (the rows of every other language, but those showing an
+        image of the source side)."""
+        blocks = []
+        for lang in sorted(set(self.langs.tolist())):
+            src = np.flatnonzero(self.langs == lang)
+            tgt = np.flatnonzero((self.langs != lang) & ~np.isin(self.image_ids, self.image_ids[src]))
+            blocks.append((lang, src, tgt))
+        return blocks
+
+    def evaluate_across_languages(self, text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                                  *, retrieved: dict[str, np.ndarray] | None = None
                                   ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """:meth:`evaluate` with each language's queries retrieving among the captions of *every* other language at
         once (BkR's step 2 over the candidates sentence translation ranks, not one target language at a time), then
         back-retrieving among their own language's images; ``metrics`` the mean over the source languages. A ranking
         whose scores differ between target languages (CSLS's query term ``r_b(x)``) is judged where it acts; with two
-        languages it is :meth:`evaluate`. Targets showing an image of the source side are left out."""
+        languages it is :meth:`evaluate`. Targets showing an image of the source side are left out
+        (:meth:`language_blocks`). Instead of ``text_scores``, ``retrieved[language]`` may give each query's best
+        candidate (the index into ``tgt`` of the row maximum of its scores, the lowest of ties), found a block of
+        rows at a time: the same figures without any [src, tgt] matrix."""
         from backretrieval import bkr_recall
 
+        if (text_scores is None) == (retrieved is None):
+            raise ValueError("evaluate_across_languages: give one of text_scores and retrieved")
         images = self.image_feats
         per_k: dict[int, list[float]] = {k: [] for k in self.ks}
         hits: dict[int, list[np.ndarray]] = {k: [] for k in self.ks}
-        for lang in sorted(set(self.langs.tolist())):
-            src = np.flatnonzero(self.langs == lang)
-            tgt = np.flatnonzero((self.langs != lang) & ~np.isin(self.image_ids, self.image_ids[src]))
+        for lang, src, tgt in self.language_blocks():
+            given = {"text_sim": text_scores(src, tgt)} if retrieved is None else {"retrieved": retrieved[lang]}
             with _saturation_said_once():
                 res = bkr_recall(None, images[src], None, images[tgt], self.ks, src_image_ids=self.image_ids[src],
-                                 text_sim=text_scores(src, tgt), max_rank=max(self.ks))
+                                 max_rank=max(self.ks), **given)
             for k in self.ks:
                 per_k[k].append(res[f"bkr@{k}"])
                 hits[k].append(res["hits"][k])

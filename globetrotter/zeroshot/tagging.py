@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 PAPER_W1, PAPER_W2 = 0.65, 0.35  # section 3.3.2
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+SIMILARITY_BLOCK = 1 << 22
+"""Image-caption cosines held at once by :func:`caption_transfer_tags` (16 MiB of float32), in blocks of at least 256
+images."""
 
 
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -255,13 +258,27 @@ def caption_transfer_tags(
     image space by the adapter; ``caption_words[c]``: the content words of caption ``c``. The captions nearest an
     image (cosine) are those the adapter places where that image is, so their shared words describe it; a word
     counts once per caption, ties go to the nearer caption's words. No image of these captions is used.
+
+    The cosines are taken for a block of images at a time (:data:`SIMILARITY_BLOCK`; at least 256 images, the last
+    block too, or all of them): each block's rows are :func:`cosine_matrix`'s (BLAS rounds a product of hundreds of rows
+    as the whole one), so each image's nearest captions are the whole matrix's, in the same order; no
+    ``[images, captions]`` matrix is held.
     """
     if len(caption_words) != caption_embeddings.shape[0]:
         raise ValueError(f"{caption_embeddings.shape[0]} caption embeddings but {len(caption_words)} word lists")
     check_finite("image features", image_features)
     check_finite("caption embeddings", caption_embeddings)
     k = min(neighbours, caption_embeddings.shape[0])
-    nearest = cosine_matrix(image_features, caption_embeddings).topk(k, dim=1).indices.tolist()
+    captions = F.normalize(caption_embeddings.float(), dim=-1)
+    n, rows = image_features.shape[0], max(256, SIMILARITY_BLOCK // max(1, caption_embeddings.shape[0]))
+    starts = list(range(0, n, rows))
+    if len(starts) > 1 and n - starts[-1] < rows:  # no small last block: it joins the one before
+        starts.pop()
+    nearest = []
+    for start, stop in zip(starts, starts[1:] + [n]):
+        block = F.normalize(image_features[start:stop].float(), dim=-1) @ captions.T
+        nearest += block.topk(k, dim=1).indices.tolist()
+        del block
     tags = []
     for row in nearest:
         counts: dict[str, int] = {}

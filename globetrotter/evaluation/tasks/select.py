@@ -33,7 +33,7 @@ from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
 from ..models import is_baseline
-from ..ranking import HEADS, Ranking, ScoringContext
+from ..ranking import HEADS, SCORE_BLOCK, Ranking, ScoringContext
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, choice_reference, read_reference
 from ..val_set import BackRetrievalSet, image_features_of
@@ -63,6 +63,46 @@ def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Seque
     elif getattr(encoder, "needs_language", False):
         maxsim = (0.0,)
     return candidates(heads, maxsim, csls, csls_k)
+
+
+def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], bkr: BackRetrievalSet,
+                         block: int = SCORE_BLOCK) -> list[dict[str, np.ndarray]]:
+    """For each ranking, each val language's queries' best candidate (``retrieved`` of
+    :meth:`~..val_set.BackRetrievalSet.evaluate_across_languages`: the index into the language's ``tgt`` of the row
+    maximum of its scores, the lowest of ties), found a block of consecutive rows at a time
+    (:meth:`~..ranking.ScoringContext.row_blocks`: about ``block`` scores each), each block's cosines computed once per
+    head and its MaxSim once for every ranking: no ``[N, N]`` matrix, and the maxima of every block's scores as the
+    whole matrix holds them. ``context`` scores ``bkr``'s captions (every sentence against every sentence)."""
+    from backretrieval import BackRetrievalError
+
+    scorers = [context.scorer(ranking) for ranking in rankings]
+    blocks = bkr.language_blocks()
+    code = np.searchsorted([lang for lang, _, _ in blocks], bkr.langs)  # each row's language, a block index
+    position = np.empty(len(bkr.langs), dtype=np.int64)  # each row's place among its language's queries
+    for _, src, _ in blocks:
+        position[src] = np.arange(len(src))
+    out = [{lang: np.empty(len(src), dtype=np.int64) for lang, src, _ in blocks} for _ in rankings]
+    late = any(r.maxsim for r in rankings)
+    for rows in context.row_blocks(late, block):
+        maxsim = context.maxsim_rows(rows) if late else None
+        head, cosine = None, None
+        for ranking, scorer, found in zip(rankings, scorers, out):
+            if ranking.head != head:  # candidates come head by head: one head's cosines held at a time
+                head, cosine = ranking.head, None
+                cosine = scorer.cosine(rows)
+            scores = scorer(rows, cosine=cosine, maxsim=maxsim)
+            for c in np.unique(code[rows]).tolist():
+                lang, _, tgt = blocks[c]
+                mine = np.flatnonzero(code[rows] == c)
+                if not len(tgt):  # as bkr_recall says of the [src, tgt] scores
+                    raise BackRetrievalError("text_sim: 0 columns (vectors of dimension 0)")
+                part = scores[mine][:, tgt]
+                if not np.isfinite(part).all():
+                    raise BackRetrievalError("text_sim: contains NaN or inf")
+                found[lang][position[rows[mine]]] = part.argmax(axis=1)
+            del scores
+        del maxsim, cosine
+    return out
 
 
 def per_query_scores(hits: dict[str, np.ndarray], langs: np.ndarray) -> np.ndarray:
@@ -279,9 +319,8 @@ def select_ranking(
     pool = read_reference(reference, evaluated, reference_size)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
-    for ranking in rankings:
-        scores = context.scorer(ranking).matrix()
-        metrics, hits = bkr.evaluate_across_languages(lambda s, t: scores[np.ix_(s, t)])
+    for ranking, retrieved in zip(rankings, retrieved_by_ranking(context, rankings, bkr)):
+        metrics, hits = bkr.evaluate_across_languages(retrieved=retrieved)
         mean = float(np.mean([metrics[f"val/bkr@{k}"] for k in ks]))
         per_query.append(per_query_scores(hits, bkr.langs))
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "mean_bkr": mean,
