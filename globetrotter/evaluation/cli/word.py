@@ -62,7 +62,7 @@ def _word(args: argparse.Namespace) -> int:
             embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
             procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
             candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
-            min_count=args.min_count or MIN_COUNT, seed=args.seed, name=args.name, device=args.device)
+            min_count=args.min_count or MIN_COUNT, name=args.name, device=args.device)
     prefix, written = common.plot_prefix(args, "word"), []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")
@@ -102,8 +102,7 @@ def _build_dictionary(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     # token rows or one word at a time: no encoding batch; every group of --split is read: nothing sampled
-    own = common.common_options(batch_size=False, seed_help="kept in the record only: word samples nothing, it reads "
-                                                            "every group of --split (default 0)")
+    own = common.common_options(batch_size=False, with_seed=False)  # every group of --split is read: no sample
     p = sub.add_parser("word", parents=[own], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)
     common.add_model(p)
     common.add_split(p, required=False, what="parallel split for the tf-idf ground truth and token frequencies")

@@ -47,7 +47,6 @@ def evaluate(
     top_k: int = TOP_K,
     idf: Idf = IDF,
     min_count: int = MIN_COUNT,
-    seed: int = 0,
     name: str | None = None,
     device: str = "cpu",
 ) -> Result:
@@ -77,7 +76,7 @@ def evaluate(
     encoder, info = resolve_model(model, name, device)
     tokenized: dict[str, list[list[str]]] = {}
     if split:
-        _, tokenized = _tokenized(split, languages, CaptionTokenizer(encoder.tokenizer), None, seed)
+        _, tokenized = _tokenized(split, languages, CaptionTokenizer(encoder.tokenizer), None, 0)  # every group
     counts = {lang: Counter(t for s in sents for t in s) for lang, sents in tokenized.items()}
     languages = list(languages) if languages else (sorted(tokenized) if tokenized else None)
     if dictionary:
@@ -134,7 +133,7 @@ def evaluate(
               "embeddings": embeddings, "methods": list(methods), "procrustes": list(procrustes),
               "procrustes_k": procrustes_k if refined else None, "procrustes_iter": procrustes_iter if refined else None,
               "candidates": candidates, "top_k": None if dictionary else top_k, "idf": None if dictionary else idf,
-              "min_count": None if dictionary else min_count, "seed": seed}
+              "min_count": None if dictionary else min_count}
     return Result("word", metrics, sorted(spaces), model=info, dataset=dataset_info(split) if split else None,
                   config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
 
