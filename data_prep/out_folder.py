@@ -84,7 +84,7 @@ def lock_out_folder(out_dir: str | Path, flag: str = "--out",
         if fd is not None:
             lock.unlink(missing_ok=True)  # while still held: a process that opened this file then opens the next
             os.close(fd)
-        _remove_empty(made)
+        remove_empty_folders(made)
 
 
 def _acquire(lock: Path, made: list[Path], what: str, wait: Callable[[str], None] | None) -> int | None:
@@ -109,7 +109,7 @@ def _acquire(lock: Path, made: list[Path], what: str, wait: Callable[[str], None
                 fcntl.flock(fd, fcntl.LOCK_EX)
         except BlockingIOError:
             os.close(fd)
-            _remove_empty(made)
+            remove_empty_folders(made)
             raise UserError(f"{what}: another command is writing there now (it holds {lock}); wait for it to finish, "
                             f"or give another folder") from None
         except OSError:  # a file system without flock
@@ -123,11 +123,14 @@ def _acquire(lock: Path, made: list[Path], what: str, wait: Callable[[str], None
         os.close(fd)  # the holder before us removed this file as it let go: lock the one now there
 
 
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove each of ``folders`` (deepest first) that is empty; stop at the first that is not."""
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first: the folders a command made) that is an empty folder; one already
+    gone is passed over, and the first that holds something ends it (its parents hold it too)."""
     for folder in folders:
         try:
             folder.rmdir()
+        except FileNotFoundError:
+            continue
         except OSError:
             return
 

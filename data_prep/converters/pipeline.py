@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_prep.errors import UserError
-from data_prep.out_folder import lock_out_folder, move_splits
+from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
 from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
 
 from .common import Caption, Record
@@ -418,9 +418,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     finally:
         _remove_tree(staging)
         if not done:  # failed or interrupted before the swap: take away the folders it made
-            for folder in created:
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
+            remove_empty_folders(created)
     unbalanced = _unbalanced_note(plan, unreadable) if options.assign_languages else None
     if unbalanced:
         report.note(unbalanced)

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from data_prep.config_io import save_config
 from data_prep.errors import UserError
-from data_prep.out_folder import lock_out_folder, move_splits
+from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
 from data_prep.shards import MANIFEST, ShardWriter, encode_image
 
 from .config import SynthConfig
@@ -235,9 +235,7 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overw
             if staging.is_dir():
                 shutil.rmtree(staging)
             if not done:  # failed or interrupted before the world was complete: take away the folders it made
-                for folder in created:
-                    if folder.is_dir() and not any(folder.iterdir()):
-                        folder.rmdir()
+                remove_empty_folders(created)
     return summary
 
 

@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from data_prep.out_folder import keep_lock_from_children
+from data_prep.out_folder import keep_lock_from_children, remove_empty_folders
 
 from ..config_io import from_dict, read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
@@ -37,7 +37,7 @@ def hold_run_folder(run_dir: Path, main: bool) -> Iterator[None]:
     if not main or fcntl is None:
         yield
         return
-    made = next((p for p in [run_dir, *run_dir.parents][::-1] if not p.exists()), None)  # the first folder made here
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the folders made here, deepest first
     lock_made = not (run_dir / LOCK).exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -64,20 +64,12 @@ def hold_run_folder(run_dir: Path, main: bool) -> Iterator[None]:
         handle.close()
 
 
-def _take_away(run_dir: Path, made: Path | None, lock_made: bool) -> None:
-    """After a run that failed: the lock file when this run made it, and the folders it made, up to ``made``, where
-    they are left empty."""
+def _take_away(run_dir: Path, made: list[Path], lock_made: bool) -> None:
+    """After a run that failed: the lock file when this run made it, and the folders it made (``made``, deepest
+    first) where they are left empty."""
     if lock_made:
         (run_dir / LOCK).unlink(missing_ok=True)
-    if made is None:
-        return
-    for folder in [run_dir, *run_dir.parents]:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (config.yaml written, a tokenizer beside it): kept
-            return
-        if folder == made:
-            return
+    remove_empty_folders(made)
 
 
 def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:

@@ -88,7 +88,7 @@ def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], b
         head, cosine = None, None
         for ranking, scorer, found in zip(rankings, scorers, out):
             if ranking.head != head:  # candidates come head by head: one head's cosines held at a time
-                head, cosine = ranking.head, None
+                head, cosine = ranking.head, None  # the last head's cosines freed before the next are made
                 cosine = scorer.cosine(rows)
             scores = scorer(rows, cosine=cosine, maxsim=maxsim)
             for c in np.unique(code[rows]).tolist():
