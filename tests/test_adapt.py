@@ -433,6 +433,13 @@ def test_old_batch_or_old_captions_above_the_old_captions_is_refused_not_cut(bas
     assert resolve_config(load_adapt_config(None, [*argv, "adapt.old_captions=10", "adapt.old_batch=10"])).steps > 0
 
 
+def test_a_config_without_a_test_split_adapts(base, tmp_path):
+    """data.test_split: null (no test split, so no test figures) is a valid config: the check that adapt.split is
+    not the run's test split joined the null to data.root and stopped the adaptation with a TypeError."""
+    cfg, result = adapt(base, tmp_path, "data.test_split=null", "adapt.epochs=null", "steps=2")
+    assert result["step"] == 2 and load_train_config(cfg.run_dir / "config.yaml").data.test_split is None
+
+
 def test_no_validation_keeps_val_select_by_so_no_warning_names_a_key_never_set(base, tmp_path):
     """Emptying val.select_by (val has no el) matters only when the run validates; with val.every=0 (the base run's)
     it only drew "warning: val.select_by= is ignored: val.every=0" on every adaptation."""

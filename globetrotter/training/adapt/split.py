@@ -58,7 +58,7 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     relative to the working directory stays the same folder in the saved config)."""
     folder = split_dir(cfg)
     for role, held_out in (("test", cfg.data.test_split), ("val", cfg.data.val_split)):
-        if _same(folder, Path(cfg.data.root) / held_out):
+        if held_out is not None and _same(folder, Path(cfg.data.root) / held_out):  # test_split null: no test split
             raise UserError(f"adapt.split={cfg.adapt.split}: {folder} is the run's {role} split; adaptation never "
                             f"trains on the split it is measured or chosen on (give the new language's train captions)")
     if (Path(cfg.data.root) / cfg.adapt.split).resolve() == folder.resolve():
