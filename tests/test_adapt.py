@@ -440,6 +440,18 @@ def test_a_config_without_a_test_split_adapts(base, tmp_path):
     assert result["step"] == 2 and load_train_config(cfg.run_dir / "config.yaml").data.test_split is None
 
 
+def test_a_run_trained_with_l_v_alone_is_refused_before_anything_is_written(base, tmp_path, capsys):
+    """Adaptation trains the text side with the run's losses, the image side fixed: a run trained with L_v alone left
+    it no loss, and it stopped at its first step with a TypeError (the loss was the number 0), its folder written."""
+    start = load_train_config(base / "config.yaml", ["loss.text=0", "loss.cross=0", "loss.cloze=0", "steps=2",
+                                                     "run_name=image-only", f"output_dir={tmp_path}"])
+    train(start)
+    out = tmp_path / "out"
+    code, line = run_cli(capsys, f"adapt.from={start.run_dir}", "adapt.language=el", f"output_dir={out}")
+    assert code == 2 and line.startswith("error: loss: ") and "trains L_v alone" in line, line
+    assert not out.exists()
+
+
 def test_no_validation_keeps_val_select_by_so_no_warning_names_a_key_never_set(base, tmp_path):
     """Emptying val.select_by (val has no el) matters only when the run validates; with val.every=0 (the base run's)
     it only drew "warning: val.select_by= is ignored: val.every=0" on every adaptation."""

@@ -184,7 +184,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
     One-line errors: no checkpoint, an unfinished run, weights that do not load, a language the run was trained on, no
     adaptation split (``adapt.split``: a split under ``data.root`` or any split folder, :mod:`.split`), no caption of
     the language in it, a feature cache beside it built with another backbone, a model or heads other than the run's,
-    a run folder that is the starting one, an ``adapt.old_captions`` or ``adapt.old_batch`` above the old captions.
+    a run whose only loss is L_v (no loss reaches the text side), a run folder that is the starting one, an
+    ``adapt.old_captions`` or ``adapt.old_batch`` above the old captions.
     """
     a = cfg.adapt
     source = starting_checkpoint(a.from_run)
@@ -199,6 +200,10 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
             key, mine, theirs = diff
             raise UserError(f"{key}: {mine!r} differs from the starting run's {theirs!r} ({source / 'config.yaml'}); "
                             f"adaptation keeps the run's model (leave the key out)")
+    if not any(on for loss, on in _heads(cfg).items() if loss != "image"):  # L_v alone: the image side, fixed here
+        raise UserError(f"loss: {source / 'config.yaml'} trains L_v alone (loss.text, loss.cross and loss.cloze are "
+                        f"0), and adaptation trains the text side, which no loss of the run reaches; adapt a run "
+                        f"trained with a text loss")
     if cfg.run_dir.resolve() == source.parents[1].resolve():
         raise UserError(f"run_name/output_dir: {cfg.run_dir} is the starting run's folder; give the adapted run its own")
     cfg = split.resolved(cfg)  # adapt.split: a split under data.root, or any split folder (made absolute)
