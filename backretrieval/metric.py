@@ -186,9 +186,9 @@ def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) 
 
 
 def bkr_recall(
-    src_text: np.ndarray,
+    src_text: np.ndarray | None,
     src_img: np.ndarray | None,
-    tgt_text: np.ndarray,
+    tgt_text: np.ndarray | None,
     tgt_img: np.ndarray | None,
     ks: Sequence[int] = DEFAULT_KS,
     *,

@@ -67,7 +67,7 @@ def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
 
 
 def evaluate_pairs(
-    texts_emb: np.ndarray,
+    texts_emb: np.ndarray | None,
     langs: Sequence[str],
     image_feats: np.ndarray,
     image_ids: Sequence,

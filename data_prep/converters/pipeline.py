@@ -117,7 +117,7 @@ class _Image:
 
 
 def checked_records(sources: Iterable[Iterable[Record]], report: ConversionReport, languages: Sequence[str] | None,
-                    progress: bool) -> Iterator[Record]:
+                    progress: bool) -> Iterator[Caption]:
     """The records of ``sources`` that pass a conversion's checks, language code normalised and whitespace
     collapsed. Bad input (reader issues, unknown language, empty caption, duplicate key) is filed in
     ``report`` with file and line; a language outside ``languages`` is counted as left out."""

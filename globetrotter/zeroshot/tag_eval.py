@@ -95,7 +95,7 @@ def frequent_words(captions: Iterable[str], lang: str, size: int) -> list[str]:
     return [w for w, _ in counts.most_common(size)]
 
 
-def precision_at_k(predicted: Sequence[Sequence[str]], truth: Sequence[set[str]], k: int = 5) -> dict[str, float]:
+def precision_at_k(predicted: Sequence[Sequence[str]], truth: Sequence[set[str]], k: int = 5) -> dict:
     """Precision@``k`` of row-aligned predictions against true tag sets, over the rows with a true tag.
 
     A row with fewer than ``k`` predictions counts the missing ones as wrong. Returns ``precision@k``,
