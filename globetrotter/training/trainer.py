@@ -332,6 +332,8 @@ def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
     from .validation import Validator
 
     validator = Validator(cfg, device=str(accelerator.device))
+    if validator.note:  # e.g. the languages a per-language model cannot encode, left out
+        log(validator.note)
     warning = validator.val.saturation_warning()
     if warning:  # the best checkpoint would then be chosen by a tie
         log(warning)
