@@ -111,7 +111,7 @@ class NpyEmbedder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.array = load_npy(self.path, "embeddings", check_finite=False)
+        self.array = load_npy(self.path, "embeddings", check_finite=False, bools=False)
         if self.array.ndim != 2:
             raise BackRetrievalError(f"{self.path}: expected a 2-D array (n, d), got shape {self.array.shape}")
         self.name = f"npy:{self.path}"

@@ -25,9 +25,10 @@ IdsInput = Sequence[str] | PathLike
 _FINITE_CHUNK = 8192  # rows checked for NaN/inf (or all zeros) at once (memmaps stay on disk)
 
 
-def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool = False) -> np.ndarray:
-    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, rows with NaN, and
-    with ``vectors`` all-zero rows: :func:`check_rows`)."""
+def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool = False,
+             bools: bool = True) -> np.ndarray:
+    """A .npy file as a read-only memmap; one-line errors name the file (missing, unreadable, not numbers, with
+    ``bools`` False a boolean array, rows with NaN, and with ``vectors`` all-zero rows: :func:`check_rows`)."""
     p = Path(path)
     if p.is_dir():
         raise BackRetrievalError(f"{p}: {what} is a folder; expected an .npy file")
@@ -47,7 +48,7 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool
         raise BackRetrievalError(f"{p}: {what} is not a readable .npy file ({err})") from None
     if not isinstance(array, np.ndarray):  # an .npz archive
         raise BackRetrievalError(f"{p}: {what} is an .npz archive of {len(array.files)} arrays; expected one .npy array")
-    check_numbers(str(p), array, what)
+    check_numbers(str(p), array, what, bools)
     if check_finite and array.ndim == 2:
         check_rows(str(p), array, what, vectors)
     return array
@@ -79,10 +80,13 @@ def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True,
                                      f"(first: row {int(bad[0])}){after}")
 
 
-def check_numbers(label: str, array: np.ndarray, what: str) -> None:
-    """One-line error when ``array`` holds no real numbers (strings, objects, complex values)."""
-    if array.dtype.kind not in "biuf":
-        raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers")
+def check_numbers(label: str, array: np.ndarray, what: str, bools: bool = True) -> None:
+    """One-line error when ``array`` holds no real numbers (strings, objects, complex values) or, with ``bools``
+    False (embeddings, image features, similarities), booleans: a mask or hits file given by mistake, whose rows
+    would be scored as 0/1 vectors."""
+    if array.dtype.kind not in ("biuf" if bools else "iuf"):
+        mask = "; a boolean array is a mask or hits, not vectors" if array.dtype.kind == "b" else ""
+        raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers{mask}")
 
 
 def as_array(label: str, x) -> np.ndarray:
@@ -106,20 +110,20 @@ def is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_input(x, what: str, vectors: bool = False) -> tuple[str, np.ndarray]:
+def load_input(x, what: str, vectors: bool = False, bools: bool = True) -> tuple[str, np.ndarray]:
     """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``);
-    ``vectors``: a file's all-zero rows are refused too (:func:`check_rows`)."""
+    ``vectors``: a file's all-zero rows are refused too (:func:`check_rows`); ``bools`` False: a boolean file too."""
     if is_path(x):
-        return str(x), load_npy(x, what, vectors=vectors)
+        return str(x), load_npy(x, what, vectors=vectors, bools=bools)
     return what, as_array(what, x)
 
 
 def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
     """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``).
     ``vectors`` (embeddings, image features: rows compared by cosine): a file's all-zero rows are refused; False for
-    a similarity matrix."""
-    label, array = load_input(x, what, vectors)
-    check_numbers(label, array, what)
+    a similarity matrix. A boolean array is refused either way (a mask or hits file is no matrix of scores)."""
+    label, array = load_input(x, what, vectors, bools=False)
+    check_numbers(label, array, what, bools=False)
     if array.ndim != 2:
         raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")
     if array.shape[0] == 0:

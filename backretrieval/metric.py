@@ -79,7 +79,7 @@ def check_matrix(name: str, x, rows: int | None = None, dim: int | None = None, 
     """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
     compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
     x = as_array(name, x)
-    check_numbers(name, x, "the array")
+    check_numbers(name, x, "the array", bools=False)
     if x.ndim != 2:
         raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
     if rows is not None and x.shape[0] != rows:

@@ -6,7 +6,8 @@ the repository; set the variable to read your copy) with ``--resize``, once with
 baseline, measured in the same run) and once per requested worker count, and prints
 images/s of the image phase (decode + resize + JPEG encode + shard write), the end-to-end
 wall time, and the speed-up over the baseline. Without that folder it generates
-``--synthetic`` random photos-like JPEGs instead.
+``--synthetic`` random photos-like JPEGs instead; a folder that lacks images/, multi30k/ or
+flickr8kcn/flickr8kzhc.caption.txt is a one-line error naming them.
 
 The images of that folder are 224x224, so the default ``--resize 160`` makes every image go
 through decode, resize and re-encode; ``--resize 224`` measures the pass-through path
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -32,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from data_prep.converters import ConvertOptions, ImageSpec, convert, read_flickr8k, read_multi30k  # noqa: E402
 from globetrotter.argtypes import comma_separated, int_at_least, positive_int  # noqa: E402
-from globetrotter.errors import run_cli  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 
 TEST_FRACTION = 0.1  # of the converted images, as the converter's --test-fraction
 MIN_IMAGES = 6  # round(TEST_FRACTION * n) >= 1: the test split is not empty
@@ -53,6 +55,23 @@ def synthetic_source(folder: Path, n: int, size: tuple[int, int] = (500, 375)) -
         lines += [f"{1000 + i}_abcdef.jpg#{k}\tcaption {i} {k}" for k in range(5)]
     (folder / "tokens.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [images, lambda: [read_flickr8k(folder / "tokens.txt", "en")]]
+
+
+def shared_source(shared: Path) -> tuple[Path, Callable[[], list]]:
+    """The image folder and the caption readers of the Flickr8k folder ``shared`` (Multi30K task 1 and Flickr8k-CN):
+    a folder that lacks one of them is a one-line error naming what is missing, before any timing (a missing
+    Flickr8k-CN file was reported as "--langs ...: no usable caption in zh", a flag the benchmark's user never typed;
+    an empty image folder only after every caption record was read)."""
+    images, multi30k = shared / "images", shared / "multi30k"
+    cn = shared / "flickr8kcn" / "flickr8kzhc.caption.txt"
+    missing = [str(path.relative_to(shared)) + ("/" if path.suffix == "" else "")
+               for path, exists in ((images, images.is_dir() and any(images.iterdir())), (multi30k, multi30k.is_dir()),
+                                    (cn, cn.is_file())) if not exists]
+    if missing:
+        raise UserError(f"{shared}: the Flickr8k folder lacks {', '.join(missing)} (it needs images/ with the photos, "
+                        f"multi30k/ and flickr8kcn/flickr8kzhc.caption.txt); set GLOBETROTTER_SHARED to the folder "
+                        f"that holds a complete data/flickr8k/, or pass --synthetic")
+    return images, lambda: [read_multi30k(multi30k, (1,)), read_flickr8k(cn, "zh")]
 
 
 def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
@@ -85,10 +104,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))
     try:
         if SHARED.is_dir() and not args.synthetic:
-            images = SHARED / "images"
+            images, sources = shared_source(SHARED)
             args.langs = ["en", "de", "fr", "cs", "zh"]
-            cn = SHARED / "flickr8kcn" / "flickr8kzhc.caption.txt"
-            sources = lambda: [read_multi30k(SHARED / "multi30k", (1,)), read_flickr8k(cn, "zh")]  # noqa: E731
             data = f"shared Flickr8k ({images}, 224x224 JPEG)"
         else:
             images, sources = synthetic_source(tmp / "synthetic", args.limit_images)

@@ -101,6 +101,16 @@ def described_captions(image_ids: list[str], flickr8k: Iterable, multi30k: Itera
     return out
 
 
+def check_sources(flickr8k: str | Path, multi30k: str | Path) -> None:
+    """One-line errors for a ``--flickr8k`` file or ``--multi30k`` folder that is not there (their defaults are paths
+    relative to the current folder): a missing Flickr8k file read as no caption at all, and the study stopped on
+    "image ...: no English Flickr8k caption left (of 0)", after writing the control's cache."""
+    for flag, path, kind, found in (("--flickr8k", Path(flickr8k), "file", Path(flickr8k).is_file()),
+                                    ("--multi30k", Path(multi30k), "folder", Path(multi30k).is_dir())):
+        if not found:
+            raise UserError(f"{flag} {path}: no such {kind} (from {Path.cwd()}); give your copy's path")
+
+
 def check_share(share: float) -> None:
     """Refuse an oracle's share of ``--blend`` outside (0, 1), in one line."""
     if not 0 < share < 1:
@@ -165,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         for share in args.blend:  # before any caption is encoded or cache written
             check_share(share)
         split, out_dir = Path(args.split), Path(args.out_dir)
+        if args.own_captions is None and args.from_model is None:
+            check_sources(args.flickr8k, args.multi30k)  # before any cache is read or written
         ids = split_image_ids(split)
         if args.own_captions is not None:
             from data_prep.shards import read_captions

@@ -27,6 +27,23 @@ from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve,
 WEIGHTS = "model.safetensors"
 
 
+class TextsCut(UserWarning):
+    """Texts longer than the run's ``data.max_length`` tokens were cut to it (as in training) by an encoding call:
+    one warning per call, saying how many of how many."""
+
+
+def _warn_cut(cut: int, total: int, max_length: int) -> None:
+    """One :class:`TextsCut` warning for a call that cut ``cut`` of its ``total`` texts (none when nothing was cut);
+    the same count again from the same place is shown once (Python's default filter), so a validation repeated
+    through a run says it once."""
+    if cut:
+        import warnings
+
+        warnings.warn(f"{cut} of {total} text(s) are longer than data.max_length={max_length} tokens and were cut to "
+                      f"it, as in training: the tokens past it do not change their embeddings", TextsCut,
+                      stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
+
+
 def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
     """The model a config describes (heads follow the active losses); ``tokenizer`` is needed by
     ``model.token_ngrams`` (the n-grams of its tokens) and ignored otherwise."""
@@ -90,7 +107,8 @@ class Encoder:
                     langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, D) embeddings of ``texts``; ``head`` is ``"text"``, ``"cross"`` or ``"backbone"``;
         ``langs`` the texts' languages (needed by the Sigurdsson baseline only). A text is cut to the run's
-        ``data.max_length`` tokens, as in training: what follows does not change its embedding."""
+        ``data.max_length`` tokens, as in training: what follows does not change its embedding; one :class:`TextsCut`
+        warning says how many of the texts were cut."""
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
         _check_head(head)
@@ -100,15 +118,17 @@ class Encoder:
         out = np.zeros((len(texts), self.embed_dim(head)), np.float32)
         # batches of similar lengths (by characters): less padding; rows put back
         order = np.argsort([len(t) for t in texts], kind="stable")
+        cut: list[int] = []
         for i in range(0, len(texts), batch_size):
             rows = order[i : i + batch_size]
-            ids, mask = encode_batch(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length)
+            ids, mask = encode_batch(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length, cut)
             ids_t = torch.tensor(ids, device=self.device)
             mask_t = torch.tensor(mask, device=self.device)
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
             sentence, mean = self.model.sentence_states(ids_t, mask_t, batch_langs)
             x = sentence if pooling == "sentence" else mean
             out[rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
+        _warn_cut(len(cut), len(texts), self.cfg.data.max_length)
         return out
 
     @torch.no_grad()
@@ -118,18 +138,19 @@ class Encoder:
 
         Returns ``states`` (N, L, d_model) float32, position 0 the sentence token, and
         ``mask`` (N, L) int64 (1 = token), padded with zeros to the longest text
-        (at most ``data.max_length`` tokens). The Sigurdsson baseline gives its adapted word
-        vectors, not max-pooled (paper A.1), and needs ``langs``.
+        (at most ``data.max_length`` tokens: one :class:`TextsCut` warning says how many were cut). The Sigurdsson
+        baseline gives its adapted word vectors, not max-pooled (paper A.1), and needs ``langs``.
         """
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(texts))
-        chunks = []
+        chunks, cut = [], []
         for i in range(0, len(texts), batch_size):
-            ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length)
+            ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             states = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
             chunks.append((states.float().cpu().numpy(), np.asarray(mask, np.int64)))
+        _warn_cut(len(cut), len(texts), self.cfg.data.max_length)
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
         states = np.zeros((len(texts), width, d), np.float32)

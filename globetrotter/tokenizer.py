@@ -342,10 +342,14 @@ def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size
     return save_tokenizer(tok, path, provenance)
 
 
-def encode_batch(tok: Tokenizer, texts: list[str], max_length: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and attention masks, truncated to ``max_length`` and padded to the longest text."""
+def encode_batch(tok: Tokenizer, texts: list[str], max_length: int,
+                 cut: list[int] | None = None) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and attention masks, truncated to ``max_length`` and padded to the longest text. ``cut``: where
+    given, the positions (in ``texts``) of the texts longer than ``max_length`` tokens are appended to it."""
     encs = tok.encode_batch(texts)
     pad_id = tok.token_to_id(PAD)
+    if cut is not None:
+        cut.extend(i for i, e in enumerate(encs) if len(e.ids) > max_length)
     ids = [e.ids[:max_length] for e in encs]
     width = max(len(x) for x in ids) if ids else 1
     mask = [[1] * len(x) + [0] * (width - len(x)) for x in ids]

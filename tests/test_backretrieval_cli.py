@@ -215,6 +215,34 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
     assert exc.value.code == 2 and "--bootstrap: expected an integer >= 0, got -1" in capsys.readouterr().err
 
 
+def test_a_boolean_npy_is_refused_where_vectors_or_scores_are_read_and_accepted_as_hits(small_split, tmp_path,
+                                                                                          capsys):
+    """A boolean .npy (a mask, a hits file) given as embeddings, image features or an image similarity was scored
+    as 0/1 vectors without a word. Each is now a one-line error naming the file, the flag and the dtype; a boolean
+    hits file still compares."""
+    p = _embedding_files(tmp_path, n=6)
+    mask = tmp_path / "mask.npy"
+    np.save(mask, np.random.default_rng(0).random((6, 8)) > 0.5)
+    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1", "5", "--bootstrap", "0"]
+    cases = [
+        ["score", "--src-text", str(mask), "--tgt-text", p["tt"], *images],
+        ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", str(mask), "--tgt-img", p["ti"]],
+        ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(mask)],
+        ["eval", "--data", str(small_split / "test"), "--model", f"npy:{mask}", "--out-dir", str(tmp_path / "o"),
+         "--no-progress"],
+    ]
+    flags = ["--src-text", "--src-img", "--image-sim", "embeddings"]
+    for argv, flag in zip(cases, flags):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {mask}: {flag} holds bool values; expected real numbers") and \
+            err.count("\n") == 1, err
+    hits = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    for path, seed in zip(hits, (1, 2)):
+        np.save(path, np.random.default_rng(seed).random((40, 2)) > 0.5)
+    assert main(["compare", "--hits", *map(str, hits), "--ks", "1", "5"]) == 0
+
+
 def test_package_imports_nothing_from_globetrotter_and_data_prep_only_lazily():
     import ast
 

@@ -302,6 +302,35 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     assert cli(argv + ["--overwrite", "--strict"]) == 1
 
 
+def test_the_last_lines_say_what_was_skipped_why_and_where_and_every_manifest_records_it(tmp_path, capsys):
+    """A conversion that skipped bad input exits 0 (``--strict`` is the failing mode): the file:line issues were
+    printed to stderr before the summary, and scrolled away with a large source, while the summary at the end gave
+    bare kind names and counts, and a split's manifest.json said nothing of what was lost. Now the summary names
+    each kind's meaning and first file:line, the last line gives the total and the exit status, and every split's
+    manifest records the counts."""
+    w = flickr8k_world(tmp_path)
+    out = tmp_path / "out"
+    argv = ["flickr8k", "--images", w["images"], "--flickr8k", f"{w['cn']}:zh", "--assign-languages",
+            "--workers", "1", "--out", out, "--quiet"]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    line = w["bad_lines"]["missing_image"]
+    assert (f"  missing_image                1  image named by a caption not found in the image folders; first at "
+            f"{w['cn']}:{line}") in printed
+    assert any(row.startswith("  unreadable_image             2  image file unreadable") and
+               row.endswith(f"(1 issue(s)); first at {w['truncated']}") for row in printed)
+    assert printed[-1].startswith("note: 7 caption record(s) skipped as bad input (6 issue(s)")
+    assert printed[-1].endswith("the exit status is 0 (--strict makes it 1)")
+    for split in ("train", "val", "test"):
+        if (out / split).is_dir():
+            counts = read_manifest(out / split)["conversion"]
+            assert counts["skipped"] == 7 and counts["skipped_by_kind"]["unreadable_image"] == 2
+            assert counts["caption_records"] == counts["written"] + counts["skipped"] + counts["unused"]
+    assert cli(argv + ["--overwrite", "--strict"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("--strict: 7 caption record(s) skipped as bad input") and err[-1].endswith("exit status 1")
+
+
 def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"

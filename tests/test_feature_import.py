@@ -117,6 +117,8 @@ def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(t
     zeros[7] = 0.0
     message, _ = attempt(ids, zeros)
     assert f"image {ids[7]!r} (row 7) is all zeros" in message
+    message, emb = attempt(ids, vectors > 0)  # a boolean mask is no embedding
+    assert message.startswith(f"{emb}: expected a float array") and "got bool" in message
     kept = [i for i in ids if i != first_split_id]
     message, emb = attempt(kept, vectors[: len(kept)])
     assert str(emb) in message and "1 image(s)" in message and repr(first_split_id) in message

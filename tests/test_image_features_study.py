@@ -82,6 +82,21 @@ def test_from_model_refuses_a_folder_that_is_not_a_run(study, tiny_world, tmp_pa
     assert "no config.yaml (expected a trained run folder)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("missing", ["--flickr8k", "--multi30k"])
+def test_a_caption_source_that_is_not_there_is_named_before_anything_is_read(study, sources, tiny_world, tmp_path,
+                                                                             capsys, missing):
+    """The sources' defaults are paths relative to the current folder. A missing Flickr8k file read as no caption
+    and stopped the study on "no English Flickr8k caption left (of 0)" after the control's cache was written."""
+    token, multi30k = sources
+    given = {"--flickr8k": token, "--multi30k": multi30k, missing: tmp_path / "nowhere"}
+    out = tmp_path / "out"
+    argv = ["--split", str(tiny_world / "train"), "--out-dir", str(out)]
+    assert study.main(argv + [str(a) for flag, path in given.items() for a in (flag, path)]) == 2
+    kind = "file" if missing == "--flickr8k" else "folder"
+    assert capsys.readouterr().err.startswith(f"error: {missing} {tmp_path / 'nowhere'}: no such {kind} (from ")
+    assert not out.exists()
+
+
 def test_blend_gives_the_oracle_its_share_of_every_cosine(study):
     rng = np.random.default_rng(0)
     oracle, control = rng.normal(size=(20, 5)), rng.normal(size=(20, 7))

@@ -154,3 +154,24 @@ def test_word_embeddings_are_l2_normalised_and_an_empty_word_is_refused(encoder)
                                rtol=1e-5)
     with pytest.raises(UserError, match=r"words\[1\]: an empty word has no token to embed"):
         encoder.encode_words(["red", ""])
+
+
+def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
+    """A caption longer than data.max_length tokens was cut in silence (the rest of it changes nothing). Each call
+    that cuts now says how many of how many texts, and the limit, once: not once per batch."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+
+    limit = encoder.cfg.data.max_length
+    long = " ".join(["red square"] * limit)  # far more than max_length tokens
+    texts = [long, "a red square", long + " blue", "green"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder.encode_text(texts, batch_size=1)  # four batches, one warning
+        encoder.encode_text(["a red square"])  # nothing cut: no warning
+        encoder.encode_tokens(texts, batch_size=1)
+    said = [str(w.message) for w in caught if issubclass(w.category, TextsCut)]
+    assert said == [f"2 of 4 text(s) are longer than data.max_length={limit} tokens and were cut to it, as in "
+                    "training: the tokens past it do not change their embeddings"] * 2
+    assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller

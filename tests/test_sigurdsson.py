@@ -101,9 +101,10 @@ def test_every_parameter_is_in_a_one_language_graph():
 
 
 def test_unknown_language_is_a_one_line_error():
+    """Codes read from a split come as numpy strings: the line named them [np.str_('fr')]; now as typed."""
     model = build_model(load_train_config(CONFIG, SMALL), vocab_size=40)
-    with pytest.raises(UserError, match=r"\['fr'\] not among this model's training languages"):
-        model.language_ids(["en", "fr"])
+    with pytest.raises(UserError, match=r"^language\(s\) fr not among this model's training languages en,de \("):
+        model.language_ids(np.array(["en", "fr"]))
 
 
 TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
@@ -220,3 +221,37 @@ def test_the_trainers_test_score_reads_the_languages_the_model_has_tables_for(ti
     encoder = Encoder(build_model(cfg, tokenizer.get_vocab_size()), tokenizer, cfg)
     result = sentence_translation_score(encoder, tiny_world / "test", n_groups=12)
     assert result["languages"] == ["en", "ja"] and result["n_groups"] == 12
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["model.languages=[xx]"], r"^model.languages=\[xx\] lacks el,en,ja,ru; names xx, which training never reads: .*"
+                               r"the run trains on el,en,ja,ru \(the languages of \S+train\)"),
+    (["model.languages=[en,ru,el,ja,xx]"], r"^model.languages=\[en,ru,el,ja,xx\] names xx, which training never reads"),
+    (["data.train_languages=[en,ru]", "model.languages=[en,ru,el]"],
+     r"names el, which training never reads: .* trains on en,ru \(data.train_languages\)"),
+    (["data.train_languages=[en]"], r"^val.every=2: BackRetrieval on \S+val \(el,en,ja,ru\) needs two languages the "
+                                    r"model has a word table for, .* trains one for en only"),
+])
+def test_a_language_list_the_run_cannot_train_is_refused_before_anything_is_built(tiny_world, tmp_path, extra,
+                                                                                   message):
+    """model.languages naming a language absent from the training data was accepted: its word table, trained by no
+    caption, encoded that language with noise. One training language (data.train_languages=[en]) with validation
+    on trained for val.every steps, then stopped at the first validation (no table for the val split's others).
+    Both are one-line errors now, before the tokenizer is trained or the run folder made."""
+    cfg = load_train_config(CONFIG, [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                     f"output_dir={tmp_path}", *TINY, *extra])
+    with pytest.raises(UserError, match=message):
+        train(cfg)
+    assert not cfg.run_dir.exists() and not (tmp_path / "tokenizer.json").exists()
+
+
+def test_validation_scores_the_val_languages_the_model_has_tables_for_and_says_so(tiny_world, tmp_path, capsys):
+    """Two of the val split's four languages trained (data.train_languages): validation used to stop the run at its
+    first step (no word table for el, ja); it scores en and ru, and one line says why the others are left out."""
+    cfg = load_train_config(CONFIG, [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                     f"output_dir={tmp_path}", *TINY, "steps=2", "val.test_groups=0",
+                                     "data.train_languages=[en,ru]"])
+    result = train(cfg)
+    assert set(result["metrics"]) == {"val/bkr@1", "val/bkr@5", "val/bkr@10"}
+    assert ("val: BackRetrieval on en,ru only: the Sigurdsson baseline has no word table for el,ja (not among its "
+            "training languages)") in capsys.readouterr().out

@@ -579,3 +579,37 @@ def test_a_fresh_run_refuses_a_folder_of_files_no_run_wrote(tiny_world, tmp_path
     (cfg.run_dir / "tensorboard").mkdir(parents=True)  # as left by a run stopped before its first checkpoint
     save_config(cfg, cfg.run_dir / "config.yaml")
     assert train(cfg)["checkpoints"]["latest"] == 2
+
+
+def test_undefined_alpha_statistics_are_left_out_of_tensorboard_and_said_once(tiny_world, tmp_path, capsys):
+    """A batch without a pair with α > 0 made alpha/cross_language_share 0/0: a NaN point at every such step,
+    which breaks TensorBoard's plots. It is left out (the other scalars plotted) and one line says why."""
+    import math
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "log_every=1", "val.every=0")
+    train(cfg)
+    positive = _scalars(cfg.run_dir, "alpha/positive_fraction")
+    assert len(positive) == 3 and 0.0 in positive  # the case: at least one step had no pair with α > 0
+    share = _scalars(cfg.run_dir, "alpha/cross_language_share")
+    assert len(share) == sum(p > 0 for p in positive) and not any(map(math.isnan, share))
+    said = [line for line in capsys.readouterr().out.splitlines() if "alpha/cross_language_share" in line]
+    assert len(said) == 1 and "no pair with α > 0 in the batch" in said[0] and "not plotted" in said[0]
+
+
+def test_a_non_finite_loss_or_gradient_norm_is_plotted_as_it_is():
+    """Only undefined statistics are left out: a NaN loss or gradient norm is divergence and stays visible."""
+    from globetrotter.training.trainer import Scalars
+
+    written, lines = [], []
+
+    class Tracker:
+        def log(self, values, step):
+            written.append((step, values))
+
+    scalars = Scalars(Tracker(), lines.append)
+    nan = float("nan")
+    scalars({"loss/text": nan, "grad_norm": float("inf"), "alpha/recall": nan, "alpha/mean": 0.5}, 1)
+    scalars({"alpha/recall": nan}, 2)
+    (step, values), (_, second) = written
+    assert set(values) == {"loss/text", "grad_norm", "alpha/mean"} and second == {}
+    assert len(lines) == 1 and "alpha/recall (no true translation pair in the batch)" in lines[0]

@@ -300,8 +300,10 @@ def test_triplet_command_refuses_npy_features_of_the_wrong_form_and_unused_or_un
     np.save(tmp_path / "matrix.npy", np.zeros((2, 6), np.float32))
     np.save(tmp_path / "nan.npy", np.full(12, np.nan, np.float32))
     (tmp_path / "record.npy").write_text('{"not": "an array"}')
+    np.save(tmp_path / "mask.npy", np.arange(12) % 2 == 0)  # a boolean mask: was read as a 0/1 feature vector
     for name, message in [("matrix.npy", "image features of shape (2, 6); expected one non-empty 1-D"),
                           ("nan.npy", "image features hold NaN or inf"),
+                          ("mask.npy", "image features holds bool values; expected real numbers"),
                           ("record.npy", "is not a .npy file (it has no .npy header)")]:
         assert main([*args, "--docs", str(_with_first_image(docs, tmp_path, name))]) == 2
         err = capsys.readouterr().err

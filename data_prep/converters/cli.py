@@ -340,8 +340,7 @@ def run(args: argparse.Namespace) -> int:
         print(issues, file=sys.stderr)
     print(report.format_summary())
     print(f"dataset: {args.out}  (summary: {args.out / 'summary.json'})")
-    if args.strict and report.total_issues:
-        print(f"--strict: {report.total_issues} bad-input issue(s), {report.total_skipped} caption record(s) "
-              "skipped", file=sys.stderr)
-        return 1
-    return 0
+    closing = report.closing_line(args.strict)
+    if closing:  # the last line: what was lost, and what the exit status says about it
+        print(closing, file=sys.stderr if args.strict else sys.stdout)
+    return 1 if args.strict and report.total_issues else 0

@@ -593,6 +593,7 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
     for split, writer in writers.items():
         uniform = sizes[split]
         writer.extra["image_size"] = list(next(iter(uniform))) if len(uniform) == 1 else None
+        writer.extra["conversion"] = report.manifest_counts()  # every image decoded: what was lost is known
         writer.close()
     elapsed = time.perf_counter() - t0
     report.timing.update(images=len(order), image_seconds=elapsed, workers=options.workers,

@@ -139,6 +139,29 @@ class ConversionReport:
                 out.append(f"  ... and {len(issues) - max_examples} more")
         return "\n".join(out)
 
+    def format_skipped(self) -> str:
+        """The skipped records: their total, then per kind its count, what it means and where its first issue is
+        (file:line), so that the summary at the end says what was lost and why, not only the issues printed
+        before it."""
+        lines = [f"skipped (bad input): {self.total_skipped}"]
+        for kind, n in sorted(self.skipped.items()):
+            issues = self.issues.get(kind, [])
+            first = f"; first at {issues[0].where}" if issues else ""
+            more = f" ({len(issues)} issue(s))" if len(issues) not in (0, n) else ""
+            lines.append(f"  {kind:<28} {n}  {SKIP_KINDS[kind]}{more}{first}")
+        return "\n".join(lines)
+
+    def closing_line(self, strict: bool) -> str | None:
+        """The last line of a conversion that skipped bad input: how many records, and what the exit status says
+        (``--strict``: 1; otherwise 0, the good samples written). None when nothing was skipped."""
+        if not self.total_issues:
+            return None
+        what = (f"{self.total_skipped} caption record(s) skipped as bad input ({self.total_issues} issue(s), by kind "
+                f"above; their files and lines in the issues printed before and in summary.json)")
+        if strict:
+            return f"--strict: {what}; exit status 1"
+        return f"note: {what}; the rest was written and the exit status is 0 (--strict makes it 1)"
+
     def format_summary(self) -> str:
         """A table of written samples per language and split, then skipped and unused counts."""
         splits = [s for s in ("train", "val", "test") if any(k[0] == s for k in self.written)]
@@ -157,8 +180,7 @@ class ConversionReport:
         if self.extra_written:
             extra = ", ".join(f"{s}/{lang} {n}" for (s, lang), n in sorted(self.extra_written.items()))
             lines.append(f"extra views (copies of train images, not counted above): {extra}")
-        lines.append(f"skipped (bad input): {self.total_skipped}"
-                     + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.skipped.items())))
+        lines.append(self.format_skipped())
         lines.append(f"unused (by design): {self.total_unused}"
                      + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.unused.items())))
         verdict = "ok" if self.balance() == 0 else f"MISMATCH by {self.balance()}"
@@ -170,6 +192,13 @@ class ConversionReport:
                          f"({self.timing['images_per_s']:.1f} images/s, {self.timing.get('workers', 1):.0f} worker(s))")
         lines.extend(f"warning: {note}" for note in self.notes)
         return "\n".join(lines)
+
+    def manifest_counts(self) -> dict[str, Any]:
+        """The conversion's account, for each split's ``manifest.json`` (``"conversion"``): caption records read,
+        written (to every split), skipped as bad input (in total and per kind) and unused by design; the issues
+        themselves are in ``summary.json``."""
+        return {"caption_records": self.records, "written": self.total_written, "skipped": self.total_skipped,
+                "skipped_by_kind": dict(sorted(self.skipped.items())), "unused": self.total_unused}
 
     def to_json(self, max_examples: int = 20) -> dict:
         """Everything in the summary, plus up to ``max_examples`` issues per kind, as a JSON-able dict."""

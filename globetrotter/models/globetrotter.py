@@ -95,10 +95,11 @@ class GlobetrotterModel(nn.Module):
     def language_ids(self, langs: Sequence[str], device: torch.device | str = "cpu") -> torch.Tensor:
         """Indices of ``langs`` in ``model.languages`` (B,); a one-line error names a language the model never saw."""
         index = {lang: i for i, lang in enumerate(self.cfg.languages)}
-        unknown = sorted({lang for lang in langs if lang not in index})
+        unknown = sorted({str(lang) for lang in langs if lang not in index})  # str: numpy's codes print as np.str_
         if unknown:
-            raise UserError(f"language(s) {unknown} not among this model's training languages {self.cfg.languages} "
-                            f"(the Sigurdsson baseline has one word table per training language)")
+            raise UserError(f"language(s) {','.join(unknown)} not among this model's training languages "
+                            f"{','.join(self.cfg.languages)} (the Sigurdsson baseline has one word table per training "
+                            f"language)")
         return torch.tensor([index[lang] for lang in langs], dtype=torch.long, device=device)
 
     def token_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -145,6 +145,23 @@ def check_eval_splits(cfg: TrainConfig) -> None:
             read_manifest(split)  # e.g. a more-captions link whose original split was rewritten since
 
 
+def check_val_languages(cfg: TrainConfig) -> None:
+    """A one-line error, before anything is built, when validation (``val.every``) of a per-language text encoder
+    (``model.text_encoder=sigurdsson``: a word table per training language) would have fewer than two of
+    ``data.val_split``'s languages to score: BackRetrieval needs two, and the others have no table (the first
+    validation stopped the run, in its middle)."""
+    if cfg.val.every <= 0 or cfg.model.text_encoder != "sigurdsson":
+        return
+    split = Path(cfg.data.root) / cfg.data.val_split
+    present = sorted(read_manifest(split).get("languages", {}))
+    trained = train_languages(cfg)
+    if len([lang for lang in present if lang in trained]) < 2:
+        raise UserError(f"val.every={cfg.val.every}: BackRetrieval on {split} ({','.join(present)}) needs two "
+                        f"languages the model has a word table for, and the Sigurdsson baseline (model.text_encoder="
+                        f"sigurdsson) trains one for {','.join(trained)} only; train on two of the val split's languages "
+                        f"(data.train_languages), or set val.every=0")
+
+
 def check_one_language_split(cfg: TrainConfig) -> None:
     """For a run without parallel text (``loss.alpha_source`` other than ``supervised``): a one-line error when the
     training captions show an image in more than one language (the train/val rule of docs/design.md section 3). A shard
@@ -285,10 +302,12 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
 
         require_pictures(train_dir, manifest, "training without data.features")
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
+    check_text_languages(cfg)  # so is a Sigurdsson model.languages that is not the training languages
     if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
     check_one_language_split(cfg)
     check_eval_splits(cfg)
+    check_val_languages(cfg)
     check_tokenizer_split(cfg)
     path = tokenizer_path(cfg)
     if not path.is_file():
@@ -306,20 +325,37 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
 
 
 def with_text_languages(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with ``model.languages`` filled from the train split's manifest (sorted) when a
-    per-language text encoder (``model.text_encoder=sigurdsson``) leaves it empty; a given list
-    must cover every training language. The transformer's config is returned unchanged."""
+    """``cfg`` with ``model.languages`` filled with the training languages (:func:`train_languages`, sorted) when a
+    per-language text encoder (``model.text_encoder=sigurdsson``) leaves it empty; a given list is checked
+    (:func:`check_text_languages`). The transformer's config is returned unchanged."""
     if cfg.model.text_encoder != "sigurdsson":
         return cfg
-    train_dir = Path(cfg.data.root) / cfg.data.train_split
-    found = train_languages(cfg)
+    check_text_languages(cfg)
     if not cfg.model.languages:
-        return replace(cfg, model=replace(cfg.model, languages=found))
-    missing = sorted(set(found) - set(cfg.model.languages))
-    if missing:
-        raise UserError(f"model.languages {cfg.model.languages} lacks {missing}, which {train_dir} has "
-                        f"(leave it empty to take the manifest's languages)")
+        return replace(cfg, model=replace(cfg.model, languages=train_languages(cfg)))
     return cfg
+
+
+def check_text_languages(cfg: TrainConfig) -> None:
+    """A one-line error when ``model.languages`` of a per-language text encoder (``model.text_encoder=sigurdsson``:
+    one word table per language) is not the training languages (:func:`train_languages`): a training language it
+    lacks has no table for its captions, and a language training never reads would get a table no caption trains
+    (left at its random start, it would encode that language's captions with noise). Empty: the training
+    languages are taken."""
+    given = cfg.model.languages
+    if cfg.model.text_encoder != "sigurdsson" or not given:
+        return
+    found = train_languages(cfg)
+    missing, extra = [c for c in found if c not in given], [c for c in given if c not in found]
+    if not missing and not extra:
+        return
+    where = ("data.train_languages" if cfg.data.train_languages is not None
+             else f"the languages of {Path(cfg.data.root) / cfg.data.train_split}")
+    wrong = "; ".join(part for part in (f"lacks {','.join(missing)}" if missing else "",
+                                        f"names {','.join(extra)}, which training never reads" if extra else "") if part)
+    raise UserError(f"model.languages=[{','.join(given)}] {wrong}: the Sigurdsson baseline (model.text_encoder="
+                    f"sigurdsson) has one word table per training language, and the run trains on {','.join(found)} "
+                    f"({where}); give those, or leave model.languages empty to take them")
 
 
 def with_imported_dim(cfg: TrainConfig) -> TrainConfig:

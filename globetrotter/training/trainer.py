@@ -14,6 +14,7 @@ and choose ``best`` (:func:`validate`), and save (:class:`Checkpoints`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -164,6 +165,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     batches = iter(loader)
     device_views = None if adapting else device_augment_from_config(cfg)  # data.augment_on=device: views made here
     stepper = Stepper(cfg, accelerator, model, forward, objective, optimizer, scheduler, tokenizer, log)
+    scalars = Scalars(accelerator, log)
     checkpoints = Checkpoints(cfg, accelerator, tokenizer, progress, threads, log)
     progress.bad_samples = progress.position.bad_total
 
@@ -184,11 +186,12 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
             train_time = time.perf_counter() - t0 - paused
-            _log_training(cfg, accelerator, bar, logs, progress.bad_samples, seen / max(train_time, 1e-9), done)
+            _log_training(cfg, scalars, bar, logs, progress.bad_samples, seen / max(train_time, 1e-9), done)
             seen, t0, paused = 0, time.perf_counter(), 0.0
         pause = time.perf_counter()
         if cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps):
-            metrics, accept, hits = validate(cfg, accelerator, validator, unwrapped, tokenizer, progress, done, log)
+            metrics, accept, hits = validate(cfg, accelerator, validator, unwrapped, tokenizer, progress, done, log,
+                                             scalars)
             if accept:
                 previous = progress.best
                 progress.best = {"metric": cfg.val.select_by, "value": metrics[cfg.val.select_by], "step": done}
@@ -329,6 +332,8 @@ def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
     from .validation import Validator
 
     validator = Validator(cfg, device=str(accelerator.device))
+    if validator.note:  # e.g. the languages a per-language model cannot encode, left out
+        log(validator.note)
     warning = validator.val.saturation_warning()
     if warning:  # the best checkpoint would then be chosen by a tie
         log(warning)
@@ -407,6 +412,38 @@ class Stepper:
                                 f"or use mixed_precision=bf16/no; last good checkpoint: {latest}")
 
 
+UNDEFINED_BECAUSE = {
+    "alpha/precision": "no pair with α > 0 in the batch",
+    "alpha/cross_language_share": "no pair with α > 0 in the batch",
+    "alpha/recall": "no true translation pair in the batch",
+}
+"""Why a statistic of :func:`~..losses.alpha_stats` (or the objective) is NaN: a share of an empty set."""
+
+
+class Scalars:
+    """Writes a step's scalars to TensorBoard (``accelerator.log``), leaving out the statistics that are undefined
+    there (NaN: a share of an empty set, such as ``alpha/precision`` of a batch without a pair with α > 0), which
+    would break the plots; the first time a statistic is left out, one line says which and why. A loss or
+    ``grad_norm`` is always written as it is: a non-finite one is divergence, not an undefined statistic (the
+    :class:`Stepper` skips the steps whose loss is non-finite)."""
+
+    ALWAYS = ("loss/", "grad_norm")
+
+    def __init__(self, accelerator: Accelerator, log: Log) -> None:
+        self.accelerator, self.log = accelerator, log
+        self.said: set[str] = set()
+
+    def __call__(self, values: dict[str, float], step: int) -> None:
+        undefined = [k for k, v in values.items() if isinstance(v, float) and math.isnan(v) and not k.startswith(self.ALWAYS)]
+        new = [k for k in undefined if k not in self.said]
+        if new:
+            why = "; ".join(f"{k} ({UNDEFINED_BECAUSE.get(k, 'NaN')})" for k in new)
+            self.log(f"step {step}: undefined, so not plotted at this step nor any other where it is undefined "
+                     f"(said once): {why}")
+            self.said.update(new)
+        self.accelerator.log({k: v for k, v in values.items() if k not in undefined}, step=step)
+
+
 class Checkpoints:
     """Saves the run's checkpoints: ``step-N/`` (then ``latest`` points at it, and old ones are pruned to
     ``keep_checkpoints``) or ``best/``, each with its config, tokenizer, state (step, best, metrics, bad samples,
@@ -438,9 +475,10 @@ class Checkpoints:
 
 
 def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: torch.nn.Module, tokenizer,
-             progress: Progress, done: int, log: Log) -> tuple[dict, bool, np.ndarray | None]:
+             progress: Progress, done: int, log: Log, scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
     """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
-    (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too."""
+    (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too. The
+    metrics go to TensorBoard through ``scalars``."""
     key, verdict, hits, metrics = cfg.val.select_by, Verdict(False), None, {}
     if accelerator.is_main_process:
         unwrapped.eval()
@@ -450,7 +488,7 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: t
         if key and key in metrics:
             verdict = judge(metrics[key], hits, progress.best, progress.best_hits, cfg.val.select_test,
                             cfg.val.select_alpha, cfg.seed)
-        accelerator.log({**metrics, **_selection_logs(verdict)}, step=done)
+        scalars({**metrics, **_selection_logs(verdict)}, done)
         log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         if verdict.note:
             log(f"step {done}: {verdict.note}")
@@ -458,7 +496,7 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: t
     return metrics, accept, hits
 
 
-def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, bad_samples: int,
+def _log_training(cfg: TrainConfig, scalars: Scalars, bar, logs: dict, bad_samples: int,
                   samples_per_s: float, done: int) -> None:
     """The step's losses, learning rate (the one it trained with), throughput (samples per second of training since
     the last log: validation and checkpoint writes left out) and bad samples to TensorBoard and the progress bar."""
@@ -466,7 +504,7 @@ def _log_training(cfg: TrainConfig, accelerator: Accelerator, bar, logs: dict, b
     logs["data/bad_samples"] = bad_samples
     logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
                              if k.startswith("loss/") and k != "loss/total")
-    accelerator.log(logs, step=done)
+    scalars(logs, done)
     bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
 
 

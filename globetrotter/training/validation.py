@@ -23,10 +23,27 @@ class Validator:
         # g's network, if any, runs once over the val images on ``device`` (the training's)
         self.val = BackRetrievalSet(root / cfg.data.val_split, cfg.val.max_per_lang, cfg.seed,
                                     image_features_of(cfg, cfg.data.val_split), cfg.val.bkr_ks, device=device)
+        self.note: str | None = None  # what the trainer logs once about the val set
+        if cfg.model.text_encoder == "sigurdsson":  # one word table per training language: none for the others
+            self._keep_trained(cfg)
         # the test split only for a run that asks for it (val.test_groups > 0); never used to choose anything
         self.test_dir = root / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
         if self.test_dir is not None and not (self.test_dir / "manifest.json").is_file():
             self.test_dir = None
+
+    def _keep_trained(self, cfg: TrainConfig) -> None:
+        """Score the val captions of the languages the per-language model has a table for (``model.languages``, the
+        training languages), as sentence translation does: the others cannot be encoded (the first validation
+        stopped the run). Fewer than two left is refused before the run starts
+        (:func:`~.prepare.check_val_languages`)."""
+        present = sorted(set(self.val.langs.tolist()))
+        kept = [lang for lang in present if lang in cfg.model.languages]
+        untrained = [lang for lang in present if lang not in cfg.model.languages]
+        if not untrained:
+            return
+        self.keep_languages(kept)
+        self.note = (f"val: BackRetrieval on {','.join(kept)} only: the Sigurdsson baseline has no word table for "
+                     f"{','.join(untrained)} (not among its training languages)")
 
     def keep_languages(self, languages: Sequence[str]) -> None:
         """Score only the val captions of ``languages`` (and their pairs) from now on."""

@@ -106,7 +106,7 @@ def npy_image_features(paths: Sequence[str]) -> np.ndarray:
     rows = []
     for path in paths:
         try:
-            vector = load_npy(path, "image features")  # one-line errors: missing, no .npy, not numbers
+            vector = load_npy(path, "image features", bools=False)  # one-line errors: missing, no .npy, not numbers
         except BackRetrievalError as err:
             raise UserError(str(err)) from None
         if vector.ndim != 1 or not len(vector):  # a matrix was flattened into one long vector

@@ -122,11 +122,10 @@ def _more_captions(args: argparse.Namespace) -> int:
     if "train" in states and (data / "train" / "features").is_dir():
         print(f"the feature cache of the original train split serves the new one (same image ids and bytes): "
               f"data.features={(data / 'train' / 'features').resolve()}")
-    if args.strict and report.total_issues:
-        print(f"--strict: {report.total_issues} bad-input issue(s), {report.total_skipped} caption record(s) "
-              "skipped", file=sys.stderr)
-        return 1
-    return 0
+    closing = report.closing_line(args.strict)
+    if closing:  # the last line: what was lost, and what the exit status says about it
+        print(closing, file=sys.stderr if args.strict else sys.stdout)
+    return 1 if args.strict and report.total_issues else 0
 
 
 def check_splits(data: Path, splits: list[str]) -> None:

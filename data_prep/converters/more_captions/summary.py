@@ -30,8 +30,7 @@ def format_table(state: EnrichedSplit) -> list[str]:
 
 def format_rest(report: ConversionReport) -> list[str]:
     """Skipped and unused records by reason, the balance of all records, and the warnings."""
-    lines = [f"skipped (bad input): {report.total_skipped}"
-             + "".join(f"\n  {k:<28} {n}" for k, n in sorted(report.skipped.items())),
+    lines = [report.format_skipped(),
              f"unused (by design): {report.total_unused}"
              + "".join(f"\n  {k:<28} {n}" for k, n in sorted(report.unused.items()))]
     verdict = "ok" if report.balance() == 0 else f"MISMATCH by {report.balance()}"
