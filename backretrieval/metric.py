@@ -41,6 +41,7 @@ intervals and paired tests, and BkR's carries the ``hubness`` of its retrieval s
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -185,6 +186,158 @@ def _recall_dict(prefix: str, ks: tuple[int, ...], hits: dict[int, np.ndarray]) 
     return {f"{prefix}@{k}": float(np.mean(hits[k])) if len(hits[k]) else float("nan") for k in ks}
 
 
+@dataclass(frozen=True)
+class _TextSide:
+    """What steps 1-2 read, checked by :func:`_text_side`: the source and target set sizes, the source rows that
+    query (``sampled``: ``queries`` was given) and one of the embeddings (``src_text``, ``tgt_text``), a given text
+    similarity (``text_sim``, one row per query) or the given targets (``retrieved``, one per query)."""
+
+    n_src: int
+    n_tgt: int
+    query_rows: np.ndarray
+    sampled: bool
+    src_text: np.ndarray | None = None
+    tgt_text: np.ndarray | None = None
+    text_sim: np.ndarray | None = None
+    retrieved: np.ndarray | None = None
+
+
+def _n_images(img, image_sim, axis: int) -> int | None:
+    """How many images the image side holds: ``img``'s rows, else ``image_sim``'s size along ``axis`` (1: sources,
+    0: targets), else None."""
+    return len(img) if img is not None else np.shape(image_sim)[axis] if image_sim is not None else None
+
+
+def _text_side(src_text, tgt_text, text_sim, retrieved, queries, src_img, tgt_img, image_sim,
+               approx: ApproxConfig | None) -> _TextSide:
+    """:func:`bkr_recall`'s text inputs (embeddings, ``text_sim`` or ``retrieved``) and ``queries``, checked; the set
+    sizes come from the text, or from the images where the text side does not hold them (given targets, or a given
+    similarity of sampled queries)."""
+    if text_sim is not None and retrieved is not None:
+        raise BackRetrievalError("retrieved: the targets text_sim retrieves are given; give one of the two")
+    if text_sim is not None:
+        if approx is not None and approx.index != "exact":
+            raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
+        text_sim = check_matrix("text_sim", text_sim, vectors=False)
+        n_src, n_tgt = text_sim.shape
+        if queries is not None:  # the source set is the images'
+            n_images = _n_images(src_img, image_sim, 1)
+            n_src = n_src if n_images is None else n_images
+    elif retrieved is not None:
+        if approx is not None and approx.index != "exact":
+            raise BackRetrievalError("retrieved: the targets are given; drop approximate")
+        if image_sim is None and (src_img is None or tgt_img is None):
+            raise BackRetrievalError("retrieved: the sources and targets are counted by src_img/tgt_img or image_sim; "
+                                     "give them")
+        n_src, n_tgt = _n_images(src_img, image_sim, 1), _n_images(tgt_img, image_sim, 0)
+        if n_tgt == 0:
+            raise BackRetrievalError("retrieved: no target to retrieve (0 target rows)")
+    else:
+        src_text = check_matrix("src_text", src_text)
+        tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
+        n_src, n_tgt = len(src_text), len(tgt_text)
+    query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
+    if text_sim is not None and len(text_sim) != len(query_rows):
+        raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
+    if retrieved is not None:
+        retrieved = target_indices("retrieved", retrieved, len(query_rows), n_tgt)
+    return _TextSide(n_src, n_tgt, query_rows, queries is not None, src_text, tgt_text, text_sim, retrieved)
+
+
+def _retrieve(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig | None,
+              progress: bool) -> np.ndarray:
+    """Steps 1-2: the ``(Q,)`` index of each query's retrieved target T_T* (ties: lowest index), given, the row
+    maxima of a given similarity, or the search of the target embeddings."""
+    if text.retrieved is not None:
+        return text.retrieved
+    if text.text_sim is not None:  # each query's best-scoring target
+        return np.asarray(text.text_sim).argmax(axis=1).astype(np.int64)
+    return retrieve(text.src_text, text.tgt_text, retrieval, csls_k, approx,
+                    rows=text.query_rows if text.sampled else None, progress=progress)
+
+
+@dataclass(frozen=True)
+class _ImageSide:
+    """What steps 3-4 read, checked by :func:`_image_side`: the distinct source images (``rows``: the first source row
+    of each; ``own``: the column of each query's own image among them) and g, whose form decides how step 4 counts:
+
+    - ``matrix``: a given g (``image_sim``) over the distinct images, counted exactly;
+    - ``neighbours``: given lists of the cosine of ``tgt_img`` and ``distinct`` (the distinct source images' features),
+      looked up;
+    - ``pq_seed``: ``pq`` lists of ``distinct`` built for the retrieved targets only (from ``source_index`` when
+      given), looked up;
+    - otherwise the cosine of ``tgt_img`` and ``distinct``, counted exactly.
+    """
+
+    rows: np.ndarray
+    own: np.ndarray
+    matrix: MatrixScorer | None = None
+    tgt_img: np.ndarray | None = None
+    distinct: np.ndarray | None = None
+    neighbours: ImageNeighbours | None = None
+    pq_seed: int | None = None
+    source_index: SourceImageIndex | None = None
+
+
+def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours | None, src_image_ids,
+                text: _TextSide, max_k: int, approx: ApproxConfig | None,
+                source_index: SourceImageIndex | None) -> _ImageSide:
+    """:func:`bkr_recall`'s image inputs (``image_sim`` or features, ``src_image_ids``, ``image_neighbours``) checked
+    against the set sizes of the text side."""
+    n_src, n_tgt = text.n_src, text.n_tgt
+    image_rows, every_col = distinct_images(src_image_ids, n_src)
+    own = every_col[text.query_rows]
+    check_one_image_side(src_img, tgt_img, image_sim)
+    if image_sim is not None and image_neighbours is not None:
+        raise BackRetrievalError("image_neighbours: the lists are built from image features; "
+                                 "give src_img/tgt_img instead of image_sim")
+    if image_sim is not None:  # step 3 with a user-given g
+        image_sim = np.asarray(image_sim)  # memmaps stay memmaps
+        if image_sim.shape != (n_tgt, n_src):
+            raise BackRetrievalError(
+                f"image_sim: expected shape ({n_tgt}, {n_src}) = (targets, sources), got {image_sim.shape}"
+            )
+        if not all_finite(image_sim):  # NaN compares false everywhere: every rank would be 1
+            raise BackRetrievalError("image_sim: contains NaN or inf")
+        return _ImageSide(image_rows, own, matrix=MatrixScorer(image_sim, image_rows))
+    if src_img is None or tgt_img is None:
+        raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
+    src_img = check_matrix("src_img", src_img, rows=n_src)
+    tgt_img = check_matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
+    if src_image_ids is not None:
+        check_one_picture_per_id(src_img, src_image_ids, image_rows, every_col)
+    every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
+    distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
+    if image_neighbours is not None:
+        check_image_neighbours(image_neighbours, tgt_img, distinct, max_k)
+        return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, neighbours=image_neighbours)
+    pq_seed = approx.seed if approx is not None and approx.image_side == "pq" else None
+    return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed, source_index=source_index)
+
+
+def _count_better_images(image: _ImageSide, retrieved: np.ndarray, ks: tuple[int, ...], ties: str,
+                         max_rank: int | None, block_bytes: int, progress: bool) -> dict[str, np.ndarray]:
+    """Steps 3-4: for each query, how many distinct source images I_S beat (``"gt"``) or tie (``"ge"``) its own in
+    g(I_T*, .), the row of its retrieved target (:func:`~backretrieval.ranking.count_ranks`' counts). Lists (given,
+    or ``pq`` ones) only tell "fewer than K better images?": there ``max_rank`` is max(ks)."""
+    if image.neighbours is not None:  # a lookup in the lists of the retrieved targets
+        scorer = VectorScorer(image.tgt_img, image.distinct)
+        return neighbour_counts(image.neighbours, scorer, retrieved, image.own, ties)
+    if image.matrix is not None:  # the exact count, stopped at max_rank
+        return count_ranks(image.matrix, retrieved, image.own, ties, max_rank, block_bytes, progress, "BkR ranks")
+    # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
+    used, row_of = np.unique(retrieved, return_inverse=True)
+    row_of = row_of.reshape(-1)
+    used_img = image.tgt_img[used]
+    scorer = VectorScorer(used_img, image.distinct)
+    if image.pq_seed is not None:  # lists of the retrieved only: the source index does not depend on the targets,
+        # so each list is the one a build for every target image holds
+        index = image.source_index or SourceImageIndex(image.distinct, "pq", seed=image.pq_seed)
+        # one entry past K, so that an image tied with the own one at the list's end is seen
+        return neighbour_counts(index.lists(used_img, max(ks) + 1, progress), scorer, row_of, image.own, ties)
+    return count_ranks(scorer, row_of, image.own, ties, max_rank, block_bytes, progress, "BkR ranks")
+
+
 def bkr_recall(
     src_text: np.ndarray | None,
     src_img: np.ndarray | None,
@@ -269,92 +422,20 @@ def bkr_recall(
     approx = approx_config(approximate, ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
                                  "image_neighbours" if image_neighbours is not None else None)
-    given = retrieved is not None
-    if text_sim is not None and given:
-        raise BackRetrievalError("retrieved: the targets text_sim retrieves are given; give one of the two")
-    if text_sim is not None:
-        if approx is not None and approx.index != "exact":
-            raise BackRetrievalError("text_sim: a precomputed text similarity is searched exactly; drop approximate")
-        text_sim = check_matrix("text_sim", text_sim, vectors=False)
-        n_src, n_tgt = text_sim.shape
-        if queries is not None:  # the source set is the images'
-            n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1] if image_sim is not None else n_src
-    elif given:
-        if approx is not None and approx.index != "exact":
-            raise BackRetrievalError("retrieved: the targets are given; drop approximate")
-        if image_sim is None and (src_img is None or tgt_img is None):
-            raise BackRetrievalError("retrieved: the sources and targets are counted by src_img/tgt_img or image_sim; "
-                                     "give them")
-        n_src = len(src_img) if src_img is not None else np.shape(image_sim)[1]
-        n_tgt = len(tgt_img) if tgt_img is not None else np.shape(image_sim)[0]
-        if n_tgt == 0:
-            raise BackRetrievalError("retrieved: no target to retrieve (0 target rows)")
-    else:
-        src_text = check_matrix("src_text", src_text)
-        tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
-        n_src, n_tgt = len(src_text), len(tgt_text)
-    query_rows = np.arange(n_src) if queries is None else _query_rows(queries, n_src)
-    if text_sim is not None and len(text_sim) != len(query_rows):
-        raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
-    if given:
-        retrieved = target_indices("retrieved", retrieved, len(query_rows), n_tgt)
-    image_rows, every_col = distinct_images(src_image_ids, n_src)
-    image_col = every_col[query_rows]
-
-    check_one_image_side(src_img, tgt_img, image_sim)
-    if image_sim is not None and image_neighbours is not None:
-        raise BackRetrievalError("image_neighbours: the lists are built from image features; "
-                                 "give src_img/tgt_img instead of image_sim")
-    if image_sim is not None:  # step 3 with a user-given g
-        image_sim = np.asarray(image_sim)  # memmaps stay memmaps
-        if image_sim.shape != (n_tgt, n_src):
-            raise BackRetrievalError(
-                f"image_sim: expected shape ({n_tgt}, {n_src}) = (targets, sources), got {image_sim.shape}"
-            )
-        if not all_finite(image_sim):  # NaN compares false everywhere: every rank would be 1
-            raise BackRetrievalError("image_sim: contains NaN or inf")
-        scorer = MatrixScorer(image_sim, image_rows)
-    else:
-        if src_img is None or tgt_img is None:
-            raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
-        src_img = check_matrix("src_img", src_img, rows=n_src)
-        tgt_img = check_matrix("tgt_img", tgt_img, rows=n_tgt, dim=src_img.shape[1], dim_of="src_img")
-        if src_image_ids is not None:
-            check_one_picture_per_id(src_img, src_image_ids, image_rows, every_col)
-        every = src_image_ids is None or (len(image_rows) == n_src and bool((image_rows == np.arange(n_src)).all()))
-        distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
-        if image_neighbours is not None:
-            check_image_neighbours(image_neighbours, tgt_img, distinct, max(ks))
+    text = _text_side(src_text, tgt_text, text_sim, retrieved, queries, src_img, tgt_img, image_sim, approx)
+    image = _image_side(src_img, tgt_img, image_sim, image_neighbours, src_image_ids, text, max(ks), approx,
+                        source_index)
     # after the shapes: a row-count error is the one message, not this warning before it
-    enough_for_k("bkr_recall", len(image_rows), ks, "distinct source images", warn=True)
-    if text_sim is not None:  # steps 1-2 given: each query's best-scoring target
-        retrieved = np.asarray(text_sim).argmax(axis=1).astype(np.int64)
-    elif not given:
-        retrieved = retrieve(src_text, tgt_text, retrieval, csls_k, approx,
-                             rows=None if queries is None else query_rows, progress=progress)  # steps 1-2
-    # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images (with approx or
-    # image_neighbours only "fewer than K better images?": max_rank is max(ks))
-    if image_neighbours is not None:  # a lookup in the lists of the retrieved targets
-        counts = neighbour_counts(image_neighbours, VectorScorer(tgt_img, distinct), retrieved, image_col, ties)
-    elif image_sim is not None:  # the exact count, stopped at max_rank
-        counts = count_ranks(scorer, retrieved, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
-    else:  # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
-        used, row_of = np.unique(retrieved, return_inverse=True)
-        row_of = row_of.reshape(-1)
-        used_img = tgt_img[used]
-        scorer = VectorScorer(used_img, distinct)
-        if approx is not None and approx.image_side == "pq":  # lists of the retrieved only: the source index does
-            # not depend on the targets, so each list is the one a build for every target image holds
-            index = source_index or SourceImageIndex(distinct, "pq", seed=approx.seed)
-            # one entry past K, so that an image tied with the own one at the list's end is seen
-            counts = neighbour_counts(index.lists(used_img, max(ks) + 1, progress), scorer, row_of, image_col, ties)
-        else:  # the exact count, stopped at max_rank
-            counts = count_ranks(scorer, row_of, image_col, ties, max_rank, block_bytes, progress, "BkR ranks")
+    enough_for_k("bkr_recall", len(image.rows), ks, "distinct source images", warn=True)
+    found = _retrieve(text, retrieval, csls_k, approx, progress)  # steps 1-2: T_T* of each query
+    # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
+    counts = _count_better_images(image, found, ks, ties, max_rank, block_bytes, progress)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out = _recall_dict("bkr", ks, hits)
-    out.update(hits=hits, ranks=ranks, retrieved=retrieved, hubness=hubness_stats(retrieved, n_tgt),
-               n_queries=len(query_rows), n_images=len(image_rows), ties=ties,
-               retrieval="given similarity" if text_sim is not None else "given targets" if given else retrieval,
+    out.update(hits=hits, ranks=ranks, retrieved=found, hubness=hubness_stats(found, text.n_tgt),
+               n_queries=len(text.query_rows), n_images=len(image.rows), ties=ties,
+               retrieval="given similarity" if text.text_sim is not None else
+               "given targets" if text.retrieved is not None else retrieval,
                approximate=approx is not None,
                image_neighbours=None if image_neighbours is None else image_neighbours.method)
     return out

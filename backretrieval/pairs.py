@@ -15,6 +15,7 @@ across languages), the groups captioned in both a and b give a row-aligned paral
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -64,6 +65,137 @@ def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
         if g is not None and g not in out:
             out[g] = r
     return out
+
+
+def _checked_inputs(texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool,
+                    max_queries: int | None) -> tuple:
+    """:func:`evaluate_pairs`' rows checked (one-line errors, every row named as given: not as a pair's
+    ``src_text``, row of its subset, nor passed when left out of the sample) and read:
+    ``(texts_emb, langs, image_feats, image_ids, groups, names)``, the languages ``names`` sorted."""
+    if text_scores is not None and (with_corr or groups is not None):
+        raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
+    if texts_emb is None and text_scores is None:
+        raise BackRetrievalError("evaluate_pairs: give texts_emb or text_scores")
+    for name, value, what in (("langs", langs, "language codes"), ("image_ids", image_ids, "image ids"),
+                              ("groups", groups, "group ids")):
+        require_sequence(value, name, what)
+    texts_emb = None if texts_emb is None else check_matrix("texts_emb", texts_emb)
+    image_feats = check_matrix("image_feats", image_feats)
+    n = len(langs) if texts_emb is None else len(texts_emb)
+    langs = np.asarray(langs, dtype=object)
+    image_ids = np.asarray(image_ids, dtype=object)
+    if len(langs) != n or len(image_ids) != n or len(image_feats) != n:
+        raise BackRetrievalError(
+            f"evaluate_pairs: texts_emb has {n} rows but langs/image_ids/image_feats have "
+            f"{len(langs)}/{len(image_ids)}/{len(image_feats)}; they must be row-aligned"
+        )
+    if groups is not None:
+        groups = np.asarray(groups, dtype=object)
+        if len(groups) != n:
+            raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
+    texts_emb = None if texts_emb is None else np.asarray(texts_emb, dtype=np.float32)
+    image_feats = np.asarray(image_feats)  # float16 kept as it is: each pair's rows are converted as they are read
+    if max_queries is not None and max_queries < 1:
+        raise BackRetrievalError(f"evaluate_pairs: max_queries must be >= 1 (or None: every caption), "
+                                 f"got {max_queries}")
+    names = sorted(set(langs.tolist()))
+    if len(names) < 2:
+        raise BackRetrievalError(f"evaluate_pairs: need captions in at least 2 languages, got {names}")
+    return texts_emb, langs, image_feats, image_ids, groups, names
+
+
+def _sample_queries(src: np.ndarray, tgt: np.ndarray, max_queries: int | None,
+                    rng: np.random.Generator) -> np.ndarray | None:
+    """Positions in ``src`` of a seeded sample of ``max_queries`` queries (sorted); None: every source row queries
+    (no more than ``max_queries`` of them, or a side is empty and no BkR is scored)."""
+    if not (len(src) and len(tgt)) or max_queries is None or len(src) <= max_queries:
+        return None
+    return np.sort(rng.choice(len(src), size=max_queries, replace=False))
+
+
+def _parallel_rows(in_a: dict, in_b: dict, limit: int | None,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """XLR's row-aligned parallel set of a pair a -> b: the first caption in a and in b (``in_a``, ``in_b``:
+    :func:`first_per_group`) of each group captioned in both, at most ``limit`` of them (seeded)."""
+    common = [g for g in in_a if g in in_b]
+    keep = _subsample(np.arange(len(common)), limit, rng)
+    return np.array([in_a[common[c]] for c in keep]), np.array([in_b[common[c]] for c in keep])
+
+
+@dataclass
+class _PairScorer:
+    """BkR, CORR and XLR of one ordered pair's rows (:meth:`__call__`), with :func:`evaluate_pairs`' checked rows
+    (``image_codes``: integer codes of the image ids) and options, as named there (``options``: those passed on to
+    :func:`~backretrieval.metric.bkr_recall` and :func:`~backretrieval.metric.xlr_recall`)."""
+
+    texts_emb: np.ndarray | None
+    image_feats: np.ndarray
+    image_codes: np.ndarray
+    ks: tuple[int, ...]
+    options: dict
+    approx: ApproxConfig | None
+    text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+    with_corr: bool
+    corr_pairs: int
+    bootstrap: int
+    level: float
+    seed: int
+    _src_key: bytes = field(default=b"", init=False)  # the source rows whose features are kept
+    _src_img: np.ndarray | None = field(default=None, init=False)
+    _index: SourceImageIndex | None = field(default=None, init=False)
+
+    def _source_images(self, src: np.ndarray) -> tuple[np.ndarray, SourceImageIndex | None]:
+        """The float32 image features of the source rows ``src`` (and their ``pq`` source-image index, with the
+        approximate mode's ``pq`` image side): a language's source rows serve all its pairs, so they are made once
+        and kept while the source rows stay the same."""
+        if self._src_key != src.tobytes():
+            self._src_key, self._src_img, self._index = src.tobytes(), as_float32(_take(self.image_feats, src)), None
+            if self.approx is not None and self.approx.image_side == "pq":
+                first = distinct_images(self.image_codes[src], len(src))[0]
+                self._index = SourceImageIndex(self._src_img[first], "pq", seed=self.approx.seed)
+        return self._src_img, self._index
+
+    def __call__(self, src: np.ndarray, tgt: np.ndarray, queries: np.ndarray | None,
+                 parallel: tuple[np.ndarray, np.ndarray] | None) -> tuple[dict, dict[int, np.ndarray]]:
+        """BkR (and CORR) of the source rows ``src`` (``queries``: positions in ``src`` of the sampled queries;
+        None: all) against the target rows ``tgt``, XLR on the rows ``parallel`` (None: no groups): the pair's entry
+        in :func:`evaluate_pairs`' ``"pairs"`` and BkR's per-query hits by K (none when a side is empty)."""
+        entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
+        intervals: dict = {}
+        hits: dict[int, np.ndarray] = {}
+        ks, options, texts_emb = self.ks, self.options, self.texts_emb
+        if len(src) and len(tgt):
+            src_img, index = self._source_images(src)
+            tgt_img = _take(self.image_feats, tgt)  # bkr_recall reads the retrieved targets' rows only
+            pair = {"src_image_ids": self.image_codes[src], "queries": queries, "source_index": index, **options}
+            if self.text_scores is None:
+                res = bkr_recall(_take(texts_emb, src), src_img, _take(texts_emb, tgt), tgt_img, ks, **pair)
+            else:
+                asked = src if queries is None else src[queries]
+                res = bkr_recall(None, src_img, None, tgt_img, ks, text_sim=self.text_scores(asked, tgt), **pair)
+            entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
+            entry["hubness"] = res["hubness"]
+            hits = {k: res["hits"][k] for k in ks}
+            if self.bootstrap > 0:
+                intervals.update(recall_intervals(res, self.bootstrap, self.level, self.seed))
+            if self.with_corr:
+                ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], as_float32(tgt_img),
+                                        max_pairs=self.corr_pairs, bootstrap=self.bootstrap, level=self.level,
+                                        seed=self.seed)
+                entry["corr"] = ci["value"]
+                if self.bootstrap > 0:
+                    intervals["corr"] = ci
+        if parallel is not None:
+            xs, xt = parallel
+            entry["n_xlr"] = int(len(xs))
+            if len(xs):
+                res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, **options)
+                entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
+                if self.bootstrap > 0:
+                    intervals.update(recall_intervals(res, self.bootstrap, self.level, self.seed))
+        if intervals:
+            entry["intervals"] = intervals
+        return entry, hits
 
 
 def evaluate_pairs(
@@ -131,52 +263,24 @@ def evaluate_pairs(
         "hits" (with ``return_hits``)}``.
     """
     ks = check_ks(ks)
-    if text_scores is not None and (with_corr or groups is not None):
-        raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
-    if texts_emb is None and text_scores is None:
-        raise BackRetrievalError("evaluate_pairs: give texts_emb or text_scores")
-    for name, value, what in (("langs", langs, "language codes"), ("image_ids", image_ids, "image ids"),
-                              ("groups", groups, "group ids")):
-        require_sequence(value, name, what)
-    # every row, named as given (not as a pair's src_text, row of its subset; nor passed when left out of the sample)
-    texts_emb = None if texts_emb is None else check_matrix("texts_emb", texts_emb)
-    image_feats = check_matrix("image_feats", image_feats)
-    n = len(langs) if texts_emb is None else len(texts_emb)
-    langs = np.asarray(langs, dtype=object)
-    image_ids = np.asarray(image_ids, dtype=object)
-    if len(langs) != n or len(image_ids) != n or len(image_feats) != n:
-        raise BackRetrievalError(
-            f"evaluate_pairs: texts_emb has {n} rows but langs/image_ids/image_feats have "
-            f"{len(langs)}/{len(image_ids)}/{len(image_feats)}; they must be row-aligned"
-        )
-    if groups is not None:
-        groups = np.asarray(groups, dtype=object)
-        if len(groups) != n:
-            raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
-    texts_emb = None if texts_emb is None else np.asarray(texts_emb, dtype=np.float32)
-    image_feats = np.asarray(image_feats)  # float16 kept as it is: each pair's rows are converted as they are read
-    if max_queries is not None and max_queries < 1:
-        raise BackRetrievalError(f"evaluate_pairs: max_queries must be >= 1 (or None: every caption), "
-                                 f"got {max_queries}")
-    names = sorted(set(langs.tolist()))
-    if len(names) < 2:
-        raise BackRetrievalError(f"evaluate_pairs: need captions in at least 2 languages, got {names}")
+    texts_emb, langs, image_feats, image_ids, groups, names = _checked_inputs(
+        texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr, max_queries)
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
     # integer codes of the image ids (their sorted order): the sides' overlap found fast, the same split as the ids'
     image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
     codes_of = {lang: np.unique(image_codes[rows]) for lang, rows in rows_of.items()}
+    first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
+    approx = approx_config(approximate, ks)
+    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)  # before any pair
+    options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
+               "csls_k": csls_k, "approximate": approximate, "progress": progress}
+    score = _PairScorer(texts_emb, image_feats, image_codes, ks, options, approx, text_scores, with_corr, corr_pairs,
+                        bootstrap, level, seed)
     metrics = [f"bkr@{k}" for k in ks] + ([f"xlr@{k}" for k in ks] if groups is not None else [])
     metrics += ["corr"] if with_corr else []
     matrix = {m: np.full((len(names), len(names)), np.nan) for m in metrics}
-    first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
     pairs: dict[str, dict] = {}
-    options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
-               "csls_k": csls_k, "approximate": approximate, "progress": progress}
     all_hits: dict[str, list] = {f"bkr@{k}": [] for k in ks}
-    approx = approx_config(approximate, ks)
-    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)  # before any pair
-    # a language's source rows serve all its pairs: their float32 features (and image index) made once
-    src_key, src_img, index = b"", None, None
     sides = [len(rows_of[lang]) if max_per_lang is None else min(len(rows_of[lang]), max_per_lang) for lang in names]
     bar = progress_bar(len(names) * (len(names) - 1), "pairs", progress, sum(sides) ** 2 - sum(n * n for n in sides),
                        unit="pair")
@@ -189,49 +293,11 @@ def evaluate_pairs(
             if len(np.intersect1d(codes_of[a], codes_of[b], assume_unique=True)):  # images on both sides
                 src, tgt = non_matching_sides(src, tgt, image_codes, rng)
             src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
-            entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
-            intervals: dict = {}
-            if len(src) and len(tgt):
-                queries = None if max_queries is None or len(src) <= max_queries else \
-                    np.sort(rng.choice(len(src), size=max_queries, replace=False))
-                if src_key != src.tobytes():
-                    src_key, src_img, index = src.tobytes(), as_float32(_take(image_feats, src)), None
-                    if approx is not None and approx.image_side == "pq":
-                        first = distinct_images(image_codes[src], len(src))[0]
-                        index = SourceImageIndex(src_img[first], "pq", seed=approx.seed)
-                tgt_img = _take(image_feats, tgt)  # bkr_recall reads the retrieved targets' rows only
-                pair = {"src_image_ids": image_codes[src], "queries": queries, "source_index": index, **options}
-                if text_scores is None:
-                    res = bkr_recall(_take(texts_emb, src), src_img, _take(texts_emb, tgt), tgt_img, ks, **pair)
-                else:
-                    asked = src if queries is None else src[queries]
-                    res = bkr_recall(None, src_img, None, tgt_img, ks, text_sim=text_scores(asked, tgt), **pair)
-                entry.update({f"bkr@{k}": res[f"bkr@{k}"] for k in ks})
-                entry["hubness"] = res["hubness"]
-                for k in ks:
-                    all_hits[f"bkr@{k}"].append(res["hits"][k])
-                if bootstrap > 0:
-                    intervals.update(recall_intervals(res, bootstrap, level, seed))
-                if with_corr:
-                    ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], as_float32(tgt_img),
-                                            max_pairs=corr_pairs, bootstrap=bootstrap, level=level, seed=seed)
-                    entry["corr"] = ci["value"]
-                    if bootstrap > 0:
-                        intervals["corr"] = ci
-            if groups is not None:
-                in_a, in_b = first_of[a], first_of[b]
-                common = [g for g in in_a if g in in_b]
-                keep = _subsample(np.arange(len(common)), max_per_lang, rng)
-                entry["n_xlr"] = int(len(keep))
-                if len(keep):
-                    xs = np.array([in_a[common[c]] for c in keep])
-                    xt = np.array([in_b[common[c]] for c in keep])
-                    res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, **options)
-                    entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
-                    if bootstrap > 0:
-                        intervals.update(recall_intervals(res, bootstrap, level, seed))
-            if intervals:
-                entry["intervals"] = intervals
+            queries = _sample_queries(src, tgt, max_queries, rng)
+            parallel = None if groups is None else _parallel_rows(first_of[a], first_of[b], max_per_lang, rng)
+            entry, hits = score(src, tgt, queries, parallel)
+            for k, h in hits.items():
+                all_hits[f"bkr@{k}"].append(h)
             for m in metrics:
                 if m in entry:
                     matrix[m][i, j] = entry[m]

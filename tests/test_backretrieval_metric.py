@@ -390,6 +390,30 @@ def test_a_given_text_similarity_replaces_the_embeddings():
         bkr_recall(None, si, None, ti, (1,), text_sim=np.full((30, 30), np.nan))
 
 
+def test_given_targets_or_similarity_count_the_sets_by_the_image_side():
+    """With ``retrieved``, or ``text_sim`` of sampled ``queries``, the text side does not hold the source (or target)
+    set: src_img/tgt_img or image_sim's shape count it. Each combination (features or a matrix g, every row or a
+    sample querying) ranks the queries as the embeddings' call does, and as a brute-force count on g."""
+    rng = np.random.default_rng(12)
+    st, tt = rng.standard_normal((40, 6)), rng.standard_normal((30, 6))
+    si, ti = rng.standard_normal((40, 5)), rng.standard_normal((30, 5))
+    f, g = _cos(st, tt), _cos(ti, si).astype(np.float32)
+    full = bkr_recall(st, si, tt, ti, (1, 5))
+    np.testing.assert_array_equal(full["retrieved"], f.argmax(axis=1))
+    for rows in (np.arange(40), np.array([0, 3, 8, 21, 39])):
+        best = f.argmax(axis=1)[rows]
+        brute = [1 + int(np.sum(g[best[q]] > g[best[q], r])) for q, r in enumerate(rows)]  # no ties in g here
+        np.testing.assert_array_equal(full["ranks"][rows], brute)
+        sample = {} if len(rows) == 40 else {"queries": rows}
+        for images in ((si, ti, {}), (None, None, {"image_sim": g})):
+            for text in ({"retrieved": best}, {"text_sim": f[rows]}):
+                res = bkr_recall(None, images[0], None, images[1], (1, 5), **images[2], **text, **sample)
+                assert (res["n_queries"], res["n_images"]) == (len(rows), 40)
+                np.testing.assert_array_equal(res["retrieved"], best)
+                np.testing.assert_array_equal(res["ranks"], brute)
+                assert res["hubness"] == bkr_recall(st, si, tt, ti, (1, 5), **sample)["hubness"]
+
+
 def test_all_finite_finds_nan_and_inf_in_float16_and_float32():
     from backretrieval.ranking import all_finite
 
