@@ -134,6 +134,22 @@ def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys)
     assert "good: bkr@1=" in capsys.readouterr().err
 
 
+def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, capsys):
+    """`eval --languages en,de`, as every command takes its languages (it was --langs en de)."""
+    out = tmp_path / "eval"
+    run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
+    assert main([*run, "--languages", "en,de", "--out-dir", str(out)]) == 0
+    lib = evaluate_split(small_split / "test", ["random:8"], langs=["en", "de"], bootstrap=0, progress=False)
+    assert json.loads((out / "results.json").read_text()) == lib.to_record()
+    capsys.readouterr()
+    for old in (["--languages", "en", "de"], ["--langs", "en,de"]):
+        with pytest.raises(SystemExit) as stop:
+            main([*run, *old, "--out-dir", str(tmp_path / "old")])
+        assert stop.value.code == 2
+        assert f"unrecognized arguments: {old[-1] if old[0] == '--languages' else ' '.join(old)}" in \
+            capsys.readouterr().err
+
+
 def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_path, capsys):
     (tmp_path / "models.txt").write_text("# more models\nnoisy=noisy:1.0:random:8\nrandom:8\n")
     out = tmp_path / "corr"
@@ -759,8 +775,8 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
-    assert "captions in 1 language(s) (en); BkR needs two (check --langs)" in _one_line_error(
-        ["eval", *run, "--model", "random:4", "--langs", "en", "--out-dir", str(tmp_path / "o")], capsys)
+    assert "captions in 1 language(s) (en); BkR needs two (check --languages)" in _one_line_error(
+        ["eval", *run, "--model", "random:4", "--languages", "en", "--out-dir", str(tmp_path / "o")], capsys)
     rng = np.random.default_rng(2)
     with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
         for i in range(30):

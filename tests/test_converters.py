@@ -245,7 +245,7 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"
     argv = ["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1",
-            "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--langs", "en,de,fr,cs,zh",
+            "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--languages", "en,de,fr,cs,zh",
             "--assign-languages", "--parallel-train", "en,de,fr,cs", "--resize", "12", "--workers", "1",
             "--out", out, "--quiet", "--show-issues", "10"]
     assert cli(argv) == 0
@@ -306,7 +306,7 @@ def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"
     argv = ["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
-            "--langs", "en,de", "--assign-languages", "--test-fraction", "0.3", "--val-fraction", "0.2",
+            "--languages", "en,de", "--assign-languages", "--test-fraction", "0.3", "--val-fraction", "0.2",
             "--workers", "1", "--out", out, "--quiet"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -407,7 +407,7 @@ def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):
     # the third image has no zh caption: a source test image lacking a language is left out, and zh is named
     assert summary["unused"] == {"test_image_missing_language": 3}
     assert summary["notes"] == ["1 source test image(s) left out in every language, as they lack a caption in zh 1 "
-                                "(images per language): --langs de,en,ja keeps them (or complete those languages' "
+                                "(images per language): --languages de,en,ja keeps them (or complete those languages' "
                                 "captions)"]
     assert "warning: 1 source test image(s) left out in every language" in capsys.readouterr().out
     assert read_manifest(out / "test")["languages"] == {"de": 2, "en": 2, "ja": 2, "zh": 2}
@@ -634,7 +634,7 @@ def test_a_test_fraction_with_no_complete_image_is_a_one_line_error_naming_the_l
                 "--strict", "--workers", "1", "--quiet", "--out", out]) == 2
     err = one_error_line(capsys)
     assert "asks for 2 test image(s), but none of the 10 image(s) has a caption in every language of de,en,fr,fr-FR" \
-        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--langs de,en)" in err, err
+        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--languages de,en)" in err, err
     assert not out.exists()
     with pytest.raises(UserError, match="rounds to 0 test images"):  # the other way a requested test split is empty
         plan_splits({f"c{i}": ImageInfo(frozenset({"en"})) for i in range(10)}, ["en"], test_fraction=0.01)
@@ -644,9 +644,9 @@ def test_a_requested_language_without_captions_is_a_one_line_error(tmp_path, cap
     photos, rows = folder_world(tmp_path)
     table = write_lines(tmp_path / "caps.tsv", rows)
     out = tmp_path / "out"
-    assert cli(["folder", "--images", photos, "--captions", table, "--langs", "en,de,it", "--assign-languages",
+    assert cli(["folder", "--images", photos, "--captions", table, "--languages", "en,de,it", "--assign-languages",
                 "--workers", "1", "--quiet", "--out", out]) == 2
-    assert "--langs en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
+    assert "--languages en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
     assert not out.exists()
 
 
@@ -829,7 +829,7 @@ def test_a_split_folder_pins_another_conversion_to_the_same_images(tmp_path, cap
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
                 "--split-file", f"dev={w['lists']['dev']}", "--out", first]) == 0
     second = tmp_path / "second"
-    assert cli([*w["base"], "--langs", "en", "--split-file", f"test={first / 'test'}", "--split-file",
+    assert cli([*w["base"], "--languages", "en", "--split-file", f"test={first / 'test'}", "--split-file",
                 f"val={first / 'val'}", "--out", second]) == 0
     capsys.readouterr()
     for split in ("val", "test"):
@@ -1006,7 +1006,7 @@ def test_real_flickr8k_converts_to_five_languages(flickr8k_dir, tmp_path):
     out = tmp_path / "flickr8k"
     argv = ["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
             "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
-            "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
+            "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
             "--resize", "64", "--limit-images", "200", "--workers", "1", "--out", out, "--quiet"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))

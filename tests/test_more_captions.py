@@ -27,7 +27,7 @@ def convert_world(tmp_path: Path) -> tuple[dict, Path]:
     w = flickr8k_world(tmp_path)
     data = tmp_path / "data"
     assert cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--flickr8k", f"{w['cn']}:zh",
-                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--parallel-train", "en,de,fr,cs",
+                "--languages", "en,de,fr,cs,zh", "--assign-languages", "--parallel-train", "en,de,fr,cs",
                 "--workers", "1", "--out", data, "--quiet"]) == 0
     (data / "tokenizer.json").write_text("{}", encoding="utf-8")
     return w, data
@@ -149,7 +149,7 @@ def test_a_linked_split_rewritten_since_is_refused(tmp_path, capsys):
     assert summary["linked_checksums"] == {name: read_manifest(data / name)["checksum"]
                                            for name in ("test", "train-parallel", "val")}
     read_manifest(out / "test")  # unchanged: fine
-    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--langs", "en,de",
+    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--languages", "en,de",
                 "--assign-languages", "--test-fraction", "0.4", "--workers", "1", "--out", data, "--overwrite",
                 "--quiet"]) == 0
     capsys.readouterr()
@@ -332,7 +332,7 @@ def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
     data = tmp_path / "f8k"
     assert cli(["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
-                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
+                "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
                 "--resize", "32", "--limit-images", "200", "--workers", "1", "--out", data, "--quiet"]) == 0
     out = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", flickr8k_dir / "multi30k", "--multi30k-tasks", "1,2",

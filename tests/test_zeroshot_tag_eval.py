@@ -128,7 +128,7 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     for scores in record["scores"].values():
         for model in ("captions", "xtd10", "frequency"):
             assert 0.0 <= scores[model]["lo"] <= scores[model]["value"] <= scores[model]["hi"] <= 1.0
-    assert main(["tag-eval", *common, "--langs", "fr"]) == 2
+    assert main(["tag-eval", *common, "--languages", "fr"]) == 2
     assert "no captions" in capsys.readouterr().err
     same = [*common[:4], "--vocab-from", str(tmp_path / "test"), *common[6:]]
     assert main(["tag-eval", *same]) == 2

@@ -102,7 +102,7 @@ def test_train_names_a_train_language_the_text_encoder_lacks(tmp_path, capsys):
 
 
 def test_a_language_named_twice_in_train_langs_is_refused():
-    """train_langs=[en,en] was accepted (and printed en/en) while --langs en,en is refused."""
+    """train_langs=[en,en] was accepted (and printed en/en) while --languages en,en is refused."""
     with pytest.raises(UserError, match=r"overrides: train_langs names en more than once, got \['en', 'en', 'de'\]$"):
         load_config(ZeroShotConfig, overrides=["train_langs=[en,en,de]"])
 
@@ -480,7 +480,7 @@ def test_retrieval_gallery_is_every_image_whatever_the_languages(tmp_path):
     records = {}
     for langs in ("de", "de,en"):
         out = tmp_path / f"{langs}.json"
-        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--langs", langs,
+        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--languages", langs,
                      "--json", str(out), *common]) == 0
         records[langs] = json.loads(out.read_text())
     assert records["de"]["models"]["a"]["n_images"] == records["de,en"]["models"]["a"]["n_images"] == 12
@@ -575,13 +575,13 @@ def test_a_diverged_adapter_ranks_its_targets_last_and_training_stops_on_a_non_f
 
 
 def test_a_language_given_twice_in_langs_is_refused_not_merged(capsys):
-    """`--langs en,de,en` was silently read as en,de."""
+    """`--languages en,de,en` was silently read as en,de."""
     from globetrotter.zeroshot.cli import main
 
     for command in (["retrieval", "--test", "t", "--adapter", "a"], ["tag-eval", "--adapter", "a", "--test", "t",
                                                                      "--vocab-from", "v"]):
         with pytest.raises(SystemExit) as exit_info:
-            main([*command, "--langs", "en,de,en"])
+            main([*command, "--languages", "en,de,en"])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "en given twice in 'en,de,en'; expected each language once" in err
 

@@ -95,6 +95,15 @@ def integer_at_least(minimum: int):
     return parse
 
 
+def language_codes(text: str) -> list[str]:
+    """An argparse ``type``: comma-separated language codes (``en,de,fr``), as every command of the project takes
+    ``--languages``."""
+    codes = [code.strip() for code in text.split(",") if code.strip()]
+    if not codes:
+        raise argparse.ArgumentTypeError(f"expected comma-separated language codes, e.g. en,de,fr, got {text!r}")
+    return codes
+
+
 def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False, hits: bool = False) -> None:
     """``hits``: the command also compares hit files, which record their K (``--ks`` then defaults to those)."""
     p.add_argument("--ks", type=integer_at_least(1), nargs="+", default=None if hits else [1, 5, 10], metavar="K",

@@ -29,7 +29,7 @@ FLICKR8K_5LANG_COMMAND = (
     "globetrotter-data flickr8k --images ../shared/data/flickr8k/images "
     "--multi30k ../shared/data/flickr8k/multi30k "
     "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
-    "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
+    "--languages en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
     "--parallel-train en,de,fr,cs --resize 224 --out outputs/flickr8k"
 )
 """The command of docs/data.md (the project's copy of the data under ../shared); --help shows it with the paths as
@@ -199,7 +199,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="dataset folder to write: train/, val/, test/ (shards + manifest.json), "
                           "train-parallel/ (with --parallel-train) and summary.json")
     out.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
-    out.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+    out.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
                      help="comma-separated ISO 639-1 languages to keep (default: every language found); "
                           "test images need a caption in each of them")
     out.add_argument("--shard-size", type=int, default=2000, metavar="N", help="samples per .tar shard (default 2000)")
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     options = ConvertOptions(
         out_dir=args.out,
         image_roots=list(args.images) + list(args.globetrotter),
-        languages=args.langs,
+        languages=args.languages,
         assign_languages=args.assign_languages,
         test_fraction=args.test_fraction,
         val_fraction=args.val_fraction,

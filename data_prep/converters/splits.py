@@ -239,7 +239,7 @@ def _no_complete_image(images: Mapping[str, ImageInfo], wanted: frozenset[str], 
     per_lang = Counter(lang for info in images.values() for lang in info.langs & wanted)
     lacking = sorted((lang for lang in wanted if per_lang[lang] < n), key=lambda lang: (per_lang[lang], lang))
     full = sorted(lang for lang in wanted if per_lang[lang] == n)
-    keep = f", or keep only the languages every image has (--langs {','.join(full)})" if full else ""
+    keep = f", or keep only the languages every image has (--languages {','.join(full)})" if full else ""
     return (f"--test-fraction {test_fraction} asks for {n_test} test image(s), but none of the {n} image(s) has a "
             f"caption in every language of {','.join(sorted(wanted))} (a test image needs all of them); images per "
             f"language: {', '.join(f'{lang} {per_lang[lang]}' for lang in lacking)} (of {n}): add the missing "

@@ -93,13 +93,13 @@ def _more_captions(args: argparse.Namespace) -> int:
     matcher = Matcher(split_of_images(data, states))
     report = ConversionReport()
     sources, names = _sources(args)
-    gather(sources, states, matcher, args.langs, report, not args.quiet)
+    gather(sources, states, matcher, args.languages, report, not args.quiet)
     check_usable(report, [*map(str, args.multi30k), *(str(f) for f, _ in args.flickr8k), *map(str, args.captions)])
     report.timing["read_seconds"] = time.perf_counter() - start
     if report.total_written == 0:
         report.note("no caption to add: the new splits equal the original ones")
     report.options = {
-        "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.langs,
+        "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.languages,
         "multi30k": [str(p) for p in args.multi30k], "multi30k_tasks": list(args.multi30k_tasks),
         "flickr8k": [f"{p}:{lang}" for p, lang in args.flickr8k], "captions": [str(p) for p in args.captions],
         "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
@@ -203,7 +203,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--splits", type=_splits, default=["train"], metavar="SPLITS",
                         help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
                              "others are linked as they are")
-    parser.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+    parser.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
                         help="add captions only in these languages (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
     add_source_arguments(src, ("multi30k", "flickr8k", "captions"))

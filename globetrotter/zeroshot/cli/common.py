@@ -41,8 +41,8 @@ def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence
                         f"{remedy}")
 
 
-def langs(value: str) -> list[str]:
-    """``--langs en,de,fr``: language codes."""
+def languages(value: str) -> list[str]:
+    """``--languages en,de,fr``: language codes."""
     codes = [v.strip() for v in value.split(",") if v.strip()]
     if not codes:
         raise argparse.ArgumentTypeError("expected comma-separated language codes, e.g. en,de,fr")

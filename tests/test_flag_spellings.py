@@ -1,0 +1,84 @@
+"""One spelling per option concept across the command lines: every program's parser (sub-commands, bench and
+experiment scripts included) takes the shared name of a concept (``--languages``, ``--held-out``, ...) and none of
+the spellings it replaced. argparse refuses an old spelling, or, where it is the start of the new one
+(``--max-per-lang`` of ``--max-per-language``), reads it as that same option (its prefix matching): never as another
+option."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from test_docs_commands import HELP_PROGRAMS, ROOT, parser_for, subcommands
+
+SCRIPTS = tuple(sorted(str(path.relative_to(ROOT)) for folder in ("bench", "experiments")
+                       for path in (ROOT / folder).glob("*.py")))
+
+# an old spelling -> the shared one that replaced it
+RETIRED = {
+    "--langs": "--languages",
+}
+
+# (program, sub-command path, the shared spelling, the old one it replaced there)
+RENAMED = [
+    ("zeroshot", "retrieval", "--languages", "--langs"),
+    ("zeroshot", "tag-eval", "--languages", "--langs"),
+    ("backretrieval", "eval", "--languages", "--langs"),
+    *(("data", converter, "--languages", "--langs")
+      for converter in ("multi30k", "flickr8k", "globetrotter", "xtd10", "folder", "more-captions")),
+    ("experiments/zeroshot_table.py", "", "--languages", "--langs"),
+]
+
+
+def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    """(label, parser) of every program and script and of each of their sub-commands."""
+    out, todo = [], [(program, parser_for(program)) for program in (*HELP_PROGRAMS, *SCRIPTS)]
+    while todo:
+        label, parser = todo.pop()
+        out.append((label, parser))
+        todo += [(f"{label} {name}", child) for name, child in (subcommands(parser) or {}).items()]
+    return out
+
+
+def command_parser(program: str, path: str) -> argparse.ArgumentParser:
+    parser = parser_for(program)
+    for name in path.split():
+        parser = subcommands(parser)[name]
+    return parser
+
+
+def read_as(parser: argparse.ArgumentParser, flag: str) -> str | None:
+    """The option (its dest) ``parser`` reads ``flag`` as: the option of that name, else the one option whose name it
+    starts (argparse's abbreviations, ``allow_abbrev``); None when argparse refuses it."""
+    actions = parser._option_string_actions
+    if flag in actions:
+        return actions[flag].dest
+    started = {actions[name].dest for name in actions if name.startswith(flag)} if parser.allow_abbrev else set()
+    return started.pop() if len(started) == 1 else None
+
+
+PARSERS = every_parser()
+
+
+def test_every_program_and_script_is_read():
+    labels = {label for label, _ in PARSERS}
+    assert {"eval.py sentence", "zeroshot retrieval", "backretrieval eval", "data features build",
+            "experiments/zeroshot_table.py", "bench/device_check.py"} <= labels
+
+
+@pytest.mark.parametrize("old, new", RETIRED.items())
+def test_no_command_takes_a_replaced_spelling(old, new):
+    """An old spelling is no option of any command, and where argparse would still read it (the start of another
+    option's name) it reads it as the option that replaced it, never as another one."""
+    for label, parser in PARSERS:
+        assert old not in parser._option_string_actions, f"{label}: {old} (spelled {new} everywhere)"
+        read = read_as(parser, old)
+        if read is not None:
+            assert new in parser._option_string_actions and parser._option_string_actions[new].dest == read, \
+                f"{label}: argparse reads {old} as --{read.replace('_', '-')}"
+
+
+@pytest.mark.parametrize("program, path, new, old", RENAMED, ids=[f"{p} {s} {n}" for p, s, n, _ in RENAMED])
+def test_renamed_option_is_taken_by_its_shared_spelling(program, path, new, old):
+    parser = command_parser(program, path)
+    assert new in parser._option_string_actions
+    assert read_as(parser, old) in (None, parser._option_string_actions[new].dest)
