@@ -292,13 +292,13 @@ def test_contact_sheet_captions_wrap_by_columns_so_cjk_lines_fit_the_panel():
     (["--train-images", "-1"], "error: --train-images -1: expected at least 1, got -1"),
     (["--seed", "-1"], "error: --seed -1: expected a non-negative integer, got -1"),
     (["--workers", "-1"], "error: --workers -1: expected >= 0, got -1"),
-    (["--heldout", "en,en"], "error: --heldout en,en: duplicate codes in ['en', 'en']"),
+    (["--held-out", "en,en"], "error: --held-out en,en: duplicate codes in ['en', 'en']"),
     (["--languages", ""], "error: --languages '': need at least one training language that is not held out"),
     # a KEY=VALUE override wins over the flag, and is named by its key
     (["--image-size", "5", "image_size=7"], "error: <defaults> + overrides: image_size: expected 16..1024 pixels, got 7"),
 ])
 def test_a_bad_synth_flag_is_named_as_the_flag_typed(argv, message, tmp_path, capsys):
-    """`synth --image-size 5` said '<defaults> + overrides: image_size: ...' (and --heldout was heldout_languages):
+    """`synth --image-size 5` said '<defaults> + overrides: image_size: ...' (and --held-out was heldout_languages):
     the user typed a flag, so the message names it and its value as typed."""
     from conftest import run_data_cli
 

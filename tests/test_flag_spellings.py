@@ -16,6 +16,7 @@ SCRIPTS = tuple(sorted(str(path.relative_to(ROOT)) for folder in ("bench", "expe
 # an old spelling -> the shared one that replaced it
 RETIRED = {
     "--langs": "--languages",
+    "--heldout": "--held-out",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -26,6 +27,7 @@ RENAMED = [
     *(("data", converter, "--languages", "--langs")
       for converter in ("multi30k", "flickr8k", "globetrotter", "xtd10", "folder", "more-captions")),
     ("experiments/zeroshot_table.py", "", "--languages", "--langs"),
+    ("data", "synth", "--held-out", "--heldout"),
 ]
 
 

@@ -279,8 +279,20 @@ def test_cli_writes_a_world_and_rejects_bad_flags(tmp_path, capsys):
     assert "train" in capsys.readouterr().out
     assert read_manifest(out / "test")["languages"] == {"en": 3, "ja": 3, "ru": 3}
     assert load_config(SynthConfig, out / "world.yaml").p_mention_colour == 1.0
-    assert run_cli(main, ["synth", "--out", str(out), "--heldout", "xx"]) == 2
-    assert "error: --heldout xx: unknown language code 'xx'" in capsys.readouterr().err
+    assert run_cli(main, ["synth", "--out", str(out), "--held-out", "xx"]) == 2
+    assert "error: --held-out xx: unknown language code 'xx'" in capsys.readouterr().err
+
+
+def test_cli_holds_languages_out_with_held_out(capsys):
+    """`synth --held-out zh` (it was --heldout, where the experiments spell --held-out)."""
+    from data_prep.cli import build_parser
+    from data_prep.synth.cli import config_from_args
+
+    assert config_from_args(build_parser().parse_args(["synth", "--out", "w", "--held-out", "zh,el"])
+                            ).heldout_languages == ["zh", "el"]
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["synth", "--out", "w", "--heldout", "zh"])
+    assert stop.value.code == 2 and "unrecognized arguments: --heldout" in capsys.readouterr().err
 
 
 def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, capsys):
