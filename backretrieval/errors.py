@@ -18,8 +18,9 @@ from contextvars import ContextVar
 from typing import Callable, Iterator, Sequence
 
 _CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=False)
-# the parameters whose flag is spelled otherwise: the flags follow the project's other commands (--languages)
-_FLAG_OF = {"langs": "languages"}
+# the parameters whose flag is spelled otherwise: the flags follow the project's other commands (--languages,
+# --max-per-language)
+_FLAG_OF = {"langs": "languages", "max_per_lang": "max_per_language"}
 
 
 def install_hint(extras: str = "") -> str:

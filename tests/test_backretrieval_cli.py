@@ -218,7 +218,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "3",
           "--seeds", "1", "--out-dir", str(tmp_path / "o"), "--no-progress"],
          ["3 items per side (--n), not more than the largest K (10)"]),
-        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "3", "--out-dir",
+        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "3", "--out-dir",
           str(tmp_path / "o"), "--no-progress"], ["3 de captions per side, not more than the largest K (10)"]),
     ]
     for argv, expected in cases:
@@ -287,7 +287,7 @@ def test_empty_files_are_one_line_errors_naming_the_file(tmp_path, capsys):
 
 def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, capsys):
     """With n <= K candidates every rank is at most K: Recall@K is 1 for any model, so n = K is refused like n < K
-    (score's images, correlate's --n, eval's --max-per-lang); one more candidate is accepted."""
+    (score's images, correlate's --n, eval's --max-per-language); one more candidate is accepted."""
     p = _embedding_files(tmp_path, n=10)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
              "0"]
@@ -301,7 +301,7 @@ def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, c
         assert f"protocol: {n} items per side (--n), not more than the largest K (10)" in _one_line_error(
             ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", n], capsys)
     assert "10 de captions per side, not more than the largest K (10)" in _one_line_error(
-        ["eval", *split, "--model", "random:4", "--max-per-lang", "10"], capsys)
+        ["eval", *split, "--model", "random:4", "--max-per-language", "10"], capsys)
     assert main(["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", "11"]) == 0
 
 
@@ -497,17 +497,17 @@ def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_p
 
 
 def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small_split, tmp_path, capsys):
-    """--csls-k 0 was named csls_k; --max-per-lang 0 was refused only after every image was embedded, with advice
+    """--csls-k 0 was named csls_k; --max-per-language 0 was refused only after every image was embedded, with advice
     to lower --ks."""
     p = _embedding_files(tmp_path, n=20)
     assert _one_line_error(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img",
                             p["ti"], "--bootstrap", "0", "--retrieval", "csls", "--csls-k", "0"], capsys).startswith(
         "error: --csls-k: expected a positive number of neighbours, got 0")
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "0",
+        main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "0",
               "--out-dir", str(tmp_path / "o")])
     assert exit_info.value.code == 2
-    assert "argument --max-per-lang: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert "argument --max-per-language: expected an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(backretrieval.BackRetrievalError, match="max_per_lang 0: expected at least 1 caption per side"):
         evaluate_split(small_split / "test", ["random:4"], extractor=None, max_per_lang=0)
 
@@ -772,8 +772,9 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
     err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
     assert "--n 7: needs 2N <= 12 items (disjoint, non-matching source and target samples); use --n 6 or less" in err
-    assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
-        ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--max-per-language", "3", "--out-dir",
+                           str(tmp_path / "o")], capsys)
+    assert "3 de captions per side, not more than the largest K (10)" in err and "raise --max-per-language" in err
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
     assert "captions in 1 language(s) (en); BkR needs two (check --languages)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--languages", "en", "--out-dir", str(tmp_path / "o")], capsys)

@@ -17,6 +17,7 @@ SCRIPTS = tuple(sorted(str(path.relative_to(ROOT)) for folder in ("bench", "expe
 RETIRED = {
     "--langs": "--languages",
     "--heldout": "--held-out",
+    "--max-per-lang": "--max-per-language",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -28,6 +29,9 @@ RENAMED = [
       for converter in ("multi30k", "flickr8k", "globetrotter", "xtd10", "folder", "more-captions")),
     ("experiments/zeroshot_table.py", "", "--languages", "--langs"),
     ("data", "synth", "--held-out", "--heldout"),
+    ("eval.py", "select", "--max-per-language", "--max-per-lang"),
+    ("zeroshot", "triplet", "--max-per-language", "--max-per-lang"),
+    ("backretrieval", "eval", "--max-per-language", "--max-per-lang"),
 ]
 
 
