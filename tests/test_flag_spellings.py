@@ -18,6 +18,7 @@ RETIRED = {
     "--langs": "--languages",
     "--heldout": "--held-out",
     "--max-per-lang": "--max-per-language",
+    "--corpus-lang": "--corpus-language",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -32,6 +33,7 @@ RENAMED = [
     ("eval.py", "select", "--max-per-language", "--max-per-lang"),
     ("zeroshot", "triplet", "--max-per-language", "--max-per-lang"),
     ("backretrieval", "eval", "--max-per-language", "--max-per-lang"),
+    ("eval.py", "translate", "--corpus-language", "--corpus-lang"),
 ]
 
 
