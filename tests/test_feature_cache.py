@@ -106,9 +106,9 @@ def test_a_cache_read_for_its_own_rewritten_split_is_refused_naming_both_checksu
     with pytest.raises(UserError) as err:
         load_feature_cache(world / "train" / "features", small_spec(), world / "train")
     assert "\n" not in str(err.value) and f"with checksum {built}, but the split's manifest now says sha256:rewritten" \
-        in str(err.value) and "--force" in str(err.value)
+        in str(err.value) and "--overwrite" in str(err.value)
     # the way out rebuilds this very cache (rewrite_hint), not <split>/features of a command that cannot run
-    assert f"features build {world / 'train'} --out {world / 'train' / 'features'} --force (with the settings" \
+    assert f"features build {world / 'train'} --out {world / 'train' / 'features'} --overwrite (with the settings" \
         in str(err.value)
     # its own split by the folder recorded at build time, the cache elsewhere
     other = tmp_path / "elsewhere" / "features"
@@ -396,7 +396,7 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
     # the command's own way out, not training's (was: "rebuild it or point data.features elsewhere")
-    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --force, or build into another --out")
+    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --overwrite, or build into another --out")
 
 
 def test_features_build_into_another_splits_cache_is_refused_and_a_killed_writes_tmp_is_removed(

@@ -105,7 +105,7 @@ def test_concat_refuses_bad_input_and_writes_nothing(tiny_world, caches, tmp_pat
         concat_caches(split, [a, tmp_path / "nowhere"], out, "x", progress=False)
     assert not out.exists() and not out.with_name("out.tmp").exists()
     concat_caches(split, [a, b], out, "x", progress=False)
-    with pytest.raises(UserError, match="pass --force"):  # other embeddings at --out are kept
+    with pytest.raises(UserError, match="pass --overwrite"):  # other embeddings at --out are kept
         concat_caches(split, [a, b], out, "y", progress=False)
     assert json.loads((out / "cache.json").read_text())["spec"]["weights"] == "x"
 

@@ -269,7 +269,7 @@ def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, so
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
     before = (out / "cache.json").read_text()
-    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of 12 dims, not 'other' of 12 dims.*--force"):
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of 12 dims, not 'other' of 12 dims.*--overwrite"):
         import_embeddings(split, emb, out, "other", ids=id_file, progress=False)
     wide, _ = write_npy(tmp_path / "wide", ids, np.repeat(vectors, 2, axis=1))
     with pytest.raises(UserError, match="of 12 dims, not 'toy' of 24 dims"):
@@ -293,14 +293,14 @@ def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unles
     code, _, stderr = run_data_cli(argv, capsys)
     assert code == 2 and stderr.strip().splitlines() == [
         f"error: --out {out}: holds imported embeddings 'toy' of another source (sha256 "
-        f"{json.loads(before)['spec']['weights_sha256']} there, {file_sha256(new)[:16]} now); pass --force to replace "
+        f"{json.loads(before)['spec']['weights_sha256']} there, {file_sha256(new)[:16]} now); pass --overwrite to replace "
         f"them or choose another --out"]
     copy = tmp_path / "copy"  # the same images in another split folder
     shutil.copytree(split, copy, ignore=shutil.ignore_patterns("features"))
-    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of another split \(.*train\); pass --force"):
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of another split \(.*train\); pass --overwrite"):
         import_embeddings(copy, emb, out, "toy", ids=id_file, progress=False)
     assert json.loads((out / "cache.json").read_text())["spec"] == json.loads(before)["spec"]
-    code, _, _ = run_data_cli(argv + ["--force"], capsys)
+    code, _, _ = run_data_cli(argv + ["--overwrite"], capsys)
     assert code == 0 and json.loads((out / "cache.json").read_text())["spec"]["weights_sha256"] == file_sha256(new)[:16]
 
 

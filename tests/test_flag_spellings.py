@@ -19,6 +19,7 @@ RETIRED = {
     "--heldout": "--held-out",
     "--max-per-lang": "--max-per-language",
     "--corpus-lang": "--corpus-language",
+    "--force": "--overwrite",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -34,6 +35,7 @@ RENAMED = [
     ("zeroshot", "triplet", "--max-per-language", "--max-per-lang"),
     ("backretrieval", "eval", "--max-per-language", "--max-per-lang"),
     ("eval.py", "translate", "--corpus-language", "--corpus-lang"),
+    *(("data", f"features {action}", "--overwrite", "--force") for action in ("build", "import", "concat")),
 ]
 
 
