@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not (world / "test" / "manifest.json").is_file():
         seconds["world"] = run([*data, "synth", "--out", str(world), "--train-images", "600", "--val-images", "150",
-                                "--test-images", "120", "--languages", LANGUAGES, "--quiet"], log=log)
+                                "--test-images", "120", "--languages", LANGUAGES, "--no-progress"], log=log)
 
     # 1. the feature cache of the train images, built on the device and on the CPU
     caches = {}

@@ -262,7 +262,7 @@ def test_a_path_of_the_wrong_kind_is_one_line_naming_it(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     code, _, err = run_data_cli(["synth", "--out", str(blocker / "world"), "--train-images", "4", "--val-images", "4",
-                                 "--test-images", "4", "--quiet"], capsys)
+                                 "--test-images", "4", "--no-progress"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {blocker}") and "not a directory" in lines[0]
 
@@ -302,6 +302,6 @@ def test_a_bad_synth_flag_is_named_as_the_flag_typed(argv, message, tmp_path, ca
     the user typed a flag, so the message names it and its value as typed."""
     from conftest import run_data_cli
 
-    code, _, err = run_data_cli(["synth", "--out", str(tmp_path / "w"), "--quiet", *argv], capsys)
+    code, _, err = run_data_cli(["synth", "--out", str(tmp_path / "w"), "--no-progress", *argv], capsys)
     assert code == 2 and err.strip().splitlines() == [message]
     assert not (tmp_path / "w").exists()

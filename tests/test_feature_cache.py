@@ -129,7 +129,7 @@ def test_a_cache_serves_a_more_captions_copy_and_other_splits_by_image_id(tmp_pa
     w, data = convert_world(tmp_path)
     more = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--out", more,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     cache_path = data / "train" / "features"
     build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
     built = json.loads((cache_path / "cache.json").read_text())["split_checksum"]
@@ -156,7 +156,7 @@ def test_pairs_draw_any_caption_of_a_language_and_keep_the_sequence_of_groups(tm
     w, data = convert_world(tmp_path)
     more = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--splits",
-                "train,train-parallel", "--out", more, "--quiet"]) == 0
+                "train,train-parallel", "--out", more, "--no-progress"]) == 0
     cache_path = data / "train" / "features"
     build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
     cache = load_feature_cache(cache_path, small_spec(), more / "train-parallel")

@@ -81,7 +81,7 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
     emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
     for force in ([], ["--overwrite"]):
         line = one_line_error(*run_data_cli(["features", "import", str(split), "--embeddings", str(emb), "--ids",
-                                             str(id_file), "--name", "x", "--quiet", "--out", str(split), *force],
+                                             str(id_file), "--name", "x", "--no-progress", "--out", str(split), *force],
                                             capsys)[::2])
         assert str(split) in line and "manifest.json" in line
     for name in ("a", "b"):
@@ -219,7 +219,7 @@ def test_nested_list_parquet_embeddings_are_a_one_line_error(world, tmp_path, ca
     pq.write_table(table, path)
     out = tmp_path / "out"
     line = one_line_error(*run_data_cli(["features", "import", str(world / "train"), "--embeddings", str(path),
-                                         "--name", "x", "--quiet", "--out", str(out)], capsys)[::2])
+                                         "--name", "x", "--no-progress", "--out", str(out)], capsys)[::2])
     assert str(path) in line and "'embedding'" in line and str(pq.read_schema(path).field("embedding").type) in line
     assert not out.exists() and not (tmp_path / "out.tmp").exists()
 

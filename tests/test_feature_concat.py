@@ -148,7 +148,7 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
         assert code == 2 and bad[0] in stderr and not (tmp_path / "bad").exists()
     code, stdout, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--cache",
                                     str(tmp_path / "views"), "--name", "joined", "--out", str(tmp_path / "joined"),
-                                    "--quiet"], capsys)
+                                    "--no-progress"], capsys)
     assert code == 0, stderr[-2000:]
     assert "model.image_pretrained=joined" in stdout
     assert load_feature_cache(tmp_path / "joined").features.shape[-1] == 2 * whole.features.shape[-1]
@@ -170,7 +170,7 @@ def test_a_corrupt_features_file_is_one_line_naming_it(tiny_world, caches, tmp_p
         shutil.copytree(b, bad)
         (bad / "features.npy").write_bytes(data)
         code, _, err = run_data_cli(["features", "concat", str(tiny_world / "train"), "--cache", str(a), "--cache",
-                                     str(bad), "--name", "j", "--out", str(tmp_path / "out"), "--quiet"], capsys)
+                                     str(bad), "--name", "j", "--out", str(tmp_path / "out"), "--no-progress"], capsys)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1, err[-2000:]
         assert lines[0].startswith(f"error: {bad / 'features.npy'}: not a readable .npy array") and why in lines[0]

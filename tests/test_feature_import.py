@@ -146,7 +146,7 @@ def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as stop:
         data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(folder / "emb.npy"), "--ids",
-                   str(folder / "truncated.json"), "--name", "toy", "--quiet", "--out", str(out)])
+                   str(folder / "truncated.json"), "--name", "toy", "--no-progress", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "truncated.json: malformed JSON" in err[0] and not out.exists()
 
@@ -257,7 +257,7 @@ def test_parquet_column_options_with_a_npy_file_are_refused_not_ignored(tiny_wor
     for flag in ("--id-column", "--embedding-column"):
         with pytest.raises(SystemExit) as stop:
             data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
-                       str(id_file), "--name", "toy", "--quiet", "--out", str(out), flag, "vec"])
+                       str(id_file), "--name", "toy", "--no-progress", "--out", str(out), flag, "vec"])
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 2 and len(err) == 1 and f"{flag} is for parquet inputs" in err[0]
     assert not out.exists()
@@ -289,7 +289,7 @@ def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unles
     import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)  # the same import again: allowed
     new, _ = write_npy(tmp_path / "new", ids, vectors + 1)
     argv = ["features", "import", str(split), "--embeddings", str(new), "--ids", str(id_file), "--name", "toy",
-            "--quiet", "--out", str(out)]
+            "--no-progress", "--out", str(out)]
     code, _, stderr = run_data_cli(argv, capsys)
     assert code == 2 and stderr.strip().splitlines() == [
         f"error: --out {out}: holds imported embeddings 'toy' of another source (sha256 "
@@ -309,7 +309,7 @@ def test_the_import_command(tiny_world, source, tmp_path, capsys):
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     out = tmp_path / "features"
     argv = ["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids", str(id_file),
-            "--name", "toy", "--quiet", "--out"]
+            "--name", "toy", "--no-progress", "--out"]
     with pytest.raises(SystemExit) as stop:
         data_main(argv + [str(out)])
     assert stop.value.code == 0 and "model.image_backbone=imported model.image_pretrained=toy" in capsys.readouterr().out
@@ -423,7 +423,7 @@ def test_an_embeddings_file_that_is_not_npy_is_named_as_such_not_as_a_pickle(tin
                                             "file")):
         with pytest.raises(SystemExit) as stop:
             data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
-                       str(id_file), "--name", "toy", "--quiet", "--out", str(out)])
+                       str(id_file), "--name", "toy", "--no-progress", "--out", str(out)])
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
         assert "pickle" not in err[0]

@@ -250,7 +250,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="print the first N issues of each kind (file:line) before the counts (default 5)")
     rep.add_argument("--no-check", action="store_true",
                      help="skip re-reading the written splits to verify the split rule")
-    rep.add_argument("--quiet", action="store_true", help="no progress bars")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parent
 
 
@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         overwrite=args.overwrite,
         check=not args.no_check,
-        progress=not args.quiet,
+        progress=not args.no_progress,
         source_name="+".join(names),
     )
     report = convert(sources, options)

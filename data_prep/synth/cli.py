@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write into a non-empty --out that holds no earlier world (its train/ val/ test/ "
                         "train-parallel/ adapt/ shards, dictionary/ and world.yaml are replaced; other files stay). "
                         "An earlier world is written over without it")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="any SynthConfig field, e.g. p_mention_colour=0.5 pixel_noise=0")
     p.set_defaults(func=run)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from .world import generate  # heavy imports only when generating
 
     cfg = config_from_args(args)
-    summary = generate(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
+    summary = generate(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
     print(f"synthetic world written to {summary['out_dir']} in {summary['seconds']:.1f} s "
           f"({summary['images_per_second']:.0f} images/s)")
     for name, split in summary["splits"].items():

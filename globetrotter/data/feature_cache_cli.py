@@ -101,7 +101,7 @@ def _import(args: argparse.Namespace) -> int:
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
     record = import_embeddings(split, args.embeddings, out, args.name, ids=args.ids, id_column=args.id_column,
-                               embedding_column=args.embedding_column, force=args.overwrite, progress=not args.quiet)
+                               embedding_column=args.embedding_column, force=args.overwrite, progress=not args.no_progress)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims of {record['imported']['rows']} rows "
           f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; train with "
           f"model.image_backbone=imported model.image_pretrained={args.name} data.features={out} loss.image=0")
@@ -115,7 +115,7 @@ def _concat(args: argparse.Namespace) -> int:
 
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
-    record = concat_caches(split, args.cache, out, args.name, force=args.overwrite, progress=not args.quiet,
+    record = concat_caches(split, args.cache, out, args.name, force=args.overwrite, progress=not args.no_progress,
                            centre_like=args.centre_like)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of {len(args.cache)} "
           f"caches; train with model.image_backbone=imported model.image_pretrained={args.name} data.features={out} "
@@ -205,7 +205,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
     q.add_argument("--overwrite", action="store_true", help="replace a cache of other embeddings, dimension, source "
                    "file or split at --out (never a folder that is no feature cache)")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
 
@@ -233,7 +233,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "its encoders must be these caches', in the same order")
     c.add_argument("--overwrite", action="store_true", help="replace a cache of other embeddings, dimension, caches "
                    "or split at --out (never a folder that is no feature cache)")
-    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)
 

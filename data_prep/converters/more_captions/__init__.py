@@ -93,7 +93,7 @@ def _more_captions(args: argparse.Namespace) -> int:
     matcher = Matcher(split_of_images(data, states))
     report = ConversionReport()
     sources, names = _sources(args)
-    gather(sources, states, matcher, args.languages, report, not args.quiet)
+    gather(sources, states, matcher, args.languages, report, not args.no_progress)
     check_usable(report, [*map(str, args.multi30k), *(str(f) for f, _ in args.flickr8k), *map(str, args.captions)])
     report.timing["read_seconds"] = time.perf_counter() - start
     if report.total_written == 0:
@@ -105,7 +105,7 @@ def _more_captions(args: argparse.Namespace) -> int:
         "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
     }
     reused = write_dataset(data, out, states, report, names, args.shard_size, start, check=not args.no_check,
-                           copy=args.copy, progress=not args.quiet)
+                           copy=args.copy, progress=not args.no_progress)
 
     issues = report.format_issues(args.show_issues)
     if issues:
@@ -217,5 +217,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--show-issues", type=int, default=5, metavar="N",
                         help="print the first N issues of each kind (file:line) (default 5)")
     parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=more_captions, globetrotter=[], xtd10=[])
