@@ -917,7 +917,7 @@ def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypa
     ["cluster", "--model", "full", "--k", "0"],
     ["word", "--model", "full", "--top-k", "0"],
     ["word", "--model", "full", "--procrustes-k", "-1"],
-    ["retrieval", "--model", "full", "--ks", "1", "0"],
+    ["retrieval", "--model", "full", "--ks", "1,0"],
     ["translate", "--model", "full", "x", "--to", "de", "--k", "0"],
     ["translate-word", "--model", "full", "x", "--to", "de", "--k", "zero"],
 ])

@@ -93,3 +93,16 @@ def test_renamed_option_is_taken_by_its_shared_spelling(program, path, new, old)
     assert new in parser._option_string_actions
     read = read_as(parser, old)
     assert read in (None, parser._option_string_actions[new].dest), f"argparse reads {old} as --{read}"
+
+
+def test_every_ks_is_one_comma_separated_value():
+    """``--ks 1,5,10`` everywhere, as the lists of languages are written (backretrieval, eval.py retrieval and the study
+    took ``--ks 1 5 10``)."""
+    found = set()
+    for label, parser in PARSERS:
+        action = parser._option_string_actions.get("--ks")
+        if action is not None:
+            found.add(label)
+            assert action.nargs is None and action.type("1,5,10") == [1, 5, 10], label
+    assert {"backretrieval score", "backretrieval compare", "backretrieval eval", "backretrieval correlate",
+            "eval.py retrieval", "zeroshot retrieval", "zeroshot triplet", "experiments/study_bkr_vs_corr.py"} <= found
