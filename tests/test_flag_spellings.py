@@ -40,6 +40,7 @@ RENAMED = [
     *(("data", command, "--no-progress", "--quiet")
       for command in ("synth", "multi30k", "flickr8k", "globetrotter", "xtd10", "folder", "more-captions",
                       "features import", "features concat")),
+    *(("zeroshot", command, "--out", "--json") for command in ("retrieval", "tag", "tag-eval")),
 ]
 
 
@@ -106,3 +107,13 @@ def test_every_ks_is_one_comma_separated_value():
             assert action.nargs is None and action.type("1,5,10") == [1, 5, 10], label
     assert {"backretrieval score", "backretrieval compare", "backretrieval eval", "backretrieval correlate",
             "eval.py retrieval", "zeroshot retrieval", "zeroshot triplet", "experiments/study_bkr_vs_corr.py"} <= found
+
+
+def test_json_switches_to_json_and_a_record_file_is_out():
+    """``--json`` prints JSON (eval.py translate, features build/import/concat); a JSON record file a command writes
+    is ``--out FILE``, as in eval.py and backretrieval (zeroshot retrieval/tag/tag-eval took ``--json FILE``)."""
+    for label, parser in PARSERS:
+        action = parser._option_string_actions.get("--json")
+        assert action is None or action.nargs == 0, f"{label}: --json FILE (the file a command writes is --out)"
+    for command in ("retrieval", "tag", "tag-eval"):
+        assert command_parser("zeroshot", command)._option_string_actions["--out"].metavar == "FILE"

@@ -77,7 +77,7 @@ def _jsonable(obj):
 
 
 def check_json(path: str | Path | None) -> None:
-    """Refuse a ``--json`` FILE that could not be written (a folder, a file in the way) before any work: it was
+    """Refuse an ``--out`` FILE that could not be written (a folder, a file in the way) before any work: it was
     found out once the work was done, and the record lost."""
     if path:
         try:

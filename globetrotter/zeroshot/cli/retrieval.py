@@ -24,7 +24,7 @@ Multi30K do; --all-captions uses every caption.
 
 
 def run(args: argparse.Namespace) -> int:
-    check_json(args.json)
+    check_json(args.out)
     progress = not args.no_progress
     record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "ks": args.ks,
                     "queries": "all captions" if args.all_captions else "first caption per image and language",
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(table, key="median_rank"))
     for note in notes:
         print(f"note: {note}")
-    write_json(record, args.json)
+    write_json(record, args.out)
     return 0
 
 
@@ -69,7 +69,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        formatter_class=formatter, description=RETRIEVAL_HELP,
                        epilog="example: globetrotter-zeroshot "
                        "retrieval --test outputs/flickr8k/test --adapter m3l=runs/m3l "
-                       "--adapter patr=runs/patr --languages en,de,fr,zh --json runs/retrieval.json")
+                       "--adapter patr=runs/patr --languages en,de,fr,zh --out runs/retrieval.json")
     p.add_argument("--test", required=True, metavar="SPLIT",
                    help="test split folder (the same images in every language)")
     p.add_argument("--adapter", required=True, action="append", type=named_path, metavar="[NAME=]DIR",
@@ -80,5 +80,5 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", choices=("l2", "cosine"), default=None,
                    help="ranking: cosine or squared Euclidean distance (default: the adapter's config, `metric`)")
     p.add_argument("--ks", type=ks, default=list(DEFAULT_KS), metavar="K,K", help="the K of Recall@K (default 1,5,10)")
-    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

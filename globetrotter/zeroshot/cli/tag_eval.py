@@ -37,7 +37,7 @@ clone: pip install -e ".[tagging-eval]").
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
-    check_json(args.json)
+    check_json(args.out)
     if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
         raise UserError(f"--vocab-size {args.vocab_size}: fewer candidate tags than --k ({args.k}) tags per image; "
                         f"raise --vocab-size or lower --k")
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
               "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
               "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}
-    write_json(record, args.json)
+    write_json(record, args.out)
     return 0
 
 
@@ -112,7 +112,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        "baseline", formatter_class=formatter, description=TAG_EVAL_HELP,
                        epilog="example: globetrotter-zeroshot "
                        "tag-eval --adapter runs/zs --test outputs/flickr8k/test "
-                       "--vocab-from outputs/flickr8k/train --languages en,de,fr,zh --json runs/tag-eval.json")
+                       "--vocab-from outputs/flickr8k/train --languages en,de,fr,zh --out runs/tag-eval.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--test", required=True, metavar="SPLIT", help="split whose captions give the tag truth")
     p.add_argument("--vocab-from", required=True, metavar="SPLIT",
@@ -129,5 +129,5 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--w1", type=float, default=PAPER_W1, help=f"weight of cos(image, tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)
