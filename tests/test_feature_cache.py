@@ -380,8 +380,8 @@ def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world
 def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights, capsys):
     out = tmp_path / "cache"
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
-            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--image-model", "resnet18",
+            "--image-weights", str(weights), "--image-size", "32", "--views", "2"]
 
     def run(argv: list[str]) -> tuple[int, str, str]:
         return run_data_cli(argv, capsys)
@@ -403,8 +403,8 @@ def test_features_build_into_another_splits_cache_is_refused_and_a_killed_writes
         tiny_world, tmp_path, weights, capsys):
     out = tmp_path / "cache"
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
-            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--image-model", "resnet18",
+            "--image-weights", str(weights), "--image-size", "32", "--views", "2"]
     code, _, stderr = run_data_cli(base, capsys)
     assert code == 0, stderr[-2000:]
     # the test split's images are not in the train split's cache: not "up to date"
@@ -502,8 +502,8 @@ def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(ti
     monkeypatch.setattr(threads, "load_average", lambda: 0.0)
     code, stdout, stderr = run_data_cli(
         ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-         "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "1", "--backbone",
-         "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+         "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "1", "--image-model",
+         "resnet18", "--image-weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     assert code == 0, stderr[-2000:]
     assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle
 
@@ -524,8 +524,8 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
     out = tmp_path / "cache"
     code, _, stderr = run_data_cli(
         ["features", "build", str(world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--backbone", "resnet18",
-         "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--image-model", "resnet18",
+         "--image-weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     last = stderr.strip().splitlines()[-1]
     assert code == 2 and "Traceback" not in stderr, stderr[-2000:]
     assert last.startswith(f"error: {shard}: sample '{key}' has a .png image that does not decode ("), last
@@ -539,14 +539,14 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
 def test_features_build_without_weights_warns_that_they_are_random(tiny_world, tmp_path, weights, capsys):
     """Was: a randomly initialised backbone's cache, said only by cache.json's "weights": "random"."""
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18", "--image-size", "32",
+            "model.image_backbone_args.stem_width=8", "--workers", "0", "--image-model", "resnet18", "--image-size", "32",
             "--views", "0"]
     code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "random")], capsys)
     warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
     assert code == 0 and json.loads((tmp_path / "random" / "cache.json").read_text())["spec"]["weights"] == "random"
     assert len(warnings) == 1 and "randomly initialised resnet18" in warnings[0], stderr[-2000:]
-    assert "--weights package" in warnings[0] and "--weights FILE" in warnings[0]
-    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--weights", str(weights)], capsys)
+    assert "--image-weights package" in warnings[0] and "--image-weights FILE" in warnings[0]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--image-weights", str(weights)], capsys)
     assert code == 0 and "warning:" not in stderr
 
 
@@ -560,7 +560,7 @@ def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads
 def test_features_build_without_a_config_asks_for_the_image_size_first(tiny_world, tmp_path, capsys):
     """Without --config the sizes would be the built-in defaults (64 px), which no ImageNet recipe trains with."""
     out = tmp_path / "cache"
-    argv = ["features", "build", str(tiny_world / "train"), "--backbone", "resnet18", "--out", str(out)]
+    argv = ["features", "build", str(tiny_world / "train"), "--image-model", "resnet18", "--out", str(out)]
     code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 2 and stdout == "" and not out.exists()
     assert stderr.strip() == (f"error: features build {tiny_world / 'train'}: no --config and no --image-size; give the "

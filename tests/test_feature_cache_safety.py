@@ -71,7 +71,7 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
     before = listing(world)
     split = world / "train"
     # features build --out <the dataset root>, with and without --overwrite
-    build = ["features", "build", str(split), *SMALL_ARGS, "--backbone", "resnet18", "--weights", str(weights),
+    build = ["features", "build", str(split), *SMALL_ARGS, "--image-model", "resnet18", "--image-weights", str(weights),
              "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(world)]
     for extra in ([], ["--overwrite"]):
         line = one_line_error(*run_data_cli(build + extra, capsys)[::2])
@@ -167,7 +167,7 @@ def test_image_backbone_args_are_part_of_the_spec(world, tmp_path, capsys, weigh
     assert "\n" not in str(err.value)
     # the build command: another pooling is refused, not "up to date"
     def build(*overrides: str) -> list[str]:
-        return ["features", "build", str(split), *SMALL_ARGS, *overrides, "--backbone", "resnet18", "--weights",
+        return ["features", "build", str(split), *SMALL_ARGS, *overrides, "--image-model", "resnet18", "--image-weights",
                 str(weights), "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(tmp_path / "cli")]
 
     code, stdout, stderr = run_data_cli(build(), capsys)
@@ -227,7 +227,7 @@ def test_nested_list_parquet_embeddings_are_a_one_line_error(world, tmp_path, ca
 @pytest.mark.parametrize("gone", ["features.npy", "image_ids.json"])
 def test_a_half_removed_cache_says_to_rebuild_it_with_overwrite(world, tmp_path, weights, capsys, gone):
     out = tmp_path / "features"
-    build = ["features", "build", str(world / "train"), *SMALL_ARGS, "--backbone", "resnet18", "--weights",
+    build = ["features", "build", str(world / "train"), *SMALL_ARGS, "--image-model", "resnet18", "--image-weights",
              str(weights), "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(out)]
     code, _, stderr = run_data_cli(build, capsys)
     assert code == 0, stderr[-2000:]

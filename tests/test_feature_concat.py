@@ -134,8 +134,8 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
 
     save_file(create_image_backbone("resnet18", None, **SMALL).state_dict(), str(weights))
     build = ["features", "build", str(split), "model.image_backbone_args.channels=[8,16,16,16]",
-             "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18",
-             "--weights", str(weights), "--image-size", "32"]
+             "model.image_backbone_args.stem_width=8", "--workers", "0", "--image-model", "resnet18",
+             "--image-weights", str(weights), "--image-size", "32"]
     code, _, stderr = run_data_cli(build + ["--views", "0", "--out", str(tmp_path / "whole")], capsys)
     assert code == 0, stderr[-2000:]
     whole = load_feature_cache(tmp_path / "whole")

@@ -21,6 +21,8 @@ RETIRED = {
     "--corpus-lang": "--corpus-language",
     "--force": "--overwrite",
     "--quiet": "--no-progress",
+    "--backbone": "--image-model",
+    "--weights": "--image-weights",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -41,6 +43,9 @@ RENAMED = [
       for command in ("synth", "multi30k", "flickr8k", "globetrotter", "xtd10", "folder", "more-captions",
                       "features import", "features concat")),
     *(("zeroshot", command, "--out", "--json") for command in ("retrieval", "tag", "tag-eval")),
+    ("data", "features build", "--image-model", "--backbone"),
+    ("data", "features build", "--image-weights", "--weights"),
+    ("experiments/finetune_backbone.py", "", "--image-model", "--backbone"),
 ]
 
 

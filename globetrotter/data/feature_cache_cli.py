@@ -27,19 +27,19 @@ from .feature_cache import (
 def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
     """One warning line (stderr) when the cache's backbone has no weights: its features are a random network's."""
     if spec.weights == "random":
-        print(f"warning: features build {split}: no weights given (--weights, or the config's "
+        print(f"warning: features build {split}: no weights given (--image-weights, or the config's "
               f"model.image_pretrained), so the features come from a randomly initialised {spec.backbone}; for "
-              f"pretrained ones pass --weights package (ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
-              f"or --weights FILE (see --help)", file=sys.stderr)
+              f"pretrained ones pass --image-weights package (ImageNet weights of efficientnet_lite0, _lite1 or "
+              f"_lite2) or --image-weights FILE (see --help)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     model = cfg.model
-    if args.backbone or args.weights:
-        other = bool(args.backbone) and args.backbone != model.image_backbone
-        model = replace(model, image_backbone=args.backbone or model.image_backbone,
-                        image_pretrained=args.weights or model.image_pretrained,
+    if args.image_model or args.image_weights:
+        other = bool(args.image_model) and args.image_model != model.image_backbone
+        model = replace(model, image_backbone=args.image_model or model.image_backbone,
+                        image_pretrained=args.image_weights or model.image_pretrained,
                         image_backbone_args={} if other else model.image_backbone_args)
     data = replace(cfg.data, image_size=cfg.data.image_size if args.image_size is None else args.image_size,
                    feature_views=cfg.data.feature_views if args.views is None else args.views)
@@ -163,8 +163,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--config", help="training config whose backbone, weights, image size, views and augmentations to use")
-    p.add_argument("--backbone", help="timm model name (default: the config's model.image_backbone)")
-    p.add_argument("--weights", help="'package' (offline ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
+    p.add_argument("--image-model", help="timm model name (default: the config's model.image_backbone)")
+    p.add_argument("--image-weights", help="'package' (offline ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
                    "or a local weights file "
                    "(default: the config's model.image_pretrained)")
     p.add_argument("--views", type=non_negative_int, help="augmented views per image, K (default: the config's "
