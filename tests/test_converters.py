@@ -801,25 +801,25 @@ def test_split_files_send_named_images_to_their_split_and_the_rest_to_train(tmp_
 
 
 def test_limit_images_says_how_many_images_each_split_file_named_it_left_out(tmp_path, capsys):
-    """The split-file line counts the images a file names; --limit-images dropping most of them went unsaid."""
+    """The split-file line counts the images a file names; --max-images dropping most of them went unsaid."""
     w = split_file_world(tmp_path)
     out = tmp_path / "out"
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
-                "--split-file", f"dev={w['lists']['dev']}", "--limit-images", "2", "--out", out]) == 0
+                "--split-file", f"dev={w['lists']['dev']}", "--max-images", "2", "--out", out]) == 0
     printed = capsys.readouterr().out
     kept = {split: sorted(samples_by_image(out / split)) if (out / split).is_dir() else [] for split in ("val", "test")}
     lost = {"test": 2 - len(kept["test"]), "val": 2 - len(kept["val"])}  # each file names 2 captioned images
     assert sum(lost.values()) >= 2  # 2 of 6 images kept: at least 2 of the 4 named ones left out
     per_split = ", ".join(f"{s} {lost[s]} of 2" for s in ("val", "test") if lost[s])
-    note = (f"--limit-images 2 left out {sum(lost.values())} of the 4 image(s) the split files name ({per_split}): "
+    note = (f"--max-images 2 left out {sum(lost.values())} of the 4 image(s) the split files name ({per_split}): "
             "those splits hold fewer images than their files name")
     assert f"warning: {note}" in printed
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["balanced"] and any(n.startswith(note) for n in summary["notes"])
     # no limit, or one that drops no named image: no such warning
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
-                "--limit-images", "6", "--out", tmp_path / "all"]) == 0
-    assert "--limit-images" not in capsys.readouterr().out
+                "--max-images", "6", "--out", tmp_path / "all"]) == 0
+    assert "--max-images" not in capsys.readouterr().out
 
 
 def test_a_split_folder_pins_another_conversion_to_the_same_images(tmp_path, capsys):
@@ -987,7 +987,7 @@ def test_real_official_split_files_work_directly(flickr8k_dir, tmp_path, capsys)
     out = tmp_path / "all-test"
     argv = ["flickr8k", "--images", flickr8k_dir / "images", "--flickr8k",
             f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en", "--split-file", f"test={flickr8k_list}",
-            "--limit-images", "20", "--resize", "32", "--workers", "1", "--out", out, "--no-progress"]
+            "--max-images", "20", "--resize", "32", "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     assert f"test={flickr8k_list}: 6000 image(s)" in capsys.readouterr().out  # every name of the list found
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["images"] == {"test": 20}
@@ -1007,7 +1007,7 @@ def test_real_flickr8k_converts_to_five_languages(flickr8k_dir, tmp_path):
     argv = ["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
             "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
             "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
-            "--resize", "64", "--limit-images", "200", "--workers", "1", "--out", out, "--no-progress"]
+            "--resize", "64", "--max-images", "200", "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     # records: every line of the Multi30K task 1 caption files plus every Flickr8k-CN line

@@ -23,6 +23,8 @@ RETIRED = {
     "--quiet": "--no-progress",
     "--backbone": "--image-model",
     "--weights": "--image-weights",
+    "--limit-images": "--max-images",
+    "--limit": "--max-images",
 }
 
 # (program, sub-command path, the shared spelling, the old one it replaced there)
@@ -46,6 +48,10 @@ RENAMED = [
     ("data", "features build", "--image-model", "--backbone"),
     ("data", "features build", "--image-weights", "--weights"),
     ("experiments/finetune_backbone.py", "", "--image-model", "--backbone"),
+    *(("data", converter, "--max-images", "--limit-images")
+      for converter in ("multi30k", "flickr8k", "globetrotter", "xtd10", "folder")),
+    ("bench/bench_convert.py", "", "--max-images", "--limit-images"),
+    ("zeroshot", "tag", "--max-images", "--limit"),
 ]
 
 

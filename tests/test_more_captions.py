@@ -333,7 +333,7 @@ def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
     assert cli(["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
                 "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
-                "--resize", "32", "--limit-images", "200", "--workers", "1", "--out", data, "--no-progress"]) == 0
+                "--resize", "32", "--max-images", "200", "--workers", "1", "--out", data, "--no-progress"]) == 0
     out = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", flickr8k_dir / "multi30k", "--multi30k-tasks", "1,2",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en",

@@ -214,8 +214,8 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert record["source_tags"] == 1000 and record["languages_the_text_encoder_lacks"] == ["cs"]
     entry = record["images"][0]
     assert len(entry["source"]) == len(set(imagenet_class_names())) and len(entry["tags"]["cs"]) == len(vocab)
-    # counts must be positive (--limit -1 silently dropped the last image, --source-tags -1 crashed)
-    for option in ("--source-tags", "--limit"):
+    # counts must be positive (--max-images -1, then --limit, dropped the last image in silence; --source-tags -1 crashed)
+    for option in ("--source-tags", "--max-images"):
         with pytest.raises(SystemExit) as exit_info:
             main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
                   f"de={tmp_path / 'de.txt'}", option, "-1"])

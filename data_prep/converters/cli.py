@@ -228,7 +228,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="also write train-parallel/: the train images captioned in all these languages, with all "
                           "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
     spl.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    spl.add_argument("--limit-images", type=int, default=None, metavar="N",
+    spl.add_argument("--max-images", type=int, default=None, metavar="N",
                      help="keep a random subset of N images (quick trials)")
 
     img = parent.add_argument_group("images")
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         all_to=args.all_to,
         parallel_train=args.parallel_train,
         seed=args.seed,
-        limit_images=args.limit_images,
+        limit_images=args.max_images,
         image=ImageSpec(args.resize, args.resize_mode, args.jpeg_quality),
         workers=args.workers,
         shard_size=args.shard_size,

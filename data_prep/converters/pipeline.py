@@ -96,7 +96,7 @@ class ConvertOptions:
             except ValueError as err:
                 raise UserError(f"--all-to: {err}") from None
         if self.limit_images is not None and self.limit_images < 1:
-            raise UserError(f"--limit-images must be positive, got {self.limit_images}")
+            raise UserError(f"--max-images must be positive, got {self.limit_images}")
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
 

@@ -136,7 +136,7 @@ class FixedSplits:
         return line
 
     def limit_note(self, dropped: Iterable[str], limit: int) -> str | None:
-        """The warning that ``--limit-images`` left out images the split files name (``dropped``: the ids it left
+        """The warning that ``--max-images`` left out images the split files name (``dropped``: the ids it left
         out), per split: the per-file counts of :meth:`describe` are the images named, not those kept. ``None``
         when it left out none of them (or the splits are ``--all-to``'s: every image is named there)."""
         if self.all_to is not None:
@@ -146,9 +146,9 @@ class FixedSplits:
         if not lost:
             return None
         per_split = ", ".join(f"{s} {lost[s]} of {named[s]}" for s in SPLIT_NAMES if lost[s])
-        return (f"--limit-images {limit} left out {sum(lost.values())} of the {sum(named.values())} image(s) the split "
+        return (f"--max-images {limit} left out {sum(lost.values())} of the {sum(named.values())} image(s) the split "
                 f"files name ({per_split}): those splits hold fewer images than their files name; raise or drop "
-                f"--limit-images to keep them")
+                f"--max-images to keep them")
 
 
 def examples(items: Sequence[str], limit: int = 3) -> str:

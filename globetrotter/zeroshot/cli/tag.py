@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     vocabularies = {lang: read_tag_vocabulary(path) for lang, path in vocab_files.items()}
     adapter, config, _ = load_adapter(args.adapter)
     paths = image_files(args.images)
-    if args.limit:
-        paths = paths[: args.limit]
+    if args.max_images:
+        paths = paths[: args.max_images]
     paths, skipped = readable_images(paths)
     for path, why in skipped:
         print(f"warning: {path}: unreadable image ({why}); skipped")
@@ -107,6 +107,6 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="tag only the first N images")
+    p.add_argument("--max-images", type=positive_int, default=None, metavar="N", help="tag only the first N images")
     p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)
