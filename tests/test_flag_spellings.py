@@ -128,3 +128,18 @@ def test_json_switches_to_json_and_a_record_file_is_out():
         assert action is None or action.nargs == 0, f"{label}: --json FILE (the file a command writes is --out)"
     for command in ("retrieval", "tag", "tag-eval"):
         assert command_parser("zeroshot", command)._option_string_actions["--out"].metavar == "FILE"
+
+
+def test_every_languages_option_takes_language_codes_in_one_value():
+    """``--languages en,de,fr``: one comma-separated value of language codes wherever a command takes languages
+    (bench/bench_eval.py's numbers of languages to time are --n-languages)."""
+    found = set()
+    for label, parser in PARSERS:
+        action = parser._option_string_actions.get("--languages")
+        if action is not None:
+            found.add(label)
+            assert action.nargs is None, label
+            if action.type is not None:
+                assert action.type("en,de") == ["en", "de"], label
+    assert {"eval.py sentence", "eval.py select", "data synth", "data folder", "data more-captions",
+            "zeroshot retrieval", "backretrieval eval", "experiments/zeroshot_table.py"} <= found
