@@ -94,7 +94,8 @@ def hits_from_files(hits_a, hits_b, ks: Sequence[int] | None = None) -> tuple[Pa
 
 
 def _listed(ks: Sequence[int]) -> str:
-    return " ".join(str(k) for k in ks)
+    """K values as --ks takes them: ``1,5,10``."""
+    return ",".join(str(k) for k in ks)
 
 
 def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:

@@ -18,6 +18,9 @@ from contextvars import ContextVar
 from typing import Callable, Iterator, Sequence
 
 _CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=False)
+# the parameters whose flag is spelled otherwise: the flags follow the project's other commands (--languages,
+# --max-per-language)
+_FLAG_OF = {"langs": "languages", "max_per_lang": "max_per_language"}
 
 
 def install_hint(extras: str = "") -> str:
@@ -46,7 +49,7 @@ def option(name: str, metavar: str = "") -> str:
     """
     if not _CLI_NAMES.get():
         return name
-    return "--" + name.replace("_", "-") + (f" {metavar}" if metavar else "")
+    return "--" + _FLAG_OF.get(name, name).replace("_", "-") + (f" {metavar}" if metavar else "")
 
 
 def naming_flags() -> bool:

@@ -13,7 +13,7 @@ The images of that folder are 224x224, so the default ``--resize 160`` makes eve
 through decode, resize and re-encode; ``--resize 224`` measures the pass-through path
 (the original JPEG bytes are kept when no resizing is needed).
 
-    nice -n 10 .venv/bin/python bench/bench_convert.py --limit-images 1000
+    nice -n 10 .venv/bin/python bench/bench_convert.py --max-images 1000
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def shared_source(shared: Path) -> tuple[Path, Callable[[], list]]:
 def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     opts = ConvertOptions(out_dir=out, image_roots=[images], languages=args.langs, assign_languages=True,
-                          test_fraction=TEST_FRACTION, val_fraction=0.05, limit_images=args.limit_images, seed=0,
+                          test_fraction=TEST_FRACTION, val_fraction=0.05, limit_images=args.max_images, seed=0,
                           image=ImageSpec(args.resize, "shorter", 90), workers=workers, progress=False)
     t0 = time.perf_counter()
     report = convert(sources(), opts)
@@ -89,7 +89,7 @@ def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--limit-images", default=1000,
+    parser.add_argument("--max-images", default=1000,
                         type=int_at_least(MIN_IMAGES, f"{TEST_FRACTION:.0%} of them make the test split"),
                         help=f"images converted per run, at least {MIN_IMAGES} (default %(default)s)")
     parser.add_argument("--resize", type=positive_int, default=160, help="shorter side in pixels (default 160)")
@@ -108,11 +108,11 @@ def main() -> None:
             args.langs = ["en", "de", "fr", "cs", "zh"]
             data = f"shared Flickr8k ({images}, 224x224 JPEG)"
         else:
-            images, sources = synthetic_source(tmp / "synthetic", args.limit_images)
+            images, sources = synthetic_source(tmp / "synthetic", args.max_images)
             args.langs = None
             data = "synthetic 500x375 JPEG"
         counts = [1] + [w for w in args.workers if w != 1]
-        print(f"data: {data}; {args.limit_images} images, --resize {args.resize}; cores: {os.cpu_count()}")
+        print(f"data: {data}; {args.max_images} images, --resize {args.resize}; cores: {os.cpu_count()}")
         print(f"{'workers':>8} {'images':>7} {'images/s':>9} {'image s':>8} {'wall s':>7} {'samples':>8} {'speed-up':>9}")
         base = None
         for workers in counts:

@@ -182,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=positive_int, default=200,
                         help="sentence translation: groups of captions, one per language (default %(default)s)")
-    parser.add_argument("--languages", type=positive_int, nargs="+", default=[8, 52], metavar="M",
+    parser.add_argument("--n-languages", type=positive_int, nargs="+", default=[8, 52], metavar="M",
                         help="sentence translation: numbers of languages M to time, one timing each "
                              "(default: 8 52)")
     parser.add_argument("--dim", type=positive_int, default=128,
@@ -223,7 +223,7 @@ def main() -> None:
                         f"sentence of the index): give --queries at most {args.index_n}, or a larger --index-n")
     print(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
     if "sentence" not in args.skip:
-        bench_sentence(args.groups, args.languages, args.dim, args.seed)
+        bench_sentence(args.groups, args.n_languages, args.dim, args.seed)
     if "word" not in args.skip:
         bench_word(args.vocab, args.word_dim, args.pairs, args.seed)
     if "index" not in args.skip:

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not (world / "test" / "manifest.json").is_file():
         seconds["world"] = run([*data, "synth", "--out", str(world), "--train-images", "600", "--val-images", "150",
-                                "--test-images", "120", "--languages", LANGUAGES, "--quiet"], log=log)
+                                "--test-images", "120", "--languages", LANGUAGES, "--no-progress"], log=log)
 
     # 1. the feature cache of the train images, built on the device and on the CPU
     caches = {}
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         caches[name] = work / f"features-{name}"
         seconds[f"features on {name}"] = run(
             [*data, "features", "build", str(world / "train"), "--config", str(CONFIG), "--device", device,
-             "--batch-images", "32", "--out", str(caches[name]), "--force"], cpu_only=device == "cpu", log=log)
+             "--batch-images", "32", "--out", str(caches[name]), "--overwrite"], cpu_only=device == "cpu", log=log)
     (dev_rows, dev_ids), (cpu_rows, cpu_ids) = cache_rows(caches["device"]), cache_rows(caches["cpu"])
     check("cache: same images and shape", dev_ids == cpu_ids and dev_rows.shape == cpu_rows.shape,
           list(dev_rows.shape))

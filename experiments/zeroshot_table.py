@@ -1,7 +1,7 @@
 """The zero-shot retrieval table: rows of adapter configs x seeds, each chosen by val, test scored once per row.
 
     .venv/bin/python experiments/zeroshot_table.py --train outputs/flickr8k-en/train --val outputs/flickr8k-en/val \\
-        --test outputs/flickr8k/test --langs en,de,fr,zh,cs --seeds 0,1 --out eval_out/zeroshot
+        --test outputs/flickr8k/test --languages en,de,fr,zh,cs --seeds 0,1 --out eval_out/zeroshot
 
 Every row is a config (the defaults or a ``configs/zeroshot/*.yaml`` file, plus ``KEY=VALUE`` overrides; the rows
 are listed at the end of ``--help``, numbered as ``--rows`` takes them). Each row is trained
@@ -33,7 +33,7 @@ from globetrotter.argtypes import output_file, output_folder, torch_device  # no
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.zeroshot.cli.common import check_no_shared_images, langs  # noqa: E402
+from globetrotter.zeroshot.cli.common import check_no_shared_images, languages  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
                                         load_split_features)
@@ -108,30 +108,31 @@ def load_bundle(path: Path) -> dict[str, SplitFeatures]:
 
 
 def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, SplitFeatures]:
-    """The frozen features of train, val and test (or of ``--bundle``); a language a split lacks (of ``--langs`` for
+    """The frozen features of train, val and test (or of ``--bundle``); a language a split lacks (of ``--languages`` for
     test) is refused first, from the manifests, before any feature is extracted."""
     if args.bundle:
         splits = load_bundle(Path(args.bundle))
-        missing = [lang for lang in args.langs if lang not in set(splits["test"].langs)]
+        missing = [lang for lang in args.languages if lang not in set(splits["test"].langs)]
         if missing:
-            raise UserError(f"--langs: {args.bundle}'s test split has no captions in {', '.join(missing)}")
+            raise UserError(f"--languages: {args.bundle}'s test split has no captions in {', '.join(missing)}")
         return splits
     from data_prep.shards import read_manifest
 
     if Path(args.val).resolve() == Path(args.train).resolve():  # each row's epoch would be chosen on training data
         raise UserError(f"--val {args.val}: is the --train split; give a split of other images")
-    for flag, split_langs in (("--test", args.langs), ("--val", config.train_langs), ("--train", config.train_langs)):
+    for flag, split_langs in (("--test", args.languages), ("--val", config.train_langs),
+                              ("--train", config.train_langs)):
         split = getattr(args, flag[2:])  # its manifest only, before any feature is extracted
         missing = [lang for lang in split_langs if lang not in read_manifest(split)["languages"]]
         if missing:
             raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
-                            + (" (--langs)" if flag == "--test" else " (the config's train_langs)"))
+                            + (" (--languages)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
     splits = {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
                                            args.cache_dir),
               "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
                                          every_image=True),
-              "test": load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir,
+              "test": load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir,
                                           every_image=True)}
     check_no_shared_images(f"--val {args.val}", splits["val"].image_keys, splits["train"].image_keys,
                            f"--train {args.train} images the adapters train on", "give a split of other images")
@@ -148,7 +149,7 @@ def measure(label: str, seed: int, splits: dict[str, SplitFeatures], args: argpa
     validate = validation_recall(splits["val"], config.train_langs, 10, config.metric)
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=False)
     adapter.cpu()
-    test = split_recall(adapter, splits["test"], args.langs, metric=config.metric, where="test")
+    test = split_recall(adapter, splits["test"], args.languages, metric=config.metric, where="test")
     return {"row": label, "config": path, "overrides": overrides, "seed": seed, "metric": config.metric,
             "val_recall@10": max(trained["history"]["val"]), **{k: v for k, v in trained.items() if k != "history"},
             "best_epoch": trained["history"]["best_epoch"], "train_s": trained["history"]["train_s"], "test": test}
@@ -161,11 +162,11 @@ def measured_on(args: argparse.Namespace) -> dict:
 
     if args.bundle:
         digest = hashlib.sha256(Path(args.bundle).read_bytes()).hexdigest()
-        return {"bundle": {"path": str(Path(args.bundle).resolve()), "sha256": digest}, "langs": list(args.langs)}
+        return {"bundle": {"path": str(Path(args.bundle).resolve()), "sha256": digest}, "langs": list(args.languages)}
     return {**{name: {"path": str(Path(getattr(args, name)).resolve()),
                       "checksum": read_manifest(getattr(args, name)).get("checksum")}
                for name in ("train", "val", "test")},
-            "langs": list(args.langs)}
+            "langs": list(args.languages)}
 
 
 def row_config_sha256(label: str, seed: int) -> str:
@@ -217,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val", default="outputs/flickr8k-en/val",
                    help="the split each row's epoch is chosen on (default: %(default)s)")
     p.add_argument("--test", default="outputs/flickr8k/test",
-                   help="the split each row is scored on once, in --langs (default: %(default)s)")
-    p.add_argument("--langs", default="en,de,fr,zh,cs", type=langs,
+                   help="the split each row is scored on once, in --languages (default: %(default)s)")
+    p.add_argument("--languages", default="en,de,fr,zh,cs", type=languages,
                    help="comma-separated test languages, the first the table's median rank (default: %(default)s)")
     p.add_argument("--seeds", default="0,1", type=seeds,
                    help="comma-separated seeds of every row (default: %(default)s)")
@@ -273,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "
-                  f"{record['test']['metrics'][args.langs[0]]['image_retrieval_recall@10']:.3f} "
+                  f"{record['test']['metrics'][args.languages[0]]['image_retrieval_recall@10']:.3f} "
                   f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
-    text = table(records, args.langs)
+    text = table(records, args.languages)
     (out / "table.md").write_text(text + "\n")
     print(text)
     return 0

@@ -69,7 +69,7 @@ def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int 
     """train/val (each image in one language) and a parallel test split, written with ShardWriter.
 
     ``heldout`` languages stay out of train/val; they caption the test split and an ``adapt`` split
-    of ``n_adapt`` images, one held-out language each (as the synthetic world's ``--heldout``)."""
+    of ``n_adapt`` images, one held-out language each (as the synthetic world's ``--held-out``)."""
     import numpy as np
     from PIL import Image, ImageDraw
 

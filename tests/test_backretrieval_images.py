@@ -257,7 +257,7 @@ def test_own_photos_become_score_image_files_through_the_exported_g(tmp_path, ca
             np.save(tmp_path / f"{side}.npy", rng.standard_normal((12, 8)).astype(np.float32))
         assert main(["score", "--src-text", str(tmp_path / "en.npy"), "--tgt-text", str(tmp_path / "de.npy"),
                      "--src-img", str(tmp_path / "en_img.npy"), "--tgt-img", str(tmp_path / "de_img.npy"),
-                     "--ks", "1", "5", "--bootstrap", "0", "--out", str(tmp_path / "s.json")]) == 0
+                     "--ks", "1,5", "--bootstrap", "0", "--out", str(tmp_path / "s.json")]) == 0
     assert "bkr@5=" in capsys.readouterr().err
 
 

@@ -244,6 +244,6 @@ def test_pictures_on_both_sides_are_warned_about_as_they_inflate_bkr(tmp_path, c
         score(w["src_text"], w["tgt_text"], **_inputs(w), ks=(1, 5), bootstrap=0)
     p = _files(tmp_path, {"st": w["src_text"], "tt": w["src_text"], "img": w["src_img"]})
     assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["img"], "--tgt-img", p["img"],
-                 "--ks", "1", "5", "--bootstrap", "0"]) == 0
+                 "--ks", "1,5", "--bootstrap", "0"]) == 0
     err = capsys.readouterr().err
     assert "warning: 60 of 60 target rows show a picture of the source side" in err

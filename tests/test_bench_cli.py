@@ -29,9 +29,9 @@ CASES = [
     ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "5"], "--gallery"),
     ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "0"], "--gallery"),
     ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "abc"], "--gallery"),
-    ("bench_convert", ["--workers", "abc", "--limit-images", "6", "--synthetic"], "--workers"),
-    ("bench_convert", ["--workers", "0", "--limit-images", "6", "--synthetic", "--repeats", "1"], "--workers"),
-    ("bench_convert", ["--limit-images", "5", "--synthetic", "--repeats", "1", "--workers", "1"], "--limit-images"),
+    ("bench_convert", ["--workers", "abc", "--max-images", "6", "--synthetic"], "--workers"),
+    ("bench_convert", ["--workers", "0", "--max-images", "6", "--synthetic", "--repeats", "1"], "--workers"),
+    ("bench_convert", ["--max-images", "5", "--synthetic", "--repeats", "1", "--workers", "1"], "--max-images"),
     ("bench_feature_cache", ["--config", "configs/quickstart.yaml"], "data.features"),
 ]
 

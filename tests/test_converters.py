@@ -245,9 +245,9 @@ def test_multi30k_and_flickr8k_cn_combined_with_every_bad_input(tmp_path, capsys
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"
     argv = ["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1",
-            "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--langs", "en,de,fr,cs,zh",
+            "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--languages", "en,de,fr,cs,zh",
             "--assign-languages", "--parallel-train", "en,de,fr,cs", "--resize", "12", "--workers", "1",
-            "--out", out, "--quiet", "--show-issues", "10"]
+            "--out", out, "--no-progress", "--show-issues", "10"]
     assert cli(argv) == 0
     printed = capsys.readouterr()
     err = printed.err
@@ -335,8 +335,8 @@ def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"
     argv = ["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
-            "--langs", "en,de", "--assign-languages", "--test-fraction", "0.3", "--val-fraction", "0.2",
-            "--workers", "1", "--out", out, "--quiet"]
+            "--languages", "en,de", "--assign-languages", "--test-fraction", "0.3", "--val-fraction", "0.2",
+            "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     # 7 Multi30K images; 0.3 * 7 -> 2 test images, 0.2 * 7 -> 1 val image
@@ -360,7 +360,7 @@ def test_multi30k_caption_file_missing_a_middle_line_is_refused(tmp_path, capsys
     de = write_lines(m30k / "task1" / "raw" / "train.de.gz", ["de 101", "de 103"], gz=True)  # line 2 missing
     out = tmp_path / "out"
     assert cli(["multi30k", "--images", tmp_path / "images", "--multi30k", m30k, "--assign-languages",
-                "--workers", "1", "--quiet", "--out", out]) == 2
+                "--workers", "1", "--no-progress", "--out", out]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith(f"error: {de}: has 2 line(s) but ") and "lists 3 image(s)" in err
@@ -379,7 +379,7 @@ def test_a_caption_repeated_by_an_overlapping_source_is_kept_once(tmp_path):
     write_lines(m30k / "task2" / "raw" / "train.2.en.gz", ["A brown dog", "a cat sits"], gz=True)
     out = tmp_path / "out"
     assert cli(["multi30k", "--images", tmp_path / "images", "--multi30k", m30k, "--multi30k-tasks", "1,2",
-                "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+                "--all-to", "train", "--workers", "1", "--no-progress", "--out", out]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["unused"] == {"caption_already_present": 3}
     assert summary["written"] == {"train": {"en": 3}} and summary["balanced"]
@@ -404,7 +404,7 @@ def test_one_source_files_own_repeats_are_kept(tmp_path):
     more = write_lines(tmp_path / "more.token.txt", ["101_a1b2c3.jpg#5\ta dog runs"])
     out = tmp_path / "out"
     assert cli(["flickr8k", "--images", tmp_path / "images", "--flickr8k", f"{cn}:zh", "--flickr8k", f"{token}:en",
-                "--flickr8k", f"{more}:en", "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+                "--flickr8k", f"{more}:en", "--all-to", "train", "--workers", "1", "--no-progress", "--out", out]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["written"] == {"train": {"zh": 3, "en": 2}} and summary["unused"] == {"caption_already_present": 1}
 
@@ -421,7 +421,7 @@ def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):
     zh = write_lines(root / "XTD10" / "test_1kcaptions_zh.txt", ["一个男人", "一只猫"])  # one line short
     write_lines(root / "XTD10" / "test_1kcaptions_xx.txt", ["?", "?", "?"])  # not a language
     out = tmp_path / "out"
-    argv = ["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out, "--quiet"]
+    argv = ["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out, "--no-progress"]
     # a short file cannot be aligned: refused in one line, nothing written
     assert cli(argv) == 2
     assert capsys.readouterr().err.strip() == (
@@ -436,7 +436,7 @@ def test_xtd10_layout_maps_jp_to_ja_and_reports_short_files(tmp_path, capsys):
     # the third image has no zh caption: a source test image lacking a language is left out, and zh is named
     assert summary["unused"] == {"test_image_missing_language": 3}
     assert summary["notes"] == ["1 source test image(s) left out in every language, as they lack a caption in zh 1 "
-                                "(images per language): --langs de,en,ja keeps them (or complete those languages' "
+                                "(images per language): --languages de,en,ja keeps them (or complete those languages' "
                                 "captions)"]
     assert "warning: 1 source test image(s) left out in every language" in capsys.readouterr().out
     assert read_manifest(out / "test")["languages"] == {"de": 2, "en": 2, "ja": 2, "zh": 2}
@@ -480,7 +480,7 @@ def test_globetrotter_layout(tmp_path):
 
     out = tmp_path / "out"
     assert cli(["globetrotter", "--globetrotter", root, "--assign-languages", "--workers", "1", "--out", out,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {}
     assert summary["issues"]["missing_caption_file"]["count"] == 1
@@ -508,7 +508,7 @@ def test_folder_tsv_and_jsonl(tmp_path):
         "{not json", json.dumps({"image": "c.jpg", "caption": "no language"})])
     out = tmp_path / "out"
     assert cli(["folder", "--images", photos, "--captions", tsv, "--captions", jsonl, "--assign-languages",
-                "--workers", "2", "--out", out, "--quiet"]) == 0
+                "--workers", "2", "--out", out, "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["records"] == 6 + 4
     assert summary["skipped"] == {"duplicate_key": 1, "malformed_line": 4}
@@ -527,7 +527,7 @@ def test_folder_images_with_long_file_names_are_converted(tmp_path):
                                               for lang in ("en", "de")])
     out = tmp_path / "out"
     assert cli(["folder", "--images", photos, "--captions", tsv, "--all-to", "train", "--workers", "1", "--out", out,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["written_total"] == 4 and summary["skipped_total"] == 0
     ids = {s.image_id for s in iter_samples(out / "train")}
@@ -543,7 +543,7 @@ def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):
                                               "cat\ten\ta cat, no extension (missing)", "cat.jpg\ten\ta cat",
                                               "sub/bird.jpg\ten\ta bird", "bird.jpg\ten\tthe bird by file name"])
     out = tmp_path / "out"
-    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--quiet"]) == 0
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {"missing_image": 3} and summary["written"] == {"train": {"en": 3}}
     missing = [(i["line"], i["message"]) for i in summary["issues"]["missing_image"]["examples"]]
@@ -565,7 +565,7 @@ def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
     tsv = write_lines(tmp_path / "caps.tsv", ["same.jpg\ten\twhich one?", "other.jpg\ten\tthe blue one",
                                               "y/same.jpg\ten\tthe green one", "same.jpg\tde\twelches?"])
     out = tmp_path / "out"
-    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--quiet"]) == 0
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {"ambiguous_image": 2} and summary["written"] == {"train": {"en": 2}}
     issues = summary["issues"]["ambiguous_image"]["examples"]
@@ -583,7 +583,7 @@ def test_folder_duplicates_compare_normalised_path_language_and_caption(tmp_path
                                               "my cat.jpg\tEN\ta red cat ", "my cat.jpg\ten\ta red cat, again"])
     out = tmp_path / "out"
     assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--workers", "1", "--out", out,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {"duplicate_key": 2} and summary["written"] == {"train": {"en": 2}}
     assert [i["line"] for i in summary["issues"]["duplicate_key"]["examples"]] == [2, 3]
@@ -597,7 +597,7 @@ def test_folder_paths_are_normalised_before_files_are_matched(tmp_path):
                                               "./sub a/pic 1.jpg\tfr\tune image", f"{absolute}\tes\tuna imagen"])
     out = tmp_path / "out"
     assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--assign-languages", "--workers", "1",
-                "--out", out, "--quiet"]) == 0
+                "--out", out, "--no-progress"]) == 0
     train = samples_by_image(out / "train")
     assert list(train) == ["pic_1"] and len(train["pic_1"]) == 1
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -614,7 +614,7 @@ def test_folder_reads_gzipped_tables_and_split_values_in_any_case(tmp_path):
                                                  "b.jpg\tde\tein b\ttrain ", "b.jpg\tfr\tun b\tholdout"], gz=True)
     out = tmp_path / "out"
     assert cli(["folder", "--images", tmp_path / "photos", "--captions", jsonl, "--captions", tsv, "--workers", "1",
-                "--out", out, "--quiet"]) == 0
+                "--out", out, "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["skipped"] == {"malformed_line": 1}  # 'holdout' only
     assert "'holdout'" in summary["issues"]["malformed_line"]["examples"][0]["message"]
@@ -645,7 +645,7 @@ def test_unreadable_images_that_unbalance_assigned_languages_are_named_with_the_
         rows.append(f"{name}\ten\ta broken photo {name}")
     out = tmp_path / "out"
     assert cli(["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows),
-                "--assign-languages", "--all-to", "train", "--workers", "1", "--quiet", "--out", out]) == 0
+                "--assign-languages", "--all-to", "train", "--workers", "1", "--no-progress", "--out", out]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["written"]["train"] == {"de": 4, "en": 2, "fr": 4} and summary["skipped"]["unreadable_image"] == 2
     note = [n for n in summary["notes"] if n.startswith("--assign-languages balanced")]
@@ -660,10 +660,10 @@ def test_a_test_fraction_with_no_complete_image_is_a_one_line_error_naming_the_l
     table = write_lines(tmp_path / "caps.tsv", rows)
     out = tmp_path / "out"
     assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--test-fraction", "0.2",
-                "--strict", "--workers", "1", "--quiet", "--out", out]) == 2
+                "--strict", "--workers", "1", "--no-progress", "--out", out]) == 2
     err = one_error_line(capsys)
     assert "asks for 2 test image(s), but none of the 10 image(s) has a caption in every language of de,en,fr,fr-FR" \
-        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--langs de,en)" in err, err
+        in err and "images per language: fr-FR 1, fr 9 (of 10)" in err and "(--languages de,en)" in err, err
     assert not out.exists()
     with pytest.raises(UserError, match="rounds to 0 test images"):  # the other way a requested test split is empty
         plan_splits({f"c{i}": ImageInfo(frozenset({"en"})) for i in range(10)}, ["en"], test_fraction=0.01)
@@ -673,9 +673,9 @@ def test_a_requested_language_without_captions_is_a_one_line_error(tmp_path, cap
     photos, rows = folder_world(tmp_path)
     table = write_lines(tmp_path / "caps.tsv", rows)
     out = tmp_path / "out"
-    assert cli(["folder", "--images", photos, "--captions", table, "--langs", "en,de,it", "--assign-languages",
-                "--workers", "1", "--quiet", "--out", out]) == 2
-    assert "--langs en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
+    assert cli(["folder", "--images", photos, "--captions", table, "--languages", "en,de,it", "--assign-languages",
+                "--workers", "1", "--no-progress", "--out", out]) == 2
+    assert "--languages en,de,it: no usable caption in it (the usable captions are in de,en)" in one_error_line(capsys)
     assert not out.exists()
 
 
@@ -685,7 +685,7 @@ def test_a_region_subtag_beside_its_base_language_is_one_warning(tmp_path, capsy
     rows[2] = rows[2].replace("\tfr\t", "\tfr-FR\t")
     out = tmp_path / "out"
     assert cli(["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows),
-                "--assign-languages", "--workers", "1", "--quiet", "--out", out]) == 0
+                "--assign-languages", "--workers", "1", "--no-progress", "--out", out]) == 0
     warnings = [ln for ln in capsys.readouterr().out.splitlines() if "fr-FR" in ln and ln.startswith("warning:")]
     assert len(warnings) == 1 and "fr-FR (1 image(s)) beside fr (9 image(s))" in warnings[0], warnings
     assert "fr-FR" in json.loads((out / "summary.json").read_text(encoding="utf-8"))["options"]["languages_used"]
@@ -700,12 +700,12 @@ def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys
     out = tmp_path / "out"
     for option in (["--test-fraction", "0.2"], ["--val-fraction", "0.1"], ["--all-to", "train"]):
         assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", *option, "--workers",
-                    "1", "--quiet", "--out", out]) == 2, option
+                    "1", "--no-progress", "--out", out]) == 2, option
         err = one_error_line(capsys)
         assert f"{table}:1: the caption table's split column already splits the images (this row: test), and " \
                f"{option[0]} would re-split them" in err, err
         assert not out.exists()
-    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--workers", "1", "--quiet",
+    assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--workers", "1", "--no-progress",
                 "--out", out]) == 0
     assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
 
@@ -721,7 +721,7 @@ def test_a_table_where_only_some_rows_carry_a_split_is_a_one_line_error(tmp_path
     for lines, line, odd, usual in ((tab, 5, 4, 3), (["image\tlang\tcaption\tsplit", *missing], 8, 3, 4)):
         table = write_lines(tmp_path / "caps.tsv", lines)
         out = tmp_path / "out"
-        assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--quiet", "--out", out]) == 2
+        assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--no-progress", "--out", out]) == 2
         err = one_error_line(capsys)
         assert f"caps.tsv:{line}: {odd} tab-separated columns, but {table}:1 has {usual}: only some rows carry " \
                f"a split column" in err and "a tab inside a caption or a missing split field" in err, err
@@ -737,7 +737,7 @@ def test_xtd10_skips_a_stray_caption_file_with_a_warning(tmp_path, capsys):
     write_lines(root / "MIC" / "test_1kcaptions_de.orig.txt", ["ein rotes Viereck"])  # an editor's backup
     out = tmp_path / "out"
     assert cli(["xtd10", "--xtd10", root, "--images", tmp_path / "coco", "--workers", "1", "--out", out,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "test_1kcaptions_de.orig.txt" in warnings[0] and "skipped" in warnings[0]
     assert read_manifest(out / "test")["languages"] == {"de": 1, "en": 1}
@@ -750,7 +750,7 @@ def test_out_that_is_a_file_is_a_one_line_error_before_anything_is_read(tmp_path
     monkeypatch.setattr("data_prep.converters.pipeline._gather", lambda *a: pytest.fail("read before the check"))
     for out, message in ((tmp_path / "file", "exists and is not a folder"),
                          (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, not a folder")):
-        assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--out", out, "--quiet"]) == 2
+        assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--out", out, "--no-progress"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: --out {out}: ") and message in err[0], err
     assert (tmp_path / "file").read_text() == "mine"
@@ -804,7 +804,7 @@ def split_file_world(tmp_path: Path) -> dict:
         "test": write_lines(tmp_path / "Flickr_8k.testImages.txt", ["101_a1b2c3.jpg", "", "# comment", "102_a1b2c3.jpg"]),
         "dev": write_lines(tmp_path / "Flickr_8k.devImages.txt", ["103.jpg", "104_a1b2c3", "200_ffffff.jpg"]),
     }
-    base = ["flickr8k", "--images", images, "--flickr8k", f"{token}:en", "--flickr8k", f"{cn}:zh", "--quiet",
+    base = ["flickr8k", "--images", images, "--flickr8k", f"{token}:en", "--flickr8k", f"{cn}:zh", "--no-progress",
             "--workers", "1"]
     return dict(images=images, lists=lists, base=base)
 
@@ -830,25 +830,25 @@ def test_split_files_send_named_images_to_their_split_and_the_rest_to_train(tmp_
 
 
 def test_limit_images_says_how_many_images_each_split_file_named_it_left_out(tmp_path, capsys):
-    """The split-file line counts the images a file names; --limit-images dropping most of them went unsaid."""
+    """The split-file line counts the images a file names; --max-images dropping most of them went unsaid."""
     w = split_file_world(tmp_path)
     out = tmp_path / "out"
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
-                "--split-file", f"dev={w['lists']['dev']}", "--limit-images", "2", "--out", out]) == 0
+                "--split-file", f"dev={w['lists']['dev']}", "--max-images", "2", "--out", out]) == 0
     printed = capsys.readouterr().out
     kept = {split: sorted(samples_by_image(out / split)) if (out / split).is_dir() else [] for split in ("val", "test")}
     lost = {"test": 2 - len(kept["test"]), "val": 2 - len(kept["val"])}  # each file names 2 captioned images
     assert sum(lost.values()) >= 2  # 2 of 6 images kept: at least 2 of the 4 named ones left out
     per_split = ", ".join(f"{s} {lost[s]} of 2" for s in ("val", "test") if lost[s])
-    note = (f"--limit-images 2 left out {sum(lost.values())} of the 4 image(s) the split files name ({per_split}): "
+    note = (f"--max-images 2 left out {sum(lost.values())} of the 4 image(s) the split files name ({per_split}): "
             "those splits hold fewer images than their files name")
     assert f"warning: {note}" in printed
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["balanced"] and any(n.startswith(note) for n in summary["notes"])
     # no limit, or one that drops no named image: no such warning
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
-                "--limit-images", "6", "--out", tmp_path / "all"]) == 0
-    assert "--limit-images" not in capsys.readouterr().out
+                "--max-images", "6", "--out", tmp_path / "all"]) == 0
+    assert "--max-images" not in capsys.readouterr().out
 
 
 def test_a_split_folder_pins_another_conversion_to_the_same_images(tmp_path, capsys):
@@ -858,7 +858,7 @@ def test_a_split_folder_pins_another_conversion_to_the_same_images(tmp_path, cap
     assert cli([*w["base"], "--assign-languages", "--split-file", f"test={w['lists']['test']}",
                 "--split-file", f"dev={w['lists']['dev']}", "--out", first]) == 0
     second = tmp_path / "second"
-    assert cli([*w["base"], "--langs", "en", "--split-file", f"test={first / 'test'}", "--split-file",
+    assert cli([*w["base"], "--languages", "en", "--split-file", f"test={first / 'test'}", "--split-file",
                 f"val={first / 'val'}", "--out", second]) == 0
     capsys.readouterr()
     for split in ("val", "test"):
@@ -942,7 +942,7 @@ def test_nothing_usable_is_one_line_saying_why_and_leaves_nothing(tmp_path, caps
                                        f"e.g. {tmp_path / 'broken' / 'a.jpg'}: unreadable_image"),
     ):
         out = tmp_path / "new" / "o"
-        assert cli(["folder", "--images", images, "--captions", table, "--out", out, "--workers", "1", "--quiet",
+        assert cli(["folder", "--images", images, "--captions", table, "--out", out, "--workers", "1", "--no-progress",
                     *extra]) == 2, table
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: nothing to convert: ") and message in err[0], err
@@ -958,7 +958,7 @@ def test_overwrite_keeps_the_old_dataset_until_the_new_one_is_complete(tmp_path,
     good = write_lines(tmp_path / "good.tsv", ["a.jpg\ten\ta red square", "b.jpg\ten\ta green square"])
     out = tmp_path / "out"
     argv = ["folder", "--images", photos, "--captions", good, "--all-to", "train", "--out", out, "--workers", "1",
-            "--quiet"]
+            "--no-progress"]
     assert cli(argv) == 0
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
@@ -966,7 +966,7 @@ def test_overwrite_keeps_the_old_dataset_until_the_new_one_is_complete(tmp_path,
     (tmp_path / "broken" / "c.jpg").write_bytes(b"not a jpeg at all" * 8)
     bad = write_lines(tmp_path / "bad.tsv", ["c.jpg\ten\tunreadable"])
     assert cli(["folder", "--images", tmp_path / "broken", "--captions", bad, "--all-to", "train", "--out", out,
-                "--workers", "1", "--quiet", "--overwrite"]) == 2
+                "--workers", "1", "--no-progress", "--overwrite"]) == 2
     assert "none of the 1 image(s) could be written" in capsys.readouterr().err
 
     def interrupted(self, *args, **kwargs):
@@ -985,7 +985,7 @@ def test_a_second_conversion_into_the_same_out_meanwhile_is_refused_in_one_line(
     photos, rows = folder_world(tmp_path, n=4)
     out = tmp_path / "out"
     argv = ["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows), "--assign-languages",
-            "--all-to", "train", "--out", out, "--workers", "1", "--quiet"]
+            "--all-to", "train", "--out", out, "--workers", "1", "--no-progress"]
     write, second = pipeline._write_shards, []
 
     def racing(*args, **kwargs):
@@ -1016,14 +1016,14 @@ def test_real_official_split_files_work_directly(flickr8k_dir, tmp_path, capsys)
     out = tmp_path / "all-test"
     argv = ["flickr8k", "--images", flickr8k_dir / "images", "--flickr8k",
             f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en", "--split-file", f"test={flickr8k_list}",
-            "--limit-images", "20", "--resize", "32", "--workers", "1", "--out", out, "--quiet"]
+            "--max-images", "20", "--resize", "32", "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     assert f"test={flickr8k_list}: 6000 image(s)" in capsys.readouterr().out  # every name of the list found
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["images"] == {"test": 20}
     # the Multi30K test list names images of Flickr8k's train list: each of its 173 names is found, and clashes
     argv = ["multi30k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
             "--split-file", f"test={multi30k_list}", "--split-file", f"val={flickr8k_list}",
-            "--out", tmp_path / "clash", "--quiet"]
+            "--out", tmp_path / "clash", "--no-progress"]
     assert cli(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "173 image(s) are named in split files of two splits" in err[-1]
@@ -1035,8 +1035,8 @@ def test_real_flickr8k_converts_to_five_languages(flickr8k_dir, tmp_path):
     out = tmp_path / "flickr8k"
     argv = ["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
             "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
-            "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
-            "--resize", "64", "--limit-images", "200", "--workers", "1", "--out", out, "--quiet"]
+            "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.05",
+            "--resize", "64", "--max-images", "200", "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     # records: every line of the Multi30K task 1 caption files plus every Flickr8k-CN line

@@ -262,7 +262,7 @@ def test_a_path_of_the_wrong_kind_is_one_line_naming_it(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     code, _, err = run_data_cli(["synth", "--out", str(blocker / "world"), "--train-images", "4", "--val-images", "4",
-                                 "--test-images", "4", "--quiet"], capsys)
+                                 "--test-images", "4", "--no-progress"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {blocker}") and "not a directory" in lines[0]
 
@@ -292,16 +292,16 @@ def test_contact_sheet_captions_wrap_by_columns_so_cjk_lines_fit_the_panel():
     (["--train-images", "-1"], "error: --train-images -1: expected at least 1, got -1"),
     (["--seed", "-1"], "error: --seed -1: expected a non-negative integer, got -1"),
     (["--workers", "-1"], "error: --workers -1: expected >= 0, got -1"),
-    (["--heldout", "en,en"], "error: --heldout en,en: duplicate codes in ['en', 'en']"),
+    (["--held-out", "en,en"], "error: --held-out en,en: duplicate codes in ['en', 'en']"),
     (["--languages", ""], "error: --languages '': need at least one training language that is not held out"),
     # a KEY=VALUE override wins over the flag, and is named by its key
     (["--image-size", "5", "image_size=7"], "error: <defaults> + overrides: image_size: expected 16..1024 pixels, got 7"),
 ])
 def test_a_bad_synth_flag_is_named_as_the_flag_typed(argv, message, tmp_path, capsys):
-    """`synth --image-size 5` said '<defaults> + overrides: image_size: ...' (and --heldout was heldout_languages):
+    """`synth --image-size 5` said '<defaults> + overrides: image_size: ...' (and --held-out was heldout_languages):
     the user typed a flag, so the message names it and its value as typed."""
     from conftest import run_data_cli
 
-    code, _, err = run_data_cli(["synth", "--out", str(tmp_path / "w"), "--quiet", *argv], capsys)
+    code, _, err = run_data_cli(["synth", "--out", str(tmp_path / "w"), "--no-progress", *argv], capsys)
     assert code == 2 and err.strip().splitlines() == [message]
     assert not (tmp_path / "w").exists()

@@ -917,7 +917,7 @@ def test_real_flickr8k_dictionary_and_retrieval(flickr8k_dir, tmp_path, monkeypa
     ["cluster", "--model", "full", "--k", "0"],
     ["word", "--model", "full", "--top-k", "0"],
     ["word", "--model", "full", "--procrustes-k", "-1"],
-    ["retrieval", "--model", "full", "--ks", "1", "0"],
+    ["retrieval", "--model", "full", "--ks", "1,0"],
     ["translate", "--model", "full", "x", "--to", "de", "--k", "0"],
     ["translate-word", "--model", "full", "x", "--to", "de", "--k", "zero"],
 ])
@@ -992,7 +992,7 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "error: --procrustes-k 5 sets the Procrustes refinement; give --procrustes pairwise or multi, or drop it"),
     (["sentence", "--model", "tfidf", "--split", "{test}", "--head", "cross"],
      "error: --head cross: the TF-IDF and ridge baselines have one embedding, no cross head; drop --head"),
-    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-lang", "fr"],
+    (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--corpus-language", "fr"],
      "error: {test}: corpus language 'fr' differs from --to 'de'"),
     (["translate", "--model", "full", "red", "--to", "de", "--corpus", "{test}", "--rerank", "3"],
      "error: --rerank 3 re-scores under a chosen ranking; give --ranking RECORD or drop it"),

@@ -106,9 +106,9 @@ def test_a_cache_read_for_its_own_rewritten_split_is_refused_naming_both_checksu
     with pytest.raises(UserError) as err:
         load_feature_cache(world / "train" / "features", small_spec(), world / "train")
     assert "\n" not in str(err.value) and f"with checksum {built}, but the split's manifest now says sha256:rewritten" \
-        in str(err.value) and "--force" in str(err.value)
+        in str(err.value) and "--overwrite" in str(err.value)
     # the way out rebuilds this very cache (rewrite_hint), not <split>/features of a command that cannot run
-    assert f"features build {world / 'train'} --out {world / 'train' / 'features'} --force (with the settings" \
+    assert f"features build {world / 'train'} --out {world / 'train' / 'features'} --overwrite (with the settings" \
         in str(err.value)
     # its own split by the folder recorded at build time, the cache elsewhere
     other = tmp_path / "elsewhere" / "features"
@@ -129,7 +129,7 @@ def test_a_cache_serves_a_more_captions_copy_and_other_splits_by_image_id(tmp_pa
     w, data = convert_world(tmp_path)
     more = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--out", more,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     cache_path = data / "train" / "features"
     build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
     built = json.loads((cache_path / "cache.json").read_text())["split_checksum"]
@@ -156,7 +156,7 @@ def test_pairs_draw_any_caption_of_a_language_and_keep_the_sequence_of_groups(tm
     w, data = convert_world(tmp_path)
     more = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--splits",
-                "train,train-parallel", "--out", more, "--quiet"]) == 0
+                "train,train-parallel", "--out", more, "--no-progress"]) == 0
     cache_path = data / "train" / "features"
     build_feature_cache(data / "train", small_spec(), cache_path, small_backbone(), workers=0, progress=False)
     cache = load_feature_cache(cache_path, small_spec(), more / "train-parallel")
@@ -380,8 +380,8 @@ def test_features_need_a_frozen_backbone_and_neighbours_need_features(tiny_world
 def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(tiny_world, tmp_path, weights, capsys):
     out = tmp_path / "cache"
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
-            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--image-model", "resnet18",
+            "--image-weights", str(weights), "--image-size", "32", "--views", "2"]
 
     def run(argv: list[str]) -> tuple[int, str, str]:
         return run_data_cli(argv, capsys)
@@ -396,15 +396,15 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     assert code == 2 and stderr.strip().splitlines()[-1].startswith("error:")
     assert "views=2 vs 3" in stderr.strip().splitlines()[-1]
     # the command's own way out, not training's (was: "rebuild it or point data.features elsewhere")
-    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --force, or build into another --out")
+    assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --overwrite, or build into another --out")
 
 
 def test_features_build_into_another_splits_cache_is_refused_and_a_killed_writes_tmp_is_removed(
         tiny_world, tmp_path, weights, capsys):
     out = tmp_path / "cache"
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--backbone", "resnet18",
-            "--weights", str(weights), "--image-size", "32", "--views", "2"]
+            "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "0", "--image-model", "resnet18",
+            "--image-weights", str(weights), "--image-size", "32", "--views", "2"]
     code, _, stderr = run_data_cli(base, capsys)
     assert code == 0, stderr[-2000:]
     # the test split's images are not in the train split's cache: not "up to date"
@@ -502,8 +502,8 @@ def test_features_cli_gives_the_backbone_the_cores_beside_its_decoding_worker(ti
     monkeypatch.setattr(threads, "load_average", lambda: 0.0)
     code, stdout, stderr = run_data_cli(
         ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-         "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "1", "--backbone",
-         "resnet18", "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+         "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "1", "--image-model",
+         "resnet18", "--image-weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     assert code == 0, stderr[-2000:]
     assert "torch threads: 2 " in stdout  # the one-thread share of (1 + 1 worker) would leave a core idle
 
@@ -524,8 +524,8 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
     out = tmp_path / "cache"
     code, _, stderr = run_data_cli(
         ["features", "build", str(world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--backbone", "resnet18",
-         "--weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
+         "model.image_backbone_args.stem_width=8", "--out", str(out), "--workers", "1", "--image-model", "resnet18",
+         "--image-weights", str(weights), "--image-size", "32", "--views", "2"], capsys)
     last = stderr.strip().splitlines()[-1]
     assert code == 2 and "Traceback" not in stderr, stderr[-2000:]
     assert last.startswith(f"error: {shard}: sample '{key}' has a .png image that does not decode ("), last
@@ -539,14 +539,14 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
 def test_features_build_without_weights_warns_that_they_are_random(tiny_world, tmp_path, weights, capsys):
     """Was: a randomly initialised backbone's cache, said only by cache.json's "weights": "random"."""
     base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
-            "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18", "--image-size", "32",
+            "model.image_backbone_args.stem_width=8", "--workers", "0", "--image-model", "resnet18", "--image-size", "32",
             "--views", "0"]
     code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "random")], capsys)
     warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
     assert code == 0 and json.loads((tmp_path / "random" / "cache.json").read_text())["spec"]["weights"] == "random"
     assert len(warnings) == 1 and "randomly initialised resnet18" in warnings[0], stderr[-2000:]
-    assert "--weights package" in warnings[0] and "--weights FILE" in warnings[0]
-    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--weights", str(weights)], capsys)
+    assert "--image-weights package" in warnings[0] and "--image-weights FILE" in warnings[0]
+    code, _, stderr = run_data_cli(base + ["--out", str(tmp_path / "file"), "--image-weights", str(weights)], capsys)
     assert code == 0 and "warning:" not in stderr
 
 
@@ -560,7 +560,7 @@ def test_features_build_refuses_a_folder_that_is_no_split_before_it_sets_threads
 def test_features_build_without_a_config_asks_for_the_image_size_first(tiny_world, tmp_path, capsys):
     """Without --config the sizes would be the built-in defaults (64 px), which no ImageNet recipe trains with."""
     out = tmp_path / "cache"
-    argv = ["features", "build", str(tiny_world / "train"), "--backbone", "resnet18", "--out", str(out)]
+    argv = ["features", "build", str(tiny_world / "train"), "--image-model", "resnet18", "--out", str(out)]
     code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 2 and stdout == "" and not out.exists()
     assert stderr.strip() == (f"error: features build {tiny_world / 'train'}: no --config and no --image-size; give the "

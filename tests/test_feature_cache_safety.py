@@ -70,18 +70,18 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
     (world / "notes.txt").write_text("kept")
     before = listing(world)
     split = world / "train"
-    # features build --out <the dataset root>, with and without --force
-    build = ["features", "build", str(split), *SMALL_ARGS, "--backbone", "resnet18", "--weights", str(weights),
+    # features build --out <the dataset root>, with and without --overwrite
+    build = ["features", "build", str(split), *SMALL_ARGS, "--image-model", "resnet18", "--image-weights", str(weights),
              "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(world)]
-    for extra in ([], ["--force"]):
+    for extra in ([], ["--overwrite"]):
         line = one_line_error(*run_data_cli(build + extra, capsys)[::2])
         assert str(world) in line and "notes.txt" in line and "train/" in line
-    # features import / concat --force --out <a split>
+    # features import / concat --overwrite --out <a split>
     ids = split_image_ids(split)
     emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
-    for force in ([], ["--force"]):
+    for force in ([], ["--overwrite"]):
         line = one_line_error(*run_data_cli(["features", "import", str(split), "--embeddings", str(emb), "--ids",
-                                             str(id_file), "--name", "x", "--quiet", "--out", str(split), *force],
+                                             str(id_file), "--name", "x", "--no-progress", "--out", str(split), *force],
                                             capsys)[::2])
         assert str(split) in line and "manifest.json" in line
     for name in ("a", "b"):
@@ -94,7 +94,7 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
     with pytest.raises(UserError) as err:
         ensure_feature_cache(cfg, "train", log=lambda _: None)
     assert "\n" not in str(err.value) and str(world) in str(err.value) and "notes.txt" in str(err.value)
-    # a cache folder that holds other files too is no cache to replace, --force or not
+    # a cache folder that holds other files too is no cache to replace, --overwrite or not
     cache = tmp_path / "cache"
     import_embeddings(split, emb, cache, "x", ids=id_file, progress=False)
     (cache / "mine.txt").write_text("kept")
@@ -167,7 +167,7 @@ def test_image_backbone_args_are_part_of_the_spec(world, tmp_path, capsys, weigh
     assert "\n" not in str(err.value)
     # the build command: another pooling is refused, not "up to date"
     def build(*overrides: str) -> list[str]:
-        return ["features", "build", str(split), *SMALL_ARGS, *overrides, "--backbone", "resnet18", "--weights",
+        return ["features", "build", str(split), *SMALL_ARGS, *overrides, "--image-model", "resnet18", "--image-weights",
                 str(weights), "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(tmp_path / "cli")]
 
     code, stdout, stderr = run_data_cli(build(), capsys)
@@ -219,25 +219,25 @@ def test_nested_list_parquet_embeddings_are_a_one_line_error(world, tmp_path, ca
     pq.write_table(table, path)
     out = tmp_path / "out"
     line = one_line_error(*run_data_cli(["features", "import", str(world / "train"), "--embeddings", str(path),
-                                         "--name", "x", "--quiet", "--out", str(out)], capsys)[::2])
+                                         "--name", "x", "--no-progress", "--out", str(out)], capsys)[::2])
     assert str(path) in line and "'embedding'" in line and str(pq.read_schema(path).field("embedding").type) in line
     assert not out.exists() and not (tmp_path / "out.tmp").exists()
 
 
 @pytest.mark.parametrize("gone", ["features.npy", "image_ids.json"])
-def test_a_half_removed_cache_says_to_rebuild_it_with_force(world, tmp_path, weights, capsys, gone):
+def test_a_half_removed_cache_says_to_rebuild_it_with_overwrite(world, tmp_path, weights, capsys, gone):
     out = tmp_path / "features"
-    build = ["features", "build", str(world / "train"), *SMALL_ARGS, "--backbone", "resnet18", "--weights",
+    build = ["features", "build", str(world / "train"), *SMALL_ARGS, "--image-model", "resnet18", "--image-weights",
              str(weights), "--image-size", "32", "--views", "1", "--workers", "0", "--out", str(out)]
     code, _, stderr = run_data_cli(build, capsys)
     assert code == 0, stderr[-2000:]
     (out / gone).unlink()
-    with pytest.raises(UserError, match="--force") as err:
+    with pytest.raises(UserError, match="--overwrite") as err:
         load_feature_cache(out)
     assert gone in str(err.value) and "\n" not in str(err.value)
     line = one_line_error(*run_data_cli(build, capsys)[::2])
-    assert gone in line and "--force" in line
-    code, _, stderr = run_data_cli(build + ["--force"], capsys)  # what the error says to do
+    assert gone in line and "--overwrite" in line
+    code, _, stderr = run_data_cli(build + ["--overwrite"], capsys)  # what the error says to do
     assert code == 0, stderr[-2000:]
     assert len(load_feature_cache(out).row_of) == len(split_image_ids(world / "train"))
 

@@ -105,7 +105,7 @@ def test_concat_refuses_bad_input_and_writes_nothing(tiny_world, caches, tmp_pat
         concat_caches(split, [a, tmp_path / "nowhere"], out, "x", progress=False)
     assert not out.exists() and not out.with_name("out.tmp").exists()
     concat_caches(split, [a, b], out, "x", progress=False)
-    with pytest.raises(UserError, match="pass --force"):  # other embeddings at --out are kept
+    with pytest.raises(UserError, match="pass --overwrite"):  # other embeddings at --out are kept
         concat_caches(split, [a, b], out, "y", progress=False)
     assert json.loads((out / "cache.json").read_text())["spec"]["weights"] == "x"
 
@@ -134,8 +134,8 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
 
     save_file(create_image_backbone("resnet18", None, **SMALL).state_dict(), str(weights))
     build = ["features", "build", str(split), "model.image_backbone_args.channels=[8,16,16,16]",
-             "model.image_backbone_args.stem_width=8", "--workers", "0", "--backbone", "resnet18",
-             "--weights", str(weights), "--image-size", "32"]
+             "model.image_backbone_args.stem_width=8", "--workers", "0", "--image-model", "resnet18",
+             "--image-weights", str(weights), "--image-size", "32"]
     code, _, stderr = run_data_cli(build + ["--views", "0", "--out", str(tmp_path / "whole")], capsys)
     assert code == 0, stderr[-2000:]
     whole = load_feature_cache(tmp_path / "whole")
@@ -148,7 +148,7 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
         assert code == 2 and bad[0] in stderr and not (tmp_path / "bad").exists()
     code, stdout, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--cache",
                                     str(tmp_path / "views"), "--name", "joined", "--out", str(tmp_path / "joined"),
-                                    "--quiet"], capsys)
+                                    "--no-progress"], capsys)
     assert code == 0, stderr[-2000:]
     assert "model.image_pretrained=joined" in stdout
     assert load_feature_cache(tmp_path / "joined").features.shape[-1] == 2 * whole.features.shape[-1]
@@ -170,7 +170,7 @@ def test_a_corrupt_features_file_is_one_line_naming_it(tiny_world, caches, tmp_p
         shutil.copytree(b, bad)
         (bad / "features.npy").write_bytes(data)
         code, _, err = run_data_cli(["features", "concat", str(tiny_world / "train"), "--cache", str(a), "--cache",
-                                     str(bad), "--name", "j", "--out", str(tmp_path / "out"), "--quiet"], capsys)
+                                     str(bad), "--name", "j", "--out", str(tmp_path / "out"), "--no-progress"], capsys)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1, err[-2000:]
         assert lines[0].startswith(f"error: {bad / 'features.npy'}: not a readable .npy array") and why in lines[0]

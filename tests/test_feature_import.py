@@ -148,7 +148,7 @@ def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as stop:
         data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(folder / "emb.npy"), "--ids",
-                   str(folder / "truncated.json"), "--name", "toy", "--quiet", "--out", str(out)])
+                   str(folder / "truncated.json"), "--name", "toy", "--no-progress", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "truncated.json: malformed JSON" in err[0] and not out.exists()
 
@@ -259,7 +259,7 @@ def test_parquet_column_options_with_a_npy_file_are_refused_not_ignored(tiny_wor
     for flag in ("--id-column", "--embedding-column"):
         with pytest.raises(SystemExit) as stop:
             data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
-                       str(id_file), "--name", "toy", "--quiet", "--out", str(out), flag, "vec"])
+                       str(id_file), "--name", "toy", "--no-progress", "--out", str(out), flag, "vec"])
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 2 and len(err) == 1 and f"{flag} is for parquet inputs" in err[0]
     assert not out.exists()
@@ -271,7 +271,7 @@ def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, so
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
     before = (out / "cache.json").read_text()
-    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of 12 dims, not 'other' of 12 dims.*--force"):
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of 12 dims, not 'other' of 12 dims.*--overwrite"):
         import_embeddings(split, emb, out, "other", ids=id_file, progress=False)
     wide, _ = write_npy(tmp_path / "wide", ids, np.repeat(vectors, 2, axis=1))
     with pytest.raises(UserError, match="of 12 dims, not 'toy' of 24 dims"):
@@ -291,18 +291,18 @@ def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unles
     import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)  # the same import again: allowed
     new, _ = write_npy(tmp_path / "new", ids, vectors + 1)
     argv = ["features", "import", str(split), "--embeddings", str(new), "--ids", str(id_file), "--name", "toy",
-            "--quiet", "--out", str(out)]
+            "--no-progress", "--out", str(out)]
     code, _, stderr = run_data_cli(argv, capsys)
     assert code == 2 and stderr.strip().splitlines() == [
         f"error: --out {out}: holds imported embeddings 'toy' of another source (sha256 "
-        f"{json.loads(before)['spec']['weights_sha256']} there, {file_sha256(new)[:16]} now); pass --force to replace "
+        f"{json.loads(before)['spec']['weights_sha256']} there, {file_sha256(new)[:16]} now); pass --overwrite to replace "
         f"them or choose another --out"]
     copy = tmp_path / "copy"  # the same images in another split folder
     shutil.copytree(split, copy, ignore=shutil.ignore_patterns("features"))
-    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of another split \(.*train\); pass --force"):
+    with pytest.raises(UserError, match=r"holds imported embeddings 'toy' of another split \(.*train\); pass --overwrite"):
         import_embeddings(copy, emb, out, "toy", ids=id_file, progress=False)
     assert json.loads((out / "cache.json").read_text())["spec"] == json.loads(before)["spec"]
-    code, _, _ = run_data_cli(argv + ["--force"], capsys)
+    code, _, _ = run_data_cli(argv + ["--overwrite"], capsys)
     assert code == 0 and json.loads((out / "cache.json").read_text())["spec"]["weights_sha256"] == file_sha256(new)[:16]
 
 
@@ -311,7 +311,7 @@ def test_the_import_command(tiny_world, source, tmp_path, capsys):
     emb, id_file = write_npy(tmp_path / "src", ids, vectors)
     out = tmp_path / "features"
     argv = ["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids", str(id_file),
-            "--name", "toy", "--quiet", "--out"]
+            "--name", "toy", "--no-progress", "--out"]
     with pytest.raises(SystemExit) as stop:
         data_main(argv + [str(out)])
     assert stop.value.code == 0 and "model.image_backbone=imported model.image_pretrained=toy" in capsys.readouterr().out
@@ -425,7 +425,7 @@ def test_an_embeddings_file_that_is_not_npy_is_named_as_such_not_as_a_pickle(tin
                                             "file")):
         with pytest.raises(SystemExit) as stop:
             data_main(["features", "import", str(tiny_world / "train"), "--embeddings", str(emb), "--ids",
-                       str(id_file), "--name", "toy", "--quiet", "--out", str(out)])
+                       str(id_file), "--name", "toy", "--no-progress", "--out", str(out)])
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
         assert "pickle" not in err[0]

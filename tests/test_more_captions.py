@@ -27,8 +27,8 @@ def convert_world(tmp_path: Path) -> tuple[dict, Path]:
     w = flickr8k_world(tmp_path)
     data = tmp_path / "data"
     assert cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--flickr8k", f"{w['cn']}:zh",
-                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--parallel-train", "en,de,fr,cs",
-                "--workers", "1", "--out", data, "--quiet"]) == 0
+                "--languages", "en,de,fr,cs,zh", "--assign-languages", "--parallel-train", "en,de,fr,cs",
+                "--workers", "1", "--out", data, "--no-progress"]) == 0
     (data / "tokenizer.json").write_text("{}", encoding="utf-8")
     return w, data
 
@@ -81,7 +81,7 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
     lang_of = {i: metas[0]["lang"] for i, metas in before.items()}
     out = tmp_path / "more"
     argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
-            "--flickr8k", f"{w['cn']}:zh", "--captions", tsv, "--out", out, "--quiet"]
+            "--flickr8k", f"{w['cn']}:zh", "--captions", tsv, "--out", out, "--no-progress"]
     assert cli(argv) == 0
     printed = capsys.readouterr().out
     assert "before" in printed and "after" in printed and "(ok)" in printed
@@ -144,14 +144,14 @@ def test_a_linked_split_rewritten_since_is_refused(tmp_path, capsys):
     w, data = convert_world(tmp_path)
     out = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["linked_checksums"] == {name: read_manifest(data / name)["checksum"]
                                            for name in ("test", "train-parallel", "val")}
     read_manifest(out / "test")  # unchanged: fine
-    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--langs", "en,de",
+    assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--languages", "en,de",
                 "--assign-languages", "--test-fraction", "0.4", "--workers", "1", "--out", data, "--overwrite",
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     capsys.readouterr()
     with pytest.raises(UserError, match=rf"^{out / 'test'}: links to .*rewritten since more-captions wrote "
                                         rf".*run more-captions again to rebuild {out}$"):
@@ -171,7 +171,7 @@ def test_val_too_copy_and_overwrite(tmp_path):
     rows = [f"{i}.jpg\t{metas[0]['lang']}\tone more for val" for i, metas in val_before.items()]
     tsv = write_lines(tmp_path / "val.tsv", rows + [f"{i}.jpg\tzh\tnot its language" for i in val_before])
     argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--captions", tsv,
-            "--splits", "train,val", "--copy", "--out", out, "--quiet"]
+            "--splits", "train,val", "--copy", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     val_after = by_image(out / "val")
@@ -188,7 +188,7 @@ def test_val_too_copy_and_overwrite(tmp_path):
 
     # an earlier more-captions output is replaced with --overwrite (and kept without it)
     assert cli(argv) == 2
-    assert cli(argv[:-3] + ["--out", out, "--overwrite", "--quiet"]) == 0
+    assert cli(argv[:-3] + ["--out", out, "--overwrite", "--no-progress"]) == 0
     assert not (out / "val").is_symlink()
     assert not list(tmp_path.glob(".more.partial-*"))
 
@@ -201,7 +201,7 @@ def test_a_second_run_into_the_same_out_meanwhile_is_refused_in_one_line(tmp_pat
     w, data = convert_world(tmp_path)
     capsys.readouterr()
     out = tmp_path / "more"
-    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out, "--quiet"]
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out, "--no-progress"]
     write, second = command.write_dataset, []
 
     def racing(*args, **kwargs):
@@ -225,7 +225,7 @@ def test_train_parallel_gets_the_same_captions_in_each_of_its_images_languages(t
     caption added to both splits counts once, with one copy."""
     w, data = convert_world(tmp_path)
     src = ["--multi30k", w["m30k"], "--multi30k-tasks", "1,2", "--flickr8k", f"{w['cn']}:zh"]
-    assert cli(["more-captions", "--data", data, *src, "--out", tmp_path / "train-only", "--quiet"]) == 0
+    assert cli(["more-captions", "--data", data, *src, "--out", tmp_path / "train-only", "--no-progress"]) == 0
     out = tmp_path / "both"
     assert cli(["more-captions", "--data", data, *src, "--splits", "train,train-parallel", "--out", out]) == 0
     printed = capsys.readouterr().out
@@ -264,12 +264,12 @@ def test_a_stem_two_converted_files_shared_matches_neither(tmp_path, capsys):
     table = write_lines(tmp_path / "caps.tsv", ["cat.jpg\ten\ta red cat", "cat.png\ten\ta blue cat",
                                                 "dog.jpg\ten\ta white dog"])
     data = tmp_path / "data"
-    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--quiet"]) == 0
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--no-progress"]) == 0
     assert sorted(by_image(data / "train")) == ["cat", "cat-2", "dog"]
     more = write_lines(tmp_path / "more.tsv", ["cat.png\ten\tanother blue cat", "cat-2.jpg\ten\tblue again",
                                                "cat.jpg\ten\tanother red cat", "dog.jpg\ten\tanother dog"])
     out = tmp_path / "more"
-    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--quiet"]) == 0
+    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "3 caption(s) not added: their image name fits several images" in printed and "more.tsv:1" in printed
     after = by_image(out / "train")
@@ -295,7 +295,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
     empty_tsv.write_text("", encoding="utf-8")
     mixed = tmp_path / "mixed"  # converted without --assign-languages: images in several languages
     assert cli(["multi30k", "--images", w["images"], "--multi30k", w["m30k"], "--workers", "1", "--out", mixed,
-                "--quiet"]) == 0
+                "--no-progress"]) == 0
     cases = [
         (["--data", no_train, *src, "--out", tmp_path / "o1"], f"--data {no_train}: no train/manifest.json"),
         (["--data", data / "train", *src, "--out", tmp_path / "o1"], "is a split folder itself"),
@@ -314,7 +314,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
         (["--data", tmp_path / "absent", *src, "--out", tmp_path / "o5"], "folder not found"),
     ]
     for argv, message in cases:
-        assert cli(["more-captions", *argv, "--quiet"]) == 2, message
+        assert cli(["more-captions", *argv, "--no-progress"]) == 2, message
         err = capsys.readouterr().err.strip().splitlines()
         assert message in err[-1]
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 6))
@@ -332,13 +332,13 @@ def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
     data = tmp_path / "f8k"
     assert cli(["flickr8k", "--images", flickr8k_dir / "images", "--multi30k", flickr8k_dir / "multi30k",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
-                "--langs", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
-                "--resize", "32", "--limit-images", "200", "--workers", "1", "--out", data, "--quiet"]) == 0
+                "--languages", "en,de,fr,cs,zh", "--assign-languages", "--test-fraction", "0.1", "--val-fraction", "0.25",
+                "--resize", "32", "--max-images", "200", "--workers", "1", "--out", data, "--no-progress"]) == 0
     out = tmp_path / "more"
     assert cli(["more-captions", "--data", data, "--multi30k", flickr8k_dir / "multi30k", "--multi30k-tasks", "1,2",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8k' / 'Flickr8k.token.txt'}:en",
                 "--flickr8k", f"{flickr8k_dir / 'flickr8kcn' / 'flickr8kzhc.caption.txt'}:zh",
-                "--out", out, "--quiet"]) == 0
+                "--out", out, "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     train = summary["splits"]["train"]
     assert summary["balanced"] and summary["skipped_total"] == 0
@@ -361,10 +361,10 @@ def test_an_image_converted_before_long_ids_were_shortened_still_gets_its_captio
     data, out = tmp_path / "data", tmp_path / "more"
     monkeypatch.setattr(pipeline, "MAX_ID", 1000)  # the ids of before
     table = write_lines(tmp_path / "caps.tsv", [f"{name}\ten\ta red photo"])
-    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--quiet"]) == 0
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--no-progress"]) == 0
     monkeypatch.undo()
     (old_id,) = by_image(data / "train")
     assert len(old_id) > 64
     more = write_lines(tmp_path / "more.tsv", [f"{name}\ten\tanother red photo"])
-    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--quiet"]) == 0
+    assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--no-progress"]) == 0
     assert [m["caption"] for m in by_image(out / "train")[old_id]] == ["a red photo", "another red photo"]

@@ -149,7 +149,7 @@ def test_run_saves_its_languages_and_loads_the_same_weights(sigurdsson_run):
     ["sentence", "--n-groups", "12", "--head", "cross"],
     ["word", "--method", "nn"],
     ["word", "--method", "nn", "--embeddings", "contextual"],
-    ["retrieval", "--ks", "1", "5"],
+    ["retrieval", "--ks", "1,5"],
     ["cluster", "--n-groups", "12", "--k", "4"],
 ], ids=["sentence", "sentence-cross", "word", "word-contextual", "retrieval", "cluster"])
 def test_eval_commands_run_on_a_sigurdsson_run(sigurdsson_run, tiny_world, tmp_path, command):

@@ -274,13 +274,25 @@ def test_cli_writes_a_world_and_rejects_bad_flags(tmp_path, capsys):
 
     out = tmp_path / "w"
     argv = ["synth", "--out", str(out), "--train-images", "20", "--val-images", "9", "--test-images", "3",
-            "--languages", "en,ru,ja", "--workers", "1", "--quiet", "p_mention_colour=1.0"]
+            "--languages", "en,ru,ja", "--workers", "1", "--no-progress", "p_mention_colour=1.0"]
     assert run_cli(main, argv) == 0
     assert "train" in capsys.readouterr().out
     assert read_manifest(out / "test")["languages"] == {"en": 3, "ja": 3, "ru": 3}
     assert load_config(SynthConfig, out / "world.yaml").p_mention_colour == 1.0
-    assert run_cli(main, ["synth", "--out", str(out), "--heldout", "xx"]) == 2
-    assert "error: --heldout xx: unknown language code 'xx'" in capsys.readouterr().err
+    assert run_cli(main, ["synth", "--out", str(out), "--held-out", "xx"]) == 2
+    assert "error: --held-out xx: unknown language code 'xx'" in capsys.readouterr().err
+
+
+def test_cli_holds_languages_out_with_held_out(capsys):
+    """`synth --held-out zh` (it was --heldout, where the experiments spell --held-out)."""
+    from data_prep.cli import build_parser
+    from data_prep.synth.cli import config_from_args
+
+    assert config_from_args(build_parser().parse_args(["synth", "--out", "w", "--held-out", "zh,el"])
+                            ).heldout_languages == ["zh", "el"]
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["synth", "--out", "w", "--heldout", "zh"])
+    assert stop.value.code == 2 and "unrecognized arguments: --heldout" in capsys.readouterr().err
 
 
 def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, capsys):
@@ -295,7 +307,7 @@ def test_a_folder_holding_a_converted_dataset_is_never_overwritten(tmp_path, cap
     manifest.parent.mkdir(parents=True)
     manifest.write_text('{"source": "flickr8k", "shards": ["train-000000.tar"], "num_samples": 5, "languages": {}}')
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    argv = ["synth", "--out", str(tmp_path / "real"), "--train-images", "4", "--workers", "1", "--quiet"]
+    argv = ["synth", "--out", str(tmp_path / "real"), "--train-images", "4", "--workers", "1", "--no-progress"]
     assert run_cli(main, argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds a dataset that is no synthetic world" in err[0] and "'flickr8k'" in err[0]
@@ -323,7 +335,7 @@ def synth_cli(argv: list[str]) -> int:
 
 
 SMALL = ["--train-images", "8", "--val-images", "4", "--test-images", "3", "--languages", "en,de", "--workers", "1",
-         "--quiet"]
+         "--no-progress"]
 
 
 def files_of(folder: Path) -> dict[Path, bytes]:

@@ -42,12 +42,12 @@ def test_bundle_round_trip_and_one_row(tmp_path):
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[32]", "optim.epochs=3", "optim.batch_size=16"]),
               "tiny, 1 caption": (None, ["adapter.hidden_dims=[32]", "optim.epochs=3", "optim.batch_size=16",
                                          "max_captions_per_image=1"])}
-    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en,de", "--seeds", "0", "--device", "cpu",
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--languages", "en,de", "--seeds", "0", "--device", "cpu",
                    "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "tiny-s0.json").read_text())
     assert record["n_captions"] == 120 and record["val_recall@10"] > 0
     # the row is a function of its seed: measured again from the bundle, the same epoch kept and the same figures
-    again = z.measure("tiny", 0, back, argparse.Namespace(device="cpu", langs=["en", "de"]))
+    again = z.measure("tiny", 0, back, argparse.Namespace(device="cpu", languages=["en", "de"]))
     assert again["best_epoch"] == record["best_epoch"] and again["val_recall@10"] == record["val_recall@10"]
     assert json.loads(json.dumps(again["test"]["metrics"])) == record["test"]["metrics"]
     assert set(record["test"]["metrics"]) == {"en", "de"} and "intervals" in record["test"]
@@ -56,9 +56,9 @@ def test_bundle_round_trip_and_one_row(tmp_path):
     table = (tmp_path / "out" / "table.md").read_text()
     assert table.count("\n| tiny") == 2
     # the records are reused when the table is asked again, and refused when measured on other languages
-    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en,de", "--seeds", "0", "--device", "cpu",
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--languages", "en,de", "--seeds", "0", "--device", "cpu",
                    "--out", str(tmp_path / "out")]) == 0
-    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--langs", "en", "--seeds", "0", "--device", "cpu",
+    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
                    "--out", str(tmp_path / "out")]) == 2
 
 
@@ -72,7 +72,7 @@ def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, c
               "test": _split(rng, mix, 12, ["en"], caps=1)}
     z.save_bundle(tmp_path / "b.npz", splits)
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
-    run = ["--bundle", str(tmp_path / "b.npz"), "--langs", "en", "--seeds", "0", "--device", "cpu",
+    run = ["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
            "--out", str(tmp_path / "out")]
     assert z.main(run) == 0 and z.main(run) == 0  # the same inputs: reused
     capsys.readouterr()
@@ -100,7 +100,7 @@ def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):
 
     for name in ("train", "val", "test"):
         write(name, "caption")
-    args = argparse.Namespace(bundle=None, langs=["en"], **{n: str(tmp_path / n) for n in ("train", "val", "test")})
+    args = argparse.Namespace(bundle=None, languages=["en"], **{n: str(tmp_path / n) for n in ("train", "val", "test")})
     before = z.measured_on(args)
     write("train", "another caption")  # rewritten in place: the same path
     after = z.measured_on(args)
@@ -113,7 +113,7 @@ def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
     z = _driver()
     for argv, message in ((["--seeds", "a"], "argument --seeds: expected comma-separated integer seeds, e.g. 0,1; "
                                              "got 'a'"),
-                          (["--langs", "en,en"], "argument --langs: en given twice in 'en,en'")):
+                          (["--languages", "en,en"], "argument --languages: en given twice in 'en,en'")):
         with pytest.raises(SystemExit) as stop:
             z.main(argv)
         err = capsys.readouterr().err
@@ -145,7 +145,7 @@ def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extrac
     monkeypatch.setattr(z, "image_extractor", no_features)
     monkeypatch.setattr(z, "load_split_features", no_features)
     assert z.main(["--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--test", str(tmp_path / "test"),
-                   "--langs", "en,xx", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
+                   "--languages", "en,xx", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
                    "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
     assert "--test" in err and "xx" in err and err.count("\n") == 1
@@ -167,7 +167,7 @@ def test_a_val_that_is_the_train_split_is_refused_before_any_feature_is_extracte
     monkeypatch.setattr(z, "image_extractor", no_features)
     monkeypatch.setattr(z, "load_split_features", no_features)
     assert z.main(["--train", str(tmp_path / "train"), "--val", str(tmp_path / "train"), "--test", str(tmp_path / "test"),
-                   "--langs", "en", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
+                   "--languages", "en", "--seeds", "0", "--device", "cpu", "--out", str(tmp_path / "out"),
                    "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
     assert f"--val {tmp_path / 'train'}: is the --train split" in err and err.count("\n") == 1

@@ -116,7 +116,7 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
                  tmp_path / "ckpt")
     common = ["--adapter", str(tmp_path / "ckpt"), "--test", str(tmp_path / "test"), "--vocab-from",
               str(tmp_path / "train"), "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--k", "2"]
-    assert main(["tag-eval", *common, "--json", str(tmp_path / "t.json")]) == 0
+    assert main(["tag-eval", *common, "--out", str(tmp_path / "t.json")]) == 0
     record = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
     # --neighbours 30 of 5 en and 4 de train captions: all of them, said (it was passed over in silence)
     assert record["neighbours"] == 30 and record["neighbours_used"] == {"de": 4, "en": 5}
@@ -128,7 +128,7 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     for scores in record["scores"].values():
         for model in ("captions", "xtd10", "frequency"):
             assert 0.0 <= scores[model]["lo"] <= scores[model]["value"] <= scores[model]["hi"] <= 1.0
-    assert main(["tag-eval", *common, "--langs", "fr"]) == 2
+    assert main(["tag-eval", *common, "--languages", "fr"]) == 2
     assert "no captions" in capsys.readouterr().err
     same = [*common[:4], "--vocab-from", str(tmp_path / "test"), *common[6:]]
     assert main(["tag-eval", *same]) == 2
@@ -159,7 +159,7 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
         identity.blocks[0][0].bias.zero_()
     save_adapter(identity, ZeroShotConfig(text_encoder="random:1280"), tmp_path / "identity")
     known = ["--adapter", str(tmp_path / "identity"), *common[2:], "--neighbours", "1"]
-    assert main(["tag-eval", *known, "--json", str(tmp_path / "known.json")]) == 0
+    assert main(["tag-eval", *known, "--out", str(tmp_path / "known.json")]) == 0
     scores = json.loads((tmp_path / "known.json").read_text(encoding="utf-8"))["scores"]
     for lang in ("de", "en"):
         assert scores[lang]["captions"]["value"] == pytest.approx(1.0), scores[lang]

@@ -76,7 +76,7 @@ def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
     for command, extra in (("tag", ["--images", str(tmp_path), "--vocab", "de=v.txt"]),
                            ("tag-eval", ["--test", "t", "--vocab-from", "v"])):
         out = tmp_path / "out" / "r.json"
-        code = main([command, "--adapter", str(tmp_path / "ckpt"), *extra, "--w1", "nan", "--json", str(out)])
+        code = main([command, "--adapter", str(tmp_path / "ckpt"), *extra, "--w1", "nan", "--out", str(out)])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: --w1 nan: expected a finite tag weight >= 0") and \
             err.count("\n") == 1, err
@@ -171,7 +171,7 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     vocab = ["rot", "blau", "Hund", "Katze", "Haus", "Baum", "Auto"]
     (tmp_path / "de.txt").write_text("\n".join(vocab), encoding="utf-8")
     code = main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
-                 f"de={tmp_path / 'de.txt'}", "--source-tags", "3", "--json", str(tmp_path / "tags.json"),
+                 f"de={tmp_path / 'de.txt'}", "--source-tags", "3", "--out", str(tmp_path / "tags.json"),
                  "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
     assert code == 0
     record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
@@ -205,7 +205,7 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(tag_cli, "embed_cached", lambda _spec, texts, *_a, **_k: np.stack(
         [np.random.default_rng(sum(map(ord, t))).normal(size=16) for t in texts]).astype(np.float32))
     assert main(["tag", "--adapter", str(tmp_path / "use"), "--images", str(tmp_path / "img0.png"), "--vocab",
-                 f"cs={tmp_path / 'de.txt'}", "--source-tags", "1001", "--json", str(tmp_path / "cs.json"),
+                 f"cs={tmp_path / 'de.txt'}", "--source-tags", "1001", "--out", str(tmp_path / "cs.json"),
                  "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "note: --source-tags 1001: the image model's classifier has 1000 classes; using 1000" in out
@@ -214,8 +214,8 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert record["source_tags"] == 1000 and record["languages_the_text_encoder_lacks"] == ["cs"]
     entry = record["images"][0]
     assert len(entry["source"]) == len(set(imagenet_class_names())) and len(entry["tags"]["cs"]) == len(vocab)
-    # counts must be positive (--limit -1 silently dropped the last image, --source-tags -1 crashed)
-    for option in ("--source-tags", "--limit"):
+    # counts must be positive (--max-images -1, then --limit, dropped the last image in silence; --source-tags -1 crashed)
+    for option in ("--source-tags", "--max-images"):
         with pytest.raises(SystemExit) as exit_info:
             main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path), "--vocab",
                   f"de={tmp_path / 'de.txt'}", option, "-1"])
@@ -300,7 +300,7 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
     argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
             "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
-    assert main(argv + ["--images", str(photos), "--json", str(tmp_path / "tags.json")]) == 0
+    assert main(argv + ["--images", str(photos), "--out", str(tmp_path / "tags.json")]) == 0
     out = capsys.readouterr().out
     assert f"warning: {photos / 'broken.jpg'}: unreadable image (" in out and "good.png" in out
     assert f"warning: {photos / 'cut.jpg'}: unreadable image (" in out

@@ -102,7 +102,7 @@ def test_train_names_a_train_language_the_text_encoder_lacks(tmp_path, capsys):
 
 
 def test_a_language_named_twice_in_train_langs_is_refused():
-    """train_langs=[en,en] was accepted (and printed en/en) while --langs en,en is refused."""
+    """train_langs=[en,en] was accepted (and printed en/en) while --languages en,en is refused."""
     with pytest.raises(UserError, match=r"overrides: train_langs names en more than once, got \['en', 'en', 'de'\]$"):
         load_config(ZeroShotConfig, overrides=["train_langs=[en,en,de]"])
 
@@ -300,7 +300,7 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     meta = json.loads((tmp_path / "patr" / "meta.json").read_text())
     assert meta["n_captions"] == n_train and meta["n_images"] == n_train  # English only, first caption per image
     code = main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
-                 "--json", str(tmp_path / "r.json"), *common])
+                 "--out", str(tmp_path / "r.json"), *common])
     assert code == 0
     record = json.loads((tmp_path / "r.json").read_text())
     metrics = record["models"]["patr"]["metrics"]
@@ -353,7 +353,7 @@ def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_pat
     blocker.write_text("x")
     save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "ok")
     assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "ok"),
-                 "--json", str(blocker / "r.json"), *common]) == 2
+                 "--out", str(blocker / "r.json"), *common]) == 2
     assert "r.json: cannot write the JSON record" in capsys.readouterr().err
     assert main(["train", "--train", str(tmp_path / "test"), "--out", str(blocker / "ckpt"), *common,
                  "text_encoder=random:16"]) == 2
@@ -480,8 +480,8 @@ def test_retrieval_gallery_is_every_image_whatever_the_languages(tmp_path):
     records = {}
     for langs in ("de", "de,en"):
         out = tmp_path / f"{langs}.json"
-        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--langs", langs,
-                     "--json", str(out), *common]) == 0
+        assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--languages", langs,
+                     "--out", str(out), *common]) == 0
         records[langs] = json.loads(out.read_text())
     assert records["de"]["models"]["a"]["n_images"] == records["de,en"]["models"]["a"]["n_images"] == 12
     assert records["de"]["models"]["a"]["metrics"]["de"] == records["de,en"]["models"]["a"]["metrics"]["de"]
@@ -575,13 +575,13 @@ def test_a_diverged_adapter_ranks_its_targets_last_and_training_stops_on_a_non_f
 
 
 def test_a_language_given_twice_in_langs_is_refused_not_merged(capsys):
-    """`--langs en,de,en` was silently read as en,de."""
+    """`--languages en,de,en` was silently read as en,de."""
     from globetrotter.zeroshot.cli import main
 
     for command in (["retrieval", "--test", "t", "--adapter", "a"], ["tag-eval", "--adapter", "a", "--test", "t",
                                                                      "--vocab-from", "v"]):
         with pytest.raises(SystemExit) as exit_info:
-            main([*command, "--langs", "en,de,en"])
+            main([*command, "--languages", "en,de,en"])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "en given twice in 'en,de,en'; expected each language once" in err
 
@@ -619,7 +619,7 @@ def test_train_keeps_an_adapter_already_in_out_unless_overwrite(tmp_path, capsys
 
 
 def test_retrieval_refuses_a_k_of_at_least_the_images_and_an_unwritable_json_first(tmp_path, capsys):
-    """--ks 500 over 12 images printed Recall@500 = 1.000; a --json naming a folder lost the record after the work."""
+    """--ks 500 over 12 images printed Recall@500 = 1.000; a --json (now --out) naming a folder lost the record after the work."""
     from globetrotter.zeroshot.cli import main
 
     rng = np.random.default_rng(0)
@@ -641,6 +641,6 @@ def test_retrieval_refuses_a_k_of_at_least_the_images_and_an_unwritable_json_fir
                     ["tag-eval", "--adapter", str(tmp_path / "a"), "--test", str(tmp_path / "nope"), "--vocab-from",
                      "v"],
                     ["tag", "--adapter", str(tmp_path / "a"), "--images", str(tmp_path / "nope"), "--vocab", "de=v"]):
-        assert main([*command, "--json", str(tmp_path / "folder")]) == 2
+        assert main([*command, "--out", str(tmp_path / "folder")]) == 2
         err = capsys.readouterr().err
         assert f"{tmp_path / 'folder'}: cannot write the JSON record (is a directory)" in err, err

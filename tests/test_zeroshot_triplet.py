@@ -254,7 +254,7 @@ def test_triplet_command_rejects_bad_training_options_in_one_line(recipe_docs, t
 
 def test_triplet_command_rejects_non_positive_counts(recipe_docs, tmp_path, capsys):
     docs, spec = recipe_docs
-    for option in ("--k", "--epochs", "--hidden-dim", "--max-per-lang"):
+    for option in ("--k", "--epochs", "--hidden-dim", "--max-per-language"):
         with pytest.raises(SystemExit) as exit_info:
             main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(tmp_path / "o"), option, "0"])
         assert exit_info.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
@@ -396,7 +396,7 @@ def test_pairs_whose_shared_images_leave_too_few_sources_are_left_out():
 
 def test_triplet_command_refuses_upper_case_codes_repeated_files_and_a_small_max_per_lang(recipe_docs, tmp_path,
                                                                                           capsys):
-    """"EN" and "en" were two languages; --docs d.jsonl d.jsonl read every document twice; --max-per-lang 3 with K 5
+    """"EN" and "en" were two languages; --docs d.jsonl d.jsonl read every document twice; --max-per-language 3 with K 5
     made every pair's BkR@5 1."""
     docs, spec = recipe_docs
     lines = docs.read_text(encoding="utf-8").splitlines()
@@ -410,8 +410,8 @@ def test_triplet_command_refuses_upper_case_codes_repeated_files_and_a_small_max
                                                                         "documents file once"),
                           (_triplet_args([docs, tmp_path / "img" / ".." / docs.name], spec, tmp_path),
                            f"--docs: {docs} and {tmp_path / 'img' / '..' / docs.name} are one file"),
-                          (_triplet_args(docs, spec, tmp_path, "run", "--max-per-lang", "5"),
-                           "--max-per-lang 5: not more than the largest K (5): BackRetrieval Recall@5 of every pair "
+                          (_triplet_args(docs, spec, tmp_path, "run", "--max-per-language", "5"),
+                           "--max-per-language 5: not more than the largest K (5): BackRetrieval Recall@5 of every pair "
                            "would be 1 for any model")]:
         assert main(args) == 2
         err = capsys.readouterr().err

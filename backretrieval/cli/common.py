@@ -6,7 +6,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from ..approximate import ApproxConfig
 from ..devices import torch_device
@@ -18,6 +18,8 @@ from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
 from ..scoring import DEFAULT_CORR_PAIRS, ImageLists
 from ..uncertainty import DEFAULT_LEVEL
+
+T = TypeVar("T")
 
 METRIC_HELP = """\
 BackRetrieval (Fain, Twomey & Bollegala, SIGIR 2021) judges a cross-lingual text model f
@@ -95,10 +97,25 @@ def integer_at_least(minimum: int):
     return parse
 
 
+def comma_separated(item: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """An argparse ``type``: comma-separated values (``--ks 1,5,10``), each read by the argparse type ``item``, as the
+    project's other commands take their lists of K and of languages."""
+    return lambda text: [item(part) for part in text.split(",")]
+
+
+def language_codes(text: str) -> list[str]:
+    """An argparse ``type``: comma-separated language codes (``en,de,fr``), as every command of the project takes
+    ``--languages``."""
+    codes = [code.strip() for code in text.split(",") if code.strip()]
+    if not codes:
+        raise argparse.ArgumentTypeError(f"expected comma-separated language codes, e.g. en,de,fr, got {text!r}")
+    return codes
+
+
 def add_metric_options(p: argparse.ArgumentParser, full_ranks: bool = False, hits: bool = False) -> None:
     """``hits``: the command also compares hit files, which record their K (``--ks`` then defaults to those)."""
-    p.add_argument("--ks", type=integer_at_least(1), nargs="+", default=None if hits else [1, 5, 10], metavar="K",
-                   help="the K of Recall@K, several at once (default: 1 5 10" +
+    p.add_argument("--ks", type=comma_separated(integer_at_least(1)), default=None if hits else [1, 5, 10],
+                   metavar="K,K", help="the K of Recall@K, several at once, comma-separated (default: 1,5,10" +
                         ("; with --hits, the K the files were scored at" if hits else "") + "; the paper uses 10)")
     p.add_argument("--ties", choices=TIES, default="pessimistic",
                    help="how images (or texts, for XLR) with exactly equal scores rank (default: pessimistic)")

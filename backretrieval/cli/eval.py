@@ -9,8 +9,8 @@ from ..embedders import parse_model_specs
 from ..evaluate import evaluate_split, plot_name
 from ..files import make_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
-                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, metric_options,
-                     replace_plots, writable_outputs)
+                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, language_codes,
+                     metric_options, replace_plots, writable_outputs)
 
 
 def add_parser(sub) -> None:
@@ -22,8 +22,9 @@ def add_parser(sub) -> None:
                     APPROXIMATE_HELP, MODEL_SPECS)
     p.add_argument("--data", required=True, metavar="SPLIT_DIR", help="split folder (manifest.json + .tar shards)")
     p.add_argument("--model", action="append", required=True, metavar="SPEC", help="text model spec (repeatable)")
-    p.add_argument("--langs", nargs="+", metavar="LANG", help="only these languages (default: all in the split)")
-    p.add_argument("--max-per-lang", type=integer_at_least(1), metavar="N",
+    p.add_argument("--languages", type=language_codes, metavar="CODES",
+                   help="comma-separated languages to use, e.g. en,de,fr (default: all in the split)")
+    p.add_argument("--max-per-language", type=integer_at_least(1), metavar="N",
                    help="at most N source and N target captions per pair (default: all)")
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the non-matching split and subsampling (default: 0)")
@@ -40,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     # before any work: a refusal then costs nothing (XLR's heat maps depend on the split's groups, unread yet)
     writable_outputs(args.out_dir, ["results.json", f"boxplot_bkr{max(args.ks)}.png",
                                     *(f"heatmap_{plot_name(label)}_bkr{k}.png" for label in labels for k in args.ks)])
-    result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.langs,
-                            max_per_lang=args.max_per_lang, online=args.online, progress=not args.no_progress,
+    result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.languages,
+                            max_per_lang=args.max_per_language, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
     out_dir = make_dir(args.out_dir, "--out-dir")
     replace_plots(out_dir, result.save_plots(out_dir), ("heatmap_*.png", "boxplot_bkr*.png"))

@@ -29,7 +29,7 @@ FLICKR8K_5LANG_COMMAND = (
     "globetrotter-data flickr8k --images ../shared/data/flickr8k/images "
     "--multi30k ../shared/data/flickr8k/multi30k "
     "--flickr8k ../shared/data/flickr8k/flickr8kcn/flickr8kzhc.caption.txt:zh "
-    "--langs en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
+    "--languages en,de,fr,cs,zh --assign-languages --test-fraction 0.1 --val-fraction 0.25 "
     "--parallel-train en,de,fr,cs --resize 224 --out outputs/flickr8k"
 )
 """The command of docs/data.md (the project's copy of the data under ../shared); --help shows it with the paths as
@@ -199,7 +199,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="dataset folder to write: train/, val/, test/ (shards + manifest.json), "
                           "train-parallel/ (with --parallel-train) and summary.json")
     out.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
-    out.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+    out.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
                      help="comma-separated ISO 639-1 languages to keep (default: every language found); "
                           "test images need a caption in each of them")
     out.add_argument("--shard-size", type=int, default=2000, metavar="N", help="samples per .tar shard (default 2000)")
@@ -228,7 +228,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="also write train-parallel/: the train images captioned in all these languages, with all "
                           "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
     spl.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    spl.add_argument("--limit-images", type=int, default=None, metavar="N",
+    spl.add_argument("--max-images", type=int, default=None, metavar="N",
                      help="keep a random subset of N images (quick trials)")
 
     img = parent.add_argument_group("images")
@@ -250,7 +250,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="print the first N issues of each kind (file:line) before the counts (default 5)")
     rep.add_argument("--no-check", action="store_true",
                      help="skip re-reading the written splits to verify the split rule")
-    rep.add_argument("--quiet", action="store_true", help="no progress bars")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parent
 
 
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     options = ConvertOptions(
         out_dir=args.out,
         image_roots=list(args.images) + list(args.globetrotter),
-        languages=args.langs,
+        languages=args.languages,
         assign_languages=args.assign_languages,
         test_fraction=args.test_fraction,
         val_fraction=args.val_fraction,
@@ -325,13 +325,13 @@ def run(args: argparse.Namespace) -> int:
         all_to=args.all_to,
         parallel_train=args.parallel_train,
         seed=args.seed,
-        limit_images=args.limit_images,
+        limit_images=args.max_images,
         image=ImageSpec(args.resize, args.resize_mode, args.jpeg_quality),
         workers=args.workers,
         shard_size=args.shard_size,
         overwrite=args.overwrite,
         check=not args.no_check,
-        progress=not args.quiet,
+        progress=not args.no_progress,
         source_name="+".join(names),
     )
     report = convert(sources, options)

@@ -96,7 +96,7 @@ class ConvertOptions:
             except ValueError as err:
                 raise UserError(f"--all-to: {err}") from None
         if self.limit_images is not None and self.limit_images < 1:
-            raise UserError(f"--limit-images must be positive, got {self.limit_images}")
+            raise UserError(f"--max-images must be positive, got {self.limit_images}")
         if self.workers < 1:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
 
@@ -244,13 +244,13 @@ def _region_note(by_id: dict[str, _Image]) -> str | None:
 
 def _lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], languages: Sequence[str]) -> str | None:
     """The warning for source test images left out for lacking a requested language: which languages they lack
-    (most first, with counts) and the ``--langs`` that keeps them. ``None`` when none was left out."""
+    (most first, with counts) and the ``--languages`` that keeps them. ``None`` when none was left out."""
     if not incomplete:
         return None
     lacking = Counter(lang for i in incomplete for lang in languages if lang not in infos[i].langs)
     named = ", ".join(f"{lang} {n}" for lang, n in lacking.most_common())
     keep = [lang for lang in languages if lang not in lacking]
-    hint = (f"--langs {','.join(keep)} keeps them (or complete those languages' captions)" if keep
+    hint = (f"--languages {','.join(keep)} keeps them (or complete those languages' captions)" if keep
             else "complete those languages' captions")
     return (f"{len(incomplete)} source test image(s) left out in every language, as they lack a caption in {named} "
             f"(images per language): {hint}")
@@ -351,9 +351,9 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     languages = list(options.languages) if options.languages else found_langs
     absent = [lang for lang in languages if lang not in found_langs]
     if absent:
-        raise UserError(f"--langs {','.join(languages)}: no usable caption in {','.join(absent)} (the usable captions "
-                        f"are in {','.join(found_langs)}): remove {','.join(absent)} from --langs, or add captions in "
-                        f"{'that language' if len(absent) == 1 else 'those languages'}; nothing written")
+        raise UserError(f"--languages {','.join(languages)}: no usable caption in {','.join(absent)} (the usable "
+                        f"captions are in {','.join(found_langs)}): remove {','.join(absent)} from --languages, or add "
+                        f"captions in {'that language' if len(absent) == 1 else 'those languages'}; nothing written")
     region = _region_note(by_id)
     if region:
         report.note(region)

@@ -37,10 +37,10 @@ SKIP_KINDS: dict[str, str] = {
 
 # Records left out on purpose, by reason.
 UNUSED_REASONS: dict[str, str] = {
-    "language_not_requested": "caption in a language not given to --langs",
+    "language_not_requested": "caption in a language not given to --languages",
     "other_language_of_image": "train/val image assigned another of its languages (--assign-languages)",
     "test_image_missing_language": "source's test image lacks a caption in some requested language",
-    "beyond_image_limit": "image left out by --limit-images",
+    "beyond_image_limit": "image left out by --max-images",
     "caption_already_present": "the image already has this text (case, punctuation and spacing ignored)",
     # globetrotter-data more-captions
     "image_not_in_dataset": "caption of an image that is in no split of the dataset",

@@ -136,7 +136,7 @@ class FixedSplits:
         return line
 
     def limit_note(self, dropped: Iterable[str], limit: int) -> str | None:
-        """The warning that ``--limit-images`` left out images the split files name (``dropped``: the ids it left
+        """The warning that ``--max-images`` left out images the split files name (``dropped``: the ids it left
         out), per split: the per-file counts of :meth:`describe` are the images named, not those kept. ``None``
         when it left out none of them (or the splits are ``--all-to``'s: every image is named there)."""
         if self.all_to is not None:
@@ -146,9 +146,9 @@ class FixedSplits:
         if not lost:
             return None
         per_split = ", ".join(f"{s} {lost[s]} of {named[s]}" for s in SPLIT_NAMES if lost[s])
-        return (f"--limit-images {limit} left out {sum(lost.values())} of the {sum(named.values())} image(s) the split "
+        return (f"--max-images {limit} left out {sum(lost.values())} of the {sum(named.values())} image(s) the split "
                 f"files name ({per_split}): those splits hold fewer images than their files name; raise or drop "
-                f"--limit-images to keep them")
+                f"--max-images to keep them")
 
 
 def examples(items: Sequence[str], limit: int = 3) -> str:
@@ -239,7 +239,7 @@ def _no_complete_image(images: Mapping[str, ImageInfo], wanted: frozenset[str], 
     per_lang = Counter(lang for info in images.values() for lang in info.langs & wanted)
     lacking = sorted((lang for lang in wanted if per_lang[lang] < n), key=lambda lang: (per_lang[lang], lang))
     full = sorted(lang for lang in wanted if per_lang[lang] == n)
-    keep = f", or keep only the languages every image has (--langs {','.join(full)})" if full else ""
+    keep = f", or keep only the languages every image has (--languages {','.join(full)})" if full else ""
     return (f"--test-fraction {test_fraction} asks for {n_test} test image(s), but none of the {n} image(s) has a "
             f"caption in every language of {','.join(sorted(wanted))} (a test image needs all of them); images per "
             f"language: {', '.join(f'{lang} {per_lang[lang]}' for lang in lacking)} (of {n}): add the missing "

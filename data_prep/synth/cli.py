@@ -32,13 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "The same config always gives byte-identical shards.\n\n"
             f"Languages: {known}."
         ),
-        epilog="Example: globetrotter-data synth --out data/synth --train-images 20000 --heldout zh",
+        epilog="Example: globetrotter-data synth --out data/synth --train-images 20000 --held-out zh",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--config", metavar="YAML", help="SynthConfig YAML; flags and KEY=VALUE override it")
     p.add_argument("--seed", type=int, help="world seed (default 0)")
     p.add_argument("--languages", metavar="CODES", help="comma-separated training languages (default: all nine)")
-    p.add_argument("--heldout", metavar="CODES",
+    p.add_argument("--held-out", metavar="CODES",
                    help="comma-separated languages kept out of train/val; they appear in test/ and adapt/")
     p.add_argument("--image-size", type=int, dest="image_size", help="image side in pixels (default 64)")
     p.add_argument("--train-images", type=int, dest="train_images", help="train scenes, one language each (default 12000)")
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel-train-images", type=int, dest="parallel_train_images",
                    help="extra train-parallel/ scenes in every training language, for the supervised baseline (default 0)")
     p.add_argument("--adapt-images", type=int, dest="adapt_images",
-                   help="adapt/ scenes in the held-out languages (default 2000; only with --heldout)")
+                   help="adapt/ scenes in the held-out languages (default 2000; only with --held-out)")
     p.add_argument("--max-objects", type=int, dest="max_objects", help="objects per scene, at most (default 3)")
     p.add_argument("--image-format", choices=("jpg", "png"), dest="image_format", help="image encoding (default jpg)")
     p.add_argument("--workers", type=int, help="rendering processes; 0: one per core of the machine; 1: in this "
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write into a non-empty --out that holds no earlier world (its train/ val/ test/ "
                         "train-parallel/ adapt/ shards, dictionary/ and world.yaml are replaced; other files stay). "
                         "An earlier world is written over without it")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="any SynthConfig field, e.g. p_mention_colour=0.5 pixel_noise=0")
     p.set_defaults(func=run)
@@ -74,11 +74,11 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
         if value is not None:
             overrides.append(f"{name}={json.dumps(value)}")
             typed[name] = f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
-    for flag, name in (("languages", "languages"), ("heldout", "heldout_languages")):
+    for flag, name in (("languages", "languages"), ("held_out", "heldout_languages")):
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"{name}={json.dumps([c.strip() for c in value.split(',') if c.strip()])}")
-            typed[name] = f"--{flag} {shlex.quote(value)}"
+            typed[name] = f"--{flag.replace('_', '-')} {shlex.quote(value)}"
     for item in args.overrides:  # a KEY=VALUE override wins over the flag: its key is the one to name
         typed.pop(item.split("=", 1)[0].strip(), None)
     data, where = config_dict(args.config, overrides + list(args.overrides))
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from .world import generate  # heavy imports only when generating
 
     cfg = config_from_args(args)
-    summary = generate(cfg, args.out, progress=not args.quiet, overwrite=args.overwrite)
+    summary = generate(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
     print(f"synthetic world written to {summary['out_dir']} in {summary['seconds']:.1f} s "
           f"({summary['images_per_second']:.0f} images/s)")
     for name, split in summary["splits"].items():

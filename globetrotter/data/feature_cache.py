@@ -21,7 +21,7 @@ Every writer (build, import, concat, a run building its missing cache) writes th
 and swaps it in (:func:`start_cache_write`, :func:`finish_cache_write`): the old cache is renamed aside, the new
 one renamed into place, then the old one deleted. Only a feature cache (``cache.json`` and nothing beyond a
 cache's own files) or an empty folder is ever replaced; any other folder at the destination (a split, a dataset
-root) is refused in one line naming what it holds, ``--force`` or not.
+root) is refused in one line naming what it holds, ``--overwrite`` or not.
 
 A cache whose spec differs from the one a config asks for is refused with a one-line error
 naming both (never silently reused). Imported embeddings (:mod:`.feature_import`, ``model.image_backbone:
@@ -226,8 +226,8 @@ def _entries(folder: Path) -> list[str]:
 def check_cache_folder(out_dir: str | Path, label: str = "") -> None:
     """Refuse (one-line :class:`UserError` naming the folder and what it holds) to write a cache to ``out_dir``
     unless it is absent, an empty folder, or a feature cache: ``cache.json`` and nothing beyond a cache's own files
-    (:data:`CACHE_FILES`). The guard of every writer, ``--force`` or not: a split or a dataset root is never replaced.
-    ``label`` (``--out``, ``data.features``) names where the folder was given."""
+    (:data:`CACHE_FILES`). The guard of every writer, ``--overwrite`` or not: a split or a dataset root is never
+    replaced. ``label`` (``--out``, ``data.features``) names where the folder was given."""
     out_dir = Path(out_dir)
     where = f"{label} {out_dir}" if label else str(out_dir)
     if not out_dir.exists() and not out_dir.is_symlink():
@@ -241,7 +241,7 @@ def check_cache_folder(out_dir: str | Path, label: str = "") -> None:
     what = (f"a feature cache and other files too ({_listing(others)})" if (out_dir / SPEC).is_file()
             else f"no feature cache ({SPEC} missing) but {_listing(names)}")
     raise UserError(f"{where}: holds {what}; a cache is written only to a new or empty folder or over a feature "
-                    f"cache, never over other files (--force or not): choose another folder")
+                    f"cache, never over other files (--overwrite or not): choose another folder")
 
 
 def start_cache_write(out_dir: str | Path, label: str = "") -> Path:
@@ -452,9 +452,9 @@ def rewrite_hint(path: Path, record: dict) -> str:
     split = record.get("split") or "SPLIT"
     if spec.get("backbone") == IMPORTED_BACKBONE:
         how = "concat" if (record.get("imported") or {}).get("format") == "concat" else "import"
-        return f"write it again with globetrotter-data features {how} {split} ... --out {path} --force"
-    return (f"rebuild it with globetrotter-data features build {split} --out {path} --force (with the settings it "
-            f"was built for)")
+        return f"write it again with globetrotter-data features {how} {split} ... --out {path} --overwrite"
+    return (f"rebuild it with globetrotter-data features build {split} --out {path} --overwrite (with the settings "
+            f"it was built for)")
 
 
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,

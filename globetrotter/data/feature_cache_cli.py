@@ -27,19 +27,19 @@ from .feature_cache import (
 def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
     """One warning line (stderr) when the cache's backbone has no weights: its features are a random network's."""
     if spec.weights == "random":
-        print(f"warning: features build {split}: no weights given (--weights, or the config's "
+        print(f"warning: features build {split}: no weights given (--image-weights, or the config's "
               f"model.image_pretrained), so the features come from a randomly initialised {spec.backbone}; for "
-              f"pretrained ones pass --weights package (ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
-              f"or --weights FILE (see --help)", file=sys.stderr)
+              f"pretrained ones pass --image-weights package (ImageNet weights of efficientnet_lite0, _lite1 or "
+              f"_lite2) or --image-weights FILE (see --help)", file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     model = cfg.model
-    if args.backbone or args.weights:
-        other = bool(args.backbone) and args.backbone != model.image_backbone
-        model = replace(model, image_backbone=args.backbone or model.image_backbone,
-                        image_pretrained=args.weights or model.image_pretrained,
+    if args.image_model or args.image_weights:
+        other = bool(args.image_model) and args.image_model != model.image_backbone
+        model = replace(model, image_backbone=args.image_model or model.image_backbone,
+                        image_pretrained=args.image_weights or model.image_pretrained,
                         image_backbone_args={} if other else model.image_backbone_args)
     data = replace(cfg.data, image_size=cfg.data.image_size if args.image_size is None else args.image_size,
                    feature_views=cfg.data.feature_views if args.views is None else args.views)
@@ -57,10 +57,10 @@ def _build(args: argparse.Namespace) -> int:
                         f"for an ImageNet backbone): the built-in default is {cfg.data.image_size}")
     _warn_random_weights(spec, split)
     out = Path(args.out) if args.out else split / "features"
-    check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --force or not
-    if (out / SPEC).is_file() and not args.force:
+    check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --overwrite or not
+    if (out / SPEC).is_file() and not args.overwrite:
         # refuses a cache built for other settings, or a rewritten split
-        cache = load_feature_cache(out, spec, split, remedy="rebuild it with --force, or build into another --out")
+        cache = load_feature_cache(out, spec, split, remedy="rebuild it with --overwrite, or build into another --out")
         if not built_from_split(out, split):  # another split's cache: it serves this one only if it holds its images
             from .feature_import import split_image_ids
 
@@ -101,7 +101,7 @@ def _import(args: argparse.Namespace) -> int:
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
     record = import_embeddings(split, args.embeddings, out, args.name, ids=args.ids, id_column=args.id_column,
-                               embedding_column=args.embedding_column, force=args.force, progress=not args.quiet)
+                               embedding_column=args.embedding_column, force=args.overwrite, progress=not args.no_progress)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims of {record['imported']['rows']} rows "
           f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; train with "
           f"model.image_backbone=imported model.image_pretrained={args.name} data.features={out} loss.image=0")
@@ -115,7 +115,7 @@ def _concat(args: argparse.Namespace) -> int:
 
     split = Path(args.split_dir)
     out = Path(args.out) if args.out else split / "features"
-    record = concat_caches(split, args.cache, out, args.name, force=args.force, progress=not args.quiet,
+    record = concat_caches(split, args.cache, out, args.name, force=args.overwrite, progress=not args.no_progress,
                            centre_like=args.centre_like)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of {len(args.cache)} "
           f"caches; train with model.image_backbone=imported model.image_pretrained={args.name} data.features={out} "
@@ -163,8 +163,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("split_dir", help="split folder (with manifest.json)")
     p.add_argument("--config", help="training config whose backbone, weights, image size, views and augmentations to use")
-    p.add_argument("--backbone", help="timm model name (default: the config's model.image_backbone)")
-    p.add_argument("--weights", help="'package' (offline ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
+    p.add_argument("--image-model", help="timm model name (default: the config's model.image_backbone)")
+    p.add_argument("--image-weights", help="'package' (offline ImageNet weights of efficientnet_lite0, _lite1 or _lite2) "
                    "or a local weights file "
                    "(default: the config's model.image_pretrained)")
     p.add_argument("--views", type=non_negative_int, help="augmented views per image, K (default: the config's "
@@ -172,7 +172,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=positive_int, help="side of the views in pixels (default: the config's "
                    "data.image_size; without --config, needed)")
     p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
-    p.add_argument("--force", action="store_true", help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
     p.add_argument("--batch-images", type=positive_int, default=16,
                    help="images per forward batch (each with K+1 views; default %(default)s)")
     p.add_argument("--workers", type=non_negative_int, default=1,
@@ -191,7 +192,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or a .json list; row i is image i), or a parquet file with one row per image (an id column and a list "
         "column). Refused, with nothing written: ids and rows of another count, duplicate ids, NaN/inf values, all-zero rows, rows "
         "of another dimension, images of the split without a row (extra ids are dropped), a cache of other "
-        "embeddings at --out, or of the same name from another file or for another split (unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
+        "embeddings at --out, or of the same name from another file or for another split (unless --overwrite), and a folder at --out that is no feature cache (even with --overwrite). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=auto|FOLDER loss.image=0.",
     )
     q.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -202,9 +203,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--id-column", help="parquet column of the image ids (default image_id; key, as img2dataset "
                    "writes, when absent)")
     q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
-    q.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, source "
+    q.add_argument("--overwrite", action="store_true", help="replace a cache of other embeddings, dimension, source "
                    "file or split at --out (never a folder that is no feature cache)")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the cache record as JSON")
     q.set_defaults(func=_import)
 
@@ -219,7 +220,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "by image id: a cache of another split holding the same ids is not told apart), a cache of this split built "
         "before the split was rewritten (its recorded checksum), a cache named twice, fewer than two caches, "
         "--centre-like of other encoders or another order than these caches, a cache of other embeddings at --out "
-        "(unless --force), and a folder at --out that is no feature cache (even with --force). Train from it with model.image_backbone=imported "
+        "(unless --overwrite), and a folder at --out that is no feature cache (even with --overwrite). Train from it with model.image_backbone=imported "
         "model.image_pretrained=NAME model.freeze_image_backbone=true data.features=FOLDER loss.image=0.",
     )
     c.add_argument("split_dir", help="split folder (with manifest.json)")
@@ -230,9 +231,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
                    "train split's) instead of this split's own: new photos joined in the space a run trained in; "
                    "its encoders must be these caches', in the same order")
-    c.add_argument("--force", action="store_true", help="replace a cache of other embeddings, dimension, caches "
+    c.add_argument("--overwrite", action="store_true", help="replace a cache of other embeddings, dimension, caches "
                    "or split at --out (never a folder that is no feature cache)")
-    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the cache record as JSON")
     c.set_defaults(func=_concat)
 

@@ -103,7 +103,7 @@ def concat_caches(split_dir: str | Path, caches: Sequence[str | Path], out_dir: 
     ``centre_like``: an earlier concatenation whose means to centre on (its split's), instead of this split's."""
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     inputs = [("--cache", Path(c)) for c in caches] + ([("--centre-like", Path(centre_like))] if centre_like else [])
-    for flag, folder in inputs:  # --force would replace an input with the concatenation
+    for flag, folder in inputs:  # --overwrite would replace an input with the concatenation
         if folder.resolve() == out_dir.resolve():
             raise UserError(f"--out {out_dir}: is also {flag} {folder}; write the concatenation to another folder")
     check_cache_folder(out_dir, "--out")  # before any cache is read

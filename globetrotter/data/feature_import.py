@@ -17,7 +17,7 @@ under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing
 duplicate id, one dimension for every row; every image of the split must have a row, not null, with finite values
 within float16's range and not all zero (the rows of ids the split lacks are dropped, their values unchecked). ``--out``
 must be absent, empty or a feature cache
-(:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--force`` or not.
+(:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--overwrite`` or not.
 """
 from __future__ import annotations
 
@@ -275,14 +275,14 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, spl
         what = (f"imported embeddings {spec.get('weights')!r}" if theirs[0] == IMPORTED_BACKBONE
                 else f"a {spec.get('backbone')} cache ({spec.get('weights')})")
         raise UserError(f"--out {out_dir}: holds {what} of {record.get('dim')} dims, not {name!r} of {dim} dims; "
-                        f"pass --force to replace it or choose another --out")
+                        f"pass --overwrite to replace it or choose another --out")
     other = [] if spec.get("weights_sha256") == digest else \
         [f"another source (sha256 {spec.get('weights_sha256') or 'unrecorded'} there, {digest} now)"]
     if record.get("split") and not same_folder(record["split"], split_dir):
         other.append(f"another split ({record['split']})")
     if other:
-        raise UserError(f"--out {out_dir}: holds imported embeddings {name!r} of {' and '.join(other)}; pass --force "
-                        f"to replace them or choose another --out")
+        raise UserError(f"--out {out_dir}: holds imported embeddings {name!r} of {' and '.join(other)}; pass "
+                        f"--overwrite to replace them or choose another --out")
 
 
 def _check_name(name: str) -> None:

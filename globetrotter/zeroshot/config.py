@@ -124,7 +124,7 @@ class ZeroShotConfig:
         if not self.train_langs:
             raise ValueError("train_langs must name at least one language")
         repeated = sorted({lang for lang in self.train_langs if self.train_langs.count(lang) > 1})
-        if repeated:  # as --langs refuses them: each caption would be counted once whatever the repeats
+        if repeated:  # as --languages refuses them: each caption would be counted once whatever the repeats
             raise ValueError(f"train_langs names {', '.join(repeated)} more than once, got {self.train_langs}")
         if self.max_captions_per_image is not None and self.max_captions_per_image < 1:
             raise ValueError(f"max_captions_per_image must be >= 1 or null, got {self.max_captions_per_image}")

@@ -93,19 +93,19 @@ def _more_captions(args: argparse.Namespace) -> int:
     matcher = Matcher(split_of_images(data, states))
     report = ConversionReport()
     sources, names = _sources(args)
-    gather(sources, states, matcher, args.langs, report, not args.quiet)
+    gather(sources, states, matcher, args.languages, report, not args.no_progress)
     check_usable(report, [*map(str, args.multi30k), *(str(f) for f, _ in args.flickr8k), *map(str, args.captions)])
     report.timing["read_seconds"] = time.perf_counter() - start
     if report.total_written == 0:
         report.note("no caption to add: the new splits equal the original ones")
     report.options = {
-        "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.langs,
+        "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.languages,
         "multi30k": [str(p) for p in args.multi30k], "multi30k_tasks": list(args.multi30k_tasks),
         "flickr8k": [f"{p}:{lang}" for p, lang in args.flickr8k], "captions": [str(p) for p in args.captions],
         "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
     }
     reused = write_dataset(data, out, states, report, names, args.shard_size, start, check=not args.no_check,
-                           copy=args.copy, progress=not args.quiet)
+                           copy=args.copy, progress=not args.no_progress)
 
     issues = report.format_issues(args.show_issues)
     if issues:
@@ -202,7 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--splits", type=_splits, default=["train"], metavar="SPLITS",
                         help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
                              "others are linked as they are")
-    parser.add_argument("--langs", type=_language_list, default=None, metavar="CODES",
+    parser.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
                         help="add captions only in these languages (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
     add_source_arguments(src, ("multi30k", "flickr8k", "captions"))
@@ -216,5 +216,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--show-issues", type=int, default=5, metavar="N",
                         help="print the first N issues of each kind (file:line) (default 5)")
     parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=more_captions, globetrotter=[], xtd10=[])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import comma_separated, positive_int
 
 from .. import plots
 from ..tasks import retrieval as retrieval_task
@@ -55,6 +55,7 @@ def register(sub) -> None:
     p = sub.add_parser("retrieval", parents=[own], help="text→image / image→text Recall@K per language", description=_RETRIEVAL_HELP)
     common.add_model(p)
     common.add_split(p, what="test split folder with images", detail="shards + manifest.json; no groups needed")
-    p.add_argument("--ks", type=positive_int, nargs="+", default=[1, 5, 10], help="K values (default 1 5 10)")
+    p.add_argument("--ks", type=comma_separated(positive_int), default=[1, 5, 10], metavar="K,K",
+                   help="the K of Recall@K, comma-separated (default 1,5,10)")
     p.add_argument("--max-images", type=positive_int, help="evaluate on a seeded sample of this many images (default: all)")
     p.set_defaults(func=_retrieval)

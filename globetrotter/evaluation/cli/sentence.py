@@ -103,7 +103,8 @@ def register(sub) -> None:
     p.add_argument("--maxsim", default=DEFAULT_MAXSIM_ARG,
                    help="MaxSim weights to try, 0 = off (default %(default)s)")
     p.add_argument("--retrieval", default="cosine,csls", help="rankings to try (default %(default)s)")
-    p.add_argument("--max-per-lang", type=positive_int, help="val captions per language (default: the run's val.max_per_lang)")
+    p.add_argument("--max-per-language", type=positive_int,
+                   help="val captions per language (default: the run's val.max_per_lang)")
     p.add_argument("--image-features", metavar="SPEC",
                    help="BackRetrieval's image similarity g (default: the run's val.image_features; "
                         f"{select_task.DEFAULT_IMAGE_FEATURES} for a baseline)")
@@ -212,7 +213,7 @@ def run_select(args: argparse.Namespace) -> int:
     result = select_task.select_ranking(
         encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
-        reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_lang,
+        reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_language,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,
         against=args.against, log=lambda s: print(s, file=sys.stderr))
     result.model = common.model_entry(args, encoder)

@@ -86,8 +86,8 @@ def _translate(args: argparse.Namespace) -> int:
         raise UserError(f"--rerank {args.rerank} re-scores under a chosen ranking; give --ranking RECORD or drop it")
     texts = queries(args)
     results = translate_task.translate_sentences(
-        args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_lang, source=args.source, k=args.k,
-        ranking=args.ranking, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
+        args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_language, source=args.source,
+        k=args.k, ranking=args.ranking, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
         **index_options(args))
     print_results(args, texts, results)
     return 0
@@ -97,7 +97,7 @@ def register(sub) -> None:
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
-    p.add_argument("--corpus-lang", help="language of a text-file corpus (default: --to)")
+    p.add_argument("--corpus-language", help="language of a text-file corpus (default: --to)")
     p.add_argument("--from", dest="source",
                    help="language of the queries (needed by --ranking with MaxSim or CSLS, whose statistics are per "
                         "language, and by a model with per-language tables: the Sigurdsson baseline)")

@@ -194,7 +194,7 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
         said = {k: (other.get("config") or {}).get(k) for k in ("val", "seed", "max_per_lang", "languages")}
         raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
                         f"{theirs['val'].get('image_features')} against {image_features}); run "
-                        f"`{_select()}` for both models with the same --val, --seed, --max-per-lang, --image-features "
+                        f"`{_select()}` for both models with the same --val, --seed, --max-per-language, --image-features "
                         f"and --languages")
 
 

@@ -50,7 +50,7 @@ def split_dir(cfg: TrainConfig) -> Path:
     where = str(under_root) if path.is_absolute() else f"{under_root} or {path.resolve()}"
     raise UserError(f"adapt.split={value}: no split folder ({MANIFEST} and shards) at {where}: name a split under "
                     f"data.root, or the path of one (e.g. DIR/train written by globetrotter-data folder ... --all-to "
-                    f"train --out DIR; the synthetic world writes 'adapt' with --heldout)")
+                    f"train --out DIR; the synthetic world writes 'adapt' with --held-out)")
 
 
 def resolved(cfg: TrainConfig) -> TrainConfig:

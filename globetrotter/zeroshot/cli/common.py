@@ -41,8 +41,8 @@ def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence
                         f"{remedy}")
 
 
-def langs(value: str) -> list[str]:
-    """``--langs en,de,fr``: language codes."""
+def languages(value: str) -> list[str]:
+    """``--languages en,de,fr``: language codes."""
     codes = [v.strip() for v in value.split(",") if v.strip()]
     if not codes:
         raise argparse.ArgumentTypeError("expected comma-separated language codes, e.g. en,de,fr")
@@ -77,7 +77,7 @@ def _jsonable(obj):
 
 
 def check_json(path: str | Path | None) -> None:
-    """Refuse a ``--json`` FILE that could not be written (a folder, a file in the way) before any work: it was
+    """Refuse an ``--out`` FILE that could not be written (a folder, a file in the way) before any work: it was
     found out once the work was done, and the record lost."""
     if path:
         try:

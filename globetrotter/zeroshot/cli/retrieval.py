@@ -9,7 +9,7 @@ from globetrotter.argtypes import distinct_names, named_path
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
-from .common import check_json, formatter, ks, langs, write_json
+from .common import check_json, formatter, ks, languages, write_json
 
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is
@@ -24,7 +24,7 @@ Multi30K do; --all-captions uses every caption.
 
 
 def run(args: argparse.Namespace) -> int:
-    check_json(args.json)
+    check_json(args.out)
     progress = not args.no_progress
     record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "ks": args.ks,
                     "queries": "all captions" if args.all_captions else "first caption per image and language",
@@ -35,10 +35,10 @@ def run(args: argparse.Namespace) -> int:
         adapter, config, meta = load_adapter(path)
         extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
-        test = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
+        test = load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir, progress,
                                    every_image=True, online=args.online)
         metric = args.metric or config.metric
-        scores = split_recall(adapter, test, args.langs, args.all_captions, args.ks, metric, where=str(args.test),
+        scores = split_recall(adapter, test, args.languages, args.all_captions, args.ks, metric, where=str(args.test),
                               adapter_name=str(path))
         n_images = scores["n_images"]
         table[name] = scores["metrics"]
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(table, key="median_rank"))
     for note in notes:
         print(f"note: {note}")
-    write_json(record, args.json)
+    write_json(record, args.out)
     return 0
 
 
@@ -69,15 +69,16 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        formatter_class=formatter, description=RETRIEVAL_HELP,
                        epilog="example: globetrotter-zeroshot "
                        "retrieval --test outputs/flickr8k/test --adapter m3l=runs/m3l "
-                       "--adapter patr=runs/patr --langs en,de,fr,zh --json runs/retrieval.json")
+                       "--adapter patr=runs/patr --languages en,de,fr,zh --out runs/retrieval.json")
     p.add_argument("--test", required=True, metavar="SPLIT",
                    help="test split folder (the same images in every language)")
     p.add_argument("--adapter", required=True, action="append", type=named_path, metavar="[NAME=]DIR",
                    help="trained adapter checkpoint (repeat to compare models in one table)")
-    p.add_argument("--langs", type=langs, metavar="CODES", help="languages to evaluate (default: all in the split)")
+    p.add_argument("--languages", type=languages, metavar="CODES",
+                   help="languages to evaluate (default: all in the split)")
     p.add_argument("--all-captions", action="store_true", help="use every caption as a query, not the first per image")
     p.add_argument("--metric", choices=("l2", "cosine"), default=None,
                    help="ranking: cosine or squared Euclidean distance (default: the adapter's config, `metric`)")
     p.add_argument("--ks", type=ks, default=list(DEFAULT_KS), metavar="K,K", help="the K of Recall@K (default 1,5,10)")
-    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

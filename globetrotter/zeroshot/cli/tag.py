@@ -40,14 +40,14 @@ def vocab(value: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
-    check_json(args.json)
+    check_json(args.out)
     progress = not args.no_progress
     vocab_files = distinct_names(args.vocab, "--vocab", "language", "give one vocabulary file per language")
     vocabularies = {lang: read_tag_vocabulary(path) for lang, path in vocab_files.items()}
     adapter, config, _ = load_adapter(args.adapter)
     paths = image_files(args.images)
-    if args.limit:
-        paths = paths[: args.limit]
+    if args.max_images:
+        paths = paths[: args.max_images]
     paths, skipped = readable_images(paths)
     for path, why in skipped:
         print(f"warning: {path}: unreadable image ({why}); skipped")
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
               "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": source_tags,
               "vocabularies": vocab_files, "languages_the_text_encoder_lacks": lacks, "images": images,
               "skipped": [{"image": str(path), "why": why} for path, why in skipped]}
-    write_json(record, args.json)
+    write_json(record, args.out)
     return 0
 
 
@@ -95,7 +95,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        formatter_class=formatter, description=TAG_HELP,
                        epilog="example: globetrotter-zeroshot "
                        "tag --adapter runs/m3l --images photos/ --vocab de=tags_de.txt "
-                       "--vocab fr=tags_fr.txt --json tags.json")
+                       "--vocab fr=tags_fr.txt --out tags.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--images", required=True, nargs="+", metavar="PATH",
                    help="image files or folders (searched recursively)")
@@ -107,6 +107,6 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--limit", type=positive_int, default=None, metavar="N", help="tag only the first N images")
-    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--max-images", type=positive_int, default=None, metavar="N", help="tag only the first N images")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

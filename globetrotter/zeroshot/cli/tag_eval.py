@@ -18,7 +18,7 @@ from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
 from ..train import load_adapter
-from .common import check_json, check_no_shared_images, formatter, langs, write_json
+from .common import check_json, check_no_shared_images, formatter, languages, write_json
 
 TAG_EVAL_HELP = """\
 Measure multilingual image tagging (XTD10 3.3.2) on a split's held-out captions. The true tags
@@ -37,7 +37,7 @@ clone: pip install -e ".[tagging-eval]").
 
 def run(args: argparse.Namespace) -> int:
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
-    check_json(args.json)
+    check_json(args.out)
     if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
         raise UserError(f"--vocab-size {args.vocab_size}: fewer candidate tags than --k ({args.k}) tags per image; "
                         f"raise --vocab-size or lower --k")
@@ -45,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
-    split = load_split_features(args.test, config.text_encoder, extractor, args.langs, args.cache_dir, progress,
+    split = load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir, progress,
                                 online=args.online)
     check_adapter_dims(adapter, split.text_features.shape[1], split.image_features.shape[1],
                        f"{args.test} vs {args.adapter}")  # the text width too, as retrieval checks it
-    codes = args.langs or sorted(set(split.langs.tolist()))
+    codes = args.languages or sorted(set(split.langs.tolist()))
     source = load_split(args.vocab_from, codes)
     # the captions tagger would vote with the captions that define the truth
     check_no_shared_images(f"--vocab-from {args.vocab_from}", source.image_keys, split.image_keys,
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
               "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
               "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}
-    write_json(record, args.json)
+    write_json(record, args.out)
     return 0
 
 
@@ -112,12 +112,12 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                        "baseline", formatter_class=formatter, description=TAG_EVAL_HELP,
                        epilog="example: globetrotter-zeroshot "
                        "tag-eval --adapter runs/zs --test outputs/flickr8k/test "
-                       "--vocab-from outputs/flickr8k/train --langs en,de,fr,zh --json runs/tag-eval.json")
+                       "--vocab-from outputs/flickr8k/train --languages en,de,fr,zh --out runs/tag-eval.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--test", required=True, metavar="SPLIT", help="split whose captions give the tag truth")
     p.add_argument("--vocab-from", required=True, metavar="SPLIT",
                    help="split whose captions give each language's candidate tags (a train split)")
-    p.add_argument("--langs", type=langs, metavar="CODES", help="languages to measure (default: all in --test)")
+    p.add_argument("--languages", type=languages, metavar="CODES", help="languages to measure (default: all in --test)")
     p.add_argument("--vocab-size", type=positive_int, default=1000, metavar="N",
                    help="candidate tags per language: its N most frequent content words (default 1000)")
     p.add_argument("--k", type=positive_int, default=5, metavar="K",
@@ -129,5 +129,5 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--w1", type=float, default=PAPER_W1, help=f"weight of cos(image, tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--json", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

@@ -41,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
                                  k=args.k, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
                                  val_fraction=args.val_fraction, seed=args.seed)
     k = max(args.ks)
-    if args.max_per_lang is not None and args.max_per_lang <= k:
-        raise UserError(f"--max-per-lang {args.max_per_lang}: not more than the largest K ({k}): BackRetrieval "
-                        f"Recall@{k} of every pair would be 1 for any model; raise --max-per-lang or lower --ks")
+    if args.max_per_language is not None and args.max_per_language <= k:
+        raise UserError(f"--max-per-language {args.max_per_language}: not more than the largest K ({k}): "
+                        f"BackRetrieval Recall@{k} of every pair would be 1 for any model; raise --max-per-language or "
+                        f"lower --ks")
     check_out_dir(args.out)  # created only once the case study has run: a refused run leaves no folder
     if (Path(args.out) / RESULTS).exists() and not args.overwrite:
         raise UserError(f"{args.out}: already holds a case study ({RESULTS}); pass --overwrite to replace it")
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress, args.online))
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
-                                        max_per_lang=args.max_per_lang, seed=args.seed, progress=progress)
+                                        max_per_lang=args.max_per_language, seed=args.seed, progress=progress)
     small_pairs = drop_small_pairs(results, k)
     for pair, n in small_pairs.items():
         print(f"note: {pair}: {n} source document(s) once shared images are split between the sides, not more than "
@@ -128,7 +129,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="held-out share for choosing the epoch (default 0.1)")
     p.add_argument("--ks", type=ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
-    p.add_argument("--max-per-lang", type=positive_int, default=None, metavar="N",
+    p.add_argument("--max-per-language", type=positive_int, default=None, metavar="N",
                    help="at most N documents per side of a pair (default: all)")
     p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
