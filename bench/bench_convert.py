@@ -60,7 +60,7 @@ def synthetic_source(folder: Path, n: int, size: tuple[int, int] = (500, 375)) -
 def shared_source(shared: Path) -> tuple[Path, Callable[[], list]]:
     """The image folder and the caption readers of the Flickr8k folder ``shared`` (Multi30K task 1 and Flickr8k-CN):
     a folder that lacks one of them is a one-line error naming what is missing, before any timing (a missing
-    Flickr8k-CN file was reported as "--langs ...: no usable caption in zh", a flag the benchmark's user never typed;
+    Flickr8k-CN file was reported as "--languages ...: no usable caption in zh", a flag the benchmark's user never typed;
     an empty image folder only after every caption record was read)."""
     images, multi30k = shared / "images", shared / "multi30k"
     cn = shared / "flickr8kcn" / "flickr8kzhc.caption.txt"

@@ -49,14 +49,14 @@ def test_bad_arguments_are_one_line_before_any_timing(script, argv, named, monke
 
 def test_convert_names_what_an_incomplete_flickr8k_folder_lacks_before_any_timing(tmp_path, monkeypatch, capsys):
     """The benchmark's default source, $GLOBETROTTER_SHARED/data/flickr8k, was checked only as a folder: without its
-    Flickr8k-CN file the conversion stopped on "--langs en,de,fr,cs,zh: no usable caption in zh" (a flag nobody
+    Flickr8k-CN file the conversion stopped on "--languages en,de,fr,cs,zh: no usable caption in zh" (a flag nobody
     typed), with an empty image folder after reading every caption. Each missing part is named now, up front."""
     module = load_bench("bench_convert")
     shared = tmp_path / "data" / "flickr8k"
     (shared / "images").mkdir(parents=True)
     (shared / "multi30k").mkdir()
     monkeypatch.setattr(module, "SHARED", shared)
-    assert exit_code(module, ["--limit-images", "6", "--repeats", "1", "--workers", "1"], monkeypatch) == 2
+    assert exit_code(module, ["--max-images", "6", "--repeats", "1", "--workers", "1"], monkeypatch) == 2
     out, err = capsys.readouterr()
     assert err.strip() == (f"error: {shared}: the Flickr8k folder lacks images/, flickr8kcn/flickr8kzhc.caption.txt "
                            "(it needs images/ with the photos, multi30k/ and flickr8kcn/flickr8kzhc.caption.txt); set "

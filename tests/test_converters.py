@@ -311,7 +311,7 @@ def test_the_last_lines_say_what_was_skipped_why_and_where_and_every_manifest_re
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"
     argv = ["flickr8k", "--images", w["images"], "--flickr8k", f"{w['cn']}:zh", "--assign-languages",
-            "--workers", "1", "--out", out, "--quiet"]
+            "--workers", "1", "--out", out, "--no-progress"]
     assert cli(argv) == 0
     printed = capsys.readouterr().out.splitlines()
     line = w["bad_lines"]["missing_image"]
