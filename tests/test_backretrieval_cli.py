@@ -254,7 +254,7 @@ def test_a_boolean_npy_is_refused_where_vectors_or_scores_are_read_and_accepted_
     p = _embedding_files(tmp_path, n=6)
     mask = tmp_path / "mask.npy"
     np.save(mask, np.random.default_rng(0).random((6, 8)) > 0.5)
-    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1", "5", "--bootstrap", "0"]
+    images = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1,5", "--bootstrap", "0"]
     cases = [
         ["score", "--src-text", str(mask), "--tgt-text", p["tt"], *images],
         ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", str(mask), "--tgt-img", p["ti"]],
@@ -271,7 +271,7 @@ def test_a_boolean_npy_is_refused_where_vectors_or_scores_are_read_and_accepted_
     hits = [tmp_path / "a.npy", tmp_path / "b.npy"]
     for path, seed in zip(hits, (1, 2)):
         np.save(path, np.random.default_rng(seed).random((40, 2)) > 0.5)
-    assert main(["compare", "--hits", *map(str, hits), "--ks", "1", "5"]) == 0
+    assert main(["compare", "--hits", *map(str, hits), "--ks", "1,5"]) == 0
 
 
 def test_package_imports_nothing_from_globetrotter_and_data_prep_only_lazily():
