@@ -112,15 +112,20 @@ def check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
     return tuple(int(k) for k in given)
 
 
-def _check_ties(ties: str) -> None:
+def check_recall_options(ks: Sequence[int] | int, ties: str, max_rank: int | None, retrieval: str,
+                         csls_k: int) -> tuple[int, ...]:
+    """The options :func:`bkr_recall`, :func:`xlr_recall` and :func:`~backretrieval.pairs.evaluate_pairs` share,
+    checked in this order with one-line errors: ``ks`` (:func:`check_ks`), ``ties``, ``max_rank`` (at least the
+    largest K), ``retrieval`` and ``csls_k`` (:func:`~backretrieval.retrieval.check_retrieval`). Returns the checked
+    ks. Internal: not exported by the package."""
+    ks = check_ks(ks)
     if ties not in TIES:
         raise BackRetrievalError(f"ties: expected one of {', '.join(TIES)}, got {ties!r}")
-
-
-def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
     if max_rank is not None and max_rank < max(ks):
         raise BackRetrievalError(f"{option('max_rank')} {max_rank}: must be >= the largest K ({max(ks)}) for exact "
                                  "Recall@K")
+    check_retrieval(retrieval, csls_k)
+    return ks
 
 
 def censored_max_rank(max_rank: int | None, ks: tuple[int, ...], by: str | None) -> int | None:
@@ -416,9 +421,7 @@ def bkr_recall(
         "n_queries", "n_images", "ties", "retrieval", "approximate", "image_neighbours": the lists'
         method or None}``.
     """
-    ks, _ = check_ks(ks), _check_ties(ties)
-    _check_max_rank(max_rank, ks)
-    check_retrieval(retrieval, csls_k)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
     approx = approx_config(approximate, ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
                                  "image_neighbours" if image_neighbours is not None else None)
@@ -468,9 +471,7 @@ def xlr_recall(
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
     """
-    ks, _ = check_ks(ks), _check_ties(ties)
-    _check_max_rank(max_rank, ks)
-    check_retrieval(retrieval, csls_k)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
     approx = approx_config(approximate, ks)
     # approximate: only "fewer than K better targets?", the exact count stopped at max(ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
