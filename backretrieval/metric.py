@@ -56,6 +56,7 @@ from .image_index import (
     SourceImageIndex,
     check_image_neighbours,
     check_one_picture_per_id,
+    check_source_index,
     distinct_images,
     neighbour_counts,
 )
@@ -317,6 +318,8 @@ def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours |
         check_image_neighbours(image_neighbours, tgt_img, distinct, max_k)
         return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, neighbours=image_neighbours)
     pq_seed = approx.seed if approx is not None and approx.image_side == "pq" else None
+    if pq_seed is not None and source_index is not None:  # the index step 4 will search: of these images?
+        check_source_index(source_index, distinct)
     return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed, source_index=source_index)
 
 
@@ -406,7 +409,8 @@ def bkr_recall(
             source row.
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
-            (``pq``), reused instead of building one per call.
+            (``pq``), reused instead of building one per call; one built over other images (their number,
+            dimension or features) is refused (:func:`~backretrieval.image_index.check_source_index`).
         progress: progress bars over the text search and the image ranks when they are big
             (:func:`~backretrieval.ranking.progress_bar`).
         retrieved: optional ``(Q,)`` index of each query's retrieved target, steps 1-2 done by the caller
