@@ -56,6 +56,7 @@ from .image_index import (
     SourceImageIndex,
     check_image_neighbours,
     check_one_picture_per_id,
+    check_source_index,
     distinct_images,
     neighbour_counts,
 )
@@ -112,15 +113,20 @@ def check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
     return tuple(int(k) for k in given)
 
 
-def _check_ties(ties: str) -> None:
+def check_recall_options(ks: Sequence[int] | int, ties: str, max_rank: int | None, retrieval: str,
+                         csls_k: int) -> tuple[int, ...]:
+    """The options :func:`bkr_recall`, :func:`xlr_recall` and :func:`~backretrieval.pairs.evaluate_pairs` share,
+    checked in this order with one-line errors: ``ks`` (:func:`check_ks`), ``ties``, ``max_rank`` (at least the
+    largest K), ``retrieval`` and ``csls_k`` (:func:`~backretrieval.retrieval.check_retrieval`). Returns the checked
+    ks. Internal: not exported by the package."""
+    ks = check_ks(ks)
     if ties not in TIES:
         raise BackRetrievalError(f"ties: expected one of {', '.join(TIES)}, got {ties!r}")
-
-
-def _check_max_rank(max_rank: int | None, ks: tuple[int, ...]) -> None:
     if max_rank is not None and max_rank < max(ks):
         raise BackRetrievalError(f"{option('max_rank')} {max_rank}: must be >= the largest K ({max(ks)}) for exact "
                                  "Recall@K")
+    check_retrieval(retrieval, csls_k)
+    return ks
 
 
 def censored_max_rank(max_rank: int | None, ks: tuple[int, ...], by: str | None) -> int | None:
@@ -312,6 +318,8 @@ def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours |
         check_image_neighbours(image_neighbours, tgt_img, distinct, max_k)
         return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, neighbours=image_neighbours)
     pq_seed = approx.seed if approx is not None and approx.image_side == "pq" else None
+    if pq_seed is not None and source_index is not None:  # the index step 4 will search: of these images?
+        check_source_index(source_index, distinct)
     return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed, source_index=source_index)
 
 
@@ -401,7 +409,8 @@ def bkr_recall(
             source row.
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
-            (``pq``), reused instead of building one per call.
+            (``pq``), reused instead of building one per call; one built over other images (their number,
+            dimension or features) is refused (:func:`~backretrieval.image_index.check_source_index`).
         progress: progress bars over the text search and the image ranks when they are big
             (:func:`~backretrieval.ranking.progress_bar`).
         retrieved: optional ``(Q,)`` index of each query's retrieved target, steps 1-2 done by the caller
@@ -416,9 +425,7 @@ def bkr_recall(
         "n_queries", "n_images", "ties", "retrieval", "approximate", "image_neighbours": the lists'
         method or None}``.
     """
-    ks, _ = check_ks(ks), _check_ties(ties)
-    _check_max_rank(max_rank, ks)
-    check_retrieval(retrieval, csls_k)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
     approx = approx_config(approximate, ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
                                  "image_neighbours" if image_neighbours is not None else None)
@@ -468,9 +475,7 @@ def xlr_recall(
     Returns ``{"xlr@K": float, ..., "hits": {K: (Ns,)}, "ranks": (Ns,), "n_queries",
     "n_targets", "ties", "retrieval", "approximate"}``.
     """
-    ks, _ = check_ks(ks), _check_ties(ties)
-    _check_max_rank(max_rank, ks)
-    check_retrieval(retrieval, csls_k)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
     approx = approx_config(approximate, ks)
     # approximate: only "fewer than K better targets?", the exact count stopped at max(ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)

@@ -24,7 +24,7 @@ from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex, distinct_images
 from .files import require_sequence
-from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_matrix, bkr_recall,
+from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_matrix, check_recall_options, bkr_recall,
                      corr_with_interval, xlr_recall)
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
 from .uncertainty import DEFAULT_LEVEL, recall_intervals
@@ -262,7 +262,10 @@ def evaluate_pairs(
         not be scored, "xlr@K": ...}, "mean": {metric: mean over the scored pairs},
         "hits" (with ``return_hits``)}``.
     """
-    ks = check_ks(ks)
+    # the options first, as bkr_recall checks them: not only once a pair is scored (or never, when none is)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
+    approx = approx_config(approximate, ks)
+    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
     texts_emb, langs, image_feats, image_ids, groups, names = _checked_inputs(
         texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr, max_queries)
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
@@ -270,8 +273,6 @@ def evaluate_pairs(
     image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
     codes_of = {lang: np.unique(image_codes[rows]) for lang, rows in rows_of.items()}
     first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
-    approx = approx_config(approximate, ks)
-    censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)  # before any pair
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
                "csls_k": csls_k, "approximate": approximate, "progress": progress}
     score = _PairScorer(texts_emb, image_feats, image_codes, ks, options, approx, text_scores, with_corr, corr_pairs,

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from backretrieval import ApproxConfig, BackRetrievalError, bkr_recall
-from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
+from backretrieval.image_index import (SourceImageIndex, image_neighbours, load_image_neighbours,
+                                       save_image_neighbours)
 
 KS = (1, 5, 10)
 
@@ -163,6 +164,31 @@ def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
             load_image_neighbours(bad)
     with pytest.raises(BackRetrievalError, match="method must be one of flat, pq, hnsw"):
         image_neighbours(si, ti, method="ivf")
+
+
+def test_a_source_index_of_other_images_is_refused_in_one_line():
+    """bkr_recall used any SourceImageIndex it was given: one built over other images (all source rows rather than
+    the distinct pictures, another language's, other features of the same size) silently gave wrong ranks."""
+    rng = np.random.default_rng(9)
+    st, si, tt, ti = _world(rng, 200)
+    ids = np.arange(200) // 2  # two source texts per picture: 100 distinct images
+    si = si[ids * 2]
+    index = SourceImageIndex(si[::2], "pq")  # the distinct pictures, as bkr_recall ranks them
+    _same(bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True, source_index=index),
+          bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True))
+    changed = si[::2].copy()
+    changed[37, 5] += 0.5  # one value of one picture
+    cases = [
+        (SourceImageIndex(si, "pq"), "built over 200 source images of dim 40, but the data has 100 distinct"),
+        (SourceImageIndex(si[::2, :30], "pq"), "of dim 30, but the data has 100 distinct source images of dim 40"),
+        (SourceImageIndex(changed, "pq"), "built over other image features of the same size (100 distinct source "
+                                          "images, dim 40)"),
+    ]
+    for other, expected in cases:
+        with pytest.raises(BackRetrievalError) as err:
+            bkr_recall(st, si, tt, ti, KS, src_image_ids=ids, approximate=True, source_index=other)
+        message = str(err.value)
+        assert message.startswith("source_index: ") and expected in message and "\n" not in message, message
 
 
 @pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])

@@ -263,3 +263,25 @@ def test_evaluate_pairs_refuses_one_string_for_a_list():
         evaluate_pairs(emb, "en", feats, ["a", "b", "c", "d"])
     with pytest.raises(BackRetrievalError, match=r"^image_ids: expected a sequence of image ids, got one str"):
         evaluate_pairs(emb, ["en", "de"] * 2, feats, "abcd")
+
+
+@pytest.mark.parametrize("option,message", [
+    ({"ties": "best"}, r"^ties: expected one of pessimistic, optimistic, expected, got 'best'$"),
+    ({"max_rank": 4, "ks": (1, 5)}, r"^max_rank 4: must be >= the largest K \(5\) for exact Recall@K$"),
+    ({"retrieval": "dot"}, r"^retrieval: expected one of cosine, csls, got 'dot'$"),
+    ({"csls_k": 0}, r"^csls_k: expected a positive number of neighbours, got 0$"),
+])
+def test_evaluate_pairs_checks_its_ranking_options_before_any_pair(option, message, monkeypatch):
+    """A bad ties, max_rank, retrieval or csls_k was seen only by the first pair's bkr_recall: after the progress
+    bar started, and never when no pair is scored (each image captioned in both languages, one image: the
+    non-matching split leaves every pair a side without captions), so a result came back for a bad option."""
+    import backretrieval.pairs as pairs
+
+    emb = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    args = (emb, ["en", "de"], np.ones((2, 3), np.float32), ["a", "a"])
+    assert all(0 in (p["n_src"], p["n_tgt"]) for p in evaluate_pairs(*args)["pairs"].values())  # nothing scored
+    monkeypatch.setattr(pairs, "progress_bar", lambda *a, **k: pytest.fail("the pairs started before the check"))
+    with pytest.raises(BackRetrievalError, match=message):
+        evaluate_pairs(*args, **option)
+    with pytest.raises(BackRetrievalError, match=message):  # the message bkr_recall gives
+        bkr_recall(emb, np.ones((2, 3)), emb, np.ones((2, 3)), **option)

@@ -79,8 +79,8 @@ def read_id_list(path: Path) -> list[str]:
                 raise UserError(f"{path}: invalid UTF-8 byte 0x{err.object[err.start]:02x} at byte {err.start + 1} "
                                 "(expected a JSON list of image ids, UTF-8)") from None
             except json.JSONDecodeError as err:
-                raise UserError(f"{path}: malformed JSON at line {err.lineno} column {err.colno} ({err.msg}); "
-                                "expected a JSON list of image ids") from None
+                raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected a JSON list of "
+                                "image ids") from None
             if not isinstance(ids, list):
                 raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
             bad = next((i for i, v in enumerate(ids) if isinstance(v, bool) or not isinstance(v, (str, int))), None)
