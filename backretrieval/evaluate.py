@@ -30,7 +30,7 @@ from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_caption
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, censored_max_rank, check_ks
+from .metric import DEFAULT_KS, censored_max_rank, check_ks, check_recall_options
 from .pairs import evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
@@ -194,7 +194,8 @@ def evaluate_split(
     check_plot_names(specs)  # before any work, as save_plots will name the files
     if max_per_lang is not None and max_per_lang < 1:  # before any caption or image is embedded
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
-    censored_max_rank(max_rank, check_ks(ks), option("approximate") if approximate else None)
+    ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)  # before any caption or image is embedded
+    censored_max_rank(max_rank, ks, option("approximate") if approximate else None)
 
     def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
         names, counts = np.unique(data.langs, return_counts=True)

@@ -555,6 +555,17 @@ def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small
         evaluate_split(small_split / "test", ["random:4"], extractor=None, max_per_lang=0)
 
 
+@pytest.mark.parametrize("option, message", [({"ties": "worst"}, "ties: expected one of"),
+                                             ({"retrieval": "csls", "csls_k": 0}, "csls_k"),
+                                             ({"max_rank": 5, "ks": [10]}, "must be >= the largest K")])
+def test_evaluate_split_checks_its_ranking_options_before_any_model_loads(small_split, option, message):
+    """A bad ties, retrieval/csls_k or max_rank from Python was refused only inside the first pair's scoring, after
+    every caption had been embedded; now before the models load (a model spec that cannot load would be named
+    first otherwise)."""
+    with pytest.raises(backretrieval.BackRetrievalError, match=message):
+        evaluate_split(small_split / "test", ["npy:/nowhere/embeddings.npy"], extractor=None, **option)
+
+
 def test_an_option_given_without_the_one_it_only_matters_with_is_refused(tmp_path, capsys):
     """--csls-k without --retrieval csls, --ann/--candidates/--nprobe without --approximate (or --ann ivf), --level
     with --bootstrap 0, --image-index-method without --image-index, --corr-pairs with --image-sim: each was silently
