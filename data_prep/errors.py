@@ -6,7 +6,8 @@ so that the data layer's commands report user errors without importing ``globetr
 
 Bugs raise ordinary exceptions (and keep their traceback); mistakes a user can fix
 (a missing file, a bad config key, an unknown language) raise :class:`UserError`.
-Command-line entry points wrap their ``main`` with :func:`run_cli`. A third-party package that is not
+Command-line entry points wrap their ``main`` with :func:`run_cli`, which also prints a :class:`Notice` (a
+warning meant for the user, such as texts cut to the model's length) as one ``warning: ...`` line. A third-party package that is not
 installed (``No module named 'faiss'``: the command was run with a Python outside the project's ``.venv``)
 is one line naming the install command too (:func:`missing_dependency`), whether it fails in ``main``
 or in an entry point's top-level imports (:func:`exit_if_missing_dependency`).
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+import warnings
 from typing import Callable, Sequence
 
-__all__ = ["UserError", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
+__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
 
 OWN_PACKAGES = ("globetrotter", "backretrieval", "data_prep")
 # module -> the pip package that provides it, where the names differ
@@ -83,9 +85,28 @@ def path_error_line(err: OSError) -> str:
             f"under; give another)")
 
 
+class Notice(UserWarning):
+    """A warning about the user's input or results (not about the code): :func:`run_cli` prints it as one
+    ``warning: ...`` line, where Python would print two with a source line of this package."""
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
     """Run ``main(argv)``; print a :class:`UserError` (or a :data:`PATH_ERRORS` error) as one line and return exit
-    code 2."""
+    code 2; a :class:`Notice` is one ``warning: ...`` line (shown as Python's filters say: once per place)."""
+    with warnings.catch_warnings():  # restores showwarning on leaving
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, Notice):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        return _run(main, argv)
+
+
+def _run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None) -> int:
     try:
         code = main(argv)
     except UserError as err:

@@ -18,7 +18,7 @@ from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB 
 
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
-from .errors import UserError
+from .errors import Notice, UserError
 from .models import GlobetrotterModel
 from .shell import program_name
 from .tokenizer import encode_batch, load_tokenizer, special_ids
@@ -27,7 +27,7 @@ from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve,
 WEIGHTS = "model.safetensors"
 
 
-class TextsCut(UserWarning):
+class TextsCut(Notice):
     """Texts longer than the run's ``data.max_length`` tokens were cut to it (as in training) by an encoding call:
     one warning per call, saying how many of how many."""
 
