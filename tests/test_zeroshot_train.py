@@ -309,8 +309,12 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     # the unseen 'language' shares the text space, so zero-shot transfer works there too
     for lang in ("en", "xx"):
         assert metrics[lang]["image_retrieval_recall@10"] > 2 * record["chance"]["image_retrieval_recall@10"]
-    out = capsys.readouterr().out
-    assert "Recall@10" in out
+    printed = capsys.readouterr()
+    assert "Recall@10" in printed.out and "replaces" not in printed.err
+    # a second record into the same --json replaced the first in silence: now said, as eval.py says it
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
+                 "--json", str(tmp_path / "r.json"), *common]) == 0
+    assert f"wrote {tmp_path / 'r.json'} (it replaces an earlier record" in capsys.readouterr().err
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
