@@ -17,7 +17,7 @@ figures (``save_plots(out_dir)``).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -30,7 +30,7 @@ from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_caption
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
-from .metric import DEFAULT_KS, censored_max_rank, check_ks, check_recall_options
+from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
 from .pairs import evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
@@ -124,19 +124,29 @@ def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor
                          {label: emb for label, (_, emb) in embedded.items()})
 
 
+def _settings(approximate: bool | ApproxConfig, ks: Sequence[int]) -> dict | None:
+    """The approximate mode's settings as a record lists them (index, candidates, nprobe, image side, ...; None:
+    exact)."""
+    config = approx_config(approximate, tuple(ks))
+    return None if config is None else asdict(config)
+
+
 @dataclass
 class SplitEvaluation:
     """What :func:`evaluate_split` measured; ``to_record()`` is ``backretrieval eval``'s results.json."""
 
     split: EmbeddedSplit
     results: dict[str, dict]  # label -> evaluate_pairs result
-    options: dict  # ks, ties, seed, max_per_lang, max_rank, retrieval, approximate, bootstrap, level
+    options: dict  # ks, ties, seed, max_per_lang, max_rank, retrieval, csls_k, approximate (+ its settings), bootstrap, level
 
-    def to_record(self) -> dict:
+    def to_record(self, inputs: Mapping | None = None) -> dict:
+        """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments), as
+        ``score``'s record lists them."""
         models = {label: {"spec": self.split.specs[label], "embedder": self.split.embedders[label],
                           "langs": res["langs"], "mean": res["mean"], "pairs": res["pairs"], "matrix": res["matrix"]}
                   for label, res in self.results.items()}
-        return json_ready({"task": "backretrieval.eval", **self.split.header(), **self.options, "models": models})
+        return json_ready({"task": "backretrieval.eval", "inputs": dict(inputs or {}), **self.split.header(),
+                           **self.options, "models": models})
 
     def save_plots(self, out_dir: PathLike) -> list[Path]:
         """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
@@ -213,7 +223,8 @@ def evaluate_split(
     feats = split.features[data.image_index]
     groups = data.groups if data.has_groups else None
     options = {"ks": list(ks), "ties": ties, "seed": seed, "max_per_lang": max_per_lang,
-               "max_rank": max_rank or max(ks), "retrieval": retrieval, "approximate": bool(approximate),
+               "max_rank": max_rank or max(ks), "retrieval": retrieval, "csls_k": csls_k,
+               "approximate": bool(approximate), "approximate_settings": _settings(approximate, ks),
                "bootstrap": bootstrap, "level": level}
     results = {label: evaluate_pairs(emb, data.langs, feats, data.image_ids, ks, groups=groups,
                                      max_per_lang=max_per_lang, seed=seed, ties=ties, max_rank=max_rank or max(ks),
@@ -229,13 +240,15 @@ class SplitCorrelation:
 
     split: EmbeddedSplit
     pairs: dict[str, dict]  # "src->tgt" -> run_protocol result
-    options: dict  # ks, ties, retrieval, bootstrap, level
+    options: dict  # ks, ties, max_rank, corr_pairs, retrieval, bootstrap, level
 
-    def to_record(self) -> dict:
+    def to_record(self, inputs: Mapping | None = None) -> dict:
+        """The JSON-ready record; ``inputs`` are the options it was run with (the command line's arguments, e.g.
+        ``--report-k``), as ``score``'s record lists them."""
         models = {label: {"spec": spec, "embedder": self.split.embedders[label]}
                   for label, spec in self.split.specs.items()}
-        return json_ready({"task": "backretrieval.correlate", **self.split.header(), "models": models,
-                           **self.options, "pairs": self.pairs})
+        return json_ready({"task": "backretrieval.correlate", "inputs": dict(inputs or {}), **self.split.header(),
+                           "models": models, **self.options, "pairs": self.pairs})
 
     def table(self, k: int) -> str:
         """Paper Table 1 at Recall@``k``: Pearson and Spearman of BkR and CORR against XLR, one row per pair."""
@@ -316,5 +329,6 @@ def correlate_split(
             per_model, split.features[image_idx], n=pair_n, seeds=seeds,
             ks=ks, ties=ties, max_rank=max_rank or max(ks), corr_pairs=corr_pairs, progress=progress,
             bootstrap=bootstrap, level=level, retrieval=retrieval)
-    options = {"ks": list(ks), "ties": ties, "retrieval": retrieval, "bootstrap": bootstrap, "level": level}
+    options = {"ks": list(ks), "ties": ties, "max_rank": max_rank or max(ks), "corr_pairs": corr_pairs,
+               "retrieval": retrieval, "bootstrap": bootstrap, "level": level}
     return SplitCorrelation(split, results, options)

@@ -152,15 +152,18 @@ def reusable(path: Path, model: str, split: str | None, languages: str, **config
     """The record at ``path`` when it holds this measurement already; None when absent; a one-line
     :class:`UserError` when it was written for another model or other weights (the checkpoint the run loads now: a
     run trained on or resumed since), split (``None``: any), languages or setting (``config``), which reusing it
-    would put in the table unseen."""
+    would put in the table unseen. The checkpoint's weights are compared by their sha256: a run that saved another
+    ``best/`` keeps the checkpoint's path."""
     if not path.is_file():
         return None
-    from globetrotter.evaluation.models import current_checkpoint, model_info
+    from globetrotter.evaluation.models import current_checkpoint, model_info, weights_sha256
 
     record = json.loads(path.read_text(encoding="utf-8"))
-    want = {"model": model_info(model)["path"], "checkpoint": current_checkpoint(model),
+    checkpoint = current_checkpoint(model)
+    want = {"model": model_info(model)["path"], "checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint),
             "languages": sorted(languages.split(",")), **config}
     have = {"model": record["model"]["path"], "checkpoint": record["model"].get("checkpoint"),
+            "weights_sha256": record["model"].get("weights_sha256"),
             "languages": sorted(record["languages"]), **{key: record["config"].get(key) for key in config}}
     if split is not None:
         want["split"], have["split"] = str(Path(split).resolve()), record["dataset"]["path"]

@@ -10,7 +10,8 @@ images of share 0.5 in every language and every seed) and every seed, it trains
 
     train.py --config CONFIG seed=SEED data.train_image_share=SHARE run_name=PREFIX-LABEL-shSHARE-sSEED
 
-unless that run already has a ``result.json`` (``--run LABEL:SHARE:SEED=DIR`` names an existing finished run
+unless that run already has a ``result.json`` (its ``config.yaml`` must be that one: a run of another config is
+refused; ``--run LABEL:SHARE:SEED=DIR`` names an existing finished run
 instead, e.g. share-1 runs trained before), then chooses the run's ranking on val with ``eval.py select`` (no
 parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
 ``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). Writes ``curve.json`` (every run),
@@ -74,6 +75,24 @@ def run_images_per_language(run_dir: Path, cache: dict[str, float]) -> float:
     if text not in cache:
         cache[text] = images_per_language(config)
     return cache[text]
+
+
+def refuse_other_run(run_dir: Path, config: str, share: float, seed: int) -> None:
+    """One-line error when the finished run the study would reuse at ``run_dir`` was trained with another config than
+    the one it trains there (``config`` at ``seed`` and ``data.train_image_share=share``; the keys of a run's own
+    settings, such as steps, aside): its figure would stand in the table for a run it is not."""
+    from globetrotter.config import load_train_config
+    from globetrotter.errors import UserError
+    from globetrotter.training.prepare import COMPLETED_KEYS
+    from globetrotter.training.resume import config_changes
+
+    cfg = load_train_config(config, [f"seed={seed}", f"data.train_image_share={share:g}"])
+    skip = tuple(k for k in COMPLETED_KEYS if k != "data.train_image_share" or cfg.data.match_images_of)
+    changed = config_changes(run_dir / "config.yaml", cfg, skip)
+    if changed:
+        raise UserError(f"{run_dir}: a finished run of another config than {config} seed={seed} "
+                        f"data.train_image_share={share:g} ({changed}); delete it to train it again, or pass another "
+                        f"--prefix or --runs-dir")
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -234,6 +253,8 @@ def study(args: argparse.Namespace) -> None:
                 run_dir = given.get((label, share, seed), Path(args.runs_dir) / name)
                 if (label, share, seed) in given and not (run_dir / "result.json").is_file():
                     sys.exit(f"error: --run {label}:{share:g}:{seed}={run_dir}: no result.json (not a finished run)")
+                if (label, share, seed) not in given and (run_dir / "result.json").is_file():
+                    refuse_other_run(run_dir, config, share, seed)  # a finished run of another config: not reused
                 if not (run_dir / "result.json").is_file():
                     print(f"training {name} ...", flush=True)
                     run([sys.executable, "train.py", "--config", config, f"seed={seed}",

@@ -21,7 +21,7 @@ from .data.augment import eval_transform
 from .errors import Notice, UserError
 from .models import GlobetrotterModel
 from .shell import program_name
-from .tokenizer import encode_batch, load_tokenizer, special_ids
+from .tokenizer import encode_batch, file_sha256, load_tokenizer, special_ids
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases
 
 WEIGHTS = "model.safetensors"
@@ -353,6 +353,15 @@ def _load_checkpoint(ckpt: Path, device: str) -> Encoder:
         raise UserError(f"{ckpt / WEIGHTS}: weights do not match the config (missing {sorted(missing)[:3]}, unexpected {unexpected[:3]})")
     read_state(ckpt)
     return Encoder(model, tokenizer, cfg, device, checkpoint=ckpt)
+
+
+def weights_fingerprint(path: str | Path) -> dict:
+    """``{"checkpoint", "weights_sha256"}`` of the checkpoint the run or checkpoint folder ``path`` loads now (its
+    best, else latest): what a record of embeddings made with it names, since a run may save another ``best/`` under
+    the same path. A folder without a checkpoint is :func:`resolve`'s one-line error."""
+    checkpoint = resolve(path).resolve()
+    weights = checkpoint / WEIGHTS
+    return {"checkpoint": str(checkpoint), "weights_sha256": file_sha256(weights) if weights.is_file() else None}
 
 
 class BackRetrievalAdapter:

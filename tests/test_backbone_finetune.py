@@ -99,6 +99,38 @@ def test_round_two_fine_tunes_the_backbone_to_the_runs_readings_and_trains_on_it
     assert code == 2 and "holds a fine-tune of other settings" in stderr and "'epochs': 2" in stderr
 
 
+def test_round_two_names_the_weights_it_read_and_refuses_a_run_that_saved_others_since(round_one, tiny_world,
+                                                                                       tmp_path, capsys):
+    """The record named the run folder only: after the run saved other weights (a new best/, same path) a rerun said
+    "up to date" over readings of the old ones, and targets/cache.json named a temporary file that changed every run.
+    The record now holds the checkpoint and its weights' sha256, and the targets name the checkpoint they read."""
+    import shutil
+
+    from globetrotter.evaluation.models import weights_sha256
+    from globetrotter.training.checkpoint import resolve
+
+    run = tmp_path / "run"
+    shutil.copytree(round_one[0], run)
+    out = tmp_path / "round-two"
+    argv = ["features", "finetune", str(tiny_world / "train"), "--from-run", str(run), "--out", str(out),
+            "--epochs", "1", "--workers", "0"]
+    code, _, stderr = run_data_cli(argv, capsys)
+    assert code == 0, stderr[-2000:]
+    checkpoint = str(resolve(run).resolve())
+    record = json.loads((out / RECORD).read_text())
+    assert record["checkpoint"] == checkpoint and record["weights_sha256"] == weights_sha256(checkpoint)
+    source = json.loads((out / TARGETS / "cache.json").read_text())["imported"]["source"]
+    assert source == f"readings of {checkpoint}"
+    weights = resolve(run) / "model.safetensors"
+    state = load_file(str(weights))
+    name = next(iter(state))
+    state[name] = state[name] + 0.5  # the run saved other weights under the same checkpoint path
+    save_file(state, str(weights))
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 2 and "up to date" not in stdout and len(stderr.strip().splitlines()) == 1, stderr
+    assert "holds a fine-tune of other settings (weights_sha256: " in stderr and "choose another folder" in stderr
+
+
 def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):
     run, _ = round_one
     split = str(tiny_world / "train")

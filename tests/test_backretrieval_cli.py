@@ -144,7 +144,8 @@ def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys)
     assert main(["eval", "--data", str(small_split / "test"), *[a for m in models for a in ("--model", m)],
                  "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
     lib = evaluate_split(small_split / "test", models, ks=[1, 5], bootstrap=0, progress=False)
-    assert json.loads((out / "results.json").read_text()) == lib.to_record()
+    record = json.loads((out / "results.json").read_text())
+    assert record == lib.to_record(record["inputs"]) and record["inputs"]["ks"] == [1, 5]
     assert {p.name for p in out.glob("*.png")} == {p.name for p in lib.save_plots(tmp_path)}
     assert "good: bkr@1=" in capsys.readouterr().err
 
@@ -174,10 +175,34 @@ def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_
     lib = correlate_split(small_split / "test", [f"good=npy:{small_split / 'good.npy'}", "noisy=noisy:1.0:random:8",
                                                  "random:8"], pairs=["en-de"], n=15, seeds=2, ks=[1, 5], bootstrap=0,
                           progress=False)
-    assert json.loads((out / "protocol.json").read_text()) == lib.to_record()
+    record = json.loads((out / "protocol.json").read_text())
+    assert record == lib.to_record(record["inputs"]) and record["inputs"]["report_k"] == 5
     table = (out / "table.md").read_text()
     assert table == lib.table(5) + "\n" and "| Dataset (K=5) |" in table  # 10 is not in --ks: the largest K
     assert (out / "scatter_en-de.png").is_file() and capsys.readouterr().out == table
+
+
+def test_eval_and_correlate_records_hold_every_option_that_changes_their_numbers(small_split, tmp_path):
+    """results.json lacked --csls-k and the approximate mode's settings (--ann, --candidates, --nprobe,
+    --approx-image-side), protocol.json --corr-pairs, --max-rank and --report-k: two records of other numbers read
+    alike. They now hold them, with the command line's arguments (inputs), as score's record does."""
+    split = ["--data", str(small_split / "test"), "--no-progress", "--bootstrap", "0", "--ks", "1", "5"]
+    out = tmp_path / "eval"
+    assert main(["eval", *split, "--model", f"good=npy:{small_split / 'good.npy'}", "--retrieval", "csls",
+                 "--csls-k", "3", "--approximate", "--ann", "ivf", "--nprobe", "4", "--candidates", "20",
+                 "--approx-image-side", "exact", "--out-dir", str(out)]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["csls_k"] == 3 and record["approximate"] is True
+    settings = record["approximate_settings"]
+    assert (settings["index"], settings["nprobe"], settings["candidates"], settings["image_side"]) == \
+        ("ivf", 4, 20, "exact")
+    assert record["inputs"]["csls_k"] == 3 and record["inputs"]["ann"] == "ivf"
+    out = tmp_path / "corr"
+    assert main(["correlate", *split, "--models", f"good=npy:{small_split / 'good.npy'}", "random:8",
+                 "--pairs", "en-de", "--n", "15", "--seeds", "1", "--corr-pairs", "50", "--max-rank", "9",
+                 "--report-k", "1", "--out-dir", str(out)]) == 0
+    record = json.loads((out / "protocol.json").read_text())
+    assert (record["corr_pairs"], record["max_rank"], record["inputs"]["report_k"]) == (50, 9, 1)
 
 
 def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_split, tmp_path, capsys):

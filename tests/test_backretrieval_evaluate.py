@@ -48,8 +48,9 @@ def test_evaluate_split_is_evaluate_pairs_per_model_with_a_record_and_plots(para
     assert res.results["good"]["pairs"]["en->fr"]["bkr@5"] == pytest.approx(ref["pairs"]["en->fr"]["bkr@5"])
     assert res.results["good"]["mean"]["xlr@1"] > 0.9 > res.results["random:12"]["mean"]["xlr@5"]
     record = res.to_record()
-    assert list(record) == ["task", "data", "checksum", "image_model", "ks", "ties", "seed", "max_per_lang", "max_rank",
-                            "retrieval", "approximate", "bootstrap", "level", "models"]
+    assert list(record) == ["task", "inputs", "data", "checksum", "image_model", "ks", "ties", "seed", "max_per_lang",
+                            "max_rank", "retrieval", "csls_k", "approximate", "approximate_settings", "bootstrap",
+                            "level", "models"]
     assert record["max_rank"] == 5 and record["image_model"] is None and record["ks"] == [1, 5]
     good = record["models"]["good"]
     assert good["spec"] == f"npy:{root / 'good.npy'}" and good["embedder"].startswith("npy:")
@@ -128,8 +129,8 @@ def test_correlate_split_runs_the_protocol_per_pair(parallel_split, tmp_path):
     assert correlation["spearman"]["bkr"]["per_seed"] == [1.0, 1.0, 1.0]
     assert min(correlation["pearson"]["bkr"]["per_seed"]) > 0.8
     record = res.to_record()
-    assert list(record) == ["task", "data", "checksum", "image_model", "models", "ks", "ties", "retrieval",
-                            "bootstrap", "level", "pairs"]
+    assert list(record) == ["task", "inputs", "data", "checksum", "image_model", "models", "ks", "ties", "max_rank",
+                            "corr_pairs", "retrieval", "bootstrap", "level", "pairs"]
     assert record["models"]["noisy"]["spec"] == f"noisy:2.0:npy:{root / 'good.npy'}"
     assert res.table(10).splitlines()[2].startswith("| en->de | ")
     assert [p.name for p in res.save_plots(tmp_path, 10)] == ["scatter_en-de.png"]

@@ -331,6 +331,24 @@ def test_the_last_lines_say_what_was_skipped_why_and_where_and_every_manifest_re
     assert err[-1].startswith("--strict: 7 caption record(s) skipped as bad input") and err[-1].endswith("exit status 1")
 
 
+def test_the_summary_names_every_caption_source_with_each_caption_files_sha256(tmp_path):
+    """summary.json listed the split options but not the sources read (--captions FILE, --flickr8k FILE:LANG,
+    --multi30k DIR and its tasks): a dataset could not be traced to its inputs, nor told from one converted from an
+    edited caption file. The sources are listed as given, with the sha256 of each caption file."""
+    import hashlib
+
+    w = flickr8k_world(tmp_path)
+    out = tmp_path / "out"
+    assert cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
+                "--flickr8k", f"{w['cn']}:zh", "--captions", w["tsv"], "--all-to", "test", "--workers", "1",
+                "--out", out, "--no-progress"]) == 0
+    options = json.loads((out / "summary.json").read_text(encoding="utf-8"))["options"]
+    assert options["multi30k"] == [str(w["m30k"])] and options["multi30k_tasks"] == [1, 2]
+    assert options["flickr8k"] == [f"{w['cn']}:zh"] and options["captions"] == [str(w["tsv"])]
+    assert options["caption_sha256"] == {str(f): hashlib.sha256(Path(f).read_bytes()).hexdigest()
+                                         for f in (w["cn"], w["tsv"])}
+
+
 def test_multi30k_task2_independent_captions_and_fractions(tmp_path):
     w = flickr8k_world(tmp_path)
     out = tmp_path / "out"

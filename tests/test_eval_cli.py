@@ -154,6 +154,22 @@ def test_sentence_command_writes_record_and_plots(world, fake, tmp_path):
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
 
 
+def test_every_eval_record_names_the_versions_it_was_made_with(world, tmp_path):
+    """No record held a version: two records of other code or another torch read alike. Result.to_dict, the one
+    writer of every eval.py record, now adds the package's, torch's and Python's versions."""
+    import platform
+
+    import torch
+
+    import globetrotter
+
+    out = tmp_path / "out"
+    assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
+    assert record(out, "sentence", "tfidf")["versions"] == {"globetrotter": globetrotter.__version__,
+                                                           "torch": torch.__version__,
+                                                           "python": platform.python_version()}
+
+
 def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(world, tmp_path, capsys):
     from data_prep.shards import read_captions
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation

@@ -84,6 +84,31 @@ def test_records_of_weights_the_run_no_longer_loads_are_refused(tiny_world, tiny
     assert refused.returncode == 2 and "step-00000009" in refused.stderr and "another --out" in refused.stderr
 
 
+def test_records_of_a_checkpoint_rewritten_in_place_are_refused(tiny_world, tiny_run, tmp_path):
+    """A run that saved another best/ keeps the checkpoint's path: its records were reused for the table, scores of
+    weights the run no longer holds. The weights' sha256 is compared too."""
+    from safetensors.torch import load_file, save_file
+
+    from globetrotter.training.checkpoint import resolve
+
+    run_dir = tmp_path / "runs" / Path(tiny_run).name
+    shutil.copytree(tiny_run, run_dir)
+    out = tmp_path / "table"
+    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
+            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", f"full={run_dir}",
+            "--out", str(out)]
+    assert subprocess.run(argv, capture_output=True, cwd=ROOT).returncode == 0
+    weights = resolve(run_dir) / "model.safetensors"
+    state = load_file(weights)
+    name = next(iter(state))
+    state[name] = state[name] + 0.5  # the same folder, other weights
+    save_file(state, weights)
+    refused = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2, refused.stderr
+    assert "weights_sha256" in refused.stderr and "another --out" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
 def test_a_ratio_over_a_model_that_finds_nothing_reads_inf_not_a_huge_number():
     table = load_experiment("sentence_protocol").table
     figures = {"a": {"cosine": (5.0, "cosine", None), "val-chosen": (0.0, "cosine", None)},

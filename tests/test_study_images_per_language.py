@@ -50,3 +50,38 @@ def test_a_given_run_is_placed_at_the_images_of_its_own_config_not_the_model_con
     assert [r["model"] for r in rows] == ["full", "sup"]
     assert rows[0]["images_per_language"] == rows[1]["images_per_language"] == curve.images_per_language(full)
     assert curve.images_per_language(sup) != rows[1]["images_per_language"]  # the test would tell the bug apart
+
+
+def test_a_finished_run_of_another_config_is_refused_not_put_in_the_curve(curve, tiny_world, tmp_path, monkeypatch,
+                                                                          capsys):
+    """A run folder the study trains (runs-dir/prefix-label-shSHARE-sSEED) was reused whatever config it was trained
+    with: a run of an edited --model config, or of an earlier study's settings, stood in the curve. It is now reused
+    only when its config.yaml is the one the study would train; else one line names what differs."""
+    import json
+
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    model = tmp_path / "full.yaml"
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), model)
+    runs = tmp_path / "runs"
+    run_dir = runs / "curve-full-sh0.5-s1"
+    run_dir.mkdir(parents=True)
+    # as train.py saves it: the model config with the study's seed, share and run folder
+    save_config(load_train_config(model, ["seed=1", "data.train_image_share=0.5", "run_name=curve-full-sh0.5-s1",
+                                          f"output_dir={runs}", "steps=7"]), run_dir / "config.yaml")
+    (run_dir / "result.json").write_text("{}")
+    monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
+    monkeypatch.setattr(curve, "run", lambda *args: pytest.fail("trained or evaluated a run"))
+    argv = ["--model", f"full={model}", "--shares", "0.5", "--seeds", "1", "--runs-dir", str(runs),
+            "--out-dir", str(tmp_path / "out")]
+    curve.main(argv)  # the same config (steps aside, a run's own setting): reused
+    assert [r["run"] for r in json.loads((tmp_path / "out" / "curve.json").read_text())["rows"]] == [str(run_dir)]
+    save_config(load_train_config(model, ["loss.cloze=0.25"]), model)  # the model's config edited since
+    with pytest.raises(SystemExit) as stop:
+        curve.main(argv[:-1] + [str(tmp_path / "out2")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {run_dir}: a finished run of another config than {model} seed=1 "
+                             f"data.train_image_share=0.5 (loss.cloze: 1.0 -> 0.25)"), err
+    assert not (tmp_path / "out2" / "curve.json").exists()

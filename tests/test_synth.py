@@ -450,3 +450,39 @@ def test_a_run_refuses_a_half_world_and_generates_over_a_killed_ones_leftovers(t
     (root / ".generating" / "train" / "train-000000.tar").write_bytes(b"half")
     ensure_data(cfg(), log=lambda line: None)
     assert (root / "world.yaml").is_file() and not (root / ".generating").exists()
+
+
+def test_a_run_refuses_a_world_generated_with_another_synth_config(tmp_path, capsys):
+    """train.py with data.synth.seed=7 on a data.root that holds a world of seed 0 trained on the seed-0 world in
+    silence, and its config.yaml recorded a world it did not train on. It now stops with one line naming both
+    values; settings that leave the world as it is (workers, chunk_size) and data.synth=null still train there."""
+    from globetrotter.training.cli import main as train_main
+
+    from conftest import TINY
+
+    root = tmp_path / "world"
+    small = "{train_images: 12, val_images: 6, test_images: 3, parallel_train_images: 0, languages: [en, de], workers: 1}"
+    generate(load_config(SynthConfig, overrides=[f"{k}={v}" for k, v in yaml.safe_load(small).items()]), root,
+             progress=False)
+
+    def train(*extra: str) -> tuple[int, list[str]]:
+        argv = [f"data.root={root}", f"output_dir={tmp_path / 'runs'}", *TINY, f"data.synth={small}", "steps=1",
+                "loss.image=0", "loss.cross=0", "loss.text=0", *extra]
+        with pytest.raises(SystemExit) as stop:
+            train_main(argv)
+        return stop.value.code, capsys.readouterr().err.strip().splitlines()
+
+    code, lines = train("data.synth.seed=7", "run_name=seed7")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: data.root={root}: holds a synthetic world made with another config "
+                               f"(data.synth.seed=7 but 0 there;"), lines
+    assert "name another data.root" in lines[0] and "data.synth=null" in lines[0]
+    assert not (tmp_path / "runs" / "seed7" / "config.yaml").exists()
+    code, lines = train("data.synth.test_images=4", "data.synth.image_format=png", "run_name=other")
+    assert code == 2 and "data.synth.test_images=4 but 3 there, data.synth.image_format='png' but 'jpg'" in lines[0]
+    from globetrotter.config import load_train_config
+    from globetrotter.training.prepare import ensure_data
+
+    for extra in (["data.synth.workers=2", "data.synth.chunk_size=5"], ["data.synth=null"]):
+        ensure_data(load_train_config(None, [f"data.root={root}", *TINY, f"data.synth={small}", *extra]),
+                    log=lambda line: None)

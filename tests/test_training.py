@@ -545,3 +545,22 @@ def test_a_bad_backbone_argument_is_named_and_an_unknown_backbone_said_once_with
     with pytest.raises(UserError) as err:
         create_image_backbone("foo")
     assert str(err.value).count("foo") == 1 and "timm.list_models()" in str(err.value)
+
+
+def test_result_json_names_the_checksums_of_the_splits_the_run_read_and_the_versions(tiny_world, tmp_path):
+    """result.json said nothing of the data a run read: a result could not be matched to the splits (or to a split
+    rewritten since). It now records the train, val and test splits' manifests' checksums; a split that is absent
+    (here val) is left out."""
+    from data_prep.shards import read_manifest
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=1", "loss.text=0", "loss.image=0", "loss.cross=0",
+                   "data.val_split=no-such-split")
+    train(cfg)
+    result = json.loads((cfg.run_dir / "result.json").read_text())
+    data = result["data"]
+    assert result["versions"]["globetrotter"] == globetrotter.__version__ and result["versions"]["torch"] == \
+        torch.__version__  # which code and torch made the run
+    assert sorted(data) == ["test", "train"]
+    for role in ("train", "test"):
+        assert data[role]["checksum"] == read_manifest(tiny_world / role)["checksum"]
+        assert data[role]["path"] == str((tiny_world / role).resolve()) and data[role]["num_samples"] > 0

@@ -309,8 +309,12 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     # the unseen 'language' shares the text space, so zero-shot transfer works there too
     for lang in ("en", "xx"):
         assert metrics[lang]["image_retrieval_recall@10"] > 2 * record["chance"]["image_retrieval_recall@10"]
-    out = capsys.readouterr().out
-    assert "Recall@10" in out
+    printed = capsys.readouterr()
+    assert "Recall@10" in printed.out and "replaces" not in printed.err
+    # a second record into the same --json replaced the first in silence: now said, as eval.py says it
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
+                 "--json", str(tmp_path / "r.json"), *common]) == 0
+    assert f"wrote {tmp_path / 'r.json'} (it replaces an earlier record" in capsys.readouterr().err
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
@@ -644,3 +648,43 @@ def test_retrieval_refuses_a_k_of_at_least_the_images_and_an_unwritable_json_fir
         assert main([*command, "--out", str(tmp_path / "folder")]) == 2
         err = capsys.readouterr().err
         assert f"{tmp_path / 'folder'}: cannot write the JSON record (is a directory)" in err, err
+
+
+def test_an_adapter_refuses_a_globetrotter_text_encoder_that_saved_other_weights_since(tiny_run, tmp_path, capsys):
+    """meta.json named the text encoder globetrotter:RUN only: after the run saved other weights (a new best/, same
+    path) retrieval embedded with them through an adapter trained on the old ones, in silence. The adapter now
+    records the checkpoint and its weights' sha256 (and --val-k, which picks the kept epoch), and a load of it
+    refuses other weights in one line."""
+    from safetensors.torch import load_file, save_file
+
+    from globetrotter.evaluation.models import weights_sha256
+    from globetrotter.training.checkpoint import resolve
+    from globetrotter.zeroshot.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(16, 8)).astype(np.float32)
+    words = ["red a square", "green a square", "blue a square", "yellow a square"]
+    _write_split(tmp_path, "train", images, [(words[r % 4], "en", r) for r in range(12)])
+    _write_split(tmp_path, "val", images, [(words[r % 4], "en", r) for r in range(12, 16)])
+    common = ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    out = tmp_path / "adapter"
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--val-k", "2",
+                 "--out", str(out), *common, f"text_encoder=globetrotter:{run}", "optim.epochs=1",
+                 "adapter.hidden_dims=[8]", "optim.batch_size=4"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    checkpoint = str(resolve(run).resolve())
+    assert meta["text_encoder_weights"] == {"checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint)}
+    assert meta["val_k"] == 2
+    load_adapter(out)  # the same weights: loads
+    weights = resolve(run) / "model.safetensors"
+    state = load_file(str(weights))
+    name = next(iter(state))
+    state[name] = state[name] + 0.5  # the run saved other weights under the same checkpoint path
+    save_file(state, str(weights))
+    capsys.readouterr()
+    assert main(["retrieval", "--test", str(tmp_path / "val"), "--adapter", str(out), "--k", "2", *common]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the adapter was trained on the text encoder globetrotter:" in err[0], err
+    assert "train the adapter again" in err[0]

@@ -11,7 +11,7 @@ from ..evaluate import correlate_split, language_pairs
 from ..hubness import DEFAULT_CSLS_K
 from ..files import make_dir, read_text_lines, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     command_line_specs, emit_json, extractor, integer_at_least, replace_plots,
+                     command_line_specs, emit_json, extractor, inputs, integer_at_least, replace_plots,
                      resolve_dependent_options, writable_outputs)
 
 
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
             raise BackRetrievalError(f"{path}: --models-file not found")
         specs += read_text_lines(path, "--models-file")
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
+    args.report_k = report_k  # the record's inputs list the K the table and scatters show
     if report_k not in args.ks:
         raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
     # before any work: a refusal then costs nothing (without --pairs, the scatters' names wait for the split)
@@ -79,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
     table = result.table(report_k)
     write_file(out_dir / "table.md", lambda p: p.write_text(table + "\n", encoding="utf-8"), "table.md")
     print(table)
-    emit_json(result.to_record(), out_dir / "protocol.json")
+    emit_json(result.to_record(inputs(args)), out_dir / "protocol.json")
     return 0

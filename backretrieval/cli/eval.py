@@ -9,8 +9,8 @@ from ..embedders import parse_model_specs
 from ..evaluate import evaluate_split, plot_name
 from ..files import make_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
-                     add_model_options, command_line_specs, emit_json, extractor, integer_at_least, language_codes,
-                     metric_options, replace_plots, writable_outputs)
+                     add_model_options, command_line_specs, emit_json, extractor, inputs, integer_at_least,
+                     language_codes, metric_options, replace_plots, writable_outputs)
 
 
 def add_parser(sub) -> None:
@@ -48,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     replace_plots(out_dir, result.save_plots(out_dir), ("heatmap_*.png", "boxplot_bkr*.png"))
     for label, res in result.results.items():
         print(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()), file=sys.stderr)
-    emit_json(result.to_record(), out_dir / "results.json")
+    emit_json(result.to_record(inputs(args)), out_dir / "results.json")
     return 0

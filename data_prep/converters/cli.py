@@ -15,6 +15,7 @@ from typing import Sequence
 
 from data_prep.errors import UserError
 
+from .common import file_sha256
 from .flickr8k import read_flickr8k
 from .folder import read_caption_table
 from .globetrotter_layout import read_globetrotter
@@ -280,6 +281,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=run, command_name=name, needs=spec["needs"])
 
 
+def source_options(args: argparse.Namespace) -> dict:
+    """The caption sources of parsed arguments as a summary's options list them: each source option as given
+    (folders and files), and ``caption_sha256``: the sha256 of each caption file (``--flickr8k FILE``,
+    ``--captions FILE``; a folder source is named, not hashed), so the summary ties the dataset to the files read."""
+    options: dict = {}
+    if hasattr(args, "multi30k"):
+        options.update(multi30k=[str(p) for p in args.multi30k], multi30k_tasks=list(args.multi30k_tasks))
+    if hasattr(args, "flickr8k"):
+        options["flickr8k"] = [f"{p}:{lang}" for p, lang in args.flickr8k]
+    for name in ("globetrotter", "xtd10", "captions"):
+        if hasattr(args, name):
+            options[name] = [str(p) for p in getattr(args, name)]
+    files = [p for p, _ in getattr(args, "flickr8k", [])] + list(getattr(args, "captions", []))
+    options["caption_sha256"] = {str(p): file_sha256(p) for p in files}
+    return options
+
+
 def _sources(args: argparse.Namespace) -> tuple[list, list[str]]:
     sources, names = [], []
     for root in args.multi30k:
@@ -333,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
         check=not args.no_check,
         progress=not args.no_progress,
         source_name="+".join(names),
+        source_args=source_options(args),
     )
     report = convert(sources, options)
     issues = report.format_issues(args.show_issues)

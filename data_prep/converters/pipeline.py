@@ -77,6 +77,7 @@ class ConvertOptions:
     check: bool = True
     progress: bool = True
     source_name: str = "converted"
+    source_args: dict = field(default_factory=dict)  # the sources as given, with caption files' sha256 (summary)
 
     def __post_init__(self) -> None:
         for name in ("test_fraction", "val_fraction"):
@@ -424,9 +425,10 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
         report.note(unbalanced)
     report.timing["total_seconds"] = time.perf_counter() - start
     report.options = {k: (v if isinstance(v, (int, float, bool, str, type(None))) else str(v) if isinstance(v, Path)
-                          else [str(x) for x in v]) for k, v in vars(options).items() if k not in ("image", "progress")}
+                          else [str(x) for x in v]) for k, v in vars(options).items()
+                      if k not in ("image", "progress", "source_args")}
     report.options.update(resize=options.image.resize, resize_mode=options.image.mode,
-                          jpeg_quality=options.image.quality, languages_used=languages)
+                          jpeg_quality=options.image.quality, languages_used=languages, **options.source_args)
     report.write_json(out_dir / SUMMARY)
     return report
 

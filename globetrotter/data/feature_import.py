@@ -292,10 +292,13 @@ def _check_name(name: str) -> None:
 
 def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: str | Path, name: str,
                       ids: str | Path | None = None, id_column: str | None = None,
-                      embedding_column: str | None = None, force: bool = False, progress: bool = True) -> dict:
+                      embedding_column: str | None = None, force: bool = False, progress: bool = True,
+                      source_label: str | None = None) -> dict:
     """Write the embeddings of the split's images from ``embeddings`` (``.npy`` with ``ids``, or ``.parquet``) as a
     feature cache ``[images, 1, D]`` float16 in ``out_dir``, named ``name``; returns its ``cache.json`` record.
     ``id_column`` / ``embedding_column`` (parquet only; ``None``: ``image_id`` or ``key``, and ``embedding``).
+    ``source_label``: what the record names as the source in place of the file's path (a temporary file's path
+    names nothing a rerun finds again).
 
     At most :data:`CHUNK_ROWS` source rows are held as float32 at a time (besides the id -> row index)."""
     _check_name(name)
@@ -306,7 +309,7 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
     sha256 = file_sha256(path)
     hash_seconds = time.perf_counter() - hash_start
     return write_imported(split_dir, source, out_dir, name, sha256[:16], force, progress,  # the spec's form: 16 digits
-                          {"source": str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
+                          {"source": source_label or str(path.resolve()), "format": source.fmt, "rows": len(source.ids),
                            "dim": source.dim, "sha256": sha256}, extra={"hash_seconds": hash_seconds})
 
 

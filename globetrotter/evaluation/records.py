@@ -40,6 +40,17 @@ def dataset_info(split: str | Path) -> dict:
             "checksum": manifest.get("checksum"), "num_samples": manifest.get("num_samples")}
 
 
+def versions() -> dict:
+    """The versions a record was made with: this package's (``globetrotter.__version__``), torch's and Python's."""
+    import platform
+
+    import torch
+
+    from globetrotter import __version__
+
+    return {"globetrotter": __version__, "torch": torch.__version__, "python": platform.python_version()}
+
+
 @dataclass
 class Result:
     """One evaluation's outcome: ``metrics`` (what a table shows), ``details`` (everything needed to read them) and
@@ -60,6 +71,7 @@ class Result:
         """The strict-JSON record (numpy values converted, NaN as null)."""
         record = asdict(self)
         del record["arrays"]
+        record["versions"] = versions()
         return jsonable(record)
 
     @property

@@ -215,13 +215,16 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     from ..data.augment import simclr_transform
     from ..data.feature_cache import build_feature_cache, load_feature_cache, spec_from_config, unique_images
     from ..data.feature_import import import_embeddings
+    from ..evaluation.models import current_checkpoint, weights_sha256
     from ..models.image import create_image_backbone
 
     split, run, out = Path(split), Path(run), Path(out)
     cfg = run_config(run)
     _check_run(cfg, run)
     read_manifest(split)  # a folder that is no split: its one-line error before any work
-    record = {"run": str(run.resolve()), "split": str(split.resolve()), "settings": asdict(settings)}
+    checkpoint = current_checkpoint(str(run))  # what model_readings loads: the weights the backbone learns from
+    record = {"run": str(run.resolve()), "checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint),
+              "split": str(split.resolve()), "settings": asdict(settings)}
     if not _settled(out, record):
         ids, images = [], []
         for image_id, _ext, data in unique_images(split):
@@ -234,7 +237,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
             np.save(Path(tmp) / "targets.npy", model_readings(run, ids))
             (Path(tmp) / "ids.json").write_text(json.dumps(ids))
             import_embeddings(split, Path(tmp) / "targets.npy", out / TARGETS, TARGETS, ids=Path(tmp) / "ids.json",
-                              force=True, progress=progress)
+                              force=True, progress=progress, source_label=f"readings of {checkpoint}")
         stored = load_feature_cache(out / TARGETS)  # the readings as stored (float16): a rerun trains on the same
         targets = np.asarray(stored.features[stored.rows(ids, split), 0], dtype=np.float32)
         m, d = cfg.model, cfg.data

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
+from data_prep.synth.config import SynthConfig
 
 from ..config import IMPORTED_BACKBONE, TrainConfig
 from ..errors import UserError
@@ -254,6 +255,26 @@ def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
     return replace(cfg, data=replace(cfg.data, train_image_share=share))
 
 
+# SynthConfig fields that change how a world is generated, never what it holds (worlds are byte-identical whatever
+# the number of worker processes and the scenes per task)
+WORLD_NEUTRAL_KEYS = ("workers", "chunk_size")
+
+
+def check_world(synth: SynthConfig, world_yaml: Path) -> None:
+    """One-line error when ``data.synth`` asks for another world than the one ``world_yaml`` (the config a generation
+    of ``data.root`` saved) describes: the run would train on that one and its config.yaml record this one. The keys
+    of :data:`WORLD_NEUTRAL_KEYS` are not compared."""
+    from data_prep.config_io import load_config, to_dict
+
+    wanted, found = to_dict(synth), to_dict(load_config(SynthConfig, world_yaml))
+    differ = [key for key in wanted if key not in WORLD_NEUTRAL_KEYS and wanted[key] != found.get(key)]
+    if differ:
+        said = ", ".join(f"data.synth.{key}={wanted[key]!r} but {found.get(key)!r} there" for key in differ)
+        raise UserError(f"data.root={world_yaml.parent}: holds a synthetic world made with another config ({said}; "
+                        f"see {world_yaml}); name another data.root to generate this one, or drop data.synth "
+                        f"(data.synth=null) to train on the world there")
+
+
 def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu") -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
     train the tokenizer when its file is absent; build the image-feature
@@ -297,6 +318,8 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
         raise UserError(f"data.root={root}: {train_dir} is a synthetic world's split, but {root / WORLD_CONFIG}, which "
                         f"generation writes last, is missing: an interrupted generation; delete {root} (or regenerate "
                         f"it: globetrotter-data synth --out {root})")
+    if cfg.data.synth is not None and (root / WORLD_CONFIG).is_file():
+        check_world(cfg.data.synth, root / WORLD_CONFIG)
     if cfg.loss.uses_images and not cfg.data.features:
         from ..data.feature_cache import require_pictures
 

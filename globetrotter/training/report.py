@@ -5,6 +5,7 @@ import os
 import shlex
 from pathlib import Path
 
+from ..evaluation.records import versions  # result.json says them as every eval record does
 from ..shell import program_command
 
 
@@ -58,6 +59,25 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
         print(f"choose its ranking on val, with no parallel text: {evaluate} select --model {run}{reference}")
         print(f"then score the test split once: {evaluate} sentence --model {run} --split {test} "
               f"--ranking {record}")
+
+
+def splits_read(root: str | Path, splits: dict[str, str | None]) -> dict:
+    """What result.json says of a run's data: for each role (``train``, ``val``, ``test``) whose split folder under
+    ``root`` holds a readable manifest, its path, source, checksum and size (the eval records' ``dataset``), so a
+    result can be matched to the data it was measured on."""
+    from ..errors import UserError
+    from ..evaluation.records import dataset_info
+
+    found = {}
+    for role, name in splits.items():
+        folder = Path(root) / name if name else None
+        if folder is None or not (folder / "manifest.json").is_file():
+            continue
+        try:
+            found[role] = dataset_info(folder)
+        except UserError:  # e.g. a more-captions link whose original split was rewritten since
+            continue
+    return found
 
 
 def _one_language_original(train_split: str | Path | None) -> str | None:

@@ -142,17 +142,25 @@ def refuse_changed_config(source: Path, cfg, skip: tuple[str, ...] = ()) -> None
     """One-line error when ``cfg`` differs from the config checkpoint ``source`` was trained with in a key other than
     :data:`RUN_KEYS`: the resumed run would no longer be the run it continues. ``skip``: keys (and the keys under
     them) not compared, e.g. those the data completes, for a check of ``cfg`` as given, before any data is made."""
-    saved_path = Path(source) / "config.yaml"
+    shown = config_changes(Path(source) / "config.yaml", cfg, skip)
+    if shown:
+        raise UserError(f"--resume {source}: the config differs from the checkpoint's ({shown}); resume with "
+                        f"its config ({Path(source) / 'config.yaml'}), or start a new run_name")
+
+
+def config_changes(saved_path: Path, cfg, skip: tuple[str, ...] = ()) -> str | None:
+    """How ``cfg`` differs from the config saved at ``saved_path`` in keys other than :data:`RUN_KEYS` and ``skip``
+    (and the keys under them), as ``key: saved -> now`` for the first four (None when it does not, or when no config
+    was saved there)."""
     if not saved_path.is_file():
-        return  # a checkpoint from before configs were saved beside it
+        return None  # a checkpoint from before configs were saved beside it
     saved, now = _flat(read_yaml(saved_path)), _flat(to_dict(cfg))
     changed = sorted(k for k in saved.keys() | now.keys() if k not in RUN_KEYS and saved.get(k) != now.get(k)
                      and not any(k == s or k.startswith(f"{s}.") for s in skip))
-    if changed:
-        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
-        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-        raise UserError(f"--resume {source}: the config differs from the checkpoint's ({shown}{more}); resume with "
-                        f"its config ({saved_path}), or start a new run_name")
+    if not changed:
+        return None
+    more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    return ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4]) + more
 
 
 def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] = print):

@@ -48,6 +48,7 @@ from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported
                       with_text_languages)
 from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
                      refuse_foreign_files, refuse_used_folder, resume_position)
+from .report import splits_read, versions
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
@@ -207,7 +208,9 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     best = progress.best if progress.best and progress.best.get("step") == saved["best"] else None
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "checkpoints": saved,
               "bad_samples": progress.bad_samples, "run_dir": str(cfg.run_dir), "mixed_precision": precision,
-              "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason}
+              "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason,
+              "data": splits_read(cfg.data.root, {"train": cfg.data.train_split, "val": cfg.data.val_split,
+                                                  "test": cfg.data.test_split}), "versions": versions()}
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:

@@ -248,8 +248,36 @@ def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: s
     return out_dir
 
 
+GLOBETROTTER_PREFIX = "globetrotter:"  # a text encoder spec naming a Globetrotter run or checkpoint folder
+
+
+def text_encoder_weights(spec: str) -> dict | None:
+    """What ``meta.json`` records of the text encoder's weights: for ``globetrotter:RUN``, the checkpoint that run
+    loads now and its weights' sha256 (:func:`globetrotter.encoder.weights_fingerprint`); None for other encoders."""
+    if not spec.startswith(GLOBETROTTER_PREFIX):
+        return None
+    from ..encoder import weights_fingerprint
+
+    return weights_fingerprint(spec[len(GLOBETROTTER_PREFIX):])
+
+
+def refuse_other_text_encoder_weights(path: Path, spec: str, recorded: dict | None) -> None:
+    """One-line error when the text encoder ``spec`` of the adapter at ``path`` now holds other weights than those it
+    was trained on (``recorded``, from its ``meta.json``): the adapter would map embeddings it never saw. An adapter
+    saved without the record is not checked."""
+    if not recorded:
+        return
+    now = text_encoder_weights(spec)
+    if now is not None and now.get("weights_sha256") != recorded.get("weights_sha256"):
+        raise UserError(f"{path}: the adapter was trained on the text encoder {spec}'s weights "
+                        f"{recorded.get('checkpoint')} (sha256 {str(recorded.get('weights_sha256'))[:12]}), but it "
+                        f"now loads {now['checkpoint']} (sha256 {str(now['weights_sha256'])[:12]}); train the adapter "
+                        f"again (zeroshot train) on these weights")
+
+
 def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, dict]:
-    """Load what :func:`save_adapter` wrote; one-line :class:`UserError` when it is not there."""
+    """Load what :func:`save_adapter` wrote; one-line :class:`UserError` when it is not there, or when its text
+    encoder (a Globetrotter run) holds other weights than those it was trained on."""
     path = Path(path)
     for name in (WEIGHTS, CONFIG, META):
         if not (path / name).is_file():
@@ -270,6 +298,7 @@ def load_adapter(path: str | Path) -> tuple[TextToImageAdapter, ZeroShotConfig, 
         # torch's "Error(s) in loading state_dict for TextToImageAdapter:" says what only on its next line
         first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
         raise UserError(f"{path / WEIGHTS}: does not load into the adapter its meta.json describes ({first})") from None
+    refuse_other_text_encoder_weights(path, config.text_encoder, meta.get("text_encoder_weights"))
     adapter.eval()
     return adapter, config, meta
 

@@ -48,7 +48,7 @@ from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST
 
-from ..cli import _existing_dir, _language_list, _sources, add_source_arguments
+from ..cli import _existing_dir, _language_list, _sources, add_source_arguments, source_options
 from ..pipeline import SUMMARY
 from ..report import ConversionReport
 from .gather import Matcher, gather, load_split, same_text, split_of_images
@@ -100,9 +100,7 @@ def _more_captions(args: argparse.Namespace) -> int:
         report.note("no caption to add: the new splits equal the original ones")
     report.options = {
         "data": str(data), "out": str(out), "splits": list(args.splits), "languages": args.languages,
-        "multi30k": [str(p) for p in args.multi30k], "multi30k_tasks": list(args.multi30k_tasks),
-        "flickr8k": [f"{p}:{lang}" for p, lang in args.flickr8k], "captions": [str(p) for p in args.captions],
-        "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
+        **source_options(args), "copy": args.copy, "shard_size": args.shard_size, "check": not args.no_check,
     }
     reused = write_dataset(data, out, states, report, names, args.shard_size, start, check=not args.no_check,
                            copy=args.copy, progress=not args.no_progress)

@@ -87,15 +87,18 @@ def check_json(path: str | Path | None) -> None:
 
 
 def write_json(record: dict, path: str | Path | None) -> None:
-    """Write ``record`` to ``path`` (nothing without one) and say where, on stderr."""
+    """Write ``record`` to ``path`` (nothing without one) and say where, on stderr; a file it replaces is said, as
+    eval.py says it of its records."""
     text = json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable)
     if path:
+        earlier = Path(path).is_file()
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(text + "\n", encoding="utf-8")
         except OSError as err:
             raise UserError(f"{path}: cannot write the JSON record ({err.strerror or err})") from None
-        print(f"wrote {path}", file=sys.stderr)
+        note = " (it replaces an earlier record: write to another file to keep both)" if earlier else ""
+        print(f"wrote {path}{note}", file=sys.stderr)
 
 
 def check_out_dir(path: str | Path) -> Path:

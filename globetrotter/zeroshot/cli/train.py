@@ -11,7 +11,8 @@ from globetrotter.errors import UserError
 
 from ..config import ZeroShotConfig
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
-from ..train import CONFIG, META, WEIGHTS, save_adapter, train_on_split, train_rows, validation_recall
+from ..train import (CONFIG, META, WEIGHTS, save_adapter, text_encoder_weights, train_on_split, train_rows,
+                     validation_recall)
 from .common import check_no_shared_images, check_out_dir, formatter, make_out_dir
 
 
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     lacks = languages_the_encoder_lacks(config.text_encoder, config.train_langs)
     if lacks:  # as retrieval, tag and tag-eval say it
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
+    weights = text_encoder_weights(config.text_encoder)  # what the features are embedded with; checked at each load
     progress = not args.no_progress
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
                                f"--train {args.train} images the adapter trains on",
                                "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
-    meta = {"train": str(args.train), "val": str(args.val) if args.val else None, **trained}
+    meta = {"train": str(args.train), "val": str(args.val) if args.val else None,
+            "val_k": args.val_k if args.val else None, "text_encoder_weights": weights, **trained}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
     history = meta["history"]
     blocks = len(config.adapter.dropout)  # one block per rate: adapter.dropout=[0.1] is a 1-block adapter
