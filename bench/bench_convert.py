@@ -76,7 +76,7 @@ def shared_source(shared: Path) -> tuple[Path, Callable[[], list]]:
 
 def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    opts = ConvertOptions(out_dir=out, image_roots=[images], languages=args.langs, assign_languages=True,
+    opts = ConvertOptions(out_dir=out, image_roots=[images], languages=args.languages, assign_languages=True,
                           test_fraction=TEST_FRACTION, val_fraction=0.05, limit_images=args.max_images, seed=0,
                           image=ImageSpec(args.resize, "shorter", 90), workers=workers, progress=False)
     t0 = time.perf_counter()
@@ -105,11 +105,11 @@ def main() -> None:
     try:
         if SHARED.is_dir() and not args.synthetic:
             images, sources = shared_source(SHARED)
-            args.langs = ["en", "de", "fr", "cs", "zh"]
+            args.languages = ["en", "de", "fr", "cs", "zh"]
             data = f"shared Flickr8k ({images}, 224x224 JPEG)"
         else:
             images, sources = synthetic_source(tmp / "synthetic", args.max_images)
-            args.langs = None
+            args.languages = None
             data = "synthetic 500x375 JPEG"
         counts = [1] + [w for w in args.workers if w != 1]
         print(f"data: {data}; {args.max_images} images, --resize {args.resize}; cores: {os.cpu_count()}")
