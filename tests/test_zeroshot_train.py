@@ -313,7 +313,7 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     assert "Recall@10" in printed.out and "replaces" not in printed.err
     # a second record into the same --json replaced the first in silence: now said, as eval.py says it
     assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
-                 "--json", str(tmp_path / "r.json"), *common]) == 0
+                 "--out", str(tmp_path / "r.json"), *common]) == 0
     assert f"wrote {tmp_path / 'r.json'} (it replaces an earlier record" in capsys.readouterr().err
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
