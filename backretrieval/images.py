@@ -270,6 +270,17 @@ def _open(source: ImageSource) -> Image.Image:
     return rgb_image(img)
 
 
+def _decoded(path: str) -> tuple[Image.Image | None, str]:
+    """``(image, "")``, the file decoded whole (``verify`` passes a JPEG cut short after a sound header), or
+    ``(None, why)`` for a file PIL cannot decode."""
+    try:
+        with Image.open(path) as image:  # the pixels stay once the file is closed
+            image.load()
+    except Exception as err:  # PIL raises many kinds (UnidentifiedImageError, SyntaxError, OSError, ...)
+        return None, str(err).splitlines()[0] if str(err) else type(err).__name__
+    return image, ""
+
+
 def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
     """Identities for the cache: path + size + mtime for files, a content hash otherwise."""
     ids = []
@@ -360,17 +371,69 @@ class ImageFeatureExtractor:
         return self.cache_dir / f"{self.model_name}-{digest}.npy"
 
     def _compute(self, images: Sequence[ImageSource]) -> np.ndarray:
-        import torch
         from tqdm.auto import tqdm
 
         self._load()
         parts = []
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
                           disable=not self.progress, unit="batch"):
-            batch = torch.stack([self._transform(_open(s)) for s in images[start:start + self.batch_size]])
-            with torch.no_grad():
-                parts.append(self._model(batch.to(self.device)).float().cpu().numpy())
+            parts.append(self._forward([self._transform(_open(s)) for s in images[start:start + self.batch_size]]))
         return np.concatenate(parts).astype(np.float32)
+
+    def _forward(self, pixels: list) -> np.ndarray:
+        """The features of one batch of transformed images (``[3, H, W]`` tensors)."""
+        import torch
+
+        with torch.no_grad():
+            return self._model(torch.stack(pixels).to(self.device)).float().cpu().numpy()
+
+    def extract_readable(self, paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, list[int], list[tuple[int, str]]]:
+        """Features of the image files of ``paths`` that PIL decodes, each file decoded once: ``(features, kept,
+        skipped)``, ``features`` ``(len(kept), D)`` float32 for the files at indices ``kept`` (in order), and
+        ``(index, why)`` for each other file (truncated, mislabelled, missing), so that one bad photo does not stop the
+        rest. The features, in the same batches, and their cache entry are :meth:`extract`'s of the kept files; an
+        entry cached for all of ``paths`` (each decoded when it was made, at the size and time its key names) is read
+        without decoding any. ``features`` is ``(0, 0)`` when no file decodes."""
+        from tqdm.auto import tqdm
+
+        paths = [str(p) for p in image_sources(paths, entries=False)]
+        if not paths:
+            raise BackRetrievalError("no images to extract features from")
+        whole = self._cached_files(paths)
+        if whole is not None:
+            return whole, list(range(len(paths))), []
+        self._load()
+        kept, skipped, parts, pending = [], [], [], []
+        for i, path in enumerate(tqdm(paths, desc=f"features {self.model_name}", disable=not self.progress,
+                                      unit="image")):
+            image, why = _decoded(path)
+            if image is None:
+                skipped.append((i, why))
+                continue
+            kept.append(i)
+            pending.append(self._transform(rgb_image(image)))
+            del image
+            if len(pending) == self.batch_size:
+                parts.append(self._forward(pending))
+                pending = []
+        if pending:
+            parts.append(self._forward(pending))
+        if not parts:
+            return np.zeros((0, 0), dtype=np.float32), kept, skipped
+        feats = np.concatenate(parts).astype(np.float32)
+        if self.cache_dir is not None:
+            self._write_cache(self.cache_path(default_image_ids([paths[i] for i in kept])), feats)
+        return feats, kept, skipped
+
+    def _cached_files(self, paths: list[str]) -> np.ndarray | None:
+        """The cache entry of all of ``paths``, or None (no cache folder, no entry, a file that cannot be looked at)."""
+        if self.cache_dir is None:
+            return None
+        try:
+            ids = default_image_ids(paths)
+        except BackRetrievalError:  # a missing file: skipped where the files are decoded
+            return None
+        return read_cache_entry(self.cache_path(ids), len(paths))
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
         """Features of ``images`` (paths, encoded bytes or PIL images), read from the cache when present.

@@ -10,7 +10,8 @@
    build time, queries/s and recall@10 of IVF against exact search (the baseline, same run).
 4. Rankings (``eval.py sentence --retrieval csls --maxsim W``): sentence translation of G groups x 4 languages
    of ~12-token captions under CSLS per language pair, MaxSim over token rows and both, their statistics taken
-   from R reference captions per language, against the cosine ranking alone (same run).
+   from R reference captions per language, against the cosine ranking alone (same run), with the peak traced
+   memory (MaxSim is made a chunk of queries at a time: next to it the [N, N] MaxSim that is not held).
 5. Translation under a chosen ranking (``eval.py translate --ranking``): Q queries, each one's 50 nearest corpus
    sentences re-scored under MaxSim and MaxSim + CSLS with the statistics of a 4-language reference pool, against
    the cosine search alone (same run).
@@ -151,9 +152,13 @@ def bench_late_interaction(n_groups: int, reference: int, vocab: int, dim: int, 
         def run():
             scorer = ScoringContext(model, texts, langs, pool).scorer(ranking)
             return sentence_translation(scorer, langs, groups)
+        tracemalloc.start()
         t, _ = timed(run)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        held = f", the [N, N] MaxSim not held: {n * n * 4 / 1e6:.1f} MB" if ranking.maxsim else ""
         print(f"  {ranking.label:<16} {t:6.2f} s ({n / t:8.0f} sentences/s, {t / t_cos:6.1f}x the cosine ranking), "
-              f"statistics included")
+              f"statistics included; peak traced memory {peak / 1e6:.1f} MB{held}")
 
 
 def bench_translate(n_queries: int, corpus: int, reference: int, vocab: int, dim: int, rerank: int,

@@ -334,3 +334,47 @@ def test_one_image_for_a_list_and_entries_that_are_no_image_are_one_line_errors(
             g.extract([str(tmp_path / "x.png"), np.zeros((8, 8, 3), np.uint8)])
         with pytest.raises(BackRetrievalError, match=r"^images\[0\]: .* got NoneType$"):
             g.extract([None])
+
+
+def test_extract_readable_decodes_each_file_once_into_the_features_and_cache_entry_of_extract(tmp_path, monkeypatch):
+    """The files that decode get exactly extract()'s features of them (same batches: bit for bit) under the same
+    cache key; the others are skipped with why; each file is opened once, and none once all are cached."""
+    from collections import Counter
+
+    torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "w.pth")
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"img{i}.jpg")
+        paths[-1].write_bytes(_jpeg(_picture(i)))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    (tmp_path / "cut.jpg").write_bytes(_jpeg(_picture(9, 128))[:400])  # a sound header, then cut short
+    paths = [paths[0], tmp_path / "broken.jpg", paths[1], paths[2], tmp_path / "cut.jpg", paths[3], paths[4],
+             tmp_path / "missing.jpg"]
+    opened, real_open = Counter(), Image.open
+
+    def counting_open(fp, *args, **kwargs):
+        opened[str(fp)] += 1
+        return real_open(fp, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", counting_open)
+    ext = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), batch_size=2, cache_dir=tmp_path / "cache",
+                                progress=False)
+    feats, kept, skipped = ext.extract_readable(paths)
+    assert kept == [0, 2, 3, 5, 6] and [i for i, _ in skipped] == [1, 4, 7] and all(why for _, why in skipped)
+    assert opened == Counter({str(p): 1 for p in paths})
+    readable = [str(paths[i]) for i in kept]
+    plain = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), batch_size=2, progress=False)
+    np.testing.assert_array_equal(feats, plain.extract(readable))  # decoded twice before: the same features
+
+    def no_compute(_images):
+        raise AssertionError("features should come from the cache")
+
+    monkeypatch.setattr(ext, "_compute", no_compute)
+    opened.clear()
+    np.testing.assert_array_equal(ext.extract(readable), feats)  # the entry extract() reads
+    assert not opened
+    again, kept_again, skipped_again = ext.extract_readable(readable)  # all cached: none decoded
+    np.testing.assert_array_equal(again, feats)
+    assert kept_again == list(range(5)) and skipped_again == [] and not opened
+    none = ext.extract_readable([tmp_path / "broken.jpg"])
+    assert none[0].shape == (0, 0) and none[1] == [] and [i for i, _ in none[2]] == [0]

@@ -556,6 +556,29 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
         assert len(err) == 1 and re.search(message, err[0]), err
 
 
+
+def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path, monkeypatch):
+    """The evaluated split was read twice, for its sample and again to check that the reference split shows none of
+    its images; the check now takes the image ids the sample's reading found (the train split, read for the check
+    and, with statistics, for them)."""
+    from collections import Counter
+
+    from data_prep import shards
+
+    reads, real = Counter(), shards.iter_raw
+
+    def counting(split_dir, *args, **kwargs):
+        reads[Path(split_dir).name] += 1
+        return real(split_dir, *args, **kwargs)
+
+    monkeypatch.setattr(shards, "iter_raw", counting)
+    base = ["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--n-groups", "12"]
+    assert run(base + ["--out", str(tmp_path / "cosine")]) == 0
+    assert reads == Counter({"test": 1, "train": 1})
+    reads.clear()
+    assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
+    assert reads == Counter({"test": 1, "train": 2})
+
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
     assert res["score"] == 1.0 and 0 < res["chance"] < 0.1 and res["n_groups"] == 20

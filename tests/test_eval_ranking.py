@@ -205,3 +205,45 @@ def test_select_scores_a_block_of_rows_at_a_time_as_the_whole_matrix_does():
         for lang, src, tgt in bkr.language_blocks():
             np.testing.assert_array_equal(found[lang], matrix[np.ix_(src, tgt)].argmax(axis=1), err_msg=ranking.label)
     assert "maxsim_self" not in fresh.__dict__
+
+
+@pytest.mark.parametrize("ranking", [Ranking(maxsim=1.0), Ranking(maxsim=0.5, csls=True, csls_k=5)])
+def test_a_scorer_reads_maxsim_a_chunk_at_a_time_as_the_whole_maxsim_gives_it(ranking, monkeypatch):
+    """`eval.py sentence` scores 1,024 queries at a time: their MaxSim is computed for them (and the products they
+    cut into, once), never the [N, N] MaxSim held for the whole evaluation, and each chunk's scores are the whole
+    matrix's rows bit for bit, wherever a chunk cuts MaxSim's products."""
+    from globetrotter.evaluation import late_interaction
+
+    n, n_ref, chunk = 3000, 300, 400
+    model = _RandomTokenModel(n + n_ref)
+    names = np.array(["l0", "l1", "l2"])
+    groups, langs = np.arange(n) // 3, np.resize(names, n)  # one sentence per language in each group
+    pool = ReferencePool([f"s{i}" for i in range(n, n + n_ref)], np.resize(names, n_ref), "random")
+    texts = [f"s{i}" for i in range(n)]
+    whole = ScoringContext(model, texts, langs, pool)
+    old = whole.scorer(ranking)
+    old_matrix = np.concatenate([old(rows, maxsim=whole.maxsim_self[rows]) for rows in np.array_split(np.arange(n), 7)])
+    fresh = ScoringContext(model, texts, langs, pool)
+    bags = fresh.late.bags(texts, langs)
+    starts = late_interaction.maxsim_group_starts(bags, bags)
+    assert len(starts) > 8 and set(range(chunk, n, chunk)) - set(starts.tolist())  # chunks of 400 rows cut products
+    sizes, real = [], late_interaction.maxsim
+
+    def recording(a, rows, b, *args, **kwargs):
+        sizes.append(len(rows))
+        return real(a, rows, b, *args, **kwargs)
+
+    monkeypatch.setattr(late_interaction, "maxsim", recording)
+    scorer = fresh.scorer(ranking)
+    sizes.clear()  # the CSLS radii's MaxSim against the pool
+    for lo in range(0, n, chunk):
+        rows = np.arange(lo, min(n, lo + chunk))
+        np.testing.assert_array_equal(scorer(rows), old_matrix[rows])
+    assert "maxsim_self" not in fresh.__dict__ and max(sizes) < 3 * chunk, sizes  # a chunk and its cut products
+    assert sum(sizes) == n  # the product a chunk ends in is kept for the next one: no sentence's MaxSim made twice
+    np.testing.assert_array_equal(scorer(np.array([5, 400, 3])), old_matrix[[5, 400, 3]])
+    old_result = sentence_translation(old, langs, groups, chunk_size=chunk, tie_seed=0)
+    new_result = sentence_translation(scorer, langs, groups, chunk_size=chunk, tie_seed=0)
+    assert old_result["accuracy"] == new_result["accuracy"]
+    assert np.array_equal(old_result["group_hits"], new_result["group_hits"])
+    assert "maxsim_self" not in fresh.__dict__

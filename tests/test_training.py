@@ -328,6 +328,51 @@ def test_non_finite_loss_never_touches_the_weights(tiny_world, tmp_path, monkeyp
     assert all(torch.equal(before[k], v) for k, v in after.model.state_dict().items())
 
 
+def test_each_step_trains_with_the_cloze_masks_of_its_seed_made_from_the_loaders_batch(tiny_world, tmp_path,
+                                                                                        monkeypatch):
+    """The masks are made on the loader's CPU batch before it moves to the device (no device→host copy each step):
+    step s trains with exactly ``mask_tokens`` of its ids under a CPU generator seeded ``mask_seed(seed, rank, s)``,
+    what the step computed from the ids on the device before, so a resume and every device see the same masks."""
+    from globetrotter.losses import mask_tokens
+    from globetrotter.models.globetrotter import GlobetrotterModel
+    from globetrotter.tokenizer import load_tokenizer, special_ids
+    from globetrotter.training import objective, trainer
+    from globetrotter.training.resume import mask_seed
+
+    real_forward, real_objective, seen, labels_seen, masked_from = (GlobetrotterModel.forward,
+                                                                    objective.GlobetrotterObjective.forward, [], [], [])
+    real_mask = trainer.mask_tokens
+
+    def recording_forward(self, input_ids, attention_mask, masked_ids=None, *args, **kwargs):
+        seen.append((input_ids.clone(), attention_mask.clone(), masked_ids.clone()))
+        return real_forward(self, input_ids, attention_mask, masked_ids, *args, **kwargs)
+
+    def recording_objective(self, out, batch, labels):
+        labels_seen.append(labels.clone())
+        return real_objective(self, out, batch, labels)
+
+    def recording_mask(input_ids, *args, **kwargs):
+        masked_from.append(input_ids)
+        return real_mask(input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GlobetrotterModel, "forward", recording_forward)
+    monkeypatch.setattr(objective.GlobetrotterObjective, "forward", recording_objective)
+    monkeypatch.setattr(trainer, "mask_tokens", recording_mask)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "loss.corrupt_other=0.2")
+    train(cfg)
+    assert len(seen) == len(labels_seen) == len(masked_from) == 3
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    specials = special_ids(tokenizer)
+    for step, ((ids, attention, masked), labels, ids_masked) in enumerate(zip(seen, labels_seen, masked_from)):
+        assert ids_masked.device.type == "cpu" and torch.equal(ids_masked, ids.cpu())
+        generator = torch.Generator().manual_seed(mask_seed(cfg.seed, 0, step))
+        want_masked, want_labels = mask_tokens(ids.cpu(), attention.cpu(), specials["mask"], tokenizer.get_vocab_size(),
+                                               list(specials.values()), p=cfg.loss.mask_prob, generator=generator,
+                                               corrupt_other=cfg.loss.corrupt_other)
+        assert torch.equal(masked.cpu(), want_masked) and torch.equal(labels.cpu(), want_labels)
+        assert (labels != -100).any()
+
+
 def test_text_only_baseline_has_no_image_branch(tiny_world, tmp_path):
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "loss.text=0", "loss.image=0", "loss.cross=0")
     train(cfg)

@@ -311,6 +311,40 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     assert "no readable image among the 1 given" in capsys.readouterr().err
 
 
+def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
+    """`tag` decoded every image twice: once to find the unreadable ones, once for its features."""
+    from collections import Counter
+
+    torch.manual_seed(0)
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i, colour in enumerate([(200, 30, 30), (20, 120, 220), (30, 200, 30)]):
+        Image.new("RGB", (64, 64), colour).save(photos / f"img{i}.png")
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
+    opened, real_open = Counter(), Image.open
+
+    def counting_open(fp, *args, **kwargs):
+        opened[str(fp)] += 1
+        return real_open(fp, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", counting_open)
+    argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--json", str(tmp_path / "tags.json")]
+    assert main(argv + ["--images", str(photos)]) == 0
+    assert opened == Counter({str(p): 1 for p in photos.iterdir()})
+    record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
+    assert [e["image"] for e in record["images"]] == [str(photos / f"img{i}.png") for i in range(3)]
+    assert [s["image"] for s in record["skipped"]] == [str(photos / "broken.jpg")]
+    assert f"warning: {photos / 'broken.jpg'}: unreadable image (" in capsys.readouterr().out
+    opened.clear()
+    assert main(argv + ["--images", *(str(photos / f"img{i}.png") for i in range(3))]) == 0
+    assert not opened  # their features cached by the first run: read, none decoded
+    assert [e["image"] for e in json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))["images"]] == \
+        [str(photos / f"img{i}.png") for i in range(3)]
+
 def test_a_positional_npy_text_encoder_gives_rows_in_the_order_asked(tmp_path):
     """npy: without a .texts.json sidecar maps row i to text i; the texts were sorted and deduplicated first, so
     ['b', 'a', 'c'] got rows (1, 0, 2) and repeated captions a row-count error."""

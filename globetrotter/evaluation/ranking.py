@@ -126,6 +126,7 @@ class ScoringContext:
             code = np.searchsorted(self.languages, pool_langs).clip(max=len(self.languages) - 1)
             self.pool_code = np.where(self.languages[code] == pool_langs, code, -1)
         self._statistics: dict = {}  # what depends on the reference texts only: shared by with_sentences
+        self._maxsim_tail: tuple[int, np.ndarray] | None = None  # :meth:`maxsim_rows`' last product, for the next chunk
         self._embeddings: dict = {}
         if isinstance(encoder, TfidfEncoder):
             encoder.fit(self.captions if reference is None else reference.captions)
@@ -182,17 +183,44 @@ class ScoringContext:
 
     @cached_property
     def maxsim_self(self) -> np.ndarray:
-        """``[Q, N]`` MaxSim of the ``queries`` first sentences (default: all) against every sentence."""
+        """``[Q, N]`` MaxSim of the ``queries`` first sentences (default: all) against every sentence, held by the
+        context: read by the transductive CSLS radii (which take every row) and then by the scores; a scorer reads
+        :meth:`maxsim_rows` otherwise."""
         mine = self._sentence_bags
         return self.late.scorer(mine, mine)(np.arange(self.queries))
 
     def maxsim_rows(self, rows: np.ndarray) -> np.ndarray:
-        """``[len(rows), N]`` rows ``rows`` of :attr:`maxsim_self`, computed for them alone unless it is held: those of
-        a :meth:`row_blocks` range are its rows bit for bit (the same products)."""
+        """``[len(rows), N]`` rows ``rows`` of :attr:`maxsim_self`, bit for bit, without it unless it is held: the
+        sentences from the MaxSim product that holds the first of ``rows`` to the end of the one that holds the last
+        (:func:`~.late_interaction.maxsim_group_starts`) are computed, the same products the whole makes. A
+        :meth:`row_blocks` range is computed alone; of chunks of consecutive rows cut elsewhere, read in order
+        (``eval.py sentence``: 1,024 at a time), the product a chunk ends in is kept for the next one."""
         if "maxsim_self" in self.__dict__:
             return self.maxsim_self[rows]
+        rows = np.asarray(rows, dtype=np.int64)
         mine = self._sentence_bags
-        return self.late.scorer(mine, mine)(np.asarray(rows))
+        if not len(rows):
+            return self.late.scorer(mine, mine)(rows)
+        starts = self._maxsim_starts
+        before = np.searchsorted(starts, rows.min(), side="right") - 1  # the product holding the first row
+        lo = int(starts[before]) if before >= 0 else 0  # rows before the first product hold no token
+        after = np.searchsorted(starts, rows.max(), side="right")  # the next product's start, or the end
+        hi = int(starts[after]) if after < len(starts) else self.queries
+        kept, self._maxsim_tail = self._maxsim_tail, None
+        if kept is not None and kept[0] == lo and lo + len(kept[1]) <= hi:  # the product the last chunk ended in
+            block = np.concatenate([kept[1], self.late.scorer(mine, mine)(np.arange(lo + len(kept[1]), hi))])
+        else:
+            block = self.late.scorer(mine, mine)(np.arange(lo, hi))
+        last = int(starts[after - 1]) if after > 0 else 0  # the product holding the last row
+        if hi > rows.max() + 1 and last >= lo:  # it runs past the rows: the next chunk starts in it
+            self._maxsim_tail = (last, block[last - lo:].copy())
+        return block[rows - lo]
+
+    @cached_property
+    def _maxsim_starts(self) -> np.ndarray:
+        """The sentences at which :attr:`maxsim_self` starts a product."""
+        mine = self._sentence_bags
+        return maxsim_group_starts(mine, mine, self.queries)
 
     def row_blocks(self, maxsim: bool, block: int = SCORE_BLOCK) -> list[np.ndarray]:
         """The ``queries`` first sentences (default: all) in ranges of consecutive rows, each at least ``block`` / N
@@ -205,11 +233,7 @@ class ScoringContext:
         two); below twice ``least`` sentences (about 2,900 at the default block) the one range is the whole matrix."""
         q = self.queries
         least = max(256, block // max(1, len(self.captions)))
-        if maxsim:
-            mine = self._sentence_bags
-            cuts = maxsim_group_starts(mine, mine, q)
-        else:
-            cuts = np.arange(q)
+        cuts = self._maxsim_starts if maxsim else np.arange(q)
         edges, last = [0], 0
         for cut in cuts.tolist():
             if cut - last >= least and q - cut >= least:
@@ -327,8 +351,8 @@ class SentenceScorer:
         (:meth:`ScoringContext.maxsim_rows`) of these rows when the caller has them, for several rankings."""
         rows, cols = np.asarray(rows), self.columns
         scores = np.asarray(self._cos(rows) if cosine is None else cosine, dtype=np.float32)[:, cols]
-        if self.ranking.maxsim:
-            block = self.context.maxsim_self[rows] if maxsim is None else maxsim
+        if self.ranking.maxsim:  # rows a chunk at a time: never the [Q, N] MaxSim (the transductive radii hold it)
+            block = self.context.maxsim_rows(rows) if maxsim is None else maxsim
             scores = scores + self.ranking.maxsim * block[:, cols]
         if self.radii is not None:
             idx = self.context.lang_idx

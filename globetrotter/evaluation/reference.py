@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
@@ -53,11 +53,13 @@ def default_reference(split: str | Path) -> Path:
     return Path(split).parent / "train"
 
 
-def reference_split(evaluated: str | Path, reference: str | Path | None = None) -> Path:
+def reference_split(evaluated: str | Path, reference: str | Path | None = None,
+                    evaluated_images: Collection[str] | None = None) -> Path:
     """``reference``, else :func:`default_reference` of ``evaluated``; a one-line error when it is the evaluated split
     itself (its statistics would come from the evaluated sentences: the transductive form), a test split
     (:func:`refuse_test_split`), or a split that shows an image of the evaluated split (a copy of it, or another
-    draw's train split holding its images: their captions would give the statistics)."""
+    draw's train split holding its images: their captions would give the statistics). ``evaluated_images``: the
+    evaluated split's image ids when the caller has read them (else the split is read for them)."""
     chosen = Path(reference) if reference is not None else default_reference(evaluated)
     if chosen.resolve() == Path(evaluated).resolve():
         if reference is None:  # the default beside a split named train: no --reference was given
@@ -67,7 +69,7 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None) 
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "--reference")
-    shared = shared_images(chosen, evaluated)
+    shared = shared_images(chosen, evaluated, evaluated_images)
     if shared:
         raise UserError(f"--reference {chosen}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
                         f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
@@ -75,13 +77,15 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None) 
     return chosen
 
 
-def shared_images(split: str | Path, other: str | Path) -> set[str]:
-    """The image ids two splits both show (none when either folder holds no split)."""
-    from data_prep.shards import read_captions
+def shared_images(split: str | Path, other: str | Path, other_images: Collection[str] | None = None) -> set[str]:
+    """The image ids two splits both show (none when either folder holds no split); ``other_images``: ``other``'s
+    image ids, when the caller has read them."""
+    from data_prep.shards import iter_metas
 
     if not all((Path(folder) / "manifest.json").is_file() for folder in (split, other)):
         return set()
-    return {str(m["image_id"]) for m in read_captions(split)} & {str(m["image_id"]) for m in read_captions(other)}
+    shown = {str(m["image_id"]) for m in iter_metas(split)}
+    return shown & (set(other_images) if other_images is not None else {str(m["image_id"]) for m in iter_metas(other)})
 
 
 def refuse_test_split(split: str | Path, flag: str) -> None:

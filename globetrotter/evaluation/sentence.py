@@ -57,6 +57,7 @@ class ParallelSet:
     languages: list[str]
     image_ids: list[str] = field(default_factory=list)
     skipped_groups: int = 0
+    split_images: frozenset[str] = frozenset()  # every caption's image id in the split read, sampled or not
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -78,10 +79,13 @@ def parallel_set(
     strings (no hashing), so distinct ids never collide; a group that ties captions of
     different images is reported as a :class:`UserError` (colliding ids in the data).
     The sample is a function of (sorted group ids, ``seed``) only, not of shard order.
+    ``split_images`` holds every caption's image id (a reference split must show none of them).
     """
     first: dict[str, dict[str, dict]] = {}
     images: dict[str, set] = {}
+    every_image: set[str] = set()
     for m in metas:
+        every_image.add(str(m.get("image_id")))
         group = m.get("group")
         if group is None:
             continue
@@ -129,6 +133,7 @@ def parallel_set(
         languages=languages,
         image_ids=image_ids,
         skipped_groups=n_incomplete,
+        split_images=frozenset(every_image),
     )
 
 

@@ -177,10 +177,12 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
                desc="train", dynamic_ncols=True)
     for step in bar:
         batch = progress.position.consume(next(batches), cfg.data.max_bad_samples)
+        cloze = stepper.cloze_inputs(batch, step)  # on the loader's CPU batch: no device→host copy of the ids
         if device_views is not None:
             batch = device_views.apply(batch, accelerator.device)
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        logs, progress.bad_samples = stepper(batch, step, progress.position)
+        cloze = tuple(None if t is None else t.to(accelerator.device) for t in cloze)
+        logs, progress.bad_samples = stepper(batch, cloze, step, progress.position)
         if logs is None:  # a non-finite loss: the step was skipped
             continue
         seen += cfg.batch_size
@@ -361,22 +363,24 @@ class Stepper:
         self.rank = accelerator.process_index
 
     def cloze_inputs(self, batch: dict, step: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The masked ids and their labels (-100 where not masked), or ``(None, None)`` without the cloze loss."""
+        """The masked ids and their labels (-100 where not masked), on the CPU, or ``(None, None)`` without the cloze
+        loss. Drawn by a CPU generator, so every device gets the same masks; the training loop calls it on the
+        loader's batch before the batch moves to the device (a batch already there is copied back first)."""
         if self.cfg.loss.cloze <= 0:
             return None, None
         loss = self.cfg.loss
         self.generator.manual_seed(mask_seed(self.cfg.seed, self.rank, step))
-        masked, labels = mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), self.specials["mask"],
-                                     self.vocab_size, list(self.specials.values()), p=loss.mask_prob,
-                                     generator=self.generator, corrupt_other=loss.corrupt_other)
-        device = self.accelerator.device
-        return masked.to(device), labels.to(device)
+        return mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), self.specials["mask"],
+                           self.vocab_size, list(self.specials.values()), p=loss.mask_prob,
+                           generator=self.generator, corrupt_other=loss.corrupt_other)
 
-    def __call__(self, batch: dict, step: int, position: StreamPosition) -> tuple[dict | None, int]:
-        """Step on ``batch`` (on the device): ``(logs, bad_samples)``, logs None when the step was skipped;
-        ``position`` is this process's stream (its bad samples so far)."""
+    def __call__(self, batch: dict, cloze: tuple[torch.Tensor | None, torch.Tensor | None], step: int,
+                 position: StreamPosition) -> tuple[dict | None, int]:
+        """Step on ``batch`` with its ``cloze`` inputs (:meth:`cloze_inputs`), both on the device:
+        ``(logs, bad_samples)``, logs None when the step was skipped; ``position`` is this process's stream (its bad
+        samples so far)."""
         accelerator = self.accelerator
-        masked, labels = self.cloze_inputs(batch, step)
+        masked, labels = cloze
         lang_ids = self.unwrapped.language_ids(batch["langs"], accelerator.device) if self.unwrapped.per_language else None
         kept = [b.clone() for b in self.buffers]  # put back if the step is skipped
         with accelerator.autocast():

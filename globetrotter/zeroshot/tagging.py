@@ -306,23 +306,6 @@ def image_files(sources: Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def readable_images(paths: Sequence[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """``(readable, skipped)``: the images PIL can decode, and ``(path, why)`` of the others (a truncated or
-    mislabelled file), so that one bad photo in a folder does not stop the rest from being tagged. Each image is
-    decoded whole: ``verify`` passes a JPEG cut short after a sound header."""
-    from PIL import Image
-
-    readable, skipped = [], []
-    for path in paths:
-        try:
-            with Image.open(path) as image:
-                image.load()
-            readable.append(path)
-        except Exception as err:  # PIL raises many kinds (UnidentifiedImageError, SyntaxError, OSError, ...)
-            skipped.append((path, str(err).splitlines()[0] if str(err) else type(err).__name__))
-    return readable, skipped
-
-
 def load_imagenet_classifier(model_name: str, weights: str, online: bool = False) -> torch.nn.Module:
     """The ImageNet classification head of a timm image model: pooled features -> 1000 logits.
 

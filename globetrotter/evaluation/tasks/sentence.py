@@ -64,7 +64,7 @@ def evaluate(
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
     ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
-    source = None if transductive else reference_split(split, reference)
+    source = None if transductive else reference_split(split, reference, ps.split_images)  # split read once
     encoder, info = resolve_model(model, name, device)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
         raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "

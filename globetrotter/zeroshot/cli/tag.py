@@ -11,7 +11,7 @@ from globetrotter.errors import UserError
 
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..retrieval import check_adapter_dims
-from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier, readable_images,
+from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
 from .common import check_json, formatter, write_json
@@ -48,14 +48,16 @@ def run(args: argparse.Namespace) -> int:
     paths = image_files(args.images)
     if args.max_images:
         paths = paths[: args.max_images]
-    paths, skipped = readable_images(paths)
+    extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
+                                progress=progress, online=args.online)
+    feats, kept, unreadable = extractor.extract_readable(paths)  # each image decoded once
+    skipped = [(paths[i], why) for i, why in unreadable]
+    paths = [paths[i] for i in kept]
     for path, why in skipped:
         print(f"warning: {path}: unreadable image ({why}); skipped")
     if not paths:
         raise UserError(f"no readable image among the {len(skipped)} given (each named above)")
-    extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
-                                progress=progress, online=args.online)
-    feats = torch.from_numpy(extractor.extract([str(p) for p in paths]))
+    feats = torch.from_numpy(feats)
     if adapter.image_dim != feats.shape[1]:
         raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but image model "
                         f"{config.image_encoder} gives {feats.shape[1]}-d ones (trained on other image features?)")
