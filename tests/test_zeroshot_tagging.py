@@ -332,7 +332,7 @@ def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(Image, "open", counting_open)
     argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
-            "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--json", str(tmp_path / "tags.json")]
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--out", str(tmp_path / "tags.json")]
     assert main(argv + ["--images", str(photos)]) == 0
     assert opened == Counter({str(p): 1 for p in photos.iterdir()})
     record = json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))
