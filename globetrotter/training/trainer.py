@@ -137,6 +137,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     # tokenizer trains exactly as the same run that finds them
     set_seed(cfg.seed, device_specific=True)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
+    cut = _captions_cut(cfg, tokenizer, log) if main and not adapting else None
     model = _build_model(cfg, tokenizer, main, start=not resume and not adapting, log=log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
@@ -211,6 +212,8 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
               "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason,
               "data": splits_read(cfg.data.root, {"train": cfg.data.train_split, "val": cfg.data.val_split,
                                                   "test": cfg.data.test_split}), "versions": versions()}
+    if cut is not None:
+        result["captions_cut"] = cut
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
@@ -262,6 +265,23 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     if not accelerator.is_main_process:
         cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
     return cfg
+
+
+def _captions_cut(cfg: TrainConfig, tokenizer, log: Log) -> dict:
+    """How many of the captions training reads are longer than ``data.max_length`` tokens (the loader cuts them in
+    silence), counted on a seeded sample of the train split's shards (:func:`~..data.caption_lengths.captions_cut`);
+    one line says it when any is."""
+    from ..data.caption_lengths import captions_cut
+
+    d = cfg.data
+    cut = captions_cut(Path(d.root) / d.train_split, tokenizer, d.max_length, seed=cfg.seed,
+                       languages=d.train_languages, image_share=d.train_image_share)
+    if cut["cut"]:
+        sample = (f"counted on a seeded sample, {cut['shards_read']} of the split's {cut['shards']} shards"
+                  if cut["sample"] else "counted on every shard")
+        log(f"warning: {cut['cut']} of {cut['of']} train captions ({100 * cut['share']:.1f}%, {sample}) are longer "
+            f"than data.max_length={d.max_length} tokens; training reads their first {d.max_length} tokens only")
+    return cut
 
 
 def _check_run_folder(run_dir: Path) -> None:
