@@ -35,6 +35,25 @@ def test_judge_keeps_the_best_unless_beyond_noise():
     assert v.accept and v.p_value is None and "plain max" in v.note
 
 
+@pytest.mark.parametrize("test", [None, "mcnemar"])
+def test_a_nan_metric_never_becomes_best_nor_blocks_a_later_finite_one(test):
+    """A NaN first validation became best, and no later value compares higher than NaN: every later checkpoint was
+    refused. Fed the sequence as the trainer does, NaN is never chosen and the finite values are chosen by max."""
+    best, chosen, notes = None, [], []
+    for step, value in enumerate([float("nan"), 0.3, float("nan"), 0.5, 0.4], start=1):
+        verdict = judge(value, None, best, None, test, 0.05)
+        notes.append(verdict.note)
+        if verdict.accept:
+            best = {"metric": KEY, "value": value, "step": step}
+            chosen.append(step)
+    assert chosen == [2, 4] and best["value"] == 0.5
+    assert "NaN; never chosen as best" in notes[0] and "NaN; never chosen as best" in notes[2]
+    # a best saved with a NaN value (null in the checkpoint's state) is replaced by the next finite value
+    for saved in ({"metric": KEY, "value": float("nan"), "step": 2}, {"metric": KEY, "value": None, "step": 2}):
+        verdict = judge(0.1, BASE, saved, BASE, test, 0.05)
+        assert verdict.accept and "replaces a best with no value" in verdict.note
+
+
 def scripted_validator(monkeypatch, *hit_vectors: np.ndarray) -> list[int]:
     """Validator.evaluate returns these hits (and their mean as val/bkr@10) in turn; returns the list of calls."""
     calls: list[int] = []
