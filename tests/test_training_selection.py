@@ -110,6 +110,31 @@ def test_mcnemar_selection_rejects_a_marginal_gain_and_takes_a_clear_one_across_
     assert scalars(cfg.run_dir, "val/select_p_value")[8] == pytest.approx(2380 / 8192)
 
 
+def test_a_nan_validation_is_never_best_and_result_json_and_states_stay_strict_json(tiny_world, tmp_path,
+                                                                                   monkeypatch):
+    """A NaN metric at the first validation became best and blocked every later one; and result.json and the
+    checkpoints' states were written with NaN, which strict JSON readers refuse. Now the finite validation is best,
+    and every file is strict JSON with the NaN as null."""
+    import json
+
+    def strict(path: Path) -> dict:
+        def refuse(constant: str):
+            raise ValueError(f"{path}: {constant} is not JSON")
+        return json.loads(path.read_text(), parse_constant=refuse)
+
+    nan = np.full(200, np.nan)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=2", "keep_checkpoints=3")
+    scripted_validator(monkeypatch, nan, BASE, nan)
+    result = train(cfg)
+    assert result["best"] == {"metric": KEY, "value": 0.5, "step": 4}
+    written = strict(cfg.run_dir / "result.json")
+    assert written["metrics"] == {KEY: None} and written["best"] == result["best"]
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    states = {p.name: strict(p / ckpt.STATE) for p in root.iterdir() if (p / ckpt.STATE).is_file()}
+    assert states["step-00000002"]["metrics"] == {KEY: None} and states["step-00000002"]["best"] is None
+    assert states["step-00000006"]["best"]["step"] == 4 and states["best"]["step"] == 4
+
+
 def test_default_selection_is_the_plain_max(tiny_world, tmp_path, monkeypatch):
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=100")
     scripted_validator(monkeypatch, BASE, MARGINAL, MARGINAL)
