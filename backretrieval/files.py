@@ -370,9 +370,26 @@ def json_ready(obj):
     return obj
 
 
+DISTRIBUTION = "globetrotter"  # pyproject.toml's project name: backretrieval ships in it (it imports no globetrotter)
+
+
+def versions() -> dict:
+    """The versions a record is written with: ``{"globetrotter", "numpy", "python"}``, the installed distribution's
+    (None when running from a checkout that was never pip-installed), numpy's and Python's."""
+    import importlib.metadata
+    import platform
+
+    try:
+        package = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        package = None
+    return {"globetrotter": package, "numpy": np.__version__, "python": platform.python_version()}
+
+
 def dump_json(record: dict) -> str:
-    """The text of a JSON record as the command line writes it."""
-    return json.dumps(json_ready(record), indent=2, ensure_ascii=False)
+    """The text of a JSON record as the command line writes it (printed or in a file), with the :func:`versions` it
+    was made with."""
+    return json.dumps(json_ready({**record, "versions": versions()}), indent=2, ensure_ascii=False)
 
 
 def write_json(record: dict, path: PathLike, what: str = "the JSON record") -> Path:

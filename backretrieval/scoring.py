@@ -23,7 +23,7 @@ from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
 from .metric import (DEFAULT_KS, bkr_recall, censored_max_rank, check_ks, check_one_image_side, corr_with_interval,
                      xlr_recall)
-from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, recall_intervals
+from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
 
@@ -202,9 +202,7 @@ def score(
     # a --max-rank these modes would not use, before any file is read or image list built
     censored_max_rank(max_rank, ks, option("approximate") if approximate else option("image_index") if image_index
                       else None)
-    if bootstrap < 0:
-        raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
-                                 f"got {bootstrap}")
+    check_interval_options(bootstrap, level)
     if xlr_gt is not None and xlr_tgt_text is None:
         raise BackRetrievalError(f"{option('xlr_gt')} indexes {option('xlr_tgt_text')}: give it too (XLR is scored "
                                  "only with the translations' embeddings)")

@@ -78,6 +78,16 @@ def check_tests(tests: Sequence[str] | str) -> tuple[str, ...]:
     return tests
 
 
+def check_interval_options(bootstrap: int, level: float) -> None:
+    """One-line errors for the interval options a scoring call takes: ``bootstrap`` replicates (>= 0; 0: no
+    intervals) and their ``level`` (in (0, 1)). Internal: not exported by the package."""
+    if bootstrap < 0:
+        raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
+                                 f"got {bootstrap}")
+    if not 0.0 < level < 1.0:
+        raise BackRetrievalError(f"{option('level')}: expected an interval level in (0, 1), got {level}")
+
+
 def _check(n_boot: int, level: float) -> None:
     if n_boot < 1:
         raise BackRetrievalError(f"bootstrap: the number of replicates must be >= 1, got {n_boot}")

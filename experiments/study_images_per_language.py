@@ -235,11 +235,15 @@ def main(argv: list[str] | None = None) -> None:
 def study(args: argparse.Namespace) -> None:
     """Train (or reuse) every run, score it and write the table and the plot."""
     models = parse_pairs(args.model, "--model")
+    # the folders given are the user's, relative to the working folder; train.py and eval.py run in the repo, so they
+    # get them absolute (a relative --runs-dir was trained into the repo's and looked for in the working folder's)
+    here = Path.cwd()
+    args.runs_dir, args.out_dir = str(here / args.runs_dir), str(here / args.out_dir)
     given = {}
     for key, value in parse_pairs(args.run, "--run").items():
         label, share, seed = (key.split(":") + ["", ""])[:3]
         try:
-            given[label, float(share), int(seed)] = Path(value)
+            given[label, float(share), int(seed)] = here / value
         except ValueError:
             sys.exit(f"error: --run: expected LABEL:SHARE:SEED=DIR, got {key!r}")
     out = Path(args.out_dir)

@@ -22,6 +22,12 @@ from data_prep.shards import ShardWriter
 REPO = Path(__file__).resolve().parents[1]
 
 
+def without_versions(record: dict) -> dict:
+    """A written record less its ``versions`` (which the command adds to the library's record)."""
+    assert set(record["versions"]) == {"globetrotter", "numpy", "python"}
+    return {k: v for k, v in record.items() if k != "versions"}
+
+
 @pytest.fixture(scope="module")
 def small_split(tmp_path_factory):
     """40 pictures captioned in en and de (tied by group), npy features, and npy embeddings looked up by text."""
@@ -119,14 +125,14 @@ def test_score_and_compare_write_the_library_records(tmp_path, capsys):
     rec = json.loads((tmp_path / "a.json").read_text())
     lib = score(p["st"], p["tt"], src_img=p["si"], tgt_img=p["ti"], ks=[1, 10], bootstrap=0,
                 image_index=tmp_path / "lists.npz")
-    assert rec == lib.to_record(rec["inputs"]) and rec["inputs"]["image_index"] == str(tmp_path / "lists.npz")
+    assert without_versions(rec) == lib.to_record(rec["inputs"]) and rec["inputs"]["image_index"] == str(tmp_path / "lists.npz")
     np.testing.assert_array_equal(np.load(tmp_path / "ra.npy"), lib.ranks)
     np.testing.assert_array_equal(np.load(tmp_path / "ha.npy"), lib.hits_matrix())
     assert main(["compare", "--hits", str(tmp_path / "ha.npy"), str(tmp_path / "hb.npy"), "--names", "good", "bad",
                  "--ks", "1,10", "--bootstrap", "100", "--out", str(tmp_path / "cmp.json")]) == 0
     rec = json.loads((tmp_path / "cmp.json").read_text())
     lib = compare(hits=(tmp_path / "ha.npy", tmp_path / "hb.npy"), names=("good", "bad"), ks=[1, 10], bootstrap=100)
-    assert rec == lib.to_record(rec["inputs"]) and rec["comparisons"]["bkr@10"]["verdict"] == "good"
+    assert without_versions(rec) == lib.to_record(rec["inputs"]) and rec["comparisons"]["bkr@10"]["verdict"] == "good"
     assert "bkr@10: good " in capsys.readouterr().err
     # in a terminal the record comes first and the verdicts last, not scrolled away above 100 lines of JSON
     import subprocess
@@ -145,7 +151,7 @@ def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys)
                  "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
     lib = evaluate_split(small_split / "test", models, ks=[1, 5], bootstrap=0, progress=False)
     record = json.loads((out / "results.json").read_text())
-    assert record == lib.to_record(record["inputs"]) and record["inputs"]["ks"] == [1, 5]
+    assert without_versions(record) == lib.to_record(record["inputs"]) and record["inputs"]["ks"] == [1, 5]
     assert {p.name for p in out.glob("*.png")} == {p.name for p in lib.save_plots(tmp_path)}
     assert "good: bkr@1=" in capsys.readouterr().err
 
@@ -156,7 +162,7 @@ def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, cap
     run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
     assert main([*run, "--languages", "en,de", "--out-dir", str(out)]) == 0
     lib = evaluate_split(small_split / "test", ["random:8"], langs=["en", "de"], bootstrap=0, progress=False)
-    record = json.loads((out / "results.json").read_text())
+    record = without_versions(json.loads((out / "results.json").read_text()))
     assert record == lib.to_record(record["inputs"]) and record["inputs"]["languages"] == ["en", "de"]
     capsys.readouterr()
     for old in (["--languages", "en", "de"], ["--langs", "en,de"]):
@@ -177,7 +183,7 @@ def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_
                                                  "random:8"], pairs=["en-de"], n=15, seeds=2, ks=[1, 5], bootstrap=0,
                           progress=False)
     record = json.loads((out / "protocol.json").read_text())
-    assert record == lib.to_record(record["inputs"]) and record["inputs"]["report_k"] == 5
+    assert without_versions(record) == lib.to_record(record["inputs"]) and record["inputs"]["report_k"] == 5
     table = (out / "table.md").read_text()
     assert table == lib.table(5) + "\n" and "| Dataset (K=5) |" in table  # 10 is not in --ks: the largest K
     assert (out / "scatter_en-de.png").is_file() and capsys.readouterr().out == table
@@ -1061,3 +1067,23 @@ def test_text_list_files_drop_a_bom_and_name_the_line_of_non_utf8_bytes(small_sp
     assert "ids.txt:3: --src-image-ids is not UTF-8 text" in err, err
     err = _one_line_error(["score", "--src-text", str(tmp_path), *files[3:]], capsys)
     assert f"{tmp_path}: --src-text is a folder; expected an .npy file" in err, err
+
+
+def test_a_written_record_names_the_installed_versions_or_null(tmp_path, monkeypatch):
+    """backretrieval's records said no version: a result could not be tied to the code that made it. The record
+    writer now adds the installed distribution's version (importlib.metadata, as pip installed it), numpy's and
+    Python's; from a checkout that was never installed, null."""
+    import importlib.metadata
+    import platform
+
+    from backretrieval.files import write_json
+
+    record = json.loads(write_json({"task": "x"}, tmp_path / "r.json").read_text())
+    assert record["versions"] == {"globetrotter": importlib.metadata.version("globetrotter"),
+                                  "numpy": np.__version__, "python": platform.python_version()}
+
+    def absent(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", absent)
+    assert json.loads(write_json({"task": "x"}, tmp_path / "r.json").read_text())["versions"]["globetrotter"] is None

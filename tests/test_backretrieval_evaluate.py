@@ -175,3 +175,21 @@ def test_one_string_for_the_models_or_languages_is_refused(parallel_split):
         evaluate_split(root / "test", "random:12", progress=False)
     with pytest.raises(BackRetrievalError, match=r"^langs: expected a sequence of language codes, got one str"):
         evaluate_split(root / "test", ["random:12"], langs="en", progress=False)
+
+
+@pytest.mark.parametrize("langs", [["en"] * 6, ["en", "de"] * 3])
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_per_lang": -1}, "^max_per_lang -1: expected at least 1 caption per side$"),
+    ({"seed": -1}, r"^seed: expected an integer >= 0, got -1$"),
+    ({"corr_pairs": 0}, "^corr_pairs 0: expected at least 1 pair sampled for CORR$"),
+    ({"bootstrap": -1}, r"^bootstrap: expected a number of replicates >= 0 \(0: no intervals\), got -1$"),
+    ({"level": 1.5}, r"^level: expected an interval level in \(0, 1\), got 1.5$"),
+    ({"block_bytes": 0}, "^block_bytes 0: expected a positive number of bytes per block$"),
+])
+def test_evaluate_pairs_checks_its_options_before_any_pair_is_scored(langs, kwargs, message):
+    """max_per_lang=-1 and seed=-1 failed with numpy's messages inside the first pair, and level, corr_pairs,
+    bootstrap and block_bytes were never checked when no pair was scored (one language): one-line errors up front."""
+    rng = np.random.default_rng(0)
+    text, images = rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    with pytest.raises(BackRetrievalError, match=message):
+        evaluate_pairs(text, langs, images, [f"i{n}" for n in range(6)], (1,), **kwargs)

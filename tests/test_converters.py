@@ -1069,3 +1069,17 @@ def test_real_flickr8k_converts_to_five_languages(flickr8k_dir, tmp_path):
         check_split_rule(out / split, split)
     _, _, data, _ = next(iter_raw(out / "test"))
     assert min(Image.open(io.BytesIO(data)).size) == 64
+
+
+def test_summary_json_names_the_installed_versions(tmp_path):
+    """A conversion's summary.json said no version: which code made a split could not be told. It now holds the
+    installed distribution's version (importlib.metadata: data_prep ships in it), numpy's and Python's."""
+    import importlib.metadata
+    import platform
+
+    from data_prep.converters.report import ConversionReport
+
+    ConversionReport().write_json(tmp_path / "summary.json")
+    written = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert written["versions"] == {"globetrotter": importlib.metadata.version("globetrotter"),
+                                   "numpy": np.__version__, "python": platform.python_version()}

@@ -1,6 +1,8 @@
 """experiments/study_images_per_language.py: its options are checked before any run is trained."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import load_experiment
@@ -85,3 +87,38 @@ def test_a_finished_run_of_another_config_is_refused_not_put_in_the_curve(curve,
     assert err[0].startswith(f"error: {run_dir}: a finished run of another config than {model} seed=1 "
                              f"data.train_image_share=0.5 (loss.cloze: 1.0 -> 0.25)"), err
     assert not (tmp_path / "out2" / "curve.json").exists()
+
+
+def test_relative_runs_and_out_folders_are_the_working_folders_not_the_repos(curve, tiny_world, tmp_path,
+                                                                            monkeypatch):
+    """train.py runs in the repo while the study looked for --runs-dir in the working folder: run from elsewhere, a
+    relative --runs-dir was trained into the repo's folder and never found. train.py (stubbed here, as it runs: in the
+    repo) now gets the working folder's runs folder as an absolute path, and the study finds the run there."""
+    import json
+
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    model = tmp_path / "full.yaml"
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), model)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    trained = []
+
+    def train_py(cmd, log):  # as train.py would write its run: output_dir/run_name, relative to the repo
+        settings = dict(arg.split("=", 1) for arg in cmd if "=" in arg)
+        assert Path(settings["output_dir"]).is_absolute(), cmd  # else it would write into the repo
+        run_dir = curve.ROOT / settings["output_dir"] / settings["run_name"]
+        run_dir.mkdir(parents=True)
+        save_config(load_train_config(model, [a for a in cmd if a.startswith(("seed=", "data.train_image_share="))]),
+                    run_dir / "config.yaml")
+        (run_dir / "result.json").write_text("{}")
+        trained.append(run_dir)
+
+    monkeypatch.setattr(curve, "run", train_py)
+    monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
+    curve.main(["--model", f"full={model}", "--shares", "1", "--seeds", "0", "--runs-dir", "runs", "--out-dir", "out"])
+    assert trained == [work / "runs" / "curve-full-sh1-s0"]
+    rows = json.loads((work / "out" / "curve.json").read_text())["rows"]
+    assert [r["run"] for r in rows] == [str(work / "runs" / "curve-full-sh1-s0")]

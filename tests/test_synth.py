@@ -486,3 +486,19 @@ def test_a_run_refuses_a_world_generated_with_another_synth_config(tmp_path, cap
     for extra in (["data.synth.workers=2", "data.synth.chunk_size=5"], ["data.synth=null"]):
         ensure_data(load_train_config(None, [f"data.root={root}", *TINY, f"data.synth={small}", *extra]),
                     log=lambda line: None)
+
+
+def test_world_yaml_names_the_installed_versions_and_still_loads(world):
+    """world.yaml said no version: which code generated a world could not be told. Its first line now names the
+    installed distribution's version (importlib.metadata), numpy's and Python's, as a comment: the file still loads
+    as the world's config."""
+    import importlib.metadata
+    import json
+    import platform
+
+    first = (world / "world.yaml").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("# versions: ")
+    assert json.loads(first.removeprefix("# versions: ")) == {
+        "globetrotter": importlib.metadata.version("globetrotter"), "numpy": np.__version__,
+        "python": platform.python_version()}
+    assert load_config(SynthConfig, world / "world.yaml") == tiny()

@@ -609,3 +609,40 @@ def test_result_json_names_the_checksums_of_the_splits_the_run_read_and_the_vers
     for role in ("train", "test"):
         assert data[role]["checksum"] == read_manifest(tiny_world / role)["checksum"]
         assert data[role]["path"] == str((tiny_world / role).resolve()) and data[role]["num_samples"] > 0
+
+
+def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_world, tmp_path, capsys):
+    """Training captions longer than data.max_length were cut by the loader in silence. The run now says how many
+    (one warning line) and records it in result.json; the tiny split's shards are all read, so the count is exact."""
+    from data_prep.shards import read_captions
+    from globetrotter.tokenizer import load_tokenizer, train_tokenizer_on_split
+
+    tok = load_tokenizer(train_tokenizer_on_split(tiny_world / "train", tmp_path / "tokenizer.json", 300))
+    captions = [m["caption"] for m in read_captions(tiny_world / "train")]
+    lengths = sorted(len(e.ids) for e in tok.encode_batch(captions))
+    limit = lengths[len(lengths) // 2]  # some are cut, not all
+    expected = sum(n > limit for n in lengths)
+    assert 0 < expected < len(captions)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=1", f"data.max_length={limit}", "loss.image=0", "loss.cross=0")
+    train(cfg)
+    cut = json.loads((cfg.run_dir / "result.json").read_text())["captions_cut"]
+    assert (cut["cut"], cut["of"], cut["sample"], cut["max_length"]) == (expected, len(captions), False, limit)
+    said = [line for line in capsys.readouterr().out.splitlines() if f"data.max_length={limit} " in line]
+    assert said == [f"warning: {expected} of {len(captions)} train captions ({100 * expected / len(captions):.1f}%, "
+                    f"counted on every shard) are longer than data.max_length={limit} tokens; training reads their "
+                    f"first {limit} tokens only"]
+
+
+def test_the_cut_count_reads_a_seeded_sample_of_shards_of_a_large_split(tiny_world):
+    """On a large split the count reads whole shards in a seeded order until enough captions are found, never the
+    whole split, and says it is a sample (the tiny split: 3 shards of 40, 40 and 16 captions)."""
+    from data_prep.shards import read_captions
+    from globetrotter.data.caption_lengths import captions_cut
+    from globetrotter.tokenizer import train_tokenizer
+
+    tok = train_tokenizer([m["caption"] for m in read_captions(tiny_world / "train")], 300)
+    cut = captions_cut(tiny_world / "train", tok, 4, seed=3, sample=10)
+    assert cut["sample"] and cut["shards_read"] == 1 and cut["shards"] == 3 and cut["of"] in (16, 40)
+    assert cut == captions_cut(tiny_world / "train", tok, 4, seed=3, sample=10)  # the same sample again
+    whole = captions_cut(tiny_world / "train", tok, 4, sample=96)
+    assert not whole["sample"] and whole["of"] == 96

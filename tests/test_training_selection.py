@@ -35,6 +35,25 @@ def test_judge_keeps_the_best_unless_beyond_noise():
     assert v.accept and v.p_value is None and "plain max" in v.note
 
 
+@pytest.mark.parametrize("test", [None, "mcnemar"])
+def test_a_nan_metric_never_becomes_best_nor_blocks_a_later_finite_one(test):
+    """A NaN first validation became best, and no later value compares higher than NaN: every later checkpoint was
+    refused. Fed the sequence as the trainer does, NaN is never chosen and the finite values are chosen by max."""
+    best, chosen, notes = None, [], []
+    for step, value in enumerate([float("nan"), 0.3, float("nan"), 0.5, 0.4], start=1):
+        verdict = judge(value, None, best, None, test, 0.05)
+        notes.append(verdict.note)
+        if verdict.accept:
+            best = {"metric": KEY, "value": value, "step": step}
+            chosen.append(step)
+    assert chosen == [2, 4] and best["value"] == 0.5
+    assert "NaN; never chosen as best" in notes[0] and "NaN; never chosen as best" in notes[2]
+    # a best saved with a NaN value (null in the checkpoint's state) is replaced by the next finite value
+    for saved in ({"metric": KEY, "value": float("nan"), "step": 2}, {"metric": KEY, "value": None, "step": 2}):
+        verdict = judge(0.1, BASE, saved, BASE, test, 0.05)
+        assert verdict.accept and "replaces a best with no value" in verdict.note
+
+
 def scripted_validator(monkeypatch, *hit_vectors: np.ndarray) -> list[int]:
     """Validator.evaluate returns these hits (and their mean as val/bkr@10) in turn; returns the list of calls."""
     calls: list[int] = []
@@ -89,6 +108,31 @@ def test_mcnemar_selection_rejects_a_marginal_gain_and_takes_a_clear_one_across_
     rejected = scalars(cfg.run_dir, "val/select_rejected")
     assert rejected == {4: 1.0, 6: 1.0, 8: 1.0, 10: 0.0}
     assert scalars(cfg.run_dir, "val/select_p_value")[8] == pytest.approx(2380 / 8192)
+
+
+def test_a_nan_validation_is_never_best_and_result_json_and_states_stay_strict_json(tiny_world, tmp_path,
+                                                                                   monkeypatch):
+    """A NaN metric at the first validation became best and blocked every later one; and result.json and the
+    checkpoints' states were written with NaN, which strict JSON readers refuse. Now the finite validation is best,
+    and every file is strict JSON with the NaN as null."""
+    import json
+
+    def strict(path: Path) -> dict:
+        def refuse(constant: str):
+            raise ValueError(f"{path}: {constant} is not JSON")
+        return json.loads(path.read_text(), parse_constant=refuse)
+
+    nan = np.full(200, np.nan)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=2", "keep_checkpoints=3")
+    scripted_validator(monkeypatch, nan, BASE, nan)
+    result = train(cfg)
+    assert result["best"] == {"metric": KEY, "value": 0.5, "step": 4}
+    written = strict(cfg.run_dir / "result.json")
+    assert written["metrics"] == {KEY: None} and written["best"] == result["best"]
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    states = {p.name: strict(p / ckpt.STATE) for p in root.iterdir() if (p / ckpt.STATE).is_file()}
+    assert states["step-00000002"]["metrics"] == {KEY: None} and states["step-00000002"]["best"] is None
+    assert states["step-00000006"]["best"]["step"] == 4 and states["best"]["step"] == 4
 
 
 def test_default_selection_is_the_plain_max(tiny_world, tmp_path, monkeypatch):

@@ -228,6 +228,9 @@ class ConversionReport:
         }
 
     def write_json(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path`` (UTF-8, indented)."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str) + "\n",
-                              encoding="utf-8")
+        """Write :meth:`to_json` to ``path`` (UTF-8, indented), with the :func:`~data_prep.versions.versions` it was
+        made with."""
+        from ..versions import versions
+
+        record = {**self.to_json(), "versions": versions()}
+        Path(path).write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -37,6 +37,7 @@ from data_prep.config_io import save_config
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
 from data_prep.shards import MANIFEST, ShardWriter, encode_image
+from data_prep.versions import versions
 
 from .config import SynthConfig
 from .dictionary import write_dictionaries
@@ -271,7 +272,9 @@ def _write_world(cfg: SynthConfig, out_dir: Path, staging: Path, progress: bool)
         if pool is not None:
             pool.close()
             pool.join()
-    save_config(cfg, staging / WORLD_CONFIG)
+    config = save_config(cfg, staging / WORLD_CONFIG)
+    # the versions it was made with, as a comment: the file stays the config that loads (data.synth, synth --config)
+    config.write_text(f"# versions: {json.dumps(versions())}\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
     (out_dir / WORLD_CONFIG).unlink(missing_ok=True)  # first: a move cut short leaves splits without a world.yaml
     _clear_splits(out_dir)  # an earlier world's, optional ones this world lacks included
     move_splits(staging, out_dir)

@@ -40,11 +40,19 @@ def judge(value: float, hits: np.ndarray | None, best: dict | None, best_hits: n
 
     ``best``: ``{"metric", "value", "step"}`` or None (no best yet); ``best_hits``: its hit
     vector ``(Q,)`` or None. ``test``: None (plain max), ``"mcnemar"`` or ``"bootstrap"``.
+    A NaN ``value`` never becomes best (no later value could compare higher than it), and any
+    other value replaces a best whose value is NaN or missing (null in a saved state); the note
+    says so.
     """
     from backretrieval import better_beyond_noise, p_better
 
+    if value != value:  # NaN
+        return Verdict(False, note="the selection metric is NaN; never chosen as best")
     if best is None:
         return Verdict(True)
+    if best.get("value") is None or best["value"] != best["value"]:
+        return Verdict(True, note=f"replaces a best with no value ({best.get('metric')} NaN at step "
+                                  f"{best.get('step')})")
     if not value > best["value"]:
         return Verdict(False)
     if test is None:

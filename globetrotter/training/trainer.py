@@ -28,7 +28,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from tqdm.auto import tqdm
 
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import writable_dir
+from backretrieval.files import json_ready, writable_dir
 
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
@@ -137,6 +137,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     # tokenizer trains exactly as the same run that finds them
     set_seed(cfg.seed, device_specific=True)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
+    cut = _captions_cut(cfg, tokenizer, log) if main and not adapting else None
     model = _build_model(cfg, tokenizer, main, start=not resume and not adapting, log=log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
     objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
@@ -213,13 +214,15 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
               "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason,
               "data": splits_read(cfg.data.root, {"train": cfg.data.train_split, "val": cfg.data.val_split,
                                                   "test": cfg.data.test_split}), "versions": versions()}
+    if cut is not None:
+        result["captions_cut"] = cut
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
     if main and adapting:
         unwrapped.eval()
         result["adapt"] = adaptation.report(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
     if main:
-        (cfg.run_dir / "result.json").write_text(json.dumps(result, indent=2))
+        (cfg.run_dir / "result.json").write_text(_strict_json(result))
     return result
 
 
@@ -264,6 +267,29 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     if not accelerator.is_main_process:
         cfg = with_imported_dim(with_text_languages(with_matched_image_share(cfg, log=lambda *_: None)))
     return cfg
+
+
+def _captions_cut(cfg: TrainConfig, tokenizer, log: Log) -> dict:
+    """How many of the captions training reads are longer than ``data.max_length`` tokens (the loader cuts them in
+    silence), counted on a seeded sample of the train split's shards (:func:`~..data.caption_lengths.captions_cut`);
+    one line says it when any is."""
+    from ..data.caption_lengths import captions_cut
+
+    d = cfg.data
+    cut = captions_cut(Path(d.root) / d.train_split, tokenizer, d.max_length, seed=cfg.seed,
+                       languages=d.train_languages, image_share=d.train_image_share)
+    if cut["cut"]:
+        sample = (f"counted on a seeded sample, {cut['shards_read']} of the split's {cut['shards']} shards"
+                  if cut["sample"] else "counted on every shard")
+        log(f"warning: {cut['cut']} of {cut['of']} train captions ({100 * cut['share']:.1f}%, {sample}) are longer "
+            f"than data.max_length={d.max_length} tokens; training reads their first {d.max_length} tokens only")
+    return cut
+
+
+def _strict_json(record: dict) -> str:
+    """The text of result.json or a checkpoint's state: strict JSON, a NaN or infinite value (a metric, say) written
+    as null, as the eval records write it (Python's NaN is no JSON: other tools refuse the file)."""
+    return json.dumps(json_ready(record), indent=2, allow_nan=False)
 
 
 def _check_run_folder(run_dir: Path) -> None:
@@ -474,7 +500,7 @@ class Checkpoints:
                 copy_tokenizer(self.tokenizer_file, folder / "tokenizer.json")
                 state = {"step": step, "best": progress.best, "metrics": metrics, "bad_samples": progress.bad_samples,
                          "threads": self.threads.threads}
-                (folder / ckpt.STATE).write_text(json.dumps(state, indent=2))
+                (folder / ckpt.STATE).write_text(_strict_json(state))
 
         name = "best" if as_best else ckpt.step_name(step)
         return ckpt.write(self.accelerator, self.root, name, fill, latest=not as_best, keep=self.cfg.keep_checkpoints,
