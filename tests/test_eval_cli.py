@@ -166,7 +166,7 @@ def test_every_eval_record_names_the_versions_it_was_made_with(world, tmp_path):
     out = tmp_path / "out"
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out)]) == 0
     assert record(out, "sentence", "tfidf")["versions"] == {"globetrotter": globetrotter.__version__,
-                                                           "torch": torch.__version__,
+                                                           "torch": torch.__version__, "numpy": np.__version__,
                                                            "python": platform.python_version()}
 
 

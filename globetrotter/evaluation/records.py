@@ -41,14 +41,15 @@ def dataset_info(split: str | Path) -> dict:
 
 
 def versions() -> dict:
-    """The versions a record was made with: this package's (``globetrotter.__version__``), torch's and Python's."""
-    import platform
-
+    """The versions a record was made with: :func:`data_prep.versions.versions`'s (the package, numpy, Python; the
+    package's from ``globetrotter.__version__``, so a checkout that was never pip-installed names it too) and
+    torch's."""
     import torch
 
+    from data_prep.versions import versions as data_versions
     from globetrotter import __version__
 
-    return {"globetrotter": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    return {**data_versions(), "globetrotter": __version__, "torch": torch.__version__}
 
 
 @dataclass
