@@ -229,6 +229,16 @@ def carried_manifest_fields(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k not in DERIVED_MANIFEST_KEYS}
 
 
+def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
+    """sha256 of a file's bytes, read in blocks: what a record ties itself to (a conversion's caption files, a
+    tokenizer's provenance, an imported cache, an evaluation record's weights)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def content_checksum(split_dir: str | Path, shards: list[str]) -> str:
     """sha256 over the shard files' bytes, in manifest order."""
     digest = hashlib.sha256()

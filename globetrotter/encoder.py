@@ -14,22 +14,25 @@ from PIL import Image
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 
+from backretrieval.errors import BackRetrievalWarning
 from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
+from data_prep.shards import file_sha256
 
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
 from .errors import Notice, UserError
 from .models import GlobetrotterModel
 from .shell import program_name
-from .tokenizer import encode_batch, file_sha256, load_tokenizer, special_ids
+from .tokenizer import encode_batch, load_tokenizer, special_ids
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases
 
 WEIGHTS = "model.safetensors"
 
 
-class TextsCut(Notice):
+class TextsCut(Notice, BackRetrievalWarning):
     """Texts longer than the run's ``data.max_length`` tokens were cut to it (as in training) by an encoding call:
-    one warning per call, saying how many of how many."""
+    one warning per call, saying how many of how many; every command line prints it as one ``warning:`` line (a
+    BackRetrieval warning too, for ``backretrieval ... --model globetrotter:RUN``)."""
 
 
 def _warn_cut(cut: int, total: int, max_length: int) -> None:

@@ -21,6 +21,8 @@ from typing import Callable, Iterable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from data_prep.shards import file_sha256  # noqa: F401  (also this module's: provenance records use it)
+
 from .errors import UserError
 
 PAD, MASK, SENTENCE = "<pad>", "<mask>", "<s>"
@@ -224,18 +226,6 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # a write or move that failed leaves nothing behind
-
-
-def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
-    """sha256 of a file's bytes, read in blocks (what a provenance record, an imported cache or an evaluation record
-    ties itself to)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(block), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_tokenizer(tok: Tokenizer, path: str | Path, provenance: dict | None = None) -> Path:

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from data_prep.errors import UserError
 
-from .common import file_sha256
+from ..shards import file_sha256
 from .flickr8k import read_flickr8k
 from .folder import read_caption_table
 from .globetrotter_layout import read_globetrotter
@@ -285,13 +285,13 @@ def source_options(args: argparse.Namespace) -> dict:
     """The caption sources of parsed arguments as a summary's options list them: each source option as given
     (folders and files), and ``caption_sha256``: the sha256 of each caption file (``--flickr8k FILE``,
     ``--captions FILE``; a folder source is named, not hashed), so the summary ties the dataset to the files read."""
-    options: dict = {}
-    if hasattr(args, "multi30k"):
+    options: dict = {}  # the sources given only: a command's other source options are empty lists
+    if getattr(args, "multi30k", None):
         options.update(multi30k=[str(p) for p in args.multi30k], multi30k_tasks=list(args.multi30k_tasks))
-    if hasattr(args, "flickr8k"):
+    if getattr(args, "flickr8k", None):
         options["flickr8k"] = [f"{p}:{lang}" for p, lang in args.flickr8k]
     for name in ("globetrotter", "xtd10", "captions"):
-        if hasattr(args, name):
+        if getattr(args, name, None):
             options[name] = [str(p) for p in getattr(args, name)]
     files = [p for p, _ in getattr(args, "flickr8k", [])] + list(getattr(args, "captions", []))
     options["caption_sha256"] = {str(p): file_sha256(p) for p in files}

@@ -62,17 +62,6 @@ class Line:
     error: str = ""
 
 
-def file_sha256(path: str | Path, block: int = 1 << 22) -> str:
-    """sha256 of a file's bytes, read in blocks: what a conversion's summary ties each caption file it read to."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(block), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def open_binary(path: str | Path):
     """Open a file for binary reading, gunzipping ``*.gz`` transparently."""
     path = Path(path)

@@ -32,11 +32,10 @@ from tqdm.auto import tqdm
 
 from data_prep.converters.common import read_text_lines
 from data_prep.errors import install_hint
-from data_prep.shards import iter_metas, read_manifest
+from data_prep.shards import file_sha256, iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from ..tokenizer import file_sha256
 from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, cache_write, check_cache_folder, imported_spec,
                             same_folder)
 
