@@ -31,7 +31,7 @@ from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
-from .pairs import check_max_per_lang, evaluate_pairs
+from .pairs import check_pair_options, evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
 from .scoring import DEFAULT_CORR_PAIRS
@@ -202,7 +202,7 @@ def evaluate_split(
     if not specs:
         raise BackRetrievalError(f"evaluate_split: no model specs in {list(models)!r}; expected {SPEC_FORMS}")
     check_plot_names(specs)  # before any work, as save_plots will name the files
-    check_max_per_lang(max_per_lang)  # before any caption or image is embedded
+    check_pair_options(max_per_lang, seed, bootstrap, level)  # before any caption or image is embedded
     ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)  # before any caption or image is embedded
     censored_max_rank(max_rank, ks, option("approximate") if approximate else None)
 

@@ -30,23 +30,19 @@ from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
 from .uncertainty import DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 
-def check_max_per_lang(max_per_lang: int | None) -> None:
-    """One-line error for a ``max_per_lang`` below 1 (None: every caption)."""
+def check_pair_options(max_per_lang: int | None, seed: int, bootstrap: int, level: float,
+                       corr_pairs: int | None = None, block_bytes: int | None = None) -> None:
+    """:func:`evaluate_pairs`' own options (``corr_pairs`` and ``block_bytes`` when given), checked before any work:
+    one-line errors, where numpy would give its own messages, or nothing at all when no pair is scored. Internal:
+    not exported by the package."""
     if max_per_lang is not None and max_per_lang < 1:
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
-
-
-def _check_pair_options(max_per_lang: int | None, seed: int, with_corr: bool, corr_pairs: int, bootstrap: int,
-                        level: float, block_bytes: int) -> None:
-    """:func:`evaluate_pairs`' own options, checked before any pair is scored (one-line errors; numpy's own
-    messages otherwise, or nothing at all when no pair is scored)."""
-    check_max_per_lang(max_per_lang)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise BackRetrievalError(f"{option('seed')}: expected an integer >= 0, got {seed!r}")
-    if with_corr and corr_pairs < 1:
+    if corr_pairs is not None and corr_pairs < 1:
         raise BackRetrievalError(f"{option('corr_pairs')} {corr_pairs}: expected at least 1 pair sampled for CORR")
     check_interval_options(bootstrap, level)
-    if block_bytes < 1:
+    if block_bytes is not None and block_bytes < 1:
         raise BackRetrievalError(f"{option('block_bytes')} {block_bytes}: expected a positive number of bytes per block")
 
 
@@ -286,7 +282,7 @@ def evaluate_pairs(
     ks = check_recall_options(ks, ties, max_rank, retrieval, csls_k)
     approx = approx_config(approximate, ks)
     censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
-    _check_pair_options(max_per_lang, seed, with_corr, corr_pairs, bootstrap, level, block_bytes)
+    check_pair_options(max_per_lang, seed, bootstrap, level, corr_pairs if with_corr else None, block_bytes)
     texts_emb, langs, image_feats, image_ids, groups, names = _checked_inputs(
         texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr, max_queries)
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}

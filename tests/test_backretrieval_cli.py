@@ -589,7 +589,10 @@ def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small
 
 @pytest.mark.parametrize("option, message", [({"ties": "worst"}, "ties: expected one of"),
                                              ({"retrieval": "csls", "csls_k": 0}, "csls_k"),
-                                             ({"max_rank": 5, "ks": [10]}, "must be >= the largest K")])
+                                             ({"max_rank": 5, "ks": [10]}, "must be >= the largest K"),
+                                             ({"bootstrap": -1}, "bootstrap: expected a number of replicates"),
+                                             ({"level": 1.5}, "level: expected an interval level"),
+                                             ({"seed": -1}, "seed: expected an integer >= 0")])
 def test_evaluate_split_checks_its_ranking_options_before_any_model_loads(small_split, option, message):
     """A bad ties, retrieval/csls_k or max_rank from Python was refused only inside the first pair's scoring, after
     every caption had been embedded; now before the models load (a model spec that cannot load would be named
@@ -1087,3 +1090,16 @@ def test_a_written_record_names_the_installed_versions_or_null(tmp_path, monkeyp
 
     monkeypatch.setattr(importlib.metadata, "version", absent)
     assert json.loads(write_json({"task": "x"}, tmp_path / "r.json").read_text())["versions"]["globetrotter"] is None
+
+
+def test_texts_cut_by_a_globetrotter_embedder_are_one_warning_line_under_backretrieval(capsys):
+    """``backretrieval ... --model globetrotter:RUN`` prints BackRetrieval warnings as one ``warning:`` line; a
+    :class:`~globetrotter.encoder.TextsCut` there was Python's two lines with a source line of the package."""
+    import warnings
+
+    from backretrieval.errors import one_line_warnings
+    from globetrotter.encoder import TextsCut
+
+    with one_line_warnings():
+        warnings.warn("3 of 8 text(s) are longer than data.max_length=4 tokens", TextsCut)
+    assert capsys.readouterr().err == "warning: 3 of 8 text(s) are longer than data.max_length=4 tokens\n"

@@ -111,6 +111,7 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
     assert set(summary["options"]["caption_sha256"]) == {str(f) for f, _ in
                                                          (a.rsplit(":", 1) for a in summary["options"]["flickr8k"])} | \
         set(summary["options"]["captions"])  # each caption file read, with its sha256
+    assert "xtd10" not in summary["options"] and "globetrotter" not in summary["options"]  # only the sources given
     assert summary["splits"]["train"]["before"] == dict(orig)
     assert manifest["num_samples"] == sum(orig.values()) + sum(added.values())
     assert manifest["more_captions"]["original_checksum"] == read_manifest(data / "train")["checksum"]
