@@ -16,7 +16,8 @@ instead, e.g. share-1 runs trained before), then chooses the run's ranking on va
 parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
 ``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). A relative CONFIG or
 ``--split`` is the working folder's when it is there, else the repo's (the defaults work from any folder); the
-folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's. Writes ``curve.json`` (every run),
+folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's. Writes
+``curve.json`` (every run),
 ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
 the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
