@@ -393,15 +393,17 @@ class ImageFeatureExtractor:
         ``(index, why)`` for each other file (truncated, mislabelled, missing), so that one bad photo does not stop the
         rest. The features, in the same batches, and their cache entry are :meth:`extract`'s of the kept files; an
         entry cached for all of ``paths`` (each decoded when it was made, at the size and time its key names) is read
-        without decoding any. ``features`` is ``(0, 0)`` when no file decodes."""
+        without decoding any; so is the kept files' entry when a run over the same files (same sizes and times) found
+        the others unreadable: it recorded them, with why, beside the key of all of ``paths``. ``features`` is
+        ``(0, 0)`` when no file decodes."""
         from tqdm.auto import tqdm
 
         paths = [str(p) for p in image_sources(paths, entries=False)]
         if not paths:
             raise BackRetrievalError("no images to extract features from")
-        whole = self._cached_files(paths)
-        if whole is not None:
-            return whole, list(range(len(paths))), []
+        cached = self._cached_readable(paths)
+        if cached is not None:
+            return cached
         self._load()
         kept, skipped, parts, pending = [], [], [], []
         for i, path in enumerate(tqdm(paths, desc=f"features {self.model_name}", disable=not self.progress,
@@ -418,22 +420,58 @@ class ImageFeatureExtractor:
                 pending = []
         if pending:
             parts.append(self._forward(pending))
-        if not parts:
-            return np.zeros((0, 0), dtype=np.float32), kept, skipped
-        feats = np.concatenate(parts).astype(np.float32)
+        feats = np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 0), dtype=np.float32)
         if self.cache_dir is not None:
-            self._write_cache(self.cache_path(default_image_ids([paths[i] for i in kept])), feats)
+            if parts:
+                self._write_cache(self.cache_path(default_image_ids([paths[i] for i in kept])), feats)
+            if skipped:
+                self._write_skips(paths, kept, skipped)
         return feats, kept, skipped
 
-    def _cached_files(self, paths: list[str]) -> np.ndarray | None:
-        """The cache entry of all of ``paths``, or None (no cache folder, no entry, a file that cannot be looked at)."""
+    def _readable_record(self, paths: list[str]) -> Path | None:
+        """Where the files of ``paths`` that did not decode are named (beside the entry of all of ``paths``: its
+        key, their sizes and times included, changes when one of them is rewritten); None when a file is missing."""
+        try:
+            return self.cache_path(default_image_ids(paths)).with_suffix(".skipped.json")
+        except BackRetrievalError:  # a missing file: no key, decoded again
+            return None
+
+    def _write_skips(self, paths: list[str], kept: list[int], skipped: list[tuple[int, str]]) -> None:
+        record = self._readable_record(paths)
+        if record is None:
+            return
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({"n": len(paths), "kept": kept, "skipped": [list(s) for s in skipped]}),
+                              encoding="utf-8")
+        except OSError:  # the cache folder could not be written: _write_cache warned (or the run has no features)
+            pass
+
+    def _cached_readable(self, paths: list[str]) -> tuple[np.ndarray, list[int], list[tuple[int, str]]] | None:
+        """:meth:`extract_readable` of ``paths`` from the cache, no file decoded: the entry of all of them, or that
+        of the files that decoded when the others were recorded as not decoding; None (no cache folder, no entry, a
+        missing file, a damaged record) when the files must be decoded."""
         if self.cache_dir is None:
             return None
         try:
-            ids = default_image_ids(paths)
+            whole = self.cache_path(default_image_ids(paths))
         except BackRetrievalError:  # a missing file: skipped where the files are decoded
             return None
-        return read_cache_entry(self.cache_path(ids), len(paths))
+        feats = read_cache_entry(whole, len(paths))
+        if feats is not None:
+            return feats, list(range(len(paths))), []
+        try:
+            record = json.loads(whole.with_suffix(".skipped.json").read_text(encoding="utf-8"))
+            kept = [int(i) for i in record["kept"]]
+            skipped = [(int(i), str(why)) for i, why in record["skipped"]]
+        except (OSError, ValueError, KeyError, TypeError):  # none, or not one this wrote
+            return None
+        if record.get("n") != len(paths) or sorted(kept + [i for i, _ in skipped]) != list(range(len(paths))):
+            return None
+        if not kept:
+            return np.zeros((0, 0), dtype=np.float32), kept, skipped
+        feats = read_cache_entry(self.cache_path(default_image_ids([paths[i] for i in kept])), len(kept))
+        return None if feats is None else (feats, kept, skipped)
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
         """Features of ``images`` (paths, encoded bytes or PIL images), read from the cache when present.

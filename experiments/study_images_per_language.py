@@ -14,7 +14,10 @@ unless that run already has a ``result.json`` (its ``config.yaml`` must be that 
 refused; ``--run LABEL:SHARE:SEED=DIR`` names an existing finished run
 instead, e.g. share-1 runs trained before), then chooses the run's ranking on val with ``eval.py select`` (no
 parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
-``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). Writes ``curve.json`` (every run),
+``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). A relative CONFIG or
+``--split`` is the working folder's when it is there, else the repo's (the defaults work from any folder); the
+folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's. Writes
+``curve.json`` (every run),
 ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
 the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
@@ -93,6 +96,14 @@ def refuse_other_run(run_dir: Path, config: str, share: float, seed: int) -> Non
         raise UserError(f"{run_dir}: a finished run of another config than {config} seed={seed} "
                         f"data.train_image_share={share:g} ({changed}); delete it to train it again, or pass another "
                         f"--prefix or --runs-dir")
+
+
+def input_path(value: str, here: Path) -> Path:
+    """An input the user names (a ``--model`` config, the ``--split`` folder) as an absolute path, the same for the
+    study and for train.py / eval.py (which run in the repo): the working folder's when it is there, else the repo's
+    (so the documented repo-relative defaults work from any folder); an absolute path as it is."""
+    path = here / Path(value).expanduser()  # an absolute value stays itself
+    return path if path.exists() else ROOT / Path(value).expanduser()
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -234,11 +245,20 @@ def main(argv: list[str] | None = None) -> None:
 
 def study(args: argparse.Namespace) -> None:
     """Train (or reuse) every run, score it and write the table and the plot."""
+    from globetrotter.errors import UserError
+
     models = parse_pairs(args.model, "--model")
     # the folders given are the user's, relative to the working folder; train.py and eval.py run in the repo, so they
     # get them absolute (a relative --runs-dir was trained into the repo's and looked for in the working folder's)
     here = Path.cwd()
     args.runs_dir, args.out_dir = str(here / args.runs_dir), str(here / args.out_dir)
+    # the inputs: the working folder's, else the repo's (both the study and train.py / eval.py read the same file)
+    for label, config in models.items():
+        models[label] = str(input_path(config, here))
+        if not Path(models[label]).is_file():  # before any training, not after the first model's
+            where = "" if Path(config).expanduser().is_absolute() else f" (in the working folder {here} or the repo)"
+            raise UserError(f"--model {label}={config}: config file not found{where}")
+    args.split = str(input_path(args.split, here))
     given = {}
     for key, value in parse_pairs(args.run, "--run").items():
         label, share, seed = (key.split(":") + ["", ""])[:3]

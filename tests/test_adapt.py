@@ -575,3 +575,17 @@ def test_an_adapted_runs_saved_config_re_runs_the_adaptation_and_resume_says_it_
     assert done.value.code == 0 and json.loads((again.run_dir / "result.json").read_text())["step"] == 3
     with pytest.raises(UserError, match=r"steps=5 and adapt.epochs=1 both set the adaptation's length"):
         load_adapt_config(saved, [f"output_dir={tmp_path}", "steps=5"])
+
+
+def test_an_adapted_runs_result_json_names_the_adaptation_split_as_its_train_split(world, adapted):
+    """result.json's data.train named data.root/data.train_split for an adaptation, a split its steps never trained
+    on. It now names adapt.split (its path and manifest checksum), and the starting run's train split, read for the
+    bank of old captions, as old_captions."""
+    from data_prep.shards import read_manifest
+
+    data = json.loads((adapted / "result.json").read_text())["data"]
+    assert data["train"]["path"] == str((world / "adapt").resolve())
+    assert data["train"]["checksum"] == read_manifest(world / "adapt")["checksum"]
+    assert data["old_captions"]["path"] == str((world / "train").resolve())
+    assert data["old_captions"]["checksum"] == read_manifest(world / "train")["checksum"]
+    assert data["test"]["checksum"] == read_manifest(world / "test")["checksum"]

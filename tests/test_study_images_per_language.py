@@ -122,3 +122,60 @@ def test_relative_runs_and_out_folders_are_the_working_folders_not_the_repos(cur
     assert trained == [work / "runs" / "curve-full-sh1-s0"]
     rows = json.loads((work / "out" / "curve.json").read_text())["rows"]
     assert [r["run"] for r in rows] == [str(work / "runs" / "curve-full-sh1-s0")]
+
+
+def test_a_relative_config_and_split_are_one_file_for_the_study_and_for_train_py_and_eval_py(curve, tiny_world,
+                                                                                          tmp_path, monkeypatch,
+                                                                                          capsys):
+    """The --model config and --split were read by the study relative to the working folder and by train.py / eval.py
+    (run in the repo) relative to the repo: from another folder, a repo config such as configs/flickr8k.yaml was "not
+    found" by the study although train.py found it, and a working folder's config or split was found by the study
+    alone. Each is now one absolute path, the working folder's when it is there, else the repo's, for both."""
+    import json
+
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    work = tmp_path / "work"
+    (work / "test-split").mkdir(parents=True)
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), work / "mine.yaml")
+    monkeypatch.chdir(work)
+    runs = tmp_path / "runs"
+    # a finished run of the repo's config, as train.py saved it: reused, its config compared with the repo's file
+    repo_run = runs / "curve-repo-sh1-s0"
+    repo_run.mkdir(parents=True)
+    save_config(load_train_config(curve.ROOT / "configs" / "flickr8k.yaml", ["seed=0", "data.train_image_share=1"]),
+                repo_run / "config.yaml")
+    (repo_run / "result.json").write_text("{}")
+    trained, scored = [], []
+
+    def train_py(cmd, log):  # as train.py reads its --config: in the repo
+        config = curve.ROOT / cmd[cmd.index("--config") + 1]
+        assert config.resolve() == (work / "mine.yaml").resolve(), cmd
+        settings = dict(arg.split("=", 1) for arg in cmd if "=" in arg)
+        run_dir = Path(settings["output_dir"]) / settings["run_name"]
+        run_dir.mkdir(parents=True)
+        save_config(load_train_config(config, ["seed=0"]), run_dir / "config.yaml")
+        (run_dir / "result.json").write_text("{}")
+        trained.append(run_dir.name)
+
+    def translation(run_dir, args, name, logs):  # as eval.py reads --split: in the repo
+        scored.append(curve.ROOT / args.split)
+        return 0.02
+
+    monkeypatch.setattr(curve, "run", train_py)
+    monkeypatch.setattr(curve, "translation", translation)
+    monkeypatch.setattr(curve, "run_images_per_language", lambda *args: 10.0)  # the repo config's data is not here
+    curve.main(["--model", "repo=configs/flickr8k.yaml", "mine=mine.yaml", "--shares", "1", "--seeds", "0",
+                "--runs-dir", str(runs), "--split", "test-split", "--out-dir", "out"])
+    assert trained == ["curve-mine-sh1-s0"]  # the repo's run reused: its config is the repo's file
+    assert scored == [work / "test-split"] * 2
+    rows = json.loads((work / "out" / "curve.json").read_text())["rows"]
+    assert [r["run"] for r in rows] == [str(repo_run), str(runs / "curve-mine-sh1-s0")]
+    # a config in neither folder: one line before any training
+    with pytest.raises(SystemExit) as stop:
+        curve.main(["--model", "a=mine.yaml", "b=nowhere.yaml", "--shares", "1", "--seeds", "1", "--runs-dir",
+                    str(runs), "--out-dir", "out2"])
+    assert stop.value.code == 2 and trained == ["curve-mine-sh1-s0"]
+    assert capsys.readouterr().err.strip() == ("error: --model b=nowhere.yaml: config file not found (in the working "
+                                               f"folder {work} or the repo)")

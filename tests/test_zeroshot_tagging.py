@@ -345,6 +345,53 @@ def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
     assert [e["image"] for e in json.loads((tmp_path / "tags.json").read_text(encoding="utf-8"))["images"]] == \
         [str(photos / f"img{i}.png") for i in range(3)]
 
+def test_a_rerun_of_tag_over_a_folder_with_a_broken_image_reads_the_cache(tmp_path, capsys, monkeypatch):
+    """With one unreadable image among the folder's, a rerun of the same `tag` sent every readable image through the
+    image model again: the cache was looked up under the key of all the files, the entry written under the key of the
+    readable ones. The rerun now decodes none and runs the model on none, with the same tags and the same warning."""
+    from collections import Counter
+
+    from backretrieval.images import ImageFeatureExtractor
+
+    torch.manual_seed(0)
+    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i, colour in enumerate([(200, 30, 30), (20, 120, 220), (30, 200, 30)]):
+        Image.new("RGB", (64, 64), colour).save(photos / f"img{i}.png")
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
+    forwarded, opened, real_forward, real_open = [], Counter(), ImageFeatureExtractor._forward, Image.open
+
+    def counting_forward(self, pixels):
+        forwarded.append(len(pixels))
+        return real_forward(self, pixels)
+
+    def counting_open(fp, *args, **kwargs):
+        opened[str(fp)] += 1
+        return real_open(fp, *args, **kwargs)
+
+    monkeypatch.setattr(ImageFeatureExtractor, "_forward", counting_forward)
+    monkeypatch.setattr(Image, "open", counting_open)
+    argv = ["tag", "--adapter", str(tmp_path / "ckpt"), "--vocab", f"de={tmp_path / 'de.txt'}", "--source-tags", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--images", str(photos)]
+    assert main(argv + ["--out", str(tmp_path / "first.json")]) == 0
+    assert sum(forwarded) == 3
+    capsys.readouterr()
+    forwarded.clear()
+    opened.clear()
+    assert main(argv + ["--out", str(tmp_path / "again.json")]) == 0
+    assert sum(forwarded) == 0 and not opened  # read from the cache: no image through the model, none decoded
+    assert f"warning: {photos / 'broken.jpg'}: unreadable image (" in capsys.readouterr().out
+    first, again = (json.loads((tmp_path / n).read_text(encoding="utf-8")) for n in ("first.json", "again.json"))
+    assert again["images"] == first["images"] and again["skipped"] == first["skipped"]
+    assert [s["image"] for s in again["skipped"]] == [str(photos / "broken.jpg")]
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 still not a jpeg")  # rewritten: decoded again
+    assert main(argv + ["--out", str(tmp_path / "third.json")]) == 0
+    assert opened[str(photos / "broken.jpg")] == 1  # the record named the file as it was, not as it is
+
+
 def test_a_positional_npy_text_encoder_gives_rows_in_the_order_asked(tmp_path):
     """npy: without a .texts.json sidecar maps row i to text i; the texts were sorted and deduplicated first, so
     ['b', 'a', 'c'] got rows (1, 0, 2) and repeated captions a row-count error."""

@@ -212,8 +212,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     result = {"step": cfg.steps, "metrics": metrics, "best": best, "checkpoints": saved,
               "bad_samples": progress.bad_samples, "run_dir": str(cfg.run_dir), "mixed_precision": precision,
               "compiled": forward.active, "threads": threads.threads, "threads_source": threads.reason,
-              "data": splits_read(cfg.data.root, {"train": cfg.data.train_split, "val": cfg.data.val_split,
-                                                  "test": cfg.data.test_split}), "versions": versions()}
+              "data": _splits_read(cfg, adaptation), "versions": versions()}
     if cut is not None:
         result["captions_cut"] = cut
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
@@ -224,6 +223,16 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     if main:
         (cfg.run_dir / "result.json").write_text(_strict_json(result))
     return result
+
+
+def _splits_read(cfg: TrainConfig, adaptation: adapt.Adaptation | None) -> dict:
+    """result.json's ``data``: the splits the run read. An adaptation's steps train on ``adapt.split``, so that is its
+    ``train`` (what ``train`` means in every run's record); the starting run's train split, whose old-language
+    captions are the bank each batch is contrasted with, is ``old_captions`` (its ``data.train_split``)."""
+    splits = {"train": cfg.data.train_split}
+    if adaptation is not None:
+        splits = {"train": str(adapt.split_dir(cfg)), "old_captions": adaptation.old_split}
+    return splits_read(cfg.data.root, {**splits, "val": cfg.data.val_split, "test": cfg.data.test_split})
 
 
 def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path | None:

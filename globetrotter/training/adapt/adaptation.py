@@ -2,6 +2,7 @@
 features, the objective, the batches and the before/after report."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -30,6 +31,8 @@ class Adaptation:
         log(f"adapt: starting from {self.source}")
         self.start = load(self.source)
         self.old_languages = trained_languages(self.start.cfg)
+        old = start_train_config(cfg, self.start.cfg).data
+        self.old_split = str(Path(old.root) / old.train_split)  # the folder of the bank's old-language captions
         if cfg.adapt.train == "new-tokens" and cfg.optim.embedding_lr_scale != 1:
             log(f"adapt: optim.embedding_lr_scale={cfg.optim.embedding_lr_scale:g} (the starting run's) scales the "
                 f"new token rows' lr to {cfg.optim.lr * cfg.optim.embedding_lr_scale:g}; configs/adapt.yaml sets 1")
