@@ -129,6 +129,11 @@ def test_round_two_names_the_weights_it_read_and_refuses_a_run_that_saved_others
     code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 2 and "up to date" not in stdout and len(stderr.strip().splitlines()) == 1, stderr
     assert "holds a fine-tune of other settings (weights_sha256: " in stderr and "choose another folder" in stderr
+    record.pop("checkpoint"), record.pop("weights_sha256")  # a fine-tune made before the record held them
+    (out / RECORD).write_text(json.dumps(record))
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "does not record checkpoint, weights_sha256 (made by an older version)" in stderr
 
 
 def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):

@@ -194,6 +194,11 @@ def _settled(out: Path, record: dict) -> bool:
                             "choose a new or empty folder")
         return False
     have = json.loads((out / RECORD).read_text(encoding="utf-8"))
+    unrecorded = [k for k in record if k not in have]
+    if unrecorded:  # a fine-tune of a version that recorded less: what it read cannot be told
+        raise UserError(f"--out {out}: holds a fine-tune whose {RECORD} does not record {', '.join(unrecorded)} "
+                        "(made by an older version), so whether it read these weights cannot be told; choose a new "
+                        "folder")
     diff = [f"{k}: {have.get(k)!r} there, {v!r} now" for k, v in record.items() if have.get(k) != v]
     if diff:
         raise UserError(f"--out {out}: holds a fine-tune of other settings ({'; '.join(diff)}); choose another "
