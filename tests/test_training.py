@@ -633,6 +633,25 @@ def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_worl
                     f"first {limit} tokens only"]
 
 
+def test_validation_says_its_cut_val_captions_once_per_run_not_at_each_validation(tiny_world, tmp_path, capsys):
+    """Each validation encodes the same val captions; their TextsCut warning came again at every validation (the
+    val set's own warning filters reset Python's once-per-place memory). The run now logs it once."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "val.every=1", "data.max_length=4", "loss.image=0",
+                   "loss.cross=0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(cfg)
+    out = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("step ") and "val/" in line for line in out) == 3  # three validations
+    said = [line for line in out if line.startswith("warning: validation: ")]
+    assert len(said) == 1 and "text(s) are longer than data.max_length=4 tokens" in said[0], out
+    assert not [w for w in caught if issubclass(w.category, TextsCut)]  # logged, not warned again
+
+
 def test_the_cut_count_reads_a_seeded_sample_of_shards_of_a_large_split(tiny_world):
     """On a large split the count reads whole shards in a seeded order until enough captions are found, never the
     whole split, and says it is a sample (the tiny split: 3 shards of 40, 40 and 16 captions)."""

@@ -17,9 +17,11 @@ import json
 import math
 import os
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -33,7 +35,7 @@ from backretrieval.files import json_ready, writable_dir
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
-from ..encoder import Encoder, build_model
+from ..encoder import Encoder, TextsCut, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
 from ..threads import ENV as THREADS_ENV
@@ -516,6 +518,21 @@ class Checkpoints:
                           log=self.log)
 
 
+@contextmanager
+def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
+    """Every validation encodes the same val captions: the :class:`~..encoder.TextsCut` warning of its encoding calls
+    is logged once per run (``said``: the messages logged so far), not at each validation; other warnings pass on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TextsCut)
+        yield
+    for w in caught:
+        if not issubclass(w.category, TextsCut):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif str(w.message) not in said:
+            said.add(str(w.message))
+            log(f"warning: validation: {w.message} (said once)")
+
+
 def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: torch.nn.Module, tokenizer,
              progress: Progress, done: int, log: Log, scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
     """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
@@ -524,7 +541,8 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: t
     key, verdict, hits, metrics = cfg.val.select_by, Verdict(False), None, {}
     if accelerator.is_main_process:
         unwrapped.eval()
-        metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
+        with texts_cut_said_once(validator.texts_cut_said, log):
+            metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
         unwrapped.train()
         hits = all_hits.get(key)
         if key and key in metrics:

@@ -24,6 +24,7 @@ class Validator:
         self.val = BackRetrievalSet(root / cfg.data.val_split, cfg.val.max_per_lang, cfg.seed,
                                     image_features_of(cfg, cfg.data.val_split), cfg.val.bkr_ks, device=device)
         self.note: str | None = None  # what the trainer logs once about the val set
+        self.texts_cut_said: set[str] = set()  # the val captions' TextsCut messages the trainer logged (once each)
         if cfg.model.text_encoder == "sigurdsson":  # one word table per training language: none for the others
             self._keep_trained(cfg)
         # the test split only for a run that asks for it (val.test_groups > 0); never used to choose anything
