@@ -16,7 +16,6 @@ from safetensors.torch import load_model
 
 from backretrieval.errors import BackRetrievalWarning
 from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
-from data_prep.shards import file_sha256
 
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
@@ -24,7 +23,7 @@ from .errors import Notice, UserError
 from .models import GlobetrotterModel
 from .shell import program_name
 from .tokenizer import encode_batch, load_tokenizer, special_ids
-from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases
+from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases, weights_sha256
 
 WEIGHTS = "model.safetensors"
 
@@ -363,8 +362,7 @@ def weights_fingerprint(path: str | Path) -> dict:
     best, else latest): what a record of embeddings made with it names, since a run may save another ``best/`` under
     the same path. A folder without a checkpoint is :func:`resolve`'s one-line error."""
     checkpoint = resolve(path).resolve()
-    weights = checkpoint / WEIGHTS
-    return {"checkpoint": str(checkpoint), "weights_sha256": file_sha256(weights) if weights.is_file() else None}
+    return {"checkpoint": str(checkpoint), "weights_sha256": weights_sha256(str(checkpoint))}
 
 
 class BackRetrievalAdapter:

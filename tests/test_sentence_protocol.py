@@ -66,17 +66,23 @@ def test_a_record_written_for_another_model_is_refused_not_put_in_the_table(tiny
     assert grown.returncode == 2 and "n_groups 12, not 10" in grown.stderr
 
 
+def _copied_run_and_its_table(tiny_world, tiny_run, tmp_path) -> tuple[Path, list[str]]:
+    """A copy of the tiny run (under ``tmp_path/runs``) and the protocol command that tables it into
+    ``tmp_path/table``."""
+    run_dir = tmp_path / "runs" / Path(tiny_run).name
+    shutil.copytree(tiny_run, run_dir)
+    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
+            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", f"full={run_dir}",
+            "--out", str(tmp_path / "table")]
+    return run_dir, argv
+
+
 def test_records_of_weights_the_run_no_longer_loads_are_refused(tiny_world, tiny_run, tmp_path):
     """A run that saved another checkpoint since (trained on, resumed) loads other weights: its records are not
     reused for the table."""
     from globetrotter.training.checkpoint import LATEST, resolve
 
-    run_dir = tmp_path / "runs" / Path(tiny_run).name
-    shutil.copytree(tiny_run, run_dir)
-    out = tmp_path / "table"
-    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
-            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", f"full={run_dir}",
-            "--out", str(out)]
+    run_dir, argv = _copied_run_and_its_table(tiny_world, tiny_run, tmp_path)
     assert subprocess.run(argv, capture_output=True, cwd=ROOT).returncode == 0
     shutil.copytree(resolve(run_dir), run_dir / "checkpoints" / "step-00000009")
     (run_dir / "checkpoints" / LATEST).write_text("step-00000009")
@@ -91,12 +97,7 @@ def test_records_of_a_checkpoint_rewritten_in_place_are_refused(tiny_world, tiny
 
     from globetrotter.training.checkpoint import resolve
 
-    run_dir = tmp_path / "runs" / Path(tiny_run).name
-    shutil.copytree(tiny_run, run_dir)
-    out = tmp_path / "table"
-    argv = [sys.executable, str(ROOT / "experiments" / "sentence_protocol.py"), "--test", str(tiny_world / "test"),
-            "--val", str(tiny_world / "val"), "--languages", "en,ru", "--n-groups", "12", "--row", f"full={run_dir}",
-            "--out", str(out)]
+    run_dir, argv = _copied_run_and_its_table(tiny_world, tiny_run, tmp_path)
     assert subprocess.run(argv, capture_output=True, cwd=ROOT).returncode == 0
     weights = resolve(run_dir) / "model.safetensors"
     state = load_file(weights)

@@ -5,6 +5,7 @@ import io
 import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,10 +312,9 @@ def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path
     assert "no readable image among the 1 given" in capsys.readouterr().err
 
 
-def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
-    """`tag` decoded every image twice: once to find the unreadable ones, once for its features."""
-    from collections import Counter
-
+def _three_photos_and_a_broken_one(tmp_path: Path) -> Path:
+    """An adapter (``tmp_path/ckpt``), a German tag vocabulary (``de.txt``) and a folder of three photos and one
+    unreadable file, returned."""
     torch.manual_seed(0)
     save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
                  tmp_path / "ckpt")
@@ -324,6 +324,14 @@ def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
         Image.new("RGB", (64, 64), colour).save(photos / f"img{i}.png")
     (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
+    return photos
+
+
+def test_tag_decodes_each_image_once(tmp_path, capsys, monkeypatch):
+    """`tag` decoded every image twice: once to find the unreadable ones, once for its features."""
+    from collections import Counter
+
+    photos = _three_photos_and_a_broken_one(tmp_path)
     opened, real_open = Counter(), Image.open
 
     def counting_open(fp, *args, **kwargs):
@@ -353,15 +361,7 @@ def test_a_rerun_of_tag_over_a_folder_with_a_broken_image_reads_the_cache(tmp_pa
 
     from backretrieval.images import ImageFeatureExtractor
 
-    torch.manual_seed(0)
-    save_adapter(TextToImageAdapter(16, 1280, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
-                 tmp_path / "ckpt")
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for i, colour in enumerate([(200, 30, 30), (20, 120, 220), (30, 200, 30)]):
-        Image.new("RGB", (64, 64), colour).save(photos / f"img{i}.png")
-    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
-    (tmp_path / "de.txt").write_text("\n".join(["rot", "blau", "Hund", "Katze", "Haus"]), encoding="utf-8")
+    photos = _three_photos_and_a_broken_one(tmp_path)
     forwarded, opened, real_forward, real_open = [], Counter(), ImageFeatureExtractor._forward, Image.open
 
     def counting_forward(self, pixels):

@@ -4,12 +4,12 @@ run — ``tfidf`` (character n-gram TF-IDF, :mod:`.tfidf`) and ``ridge:TRAIN_SPL
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
+from globetrotter.training.checkpoint import weights_sha256  # noqa: F401  (records name it; also this module's)
 
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
@@ -90,24 +90,6 @@ def checkpoint_of(encoder) -> str | None:
     """The resolved checkpoint folder a loaded encoder's weights come from; ``None`` for a baseline."""
     checkpoint = getattr(encoder, "checkpoint", None)
     return str(Path(checkpoint).resolve()) if checkpoint else None
-
-
-def weights_sha256(checkpoint: str | None) -> str | None:
-    """The sha256 of a checkpoint folder's weights file (what a record was made with: a run may save another
-    ``best/`` under the same path later); ``None`` for a baseline or a folder without one. Read once per file
-    version: a command asks before loading the model and again for its record."""
-    weights = Path(checkpoint) / "model.safetensors" if checkpoint else None
-    if weights is None or not weights.is_file():
-        return None
-    stat = weights.stat()
-    return _file_sha256(str(weights.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=8)
-def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
-    from data_prep.shards import file_sha256
-
-    return file_sha256(Path(path))
 
 
 def require_trained(spec: str | None, command: str) -> None:

@@ -23,6 +23,7 @@ import os
 import pickle
 import re
 import shutil
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -329,3 +330,21 @@ def read_stream_position(ckpt: Path, rank: int) -> dict | None:
     except ValueError as err:  # empty or cut short
         raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); the checkpoint is "
                         f"damaged: resume from another one of the run's checkpoints") from None
+
+
+def weights_sha256(checkpoint: str | None) -> str | None:
+    """The sha256 of a checkpoint folder's weights file (what a record was made with: a run may save another
+    ``best/`` under the same path later); ``None`` for a baseline or a folder without one. Read once per file
+    version: a command asks before loading the model and again for its record."""
+    weights = Path(checkpoint) / "model.safetensors" if checkpoint else None
+    if weights is None or not weights.is_file():
+        return None
+    stat = weights.stat()
+    return _file_sha256(str(weights.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
+    from data_prep.shards import file_sha256
+
+    return file_sha256(Path(path))
