@@ -16,9 +16,9 @@ instead, e.g. share-1 runs trained before), then chooses the run's ranking on va
 parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
 ``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). A relative CONFIG or
 ``--split`` is the working folder's when it is there, else the repo's (the defaults work from any folder); the
-folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's. Writes
-``curve.json`` (every run),
-``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
+folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's; a relative
+``data.root`` in a run's ``config.yaml`` is the repo's, where train.py and eval.py run. Writes ``curve.json`` (every
+run), ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
 the ratio). "Images per language" counts the distinct images of the run's train split whose captions in a language
 training reads, averaged over those languages, as the run folder's own ``config.yaml`` sets them (for a ``--run``
@@ -30,6 +30,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,13 +57,17 @@ def parse_pairs(items: list[str], what: str) -> dict[str, str]:
 def images_per_language(config: str | Path, share: float | None = None) -> float:
     """Mean over the trained languages of the distinct train images holding a caption in that language, for the
     train config ``config`` (a run folder's ``config.yaml``: the split and share that run trained on), its
-    ``data.train_image_share`` set to ``share`` unless None."""
+    ``data.train_image_share`` set to ``share`` unless None. A relative ``data.root`` is read in the repo, as
+    train.py and eval.py read it (they run there), whatever the working folder."""
     from data_prep.shards import images_by_language
     from globetrotter.config import load_train_config
     from globetrotter.training.prepare import train_captions
 
     overrides = [] if share is None else [f"data.train_image_share={share}"]
-    by_lang = images_by_language(train_captions(load_train_config(config, overrides)))
+    cfg = load_train_config(config, overrides)
+    # a relative data.root is the repo's: train.py trained the run there, and eval.py scores it there (:func:`run`)
+    cfg = replace(cfg, data=replace(cfg.data, root=str(ROOT / cfg.data.root)))
+    by_lang = images_by_language(train_captions(cfg))
     return float(np.mean([len(v) for v in by_lang.values()]))
 
 

@@ -179,3 +179,38 @@ def test_a_relative_config_and_split_are_one_file_for_the_study_and_for_train_py
     assert stop.value.code == 2 and trained == ["curve-mine-sh1-s0"]
     assert capsys.readouterr().err.strip() == ("error: --model b=nowhere.yaml: config file not found (in the working "
                                                f"folder {work} or the repo)")
+
+
+def test_a_runs_relative_data_root_is_counted_in_the_repo_where_train_py_read_it(curve, tiny_world, tmp_path,
+                                                                                 monkeypatch):
+    """A run's config.yaml holds data.root as train.py was given it, relative to the repo it ran in; the study counted
+    its images per language in the working folder's data.root instead (another dataset there, or none). It now reads
+    it in the repo (here a stand-in repo whose data/tiny is the tiny world), as train.py and eval.py do."""
+    import json
+
+    from conftest import make_tiny_world
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "tiny").symlink_to(tiny_world)
+    monkeypatch.setattr(curve, "ROOT", repo)
+    work = tmp_path / "work"
+    make_tiny_world(work / "data" / "tiny", n_train=40, n_val=4, n_test=2)  # another dataset at the same path here
+    run_dir = work / "run"
+    run_dir.mkdir()
+    save_config(load_train_config(None, ["data.root=data/tiny", "data.synth=null"]), run_dir / "config.yaml")
+    assert "root: data/tiny" in (run_dir / "config.yaml").read_text()  # relative, as train.py saves it
+    (run_dir / "result.json").write_text("{}")
+    model = tmp_path / "full.yaml"
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), model)
+    monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
+    monkeypatch.chdir(work)
+    curve.main(["--model", f"full={model}", "--shares", "1", "--seeds", "0", "--run", "full:1:0=run",
+                "--out-dir", "out"])
+    [row] = json.loads((work / "out" / "curve.json").read_text())["rows"]
+    assert row["images_per_language"] == curve.images_per_language(model)  # the tiny world's count
+    here = load_train_config(None, [f"data.root={work / 'data' / 'tiny'}", "data.synth=null"])
+    save_config(here, tmp_path / "here.yaml")
+    assert curve.images_per_language(tmp_path / "here.yaml") != row["images_per_language"]  # tells the bug apart
