@@ -161,6 +161,21 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
+def check_source_index_used(source_index: SourceImageIndex | None, approx: ApproxConfig | None, image_sim,
+                            image_neighbours: ImageNeighbours | None) -> None:
+    """One-line error when ``source_index`` is given but step 4 would not search it (it was ignored in silence, the
+    caller believing it used): only ``approximate`` with ``image_side="pq"`` on image features searches one."""
+    if source_index is None:
+        return
+    why = ("without approximate" if approx is None else
+           f"with approximate image_side={approx.image_side!r}" if approx.image_side != "pq" else
+           f"with {option('image_sim')} (the given g is counted)" if image_sim is not None else
+           f"with {option('image_neighbours')} (their lists are looked up)" if image_neighbours is not None else None)
+    if why:
+        raise BackRetrievalError(f"source_index: not used {why}; only approximate with image_side='pq' on "
+                                 f"{option('src_img')}/{option('tgt_img')} searches it: drop source_index or use that")
+
+
 def check_one_image_side(src_img, tgt_img, image_sim) -> None:
     """One-line error when both ``image_sim`` and ``src_img``/``tgt_img`` are given: one of them would be ignored."""
     if image_sim is not None and (src_img is not None or tgt_img is not None):
@@ -294,6 +309,7 @@ def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours |
     image_rows, every_col = distinct_images(src_image_ids, n_src)
     own = every_col[text.query_rows]
     check_one_image_side(src_img, tgt_img, image_sim)
+    check_source_index_used(source_index, approx, image_sim, image_neighbours)
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
                                  "give src_img/tgt_img instead of image_sim")
@@ -410,7 +426,8 @@ def bkr_recall(
         source_index: with ``approximate`` (``image_side="pq"``), a
             :class:`~backretrieval.image_index.SourceImageIndex` already built over the distinct source images
             (``pq``), reused instead of building one per call; one built over other images (their number,
-            dimension or features) is refused (:func:`~backretrieval.image_index.check_source_index`).
+            dimension or features) is refused (:func:`~backretrieval.image_index.check_source_index`), and so is
+            one that would not be searched (without that mode, or with ``image_sim`` or ``image_neighbours``).
         progress: progress bars over the text search and the image ranks when they are big
             (:func:`~backretrieval.ranking.progress_bar`).
         retrieved: optional ``(Q,)`` index of each query's retrieved target, steps 1-2 done by the caller

@@ -463,6 +463,20 @@ def test_a_max_rank_approximate_or_image_index_would_not_use_is_refused_and_the_
                                                                    "20"], capsys)
 
 
+def test_an_approximate_image_side_with_an_image_index_is_refused_not_ignored(tmp_path, capsys):
+    """score --approximate --image-index NPZ --approx-image-side exact looked the file's lists up and recorded
+    approx_image_side exact: the side was ignored in silence. Refused now, before the file is built."""
+    p = _embedding_files(tmp_path, n=40)
+    files = ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", p["si"], "--tgt-img", p["ti"],
+             "--bootstrap", "0", "--approximate", "--image-index", str(tmp_path / "i.npz"), "--out",
+             str(tmp_path / "r.json")]
+    err = _one_line_error([*files, "--approx-image-side", "exact"], capsys)
+    assert err.strip() == ("error: --approx-image-side exact only matters with --approximate and no --image-index: "
+                           "give that or drop --approx-image-side"), err
+    assert not (tmp_path / "i.npz").exists() and not (tmp_path / "r.json").exists()
+    assert main(files) == 0  # the side is the lists' own
+
+
 def test_compare_refuses_one_name_for_both_models(tmp_path, capsys):
     """--names mine mine was accepted and the verdict said "mine", whichever model won."""
     np.save(tmp_path / "h.npy", np.ones((20, 3)))

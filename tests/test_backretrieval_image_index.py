@@ -191,6 +191,30 @@ def test_a_source_index_of_other_images_is_refused_in_one_line():
         assert message.startswith("source_index: ") and expected in message and "\n" not in message, message
 
 
+def test_a_source_index_that_would_not_be_searched_is_refused_in_one_line():
+    """bkr_recall searches a given SourceImageIndex only with approximate (image_side="pq") on image features; in any
+    other mode it was ignored in silence, and the caller believed it used. It is now refused, naming why."""
+    rng = np.random.default_rng(9)
+    st, si, tt, ti = _world(rng, 60)
+    index = SourceImageIndex(si, "pq")
+    lists = image_neighbours(si, ti, 11, method="flat")
+    sim = ti @ si.T
+    cases = [
+        ({}, "not used without approximate"),
+        ({"approximate": ApproxConfig(image_side="exact")}, "not used with approximate image_side='exact'"),
+        ({"approximate": True, "image_neighbours": lists}, "not used with image_neighbours"),
+        ({"approximate": True, "image_sim": sim}, "not used with image_sim"),
+    ]
+    for options, expected in cases:
+        src_img, tgt_img = (None, None) if "image_sim" in options else (si, ti)
+        with pytest.raises(BackRetrievalError) as err:
+            bkr_recall(st, src_img, tt, tgt_img, KS, source_index=index, **options)
+        message = str(err.value)
+        assert message.startswith(f"source_index: {expected}") and "\n" not in message, message
+        assert bkr_recall(st, src_img, tt, tgt_img, KS, **options)["n_queries"] == 60  # valid without the index
+    assert bkr_recall(st, si, tt, ti, KS, approximate=True, source_index=index)["approximate"]
+
+
 @pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])
 def test_lists_see_an_image_tied_with_the_own_one_just_past_the_largest_k(ties):
     """Every picture alike: the own image ties with all 20, so no query is a pessimistic hit at K = 1 and every one

@@ -222,13 +222,15 @@ APPROX_DEFAULTS = ApproxConfig()
 # option -> (its default, the options it only matters with, whether they are given)
 def _dependent_options(args: argparse.Namespace) -> dict[str, tuple[object, str, bool]]:
     approximate = bool(getattr(args, "approximate", False))
+    lists = bool(getattr(args, "image_index", None))  # step 4 looks the file's lists up: no approximate image side
     options = {"level": (DEFAULT_LEVEL, "--bootstrap above 0", args.bootstrap > 0)}
     if hasattr(args, "csls_k"):
         options |= {
             "csls_k": (DEFAULT_CSLS_K, "--retrieval csls", args.retrieval == "csls"),
             "ann": (APPROX_DEFAULTS.index, "--approximate", approximate),
             "candidates": (APPROX_DEFAULTS.candidates, "--approximate", approximate),
-            "approx_image_side": (APPROX_DEFAULTS.image_side, "--approximate", approximate),
+            "approx_image_side": (APPROX_DEFAULTS.image_side, "--approximate and no --image-index",
+                                  approximate and not lists),
             "nprobe": (APPROX_DEFAULTS.nprobe, "--approximate --ann ivf", approximate and args.ann == "ivf"),
         }
     if hasattr(args, "image_index_method"):
