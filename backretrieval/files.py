@@ -282,7 +282,7 @@ def save_hits(path: PathLike, hits: np.ndarray, ks: Sequence[int], what: str) ->
     """Write ``(queries, len(ks))`` hits to :func:`npy_path` of ``path`` and their K to :func:`hits_ks_path` of it
     (returned: the ``.npy`` written); one-line errors."""
     path = save_npy(path, hits, what)
-    write_file(hits_ks_path(path), lambda p: p.write_text(json.dumps([int(k) for k in ks]) + "\n",
+    write_file(hits_ks_path(path), lambda p: p.write_text(json_text([int(k) for k in ks]) + "\n",
                                                           encoding="utf-8"), f"the K of {what}")
     return path
 
@@ -370,6 +370,15 @@ def json_ready(obj):
     return obj
 
 
+def json_text(obj, default: Callable[[object], object] | None = None, **options) -> str:
+    """The text of ``obj`` as strict JSON, as every record, summary, settings or state file is written: through
+    :func:`json_ready` (NaN and ±inf as null, never Python's bare ``NaN``/``Infinity`` that other JSON readers
+    refuse). ``default`` (as :func:`json.dumps` takes it) converts what json_ready leaves alone, its result made
+    JSON-ready too; ``options`` are :func:`json.dumps`'s (``indent``, ``ensure_ascii``, ...)."""
+    ready = None if default is None else (lambda o: json_ready(default(o)))
+    return json.dumps(json_ready(obj), default=ready, allow_nan=False, **options)
+
+
 DISTRIBUTION = "globetrotter"  # pyproject.toml's project name: backretrieval ships in it (it imports no globetrotter)
 
 
@@ -389,7 +398,7 @@ def versions() -> dict:
 def dump_json(record: dict) -> str:
     """The text of a JSON record as the command line writes it (printed or in a file), with the :func:`versions` it
     was made with."""
-    return json.dumps(json_ready({**record, "versions": versions()}), indent=2, ensure_ascii=False)
+    return json_text({**record, "versions": versions()}, indent=2, ensure_ascii=False)
 
 
 def write_json(record: dict, path: PathLike, what: str = "the JSON record") -> Path:

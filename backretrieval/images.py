@@ -46,7 +46,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import BackRetrievalError, BackRetrievalWarning, install_hint, naming_flags, option
-from .files import read_cache_entry, require_sequence
+from .files import json_text, read_cache_entry, require_sequence
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
@@ -442,7 +442,7 @@ class ImageFeatureExtractor:
             return
         try:
             record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps({"n": len(paths), "kept": kept, "skipped": [list(s) for s in skipped]}),
+            record.write_text(json_text({"n": len(paths), "kept": kept, "skipped": [list(s) for s in skipped]}),
                               encoding="utf-8")
         except OSError:  # the cache folder could not be written: _write_cache warned (or the run has no features)
             pass
@@ -501,8 +501,8 @@ class ImageFeatureExtractor:
             np.save(tmp, feats)
             os.replace(tmp, path)
             path.with_suffix(".json").write_text(
-                json.dumps({"model": self.model_name, "weights": self._weights_tag, "n": len(feats),
-                            "dim": int(feats.shape[1])}, indent=2), encoding="utf-8")
+                json_text({"model": self.model_name, "weights": self._weights_tag, "n": len(feats),
+                           "dim": int(feats.shape[1])}, indent=2), encoding="utf-8")
         except OSError as err:
             if tmp.parent.is_dir():
                 tmp.unlink(missing_ok=True)

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backretrieval.files import json_text
 from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError, run_cli
 
@@ -403,9 +404,9 @@ def _made(work: Path, stage: str) -> bool:
 
 def save(out: Path, results: dict[int, dict], settings: dict, runs: list[dict]) -> None:
     """``scale.json``: the figures by size and stage, the data's settings and each run's command and options."""
-    (out / "scale.json").write_text(json.dumps({"sizes": sorted(results), "dim": settings["dim"],
-                                                "settings": settings, "runs": runs,
-                                                "results": {n: results[n] for n in sorted(results)}}, indent=2))
+    (out / "scale.json").write_text(json_text({"sizes": sorted(results), "dim": settings["dim"],
+                                               "settings": settings, "runs": runs,
+                                               "results": {n: results[n] for n in sorted(results)}}, indent=2))
 
 
 def slope(t0: float, t1: float, n0: int, n1: int) -> float:
@@ -454,7 +455,7 @@ def main() -> int:
                 pool = make_pool(args.pool, args.dim, SEED)
                 print(f"pool of {args.pool} scenes in {time.perf_counter() - t:.1f} s", flush=True)
             prepare_embeddings(work, n, pool, SEED)
-            (work / DATA_RECORD).write_text(json.dumps(settings, indent=2))
+            (work / DATA_RECORD).write_text(json_text(settings, indent=2))
         for name in stages:
             extra = {"shards": (pool,), "tokenizer": (args.dim,), "batches": (args.dim,),
                      "train": (args.dim, args.threads, args.train_steps),

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backretrieval.files import json_text
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import run_cli
 
@@ -154,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {"device": args.device, "checks": checks, "seconds": {k: round(v, 1) for k, v in seconds.items()},
                "log": str(log)}
-    print(json.dumps(summary, indent=2))
+    text = json_text(summary, indent=2)
+    print(text)
     if args.out:
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        args.out.write_text(text + "\n")
     return 0 if all(c["ok"] for c in checks) else 1
 
 

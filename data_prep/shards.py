@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import UserError
+from .strict_json import json_text
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
@@ -189,7 +190,7 @@ class ShardWriter:
                     self._image_shape = [picture.height, picture.width]
         meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group, **(extra or {})}
         self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
-        self._add(f"{key}.json", json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+        self._add(f"{key}.json", json_text(meta, ensure_ascii=False).encode("utf-8"))
         self._keys.add(key)
         self._langs[lang] += 1
         self._in_shard += 1
@@ -212,7 +213,7 @@ class ShardWriter:
             **self.extra,
         }
         tmp = self.out_dir / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(json_text(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, self.out_dir / MANIFEST)
         return manifest
 

@@ -17,12 +17,12 @@ them as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_file  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.tasks.select import (check_against, paired_margin, read_record,  # noqa: E402
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
+        Path(args.out).write_text(json_text(result, indent=2), encoding="utf-8")
         print(f"wrote {args.out}")
     return 0
 

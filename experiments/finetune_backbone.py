@@ -30,7 +30,6 @@ frozen features and the ridge bound ("What was tried").
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from image_vector_agreement import held_out_mask, screened_images, whole_image_rows  # noqa: E402
 from study_image_features import write_cache  # noqa: E402
 
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_folder, positive_float, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             write_cache(split, vectors, ids, name, out_dir)
         save_weights(backbone.state_dict(), out_dir / WEIGHTS)
         seconds = {"fine_tune": round(tuned - start, 1), "embed": round(embedded - tuned, 1)}
-        (out_dir / SETTINGS).write_text(json.dumps(
+        (out_dir / SETTINGS).write_text(json_text(
             {"command": "experiments/finetune_backbone.py", "argv": list(sys.argv[1:] if argv is None else argv),
              "args": vars(args), "seed": args.seed, "trained_images": len(train), "held_out_images": len(held),
              "embedded_images": len(ids), "losses": losses, "seconds": seconds}, indent=2) + "\n", encoding="utf-8")

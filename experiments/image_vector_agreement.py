@@ -32,7 +32,6 @@ head on them), not what a training run makes of them: vectors derived from one e
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import (distinct_names, named_path, non_negative_int, output_file, positive_float,  # noqa: E402
                                    positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
@@ -161,7 +161,7 @@ def _main(argv: list[str] | None = None) -> int:
               f"the reference (strength {fit['strength']:g}) {fit[f'agreement@{k}']:.4f} (pair r {fit['pair_r']:.3f})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"args": vars(args) | {"cache": dict(args.cache)}, **report}, indent=2))
+        Path(args.out).write_text(json_text({"args": vars(args) | {"cache": dict(args.cache)}, **report}, indent=2))
     return 0
 
 

@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the project, and oracle_ranking beside this file
 
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 
@@ -445,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     record = command_record(argv, rows, args)
-    text = json.dumps(record, indent=2)
+    text = json_text(record, indent=2)
     if not (out / COMMAND_RECORD).is_file() or (out / COMMAND_RECORD).read_text(encoding="utf-8") != text:
         (out / COMMAND_RECORD).write_text(text, encoding="utf-8")  # the same command again leaves it as it was
     results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]

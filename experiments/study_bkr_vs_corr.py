@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 
 from backretrieval.embedders import embed_texts, is_positional, load_embedder, register_embedder  # noqa: E402
 from backretrieval.errors import BackRetrievalError, run_cli  # noqa: E402
-from backretrieval.files import enough_for_k  # noqa: E402
+from backretrieval.files import enough_for_k, json_text  # noqa: E402
 from globetrotter.argtypes import comma_separated, output_folder, positive_int  # noqa: E402
 
 DEFAULT_G = ("imagenet=efficientnet_lite0@package", "thumbnail16=thumbnail:16", "random=random:0")
@@ -152,7 +152,7 @@ def embed_split(label: str, spec: str, texts: Sequence[str], cache_dir: Path, me
         emb = embed_texts(embedder, [str(t) for t in distinct])[inverse.reshape(-1)]
     cache_dir.mkdir(parents=True, exist_ok=True)
     np.save(path, emb)
-    meta.write_text(json.dumps({"label": label, "spec": spec, "embedder": embedder.name, "shape": emb.shape}),
+    meta.write_text(json_text({"label": label, "spec": spec, "embedder": embedder.name, "shape": emb.shape}),
                     encoding="utf-8")
     return embedder.name, emb
 
@@ -248,18 +248,6 @@ def scatter_grid(rows: list[dict], pair: str, n: int, k: int, path: Path) -> Pat
     fig.suptitle(f"{pair}, N={n}: BkR@{k} and CORR against XLR@{k}, each on its own axis; model means over seeds",
                  fontsize=10)
     return save_figure(fig, path, dpi=110)
-
-
-def _clean(obj):
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if np.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "families": families, "embedders": {m: e[0] for m, e in embedded.items()},
               "pairs": pair_names, "ns": args.ns, "seeds": args.seeds, "ks": args.ks, "report_k": k,
               "seconds": round(time.time() - started, 1), "rows": rows}
-    (out / "study.json").write_text(json.dumps(_clean(record), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "study.json").write_text(json_text(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(summary)
     print(f"wrote {out}/study.json, table.md, summary.md and scatter_*.png ({record['seconds']} s)", file=sys.stderr)
     return 0

@@ -40,7 +40,6 @@ English caption is refused (one line naming it).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import defaultdict
@@ -52,6 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
+from backretrieval.files import json_text  # noqa: E402
 from data_prep.converters.common import Caption  # noqa: E402
 from data_prep.converters.flickr8k import read_flickr8k  # noqa: E402
 from data_prep.converters.images import flickr_photo_id  # noqa: E402
@@ -141,7 +141,7 @@ def write_cache(split: Path, vectors: np.ndarray, ids: list[str], name: str, out
     out_dir.mkdir(parents=True, exist_ok=True)
     npy, id_file = out_dir / f"{name}.npy", out_dir / f"{name}.ids.json"
     np.save(npy, vectors)
-    id_file.write_text(json.dumps(ids))
+    id_file.write_text(json_text(ids))
     cache = out_dir / name
     import_embeddings(split, npy, cache, name, ids=id_file, force=True)
     return cache

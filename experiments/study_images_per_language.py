@@ -38,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
 
 DEFAULT_MODELS = ("full=configs/flickr8k.yaml", "supervised=configs/flickr8k-supervised.yaml")
@@ -294,7 +295,7 @@ def study(args: argparse.Namespace) -> None:
                 rows.append({"model": label, "share": share, "seed": seed, "run": str(run_dir),
                              "images_per_language": images, "translation": value})
                 print(f"{name}: {images:.0f} images per language, {100 * value:.2f}%", flush=True)
-    (out / "curve.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2), encoding="utf-8")
+    (out / "curve.json").write_text(json_text({"args": vars(args), "rows": rows}, indent=2), encoding="utf-8")
     text = table(rows, list(models), args.shares)
     (out / "table.md").write_text(text, encoding="utf-8")
     plot(rows, list(models), out / "curve.png")

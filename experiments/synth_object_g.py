@@ -27,7 +27,6 @@ Such a g reads the scene, which no real image model does: it bounds what any g c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backretrieval.files import json_text  # noqa: E402
 from data_prep.config_io import load_config  # noqa: E402
 from data_prep.shards import ShardWriter, check_new_split_folder, iter_raw, read_manifest  # noqa: E402
 from data_prep.synth.config import SynthConfig  # noqa: E402
@@ -118,7 +118,7 @@ def write_object_cache(split: str | Path, out: str | Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:  # the import's source files; the cache holds the rows
         vectors, id_file = Path(tmp) / "objects.npy", Path(tmp) / "objects.ids.json"
         np.save(vectors, np.stack([object_vector(scene_of(world, i)) for i in ids]))
-        id_file.write_text(json.dumps(ids))
+        id_file.write_text(json_text(ids))
         return import_embeddings(split, vectors, out, "objects", ids=id_file, force=True, progress=False)
 
 
@@ -136,7 +136,7 @@ def write_meaning_embeddings(split: str | Path, out: str | Path) -> Path:
     rows = TfidfVectorizer(token_pattern=r"[^ ;]+", ngram_range=(1, 2)).fit_transform(meanings).toarray()
     out = Path(out)
     np.save(out, (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32))
-    Path(f"{out}.texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    Path(f"{out}.texts.json").write_text(json_text(texts, ensure_ascii=False), encoding="utf-8")
     return out
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from globetrotter.argtypes import output_file, output_folder, torch_device  # noqa: E402
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
+from backretrieval.files import json_text  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.zeroshot.cli.common import check_no_shared_images, languages  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             start = time.perf_counter()
             record = {**measure(label, seed, splits, args), "inputs": row_inputs}
-            path.write_text(json.dumps(record, indent=1, default=float) + "\n")
+            path.write_text(json_text(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "
                   f"{record['test']['metrics'][args.languages[0]]['image_retrieval_recall@10']:.3f} "

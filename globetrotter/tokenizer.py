@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from backretrieval.files import json_text
 from data_prep.shards import file_sha256  # noqa: F401  (also this module's: provenance records use it)
 
 from .errors import UserError
@@ -239,7 +240,7 @@ def save_tokenizer(tok: Tokenizer, path: str | Path, provenance: dict | None = N
         record.unlink(missing_ok=True)
         return path
     provenance = {**provenance, "tokenizer_sha256": file_sha256(path)}
-    _write_atomic(record, lambda tmp: tmp.write_text(json.dumps(provenance, indent=2, ensure_ascii=False),
+    _write_atomic(record, lambda tmp: tmp.write_text(json_text(provenance, indent=2, ensure_ascii=False),
                                                      encoding="utf-8"))
     return path
 

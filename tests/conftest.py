@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,15 @@ def load_experiment(name: str) -> ModuleType:
     sys.modules[name] = module  # as an import would: dataclasses and pickling look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def strict_json(text: str):
+    """``text`` parsed as strict JSON: a bare ``NaN``/``Infinity``/``-Infinity`` (Python's default, which other JSON
+    readers refuse) is a ValueError."""
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
 
 
 def load_bench(name: str) -> ModuleType:

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from conftest import TINY, run_data_cli
+from conftest import TINY, run_data_cli, strict_json
 from data_prep.shards import read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.augment import eval_transform
@@ -134,6 +134,28 @@ def test_round_two_names_the_weights_it_read_and_refuses_a_run_that_saved_others
     code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
     assert "does not record checkpoint, weights_sha256 (made by an older version)" in stderr
+
+
+def test_a_diverged_epochs_nan_loss_is_null_in_the_record_which_a_rerun_still_reads(round_one, tiny_world, tmp_path,
+                                                                                     capsys, monkeypatch):
+    """finetune.json held each epoch's loss as Python writes a NaN (a bare NaN), which strict JSON readers refuse."""
+    from globetrotter.training import backbone_finetune
+
+    real = backbone_finetune.fine_tune
+
+    def diverged(*args, **kwargs):
+        backbone, head, losses = real(*args, **kwargs)
+        return backbone, head, [float("nan")] * len(losses)
+
+    monkeypatch.setattr(backbone_finetune, "fine_tune", diverged)
+    out = tmp_path / "round-two"
+    argv = ["features", "finetune", str(tiny_world / "train"), "--from-run", str(round_one[0]), "--out", str(out),
+            "--epochs", "1", "--workers", "0"]
+    code, _, stderr = run_data_cli(argv, capsys)
+    assert code == 0, stderr[-2000:]
+    assert strict_json((out / RECORD).read_text())["losses"] == [None]
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 0 and "up to date" in stdout, stderr[-2000:]
 
 
 def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):

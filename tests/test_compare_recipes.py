@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import load_experiment
+from conftest import load_experiment, strict_json
 from globetrotter.errors import UserError
 from globetrotter.evaluation.tasks.select import paired_margin
 
@@ -71,6 +71,18 @@ def test_the_command_prints_each_seed_and_the_pooled_margin(cmp, tmp_path, capsy
     assert cmp.run_cli(cmp.main, [a[0], "--against", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert "none.json: no such file (--against takes" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_out_file_writes_a_nan_figure_as_null(cmp, tmp_path, capsys):
+    """A record whose mean is NaN (an earlier version's, written with a bare NaN) was copied into --out as a bare NaN,
+    which strict JSON readers refuse."""
+    a = write(tmp_path, "a", record([0.2, 0.4, 0.6]))
+    nan = record([0.1, 0.4, 0.5])
+    nan["metrics"]["mean_bkr"] = float("nan")
+    out = tmp_path / "c.json"
+    assert cmp.run_cli(cmp.main, [a, "--against", write(tmp_path, "b", nan), "--out", str(out)]) == 0
+    saved = strict_json(out.read_text(encoding="utf-8"))
+    assert saved["against"][0]["mean_bkr"] is None and saved["records"][0]["mean_bkr"] == pytest.approx(0.4)
 
 
 def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):

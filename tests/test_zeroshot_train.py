@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import strict_json
 from globetrotter.config_io import load_config
 from globetrotter.errors import UserError
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.config import ZeroShotConfig
 from globetrotter.zeroshot.retrieval import (chance_recall, format_table, nearest_images, rank_summary, recall_at_k,
                                              target_ranks, zero_shot_recall)
-from globetrotter.zeroshot.train import load_adapter, save_adapter, train_adapter
+from globetrotter.zeroshot.cli.common import write_json
+from globetrotter.zeroshot.train import META, load_adapter, save_adapter, train_adapter
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -338,6 +340,20 @@ def test_epoch_loss_is_the_mean_over_the_batches_trained_on():
     idx = torch.randperm(33, generator=torch.Generator().manual_seed(cfg.optim.seed))[:32]
     first = PATRLoss(margin=2.0)(adapter(text[idx]), images[caption_image[idx]], caption_image[idx])
     assert history.loss == [pytest.approx(float(first.detach()), rel=1e-5)]
+
+
+def test_records_and_checkpoints_write_a_nan_as_null_and_still_load(tmp_path, capsys):
+    """A diverged epoch's loss or a recall over no query is NaN (numpy's float32 from the retrieval): both were
+    written as a bare NaN, which strict JSON readers refuse."""
+    path = tmp_path / "record.json"
+    write_json({"metrics": {"en": {"recall@10": np.float32("nan")}, "de": {"recall@10": np.float32(0.5)}},
+                "seconds": float("inf")}, path)
+    assert strict_json(path.read_text(encoding="utf-8")) == {"metrics": {"en": {"recall@10": None},
+                                                                         "de": {"recall@10": 0.5}}, "seconds": None}
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt", history={"loss": [float("nan"), 0.5]})
+    assert strict_json((tmp_path / "ckpt" / META).read_text(encoding="utf-8"))["history"] == {"loss": [None, 0.5]}
+    assert load_adapter(tmp_path / "ckpt")[2]["history"] == {"loss": [None, 0.5]}
 
 
 def test_commands_reject_bad_outputs_and_mismatched_adapters_in_one_line(tmp_path, capsys):

@@ -15,11 +15,12 @@ checks it, the summary prints it, and the tests assert it.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from ..strict_json import json_text
 
 # Bad input, by kind: what the user reads in the summary.
 SKIP_KINDS: dict[str, str] = {
@@ -233,4 +234,4 @@ class ConversionReport:
         from ..versions import versions
 
         record = {**self.to_json(), "versions": versions()}
-        Path(path).write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        Path(path).write_text(json_text(record, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -8,10 +8,11 @@ captions actually used for the same concept (``colour:red``: red ~ rot, rote, ro
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from ..strict_json import json_text
 
 
 def dictionary_pairs(src_words: Mapping[str, set[str]], tgt_words: Mapping[str, set[str]]) -> list[tuple[str, str]]:
@@ -43,7 +44,7 @@ def write_dictionaries(words: Mapping[str, Mapping[str, set[str]]], languages: S
     for lang in languages:
         for concept, used in words.get(lang, {}).items():
             concepts.setdefault(concept, {})[lang] = sorted(used)
-    _write_atomic(out_dir / "concepts.json", json.dumps(dict(sorted(concepts.items())), ensure_ascii=False, indent=1))
+    _write_atomic(out_dir / "concepts.json", json_text(dict(sorted(concepts.items())), ensure_ascii=False, indent=1))
     return len(wanted)
 
 

@@ -62,6 +62,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from backretrieval.files import json_text
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import decode_sample_image, iter_raw, read_manifest, shard_paths
 
@@ -360,8 +361,8 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
         record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
                   "images": len(ids), "dim": int(out.shape[-1]), "images_per_s": len(ids) / max(elapsed, 1e-9),
                   "build_seconds": elapsed, "device": str(device)}
-        (tmp / IMAGE_IDS).write_text(json.dumps(ids))
-        (tmp / SPEC).write_text(json.dumps(record, indent=2))
+        (tmp / IMAGE_IDS).write_text(json_text(ids))
+        (tmp / SPEC).write_text(json_text(record, indent=2))
     return record
 
 

@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from backretrieval.files import json_text
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import read_manifest
 
@@ -77,7 +78,7 @@ def _build(args: argparse.Namespace) -> int:
             print(f"removed {stale}, left by an interrupted cache write")
         print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
         if args.json:
-            print(json.dumps(json.loads((out / SPEC).read_text()), indent=2))
+            print(json_text(json.loads((out / SPEC).read_text()), indent=2))
         return 0
     from ..models.image import create_image_backbone
     from ..threads import configure_threads
@@ -91,7 +92,7 @@ def _build(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {record['images']} images x {spec.views + 1} views x {record['dim']} dims in "
           f"{record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)")
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json_text(record, indent=2))
     return 0
 
 
@@ -106,7 +107,7 @@ def _import(args: argparse.Namespace) -> int:
           f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; train with "
           f"model.image_backbone=imported model.image_pretrained={args.name} data.features={out} loss.image=0")
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json_text(record, indent=2))
     return 0
 
 
@@ -121,7 +122,7 @@ def _concat(args: argparse.Namespace) -> int:
           f"caches; train with model.image_backbone=imported model.image_pretrained={args.name} data.features={out} "
           f"loss.image=0")
     if args.json:
-        print(json.dumps(record, indent=2))
+        print(json_text(record, indent=2))
     return 0
 
 

@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
+from backretrieval.files import json_text
 from data_prep.converters.common import read_text_lines
 from data_prep.errors import install_hint
 from data_prep.shards import file_sha256, iter_metas, read_manifest
@@ -361,8 +362,8 @@ def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, 
                   "split_checksum": manifest.get("checksum"), "images": len(wanted), "dim": source.dim,
                   "imported": imported, "import_seconds": seconds, **(extra or {}),
                   "images_per_s": len(wanted) / max(seconds, 1e-9)}
-        (tmp / IMAGE_IDS).write_text(json.dumps(wanted))
+        (tmp / IMAGE_IDS).write_text(json_text(wanted))
         if extra_files is not None:
             extra_files(tmp)
-        (tmp / SPEC).write_text(json.dumps(record, indent=2))
+        (tmp / SPEC).write_text(json_text(record, indent=2))
     return record

@@ -3,14 +3,13 @@ details, plots), as MUSE and CLIP_benchmark write one record per run so results 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from backretrieval.files import json_ready
+from backretrieval.files import json_ready, json_text
 
 
 DEFAULT_OUT = "eval_out"  # where the eval.py sub-commands write their records unless --out says otherwise
@@ -87,9 +86,9 @@ class Result:
         record = self.to_dict()
         path = record_path(out, self.task, self.model.get("name"))
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+        tmp.write_text(json_text(record, indent=2, ensure_ascii=False), encoding="utf-8")
         tmp.replace(path)
         summary = {k: record[k] for k in ("task", "dataset", "model", "metrics", "languages", "config", "created")}
         with open(out / "results.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(summary, ensure_ascii=False, allow_nan=False) + "\n")
+            fh.write(json_text(summary, ensure_ascii=False) + "\n")
         return path

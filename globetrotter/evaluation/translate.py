@@ -22,6 +22,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
 META = "meta.json"
@@ -94,7 +95,7 @@ class CorpusIndex:
         tmp = folder / f"{self.lang}.jsonl.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             for text in self.texts:
-                fh.write(json.dumps(text, ensure_ascii=False) + "\n")
+                fh.write(json_text(text, ensure_ascii=False) + "\n")
         os.replace(tmp, folder / f"{self.lang}.jsonl")
 
     @classmethod
@@ -167,7 +168,7 @@ def open_or_build(
         "build_s": round(built - encoded, 3),
     }
     tmp = folder / (META + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.write_text(json_text(meta, indent=2, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, folder / META)
     log(f"built {type(index).__name__} index of {len(texts)} {lang} entries (sentences or words) in {folder} "
         f"(encode {encoded - start:.1f}s, index {built - encoded:.1f}s)")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
+from backretrieval.files import json_text
 from data_prep.shards import rgb_image
 
 from ..config import IMPORTED_BACKBONE, TrainConfig, load_train_config
@@ -240,7 +241,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             np.save(Path(tmp) / "targets.npy", model_readings(run, ids))
-            (Path(tmp) / "ids.json").write_text(json.dumps(ids))
+            (Path(tmp) / "ids.json").write_text(json_text(ids))
             import_embeddings(split, Path(tmp) / "targets.npy", out / TARGETS, TARGETS, ids=Path(tmp) / "ids.json",
                               force=True, progress=progress, source_label=f"readings of {checkpoint}")
         stored = load_feature_cache(out / TARGETS)  # the readings as stored (float16): a rerun trains on the same
@@ -256,8 +257,8 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
                                             device=device, progress=progress)
         save_weights({k: v.contiguous() for k, v in backbone.state_dict().items()}, out / f"{WEIGHTS}.tmp")
         (out / f"{WEIGHTS}.tmp").replace(out / WEIGHTS)
-        (out / RECORD).write_text(json.dumps({**record, "losses": losses,
-                                              "seconds": time.perf_counter() - start}, indent=2))
+        (out / RECORD).write_text(json_text({**record, "losses": losses,
+                                             "seconds": time.perf_counter() - start}, indent=2))
         log(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)}")
     two = round_two_config(cfg, out)
     spec = spec_from_config(two)

@@ -30,6 +30,8 @@ from typing import Callable
 import torch
 from safetensors import SafetensorError
 
+from backretrieval.files import json_text
+
 from ..errors import UserError
 from ..weights_file import as_umask_allows
 
@@ -312,7 +314,7 @@ def error_line(err: BaseException) -> str:
 
 
 def write_stream_position(folder: Path, rank: int, position: dict) -> None:
-    (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json.dumps(position))
+    (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json_text(position))
 
 
 def saved_stream_count(ckpt: Path) -> int:

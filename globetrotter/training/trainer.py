@@ -30,7 +30,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from tqdm.auto import tqdm
 
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import json_ready, writable_dir
+from backretrieval.files import json_text, writable_dir
 
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
@@ -300,7 +300,7 @@ def _captions_cut(cfg: TrainConfig, tokenizer, log: Log) -> dict:
 def _strict_json(record: dict) -> str:
     """The text of result.json or a checkpoint's state: strict JSON, a NaN or infinite value (a metric, say) written
     as null, as the eval records write it (Python's NaN is no JSON: other tools refuse the file)."""
-    return json.dumps(json_ready(record), indent=2, allow_nan=False)
+    return json_text(record, indent=2)
 
 
 def _check_run_folder(run_dir: Path) -> None:
@@ -324,7 +324,7 @@ def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log)
     if cfg.model.token_init == "image_pivot" and start:
         record = token_init.init_from_config(model, cfg, tokenizer, log)
         if main:
-            (cfg.run_dir / token_init.RECORD).write_text(json.dumps(record, indent=2))
+            (cfg.run_dir / token_init.RECORD).write_text(json_text(record, indent=2))
     return model
 
 

@@ -19,6 +19,8 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from backretrieval.files import json_text
+
 from globetrotter.config_io import from_dict, read_yaml, save_config
 from globetrotter.errors import UserError
 from globetrotter.weights_file import save_weights
@@ -243,7 +245,7 @@ def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: s
             "hidden_dims": adapter.hidden_dims,
             "dropout": adapter.dropout, "output_scale": float(adapter.output_scale), **meta}
     tmp = out_dir / (META + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.write_text(json_text(info, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(out_dir / META)  # written last: a checkpoint with a meta.json is a whole one
     return out_dir
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
 PAPER_MARGIN, PAPER_BETA, PAPER_K = 0.1, 0.01, 5  # eqs. (1), (2)
@@ -102,7 +103,7 @@ def write_documents(docs: Sequence[Document], path: str | Path) -> Path:
             obj = {"id": d.id, "lang": d.lang, "title": d.title, "body": d.body}
             if d.image is not None:
                 obj["image"] = d.image
-            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            fh.write(json_text(obj, ensure_ascii=False) + "\n")
     return path
 
 

@@ -15,6 +15,7 @@ from data_prep.errors import UserError
 from data_prep.shards import (
     LINKED_CHECKSUMS, MANIFEST, ShardWriter, carried_manifest_fields, check_split_rule, iter_raw, read_manifest,
 )
+from data_prep.strict_json import json_text
 
 from ..pipeline import _KEY_UNSAFE, SUMMARY, safe_id
 from ..report import ConversionReport
@@ -149,7 +150,7 @@ def write_dataset(data: Path, out: Path, states: dict[str, EnrichedSplit], repor
                    LINKED_CHECKSUMS: linked,
                    "original_summary": str((data / SUMMARY).resolve()) if (data / SUMMARY).is_file() else None,
                    **report.to_json()}
-        (stage / SUMMARY).write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n",
+        (stage / SUMMARY).write_text(json_text(summary, indent=2, ensure_ascii=False, default=str) + "\n",
                                      encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)  # checked above: empty, or an earlier more-captions output under --overwrite

@@ -3,10 +3,10 @@ with it: the queries, the index options, the printing)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Sequence
 
+from backretrieval.files import json_text
 from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
 
@@ -52,8 +52,8 @@ def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> No
     """Each query and its hits, as text or (``--json``) one JSON object a query."""
     for query, hits in zip(texts, results):
         if args.json:
-            print(json.dumps({"query": query, "target_lang": args.to,
-                              "results": [{"text": t, "score": round(s, 4)} for t, s in hits]}, ensure_ascii=False))
+            print(json_text({"query": query, "target_lang": args.to,
+                             "results": [{"text": t, "score": round(s, 4)} for t, s in hits]}, ensure_ascii=False))
         else:
             print(query)
             for text, score in hits:

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from backretrieval.errors import BackRetrievalWarning
+from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
 from ..records import Result, dataset_info, matrix_dict
@@ -283,7 +284,7 @@ def build_dictionary(
                      for (a, b), p in pairs.items() if a < b},
     }
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    (folder / "summary.json").write_text(json_text(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     written = {f"{a}-{b}.txt" for a, b in pairs}
     stale = [path for path in earlier if path.name not in written]
     for path in stale:

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import writable_dir, writable_file
+from backretrieval.files import json_text, writable_dir, writable_file
 
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import UserError
@@ -66,16 +64,6 @@ def common_options() -> argparse.ArgumentParser:
     return p
 
 
-def _jsonable(obj):
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (np.floating, np.integer)):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
 def check_json(path: str | Path | None) -> None:
     """Refuse an ``--out`` FILE that could not be written (a folder, a file in the way) before any work: it was
     found out once the work was done, and the record lost."""
@@ -89,7 +77,7 @@ def check_json(path: str | Path | None) -> None:
 def write_json(record: dict, path: str | Path | None) -> None:
     """Write ``record`` to ``path`` (nothing without one) and say where, on stderr; a file it replaces is said, as
     eval.py says it of its records."""
-    text = json.dumps(record, indent=2, ensure_ascii=False, default=_jsonable)
+    text = json_text(record, indent=2, ensure_ascii=False)
     if path:
         earlier = Path(path).is_file()
         try:
