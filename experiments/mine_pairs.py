@@ -74,14 +74,15 @@ def group_images(edges: list[tuple[int, int, float]], lang_of: np.ndarray) -> np
 
 
 def image_scores(scorer, caption_image: np.ndarray, n_images: int, chunk: int = 512) -> np.ndarray:
-    """``[images, images]`` mean caption score of every two images (``scorer(rows)`` gives captions × captions)."""
+    """``[images, images]`` float32 mean caption score of every two images (``scorer(rows)`` gives captions ×
+    captions): the scorer's float32, each mean over a few captions, so float64 would only double the memory."""
     n = len(caption_image)
-    avg = sp.csr_matrix((np.ones(n), (caption_image, np.arange(n))), shape=(n_images, n))
-    avg = sp.diags(1.0 / np.maximum(np.asarray(avg.sum(1)).ravel(), 1)) @ avg
-    out = np.zeros((n_images, n_images), dtype=np.float64)
+    avg = sp.csr_matrix((np.ones(n, dtype=np.float32), (caption_image, np.arange(n))), shape=(n_images, n))
+    avg = sp.diags(1.0 / np.maximum(np.asarray(avg.sum(1)).ravel(), 1)).astype(np.float32) @ avg
+    out = np.zeros((n_images, n_images), dtype=np.float32)
     for s in range(0, n, chunk):
         rows = np.arange(s, min(n, s + chunk))
-        partial = np.asarray(scorer(rows), dtype=np.float64) @ avg.T  # [rows, images]
+        partial = np.asarray(scorer(rows), dtype=np.float32) @ avg.T  # [rows, images]
         out += avg[:, rows] @ partial
     return out
 
