@@ -30,7 +30,7 @@ own one):
     exact among the candidates, so an error is only a better image missing from the
     candidates (a miss counted as a hit). Much faster to build than ``flat`` at large N;
     its cost and accuracy against the exact count are measured by
-    ``bench/bench_backretrieval.py --methods capped lists-flat lists`` (docs/results.md,
+    ``bench/bench_backretrieval.py --methods capped,lists-flat,lists`` (docs/results.md,
     benchmarks). Features whose signal is buried in isotropic noise need more candidates, hence
     256; on less noisy features fewer would do (``candidates``).
   - ``"hnsw"``: faiss ``IndexHNSWFlat`` (optionally over PCA-reduced features), re-scored the

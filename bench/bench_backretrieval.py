@@ -1,11 +1,11 @@
 r"""Benchmark BackRetrieval Recall@K against the naive reference, in the same run.
 
     nice -n 10 .venv/bin/python bench/bench_backretrieval.py                       # N = 1k, 10k
-    nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 1000 10000 100000
-    nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 10000 30000 100000 \
-        --methods capped approx-ivf approx lists                                  # the approximate modes
-    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_backretrieval.py --sizes 10000 100000 \
-        --methods capped lists-flat lists                                         # fast vs exact image lists
+    nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 1000,10000,100000
+    nice -n 10 .venv/bin/python bench/bench_backretrieval.py --sizes 10000,30000,100000 \
+        --methods capped,approx-ivf,approx,lists                                  # the approximate modes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_backretrieval.py --sizes 10000,100000 \
+        --methods capped,lists-flat,lists                                         # fast vs exact image lists
 
 Methods (all compute BkR Recall@1/5/10 on the same data):
 
@@ -68,7 +68,7 @@ from pathlib import Path
 
 import numpy as np
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import comma_separated, one_of, positive_int
 from globetrotter.errors import run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
@@ -226,15 +226,17 @@ def compared(r: dict, results: dict) -> tuple[str, str, str, str, str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 10_000], help="N values (default: 1000 10000)")
+    parser.add_argument("--sizes", type=comma_separated(positive_int), default=[1000, 10_000], metavar="N,N",
+                        help="N values, comma-separated (default: 1000,10000)")
     parser.add_argument("--text-dim", type=positive_int, default=512,
                         help="width of the generated text embeddings (default %(default)s)")
     parser.add_argument("--image-dim", type=positive_int, default=2048,
                         help="width of the generated image embeddings (default %(default)s)")
     parser.add_argument("--naive-max", type=positive_int, default=10_000,
                         help="largest N for the naive reference (default %(default)s)")
-    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
-                        help="what to run (default: all; they run in the order listed here)")
+    parser.add_argument("--methods", type=comma_separated(one_of(*METHODS)), default=METHODS, metavar="M,M",
+                        help=f"what to run, comma-separated: {','.join(METHODS)} (default: all; they run in this "
+                             "order)")
     parser.add_argument("--threads", type=positive_int, default=1, help="faiss and BLAS threads per run (default: 1)")
     parser.add_argument("--image-cache", metavar="DIR",
                         help="keep the list methods' image neighbour lists here and reuse them in later runs "

@@ -28,7 +28,7 @@ import tracemalloc
 import faiss
 import numpy as np
 
-from globetrotter.argtypes import non_negative_int, positive_int
+from globetrotter.argtypes import comma_separated, non_negative_int, one_of, positive_int
 from globetrotter.errors import UserError, run_cli
 from globetrotter.evaluation import Ranking, ReferencePool, ScoringContext
 from globetrotter.evaluation.procrustes import normalize_rows
@@ -187,9 +187,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--groups", type=positive_int, default=200,
                         help="sentence translation: groups of captions, one per language (default %(default)s)")
-    parser.add_argument("--n-languages", type=positive_int, nargs="+", default=[8, 52], metavar="M",
-                        help="sentence translation: numbers of languages M to time, one timing each "
-                             "(default: 8 52)")
+    parser.add_argument("--n-languages", type=comma_separated(positive_int), default=[8, 52], metavar="M,M",
+                        help="sentence translation: numbers of languages M to time, comma-separated, one timing each "
+                             "(default: 8,52)")
     parser.add_argument("--dim", type=positive_int, default=128,
                         help="sentence embedding width D, for the sentence, index and ranking timings "
                              "(default %(default)s)")
@@ -208,16 +208,18 @@ def main() -> None:
     parser.add_argument("--queries", type=positive_int, default=1000,
                         help="translation index: queries, distinct sentences of the index, at most --index-n "
                              "(default %(default)s)")
-    parser.add_argument("--nprobe", type=positive_int, nargs="+", default=[4, 16, 64],
-                        help="translation index: IVF lists searched per query, one timing each (default: 4 16 64)")
+    parser.add_argument("--nprobe", type=comma_separated(positive_int), default=[4, 16, 64], metavar="N,N",
+                        help="translation index: IVF lists searched per query, comma-separated, one timing each "
+                             "(default: 4,16,64)")
     parser.add_argument("--late-groups", type=positive_int, default=600,
                         help="rankings: groups x 4 languages for the ranking timing (default %(default)s)")
     parser.add_argument("--reference", type=positive_int, default=2000,
                         help="rankings and translate: reference captions per language (default %(default)s)")
     parser.add_argument("--translate-queries", type=positive_int, default=64,
                         help="translate: queries for the translate timing (default %(default)s)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["sentence", "word", "index", "late", "translate"],
-                        help="timings not to run")
+    parser.add_argument("--skip", type=comma_separated(one_of("sentence", "word", "index", "late", "translate")),
+                        default=[], metavar="T,T",
+                        help="timings not to run, comma-separated: sentence, word, index, late, translate")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random embeddings (default 0)")
     args = parser.parse_args()
     if "word" not in args.skip and args.pairs > args.vocab:  # distinct words: checked before any timing

@@ -1,6 +1,6 @@
 """Other-language neighbour mining at scale: the inverted-file search against the exact one, same run.
 
-    .venv/bin/python bench/bench_neighbours.py --sizes 100000 1000000 --dim 256
+    .venv/bin/python bench/bench_neighbours.py --sizes 100000,1000000 --dim 256
 
 Generated image embeddings (clusters of "scenes" plus noise, one of nine languages per image). For each size it
 times the approximate search over every image (``method="ivf"``) and the exact search for a random sample of
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.argtypes import positive_int  # noqa: E402
+from globetrotter.argtypes import comma_separated, positive_int  # noqa: E402
 from globetrotter.data.neighbours import (DEFAULT_NPROBE, exact_neighbours_of, neighbour_recall,  # noqa: E402
                                           other_language_neighbours)
 from globetrotter.errors import UserError, run_cli  # noqa: E402
@@ -54,8 +54,8 @@ def check_sizes(sizes: list[int], dim: int, k: int) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=positive_int, nargs="+", default=[100_000, 1_000_000],
-                   help="generated images per run, distinct (default: 100000 1000000)")
+    p.add_argument("--sizes", type=comma_separated(positive_int), default=[100_000, 1_000_000], metavar="N,N",
+                   help="generated images per run, distinct, comma-separated (default: 100000,1000000)")
     p.add_argument("--dim", type=positive_int, default=256, help="embedding width (default %(default)s)")
     p.add_argument("--k", type=positive_int, default=10, help="neighbours per image (default %(default)s)")
     p.add_argument("--nprobe", type=positive_int, default=DEFAULT_NPROBE,

@@ -1,6 +1,6 @@
 """How each stage grows with the data: generated corpora of N captions, every stage timed with its peak memory.
 
-    .venv/bin/python bench/bench_scale.py --sizes 10000 100000 1000000 --out bench_out/scale
+    .venv/bin/python bench/bench_scale.py --sizes 10000,100000,1000000 --out bench_out/scale
 
 A corpus of N captions is N images, each captioned once in one of the built-in world's nine languages (the
 paper's train/val rule). Captions come from the world's grammars (a pool of ``--pool`` scenes, reused with fresh
@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from backretrieval.files import json_text
-from globetrotter.argtypes import output_folder, positive_int
+from globetrotter.argtypes import comma_separated, one_of, output_folder, positive_int
 from globetrotter.errors import UserError, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -389,7 +389,7 @@ def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict)
             if missing:
                 run = [s for s in STAGES if s in missing or s in stages]
                 raise UserError(f"--stages {name} at size {n}: {work} has no output of the stage(s) "
-                                f"{' '.join(missing)} yet; run them first (--stages {' '.join(run)})")
+                                f"{','.join(missing)} yet; run them first (--stages {','.join(run)})")
     return results, runs
 
 
@@ -415,12 +415,13 @@ def slope(t0: float, t1: float, n0: int, n1: int) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000],
-                   help="captions (= images) per generated corpus, one folder n<SIZE> each (default: 10000 100000 1000000)")
+    p.add_argument("--sizes", type=comma_separated(positive_int), default=[10_000, 100_000, 1_000_000], metavar="N,N",
+                   help="captions (= images) per generated corpus, comma-separated, one folder n<SIZE> each (default: "
+                        "10000,100000,1000000)")
     p.add_argument("--dim", type=positive_int, default=512, help="width of the generated image embeddings (default %(default)s)")
     p.add_argument("--pool", type=positive_int, default=20_000, help="distinct generated scenes (default %(default)s)")
-    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), metavar="STAGE",
-                   help=f"stages to run, in this order ({' '.join(STAGES)}; default: all)")
+    p.add_argument("--stages", type=comma_separated(one_of(*STAGES)), default=list(STAGES), metavar="STAGE,STAGE",
+                   help=f"stages to run, comma-separated, in this order ({','.join(STAGES)}; default: all)")
     p.add_argument("--threads", type=positive_int, default=THREADS,
                    help="torch intra-op threads of the train and validation stages (default %(default)s, as the "
                         "documented figures used; OMP_NUM_THREADS does not change it); recorded in scale.json")

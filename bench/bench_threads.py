@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from globetrotter.argtypes import non_negative_float, positive_int
+from globetrotter.argtypes import comma_separated, non_negative_float, one_of, positive_int
 from globetrotter.errors import UserError, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,14 +119,15 @@ def main() -> None:
     p.add_argument("--quiet-wait", type=non_negative_float, default=240.0,
                    help="alone: the most seconds to wait for the load to fall to 0.5 before each measurement "
                         "(default %(default)s)")
-    p.add_argument("--skip", nargs="*", default=[], choices=["train", "features", "alone", "busy"],
-                   help="commands (train, features) or situations (alone, busy) not to measure; at least one of "
-                        "each pair must stay (default: measure all)")
+    p.add_argument("--skip", type=comma_separated(one_of("train", "features", "alone", "busy")), default=[],
+                   metavar="S,S",
+                   help="commands (train, features) or situations (alone, busy) not to measure, comma-separated; at "
+                        "least one of each pair must stay (default: measure all)")
     args = p.parse_args()
 
     situations = [s for s in ("alone", "busy") if s not in args.skip]
     if not situations:
-        raise UserError("--skip alone busy: leaves no situation to measure in; keep one of them")
+        raise UserError("--skip alone,busy: leaves no situation to measure in; keep one of them")
     kinds = [k for k in ("train", "features") if k not in args.skip]
     if "features" in kinds and not (REPO / "outputs/flickr8k-more/train/manifest.json").is_file():
         if "train" not in kinds:
@@ -135,7 +136,7 @@ def main() -> None:
         print("features: skipped (no Flickr8k split at outputs/flickr8k-more; see docs/data.md)")
         kinds.remove("features")
     if not kinds:
-        raise UserError("--skip train features: leaves no command to measure; keep one of them")
+        raise UserError("--skip train,features: leaves no command to measure; keep one of them")
     if "train" in kinds or "busy" in situations:  # the background job is a train.py run too
         prepare_world()
     print(f"{os.cpu_count()} cores; load before: {os.getloadavg()[0]:.1f}")

@@ -1,6 +1,6 @@
 """Training throughput: the data loader, the step and both together, views made on the CPU or on the device.
 
-    python bench/bench_train.py --config configs/quickstart.yaml [key=value ...] [--steps 10] [--threads 1 2]
+    python bench/bench_train.py --config configs/quickstart.yaml [key=value ...] [--steps 10] [--threads 1,2]
 
 For each intra-op thread count of ``--threads`` (the training process's ``torch.set_num_threads``;
 the loader's worker processes always run one thread) and each place SimCLR's views are made
@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import comma_separated, positive_int
 from globetrotter.errors import run_cli
 
 PATHS = ("cpu", "device")
@@ -34,8 +34,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/quickstart.yaml", help="training config (default %(default)s)")
     p.add_argument("--steps", type=positive_int, default=10, help="timed batches per figure, after 2 warm-up ones (default %(default)s)")
-    p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2], help="intra-op thread counts to compare (default: 1 2)")
-    p.add_argument("overrides", nargs="*", help="config overrides key=value (before --threads, whose values run on)")
+    p.add_argument("--threads", type=comma_separated(positive_int), default=[1, 2], metavar="N,N",
+                   help="intra-op thread counts to compare, comma-separated (default: 1,2)")
+    p.add_argument("overrides", nargs="*", help="config overrides key=value")
     args = p.parse_args()
 
     from globetrotter.config import load_train_config

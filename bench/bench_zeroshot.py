@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from globetrotter.argtypes import comma_separated, int_at_least, positive_int
+from globetrotter.argtypes import comma_separated, int_at_least, one_of, positive_int
 from globetrotter.errors import run_cli
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.data import image_extractor
@@ -141,8 +141,9 @@ def main() -> None:
     parser.add_argument("--gallery", type=comma_separated(gallery_size), default="1000,100000",
                         help="comma-separated gallery sizes, each at least 10 (default 1000,100000)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=("features", "training", "retrieval"),
-                        help="figures not to measure (default: none)")
+    parser.add_argument("--skip", type=comma_separated(one_of("features", "training", "retrieval")), default=[],
+                        metavar="F,F", help="figures not to measure, comma-separated: features, training, retrieval "
+                                            "(default: none)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

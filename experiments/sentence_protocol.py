@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the project, and oracle_ranking beside this file
 
 from backretrieval.files import json_text  # noqa: E402
-from globetrotter.argtypes import output_folder, positive_int  # noqa: E402
+from globetrotter.argtypes import language_codes, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 
 BASE_COLUMNS = ("cosine", "val-chosen")
@@ -358,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", metavar="SPLIT",
                         help="split whose captions give every ranking's statistics, the same for every row and "
                              "column (default: the train split beside --test)")
-    parser.add_argument("--languages", action="append", required=True, help="comma-separated codes (repeatable)")
+    parser.add_argument("--languages", type=language_codes, action="append", required=True, metavar="CODES",
+                        help="comma-separated codes (repeatable)")
     parser.add_argument("--n-groups", type=positive_int, default=200,
                         help="test groups scored (default %(default)s); more than --test has in every language of a "
                              "--languages set is refused up front")
@@ -441,6 +442,7 @@ def command_record(argv: Sequence[str], rows: list[tuple[str, list[str]]], args:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.languages = [",".join(codes) for codes in args.languages]  # a set as its text: its records' and columns' key
     rows = parse_rows(args.row)
     check_inputs(rows, args)
     out = Path(args.out)

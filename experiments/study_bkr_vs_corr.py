@@ -1,9 +1,9 @@
 """When does BackRetrieval beat CORR? The paper's protocol over a grid of g x model family x pair x N.
 
     cd /path/to/repo && OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/study_bkr_vs_corr.py \\
-        --data outputs/flickr8k/test --families configs/backretrieval-study-families.txt --out-dir runs/bkr-study
+        --data outputs/flickr8k/test --families configs/backretrieval-study-families.txt --out runs/bkr-study
 
-For every image similarity g (``--g LABEL=SPEC``: the ImageNet CNN, 16 x 16 thumbnails, the
+For every image similarity g (``--image-models LABEL=SPEC ...``: the ImageNet CNN, 16 x 16 thumbnails, the
 null random g), every model family (``--families``: ``[family]`` sections of model specs, plus
 their union), every language pair and every N, it runs :func:`backretrieval.run_protocol`
 (per seed: N source items and a disjoint set of N target items; BkR@K and CORR on them, XLR@K
@@ -14,7 +14,7 @@ on a 600-group split N = 300 uses the whole split in every seed (the seeds then 
 how it is halved into sources and targets).
 
 Each text model embeds the split once per run, and its embeddings are cached on disk under
-``OUT_DIR/embeddings`` (keyed by spec, checkpoint file times and the texts), so reruns and
+``OUT/embeddings`` (keyed by spec, checkpoint file times and the texts), so reruns and
 other g reuse them; CNN image features are cached under ``--cache-dir``. Writes
 ``study.json``, ``table.md`` (every row), ``summary.md`` (the largest N, one row per g x
 family) and ``scatter_PAIR_nN.png`` (a panel per g x family: BkR@K and CORR against XLR@K,
@@ -116,8 +116,8 @@ def parse_g(raw: str) -> tuple[str, str, str | None]:
     """``LABEL=MODEL[@WEIGHTS]`` -> (label, model, weights)."""
     label, eq, spec = raw.partition("=")
     if not eq or not label or not spec:
-        raise BackRetrievalError(f"--g: expected LABEL=MODEL[@WEIGHTS] (e.g. imagenet=efficientnet_lite0@package), "
-                                 f"got {raw!r}")
+        raise BackRetrievalError(f"--image-models: expected LABEL=MODEL[@WEIGHTS] (e.g. "
+                                 f"imagenet=efficientnet_lite0@package), got {raw!r}")
     model, at, weights = spec.partition("@")
     return label, model, (weights if at else None)
 
@@ -257,22 +257,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--families", required=True, type=Path, help="[family] sections of model specs")
     p.add_argument("--union", default="all",
                    help="name of an added family holding every distinct model ('' for none) (default: %(default)s)")
-    p.add_argument("--g", nargs="+", default=list(DEFAULT_G), metavar="LABEL=MODEL[@WEIGHTS]",
-                   help="image similarities: a timm model @ weights, thumbnail:SIZE or random[:SEED] "
-                        f"(default: {' '.join(DEFAULT_G)})")
-    p.add_argument("--pairs", nargs="+", default=["en-de", "en-fr"], metavar="SRC-TGT",
-                   help="language pairs, source-target (default: en-de en-fr)")
-    p.add_argument("--ns", nargs="+", type=positive_int, default=[150, 300], metavar="N",
-                   help="items per side (2N <= the pair's items, checked before any model is embedded; "
-                        "default: 150 300)")
-    p.add_argument("--seeds", type=positive_int, default=10, help="seeds per N (default: 10)")
+    p.add_argument("--image-models", dest="g", nargs="+", default=list(DEFAULT_G), metavar="LABEL=MODEL[@WEIGHTS]",
+                   help="the image similarities g, as backretrieval's --image-model (@ its --image-weights), "
+                        f"labelled: a timm model, thumbnail:SIZE or random[:SEED] (default: {' '.join(DEFAULT_G)})")
+    p.add_argument("--pairs", type=comma_separated(str), default=["en-de", "en-fr"], metavar="SRC-TGT,SRC-TGT",
+                   help="language pairs, source-target, comma-separated (default: en-de,en-fr)")
+    p.add_argument("--ns", type=comma_separated(positive_int), default=[150, 300], metavar="N,N",
+                   help="items per side, comma-separated (2N <= the pair's items, checked before any model is "
+                        "embedded; default: 150,300)")
+    p.add_argument("--n-seeds", dest="seeds", type=positive_int, default=10, metavar="N",
+                   help="seeds per N (default: 10)")
     p.add_argument("--ks", type=comma_separated(positive_int), default=[1, 5, 10], metavar="K,K",
                    help="K of BkR@K and XLR@K, comma-separated (default: 1,5,10)")
     p.add_argument("--report-k", type=positive_int, default=10,
                    help="the K of the tables and plots, one of --ks (default: %(default)s)")
-    p.add_argument("--out-dir", required=True, type=lambda text: Path(output_folder(text)),
+    p.add_argument("--out", dest="out_dir", required=True, type=lambda text: Path(output_folder(text)), metavar="DIR",
                    help="folder of study.json, table.md, summary.md, the plots and the embeddings cache")
-    p.add_argument("--cache-dir", type=Path, default=None, help="CNN feature cache (default: OUT_DIR/image-cache)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="CNN feature cache (default: OUT/image-cache)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return p
 

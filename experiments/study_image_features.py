@@ -1,7 +1,7 @@
 """How far the image features bound the full model: the same recipe trained on two kinds of imported image vectors.
 
     cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python experiments/study_image_features.py \\
-        --split outputs/flickr8k/train --out-dir outputs/flickr8k-image-vectors
+        --split outputs/flickr8k/train --out outputs/flickr8k-image-vectors
 
 writes two feature caches of the train split's images, each imported as ``globetrotter-data features import`` does
 (the whole image only, float16), and prints the training command of each:
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                          "path relative to the current folder: give your copy's)")
     ap.add_argument("--overlap", type=float, default=0.8,
                     help="word-set overlap (Jaccard) above which a caption counts as translated (default: %(default)s)")
-    ap.add_argument("--out-dir", default="outputs/flickr8k-image-vectors", help="where the caches go (default: %(default)s)")
+    ap.add_argument("--out", dest="out_dir", default="outputs/flickr8k-image-vectors", metavar="DIR",
+                    help="where the caches go (default: %(default)s)")
     ap.add_argument("--from-model", type=Path, metavar="RUN",
                     help="write only self-NAME: each image's mean caption embedding under this trained run")
     ap.add_argument("--own-captions", metavar="SPLIT",

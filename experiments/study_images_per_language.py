@@ -1,7 +1,7 @@
 """How sentence translation grows with the training images per language: the full model against the supervised one.
 
     cd /path/to/repo && OMP_NUM_THREADS=1 .venv/bin/python experiments/study_images_per_language.py \\
-        --out-dir runs/images-curve                       # 12 Flickr8k trainings, then their evals
+        --out runs/images-curve                           # 12 Flickr8k trainings, then their evals
 
 For every model (``--model LABEL=CONFIG``: by default the full model, ``configs/flickr8k.yaml``, and its supervised
 twin, ``configs/flickr8k-supervised.yaml``), every share of the train split's images (``--shares``: the config key
@@ -16,7 +16,7 @@ instead, e.g. share-1 runs trained before), then chooses the run's ranking on va
 parallel text, statistics from the train captions) and scores the checkpoint BackRetrieval chose once with
 ``eval.py sentence --ranking`` on the test split (``--split``, ``--languages``, ``--n-groups``). A relative CONFIG or
 ``--split`` is the working folder's when it is there, else the repo's (the defaults work from any folder); the
-folders written (``--runs-dir``, ``--out-dir``) and ``--run`` folders are the working folder's; a relative
+folders written (``--runs-dir``, ``--out``) and ``--run`` folders are the working folder's; a relative
 ``data.root`` in a run's ``config.yaml`` is the repo's, where train.py and eval.py run. Writes ``curve.json`` (every
 run), ``table.md`` (per model and share: images per language, translation per seed and mean, and the full / supervised
 ratio of the means) and ``curve.png`` (translation against images per language, log-log, one line per model; and
@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
 from backretrieval.files import json_text  # noqa: E402
-from globetrotter.argtypes import non_negative_int, output_folder, positive_int  # noqa: E402
+from globetrotter.argtypes import (comma_separated, language_codes, non_negative_int, output_folder,  # noqa: E402
+                                   positive_int)
 
 DEFAULT_MODELS = ("full=configs/flickr8k.yaml", "supervised=configs/flickr8k-supervised.yaml")
 
@@ -125,10 +126,11 @@ def translation(run_dir: Path, args: argparse.Namespace, name: str, logs: Path) 
     """The share of translations found on test by the run's chosen checkpoint, with the ranking ``eval.py select``
     chose on val (as every sentence figure of the project)."""
     out = Path(args.out_dir) / "eval"
-    run([sys.executable, "eval.py", "select", "--model", str(run_dir), "--languages", args.languages,
+    languages = ",".join(args.languages)
+    run([sys.executable, "eval.py", "select", "--model", str(run_dir), "--languages", languages,
          "--out", str(out), "--name", name], logs / f"select-{name}.log")
     run([sys.executable, "eval.py", "sentence", "--model", str(run_dir), "--split", args.split, "--languages",
-         args.languages, "--n-groups", str(args.n_groups), "--ranking", str(out / f"select-{name}.json"),
+         languages, "--n-groups", str(args.n_groups), "--ranking", str(out / f"select-{name}.json"),
          "--out", str(out), "--name", name], logs / f"eval-{name}.log")
     record = json.loads((out / f"sentence-{name}.json").read_text(encoding="utf-8"))
     return float(record["metrics"]["sentence_translation"])
@@ -220,21 +222,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=list(DEFAULT_MODELS), metavar="LABEL=CONFIG",
                         help="models to compare, the first against the second in the ratio (default: full, supervised)")
-    parser.add_argument("--shares", type=float, nargs="+", default=[0.25, 0.5, 1.0],
-                        help="data.train_image_share values (default: 0.25 0.5 1)")
-    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1],
-                        help="training seeds of each model and share (default: 0 1)")
+    parser.add_argument("--shares", type=comma_separated(float), default=[0.25, 0.5, 1.0], metavar="SHARE,SHARE",
+                        help="data.train_image_share values, comma-separated (default: 0.25,0.5,1)")
+    parser.add_argument("--seeds", type=comma_separated(non_negative_int), default=[0, 1], metavar="SEED,SEED",
+                        help="training seeds of each model and share, comma-separated (default: 0,1)")
     parser.add_argument("--run", nargs="*", default=[], metavar="LABEL:SHARE:SEED=DIR",
                         help="existing run folders to use instead of training (e.g. full:1:0=runs/flickr8k)")
     parser.add_argument("--runs-dir", default="runs", help="output_dir of the runs this trains (default: runs)")
     parser.add_argument("--prefix", default="curve", help="run_name prefix of the runs this trains (default: curve)")
     parser.add_argument("--split", default="outputs/flickr8k/test",
                         help="the parallel split each run's translation is scored on (default: %(default)s)")
-    parser.add_argument("--languages", default="en,de,fr,cs",
+    parser.add_argument("--languages", type=language_codes, default="en,de,fr,cs", metavar="CODES",
                         help="comma-separated languages of the selection and the score (default: %(default)s)")
     parser.add_argument("--n-groups", type=positive_int, default=600,
                         help="groups of --split scored (eval.py sentence --n-groups; default: %(default)s)")
-    parser.add_argument("--out-dir", required=True, type=output_folder,
+    parser.add_argument("--out", dest="out_dir", required=True, type=output_folder, metavar="DIR",
                         help="curve.json, table.md, curve.png and the logs go here")
     return parser
 

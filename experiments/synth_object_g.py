@@ -12,8 +12,8 @@ are, for the ``npy:`` model spec:
 
     .venv/bin/python experiments/synth_object_g.py --split outputs/synth-seed7/train-parallel \
       --out outputs/synth-seed7/train-parallel-objects
-    .venv/bin/backretrieval correlate --data outputs/synth-seed7/train-parallel-objects --pairs en-de en-zh de-ru \
-      --n 150 --seeds 10 --out-dir runs/bkr-synth-objects \
+    .venv/bin/backretrieval correlate --data outputs/synth-seed7/train-parallel-objects --pairs en-de,en-zh,de-ru \
+      --n 150 --n-seeds 10 --out runs/bkr-synth-objects \
       --models meaning=npy:outputs/synth-seed7/train-parallel-objects/meaning.npy full=globetrotter:runs/quickstart
 
 With ``--cache DIR`` it also writes the split's object vectors as a feature cache of the split itself (keyed by

@@ -29,12 +29,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from globetrotter.argtypes import output_file, output_folder, torch_device  # noqa: E402
+from globetrotter.argtypes import (comma_separated, language_codes, non_negative_int, output_file,  # noqa: E402
+                                   output_folder, torch_device)
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
-from globetrotter.zeroshot.cli.common import check_no_shared_images, languages  # noqa: E402
+from globetrotter.zeroshot.cli.common import check_no_shared_images  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
                                         load_split_features)
@@ -200,17 +201,6 @@ def table(records: list[dict], langs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def seeds(value: str) -> list[int]:
-    """``--seeds 0,1``: integer seeds (a bad one is a usage error naming the option, not "invalid <lambda> value")."""
-    try:
-        values = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integer seeds, e.g. 0,1; got {value!r}")
-    return values
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=rows_help())
@@ -220,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="the split each row's epoch is chosen on (default: %(default)s)")
     p.add_argument("--test", default="outputs/flickr8k/test",
                    help="the split each row is scored on once, in --languages (default: %(default)s)")
-    p.add_argument("--languages", default="en,de,fr,zh,cs", type=languages,
+    p.add_argument("--languages", default="en,de,fr,zh,cs", type=language_codes,
                    help="comma-separated test languages, the first the table's median rank (default: %(default)s)")
-    p.add_argument("--seeds", default="0,1", type=seeds,
+    p.add_argument("--seeds", default="0,1", type=comma_separated(int),
                    help="comma-separated seeds of every row (default: %(default)s)")
-    p.add_argument("--rows", default=None, help="comma-separated row numbers to run, as listed below (default: all)")
+    p.add_argument("--rows", type=comma_separated(non_negative_int), default=None,
+                   help="comma-separated row numbers to run, as listed below (default: all)")
     p.add_argument("--out", default="eval_out/zeroshot", type=output_folder,
                    help="folder of the records (one per row and seed, reused when there) and table.md "
                         "(default: %(default)s)")
@@ -238,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     labels = list(ROWS)
     if args.rows:  # checked before any feature is loaded
-        try:
-            labels = [labels[int(i)] for i in args.rows.split(",")]
-        except (ValueError, IndexError):
-            p.error(f"--rows {args.rows}: expected comma-separated row numbers 0-{len(labels) - 1}")
+        if max(args.rows) >= len(labels):
+            p.error(f"--rows {','.join(map(str, args.rows))}: expected comma-separated row numbers "
+                    f"0-{len(labels) - 1}")
+        labels = [labels[i] for i in args.rows]
     if args.bundle and not Path(args.bundle).is_file():
         p.error(f"--bundle {args.bundle}: no such file (write one with --save-bundle)")
     try:

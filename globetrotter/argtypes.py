@@ -1,9 +1,11 @@
-"""argparse value types shared by the command-line tools: bad values become usage errors (exit 2)."""
+"""argparse value types shared by the command-line tools: bad values become usage errors (exit 2). Lists are one
+comma-separated token (``--ks 1,5,10``, ``--languages en,de``), read by backretrieval's parsers, re-exported here."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from backretrieval.cli.common import comma_separated, language_codes, one_of  # noqa: F401  (lists: one parser)
 from backretrieval.devices import torch_device  # noqa: F401  (--device: one definition for every tool)
 from backretrieval.errors import BackRetrievalError
 from backretrieval.files import writable_dir, writable_file
@@ -33,11 +35,6 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0 (a count that may be zero)."""
     return _integer_at_least(text, 0, "an integer >= 0")
-
-
-def comma_separated(item):
-    """argparse type: comma-separated values, each read by the argparse type ``item`` (``1,2,4``)."""
-    return lambda text: [item(part) for part in text.split(",")]
 
 
 def output_folder(text: str) -> str:

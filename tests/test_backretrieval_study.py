@@ -54,8 +54,8 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
     fams = tmp_path / "fam.txt"
     fams.write_text("[graded]\nchar=tfidf:char\nword=tfidf:word\nrnd=random:16:0\nnoisy=noisy:3:0:tfidf:word\n")
     out = tmp_path / "out"
-    argv = ["--data", str(jpg_split), "--families", str(fams), "--g", "thumb=thumbnail:4", "null=random:0",
-            "--pairs", "en-de", "--ns", "15", "30", "--seeds", "2", "--out-dir", str(out), "--no-progress"]
+    argv = ["--data", str(jpg_split), "--families", str(fams), "--image-models", "thumb=thumbnail:4", "null=random:0",
+            "--pairs", "en-de", "--ns", "15,30", "--n-seeds", "2", "--out", str(out), "--no-progress"]
     assert study.main(argv) == 0
     rec = json.loads((out / "study.json").read_text())
     assert len(rec["rows"]) == 2 * 2 * 2  # g x (family + union) x N
@@ -78,10 +78,10 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
     assert sorted((out / "embeddings").glob("*.npy")) == cached
     assert json.loads((out / "study.json").read_text())["rows"][0]["pearson"] == rec["rows"][0]["pearson"]
     with pytest.raises(BackRetrievalError, match="2N <= 60"):
-        study.main(argv[:-8] + ["--ns", "31", "--out-dir", str(out), "--no-progress"])
+        study.main(argv[:-7] + ["--ns", "31", "--out", str(out), "--no-progress"])
 
 
-@pytest.mark.parametrize("bad", [["--ns", "31"], ["--ns", "8"], ["--seeds", "0"], ["--ks", "0"]])
+@pytest.mark.parametrize("bad", [["--ns", "31"], ["--ns", "8"], ["--n-seeds", "0"], ["--ks", "0"], ["--ns", "15,0"]])
 def test_bad_sizes_are_refused_before_any_model_is_embedded(study, jpg_split, tmp_path, monkeypatch, bad):
     fams = tmp_path / "fam.txt"
     fams.write_text("[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n")
@@ -91,8 +91,8 @@ def test_bad_sizes_are_refused_before_any_model_is_embedded(study, jpg_split, tm
 
     monkeypatch.setattr(study, "load_embedder", no_embedder)
     monkeypatch.setattr(study, "embed_split", no_embedder)
-    argv = ["--data", str(jpg_split), "--families", str(fams), "--g", "thumb=thumbnail:4", "--pairs", "en-de",
-            "--ns", "15", "--seeds", "2", "--out-dir", str(tmp_path / "out"), "--no-progress", *bad]
+    argv = ["--data", str(jpg_split), "--families", str(fams), "--image-models", "thumb=thumbnail:4", "--pairs",
+            "en-de", "--ns", "15", "--n-seeds", "2", "--out", str(tmp_path / "out"), "--no-progress", *bad]
     try:
         study.main(argv)
     except SystemExit as exit_:  # argparse: a usage error

@@ -21,14 +21,14 @@ def exit_code(module, argv: list[str], monkeypatch) -> int:
 
 
 CASES = [
-    ("bench_eval", ["--skip", "sentence", "index", "late", "translate", "--vocab", "100"], "--pairs 5000"),
-    ("bench_eval", ["--skip", "sentence", "word", "late", "translate", "--index-n", "50", "--distinct", "10"],
+    ("bench_eval", ["--skip", "sentence,index,late,translate", "--vocab", "100"], "--pairs 5000"),
+    ("bench_eval", ["--skip", "sentence,word,late,translate", "--index-n", "50", "--distinct", "10"],
      "--queries 1000"),
-    ("bench_neighbours", ["--sizes", "500", "500", "--dim", "4"], "500 given twice"),
+    ("bench_neighbours", ["--sizes", "500,500", "--dim", "4"], "500 given twice"),
     ("bench_neighbours", ["--sizes", "3", "--dim", "4"], "--k 10"),
-    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "5"], "--gallery"),
-    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "0"], "--gallery"),
-    ("bench_zeroshot", ["--skip", "features", "training", "--gallery", "abc"], "--gallery"),
+    ("bench_zeroshot", ["--skip", "features,training", "--gallery", "5"], "--gallery"),
+    ("bench_zeroshot", ["--skip", "features,training", "--gallery", "0"], "--gallery"),
+    ("bench_zeroshot", ["--skip", "features,training", "--gallery", "abc"], "--gallery"),
     ("bench_convert", ["--workers", "abc", "--max-images", "6", "--synthetic"], "--workers"),
     ("bench_convert", ["--workers", "0", "--max-images", "6", "--synthetic", "--repeats", "1"], "--workers"),
     ("bench_convert", ["--max-images", "5", "--synthetic", "--repeats", "1", "--workers", "1"], "--max-images"),
@@ -79,7 +79,7 @@ def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
     real = module.other_language_neighbours
     monkeypatch.setattr(module, "other_language_neighbours",
                         lambda *a, **k: seen.append(k["nprobe"]) or real(*a, **k))
-    assert exit_code(module, ["--sizes", "300", "600", "--dim", "4", "--sample", "20", "--nprobe", "32"],
+    assert exit_code(module, ["--sizes", "300,600", "--dim", "4", "--sample", "20", "--nprobe", "32"],
                      monkeypatch) == 0
     assert seen == [32, 32] and "nprobe 32" in capsys.readouterr().out
 

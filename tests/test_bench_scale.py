@@ -47,7 +47,7 @@ def test_scale_json_is_written_after_each_stage(scale, tmp_path, monkeypatch, ca
     real = scale.run_stage
     monkeypatch.setattr(scale, "run_stage", lambda name, *a: real("fail" if name == "tokenizer" else name, *a))
     code, _ = run(scale, monkeypatch, capsys, "--sizes", "50", "--pool", "5", "--dim", "4",
-                  "--stages", "shards", "tokenizer", "--out", str(out))
+                  "--stages", "shards,tokenizer", "--out", str(out))
     assert code == 130  # interrupted in the second stage
     saved = json.loads((out / "scale.json").read_text())
     assert list(saved["results"]["50"]) == ["shards"]
@@ -57,7 +57,7 @@ def test_scale_json_is_written_after_each_stage(scale, tmp_path, monkeypatch, ca
 def test_threads_steps_and_command_are_recorded(scale, tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "scale")
     code, err = run(scale, monkeypatch, capsys, "--sizes", "50", "--pool", "5", "--dim", "4", "--threads", "1",
-                    "--train-steps", "3", "--stages", "shards", "tokenizer", "import", "train", "--out", out)
+                    "--train-steps", "3", "--stages", "shards,tokenizer,import,train", "--out", out)
     assert code == 0, err
     assert ("train", 50, (1, 3)) in scale.calls
     run_record = json.loads((Path(out) / "scale.json").read_text())["runs"][-1]
@@ -69,7 +69,7 @@ def test_threads_steps_and_command_are_recorded(scale, tmp_path, monkeypatch, ca
 def test_other_settings_in_the_same_folder_are_refused(scale, tmp_path, monkeypatch, capsys, flag, value):
     out = tmp_path / "scale"
     code, err = run(scale, monkeypatch, capsys, "--sizes", "50", "--pool", "5", "--dim", "4",
-                    "--stages", "shards", "import", "--out", str(out))
+                    "--stages", "shards,import", "--out", str(out))
     assert code == 0, err
     before = (out / "scale.json").read_text()
     settings = {"--dim": "4", "--pool": "5", flag: value}
@@ -87,7 +87,7 @@ def test_other_settings_in_the_same_folder_are_refused(scale, tmp_path, monkeypa
 def test_a_stage_without_its_inputs_names_the_stages_to_run_first(scale, tmp_path, monkeypatch, capsys):
     code, err = run(scale, monkeypatch, capsys, "--sizes", "50", "--pool", "5", "--dim", "4",
                     "--stages", "neighbours", "--out", str(tmp_path / "scale"))
-    assert code == 2 and "--stages shards import neighbours" in err
+    assert code == 2 and "--stages shards,import,neighbours" in err
     assert scale.calls == []
 
 

@@ -40,13 +40,13 @@ def run(module, monkeypatch, *argv: str) -> int:
 
 
 def test_the_world_is_prepared_before_the_first_timing(threads, monkeypatch):
-    assert run(threads, monkeypatch, "--train-steps", "2", "--skip", "features", "busy") == 0
+    assert run(threads, monkeypatch, "--train-steps", "2", "--skip", "features,busy") == 0
     assert threads.events[0] == "prepare" and "measure train" in threads.events
 
 
 @pytest.mark.parametrize("skip", [["alone", "busy"], ["train", "features"]])
 def test_a_skip_leaving_nothing_to_measure_is_refused_up_front(threads, monkeypatch, capsys, skip):
-    assert run(threads, monkeypatch, "--skip", *skip) == 2
+    assert run(threads, monkeypatch, "--skip", ",".join(skip)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --skip") and err.count("\n") == 1
     assert threads.events == []  # no world made, no background job, no settle wait
@@ -64,6 +64,6 @@ def test_a_failed_measured_run_is_one_line_and_exit_2(monkeypatch, capsys):
 
     monkeypatch.setattr(module.subprocess, "run", fake_run)
     monkeypatch.setattr(module, "wait_for_quiet", lambda limit: None)
-    assert run(module, monkeypatch, "--train-steps", "2", "--skip", "features", "busy") == 2
+    assert run(module, monkeypatch, "--train-steps", "2", "--skip", "features,busy") == 2
     err = capsys.readouterr().err
     assert err == "error: train.py (default threads, alone-train-0-0) exited 1: error: out of memory\n"

@@ -543,7 +543,7 @@ def test_extraction_joins_continuations_drops_comments_and_splits_chains(tmp_pat
     ("data", ["features", "import", "SPLIT", "--embedding", "E.npy"], ["no option --embedding"]),
     ("zeroshot", ["train", "--train", "S", "--out", "D", "loss.rho=1", "loss.rhoo=1"], ["loss.rhoo"]),
     ("backretrieval", ["score", "--src-text", "a.npy", "--retrieval", "csls", "--bootstrapp", "5"], ["--bootstrapp"]),
-    ("experiments/study_bkr_vs_corr.py", ["--data", "D", "--families", "F", "--out-dir", "O"], []),
+    ("experiments/study_bkr_vs_corr.py", ["--data", "D", "--families", "F", "--out", "O"], []),
     ("bench/bench_synth.py", ["--images", "100", "--image-sizes", "32"], ["--image-sizes"]),
 ])
 def test_checker_accepts_real_commands_and_names_what_is_wrong(program, args, expected):

@@ -608,7 +608,7 @@ def test_sentence_translation_score_for_the_trainer(world):
 def test_word_command_with_the_lexicon(world, fake, tmp_path):
     out = tmp_path / "out"
     assert run(["word", "--model", "full", "--name", "full", "--dictionary", str(world / "dictionary"),
-                "--procrustes", "none", "multi", "--out", str(out)]) == 0
+                "--procrustes", "none,multi", "--out", str(out)]) == 0
     metrics = record(out, "word")["metrics"]
     for tag in ("nn/none", "csls/none", "nn/multi"):
         assert metrics[tag]["precision@1"] == 1.0 and metrics[tag]["recall@10"] == 1.0
@@ -1075,8 +1075,14 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
     (["cluster", "--model", "full", "--split", "{test}", "--n-groups", "3", "--k", "9"],
      "error: --k 9: k-means needs fewer clusters than the 9 sentences sampled (3 groups x 3 languages; one sentence a "
      "cluster makes every purity 1, as chance): lower --k or sample more groups (--n-groups)"),
-    (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],
-     "error: {test}: a parallel set needs at least 2 languages, found ['en']"),
+    (["cluster", "--model", "full", "--split", "{test}", "--languages", "en,en"],  # was read as one language
+     "error: argument --languages: en given twice in 'en,en'; expected each language once"),
+    (["cluster", "--model", "full", "--split", "{test}", "--languages", ","],  # was every language of the split
+     "error: argument --languages: expected comma-separated language codes, e.g. en,de,fr, got ','"),
+    (["select", "--model", "full", "--retrieval", "cosine,cls"],
+     "error: argument --retrieval: invalid choice 'cls' (choose from cosine, csls) (in 'cosine,cls')"),
+    (["select", "--model", "full", "--maxsim", "0,-1"],
+     "error: argument --maxsim: expected a finite number >= 0, got -1.0 (in '0,-1')"),
     (["correspondence", "--model", "full", "--split", "{test}", "--lr", "-1"],
      "error: --lr -1.0: expected a learning rate > 0"),
     (["generate", "--model", "full", "--train", "{train}", "--split", "{test}", "--d-model", "6"],

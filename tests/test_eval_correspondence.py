@@ -148,7 +148,7 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
     split = _write_split(tmp_path / "split", {"en": EN, "de": DE, "el": EL, "zh": ZH})
     out = tmp_path / "out"
     argv = ["correspondence", "--model", str(tiny_run), "--name", "tiny", "--split", str(split), "--out", str(out),
-            "--epochs", "1", "--probe-seeds", "0", "1"]
+            "--epochs", "1", "--probe-seeds", "0,1"]
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
     assert exit_info.value.code == 0
@@ -175,7 +175,7 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
     assert json.loads(json.dumps(longer)) != d["per_seed"]  # so --epochs must reach the probe for the line above
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv[:-3] + ["--probe-seeds", "0", "--seen", "en,zh", "--name", "seen-en-zh"])
+        cli.main(argv[:-2] + ["--probe-seeds", "0", "--seen", "en,zh", "--name", "seen-en-zh"])
     assert exit_info.value.code == 0
     other = json.loads((out / "correspondence-seen-en-zh.json").read_text(encoding="utf-8"))["details"]
     assert other["seen_languages"] == ["en", "zh"] and other["unseen_languages"] == ["de", "el"]

@@ -48,8 +48,8 @@ def test_the_screens_held_out_images_are_never_trained_on(tune, tiny_world):
     assert len(held) == 20 and not trained & held
     assert trained | held == set(target_ids)  # every other image of the target is trained on
     every, none = tune.training_images(ids, target_ids, languages, held_out=0, seed=3)
-    assert {ids[r] for r in every} == set(target_ids) and none == set()  # --held-out 0: a cache to train on
-    with pytest.raises(UserError, match="too few for --held-out 80"):
+    assert {ids[r] for r in every} == set(target_ids) and none == set()  # --held-out-images 0: a cache to train on
+    with pytest.raises(UserError, match="too few for --held-out-images 80"):
         tune.training_images(ids, target_ids, languages, held_out=80, seed=3)
 
 
@@ -58,12 +58,13 @@ def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tu
     target, ids = colour_target
     out = tmp_path / "vectors"
     torch.set_num_threads(1)
-    assert tune.main(["--split", str(tiny_world / "train"), "--target", str(target), "--held-out", "24",
+    assert tune.main(["--split", str(tiny_world / "train"), "--target", str(target), "--held-out-images", "24",
                       "--epochs", "8", "--batch-size", "12", "--image-size", "64", "--lr", "1e-3",
-                      "--head-lr", "1e-2", "--out-dir", str(out)]) == 0
+                      "--head-lr", "1e-2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "on 72 images (24 held out for the screen)" in printed
     assert "experiments/image_vector_agreement.py" in printed and f"--cache finetuned={out}/finetuned" in printed
+    assert "--held-out-images 24 " in printed  # the screen's command, as image_vector_agreement.py spells it
     _, held = tune.training_images(ids, ids, None, 24, 0)
     colours = np.asarray(load_feature_cache(target).features[:, 0], dtype=np.float32).argmax(1)
     head = load_feature_cache(out / "finetuned-head")
@@ -96,7 +97,7 @@ def test_fine_tuning_teaches_held_out_images_the_target_and_moves_every_stage(tu
 
 def test_a_target_that_is_no_cache_is_one_line(tune, tiny_world, tmp_path, capsys):
     assert tune.main(["--split", str(tiny_world / "train"), "--target", str(tmp_path / "nothing"),
-                      "--out-dir", str(tmp_path / "out")]) == 2
+                      "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
 
 
@@ -107,8 +108,8 @@ def test_held_out_0_prints_the_cache_build_and_the_settings_are_saved(tune, tiny
     target, _ids = colour_target
     out = tmp_path / "vectors"
     torch.set_num_threads(1)
-    argv = ["--split", str(tiny_world / "train"), "--target", str(target), "--held-out", "0", "--max-images", "12",
-            "--epochs", "1", "--batch-size", "12", "--image-size", "64", "--seed", "5", "--out-dir", str(out)]
+    argv = ["--split", str(tiny_world / "train"), "--target", str(target), "--held-out-images", "0", "--max-images",
+            "12", "--epochs", "1", "--batch-size", "12", "--image-size", "64", "--seed", "5", "--out", str(out)]
     assert tune.main(argv) == 0
     printed = capsys.readouterr().out
     assert "image_vector_agreement.py" not in printed  # nothing held out: no screen
@@ -124,5 +125,5 @@ def test_held_out_0_prints_the_cache_build_and_the_settings_are_saved(tune, tiny
 @pytest.mark.parametrize("bad", [["--seed", "-1"], ["--lr", "0"], ["--head-lr", "-1"]])
 def test_a_negative_seed_or_learning_rate_is_a_usage_error(tune, tmp_path, bad):
     with pytest.raises(SystemExit) as exit_:
-        tune.main(["--split", str(tmp_path), "--target", str(tmp_path), "--out-dir", str(tmp_path / "o"), *bad])
+        tune.main(["--split", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "o"), *bad])
     assert exit_.value.code == 2

@@ -63,7 +63,7 @@ def test_from_model_writes_each_images_mean_caption_embedding_under_the_run(stud
     from globetrotter.evaluation.models import encode_texts, load_model
 
     split = tiny_world / "train"
-    assert study.main(["--split", str(split), "--from-model", str(tiny_run), "--out-dir", str(tmp_path)]) == 0
+    assert study.main(["--split", str(split), "--from-model", str(tiny_run), "--out", str(tmp_path)]) == 0
     cache = load_feature_cache(tmp_path / f"self-{tiny_run.name}")
     metas = read_captions(split)
     image = str(metas[0]["image_id"])
@@ -77,7 +77,7 @@ def test_from_model_writes_each_images_mean_caption_embedding_under_the_run(stud
 
 
 def test_from_model_refuses_a_folder_that_is_not_a_run(study, tiny_world, tmp_path, capsys):
-    assert study.main(["--split", str(tiny_world / "train"), "--from-model", str(tmp_path), "--out-dir",
+    assert study.main(["--split", str(tiny_world / "train"), "--from-model", str(tmp_path), "--out",
                        str(tmp_path / "out")]) == 2
     assert "no config.yaml (expected a trained run folder)" in capsys.readouterr().err
 
@@ -90,7 +90,7 @@ def test_a_caption_source_that_is_not_there_is_named_before_anything_is_read(stu
     token, multi30k = sources
     given = {"--flickr8k": token, "--multi30k": multi30k, missing: tmp_path / "nowhere"}
     out = tmp_path / "out"
-    argv = ["--split", str(tiny_world / "train"), "--out-dir", str(out)]
+    argv = ["--split", str(tiny_world / "train"), "--out", str(out)]
     assert study.main(argv + [str(a) for flag, path in given.items() for a in (flag, path)]) == 2
     kind = "file" if missing == "--flickr8k" else "folder"
     assert capsys.readouterr().err.startswith(f"error: {missing} {tmp_path / 'nowhere'}: no such {kind} (from ")
@@ -123,7 +123,7 @@ def test_own_captions_are_each_images_own_words_and_share_nothing_across_scripts
     from globetrotter.data.feature_cache import load_feature_cache
 
     split = tiny_world / "train"
-    assert study.main(["--split", str(split), "--own-captions", str(split), "--out-dir", str(tmp_path)]) == 0
+    assert study.main(["--split", str(split), "--own-captions", str(split), "--out", str(tmp_path)]) == 0
     cache = load_feature_cache(tmp_path / "own-captions")
     caption = {str(m["image_id"]): (m["caption"], m["lang"]) for m in read_captions(split)}
     assert sorted(cache.row_of) == sorted(caption)

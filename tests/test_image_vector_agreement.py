@@ -80,7 +80,7 @@ def test_caches_without_shared_images_or_too_few_are_refused(agree):
     ids, ref, _ = clustered(n=50)
     with pytest.raises(UserError, match="cache other: none of its image ids are in the reference"):
         agree.screen((ids, ref), {"other": ([f"x{i}" for i in range(50)], ref)}, held_out=10)
-    with pytest.raises(UserError, match="50 images shared .* too few for --held-out 45"):
+    with pytest.raises(UserError, match="50 images shared .* too few for --held-out-images 45"):
         agree.screen((ids, ref), {"c": (ids, ref)}, held_out=45, k=10)
 
 
@@ -89,7 +89,7 @@ def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys
     reference = write_cache(tmp_path / "described", ids, ref)
     onehot = write_cache(tmp_path / "topics", ids, np.eye(6)[topic])
     out = tmp_path / "report" / "agreement.json"
-    assert agree.main(["--reference", str(reference), "--cache", str(onehot), "--held-out", "100", "--k", "5",
+    assert agree.main(["--reference", str(reference), "--cache", str(onehot), "--held-out-images", "100", "--k", "5",
                        "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["args"]["cache"] == {"topics": str(onehot)}
@@ -123,14 +123,15 @@ def test_across_languages_needs_k_images_of_other_languages(agree):
         agree.screen((ids, ref), {"same": (ids, ref)}, held_out=40, k=5, strengths=(1.0,), languages=langs)
 
 
-@pytest.mark.parametrize("bad", [["--seed", "-1"], ["--ridge", "10", "-5"], ["--out", "AFILE/report.json"]])
+@pytest.mark.parametrize("bad", [["--seed", "-1"], ["--ridge", "10,-5"], ["--out", "AFILE/report.json"]])
 def test_bad_options_are_usage_errors_before_the_screen_runs(agree, tmp_path, capsys, bad):
     ids, ref, _ = clustered(n=60)
     reference = write_cache(tmp_path / "described", ids, ref)
     (tmp_path / "afile").write_text("")
     bad = [b.replace("AFILE", str(tmp_path / "afile")) for b in bad]
     with pytest.raises(SystemExit) as exit_:
-        agree.main(["--reference", str(reference), "--cache", str(reference), "--held-out", "20", "--k", "3", *bad])
+        agree.main(["--reference", str(reference), "--cache", str(reference), "--held-out-images", "20", "--k", "3",
+                    *bad])
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and bad[0] in err and "Traceback" not in err

@@ -229,6 +229,7 @@ def test_user_mistakes_are_one_line_errors_before_anything_is_written(protocol, 
 @pytest.mark.parametrize("extra, expected", [
     (["--n-groups", "0"], "--n-groups: expected a positive integer, got 0"),
     (["--out", "FILE"], "cannot create the output folder (a file of that name exists)"),
+    (["--languages", "en,de,en"], "--languages: en given twice in 'en,de,en'"),
 ])
 def test_bad_counts_and_an_out_that_is_a_file_are_usage_errors(protocol, tiny_world, tmp_path, capsys, extra,
                                                                expected):

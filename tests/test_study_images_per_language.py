@@ -13,11 +13,11 @@ def curve():
     return load_experiment("study_images_per_language")
 
 
-@pytest.mark.parametrize("bad", [["--seeds", "-1"], ["--n-groups", "0"], ["--n-groups", "-5"],
-                                 ["--out-dir", "AFILE/out"]])
+@pytest.mark.parametrize("bad", [["--seeds", "-1"], ["--seeds", "0,-1"], ["--shares", "0.5,x"], ["--n-groups", "0"],
+                                 ["--n-groups", "-5"], ["--languages", "en,de,en"], ["--out", "AFILE/out"]])
 def test_bad_counts_and_an_unwritable_out_dir_are_usage_errors(curve, tmp_path, capsys, bad):
     (tmp_path / "afile").write_text("")
-    argv = ["--out-dir", str(tmp_path / "out"), *[b.replace("AFILE", str(tmp_path / "afile")) for b in bad]]
+    argv = ["--out", str(tmp_path / "out"), *[b.replace("AFILE", str(tmp_path / "afile")) for b in bad]]
     with pytest.raises(SystemExit) as exit_:
         curve.main(argv)
     assert exit_.value.code == 2 and bad[0] in capsys.readouterr().err
@@ -47,7 +47,7 @@ def test_a_given_run_is_placed_at_the_images_of_its_own_config_not_the_model_con
     monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
     out = tmp_path / "out"
     curve.main(["--model", f"full={full}", f"sup={sup}", "--shares", "1", "--seeds", "0",
-                "--run", f"full:1:0={run_dir}", f"sup:1:0={run_dir}", "--out-dir", str(out)])
+                "--run", f"full:1:0={run_dir}", f"sup:1:0={run_dir}", "--out", str(out)])
     rows = json.loads((out / "curve.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["full", "sup"]
     assert rows[0]["images_per_language"] == rows[1]["images_per_language"] == curve.images_per_language(full)
@@ -76,7 +76,7 @@ def test_a_finished_run_of_another_config_is_refused_not_put_in_the_curve(curve,
     monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
     monkeypatch.setattr(curve, "run", lambda *args: pytest.fail("trained or evaluated a run"))
     argv = ["--model", f"full={model}", "--shares", "0.5", "--seeds", "1", "--runs-dir", str(runs),
-            "--out-dir", str(tmp_path / "out")]
+            "--out", str(tmp_path / "out")]
     curve.main(argv)  # the same config (steps aside, a run's own setting): reused
     assert [r["run"] for r in json.loads((tmp_path / "out" / "curve.json").read_text())["rows"]] == [str(run_dir)]
     save_config(load_train_config(model, ["loss.cloze=0.25"]), model)  # the model's config edited since
@@ -118,7 +118,7 @@ def test_relative_runs_and_out_folders_are_the_working_folders_not_the_repos(cur
 
     monkeypatch.setattr(curve, "run", train_py)
     monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
-    curve.main(["--model", f"full={model}", "--shares", "1", "--seeds", "0", "--runs-dir", "runs", "--out-dir", "out"])
+    curve.main(["--model", f"full={model}", "--shares", "1", "--seeds", "0", "--runs-dir", "runs", "--out", "out"])
     assert trained == [work / "runs" / "curve-full-sh1-s0"]
     rows = json.loads((work / "out" / "curve.json").read_text())["rows"]
     assert [r["run"] for r in rows] == [str(work / "runs" / "curve-full-sh1-s0")]
@@ -167,7 +167,7 @@ def test_a_relative_config_and_split_are_one_file_for_the_study_and_for_train_py
     monkeypatch.setattr(curve, "translation", translation)
     monkeypatch.setattr(curve, "run_images_per_language", lambda *args: 10.0)  # the repo config's data is not here
     curve.main(["--model", "repo=configs/flickr8k.yaml", "mine=mine.yaml", "--shares", "1", "--seeds", "0",
-                "--runs-dir", str(runs), "--split", "test-split", "--out-dir", "out"])
+                "--runs-dir", str(runs), "--split", "test-split", "--out", "out"])
     assert trained == ["curve-mine-sh1-s0"]  # the repo's run reused: its config is the repo's file
     assert scored == [work / "test-split"] * 2
     rows = json.loads((work / "out" / "curve.json").read_text())["rows"]
@@ -175,7 +175,7 @@ def test_a_relative_config_and_split_are_one_file_for_the_study_and_for_train_py
     # a config in neither folder: one line before any training
     with pytest.raises(SystemExit) as stop:
         curve.main(["--model", "a=mine.yaml", "b=nowhere.yaml", "--shares", "1", "--seeds", "1", "--runs-dir",
-                    str(runs), "--out-dir", "out2"])
+                    str(runs), "--out", "out2"])
     assert stop.value.code == 2 and trained == ["curve-mine-sh1-s0"]
     assert capsys.readouterr().err.strip() == ("error: --model b=nowhere.yaml: config file not found (in the working "
                                                f"folder {work} or the repo)")
@@ -208,9 +208,28 @@ def test_a_runs_relative_data_root_is_counted_in_the_repo_where_train_py_read_it
     monkeypatch.setattr(curve, "translation", lambda *args: 0.02)
     monkeypatch.chdir(work)
     curve.main(["--model", f"full={model}", "--shares", "1", "--seeds", "0", "--run", "full:1:0=run",
-                "--out-dir", "out"])
+                "--out", "out"])
     [row] = json.loads((work / "out" / "curve.json").read_text())["rows"]
     assert row["images_per_language"] == curve.images_per_language(model)  # the tiny world's count
     here = load_train_config(None, [f"data.root={work / 'data' / 'tiny'}", "data.synth=null"])
     save_config(here, tmp_path / "here.yaml")
     assert curve.images_per_language(tmp_path / "here.yaml") != row["images_per_language"]  # tells the bug apart
+
+
+def test_eval_py_is_given_the_languages_as_one_comma_separated_value(curve, tmp_path, monkeypatch):
+    """--languages is read (and checked) as a list; eval.py select and sentence get it back as one value."""
+    import json
+
+    args = curve.build_parser().parse_args(["--out", str(tmp_path), "--languages", "en,de"])
+    commands = []
+
+    def eval_py(cmd, log):
+        commands.append(cmd)
+        if cmd[2] == "sentence":
+            (tmp_path / "eval" / "sentence-x.json").write_text(json.dumps({"metrics": {"sentence_translation": 0.5}}))
+
+    (tmp_path / "eval").mkdir()
+    monkeypatch.setattr(curve, "run", eval_py)
+    assert curve.translation(tmp_path / "run", args, "x", tmp_path) == 0.5
+    assert [cmd[2] for cmd in commands] == ["select", "sentence"]
+    assert all(cmd[cmd.index("--languages") + 1] == "en,de" for cmd in commands)

@@ -109,10 +109,11 @@ def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):
 
 
 def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
-    """--seeds a said "invalid <lambda> value"."""
+    """--seeds a said "invalid <lambda> value"; a bad one of several is named."""
     z = _driver()
-    for argv, message in ((["--seeds", "a"], "argument --seeds: expected comma-separated integer seeds, e.g. 0,1; "
-                                             "got 'a'"),
+    for argv, message in ((["--seeds", "a"], "argument --seeds: invalid int value: 'a'"),
+                          (["--seeds", "0,x"], "argument --seeds: invalid int value: 'x' (in '0,x')"),
+                          (["--rows", "0,x"], "argument --rows: expected an integer >= 0, got 'x' (in '0,x')"),
                           (["--languages", "en,en"], "argument --languages: en given twice in 'en,en'")):
         with pytest.raises(SystemExit) as stop:
             z.main(argv)

@@ -197,7 +197,7 @@ def test_triplet_command_end_to_end(recipe_docs, tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(out), "--epochs", "20",
                  "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8", "--ks", "1,5",
-                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--annotate", "en->ru"])
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--annotate", "en->ru,ru->es"])
     assert code == 0
     record = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert record["n_train"] == 4 * 3 * 5 and record["n_eval"] == 4 * 3 * 3
@@ -312,7 +312,8 @@ def test_triplet_command_refuses_npy_features_of_the_wrong_form_and_unused_or_un
                            (["--image-model", "resnet50"], "--image-model resnet50: the documents' images are"),
                            (["--annotate", "en-ru"], "--annotate 'en-ru': not a language pair of the evaluation "
                                                      "documents; expected A->B with A, B two of en, es, ru"),
-                           (["--annotate", "en->de"], "--annotate 'en->de': not a language pair")]:
+                           (["--annotate", "en->de"], "--annotate 'en->de': not a language pair"),
+                           (["--annotate", "en->ru,en->de"], "--annotate 'en->de': not a language pair")]:
         assert main([*args, "--docs", str(docs), *extra]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err

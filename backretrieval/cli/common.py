@@ -98,17 +98,42 @@ def integer_at_least(minimum: int):
 
 
 def comma_separated(item: Callable[[str], T]) -> Callable[[str], list[T]]:
-    """An argparse ``type``: comma-separated values (``--ks 1,5,10``), each read by the argparse type ``item``, as the
-    project's other commands take their lists of K and of languages."""
-    return lambda text: [item(part) for part in text.split(",")]
+    """An argparse ``type``: comma-separated values in one token (``--ks 1,5,10``), each read by the argparse type
+    ``item``, as every command of the project takes its lists of numbers, codes and choices. A bad item is a usage
+    error naming it (and the value it is part of)."""
+    def parse(text: str) -> list[T]:
+        values, within = [], f" (in {text!r})" if "," in text else ""
+        for part in text.split(","):
+            try:
+                values.append(item(part.strip()))
+            except argparse.ArgumentTypeError as err:
+                raise argparse.ArgumentTypeError(f"{err}{within}") from None
+            except (TypeError, ValueError):  # a plain type (int, float), as argparse words its error
+                name = getattr(item, "__name__", "")
+                raise argparse.ArgumentTypeError(f"invalid {name} value: {part.strip()!r}{within}") from None
+        return values
+    return parse
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    """An argparse ``type``: one of ``choices`` (for :func:`comma_separated` lists of choices, which argparse's own
+    ``choices`` cannot check: it would compare the whole list)."""
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice {text!r} (choose from {', '.join(choices)})")
+        return text
+    return parse
 
 
 def language_codes(text: str) -> list[str]:
     """An argparse ``type``: comma-separated language codes (``en,de,fr``), as every command of the project takes
-    ``--languages``."""
+    ``--languages``; an empty list, or a code given twice, is a usage error."""
     codes = [code.strip() for code in text.split(",") if code.strip()]
     if not codes:
         raise argparse.ArgumentTypeError(f"expected comma-separated language codes, e.g. en,de,fr, got {text!r}")
+    repeated = sorted({code for code in codes if codes.count(code) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {text!r}; expected each language once")
     return codes
 
 
@@ -297,15 +322,15 @@ def report_image_lists(image_lists: ImageLists | None, approximate: bool) -> Non
 
 
 def writable_outputs(out_dir: str | Path, names: Iterable[str]) -> None:
-    """Refuse --out-dir, or a file the command will write in it (``names``: a folder of that name, say), before any
-    work: the results were lost when writing them failed at the end."""
-    writable_dir(out_dir, "--out-dir")
+    """Refuse the --out folder, or a file the command will write in it (``names``: a folder of that name, say),
+    before any work: the results were lost when writing them failed at the end."""
+    writable_dir(out_dir, "--out")
     for name in names:
-        writable_file(Path(out_dir) / name, f"{name} in --out-dir")
+        writable_file(Path(out_dir) / name, f"{name} in --out")
 
 
 def replace_plots(out_dir: Path, written: list[Path], patterns: tuple[str, ...]) -> None:
-    """Remove the plots of an earlier run in a reused --out-dir that this run did not write (by the names the
+    """Remove the plots of an earlier run in a reused --out folder that this run did not write (by the names the
     command gives its plots), and say so in one line: the folder then holds one run, as its JSON record does."""
     stale = remove_earlier_outputs(out_dir, patterns, written)
     if stale:

@@ -5,9 +5,10 @@ import argparse
 import sys
 
 from ..comparison import compare
+from ..uncertainty import TESTS
 from ..files import writable_file
-from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
-                     integer_at_least, metric_options, record_rank_cap, report_image_lists)
+from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, comma_separated,
+                     emit_json, inputs, integer_at_least, metric_options, one_of, record_rank_cap, report_image_lists)
 
 
 def add_parser(sub) -> None:
@@ -33,8 +34,8 @@ def add_parser(sub) -> None:
                         "recorded beside them (NPY.ks.json; files without it: at --ks)")
     p.add_argument("--names", nargs=2, default=["A", "B"], metavar=("A", "B"),
                    help="labels of the two models (default: A B)")
-    p.add_argument("--tests", nargs="+", choices=("mcnemar", "bootstrap"), default=["mcnemar", "bootstrap"],
-                   help="paired tests to run (default: both)")
+    p.add_argument("--tests", type=comma_separated(one_of(*TESTS)), default=list(TESTS), metavar="TEST,TEST",
+                   help=f"paired tests to run, comma-separated: {', '.join(TESTS)} (default: {','.join(TESTS)})")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict (default: 0.05)")
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the bootstrap and of the approximate indexes (--approximate's text index and image "

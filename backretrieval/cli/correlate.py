@@ -11,7 +11,7 @@ from ..evaluate import correlate_split, language_pairs
 from ..hubness import DEFAULT_CSLS_K
 from ..files import make_dir, read_text_lines, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
-                     command_line_specs, emit_json, extractor, inputs, integer_at_least, replace_plots,
+                     comma_separated, command_line_specs, emit_json, extractor, inputs, integer_at_least, replace_plots,
                      resolve_dependent_options, writable_outputs)
 
 
@@ -26,15 +26,17 @@ def add_parser(sub) -> None:
                    help="a parallel split folder (captions tied by 'group')")
     p.add_argument("--models", nargs="+", default=[], metavar="SPEC", help="text model specs ([NAME=]SPEC), at least 2")
     p.add_argument("--models-file", metavar="TXT", help="more specs, one per line ('#' comments allowed)")
-    p.add_argument("--pairs", nargs="+", metavar="SRC-TGT",
-                   help="language pairs, e.g. en-de de-en (default: all ordered pairs)")
+    p.add_argument("--pairs", type=comma_separated(str), metavar="SRC-TGT,SRC-TGT",
+                   help="language pairs, comma-separated, e.g. en-de,de-en (default: all ordered pairs)")
     p.add_argument("--n", type=int, metavar="N",
                    help="items per side and seed (default: min(10000, items // 2); paper: 10000)")
-    p.add_argument("--seeds", type=integer_at_least(1), default=25, help="number of seeds (default: 25, as in the paper)")
+    p.add_argument("--n-seeds", dest="seeds", type=integer_at_least(1), default=25, metavar="N",
+                   help="number of seeds (default: 25, as in the paper)")
     p.add_argument("--corr-pairs", type=integer_at_least(1), default=1_000_000, help="pairs sampled for CORR (default: 1000000)")
     p.add_argument("--report-k", type=int,
                    help="K used for the table and scatter (default: 10 if in --ks, else the largest)")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="where protocol.json, table.md and PNGs go")
+    p.add_argument("--out", dest="out_dir", required=True, metavar="DIR",
+                   help="where protocol.json, table.md and PNGs go")
     add_interval_options(p, "bootstrap replicates over queries: per seed and model, an interval for every BkR / "
                             "XLR / CORR figure in protocol.json (default: 1000; 0: none)")
     p.add_argument("--retrieval", choices=("cosine", "csls"), default="cosine",
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                              seeds=args.seeds, ks=args.ks, ties=args.ties, max_rank=args.max_rank,
                              corr_pairs=args.corr_pairs, retrieval=args.retrieval, bootstrap=args.bootstrap,
                              level=args.level, online=args.online, progress=not args.no_progress)
-    out_dir = make_dir(args.out_dir, "--out-dir")
+    out_dir = make_dir(args.out_dir, "--out")
     replace_plots(out_dir, result.save_plots(out_dir, report_k), ("scatter_*.png",))
     for label, res in result.pairs.items():
         c = res["correlation"][f"@{report_k}"]

@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
                    help="at most N source and N target captions per pair (default: all)")
     p.add_argument("--seed", type=integer_at_least(0), default=0,
                    help="seed of the non-matching split and subsampling (default: 0)")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
+    p.add_argument("--out", dest="out_dir", required=True, metavar="DIR", help="where results.json and the PNGs go")
     add_metric_options(p)
     add_beyond_paper_options(p, image_index=False)  # eval takes no --image-index
     add_model_options(p)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.languages,
                             max_per_lang=args.max_per_language, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
-    out_dir = make_dir(args.out_dir, "--out-dir")
+    out_dir = make_dir(args.out_dir, "--out")
     replace_plots(out_dir, result.save_plots(out_dir), ("heatmap_*.png", "boxplot_bkr*.png"))
     for label, res in result.results.items():
         print(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()), file=sys.stderr)

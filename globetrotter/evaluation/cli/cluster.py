@@ -20,7 +20,7 @@ _CLUSTER_HELP = (
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    result = cluster_task.evaluate(args.model, args.split, languages=common.languages(args.languages),
+    result = cluster_task.evaluate(args.model, args.split, languages=args.languages,
                                    n_groups=args.n_groups, k=args.k, head=args.head, seed=args.seed,
                                    batch_size=args.batch_size, name=args.name, device=args.device)
     m, d = result.metrics, result.details

@@ -6,15 +6,10 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from globetrotter.argtypes import non_negative_int, output_folder, positive_int, torch_device
+from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int, torch_device
 
 from .. import models
 from ..records import DEFAULT_OUT, Result, record_path
-
-
-def languages(arg: str | None) -> list[str] | None:
-    """A comma-separated ``--languages`` value as a list (None when absent)."""
-    return [x.strip() for x in arg.split(",") if x.strip()] if arg else None
 
 
 DEVICE_HELP = "torch device of the model: cpu, cuda, cuda:1, ... (default cpu)"
@@ -49,7 +44,8 @@ def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "pa
               detail: str = "shards + manifest.json; groups tie translations") -> None:
     """``--split`` (``what`` it is, then ``detail`` in brackets: what the folder holds) and ``--languages``."""
     p.add_argument("--split", required=required, help=f"{what} ({detail})")
-    p.add_argument("--languages", help="comma-separated language codes to use (default: all of the split)")
+    p.add_argument("--languages", type=language_codes, metavar="CODES",
+                   help="comma-separated language codes to use (default: all of the split)")
 
 
 def load(args: argparse.Namespace):

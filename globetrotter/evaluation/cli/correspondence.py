@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import int_at_least, positive_int
+from globetrotter.argtypes import comma_separated, int_at_least, language_codes, positive_int
 
 from ..correspondence import MIN_UNITS
 from ..tasks import correspondence as correspondence_task
@@ -30,7 +30,7 @@ _CORRESPONDENCE_HELP = (
 
 def _correspondence(args: argparse.Namespace) -> int:
     result = correspondence_task.evaluate(
-        args.model, args.split, languages=common.languages(args.languages), seen=common.languages(args.seen),
+        args.model, args.split, languages=args.languages, seen=args.seen,
         max_per_language=args.max_per_language, test_fraction=args.test_fraction, min_units=args.min_units,
         epochs=args.epochs, probe_batch_size=args.probe_batch_size, lr=args.lr, probe_seeds=args.probe_seeds,
         seed=args.seed, batch_size=args.batch_size, name=args.name, device=args.device)
@@ -52,7 +52,8 @@ def register(sub) -> None:
     common.add_model(p)
     common.add_split(p, what="split folder whose captions build the task, e.g. the test split as in the paper",
                      detail="shards + manifest.json; no groups needed")
-    p.add_argument("--seen", help="comma-separated languages the probe trains on (default: first half of the sorted languages, rounded up)")
+    p.add_argument("--seen", type=language_codes, metavar="CODES",
+                   help="comma-separated languages the probe trains on (default: first half of the sorted languages, rounded up)")
     p.add_argument("--max-per-language", type=positive_int, default=2000,
                    help="training examples per seen language and test examples per unseen language (default %(default)s)")
     p.add_argument("--test-fraction", type=float, default=0.2, help="share of seen-language images held out for the seen test (default %(default)s)")
@@ -61,5 +62,6 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=positive_int, default=3, help="probe training epochs (paper: 1, on a far larger split; default %(default)s)")
     p.add_argument("--probe-batch-size", type=positive_int, default=64, help="probe training batch (default %(default)s)")
     p.add_argument("--lr", type=float, default=1e-3, help="probe peak learning rate, AdamW one-cycle (default %(default)s)")
-    p.add_argument("--probe-seeds", type=int, nargs="+", default=[0, 1, 2], help="probe seeds; metrics are their mean (default 0 1 2)")
+    p.add_argument("--probe-seeds", type=comma_separated(int), default=[0, 1, 2], metavar="SEED,SEED",
+                   help="probe seeds, comma-separated; metrics are their mean (default 0,1,2)")
     p.set_defaults(func=_correspondence)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import language_codes, positive_int
 
 from ..tasks import generate as generate_task
 from . import common
@@ -34,7 +34,7 @@ def _generate(args: argparse.Namespace) -> int:
                             max_tokens=args.max_tokens, steps=args.steps, batch_size=args.decoder_batch_size,
                             lr=args.lr)
     result = generate_task.evaluate(
-        args.model, args.split, args.train, target=args.target, sources=common.languages(args.sources),
+        args.model, args.split, args.train, target=args.target, sources=args.sources,
         n_groups=args.n_groups, show=args.show, head=args.head, decoder=decoder, seed=args.seed,
         batch_size=args.batch_size, name=args.name, device=args.device)  # says on stderr when the decoder starts training
     m, d, target = result.metrics, result.details, args.target
@@ -66,7 +66,8 @@ def register(sub) -> None:
                         "parallel split sharing its groups or images)")
     p.add_argument("--split", required=True, help="parallel test split folder (groups tie translations)")
     p.add_argument("--target", default="en", help="language the decoder writes (default %(default)s)")
-    p.add_argument("--sources", help="comma-separated source languages (default: every other language of --split)")
+    p.add_argument("--sources", type=language_codes, metavar="CODES",
+                   help="comma-separated source languages (default: every other language of --split)")
     p.add_argument("--n-groups", type=positive_int, default=None, help="seeded sample of parallel groups (default: all)")
     p.add_argument("--show", type=int, default=5, help="examples printed (default %(default)s)")
     p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with (default: the text-text head)")

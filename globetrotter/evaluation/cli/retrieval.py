@@ -21,7 +21,7 @@ _RETRIEVAL_HELP = (
 
 def _retrieval(args: argparse.Namespace) -> int:
     ks = list(dict.fromkeys(args.ks))  # each K once
-    result = retrieval_task.evaluate(args.model, args.split, languages=common.languages(args.languages), ks=ks,
+    result = retrieval_task.evaluate(args.model, args.split, languages=args.languages, ks=ks,
                                      max_images=args.max_images, seed=args.seed, batch_size=args.batch_size,
                                      name=args.name, device=args.device)
     per_language = result.metrics["per_language"]

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from globetrotter.argtypes import non_negative_float, positive_int
+from globetrotter.argtypes import comma_separated, language_codes, non_negative_float, one_of, positive_int
 from globetrotter.errors import UserError
 from globetrotter.shell import program_command, program_name
 
@@ -48,8 +48,8 @@ SELECT_HELP = (
 
 
 CSLS_K = Ranking.csls_k
-DEFAULT_MAXSIM_ARG = ",".join(f"{w:g}" for w in select_task.DEFAULT_MAXSIM)
 """CSLS neighbours of a ranking given by flags (the ranking's default)."""
+RETRIEVALS = ("cosine", "csls")
 
 
 def add_ranking_options(p: argparse.ArgumentParser) -> None:
@@ -98,11 +98,15 @@ def register(sub) -> None:
     common.add_model(p, baselines=True)
     p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/val); "
                         "neither it nor --reference may be a test split")
-    p.add_argument("--languages", help="comma-separated language codes (default: all of the val split)")
-    p.add_argument("--heads", default=",".join(HEADS), help="heads to try (default %(default)s)")
-    p.add_argument("--maxsim", default=DEFAULT_MAXSIM_ARG,
-                   help="MaxSim weights to try, 0 = off (default %(default)s)")
-    p.add_argument("--retrieval", default="cosine,csls", help="rankings to try (default %(default)s)")
+    p.add_argument("--languages", type=language_codes, metavar="CODES",
+                   help="comma-separated language codes (default: all of the val split)")
+    p.add_argument("--heads", type=comma_separated(one_of(*HEADS)), default=list(HEADS), metavar="HEAD,HEAD",
+                   help=f"heads to try, comma-separated (default {','.join(HEADS)})")
+    p.add_argument("--maxsim", type=comma_separated(non_negative_float), default=list(select_task.DEFAULT_MAXSIM),
+                   metavar="W,W", help="MaxSim weights to try, comma-separated, 0 = off (default "
+                                       f"{','.join(f'{w:g}' for w in select_task.DEFAULT_MAXSIM)})")
+    p.add_argument("--retrieval", type=comma_separated(one_of(*RETRIEVALS)), default=list(RETRIEVALS),
+                   metavar="R,R", help=f"rankings to try, comma-separated (default {','.join(RETRIEVALS)})")
     p.add_argument("--max-per-language", type=positive_int,
                    help="val captions per language (default: the run's val.max_per_lang)")
     p.add_argument("--image-features", metavar="SPEC",
@@ -158,7 +162,7 @@ def run_sentence(args: argparse.Namespace) -> int:
                         f"statistics; the {ranking.label} ranking reads none (CSLS, MaxSim and the TF-IDF baseline's "
                         f"idf do): drop --reference-size")
     result = sentence_task.evaluate(
-        encoder, args.split, languages=common.languages(args.languages), n_groups=args.n_groups,
+        encoder, args.split, languages=args.languages, n_groups=args.n_groups,
         ranking=ranking, reference=reference, reference_size=reference_size, choice=choice,
         transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
         name=common.models.model_name(args.model, args.name))
@@ -191,27 +195,22 @@ def run_sentence(args: argparse.Namespace) -> int:
 
 
 def run_select(args: argparse.Namespace) -> int:
-    try:
-        maxsim = [float(w) for w in args.maxsim.split(",")]
-    except ValueError:
-        raise UserError(f"--maxsim {args.maxsim}: expected comma-separated weights >= 0") from None
-    rankings = args.retrieval.split(",")
-    if set(rankings) - {"cosine", "csls"}:
-        raise UserError(f"--retrieval {args.retrieval}: expected cosine, csls or both")
+    maxsim, rankings = args.maxsim, args.retrieval
     if args.csls_k is not None and "csls" not in rankings:
         raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; add csls to --retrieval or drop it")
     if is_baseline(args.model):  # its candidates are the text head's cosine and CSLS: nothing else is tried
-        asked = (("--heads", args.heads, ",".join(HEADS), set(args.heads.split(",")) <= {"text"}),
-                 ("--maxsim", args.maxsim, DEFAULT_MAXSIM_ARG, set(maxsim) <= {0.0}))
+        asked = (("--heads", args.heads, list(HEADS), set(args.heads) <= {"text"}),
+                 ("--maxsim", maxsim, list(select_task.DEFAULT_MAXSIM), set(maxsim) <= {0.0}))
         for flag, value, default, within_tried in asked:
             if value != default and not within_tried:
-                raise UserError(f"{flag} {value}: the TF-IDF and ridge baselines have one embedding and no token "
+                raise UserError(f"{flag} {','.join(f'{v:g}' if isinstance(v, float) else v for v in value)}: the "
+                                f"TF-IDF and ridge baselines have one embedding and no token "
                                 f"rows, so select tries only the text head's cosine and CSLS; drop {flag}")
     if args.against:  # checked before the model loads: a bad record is an error before any work
         select_task.read_against(args.against)
     encoder = common.load(args)
     result = select_task.select_ranking(
-        encoder, val=args.val, languages=common.languages(args.languages), heads=args.heads.split(","),
+        encoder, val=args.val, languages=args.languages, heads=args.heads,
         maxsim=maxsim, csls=[r == "csls" for r in rankings], csls_k=args.csls_k or CSLS_K, reference=args.reference,
         reference_size=args.reference_size or DEFAULT_SIZE, max_per_lang=args.max_per_language,
         image_features=args.image_features, seed=args.seed, batch_size=args.batch_size, device=args.device,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from backretrieval.errors import one_line_warnings
-from globetrotter.argtypes import non_negative_int, output_folder, positive_int
+from globetrotter.argtypes import comma_separated, non_negative_int, one_of, output_folder, positive_int
 from globetrotter.errors import UserError
 
 from .. import plots
@@ -58,7 +58,7 @@ def _word(args: argparse.Namespace) -> int:
                        "give --procrustes pairwise or multi, or drop")
     with one_line_warnings():  # duplicate dictionary pairs, too few candidates: one 'warning:' line each
         result = word_task.evaluate(
-            args.model, split=args.split, dictionary=args.dictionary, languages=common.languages(args.languages),
+            args.model, split=args.split, dictionary=args.dictionary, languages=args.languages,
             embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
             procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
             candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
@@ -92,7 +92,7 @@ def _word(args: argparse.Namespace) -> int:
 def _build_dictionary(args: argparse.Namespace) -> int:
     built = word_task.build_dictionary(
         args.split, args.dictionary_out, tokenizer=args.tokenizer, model=args.model, words=args.words,
-        languages=common.languages(args.languages), n_groups=args.n_groups, top_k=args.top_k, idf=args.idf,
+        languages=args.languages, n_groups=args.n_groups, top_k=args.top_k, idf=args.idf,
         min_count=args.min_count, seed=args.seed)
     sizes = [len(p) for p in built.pairs.values()]
     print(f"wrote {len(built.pairs)} dictionaries ({min(sizes)}–{max(sizes)} pairs each) from "
@@ -109,9 +109,11 @@ def register(sub) -> None:
     p.add_argument("--dictionary", help="folder of <src>-<tgt>.txt lexicon files (MUSE format); default: tf-idf from --split")
     p.add_argument("--embeddings", choices=["input", "contextual"], default="input",
                    help="input token embeddings (the paper; default) or contextual word embeddings")
-    p.add_argument("--method", nargs="+", choices=["nn", "csls"], default=["nn", "csls"], help="ranking(s) (default: both)")
-    p.add_argument("--procrustes", nargs="+", choices=["none", "pairwise", "multi"], default=["none"],
-                   help="refinement(s) before ranking (default: none)")
+    p.add_argument("--method", type=comma_separated(one_of("nn", "csls")), default=["nn", "csls"], metavar="M,M",
+                   help="ranking(s), comma-separated: nn, csls (default: nn,csls)")
+    p.add_argument("--procrustes", type=comma_separated(one_of("none", "pairwise", "multi")), default=["none"],
+                   metavar="P,P", help="refinement(s) before ranking, comma-separated: none, pairwise, multi "
+                                       "(default: none)")
     p.add_argument("--procrustes-k", type=positive_int,
                    help=f"with --procrustes pairwise or multi: mutual nearest neighbours for anchors (paper and default: "
                         f"{PROCRUSTES_K})")

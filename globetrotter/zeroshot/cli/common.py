@@ -19,17 +19,6 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
 
 
-def ks(value: str) -> list[int]:
-    """``--ks 1,5,10``: positive integers."""
-    try:
-        values = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
-    if not values or any(k < 1 for k in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
-    return values
-
-
 def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence[str], other: str, remedy: str) -> None:
     """One-line :class:`UserError` when the split named by ``where`` (e.g. ``--val DIR``) shows an image of the other
     split (``other``, e.g. ``"--train DIR images the adapter trains on"``), by image id; ``remedy`` ends it."""
@@ -37,17 +26,6 @@ def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence
     if shared:
         raise UserError(f"{where}: its captions show {len(shared)} of the {other} (e.g. {sorted(shared)[0]!r}); "
                         f"{remedy}")
-
-
-def languages(value: str) -> list[str]:
-    """``--languages en,de,fr``: language codes."""
-    codes = [v.strip() for v in value.split(",") if v.strip()]
-    if not codes:
-        raise argparse.ArgumentTypeError("expected comma-separated language codes, e.g. en,de,fr")
-    repeated = sorted({code for code in codes if codes.count(code) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {value!r}; expected each language once")
-    return codes
 
 
 def common_options() -> argparse.ArgumentParser:

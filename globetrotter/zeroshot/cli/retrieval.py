@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import distinct_names, named_path
+from globetrotter.argtypes import comma_separated, distinct_names, language_codes, named_path, positive_int
 
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
-from .common import check_json, formatter, ks, languages, write_json
+from .common import check_json, formatter, write_json
 
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is
@@ -74,11 +74,12 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help="test split folder (the same images in every language)")
     p.add_argument("--adapter", required=True, action="append", type=named_path, metavar="[NAME=]DIR",
                    help="trained adapter checkpoint (repeat to compare models in one table)")
-    p.add_argument("--languages", type=languages, metavar="CODES",
+    p.add_argument("--languages", type=language_codes, metavar="CODES",
                    help="languages to evaluate (default: all in the split)")
     p.add_argument("--all-captions", action="store_true", help="use every caption as a query, not the first per image")
     p.add_argument("--metric", choices=("l2", "cosine"), default=None,
                    help="ranking: cosine or squared Euclidean distance (default: the adapter's config, `metric`)")
-    p.add_argument("--ks", type=ks, default=list(DEFAULT_KS), metavar="K,K", help="the K of Recall@K (default 1,5,10)")
+    p.add_argument("--ks", type=comma_separated(positive_int), default=list(DEFAULT_KS), metavar="K,K",
+                   help="the K of Recall@K (default 1,5,10)")
     p.add_argument("--out", metavar="FILE", help="write the JSON record here")
     p.set_defaults(func=run)

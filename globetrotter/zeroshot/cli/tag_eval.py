@@ -9,7 +9,7 @@ import torch
 from backretrieval.data import load_split
 from backretrieval.images import default_image_weights
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import language_codes, positive_int
 from globetrotter.errors import UserError
 
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks, load_split_features
@@ -18,7 +18,7 @@ from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
 from ..train import load_adapter
-from .common import check_json, check_no_shared_images, formatter, languages, write_json
+from .common import check_json, check_no_shared_images, formatter, write_json
 
 TAG_EVAL_HELP = """\
 Measure multilingual image tagging (XTD10 3.3.2) on a split's held-out captions. The true tags
@@ -117,7 +117,8 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--test", required=True, metavar="SPLIT", help="split whose captions give the tag truth")
     p.add_argument("--vocab-from", required=True, metavar="SPLIT",
                    help="split whose captions give each language's candidate tags (a train split)")
-    p.add_argument("--languages", type=languages, metavar="CODES", help="languages to measure (default: all in --test)")
+    p.add_argument("--languages", type=language_codes, metavar="CODES",
+                   help="languages to measure (default: all in --test)")
     p.add_argument("--vocab-size", type=positive_int, default=1000, metavar="N",
                    help="candidate tags per language: its N most frequent content words (default 1000)")
     p.add_argument("--k", type=positive_int, default=5, metavar="K",

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 
-from globetrotter.argtypes import positive_int
+from globetrotter.argtypes import comma_separated, positive_int
 from globetrotter.errors import UserError
 
 from ..case_study import (case_study_configs, check_annotations, drop_small_pairs, languages_with_enough_images,
                           npy_image_features, pair_summary, precomputed_images, run_case_study, split_documents)
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..triplet import read_documents
-from .common import check_out_dir, formatter, ks, make_out_dir, write_json
+from .common import check_out_dir, formatter, make_out_dir, write_json
 
 DEFAULT_IMAGE_MODEL = "efficientnet_lite0"
 RESULTS = "results.json"
@@ -128,9 +128,11 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=positive_int, default=40, help="epochs (default 40)")
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="held-out share for choosing the epoch (default 0.1)")
-    p.add_argument("--ks", type=ks, default=[1, 5, 10], metavar="K,K", help="the K of BkR Recall@K (default 1,5,10)")
+    p.add_argument("--ks", type=comma_separated(positive_int), default=[1, 5, 10], metavar="K,K",
+                   help="the K of BkR Recall@K (default 1,5,10)")
     p.add_argument("--max-per-language", type=positive_int, default=None, metavar="N",
                    help="at most N documents per side of a pair (default: all)")
-    p.add_argument("--annotate", nargs="*", default=[], metavar="A->B", help="language pairs to label in the box plot")
+    p.add_argument("--annotate", type=comma_separated(str), default=[], metavar="A->B,A->B",
+                   help="language pairs to label in the box plot, comma-separated (default: none)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.set_defaults(func=run)
