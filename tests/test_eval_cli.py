@@ -355,7 +355,6 @@ def test_sentence_applies_a_choice_with_the_statistics_it_was_chosen_with(tiny_r
     from globetrotter.evaluation.sentence import parallel_set, sentence_translation
     from globetrotter.evaluation.tasks.common import resolve_model
 
-    import shutil
 
     # a pool that is neither the train split (the default) nor an evaluated split: val's captions, of other images
     # (a copy of val itself, its images included, is refused: its captions are the evaluated ones)

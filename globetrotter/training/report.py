@@ -5,7 +5,6 @@ import os
 import shlex
 from pathlib import Path
 
-from ..evaluation.records import versions  # result.json says them as every eval record does
 from ..shell import program_command
 
 

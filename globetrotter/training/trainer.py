@@ -43,6 +43,7 @@ from ..threads import ThreadChoice, apply_threads, choose_threads, load_average
 from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
+from ..evaluation.records import versions
 from . import adapt, token_init
 from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
@@ -50,7 +51,7 @@ from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported
                       with_text_languages)
 from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
                      refuse_foreign_files, refuse_used_folder, resume_position)
-from .report import splits_read, versions
+from .report import splits_read
 from .scheduler import warmup_cosine
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
