@@ -589,3 +589,24 @@ def test_an_adapted_runs_result_json_names_the_adaptation_split_as_its_train_spl
     assert data["old_captions"]["path"] == str((world / "train").resolve())
     assert data["old_captions"]["checksum"] == read_manifest(world / "train")["checksum"]
     assert data["test"]["checksum"] == read_manifest(world / "test")["checksum"]
+
+
+def test_an_adaptation_with_a_relative_data_root_records_its_train_and_old_captions_splits(world, tmp_path,
+                                                                                           monkeypatch):
+    """With a relative data.root, result.json's data had neither train nor old_captions: the adaptation split's path,
+    already under the root, was joined to it again, and the folder not found there was skipped in silence."""
+    from conftest import TINY
+    from data_prep.shards import read_manifest
+
+    monkeypatch.chdir(world.parent)
+    base_cfg = load_train_config(None, [f"data.root={world.name}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                        f"output_dir={tmp_path}", "run_name=relative", *TINY, "steps=2",
+                                        "model.image_backbone_args.channels=[8,16,16,16]",
+                                        "model.image_backbone_args.stem_width=8"])
+    train(base_cfg)
+    cfg, _ = adapt(base_cfg.run_dir, tmp_path, "adapt.epochs=1", "adapt.old_captions=40", "adapt.old_batch=8")
+    assert not Path(cfg.data.root).is_absolute()
+    data = json.loads((cfg.run_dir / "result.json").read_text())["data"]
+    for role, split in (("train", "adapt"), ("old_captions", "train"), ("test", "test")):
+        assert data[role]["path"] == str((world / split).resolve())
+        assert data[role]["checksum"] == read_manifest(world / split)["checksum"]

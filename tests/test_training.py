@@ -611,6 +611,20 @@ def test_result_json_names_the_checksums_of_the_splits_the_run_read_and_the_vers
         assert data[role]["path"] == str((tiny_world / role).resolve()) and data[role]["num_samples"] > 0
 
 
+def test_a_split_the_record_names_but_cannot_read_is_recorded_with_why_not_dropped(tiny_world, tmp_path):
+    """splits_read skipped in silence a train split whose folder it could not find (so a relative data.root lost an
+    adaptation's train and old_captions from result.json). Such a split is now recorded, its path and why; only a
+    val or test split the run never read is left out."""
+    from data_prep.shards import read_manifest
+    from globetrotter.training.report import splits_read
+
+    missing = tmp_path / "no-such-split"
+    data = splits_read({"train": missing, "old_captions": tiny_world / "train", "val": missing, "test": None})
+    assert sorted(data) == ["old_captions", "train"]
+    assert data["train"] == {"path": str(missing.resolve()), "error": "no manifest.json there"}
+    assert data["old_captions"]["checksum"] == read_manifest(tiny_world / "train")["checksum"]
+
+
 def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_world, tmp_path, capsys):
     """Training captions longer than data.max_length were cut by the loader in silence. The run now says how many
     (one warning line) and records it in result.json; the tiny split's shards are all read, so the count is exact."""

@@ -60,22 +60,26 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
               f"--ranking {record}")
 
 
-def splits_read(root: str | Path, splits: dict[str, str | None]) -> dict:
-    """What result.json says of a run's data: for each role (``train``, ``val``, ``test``) whose split folder under
-    ``root`` holds a readable manifest, its path, source, checksum and size (the eval records' ``dataset``), so a
-    result can be matched to the data it was measured on."""
+def splits_read(folders: dict[str, Path | None], optional: tuple[str, ...] = ("val", "test")) -> dict:
+    """What result.json says of a run's data: for each role (``train``, ``val``, ``test``, an adaptation's
+    ``old_captions``) and its split folder (a path as given, never joined to ``data.root`` again), its path, source,
+    checksum and size (the eval records' ``dataset``), so a result can be matched to the data it was measured on.
+    An ``optional`` role whose folder is None or holds no manifest (a val or test split the run never read) is left
+    out; any other split it cannot read is recorded as its path and an ``error`` saying why, never dropped."""
     from ..errors import UserError
     from ..evaluation.records import dataset_info
 
     found = {}
-    for role, name in splits.items():
-        folder = Path(root) / name if name else None
-        if folder is None or not (folder / "manifest.json").is_file():
+    for role, folder in folders.items():
+        if folder is None or not (Path(folder) / "manifest.json").is_file():
+            if role not in optional:
+                found[role] = {"path": str(Path(folder).resolve()) if folder is not None else None,
+                               "error": "no manifest.json there"}
             continue
         try:
             found[role] = dataset_info(folder)
-        except UserError:  # e.g. a more-captions link whose original split was rewritten since
-            continue
+        except UserError as err:  # e.g. a more-captions link whose original split was rewritten since
+            found[role] = {"path": str(Path(folder).resolve()), "error": str(err)}
     return found
 
 

@@ -232,10 +232,12 @@ def _splits_read(cfg: TrainConfig, adaptation: adapt.Adaptation | None) -> dict:
     """result.json's ``data``: the splits the run read. An adaptation's steps train on ``adapt.split``, so that is its
     ``train`` (what ``train`` means in every run's record); the starting run's train split, whose old-language
     captions are the bank each batch is contrasted with, is ``old_captions`` (its ``data.train_split``)."""
-    splits = {"train": cfg.data.train_split}
-    if adaptation is not None:
-        splits = {"train": str(adapt.split_dir(cfg)), "old_captions": adaptation.old_split}
-    return splits_read(cfg.data.root, {**splits, "val": cfg.data.val_split, "test": cfg.data.test_split})
+    root = Path(cfg.data.root)
+    folders = {"train": root / cfg.data.train_split}
+    if adaptation is not None:  # both already name their folder (under its data.root, or a path of its own)
+        folders = {"train": adapt.split_dir(cfg), "old_captions": Path(adaptation.old_split)}
+    return splits_read({**folders, "val": root / cfg.data.val_split,
+                        "test": root / cfg.data.test_split if cfg.data.test_split else None})
 
 
 def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path | None:
