@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 from conftest import run_data_cli
 
+from globetrotter.config import load_train_config
 from globetrotter.data.feature_cache import CacheSpec, build_feature_cache, load_feature_cache
 from globetrotter.data.feature_concat import concat_caches
 from globetrotter.data.feature_import import split_image_ids
@@ -151,6 +153,9 @@ def test_build_with_no_views_then_concat_from_the_command_line(tiny_world, tmp_p
                                     "--no-progress"], capsys)
     assert code == 0, stderr[-2000:]
     assert "model.image_pretrained=joined" in stdout
+    # the printed overrides load on the default config (they lacked model.freeze_image_backbone=true: refused)
+    cfg = load_train_config(None, shlex.split(stdout.split("train with ", 1)[1].splitlines()[0]))
+    assert cfg.model.freeze_image_backbone and cfg.data.features == str(tmp_path / "joined")
     assert load_feature_cache(tmp_path / "joined").features.shape[-1] == 2 * whole.features.shape[-1]
     code, _, stderr = run_data_cli(["features", "concat", str(split), "--cache", str(tmp_path / "whole"), "--name", "j",
                                "--out", str(tmp_path / "one")], capsys)

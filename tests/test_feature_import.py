@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -317,7 +318,11 @@ def test_the_import_command(tiny_world, source, tmp_path, capsys):
             "--name", "toy", "--no-progress", "--out"]
     with pytest.raises(SystemExit) as stop:
         data_main(argv + [str(out)])
-    assert stop.value.code == 0 and "model.image_backbone=imported model.image_pretrained=toy" in capsys.readouterr().out
+    stdout = capsys.readouterr().out
+    assert stop.value.code == 0 and "model.image_backbone=imported model.image_pretrained=toy" in stdout
+    # the printed overrides load on the default config (they lacked model.freeze_image_backbone=true: refused)
+    cfg = load_train_config(None, shlex.split(stdout.split("train with ", 1)[1].splitlines()[0]))
+    assert cfg.model.freeze_image_backbone and cfg.data.features == str(out) and cfg.loss.image == 0
     id_file.write_text("\n".join(ids[:-1]) + "\n")  # rows and ids of another count
     with pytest.raises(SystemExit) as stop:
         data_main(argv + [str(tmp_path / "other")])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -96,6 +97,15 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_hint(name: str, cache: Path) -> str:
+    """The overrides ``features import`` and ``concat`` print for training on the embeddings named ``name`` in the
+    cache folder ``cache``: ``train with`` and the overrides, each a shell word, that load on the default config
+    (the imported branch reads cached rows, so the backbone is frozen; L_v needs views the rows lack)."""
+    overrides = [f"model.image_backbone={IMPORTED_BACKBONE}", f"model.image_pretrained={name}",
+                 "model.freeze_image_backbone=true", f"data.features={cache}", "loss.image=0"]
+    return "train with " + " ".join(shlex.quote(o) for o in overrides)
+
+
 def _import(args: argparse.Namespace) -> int:
     from .feature_import import import_embeddings
 
@@ -104,8 +114,7 @@ def _import(args: argparse.Namespace) -> int:
     record = import_embeddings(split, args.embeddings, out, args.name, ids=args.ids, id_column=args.id_column,
                                embedding_column=args.embedding_column, force=args.overwrite, progress=not args.no_progress)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims of {record['imported']['rows']} rows "
-          f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; train with "
-          f"model.image_backbone=imported model.image_pretrained={args.name} data.features={out} loss.image=0")
+          f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; {train_hint(args.name, out)}")
     if args.json:
         print(json_text(record, indent=2))
     return 0
@@ -119,8 +128,7 @@ def _concat(args: argparse.Namespace) -> int:
     record = concat_caches(split, args.cache, out, args.name, force=args.overwrite, progress=not args.no_progress,
                            centre_like=args.centre_like)
     print(f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of {len(args.cache)} "
-          f"caches; train with model.image_backbone=imported model.image_pretrained={args.name} data.features={out} "
-          f"loss.image=0")
+          f"caches; {train_hint(args.name, out)}")
     if args.json:
         print(json_text(record, indent=2))
     return 0
