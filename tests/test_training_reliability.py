@@ -481,6 +481,21 @@ def test_a_resume_from_a_damaged_checkpoint_is_one_line_and_writes_nothing(tiny_
         train(tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0"), resume="latest")
     assert "\n" not in str(err.value)
     assert (cfg.run_dir / "config.yaml").read_text() == config  # steps=2: not rewritten by a resume that never began
+    if damaged != "data_stream_0.json":  # the run's only checkpoint: the message names no folder that is not there
+        assert str(err.value).endswith("the run holds no other checkpoint to resume from")
+
+
+def test_a_resume_from_a_damaged_checkpoint_names_the_run_s_other_checkpoints(tiny_world, tmp_path):
+    """The remedy said ``--resume RUN/checkpoints/step-N``: no folder has that name (they are step-NNNNNNNN). It names
+    the run's other step folders, and the latest of them as the command to give."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=2", "val.every=0", "keep_checkpoints=3")
+    train(cfg)
+    root = ckpt.checkpoint_root(cfg.run_dir)
+    path = root / ckpt.step_name(4) / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(UserError) as err:
+        train(tiny_cfg(tiny_world, tmp_path, "steps=6", "checkpoint_every=2", "val.every=0"), resume="latest")
+    assert str(err.value).endswith(f"({ckpt.step_name(2)}: --resume {root / ckpt.step_name(2)})")
 
 
 def test_a_resume_whose_rng_states_are_damaged_says_it_is_not_exact(tiny_world, tmp_path, capsys):

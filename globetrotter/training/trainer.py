@@ -368,8 +368,10 @@ def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
     except ckpt.LOAD_ERRORS as err:
         damaged = ckpt.damaged_file(source)
         what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else ckpt.error_line(err)
-        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; resume from another one of the "
-                        f"run's checkpoints (--resume {source.parent}/step-N)") from None
+        others = sorted(p.name for p in source.parent.glob("step-*") if p.is_dir() and p.name != source.name)
+        remedy = (f"resume from another one of the run's checkpoints ({', '.join(others)}: --resume "
+                  f"{source.parent / others[-1]})" if others else "the run holds no other checkpoint to resume from")
+        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; {remedy}") from None
 
 
 def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
