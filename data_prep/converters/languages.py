@@ -82,7 +82,8 @@ def normalize_language(code: str) -> str | None:
 
 
 def parse_language_list(text: str) -> list[str]:
-    """Parse a comma-separated list of codes (a command-line value); ``ValueError`` names the bad one."""
+    """Parse a comma-separated list of codes (a command-line value); ``ValueError`` names the bad one (unknown, or
+    given twice, as every command of the project refuses it)."""
     codes = []
     for raw in text.split(","):
         if not raw.strip():
@@ -90,8 +91,9 @@ def parse_language_list(text: str) -> list[str]:
         code = normalize_language(raw)
         if code is None:
             raise ValueError(f"unknown language code {raw.strip()!r} (expected ISO 639-1, e.g. en, de, zh, or fa-AF)")
-        if code not in codes:
-            codes.append(code)
+        if code in codes:
+            raise ValueError(f"{raw.strip()!r} given twice in {text!r} (as {code}); expected each language once")
+        codes.append(code)
     if not codes:
         raise ValueError("empty language list")
     return codes
