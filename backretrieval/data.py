@@ -145,7 +145,16 @@ def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -
     if extractor is None:
         raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g "
                                  "(e.g. extractor=backretrieval.image_feature_extractor(): efficientnet_lite0, offline)")
-    return extractor.extract(data.images, ids=ids)
+    from .images import UnreadableImage
+
+    try:
+        return extractor.extract(data.images, ids=ids)
+    except UnreadableImage as err:  # named by its image id, not as "image bytes"
+        if err.index is None:
+            raise
+        raise BackRetrievalError(f"{data.split_dir}: image {data.image_keys[err.index]!r} does not decode "
+                                 f"({err.why}); expected {data.image_format} bytes (`globetrotter-data inspect "
+                                 f"{data.split_dir} --check` names its shard and sample)") from None
 
 
 def aligned_pair(data: SplitData, src_lang: str, tgt_lang: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -258,7 +258,18 @@ def image_sources(images: Sequence[ImageSource], entries: bool = True) -> list[I
     return images
 
 
-def _open(source: ImageSource) -> Image.Image:
+class UnreadableImage(BackRetrievalError):
+    """An image that does not decode: ``index`` its position among the images given (None: not known), ``why``
+    what PIL said; a caller that knows the images' names (a split's image ids) names it."""
+
+    def __init__(self, message: str, index: int | None = None, why: str = "") -> None:
+        super().__init__(message)
+        self.index, self.why = index, why
+
+
+def _open(source: ImageSource, index: int | None = None) -> Image.Image:
+    """``source`` decoded as an RGB image; :class:`UnreadableImage` (image ``index`` of those given) when it
+    does not decode."""
     if isinstance(source, Image.Image):
         return rgb_image(source)
     try:
@@ -266,7 +277,7 @@ def _open(source: ImageSource) -> Image.Image:
         img.load()
     except (OSError, ValueError) as err:
         where = "image bytes" if isinstance(source, (bytes, bytearray)) else str(source)
-        raise BackRetrievalError(f"{where}: unreadable image ({err})") from None
+        raise UnreadableImage(f"{where}: unreadable image ({err})", index, str(err)) from None
     return rgb_image(img)
 
 
@@ -377,7 +388,8 @@ class ImageFeatureExtractor:
         parts = []
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
                           disable=not self.progress, unit="batch"):
-            parts.append(self._forward([self._transform(_open(s)) for s in images[start:start + self.batch_size]]))
+            batch = images[start:start + self.batch_size]
+            parts.append(self._forward([self._transform(_open(s, start + j)) for j, s in enumerate(batch)]))
         return np.concatenate(parts).astype(np.float32)
 
     def _forward(self, pixels: list) -> np.ndarray:
@@ -535,7 +547,7 @@ class ThumbnailFeatures:
             raise BackRetrievalError("no images to extract features from")
         out = np.empty((len(images), 3 * self.size * self.size), dtype=np.float32)
         for i, source in enumerate(images):
-            img = _open(source)
+            img = _open(source, i)
             side = min(img.size)
             left, top = (img.width - side) // 2, (img.height - side) // 2
             img = img.crop((left, top, left + side, top + side)).resize((self.size, self.size), Image.Resampling.BOX)

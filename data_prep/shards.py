@@ -266,9 +266,17 @@ def read_manifest(split_dir: str | Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: malformed manifest ({err})") from None
-    for key in ("shards", "num_samples", "languages"):
+    if not isinstance(manifest, dict):
+        raise UserError(f"{path}: manifest is a JSON {type(manifest).__name__}, expected an object with shards, "
+                        f"num_samples and languages")
+    for key, kind, what in (("shards", list, "a list of shard file names"), ("num_samples", int, "a sample count"),
+                            ("languages", dict, "an object of caption counts per language")):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks key '{key}'")
+        value = manifest[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or key == "shards" and not all(
+                isinstance(name, str) for name in value):
+            raise UserError(f"{path}: manifest key '{key}' is {json.dumps(value)[:60]}, expected {what}")
     if manifest["num_samples"] == 0 or not manifest["shards"]:
         raise UserError(f"{path}: split is empty (0 samples)")
     for name in manifest["shards"]:
@@ -396,10 +404,11 @@ def check_meta(meta: object, path: str, key: str) -> None:
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
                         f"{', '.join(REQUIRED_FIELDS)}")
-    bad = [f for f in REQUIRED_FIELDS if meta.get(f) is None or (f != "image_id" and not isinstance(meta[f], str))]
+    bad = [f for f in REQUIRED_FIELDS if meta.get(f) is None or (f != "image_id" and not isinstance(meta[f], str))
+           or f == "lang" and not meta[f].strip()]
     if bad:
         raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} (expected a string "
-                        "caption and lang, and an image_id)")
+                        "caption, a language code lang and an image_id)")
 
 
 def decode_sample_image(data: bytes, ext: str, shard: str | Path, key: str) -> Image.Image | np.ndarray:

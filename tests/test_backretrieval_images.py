@@ -378,3 +378,24 @@ def test_extract_readable_decodes_each_file_once_into_the_features_and_cache_ent
     assert kept_again == list(range(5)) and skipped_again == [] and not opened
     none = ext.extract_readable([tmp_path / "broken.jpg"])
     assert none[0].shape == (0, 0) and none[1] == [] and [i for i, _ in none[2]] == [0]
+
+
+def test_an_image_of_a_split_that_does_not_decode_is_named_by_its_split_and_id(tiny_world, tmp_path):
+    """Was: 'image bytes: unreadable image (...)' (backretrieval eval, globetrotter-zeroshot retrieval): no file, no
+    image named."""
+    import shutil
+
+    from backretrieval.data import image_features, load_split
+    from backretrieval.images import ThumbnailFeatures
+    from conftest import truncate_image
+    from data_prep.shards import read_captions
+
+    split = tmp_path / "val"
+    shutil.copytree(tiny_world / "val", split, ignore=shutil.ignore_patterns("features"))
+    second = read_captions(split)[1]
+    truncate_image(split, second["key"])
+    with pytest.raises(BackRetrievalError) as err:
+        image_features(load_split(split), ThumbnailFeatures(4))
+    text = str(err.value)
+    assert text.startswith(f"{split}: image '{second['image_id']}' does not decode (") and "\n" not in text, text
+    assert f"globetrotter-data inspect {split} --check" in text

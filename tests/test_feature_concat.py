@@ -180,3 +180,28 @@ def test_a_corrupt_features_file_is_one_line_naming_it(tiny_world, caches, tmp_p
         assert code == 2 and len(lines) == 1, err[-2000:]
         assert lines[0].startswith(f"error: {bad / 'features.npy'}: not a readable .npy array") and why in lines[0]
         assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_a_damaged_image_ids_file_or_a_features_file_of_another_cache_is_one_line(caches, tmp_path):
+    """Was: json's traceback for an image_ids.json cut short or not UTF-8 (eval.py select --image-features, features
+    concat, a run), and a features.npy copied from another cache of the same images read silently at its own width."""
+    import shutil
+
+    a, b = caches
+    for name, damage, expected in (
+            ("cut", lambda d: (d / "image_ids.json").write_text((a / "image_ids.json").read_text()[:15]),
+             "image_ids.json: not a readable list of image ids ("),
+            ("latin1", lambda d: (d / "image_ids.json").write_bytes(b'["caf\xe9"]'),
+             "image_ids.json: not a readable list of image ids ("),
+            ("object", lambda d: (d / "image_ids.json").write_text('{"ids": []}'),
+             "image_ids.json: expected a JSON list of image ids, got dict"),
+            ("other", lambda d: shutil.copy(b / "features.npy", d / "features.npy"),
+             "features.npy: shape (")):
+        bad = tmp_path / name
+        shutil.copytree(a, bad)
+        damage(bad)
+        with pytest.raises(UserError) as err:
+            load_feature_cache(bad)
+        text = str(err.value)
+        assert "\n" not in text and text.startswith(str(bad)) and expected in text, text
+    assert "a features file of another cache" in text and "--overwrite" in text

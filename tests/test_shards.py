@@ -131,6 +131,23 @@ def test_bad_input_gives_one_line_user_errors(tmp_path):
         read_manifest(tmp_path / "empty")
 
 
+def test_a_manifest_of_wrong_types_is_one_line_naming_the_key(tmp_path):
+    """Was: a list manifest read as one lacking 'shards'; a string 'shards' as shards named by its characters ("s/t:
+    shard listed in manifest.json is missing"); a non-integer count or a list of languages read on."""
+    write_split(tmp_path / "s", ROWS)
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for value, expected in (([1, 2], "manifest is a JSON list, expected an object"),
+                            (dict(manifest, shards=manifest["shards"][0]), "manifest key 'shards' is \"train-"),
+                            (dict(manifest, shards=[1]), "manifest key 'shards' is [1], expected a list of shard"),
+                            (dict(manifest, num_samples="many"), "manifest key 'num_samples' is \"many\", expected a"),
+                            (dict(manifest, languages=["en"]), "manifest key 'languages' is [\"en\"], expected an object")):
+        path.write_text(json.dumps(value))
+        with pytest.raises(UserError) as err:
+            read_manifest(tmp_path / "s")
+        assert str(err.value).startswith(f"{path}: {expected}"), err.value
+
+
 def write_raw_split(path, meta, image_bytes: bytes, key: str = "k0") -> None:
     """A one-sample split written by hand (as another tool might): ``key.jpg`` + ``key.json`` as given."""
     path.mkdir(parents=True)
@@ -151,6 +168,7 @@ def test_a_malformed_sample_is_a_one_line_error_naming_shard_and_key(tmp_path):
     for name, meta, data, message in (
         ("nolang", {"caption": "x", "image_id": "a"}, jpeg, "lacks valid field(s) lang"),
         ("noid", {"caption": "x", "lang": "en", "image_id": None}, jpeg, "lacks valid field(s) image_id"),
+        ("emptylang", {"caption": "x", "lang": " ", "image_id": "a"}, jpeg, "lacks valid field(s) lang"),
         ("list", ["x", "en"], jpeg, "json is a list"),
         ("badimg", {"caption": "x", "lang": "en", "image_id": "a", "group": None}, b"not a jpeg", "does not decode"),
     ):

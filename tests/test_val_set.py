@@ -199,3 +199,35 @@ def test_gs_cached_features_are_of_the_splits_pictures_not_of_an_earlier_convers
     fresh = BackRetrievalSet(world / "val", max_per_lang=None, image_features=g).image_feats
     np.testing.assert_array_equal(again, fresh)
     assert not np.allclose(first, fresh)
+
+
+def test_an_image_that_does_not_decode_or_a_one_language_split_is_one_line(tiny_world, tmp_path):
+    """Was: PIL's ``OSError: Truncated File Read`` traceback (train.py at its start, eval.py select, eval.py
+    retrieval); and, for a val split of one language, ``BackRetrievalError: evaluate_pairs: need captions in at least
+    2 languages`` after a run's first training steps (``text_sim: 0 columns`` in select)."""
+    import shutil
+
+    from conftest import truncate_image
+    from data_prep.shards import ShardWriter, iter_samples, read_captions
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.tasks.retrieval import _encode_images
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
+    for split in ("val", "test"):
+        first = read_captions(world / split)[0]
+        shard = truncate_image(world / split, first["key"])
+        expected = f"{shard}: sample '{first['key']}' has a .png image that does not decode ("
+        with pytest.raises(UserError) as err:
+            if split == "val":
+                BackRetrievalSet(world / "val", max_per_lang=None, image_features="pixels")
+            else:
+                _encode_images(None, world / "test", {str(first["image_id"]): 0}, batch_size=4)
+        assert str(err.value).startswith(expected) and "\n" not in str(err.value), err.value
+    one = tmp_path / "one"
+    with ShardWriter(one, split="val", source="tiny", image_format="png") as writer:
+        for sample in iter_samples(tiny_world / "val"):
+            if sample.lang == "en":
+                writer.write(sample.key, sample.image, sample.caption, sample.lang, image_id=sample.image_id)
+    with pytest.raises(UserError, match=r"one: captions in 1 language\(s\) \(en\); BackRetrieval needs two or more"):
+        BackRetrievalSet(one, max_per_lang=3, image_features="pixels")

@@ -472,6 +472,9 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
         record = json.loads((path / SPEC).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); {rewrite_hint(path, {})}") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{path / SPEC}: expected a JSON object (a feature-cache record), got {type(record).__name__}; "
+                        f"{rewrite_hint(path, {})}")
     missing = [name for name in (FEATURES, IMAGE_IDS) if not (path / name).is_file()]
     if missing:
         raise UserError(f"{path}: incomplete feature cache ({' and '.join(missing)} missing beside {SPEC}); "
@@ -495,9 +498,20 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     except (ValueError, OSError, EOFError) as err:
         raise UserError(f"{path / FEATURES}: not a readable .npy array, truncated or not an npy file "
                         f"({' '.join(str(err).split())}); {rewrite_hint(path, record)}") from None
-    ids = json.loads((path / IMAGE_IDS).read_text())
+    try:
+        ids = json.loads((path / IMAGE_IDS).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path / IMAGE_IDS}: not a readable list of image ids ({err}); "
+                        f"{rewrite_hint(path, record)}") from None
+    if not isinstance(ids, list):
+        raise UserError(f"{path / IMAGE_IDS}: expected a JSON list of image ids, got {type(ids).__name__}; "
+                        f"{rewrite_hint(path, record)}")
     if len(ids) != features.shape[0]:
         raise UserError(f"{path}: {IMAGE_IDS} lists {len(ids)} images but {FEATURES} has {features.shape[0]} rows")
+    dim = record.get("dim")  # a features file of another cache of these images: other views or width
+    if features.ndim != 3 or features.shape[1] != spec.views + 1 or isinstance(dim, int) and dim != features.shape[2]:
+        raise UserError(f"{path / FEATURES}: shape {tuple(features.shape)}, but {SPEC} records {spec.views} views + "
+                        f"the whole image of {dim} dims: a features file of another cache; {rewrite_hint(path, record)}")
     return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec)
 
 

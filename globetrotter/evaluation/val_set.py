@@ -100,9 +100,14 @@ class BackRetrievalSet:
 
     def _check_one_language(self) -> None:
         """A one-line error when a kept image is captioned in more than one language: BackRetrieval needs a split
-        without parallel text (a train/val split), where no caption's translation is among its candidates."""
+        without parallel text (a train/val split), where no caption's translation is among its candidates; and when
+        the split has captions in fewer than two languages, which BackRetrieval needs (a language pair)."""
         from data_prep.shards import images_in_several_languages
 
+        found = sorted(set(self.langs.tolist()))
+        if len(found) < 2:
+            raise UserError(f"{self.split}: captions in {len(found)} language(s) ({','.join(found)}); BackRetrieval "
+                            f"needs two or more (a val split of several languages, each image in one)")
         several = images_in_several_languages({"image_id": image, "lang": lang}
                                               for image, lang in zip(self.image_ids.tolist(), self.langs.tolist()))
         if several:
@@ -169,14 +174,15 @@ class BackRetrievalSet:
         """Decode the pictures at split ``rows`` (sorted; None: each image at its first caption, appending every
         caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features. Distinct
         images come in the order of their first caption."""
-        from data_prep.shards import decode_image, iter_raw
+        from data_prep.shards import decode_sample_image, iter_raw, shard_paths
 
         pictures: list[Image.Image] = []
         ids: list[str] = []
         seen: set = set()
         wanted = iter([] if rows is None else rows.tolist())
         next_row = next(wanted, None)
-        for i, (_key, ext, data, meta) in enumerate(iter_raw(self.split)):
+        samples = ((shard, *sample) for shard in shard_paths(self.split) for sample in iter_raw(self.split, [shard]))
+        for i, (shard, key, ext, data, meta) in enumerate(samples):
             if rows is None:
                 for field, out in zip(("caption", "lang", "image_id"), record):
                     out.append(meta[field])
@@ -189,7 +195,7 @@ class BackRetrievalSet:
                 continue
             else:
                 next_row = next(wanted, None)
-            pictures.append(decode_image(data, ext))
+            pictures.append(decode_sample_image(data, ext, shard, key))  # one line naming both when it does not decode
             ids.append(str(meta["image_id"]))
             if len(pictures) == _CHUNK:
                 yield extract(pictures, ids)

@@ -20,7 +20,8 @@ from .common import resolve_model
 
 def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_size: int) -> np.ndarray:
     """``[len(row_of), D]``: row ``row_of[image_id]`` embeds that image of ``split`` (read once, in batches)."""
-    from data_prep.shards import decode_image, iter_raw
+    from data_prep.shards import decode_sample_image
+    from globetrotter.data.feature_cache import unique_samples
 
     image_emb: list[np.ndarray | None] = [None] * len(row_of)
     batch, batch_rows = [], []
@@ -33,12 +34,9 @@ def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_siz
             batch.clear()
             batch_rows.clear()
 
-    seen = set()
-    for _, ext, data, meta in iter_raw(split):
-        iid = str(meta["image_id"])
-        if iid in row_of and iid not in seen:
-            seen.add(iid)
-            batch.append(decode_image(data, ext))
+    for iid, ext, data, shard, key in unique_samples(Path(split)):
+        if iid in row_of:
+            batch.append(decode_sample_image(data, ext, shard, key))  # one line naming both when it does not decode
             batch_rows.append(row_of[iid])
             if len(batch) >= batch_size:
                 flush()

@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from data_prep.shards import decode_image
+from data_prep.shards import decode_sample_image
 
 from ...config import TrainConfig
 from ...data.augment import eval_transform
-from ...data.feature_cache import unique_images
+from ...data.feature_cache import unique_samples
 from ...data.truth import truth_id
 from ...encoder import Encoder
 from ...errors import UserError
@@ -65,12 +65,12 @@ def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, 
 
     with tqdm(total=len(unique), desc=f"adapt: {split_dir.name} image features", unit="img", disable=not progress,
               dynamic_ncols=True) as bar:
-        for image_id, ext, data in unique_images(split_dir):
+        for image_id, ext, data, shard, key in unique_samples(split_dir):
             r = row.get(image_id)
             if r is None:
                 continue
             seen.add(r)
-            pending.append((r, transform(decode_image(data, ext).convert("RGB"))))
+            pending.append((r, transform(decode_sample_image(data, ext, shard, key).convert("RGB"))))
             if len(pending) == 256:
                 flush()
         if pending:
