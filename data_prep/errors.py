@@ -90,14 +90,16 @@ class Notice(UserWarning):
     ``warning: ...`` line, where Python would print two with a source line of this package."""
 
 
-def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
+            one_line_warnings: tuple[type[Warning], ...] = (Notice,)) -> int:
     """Run ``main(argv)``; print a :class:`UserError` (or a :data:`PATH_ERRORS` error) as one line and return exit
-    code 2; a :class:`Notice` is one ``warning: ...`` line (shown as Python's filters say: once per place)."""
+    code 2; a :class:`Notice` (and any other of ``one_line_warnings``) is one ``warning: ...`` line (shown as
+    Python's filters say: once per place)."""
     with warnings.catch_warnings():  # restores showwarning on leaving
         show = warnings.showwarning
 
         def one_line(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, Notice):
+            if issubclass(category, one_line_warnings):
                 print(f"warning: {message}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)

@@ -3,11 +3,22 @@
 Bugs raise ordinary exceptions (and keep their traceback); mistakes a user can fix
 (a missing file, a bad config key, an unknown language) raise :class:`UserError`.
 Command-line entry points wrap their ``main`` with :func:`run_cli`, which prints a :class:`Notice` (a warning
-for the user) as one ``warning: ...`` line. All three are defined in
+for the user), and a :class:`~backretrieval.errors.BackRetrievalWarning` of the metric the commands call (K not
+below the pool, texts cut), as one ``warning: ...`` line. :class:`Notice` and :class:`UserError` are defined in
 :mod:`data_prep.errors`, at the bottom of the dependency graph, and re-exported here.
 """
 from __future__ import annotations
 
-from data_prep.errors import Notice, UserError, run_cli
+from typing import Callable, Sequence
+
+from backretrieval.errors import BackRetrievalWarning
+from data_prep.errors import Notice, UserError
+from data_prep.errors import run_cli as _run_cli
 
 __all__ = ["Notice", "UserError", "run_cli"]
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+    """:func:`data_prep.errors.run_cli`, a :class:`~backretrieval.errors.BackRetrievalWarning` one line too (it was
+    Python's two lines with a source line of the package)."""
+    return _run_cli(main, argv, one_line_warnings=(Notice, BackRetrievalWarning))

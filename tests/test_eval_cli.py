@@ -706,6 +706,15 @@ def test_retrieval_command(world, fake, tmp_path, capsys):
         capsys.readouterr().out
 
 
+def test_the_metrics_warnings_are_one_line_on_the_command_line(world, fake, tmp_path, capsys):
+    """A K not below the gallery (backretrieval's warning, Recall@K is 1 for any model) was Python's two-line
+    warning with a source line of the package; eval.py prints it as one ``warning:`` line, as its own notices."""
+    argv = ["retrieval", "--model", "full", "--split", str(world / "test"), "--ks", "1,500", "--out", str(tmp_path)]
+    assert run(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("warning: ") and "500" in err[0], err
+
+
 def test_cluster_command_full_vs_text_only(world, fake, tmp_path):
     out = tmp_path / "out"
     for name in ("full", "textonly"):
