@@ -795,6 +795,9 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
         (["flickr8k", "--flickr8k", f"{write_lines(tmp_path / 't.txt', ['x'])}:jp", "--images", images,
           "--out", tmp_path / "o"], "unknown language code 'jp'"),
         (["multi30k", "--images", images, "--out", tmp_path / "o"], "needs --multi30k"),
+        # an empty caption file: the message named no file
+        (["folder", "--images", images, "--captions", write_lines(tmp_path / "empty.jsonl", []), "--out",
+          tmp_path / "o"], f"the caption sources ({tmp_path / 'empty.jsonl'}) hold no caption record"),
         # merged in silence, where every other command refuses a language given twice
         (["folder", "--images", images, "--captions", write_lines(tmp_path / "c.tsv", ["x"]), "--languages", "en,de,EN",
           "--out", tmp_path / "o"], "'EN' given twice in 'en,de,EN' (as en)"),

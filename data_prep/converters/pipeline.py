@@ -341,7 +341,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     images = _gather(sources, options, report, resolver)
     report.timing["read_seconds"] = time.perf_counter() - start
     if not images:
-        raise UserError(_nothing_usable(report, resolver))
+        raise UserError(_nothing_usable(report, resolver, options.source_args))
     encoding = _encoding_note(report)
     if encoding:
         report.note(encoding)
@@ -462,11 +462,15 @@ def _first_issue(report: ConversionReport) -> Issue | None:
     return report.issues[kinds[0]][0] if kinds else None
 
 
-def _nothing_usable(report: ConversionReport, resolver: ImageResolver) -> str:
-    """Why no caption record is usable, in one line: the records skipped or left out by kind, an example, and for
-    images not found, some file names the image folders do hold."""
+def _nothing_usable(report: ConversionReport, resolver: ImageResolver, source_args: dict) -> str:
+    """Why no caption record is usable, in one line: the caption sources (``source_args``, as the summary lists them)
+    when they hold none; else the records skipped or left out by kind, an example, and for images not found, some
+    file names the image folders do hold."""
     if not report.records:
-        return "nothing to convert: the caption sources hold no caption record; nothing written"
+        given = [str(s) for key, values in source_args.items() if key not in ("caption_sha256", "multi30k_tasks")
+                 for s in values]
+        named = f" ({', '.join(given)})" if given else ""
+        return f"nothing to convert: the caption sources{named} hold no caption record; nothing written"
     line = (f"nothing to convert: none of the {report.records} caption record(s) is usable "
             f"({_counts(report.skipped + report.unused)})")
     first = _first_issue(report)
