@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 import sys
 import warnings
+from pathlib import Path
 from typing import Callable, Sequence
 
 __all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
@@ -72,6 +73,20 @@ def exit_if_missing_dependency(err: ImportError, program: str) -> None:
         raise err
     print(f"error: {program}: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def read_utf8(path: str | Path, what: str) -> str:
+    """The text of the file ``path`` (a UTF-8 byte-order mark dropped); a byte that is not UTF-8 is a one-line
+    :class:`UserError` naming ``path:LINE:COLUMN`` and the byte, and what the file should hold (``what``)."""
+    data = Path(path).read_bytes()
+    data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - data.rfind(b"\n", 0, err.start)
+        raise UserError(f"{path}:{line}:{column}: invalid UTF-8 byte 0x{data[err.start]:02x}; expected {what}, "
+                        f"in UTF-8") from None
 
 
 PATH_ERRORS = (NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)

@@ -62,5 +62,5 @@ def test_text_corpus_errors_are_one_line(tmp_path):
         read_text_corpus(tmp_path / "missing.txt")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xff\xfe\n")
-    with pytest.raises(UserError, match="not UTF-8"):
+    with pytest.raises(UserError, match=rf"^{bad}:2:1: invalid UTF-8 byte 0xff; expected one sentence per line"):
         read_text_corpus(bad)

@@ -172,6 +172,18 @@ def test_a_dictionary_line_of_other_than_two_fields_is_named(tmp_path, bad):
     assert read_dictionary(path) == [("cat", "Katze"), ("dog", "Hund")]
 
 
+def test_a_dictionary_byte_that_is_not_utf8_is_named_by_line_and_column(tmp_path):
+    """It was named by its byte offset in the file, which no editor shows."""
+    from globetrotter.errors import UserError
+
+    path = tmp_path / "en-de.txt"
+    path.write_bytes("\ufeffcat\tKatze\ndog Hund\n".encode("utf-8") + b"K\xe4se cheese\n")  # a Latin-1 line
+    with pytest.raises(UserError) as err:
+        read_dictionary(path)
+    assert str(err.value) == (f"{path}:3:2: invalid UTF-8 byte 0xe4; expected a MUSE dictionary ('source target' "
+                              f"per line), in UTF-8")
+
+
 def _word_level_tokenizer(words: list[str]) -> Tokenizer:
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from backretrieval.files import json_text
+from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
 
 META = "meta.json"
@@ -188,7 +189,4 @@ def read_text_corpus(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: corpus file not found")
-    try:
-        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return [line.strip() for line in read_utf8(path, "one sentence per line").splitlines() if line.strip()]

@@ -27,6 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from backretrieval.errors import BackRetrievalWarning
+from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
 from globetrotter.token_stats import smoothed_idf
 
@@ -157,8 +158,8 @@ def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
     path = Path(path)
     pairs: dict[tuple[str, str], None] = {}
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        lines = read_utf8(path, "a MUSE dictionary ('source target' per line)").splitlines()
+    except OSError as err:
         raise UserError(f"{path}: unreadable dictionary ({err})") from None
     given = 0
     for lineno, line in enumerate(lines, 1):
