@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli"]
+__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli", "read_utf8"]
 
 OWN_PACKAGES = ("globetrotter", "backretrieval", "data_prep")
 # module -> the pip package that provides it, where the names differ
@@ -84,7 +84,7 @@ def read_utf8(path: str | Path, what: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - data.rfind(b"\n", 0, err.start)
+        column = len(data[data.rfind(b"\n", 0, err.start) + 1:err.start].decode("utf-8")) + 1  # characters, as editors
         raise UserError(f"{path}:{line}:{column}: invalid UTF-8 byte 0x{data[err.start]:02x}; expected {what}, "
                         f"in UTF-8") from None
 

@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     k, progress = args.report_k, not args.no_progress
     if k not in args.ks:
-        raise BackRetrievalError(f"--report-k {k} is not one of --ks {args.ks}")
+        raise BackRetrievalError(f"--report-k {k} is not one of --ks {','.join(map(str, args.ks))}")
     families = read_families(args.families)
     if args.union:
         families[args.union] = union_family(families)

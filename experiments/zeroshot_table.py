@@ -188,15 +188,20 @@ def stale_inputs(recorded: dict | None, current: dict) -> str | None:
     return "; ".join(f"{k} (recorded {recorded.get(k)}, now {current.get(k)})" for k in keys)
 
 
+def _figure(value: float | None, spec: str) -> str:
+    """A table cell: ``value`` formatted, or ``–`` for a figure a record holds as null (a NaN when it was written)."""
+    return "–" if value is None else format(value, spec)
+
+
 def table(records: list[dict], langs: list[str]) -> str:
     key = "image_retrieval_recall@10"
     lines = ["| row | val en R@10 | " + " | ".join(f"{lang} R@10" for lang in langs) + " | median rank (en) |",
              "|---|---|" + "---|" * len(langs) + "---|"]
     for label in dict.fromkeys(r["row"] for r in records):
         rs = [r for r in records if r["row"] == label]
-        val = " / ".join(f"{r['val_recall@10']:.3f}" for r in rs)
-        cells = [" / ".join(f"{r['test']['metrics'][lang][key]:.3f}" for r in rs) for lang in langs]
-        med = " / ".join(f"{r['test']['metrics'][langs[0]]['median_rank']:.0f}" for r in rs)
+        val = " / ".join(_figure(r["val_recall@10"], ".3f") for r in rs)
+        cells = [" / ".join(_figure(r["test"]["metrics"][lang][key], ".3f") for r in rs) for lang in langs]
+        med = " / ".join(_figure(r["test"]["metrics"][langs[0]]["median_rank"], ".0f") for r in rs)
         lines.append(f"| {label} | {val} | " + " | ".join(cells) + f" | {med} |")
     return "\n".join(lines)
 

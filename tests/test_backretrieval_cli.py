@@ -232,7 +232,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--pairs", "en",
           "--out", str(tmp_path / "o")], ["--pairs: expected SRC-TGT"]),
         (["correlate", "--data", str(small_split / "test"), "--models", "random:4", "random:5", "--report-k", "3",
-          "--out", str(tmp_path / "o")], ["--report-k 3 is not one of --ks [1, 5, 10]"]),
+          "--out", str(tmp_path / "o")], ["--report-k 3 is not one of --ks 1,5,10"]),
         (["correlate", "--data", str(small_split / "test"), "--models-file", str(tmp_path / "none.txt"),
           "--out", str(tmp_path / "o")], ["none.txt: --models-file not found"]),
         (["correlate", "--data", str(tmp_path / "nosplit"), "--models", "random:4", "random:5", "--image-model",
@@ -578,7 +578,7 @@ def test_a_zero_report_k_or_batch_size_is_refused_not_ignored(small_split, tmp_p
     """--report-k 0 was falsy, so the default K was reported; --batch-size 0 was range(0, n, 0) mid-run."""
     out = tmp_path / "o"
     split = ["--data", str(small_split / "test"), "--out", str(out), "--bootstrap", "0", "--no-progress"]
-    assert "--report-k 0 is not one of --ks [1, 5, 10]" in _one_line_error(
+    assert "--report-k 0 is not one of --ks 1,5,10" in _one_line_error(
         ["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--report-k", "0"], capsys)
     assert "--batch-size 0: expected an integer >= 1" in _one_line_error(
         ["eval", *split, "--model", "random:4", "--batch-size", "0"], capsys)

@@ -182,6 +182,12 @@ def test_a_dictionary_byte_that_is_not_utf8_is_named_by_line_and_column(tmp_path
         read_dictionary(path)
     assert str(err.value) == (f"{path}:3:2: invalid UTF-8 byte 0xe4; expected a MUSE dictionary ('source target' "
                               f"per line), in UTF-8")
+    path.write_bytes("Größe size\n".encode("utf-8") + b"Gr\xf6\xdfe size\n" + "über \xfcber ".encode("utf-8") + b"\xff")
+    with pytest.raises(UserError, match=rf"^{path}:2:3: invalid UTF-8 byte 0xf6;"):
+        read_dictionary(path)
+    path.write_bytes("über über\n".encode("utf-8") + "ü ".encode("utf-8") + b"\xff")
+    with pytest.raises(UserError, match=rf"^{path}:2:3: invalid UTF-8 byte 0xff;"):  # a column in characters
+        read_dictionary(path)
 
 
 def _word_level_tokenizer(words: list[str]) -> Tokenizer:

@@ -258,13 +258,15 @@ def test_held_out_is_language_codes_and_a_count_of_images_is_held_out_images():
         assert action.type("800") == 800
 
 
-def test_every_languages_value_refuses_a_code_twice_and_an_empty_list():
+def test_every_languages_value_refuses_a_code_twice_and_an_empty_list_or_item():
     """One parser of language codes (backretrieval's language_codes, re-exported by globetrotter.argtypes) outside
-    data_prep, which keeps its own (it normalises the codes; the converters merge a code given twice)."""
+    data_prep, which keeps its own (it normalises the codes). An empty item (``en,,de``, ``en,``) was dropped in
+    silence, where a list of numbers (``--ks 1,,5``) refuses it."""
     for label, parser in PARSERS:
         action = parser._option_string_actions.get("--languages")
         if action is not None and action.type is not None and not label.startswith("data "):
             assert action.type.__module__ == "backretrieval.cli.common", label
-            for bad, message in (("en,de,en", "en given twice"), (",", "expected comma-separated language codes")):
+            for bad, message in (("en,de,en", "en given twice"), (",", "expected comma-separated language codes"),
+                                 ("en,,de", "got 'en,,de'"), ("en,", "got 'en,'")):
                 with pytest.raises(argparse.ArgumentTypeError, match=message):
                     action.type(bad)

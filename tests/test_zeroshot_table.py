@@ -172,3 +172,13 @@ def test_a_val_that_is_the_train_split_is_refused_before_any_feature_is_extracte
                    "--cache-dir", str(tmp_path / "cache")]) == 2
     err = capsys.readouterr().err
     assert f"--val {tmp_path / 'train'}: is the --train split" in err and err.count("\n") == 1
+
+
+def test_a_figure_a_record_holds_as_null_is_a_dash_in_the_table():
+    """Records are strict JSON, so a NaN figure is read back as None; formatting it as a number was a TypeError."""
+    zt = _driver()
+    record = {"row": "adapter", "val_recall@10": None,
+              "test": {"metrics": {"en": {"image_retrieval_recall@10": 0.5, "median_rank": None},
+                                   "de": {"image_retrieval_recall@10": None, "median_rank": 3.0}}}}
+    row = zt.table([record], ["en", "de"]).splitlines()[-1]
+    assert row == "| adapter | – | 0.500 | – | – |"

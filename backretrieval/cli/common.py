@@ -127,9 +127,9 @@ def one_of(*choices: str) -> Callable[[str], str]:
 
 def language_codes(text: str) -> list[str]:
     """An argparse ``type``: comma-separated language codes (``en,de,fr``), as every command of the project takes
-    ``--languages``; an empty list, or a code given twice, is a usage error."""
-    codes = [code.strip() for code in text.split(",") if code.strip()]
-    if not codes:
+    ``--languages``; an empty list or item (``en,,de``), or a code given twice, is a usage error."""
+    codes = [code.strip() for code in text.split(",")]
+    if not all(codes):
         raise argparse.ArgumentTypeError(f"expected comma-separated language codes, e.g. en,de,fr, got {text!r}")
     repeated = sorted({code for code in codes if codes.count(code) > 1})
     if repeated:

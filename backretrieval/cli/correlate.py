@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     report_k = args.report_k if args.report_k is not None else (10 if 10 in args.ks else max(args.ks))
     args.report_k = report_k  # the record's inputs list the K the table and scatters show
     if report_k not in args.ks:
-        raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {args.ks}")
+        raise BackRetrievalError(f"--report-k {report_k} is not one of --ks {','.join(map(str, args.ks))}")
     # before any work: a refusal then costs nothing (without --pairs, the scatters' names wait for the split)
     writable_outputs(args.out_dir, ["protocol.json", "table.md",
                                     *(f"scatter_{src}-{tgt}.png" for src, tgt in language_pairs(args.pairs or []))])
