@@ -400,7 +400,8 @@ def _tar_error(err: BaseException) -> str:
 
 
 def check_meta(meta: object, path: str, key: str) -> None:
-    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS`."""
+    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS` and a
+    caption that is not empty (or only whitespace): every reader refuses one, not ``inspect --check`` alone."""
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
                         f"{', '.join(REQUIRED_FIELDS)}")
@@ -409,6 +410,9 @@ def check_meta(meta: object, path: str, key: str) -> None:
     if bad:
         raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} (expected a string "
                         "caption, a language code lang and an image_id)")
+    if not meta["caption"].strip():
+        raise UserError(f"{path}: sample '{key}' has an empty caption (expected the text of the image's caption; "
+                        f"write the split again without it)")
 
 
 def decode_sample_image(data: bytes, ext: str, shard: str | Path, key: str) -> Image.Image | np.ndarray:
@@ -442,10 +446,7 @@ def check_samples(split_dir: str | Path, progress: bool = True) -> str:
               disable=None if progress else True, dynamic_ncols=True, leave=False) as bar:
         for shard in shard_paths(split_dir):
             for key, ext, data, meta in iter_raw(split_dir, [shard]):
-                decode_sample_image(data, ext, shard, key)
-                if not meta["caption"].strip():
-                    raise UserError(f"{shard}: sample '{key}' has an empty caption (expected the text of the "
-                                    f"image's caption; write the split again without it)")
+                decode_sample_image(data, ext, shard, key)  # an empty caption: refused by iter_raw (check_meta)
                 checked += 1
                 bar.update(1)
     return f"{checked} samples, every image decodes, no caption is empty"

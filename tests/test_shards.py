@@ -225,3 +225,16 @@ def test_manifest_counts_are_checked_against_the_shards(tmp_path):
     path.write_text(json.dumps(dict(manifest, languages={**manifest["languages"], "en": 2, "fr": 1})))
     with pytest.raises(UserError, match=re.escape("(en 2 recorded, 1 found; fr 1 recorded, 0 found)")):
         check_manifest_counts(tmp_path / "s")
+
+
+@pytest.mark.parametrize("caption", ["", "  \t"])
+def test_every_reader_refuses_an_empty_caption_naming_shard_and_sample(tmp_path, caption):
+    """A blank caption was read silently by training, eval.py and backretrieval (only ``inspect --check`` refused
+    it): it is a caption of nothing, embedded as one, and counted in every figure."""
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, format="JPEG")
+    write_raw_split(tmp_path / "blank", {"caption": caption, "lang": "en", "image_id": "a"}, buf.getvalue())
+    with pytest.raises(UserError) as err:
+        read_captions(tmp_path / "blank")
+    assert str(err.value) == (f"{tmp_path / 'blank' / 'train-000000.tar'}: sample 'k0' has an empty caption "
+                              f"(expected the text of the image's caption; write the split again without it)")
