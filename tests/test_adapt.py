@@ -183,8 +183,17 @@ def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_ol
     assert rows_after[g:].abs().sum() > 0, "the new language's n-grams trained"
 
 
-def test_adapting_from_pixels_runs_and_loads(world, tmp_path, monkeypatch):
+def pixel_base_config(root: str | Path, tmp_path: Path, run_name: str):
+    """A tiny base run's config that trains on pixels (a small ResNet), 2 steps, its data under ``root``."""
     from conftest import TINY
+
+    return load_train_config(None, [f"data.root={root}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                                    f"output_dir={tmp_path}", f"run_name={run_name}", *TINY, "steps=2",
+                                    "model.image_backbone_args.channels=[8,16,16,16]",
+                                    "model.image_backbone_args.stem_width=8"])
+
+
+def test_adapting_from_pixels_runs_and_loads(world, tmp_path, monkeypatch):
     from globetrotter.training.adapt import adaptation, weights
 
     started = {}
@@ -196,10 +205,7 @@ def test_adapting_from_pixels_runs_and_loads(world, tmp_path, monkeypatch):
 
     monkeypatch.setattr(adaptation, "load_start", load_start)
 
-    base_cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
-                                        f"output_dir={tmp_path}", "run_name=pixels", *TINY, "steps=2",
-                                        "model.image_backbone_args.channels=[8,16,16,16]",
-                                        "model.image_backbone_args.stem_width=8"])
+    base_cfg = pixel_base_config(world, tmp_path, "pixels")
     train(base_cfg)
     cfg, result = adapt(base_cfg.run_dir, tmp_path, "adapt.epochs=1", "adapt.old_captions=40", "adapt.old_batch=8")
     assert result["step"] == 6 and ckpt.read_state(ckpt.resolve(cfg.run_dir))["step"] == 6
@@ -595,14 +601,10 @@ def test_an_adaptation_with_a_relative_data_root_records_its_train_and_old_capti
                                                                                            monkeypatch):
     """With a relative data.root, result.json's data had neither train nor old_captions: the adaptation split's path,
     already under the root, was joined to it again, and the folder not found there was skipped in silence."""
-    from conftest import TINY
     from data_prep.shards import read_manifest
 
     monkeypatch.chdir(world.parent)
-    base_cfg = load_train_config(None, [f"data.root={world.name}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
-                                        f"output_dir={tmp_path}", "run_name=relative", *TINY, "steps=2",
-                                        "model.image_backbone_args.channels=[8,16,16,16]",
-                                        "model.image_backbone_args.stem_width=8"])
+    base_cfg = pixel_base_config(world.name, tmp_path, "relative")
     train(base_cfg)
     cfg, _ = adapt(base_cfg.run_dir, tmp_path, "adapt.epochs=1", "adapt.old_captions=40", "adapt.old_batch=8")
     assert not Path(cfg.data.root).is_absolute()
