@@ -157,11 +157,10 @@ def reusable(path: Path, model: str, split: str | None, languages: str, **config
     ``best/`` keeps the checkpoint's path."""
     if not path.is_file():
         return None
-    from globetrotter.evaluation.models import current_checkpoint, model_info, weights_sha256
+    from globetrotter.evaluation.models import current_checkpoint, fingerprint, model_info
 
     record = json.loads(path.read_text(encoding="utf-8"))
-    checkpoint = current_checkpoint(model)
-    want = {"model": model_info(model)["path"], "checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint),
+    want = {"model": model_info(model)["path"], **fingerprint(current_checkpoint(model)),
             "languages": sorted(languages.split(",")), **config}
     have = {"model": record["model"]["path"], "checkpoint": record["model"].get("checkpoint"),
             "weights_sha256": record["model"].get("weights_sha256"),

@@ -59,9 +59,13 @@ def model_info(spec: str, name: str | None = None, encoder=None) -> dict:
         path = RIDGE_PREFIX + str(Path(spec[len(RIDGE_PREFIX):]).resolve())
     else:
         path = str(Path(spec).resolve())
-    checkpoint = checkpoint_of(encoder)
-    return {"path": path, "name": model_name(spec, name), "checkpoint": checkpoint,
-            "weights_sha256": weights_sha256(checkpoint)}
+    return {"path": path, "name": model_name(spec, name), **fingerprint(checkpoint_of(encoder))}
+
+
+def fingerprint(checkpoint: str | None) -> dict:
+    """``{"checkpoint", "weights_sha256"}`` of a checkpoint folder (both None for none: a baseline), as records name
+    the weights they were made with (:func:`weights_sha256`: a run may save another ``best/`` at the same path)."""
+    return {"checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint)}
 
 
 def baseline_spec(encoder) -> str | None:

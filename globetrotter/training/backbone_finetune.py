@@ -221,7 +221,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     from ..data.augment import simclr_transform
     from ..data.feature_cache import build_feature_cache, load_feature_cache, spec_from_config, unique_images
     from ..data.feature_import import import_embeddings
-    from ..evaluation.models import current_checkpoint, weights_sha256
+    from ..evaluation.models import current_checkpoint, fingerprint
     from ..models.image import create_image_backbone
 
     split, run, out = Path(split), Path(run), Path(out)
@@ -229,8 +229,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     _check_run(cfg, run)
     read_manifest(split)  # a folder that is no split: its one-line error before any work
     checkpoint = current_checkpoint(str(run))  # what model_readings loads: the weights the backbone learns from
-    record = {"run": str(run.resolve()), "checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint),
-              "split": str(split.resolve()), "settings": asdict(settings)}
+    record = {"run": str(run.resolve()), **fingerprint(checkpoint), "split": str(split.resolve()), "settings": asdict(settings)}
     if not _settled(out, record):
         ids, images = [], []
         for image_id, _ext, data in unique_images(split):

@@ -224,7 +224,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         unwrapped.eval()
         result["adapt"] = adaptation.report(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
     if main:
-        (cfg.run_dir / "result.json").write_text(_strict_json(result))
+        (cfg.run_dir / "result.json").write_text(json_text(result, indent=2))
     return result
 
 
@@ -298,12 +298,6 @@ def _captions_cut(cfg: TrainConfig, tokenizer, log: Log) -> dict:
         log(f"warning: {cut['cut']} of {cut['of']} train captions ({100 * cut['share']:.1f}%, {sample}) are longer "
             f"than data.max_length={d.max_length} tokens; training reads their first {d.max_length} tokens only")
     return cut
-
-
-def _strict_json(record: dict) -> str:
-    """The text of result.json or a checkpoint's state: strict JSON, a NaN or infinite value (a metric, say) written
-    as null, as the eval records write it (Python's NaN is no JSON: other tools refuse the file)."""
-    return json_text(record, indent=2)
 
 
 def _check_run_folder(run_dir: Path) -> None:
@@ -516,7 +510,7 @@ class Checkpoints:
                 copy_tokenizer(self.tokenizer_file, folder / "tokenizer.json")
                 state = {"step": step, "best": progress.best, "metrics": metrics, "bad_samples": progress.bad_samples,
                          "threads": self.threads.threads}
-                (folder / ckpt.STATE).write_text(_strict_json(state))
+                (folder / ckpt.STATE).write_text(json_text(state, indent=2))
 
         name = "best" if as_best else ckpt.step_name(step)
         return ckpt.write(self.accelerator, self.root, name, fill, latest=not as_best, keep=self.cfg.keep_checkpoints,

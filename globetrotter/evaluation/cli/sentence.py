@@ -148,9 +148,7 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
     if args.reference_size is not None and args.reference_size != choice.reference_size:
         raise UserError(f"{chosen_with}, {choice.reference_size} captions per language; --reference-size "
                         f"{args.reference_size} would score it with others: drop --reference-size")
-    checkpoint = models.current_checkpoint(args.model)
-    choice.check(model=common.model_entry(args)["path"], checkpoint=checkpoint,
-                 weights_sha256=models.weights_sha256(checkpoint))
+    choice.check(model=common.model_entry(args)["path"], **models.fingerprint(models.current_checkpoint(args.model)))
     return choice.ranking, choice.reference, choice.reference_size, choice
 
 

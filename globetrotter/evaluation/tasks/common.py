@@ -16,9 +16,9 @@ def resolve_model(model, name: str | None = None, device: str = "cpu") -> tuple[
         encoder = models.load_model(str(model), device=device)
         return encoder, models.model_info(str(model), name, encoder)
     checkpoint = models.checkpoint_of(model)
-    return model, {"path": checkpoint or models.baseline_spec(model), "checkpoint": checkpoint,
+    return model, {"path": checkpoint or models.baseline_spec(model),
                    "name": name or (models.model_name(checkpoint) if checkpoint else type(model).__name__),
-                   "weights_sha256": models.weights_sha256(checkpoint)}
+                   **models.fingerprint(checkpoint)}
 
 
 def read_parallel(split: str | Path, languages: Sequence[str] | None, n_groups: int | None, seed: int) -> ParallelSet:
