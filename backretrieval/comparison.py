@@ -18,11 +18,11 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (ArrayInput, IdsInput, PathLike, check_numbers, enough_for_k, hits_ks_path, is_path, json_ready,
-                    load_input, load_matrix, recorded_ks, same_dim, same_rows)
+from .files import (ArrayInput, IdsInput, PathLike, check_numbers, hits_ks_path, is_path, json_ready, load_input,
+                    load_matrix, recorded_ks, same_dim, same_rows)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, xlr_recall
-from .scoring import ImageLists, image_side, open_image_lists, source_image_ids, warn_shared_pictures
+from .scoring import ImageLists, prepare_images
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)
 
@@ -130,13 +130,11 @@ def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence
         same_dim([loaded[f"{model}_src_text"], loaded[f"{model}_tgt_text"]],
                  f"model {model.upper()}'s source vs target texts")
     src, tgt = loaded["a_src_text"], loaded["a_tgt_text"]
-    images = image_side(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])))
-    ids = source_image_ids(src_image_ids, len(src[1]), "a_src_text")
-    warn_shared_pictures(images)
-    enough_for_k(images.label, len(set(ids)) if ids is not None else len(src[1]), ks, "distinct source images")
-    lists = open_image_lists(image_index, images, ks, approximate=bool(options["approximate"]),
-                             method=image_index_method, src_image_ids=ids, seed=seed,
-                             progress=options["progress"])  # one set for both models
+    # one set of image lists serves both models
+    images, ids, lists = prepare_images(src_img, tgt_img, None, (src[0], len(src[1])), (tgt[0], len(tgt[1])),
+                                        src_image_ids, ks, image_index=image_index,
+                                        approximate=bool(options["approximate"]), method=image_index_method,
+                                        seed=seed, progress=options["progress"], rows="a_src_text")
     hits: dict[str, list] = {}
     hubness = {}
     for side in ("a", "b"):

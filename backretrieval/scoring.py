@@ -3,7 +3,7 @@
 :func:`score` is the library side of ``backretrieval score``: inputs are arrays or ``.npy``
 paths (row i of ``src_text`` describes row i of ``src_img``, likewise for the target side),
 and the :class:`ScoreResult` serialises to the command's JSON record
-(:meth:`ScoreResult.to_record`). :func:`image_side` and :func:`open_image_lists` are shared with
+(:meth:`ScoreResult.to_record`). :func:`prepare_images` (the image side, checked, and its lists) is shared with
 :func:`backretrieval.compare`.
 """
 from __future__ import annotations
@@ -120,7 +120,7 @@ def warn_shared_pictures(images: ImageSide) -> None:
         warnings.warn(f"{shared} of {len(images.tgt_img)} target rows show a picture of the source side (the same "
                       f"image features): BkR then rewards finding a caption of the query's own picture, as XLR on "
                       f"parallel data would; give source and target captions of different pictures",
-                      BackRetrievalWarning, stacklevel=3)
+                      BackRetrievalWarning, stacklevel=4)  # through prepare_images: the caller of score
 
 
 def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequence[int], *, approximate: bool,
@@ -154,6 +154,22 @@ def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[
         raise BackRetrievalError(f"{label}: {len(ids)} image ids, expected {n_src} "
                                  f"(one per {option(rows)} row)")
     return ids
+
+
+def prepare_images(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str, int], src_image_ids, ks,
+                   *, image_index: PathLike | None, approximate: bool, method: str | None, seed: int, progress: bool,
+                   rows: str = "src_text") -> tuple[ImageSide, list[str] | None, ImageLists | None]:
+    """The image side of BkR, as :func:`score` and :func:`backretrieval.compare` use it: the features or similarity
+    checked against the text rows (:func:`image_side`), the source image ids (:func:`source_image_ids`, one per
+    ``rows`` row), a warning for pictures on both sides, enough distinct source images for the largest K, and the
+    ``image_index`` file's lists (:func:`open_image_lists`)."""
+    images = image_side(src_img, tgt_img, image_sim, src, tgt)
+    ids = source_image_ids(src_image_ids, src[1], rows)
+    warn_shared_pictures(images)
+    enough_for_k(images.label, len(set(ids)) if ids is not None else src[1], ks, "distinct source images")
+    lists = open_image_lists(image_index, images, ks, approximate=approximate, method=method, src_image_ids=ids,
+                             seed=seed, progress=progress)
+    return images, ids, lists
 
 
 def score(
@@ -209,13 +225,10 @@ def score(
     src_label, src_arr = load_matrix(src_text, option("src_text"))
     tgt_label, tgt_arr = load_matrix(tgt_text, option("tgt_text"))
     same_dim([(src_label, src_arr), (tgt_label, tgt_arr)], "source vs target text embeddings")
-    images = image_side(src_img, tgt_img, image_sim, (src_label, len(src_arr)), (tgt_label, len(tgt_arr)))
-    ids = source_image_ids(src_image_ids, len(src_arr))
-    warn_shared_pictures(images)
-    n_images = len(set(ids)) if ids is not None else len(src_arr)
-    enough_for_k(images.label, n_images, ks, "distinct source images")
-    lists = open_image_lists(image_index, images, ks, approximate=bool(approximate), method=image_index_method,
-                             src_image_ids=ids, seed=seed, progress=progress)
+    images, ids, lists = prepare_images(src_img, tgt_img, image_sim, (src_label, len(src_arr)),
+                                        (tgt_label, len(tgt_arr)), src_image_ids, ks, image_index=image_index,
+                                        approximate=bool(approximate), method=image_index_method, seed=seed,
+                                        progress=progress)
     options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
                "approximate": approximate, "progress": progress}
     bkr = bkr_recall(src_arr, images.src_img, tgt_arr, images.tgt_img, ks, src_image_ids=ids,
