@@ -57,26 +57,26 @@ def _writable(check, text: str, what: str) -> str:
     return text
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (a learning rate)."""
+def _finite_float(text: str, minimum: float, inclusive: bool) -> float:
+    """``text`` as a finite number above ``minimum`` (or equal to it, ``inclusive``); else a usage error."""
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not 0.0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}") from None
+    if not ((value >= minimum if inclusive else value > minimum) and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {value}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a learning rate)."""
+    return _finite_float(text, 0.0, inclusive=False)
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (a weight)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not 0.0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
-    return value
+    return _finite_float(text, 0.0, inclusive=True)
 
 
 def distinct_names(pairs: list[tuple[str, str]], flag: str, what: str = "",
