@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import textwrap
 from pathlib import Path
 from typing import Sequence
@@ -354,12 +353,7 @@ def run(args: argparse.Namespace) -> int:
         source_args=source_options(args),
     )
     report = convert(sources, options)
-    issues = report.format_issues(args.show_issues)
-    if issues:
-        print(issues, file=sys.stderr)
+    report.print_issues(args.show_issues)
     print(report.format_summary())
     print(f"dataset: {args.out}  (summary: {args.out / 'summary.json'})")
-    closing = report.closing_line(args.strict)
-    if closing:  # the last line: what was lost, and what the exit status says about it
-        print(closing, file=sys.stderr if args.strict else sys.stdout)
-    return 1 if args.strict and report.total_issues else 0
+    return report.print_closing(args.strict)  # the last line

@@ -15,6 +15,7 @@ checks it, the summary prints it, and the tests assert it.
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,6 +164,30 @@ class ConversionReport:
             return f"--strict: {what}; exit status 1"
         return f"note: {what}; the rest was written and the exit status is 0 (--strict makes it 1)"
 
+    def format_account(self, written: str = "written") -> list[str]:
+        """The end of a summary: the skipped records (:meth:`format_skipped`), the unused ones by reason, and the
+        balance of every caption record (``written``: what the summary calls the written ones, e.g. ``added``)."""
+        verdict = "ok" if self.balance() == 0 else f"MISMATCH by {self.balance()}"
+        return [self.format_skipped(),
+                f"unused (by design): {self.total_unused}"
+                + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.unused.items())),
+                f"caption records: {self.records} = {written} {self.total_written} + skipped {self.total_skipped} "
+                f"+ unused {self.total_unused} ({verdict})"]
+
+    def print_issues(self, max_examples: int) -> None:
+        """Print :meth:`format_issues` on stderr, before the summary (nothing when there is none)."""
+        issues = self.format_issues(max_examples)
+        if issues:
+            print(issues, file=sys.stderr)
+
+    def print_closing(self, strict: bool) -> int:
+        """Print the :meth:`closing_line`, when there is one, as the command's last line (stderr with ``--strict``,
+        else stdout); returns the exit status: 1 when bad input was skipped under ``--strict``, else 0."""
+        closing = self.closing_line(strict)
+        if closing:
+            print(closing, file=sys.stderr if strict else sys.stdout)
+        return 1 if strict and self.total_issues else 0
+
     def format_summary(self) -> str:
         """A table of written samples per language and split, then skipped and unused counts."""
         splits = [s for s in ("train", "val", "test") if any(k[0] == s for k in self.written)]
@@ -181,12 +206,7 @@ class ConversionReport:
         if self.extra_written:
             extra = ", ".join(f"{s}/{lang} {n}" for (s, lang), n in sorted(self.extra_written.items()))
             lines.append(f"extra views (copies of train images, not counted above): {extra}")
-        lines.append(self.format_skipped())
-        lines.append(f"unused (by design): {self.total_unused}"
-                     + "".join(f"\n  {k:<28} {n}" for k, n in sorted(self.unused.items())))
-        verdict = "ok" if self.balance() == 0 else f"MISMATCH by {self.balance()}"
-        lines.append(f"caption records: {self.records} = written {self.total_written} + skipped "
-                     f"{self.total_skipped} + unused {self.total_unused} ({verdict})")
+        lines.extend(self.format_account())
         lines.extend(self.split_lines)
         if "images_per_s" in self.timing:
             lines.append(f"images: {self.timing['images']:.0f} decoded in {self.timing['image_seconds']:.1f} s "

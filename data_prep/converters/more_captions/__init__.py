@@ -105,9 +105,7 @@ def _more_captions(args: argparse.Namespace) -> int:
     reused = write_dataset(data, out, states, report, names, args.shard_size, start, check=not args.no_check,
                            copy=args.copy, progress=not args.no_progress)
 
-    issues = report.format_issues(args.show_issues)
-    if issues:
-        print(issues, file=sys.stderr)
+    report.print_issues(args.show_issues)
     lines = []
     for state in states.values():
         lines.extend(format_table(state))
@@ -120,10 +118,7 @@ def _more_captions(args: argparse.Namespace) -> int:
     if "train" in states and (data / "train" / "features").is_dir():
         print(f"the feature cache of the original train split serves the new one (same image ids and bytes): "
               f"data.features={(data / 'train' / 'features').resolve()}")
-    closing = report.closing_line(args.strict)
-    if closing:  # the last line: what was lost, and what the exit status says about it
-        print(closing, file=sys.stderr if args.strict else sys.stdout)
-    return 1 if args.strict and report.total_issues else 0
+    return report.print_closing(args.strict)  # the last line
 
 
 def check_splits(data: Path, splits: list[str]) -> None:

@@ -30,12 +30,7 @@ def format_table(state: EnrichedSplit) -> list[str]:
 
 def format_rest(report: ConversionReport) -> list[str]:
     """Skipped and unused records by reason, the balance of all records, and the warnings."""
-    lines = [report.format_skipped(),
-             f"unused (by design): {report.total_unused}"
-             + "".join(f"\n  {k:<28} {n}" for k, n in sorted(report.unused.items()))]
-    verdict = "ok" if report.balance() == 0 else f"MISMATCH by {report.balance()}"
-    lines.append(f"caption records: {report.records} = added {report.total_written} + skipped "
-                 f"{report.total_skipped} + unused {report.total_unused} ({verdict})")
+    lines = report.format_account(written="added")
     if report.extra_written:
         copies = ", ".join(f"{split}/{lang} {n}" for (split, lang), n in sorted(report.extra_written.items()))
         lines.append(f"  and added records copied into a second split that holds their image: {copies}")
