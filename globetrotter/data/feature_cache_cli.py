@@ -35,6 +35,22 @@ def _warn_random_weights(spec: CacheSpec, split: Path) -> None:
               f"_lite2) or --image-weights FILE (see --help)", file=sys.stderr)
 
 
+OUT_HELP = "cache folder (default: SPLIT/features, where data.features=auto looks)"
+
+
+def _out(args: argparse.Namespace) -> Path:
+    """The cache folder to write: ``--out``, else the split's ``features/`` (:data:`OUT_HELP`)."""
+    return Path(args.out) if args.out else Path(args.split_dir) / "features"
+
+
+def _wrote(args: argparse.Namespace, line: str, record: dict) -> int:
+    """Say what was written (``line``), and with ``--json`` the cache's ``record``; the exit status, 0."""
+    print(line)
+    if args.json:
+        print(json_text(record, indent=2))
+    return 0
+
+
 def _build(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)
     model = cfg.model
@@ -58,7 +74,7 @@ def _build(args: argparse.Namespace) -> int:
                         f"will read the cache (--config), or the side of the views in pixels (--image-size, e.g. 224 "
                         f"for an ImageNet backbone): the built-in default is {cfg.data.image_size}")
     _warn_random_weights(spec, split)
-    out = Path(args.out) if args.out else split / "features"
+    out = _out(args)
     check_cache_folder(out, "--out")  # a folder that is no cache is never replaced, --overwrite or not
     if (out / SPEC).is_file() and not args.overwrite:
         # refuses a cache built for other settings, or a rewritten split
@@ -77,10 +93,8 @@ def _build(args: argparse.Namespace) -> int:
             stale = clear_stale_write(out)
         if stale is not None:
             print(f"removed {stale}, left by an interrupted cache write")
-        print(f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, {cache.features.shape[-1]} dims)")
-        if args.json:
-            print(json_text(json.loads((out / SPEC).read_text()), indent=2))
-        return 0
+        return _wrote(args, f"{out}: up to date ({len(cache.row_of)} images, {cache.views} views, "
+                            f"{cache.features.shape[-1]} dims)", json.loads((out / SPEC).read_text()))
     from ..models.image import create_image_backbone
     from ..threads import configure_threads
 
@@ -90,11 +104,8 @@ def _build(args: argparse.Namespace) -> int:
     backbone = create_image_backbone(model.image_backbone, model.image_pretrained, **model.image_backbone_args)
     record = build_feature_cache(split, spec, out, backbone, batch_images=args.batch_images, workers=args.workers,
                                  device=args.device)
-    print(f"wrote {out}: {record['images']} images x {spec.views + 1} views x {record['dim']} dims in "
-          f"{record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)")
-    if args.json:
-        print(json_text(record, indent=2))
-    return 0
+    return _wrote(args, f"wrote {out}: {record['images']} images x {spec.views + 1} views x {record['dim']} dims in "
+                        f"{record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)", record)
 
 
 def train_hint(name: str, cache: Path) -> str:
@@ -109,29 +120,22 @@ def train_hint(name: str, cache: Path) -> str:
 def _import(args: argparse.Namespace) -> int:
     from .feature_import import import_embeddings
 
-    split = Path(args.split_dir)
-    out = Path(args.out) if args.out else split / "features"
+    split, out = Path(args.split_dir), _out(args)
     record = import_embeddings(split, args.embeddings, out, args.name, ids=args.ids, id_column=args.id_column,
                                embedding_column=args.embedding_column, force=args.overwrite, progress=not args.no_progress)
-    print(f"wrote {out}: {record['images']} images x {record['dim']} dims of {record['imported']['rows']} rows "
-          f"({record['imported']['format']}) in {record['import_seconds']:.1f} s; {train_hint(args.name, out)}")
-    if args.json:
-        print(json_text(record, indent=2))
-    return 0
+    return _wrote(args, f"wrote {out}: {record['images']} images x {record['dim']} dims of "
+                        f"{record['imported']['rows']} rows ({record['imported']['format']}) in "
+                        f"{record['import_seconds']:.1f} s; {train_hint(args.name, out)}", record)
 
 
 def _concat(args: argparse.Namespace) -> int:
     from .feature_concat import concat_caches
 
-    split = Path(args.split_dir)
-    out = Path(args.out) if args.out else split / "features"
+    split, out = Path(args.split_dir), _out(args)
     record = concat_caches(split, args.cache, out, args.name, force=args.overwrite, progress=not args.no_progress,
                            centre_like=args.centre_like)
-    print(f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of {len(args.cache)} "
-          f"caches; {train_hint(args.name, out)}")
-    if args.json:
-        print(json_text(record, indent=2))
-    return 0
+    return _wrote(args, f"wrote {out}: {record['images']} images x {record['dim']} dims, the concatenation of "
+                        f"{len(args.cache)} caches; {train_hint(args.name, out)}", record)
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -180,7 +184,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "data.feature_views); 0: the whole image only, for `features concat` or a screen of encoders")
     p.add_argument("--image-size", type=positive_int, help="side of the views in pixels (default: the config's "
                    "data.image_size; without --config, needed)")
-    p.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    p.add_argument("--out", help=OUT_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="rebuild even if a cache is there (a folder that is no feature cache is never replaced)")
     p.add_argument("--batch-images", type=positive_int, default=16,
@@ -208,7 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--embeddings", required=True, help="the embeddings: FILE.npy (float [N, D], with --ids) or FILE.parquet")
     q.add_argument("--ids", help="image id of each .npy row: a text file, one id per line, or a .json list")
     q.add_argument("--name", required=True, help="the embeddings' name; training's model.image_pretrained must be it")
-    q.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    q.add_argument("--out", help=OUT_HELP)
     q.add_argument("--id-column", help="parquet column of the image ids (default image_id; key, as img2dataset "
                    "writes, when absent)")
     q.add_argument("--embedding-column", help="parquet column of the embeddings (default embedding)")
@@ -236,7 +240,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--cache", action="append", required=True, metavar="FOLDER",
                    help="a feature cache of the split (repeat: two or more, joined in this order)")
     c.add_argument("--name", required=True, help="the joined embeddings' name; training's model.image_pretrained must be it")
-    c.add_argument("--out", help="cache folder (default: SPLIT/features, where data.features=auto looks)")
+    c.add_argument("--out", help=OUT_HELP)
     c.add_argument("--centre-like", metavar="FOLDER", help="centre on the means of this earlier concatenation (the "
                    "train split's) instead of this split's own: new photos joined in the space a run trained in; "
                    "its encoders must be these caches', in the same order")
