@@ -19,6 +19,14 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
 
 
+def add_command(sub, parent: argparse.ArgumentParser, name: str, help: str, description: str,
+                example: str) -> argparse.ArgumentParser:
+    """The parser of sub-command ``name``: the common options (``parent``), the help layout (:func:`formatter`),
+    and ``example`` (its arguments) as the ``example: globetrotter-zeroshot NAME ...`` line after the options."""
+    return sub.add_parser(name, parents=[parent], help=help, formatter_class=formatter, description=description,
+                          epilog=f"example: globetrotter-zeroshot {name} {example}")
+
+
 def check_no_shared_images(where: str, keys: Sequence[str], other_keys: Sequence[str], other: str, remedy: str) -> None:
     """One-line :class:`UserError` when the split named by ``where`` (e.g. ``--val DIR``) shows an image of the other
     split (``other``, e.g. ``"--train DIR images the adapter trains on"``), by image id; ``remedy`` ends it."""

@@ -9,7 +9,7 @@ from globetrotter.argtypes import comma_separated, distinct_names, language_code
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..retrieval import DEFAULT_KS, chance_recall, format_table, split_recall
 from ..train import load_adapter
-from .common import check_json, formatter, write_json
+from .common import add_command, check_json, write_json
 
 RETRIEVAL_HELP = """\
 Zero-shot cross-lingual text->image retrieval (Aggarwal et al., XTD10 paper). Each caption is
@@ -65,11 +65,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("retrieval", parents=[parent], help="text->image Recall@K per language (XTD10 Tables 2/3)",
-                       formatter_class=formatter, description=RETRIEVAL_HELP,
-                       epilog="example: globetrotter-zeroshot "
-                       "retrieval --test outputs/flickr8k/test --adapter m3l=runs/m3l "
-                       "--adapter patr=runs/patr --languages en,de,fr,zh --out runs/retrieval.json")
+    p = add_command(sub, parent, "retrieval", "text->image Recall@K per language (XTD10 Tables 2/3)", RETRIEVAL_HELP,
+                    "--test outputs/flickr8k/test --adapter m3l=runs/m3l --adapter patr=runs/patr "
+                    "--languages en,de,fr,zh --out runs/retrieval.json")
     p.add_argument("--test", required=True, metavar="SPLIT",
                    help="test split folder (the same images in every language)")
     p.add_argument("--adapter", required=True, action="append", type=named_path, metavar="[NAME=]DIR",

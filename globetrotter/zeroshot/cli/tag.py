@@ -14,7 +14,7 @@ from ..retrieval import check_adapter_dims
 from ..tagging import (PAPER_W1, PAPER_W2, check_tag_weights, image_files, load_imagenet_classifier,
                        read_tag_vocabulary, tag_image_features)
 from ..train import load_adapter
-from .common import check_json, formatter, write_json
+from .common import add_command, check_json, write_json
 
 TAG_HELP = """\
 Zero-shot multilingual image tagging (XTD10 paper 3.3.2). The English source tags of an image
@@ -93,11 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("tag", parents=[parent], help="zero-shot multilingual image tagging (XTD10 3.3.2)",
-                       formatter_class=formatter, description=TAG_HELP,
-                       epilog="example: globetrotter-zeroshot "
-                       "tag --adapter runs/m3l --images photos/ --vocab de=tags_de.txt "
-                       "--vocab fr=tags_fr.txt --out tags.json")
+    p = add_command(sub, parent, "tag", "zero-shot multilingual image tagging (XTD10 3.3.2)", TAG_HELP,
+                    "--adapter runs/m3l --images photos/ --vocab de=tags_de.txt --vocab fr=tags_fr.txt --out tags.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--images", required=True, nargs="+", metavar="PATH",
                    help="image files or folders (searched recursively)")

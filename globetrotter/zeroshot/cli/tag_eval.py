@@ -18,7 +18,7 @@ from ..tag_eval import content_words, evaluate_tagging, frequent_words
 from ..tagging import (PAPER_W1, PAPER_W2, caption_transfer_tags, check_tag_weights, load_imagenet_classifier,
                        tag_image_features)
 from ..train import load_adapter
-from .common import check_json, check_no_shared_images, formatter, write_json
+from .common import add_command, check_json, check_no_shared_images, write_json
 
 TAG_EVAL_HELP = """\
 Measure multilingual image tagging (XTD10 3.3.2) on a split's held-out captions. The true tags
@@ -108,11 +108,9 @@ def _share(value: str) -> float:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("tag-eval", parents=[parent], help="tagging Precision@K on held-out captions vs a frequency "
-                       "baseline", formatter_class=formatter, description=TAG_EVAL_HELP,
-                       epilog="example: globetrotter-zeroshot "
-                       "tag-eval --adapter runs/zs --test outputs/flickr8k/test "
-                       "--vocab-from outputs/flickr8k/train --languages en,de,fr,zh --out runs/tag-eval.json")
+    p = add_command(sub, parent, "tag-eval", "tagging Precision@K on held-out captions vs a frequency baseline",
+                    TAG_EVAL_HELP, "--adapter runs/zs --test outputs/flickr8k/test --vocab-from outputs/flickr8k/train "
+                    "--languages en,de,fr,zh --out runs/tag-eval.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")
     p.add_argument("--test", required=True, metavar="SPLIT", help="split whose captions give the tag truth")
     p.add_argument("--vocab-from", required=True, metavar="SPLIT",

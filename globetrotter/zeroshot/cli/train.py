@@ -13,7 +13,7 @@ from ..config import ZeroShotConfig
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..train import (CONFIG, META, WEIGHTS, save_adapter, text_encoder_weights, train_on_split, train_rows,
                      validation_recall)
-from .common import check_no_shared_images, check_out_dir, formatter, make_out_dir
+from .common import add_command, check_no_shared_images, check_out_dir, make_out_dir
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,13 +63,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("train", parents=[parent], help="train the text->image adapter (XTD10 3.1-3.2)",
-                       formatter_class=formatter,
-                       description="Train the adapter on the train_langs captions of a split (English by default), with "
-                       "M3L (eq. 1) or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",
-                       epilog="example: globetrotter-zeroshot "
-                       "train --train outputs/flickr8k-en/train --val outputs/flickr8k-en/val "
-                       "--out runs/m3l --config configs/zeroshot/m3l.yaml")
+    p = add_command(sub, parent, "train", "train the text->image adapter (XTD10 3.1-3.2)",
+                    "Train the adapter on the train_langs captions of a split (English by default), with M3L (eq. 1) "
+                    "or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",
+                    "--train outputs/flickr8k-en/train --val outputs/flickr8k-en/val --out runs/m3l "
+                    "--config configs/zeroshot/m3l.yaml")
     p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
     p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
                    "text->image Recall@K on it (first caption per image)")

@@ -13,7 +13,7 @@ from ..case_study import (case_study_configs, check_annotations, drop_small_pair
                           npy_image_features, pair_summary, precomputed_images, run_case_study, split_documents)
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..triplet import read_documents
-from .common import check_out_dir, formatter, make_out_dir, write_json
+from .common import add_command, check_out_dir, make_out_dir, write_json
 
 DEFAULT_IMAGE_MODEL = "efficientnet_lite0"
 RESULTS = "results.json"
@@ -104,11 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub, parent: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("triplet", parents=[parent],
-                       help="Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
-                       formatter_class=formatter, description=TRIPLET_HELP,
-                       epilog="example: globetrotter-zeroshot "
-                       "triplet --docs recipes.jsonl --text-encoder use --out runs/triplet")
+    p = add_command(sub, parent, "triplet", "Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
+                    TRIPLET_HELP, "--docs recipes.jsonl --text-encoder use --out runs/triplet")
     p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder: results.json and the box plot")
     p.add_argument("--overwrite", action="store_true", help="replace the results.json already in --out")
