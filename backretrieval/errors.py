@@ -70,14 +70,17 @@ def cli_option_names() -> Iterator[None]:
 @contextmanager
 def one_line_warnings() -> Iterator[None]:
     """Within this block, every :class:`BackRetrievalWarning` is printed as one ``warning: ...`` line on stderr
-    (not Python's two-line form with the source line, nor once per place only)."""
+    (not Python's two-line form with the source line, nor once per place only), each message once (the same line
+    from every model of a command, texts cut by each of two checkpoints say, is said once)."""
     with warnings.catch_warnings():  # restores the filters and showwarning on leaving
         warnings.simplefilter("always", BackRetrievalWarning)
-        show = warnings.showwarning
+        show, said = warnings.showwarning, set()
 
         def one_line(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, BackRetrievalWarning):
-                print(f"warning: {message}", file=sys.stderr)
+                if str(message) not in said:
+                    said.add(str(message))
+                    print(f"warning: {message}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 

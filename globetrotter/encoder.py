@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -34,16 +37,44 @@ class TextsCut(Notice, BackRetrievalWarning):
     BackRetrieval warning too, for ``backretrieval ... --model globetrotter:RUN``)."""
 
 
-def _warn_cut(cut: int, total: int, max_length: int) -> None:
-    """One :class:`TextsCut` warning for a call that cut ``cut`` of its ``total`` texts (none when nothing was cut);
-    the same count again from the same place is shown once (Python's default filter), so a validation repeated
-    through a run says it once."""
-    if cut:
-        import warnings
+_CUT_TALLY: ContextVar[dict[tuple[int, int], tuple[int, int]] | None] = ContextVar("texts_cut_tally", default=None)
+"""Inside :func:`texts_cut_once`: ``(max_length, hash of the texts) -> (cut, total)`` of each list of texts encoded."""
 
-        warnings.warn(f"{cut} of {total} text(s) are longer than data.max_length={max_length} tokens and were cut to "
-                      f"it, as in training: the tokens past it do not change their embeddings", TextsCut,
+
+def _cut_message(cut: int, total: int, max_length: int) -> str:
+    return (f"{cut} of {total} text(s) are longer than data.max_length={max_length} tokens and were cut to it, as in "
+            f"training: the tokens past it do not change their embeddings")
+
+
+def _warn_cut(cut: int, texts: Sequence[str], max_length: int) -> None:
+    """One :class:`TextsCut` warning for a call that cut ``cut`` of its ``texts`` (none when nothing was cut); the
+    same count again from the same place is shown once (Python's default filter), so a validation repeated through a
+    run says it once. Inside :func:`texts_cut_once` the call is tallied instead, and said at the block's end."""
+    tally = _CUT_TALLY.get()
+    if tally is not None:
+        key = (max_length, hash(tuple(texts)))  # the same texts encoded again (another head, another model): once
+        tally[key] = (max(cut, tally.get(key, (0, 0))[0]), len(texts))
+    elif cut:
+        warnings.warn(_cut_message(cut, len(texts), max_length), TextsCut,
                       stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
+
+
+@contextmanager
+def texts_cut_once() -> Iterator[None]:
+    """One command's :class:`TextsCut` notice: the encoding calls within this block (per split, language, head or
+    model) are one warning at its end, ``CUT of TOTAL text(s)`` over the distinct lists of texts encoded (one per
+    ``data.max_length`` where models differ), not one per call."""
+    tally: dict[tuple[int, int], tuple[int, int]] = {}
+    token = _CUT_TALLY.set(tally)
+    try:
+        yield
+    finally:
+        _CUT_TALLY.reset(token)
+        for max_length in sorted({length for length, _ in tally}):
+            counts = [count for (length, _), count in tally.items() if length == max_length]
+            cut = sum(c for c, _ in counts)
+            if cut:
+                warnings.warn(_cut_message(cut, sum(n for _, n in counts), max_length), TextsCut, stacklevel=3)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
@@ -130,7 +161,7 @@ class Encoder:
             sentence, mean = self.model.sentence_states(ids_t, mask_t, batch_langs)
             x = sentence if pooling == "sentence" else mean
             out[rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
-        _warn_cut(len(cut), len(texts), self.cfg.data.max_length)
+        _warn_cut(len(cut), texts, self.cfg.data.max_length)
         return out
 
     @torch.no_grad()
@@ -152,7 +183,7 @@ class Encoder:
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             states = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
             chunks.append((states.float().cpu().numpy(), np.asarray(mask, np.int64)))
-        _warn_cut(len(cut), len(texts), self.cfg.data.max_length)
+        _warn_cut(len(cut), texts, self.cfg.data.max_length)
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
         states = np.zeros((len(texts), width, d), np.float32)

@@ -1117,3 +1117,26 @@ def test_texts_cut_by_a_globetrotter_embedder_are_one_warning_line_under_backret
     with one_line_warnings():
         warnings.warn("3 of 8 text(s) are longer than data.max_length=4 tokens", TextsCut)
     assert capsys.readouterr().err == "warning: 3 of 8 text(s) are longer than data.max_length=4 tokens\n"
+
+
+def test_texts_cut_by_two_globetrotter_models_are_one_warning_line(tiny_run, tmp_path, capsys):
+    """Two ``globetrotter:`` models of a command cut the same captions: the one-line hook printed the same warning
+    once per model ('always' filter); each distinct warning is now said once a command."""
+    from data_prep.shards import read_captions
+
+    from globetrotter.training.checkpoint import resolve
+
+    rng = np.random.default_rng(0)
+    with ShardWriter(tmp_path / "test", split="test", source="unit", image_format="npy") as w:
+        for i in range(12):
+            for lang in ("en", "de"):
+                text = " ".join([f"{lang} red a square {i}"] * (30 if i % 4 == 0 else 1))  # 3 of 12 past 32 tokens
+                w.write(f"k{i}{lang}", rng.normal(size=8).astype(np.float32), text, lang, image_id=f"i{i}",
+                        group=f"g{i}")
+    assert main(["eval", "--data", str(tmp_path / "test"), "--model", f"run=globetrotter:{tiny_run}", "--model",
+                 f"checkpoint=globetrotter:{resolve(tiny_run)}", "--ks", "1", "--bootstrap", "0", "--out",
+                 str(tmp_path / "out"), "--no-progress"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "longer than data.max_length" in line]
+    assert said == [f"warning: 6 of {len(read_captions(tmp_path / 'test'))} text(s) are longer than "
+                    f"data.max_length=32 tokens and were cut to it, as in training: the tokens past it do not change "
+                    f"their embeddings"], said

@@ -279,25 +279,27 @@ def test_the_word_record_names_only_the_settings_that_applied(world, fake, tmp_p
     assert [config[k] for k in ("top_k", "idf", "min_count", "procrustes_k", "procrustes_iter")] == [4, "smooth", 1, 5, 2]
 
 
-def test_select_says_its_cut_val_captions_once_per_command_not_once_per_head(tiny_run, tiny_world, tmp_path,
-                                                                              capsys):
-    """select encodes the val captions once per head (text, cross); the TextsCut warning of an over-long caption is
-    one line for the command, as the trainer's validations say it once per run."""
+def test_select_says_its_cut_captions_once_per_command_not_once_per_head_or_split(tiny_run, tiny_world, tmp_path,
+                                                                                  capsys):
+    """select encodes the val captions once per head (text, cross) and the reference captions too; the TextsCut
+    warning of the over-long captions is one line for the command (it was one a split read: two lines that did not
+    say which split), as the trainer's validations say it once per run."""
     from data_prep.shards import read_captions
 
-    val = tmp_path / "val"
-    with ShardWriter(val, split="val", source="tiny", image_format="png", maxcount=40) as w:
-        for i, m in enumerate(read_captions(tiny_world / "val")):
-            pixels = np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8)
-            caption = " ".join([m["caption"]] * (30 if i == 0 else 1))  # one caption past the 32 tokens
-            w.write(f"val-{i:05d}", Image.fromarray(pixels), caption, m["lang"], m["image_id"])
-    assert run(["select", "--model", str(tiny_run), "--name", "cut", "--val", str(val), "--reference",
-                str(tiny_world / "train"), "--out", str(tmp_path / "out"), "--maxsim", "0"]) == 0
+    for split in ("val", "train"):  # one caption past the 32 tokens in each
+        with ShardWriter(tmp_path / split, split=split, source="tiny", image_format="png", maxcount=40) as w:
+            for i, m in enumerate(read_captions(tiny_world / split)):
+                pixels = np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+                caption = " ".join([m["caption"]] * (30 if i == 0 else 1))
+                w.write(f"{split}-{i:05d}", Image.fromarray(pixels), caption, m["lang"], m["image_id"])
+    assert run(["select", "--model", str(tiny_run), "--name", "cut", "--val", str(tmp_path / "val"), "--reference",
+                str(tmp_path / "train"), "--out", str(tmp_path / "out"), "--maxsim", "0"]) == 0
     heads = {c["ranking"]["head"] for c in record(tmp_path / "out", "select", "cut")["details"]["candidates"]}
     said = [line for line in capsys.readouterr().err.splitlines() if "longer than data.max_length" in line]
+    total = len(read_captions(tmp_path / "val")) + len(read_captions(tmp_path / "train"))
     assert heads == {"text", "cross"} and said == [
-        f"warning: 1 of {len(read_captions(val))} text(s) are longer than data.max_length=32 tokens and were cut to "
-        f"it, as in training: the tokens past it do not change their embeddings"], said
+        f"warning: 2 of {total} text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
+        f"training: the tokens past it do not change their embeddings"], said
 
 
 def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
@@ -1383,7 +1385,8 @@ def test_word_prints_chance_and_warns_of_few_candidates_and_repeated_pairs(world
 def test_translate_notes_a_k_above_the_corpus_and_cut_queries_and_translate_word_odd_queries(tiny_run, tiny_world,
                                                                                              tmp_path, capsys):
     """A --k above the corpus, a query longer than data.max_length tokens (cut), a translate-word query of several
-    words or no token of its own: each went through in silence; now one note line each, and the command runs."""
+    words or no token of its own: each went through in silence; now one line each (the cut query: the TextsCut
+    warning alone, no 'queries cut' note beside it), and the command runs."""
     from globetrotter.config import load_train_config
 
     limit = load_train_config(tiny_run / "config.yaml").data.max_length
@@ -1396,7 +1399,9 @@ def test_translate_notes_a_k_above_the_corpus_and_cut_queries_and_translate_word
                 str(tiny_world / "test"), "--k", str(n_ru + 5), "--out", out]) == 0
     err = capsys.readouterr().err
     assert f"note: --k {n_ru + 5}: the corpus has {n_ru} ru sentences; each query lists all of them" in err, err
-    assert f"note: 1 of 2 queries cut to data.max_length={limit} tokens" in err, err
+    cut = [line for line in err.splitlines() if "cut" in line]  # one notice, not a note beside the warning
+    assert len(cut) == 1 and re.fullmatch(rf"warning: 1 of \d+ text\(s\) are longer than data.max_length={limit} "
+                                          r"tokens and were cut to it, .*", cut[0]), cut
     import globetrotter
 
     vocab = globetrotter.load(tiny_run).tokenizer.get_vocab()

@@ -152,9 +152,9 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
     assert exit_info.value.code == 0
-    err = capsys.readouterr().err.splitlines()  # the tiny run's 32 tokens cut most texts: said as one line a call
-    assert any(line.startswith("warning: ") and "text(s) are longer than data.max_length=32 tokens" in line
-               for line in err)
+    err = capsys.readouterr().err.splitlines()  # the tiny run's 32 tokens cut most texts: one line for the command
+    said = [line for line in err if "text(s) are longer than data.max_length=32 tokens" in line]
+    assert len(said) == 1 and said[0].startswith("warning: "), said
     assert not any("TextsCut" in line or "encoder.encode_tokens(" in line for line in err)  # not Python's 2 lines
     rec = json.loads((out / "correspondence-tiny.json").read_text(encoding="utf-8"))
     m, d = rec["metrics"], rec["details"]

@@ -704,3 +704,28 @@ def test_an_adapter_refuses_a_globetrotter_text_encoder_that_saved_other_weights
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the adapter was trained on the text encoder globetrotter:" in err[0], err
     assert "train the adapter again" in err[0]
+
+
+def test_texts_cut_by_a_globetrotter_text_encoder_are_one_line_per_command(tiny_run, tmp_path, capsys):
+    """train encodes the train captions, then the val captions in two languages: their TextsCut warning was one line
+    a split (and, under the 'always' filter of the CLI, one a call); now one line for the command."""
+    from globetrotter.zeroshot.cli import main
+
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(16, 8)).astype(np.float32)
+    words = ["red a square", "green a square", "blue a square", "yellow a square"]
+
+    def caption(row: int, lang: str = "en") -> str:  # a third of them past the run's 32 tokens
+        text = " ".join([words[row % 4]] * (30 if row % 3 == 0 else 1))
+        return text if lang == "en" else f"{lang} {text}"
+
+    _write_split(tmp_path, "train", images, [(caption(r), "en", r) for r in range(12)])
+    _write_split(tmp_path, "val", images, [(caption(r, lang), lang, r) for r in range(12, 16) for lang in ("en", "ru")])
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--val-k", "2",
+                 "--out", str(tmp_path / "adapter"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+                 f"text_encoder=globetrotter:{tiny_run}", "optim.epochs=1", "adapter.hidden_dims=[8]",
+                 "optim.batch_size=4"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "longer than data.max_length" in line]
+    # distinct texts: 4 train captions (rows 0, 3 long), 8 val captions (rows 12, 15 long, in en and ru)
+    assert said == ["warning: 6 of 12 text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
+                    "training: the tokens past it do not change their embeddings"], said

@@ -48,10 +48,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return zeroshot_main(argv, "globetrotter-eval") if argv[0] == "tag" else \
             zeroshot_main(argv[1:], "globetrotter-eval zeroshot")
     args = build_parser().parse_args(argv)
+    from globetrotter.encoder import texts_cut_once
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0)  # no data workers: this process's share of the cores (OMP_NUM_THREADS wins)
-    return args.func(args)
+    with texts_cut_once():  # texts cut to the model's length: one line for the command, not one per encoding
+        return args.func(args)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from backretrieval.errors import one_line_warnings
 from globetrotter.argtypes import comma_separated, non_negative_int, one_of, output_folder, positive_int
 from globetrotter.errors import UserError
 
@@ -56,13 +55,13 @@ def _word(args: argparse.Namespace) -> int:
     if set(args.procrustes) == {"none"}:
         _refuse_unused(args, ("procrustes_k", "procrustes_iter"), "the Procrustes refinement",
                        "give --procrustes pairwise or multi, or drop")
-    with one_line_warnings():  # duplicate dictionary pairs, too few candidates: one 'warning:' line each
-        result = word_task.evaluate(
-            args.model, split=args.split, dictionary=args.dictionary, languages=args.languages,
-            embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
-            procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
-            candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
-            min_count=args.min_count or MIN_COUNT, name=args.name, device=args.device)
+    # its warnings (duplicate dictionary pairs, too few candidates) are one 'warning:' line each: run_cli's
+    result = word_task.evaluate(
+        args.model, split=args.split, dictionary=args.dictionary, languages=args.languages,
+        embeddings=args.embeddings, methods=args.method, procrustes=args.procrustes,
+        procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
+        candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
+        min_count=args.min_count or MIN_COUNT, name=args.name, device=args.device)
     prefix, written = common.plot_prefix(args, "word"), []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")

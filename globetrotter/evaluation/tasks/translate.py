@@ -160,7 +160,6 @@ def translate_sentences(
     kind = "sentences" if chosen.head == "text" else f"sentences-{chosen.head}"
     found = _open(model, encoder, corpus, kind, to, {"corpus": corpus_sig, "head": chosen.head, "ivf_min": ivf_min},
                   texts, encode, index=index, out=out, rebuild=rebuild, ivf_min=ivf_min, nprobe=nprobe, log=log)
-    _note_long_queries(encoder, queries, log)
     if k > len(found.texts):
         log(f"note: --k {k}: the corpus has {len(found.texts)} {to} sentences; each query lists all of them")
     emb = encode_texts(encoder, queries, source, chosen.head, batch_size)
@@ -171,19 +170,6 @@ def translate_sentences(
     log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
     hits = found.search(emb, max(k, rerank))
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
-
-
-def _note_long_queries(encoder, queries: Sequence[str], log: Callable[[str], None]) -> None:
-    """One line saying how many ``queries`` are longer than the model's ``data.max_length`` tokens: the encoder
-    reads the first ones only, as in training (a model without a config or tokenizer: no note)."""
-    limit = getattr(getattr(getattr(encoder, "cfg", None), "data", None), "max_length", None)
-    tokenizer = getattr(encoder, "tokenizer", None)
-    if not isinstance(limit, int) or not hasattr(tokenizer, "encode_batch"):
-        return
-    cut = sum(len(e.ids) > limit for e in tokenizer.encode_batch(list(queries)))
-    if cut:
-        log(f"note: {cut} of {len(queries)} queries cut to data.max_length={limit} tokens (the model reads no "
-            "further, as in training)")
 
 
 def _note_odd_words(encoder, queries: Sequence[str], log: Callable[[str], None]) -> None:

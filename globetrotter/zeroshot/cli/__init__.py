@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from backretrieval.errors import BackRetrievalError, one_line_warnings
+from backretrieval.errors import BackRetrievalError
 from globetrotter.errors import UserError, run_cli
 
 from . import retrieval, tag, tag_eval, train, triplet
@@ -40,11 +40,14 @@ def build_parser(prog: str = "globetrotter-zeroshot") -> argparse.ArgumentParser
 
 def _main(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> int:
     args = build_parser(prog).parse_args(argv)
+    from globetrotter.encoder import texts_cut_once
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
     try:
-        with one_line_warnings():  # the metric's warnings (a K not below a pair's images) as one 'warning:' line
+        # run_cli prints the metric's warnings (a K not below a pair's images) as one 'warning:' line each; texts cut
+        # by a globetrotter:RUN text encoder are one line for the command, not one per language or split encoded
+        with texts_cut_once():
             return args.func(args)
     except BackRetrievalError as err:  # the metric package's one-line user errors
         raise UserError(str(err)) from None
