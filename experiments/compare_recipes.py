@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_file  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.evaluation.tasks.select import (check_against, paired_margin, read_record,  # noqa: E402
                                                   shared_g_warning)
 
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json_text(result, indent=2), encoding="utf-8")
+        record = {**result, "args": vars(args), "versions": versions()}  # as the other experiments' records
+        Path(args.out).write_text(json_text(record, indent=2), encoding="utf-8")
         print(f"wrote {args.out}")
     return 0
 

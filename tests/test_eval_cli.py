@@ -2,6 +2,7 @@
 answers are known (captions of one scene share their concept vectors across languages)."""
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import re
@@ -168,6 +169,28 @@ def test_every_eval_record_names_the_versions_it_was_made_with(world, tmp_path):
     assert record(out, "sentence", "tfidf")["versions"] == {"globetrotter": globetrotter.__version__,
                                                            "torch": torch.__version__, "numpy": np.__version__,
                                                            "python": platform.python_version()}
+
+
+def _options_of(command: str) -> set[str]:
+    """The destinations of every option of ``eval.py COMMAND`` (its own and the common ones)."""
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest for a in sub.choices[command]._actions if a.dest != "help"}
+
+
+def test_eval_records_list_every_option_they_were_made_with(world, tmp_path):
+    """A record's config held the settings its task resolved, not the command line: --batch-size, --device and
+    --name were nowhere, so a record did not say how to make it again. common.write adds every option."""
+    out = tmp_path / "out"
+    argv = ["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out), "--n-groups", "5",
+            "--batch-size", "7", "--seed", "3"]
+    assert run(argv) == 0
+    rec = record(out, "sentence", "tfidf")
+    options = rec["config"]["options"]
+    assert set(options) == _options_of("sentence") | {"command"}
+    assert options["batch_size"] == 7 and options["device"] == "cpu" and options["seed"] == 3
+    assert options["n_groups"] == 5 and options["split"] == str(world / "test") and options["name"] is None
+    summary = json.loads((out / "results.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+    assert summary["config"]["options"] == options
 
 
 def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(world, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """The XTD10 adapter (3.1), its training loop over cached features (3.2) and Recall@K retrieval."""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -317,6 +318,16 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"patr={tmp_path / 'patr'}",
                  "--out", str(tmp_path / "r.json"), *common]) == 0
     assert f"wrote {tmp_path / 'r.json'} (it replaces an earlier record" in capsys.readouterr().err
+    # the adapter's meta.json and the record named neither the options nor the versions they were made with
+    import globetrotter
+
+    assert meta["inputs"]["train"] == str(tmp_path / "train") and meta["inputs"]["overrides"][1] == "loss.name=patr"
+    assert meta["versions"]["globetrotter"] == globetrotter.__version__ and "torch" in meta["versions"]
+    again = json.loads((tmp_path / "r.json").read_text())
+    assert again == record  # the same command twice: the same record, bit for bit
+    assert record["inputs"]["adapter"] == [["patr", str(tmp_path / "patr")]] and record["inputs"]["ks"] == [1, 5, 10]
+    assert record["inputs"]["cache_dir"] == str(tmp_path / "cache") and record["inputs"]["device"] == "cpu"
+    assert record["versions"] == meta["versions"]
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
@@ -347,9 +358,11 @@ def test_records_and_checkpoints_write_a_nan_as_null_and_still_load(tmp_path, ca
     written as a bare NaN, which strict JSON readers refuse."""
     path = tmp_path / "record.json"
     write_json({"metrics": {"en": {"recall@10": np.float32("nan")}, "de": {"recall@10": np.float32(0.5)}},
-                "seconds": float("inf")}, path)
-    assert strict_json(path.read_text(encoding="utf-8")) == {"metrics": {"en": {"recall@10": None},
-                                                                         "de": {"recall@10": 0.5}}, "seconds": None}
+                "seconds": float("inf")}, path, argparse.Namespace(out=str(path), seed=0))
+    written = strict_json(path.read_text(encoding="utf-8"))
+    assert {k: written[k] for k in ("metrics", "seconds")} == {"metrics": {"en": {"recall@10": None},
+                                                                          "de": {"recall@10": 0.5}}, "seconds": None}
+    assert written["inputs"] == {"out": str(path), "seed": 0} and "torch" in written["versions"]
     save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
                  tmp_path / "ckpt", history={"loss": [float("nan"), 0.5]})
     assert strict_json((tmp_path / "ckpt" / META).read_text(encoding="utf-8"))["history"] == {"loss": [None, 0.5]}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from backretrieval.cli.common import inputs
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int, torch_device
 
 from .. import models
@@ -64,8 +65,10 @@ def plot_prefix(args: argparse.Namespace, task: str) -> Path:
 
 
 def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
-    """Write ``result`` (with ``plots``) into ``--out`` and say where."""
+    """Write ``result`` (with ``plots``) into ``--out`` and say where; its config lists every option of the command
+    line as ``options`` (the arguments as BackRetrieval's records list them), beside the settings it resolved."""
     result.plots = [str(p) for p in plots]
+    result.config["options"] = inputs(args)
     earlier = _earlier_model(record_path(args.out, result.task, result.model.get("name")))
     path = result.write(args.out)
     note = ""

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from backretrieval.cli.common import inputs
 from backretrieval.errors import BackRetrievalError
 from backretrieval.files import json_text, writable_dir, writable_file
 
@@ -60,10 +61,18 @@ def check_json(path: str | Path | None) -> None:
             raise UserError(str(err)) from None
 
 
-def write_json(record: dict, path: str | Path | None) -> None:
-    """Write ``record`` to ``path`` (nothing without one) and say where, on stderr; a file it replaces is said, as
-    eval.py says it of its records."""
-    text = json_text(record, indent=2, ensure_ascii=False)
+def provenance(args: argparse.Namespace) -> dict:
+    """What every zeroshot record and checkpoint says of how it was made: ``inputs``, every option of the command line
+    (as BackRetrieval's records list them), and the ``versions`` (as eval.py's records name them)."""
+    from globetrotter.evaluation.records import versions
+
+    return {"inputs": inputs(args), "versions": versions()}
+
+
+def write_json(record: dict, path: str | Path | None, args: argparse.Namespace) -> None:
+    """Write ``record``, with the :func:`provenance` of ``args``, to ``path`` (nothing without one) and say where, on
+    stderr; a file it replaces is said, as eval.py says it of its records."""
+    text = json_text({**record, **provenance(args)}, indent=2, ensure_ascii=False)
     if path:
         earlier = Path(path).is_file()
         try:

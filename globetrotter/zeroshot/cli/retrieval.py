@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(table, key="median_rank"))
     for note in notes:
         print(f"note: {note}")
-    write_json(record, args.out)
+    write_json(record, args.out, args)
     return 0
 
 

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
               "image_encoder": config.image_encoder, "w1": args.w1, "w2": args.w2, "source_tags": source_tags,
               "vocabularies": vocab_files, "languages_the_text_encoder_lacks": lacks, "images": images,
               "skipped": [{"image": str(path), "why": why} for path, why in skipped]}
-    write_json(record, args.out)
+    write_json(record, args.out, args)
     return 0
 
 

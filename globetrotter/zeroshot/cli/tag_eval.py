@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
               "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
               "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}
-    write_json(record, args.out)
+    write_json(record, args.out, args)
     return 0
 
 

@@ -13,7 +13,7 @@ from ..config import ZeroShotConfig
 from ..data import image_extractor, languages_the_encoder_lacks, load_split_features
 from ..train import (CONFIG, META, WEIGHTS, save_adapter, text_encoder_weights, train_on_split, train_rows,
                      validation_recall)
-from .common import add_command, check_no_shared_images, check_out_dir, make_out_dir
+from .common import add_command, check_no_shared_images, check_out_dir, make_out_dir, provenance
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                                "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
     meta = {"train": str(args.train), "val": str(args.val) if args.val else None,
-            "val_k": args.val_k if args.val else None, "text_encoder_weights": weights, **trained}
+            "val_k": args.val_k if args.val else None, "text_encoder_weights": weights, **trained,
+            **provenance(args)}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
     history = meta["history"]
     blocks = len(config.adapter.dropout)  # one block per rate: adapter.dropout=[0.1] is a 1-block adapter

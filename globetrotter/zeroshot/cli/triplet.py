@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
               "n_train": len(train_docs), "n_eval": len(eval_docs), "ks": args.ks, "boxplot": str(plot),
               "training": histories, "left_out": {"languages": small, "pairs": small_pairs},
               "models": {name: {"mean": res["mean"], "pairs": res["pairs"]} for name, res in results.items()}}
-    write_json(record, out / RESULTS)
+    write_json(record, out / RESULTS, args)
     return 0
 
 
