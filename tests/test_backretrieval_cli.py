@@ -1117,3 +1117,19 @@ def test_texts_cut_by_a_globetrotter_embedder_are_one_warning_line_under_backret
     with one_line_warnings():
         warnings.warn("3 of 8 text(s) are longer than data.max_length=4 tokens", TextsCut)
     assert capsys.readouterr().err == "warning: 3 of 8 text(s) are longer than data.max_length=4 tokens\n"
+
+
+def test_eval_refuses_a_split_whose_manifest_counts_another_number_of_samples(small_split, tmp_path, capsys):
+    """A manifest saying 79 samples over shards holding 80 was scored in silence (only `globetrotter-data inspect
+    --check` compared them): one line naming the manifest, exit 2."""
+    import shutil
+
+    split = tmp_path / "test"
+    shutil.copytree(small_split / "test", split)
+    path = split / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=79)))
+    code = main(["eval", "--data", str(split), "--model", "random:4", "--bootstrap", "0", "--out", str(tmp_path / "o"),
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: {path}: num_samples is 79 but the shards hold 80 samples (the manifest does " \
+                                "not describe its shards; write the split again)\n"
