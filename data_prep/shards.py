@@ -170,6 +170,8 @@ class ShardWriter:
         """
         if key in self._keys:
             raise ValueError(f"duplicate key {key!r}")
+        if group is not None and not isinstance(group, str):  # every reader refuses it (check_meta)
+            raise ValueError(f"group {group!r} of key {key!r} must be a string or None")
         if "." in key or "/" in key:
             raise ValueError(f"key {key!r} must not contain '.' or '/'")
         longest = max(len(f"{key}.{ext}".encode("utf-8")) for ext in (self.image_format, "json"))
@@ -435,16 +437,20 @@ def _tar_error(err: BaseException) -> str:
 
 
 def check_meta(meta: object, path: str, key: str) -> None:
-    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS` and a
-    caption that is not empty (or only whitespace): every reader refuses one, not ``inspect --check`` alone."""
+    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the fields of the format (module
+    docstring): the :data:`REQUIRED_FIELDS` as strings, a caption and lang that are not empty (or only whitespace),
+    and a ``group`` that is a string or null (or absent). Every reader refuses one, not ``inspect --check`` alone:
+    a number or list there was read in silence (an image id 7 and "7" one image to some readers, two to others)."""
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
                         f"{', '.join(REQUIRED_FIELDS)}")
-    bad = [f for f in REQUIRED_FIELDS if meta.get(f) is None or (f != "image_id" and not isinstance(meta[f], str))
-           or f == "lang" and not meta[f].strip()]
+    bad = [f for f in REQUIRED_FIELDS if not isinstance(meta.get(f), str) or f == "lang" and not meta[f].strip()]
+    if meta.get("group") is not None and not isinstance(meta["group"], str):
+        bad.append("group")
     if bad:
-        raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} (expected a string "
-                        "caption, a language code lang and an image_id)")
+        found = ", ".join(f"{f} {repr(meta[f])[:40] if f in meta else 'absent'}" for f in bad)
+        raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} ({found}; expected strings "
+                        "caption, lang (a language code) and image_id, and group a string or null)")
     if not meta["caption"].strip():
         raise UserError(f"{path}: sample '{key}' has an empty caption (expected the text of the image's caption; "
                         f"write the split again without it)")

@@ -885,7 +885,7 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
         for i in range(30):
             w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", "en", image_id=f"i{i}",
-                    group=i)
+                    group=f"g{i}")
     assert "captions in 1 language(s) (en); the protocol needs a pair of two" in _one_line_error(
         ["correlate", "--data", str(tmp_path / "en-only"), *out], capsys)
     assert not (tmp_path / "o").exists()

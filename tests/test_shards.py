@@ -183,6 +183,31 @@ def test_a_malformed_sample_is_a_one_line_error_naming_shard_and_key(tmp_path):
     assert [s.key for s in iter_samples(tmp_path / "badimg", decode_images=False)] == ["k0"]
 
 
+@pytest.mark.parametrize("field, value, found", [("image_id", 7, "image_id 7"), ("image_id", ["a"], "image_id ['a']"),
+                                                  ("group", 3, "group 3"), ("group", ["g0", "g1"], "group ['g0', 'g1']"),
+                                                  ("caption", 5, "caption 5")])
+def test_a_field_of_another_type_than_the_format_s_is_one_line_naming_shard_and_sample(tmp_path, field, value, found):
+    """An image id or group that is a number or a list (docs/data.md: strings; group may be null) was read in
+    silence (7 and "7" one image to the readers that take str() of it, two to the others), or was a TypeError
+    traceback (a list group in the split rule's check)."""
+    buf = io.BytesIO()
+    image(0).save(buf, format="JPEG")
+    meta = {"caption": "a red circle", "lang": "en", "image_id": "a", "group": "g", field: value}
+    write_raw_split(tmp_path / "s", meta, buf.getvalue())
+    for read in (read_captions, lambda d: list(iter_samples(d)), lambda d: check_split_rule(d, "test")):
+        with pytest.raises(UserError) as err:
+            read(tmp_path / "s")
+        assert str(err.value) == (f"{tmp_path / 's' / 'train-000000.tar'}: sample 'k0' json lacks valid field(s) "
+                                  f"{field} ({found}; expected strings caption, lang (a language code) and image_id, "
+                                  f"and group a string or null)")
+    write_raw_split(tmp_path / "null", {**meta, field: "x", "group": None}, buf.getvalue())
+    assert read_captions(tmp_path / "null")[0]["group"] is None
+    if field == "group":  # nor does ShardWriter write one
+        with ShardWriter(tmp_path / "w", split="test", source="test") as w:
+            with pytest.raises(ValueError, match=re.escape(f"group {value!r} of key 'k' must be a string or None")):
+                w.write("k", image(0), "a red circle", "en", "a", group=value)
+
+
 def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_is_none(tmp_path):
     image = Image.new("RGB", (8, 8))
 
