@@ -640,6 +640,8 @@ def test_an_option_given_without_the_one_it_only_matters_with_is_refused(tmp_pat
     assert not out.exists()
     assert main([*files, "--retrieval", "csls", "--csls-k", "5"]) == 0
     assert json.loads(out.read_text())["inputs"]["csls_k"] == 5
+    assert main([*files, "--approximate", "--ann", "pq", "--seed", "3"]) == 0  # ApproxConfig: its defaults pass
+    assert main([*files, "--approximate", "--ann", "ivf", "--nprobe", "4", "--approx-image-side", "exact"]) == 0
 
 
 def test_compare_hits_refuses_embedding_inputs_and_scoring_options_it_would_ignore(tmp_path, capsys):
