@@ -30,12 +30,13 @@ directions, so the approximate BkR tends to come out slightly *higher*.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterator
 
 import faiss
 import numpy as np
 
+from .errors import BackRetrievalError
 from .ranking import Scorer, l2_normalize, progress_bar
 
 _CHUNK = 16384  # rows normalised / reduced / searched at once
@@ -75,6 +76,22 @@ class ApproxConfig:
     train_size: int = 50_000
     seed: int = 0
     image_side: str = "pq"
+
+    def __post_init__(self) -> None:
+        """One-line :class:`~backretrieval.errors.BackRetrievalError` for a field set to another value than its default
+        where :attr:`index` never reads it (it was ignored in silence): ``nlist`` and ``nprobe`` but with ``"ivf"``,
+        and ``pca_dim``, ``candidates`` and ``train_size`` with ``"exact"`` (no index: the exact text search).
+        ``seed`` is not among them: the ``image_side="pq"`` lists read it too, and a caller's one seed serves all."""
+        unused = {"pq": ("nlist", "nprobe"), "exact": ("pca_dim", "nlist", "nprobe", "candidates", "train_size")}
+        given = [f"{name}={getattr(self, name)!r}" for name in unused.get(self.index, ())
+                 if getattr(self, name) != _FIELD_DEFAULTS[name]]
+        if given:
+            raise BackRetrievalError(f"approximate: {', '.join(given)} not used with index={self.index!r} (ignored); "
+                                     f"drop {'it' if len(given) == 1 else 'them'}"
+                                     + ("" if self.index == "exact" else ", or give index='ivf'"))
+
+
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(ApproxConfig)}
 
 
 class ANNIndex:

@@ -310,6 +310,9 @@ def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours |
     own = every_col[text.query_rows]
     check_one_image_side(src_img, tgt_img, image_sim)
     check_source_index_used(source_index, approx, image_sim, image_neighbours)
+    if image_neighbours is not None and approx is not None and approx.image_side != "pq":  # was ignored in silence
+        raise BackRetrievalError(f"approximate: image_side={approx.image_side!r} not used with "
+                                 f"{option('image_neighbours')} (their lists are looked up); drop one of them")
     if image_sim is not None and image_neighbours is not None:
         raise BackRetrievalError("image_neighbours: the lists are built from image features; "
                                  "give src_img/tgt_img instead of image_sim")

@@ -170,6 +170,8 @@ class ShardWriter:
         """
         if key in self._keys:
             raise ValueError(f"duplicate key {key!r}")
+        if group is not None and not isinstance(group, str):  # every reader refuses it (check_meta)
+            raise ValueError(f"group {group!r} of key {key!r} must be a string or None")
         if "." in key or "/" in key:
             raise ValueError(f"key {key!r} must not contain '.' or '/'")
         longest = max(len(f"{key}.{ext}".encode("utf-8")) for ext in (self.image_format, "json"))
@@ -345,20 +347,55 @@ def shard_paths(split_dir: str | Path) -> list[str]:
 
 
 def iter_raw(split_dir: str | Path, shards: list[str] | None = None,
-             on_bad: Callable[[UserError], None] | None = None) -> Iterator[tuple[str, str, bytes, dict]]:
+             on_bad: Callable[[UserError], None] | None = None,
+             check_counts: bool = True) -> Iterator[tuple[str, str, bytes, dict]]:
     """Yield ``(key, image_ext, image_bytes, meta)`` from a split's shards without decoding images.
 
     Raises :class:`UserError` naming the shard for an unreadable tar or a malformed sample (json that is not an
-    object with a string ``caption`` and ``lang`` and an ``image_id``, or a sample lacking its image or json). With
-    ``on_bad``, that error is handed to it instead and reading goes on, as the training loader does: with the next
-    sample, or after a shard that stops reading part-way, with the next shard.
+    object with the fields of :func:`check_meta`, or a sample lacking its image or json). With ``on_bad``, that error
+    is handed to it instead and reading goes on, as the training loader does: with the next sample, or after a shard
+    that stops reading part-way, with the next shard. The whole split (``shards`` None) is read by
+    :func:`iter_split`, which checks the manifest's counts once the last sample is read (unless ``check_counts`` is
+    False); ``shards`` (some of the split's) are read as they are, nothing counted.
     """
+    samples = iter_split(split_dir, on_bad, check_counts) if shards is None else _read_shards(shards, on_bad)
+    for _shard, key, ext, data, meta in samples:
+        yield key, ext, data, meta
+
+
+def iter_split(split_dir: str | Path, on_bad: Callable[[UserError], None] | None = None,
+               check_counts: bool = True) -> Iterator[tuple[str, str, str, bytes, dict]]:
+    """Yield ``(shard, key, image_ext, image_bytes, meta)`` of every sample of a split, in manifest order, as
+    :func:`iter_raw` reads them (``on_bad`` likewise). Once the last sample is read, a one-line :class:`UserError`
+    (:func:`check_manifest_counts`' own) when the shards hold another number of samples, or of a language's, than
+    the manifest records: every reader of a whole split refuses one, at no cost (unless ``check_counts`` is False,
+    or a bad sample was met and handed to ``on_bad``: its count is the reader's to keep)."""
+    manifest = read_manifest(split_dir)
+    met_bad = False
+
+    def bad(err: UserError) -> None:
+        nonlocal met_bad
+        met_bad = True
+        if on_bad is None:
+            raise err
+        on_bad(err)
+
+    found: Counter = Counter()
+    for sample in _read_shards([str(Path(split_dir) / name) for name in manifest["shards"]], bad):
+        found[sample[4]["lang"]] += 1
+        yield sample
+    if check_counts and not met_bad:
+        _check_counts(Path(split_dir) / MANIFEST, manifest, found)
+
+
+def _read_shards(paths: list[str], on_bad: Callable[[UserError], None] | None
+                 ) -> Iterator[tuple[str, str, str, bytes, dict]]:
+    """``(shard, key, image_ext, image_bytes, meta)`` of each sample of the shards ``paths`` (see :func:`iter_raw`)."""
     def bad(err: UserError) -> None:
         if on_bad is None:
             raise err
         on_bad(err)
 
-    paths = shards if shards is not None else shard_paths(split_dir)
     for path in paths:
         try:
             with tarfile.open(path, "r") as tar:
@@ -382,7 +419,7 @@ def iter_raw(split_dir: str | Path, shards: list[str] | None = None,
                         except UserError as err:
                             bad(err)
                             continue
-                        yield key, img_ext, entry[img_ext], meta
+                        yield path, key, img_ext, entry[img_ext], meta
                 for key in pending:
                     bad(UserError(f"{path}: sample '{key}' is incomplete (needs an image and a .json)"))
         except (tarfile.TarError, OSError, EOFError) as err:
@@ -400,16 +437,20 @@ def _tar_error(err: BaseException) -> str:
 
 
 def check_meta(meta: object, path: str, key: str) -> None:
-    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the :data:`REQUIRED_FIELDS` and a
-    caption that is not empty (or only whitespace): every reader refuses one, not ``inspect --check`` alone."""
+    """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the fields of the format (module
+    docstring): the :data:`REQUIRED_FIELDS` as strings, a caption and lang that are not empty (or only whitespace),
+    and a ``group`` that is a string or null (or absent). Every reader refuses one, not ``inspect --check`` alone:
+    a number or list there was read in silence (an image id 7 and "7" one image to some readers, two to others)."""
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
                         f"{', '.join(REQUIRED_FIELDS)}")
-    bad = [f for f in REQUIRED_FIELDS if meta.get(f) is None or (f != "image_id" and not isinstance(meta[f], str))
-           or f == "lang" and not meta[f].strip()]
+    bad = [f for f in REQUIRED_FIELDS if not isinstance(meta.get(f), str) or f == "lang" and not meta[f].strip()]
+    if meta.get("group") is not None and not isinstance(meta["group"], str):
+        bad.append("group")
     if bad:
-        raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} (expected a string "
-                        "caption, a language code lang and an image_id)")
+        found = ", ".join(f"{f} {repr(meta[f])[:40] if f in meta else 'absent'}" for f in bad)
+        raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} ({found}; expected strings "
+                        "caption, lang (a language code) and image_id, and group a string or null)")
     if not meta["caption"].strip():
         raise UserError(f"{path}: sample '{key}' has an empty caption (expected the text of the image's caption; "
                         f"write the split again without it)")
@@ -428,11 +469,11 @@ def decode_sample_image(data: bytes, ext: str, shard: str | Path, key: str) -> I
 def iter_samples(split_dir: str | Path, decode_images: bool = True) -> Iterator[Sample]:
     """Yield :class:`Sample` objects of a split in shard order (images decoded unless asked not to).
 
-    Raises :class:`UserError` naming the shard and sample for image bytes that do not decode."""
-    for shard in shard_paths(split_dir):
-        for key, ext, data, meta in iter_raw(split_dir, [shard]):
-            image = decode_sample_image(data, ext, shard, key) if decode_images else data
-            yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
+    Raises :class:`UserError` naming the shard and sample for image bytes that do not decode (and, read to the end,
+    for a manifest whose counts its shards do not hold: :func:`iter_split`)."""
+    for shard, key, ext, data, meta in iter_split(split_dir):
+        image = decode_sample_image(data, ext, shard, key) if decode_images else data
+        yield Sample(key, image, meta["caption"], meta["lang"], meta["image_id"], meta.get("group"))
 
 
 def check_samples(split_dir: str | Path, progress: bool = True) -> str:
@@ -444,17 +485,17 @@ def check_samples(split_dir: str | Path, progress: bool = True) -> str:
     total, checked = read_manifest(split_dir)["num_samples"], 0
     with tqdm(total=total, desc=f"decoding {Path(split_dir).name}", unit="smp",
               disable=None if progress else True, dynamic_ncols=True, leave=False) as bar:
-        for shard in shard_paths(split_dir):
-            for key, ext, data, meta in iter_raw(split_dir, [shard]):
-                decode_sample_image(data, ext, shard, key)  # an empty caption: refused by iter_raw (check_meta)
-                checked += 1
-                bar.update(1)
+        for shard, key, ext, data, meta in iter_split(split_dir):
+            decode_sample_image(data, ext, shard, key)  # an empty caption: refused by iter_raw (check_meta)
+            checked += 1
+            bar.update(1)
     return f"{checked} samples, every image decodes, no caption is empty"
 
 
-def read_captions(split_dir: str | Path) -> list[dict]:
-    """All captions' metadata of a split (``key`` added), without decoding images."""
-    return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir)]
+def read_captions(split_dir: str | Path, check_counts: bool = True) -> list[dict]:
+    """All captions' metadata of a split (``key`` added), without decoding images; a manifest whose counts the shards
+    do not hold is a one-line :class:`UserError` unless ``check_counts`` is False (:func:`iter_split`)."""
+    return [dict(meta, key=key) for key, _, _, meta in iter_raw(split_dir, check_counts=check_counts)]
 
 
 def iter_metas(split_dir: str | Path) -> Iterator[dict]:
@@ -489,8 +530,17 @@ def check_manifest_counts(split_dir: str | Path, languages: dict[str, int] | Non
     """Raise :class:`UserError` unless a split's shards hold as many samples as its manifest's ``num_samples`` says,
     and each language as many as its ``languages`` counts; return what was checked. ``languages``: the samples per
     language found in the shards (read from them when None)."""
-    manifest, path = read_manifest(split_dir), Path(split_dir) / MANIFEST
-    found = Counter(m["lang"] for m in iter_metas(split_dir)) if languages is None else Counter(languages)
+    manifest = read_manifest(split_dir)
+    if languages is None:
+        languages = Counter(m["lang"] for m in read_captions(split_dir, check_counts=False))
+    found = Counter(languages)
+    _check_counts(Path(split_dir) / MANIFEST, manifest, found)
+    return f"{sum(found.values())} samples, {len(found)} language(s)"
+
+
+def _check_counts(path: Path, manifest: dict, found: Counter) -> None:
+    """One-line :class:`UserError` naming the manifest at ``path`` unless its ``num_samples`` and ``languages``
+    counts are those ``found`` (samples per language) in its shards."""
     total = sum(found.values())
     if total != manifest["num_samples"]:
         raise UserError(f"{path}: num_samples is {manifest['num_samples']} but the shards hold {total} samples "
@@ -501,7 +551,6 @@ def check_manifest_counts(split_dir: str | Path, languages: dict[str, int] | Non
     if wrong:
         raise UserError(f"{path}: languages counts differ from the shards' samples ({'; '.join(wrong)}); write the "
                         "split again")
-    return f"{total} samples, {len(found)} language(s)"
 
 
 ONE_LANGUAGE_SPLITS = ("train", "val", "adapt")

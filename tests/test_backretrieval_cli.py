@@ -640,6 +640,8 @@ def test_an_option_given_without_the_one_it_only_matters_with_is_refused(tmp_pat
     assert not out.exists()
     assert main([*files, "--retrieval", "csls", "--csls-k", "5"]) == 0
     assert json.loads(out.read_text())["inputs"]["csls_k"] == 5
+    assert main([*files, "--approximate", "--ann", "pq", "--seed", "3"]) == 0  # ApproxConfig: its defaults pass
+    assert main([*files, "--approximate", "--ann", "ivf", "--nprobe", "4", "--approx-image-side", "exact"]) == 0
 
 
 def test_compare_hits_refuses_embedding_inputs_and_scoring_options_it_would_ignore(tmp_path, capsys):
@@ -885,7 +887,7 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     with ShardWriter(tmp_path / "en-only", split="val", source="unit", image_format="npy") as w:
         for i in range(30):
             w.write(f"k{i}", rng.standard_normal(8).astype(np.float32), f"caption {i}", "en", image_id=f"i{i}",
-                    group=i)
+                    group=f"g{i}")
     assert "captions in 1 language(s) (en); the protocol needs a pair of two" in _one_line_error(
         ["correlate", "--data", str(tmp_path / "en-only"), *out], capsys)
     assert not (tmp_path / "o").exists()
@@ -1140,3 +1142,19 @@ def test_texts_cut_by_two_globetrotter_models_are_one_warning_line(tiny_run, tmp
     assert said == [f"warning: 6 of {len(read_captions(tmp_path / 'test'))} text(s) are longer than "
                     f"data.max_length=32 tokens and were cut to it, as in training: the tokens past it do not change "
                     f"their embeddings"], said
+
+
+def test_eval_refuses_a_split_whose_manifest_counts_another_number_of_samples(small_split, tmp_path, capsys):
+    """A manifest saying 79 samples over shards holding 80 was scored in silence (only `globetrotter-data inspect
+    --check` compared them): one line naming the manifest, exit 2."""
+    import shutil
+
+    split = tmp_path / "test"
+    shutil.copytree(small_split / "test", split)
+    path = split / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=79)))
+    code = main(["eval", "--data", str(split), "--model", "random:4", "--bootstrap", "0", "--out", str(tmp_path / "o"),
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: {path}: num_samples is 79 but the shards hold 80 samples (the manifest does " \
+                                "not describe its shards; write the split again)\n"

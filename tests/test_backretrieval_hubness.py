@@ -193,3 +193,20 @@ def test_neighbourhood_radii_are_the_mean_of_the_k_best_similarities():
         np.testing.assert_allclose(by_group[:, g], _brute_radius(q, pool[groups == g], 3), atol=1e-5)
     with pytest.raises(ValueError, match="k=21 neighbours exceed the 20 pool rows of group 0"):
         neighbourhood_radii(q, pool, 21, pool_groups=groups)
+
+
+def test_an_approximate_option_its_index_never_reads_is_refused():
+    """Was ignored in silence: ``ApproxConfig(index="exact", candidates=16)`` searched exactly, ``nprobe``/``nlist``
+    reached no IVF with the default ``pq`` index. A field left at its default, and every field an index reads, pass."""
+    cases = [(dict(index="exact", candidates=16), "candidates=16 not used with index='exact' (ignored); drop it"),
+             (dict(index="exact", pca_dim=0, train_size=100),
+              "pca_dim=0, train_size=100 not used with index='exact' (ignored); drop them"),
+             (dict(nprobe=4), "nprobe=4 not used with index='pq' (ignored); drop it, or give index='ivf'"),
+             (dict(index="pq", nlist=16, nprobe=4), "nlist=16, nprobe=4 not used with index='pq'")]
+    for options, message in cases:
+        with pytest.raises(BackRetrievalError) as err:
+            ApproxConfig(**options)
+        assert str(err.value).startswith(f"approximate: {message}"), str(err.value)
+    ApproxConfig(index="exact", seed=3, image_side="exact", candidates=128)
+    ApproxConfig(index="ivf", nlist=16, nprobe=4, pca_dim=0, candidates=8, train_size=100, seed=1)
+    ApproxConfig(pca_dim=16, candidates=32, train_size=100, seed=1, image_side="exact")

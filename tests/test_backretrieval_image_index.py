@@ -131,6 +131,9 @@ def test_saved_lists_give_the_same_result_as_computing_them(tmp_path):
     loaded = load_image_neighbours(tmp_path / "lists.npz")
     assert loaded.origin == str(tmp_path / "lists.npz") and loaded.fingerprint == lists.fingerprint
     computed = bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(candidates=64), image_neighbours=lists)
+    with pytest.raises(BackRetrievalError, match=r"^approximate: image_side='exact' not used with image_neighbours "
+                                                  r"\(their lists are looked up\); drop one of them$"):  # was ignored
+        bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(image_side="exact"), image_neighbours=lists)
     _same(bkr_recall(st, si, tt, ti, KS, approximate=ApproxConfig(candidates=64), image_neighbours=loaded), computed)
     other = rng.standard_normal(st.shape)  # another text model, the same lists
     _same(bkr_recall(other, si, tt, ti, KS, image_neighbours=loaded),

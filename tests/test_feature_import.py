@@ -136,11 +136,14 @@ def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_
     assert read_id_list(bom) == ids
     (folder / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(ids).encode())
     assert read_id_list(folder / "bom.json") == ids
-    # bad JSON named path:LINE:COLUMN, as select's --record and a checkpoint's state are
+    # bad JSON and bytes that are not UTF-8 named path:LINE:COLUMN, as select's --record, a checkpoint's state and
+    # every file read_utf8 reads are (the UTF-8 errors were the id list's own: a byte offset, a line and column)
     cases = [("truncated.json", b'["img0", "img1"', ":1:16: not JSON (Expecting ',' delimiter); "),
              ("two-lines.json", b'[\n"a",\n]', ":3:1: not JSON (Expecting value); "),
-             ("latin1.json", b'["caf\xe9"]', ": invalid UTF-8 byte 0xe9"),
-             ("latin1.txt", b"a\nb\ncaf\xe9\n", ": line 3: invalid UTF-8 byte 0xe9 at column 4")]
+             ("latin1.json", b'[\n  "caf\xe9"]', ":2:7: invalid UTF-8 byte 0xe9; expected a JSON list of image ids, "
+                                                 "in UTF-8"),
+             ("latin1.txt", b"a\nb\ncaf\xe9\n", ":3:4: invalid UTF-8 byte 0xe9; expected one image id per line, in UTF-8"),
+             ("blank.txt", b"a\n\nb\n", ": line 2 holds no image id")]
     for name, data, message in cases:
         (folder / name).write_bytes(data)
         with pytest.raises(UserError) as err:

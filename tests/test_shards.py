@@ -183,6 +183,31 @@ def test_a_malformed_sample_is_a_one_line_error_naming_shard_and_key(tmp_path):
     assert [s.key for s in iter_samples(tmp_path / "badimg", decode_images=False)] == ["k0"]
 
 
+@pytest.mark.parametrize("field, value, found", [("image_id", 7, "image_id 7"), ("image_id", ["a"], "image_id ['a']"),
+                                                  ("group", 3, "group 3"), ("group", ["g0", "g1"], "group ['g0', 'g1']"),
+                                                  ("caption", 5, "caption 5")])
+def test_a_field_of_another_type_than_the_format_s_is_one_line_naming_shard_and_sample(tmp_path, field, value, found):
+    """An image id or group that is a number or a list (docs/data.md: strings; group may be null) was read in
+    silence (7 and "7" one image to the readers that take str() of it, two to the others), or was a TypeError
+    traceback (a list group in the split rule's check)."""
+    buf = io.BytesIO()
+    image(0).save(buf, format="JPEG")
+    meta = {"caption": "a red circle", "lang": "en", "image_id": "a", "group": "g", field: value}
+    write_raw_split(tmp_path / "s", meta, buf.getvalue())
+    for read in (read_captions, lambda d: list(iter_samples(d)), lambda d: check_split_rule(d, "test")):
+        with pytest.raises(UserError) as err:
+            read(tmp_path / "s")
+        assert str(err.value) == (f"{tmp_path / 's' / 'train-000000.tar'}: sample 'k0' json lacks valid field(s) "
+                                  f"{field} ({found}; expected strings caption, lang (a language code) and image_id, "
+                                  f"and group a string or null)")
+    write_raw_split(tmp_path / "null", {**meta, field: "x", "group": None}, buf.getvalue())
+    assert read_captions(tmp_path / "null")[0]["group"] is None
+    if field == "group":  # nor does ShardWriter write one
+        with ShardWriter(tmp_path / "w", split="test", source="test") as w:
+            with pytest.raises(ValueError, match=re.escape(f"group {value!r} of key 'k' must be a string or None")):
+                w.write("k", image(0), "a red circle", "en", "a", group=value)
+
+
 def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_is_none(tmp_path):
     image = Image.new("RGB", (8, 8))
 
@@ -225,6 +250,41 @@ def test_manifest_counts_are_checked_against_the_shards(tmp_path):
     path.write_text(json.dumps(dict(manifest, languages={**manifest["languages"], "en": 2, "fr": 1})))
     with pytest.raises(UserError, match=re.escape("(en 2 recorded, 1 found; fr 1 recorded, 0 found)")):
         check_manifest_counts(tmp_path / "s")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_samples": 7}, "num_samples is 7 but the shards hold 5 samples"),
+    ({"num_samples": 4}, "num_samples is 4 but the shards hold 5 samples"),
+    ({"languages": {"en": 2, "de": 1, "ru": 1, "ja": 1}}, "(ar 0 recorded, 1 found; en 2 recorded, 1 found)"),
+])
+def test_every_reader_of_a_whole_split_refuses_a_manifest_its_shards_do_not_hold(tmp_path, change, message):
+    """Was: only ``inspect --check`` compared the manifest's counts with the shards; every other reader (eval.py,
+    backretrieval, training's start, conversions) read a split whose manifest says another count in silence. A
+    reader that reads every sample refuses it once the last is read; one that stops early reads on unchecked."""
+    from data_prep.shards import iter_metas, iter_raw
+
+    write_split(tmp_path / "s", ROWS)
+    path = tmp_path / "s" / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), **change)))
+    for read in (read_captions, lambda d: list(iter_metas(d)), lambda d: list(iter_samples(d)), check_split_rule,
+                 lambda d: list(iter_raw(d, on_bad=lambda err: None))):
+        with pytest.raises(UserError) as err:
+            read(tmp_path / "s")
+        assert str(err.value).startswith(f"{path}: ") and message in str(err.value) and "\n" not in str(err.value)
+    assert next(iter_samples(tmp_path / "s")).key == "a0"  # a reader that stops early: nothing counted
+    assert len(read_captions(tmp_path / "s", check_counts=False)) == 5  # inspect's look, --check comparing
+
+
+def test_a_split_with_a_bad_sample_read_on_by_its_reader_is_not_counted_against_its_manifest(tmp_path):
+    """The training loader skips and counts bad samples (``on_bad``): a shard cut short holds fewer samples than
+    the manifest says, which is the loader's bad-sample count to judge, not a manifest that is wrong."""
+    from data_prep.shards import iter_raw
+
+    write_split(tmp_path / "s", ROWS)
+    (tmp_path / "s" / "train-000001.tar").write_bytes(b"")
+    errors = []
+    assert [key for key, *_ in iter_raw(tmp_path / "s", on_bad=errors.append)] == ["a0", "a1", "a2"]
+    assert len(errors) == 1 and "unreadable shard" in str(errors[0])
 
 
 @pytest.mark.parametrize("caption", ["", "  \t"])

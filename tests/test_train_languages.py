@@ -314,3 +314,26 @@ def test_adapting_from_the_train_split_errors(world, base, tmp_path, capsys):
     assert code == 2 and line.startswith("error: adapt.train=new-tokens: no token to train for xx")
     assert not any(tmp_path.glob("*/config.yaml")) and not any(tmp_path.glob("*/tokenizer.json")), \
         "refused before the run folder is written"
+
+
+def test_neighbour_batching_on_one_training_language_is_refused_at_the_start(tiny_world, tmp_path):
+    """data.batching=neighbours pairs captions across languages: on one language it was refused only after the feature
+    cache was built, asking for a smaller data.neighbours_k. Now one line before a tokenizer or cache is built.
+    Training on one language with random batching stays legitimate (the others are evaluated or adapted to)."""
+    from dataclasses import replace
+
+    from globetrotter.training.prepare import check_neighbour_languages, ensure_data
+
+    from test_training import tiny_cfg
+
+    def neighbours(cfg):  # the batching alone (its config needs a frozen pretrained backbone's cache, built later)
+        return replace(cfg, data=replace(cfg.data, batching="neighbours"))
+
+    with pytest.raises(globetrotter.errors.UserError) as err:
+        ensure_data(neighbours(tiny_cfg(tiny_world, tmp_path, "data.train_languages=[en]")))
+    assert str(err.value) == ("data.batching=neighbours pairs each caption with a visual neighbour's caption in another "
+                              "language, and the run trains on en only (data.train_languages); train on two or more "
+                              "languages, or set data.batching=random")
+    assert not (tmp_path / "tokenizer.json").exists()
+    check_neighbour_languages(tiny_cfg(tiny_world, tmp_path, "data.train_languages=[en]"))
+    check_neighbour_languages(neighbours(tiny_cfg(tiny_world, tmp_path, "data.train_languages=[en,ru]")))

@@ -171,6 +171,19 @@ def test_bad_samples_are_skipped_counted_and_limited(tiny_world, tmp_path, worke
     assert "\n" not in str(err.value)
 
 
+def test_a_train_split_whose_manifest_counts_another_number_of_samples_is_refused_at_the_start(tiny_world, tmp_path):
+    """The stream draws shards with replacement and never counts a split; the start reads every caption's json
+    (the one-language check), where a manifest that does not describe its shards is now refused in one line
+    (it trained in silence), before a tokenizer or model is built."""
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    path = world / "train" / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=95)))
+    with pytest.raises(UserError, match=f"^{path}: num_samples is 95 but the shards hold 96 samples "):
+        train(tiny_cfg(world, tmp_path / "run", "steps=2"))
+    assert not (tmp_path / "run" / "tokenizer.json").exists()
+
+
 def test_a_run_folder_holds_one_run(tiny_world, tmp_path):
     """A fresh run refuses a folder that holds one; a resume refuses a changed config and a finished run, before
     writing anything; steps and the other RUN_KEYS may change."""

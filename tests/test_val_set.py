@@ -231,3 +231,22 @@ def test_an_image_that_does_not_decode_or_a_one_language_split_is_one_line(tiny_
                 writer.write(sample.key, sample.image, sample.caption, sample.lang, image_id=sample.image_id)
     with pytest.raises(UserError, match=r"one: captions in 1 language\(s\) \(en\); BackRetrieval needs two or more"):
         BackRetrievalSet(one, max_per_lang=3, image_features="pixels")
+
+
+@pytest.mark.parametrize("max_per_lang", [None, 4])
+@pytest.mark.parametrize("num_samples", [10, 40])
+def test_a_val_split_whose_manifest_counts_another_number_of_samples_is_refused(tiny_world, tmp_path, max_per_lang,
+                                                                               num_samples):
+    """Was: read in silence (a manifest saying 40 over shards holding 32), or, every caption read, a numpy
+    broadcasting traceback for one saying fewer (10: what its image rows are allocated for)."""
+    import json
+    import shutil
+
+    from globetrotter.errors import UserError
+
+    split = tmp_path / "val"
+    shutil.copytree(tiny_world / "val", split)
+    path = split / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=num_samples)))
+    with pytest.raises(UserError, match=f"^{path}: num_samples is {num_samples} but the shards hold 32 samples "):
+        BackRetrievalSet(split, max_per_lang=max_per_lang, seed=0, image_features="pixels", ks=(1,))

@@ -64,7 +64,7 @@ from tqdm.auto import tqdm
 
 from backretrieval.files import json_text
 from data_prep.out_folder import lock_out_folder
-from data_prep.shards import decode_sample_image, iter_raw, read_manifest, shard_paths
+from data_prep.shards import decode_sample_image, iter_split, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
@@ -171,12 +171,11 @@ def unique_samples(split_dir: Path) -> Iterator[tuple[str, str, bytes, str, str]
     """(image id, image format, encoded bytes, shard, sample key) of each image of a split, once (its first sample),
     in shard order."""
     seen: set[str] = set()
-    for shard in shard_paths(split_dir):
-        for key, ext, data, meta in iter_raw(split_dir, [shard]):
-            image_id = str(meta["image_id"])
-            if image_id not in seen:
-                seen.add(image_id)
-                yield image_id, ext, data, shard, key
+    for shard, key, ext, data, meta in iter_split(split_dir):  # read whole: the manifest's counts are checked
+        image_id = str(meta["image_id"])
+        if image_id not in seen:
+            seen.add(image_id)
+            yield image_id, ext, data, shard, key
 
 
 def unique_images(split_dir: Path) -> Iterator[tuple[str, str, bytes]]:

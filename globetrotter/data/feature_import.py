@@ -31,8 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from backretrieval.files import json_text
-from data_prep.converters.common import read_text_lines
-from data_prep.errors import install_hint
+from data_prep.errors import install_hint, read_utf8
 from data_prep.shards import file_sha256, iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
@@ -67,38 +66,35 @@ def saturating_float32(values: np.ndarray) -> np.ndarray:
 def read_id_list(path: Path) -> list[str]:
     """Image ids of an id file: a ``.json`` list, else one id per line; UTF-8, a byte-order mark dropped.
 
-    One-line :class:`UserError` naming the file (and the line of a text file) for bytes that are not UTF-8,
-    malformed JSON, or a line without an id."""
+    One-line :class:`UserError` naming the file (``path:LINE:COLUMN`` for bytes that are not UTF-8, as
+    :func:`~data_prep.errors.read_utf8` says them, and for malformed JSON; the line of a text file without an id)."""
     if not path.is_file():
         raise UserError(f"--ids {path}: no such file")
+    json_list = path.suffix == ".json"
     try:
-        if path.suffix == ".json":
-            try:
-                ids = json.loads(path.read_bytes().decode("utf-8-sig"))
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}: invalid UTF-8 byte 0x{err.object[err.start]:02x} at byte {err.start + 1} "
-                                "(expected a JSON list of image ids, UTF-8)") from None
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected a JSON list of "
-                                "image ids") from None
-            if not isinstance(ids, list):
-                raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
-            bad = next((i for i, v in enumerate(ids) if isinstance(v, bool) or not isinstance(v, (str, int))), None)
-            if bad is not None:
-                raise UserError(f"{path}: item {bad} is {json.dumps(ids[bad])}, not an image id (expected a JSON "
-                                "list of strings or integers)")
-            return [str(i) for i in ids]
-        ids = []
-        for line in read_text_lines(path):
-            if line.text is None:
-                raise UserError(f"{path}: line {line.number}: {line.error} (expected UTF-8 text, one image id "
-                                "per line)")
-            if not line.text.strip():
-                raise UserError(f"{path}: line {line.number} holds no image id")
-            ids.append(line.text.strip())
-        return ids
-    except (OSError, EOFError) as err:
+        text = read_utf8(path, "a JSON list of image ids" if json_list else "one image id per line")
+    except OSError as err:
         raise UserError(f"--ids {path}: cannot read ({err})") from None
+    if json_list:
+        try:
+            ids = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected a JSON list of "
+                            "image ids") from None
+        if not isinstance(ids, list):
+            raise UserError(f"{path}: expected a JSON list of image ids, got {type(ids).__name__}")
+        bad = next((i for i, v in enumerate(ids) if isinstance(v, bool) or not isinstance(v, (str, int))), None)
+        if bad is not None:
+            raise UserError(f"{path}: item {bad} is {json.dumps(ids[bad])}, not an image id (expected a JSON "
+                            "list of strings or integers)")
+        return [str(i) for i in ids]
+    lines = text.split("\n")
+    if lines[-1] == "":  # the last line's end
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise UserError(f"{path}: line {number} holds no image id")
+    return [line.strip() for line in lines]
 
 
 class _Source:

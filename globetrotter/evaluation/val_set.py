@@ -86,6 +86,10 @@ class BackRetrievalSet:
         dtype = np.float16 if _queries_per_pair(list(counts)) is not None else np.float32
         distinct, filled = np.zeros((0, 1), dtype), 0
         for feats in chunks:  # written in place: no list of chunks held
+            if filled + len(feats) > capacity:  # more images than the manifest's num_samples: its one-line error
+                from data_prep.shards import check_manifest_counts
+
+                check_manifest_counts(self.split)
             if not filled:
                 distinct = np.empty((capacity, feats.shape[1]), dtype)
             distinct[filled:filled + len(feats)] = feats
@@ -174,15 +178,14 @@ class BackRetrievalSet:
         """Decode the pictures at split ``rows`` (sorted; None: each image at its first caption, appending every
         caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features. Distinct
         images come in the order of their first caption."""
-        from data_prep.shards import decode_sample_image, iter_raw, shard_paths
+        from data_prep.shards import decode_sample_image, iter_split
 
         pictures: list[Image.Image] = []
         ids: list[str] = []
         seen: set = set()
         wanted = iter([] if rows is None else rows.tolist())
         next_row = next(wanted, None)
-        samples = ((shard, *sample) for shard in shard_paths(self.split) for sample in iter_raw(self.split, [shard]))
-        for i, (shard, key, ext, data, meta) in enumerate(samples):
+        for i, (shard, key, ext, data, meta) in enumerate(iter_split(self.split)):
             if rows is None:
                 for field, out in zip(("caption", "lang", "image_id"), record):
                     out.append(meta[field])

@@ -163,6 +163,21 @@ def check_val_languages(cfg: TrainConfig) -> None:
                         f"(data.train_languages), or set val.every=0")
 
 
+def check_neighbour_languages(cfg: TrainConfig) -> None:
+    """A one-line error, before a tokenizer or feature cache is built, when ``data.batching=neighbours`` would train
+    on one language (:func:`train_languages`): it pairs each caption with one of a visual neighbour captioned in
+    another language, and there is none (the refusal came after the feature cache, asking for a smaller
+    ``data.neighbours_k``). Training on one language is otherwise legitimate (docs/training.md, ``data.train_languages``:
+    the others can be evaluated or adapted to), and left alone."""
+    languages = train_languages(cfg)
+    if cfg.data.batching == "neighbours" and len(languages) < 2:
+        where = ("data.train_languages" if cfg.data.train_languages is not None
+                 else f"the only language of {Path(cfg.data.root) / cfg.data.train_split}")
+        raise UserError(f"data.batching=neighbours pairs each caption with a visual neighbour's caption in another "
+                        f"language, and the run trains on {','.join(languages)} only ({where}); train on two or more "
+                        f"languages, or set data.batching=random")
+
+
 def check_one_language_split(cfg: TrainConfig) -> None:
     """For a run without parallel text (``loss.alpha_source`` other than ``supervised``): a one-line error when the
     training captions show an image in more than one language (the train/val rule of docs/design.md section 3). A shard
@@ -325,6 +340,7 @@ def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu")
 
         require_pictures(train_dir, manifest, "training without data.features")
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
+    check_neighbour_languages(cfg)
     check_text_languages(cfg)  # so is a Sigurdsson model.languages that is not the training languages
     if cfg.data.train_image_share < 1 and not train_captions(cfg):  # else an endless stream would wait for a caption
         raise UserError(f"data.train_image_share={cfg.data.train_image_share}: keeps no image of {train_dir}")
