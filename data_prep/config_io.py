@@ -264,11 +264,12 @@ def _read_with_bases(path: Path, seen: tuple) -> dict:
     return merge(_read_with_bases(path.parent / base, seen + (path.resolve(),)), data)
 
 
-def save_config(obj: Any, path: str | Path) -> Path:
-    """Write the resolved config as YAML (atomically) and return the path."""
+def save_config(obj: Any, path: str | Path, header: str = "") -> Path:
+    """Write the resolved config as YAML (atomically) and return the path; ``header``: lines written before it
+    (``# ...`` comments, so the file still loads as the config)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    tmp.write_text(header + yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True), encoding="utf-8")
     tmp.replace(path)
     return path

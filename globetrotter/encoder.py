@@ -142,13 +142,34 @@ class Encoder:
         ``langs`` the texts' languages (needed by the Sigurdsson baseline only). A text is cut to the run's
         ``data.max_length`` tokens, as in training: what follows does not change its embedding; one :class:`TextsCut`
         warning says how many of the texts were cut."""
+        out, cut = self._encode_heads(texts, (head,), batch_size, langs)
+        _warn_cut(cut, texts, self.cfg.data.max_length)
+        return out[head]
+
+    @torch.no_grad()
+    def encode_text_heads(self, texts: Sequence[str], heads: Sequence[str], batch_size: int = 256,
+                          langs: str | Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`encode_text` of ``texts`` by each of ``heads``, ``{head: (N, D_head)}``, from one pass of the text
+        encoder: the heads are projections of the same sentence states, so each embedding is the one
+        :meth:`encode_text` gives with that head alone (same batches, same states)."""
+        out, cut = self._encode_heads(texts, heads, batch_size, langs)
+        _warn_cut(cut, texts, self.cfg.data.max_length)
+        return out
+
+    def _encode_heads(self, texts: Sequence[str], heads: Sequence[str], batch_size: int,
+                      langs: str | Sequence[str] | None) -> tuple[dict[str, np.ndarray], int]:
+        """:meth:`encode_text_heads`' embeddings and how many texts were cut (the callers warn: the warning points
+        at their caller)."""
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
-        _check_head(head)
-        proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
-        pooling = {"text": self.cfg.model.text_pooling_t, "cross": self.cfg.model.text_pooling_x}.get(head, "sentence")
+        heads = list(dict.fromkeys(heads))
+        for head in heads:
+            _check_head(head)
+        projs = {head: {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head) for head in heads}
+        poolings = {head: {"text": self.cfg.model.text_pooling_t, "cross": self.cfg.model.text_pooling_x}.get(
+            head, "sentence") for head in heads}
         lang_ids = self._lang_ids(langs, len(texts))
-        out = np.zeros((len(texts), self.embed_dim(head)), np.float32)
+        out = {head: np.zeros((len(texts), self.embed_dim(head)), np.float32) for head in heads}
         # batches of similar lengths (by characters): less padding; rows put back
         order = np.argsort([len(t) for t in texts], kind="stable")
         cut: list[int] = []
@@ -159,10 +180,10 @@ class Encoder:
             mask_t = torch.tensor(mask, device=self.device)
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
             sentence, mean = self.model.sentence_states(ids_t, mask_t, batch_langs)
-            x = sentence if pooling == "sentence" else mean
-            out[rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
-        _warn_cut(len(cut), texts, self.cfg.data.max_length)
-        return out
+            for head in heads:
+                x, proj = sentence if poolings[head] == "sentence" else mean, projs[head]
+                out[head][rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
+        return out, len(cut)
 
     @torch.no_grad()
     def encode_tokens(self, texts: Sequence[str], batch_size: int = 256,

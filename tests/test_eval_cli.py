@@ -325,6 +325,28 @@ def test_select_says_its_cut_captions_once_per_command_not_once_per_head_or_spli
         f"training: the tokens past it do not change their embeddings"], said
 
 
+def test_select_runs_the_text_encoder_once_over_each_caption_for_both_heads(tiny_run, monkeypatch):
+    """select encoded the val captions, and again the reference captions, once per head (text, cross): two passes of
+    the text encoder over the same texts, the heads being projections of the same sentence states. Each text now
+    passes once, and each head's embeddings are those the head gives alone."""
+    from globetrotter import load
+    from globetrotter.evaluation.tasks.select import select_ranking
+    from globetrotter.models.globetrotter import GlobetrotterModel
+
+    passed = []
+    real = GlobetrotterModel.sentence_states
+    monkeypatch.setattr(GlobetrotterModel, "sentence_states",
+                        lambda self, ids, *args: passed.append(len(ids)) or real(self, ids, *args))
+    result = select_ranking(str(tiny_run), maxsim=(0.0,), log=lambda line: None)  # heads text, cross; CSLS or not
+    assert {c["ranking"]["head"] for c in result.details["candidates"]} == {"text", "cross"}
+    assert sum(passed) == result.details["val"]["captions"] + result.details["reference"]["captions"]
+    encoder = load(tiny_run)
+    texts = ["red a square", "синий квадрат", "a much longer caption of a green square"]
+    both = encoder.encode_text_heads(texts, ("text", "cross", "backbone"), batch_size=2)
+    for head, emb in both.items():
+        np.testing.assert_array_equal(emb, encoder.encode_text(texts, batch_size=2, head=head))
+
+
 def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_world, tmp_path, capsys):
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0,1",

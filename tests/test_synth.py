@@ -502,3 +502,35 @@ def test_world_yaml_names_the_installed_versions_and_still_loads(world):
         "globetrotter": importlib.metadata.version("globetrotter"), "numpy": np.__version__,
         "python": platform.python_version()}
     assert load_config(SynthConfig, world / "world.yaml") == tiny()
+
+
+def test_world_yaml_is_written_once_and_last(tmp_path, monkeypatch):
+    """world.yaml was written twice per generation (the config, then again with the versions comment read back and
+    prepended); it is now written once, comment included, and still lands last in the world (the mark of a complete
+    generation)."""
+    import os
+
+    events = []
+    real_write, real_move, real_replace = Path.write_text, Path.replace, os.replace
+
+    def write_text(path, *args, **kwargs):
+        events.append(("write", path.name))
+        return real_write(path, *args, **kwargs)
+
+    def move(path, target):
+        events.append(("land", Path(target).name))
+        return real_move(path, target)
+
+    def replace(src, dst, *args, **kwargs):
+        events.append(("land", Path(dst).name))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(Path, "replace", move)
+    monkeypatch.setattr(os, "replace", replace)
+    cfg = tiny(train_images=6, val_images=4, test_images=2, languages=["en", "de"])
+    generate(cfg, tmp_path / "w", progress=False)
+    assert [name for kind, name in events if kind == "write" and name.startswith("world.yaml")] == ["world.yaml.tmp"]
+    assert events[-1] == ("land", "world.yaml") and ("land", "manifest.json") in events, events
+    assert (tmp_path / "w" / "world.yaml").read_text(encoding="utf-8").startswith("# versions: ")
+    assert load_config(SynthConfig, tmp_path / "w" / "world.yaml") == cfg

@@ -272,9 +272,8 @@ def _write_world(cfg: SynthConfig, out_dir: Path, staging: Path, progress: bool)
         if pool is not None:
             pool.close()
             pool.join()
-    config = save_config(cfg, staging / WORLD_CONFIG)
     # the versions it was made with, as a comment: the file stays the config that loads (data.synth, synth --config)
-    config.write_text(f"# versions: {json.dumps(versions())}\n" + config.read_text(encoding="utf-8"), encoding="utf-8")
+    save_config(cfg, staging / WORLD_CONFIG, header=f"# versions: {json.dumps(versions())}\n")
     (out_dir / WORLD_CONFIG).unlink(missing_ok=True)  # first: a move cut short leaves splits without a world.yaml
     _clear_splits(out_dir)  # an earlier world's, optional ones this world lacks included
     move_splits(staging, out_dir)

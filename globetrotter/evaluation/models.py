@@ -118,6 +118,16 @@ def encode_texts(encoder, texts: Sequence[str], langs: str | Sequence[str] | Non
     return encoder.encode_text(list(texts), batch_size=batch_size, head=head, **language_kwargs(encoder, langs))
 
 
+def encode_texts_by_head(encoder, texts: Sequence[str], langs: str | Sequence[str] | None, heads: Sequence[str],
+                         batch_size: int = 256) -> dict:
+    """:func:`encode_texts` by each of ``heads``, ``{head: embeddings}``: one pass of the text encoder for them all
+    where the encoder gives several heads at once (``encode_text_heads``), else one pass per head."""
+    heads = list(dict.fromkeys(heads))
+    if len(heads) > 1 and hasattr(encoder, "encode_text_heads"):
+        return encoder.encode_text_heads(list(texts), heads, batch_size=batch_size, **language_kwargs(encoder, langs))
+    return {head: encode_texts(encoder, texts, langs, head, batch_size) for head in heads}
+
+
 def token_embeddings(encoder, lang: str | None):
     """``encoder.token_embeddings()``; ``lang``'s own table for an encoder with per-language tables."""
     return encoder.token_embeddings(lang) if getattr(encoder, "needs_language", False) else encoder.token_embeddings()

@@ -25,7 +25,7 @@ from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
 
 from .late_interaction import LateInteraction, maxsim_group_starts
-from .models import encode_texts
+from .models import encode_texts_by_head
 from .reference import ReferencePool
 from .sentence import cosine_scores
 from .tfidf import TfidfEncoder
@@ -148,18 +148,31 @@ class ScoringContext:
     def embeddings(self, head: str):
         """The sentences' embeddings by ``head``, computed once (kept by the context, not a class-wide cache: a
         translation makes a context per chunk of queries)."""
-        if head not in self._embeddings:
-            self._embeddings[head] = encode_texts(self.encoder, self.captions, self.langs, head, self.batch_size)
+        self.encode((head,))
         return self._embeddings[head]
 
     def reference_embeddings(self, head: str):
         if self.reference is None:
             return self.embeddings(head)
-        key = ("embeddings", head)
-        if key not in self._statistics:
-            self._statistics[key] = encode_texts(self.encoder, self.reference.captions, self.reference.langs, head,
-                                                 self.batch_size)
-        return self._statistics[key]
+        self.encode((), (head,))
+        return self._statistics[("embeddings", head)]
+
+    def encode(self, heads: Sequence[str], reference_heads: Sequence[str] = ()) -> None:
+        """Embed the sentences by each of ``heads`` and the reference texts by each of ``reference_heads`` (the
+        sentences' own with no reference) that are not embedded yet, each set of texts in one pass of the encoder
+        for all its heads (:func:`~.models.encode_texts_by_head`): candidates of several heads encode each text
+        once."""
+        if self.reference is None:
+            heads, reference_heads = [*heads, *reference_heads], ()
+        missing = [h for h in dict.fromkeys(heads) if h not in self._embeddings]
+        if missing:
+            self._embeddings.update(encode_texts_by_head(self.encoder, self.captions, self.langs, missing,
+                                                         self.batch_size))
+        missing = [h for h in dict.fromkeys(reference_heads) if ("embeddings", h) not in self._statistics]
+        if missing:
+            found = encode_texts_by_head(self.encoder, self.reference.captions, self.reference.langs, missing,
+                                         self.batch_size)
+            self._statistics.update({("embeddings", h): emb for h, emb in found.items()})
 
     @property
     def late(self) -> LateInteraction:

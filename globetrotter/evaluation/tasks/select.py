@@ -75,6 +75,7 @@ def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], b
     whole matrix holds them. ``context`` scores ``bkr``'s captions (every sentence against every sentence)."""
     from backretrieval import BackRetrievalError
 
+    context.encode([r.head for r in rankings], [r.head for r in rankings if r.csls])  # each text in one pass
     scorers = [context.scorer(ranking) for ranking in rankings]
     blocks = bkr.language_blocks()
     code = np.searchsorted([lang for lang, _, _ in blocks], bkr.langs)  # each row's language, a block index
