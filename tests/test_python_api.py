@@ -175,3 +175,33 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     assert said == [f"2 of 4 text(s) are longer than data.max_length={limit} tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"] * 2
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
+
+
+@pytest.mark.parametrize("module", ["backretrieval", "backretrieval.errors", "globetrotter"])
+def test_importing_the_packages_loads_neither_faiss_nor_scipy_stats(module):
+    """backretrieval/__init__ imported every submodule: `import globetrotter` (its errors import backretrieval.errors)
+    loaded ~945 modules, scipy.stats and faiss among them. Public names now load on first use."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print(sorted({{'faiss', 'scipy.stats', 'torch'}} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_every_public_name_of_backretrieval_imports_from_the_package():
+    """The lazy package (PEP 562) keeps `from backretrieval import X` for every X of __all__, and dir() lists them."""
+    import importlib
+    import subprocess
+    import sys
+
+    assert set(br.__all__) <= set(dir(br)) and "load_split" in br.__all__
+    for name in br.__all__:
+        value = getattr(br, name)
+        assert importlib.import_module(f"backretrieval.{br._MODULE_OF[name]}").__dict__[name] is value, name
+    with pytest.raises(AttributeError, match="module 'backretrieval' has no attribute 'nope'"):
+        br.nope  # noqa: B018
+    code = ("import backretrieval; assert backretrieval.ranking.TIES; from backretrieval import *; "  # a submodule too
+            "print(sorted(set(backretrieval.__all__) - set(globals())))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
