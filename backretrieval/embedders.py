@@ -84,6 +84,7 @@ class RandomEmbedder:
         self.name = f"random:{self.dim}:{self.seed}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32: each text's Gaussian vector, the same for the same text in any call."""
         return _hashed_gaussian(list(texts), self.dim, self.seed)
 
 
@@ -102,6 +103,7 @@ class NoisyEmbedder:
         self.name = f"noisy:{self.noise_std:g}:{self.seed}:{base.name}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), d)`` float32: the base's rows L2-normalised, plus each text's seeded noise (class doc)."""
         emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         dim = emb.shape[1]
