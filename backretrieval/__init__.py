@@ -25,58 +25,50 @@ is the command's JSON record::
     correlate_split("outputs/flickr8k/test", specs, extractor=g, pairs=["en-de"])   # correlate: the paper's protocol
     np.save("en_img.npy", g.extract(["photos/1.jpg", "photos/2.jpg"]))  # score's --src-img from your own photos
 """
-from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_captions, load_embedder,
-                        parse_model_specs, register_embedder)
-from .approximate import ApproxConfig
-from .comparison import CompareResult, compare
-from .errors import BackRetrievalError, BackRetrievalWarning
-from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
-from .hubness import hubness_stats
-from .images import image_feature_extractor  # numpy and PIL only: torch and timm load with the first CNN
-from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
-                          save_image_neighbours)
-from .metric import bkr_recall, corr_score, xlr_recall
-from .pairs import evaluate_pairs
-from .protocol import correlate_over_models, run_protocol, sample_non_matching
-from .scoring import ScoreResult, score
-from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
+from __future__ import annotations
 
-__all__ = [
-    "ApproxConfig",
-    "BackRetrievalError",
-    "BackRetrievalWarning",
-    "CompareResult",
-    "ImageNeighbours",
-    "NoisyEmbedder",
-    "RandomEmbedder",
-    "ScoreResult",
-    "SplitCorrelation",
-    "SplitEvaluation",
-    "TextEmbedder",
-    "better_beyond_noise",
-    "bkr_recall",
-    "compare",
-    "compare_hits",
-    "corr_interval",
-    "corr_score",
-    "correlate_over_models",
-    "correlate_split",
-    "embed_captions",
-    "evaluate_pairs",
-    "evaluate_split",
-    "hubness_stats",
-    "image_feature_extractor",
-    "image_neighbours",
-    "image_neighbours_file",
-    "load_embedder",
-    "load_image_neighbours",
-    "p_better",
-    "parse_model_specs",
-    "recall_interval",
-    "register_embedder",
-    "run_protocol",
-    "sample_non_matching",
-    "save_image_neighbours",
-    "score",
-    "xlr_recall",
-]
+import importlib
+import importlib.util
+
+# Each submodule -> the public names it defines, imported on first use (PEP 562): ``import backretrieval`` (and
+# ``import globetrotter``, through ``backretrieval.errors``) loads neither numpy, scipy.stats nor faiss until a name
+# that needs them is asked for.
+_EXPORTS = {
+    "approximate": ("ApproxConfig",),
+    "comparison": ("CompareResult", "compare"),
+    "data": ("load_split",),
+    "embedders": ("NoisyEmbedder", "RandomEmbedder", "TextEmbedder", "embed_captions", "load_embedder",
+                  "parse_model_specs", "register_embedder"),
+    "errors": ("BackRetrievalError", "BackRetrievalWarning"),
+    "evaluate": ("SplitCorrelation", "SplitEvaluation", "correlate_split", "evaluate_split"),
+    "hubness": ("hubness_stats",),
+    "images": ("image_feature_extractor",),  # numpy and PIL only: torch and timm load with the first CNN
+    "image_index": ("ImageNeighbours", "image_neighbours", "image_neighbours_file", "load_image_neighbours",
+                    "save_image_neighbours"),
+    "metric": ("bkr_recall", "corr_score", "xlr_recall"),
+    "pairs": ("evaluate_pairs",),
+    "protocol": ("correlate_over_models", "run_protocol", "sample_non_matching"),
+    "scoring": ("ScoreResult", "score"),
+    "uncertainty": ("better_beyond_noise", "compare_hits", "corr_interval", "p_better", "recall_interval"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its submodule on first use and kept (PEP 562); a submodule's name imports it
+    (``backretrieval.embedders.X`` after ``import backretrieval``, as when this package imported them all)."""
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,7 +17,8 @@ from *spec strings* by :func:`load_embedder`:
                             ``globetrotter:CKPT_DIR``, declared by the globetrotter package)
 ==========================  ===========================================================
 
-New prefixes can also be added at run time with :func:`register_embedder`. Lists of specs
+New prefixes can also be added at run time with :func:`register_embedder`; ``evaluate_split`` and
+``correlate_split`` also take embedder objects themselves (:func:`is_text_embedder`). Lists of specs
 with labels (``[NAME=]SPEC``, as the command line takes them) are read by
 :func:`parse_model_specs`; :func:`embed_captions` embeds a split's captions with one spec.
 """
@@ -51,6 +52,12 @@ class TextEmbedder(Protocol):
         ...
 
 
+def is_text_embedder(model: object) -> bool:
+    """True for an object :class:`TextEmbedder` describes: a ``str`` ``name`` and a callable ``encode`` (duck typing:
+    a user's own model, or a loaded ``globetrotter`` model, need not inherit from anything)."""
+    return isinstance(getattr(model, "name", None), str) and callable(getattr(model, "encode", None))
+
+
 def _text_seed(text: str, seed: int) -> int:
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(int(seed)).encode()).digest()
     return int.from_bytes(digest, "little")
@@ -77,6 +84,7 @@ class RandomEmbedder:
         self.name = f"random:{self.dim}:{self.seed}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32: each text's Gaussian vector, the same for the same text in any call."""
         return _hashed_gaussian(list(texts), self.dim, self.seed)
 
 
@@ -95,6 +103,7 @@ class NoisyEmbedder:
         self.name = f"noisy:{self.noise_std:g}:{self.seed}:{base.name}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), d)`` float32: the base's rows L2-normalised, plus each text's seeded noise (class doc)."""
         emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         dim = emb.shape[1]
@@ -476,15 +485,16 @@ def parse_model_specs(specs: Sequence[str], what: str = "model") -> dict[str, st
 
 
 def embed_captions(
-    spec: str, texts: Sequence[str], *, online: bool = False, progress: bool = True,
+    spec: str | TextEmbedder, texts: Sequence[str], *, online: bool = False, progress: bool = True,
     cache: dict[str, TextEmbedder] | None = None,
 ) -> tuple[str, np.ndarray]:
-    """Embed captions with the model a spec names: (embedder name, one row per caption of ``texts``).
+    """Embed captions with the model a spec names, or with a text embedder object (:class:`TextEmbedder`):
+    (embedder name, one row per caption of ``texts``).
 
     The distinct texts are embedded once; a positional embedder (``npy:`` without a texts
     sidecar) gets every text, in order. ``cache`` is :func:`load_embedder`'s.
     """
-    embedder = load_embedder(spec, online=online, progress=progress, cache=cache)
+    embedder = load_embedder(spec, online=online, progress=progress, cache=cache) if isinstance(spec, str) else spec
     if is_positional(embedder):  # its rows are the split's captions in shard order: do not sort or dedupe
         emb = embed_texts(embedder, [str(t) for t in texts])
     else:

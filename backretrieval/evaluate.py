@@ -2,9 +2,10 @@
 
 The library side of ``backretrieval eval`` and ``backretrieval correlate``. Both take a split
 folder written by ``globetrotter-data`` (or a loaded :class:`backretrieval.data.SplitData`),
-text models as spec strings (``[NAME=]SPEC``, :func:`backretrieval.embedders.parse_model_specs`)
-and an image model g (:func:`backretrieval.images.image_feature_extractor`; None: the split's
-stored features):
+text models as spec strings (``[NAME=]SPEC``, :func:`backretrieval.embedders.parse_model_specs`) or
+text embedder objects (:class:`backretrieval.TextEmbedder`: a ``name`` and ``encode(texts)``, such as a
+loaded ``globetrotter`` model), and an image model g (:func:`backretrieval.images.image_feature_extractor`;
+None: the split's stored features):
 
 * :func:`evaluate_split`: :func:`backretrieval.evaluate_pairs` per model, every ordered language
   pair (paper Fig. 3);
@@ -19,14 +20,14 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, load_embedder,
-                         parse_model_specs, unsupported_languages)
+from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs, embed_captions, is_text_embedder,
+                         load_embedder, parse_model_specs, unsupported_languages)
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
@@ -37,7 +38,13 @@ from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matc
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
 
+if TYPE_CHECKING:  # torch/timm are imported only when images need features
+    from .images import ImageFeatureExtractor
+
 DEFAULT_PROTOCOL_N = 10_000  # items per side and seed (paper 3.1), at most half the pair's items
+# a text model: a spec string (load_embedder) or an object with .name and .encode(texts) (TextEmbedder)
+Model = Union[str, TextEmbedder]
+Models = Union[Sequence[Model], Mapping[str, Model]]
 
 
 @dataclass
@@ -47,7 +54,7 @@ class EmbeddedSplit:
     data: SplitData
     features: np.ndarray  # (distinct images, D)
     image_model: str | None  # how records name g (None: the split's stored features)
-    specs: dict[str, str]  # label -> spec
+    specs: dict[str, str | None]  # label -> spec (None: a text embedder object was given)
     embedders: dict[str, str]  # label -> embedder name
     embeddings: dict[str, np.ndarray]  # label -> (captions, d)
 
@@ -55,22 +62,40 @@ class EmbeddedSplit:
         return {"data": str(self.data.split_dir), "checksum": self.data.checksum, "image_model": self.image_model}
 
 
-def _image_label(extractor, image_format: str) -> str | None:
+def _image_label(extractor: ImageFeatureExtractor | None, image_format: str) -> str | None:
     """How g is named in the records: its spec, or None where the split's stored features are g."""
     if extractor is None or (getattr(extractor, "kind", "cnn") == "cnn" and image_format == "npy"):
         return None
     return getattr(extractor, "spec", None)
 
 
-def model_specs(models: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
-    """{label: spec} from a mapping as is, or from ``[NAME=]SPEC`` strings; every spec checked without loading its
-    model (:func:`backretrieval.embedders.check_spec`), so a mistyped one is reported before any work."""
-    if not isinstance(models, Mapping):
-        require_sequence(models, "models", "model specs")
-    specs = dict(models) if isinstance(models, Mapping) else parse_model_specs(models)
-    for spec in specs.values():
-        check_spec(spec)
-    return specs
+def model_specs(models: Models) -> dict[str, Model]:
+    """{label: model} from a mapping as is, or from a sequence of ``[NAME=]SPEC`` strings and text embedder objects
+    (:class:`backretrieval.TextEmbedder`, labelled by their ``name``); every spec checked without loading its model
+    (:func:`backretrieval.embedders.check_spec`), so a mistyped one is reported before any work. Anything else, or a
+    label given twice, is a one-line error."""
+    if isinstance(models, Mapping):
+        items = [(f"models[{label!r}]", label, model) for label, model in models.items()]
+    else:
+        require_sequence(models, "models", "model specs or text embedders")
+        items = [(f"models[{i}]", None, model) for i, model in enumerate(models)]
+    out: dict[str, Model] = {}
+    for where, label, model in items:
+        if isinstance(model, str):
+            labelled = {label: model} if label is not None else parse_model_specs([model])
+        elif is_text_embedder(model):
+            labelled = {model.name if label is None else label: model}
+        else:
+            raise BackRetrievalError(f"{where}: expected a spec string ({SPEC_FORMS}) or a text embedder (an object "
+                                     f"with a str .name and .encode(texts)), got {type(model).__name__} "
+                                     f"({model!r:.60})")
+        for name, value in labelled.items():
+            if name in out:
+                raise BackRetrievalError(f"model {name!r} given twice")
+            if isinstance(value, str):
+                check_spec(value)
+            out[name] = value
+    return out
 
 
 def plot_name(label: str) -> str:
@@ -90,36 +115,42 @@ def check_plot_names(labels: Sequence[str]) -> None:
                                      "or '-_.'")
 
 
-def embed_split(data: PathLike | SplitData, models: Mapping[str, str], extractor=None,
-                langs: Sequence[str] | None = None, *, online: bool = False, progress: bool = True,
+def embed_split(data: PathLike | SplitData, models: Mapping[str, Model],
+                extractor: ImageFeatureExtractor | None = None, langs: Sequence[str] | None = None, *,
+                online: bool = False, progress: bool = True,
                 check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
     """Load the split (only ``langs``), its image features under g, and every model's caption embeddings.
 
-    The specs and what they read (:func:`backretrieval.embedders.check_spec_inputs`: ``.npy`` files and sidecars,
-    packages, an entry point's own check), then g's weights (where the split stores pixels), are checked before the
-    split is read; once its captions are read, before g's features or any embedding, that every model has a row for
-    each caption, and ``check(data)`` (the caller's own preconditions)."""
+    ``models``: {label: spec string or text embedder object} (:func:`model_specs`). The specs and what they read
+    (:func:`backretrieval.embedders.check_spec_inputs`: ``.npy`` files and sidecars, packages, an entry point's own
+    check), then g's weights (where the split stores pixels), are checked before the split is read; once its captions
+    are read, before g's features or any embedding, that every model has a row for each caption, and ``check(data)``
+    (the caller's own preconditions)."""
     require_sequence(langs, "langs", "language codes")
-    for spec in models.values():
+    specs = [model for model in models.values() if isinstance(model, str)]
+    for spec in specs:
         check_spec_inputs(spec)
     check_image_model(data, extractor)
     data = data if isinstance(data, SplitData) else load_split(data, langs)
-    for spec in models.values():
+    for spec in specs:
         check_spec_inputs(spec, data.texts)
     if check is not None:
         check(data)
     features = image_features(data, extractor)
     cache: dict = {}
     embedded = {}
-    for label, spec in models.items():
-        lacking = unsupported_languages(load_embedder(spec, online=online, progress=progress, cache=cache),
-                                        sorted(set(data.langs.tolist())))
+    for label, model in models.items():
+        embedder = load_embedder(model, online=online, progress=progress, cache=cache) if isinstance(model, str) \
+            else model
+        lacking = unsupported_languages(embedder, sorted(set(data.langs.tolist())))
         if lacking:  # scored all the same: the user decides what the figures of those pairs are worth
+            spec = model if isinstance(model, str) else embedder.name
             name = label if label == spec else f"{label} ({spec})"
             warnings.warn(f"model {name} does not support {', '.join(lacking)} (not among the languages it declares); "
                           "its pairs with them are scored all the same", BackRetrievalWarning, stacklevel=2)
-        embedded[label] = embed_captions(spec, data.texts, online=online, progress=progress, cache=cache)
-    return EmbeddedSplit(data, features, _image_label(extractor, data.image_format), dict(models),
+        embedded[label] = embed_captions(embedder, data.texts)
+    return EmbeddedSplit(data, features, _image_label(extractor, data.image_format),
+                         {label: model if isinstance(model, str) else None for label, model in models.items()},
                          {label: name for label, (name, _) in embedded.items()},
                          {label: emb for label, (_, emb) in embedded.items()})
 
@@ -166,9 +197,9 @@ class SplitEvaluation:
 
 def evaluate_split(
     data: PathLike | SplitData,
-    models: Sequence[str] | Mapping[str, str],
+    models: Models,
     *,
-    extractor=None,
+    extractor: ImageFeatureExtractor | None = None,
     langs: Sequence[str] | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     ties: str = "pessimistic",
@@ -187,7 +218,9 @@ def evaluate_split(
 
     Args:
         data: a split folder (``manifest.json`` + ``.tar`` shards) or a loaded split.
-        models: ``[NAME=]SPEC`` strings or {label: spec} (:func:`backretrieval.load_embedder` specs).
+        models: ``[NAME=]SPEC`` strings (:func:`backretrieval.load_embedder` specs) and text embedder objects
+            (:class:`backretrieval.TextEmbedder`: a ``name``, its label, and ``encode(texts)``; e.g. a loaded
+            ``globetrotter`` model), or {label: spec or object}.
         extractor: the image model g, :func:`backretrieval.image_feature_extractor` (None: the split's stored
             features; a split of pictures needs one, ``image_feature_extractor()`` for the commands' default).
         langs: only these languages (default: all in the split).
@@ -273,9 +306,9 @@ def language_pairs(pairs: Sequence[str | tuple[str, str]]) -> list[tuple[str, st
 
 def correlate_split(
     data: PathLike | SplitData,
-    models: Sequence[str] | Mapping[str, str],
+    models: Models,
     *,
-    extractor=None,
+    extractor: ImageFeatureExtractor | None = None,
     pairs: Sequence[str | tuple[str, str]] | None = None,
     n: int | None = None,
     seeds: int = DEFAULT_SEEDS,
@@ -293,7 +326,7 @@ def correlate_split(
 
     Args:
         data: a parallel split folder (captions tied by ``group``) or a loaded split.
-        models: at least 2 ``[NAME=]SPEC`` strings or {label: spec}.
+        models: at least 2 models, as for :func:`evaluate_split`.
         extractor: the image model g (None: the split's stored features).
         pairs: ``SRC-TGT`` strings or (src, tgt) tuples (default: every ordered pair of the split).
         n: items per side and seed (default: ``min(10000, items // 2)``); seeds: how many.

