@@ -22,8 +22,8 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
 
     ``prefer_best``: from a run folder (or its ``checkpoints/``), load its ``best`` checkpoint (the one validation
     chose) when there is one, else its ``latest``; False loads ``latest``, the last one saved. A checkpoint folder
-    (or a ``latest`` pointer file) loads that checkpoint whatever ``prefer_best`` says. A folder that holds no model,
-    or a device this machine lacks, is a :class:`UserError`."""
+    (or a ``latest`` pointer file) loads that checkpoint whatever ``prefer_best`` says. A path that does not exist, a
+    folder that holds no model, or a device this machine lacks, is a :class:`UserError`."""
     from .encoder import load as _load
 
     return _load(path, device=device, prefer_best=prefer_best)

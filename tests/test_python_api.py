@@ -175,3 +175,12 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     assert said == [f"2 of 4 text(s) are longer than data.max_length={limit} tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"] * 2
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
+
+
+def test_load_of_a_path_that_does_not_exist_says_so(tmp_path):
+    """globetrotter.load('/no/such/path') said 'no checkpoint found', as of a folder that holds no model."""
+    with pytest.raises(UserError, match=r"^\S*no_such_run: no such file or folder \(expected a run folder"):
+        globetrotter.load(tmp_path / "no_such_run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="empty: no checkpoint found"):
+        globetrotter.load(tmp_path / "empty")
