@@ -1,7 +1,7 @@
 """Globetrotter: multilingual text representations aligned through images, without parallel text.
 
 The library (models, losses, data pipeline, evaluation) lives here; ``train.py`` and
-``eval.py`` are thin entry points. Load a trained model with :func:`load`.
+``eval.py`` are thin entry points. Load a trained model with :func:`load` (an :class:`Encoder`).
 """
 from __future__ import annotations
 
@@ -29,4 +29,13 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     return _load(path, device=device, prefer_best=prefer_best)
 
 
-__all__ = ["load", "UserError", "__version__"]
+def __getattr__(name: str) -> type:
+    """``globetrotter.Encoder``, imported on first use (PEP 562), so that ``import globetrotter`` stays light."""
+    if name == "Encoder":
+        from .encoder import Encoder
+
+        return Encoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Encoder", "load", "UserError", "__version__"]

@@ -184,3 +184,19 @@ def test_load_of_a_path_that_does_not_exist_says_so(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="empty: no checkpoint found"):
         globetrotter.load(tmp_path / "empty")
+
+
+def test_encoder_is_exported_lazily():
+    """globetrotter.Encoder, the class load returns, was an AttributeError (imported for type checkers only). It is
+    exported on first use: `import globetrotter` still imports no torch."""
+    import subprocess
+    import sys
+
+    from globetrotter.encoder import Encoder
+
+    assert globetrotter.Encoder is Encoder and "Encoder" in globetrotter.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'Encoderr'"):
+        globetrotter.Encoderr  # noqa: B018
+    code = "import sys, globetrotter; assert 'torch' not in sys.modules; globetrotter.Encoder; assert 'torch' in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
