@@ -64,6 +64,24 @@ def test_word_translation_falls_when_languages_are_apart_and_with_tfidf_truth(wo
     assert tfidf.details["ground_truth"]["pairs"] == built.summary["pairs"]
 
 
+def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
+    """evaluate_word_translation(run, split, dictionary=...) was a TypeError ('evaluate() takes 1 positional
+    argument'): its split, and select_ranking's val, were keyword-only, unlike every other evaluation's."""
+    import inspect
+
+    for evaluate in (evaluate_sentence_translation, evaluate_word_translation, evaluate_retrieval, evaluate_clustering,
+                     evaluate_correspondence, evaluate_generation, select_ranking):
+        first = list(inspect.signature(evaluate).parameters.values())[:2]
+        assert [p.kind for p in first] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2, evaluate.__module__
+        assert first[0].name == "model" and first[1].name in ("split", "val"), evaluate.__module__
+    given = {"dictionary": world / "dictionary", "methods": ("nn",), "name": "fake"}
+    positional = evaluate_word_translation(FakeEncoder(), world / "test", **given)
+    assert positional.to_dict()["metrics"] == evaluate_word_translation(FakeEncoder(), split=world / "test",
+                                                                        **given).to_dict()["metrics"]
+    with pytest.raises(TypeError, match="^languages: expected a sequence"):  # the arguments were taken: then checked
+        select_ranking(FakeEncoder(), world / "train", languages="en,de")
+
+
 def test_word_translation_bad_input(world):
     with pytest.raises(UserError, match="--split .* or --dictionary"):
         evaluate_word_translation(FakeEncoder())

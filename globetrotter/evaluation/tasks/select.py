@@ -254,8 +254,8 @@ def read_record(path: str | Path, flag: str) -> dict:
 
 def select_ranking(
     model,
-    *,
     val: str | Path | None = None,
+    *,
     languages: Sequence[str] | None = None,
     heads: Sequence[str] = HEADS,
     maxsim: Sequence[float] = DEFAULT_MAXSIM,

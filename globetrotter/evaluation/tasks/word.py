@@ -35,8 +35,8 @@ def _tokenized(split, languages, tokenizer: CaptionTokenizer, n_groups: int | No
 
 def evaluate(
     model,
-    *,
     split: str | Path | None = None,
+    *,
     dictionary: str | Path | None = None,
     languages: Sequence[str] | None = None,
     embeddings: Embeddings = "input",
