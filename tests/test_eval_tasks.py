@@ -18,7 +18,7 @@ from globetrotter.evaluation import (
     retrieval_per_language,
     select_ranking,
     translate_sentences,
-    translate_word_queries,
+    translate_words,
 )
 from globetrotter.evaluation.word_dictionary import read_dictionary
 import test_eval_cli
@@ -146,7 +146,7 @@ def test_empty_ground_truth_and_empty_queries_are_one_line_errors(world, tmp_pat
         evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
     for queries in ([""], ["red", "  "]):
         with pytest.raises(UserError, match="empty or only spaces"):
-            translate_word_queries(FakeEncoder(), queries, to="fr", corpus=world / "test", out=tmp_path)
+            translate_words(FakeEncoder(), queries, to="fr", corpus=world / "test", out=tmp_path)
     from globetrotter.evaluation import cli
 
     with pytest.raises(SystemExit) as exit_info:
@@ -265,11 +265,11 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
     translate_sentences(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path,
                         log=built.append)
     assert len(built) == 2  # an encoder object with no checkpoint: its index is rebuilt, never trusted
-    words = translate_word_queries(FakeEncoder(), ["red", "star"], source="en", to="fr", corpus=world / "test", k=3,
-                                   method="csls", out=tmp_path, log=built.append)
+    words = translate_words(FakeEncoder(), ["red", "star"], source="en", to="fr", corpus=world / "test", k=3,
+                            method="csls", out=tmp_path, log=built.append)
     assert [w[0][0] for w in words] == ["rouge", "étoile"] and len(words[0]) == 3
     with pytest.raises(UserError, match="no token embedding"):
-        translate_word_queries(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
+        translate_words(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
     with pytest.raises(UserError, match="'xx'"):
         translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
 
@@ -277,7 +277,7 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
 def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
     """translate_sentences(e, 'Kreis', ...) returned one result per character, and languages='en,de' failed with
     "no caption in language(s) ['e', 'n', ',', 'd']": one str is refused as Encoder.encode_text refuses one."""
-    for translate in (translate_sentences, translate_word_queries):
+    for translate in (translate_sentences, translate_words):
         with pytest.raises(TypeError, match=r"^queries: expected a sequence of texts, got one str \('Kreis'\); wrap "
                                             r"it in a list$"):
             translate(FakeEncoder(), "Kreis", to="fr", corpus=world / "test", out=tmp_path, k=1)
@@ -312,7 +312,7 @@ def test_counts_and_k_must_be_positive_integers(world, tmp_path, value):
     for evaluate in (evaluate_sentence_translation, evaluate_clustering):
         with pytest.raises(UserError, match=rf"^n_groups: expected a positive integer, got {value}$"):
             evaluate(FakeEncoder(), world / "test", n_groups=value)
-    for translate in (translate_sentences, translate_word_queries):
+    for translate in (translate_sentences, translate_words):
         with pytest.raises(UserError, match=rf"^k: expected a positive integer, got {value}$"):
             translate(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path, k=value)
 

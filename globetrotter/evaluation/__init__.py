@@ -6,11 +6,12 @@ data and returns a :class:`Result` (the JSON record ``eval.py`` writes): :func:`
 :class:`ReferencePool`), :func:`evaluate_word_translation` (paper 5.3, ground truth from a lexicon or
 :func:`build_word_dictionary`), :func:`evaluate_retrieval` (text↔image, XTD10), :func:`evaluate_clustering` (paper
 A.4), :func:`evaluate_correspondence` (paper A.1), :func:`evaluate_generation` (paper A.5); translation by
-retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_word_queries`); and the pure
+retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_words`); and the pure
 metric functions over numpy embeddings they are built on (testable without a model): :func:`sentence_translation`,
-:func:`word_translation` and the tf-idf ground truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes
-refinement (:func:`refine_pairwise`, :func:`refine_multi`), :func:`retrieval_recall` (text↔image),
-:func:`cluster_analysis` (paper A.4), and the saved translation index (:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
+:func:`word_translation` (its nearest words of a vector: :func:`rank_word_vectors`) and the tf-idf ground truth
+:func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement (:func:`refine_pairwise`, :func:`refine_multi`),
+:func:`retrieval_recall` (text↔image), :func:`cluster_analysis` (paper A.4), and the saved translation index
+(:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
 :mod:`globetrotter.evaluation.cli` and only parses, calls these and prints.
 """
 from __future__ import annotations
@@ -30,12 +31,11 @@ from .tasks.generate import evaluate as evaluate_generation
 from .tasks.retrieval import evaluate as evaluate_retrieval
 from .tasks.select import Choice, select_ranking
 from .tasks.sentence import evaluate as evaluate_sentence_translation
-from .tasks.translate import translate_sentences
-from .tasks.translate import translate_words as translate_word_queries
+from .tasks.translate import translate_sentences, translate_words
 from .tasks.word import build_dictionary as build_word_dictionary
 from .tasks.word import evaluate as evaluate_word_translation
 from .translate import CorpusIndex, build_index
-from .word import translate_words, word_translation, word_translation_scores
+from .word import rank_word_vectors, word_translation, word_translation_scores
 from .word_dictionary import tfidf_dictionary
 
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
@@ -92,6 +92,7 @@ __all__ = [
     "orthogonal_map",
     "parallel_set",
     "purity_scores",
+    "rank_word_vectors",
     "read_reference",
     "refine_multi",
     "refine_pairwise",
@@ -102,7 +103,6 @@ __all__ = [
     "sentence_translation_score",
     "tfidf_dictionary",
     "translate_sentences",
-    "translate_word_queries",
     "translate_words",
     "word_translation",
     "word_translation_scores",

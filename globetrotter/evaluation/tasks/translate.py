@@ -21,7 +21,7 @@ from ..ranking import Ranking, ScoringContext
 from ..records import DEFAULT_OUT, dataset_info
 from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
-from ..word import translate_words as rank_words
+from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
 from .common import resolve_model
@@ -361,7 +361,7 @@ def translate_words(
     if method == "csls":
         targets = found.index.reconstruct_n(0, found.index.ntotal)
         sources = normalize_rows(embed(vocabulary(encoder, source, counts), source, keys=True)[1])
-        idx, scores = rank_words(q_emb, targets, k, "csls", sources=sources)
+        idx, scores = rank_word_vectors(q_emb, targets, k, "csls", sources=sources)
         hits = [[(found.texts[i], float(s)) for i, s in zip(ri, rs)] for ri, rs in zip(idx, scores)]
     else:
         hits = found.search(q_emb, k)
