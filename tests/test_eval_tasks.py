@@ -274,6 +274,19 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
         translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
 
 
+def test_translating_from_python_writes_no_file_unless_asked(world, tmp_path, monkeypatch):
+    """translate_sentences and translate_words saved their index in ./eval_out/index/ of the working folder by
+    default, as eval.py does: a library call keeps it in memory, and saves it with out= (eval.py passes --out)."""
+    monkeypatch.chdir(tmp_path)
+    quiet = {"corpus": world / "test", "k": 1, "log": lambda _: None}
+    sentences = translate_sentences(FakeEncoder(), ["a red circle"], to="de", **quiet)
+    words = translate_words(FakeEncoder(), ["red"], source="en", to="fr", **quiet)
+    assert sentences[0][0][0] == "ein kreis rot" and words[0][0][0] == "rouge"
+    assert list(tmp_path.iterdir()) == []
+    translate_sentences(FakeEncoder(), ["a red circle"], to="de", out="saved", **quiet)
+    assert [p.name for p in (tmp_path / "saved" / "index").iterdir()][0].startswith("sentences-test-")
+
+
 def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
     """translate_sentences(e, 'Kreis', ...) returned one result per character, and languages='en,de' failed with
     "no caption in language(s) ['e', 'n', ',', 'd']": one str is refused as Encoder.encode_text refuses one."""
