@@ -74,6 +74,9 @@ def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
         first = list(inspect.signature(evaluate).parameters.values())[:2]
         assert [p.kind for p in first] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2, evaluate.__module__
         assert first[0].name == "model" and first[1].name in ("split", "val"), evaluate.__module__
+    for call in (evaluate_sentence_translation, evaluate_word_translation, evaluate_retrieval, evaluate_clustering,
+                 evaluate_correspondence, evaluate_generation, select_ranking, translate_sentences, translate_words):
+        assert inspect.signature(call).parameters["model"].annotation == "ModelLike", call.__module__
     given = {"dictionary": world / "dictionary", "methods": ("nn",), "name": "fake"}
     positional = evaluate_word_translation(FakeEncoder(), world / "test", **given)
     assert positional.to_dict()["metrics"] == evaluate_word_translation(FakeEncoder(), split=world / "test",

@@ -1,7 +1,8 @@
 """Evaluation and inference over a trained model (docs/design.md section 7).
 
-The library: one function per evaluation that takes a model (a run folder, a baseline spec or a loaded encoder) and
-data and returns a :class:`Result` (the JSON record ``eval.py`` writes): :func:`evaluate_sentence_translation`
+The library: one function per evaluation that takes a model (:data:`ModelLike`: a run folder, a baseline spec or a
+loaded encoder) and data and returns a :class:`Result` (the JSON record ``eval.py`` writes):
+:func:`evaluate_sentence_translation`
 (paper 5.2, with the :class:`Ranking` chosen on val by :func:`select_ranking`, statistics from a
 :class:`ReferencePool`), :func:`evaluate_word_translation` (paper 5.3, ground truth from a lexicon or
 :func:`build_word_dictionary`), :func:`evaluate_retrieval` (text↔image, XTD10), :func:`evaluate_clustering` (paper
@@ -17,10 +18,12 @@ metric functions over numpy embeddings they are built on (testable without a mod
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
 from .ranking import Ranking, ScoringContext, SentenceScorer
+from .models import ModelLike
 from .records import Result
 from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
@@ -38,10 +41,13 @@ from .translate import CorpusIndex, build_index
 from .word import rank_word_vectors, word_translation, word_translation_scores
 from .word_dictionary import tfidf_dictionary
 
+if TYPE_CHECKING:  # the encoder module imports torch
+    from ..encoder import Encoder
+
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
 
 
-def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
+def sentence_translation_score(encoder: Encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
                                batch_size: int = 256) -> dict:
     """Sentence translation accuracy of ``encoder`` on a parallel split (paper 5.2).
 
@@ -72,6 +78,7 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
 __all__ = [
     "Choice",
     "CorpusIndex",
+    "ModelLike",
     "ParallelSet",
     "Ranking",
     "ReferencePool",

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
-from ..models import encode_texts
+from ..models import ModelLike, encode_texts
 from ..procrustes import normalize_rows
 from ..ranking import Ranking, ScoringContext
 from ..records import dataset_info
@@ -113,7 +113,7 @@ QUERY_CHUNK = 8
 
 
 def translate_sentences(
-    model,
+    model: ModelLike,
     queries: Sequence[str],
     *,
     to: str,
@@ -312,7 +312,7 @@ def _training_note(corpora: dict[str, Path], wanted: Sequence[str]) -> str:
 
 
 def translate_words(
-    model,
+    model: ModelLike,
     queries: Sequence[str],
     *,
     to: str,
