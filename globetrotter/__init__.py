@@ -1,7 +1,7 @@
 """Globetrotter: multilingual text representations aligned through images, without parallel text.
 
 The library (models, losses, data pipeline, evaluation) lives here; ``train.py`` and
-``eval.py`` are thin entry points. Load a trained model with :func:`load`.
+``eval.py`` are thin entry points. Load a trained model with :func:`load` (an :class:`Encoder`).
 """
 from __future__ import annotations
 
@@ -22,11 +22,20 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
 
     ``prefer_best``: from a run folder (or its ``checkpoints/``), load its ``best`` checkpoint (the one validation
     chose) when there is one, else its ``latest``; False loads ``latest``, the last one saved. A checkpoint folder
-    (or a ``latest`` pointer file) loads that checkpoint whatever ``prefer_best`` says. A folder that holds no model,
-    or a device this machine lacks, is a :class:`UserError`."""
+    (or a ``latest`` pointer file) loads that checkpoint whatever ``prefer_best`` says. A path that does not exist, a
+    folder that holds no model, or a device this machine lacks, is a :class:`UserError`."""
     from .encoder import load as _load
 
     return _load(path, device=device, prefer_best=prefer_best)
 
 
-__all__ = ["load", "UserError", "__version__"]
+def __getattr__(name: str) -> type:
+    """``globetrotter.Encoder``, imported on first use (PEP 562), so that ``import globetrotter`` stays light."""
+    if name == "Encoder":
+        from .encoder import Encoder
+
+        return Encoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Encoder", "load", "UserError", "__version__"]

@@ -384,6 +384,9 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder,
     onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
     device = _check_device(device)
+    if not Path(path).exists():  # said as such, not as a folder without a checkpoint
+        raise UserError(f"{path}: no such file or folder (expected a run folder, its checkpoints/, or a checkpoint "
+                        "folder)")
     ckpt = resolve(path, prefer_best=prefer_best)
     if prefer_best and ckpt.name == PUBLISHING:
         print(f"{ckpt.parent / 'best'}: missing (a run was stopped while it replaced best/); loading the best "

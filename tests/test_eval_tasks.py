@@ -18,7 +18,7 @@ from globetrotter.evaluation import (
     retrieval_per_language,
     select_ranking,
     translate_sentences,
-    translate_word_queries,
+    translate_words,
 )
 from globetrotter.evaluation.word_dictionary import read_dictionary
 import test_eval_cli
@@ -62,6 +62,27 @@ def test_word_translation_falls_when_languages_are_apart_and_with_tfidf_truth(wo
     # the evaluation's ground truth is the dictionary build_word_dictionary writes
     built = build_word_dictionary(world / "test", tmp_path, model=FakeEncoder())
     assert tfidf.details["ground_truth"]["pairs"] == built.summary["pairs"]
+
+
+def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
+    """evaluate_word_translation(run, split, dictionary=...) was a TypeError ('evaluate() takes 1 positional
+    argument'): its split, and select_ranking's val, were keyword-only, unlike every other evaluation's."""
+    import inspect
+
+    for evaluate in (evaluate_sentence_translation, evaluate_word_translation, evaluate_retrieval, evaluate_clustering,
+                     evaluate_correspondence, evaluate_generation, select_ranking):
+        first = list(inspect.signature(evaluate).parameters.values())[:2]
+        assert [p.kind for p in first] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2, evaluate.__module__
+        assert first[0].name == "model" and first[1].name in ("split", "val"), evaluate.__module__
+    for call in (evaluate_sentence_translation, evaluate_word_translation, evaluate_retrieval, evaluate_clustering,
+                 evaluate_correspondence, evaluate_generation, select_ranking, translate_sentences, translate_words):
+        assert inspect.signature(call).parameters["model"].annotation == "ModelLike", call.__module__
+    given = {"dictionary": world / "dictionary", "methods": ("nn",), "name": "fake"}
+    positional = evaluate_word_translation(FakeEncoder(), world / "test", **given)
+    assert positional.to_dict()["metrics"] == evaluate_word_translation(FakeEncoder(), split=world / "test",
+                                                                        **given).to_dict()["metrics"]
+    with pytest.raises(TypeError, match="^languages: expected a sequence"):  # the arguments were taken: then checked
+        select_ranking(FakeEncoder(), world / "train", languages="en,de")
 
 
 def test_word_translation_bad_input(world):
@@ -128,7 +149,7 @@ def test_empty_ground_truth_and_empty_queries_are_one_line_errors(world, tmp_pat
         evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
     for queries in ([""], ["red", "  "]):
         with pytest.raises(UserError, match="empty or only spaces"):
-            translate_word_queries(FakeEncoder(), queries, to="fr", corpus=world / "test", out=tmp_path)
+            translate_words(FakeEncoder(), queries, to="fr", corpus=world / "test", out=tmp_path)
     from globetrotter.evaluation import cli
 
     with pytest.raises(SystemExit) as exit_info:
@@ -247,19 +268,32 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
     translate_sentences(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path,
                         log=built.append)
     assert len(built) == 2  # an encoder object with no checkpoint: its index is rebuilt, never trusted
-    words = translate_word_queries(FakeEncoder(), ["red", "star"], source="en", to="fr", corpus=world / "test", k=3,
-                                   method="csls", out=tmp_path, log=built.append)
+    words = translate_words(FakeEncoder(), ["red", "star"], source="en", to="fr", corpus=world / "test", k=3,
+                            method="csls", out=tmp_path, log=built.append)
     assert [w[0][0] for w in words] == ["rouge", "étoile"] and len(words[0]) == 3
     with pytest.raises(UserError, match="no token embedding"):
-        translate_word_queries(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
+        translate_words(FakeEncoder(), ["zzz"], source="en", to="fr", corpus=world / "test", out=tmp_path)
     with pytest.raises(UserError, match="'xx'"):
         translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
+
+
+def test_translating_from_python_writes_no_file_unless_asked(world, tmp_path, monkeypatch):
+    """translate_sentences and translate_words saved their index in ./eval_out/index/ of the working folder by
+    default, as eval.py does: a library call keeps it in memory, and saves it with out= (eval.py passes --out)."""
+    monkeypatch.chdir(tmp_path)
+    quiet = {"corpus": world / "test", "k": 1, "log": lambda _: None}
+    sentences = translate_sentences(FakeEncoder(), ["a red circle"], to="de", **quiet)
+    words = translate_words(FakeEncoder(), ["red"], source="en", to="fr", **quiet)
+    assert sentences[0][0][0] == "ein kreis rot" and words[0][0][0] == "rouge"
+    assert list(tmp_path.iterdir()) == []
+    translate_sentences(FakeEncoder(), ["a red circle"], to="de", out="saved", **quiet)
+    assert [p.name for p in (tmp_path / "saved" / "index").iterdir()][0].startswith("sentences-test-")
 
 
 def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
     """translate_sentences(e, 'Kreis', ...) returned one result per character, and languages='en,de' failed with
     "no caption in language(s) ['e', 'n', ',', 'd']": one str is refused as Encoder.encode_text refuses one."""
-    for translate in (translate_sentences, translate_word_queries):
+    for translate in (translate_sentences, translate_words):
         with pytest.raises(TypeError, match=r"^queries: expected a sequence of texts, got one str \('Kreis'\); wrap "
                                             r"it in a list$"):
             translate(FakeEncoder(), "Kreis", to="fr", corpus=world / "test", out=tmp_path, k=1)
@@ -294,7 +328,7 @@ def test_counts_and_k_must_be_positive_integers(world, tmp_path, value):
     for evaluate in (evaluate_sentence_translation, evaluate_clustering):
         with pytest.raises(UserError, match=rf"^n_groups: expected a positive integer, got {value}$"):
             evaluate(FakeEncoder(), world / "test", n_groups=value)
-    for translate in (translate_sentences, translate_word_queries):
+    for translate in (translate_sentences, translate_words):
         with pytest.raises(UserError, match=rf"^k: expected a positive integer, got {value}$"):
             translate(FakeEncoder(), ["a red circle"], to="de", corpus=world / "test", out=tmp_path, k=value)
 

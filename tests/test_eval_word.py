@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from globetrotter.evaluation.procrustes import normalize_rows
-from globetrotter.evaluation.word import WordSpace, translate_words, word_translation, word_translation_scores
+from globetrotter.evaluation.word import WordSpace, rank_word_vectors, word_translation, word_translation_scores
 from globetrotter.evaluation.word_dictionary import (
     both_directions,
     build_dictionaries,
@@ -117,8 +117,8 @@ def test_csls_demotes_a_hub_target():
     # target "hub" is close to every source; NN picks it for s1, CSLS picks the true t1.
     src = WordSpace(["s0", "s1", "s2"], np.array([[1, 0.0, 0.0], [0.6, 0.8, 0.0], [0.6, 0.0, 0.8]]))
     tgt = WordSpace(["t0", "hub", "t1"], np.array([[1, 0.0, 0.0], [0.75, 0.45, 0.45], [0.1, 0.8, -0.6]]))
-    nn_idx, _ = translate_words(src.emb[1:2], tgt.emb, k=1, method="nn")
-    csls_idx, _ = translate_words(src.emb[1:2], tgt.emb, k=1, method="csls", sources=src.emb, csls_k=2)
+    nn_idx, _ = rank_word_vectors(src.emb[1:2], tgt.emb, k=1, method="nn")
+    csls_idx, _ = rank_word_vectors(src.emb[1:2], tgt.emb, k=1, method="csls", sources=src.emb, csls_k=2)
     assert tgt.words[nn_idx[0, 0]] == "hub"
     assert tgt.words[csls_idx[0, 0]] == "t1"
 
@@ -127,7 +127,7 @@ def test_csls_matches_brute_force_definition():
     rng = np.random.default_rng(5)
     src = normalize_rows(rng.normal(size=(300, 16)))
     tgt = normalize_rows(rng.normal(size=(250, 16)))
-    idx, scores = translate_words(src[:40], tgt, k=5, method="csls", sources=src, csls_k=10, chunk_size=7)
+    idx, scores = rank_word_vectors(src[:40], tgt, k=5, method="csls", sources=src, csls_k=10, chunk_size=7)
     sims = src @ tgt.T
     r_t = np.sort(sims, axis=1)[:, -10:].mean(axis=1)
     r_s = np.sort(sims.T, axis=1)[:, -10:].mean(axis=1)

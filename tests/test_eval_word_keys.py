@@ -12,7 +12,7 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data_prep.shards import ShardWriter
-from globetrotter.evaluation import evaluate_word_translation, translate_word_queries
+from globetrotter.evaluation import evaluate_word_translation, translate_words
 from globetrotter.evaluation.word_keys import SPACE, CaptionTokenizer, WordEmbedder, input_word_embeddings, row_keys
 
 # "are" is a word ("▁are") and, in "square", "stare", ..., a word-internal token ("are") of its own
@@ -93,8 +93,8 @@ def test_tfidf_word_translation_of_an_exact_copy_is_perfect(tok, copy_split):
 
 def test_translate_word_vocabulary_keys_keep_their_own_rows(tok, copy_split, tmp_path):
     encoder = RowEncoder(tok)
-    hits = translate_word_queries(encoder, ["are"], source="en", to="xx", corpus=copy_split, k=2, out=tmp_path,
-                                  log=lambda _: None)[0]
+    hits = translate_words(encoder, ["are"], source="en", to="xx", corpus=copy_split, k=2, out=tmp_path,
+                           log=lambda _: None)[0]
     # the query (a plain word: "▁are") finds itself; the suffix "are" is another vector, not a second copy of it
     assert hits[0][0] == "are" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
     assert hits[1][1] < 0.99

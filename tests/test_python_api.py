@@ -3,6 +3,9 @@ functions. Wrong arguments are one-line errors that name the argument, never a t
 tokenizer, and never a silent result (a string read as its characters, values that are no hits compared as hits)."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -13,6 +16,8 @@ from backretrieval import BackRetrievalError
 from globetrotter.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +255,61 @@ def test_the_documented_own_model_snippet_runs(tiny_run, tmp_path, monkeypatch):
         exec(compile(snippet, "docs/backretrieval.md", "exec"), scope)
     assert list(scope["res"].results) == ["mine", "gt", "USE"]
     assert 0 <= scope["res"].results["gt"]["mean"]["bkr@10"] <= 1
+
+
+def test_load_of_a_path_that_does_not_exist_says_so(tmp_path):
+    """globetrotter.load('/no/such/path') said 'no checkpoint found', as of a folder that holds no model."""
+    with pytest.raises(UserError, match=r"^\S*no_such_run: no such file or folder \(expected a run folder"):
+        globetrotter.load(tmp_path / "no_such_run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="empty: no checkpoint found"):
+        globetrotter.load(tmp_path / "empty")
+
+
+def test_encoder_is_exported_lazily():
+    """globetrotter.Encoder, the class load returns, was an AttributeError (imported for type checkers only). It is
+    exported on first use: `import globetrotter` still imports no torch."""
+    import subprocess
+    import sys
+
+    from globetrotter.encoder import Encoder
+
+    assert globetrotter.Encoder is Encoder and "Encoder" in globetrotter.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'Encoderr'"):
+        globetrotter.Encoderr  # noqa: B018
+    code = "import sys, globetrotter; assert 'torch' not in sys.modules; globetrotter.Encoder; assert 'torch' in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _python_block(doc: str, marker: str) -> str:
+    """The ```python block of ``doc`` (a path in the repository) that holds ``marker``."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), flags=re.S)
+    return next(block for block in blocks if marker in block)
+
+
+def test_the_documented_python_training_runs_and_its_model_compares_texts_with_images(tmp_path, monkeypatch):
+    """docs/training.md showed no way to make data and train from Python. Its snippet runs as written, at tiny sizes
+    (fewer images, the tests' TINY overrides); then the documented uses of the run it made: the text-image
+    similarity through the cross head (it was the text-text head's vectors against the image's, silently)."""
+    from conftest import TINY
+
+    snippet = _python_block("docs/training.md", "generate(SynthConfig(")
+    tiny = {"SynthConfig(train_images=2000, val_images=200, test_images=100)":
+            "SynthConfig(train_images=32, val_images=16, test_images=8, languages=['en', 'de'], workers=1)",
+            '"steps=300", "run_name=small"]': '"steps=2", "run_name=small", *TINY]'}
+    for text, small in tiny.items():
+        assert text in snippet, text
+        snippet = snippet.replace(text, small)
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    monkeypatch.chdir(tmp_path)
+    made = {"TINY": TINY}
+    exec(compile(snippet, "docs/training.md", "exec"), made)
+    assert made["cfg"].run_dir == Path("runs/small") and made["metrics"]["step"] == 2
+    assert made["model"].checkpoint.parent.parent == Path("runs/small")
+    for doc in ("docs/training.md", "README.md"):
+        uses = _python_block(doc, "encode_image").replace('"runs/quickstart"', '"runs/small"')
+        assert 'head="cross") @' in uses, doc
+        given = {"pil_image": Image.new("RGB", (64, 64), (200, 30, 30))}
+        exec(compile(uses, doc, "exec"), given)
+        assert given["sim"].shape == (1, 1) and -1.0001 <= given["sim"][0, 0] <= 1.0001

@@ -679,3 +679,19 @@ def test_the_cut_count_reads_a_seeded_sample_of_shards_of_a_large_split(tiny_wor
     assert cut == captions_cut(tiny_world / "train", tok, 4, seed=3, sample=10)  # the same sample again
     whole = captions_cut(tiny_world / "train", tok, 4, sample=96)
     assert not whole["sample"] and whole["of"] == 96
+
+
+def test_train_gives_the_callers_torch_thread_count_back(tiny_world, tmp_path):
+    """train() set torch's intra-op threads for the run and left them so: a caller that ran torch.set_num_threads(3)
+    found 1 after it. The caller's count comes back when the run ends, and when it fails."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        train(tiny_cfg(tiny_world, tmp_path, "steps=1", "threads=1"))
+        assert torch.get_num_threads() == 3
+        with pytest.raises(UserError, match="data.root"):  # fails once the run has set its threads
+            train(tiny_cfg(tiny_world, tmp_path, "steps=1", "threads=1", f"data.root={tmp_path / 'none'}",
+                           "run_name=failed"))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

@@ -1,25 +1,29 @@
 """Evaluation and inference over a trained model (docs/design.md section 7).
 
-The library: one function per evaluation that takes a model (a run folder, a baseline spec or a loaded encoder) and
-data and returns a :class:`Result` (the JSON record ``eval.py`` writes): :func:`evaluate_sentence_translation`
+The library: one function per evaluation that takes a model (:data:`ModelLike`: a run folder, a baseline spec or a
+loaded encoder) and data and returns a :class:`Result` (the JSON record ``eval.py`` writes):
+:func:`evaluate_sentence_translation`
 (paper 5.2, with the :class:`Ranking` chosen on val by :func:`select_ranking`, statistics from a
 :class:`ReferencePool`), :func:`evaluate_word_translation` (paper 5.3, ground truth from a lexicon or
 :func:`build_word_dictionary`), :func:`evaluate_retrieval` (text↔image, XTD10), :func:`evaluate_clustering` (paper
 A.4), :func:`evaluate_correspondence` (paper A.1), :func:`evaluate_generation` (paper A.5); translation by
-retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_word_queries`); and the pure
+retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_words`); and the pure
 metric functions over numpy embeddings they are built on (testable without a model): :func:`sentence_translation`,
-:func:`word_translation` and the tf-idf ground truth :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes
-refinement (:func:`refine_pairwise`, :func:`refine_multi`), :func:`retrieval_recall` (text↔image),
-:func:`cluster_analysis` (paper A.4), and the saved translation index (:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
+:func:`word_translation` (its nearest words of a vector: :func:`rank_word_vectors`) and the tf-idf ground truth
+:func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement (:func:`refine_pairwise`, :func:`refine_multi`),
+:func:`retrieval_recall` (text↔image), :func:`cluster_analysis` (paper A.4), and the saved translation index
+(:class:`CorpusIndex`). The command line (``globetrotter-eval``, ``eval.py``) lives in
 :mod:`globetrotter.evaluation.cli` and only parses, calls these and prints.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
 from .ranking import Ranking, ScoringContext, SentenceScorer
+from .models import ModelLike
 from .records import Result
 from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
@@ -30,18 +34,20 @@ from .tasks.generate import evaluate as evaluate_generation
 from .tasks.retrieval import evaluate as evaluate_retrieval
 from .tasks.select import Choice, select_ranking
 from .tasks.sentence import evaluate as evaluate_sentence_translation
-from .tasks.translate import translate_sentences
-from .tasks.translate import translate_words as translate_word_queries
+from .tasks.translate import translate_sentences, translate_words
 from .tasks.word import build_dictionary as build_word_dictionary
 from .tasks.word import evaluate as evaluate_word_translation
 from .translate import CorpusIndex, build_index
-from .word import translate_words, word_translation, word_translation_scores
+from .word import rank_word_vectors, word_translation, word_translation_scores
 from .word_dictionary import tfidf_dictionary
+
+if TYPE_CHECKING:  # the encoder module imports torch
+    from ..encoder import Encoder
 
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
 
 
-def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
+def sentence_translation_score(encoder: Encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
                                batch_size: int = 256) -> dict:
     """Sentence translation accuracy of ``encoder`` on a parallel split (paper 5.2).
 
@@ -72,6 +78,7 @@ def sentence_translation_score(encoder, split_dir: str | Path, n_groups: int = 2
 __all__ = [
     "Choice",
     "CorpusIndex",
+    "ModelLike",
     "ParallelSet",
     "Ranking",
     "ReferencePool",
@@ -92,6 +99,7 @@ __all__ = [
     "orthogonal_map",
     "parallel_set",
     "purity_scores",
+    "rank_word_vectors",
     "read_reference",
     "refine_multi",
     "refine_pairwise",
@@ -102,7 +110,6 @@ __all__ = [
     "sentence_translation_score",
     "tfidf_dictionary",
     "translate_sentences",
-    "translate_word_queries",
     "translate_words",
     "word_translation",
     "word_translation_scores",

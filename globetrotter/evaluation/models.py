@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, Union
 
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
@@ -14,6 +14,13 @@ from globetrotter.training.checkpoint import weights_sha256  # noqa: F401  (reco
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .tfidf import TfidfEncoder, is_tfidf_spec
+
+if TYPE_CHECKING:  # the encoder module imports torch
+    from globetrotter.encoder import Encoder
+
+ModelLike = Union[str, Path, "Encoder", TfidfEncoder, PivotRidgeEncoder]
+"""What an evaluation's ``model`` is: a run or checkpoint folder, a baseline spec (``tfidf``, ``ridge:SPLIT``), or
+an encoder already loaded (:func:`globetrotter.load`'s, or a baseline's object)."""
 
 
 def is_baseline(spec: str | None) -> bool:

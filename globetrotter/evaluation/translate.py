@@ -125,7 +125,7 @@ def read_meta(folder: str | Path) -> dict:
 
 
 def open_or_build(
-    folder: str | Path,
+    folder: str | Path | None,
     lang: str,
     signature: dict,
     texts_fn: Callable[[], Sequence[str]],
@@ -138,9 +138,10 @@ def open_or_build(
 ) -> CorpusIndex:
     """Load the saved index of ``lang`` when ``meta.json`` matches ``signature`` (same model,
     same corpus); otherwise embed ``texts_fn()`` with ``encode_fn`` (deduplicated, order
-    kept; ``encode_chunk`` texts per call, with a progress bar), build (:func:`build_index`) and save it."""
-    folder = Path(folder)
-    meta = read_meta(folder)
+    kept; ``encode_chunk`` texts per call, with a progress bar), build (:func:`build_index`) and save it.
+    ``folder`` None: build it and keep it in memory only (nothing read or written)."""
+    folder = Path(folder) if folder is not None else None
+    meta = read_meta(folder) if folder is not None else {}
     entry = meta.get("languages", {}).get(lang)
     if not rebuild and entry is not None and meta.get("signature") == signature and (folder / f"{lang}.faiss").is_file():
         index = CorpusIndex.load(folder, lang)
@@ -159,6 +160,8 @@ def open_or_build(
     index = build_index(emb, ivf_min=ivf_min, nprobe=nprobe)
     built = time.perf_counter()
     corpus = CorpusIndex(index, texts, lang)
+    if folder is None:
+        return corpus
     corpus.save(folder)
     if meta.get("signature") != signature:
         meta = {"signature": signature, "languages": {}}

@@ -27,7 +27,7 @@ from .procrustes import knn, normalize_rows, refine_multi, refine_pairwise
 Method = Literal["nn", "csls"]
 
 
-def translate_words(
+def rank_word_vectors(
     queries: np.ndarray,
     targets: np.ndarray,
     k: int = 10,
@@ -120,7 +120,7 @@ def word_translation_scores(
     s_idx, t_idx, same = (np.array(v) for v in zip(*known))
     queries = np.unique(s_idx)
     kmax = max(max(ks), recall_k)
-    top_q, _ = translate_words(src.emb[queries], tgt.emb, kmax, method, sources=src.emb, csls_k=csls_k)
+    top_q, _ = rank_word_vectors(src.emb[queries], tgt.emb, kmax, method, sources=src.emb, csls_k=csls_k)
     top = np.full((len(src.words), top_q.shape[1]), -1, dtype=np.int64)
     top[queries] = top_q
     result["all"] = _subset_scores(top, s_idx, t_idx, ks, recall_k)

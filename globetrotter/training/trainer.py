@@ -39,7 +39,7 @@ from ..encoder import Encoder, TextsCut, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
 from ..threads import ENV as THREADS_ENV
-from ..threads import ThreadChoice, apply_threads, choose_threads, load_average
+from ..threads import ThreadChoice, apply_threads, choose_threads, load_average, using_threads
 from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
 from ..data.stream import StreamPosition, too_many_bad
@@ -106,14 +106,18 @@ class Progress:
 
 
 def train(cfg: TrainConfig, resume: str | None = None) -> dict:
-    """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics."""
+    """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics.
+
+    The run sets torch's intra-op threads for itself (:mod:`globetrotter.threads`); the caller's count is put back
+    when it ends, also on an error."""
     if not cfg.output_dir.strip():  # as data.root: here, not in the config's checks (a saved run loads without it)
         raise UserError("output_dir is empty: name the folder the runs are written to (the run goes to "
                         "output_dir/run_name; output_dir=. for the working folder)")
     _check_run_folder(cfg.run_dir)  # before any work: a run that could never save is no run
     cpu = _no_accelerator()
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
-    with hold_run_folder(cfg.run_dir, process.is_main_process):  # one train.py at a time in a run folder
+    # using_threads: the caller's count back afterwards; hold_run_folder: one train.py at a time in a run folder
+    with using_threads(torch.get_num_threads()), hold_run_folder(cfg.run_dir, process.is_main_process):
         return _train(cfg, resume, cpu, process)
 
 

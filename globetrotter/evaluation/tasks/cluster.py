@@ -8,14 +8,14 @@ from typing import Literal, Sequence
 from globetrotter.errors import UserError
 
 from ..clustering import cluster_analysis
-from ..models import language_kwargs
+from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from .checks import require_languages, require_trained
 from .common import read_parallel, resolve_model
 
 
 def evaluate(
-    model,
+    model: ModelLike,
     split: str | Path,
     *,
     languages: Sequence[str] | None = None,

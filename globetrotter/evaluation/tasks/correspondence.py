@@ -8,7 +8,7 @@ import numpy as np
 
 from globetrotter.errors import UserError
 
-from ..models import language_kwargs
+from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from .checks import require_languages, require_trained
 from .common import resolve_model
@@ -17,7 +17,7 @@ PARTS = ("train", "seen_test", "unseen_test")
 
 
 def evaluate(
-    model,
+    model: ModelLike,
     split: str | Path,
     *,
     languages: Sequence[str] | None = None,

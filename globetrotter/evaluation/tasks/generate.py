@@ -11,7 +11,7 @@ import numpy as np
 
 from globetrotter.errors import UserError
 
-from ..models import language_kwargs
+from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from ..sentence import parallel_set
 from .checks import require_known_languages, require_languages, require_trained
@@ -51,7 +51,7 @@ def _refuse_overlap(train, split, train_metas: Sequence[dict], ps) -> None:
 
 
 def evaluate(
-    model,
+    model: ModelLike,
     split: str | Path,
     train: str | Path,
     *,

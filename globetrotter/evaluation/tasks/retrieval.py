@@ -10,7 +10,7 @@ import numpy as np
 from backretrieval.files import enough_for_k
 from globetrotter.errors import UserError
 
-from ..models import language_kwargs
+from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from ..retrieval import DEFAULT_KS, retrieval_per_language
 from ..tfidf import is_tfidf_spec
@@ -45,7 +45,7 @@ def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_siz
 
 
 def evaluate(
-    model,
+    model: ModelLike,
     split: str | Path,
     *,
     languages: Sequence[str] | None = None,

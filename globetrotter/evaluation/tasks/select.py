@@ -32,7 +32,7 @@ from backretrieval.uncertainty import paired_bootstrap, recall_interval
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
-from ..models import is_baseline
+from ..models import ModelLike, is_baseline
 from ..ranking import HEADS, SCORE_BLOCK, Ranking, ScoringContext
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, choice_reference, read_reference
@@ -254,9 +254,9 @@ def read_record(path: str | Path, flag: str) -> dict:
 
 
 def select_ranking(
-    model,
-    *,
+    model: ModelLike,
     val: str | Path | None = None,
+    *,
     languages: Sequence[str] | None = None,
     heads: Sequence[str] = HEADS,
     maxsim: Sequence[float] = DEFAULT_MAXSIM,

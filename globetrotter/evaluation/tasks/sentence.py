@@ -6,6 +6,7 @@ from typing import Sequence
 
 from globetrotter.errors import UserError
 
+from ..models import ModelLike
 from ..pivot_ridge import PivotRidgeEncoder
 from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
@@ -18,7 +19,7 @@ from .select import Choice
 
 
 def evaluate(
-    model,
+    model: ModelLike,
     split: str | Path,
     *,
     languages: Sequence[str] | None = None,

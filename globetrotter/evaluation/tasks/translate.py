@@ -1,6 +1,7 @@
 """Translation by retrieval for users, as library calls: :func:`translate_sentences` (the nearest sentences of a
 target-language corpus) and :func:`translate_words` (the nearest words of a target-language vocabulary). Each
-searches a saved faiss index (:func:`~..translate.open_or_build`), built once per model and corpus."""
+searches a faiss index (:func:`~..translate.open_or_build`): kept in memory for the call, or, with ``out=`` or
+``index=`` (as ``eval.py`` passes ``--out``), saved and reloaded while the model and corpus are unchanged."""
 from __future__ import annotations
 
 import hashlib
@@ -15,13 +16,13 @@ from tqdm import tqdm
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
-from ..models import encode_texts
+from ..models import ModelLike, encode_texts
 from ..procrustes import normalize_rows
 from ..ranking import Ranking, ScoringContext
-from ..records import DEFAULT_OUT, dataset_info
+from ..records import dataset_info
 from ..reference import ReferencePool, read_reference
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
-from ..word import translate_words as rank_words
+from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
 from .common import resolve_model
@@ -62,11 +63,12 @@ def index_folder(out: str | Path, model_path: Path | None, corpus: str | Path | 
 
 def _open(model, encoder, corpus, kind: str, lang: str, signature: dict, texts_fn, encode_fn, *, index, out, rebuild,
           ivf_min, nprobe, log) -> CorpusIndex:
-    """The ``lang`` index of ``encoder`` (``model`` as given) over ``texts_fn()``, opened or built. A model with no
-    folder or checkpoint has no lasting identity: its index is always rebuilt."""
+    """The ``lang`` index of ``encoder`` (``model`` as given) over ``texts_fn()``, opened or built: saved in ``index``,
+    else under ``out`` (:func:`index_folder`), else kept in memory. A model with no folder or checkpoint has no
+    lasting identity: its index is always rebuilt."""
     path = _model_path(model, encoder)
     signature = {"model": _model_signature(encoder, path), **signature}
-    folder = Path(index) if index else index_folder(out, path, corpus, kind)
+    folder = Path(index) if index else index_folder(out, path, corpus, kind) if out is not None else None
     return open_or_build(folder, lang, signature, texts_fn, encode_fn, rebuild=rebuild or path is None,
                          ivf_min=ivf_min, nprobe=nprobe, log=log)
 
@@ -111,7 +113,7 @@ QUERY_CHUNK = 8
 
 
 def translate_sentences(
-    model,
+    model: ModelLike,
     queries: Sequence[str],
     *,
     to: str,
@@ -122,7 +124,7 @@ def translate_sentences(
     ranking: str | Path | Choice | None = None,
     rerank: int = 50,
     index: str | Path | None = None,
-    out: str | Path = DEFAULT_OUT,
+    out: str | Path | None = None,
     rebuild: bool = False,
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
@@ -137,9 +139,11 @@ def translate_sentences(
     :class:`~.select.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
     ``rerank`` nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim (− the CSLS radii), every
     statistic from the reference captions the choice was made with; the score is that sum. A ranking with
-    statistics needs ``source`` (they are per language) and both languages among the choice's. The index is saved
-    in ``index`` (default: :func:`index_folder` under ``out``) and reloaded while the model and corpus are
-    unchanged. A query with no text is a :class:`UserError`."""
+    statistics needs ``source`` (they are per language) and both languages among the choice's. The corpus index is
+    built for the call and kept in memory: nothing is written unless ``index`` (a folder) or ``out`` (the index
+    goes under ``out/index``, :func:`index_folder`; ``eval.py translate`` passes ``--out``) is given; then it is
+    saved and reloaded while the model and corpus are unchanged. Notes (an index built, long queries) go to
+    ``log``, stderr by default. A query with no text is a :class:`UserError`."""
     require_positive_int(k, "k")
     require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
@@ -294,7 +298,7 @@ def _training_note(corpora: dict[str, Path], wanted: Sequence[str]) -> str:
 
 
 def translate_words(
-    model,
+    model: ModelLike,
     queries: Sequence[str],
     *,
     to: str,
@@ -304,7 +308,7 @@ def translate_words(
     method: str = "nn",
     k: int = 10,
     index: str | Path | None = None,
-    out: str | Path = DEFAULT_OUT,
+    out: str | Path | None = None,
     rebuild: bool = False,
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
@@ -318,7 +322,8 @@ def translate_words(
     model's new language from its adaptation split, the others from its base's train split), else the whole token
     table, every language's tokens (:func:`~..word_keys.vocabulary`); its words are tokenizer keys, each
     embedded by its own input row, while a query is a plain word (its most frequent form). A query with no text is a
-    :class:`UserError`. The index is saved and reloaded as :func:`translate_sentences`'s."""
+    :class:`UserError`. The index is kept in memory, or saved and reloaded, and notes are logged, as
+    :func:`translate_sentences`'s."""
     require_positive_int(k, "k")
     require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
@@ -347,7 +352,7 @@ def translate_words(
     if method == "csls":
         targets = found.index.reconstruct_n(0, found.index.ntotal)
         sources = normalize_rows(embed(vocabulary(encoder, source, counts), source, keys=True)[1])
-        idx, scores = rank_words(q_emb, targets, k, "csls", sources=sources)
+        idx, scores = rank_word_vectors(q_emb, targets, k, "csls", sources=sources)
         hits = [[(found.texts[i], float(s)) for i, s in zip(ri, rs)] for ri, rs in zip(idx, scores)]
     else:
         hits = found.search(q_emb, k)

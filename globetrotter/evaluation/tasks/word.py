@@ -16,6 +16,7 @@ from backretrieval.errors import BackRetrievalWarning
 from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
+from ..models import ModelLike
 from ..records import Result, dataset_info, matrix_dict
 from ..word import PROCRUSTES_ITER, PROCRUSTES_K, Method, WordSpace, word_translation
 from ..word_dictionary import (IDF, MIN_COUNT, TOP_K, Idf, both_directions, build_dictionaries, read_dictionaries,
@@ -34,9 +35,9 @@ def _tokenized(split, languages, tokenizer: CaptionTokenizer, n_groups: int | No
 
 
 def evaluate(
-    model,
-    *,
+    model: ModelLike,
     split: str | Path | None = None,
+    *,
     dictionary: str | Path | None = None,
     languages: Sequence[str] | None = None,
     embeddings: Embeddings = "input",
@@ -203,7 +204,7 @@ def build_dictionary(
     out: str | Path | None = None,
     *,
     tokenizer=None,
-    model=None,
+    model: ModelLike | None = None,
     words: bool = False,
     languages: Sequence[str] | None = None,
     n_groups: int | None = None,
