@@ -166,12 +166,21 @@ class ShardWriter:
         unique, without ``.`` or ``/``, and short enough that ``key.json`` fits a tar name (:data:`MAX_MEMBER_NAME`
         bytes, UTF-8).
 
-        ``extra`` adds fields to the sample's json (e.g. the synthetic world's ``meaning``).
+        ``caption``, ``lang`` and ``image_id`` are strings, not empty (nor only whitespace), and so is ``group`` unless
+        None: a ``ValueError`` naming the key and the value otherwise, since every reader refuses such a sample
+        (:func:`check_meta`); nothing is converted (an image id 7 is refused, not written as "7").
+        ``extra`` adds fields to the sample's json (e.g. the synthetic world's ``meaning``), never those four.
         """
         if key in self._keys:
             raise ValueError(f"duplicate key {key!r}")
-        if group is not None and not isinstance(group, str):  # every reader refuses it (check_meta)
-            raise ValueError(f"group {group!r} of key {key!r} must be a string or None")
+        for field, value in (("caption", caption), ("lang", lang), ("image_id", image_id), ("group", group)):
+            if (value is not None or field != "group") and not (isinstance(value, str) and value.strip()):
+                raise ValueError(f"{field} {repr(value)[:40]} of key {key!r} must be a non-empty string"
+                                 + (" or None" if field == "group" else ""))
+        clash = [field for field in (*REQUIRED_FIELDS, "group") if field in (extra or {})]
+        if clash:
+            raise ValueError(f"extra of key {key!r} sets {', '.join(clash)}: the sample's own fields, given as "
+                             f"arguments")
         if "." in key or "/" in key:
             raise ValueError(f"key {key!r} must not contain '.' or '/'")
         longest = max(len(f"{key}.{ext}".encode("utf-8")) for ext in (self.image_format, "json"))
@@ -190,7 +199,7 @@ class ShardWriter:
             else:  # encoded bytes: the size from the header, nothing decoded
                 with Image.open(io.BytesIO(image)) as picture:
                     self._image_shape = [picture.height, picture.width]
-        meta = {"caption": caption, "lang": lang, "image_id": str(image_id), "group": group, **(extra or {})}
+        meta = {"caption": caption, "lang": lang, "image_id": image_id, "group": group, **(extra or {})}
         self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
         self._add(f"{key}.json", json_text(meta, ensure_ascii=False).encode("utf-8"))
         self._keys.add(key)
@@ -438,19 +447,21 @@ def _tar_error(err: BaseException) -> str:
 
 def check_meta(meta: object, path: str, key: str) -> None:
     """One-line :class:`UserError` naming the shard and sample unless ``meta`` has the fields of the format (module
-    docstring): the :data:`REQUIRED_FIELDS` as strings, a caption and lang that are not empty (or only whitespace),
-    and a ``group`` that is a string or null (or absent). Every reader refuses one, not ``inspect --check`` alone:
-    a number or list there was read in silence (an image id 7 and "7" one image to some readers, two to others)."""
+    docstring): the :data:`REQUIRED_FIELDS` as strings, a caption, lang and image_id that are not empty (or only
+    whitespace), and a ``group`` that is such a string or null (or absent). Every reader refuses one, not ``inspect
+    --check`` alone: a number or list there was read in silence (an image id 7 and "7" one image to some readers, two
+    to others), and an empty image id or group tied unrelated samples into one image or one group."""
     if not isinstance(meta, dict):
         raise UserError(f"{path}: sample '{key}' json is a {type(meta).__name__}, expected an object with "
                         f"{', '.join(REQUIRED_FIELDS)}")
-    bad = [f for f in REQUIRED_FIELDS if not isinstance(meta.get(f), str) or f == "lang" and not meta[f].strip()]
-    if meta.get("group") is not None and not isinstance(meta["group"], str):
+    bad = [f for f in REQUIRED_FIELDS if not isinstance(meta.get(f), str) or f != "caption" and not meta[f].strip()]
+    group = meta.get("group")
+    if group is not None and not (isinstance(group, str) and group.strip()):
         bad.append("group")
     if bad:
         found = ", ".join(f"{f} {repr(meta[f])[:40] if f in meta else 'absent'}" for f in bad)
         raise UserError(f"{path}: sample '{key}' json lacks valid field(s) {', '.join(bad)} ({found}; expected strings "
-                        "caption, lang (a language code) and image_id, and group a string or null)")
+                        "caption, lang (a language code) and image_id, and group a string or null, none empty)")
     if not meta["caption"].strip():
         raise UserError(f"{path}: sample '{key}' has an empty caption (expected the text of the image's caption; "
                         f"write the split again without it)")

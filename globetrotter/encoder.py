@@ -304,16 +304,17 @@ class Encoder:
                      langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, d_model) contextual word embeddings, L2-normalised: each word encoded alone, mean of its token outputs
         (sentence token excluded); the Sigurdsson baseline's max-pooled adapted word vectors (needs ``langs``). An
-        empty word has no token: a :class:`UserError`."""
+        empty word has no token: a :class:`UserError`. A word (or phrase) past ``data.max_length`` tokens is cut to
+        it, as :meth:`encode_text` cuts a text: one :class:`TextsCut` warning says how many were cut."""
         words = _check_texts(words, "words")
         empty = [i for i, word in enumerate(words) if not word]
         if empty:
             raise UserError(f"words[{empty[0]}]: an empty word has no token to embed ({len(empty)} empty words)")
         _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(words))
-        out = []
+        out, cut = [], []
         for i in range(0, len(words), batch_size):
-            ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length)
+            ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             if lang_ids is not None:
                 vectors = self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0]
@@ -322,6 +323,7 @@ class Encoder:
                 m = mask_t[:, 1:].unsqueeze(-1).float()
                 vectors = (states * m).sum(1) / m.sum(1).clamp_min(1)
             out.append(F.normalize(vectors.float(), dim=-1).cpu())
+        _warn_cut(len(cut), words, self.cfg.data.max_length)
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 

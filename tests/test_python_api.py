@@ -176,9 +176,11 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
         encoder.encode_text(texts, batch_size=1)  # four batches, one warning
         encoder.encode_text(["a red square"])  # nothing cut: no warning
         encoder.encode_tokens(texts, batch_size=1)
+        encoder.encode_words(texts, batch_size=1)  # a "word" is any text: cut alike (it was cut in silence)
+        encoder.encode_words(["red", "square"])
     said = [str(w.message) for w in caught if issubclass(w.category, TextsCut)]
     assert said == [f"2 of 4 text(s) are longer than data.max_length={limit} tokens and were cut to it, as in "
-                    "training: the tokens past it do not change their embeddings"] * 2
+                    "training: the tokens past it do not change their embeddings"] * 3
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
 
 

@@ -199,13 +199,46 @@ def test_a_field_of_another_type_than_the_format_s_is_one_line_naming_shard_and_
             read(tmp_path / "s")
         assert str(err.value) == (f"{tmp_path / 's' / 'train-000000.tar'}: sample 'k0' json lacks valid field(s) "
                                   f"{field} ({found}; expected strings caption, lang (a language code) and image_id, "
-                                  f"and group a string or null)")
+                                  f"and group a string or null, none empty)")
     write_raw_split(tmp_path / "null", {**meta, field: "x", "group": None}, buf.getvalue())
     assert read_captions(tmp_path / "null")[0]["group"] is None
-    if field == "group":  # nor does ShardWriter write one
-        with ShardWriter(tmp_path / "w", split="test", source="test") as w:
-            with pytest.raises(ValueError, match=re.escape(f"group {value!r} of key 'k' must be a string or None")):
-                w.write("k", image(0), "a red circle", "en", "a", group=value)
+    fields = {"caption": "a red circle", "lang": "en", "image_id": "a", "group": "g", field: value}
+    with ShardWriter(tmp_path / "w", split="test", source="test") as w:  # nor does ShardWriter write one
+        with pytest.raises(ValueError, match=re.escape(f"{found} of key 'k' must be a non-empty string")):
+            w.write("k", image(0), **fields)
+    assert json.loads((tmp_path / "w" / "manifest.json").read_text())["num_samples"] == 0
+
+
+@pytest.mark.parametrize("field", ["image_id", "group", "lang"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_image_id_group_or_lang_is_refused_by_readers_and_by_the_writer(tmp_path, field, value):
+    """An image id "" made every such sample one image, a group "" put unrelated captions in one group: refused
+    where samples are read (one line naming shard and sample) and never written."""
+    buf = io.BytesIO()
+    image(0).save(buf, format="JPEG")
+    meta = {"caption": "a red circle", "lang": "en", "image_id": "a", "group": "g", field: value}
+    write_raw_split(tmp_path / "s", meta, buf.getvalue())
+    for read in (read_captions, lambda d: list(iter_samples(d)), lambda d: check_split_rule(d, "test")):
+        with pytest.raises(UserError) as err:
+            read(tmp_path / "s")
+        assert str(err.value).startswith(f"{tmp_path / 's' / 'train-000000.tar'}: sample 'k0' json lacks valid "
+                                         f"field(s) {field} ({field} {value!r};"), str(err.value)
+    with ShardWriter(tmp_path / "w", split="test", source="test") as w:
+        with pytest.raises(ValueError, match=re.escape(f"{field} {value!r} of key 'k' must be a non-empty string")):
+            w.write("k", image(0), **meta)
+    assert json.loads((tmp_path / "w" / "manifest.json").read_text())["num_samples"] == 0
+
+
+def test_the_writer_refuses_an_empty_caption_and_extra_fields_that_override_the_sample_s(tmp_path):
+    """Readers refuse an empty caption (check_meta), so the writer does not write one; ``extra`` cannot slip in an
+    image id (or caption, lang, group) the arguments' checks never saw."""
+    with ShardWriter(tmp_path / "w", split="train", source="test") as w:
+        with pytest.raises(ValueError, match=re.escape("caption ' ' of key 'k' must be a non-empty string")):
+            w.write("k", image(0), " ", "en", "a")
+        with pytest.raises(ValueError, match=re.escape("extra of key 'k' sets image_id, group: the sample's own")):
+            w.write("k", image(0), "a red circle", "en", "a", extra={"group": "", "image_id": 7, "meaning": "x"})
+        w.write("k", image(0), "a red circle", "en", "a", extra={"meaning": "x"})
+    assert [(m["key"], m["image_id"], m["meaning"]) for m in read_captions(tmp_path / "w")] == [("k", "a", "x")]
 
 
 def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_is_none(tmp_path):
