@@ -130,12 +130,13 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
             raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
                             + (" (--languages)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
+    loaded: dict = {}  # the text encoder, loaded once for the three splits
     splits = {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
-                                           args.cache_dir),
+                                           args.cache_dir, loaded=loaded),
               "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
-                                         every_image=True),
+                                         every_image=True, loaded=loaded),
               "test": load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir,
-                                          every_image=True)}
+                                          every_image=True, loaded=loaded)}
     check_no_shared_images(f"--val {args.val}", splits["val"].image_keys, splits["train"].image_keys,
                            f"--train {args.train} images the adapters train on", "give a split of other images")
     return splits

@@ -742,3 +742,26 @@ def test_texts_cut_by_a_globetrotter_text_encoder_are_one_line_per_command(tiny_
     # distinct texts: 4 train captions (rows 0, 3 long), 8 val captions (rows 12, 15 long, in en and ru)
     assert said == ["warning: 6 of 12 text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"], said
+
+
+def test_train_loads_a_globetrotter_text_encoder_once(tiny_run, tmp_path, capsys, monkeypatch):
+    """train embeds the val split, then the train split: each loaded the globetrotter:RUN model anew (twice its note
+    that the run has no best checkpoint); the command now loads it once."""
+    import globetrotter.encoder as encoder
+    from globetrotter.zeroshot.cli import main
+
+    loads = []
+    real_load = encoder.load
+    monkeypatch.setattr(encoder, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(16, 8)).astype(np.float32)
+    words = ["red a square", "green a square", "blue a square", "yellow a square"]
+    _write_split(tmp_path, "train", images, [(words[r % 4], "en", r) for r in range(12)])
+    _write_split(tmp_path, "val", images, [(f"{words[r % 4]} too", "en", r) for r in range(12, 16)])
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--val-k", "2",
+                 "--out", str(tmp_path / "adapter"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+                 f"text_encoder=globetrotter:{tiny_run}", "optim.epochs=1", "adapter.hidden_dims=[8]",
+                 "optim.batch_size=4"]) == 0
+    assert len(loads) == 1, loads
+    notes = [line for line in capsys.readouterr().err.splitlines() if "loading the latest" in line]
+    assert len(notes) <= 1, notes

@@ -45,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
+    loaded: dict = {}  # the text encoder, loaded once for the test captions, the tags and the captions voting
     split = load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir, progress,
-                                online=args.online)
+                                online=args.online, loaded=loaded)
     check_adapter_dims(adapter, split.text_features.shape[1], split.image_features.shape[1],
                        f"{args.test} vs {args.adapter}")  # the text width too, as retrieval checks it
     codes = args.languages or sorted(set(split.langs.tolist()))
@@ -67,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                                     default_image_weights(config.image_encoder), online=args.online)
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
+        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online,
+                                             loaded))
 
     def by_captions(features: torch.Tensor, lang: str) -> list[list[str]]:
         words = [content_words(c, lang) for c in captions[lang]]

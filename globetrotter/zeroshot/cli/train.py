@@ -32,14 +32,15 @@ def run(args: argparse.Namespace) -> int:
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
     validate = val = None
+    loaded: dict = {}  # the text encoder, loaded once for the val and the train split
     if args.val:  # read first: a val split too small to choose an epoch is refused before the train split's features
         val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                  every_image=True, online=args.online)
+                                  every_image=True, online=args.online, loaded=loaded)
         validate = validation_recall(val, config.train_langs, args.val_k, config.metric, where=f"--val {args.val}",
                                      remedy=f"use a val split of more than {args.val_k} images, lower --val-k, "
                                             "or drop --val")
     train = load_split_features(args.train, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                config.max_captions_per_image, online=args.online)
+                                config.max_captions_per_image, online=args.online, loaded=loaded)
     rows = train_rows(train, config.train_langs, args.train)
     if val is not None:
         (vt, vi), (tt, ti) = ((s.text_features.shape[1], s.image_features.shape[1]) for s in (val, train))
