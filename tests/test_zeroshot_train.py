@@ -328,6 +328,13 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     assert record["inputs"]["adapter"] == [["patr", str(tmp_path / "patr")]] and record["inputs"]["ks"] == [1, 5, 10]
     assert record["inputs"]["cache_dir"] == str(tmp_path / "cache") and record["inputs"]["device"] == "cpu"
     assert record["versions"] == meta["versions"]
+    # the splits were named by their paths only: now with their manifests' checksums, as eval.py's records name them
+    from data_prep.shards import read_manifest
+
+    for split, named in (("train", meta["train"]), ("test", record["dataset"])):
+        assert named["path"] == str((tmp_path / split).resolve()) and named["split"] == split
+        assert named["checksum"] == read_manifest(tmp_path / split)["checksum"] and named["checksum"]
+    assert meta["val"] is None
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2

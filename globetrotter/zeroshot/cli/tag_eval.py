@@ -36,6 +36,8 @@ clone: pip install -e ".[tagging-eval]").
 
 
 def run(args: argparse.Namespace) -> int:
+    from globetrotter.evaluation.records import dataset_info  # what a record names of a split
+
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     check_json(args.out)
     if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
@@ -93,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     lacks = languages_the_encoder_lacks(config.text_encoder, codes)
     if lacks:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
-    record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": str(args.test),
-              "vocab_from": str(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
+    record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": dataset_info(args.test),
+              "vocab_from": dataset_info(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
               "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
               "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}

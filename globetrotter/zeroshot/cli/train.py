@@ -17,6 +17,8 @@ from .common import add_command, check_no_shared_images, check_out_dir, make_out
 
 
 def run(args: argparse.Namespace) -> int:
+    from globetrotter.evaluation.records import dataset_info  # what a record names of a split
+
     config = load_config(ZeroShotConfig, args.config, args.overrides)
     check_out_dir(args.out)  # created only once training is done: a refused run leaves no folder
     held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                f"--train {args.train} images the adapter trains on",
                                "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
-    meta = {"train": str(args.train), "val": str(args.val) if args.val else None,
+    meta = {"train": dataset_info(args.train), "val": dataset_info(args.val) if args.val else None,
             "val_k": args.val_k if args.val else None, "text_encoder_weights": weights, **trained,
             **provenance(args)}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)
