@@ -35,6 +35,7 @@ from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.zeroshot.cli.common import check_no_shared_images  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
@@ -268,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append(record)
                 continue
             start = time.perf_counter()
-            record = {**measure(label, seed, splits, args), "inputs": row_inputs}
+            record = {**measure(label, seed, splits, args), "inputs": row_inputs, "args": vars(args),
+                      "versions": versions()}  # as the other experiments' records
             path.write_text(json_text(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "
