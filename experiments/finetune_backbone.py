@@ -15,9 +15,9 @@ images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out-i
 Writes two imported caches into ``--out``: ``finetuned`` (the backbone's pooled features of the whole image) and
 ``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``) and the settings they
 came from (``finetuned.settings.json``: the command line, every option, the seed, the images trained on and held out,
-the loss per epoch), and prints the screen's command. With ``--held-out-images 0`` every image is trained on, nothing
-is left to screen: the weights then build the feature cache of a training run, and that command is printed instead
-(``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
+the loss per epoch, the versions), and prints the screen's command. With ``--held-out-images 0`` every image is trained
+on, nothing is left to screen: the weights then build the feature cache of a training run, and that command is
+printed instead (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
 model.image_pretrained=DIR/finetuned.safetensors --out ...``). The recipe's round two, fine-tuned to a trained run's
 own reading, is one command of the package, by the same steps (``globetrotter.training.backbone_finetune``):
 ``globetrotter-data features finetune SPLIT --from-run RUN --out DIR``; this script is the screen.
@@ -50,6 +50,7 @@ from globetrotter.argtypes import non_negative_int, output_folder, positive_floa
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.weights_file import save_weights  # noqa: E402
 from globetrotter.models.image import create_image_backbone  # noqa: E402
 from globetrotter.training.backbone_finetune import FinetuneSettings, EncodedImages, fine_tune  # noqa: E402
@@ -157,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         (out_dir / SETTINGS).write_text(json_text(
             {"command": "experiments/finetune_backbone.py", "argv": list(sys.argv[1:] if argv is None else argv),
              "args": vars(args), "seed": args.seed, "trained_images": len(train), "held_out_images": len(held),
-             "embedded_images": len(ids), "losses": losses, "seconds": seconds}, indent=2) + "\n", encoding="utf-8")
+             "embedded_images": len(ids), "losses": losses, "seconds": seconds, "versions": versions()}, indent=2)
+            + "\n", encoding="utf-8")
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ from globetrotter.argtypes import (comma_separated, distinct_names, named_path, 
                                    positive_float, positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.image_ridge import fit_image_ridge, unit_centred  # noqa: E402
 
 
@@ -163,7 +164,8 @@ def _main(argv: list[str] | None = None) -> int:
               f"the reference (strength {fit['strength']:g}) {fit[f'agreement@{k}']:.4f} (pair r {fit['pair_r']:.3f})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json_text({"args": vars(args) | {"cache": dict(args.cache)}, **report}, indent=2))
+        Path(args.out).write_text(json_text({"args": vars(args) | {"cache": dict(args.cache)}, **report,
+                                             "versions": versions()}, indent=2))
     return 0
 
 

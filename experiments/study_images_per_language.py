@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import (comma_separated, language_codes, non_negative_int, output_folder,  # noqa: E402
                                    positive_int)
+from globetrotter.evaluation.records import versions  # noqa: E402
 
 DEFAULT_MODELS = ("full=configs/flickr8k.yaml", "supervised=configs/flickr8k-supervised.yaml")
 
@@ -297,7 +298,8 @@ def study(args: argparse.Namespace) -> None:
                 rows.append({"model": label, "share": share, "seed": seed, "run": str(run_dir),
                              "images_per_language": images, "translation": value})
                 print(f"{name}: {images:.0f} images per language, {100 * value:.2f}%", flush=True)
-    (out / "curve.json").write_text(json_text({"args": vars(args), "rows": rows}, indent=2), encoding="utf-8")
+    (out / "curve.json").write_text(json_text({"args": vars(args), "rows": rows, "versions": versions()}, indent=2),
+                                    encoding="utf-8")
     text = table(rows, list(models), args.shares)
     (out / "table.md").write_text(text, encoding="utf-8")
     plot(rows, list(models), out / "curve.png")

@@ -35,6 +35,7 @@ from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.zeroshot.cli.common import check_no_shared_images  # noqa: E402
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
@@ -130,12 +131,13 @@ def load_splits(args: argparse.Namespace, config: ZeroShotConfig) -> dict[str, S
             raise UserError(f"{flag} {split}: no captions in {', '.join(missing)}"
                             + (" (--languages)" if flag == "--test" else " (the config's train_langs)"))
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, "cpu")
+    loaded: dict = {}  # the text encoder, loaded once for the three splits
     splits = {"train": load_split_features(args.train, config.text_encoder, extractor, config.train_langs,
-                                           args.cache_dir),
+                                           args.cache_dir, loaded=loaded),
               "val": load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir,
-                                         every_image=True),
+                                         every_image=True, loaded=loaded),
               "test": load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir,
-                                          every_image=True)}
+                                          every_image=True, loaded=loaded)}
     check_no_shared_images(f"--val {args.val}", splits["val"].image_keys, splits["train"].image_keys,
                            f"--train {args.train} images the adapters train on", "give a split of other images")
     return splits
@@ -267,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append(record)
                 continue
             start = time.perf_counter()
-            record = {**measure(label, seed, splits, args), "inputs": row_inputs}
+            record = {**measure(label, seed, splits, args), "inputs": row_inputs, "args": vars(args),
+                      "versions": versions()}  # as the other experiments' records
             path.write_text(json_text(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "

@@ -78,6 +78,7 @@ def test_round_two_fine_tunes_the_backbone_to_the_runs_readings_and_trains_on_it
     assert tuned.keys() == start.keys() and not torch.equal(tuned["conv1.weight"], start["conv1.weight"])
     record = json.loads((out / RECORD).read_text())
     assert len(record["losses"]) == 2 and all(np.isfinite(record["losses"]))
+    assert record["versions"]["globetrotter"] and "torch" in record["versions"]  # as eval.py's records name them
     cache = load_feature_cache(out / FEATURES)
     image_id, _ext, data = next(unique_images(split))
     backbone = create_image_backbone("resnet18", str(out / WEIGHTS), **NARROW).eval()

@@ -16,7 +16,7 @@ import yaml
 from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from data_prep.shards import ShardWriter
+from data_prep.shards import ShardWriter, read_manifest
 from globetrotter.evaluation import cli, sentence_translation_score
 from globetrotter.evaluation import models as model_specs
 from globetrotter.evaluation.procrustes import normalize_rows
@@ -354,6 +354,9 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     rec = record(out, "select", "run")
     assert rec["dataset"]["path"] == str((tiny_world / "val").resolve())
     assert len(rec["details"]["candidates"]) == 4 and rec["config"]["reference"] == str(tiny_world / "train")
+    # the reference split is named by its manifest's checksum too, as the record's dataset is
+    checksum = read_manifest(tiny_world / "train")["checksum"]
+    assert checksum and rec["details"]["reference"]["checksum"] == checksum
     best = max(rec["details"]["candidates"], key=lambda c: c["mean_bkr"])
     assert rec["details"]["chosen"] == best["ranking"] and rec["metrics"]["mean_bkr"] == best["mean_bkr"]
     printed = capsys.readouterr().out

@@ -93,6 +93,7 @@ def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys
                        "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["args"]["cache"] == {"topics": str(onehot)}
+    assert report["versions"]["globetrotter"] and "torch" in report["versions"]  # as eval.py's records name them
     assert report["caches"]["topics"]["agreement@5"] > report["chance"] + 0.3  # the topic alone orders the images
     assert "topics: agreement@5" in capsys.readouterr().out
     assert agree.main(["--reference", str(tmp_path / "nowhere"), "--cache", str(onehot)]) == 2

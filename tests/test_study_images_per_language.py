@@ -48,8 +48,10 @@ def test_a_given_run_is_placed_at_the_images_of_its_own_config_not_the_model_con
     out = tmp_path / "out"
     curve.main(["--model", f"full={full}", f"sup={sup}", "--shares", "1", "--seeds", "0",
                 "--run", f"full:1:0={run_dir}", f"sup:1:0={run_dir}", "--out", str(out)])
-    rows = json.loads((out / "curve.json").read_text())["rows"]
+    written = json.loads((out / "curve.json").read_text())
+    rows = written["rows"]
     assert [r["model"] for r in rows] == ["full", "sup"]
+    assert written["args"]["seeds"] == [0] and "torch" in written["versions"]  # as eval.py's records name them
     assert rows[0]["images_per_language"] == rows[1]["images_per_language"] == curve.images_per_language(full)
     assert curve.images_per_language(sup) != rows[1]["images_per_language"]  # the test would tell the bug apart
 

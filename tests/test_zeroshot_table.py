@@ -46,6 +46,7 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "tiny-s0.json").read_text())
     assert record["n_captions"] == 120 and record["val_recall@10"] > 0
+    assert record["args"]["seeds"] == [0] and "torch" in record["versions"]  # as the other experiments' records
     # the row is a function of its seed: measured again from the bundle, the same epoch kept and the same figures
     again = z.measure("tiny", 0, back, argparse.Namespace(device="cpu", languages=["en", "de"]))
     assert again["best_epoch"] == record["best_epoch"] and again["val_recall@10"] == record["val_recall@10"]

@@ -95,7 +95,7 @@ def test_caption_transfer_tags_take_the_images_a_block_at_a_time_as_the_whole_ma
 
 def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     """Real offline EfficientNet-Lite0 head and features from npy shards, a chance-level text encoder."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shards import ShardWriter, read_manifest
     from globetrotter.zeroshot.adapter import TextToImageAdapter
     from globetrotter.zeroshot.cli import main
     from globetrotter.zeroshot.config import ZeroShotConfig
@@ -125,6 +125,9 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert "captions" in out.splitlines()[2]
     assert set(record["scores"]) == {"de", "en"} and record["scores"]["en"]["n_images"] == 4
     assert record["baseline_tags"]["en"][0] == "dog"  # the most frequent content word of the train captions
+    for key, split in (("test", "test"), ("vocab_from", "train")):  # each split with its manifest's checksum
+        assert record[key]["path"] == str((tmp_path / split).resolve())
+        assert record[key]["checksum"] == read_manifest(tmp_path / split)["checksum"] and record[key]["checksum"]
     for scores in record["scores"].values():
         for model in ("captions", "xtd10", "frequency"):
             assert 0.0 <= scores[model]["lo"] <= scores[model]["value"] <= scores[model]["hi"] <= 1.0

@@ -328,6 +328,13 @@ def test_train_and_retrieval_commands_end_to_end(tmp_path, capsys):
     assert record["inputs"]["adapter"] == [["patr", str(tmp_path / "patr")]] and record["inputs"]["ks"] == [1, 5, 10]
     assert record["inputs"]["cache_dir"] == str(tmp_path / "cache") and record["inputs"]["device"] == "cpu"
     assert record["versions"] == meta["versions"]
+    # the splits were named by their paths only: now with their manifests' checksums, as eval.py's records name them
+    from data_prep.shards import read_manifest
+
+    for split, named in (("train", meta["train"]), ("test", record["dataset"])):
+        assert named["path"] == str((tmp_path / split).resolve()) and named["split"] == split
+        assert named["checksum"] == read_manifest(tmp_path / split)["checksum"] and named["checksum"]
+    assert meta["val"] is None
     # user errors: one line, exit code 2
     assert main(["retrieval", "--test", str(tmp_path / "nope"), "--adapter", str(tmp_path / "patr"), *common]) == 2
     assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "x"), "loss.rho=-1"]) == 2
@@ -742,3 +749,42 @@ def test_texts_cut_by_a_globetrotter_text_encoder_are_one_line_per_command(tiny_
     # distinct texts: 4 train captions (rows 0, 3 long), 8 val captions (rows 12, 15 long, in en and ru)
     assert said == ["warning: 6 of 12 text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"], said
+
+
+def test_train_loads_a_globetrotter_text_encoder_once(tiny_run, tmp_path, capsys, monkeypatch):
+    """train embeds the val split, then the train split: each loaded the globetrotter:RUN model anew (twice its note
+    that the run has no best checkpoint); the command now loads it once."""
+    import globetrotter.encoder as encoder
+    from globetrotter.zeroshot.cli import main
+
+    loads = []
+    real_load = encoder.load
+    monkeypatch.setattr(encoder, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(16, 8)).astype(np.float32)
+    words = ["red a square", "green a square", "blue a square", "yellow a square"]
+    _write_split(tmp_path, "train", images, [(words[r % 4], "en", r) for r in range(12)])
+    _write_split(tmp_path, "val", images, [(f"{words[r % 4]} too", "en", r) for r in range(12, 16)])
+    assert main(["train", "--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--val-k", "2",
+                 "--out", str(tmp_path / "adapter"), "--cache-dir", str(tmp_path / "cache"), "--no-progress",
+                 f"text_encoder=globetrotter:{tiny_run}", "optim.epochs=1", "adapter.hidden_dims=[8]",
+                 "optim.batch_size=4"]) == 0
+    assert len(loads) == 1, loads
+    notes = [line for line in capsys.readouterr().err.splitlines() if "loading the latest" in line]
+    assert len(notes) <= 1, notes
+
+
+def test_m3l_random_negatives_follow_the_config_seed_only():
+    """M3L's random negatives (configs/zeroshot/m3l.yaml) come from torch's default generator, which train_adapter
+    seeds with optim.seed itself (shared with dropout, so the documented M3L figures stay reproducible): whatever a
+    caller seeded before, the same optim.seed trains the same adapter, and another seed another."""
+    text, images, caption_image = _synthetic_pairs(16, 4, image_dim=8, text_dim=12)
+
+    def losses(seed: int, global_seed: int) -> list[float]:
+        cfg = load_config(ZeroShotConfig, overrides=["loss.name=m3l", "loss.negatives=random", "optim.epochs=2",
+                                                     "adapter.hidden_dims=[16]", "optim.batch_size=16",
+                                                     f"optim.seed={seed}"])
+        torch.manual_seed(global_seed)
+        return train_adapter(text, images, caption_image, cfg, progress=False)[1].loss
+
+    assert losses(0, 1) == losses(0, 2) != losses(1, 1)

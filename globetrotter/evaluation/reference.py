@@ -18,6 +18,8 @@ import numpy as np
 
 from globetrotter.errors import UserError
 
+from .records import dataset_info
+
 DEFAULT_SIZE = 2000
 """Reference captions per language (a fixed sample of larger splits): enough for k = 10 neighbourhoods and idf,
 and a bounded cost at any split size."""
@@ -29,23 +31,24 @@ seed, so that a ranking chosen on val with one seed is scored on test with the v
 
 @dataclass(frozen=True)
 class ReferencePool:
-    """Captions and their languages, read from ``source`` (a split folder)."""
+    """Captions and their languages, read from ``source`` (a split folder, whose manifest ``checksum`` it names)."""
 
     captions: list[str]
     langs: np.ndarray
     source: str
+    checksum: str | None = None
 
     def __len__(self) -> int:
         return len(self.captions)
 
     @property
     def record(self) -> dict:
-        """What a result record says of the pool, with a checksum of its captions: two records used the same
-        statistics when their checksums agree."""
+        """What a result record says of the pool, with a checksum of its captions (``sha256``: two records used the
+        same statistics when they agree) and of its split's manifest (``checksum``, as a record's ``dataset``)."""
         counts = dict(zip(*np.unique(self.langs, return_counts=True)))
         text = "\n".join(f"{lang}\t{caption}" for lang, caption in zip(self.langs.tolist(), self.captions))
         return {"split": self.source, "captions": len(self), "per_language": {str(k): int(v) for k, v in counts.items()},
-                "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+                "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "checksum": self.checksum}
 
 
 def default_reference(split: str | Path) -> Path:
@@ -141,4 +144,4 @@ def read_reference(split: str | Path, languages: Sequence[str],
             texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_language, replace=False))]
         captions += texts
         langs += [lang] * len(texts)
-    return ReferencePool(captions, np.array(langs), str(split))
+    return ReferencePool(captions, np.array(langs), str(split), dataset_info(split)["checksum"])

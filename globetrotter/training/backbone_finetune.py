@@ -222,6 +222,7 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     from ..data.feature_cache import build_feature_cache, load_feature_cache, spec_from_config, unique_images
     from ..data.feature_import import import_embeddings
     from ..evaluation.models import current_checkpoint, fingerprint
+    from ..evaluation.records import versions
     from ..models.image import create_image_backbone
 
     split, run, out = Path(split), Path(run), Path(out)
@@ -256,8 +257,8 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
                                             device=device, progress=progress)
         save_weights({k: v.contiguous() for k, v in backbone.state_dict().items()}, out / f"{WEIGHTS}.tmp")
         (out / f"{WEIGHTS}.tmp").replace(out / WEIGHTS)
-        (out / RECORD).write_text(json_text({**record, "losses": losses,
-                                             "seconds": time.perf_counter() - start}, indent=2))
+        (out / RECORD).write_text(json_text({**record, "losses": losses, "seconds": time.perf_counter() - start,
+                                             "versions": versions()}, indent=2))
         log(f"loss per epoch: {', '.join(f'{x:.4f}' for x in losses)}")
     two = round_two_config(cfg, out)
     spec = spec_from_config(two)

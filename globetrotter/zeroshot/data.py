@@ -103,13 +103,15 @@ def embed_cached(
     cache_dir: str | Path | None = DEFAULT_CACHE,
     progress: bool = True,
     online: bool = False,
+    loaded: dict[str, TextEmbedder] | None = None,
 ) -> np.ndarray:
     """Embed ``texts`` (each distinct text once), reading/writing ``cache_dir/text/<hash>.npy``.
 
     A positional embedder (``npy:`` without a ``.texts.json`` sidecar) gets ``texts`` as given: row i is text i.
 
     ``text_encoder`` is a spec string (loaded only on a cache miss, downloading only when ``online``) or an
-    embedder object.
+    embedder object. ``loaded`` (spec -> embedder) lets one command's calls share a spec's model: one loaded here is
+    added to it, and one found in it is not loaded again.
     The key hashes the spec (with the modification time of a file or folder it names) or the
     embedder's name, and the texts in order.
     """
@@ -124,7 +126,10 @@ def embed_cached(
             return cached
     embedder = text_encoder
     if isinstance(text_encoder, str):
-        embedder = load_embedder(text_encoder, online=online, progress=progress)
+        loaded = {} if loaded is None else loaded
+        if text_encoder not in loaded:
+            loaded[text_encoder] = load_embedder(text_encoder, online=online, progress=progress)
+        embedder = loaded[text_encoder]
     if is_positional(embedder):  # rows are the texts asked for, in order (npy: without a sidecar): no sort/dedupe
         emb = embed_texts(embedder, texts)
     else:
@@ -148,11 +153,13 @@ def load_split_features(
     max_captions_per_image: int | None = None,
     every_image: bool = False,
     online: bool = False,
+    loaded: dict[str, TextEmbedder] | None = None,
 ) -> SplitFeatures:
     """Read a split (``manifest.json`` + shards) in ``langs`` and compute/load its frozen features.
 
     The images are those the ``langs`` captions show, or with ``every_image`` every image of the split (the
-    retrieval gallery, the same whatever ``langs``). ``online`` lets the text encoder download (``st:`` models).
+    retrieval gallery, the same whatever ``langs``). ``online`` lets the text encoder download (``st:`` models);
+    ``loaded`` shares its model between calls (:func:`embed_cached`).
 
     ``max_captions_per_image`` keeps only the first N captions of each image in each language
     (file order), e.g. 1 for the Multi30K setting of one caption per image. Splits that store
@@ -163,7 +170,7 @@ def load_split_features(
     if max_captions_per_image is not None:
         keep = first_captions(data.image_index, data.langs, max_captions_per_image)
     texts = [data.texts[i] for i in keep]
-    text_features = embed_cached(text_encoder, texts, cache_dir, progress, online)
+    text_features = embed_cached(text_encoder, texts, cache_dir, progress, online, loaded)
     images = image_features(data, None if data.image_format == "npy" else extractor)
     return SplitFeatures(
         texts=texts,

@@ -103,6 +103,8 @@ def train_adapter(
         text_features.shape[1], image_features.shape[1], config.adapter.hidden_dims, config.adapter.dropout, scale,
         config.adapter.form, config.adapter.normalize_output,
     ).to(device)
+    # M3L's random negatives draw from torch's default generator, seeded above with optim.seed (no generator of
+    # their own: dropout shares that stream, so none could repeat the draws docs/zeroshot.md's M3L figures came from)
     loss_fn = build_loss(config, trained_on)
     history = TrainHistory(margin=getattr(loss_fn, "margin", None), output_scale=scale)
     optimizer = torch.optim.Adam(

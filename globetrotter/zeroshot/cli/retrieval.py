@@ -24,9 +24,11 @@ Multi30K do; --all-captions uses every caption.
 
 
 def run(args: argparse.Namespace) -> int:
+    from globetrotter.evaluation.records import dataset_info  # what a record names of a split
+
     check_json(args.out)
     progress = not args.no_progress
-    record: dict = {"task": "zeroshot_retrieval", "dataset": str(args.test), "ks": args.ks,
+    record: dict = {"task": "zeroshot_retrieval", "dataset": dataset_info(args.test), "ks": args.ks,
                     "queries": "all captions" if args.all_captions else "first caption per image and language",
                     "models": {}}
     table: dict = {}

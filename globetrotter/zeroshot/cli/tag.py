@@ -71,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if lacks:  # as retrieval and tag-eval say it
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
 
+    loaded: dict = {}  # the text encoder, loaded once for every language's tags
+
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        emb = embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online)
+        emb = embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online, loaded)
         check_adapter_dims(adapter, emb.shape[1], feats.shape[1], f"{args.adapter}")  # as retrieval checks it
         return torch.from_numpy(emb)
 

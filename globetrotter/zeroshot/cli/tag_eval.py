@@ -36,6 +36,8 @@ clone: pip install -e ".[tagging-eval]").
 
 
 def run(args: argparse.Namespace) -> int:
+    from globetrotter.evaluation.records import dataset_info  # what a record names of a split
+
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     check_json(args.out)
     if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
@@ -45,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     adapter, config, _ = load_adapter(args.adapter)
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
+    loaded: dict = {}  # the text encoder, loaded once for the test captions, the tags and the captions voting
     split = load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir, progress,
-                                online=args.online)
+                                online=args.online, loaded=loaded)
     check_adapter_dims(adapter, split.text_features.shape[1], split.image_features.shape[1],
                        f"{args.test} vs {args.adapter}")  # the text width too, as retrieval checks it
     codes = args.languages or sorted(set(split.langs.tolist()))
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
                                     default_image_weights(config.image_encoder), online=args.online)
 
     def embed_texts(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online))
+        return torch.from_numpy(embed_cached(config.text_encoder, texts, args.cache_dir, progress, args.online,
+                                             loaded))
 
     def by_captions(features: torch.Tensor, lang: str) -> list[list[str]]:
         words = [content_words(c, lang) for c in captions[lang]]
@@ -91,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     lacks = languages_the_encoder_lacks(config.text_encoder, codes)
     if lacks:
         print(f"note: the text encoder {config.text_encoder!r} was not trained on {', '.join(lacks)}")
-    record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": str(args.test),
-              "vocab_from": str(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
+    record = {"task": "zeroshot_tag_eval", "adapter": str(args.adapter), "test": dataset_info(args.test),
+              "vocab_from": dataset_info(args.vocab_from), "vocab_size": args.vocab_size, "k": args.k,
               "neighbours": args.neighbours, "neighbours_used": neighbours, "w1": args.w1, "w2": args.w2,
               "min_share": args.min_share, "metric": key, "scores": scores, "languages_the_text_encoder_lacks": lacks,
               "baseline_tags": {lang: v[: args.k] for lang, v in vocabularies.items()}}

@@ -17,6 +17,8 @@ from .common import add_command, check_no_shared_images, check_out_dir, make_out
 
 
 def run(args: argparse.Namespace) -> int:
+    from globetrotter.evaluation.records import dataset_info  # what a record names of a split
+
     config = load_config(ZeroShotConfig, args.config, args.overrides)
     check_out_dir(args.out)  # created only once training is done: a refused run leaves no folder
     held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
@@ -32,14 +34,15 @@ def run(args: argparse.Namespace) -> int:
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
     validate = val = None
+    loaded: dict = {}  # the text encoder, loaded once for the val and the train split
     if args.val:  # read first: a val split too small to choose an epoch is refused before the train split's features
         val = load_split_features(args.val, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                  every_image=True, online=args.online)
+                                  every_image=True, online=args.online, loaded=loaded)
         validate = validation_recall(val, config.train_langs, args.val_k, config.metric, where=f"--val {args.val}",
                                      remedy=f"use a val split of more than {args.val_k} images, lower --val-k, "
                                             "or drop --val")
     train = load_split_features(args.train, config.text_encoder, extractor, config.train_langs, args.cache_dir, progress,
-                                config.max_captions_per_image, online=args.online)
+                                config.max_captions_per_image, online=args.online, loaded=loaded)
     rows = train_rows(train, config.train_langs, args.train)
     if val is not None:
         (vt, vi), (tt, ti) = ((s.text_features.shape[1], s.image_features.shape[1]) for s in (val, train))
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                f"--train {args.train} images the adapter trains on",
                                "give a split of other images, or drop --val")  # as tag-eval refuses --vocab-from
     adapter, trained = train_on_split(train, rows, config, validate, device=args.device, progress=progress)
-    meta = {"train": str(args.train), "val": str(args.val) if args.val else None,
+    meta = {"train": dataset_info(args.train), "val": dataset_info(args.val) if args.val else None,
             "val_k": args.val_k if args.val else None, "text_encoder_weights": weights, **trained,
             **provenance(args)}
     save_adapter(adapter, config, make_out_dir(args.out), **meta)

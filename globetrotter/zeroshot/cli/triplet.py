@@ -78,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
                                     progress=progress, online=args.online)
         image_feats = extractor.extract([d.image for d in eval_docs])
 
+    loaded: dict = {}  # the text encoder, loaded once for every set of texts the case study embeds
+
     def embed(texts: list[str]) -> torch.Tensor:
-        return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress, args.online))
+        return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress, args.online, loaded))
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
                                         max_per_lang=args.max_per_language, seed=args.seed, progress=progress)
