@@ -71,14 +71,10 @@ def mine_hard_negatives(
 
 
 @torch.no_grad()
-def random_negatives(batch: int, image_ids: torch.Tensor | None = None, device=None,
-                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def random_negatives(batch: int, image_ids: torch.Tensor | None = None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """A random in-batch negative for each row: row ``(i + u) mod B`` with ``u`` uniform in ``[1, B)`` (never the
-    row itself), valid when its image differs (``image_ids``). ``u`` is drawn from ``generator`` (on its device),
-    else from torch's default generator of ``device``. Same return as :func:`mine_hard_negatives`."""
-    draw_on = device if generator is None else generator.device
-    shift = torch.randint(1, max(batch, 2), (batch,), device=draw_on, generator=generator).to(device)
-    index = (torch.arange(batch, device=device) + shift) % batch
+    row itself), valid when its image differs (``image_ids``). Same return as :func:`mine_hard_negatives`."""
+    index = (torch.arange(batch, device=device) + torch.randint(1, max(batch, 2), (batch,), device=device)) % batch
     if image_ids is None:
         valid = index != torch.arange(batch, device=device)
     else:
@@ -126,7 +122,6 @@ class _MinedLoss(nn.Module):
     """Shared forward: pick a negative in the batch (the hardest, or a random one), then average a per-row loss."""
 
     negatives: Negatives = "hardest"
-    generator: torch.Generator | None = None  # what random negatives are drawn from (None: torch's default)
 
     def forward(
         self, text: torch.Tensor, image: torch.Tensor, image_ids: torch.Tensor | None = None
@@ -135,7 +130,7 @@ class _MinedLoss(nn.Module):
         (row ``i`` a pair); ``image_ids`` ``[B]`` marks rows that share an image. Returns the
         mean loss over the rows that have a negative (0 when none has)."""
         if self.negatives == "random":
-            index, valid = random_negatives(text.shape[0], image_ids, text.device, self.generator)
+            index, valid = random_negatives(text.shape[0], image_ids, text.device)
         else:
             index, valid = mine_hard_negatives(text.detach(), image, image_ids)
         per_row = self.per_row(text, image, image[index], text[index])
@@ -150,16 +145,15 @@ class _MinedLoss(nn.Module):
 
 
 class M3Loss(_MinedLoss):
-    """XTD10 eq. (1) with in-batch hard negatives (image and its caption); see :func:`m3l_loss`. With
-    ``negatives="random"`` they are drawn from ``generator`` (:func:`random_negatives`)."""
+    """XTD10 eq. (1) with in-batch hard negatives (image and its caption); see :func:`m3l_loss`."""
 
     def __init__(
         self, rho: float = PAPER_RHO, alpha1: float = PAPER_ALPHA1, alpha2: float = PAPER_ALPHA2, eps: float = 1e-8,
-        text_term: TextTerm = "image", negatives: Negatives = "hardest", generator: torch.Generator | None = None,
+        text_term: TextTerm = "image", negatives: Negatives = "hardest",
     ) -> None:
         super().__init__()
         self.rho, self.alpha1, self.alpha2, self.eps, self.text_term = rho, alpha1, alpha2, eps, text_term
-        self.negatives, self.generator = negatives, generator
+        self.negatives = negatives
 
     def per_row(self, anchor: torch.Tensor, positive: torch.Tensor, negative_image: torch.Tensor,
                 negative_text: torch.Tensor) -> torch.Tensor:
