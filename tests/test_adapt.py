@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,27 @@ def test_adapting_from_pixels_runs_and_loads(world, tmp_path, monkeypatch):
     others = torch.ones(len(start), dtype=torch.bool)
     others[rows] = False
     assert torch.equal(table[others], start[others])
+
+
+def test_an_adaptation_split_of_image_features_is_refused_before_a_pixel_run_writes_anything(tmp_path, capsys):
+    """A run trained on pixels (no data.features) reads the adaptation split's pictures through its backbone: a split
+    of precomputed ``npy`` features is a one-line error before the run folder is written, not an AttributeError
+    (``ndarray.convert``) once the old captions' bank is built."""
+    from data_prep.shards import ShardWriter
+
+    world = make_tiny_world(tmp_path / "world", n_train=48, n_val=16, n_test=8, heldout=("el",), n_adapt=16)
+    metas = read_captions(world / "adapt")
+    shutil.rmtree(world / "adapt")
+    with ShardWriter(world / "adapt", split="adapt", source="tiny", image_format="npy") as w:
+        for i, m in enumerate(metas):
+            w.write(f"adapt-{i:05d}", np.full(8, i, np.float32), m["caption"], m["lang"], str(m["image_id"]))
+    base_cfg = pixel_base_config(world, tmp_path, "pixels")
+    train(base_cfg)
+    code, line = run_cli(capsys, f"adapt.from={base_cfg.run_dir}", "adapt.language=el", f"output_dir={tmp_path}",
+                         "run_name=adapted")
+    assert code == 2 and line.startswith(f"error: {world / 'adapt'}: its samples are precomputed image features")
+    assert "an adaptation without data.features reads pictures" in line
+    assert not (tmp_path / "adapted").exists()
 
 
 def test_the_config_is_the_starting_runs_with_the_file_and_overrides_over_it(base, tmp_path):

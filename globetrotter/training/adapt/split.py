@@ -30,7 +30,7 @@ from data_prep.shards import MANIFEST, read_captions, read_manifest
 from ...config import IMPORTED_BACKBONE, TrainConfig
 from ...data.feature_cache import (
     ROW0_FIELDS, SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache,
-    load_feature_cache, spec_from_config,
+    load_feature_cache, require_pictures, spec_from_config,
 )
 from ...errors import UserError
 
@@ -163,8 +163,11 @@ def _check_own_cache(cfg: TrainConfig, path: Path, folder: Path) -> FeatureCache
 
 def check_features(cfg: TrainConfig) -> None:
     """Refuse, before anything is written, a ``<split>/features`` cache the adaptation would read but was built with
-    another backbone, weights or image size (without a feature cache, or with one that serves the split: nothing)."""
+    another backbone, weights or image size (without a feature cache, or with one that serves the split: nothing),
+    and, without ``data.features``, a split of precomputed image features (``npy``): the backbone reads pictures."""
     folder = split_dir(cfg)
+    if cfg.loss.uses_images and not cfg.data.features:
+        require_pictures(folder, read_manifest(folder), "an adaptation without data.features")
     path = folder / FEATURES
     if (path / SPEC).is_file() and _reads_own_cache(cfg, folder):
         _check_own_cache(cfg, path, folder)

@@ -183,7 +183,8 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
 
     One-line errors: no checkpoint, an unfinished run, weights that do not load, a language the run was trained on, no
     adaptation split (``adapt.split``: a split under ``data.root`` or any split folder, :mod:`.split`), no caption of
-    the language in it, a feature cache beside it built with another backbone, a model or heads other than the run's,
+    the language in it, a feature cache beside it built with another backbone, a split of precomputed image
+    features for a run that reads pixels, a model or heads other than the run's,
     a run whose only loss is L_v (no loss reaches the text side), a run folder that is the starting one, an
     ``adapt.old_captions`` or ``adapt.old_batch`` above the old captions.
     """
