@@ -250,3 +250,19 @@ def test_a_val_split_whose_manifest_counts_another_number_of_samples_is_refused(
     path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=num_samples)))
     with pytest.raises(UserError, match=f"^{path}: num_samples is {num_samples} but the shards hold 32 samples "):
         BackRetrievalSet(split, max_per_lang=max_per_lang, seed=0, image_features="pixels", ks=(1,))
+
+
+@pytest.mark.parametrize("max_per_lang", [None, 3])
+def test_a_val_split_of_image_features_is_refused_by_a_g_that_reads_pictures(tmp_path, max_per_lang):
+    """Was: ``AttributeError: 'numpy.ndarray' object has no attribute 'convert'`` (found by mypy:
+    ``decode_sample_image`` gives an array for an ``npy`` split); such a split's rows reach g only as a cache."""
+    from data_prep.shards import ShardWriter
+    from globetrotter.errors import UserError
+
+    with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="npy") as writer:
+        for i in range(12):
+            writer.write(f"s{i}", np.full(4, i, np.float32), f"caption {i}", ["en", "de"][i % 2], f"img{i}")
+    with pytest.raises(UserError) as err:
+        BackRetrievalSet(tmp_path / "val", max_per_lang=max_per_lang, image_features="pixels")
+    assert str(err.value).startswith(f"{tmp_path / 'val'}: its samples are precomputed image features (npy, 4 dims)")
+    assert "BackRetrieval with image features 'pixels' reads pictures" in str(err.value)

@@ -71,6 +71,9 @@ class BackRetrievalSet:
             self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
             self._check_one_language()
             return
+        from globetrotter.data.feature_cache import require_pictures
+
+        require_pictures(self.split, read_manifest(self.split), f"BackRetrieval with image features {image_features!r}")
         extract = self._feature_extractor(image_features, device)
         if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
             manifest = read_manifest(self.split)
