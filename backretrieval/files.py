@@ -180,7 +180,7 @@ def same_dim(items: Sequence[tuple[str, np.ndarray]], what: str) -> None:
         raise BackRetrievalError(f"dimensions differ ({what}): {listed}")
 
 
-def target_indices(label: str, gt: np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
+def target_indices(label: str, gt: Sequence[int] | np.ndarray, n_src: int, n_tgt: int) -> np.ndarray:
     """The ground-truth target row of each source row (XLR): ``n_src`` integers in ``[0, n_tgt)``; one-line errors
     name the file (or option) and the first bad value."""
     gt = np.asarray(gt)

@@ -472,7 +472,7 @@ def xlr_recall(
     src_text: np.ndarray,
     tgt_text: np.ndarray,
     ks: Sequence[int] = DEFAULT_KS,
-    gt: Sequence[int] | None = None,
+    gt: Sequence[int] | np.ndarray | None = None,
     *,
     ties: str = "pessimistic",
     max_rank: int | None = None,

@@ -37,7 +37,7 @@ DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars 
 ``features`` (:data:`globetrotter.data_cli.DESCRIPTION`)."""
 
 
-def _unavailable(sub: argparse._SubParsersAction, name: str, module: str, err: BaseException) -> None:
+def _unavailable(sub: argparse._SubParsersAction, name: str, module: str, err: ImportError) -> None:
     """A stand-in for sub-command ``name`` of a module that failed to import: listed in --help as unavailable;
     running it (with any arguments, ``--help`` included) is a one-line error with the import error."""
     reason = f"importing {module} failed: {type(err).__name__}: {err}"

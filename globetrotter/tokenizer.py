@@ -219,7 +219,7 @@ def _provenance_problem(provenance: object) -> str | None:
     return None
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two runs that train the same file do not clash
     try:

@@ -248,7 +248,7 @@ APPROX_DEFAULTS = ApproxConfig()
 def _dependent_options(args: argparse.Namespace) -> dict[str, tuple[object, str, bool]]:
     approximate = bool(getattr(args, "approximate", False))
     lists = bool(getattr(args, "image_index", None))  # step 4 looks the file's lists up: no approximate image side
-    options = {"level": (DEFAULT_LEVEL, "--bootstrap above 0", args.bootstrap > 0)}
+    options: dict[str, tuple[object, str, bool]] = {"level": (DEFAULT_LEVEL, "--bootstrap above 0", args.bootstrap > 0)}
     if hasattr(args, "csls_k"):
         options |= {
             "csls_k": (DEFAULT_CSLS_K, "--retrieval csls", args.retrieval == "csls"),

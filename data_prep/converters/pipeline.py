@@ -533,7 +533,7 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
         chosen = plan.lang_of.get(image_id)
         captions = by_id[image_id].captions
         with_parallel = bool(parallel) and split == "train" and parallel <= {c.lang for c in captions}
-        todo = []
+        todo: list[tuple[str, Caption, str, str | None]] = []
         for cap in captions:
             key = f"{image_id}-{cap.lang}-{counter[cap.lang]}"
             counter[cap.lang] += 1

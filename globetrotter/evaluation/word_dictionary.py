@@ -73,7 +73,8 @@ def row_topk(mat: sparse.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
     return rows[keep], mat.indices[keep]
 
 
-TOP_K, IDF, MIN_COUNT = 5, "smooth", 1
+TOP_K, MIN_COUNT = 5, 1
+IDF: Idf = "smooth"
 """The tf-idf rule's defaults: mutual top-k (the paper's 5), idf, the fewest sentences a token is seen in."""
 
 

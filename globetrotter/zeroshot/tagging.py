@@ -306,7 +306,7 @@ def image_files(sources: Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def load_imagenet_classifier(model_name: str, weights: str, online: bool = False) -> torch.nn.Module:
+def load_imagenet_classifier(model_name: str, weights: str | None, online: bool = False) -> torch.nn.Module:
     """The ImageNet classification head of a timm image model: pooled features -> 1000 logits.
 
     The frozen image features (:class:`backretrieval.images.ImageFeatureExtractor`) are the
