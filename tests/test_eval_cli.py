@@ -1489,3 +1489,19 @@ def test_a_ranking_record_that_is_not_json_names_the_place_not_the_exception(tmp
         read_choice(tmp_path / "partial.json")
     assert "Error" not in str(err.value) and str(err.value).startswith(f"{tmp_path / 'partial.json'}: not a record of "
                                                                        "`eval.py select` (")
+
+
+def test_retrieval_refuses_a_split_of_image_features_before_loading_a_model(tmp_path, capsys):
+    """Was a ``TypeError`` traceback (``images[0]: expected a PIL image, got ndarray``) once the model had loaded: an
+    ``npy`` split's rows are precomputed image features, which the run's image encoder cannot read."""
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(tmp_path / "test", split="test", source="unit", image_format="npy") as writer:
+        for i in range(6):
+            writer.write(f"s{i}", np.full(4, i, np.float32), f"caption {i}", ["en", "de"][i % 2], f"img{i}")
+    code = run(["retrieval", "--model", str(tmp_path / "no_run_needed"), "--split", str(tmp_path / "test"),
+                "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'test'}: its samples are precomputed image features "
+                                        "(npy, 4 dims), not pictures, and text-image retrieval reads pictures"), err
+    assert not (tmp_path / "out").exists()

@@ -163,8 +163,9 @@ def require_pictures(split_dir: str | Path, manifest: dict, reader: str) -> None
     if dim is not None:
         dim = "x".join(map(str, dim)) if isinstance(dim, (list, tuple)) else dim
         raise UserError(f"{split_dir}: its samples are precomputed image features (npy, {dim} dims), not pictures, "
-                        f"and {reader} reads pictures; bring the vectors in with `globetrotter-data features import` "
-                        f"and train on them with model.image_backbone=imported data.features=FOLDER")
+                        f"and {reader} reads pictures; vectors reach a model only as a feature cache "
+                        f"(`globetrotter-data features import`, then train with model.image_backbone=imported "
+                        f"data.features=FOLDER)")
 
 
 def unique_samples(split_dir: Path) -> Iterator[tuple[str, str, bytes, str, str]]:

@@ -71,8 +71,10 @@ def evaluate(
     if isinstance(model, str) and is_tfidf_spec(model):
         raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
                         "text-image retrieval needs a trained run folder")
-    from data_prep.shards import read_captions
+    from data_prep.shards import read_captions, read_manifest
+    from globetrotter.data.feature_cache import require_pictures
 
+    require_pictures(split, read_manifest(split), "text-image retrieval")  # the run's image encoder reads pictures
     wanted = set(languages or [])
     every = read_captions(split)
     metas = [m for m in every if not wanted or m["lang"] in wanted]
