@@ -84,3 +84,16 @@ def test_spec_and_errors():
         TfidfEncoder().encode_image([])
     with pytest.raises(UserError, match="no text"):
         TfidfEncoder().fit([])
+
+
+@pytest.mark.parametrize("command", ["word", "cluster"])
+def test_a_loaded_baseline_object_is_refused_like_its_spec(tmp_path, command):
+    """``evaluate_word_translation(TfidfEncoder(), ...)`` got past the baseline check (it looked at spec strings only)
+    and failed with ``AttributeError: 'TfidfEncoder' object has no attribute 'tokenizer'``; the object is refused as
+    ``"tfidf"`` is, in one line."""
+    from globetrotter.evaluation import evaluate_clustering, evaluate_word_translation
+
+    evaluate = {"word": evaluate_word_translation, "cluster": evaluate_clustering}[command]
+    with pytest.raises(UserError, match=rf"^{command}: --model tfidf is a baseline of .* sentence` only; {command} "
+                                        r"needs a trained run folder$"):
+        evaluate(TfidfEncoder(), tmp_path / "no_split_read")

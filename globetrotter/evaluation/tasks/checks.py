@@ -47,10 +47,14 @@ def require_languages(**given) -> None:
 
 
 def require_trained(model, command: str) -> None:
-    """A one-line error when ``model`` is a spec naming a baseline (``tfidf``, ``ridge:SPLIT``); a loaded encoder is
-    taken as it is."""
+    """A one-line error when ``model`` is a baseline (``tfidf``, ``ridge:SPLIT``), as a spec or a loaded object; a
+    loaded trained encoder is taken as it is."""
     if isinstance(model, (str, Path)):
         models.require_trained(str(model), command)
+    elif isinstance(model, models.TfidfEncoder):
+        models.require_trained("tfidf", command)
+    elif isinstance(model, models.PivotRidgeEncoder):
+        models.require_trained(models.RIDGE_PREFIX, command)
 
 
 def require_known_languages(encoder, given: Mapping[str, str | None]) -> None:
