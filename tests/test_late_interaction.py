@@ -116,3 +116,28 @@ def test_per_language_hubness_is_taken_among_the_other_sentence_languages_tokens
         language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3)
     with pytest.raises(ValueError, match="language 'de' has 2$"):  # named, not "#0"
         language_hubness(table, [np.array([1, 2]), np.array([3])], np.array([0, 1]), k=3, names=["de", "en"])
+
+
+def test_maxsim_of_repeated_tokens_equals_the_definition_pair_by_pair():
+    """Sentences drawn from a few tokens repeat rows within and across sentences (MaxSim pairs each distinct row once
+    and takes maxima position by position): every pair's score is still the formula's, for sentences of any length,
+    in any order, in several languages, with rows asked twice and sentences without tokens on either side."""
+    from globetrotter.evaluation.late_interaction import language_hubness
+
+    rng = np.random.default_rng(3)
+    table = rng.normal(size=(16, 5)).astype(np.float32)
+    sentences = [rng.integers(1, 7, size=rng.integers(0, 12)) for _ in range(40)]  # tokens 1..6 only
+    sentences[5] = sentences[17] = np.zeros(0, dtype=np.int64)
+    langs = rng.integers(0, 3, size=len(sentences))
+    langs[:3] = [0, 1, 2]
+    hub = language_hubness(table, [np.arange(1, 16)] * 3, np.arange(3), k=3) + rng.uniform(0, 0.3, size=(16, 3))
+    weights = rng.uniform(0.5, 2.0, size=len(table)).astype(np.float32)
+    other = sentences[::-1][:25]
+    other_langs = langs[::-1][:25]
+    bags = sentence_tokens(sentences, table, weights, hub, langs)
+    others = sentence_tokens(other, table, weights, hub, other_langs)
+    rows = np.array([9, 0, 5, 33, 9, 21, 2])
+    want = np.array([[brute_maxsim(sentences[r], other[o], table, weights, hub[:, other_langs[o]], hub[:, langs[r]])
+                      for o in range(len(other))] for r in rows])
+    for chunk in (1, 7, 10_000):
+        np.testing.assert_allclose(maxsim(bags, rows, others, chunk_tokens=chunk), want, rtol=1e-5, atol=1e-6)

@@ -113,7 +113,8 @@ def _weighted_means(values: np.ndarray, bags: SentenceTokens, axis: int) -> np.n
 
 
 MAX_BLOCK = 1 << 25
-"""Most token-pair similarities held at once by :func:`maxsim` (128 MB of float32)."""
+"""Most token pairs a group of :func:`maxsim` spans (128 MB of float32): it holds the similarities of their distinct
+rows and the maxima of their sentences, no more."""
 
 
 def _language_onehot(bags: SentenceTokens, tokens) -> np.ndarray:
@@ -155,32 +156,85 @@ def maxsim_group_starts(a: SentenceTokens, b: SentenceTokens, n: int | None = No
     return np.array([picked[first] for first, _ in groups], dtype=np.int64)
 
 
+def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the rows of ``x`` [T, D], compared bit for bit: ``first`` one row index per distinct
+    row, ``inverse`` [T] each row's place in ``first`` (``x[first][inverse]`` is ``x``)."""
+    x = np.ascontiguousarray(x)
+    _, first, inverse = np.unique(x.view(np.dtype((np.void, x.shape[1] * x.itemsize))).ravel(), return_index=True,
+                                  return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``starts[0]..starts[0] + lengths[0] - 1``, then the next range, ...: the ranges concatenated, without a loop."""
+    ends = np.cumsum(lengths)
+    return np.repeat(starts + lengths - ends, lengths) + np.arange(ends[-1] if len(ends) else 0)
+
+
+def _by_position(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Sentences (tokens ``starts[s]`` onwards, ``lengths`` > 0) in position-major order: ``(order, steps)``,
+    ``order`` the sentences longest first and ``steps[l]`` the tokens at position ``l`` of the first
+    ``len(steps[l])`` of them (those that have one), so that a per-sentence reduction is one elementwise operation on
+    a prefix per position (``max_length`` of them) rather than one per sentence."""
+    order = np.argsort(-lengths, kind="stable")
+    starts, lengths = starts[order], lengths[order]
+    held = np.searchsorted(-lengths, -np.arange(lengths[0] if len(lengths) else 0), side="left")  # lengths > l
+    return order, [starts[:n] + position for position, n in enumerate(held.tolist())]
+
+
+def _bag_max(values: np.ndarray, steps: Sequence[np.ndarray]) -> np.ndarray:
+    """[sentences, X]: each sentence's maximum of the rows of ``values`` [U, X] that its tokens index, the sentences in
+    :func:`_by_position` order (``steps[l]`` the rows of their tokens at position ``l``)."""
+    out = values[steps[0]]
+    for index in steps[1:]:
+        np.maximum(out[:len(index)], values[index], out=out[:len(index)])
+    return out
+
+
 def maxsim(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int = 1024) -> np.ndarray:
     """[len(rows), b.n] symmetric MaxSim of sentences ``rows`` of ``a`` against every sentence of ``b``
     (module docstring); 0 where either sentence has no token. ``rows``' tokens are taken about
-    ``chunk_tokens`` at a time, fewer when ``b`` is large: at most :data:`MAX_BLOCK` similarities at once
-    (beyond one sentence's tokens against ``b``'s); :func:`maxsim_group_starts` says where."""
+    ``chunk_tokens`` at a time, fewer when ``b`` is large: a group spans at most :data:`MAX_BLOCK` token pairs
+    (or one sentence's tokens against ``b``'s); :func:`maxsim_group_starts` says where.
+
+    A token's similarities depend on its row alone (vector, hubness, language), and captions repeat rows (the same
+    token): a group's product pairs its distinct rows with ``b``'s distinct rows once, each sentence's maxima are
+    taken position by position (:func:`_by_position`: one elementwise maximum per token position, no loop over
+    sentences), and the idf-weighted means add the same maxima in the same order as over a product of every token
+    pair, so the scores are that product's (bit for bit where BLAS rounds the smaller product's entries as the
+    larger's: OpenBLAS does, save for small products of a thousand entries or so)."""
     rows = np.asarray(rows, dtype=np.int64)
     if a.half_hub.shape[1] != b.half_hub.shape[1]:
         raise ValueError("maxsim: both bags need the same hubness (vocabulary, or per language over the same languages)")
     out = np.zeros((len(rows), b.n), dtype=np.float32)
     if not len(b.owner):
         return out
-    b_has = b.owner[b.starts]
     # one product gives cos - r_a/2 - r_b/2: [v_a, -hub_a, -onehot_a] . [v_b, onehot_b, hub_b], where a token's hub
     # row holds its half-hubness among each language's tokens and the one-hots pick the other side's language
     right = _augmented(b.vectors, _language_onehot(b, slice(None)), b.half_hub)
+    b_first, b_row = _distinct_rows(right)
+    right = right[b_first]
+    b_order, b_steps = _by_position(b.starts, np.diff(np.r_[b.starts, len(b.owner)]))
+    b_steps = [b_row[tokens] for tokens in b_steps]
+    b_has = b.owner[b.starts]
     start_of, picked, out_row, groups = _token_groups(a, rows, b, chunk_tokens)
     for first, last in groups:  # sentences of ``rows`` in groups of about chunk_tokens tokens
         group = picked[first:last]
-        tok = np.concatenate([np.arange(start_of[s], start_of[s + 1]) for s in group])
+        lengths = start_of[group + 1] - start_of[group]
+        tok = _ranges(start_of[group], lengths)
         vectors = a.vectors[tok]
-        sims = _augmented(vectors, -a.half_hub[tok], -_language_onehot(a, tok)) @ right.T
-        sub = SentenceTokens(vectors, np.repeat(np.arange(len(group)), start_of[group + 1] - start_of[group]),
-                        a.weight[tok], a.half_hub[tok], len(group), a.column[tok])
-        forward = _weighted_means(np.maximum.reduceat(sims, b.starts, axis=1), sub, axis=0)  # [group, b sentences]
-        backward = _weighted_means(np.maximum.reduceat(sims, sub.starts, axis=0), b, axis=1)  # [group, b sentences]
-        out[out_row[first:last, None], b_has[None, :]] = (forward + backward) / 2.0
+        left = _augmented(vectors, -a.half_hub[tok], -_language_onehot(a, tok))
+        a_first, a_row = _distinct_rows(left)
+        sims = left[a_first] @ right.T  # [distinct rows of the group, distinct rows of b]
+        sub = SentenceTokens(vectors, np.repeat(np.arange(len(group)), lengths), a.weight[tok], a.half_hub[tok],
+                             len(group), a.column[tok])
+        best = _bag_max(np.ascontiguousarray(sims.T), b_steps)  # [b sentences longest first, distinct rows]
+        forward = _weighted_means(best[:, a_row].T, sub, axis=0)  # [group, b sentences longest first]
+        order, steps = _by_position(sub.starts, lengths)
+        most = np.empty((len(group), len(right)), dtype=np.float32)
+        most[order] = _bag_max(sims, [a_row[tokens] for tokens in steps])  # [group, distinct rows of b]
+        backward = _weighted_means(most[:, b_row], b, axis=1)  # [group, b sentences]
+        out[out_row[first:last, None], b_has[None, b_order]] = (forward + backward[:, b_order]) / 2.0
     return out
 
 
