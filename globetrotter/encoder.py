@@ -156,6 +156,7 @@ class Encoder:
         ``langs`` the texts' languages (needed by the Sigurdsson baseline only). A text is cut to the run's
         ``data.max_length`` tokens, as in training: what follows does not change its embedding; one :class:`TextsCut`
         warning says how many of the texts were cut."""
+        texts = _check_texts(texts)
         out, cut = self._encode_heads(texts, (head,), batch_size, langs)
         _warn_cut(cut, texts, self.cfg.data.max_length)
         return out[head]
@@ -166,15 +167,18 @@ class Encoder:
         """:meth:`encode_text` of ``texts`` by each of ``heads``, ``{head: (N, D_head)}``, from one pass of the text
         encoder: the heads are projections of the same sentence states, so each embedding is the one
         :meth:`encode_text` gives with that head alone (same batches, same states)."""
+        texts = _check_texts(texts)
+        if isinstance(heads, str) or not len(heads):
+            raise ValueError(f"heads: expected a sequence of head names, at least one head (text, cross, backbone); "
+                             f"got {heads!r}")
         out, cut = self._encode_heads(texts, heads, batch_size, langs)
         _warn_cut(cut, texts, self.cfg.data.max_length)
         return out
 
-    def _encode_heads(self, texts: Sequence[str], heads: Sequence[str], batch_size: int,
+    def _encode_heads(self, texts: list[str], heads: Sequence[str], batch_size: int,
                       langs: str | Sequence[str] | None) -> tuple[dict[str, np.ndarray], int]:
-        """:meth:`encode_text_heads`' embeddings and how many texts were cut (the callers warn: the warning points
-        at their caller)."""
-        texts = _check_texts(texts)
+        """:meth:`encode_text_heads`' embeddings of ``texts`` (checked by the caller) and how many were cut (the
+        callers warn: the warning points at their caller)."""
         _check_batch_size(batch_size)
         heads = list(dict.fromkeys(heads))
         for head in heads:

@@ -39,9 +39,28 @@ def test_texts_that_are_no_strings_name_their_position(encoder, method, bad, nam
 
 
 def test_any_iterable_of_texts_is_encoded_as_its_list(encoder):
-    texts = ["red square", "blue circle"]
-    np.testing.assert_array_equal(encoder.encode_text(t for t in texts), encoder.encode_text(texts))
+    """A generator of texts, cut ones among them, inside a command's one-notice block too (it was a TypeError: the
+    cut count was taken from the generator, already used up)."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut, texts_cut_once
+
+    long = " ".join(["red square"] * encoder.cfg.data.max_length)
+    texts = ["red square", "blue circle", long]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TextsCut)
+        np.testing.assert_array_equal(encoder.encode_text(t for t in texts), encoder.encode_text(texts))
+        with texts_cut_once():
+            np.testing.assert_array_equal(encoder.encode_text(t for t in texts), encoder.encode_text(texts))
+            both = encoder.encode_text_heads((t for t in texts), ("text", "cross"))
+        np.testing.assert_array_equal(both["cross"], encoder.encode_text(texts, head="cross"))
     assert encoder.encode_text([]).shape == (0, encoder.embed_dim("text"))
+
+
+@pytest.mark.parametrize("heads, said", [("cross", "a sequence of head names"), ([], "at least one head")])
+def test_encode_text_heads_refuses_one_string_and_no_head(encoder, heads, said):
+    with pytest.raises(ValueError, match=said):
+        encoder.encode_text_heads(["red square"], heads)
 
 
 @pytest.mark.parametrize("batch_size", [0, -1, 2.5])
