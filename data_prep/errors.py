@@ -14,9 +14,11 @@ or in an entry point's top-level imports (:func:`exit_if_missing_dependency`).
 """
 from __future__ import annotations
 
+import gzip
 import shlex
 import sys
 import warnings
+import zlib
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -76,9 +78,15 @@ def exit_if_missing_dependency(err: ImportError, program: str) -> None:
 
 
 def read_utf8(path: str | Path, what: str) -> str:
-    """The text of the file ``path`` (a UTF-8 byte-order mark dropped); a byte that is not UTF-8 is a one-line
-    :class:`UserError` naming ``path:LINE:COLUMN`` and the byte, and what the file should hold (``what``)."""
+    """The text of the file ``path`` (gunzipped when it ends in ``.gz``, as the converters read their files; a UTF-8
+    byte-order mark dropped); a byte that is not UTF-8 is a one-line :class:`UserError` naming ``path:LINE:COLUMN``
+    (of the text) and the byte, and what the file should hold (``what``)."""
     data = Path(path).read_bytes()
+    if Path(path).suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise UserError(f"{path}: not a gzip file ({err}); expected {what}, gzipped as its name says") from None
     data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     try:
         return data.decode("utf-8")

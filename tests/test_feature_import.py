@@ -1,6 +1,7 @@
 """Bring your own image embeddings: `globetrotter-data features import` and training from imported embeddings."""
 from __future__ import annotations
 
+import gzip
 import json
 import shlex
 import shutil
@@ -136,6 +137,10 @@ def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_
     assert read_id_list(bom) == ids
     (folder / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(ids).encode())
     assert read_id_list(folder / "bom.json") == ids
+    # gzipped, as the converters read their caption files (it was read through them, then not at all)
+    (folder / "ids.txt.gz").write_bytes(gzip.compress("\n".join(ids).encode() + b"\n"))
+    (folder / "ids.json.gz").write_bytes(gzip.compress(json.dumps(ids).encode()))
+    assert read_id_list(folder / "ids.txt.gz") == ids and read_id_list(folder / "ids.json.gz") == ids
     # bad JSON and bytes that are not UTF-8 named path:LINE:COLUMN, as select's --record, a checkpoint's state and
     # every file read_utf8 reads are (the UTF-8 errors were the id list's own: a byte offset, a line and column)
     cases = [("truncated.json", b'["img0", "img1"', ":1:16: not JSON (Expecting ',' delimiter); "),
@@ -143,7 +148,8 @@ def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_
              ("latin1.json", b'[\n  "caf\xe9"]', ":2:7: invalid UTF-8 byte 0xe9; expected a JSON list of image ids, "
                                                  "in UTF-8"),
              ("latin1.txt", b"a\nb\ncaf\xe9\n", ":3:4: invalid UTF-8 byte 0xe9; expected one image id per line, in UTF-8"),
-             ("blank.txt", b"a\n\nb\n", ": line 2 holds no image id")]
+             ("blank.txt", b"a\n\nb\n", ": line 2 holds no image id"),
+             ("plain.txt.gz", b"a\nb\n", ": not a gzip file ")]
     for name, data, message in cases:
         (folder / name).write_bytes(data)
         with pytest.raises(UserError) as err:

@@ -64,13 +64,14 @@ def saturating_float32(values: np.ndarray) -> np.ndarray:
 
 
 def read_id_list(path: Path) -> list[str]:
-    """Image ids of an id file: a ``.json`` list, else one id per line; UTF-8, a byte-order mark dropped.
+    """Image ids of an id file: a ``.json`` list, else one id per line; UTF-8, a byte-order mark dropped (``.gz``:
+    gunzipped first).
 
     One-line :class:`UserError` naming the file (``path:LINE:COLUMN`` for bytes that are not UTF-8, as
     :func:`~data_prep.errors.read_utf8` says them, and for malformed JSON; the line of a text file without an id)."""
     if not path.is_file():
         raise UserError(f"--ids {path}: no such file")
-    json_list = path.suffix == ".json"
+    json_list = path.name.removesuffix(".gz").endswith(".json")
     try:
         text = read_utf8(path, "a JSON list of image ids" if json_list else "one image id per line")
     except OSError as err:
