@@ -7,7 +7,7 @@ loaded encoder) and data and returns a :class:`Result` (the JSON record ``eval.p
 :class:`ReferencePool`), :func:`evaluate_word_translation` (paper 5.3, ground truth from a lexicon or
 :func:`build_word_dictionary`), :func:`evaluate_retrieval` (text↔image, XTD10), :func:`evaluate_clustering` (paper
 A.4), :func:`evaluate_correspondence` (paper A.1), :func:`evaluate_generation` (paper A.5); translation by
-retrieval over a saved index for users (:func:`translate_sentences`, :func:`translate_words`); and the pure
+retrieval over a faiss index (in memory, or saved with ``out=``/``index=``) for users (:func:`translate_sentences`, :func:`translate_words`); and the pure
 metric functions over numpy embeddings they are built on (testable without a model): :func:`sentence_translation`,
 :func:`word_translation` (its nearest words of a vector: :func:`rank_word_vectors`) and the tf-idf ground truth
 :func:`tfidf_dictionary` (paper 5.3, B.2), Procrustes refinement (:func:`refine_pairwise`, :func:`refine_multi`),

@@ -142,8 +142,9 @@ def translate_sentences(
     statistics needs ``source`` (they are per language) and both languages among the choice's. The corpus index is
     built for the call and kept in memory: nothing is written unless ``index`` (a folder) or ``out`` (the index
     goes under ``out/index``, :func:`index_folder`; ``eval.py translate`` passes ``--out``) is given; then it is
-    saved and reloaded while the model and corpus are unchanged. Notes (an index built, long queries) go to
-    ``log``, stderr by default. A query with no text is a :class:`UserError`."""
+    saved and reloaded while the model and corpus are unchanged. Notes (a saved index built, a ``k`` beyond the
+    corpus) go to ``log``, stderr by default; queries cut to the model's length are a ``TextsCut`` warning. A query
+    with no text is a :class:`UserError`."""
     require_positive_int(k, "k")
     require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
