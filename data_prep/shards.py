@@ -98,6 +98,11 @@ MAX_MEMBER_NAME = 100
 """Bytes of a tar member's name in the shards' USTAR format (a key plus its extension)."""
 
 
+class DuplicateKey(ValueError):
+    """:meth:`ShardWriter.write` given a key it has written already (a converter reports it and goes on; any other
+    refusal of the writer is a bug of its caller)."""
+
+
 class ShardWriter:
     """Write samples of one split into ``out_dir/<split>-%06d.tar`` and a manifest.
 
@@ -172,7 +177,7 @@ class ShardWriter:
         ``extra`` adds fields to the sample's json (e.g. the synthetic world's ``meaning``), never those four.
         """
         if key in self._keys:
-            raise ValueError(f"duplicate key {key!r}")
+            raise DuplicateKey(f"duplicate key {key!r}")
         for field, value in (("caption", caption), ("lang", lang), ("image_id", image_id), ("group", group)):
             if (value is not None or field != "group") and not (isinstance(value, str) and value.strip()):
                 raise ValueError(f"{field} {repr(value)[:40]} of key {key!r} must be a non-empty string"

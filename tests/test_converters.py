@@ -1089,3 +1089,23 @@ def test_summary_json_names_the_installed_versions(tmp_path):
     written = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
     assert written["versions"] == {"globetrotter": importlib.metadata.version("globetrotter"),
                                    "numpy": np.__version__, "python": platform.python_version()}
+
+
+def test_only_a_key_clash_is_filed_as_a_duplicate_key(tmp_path, monkeypatch):
+    """The converter filed every ValueError of ShardWriter.write as a skipped `duplicate_key`; the writer also refuses
+    a caption, language, image id or group that no reader would read, which is a converter's bug: it stops the run."""
+    from data_prep.shards import ShardWriter
+
+    w = flickr8k_world(tmp_path)
+    real = ShardWriter.write
+
+    def refusing(self, key, image, caption, lang, image_id, group=None, extra=None):
+        if lang == "de":
+            raise ValueError(f"group {group!r} of key {key!r} must be a non-empty string or None")
+        return real(self, key, image, caption, lang, image_id, group, extra)
+
+    monkeypatch.setattr(ShardWriter, "write", refusing)
+    with pytest.raises(ValueError, match="must be a non-empty string"):
+        cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1",
+             "--flickr8k", f"{w['cn']}:zh", "--languages", "en,de,zh", "--resize", "12", "--workers", "1",
+             "--out", tmp_path / "out", "--no-progress"])

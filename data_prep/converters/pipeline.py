@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
-from data_prep.shards import MANIFEST, ShardWriter, check_split_rule
+from data_prep.shards import MANIFEST, DuplicateKey, ShardWriter, check_split_rule
 
 from .common import Caption, Record
 from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_task
@@ -583,7 +583,7 @@ def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, 
                            "summary": f"../{SUMMARY}"})
             try:
                 writer.write(key, data, cap.text, cap.lang, image_id, group)
-            except ValueError as err:  # a key clash: never expected, reported rather than fatal
+            except DuplicateKey as err:  # a key clash: never expected, reported rather than fatal
                 if split != "train-parallel":
                     report.add(Issue("duplicate_key", cap.file, cap.line, str(err)))
                 continue
