@@ -62,7 +62,7 @@ def __getattr__(name: str) -> object:
     module = _MODULE_OF.get(name)
     if module is not None:
         value = getattr(importlib.import_module(f".{module}", __name__), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+    elif name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

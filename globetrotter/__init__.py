@@ -38,4 +38,8 @@ def __getattr__(name: str) -> type:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Encoder"})
+
+
 __all__ = ["Encoder", "load", "UserError", "__version__"]

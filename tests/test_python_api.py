@@ -295,9 +295,10 @@ def test_encoder_is_exported_lazily():
 
     from globetrotter.encoder import Encoder
 
-    assert globetrotter.Encoder is Encoder and "Encoder" in globetrotter.__all__
+    assert globetrotter.Encoder is Encoder and "Encoder" in globetrotter.__all__ and "Encoder" in dir(globetrotter)
     with pytest.raises(AttributeError, match="has no attribute 'Encoderr'"):
         globetrotter.Encoderr  # noqa: B018
+    assert not hasattr(br, "embedders.nothing")  # a name no attribute has (it was ModuleNotFoundError)
     code = "import sys, globetrotter; assert 'torch' not in sys.modules; globetrotter.Encoder; assert 'torch' in sys.modules"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
