@@ -417,3 +417,33 @@ def test_tags_differing_only_in_case_are_one_tag_with_one_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_tag_vocabulary(path) == ["Hund", "Katze"]
+
+
+def test_an_embedder_object_named_after_a_checkpoint_is_cached_as_its_spec(tmp_path):
+    """An embedder object (a loaded ``globetrotter.Encoder`` is named ``globetrotter:CHECKPOINT``) was cached by its
+    name alone: new weights in that folder read the old embeddings. Its key carries the folder's modification time,
+    as the spec's does."""
+    import os
+
+    from globetrotter.zeroshot.data import embed_cached
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"old")
+
+    class Fixed:
+        name = f"globetrotter:{folder}"
+
+        def __init__(self, value: float) -> None:
+            self.value = value
+
+        def encode(self, texts):
+            return np.full((len(texts), 4), self.value, np.float32)
+
+    texts = ["ein Hund", "eine Katze"]
+    assert embed_cached(Fixed(1.0), texts, tmp_path / "cache", progress=False)[0, 0] == 1.0
+    assert embed_cached(Fixed(2.0), texts, tmp_path / "cache", progress=False)[0, 0] == 1.0  # unchanged: cached
+    weights.write_bytes(b"new")
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert embed_cached(Fixed(2.0), texts, tmp_path / "cache", progress=False)[0, 0] == 2.0

@@ -112,11 +112,11 @@ def embed_cached(
     ``text_encoder`` is a spec string (loaded only on a cache miss, downloading only when ``online``) or an
     embedder object. ``loaded`` (spec -> embedder) lets one command's calls share a spec's model: one loaded here is
     added to it, and one found in it is not loaded again.
-    The key hashes the spec (with the modification time of a file or folder it names) or the
-    embedder's name, and the texts in order.
+    The key hashes the spec or the embedder's name (with the modification time of a file or folder it names: a
+    loaded ``globetrotter.Encoder`` is named ``globetrotter:CHECKPOINT``), and the texts in order.
     """
     texts = [str(t) for t in texts]
-    key = _spec_fingerprint(text_encoder) if isinstance(text_encoder, str) else text_encoder.name
+    key = _spec_fingerprint(text_encoder if isinstance(text_encoder, str) else text_encoder.name)
     path = None
     if cache_dir:
         digest = hashlib.sha256("\x1e".join([key, *texts]).encode("utf-8")).hexdigest()[:20]
