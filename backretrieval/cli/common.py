@@ -232,12 +232,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--online", action="store_true",
                    help="allow downloads (timm hub weights, sentence-transformers models); off by default")
     p.add_argument("--batch-size", type=int, default=32, help="image batch size for feature extraction (default: 32)")
-    p.add_argument("--device", type=torch_device, default="cpu", help="torch device for the image model (default: cpu)")
+    p.add_argument("--device", type=torch_device, default="cpu",
+                   help="torch device of the image model: cpu, cuda, cuda:1, ... (default: cpu)")
     default_cache = os.environ.get("BACKRETRIEVAL_CACHE", str(Path.home() / ".cache" / "backretrieval"))
     p.add_argument("--cache-dir", default=default_cache,
                    help="image-feature cache, keyed by model, weights and image set "
                         "(default: $BACKRETRIEVAL_CACHE or ~/.cache/backretrieval)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 APPROX_DEFAULTS = ApproxConfig()

@@ -192,7 +192,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=non_negative_int, default=1,
                    help="image decoding/augmentation processes; 0: none, the images are decoded and augmented in this "
                         "process (default %(default)s)")
-    p.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
+    p.add_argument("--device", type=torch_device, default="cpu",
+                   help="torch device of the backbone: cpu, cuda, cuda:1, ... (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the cache record as JSON")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
     p.set_defaults(func=_build)
@@ -277,6 +278,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--workers", type=non_negative_int, default=1,
                    help="image decoding/augmentation processes; 0: none, the images are decoded and augmented in this "
                         "process (default %(default)s)")
-    f.add_argument("--device", type=torch_device, default="cpu", help="torch device of the backbone (default %(default)s)")
+    f.add_argument("--device", type=torch_device, default="cpu",
+                   help="torch device of the backbone: cpu, cuda, cuda:1, ... (default %(default)s)")
     f.set_defaults(func=_finetune)
 

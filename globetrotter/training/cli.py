@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch = "train.py" if started_from_repository() else "-m globetrotter.training.cli"
     p = argparse.ArgumentParser(
         prog=train,
-        description="Train a Globetrotter model: a shared-BPE transformer text encoder and a ResNet image encoder "
-        "whose captions in many languages align through the images they describe (losses: SimCLR image loss L_v, "
+        description="Train a Globetrotter model: a shared-BPE transformer text encoder and a timm image encoder "
+        "(model.image_backbone: ResNet-18 in configs/quickstart.yaml) whose captions in many languages align through "
+        "the images they describe (losses: SimCLR image loss L_v, "
         "cross-modal L_x, transitive text-text L_t, token cloze L_c). Runs on CPU, one GPU, or many with "
         f"`accelerate launch {launch} ...`. With no arguments it runs configs/quickstart.yaml: generates the "
         "built-in synthetic multilingual world if absent, trains a small model in minutes on CPU and chooses its best "

@@ -165,8 +165,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with Multi30K task 1 that is one caption per image, while the sources hold about five more per image "
         "and language (Multi30K task 2: five independent en and de; the Flickr8k token file: five en; "
         "Flickr8k-CN: five zh). More monolingual captions per image are no parallel text: each image is still "
-        "shown in exactly one language (the Globetrotter rule holds and is checked), and more ways of saying "
-        "what an image shows help a lot on real data. --splits train,train-parallel gives the supervised twins' "
+        "shown in exactly one language (the Globetrotter rule holds and is checked); what they change on real data "
+        "is in docs/results.md. --splits train,train-parallel gives the supervised twins' "
         "split the same (each of its images more captions in the languages it already has, tied to its group), "
         "so the twins see as many captions per image and language as the full model (a control: the shipped twins "
         "train on translations alone, docs/results.md).", width=88) + "\n\n" + textwrap.fill(
@@ -196,7 +196,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
                              "others are linked as they are")
     parser.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
-                        help="add captions only in these languages (default: every language)")
+                        help="comma-separated languages to add captions in (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
     add_source_arguments(src, ("multi30k", "flickr8k", "captions"))
     src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",

@@ -75,11 +75,11 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", required=True, action="append", type=named_path, metavar="[NAME=]DIR",
                    help="trained adapter checkpoint (repeat to compare models in one table)")
     p.add_argument("--languages", type=language_codes, metavar="CODES",
-                   help="languages to evaluate (default: all in the split)")
+                   help="comma-separated languages to evaluate (default: all in the split)")
     p.add_argument("--all-captions", action="store_true", help="use every caption as a query, not the first per image")
     p.add_argument("--metric", choices=("l2", "cosine"), default=None,
                    help="ranking: cosine or squared Euclidean distance (default: the adapter's config, `metric`)")
     p.add_argument("--ks", type=comma_separated(positive_int), default=list(DEFAULT_KS), metavar="K,K",
-                   help="the K of Recall@K (default 1,5,10)")
-    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
+                   help="the K of Recall@K, comma-separated (default 1,5,10)")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here (default: none is written)")
     p.set_defaults(func=run)

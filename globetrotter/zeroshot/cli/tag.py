@@ -108,6 +108,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
                    help=f"weight of cos(image, target tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, target tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--max-images", type=positive_int, default=None, metavar="N", help="tag only the first N images")
-    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--max-images", type=positive_int, default=None, metavar="N",
+                   help="tag only the first N images (default: all)")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here (default: none is written)")
     p.set_defaults(func=run)

@@ -120,7 +120,7 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-from", required=True, metavar="SPLIT",
                    help="split whose captions give each language's candidate tags (a train split)")
     p.add_argument("--languages", type=language_codes, metavar="CODES",
-                   help="languages to measure (default: all in --test)")
+                   help="comma-separated languages to measure (default: all in --test)")
     p.add_argument("--vocab-size", type=positive_int, default=1000, metavar="N",
                    help="candidate tags per language: its N most frequent content words (default 1000)")
     p.add_argument("--k", type=positive_int, default=5, metavar="K",
@@ -132,5 +132,5 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--w1", type=float, default=PAPER_W1, help=f"weight of cos(image, tag), eq. 5 (default {PAPER_W1})")
     p.add_argument("--w2", type=float, default=PAPER_W2,
                    help=f"weight of cos(source tag, tag), eq. 5 (default {PAPER_W2})")
-    p.add_argument("--out", metavar="FILE", help="write the JSON record here")
+    p.add_argument("--out", metavar="FILE", help="write the JSON record here (default: none is written)")
     p.set_defaults(func=run)

@@ -128,10 +128,12 @@ def register(sub, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="held-out share for choosing the epoch (default 0.1)")
     p.add_argument("--ks", type=comma_separated(positive_int), default=[1, 5, 10], metavar="K,K",
-                   help="the K of BkR Recall@K (default 1,5,10)")
+                   help="the K of BkR Recall@K, comma-separated (default 1,5,10)")
     p.add_argument("--max-per-language", type=positive_int, default=None, metavar="N",
                    help="at most N documents per side of a pair (default: all)")
     p.add_argument("--annotate", type=comma_separated(str), default=[], metavar="A->B,A->B",
                    help="language pairs to label in the box plot, comma-separated (default: none)")
-    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the adapters' initialisation, batch order and held-out share, and of the "
+                   "evaluation's non-matching split and sampling (default 0)")
     p.set_defaults(func=run)
