@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=train,
         description="Train a Globetrotter model: a shared-BPE transformer text encoder and a timm image encoder "
-        "(model.image_backbone: ResNet-18 in configs/quickstart.yaml) whose captions in many languages align through "
+        "(model.image_backbone, e.g. resnet18) whose captions in many languages align through "
         "the images they describe (losses: SimCLR image loss L_v, "
         "cross-modal L_x, transitive text-text L_t, token cloze L_c). Runs on CPU, one GPU, or many with "
         f"`accelerate launch {launch} ...`. With no arguments it runs configs/quickstart.yaml: generates the "
