@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .errors import BackRetrievalError
+from .renamed import renamed_keywords
 
 if TYPE_CHECKING:  # torch/timm are imported only when images need features
     from .images import ImageFeatureExtractor
@@ -49,16 +50,18 @@ def _reraise_user_error(err: Exception) -> None:
     raise err
 
 
-def load_split(split_dir: str | Path, langs: Sequence[str] | None = None, every_image: bool = False) -> SplitData:
+@renamed_keywords(langs="languages")
+def load_split(split_dir: str | Path, languages: Sequence[str] | None = None, every_image: bool = False) -> SplitData:
     """Read captions and distinct images of a split folder (``manifest.json`` + ``.tar`` shards).
 
-    ``langs`` keeps the captions of those languages and, unless ``every_image``, only the images they show; with
-    ``every_image`` the images are every image of the split (a retrieval gallery that does not depend on ``langs``).
+    ``languages`` keeps the captions of those languages and, unless ``every_image``, only the images they show;
+    with ``every_image`` the images are every image of the split (a retrieval gallery that does not depend on
+    ``languages``).
     """
     from data_prep import shards  # the data layer, imported only by the commands that read shards
 
     split_dir = Path(split_dir)
-    keep = set(langs) if langs else None
+    keep = set(languages) if languages else None
     texts, rows_lang, rows_img, rows_group = [], [], [], []
     image_pos: dict[str, int] = {}
     images: list = []

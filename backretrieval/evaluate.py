@@ -13,7 +13,7 @@ None: the split's stored features):
   against XLR over the models (paper Table 1, Fig. 2).
 
 Their results serialise to the commands' JSON records (``to_record()``) and draw the commands'
-figures (``save_plots(out_dir)``).
+figures (``save_plots(out)``).
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, chec
 from .pairs import check_pair_options, evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
+from .renamed import renamed_keywords
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
 
@@ -116,22 +117,22 @@ def check_plot_names(labels: Sequence[str]) -> None:
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, Model],
-                extractor: ImageFeatureExtractor | None = None, langs: Sequence[str] | None = None, *,
+                extractor: ImageFeatureExtractor | None = None, languages: Sequence[str] | None = None, *,
                 online: bool = False, progress: bool = True,
                 check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
-    """Load the split (only ``langs``), its image features under g, and every model's caption embeddings.
+    """Load the split (only ``languages``), its image features under g, and every model's caption embeddings.
 
     ``models``: {label: spec string or text embedder object} (:func:`model_specs`). The specs and what they read
     (:func:`backretrieval.embedders.check_spec_inputs`: ``.npy`` files and sidecars, packages, an entry point's own
     check), then g's weights (where the split stores pixels), are checked before the split is read; once its captions
     are read, before g's features or any embedding, that every model has a row for each caption, and ``check(data)``
     (the caller's own preconditions)."""
-    require_sequence(langs, "langs", "language codes")
+    require_sequence(languages, "languages", "language codes")
     specs = [model for model in models.values() if isinstance(model, str)]
     for spec in specs:
         check_spec_inputs(spec)
     check_image_model(data, extractor)
-    data = data if isinstance(data, SplitData) else load_split(data, langs)
+    data = data if isinstance(data, SplitData) else load_split(data, languages)
     for spec in specs:
         check_spec_inputs(spec, data.texts)
     if check is not None:
@@ -179,28 +180,30 @@ class SplitEvaluation:
         return json_ready({"task": "backretrieval.eval", "inputs": dict(inputs or {}), **self.split.header(),
                            **self.options, "models": models})
 
-    def save_plots(self, out_dir: PathLike) -> list[Path]:
+    @renamed_keywords(out_dir="out")
+    def save_plots(self, out: PathLike) -> list[Path]:
         """A heat map per model and BkR/XLR metric, and a box plot over pairs of BkR at the largest K."""
-        out_dir, paths = Path(out_dir), []
+        out, paths = Path(out), []
         g = self.split.image_model or "the split's stored features"
         for label, res in self.results.items():
             safe = plot_name(label)
             for metric in res["matrix"]:
                 if metric.startswith(("bkr", "xlr")):
-                    png = out_dir / f"heatmap_{safe}_{metric.replace('@', '')}.png"
+                    png = out / f"heatmap_{safe}_{metric.replace('@', '')}.png"
                     paths.append(pair_heatmap(res, metric, png, title=f"{label}: {metric_name(metric)}",
                                               g=g if metric.startswith("bkr") else None))
         k = max(self.options["ks"])
-        paths.append(pair_boxplot(self.results, f"bkr@{k}", out_dir / f"boxplot_bkr{k}.png", g=g))
+        paths.append(pair_boxplot(self.results, f"bkr@{k}", out / f"boxplot_bkr{k}.png", g=g))
         return paths
 
 
+@renamed_keywords(langs="languages")
 def evaluate_split(
     data: PathLike | SplitData,
     models: Models,
     *,
     extractor: ImageFeatureExtractor | None = None,
-    langs: Sequence[str] | None = None,
+    languages: Sequence[str] | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     ties: str = "pessimistic",
     max_rank: int | None = None,
@@ -223,7 +226,7 @@ def evaluate_split(
             ``globetrotter`` model), or {label: spec or object}.
         extractor: the image model g, :func:`backretrieval.image_feature_extractor` (None: the split's stored
             features; a split of pictures needs one, ``image_feature_extractor()`` for the commands' default).
-        langs: only these languages (default: all in the split).
+        languages: only these languages (default: all in the split).
         max_per_lang, seed: at most this many source and target captions per pair; seed of the
             non-matching split and of the subsampling.
         ks, ties, retrieval, csls_k, approximate: as in :func:`backretrieval.bkr_recall`;
@@ -244,13 +247,13 @@ def evaluate_split(
         if len(names) < 2:
             raise BackRetrievalError(f"{data.split_dir}: captions in {len(names)} language(s) "
                                      f"({', '.join(names.tolist()) or 'none'}); BkR needs two"
-                                     + (f" (check {option('langs')})" if langs else ""))
+                                     + (f" (check {option('languages')})" if languages else ""))
         fewest = int(np.argmin(counts))
         per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
         enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
                      f"raise {option('max_per_lang')}" if max_per_lang else None)
 
-    split = embed_split(data, specs, extractor, langs, online=online, progress=progress, check=enough_captions)
+    split = embed_split(data, specs, extractor, languages, online=online, progress=progress, check=enough_captions)
     data = split.data
     feats = split.features[data.image_index]
     groups = data.groups if data.has_groups else None
@@ -286,9 +289,10 @@ class SplitCorrelation:
         """Paper Table 1 at Recall@``k``: Pearson and Spearman of BkR and CORR against XLR, one row per pair."""
         return format_table({label: res["correlation"] for label, res in self.pairs.items()}, k)
 
-    def save_plots(self, out_dir: PathLike, k: int) -> list[Path]:
+    @renamed_keywords(out_dir="out")
+    def save_plots(self, out: PathLike, k: int) -> list[Path]:
         """Paper Fig. 2 per pair: BkR@``k`` and CORR against XLR@``k``, one point per model (first seed)."""
-        return [scatter_bkr_vs_xlr(res, k, Path(out_dir) / f"scatter_{label.replace('->', '-')}.png",
+        return [scatter_bkr_vs_xlr(res, k, Path(out) / f"scatter_{label.replace('->', '-')}.png",
                                    title=f"{label}: BkR vs XLR (seed {res['seeds'][0]}, N={res['n']})")
                 for label, res in self.pairs.items()]
 

@@ -70,6 +70,7 @@ from .ranking import (
     l2_normalize,
     ranks_and_hits,
 )
+from .renamed import renamed_keywords
 from .retrieval import check_retrieval, retrieve, text_scorer
 from .uncertainty import corr_interval
 
@@ -519,23 +520,24 @@ def xlr_recall(
     return out
 
 
+@renamed_keywords(max_pairs="corr_pairs")
 def corr_score(
     src_text: np.ndarray,
     src_img: np.ndarray,
     tgt_text: np.ndarray,
     tgt_img: np.ndarray,
     *,
-    max_pairs: int = 1_000_000,
+    corr_pairs: int = 1_000_000,
     seed: int = 0,
 ) -> float:
     """The CORR baseline (paper section 3.1): Spearman between text and image cosine distances.
 
     Over (source, target) pairs of the same sets as BkR: rho_Spearman(1 - f(T_S, T_T),
-    1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``max_pairs``;
-    otherwise ``max_pairs`` pairs drawn uniformly (with replacement) with ``seed``. Distances that are all equal
+    1 - g(I_S, I_T)). All Ns*Nt pairs are used when there are at most ``corr_pairs``;
+    otherwise ``corr_pairs`` pairs drawn uniformly (with replacement) with ``seed``. Distances that are all equal
     show no association: 0 (:func:`backretrieval.uncertainty.corr_interval`).
     """
-    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=max_pairs, seed=seed)
+    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, corr_pairs=corr_pairs, seed=seed)
     if np.ptp(terms["text_dist"]) == 0 or np.ptp(terms["image_dist"]) == 0:  # no association (corr_interval)
         return 0.0
     return float(stats.spearmanr(terms["text_dist"], terms["image_dist"]).statistic)
@@ -547,7 +549,7 @@ def corr_terms(
     tgt_text: np.ndarray,
     tgt_img: np.ndarray,
     *,
-    max_pairs: int = 1_000_000,
+    corr_pairs: int = 1_000_000,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """The pairs behind :func:`corr_score`: ``{"text_dist", "image_dist", "query"}``, each ``(P,)``.
@@ -555,21 +557,21 @@ def corr_terms(
     ``query`` is the source row of each pair, for the bootstrap over queries
     (:func:`backretrieval.uncertainty.corr_interval`).
     """
-    if max_pairs < 1:
-        raise BackRetrievalError(f"corr: max_pairs must be >= 1, got {max_pairs}")
+    if corr_pairs < 1:
+        raise BackRetrievalError(f"corr: {option('corr_pairs')} must be >= 1, got {corr_pairs}")
     src_text = check_matrix("src_text", src_text)
     tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     src_img = check_matrix("src_img", src_img, rows=len(src_text))
     tgt_img = check_matrix("tgt_img", tgt_img, rows=len(tgt_text), dim=src_img.shape[1], dim_of="src_img")
     n_s, n_t = len(src_text), len(tgt_text)
-    if n_s * n_t <= max_pairs:
+    if n_s * n_t <= corr_pairs:
         text_dist = 1.0 - (l2_normalize(src_text) @ l2_normalize(tgt_text).T).ravel()
         image_dist = 1.0 - (l2_normalize(src_img) @ l2_normalize(tgt_img).T).ravel()
         s_idx = np.repeat(np.arange(n_s), n_t)
     else:
         rng = np.random.default_rng(seed)
-        s_idx = rng.integers(0, n_s, max_pairs)
-        t_idx = rng.integers(0, n_t, max_pairs)
+        s_idx = rng.integers(0, n_s, corr_pairs)
+        t_idx = rng.integers(0, n_t, corr_pairs)
         text = VectorScorer(src_text, tgt_text)
         image = VectorScorer(src_img, tgt_img)
         text_dist = 1.0 - text.pairs(s_idx, t_idx)
@@ -583,14 +585,14 @@ def corr_with_interval(
     tgt_text: np.ndarray,
     tgt_img: np.ndarray,
     *,
-    max_pairs: int = 1_000_000,
+    corr_pairs: int = 1_000_000,
     bootstrap: int = 0,
     level: float = 0.95,
     seed: int = 0,
 ) -> dict:
     """CORR (:func:`corr_score`) with its bootstrap interval over queries
     (:func:`backretrieval.uncertainty.corr_interval`; ``bootstrap`` replicates, at least one): ``{"value", ...}``."""
-    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, max_pairs=max_pairs, seed=seed)
+    terms = corr_terms(src_text, src_img, tgt_text, tgt_img, corr_pairs=corr_pairs, seed=seed)
     return corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_text), max(bootstrap, 1),
                          level, seed)
 

@@ -27,6 +27,7 @@ from .files import require_sequence
 from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_matrix, check_recall_options, bkr_recall,
                      corr_with_interval, xlr_recall)
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
+from .renamed import renamed_keywords
 from .uncertainty import DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 
@@ -83,33 +84,33 @@ def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
     return out
 
 
-def _checked_inputs(texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool,
+def _checked_inputs(text_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool,
                     max_queries: int | None) -> tuple:
     """:func:`evaluate_pairs`' rows checked (one-line errors, every row named as given: not as a pair's
     ``src_text``, row of its subset, nor passed when left out of the sample) and read:
-    ``(texts_emb, langs, image_feats, image_ids, groups, names)``, the languages ``names`` sorted."""
+    ``(text_emb, langs, image_feats, image_ids, groups, names)``, the languages ``names`` sorted."""
     if text_scores is not None and (with_corr or groups is not None):
         raise BackRetrievalError("evaluate_pairs: text_scores gives BkR only (with_corr=False, no groups)")
-    if texts_emb is None and text_scores is None:
-        raise BackRetrievalError("evaluate_pairs: give texts_emb or text_scores")
+    if text_emb is None and text_scores is None:
+        raise BackRetrievalError("evaluate_pairs: give text_emb or text_scores")
     for name, value, what in (("langs", langs, "language codes"), ("image_ids", image_ids, "image ids"),
                               ("groups", groups, "group ids")):
         require_sequence(value, name, what)
-    texts_emb = None if texts_emb is None else check_matrix("texts_emb", texts_emb)
+    text_emb = None if text_emb is None else check_matrix("text_emb", text_emb)
     image_feats = check_matrix("image_feats", image_feats)
-    n = len(langs) if texts_emb is None else len(texts_emb)
+    n = len(langs) if text_emb is None else len(text_emb)
     langs = np.asarray(langs, dtype=object)
     image_ids = np.asarray(image_ids, dtype=object)
     if len(langs) != n or len(image_ids) != n or len(image_feats) != n:
         raise BackRetrievalError(
-            f"evaluate_pairs: texts_emb has {n} rows but langs/image_ids/image_feats have "
+            f"evaluate_pairs: text_emb has {n} rows but langs/image_ids/image_feats have "
             f"{len(langs)}/{len(image_ids)}/{len(image_feats)}; they must be row-aligned"
         )
     if groups is not None:
         groups = np.asarray(groups, dtype=object)
         if len(groups) != n:
             raise BackRetrievalError(f"evaluate_pairs: groups has {len(groups)} entries, expected {n}")
-    texts_emb = None if texts_emb is None else np.asarray(texts_emb, dtype=np.float32)
+    text_emb = None if text_emb is None else np.asarray(text_emb, dtype=np.float32)
     image_feats = np.asarray(image_feats)  # float16 kept as it is: each pair's rows are converted as they are read
     if max_queries is not None and max_queries < 1:
         raise BackRetrievalError(f"evaluate_pairs: max_queries must be >= 1 (or None: every caption), "
@@ -117,7 +118,7 @@ def _checked_inputs(texts_emb, langs, image_feats, image_ids, groups, text_score
     names = sorted(set(langs.tolist()))
     if len(names) < 2:
         raise BackRetrievalError(f"evaluate_pairs: need captions in at least 2 languages, got {names}")
-    return texts_emb, langs, image_feats, image_ids, groups, names
+    return text_emb, langs, image_feats, image_ids, groups, names
 
 
 def _sample_queries(src: np.ndarray, tgt: np.ndarray, max_queries: int | None,
@@ -144,7 +145,7 @@ class _PairScorer:
     (``image_codes``: integer codes of the image ids) and options, as named there (``options``: those passed on to
     :func:`~backretrieval.metric.bkr_recall` and :func:`~backretrieval.metric.xlr_recall`)."""
 
-    texts_emb: np.ndarray | None
+    text_emb: np.ndarray | None
     image_feats: np.ndarray
     image_codes: np.ndarray
     ks: tuple[int, ...]
@@ -179,13 +180,13 @@ class _PairScorer:
         entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
         intervals: dict = {}
         hits: dict[int, np.ndarray] = {}
-        ks, options, texts_emb = self.ks, self.options, self.texts_emb
+        ks, options, text_emb = self.ks, self.options, self.text_emb
         if len(src) and len(tgt):
             src_img, index = self._source_images(src)
             tgt_img = _take(self.image_feats, tgt)  # bkr_recall reads the retrieved targets' rows only
             pair = {"src_image_ids": self.image_codes[src], "queries": queries, "source_index": index, **options}
             if self.text_scores is None:
-                res = bkr_recall(_take(texts_emb, src), src_img, _take(texts_emb, tgt), tgt_img, ks, **pair)
+                res = bkr_recall(_take(text_emb, src), src_img, _take(text_emb, tgt), tgt_img, ks, **pair)
             else:
                 asked = src if queries is None else src[queries]
                 res = bkr_recall(None, src_img, None, tgt_img, ks, text_sim=self.text_scores(asked, tgt), **pair)
@@ -195,8 +196,8 @@ class _PairScorer:
             if self.bootstrap > 0:
                 intervals.update(recall_intervals(res, self.bootstrap, self.level, self.seed))
             if self.with_corr:
-                ci = corr_with_interval(texts_emb[src], src_img, texts_emb[tgt], as_float32(tgt_img),
-                                        max_pairs=self.corr_pairs, bootstrap=self.bootstrap, level=self.level,
+                ci = corr_with_interval(text_emb[src], src_img, text_emb[tgt], as_float32(tgt_img),
+                                        corr_pairs=self.corr_pairs, bootstrap=self.bootstrap, level=self.level,
                                         seed=self.seed)
                 entry["corr"] = ci["value"]
                 if self.bootstrap > 0:
@@ -205,7 +206,7 @@ class _PairScorer:
             xs, xt = parallel
             entry["n_xlr"] = int(len(xs))
             if len(xs):
-                res = xlr_recall(texts_emb[xs], texts_emb[xt], ks, **options)
+                res = xlr_recall(text_emb[xs], text_emb[xt], ks, **options)
                 entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
                 if self.bootstrap > 0:
                     intervals.update(recall_intervals(res, self.bootstrap, self.level, self.seed))
@@ -214,8 +215,9 @@ class _PairScorer:
         return entry, hits
 
 
+@renamed_keywords(texts_emb="text_emb")
 def evaluate_pairs(
-    texts_emb: np.ndarray | None,
+    text_emb: np.ndarray | None,
     langs: Sequence[str],
     image_feats: np.ndarray,
     image_ids: Sequence,
@@ -242,7 +244,7 @@ def evaluate_pairs(
     """BkR Recall@K for every ordered language pair (module doc), XLR where ``groups`` allow.
 
     Args:
-        texts_emb: ``(N, d)`` text embeddings, one row per caption.
+        text_emb: ``(N, d)`` text embeddings, one row per caption.
         langs: ``N`` language codes.
         image_feats: ``(N, D)`` image feature of each caption's image (row-aligned).
         image_ids: ``N`` image ids (rows with one id show one picture).
@@ -257,7 +259,7 @@ def evaluate_pairs(
             ``level`` interval over queries (``entry["intervals"]``, seeded with ``seed``).
         retrieval, csls_k, approximate: as in :func:`backretrieval.metric.bkr_recall`.
         text_scores: optional ``(src_rows, tgt_rows) -> (len(src_rows), len(tgt_rows))`` text similarity
-            of rows of this dataset, for an f that is no cosine of ``texts_emb`` (``texts_emb`` may then be
+            of rows of this dataset, for an f that is no cosine of ``text_emb`` (``text_emb`` may then be
             None; no CORR or XLR). BkR's step 2 retrieves each source row's best-scoring target.
         max_queries: BkR of a pair with more source captions than this from a seeded sample of this many
             queries, each against all of the pair's targets and ranked among all its source images: an unbiased
@@ -283,8 +285,8 @@ def evaluate_pairs(
     approx = approx_config(approximate, ks)
     censored_max_rank(max_rank, ks, option("approximate") if approx is not None else None)
     check_pair_options(max_per_lang, seed, bootstrap, level, corr_pairs if with_corr else None, block_bytes)
-    texts_emb, langs, image_feats, image_ids, groups, names = _checked_inputs(
-        texts_emb, langs, image_feats, image_ids, groups, text_scores, with_corr, max_queries)
+    text_emb, langs, image_feats, image_ids, groups, names = _checked_inputs(
+        text_emb, langs, image_feats, image_ids, groups, text_scores, with_corr, max_queries)
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
     # integer codes of the image ids (their sorted order): the sides' overlap found fast, the same split as the ids'
     image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
@@ -292,7 +294,7 @@ def evaluate_pairs(
     first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
                "csls_k": csls_k, "approximate": approximate, "progress": progress}
-    score = _PairScorer(texts_emb, image_feats, image_codes, ks, options, approx, text_scores, with_corr, corr_pairs,
+    score = _PairScorer(text_emb, image_feats, image_codes, ks, options, approx, text_scores, with_corr, corr_pairs,
                         bootstrap, level, seed)
     metrics = [f"bkr@{k}" for k in ks] + ([f"xlr@{k}" for k in ks] if groups is not None else [])
     metrics += ["corr"] if with_corr else []

@@ -83,7 +83,7 @@ def protocol_seed(
     out = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     out.update({f"xlr@{k}": xlr[f"xlr@{k}"] for k in ks})
     out["hub_share"], out["hub_skewness"] = bkr["hubness"]["hub_share"], bkr["hubness"]["skewness"]
-    terms = corr_terms(s_txt, s_img, t_txt, t_img, max_pairs=corr_pairs, seed=seed)
+    terms = corr_terms(s_txt, s_img, t_txt, t_img, corr_pairs=corr_pairs, seed=seed)
     corr = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], len(src_idx), max(bootstrap, 1),
                          level, seed)
     out["corr"] = corr["value"]

@@ -236,7 +236,7 @@ def score(
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     intervals = recall_intervals(bkr, bootstrap, level, seed) if bootstrap > 0 else {}
     if images.src_img is not None:
-        ci = corr_with_interval(src_arr, images.src_img, tgt_arr, images.tgt_img, max_pairs=corr_pairs,
+        ci = corr_with_interval(src_arr, images.src_img, tgt_arr, images.tgt_img, corr_pairs=corr_pairs,
                                 bootstrap=bootstrap, level=level, seed=seed)
         metrics["corr"] = ci["value"]
         if bootstrap > 0:

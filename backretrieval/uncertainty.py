@@ -40,6 +40,7 @@ import numpy as np
 from scipy import stats
 
 from .errors import BackRetrievalError, option
+from .renamed import renamed_keywords
 
 DEFAULT_BOOTSTRAP = 1000  # replicates; the percentile interval's Monte Carlo error is ~0.1 point at 95%
 DEFAULT_LEVEL = 0.95
@@ -144,19 +145,20 @@ def percentile_interval(replicates: np.ndarray, level: float = DEFAULT_LEVEL) ->
     return float(lo), float(hi)
 
 
+@renamed_keywords(n_boot="bootstrap")
 def recall_interval(
-    hits: Hits, n_boot: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0, bounded: bool = True
+    hits: Hits, bootstrap: int = DEFAULT_BOOTSTRAP, level: float = DEFAULT_LEVEL, seed: int = 0, bounded: bool = True
 ) -> dict[str, float]:
     """Bootstrap interval of a Recall@K from its per-query hit vector ``(N,)`` (values in [0, 1]: ranks refused;
     ``bounded=False``: any finite values, e.g. hits weighted so that their plain mean is a mean over languages).
 
     Returns ``{"value": mean(hits), "lo", "hi", "se"}`` (``se``: the replicates' std).
     """
-    _check(n_boot, level)
+    _check(bootstrap, level)
     h = _hits("hits", hits, bounded)
-    reps = bootstrap_means(h, n_boot, seed)
+    reps = bootstrap_means(h, bootstrap, seed)
     lo, hi = percentile_interval(reps, level)
-    return {"value": float(h.mean()), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if n_boot > 1 else 0.0}
+    return {"value": float(h.mean()), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if bootstrap > 1 else 0.0}
 
 
 def recall_intervals(
@@ -167,12 +169,13 @@ def recall_intervals(
     return {f"{prefix}@{k}": recall_interval(h, n_boot, level, seed) for k, h in result["hits"].items()}
 
 
+@renamed_keywords(n_boot="bootstrap")
 def corr_interval(
     text_dist: np.ndarray,
     image_dist: np.ndarray,
     query_of_pair: np.ndarray,
     n_queries: int,
-    n_boot: int = DEFAULT_BOOTSTRAP,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
 ) -> dict[str, float]:
@@ -188,7 +191,7 @@ def corr_interval(
     correlation with a constant undefined; :func:`backretrieval.metric.corr_score` gives 0 too). A replicate
     that draws no pair, or only pairs of equal distances, is left out.
     """
-    _check(n_boot, level)
+    _check(bootstrap, level)
     x = stats.rankdata(text_dist)
     y = stats.rankdata(image_dist)
     if not (x.std() > 0 and y.std() > 0):
@@ -198,7 +201,7 @@ def corr_interval(
     q = np.asarray(query_of_pair, dtype=np.int64)
     terms = np.stack([np.bincount(q, weights=v, minlength=n_queries)
                       for v in (np.ones_like(x), x, y, x * x, y * y, x * y)], axis=1)  # (Nq, 6)
-    sums = np.concatenate([w @ terms for w in bootstrap_weights(n_queries, n_boot, seed)])
+    sums = np.concatenate([w @ terms for w in bootstrap_weights(n_queries, bootstrap, seed)])
     n, sx, sy, sxx, syy, sxy = sums.T
     with np.errstate(invalid="ignore", divide="ignore"):  # a replicate with no pair, or with constant ranks
         cov = sxy / n - sx * sy / n**2
@@ -251,12 +254,13 @@ def _paired(hits_a: Hits, hits_b: Hits, bounded: bool = True) -> tuple[np.ndarra
     return a, b
 
 
+@renamed_keywords(n_boot="bootstrap")
 def compare_hits(
     hits_a: Hits,
     hits_b: Hits,
     tests: Sequence[str] = TESTS,
     alpha: float = DEFAULT_ALPHA,
-    n_boot: int = DEFAULT_BOOTSTRAP,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
 ) -> dict:
@@ -278,8 +282,8 @@ def compare_hits(
             raise BackRetrievalError(f"{name}: expected a 1-D per-query hit vector, got shape {np.shape(hits)}")
     a, b = _paired(hits_a, hits_b)  # values outside [0, 1] (ranks) refused
     if "bootstrap" in tests:
-        _check(n_boot, level)
-        check_alpha(alpha, n_boot)
+        _check(bootstrap, level)
+        check_alpha(alpha, bootstrap)
     out: dict = {"a": float(a.mean()), "b": float(b.mean()), "diff": float(a.mean() - b.mean()), "n_queries": len(a)}
     p_values = []
     if "mcnemar" in tests:
@@ -288,7 +292,7 @@ def compare_hits(
         if binary:
             p_values.append(out["mcnemar"]["p_value"])
     if "bootstrap" in tests:
-        out["bootstrap"] = paired_bootstrap(a, b, n_boot, level, seed)
+        out["bootstrap"] = paired_bootstrap(a, b, bootstrap, level, seed)
         p_values.append(out["bootstrap"]["p_value"])
     if not p_values:
         raise BackRetrievalError("compare: McNemar needs 0/1 hits (ties='expected' gives fractions); add the bootstrap")
@@ -297,18 +301,19 @@ def compare_hits(
     return out
 
 
+@renamed_keywords(n_boot="bootstrap")
 def p_better(
     hits_new: Hits,
     hits_best: Hits,
     test: str = "mcnemar",
-    n_boot: int = DEFAULT_BOOTSTRAP,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
 ) -> float:
     """One-sided p-value of "new > best" on paired per-query hits (H0: same recall).
 
     ``"mcnemar"``: exact one-sided binomial test on the discordant queries (1.0 when there
     are none; falls back to the bootstrap for fractional hits); ``"bootstrap"``: the paired
-    bootstrap's ``p_greater`` (``n_boot`` replicates, ``seed``).
+    bootstrap's ``p_greater`` (``bootstrap`` replicates, ``seed``).
     """
     if test not in TESTS:
         raise BackRetrievalError(f"test: expected None or one of {', '.join(TESTS)}, got {test!r}")
@@ -319,15 +324,16 @@ def p_better(
         if only_new + only_best == 0:
             return 1.0
         return float(stats.binomtest(only_new, only_new + only_best, 0.5, alternative="greater").pvalue)
-    return float(paired_bootstrap(new, best, n_boot, DEFAULT_LEVEL, seed)["p_greater"])
+    return float(paired_bootstrap(new, best, bootstrap, DEFAULT_LEVEL, seed)["p_greater"])
 
 
+@renamed_keywords(n_boot="bootstrap")
 def better_beyond_noise(
     hits_new: Hits,
     hits_best: Hits | None,
     alpha: float = DEFAULT_ALPHA,
     test: str | None = "mcnemar",
-    n_boot: int = DEFAULT_BOOTSTRAP,
+    bootstrap: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
 ) -> bool:
     """Checkpoint selection: should a new checkpoint replace the current best?
@@ -348,4 +354,4 @@ def better_beyond_noise(
         return False
     if test is None:
         return True
-    return p_better(new, best, test, n_boot, seed) < alpha
+    return p_better(new, best, test, bootstrap, seed) < alpha

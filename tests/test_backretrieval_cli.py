@@ -161,7 +161,7 @@ def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, cap
     out = tmp_path / "eval"
     run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
     assert main([*run, "--languages", "en,de", "--out", str(out)]) == 0
-    lib = evaluate_split(small_split / "test", ["random:8"], langs=["en", "de"], bootstrap=0, progress=False)
+    lib = evaluate_split(small_split / "test", ["random:8"], languages=["en", "de"], bootstrap=0, progress=False)
     record = without_versions(json.loads((out / "results.json").read_text()))
     assert record == lib.to_record(record["inputs"]) and record["inputs"]["languages"] == ["en", "de"]
     capsys.readouterr()

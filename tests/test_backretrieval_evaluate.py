@@ -74,7 +74,7 @@ def test_npy_without_sidecar_takes_rows_in_shard_order(parallel_split, tmp_path)
 def test_unknown_language_and_repeated_model_are_named(parallel_split):
     root, *_ = parallel_split
     with pytest.raises(BackRetrievalError, match=r"\['xx'\].*'de', 'en', 'fr'"):
-        evaluate_split(root / "test", ["random:4"], langs=["en", "xx"], progress=False)
+        evaluate_split(root / "test", ["random:4"], languages=["en", "xx"], progress=False)
     with pytest.raises(BackRetrievalError, match="model 'random:4' given twice"):
         evaluate_split(root / "test", ["random:4", "random:4"], progress=False)
 
@@ -218,8 +218,8 @@ def test_one_string_for_the_models_or_languages_is_refused(parallel_split):
                                                  r"got one str "
                                                  r"\('random:12'\); wrap it in a list$"):
         evaluate_split(root / "test", "random:12", progress=False)
-    with pytest.raises(BackRetrievalError, match=r"^langs: expected a sequence of language codes, got one str"):
-        evaluate_split(root / "test", ["random:12"], langs="en", progress=False)
+    with pytest.raises(BackRetrievalError, match=r"^languages: expected a sequence of language codes, got one str"):
+        evaluate_split(root / "test", ["random:12"], languages="en", progress=False)
 
 
 @pytest.mark.parametrize("langs", [["en"] * 6, ["en", "de"] * 3])

@@ -227,7 +227,7 @@ def test_corr_score_matches_scipy_on_all_pairs_and_sampling():
     # a sample of the pairs estimates the all-pairs value
     big = [rng.standard_normal((300, 8)) for _ in range(2)]
     full = corr_score(big[0], big[0] + 0.5 * rng.standard_normal((300, 8)), big[1], big[1])
-    sampled = corr_score(big[0], big[0] + 0.5 * rng.standard_normal((300, 8)), big[1], big[1], max_pairs=20_000)
+    sampled = corr_score(big[0], big[0] + 0.5 * rng.standard_normal((300, 8)), big[1], big[1], corr_pairs=20_000)
     assert 0.3 < full and sampled == pytest.approx(full, abs=0.05)
 
 
@@ -351,8 +351,8 @@ def test_xlr_ground_truth_must_be_integer_indices():
 
 def test_corr_needs_at_least_one_pair():
     x = np.random.default_rng(11).standard_normal((5, 3))
-    with pytest.raises(BackRetrievalError, match="max_pairs"):
-        corr_score(x, x, x, x, max_pairs=0)  # was NaN from an empty sample
+    with pytest.raises(BackRetrievalError, match="corr_pairs"):
+        corr_score(x, x, x, x, corr_pairs=0)  # was NaN from an empty sample
 
 
 def test_a_given_text_similarity_replaces_the_embeddings():

@@ -232,7 +232,7 @@ def test_random_g_leaves_bkr_at_chance_while_a_perfect_g_tracks_xlr():
     assert abs(null["models"]["noise0.1"]["mean"]["corr"]) < 0.05  # CORR knows nothing either
 
 
-def test_evaluate_pairs_checks_every_row_naming_texts_emb_and_its_row():
+def test_evaluate_pairs_checks_every_row_naming_text_emb_and_its_row():
     """A NaN row was reported as a pair's src_text/tgt_text with a row number of the pair's subset, or accepted when
     the non-matching split left it out; every row of the inputs is checked first, named as given."""
     rng = np.random.default_rng(0)
@@ -244,7 +244,7 @@ def test_evaluate_pairs_checks_every_row_naming_texts_emb_and_its_row():
     for row in (150, 151):  # one is left out of every pair by the non-matching split
         bad = emb.copy()
         bad[row] = np.nan
-        with pytest.raises(BackRetrievalError, match=rf"^texts_emb: the array has 1 of 200 rows with NaN or inf "
+        with pytest.raises(BackRetrievalError, match=rf"^text_emb: the array has 1 of 200 rows with NaN or inf "
                                                      rf"\(first: row {row}\)"):
             evaluate_pairs(bad, langs, image_feats, ids)
     bad = image_feats.copy()

@@ -40,7 +40,7 @@ def test_recall_interval_contains_the_estimate_and_shrinks_with_n():
     widths = []
     for n in (200, 2000, 20000):
         hits = (rng.random(n) < 0.3).astype(float)
-        ci = recall_interval(hits, n_boot=500, seed=0)
+        ci = recall_interval(hits, bootstrap=500, seed=0)
         assert ci["lo"] <= ci["value"] <= ci["hi"]
         assert ci["value"] == pytest.approx(hits.mean())
         # the binomial standard error sqrt(p (1 - p) / n)
@@ -54,7 +54,7 @@ def test_recall_interval_covers_the_true_recall_at_the_nominal_rate():
     covered = 0
     for trial in range(200):
         hits = (rng.random(400) < 0.2).astype(float)
-        ci = recall_interval(hits, n_boot=400, seed=trial)
+        ci = recall_interval(hits, bootstrap=400, seed=trial)
         covered += ci["lo"] <= 0.2 <= ci["hi"]
     assert 0.90 <= covered / 200 <= 0.99
 
@@ -71,8 +71,8 @@ def test_corr_interval_matches_spearman_and_shrinks_with_n():
     widths = []
     for n in (40, 400):
         st, si, tt, ti = _world(rng, n, 1.0)
-        terms = corr_terms(st, si, tt, ti, max_pairs=50_000, seed=0)
-        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], n, n_boot=300)
+        terms = corr_terms(st, si, tt, ti, corr_pairs=50_000, seed=0)
+        ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], n, bootstrap=300)
         rho = stats.spearmanr(terms["text_dist"], terms["image_dist"]).statistic
         assert ci["value"] == pytest.approx(rho, abs=1e-6)
         assert ci["lo"] <= ci["value"] <= ci["hi"]
@@ -88,13 +88,13 @@ def test_corr_of_a_collapsed_model_is_no_association_in_the_library_and_the_inte
     rng = np.random.default_rng(5)
     st, si, tt, ti = _world(rng, 60, 1.0)
     same = np.tile(st[:1], (60, 1))
-    terms = corr_terms(same, si, same, ti, max_pairs=50_000, seed=0)
-    ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], 60, n_boot=50)
+    terms = corr_terms(same, si, same, ti, corr_pairs=50_000, seed=0)
+    ci = corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], 60, bootstrap=50)
     assert ci == {"value": 0.0, "lo": 0.0, "hi": 0.0, "se": 0.0}
     assert corr_score(same, si, same, ti) == 0.0
     # three pairs of 60 queries: most replicates draw none; those are left out without a warning
-    terms = corr_terms(st, si, tt, ti, max_pairs=3, seed=0)
-    corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], 60, n_boot=50)
+    terms = corr_terms(st, si, tt, ti, corr_pairs=3, seed=0)
+    corr_interval(terms["text_dist"], terms["image_dist"], terms["query"], 60, bootstrap=50)
     assert not [w for w in recwarn if issubclass(w.category, (RuntimeWarning, stats.ConstantInputWarning))]
 
 
@@ -176,8 +176,8 @@ def test_better_beyond_noise_keeps_the_best_unless_clearly_better():
 def test_compare_hits_refuses_an_alpha_below_the_bootstraps_smallest_p_value():
     a, b = np.ones(400), np.zeros(400)
     with pytest.raises(BackRetrievalError, match="raise bootstrap to at least 2000"):
-        compare_hits(a, b, alpha=0.001, n_boot=1000)
-    res = compare_hits(a, b, alpha=0.003, n_boot=1000)  # 2 / 1001 < 0.003: reachable
+        compare_hits(a, b, alpha=0.001, bootstrap=1000)
+    res = compare_hits(a, b, alpha=0.003, bootstrap=1000)  # 2 / 1001 < 0.003: reachable
     assert res["bootstrap"]["p_value"] == pytest.approx(2 / 1001) and res["verdict"] == "A"
     assert compare_hits(a, b, tests=["mcnemar"], alpha=0.001)["verdict"] == "A"  # McNemar alone: no such floor
 

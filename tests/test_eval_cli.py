@@ -157,7 +157,7 @@ def test_sentence_command_writes_record_and_plots(world, fake, tmp_path):
 
 
 def test_every_eval_record_names_the_versions_it_was_made_with(world, tmp_path):
-    """No record held a version: two records of other code or another torch read alike. Result.to_dict, the one
+    """No record held a version: two records of other code or another torch read alike. Result.to_record, the one
     writer of every eval.py record, now adds the package's, torch's and Python's versions."""
     import platform
 

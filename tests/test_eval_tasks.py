@@ -48,7 +48,7 @@ def test_word_translation_with_a_lexicon_scores_each_ranking_and_refinement(worl
     matrix = result.arrays["recall"]["nn/none"]
     assert result.arrays["languages"] == ["de", "en", "fr"] and np.isnan(np.diag(matrix)).all()
     assert np.nanmin(matrix) == 1.0
-    record = result.to_dict()
+    record = result.to_record()
     assert record["config"]["methods"] == ["nn", "csls"] and "arrays" not in record
 
 
@@ -79,8 +79,8 @@ def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
         assert inspect.signature(call).parameters["model"].annotation == "ModelLike", call.__module__
     given = {"dictionary": world / "dictionary", "methods": ("nn",), "name": "fake"}
     positional = evaluate_word_translation(FakeEncoder(), world / "test", **given)
-    assert positional.to_dict()["metrics"] == evaluate_word_translation(FakeEncoder(), split=world / "test",
-                                                                        **given).to_dict()["metrics"]
+    assert positional.to_record()["metrics"] == evaluate_word_translation(FakeEncoder(), split=world / "test",
+                                                                        **given).to_record()["metrics"]
     with pytest.raises(TypeError, match="^languages: expected a sequence"):  # the arguments were taken: then checked
         select_ranking(FakeEncoder(), world / "train", languages="en,de")
 
@@ -225,7 +225,7 @@ def test_correspondence_trains_a_probe_on_the_seen_languages(tmp_path):
 
     split = _write_split(tmp_path / "split", {"en": EN, "de": DE, "el": EL, "zh": ZH})
     encoder = TokenEncoder()
-    result = evaluate_correspondence(encoder, split, probe_seeds=(0, 1), epochs=1, max_per_language=60)
+    result = evaluate_correspondence(encoder, split, probe_seeds=(0, 1), epochs=1, max_per_lang=60)
     m, d = result.metrics, result.details
     assert d["seen_languages"] == ["de", "el"] and d["unseen_languages"] == ["en", "zh"]
     assert result.languages == ["de", "el", "en", "zh"] and [r["seed"] for r in d["per_seed"]] == [0, 1]

@@ -128,7 +128,7 @@ def test_compare_hits_refuses_what_is_no_hit_vector():
     with pytest.raises(BackRetrievalError, match=r"alpha must be in \(0, 1\)"):
         br.compare_hits(a, b, alpha=5)
     with pytest.raises(BackRetrievalError, match="number of replicates must be >= 1, got 0"):
-        br.compare_hits(a, b, n_boot=0)
+        br.compare_hits(a, b, bootstrap=0)
     assert "bootstrap" not in br.compare_hits(a, b, tests="mcnemar")  # one name, not its letters
 
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # before any work: a refusal then costs nothing (XLR's heat maps depend on the split's groups, unread yet)
     writable_outputs(args.out_dir, ["results.json", f"boxplot_bkr{max(args.ks)}.png",
                                     *(f"heatmap_{plot_name(label)}_bkr{k}.png" for label in labels for k in args.ks)])
-    result = evaluate_split(args.data, specs, extractor=extractor(args), langs=args.languages,
+    result = evaluate_split(args.data, specs, extractor=extractor(args), languages=args.languages,
                             max_per_lang=args.max_per_language, online=args.online, progress=not args.no_progress,
                             **metric_options(args))
     out_dir = make_dir(args.out_dir, "--out")

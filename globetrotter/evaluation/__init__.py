@@ -20,6 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backretrieval.renamed import renamed_keywords
+
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
 from .ranking import Ranking, ScoringContext, SentenceScorer
@@ -47,7 +49,8 @@ if TYPE_CHECKING:  # the encoder module imports torch
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
 
 
-def sentence_translation_score(encoder: Encoder, split_dir: str | Path, n_groups: int = 200, seed: int = 0,
+@renamed_keywords(split_dir="split")
+def sentence_translation_score(encoder: Encoder, split: str | Path, n_groups: int = 200, seed: int = 0,
                                batch_size: int = 256) -> dict:
     """Sentence translation accuracy of ``encoder`` on a parallel split (paper 5.2).
 
@@ -62,11 +65,11 @@ def sentence_translation_score(encoder: Encoder, split_dir: str | Path, n_groups
     per_language = getattr(encoder, "needs_language", False)  # the Sigurdsson baseline: one word table per language
     # ... so it is scored on the split's languages it has a table for (a held-out language has none)
     known = tuple(encoder.model.cfg.languages) if per_language else None
-    key = (str(Path(split_dir).resolve()), read_manifest(split_dir).get("checksum"), n_groups, seed, known)
+    key = (str(Path(split).resolve()), read_manifest(split).get("checksum"), n_groups, seed, known)
     if key not in _PARALLEL_CACHE:
-        metas = read_captions(split_dir)
+        metas = read_captions(split)
         languages = None if known is None else sorted({m["lang"] for m in metas} & set(known))
-        _PARALLEL_CACHE[key] = parallel_set(metas, languages, n_groups=n_groups, seed=seed, where=str(split_dir))
+        _PARALLEL_CACHE[key] = parallel_set(metas, languages, n_groups=n_groups, seed=seed, where=str(split))
     ps = _PARALLEL_CACHE[key]
     langs = {"langs": list(ps.langs)} if per_language else {}
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head="text", **langs)

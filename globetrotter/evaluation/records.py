@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from backretrieval.files import json_ready, json_text
+from backretrieval.renamed import RenamedMethod
 
 
 DEFAULT_OUT = "eval_out"  # where the eval.py sub-commands write their records unless --out says otherwise
@@ -54,7 +55,7 @@ def versions() -> dict:
 @dataclass
 class Result:
     """One evaluation's outcome: ``metrics`` (what a table shows), ``details`` (everything needed to read them) and
-    the ``config`` that reproduces it. ``to_dict`` is the JSON record."""
+    the ``config`` that reproduces it. ``to_record`` is the JSON record (``to_dict``: its old name, deprecated)."""
 
     task: str
     metrics: dict
@@ -67,12 +68,14 @@ class Result:
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     arrays: dict = field(default_factory=dict, repr=False)  # numpy results for plots; not part of the record
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> dict:
         """The strict-JSON record (numpy values converted, NaN as null)."""
         record = asdict(self)
         del record["arrays"]
         record["versions"] = versions()
         return jsonable(record)
+
+    to_dict = RenamedMethod("to_record")  # the old name, for one release
 
     @property
     def name(self) -> str:
@@ -83,7 +86,7 @@ class Result:
         """Write ``out/<task>-<model>.json`` (atomically) and append the summary to ``out/results.jsonl``."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        record = self.to_dict()
+        record = self.to_record()
         path = record_path(out, self.task, self.model.get("name"))
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json_text(record, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -16,6 +16,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
+from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
 from .records import dataset_info
@@ -112,9 +113,10 @@ def choice_reference(val: str | Path, reference: str | Path | None = None) -> Pa
     return reference_split(val, reference)
 
 
+@renamed_keywords(max_per_language="max_per_lang")
 def read_reference(split: str | Path, languages: Sequence[str],
-                   max_per_language: int | None = DEFAULT_SIZE) -> ReferencePool:
-    """The captions of ``split`` in ``languages``: at most ``max_per_language`` each, a sample drawn per language
+                   max_per_lang: int | None = DEFAULT_SIZE) -> ReferencePool:
+    """The captions of ``split`` in ``languages``: at most ``max_per_lang`` each, a sample drawn per language
     with :data:`SAMPLE_SEED`, so that a language's captions are the same whichever other languages are read.
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
@@ -139,9 +141,9 @@ def read_reference(split: str | Path, languages: Sequence[str],
     captions, langs = [], []
     for lang in sorted(set(languages)):
         texts = by_lang[lang]
-        if max_per_language is not None and len(texts) > max_per_language:
+        if max_per_lang is not None and len(texts) > max_per_lang:
             rng = np.random.default_rng(SAMPLE_SEED)
-            texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_language, replace=False))]
+            texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_lang, replace=False))]
         captions += texts
         langs += [lang] * len(texts)
     return ReferencePool(captions, np.array(langs), str(split), dataset_info(split)["checksum"])

@@ -14,6 +14,7 @@ import faiss
 import numpy as np
 import torch
 
+from backretrieval.renamed import renamed_keywords
 from backretrieval.uncertainty import recall_interval
 
 from globetrotter.errors import UserError
@@ -130,9 +131,10 @@ def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int 
     return {"metrics": rank_metrics(ranks, ks), "intervals": intervals}
 
 
-def chance_recall(num_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
-    """Recall@K of a random ranking: ``K / num_images``."""
-    return {f"image_retrieval_recall@{k}": min(1.0, k / num_images) for k in ks}
+@renamed_keywords(num_images="n_images")
+def chance_recall(n_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
+    """Recall@K of a random ranking: ``K / n_images``."""
+    return {f"image_retrieval_recall@{k}": min(1.0, k / n_images) for k in ks}
 
 
 def zero_shot_recall(

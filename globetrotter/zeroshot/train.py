@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from backretrieval.files import json_text
+from backretrieval.renamed import renamed_keywords
 
 from globetrotter.config_io import from_dict, read_yaml, save_config
 from globetrotter.errors import UserError
@@ -229,27 +230,28 @@ def train_on_split(
     }
 
 
-def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out_dir: str | Path, **meta) -> Path:
+@renamed_keywords(out_dir="out")
+def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out: str | Path, **meta) -> Path:
     """Write ``adapter.safetensors``, the resolved ``config.yaml`` and ``meta.json``.
 
     ``meta.json`` holds the adapter's architecture (read back by :func:`load_adapter`) and
     the extra ``meta`` (training split, history, ...).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in adapter.state_dict().items()}
-    tmp = out_dir / (WEIGHTS + ".tmp")
+    tmp = out / (WEIGHTS + ".tmp")
     save_weights(state, tmp)  # as the umask allows: safetensors writes 0600, the other files were 0644
-    tmp.replace(out_dir / WEIGHTS)
-    save_config(config, out_dir / CONFIG)
+    tmp.replace(out / WEIGHTS)
+    save_config(config, out / CONFIG)
     info = {"form": adapter.form, "normalize_output": adapter.normalize_output, "text_dim": adapter.text_dim,
             "image_dim": adapter.image_dim,
             "hidden_dims": adapter.hidden_dims,
             "dropout": adapter.dropout, "output_scale": float(adapter.output_scale), **meta}
-    tmp = out_dir / (META + ".tmp")
+    tmp = out / (META + ".tmp")
     tmp.write_text(json_text(info, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(out_dir / META)  # written last: a checkpoint with a meta.json is a whole one
-    return out_dir
+    tmp.replace(out / META)  # written last: a checkpoint with a meta.json is a whole one
+    return out
 
 
 GLOBETROTTER_PREFIX = "globetrotter:"  # a text encoder spec naming a Globetrotter run or checkpoint folder

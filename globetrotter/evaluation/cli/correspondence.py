@@ -31,7 +31,7 @@ _CORRESPONDENCE_HELP = (
 def _correspondence(args: argparse.Namespace) -> int:
     result = correspondence_task.evaluate(
         args.model, args.split, languages=args.languages, seen=args.seen,
-        max_per_language=args.max_per_language, test_fraction=args.test_fraction, min_units=args.min_units,
+        max_per_lang=args.max_per_language, test_fraction=args.test_fraction, min_units=args.min_units,
         epochs=args.epochs, probe_batch_size=args.probe_batch_size, lr=args.lr, probe_seeds=args.probe_seeds,
         seed=args.seed, batch_size=args.batch_size, name=args.name, device=args.device)
     m, d = result.metrics, result.details

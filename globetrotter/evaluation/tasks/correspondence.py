@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
 from ..models import ModelLike, language_kwargs
@@ -16,13 +17,14 @@ from .common import resolve_model
 PARTS = ("train", "seen_test", "unseen_test")
 
 
+@renamed_keywords(max_per_language="max_per_lang")
 def evaluate(
     model: ModelLike,
     split: str | Path,
     *,
     languages: Sequence[str] | None = None,
     seen: Sequence[str] | None = None,
-    max_per_language: int = 2000,
+    max_per_lang: int = 2000,
     test_fraction: float = 0.2,
     min_units: int = 4,
     epochs: int = 3,
@@ -54,7 +56,7 @@ def evaluate(
     if not 0 < lr < float("inf"):
         raise UserError(f"--lr {lr}: expected a learning rate > 0")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,
-                           max_per_language=max_per_language, min_units=min_units)
+                           max_per_language=max_per_lang, min_units=min_units)
     encoder, info = resolve_model(model, name, device)
     if not hasattr(encoder, "encode_tokens"):
         raise UserError(f"correspondence: {model} gives no token-level states (needs a Globetrotter run folder)")
@@ -81,7 +83,7 @@ def evaluate(
                "probe": {"layers": 1, "heads": 1, "d_model": int(feats["train"].states.shape[-1]), "epochs": epochs,
                          "batch_size": probe_batch_size, "lr": lr, "optimizer": "AdamW, one-cycle"}}
     config = {"languages": None if languages is None else list(languages), "seen": task.seen,
-              "max_per_language": max_per_language, "test_fraction": test_fraction, "min_units": min_units,
+              "max_per_language": max_per_lang, "test_fraction": test_fraction, "min_units": min_units,
               "epochs": epochs, "probe_batch_size": probe_batch_size, "lr": lr, "probe_seeds": list(probe_seeds),
               "seed": seed}
     return Result("correspondence", metrics, task.seen + task.unseen, model=info, dataset=dataset_info(split),

@@ -406,7 +406,7 @@ class Choice:
 
     @classmethod
     def from_record(cls, data: dict, source: str = "the select record") -> "Choice":
-        """The choice of a ``select`` record (``Result.to_dict()`` of :func:`select_ranking`, or its JSON read back;
+        """The choice of a ``select`` record (``Result.to_record()`` of :func:`select_ranking`, or its JSON read back;
         the oracle's records have the same form). A record of another form is a one-line error."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("details", "config")):
             raise UserError(f"{source}: not a record of `{_select()}` (expected a JSON object with "
