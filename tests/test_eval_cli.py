@@ -274,6 +274,27 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
 
 
+def test_sentence_scores_with_the_reference_captions_read_alone(world):
+    """`eval.py sentence` reads the reference split once for its image ids (it may show no evaluated image) and its
+    captions (the statistics; it read it twice: test_sentence_reads_the_evaluated_split_once). The record is the one
+    of the captions read by read_reference alone: the same sample, statistics and figures."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import (Ranking, ScoringContext, evaluate_sentence_translation, parallel_set,
+                                         read_reference, sentence_translation)
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    ranking = Ranking("text", 0.0, True, 3)
+    result = evaluate_sentence_translation("tfidf", world / "test", ranking=ranking, reference_size=20)
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    pool = read_reference(world / "train", ps.languages, 20)
+    scorer = ScoringContext(TfidfEncoder(), ps.captions, ps.langs, pool).scorer(ranking)
+    assert result.details["scoring"] == scorer.record and scorer.record["reference"] == pool.record
+    assert pool.record["per_language"] == {"de": 20, "en": 20, "fr": 20}  # sampled: 30 captions each
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)
+    assert result.metrics["sentence_translation"] == expected["accuracy"]
+    assert result.details["per_group"]["hits"] == expected["group_hits"].tolist()
+
+
 def test_the_sentence_record_names_only_the_statistics_that_applied(world, fake, tmp_path):
     """A cosine ranking reads no reference: the record said reference_size 2000 beside reference None; --transductive
     and --reference-size apply where the ranking reads statistics (the TF-IDF baseline's idf)."""
@@ -633,8 +654,8 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
 
 def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path, monkeypatch):
     """The evaluated split was read twice, for its sample and again to check that the reference split shows none of
-    its images; the check now takes the image ids the sample's reading found (the train split, read for the check
-    and, with statistics, for them)."""
+    its images; the check now takes the image ids the sample's reading found. The train split (the reference) was read
+    twice too with statistics, for the check and again for its captions: one pass gives both now."""
     from collections import Counter
 
     from data_prep import shards
@@ -651,7 +672,8 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     assert reads == Counter({"test": 1, "train": 1})
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
-    assert reads == Counter({"test": 1, "train": 2})
+    assert reads == Counter({"test": 1, "train": 1})
+
 
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)
