@@ -126,10 +126,14 @@ class Encoder:
         """How BackRetrieval names this model: ``globetrotter:CHECKPOINT`` (the folder it was loaded from)."""
         return f"globetrotter:{self.checkpoint}" if self.checkpoint is not None else "globetrotter"
 
+    @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(N, D) embeddings of ``texts`` with the head BackRetrieval judges (the text-text head, as the
         ``globetrotter:RUN`` spec): :meth:`encode_text` for :class:`backretrieval.TextEmbedder`."""
-        return self.encode_text(texts, head=BACKRETRIEVAL_HEAD)
+        texts = _check_texts(texts)  # encode_text's steps, not a call of it: the TextsCut warning names our caller
+        out, cut = self._encode_heads(texts, (BACKRETRIEVAL_HEAD,), 256, None)  # encode_text's default batch size
+        _warn_cut(cut, texts, self.cfg.data.max_length)
+        return out[BACKRETRIEVAL_HEAD]
 
     @property
     def needs_language(self) -> bool:

@@ -203,6 +203,25 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
 
 
+def test_every_encoding_method_warns_at_its_caller(encoder):
+    """encode (BackRetrieval's method) called encode_text, whose warning then pointed into encoder.py, a line of the
+    package, instead of the line that called encode. Every encoding method's TextsCut names the caller's file."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+
+    texts = [" ".join(["red square"] * encoder.cfg.data.max_length), "green"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder.encode(texts)
+        encoder.encode_text(texts)
+        encoder.encode_text_heads(texts, ("text", "cross"))
+        encoder.encode_tokens(texts)
+        encoder.encode_words(texts)
+    cut = [w for w in caught if issubclass(w.category, TextsCut)]
+    assert len(cut) == 5 and [w.filename for w in cut] == [__file__] * 5, [(w.filename, w.lineno) for w in cut]
+
+
 def test_a_loaded_model_is_a_backretrieval_embedder_scored_as_its_spec(encoder, tiny_run, tiny_world):
     """evaluate_split(split, {"gt": globetrotter.load(run)}) was AttributeError: 'Encoder' object has no attribute
     'partition': only spec strings were models. The loaded model has BackRetrieval's name and encode (the text head,
