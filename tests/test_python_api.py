@@ -222,6 +222,26 @@ def test_every_encoding_method_warns_at_its_caller(encoder):
     assert len(cut) == 5 and [w.filename for w in cut] == [__file__] * 5, [(w.filename, w.lineno) for w in cut]
 
 
+def test_a_commands_notice_counts_each_text_once(encoder):
+    """A command's one TextsCut notice (texts_cut_once) added the counts of the lists encoded: lists that shared texts
+    (a query among the candidates, the same captions by another method) said more texts cut, and more texts, than the
+    command had. It counts distinct texts."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut, texts_cut_once
+
+    long = " ".join(["red square"] * encoder.cfg.data.max_length)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with texts_cut_once():
+            encoder.encode_text([long, "a red square"])
+            encoder.encode_text([long, "green"])  # overlaps the first list
+            encoder.encode_text([long, "green"], head="cross")  # the same list again
+            encoder.encode_tokens([long])
+    said = [str(w.message) for w in caught if issubclass(w.category, TextsCut)]
+    assert len(said) == 1 and said[0].startswith("1 of 3 text(s) are longer than data.max_length="), said
+
+
 def test_a_loaded_model_is_a_backretrieval_embedder_scored_as_its_spec(encoder, tiny_run, tiny_world):
     """evaluate_split(split, {"gt": globetrotter.load(run)}) was AttributeError: 'Encoder' object has no attribute
     'partition': only spec strings were models. The loaded model has BackRetrieval's name and encode (the text head,
