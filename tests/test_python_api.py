@@ -343,6 +343,43 @@ def test_encoder_is_exported_lazily():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_the_type_hints_of_every_public_callable_resolve():
+    """typing.get_type_hints raised NameError on backretrieval.evaluate_split and correlate_split: the
+    ImageFeatureExtractor of their hints was imported for type checkers only, though backretrieval.images imports
+    numpy and PIL alone; it is imported now. Every public function and class (and the class's methods) of
+    globetrotter, backretrieval and globetrotter.evaluation has hints that resolve; the one name they leave to the
+    caller is Encoder, whose module imports torchvision and timm (`import globetrotter` and globetrotter.evaluation
+    load neither), given as the local namespace as a type checker would have it."""
+    import inspect
+    import typing
+
+    import globetrotter.evaluation as evaluation
+    from globetrotter.encoder import Encoder
+
+    def callables(value, label: str):
+        if inspect.isfunction(value):
+            yield label, value
+        elif inspect.isclass(value):
+            yield label, value
+            for name, member in vars(value).items():
+                member = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                if inspect.isfunction(member) and (not name.startswith("_") or name == "__init__"):
+                    yield f"{label}.{name}", member
+
+    checked = []
+    for module in (globetrotter, br, evaluation):
+        for name in module.__all__:
+            for label, value in callables(getattr(module, name), f"{module.__name__}.{name}"):
+                try:
+                    typing.get_type_hints(value, localns={"Encoder": Encoder})
+                except Exception as err:  # any failure, named with its callable
+                    pytest.fail(f"typing.get_type_hints({label}): {type(err).__name__}: {err}")
+                checked.append(label)
+    assert {"globetrotter.load", "backretrieval.evaluate_split", "backretrieval.correlate_split",
+            "globetrotter.evaluation.evaluate_sentence_translation", "globetrotter.Encoder.encode_text"} <= set(checked)
+    assert len(checked) > 100, len(checked)
+
+
 def _python_block(doc: str, marker: str) -> str:
     """The ```python block of ``doc`` (a path in the repository) that holds ``marker``."""
     blocks = re.findall(r"```python\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), flags=re.S)
