@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs,
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
+from .images import ImageFeatureExtractor  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
 from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
 from .pairs import check_pair_options, evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
@@ -38,9 +39,6 @@ from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matc
 from .renamed import renamed_keywords
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
-
-if TYPE_CHECKING:  # torch/timm are imported only when images need features
-    from .images import ImageFeatureExtractor
 
 DEFAULT_PROTOCOL_N = 10_000  # items per side and seed (paper 3.1), at most half the pair's items
 # a text model: a spec string (load_embedder) or an object with .name and .encode(texts) (TextEmbedder)

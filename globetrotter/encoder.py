@@ -38,8 +38,8 @@ class TextsCut(Notice, BackRetrievalWarning):
     BackRetrieval warning too, for ``backretrieval ... --model globetrotter:RUN``)."""
 
 
-_CUT_TALLY: ContextVar[dict[tuple[int, int], tuple[int, int]] | None] = ContextVar("texts_cut_tally", default=None)
-"""Inside :func:`texts_cut_once`: ``(max_length, hash of the texts) -> (cut, total)`` of each list of texts encoded."""
+_CUT_TALLY: ContextVar[dict[int, tuple[set[str], set[str]]] | None] = ContextVar("texts_cut_tally", default=None)
+"""Inside :func:`texts_cut_once`: ``max_length -> (texts cut, texts encoded)``, the distinct texts of every call."""
 
 
 def _cut_message(cut: int, total: int, max_length: int) -> str:
@@ -47,35 +47,44 @@ def _cut_message(cut: int, total: int, max_length: int) -> str:
             f"training: the tokens past it do not change their embeddings")
 
 
-def _warn_cut(cut: int, texts: Sequence[str], max_length: int) -> None:
-    """One :class:`TextsCut` warning for a call that cut ``cut`` of its ``texts`` (none when nothing was cut); the
-    same count again from the same place is shown once (Python's default filter), so a validation repeated through a
-    run says it once. Inside :func:`texts_cut_once` the call is tallied instead, and said at the block's end."""
+def _warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None:
+    """One :class:`TextsCut` warning for a call that cut the texts ``cut`` of its ``texts`` (none when nothing was
+    cut); the same count again from the same place is shown once (Python's default filter), so a validation repeated
+    through a run says it once. Inside :func:`texts_cut_once` the call is tallied instead, and said at the block's
+    end. The warning points at the caller of the method that calls this one, a method wrapped by ``torch.no_grad``."""
     tally = _CUT_TALLY.get()
-    if tally is not None:
-        key = (max_length, hash(tuple(texts)))  # the same texts encoded again (another head, another model): once
-        tally[key] = (max(cut, tally.get(key, (0, 0))[0]), len(texts))
+    if tally is not None:  # a text encoded again (in another list, by another head or model) counts once
+        cut_texts, seen = tally.setdefault(max_length, (set(), set()))
+        cut_texts.update(cut)
+        seen.update(texts)
     elif cut:
-        warnings.warn(_cut_message(cut, len(texts), max_length), TextsCut,
+        warnings.warn(_cut_message(len(cut), len(texts), max_length), TextsCut,
                       stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
+
+
+def _encode_batch(tokenizer, texts: list[str], max_length: int,
+                  cut: list[str]) -> tuple[list[list[int]], list[list[int]]]:
+    """:func:`~.tokenizer.encode_batch` of ``texts``; those longer than ``max_length`` tokens appended to ``cut``."""
+    at: list[int] = []
+    ids, mask = encode_batch(tokenizer, texts, max_length, at)
+    cut.extend(texts[i] for i in at)
+    return ids, mask
 
 
 @contextmanager
 def texts_cut_once() -> Iterator[None]:
     """One command's :class:`TextsCut` notice: the encoding calls within this block (per split, language, head or
-    model) are one warning at its end, ``CUT of TOTAL text(s)`` over the distinct lists of texts encoded (one per
-    ``data.max_length`` where models differ), not one per call."""
-    tally: dict[tuple[int, int], tuple[int, int]] = {}
+    model) are one warning at its end, ``CUT of TOTAL text(s)`` over the distinct texts encoded (a text in several
+    calls counts once; one warning per ``data.max_length`` where models differ), not one per call."""
+    tally: dict[int, tuple[set[str], set[str]]] = {}
     token = _CUT_TALLY.set(tally)
     try:
         yield
     finally:
         _CUT_TALLY.reset(token)
-        for max_length in sorted({length for length, _ in tally}):
-            counts = [count for (length, _), count in tally.items() if length == max_length]
-            cut = sum(c for c, _ in counts)
+        for max_length, (cut, seen) in sorted(tally.items()):
             if cut:
-                warnings.warn(_cut_message(cut, sum(n for _, n in counts), max_length), TextsCut, stacklevel=3)
+                warnings.warn(_cut_message(len(cut), len(seen), max_length), TextsCut, stacklevel=3)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
@@ -126,10 +135,14 @@ class Encoder:
         """How BackRetrieval names this model: ``globetrotter:CHECKPOINT`` (the folder it was loaded from)."""
         return f"globetrotter:{self.checkpoint}" if self.checkpoint is not None else "globetrotter"
 
+    @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(N, D) embeddings of ``texts`` with the head BackRetrieval judges (the text-text head, as the
         ``globetrotter:RUN`` spec): :meth:`encode_text` for :class:`backretrieval.TextEmbedder`."""
-        return self.encode_text(texts, head=BACKRETRIEVAL_HEAD)
+        texts = _check_texts(texts)  # encode_text's steps, not a call of it: the TextsCut warning names our caller
+        out, cut = self._encode_heads(texts, (BACKRETRIEVAL_HEAD,), 256, None)  # encode_text's default batch size
+        _warn_cut(cut, texts, self.cfg.data.max_length)
+        return out[BACKRETRIEVAL_HEAD]
 
     @property
     def needs_language(self) -> bool:
@@ -176,8 +189,8 @@ class Encoder:
         return out
 
     def _encode_heads(self, texts: list[str], heads: Sequence[str], batch_size: int,
-                      langs: str | Sequence[str] | None) -> tuple[dict[str, np.ndarray], int]:
-        """:meth:`encode_text_heads`' embeddings of ``texts`` (checked by the caller) and how many were cut (the
+                      langs: str | Sequence[str] | None) -> tuple[dict[str, np.ndarray], list[str]]:
+        """:meth:`encode_text_heads`' embeddings of ``texts`` (checked by the caller) and the texts that were cut (the
         callers warn: the warning points at their caller)."""
         _check_batch_size(batch_size)
         heads = list(dict.fromkeys(heads))
@@ -190,10 +203,10 @@ class Encoder:
         out = {head: np.zeros((len(texts), self.embed_dim(head)), np.float32) for head in heads}
         # batches of similar lengths (by characters): less padding; rows put back
         order = np.argsort([len(t) for t in texts], kind="stable")
-        cut: list[int] = []
+        cut: list[str] = []
         for i in range(0, len(texts), batch_size):
             rows = order[i : i + batch_size]
-            ids, mask = encode_batch(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length, cut)
+            ids, mask = _encode_batch(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length, cut)
             ids_t = torch.tensor(ids, device=self.device)
             mask_t = torch.tensor(mask, device=self.device)
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
@@ -201,7 +214,7 @@ class Encoder:
             for head in heads:
                 x, proj = sentence if poolings[head] == "sentence" else mean, projs[head]
                 out[head][rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
-        return out, len(cut)
+        return out, cut
 
     @torch.no_grad()
     def encode_tokens(self, texts: Sequence[str], batch_size: int = 256,
@@ -218,11 +231,11 @@ class Encoder:
         lang_ids = self._lang_ids(langs, len(texts))
         chunks, cut = [], []
         for i in range(0, len(texts), batch_size):
-            ids, mask = encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length, cut)
+            ids, mask = _encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             states = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
             chunks.append((states.float().cpu().numpy(), np.asarray(mask, np.int64)))
-        _warn_cut(len(cut), texts, self.cfg.data.max_length)
+        _warn_cut(cut, texts, self.cfg.data.max_length)
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
         states = np.zeros((len(texts), width, d), np.float32)
@@ -318,7 +331,7 @@ class Encoder:
         lang_ids = self._lang_ids(langs, len(words))
         out, cut = [], []
         for i in range(0, len(words), batch_size):
-            ids, mask = encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length, cut)
+            ids, mask = _encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             if lang_ids is not None:
                 vectors = self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0]
@@ -327,7 +340,7 @@ class Encoder:
                 m = mask_t[:, 1:].unsqueeze(-1).float()
                 vectors = (states * m).sum(1) / m.sum(1).clamp_min(1)
             out.append(F.normalize(vectors.float(), dim=-1).cpu())
-        _warn_cut(len(cut), words, self.cfg.data.max_length)
+        _warn_cut(cut, words, self.cfg.data.max_length)
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 

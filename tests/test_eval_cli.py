@@ -274,6 +274,27 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
 
 
+def test_sentence_scores_with_the_reference_captions_read_alone(world):
+    """`eval.py sentence` reads the reference split once for its image ids (it may show no evaluated image) and its
+    captions (the statistics; it read it twice: test_sentence_reads_the_evaluated_split_once). The record is the one
+    of the captions read by read_reference alone: the same sample, statistics and figures."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import (Ranking, ScoringContext, evaluate_sentence_translation, parallel_set,
+                                         read_reference, sentence_translation)
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    ranking = Ranking("text", 0.0, True, 3)
+    result = evaluate_sentence_translation("tfidf", world / "test", ranking=ranking, reference_size=20)
+    ps = parallel_set(read_captions(world / "test"), n_groups=200, seed=0)
+    pool = read_reference(world / "train", ps.languages, 20)
+    scorer = ScoringContext(TfidfEncoder(), ps.captions, ps.langs, pool).scorer(ranking)
+    assert result.details["scoring"] == scorer.record and scorer.record["reference"] == pool.record
+    assert pool.record["per_language"] == {"de": 20, "en": 20, "fr": 20}  # sampled: 30 captions each
+    expected = sentence_translation(scorer, ps.langs, ps.groups, tie_seed=0)
+    assert result.metrics["sentence_translation"] == expected["accuracy"]
+    assert result.details["per_group"]["hits"] == expected["group_hits"].tolist()
+
+
 def test_the_sentence_record_names_only_the_statistics_that_applied(world, fake, tmp_path):
     """A cosine ranking reads no reference: the record said reference_size 2000 beside reference None; --transductive
     and --reference-size apply where the ranking reads statistics (the TF-IDF baseline's idf)."""
@@ -307,22 +328,25 @@ def test_select_says_its_cut_captions_once_per_command_not_once_per_head_or_spli
                                                                                   capsys):
     """select encodes the val captions once per head (text, cross) and the reference captions too; the TextsCut
     warning of the over-long captions is one line for the command (it was one a split read: two lines that did not
-    say which split), as the trainer's validations say it once per run."""
+    say which split), as the trainer's validations say it once per run. It counts distinct texts (the tiny world's
+    captions repeat: it counted each list's positions, a text in both splits twice)."""
     from data_prep.shards import read_captions
 
+    texts, long = set(), set()
     for split in ("val", "train"):  # one caption past the 32 tokens in each
         with ShardWriter(tmp_path / split, split=split, source="tiny", image_format="png", maxcount=40) as w:
             for i, m in enumerate(read_captions(tiny_world / split)):
                 pixels = np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8)
                 caption = " ".join([m["caption"]] * (30 if i == 0 else 1))
                 w.write(f"{split}-{i:05d}", Image.fromarray(pixels), caption, m["lang"], m["image_id"])
+                texts.add(caption)
+                long.update([caption] if i == 0 else [])
     assert run(["select", "--model", str(tiny_run), "--name", "cut", "--val", str(tmp_path / "val"), "--reference",
                 str(tmp_path / "train"), "--out", str(tmp_path / "out"), "--maxsim", "0"]) == 0
     heads = {c["ranking"]["head"] for c in record(tmp_path / "out", "select", "cut")["details"]["candidates"]}
     said = [line for line in capsys.readouterr().err.splitlines() if "longer than data.max_length" in line]
-    total = len(read_captions(tmp_path / "val")) + len(read_captions(tmp_path / "train"))
     assert heads == {"text", "cross"} and said == [
-        f"warning: 2 of {total} text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
+        f"warning: {len(long)} of {len(texts)} text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
         f"training: the tokens past it do not change their embeddings"], said
 
 
@@ -633,8 +657,8 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
 
 def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path, monkeypatch):
     """The evaluated split was read twice, for its sample and again to check that the reference split shows none of
-    its images; the check now takes the image ids the sample's reading found (the train split, read for the check
-    and, with statistics, for them)."""
+    its images; the check now takes the image ids the sample's reading found. The train split (the reference) was read
+    twice too with statistics, for the check and again for its captions: one pass gives both now."""
     from collections import Counter
 
     from data_prep import shards
@@ -651,7 +675,8 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     assert reads == Counter({"test": 1, "train": 1})
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
-    assert reads == Counter({"test": 1, "train": 2})
+    assert reads == Counter({"test": 1, "train": 1})
+
 
 def test_sentence_translation_score_for_the_trainer(world):
     res = sentence_translation_score(FakeEncoder(), world / "test", n_groups=20, seed=1)

@@ -203,6 +203,45 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, TextsCut))  # points at the caller
 
 
+def test_every_encoding_method_warns_at_its_caller(encoder):
+    """encode (BackRetrieval's method) called encode_text, whose warning then pointed into encoder.py, a line of the
+    package, instead of the line that called encode. Every encoding method's TextsCut names the caller's file."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+
+    texts = [" ".join(["red square"] * encoder.cfg.data.max_length), "green"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder.encode(texts)
+        encoder.encode_text(texts)
+        encoder.encode_text_heads(texts, ("text", "cross"))
+        encoder.encode_tokens(texts)
+        encoder.encode_words(texts)
+    cut = [w for w in caught if issubclass(w.category, TextsCut)]
+    assert len(cut) == 5 and [w.filename for w in cut] == [__file__] * 5, [(w.filename, w.lineno) for w in cut]
+
+
+def test_a_commands_notice_counts_each_text_once(encoder):
+    """A command's one TextsCut notice (texts_cut_once) added the counts of the lists encoded: lists that shared texts
+    (a query among the candidates, the same captions by another method) said more texts cut, and more texts, than the
+    command had. It counts distinct texts."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut, texts_cut_once
+
+    long = " ".join(["red square"] * encoder.cfg.data.max_length)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with texts_cut_once():
+            encoder.encode_text([long, "a red square"])
+            encoder.encode_text([long, "green"])  # overlaps the first list
+            encoder.encode_text([long, "green"], head="cross")  # the same list again
+            encoder.encode_tokens([long])
+    said = [str(w.message) for w in caught if issubclass(w.category, TextsCut)]
+    assert len(said) == 1 and said[0].startswith("1 of 3 text(s) are longer than data.max_length="), said
+
+
 def test_a_loaded_model_is_a_backretrieval_embedder_scored_as_its_spec(encoder, tiny_run, tiny_world):
     """evaluate_split(split, {"gt": globetrotter.load(run)}) was AttributeError: 'Encoder' object has no attribute
     'partition': only spec strings were models. The loaded model has BackRetrieval's name and encode (the text head,
@@ -302,6 +341,43 @@ def test_encoder_is_exported_lazily():
     code = "import sys, globetrotter; assert 'torch' not in sys.modules; globetrotter.Encoder; assert 'torch' in sys.modules"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_type_hints_of_every_public_callable_resolve():
+    """typing.get_type_hints raised NameError on backretrieval.evaluate_split and correlate_split: the
+    ImageFeatureExtractor of their hints was imported for type checkers only, though backretrieval.images imports
+    numpy and PIL alone; it is imported now. Every public function and class (and the class's methods) of
+    globetrotter, backretrieval and globetrotter.evaluation has hints that resolve; the one name they leave to the
+    caller is Encoder, whose module imports torchvision and timm (`import globetrotter` and globetrotter.evaluation
+    load neither), given as the local namespace as a type checker would have it."""
+    import inspect
+    import typing
+
+    import globetrotter.evaluation as evaluation
+    from globetrotter.encoder import Encoder
+
+    def callables(value, label: str):
+        if inspect.isfunction(value):
+            yield label, value
+        elif inspect.isclass(value):
+            yield label, value
+            for name, member in vars(value).items():
+                member = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                if inspect.isfunction(member) and (not name.startswith("_") or name == "__init__"):
+                    yield f"{label}.{name}", member
+
+    checked = []
+    for module in (globetrotter, br, evaluation):
+        for name in module.__all__:
+            for label, value in callables(getattr(module, name), f"{module.__name__}.{name}"):
+                try:
+                    typing.get_type_hints(value, localns={"Encoder": Encoder})
+                except Exception as err:  # any failure, named with its callable
+                    pytest.fail(f"typing.get_type_hints({label}): {type(err).__name__}: {err}")
+                checked.append(label)
+    assert {"globetrotter.load", "backretrieval.evaluate_split", "backretrieval.correlate_split",
+            "globetrotter.evaluation.evaluate_sentence_translation", "globetrotter.Encoder.encode_text"} <= set(checked)
+    assert len(checked) > 100, len(checked)
 
 
 def _python_block(doc: str, marker: str) -> str:

@@ -746,8 +746,9 @@ def test_texts_cut_by_a_globetrotter_text_encoder_are_one_line_per_command(tiny_
                  f"text_encoder=globetrotter:{tiny_run}", "optim.epochs=1", "adapter.hidden_dims=[8]",
                  "optim.batch_size=4"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "longer than data.max_length" in line]
-    # distinct texts: 4 train captions (rows 0, 3 long), 8 val captions (rows 12, 15 long, in en and ru)
-    assert said == ["warning: 6 of 12 text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
+    # distinct texts: the train split's 8 (each word short and long), the val captions encoded among them (it was
+    # "6 of 12": the lists' counts added, a text of both splits counted twice)
+    assert said == ["warning: 4 of 8 text(s) are longer than data.max_length=32 tokens and were cut to it, as in "
                     "training: the tokens past it do not change their embeddings"], said
 
 

@@ -64,6 +64,14 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None,
     (:func:`refuse_test_split`), or a split that shows an image of the evaluated split (a copy of it, or another
     draw's train split holding its images: their captions would give the statistics). ``evaluated_images``: the
     evaluated split's image ids when the caller has read them (else the split is read for them)."""
+    return checked_reference(evaluated, reference, evaluated_images).split
+
+
+def checked_reference(evaluated: str | Path, reference: str | Path | None = None,
+                      evaluated_images: Collection[str] | None = None,
+                      languages: Sequence[str] = ()) -> ReferenceCaptions:
+    """:func:`reference_split`'s split, checked as it says, with its captions in ``languages`` kept from the same
+    pass over it (:meth:`ReferenceCaptions.pool` samples them): the reference split is read once."""
     chosen = Path(reference) if reference is not None else default_reference(evaluated)
     if chosen.resolve() == Path(evaluated).resolve():
         if reference is None:  # the default beside a split named train: no --reference was given
@@ -73,23 +81,25 @@ def reference_split(evaluated: str | Path, reference: str | Path | None = None,
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "--reference")
-    shared = shared_images(chosen, evaluated, evaluated_images)
+    if not languages and not (Path(evaluated) / "manifest.json").is_file():
+        return ReferenceCaptions(chosen, (), None)  # no captions asked for, no evaluated images to compare: no read
+    captions = read_captions_once(chosen, languages)
+    shared = shared_images(chosen, evaluated, evaluated_images, captions.images)
     if shared:
         raise UserError(f"--reference {chosen}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
                         f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
                         f"images (e.g. the train split of the same conversion)")
-    return chosen
+    return captions
 
 
-def shared_images(split: str | Path, other: str | Path, other_images: Collection[str] | None = None) -> set[str]:
-    """The image ids two splits both show (none when either folder holds no split); ``other_images``: ``other``'s
-    image ids, when the caller has read them."""
-    from data_prep.shards import iter_metas
-
+def shared_images(split: str | Path, other: str | Path, other_images: Collection[str] | None = None,
+                  split_images: Collection[str] | None = None) -> set[str]:
+    """The image ids two splits both show (none when either folder holds no split); ``other_images`` and
+    ``split_images``: ``other``'s and ``split``'s image ids, when the caller has read them."""
     if not all((Path(folder) / "manifest.json").is_file() for folder in (split, other)):
         return set()
-    shown = {str(m["image_id"]) for m in iter_metas(split)}
-    return shown & (set(other_images) if other_images is not None else {str(m["image_id"]) for m in iter_metas(other)})
+    shown = set(split_images) if split_images is not None else read_captions_once(split).images
+    return shown & (set(other_images) if other_images is not None else read_captions_once(other).images)
 
 
 def refuse_test_split(split: str | Path, flag: str) -> None:
@@ -113,6 +123,57 @@ def choice_reference(val: str | Path, reference: str | Path | None = None) -> Pa
     return reference_split(val, reference)
 
 
+@dataclass(frozen=True)
+class ReferenceCaptions:
+    """One pass over a split (:func:`read_captions_once`): the image ids it shows, the languages it has and its
+    captions in ``languages``, by language in shard order; ``by_language`` is None when nothing was read (``split``
+    holds no split)."""
+
+    split: Path
+    languages: tuple[str, ...]
+    by_language: dict[str, list[str]] | None
+    found: frozenset[str] = frozenset()
+    images: frozenset[str] = frozenset()
+
+    def pool(self, max_per_lang: int | None = DEFAULT_SIZE) -> ReferencePool:
+        """:func:`read_reference`'s pool of these captions, with its one-line errors."""
+        if self.by_language is None:
+            raise UserError(f"{self.split}: no split here (expected manifest.json) to take the reference statistics "
+                            f"from; name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
+        missing = sorted(set(self.languages) - self.found)
+        if missing:
+            raise UserError(f"{self.split}: no caption in {','.join(missing)} for the reference statistics "
+                            f"(--reference; the split has {','.join(sorted(self.found)) or 'none'})")
+        captions, langs = [], []
+        for lang in sorted(set(self.languages)):
+            texts = self.by_language[lang]
+            if max_per_lang is not None and len(texts) > max_per_lang:
+                rng = np.random.default_rng(SAMPLE_SEED)
+                texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_lang, replace=False))]
+            captions += texts
+            langs += [lang] * len(texts)
+        return ReferencePool(captions, np.array(langs), str(self.split), dataset_info(self.split)["checksum"])
+
+
+def read_captions_once(split: str | Path, languages: Sequence[str] = ()) -> ReferenceCaptions:
+    """The image ids, languages and captions in ``languages`` of ``split``, in one pass over its shards (nothing is
+    read when the folder holds no split)."""
+    from data_prep.shards import iter_metas
+
+    split = Path(split)
+    if not (split / "manifest.json").is_file():
+        return ReferenceCaptions(split, tuple(languages), None)
+    by_lang: dict[str, list[str]] = {lang: [] for lang in languages}  # the captions of these languages kept
+    found, images = set(), set()
+    for m in iter_metas(split):
+        found.add(m["lang"])
+        images.add(str(m["image_id"]))
+        texts = by_lang.get(m["lang"])
+        if texts is not None:
+            texts.append(m["caption"])
+    return ReferenceCaptions(split, tuple(languages), by_lang, frozenset(found), frozenset(images))
+
+
 @renamed_keywords(max_per_language="max_per_lang")
 def read_reference(split: str | Path, languages: Sequence[str],
                    max_per_lang: int | None = DEFAULT_SIZE) -> ReferencePool:
@@ -121,29 +182,4 @@ def read_reference(split: str | Path, languages: Sequence[str],
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
     statistics could not be taken)."""
-    from data_prep.shards import iter_metas
-
-    split = Path(split)
-    if not (split / "manifest.json").is_file():
-        raise UserError(f"{split}: no split here (expected manifest.json) to take the reference statistics from; "
-                        f"name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
-    by_lang: dict[str, list[str]] = {lang: [] for lang in languages}  # one pass, the captions of these languages kept
-    found = set()
-    for m in iter_metas(split):
-        found.add(m["lang"])
-        texts = by_lang.get(m["lang"])
-        if texts is not None:
-            texts.append(m["caption"])
-    missing = sorted(set(languages) - found)
-    if missing:
-        raise UserError(f"{split}: no caption in {','.join(missing)} for the reference statistics (--reference; the "
-                        f"split has {','.join(sorted(found)) or 'none'})")
-    captions, langs = [], []
-    for lang in sorted(set(languages)):
-        texts = by_lang[lang]
-        if max_per_lang is not None and len(texts) > max_per_lang:
-            rng = np.random.default_rng(SAMPLE_SEED)
-            texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_lang, replace=False))]
-        captions += texts
-        langs += [lang] * len(texts)
-    return ReferencePool(captions, np.array(langs), str(split), dataset_info(split)["checksum"])
+    return read_captions_once(split, languages).pool(max_per_lang)

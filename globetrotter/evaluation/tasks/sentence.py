@@ -10,7 +10,7 @@ from ..models import ModelLike
 from ..pivot_ridge import PivotRidgeEncoder
 from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
-from ..reference import DEFAULT_SIZE, read_reference, reference_split
+from ..reference import DEFAULT_SIZE, checked_reference
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
 from .checks import require_languages
@@ -65,7 +65,8 @@ def evaluate(
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
     ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
-    source = None if transductive else reference_split(split, reference, ps.split_images)  # split read once
+    # the evaluated split read once, the reference once: its images checked, its captions kept for the statistics
+    source = None if transductive else checked_reference(split, reference, ps.split_images, ps.languages)
     encoder, info = resolve_model(model, name, device)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
         raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "
@@ -81,7 +82,7 @@ def evaluate(
     if not transductive and (needs_statistics(encoder, ranking) or explicit_reference):
         # an explicit --reference is read (and checked) even when the ranking takes no statistics from it; a
         # choice's reference only when its ranking does
-        pool = read_reference(source, ps.languages, reference_size)
+        pool = source.pool(reference_size)
         if choice is not None:
             choice.check(reference=pool.record)
         if not needs_statistics(encoder, ranking):
