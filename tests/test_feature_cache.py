@@ -175,10 +175,16 @@ def test_pairs_draw_any_caption_of_a_language_and_keep_the_sequence_of_groups(tm
 
 
 def test_images_missing_from_the_cache_are_named_with_their_count(tiny_world, cache_dir, tokenizer):
+    """A cache of another split (a config's data.features path kept for a new dataset) names the split it was built
+    from and where the read split's own cache goes, not only 'build it again'."""
     cache = load_feature_cache(cache_dir)
     n_test_images = len({m["image_id"] for m in read_captions(tiny_world / "test")})
-    with pytest.raises(UserError, match=rf"{n_test_images} image\(s\) of .*test are missing .*first: 'img\d+'"):
+    with pytest.raises(UserError, match=rf"{n_test_images} image\(s\) of .*test are missing .*first: 'img\d+'") as err:
         FeatureBatches(tiny_world / "test", cache, tokenizer, 8, 16)
+    message = str(err.value)
+    assert f"built from another split, {(tiny_world / 'train').resolve()}" in message
+    assert f"features build {tiny_world / 'test'} ... writes {tiny_world / 'test' / 'features'}" in message
+    assert "data.features=auto" in message and len(message.splitlines()) == 1
 
 
 def test_batches_are_a_function_of_the_step_and_split_over_processes(tiny_world, cache_dir, tokenizer):

@@ -128,6 +128,21 @@ def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(t
         import_embeddings(split, emb, out, "toy", progress=False)
 
 
+def test_ids_that_are_file_names_are_refused_saying_to_key_rows_by_image_id(tiny_world, source, tmp_path):
+    """A user's table keyed by file name (``photos/img3.jpg``) matches no image id (``img3``): the error says so and
+    names the id to use, instead of only 'no embedding'."""
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "out" / "features"
+    emb, id_file = write_npy(tmp_path / "src", [f"photos/{i}.jpg" for i in ids], vectors)
+    message = refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out)
+    assert "have no embedding" in message and "the ids are file names" in message
+    named = next(i for i in ids if i in split_image_ids(split))
+    assert f"('photos/{named}.jpg' is image {named!r})" in message and "key each row by the image id" in message
+    emb, id_file = write_npy(tmp_path / "other", [f"x{i}" for i in ids], vectors)  # other ids: no such hint
+    message = refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out)
+    assert "have no embedding" in message and "file names" not in message
+
+
 def test_bad_id_files_are_one_line_errors_and_a_byte_order_mark_is_dropped(tiny_world, source, tmp_path, capsys):
     ids, vectors = source
     folder = tmp_path / "ids"

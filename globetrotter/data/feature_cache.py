@@ -374,6 +374,7 @@ class FeatureCache:
     features: np.ndarray
     row_of: dict[str, int]
     spec: CacheSpec
+    built_from: str = ""  # the split its cache.json records it was built (or imported) from; "" when unknown
 
     @property
     def views(self) -> int:
@@ -384,8 +385,14 @@ class FeatureCache:
         missing = [i for i in image_ids if i not in self.row_of]
         if missing:
             how = "import" if self.spec.backbone == IMPORTED_BACKBONE else "build"
-            raise UserError(f"{self.path}: {len(set(missing))} image(s) of {split_dir} are missing from the feature cache "
-                            f"(first: {missing[0]!r}); {how} it again with globetrotter-data features {how}")
+            head = (f"{self.path}: {len(set(missing))} image(s) of {split_dir} are missing from the feature cache "
+                    f"(first: {missing[0]!r})")
+            if self.built_from and not same_folder(self.built_from, split_dir):  # another dataset's cache
+                raise UserError(f"{head}: it was built from another split, {self.built_from}; give {split_dir} a "
+                                f"cache of its own (globetrotter-data features {how} {split_dir} ... writes "
+                                f"{Path(split_dir) / 'features'}, where a run's data.features=auto looks and builds "
+                                f"it) instead of this one")
+            raise UserError(f"{head}; {how} it again with globetrotter-data features {how}")
         return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
 
 
@@ -512,7 +519,8 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     if features.ndim != 3 or features.shape[1] != spec.views + 1 or isinstance(dim, int) and dim != features.shape[2]:
         raise UserError(f"{path / FEATURES}: shape {tuple(features.shape)}, but {SPEC} records {spec.views} views + "
                         f"the whole image of {dim} dims: a features file of another cache; {rewrite_hint(path, record)}")
-    return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec)
+    built_from = record.get("split") if isinstance(record.get("split"), str) else ""
+    return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec, built_from)
 
 
 def ensure_feature_cache(cfg: "TrainConfig", split: str, log: Callable[[str], None] = print,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Callable, Iterator
 
 import numpy as np
@@ -254,8 +254,23 @@ def _check_ids(source: _Source, wanted: list[str], split_dir: Path) -> list[int]
     missing = [i for i in wanted if i not in row_of]
     if missing:
         raise UserError(f"{source.path}: {len(missing)} image(s) of {split_dir} have no embedding "
-                        f"(first: {missing[0]!r})")
+                        f"(first: {missing[0]!r}){_file_name_hint(row_of, set(missing))}")
     return [row_of[i] for i in wanted]
+
+
+def _file_name_hint(source_ids: dict[str, int], missing: set[str]) -> str:
+    """What to change when the source keys its rows by file name or path (``photos/a b.jpg``) rather than by the
+    image id a converter made of it (``a_b``: :func:`data_prep.converters.pipeline.safe_id` of the stem); ``""``
+    when no source id is a file name of a missing image."""
+    from data_prep.converters.pipeline import safe_id
+
+    for source_id in source_ids:
+        stem = PurePath(source_id).stem
+        if stem != source_id and safe_id(stem) in missing:
+            return (f"; the ids are file names ({source_id!r} is image {safe_id(stem)!r}): key each row by the image "
+                    f"id the split's samples hold (the file stem, characters outside A-Z a-z 0-9 _ - made _; "
+                    f"docs/data.md, The format)")
+    return ""
 
 
 def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, split_dir: Path) -> None:
