@@ -1349,6 +1349,31 @@ def test_the_commands_the_trainer_prints_choose_on_val_then_score_test(tiny_run,
     assert "--reference" not in capsys.readouterr().out.splitlines()[-2]
 
 
+def test_a_twin_trained_on_train_parallel_is_told_the_reference_of_the_full_model(tmp_path, capsys, monkeypatch):
+    """The supervised twins train on a more-captions dataset's train-parallel split (a link, no more_captions in its
+    manifest): their summary printed `select` without --reference, so the statistics came from the enriched train
+    split beside val while the full model's came from the one-language original. Every model of a table gets the
+    one reference that select reads beside val, spelled as its original."""
+    import shlex
+
+    from globetrotter.training.report import print_summary
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    original, more = Path("outputs/flickr8k"), Path("outputs/flickr8k-more")
+    for folder, manifest in [(original / "train", {}), (original / "test", {}), (more / "val", {}),
+                             (more / "train", {"more_captions": {"from": str(original / "train")}}),
+                             (more / "train-parallel", {})]:
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    references = []
+    for run_name, train_split in [("runs/full", "train"), ("runs/twin", "train-parallel")]:
+        print_summary({"run_dir": run_name, "metrics": {}}, original / "test", more / "val", more / train_split)
+        select_argv = shlex.split(capsys.readouterr().out.splitlines()[-2].split(": ", 1)[1])
+        references.append(select_argv[select_argv.index("--reference") + 1] if "--reference" in select_argv else None)
+    assert references == [str(original / "train")] * 2
+
+
 def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a_choice(tiny_run, tiny_world,
                                                                                           tmp_path, capsys, monkeypatch):
     """val has no caption in the new language: a choice made there is refused for it, so the summary gives the test

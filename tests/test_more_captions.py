@@ -143,6 +143,24 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
     assert by_image(data / "train") == before
 
 
+def test_the_note_on_the_original_feature_cache_says_whether_it_serves(tmp_path, capsys):
+    """A train split converted again with --overwrite keeps its feature cache folder; more-captions said that old
+    cache "serves the new one (same image ids and bytes)", and the first training run then refused it. The line now
+    says so only for a cache built from these images, and names the rebuild otherwise."""
+    w, data = convert_world(tmp_path)
+    cache = data / "train" / "features"
+    cache.mkdir()
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "1,2",
+            "--out", tmp_path / "more", "--no-progress", "--overwrite"]
+    for built, serves in [(read_manifest(data / "train")["checksum"], True), ("sha256:" + "0" * 64, False)]:
+        (cache / "cache.json").write_text(json.dumps({"split_checksum": built}), encoding="utf-8")
+        assert cli(argv) == 0
+        printed = capsys.readouterr().out
+        assert ("the feature cache of the original train split serves the new one" in printed) is serves
+        assert (f"training refuses it; rebuild it with globetrotter-data features build {data / 'train'}"
+                in printed) is not serves
+
+
 def test_a_linked_split_rewritten_since_is_refused(tmp_path, capsys):
     """Re-converting the original with --overwrite changes the linked val/test: readers refuse them."""
     w, data = convert_world(tmp_path)

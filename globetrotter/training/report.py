@@ -13,8 +13,10 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
     the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only).
     An adaptation whose new language ``val_split`` has no caption in gets the test command alone: val cannot choose
-    a ranking for that language (a choice made on the old ones is refused for it). A ``train_split`` made by
-    ``more-captions`` names its one-language original as the reference (the one every twin of a table shares)."""
+    a ranking for that language (a choice made on the old ones is refused for it). The reference select
+    reads by default is the train split beside ``val_split`` (``train_split`` where no val is given); one made by
+    ``more-captions`` names its one-language original instead, the one every twin of a table shares (a twin trained
+    on ``train-parallel`` too)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -40,6 +42,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
     if test_split is not None and (Path(test_split) / "manifest.json").is_file():
         from ..evaluation.models import model_name
         from ..evaluation.records import DEFAULT_OUT, record_path
+        from ..evaluation.reference import default_reference
 
         run, evaluate, test = shlex.quote(result["run_dir"]), program_command("eval"), shlex.quote(str(test_split))
         new = adapted.get("language")
@@ -53,7 +56,7 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
                   f"with the default ranking: {evaluate} sentence --model {run} --split {test}")
             return
         record = shlex.quote(str(record_path(DEFAULT_OUT, "select", model_name(result["run_dir"]))))  # select's default
-        original = _one_language_original(train_split)
+        original = _one_language_original(default_reference(val_split) if val_split is not None else train_split)
         reference = f" --reference {shlex.quote(original)}" if original else ""
         print(f"choose its ranking on val, with no parallel text: {evaluate} select --model {run}{reference}")
         print(f"then score the test split once: {evaluate} sentence --model {run} --split {test} "

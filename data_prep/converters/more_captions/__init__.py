@@ -39,6 +39,7 @@ The modules: :mod:`.gather` (which captions are added), :mod:`.write` (the new d
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 import time
@@ -46,7 +47,7 @@ from pathlib import Path
 
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
-from data_prep.shards import MANIFEST
+from data_prep.shards import MANIFEST, read_manifest
 
 from ..cli import _existing_dir, _language_list, _sources, add_source_arguments, source_options
 from ..pipeline import SUMMARY
@@ -116,9 +117,27 @@ def _more_captions(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(f"dataset: {out}  (summary: {out / SUMMARY}); {report.timing['total_seconds']:.1f} s")
     if "train" in states and (data / "train" / "features").is_dir():
-        print(f"the feature cache of the original train split serves the new one (same image ids and bytes): "
-              f"data.features={(data / 'train' / 'features').resolve()}")
+        print(feature_cache_line(data / "train", out / "train"))
     return report.print_closing(args.strict)  # the last line
+
+
+def feature_cache_line(original: Path, enriched: Path) -> str:
+    """What to say of the feature cache in ``original/features``: that it serves ``enriched`` (same image ids and
+    bytes) when its ``cache.json`` records the checksum of ``original`` or of ``enriched`` (the splits a trainer
+    accepts it for), else that it was built from another split (a train split converted again with ``--overwrite`` keeps its
+    old cache folder) and how to rebuild it: training refuses it."""
+    cache = original / "features"
+    try:
+        built = json.loads((cache / "cache.json").read_text(encoding="utf-8")).get("split_checksum")
+    except (OSError, ValueError, AttributeError):
+        built = None
+    current = {read_manifest(original).get("checksum"), read_manifest(enriched).get("checksum")}
+    if built is None or built in current:
+        return (f"the feature cache of the original train split serves the new one (same image ids and bytes): "
+                f"data.features={cache.resolve()}")
+    return (f"note: the feature cache {cache} was built from a split of checksum {built}, neither {original}'s nor "
+            f"the new train split's: training refuses it; rebuild it with globetrotter-data features build {original} "
+            f"--config CONFIG --out {cache} --overwrite")
 
 
 def check_splits(data: Path, splits: list[str]) -> None:
