@@ -109,8 +109,8 @@ def image_fingerprint(tgt_img: np.ndarray, src_img: np.ndarray, rows: int = _FIN
 
 def features_digest(x: np.ndarray) -> str:
     """Short blake2b of ``x``'s shape and every value as float32, read in row blocks (a memmap is never read whole):
-    names a feature matrix exactly, where :func:`image_fingerprint` samples rows. About 40 ms for 20,000 x 512 on one
-    core, some 4% of building a ``pq`` :class:`SourceImageIndex` over them."""
+    names a feature matrix exactly, where :func:`image_fingerprint` samples rows; a small cost beside building a
+    ``pq`` :class:`SourceImageIndex` over them."""
     digest = hashlib.blake2b(np.asarray(x.shape, dtype=np.int64).tobytes(), digest_size=8)
     for start in range(0, len(x), 65_536):
         digest.update(as_float32(np.asarray(x[start:start + 65_536])))

@@ -330,7 +330,7 @@ def relative_decrease(seen: float, unseen: float, n_seen: int, chance: float = 0
                       alpha: float = 0.05) -> float | None:
     """The paper's relative decrease: (seen − unseen) / (seen − chance); None unless seen is above chance beyond
     noise on its ``n_seen`` examples (one-sided binomial test at ``alpha``): a probe at chance has a denominator of
-    noise (50.47% seen, 49.67% unseen gave a "relative decrease" of 170%)."""
+    noise, and a tiny one turns a tie between seen and unseen into a "relative decrease" of any size."""
     from scipy.stats import binomtest
 
     if seen <= chance or n_seen < 1:
