@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        record = {**result, "args": vars(args), "versions": versions()}  # as the other experiments' records
+        record = {**result, "inputs": vars(args), "versions": versions()}  # as every command's record
         Path(args.out).write_text(json_text(record, indent=2), encoding="utf-8")
         print(f"wrote {args.out}")
     return 0

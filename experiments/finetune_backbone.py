@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = {"fine_tune": round(tuned - start, 1), "embed": round(embedded - tuned, 1)}
         (out_dir / SETTINGS).write_text(json_text(
             {"command": "experiments/finetune_backbone.py", "argv": list(sys.argv[1:] if argv is None else argv),
-             "args": vars(args), "seed": args.seed, "trained_images": len(train), "held_out_images": len(held),
+             "inputs": vars(args), "seed": args.seed, "trained_images": len(train), "held_out_images": len(held),
              "embedded_images": len(ids), "losses": losses, "seconds": seconds, "versions": versions()}, indent=2)
             + "\n", encoding="utf-8")
     except UserError as err:

@@ -164,7 +164,7 @@ def _main(argv: list[str] | None = None) -> int:
               f"the reference (strength {fit['strength']:g}) {fit[f'agreement@{k}']:.4f} (pair r {fit['pair_r']:.3f})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json_text({"args": vars(args) | {"cache": dict(args.cache)}, **report,
+        Path(args.out).write_text(json_text({"inputs": vars(args) | {"cache": dict(args.cache)}, **report,
                                              "versions": versions()}, indent=2))
     return 0
 

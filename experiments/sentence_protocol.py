@@ -45,6 +45,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the project,
 from backretrieval.files import json_text  # noqa: E402
 from globetrotter.argtypes import language_codes, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.records import versions  # noqa: E402
 
 BASE_COLUMNS = ("cosine", "val-chosen")
 COMMAND_RECORD = "command.json"
@@ -423,8 +424,8 @@ def model_entry(model: str) -> dict:
 
 
 def command_record(argv: Sequence[str], rows: list[tuple[str, list[str]]], args: argparse.Namespace) -> dict:
-    """What ``command.json`` holds, so a table can be traced and re-run: the command line, every option (the
-    reference resolved), each row's models, and the settings of the ratios' intervals."""
+    """What ``command.json`` holds, so a table can be traced and re-run: the command line, every option (``inputs``,
+    the reference resolved), each row's models, the settings of the ratios' intervals and the ``versions``."""
     import inspect
 
     from globetrotter.evaluation.sentence import ratio_interval
@@ -432,10 +433,10 @@ def command_record(argv: Sequence[str], rows: list[tuple[str, list[str]]], args:
     defaults = {k: v.default for k, v in inspect.signature(ratio_interval).parameters.items()
                 if v.default is not inspect.Parameter.empty}
     return {"command": shlex.join([".venv/bin/python", "experiments/sentence_protocol.py", *argv]),
-            "argv": list(argv), "cwd": str(Path.cwd()), "options": {**vars(args), "reference": reference(args)},
+            "argv": list(argv), "cwd": str(Path.cwd()), "inputs": {**vars(args), "reference": reference(args)},
             "columns": list(columns(args)),
             "rows": [{"label": label, "models": [model_entry(m) for m in models]} for label, models in rows],
-            "ratio_intervals": {"method": "paired bootstrap over the test groups", **defaults}}
+            "ratio_intervals": {"method": "paired bootstrap over the test groups", **defaults}, "versions": versions()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

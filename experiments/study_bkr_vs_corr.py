@@ -355,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "dim": int(feats[label].shape[1])} for label, model, weights in gs},
               "families": families, "embedders": {m: e[0] for m, e in embedded.items()},
               "pairs": pair_names, "ns": args.ns, "seeds": args.seeds, "ks": args.ks, "report_k": k,
-              "seconds": round(time.time() - started, 1), "rows": rows, "args": vars(args), "versions": versions()}
+              "seconds": round(time.time() - started, 1), "rows": rows, "inputs": vars(args), "versions": versions()}
     (out / "study.json").write_text(json_text(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(summary)
     print(f"wrote {out}/study.json, table.md, summary.md and scatter_*.png ({record['seconds']} s)", file=sys.stderr)

@@ -298,7 +298,7 @@ def study(args: argparse.Namespace) -> None:
                 rows.append({"model": label, "share": share, "seed": seed, "run": str(run_dir),
                              "images_per_language": images, "translation": value})
                 print(f"{name}: {images:.0f} images per language, {100 * value:.2f}%", flush=True)
-    (out / "curve.json").write_text(json_text({"args": vars(args), "rows": rows, "versions": versions()}, indent=2),
+    (out / "curve.json").write_text(json_text({"inputs": vars(args), "rows": rows, "versions": versions()}, indent=2),
                                     encoding="utf-8")
     text = table(rows, list(models), args.shares)
     (out / "table.md").write_text(text, encoding="utf-8")

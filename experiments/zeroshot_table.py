@@ -182,7 +182,7 @@ def row_config_sha256(label: str, seed: int) -> str:
 
 
 def stale_inputs(recorded: dict | None, current: dict) -> str | None:
-    """None when a record's ``inputs`` are ``current``; else which differ, e.g. ``train (recorded {...}, now {...})``."""
+    """None when a record's ``measured_on`` (:func:`measured_on`) is ``current``; else which differ, e.g. ``train (recorded {...}, now {...})``."""
     recorded = recorded if isinstance(recorded, dict) else {}
     keys = [k for k in dict.fromkeys([*current, *recorded]) if recorded.get(k) != current.get(k)]
     if not keys:
@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             row_inputs = {**inputs, "config_sha256": row_config_sha256(label, seed)}
             if path.is_file():  # reused only when measured on the same split contents, languages and row config
                 record = json.loads(path.read_text())
-                stale = stale_inputs(record.get("inputs"), row_inputs)
+                # a record written before every command's record named its options "inputs" held these there
+                stale = stale_inputs(record.get("measured_on", record.get("inputs")), row_inputs)
                 if stale:
                     print(f"error: {path} was measured on other inputs: {stale}; delete it or use another --out",
                           file=sys.stderr)
@@ -269,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append(record)
                 continue
             start = time.perf_counter()
-            record = {**measure(label, seed, splits, args), "inputs": row_inputs, "args": vars(args),
-                      "versions": versions()}  # as the other experiments' records
+            record = {**measure(label, seed, splits, args), "measured_on": row_inputs,
+                      "inputs": vars(args), "versions": versions()}  # as every command's record
             path.write_text(json_text(record, indent=1, default=float) + "\n")
             records.append(record)
             print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "

@@ -60,7 +60,7 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
     rec = json.loads((out / "study.json").read_text())
     assert len(rec["rows"]) == 2 * 2 * 2  # g x (family + union) x N
     # the record named neither the options (--families, --image-models, ...) nor the versions it was made with
-    assert rec["args"]["families"] == str(fams) and rec["args"]["seeds"] == 2 and "torch" in rec["versions"]
+    assert rec["inputs"]["families"] == str(fams) and rec["inputs"]["seeds"] == 2 and "torch" in rec["versions"]
     row = next(r for r in rec["rows"] if r["g"] == "thumb" and r["family"] == "graded" and r["n"] == 30)
     assert row["whole_split"] and len(row["pearson"]["bkr"]["per_seed"]) == 2 and set(row["models"]) == {
         "char", "word", "rnd", "noisy"}

@@ -69,7 +69,7 @@ def test_the_command_prints_each_seed_and_the_pooled_margin(cmp, tmp_path, capsy
     assert saved["mean_over_seeds"]["diff"] == pytest.approx(0.05)
     assert [r["model"] for r in saved["against"]] == ["runs/b0", "runs/b1"]
     # the comparison named neither its options nor the versions it was made with
-    assert saved["args"]["against"] == b and saved["args"]["seed"] == 0 and "torch" in saved["versions"]
+    assert saved["inputs"]["against"] == b and saved["inputs"]["seed"] == 0 and "torch" in saved["versions"]
     assert cmp.run_cli(cmp.main, [a[0], "--against", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert "none.json: no such file (--against takes" in err and len(err.strip().splitlines()) == 1

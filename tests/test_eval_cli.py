@@ -186,12 +186,13 @@ def test_eval_records_list_every_option_they_were_made_with(world, tmp_path):
             "--batch-size", "7", "--seed", "3"]
     assert run(argv) == 0
     rec = record(out, "sentence", "tfidf")
-    options = rec["config"]["options"]
+    options = rec["inputs"]  # config.options before every command's record spelled its options alike
+    assert "options" not in rec["config"] and rec["seed"] == 3 and "seed" not in rec["config"]
     assert set(options) == _options_of("sentence") | {"command"}
     assert options["batch_size"] == 7 and options["device"] == "cpu" and options["seed"] == 3
     assert options["n_groups"] == 5 and options["split"] == str(world / "test") and options["name"] is None
     summary = json.loads((out / "results.jsonl").read_text(encoding="utf-8").splitlines()[-1])
-    assert summary["config"]["options"] == options
+    assert summary["inputs"] == options and summary["seed"] == 3
 
 
 def test_sentence_command_with_the_tfidf_baseline_fits_its_idf_on_the_reference(world, tmp_path, capsys):

@@ -247,3 +247,19 @@ def test_a_scorer_reads_maxsim_a_chunk_at_a_time_as_the_whole_maxsim_gives_it(ra
     assert old_result["accuracy"] == new_result["accuracy"]
     assert np.array_equal(old_result["group_hits"], new_result["group_hits"])
     assert "maxsim_self" not in fresh.__dict__
+
+
+@pytest.mark.parametrize("where", ["top", "config"])
+def test_a_select_record_of_other_queries_names_its_seed_wherever_the_record_keeps_it(where):
+    """A select record's seed left its config for the top-level ``seed`` every command's record spells alike; the
+    error for a record of other val queries still names the seed of a record written before (``config.seed``)."""
+    from globetrotter.evaluation.tasks.select import check_against
+
+    other = {"config": {"val": "v", "max_per_lang": 9, "languages": ["en", "de"]},
+             "details": {"val": {"queries_sha256": "theirs", "image_features": "g"}, "chosen": {}, "per_query": [1.0]}}
+    if where == "top":
+        other["seed"] = 7
+    else:
+        other["config"]["seed"] = 7
+    with pytest.raises(UserError, match=r"'seed': 7,"):
+        check_against(other, "ours", "g", "--against r.json")

@@ -117,7 +117,7 @@ def test_held_out_0_prints_the_cache_build_and_the_settings_are_saved(tune, tiny
     assert f"model.image_pretrained={out}/{tune.WEIGHTS}" in printed
     assert "(fine-tune " in printed and "images embedded in" in printed  # the time says what it covers
     settings = json.loads((out / tune.SETTINGS).read_text())
-    assert settings["argv"] == argv and settings["seed"] == 5 and settings["args"]["epochs"] == 1
+    assert settings["argv"] == argv and settings["seed"] == 5 and settings["inputs"]["epochs"] == 1
     assert settings["trained_images"] == 12 and settings["held_out_images"] == 0 and len(settings["losses"]) == 1
     assert set(settings["seconds"]) == {"fine_tune", "embed"}
     assert settings["versions"]["globetrotter"] and "torch" in settings["versions"]  # as eval.py's records name them

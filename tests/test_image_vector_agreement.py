@@ -92,7 +92,7 @@ def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys
     assert agree.main(["--reference", str(reference), "--cache", str(onehot), "--held-out-images", "100", "--k", "5",
                        "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["args"]["cache"] == {"topics": str(onehot)}
+    assert report["inputs"]["cache"] == {"topics": str(onehot)}
     assert report["versions"]["globetrotter"] and "torch" in report["versions"]  # as eval.py's records name them
     assert report["caches"]["topics"]["agreement@5"] > report["chance"] + 0.3  # the topic alone orders the images
     assert "topics: agreement@5" in capsys.readouterr().out

@@ -30,8 +30,8 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     command = json.loads((out / "command.json").read_text(encoding="utf-8"))  # what traces the table to its inputs
-    assert command["argv"] == argv[2:] and command["options"]["n_groups"] == 12
-    assert command["options"]["reference"] == str(tiny_world / "train")
+    assert command["argv"] == argv[2:] and command["inputs"]["n_groups"] == 12
+    assert command["inputs"]["reference"] == str(tiny_world / "train")
     (full,) = next(row["models"] for row in command["rows"] if row["label"] == "full")
     assert full["checkpoint"] == record["model"]["checkpoint"] and full["training_seed"] == 0
     assert command["ratio_intervals"]["seed"] == 0 and command["ratio_intervals"]["n_boot"] == 1000

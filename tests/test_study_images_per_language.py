@@ -51,7 +51,7 @@ def test_a_given_run_is_placed_at_the_images_of_its_own_config_not_the_model_con
     written = json.loads((out / "curve.json").read_text())
     rows = written["rows"]
     assert [r["model"] for r in rows] == ["full", "sup"]
-    assert written["args"]["seeds"] == [0] and "torch" in written["versions"]  # as eval.py's records name them
+    assert written["inputs"]["seeds"] == [0] and "torch" in written["versions"]  # as eval.py's records name them
     assert rows[0]["images_per_language"] == rows[1]["images_per_language"] == curve.images_per_language(full)
     assert curve.images_per_language(sup) != rows[1]["images_per_language"]  # the test would tell the bug apart
 

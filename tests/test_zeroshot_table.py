@@ -46,7 +46,7 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 0
     record = json.loads((tmp_path / "out" / "tiny-s0.json").read_text())
     assert record["n_captions"] == 120 and record["val_recall@10"] > 0
-    assert record["args"]["seeds"] == [0] and "torch" in record["versions"]  # as the other experiments' records
+    assert record["inputs"]["seeds"] == [0] and "torch" in record["versions"]  # as the other experiments' records
     # the row is a function of its seed: measured again from the bundle, the same epoch kept and the same figures
     again = z.measure("tiny", 0, back, argparse.Namespace(device="cpu", languages=["en", "de"]))
     assert again["best_epoch"] == record["best_epoch"] and again["val_recall@10"] == record["val_recall@10"]
@@ -87,6 +87,30 @@ def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, c
     assert z.main(run) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "other inputs: bundle (recorded" in err and "config_sha256" not in err
+
+
+def test_a_record_written_before_its_options_were_named_inputs_is_still_reused(tmp_path, capsys):
+    """A row's record kept what it was measured on under ``inputs`` and its options under ``args``; every command's
+    record now names its options ``inputs`` (what it was measured on: ``measured_on``). An old record still reads."""
+    z = _driver()
+    rng = np.random.default_rng(0)
+    mix = rng.normal(size=(8, 16)).astype(np.float32)
+    splits = {"train": _split(rng, mix, 30, ["en"]), "val": _split(rng, mix, 12, ["en"]),
+              "test": _split(rng, mix, 12, ["en"], caps=1)}
+    z.save_bundle(tmp_path / "b.npz", splits)
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
+    run = ["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
+           "--out", str(tmp_path / "out")]
+    assert z.main(run) == 0
+    path = tmp_path / "out" / "tiny-s0.json"
+    record = json.loads(path.read_text())
+    assert record["inputs"]["seeds"] == [0] and record["measured_on"]["langs"] == ["en"]
+    old = {**{k: v for k, v in record.items() if k not in ("inputs", "measured_on")},
+           "inputs": record["measured_on"], "args": record["inputs"]}
+    path.write_text(json.dumps(old))
+    capsys.readouterr()
+    assert z.main(run) == 0 and "other inputs" not in capsys.readouterr().err  # reused, not refused as stale
+    assert json.loads(path.read_text()) == old
 
 
 def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):

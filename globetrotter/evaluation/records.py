@@ -55,7 +55,9 @@ def versions() -> dict:
 @dataclass
 class Result:
     """One evaluation's outcome: ``metrics`` (what a table shows), ``details`` (everything needed to read them) and
-    the ``config`` that reproduces it. ``to_record`` is the JSON record (``to_dict``: its old name, deprecated)."""
+    the ``config`` that reproduces it. ``to_record`` is the JSON record (``to_dict``: its old name, deprecated),
+    with the keys every command's record shares (docs/evaluation.md, "The JSON records"): ``inputs`` (the command line's options),
+    ``seed`` (the config's, lifted out of it), ``versions`` and ``created``."""
 
     task: str
     metrics: dict
@@ -65,6 +67,7 @@ class Result:
     config: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
     plots: list[str] = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)  # every option of the command line (eval.py's write sets them)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     arrays: dict = field(default_factory=dict, repr=False)  # numpy results for plots; not part of the record
 
@@ -72,6 +75,8 @@ class Result:
         """The strict-JSON record (numpy values converted, NaN as null)."""
         record = asdict(self)
         del record["arrays"]
+        if "seed" in record["config"]:
+            record["seed"] = record["config"].pop("seed")
         record["versions"] = versions()
         return jsonable(record)
 
@@ -91,7 +96,8 @@ class Result:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json_text(record, indent=2, ensure_ascii=False), encoding="utf-8")
         tmp.replace(path)
-        summary = {k: record[k] for k in ("task", "dataset", "model", "metrics", "languages", "config", "created")}
+        summary = {k: record[k] for k in ("task", "dataset", "model", "metrics", "languages", "config", "created",
+                                       "inputs", "seed") if k in record}
         with open(out / "results.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json_text(summary, ensure_ascii=False) + "\n")
         return path

@@ -65,10 +65,10 @@ def plot_prefix(args: argparse.Namespace, task: str) -> Path:
 
 
 def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) -> Path:
-    """Write ``result`` (with ``plots``) into ``--out`` and say where; its config lists every option of the command
-    line as ``options`` (the arguments as BackRetrieval's records list them), beside the settings it resolved."""
+    """Write ``result`` (with ``plots``) into ``--out`` and say where; its ``inputs`` list every option of the command
+    line (as BackRetrieval's records list them), beside the settings its ``config`` resolved."""
     result.plots = [str(p) for p in plots]
-    result.config["options"] = inputs(args)
+    result.inputs = inputs(args)
     earlier = _earlier_model(record_path(args.out, result.task, result.model.get("name")))
     path = result.write(args.out)
     note = ""

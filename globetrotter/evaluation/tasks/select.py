@@ -192,7 +192,9 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
         raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
                         f"again with `{_select()}` for that model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
-        said = {k: (other.get("config") or {}).get(k) for k in ("val", "seed", "max_per_lang", "languages")}
+        config = other.get("config") or {}
+        said = {k: config.get(k) for k in ("val", "seed", "max_per_lang", "languages")}
+        said["seed"] = other.get("seed", said["seed"])  # a record written before the seed left its config keeps it there
         raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
                         f"{theirs['val'].get('image_features')} against {image_features}); run "
                         f"`{_select()}` for both models with the same --val, --seed, --max-per-language, --image-features "
