@@ -835,6 +835,19 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
     assert result["results"][0]["text"] == "un carré noir"
 
 
+def test_translate_prints_negative_scores_in_the_column_of_the_others(capsys):
+    """A CSLS or cosine score below 0 took one more character, so its text stood one column right of the others'."""
+    from globetrotter.evaluation.cli.translate import print_results
+
+    args = argparse.Namespace(json=False, to="de")
+    print_results(args, ["a red circle", "a ring"], [[("ein kreis rot", 0.912), ("ein ring", -0.05)],
+                                                      [("ein ring blau", -1.5)]])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["a red circle", "   0.912  ein kreis rot", "  -0.050  ein ring", "a ring", "  -1.500  ein ring blau"]
+    print_results(args, ["a red circle"], [[("ein kreis rot", 0.912), ("ein ring", 0.05)]])  # none below 0: as before
+    assert capsys.readouterr().out.splitlines()[1:] == ["  0.912  ein kreis rot", "  0.050  ein ring"]
+
+
 def test_translate_ranks_by_a_choice_with_the_statistics_of_its_whole_pool(world, fake):
     """Re-scored under a chosen ranking, each candidate gets the score `eval.py sentence` gives the pair: MaxSim and
     CSLS with the statistics of the reference captions the choice was made with, in all of its languages (the idf
