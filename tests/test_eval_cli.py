@@ -662,6 +662,7 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     from collections import Counter
 
     from data_prep import shards
+    from globetrotter.evaluation import read_reference
 
     reads, real = Counter(), shards.iter_raw
 
@@ -676,6 +677,13 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
     assert reads == Counter({"test": 1, "train": 1})
+    # select too read its reference twice, to check it and again for its captions (the record's pool is the same)
+    reads.clear()
+    assert run(["select", "--model", str(tiny_run), "--csls-k", "3", "--maxsim", "0,1", "--heads", "text",
+                "--name", "tiny", "--out", str(tmp_path / "select")]) == 0
+    assert reads["train"] == 1
+    chosen = record(tmp_path / "select", "select", "tiny")
+    assert chosen["details"]["reference"] == read_reference(tiny_world / "train", chosen["languages"]).record
 
 
 def test_sentence_translation_score_for_the_trainer(world):
