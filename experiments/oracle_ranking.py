@@ -25,7 +25,8 @@ from globetrotter.argtypes import language_codes, non_negative_int, output_folde
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
-from globetrotter.evaluation.reference import DEFAULT_SIZE, choice_reference, read_reference, shared_images  # noqa: E402
+from globetrotter.evaluation.reference import (  # noqa: E402
+    DEFAULT_SIZE, checked_reference, refuse_test_split, shared_images)
 from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
@@ -47,7 +48,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     """Score ``model``'s ranking grid by sentence translation on the parallel ``val`` split (statistics from
     ``reference``, which may not be ``val``), keep the best, and write the record ``out/select-NAME.json``
     (`select`'s form). Returns its path. ``test``: the test split, whose images ``val`` may not show."""
-    reference = str(choice_reference(val, reference))  # never test, nor the split the choice is made on
+    refuse_test_split(val, "--val")
     if test is not None:
         refuse_shared_images(val, test, "--val")
     from data_prep.shards import read_manifest
@@ -62,7 +63,9 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     except UserError as err:
         raise UserError(f"{err} (the oracle needs a parallel val split: its images with captions in every "
                         "language, e.g. the conversion without --assign-languages)") from None
-    pool = read_reference(reference, ps.languages, reference_size)
+    # the reference read once: never test, nor the split the choice is made on, nor one showing its images
+    captions = checked_reference(val, reference, ps.split_images, ps.languages)
+    reference, pool = str(captions.split), captions.pool(reference_size)
     encoder, info = resolve_model(model)  # after every check of the splits: loading a run takes a while
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     rows = []

@@ -39,7 +39,7 @@ from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
-    DEFAULT_SIZE, ReferencePool, choice_reference, read_reference)
+    DEFAULT_SIZE, ReferenceCaptions, ReferencePool, checked_reference, read_captions_once, refuse_test_split)
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates, read_record  # noqa: E402
 from oracle_ranking import refuse_shared_images  # noqa: E402
@@ -84,9 +84,14 @@ def reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + above)
 
 
-def reference_pools(reference: str, languages: Iterable[str], reference_size: int = DEFAULT_SIZE) -> dict[str, ReferencePool]:
-    """Each language's reference captions, the statistics of its rankings."""
-    return {lang: read_reference(reference, [lang], reference_size) for lang in languages}
+def reference_pools(reference: str | ReferenceCaptions, languages: Iterable[str],
+                    reference_size: int = DEFAULT_SIZE) -> dict[str, ReferencePool]:
+    """Each language's reference captions, the statistics of its rankings, from one pass over the split
+    ``reference`` (or its captions read already, :func:`checked_reference`)."""
+    languages = list(languages)
+    if not isinstance(reference, ReferenceCaptions):
+        reference = read_captions_once(reference, languages)
+    return {lang: reference.pool(reference_size, [lang]) for lang in languages}
 
 
 @dataclass(frozen=True)
@@ -105,12 +110,14 @@ class ValSample:
     def read(cls, val: str, reference: str, *, languages: list[str] | None = None, n_images: int = 300,
              reference_size: int = DEFAULT_SIZE, seed: int = 0, test: str | None = None) -> "ValSample":
         """Check ``val`` (never test, no image of ``test``) and read its pairs and the reference pools."""
-        reference = str(choice_reference(val, reference))  # never test, nor the split the choice is made on
+        refuse_test_split(val, "--val")
         if test is not None:
             refuse_shared_images(val, test, "--val")
         pairs = caption_pairs(val, languages, n_images, seed)
-        return cls(str(val), reference, reference_size, n_images, seed, pairs,
-                   reference_pools(reference, pairs, reference_size))
+        # the reference read once: never test, nor the split the choice is made on, nor one showing its images
+        captions = checked_reference(val, reference, languages=list(pairs))
+        return cls(str(val), str(captions.split), reference_size, n_images, seed, pairs,
+                   reference_pools(captions, pairs, reference_size))
 
 
 def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],

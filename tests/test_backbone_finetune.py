@@ -64,6 +64,7 @@ def test_round_two_fine_tunes_the_backbone_to_the_runs_readings_and_trains_on_it
     code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 0, stderr[-2000:]
     assert f"model.image_pretrained={out / WEIGHTS} data.features={out / FEATURES}" in stdout
+    assert ", 2 epochs at " in stdout
     # the targets: each image's mean cross-head embedding of its own captions under the run
     targets = load_feature_cache(out / TARGETS)
     metas = read_captions(split)
@@ -115,8 +116,9 @@ def test_round_two_names_the_weights_it_read_and_refuses_a_run_that_saved_others
     out = tmp_path / "round-two"
     argv = ["features", "finetune", str(tiny_world / "train"), "--from-run", str(run), "--out", str(out),
             "--epochs", "1", "--workers", "0"]
-    code, _, stderr = run_data_cli(argv, capsys)
+    code, stdout, stderr = run_data_cli(argv, capsys)
     assert code == 0, stderr[-2000:]
+    assert ", 1 epoch at " in stdout  # it said "1 epochs"
     checkpoint = str(resolve(run).resolve())
     record = json.loads((out / RECORD).read_text())
     assert record["checkpoint"] == checkpoint and record["weights_sha256"] == weights_sha256(checkpoint)

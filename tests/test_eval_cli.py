@@ -663,6 +663,7 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     from collections import Counter
 
     from data_prep import shards
+    from globetrotter.evaluation import read_reference
 
     reads, real = Counter(), shards.iter_raw
 
@@ -677,6 +678,13 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
     assert reads == Counter({"test": 1, "train": 1})
+    # select too read its reference twice, to check it and again for its captions (the record's pool is the same)
+    reads.clear()
+    assert run(["select", "--model", str(tiny_run), "--csls-k", "3", "--maxsim", "0,1", "--heads", "text",
+                "--name", "tiny", "--out", str(tmp_path / "select")]) == 0
+    assert reads["train"] == 1
+    chosen = record(tmp_path / "select", "select", "tiny")
+    assert chosen["details"]["reference"] == read_reference(tiny_world / "train", chosen["languages"]).record
 
 
 def test_sentence_translation_score_for_the_trainer(world):
@@ -834,6 +842,19 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
                 "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["results"][0]["text"] == "un carré noir"
+
+
+def test_translate_prints_negative_scores_in_the_column_of_the_others(capsys):
+    """A CSLS or cosine score below 0 took one more character, so its text stood one column right of the others'."""
+    from globetrotter.evaluation.cli.translate import print_results
+
+    args = argparse.Namespace(json=False, to="de")
+    print_results(args, ["a red circle", "a ring"], [[("ein kreis rot", 0.912), ("ein ring", -0.05)],
+                                                      [("ein ring blau", -1.5)]])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["a red circle", "   0.912  ein kreis rot", "  -0.050  ein ring", "a ring", "  -1.500  ein ring blau"]
+    print_results(args, ["a red circle"], [[("ein kreis rot", 0.912), ("ein ring", 0.05)]])  # none below 0: as before
+    assert capsys.readouterr().out.splitlines()[1:] == ["  0.912  ein kreis rot", "  0.050  ein ring"]
 
 
 def test_translate_ranks_by_a_choice_with_the_statistics_of_its_whole_pool(world, fake):
@@ -1373,6 +1394,51 @@ def test_a_twin_trained_on_train_parallel_is_told_the_reference_of_the_full_mode
         select_argv = shlex.split(capsys.readouterr().out.splitlines()[-2].split(": ", 1)[1])
         references.append(select_argv[select_argv.index("--reference") + 1] if "--reference" in select_argv else None)
     assert references == [str(original / "train")] * 2
+
+
+def test_the_summary_of_a_twin_on_train_parallel_names_its_languages_and_the_original_test_split(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """The supervised twin trains on train-parallel (en/de/fr/cs), val and test have zh too: the printed select chose
+    on zh and the printed sentence scored it, a language the run never read, and the test split was named through
+    the link more-captions made (outputs/flickr8k-more/test), not as the README does (outputs/flickr8k/test). The
+    commands now name the languages the run was trained on, and the original test split."""
+    import shlex
+
+    from globetrotter.training import cli as train_cli, trainer
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    five = {lang: 10 for lang in ("en", "de", "fr", "cs", "zh")}
+    original, more = Path("outputs/flickr8k"), Path("outputs/flickr8k-more")
+    for folder, manifest in [(original / "train", {"languages": five}), (original / "val", {"languages": five}),
+                             (original / "test", {"languages": five}),
+                             (more / "train", {"languages": five, "more_captions": {"from": str(original / "train")}}),
+                             (more / "train-parallel", {"languages": {lang: 10 for lang in ("en", "de", "fr", "cs")}})]:
+        folder.mkdir(parents=True)  # a manifest that reads (a shard listed and there): the summary reads no more
+        (folder / "manifest.json").write_text(json.dumps({"shards": ["s.tar"], "num_samples": 10, **manifest}))
+        (folder / "s.tar").touch()
+    for name in ("val", "test"):  # linked, as more-captions does
+        (more / name).symlink_to(Path("..") / "flickr8k" / name, target_is_directory=True)
+
+    def fake_train(cfg, resume=None):
+        return {"run_dir": str(cfg.run_dir), "metrics": {}, "step": cfg.steps, "checkpoints": {"latest": cfg.steps}}
+
+    monkeypatch.setattr(trainer, "train", fake_train)
+    commands = {}
+    for config in ("flickr8k-supervised", "flickr8k"):
+        with pytest.raises(SystemExit) as stop:
+            train_cli.main(["--config", str(Path(__file__).resolve().parents[1] / "configs" / f"{config}.yaml")])
+        assert stop.value.code == 0
+        lines = capsys.readouterr().out.splitlines()
+        commands[config] = [shlex.split(line.split(": ", 1)[1]) for line in lines[-2:]]
+    (select, sentence), (full_select, full_sentence) = commands["flickr8k-supervised"], commands["flickr8k"]
+    assert select[select.index("--languages") + 1] == "en,de,fr,cs"
+    assert sentence[sentence.index("--languages") + 1] == "en,de,fr,cs"
+    assert sentence[sentence.index("--split") + 1] == str(original / "test")
+    assert select[select.index("--reference") + 1] == str(original / "train")
+    # the full model reads every language of val and test: no --languages, the same test split
+    assert "--languages" not in full_select + full_sentence
+    assert full_sentence[full_sentence.index("--split") + 1] == str(original / "test")
 
 
 def test_an_adapted_run_whose_language_val_lacks_is_told_to_score_test_without_a_choice(tiny_run, tiny_world,

@@ -135,17 +135,23 @@ class ReferenceCaptions:
     found: frozenset[str] = frozenset()
     images: frozenset[str] = frozenset()
 
-    def pool(self, max_per_lang: int | None = DEFAULT_SIZE) -> ReferencePool:
-        """:func:`read_reference`'s pool of these captions, with its one-line errors."""
+    def pool(self, max_per_lang: int | None = DEFAULT_SIZE, languages: Sequence[str] | None = None) -> ReferencePool:
+        """:func:`read_reference`'s pool of these captions, with its one-line errors; ``languages``: some of the
+        languages read (default: all), the pool :func:`read_reference` gives of them (each language is sampled on
+        its own)."""
+        languages = self.languages if languages is None else tuple(languages)
         if self.by_language is None:
             raise UserError(f"{self.split}: no split here (expected manifest.json) to take the reference statistics "
                             f"from; name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
-        missing = sorted(set(self.languages) - self.found)
+        unread = sorted(set(languages) - set(self.languages))
+        if unread:
+            raise ValueError(f"{self.split}: the captions in {','.join(unread)} were not read")
+        missing = sorted(set(languages) - self.found)
         if missing:
             raise UserError(f"{self.split}: no caption in {','.join(missing)} for the reference statistics "
                             f"(--reference; the split has {','.join(sorted(self.found)) or 'none'})")
         captions, langs = [], []
-        for lang in sorted(set(self.languages)):
+        for lang in sorted(set(languages)):
             texts = self.by_language[lang]
             if max_per_lang is not None and len(texts) > max_per_lang:
                 rng = np.random.default_rng(SAMPLE_SEED)

@@ -251,7 +251,8 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
         backbone = create_image_backbone(m.image_backbone, m.image_pretrained, **m.image_backbone_args)
         transform = simclr_transform(d.image_size, d.crop_scale_min, d.colour_jitter, d.hue_jitter, d.grayscale,
                                      d.hflip)
-        log(f"fine-tuning {m.image_backbone} on {len(images)} images, {settings.epochs} epochs at {d.image_size} px")
+        epochs = f"{settings.epochs} epoch{'' if settings.epochs == 1 else 's'}"
+        log(f"fine-tuning {m.image_backbone} on {len(images)} images, {epochs} at {d.image_size} px")
         start = time.perf_counter()
         backbone, _head, losses = fine_tune(backbone, images, targets, transform, settings, workers=workers,
                                             device=device, progress=progress)

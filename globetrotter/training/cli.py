@@ -53,7 +53,7 @@ def _main(argv: Sequence[str] | None) -> int:
         raise UserError(f"no --config, and the default {DEFAULT_CONFIG} is not there (the configs ship with the "
                         f"repository: install it with `pip install -e .` from a clone, or pass --config FILE)")
     config = args.config or (None if adapting else DEFAULT_CONFIG)
-    from .adapt import load_adapt_config  # the starting run's config under FILE and the overrides (adapt.from)
+    from .adapt import load_adapt_config, trained_languages  # (adapt.from: the starting run's config under FILE)
     if args.resume:  # an adaptation does not resume: said before its config's own checks (a saved one's included)
         from ..config_io import config_dict
         from .adapt.start import RESUME_REFUSED
@@ -78,7 +78,8 @@ def _main(argv: Sequence[str] | None) -> int:
         _say_where_to_resume(cfg.run_dir)
         raise
     print_summary(result, Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split else None,
-                  Path(cfg.data.root) / cfg.data.val_split, Path(cfg.data.root) / cfg.data.train_split)
+                  Path(cfg.data.root) / cfg.data.val_split, Path(cfg.data.root) / cfg.data.train_split,
+                  trained_languages(cfg))
     return _unsaved_final_checkpoint(result)
 
 

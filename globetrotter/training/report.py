@@ -4,19 +4,22 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from ..shell import program_command
 
 
 def print_summary(result: dict, test_split: str | Path | None = None, val_split: str | Path | None = None,
-                  train_split: str | Path | None = None) -> None:
+                  train_split: str | Path | None = None, languages: Sequence[str] | None = None) -> None:
     """Print the final validation metrics (and test figures when the run asked for them), the best checkpoint, and
     the two commands of the protocol: choose the ranking on val, then score ``test_split`` once (main process only).
     An adaptation whose new language ``val_split`` has no caption in gets the test command alone: val cannot choose
     a ranking for that language (a choice made on the old ones is refused for it). The reference select
     reads by default is the train split beside ``val_split`` (``train_split`` where no val is given); one made by
     ``more-captions`` names its one-language original instead, the one every twin of a table shares (a twin trained
-    on ``train-parallel`` too)."""
+    on ``train-parallel`` too), and a test split that is its link to the original's is named as the original's.
+    ``languages``: those the run was trained on; a command whose split has others too names them (``--languages``),
+    so that neither chooses nor scores a language the run never read (a twin on ``train-parallel``: not zh)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
     metrics = result.get("metrics") or {}
@@ -44,7 +47,10 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
         from ..evaluation.records import DEFAULT_OUT, record_path
         from ..evaluation.reference import default_reference
 
+        original = _one_language_original(default_reference(val_split) if val_split is not None else train_split)
+        test_split = _as_in_original(test_split, original)
         run, evaluate, test = shlex.quote(result["run_dir"]), program_command("eval"), shlex.quote(str(test_split))
+        test += _languages_option(test_split, languages)
         new = adapted.get("language")
         if new and not _has_language(test_split, new):
             print(f"the test split {test_split} has no {new} caption, so it cannot score {new}: convert a parallel "
@@ -56,9 +62,9 @@ def print_summary(result: dict, test_split: str | Path | None = None, val_split:
                   f"with the default ranking: {evaluate} sentence --model {run} --split {test}")
             return
         record = shlex.quote(str(record_path(DEFAULT_OUT, "select", model_name(result["run_dir"]))))  # select's default
-        original = _one_language_original(default_reference(val_split) if val_split is not None else train_split)
         reference = f" --reference {shlex.quote(original)}" if original else ""
-        print(f"choose its ranking on val, with no parallel text: {evaluate} select --model {run}{reference}")
+        print(f"choose its ranking on val, with no parallel text: {evaluate} select --model {run}"
+              f"{_languages_option(val_split, languages)}{reference}")
         print(f"then score the test split once: {evaluate} sentence --model {run} --split {test} "
               f"--ranking {record}")
 
@@ -94,6 +100,25 @@ def _one_language_original(train_split: str | Path | None) -> str | None:
         return None
     relative = os.path.relpath(original)
     return original if relative.startswith("..") else relative
+
+
+def _as_in_original(split: str | Path, original: str | None) -> str | Path:
+    """``split`` as the one-language original dataset names it, where ``split`` is the link ``more-captions`` made to
+    that dataset's split of the same name (``original``: the original's train split, :func:`_one_language_original`);
+    else ``split``."""
+    if original is None:
+        return split
+    same = Path(original).parent / Path(split).name
+    found = (same / "manifest.json").is_file() and same.resolve() == Path(split).resolve()
+    return str(same) if found else split
+
+
+def _languages_option(split: str | Path | None, trained: Sequence[str] | None) -> str:
+    """`` --languages CODES``: the languages of the split folder ``split`` (its manifest's, in its order) the run was
+    trained on (``trained``), where the split has others too; ``""`` where it has no other, or either is unknown."""
+    has = list(_manifest(split).get("languages") or {})
+    kept = [lang for lang in has if lang in set(trained or ())]
+    return f" --languages {','.join(kept)}" if kept and len(kept) < len(has) else ""
 
 
 def _has_language(split: str | Path | None, language: str) -> bool:

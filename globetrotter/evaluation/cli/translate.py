@@ -49,7 +49,10 @@ def index_options(args: argparse.Namespace) -> dict:
 
 
 def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> None:
-    """Each query and its hits, as text or (``--json``) one JSON object a query."""
+    """Each query and its hits, as text (each score right-aligned to the widest, a negative one's sign included, so
+    that the texts stand in one column) or (``--json``) one JSON object a query."""
+    results = list(results)
+    width = max((len(f"{score:.3f}") for hits in results for _, score in hits), default=0)
     for query, hits in zip(texts, results):
         if args.json:
             print(json_text({"query": query, "target_lang": args.to,
@@ -57,7 +60,7 @@ def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> No
         else:
             print(query)
             for text, score in hits:
-                print(f"  {score:.3f}  {text}")
+                print(f"  {score:{width}.3f}  {text}")
 
 
 def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, description: str,

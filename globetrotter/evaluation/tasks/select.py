@@ -35,7 +35,7 @@ from globetrotter.shell import program_name
 from ..models import ModelLike, is_baseline
 from ..ranking import HEADS, SCORE_BLOCK, Ranking, ScoringContext
 from ..records import Result, dataset_info
-from ..reference import DEFAULT_SIZE, choice_reference, read_reference
+from ..reference import DEFAULT_SIZE, checked_reference, refuse_test_split
 from ..val_set import BackRetrievalSet, image_features_of
 from .checks import require_languages, require_sequence
 from .common import resolve_model
@@ -295,14 +295,17 @@ def select_ranking(
         if cfg is None:
             raise UserError("select: --val SPLIT is needed for a model without a run config (the baselines)")
         val = Path(cfg.data.root) / cfg.data.val_split
-    if languages and (Path(val) / "manifest.json").is_file():  # before g embeds any image
+    has: Sequence[str] = ()
+    if (Path(val) / "manifest.json").is_file():  # before g embeds any image
         from data_prep.shards import read_manifest
 
-        has = read_manifest(val)["languages"]
-        missing = sorted(set(languages) - set(has))
+        has = read_manifest(val).get("languages") or ()
+        missing = sorted(set(languages or ()) - set(has))
         if missing:
             raise UserError(f"{val}: no caption in language(s) {missing} (has {sorted(has)})")
-    reference = choice_reference(val, reference)
+    refuse_test_split(val, "--val")
+    # the reference read once: checked as choice_reference does, its captions of the languages val may evaluate kept
+    captions = checked_reference(val, reference, languages=tuple(languages or has))
     ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
     max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
     if image_features is None:
@@ -319,7 +322,7 @@ def select_ranking(
     queries = queries_sha256(bkr)
     if other is not None:  # before any scoring
         check_against(other, queries, image_features, source)
-    pool = read_reference(reference, evaluated, reference_size)
+    pool = captions.pool(reference_size, evaluated)
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
     for ranking, retrieved in zip(rankings, retrieved_by_ranking(context, rankings, bkr)):
