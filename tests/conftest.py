@@ -75,17 +75,20 @@ TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.wo
 
 
 def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int = 12, size: int = 32,
-                    heldout: tuple[str, ...] = (), n_adapt: int = 64) -> Path:
+                    heldout: tuple[str, ...] = (), n_adapt: int = 64,
+                    words: dict[str, dict[str, str]] | None = None) -> Path:
     """train/val (each image in one language) and a parallel test split, written with ShardWriter.
 
     ``heldout`` languages stay out of train/val; they caption the test split and an ``adapt`` split
-    of ``n_adapt`` images, one held-out language each (as the synthetic world's ``--held-out``)."""
+    of ``n_adapt`` images, one held-out language each (as the synthetic world's ``--held-out``).
+    ``words``: the languages and their caption words, as :data:`WORDS` (the default) spells them."""
     import numpy as np
     from PIL import Image, ImageDraw
 
     from data_prep.shards import ShardWriter
 
-    names, every = list(COLOURS), list(WORDS)
+    words = WORDS if words is None else words
+    names, every = list(COLOURS), list(words)
     langs = [lang for lang in every if lang not in heldout]
 
     def scene(i: int) -> tuple[Image.Image, str]:
@@ -97,7 +100,7 @@ def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int 
         return img, colour
 
     def caption(lang: str, colour: str) -> str:
-        return f"{WORDS[lang][colour]} {WORDS[lang]['_']}"
+        return f"{words[lang][colour]} {words[lang]['_']}"
 
     offset = 0
     splits = [("train", n_train, langs), ("val", n_val, langs)] + ([("adapt", n_adapt, list(heldout))] if heldout else [])

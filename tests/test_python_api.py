@@ -411,3 +411,59 @@ def test_the_documented_python_training_runs_and_its_model_compares_texts_with_i
         given = {"pil_image": Image.new("RGB", (64, 64), (200, 30, 30))}
         exec(compile(uses, doc, "exec"), given)
         assert given["sim"].shape == (1, 1) and -1.0001 <= given["sim"][0, 0] <= 1.0001
+        emb = given["emb"]  # (3, D), L2-normalised
+        assert emb.shape == (3, given["model"].embed_dim("text"))
+        np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
+
+
+def test_the_documented_bkr_recall_snippet_runs():
+    """docs/backretrieval.md's first Python block runs as written (its four embedding sets: made arrays) and gives
+    what its comments say: res["bkr@10"] and res["ranks"], the per-query hits whose bootstrap interval holds their
+    mean, and the approximate call with the image neighbours computed once."""
+    snippet = _python_block("docs/backretrieval.md", "bkr_recall(")
+    rng = np.random.default_rng(0)
+    scope = {name: rng.standard_normal((30, 8)).astype(np.float32)
+             for name in ("src_text", "src_img", "tgt_text", "tgt_img")}
+    exec(compile(snippet, "docs/backretrieval.md", "exec"), scope)
+    exact = br.bkr_recall(scope["src_text"], scope["src_img"], scope["tgt_text"], scope["tgt_img"], ks=(1, 5, 10))
+    assert 0 <= exact["bkr@10"] <= 1 and exact["ranks"].shape == (30,) and exact["hits"][10].shape == (30,)
+    interval = br.recall_interval(exact["hits"][10])
+    assert interval["value"] == pytest.approx(exact["bkr@10"]) and interval["lo"] <= interval["value"] <= interval["hi"]
+    assert 0 <= scope["res"]["bkr@10"] <= 1 and scope["res"]["hits"][10].shape == (30,)  # the approximate call's
+
+
+def test_the_documented_select_and_sentence_snippet_runs(tmp_path, monkeypatch):
+    """docs/evaluation.md's Python block runs as written: select_ranking on val, the Choice of its record, and the
+    test evaluation checked against it. Its run and splits are a tiny run on a tiny world in its four languages
+    (captions of more than ten distinct tokens per language, as the MaxSim candidates need), reached by the
+    block's own paths."""
+    from conftest import TINY, make_tiny_world
+    from globetrotter.config import load_train_config
+    from globetrotter.evaluation import Choice, Result
+    from globetrotter.training.trainer import train
+
+    words = {"en": {"red": "red", "green": "green", "blue": "blue", "yellow": "yellow", "_": "square on black"},
+             "de": {"red": "rotes", "green": "grünes", "blue": "blaues", "yellow": "gelbes", "_": "Quadrat auf Schwarz"},
+             "fr": {"red": "rouge", "green": "vert", "blue": "bleu", "yellow": "jaune", "_": "carré sur noir"},
+             "cs": {"red": "červený", "green": "zelený", "blue": "modrý", "yellow": "žlutý", "_": "čtverec na černé"}}
+    world = make_tiny_world(tmp_path / "world", n_val=48, words=words)  # 12 val images per language: K up to 10
+    run_dir = tmp_path / "run"
+    cfg = load_train_config(None, [f"data.root={world}", f"data.tokenizer={run_dir / 'tokenizer.json'}",
+                                   f"output_dir={run_dir}", *TINY, "steps=2"])
+    train(cfg)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "flickr8k").symlink_to(cfg.run_dir)
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "flickr8k").symlink_to(world)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(_python_block("docs/evaluation.md", "select_ranking("), "docs/evaluation.md", "exec"), scope)
+    assert isinstance(scope["chosen"], Result) and set(scope["chosen"].details["chosen"]) >= {"head", "maxsim", "csls"}
+    choice = scope["choice"]
+    assert isinstance(choice, Choice) and choice.reference == "outputs/flickr8k/train"
+    assert choice.languages == ("cs", "de", "en", "fr")
+    result = scope["result"]
+    assert 0 <= result.metrics["sentence_translation"] <= 1
+    record = result.to_record()
+    assert {"task", "model", "dataset", "languages", "metrics"} <= set(record)
+    assert record["metrics"]["sentence_translation"] == result.metrics["sentence_translation"]
