@@ -321,11 +321,12 @@ def test_the_last_lines_say_what_was_skipped_why_and_where_and_every_manifest_re
                row.endswith(f"(1 issue(s)); first at {w['truncated']}") for row in printed)
     assert printed[-1].startswith("note: 7 caption record(s) skipped as bad input (6 issue(s)")
     assert printed[-1].endswith("the exit status is 0 (--strict makes it 1)")
-    for split in ("train", "val", "test"):
-        if (out / split).is_dir():
-            counts = read_manifest(out / split)["conversion"]
-            assert counts["skipped"] == 7 and counts["skipped_by_kind"]["unreadable_image"] == 2
-            assert counts["caption_records"] == counts["written"] + counts["skipped"] + counts["unused"]
+    written = [split for split in ("train", "val", "test") if (out / split).is_dir()]
+    assert written, "no split folder written: the manifests' counts would go unchecked"
+    for split in written:
+        counts = read_manifest(out / split)["conversion"]
+        assert counts["skipped"] == 7 and counts["skipped_by_kind"]["unreadable_image"] == 2
+        assert counts["caption_records"] == counts["written"] + counts["skipped"] + counts["unused"]
     assert cli(argv + ["--overwrite", "--strict"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("--strict: 7 caption record(s) skipped as bad input") and err[-1].endswith("exit status 1")

@@ -236,23 +236,30 @@ def test_word_takes_its_rankings_in_one_value_and_refuses_a_bad_one(capsys):
 def test_seeds_is_a_list_of_seeds_everywhere():
     """``--seeds 0,1``: the seeds to run; a number of seeds is ``--n-seeds`` (backretrieval correlate and the study took
     ``--seeds 25``)."""
-    found = set()
+    found, counted = set(), set()
     for label, parser in PARSERS:
         action = parser._option_string_actions.get("--seeds")
         if action is not None:
             found.add(label)
             assert action.nargs is None and action.type("0,1") == [0, 1], label
         action = parser._option_string_actions.get("--n-seeds")
-        assert action is None or action.type("3") == 3, label
+        if action is not None:
+            counted.add(label)
+            assert action.type("3") == 3, label
     assert {"experiments/zeroshot_table.py", "experiments/study_images_per_language.py"} <= found
+    assert {"backretrieval correlate", "experiments/study_bkr_vs_corr.py"} <= counted
 
 
 def test_held_out_is_language_codes_and_a_count_of_images_is_held_out_images():
     """``--held-out CODES`` (data synth) keeps languages out; the images a screen holds out are ``--held-out-images N``
     (the image-vector experiments took ``--held-out 800``)."""
+    found = set()
     for label, parser in PARSERS:
         action = parser._option_string_actions.get("--held-out")
-        assert action is None or action.metavar == "CODES", f"{label}: --held-out takes language codes"
+        if action is not None:
+            found.add(label)
+            assert action.metavar == "CODES", f"{label}: --held-out takes language codes"
+    assert "data synth" in found
     for script in ("finetune_backbone", "image_vector_agreement"):
         action = command_parser(f"experiments/{script}.py", "")._option_string_actions["--held-out-images"]
         assert action.type("800") == 800
@@ -262,11 +269,15 @@ def test_every_languages_value_refuses_a_code_twice_and_an_empty_list_or_item():
     """One parser of language codes (backretrieval's language_codes, re-exported by globetrotter.argtypes) outside
     data_prep, which keeps its own (it normalises the codes). An empty item (``en,,de``, ``en,``) was dropped in
     silence, where a list of numbers (``--ks 1,,5``) refuses it."""
+    found = set()
     for label, parser in PARSERS:
         action = parser._option_string_actions.get("--languages")
         if action is not None and action.type is not None and not label.startswith("data "):
+            found.add(label)
             assert action.type.__module__ == "backretrieval.cli.common", label
             for bad, message in (("en,de,en", "en given twice"), (",", "expected comma-separated language codes"),
                                  ("en,,de", "got 'en,,de'"), ("en,", "got 'en,'")):
                 with pytest.raises(argparse.ArgumentTypeError, match=message):
                     action.type(bad)
+    assert {"eval.py sentence", "eval.py select", "zeroshot retrieval", "backretrieval eval",
+            "experiments/zeroshot_table.py"} <= found

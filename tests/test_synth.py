@@ -55,8 +55,11 @@ def test_same_config_gives_identical_bytes_whatever_the_workers(world, tmp_path)
     generate(tiny(workers=2, chunk_size=17), tmp_path, progress=False)
     assert checksums(tmp_path) == checksums(world)
     assert set(checksums(world)) == {"train", "val", "test"}
-    for path in (world / "dictionary").glob("*.txt"):
-        assert (tmp_path / "dictionary" / path.name).read_bytes() == path.read_bytes()
+    names = sorted(path.name for path in (world / "dictionary").iterdir())
+    assert "concepts.json" in names and any(name.endswith(".txt") for name in names)
+    assert sorted(path.name for path in (tmp_path / "dictionary").iterdir()) == names
+    for name in names:
+        assert (tmp_path / "dictionary" / name).read_bytes() == (world / "dictionary" / name).read_bytes(), name
 
 
 def test_other_seed_gives_another_world(world, tmp_path):
