@@ -225,6 +225,38 @@ def test_shards_with_no_readable_sample_stop_the_run_in_one_line(tiny_world, tmp
     assert "\n" not in str(err.value)
 
 
+def test_a_split_whose_every_image_fails_to_decode_stops_the_run_in_one_line(tiny_world, tmp_path, monkeypatch):
+    """Every image undecodable (a codec this machine lacks): its 96 distinct bad samples stay under
+    data.max_bad_samples and every shard reads, so the stream met the same bad samples again and again and the run
+    hung without a batch; it stops after a long run of unusable samples, naming the shard and the last error."""
+    import globetrotter.data.stream as stream
+
+    def undecodable(data):
+        raise ValueError("cannot identify image file")
+
+    monkeypatch.setattr(stream, "decode_rgb", undecodable)
+    (tmp_path / "run").mkdir()
+    _tokenizer(tiny_world, tmp_path / "run")
+    cfg = tiny_cfg(tiny_world, tmp_path / "run", "steps=2", "data.workers=0")
+
+    class Hung(BaseException):  # not an Exception: the stream skips those as bad samples
+        pass
+
+    def hung(signum, frame):
+        raise Hung("the run hung on a split whose every image fails to decode")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(UserError, match=r"train-00000\d\.tar: no usable sample in 1000 in a row \(96 distinct "
+                                            r"bad samples, the last: ValueError: cannot identify image file\)") as err:
+            train(cfg)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert "\n" not in str(err.value)
+
+
 WRITE_FAILURES = {"save_state": "No space left on device", "rename": "Permission denied",
                   "zip_writer": "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos",
                   "safetensors": "SafetensorError: Error while serializing: I/O error: File too large (os error 27)"}

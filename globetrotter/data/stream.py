@@ -15,8 +15,9 @@ worker ``p`` to logical worker ``(p + s) % W`` and the order is unchanged.
 Bad data (a truncated or unreadable shard, a sample whose image or json does not decode)
 is skipped and counted once per sample (``shard/key``: shards are read again and again, a
 corrupt file is one bad sample); every batch carries the bad samples its worker met since its
-last batch, so the trainer counts across worker processes. Past ``max_bad`` the stream stops
-with a marker batch and the trainer raises a one-line error naming the shard.
+last batch, so the trainer counts across worker processes. Past ``max_bad``, or after a long run of draws or samples
+that gave nothing usable (:data:`EMPTY_DRAWS`, :data:`UNUSABLE_IN_A_ROW`), the stream stops with a marker batch and
+the trainer raises a one-line error naming the shard.
 """
 from __future__ import annotations
 
@@ -107,6 +108,7 @@ class BadSamples:
         self.shard, self.reading, self.active = "", "", True
         self.good = 0  # samples read whole (json decoded), so that a stream with none can stop
         self.starved = ""  # why the stream stopped without a readable sample, once it has
+        self.last = ""  # the last error skipped, one line
 
     @property
     def count(self) -> int:
@@ -117,12 +119,12 @@ class BadSamples:
             return True
         self.shard = shard or self.reading
         name = f"{Path(self.shard).name}/{key or 'unreadable'}"
+        self.last = f"{type(exn).__name__}: {str(exn).splitlines()[0][:200] if str(exn) else ''}"
         if name not in self.seen:
             self.seen.add(name)
             self.new.append(name)
-            message = f"{type(exn).__name__}: {str(exn).splitlines()[0][:200] if str(exn) else ''}"
             print(f"data: skipped bad sample {key or '(unreadable tar)'} of {self.shard} ({self.count} so far, "
-                  f"worker {self.worker}): {message}", file=sys.stderr, flush=True)
+                  f"worker {self.worker}): {self.last}", file=sys.stderr, flush=True)
         return self.count <= self.limit
 
     def report(self) -> list[str]:
@@ -132,6 +134,7 @@ class BadSamples:
 
 
 EMPTY_DRAWS = 50  # shards read in a row without one readable sample: the stream stops with a one-line error
+UNUSABLE_IN_A_ROW = 1000  # samples in a row whose image would not decode (the same few met again and again): stop
 
 
 def _resampled(urls: list[str], rng: random.Random, bad: BadSamples) -> Iterator[dict]:
@@ -213,6 +216,7 @@ class ResumableStream(torch.utils.data.IterableDataset):
 
         bad.active = skip == 0
         pending: list[tuple] = []
+        unusable = 0  # samples in a row that gave no item: a split whose every image fails would loop forever
         for index, sample in enumerate(samples):
             if index < skip:  # consumed before the resume: skipped before decoding
                 bad.active = index == skip - 1
@@ -225,7 +229,14 @@ class ResumableStream(torch.utils.data.IterableDataset):
             except Exception as exn:  # noqa: BLE001 - an undecodable image is bad data
                 if not bad(exn, sample.get("__url__"), sample.get("__key__")):
                     break
+                unusable += 1
+                if unusable >= UNUSABLE_IN_A_ROW:
+                    bad.starved = (f"{bad.shard}: no usable sample in {unusable} in a row ({bad.count} distinct bad "
+                                   f"samples, the last: {bad.last}); check the split's images with "
+                                   f"globetrotter-data inspect SPLIT --check")
+                    break
                 continue
+            unusable = 0
             pending.append(item)
             if len(pending) == self.local_batch:
                 yield {**self.collate(pending), **fields(index + 1)}
