@@ -12,9 +12,17 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+import io
+
+import numpy as np
 import torch
-from torchvision.io import ImageReadMode, decode_image
+from PIL import Image
 from torchvision.transforms.v2.functional import resize
+
+try:  # deprecated in torchvision 0.29 for TorchCodec, and to be removed: PIL decodes the same pixels, slower
+    from torchvision.io import ImageReadMode, decode_image
+except ImportError:  # pragma: no cover - a torchvision without its image decoders
+    decode_image = None
 
 from .device_augment import DeviceSimCLR
 
@@ -23,9 +31,19 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     """An encoded jpg/png image as uint8 [3, H, W] RGB (torchvision.io: libjpeg-turbo/libpng).
 
     The same pixels as PIL's decode of the shards' JPEGs, at 1.1-2.4x its rate on one thread
-    (``bench/bench_decode.py``); a truncated or unreadable image raises ``RuntimeError``.
+    (``bench/bench_decode.py``); a truncated or unreadable image raises ``RuntimeError``. A torchvision that no
+    longer has its decoders (deprecated since 0.29) falls back to PIL (:func:`decode_rgb_pil`).
     """
+    if decode_image is None:
+        return decode_rgb_pil(data)
     return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+
+
+def decode_rgb_pil(data: bytes) -> torch.Tensor:
+    """:func:`decode_rgb` through PIL: the same uint8 [3, H, W] RGB tensor of a jpg/png image."""
+    with Image.open(io.BytesIO(data)) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
 
 
 @dataclass
