@@ -410,6 +410,19 @@ def test_a_damaged_checkpoint_is_a_one_line_error(base, tmp_path):
         assert len(str(err.value).splitlines()) == 1
 
 
+def test_a_warm_up_longer_than_the_adaptation_is_said(base, tmp_path, capsys):
+    """A few hundred captions make one epoch a few steps, under the starting run's warm-up (Flickr8k's is 50): the
+    learning rate never reaches optim.lr and the new rows barely move, which the run says in one line."""
+    capsys.readouterr()
+    cfg, result = adapt(base, tmp_path / "short")  # one epoch: 96 el captions / 32 = 3 steps, warm-up 5
+    assert result["step"] == 3
+    out = capsys.readouterr().out
+    assert (f"warning: optim.warmup_steps=5 is above the run's 3 step(s): the learning rate only rises to 60% of "
+            f"optim.lr={cfg.optim.lr:g} (the warm-up never ends)") in out
+    adapt(base, tmp_path / "warm", "optim.warmup_steps=3")
+    assert "warm-up never ends" not in capsys.readouterr().out
+
+
 def test_steps_beside_adapt_epochs_is_refused_not_replaced(tiny_run, tmp_path, capsys):
     """adapt.epochs (default 1) sets the adaptation's steps: a steps=N given with it would be replaced in silence."""
     with pytest.raises(UserError, match=r"steps=5 and adapt.epochs=1 both set the adaptation's length"):

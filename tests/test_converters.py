@@ -796,6 +796,9 @@ def test_command_line_errors_are_one_line(tmp_path, capsys):
         (["flickr8k", "--flickr8k", f"{write_lines(tmp_path / 't.txt', ['x'])}:jp", "--images", images,
           "--out", tmp_path / "o"], "unknown language code 'jp'"),
         (["multi30k", "--images", images, "--out", tmp_path / "o"], "needs --multi30k"),
+        # Multi30K alone given to the README's flickr8k command: the error named no command that reads it
+        (["flickr8k", "--multi30k", images, "--images", images, "--out", tmp_path / "o"],
+         "globetrotter-data flickr8k needs --flickr8k; for --multi30k alone run `globetrotter-data multi30k`"),
         # an empty caption file: the message named no file
         (["folder", "--images", images, "--captions", write_lines(tmp_path / "empty.jsonl", []), "--out",
           tmp_path / "o"], f"the caption sources ({tmp_path / 'empty.jsonl'}) hold no caption record"),

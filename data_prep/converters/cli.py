@@ -321,7 +321,9 @@ def run(args: argparse.Namespace) -> int:
     """Run one conversion from parsed arguments; exit code 0, or 1 (bad input under --strict); nothing to write is a
     :class:`UserError`."""
     if not getattr(args, args.needs):
-        raise UserError(f"globetrotter-data {args.command_name} needs --{args.needs.replace('_', '-')}")
+        given = [(name, spec["needs"]) for name, spec in _COMMANDS.items() if getattr(args, spec["needs"], None)]
+        other = f"; for --{given[0][1]} alone run `globetrotter-data {given[0][0]}`" if len(given) == 1 else ""
+        raise UserError(f"globetrotter-data {args.command_name} needs --{args.needs.replace('_', '-')}{other}")
     if (args.multi30k or args.flickr8k or args.xtd10) and not args.images:
         raise UserError("--images DIR is required with --multi30k, --flickr8k and --xtd10 (the folder of the photos)")
     if args.resize is not None and args.resize < 1:

@@ -17,3 +17,13 @@ def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min
         return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return LambdaLR(optimizer, factor)
+
+
+def warmup_warning(warmup_steps: int, total_steps: int, lr: float) -> str | None:
+    """A one-line warning when the warm-up outlasts the run (``warmup_steps`` above ``total_steps``): the learning
+    rate then stops at ``total_steps / warmup_steps`` of ``lr`` and never reaches it; ``None`` otherwise."""
+    if warmup_steps <= total_steps:
+        return None
+    return (f"warning: optim.warmup_steps={warmup_steps} is above the run's {total_steps} step(s): the learning rate "
+            f"only rises to {total_steps / warmup_steps:.0%} of optim.lr={lr:g} (the warm-up never ends); set "
+            f"optim.warmup_steps to at most {total_steps}, or train more steps")

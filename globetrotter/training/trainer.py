@@ -52,7 +52,7 @@ from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported
 from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
                      refuse_foreign_files, refuse_used_folder, resume_position)
 from .report import splits_read
-from .scheduler import warmup_cosine
+from .scheduler import warmup_cosine, warmup_warning
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
 
@@ -151,6 +151,9 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale),
                                   lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+    short = warmup_warning(cfg.optim.warmup_steps, cfg.steps, cfg.optim.lr)  # e.g. an adaptation of a few hundred
+    if short and main:  # captions: one epoch is a few steps, under the starting run's warm-up
+        log(short)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
     forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
