@@ -38,8 +38,10 @@ class TextsCut(Notice, BackRetrievalWarning):
     BackRetrieval warning too, for ``backretrieval ... --model globetrotter:RUN``)."""
 
 
-_CUT_TALLY: ContextVar[dict[int, tuple[set[str], set[str]]] | None] = ContextVar("texts_cut_tally", default=None)
-"""Inside :func:`texts_cut_once`: ``max_length -> (texts cut, texts encoded)``, the distinct texts of every call."""
+_CUT_TALLY: ContextVar[dict[int, tuple[set[str], list[np.ndarray]]] | None] = ContextVar("texts_cut_tally",
+                                                                                          default=None)
+"""Inside :func:`texts_cut_once`: ``max_length -> (texts cut, hashes of the texts encoded)`` over every call: the cut
+ones (few) as strings, the others as one int64 each, so a command's millions of captions are not all kept alive."""
 
 
 def _cut_message(cut: int, total: int, max_length: int) -> str:
@@ -54,9 +56,9 @@ def _warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None
     end. The warning points at the caller of the method that calls this one, a method wrapped by ``torch.no_grad``."""
     tally = _CUT_TALLY.get()
     if tally is not None:  # a text encoded again (in another list, by another head or model) counts once
-        cut_texts, seen = tally.setdefault(max_length, (set(), set()))
+        cut_texts, seen = tally.setdefault(max_length, (set(), []))
         cut_texts.update(cut)
-        seen.update(texts)
+        seen.append(np.unique(np.fromiter((hash(t) for t in texts), np.int64, len(texts))))
     elif cut:
         warnings.warn(_cut_message(len(cut), len(texts), max_length), TextsCut,
                       stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
@@ -76,7 +78,7 @@ def texts_cut_once() -> Iterator[None]:
     """One command's :class:`TextsCut` notice: the encoding calls within this block (per split, language, head or
     model) are one warning at its end, ``CUT of TOTAL text(s)`` over the distinct texts encoded (a text in several
     calls counts once; one warning per ``data.max_length`` where models differ), not one per call."""
-    tally: dict[int, tuple[set[str], set[str]]] = {}
+    tally: dict[int, tuple[set[str], list[np.ndarray]]] = {}
     token = _CUT_TALLY.set(tally)
     try:
         yield
@@ -84,7 +86,8 @@ def texts_cut_once() -> Iterator[None]:
         _CUT_TALLY.reset(token)
         for max_length, (cut, seen) in sorted(tally.items()):
             if cut:
-                warnings.warn(_cut_message(len(cut), len(seen), max_length), TextsCut, stacklevel=3)
+                warnings.warn(_cut_message(len(cut), len(np.unique(np.concatenate(seen))), max_length), TextsCut,
+                              stacklevel=3)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:

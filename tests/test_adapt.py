@@ -647,3 +647,18 @@ def test_an_adaptation_with_a_relative_data_root_records_its_train_and_old_capti
     for role, split in (("train", "adapt"), ("old_captions", "train"), ("test", "test")):
         assert data[role]["path"] == str((world / split).resolve())
         assert data[role]["checksum"] == read_manifest(world / split)["checksum"]
+
+
+def test_a_run_adapted_twice_knows_both_its_new_languages(world, tmp_path):
+    """Adapted to el, then again to xx: the second run's config names xx and the first run, whose config names el;
+    its languages (the next adaptation's old ones, the summary's --languages) hold both, beside the train split's."""
+    from globetrotter.training.adapt import trained_languages
+
+    trained = trained_languages(load_train_config(None, [f"data.root={world}"]))
+    first = tmp_path / "first"
+    first.mkdir()
+    save_config(load_train_config(None, [f"data.root={world}", f"adapt.from={tmp_path / 'base'}", "adapt.language=el"]),
+                first / "config.yaml")
+    second = load_train_config(None, [f"data.root={world}", f"adapt.from={first}", "adapt.language=xx"])
+    assert trained == ["en", "ja", "ru"]
+    assert trained_languages(second) == ["el", "en", "ja", "ru", "xx"]

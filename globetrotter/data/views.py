@@ -8,11 +8,10 @@ into views on the training device.
 """
 from __future__ import annotations
 
+import io
 import random
 from dataclasses import dataclass
 from typing import Callable
-
-import io
 
 import numpy as np
 import torch
@@ -31,8 +30,8 @@ def decode_rgb(data: bytes) -> torch.Tensor:
     """An encoded jpg/png image as uint8 [3, H, W] RGB (torchvision.io: libjpeg-turbo/libpng).
 
     The same pixels as PIL's decode of the shards' JPEGs, at 1.1-2.4x its rate on one thread
-    (``bench/bench_decode.py``); a truncated or unreadable image raises ``RuntimeError``. A torchvision that no
-    longer has its decoders (deprecated since 0.29) falls back to PIL (:func:`decode_rgb_pil`).
+    (``bench/bench_decode.py``); a truncated or unreadable image raises (``RuntimeError``; ``OSError`` from PIL). A
+    torchvision that no longer has its decoders (deprecated since 0.29) falls back to PIL (:func:`decode_rgb_pil`).
     """
     if decode_image is None:
         return decode_rgb_pil(data)

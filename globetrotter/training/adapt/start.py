@@ -170,10 +170,18 @@ def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: in
 
 
 def trained_languages(start: TrainConfig) -> list[str]:
-    """The languages a run was trained on: its train split's (``data.train_languages`` of them), and the one it
-    was adapted to, if any."""
-    found = set(train_languages(start))
-    return sorted(found | ({start.adapt.language} if start.adapt.from_run else set()))
+    """The languages a run was trained on: its train split's (``data.train_languages`` of them), and each one it
+    was adapted to along its chain of starting runs (``adapt.from``, whose ``config.yaml`` records the run it
+    started from in turn: a run adapted twice keeps its first new language)."""
+    found, cfg, seen = set(train_languages(start)), start, set()
+    while cfg.adapt.from_run and cfg.adapt.from_run not in seen:
+        found.add(cfg.adapt.language)
+        seen.add(cfg.adapt.from_run)
+        earlier = Path(cfg.adapt.from_run) / "config.yaml"  # a run folder's or a checkpoint's: both hold it
+        if not earlier.is_file():  # a starting run moved or removed since: its own new language is not known
+            break
+        cfg = load_train_config(earlier)
+    return sorted(found)
 
 
 def resolve_config(cfg: TrainConfig) -> TrainConfig:
