@@ -323,6 +323,7 @@ def select_ranking(
     if other is not None:  # before any scoring
         check_against(other, queries, image_features, source)
     pool = captions.pool(reference_size, evaluated)
+    captions = None  # only the pool's sample is kept while scoring
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
     for ranking, retrieved in zip(rankings, retrieved_by_ranking(context, rankings, bkr)):

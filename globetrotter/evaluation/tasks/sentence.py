@@ -87,6 +87,7 @@ def evaluate(
             choice.check(reference=pool.record)
         if not needs_statistics(encoder, ranking):
             pool = None
+    source = None  # the reference's captions: only the pool's sample is kept while scoring
     scorer = ScoringContext(encoder, ps.captions, ps.langs, pool, batch_size).scorer(ranking)
     try:
         res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
