@@ -95,6 +95,20 @@ def refused(call, out: Path) -> str:
     return message
 
 
+def test_an_imported_cache_read_for_another_split_says_to_import_one_for_it(tiny_world, source, tmp_path):
+    """The train split's imported embeddings read for the test split: the error names the split they were imported
+    for and says to import the test split's with --out, not that data.features=auto builds them (it would build
+    ImageNet features, not the user's)."""
+    ids, vectors = source
+    emb, id_file = write_npy(tmp_path / "npy", ids, vectors)
+    import_embeddings(tiny_world / "train", emb, tmp_path / "cache", "toy", ids=id_file, progress=False)
+    with pytest.raises(UserError, match="built from another split") as err:
+        load_feature_cache(tmp_path / "cache").rows(split_image_ids(tiny_world / "test"), tiny_world / "test")
+    message = str(err.value)
+    assert f"features import {tiny_world / 'test'} ... --out FOLDER writes it; name that folder in data.features" \
+        in message and "auto" not in message and len(message.splitlines()) == 1
+
+
 def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(tiny_world, source, tmp_path):
     ids, vectors = source
     split, out = tiny_world / "train", tmp_path / "out" / "features"

@@ -388,10 +388,11 @@ class FeatureCache:
             head = (f"{self.path}: {len(set(missing))} image(s) of {split_dir} are missing from the feature cache "
                     f"(first: {missing[0]!r})")
             if self.built_from and not same_folder(self.built_from, split_dir):  # another dataset's cache
+                where = (f"writes {Path(split_dir) / 'features'}, where a run's data.features=auto looks and builds it"
+                         if how == "build" else "--out FOLDER writes it; name that folder in data.features")
                 raise UserError(f"{head}: it was built from another split, {self.built_from}; give {split_dir} a "
-                                f"cache of its own (globetrotter-data features {how} {split_dir} ... writes "
-                                f"{Path(split_dir) / 'features'}, where a run's data.features=auto looks and builds "
-                                f"it) instead of this one")
+                                f"cache of its own (globetrotter-data features {how} {split_dir} ... {where}) "
+                                f"instead of this one")
             raise UserError(f"{head}; {how} it again with globetrotter-data features {how}")
         return np.fromiter((self.row_of[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
 
