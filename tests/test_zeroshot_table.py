@@ -63,9 +63,8 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 2
 
 
-def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, capsys):
-    """Records were keyed on the resolved paths and languages only: a bundle (or split) rewritten in place, or a row
-    whose overrides changed, reused the old figures in silence; refused now, naming what changed."""
+def _tiny_en_table(tmp_path):
+    """The driver with one tiny row over a bundle of en splits, and the command that measures it (seed 0)."""
     z = _driver()
     rng = np.random.default_rng(0)
     mix = rng.normal(size=(8, 16)).astype(np.float32)
@@ -75,6 +74,13 @@ def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, c
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
     run = ["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
            "--out", str(tmp_path / "out")]
+    return z, rng, mix, splits, run
+
+
+def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, capsys):
+    """Records were keyed on the resolved paths and languages only: a bundle (or split) rewritten in place, or a row
+    whose overrides changed, reused the old figures in silence; refused now, naming what changed."""
+    z, rng, mix, splits, run = _tiny_en_table(tmp_path)
     assert z.main(run) == 0 and z.main(run) == 0  # the same inputs: reused
     capsys.readouterr()
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=2", "optim.batch_size=16"])}
@@ -92,15 +98,7 @@ def test_a_record_is_refused_once_its_data_or_its_row_config_changed(tmp_path, c
 def test_a_record_written_before_its_options_were_named_inputs_is_still_reused(tmp_path, capsys):
     """A row's record kept what it was measured on under ``inputs`` and its options under ``args``; every command's
     record now names its options ``inputs`` (what it was measured on: ``measured_on``). An old record still reads."""
-    z = _driver()
-    rng = np.random.default_rng(0)
-    mix = rng.normal(size=(8, 16)).astype(np.float32)
-    splits = {"train": _split(rng, mix, 30, ["en"]), "val": _split(rng, mix, 12, ["en"]),
-              "test": _split(rng, mix, 12, ["en"], caps=1)}
-    z.save_bundle(tmp_path / "b.npz", splits)
-    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
-    run = ["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
-           "--out", str(tmp_path / "out")]
+    z, rng, mix, splits, run = _tiny_en_table(tmp_path)
     assert z.main(run) == 0
     path = tmp_path / "out" / "tiny-s0.json"
     record = json.loads(path.read_text())
