@@ -263,3 +263,26 @@ def test_a_select_record_of_other_queries_names_its_seed_wherever_the_record_kee
         other["config"]["seed"] = 7
     with pytest.raises(UserError, match=r"'seed': 7,"):
         check_against(other, "ours", "g", "--against r.json")
+
+
+def test_a_text_only_run_is_offered_no_cross_head_rankings_that_copy_its_text_ones(tiny_world, tiny_run, tmp_path):
+    """A text-only model has neither head's projection: its "cross" head is the text head's embeddings again, so
+    select's grid held every ranking twice (a runner-up +0.0000 behind the choice, copies counted within noise)."""
+    from pathlib import Path
+
+    import globetrotter
+    from conftest import TINY
+    from globetrotter.config import load_train_config
+    from globetrotter.evaluation.tasks.select import model_candidates
+    from globetrotter.training.trainer import train
+
+    cfg = load_train_config(Path(__file__).resolve().parents[1] / "configs" / "text-only.yaml",
+                            [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}",
+                             f"output_dir={tmp_path}", *TINY, "steps=2"])
+    train(cfg)
+    text_only = globetrotter.load(cfg.run_dir)
+    text, cross = text_only.encode_text(["red square"], head="text"), text_only.encode_text(["red square"], head="cross")
+    assert np.array_equal(text, cross)  # what made the copies
+    assert {r.head for r in model_candidates(str(cfg.run_dir), text_only)} == {"text"}
+    full = model_candidates(str(tiny_run), globetrotter.load(tiny_run))
+    assert {r.head for r in full} == {"text", "cross"} and len({r.label for r in full}) == len(full)
