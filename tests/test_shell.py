@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -143,6 +144,19 @@ def test_the_next_round_of_a_backbone_finetune_names_the_training_command(tmp_pa
     args = SimpleNamespace(epochs=1, lr=1e-3, seed=0, split_dir="data/train", from_run="runs/one", out="round2",
                            workers=0, device="cpu")
     assert feature_cache_cli._finetune(args) == 0
-    assert capsys.readouterr().out.strip() == (
-        "next round: .venv/bin/globetrotter-train with runs/one's config and overrides "
-        "model.image_pretrained=round2/backbone.safetensors data.features=round2/features")
+    line = capsys.readouterr().out.strip()
+    assert line == ("next round: .venv/bin/globetrotter-train --config runs/one/config.yaml run_name=one-round-two "
+                    "model.image_pretrained=round2/backbone.safetensors data.features=round2/features")
+    # a command as it stands (it said "with runs/one's config and overrides ...", which run as written was refused:
+    # runs/one already holds a run): the run's own config, a run of its own, the new backbone and cache
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    (tmp_path / "runs" / "one").mkdir(parents=True)
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "flickr8k.yaml"  # a run whose backbone is frozen
+    save_config(load_train_config(recipe, ["run_name=one"]), tmp_path / "runs" / "one" / "config.yaml")
+    command = shlex.split(line.removeprefix("next round: "))
+    assert command[1] == "--config"
+    cfg = load_train_config(command[2], command[3:])
+    assert (cfg.run_name, cfg.model.image_pretrained, cfg.data.features) == (
+        "one-round-two", "round2/backbone.safetensors", "round2/features")

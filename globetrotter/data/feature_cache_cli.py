@@ -146,8 +146,10 @@ def _finetune(args: argparse.Namespace) -> int:
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
     two = finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers,
                             device=args.device)
-    print(f"next round: {program_command('train')} with {args.from_run}'s config and overrides "
-          f"model.image_pretrained={two.model.image_pretrained} data.features={two.data.features}")
+    overrides = [f"run_name={Path(args.from_run).resolve().name}-round-two",
+                 f"model.image_pretrained={two.model.image_pretrained}", f"data.features={two.data.features}"]
+    print(f"next round: {program_command('train')} --config {shlex.quote(str(Path(args.from_run) / 'config.yaml'))} "
+          + " ".join(shlex.quote(o) for o in overrides))
     return 0
 
 
