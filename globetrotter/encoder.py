@@ -199,9 +199,7 @@ class Encoder:
         heads = list(dict.fromkeys(heads))
         for head in heads:
             _check_head(head)
-        projs = {head: {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head) for head in heads}
-        poolings = {head: {"text": self.cfg.model.text_pooling_t, "cross": self.cfg.model.text_pooling_x}.get(
-            head, "sentence") for head in heads}
+        specs = {head: self._head(head) for head in heads}  # (projection, pooling)
         lang_ids = self._lang_ids(langs, len(texts))
         out = {head: np.zeros((len(texts), self.embed_dim(head)), np.float32) for head in heads}
         # batches of similar lengths (by characters): less padding; rows put back
@@ -215,7 +213,8 @@ class Encoder:
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
             sentence, mean = self.model.sentence_states(ids_t, mask_t, batch_langs)
             for head in heads:
-                x, proj = sentence if poolings[head] == "sentence" else mean, projs[head]
+                proj, pooling = specs[head]
+                x = sentence if pooling == "sentence" else mean
                 out[head][rows] = (proj(x) if proj is not None else F.normalize(x, dim=-1)).float().cpu().numpy()
         return out, cut
 
@@ -250,11 +249,27 @@ class Encoder:
             row += len(s)
         return states, masks
 
+    def _head(self, head: str) -> tuple[torch.nn.Module | None, str]:
+        """``head``'s projection (None: the backbone, or a model without that head) and the pooling it reads."""
+        if head == "text":
+            return self.model.text_head_t, self.cfg.model.text_pooling_t
+        if head == "cross":
+            return self.model.text_head_x, self.cfg.model.text_pooling_x
+        return None, "sentence"
+
+    def same_heads(self, head: str, other: str) -> bool:
+        """Whether ``head`` and ``other`` give the same embeddings: one projection (or none) over one pooling, as the
+        text-only baseline's text and cross heads (neither projected)."""
+        _check_head(head)
+        _check_head(other)
+        (proj, pooling), (other_proj, other_pooling) = self._head(head), self._head(other)
+        return proj is other_proj and pooling == other_pooling
+
     def embed_dim(self, head: str = "text") -> int:
         """The width D of :meth:`encode_text`'s embeddings with ``head`` (``"text"``, ``"cross"`` or ``"backbone"``):
         the head's output width, ``model.d_model`` for the backbone or a model without that head."""
         _check_head(head)
-        proj = {"text": self.model.text_head_t, "cross": self.model.text_head_x}.get(head)
+        proj = self._head(head)[0]
         if proj is None:
             return self.cfg.model.d_model
         # the head's own output width: the cross head maps onto the image features with image_head_x=features

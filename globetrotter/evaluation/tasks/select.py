@@ -62,17 +62,10 @@ def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Seque
         heads, maxsim = ("text",), (0.0,)
     elif getattr(encoder, "needs_language", False):
         maxsim = (0.0,)
-    if "text" in heads and _cross_is_text(encoder):  # text-only: its "cross" rankings would be copies of the text ones
-        heads = [head for head in heads if head != "cross"]
+    same_heads = getattr(encoder, "same_heads", None)
+    if "text" in heads and same_heads is not None and same_heads("text", "cross"):  # text-only: its "cross"
+        heads = [head for head in heads if head != "cross"]  # rankings would be copies of the text ones
     return candidates(heads, maxsim, csls, csls_k)
-
-
-def _cross_is_text(encoder) -> bool:
-    """Whether ``encoder``'s cross head gives its text head's embeddings: a model with neither head's projection
-    (the text-only baseline) whose two poolings are one."""
-    model, cfg = getattr(encoder, "model", None), getattr(encoder, "cfg", None)
-    return (model is not None and cfg is not None and getattr(model, "text_head_t", 0) is None
-            and getattr(model, "text_head_x", 0) is None and cfg.model.text_pooling_t == cfg.model.text_pooling_x)
 
 
 def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], bkr: BackRetrievalSet,
