@@ -320,6 +320,8 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     (benchmarks; such a cache lacks the rest of the split). ``label`` names where ``out_dir`` was given in errors
     (``--out``, ``data.features``); a second writer of ``out_dir`` is refused (:func:`cache_write`).
     """
+    if max_images is not None and max_images < 1:  # no image: no features file to write (was an AttributeError)
+        raise ValueError(f"max_images must be >= 1 or None, got {max_images}")
     split_dir, out_dir = Path(split_dir), Path(out_dir)
     manifest = read_manifest(split_dir)
     require_pictures(split_dir, manifest, "a feature cache's backbone")
