@@ -572,3 +572,12 @@ def test_features_build_without_a_config_asks_for_the_image_size_first(tiny_worl
     assert stderr.strip() == (f"error: features build {tiny_world / 'train'}: no --config and no --image-size; give the "
                               f"training config that will read the cache (--config), or the side of the views in "
                               f"pixels (--image-size, e.g. 224 for an ImageNet backbone): the built-in default is 64")
+
+
+def test_no_image_asked_for_is_refused_before_any_work(tiny_world, tmp_path):
+    """Was: ``max_images=0`` ran an empty loop and ended in ``'NoneType' object has no attribute 'flush'``."""
+    out = tmp_path / "features"
+    with pytest.raises(ValueError, match="max_images must be >= 1 or None, got 0"):
+        build_feature_cache(tiny_world / "train", small_spec(), out, small_backbone(), workers=0, progress=False,
+                            max_images=0)
+    assert not out.exists()
