@@ -5,7 +5,8 @@ applies ``key.sub=value`` overrides (values parsed as YAML, so ``train.lr=3e-4``
 float and ``model.pretrained=null`` is ``None``), and checks every key and type: an
 unknown key or a wrong type is a :class:`~data_prep.errors.UserError` naming the
 file and the dotted key. :func:`save_config` writes the resolved config back to YAML,
-so every run can be reproduced from the file saved beside its outputs.
+so every run can be reproduced from the file saved beside its outputs. :func:`written_keys` tells the keys the
+file itself and the overrides set from those it inherits from its ``_base_``.
 
 It lives in the data layer, at the bottom of the dependency graph (docs/design.md section 2), because the
 synthetic world's config (:class:`data_prep.synth.config.SynthConfig`) is loaded and saved with it too;
@@ -248,6 +249,23 @@ def config_dict(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         data = merge(data, parse_overrides(overrides))
         where = f"{where} + overrides"
     return data, where
+
+
+def written_keys(path: str | Path | None = None, overrides: Sequence[str] = ()) -> set[str]:
+    """The dotted keys that the YAML file ``path`` itself and the ``overrides`` set, not those only a ``_base_`` file
+    (or its own base) gives: what the user wrote for this run. A mapping's keys are listed one by one
+    (``model: {layers: 2}`` is ``model.layers``); an empty one is its own key (``model.image_backbone_args={}``)."""
+    data = read_yaml(path) if path is not None else {}
+    data.pop("_base_", None)
+    return set(_dotted(merge(data, parse_overrides(overrides))))
+
+
+def _dotted(tree: dict, prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out += _dotted(value, name) if isinstance(value, dict) and value else [name]
+    return out
 
 
 def _read_with_bases(path: Path, seen: tuple) -> dict:

@@ -1,11 +1,18 @@
 """Config keys a run ignores: set away from their defaults, but nothing in the run reads them.
 
-Twin configs (``_base_: flickr8k.yaml``) inherit every key of their base, also those their own setting never
-reads: the text-only twin keeps the base's image backbone, augmentations and image-pivot start. Such a key is
-accepted (the file stays a plain override of its base), but :func:`ignored_keys` lists it and training logs one
-line per key at its start::
+A key the user sets that does nothing is a mistake like a typo, so training logs one line per such key at its
+start::
 
     warning: model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random
+
+The user's keys are those the ``--config`` file itself and the ``key=value`` overrides set
+(:func:`~data_prep.config_io.written_keys`). Twin configs (``_base_: flickr8k.yaml``) inherit every key of their
+base, also those their own setting never reads: the text-only twin keeps the base's image backbone, augmentations
+and image-pivot start. That is by design (the file stays a plain override of its base) and nothing the user could
+act on, so an inherited key draws no line (nor a count of them), nor do the keys an adaptation takes from its
+starting run's saved config; a resumed run warns about none (its config is the run's, checked equal to the
+checkpoint's: its start warned). :func:`ignored_keys` of a bare config (a Python caller's) lists every ignored
+key, inherited or not.
 
 Only keys whose value differs from the dataclass default count (a default is never "set"). The rules follow what
 the code reads (docs/design.md section 5 and the comments of :mod:`globetrotter.config`); a key with a use in some
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from .config import IMPORTED_BACKBONE, TrainConfig
 from .config_io import key_of
@@ -135,8 +142,11 @@ def _key_order(obj: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def ignored_keys(cfg: TrainConfig) -> list[Ignored]:
-    """The keys of ``cfg`` set away from their defaults that the run ignores, in the config's key order."""
+def ignored_keys(cfg: TrainConfig, written: Collection[str] | None = None) -> list[Ignored]:
+    """The keys of ``cfg`` set away from their defaults that the run ignores, in the config's key order.
+
+    ``written``: the dotted keys the user set (:func:`~data_prep.config_io.written_keys`); only those are listed (a
+    mapping key counts when a key under it is written). None: every key of ``cfg`` counts."""
     defaults = TrainConfig()
     out, seen = [], set()
     for keys, rule in RULES:
@@ -149,15 +159,20 @@ def ignored_keys(cfg: TrainConfig) -> list[Ignored]:
         for key in unseen:
             seen.add(key)
             value = _field(cfg, key)
-            if value != _field(defaults, key):
+            if value != _field(defaults, key) and (written is None or _is_written(key, written)):
                 out.append(Ignored(key, value, reason))
     order = {key: i for i, key in enumerate(_key_order(defaults))}
     return sorted(out, key=lambda item: order[item.key])
 
 
-def warn_ignored_keys(cfg: TrainConfig, log: Callable[[str], None] = print) -> list[Ignored]:
-    """Log ``warning: KEY=VALUE is ignored: REASON`` for each of :func:`ignored_keys`; return them."""
-    found = ignored_keys(cfg)
+def _is_written(key: str, written: Collection[str]) -> bool:
+    return any(w == key or w.startswith(f"{key}.") for w in written)
+
+
+def warn_ignored_keys(cfg: TrainConfig, log: Callable[[str], None] = print,
+                      written: Collection[str] | None = None) -> list[Ignored]:
+    """Log ``warning: KEY=VALUE is ignored: REASON`` for each of :func:`ignored_keys` (of ``written``); return them."""
+    found = ignored_keys(cfg, written)
     for item in found:
         log(f"warning: {item}")
     return found

@@ -7,7 +7,7 @@ zero-shot configs.
 from __future__ import annotations
 
 from data_prep.config_io import (config_dict, from_dict, key_of, load_config, merge, parse_overrides, read_yaml,
-                                 save_config, to_dict)
+                                 save_config, to_dict, written_keys)
 
 __all__ = ["config_dict", "from_dict", "key_of", "load_config", "merge", "parse_overrides", "read_yaml",
-           "save_config", "to_dict"]
+           "save_config", "to_dict", "written_keys"]

@@ -1,5 +1,5 @@
 """Config keys a run ignores: set away from their defaults, reported one line each at the start
-of training (``globetrotter.config_checks``)."""
+of training when the user set them (``globetrotter.config_checks``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -129,3 +129,96 @@ def test_training_logs_one_warning_line_per_ignored_key_at_its_start(monkeypatch
     assert printed == ["warning: data.device_source_size=96 is ignored: data.augment_on=cpu",
                        "warning: model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random"]
     assert [str(i) for i in warn_ignored_keys(cfg, lambda s: None)] == [p.removeprefix("warning: ") for p in printed]
+
+
+class Stop(Exception):
+    pass
+
+
+def started(monkeypatch, capsys, *argv: str) -> list[str]:
+    """The ``warning:`` lines ``train.py ARGV`` prints before it reads any data (the run stops there)."""
+    from accelerate.state import AcceleratorState
+
+    from globetrotter.training import cli, trainer
+
+    def stop(cfg, log, device):
+        raise Stop
+
+    monkeypatch.setattr(trainer, "ensure_data", stop)
+    AcceleratorState._reset_state()  # accelerate fixes mixed_precision once per process; configs set bf16 or none
+    try:
+        with pytest.raises(Stop):
+            cli._main(list(argv))
+    finally:
+        AcceleratorState._reset_state()
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+
+
+TRAIN_CONFIGS = sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name != "adapt.yaml")  # adapt.yaml:
+# overrides over a trained run's saved config (adapt.from); configs/zeroshot/ holds globetrotter-zeroshot's configs
+
+
+@pytest.mark.parametrize("name", TRAIN_CONFIGS)
+def test_a_shipped_config_run_as_written_warns_about_no_key(name, monkeypatch, capsys, tmp_path):
+    """The text-only and Sigurdsson twins inherit keys of flickr8k.yaml / quickstart.yaml their setting never reads:
+    run as the README says, each logged 2-11 warnings about keys the user never wrote."""
+    monkeypatch.chdir(tmp_path)  # output_dir: runs/ here (the folder a stopped start made is taken away)
+    assert started(monkeypatch, capsys, "--config", str(REPO / "configs" / name)) == []
+
+
+def test_an_ignored_key_the_user_overrides_is_still_warned_about(monkeypatch, capsys, tmp_path):
+    printed = started(monkeypatch, capsys, "--config", str(REPO / "configs/flickr8k-text-only.yaml"),
+                      f"output_dir={tmp_path}", "data.image_size=96")
+    assert printed == ["warning: data.image_size=96 is ignored: no loss uses images (loss.image=0, loss.cross=0, "
+                       "loss.text=0)"]
+
+
+def test_an_ignored_key_the_config_file_sets_is_warned_about_and_its_bases_keys_are_not(monkeypatch, capsys,
+                                                                                        tmp_path):
+    """Its base (the text-only twin) and that base's base (flickr8k.yaml) set 11 keys the run ignores: none is the
+    user's. The keys the file sets are, written as a section or again with the base's value."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"_base_: {REPO / 'configs/flickr8k-text-only.yaml'}\nsteps: 7\n"
+                    "model:\n  token_init_alpha: [1, 2]\nloss:\n  transitive: official\n", encoding="utf-8")
+    printed = started(monkeypatch, capsys, "--config", str(mine), f"output_dir={tmp_path}")
+    assert printed == ["warning: model.token_init_alpha=[1, 2] is ignored: model.token_init=random",
+                       "warning: loss.transitive=official is ignored: loss.text=0 and loss.cross=0"]
+    assert len(ignored_keys(load_train_config(mine))) == 11  # a bare config (a Python caller's): every key counts
+
+
+def test_written_keys_are_the_files_own_and_the_overrides_dotted(tmp_path):
+    from globetrotter.config_io import written_keys
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"_base_: {REPO / 'configs/flickr8k.yaml'}\nmodel:\n  layers: 2\n  image_backbone_args: {{}}\n",
+                    encoding="utf-8")
+    assert written_keys(mine, ["loss.text=0", "data={image_size: 64}"]) == {
+        "model.layers", "model.image_backbone_args", "loss.text", "data.image_size"}
+    assert written_keys(None, ["steps=3"]) == {"steps"}
+    found = ignored_keys(load_train_config(None, ["model.image_backbone_args={a: 1}", "loss.text=0", "loss.image=0",
+                                                  "loss.cross=0"]), written={"model.image_backbone_args.a"})
+    assert [i.key for i in found] == ["model.image_backbone_args"]  # a key under a mapping key writes it
+
+
+def test_a_resumed_run_or_an_adaptation_warns_about_no_key_its_start_warned_about(tiny_world, tmp_path, capsys):
+    """A resume reads the run's saved config (``--config RUN/config.yaml``): every key is in that file, none is new,
+    and a changed one is refused, so the start's warnings were repeated on every resume. An adaptation takes the
+    run's saved config as its base: only the keys of its own file and overrides are the user's."""
+    from conftest import TINY
+    from globetrotter.training import cli
+
+    argv = [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}", f"output_dir={tmp_path}",
+            *TINY, "steps=2", "model.token_init_alpha=[3, 10, 30]"]
+    assert cli._main(argv) == 0
+    alpha = "warning: model.token_init_alpha=[3, 10, 30] is ignored: model.token_init=random"
+    assert alpha in capsys.readouterr().out.splitlines()
+    assert cli._main(["--config", str(tmp_path / "quickstart" / "config.yaml"), "steps=3", "--resume", "latest"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    from globetrotter.config_io import written_keys
+    from globetrotter.training.adapt import load_adapt_config
+
+    adapting = ["--config", str(REPO / "configs/adapt.yaml"), f"adapt.from={tmp_path / 'quickstart'}",
+                "adapt.language=el", "model.token_init_std=2"]
+    cfg = load_adapt_config(adapting[1], adapting[2:])
+    assert [i.key for i in ignored_keys(cfg)] == ["model.token_init_alpha", "model.token_init_std"]
+    assert [i.key for i in ignored_keys(cfg, written_keys(adapting[1], adapting[2:]))] == ["model.token_init_std"]

@@ -69,11 +69,12 @@ def _main(argv: Sequence[str] | None) -> int:
         first = os.environ.get("RANK", "0") == "0"  # one notice, not one per process
         cfg = keep_run_settings(cfg, args.resume, config_dict(args.config, args.overrides)[0],
                                 log=print if first else lambda line: None)
+    from ..config_io import written_keys
     from .trainer import train
     from .report import print_summary
 
-    try:
-        result = train(cfg, resume=args.resume)
+    try:  # the keys the user wrote: a key only the config's _base_ (or adapt.from's run) sets is never warned about
+        result = train(cfg, resume=args.resume, written=written_keys(config, args.overrides))
     except KeyboardInterrupt:
         _say_where_to_resume(cfg.run_dir)
         raise

@@ -21,7 +21,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 import numpy as np
 import torch
@@ -105,8 +105,12 @@ class Progress:
     bad_samples: int = 0
 
 
-def train(cfg: TrainConfig, resume: str | None = None) -> dict:
+def train(cfg: TrainConfig, resume: str | None = None, written: Collection[str] | None = None) -> dict:
     """Train per ``cfg``; ``resume`` is ``"latest"`` or a checkpoint folder. Returns the final metrics.
+
+    ``written``: the dotted keys the user set (the ``--config`` file itself and the overrides,
+    :func:`~data_prep.config_io.written_keys`), the only ones a fresh run warns about when it ignores them
+    (:mod:`..config_checks`); None: every key of ``cfg``.
 
     The run sets torch's intra-op threads for itself (:mod:`globetrotter.threads`); the caller's count is put back
     when it ends, also on an error."""
@@ -118,10 +122,11 @@ def train(cfg: TrainConfig, resume: str | None = None) -> dict:
     process = PartialState(cpu=cpu)  # the device, before Accelerate fixes the precision
     # using_threads: the caller's count back afterwards; hold_run_folder: one train.py at a time in a run folder
     with using_threads(torch.get_num_threads()), hold_run_folder(cfg.run_dir, process.is_main_process):
-        return _train(cfg, resume, cpu, process)
+        return _train(cfg, resume, cpu, process, written)
 
 
-def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialState) -> dict:
+def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialState,
+           written: Collection[str] | None) -> dict:
     """:func:`train` once the run folder is held."""
     log = tqdm.write if process.is_main_process else (lambda *a, **k: None)
     if resume and process.is_main_process:
@@ -139,7 +144,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes ({accelerator.num_processes})")
     local_batch = cfg.batch_size // accelerator.num_processes
-    cfg = _prepare(cfg, accelerator, source, adapting, log)
+    cfg = _prepare(cfg, accelerator, source, adapting, log, written)
     # seeded once the data is prepared: a run that builds its feature cache (random views, a backbone's init) or
     # tokenizer trains exactly as the same run that finds them
     set_seed(cfg.seed, device_specific=True)
@@ -265,7 +270,8 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     return source
 
 
-def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, adapting: bool, log: Log) -> TrainConfig:
+def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, adapting: bool, log: Log,
+             written: Collection[str] | None) -> TrainConfig:
     """The data the run reads, made on the main process (tokenizer, feature cache, an adapted run's new rows), and
     the config completed with what they decide (saved with every checkpoint); every process returns the same."""
     if adapting:
@@ -273,7 +279,8 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     if accelerator.is_main_process:
         if source is not None:  # before the data is made (a world generated, a feature cache built) for nothing
             refuse_changed_config(source, cfg, skip=COMPLETED_KEYS)
-        warn_ignored_keys(cfg, log)  # keys set away from their defaults that this run never reads: one line each
+        else:  # the user's keys set away from their defaults that this run never reads: one line each (a resumed
+            warn_ignored_keys(cfg, log, written)  # run's config is the checkpoint's, its start said so)
         if adapting:
             adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
             adapt.write_tokenizer(cfg, log)
