@@ -8,6 +8,7 @@ encoded bytes, or as float32 features when the split stores ``npy`` features.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -18,7 +19,7 @@ from .errors import BackRetrievalError
 from .renamed import renamed_keywords
 
 if TYPE_CHECKING:  # torch/timm are imported only when images need features
-    from .images import ImageFeatureExtractor
+    from .images import ImageModel
 
 
 @dataclass
@@ -51,7 +52,8 @@ def _reraise_user_error(err: Exception) -> None:
 
 
 @renamed_keywords(langs="languages")
-def load_split(split_dir: str | Path, languages: Sequence[str] | None = None, every_image: bool = False) -> SplitData:
+def load_split(split_dir: str | os.PathLike, languages: Sequence[str] | None = None,
+               every_image: bool = False) -> SplitData:
     """Read captions and distinct images of a split folder (``manifest.json`` + ``.tar`` shards).
 
     ``languages`` keeps the captions of those languages and, unless ``every_image``, only the images they show;
@@ -78,7 +80,7 @@ def load_split(split_dir: str | Path, languages: Sequence[str] | None = None, ev
             image_id = str(meta.get("image_id", key))
             if image_id not in image_pos:
                 image_pos[image_id] = len(images)
-                images.append(shards.decode_image(data, "npy").astype(np.float32) if ext == "npy" else data)
+                images.append(np.asarray(shards.decode_image(data, "npy"), dtype=np.float32) if ext == "npy" else data)
             fmt = fmt or ext
             if not wanted:
                 continue
@@ -108,7 +110,7 @@ def load_split(split_dir: str | Path, languages: Sequence[str] | None = None, ev
     )
 
 
-def stored_image_format(data: str | Path | SplitData) -> str | None:
+def stored_image_format(data: str | os.PathLike | SplitData) -> str | None:
     """The split's image format (``jpg``, ``png``, ``npy``...) from its ``manifest.json`` alone, without reading
     a shard; None when the manifest does not say (reading the split then reports what is wrong)."""
     if isinstance(data, SplitData):
@@ -121,7 +123,7 @@ def stored_image_format(data: str | Path | SplitData) -> str | None:
     return fmt if isinstance(fmt, str) else None
 
 
-def check_image_model(data: str | Path | SplitData, extractor) -> None:
+def check_image_model(data: str | os.PathLike | SplitData, extractor) -> None:
     """Before any work: check a CNN g's weights (nothing loaded) when the split stores pixels, where it will be
     needed (a split of stored features is its own g)."""
     check = getattr(extractor, "check", None)
@@ -129,7 +131,7 @@ def check_image_model(data: str | Path | SplitData, extractor) -> None:
         check()
 
 
-def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -> np.ndarray:
+def image_features(data: SplitData, extractor: ImageModel | None) -> np.ndarray:
     """``(n_distinct_images, D)`` features: stored ``npy`` features, or extracted (and cached).
 
     On a split that stores features, a CNN extractor is not needed (the stored features
@@ -139,12 +141,12 @@ def image_features(data: SplitData, extractor: "ImageFeatureExtractor | None") -
     kind = getattr(extractor, "kind", "cnn")
     ids = [f"{data.checksum}:{key}" for key in data.image_keys]
     if data.image_format == "npy":
+        if extractor is None or kind == "cnn":
+            return np.stack(data.images).astype(np.float32)
         if kind == "random":
             return extractor.extract(data.images, ids=ids)
-        if kind != "cnn":
-            raise BackRetrievalError(f"{data.split_dir}: the split stores image features, not pixels; "
-                                     f"image model {extractor.name!r} needs pixels")
-        return np.stack(data.images).astype(np.float32)
+        raise BackRetrievalError(f"{data.split_dir}: the split stores image features, not pixels; "
+                                 f"image model {extractor.name!r} needs pixels")
     if extractor is None:
         raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g "
                                  "(e.g. extractor=backretrieval.image_feature_extractor(): efficientnet_lite0, offline)")

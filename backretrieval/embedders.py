@@ -292,9 +292,10 @@ def _noisy_parts(arg: str) -> tuple[float, int, str]:
     return std, 0, arg.split(":", 1)[1]
 
 
-def _noisy_factory(arg: str, **kwargs: object) -> NoisyEmbedder:
+def _noisy_factory(arg: str, *, online: bool = False, progress: bool = True,
+                   cache: dict[str, TextEmbedder] | None = None) -> NoisyEmbedder:
     std, seed, base = _noisy_parts(arg)
-    return NoisyEmbedder(load_embedder(base, **kwargs), std, seed)
+    return NoisyEmbedder(load_embedder(base, online=online, progress=progress, cache=cache), std, seed)
 
 
 _REGISTRY: dict[str, Callable[..., TextEmbedder]] = {
@@ -398,8 +399,8 @@ def check_spec_inputs(spec: str, texts: Sequence[str] | None = None) -> None:
     elif prefix == "st" and factory is _BUILT_IN["st"]:
         if importlib_util.find_spec("sentence_transformers") is None:
             raise SentenceTransformerEmbedder.missing_package(arg)
-    elif callable(getattr(factory, "check", None)):
-        factory.check(arg)
+    elif callable(check := getattr(factory, "check", None)):
+        check(arg)
 
 
 def load_embedder(
@@ -433,20 +434,22 @@ def unsupported_languages(embedder: TextEmbedder, langs: Sequence[str]) -> list[
     """Those of ``langs`` that ``embedder`` (or a base it wraps, e.g. ``noisy:``) declares it does not support: it
     has a ``languages`` set (ISO 639-1, as :class:`USEEmbedder`) and a code's language part is not in it. An
     embedder that declares no languages supports them all."""
-    while embedder is not None:
-        declared = getattr(embedder, "languages", None)
+    current: TextEmbedder | None = embedder
+    while current is not None:
+        declared = getattr(current, "languages", None)
         if declared is not None:
             return [lang for lang in langs if str(lang).lower().replace("_", "-").split("-")[0] not in declared]
-        embedder = getattr(embedder, "base", None)
+        current = getattr(current, "base", None)
     return []
 
 
 def is_positional(embedder: TextEmbedder) -> bool:
     """True when ``embedder`` (or a base it wraps, e.g. ``noisy:``) maps rows to texts by position."""
-    while embedder is not None:
-        if getattr(embedder, "positional", False):
+    current: TextEmbedder | None = embedder
+    while current is not None:
+        if getattr(current, "positional", False):
             return True
-        embedder = getattr(embedder, "base", None)
+        current = getattr(current, "base", None)
     return False
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs,
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
-from .images import ImageFeatureExtractor  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
+from .images import ImageModel  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
 from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
 from .pairs import check_pair_options, evaluate_pairs
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
@@ -61,7 +61,7 @@ class EmbeddedSplit:
         return {"data": str(self.data.split_dir), "checksum": self.data.checksum, "image_model": self.image_model}
 
 
-def _image_label(extractor: ImageFeatureExtractor | None, image_format: str) -> str | None:
+def _image_label(extractor: ImageModel | None, image_format: str) -> str | None:
     """How g is named in the records: its spec, or None where the split's stored features are g."""
     if extractor is None or (getattr(extractor, "kind", "cnn") == "cnn" and image_format == "npy"):
         return None
@@ -73,6 +73,7 @@ def model_specs(models: Models) -> dict[str, Model]:
     (:class:`backretrieval.TextEmbedder`, labelled by their ``name``); every spec checked without loading its model
     (:func:`backretrieval.embedders.check_spec`), so a mistyped one is reported before any work. Anything else, or a
     label given twice, is a one-line error."""
+    items: list[tuple[str, str | None, Model]]
     if isinstance(models, Mapping):
         items = [(f"models[{label!r}]", label, model) for label, model in models.items()]
     else:
@@ -80,6 +81,7 @@ def model_specs(models: Models) -> dict[str, Model]:
         items = [(f"models[{i}]", None, model) for i, model in enumerate(models)]
     out: dict[str, Model] = {}
     for where, label, model in items:
+        labelled: Mapping[str, Model]
         if isinstance(model, str):
             labelled = {label: model} if label is not None else parse_model_specs([model])
         elif is_text_embedder(model):
@@ -102,7 +104,7 @@ def plot_name(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
 
-def check_plot_names(labels: Sequence[str]) -> None:
+def check_plot_names(labels: Iterable[str]) -> None:
     """One-line error naming two labels whose plots would share a file name (:func:`plot_name`): the second model's
     heat maps replaced the first's in silence."""
     seen: dict[str, str] = {}
@@ -115,7 +117,7 @@ def check_plot_names(labels: Sequence[str]) -> None:
 
 
 def embed_split(data: PathLike | SplitData, models: Mapping[str, Model],
-                extractor: ImageFeatureExtractor | None = None, languages: Sequence[str] | None = None, *,
+                extractor: ImageModel | None = None, languages: Sequence[str] | None = None, *,
                 online: bool = False, progress: bool = True,
                 check: Callable[[SplitData], None] | None = None) -> EmbeddedSplit:
     """Load the split (only ``languages``), its image features under g, and every model's caption embeddings.
@@ -200,7 +202,7 @@ def evaluate_split(
     data: PathLike | SplitData,
     models: Models,
     *,
-    extractor: ImageFeatureExtractor | None = None,
+    extractor: ImageModel | None = None,
     languages: Sequence[str] | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     ties: str = "pessimistic",
@@ -310,7 +312,7 @@ def correlate_split(
     data: PathLike | SplitData,
     models: Models,
     *,
-    extractor: ImageFeatureExtractor | None = None,
+    extractor: ImageModel | None = None,
     pairs: Sequence[str | tuple[str, str]] | None = None,
     n: int | None = None,
     seeds: int = DEFAULT_SEEDS,

@@ -71,9 +71,9 @@ def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True,
             nonfinite.append(chunk[~np.isfinite(block).all(axis=1)])
         if vectors and block.shape[1]:
             zero.append(chunk[~block.any(axis=1)])
-    for bad, why, after in ((nonfinite, "with NaN or inf", ""),
-                            (zero, "that are all zero", "; a zero vector has no direction, so no cosine")):
-        bad = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+    for found, why, after in ((nonfinite, "with NaN or inf", ""),
+                              (zero, "that are all zero", "; a zero vector has no direction, so no cosine")):
+        bad = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
         if len(bad):
             of = f"{len(array)} rows" if len(rows) == len(array) else f"the {len(rows)} rows used"
             raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {of} {why} "

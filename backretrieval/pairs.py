@@ -84,8 +84,9 @@ def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
     return out
 
 
-def _checked_inputs(text_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool,
-                    max_queries: int | None) -> tuple:
+def _checked_inputs(
+    text_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool, max_queries: int | None
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[str]]:
     """:func:`evaluate_pairs`' rows checked (one-line errors, every row named as given: not as a pair's
     ``src_text``, row of its subset, nor passed when left out of the sample) and read:
     ``(text_emb, langs, image_feats, image_ids, groups, names)``, the languages ``names`` sorted."""
@@ -158,7 +159,7 @@ class _PairScorer:
     level: float
     seed: int
     _src_key: bytes = field(default=b"", init=False)  # the source rows whose features are kept
-    _src_img: np.ndarray | None = field(default=None, init=False)
+    _src_img: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32), init=False)
     _index: SourceImageIndex | None = field(default=None, init=False)
 
     def _source_images(self, src: np.ndarray) -> tuple[np.ndarray, SourceImageIndex | None]:
@@ -172,6 +173,12 @@ class _PairScorer:
                 self._index = SourceImageIndex(self._src_img[first], "pq", seed=self.approx.seed)
         return self._src_img, self._index
 
+    def _embeddings(self) -> np.ndarray:
+        """``text_emb``, given wherever it is read: BkR without ``text_scores``, CORR, XLR (:func:`_checked_inputs`)."""
+        if self.text_emb is None:
+            raise BackRetrievalError("evaluate_pairs: give text_emb or text_scores")
+        return self.text_emb
+
     def __call__(self, src: np.ndarray, tgt: np.ndarray, queries: np.ndarray | None,
                  parallel: tuple[np.ndarray, np.ndarray] | None) -> tuple[dict, dict[int, np.ndarray]]:
         """BkR (and CORR) of the source rows ``src`` (``queries``: positions in ``src`` of the sampled queries;
@@ -180,12 +187,13 @@ class _PairScorer:
         entry: dict = {"n_src": int(len(src)), "n_tgt": int(len(tgt))}
         intervals: dict = {}
         hits: dict[int, np.ndarray] = {}
-        ks, options, text_emb = self.ks, self.options, self.text_emb
+        ks, options = self.ks, self.options
         if len(src) and len(tgt):
             src_img, index = self._source_images(src)
             tgt_img = _take(self.image_feats, tgt)  # bkr_recall reads the retrieved targets' rows only
             pair = {"src_image_ids": self.image_codes[src], "queries": queries, "source_index": index, **options}
             if self.text_scores is None:
+                text_emb = self._embeddings()
                 res = bkr_recall(_take(text_emb, src), src_img, _take(text_emb, tgt), tgt_img, ks, **pair)
             else:
                 asked = src if queries is None else src[queries]
@@ -196,6 +204,7 @@ class _PairScorer:
             if self.bootstrap > 0:
                 intervals.update(recall_intervals(res, self.bootstrap, self.level, self.seed))
             if self.with_corr:
+                text_emb = self._embeddings()
                 ci = corr_with_interval(text_emb[src], src_img, text_emb[tgt], as_float32(tgt_img),
                                         corr_pairs=self.corr_pairs, bootstrap=self.bootstrap, level=self.level,
                                         seed=self.seed)
@@ -206,6 +215,7 @@ class _PairScorer:
             xs, xt = parallel
             entry["n_xlr"] = int(len(xs))
             if len(xs):
+                text_emb = self._embeddings()
                 res = xlr_recall(text_emb[xs], text_emb[xt], ks, **options)
                 entry.update({f"xlr@{k}": res[f"xlr@{k}"] for k in ks})
                 if self.bootstrap > 0:
@@ -218,11 +228,11 @@ class _PairScorer:
 @renamed_keywords(texts_emb="text_emb")
 def evaluate_pairs(
     text_emb: np.ndarray | None,
-    langs: Sequence[str],
+    langs: Sequence[str] | np.ndarray,
     image_feats: np.ndarray,
-    image_ids: Sequence,
+    image_ids: Sequence | np.ndarray,
     ks: Sequence[int] = DEFAULT_KS,
-    groups: Sequence | None = None,
+    groups: Sequence | np.ndarray | None = None,
     max_per_lang: int | None = None,
     seed: int = 0,
     *,

@@ -18,7 +18,7 @@ image-similarity matrix is computed once and shared by all models when it fits i
 from __future__ import annotations
 
 import warnings
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -194,7 +194,7 @@ def run_protocol(
             )
             bar.update()
     bar.close()
-    result = {"n": n, "seeds": seeds, "ks": list(ks), "models": {}}
+    result: dict[str, Any] = {"n": n, "seeds": seeds, "ks": list(ks), "models": {}}
     for name, records in per_model.items():
         keys = [key for key in records[0] if key != "intervals"]
         result["models"][name] = {

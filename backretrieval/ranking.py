@@ -37,6 +37,7 @@ To rank copies of one picture once rather than as ties, give them one image id.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from typing import Protocol, Sequence
 
 import faiss
@@ -203,15 +204,15 @@ def nearest_neighbor(
     index.add(database)
     k = min(_TIE_K, database.shape[0])
     best = np.empty(len(queries), dtype=np.int64)
-    tied = []
+    tied_parts = []
     with progress_bar(len(queries), "nearest", progress, len(queries) * len(database)) as bar:
         for s in range(0, len(queries), _SEARCH_ROWS):  # faiss needs its queries in memory: stream big inputs
             scores, ids = index.search(queries[s:s + _SEARCH_ROWS], k)
             ties = scores >= scores[:, :1]  # best first: the tie is a prefix
             best[s:s + _SEARCH_ROWS] = np.where(ties, ids, np.iinfo(np.int64).max).min(axis=1)
-            tied.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
+            tied_parts.append(s + np.flatnonzero(ties[:, -1] & (k > 1)))
             bar.update(len(ids))
-    tied = np.concatenate(tied) if tied else np.zeros(0, dtype=np.int64)
+    tied = np.concatenate(tied_parts) if tied_parts else np.zeros(0, dtype=np.int64)
     for start in range(0, len(tied), chunk_rows):
         rows = tied[start:start + chunk_rows]
         best[rows] = np.argmax(queries[rows] @ database.T, axis=1)
@@ -251,14 +252,11 @@ class VectorScorer:
         self.rows, self.cols, self.chunk = as_float32(row_vecs), as_float32(col_vecs), chunk
         self.inv_rows, self.inv_cols = inverse_norms(self.rows), inverse_norms(self.cols)
         self.n_cols = len(self.cols)
-        self._col_groups: np.ndarray | None | bool = False  # not computed yet
 
-    @property
+    @cached_property
     def col_groups(self) -> np.ndarray | None:
-        """:func:`duplicate_rows` of the column vectors (None: no two columns are equal)."""
-        if self._col_groups is False:
-            self._col_groups = duplicate_rows(self.cols)
-        return self._col_groups
+        """:func:`duplicate_rows` of the column vectors (None: no two columns are equal), computed when first read."""
+        return duplicate_rows(self.cols)
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
         block = self.rows[rows] * self.inv_rows[rows, None]
@@ -288,8 +286,9 @@ class VectorScorer:
         def block(s: int) -> None:
             e = min(s + _BY_INDEX_ROWS, len(rows))
             x = np.ascontiguousarray(self.rows[rows[s:e]] * self.inv_rows[rows[s:e], None])
-            faiss.fvec_inner_products_by_idx(faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols),
-                                             faiss.swig_ptr(ids[s:e]), x.shape[1], e - s, ids.shape[1])
+            faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # in faiss, not in its __init__.pyi
+                faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols), faiss.swig_ptr(ids[s:e]),
+                x.shape[1], e - s, ids.shape[1])
 
         with ThreadPoolExecutor(max(1, faiss.omp_get_max_threads())) as pool:  # faiss releases the GIL
             list(pool.map(block, range(0, len(rows), _BY_INDEX_ROWS)))
@@ -347,7 +346,7 @@ def count_ranks(
         return out
     own = scorer.pairs(row_of_query, col_of_query)  # the query's own score: the threshold
     groups = column_groups(scorer)
-    own_group = copied = None
+    own_group, copied = np.zeros(0, np.int64), np.zeros(0, bool)  # set and read only with groups
     if groups is not None:  # copies of the own candidate tie with it, however their scores were rounded
         own_group = groups[col_of_query]
         copied = np.bincount(groups, minlength=n_cols)[own_group] > 1

@@ -63,8 +63,8 @@ def retrieve(
     if approx is None or approx.index == "exact":
         if retrieval == "cosine":
             return nearest_neighbor(asking, targets, progress=progress)
-        scorer = text_scorer(queries, targets, retrieval, csls_k, progress=progress)
-        q, t = augment_for_csls(asking, targets, scorer.half_penalty * 2)
+        csls = CSLSScorer(queries, targets, csls_penalty(targets, queries, csls_k, progress))  # text_scorer's, exact
+        q, t = augment_for_csls(asking, targets, csls.half_penalty * 2)
         return nearest_neighbor(q, t, normalize=False, progress=progress)
     target_index = ANNIndex(targets, approx)
     scorer = text_scorer(queries, targets, retrieval, csls_k, approx)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def warn_shared_pictures(images: ImageSide) -> None:
     """Warn when target rows show the very pictures of source rows: BkR pivots on different pictures on the two
     sides (as ``eval`` splits languages that share images into non-matching halves); with a caption of the
     query's own picture among the targets, retrieving it scores like a translation found."""
-    if images.src_img is None:
+    if images.src_img is None or images.tgt_img is None:  # a similarity: no features to compare
         return
     shared = shared_pictures(images.src_img, images.tgt_img)
     if shared:
@@ -130,7 +130,7 @@ def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequen
     ``progress``; default method ``pq`` when ``approximate``, else ``flat``), or None without a file."""
     if not image_index:
         return None
-    if images.src_img is None:
+    if images.src_img is None or images.tgt_img is None:
         raise BackRetrievalError(f"{option('image_index')} needs {option('src_img')} and {option('tgt_img')} "
                                  f"(image features), not {option('image_sim')}")
     method = method or ("pq" if approximate else "flat")
@@ -229,13 +229,13 @@ def score(
                                         (tgt_label, len(tgt_arr)), src_image_ids, ks, image_index=image_index,
                                         approximate=bool(approximate), method=image_index_method, seed=seed,
                                         progress=progress)
-    options = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
-               "approximate": approximate, "progress": progress}
+    options: dict[str, Any] = {"ties": ties, "max_rank": max_rank, "retrieval": retrieval, "csls_k": csls_k,
+                               "approximate": approximate, "progress": progress}
     bkr = bkr_recall(src_arr, images.src_img, tgt_arr, images.tgt_img, ks, src_image_ids=ids,
                      image_sim=images.image_sim, image_neighbours=lists.lists if lists else None, **options)
     metrics = {f"bkr@{k}": bkr[f"bkr@{k}"] for k in ks}
     intervals = recall_intervals(bkr, bootstrap, level, seed) if bootstrap > 0 else {}
-    if images.src_img is not None:
+    if images.src_img is not None and images.tgt_img is not None:
         ci = corr_with_interval(src_arr, images.src_img, tgt_arr, images.tgt_img, corr_pairs=corr_pairs,
                                 bootstrap=bootstrap, level=level, seed=seed)
         metrics["corr"] = ci["value"]

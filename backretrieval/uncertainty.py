@@ -63,7 +63,7 @@ def _hits(name: str, hits: Hits, bounded: bool = True) -> np.ndarray:
         raise BackRetrievalError(f"{name}: no queries (empty hit vector)")
     if not np.isfinite(h).all():
         raise BackRetrievalError(f"{name}: hit vector contains NaN or inf")
-    outside = np.flatnonzero((h < 0) | (h > 1)) if bounded else []
+    outside = np.flatnonzero((h < 0) | (h > 1)) if bounded else np.zeros(0, dtype=np.int64)
     if len(outside):
         raise BackRetrievalError(f"{name}: {len(outside)} values outside [0, 1] (query {int(outside[0])}: "
                                  f"{h[outside[0]]:g}); hits are 0/1, or fractions with ties='expected' (not "

@@ -380,6 +380,26 @@ def test_extract_readable_decodes_each_file_once_into_the_features_and_cache_ent
     assert none[0].shape == (0, 0) and none[1] == [] and [i for i, _ in none[2]] == [0]
 
 
+def test_os_path_like_entries_are_files_to_every_g_with_or_without_a_cache(tmp_path):
+    """An ``os.DirEntry`` (``os.scandir``) is a path like a str or a Path. Was: with a cache folder (or the random g)
+    ``'posix.DirEntry' object has no attribute 'tobytes'`` (its cache id was made as for PIL pixels), and
+    ``extract_readable`` skipped every file as missing (it opened ``str(entry)``, ``"<DirEntry 'img0.jpg'>"``)."""
+    import os
+
+    for i in range(3):
+        (tmp_path / f"img{i}.jpg").write_bytes(_jpeg(_picture(i)))
+    torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "w.pth")
+    entries = sorted((e for e in os.scandir(tmp_path) if e.name.endswith(".jpg")), key=lambda e: e.name)
+    paths = [tmp_path / e.name for e in entries]
+    plain = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), progress=False).extract(paths)
+    cached = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), progress=False, cache_dir=tmp_path / "cache")
+    np.testing.assert_array_equal(cached.extract(entries), plain)
+    feats, kept, skipped = cached.extract_readable(entries)
+    assert kept == [0, 1, 2] and skipped == []
+    np.testing.assert_array_equal(feats, plain)
+    np.testing.assert_array_equal(RandomImageFeatures().extract(entries), RandomImageFeatures().extract(paths))
+
+
 def test_an_image_of_a_split_that_does_not_decode_is_named_by_its_split_and_id(tiny_world, tmp_path):
     """Was: 'image bytes: unreadable image (...)' (backretrieval eval, globetrotter-zeroshot retrieval): no file, no
     image named."""

@@ -61,7 +61,7 @@ NOT_WRITERS = {
     ("globetrotter/tokenizer.py", "normalization_of"): "a normaliser compared as text",
     ("globetrotter/tokenizer.py", "extend_tokenizer"): "a tokenizer handed to Tokenizer.from_str",
     ("globetrotter/tokenizer.py", "_provenance_problem"): "an excerpt in an error message",
-    ("backretrieval/images.py", "ImageFeatureExtractor.cache_path"): "a cache key",
+    ("backretrieval/images.py", "ImageFeatureExtractor._cache_entry"): "a cache key",
     ("data_prep/shards.py", "read_manifest"): "an excerpt in an error message",
     ("data_prep/synth/cli.py", "config_from_args"): "a config override's value",
     ("data_prep/synth/world.py", "_write_world"): "the version strings in a YAML comment",
