@@ -215,7 +215,8 @@ def test_a_damaged_best_state_is_one_line_when_its_hits_are_read(tmp_path):
 
 @pytest.mark.parametrize("text", ["[1, 2]", '"position"', '{"cursors": [3], "bad": [], "bad_shard": ""}',
                                   '{"workers": "1", "cursors": [3], "bad": [], "bad_shard": ""}',
-                                  '{"workers": 1, "cursors": ["a"], "bad": [], "bad_shard": ""}'])
+                                  '{"workers": 1, "cursors": ["a"], "bad": [], "bad_shard": ""}',
+                                  '{"workers": 1, "cursors": [3], "shard": ""}'])
 def test_a_damaged_data_stream_position_is_one_line_naming_it(tmp_path, text):
     """A checkpoint's data_stream_0.json of another JSON type, a key missing or of another type: one line naming it
     (it was a TypeError or KeyError traceback when the resume read it)."""
@@ -226,3 +227,5 @@ def test_a_damaged_data_stream_position_is_one_line_naming_it(tmp_path, text):
         ckpt.read_stream_position(tmp_path, 0)
     ckpt.write_stream_position(tmp_path, 0, {"workers": 1, "cursors": [3], "bad": [], "bad_shard": ""})
     assert ckpt.read_stream_position(tmp_path, 0)["cursors"] == [3]
+    ckpt.write_stream_position(tmp_path, 0, {"workers": 1, "cursors": [3]})  # the fields with a default may be absent
+    assert ckpt.read_stream_position(tmp_path, 0) == {"workers": 1, "cursors": [3]}

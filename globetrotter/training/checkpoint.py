@@ -332,9 +332,9 @@ def read_stream_position(ckpt: Path, rank: int) -> dict | None:
         position = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:  # empty or cut short
         raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); {damaged}") from None
-    fields = (("workers", int), ("cursors", list), ("bad", list), ("bad_shard", str))
-    if not isinstance(position, dict) or not all(isinstance(position.get(k), kind) and not isinstance(
-            position.get(k), bool) for k, kind in fields) or set(position) != {k for k, _ in fields} or not all(
+    fields = {"workers": int, "cursors": list, "bad": list, "bad_shard": str}  # bad, bad_shard: default when absent
+    if not isinstance(position, dict) or not {"workers", "cursors"} <= set(position) <= set(fields) or not all(
+            isinstance(v, fields[k]) and not isinstance(v, bool) for k, v in position.items()) or not all(
             isinstance(c, int) and not isinstance(c, bool) for c in position["cursors"]):
         raise UserError(f"{path}: {json_text(position)[:60]} is no data stream position (expected an object of "
                         f"workers, cursors: a list of integers, bad, bad_shard); {damaged}")
