@@ -9,7 +9,7 @@ import pytest
 
 from conftest import load_experiment, strict_json
 from globetrotter.errors import UserError
-from globetrotter.evaluation.tasks.select import paired_margin
+from globetrotter.evaluation.tasks.select import compare_choices, paired_margin
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,30 @@ def test_the_mean_over_seeds_is_paired_query_by_query():
     single = paired_margin(new[:1], old[:1])
     assert pooled["hi"] - pooled["lo"] < single["hi"] - single["lo"]  # averaging the seeds narrows it
     assert paired_margin(old, old)["diff"] == 0.0
+
+
+@pytest.mark.parametrize("scores, said", [
+    ("abc", r'details\.per_query is "abc", expected a non-empty list of finite numbers'),
+    (["a", "b", "c"], r'details\.per_query is \["a", "b", "c"\], expected'),
+    ([0.1, None, 0.3], r"details\.per_query is \[0\.1, null, 0\.3\], expected"),
+    ([], r"details\.per_query is \[\], expected"),
+    ([0.1, 0.2], r"--against r\.json: holds 2 per-query scores for the same val queries as 3 scores of this model"),
+])
+def test_a_record_with_damaged_per_query_scores_is_one_line(scores, said):
+    """``select --against``'s record with per-query scores that are no numbers, null (NaN) or of another count:
+    one line naming it (it was a ValueError or BackRetrievalError traceback)."""
+    damaged = record([0.1, 0.2, 0.3])
+    damaged["details"]["per_query"] = scores
+    with pytest.raises(UserError, match=said):
+        compare_choices(record([0.2, 0.3, 0.4]), damaged, source="--against r.json")
+
+
+def test_a_record_whose_model_or_metrics_are_no_objects_is_still_compared():
+    """``model`` and ``metrics`` only name the other choice in the result: of another JSON type they name nothing (it
+    was an AttributeError traceback)."""
+    other = {**record([0.1, 0.2, 0.3]), "model": [], "metrics": [1]}
+    compared = compare_choices(record([0.2, 0.3, 0.4]), other)
+    assert compared["model"] is None and compared["chosen"] is None and compared["diff"] == pytest.approx(0.1)
 
 
 def test_records_of_other_queries_or_without_scores_are_refused(monkeypatch):

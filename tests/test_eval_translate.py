@@ -64,3 +64,53 @@ def test_text_corpus_errors_are_one_line(tmp_path):
     bad.write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(UserError, match=rf"^{bad}:2:1: invalid UTF-8 byte 0xff; expected one sentence per line"):
         read_text_corpus(bad)
+
+
+def _saved_index(folder, texts=("a dog", "a cat", "a car")):
+    """An index of ``texts`` saved in ``folder`` by :func:`open_or_build`, and its encode calls."""
+    table = dict(zip(texts, normalize_rows(np.random.default_rng(0).normal(size=(len(texts), 8)))))
+    calls = []
+
+    def encode(batch):
+        calls.append(list(batch))
+        return np.stack([table[t] for t in batch])
+
+    build = lambda: open_or_build(folder, "en", {"model": "m1"}, lambda: list(texts), encode,  # noqa: E731
+                                  log=lambda s: None)
+    build()
+    return build, calls
+
+
+@pytest.mark.parametrize("damage", [b"\xff\xfe{}", b"[1, 2]", b'"meta"',
+                                    b'{"signature": {"model": "m1"}, "languages": [1]}'])
+def test_a_damaged_meta_json_has_the_index_built_again(tmp_path, damage):
+    """A meta.json that is not UTF-8, not an object or whose languages are no object is no record of the index: it
+    is built again and the record rewritten (it was a UnicodeDecodeError or AttributeError traceback)."""
+    build, calls = _saved_index(tmp_path)
+    (tmp_path / "meta.json").write_bytes(damage)
+    assert build().texts == ["a dog", "a cat", "a car"] and len(calls) == 2
+    build()
+    assert len(calls) == 2  # the rewritten record serves the next call
+
+
+@pytest.mark.parametrize("name, damage, said", [
+    ("en.faiss", b"", r"en\.faiss: not a readable faiss index \(.+\); rebuild it \(--rebuild\)$"),
+    ("en.faiss", b"\x00\x01\x02\x03" * 8, r"en\.faiss: not a readable faiss index"),
+    ("en.jsonl", b'"a dog"\n"a c', r"en\.jsonl:2: not JSON \(.+\); expected one JSON string per line; rebuild it"),
+    ("en.jsonl", b'"a dog"\n\xff\n"a car"\n', r"en\.jsonl:2:1: invalid UTF-8 byte 0xff"),
+    ("en.jsonl", b'"a dog"\n["a cat"]\n"a car"\n', r"en\.jsonl:2: a JSON list, expected one JSON string per line"),
+])
+def test_a_damaged_saved_index_is_one_line_naming_the_file(tmp_path, name, damage, said):
+    """A saved index or texts file cut short, binary, not UTF-8 or of other JSON: one line naming the file (and
+    line), saying to rebuild (it was faiss's RuntimeError, a JSONDecodeError or a UnicodeDecodeError traceback)."""
+    build, _ = _saved_index(tmp_path)
+    (tmp_path / name).write_bytes(damage)
+    with pytest.raises(UserError, match=said) as err:
+        build()
+    assert "\n" not in str(err.value)
+
+
+def test_a_saved_text_with_a_line_separator_reads_back_whole(tmp_path):
+    """Texts are one JSON string per line: a U+2028 inside one (written as is) is no line end."""
+    build, calls = _saved_index(tmp_path, texts=("a dog\u2028here", "a cat"))
+    assert build().texts == ["a dog\u2028here", "a cat"] and len(calls) == 1

@@ -322,6 +322,22 @@ def test_a_cache_of_other_embeddings_at_out_is_kept_unless_forced(tiny_world, so
     assert import_embeddings(split, wide, out, "other", ids=id_file, force=True, progress=False)["dim"] == 24
 
 
+@pytest.mark.parametrize("damage", [b"", b'{"spec": {"backbone"', b"\x93NUMPY\xff\x00", b"[1, 2]", b'"cache"',
+                                    b'{"spec": [1], "dim": 12}'])
+def test_a_damaged_cache_record_at_out_is_one_line_naming_it(tiny_world, source, tmp_path, damage):
+    """A cache.json at --out that is not UTF-8 JSON, not an object, or whose spec is no object: one line naming it
+    (it was a JSONDecodeError, UnicodeDecodeError or AttributeError traceback), the folder left as it was."""
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+    import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
+    (out / "cache.json").write_bytes(damage)
+    with pytest.raises(UserError, match=r"cache\.json: (not a readable feature-cache record|expected a JSON object)"
+                       ) as err:
+        import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
+    assert "\n" not in str(err.value) and (out / "cache.json").read_bytes() == damage
+
+
 def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unless_forced(tiny_world, source, tmp_path,
                                                                                          capsys):
     """Was: a second import of the same --name and width replaced the cache, whatever its vectors."""

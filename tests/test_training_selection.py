@@ -173,3 +173,59 @@ def test_the_summary_dates_the_test_figure_beside_a_best_checkpoint_of_another_s
     out = capsys.readouterr().out
     assert "sentence translation (test, retrieval) at the last step: 6.7%" in out
     assert "val/bkr@10 at the last step: 0.1500" in out and "best checkpoint: step 5" in out
+
+
+def _best_dir(tmp_path: Path, hits: np.ndarray | bytes) -> Path:
+    """A checkpoint folder of step 10 with its val ``hits`` (an array, or the bytes of a damaged file)."""
+    (tmp_path / ckpt.STATE).write_text('{"step": 10}', encoding="utf-8")
+    if isinstance(hits, bytes):
+        (tmp_path / HITS_FILE).write_bytes(hits)
+    else:
+        np.save(tmp_path / HITS_FILE, hits)
+    return tmp_path
+
+
+@pytest.mark.parametrize("hits, said", [
+    (b"", r"selection_hits\.npy: the best checkpoint's val hits is an empty file"),
+    (b"\x80\x04junk", r"selection_hits\.npy: the best checkpoint's val hits is not a \.npy file"),
+    (np.array(["a", "b"]), r"selection_hits\.npy: the best checkpoint's val hits holds <U1 values"),
+    (np.ones((2, 3)), r"selection_hits\.npy: the best checkpoint's val hits have shape \(2, 3\), expected one per"),
+])
+def test_damaged_best_hits_are_one_line_naming_the_file(tmp_path, hits, said):
+    """The best checkpoint's val hits, read back on resume, cut short, no .npy or of other values or shape: one line
+    naming the file (it was an EOFError or pickle ValueError traceback, or hits compared as they were)."""
+    from globetrotter.errors import UserError
+    from globetrotter.training.selection import load_hits
+
+    with pytest.raises(UserError, match=said):
+        load_hits(_best_dir(tmp_path, hits), {"step": 10})
+    assert load_hits(_best_dir(tmp_path, np.array([1.0, 0.0])), {"step": 10}).tolist() == [1.0, 0.0]
+
+
+def test_a_damaged_best_state_is_one_line_when_its_hits_are_read(tmp_path):
+    """Its trainer_state.json not an object: the checkpoint's one-line error (it was an AttributeError)."""
+    from globetrotter.errors import UserError
+    from globetrotter.training.selection import load_hits
+
+    best = _best_dir(tmp_path, np.array([1.0, 0.0]))
+    (best / ckpt.STATE).write_text("[10]", encoding="utf-8")
+    with pytest.raises(UserError, match=r"trainer_state\.json: expected a JSON object, got list"):
+        load_hits(best, {"step": 10})
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"position"', '{"cursors": [3], "bad": [], "bad_shard": ""}',
+                                  '{"workers": "1", "cursors": [3], "bad": [], "bad_shard": ""}',
+                                  '{"workers": 1, "cursors": ["a"], "bad": [], "bad_shard": ""}',
+                                  '{"workers": 1, "cursors": [3], "shard": ""}'])
+def test_a_damaged_data_stream_position_is_one_line_naming_it(tmp_path, text):
+    """A checkpoint's data_stream_0.json of another JSON type, a key missing or of another type: one line naming it
+    (it was a TypeError or KeyError traceback when the resume read it)."""
+    from globetrotter.errors import UserError
+
+    (tmp_path / "data_stream_0.json").write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=r"data_stream_0\.json: .* is no data stream position \(expected an object"):
+        ckpt.read_stream_position(tmp_path, 0)
+    ckpt.write_stream_position(tmp_path, 0, {"workers": 1, "cursors": [3], "bad": [], "bad_shard": ""})
+    assert ckpt.read_stream_position(tmp_path, 0)["cursors"] == [3]
+    ckpt.write_stream_position(tmp_path, 0, {"workers": 1, "cursors": [3]})  # the fields with a default may be absent
+    assert ckpt.read_stream_position(tmp_path, 0) == {"workers": 1, "cursors": [3]}

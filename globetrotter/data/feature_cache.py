@@ -440,7 +440,7 @@ def built_from_split(path: str | Path, split_dir: str | Path) -> bool:
     alone do not say it: another folder may hold other photos under the same names.)"""
     if not (Path(path) / SPEC).is_file():
         return False
-    built = json.loads((Path(path) / SPEC).read_text()).get("split_checksum")
+    built = read_cache_record(path).get("split_checksum")
     manifest = read_manifest(split_dir)
     return bool(built) and built in (manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum"))
 
@@ -462,10 +462,26 @@ def rewrite_hint(path: Path, record: dict) -> str:
     spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
     split = record.get("split") or "SPLIT"
     if spec.get("backbone") == IMPORTED_BACKBONE:
-        how = "concat" if (record.get("imported") or {}).get("format") == "concat" else "import"
+        imported = record.get("imported") if isinstance(record.get("imported"), dict) else {}
+        how = "concat" if imported.get("format") == "concat" else "import"
         return f"write it again with globetrotter-data features {how} {split} ... --out {path} --overwrite"
     return (f"rebuild it with globetrotter-data features build {split} --out {path} --overwrite (with the settings "
             f"it was built for)")
+
+
+def read_cache_record(path: str | Path) -> dict:
+    """The ``cache.json`` record of the cache folder ``path``: a one-line :class:`UserError` naming the file when it
+    is not UTF-8 JSON, not an object, or its ``spec`` is not an object."""
+    path = Path(path)
+    try:
+        record = json.loads((path / SPEC).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); {rewrite_hint(path, {})}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("spec", {}), dict):
+        found = type(record).__name__ if not isinstance(record, dict) else f"a \"spec\" {type(record['spec']).__name__}"
+        raise UserError(f"{path / SPEC}: expected a JSON object (a feature-cache record) with a \"spec\" object, got "
+                        f"{found}; {rewrite_hint(path, record if isinstance(record, dict) else {})}")
+    return record
 
 
 def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
@@ -478,13 +494,7 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     if not (path / SPEC).is_file():
         raise UserError(f"{path}: no feature cache here (expected {SPEC}, {FEATURES} and {IMAGE_IDS}; build one with "
                         f"globetrotter-data features build, or import embeddings with globetrotter-data features import)")
-    try:
-        record = json.loads((path / SPEC).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); {rewrite_hint(path, {})}") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{path / SPEC}: expected a JSON object (a feature-cache record), got {type(record).__name__}; "
-                        f"{rewrite_hint(path, {})}")
+    record = read_cache_record(path)
     missing = [name for name in (FEATURES, IMAGE_IDS) if not (path / name).is_file()]
     if missing:
         raise UserError(f"{path}: incomplete feature cache ({' and '.join(missing)} missing beside {SPEC}); "

@@ -37,7 +37,7 @@ from data_prep.shards import file_sha256, iter_metas, read_manifest
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
 from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, cache_write, check_cache_folder, imported_spec,
-                            same_folder)
+                            read_cache_record, same_folder)
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -280,7 +280,7 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, spl
     check_cache_folder(out_dir, "--out")
     if force or not (out_dir / SPEC).is_file():
         return
-    record = json.loads((out_dir / SPEC).read_text())
+    record = read_cache_record(out_dir)
     spec = record.get("spec", {})
     theirs = (spec.get("backbone"), spec.get("weights"), record.get("dim"))
     if theirs != (IMPORTED_BACKBONE, name, dim):

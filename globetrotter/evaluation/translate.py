@@ -106,22 +106,42 @@ class CorpusIndex:
         path = folder / f"{lang}.faiss"
         if not path.is_file():
             raise UserError(f"{path}: no saved index for language {lang!r}")
-        index = faiss.read_index(str(path))
-        with open(folder / f"{lang}.jsonl", encoding="utf-8") as fh:
-            texts = [json.loads(line) for line in fh]
+        rebuild = "rebuild it (--rebuild)"
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as err:  # faiss's C++ error: several lines ending in what failed
+            said = [line for line in str(err).splitlines() if line.strip()]
+            raise UserError(f"{path}: not a readable faiss index ({said[-1].strip()[:120] if said else 'no detail'}); "
+                            f"{rebuild}") from None
+        texts_path = folder / f"{lang}.jsonl"
+        texts = []
+        lines = read_utf8(texts_path, "one JSON string per line").split("\n")  # not splitlines: U+2028 is text
+        for number, line in enumerate(lines[:-1] if lines[-1] == "" else lines, start=1):
+            try:
+                text = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{texts_path}:{number}: not JSON ({err.msg}); expected one JSON string per line; "
+                                f"{rebuild}") from None
+            if not isinstance(text, str):
+                raise UserError(f"{texts_path}:{number}: a JSON {type(text).__name__}, expected one JSON string per "
+                                f"line; {rebuild}")
+            texts.append(text)
         if len(texts) != index.ntotal:
             raise UserError(f"{folder}: index of {lang!r} holds {index.ntotal} vectors but {len(texts)} texts; rebuild it")
         return cls(index, texts, lang, read_meta(folder))
 
 
 def read_meta(folder: str | Path) -> dict:
+    """The ``meta.json`` of an index folder; ``{}`` (its indexes are built again) when there is none or it is
+    damaged: not UTF-8 JSON, not an object, or its ``languages`` not an object."""
     path = Path(folder) / META
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # not JSON, or not UTF-8
         return {}
+    return meta if isinstance(meta, dict) and isinstance(meta.get("languages", {}), dict) else {}
 
 
 def open_or_build(

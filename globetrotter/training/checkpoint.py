@@ -327,11 +327,18 @@ def read_stream_position(ckpt: Path, rank: int) -> dict | None:
     path = Path(ckpt) / DATA_STREAM.format(rank=rank)
     if not path.is_file():
         return None
+    damaged = "the checkpoint is damaged: resume from another one of the run's checkpoints"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        position = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:  # empty or cut short
-        raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); the checkpoint is "
-                        f"damaged: resume from another one of the run's checkpoints") from None
+        raise UserError(f"{path}: cannot read the data stream position ({error_line(err)}); {damaged}") from None
+    fields = {"workers": int, "cursors": list, "bad": list, "bad_shard": str}  # bad, bad_shard: default when absent
+    if not isinstance(position, dict) or not {"workers", "cursors"} <= set(position) <= set(fields) or not all(
+            isinstance(v, fields[k]) and not isinstance(v, bool) for k, v in position.items()) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in position["cursors"]):
+        raise UserError(f"{path}: {json_text(position)[:60]} is no data stream position (expected an object of "
+                        f"workers, cursors: a list of integers, bad, bad_shard); {damaged}")
+    return position
 
 
 def weights_sha256(checkpoint: str | None) -> str | None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserError
+
 HITS_FILE = "selection_hits.npy"
 
 
@@ -76,13 +78,23 @@ def save_hits(folder: Path, hits: np.ndarray | None) -> None:
 
 def load_hits(best_dir: Path, best: dict | None) -> np.ndarray | None:
     """The hits saved in ``best_dir`` when they belong to ``best`` (same step), else None."""
-    import json
+    from backretrieval.errors import BackRetrievalError
+    from backretrieval.files import load_npy
 
-    from .checkpoint import STATE
+    from .checkpoint import STATE, read_state
 
     path, state = Path(best_dir) / HITS_FILE, Path(best_dir) / STATE
     if best is None or not path.is_file() or not state.is_file():
         return None
-    if json.loads(state.read_text()).get("step") != best.get("step"):
+    if read_state(best_dir).get("step") != best.get("step"):
         return None
-    return np.load(path)
+    try:
+        hits = np.array(load_npy(path, "the best checkpoint's val hits"))
+    except BackRetrievalError as err:
+        raise UserError(f"{err}; the checkpoint is damaged: delete this file (the next best is then chosen by "
+                        "plain max) or train again") from None
+    if hits.ndim != 1:
+        raise UserError(f"{path}: the best checkpoint's val hits have shape {hits.shape}, expected one per val query "
+                        "(1-D); the checkpoint is damaged: delete this file (the next best is then chosen by plain "
+                        "max) or train again")
+    return hits

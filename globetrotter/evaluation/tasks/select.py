@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from backretrieval.files import json_text
 from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
 from globetrotter.errors import UserError
@@ -194,6 +196,11 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
     if "per_query" not in theirs:
         raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
                         f"again with `{_select()}` for that model")
+    scores = theirs["per_query"]
+    if not isinstance(scores, list) or not scores or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in scores):
+        raise UserError(f"{source}: details.per_query is {json_text(scores)[:40]}, expected a non-empty list of "
+                        f"finite numbers (each val query's score); choose again with `{_select()}` for that model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
         config = other.get("config") or {}
         said = {k: config.get(k) for k in ("val", "seed", "max_per_lang", "languages")}
@@ -210,8 +217,8 @@ def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "
     the other's, with what the other chose. A one-line error when ``other`` is no select record, predates per-query
     scores, or scored other queries (:func:`check_against`)."""
     margin = paired_margin([record], [other], seed=seed, sources=("this model", source))
-    return {"model": (other.get("model") or {}).get("path"), "chosen": (other.get("metrics") or {}).get("chosen"),
-            "mean_bkr": (other.get("metrics") or {}).get("mean_bkr"), **margin}
+    model, metrics = (x if isinstance(x, dict) else {} for x in (other.get("model"), other.get("metrics")))
+    return {"model": model.get("path"), "chosen": metrics.get("chosen"), "mean_bkr": metrics.get("mean_bkr"), **margin}
 
 
 def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int = 0,
@@ -228,9 +235,14 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
     check_against(records[0], None, "", sources[0])
     first = records[0]["details"]["val"]
     queries, g = first.get("queries_sha256"), first.get("image_features")
+    count = len(records[0]["details"]["per_query"])
     for side, group in zip(sources, (records, others)):
         for i, rec in enumerate(group):
-            check_against(rec, queries, g, side if len(group) == 1 else f"{side} (record {i + 1})")
+            source = side if len(group) == 1 else f"{side} (record {i + 1})"
+            check_against(rec, queries, g, source)
+            if len(rec["details"]["per_query"]) != count:
+                raise UserError(f"{source}: holds {len(rec['details']['per_query'])} per-query scores for the same "
+                                f"val queries as {count} scores of {sources[0]}: a damaged record")
     mean = [np.mean([np.asarray(r["details"]["per_query"], dtype=np.float64) for r in group], axis=0)
             for group in (records, others)]
     shared = [side for side, group in zip(sources, (records, others))
