@@ -1509,6 +1509,8 @@ def test_sentence_says_when_the_split_has_fewer_groups_than_asked(tiny_world, tm
                 "--n-groups", "50"]) == 0
     printed = capsys.readouterr().out
     assert "12 groups x" in printed and "note: --n-groups 50, but" in printed and "has 12 groups" in printed
+    # a query's candidates are the other languages' sentences of every group, not one per group
+    assert "are of 12 groups, not 50)" in printed and "candidates" not in printed.split("note:")[1]
     assert run(["sentence", "--model", "tfidf", "--split", str(tiny_world / "test"), "--out", str(out),
                 "--n-groups", "12", "--name", "all"]) == 0
     assert "note: --n-groups" not in capsys.readouterr().out
