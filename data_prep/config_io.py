@@ -18,13 +18,16 @@ import dataclasses
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeVar, Union, get_args, get_origin
 
 import yaml
 
 from .errors import UserError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a config class: a dataclass
 
 
 def _type_name(tp: Any) -> str:
@@ -45,7 +48,7 @@ def _convert(value: Any, tp: Any, key: str, where: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # an annotation: a class, never an instance
         if not isinstance(value, dict):
             raise UserError(f"{where}: key '{key}' must be a mapping of {tp.__name__} fields, got {value!r}")
         return from_dict(tp, value, where=where, prefix=key)

@@ -17,8 +17,9 @@ from .errors import UserError
 
 try:
     import fcntl
+    _HAS_FLOCK = True
 except ImportError:  # Windows: no flock
-    fcntl = None
+    _HAS_FLOCK = False
 
 _LOCK_FDS: set[int] = set()
 """Descriptors of the locks this process holds, which a forked child gives up (:func:`keep_lock_from_children`)."""
@@ -73,7 +74,7 @@ def lock_out_folder(out_dir: str | Path, flag: str = "--out",
     lock = lock_path(out_dir)
     made = [p for p in lock.parents if not p.exists()]  # deepest first
     what = f"{flag} {out_dir}" if flag else str(out_dir)
-    fd = None if fcntl is None else _acquire(lock, made, what, wait)
+    fd = _acquire(lock, made, what, wait) if _HAS_FLOCK else None
     try:
         if fd is None:
             yield

@@ -142,20 +142,21 @@ class ShardWriter:
         self._image_shape: list[int] | None = None
         self.count = 0
 
-    def _next_shard(self) -> None:
+    def _next_shard(self) -> tarfile.TarFile:
         if self._tar is not None:
             self._tar.close()
         name = f"{self.split}-{len(self._shards):06d}.tar"
         self._shards.append(name)
         self._tar = tarfile.open(self.out_dir / name, "w", format=tarfile.USTAR_FORMAT)
         self._in_shard = 0
+        return self._tar
 
-    def _add(self, name: str, data: bytes) -> None:
+    def _add(self, tar: tarfile.TarFile, name: str, data: bytes) -> None:
         info = tarfile.TarInfo(name)
         info.size = len(data)
         info.mtime = 0  # deterministic bytes: same content, same checksum
         info.mode = 0o444
-        self._tar.addfile(info, io.BytesIO(data))
+        tar.addfile(info, io.BytesIO(data))
 
     def write(
         self,
@@ -192,8 +193,9 @@ class ShardWriter:
         if longest > MAX_MEMBER_NAME:  # checked before either file is added: never half a sample in the shard
             raise ValueError(f"key {key[:40]!r}... is too long: with its extension a shard member name takes {longest} "
                              f"bytes, and a tar (USTAR) name holds at most {MAX_MEMBER_NAME}; shorten the key")
-        if self._tar is None or self._in_shard >= self.maxcount:
-            self._next_shard()
+        tar = self._tar
+        if tar is None or self._in_shard >= self.maxcount:
+            tar = self._next_shard()
         if self._image_shape is None:
             if self.image_format == "npy":
                 self._image_shape = list(np.asarray(image).shape)
@@ -205,8 +207,8 @@ class ShardWriter:
                 with Image.open(io.BytesIO(image)) as picture:
                     self._image_shape = [picture.height, picture.width]
         meta = {"caption": caption, "lang": lang, "image_id": image_id, "group": group, **(extra or {})}
-        self._add(f"{key}.{self.image_format}", encode_image(image, self.image_format))
-        self._add(f"{key}.json", json_text(meta, ensure_ascii=False).encode("utf-8"))
+        self._add(tar, f"{key}.{self.image_format}", encode_image(image, self.image_format))
+        self._add(tar, f"{key}.json", json_text(meta, ensure_ascii=False).encode("utf-8"))
         self._keys.add(key)
         self._langs[lang] += 1
         self._in_shard += 1
@@ -290,8 +292,8 @@ def read_manifest(split_dir: str | Path) -> dict:
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks key '{key}'")
         value = manifest[key]
-        if not isinstance(value, kind) or isinstance(value, bool) or key == "shards" and not all(
-                isinstance(name, str) for name in value):
+        if not isinstance(value, kind) or isinstance(value, bool) or isinstance(value, list) and not all(
+                isinstance(name, str) for name in value):  # a list: the shards
             raise UserError(f"{path}: manifest key '{key}' is {json.dumps(value)[:60]}, expected {what}")
     if manifest["num_samples"] == 0 or not manifest["shards"]:
         raise UserError(f"{path}: split is empty (0 samples)")
@@ -415,10 +417,11 @@ def _read_shards(paths: list[str], on_bad: Callable[[UserError], None] | None
             with tarfile.open(path, "r") as tar:
                 pending: dict[str, dict] = defaultdict(dict)
                 for member in tar:
-                    if not member.isfile():
+                    fh = tar.extractfile(member) if member.isfile() else None
+                    if fh is None:
                         continue
                     key, _, ext = member.name.rpartition("/")[2].partition(".")
-                    pending[key][ext] = tar.extractfile(member).read()
+                    pending[key][ext] = fh.read()
                     entry = pending[key]
                     img_ext = next((e for e in IMAGE_EXTS if e in entry), None)
                     if "json" in entry and img_ext is not None:

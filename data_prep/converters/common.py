@@ -161,7 +161,10 @@ def read_aligned(
                 continue
             if line.number > len(names):  # after an unreadable split file's last readable line
                 break
-            name = names[line.number - 1].text.strip()
+            name_text = names[line.number - 1].text
+            if name_text is None:  # a non-UTF-8 name: in bad_names, skipped above
+                continue
+            name = name_text.strip()
             yield Caption((name,), cf.lang, line.text, str(cf.path), line.number,
                           (source, name, cf.lang, *cf.key_extra), split_hint)
 

@@ -56,7 +56,7 @@ def _check_tsv_columns(path: Path, lines: list[Line]) -> None:
                 first.setdefault(columns, line.number)
                 rows[columns] += 1
     if len(first) == 2:
-        odd = max(first, key=first.get)  # the columns of the first line that differs from those before it
+        odd = max(first, key=first.__getitem__)  # the columns of the first line that differs from those before it
         usual = 3 if odd == 4 else 4
         raise UserError(f"{path}:{first[odd]}: {odd} tab-separated columns, but {path}:{first[usual]} has "
                         f"{usual}: only some rows carry a split column ({rows[3]} row(s) with 3 columns, {rows[4]} "

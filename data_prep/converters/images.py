@@ -173,7 +173,7 @@ def prepare_image(path: str | Path, spec: ImageSpec) -> tuple[bytes, tuple[int, 
     try:
         with open(path, "rb") as fh:
             data = fh.read()
-        img = Image.open(io.BytesIO(data))
+        img: Image.Image = Image.open(io.BytesIO(data))
         source_format = img.format
         needs_rotation = img.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None)
         full_size = img.size

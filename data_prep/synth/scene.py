@@ -142,7 +142,14 @@ def _sample_counts(rng: np.random.Generator, max_objects: int) -> list[int]:
 
 def _jitter(rgb: tuple[int, int, int], rng: np.random.Generator) -> tuple[int, int, int]:
     values = np.clip(np.asarray(rgb) + rng.integers(-COLOUR_JITTER, COLOUR_JITTER + 1, size=3), 0, 255)
-    return tuple(int(v) for v in values)
+    r, g, b = (int(v) for v in values)
+    return r, g, b
+
+
+def _bytes_rgb(rgb: tuple[float, float, float]) -> tuple[int, int, int]:
+    """An RGB colour with channels in 0..1 (``colorsys``) as channels in 0..255."""
+    r, g, b = (int(round(255 * c)) for c in rgb)
+    return r, g, b
 
 
 def _sample_background(rng: np.random.Generator) -> Background:
@@ -150,8 +157,8 @@ def _sample_background(rng: np.random.Generator) -> Background:
     kind = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
     hue, sat, val = rng.random(), rng.uniform(0.0, 0.25), rng.uniform(0.38, 0.72)
     shift = rng.uniform(0.12, 0.22) * (1 if val < 0.55 else -1)
-    c1 = tuple(int(round(255 * c)) for c in colorsys.hsv_to_rgb(hue, sat, val))
-    c2 = tuple(int(round(255 * c)) for c in colorsys.hsv_to_rgb(hue, sat, val + shift))
+    c1 = _bytes_rgb(colorsys.hsv_to_rgb(hue, sat, val))
+    c2 = _bytes_rgb(colorsys.hsv_to_rgb(hue, sat, val + shift))
     return Background(kind, c1, c2, float(rng.uniform(0, np.pi)), float(rng.uniform(0.09, 0.18)),
                       float(rng.uniform(16, 28)))
 

@@ -112,7 +112,7 @@ def render_range(cfg: SynthConfig, plan: SplitPlan, start: int, stop: int,
                  assignment: np.ndarray | None) -> tuple[list[Record], set[tuple[str, str, str]]]:
     """Scenes ``start..stop-1`` of a split: encoded images, captions, and the dictionary
     words used as ``(lang, concept, word)``. ``assignment[i - start]`` is the language
-    index of scene ``i`` in a one-language split."""
+    index of scene ``i`` in a one-language split (None in a parallel split: every language)."""
     records: list[Record] = []
     words: set[tuple[str, str, str]] = set()
     for index in range(start, stop):
@@ -124,7 +124,7 @@ def render_range(cfg: SynthConfig, plan: SplitPlan, start: int, stop: int,
         )
         canonical = meaning.canonical()
         image_id = f"{plan.name}-{index:06d}"
-        langs = plan.languages if plan.parallel else (plan.languages[assignment[index - start]],)
+        langs = plan.languages if assignment is None else (plan.languages[assignment[index - start]],)
         for lang in langs:
             caption_rng = np.random.default_rng([cfg.seed, plan.split_id, index, CAPTION_STREAM + LANG_STREAM[lang]])
             caption = get_grammar(lang).caption(meaning, caption_rng)

@@ -31,7 +31,7 @@ class Chinese(Grammar):
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
         mentions = self.shuffled(meaning, rng)
-        placed = [m for m in mentions if m.position]
+        placed = [(m, m.position) for m in mentions if m.position]
         rest = [m for m in mentions if not m.position]
         exist = Token(self.lex["exist"])
         background = self.phrase_of("backgrounds", meaning.background, rng) if meaning.background else []
@@ -39,7 +39,8 @@ class Chinese(Grammar):
             if background:
                 return background + [exist] + self.listing(rest, rng)
             return self.fill(self.pick_template(rng), self.listing(rest, rng), plural=False)
-        clauses = [self.phrase_of("positions", m.position, rng) + [exist] + self.noun_phrase(m, rng) for m in placed]
+        clauses = [self.phrase_of("positions", position, rng) + [exist] + self.noun_phrase(m, rng)
+                   for m, position in placed]
         if rest:
             clauses.append(self.phrase(self.lex["also"]) + self.listing(rest, rng))
         out: list[Token] = []
