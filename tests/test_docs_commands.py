@@ -12,6 +12,9 @@ builds (``build_parser()``; the bench scripts' parser is captured at ``parse_arg
   the zero-shot adapter's and the synthetic world's ``KEY=VALUE`` overrides likewise name fields of their configs.
 
 Placeholder words (RUN, SPLIT, DIR, ...) are fine: only sub-commands, flags and keys are checked, never values.
+
+A default the docs state beside an option or a config key ("`--k` (50)", "`val.select_alpha` (0.05)") is checked
+against the parsers' defaults (or, for one resolved later, the default their help states) and the config dataclasses.
 """
 from __future__ import annotations
 
@@ -552,3 +555,103 @@ def test_checker_accepts_real_commands_and_names_what_is_wrong(program, args, ex
         assert problems == []
     else:
         assert len(problems) == len(expected) and all(e in p for e, p in zip(expected, problems)), problems
+
+
+# ----------------------------------------------------------------------------- stated defaults
+# "`--k` (50)", "`--csls-k` (default 10)", "`--layers` 2,", "`--epochs 3` by default", "`val.select_alpha` (0.05)":
+# a default the docs state beside an option or a config key, a number ended by ")", "," or ";"
+STATED_OPTION = re.compile(r"`(--[a-z0-9-]+)`(?:,\s*|\s+\(\s*|\s+)(?:default:?\s+)?(\d[\d.,]*\d|\d)(?=[),;])"
+                           r"|`(--[a-z0-9-]+) (\d[\d.,]*)` (?:by default|\(the default)")
+STATED_KEY = re.compile(r"`([a-z_0-9]+(?:\.[a-z_0-9]+)+)`(?:-fold)?(?:,\s*|\s+\(\s*)(?:default:?\s+)?(\d[\d.]*)(?=[),;])")
+HELP_DEFAULT = re.compile(r"default:?\s+(\d[\d.,]*\d|\d)")
+
+
+def stated_defaults(pattern: re.Pattern) -> list[tuple[str, str, str]]:
+    """(file:line, name, value) of every default ``pattern`` finds in README.md and docs/*.md (results.md's measured
+    tables left out: a figure there names no default)."""
+    found = []
+    for path in DOC_FILES:
+        if path.name == "results.md":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for match in pattern.finditer(line):
+                name, value = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+                found.append((f"{path.relative_to(ROOT)}:{number}", name, value))
+    return found
+
+
+def _as_numbers(value: object) -> tuple[float, ...] | None:
+    """``3``, ``[1, 5, 10]`` or ``"1,5,10"`` as numbers; None for anything else."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    try:
+        return tuple(float(item) for item in items if not isinstance(item, bool))
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def option_defaults() -> dict[str, set[tuple[float, ...]]]:
+    """Every numeric default of every ``--option`` of every program: the parser's own, or, where the parser's is None
+    and resolved later, the one its help states ("(default: 128)")."""
+    out: dict[str, set[tuple[float, ...]]] = {}
+    programs = [*HELP_PROGRAMS, *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "bench").glob("*.py"))),
+                *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "experiments").glob("*.py")))]
+    for program in programs:
+        try:
+            todo = [parser_for(program)]
+        except AssertionError:  # a script whose main() never parses arguments
+            continue
+        while todo:
+            parser = todo.pop()
+            todo += list((subcommands(parser) or {}).values())
+            for action in parser._actions:
+                values = [action.default]
+                if isinstance(action.help, str):
+                    values += HELP_DEFAULT.findall(action.help)
+                for flag in action.option_strings:
+                    out.setdefault(flag, set()).update(n for n in map(_as_numbers, values) if n)
+    return out
+
+
+def config_default(key: str) -> object:
+    """The dataclass default of a dotted training or zero-shot config key; KeyError when neither has it."""
+    from globetrotter.config import TrainConfig
+    from globetrotter.config_io import key_of
+    from globetrotter.zeroshot.config import ZeroShotConfig
+
+    for cls in (TrainConfig, ZeroShotConfig):
+        obj, ok = cls(), True
+        for part in key.split("."):
+            fields = {key_of(f): f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
+            if part not in fields:
+                ok = False
+                break
+            obj = getattr(obj, fields[part])
+        if ok:
+            return obj
+    raise KeyError(key)
+
+
+STATED_OPTIONS = stated_defaults(STATED_OPTION)
+STATED_KEYS = stated_defaults(STATED_KEY)
+
+
+def test_the_docs_state_defaults():
+    assert len(STATED_OPTIONS) >= 10 and len(STATED_KEYS) >= 5, (STATED_OPTIONS, STATED_KEYS)
+
+
+@pytest.mark.parametrize("where, flag, value", STATED_OPTIONS, ids=[f"{w}:{f}" for w, f, _ in STATED_OPTIONS])
+def test_stated_option_default_is_the_code_default(where, flag, value):
+    defaults = option_defaults()
+    assert flag in defaults, f"{where}: {flag} is no option of any program"
+    assert _as_numbers(value) in defaults[flag], \
+        f"{where}: the docs give {flag} the default {value}; the parsers' (or their help's): {sorted(defaults[flag])}"
+
+
+@pytest.mark.parametrize("where, key, value", STATED_KEYS, ids=[f"{w}:{k}" for w, k, _ in STATED_KEYS])
+def test_stated_config_default_is_the_dataclass_default(where, key, value):
+    try:
+        default = config_default(key)
+    except KeyError:  # a renamed key, or a name in backquotes that the pattern should not read as one
+        pytest.fail(f"{where}: {key} is stated with a default but is no training or zero-shot config key")
+    assert _as_numbers(value) == _as_numbers(default), f"{where}: the docs give {key} the default {value}; the code: {default!r}"
