@@ -11,7 +11,7 @@ builds (``build_parser()``; the bench scripts' parser is captured at ``parse_arg
   config key (``globetrotter.config.load_train_config`` with the overrides, the config file from ``--config``);
   the zero-shot adapter's and the synthetic world's ``KEY=VALUE`` overrides likewise name fields of their configs.
 
-Placeholder words (RUN, SPLIT, DIR, ...) are fine: only sub-commands, flags and keys are checked, never values.
+Placeholder words (RUN, SPLIT, DIR, ...) are fine: in a command only sub-commands, flags and keys are checked, never the values.
 
 A default the docs state beside an option or a config key ("`--k` (50)", "`val.select_alpha` (0.05)") is checked
 against the parsers' defaults (or, for one resolved later, the default their help states) and the config dataclasses.
