@@ -1420,7 +1420,7 @@ def test_the_summary_of_a_twin_on_train_parallel_names_its_languages_and_the_ori
     for name in ("val", "test"):  # linked, as more-captions does
         (more / name).symlink_to(Path("..") / "flickr8k" / name, target_is_directory=True)
 
-    def fake_train(cfg, resume=None):
+    def fake_train(cfg, resume=None, written=None):
         return {"run_dir": str(cfg.run_dir), "metrics": {}, "step": cfg.steps, "checkpoints": {"latest": cfg.steps}}
 
     monkeypatch.setattr(trainer, "train", fake_train)

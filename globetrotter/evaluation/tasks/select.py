@@ -196,9 +196,8 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
     if "per_query" not in theirs:
         raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
                         f"again with `{_select()}` for that model")
-    scores = theirs["per_query"]
-    if not isinstance(scores, list) or not scores or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in scores):
+    if not _finite_scores(theirs["per_query"]):
+        scores = theirs["per_query"]
         raise UserError(f"{source}: details.per_query is {json_text(scores)[:40]}, expected a non-empty list of "
                         f"finite numbers (each val query's score); choose again with `{_select()}` for that model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
@@ -209,6 +208,15 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
                         f"{theirs['val'].get('image_features')} against {image_features}); run "
                         f"`{_select()}` for both models with the same --val, --seed, --max-per-language, --image-features "
                         f"and --languages")
+
+
+def _finite_scores(scores: object) -> bool:
+    """A non-empty 1-D run of finite numbers: a record's list read back, or this choice's array before it is written."""
+    if isinstance(scores, np.ndarray):
+        return scores.ndim == 1 and scores.size > 0 and np.issubdtype(scores.dtype, np.number) and bool(
+            np.isfinite(scores).all())
+    return isinstance(scores, list) and bool(scores) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in scores)
 
 
 def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "--against") -> dict:
