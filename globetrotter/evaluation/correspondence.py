@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -163,10 +163,13 @@ def _empty(lang: str, unit_kind: str) -> CorrespondenceSet:
 
 def concat(sets: Sequence[CorrespondenceSet]) -> CorrespondenceSet:
     """One set holding the examples of ``sets`` in order."""
+    first_units, second_units, first_chars, second_chars = (
+        np.concatenate([getattr(s, a) for s in sets])
+        for a in ("first_units", "second_units", "first_chars", "second_chars"))
     return CorrespondenceSet(
         [t for s in sets for t in s.texts], np.concatenate([s.labels for s in sets]),
         np.concatenate([s.langs.astype(object) for s in sets]).astype(str),
-        *(np.concatenate([getattr(s, a) for s in sets]) for a in ("first_units", "second_units", "first_chars", "second_chars")),
+        first_units, second_units, first_chars, second_chars,
         unit={k: v for s in sets for k, v in s.unit.items()},
     )
 
@@ -229,7 +232,9 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
     # examples per language: --max-per-language, its --test-fraction share for the seen languages' test images
     caps_of = {"training": max_per_language, "unseen test": max_per_language,
                "seen test": None if max_per_language is None else max(1, int(round(max_per_language * test_fraction)))}
-    train, seen_test, unseen_test = [], [], []
+    train: list[CorrespondenceSet] = []
+    seen_test: list[CorrespondenceSet] = []
+    unseen_test: list[CorrespondenceSet] = []
     for lang in seen:
         caps, ids = by_lang[lang]
         uniq = np.unique(ids)
@@ -243,11 +248,11 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
         caps, ids = by_lang[lang]
         unseen_test.append(build_language(caps, ids, lang, rng, min_units, caps_of["unseen test"]))
     task = CorrespondenceTask(concat(train), concat(seen_test), concat(unseen_test), seen, unseen)
-    for name, part in (("training", task.train), ("seen test", task.seen_test), ("unseen test", task.unseen_test)):
-        if len(part) < 2:
+    for name, built in (("training", task.train), ("seen test", task.seen_test), ("unseen test", task.unseen_test)):
+        if len(built) < 2:
             capped = "" if max_per_language is None else \
                 f"; --max-per-language {max_per_language} keeps at most {caps_of[name]} a language here"
-            raise UserError(f"the correspondence {name} set has {len(part)} example(s), needs 2: captions need at least "
+            raise UserError(f"the correspondence {name} set has {len(built)} example(s), needs 2: captions need at least "
                             f"{min_units} units (words, or characters for unspaced scripts){capped}")
     return task
 
@@ -345,10 +350,11 @@ def evaluate(task: CorrespondenceTask, feats: dict[str, Features], probe_seeds: 
     ``feats["unseen_test"]``. Returns fractions: ``seen_accuracy``, ``unseen_accuracy`` (means
     over seeds), ``relative_decrease``, ``per_language`` accuracy, ``per_seed`` rows,
     ``surface_shortcut_accuracy`` and ``chance`` (0.5)."""
-    per_seed, per_lang = [], {lang: [] for lang in task.seen + task.unseen}
+    per_seed = []
+    per_lang: dict[str, list[float]] = {lang: [] for lang in task.seen + task.unseen}
     for seed in probe_seeds:
         probe = train_probe(feats["train"], task.train.labels, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
-        row = {"seed": int(seed)}
+        row: dict[str, Any] = {"seed": int(seed)}  # the seed, two accuracies, a relative decrease or None
         for name in ("seen_test", "unseen_test"):
             part: CorrespondenceSet = getattr(task, name)
             correct = predict(probe, feats[name]) == part.labels

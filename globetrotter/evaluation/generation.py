@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
 
 from globetrotter.errors import UserError
@@ -49,7 +50,7 @@ class Vocabulary:
     vocabulary, and the decoder cannot write a token its training text never held anyway.
     """
 
-    tokenizer: object
+    tokenizer: Tokenizer
     token_ids: np.ndarray
 
     def __len__(self) -> int:
@@ -123,6 +124,9 @@ class PrefixDecoder(nn.Module):
     ``forward(cond, tokens)`` gives next-token logits (B, T, V) at each token position; the
     output layer is tied to the token embedding.
     """
+
+    cond_mean: torch.Tensor
+    cond_std: torch.Tensor
 
     def __init__(self, vocab_size: int, cond_dim: int, d_model: int = 128, layers: int = 2, heads: int = 4,
                  ffn: int | None = None, prefix_length: int = 4, max_tokens: int = 40, dropout: float = 0.1) -> None:

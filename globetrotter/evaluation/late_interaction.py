@@ -95,7 +95,7 @@ def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languag
     languages = np.asarray(languages, dtype=np.int64)
     out = []
     for m in range(int(languages.max()) + 1 if len(languages) else 0):
-        held = [np.asarray(token_ids[i], dtype=np.int64) for i in np.flatnonzero(languages == m)]
+        held = [np.asarray(token_ids[int(i)], dtype=np.int64) for i in np.flatnonzero(languages == m)]
         pool = np.unique(np.concatenate(held)) if held else np.zeros(0, np.int64)
         if len(pool) <= k:
             name = repr(names[m]) if names is not None else f"#{m}"

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, Union
 
+import numpy as np
+
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 from globetrotter.training.checkpoint import weights_sha256  # noqa: F401  (records name it; also this module's)
@@ -105,13 +107,13 @@ def checkpoint_of(encoder) -> str | None:
 
 def require_trained(spec: str | None, command: str) -> None:
     """A one-line error when a command that needs a trained model is given a baseline."""
-    if is_baseline(spec):
+    if spec is not None and is_baseline(spec):
         raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of "
                         f"`{program_name('eval')} sentence` only; "
                         f"{command} needs a trained run folder")
 
 
-def language_kwargs(encoder, langs: str | Sequence[str] | None) -> dict:
+def language_kwargs(encoder, langs: str | Sequence[str] | np.ndarray | None) -> dict:
     """``{"langs": langs}`` for an encoder with per-language tables (the Sigurdsson baseline, the ridge baseline),
     else ``{}``: the other encoders take no languages."""
     if not getattr(encoder, "needs_language", False):
@@ -119,14 +121,14 @@ def language_kwargs(encoder, langs: str | Sequence[str] | None) -> dict:
     return {"langs": langs if langs is None or isinstance(langs, str) else list(langs)}
 
 
-def encode_texts(encoder, texts: Sequence[str], langs: str | Sequence[str] | None, head: str = "text",
+def encode_texts(encoder, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None, head: str = "text",
                  batch_size: int = 256):
     """``encoder.encode_text`` with the languages passed where the encoder needs them."""
     return encoder.encode_text(list(texts), batch_size=batch_size, head=head, **language_kwargs(encoder, langs))
 
 
-def encode_texts_by_head(encoder, texts: Sequence[str], langs: str | Sequence[str] | None, heads: Sequence[str],
-                         batch_size: int = 256) -> dict:
+def encode_texts_by_head(encoder, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None,
+                         heads: Sequence[str], batch_size: int = 256) -> dict:
     """:func:`encode_texts` by each of ``heads``, ``{head: embeddings}``: one pass of the text encoder for them all
     where the encoder gives several heads at once (``encode_text_heads``), else one pass per head."""
     heads = list(dict.fromkeys(heads))

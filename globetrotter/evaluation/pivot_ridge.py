@@ -15,7 +15,7 @@ clear (docs/design.md section 10).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -24,13 +24,16 @@ from globetrotter.image_ridge import fit_image_ridge, image_targets
 
 from .tfidf import TfidfEncoder
 
+if TYPE_CHECKING:  # scikit-learn loads with the first fit
+    from sklearn.linear_model import Ridge
+
 PREFIX = "ridge:"
 """``--model ridge:TRAIN_SPLIT`` names this baseline instead of a run folder."""
 
 
 def is_pivot_ridge_spec(model: str | None) -> bool:
     """Whether a ``--model`` value names the image-pivot ridge baseline."""
-    return bool(model) and model.startswith(PREFIX)
+    return model is not None and model.startswith(PREFIX)
 
 
 def default_features(split: Path) -> Path:
@@ -56,7 +59,7 @@ class PivotRidgeEncoder:
         self.train_split = Path(train_split)
         self.features = Path(features) if features is not None else default_features(self.train_split)
         self.alpha = alpha
-        self.maps: dict[str, tuple[TfidfEncoder, object]] = {}
+        self.maps: dict[str, tuple[TfidfEncoder, Ridge]] = {}
         self.counts: dict[str, int] = {}
         self._fit()
 
@@ -101,7 +104,7 @@ class PivotRidgeEncoder:
         for lang in sorted(set(langs)):
             idx = np.flatnonzero(langs_arr == lang)
             vectorizer, model = self.maps[lang]
-            out[idx] = model.predict(vectorizer.encode_text([texts[i] for i in idx]))
+            out[idx] = model.predict(vectorizer.encode_text([texts[int(i)] for i in idx]))
         return out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-12)
 
     def encode_image(self, images, batch_size: int = 256):

@@ -169,7 +169,7 @@ class ScoringContext:
             self._embeddings.update(encode_texts_by_head(self.encoder, self.captions, self.langs, missing,
                                                          self.batch_size))
         missing = [h for h in dict.fromkeys(reference_heads) if ("embeddings", h) not in self._statistics]
-        if missing:
+        if missing and self.reference is not None:  # without one, its heads were the sentences' above
             found = encode_texts_by_head(self.encoder, self.reference.captions, self.reference.langs, missing,
                                          self.batch_size)
             self._statistics.update({("embeddings", h): emb for h, emb in found.items()})
@@ -278,6 +278,8 @@ class ScoringContext:
         """Per radius part (:attr:`radius_parts`), ``[rows, among]`` MaxSim of its sentences against its pool rows,
         computed once for every ranking; the pool's bags are built once per set of languages and shared with
         :meth:`with_sentences`' contexts."""
+        if self.reference is None:
+            raise ValueError("a transductive context takes its CSLS radii among its own sentences, not a pool")
         late, tables = self.late, []
         for rows, codes, among in self.radius_parts:
             if len(among) == len(self.reference):
@@ -329,7 +331,7 @@ class SentenceScorer:
             pool_emb = c.reference_embeddings(r.head)
             for part, (rows, codes, among) in enumerate(c.radius_parts):
                 table = c.maxsim_reference[part] if r.maxsim else None
-                extra = (lambda block: r.maxsim * table[block]) if r.maxsim else None  # noqa: E731
+                extra = (lambda block: r.maxsim * table[block]) if table is not None else None  # noqa: E731
                 groups = np.searchsorted(codes, c.pool_code[among])  # 0..len(codes) - 1
                 radii[np.ix_(rows, codes)] = neighbourhood_radii(self.emb[rows], pool_emb[among], r.csls_k,
                                                                  pool_groups=groups, extra=extra)
@@ -363,7 +365,7 @@ class SentenceScorer:
         """The scores of sentences ``rows`` (class docstring); ``cosine`` (:meth:`cosine`) and ``maxsim``
         (:meth:`ScoringContext.maxsim_rows`) of these rows when the caller has them, for several rankings."""
         rows, cols = np.asarray(rows), self.columns
-        scores = np.asarray(self._cos(rows) if cosine is None else cosine, dtype=np.float32)[:, cols]
+        scores: np.ndarray = np.asarray(self._cos(rows) if cosine is None else cosine, dtype=np.float32)[:, cols]
         if self.ranking.maxsim:  # rows a chunk at a time: never the [Q, N] MaxSim (the transductive radii hold it)
             block = self.context.maxsim_rows(rows) if maxsim is None else maxsim
             scores = scores + self.ranking.maxsim * block[:, cols]

@@ -98,7 +98,7 @@ def shared_images(split: str | Path, other: str | Path, other_images: Collection
     ``split_images``: ``other``'s and ``split``'s image ids, when the caller has read them."""
     if not all((Path(folder) / "manifest.json").is_file() for folder in (split, other)):
         return set()
-    shown = set(split_images) if split_images is not None else read_captions_once(split).images
+    shown = set(split_images if split_images is not None else read_captions_once(split).images)
     return shown & (set(other_images) if other_images is not None else read_captions_once(other).images)
 
 

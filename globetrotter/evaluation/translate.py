@@ -48,9 +48,9 @@ def build_index(
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     n, dim = emb.shape
     if n < ivf_min:
-        index = faiss.IndexFlatIP(dim)
-        index.add(emb)
-        return index
+        flat = faiss.IndexFlatIP(dim)
+        flat.add(emb)
+        return flat
     nlist = nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))  # faiss wants >= 39 points per cell
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -163,10 +163,11 @@ def open_or_build(
     folder = Path(folder) if folder is not None else None
     meta = read_meta(folder) if folder is not None else {}
     entry = meta.get("languages", {}).get(lang)
-    if not rebuild and entry is not None and meta.get("signature") == signature and (folder / f"{lang}.faiss").is_file():
-        index = CorpusIndex.load(folder, lang)
-        set_nprobe(index.index, nprobe)
-        return index
+    if (not rebuild and entry is not None and meta.get("signature") == signature and folder is not None
+            and (folder / f"{lang}.faiss").is_file()):
+        corpus = CorpusIndex.load(folder, lang)
+        set_nprobe(corpus.index, nprobe)
+        return corpus
     texts = list(dict.fromkeys(t for t in texts_fn() if t.strip()))
     if not texts:
         raise UserError(f"corpus has no text in language {lang!r}")

@@ -22,7 +22,8 @@ from globetrotter.errors import UserError
 
 def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
     """Centred, L2-normalised colour thumbnails (N, side*side*3): a weight-free image similarity."""
-    x = np.stack([np.asarray(im.convert("RGB").resize((side, side), Image.BILINEAR), np.float32).ravel() for im in images])
+    x = np.stack([np.asarray(im.convert("RGB").resize((side, side), Image.Resampling.BILINEAR), np.float32).ravel()
+                  for im in images])
     x -= x.mean(axis=1, keepdims=True)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
 
@@ -78,7 +79,9 @@ class BackRetrievalSet:
         if max_per_lang is None:  # every caption: one pass over the shards, each image decoded at its first caption
             manifest = read_manifest(self.split)
             counts, capacity = manifest["languages"].values(), int(manifest["num_samples"])  # images <= captions
-            self.texts, langs, ids = [], [], []
+            self.texts: list[str] = []
+            langs: list[str] = []
+            ids: list[str] = []
             chunks = self._decoded_chunks(None, extract, (self.texts, langs, ids))
         else:  # captions first, then only the sampled captions' images are decoded
             keep, self.texts, langs, ids = self._sample_captions(max_per_lang)
@@ -98,7 +101,7 @@ class BackRetrievalSet:
             distinct[filled:filled + len(feats)] = feats
             filled += len(feats)
         self.langs, self.image_ids = np.array(langs), np.array(ids)
-        order = {}
+        order: dict[str, int] = {}
         image_of = np.array([order.setdefault(image, len(order)) for image in ids], dtype=np.int64)
         distinct = distinct[:filled]
         same = filled == len(ids) and bool((image_of == np.arange(filled)).all())
@@ -183,13 +186,14 @@ class BackRetrievalSet:
         images come in the order of their first caption."""
         from data_prep.shards import decode_sample_image, iter_split
 
-        pictures: list[Image.Image] = []
+        pictures: list[Image.Image | np.ndarray] = []
         ids: list[str] = []
         seen: set = set()
         wanted = iter([] if rows is None else rows.tolist())
         next_row = next(wanted, None)
         for i, (shard, key, ext, data, meta) in enumerate(iter_split(self.split)):
             if rows is None:
+                assert record is not None  # rows=None: __init__ gives the lists every caption is appended to
                 for field, out in zip(("caption", "lang", "image_id"), record):
                     out.append(meta[field])
                 if meta["image_id"] in seen:
@@ -221,7 +225,7 @@ class BackRetrievalSet:
         """``{K: language}`` for each K at which BkR@K is 1 for any model: a language with at most K distinct images
         (its back-retrieval ranks them all), named with its image count."""
         counts = {lang: len(set(self.image_ids[self.langs == lang].tolist())) for lang in sorted(set(self.langs.tolist()))}
-        smallest = min(counts, key=counts.get) if counts else None
+        smallest = min(counts, key=counts.__getitem__) if counts else None
         return {k: f"{smallest} ({counts[smallest]} images)" for k in self.ks if smallest and counts[smallest] <= k}
 
     @property
@@ -248,7 +252,8 @@ class BackRetrievalSet:
         per-query hits of every pair concatenated in a fixed order (the same queries at every call, so two models'
         hits are paired). Past :data:`QUERY_BUDGET` queries, each pair's figure is estimated from
         :attr:`queries_per_pair` seeded queries against all of its captions (docs/scale.md, Validation)."""
-        from backretrieval import ApproxConfig, evaluate_pairs
+        from backretrieval.approximate import ApproxConfig
+        from backretrieval.pairs import evaluate_pairs
 
         # a sample of each pair's queries (QUERY_BUDGET), and step 4 by one faiss index per source language: exact
         # text search, exactly re-scored image candidates
@@ -282,7 +287,7 @@ class BackRetrievalSet:
         (:meth:`language_blocks`). Instead of ``text_scores``, ``retrieved[language]`` may give each query's best
         candidate (the index into ``tgt`` of the row maximum of its scores, the lowest of ties), found a block of
         rows at a time: the same figures without any [src, tgt] matrix."""
-        from backretrieval import bkr_recall
+        from backretrieval.metric import bkr_recall
 
         if (text_scores is None) == (retrieved is None):
             raise ValueError("evaluate_across_languages: give one of text_scores and retrieved")
@@ -290,10 +295,11 @@ class BackRetrievalSet:
         per_k: dict[int, list[float]] = {k: [] for k in self.ks}
         hits: dict[int, list[np.ndarray]] = {k: [] for k in self.ks}
         for lang, src, tgt in self.language_blocks():
-            given = {"text_sim": text_scores(src, tgt)} if retrieved is None else {"retrieved": retrieved[lang]}
+            text_sim = text_scores(src, tgt) if text_scores is not None else None  # one of the two: checked above
+            best = retrieved[lang] if retrieved is not None else None
             with _saturation_said_once():
                 res = bkr_recall(None, images[src], None, images[tgt], self.ks, src_image_ids=self.image_ids[src],
-                                 max_rank=max(self.ks), **given)
+                                 max_rank=max(self.ks), text_sim=text_sim, retrieved=best)
             for k in self.ks:
                 per_k[k].append(res[f"bkr@{k}"])
                 hits[k].append(res["hits"][k])
@@ -305,7 +311,7 @@ class BackRetrievalSet:
 def _saturation_said_once() -> Iterator[None]:
     """BackRetrieval's warning that a Recall@K is 1 for any model, silenced: the set says it once, for the whole
     set (:meth:`BackRetrievalSet.saturation_warning`), not once per language pair and call."""
-    from backretrieval import BackRetrievalWarning
+    from backretrieval.errors import BackRetrievalWarning
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*would be 1 for any model", category=BackRetrievalWarning)

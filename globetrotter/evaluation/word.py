@@ -112,8 +112,9 @@ def word_translation_scores(
     """
     known = [(src.index[s], tgt.index[t], s == t) for s, t in pairs if s in src.index and t in tgt.index]
     coverage = len(known) / max(len(pairs), 1)
-    result = {"coverage": coverage, "chance_recall": min(1.0, recall_k / max(len(tgt.words), 1)),
-              "n_targets": len(tgt.words)}
+    result: dict[str, float | dict] = {"coverage": coverage,
+                                       "chance_recall": min(1.0, recall_k / max(len(tgt.words), 1)),
+                                       "n_targets": len(tgt.words)}
     if not known:
         return {**result, "all": _subset_scores(np.zeros((0, 1)), np.array([]), np.array([]), ks, recall_k),
                 "no_identical": _subset_scores(np.zeros((0, 1)), np.array([]), np.array([]), ks, recall_k)}
@@ -172,9 +173,9 @@ def word_translation(
             continue
         src = mapped[a]
         if procrustes == "pairwise":
-            res = refine_pairwise(spaces[a].emb, spaces[b].emb, k=procrustes_k, n_iter=procrustes_iter)
-            src = WordSpace(spaces[a].words, spaces[a].emb @ res.w.astype(np.float32))
-            logs[f"{a}-{b}"] = res.log
+            pair_res = refine_pairwise(spaces[a].emb, spaces[b].emb, k=procrustes_k, n_iter=procrustes_iter)
+            src = WordSpace(spaces[a].words, spaces[a].emb @ pair_res.w.astype(np.float32))
+            logs[f"{a}-{b}"] = pair_res.log
         scores = word_translation_scores(src, mapped[b], pairs, method, ks, recall_k, csls_k)
         per_pair[f"{a}-{b}"] = scores
         matrix[pos[a], pos[b]] = scores["all"][f"recall@{recall_k}"]

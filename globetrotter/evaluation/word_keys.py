@@ -83,6 +83,7 @@ class CaptionTokenizer:
             return [_WORD_RE.findall(c.lower()) for c in captions]
         encs = self.tokenizer.encode_batch(list(captions), add_special_tokens=False)
         keys = self.keys
+        assert keys is not None  # set with the tokenizer in __init__
         return [[keys[i] for i in e.ids if i < len(keys) and keys[i]] for e in encs]
 
 
@@ -112,12 +113,12 @@ def input_word_embeddings(
 
     Words with no usable token are dropped: returns the kept words and their (n, d) matrix.
     """
-    row_of = {}
+    row_of: dict[str, int] = {}
     for r, key in enumerate(row_keys(tokenizer, tokens)):
         if key:
             row_of.setdefault(key, r)
-    vocab = vocab_keys(tokenizer) if tokenizer is not None else None
-    counts = token_counts or {}
+    vocab = vocab_keys(tokenizer) if tokenizer is not None else []  # read only with a tokenizer
+    counts: Mapping[str, int] = token_counts or {}
     kept, rows = [], []
 
     def rows_of(text: str) -> tuple[list[int], list[int]]:
@@ -182,7 +183,8 @@ class WordEmbedder:
         """The words that have a vector, and their ``[n, d]`` vectors (``keys``: see :func:`input_word_embeddings`)."""
         if self.kind == "input":
             tokens, matrix = self.shared or token_embeddings(self.encoder, lang)
-            return input_word_embeddings(words, tokens, matrix, self.encoder.tokenizer, self.counts.get(lang), keys)
+            counts = self.counts.get(lang) if lang is not None else None
+            return input_word_embeddings(words, tokens, matrix, self.encoder.tokenizer, counts, keys)
         words = [w for w in words if not is_fragment(w)]  # a byte fragment is no text to encode
         if not words:
             return [], np.zeros((0, 1), np.float32)

@@ -3,6 +3,7 @@ ground truth from a parallel split (paper B.2)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from globetrotter.argtypes import comma_separated, non_negative_int, one_of, output_folder, positive_int
 from globetrotter.errors import UserError
@@ -62,7 +63,8 @@ def _word(args: argparse.Namespace) -> int:
         procrustes_k=args.procrustes_k or PROCRUSTES_K, procrustes_iter=args.procrustes_iter or PROCRUSTES_ITER,
         candidates=args.candidates, top_k=args.top_k or TOP_K, idf=args.idf or IDF,
         min_count=args.min_count or MIN_COUNT, name=args.name, device=args.device)
-    prefix, written = common.plot_prefix(args, "word"), []
+    prefix = common.plot_prefix(args, "word")
+    written: list[Path] = []
     for tag, m in result.metrics.items():
         method, proc = tag.split("/")
         pairs = result.details[tag]["pairs"].values()

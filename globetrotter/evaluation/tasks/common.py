@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .. import models
 from ..models import ModelLike
@@ -10,7 +10,7 @@ from ..sentence import ParallelSet, parallel_set
 from .checks import require_positive_int
 
 
-def resolve_model(model: ModelLike, name: str | None = None, device: str = "cpu") -> tuple[object, dict]:
+def resolve_model(model: ModelLike, name: str | None = None, device: str = "cpu") -> tuple[Any, dict]:
     """``(encoder, record's model entry)`` for a model spec (run folder, ``tfidf``, ``ridge:SPLIT``; loaded on
     ``device``) or an encoder object already loaded (named ``name``, or by its checkpoint)."""
     if isinstance(model, (str, Path)):

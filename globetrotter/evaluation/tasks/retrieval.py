@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from ..tfidf import is_tfidf_spec
 from .checks import require_ks, require_languages, require_positive_int
 from .common import resolve_model
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 
 def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_size: int) -> np.ndarray:
     """``[len(row_of), D]``: row ``row_of[image_id]`` embeds that image of ``split`` (read once, in batches)."""
@@ -24,7 +27,8 @@ def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_siz
     from globetrotter.data.feature_cache import unique_samples
 
     image_emb: list[np.ndarray | None] = [None] * len(row_of)
-    batch, batch_rows = [], []
+    batch: list[Image.Image | np.ndarray] = []  # as decode_sample_image gives them
+    batch_rows: list[int] = []
 
     def flush() -> None:
         if batch:
@@ -41,7 +45,8 @@ def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_siz
             if len(batch) >= batch_size:
                 flush()
     flush()
-    return np.stack(image_emb)
+    # every row is filled: row_of's image ids are those of captions in these shards
+    return np.stack(cast("list[np.ndarray]", image_emb))
 
 
 def evaluate(

@@ -78,7 +78,7 @@ def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], b
     (:meth:`~..ranking.ScoringContext.row_blocks`: about ``block`` scores each), each block's cosines computed once per
     head and its MaxSim once for every ranking: no ``[N, N]`` matrix, and the maxima of every block's scores as the
     whole matrix holds them. ``context`` scores ``bkr``'s captions (every sentence against every sentence)."""
-    from backretrieval import BackRetrievalError
+    from backretrieval.errors import BackRetrievalError
 
     context.encode([r.head for r in rankings], [r.head for r in rankings if r.csls])  # each text in one pass
     scorers = [context.scorer(ranking) for ranking in rankings]
@@ -346,7 +346,7 @@ def select_ranking(
     if other is not None:  # before any scoring
         check_against(other, queries, image_features, source)
     pool = captions.pool(reference_size, evaluated)
-    captions = None  # only the pool's sample is kept while scoring
+    del captions  # only the pool's sample is kept while scoring
     context = ScoringContext(encoder, bkr.texts, bkr.langs, pool, batch_size)
     rows, per_query = [], []
     for ranking, retrieved in zip(rankings, retrieved_by_ranking(context, rankings, bkr)):
@@ -364,7 +364,7 @@ def select_ranking(
     for row, margin in zip(rows, margins_to_choice(per_query, best, seed)):
         if margin is not None:
             row["vs_chosen"] = margin
-    metrics = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
+    summary = {"chosen": chosen["label"], "mean_bkr": chosen["mean_bkr"]}
     details = {"chosen": chosen["ranking"], "reason": reason, "uncertainty": margins, "candidates": rows,
                "val": {"captions": len(bkr.texts), "image_features": image_features, "ks": list(ks),
                        "queries_sha256": queries, "model_image_encoder": image_encoder_of(cfg)},
@@ -374,7 +374,7 @@ def select_ranking(
               "max_per_lang": max_per_lang, "seed": seed}
     if other is not None:
         details["against"] = compare_choices({"details": details}, other, seed=seed, source=source)
-    return Result("select", metrics, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
+    return Result("select", summary, evaluated, model=info, dataset=dataset_info(val), config=config, details=details)
 
 
 def shared_g_warning(sides: Sequence[str], g: str) -> str:

@@ -79,7 +79,7 @@ def evaluate(
         choice.check_model(model, info)
         choice.check(languages=ps.languages)
     pool = None
-    if not transductive and (needs_statistics(encoder, ranking) or explicit_reference):
+    if source is not None and (needs_statistics(encoder, ranking) or explicit_reference):  # not transductive
         # an explicit --reference is read (and checked) even when the ranking takes no statistics from it; a
         # choice's reference only when its ranking does
         pool = source.pool(reference_size)

@@ -174,6 +174,7 @@ def translate_sentences(
         ["- CSLS radii"] if chosen.csls else [])
     log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
     hits = found.search(emb, max(k, rerank))
+    assert source is not None  # _choice_pool refused a ranking with statistics without --from
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
 
 
@@ -185,7 +186,7 @@ def _note_odd_words(encoder, queries: Sequence[str], log: Callable[[str], None])
         log(f"note: {several} {'is' if len(several) == 1 else 'are'} several words; translate-word embeds each as "
             f"the mean of its tokens (`{program_name('eval')} translate` translates sentences)")
     tokenizer = getattr(encoder, "tokenizer", None)
-    if not hasattr(tokenizer, "encode"):
+    if tokenizer is None or not hasattr(tokenizer, "encode"):
         return
     absent = [q for q in queries if len(q.split()) == 1 and all(
         len(tokenizer.encode(text, add_special_tokens=False).ids) != 1 for text in (q.strip(), " " + q.strip()))]

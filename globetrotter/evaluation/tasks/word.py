@@ -234,7 +234,8 @@ def build_dictionary(
         raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
     folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
     earlier = _check_out_folder(folder)
-    tok, source = None, {"tokenizer": None, "model": None}
+    tok = None
+    source: dict[str, str | dict | None] = {"tokenizer": None, "model": None}
     if isinstance(tokenizer, (str, Path)) and _given(tokenizer):
         source["tokenizer"] = str(Path(tokenizer).resolve())
         from tokenizers import Tokenizer
@@ -246,7 +247,7 @@ def build_dictionary(
     elif _given(tokenizer):
         tok = tokenizer
         source["tokenizer"] = type(tokenizer).__name__
-    elif _given(model):
+    elif model is not None and _given(model):
         require_trained(model, "build-dictionary")
         encoder, info = resolve_model(model)
         tok = encoder.tokenizer
