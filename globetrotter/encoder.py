@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, cast
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB 
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform
 from .errors import Notice, UserError
-from .models import GlobetrotterModel
+from .models import GlobetrotterModel, SigurdssonTextEncoder, TextEncoder
 from .shell import program_name
 from .tokenizer import encode_batch, load_tokenizer, special_ids
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases, weights_sha256
@@ -231,12 +231,13 @@ class Encoder:
         texts = _check_texts(texts)
         _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(texts))
-        chunks, cut = [], []
+        chunks = []
+        cut: list[str] = []
         for i in range(0, len(texts), batch_size):
             ids, mask = _encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
-            states = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
-            chunks.append((states.float().cpu().numpy(), np.asarray(mask, np.int64)))
+            hidden = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
+            chunks.append((hidden.float().cpu().numpy(), np.asarray(mask, np.int64)))
         _warn_cut(cut, texts, self.cfg.data.max_length)
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
@@ -283,6 +284,7 @@ class Encoder:
         _check_batch_size(batch_size)
         if self.model.image is None:
             raise UserError("this model was trained without images (text-only); it has no image encoder")
+        head: Callable[[torch.Tensor], torch.Tensor] | None
         head = self.model.image_head_x if self.model.image_head_x is not None else self.model.image_head_v
         if head is None:
             head = lambda f: F.normalize(f, dim=-1)  # noqa: E731 (ablation without image heads)
@@ -295,7 +297,8 @@ class Encoder:
             return torch.cat(out).numpy()
         # no image: the width one image would have (image_head_x=features: the backbone's, as the cross head's)
         width = (self.embed_dim("cross") if self.model.image_head_x is not None else
-                 self.cfg.model.embed_dim if self.model.image_head_v is not None else self.model.image.num_features)
+                 self.cfg.model.embed_dim if self.model.image_head_v is not None
+                 else cast(int, self.model.image.num_features))  # an int (nn.Module's typing can't see it)
         return np.zeros((0, width), np.float32)
 
     def token_embeddings(self, lang: str | None = None) -> tuple[list[str], np.ndarray]:
@@ -310,8 +313,10 @@ class Encoder:
         words = [self.tokenizer.decode([i]) for i in ids]
         lang_ids = self._lang_ids(lang, 1)
         if lang_ids is not None:
+            assert isinstance(self.model.text, SigurdssonTextEncoder)  # language ids: the per-language baseline
             weight = self.model.text.word_vectors(int(lang_ids[0])).float().cpu().numpy()
         else:
+            assert isinstance(self.model.text, TextEncoder)  # no language ids: not the baseline, the transformer
             weight = self.model.text.token_table().detach().float().cpu().numpy()
         return words, weight[ids]
 
@@ -319,8 +324,8 @@ class Encoder:
         """Each text's token ids as the model reads them (at most ``data.max_length``), special tokens left out."""
         texts = _check_texts(texts)
         specials = np.array(sorted(special_ids(self.tokenizer).values()), dtype=np.int64)
-        ids, mask = encode_batch(self.tokenizer, texts, self.cfg.data.max_length)
-        ids, mask = np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)
+        rows, masks = encode_batch(self.tokenizer, texts, self.cfg.data.max_length)
+        ids, mask = np.asarray(rows, dtype=np.int64), np.asarray(masks, dtype=bool)
         return [row[m & ~np.isin(row, specials)] for row, m in zip(ids, mask)]
 
     def token_table(self) -> tuple[np.ndarray, np.ndarray]:
@@ -330,6 +335,7 @@ class Encoder:
             raise UserError("late interaction needs one token table shared by all languages; the Sigurdsson "
                             "baseline has one per language")
         specials = set(special_ids(self.tokenizer).values())
+        assert isinstance(self.model.text, TextEncoder)  # not needs_language: the transformer
         with torch.no_grad():
             table = self.model.text.token_table().detach().float().cpu().numpy()
         return table, np.array([i for i in range(len(table)) if i not in specials], dtype=np.int64)
@@ -347,7 +353,8 @@ class Encoder:
             raise UserError(f"words[{empty[0]}]: an empty word has no token to embed ({len(empty)} empty words)")
         _check_batch_size(batch_size)
         lang_ids = self._lang_ids(langs, len(words))
-        out, cut = [], []
+        out = []
+        cut: list[str] = []
         for i in range(0, len(words), batch_size):
             ids, mask = _encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length, cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
@@ -504,4 +511,5 @@ def _check_backretrieval_spec(spec: str) -> None:
         raise BackRetrievalError(f"globetrotter:{spec}: {err}") from None
 
 
-backretrieval_embedder.check = _check_backretrieval_spec  # backretrieval.embedders.check_spec_inputs calls it
+# backretrieval.embedders.check_spec_inputs calls it (setattr: mypy declares no attribute on a function)
+setattr(backretrieval_embedder, "check", _check_backretrieval_spec)

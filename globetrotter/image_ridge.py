@@ -66,7 +66,7 @@ def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequenc
     search.fit(inputs, target, groups=groups)
     results = search.cv_results_
     errors = {float(a): float(-e) for a, e in zip(results["param_alpha"], results["mean_test_score"])}
-    return min(errors, key=errors.get), errors
+    return min(errors, key=errors.__getitem__), errors
 
 
 def fit_image_ridge(inputs, target: np.ndarray, alpha: float | Sequence[float], groups: np.ndarray | None = None,

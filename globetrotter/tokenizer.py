@@ -172,7 +172,16 @@ def literal_specials(tok: Tokenizer) -> Tokenizer:
 
 def special_ids(tok: Tokenizer) -> dict[str, int]:
     """Ids of the special tokens: ``{"pad": 0, "mask": 1, "sentence": 2}``."""
-    return {"pad": tok.token_to_id(PAD), "mask": tok.token_to_id(MASK), "sentence": tok.token_to_id(SENTENCE)}
+    return {"pad": _special_id(tok, PAD), "mask": _special_id(tok, MASK), "sentence": _special_id(tok, SENTENCE)}
+
+
+def _special_id(tok: Tokenizer, token: str) -> int:
+    """The id of the special token ``token``; a tokenizer without it (not made by :func:`train_tokenizer`) is a
+    one-line :class:`UserError`."""
+    found = tok.token_to_id(token)
+    if found is None:
+        raise UserError(f"tokenizer lacks special token {token!r} (make one with `globetrotter-data tokenizer`)")
+    return found
 
 
 def provenance_path(path: str | Path) -> Path:
@@ -189,6 +198,7 @@ def read_provenance(path: str | Path) -> dict | None:
     record = provenance_path(path)
     if not record.is_file():
         return None
+    problem: str | None
     try:
         provenance = json.loads(record.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -256,7 +266,7 @@ def copy_tokenizer(source: str | Path, dest: str | Path) -> None:
 
 def shows_parallel_text(provenance: dict | None) -> bool:
     """Whether a provenance record says the tokenizer saw a split that captions an image in several languages."""
-    return bool(provenance) and any(s.get("images_in_several_languages", 0) > 0 for s in provenance.get("splits", []))
+    return bool(provenance and any(s.get("images_in_several_languages", 0) > 0 for s in provenance.get("splits", [])))
 
 
 def provenance_languages(provenance: dict | None) -> set[str] | None:
@@ -338,7 +348,7 @@ def encode_batch(tok: Tokenizer, texts: list[str], max_length: int,
     """Token ids and attention masks, truncated to ``max_length`` and padded to the longest text. ``cut``: where
     given, the positions (in ``texts``) of the texts longer than ``max_length`` tokens are appended to it."""
     encs = tok.encode_batch(texts)
-    pad_id = tok.token_to_id(PAD)
+    pad_id = _special_id(tok, PAD)
     if cut is not None:
         cut.extend(i for i, e in enumerate(encs) if len(e.ids) > max_length)
     ids = [e.ids[:max_length] for e in encs]

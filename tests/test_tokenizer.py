@@ -50,6 +50,20 @@ def test_special_ids_and_padding(tok):
     assert batch[1] == long[:8] and mask[1] == [1] * 8  # truncated to max_length
 
 
+
+def test_a_tokenizer_without_the_special_tokens_is_one_line_not_none_ids():
+    """A tokenizer not made by train_tokenizer (the Python API takes any): its missing pad id was None, which
+    special_ids returned and encode_batch padded with, to fail later as a TypeError in torch."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel()
+    with pytest.raises(UserError, match="lacks special token '<pad>'"):
+        special_ids(plain)
+    with pytest.raises(UserError, match="lacks special token '<pad>'"):
+        encode_batch(plain, ["a", "bb"], max_length=8)
+
+
 def test_save_load(tok, tmp_path):
     path = save_tokenizer(tok, tmp_path / "tokenizer.json")
     again = load_tokenizer(path)

@@ -135,7 +135,7 @@ class DeviceSimCLR:
         for slot in range(4):
             for k in used:
                 x = _on_rows(x, (p[:, JITTER] > 0) & (p[:, ORDER.start + slot] == k),
-                             lambda v, i, k=k: JITTER_OPS[k](v, p[i, FACTORS.start + k]))
+                             lambda v, i: JITTER_OPS[k](v, p[i, FACTORS.start + k]))  # run now: this k
         x = _on_rows(x, p[:, GRAY] > 0, lambda v, i: rgb_to_grayscale(v).expand(-1, 3, -1, -1))
         kernel = blur_kernel(self.size)
         x = _on_rows(x, p[:, BLUR] > 0, lambda v, i: gaussian_blur2d(v, kernel, p[i][:, [SIGMA, SIGMA]], "reflect"))

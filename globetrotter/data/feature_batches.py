@@ -86,8 +86,8 @@ def _encode(tokenizer: Tokenizer, captions: list[str], max_length: int,
     ids = torch.full((len(captions), max_length), special_ids(tokenizer)["pad"], dtype=torch.int32)
     mask = torch.zeros(len(captions), max_length, dtype=torch.uint8)
     for s in range(0, len(captions), chunk):
-        i, m = encode_batch(tokenizer, captions[s:s + chunk], max_length)
-        i, m = torch.tensor(i, dtype=torch.int32), torch.tensor(m, dtype=torch.uint8)
+        rows, masks = encode_batch(tokenizer, captions[s:s + chunk], max_length)
+        i, m = torch.tensor(rows, dtype=torch.int32), torch.tensor(masks, dtype=torch.uint8)
         ids[s:s + len(i), :i.shape[1]] = i
         mask[s:s + len(m), :m.shape[1]] = m
     return ids, mask

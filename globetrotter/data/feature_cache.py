@@ -326,7 +326,8 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
     manifest = read_manifest(split_dir)
     require_pictures(split_dir, manifest, "a feature cache's backbone")
     check_cache_folder(out_dir, label)  # before any work: a folder that is no cache is never replaced
-    ids, blobs, exts, places = [], [], [], []
+    ids: list[str] = []
+    blobs, exts, places = [], [], []
     for image_id, ext, data, shard, key in unique_samples(split_dir):
         if max_images is not None and len(ids) >= max_images:
             break
@@ -358,6 +359,7 @@ def build_feature_cache(split_dir: str | Path, spec: CacheSpec, out_dir: str | P
                 row += b
                 bar.update(b)
         elapsed = time.perf_counter() - start
+        assert feats is not None  # a batch was read: read_manifest refuses an empty split, max_images is >= 1
         feats.flush()
         del feats
         record = {"spec": asdict(spec), "split": str(split_dir.resolve()), "split_checksum": manifest.get("checksum"),
@@ -459,10 +461,12 @@ def check_imported(path: Path, spec: CacheSpec, name: str) -> None:
 
 def rewrite_hint(path: Path, record: dict) -> str:
     """How to write the cache at ``path`` (its ``cache.json`` content ``record``) again, over what is left of it."""
-    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    spec = record.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     split = record.get("split") or "SPLIT"
     if spec.get("backbone") == IMPORTED_BACKBONE:
-        imported = record.get("imported") if isinstance(record.get("imported"), dict) else {}
+        imported = record.get("imported")
+        imported = imported if isinstance(imported, dict) else {}
         how = "concat" if imported.get("format") == "concat" else "import"
         return f"write it again with globetrotter-data features {how} {split} ... --out {path} --overwrite"
     return (f"rebuild it with globetrotter-data features build {split} --out {path} --overwrite (with the settings "
@@ -532,7 +536,8 @@ def load_feature_cache(path: str | Path, expected: CacheSpec | None = None,
     if features.ndim != 3 or features.shape[1] != spec.views + 1 or isinstance(dim, int) and dim != features.shape[2]:
         raise UserError(f"{path / FEATURES}: shape {tuple(features.shape)}, but {SPEC} records {spec.views} views + "
                         f"the whole image of {dim} dims: a features file of another cache; {rewrite_hint(path, record)}")
-    built_from = record.get("split") if isinstance(record.get("split"), str) else ""
+    built_from = record.get("split")
+    built_from = built_from if isinstance(built_from, str) else ""
     return FeatureCache(path, features, {str(i): r for r, i in enumerate(ids)}, spec, built_from)
 
 

@@ -118,8 +118,7 @@ def concat_caches(split_dir: str | Path, caches: Sequence[str | Path], out_dir: 
     if means is not None:  # centred on other means: other rows, so another source (a same-name cache is not replaced)
         for mean in means:
             digest.update(np.ascontiguousarray(mean, dtype=np.float64).tobytes())
-    digest = digest.hexdigest()[:16]
-    return write_imported(split_dir, source, out_dir, name, digest, force, progress, record,
+    return write_imported(split_dir, source, out_dir, name, digest.hexdigest()[:16], force, progress, record,
                           extra_files=lambda tmp: np.savez(tmp / MEANS, *source.means))  # swapped in with the rest
 
 

@@ -43,7 +43,7 @@ def _check(features: np.ndarray, langs: np.ndarray, k: int, dtype: type = np.flo
         if pool < k:
             raise UserError(f"neighbour batching: only {pool} images are captioned in a language other than "
                             f"{str(lang)!r}, fewer than data.neighbours_k={k}")
-    x = np.empty(features.shape, dtype=dtype)
+    x: np.ndarray = np.empty(features.shape, dtype=dtype)
     for s in range(0, n, CHUNK):
         chunk = np.array(features[s:s + CHUNK], dtype=np.float32)
         faiss.normalize_L2(chunk)
@@ -107,13 +107,14 @@ def _ivf(x: np.ndarray, langs: np.ndarray, k: int, nprobe: int, seed: int) -> np
     for lang in np.unique(langs):
         queries = np.flatnonzero(langs == lang)
         own = faiss.IDSelectorBatch(queries.astype(np.int64))
-        params = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=min(nprobe, nlist))
+        # (the ignores: faiss's stub lacks the keyword arguments its SearchParameters classes take)
+        params = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=min(nprobe, nlist))  # type: ignore[call-arg]
         for s in range(0, len(queries), CHUNK):
             part = queries[s:s + CHUNK]
             _, found = index.search(x[part].astype(np.float32), k, params=params)
             if (found < 0).any():  # too few other-language images in the probed lists: widen the search for those
                 short = np.flatnonzero((found < 0).any(1))
-                wide = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=nlist)
+                wide = faiss.SearchParametersIVF(sel=faiss.IDSelectorNot(own), nprobe=nlist)  # type: ignore[call-arg]
                 _, found[short] = index.search(x[part[short]].astype(np.float32), k, params=wide)
             out[part] = found
     return out

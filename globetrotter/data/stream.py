@@ -104,7 +104,8 @@ class BadSamples:
     """
 
     def __init__(self, seen: set[str], limit: int, worker: int) -> None:
-        self.seen, self.new, self.limit, self.worker = set(seen), [], limit, worker
+        self.seen, self.limit, self.worker = set(seen), limit, worker
+        self.new: list[str] = []
         self.shard, self.reading, self.active = "", "", True
         self.good = 0  # samples read whole (json decoded), so that a stream with none can stop
         self.starved = ""  # why the stream stopped without a readable sample, once it has

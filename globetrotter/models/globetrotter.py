@@ -14,7 +14,7 @@ needs each caption's language (``lang_ids``, indices into ``model.languages``).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -60,13 +60,18 @@ class GlobetrotterModel(nn.Module):
         self.text_head_x = None
         if loss.cross > 0 and not self.fixed_target:
             self.text_head_x = ProjectionHead(d, D)
-        self.cloze_head = ClozeHead(self.text.token_embedding) if loss.cloze > 0 else None
-        self.image = self.image_head_x = self.image_head_v = None
+        self.cloze_head = None
+        if loss.cloze > 0:
+            assert isinstance(self.text, TextEncoder)  # sigurdsson with loss.cloze > 0 was refused above
+            self.cloze_head = ClozeHead(self.text.token_embedding)
+        self.image: nn.Module | None = None
+        self.image_head_x: ProjectionHead | CentredFeatureHead | None = None
+        self.image_head_v: ProjectionHead | None = None
         self.image_frozen = False
         self.image_heads_frozen = False  # adaptation: the image heads' weights and statistics stay the start's
         if loss.uses_images:
             self.image = create_image_backbone(cfg.image_backbone, cfg.image_pretrained, **cfg.image_backbone_args)
-            n = self.image.num_features
+            n = cast(int, self.image.num_features)  # an int in timm and ImportedFeatures; nn.Module's typing can't see
             if self.fixed_target:
                 if not cfg.freeze_image_backbone:
                     raise ValueError("model.image_head_x=features makes the frozen backbone's features L_x's target: "
@@ -84,7 +89,7 @@ class GlobetrotterModel(nn.Module):
         """As ``nn.Module.train``, but a frozen image backbone stays in eval mode (fixed BatchNorm statistics), and
         so do frozen image heads (the running mean of ``image_head_x: features``)."""
         super().train(mode)
-        if self.image_frozen:
+        if self.image_frozen and self.image is not None:  # (image_frozen is set only with an image backbone)
             self.image.eval()
         if self.image_heads_frozen:
             for head in (self.image_head_x, self.image_head_v):
@@ -117,6 +122,7 @@ class GlobetrotterModel(nn.Module):
         if self.per_language:
             pooled = max_pool_words(self.token_states(input_ids, attention_mask, lang_ids), attention_mask)
             return pooled, pooled
+        assert isinstance(self.text, TextEncoder)  # not per_language: __init__ built the transformer
         if self.cfg.text_pool_norm == "pooled":  # pool the residual stream, then LayerNorm the sentence vectors
             stream = self.text(input_ids, attention_mask, normed=False)
             return self.text.norm(stream[:, 0]), self.text.norm(mean_pool(stream, attention_mask))
@@ -146,6 +152,7 @@ class GlobetrotterModel(nn.Module):
             if self.text_head_x is not None:
                 out["text_x"] = self.text_head_x(sentence if self.cfg.text_pooling_x == "sentence" else mean)
         if self.cloze_head is not None and masked_ids is not None:
+            assert isinstance(self.text, TextEncoder)  # __init__ builds a cloze head over the transformer only
             states = self.text(masked_ids, attention_mask)
             out["cloze_logits"] = self.cloze_head(states if cloze_targets is None else states[cloze_targets],
                                                   None if self.text.subword is None else self.text.token_table())

@@ -28,6 +28,9 @@ class CentredFeatureHead(nn.Module):
     captions then memorise (docs/design.md section 11).
     """
 
+    mean: torch.Tensor  # buffers (register_buffer), declared so mypy reads them as tensors
+    seen: torch.Tensor
+
     def __init__(self, dim: int, momentum: float = 0.01) -> None:
         super().__init__()
         self.momentum = momentum

@@ -61,6 +61,7 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         path = Path(weights)
         if not path.is_file():
             raise UserError(f"model.image_pretrained: weights file {path} not found")
+        state: object  # torch.load's file may hold anything: checked to be a dict below
         try:
             if path.suffix == ".safetensors":
                 from safetensors.torch import load_file

@@ -96,6 +96,10 @@ class SubwordTable(nn.Module):
     ``embedding_bag`` (sum with per-entry weights), so the cost is nnz · d per call, on any device.
     """
 
+    indptr: torch.Tensor  # the CSR buffers (register_buffer), declared so mypy reads them as tensors
+    indices: torch.Tensor
+    values: torch.Tensor
+
     def __init__(self, matrix: sparse.csr_matrix, d_model: int) -> None:
         super().__init__()
         matrix = sparse.csr_matrix(matrix, dtype=np.float32)

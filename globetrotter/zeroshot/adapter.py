@@ -84,6 +84,8 @@ class TextToImageAdapter(nn.Module):
     norm far above the images', where every ratio is 1 and retrieval is at chance (``losses.py``).
     """
 
+    output_scale: torch.Tensor  # a buffer (register_buffer), declared so mypy reads it as a tensor
+
     def __init__(
         self,
         text_dim: int,

@@ -93,12 +93,20 @@ def drop_small_pairs(results: dict[str, dict], k: int) -> dict[str, int]:
 def precomputed_images(docs: Sequence[Document], where: object = "documents") -> bool:
     """Whether the images of ``docs`` are precomputed ``.npy`` feature vectors (all of them) rather than image
     files (none of them); a mix is a one-line error."""
-    npy = [d.image.endswith(".npy") for d in docs]
+    npy = [image.endswith(".npy") for image in document_images(docs)]
     if all(npy):
         return True
     if not any(npy):
         return False
     raise UserError(f"{where}: images must be all image files or all .npy features, not a mix")
+
+
+def document_images(docs: Sequence[Document]) -> list[str]:
+    """The image paths of the evaluation documents ``docs`` (:func:`split_documents` gives each one)."""
+    images = [d.image for d in docs if d.image is not None]
+    if len(images) != len(docs):
+        raise ValueError("document_images: a document without an image (evaluation documents have one each)")
+    return images
 
 
 def npy_image_features(paths: Sequence[str]) -> np.ndarray:

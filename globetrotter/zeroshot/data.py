@@ -124,12 +124,13 @@ def embed_cached(
         cached = read_cache_entry(path, len(texts))
         if cached is not None:
             return cached
-    embedder = text_encoder
     if isinstance(text_encoder, str):
         loaded = {} if loaded is None else loaded
         if text_encoder not in loaded:
             loaded[text_encoder] = load_embedder(text_encoder, online=online, progress=progress)
         embedder = loaded[text_encoder]
+    else:
+        embedder = text_encoder
     if is_positional(embedder):  # rows are the texts asked for, in order (npy: without a sidecar): no sort/dedupe
         emb = embed_texts(embedder, texts)
     else:

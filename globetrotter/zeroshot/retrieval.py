@@ -49,7 +49,7 @@ def nearest_images(
         q, g = q.copy(), g.copy()
         faiss.normalize_L2(q)
         faiss.normalize_L2(g)
-        index = faiss.IndexFlatIP(g.shape[1])
+        index: faiss.IndexFlat = faiss.IndexFlatIP(g.shape[1])
     elif metric == "l2":
         index = faiss.IndexFlatL2(g.shape[1])
     else:

@@ -25,7 +25,7 @@ import math
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -199,7 +199,7 @@ def tag_images(
     image_embeddings: torch.Tensor,
     source_tags: Sequence[Sequence[str]],
     embed_tags,
-    target_vocabularies: dict[str, Sequence[str]],
+    target_vocabularies: Mapping[str, Sequence[str]],
     w1: float = PAPER_W1,
     w2: float = PAPER_W2,
 ) -> dict[str, list[list[str]]]:
@@ -225,7 +225,7 @@ def tag_image_features(
     image_features: torch.Tensor,
     classifier: torch.nn.Module,
     embed_texts: Callable[[list[str]], torch.Tensor],
-    target_vocabularies: dict[str, Sequence[str]],
+    target_vocabularies: Mapping[str, Sequence[str]],
     source_k: int = 5,
     w1: float = PAPER_W1,
     w2: float = PAPER_W2,

@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
         paths = paths[: args.max_images]
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
-    feats, kept, unreadable = extractor.extract_readable(paths)  # each image decoded once
+    found, kept, unreadable = extractor.extract_readable(paths)  # each image decoded once
     skipped = [(paths[i], why) for i, why in unreadable]
     paths = [paths[i] for i in kept]
     for path, why in skipped:
         print(f"warning: {path}: unreadable image ({why}); skipped")
     if not paths:
         raise UserError(f"no readable image among the {len(skipped)} given (each named above)")
-    feats = torch.from_numpy(feats)
+    feats = torch.from_numpy(found)
     if adapter.image_dim != feats.shape[1]:
         raise UserError(f"{args.adapter}: the adapter outputs {adapter.image_dim}-d features but image model "
                         f"{config.image_encoder} gives {feats.shape[1]}-d ones (trained on other image features?)")

@@ -9,8 +9,9 @@ import torch
 from globetrotter.argtypes import comma_separated, positive_int
 from globetrotter.errors import UserError
 
-from ..case_study import (case_study_configs, check_annotations, drop_small_pairs, languages_with_enough_images,
-                          npy_image_features, pair_summary, precomputed_images, run_case_study, split_documents)
+from ..case_study import (case_study_configs, check_annotations, document_images, drop_small_pairs,
+                          languages_with_enough_images, npy_image_features, pair_summary, precomputed_images,
+                          run_case_study, split_documents)
 from ..data import embed_cached, image_extractor, languages_the_encoder_lacks
 from ..triplet import read_documents
 from .common import add_command, check_out_dir, make_out_dir, write_json
@@ -71,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 raise UserError(f"{flag} {value}: the documents' images are precomputed .npy features, so no image "
                                 f"model runs; drop {flag}")
-        image_feats = npy_image_features([d.image for d in eval_docs])
+        image_feats = npy_image_features(document_images(eval_docs))
     else:
         args.image_model = args.image_model or DEFAULT_IMAGE_MODEL
         extractor = image_extractor(args.image_model, args.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
-        image_feats = extractor.extract([d.image for d in eval_docs])
+        image_feats = extractor.extract(document_images(eval_docs))
 
     loaded: dict = {}  # the text encoder, loaded once for every set of texts the case study embeds
 
