@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 import numpy as np
 import torch
@@ -137,7 +137,8 @@ def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarra
     check_enough_images(len(images), s.batch_size)
     torch.manual_seed(s.seed)
     goal = unit_centred_targets(targets).to(device)
-    head = torch.nn.Linear(backbone.num_features, goal.shape[1])
+    # a timm backbone's width, a plain int (nn.Module's attribute lookup types it Tensor | Module)
+    head = torch.nn.Linear(cast(int, backbone.num_features), goal.shape[1])
     backbone, head = backbone.to(device), head.to(device)
     loader = torch.utils.data.DataLoader(EncodedImages(images, transform), batch_size=s.batch_size, shuffle=True,
                                          drop_last=True, num_workers=workers,

@@ -78,7 +78,7 @@ class GlobetrotterObjective(nn.Module):
     def forward(self, out: dict[str, torch.Tensor], batch: dict, cloze_labels: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         keys = [k for k in ("text_t", "text_x", "image_v1", "image_v2", "image_x1", "image_x2", "image_raw1") if k in out]
-        gathered = dict(zip(keys, gather_many([out[k].float() for k in keys])))
+        gathered: dict[str, torch.Tensor] = dict(zip(keys, gather_many([out[k].float() for k in keys])))
         truth = gather_many([batch["truth"]])[0]
         terms: dict[str, torch.Tensor] = {}
         logs: dict[str, float] = {}
@@ -93,6 +93,8 @@ class GlobetrotterObjective(nn.Module):
                 alpha = supervised_alpha(text_truth) if keep is None else supervised_alpha(text_truth) * keep
             else:
                 visual = feats.get("image_v1", feats.get("image_x1", feats.get("image_raw1")))
+                # a transitive α has image features (LossConfig.uses_images: the model's image side, the batch's views)
+                assert visual is not None
                 if "text_x" in feats:
                     text_x, image_x = feats["text_x"], feats["image_x1"]
                 else:  # no L_x: no cross-modal confidence, a factor of 1 for every caption
@@ -109,6 +111,9 @@ class GlobetrotterObjective(nn.Module):
             logs["cloze/accuracy"] = float(accuracy)
         weights = {"text": cfg.text, "image": cfg.image, "cross": cfg.cross, "cloze": cfg.cloze}
         total = sum(weights[k] * v for k, v in terms.items())
+        # never the empty sum 0: LossConfig.validate keeps a weight > 0, cloze labels come with loss.cloze > 0, and an
+        # adaptation whose only loss is L_v (no image term here) is refused at its start
+        assert isinstance(total, torch.Tensor)
         for k, v in terms.items():
             value = v.detach()
             if k == "cloze" and world_size() > 1:

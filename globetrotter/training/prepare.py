@@ -76,7 +76,8 @@ def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
                             f"{split_dir}")
         log(f"warning: {path}: {what}; {again} on {split_dir}")
     manifest = read_manifest(split_dir)
-    now = {manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum")} - {None}
+    checksums = (manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum"))
+    now = {c for c in checksums if c is not None}
     trained_on = [s["checksum"] for s in provenance.get("splits", []) if s.get("checksum")]
     if now and trained_on and not now & set(trained_on):
         where = ", ".join(str(s.get("path")) for s in provenance["splits"])
@@ -408,6 +409,9 @@ def with_imported_dim(cfg: TrainConfig) -> TrainConfig:
     from ..data.feature_cache import cache_dir_for, load_feature_cache
 
     path = cache_dir_for(cfg, cfg.data.train_split)
+    if path is None:  # as TrainConfig.validate says it (a config built in Python may not have been validated)
+        raise UserError("model.image_backbone=imported reads imported embeddings: set data.features (auto or the "
+                        "folder globetrotter-data features import wrote)")
     dim = int(load_feature_cache(path).features.shape[-1])
     given = m.image_backbone_args.get("num_features")
     if given is not None and given != dim:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from data_prep.out_folder import keep_lock_from_children, remove_empty_folders
@@ -14,6 +15,7 @@ from ..data.stream import StreamPosition, derive_seed
 from ..errors import UserError
 from . import checkpoint as ckpt
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # no flock on this platform (Windows): runs are not locked

@@ -46,7 +46,7 @@ def judge(value: float, hits: np.ndarray | None, best: dict | None, best_hits: n
     other value replaces a best whose value is NaN or missing (null in a saved state); the note
     says so.
     """
-    from backretrieval import better_beyond_noise, p_better
+    from backretrieval.uncertainty import better_beyond_noise, p_better  # typed (the package's lazy names: object)
 
     if value != value:  # NaN
         return Verdict(False, note="the selection metric is NaN; never chosen as best")

@@ -79,6 +79,7 @@ class CompiledForward:
         for t in (*args, *kwargs.values()):
             if torch.is_tensor(t) and t.dim() == 2 and not t.is_floating_point():
                 torch._dynamo.maybe_mark_dynamic(t, 1)
+        assert self.compiled is not None  # called only while the compiled model is in use (__call__ checks)
         with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
             return self.compiled(*args, **kwargs)
 

@@ -125,7 +125,7 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
         ids.numpy(), mask.numpy(), image_features, table.shape[0], table.shape[1], alpha, skip, ngrams, groups, folds,
         jobs)
     k = rows.shape[1]
-    if subword is None:
+    if ngrams is None or ngram_rows is None:  # no subword table (n-gram rows come with ngrams, ngrams with it)
         spread = rows[seen]
     else:
         spread = rows[seen] + (idf[:, None] * (ngrams @ ngram_rows))[seen]
@@ -133,12 +133,12 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
     scale = target_std / max(float(spread.std(ddof=1)), 1e-12)  # ddof=1: torch's std, as the table's spread is read
     with torch.no_grad():
         table[torch.from_numpy(seen), :k] = torch.from_numpy(rows[seen] * scale).to(table.dtype)
-        if subword is not None:
+        if subword is not None and ngram_rows is not None:
             weight = subword.ngram_embedding.weight
             weight.zero_()
             weight[: ngram_rows.shape[0], :k] = torch.from_numpy(ngram_rows * scale).to(weight.dtype)
             subword.scale_tokens(torch.from_numpy(idf))
-    what = "" if subword is None else f" and {ngrams.shape[1]} character n-gram rows"
+    what = "" if ngrams is None else f" and {ngrams.shape[1]} character n-gram rows"
     if cv_errors is not None:
         table_text = ", ".join(f"{a:g}: {e:.5f}" for a, e in cv_errors.items())
         log(f"token_init_alpha: {alpha:g} has the lowest held-out squared error of {folds}-fold cross-validation "
@@ -153,16 +153,21 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log:
     ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then).
     Returns :func:`init_token_embeddings`'s record."""
     from ..data.feature_cache import ensure_feature_cache
+    from ..errors import UserError
+    from ..models.text import TextEncoder
     from ..tokenizer import encode_batch, special_ids
     from .prepare import train_captions
 
+    text = model.text
+    if not isinstance(text, TextEncoder):  # as TrainConfig.validate says it
+        raise UserError("model.token_init=image_pivot sets the token rows of model.text_encoder=transformer")
     split = Path(cfg.data.root) / cfg.data.train_split
     metas = train_captions(cfg)  # data.train_languages: a language left out of training is left out of the ridge
     cache = ensure_feature_cache(cfg, cfg.data.train_split, log)
     rows = cache.rows([str(m["image_id"]) for m in metas], split)
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in metas], cfg.data.max_length)
-    return init_token_embeddings(model.text.token_embedding, torch.tensor(ids), torch.tensor(mask),
+    return init_token_embeddings(text.token_embedding, torch.tensor(ids), torch.tensor(mask),
                                  np.asarray(cache.features[rows, 0], dtype=np.float32), cfg.model.token_init_alpha,
                                  list(special_ids(tokenizer).values()), log, cfg.model.token_init_std,
-                                 model.text.subword, np.array([str(m["image_id"]) for m in metas]),
+                                 text.subword, np.array([str(m["image_id"]) for m in metas]),
                                  cfg.model.token_init_folds, torch.get_num_threads())

@@ -38,6 +38,7 @@ from ..config_io import save_config
 from ..encoder import Encoder, TextsCut, build_model
 from ..errors import UserError
 from ..losses import mask_tokens
+from ..models import GlobetrotterModel
 from ..threads import ENV as THREADS_ENV
 from ..threads import ThreadChoice, apply_threads, choose_threads, load_average, using_threads
 from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
@@ -76,7 +77,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None =
     text encoder's token embeddings (tied to the cloze decoder; the Sigurdsson baseline's per-language word
     tables) get their own group at ``lr × scale``: each row is updated only by the captions holding its
     token, far more rarely than the layers above it."""
-    decay, no_decay, tokens = [], [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    tokens: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
@@ -152,9 +155,10 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     cut = _captions_cut(cfg, tokenizer, log) if main and not adapting else None
     model = _build_model(cfg, tokenizer, main, start=not resume and not adapting, log=log)
     adaptation = adapt.Adaptation(cfg, model, log) if adapting else None  # before the optimizer: freezes the image side
-    objective = adaptation.objective() if adapting else GlobetrotterObjective(cfg.loss)
+    objective = adaptation.objective() if adaptation is not None else GlobetrotterObjective(cfg.loss)
+    beta1, beta2 = cfg.optim.betas  # two: OptimConfig.validate
     optimizer = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay, cfg.optim.lr, cfg.optim.embedding_lr_scale),
-                                  lr=cfg.optim.lr, betas=tuple(cfg.optim.betas))
+                                  lr=cfg.optim.lr, betas=(beta1, beta2))
     scheduler = warmup_cosine(optimizer, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
     short = warmup_warning(cfg.optim.warmup_steps, cfg.steps, cfg.optim.lr)  # e.g. an adaptation of a few hundred
     if short and main:  # captions: one epoch is a few steps, under the starting run's warm-up
@@ -172,7 +176,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {"purge_step": progress.step + 1}}
                                   if progress.step else {})
     rank, unwrapped = accelerator.process_index, accelerator.unwrap_model(model)
-    if adapting:
+    if adaptation is not None:
         adaptation.precompute(unwrapped, tokenizer, accelerator.device, main=main)
         loader = adaptation.batches(local_batch, rank, accelerator.num_processes)
     else:
@@ -197,8 +201,8 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         if device_views is not None:
             batch = device_views.apply(batch, accelerator.device)
         batch = {k: v.to(accelerator.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        cloze = tuple(None if t is None else t.to(accelerator.device) for t in cloze)
-        logs, progress.bad_samples = stepper(batch, cloze, step, progress.position)
+        masked, labels = (None if t is None else t.to(accelerator.device) for t in cloze)
+        logs, progress.bad_samples = stepper(batch, (masked, labels), step, progress.position)
         if logs is None:  # a non-finite loss: the step was skipped
             continue
         seen += cfg.batch_size
@@ -232,7 +236,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         result["captions_cut"] = cut
     if main and cfg.model.token_init == "image_pivot" and (cfg.run_dir / token_init.RECORD).is_file():
         result["token_init"] = json.loads((cfg.run_dir / token_init.RECORD).read_text())
-    if main and adapting:
+    if main and adaptation is not None:
         unwrapped.eval()
         result["adapt"] = adaptation.report(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
     if main:
@@ -322,7 +326,7 @@ def _check_run_folder(run_dir: Path) -> None:
         raise UserError(f"output_dir/run_name: {err}") from None
 
 
-def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> torch.nn.Module:
+def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> GlobetrotterModel:
     """The model, its run folder (made once the model is built: a start that fails leaves no folder) and, for a fresh
     run with ``model.token_init=image_pivot``, the closed-form start on every process (its record, with the ridge
     strength chosen, in the run folder)."""
@@ -546,7 +550,7 @@ def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
             log(f"warning: validation: {w.message} (said once)")
 
 
-def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: torch.nn.Module, tokenizer,
+def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: GlobetrotterModel, tokenizer,
              progress: Progress, done: int, log: Log, scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
     """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
     (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too. The

@@ -29,7 +29,7 @@ class Adaptation:
         self.cfg, self.log = cfg, log
         self.source = starting_checkpoint(cfg.adapt.from_run).resolve()
         log(f"adapt: starting from {self.source}")
-        self.start = load(self.source)
+        self.start: Encoder | None = load(self.source)  # released by precompute
         self.old_languages = trained_languages(self.start.cfg)
         old = start_train_config(cfg, self.start.cfg).data
         self.old_split = str(Path(old.root) / old.train_split)  # the folder of the bank's old-language captions
@@ -44,6 +44,7 @@ class Adaptation:
         images), the new language's captions as tokens and its images as backbone features; and, on the
         main process (``main``: also the progress bars), the "before" half of :meth:`report`."""
         cfg, a = self.cfg, self.cfg.adapt
+        assert self.start is not None  # precompute runs once (the trainer's call): it releases the starting model
         self.start.model.to(device)
         self.start.device = str(device)
         self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main, log=self.log)

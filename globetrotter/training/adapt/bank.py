@@ -55,9 +55,11 @@ def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, 
     out: list[torch.Tensor] = [torch.empty(0)] * len(unique)
     seen: set[int] = set()
     pending: list[tuple[int, torch.Tensor]] = []
+    backbone = model.image
+    assert backbone is not None  # pixels are read for a model with an image side only (precompute checks)
 
     def flush() -> None:
-        feats = model.image(torch.stack([x for _, x in pending]).to(device)).float().cpu()
+        feats = backbone(torch.stack([x for _, x in pending]).to(device)).float().cpu()
         for (r, _), f in zip(pending, feats):
             out[r] = f
         bar.update(len(pending))
@@ -70,7 +72,11 @@ def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, 
             if r is None:
                 continue
             seen.add(r)
-            pending.append((r, transform(decode_sample_image(data, ext, shard, key).convert("RGB"))))
+            image = decode_sample_image(data, ext, shard, key)
+            if isinstance(image, np.ndarray):  # the split's and the run's checks leave npy samples to data.features
+                raise UserError(f"{shard}: sample '{key}' is precomputed image features (npy), not a picture, and an "
+                                f"adaptation without data.features reads pictures")
+            pending.append((r, transform(image.convert("RGB"))))
             if len(pending) == 256:
                 flush()
         if pending:

@@ -12,6 +12,7 @@ from data_prep.shards import read_captions, read_manifest
 from ...config import TrainConfig
 from ...encoder import Encoder
 from ...evaluation import parallel_set, sentence_translation
+from .split import new_language
 
 
 def translation(cfg: TrainConfig, old_languages: Sequence[str], encoder: Encoder) -> dict | None:
@@ -19,11 +20,11 @@ def translation(cfg: TrainConfig, old_languages: Sequence[str], encoder: Encoder
     the new language with the old ones (the mean of the new→old and old→new cells of the matrix over all
     languages) and the old languages among themselves. None without a test split holding the new language, or
     when the run does not ask for test figures (``val.test_groups`` = 0: ``eval.py sentence`` scores it after)."""
-    lang = cfg.adapt.language
+    lang = new_language(cfg)
     test = Path(cfg.data.root) / cfg.data.test_split if cfg.data.test_split and cfg.val.test_groups > 0 else None
     present = read_manifest(test).get("languages", {}) if test and (test / "manifest.json").is_file() else {}
     old = [code for code in old_languages if code in present]
-    if lang not in present or not old:
+    if test is None or lang not in present or not old:
         return None
     metas = read_captions(test)
     out = {}

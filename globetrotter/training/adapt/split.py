@@ -70,6 +70,14 @@ def _counts(folder: Path) -> dict[str, int]:
     return {code: int(n) for code, n in read_manifest(folder).get("languages", {}).items()}
 
 
+def new_language(cfg: TrainConfig) -> str:
+    """``adapt.language``, which every adaptation's config has (:meth:`~globetrotter.config.AdaptConfig.validate`);
+    the same one-line error for a config built without it."""
+    if not cfg.adapt.language:
+        raise UserError("adapt.from needs adapt.language (the new language's code)")
+    return cfg.adapt.language
+
+
 def check_new_language(cfg: TrainConfig, old_languages: list[str]) -> None:
     """A one-line error when ``adapt.language`` is one the run was trained on (naming the adaptation folder and its
     captions in that language, when the folder is there)."""
@@ -92,7 +100,7 @@ def check_languages(cfg: TrainConfig, old_languages: list[str]) -> int:
     check_new_language(cfg, old_languages)
     a, folder = cfg.adapt, split_dir(cfg)
     languages = _counts(folder)
-    count = languages.get(a.language, 0)
+    count = languages.get(new_language(cfg), 0)
     if not count:
         counts = ", ".join(f"{code} {n}" for code, n in sorted(languages.items()))
         known = [code for code in sorted(languages) if code in old_languages]
@@ -137,7 +145,7 @@ def _run_cache(cfg: TrainConfig, folder: Path, image_ids: list[str] | None = Non
     ``image_ids``, default: those of the new language's captions)."""
     if _same(folder, Path(cfg.data.root) / cfg.data.train_split):
         return ensure_feature_cache(cfg, cfg.data.train_split)  # the run's: ensure_data has it, never rebuilt here
-    if cfg.data.features == "auto":
+    if not cfg.data.features or cfg.data.features == "auto":  # no cache named: none of the run's serves the folder
         return None
     named = Path(cfg.data.features)
     if _same(named, folder / FEATURES) or not built_from_split(named, folder):

@@ -33,16 +33,19 @@ def _saved_steps(cfg: TrainConfig) -> int | None:
     """The steps ``adapt.epochs`` gives ``cfg`` (the adaptation split's manifest count of the language), as
     :func:`resolve_config` resolves and the run's saved config records them; None when the split cannot say."""
     try:
-        count = split._counts(split.split_dir(cfg)).get(cfg.adapt.language, 0)
+        count = split._counts(split.split_dir(cfg)).get(split.new_language(cfg), 0)
     except (UserError, OSError, ValueError):
         return None
-    return epoch_steps(cfg.adapt.epochs, count, cfg.batch_size) if count else None
+    return epoch_steps(cfg.adapt.epochs, count, cfg.batch_size) if count and cfg.adapt.epochs is not None else None
 
 
-def starting_checkpoint(path: str) -> Path:
+def starting_checkpoint(path: str | None) -> Path:
     """The checkpoint ``adapt.from`` names (a run folder's best, else latest); one-line errors without one, and for
     a run folder whose training is unfinished (its latest checkpoint short of its ``steps``: killed, or still
     running). A checkpoint named itself is taken as it is, and so is the one a ``checkpoints/latest`` pointer names."""
+    if path is None:  # a config that adapts nothing
+        raise UserError("adapt.from is required: the run to adapt (adapt.from=RUN: a run folder or one of its "
+                        "checkpoints)")
     pointer = Path(path).name == ckpt.LATEST and Path(path).is_file()
     try:
         source = ckpt.resolve(path, prefer_best=True)
@@ -66,7 +69,8 @@ def load_adapt_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
     (:func:`_check_no_adapt_keys`), :func:`~globetrotter.config.load_train_config`'s."""
     refuse_empty_config(path)
     data, where = config_dict(path, overrides)
-    section = data.get("adapt") if isinstance(data.get("adapt"), dict) else {}  # else from_dict says it is no mapping
+    given_section = data.get("adapt")
+    section = given_section if isinstance(given_section, dict) else {}  # else from_dict says it is no mapping
     start = section.get("from")
     if not start:
         _check_no_adapt_keys(section, where)
@@ -175,7 +179,7 @@ def trained_languages(start: TrainConfig) -> list[str]:
     started from in turn: a run adapted twice keeps its first new language)."""
     found, cfg, seen = set(train_languages(start)), start, set()
     while cfg.adapt.from_run and cfg.adapt.from_run not in seen:
-        found.add(cfg.adapt.language)
+        found.add(split.new_language(cfg))
         seen.add(cfg.adapt.from_run)
         earlier = Path(cfg.adapt.from_run) / "config.yaml"  # a run folder's or a checkpoint's: both hold it
         if not earlier.is_file():  # a starting run moved or removed since: its own new language is not known
@@ -265,6 +269,9 @@ def write_tokenizer(cfg: TrainConfig, log: Callable[[str], None] = print) -> Non
     """Write the starting run's tokenizer, grown by the new language's tokens, to ``data.tokenizer``
     (:func:`resolve_config` points it into the run folder). Main process only."""
     a = cfg.adapt
+    if not cfg.data.tokenizer:  # never the data root's shared tokenizer: only the run folder's is grown
+        raise UserError("data.tokenizer: unset; an adaptation writes its grown tokenizer where resolve_config points "
+                        "it (the run folder's tokenizer.json)")
     source = starting_checkpoint(a.from_run)
     tokenizer = load_tokenizer(source / "tokenizer.json")
     n_old = tokenizer.get_vocab_size()

@@ -2,16 +2,19 @@
 the image side frozen, and with ``adapt.train: new-tokens`` every weight but the new language's token rows."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import torch
 
 from ...config import TrainConfig
 from ...encoder import Encoder
+from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
+from ...models.text import TextEncoder
 from ...tokenizer import load_tokenizer, special_ids
+from ..prepare import tokenizer_path
 from .start import rows_to_train
 
 
@@ -22,6 +25,14 @@ def _grow_rows(old: torch.Tensor, rows: int, generator: torch.Generator) -> torc
         return torch.cat([old, old.mean().expand(extra)])
     fresh = torch.randn(extra, *old.shape[1:], generator=generator) * old.float().std()
     return torch.cat([old, fresh.to(old.dtype)])
+
+
+def _transformer(model: GlobetrotterModel) -> TextEncoder:
+    """``model``'s text encoder: the shared transformer, the only one adaptation grows (TrainConfig.validate)."""
+    if not isinstance(model.text, TextEncoder):
+        raise UserError(f"adapt.from: only the shared transformer text encoder adapts to a new language "
+                        f"(model.text_encoder={model.cfg.text_encoder} has one word table per training language)")
+    return model.text
 
 
 def load_start(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder,
@@ -56,12 +67,15 @@ def _grow_subword(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, st
     (:func:`~globetrotter.models.subword.extend_ngram_matrix`: old rows and columns unchanged), set into
     ``model`` and ``state``; the new n-grams' rows start at zero, so an appended token starts as its own row plus
     the rows of the n-grams it shares with the old vocabulary."""
-    start_text = start.model.text
+    start_ngrams = _transformer(start.model).subword
+    if start_ngrams is None or not cfg.model.token_ngrams:  # resolve_config: the start's model config is this one's
+        raise UserError(f"{cfg.adapt.from_run}: the starting run has no character n-gram table (model.token_ngrams)")
     old_vocab = [start.tokenizer.id_to_token(i) for i in range(start.tokenizer.get_vocab_size())]
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    added = [tokenizer.id_to_token(i) for i in range(len(old_vocab), tokenizer.get_vocab_size())]
+    tokenizer = load_tokenizer(tokenizer_path(cfg))
+    # every id below get_vocab_size() has a token (id_to_token's None is for the ids beyond)
+    added = cast(list[str], [tokenizer.id_to_token(i) for i in range(len(old_vocab), tokenizer.get_vocab_size())])
     specials = list(special_ids(tokenizer).values())
-    matrix = extend_ngram_matrix(start_text.subword.matrix(), token_strings(old_vocab, specials),
+    matrix = extend_ngram_matrix(start_ngrams.matrix(), token_strings(old_vocab, specials),
                                  token_strings(added), cfg.model.token_ngrams)
     model.text.subword = SubwordTable(matrix, model.text.d_model)
     old_rows = state["text.subword.ngram_embedding.weight"]
@@ -75,21 +89,22 @@ def _train_new_tokens_only(cfg: TrainConfig, model: GlobetrotterModel, start: En
                            log: Callable[[str], None]) -> torch.Tensor:
     """Freeze every weight but the rows of the new language's tokens (:func:`rows_to_train`): the token
     embedding, the tied cloze decoder, the cloze bias. Returns those rows."""
-    rows, appended = rows_to_train(load_tokenizer(cfg.data.tokenizer), cfg, start.cfg, n_old)
+    rows, appended = rows_to_train(load_tokenizer(tokenizer_path(cfg)), cfg, start.cfg, n_old)
     log(f"adapt.train=new-tokens: {len(rows)} token rows train ({appended} appended, {len(rows) - appended} "
         f"already in the vocabulary, held by {cfg.adapt.language}'s captions and no old training caption)")
     trained_rows = torch.tensor(rows, dtype=torch.long)
     model.requires_grad_(False)
-    trained = {model.text.token_embedding.weight: trained_rows}
+    text = _transformer(model)
+    trained = {text.token_embedding.weight: trained_rows}
     if model.cloze_head:
         trained[model.cloze_head.bias] = trained_rows
-    if model.text.subword is not None:  # the n-grams that only trained tokens hold: no other token's vector moves
-        matrix = model.text.subword.matrix()
+    if text.subword is not None:  # the n-grams that only trained tokens hold: no other token's vector moves
+        matrix = text.subword.matrix()
         others = np.setdiff1d(np.arange(matrix.shape[0]), rows)
         free = np.setdiff1d(np.arange(matrix.shape[1]), matrix[others].indices)
         log(f"adapt.train=new-tokens: {len(free)} of {matrix.shape[1]} character n-gram rows train (those no "
             f"other token holds)")
-        trained[model.text.subword.ngram_embedding.weight] = torch.from_numpy(free)
+        trained[text.subword.ngram_embedding.weight] = torch.from_numpy(free)
     for param, train_rows in trained.items():
         param.requires_grad_(True)
         keep = torch.zeros(param.shape[0], *[1] * (param.dim() - 1))
