@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import TYPE_CHECKING
 
 # Each submodule -> the public names it defines, imported on first use (PEP 562): ``import backretrieval`` (and
 # ``import globetrotter``, through ``backretrieval.errors``) loads neither numpy, scipy.stats nor faiss until a name
@@ -52,6 +53,24 @@ _EXPORTS = {
     "uncertainty": ("better_beyond_noise", "compare_hits", "corr_interval", "p_better", "recall_interval"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:  # what a type checker sees of the lazy names: each as its submodule defines it (kept to _EXPORTS)
+    from .approximate import ApproxConfig
+    from .comparison import CompareResult, compare
+    from .data import load_split
+    from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_captions, load_embedder,
+                            parse_model_specs, register_embedder)
+    from .errors import BackRetrievalError, BackRetrievalWarning
+    from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
+    from .hubness import hubness_stats
+    from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
+                              save_image_neighbours)
+    from .images import image_feature_extractor
+    from .metric import bkr_recall, corr_score, xlr_recall
+    from .pairs import evaluate_pairs
+    from .protocol import correlate_over_models, run_protocol, sample_non_matching
+    from .scoring import ScoreResult, score
+    from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
 
 __all__ = sorted(_MODULE_OF)
 

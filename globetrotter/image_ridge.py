@@ -11,7 +11,7 @@ never sit on both sides of a fold). Only captions and their own images enter: no
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ class ImageRidge(NamedTuple):
     """A fitted map: the scikit-learn ``Ridge`` (``coef_`` [F, D], ``intercept_``, ``predict``), its strength, and
     each candidate strength's held-out squared error (None when the strength was given)."""
 
-    model: object
+    model: Any  # sklearn.linear_model.Ridge (scikit-learn ships no type information)
     alpha: float
     cv_errors: dict[float, float] | None
 
