@@ -54,7 +54,9 @@ _EXPORTS = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-if TYPE_CHECKING:  # what a type checker sees of the lazy names: each as its submodule defines it (kept to _EXPORTS)
+# what a type checker sees of the lazy names: each as its submodule defines it (tests/test_types.py keeps it equal to
+# _EXPORTS; pyflakes calls these imports unused, as it cannot read the computed __all__)
+if TYPE_CHECKING:
     from .approximate import ApproxConfig
     from .comparison import CompareResult, compare
     from .data import load_split

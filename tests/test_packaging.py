@@ -104,6 +104,8 @@ def test_the_wheel_holds_the_three_packages_only(tmp_path):
     tops = {name.split("/")[0] for name in names}
     assert "globetrotter/data/feature_cache.py" in names and "data_prep/synth/lexicons/en.yaml" in names
     assert {t for t in tops if not t.endswith(".dist-info")} == {"globetrotter", "backretrieval", "data_prep"}, tops
+    # PEP 561: without the marker a user's type checker ignores the packages' hints (tests/test_types.py keeps them true)
+    assert {f"{package}/py.typed" for package in ("globetrotter", "backretrieval", "data_prep")} <= set(names)
 
 
 def test_the_version_is_written_once_and_the_license_is_an_spdx_expression(tmp_path):
