@@ -91,6 +91,13 @@ def test_another_split_is_joined_in_the_space_of_the_first(tiny_world, tmp_path)
     assert not np.allclose(load_feature_cache(tmp_path / "val-own").features[:, 0].astype(np.float64), joined, atol=2e-3)
     with pytest.raises(UserError, match="no means.npz here"):
         concat_caches(tiny_world / "val", caches["val"], tmp_path / "x", "j", progress=False, centre_like=caches["val"][0])
+    # a damaged means.npz: one line naming it (was an EOFError / BadZipFile / ValueError traceback)
+    means = (tmp_path / "train-joined" / "means.npz").read_bytes()
+    for damaged in (b"", means[: len(means) // 2], b"not an npz at all"):
+        (tmp_path / "train-joined" / "means.npz").write_bytes(damaged)
+        with pytest.raises(UserError, match=r"train-joined: means\.npz is unreadable \(.*write that concatenation again"):
+            concat_caches(tiny_world / "val", caches["val"], tmp_path / "y", "j", progress=False,
+                          centre_like=tmp_path / "train-joined")
 
 
 def test_concat_refuses_bad_input_and_writes_nothing(tiny_world, caches, tmp_path):

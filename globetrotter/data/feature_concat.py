@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -126,8 +127,18 @@ def read_means(folder: Path) -> list[np.ndarray]:
     """The per-cache means a concatenation in ``folder`` was centred on."""
     if not (folder / MEANS).is_file():
         raise UserError(f"--centre-like {folder}: no {MEANS} here (a cache written by features concat)")
-    with np.load(folder / MEANS) as means:
-        return [means[f"arr_{i}"] for i in range(len(means.files))]
+    try:
+        with np.load(folder / MEANS) as means:
+            found = [np.asarray(means[f"arr_{i}"]) for i in range(len(means.files))]
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:  # empty, cut short, no npz
+        said = str(err).strip().splitlines()
+        raise UserError(f"--centre-like {folder}: {MEANS} is unreadable ({type(err).__name__}: "
+                        f"{said[0][:120] if said else 'no detail'}); write that concatenation again with "
+                        f"globetrotter-data features concat") from None
+    if not found or any(m.ndim != 1 or not np.issubdtype(m.dtype, np.number) for m in found):
+        raise UserError(f"--centre-like {folder}: {MEANS} holds {[m.shape for m in found]}, expected one mean vector "
+                        f"per joined cache; write that concatenation again with globetrotter-data features concat")
+    return found
 
 
 def read_sources(folder: Path) -> list[dict]:
