@@ -336,6 +336,8 @@ def test_a_damaged_cache_record_at_out_is_one_line_naming_it(tiny_world, source,
                        ) as err:
         import_embeddings(split, emb, out, "toy", ids=id_file, progress=False)
     assert "\n" not in str(err.value) and (out / "cache.json").read_bytes() == damage
+    assert str(err.value).endswith("replace it with --overwrite, or write to another --out")  # not `features build`
+    assert import_embeddings(split, emb, out, "toy", ids=id_file, force=True, progress=False)["dim"] == 12  # as said
 
 
 def test_embeddings_of_the_same_name_from_another_source_or_split_are_kept_unless_forced(tiny_world, source, tmp_path,

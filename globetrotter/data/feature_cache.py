@@ -473,18 +473,20 @@ def rewrite_hint(path: Path, record: dict) -> str:
             f"it was built for)")
 
 
-def read_cache_record(path: str | Path) -> dict:
+def read_cache_record(path: str | Path, remedy: str | None = None) -> dict:
     """The ``cache.json`` record of the cache folder ``path``: a one-line :class:`UserError` naming the file when it
-    is not UTF-8 JSON, not an object, or its ``spec`` is not an object."""
+    is not UTF-8 JSON, not an object, or its ``spec`` is not an object. ``remedy``: what the error tells the user to
+    do (default: write the cache again as it was made, :func:`rewrite_hint`)."""
     path = Path(path)
     try:
         record = json.loads((path / SPEC).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); {rewrite_hint(path, {})}") from None
+        raise UserError(f"{path / SPEC}: not a readable feature-cache record ({err}); "
+                        f"{remedy or rewrite_hint(path, {})}") from None
     if not isinstance(record, dict) or not isinstance(record.get("spec", {}), dict):
         found = type(record).__name__ if not isinstance(record, dict) else f"a \"spec\" {type(record['spec']).__name__}"
         raise UserError(f"{path / SPEC}: expected a JSON object (a feature-cache record) with a \"spec\" object, got "
-                        f"{found}; {rewrite_hint(path, record if isinstance(record, dict) else {})}")
+                        f"{found}; {remedy or rewrite_hint(path, record if isinstance(record, dict) else {})}")
     return record
 
 

@@ -280,7 +280,7 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, spl
     check_cache_folder(out_dir, "--out")
     if force or not (out_dir / SPEC).is_file():
         return
-    record = read_cache_record(out_dir)
+    record = read_cache_record(out_dir, remedy="replace it with --overwrite, or write to another --out")
     spec = record.get("spec", {})
     theirs = (spec.get("backbone"), spec.get("weights"), record.get("dim"))
     if theirs != (IMPORTED_BACKBONE, name, dim):
