@@ -10,8 +10,9 @@ The user's keys are those the ``--config`` file itself and the ``key=value`` ove
 base, also those their own setting never reads: the text-only twin keeps the base's image backbone, augmentations
 and image-pivot start. That is by design (the file stays a plain override of its base) and nothing the user could
 act on, so an inherited key draws no line (nor a count of them), nor do the keys an adaptation takes from its
-starting run's saved config; a resumed run warns about none (its config is the run's, checked equal to the
-checkpoint's: its start warned). :func:`ignored_keys` of a bare config (a Python caller's) lists every ignored
+starting run's saved config; a resumed run (its config is the run's, checked equal to the checkpoint's but for the
+run keys: its start warned) warns only about the keys a changed run key makes ignored (``val.every=0``: the
+``val.select_*`` keys; :func:`~globetrotter.training.resume.newly_ignored`). :func:`ignored_keys` of a bare config (a Python caller's) lists every ignored
 key, inherited or not.
 
 Only keys whose value differs from the dataclass default count (a default is never "set"). The rules follow what

@@ -50,6 +50,7 @@ def test_the_mean_over_seeds_is_paired_query_by_query():
     (["a", "b", "c"], r'details\.per_query is \["a", "b", "c"\], expected'),
     ([0.1, None, 0.3], r"details\.per_query is \[0\.1, null, 0\.3\], expected"),
     ([], r"details\.per_query is \[\], expected"),
+    ([10 ** 400, 0.2, 0.3], r"details\.per_query is \[1000000000.*, expected"),  # no float holds it
     ([0.1, 0.2], r"--against r\.json: holds 2 per-query scores for the same val queries as 3 scores of this model"),
 ])
 def test_a_record_with_damaged_per_query_scores_is_one_line(scores, said):
@@ -59,6 +60,14 @@ def test_a_record_with_damaged_per_query_scores_is_one_line(scores, said):
     damaged["details"]["per_query"] = scores
     with pytest.raises(UserError, match=said):
         compare_choices(record([0.2, 0.3, 0.4]), damaged, source="--against r.json")
+
+
+def test_this_choices_scores_are_an_array_before_they_are_written():
+    """``select --against`` pairs its own record before writing it: its per-query scores are a numpy array there (the
+    damaged-record check refused them, and every ``--against`` failed)."""
+    mine = record([0.2, 0.3, 0.4])
+    mine["details"]["per_query"] = np.array(mine["details"]["per_query"])
+    assert compare_choices(mine, record([0.1, 0.2, 0.3]))["diff"] == pytest.approx(0.1)
 
 
 def test_a_record_whose_model_or_metrics_are_no_objects_is_still_compared():

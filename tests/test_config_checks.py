@@ -222,3 +222,21 @@ def test_a_resumed_run_or_an_adaptation_warns_about_no_key_its_start_warned_abou
     cfg = load_adapt_config(adapting[1], adapting[2:])
     assert [i.key for i in ignored_keys(cfg)] == ["model.token_init_alpha", "model.token_init_std"]
     assert [i.key for i in ignored_keys(cfg, written_keys(adapting[1], adapting[2:]))] == ["model.token_init_std"]
+
+
+def test_a_resume_warns_about_the_keys_its_changed_run_keys_make_ignored(tiny_world, tmp_path, capsys):
+    """``val.every=0`` on a resume (a run key: allowed) makes the run's ``val.select_by`` and ``val.select_test``
+    ignored: those lines are said, as a start would say them (the resume stayed silent: it warned only at a start)."""
+    from conftest import TINY
+    from globetrotter.training import cli
+
+    argv = [f"data.root={tiny_world}", f"data.tokenizer={tmp_path / 'tokenizer.json'}", f"output_dir={tmp_path}",
+            *TINY, "steps=2", "val.every=2", "val.select_test=bootstrap", "val.max_per_lang=4", "val.bkr_ks=[1]",
+            "val.select_by=val/bkr@1"]
+    assert cli._main(argv) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    saved = str(tmp_path / "quickstart" / "config.yaml")
+    assert cli._main(["--config", saved, "steps=3", "val.every=0", "--resume", "latest"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert said == [f"warning: {key} is ignored: val.every=0 (no validation)"
+                    for key in ("val.select_by=val/bkr@1", "val.select_test=bootstrap")]

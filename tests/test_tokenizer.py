@@ -50,7 +50,6 @@ def test_special_ids_and_padding(tok):
     assert batch[1] == long[:8] and mask[1] == [1] * 8  # truncated to max_length
 
 
-
 def test_a_tokenizer_without_the_special_tokens_is_one_line_not_none_ids():
     """A tokenizer not made by train_tokenizer (the Python API takes any): its missing pad id was None, which
     special_ids returned and encode_batch padded with, to fail later as a TypeError in torch."""

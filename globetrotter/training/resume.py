@@ -191,6 +191,19 @@ def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] 
     return from_dict(type(cfg), data, where=str(saved_path))
 
 
+def newly_ignored(source: Path, cfg) -> set[str]:
+    """The keys ``cfg`` ignores that the config saved with checkpoint ``source`` did not: those a resume's changed
+    :data:`RUN_KEYS` make ignored (``val.every=0``: every ``val.select_*``), the only ones its start has not warned
+    about (:func:`~globetrotter.config_checks.ignored_keys`; none for a checkpoint saved without its config)."""
+    from ..config_checks import ignored_keys
+
+    saved_path = Path(source) / "config.yaml"
+    if not saved_path.is_file():
+        return set()
+    saved = from_dict(type(cfg), read_yaml(saved_path), where=str(saved_path))
+    return {item.key for item in ignored_keys(cfg)} - {item.key for item in ignored_keys(saved)}
+
+
 def refuse_finished(source: Path, steps: int) -> None:
     """One-line error when checkpoint ``source`` is already at ``steps``: there is nothing left to train."""
     done = ckpt.read_state(source)["step"]

@@ -50,8 +50,8 @@ from . import checkpoint as ckpt
 from .objective import GlobetrotterObjective
 from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
                       with_text_languages)
-from .resume import (hold_run_folder, mask_seed, refuse_changed_config, refuse_changed_tokenizer, refuse_finished,
-                     refuse_foreign_files, refuse_used_folder, resume_position)
+from .resume import (hold_run_folder, mask_seed, newly_ignored, refuse_changed_config, refuse_changed_tokenizer,
+                     refuse_finished, refuse_foreign_files, refuse_used_folder, resume_position)
 from .report import splits_read
 from .scheduler import warmup_cosine, warmup_warning
 from .selection import Verdict, judge, load_hits, save_hits
@@ -283,8 +283,9 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     if accelerator.is_main_process:
         if source is not None:  # before the data is made (a world generated, a feature cache built) for nothing
             refuse_changed_config(source, cfg, skip=COMPLETED_KEYS)
-        else:  # the user's keys set away from their defaults that this run never reads: one line each (a resumed
-            warn_ignored_keys(cfg, log, written)  # run's config is the checkpoint's, its start said so)
+        # the user's keys set away from their defaults that this run never reads: one line each; a resumed run's
+        # config is the checkpoint's, whose start warned, but for the keys a changed run key makes ignored
+        warn_ignored_keys(cfg, log, written if source is None else newly_ignored(source, cfg))
         if adapting:
             adapt.ensure_features(cfg, log)  # a new folder's images: their whole-image features, beside the split
             adapt.write_tokenizer(cfg, log)

@@ -215,8 +215,11 @@ def _finite_scores(scores: object) -> bool:
     if isinstance(scores, np.ndarray):
         return scores.ndim == 1 and scores.size > 0 and np.issubdtype(scores.dtype, np.number) and bool(
             np.isfinite(scores).all())
-    return isinstance(scores, list) and bool(scores) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in scores)
+    try:
+        return isinstance(scores, list) and bool(scores) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in scores)
+    except OverflowError:  # a JSON integer too large for a float
+        return False
 
 
 def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "--against") -> dict:
