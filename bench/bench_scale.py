@@ -68,6 +68,7 @@ NEEDS = {"tokenizer": ("shards",), "import": ("shards",), "neighbours": ("shards
          "batches": ("shards", "tokenizer", "import"), "train": ("shards", "tokenizer", "import"),
          "validation": ("shards", "tokenizer", "import")}
 EXACT_CHECK_MAX = 100_000  # the validation's estimate is checked against the exact full-set BkR up to this size
+NEIGHBOURS_K = 10  # the neighbours stage's k, as data.neighbours_k in the Flickr8k recipe
 
 
 def _overrides(work: Path, dim: int, threads: int = THREADS) -> list[str]:
@@ -131,11 +132,45 @@ def prepare_embeddings(work: Path, n: int, pool: dict, seed: int = 0) -> None:
     (work / "ids.txt").write_text("".join(f"img{i:08d}\n" for i in range(n)))
 
 
+def languages_of(n: int, count: int) -> np.ndarray:
+    """The language index (of ``count``) of each of the N images of the corpus of size ``n``: seeded by ``n``."""
+    return np.random.default_rng([1, n]).integers(0, count, n)
+
+
+def size_problem(n: int, stages: list[str]) -> str | None:
+    """Why a corpus of ``n`` captions is too small for ``stages``, or None: the validation stage needs two languages,
+    the neighbours stage :data:`NEIGHBOURS_K` images in other languages than each language's."""
+    from data_prep.synth.config import DEFAULT_LANGUAGES
+
+    counts = np.bincount(languages_of(n, len(DEFAULT_LANGUAGES)), minlength=len(DEFAULT_LANGUAGES))
+    held = [(DEFAULT_LANGUAGES[i], int(c)) for i, c in enumerate(counts) if c]
+    if "validation" in stages and len(held) < 2:
+        return f"its captions are in one language ({held[0][0]}), and the validation stage needs two or more"
+    if "neighbours" in stages:
+        lang, most = max(held, key=lambda h: h[1])
+        if n - most < NEIGHBOURS_K:
+            return (f"{n - most} of its images are captioned in a language other than {lang!r}, and the neighbours "
+                    f"stage mines {NEIGHBOURS_K} of them per image")
+    return None
+
+
+def check_sizes(sizes: list[int], stages: list[str]) -> None:
+    """Refuse (:class:`UserError`) a size too small for the stages, naming the smallest size from which every size
+    up to 100 more is accepted."""
+    for n in sizes:
+        problem = size_problem(n, stages)
+        if problem:
+            fine = next(s for s in range(n + 1, n + 10_000) if all(size_problem(m, stages) is None
+                                                                   for m in range(s, s + 100)))
+            raise UserError(f"--sizes {n}: a corpus of {n} caption(s) is too small: {problem}; give sizes of at "
+                            f"least {fine}")
+
+
 def stage_shards(work: Path, n: int, pool: dict) -> dict:
     from data_prep.shards import ShardWriter
 
     langs = pool["langs"]
-    lang_of = np.random.default_rng([1, n]).integers(0, len(langs), n)
+    lang_of = languages_of(n, len(langs))
     start = time.perf_counter()
     with ShardWriter(work / "train", split="train", source="bench_scale", image_format="png", maxcount=10_000) as w:
         for i in range(n):
@@ -172,7 +207,7 @@ def stage_neighbours(work: Path, n: int) -> dict:
     start = time.perf_counter()
     cache = load_feature_cache(work / "cache")
     langs = np.array([m["lang"] for m in iter_metas(work / "train")])  # one caption per image, in cache order
-    other_language_neighbours(cache.features[:, 0], langs, 10)  # as the batch stream passes them: float16 rows
+    other_language_neighbours(cache.features[:, 0], langs, NEIGHBOURS_K)  # float16 rows, as the batch stream
     return {"seconds": time.perf_counter() - start, "method": "exact" if n <= EXACT_MAX else "ivf"}
 
 
@@ -437,6 +472,7 @@ def main() -> int:
     out = Path(args.out)
     stages = [s for s in STAGES if s in args.stages]  # each stage's inputs before it, as the help lists them
     settings = data_settings(args.dim, args.pool)
+    check_sizes(args.sizes, stages)
     results, runs = check_folder(out, args.sizes, stages, settings)  # a run of some stages updates those in place
     try:
         out.mkdir(parents=True, exist_ok=True)

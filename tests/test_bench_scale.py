@@ -98,3 +98,20 @@ def test_an_out_that_cannot_be_made_is_one_line(scale, tmp_path, monkeypatch, ca
     monkeypatch.setattr(Path, "mkdir", refuse)  # as /proc/x does for root, whom os.access lets through
     code, err = run(scale, monkeypatch, capsys, "--sizes", "50", "--stages", "index", "--out", str(tmp_path / "x"))
     assert code == 2 and err.startswith("error: --out ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("size, stages, says", [
+    ("1", "shards,tokenizer,import,validation", "one language"),
+    ("13", "shards,import,neighbours", "the neighbours stage mines 10"),
+])
+def test_a_size_too_small_for_a_stage_is_one_line_before_anything_runs(scale, tmp_path, monkeypatch, capsys, size,
+                                                                        stages, says):
+    out = tmp_path / "scale"
+    code, err = run(scale, monkeypatch, capsys, "--sizes", f"50,{size}", "--pool", "5", "--dim", "4",
+                    "--stages", stages, "--out", str(out))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: --sizes {size}: ") and says in err and "give sizes of at least" in err
+    assert scale.calls == [] and not out.exists()  # refused before a stage ran (it failed after 3 stages)
+    code, err = run(scale, monkeypatch, capsys, "--sizes", "14", "--pool", "5", "--dim", "4",
+                    "--stages", stages, "--out", str(out))
+    assert code == 0, err  # the smallest size every stage accepts
