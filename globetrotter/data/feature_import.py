@@ -285,7 +285,7 @@ def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, spl
     theirs = (spec.get("backbone"), spec.get("weights"), record.get("dim"))
     if theirs != (IMPORTED_BACKBONE, name, dim):
         what = (f"imported embeddings {spec.get('weights')!r}" if theirs[0] == IMPORTED_BACKBONE
-                else f"a {spec.get('backbone')} cache ({spec.get('weights')})")
+                else f"the feature cache of {spec.get('backbone')} ({spec.get('weights')})")
         raise UserError(f"--out {out_dir}: holds {what} of {record.get('dim')} dims, not {name!r} of {dim} dims; "
                         f"pass --overwrite to replace it or choose another --out")
     other = [] if spec.get("weights_sha256") == digest else \

@@ -49,7 +49,7 @@ class Adaptation:
         self.start.device = str(device)
         self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main, log=self.log)
         self.log(f"adapt: {len(self.features.ids)} {a.language} captions, "
-                 f"{a.epochs if a.epochs is not None else '-'} epoch(s) = {cfg.steps} steps of {cfg.batch_size}; "
+                 f"{a.epochs if a.epochs is not None else '-'} epoch(s) = {cfg.steps} step{'s' if cfg.steps != 1 else ''} of {cfg.batch_size}; "
                  f"bank of {len(self.features.bank_truth)} old-language train captions "
                  f"({','.join(train_languages(start_train_config(cfg, self.start.cfg)))}), "
                  f"{self.old_batch} beside each batch")
