@@ -73,8 +73,9 @@ def splits_read(folders: dict[str, Path | None], optional: tuple[str, ...] = ("v
     """What result.json says of a run's data: for each role (``train``, ``val``, ``test``, an adaptation's
     ``old_captions``) and its split folder (a path as given, never joined to ``data.root`` again), its path, source,
     checksum and size (the eval records' ``dataset``), so a result can be matched to the data it was measured on.
-    An ``optional`` role whose folder is None or holds no manifest (a val or test split the run never read) is left
-    out; any other split it cannot read is recorded as its path and an ``error`` saying why, never dropped."""
+    An ``optional`` role whose folder is None or holds no manifest (a val or test split that is not there) is left
+    out (a test split is named whether the run scored it or not); any other split it cannot read is recorded as its
+    path and an ``error`` saying why, never dropped."""
     from ..errors import UserError
     from ..evaluation.records import dataset_info
 
