@@ -94,14 +94,14 @@ class _GatherWithGrad(torch.autograd.Function):
     """Differentiable all-gather: backward all-reduces (sums) the gradient and keeps the local rows."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, sizes: list[int]) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, sizes: list[int]) -> Tensor:
         r = rank()
         ctx.start = sum(sizes[:r])
         ctx.stop = ctx.start + sizes[r]
         return torch.cat(_gather_rows(x.detach(), sizes))
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad[ctx.start : ctx.stop], None
