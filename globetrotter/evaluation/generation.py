@@ -57,7 +57,7 @@ class Vocabulary:
         return len(self.token_ids) + 2
 
     @classmethod
-    def build(cls, tokenizer, texts: Sequence[str]) -> "Vocabulary":
+    def build(cls, tokenizer: Tokenizer, texts: Sequence[str]) -> "Vocabulary":
         ids = sorted({i for e in tokenizer.encode_batch(list(texts), add_special_tokens=False) for i in e.ids})
         return cls(tokenizer, np.asarray(ids, dtype=np.int64))
 
@@ -100,7 +100,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, ffn), nn.GELU(), nn.Linear(ffn, d_model), nn.Dropout(dropout))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         b, t, d = x.shape
         if past is not None and t != 1:
             raise ValueError("a cached step takes one new position")
@@ -147,7 +148,7 @@ class PrefixDecoder(nn.Module):
         z = (cond - self.cond_mean) / self.cond_std
         return self.prefix(z).view(len(cond), self.prefix_length, self.d_model)
 
-    def _run(self, x: torch.Tensor, start: int, past: list | None):
+    def _run(self, x: torch.Tensor, start: int, past: list | None) -> tuple[torch.Tensor, list]:
         x = self.drop(x + self.position(torch.arange(start, start + x.shape[1], device=x.device)))
         cache = []
         for i, block in enumerate(self.blocks):
@@ -218,7 +219,7 @@ def _batch(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return inp, tgt
 
 
-def train_decoder(texts: Sequence[str], cond: np.ndarray, tokenizer, config: DecoderConfig = DecoderConfig(),
+def train_decoder(texts: Sequence[str], cond: np.ndarray, tokenizer: Tokenizer, config: DecoderConfig = DecoderConfig(),
                   seed: int = 0, progress: bool = True) -> tuple[PrefixDecoder, Vocabulary, dict]:
     """Train a :class:`PrefixDecoder` to write ``texts`` from their representations ``cond``
     (N, D) (frozen; computed once by the caller), with AdamW and token cross-entropy, for

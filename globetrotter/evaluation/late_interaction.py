@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -117,7 +117,7 @@ MAX_BLOCK = 1 << 25
 rows and the maxima of their sentences, no more."""
 
 
-def _language_onehot(bags: SentenceTokens, tokens) -> np.ndarray:
+def _language_onehot(bags: SentenceTokens, tokens: np.ndarray | slice) -> np.ndarray:
     """[len(tokens), M] one-hot of each token's language column (all ones for M = 1: the vocabulary's hubness)."""
     return np.eye(bags.half_hub.shape[1], dtype=np.float32)[bags.column[tokens]]
 
@@ -126,7 +126,8 @@ def _augmented(*blocks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
 
 
-def _token_groups(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int):
+def _token_groups(a: SentenceTokens, rows: np.ndarray, b: SentenceTokens, chunk_tokens: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """How :func:`maxsim` takes ``rows``' tokens: ``(start_of, picked, out_row, groups)``, ``start_of[s]:start_of[s +
     1]`` sentence ``s``'s tokens in ``a``, ``picked`` the rows that have tokens (at ``out_row`` of the output), and
     ``groups`` the ``(first, last)`` slices of ``picked`` scored in one product each: as many sentences as hold at most
@@ -245,7 +246,7 @@ class LateInteraction:
     reference text) are given, else over the vocabulary (module docstring). Bags of texts in those languages
     (:meth:`bags`) are then scored against each other. ``source`` says in records what the reference texts are."""
 
-    def __init__(self, encoder, weight: float, reference: Sequence[str], hub_k: int = 10,
+    def __init__(self, encoder: Any, weight: float, reference: Sequence[str], hub_k: int = 10,
                  languages: Sequence[str] | np.ndarray | None = None, source: str = "reference texts") -> None:
         if weight < 0:
             raise ValueError(f"the MaxSim weight must be >= 0, got {weight}")
@@ -264,7 +265,7 @@ class LateInteraction:
             self.languages = names.tolist()
             self.hubness = language_hubness(self.table, self._reference_ids, self._columns, hub_k, self.languages)
 
-    def _language_columns(self, languages) -> np.ndarray | None:
+    def _language_columns(self, languages: Sequence[str] | np.ndarray | None) -> np.ndarray | None:
         if self.languages is None:
             return None
         if languages is None:

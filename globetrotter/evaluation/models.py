@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
+import scipy.sparse as sp
 
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
@@ -30,7 +31,7 @@ def is_baseline(spec: str | None) -> bool:
     return is_tfidf_spec(spec) or is_pivot_ridge_spec(spec)
 
 
-def load_model(spec: str, device: str = "cpu"):
+def load_model(spec: str, device: str = "cpu") -> Encoder | TfidfEncoder | PivotRidgeEncoder:
     """The encoder ``spec`` names: ``globetrotter.load(spec, device)`` for a run or checkpoint folder, an unfitted
     :class:`~.tfidf.TfidfEncoder` for ``tfidf``, a :class:`~.pivot_ridge.PivotRidgeEncoder` fitted on
     ``TRAIN_SPLIT`` for ``ridge:TRAIN_SPLIT``. A missing folder is a one-line error."""
@@ -58,7 +59,7 @@ def model_name(spec: str, name: str | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts[-2:]))
 
 
-def model_info(spec: str, name: str | None = None, encoder=None) -> dict:
+def model_info(spec: str, name: str | None = None, encoder: Any = None) -> dict:
     """``{"path", "name", "checkpoint", "weights_sha256"}`` of a record's model: ``path`` is ``spec`` with its folder
     resolved, ``checkpoint`` the folder whose weights ``encoder`` holds (a run folder loads its best checkpoint, else
     its latest), ``None`` for a baseline or without ``encoder``, and :func:`weights_sha256` of it."""
@@ -77,7 +78,7 @@ def fingerprint(checkpoint: str | None) -> dict:
     return {"checkpoint": checkpoint, "weights_sha256": weights_sha256(checkpoint)}
 
 
-def baseline_spec(encoder) -> str | None:
+def baseline_spec(encoder: Any) -> str | None:
     """The spec a record's ``model.path`` gives a baseline object (``tfidf``, ``ridge:<resolved split>``)."""
     if isinstance(encoder, TfidfEncoder):
         return "tfidf"
@@ -99,7 +100,7 @@ def current_checkpoint(spec: str) -> str | None:
         return None
 
 
-def checkpoint_of(encoder) -> str | None:
+def checkpoint_of(encoder: Any) -> str | None:
     """The resolved checkpoint folder a loaded encoder's weights come from; ``None`` for a baseline."""
     checkpoint = getattr(encoder, "checkpoint", None)
     return str(Path(checkpoint).resolve()) if checkpoint else None
@@ -113,7 +114,7 @@ def require_trained(spec: str | None, command: str) -> None:
                         f"{command} needs a trained run folder")
 
 
-def language_kwargs(encoder, langs: str | Sequence[str] | np.ndarray | None) -> dict:
+def language_kwargs(encoder: Any, langs: str | Sequence[str] | np.ndarray | None) -> dict:
     """``{"langs": langs}`` for an encoder with per-language tables (the Sigurdsson baseline, the ridge baseline),
     else ``{}``: the other encoders take no languages."""
     if not getattr(encoder, "needs_language", False):
@@ -121,13 +122,13 @@ def language_kwargs(encoder, langs: str | Sequence[str] | np.ndarray | None) -> 
     return {"langs": langs if langs is None or isinstance(langs, str) else list(langs)}
 
 
-def encode_texts(encoder, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None, head: str = "text",
-                 batch_size: int = 256):
+def encode_texts(encoder: Any, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None, head: str = "text",
+                 batch_size: int = 256) -> np.ndarray | sp.csr_matrix:
     """``encoder.encode_text`` with the languages passed where the encoder needs them."""
     return encoder.encode_text(list(texts), batch_size=batch_size, head=head, **language_kwargs(encoder, langs))
 
 
-def encode_texts_by_head(encoder, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None,
+def encode_texts_by_head(encoder: Any, texts: Sequence[str], langs: str | Sequence[str] | np.ndarray | None,
                          heads: Sequence[str], batch_size: int = 256) -> dict:
     """:func:`encode_texts` by each of ``heads``, ``{head: embeddings}``: one pass of the text encoder for them all
     where the encoder gives several heads at once (``encode_text_heads``), else one pass per head."""
@@ -137,6 +138,6 @@ def encode_texts_by_head(encoder, texts: Sequence[str], langs: str | Sequence[st
     return {head: encode_texts(encoder, texts, langs, head, batch_size) for head in heads}
 
 
-def token_embeddings(encoder, lang: str | None):
+def token_embeddings(encoder: Any, lang: str | None) -> tuple[list[str], np.ndarray]:
     """``encoder.token_embeddings()``; ``lang``'s own table for an encoder with per-language tables."""
     return encoder.token_embeddings(lang) if getattr(encoder, "needs_language", False) else encoder.token_embeddings()

@@ -15,9 +15,10 @@ clear (docs/design.md section 10).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 import numpy as np
+from PIL import Image
 
 from globetrotter.errors import UserError
 from globetrotter.image_ridge import fit_image_ridge, image_targets
@@ -107,6 +108,6 @@ class PivotRidgeEncoder:
             out[idx] = model.predict(vectorizer.encode_text([texts[int(i)] for i in idx]))
         return out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-12)
 
-    def encode_image(self, images, batch_size: int = 256):
+    def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> NoReturn:
         """Always a :class:`UserError`: the baseline embeds captions only."""
         raise UserError("--model ridge: is a text baseline fitted through images; it does not embed images")

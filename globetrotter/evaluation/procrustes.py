@@ -155,7 +155,8 @@ def _multi_objective(spaces: Sequence[np.ndarray], maps: Sequence[np.ndarray], a
     return total / max(n_pairs, 1)
 
 
-def _block_update(spaces, maps, anchors, n_lang: int) -> None:
+def _block_update(spaces: Sequence[np.ndarray], maps: list[np.ndarray], anchors: Mapping[tuple[int, int], Pairs],
+                  n_lang: int) -> None:
     """One sweep of closed-form per-language Procrustes updates (others fixed), in place."""
     for a in range(n_lang):
         xs, ys, ws = [], [], []

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
@@ -87,7 +88,7 @@ class Ranking:
         return cls(**data)
 
 
-def needs_statistics(encoder, ranking: Ranking) -> bool:
+def needs_statistics(encoder: Any, ranking: Ranking) -> bool:
     """Whether scoring with ``encoder`` under ``ranking`` reads corpus statistics (the TF-IDF baseline's idf, CSLS's
     radii, MaxSim's idf and hubness), and so a reference pool or the transductive form."""
     return ranking.needs_statistics or isinstance(encoder, TfidfEncoder)
@@ -105,7 +106,7 @@ class ScoringContext:
     among the candidates' languages, a candidate's among the queries'). Default: every sentence against every
     sentence."""
 
-    def __init__(self, encoder, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
+    def __init__(self, encoder: Any, captions: Sequence[str], langs: Sequence[str] | np.ndarray,
                  reference: ReferencePool | None, batch_size: int = 256, *, queries: int | None = None) -> None:
         self.encoder, self.captions, self.batch_size = encoder, list(captions), batch_size
         self.retrieval = queries is not None
@@ -145,13 +146,13 @@ class ScoringContext:
     def statistics(self) -> str:
         return "transductive" if self.reference is None else "inductive"
 
-    def embeddings(self, head: str):
+    def embeddings(self, head: str) -> np.ndarray | sp.csr_matrix:
         """The sentences' embeddings by ``head``, computed once (kept by the context, not a class-wide cache: a
         translation makes a context per chunk of queries)."""
         self.encode((head,))
         return self._embeddings[head]
 
-    def reference_embeddings(self, head: str):
+    def reference_embeddings(self, head: str) -> np.ndarray | sp.csr_matrix:
         if self.reference is None:
             return self.embeddings(head)
         self.encode((), (head,))

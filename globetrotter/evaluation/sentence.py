@@ -19,7 +19,7 @@ options") also lets same-language sentences compete (``candidates="all"``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,7 +32,7 @@ Candidates = Literal["other-language", "all"]
 Scores = Callable[[np.ndarray], np.ndarray]
 
 
-def cosine_scores(emb) -> Scores:
+def cosine_scores(emb: Any) -> Scores:
     """``rows -> emb[rows] @ emb.T``: the cosines of L2-normalised rows, dense or ``scipy.sparse`` (exact)."""
     sparse = sp.issparse(emb)
     emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)

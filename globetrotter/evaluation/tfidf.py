@@ -18,10 +18,11 @@ accepts it as it is.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from PIL import Image
 
 from globetrotter.errors import UserError
 
@@ -86,6 +87,6 @@ class TfidfEncoder:
             self.fit(texts)
         return sp.csr_matrix(self._vectorizer.transform(list(texts)), dtype=np.float32)
 
-    def encode_image(self, images, batch_size: int = 256):
+    def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> NoReturn:
         """Always a :class:`UserError`: the baseline reads text only."""
         raise UserError("--model tfidf is a text-only surface baseline: it has no image encoder (use a trained run)")

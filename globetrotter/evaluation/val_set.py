@@ -12,12 +12,15 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 from PIL import Image
 
 from globetrotter.errors import UserError
+
+if TYPE_CHECKING:
+    from globetrotter.config import TrainConfig
 
 
 def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
@@ -28,7 +31,7 @@ def pixel_features(images: list[Image.Image], side: int = 16) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-6)
 
 
-def image_features_of(cfg, split: str) -> str:
+def image_features_of(cfg: TrainConfig, split: str) -> str:
     """A run's ``val.image_features`` as :class:`BackRetrievalSet` reads it: ``features`` becomes ``features:PATH``,
     the run's image-feature cache for ``split`` (built once for a frozen backbone, checked against the config)."""
     if cfg.val.image_features != "features":
@@ -179,7 +182,7 @@ class BackRetrievalSet:
                                           cache_dir=self.split / "bkr-image-features")
         return lambda pictures, ids: extractor.extract(pictures, ids=[f"{checksum}:{i}" for i in ids])
 
-    def _decoded_chunks(self, rows: np.ndarray | None, extract, record: tuple[list, list, list] | None = None
+    def _decoded_chunks(self, rows: np.ndarray | None, extract: Callable[[list, list], np.ndarray], record: tuple[list, list, list] | None = None
                         ) -> Iterator[np.ndarray]:
         """Decode the pictures at split ``rows`` (sorted; None: each image at its first caption, appending every
         caption's text, language and image id to ``record``) a chunk at a time; yield each chunk's features. Distinct

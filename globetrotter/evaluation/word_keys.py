@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from .models import language_kwargs, token_embeddings
 
@@ -36,7 +37,7 @@ def key_text(key: str) -> str:
     return key.replace(SPACE, " ")
 
 
-def vocab_keys(tokenizer) -> list[str]:
+def vocab_keys(tokenizer: Tokenizer) -> list[str]:
     """Dictionary key of every token id of a HF tokenizer: the decoded text (see
     :func:`token_key`), or ``⟨raw⟩`` (the vocabulary entry) for a byte fragment that does
     not decode to text on its own; ``""`` for special tokens."""
@@ -51,7 +52,7 @@ def vocab_keys(tokenizer) -> list[str]:
     return keys
 
 
-def row_keys(tokenizer, tokens: Sequence[str]) -> list[str]:
+def row_keys(tokenizer: Tokenizer | None, tokens: Sequence[str]) -> list[str]:
     """Dictionary key of each row of ``Encoder.token_embeddings()`` (``tokens`` = its strings).
 
     When the rows are the non-special ids in ascending order (checked against the decoded
@@ -70,7 +71,7 @@ class CaptionTokenizer:
     """Turns captions into lists of dictionary keys: BPE tokens of a HF ``tokenizers.Tokenizer``,
     or, with ``tokenizer=None``, lower-cased ``\\w+`` words (for space-separated scripts)."""
 
-    def __init__(self, tokenizer=None) -> None:
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self.tokenizer = tokenizer
         self.keys = vocab_keys(tokenizer) if tokenizer is not None else None
 
@@ -92,7 +93,7 @@ def input_word_embeddings(
     words: Sequence[str],
     tokens: Sequence[str],
     matrix: np.ndarray,
-    tokenizer=None,
+    tokenizer: Any = None,
     token_counts: Counter | None = None,
     keys: bool = False,
 ) -> tuple[list[str], np.ndarray]:
@@ -159,7 +160,7 @@ def usable_word(key: str) -> bool:
     return bool(key_text(key).strip()) and not is_fragment(key)
 
 
-def vocabulary(encoder, lang: str | None, counts: Mapping[str, Counter]) -> list[str]:
+def vocabulary(encoder: Any, lang: str | None, counts: Mapping[str, Counter]) -> list[str]:
     """The candidate words of ``lang``: the keys of its captions' tokens (``counts[lang]``), else every key of the
     encoder's token table (``lang``'s own for a model with per-language tables); only :func:`usable_word` keys."""
     if lang is not None and lang in counts:
@@ -174,7 +175,7 @@ class WordEmbedder:
     ``"contextual"``, the encoder's embedding of the word alone (byte fragments left out). Call it with
     ``keys=True`` for words that are tokenizer keys (each gets its own input row), ``False`` for plain words."""
 
-    def __init__(self, encoder, kind: Embeddings = "input", counts: Mapping[str, Counter] | None = None) -> None:
+    def __init__(self, encoder: Any, kind: Embeddings = "input", counts: Mapping[str, Counter] | None = None) -> None:
         self.encoder, self.kind, self.counts = encoder, kind, counts or {}
         per_language = getattr(encoder, "needs_language", False)
         self.shared = encoder.token_embeddings() if kind == "input" and not per_language else None

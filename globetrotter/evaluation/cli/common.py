@@ -4,13 +4,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from backretrieval.cli.common import inputs
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int, torch_device
 
 from .. import models
 from ..records import DEFAULT_OUT, Result, record_path
+
+if TYPE_CHECKING:
+    from globetrotter.encoder import Encoder
+
+    from ..pivot_ridge import PivotRidgeEncoder
+    from ..tfidf import TfidfEncoder
 
 
 DEVICE_HELP = "torch device of the model: cpu, cuda, cuda:1, ... (default cpu)"
@@ -49,12 +55,12 @@ def add_split(p: argparse.ArgumentParser, required: bool = True, what: str = "pa
                    help="comma-separated language codes to use (default: all of the split)")
 
 
-def load(args: argparse.Namespace):
+def load(args: argparse.Namespace) -> Encoder | TfidfEncoder | PivotRidgeEncoder:
     """The encoder ``--model`` names, on ``--device``."""
     return models.load_model(args.model, device=args.device)
 
 
-def model_entry(args: argparse.Namespace, encoder=None) -> dict:
+def model_entry(args: argparse.Namespace, encoder: Any = None) -> dict:
     """The record's model entry of ``--model`` (with the checkpoint ``encoder``, its loaded form, holds)."""
     return models.model_info(args.model, args.name, encoder) if getattr(args, "model", None) else {}
 

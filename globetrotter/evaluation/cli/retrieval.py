@@ -48,7 +48,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     own = common.common_options(seed_help="seed of the --max-images sample (default 0)",
                                 device_help="torch device of the model (its text and image encoders): cpu, cuda, "
                                             "cuda:1, ... (default cpu)")

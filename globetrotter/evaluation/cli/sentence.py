@@ -62,7 +62,7 @@ def add_ranking_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csls-k", type=positive_int, metavar="K", help=f"CSLS neighbourhood size (default: {CSLS_K})")
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     own = common.common_options(seed_help="seed of the --n-groups sample, of tie breaks and of the bootstrap interval "
                                           "(default 0)")
     p = sub.add_parser("sentence", parents=[own], help="sentence translation accuracy (paper 5.2)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from backretrieval.files import json_text
 from globetrotter.argtypes import output_folder, positive_int
@@ -48,7 +48,7 @@ def index_options(args: argparse.Namespace) -> dict:
             "nprobe": args.nprobe}
 
 
-def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> None:
+def print_results(args: argparse.Namespace, texts: Sequence[str], results: Iterable[list[tuple[str, float]]]) -> None:
     """Each query and its hits, as text (each score right-aligned to the widest, a negative one's sign included, so
     that the texts stand in one column) or (``--json``) one JSON object a query."""
     results = list(results)
@@ -63,7 +63,7 @@ def print_results(args: argparse.Namespace, texts: Sequence[str], results) -> No
                 print(f"  {score:{width}.3f}  {text}")
 
 
-def add_parser(sub, parent: argparse.ArgumentParser, name: str, helptext: str, description: str,
+def add_parser(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser, name: str, helptext: str, description: str,
                k: int, queries: str = "sentences") -> argparse.ArgumentParser:
     """A translate sub-command with the options both share (``parent``: the common options it uses; ``queries``:
     what it translates, ``sentences`` or ``words``)."""
@@ -96,7 +96,7 @@ def _translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -12,9 +12,10 @@ from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
 
 from .. import models
+from ..models import ModelLike
 
 
-def require_sequence(value, name: str, what: str = "texts") -> None:
+def require_sequence(value: object, name: str, what: str = "texts") -> None:
     """A ``TypeError`` when ``value`` is one ``str`` where a sequence of ``what`` is expected (it would be read as its
     characters), as :meth:`~globetrotter.encoder.Encoder.encode_text` refuses one; for language codes the message
     shows the list a comma-separated value stands for."""
@@ -25,14 +26,14 @@ def require_sequence(value, name: str, what: str = "texts") -> None:
                         f"wrap it in a list{example}")
 
 
-def require_positive_int(value, name: str) -> None:
+def require_positive_int(value: object, name: str) -> None:
     """A one-line :class:`UserError` naming ``name`` unless ``value`` is an integer >= 1 (a count, a k), as the
     command line's ``positive_int`` refuses 0, -5 or 2.5 (numpy's error, or a silent 'all', otherwise)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise UserError(f"{name}: expected a positive integer, got {value!r}")
 
 
-def require_ks(ks) -> tuple[int, ...]:
+def require_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
     """``ks`` as a tuple of positive integers (:func:`backretrieval.metric.check_ks`), as a :class:`UserError`."""
     try:
         return check_ks(ks)
@@ -40,13 +41,13 @@ def require_ks(ks) -> tuple[int, ...]:
         raise UserError(str(err)) from None
 
 
-def require_languages(**given) -> None:
+def require_languages(**given: object) -> None:
     """:func:`require_sequence` of each language-list argument (name=value; None: not given)."""
     for name, value in given.items():
         require_sequence(value, name, "language codes")
 
 
-def require_trained(model, command: str) -> None:
+def require_trained(model: ModelLike, command: str) -> None:
     """A one-line error when ``model`` is a baseline (``tfidf``, ``ridge:SPLIT``), as a spec or a loaded object; a
     loaded trained encoder is taken as it is."""
     if isinstance(model, (str, Path)):
@@ -57,7 +58,7 @@ def require_trained(model, command: str) -> None:
         models.require_trained(models.RIDGE_PREFIX, command)
 
 
-def require_known_languages(encoder, given: Mapping[str, str | None]) -> None:
+def require_known_languages(encoder: Any, given: Mapping[str, str | None]) -> None:
     """A one-line error when a language given (option name -> code; None: not given) is not among the captions the
     model's tokenizer was trained on, as its checkpoint's provenance record names them (no record: no check)."""
     checkpoint = getattr(encoder, "checkpoint", None)

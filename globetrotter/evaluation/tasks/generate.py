@@ -11,9 +11,10 @@ import numpy as np
 
 from globetrotter.errors import UserError
 
+from ..generation import DecoderConfig
 from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
-from ..sentence import parallel_set
+from ..sentence import ParallelSet, parallel_set
 from .checks import require_known_languages, require_languages, require_trained
 from .common import resolve_model
 
@@ -36,7 +37,7 @@ def _sources(split: str | Path, test_langs: Sequence[str], target: str, sources:
     return sources
 
 
-def _refuse_overlap(train, split, train_metas: Sequence[dict], ps) -> None:
+def _refuse_overlap(train: str | Path, split: str | Path, train_metas: Sequence[dict], ps: ParallelSet) -> None:
     """A :class:`UserError` when ``train`` is a parallel split (its captions carry a ``group``) sharing a group or an
     image with the evaluated sample ``ps`` of ``split``."""
     if not any(m.get("group") is not None for m in train_metas):
@@ -60,7 +61,7 @@ def evaluate(
     n_groups: int | None = None,
     show: int = 5,
     head: Literal["text", "cross"] = "text",
-    decoder=None,
+    decoder: DecoderConfig | None = None,
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 
-def _encode_images(encoder, split: str | Path, row_of: dict[str, int], batch_size: int) -> np.ndarray:
+def _encode_images(encoder: Any, split: str | Path, row_of: dict[str, int], batch_size: int) -> np.ndarray:
     """``[len(row_of), D]``: row ``row_of[image_id]`` embeds that image of ``split`` (read once, in batches)."""
     from data_prep.shards import decode_sample_image
     from globetrotter.data.feature_cache import unique_samples

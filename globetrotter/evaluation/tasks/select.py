@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 from backretrieval.files import json_text
@@ -42,6 +42,9 @@ from ..val_set import BackRetrievalSet, image_features_of
 from .checks import require_languages, require_sequence
 from .common import resolve_model
 
+if TYPE_CHECKING:
+    from globetrotter.config import TrainConfig
+
 DEFAULT_MAXSIM = (0.0, 1.0, 2.0, 4.0, 8.0)
 """Late-interaction weights tried by default."""
 DEFAULT_IMAGE_FEATURES = "timm:efficientnet_lite0:package"
@@ -54,7 +57,7 @@ def candidates(heads: Sequence[str], maxsim: Sequence[float], csls: Sequence[boo
     return [Ranking(h, float(w), bool(c), csls_k) for h, w, c in product(heads, sorted(set(maxsim)), sorted(set(csls)))]
 
 
-def model_candidates(model, encoder, heads: Sequence[str] = HEADS, maxsim: Sequence[float] = DEFAULT_MAXSIM,
+def model_candidates(model: ModelLike, encoder: Any, heads: Sequence[str] = HEADS, maxsim: Sequence[float] = DEFAULT_MAXSIM,
                      csls: Sequence[bool] = (False, True), csls_k: int = 10) -> list[Ranking]:
     """:func:`candidates` for ``model`` (its spec) loaded as ``encoder``: a baseline (``tfidf``, ``ridge:SPLIT``) has one
     embedding and no token rows, and an encoder with a token table per language (the Sigurdsson baseline) no rows that
@@ -160,7 +163,7 @@ def queries_sha256(bkr: BackRetrievalSet) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def image_encoder_of(cfg) -> str | None:
+def image_encoder_of(cfg: TrainConfig | None) -> str | None:
     """A run's image encoder in the form of a ``g`` spec (``timm:BACKBONE:WEIGHTS``; ``imported:NAME`` for imported
     vectors), so that a comparison can tell when ``g`` is one of the compared models' own encoder; ``None`` for a
     model without a run config."""
@@ -452,7 +455,7 @@ class Choice:
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
                    model.get("checkpoint"), model.get("weights_sha256"), bool(data["config"].get("oracle")))
 
-    def check_model(self, model, info: dict) -> None:
+    def check_model(self, model: ModelLike, info: dict) -> None:
         """:meth:`check` of the model an evaluation was given (``model``, a spec or an encoder object) and resolved
         to (``info``, its record entry): a model given by its spec, or a baseline object, by the path its record
         names; a loaded run by the checkpoint it holds."""

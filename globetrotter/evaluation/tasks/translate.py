@@ -8,7 +8,7 @@ import hashlib
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -36,7 +36,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _model_path(model, encoder) -> Path | None:
+def _model_path(model: ModelLike, encoder: Any) -> Path | None:
     """What identifies the model on disk: the spec's folder, else the encoder's checkpoint (None: an unsaved model)."""
     if isinstance(model, (str, Path)):
         return Path(model)
@@ -44,7 +44,7 @@ def _model_path(model, encoder) -> Path | None:
     return Path(checkpoint) if checkpoint else None
 
 
-def _model_signature(encoder, path: Path | None) -> dict:
+def _model_signature(encoder: Any, path: Path | None) -> dict:
     ckpt = getattr(encoder, "checkpoint", None) or path
     if ckpt is None:
         return {"path": None}
@@ -61,8 +61,9 @@ def index_folder(out: str | Path, model_path: Path | None, corpus: str | Path | 
     return Path(out) / "index" / f"{kind}-{Path(corpus).name}-{tag}"
 
 
-def _open(model, encoder, corpus, kind: str, lang: str, signature: dict, texts_fn, encode_fn, *, index, out, rebuild,
-          ivf_min, nprobe, log) -> CorpusIndex:
+def _open(model: ModelLike, encoder: Any, corpus: str | Path | None, kind: str, lang: str, signature: dict,
+          texts_fn: Callable[[], Sequence[str]], encode_fn: Callable[[Sequence[str]], np.ndarray], *, index: str | Path | None,
+          out: str | Path | None, rebuild: bool, ivf_min: int, nprobe: int, log: Callable[[str], None]) -> CorpusIndex:
     """The ``lang`` index of ``encoder`` (``model`` as given) over ``texts_fn()``, opened or built: saved in ``index``,
     else under ``out`` (:func:`index_folder`), else kept in memory. A model with no folder or checkpoint has no
     lasting identity: its index is always rebuilt."""
@@ -178,7 +179,7 @@ def translate_sentences(
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
 
 
-def _note_odd_words(encoder, queries: Sequence[str], log: Callable[[str], None]) -> None:
+def _note_odd_words(encoder: Any, queries: Sequence[str], log: Callable[[str], None]) -> None:
     """One line naming the queries of several words, and one naming those that are no token of the model's
     vocabulary (neither ``word`` nor `` word`` is one token): each is embedded as the mean of its tokens' rows."""
     several = [q for q in queries if len(q.split()) > 1]
@@ -212,7 +213,7 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     return pool
 
 
-def rerank_hits(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
+def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
                 hits: Hits, batch_size: int) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
     :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time."""
@@ -233,7 +234,7 @@ def rerank_hits(encoder, ranking: Ranking, pool: ReferencePool, queries: Sequenc
     return out
 
 
-def caption_counts(corpus: str | Path, encoder, required: dict[str, str | None]) -> dict[str, Counter]:
+def caption_counts(corpus: str | Path, encoder: Any, required: dict[str, str | None]) -> dict[str, Counter]:
     """Each language's token counts over the captions of the split ``corpus`` (keys of ``encoder``'s tokenizer);
     ``required`` maps an option name to a language that must have captions (None: not asked)."""
     from data_prep.shards import read_captions
@@ -248,7 +249,7 @@ def caption_counts(corpus: str | Path, encoder, required: dict[str, str | None])
     return {lang: Counter(t for s in tokenize(caps) for t in s) for lang, caps in by_lang.items()}
 
 
-def training_corpus(encoder, langs: Sequence[str | None]) -> dict[str, Path]:
+def training_corpus(encoder: Any, langs: Sequence[str | None]) -> dict[str, Path]:
     """Each of ``langs`` (None: not asked) mapped to the split on this machine whose captions the model's tokenizer
     read in it, as its provenance record names them: an adapted one's new language from its adaptation split
     (``adapt.split``), the others from its base's train split (the record it ``extends``). A language with no such
@@ -274,7 +275,7 @@ def training_corpus(encoder, langs: Sequence[str | None]) -> dict[str, Path]:
     return {lang: found[lang] for lang in wanted if lang in found}
 
 
-def _training_counts(corpora: dict[str, Path], encoder) -> dict[str, Counter]:
+def _training_counts(corpora: dict[str, Path], encoder: Any) -> dict[str, Counter]:
     """:func:`caption_counts` of each language from its own split of ``corpora`` (:func:`training_corpus`)."""
     counts: dict[str, Counter] = {}
     for path in dict.fromkeys(corpora.values()):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from backretrieval.errors import BackRetrievalWarning
@@ -18,6 +19,7 @@ from globetrotter.errors import UserError
 
 from ..models import ModelLike
 from ..records import Result, dataset_info, matrix_dict
+from ..sentence import ParallelSet
 from ..word import PROCRUSTES_ITER, PROCRUSTES_K, Method, WordSpace, word_translation
 from ..word_dictionary import (IDF, MIN_COUNT, TOP_K, Idf, both_directions, build_dictionaries, read_dictionaries,
                                why_empty, write_dictionary)
@@ -28,7 +30,8 @@ from .common import read_parallel, resolve_model
 Procrustes = Literal["none", "pairwise", "multi"]
 
 
-def _tokenized(split, languages, tokenizer: CaptionTokenizer, n_groups: int | None, seed: int):
+def _tokenized(split: str | Path, languages: Sequence[str] | None, tokenizer: CaptionTokenizer, n_groups: int | None,
+               seed: int) -> tuple[ParallelSet, dict[str, list[list[str]]]]:
     """A parallel sample of ``split`` and its captions as dictionary keys, per language (row s = group s)."""
     ps = read_parallel(split, languages, n_groups, seed)
     return ps, {lang: tokenizer([c for c, l in zip(ps.captions, ps.langs) if l == lang]) for lang in ps.languages}
@@ -162,7 +165,7 @@ class Dictionaries(NamedTuple):
     summary: dict
 
 
-def _tokenizer_hash(tok) -> str | None:
+def _tokenizer_hash(tok: Tokenizer | None) -> str | None:
     """sha256 of a ``tokenizers.Tokenizer``'s JSON (None: no tokenizer, or one that cannot be serialised)."""
     import hashlib
 
@@ -195,7 +198,7 @@ def _check_out_folder(folder: Path) -> list[Path]:
     return found
 
 
-def _given(x) -> bool:
+def _given(x: object) -> bool:
     return x is not None and not (isinstance(x, str) and not x)
 
 
@@ -203,7 +206,7 @@ def build_dictionary(
     split: str | Path,
     out: str | Path | None = None,
     *,
-    tokenizer=None,
+    tokenizer: Tokenizer | None = None,
     model: ModelLike | None = None,
     words: bool = False,
     languages: Sequence[str] | None = None,
