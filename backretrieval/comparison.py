@@ -52,7 +52,7 @@ class CompareResult:
             "hubness": self.hubness})
 
 
-def hits_from_files(hits_a, hits_b, ks: Sequence[int] | None = None) -> tuple[PairedHits, tuple[int, ...]]:
+def hits_from_files(hits_a: ArrayInput, hits_b: ArrayInput, ks: Sequence[int] | None = None) -> tuple[PairedHits, tuple[int, ...]]:
     """Paired ``bkr@K`` hits from two ``score --hits-out`` files (or arrays): one column per K, same queries; and
     the K.
 
@@ -117,9 +117,10 @@ def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def _hits_from_embeddings(texts: dict, xlr: dict, src_img, tgt_img, ks: Sequence[int], options: dict,
-                          image_index, image_index_method, seed: int,
-                          src_image_ids=None) -> tuple[PairedHits, dict, ImageLists | None]:
+def _hits_from_embeddings(texts: dict, xlr: dict, src_img: ArrayInput | None, tgt_img: ArrayInput | None,
+                          ks: Sequence[int], options: dict, image_index: PathLike | None,
+                          image_index_method: str | None, seed: int,
+                          src_image_ids: IdsInput | None = None) -> tuple[PairedHits, dict, ImageLists | None]:
     missing = [option(name) for name, value in texts.items() if value is None]
     if missing:
         raise BackRetrievalError(f"compare needs {', '.join(missing)} (or {option('hits', 'A.npy B.npy')})")

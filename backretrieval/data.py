@@ -123,7 +123,7 @@ def stored_image_format(data: str | os.PathLike | SplitData) -> str | None:
     return fmt if isinstance(fmt, str) else None
 
 
-def check_image_model(data: str | os.PathLike | SplitData, extractor) -> None:
+def check_image_model(data: str | os.PathLike | SplitData, extractor: ImageModel | None) -> None:
     """Before any work: check a CNN g's weights (nothing loaded) when the split stores pixels, where it will be
     needed (a split of stored features is its own g)."""
     check = getattr(extractor, "check", None)

@@ -11,11 +11,14 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .errors import BackRetrievalError, BackRetrievalWarning, option
+
+if TYPE_CHECKING:  # typing_extensions: mypy's own copy, no dependency at run time
+    from typing_extensions import TypeIs
 
 PathLike = str | os.PathLike
 ArrayInput = np.ndarray | PathLike
@@ -89,7 +92,7 @@ def check_numbers(label: str, array: np.ndarray, what: str, bools: bool = True) 
         raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers{mask}")
 
 
-def as_array(label: str, x) -> np.ndarray:
+def as_array(label: str, x: object) -> np.ndarray:
     """``np.asarray(x)``; a one-line error naming ``label`` for nested lists of unequal lengths (ragged rows)."""
     try:
         return np.asarray(x)
@@ -98,7 +101,7 @@ def as_array(label: str, x) -> np.ndarray:
                                  f"{str(err).splitlines()[0][:120]}") from None
 
 
-def require_sequence(value, name: str, what: str) -> None:
+def require_sequence(value: object, name: str, what: str) -> None:
     """One-line error when ``value`` is one ``str`` (or ``bytes``) where a sequence of ``what`` is expected: it would be
     read as its characters (the wording of globetrotter's ``Encoder.encode_text``)."""
     if isinstance(value, (str, bytes)):
@@ -106,11 +109,11 @@ def require_sequence(value, name: str, what: str) -> None:
                                  f"({value[:40]!r}); wrap it in a list")
 
 
-def is_path(x: object) -> bool:
+def is_path(x: object) -> TypeIs[str | os.PathLike]:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_input(x, what: str, vectors: bool = False, bools: bool = True) -> tuple[str, np.ndarray]:
+def load_input(x: ArrayInput, what: str, vectors: bool = False, bools: bool = True) -> tuple[str, np.ndarray]:
     """``(label, array)`` of an input given as a ``.npy`` path (label: the path) or an array (label: ``what``);
     ``vectors``: a file's all-zero rows are refused too (:func:`check_rows`); ``bools`` False: a boolean file too."""
     if is_path(x):
@@ -118,7 +121,7 @@ def load_input(x, what: str, vectors: bool = False, bools: bool = True) -> tuple
     return what, as_array(what, x)
 
 
-def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
+def load_matrix(x: ArrayInput, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
     """:func:`load_input` of a ``(rows, dim)`` array of real numbers: one-line errors name the file (or ``what``).
     ``vectors`` (embeddings, image features: rows compared by cosine): a file's all-zero rows are refused; False for
     a similarity matrix. A boolean array is refused either way (a mask or hits file is no matrix of scores)."""
@@ -133,7 +136,7 @@ def load_matrix(x, what: str, vectors: bool = True) -> tuple[str, np.ndarray]:
     return label, array
 
 
-def read_lines(x, what: str) -> tuple[str, list[str]]:
+def read_lines(x: IdsInput, what: str) -> tuple[str, list[str]]:
     """``(label, lines)`` of a text file given by path, or of a sequence given as is (label: ``what``).
 
     A file is read as UTF-8 (a leading byte-order mark is dropped); one-line errors name the file for a folder, a
@@ -370,7 +373,7 @@ def json_ready(obj):
     return obj
 
 
-def json_text(obj, default: Callable[[object], object] | None = None, **options) -> str:
+def json_text(obj: object, default: Callable[[object], object] | None = None, **options: Any) -> str:
     """The text of ``obj`` as strict JSON, as every record, summary, settings or state file is written: through
     :func:`json_ready` (NaN and ±inf as null, never Python's bare ``NaN``/``Infinity`` that other JSON readers
     refuse). ``default`` (as :func:`json.dumps` takes it) converts what json_ready leaves alone, its result made

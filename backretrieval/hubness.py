@@ -103,8 +103,8 @@ def _unit_rows(x):
 
 
 def neighbourhood_radii(
-    queries,
-    pool,
+    queries: np.ndarray | sp.spmatrix,
+    pool: np.ndarray | sp.spmatrix,
     k: int = DEFAULT_CSLS_K,
     *,
     pool_groups: np.ndarray | None = None,
@@ -149,7 +149,7 @@ def neighbourhood_radii(
     return out[:, 0] if pool_groups is None else out
 
 
-def _radii_block(queries, pool_t, rows: np.ndarray, columns: list[np.ndarray], k: int,
+def _radii_block(queries: np.ndarray | sp.spmatrix, pool_t: np.ndarray | sp.spmatrix, rows: np.ndarray, columns: list[np.ndarray], k: int,
                  extra: Callable[[np.ndarray], np.ndarray] | None, exclude: np.ndarray | None, out: np.ndarray) -> None:
     """:func:`neighbourhood_radii` of the query ``rows`` into ``out[rows]``."""
     sims = queries[rows] @ pool_t

@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import faiss
 import numpy as np
@@ -270,7 +270,8 @@ def image_neighbours_file(
     return replace(lists, origin=str(path)), True
 
 
-def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int, seed: int):
+def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int,
+                   seed: int) -> Callable[[np.ndarray, int], np.ndarray]:
     """``search(target rows, k) -> (R, k)`` source ids, best first by the method's index over the source rows."""
     if method == "pq":  # the text side's candidate index (approximate mode), over the images
         return ANNIndex(src, ApproxConfig(index="pq", pca_dim=pca_dim, seed=seed)).search

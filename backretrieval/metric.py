@@ -45,11 +45,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import as_array, check_numbers, check_rows, enough_for_k, target_indices
+from .files import ArrayInput, as_array, check_numbers, check_rows, enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import (
     ImageNeighbours,
@@ -77,7 +78,7 @@ from .uncertainty import corr_interval
 DEFAULT_KS = (1, 5, 10)
 
 
-def check_matrix(name: str, x, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+def check_matrix(name: str, x: object, rows: int | None = None, dim: int | None = None, dim_of: str = "",
             vectors: bool = True) -> np.ndarray:
     """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
     compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
@@ -162,7 +163,7 @@ def approx_config(approximate: bool | ApproxConfig, ks: tuple[int, ...]) -> Appr
     return config
 
 
-def check_source_index_used(source_index: SourceImageIndex | None, approx: ApproxConfig | None, image_sim,
+def check_source_index_used(source_index: SourceImageIndex | None, approx: ApproxConfig | None, image_sim: np.ndarray | None,
                             image_neighbours: ImageNeighbours | None) -> None:
     """One-line error when ``source_index`` is given but step 4 would not search it (it was ignored in silence, the
     caller believing it used): only ``approximate`` with ``image_side="pq"`` on image features searches one."""
@@ -177,14 +178,15 @@ def check_source_index_used(source_index: SourceImageIndex | None, approx: Appro
                                  f"{option('src_img')}/{option('tgt_img')} searches it: drop source_index or use that")
 
 
-def check_one_image_side(src_img, tgt_img, image_sim) -> None:
+def check_one_image_side(src_img: ArrayInput | None, tgt_img: ArrayInput | None,
+                          image_sim: ArrayInput | None) -> None:
     """One-line error when both ``image_sim`` and ``src_img``/``tgt_img`` are given: one of them would be ignored."""
     if image_sim is not None and (src_img is not None or tgt_img is not None):
         raise BackRetrievalError(f"give either {option('image_sim')} or {option('src_img')}/{option('tgt_img')}, "
                                  "not both")
 
 
-def _query_rows(queries, n_src: int) -> np.ndarray:
+def _query_rows(queries: ArrayLike, n_src: int) -> np.ndarray:
     """``bkr_recall``'s ``queries`` as source row indices: integer rows in ``[0, n_src)``, or a boolean mask of one
     entry per source row (its True rows); one-line errors otherwise (a mask is not read as rows 0 and 1)."""
     rows = as_array("queries", queries)
@@ -224,14 +226,15 @@ class _TextSide:
     retrieved: np.ndarray | None = None
 
 
-def _n_images(img, image_sim, axis: int) -> int | None:
+def _n_images(img: np.ndarray | None, image_sim: np.ndarray | None, axis: int) -> int | None:
     """How many images the image side holds: ``img``'s rows, else ``image_sim``'s size along ``axis`` (1: sources,
     0: targets), else None."""
     return len(img) if img is not None else np.shape(image_sim)[axis] if image_sim is not None else None
 
 
-def _text_side(src_text, tgt_text, text_sim, retrieved, queries, src_img, tgt_img, image_sim,
-               approx: ApproxConfig | None) -> _TextSide:
+def _text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, text_sim: np.ndarray | None,
+               retrieved: np.ndarray | None, queries: np.ndarray | None, src_img: np.ndarray | None,
+               tgt_img: np.ndarray | None, image_sim: np.ndarray | None, approx: ApproxConfig | None) -> _TextSide:
     """:func:`bkr_recall`'s text inputs (embeddings, ``text_sim`` or ``retrieved``) and ``queries``, checked; the set
     sizes come from the text, or from the images where the text side does not hold them (given targets, or a given
     similarity of sampled queries)."""
@@ -303,7 +306,8 @@ class _ImageSide:
     source_index: SourceImageIndex | None = None
 
 
-def _image_side(src_img, tgt_img, image_sim, image_neighbours: ImageNeighbours | None, src_image_ids,
+def _image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
+                image_neighbours: ImageNeighbours | None, src_image_ids: Sequence | None,
                 text: _TextSide, max_k: int, approx: ApproxConfig | None,
                 source_index: SourceImageIndex | None) -> _ImageSide:
     """:func:`bkr_recall`'s image inputs (``image_sim`` or features, ``src_image_ids``, ``image_neighbours``) checked

@@ -85,7 +85,9 @@ def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
 
 
 def _checked_inputs(
-    text_emb, langs, image_feats, image_ids, groups, text_scores, with_corr: bool, max_queries: int | None
+    text_emb: np.ndarray | None, langs: Sequence[str] | np.ndarray, image_feats: np.ndarray,
+    image_ids: Sequence | np.ndarray, groups: Sequence | np.ndarray | None,
+    text_scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None, with_corr: bool, max_queries: int | None
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, list[str]]:
     """:func:`evaluate_pairs`' rows checked (one-line errors, every row named as given: not as a pair's
     ``src_text``, row of its subset, nor passed when left out of the sample) and read:

@@ -5,9 +5,15 @@ All functions write a PNG with matplotlib's Agg backend and return the path.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 
 def pyplot():
@@ -20,7 +26,7 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     """Lay ``fig`` out, write it to ``path`` (PNG; parent folders made), close it and return the path."""
     fig.tight_layout()
     path = Path(path)
@@ -30,7 +36,8 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
     return path
 
 
-def chance_line(ax, value: float | None, label: str | None = "chance", fmt: str = "{:.3g}", spans=None, **style):
+def chance_line(ax: Axes, value: float | None, label: str | None = "chance", fmt: str = "{:.3g}",
+                spans: Iterable[tuple[float, float]] | None = None, **style: Any) -> Line2D | LineCollection | None:
     """A dashed grey horizontal line at ``value`` (the score a random ranking gets), labelled in the legend as
     ``label`` and its value (``fmt``; no legend entry when ``label`` is None); across the axes, or only over the
     ``spans`` ((x0, x1) pairs in data units, e.g. the bars of one series). Nothing when ``value`` is None or not
@@ -43,7 +50,7 @@ def chance_line(ax, value: float | None, label: str | None = "chance", fmt: str 
         return ax.axhline(value, label=text, **style)
     x0, x1 = zip(*spans)
     style["colors"], style["linestyles"] = style.pop("color"), style.pop("linestyle")
-    return ax.hlines([value] * len(x0), x0, x1, label=text, **style)
+    return ax.hlines([value] * len(x0), x0, x1, label=text, **style)  # type: ignore[arg-type]  # None: no legend entry
 
 
 def point_labels(xs: Sequence[float], ys: Sequence[float], names: Sequence[str]) -> list[tuple[float, float, str]]:

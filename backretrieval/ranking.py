@@ -38,10 +38,13 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import faiss
 import numpy as np
+
+if TYPE_CHECKING:  # tqdm is imported when a bar is made
+    from tqdm.auto import tqdm
 
 TIES = ("pessimistic", "optimistic", "expected")
 DEFAULT_BLOCK_BYTES = 64 << 20  # float32 scores held at once by count_ranks (64 MiB)
@@ -56,7 +59,7 @@ _SEARCH_ROWS = 8192  # nearest_neighbor: queries per faiss search (a progress st
 _BAR_MIN_PAIRS = 1 << 28  # progress bars only for work of more (row, column) scores than this: seconds of it
 
 
-def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row"):
+def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row") -> tqdm:
     """A tqdm bar of ``total`` steps (on stderr, gone when done), shown with ``show`` for work of at least
     :data:`_BAR_MIN_PAIRS` scored (row, column) ``pairs`` only: small calls stay quiet."""
     from tqdm.auto import tqdm

@@ -86,7 +86,7 @@ class ScoreResult:
             "intervals": intervals, "hubness": self.hubness})
 
 
-def image_side(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str, int]) -> ImageSide:
+def image_side(src_img: ArrayInput | None, tgt_img: ArrayInput | None, image_sim: ArrayInput | None, src: tuple[str, int], tgt: tuple[str, int]) -> ImageSide:
     """Load ``src_img``/``tgt_img`` or ``image_sim`` (arrays or paths), checked against the text rows.
 
     ``src`` and ``tgt`` are (label, rows) of the source and target texts.
@@ -124,7 +124,7 @@ def warn_shared_pictures(images: ImageSide) -> None:
 
 
 def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequence[int], *, approximate: bool,
-                     method: str | None = None, src_image_ids=None, seed: int = 0,
+                     method: str | None = None, src_image_ids: Sequence[str] | None = None, seed: int = 0,
                      progress: bool = False) -> ImageLists | None:
     """The ``image_index`` file's lists (built and written there when missing, with a progress bar when big and
     ``progress``; default method ``pq`` when ``approximate``, else ``flat``), or None without a file."""
@@ -139,7 +139,7 @@ def open_image_lists(image_index: PathLike | None, images: ImageSide, ks: Sequen
     return ImageLists(lists, built)
 
 
-def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[str] | None:
+def source_image_ids(src_image_ids: IdsInput | None, n_src: int, rows: str = "src_text") -> list[str] | None:
     """The image id of each source row (a sequence, or a text file of one id per line), checked to be one per
     ``rows`` row; None without ids."""
     if src_image_ids is None:
@@ -156,7 +156,8 @@ def source_image_ids(src_image_ids, n_src: int, rows: str = "src_text") -> list[
     return ids
 
 
-def prepare_images(src_img, tgt_img, image_sim, src: tuple[str, int], tgt: tuple[str, int], src_image_ids, ks,
+def prepare_images(src_img: ArrayInput | None, tgt_img: ArrayInput | None, image_sim: ArrayInput | None,
+                   src: tuple[str, int], tgt: tuple[str, int], src_image_ids: IdsInput | None, ks: Sequence[int],
                    *, image_index: PathLike | None, approximate: bool, method: str | None, seed: int, progress: bool,
                    rows: str = "src_text") -> tuple[ImageSide, list[str] | None, ImageLists | None]:
     """The image side of BkR, as :func:`score` and :func:`backretrieval.compare` use it: the features or similarity

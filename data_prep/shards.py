@@ -24,6 +24,7 @@ import tarfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -238,7 +239,8 @@ class ShardWriter:
     def __enter__(self) -> "ShardWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
 

@@ -19,7 +19,7 @@ def finite(obj: Any) -> Any:
     return obj
 
 
-def json_text(obj: Any, default: Callable[[Any], Any] | None = None, **options) -> str:
+def json_text(obj: Any, default: Callable[[Any], Any] | None = None, **options: Any) -> str:
     """The text of ``obj`` as strict JSON (:func:`finite`); ``default`` (as :func:`json.dumps` takes it) converts
     what JSON cannot hold, its result made finite too; ``options`` are :func:`json.dumps`'s (``indent``, ...)."""
     ready = None if default is None else (lambda o: finite(default(o)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 from backretrieval.cli.common import comma_separated, language_codes, one_of  # noqa: F401  (lists: one parser)
 from backretrieval.devices import torch_device  # noqa: F401  (--device: one definition for every tool)
@@ -21,7 +22,7 @@ def _integer_at_least(text: str, minimum: int, expected: str) -> int:
     return value
 
 
-def int_at_least(minimum: int, what: str = ""):
+def int_at_least(minimum: int, what: str = "") -> Callable[[str], int]:
     """argparse type: an integer >= ``minimum`` (``what`` says why, in the error)."""
     expected = f"an integer >= {minimum}" + (f" ({what})" if what else "")
     return lambda text: _integer_at_least(text, minimum, expected)
@@ -49,7 +50,7 @@ def output_file(text: str) -> str:
     return _writable(writable_file, text, "the output file")
 
 
-def _writable(check, text: str, what: str) -> str:
+def _writable(check: Callable[[str, str], object], text: str, what: str) -> str:
     try:
         check(text, what)
     except BackRetrievalError as err:

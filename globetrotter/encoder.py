@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from PIL import Image
 from safetensors import SafetensorError
 from safetensors.torch import load_model
+from tokenizers import Tokenizer
 
 from backretrieval.errors import BackRetrievalWarning
 from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
@@ -64,7 +65,7 @@ def _warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None
                       stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
 
 
-def _encode_batch(tokenizer, texts: list[str], max_length: int,
+def _encode_batch(tokenizer: Tokenizer, texts: list[str], max_length: int,
                   cut: list[str]) -> tuple[list[list[int]], list[list[int]]]:
     """:func:`~.tokenizer.encode_batch` of ``texts``; those longer than ``max_length`` tokens appended to ``cut``."""
     at: list[int] = []
@@ -90,14 +91,14 @@ def texts_cut_once() -> Iterator[None]:
                               stacklevel=3)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> GlobetrotterModel:
+def build_model(cfg: TrainConfig, vocab_size: int, tokenizer: Tokenizer | None = None) -> GlobetrotterModel:
     """The model a config describes (heads follow the active losses); ``tokenizer`` is needed by
     ``model.token_ngrams`` (the n-grams of its tokens) and ignored otherwise."""
     if not cfg.model.token_ngrams:
         return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length)
     if tokenizer is None:
         raise ValueError("model.token_ngrams builds the n-grams of the tokenizer's tokens: pass tokenizer=")
-    vocabulary = [tokenizer.id_to_token(i) for i in range(vocab_size)]
+    vocabulary = cast(list[str], [tokenizer.id_to_token(i) for i in range(vocab_size)])  # every id < vocab_size has one
     return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length, vocabulary,
                              list(special_ids(tokenizer).values()))
 
@@ -118,7 +119,7 @@ class Encoder:
     ``backretrieval.evaluate_split(split, {"gt": globetrotter.load(run)})`` scores it as ``"globetrotter:RUN"`` does.
     """
 
-    def __init__(self, model: GlobetrotterModel, tokenizer, config: TrainConfig, device: str = "cpu",
+    def __init__(self, model: GlobetrotterModel, tokenizer: Tokenizer, config: TrainConfig, device: str = "cpu",
                  checkpoint: Path | None = None) -> None:
         self.model = model.eval().to(device)
         self.tokenizer = tokenizer

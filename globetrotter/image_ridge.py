@@ -11,9 +11,12 @@ never sit on both sides of a fold). Only captions and their own images enter: no
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # scipy is imported by scikit-learn when a ridge is fitted
+    from scipy import sparse
 
 from .errors import UserError
 
@@ -45,7 +48,7 @@ def unit_centred(vectors: np.ndarray) -> np.ndarray:
     return out / np.linalg.norm(out, axis=1, keepdims=True).clip(1e-12)
 
 
-def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5,
+def choose_alpha(inputs: np.ndarray | sparse.spmatrix, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5,
                  setting: str = "alpha", folds_setting: str | None = None, jobs: int = 1) -> tuple[float, dict[float, float]]:
     """The ridge strength among ``alphas`` with the lowest mean held-out squared error over ``folds`` folds that keep
     each group (image id) in one fold (scikit-learn ``GroupKFold``); ties go to the earlier candidate. Returns it and
@@ -69,7 +72,7 @@ def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequenc
     return min(errors, key=errors.__getitem__), errors
 
 
-def fit_image_ridge(inputs, target: np.ndarray, alpha: float | Sequence[float], groups: np.ndarray | None = None,
+def fit_image_ridge(inputs: np.ndarray | sparse.spmatrix, target: np.ndarray, alpha: float | Sequence[float], groups: np.ndarray | None = None,
                     folds: int = 5, setting: str = "alpha", folds_setting: str | None = None,
                     jobs: int = 1) -> ImageRidge:
     """The ridge map from ``inputs`` (``[N, F]``, dense or sparse) to ``target`` (``[N, D]``, e.g.

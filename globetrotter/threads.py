@@ -29,7 +29,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 ENV = "OMP_NUM_THREADS"
 
@@ -133,7 +133,7 @@ def choose_threads(workers: int = 0, processes: int = 1, requested: int | None =
 
 def configure_threads(workers: int = 0, processes: int = 1, requested: int | None = None,
                       log: Callable[[str], None] | None = None, hint: str = f"{ENV}=N chooses",
-                      **machine) -> ThreadChoice:
+                      **machine: Any) -> ThreadChoice:
     """Choose (:func:`choose_threads`) and apply the intra-op threads with ``torch.set_num_threads``; ``log``
     gets one line saying how many, why, and ``hint`` (how to choose). ``machine``: ``cores``/``load``/``env``
     (tests)."""

@@ -13,7 +13,7 @@ from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
 from ..files import dump_json, remove_earlier_outputs, writable_dir, writable_file, write_json
-from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, image_feature_extractor
+from ..images import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL, ImageModel, image_feature_extractor
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
 from ..scoring import DEFAULT_CORR_PAIRS, ImageLists
@@ -74,7 +74,7 @@ def command_line_specs(specs: list[str], flag: str) -> list[str]:
     return list(specs)
 
 
-def add_command(sub, name: str, help: str, *paragraphs: str) -> argparse.ArgumentParser:
+def add_command(sub: argparse._SubParsersAction, name: str, help: str, *paragraphs: str) -> argparse.ArgumentParser:
     """A sub-command whose ``--help`` explains the metric, then what the command does (``paragraphs``)."""
     description = METRIC_HELP + "".join("\n" + textwrap.fill(p, 88) + "\n" for p in paragraphs)
     return sub.add_parser(name, help=help, description=description, formatter_class=formatter)
@@ -84,7 +84,7 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
-def integer_at_least(minimum: int):
+def integer_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer >= ``minimum`` (argparse names the option in its one-line error)."""
     def parse(text: str) -> int:
         try:
@@ -297,7 +297,7 @@ def record_rank_cap(args: argparse.Namespace) -> None:
         args.max_rank = max(args.ks)
 
 
-def extractor(args: argparse.Namespace):
+def extractor(args: argparse.Namespace) -> ImageModel:
     """The g of --image-model/--image-weights (a bad spec fails here, before any data is read)."""
     return image_feature_extractor(args.image_model, args.image_weights, online=args.online,
                                    batch_size=args.batch_size, device=args.device, cache_dir=args.cache_dir,

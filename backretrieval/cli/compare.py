@@ -11,7 +11,7 @@ from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedd
                      emit_json, inputs, integer_at_least, metric_options, one_of, record_rank_cap, report_image_lists)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "compare", "does model A beat model B on the same data? (McNemar, paired bootstrap)",
                     "Compares two text models on the same queries: BkR@K (and XLR@K with parallel embeddings) of A "
                     "and B, their difference with a paired-bootstrap interval, McNemar's exact test on the queries "

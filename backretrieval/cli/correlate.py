@@ -15,7 +15,7 @@ from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_
                      resolve_dependent_options, writable_outputs)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "correlate", "the paper's protocol: BkR vs XLR over models (Table 1, Fig. 2)",
                     "Protocol (paper 3.1): per seed, sample N source items and a disjoint (non-matching) set of N "
                     "target items of a parallel split; compute BkR and CORR on them and XLR on the source items' own "

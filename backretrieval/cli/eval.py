@@ -13,7 +13,7 @@ from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, ad
                      language_codes, metric_options, replace_plots, writable_outputs)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "eval", "BkR for every language pair of a shard split, one or more models",
                     "Evaluates each model spec on every ordered language pair of a split folder written by "
                     "globetrotter-data (texts, langs, image_ids; XLR too where 'group' ties translations). "

@@ -10,7 +10,7 @@ from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedd
                      integer_at_least, metric_options, record_rank_cap, report_image_lists)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "score", "BkR/XLR/CORR from embedding files (.npy)",
                     "Scores precomputed embeddings: row i of --src-text describes row i of --src-img (likewise for "
                     "the target side).", APPROXIMATE_HELP, IMAGE_INDEX_HELP)

@@ -22,7 +22,7 @@ from .images import RESIZE_MODES, ImageSpec
 from .languages import normalize_language, parse_language_list
 from .multi30k import TASKS, read_multi30k
 from .pipeline import ConvertOptions, convert
-from .splits import SPLIT_NAMES, parse_split_file, split_name
+from .splits import SPLIT_NAMES, SplitFile, parse_split_file, split_name
 from .xtd10 import read_xtd10
 
 FLICKR8K_5LANG_COMMAND = (
@@ -135,7 +135,7 @@ def _fraction(value: str) -> float:
     return f
 
 
-def _split_file(value: str):
+def _split_file(value: str) -> SplitFile:
     try:
         return parse_split_file(value)
     except ValueError as err:
@@ -159,7 +159,7 @@ def _default_workers() -> int:
 CAPTION_SOURCES = ("multi30k", "flickr8k", "globetrotter", "xtd10", "captions")
 
 
-def add_source_arguments(group, sources: Sequence[str] = CAPTION_SOURCES) -> None:
+def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] = CAPTION_SOURCES) -> None:
     """The caption-source options (each repeatable) of ``sources`` (``multi30k`` brings ``--multi30k-tasks``)."""
     if "multi30k" in sources:
         group.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",

@@ -10,6 +10,7 @@ image, splits, decoding, writing) is done once, for all sources, by
 from __future__ import annotations
 
 import gzip
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence, Union
@@ -62,7 +63,7 @@ class Line:
     error: str = ""
 
 
-def open_binary(path: str | Path):
+def open_binary(path: str | Path) -> io.BufferedIOBase:
     """Open a file for binary reading, gunzipping ``*.gz`` transparently."""
     path = Path(path)
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")

@@ -30,7 +30,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -485,7 +485,7 @@ def _nothing_usable(report: ConversionReport, resolver: ImageResolver, source_ar
     return line + "; nothing written"
 
 
-def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver):
+def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver) -> Callable[[str], str | None]:
     """``find(name)`` for split files: the image id a line names, :data:`NOT_CAPTIONED`, or ``None``.
 
     A line is tried as an image id, then as the captions' image names are (a path, a file name, its stem or

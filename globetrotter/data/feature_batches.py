@@ -93,7 +93,7 @@ def _encode(tokenizer: Tokenizer, captions: list[str], max_length: int,
     return ids, mask
 
 
-def pair_groups(groups: Sequence, langs: Sequence[str], split_dir) -> tuple[list[list[int]], list[list[int]]]:
+def pair_groups(groups: Sequence, langs: Sequence[str], split_dir: str | Path) -> tuple[list[list[int]], list[list[int]]]:
     """For ``data.batching: pairs``: the groups captioned in at least two languages (each a list of its (group,
     language) slots) and each slot's captions (row indices); a one-line error when there is none (a split
     without translation groups, or one language of them kept), on either path (pixels or cached features)."""
@@ -165,7 +165,7 @@ class FeatureBatches:
             raise UserError(f"data.batching must be random, neighbours or pairs, got {batching!r}")
 
     @staticmethod
-    def _groups(groups: list, langs: list[str], split_dir) -> tuple[tuple, tuple]:
+    def _groups(groups: list, langs: list[str], split_dir: str | Path) -> tuple[tuple, tuple]:
         """The groups captioned in at least two languages, as two CSRs: group -> its (group, language) slots, and
         slot -> its captions (several where a group has more than one caption in a language)."""
         members, slots = pair_groups(groups, langs, split_dir)

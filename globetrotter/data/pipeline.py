@@ -33,6 +33,7 @@ from .views import CpuViews, DeviceInputs
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
+    from .feature_batches import FeatureBatches
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _check_pairs(split_dir: str, local_batch: int, languages: Sequence[str] | No
 
 def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_batch: int, seed: int, rank: int = 0,
                              position: StreamPosition | None = None, start_step: int = 0, world: int = 1,
-                             log: Callable = print):
+                             log: Callable = print) -> FeatureBatches | wds.WebLoader:
     """The training batch stream of a run: from the feature cache when ``data.features`` is set
     (:class:`FeatureBatches`, index-based: batch ``s`` is a function of the seed and ``s``, so resuming at
     ``start_step`` is exact by construction), else :func:`make_train_loader` over pixels with the split,

@@ -26,7 +26,7 @@ sizes are exchanged first and the rows are concatenated in rank order. Without
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -94,14 +94,14 @@ class _GatherWithGrad(torch.autograd.Function):
     """Differentiable all-gather: backward all-reduces (sums) the gradient and keeps the local rows."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, sizes: list[int]) -> Tensor:
+    def forward(ctx: Any, x: Tensor, sizes: list[int]) -> Tensor:
         r = rank()
         ctx.start = sum(sizes[:r])
         ctx.stop = ctx.start + sizes[r]
         return torch.cat(_gather_rows(x.detach(), sizes))
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad[ctx.start : ctx.stop], None

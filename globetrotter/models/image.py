@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
+from typing import Any
 
 import timm
 import torch
@@ -30,7 +31,7 @@ class ImportedFeatures(nn.Module):
         return x
 
 
-def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs) -> nn.Module:
+def create_image_backbone(name: str = "resnet18", weights: str | None = None, **kwargs: Any) -> nn.Module:
     """A timm model without classifier (``num_classes=0``): images (B, 3, H, W) -> (B, num_features).
 
     ``weights`` is a local ``.safetensors``/``.pth`` file, ``"package"`` for the ImageNet weights of the offline

@@ -18,7 +18,7 @@ loaded model uses exactly the matrix it was trained with.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ import torch.nn.functional as F
 from scipy import sparse
 from scipy.sparse.linalg import norm as sparse_norm
 from torch import nn
+
+if TYPE_CHECKING:  # scikit-learn is imported when a vectorizer is made
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 WORD_START = "\u0120"  # byte-level BPE's mark of a leading space ("Ġ")
 
@@ -36,7 +39,7 @@ def token_strings(vocabulary: Sequence[str], specials: Sequence[int] = ()) -> li
     return ["" if i in skip else ("<" + t[1:] if t.startswith(WORD_START) else t) for i, t in enumerate(vocabulary)]
 
 
-def _vectorizer(ngram_range: Sequence[int]):
+def _vectorizer(ngram_range: Sequence[int]) -> TfidfVectorizer:
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     low, high = (int(n) for n in ngram_range)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -68,10 +68,10 @@ class Grammar:
 
     # -- helpers for subclasses -------------------------------------------------------
     @staticmethod
-    def pick(rng: np.random.Generator, options: Sequence):
+    def pick(rng: np.random.Generator, options: Sequence) -> Any:
         return options[int(rng.integers(len(options)))]
 
-    def synonym(self, section: str, concept: str, rng: np.random.Generator):
+    def synonym(self, section: str, concept: str, rng: np.random.Generator) -> Any:
         """One synonym (a string or mapping, as written in the lexicon) of a concept."""
         return self.pick(rng, self.lex[section][concept])
 
@@ -111,7 +111,7 @@ class Grammar:
             out += item
         return out
 
-    def pick_template(self, rng: np.random.Generator, **require) -> dict:
+    def pick_template(self, rng: np.random.Generator, **require: object) -> dict:
         """A random phrasing template (mapping with ``text`` and grammar keys, e.g. ``case``)."""
         options = [t for t in self.templates if all(t.get(k) == v for k, v in require.items())]
         return self.pick(rng, options or self.templates)
