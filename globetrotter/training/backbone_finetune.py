@@ -100,7 +100,7 @@ def model_readings(run: str | Path, image_ids: list[str]) -> np.ndarray:
 class EncodedImages(torch.utils.data.Dataset):
     """Image ``i`` (encoded bytes) through ``transform``, with its row ``i``."""
 
-    def __init__(self, images: list[bytes], transform) -> None:
+    def __init__(self, images: list[bytes], transform: Callable[[Image.Image], torch.Tensor]) -> None:
         self.images, self.transform = images, transform
 
     def __len__(self) -> int:
@@ -124,7 +124,8 @@ def check_enough_images(count: int, batch_size: int, where: str = "the split") -
                         f"needs at least {batch_size}")
 
 
-def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray, transform,
+def fine_tune(backbone: torch.nn.Module, images: list[bytes], targets: np.ndarray,
+              transform: Callable[[Image.Image], torch.Tensor],
               settings: FinetuneSettings = FinetuneSettings(), workers: int = 1, device: str = "cpu",
               progress: bool = True) -> tuple[torch.nn.Module, torch.nn.Linear, list[float]]:
     """Train every parameter of ``backbone`` and a linear head so that a view of image ``i`` (``transform``: an

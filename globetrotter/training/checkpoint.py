@@ -25,7 +25,7 @@ import re
 import shutil
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -34,6 +34,9 @@ from backretrieval.files import json_text
 
 from ..errors import UserError
 from ..weights_file import as_umask_allows
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 LATEST = "latest"
 STATE = "trainer_state.json"
@@ -177,7 +180,7 @@ def read_state(ckpt: Path) -> dict:
     return state
 
 
-def tied_aliases(tensors) -> dict[str, str]:
+def tied_aliases(tensors: torch.nn.Module | Mapping[str, object]) -> dict[str, str]:
     """``{alias: first name}`` of the tensors a module (or a state dict) holds under more than one name: the
     same storage, offset, shape and strides (a tie, such as the cloze decoder's to the token embeddings)."""
     if isinstance(tensors, torch.nn.Module):
@@ -196,11 +199,11 @@ def tied_aliases(tensors) -> dict[str, str]:
     return aliases
 
 
-def save_without_tied_aliases(accelerator) -> None:
+def save_without_tied_aliases(accelerator: Accelerator) -> None:
     """Register an Accelerate save hook that stores each tied tensor once, under its first name, so that
     ``save_state`` has no shared tensor to remove (and warn about) at every checkpoint."""
 
-    def drop_aliases(models, weights, output_dir) -> None:
+    def drop_aliases(models: list[torch.nn.Module], weights: list[dict[str, torch.Tensor]], output_dir: str) -> None:
         for state in weights:
             for alias in tied_aliases(state):
                 del state[alias]
@@ -213,7 +216,7 @@ WRITER_FAILURE = re.compile(r"PytorchStreamWriter|inline_container|unexpected po
 a ``RuntimeError``, not the ``OSError`` of Python's own writes."""
 
 
-def save_state(accelerator, folder: Path) -> None:
+def save_state(accelerator: Accelerator, folder: Path) -> None:
     """``accelerator.save_state`` into ``folder``, its write failures raised as ``OSError`` (a full disk: torch's zip
     writer raises ``RuntimeError``, safetensors ``SafetensorError`` "File too large"); other errors, bugs, as they are."""
     try:
@@ -224,7 +227,7 @@ def save_state(accelerator, folder: Path) -> None:
         raise OSError(error_line(err)) from err
 
 
-def _everywhere(accelerator, ok: bool) -> bool:
+def _everywhere(accelerator: Accelerator, ok: bool) -> bool:
     """True when ``ok`` holds on every process (a collective: every process must call it)."""
     if accelerator.num_processes == 1:
         return ok
@@ -232,7 +235,7 @@ def _everywhere(accelerator, ok: bool) -> bool:
     return accelerator.reduce(flag, reduction="sum").item() == accelerator.num_processes
 
 
-def write(accelerator, root: Path, name: str, fill: Callable[[Path, bool], None], *, latest: bool, keep: int,
+def write(accelerator: Accelerator, root: Path, name: str, fill: Callable[[Path, bool], None], *, latest: bool, keep: int,
           log: Callable[[str], None] = print) -> bool:
     """Write checkpoint ``root/name`` from every process; True when it is in place.
 

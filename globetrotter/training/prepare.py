@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
 from data_prep.synth.config import SynthConfig
@@ -35,7 +35,7 @@ def tokenizer_path(cfg: TrainConfig) -> Path:
     return Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
 
 
-def check_tokenizer(cfg: TrainConfig, path: Path, log=print) -> None:
+def check_tokenizer(cfg: TrainConfig, path: Path, log: Callable[[str], None] = print) -> None:
     """One-line errors when the tokenizer file at ``path`` was made with another normalisation than
     ``data.tokenizer_normalization`` asks for (never a silent reuse), or, for a run without parallel text (any
     ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
@@ -231,7 +231,7 @@ def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict
 COMPLETED_KEYS = ("data.train_image_share", "model.languages", "model.image_backbone_args")
 
 
-def with_matched_image_share(cfg: TrainConfig, log=print) -> TrainConfig:
+def with_matched_image_share(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainConfig:
     """``cfg`` with ``data.train_image_share`` worked out from ``data.match_images_of`` (unchanged without it): the
     share of the train split's images (:func:`~..data.subset.matching_share`) that keeps exactly as many as that
     split shows per language, on average over :func:`train_languages`. One-line errors when that split lacks one of
@@ -291,7 +291,7 @@ def check_world(synth: SynthConfig, world_yaml: Path) -> None:
                         f"(data.synth=null) to train on the world there")
 
 
-def ensure_data(cfg: TrainConfig, log=print, device: str | torch.device = "cpu") -> None:
+def ensure_data(cfg: TrainConfig, log: Callable[[str], None] = print, device: str | torch.device = "cpu") -> None:
     """Generate the synthetic world into ``data.root`` when it is absent and ``data.synth`` is set;
     train the tokenizer when its file is absent; build the image-feature
     cache (its backbone on ``device``, the training's) when ``data.features`` asks for one that is absent (refuse a

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 from data_prep.out_folder import keep_lock_from_children, remove_empty_folders
 
+from ..config import TrainConfig
 from ..config_io import from_dict, read_yaml, to_dict
 from ..data.stream import StreamPosition, derive_seed
 from ..errors import UserError
@@ -91,7 +92,7 @@ OVERWRITTEN = ("config.yaml", "result.json")
 its TensorBoard events are added beside others)."""
 
 
-def refuse_foreign_files(cfg) -> None:
+def refuse_foreign_files(cfg: TrainConfig) -> None:
     """One-line error when a fresh run's folder holds a ``config.yaml`` or ``result.json`` that names no run of this
     folder (a user's files): the run would overwrite them. Other files of the folder are left alone, and a folder a run
     left before its first checkpoint (its own ``config.yaml``) is trained into, as before."""
@@ -140,7 +141,7 @@ def refuse_changed_tokenizer(source: Path, tokenizer: Path) -> None:
                         f"its tokenizer: put that file back, or start a new run")
 
 
-def refuse_changed_config(source: Path, cfg, skip: tuple[str, ...] = ()) -> None:
+def refuse_changed_config(source: Path, cfg: TrainConfig, skip: tuple[str, ...] = ()) -> None:
     """One-line error when ``cfg`` differs from the config checkpoint ``source`` was trained with in a key other than
     :data:`RUN_KEYS`: the resumed run would no longer be the run it continues. ``skip``: keys (and the keys under
     them) not compared, e.g. those the data completes, for a check of ``cfg`` as given, before any data is made."""
@@ -150,7 +151,7 @@ def refuse_changed_config(source: Path, cfg, skip: tuple[str, ...] = ()) -> None
                         f"its config ({Path(source) / 'config.yaml'}), or start a new run_name")
 
 
-def config_changes(saved_path: Path, cfg, skip: tuple[str, ...] = ()) -> str | None:
+def config_changes(saved_path: Path, cfg: TrainConfig, skip: tuple[str, ...] = ()) -> str | None:
     """How ``cfg`` differs from the config saved at ``saved_path`` in keys other than :data:`RUN_KEYS` and ``skip``
     (and the keys under them), as ``key: saved -> now`` for the first four (None when it does not, or when no config
     was saved there)."""
@@ -165,7 +166,7 @@ def config_changes(saved_path: Path, cfg, skip: tuple[str, ...] = ()) -> str | N
     return ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4]) + more
 
 
-def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] = print):
+def keep_run_settings(cfg: TrainConfig, resume: str, given: dict, log: Callable[[str], None] = print) -> TrainConfig:
     """``cfg`` with each :data:`RUN_KEYS` setting that ``given`` (the mapping of an explicit ``--config`` file and the
     overrides) does not set taken from the config of the checkpoint ``resume`` names (``latest``: ``cfg``'s run
     folder's): ``--resume latest`` continues a run as it was started (``steps=60``, say), not as the default config
@@ -191,7 +192,7 @@ def keep_run_settings(cfg, resume: str, given: dict, log: Callable[[str], None] 
     return from_dict(type(cfg), data, where=str(saved_path))
 
 
-def newly_ignored(source: Path, cfg) -> set[str]:
+def newly_ignored(source: Path, cfg: TrainConfig) -> set[str]:
     """The keys ``cfg`` ignores that the config saved with checkpoint ``source`` did not: those a resume's changed
     :data:`RUN_KEYS` make ignored (``val.every=0``: every ``val.select_*``), the only ones its start has not warned
     about (:func:`~globetrotter.config_checks.ignored_keys`; none for a checkpoint saved without its config)."""

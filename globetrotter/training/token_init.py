@@ -29,6 +29,8 @@ from ..token_stats import smoothed_idf
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
+    from tokenizers import Tokenizer
+
     from ..models.subword import SubwordTable
 
 RECORD = "token_init.json"
@@ -63,7 +65,7 @@ class PivotRows(NamedTuple):
     idf: np.ndarray  # [vocab_size] the captions' token idf (the rows carry it; n-gram compositions scale by it)
 
 
-def choose_alpha(inputs, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5
+def choose_alpha(inputs: np.ndarray | sparse.csr_matrix, target: np.ndarray, groups: np.ndarray, alphas: Sequence[float], folds: int = 5
                  ) -> tuple[float, dict[float, float]]:
     """The ridge strength among ``alphas`` with the lowest held-out squared error, by ``folds``-fold cross-validation
     that keeps each image's captions in one fold (:func:`globetrotter.image_ridge.choose_alpha`, ``groups``: the image
@@ -148,7 +150,7 @@ def init_token_embeddings(embedding: torch.nn.Embedding, ids: torch.Tensor, mask
     return {"rows": int(seen.sum()), "alpha": alpha, "cv_errors": cv_errors}
 
 
-def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer, log: Callable[[str], None] = print) -> dict:
+def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer: Tokenizer, log: Callable[[str], None] = print) -> dict:
     """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions (those of
     ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then).
     Returns :func:`init_token_embeddings`'s record."""

@@ -21,12 +21,14 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Collection, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator, TypeVar
 
 import numpy as np
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import ProjectConfiguration, set_seed
+from tokenizers import Tokenizer
+from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from backretrieval.errors import BackRetrievalError
@@ -56,6 +58,9 @@ from .report import splits_read
 from .scheduler import warmup_cosine, warmup_warning
 from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
+
+if TYPE_CHECKING:
+    from .validation import Validator
 
 MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
 
@@ -302,7 +307,7 @@ def _prepare(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, ad
     return cfg
 
 
-def _captions_cut(cfg: TrainConfig, tokenizer, log: Log) -> dict:
+def _captions_cut(cfg: TrainConfig, tokenizer: Tokenizer, log: Log) -> dict:
     """How many of the captions training reads are longer than ``data.max_length`` tokens (the loader cuts them in
     silence), counted on a seeded sample of the train split's shards (:func:`~..data.caption_lengths.captions_cut`);
     one line says it when any is."""
@@ -327,7 +332,7 @@ def _check_run_folder(run_dir: Path) -> None:
         raise UserError(f"output_dir/run_name: {err}") from None
 
 
-def _build_model(cfg: TrainConfig, tokenizer, main: bool, start: bool, log: Log) -> GlobetrotterModel:
+def _build_model(cfg: TrainConfig, tokenizer: Tokenizer, main: bool, start: bool, log: Log) -> GlobetrotterModel:
     """The model, its run folder (made once the model is built: a start that fails leaves no folder) and, for a fresh
     run with ``model.token_init=image_pivot``, the closed-form start on every process (its record, with the ridge
     strength chosen, in the run folder)."""
@@ -387,7 +392,7 @@ def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
         raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; {remedy}") from None
 
 
-def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log):
+def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log) -> Validator:
     """The validation hook (main process); warns when val is too small for a BkR@K to tell checkpoints apart."""
     from .validation import Validator
 
@@ -406,8 +411,9 @@ class Stepper:
     skips the step with the weights and the running statistics (BatchNorm, the features head's centre) as they
     were; :data:`MAX_BAD_STEPS` in a row stop the run."""
 
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, model, forward, objective, optimizer, scheduler,
-                 tokenizer, log: Log) -> None:
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, model: torch.nn.Module, forward: CompiledForward,
+                 objective: GlobetrotterObjective, optimizer: torch.optim.Optimizer, scheduler: LambdaLR,
+                 tokenizer: Tokenizer, log: Log) -> None:
         self.cfg, self.accelerator, self.model, self.forward = cfg, accelerator, model, forward
         self.objective, self.optimizer, self.scheduler, self.log = objective, optimizer, scheduler, log
         self.unwrapped = accelerator.unwrap_model(model)
@@ -511,7 +517,7 @@ class Checkpoints:
     ``keep_checkpoints``) or ``best/``, each with its config, tokenizer, state (step, best, metrics, bad samples,
     threads), every process's stream position and, in ``best/``, the selection hits."""
 
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, tokenizer, progress: Progress,
+    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, tokenizer: Tokenizer, progress: Progress,
                  threads: ThreadChoice, log: Log) -> None:
         self.cfg, self.accelerator, self.progress, self.threads, self.log = cfg, accelerator, progress, threads, log
         self.root = ckpt.checkpoint_root(cfg.run_dir)
@@ -551,7 +557,8 @@ def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
             log(f"warning: validation: {w.message} (said once)")
 
 
-def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: GlobetrotterModel, tokenizer,
+def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: GlobetrotterModel,
+             tokenizer: Tokenizer,
              progress: Progress, done: int, log: Log, scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
     """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
     (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too. The
@@ -574,7 +581,7 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: G
     return metrics, accept, hits
 
 
-def _log_training(cfg: TrainConfig, scalars: Scalars, bar, logs: dict, bad_samples: int,
+def _log_training(cfg: TrainConfig, scalars: Scalars, bar: tqdm, logs: dict, bad_samples: int,
                   samples_per_s: float, done: int) -> None:
     """The step's losses, learning rate (the one it trained with), throughput (samples per second of training since
     the last log: validation and checkpoint writes left out) and bad samples to TensorBoard and the progress bar."""
@@ -594,7 +601,7 @@ def _no_accelerator() -> bool:
     return not (probe.is_available() if probe is not None else torch.cuda.is_available())
 
 
-def _configure_threads(cfg: TrainConfig, process: PartialState, source, log) -> ThreadChoice:
+def _configure_threads(cfg: TrainConfig, process: PartialState, source, log: Log) -> ThreadChoice:
     """Torch's intra-op threads for this process (:mod:`globetrotter.threads`): ``cfg.threads``, else
     ``OMP_NUM_THREADS``, else the cores' share of each process and data worker on this machine. A resumed run
     with automatic threads keeps the count its checkpoint was trained with, so it continues exactly."""
@@ -616,7 +623,10 @@ def _selection_logs(verdict: Verdict) -> dict[str, float]:
     return {"val/select_p_value": verdict.p_value, "val/select_rejected": float(verdict.noise)}
 
 
-def _broadcast(obj, accelerator: Accelerator):
+_T = TypeVar("_T")
+
+
+def _broadcast(obj: _T, accelerator: Accelerator) -> _T:
     """The main process's ``obj`` (picklable) on every process (checkpoint selection must agree)."""
     if accelerator.num_processes == 1:
         return obj

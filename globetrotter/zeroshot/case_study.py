@@ -8,7 +8,7 @@ feature vector.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from globetrotter.errors import UserError
 from .triplet import PAPER_BETA, Document, TripletConfig, train_siamese
 
 
-def case_study_configs(beta: float = PAPER_BETA, **options) -> dict[str, TripletConfig]:
+def case_study_configs(beta: float = PAPER_BETA, **options: Any) -> dict[str, TripletConfig]:
     """The adapters compared, ``{"triplet": beta 0, "tripletxl": beta}``, with the same other
     :class:`~.triplet.TripletConfig` ``options``; a bad option is a one-line error."""
     configs = {name: TripletConfig(beta=b, **options) for name, b in (("triplet", 0.0), ("tripletxl", beta))}

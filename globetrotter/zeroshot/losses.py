@@ -71,7 +71,7 @@ def mine_hard_negatives(
 
 
 @torch.no_grad()
-def random_negatives(batch: int, image_ids: torch.Tensor | None = None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def random_negatives(batch: int, image_ids: torch.Tensor | None = None, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A random in-batch negative for each row: row ``(i + u) mod B`` with ``u`` uniform in ``[1, B)`` (never the
     row itself), valid when its image differs (``image_ids``). Same return as :func:`mine_hard_negatives`."""
     index = (torch.arange(batch, device=device) + torch.randint(1, max(batch, 2), (batch,), device=device)) % batch

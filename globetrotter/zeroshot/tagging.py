@@ -198,7 +198,7 @@ def index_source_tags(tags: Sequence[Sequence[str]]) -> tuple[list[str], torch.T
 def tag_images(
     image_embeddings: torch.Tensor,
     source_tags: Sequence[Sequence[str]],
-    embed_tags,
+    embed_tags: Callable[[list[str]], torch.Tensor],
     target_vocabularies: Mapping[str, Sequence[str]],
     w1: float = PAPER_W1,
     w2: float = PAPER_W2,

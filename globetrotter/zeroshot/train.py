@@ -231,7 +231,7 @@ def train_on_split(
 
 
 @renamed_keywords(out_dir="out")
-def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out: str | Path, **meta) -> Path:
+def save_adapter(adapter: TextToImageAdapter, config: ZeroShotConfig, out: str | Path, **meta: object) -> Path:
     """Write ``adapter.safetensors``, the resolved ``config.yaml`` and ``meta.json``.
 
     ``meta.json`` holds the adapter's architecture (read back by :func:`load_adapter`) and

@@ -255,7 +255,8 @@ class TripletHistory:
     best_epoch: int = -1
 
 
-def _epoch_loss(model, title, body, langs, config, gen, optimizer=None) -> float:
+def _epoch_loss(model: SiameseAdapter, title: torch.Tensor, body: torch.Tensor, langs: torch.Tensor,
+                config: TripletConfig, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None) -> float:
     n = title.shape[0]
     order = torch.randperm(n, generator=gen)
     total, batches = 0.0, 0

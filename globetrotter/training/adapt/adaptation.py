@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
+from tokenizers import Tokenizer
 
 from ...config import TrainConfig
 from ...encoder import Encoder, load
@@ -39,7 +40,8 @@ class Adaptation:
         self.trained_rows = load_start(cfg, model, self.start, log)  # adapt.train=new-tokens: the rows that train
 
     @torch.no_grad()
-    def precompute(self, model: GlobetrotterModel, tokenizer, device, main: bool = True) -> None:
+    def precompute(self, model: GlobetrotterModel, tokenizer: Tokenizer, device: str | torch.device,
+                   main: bool = True) -> None:
         """Encode, once: the bank (old-language training captions by the starting model, and their
         images), the new language's captions as tokens and its images as backbone features; and, on the
         main process (``main``: also the progress bars), the "before" half of :meth:`report`."""

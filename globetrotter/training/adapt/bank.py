@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from data_prep.shards import decode_sample_image
@@ -41,7 +42,8 @@ class Precomputed:
 
 
 @torch.no_grad()
-def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, image_ids: list[str], device,
+def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, image_ids: list[str],
+                   device: str | torch.device,
                    progress: bool, log: Callable[[str], None] = print) -> torch.Tensor:
     """Pooled backbone features [n, F] of the whole images ``image_ids`` of the split folder ``split_dir``, in that
     order: a feature cache's row 0 with ``data.features`` (the run's cache, or the split's own:
@@ -95,7 +97,8 @@ def _encode(encoder: Encoder, texts: list[str], head: str, progress: bool, what:
 
 
 @torch.no_grad()
-def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, tokenizer, device, progress: bool = True,
+def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, tokenizer: Tokenizer,
+               device: str | torch.device, progress: bool = True,
                log: Callable[[str], None] = print) -> Precomputed:
     """Encode, once: the bank (``adapt.old_captions`` of the old-language training captions, or all, by the
     starting model ``start`` on ``device``, and their images by ``model``), the new language's captions as tokens

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ...config import AdaptConfig, TrainConfig, load_train_config, refuse_empty_config
+from ...config import AdaptConfig, TrainConfig, ValConfig, load_train_config, refuse_empty_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ...encoder import load
 from ...errors import UserError
@@ -249,7 +249,7 @@ def _check_bank(cfg: TrainConfig, start: TrainConfig) -> None:
                         f"give at most {bank}, or null (batch_size, at most the bank)")
 
 
-def _selection(cfg: TrainConfig):
+def _selection(cfg: TrainConfig) -> ValConfig:
     """``cfg.val``, choosing no best checkpoint (``select_by: ""``) when the val split has no caption in the new
     language: its BackRetrieval cannot see what adaptation changes (under new-tokens the old languages do not move
     at all), so a best checkpoint would be the first validated one; the run's last checkpoint is what it learnt."""

@@ -20,7 +20,7 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
 
 
-def add_command(sub, parent: argparse.ArgumentParser, name: str, help: str, description: str,
+def add_command(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser, name: str, help: str, description: str,
                 example: str) -> argparse.ArgumentParser:
     """The parser of sub-command ``name``: the common options (``parent``), the help layout (:func:`formatter`),
     and ``example`` (its arguments) as the ``example: globetrotter-zeroshot NAME ...`` line after the options."""

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
     p = add_command(sub, parent, "retrieval", "text->image Recall@K per language (XTD10 Tables 2/3)", RETRIEVAL_HELP,
                     "--test outputs/flickr8k/test --adapter m3l=runs/m3l --adapter patr=runs/patr "
                     "--languages en,de,fr,zh --out runs/retrieval.json")

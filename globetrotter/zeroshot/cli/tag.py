@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
     p = add_command(sub, parent, "tag", "zero-shot multilingual image tagging (XTD10 3.3.2)", TAG_HELP,
                     "--adapter runs/m3l --images photos/ --vocab de=tags_de.txt --vocab fr=tags_fr.txt --out tags.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")

@@ -111,7 +111,7 @@ def _share(value: str) -> float:
     return share
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
     p = add_command(sub, parent, "tag-eval", "tagging Precision@K on held-out captions vs a frequency baseline",
                     TAG_EVAL_HELP, "--adapter runs/zs --test outputs/flickr8k/test --vocab-from outputs/flickr8k/train "
                     "--languages en,de,fr,zh --out runs/tag-eval.json")

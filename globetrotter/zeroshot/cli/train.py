@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
     p = add_command(sub, parent, "train", "train the text->image adapter (XTD10 3.1-3.2)",
                     "Train the adapter on the train_langs captions of a split (English by default), with M3L (eq. 1) "
                     "or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",

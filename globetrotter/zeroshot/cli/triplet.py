@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub, parent: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
     p = add_command(sub, parent, "triplet", "Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
                     TRIPLET_HELP, "--docs recipes.jsonl --text-encoder use --out runs/triplet")
     p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
