@@ -21,7 +21,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -181,6 +181,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {"purge_step": progress.step + 1}}
                                   if progress.step else {})
     rank, unwrapped = accelerator.process_index, accelerator.unwrap_model(model)
+    loader: Iterable[dict]
     if adaptation is not None:
         adaptation.precompute(unwrapped, tokenizer, accelerator.device, main=main)
         loader = adaptation.batches(local_batch, rank, accelerator.num_processes)
@@ -557,14 +558,16 @@ def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
             log(f"warning: validation: {w.message} (said once)")
 
 
-def validate(cfg: TrainConfig, accelerator: Accelerator, validator, unwrapped: GlobetrotterModel,
-             tokenizer: Tokenizer,
-             progress: Progress, done: int, log: Log, scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
+def validate(cfg: TrainConfig, accelerator: Accelerator, validator: Validator | None, unwrapped: GlobetrotterModel,
+             tokenizer: Tokenizer, progress: Progress, done: int, log: Log,
+             scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
     """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
     (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too. The
     metrics go to TensorBoard through ``scalars``."""
-    key, verdict, hits, metrics = cfg.val.select_by, Verdict(False), None, {}
+    key, verdict, hits = cfg.val.select_by, Verdict(False), None
+    metrics: dict = {}
     if accelerator.is_main_process:
+        assert validator is not None  # the main process builds one whenever val.every > 0, which calls this
         unwrapped.eval()
         with texts_cut_said_once(validator.texts_cut_said, log):
             metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
@@ -601,14 +604,14 @@ def _no_accelerator() -> bool:
     return not (probe.is_available() if probe is not None else torch.cuda.is_available())
 
 
-def _configure_threads(cfg: TrainConfig, process: PartialState, source, log: Log) -> ThreadChoice:
+def _configure_threads(cfg: TrainConfig, process: PartialState, source: Path | None, log: Log) -> ThreadChoice:
     """Torch's intra-op threads for this process (:mod:`globetrotter.threads`): ``cfg.threads``, else
     ``OMP_NUM_THREADS``, else the cores' share of each process and data worker on this machine. A resumed run
     with automatic threads keeps the count its checkpoint was trained with, so it continues exactly."""
     processes = int(os.environ.get("LOCAL_WORLD_SIZE") or process.num_processes)
     choice = choose_threads(cfg.data.workers, processes, cfg.threads, load=load_average())
     saved = ckpt.read_state(source).get("threads") if source is not None else None
-    if choice.source == "automatic" and saved and saved != choice.threads:
+    if choice.source == "automatic" and source is not None and saved and saved != choice.threads:
         choice = ThreadChoice(int(saved), "checkpoint", f"the count {source.name} was trained with, so that the "
                               f"resumed run continues exactly (automatic would be {choice.threads})")
     apply_threads(choice.threads)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
+
+from tokenizers import Tokenizer
 
 from ...config import AdaptConfig, TrainConfig, ValConfig, load_train_config, refuse_empty_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
@@ -147,7 +149,7 @@ def known_captions(cfg: TrainConfig, start: TrainConfig) -> list[dict]:
     return known
 
 
-def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: int) -> tuple[list[int], int]:
+def rows_to_train(tokenizer: Tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: int) -> tuple[list[int], int]:
     """The token rows of the grown ``tokenizer`` that ``adapt.train: new-tokens`` trains, and how many of them
     were appended: the appended tokens (ids ``n_old`` on), and the old vocabulary's tokens that the new language's
     captions hold and no old training caption does, single bytes excepted. A shared BPE learnt on every language
@@ -164,7 +166,7 @@ def rows_to_train(tokenizer, cfg: TrainConfig, start_cfg: TrainConfig, n_old: in
     # single bytes stay: the byte-level alphabet spells out any rare character, of any language (Flickr8k: the
     # continuation bytes of zh characters no merge covers also spell a "Ř" or "œ" in 5 cs/fr test captions)
     unused = sorted(i for i in new - old - set(special_ids(tokenizer).values())
-                    if i < n_old and len(token_bytes(tokenizer.id_to_token(i))) > 1)
+                    if i < n_old and len(token_bytes(cast(str, tokenizer.id_to_token(i)))) > 1)  # i < size: a token
     rows = unused + list(range(n_old, vocab_size))
     if not rows:
         raise UserError(f"adapt.train=new-tokens: no token to train for {cfg.adapt.language}: none was appended "

@@ -70,7 +70,8 @@ def _grow_subword(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, st
     start_ngrams = _transformer(start.model).subword
     if start_ngrams is None or not cfg.model.token_ngrams:  # resolve_config: the start's model config is this one's
         raise UserError(f"{cfg.adapt.from_run}: the starting run has no character n-gram table (model.token_ngrams)")
-    old_vocab = [start.tokenizer.id_to_token(i) for i in range(start.tokenizer.get_vocab_size())]
+    # every id below get_vocab_size() has a token (id_to_token's None is for the ids beyond)
+    old_vocab = cast(list[str], [start.tokenizer.id_to_token(i) for i in range(start.tokenizer.get_vocab_size())])
     tokenizer = load_tokenizer(tokenizer_path(cfg))
     # every id below get_vocab_size() has a token (id_to_token's None is for the ids beyond)
     added = cast(list[str], [tokenizer.id_to_token(i) for i in range(len(old_vocab), tokenizer.get_vocab_size())])
