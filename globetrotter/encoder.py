@@ -26,7 +26,7 @@ from .data.augment import eval_transform
 from .errors import Notice, UserError
 from .models import GlobetrotterModel, SigurdssonTextEncoder, TextEncoder
 from .shell import program_name
-from .tokenizer import encode_batch, load_tokenizer, special_ids
+from .tokenizer import encode_batch, load_tokenizer, special_ids, token_strings_of
 from .training.checkpoint import LATEST, PUBLISHING, STATE, read_state, resolve, tied_aliases, weights_sha256
 
 WEIGHTS = "model.safetensors"
@@ -98,8 +98,8 @@ def build_model(cfg: TrainConfig, vocab_size: int, tokenizer: Tokenizer | None =
         return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length)
     if tokenizer is None:
         raise ValueError("model.token_ngrams builds the n-grams of the tokenizer's tokens: pass tokenizer=")
-    vocabulary = cast(list[str], [tokenizer.id_to_token(i) for i in range(vocab_size)])  # every id < vocab_size has one
-    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length, vocabulary,
+    return GlobetrotterModel(cfg.model, cfg.loss, vocab_size, cfg.data.max_length,
+                             token_strings_of(tokenizer, 0, vocab_size),
                              list(special_ids(tokenizer).values()))
 
 

@@ -15,7 +15,13 @@ from backretrieval.errors import BackRetrievalWarning
 from data_prep.errors import Notice, UserError
 from data_prep.errors import run_cli as _run_cli
 
-__all__ = ["Notice", "UserError", "run_cli"]
+__all__ = ["Notice", "UserError", "error_line", "run_cli"]
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` in one line: its type and the first line of its message (for a user error that says why a file failed)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0][:200] if lines else 'no detail'}"
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, cast
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -114,6 +114,13 @@ def token_bytes(token: str) -> bytes:
     """The bytes a byte-level BPE token stands for (``"Ġκ"`` -> ``b" \\xce\\xba"``)."""
     table = _byte_of_symbol()
     return bytes(table[c] for c in token)
+
+
+def token_strings_of(tok: Tokenizer, start: int = 0, stop: int | None = None) -> list[str]:
+    """The tokens of ids ``start`` .. ``stop - 1`` (default: to the vocabulary's end), each id's string: every id
+    below the vocabulary size has one (``id_to_token``'s None is for the ids beyond)."""
+    stop = tok.get_vocab_size() if stop is None else stop
+    return cast(list[str], [tok.id_to_token(i) for i in range(start, stop)])
 
 
 def extend_tokenizer(tok: Tokenizer, texts: list[str], vocab_size: int, known: Iterable[str]) -> tuple[Tokenizer, int]:

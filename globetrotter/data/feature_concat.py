@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..config import IMPORTED_BACKBONE
-from ..errors import UserError
+from ..errors import UserError, error_line
 from .feature_cache import MEANS, ROW0_FIELDS, SPEC, FeatureCache, check_cache_folder, load_feature_cache
 from .feature_import import CHUNK_ROWS, _Source, split_image_ids, write_imported
 
@@ -131,10 +131,8 @@ def read_means(folder: Path) -> list[np.ndarray]:
         with np.load(folder / MEANS) as means:
             found = [np.asarray(means[f"arr_{i}"]) for i in range(len(means.files))]
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:  # empty, cut short, no npz
-        said = str(err).strip().splitlines()
-        raise UserError(f"--centre-like {folder}: {MEANS} is unreadable ({type(err).__name__}: "
-                        f"{said[0][:120] if said else 'no detail'}); write that concatenation again with "
-                        f"globetrotter-data features concat") from None
+        raise UserError(f"--centre-like {folder}: {MEANS} is unreadable ({error_line(err)}); write that concatenation "
+                        f"again with globetrotter-data features concat") from None
     if not found or any(m.ndim != 1 or not np.issubdtype(m.dtype, np.number) for m in found):
         raise UserError(f"--centre-like {folder}: {MEANS} holds {[m.shape for m in found]}, expected one mean vector "
                         f"per joined cache; write that concatenation again with globetrotter-data features concat")

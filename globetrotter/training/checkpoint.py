@@ -32,7 +32,7 @@ from safetensors import SafetensorError
 
 from backretrieval.files import json_text
 
-from ..errors import UserError
+from ..errors import UserError, error_line
 from ..weights_file import as_umask_allows
 
 if TYPE_CHECKING:
@@ -308,12 +308,6 @@ def damaged_file(ckpt: Path) -> tuple[Path, str] | None:
         if why:
             return path, why
     return None
-
-
-def error_line(err: BaseException) -> str:
-    """``err`` in one line: its type and the first line of its message."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0][:200] if lines else 'no detail'}"
 
 
 def write_stream_position(folder: Path, rank: int, position: dict) -> None:

@@ -38,7 +38,7 @@ from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
 from ..encoder import Encoder, TextsCut, build_model
-from ..errors import UserError
+from ..errors import UserError, error_line
 from ..losses import mask_tokens
 from ..models import GlobetrotterModel
 from ..threads import ENV as THREADS_ENV
@@ -386,7 +386,7 @@ def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
         accelerator.load_state(str(source))
     except ckpt.LOAD_ERRORS as err:
         damaged = ckpt.damaged_file(source)
-        what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else ckpt.error_line(err)
+        what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else error_line(err)
         others = sorted(p.name for p in source.parent.glob("step-*") if p.is_dir() and p.name != source.name)
         remedy = (f"resume from another one of the run's checkpoints ({', '.join(others)}: --resume "
                   f"{source.parent / others[-1]})" if others else "the run holds no other checkpoint to resume from")

@@ -2,7 +2,7 @@
 the image side frozen, and with ``adapt.train: new-tokens`` every weight but the new language's token rows."""
 from __future__ import annotations
 
-from typing import Callable, cast
+from typing import Callable
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
 from ...models.text import TextEncoder
-from ...tokenizer import load_tokenizer, special_ids
+from ...tokenizer import load_tokenizer, special_ids, token_strings_of
 from ..prepare import tokenizer_path
 from .start import rows_to_train
 
@@ -70,11 +70,9 @@ def _grow_subword(cfg: TrainConfig, model: GlobetrotterModel, start: Encoder, st
     start_ngrams = _transformer(start.model).subword
     if start_ngrams is None or not cfg.model.token_ngrams:  # resolve_config: the start's model config is this one's
         raise UserError(f"{cfg.adapt.from_run}: the starting run has no character n-gram table (model.token_ngrams)")
-    # every id below get_vocab_size() has a token (id_to_token's None is for the ids beyond)
-    old_vocab = cast(list[str], [start.tokenizer.id_to_token(i) for i in range(start.tokenizer.get_vocab_size())])
+    old_vocab = token_strings_of(start.tokenizer)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
-    # every id below get_vocab_size() has a token (id_to_token's None is for the ids beyond)
-    added = cast(list[str], [tokenizer.id_to_token(i) for i in range(len(old_vocab), tokenizer.get_vocab_size())])
+    added = token_strings_of(tokenizer, len(old_vocab))
     specials = list(special_ids(tokenizer).values())
     matrix = extend_ngram_matrix(start_ngrams.matrix(), token_strings(old_vocab, specials),
                                  token_strings(added), cfg.model.token_ngrams)
