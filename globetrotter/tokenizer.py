@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, cast
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from backretrieval.files import json_text
-from data_prep.shards import file_sha256  # noqa: F401  (also this module's: provenance records use it)
+from data_prep.shards import file_sha256
 
 from .errors import UserError
 

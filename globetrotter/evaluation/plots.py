@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from backretrieval.plots import chance_line  # noqa: E402  (one dashed chance line for every figure)
+from matplotlib.figure import Figure  # noqa: E402
 
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
@@ -45,7 +46,7 @@ LANGUAGE_FAMILIES: dict[str, str] = {
 FAMILY_ORDER = list(dict.fromkeys(LANGUAGE_FAMILIES.values()))
 
 
-def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 120) -> Path:
+def save_figure(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
     """Lay ``fig`` out, write it to ``path`` (PNG; parent folders made), close it and return the path."""
     fig.tight_layout()
     path = Path(path)

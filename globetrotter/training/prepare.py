@@ -5,14 +5,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from data_prep.shards import MANIFEST, images_in_several_languages, read_manifest
+from data_prep.shards import MANIFEST, file_sha256, images_in_several_languages, read_manifest
 from data_prep.synth.config import SynthConfig
 
 from ..config import IMPORTED_BACKBONE, TrainConfig
 from ..errors import UserError
 from ..tokenizer import (
     default_file_name,
-    file_sha256,
     load_tokenizer,
     normalization_of,
     other_split_warning,

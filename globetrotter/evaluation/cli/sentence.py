@@ -163,7 +163,7 @@ def run_sentence(args: argparse.Namespace) -> int:
         encoder, args.split, languages=args.languages, n_groups=args.n_groups,
         ranking=ranking, reference=reference, reference_size=reference_size, choice=choice,
         transductive=args.transductive, candidates=args.candidates, seed=args.seed, batch_size=args.batch_size,
-        name=common.models.model_name(args.model, args.name))
+        name=models.model_name(args.model, args.name))
     result.model = common.model_entry(args, encoder)
     prefix, langs = common.plot_prefix(args, "sentence"), result.languages
     overall = (f"\noverall {100 * result.metrics['sentence_translation']:.2f}%, chance "

@@ -13,6 +13,9 @@ from globetrotter.tokenizer import provenance_languages, read_provenance
 
 from .. import models
 from ..models import ModelLike
+from ..pivot_ridge import PREFIX as RIDGE_PREFIX
+from ..pivot_ridge import PivotRidgeEncoder
+from ..tfidf import TfidfEncoder
 
 
 def require_sequence(value: object, name: str, what: str = "texts") -> None:
@@ -52,10 +55,10 @@ def require_trained(model: ModelLike, command: str) -> None:
     loaded trained encoder is taken as it is."""
     if isinstance(model, (str, Path)):
         models.require_trained(str(model), command)
-    elif isinstance(model, models.TfidfEncoder):
+    elif isinstance(model, TfidfEncoder):
         models.require_trained("tfidf", command)
-    elif isinstance(model, models.PivotRidgeEncoder):
-        models.require_trained(models.RIDGE_PREFIX, command)
+    elif isinstance(model, PivotRidgeEncoder):
+        models.require_trained(RIDGE_PREFIX, command)
 
 
 def require_known_languages(encoder: Any, given: Mapping[str, str | None]) -> None:
