@@ -54,8 +54,8 @@ _EXPORTS = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-# what a type checker sees of the lazy names: each as its submodule defines it (tests/test_types.py keeps it equal to
-# _EXPORTS; pyflakes calls these imports unused, as it cannot read the computed __all__)
+# what a type checker sees of the lazy names: each as its submodule defines it, exported by the literal __all__ below
+# (a checker reads no computed one); tests/test_types.py keeps both equal to _EXPORTS
 if TYPE_CHECKING:
     from .approximate import ApproxConfig
     from .comparison import CompareResult, compare
@@ -74,7 +74,13 @@ if TYPE_CHECKING:
     from .scoring import ScoreResult, score
     from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
 
-__all__ = sorted(_MODULE_OF)
+__all__ = ["ApproxConfig", "BackRetrievalError", "BackRetrievalWarning", "CompareResult", "ImageNeighbours",
+           "NoisyEmbedder", "RandomEmbedder", "ScoreResult", "SplitCorrelation", "SplitEvaluation", "TextEmbedder",
+           "better_beyond_noise", "bkr_recall", "compare", "compare_hits", "corr_interval", "corr_score",
+           "correlate_over_models", "correlate_split", "embed_captions", "evaluate_pairs", "evaluate_split",
+           "hubness_stats", "image_feature_extractor", "image_neighbours", "image_neighbours_file", "load_embedder",
+           "load_image_neighbours", "load_split", "p_better", "parse_model_specs", "recall_interval",
+           "register_embedder", "run_protocol", "sample_non_matching", "save_image_neighbours", "score", "xlr_recall"]
 
 
 def __getattr__(name: str) -> object:

@@ -37,3 +37,29 @@ def test_a_type_checker_sees_every_lazy_name_of_backretrieval_as_its_submodule_d
     seen = {(node.module, alias.name) for node in block[0].body if isinstance(node, ast.ImportFrom)
             for alias in node.names}
     assert seen == {(module, name) for module, names in backretrieval._EXPORTS.items() for name in names}
+    assert backretrieval.__all__ == sorted(backretrieval._MODULE_OF)  # a literal list: a checker reads no computed one
+
+
+# every package whose __init__ names its public API in __all__
+PUBLIC_PACKAGES = sorted(".".join(init.parent.relative_to(ROOT).parts)
+                         for package in ("backretrieval", "data_prep", "globetrotter")
+                         for init in (ROOT / package).rglob("__init__.py") if "__all__" in init.read_text("utf-8"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (pip install -e .[dev])")
+def test_a_strict_type_checker_accepts_every_public_name_imported_from_its_package(tmp_path: Path):
+    """``mypy --strict`` (as a user's project may run it) does not let ``from backretrieval import bkr_recall``
+    through unless the package exports the name: ``__all__`` as a literal, or ``import X as X``. Each package's
+    ``__all__`` (read at run time) is imported by name in a user's file, under ``--no-implicit-reexport``."""
+    import importlib
+
+    assert {"backretrieval", "globetrotter", "globetrotter.evaluation"} <= set(PUBLIC_PACKAGES)
+    lines = [f"from {package} import {name} as _{index}_{name}"
+             for index, package in enumerate(PUBLIC_PACKAGES)
+             for name in importlib.import_module(package).__all__]
+    user = tmp_path / "user_code.py"
+    user.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--no-implicit-reexport", str(user)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"mypy --no-implicit-reexport (rc {done.returncode}):\n{done.stdout}{done.stderr}"
