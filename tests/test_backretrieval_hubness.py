@@ -210,3 +210,15 @@ def test_an_approximate_option_its_index_never_reads_is_refused():
     ApproxConfig(index="exact", seed=3, image_side="exact", candidates=128)
     ApproxConfig(index="ivf", nlist=16, nprobe=4, pca_dim=0, candidates=8, train_size=100, seed=1)
     ApproxConfig(pca_dim=16, candidates=32, train_size=100, seed=1, image_side="exact")
+
+
+def test_hub_share_takes_the_top_ceil_of_one_percent_and_skewness_is_the_moment_ratio():
+    """150 targets: the top 1% is ceil(1.5) = 2 targets; the skewness is the standardised third moment of N_1
+    (Radovanovic et al.: E[(N - mu)^3] / sigma^3 over targets), as the Poisson baseline 1 / sqrt(lam) is."""
+    retrieved = np.r_[np.zeros(5, int), np.ones(4, int), np.arange(2, 12)]  # N_1: 5, 4, ten 1s, 138 0s
+    stats_ = hubness_stats(retrieved, 150)
+    assert stats_["hub_share"] == pytest.approx((5 + 4) / 19)
+    counts = np.r_[5, 4, np.ones(10), np.zeros(138)]
+    centred = counts - counts.mean()
+    moment_ratio = np.mean(centred ** 3) / np.mean(centred ** 2) ** 1.5
+    assert stats_["skewness"] == pytest.approx(moment_ratio, rel=1e-9)

@@ -562,3 +562,46 @@ def test_an_empty_query_set_is_refused(queries):
     st, si, tt, ti = (rng.standard_normal((30, 4)) for _ in range(4))
     with pytest.raises(BackRetrievalError, match="queries: no source row queries"):
         bkr_recall(st, si, tt, ti, (1, 5), queries=queries)
+
+
+# --------------------------------------------------------------------------- mutation audit: gaps closed
+def test_a_given_text_similarity_ties_resolve_to_the_lowest_target():
+    """Step 2 on a given ``text_sim`` takes, among equal row maxima, the lowest target index (as the search does)."""
+    rng = np.random.default_rng(21)
+    si, ti = rng.standard_normal((6, 5)), rng.standard_normal((8, 5))
+    sim = rng.uniform(-1, 0, (6, 8))
+    sim[:, [2, 5, 7]] = 0.5  # three equal best targets in every row
+    sim[4, 6] = 0.9  # one row with a single best
+    res = bkr_recall(None, si, None, ti, (1,), text_sim=sim)
+    lowest = [min(t for t in range(8) if sim[q, t] == sim[q].max()) for q in range(6)]
+    np.testing.assert_array_equal(res["retrieved"], lowest)
+    assert lowest == [2, 2, 2, 2, 6, 2]
+
+
+def test_corr_uses_every_pair_once_when_they_fit_the_budget_exactly():
+    """With Ns * Nt == corr_pairs all pairs are used, once each ("at most corr_pairs"), not a sample of them."""
+    from backretrieval.metric import corr_terms
+
+    rng = np.random.default_rng(22)
+    st, tt = rng.standard_normal((7, 4)), rng.standard_normal((5, 4))
+    si, ti = rng.standard_normal((7, 3)), rng.standard_normal((5, 3))
+    terms = corr_terms(st, si, tt, ti, corr_pairs=35)
+    np.testing.assert_array_equal(terms["query"], np.repeat(np.arange(7), 5))
+    np.testing.assert_allclose(terms["text_dist"], (1 - _cos(st, tt)).ravel(), atol=1e-6)
+    np.testing.assert_allclose(terms["image_dist"], (1 - _cos(si, ti)).ravel(), atol=1e-6)
+    every = stats.spearmanr((1 - _cos(st, tt)).ravel(), (1 - _cos(si, ti)).ravel()).statistic
+    assert corr_score(st, si, tt, ti, corr_pairs=35) == pytest.approx(every, abs=1e-6)
+
+
+def test_bkr_hubness_counts_the_target_set_not_the_source_set():
+    """The hubness of step 2 is over the Nt targets (N_1 per target), also when Ns != Nt."""
+    rng = np.random.default_rng(23)
+    st, tt = rng.standard_normal((40, 6)), rng.standard_normal((30, 6))
+    si, ti = rng.standard_normal((40, 5)), rng.standard_normal((30, 5))
+    res = bkr_recall(st, si, tt, ti, (1, 5))
+    occurrence = np.bincount(res["retrieved"], minlength=30)
+    assert len(occurrence) == 30
+    hub = res["hubness"]
+    assert hub["never_retrieved"] == pytest.approx(np.mean(occurrence == 0))
+    assert hub["max_occurrence"] == occurrence.max()
+    assert hub["skewness_random"] == pytest.approx(np.sqrt(30 / 40))  # Poisson of mean Q / Nt

@@ -285,3 +285,21 @@ def test_evaluate_pairs_checks_its_ranking_options_before_any_pair(option, messa
         evaluate_pairs(*args, **option)
     with pytest.raises(BackRetrievalError, match=message):  # the message bkr_recall gives
         bkr_recall(emb, np.ones((2, 3)), emb, np.ones((2, 3)), **option)
+
+
+# --------------------------------------------------------------------------- mutation audit: gaps closed
+def test_first_per_group_keeps_the_first_row_in_the_order_given():
+    """XLR's parallel set takes the first caption of each group (in ``rows`` order); rows with no group are skipped."""
+    from backretrieval.pairs import first_per_group
+
+    groups = np.array(["g1", "g2", "g1", None, "g2"], dtype=object)
+    assert first_per_group(np.arange(5), groups) == {"g1": 0, "g2": 1}
+    assert first_per_group(np.array([4, 2, 1, 0, 3]), groups) == {"g2": 4, "g1": 2}
+
+
+def test_run_protocol_default_n_is_half_the_items():
+    """Without n, N = M // 2 per side: the most that keeps the two samples disjoint (20 items: 10 and 10)."""
+    rng = np.random.default_rng(6)
+    z, images = _world(rng, 20)
+    out = run_protocol({"m": (z, z)}, images, seeds=1, ks=(1,), corr_pairs=1_000, progress=False)
+    assert out["n"] == 10

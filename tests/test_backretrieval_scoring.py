@@ -247,3 +247,41 @@ def test_pictures_on_both_sides_are_warned_about_as_they_inflate_bkr(tmp_path, c
                  "--ks", "1,5", "--bootstrap", "0"]) == 0
     err = capsys.readouterr().err
     assert "warning: 60 of 60 target rows show a picture of the source side" in err
+
+
+# --------------------------------------------------------------------------- mutation audit: gaps closed
+def test_score_refuses_fewer_distinct_images_than_the_largest_k():
+    """12 source rows of 3 pictures (ids): Recall@5 is 1 for any model, an error (not judged by the 12 rows)."""
+    w = _world(np.random.default_rng(11), n=12)
+    pictures = w["src_img"][:3]
+    src_img = pictures[np.arange(12) % 3]
+    with pytest.raises(BackRetrievalError, match="3 distinct source images, not more than the largest K"):
+        score(w["src_text"], w["tgt_text"], src_img=src_img, tgt_img=w["tgt_img"],
+              src_image_ids=[f"p{i % 3}" for i in range(12)], ks=(5,), bootstrap=0, progress=False)
+
+
+def test_hits_matrix_columns_follow_the_ks_as_given(tmp_path):
+    """``--ks 5,1``: column j of the hits (and of the file) is the j-th K given, as the K written beside it say."""
+    w = _world(np.random.default_rng(12))
+    res = score(w["src_text"], w["tgt_text"], **_inputs(w), ks=(5, 1), bootstrap=0, progress=False)
+    assert res.hits[5].mean() > res.hits[1].mean()  # the two columns differ
+    np.testing.assert_array_equal(res.hits_matrix(), np.stack([res.hits[5], res.hits[1]], axis=1))
+    path = res.save_hits(tmp_path / "hits")
+    np.testing.assert_array_equal(np.load(path)[:, 0], res.hits[5])
+    assert json.loads(path.with_name(path.name + ".ks.json").read_text()) == [5, 1]
+
+
+def test_every_interval_is_the_bootstrap_of_its_hits_with_the_seed_given():
+    """``seed`` fixes the bootstrap: each Recall@K interval is recall_interval of that metric's hits with it."""
+    from backretrieval import recall_interval
+
+    rng = np.random.default_rng(13)
+    w = _world(rng)
+    translations = w["src_text"] + 1.5 * rng.standard_normal(w["src_text"].shape)  # XLR between 0 and 1
+    res = score(w["src_text"], w["tgt_text"], **_inputs(w), xlr_tgt_text=translations, ks=(1, 5), bootstrap=50,
+                seed=3, progress=False)
+    xlr = xlr_recall(w["src_text"], translations, (1, 5))
+    assert 0 < xlr["xlr@1"] < 1
+    for k in (1, 5):
+        assert res.intervals[f"bkr@{k}"] == recall_interval(res.hits[k], 50, 0.95, seed=3)
+        assert res.intervals[f"xlr@{k}"] == recall_interval(xlr["hits"][k], 50, 0.95, seed=3)

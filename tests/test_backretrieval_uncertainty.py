@@ -1,6 +1,8 @@
 """Bootstrap intervals over queries, paired tests between models, checkpoint selection beyond noise."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -11,10 +13,11 @@ from backretrieval import (
     bkr_recall,
     compare_hits,
     corr_interval,
+    p_better,
     recall_interval,
 )
 from backretrieval.metric import corr_terms
-from backretrieval.uncertainty import bootstrap_weights, mcnemar_test, paired_bootstrap
+from backretrieval.uncertainty import bootstrap_weights, mcnemar_test, paired_bootstrap, percentile_interval
 
 
 def _world(rng, n, noise, d=16, d_img=24):
@@ -197,3 +200,69 @@ def test_a_bad_level_is_named_as_the_parameter_given():
     """The message named 'bootstrap: the interval level' for a wrong level=; it names level (--level on the CLI)."""
     with pytest.raises(BackRetrievalError, match=r"^level: expected an interval level in \(0, 1\), got 2$"):
         recall_interval([1, 0, 1, 1], level=2)
+
+
+# --------------------------------------------------------------------------- mutation audit: gaps closed
+def _discordant(only_a: int, only_b: int, n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Paired 0/1 hits of n queries that differ on ``only_a`` queries A hits alone and ``only_b`` B hits alone."""
+    rng = np.random.default_rng(seed)
+    a = (rng.random(n) < 0.4).astype(float)
+    b = a.copy()
+    b[np.flatnonzero(a == 1)[:only_a]] = 0
+    b[np.flatnonzero(a == 0)[:only_b]] = 1
+    return a, b
+
+
+def test_percentile_interval_cuts_equal_tails():
+    """The central ``level`` interval leaves (1 - level) / 2 of the replicates on each side."""
+    reps = np.arange(1001.0)  # quantile q sits at 1000 q
+    assert percentile_interval(reps, 0.9) == pytest.approx((50.0, 950.0))
+    assert percentile_interval(reps, 0.5) == pytest.approx((250.0, 750.0))
+
+
+def test_identical_models_give_bootstrap_p_values_of_one():
+    """Every replicate difference of two equal hit vectors is 0: no evidence either way, p = (1 + B) / (B + 1)."""
+    a = (np.random.default_rng(8).random(200) < 0.4).astype(float)
+    pb = paired_bootstrap(a, a.copy(), n_boot=200, seed=0)
+    assert pb["diff"] == 0.0 and pb["p_value"] == 1.0 and pb["p_greater"] == 1.0
+    assert p_better(a, a.copy(), test="bootstrap", bootstrap=200) == 1.0
+
+
+def test_compare_hits_reports_the_largest_p_value_of_its_tests():
+    """9 queries for A alone, 2 for B alone: McNemar's exact p = 2 P(X <= 2), X ~ Bin(11, 1/2) = 134 / 2048 > 0.05,
+    while the bootstrap's p is below 0.05; the conservative p-value is McNemar's, and the verdict a tie."""
+    a, b = _discordant(9, 2)
+    res = compare_hits(a, b, seed=0)
+    assert res["mcnemar"]["p_value"] == pytest.approx(134 / 2048)
+    assert res["bootstrap"]["p_value"] < 0.05 < res["mcnemar"]["p_value"]
+    assert res["p_value"] == pytest.approx(134 / 2048) and res["verdict"] == "tie"
+
+
+def test_a_p_value_equal_to_alpha_is_no_difference():
+    """Significant means p < alpha: McNemar's p of 5 discordant queries all for A is 2 / 32 = alpha -> a tie; and an
+    alpha equal to the bootstrap's smallest p-value 2 / (B + 1) is refused, as no p-value could go below it."""
+    a, b = _discordant(5, 0)
+    p = sum(math.comb(5, i) for i in (0, 5)) / 2 ** 5
+    assert compare_hits(a, b, tests=["mcnemar"], alpha=p)["verdict"] == "tie"
+    assert compare_hits(a, b, tests=["mcnemar"], alpha=0.07)["verdict"] == "A"
+    with pytest.raises(BackRetrievalError, match="raise bootstrap to at least"):
+        compare_hits(np.ones(400), np.zeros(400), alpha=2 / 1001, bootstrap=1000)
+
+
+def test_better_beyond_noise_keeps_the_best_on_equal_means():
+    """A new checkpoint with the same mean (other queries hit) is not better, with or without a test."""
+    best = (np.random.default_rng(9).random(500) < 0.3).astype(float)
+    same_mean = np.roll(best, 1)
+    assert same_mean.mean() == best.mean() and not np.array_equal(same_mean, best)
+    assert not better_beyond_noise(same_mean, best, test=None)
+    assert not better_beyond_noise(same_mean, best)
+
+
+def test_p_better_mcnemar_is_one_sided():
+    """"new > best" by McNemar: P(X >= b), X ~ Bin(b + c, 1/2), b the queries only the new model hits."""
+    new, best = _discordant(5, 0)
+    assert p_better(new, best) == pytest.approx(0.5 ** 5)  # one-sided: half the two-sided 2 / 32
+    assert p_better(best, new) == pytest.approx(1.0)  # worse: P(X >= 0)
+    new, best = _discordant(6, 2)
+    one_sided = sum(math.comb(8, i) for i in range(6, 9)) / 2 ** 8
+    assert p_better(new, best) == pytest.approx(one_sided)
