@@ -120,7 +120,7 @@ def neighbourhood_radii(
     ``extra(rows)`` ``[len(rows), P]`` when given (e.g. a late-interaction score). ``pool_groups`` ``(P,)`` integer
     codes ``0..G-1`` split the pool (languages): the result is ``[N, G]``, ``r_g(x)`` among group ``g``'s rows;
     without it ``[N]`` over the whole pool. ``exclude`` ``(N,)`` names the pool row that is query ``i`` itself
-    (``-1``: none), never its own neighbour. Every group needs more than ``k`` rows beyond an excluded one
+    (``-1``: none), never its own neighbour. Every group needs at least ``k`` rows besides an excluded one
     (:class:`ValueError` otherwise). Queries are scored in blocks of at most :data:`MAX_BLOCK` similarities: no
     ``N x P`` matrix is held. ``progress``: a bar over the query blocks when the work is big
     (:func:`~backretrieval.ranking.progress_bar`).
