@@ -1628,3 +1628,40 @@ def test_retrieval_refuses_a_split_of_image_features_before_loading_a_model(tmp_
     assert code == 2 and err.startswith(f"error: {tmp_path / 'test'}: its samples are precomputed image features "
                                         "(npy, 4 dims), not pictures, and text-image retrieval reads pictures"), err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tie_goes_to_the_simpler_ranking_and_a_candidates_score_is_its_mean_over_k(tmp_path):
+    """FakeEncoder embeds a caption alike by both heads, so the cross head's cosine ties the text head's on every
+    val query: the choice is the simpler ranking (the text head), whatever order the heads are given in; and each
+    candidate's mean_bkr is the mean of its own BkR@K."""
+    from itertools import product
+
+    from globetrotter.evaluation import Ranking
+    from globetrotter.evaluation.tasks.select import select_ranking
+
+    for split, prefix in (("val", "v"), ("train", "t")):  # the reference: the same captions, of other images
+        with ShardWriter(tmp_path / split, split=split, source="unit", image_format="png") as writer:
+            for c, s, lang in product(range(6), range(5), LANGS):  # each image in one language, none all grey
+                writer.write(f"{prefix}{c}{s}{lang}", Image.new("RGB", (8, 8), (40 * c + 10, 40 * s + 5, 100)),
+                             caption(lang, c, s), lang, image_id=f"{prefix}{c}{s}{lang}")
+    result = select_ranking(FakeEncoder(language_offset=3.0), tmp_path / "val", heads=("cross", "text"),
+                            maxsim=(0.0,), csls=(False, True), csls_k=3, reference=tmp_path / "train",
+                            image_features="pixels", log=lambda line: None)
+    rows = result.details["candidates"]
+    assert [r["label"] for r in rows] == ["cosine", "csls", "cosine (cross head)", "csls (cross head)"]
+    assert rows[0]["mean_bkr"] == rows[2]["mean_bkr"] and rows[1]["mean_bkr"] == rows[3]["mean_bkr"]
+    best = max(r["mean_bkr"] for r in rows)
+    assert result.details["chosen"] == Ranking(csls=best > rows[0]["mean_bkr"], csls_k=3).to_dict()
+    for r in rows:
+        assert r["mean_bkr"] == pytest.approx(np.mean([r[f"bkr@{k}"] for k in (1, 5, 10)]))
+
+
+def test_a_copy_of_the_choice_is_within_noise_of_it():
+    """A candidate that scores every val query as the choice does cannot be told from it: its paired interval is
+    [0, 0], which holds 0."""
+    from globetrotter.evaluation.tasks.select import margins_to_choice, within_noise
+
+    chosen = np.random.default_rng(1).integers(0, 2, 100).astype(float)
+    margins = margins_to_choice([chosen.copy(), chosen], chosen=1)
+    assert margins[0] == {"diff": 0.0, "lo": 0.0, "hi": 0.0}
+    assert within_noise([{"label": "copy", "vs_chosen": margins[0]}, {"label": "chosen"}]) == ["copy"]

@@ -286,3 +286,85 @@ def test_a_text_only_run_is_offered_no_cross_head_rankings_that_copy_its_text_on
     assert {r.head for r in model_candidates(str(cfg.run_dir), text_only)} == {"text"}
     full = model_candidates(str(tiny_run), globetrotter.load(tiny_run))
     assert {r.head for r in full} == {"text", "cross"} and len({r.label for r in full}) == len(full)
+
+
+def test_tfidf_idf_is_fitted_on_the_reference_pool_never_on_the_evaluated_sentences():
+    """The TF-IDF baseline's idf is a statistic like any other: inductive, its cosines are those of vectors weighted
+    by the pool's idf, and a pair's score does not move when the other evaluated sentences change."""
+    from globetrotter.evaluation.tfidf import TfidfEncoder
+
+    pool = ReferencePool(["a red square", "ein rotes Quadrat", "a blue circle", "ein blauer Kreis", "a red circle",
+                          "ein roter Kreis"], np.array(["en", "de"] * 3), "pool")
+    evaluated = ["a red square", "ein roter Kreis", "square square square", "Quadrat Quadrat"]
+    langs = np.array(["en", "de"] * 2)
+    got = ScoringContext(TfidfEncoder(), evaluated, langs, pool).scorer(Ranking()).matrix()
+    emb = TfidfEncoder().fit(pool.captions).encode_text(evaluated)
+    np.testing.assert_allclose(got, (emb @ emb.T).toarray(), atol=1e-6)
+    transductive = TfidfEncoder().fit(evaluated).encode_text(evaluated)
+    assert not np.allclose(got, (transductive @ transductive.T).toarray(), atol=1e-3)  # the idf differs: a real check
+    pair = ScoringContext(TfidfEncoder(), evaluated[:2], langs[:2], pool).scorer(Ranking()).matrix()
+    assert pair[0, 1] == pytest.approx(got[0, 1], abs=1e-6)
+
+
+class HeadTableEncoder:
+    """Caption ``"s<i>"`` is row ``i`` of a fixed matrix per head: the text and cross heads embed it differently."""
+
+    def __init__(self, rows: dict[str, np.ndarray]) -> None:
+        self.rows = {head: normalize_rows(r) for head, r in rows.items()}
+
+    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+        return self.rows[head][[int(t[1:]) for t in texts]]
+
+
+def test_csls_of_the_cross_head_takes_its_radii_among_the_pool_embedded_by_that_head():
+    rng = np.random.default_rng(3)
+    encoder = HeadTableEncoder({"text": rng.normal(size=(30, 6)), "cross": rng.normal(size=(30, 6))})
+    evaluated, langs = [f"s{i}" for i in range(12)], np.array(["en", "de", "fr"] * 4)
+    pool = ReferencePool([f"s{i}" for i in range(12, 30)], np.array(["en", "de", "fr"] * 6), "pool")
+    ranking = Ranking(head="cross", csls=True, csls_k=3)
+    got = ScoringContext(encoder, evaluated, langs, pool).scorer(ranking).matrix()
+    cross = encoder.rows["cross"]
+    np.testing.assert_allclose(got, brute_csls(cross[:12], langs, cross[12:], pool.langs, 3, own=False), atol=1e-5)
+
+
+@pytest.mark.parametrize("inductive", [True, False])
+def test_csls_over_maxsim_takes_its_radii_of_the_same_weighted_scores(inductive):
+    """CSLS of ``cos + W · MaxSim``: each radius is the mean of a sentence's k highest ``cos + W · MaxSim`` among a
+    language's reference texts (or, transductive, the other evaluated sentences), written out here."""
+    encoder = FakeEncoder(language_offset=3.0)
+    texts, langs = _scene_captions([(c, s) for c in range(6) for s in range(5) if (c + s) % 3 == 0])
+    pool = ReferencePool(*_scene_captions([(c, s) for c in range(6) for s in range(5) if (c + s) % 2]), "pool")
+    w, k = 0.5, 3
+    context = ScoringContext(encoder, texts, langs, pool if inductive else None)
+    got = context.scorer(Ranking(maxsim=w, csls=True, csls_k=k)).matrix()
+    emb = encoder.encode_text(texts)
+    late, mine = context.late, context.late.bags(texts, langs)
+    scores = emb @ emb.T + w * late.scorer(mine, mine)(np.arange(len(texts)))
+    if inductive:
+        pool_maxsim = late.scorer(mine, late.reference_bags)(np.arange(len(texts)))
+        among = emb @ encoder.encode_text(pool.captions).T + w * pool_maxsim
+        among_langs, own = np.asarray(pool.langs), np.zeros(among.shape, bool)
+    else:
+        among, among_langs, own = scores, langs, np.eye(len(texts), dtype=bool)
+
+    def radius(x, lang):
+        return np.sort(among[x][(among_langs == lang) & ~own[x]])[-k:].mean()
+
+    n = len(texts)
+    want = np.array([[scores[x, y] - radius(x, langs[y]) / 2 - radius(y, langs[x]) / 2 for y in range(n)]
+                     for x in range(n)])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_csls_k_may_equal_a_languages_reference_captions_but_not_pass_them():
+    """k neighbours among exactly k reference captions of a language: each radius is their mean; k + 1 is a one-line
+    error naming the language."""
+    rng = np.random.default_rng(4)
+    encoder = TableEncoder(rng.normal(size=(30, 6)))
+    evaluated, langs = [f"s{i}" for i in range(12)], np.array(["en", "de", "fr"] * 4)
+    pool = ReferencePool([f"s{i}" for i in range(12, 30)], np.array(["en", "de", "fr"] * 6), "pool")  # 6 each
+    got = ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=6)).matrix()
+    rows = encoder.rows
+    np.testing.assert_allclose(got, brute_csls(rows[:12], langs, rows[12:], pool.langs, 6, own=False), atol=1e-5)
+    with pytest.raises(UserError, match="--csls-k 7 neighbours exceed the 6 reference captions in de"):
+        ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=7))

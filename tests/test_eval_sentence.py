@@ -198,3 +198,43 @@ def test_parallel_set_errors_do_not_blame_sentence_translation():
     with pytest.raises(UserError, match="parallel") as err:
         parallel_set([{"caption": "x", "lang": "en", "group": None, "image_id": "a"}])
     assert "sentence" not in str(err.value)
+
+
+def test_candidates_all_never_counts_the_query_as_its_own_candidate():
+    """With every sentence a candidate, the query itself is still none: translations a little off their query fill
+    the top M − 1 and score 100%, though the query's own similarity (1) is higher than theirs."""
+    rng = np.random.default_rng(5)
+    langs, groups = _layout(20, ["en", "de", "fr"])
+    meaning = normalize_rows(rng.normal(size=(20, 16)))
+    emb = normalize_rows(meaning[groups] + 0.01 * rng.normal(size=(len(groups), 16)))
+    res = sentence_translation(emb, langs, groups, candidates="all")
+    assert res["accuracy"] == 1.0 and res["chance"] == pytest.approx(2 / 59)
+
+
+def test_k_may_reach_the_number_of_candidates_but_not_pass_it():
+    """k equal to a query's candidates takes them all: every translation found, at chance 1."""
+    langs, groups = _layout(3, ["en", "de"])  # each query: 3 other-language candidates
+    emb = normalize_rows(np.random.default_rng(6).normal(size=(6, 4)))
+    res = sentence_translation(emb, langs, groups, k=3)
+    assert res["accuracy"] == 1.0 and res["chance"] == 1.0
+    with pytest.raises(ValueError, match="exceeds"):
+        sentence_translation(emb, langs, groups, k=4)
+
+
+@pytest.mark.parametrize("level", [0.95, 0.5])
+def test_the_ratio_interval_holds_the_central_level_of_the_paired_replicate_ratios(level):
+    """``lo`` and ``hi`` are the (1 − level)/2 and (1 + level)/2 quantiles of the replicates' ratios, each replicate
+    drawing the same groups for both models (bootstrap_weights, the same seed): written out here."""
+    from backretrieval.uncertainty import bootstrap_weights
+
+    rng = np.random.default_rng(7)
+    n = 50
+    positives = np.full(n, 6)
+    top, bottom = rng.integers(0, 7, n), rng.integers(1, 7, n)
+    got = ratio_interval((top, positives), (bottom, positives), n_boot=400, level=level, seed=2)
+    w = np.concatenate(list(bootstrap_weights(n, 400, 2)))
+    ratios = (w @ top) / (w @ bottom)  # the same positives on both sides cancel
+    tail = (1 - level) / 2
+    for value, share in ((got["lo"], tail), (got["hi"], 1 - tail)):  # a quantile: share below <= q <= share at most
+        assert np.mean(ratios < value - 1e-12) <= share <= np.mean(ratios <= value + 1e-12)
+    assert got["ratio"] == pytest.approx(top.sum() / bottom.sum())

@@ -97,3 +97,25 @@ def test_a_loaded_baseline_object_is_refused_like_its_spec(tmp_path, command):
     with pytest.raises(UserError, match=rf"^{command}: --model tfidf is a baseline of .* sentence` only; {command} "
                                         r"needs a trained run folder$"):
         evaluate(TfidfEncoder(), tmp_path / "no_split_read")
+
+
+def test_features_are_the_one_to_four_character_ngrams_with_sublinear_term_frequency():
+    """The documented settings, read off the vectors: fitted on one text every idf is 1, so an n-gram seen three
+    times weighs 1 + ln 3 times one seen once; the features are the lower-cased 1- to 4-grams of each word padded
+    with one space either side (char_wb), whitespace-only ones left out."""
+    enc = TfidfEncoder().fit(["Abcde abcde abcde xy"])
+    vector = enc.encode_text(["Abcde abcde abcde xy"]).toarray()[0]
+    vocabulary = enc._vectorizer.vocabulary_
+    want = {word[i:i + n] for word in (" abcde ", " xy ") for n in range(1, 5) for i in range(len(word) - n + 1)}
+    assert set(vocabulary) == {g for g in want if g.strip()}
+    assert vector[vocabulary["bcd"]] / vector[vocabulary["xy"]] == pytest.approx(1 + np.log(3), rel=1e-5)
+
+
+def test_a_fitted_encoder_keeps_its_vocabulary_and_idf_whatever_it_encodes():
+    """Fitted on reference texts, a text's vector depends on that text alone (eval.py sentence encodes the evaluated
+    sentences with the reference's idf): the same with other texts beside it, and an n-gram the reference lacks has
+    no feature."""
+    enc = TfidfEncoder().fit(["a red square", "a blue circle", "a red circle"])
+    alone = enc.encode_text(["a red square"])
+    beside = enc.encode_text(["xyz xyz", "a red square", "a red square square"])
+    assert (alone != beside[1]).nnz == 0 and beside[0].nnz == 0 and enc.fitted_on == 3

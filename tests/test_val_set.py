@@ -266,3 +266,51 @@ def test_a_val_split_of_image_features_is_refused_by_a_g_that_reads_pictures(tmp
         BackRetrievalSet(tmp_path / "val", max_per_lang=max_per_lang, image_features="pixels")
     assert str(err.value).startswith(f"{tmp_path / 'val'}: its samples are precomputed image features (npy, 4 dims)")
     assert "BackRetrieval with image features 'pixels' reads pictures" in str(err.value)
+
+
+def test_pixel_features_are_centred_unit_thumbnails():
+    """g = pixels: each thumbnail less its mean, at unit length, so a picture and a uniformly brighter copy of it are
+    the same image to g."""
+    from PIL import Image
+
+    from globetrotter.evaluation.val_set import pixel_features
+
+    picture = np.random.default_rng(0).integers(0, 200, size=(16, 16, 3)).astype(np.uint8)
+    features = pixel_features([Image.fromarray(picture), Image.fromarray(picture + 40)])
+    assert features.shape == (2, 16 * 16 * 3)
+    np.testing.assert_allclose(features.mean(axis=1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-5)
+    assert features[0] @ features[1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_language_block_leaves_out_the_candidates_showing_an_image_of_its_queries():
+    bkr = BackRetrievalSet.__new__(BackRetrievalSet)  # the captions' languages and images are all it reads
+    bkr.langs = np.array(["en", "de", "en", "fr", "de", "fr"])
+    bkr.image_ids = np.array(["a", "a", "b", "c", "d", "b"])
+    blocks = {lang: (src.tolist(), tgt.tolist()) for lang, src, tgt in bkr.language_blocks()}
+    # en shows a and b: of the other languages' rows 1 (a), 3 (c), 4 (d), 5 (b) only 3 and 4 are its candidates
+    assert blocks == {"de": ([1, 4], [2, 3, 5]), "en": ([0, 2], [3, 4]), "fr": ([3, 5], [0, 1, 4])}
+
+
+def test_a_k_equal_to_a_languages_image_count_is_saturated():
+    """K images in a language: back-retrieval ranks all K within the top K, so BkR@K is already 1 for any model."""
+    bkr = BackRetrievalSet.__new__(BackRetrievalSet)  # the captions' languages and images are all it reads
+    bkr.langs = np.array(["en"] * 6 + ["de"] * 7)
+    bkr.image_ids = np.array([f"e{i // 2}" for i in range(6)] + [f"d{i}" for i in range(7)])  # en: 3 images
+    bkr.ks = (1, 3, 4)
+    assert bkr.saturated_ks() == {3: "en (3 images)", 4: "en (3 images)"}
+
+
+def test_across_languages_the_figure_is_the_mean_over_source_languages_not_over_queries():
+    """Two en queries and four de queries: each language's BkR counts once, worked by hand. Every query retrieves
+    the first candidate; from its image, back-retrieval finds the nearest source image."""
+    bkr = BackRetrievalSet.__new__(BackRetrievalSet)
+    bkr.langs = np.array(["en", "en", "de", "de", "de", "de"])
+    bkr.image_ids = np.array(["e0", "e1", "d0", "d1", "d2", "d3"])
+    bkr.ks = (1,)
+    feats = np.array([[1, 0], [0, 1], [1, 0.1], [1, 0.2], [0.1, 1], [0.2, 1]], dtype=np.float32)
+    bkr.image_feats = feats / np.linalg.norm(feats, axis=1, keepdims=True)
+    # en: both find d0, whose nearest en image is e0: 1 of 2; de: all find e0, whose nearest de image is d0: 1 of 4
+    metrics, hits = bkr.evaluate_across_languages(retrieved={"en": np.zeros(2, np.int64), "de": np.zeros(4, np.int64)})
+    assert hits["val/bkr@1"].tolist() == [1, 0, 0, 0, 1, 0]  # de's queries first, then en's
+    assert metrics["val/bkr@1"] == pytest.approx((1 / 4 + 1 / 2) / 2)
