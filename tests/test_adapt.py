@@ -423,6 +423,16 @@ def test_a_warm_up_longer_than_the_adaptation_is_said(base, tmp_path, capsys):
     assert "warm-up never ends" not in capsys.readouterr().out
 
 
+def test_adapt_epochs_give_enough_steps_to_read_every_caption_that_often():
+    """adapt.epochs passes over the captions: a last partial batch is a step too (rounded up), and at least one."""
+    from globetrotter.training.adapt.start import epoch_steps
+
+    assert epoch_steps(1, 10, 4) == 3  # 4 + 4 + 2 captions
+    assert epoch_steps(2, 10, 4) == 5  # 20 captions, 5 full batches
+    assert epoch_steps(1.5, 12, 4) == 5  # 18 captions: 4 batches and a half
+    assert epoch_steps(0.01, 10, 4) == 1
+
+
 def test_steps_beside_adapt_epochs_is_refused_not_replaced(tiny_run, tmp_path, capsys):
     """adapt.epochs (default 1) sets the adaptation's steps: a steps=N given with it would be replaced in silence."""
     with pytest.raises(UserError, match=r"steps=5 and adapt.epochs=1 both set the adaptation's length"):
@@ -472,6 +482,7 @@ def test_old_batch_or_old_captions_above_the_old_captions_is_refused_not_cut(bas
     assert code == 2 and "more than the bank's 10 old captions (adapt.old_captions=10 of" in line, line
     assert not out.exists()
     assert resolve_config(load_adapt_config(None, [*argv, "adapt.old_captions=10", "adapt.old_batch=10"])).steps > 0
+    assert resolve_config(load_adapt_config(None, [*argv, "adapt.old_captions=192"])).steps > 0  # every one of them
 
 
 def test_a_config_without_a_test_split_adapts(base, tmp_path):
@@ -543,6 +554,10 @@ def test_a_data_tokenizer_of_the_users_is_refused_not_replaced_by_the_grown_one(
     code, line = run_cli(capsys, *argv, "data.tokenizer_normalization=uncased")
     assert code == 2 and line.startswith("error: data.tokenizer_normalization: 'uncased' differs from the starting "
                                          "run's 'none'"), line
+    length = load_train_config(base / "config.yaml").data.max_length  # positions the model was built with
+    code, line = run_cli(capsys, *argv, f"data.max_length={length + 8}")
+    assert code == 2 and line.startswith(f"error: data.max_length: {length + 8} differs from the starting run's "
+                                         f"{length}"), line
     assert not out.exists()
     cfg = load_adapt_config(None, argv)
     assert cfg.data.tokenizer == load_train_config(base / "config.yaml").data.tokenizer  # the run's, inherited
@@ -662,3 +677,4 @@ def test_a_run_adapted_twice_knows_both_its_new_languages(world, tmp_path):
     second = load_train_config(None, [f"data.root={world}", f"adapt.from={first}", "adapt.language=xx"])
     assert trained == ["en", "ja", "ru"]
     assert trained_languages(second) == ["el", "en", "ja", "ru", "xx"]
+

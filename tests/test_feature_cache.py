@@ -221,6 +221,71 @@ def test_batches_are_a_function_of_the_step_and_split_over_processes(tiny_world,
     assert drawn == {1, 2, 3}
 
 
+def test_a_batch_holds_each_captions_whole_token_sequence(tiny_world, tokenizer):
+    """The batch is cut to its longest caption, never shorter: each row's real tokens are the caption's encoding."""
+    stream = FeatureBatches(tiny_world / "train", None, tokenizer, 8, 16, seed=1)
+    metas = read_captions(tiny_world / "train")
+    for step in range(3):
+        batch = stream.batch(step)
+        for row, ids, mask in zip(stream.global_indices(step), batch["input_ids"], batch["attention_mask"]):
+            own = tokenizer.encode(metas[row]["caption"]).ids[:16]
+            assert ids[mask.bool()].tolist() == own
+        lengths = [len(tokenizer.encode(metas[row]["caption"]).ids[:16]) for row in stream.global_indices(step)]
+        assert batch["input_ids"].shape[1] == max(lengths)
+    assert len(set(lengths)) > 1  # captions of different lengths share the batch
+
+
+def test_each_epoch_of_random_batches_is_a_fresh_permutation_of_every_caption(tiny_world, tokenizer):
+    stream = FeatureBatches(tiny_world / "train", None, tokenizer, 4, 16, seed=3)
+    n = len(stream.ids)
+    order = np.concatenate([stream.global_indices(s) for s in range(-(-2 * n // 4))])
+    first, second = order[:n], order[n:2 * n]
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(n))
+    assert not np.array_equal(first, second)  # reshuffled, not the first epoch again
+
+
+@pytest.mark.parametrize("views", [2, 3])
+def test_both_views_are_any_two_distinct_augmented_views(tiny_world, tokenizer, views):
+    """Every augmented view (1..views) is drawn as the first view and as the second, never the whole image (view 0),
+    and a sample's two views differ; with two views a sample gets both (not its whole-image row twice)."""
+    from globetrotter.data.feature_cache import FeatureCache
+
+    metas = read_captions(tiny_world / "train")
+    ids = sorted({m["image_id"] for m in metas})
+    rng = np.random.default_rng(1)
+    planted = FeatureCache(Path("planted"), rng.normal(size=(len(ids), views + 1, 8)).astype(np.float16),
+                           {i: r for r, i in enumerate(ids)}, small_spec(views=views))
+    stream = FeatureBatches(tiny_world / "train", planted, tokenizer, 16, 16, seed=5)
+    first, second = set(), set()
+    for step in range(6):
+        batch = stream.batch(step)
+        for caption, v1, v2 in zip(stream.global_indices(step), batch["view1"], batch["view2"]):
+            own = planted.features[ids.index(metas[caption]["image_id"])].astype(np.float32)
+            (a,) = [v for v in range(views + 1) if np.array_equal(own[v], v1.numpy())]
+            (b,) = [v for v in range(views + 1) if np.array_equal(own[v], v2.numpy())]
+            assert a != b and 0 not in (a, b)
+            first.add(a)
+            second.add(b)
+    assert first == second == set(range(1, views + 1))
+
+
+def test_neighbour_batches_draw_any_of_the_k_neighbours_not_only_the_nearest(tiny_world, tokenizer):
+    from globetrotter.data.feature_cache import FeatureCache
+
+    metas = read_captions(tiny_world / "train")
+    ids = sorted({m["image_id"] for m in metas})
+    feats = np.random.default_rng(2).normal(size=(len(ids), 3, 8)).astype(np.float16)
+    cache = FeatureCache(Path("planted"), feats, {i: r for r, i in enumerate(ids)}, small_spec(views=2))
+    k = 3
+    stream = FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, batching="neighbours", neighbours_k=k)
+    ranks = set()
+    for step in range(8):
+        index = stream.global_indices(step)
+        for a, m in zip(index[0::2], index[1::2]):
+            ranks.add(stream.neighbours[stream.image_of[a]].tolist().index(stream.image_of[m]))
+    assert ranks == set(range(k))
+
+
 def test_neighbour_batches_pair_each_anchor_with_a_visual_neighbour_in_another_language(tiny_world, tokenizer):
     from globetrotter.data.feature_cache import FeatureCache
 
@@ -263,6 +328,20 @@ def test_pair_batches_hold_two_languages_of_one_group(tiny_world, tokenizer):
     for a, b in zip(index[0::2], index[1::2]):
         assert metas[a]["group"] == metas[b]["group"] and metas[a]["lang"] != metas[b]["lang"]
     assert "view1" not in stream.batch(0)
+
+
+def test_pair_groups_leave_out_groups_captioned_in_one_language_only():
+    """A group with captions in one language (the others left out by data.train_languages) cannot give a pair of two
+    languages: it is not a member; slots are (group, language), each with its captions in order."""
+    from globetrotter.data.feature_batches import pair_groups
+
+    groups = ["a", "a", "b", "b", "a", None, "c"]
+    langs = ["en", "de", "en", "en", "en", "fr", "de"]
+    members, slots = pair_groups(groups, langs, "split")
+    named = [[slots[s] for s in group] for group in members]
+    assert named == [[[0, 4], [1]]]  # only a: en (captions 0, 4) and de (caption 1)
+    with pytest.raises(UserError, match="split: data.batching=pairs needs groups captioned in two or more languages"):
+        pair_groups(["a", "a", "b"], ["en", "en", "de"], "split")
 
 
 def test_streamed_pairs_mix_the_language_pairs_of_each_group():

@@ -167,6 +167,32 @@ def test_alpha_matches_loop_reference(variant):
     assert (transitive_alpha(t, x, v, variant=variant) > 0).any()
 
 
+def test_official_alpha_with_a_pairs_mask_takes_its_statistics_from_the_allowed_pairs_and_the_diagonal():
+    """With ``pairs``, the min–max of α^x_ii·α^x_jj runs over the allowed pairs plus the diagonal (the diagonal is in
+    the released code's batch matrix), the maximum over the allowed off-diagonal pairs; the others get α = 0."""
+    g = torch.Generator().manual_seed(11)
+    t = torch.randn(6, 4, generator=g)
+    x = t + 0.6 * torch.randn(6, 4, generator=g)
+    v = torch.randn(6, 3, generator=g)
+    v[1], v[3] = v[0] + 0.1, v[2] + 0.2
+    x[4] = t[4]  # a frozen caption's own product α^x_44² = 1 is the batch maximum: only the diagonal holds it
+    new = torch.arange(6) < 2
+    pairs = new[:, None] | new[None, :]
+    tu, xu, vu = _unit(t), _unit(x), _unit(v)
+    xm = [_dot(tu[i], xu[i]) for i in range(6)]
+    counted = [(i, j) for i in range(6) for j in range(6) if i == j or bool(pairs[i, j])]
+    lo, hi = min(xm[i] * xm[j] for i, j in counted), max(xm[i] * xm[j] for i, j in counted)
+    path = {(i, j): _dot(vu[i], vu[j]) * (0.75 + 0.5 * (xm[i] * xm[j] - lo) / (hi - lo))
+            for i, j in counted if i != j}
+    top = max(path.values())
+    expected = torch.zeros(6, 6)
+    for (i, j), p in path.items():
+        expected[i, j] = max(0.0, p / top - 0.4) / 0.6
+    alpha = transitive_alpha(t, x, v, margin=0.4, variant="official", pairs=pairs)
+    torch.testing.assert_close(alpha, expected, atol=1e-5, rtol=1e-5)
+    assert (alpha > 0).any()
+
+
 @pytest.mark.parametrize("variant", ["paper", "official"])
 def test_alpha_identical_images_and_perfect_captions_are_all_positive(variant):
     img = torch.tensor([[1.0, 2.0, 0.5]]).repeat(4, 1)
@@ -256,6 +282,17 @@ def test_transitive_loss_matches_loop_reference(variant):
     alpha[5, :] = alpha[:, 5] = 0  # one anchor without positives
     loss = TransitiveTextLoss(temperature=0.2, variant=variant)(text, alpha)
     assert loss.item() == pytest.approx(ref_transitive_loss(text, alpha, 0.2), rel=1e-5)
+
+
+def test_transitive_loss_normalises_over_each_anchors_other_captions_for_an_asymmetric_alpha():
+    """ℓ_ij is a softmax over anchor i's row (k ≠ i): with a symmetric α a column softmax gives the same sum, so
+    only a one-sided α tells them apart."""
+    g = torch.Generator().manual_seed(7)
+    text = torch.randn(5, 4, generator=g)
+    alpha = torch.zeros(5, 5)
+    alpha[0, 1], alpha[2, 4], alpha[3, 0] = 1.0, 0.5, 0.25  # i pulls j, j does not pull i
+    loss = TransitiveTextLoss(temperature=0.3)(text, alpha)
+    assert loss.item() == pytest.approx(ref_transitive_loss(text, alpha, 0.3), rel=1e-5)
 
 
 def test_each_pair_pulls_in_proportion_to_its_alpha():

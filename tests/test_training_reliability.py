@@ -673,3 +673,89 @@ def test_a_non_finite_loss_or_gradient_norm_is_plotted_as_it_is():
     (step, values), (_, second) = written
     assert set(values) == {"loss/text", "grad_norm", "alpha/mean"} and second == {}
     assert len(lines) == 1 and "alpha/recall (no true translation pair in the batch)" in lines[0]
+
+
+def _checkpoint(root: Path, name: str, step: int) -> Path:
+    """A checkpoint folder as far as finding and pruning read it: its trainer state."""
+    (root / name).mkdir(parents=True)
+    (root / name / ckpt.STATE).write_text(json.dumps({"step": step}))
+    return root / name
+
+
+def test_pruning_keeps_the_newest_step_checkpoints_and_never_best():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for step in (3, 9, 10, 12, 100):  # names sort as numbers across a digit boundary
+            _checkpoint(root, ckpt.step_name(step), step)
+        _checkpoint(root, "best", 3)
+        ckpt.prune(root, 2)
+        assert sorted(p.name for p in root.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
+        ckpt.prune(root, 5)  # fewer than keep: nothing goes
+        assert sorted(p.name for p in root.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
+
+
+def test_resume_latest_takes_the_furthest_of_latest_and_best_and_latest_on_a_tie(tmp_path):
+    root = ckpt.checkpoint_root(tmp_path / "run")
+    _checkpoint(root, ckpt.step_name(4), 4)
+    ckpt.mark_latest(root, ckpt.step_name(4))
+    _checkpoint(root, "best", 2)
+    assert ckpt.furthest(tmp_path / "run") == root / ckpt.step_name(4)  # an earlier best/ is not resumed
+    assert ckpt.saved_steps(tmp_path / "run") == {"latest": 4, "best": 2}
+    (root / "best" / ckpt.STATE).write_text(json.dumps({"step": 6}))
+    assert ckpt.furthest(tmp_path / "run") == root / "best"  # validated after the last step checkpoint
+    (root / "best" / ckpt.STATE).write_text(json.dumps({"step": 4}))
+    assert ckpt.furthest(tmp_path / "run") == root / ckpt.step_name(4)
+    # readers of a run folder take best/, a resume or the latest pointer the latest
+    assert ckpt.resolve(tmp_path / "run") == root / "best"
+    assert ckpt.resolve(tmp_path / "run", prefer_best=False) == root / ckpt.step_name(4)
+    assert ckpt.resolve(root / ckpt.LATEST) == root / ckpt.step_name(4)
+
+
+def test_a_resume_compares_every_key_but_the_run_keys_and_the_skipped_sections(tmp_path):
+    from globetrotter.training.resume import config_changes
+
+    saved = tiny_cfg(tmp_path / "world", tmp_path, "steps=4", "data.max_length=16")
+    save_config(saved, tmp_path / "config.yaml")
+    same = tiny_cfg(tmp_path / "world", tmp_path, "steps=8", "data.max_length=16")  # steps: how, not what
+    assert config_changes(tmp_path / "config.yaml", same) is None
+    longer = tiny_cfg(tmp_path / "world", tmp_path, "steps=4", "data.max_length=24")
+    assert config_changes(tmp_path / "config.yaml", longer) == "data.max_length: 16 -> 24"
+    assert config_changes(tmp_path / "config.yaml", longer, skip=("data",)) is None  # a section: every key under it
+    assert config_changes(tmp_path / "config.yaml", longer, skip=("data.max",)) == "data.max_length: 16 -> 24"
+
+
+def test_cloze_mask_seeds_differ_between_processes_and_steps_and_are_pure():
+    """Each process draws its own cloze masks at each step (two processes with one seed would mask alike); a pure
+    function of (seed, rank, step), so a resume needs nothing restored."""
+    from globetrotter.training.resume import mask_seed
+
+    seeds = {mask_seed(3, rank, step) for rank in range(4) for step in range(50)}
+    assert len(seeds) == 200
+    assert mask_seed(3, 1, 7) == mask_seed(3, 1, 7) != mask_seed(4, 1, 7)
+
+
+class _OneProcess:
+    """What :func:`ckpt.write` asks of an Accelerator, for one process: its state is a trainer state file."""
+
+    is_main_process, num_processes = True, 1
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def save_state(self, folder: str, safe_serialization: bool = True) -> None:
+        Path(folder).mkdir(parents=True)
+        (Path(folder) / ckpt.STATE).write_text(json.dumps({"step": self.step}))
+
+    def wait_for_everyone(self) -> None:
+        pass
+
+
+def test_writing_best_leaves_latest_naming_the_last_step_checkpoint(tmp_path):
+    fill = lambda folder, main: None  # noqa: E731
+    assert ckpt.write(_OneProcess(2), tmp_path, ckpt.step_name(2), fill, latest=True, keep=1)
+    assert ckpt.write(_OneProcess(3), tmp_path, "best", fill, latest=False, keep=1)
+    assert (tmp_path / ckpt.LATEST).read_text().strip() == ckpt.step_name(2)
+    assert ckpt.resolve(tmp_path, prefer_best=False) == tmp_path / ckpt.step_name(2)
+    assert ckpt.read_state(tmp_path / "best")["step"] == 3 and (tmp_path / ckpt.step_name(2)).is_dir()
