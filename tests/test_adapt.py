@@ -677,4 +677,3 @@ def test_a_run_adapted_twice_knows_both_its_new_languages(world, tmp_path):
     second = load_train_config(None, [f"data.root={world}", f"adapt.from={first}", "adapt.language=xx"])
     assert trained == ["en", "ja", "ru"]
     assert trained_languages(second) == ["el", "en", "ja", "ru", "xx"]
-

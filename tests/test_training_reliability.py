@@ -682,18 +682,14 @@ def _checkpoint(root: Path, name: str, step: int) -> Path:
     return root / name
 
 
-def test_pruning_keeps_the_newest_step_checkpoints_and_never_best():
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        for step in (3, 9, 10, 12, 100):  # names sort as numbers across a digit boundary
-            _checkpoint(root, ckpt.step_name(step), step)
-        _checkpoint(root, "best", 3)
-        ckpt.prune(root, 2)
-        assert sorted(p.name for p in root.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
-        ckpt.prune(root, 5)  # fewer than keep: nothing goes
-        assert sorted(p.name for p in root.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
+def test_pruning_keeps_the_newest_step_checkpoints_and_never_best(tmp_path):
+    for step in (3, 9, 10, 12, 100):  # names sort as numbers across a digit boundary
+        _checkpoint(tmp_path, ckpt.step_name(step), step)
+    _checkpoint(tmp_path, "best", 3)
+    ckpt.prune(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
+    ckpt.prune(tmp_path, 5)  # fewer than keep: nothing goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", ckpt.step_name(12), ckpt.step_name(100)]
 
 
 def test_resume_latest_takes_the_furthest_of_latest_and_best_and_latest_on_a_tie(tmp_path):
