@@ -183,6 +183,59 @@ def test_plan_splits_from_split_files_puts_the_unnamed_images_in_train():
         plan_splits(images, langs, test_fraction=0.1, fixed={})
 
 
+def test_assign_languages_breaks_ties_at_random_not_by_the_alphabet():
+    """An image whose languages are all equally used takes one at random (seeded): the first language in sorted
+    order must not win every tie, or the images left over by an uneven split all go to it."""
+    image = {"i0": frozenset({"de", "en", "fr"})}
+    chosen = {assign_languages(image, np.random.default_rng(seed))["i0"] for seed in range(30)}
+    assert chosen == {"de", "en", "fr"}  # a fixed winner has chance 3 * (1/3)^30 under a fair draw
+
+
+def test_plan_splits_rounds_the_fractions_and_warns_only_when_too_few_images_are_complete():
+    langs = ("en", "de")
+    ten = {f"c{i}": ImageInfo(frozenset(langs)) for i in range(10)}
+    plan = plan_splits(ten, langs, test_fraction=0.19, val_fraction=0.29, seed=1)  # 1.9 -> 2 and 2.9 -> 3, not 1, 2
+    assert Counter(plan.split_of.values()) == {"test": 2, "val": 3, "train": 5} and not plan.notes
+    images = {f"c{i}": ImageInfo(frozenset(langs)) for i in range(4)}
+    images.update({f"e{i}": ImageInfo(frozenset({"en"})) for i in range(6)})
+    exact = plan_splits(images, langs, test_fraction=0.4)  # asks for 4 test images, and exactly 4 are complete
+    assert Counter(exact.split_of.values())["test"] == 4 and not exact.notes
+    short = plan_splits(images, langs, test_fraction=0.5)  # asks for 5: the 4 complete ones, with a note
+    assert Counter(short.split_of.values())["test"] == 4
+    assert len(short.notes) == 1 and "asks for 5 test images but only 4" in short.notes[0]
+
+
+def test_plan_splits_sends_an_image_the_fixed_splits_do_not_name_to_train_whatever_its_source_says():
+    images = {f"c{i}": ImageInfo(frozenset({"en", "de"}), hint) for i, hint in enumerate(("test", "val", "test"))}
+    plan = plan_splits(images, ("en", "de"), fixed={"c0": "val"})  # c1, c2 named by no split file
+    assert plan.split_of == {"c0": "val", "c1": "train", "c2": "train"}
+
+
+@pytest.mark.parametrize("hints, expected", [(["train", "test", None], "test"), (["val", "train"], "val"),
+                                             (["test", "val"], "test"), ([None, "train"], "train"), ([None], None)])
+def test_an_image_the_sources_put_in_several_splits_goes_to_the_most_held_out(hints, expected):
+    """A caption marked test and another of the same image marked train: the image is a test image (never a train
+    image that test also shows)."""
+    from data_prep.converters.splits import merge_hints
+
+    assert merge_hints(hints) == expected
+
+
+def test_split_files_count_the_distinct_images_each_names_and_the_images_named_by_none(tmp_path):
+    from data_prep.converters.splits import NOT_CAPTIONED, SplitFile, assign_from_split_files
+
+    lines = {"test": ["a.jpg", "a.jpg", "b.jpg", "nocap.jpg"], "train": ["c.jpg"]}
+    files = [SplitFile(split, write_lines(tmp_path / f"{split}.txt", names)) for split, names in lines.items()]
+    find = {"a.jpg": "a", "b.jpg": "b", "c.jpg": "c", "nocap.jpg": NOT_CAPTIONED}.get
+    fixed = assign_from_split_files(files, find)
+    assert fixed.split_of == {"a": "test", "b": "test", "c": "train"} and fixed.not_captioned == 1
+    assert fixed.named == {str(files[0]): 2, str(files[1]): 1}  # a (twice) and b; nocap is no image of the dataset
+    planned = {"a": "test", "b": "test", "c": "train", "d": "train"}  # d: named by no file
+    line = fixed.describe(planned)
+    assert f"{files[0]}: 2 image(s); {files[1]}: 1 image(s)" in line
+    assert "; 1 image(s) named in no split file went to train" in line  # d, not c (the train file names it)
+
+
 def test_resolver_matches_flickr_photo_ids_both_ways(tmp_path):
     f8k = make_jpeg(tmp_path / "a" / "1000268201_693b08cb0e.jpg")
     f30k = make_jpeg(tmp_path / "b" / "sub" / "36979.jpg")

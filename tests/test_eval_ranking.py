@@ -152,6 +152,52 @@ def test_a_reference_pool_is_one_sample_whatever_the_seed_or_the_other_languages
         != read_reference(tmp_path / "pool", ["en"], 6).record["sha256"]
 
 
+def _split(folder, split: str, rows: list[tuple[str, str]]):
+    """A split of ``rows`` (language, image id), caption ``"<image> <language>"``; its folder."""
+    from PIL import Image
+
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(folder, split=split, source="made", image_format="png") as writer:
+        for i, (lang, image) in enumerate(rows):
+            writer.write(f"k{i:03d}", Image.new("RGB", (8, 8)), f"{image} {lang}", lang, image)
+    return folder
+
+
+def test_a_reference_pool_keeps_shard_order_and_needs_every_language(tmp_path):
+    from globetrotter.evaluation import read_reference
+
+    pool = _split(tmp_path / "train", "train", [(("de", "en")[i % 2], f"i{i:02d}") for i in range(30)])
+    english = [f"i{i:02d} en" for i in range(1, 30, 2)]
+    sample = read_reference(pool, ["en"], 6).captions
+    assert len(sample) == 6 and sample == [c for c in english if c in sample]  # a subset, in the split's order
+    with pytest.raises(UserError, match="no caption in fr for the reference statistics"):
+        read_reference(pool, ["en", "fr"])
+
+
+def test_the_reference_split_is_never_the_evaluated_one_a_test_split_or_one_showing_its_images(tmp_path):
+    from globetrotter.evaluation.reference import checked_reference, choice_reference, reference_split
+
+    train = _split(tmp_path / "train", "train", [("en", "a"), ("de", "b")])
+    val = _split(tmp_path / "val", "val", [("en", "v"), ("de", "w")])
+    assert reference_split(val) == train  # the train split beside it
+    with pytest.raises(UserError, match="is the evaluated split"):
+        reference_split(val, val)
+    held = _split(tmp_path / "held", "test", [("en", "t"), ("de", "t")])  # a test split by its manifest alone
+    named = _split(tmp_path / "test", "train", [("en", "u")])  # by its folder's name alone
+    for split in (held, named):
+        with pytest.raises(UserError, match="--reference .*: a test split"):
+            reference_split(val, split)
+    with pytest.raises(UserError, match="--val .*held: a test split"):
+        choice_reference(held, train)
+    # another train split showing val's image w, in a language the pool does not read: its captions are w's too
+    copy = _split(tmp_path / "copy", "train", [("en", "a"), ("fr", "w")])
+    for languages in ((), ("en",)):
+        with pytest.raises(UserError, match=r"shows 1 images of the evaluated split .*\(e\.g\. 'w'\)"):
+            checked_reference(val, copy, languages=languages)
+    assert checked_reference(val, train, languages=("en",)).pool(None).captions == ["a en"]
+
+
 class _RandomTokenModel:
     """Caption ``"s<i>"``: row ``i`` of random embeddings per head and random token ids (none for some), drawn from a
     few prototypes so that candidates tie."""

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from data_prep.shards import (
-    ShardWriter, check_manifest_counts, check_split_rule, iter_samples, read_captions, read_manifest,
+    ShardWriter, check_manifest_counts, check_split_rule, file_sha256, images_in_several_languages, iter_samples,
+    read_captions, read_manifest,
 )
 from globetrotter.errors import UserError
 
@@ -115,6 +116,9 @@ def test_bad_input_gives_one_line_user_errors(tmp_path):
         list(read_captions(tmp_path / "s"))
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(dict(manifest, num_samples=0, shards=[])))
+    with pytest.raises(UserError, match="split is empty"):
+        read_manifest(tmp_path / "s")
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(dict(manifest, num_samples=0)))  # shards, yet 0 samples
     with pytest.raises(UserError, match="split is empty"):
         read_manifest(tmp_path / "s")
     (tmp_path / "s" / "manifest.json").write_text("{oops")
@@ -239,6 +243,31 @@ def test_split_rule_covers_adapt_and_parallel_train_splits_and_says_when_there_i
         check_split_rule(split("train-parallel", [("en", "a", "g0"), ("de", "a", "g0"), ("en", "b", "g1")]))
     assert check_split_rule(split("val", [("en", "a", None), ("de", "b", None)])) == "one language per image"
     assert check_split_rule(split("extra", [("en", "a", None), ("de", "a", None)])) is None
+
+
+def test_images_in_several_languages_names_each_with_all_its_languages_sorted_in_order_of_first_appearance():
+    metas = [{"image_id": "b", "lang": "fr"}, {"image_id": "a", "lang": "ru"}, {"image_id": "c", "lang": "en"},
+             {"image_id": "a", "lang": "en"}, {"image_id": "b", "lang": "de"}, {"image_id": "a", "lang": "ja"},
+             {"image_id": "b", "lang": "fr"}, {"image_id": "a", "lang": "de"}, {"image_id": 7, "lang": "en"},
+             {"image_id": "7", "lang": "de"}]  # an id 7 and "7" are one image
+    found = images_in_several_languages(iter(metas))  # a stream, read once
+    assert list(found.items()) == [("b", ["de", "fr"]), ("a", ["de", "en", "ja", "ru"]), ("7", ["de", "en"])]
+    assert images_in_several_languages([{"image_id": "a", "lang": "en"}, {"image_id": "a", "lang": "en"}]) == {}
+
+
+def test_the_split_rule_checked_is_the_kind_asked_for_not_the_manifest_s(tmp_path):
+    write_split(tmp_path / "s", ROWS)  # a train split: one language per image, no groups
+    assert check_split_rule(tmp_path / "s") == "one language per image"
+    with pytest.raises(UserError, match="test sample 'a0' has no group"):
+        check_split_rule(tmp_path / "s", "test")
+
+
+def test_file_sha256_reads_the_whole_file_whatever_its_block(tmp_path):
+    import hashlib
+
+    data = bytes(range(256)) * 5
+    (tmp_path / "f").write_bytes(data)
+    assert file_sha256(tmp_path / "f", block=7) == file_sha256(tmp_path / "f") == hashlib.sha256(data).hexdigest()
 
 
 def test_a_shard_that_is_no_tar_or_is_truncated_is_one_line_naming_it(tmp_path):

@@ -306,6 +306,28 @@ def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_p
 
 
 
+def test_a_tokenizer_of_the_split_more_captions_copied_is_that_split_s(tiny_world, tmp_path):
+    """A more-captions split has its own checksum and names the one its images came from (more_captions.
+    original_checksum): a tokenizer trained on that original is the split's, not one of a split rewritten since."""
+    import shutil
+
+    from globetrotter.training.prepare import check_tokenizer
+
+    world = tmp_path / "world"
+    shutil.copytree(tiny_world, world)
+    cfg = tiny_cfg(world, tmp_path)
+    ensure_data(cfg, log=lambda s: None)  # the tokenizer, trained on train as it is
+    manifest_path = world / "train" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    enriched = {**manifest, "checksum": "sha256:" + "0" * 64}
+    manifest_path.write_text(json.dumps(enriched), encoding="utf-8")
+    with pytest.raises(UserError, match="rewritten since"):  # another checksum, nothing naming the original
+        check_tokenizer(cfg, Path(cfg.data.tokenizer), log=lambda s: None)
+    enriched["more_captions"] = {"from": "elsewhere", "original_checksum": manifest["checksum"]}
+    manifest_path.write_text(json.dumps(enriched), encoding="utf-8")
+    check_tokenizer(cfg, Path(cfg.data.tokenizer), log=lambda s: None)
+
+
 @pytest.mark.parametrize("drop", ["everything", "tokenizer_sha256", "checksum", "vocab_size"])
 def test_a_partial_provenance_record_is_refused_like_none(tiny_world, tmp_path, drop):
     """A record of ``{}``, or one without the file's sha256, the split's checksum or the vocabulary size, cannot be
