@@ -63,6 +63,33 @@ def test_rows_of_two_languages_nouns_for_one_class_align_through_the_images():
     assert (nouns[:CLASSES] @ nouns[CLASSES:].T).argmax(1).tolist() != list(range(CLASSES))
 
 
+def test_a_captions_rows_summed_as_its_bag_weighs_them_point_where_the_ridge_predicts_its_image():
+    """Row v is token v's ridge weight times its idf: a caption's rows, each weighed by log(1 + its count) (its bag
+    without the idf and the norm), sum to a multiple of the ridge's prediction of its image, less the intercept.
+    Fitted here on the bags and the images (unit rows less their mean); with every principal direction kept (dim =
+    feature width) the rows are those predictions rotated, so the two agree in every cosine."""
+    from sklearn.linear_model import Ridge
+
+    ids, mask, images = two_language_captions(n_per_class=10)
+    rows, *_ = image_pivot_embeddings(ids, mask, images, vocab_size=50, dim=DIM, alpha=1.0, skip=[PAD, SENT])
+    bags, _ = token_bags(ids, mask, 50, skip=[PAD, SENT])
+    unit = images / np.linalg.norm(images, axis=1, keepdims=True)
+    ridge = Ridge(alpha=1.0).fit(bags, unit - unit.mean(0))
+    predicted = bags @ ridge.coef_.T
+    counts = np.zeros((len(ids), 50))
+    for i, caption in enumerate(ids):
+        for token in caption[mask[i].astype(bool)]:
+            if token not in (PAD, SENT):
+                counts[i, token] += 1
+    summed = np.log1p(counts) @ rows
+
+    def cosines(x):
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return x @ x.T
+
+    np.testing.assert_allclose(cosines(summed), cosines(predicted), atol=2e-3)
+
+
 def test_init_sets_seen_rows_at_the_table_spread_and_keeps_the_others():
     ids, mask, images = two_language_captions()
     torch.manual_seed(0)
