@@ -94,6 +94,40 @@ def test_word_translation_bad_input(world):
         evaluate_word_translation("tfidf", dictionary=world / "dictionary")
 
 
+def test_word_translation_passes_the_procrustes_settings_on(world, monkeypatch):
+    """procrustes_k and procrustes_iter are the refinement's, not its defaults."""
+    import globetrotter.evaluation.tasks.word as task
+
+    seen, real = [], task.word_translation
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["procrustes_k"], kwargs["procrustes_iter"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(task, "word_translation", spy)
+    evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", methods=("nn",),
+                              procrustes=("pairwise",), procrustes_k=3, procrustes_iter=2)
+    assert seen == [(3, 2)]
+
+
+def test_few_candidates_warn_up_to_and_including_k():
+    """10 target words rank every answer within the 10 nearest: Recall@10 is 1 for any model, so it warns; 11 do not."""
+    import warnings
+
+    from backretrieval.errors import BackRetrievalWarning
+    from globetrotter.evaluation.tasks.word import _warn_few_candidates
+    from globetrotter.evaluation.word import WordSpace
+
+    def space(n):
+        return WordSpace([f"w{i}" for i in range(n)], np.eye(n, 12))
+
+    with pytest.warns(BackRetrievalWarning, match=r"1 language pair\(s\) with 10 or fewer target candidates \(en-de 10\)"):
+        _warn_few_candidates({"en": space(11), "de": space(10)}, {("en", "de"): [("w0", "w0")]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_few_candidates({"en": space(10), "de": space(11)}, {("en", "de"): [("w0", "w0")]})
+
+
 def test_build_word_dictionary_finds_the_lexicon_and_writes_muse_files(world, tmp_path):
     built = build_word_dictionary(world / "test", tmp_path / "dict", tokenizer=FakeEncoder().tokenizer)
     assert built.folder == tmp_path / "dict" and len(built.pairs) == 6 and built.summary["groups"] == 30
@@ -145,6 +179,9 @@ def test_empty_ground_truth_and_empty_queries_are_one_line_errors(world, tmp_pat
     with pytest.raises(UserError, match="hold no pair"):
         evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
     (lexicon / "en-de.txt").write_text("zzz qqq\n", encoding="utf-8")  # pairs, but no word has a vector
+    with pytest.raises(UserError, match="none of the 2 ground-truth pairs .* has both words embedded"):
+        evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
+    (lexicon / "en-de.txt").write_text("red qqq\n", encoding="utf-8")  # one word of each pair has a vector: still none
     with pytest.raises(UserError, match="none of the 2 ground-truth pairs .* has both words embedded"):
         evaluate_word_translation(FakeEncoder(), dictionary=lexicon)
     for queries in ([""], ["red", "  "]):

@@ -67,6 +67,54 @@ def test_tfidf_scores_follow_equations_6_and_7():
     assert tfidf_scores(s2, t2, idf="paper").toarray()[0, 0] == pytest.approx(np.log(2 / 1))
 
 
+def test_a_token_repeated_in_a_sentence_counts_that_sentence_once():
+    """d_i is the translations of the sentences *holding* t_i (eq. 6), and --min-count counts sentences."""
+    from globetrotter.evaluation.word_dictionary import _sentence_matrix, tfidf_scores
+
+    s_mat, _ = _sentence_matrix([["x", "x"], ["x"]])
+    t_mat, t_vocab = _sentence_matrix([["p"], ["q"]])
+    # doc(x) = {p: 1, q: 1}: tf 1/2 each, and p and q have the same idf, so the same score
+    smooth = tfidf_scores(s_mat, t_mat).toarray()
+    assert smooth[0, list(t_vocab).index("p")] == pytest.approx(smooth[0, list(t_vocab).index("q")])
+    # x is in one sentence of three (twice): fewer than min_count 2, so it is left out; y is in two
+    pairs = tfidf_dictionary([["x", "x"], ["y"], ["y"]], [["q"], ["q"], ["q"]], min_count=2)
+    assert [(s, t) for s, t, _ in pairs] == [("y", "q")]
+
+
+def test_row_topk_keeps_k_per_row_and_breaks_ties_by_the_lower_column():
+    from scipy import sparse
+
+    from globetrotter.evaluation.word_dictionary import row_topk
+
+    mat = sparse.csr_matrix(np.array([[3.0, 5.0, 5.0, 1.0], [0.0, 2.0, 0.0, 4.0]]))
+    rows, cols = row_topk(mat, 2)
+    assert sorted(zip(rows.tolist(), cols.tolist())) == [(0, 1), (0, 2), (1, 1), (1, 3)]
+    rows, cols = row_topk(mat, 1)
+    assert sorted(zip(rows.tolist(), cols.tolist())) == [(0, 1), (1, 3)]  # 5 = 5: column 1 before column 2
+
+
+def test_tfidf_dictionary_lists_each_source_token_best_score_first():
+    src, tgt = _planted_corpus()
+    pairs = tfidf_dictionary(src, tgt)
+    sources = [s for s, _, _ in pairs]
+    assert sources == sorted(sources) and len(set(sources)) < len(sources)  # some token has several translations
+    for source in set(sources):
+        scores = [sc for s, _, sc in pairs if s == source]
+        assert scores == sorted(scores, reverse=True), source
+
+
+def test_a_given_reverse_dictionary_is_kept_and_languages_filter_the_files(tmp_path):
+    from globetrotter.evaluation.word_dictionary import read_dictionaries
+
+    given = {("en", "de"): [("dog", "Hund")], ("de", "en"): [("Hund", "hound")]}
+    both = both_directions(given)
+    assert both[("de", "en")] == [("Hund", "hound")] and both[("en", "de")] == [("dog", "Hund")]
+    assert both_directions({("en", "de"): [("dog", "Hund")]})[("de", "en")] == [("Hund", "dog")]
+    write_dictionary(tmp_path / "en-de.txt", [("dog", "Hund")])
+    write_dictionary(tmp_path / "en-fr.txt", [("dog", "chien")])
+    assert read_dictionaries(tmp_path, ["en", "de"]) == {("en", "de"): [("dog", "Hund")]}
+
+
 def test_build_dictionaries_gives_both_directions():
     src, tgt = _planted_corpus(300)
     dicts = build_dictionaries({"aa": src, "bb": tgt})

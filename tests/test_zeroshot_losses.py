@@ -125,3 +125,45 @@ def test_m3l_with_random_negatives_uses_them():
     index, valid = __import__("globetrotter.zeroshot.losses", fromlist=["x"]).random_negatives(8)
     expected = m3l_loss(text, image, image[index], text[index])[valid].mean()
     torch.testing.assert_close(got, expected)
+
+
+def test_m3l_stays_finite_when_the_negative_image_sits_on_the_anchor():
+    """d(a, n_img) = 0 is clamped at eps: the loss is huge but finite, so one coincident pair cannot make it inf."""
+    a, p = t([0.0, 0.0]), t([1.0, 0.0])  # d(a, p) = 1
+    got = m3l_loss(a, p, a.clone(), t([0.0, 2.0]), text_term="anchor", eps=1e-4)  # d(a, n_txt) = 4
+    assert torch.isfinite(got).all()
+    assert got.item() == pytest.approx(0.5 * (1 / 1e-4) ** 4 + (1 / 4) ** 4, rel=1e-4)
+
+
+def test_mined_losses_respect_image_ids_and_are_zero_when_no_row_has_a_negative():
+    text = t([0.0, 0.0], [10.0, 0.0], [0.0, 10.0])
+    image = t([0.0, 1.0], [3.0, 0.0], [0.0, 5.0])
+    # rows 0 and 1 show one image: their negative is row 2, and row 2's is row 0 (hand-mined in the test above)
+    neg = torch.tensor([2, 2, 0])
+    want = patr_loss(text, image, image[neg], margin=50.0).mean()
+    assert PATRLoss(margin=50.0)(text, image, torch.tensor([7, 7, 8])).item() == pytest.approx(want.item(), rel=1e-6)
+    # every row shows the same image: no negative anywhere, so the loss is 0 (not the mean of an empty set, NaN)
+    text.requires_grad_(True)
+    for loss in (PATRLoss(margin=50.0), M3Loss()):
+        got = loss(text, image, torch.tensor([1, 1, 1]))
+        assert got.item() == 0.0
+        got.backward()
+
+
+def test_random_negatives_that_show_the_rows_own_image_are_left_out_of_the_mean():
+    from globetrotter.zeroshot.losses import random_negatives
+
+    gen = torch.Generator().manual_seed(0)
+    text, image = torch.randn(6, 4, generator=gen), torch.randn(6, 4, generator=gen)
+    ids = torch.tensor([0, 0, 0, 1, 1, 2])
+    for seed in range(20):
+        torch.manual_seed(seed)
+        index, valid = random_negatives(6, ids)
+        if not valid.all():  # a draw where some row's negative shows its own image
+            break
+    assert valid.any() and not valid.all()
+    torch.manual_seed(seed)
+    got = M3Loss(negatives="random")(text, image, ids)
+    per_row = m3l_loss(text, image, image[index], text[index])
+    kept = [float(per_row[i]) for i in range(6) if int(ids[index[i]]) != int(ids[i])]
+    assert got.item() == pytest.approx(sum(kept) / len(kept), rel=1e-6)

@@ -537,6 +537,25 @@ class _Identity:
         return feats.float()
 
 
+def test_recall_summaries_count_a_rank_of_exactly_k_and_chance_stops_at_one():
+    ranks = np.array([1, 2, 3, 10, 11])  # Recall@1 = 1/5, Recall@10 = 4/5 (rank 10 is among the 10 nearest)
+    summary = rank_summary(ranks, ks=(1, 10), n_boot=50)
+    for k, want in ((1, 0.2), (10, 0.8)):
+        assert summary["metrics"][f"image_retrieval_recall@{k}"] == pytest.approx(want)
+        assert summary["intervals"][f"image_retrieval_recall@{k}"]["value"] == pytest.approx(want)
+    # a random ranking of 4 images has its target among the 5 nearest always: chance is 1, not 5/4
+    assert chance_recall(4, ks=(1, 5)) == {"image_retrieval_recall@1": 0.25, "image_retrieval_recall@5": 1.0}
+
+
+def test_per_language_recall_ranks_by_the_metric_asked_for():
+    # the query [5, 5] points exactly at image 1 (cosine rank 1) but lies nearer image 0 (squared distances 41 < 50)
+    images = torch.tensor([[1.0, 0.0], [10.0, 10.0]])
+    query, target = {"en": torch.tensor([[5.0, 5.0]])}, {"en": np.array([1])}
+    by = {metric: zero_shot_recall(_Identity(), query, target, images, ks=(1,), metric=metric)["en"]
+          for metric in ("cosine", "l2")}
+    assert by["cosine"]["image_retrieval_recall@1"] == 1.0 and by["l2"]["image_retrieval_recall@1"] == 0.0
+
+
 def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validation_averages_languages():
     from globetrotter.zeroshot.data import SplitFeatures
     from globetrotter.zeroshot.retrieval import split_recall

@@ -58,6 +58,17 @@ def test_xl_loss_hand_computed():
     )
 
 
+def test_xl_loss_averages_the_own_language_over_the_titles_it_has_and_a_lone_document_scores_zero():
+    # languages 0, 0, 1, 1, 1; K = 3. Row 0's own language has one other title (title 1, distance 1): its mean is 1,
+    # not 1 / 3 or 1 / 2; language 1's three titles all point along x (distance 0): L_XL = |0 - 1| = 1
+    body = t([1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0])
+    title = t([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0])
+    assert cross_lingual_knn_loss(body, title, torch.tensor([0, 0, 1, 1, 1]), k=3)[0].item() == pytest.approx(1.0)
+    # row 2 alone in language 1 has no m_{l_r}: loss 0, however far language 0's titles are
+    alone = cross_lingual_knn_loss(body[:3], t([0.0, 1.0], [0.0, 1.0], [1.0, 0.0]), torch.tensor([0, 0, 1]), k=2)
+    assert alone[2].item() == 0.0 and alone[0].item() == pytest.approx(1.0)
+
+
 def test_xl_loss_of_a_single_language_batch_is_zero():
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(6, 4, generator=gen)
@@ -109,11 +120,12 @@ def test_training_lowers_both_losses_and_keeps_the_best_epoch():
     assert own > other  # a body is closer to its own title than to another document's
 
 
-def test_the_returned_model_has_the_best_epochs_weights(monkeypatch):
+@pytest.mark.parametrize("val_losses", [[0.5, 0.2, 0.4, 0.3], [0.5, 0.2, 0.2, 0.3]])  # a tie keeps the first
+def test_the_returned_model_has_the_best_epochs_weights(monkeypatch, val_losses):
     import globetrotter.zeroshot.triplet as triplet
 
     title, body, langs = _topic_embeddings(120, 3)
-    real, scripted, states = triplet._epoch_loss, iter([0.5, 0.2, 0.4, 0.3]), []
+    real, scripted, states = triplet._epoch_loss, iter(val_losses), []
 
     def epoch_loss(model, title, body, langs, config, gen, optimizer=None):
         if optimizer is not None:
