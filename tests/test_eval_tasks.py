@@ -395,3 +395,35 @@ def test_sentence_translation_takes_a_device_as_the_other_tasks_do(world, monkey
     result = evaluate_sentence_translation("some-run", world / "test", n_groups=10, device="cuda:3")
     assert asked == [("some-run", "cuda:3")]
     assert result.details["n_groups"] == 10
+
+
+def test_retrieval_queries_are_embedded_by_the_cross_modal_head(world):
+    """Text->image retrieval compares the images with the cross-modal text head: an encoder whose text-text head is
+    unrelated to the images (here the cross head's embeddings negated) still finds every image at rank 1."""
+
+    class CrossOnly(FakeEncoder):
+        def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+            emb = super().encode_text(texts, batch_size, head)
+            return emb if head == "cross" else -emb
+
+    result = evaluate_retrieval(CrossOnly(), world / "test", languages=["en"])
+    assert result.metrics["per_language"]["en"]["image_retrieval_recall@1"] == 1.0
+
+
+def test_retrieval_puts_each_image_at_its_row_in_any_shard_order_and_batch_size(tmp_path):
+    """Images read in batches smaller than the gallery, from shards that list them in the reverse of the gallery's
+    (sorted) order: each embedding lands at its own image's row, so every caption still finds its image at rank 1."""
+    from PIL import Image
+
+    from data_prep.shards import ShardWriter
+    from test_eval_cli import caption
+
+    with ShardWriter(tmp_path / "test", split="test", source="tiny", image_format="png", maxcount=40) as w:
+        for c in reversed(range(6)):
+            for s in reversed(range(5)):
+                w.write(f"s{c}{s}", Image.new("RGB", (8, 8), (c, s, 0)), caption("en", c, s), "en",
+                        image_id=f"img{c}{s}")
+    for batch_size in (4, 7, 256):
+        result = evaluate_retrieval(FakeEncoder(), tmp_path / "test", batch_size=batch_size)
+        assert result.details == {"n_images": 30, "n_captions": 30}
+        assert result.metrics["per_language"]["en"]["image_retrieval_recall@1"] == 1.0, batch_size

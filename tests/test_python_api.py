@@ -467,3 +467,137 @@ def test_the_documented_select_and_sentence_snippet_runs(tmp_path, monkeypatch):
     record = result.to_record()
     assert {"task", "model", "dataset", "languages", "metrics"} <= set(record)
     assert record["metrics"]["sentence_translation"] == result.metrics["sentence_translation"]
+
+
+def test_each_head_reads_its_pooling_and_rows_come_back_in_order(encoder):
+    """encode_text computed here text by text from the model's parts: the text head projects the sentence token, the
+    cross head (mean pooling in this config) the mean of the tokens, the backbone is the sentence token L2-normalised;
+    texts batched by length come back at their own rows."""
+    from dataclasses import replace
+
+    import torch
+    import torch.nn.functional as F
+
+    from globetrotter.encoder import Encoder, build_model
+    from globetrotter.tokenizer import encode_batch
+
+    cfg = replace(encoder.cfg, model=replace(encoder.cfg.model, text_pooling_x="mean"))
+    model = build_model(cfg, encoder.tokenizer.get_vocab_size(), encoder.tokenizer)
+    model.load_state_dict(encoder.model.state_dict())
+    mixed = Encoder(model, encoder.tokenizer, cfg)  # eval mode
+    texts = ["a big red square next to a circle", "green", "blue circle", "a small red square", "circle"]
+    with torch.no_grad():
+        sentence, mean = [], []
+        for text in texts:  # alone: no padding, no batch
+            ids, mask = encode_batch(encoder.tokenizer, [text], cfg.data.max_length)
+            states = model.text(torch.tensor(ids), torch.tensor(mask))[0]
+            sentence.append(states[0])
+            mean.append(states[torch.tensor(mask[0], dtype=torch.bool)].mean(0))
+        expected = {"text": model.text_head_t(torch.stack(sentence)), "cross": model.text_head_x(torch.stack(mean)),
+                    "backbone": F.normalize(torch.stack(sentence), dim=-1)}
+    for head, want in expected.items():
+        np.testing.assert_allclose(mixed.encode_text(texts, batch_size=2, head=head), want.numpy(), atol=1e-5,
+                                   err_msg=head)
+    both = mixed.encode_text_heads(texts, ("cross", "text", "cross"), batch_size=3)
+    assert list(both) == ["cross", "text"]
+    np.testing.assert_allclose(both["cross"], expected["cross"].numpy(), atol=1e-5)
+    assert mixed.same_heads("text", "text") and not mixed.same_heads("text", "cross")
+    assert not encoder.same_heads("text", "cross")  # one pooling, two projections
+
+
+def test_token_states_are_each_texts_own_and_zero_past_its_tokens(encoder):
+    """encode_tokens in batches equals each text encoded alone, the padding past a text's tokens is zero states and a
+    zero mask (it held the transformer's outputs at the padding)."""
+    texts = ["green", "a big red square next to a circle", "blue circle"]
+    states, mask = encoder.encode_tokens(texts, batch_size=2)
+    for i, text in enumerate(texts):
+        alone, alone_mask = encoder.encode_tokens([text])
+        n = alone_mask.shape[1]
+        assert alone_mask.all() and mask[i, :n].all() and not mask[i, n:].any()
+        np.testing.assert_allclose(states[i, :n], alone[0], atol=1e-5)
+        assert not states[i, n:].any()
+
+
+def test_a_calls_cut_notice_counts_a_repeated_text_each_time(encoder):
+    """One call's notice counts the texts it was given: a long text passed twice is two of three texts cut."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+
+    long = " ".join(["red square"] * encoder.cfg.data.max_length)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder.encode_text([long, "green", long])
+    said = [str(w.message) for w in caught if issubclass(w.category, TextsCut)]
+    assert len(said) == 1 and said[0].startswith("2 of 3 text(s) are longer"), said
+
+
+def test_a_checkpoint_missing_a_weight_is_refused_not_left_at_its_initial_value(tiny_run, tmp_path):
+    """A model.safetensors without one of the config's weights (say the text head's) loaded with that weight as
+    initialised, in silence: it is a one-line error naming the missing weight."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from globetrotter.training.checkpoint import resolve
+
+    ckpt = shutil.copytree(resolve(tiny_run), tmp_path / "ckpt")
+    weights = load_file(str(ckpt / "model.safetensors"))
+    dropped = next(k for k in sorted(weights) if k.startswith("text_head_t."))
+    save_file({k: v for k, v in weights.items() if k != dropped}, str(ckpt / "model.safetensors"))
+    with pytest.raises(UserError, match=rf"weights do not match the config \(missing \['{re.escape(dropped)}'"):
+        globetrotter.load(ckpt)
+
+
+def test_token_ids_are_the_texts_tokens_without_specials_and_word_vectors_leave_out_the_sentence_token(encoder):
+    """token_ids decode back to each text and hold no special id; encode_words is the mean of a word's own token
+    outputs (the sentence token at position 0 excluded), L2-normalised, computed here by hand."""
+    import torch
+    import torch.nn.functional as F
+
+    from globetrotter.tokenizer import encode_batch, special_ids
+
+    texts = ["red square", "a blue circle"]
+    specials = set(special_ids(encoder.tokenizer).values())
+    for text, ids in zip(texts, encoder.token_ids(texts)):
+        assert not specials & set(ids.tolist()) and encoder.tokenizer.decode(ids.tolist()) == text
+    words = ["square", "blue circle"]
+    expected = []
+    with torch.no_grad():
+        for word in words:
+            ids, mask = encode_batch(encoder.tokenizer, [word], encoder.cfg.data.max_length)
+            states = encoder.model.text(torch.tensor(ids), torch.tensor(mask))[0]
+            expected.append(F.normalize(states[1:].mean(0), dim=0))
+    np.testing.assert_allclose(encoder.encode_words(words, batch_size=1), torch.stack(expected).numpy(), atol=1e-5)
+
+
+def test_images_are_embedded_by_the_cross_modal_image_head(encoder):
+    """encode_image is the image head x over the image encoder (the head text->image retrieval compares with the cross
+    text head), not the image-image head v, computed here by hand."""
+    import torch
+
+    from globetrotter.data.augment import eval_transform
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
+    model = encoder.model
+    assert model.image_head_x is not None and model.image_head_v is not None
+    with torch.no_grad():
+        batch = torch.stack([eval_transform(encoder.cfg.data.image_size)(img) for img in images])
+        expected = model.image_head_x(model.image(batch)).numpy()
+    np.testing.assert_allclose(encoder.encode_image(images, batch_size=2), expected, atol=1e-5)
+
+
+def test_token_embeddings_are_the_rows_of_their_own_token_ids(encoder):
+    """token_embeddings' row k is the input table's row of word k's token id (specials left out: the rows were
+    shifted by the number of special tokens)."""
+    from globetrotter.tokenizer import special_ids
+
+    words, emb = encoder.token_embeddings()
+    table = encoder.model.text.token_table().detach().numpy()
+    specials = set(special_ids(encoder.tokenizer).values())
+    ids = sorted(i for i in encoder.tokenizer.get_vocab().values() if i not in specials)
+    assert len(words) == len(emb) == len(ids) == len(table) - len(specials)
+    for k in (0, len(ids) // 2, len(ids) - 1):
+        assert words[k] == encoder.tokenizer.decode([ids[k]])
+        np.testing.assert_array_equal(emb[k], table[ids[k]])

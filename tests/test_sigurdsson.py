@@ -256,3 +256,18 @@ def test_validation_scores_the_val_languages_the_model_has_tables_for_and_says_s
     assert set(result["metrics"]) == {"val/bkr@1", "val/bkr@5", "val/bkr@10"}
     assert ("val: BackRetrieval on en,ru only: the Sigurdsson baseline has no word table for el,ja (not among its "
             "training languages)") in capsys.readouterr().out
+
+
+def test_each_text_is_read_with_its_own_language_in_any_batch(sigurdsson_run):
+    """Texts of several lengths and languages, in batches sorted by length (encode_text) or in order (encode_tokens):
+    each row is the one its text gives alone in its language (the languages follow their texts)."""
+    enc = globetrotter.load(sigurdsson_run, prefer_best=False)
+    texts = ["red a square next to a circle", "red", "red a square", "square", "a circle"]
+    langs = ["en", "ru", "ja", "el", "en"]
+    text = enc.encode_text(texts, batch_size=2, head="cross", langs=langs)
+    states, mask = enc.encode_tokens(texts, batch_size=2, langs=langs)
+    for i, (t, lang) in enumerate(zip(texts, langs)):
+        np.testing.assert_allclose(text[i], enc.encode_text([t], head="cross", langs=lang)[0], atol=1e-5)
+        alone, alone_mask = enc.encode_tokens([t], langs=lang)
+        n = alone_mask.shape[1]
+        np.testing.assert_allclose(states[i, :n], alone[0], atol=1e-5)
