@@ -12,10 +12,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 
 from backretrieval.plots import chance_line  # noqa: E402  (one dashed chance line for every figure)
-from matplotlib.figure import Figure  # noqa: E402
 
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
