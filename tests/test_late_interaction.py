@@ -141,3 +141,17 @@ def test_maxsim_of_repeated_tokens_equals_the_definition_pair_by_pair():
                       for o in range(len(other))] for r in rows])
     for chunk in (1, 7, 10_000):
         np.testing.assert_allclose(maxsim(bags, rows, others, chunk_tokens=chunk), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_token_hubness_k_is_the_one_the_docs_state():
+    """evaluation.md says how many nearest rows a token's hubness averages; no option sets it, so the docs are where
+    a user reads it, and they must say what `LateInteraction` (every MaxSim ranking) uses."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from globetrotter.evaluation.late_interaction import LateInteraction
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text("utf-8").split())
+    stated = re.findall(r"its mean cosine to its (\d+) nearest rows among the tokens", text)
+    assert stated == [str(inspect.signature(LateInteraction).parameters["hub_k"].default)]
