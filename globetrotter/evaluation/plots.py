@@ -12,10 +12,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 
-from backretrieval.plots import chance_line  # noqa: E402  (one dashed chance line for every figure)
+from backretrieval.plots import chance_line, save_figure  # noqa: E402  (one chance line, one way to write a figure)
 
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
@@ -44,16 +43,6 @@ LANGUAGE_FAMILIES: dict[str, str] = {
     **dict.fromkeys(["id", "ms", "tl", "jv"], "Austronesian"),
 }
 FAMILY_ORDER = list(dict.fromkeys(LANGUAGE_FAMILIES.values()))
-
-
-def save_figure(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
-    """Lay ``fig`` out, write it to ``path`` (PNG; parent folders made), close it and return the path."""
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
 
 
 def family(lang: str) -> str:
