@@ -21,6 +21,7 @@ from globetrotter.evaluation import (
     translate_words,
 )
 from globetrotter.evaluation.word_dictionary import read_dictionary
+from globetrotter.evaluation.word_keys import CaptionTokenizer
 import test_eval_cli
 from test_eval_cli import COLOURS, LANGS, SHAPES, FakeEncoder
 
@@ -62,6 +63,71 @@ def test_word_translation_falls_when_languages_are_apart_and_with_tfidf_truth(wo
     # the evaluation's ground truth is the dictionary build_word_dictionary writes
     built = build_word_dictionary(world / "test", tmp_path, model=FakeEncoder())
     assert tfidf.details["ground_truth"]["pairs"] == built.summary["pairs"]
+
+
+class MarkedEncoder(FakeEncoder):
+    """The fake with a byte-level tokenizer, as the project's BPE: every word has an in-sentence token ``"Ġw"`` (key
+    ``"▁w"``, its concept vector) and a bare token ``"w"`` (key ``"w"``, a random vector no other word shares), so a
+    tokenizer key is not the plain word a lexicon writes."""
+
+    def __init__(self) -> None:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        super().__init__()
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        rng = np.random.default_rng(1)
+        self.rows: dict[str, np.ndarray] = {}  # byte-level token -> row
+        for word, vec in sorted(self.vectors.items()):
+            for form, row in ((word, rng.normal(size=vec.shape)), (" " + word, vec)):
+                (piece, _), = byte_level.pre_tokenize_str(form)
+                self.rows[piece] = row
+        vocab = {"[UNK]": 0, **{piece: i + 1 for i, piece in enumerate(self.rows)}}
+        self.tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        self.tokenizer.pre_tokenizer = byte_level
+        self.tokenizer.decoder = decoders.ByteLevel()
+        self.tokenizer.add_special_tokens(["[UNK]"])
+
+    def token_embeddings(self):
+        return ([self.tokenizer.decode([i + 1]) for i in range(len(self.rows))],
+                np.stack(list(self.rows.values())).astype(np.float32))
+
+
+def test_a_lexicon_word_is_embedded_in_the_form_its_captions_use(world):
+    """Lexicon words are plain words: "red" is embedded as the in-sentence token " red" the captions hold (the
+    concept vector all languages share), not as its bare token "red" (a row of its own); only without a split,
+    which gives no frequencies, is a word that is a token its own row."""
+    lexicon = evaluate_word_translation(MarkedEncoder(), world / "test", dictionary=world / "dictionary",
+                                        methods=("nn",))
+    assert lexicon.metrics["nn/none"]["precision@1"] == 1.0
+    bare = evaluate_word_translation(MarkedEncoder(), dictionary=world / "dictionary", methods=("nn",))
+    assert bare.metrics["nn/none"]["precision@1"] < 0.5  # the bare rows: random, so the fake does tell them apart
+
+
+def test_split_candidates_hold_a_lexicon_word_once(tmp_path, world):
+    """--candidates split adds the split's tokens to the lexicon's words; a token that is a lexicon word (a caption
+    starting with "red": the bare token "red") stays that word, a candidate once."""
+    from data_prep.shards import ShardWriter
+    from PIL import Image
+    from test_eval_cli import caption
+
+    captions: dict[str, list[str]] = {lang: [] for lang in LANGS}
+    with ShardWriter(tmp_path / "test", split="test", source="tiny", image_format="png", maxcount=40) as w:
+        for c in range(6):
+            for s in range(5):
+                for lang in LANGS:
+                    text = caption(lang, c, s)
+                    text = text[2:] if lang == "en" and s == 0 else text  # "red circle": no article
+                    captions[lang].append(text)
+                    w.write(f"s{c}{s}{lang}", Image.new("RGB", (8, 8)), text, lang, image_id=f"img{c}{s}",
+                            group=f"img{c}{s}")
+    result = evaluate_word_translation(MarkedEncoder(), tmp_path / "test", dictionary=world / "dictionary",
+                                       methods=("nn",), candidates="split")
+    tokenize = CaptionTokenizer(MarkedEncoder().tokenizer)
+    for lang in LANGS:
+        tokens = {k for sent in tokenize(captions[lang]) for k in sent}
+        assert (set(COLOURS[lang]) <= tokens) == (lang == "en")  # "red circle" holds the bare token "red"
+        words = set(COLOURS[lang]) | set(SHAPES[lang]) | tokens  # each candidate once
+        assert result.details["ground_truth"]["vocabulary"][lang] == len(words), lang
 
 
 def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
