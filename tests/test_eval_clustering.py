@@ -50,3 +50,14 @@ def test_meaning_clustered_space_is_meaning_pure():
     assert res["chance"]["meaning_purity"] < 0.6
     assert len(res["examples"]) == 3 and len(res["examples"][0]["sentences"]) == 3
     assert sum(res["cluster_sizes"]) == len(langs)
+
+
+def test_nmi_normalises_by_the_arithmetic_mean_of_the_entropies():
+    """As scikit-learn's default (``average_method="arithmetic"``), including two single-cluster labellings (1)."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 3, 200), rng.integers(0, 7, 200)
+    b[:100] = a[:100]  # partly dependent, and the two entropies differ
+    assert nmi(a, b) == pytest.approx(normalized_mutual_info_score(a, b), rel=1e-9)
+    assert nmi(np.zeros(5), np.ones(5)) == normalized_mutual_info_score(np.zeros(5), np.ones(5)) == 1.0

@@ -202,3 +202,9 @@ def test_seen_languages_are_named_as_typed():
         split_languages(["de", "en", "fr"], ["en", "xx"])
     assert str(err.value) == "--seen en,xx: language(s) xx not among de, en, fr"
     assert split_languages(["de", "en", "fr"], ["fr", "de"]) == (["de", "fr"], ["en"])
+
+
+def test_seen_languages_are_the_first_half_rounded_up():
+    """An odd number of languages trains the probe on the larger half: 3 sorted languages → 2 seen, 1 unseen."""
+    assert corr.split_languages(["fr", "en", "de"]) == (["de", "en"], ["fr"])
+    assert corr.split_languages(["en", "de"]) == (["de"], ["en"])

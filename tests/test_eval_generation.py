@@ -263,3 +263,19 @@ def test_generate_refuses_a_language_the_model_never_read(splits, tiny_world, ti
         err = capsys.readouterr().err.strip().splitlines()[-1]  # after the note that the run has no best checkpoint
         assert err == f"error: {flag} {lang}: not a language of the model's training captions ({', '.join(languages)})"
     assert not out.exists()
+
+
+def test_the_prefix_reads_the_standardised_representation():
+    """``cond`` is standardised by the buffers before the prefix layer: a decoder with mean m and std s given c
+    builds the same prefix as the same decoder with mean 0 and std 1 given (c - m) / s."""
+    import torch
+
+    torch.manual_seed(0)
+    dec = gen.PrefixDecoder(vocab_size=10, cond_dim=3, d_model=8, layers=1, heads=2, prefix_length=2).eval()
+    cond, mean, std = torch.randn(4, 3), torch.tensor([1.0, -2.0, 0.5]), torch.tensor([2.0, 0.5, 3.0])
+    dec.cond_mean.copy_(mean)
+    dec.cond_std.copy_(std)
+    given = dec._prefix(cond)
+    dec.cond_mean.zero_()
+    dec.cond_std.fill_(1.0)
+    assert torch.allclose(given, dec._prefix((cond - mean) / std), atol=1e-6)

@@ -114,3 +114,10 @@ def test_a_saved_text_with_a_line_separator_reads_back_whole(tmp_path):
     """Texts are one JSON string per line: a U+2028 inside one (written as is) is no line end."""
     build, calls = _saved_index(tmp_path, texts=("a dog\u2028here", "a cat"))
     assert build().texts == ["a dog\u2028here", "a cat"] and len(calls) == 1
+
+
+def test_an_index_is_exact_below_ivf_min_rows_and_ivf_from_it():
+    """The documented threshold: ``IndexFlatIP`` below ``ivf_min`` rows, ``IndexIVFFlat`` at ``ivf_min`` and above."""
+    emb = normalize_rows(np.random.default_rng(0).normal(size=(100, 8)))
+    assert type(build_index(emb[:99], ivf_min=100)).__name__ == "IndexFlatIP"
+    assert type(build_index(emb, ivf_min=100)).__name__ == "IndexIVFFlat"

@@ -303,3 +303,30 @@ def test_a_byte_order_mark_is_no_part_of_the_first_word_and_a_repeated_pair_coun
     path.write_text("\ufeffcat Katze\ndog Hund\ncat Katze\ndog\tHund\n", encoding="utf-8")
     with pytest.warns(BackRetrievalWarning, match=rf"^{re.escape(str(path))}: 2 duplicate pair\(s\) dropped"):
         assert read_dictionary(path) == [("cat", "Katze"), ("dog", "Hund")]
+
+
+def test_chance_recall_is_k_over_the_target_words():
+    """Recall@10 of a random ranking: 10 of the target language's candidates, whatever the source's size."""
+    rng = np.random.default_rng(0)
+    src = WordSpace([f"s{i}" for i in range(5)], rng.normal(size=(5, 8)))
+    tgt = WordSpace([f"t{i}" for i in range(40)], rng.normal(size=(40, 8)))
+    res = word_translation_scores(src, tgt, [(f"s{i}", f"t{i}") for i in range(5)])
+    assert res["chance_recall"] == 10 / 40 and res["n_targets"] == 40
+
+
+def test_recall_matrix_rows_are_sources_and_means_skip_pairs_without_pairs():
+    """Row = source, column = target: only en→de and en→fr have a dictionary, so only row en is filled. de→... none;
+    en→de holds identical pairs only, so its no-identical subset is empty and the no-identical mean is en→fr's."""
+    e = np.eye(4, dtype=np.float32)
+    spaces = {"en": WordSpace(["taxi", "dog"], e[:2]), "de": WordSpace(["taxi", "hund"], e[:2]),
+              "fr": WordSpace(["chien", "taxi", "x"], np.stack([e[1], e[0], e[2]]))}
+    dicts = {("en", "de"): [("taxi", "taxi")], ("en", "fr"): [("dog", "chien"), ("taxi", "x")]}
+    res = word_translation(spaces, dicts, ks=(1,), recall_k=1)
+    assert res["languages"] == ["de", "en", "fr"]
+    en, de, fr = 1, 0, 2
+    assert res["matrix"][en, de] == 1.0 and res["matrix"][en, fr] == 0.5  # taxi→taxi, not x
+    filled = ~np.isnan(res["matrix"])
+    assert filled.sum() == 2 and filled[en].sum() == 2
+    assert np.isnan(res["matrix_no_identical"][en, de]) and res["matrix_no_identical"][en, fr] == 0.5
+    assert res["recall@1_no_identical"] == 0.5  # en→fr's alone: en→de has no non-identical pair
+    assert res["recall@1"] == pytest.approx((1.0 + 0.5) / 2)

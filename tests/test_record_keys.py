@@ -76,3 +76,13 @@ def test_every_writer_spells_the_shared_keys_alike(tiny_world, tmp_path):
     assert "seed" not in records["eval.py"]["config"] and records["eval.py"]["created"]
     assert records["experiments"]["seed"] == records["experiments"]["inputs"]["seed"] == 4
     assert records["backretrieval"]["inputs"]["seed"] == 0 and records["zeroshot"]["inputs"]["seed"] == 0
+
+
+def test_a_language_matrix_is_written_row_language_first_without_its_diagonal():
+    """``matrix_dict`` keeps a pair matrix's orientation (row = first key) and leaves the diagonal (a language with
+    itself) out."""
+    from globetrotter.evaluation.records import matrix_dict
+
+    matrix = np.array([[np.nan, 1.0, 2.0], [3.0, np.nan, 4.0], [5.0, 6.0, np.nan]])
+    assert matrix_dict(matrix, ["a", "b", "c"]) == {"a": {"b": 1.0, "c": 2.0}, "b": {"a": 3.0, "c": 4.0},
+                                                    "c": {"a": 5.0, "b": 6.0}}
