@@ -60,7 +60,8 @@ def evaluate(
     Ground truth: the lexicon folder ``dictionary`` (``<src>-<tgt>.txt``, MUSE format; a missing direction is the
     inverse of the other), else the tf-idf dictionary of the parallel ``split`` (:func:`build_dictionary`'s rule with
     ``top_k``, ``idf``, ``min_count``). ``split`` also gives each language's token frequencies (which form of a word
-    to embed) and, with ``candidates="split"``, adds every token of its captions to the target candidates.
+    to embed) and, with ``candidates="split"``, adds every token of its captions to the target candidates (with a
+    lexicon, a token spelling one of its words, ``"red"`` or ``"▁red"``, is that word, a candidate once).
     Input embeddings: the tf-idf dictionary's words and the split's tokens are tokenizer keys, each embedded by its
     own row; a lexicon's words are plain words, embedded in their most frequent form
     (:func:`~..word_keys.input_word_embeddings`). No ground-truth pair, or none with both words embedded: a
@@ -107,7 +108,8 @@ def evaluate(
         truth_words.setdefault(b, set()).update(t for _, t in pairs)
     if candidates == "split":
         for lang, c in counts.items():
-            keys.setdefault(lang, set()).update(set(c) - plain.get(lang, set()))  # a lexicon word stays a word
+            words = plain.get(lang, set())  # a token spelling a lexicon word ("red", "▁red") is that word, once
+            keys.setdefault(lang, set()).update(k for k in c if key_text(k).strip() not in words)
     embed = WordEmbedder(encoder, embeddings, counts)
     spaces = {}
     for lang in sorted(set(plain) | set(keys)):
