@@ -52,7 +52,7 @@ def normalize(text: str) -> str:
 
 
 def uses_spaces(captions: Sequence[str]) -> bool:
-    """Whether a language's captions are cut at word breaks (most hold a space) or at characters."""
+    """Whether a language's captions are cut at word breaks (at least half hold a space) or at characters."""
     return bool(np.mean([" " in c.strip() for c in captions]) >= 0.5) if len(captions) else True
 
 
