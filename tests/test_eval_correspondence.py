@@ -208,3 +208,11 @@ def test_seen_languages_are_the_first_half_rounded_up():
     """An odd number of languages trains the probe on the larger half: 3 sorted languages → 2 seen, 1 unseen."""
     assert corr.split_languages(["fr", "en", "de"]) == (["de", "en"], ["fr"])
     assert corr.split_languages(["en", "de"]) == (["de"], ["en"])
+
+
+def test_captions_are_cut_at_word_breaks_when_at_least_half_hold_a_space():
+    """As the docstring says: half of the captions with a space is enough; fewer, and they are cut at characters
+    (a caption's outer spaces do not count)."""
+    assert corr.uses_spaces(["a dog", "一只狗"]) and corr.uses_spaces(["a dog", "a cat", "一只狗"])
+    assert not corr.uses_spaces(["a dog", "一只狗", "一只猫"]) and not corr.uses_spaces([" 一只狗 "])
+    assert corr.uses_spaces([])  # no caption: word breaks, the default
