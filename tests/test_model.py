@@ -251,7 +251,10 @@ def test_the_feature_head_centres_on_a_running_mean_of_the_training_features():
 
     g = torch.Generator().manual_seed(0)
     first, second = torch.randn(5, 4, generator=g) * 3, torch.randn(7, 4, generator=g) + 1
-    unit = lambda x: x / x.norm(dim=1, keepdim=True)  # noqa: E731
+
+    def unit(x: torch.Tensor) -> torch.Tensor:
+        return x / x.norm(dim=1, keepdim=True)
+
     head = CentredFeatureHead(4, momentum=0.1).train()
     out = head(first)
     centre = unit(first).mean(0)
