@@ -679,3 +679,49 @@ def test_a_run_adapted_twice_knows_both_its_new_languages(world, tmp_path):
     second = load_train_config(None, [f"data.root={world}", f"adapt.from={first}", "adapt.language=xx"])
     assert trained == ["en", "ja", "ru"]
     assert trained_languages(second) == ["el", "en", "ja", "ru", "xx"]
+
+
+def test_the_report_reads_new_to_old_from_the_new_languages_row_and_old_to_new_from_its_column(tmp_path,
+                                                                                            monkeypatch):
+    """Sentence translation's matrix has a row per query language and a column per target language. With the new
+    language el in the middle of [en, el, de]: new->old is the mean of el's row (0.2, 0.4), old->new of el's column
+    (0.6, 0.8), new_with_old their mean; the old pairs' figure is that of the run on the old languages only."""
+    from types import SimpleNamespace
+
+    from globetrotter.training.adapt import report
+
+    test = tmp_path / "test"
+    test.mkdir()
+    (test / "manifest.json").write_text("{}")
+    monkeypatch.setattr(report, "read_manifest", lambda folder: {"languages": {"en": 4, "el": 4, "de": 4}})
+    monkeypatch.setattr(report, "read_captions", lambda folder: [])
+    monkeypatch.setattr(report, "parallel_set", lambda metas, langs, **kw: SimpleNamespace(
+        captions=list(langs), langs=list(langs), groups=[0] * len(langs)))
+    nan = float("nan")
+    scored = {("en", "el", "de"): {"matrix": np.array([[nan, 0.6, 0.9], [0.2, nan, 0.4], [0.7, 0.8, nan]]),
+                                   "languages": ["en", "el", "de"], "accuracy": 0.55, "chance": 0.5},
+              ("en", "de"): {"matrix": np.array([[nan, 0.9], [0.7, nan]]), "languages": ["en", "de"],
+                             "accuracy": 0.8, "chance": 0.5}}
+    monkeypatch.setattr(report, "sentence_translation",
+                        lambda emb, langs, groups, tie_seed: scored[tuple(sorted(langs, key=["en", "el", "de"].index))])
+    cfg = load_train_config(None, [f"data.root={tmp_path}", "data.test_split=test", "val.test_groups=4",
+                                   "adapt.language=el"])
+    out = report.translation(cfg, ["en", "de"], SimpleNamespace(encode_text=lambda captions: captions))
+    assert out["new_to_old"] == pytest.approx(0.3) and out["old_to_new"] == pytest.approx(0.7)
+    assert out["new_with_old"] == pytest.approx(0.5)
+    assert (out["all"], out["chance_all"], out["old_pairs"], out["chance_old"]) == (0.55, 0.5, 0.8, 0.5)
+    # no figure without a test split holding the new language, or when the run asks for none
+    monkeypatch.setattr(report, "read_manifest", lambda folder: {"languages": {"en": 4, "de": 4}})
+    assert report.translation(cfg, ["en", "de"], None) is None
+
+
+def test_a_new_token_whose_text_an_old_caption_holds_is_never_added():
+    """The old captions hold "zqx" once, too rare for the old BPE to merge; the new language repeats it. A token
+    for it would re-tokenize the old caption (the merge applies to every text), so it is not added, and the old
+    captions encode exactly as before."""
+    old_texts = ["red a square", "blue a square"] * 5 + ["a zqx"]
+    tok = train_tokenizer(old_texts, 300)
+    assert tok.token_to_id("Ġzqx") is None and tok.token_to_id("zq") is None
+    grown, _ = extend_tokenizer(tok, ["zqx τετράγωνο", "μπλε zqx"] * 5, 300, old_texts)
+    assert not [t for t, i in grown.get_vocab().items() if i >= tok.get_vocab_size() and b"zq" in token_bytes(t)]
+    assert [grown.encode(t).ids for t in old_texts] == [tok.encode(t).ids for t in old_texts]

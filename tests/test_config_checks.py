@@ -240,3 +240,13 @@ def test_a_resume_warns_about_the_keys_its_changed_run_keys_make_ignored(tiny_wo
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert said == [f"warning: {key} is ignored: val.every=0 (no validation)"
                     for key in ("val.select_by=val/bkr@1", "val.select_test=bootstrap")]
+
+
+def test_a_written_key_never_counts_as_writing_a_key_its_name_starts_with():
+    """model.image_backbone_args written by the user does not write model.image_backbone (a key named by the same
+    letters): an inherited backbone draws no line, the user's arguments do."""
+    cfg = load_train_config(None, ["model.image_backbone=resnet34", "model.image_backbone_args={a: 1}", "loss.text=0",
+                                   "loss.image=0", "loss.cross=0"])
+    assert [i.key for i in ignored_keys(cfg)] == ["model.image_backbone", "model.image_backbone_args"]
+    assert [i.key for i in ignored_keys(cfg, written={"model.image_backbone_args"})] == ["model.image_backbone_args"]
+    assert [i.key for i in ignored_keys(cfg, written={"model.image_backbone"})] == ["model.image_backbone"]

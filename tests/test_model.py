@@ -1,6 +1,7 @@
 """The model: every head of every shipped config receives gradient; tied cloze decoder; shapes."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,79 @@ def test_text_pool_norm_places_the_final_layernorm(norm):
     torch.testing.assert_close(sentence, normed[:, 0])  # one token: the same either way
     expected = model.text.norm(masked_mean(stream, mask)) if norm == "pooled" else masked_mean(normed, mask)
     torch.testing.assert_close(mean, expected)
+
+
+def test_the_cross_language_share_counts_the_positive_pairs_whose_captions_differ_in_language():
+    """alpha/cross_language_share: of the pairs with α > 0, the share in two languages. Captions en, en, de: the
+    positive pairs (0,1), (1,0) are in one language, (0,2), (2,0), (1,2), (2,1) in two: 4 of 6; no positive pair
+    leaves it undefined (NaN), never 0."""
+    from globetrotter.training.objective import language_codes
+
+    codes = language_codes(["en", "en", "de"])
+    alpha = torch.tensor([[1.0, 0.5, 0.2], [0.5, 1.0, 0.3], [0.2, 0.3, 1.0]]) - torch.eye(3)
+    assert GlobetrotterObjective._cross_language_share(alpha, codes) == pytest.approx(4 / 6)
+    alpha[0, 1] = alpha[1, 0] = 0.0  # only the cross-language pairs left
+    assert GlobetrotterObjective._cross_language_share(alpha, codes) == pytest.approx(1.0)
+    assert math.isnan(GlobetrotterObjective._cross_language_share(torch.zeros(3, 3), codes))
+    assert language_codes(["en", "de", "en"]).tolist()[0] == language_codes(["en"]).tolist()[0]
+
+
+def test_the_feature_head_centres_on_a_running_mean_of_the_training_features():
+    """image_head_x=features: the first training batch's mean (of the L2-normalised features) is the centre, each
+    later batch moves it by ``momentum`` towards its own mean; in eval mode the centre stays; the output is the
+    normalised feature minus the centre, L2-normalised."""
+    from globetrotter.models.heads import CentredFeatureHead
+
+    g = torch.Generator().manual_seed(0)
+    first, second = torch.randn(5, 4, generator=g) * 3, torch.randn(7, 4, generator=g) + 1
+
+    def unit(x: torch.Tensor) -> torch.Tensor:
+        return x / x.norm(dim=1, keepdim=True)
+
+    head = CentredFeatureHead(4, momentum=0.1).train()
+    out = head(first)
+    centre = unit(first).mean(0)
+    assert torch.allclose(head.mean, centre, atol=1e-6)
+    assert torch.allclose(out, unit(unit(first) - centre), atol=1e-6)
+    head(second)
+    centre = 0.9 * centre + 0.1 * unit(second).mean(0)
+    assert torch.allclose(head.mean, centre, atol=1e-6) and int(head.seen) == 2
+    head.eval()
+    out = head(second)
+    assert torch.allclose(head.mean, centre, atol=1e-6) and int(head.seen) == 2  # evaluation never moves it
+    assert torch.allclose(out, unit(unit(second) - centre), atol=1e-6)
+
+
+def test_the_objectives_cloze_loss_and_accuracy_are_the_per_token_mean_over_the_masked_tokens():
+    """L_c and cloze/accuracy of the training objective, on [B, L, V] logits and on the [n_targets, V] logits of the
+    masked positions alone (the model's training forward), against a loop over the masked tokens: mean
+    cross-entropy, and the share whose highest logit is the label."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 4, 7, generator=g)
+    labels = torch.full((2, 4), -100)
+    labels[0, 1], labels[1, 0], labels[1, 3] = 5, 2, int(logits[1, 3].argmax())  # one certainly right
+    labels[0, 2] = int(logits[0, 2].argmin())  # one certainly wrong
+    picked = [(b, t) for b in range(2) for t in range(4) if labels[b, t] != -100]
+    ce = [float(torch.logsumexp(logits[b, t], 0) - logits[b, t, labels[b, t]]) for b, t in picked]
+    right = [int(logits[b, t].argmax() == labels[b, t]) for b, t in picked]
+    objective = GlobetrotterObjective(load_train_config(None, SMALL).loss)
+    for form in (logits, logits[labels != -100]):
+        loss, accuracy = objective._cloze(form, labels)
+        assert float(loss) == pytest.approx(sum(ce) / len(ce), rel=1e-5)
+        assert float(accuracy) == pytest.approx(sum(right) / len(right))
+    assert 0 < sum(right) < len(right)
+
+
+def test_alpha_precision_is_logged_only_for_a_batch_whose_every_truth_is_known():
+    """alpha/precision and alpha/recall compare α with the true translation pairs: with supervised α (α > 0 on the
+    true pairs) both are 1. A batch holding captions of unknown truth (-1) has no such pairs to compare with: the
+    two are left out rather than counting two unknowns as a true pair."""
+    import torch.nn.functional as F
+
+    loss = load_train_config(None, SMALL + ["loss.alpha_source=supervised", "loss.image=0", "loss.cross=0",
+                                            "loss.cloze=0"]).loss
+    out = {"text_t": F.normalize(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)), dim=-1)}
+    _, logs = GlobetrotterObjective(loss)(out, {"truth": torch.tensor([0, 0, 1, 1])}, None)
+    assert logs["alpha/precision"] == pytest.approx(1.0) and logs["alpha/recall"] == pytest.approx(1.0)
+    _, logs = GlobetrotterObjective(loss)(out, {"truth": torch.tensor([0, 0, -1, -1])}, None)
+    assert "alpha/precision" not in logs and "alpha/recall" not in logs and "alpha/mean" in logs

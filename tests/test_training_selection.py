@@ -54,6 +54,19 @@ def test_a_nan_metric_never_becomes_best_nor_blocks_a_later_finite_one(test):
         assert verdict.accept and "replaces a best with no value" in verdict.note
 
 
+def test_a_val_set_of_another_size_is_judged_by_plain_max_and_said():
+    """The stored hits of the best cover 200 val queries, the new checkpoint's 150 (a val set that changed size, e.g.
+    val.max_per_lang after a resume): the two are not paired, so no test can compare them; the higher value wins and
+    the note gives the two sizes."""
+    best = {"metric": KEY, "value": 0.5, "step": 2}
+    fewer = CLEAR[:150]
+    for test in ("mcnemar", "bootstrap"):
+        v = judge(0.6, fewer, best, BASE, test, 0.05)
+        assert v.accept and v.p_value is None and not v.noise
+        assert "the val queries changed (200 -> 150)" in v.note and "plain max" in v.note
+        assert not judge(0.4, fewer, best, BASE, test, 0.05).accept  # lower stays lower, sizes aside
+
+
 def scripted_validator(monkeypatch, *hit_vectors: np.ndarray) -> list[int]:
     """Validator.evaluate returns these hits (and their mean as val/bkr@10) in turn; returns the list of calls."""
     calls: list[int] = []
@@ -141,6 +154,17 @@ def test_default_selection_is_the_plain_max(tiny_world, tmp_path, monkeypatch):
     result = train(cfg)
     assert result["best"] == {"metric": KEY, "value": pytest.approx(0.515), "step": 4}
     assert not scalars(cfg.run_dir, "val/select_p_value")
+
+
+def test_the_last_step_is_validated_when_it_is_no_multiple_of_val_every(tiny_world, tmp_path, monkeypatch):
+    """steps=5, val.every=2: validations after steps 2 and 4, and after the last step 5 (its checkpoint is the run's
+    final one, and may be the best)."""
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=5", "val.every=2", "checkpoint_every=100")
+    calls = scripted_validator(monkeypatch, BASE, MARGINAL, CLEAR)
+    result = train(cfg)
+    assert len(calls) == 3
+    assert result["best"] == {"metric": KEY, "value": pytest.approx(0.7), "step": 5}
+    assert sorted(scalars(cfg.run_dir, KEY)) == [2, 4, 5]
 
 
 def test_real_validation_stores_the_best_hits_and_never_reads_test_unasked(tiny_world, tmp_path):
