@@ -101,6 +101,25 @@ def test_round_two_fine_tunes_the_backbone_to_the_runs_readings_and_trains_on_it
     assert code == 2 and "holds a fine-tune of other settings" in stderr and "'epochs': 2" in stderr
 
 
+def test_the_readings_are_of_the_captions_of_the_runs_own_train_split(round_one, tiny_world, tmp_path, monkeypatch):
+    """A run trained on ``data.train_split=mine`` (no split named train beside it) is read on mine's captions."""
+    import shutil
+
+    from globetrotter.training import backbone_finetune
+
+    run, _ = round_one
+    shutil.copytree(tiny_world / "train", tmp_path / "mine")
+    cfg = load_train_config(run / "config.yaml", [f"data.root={tmp_path}", "data.train_split=mine"])
+    monkeypatch.setattr(backbone_finetune, "run_config", lambda _run: cfg)
+    metas = read_captions(tmp_path / "mine")
+    ids = sorted({str(m["image_id"]) for m in metas})[:3]
+    pairs = [[(m["caption"], m["lang"]) for m in metas if str(m["image_id"]) == i] for i in ids]
+    encoder = load_model(str(run))
+    expected = mean_embeddings(pairs, lambda flat: encode_texts(encoder, [c for c, _ in flat],
+                                                                [lang for _, lang in flat], "cross"))
+    np.testing.assert_allclose(backbone_finetune.model_readings(run, ids), expected, atol=1e-5)
+
+
 def test_round_two_names_the_weights_it_read_and_refuses_a_run_that_saved_others_since(round_one, tiny_world,
                                                                                        tmp_path, capsys):
     """The record named the run folder only: after the run saved other weights (a new best/, same path) a rerun said

@@ -85,13 +85,14 @@ def run_config(run: str | Path) -> TrainConfig:
 
 
 def model_readings(run: str | Path, image_ids: list[str]) -> np.ndarray:
-    """The mean cross-head embedding of each image's own captions (the run's train split, ``data.root``/train) under
-    the trained model of ``run``, float32 [images, D]."""
+    """The mean cross-head embedding of each image's own captions (the run's train split, ``data.root`` /
+    ``data.train_split``) under the trained model of ``run``, float32 [images, D]."""
     from data_prep.shards import read_captions
 
     from ..evaluation.models import encode_texts, load_model
 
-    captions = own_captions(image_ids, read_captions(Path(run_config(run).data.root) / "train"))
+    data = run_config(run).data
+    captions = own_captions(image_ids, read_captions(Path(data.root) / data.train_split))
     encoder = load_model(str(run))
     return mean_embeddings(captions, lambda flat: encode_texts(encoder, [c for c, _ in flat],
                                                                 [lang for _, lang in flat], head="cross"))
