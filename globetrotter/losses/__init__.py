@@ -11,7 +11,7 @@ processes first (one collective for all of them)::
 (x1/x2: cross-modal image features of the two views, v1/v2: visual ones.) The
 loss weights live in the training config; the cloze loss is per sample (not gathered).
 """
-from globetrotter.losses.cloze import IGNORE_INDEX, ClozeLoss, cloze_accuracy, mask_tokens
+from globetrotter.losses.cloze import IGNORE_INDEX, ClozeLoss, cloze_accuracy, cloze_sums, mask_tokens
 from globetrotter.losses.crossmodal import CrossModalLoss
 from globetrotter.losses.gather import gather_features, gather_many, rank, rank_offset, world_size
 from globetrotter.losses.simclr import NTXentLoss
@@ -25,6 +25,7 @@ __all__ = [
     "TransitiveTextLoss",
     "alpha_stats",
     "cloze_accuracy",
+    "cloze_sums",
     "gather_features",
     "gather_many",
     "mask_tokens",

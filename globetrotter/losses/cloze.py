@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["mask_tokens", "ClozeLoss", "cloze_accuracy", "IGNORE_INDEX"]
+__all__ = ["mask_tokens", "ClozeLoss", "cloze_accuracy", "cloze_sums", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # label of positions that are not predicted (PyTorch's cross-entropy default)
 
@@ -85,6 +85,22 @@ def mask_tokens(
     return masked, labels
 
 
+def cloze_sums(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Summed cross-entropy, number of targets and number predicted right (arg-max) at the cloze targets: the terms
+    of L_c and of its accuracy, for sums over processes (the trainer) or a mean over one (:class:`ClozeLoss`).
+
+    ``logits``: [B, L, V] aligned with ``labels`` [B, L], or [n_targets, V], the rows of the targets alone in
+    row-major order (what a model that decodes only the masked positions gives). The cross-entropy is float32."""
+    targets = labels != IGNORE_INDEX
+    picked = logits if logits.dim() == 2 else logits[targets]
+    wanted = labels[targets]
+    if picked.shape[:-1] != wanted.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} are neither [B, L, V] nor [n_targets, V] for labels "
+                         f"{tuple(labels.shape)} with {wanted.numel()} target(s)")
+    total = F.cross_entropy(picked.float(), wanted, reduction="sum")
+    return total, targets.sum(), (picked.argmax(dim=-1) == wanted).sum()
+
+
 class ClozeLoss(nn.Module):
     """Cross-entropy of the token predictions at the cloze targets.
 
@@ -99,16 +115,12 @@ class ClozeLoss(nn.Module):
         """logits: [B, L, V]; labels: [B, L]. Returns a scalar."""
         if logits.shape[:-1] != labels.shape:
             raise ValueError(f"logits [B, L, V] and labels [B, L] disagree: {tuple(logits.shape)} vs {tuple(labels.shape)}")
-        flat_logits = logits.reshape(-1, logits.shape[-1]).float()
-        flat_labels = labels.reshape(-1)
-        targets = flat_labels != IGNORE_INDEX
-        total = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
-        return total / targets.sum().clamp_min(1)
+        total, count, _ = cloze_sums(logits, labels)
+        return total / count.clamp_min(1)
 
 
 @torch.no_grad()
 def cloze_accuracy(logits: Tensor, labels: Tensor) -> Tensor:
     """Share of cloze targets whose arg-max prediction is the original token (NaN without targets)."""
-    targets = labels != IGNORE_INDEX
-    correct = (logits.argmax(dim=-1) == labels) & targets
-    return correct.sum().float() / targets.sum().float()
+    _, count, correct = cloze_sums(logits, labels)
+    return correct.float() / count.float()

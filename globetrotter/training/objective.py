@@ -20,6 +20,7 @@ from ..losses import (
     NTXentLoss,
     TransitiveTextLoss,
     alpha_stats,
+    cloze_sums,
     gather_many,
     supervised_alpha,
     transitive_alpha,
@@ -46,12 +47,8 @@ class GlobetrotterObjective(nn.Module):
 
     def _cloze(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Global per-token cross-entropy and accuracy (as process-local terms that average to the global value)."""
-        targets = labels != -100
-        picked = logits if logits.dim() == 2 else logits[targets]  # [n_targets, V] already, or [B, L, V]
-        total = torch.nn.functional.cross_entropy(picked.float(), labels[targets], reduction="sum")
-        count = targets.sum().to(total.dtype)
-        correct = (picked.argmax(-1) == labels[targets]).sum().to(total.dtype)
-        stats = torch.stack([count, correct])
+        total, count, correct = cloze_sums(logits, labels)
+        stats = torch.stack([count, correct]).to(total.dtype)
         if world_size() > 1:
             dist.all_reduce(stats)
         global_count = stats[0].clamp_min(1)
