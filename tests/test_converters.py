@@ -1214,19 +1214,20 @@ def test_a_caption_file_longer_than_its_split_file_is_refused(tmp_path, capsys):
 
 
 def test_a_blank_split_file_line_skips_exactly_the_captions_aligned_to_it(tmp_path):
-    """Line 2 of the split file is blank: the caption files that have a line 2 lose it (one record each, filed
-    against the split file's line 2), every other line keeps its own image, and every record is accounted for."""
+    """Lines 2 and 4 (the last) of the split file are blank: each caption file loses its caption on those lines (one
+    record each, filed against the split file's line), every other line keeps its own image, and every record is
+    accounted for."""
     m30k = tmp_path / "multi30k"
-    split_file = write_lines(m30k / "task1" / "image_splits" / "train.txt", ["101.jpg", "  ", "103.jpg"])
+    split_file = write_lines(m30k / "task1" / "image_splits" / "train.txt", ["101.jpg", "  ", "103.jpg", ""])
     for pid in (101, 103):
         make_jpeg(tmp_path / "images" / f"{pid}.jpg", color=(pid, 0, 0))
     for lang in ("en", "de"):
-        write_lines(m30k / "task1" / "raw" / f"train.{lang}", [f"{lang} 101", f"{lang} blank", f"{lang} 103"])
+        write_lines(m30k / "task1" / "raw" / f"train.{lang}", [f"{lang} 101", f"{lang} blank", f"{lang} 103", "x"])
     out, summary = _convert_summary(tmp_path, ["multi30k", "--images", tmp_path / "images", "--multi30k", m30k,
                                                "--all-to", "test"])
-    assert summary["skipped"] == {"malformed_line": 2} and summary["balanced"] and summary["records"] == 6
-    (issue,) = summary["issues"]["malformed_line"]["examples"]
-    assert (issue["file"], issue["line"], issue["records"]) == (str(split_file), 2, 2)
+    assert summary["skipped"] == {"malformed_line": 4} and summary["balanced"] and summary["records"] == 8
+    issues = summary["issues"]["malformed_line"]["examples"]
+    assert [(i["file"], i["line"], i["records"]) for i in issues] == [(str(split_file), 2, 2), (str(split_file), 4, 2)]
     assert sorted((m["image_id"], m["caption"]) for m in read_captions(out / "test")) == [
         ("101", "de 101"), ("101", "en 101"), ("103", "de 103"), ("103", "en 103")]
 
