@@ -1166,3 +1166,191 @@ def test_only_a_key_clash_is_filed_as_a_duplicate_key(tmp_path, monkeypatch):
         cli(["flickr8k", "--images", w["images"], "--multi30k", w["m30k"], "--multi30k-tasks", "1",
              "--flickr8k", f"{w['cn']}:zh", "--languages", "en,de,zh", "--resize", "12", "--workers", "1",
              "--out", tmp_path / "out", "--no-progress"])
+
+
+# ------------------------------------------------------------------------------------------
+# what each reader and the pipeline decide, one rule per test (small inputs written here)
+
+
+def _convert_summary(tmp_path: Path, argv: list, out_name: str = "out") -> tuple[Path, dict]:
+    """Run one conversion (exit 0 expected) and return its output folder and summary."""
+    out = tmp_path / out_name
+    assert cli([*argv, "--workers", "1", "--no-progress", "--out", out]) == 0
+    return out, json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
+    from data_prep.converters.common import read_text_lines
+
+    path = tmp_path / "bom.tsv"
+    path.write_bytes("\ufeffimage\tlang\tcaption\r\na.jpg\ten\ta dog\r\n".encode("utf-8"))
+    assert [line.text for line in read_text_lines(path)] == ["image\tlang\tcaption", "a.jpg\ten\ta dog"]
+
+
+def test_a_gzip_cut_short_is_reported_at_the_first_line_it_could_not_read(tmp_path):
+    from data_prep.converters.common import read_lines_or_issue
+
+    path = tmp_path / "cut.en.gz"
+    path.write_bytes(gzip.compress(b"".join(b"caption number %d\n" % i for i in range(2000)))[:600])
+    lines, issue = read_lines_or_issue(path)
+    assert issue is not None and issue.kind == "unreadable_file" and issue.records == 0
+    assert 0 < len(lines) < 2000 and issue.line == len(lines) + 1  # the lines read, then where it stopped
+
+
+def test_a_caption_file_longer_than_its_split_file_is_refused(tmp_path, capsys):
+    """An added line shifts captions onto other images as a missing one does: refused, nothing written."""
+    m30k = tmp_path / "multi30k"
+    write_lines(m30k / "task1" / "image_splits" / "train.txt", ["101.jpg", "102.jpg"])
+    make_jpeg(tmp_path / "images" / "101.jpg")
+    make_jpeg(tmp_path / "images" / "102.jpg")
+    write_lines(m30k / "task1" / "raw" / "train.en", ["en 101", "en 102"])
+    de = write_lines(m30k / "task1" / "raw" / "train.de", ["de 101", "de extra", "de 102"])
+    out = tmp_path / "out"
+    assert cli(["multi30k", "--images", tmp_path / "images", "--multi30k", m30k, "--workers", "1", "--no-progress",
+                "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {de}: has 3 line(s) but ") and "lists 2 image(s)" in err
+    assert not out.exists()
+
+
+def test_a_blank_split_file_line_skips_exactly_the_captions_aligned_to_it(tmp_path):
+    """Lines 2 and 4 (the last) of the split file are blank: each caption file loses its caption on those lines (one
+    record each, filed against the split file's line), every other line keeps its own image, and every record is
+    accounted for."""
+    m30k = tmp_path / "multi30k"
+    split_file = write_lines(m30k / "task1" / "image_splits" / "train.txt", ["101.jpg", "  ", "103.jpg", ""])
+    for pid in (101, 103):
+        make_jpeg(tmp_path / "images" / f"{pid}.jpg", color=(pid, 0, 0))
+    for lang in ("en", "de"):
+        write_lines(m30k / "task1" / "raw" / f"train.{lang}", [f"{lang} 101", f"{lang} blank", f"{lang} 103", "x"])
+    out, summary = _convert_summary(tmp_path, ["multi30k", "--images", tmp_path / "images", "--multi30k", m30k,
+                                               "--all-to", "test"])
+    assert summary["skipped"] == {"malformed_line": 4} and summary["balanced"] and summary["records"] == 8
+    issues = summary["issues"]["malformed_line"]["examples"]
+    assert [(i["file"], i["line"], i["records"]) for i in issues] == [(str(split_file), 2, 2), (str(split_file), 4, 2)]
+    assert sorted((m["image_id"], m["caption"]) for m in read_captions(out / "test")) == [
+        ("101", "de 101"), ("101", "en 101"), ("103", "de 103"), ("103", "en 103")]
+
+
+def test_flickr8k_cn_variants_of_one_caption_index_are_not_duplicates(tmp_path):
+    """zhc (crowd) and zhb (machine) captions #0 of one image are two captions; the same line twice is one."""
+    make_jpeg(tmp_path / "images" / "101_a1b2c3.jpg")
+    zhc = write_lines(tmp_path / "flickr8kzhc.caption.txt", ["101_a1b2c3#zhc#0 一只狗在跑。"])
+    zhb = write_lines(tmp_path / "flickr8kzhb.caption.txt", ["101_a1b2c3#zhb#0 一条狗在奔跑",
+                                                             "101_a1b2c3#zhb#0 一条狗在奔跑"])
+    out, summary = _convert_summary(tmp_path, ["flickr8k", "--images", tmp_path / "images", "--flickr8k", f"{zhc}:zh",
+                                               "--flickr8k", f"{zhb}:zh", "--all-to", "train"])
+    assert summary["written"] == {"train": {"zh": 2}} and summary["skipped"] == {"duplicate_key": 1}
+
+
+def test_multi30k_root_may_be_the_repository_holding_data(tmp_path):
+    from data_prep.converters.multi30k import find_task_dir
+
+    (tmp_path / "multi30k" / "data" / "task2" / "image_splits").mkdir(parents=True)
+    assert find_task_dir(tmp_path / "multi30k", 2) == tmp_path / "multi30k" / "data" / "task2"
+    assert find_task_dir(tmp_path / "multi30k", 1) is None
+
+
+def test_caption_whitespace_is_collapsed_and_keys_count_per_image_and_language(tmp_path):
+    """Stored text has runs of whitespace as one space; keys are <image id>-<lang>-<n>, n counting the image's
+    captions in that language only."""
+    make_jpeg(tmp_path / "images" / "101_a1b2c3.jpg")
+    en = write_lines(tmp_path / "Flickr8k.token.txt", ["101_a1b2c3.jpg#0\tA  dog \t runs", "101_a1b2c3.jpg#1\tA cat"])
+    zh = write_lines(tmp_path / "zh.txt", ["101_a1b2c3#zhc#0 一只狗"])
+    out, _ = _convert_summary(tmp_path, ["flickr8k", "--images", tmp_path / "images", "--flickr8k", f"{en}:en",
+                                         "--flickr8k", f"{zh}:zh", "--all-to", "test"])
+    assert sorted((m["key"], m["caption"]) for m in read_captions(out / "test")) == [
+        ("101_a1b2c3-en-0", "A dog runs"), ("101_a1b2c3-en-1", "A cat"), ("101_a1b2c3-zh-0", "一只狗")]
+
+
+def test_an_image_id_keeps_up_to_64_characters_and_a_longer_one_stays_64_and_distinct():
+    from data_prep.converters.pipeline import MAX_ID, safe_id
+
+    assert safe_id("a" * MAX_ID) == "a" * MAX_ID
+    longer = [safe_id("a" * (MAX_ID + 1)), safe_id("a" * (MAX_ID + 2))]
+    assert all(len(i) == MAX_ID and i.startswith("a" * 50) for i in longer) and longer[0] != longer[1]
+
+
+def test_train_parallel_holds_train_images_only_and_images_count_each_image_once(tmp_path):
+    """--parallel-train copies train images (never val's) in every language; summary images count train/val/test
+    images, each once; an unreadable train image costs its one train caption (its copies are not records)."""
+    images = tmp_path / "images"
+    ids = list(range(101, 111))
+    for pid in ids:
+        make_jpeg(images / f"{pid}.jpg", color=(pid, 0, 0))
+    (images / "110.jpg").write_bytes((images / "110.jpg").read_bytes()[:200])  # truncated, a train image
+    tables = []
+    for lang in ("en", "de"):
+        tables += ["--captions", write_lines(tmp_path / f"{lang}.tsv", [f"{p}.jpg\t{lang}\t{lang} {p}" for p in ids])]
+    val = write_lines(tmp_path / "val.txt", ["101.jpg", "102.jpg", "103.jpg"])
+    test = write_lines(tmp_path / "test.txt", ["104.jpg", "105.jpg"])
+    out, summary = _convert_summary(tmp_path, ["folder", "--images", images, *tables, "--assign-languages",
+                                               "--split-file", f"val={val}", "--split-file", f"test={test}",
+                                               "--parallel-train", "en,de"])
+    split_ids = {s: {m["image_id"] for m in read_captions(out / s)}
+                 for s in ("train", "val", "test", "train-parallel")}
+    assert split_ids["train"] == split_ids["train-parallel"] == {"106", "107", "108", "109"}
+    assert summary["images"] == {"train": 4, "val": 3, "test": 2}
+    assert summary["skipped"] == {"unreadable_image": 1} and summary["balanced"]
+
+
+def test_test_and_val_fractions_may_sum_to_exactly_one(tmp_path):
+    assert ConvertOptions(tmp_path, test_fraction=0.5, val_fraction=0.5).split_options() == [
+        "--test-fraction", "--val-fraction"]
+    with pytest.raises(UserError, match="must not exceed 1"):
+        ConvertOptions(tmp_path, test_fraction=0.6, val_fraction=0.5)
+
+
+def test_center_crop_keeps_the_middle_of_the_picture(tmp_path):
+    """Three 20-pixel bands, red | green | blue: the centre 20 x 20 square is the green band."""
+    bands = np.zeros((20, 60, 3), np.uint8)
+    bands[:, :20, 0] = bands[:, 20:40, 1] = bands[:, 40:, 2] = 255
+    Image.fromarray(bands).save(tmp_path / "bands.png")
+    data, size = prepare_image(tmp_path / "bands.png", ImageSpec(resize=20, mode="center-crop"))
+    pixels = np.asarray(Image.open(io.BytesIO(data)), np.float32)
+    assert size == (20, 20) and pixels[2:-2, 2:-2].mean(axis=(0, 1)).argmax() == 1  # green
+
+
+def test_an_exif_rotated_photo_is_stored_upright(tmp_path):
+    """A 40 x 20 JPEG whose EXIF orientation 6 says 'rotate 90 degrees' is a 20 x 40 picture."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (40, 20), (200, 30, 30)).save(tmp_path / "rotated.jpg", exif=exif.tobytes())
+    data, (height, width) = prepare_image(tmp_path / "rotated.jpg", ImageSpec())
+    assert (height, width) == (40, 20) and Image.open(io.BytesIO(data)).size == (20, 40)
+
+
+def test_resolver_prefers_the_file_named_over_one_of_the_same_stem(tmp_path):
+    jpg, png = make_jpeg(tmp_path / "a.jpg"), tmp_path / "a.png"
+    Image.new("RGB", (8, 8)).save(png)
+    resolver = ImageResolver([tmp_path])
+    assert resolver.resolve(["a.png"]) == png and resolver.resolve(["a.jpg"]) == jpg
+
+
+def test_a_table_without_images_folder_finds_images_beside_it(tmp_path):
+    """No --images: a bare file name is read relative to the caption table's folder."""
+    make_jpeg(tmp_path / "data" / "dog.jpg")
+    table = write_lines(tmp_path / "data" / "caps.tsv", ["dog.jpg\ten\ta dog"])
+    _, summary = _convert_summary(tmp_path, ["folder", "--captions", table])
+    assert summary["written"] == {"train": {"en": 1}} and summary["skipped"] == {}
+
+
+def test_conceptual_captions_numbers_of_eight_digits_keep_every_digit():
+    from data_prep.converters.globetrotter_layout import image_candidates
+
+    assert image_candidates("conceptual", "12345678.txt")[0] == "ConceptualCaptions/train/12345678.jpg"
+    assert image_candidates("conceptual", "912345678.txt")[0] == "ConceptualCaptions/train/12345678.jpg"
+    assert image_candidates("conceptual", "1234.txt")[0] == "ConceptualCaptions/train/00001234.jpg"
+
+
+def test_strict_fails_on_bad_input_that_costs_no_caption(tmp_path, capsys):
+    """A Globetrotter listing line naming a missing caption file costs no caption record, but it is bad input:
+    --strict exits 1."""
+    listing = tmp_path / "gt" / "flickr30k" / "entities" / "translated_independent"
+    write_lines(listing / "de" / "36979.txt", ["zwei Hunde"])
+    write_lines(listing / "listing_train.txt", ["./de/36979.txt", "./de/404.txt"])
+    make_jpeg(tmp_path / "gt" / "flickr30k" / "images" / "36979.jpg")
+    argv = ["globetrotter", "--globetrotter", tmp_path / "gt", "--workers", "1", "--no-progress"]
+    assert cli([*argv, "--out", tmp_path / "out"]) == 0
+    assert cli([*argv, "--out", tmp_path / "strict", "--strict"]) == 1
+    assert "missing_caption_file" in capsys.readouterr().err

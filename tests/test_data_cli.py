@@ -306,3 +306,21 @@ def test_a_bad_synth_flag_is_named_as_the_flag_typed(argv, message, tmp_path, ca
     code, _, err = run_data_cli(["synth", "--out", str(tmp_path / "w"), "--no-progress", *argv], capsys)
     assert code == 2 and err.strip().splitlines() == [message]
     assert not (tmp_path / "w").exists()
+
+
+def test_inspect_counts_the_groups_a_split_has_and_none_for_a_one_language_split(tiny_world):
+    from data_prep.inspect import summarize
+    from data_prep.shards import read_captions
+
+    assert summarize(tiny_world / "train")["groups"] == 0  # train captions carry no group
+    test_groups = {m["group"] for m in read_captions(tiny_world / "test")} - {None}
+    assert test_groups and summarize(tiny_world / "test")["groups"] == len(test_groups)
+
+
+def test_fallback_fonts_take_the_earlier_candidate_on_a_tie():
+    from data_prep.inspect import choose_fallback_fonts
+
+    chars = {"zh": set("中文")}
+    same = frozenset(map(ord, "中文"))
+    assert choose_fallback_fonts(chars, frozenset(), [("First", same), ("Second", same)]) == (["First"], [])
+    assert choose_fallback_fonts(chars, frozenset(), [("Second", same), ("First", same)]) == (["Second"], [])

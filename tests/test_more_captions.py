@@ -390,3 +390,60 @@ def test_an_image_converted_before_long_ids_were_shortened_still_gets_its_captio
     more = write_lines(tmp_path / "more.tsv", [f"{name}\ten\tanother red photo"])
     assert cli(["more-captions", "--data", data, "--captions", more, "--out", out, "--no-progress"]) == 0
     assert [m["caption"] for m in by_image(out / "train")[old_id]] == ["a red photo", "another red photo"]
+
+
+def test_matcher_finds_an_image_by_its_exact_name_and_refuses_a_photo_id_two_images_share():
+    """Photos 1000_ab and 1000_cd share the Flickr photo id 1000: a caption naming 1000.jpg fits both (ambiguous),
+    one naming 1000_ab.jpg names one; a long name finds the shortened id its conversion gave it."""
+    from data_prep.converters.more_captions.gather import AMBIGUOUS, Matcher
+    from data_prep.converters.pipeline import safe_id
+
+    long_stem = "a holiday photo of a beach in the evening, with two dogs and a red ball"
+    matcher = Matcher({"1000_ab": ["train"], "1000_cd": ["train"], "2000_ef": ["val"], safe_id(long_stem): ["train"]})
+    assert matcher.match(["1000.jpg"]) == AMBIGUOUS
+    assert matcher.match(["1000_ab.jpg"]) == "1000_ab" and matcher.match(["x/1000_cd.png"]) == "1000_cd"
+    assert matcher.match(["2000.jpg"]) == "2000_ef" and matcher.match(["3000.jpg"]) is None
+    assert matcher.match([long_stem + ".jpg"]) == safe_id(long_stem) != long_stem
+
+
+def test_sources_whose_captions_are_all_unused_write_the_dataset_unchanged(tmp_path, capsys):
+    """Captions of images the dataset lacks are unused, not bad input: no error, the train split as it was."""
+    _, data = convert_world(tmp_path)
+    table = write_lines(tmp_path / "other.tsv", ["555_abcdef.jpg\ten\tnot in the dataset", "556.jpg\tde\tnor this"])
+    out = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--captions", table, "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["unused"] == {"image_not_in_dataset": 2} and summary["written_total"] == 0
+    assert read_manifest(out / "train")["num_samples"] == read_manifest(data / "train")["num_samples"]
+
+
+def test_a_caption_train_parallel_holds_already_is_unused_as_already_present(tmp_path):
+    """--splits train,train-parallel: a caption of a train image in another of its parallel languages, with a text
+    train-parallel holds already, is new nowhere: unused as caption_already_present (not as another language)."""
+    _, data = convert_world(tmp_path)
+    parallel = by_image(data / "train-parallel")
+    train = by_image(data / "train")
+    image_id = sorted(set(parallel) & set(train))[0]
+    own = train[image_id][0]["lang"]
+    other = next(m for m in parallel[image_id] if m["lang"] != own)
+    table = write_lines(tmp_path / "again.tsv", [f"{image_id}.jpg\t{other['lang']}\t{other['caption']}"])
+    out = tmp_path / "more"
+    assert cli(["more-captions", "--data", data, "--captions", table, "--splits", "train,train-parallel",
+                "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["unused"] == {"caption_already_present": 1} and summary["balanced"]
+
+
+def test_the_table_of_a_parallel_split_counts_images_once_in_its_total():
+    """train-parallel shows an image in several languages: the total row's images are the images, not the sum of
+    the images per language, and its per-image figure divides by them."""
+    from data_prep.converters.more_captions.gather import EnrichedSplit
+    from data_prep.converters.more_captions.summary import format_table
+
+    state = EnrichedSplit("train-parallel", {})
+    for image_id in ("a", "b"):
+        for lang in ("en", "de"):
+            state.langs_of[image_id].add(lang)
+            state.before[lang] += 1
+    total = format_table(state)[-1].split()
+    assert total == ["total", "2", "4", "0", "4", "2.00"]

@@ -95,8 +95,7 @@ def _records(listings: list[tuple[str, str, str, Path]]) -> Iterator[Record]:
             entry = line.text.strip()
             if not entry:
                 continue
-            parts = Path(entry).parts
-            parts = parts[1:] if parts and parts[0] == "." else parts
+            parts = Path(entry).parts  # "./de/x.txt" -> ("de", "x.txt"): pathlib drops the "."
             candidates = image_candidates(dataset, parts[-1]) if len(parts) == 2 else None
             if candidates is None or not parts[1].endswith(".txt"):
                 yield Issue("malformed_line", str(listing), line.number,

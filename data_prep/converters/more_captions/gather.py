@@ -86,8 +86,9 @@ class Matcher:
     """Find the dataset image a caption names: by image id (= file stem), then by Flickr photo id.
 
     The shards keep no file names, so a stem that several files shared at conversion (``cat.jpg`` and
-    ``cat.png`` became ids ``cat`` and ``cat-2``) names none of them for sure: such ids (and a photo id several
-    images share) match as :data:`AMBIGUOUS`, never as one of the images."""
+    ``cat.png`` became ids ``cat`` and ``cat-2``) names none of them for sure: such ids, and a photo id several
+    images share (a name found only by it), match as :data:`AMBIGUOUS`, never as one of the images; a name that
+    is one image's own id finds that image."""
 
     def __init__(self, split_of: dict[str, list[str]]) -> None:
         self.split_of = split_of
@@ -97,10 +98,11 @@ class Matcher:
             if clash is not None and clash.group("base") in split_of:
                 self.ambiguous.update((image_id, clash.group("base")))
         self.by_photo: dict[str, str] = {}
+        self.shared_photos: set[str] = set()  # photo ids of several images: a name matched by one fits them all
         for image_id in sorted(split_of):
             photo = flickr_photo_id(image_id)
             if photo is not None and self.by_photo.setdefault(photo, image_id) != image_id:
-                self.ambiguous.update((image_id, self.by_photo[photo]))
+                self.shared_photos.add(photo)
 
     def match(self, candidates: Iterable[str]) -> str | None:
         """The image id the caption's image names, :data:`AMBIGUOUS`, or ``None`` (no image of the dataset)."""
@@ -115,7 +117,7 @@ class Matcher:
             photo = flickr_photo_id(stem)
             if photo is not None and photo in self.by_photo:
                 image_id = self.by_photo[photo]
-                return AMBIGUOUS if image_id in self.ambiguous else image_id
+                return AMBIGUOUS if photo in self.shared_photos or image_id in self.ambiguous else image_id
         return None
 
 
