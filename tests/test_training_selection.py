@@ -167,6 +167,33 @@ def test_the_last_step_is_validated_when_it_is_no_multiple_of_val_every(tiny_wor
     assert sorted(scalars(cfg.run_dir, KEY)) == [2, 4, 5]
 
 
+def test_a_best_that_could_not_be_written_is_no_best_and_a_later_lower_one_takes_its_place(tiny_world, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """best/ holds step 2 (0.5); step 4 (0.7) is accepted but its best/ cannot be written (disk full), so best/ still
+    holds step 2 and step 6 (0.6), above what best/ holds, replaces it: it is not measured against the unwritten 0.7."""
+    import errno
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=6", "val.every=2", "checkpoint_every=100")
+    middle = BASE.copy()
+    middle[100:120] = 1  # 0.6
+    scripted_validator(monkeypatch, BASE, CLEAR, middle)
+    real_publish, bests = ckpt.publish, []
+
+    def publish(tmp: Path, final: Path) -> None:
+        if final.name == "best":
+            bests.append(tmp)
+            if len(bests) == 2:  # step 4's
+                raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+        real_publish(tmp, final)
+
+    monkeypatch.setattr(ckpt, "publish", publish)
+    result = train(cfg)
+    assert len(bests) == 3 and "checkpoint best not written" in capsys.readouterr().out
+    assert result["best"] == {"metric": KEY, "value": pytest.approx(0.6), "step": 6}
+    step, hits = best_of(cfg)
+    assert step == 6 and np.array_equal(hits, middle)
+
+
 def test_real_validation_stores_the_best_hits_and_never_reads_test_unasked(tiny_world, tmp_path):
     # chosen by BkR@1: the tiny val split's 8 images per language saturate BkR@10 (1 for any model, every hit 1)
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=1", "val.select_test=bootstrap",
