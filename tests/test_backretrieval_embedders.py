@@ -9,6 +9,7 @@ import pytest
 
 from backretrieval import BackRetrievalError, NoisyEmbedder, RandomEmbedder, load_embedder, register_embedder
 from backretrieval import embedders as emb_mod
+from backretrieval.embedders import MemoEmbedder, embed_captions, unsupported_languages
 
 
 def test_random_embedder_is_deterministic_per_text_and_seed():
@@ -220,3 +221,30 @@ def test_check_spec_inputs_checks_what_a_spec_reads_without_loading_a_model(tmp_
         emb_mod.check_spec_inputs("use")
     with pytest.raises(BackRetrievalError, match="spec 'st:m' needs sentence-transformers"):
         emb_mod.check_spec_inputs("st:m")
+
+
+def test_memo_keeps_lists_of_texts_apart_that_join_into_the_same_string():
+    """The memo is keyed by the list of texts: ["ab", "c"] and ["a", "bc"] are other texts, other rows."""
+    base = RandomEmbedder(8, 0)
+    memo = MemoEmbedder(base)
+    np.testing.assert_array_equal(memo.encode(["ab", "c"]), base.encode(["ab", "c"]))
+    np.testing.assert_array_equal(memo.encode(["a", "bc"]), base.encode(["a", "bc"]))
+
+
+def test_a_language_is_supported_by_its_language_part_whatever_its_region_or_script():
+    class Declared(RandomEmbedder):
+        languages = frozenset({"en", "zh"})
+
+    wrapped = NoisyEmbedder(Declared(8, 0), 0.1)  # declared by the base a noisy: spec wraps
+    assert unsupported_languages(wrapped, ["zh-TW", "zh_Hant", "EN", "cs", "cs-CZ"]) == ["cs", "cs-CZ"]
+    assert unsupported_languages(RandomEmbedder(8, 0), ["cs"]) == []  # declares none: supports all
+
+
+def test_positional_embeddings_give_every_caption_its_own_row_in_order(tmp_path):
+    """npy: without a sidecar maps rows to captions by position: repeated captions are not merged, none reordered."""
+    arr = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)
+    np.save(tmp_path / "e.npy", arr)
+    name, emb = embed_captions(f"npy:{tmp_path / 'e.npy'}", ["b", "a", "b"])
+    np.testing.assert_array_equal(emb, arr)
+    _, emb = embed_captions(RandomEmbedder(8, 0), ["b", "a", "b"])  # by content: a caption's row wherever it is
+    np.testing.assert_array_equal(emb, RandomEmbedder(8, 0).encode(["b", "a", "b"]))

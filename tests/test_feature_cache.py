@@ -78,6 +78,62 @@ def test_cache_is_the_same_for_any_worker_count(tiny_world, cache_dir, tmp_path)
     np.testing.assert_array_equal(a.features, b.features)
 
 
+def pixel_pool() -> torch.nn.Module:
+    """A backbone whose output is the image itself, 4x4 average-pooled: features that tell images and views apart."""
+    return torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(4), torch.nn.Flatten())
+
+
+def test_each_images_row_is_its_own_evaluation_view_then_its_augmented_views(tiny_world, tmp_path):
+    """Row [i, 0] of image id i is that image through the evaluation transform (not an augmented view, not another
+    image's row): checked for every image against the backbone applied to the image directly."""
+    out = tmp_path / "features"
+    build_feature_cache(tiny_world / "train", small_spec(views=2), out, pixel_pool(), batch_images=8, workers=0,
+                        progress=False)
+    cache = load_feature_cache(out, small_spec(views=2))
+    samples = {s.image_id: s.image for s in iter_samples(tiny_world / "train")}
+    ids = list(samples)
+    with torch.inference_mode():
+        direct = pixel_pool()(torch.stack([eval_transform(32)(samples[i]) for i in ids])).numpy()
+    assert len({tuple(np.round(d, 1)) for d in direct}) == len(ids)  # the images differ far beyond float16's error
+    rows = cache.features[cache.rows(ids, tiny_world / "train")].astype(np.float32)
+    np.testing.assert_allclose(rows[:, 0], direct, atol=1e-2)
+    assert not np.allclose(rows[:, 1], direct, atol=1e-2)  # the views come after the whole image
+
+
+def test_augmented_views_are_drawn_per_image_so_two_copies_of_a_picture_get_other_views(tiny_world):
+    """The views' generator is seeded by (seed, image index): the same picture at two places of a split gets the
+    same whole-image row but other crops and jitter, and the same ones at every read."""
+    from globetrotter.data.feature_cache import _Views, unique_samples
+
+    _, ext, data, shard, key = next(unique_samples(tiny_world / "train"))
+    views = _Views([data, data], small_spec(), [ext, ext], [(shard, key)] * 2)
+    (a, _), (b, _) = views[0], views[1]
+    torch.testing.assert_close(a[0], b[0])
+    assert not torch.allclose(a[1:], b[1:])
+    torch.testing.assert_close(views[1][0], b)
+
+
+def test_max_images_caps_the_cache_at_that_many_first_images(tiny_world, tmp_path):
+    from globetrotter.data.feature_import import split_image_ids
+
+    out = tmp_path / "features"
+    record = build_feature_cache(tiny_world / "train", small_spec(views=0), out, pixel_pool(), workers=0,
+                                 progress=False, max_images=3)
+    cache = load_feature_cache(out)
+    assert record["images"] == 3 and cache.features.shape[0] == 3
+    assert list(cache.row_of) == split_image_ids(tiny_world / "train")[:3]
+
+
+def test_a_features_file_with_other_views_than_its_record_is_refused(tiny_world, tmp_path):
+    out = tmp_path / "features"
+    build_feature_cache(tiny_world / "train", small_spec(views=0), out, pixel_pool(), workers=0, progress=False)
+    record = json.loads((out / "cache.json").read_text())
+    record["spec"]["views"] = 2
+    (out / "cache.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"shape \(\d+, 1, 48\), but cache.json records 2 views"):
+        load_feature_cache(out)
+
+
 def test_a_cache_built_for_other_settings_is_refused_naming_both(cache_dir):
     with pytest.raises(UserError, match=r"views=3 vs 4.*image_size=32 vs 64|image_size=32 vs 64.*views=3 vs 4"):
         load_feature_cache(cache_dir, small_spec(views=4, image_size=64))
@@ -118,6 +174,23 @@ def test_a_cache_read_for_its_own_rewritten_split_is_refused_naming_both_checksu
                                         r"now says sha256:again"):
         load_feature_cache(other, small_spec(), world / "train")
     assert load_feature_cache(other, small_spec()).row_of  # read for no split: nothing to compare
+
+
+def test_a_cache_was_built_from_a_split_or_the_split_its_more_captions_copy_took_its_images_from(
+        tiny_world, cache_dir, tmp_path):
+    import shutil
+
+    from globetrotter.data.feature_cache import built_from_split
+
+    built = json.loads((cache_dir / "cache.json").read_text())["split_checksum"]
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_world / "train", copy)
+    assert built_from_split(cache_dir, copy)  # the very images: the same checksum
+    _rewrite_manifest(copy, checksum="sha256:more-captions", more_captions={"original_checksum": built})
+    assert built_from_split(cache_dir, copy)  # a more-captions copy of the cache's split: its images
+    _rewrite_manifest(copy, more_captions={"original_checksum": "sha256:another"})
+    assert not built_from_split(cache_dir, copy)
+    assert not built_from_split(tmp_path, copy)  # no cache there
 
 
 def test_a_cache_serves_a_more_captions_copy_and_other_splits_by_image_id(tmp_path, tokenizer):

@@ -104,6 +104,23 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
     assert listing(world) == before and not list(tmp_path.glob("*.tmp")) and not list(world.glob("*.tmp"))
 
 
+def test_a_tmp_folder_holding_other_files_is_never_deleted_as_a_leftover_write(tmp_path):
+    """``<out>.tmp`` is cleared only when it holds nothing but cache files (a killed write's leftover): a folder of
+    that name holding anything else is refused and kept as it was; a leftover is removed."""
+    from globetrotter.data.feature_cache import start_cache_write
+
+    out, tmp = tmp_path / "features", tmp_path / "features.tmp"
+    tmp.mkdir()
+    (tmp / "features.npy").write_bytes(b"half")
+    (tmp / "notes.txt").write_text("mine")
+    before = listing(tmp)
+    with pytest.raises(UserError, match=r"features.tmp: .* holds features.npy, notes.txt, not a leftover"):
+        start_cache_write(out)
+    assert listing(tmp) == before
+    (tmp / "notes.txt").unlink()
+    assert start_cache_write(out) == tmp and not any(tmp.iterdir())  # a leftover: cleared
+
+
 def test_a_new_cache_is_swapped_in_over_the_old_one_which_survives_a_failed_swap(world, tmp_path, monkeypatch):
     split, out = world / "train", tmp_path / "features"
     build_feature_cache(split, spec_from_config(config()), out, small_backbone(), workers=0, progress=False)

@@ -494,3 +494,25 @@ def test_an_embeddings_file_that_is_not_npy_is_named_as_such_not_as_a_pickle(tin
         assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
         assert "pickle" not in err[0]
     assert not out.exists()
+
+
+def test_a_row_that_is_zero_once_in_float16_is_refused_as_all_zeros(tiny_world, source, tmp_path):
+    """The cache holds float16: a row of values below float16's smallest subnormal (about 6e-8) is stored as zeros,
+    a vector with no direction, so it is refused though it is not zero as given."""
+    ids, vectors = source
+    vectors = vectors.copy()
+    row = ids.index(split_image_ids(tiny_world / "train")[0])
+    vectors[row] = 1e-9
+    assert not np.float16(1e-9)  # what the cache would hold
+    emb, id_file = write_npy(tmp_path / "npy", ids, vectors)
+    message = refused(lambda: import_embeddings(tiny_world / "train", emb, tmp_path / "out", "toy", ids=id_file,
+                                                progress=False), tmp_path / "out")
+    assert f"image {ids[row]!r} (row {row}) is all zeros (in float16)" in message
+
+
+def test_an_id_file_with_windows_line_ends_or_spaces_around_ids_names_the_same_images(tiny_world, source, tmp_path):
+    ids, vectors = source
+    emb, id_file = write_npy(tmp_path / "npy", ids, vectors)
+    id_file.write_bytes("".join(f" {i}\t\r\n" for i in ids).encode())
+    import_embeddings(tiny_world / "train", emb, tmp_path / "out", "toy", ids=id_file, progress=False)
+    check_rows(tmp_path / "out", ids, vectors, tiny_world / "train")
