@@ -131,6 +131,27 @@ def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):
     assert z.stale_inputs(before, after).startswith("train (recorded {") and before["val"] == after["val"]
 
 
+def test_a_record_with_a_key_the_current_inputs_lack_is_stale():
+    z = _driver()
+    assert z.stale_inputs({"langs": ["en"]}, {"langs": ["en"]}) is None
+    assert z.stale_inputs({"langs": ["en"], "bundle": {"sha256": "x"}}, {"langs": ["en"]}) == \
+        "bundle (recorded {'sha256': 'x'}, now None)"
+
+
+def test_a_rows_val_figure_is_the_kept_epochs_not_the_last(monkeypatch):
+    """The table's val column is the score of the epoch the row keeps (the best), not of the last epoch trained."""
+    z = _driver()
+    rng = np.random.default_rng(0)
+    mix = rng.normal(size=(8, 16)).astype(np.float32)
+    splits = {"train": _split(rng, mix, 12, ["en"]), "val": _split(rng, mix, 12, ["en"]),
+              "test": _split(rng, mix, 12, ["en"], caps=1)}
+    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[8]", "optim.epochs=3"])}
+    scores = iter([0.25, 0.75, 0.5])
+    monkeypatch.setattr(z, "validation_recall", lambda *a, **k: lambda _adapter: next(scores))
+    record = z.measure("tiny", 0, splits, argparse.Namespace(device="cpu", languages=["en"]))
+    assert record["val_recall@10"] == 0.75 and record["best_epoch"] == 2
+
+
 def test_bad_seeds_and_languages_are_usage_errors_naming_the_option(capsys):
     """--seeds a said "invalid <lambda> value"; a bad one of several is named."""
     z = _driver()

@@ -62,8 +62,45 @@ def test_a_tagger_that_reads_the_image_beats_the_frequency_baseline():
     assert scores["n_images"] == 3 and scores["oracle"]["value"] == pytest.approx(1.0)
     assert scores["constant"]["value"] == pytest.approx(2 / 6)
     assert scores["frequency"]["value"] < scores["oracle"]["value"]
+    # the baseline tags every image with the vocabulary's first k = 2 words, dog and grass; with 2 captions and
+    # min_share 0.5 an image's truth is every content word of either caption (3 words each): dog and grass are
+    # both true of image 0, dog of image 2, neither of image 1
+    assert scores["frequency"]["value"] == pytest.approx((2 / 2 + 0 / 2 + 1 / 2) / 3)
+    assert scores["truth_words"] == pytest.approx(3.0)
     with pytest.raises(UserError, match="no tag vocabulary"):
         evaluate_tagging(split, ["de"], vocab, {"oracle": oracle})
+
+
+def test_an_image_without_a_true_tag_is_neither_tagged_nor_counted():
+    """Image 1's only caption holds stop words alone: no truth, so it is not scored (nor given to the tagger)."""
+    split = SplitFeatures(texts=["a dog on grass", "it is there"], langs=np.array(["en", "en"], dtype=object),
+                          groups=np.array(["g0", "g1"], dtype=object), caption_image=np.array([0, 1]),
+                          image_keys=["a", "b"], text_features=np.zeros((2, 4), np.float32),
+                          image_features=np.eye(2, 4, dtype=np.float32))
+    seen = []
+
+    def tagger(features: torch.Tensor, lang: str) -> list[list[str]]:
+        seen.append(len(features))
+        return [["dog"]] * len(features)
+
+    scores = evaluate_tagging(split, ["en"], {"en": ["dog", "grass"]}, {"t": tagger}, k=1, n_boot=10)["en"]
+    assert seen == [1] and scores["n_images"] == 1 and scores["t"]["value"] == pytest.approx(1.0)
+
+
+def test_one_letter_words_are_not_content_words_except_in_segmented_languages():
+    """"T shirt" gave the tag "t": words of one letter are dropped (zh words of one character are kept)."""
+    assert content_words("Man in a T shirt", "en") == ["man", "shirt"]
+    assert "狗" in content_words("一只狗在草地上奔跑。", "zh")
+
+
+def test_tag_eval_refuses_fewer_candidate_tags_than_k_first(tmp_path, capsys):
+    from globetrotter.zeroshot.cli import main
+
+    args = ["tag-eval", "--adapter", str(tmp_path / "none"), "--test", "t", "--vocab-from", "v", "--k", "5"]
+    assert main([*args, "--vocab-size", "4"]) == 2
+    assert capsys.readouterr().err.startswith("error: --vocab-size 4: fewer candidate tags than --k (5)")
+    assert main([*args, "--vocab-size", "5"]) == 2  # 5 candidates are enough: refused later, for the adapter
+    assert "not an adapter checkpoint" in capsys.readouterr().err
 
 
 def test_caption_transfer_tags_vote_among_the_nearest_captions():

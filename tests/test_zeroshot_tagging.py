@@ -60,6 +60,14 @@ def test_no_target_tag_is_used_twice_and_padding_is_kept():
     assert chosen.tolist() == [[0, 1, -1]]
 
 
+def test_a_padded_slot_gets_no_tag_while_target_tags_are_left():
+    """-1 pads a row with fewer source tags: its slot stays -1 (no tag) even when unused target tags remain."""
+    targets = torch.tensor([SEASON, COIL, [1.0, 1.0]])
+    images = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    chosen = assign_target_tags(images, torch.tensor([[0, -1], [0, 0]]), torch.tensor([SPRING]), targets)
+    assert chosen[0, 1] == -1 and (chosen[1] >= 0).all() and chosen[1, 0] != chosen[1, 1]
+
+
 def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
     """A NaN weight (``--w1 nan`` parsed as a float) or a NaN embedding made the scores NaN: the tags silently
     vanished, or a NaN caption became every image's nearest. Now a one-line error naming the value."""
@@ -215,6 +223,13 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
     assert record["source_tags"] == 1000 and record["languages_the_text_encoder_lacks"] == ["cs"]
     entry = record["images"][0]
     assert len(entry["source"]) == len(set(imagenet_class_names())) and len(entry["tags"]["cs"]) == len(vocab)
+    # --max-images N tags the first N images of the folder (sorted), no more
+    assert main(["tag", "--adapter", str(tmp_path / "use"), "--images", str(tmp_path), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--max-images", "1", "--out", str(tmp_path / "one.json"),
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    capsys.readouterr()
+    record = json.loads((tmp_path / "one.json").read_text(encoding="utf-8"))
+    assert [e["image"].rsplit("/", 1)[1] for e in record["images"]] == ["img0.png"]
     # counts must be positive (--max-images -1, then --limit, dropped the last image in silence; --source-tags -1 crashed)
     for option in ("--source-tags", "--max-images"):
         with pytest.raises(SystemExit) as exit_info:

@@ -43,10 +43,23 @@ def test_adapter_blocks_follow_the_paper():
     big = adapter(torch.randn(64, 8) * 50)
     assert torch.all(big >= 0)
     torch.testing.assert_close(adapter(x), out)
+    torch.testing.assert_close(out, torch.relu(h2 @ fcs[2].weight.T + fcs[2].bias))  # FC -> ReLU, no L2-norm
     # manual recomputation of block 1: relu(W x + b) / ||.||
     fc = fcs[0]
     ref = torch.relu(x @ fc.weight.T + fc.bias)
     torch.testing.assert_close(h1, ref / ref.norm(dim=1, keepdim=True).clamp_min(1e-12))
+
+
+def test_embed_is_the_eval_forward_and_keeps_the_training_mode():
+    """embed() projects without dropout (the same output every call) and leaves a training adapter training."""
+    torch.manual_seed(0)
+    adapter = TextToImageAdapter(8, 6, hidden_dims=[16], dropout=[0.5, 0.5], form="residual").train()
+    x = torch.randn(10, 8)
+    got = adapter.embed(x, batch_size=3)
+    assert adapter.training
+    with torch.no_grad():
+        expected = adapter.eval()(x)
+    torch.testing.assert_close(got, expected)
 
 
 def test_adapter_rejects_wrong_dropout_count():
@@ -253,6 +266,46 @@ def test_validation_keeps_the_best_epoch():
     kept = adapter.state_dict()
     assert all(torch.equal(kept[k], states[1][k]) for k in kept)  # the returned weights are the best epoch's
     assert not all(torch.equal(kept[k], states[-1][k]) for k in kept)  # not the last epoch's
+
+
+def test_a_validation_tie_keeps_the_earlier_epoch():
+    """validation_recall's docstring: on a tie the first epoch is kept (a later one must score higher)."""
+    text, images, caption_image = _synthetic_pairs(40, 2)
+    cfg = load_config(ZeroShotConfig, overrides=["adapter.hidden_dims=[16]", "adapter.dropout=[0.0,0.0]", "optim.epochs=3"])
+    scores = iter([0.2, 0.5, 0.5])
+    _, history = train_adapter(text, images, caption_image, cfg, validate=lambda _a: next(scores), progress=False)
+    assert history.best_epoch == 1
+
+
+def test_validation_refuses_a_val_split_of_exactly_k_images():
+    from globetrotter.zeroshot.data import SplitFeatures
+    from globetrotter.zeroshot.train import validation_recall
+
+    def split(n):
+        return SplitFeatures(texts=[f"t{i}" for i in range(n)], langs=np.array(["en"] * n, dtype=object),
+                             groups=np.array([f"g{i}" for i in range(n)], dtype=object), caption_image=np.arange(n),
+                             image_keys=[f"i{i}" for i in range(n)], text_features=np.eye(n, dtype=np.float32),
+                             image_features=np.eye(n, dtype=np.float32))
+
+    with pytest.raises(UserError, match=r"^val split: 3 image\(s\), not more than the validation K \(3\)"):
+        validation_recall(split(3), ["en"], k=3)
+    assert validation_recall(split(4), ["en"], k=3)(_Identity()) == 1.0
+
+
+def test_train_on_split_counts_the_images_its_captions_show():
+    """meta.json's n_images: the images the trained-on captions show, not the split's whole gallery."""
+    from globetrotter.zeroshot.data import SplitFeatures
+    from globetrotter.zeroshot.train import train_on_split
+
+    text, images, caption_image = _synthetic_pairs(6, 2, image_dim=8, text_dim=12)
+    split = SplitFeatures(texts=[f"t{i}" for i in range(12)], langs=np.array(["en"] * 4 + ["de"] * 8, dtype=object),
+                          groups=np.array([f"g{i}" for i in caption_image.tolist()], dtype=object),
+                          caption_image=caption_image.numpy(), image_keys=[f"i{i}" for i in range(6)],
+                          text_features=text.numpy(), image_features=images.numpy())
+    rows = split.rows("en")  # the captions of images 0 and 1
+    cfg = load_config(ZeroShotConfig, overrides=["adapter.hidden_dims=[8]", "adapter.dropout=[0.0]", "optim.epochs=1"])
+    _, meta = train_on_split(split, rows, cfg, progress=False)
+    assert meta["n_captions"] == 4 and meta["n_images"] == len(set(caption_image[:4].tolist())) == 2
 
 
 def test_load_adapter_missing_is_a_user_error(tmp_path):
@@ -487,6 +540,14 @@ def test_a_val_split_that_is_or_overlaps_the_train_split_is_refused_before_train
         assert not out.exists()
 
 
+def test_one_image_shared_by_two_splits_is_refused():
+    from globetrotter.zeroshot.cli.common import check_no_shared_images
+
+    with pytest.raises(UserError, match=r"^--val v: its captions show 1 of the train images \(e.g. 'b'\); fix it$"):
+        check_no_shared_images("--val v", ["a", "b"], ["b", "c"], "train images", "fix it")
+    check_no_shared_images("--val v", ["a"], ["c"], "train images", "fix it")
+
+
 def test_a_refused_train_run_leaves_no_out_folder(tmp_path, capsys):
     """--out was created before the split and config were checked: each refusal left an empty folder behind."""
     from globetrotter.zeroshot.cli import main
@@ -581,6 +642,12 @@ def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validatio
     # the --val score: first caption per image, the mean over the languages present (xx has none)
     assert validation_recall(split, ["en", "de", "xx"], k=1)(_Identity()) == pytest.approx(0.5)
     assert len(train_rows(split, ["de"])) == 4
+    # the first caption of each image, in row order (the order the bootstrap intervals resample)
+    shuffled = SplitFeatures(texts=["a", "b", "c", "d"], langs=np.array(["en"] * 4, dtype=object),
+                             groups=np.array(["g"] * 4, dtype=object), caption_image=np.array([2, 0, 2, 1]),
+                             image_keys=["i0", "i1", "i2"], text_features=np.zeros((4, 2), np.float32),
+                             image_features=np.zeros((3, 2), np.float32))
+    assert shuffled.first_per_image("en").tolist() == [0, 1, 3]
     with pytest.raises(UserError, match="fewer than 2 captions"):
         train_rows(split, ["xx"], "train")
 

@@ -350,6 +350,16 @@ def test_case_study_splits_documents_and_summarises_pairs():
     assert pair_summary(results, 5) == {"frozen": pytest.approx({"mean": 0.4, "min": 0.2, "max": 0.6, "std": 0.2})}
 
 
+def test_a_language_of_exactly_k_images_is_left_out():
+    """With k images a language's Recall@k is 1 for any model: left out; k + 1 images are kept."""
+    from globetrotter.zeroshot.case_study import languages_with_enough_images
+
+    docs = [Document(lang, "t", "b", f"{lang}{i}.npy") for lang, n in (("en", 3), ("de", 3), ("fr", 2))
+            for i in range(n)]
+    kept, left_out = languages_with_enough_images(docs, 2)
+    assert left_out == {"fr": 2} and {d.lang for d in kept} == {"en", "de"}
+
+
 def _triplet_args(docs, spec, tmp_path, out="run", *extra, ks="1,5"):
     return ["triplet", "--docs", *map(str, docs if isinstance(docs, list) else [docs]), "--text-encoder", spec,
             "--out", str(tmp_path / out), "--epochs", "2", "--batch-size", "16", "--hidden-dim", "16", "--out-dim", "8",

@@ -62,7 +62,8 @@ def _segment(text: str, lang: str) -> list[str]:
 
 
 def content_words(text: str, lang: str) -> list[str]:
-    """The lower-cased words of ``text`` that are not stop words of ``lang``, in order, each once."""
+    """The lower-cased words of ``text`` that are not stop words of ``lang``, in order, each once; a word of one
+    letter ("T shirt") is dropped too, except in the :data:`SEGMENTED` languages, where one character is a word."""
     stops = stop_words(lang)
     min_len = 1 if lang in SEGMENTED else 2
     words = (w.lower() for w in _segment(text, lang))
