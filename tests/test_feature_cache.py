@@ -465,6 +465,34 @@ def test_inverted_file_neighbours_keep_other_languages_and_most_exact_neighbours
         other_language_neighbours(x, langs, 5, method="hnsw")
 
 
+def test_k_may_equal_the_images_of_the_other_languages_but_not_exceed_them():
+    """Three images in a, two in b: k=2 lists all of b for each a image (a's whole pool), in similarity order."""
+    x = np.array([[1, 0], [0.8, 0.6], [0, 1], [0.6, 0.8], [1, 0.1]], dtype=np.float32)
+    langs = np.array(["a", "b", "a", "b", "a"])
+    found = other_language_neighbours(x, langs, 2)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    sim[langs[:, None] == langs[None, :]] = -np.inf
+    np.testing.assert_array_equal(found, np.argsort(-sim, axis=1, kind="stable")[:, :2])
+    with pytest.raises(UserError, match=r"only 2 images are captioned in a language other than 'a', fewer than "
+                                        r"data.neighbours_k=3"):
+        other_language_neighbours(x, langs, 3)
+
+
+def test_inverted_file_widens_the_search_when_the_probed_lists_hold_only_the_query_language():
+    """Languages in far apart clusters: an inverted list holds one language, so probing one list finds no other-language
+    image; those queries are searched again over every list and still get k other-language neighbours."""
+    rng = np.random.default_rng(0)
+    which = np.arange(512) % 4
+    x = (10 * np.eye(8)[which] + 0.1 * rng.normal(size=(512, 8))).astype(np.float32)
+    langs = np.where(which < 2, "a", "b")
+    found = other_language_neighbours(x, langs, 3, method="ivf", nprobe=1)
+    assert (found >= 0).all() and (langs[found] != langs[:, None]).all()
+    from globetrotter.data.neighbours import neighbour_recall
+
+    assert neighbour_recall(found, other_language_neighbours(x, langs, 3, method="exact")) > 0.95
+
+
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     """A small ResNet's weights in a file: the frozen backbone of the training tests."""
