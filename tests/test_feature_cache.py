@@ -417,6 +417,16 @@ def test_pair_groups_leave_out_groups_captioned_in_one_language_only():
         pair_groups(["a", "a", "b"], ["en", "en", "de"], "split")
 
 
+def test_a_translation_pair_never_joins_two_captions_of_one_language():
+    """Two English captions of group g then a German one: the pair is (the later English caption, the German one);
+    a caption without a group is dropped, a group never completed yields nothing."""
+    from globetrotter.data.pipeline import pair_by_group
+
+    samples = [(0, {"group": "g", "lang": "en"}), (1, {"group": "g", "lang": "en"}), (2, {"lang": "en"}),
+               (3, {"group": "h", "lang": "de"}), (4, {"group": "g", "lang": "de"})]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples))] == [(1, 4)]
+
+
 def test_streamed_pairs_mix_the_language_pairs_of_each_group():
     """Shards list a group's captions in one fixed language order; the pixel path's pairs must not follow it (it
     used to: en-de and fr-cs only, every time)."""
