@@ -261,3 +261,19 @@ def test_expected_hit_counts_every_tie_when_all_pictures_are_alike():
     si = ti = np.ones((20, 3), np.float32)
     for kwargs in ({}, {"approximate": True}, {"image_neighbours": image_neighbours(si, ti, 2)}):
         assert bkr_recall(st, si, tt, ti, (1,), ties="expected", **kwargs)["bkr@1"] == pytest.approx(1 / 20), kwargs
+
+
+def test_a_new_list_file_holds_the_default_length_so_a_larger_k_can_reuse_it(tmp_path):
+    """Built for a small K, the file still holds DEFAULT_NEIGHBOURS per target image (a later run with a larger K reads
+    it rather than being refused), each list the exact best source images."""
+    from backretrieval.image_index import DEFAULT_NEIGHBOURS, image_neighbours_file
+
+    rng = np.random.default_rng(0)
+    src, tgt = rng.normal(size=(40, 6)).astype(np.float32), rng.normal(size=(5, 6)).astype(np.float32)
+    lists, built = image_neighbours_file(tmp_path / "lists.npz", src, tgt, 3)
+    again, built_again = image_neighbours_file(tmp_path / "lists.npz", src, tgt, 3)
+    assert built and not built_again
+    assert lists.n_neighbours == again.n_neighbours == DEFAULT_NEIGHBOURS
+    unit = src / np.linalg.norm(src, axis=1, keepdims=True)
+    best = np.argsort(-(tgt @ unit.T), axis=1)[:, :DEFAULT_NEIGHBOURS]
+    np.testing.assert_array_equal(again.ids, best)

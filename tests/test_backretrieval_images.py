@@ -419,3 +419,45 @@ def test_an_image_of_a_split_that_does_not_decode_is_named_by_its_split_and_id(t
     text = str(err.value)
     assert text.startswith(f"{split}: image '{second['image_id']}' does not decode (") and "\n" not in text, text
     assert f"globetrotter-data inspect {split} --check" in text
+
+
+def test_a_file_rewritten_at_the_same_path_is_another_image_to_the_cache(tmp_path):
+    """Cache identities name a file's size and time, not its path alone: a photo replaced under the same name must not
+    be read from the cache entry of the old one."""
+    import os
+
+    from backretrieval.images import default_image_ids
+
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(_jpeg(_picture(1)))
+    before = default_image_ids([path])
+    assert default_image_ids([str(path)]) == before  # the same file: the same identity
+    path.write_bytes(_jpeg(_picture(2, 128)))
+    os.utime(path, ns=(1, 1))
+    assert default_image_ids([path]) != before
+
+
+def test_a_skip_record_that_does_not_account_for_every_file_is_not_trusted(tmp_path):
+    """The record beside the cache names every file that did not decode; one that leaves a file out (damaged, edited)
+    would drop that file in silence, so the files are decoded again and the broken one is skipped with why."""
+    torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "w.pth")
+    (tmp_path / "ok.jpg").write_bytes(_jpeg(_picture(0)))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    paths = [tmp_path / "ok.jpg", tmp_path / "broken.jpg"]
+    ext = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), cache_dir=tmp_path / "cache", progress=False)
+    feats, kept, skipped = ext.extract_readable(paths)
+    assert kept == [0] and [i for i, _ in skipped] == [1]
+    (record,) = (tmp_path / "cache").glob("*.skipped.json")
+    record.write_text('{"n": 2, "kept": [0], "skipped": []}', encoding="utf-8")
+    again, kept_again, skipped_again = ext.extract_readable(paths)
+    assert kept_again == [0] and [i for i, _ in skipped_again] == [1]
+    np.testing.assert_array_equal(again, feats)
+
+
+@pytest.mark.parametrize("key", ["state_dict", "model", "state_dict_ema"])
+def test_a_checkpoint_holding_its_weights_under_a_key_loads_them(tmp_path, key):
+    """Training frameworks save {key: state_dict, ...}: the weights under the key are the ones loaded."""
+    weights = create_image_model(TINY, "random")[0].state_dict()
+    torch.save({key: weights, "epoch": 3}, tmp_path / "ckpt.pth")
+    loaded = create_image_model(TINY, str(tmp_path / "ckpt.pth"))[0].state_dict()
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in weights.items() if name in loaded)

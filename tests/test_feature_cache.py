@@ -417,6 +417,16 @@ def test_pair_groups_leave_out_groups_captioned_in_one_language_only():
         pair_groups(["a", "a", "b"], ["en", "en", "de"], "split")
 
 
+def test_a_translation_pair_never_joins_two_captions_of_one_language():
+    """Two English captions of group g then a German one: the pair is (the later English caption, the German one);
+    a caption without a group is dropped, a group never completed yields nothing."""
+    from globetrotter.data.pipeline import pair_by_group
+
+    samples = [(0, {"group": "g", "lang": "en"}), (1, {"group": "g", "lang": "en"}), (2, {"lang": "en"}),
+               (3, {"group": "h", "lang": "de"}), (4, {"group": "g", "lang": "de"})]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples))] == [(1, 4)]
+
+
 def test_streamed_pairs_mix_the_language_pairs_of_each_group():
     """Shards list a group's captions in one fixed language order; the pixel path's pairs must not follow it (it
     used to: en-de and fr-cs only, every time)."""
@@ -463,6 +473,34 @@ def test_inverted_file_neighbours_keep_other_languages_and_most_exact_neighbours
     assert neighbour_recall(other_language_neighbours(x, langs, 5, method="ivf", nprobe=10_000), exact) > 0.995
     with pytest.raises(ValueError, match="unknown neighbour search"):
         other_language_neighbours(x, langs, 5, method="hnsw")
+
+
+def test_k_may_equal_the_images_of_the_other_languages_but_not_exceed_them():
+    """Three images in a, two in b: k=2 lists all of b for each a image (a's whole pool), in similarity order."""
+    x = np.array([[1, 0], [0.8, 0.6], [0, 1], [0.6, 0.8], [1, 0.1]], dtype=np.float32)
+    langs = np.array(["a", "b", "a", "b", "a"])
+    found = other_language_neighbours(x, langs, 2)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    sim[langs[:, None] == langs[None, :]] = -np.inf
+    np.testing.assert_array_equal(found, np.argsort(-sim, axis=1, kind="stable")[:, :2])
+    with pytest.raises(UserError, match=r"only 2 images are captioned in a language other than 'a', fewer than "
+                                        r"data.neighbours_k=3"):
+        other_language_neighbours(x, langs, 3)
+
+
+def test_inverted_file_widens_the_search_when_the_probed_lists_hold_only_the_query_language():
+    """Languages in far apart clusters: an inverted list holds one language, so probing one list finds no other-language
+    image; those queries are searched again over every list and still get k other-language neighbours."""
+    rng = np.random.default_rng(0)
+    which = np.arange(512) % 4
+    x = (10 * np.eye(8)[which] + 0.1 * rng.normal(size=(512, 8))).astype(np.float32)
+    langs = np.where(which < 2, "a", "b")
+    found = other_language_neighbours(x, langs, 3, method="ivf", nprobe=1)
+    assert (found >= 0).all() and (langs[found] != langs[:, None]).all()
+    from globetrotter.data.neighbours import neighbour_recall
+
+    assert neighbour_recall(found, other_language_neighbours(x, langs, 3, method="exact")) > 0.95
 
 
 @pytest.fixture(scope="module")

@@ -212,3 +212,20 @@ def test_a_damaged_image_ids_file_or_a_features_file_of_another_cache_is_one_lin
         text = str(err.value)
         assert "\n" not in text and text.startswith(str(bad)) and expected in text, text
     assert "a features file of another cache" in text and "--overwrite" in text
+
+
+def test_a_centre_like_record_in_utf8_reads_the_same_under_a_non_utf8_locale(tmp_path):
+    """cache.json is UTF-8 (as every cache record is read): a joined cache's non-ASCII folder name, written unescaped,
+    must read the same whatever the locale's encoding (here ASCII: the C locale, Python's UTF-8 mode off)."""
+    import os
+    import subprocess
+    import sys
+
+    sources = [{"path": "/données/日本", "dim": 8}, {"path": "/b", "dim": 4}]
+    (tmp_path / "cache.json").write_bytes(json.dumps({"imported": {"sources": sources}}, ensure_ascii=False).encode())
+    code = ("import json, sys; from pathlib import Path; from globetrotter.data.feature_concat import read_sources; "
+            "sys.stdout.write(json.dumps(read_sources(Path(sys.argv[1]))))")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == sources

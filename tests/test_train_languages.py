@@ -14,7 +14,7 @@ from globetrotter.config import load_train_config
 from globetrotter.data.feature_batches import FeatureBatches
 from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, ensure_feature_cache, spec_from_config
 from globetrotter.data.pipeline import make_train_loader
-from globetrotter.data.subset import image_share_key, keeps_caption
+from globetrotter.data.subset import image_share_key, keeps_caption, matching_share
 from globetrotter.encoder import build_model
 from globetrotter.tokenizer import encode_batch, load_tokenizer, special_ids, token_bytes, train_tokenizer_on_split
 from globetrotter.training import token_init
@@ -177,6 +177,16 @@ def test_image_shares_are_nested_about_their_size_and_checked():
     for bad in ("0", "1.5", "-0.2"):
         with pytest.raises(globetrotter.errors.UserError, match="train_image_share must be in"):
             load_train_config(None, [f"data.train_image_share={bad}"])
+
+
+def test_a_matching_share_keeps_exactly_the_slots_asked_for_and_all_when_the_last_image_fills_them():
+    """Ten images in two languages each: ``count = 2 j`` keeps the j images of lowest key (2 j slots), and a count that
+    only the last image reaches keeps every image (share 1), as does a count past all slots."""
+    slots = {f"{i}.jpg": 2 for i in range(10)}
+    for j in range(1, 10):
+        share = matching_share(slots, 2 * j)
+        assert sum(keeps_caption({"image_id": i}, None, share) for i in slots) == j
+    assert matching_share(slots, 19) == matching_share(slots, 20) == matching_share(slots, 21) == 1.0
 
 
 def test_every_train_path_reads_the_same_share_of_images(world, weights, cache, tmp_path):

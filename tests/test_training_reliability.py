@@ -755,3 +755,81 @@ def test_writing_best_leaves_latest_naming_the_last_step_checkpoint(tmp_path):
     assert (tmp_path / ckpt.LATEST).read_text().strip() == ckpt.step_name(2)
     assert ckpt.resolve(tmp_path, prefer_best=False) == tmp_path / ckpt.step_name(2)
     assert ckpt.read_state(tmp_path / "best")["step"] == 3 and (tmp_path / ckpt.step_name(2)).is_dir()
+
+
+# ----------------------------------------------------------------------------- the stream itself, on shards made here
+
+
+def _png(value: int) -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.full((4, 4, 3), value, np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _shard(path: Path, bad: tuple[str, ...] = ()) -> str:
+    """Six samples s0..s5 whose image is one grey level (10 i); the samples ``bad`` hold bytes that are no image."""
+    import webdataset as wds
+
+    with wds.TarWriter(str(path)) as writer:
+        for i in range(6):
+            writer.write({"__key__": f"s{i}", "png": b"no image" if f"s{i}" in bad else _png(10 * i),
+                          "json": json.dumps({"caption": f"c{i}", "lang": "en", "image_id": f"s{i}"}).encode()})
+    return str(path)
+
+
+def _stream(urls: list[str], position: StreamPosition | None = None, max_bad: int = 100):
+    """Batches of two: each sample's grey level and the seed its views were made with (shards in order, unshuffled)."""
+    from globetrotter.data.stream import ResumableStream
+
+    return ResumableStream(urls, lambda items: {"grey": [float(t["grey"]) for t, _ in items],
+                                                "seed": [int(t["seed"]) for t, _ in items]}, 2,
+                           lambda image, seed: {"grey": image.float().mean(), "seed": torch.tensor(seed)},
+                           lambda samples, rng: samples, seed=5, position=position or StreamPosition(), max_bad=max_bad)
+
+
+def test_a_resumed_stream_meets_and_counts_the_bad_samples_the_uninterrupted_one_does(tmp_path):
+    """Resumed after batch 1 (cursor 2, nothing bad yet), the stream goes on with the very batches of the uninterrupted
+    one, and reports the bad image s3 (sample 3) in the same batch: a resume does not stop counting bad samples."""
+    urls = [_shard(tmp_path / "a.tar", bad=("s3",))]
+    it = iter(_stream(urls))
+    full = [next(it) for _ in range(5)]
+    assert [b["grey"] for b in full[:3]] == [[0, 10], [20, 40], [50, 0]]  # s3 skipped
+    assert [b["stream/bad"] for b in full] == [[], ["a.tar/s3"], [], [], []]  # once, though the shard is read again
+    position = StreamPosition()
+    position.consume(dict(full[0]), max_bad=100)
+    it = iter(_stream(urls, position))
+    assert [next(it) for _ in range(4)] == full[1:]
+    with pytest.raises(UserError, match=r"a\.tar: 1 distinct bad samples skipped .*max_bad_samples=0"):
+        for batch in _stream(urls, StreamPosition(**position.to_dict()), max_bad=0):
+            StreamPosition(**position.to_dict()).consume(batch, max_bad=0)
+
+
+def test_exactly_max_bad_samples_are_tolerated_and_one_more_stops_the_stream(tmp_path):
+    urls = [_shard(tmp_path / "a.tar", bad=("s1", "s3"))]
+    it = iter(_stream(urls, max_bad=2))
+    batches = [next(it) for _ in range(4)]  # two bad samples, max_bad=2: the stream goes on
+    assert sum(len(b["stream/bad"]) for b in batches) == 2 and not any(b["stream/stop"] for b in batches)
+    assert [b["grey"] for b in batches[:2]] == [[0, 20], [40, 50]]
+    stopped = list(_stream(urls, max_bad=1))  # the second bad sample is one too many: a marker batch, then the end
+    assert stopped[-1]["stream/stop"] is True and not any(b["stream/stop"] for b in stopped[:-1])
+
+
+def test_each_sample_of_a_stream_has_its_own_augmentation_seed(tmp_path):
+    """Views are seeded per sample (run seed, rank, worker, sample index): the same image met again, or two samples
+    of one worker, never share the seed of their crops."""
+    it = iter(_stream([_shard(tmp_path / "a.tar")]))
+    seeds = [s for _ in range(6) for s in next(it)["seed"]]
+    assert len(set(seeds)) == len(seeds) == 12
+
+
+def test_a_bad_sample_two_workers_report_is_counted_once():
+    """Workers read the same shards, so each meets (and reports) the same bad sample: the position counts it once."""
+    from globetrotter.data.stream import BAD, BAD_SHARD, CURSOR, STOP, WORKER
+
+    position = StreamPosition(workers=2)
+    for worker, bad in ((0, ["a.tar/s3"]), (1, ["a.tar/s3", "b.tar/s1"]), (0, ["b.tar/s1"])):
+        position.consume({WORKER: worker, CURSOR: 4, BAD: bad, BAD_SHARD: "b.tar", STOP: False}, max_bad=5)
+    assert position.bad == ["a.tar/s3", "b.tar/s1"] and position.bad_total == 2

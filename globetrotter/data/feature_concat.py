@@ -142,7 +142,7 @@ def read_means(folder: Path) -> list[np.ndarray]:
 def read_sources(folder: Path) -> list[dict]:
     """The caches (each's spec and dim, in order) the concatenation in ``folder`` joined, from its ``cache.json``."""
     try:
-        record = json.loads((folder / SPEC).read_text())
+        record = json.loads((folder / SPEC).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise UserError(f"--centre-like {folder}: no readable {SPEC} ({err})") from None
     sources = (record.get("imported") or {}).get("sources")
