@@ -169,6 +169,23 @@ def test_lists_of_other_images_are_refused_in_one_line(tmp_path):
         image_neighbours(si, ti, method="ivf")
 
 
+def test_a_list_file_whose_ids_and_scores_differ_in_shape_is_refused_in_one_line(tmp_path):
+    """Each neighbour id has its score: a file whose two arrays differ in shape (or whose ids are no (Nt, C) table)
+    was written by something else, and is refused when read, not at the first lookup past its end."""
+    rng = np.random.default_rng(5)
+    _, si, _, ti = _world(rng, 50)
+    path = tmp_path / "lists.npz"
+    save_image_neighbours(path, image_neighbours(si, ti, 8))
+    with np.load(path) as data:
+        fields = dict(data)
+    for ids, scores in ((fields["ids"], fields["scores"][:, :7]), (fields["ids"][:, 0], fields["scores"][:, 0])):
+        with open(path, "wb") as handle:
+            np.savez(handle, **{**fields, "ids": ids, "scores": scores})
+        with pytest.raises(BackRetrievalError, match=rf"^{path}: ids \({ids.shape[0]},.*\) and scores .* must be one "
+                                                      r"\(Nt, C\) shape$"):
+            load_image_neighbours(path)
+
+
 def test_a_source_index_of_other_images_is_refused_in_one_line():
     """bkr_recall used any SourceImageIndex it was given: one built over other images (all source rows rather than
     the distinct pictures, another language's, other features of the same size) silently gave wrong ranks."""
