@@ -294,3 +294,19 @@ def test_a_new_list_file_holds_the_default_length_so_a_larger_k_can_reuse_it(tmp
     unit = src / np.linalg.norm(src, axis=1, keepdims=True)
     best = np.argsort(-(tgt @ unit.T), axis=1)[:, :DEFAULT_NEIGHBOURS]
     np.testing.assert_array_equal(again.ids, best)
+
+
+def test_a_copy_of_the_own_image_ending_a_list_under_another_rounding_sends_the_query_to_the_exact_count():
+    """Source pictures 0-3 are one picture under four ids (copies, tied whatever their rounded scores), 4 another.
+    Target 0's list of 2 holds copies 1 and 2, the last read as 0.9999999 (an approximate score), not the own
+    image's 1.0: ``expected`` ties need every copy, so the query is counted exactly (3 tied, none better), not from
+    the list (2 tied)."""
+    from backretrieval.image_index import ImageNeighbours, neighbour_counts
+    from backretrieval.ranking import VectorScorer, count_ranks
+
+    scorer = VectorScorer(np.array([[1.0, 0.0]]), np.array([[1.0, 0.0]] * 4 + [[0.0, 1.0]]))
+    lists = ImageNeighbours(np.array([[1, 2]]), np.array([[1.0, 0.9999999]], np.float32), 5, 2, "f")
+    counts = neighbour_counts(lists, scorer, np.array([0]), np.array([0]), ties="expected")
+    assert counts["gt"].tolist() == [0] and counts["ge"].tolist() == [3]
+    exact = count_ranks(scorer, np.array([0]), np.array([0]), "expected")
+    assert counts["gt"].tolist() == exact["gt"].tolist() and counts["ge"].tolist() == exact["ge"].tolist()
