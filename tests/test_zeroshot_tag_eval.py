@@ -114,6 +114,9 @@ def test_caption_transfer_tags_vote_among_the_nearest_captions():
     assert caption_transfer_tags(images, captions, words, neighbours=3, n_tags=1) == [["hund"], ["katze"]]
     with pytest.raises(ValueError, match="word lists"):
         caption_transfer_tags(images, captions, words[:2])
+    # a word counts once per caption: "gras" said three times by the nearest caption does not outvote "hund", in two
+    repeated = [["gras", "gras", "gras"], ["hund"], ["katze"], ["katze"], ["hund"]]
+    assert caption_transfer_tags(images[:1], captions, repeated, neighbours=3, n_tags=1) == [["hund"]]
 
 
 def test_caption_transfer_tags_take_the_images_a_block_at_a_time_as_the_whole_matrix_does(monkeypatch):

@@ -283,7 +283,7 @@ def caption_transfer_tags(
     for row in nearest:
         counts: dict[str, int] = {}
         for c in row:
-            for word in caption_words[c]:
+            for word in dict.fromkeys(caption_words[c]):  # once per caption, in its order
                 counts[word] = counts.get(word, 0) + 1
         tags.append(sorted(counts, key=lambda w: -counts[w])[:n_tags])  # stable: first seen wins ties
     return tags
