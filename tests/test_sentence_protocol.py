@@ -392,3 +392,17 @@ def test_a_failing_evaluation_is_one_line_that_says_why(protocol, tiny_world, ti
     err = capsys.readouterr().err
     assert "eval.py select --model" in err and "cannot load the weights" in err and ".log" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_val_split_that_is_a_test_split_is_refused_before_anything_is_written(protocol, tiny_world, tmp_path, capsys):
+    """--val a test split of other images (its manifest says test): choices on it would be made on test."""
+    other_test = tmp_path / "other" / "test"
+    shutil.copytree(tiny_world / "val", other_test)  # val's images under a test folder and manifest
+    manifest = json.loads((other_test / "manifest.json").read_text(encoding="utf-8"))
+    (other_test / "manifest.json").write_text(json.dumps({**manifest, "split": "test"}), encoding="utf-8")
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", "a=tfidf")
+    argv[argv.index("--val") + 1] = str(other_test)
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"--val {other_test}: a test split" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "table").exists()
