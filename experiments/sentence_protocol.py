@@ -196,8 +196,6 @@ def choose_by_oracle(model: str, name: str, langs: str, args: argparse.Namespace
     statistics from the reference the test scoring uses."""
     from oracle_ranking import oracle_choice
 
-    from globetrotter.errors import UserError
-
     with open(log, "a", encoding="utf-8") as fh:
         try:
             oracle_choice(model, args.oracle_val, reference(args), args.out, languages=langs.split(","), name=name,

@@ -278,6 +278,44 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
     assert exc.value.code == 2 and "--bootstrap: expected an integer >= 0, got -1" in capsys.readouterr().err
 
 
+def test_compare_scores_each_model_with_its_own_texts(tmp_path):
+    """compare from embeddings: each model's BkR and XLR are what scoring that model alone gives (model B was scored
+    with A's target texts, or its XLR from A's sources, and the comparison read as B's)."""
+    from backretrieval import bkr_recall, xlr_recall
+
+    x = {name: np.load(path) for name, path in _embedding_files(tmp_path).items()}
+    rng = np.random.default_rng(5)
+    translations = {"a": x["st"] + 0.1 * rng.standard_normal(x["st"].shape), "b": rng.standard_normal(x["bs"].shape)}
+    res = compare(x["st"], x["tt"], x["bs"], x["bt"], src_img=x["si"], tgt_img=x["ti"], ks=(1, 10),
+                  a_xlr_tgt_text=translations["a"], b_xlr_tgt_text=translations["b"], tests="mcnemar", progress=False)
+    for side, (src, tgt) in {"a": (x["st"], x["tt"]), "b": (x["bs"], x["bt"])}.items():
+        alone = bkr_recall(src, x["si"], tgt, x["ti"], (1, 10), progress=False)
+        xlr = xlr_recall(src, translations[side], (1, 10))
+        for k in (1, 10):
+            assert res.comparisons[f"bkr@{k}"][side] == pytest.approx(np.mean(alone["hits"][k])), (side, k)
+            assert res.comparisons[f"xlr@{k}"][side] == pytest.approx(np.mean(xlr["hits"][k])), (side, k)
+
+
+def test_compare_draws_the_bootstrap_with_the_seed_and_level_given():
+    """compare's paired bootstrap is the one of its seed and level (seed 0 was drawn whatever the seed given)."""
+    from backretrieval.uncertainty import paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((80, 1)) < 0.6).astype(float), (rng.random((80, 1)) < 0.4).astype(float)
+    for seed, level in ((0, 0.95), (7, 0.9)):
+        res = compare(hits=(a, b), ks=(1,), tests="bootstrap", bootstrap=200, level=level, seed=seed)
+        expected = paired_bootstrap(a[:, 0], b[:, 0], 200, level, seed)
+        assert res.comparisons["bkr@1"]["bootstrap"] == pytest.approx(expected), seed
+    assert paired_bootstrap(a[:, 0], b[:, 0], 200, 0.9, 7) != paired_bootstrap(a[:, 0], b[:, 0], 200, 0.9, 0)
+
+
+def test_compare_refuses_an_alpha_of_one_before_reading_any_embedding(tmp_path):
+    """alpha = 1 (every p-value below it) is refused up front, not after both models were scored."""
+    missing = str(tmp_path / "never-read.npy")
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"alpha must be in \(0, 1\), got 1"):
+        compare(missing, missing, missing, missing, src_img=missing, tgt_img=missing, alpha=1.0)
+
+
 def test_a_boolean_npy_is_refused_where_vectors_or_scores_are_read_and_accepted_as_hits(small_split, tmp_path,
                                                                                           capsys):
     """A boolean .npy (a mask, a hits file) given as embeddings, image features or an image similarity was scored

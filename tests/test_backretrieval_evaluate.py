@@ -158,6 +158,19 @@ def test_evaluate_split_extracts_image_features_from_jpeg_shards_with_cache(tmp_
     assert again.to_record()["models"] == first["models"]
 
 
+def test_the_language_with_fewest_captions_decides_whether_k_can_tell_models_apart(tmp_path):
+    """12 English captions but 4 German ones: at K = 5 every German-side rank is at most 4, Recall@5 is 1 for any
+    model; refused up front, naming German, before any caption is embedded."""
+    rng = np.random.default_rng(0)
+    with ShardWriter(tmp_path / "test", split="test", source="unit", image_format="npy", maxcount=100) as w:
+        for i in range(12):
+            feature = rng.standard_normal(8).astype(np.float32)
+            for lang in ("en", "de") if i < 4 else ("en",):
+                w.write(f"s{i}_{lang}", feature, f"{lang} caption {i}", lang, image_id=f"img{i}")
+    with pytest.raises(BackRetrievalError, match=r"4 de captions per side, not more than the largest K \(5\)"):
+        evaluate_split(tmp_path / "test", ["random:8"], ks=(1, 5), bootstrap=0, progress=False)
+
+
 def test_correlate_split_runs_the_protocol_per_pair(parallel_split, tmp_path):
     root, *_ = parallel_split
     specs = [f"good=npy:{root / 'good.npy'}", "# graded copies of one model",
@@ -180,6 +193,14 @@ def test_correlate_split_runs_the_protocol_per_pair(parallel_split, tmp_path):
     assert [p.name for p in res.save_plots(tmp_path, 10)] == ["scatter_en-de.png"]
     every = correlate_split(root / "test", specs[-2:], n=10, seeds=1, ks=(1,), bootstrap=0, progress=False)
     assert set(every.pairs) == {f"{a}->{b}" for a in LANGS for b in LANGS if a != b}
+
+
+def test_correlate_split_takes_half_the_items_per_side_by_default(parallel_split):
+    """n unset: min(10000, items // 2) per side, the most a non-matching split of the pair's 80 images allows."""
+    root, *_ = parallel_split
+    res = correlate_split(root / "test", [f"good=npy:{root / 'good.npy'}", "random:12"], pairs=["en-de"], seeds=1,
+                          ks=(1,), bootstrap=0, progress=False)
+    assert res.pairs["en->de"]["n"] == 80 // 2
 
 
 def test_correlate_split_with_thumbnail_and_random_g(parallel_split):

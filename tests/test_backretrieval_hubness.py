@@ -62,6 +62,69 @@ def test_csls_matches_its_definition():
     np.testing.assert_allclose(2 * scorer.tile(np.arange(40), 0, 30), csls + r_t[:, None], atol=1e-5)
 
 
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_the_approximate_csls_penalty_is_the_mean_over_csls_k_neighbours_even_beyond_the_candidates(chunk,
+                                                                                                    monkeypatch):
+    """r_S in approximate mode: each target's mean cosine to its csls_k nearest queries (a small set: the index finds
+    the exact neighbours), csls_k more than the candidates re-scored per query included; the same when the rows are
+    searched a chunk at a time (``chunk``: rows per chunk, as for more than 16384 rows)."""
+    from backretrieval import approximate
+    from backretrieval.retrieval import text_scorer
+
+    if chunk is not None:
+        monkeypatch.setattr(approximate, "_CHUNK", chunk)
+    rng = np.random.default_rng(1)
+    q, t = rng.standard_normal((40, 8)), rng.standard_normal((30, 8))
+    r_s = np.sort(_cos(q, t).T, axis=1)[:, -10:].mean(axis=1)
+    for candidates in (5, 20):
+        scorer = text_scorer(q, t, "csls", csls_k=10, approx=ApproxConfig(candidates=candidates))
+        np.testing.assert_allclose(2 * scorer.half_penalty, r_s, atol=1e-5, err_msg=f"candidates={candidates}")
+    csls = 2 * _cos(q, t) - np.sort(_cos(q, t), axis=1)[:, -10:].mean(axis=1)[:, None] - r_s[None, :]
+    found = retrieve(q, t, "csls", 10, approx=ApproxConfig(candidates=30))  # every target a candidate: exact
+    np.testing.assert_array_equal(found, csls.argmax(axis=1))
+
+
+def test_the_candidate_index_projects_on_the_uncentred_principal_directions():
+    """pca_dim: the rows' top directions of their second moment (uncentred: inner products, a shared offset direction
+    included), not of their variance about the mean; checked against an eigendecomposition."""
+    from backretrieval.approximate import ANNIndex
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((400, 16)) * np.r_[0.05, 1.0, 0.7, 0.5, 0.4, np.full(11, 0.1)]
+    x[:, 0] += 3.0  # every row shares a large component along axis 0, with little spread
+    rows = x / np.linalg.norm(x, axis=1, keepdims=True)
+    _, vectors = np.linalg.eigh(rows.T @ rows)
+    top = vectors[:, -3:]  # the 3 leading directions of the uncentred second moment; axis 0 among them
+    assert abs(top[0]).max() > 0.9
+    proj = ANNIndex(x, ApproxConfig(pca_dim=3)).proj
+    np.testing.assert_allclose(np.linalg.norm(proj.T @ top, axis=0), 1.0, atol=1e-3)  # the same subspace
+
+
+@pytest.mark.parametrize("retrieval", ["cosine", "csls"])
+def test_some_rows_retrieve_what_they_retrieve_among_all_rows_in_approximate_mode(retrieval):
+    """``rows``: only those queries retrieve, each its own target (every target a candidate: the exact search's)."""
+    rng = np.random.default_rng(4)
+    q, t = rng.standard_normal((40, 8)), rng.standard_normal((30, 8))
+    rows = np.array([31, 2, 17, 2])
+    every = retrieve(q, t, retrieval, 5)
+    np.testing.assert_array_equal(retrieve(q, t, retrieval, 5, approx=ApproxConfig(candidates=30), rows=rows),
+                                  every[rows])
+    np.testing.assert_array_equal(retrieve(q, t, retrieval, 5, rows=rows), every[rows])
+
+
+@pytest.mark.parametrize("approx", [None, ApproxConfig(candidates=8)])
+def test_a_query_equally_close_to_two_targets_retrieves_the_lower_index(approx):
+    """Ties (two copies of one caption among the targets): the lowest target index, in exact and approximate mode."""
+    rng = np.random.default_rng(2)
+    t = rng.standard_normal((30, 8))
+    t[[4, 17, 25]] = t[11]  # four copies of one row: 4 is the lowest index
+    q = np.vstack([t[11] + 0.01 * rng.standard_normal(8), rng.standard_normal((5, 8))])
+    found = retrieve(q, t, "cosine", approx=approx)
+    best = _cos(q, t).max(axis=1, keepdims=True)
+    np.testing.assert_array_equal(found, np.argmax(_cos(q, t) >= best - 1e-6, axis=1))  # the first of the best
+    assert found[0] == 4
+
+
 def test_csls_reduces_hub_occurrence_and_restores_retrieval_on_planted_hubs():
     rng = np.random.default_rng(1)
     src, tgt = _hub_world(rng)

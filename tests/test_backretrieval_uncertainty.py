@@ -52,6 +52,31 @@ def test_recall_interval_contains_the_estimate_and_shrinks_with_n():
     assert widths[0] > 2.5 * widths[1] > 2.5 * 2.5 * widths[2]  # ~ 1 / sqrt(n): sqrt(10) ~ 3.2 per step
 
 
+def test_the_standard_errors_are_the_replicates_std_with_ddof_1_as_scipy_bootstrap_gives_it():
+    """``se``: the sample standard deviation of the B replicates, divided by B - 1 as ``scipy.stats.bootstrap``'s
+    ``standard_error`` is (given the same replicates); for CORR's replicates too (each a Pearson of the fixed ranks,
+    each pair weighted by its query's multiplicity, computed here with numpy's weighted covariance)."""
+    rng = np.random.default_rng(0)
+    hits = (rng.random(30) < 0.4).astype(float)
+    weights = np.concatenate(list(bootstrap_weights(30, 4, seed=2)))  # B = 4: ddof 0 is sqrt(3/4) of ddof 1
+    reps = weights @ hits / 30
+
+    class Replicates:  # a previous result, whose replicates scipy takes as they are (n_resamples=0)
+        bootstrap_distribution = reps
+
+    scipy_se = stats.bootstrap((hits,), np.mean, n_resamples=0, bootstrap_result=Replicates,
+                               method="percentile").standard_error
+    assert recall_interval(hits, bootstrap=4, seed=2)["se"] == pytest.approx(scipy_se, rel=1e-9)
+    assert scipy_se == pytest.approx(np.sqrt(np.sum((reps - reps.mean()) ** 2) / 3), rel=1e-9)
+    text, image = rng.random(60), rng.random(60)
+    query = np.repeat(np.arange(30), 2)  # two pairs per query
+    x, y = stats.rankdata(text), stats.rankdata(image)
+    covariances = [np.cov(x, y, aweights=w[query]) for w in weights]
+    corr = [c[0, 1] / np.sqrt(c[0, 0] * c[1, 1]) for c in covariances]
+    se = corr_interval(text, image, query, 30, bootstrap=4, seed=2)["se"]
+    assert se == pytest.approx(np.std(corr, ddof=1), rel=1e-6)
+
+
 def test_recall_interval_covers_the_true_recall_at_the_nominal_rate():
     rng = np.random.default_rng(1)
     covered = 0

@@ -44,3 +44,42 @@ def test_bad_counts_and_an_out_that_is_a_file_are_usage_errors_not_tracebacks(or
     with pytest.raises(SystemExit) as stop:
         oracle.run_cli(oracle.main, argv)
     assert stop.value.code == 2 and expected.replace("FILE", str(tmp_path / "file")) in capsys.readouterr().err
+
+
+def test_the_parallel_val_ties_captions_by_group_and_by_image_only_where_the_split_has_no_groups(oracle, tmp_path):
+    """Two caption groups of one image (each an en caption and its ru translation) stay two groups: tied by image,
+    the oracle would score an en caption against the translation of another."""
+    import numpy as np
+
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(tmp_path / "grouped", split="val", source="unit", image_format="npy") as writer:
+        for i in range(3):
+            for g in "ab":
+                for lang in ("en", "ru"):
+                    writer.write(f"k{i}{g}{lang}", np.zeros(4, np.float32), f"{lang} {g} of {i}", lang, f"i{i}",
+                                 f"g{i}{g}")
+    grouped = oracle.parallel_val(str(tmp_path / "grouped"), ["en", "ru"], None, 0)
+    assert sorted(grouped.group_ids) == [f"g{i}{g}" for i in range(3) for g in "ab"]
+    for group in range(len(grouped.group_ids)):  # each group: one caption and its own translation
+        en, ru = (grouped.captions[i] for i in np.flatnonzero(grouped.groups == group))
+        assert en.split()[1:] == ru.split()[1:]
+    with ShardWriter(tmp_path / "plain", split="val", source="unit", image_format="npy") as writer:
+        for i in range(3):
+            for lang in ("en", "ru"):
+                writer.write(f"k{i}{lang}", np.zeros(4, np.float32), f"{lang} of {i}", lang, f"i{i}")
+    assert sorted(oracle.parallel_val(str(tmp_path / "plain"), ["en", "ru"], None, 0).group_ids) == ["i0", "i1", "i2"]
+
+
+def test_a_val_split_showing_test_images_is_refused_before_the_model_loads(oracle, tiny_world, tmp_path, capsys):
+    """--test: the oracle's choice would read test when --val shows its images (a copy of test under a val manifest)."""
+    val = tmp_path / "val"
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    argv = ["--model", str(tmp_path / "no-run"), "--val", str(val), "--reference", str(tiny_world / "train"),
+            "--test", str(tiny_world / "test"), "--out", str(tmp_path / "out")]
+    assert oracle.run_cli(oracle.main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"--val {val}: shows " in err and "images of the test split" in err and "no-run" not in err
+    assert not (tmp_path / "out").exists()

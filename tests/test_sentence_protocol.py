@@ -27,6 +27,9 @@ def test_the_protocol_table_chooses_on_val_scores_test_once_and_reuses_records(t
     choice = json.loads((out / record_path.name.replace("sentence-", "select-")).read_text(encoding="utf-8"))
     assert record["config"]["ranking"] == choice["details"]["chosen"] and record["dataset"]["split"] == "test"
     assert f"{100 * record['metrics']['sentence_translation']:.2f}" in table.splitlines()[3]
+    for path in out.glob("select-*-cosine.json"):  # the cosine column: the head only was chosen, no CSLS nor MaxSim
+        config = json.loads(path.read_text(encoding="utf-8"))["config"]
+        assert config["csls"] == [False] and config["maxsim"] == [0], (path.name, config)
     assert table.splitlines()[4].startswith("| full ÷ TF-IDF |")
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     command = json.loads((out / "command.json").read_text(encoding="utf-8"))  # what traces the table to its inputs
@@ -135,6 +138,128 @@ def test_each_language_set_shows_its_own_chosen_ranking():
     assert row_a[-2:] == ["csls / maxsim 1", "maxsim 2 / cosine (cross head)"]
     assert row_b[-2:] == ["cosine", "csls"]
     assert all(line.count("|") == lines[0].count("|") for line in lines[:5])
+
+
+def _seed(figures: dict) -> dict:
+    """One model's figures in one language set: {column: (figure, ranking, per_group, chance)} from
+    {column: (figure, per_group)}."""
+    return {column: (figure, "cosine", per_group, None) for column, (figure, per_group) in figures.items()}
+
+
+def test_each_figure_sits_under_its_own_language_set_and_column():
+    """The cells follow the header: language set by language set, each set's columns in order."""
+    table = load_experiment("sentence_protocol").table
+    values = {("en,de", "cosine"): 1.0, ("en,de", "val-chosen"): 2.0, ("en,zh", "cosine"): 3.0,
+              ("en,zh", "val-chosen"): 4.0}
+    results = {"a": [{ls: _seed({c: (values[ls, c], None) for c in ("cosine", "val-chosen")})
+                      for ls in ("en,de", "en,zh")}]}
+    lines = table([("a", ["m"])], results, ["en,de", "en,zh"], []).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")][1:5]
+    cells = [float(c) for c in lines[2].strip("|").split("|")[1:5]]
+    assert cells == [values[tuple(h.split(" "))] for h in head]
+
+
+def test_a_ratio_row_divides_each_seed_by_its_own_seed_or_by_the_one_model_below():
+    """``--ratio top/bottom``: top's seed i over bottom's seed i, or over bottom's one model (a baseline), as
+    check_ratios accepts them; with the paired intervals of the same pairs, each over the same groups only."""
+    protocol = load_experiment("sentence_protocol")
+    protocol.check_ratios(["full/base", "full/sup"], [("full", ["s0", "s1"]), ("base", ["t"]), ("sup", ["u0", "u1"])])
+    groups = {"ids": ["g0", "g1", "g2", "g3"], "positives": [2, 2, 2, 2]}
+    hits = {"s0": [2, 1, 1, 0], "s1": [2, 2, 1, 1], "t": [1, 1, 1, 0], "u0": [2, 0, 0, 0], "u1": [0, 1, 1, 1]}
+
+    def model(name: str, ids: list[str] = groups["ids"]) -> dict:
+        per_group = {**groups, "ids": ids, "hits": hits[name]}
+        figure = 100 * sum(hits[name]) / sum(groups["positives"])
+        return {"en,de": _seed({"cosine": (figure, per_group), "val-chosen": (figure, per_group)})}
+
+    results = {"full": [model("s0"), model("s1")], "base": [model("t")], "sup": [model("u0"), model("u1")]}
+    rows = [("full", ["s0", "s1"]), ("base", ["t"]), ("sup", ["u0", "u1"])]
+    lines = protocol.table(rows, results, ["en,de"], ["full/base", "full/sup"]).splitlines()
+    ratio = {line.split(" | ")[0]: line.split(" | ")[1] for line in lines if " ÷ " in line and line.startswith("|")}
+    by_hand = {pair: sum(hits[pair[0]]) / sum(hits[pair[1]]) for pair in (("s0", "t"), ("s1", "t"), ("s0", "u0"),
+                                                                          ("s1", "u1"))}
+    assert ratio["| full ÷ base"] == f"{by_hand['s0', 't']:.2f} / {by_hand['s1', 't']:.2f}"
+    assert ratio["| full ÷ sup"] == f"{by_hand['s0', 'u0']:.2f} / {by_hand['s1', 'u1']:.2f}"
+    intervals = {line.split(": ")[0]: line.split(": ")[1] for line in lines if line.startswith("- ")}
+    for name, pairs in (("base", (("s0", "t"), ("s1", "t"))), ("sup", (("s0", "u0"), ("s1", "u1")))):
+        cells = intervals[f"- full ÷ {name}, en,de cosine"].split(" / ")
+        assert [float(c.split(" [")[0]) for c in cells] == [round(by_hand[p], 2) for p in pairs]
+    results["base"] = [model("t", ids=["g0", "g1", "g2", "g9"])]  # another group: no paired interval
+    lines = protocol.table(rows, results, ["en,de"], ["full/base"]).splitlines()
+    assert next(x for x in lines if x.startswith("- full ÷ base, en,de cosine: ")).endswith(
+        "n/a (not the same groups) / n/a (not the same groups)")
+
+
+def test_records_in_out_are_reused_only_for_their_split_and_reference(tmp_path):
+    """A record is the table's figure only when it was written for this model, split and reference: each choice on
+    the split it is made on (the oracle's on --oracle-val), each test record on --test with its choice's reference."""
+    import argparse
+
+    protocol = load_experiment("sentence_protocol")
+    splits = {name: tmp_path / name for name in ("test", "val", "val-parallel", "train", "other")}
+    args = argparse.Namespace(out=str(tmp_path / "out"), test=str(splits["test"]), val=str(splits["val"]),
+                              oracle_val=str(splits["val-parallel"]), reference=str(splits["train"]), n_groups=12)
+    out, ranking = tmp_path / "out", {"head": "cosine", "maxsim": 0.0, "csls": False, "csls_k": 10}
+    out.mkdir()
+
+    def record(kind: str, column: str, split: Path, **config) -> None:
+        model = {"path": "tfidf", "checkpoint": None, "weights_sha256": None}
+        body = {"model": model, "languages": ["en", "ru"], "dataset": {"path": str(split.resolve())},
+                "config": {"reference": str(splits["train"]), **config}, "details": {"chosen": ranking}}
+        (out / f"{kind}-t-{column}.json").write_text(json.dumps(body), encoding="utf-8")
+
+    def test_records(split: Path = splits["test"], reference: Path = splits["train"]) -> None:
+        for column in ("cosine", "val-chosen", "oracle"):
+            record("sentence", column, split, n_groups=12, ranking=ranking,
+                   ranking_record=str(out / f"select-t-{column}.json"), reference=str(reference))
+
+    for column in ("cosine", "val-chosen"):
+        record("select", column, splits["val"])
+    record("select", "oracle", splits["val-parallel"])
+    test_records()
+    assert protocol.measure("tfidf", "t", "en,ru", args, score=False) == {}  # every record fits: nothing refused
+    test_records(split=splits["other"])
+    with pytest.raises(protocol.UserError, match="split .*other.*, not .*test"):
+        protocol.measure("tfidf", "t", "en,ru", args, score=False)
+    test_records(reference=splits["other"])
+    with pytest.raises(protocol.UserError, match="scored with statistics from .*other"):
+        protocol.measure("tfidf", "t", "en,ru", args, score=False)
+
+
+def test_a_language_any_split_lacks_is_refused_naming_that_split(tiny_world, tmp_path):
+    """Not only --test: a --val (or reference) split without captions in a code of a set is refused up front, named."""
+    import numpy as np
+
+    from data_prep.shards import ShardWriter
+
+    protocol = load_experiment("sentence_protocol")
+    english = tmp_path / "val-en"
+    with ShardWriter(english, split="val", source="unit", image_format="npy") as writer:
+        for i in range(3):
+            writer.write(f"k{i}", np.zeros(4, np.float32), f"caption {i}", "en", image_id=f"i{i}")
+    splits = {"--test": str(tiny_world / "test"), "--val": str(english)}
+    protocol.check_languages(["en,ru"], {"--test": splits["--test"]})
+    with pytest.raises(protocol.UserError, match=f"--languages en,ru: --val {english} has no caption in ru"):
+        protocol.check_languages(["en,ru"], splits)
+
+
+def test_each_bar_of_the_figure_is_the_mean_over_the_rows_seeds(tmp_path, monkeypatch):
+    """table.png: a bar per row and column at the mean of its seeds' figures (the dots are the seeds)."""
+    from matplotlib.axes import Axes
+
+    protocol = load_experiment("sentence_protocol")
+    heights, bar = [], Axes.bar
+
+    def recorded(ax, x, height, *args, **kwargs):
+        heights.append(list(height))
+        return bar(ax, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", recorded)
+    seeds = {"a": [(10.0, 30.0), (20.0, 60.0)], "b": [(5.0, 7.0)]}  # per seed: (cosine, val-chosen)
+    results = {label: [{"en,de": _seed({"cosine": (c, None), "val-chosen": (v, None)})} for c, v in figures]
+               for label, figures in seeds.items()}
+    protocol.plot_table([("a", ["m0", "m1"]), ("b", ["n"])], results, ["en,de"], tmp_path / "table.png")
+    assert heights == [[15.0, 5.0], [45.0, 7.0]]  # cosine bars, then val-chosen bars: a's mean, b's one seed
 
 
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
@@ -267,3 +392,17 @@ def test_a_failing_evaluation_is_one_line_that_says_why(protocol, tiny_world, ti
     err = capsys.readouterr().err
     assert "eval.py select --model" in err and "cannot load the weights" in err and ".log" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_val_split_that_is_a_test_split_is_refused_before_anything_is_written(protocol, tiny_world, tmp_path, capsys):
+    """--val a test split of other images (its manifest says test): choices on it would be made on test."""
+    other_test = tmp_path / "other" / "test"
+    shutil.copytree(tiny_world / "val", other_test)  # val's images under a test folder and manifest
+    manifest = json.loads((other_test / "manifest.json").read_text(encoding="utf-8"))
+    (other_test / "manifest.json").write_text(json.dumps({**manifest, "split": "test"}), encoding="utf-8")
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", "a=tfidf")
+    argv[argv.index("--val") + 1] = str(other_test)
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"--val {other_test}: a test split" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "table").exists()
