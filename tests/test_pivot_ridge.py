@@ -87,3 +87,17 @@ def test_a_more_captions_split_without_a_cache_reads_its_origins(train_split, tm
     (more / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="no feature cache"):
         PivotRidgeEncoder(more)
+
+
+def test_the_ridge_targets_are_the_whole_images_not_an_augmented_view(train_split):
+    """Each caption's target is its image's whole-image row of the cache (row 0, the evaluation view), L2-normalised;
+    the centre is their mean over the train captions. The augmented views (colour jitter) differ from it."""
+    from data_prep.shards import read_captions
+    from globetrotter.data.feature_cache import load_feature_cache
+
+    cache = load_feature_cache(train_split / "features")
+    rows = cache.rows([str(m["image_id"]) for m in read_captions(train_split)], train_split)
+    features = np.asarray(cache.features[rows], dtype=np.float64)
+    unit = features / np.linalg.norm(features, axis=2, keepdims=True)
+    assert not np.allclose(unit[:, 0].mean(0), unit[:, -1].mean(0), atol=1e-3)  # the views tell apart
+    np.testing.assert_allclose(PivotRidgeEncoder(train_split).centre, unit[:, 0].mean(0), atol=1e-5)
