@@ -220,3 +220,30 @@ def test_round_two_from_a_run_folder_that_does_not_exist_says_not_found(tmp_path
 
     with pytest.raises(UserError, match=rf"^{tmp_path / 'absent'}: run folder not found \(expected a trained run"):
         run_config(tmp_path / "absent")
+
+
+def test_the_fine_tune_targets_are_the_readings_less_their_mean_at_unit_length():
+    """The cosine loss's goal: what tells images apart (each reading less the readings' mean), not the direction all
+    readings share (a model's captions all lean one way)."""
+    from globetrotter.training.backbone_finetune import unit_centred_targets
+
+    readings = np.array([[5.0, 1.0], [5.0, 3.0], [8.0, 2.0]])  # mean (6, 2)
+    expected = np.array([[-1.0, -1.0], [-1.0, 1.0], [2.0, 0.0]])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(unit_centred_targets(readings).numpy(), expected, atol=1e-6)
+
+
+def test_a_fine_tune_interrupted_before_its_weights_or_its_record_is_done_again(tmp_path):
+    """--out holding this fine-tune's record but no weights (or only the weights' partial .tmp and the readings, no
+    record) is unfinished: done again, not taken as done and not refused as another folder."""
+    from backretrieval.files import json_text
+    from globetrotter.training.backbone_finetune import _settled
+
+    record = {"run": "r", "split": "s", "settings": {"epochs": 1}}
+    (tmp_path / TARGETS).mkdir()
+    (tmp_path / f"{WEIGHTS}.tmp").write_bytes(b"partial")
+    assert _settled(tmp_path, record) is False  # no record yet: the leftovers of an interrupted run
+    (tmp_path / RECORD).write_text(json_text({**record, "losses": [0.5]}))
+    assert _settled(tmp_path, record) is False  # recorded, the weights never renamed into place
+    (tmp_path / WEIGHTS).write_bytes(b"weights")
+    assert _settled(tmp_path, record) is True
