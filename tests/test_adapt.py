@@ -124,10 +124,23 @@ def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, t
     assert record["metrics"]["sentence_translation"] > record["metrics"]["chance"]
 
 
-def test_fine_tuning_the_whole_text_side_learns_it_too(world, base, tmp_path):
+def test_fine_tuning_the_whole_text_side_learns_it_too(world, base, tmp_path, monkeypatch):
+    from globetrotter.training.adapt import adaptation, weights
+
+    trainable = []
+
+    def load_start(cfg, model, start, log=print):  # the real one; what trains once it has run
+        rows = weights.load_start(cfg, model, start, log)
+        trainable.extend(n for n, p in model.named_parameters() if p.requires_grad)
+        return rows
+
+    monkeypatch.setattr(adaptation, "load_start", load_start)
     old = ["en", "ru", "ja"]
     old_before = colour_accuracy(base, world, old, old)
     cfg, _ = adapt(base, tmp_path, "adapt.epochs=15", "adapt.train=text")
+    # the image side stays the start's: the backbone and both image heads (L_v's too, which no step reaches: a
+    # trainable parameter without gradient stops DDP)
+    assert any(n.startswith("text.") for n in trainable) and not [n for n in trainable if n.startswith("image")]
     assert colour_accuracy(cfg.run_dir, world, ["el"], old) >= 0.75  # chance: 0.25
     assert colour_accuracy(cfg.run_dir, world, old, old) >= old_before - 0.1
     a, b = globetrotter.load(base).model.state_dict(), globetrotter.load(cfg.run_dir).model.state_dict()
