@@ -124,10 +124,23 @@ def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, t
     assert record["metrics"]["sentence_translation"] > record["metrics"]["chance"]
 
 
-def test_fine_tuning_the_whole_text_side_learns_it_too(world, base, tmp_path):
+def test_fine_tuning_the_whole_text_side_learns_it_too(world, base, tmp_path, monkeypatch):
+    from globetrotter.training.adapt import adaptation, weights
+
+    trainable = []
+
+    def load_start(cfg, model, start, log=print):  # the real one; what trains once it has run
+        rows = weights.load_start(cfg, model, start, log)
+        trainable.extend(n for n, p in model.named_parameters() if p.requires_grad)
+        return rows
+
+    monkeypatch.setattr(adaptation, "load_start", load_start)
     old = ["en", "ru", "ja"]
     old_before = colour_accuracy(base, world, old, old)
     cfg, _ = adapt(base, tmp_path, "adapt.epochs=15", "adapt.train=text")
+    # the image side stays the start's: the backbone and both image heads (L_v's too, which no step reaches: a
+    # trainable parameter without gradient stops DDP)
+    assert any(n.startswith("text.") for n in trainable) and not [n for n in trainable if n.startswith("image")]
     assert colour_accuracy(cfg.run_dir, world, ["el"], old) >= 0.75  # chance: 0.25
     assert colour_accuracy(cfg.run_dir, world, old, old) >= old_before - 0.1
     a, b = globetrotter.load(base).model.state_dict(), globetrotter.load(cfg.run_dir).model.state_dict()
@@ -725,3 +738,120 @@ def test_a_new_token_whose_text_an_old_caption_holds_is_never_added():
     grown, _ = extend_tokenizer(tok, ["zqx τετράγωνο", "μπλε zqx"] * 5, 300, old_texts)
     assert not [t for t, i in grown.get_vocab().items() if i >= tok.get_vocab_size() and b"zq" in token_bytes(t)]
     assert [grown.encode(t).ids for t in old_texts] == [tok.encode(t).ids for t in old_texts]
+
+
+def test_the_adaptation_objective_contrasts_new_captions_with_the_bank_but_never_bank_pairs_with_each_other():
+    """L_t of an adaptation step over [new captions; bank captions]: a pair counts when one caption of it is new (the
+    bank's frozen captions are there to be pulled towards, not to pull each other), the bank entries follow the new
+    ones, and the cross-language share reads each caption's own language. Computed here from eq. 1 by hand."""
+    from globetrotter.config import LossConfig
+    from globetrotter.training.adapt.objective import AdaptationObjective
+
+    g = torch.Generator().manual_seed(0)
+    new, old = torch.randn(3, 4, generator=g), torch.randn(4, 4, generator=g)
+    new_truth, old_truth = [0, 0, 1], [0, 0, 1, 1]  # bank pairs 0-1 and 2-3 share an image: the mask leaves them out
+    batch = {"truth": torch.tensor(new_truth), "langs": ["el"] * 3, "old_text_t": old,
+             "old_truth": torch.tensor(old_truth), "old_langs": ["ru", "en", "en", "ja"]}
+    tau = 0.1
+    cfg = LossConfig(alpha_source="supervised", temperature=tau, text=1.0, image=0.0, cross=0.0, cloze=0.0)
+    total, logs = AdaptationObjective(cfg)({"text_t": new}, batch, None)
+
+    z = torch.nn.functional.normalize(torch.cat([new, old]), dim=1)
+    truth, langs = new_truth + old_truth, ["el"] * 3 + ["ru", "en", "en", "ja"]
+    n, mass, loss, cross = len(truth), 0.0, 0.0, 0
+    for i in range(n):
+        others = torch.stack([z[i] @ z[k] / tau for k in range(n) if k != i])
+        for j in range(n):
+            if i != j and truth[i] == truth[j] and (i < 3 or j < 3):  # a true pair with a new caption in it
+                loss += float(torch.logsumexp(others, 0) - z[i] @ z[j] / tau)
+                mass += 1
+                cross += langs[i] != langs[j]
+    assert mass == 14  # new 0-1, new 0 and 1 with bank 0 and 1, new 2 with bank 2 and 3; both ways
+    assert float(total) == pytest.approx(loss / mass, rel=1e-5)
+    assert logs["alpha/cross_language_share"] == pytest.approx(cross / mass)  # 12 of 14: all but the new 0-1 pair
+
+
+def test_adaptation_batches_split_each_step_among_processes_read_every_caption_once_an_epoch_and_share_the_bank():
+    """bank.batches: the processes' slices of a step are disjoint and together the step's global batch; an epoch
+    reads every new caption once, the next epoch in another order; a batch is cut to its longest caption; the bank
+    entries are the same on every process, each with its own truth, language and features."""
+    from dataclasses import replace
+
+    from globetrotter.config import AdaptConfig, TrainConfig
+    from globetrotter.training.adapt.bank import Precomputed, batches
+
+    n, length = 12, 6
+    lengths = torch.tensor([2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4, 5])
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    ids = (torch.arange(n)[:, None] * 10 + torch.arange(length)[None, :]) * mask  # caption i's tokens: 10 i + position
+    bank_truth = torch.arange(100, 108)
+    pre = Precomputed(bank={"text_t": bank_truth[:, None].float().expand(8, 3)}, bank_truth=bank_truth,
+                      bank_langs=np.array(["en", "ru"] * 4), ids=ids, mask=mask, truth=torch.arange(n), images=None)
+    cfg = replace(TrainConfig(), adapt=replace(AdaptConfig(), language="el"))
+    local, world, steps = 2, 2, 6  # 4 captions a step: an epoch is 3 steps
+    ranks = [[b for _, b in zip(range(steps), batches(pre, cfg, 3, local, rank, world))] for rank in range(world)]
+    epochs = []
+    for step in range(steps):
+        one, two = ranks[0][step], ranks[1][step]
+        assert not set(one["truth"].tolist()) & set(two["truth"].tolist())
+        for b in (one, two):
+            captions = b["truth"]
+            assert b["input_ids"].shape[1] == int(lengths[captions].max())  # the longest caption, whole
+            assert torch.equal(b["input_ids"], ids[captions, : b["input_ids"].shape[1]])
+            assert b["langs"] == ["el"] * local
+            assert torch.equal(b["old_text_t"][:, 0].long(), b["old_truth"])  # each bank entry's own features
+            assert b["old_langs"] == ["en" if int(t) % 2 == 0 else "ru" for t in b["old_truth"]]
+        assert torch.equal(one["old_truth"], two["old_truth"]) and len(set(one["old_truth"].tolist())) == 3
+        if step % 3 == 0:
+            epochs.append([])
+        epochs[-1] += one["truth"].tolist() + two["truth"].tolist()
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(n))  # every caption once an epoch
+    assert epochs[0] != epochs[1]  # reshuffled
+
+
+def test_grown_rows_keep_the_old_ones_and_start_the_new_ones_at_the_old_spread():
+    """The grown vocabulary's rows: the old rows as they were, the new token rows drawn around 0 with the old rows'
+    spread, and a new cloze bias entry at the old entries' mean (a new token starts as likely as an average one)."""
+    from globetrotter.training.adapt.weights import _grow_rows
+
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(50, 8, generator=g) * 3
+    grown = _grow_rows(old, 2050, torch.Generator().manual_seed(1))
+    assert grown.shape == (2050, 8) and torch.equal(grown[:50], old)
+    assert float(grown[50:].mean()) == pytest.approx(0.0, abs=0.05)
+    assert float(grown[50:].std()) == pytest.approx(float(old.std()), rel=0.05)
+    bias = torch.tensor([1.0, 2.0, 6.0])
+    assert torch.equal(_grow_rows(bias, 5, g), torch.tensor([1.0, 2.0, 6.0, 3.0, 3.0]))
+
+
+def test_a_bank_smaller_than_batch_size_gives_each_step_the_whole_bank(base, tmp_path, capsys):
+    """adapt.old_batch null is batch_size, at most the bank: 10 old captions beside each batch of 32."""
+    cfg = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", "adapt.vocab_size=300",
+                                   f"output_dir={tmp_path}", "adapt.old_captions=10", "adapt.epochs=null", "steps=2"])
+    assert cfg.batch_size == 32
+    assert train(cfg)["step"] == 2
+    said = capsys.readouterr()
+    assert "bank of 10 old-language train captions" in said.out + said.err
+    assert "10 beside each batch" in said.out + said.err
+
+
+def test_pixel_image_features_come_in_the_order_asked_with_repeats(world):
+    """bank.image_features without a feature cache: one row per asked image id, in the asked order (repeats
+    included), each that image's pixels through the backbone."""
+    from types import SimpleNamespace
+
+    from globetrotter.data.augment import eval_transform
+    from globetrotter.data.feature_cache import unique_samples
+    from globetrotter.training.adapt.bank import image_features
+
+    from data_prep.shards import decode_sample_image
+
+    cfg = load_train_config(None, ["data.features=null", "data.image_size=16"])
+    transform = eval_transform(16)
+    pixels = {i: transform(decode_sample_image(data, ext, shard, key).convert("RGB")).flatten()
+              for i, ext, data, shard, key in unique_samples(world / "adapt")}
+    ids = sorted(pixels)[:5]
+    asked = [ids[3], ids[0], ids[4], ids[0], ids[1]]
+    model = SimpleNamespace(image=lambda x: x.flatten(1))
+    got = image_features(cfg, model, world / "adapt", asked, "cpu", progress=False)
+    torch.testing.assert_close(got, torch.stack([pixels[i] for i in asked]))

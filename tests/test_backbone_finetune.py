@@ -220,3 +220,69 @@ def test_round_two_from_a_run_folder_that_does_not_exist_says_not_found(tmp_path
 
     with pytest.raises(UserError, match=rf"^{tmp_path / 'absent'}: run folder not found \(expected a trained run"):
         run_config(tmp_path / "absent")
+
+
+def test_the_fine_tune_targets_are_the_readings_less_their_mean_at_unit_length():
+    """The cosine loss's goal: what tells images apart (each reading less the readings' mean), not the direction all
+    readings share (a model's captions all lean one way)."""
+    from globetrotter.training.backbone_finetune import unit_centred_targets
+
+    readings = np.array([[5.0, 1.0], [5.0, 3.0], [8.0, 2.0]])  # mean (6, 2)
+    expected = np.array([[-1.0, -1.0], [-1.0, 1.0], [2.0, 0.0]])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(unit_centred_targets(readings).numpy(), expected, atol=1e-6)
+
+
+def test_a_fine_tune_interrupted_before_its_weights_or_its_record_is_done_again(tmp_path):
+    """--out holding this fine-tune's record but no weights (or only the weights' partial .tmp and the readings, no
+    record) is unfinished: done again, not taken as done and not refused as another folder."""
+    from backretrieval.files import json_text
+    from globetrotter.training.backbone_finetune import _settled
+
+    record = {"run": "r", "split": "s", "settings": {"epochs": 1}}
+    (tmp_path / TARGETS).mkdir()
+    (tmp_path / f"{WEIGHTS}.tmp").write_bytes(b"partial")
+    assert _settled(tmp_path, record) is False  # no record yet: the leftovers of an interrupted run
+    (tmp_path / RECORD).write_text(json_text({**record, "losses": [0.5]}))
+    assert _settled(tmp_path, record) is False  # recorded, the weights never renamed into place
+    (tmp_path / WEIGHTS).write_bytes(b"weights")
+    assert _settled(tmp_path, record) is True
+
+
+def test_the_fine_tunes_learning_rate_warms_up_over_a_tenth_of_the_steps_then_decays_to_zero(monkeypatch):
+    """The lr each step ran at: a linear ramp from lr / w to lr over the first w = tenth of the steps, then a
+    half cosine down towards 0; the head at head_lr on the same schedule."""
+    import math
+
+    from globetrotter.training.backbone_finetune import FinetuneSettings, fine_tune
+
+    class Backbone(torch.nn.Module):
+        num_features = 3
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x.mean((2, 3)))
+
+    seen = []
+    step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append([group["lr"] for group in self.param_groups])
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    images = []
+    for i in range(8):
+        buffer = io.BytesIO()
+        Image.new("RGB", (4, 4), (30 * i, 255 - 30 * i, 7 * i)).save(buffer, format="PNG")
+        images.append(buffer.getvalue())
+    settings = FinetuneSettings(epochs=5, batch_size=2, lr=0.1, head_lr=0.5)  # 20 steps: 2 of warm-up
+    fine_tune(Backbone(), images, np.random.default_rng(0).normal(size=(8, 3)), eval_transform(4), settings,
+              workers=0, progress=False)
+    assert len(seen) == 20
+    factors = [1 / 2, 2 / 2] + [0.5 * (1 + math.cos(math.pi * k / 18)) for k in range(18)]
+    for (lr, head_lr), factor in zip(seen, factors):
+        assert lr == pytest.approx(0.1 * factor) and head_lr == pytest.approx(0.5 * factor)

@@ -155,9 +155,11 @@ def test_token_embeddings_get_their_own_learning_rate_group_only_when_asked():
         load_train_config(None, SMALL + ["optim.embedding_lr_scale=0"])
 
 
+@pytest.mark.parametrize("head", ["x", "t"])
 @pytest.mark.parametrize("pooling", ["sentence", "mean"])
-def test_cross_modal_head_reads_the_pooling_the_config_names(pooling):
-    cfg = load_train_config(None, SMALL + [f"model.text_pooling_x={pooling}"])
+def test_cross_modal_head_reads_the_pooling_the_config_names(pooling, head):
+    """model.text_pooling_x and model.text_pooling_t: each text head reads the pooling its key names."""
+    cfg = load_train_config(None, SMALL + [f"model.text_pooling_{head}={pooling}"])
     model = build_model(cfg, vocab_size=40).eval()
     b = batch()
     mask = b["attention_mask"].clone()
@@ -165,10 +167,11 @@ def test_cross_modal_head_reads_the_pooling_the_config_names(pooling):
     with torch.no_grad():
         out = model(b["input_ids"], mask)
         sentence, mean = model.sentence_states(b["input_ids"], mask)
-    expected = model.text_head_x(sentence if pooling == "sentence" else mean)
-    other = model.text_head_x(mean if pooling == "sentence" else sentence)
-    torch.testing.assert_close(out["text_x"], expected)
-    assert not torch.allclose(out["text_x"], other)
+    text_head = getattr(model, f"text_head_{head}")
+    expected = text_head(sentence if pooling == "sentence" else mean)
+    other = text_head(mean if pooling == "sentence" else sentence)
+    torch.testing.assert_close(out[f"text_{head}"], expected)
+    assert not torch.allclose(out[f"text_{head}"], other)
     # the padded positions hold real token ids: the same captions cut to their 6 tokens, with no padding at all, give
     # the same features (attention and pooling both ignore padding; `expected` above shares the model's own path)
     with torch.no_grad():

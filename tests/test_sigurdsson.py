@@ -271,3 +271,18 @@ def test_each_text_is_read_with_its_own_language_in_any_batch(sigurdsson_run):
         alone, alone_mask = enc.encode_tokens([t], langs=lang)
         n = alone_mask.shape[1]
         np.testing.assert_allclose(states[i, :n], alone[0], atol=1e-5)
+
+
+def test_word_vectors_are_each_tokens_row_through_its_languages_adapting_layer():
+    """Encoder.token_embeddings (word translation of the baseline) reads word_vectors: row t of language l is
+    ReLU(W_l E_l[t] + b_l), the vector a caption holding t gets at t's position (W_l is not symmetric: W_l^T differs)."""
+    enc = SigurdssonTextEncoder(vocab_size=7, d_model=5, languages=["en", "de"], dropout=0.0).eval()
+    torch.nn.init.normal_(enc.adapt_bias)
+    for lang in (0, 1):
+        w, b = enc.adapt_weight[lang].detach(), enc.adapt_bias[lang].detach()
+        rows = enc.word_embedding.weight.detach()[lang * 7: (lang + 1) * 7]
+        by_hand = torch.stack([torch.relu(w @ rows[t] + b) for t in range(7)])
+        torch.testing.assert_close(enc.word_vectors(lang), by_hand)
+        with torch.no_grad():
+            states = enc(torch.arange(7)[None], torch.ones(1, 7, dtype=torch.long), torch.tensor([lang]))[0]
+        torch.testing.assert_close(states, by_hand)

@@ -164,3 +164,27 @@ def test_extend_ngram_matrix_keeps_old_rows_and_columns_and_maps_shared_ngrams()
     assert np.linalg.norm(doggy) == pytest.approx(mean_norm, rel=1e-5)
     with pytest.raises(ValueError, match="not the matrix of these strings"):
         extend_ngram_matrix(scaled, ["", "<dog", "<dogs", "<cattle"], ["<doggy"], (2, 3))
+
+
+def test_the_models_cloze_logits_decode_with_the_composed_table():
+    """With model.token_ngrams the cloze decoder is tied to the composed table E + C G (not the token rows alone):
+    logits = transform(states) (E + C G)^T + bias, with C read from the model's n-gram matrix."""
+    from globetrotter.encoder import build_model
+    from globetrotter.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["a red dog runs", "ein roter Hund", "un chien rouge court"] * 4, vocab_size=300)
+    cfg = load_train_config(None, ["model.d_model=16", "model.layers=1", "model.heads=2", "model.ffn=32",
+                                   "model.embed_dim=8", "model.image_backbone_args={}", "data.max_length=8",
+                                   "model.token_ngrams=[2,3]", "loss.image=0", "loss.cross=0",
+                                   "loss.alpha_source=supervised"])
+    model = build_model(cfg, tok.get_vocab_size(), tok).eval()
+    torch.nn.init.normal_(model.text.subword.ngram_embedding.weight)
+    ids = torch.tensor([tok.encode("a red dog").ids[:5]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        logits = model(ids, mask, masked_ids=ids)["cloze_logits"][0]
+        c = torch.from_numpy(model.text.subword.matrix().toarray())
+        table = model.text.token_embedding.weight + c @ model.text.subword.ngram_embedding.weight
+        hidden = model.cloze_head.transform(model.text(ids, mask))[0]
+    torch.testing.assert_close(logits, hidden @ table.T + model.cloze_head.bias, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(table, model.text.token_embedding.weight), "the n-gram rows count"
