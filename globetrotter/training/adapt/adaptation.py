@@ -49,7 +49,7 @@ class Adaptation:
         assert self.start is not None  # precompute runs once (the trainer's call): it releases the starting model
         self.start.model.to(device)
         self.start.device = str(device)
-        self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main, log=self.log)
+        self.features = bank.precompute(cfg, self.start, model, tokenizer, device, progress=main)
         self.log(f"adapt: {len(self.features.ids)} {a.language} captions, "
                  f"{a.epochs if a.epochs is not None else '-'} epoch(s) = {cfg.steps} step{'s' if cfg.steps != 1 else ''} of {cfg.batch_size}; "
                  f"bank of {len(self.features.bank_truth)} old-language train captions "

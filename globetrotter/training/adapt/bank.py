@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -43,8 +43,7 @@ class Precomputed:
 
 @torch.no_grad()
 def image_features(cfg: TrainConfig, model: GlobetrotterModel, split_dir: Path, image_ids: list[str],
-                   device: str | torch.device,
-                   progress: bool, log: Callable[[str], None] = print) -> torch.Tensor:
+                   device: str | torch.device, progress: bool) -> torch.Tensor:
     """Pooled backbone features [n, F] of the whole images ``image_ids`` of the split folder ``split_dir``, in that
     order: a feature cache's row 0 with ``data.features`` (the run's cache, or the split's own:
     :func:`.split.features`), else the pixels through ``model``'s backbone."""
@@ -98,8 +97,7 @@ def _encode(encoder: Encoder, texts: list[str], head: str, progress: bool, what:
 
 @torch.no_grad()
 def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, tokenizer: Tokenizer,
-               device: str | torch.device, progress: bool = True,
-               log: Callable[[str], None] = print) -> Precomputed:
+               device: str | torch.device, progress: bool = True) -> Precomputed:
     """Encode, once: the bank (``adapt.old_captions`` of the old-language training captions, or all, by the
     starting model ``start`` on ``device``, and their images by ``model``), the new language's captions as tokens
     and its images as backbone features."""
@@ -116,7 +114,7 @@ def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, token
         bank["text_x"] = _encode(start, texts, "cross", progress, "old captions, cross-modal head")
     if model.image is not None:
         feats = image_features(cfg, model, Path(cfg.data.root) / start.cfg.data.train_split,
-                               [str(m["image_id"]) for m in old], device, progress, log).to(device)
+                               [str(m["image_id"]) for m in old], device, progress).to(device)
         bank.update({k: v.float().cpu() for k, v in model.image_outputs(feats).items()})
     new = split.new_captions(cfg)
     ids, mask = encode_batch(tokenizer, [m["caption"] for m in new], cfg.data.max_length)
@@ -125,7 +123,7 @@ def precompute(cfg: TrainConfig, start: Encoder, model: GlobetrotterModel, token
         bank_langs=np.array([m["lang"] for m in old]),
         ids=torch.tensor(ids, dtype=torch.long), mask=torch.tensor(mask, dtype=torch.long),
         truth=torch.tensor([truth_id(m) for m in new], dtype=torch.long),
-        images=(image_features(cfg, model, split.split_dir(cfg), [str(m["image_id"]) for m in new], device, progress, log)
+        images=(image_features(cfg, model, split.split_dir(cfg), [str(m["image_id"]) for m in new], device, progress)
                 if model.image is not None else None))
 
 
