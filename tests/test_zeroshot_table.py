@@ -138,13 +138,9 @@ def test_a_record_with_a_key_the_current_inputs_lack_is_stale():
         "bundle (recorded {'sha256': 'x'}, now None)"
 
 
-def test_a_rows_val_figure_is_the_kept_epochs_not_the_last(monkeypatch):
+def test_a_rows_val_figure_is_the_kept_epochs_not_the_last(tmp_path, monkeypatch):
     """The table's val column is the score of the epoch the row keeps (the best), not of the last epoch trained."""
-    z = _driver()
-    rng = np.random.default_rng(0)
-    mix = rng.normal(size=(8, 16)).astype(np.float32)
-    splits = {"train": _split(rng, mix, 12, ["en"]), "val": _split(rng, mix, 12, ["en"]),
-              "test": _split(rng, mix, 12, ["en"], caps=1)}
+    z, _, _, splits, _ = _tiny_en_table(tmp_path)
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[8]", "optim.epochs=3"])}
     scores = iter([0.25, 0.75, 0.5])
     monkeypatch.setattr(z, "validation_recall", lambda *a, **k: lambda _adapter: next(scores))
