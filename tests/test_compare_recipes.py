@@ -175,3 +175,14 @@ def test_a_runner_up_that_is_the_simplest_ranking_is_said_once():
     assert line.endswith("over cosine +0.0144 [+0.0020, +0.0270] (also the runner-up)")
     details["uncertainty"]["over_runner_up"]["candidate"] = 1
     assert "; over maxsim 2 +0.0144" in uncertainty_line(details)
+
+
+def test_sides_of_unequal_length_list_their_own_records_and_no_per_seed_margin(cmp, tmp_path):
+    """One record against two: the 'records' list is the one, 'against' the two, and seeds are not paired (the
+    sides do not list as many records)."""
+    a = write(tmp_path, "a", record([0.3, 0.4, 0.5], model="runs/a"))
+    b = [write(tmp_path, f"b{i}", record([0.1, 0.2, 0.3], model=f"runs/b{i}")) for i in range(2)]
+    result = cmp.compare([a], b)
+    assert [r["model"] for r in result["records"]] == ["runs/a"]
+    assert [r["model"] for r in result["against"]] == ["runs/b0", "runs/b1"]
+    assert "per_seed" not in result and result["mean_over_seeds"]["diff"] == pytest.approx(0.2)

@@ -96,3 +96,35 @@ def test_a_negative_count_or_weight_is_a_usage_error(mine, tmp_path, option):
     with pytest.raises(SystemExit) as exit_:
         mine.main(["--teacher", "t", "--ranking", "r", "--split", "s", "--out", str(tmp_path / "o"), option, "-5"])
     assert exit_.value.code == 2
+
+
+def test_csls_is_twice_the_score_less_both_radii_even_when_k_exceeds_a_side(mine):
+    """Hand formula, each radius the mean of the row's / column's k best (all of them when k is larger than that
+    side): a 2 x 4 matrix with k = 3 takes 3 of a row's 4 but both of a column's 2."""
+    scores = np.array([[0.9, 0.1, 0.5, 0.3],
+                       [0.2, 0.8, 0.4, 0.6]])
+    r_row = np.array([np.mean([0.9, 0.5, 0.3]), np.mean([0.8, 0.6, 0.4])])
+    r_col = scores.mean(0)  # a column has 2 scores, fewer than k
+    np.testing.assert_allclose(mine.csls(scores, k=3), 2 * scores - r_row[:, None] - r_col[None, :])
+
+
+def test_groups_take_the_best_edge_when_two_claim_one_image(mine):
+    """en 0 and en 2 both pair with de 1: the better pair (2, 1) wins, whatever order the edges come in."""
+    lang = np.array(["en", "de", "en"], dtype=object)
+    for edges in ([(0, 1, 1.0), (2, 1, 2.0)], [(2, 1, 2.0), (0, 1, 1.0)]):
+        group = mine.group_images(edges, lang)
+        assert group[1] == group[2] >= 0 and group[0] == -1
+
+
+def test_a_group_refuses_a_language_held_by_any_member_not_only_its_first(mine):
+    """en 0 – de 1 and fr 2 – de 3 are groups; joining them by (1, 2) would put de 1 and de 3 together."""
+    lang = np.array(["en", "de", "fr", "de"], dtype=object)
+    group = mine.group_images([(0, 1, 3.0), (2, 3, 2.0), (1, 2, 1.0)], lang)
+    assert group[0] == group[1] and group[2] == group[3] and group[0] != group[2]
+
+
+def test_a_mutual_pair_carries_its_own_score(mine):
+    """The score that orders the edges in :func:`group_images` is the pair's cell, row then column."""
+    scores = np.array([[0.1, 0.9, 0.3],
+                       [0.6, 0.2, 0.4]])
+    assert mine.mutual_pairs(scores) == [(0, 1, 0.9), (1, 0, 0.6)]
