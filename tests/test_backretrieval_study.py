@@ -83,7 +83,8 @@ def test_study_grid_writes_table_summary_plots_and_caches_embeddings(study, jpg_
         study.main(argv[:-7] + ["--ns", "31", "--out", str(out), "--no-progress"])
 
 
-@pytest.mark.parametrize("bad", [["--ns", "31"], ["--ns", "8"], ["--n-seeds", "0"], ["--ks", "0"], ["--ns", "15,0"]])
+@pytest.mark.parametrize("bad", [["--ns", "31"], ["--ns", "8"], ["--n-seeds", "0"], ["--ks", "0"], ["--ns", "15,0"],
+                                 ["--pairs", "en-en"]])
 def test_bad_sizes_are_refused_before_any_model_is_embedded(study, jpg_split, tmp_path, monkeypatch, bad):
     fams = tmp_path / "fam.txt"
     fams.write_text("[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n")
@@ -103,3 +104,53 @@ def test_bad_sizes_are_refused_before_any_model_is_embedded(study, jpg_split, tm
         assert bad[0] in str(err)
     else:
         raise AssertionError("accepted")
+
+
+def test_summarise_counts_strict_wins_and_takes_the_population_std_and_xlr_range(study):
+    """A hand-made protocol result: a tie is no BkR win, std is over the seeds (ddof 0), the XLR range is
+    [lowest, highest] model mean."""
+    bkr, base = [0.5, 0.2, 0.9], [0.5, 0.4, 0.1]
+    res = {"correlation": {"@5": {kind: {"bkr": {"per_seed": bkr}, "corr": {"per_seed": base}}
+                                  for kind in ("pearson", "spearman")}},
+           "models": {m: {"mean": {"bkr@5": 0.1, "xlr@5": x, "corr": 0.2}} for m, x in (("a", 0.7), ("b", 0.3),
+                                                                                         ("c", 0.5))}}
+    row = study.summarise(res, 5)
+    mean = sum(bkr) / 3
+    assert row["pearson"]["bkr_wins"] == 1  # seed 0 ties, seed 1 loses, seed 2 wins
+    assert row["pearson"]["bkr"]["std"] == pytest.approx((sum((v - mean) ** 2 for v in bkr) / 3) ** 0.5)
+    assert row["pearson"]["diff"]["per_seed"] == pytest.approx([0.0, -0.2, 0.8])
+    assert row["xlr_range"] == [0.3, 0.7]
+    res["correlation"]["@5"]["pearson"]["bkr"]["per_seed"] = [0.5, float("nan"), 0.9]  # seed 1 undefined
+    assert study.summarise(res, 5)["pearson"]["bkr"]["mean"] == pytest.approx(0.7)  # the mean of the defined seeds
+
+
+def test_the_summary_reads_only_the_rows_of_its_n(study):
+    """Rows of two Ns, the smaller listed last: the summary at N = 20 shows the N = 20 figures."""
+    def row(n, value):
+        stat = {"mean": value, "std": 0.0}
+        return {"g": "g", "family": "f", "pair": "en->de", "n": n,
+                **{kind: {"bkr": stat, "corr": stat} for kind in ("pearson", "spearman")}}
+
+    summary = study.summary_table([row(20, 0.75), row(10, 0.25)], 20, ["en->de"])
+    assert "0.75 ± 0.00" in summary and "0.25" not in summary
+
+
+def test_the_embeddings_cache_is_not_read_for_other_texts(study, tmp_path):
+    """Two splits whose captions differ: the second's embeddings are its own, not the first's from the cache."""
+    first, second = ["red car", "blue sky", "green tree"], ["old house", "red door", "blue car"]
+    study.embed_split("word", "tfidf:word", first, tmp_path / "cache", {}, False)
+    _, cached = study.embed_split("word", "tfidf:word", second, tmp_path / "cache", {}, False)
+    _, fresh = study.embed_split("word", "tfidf:word", second, tmp_path / "fresh", {}, False)
+    np.testing.assert_allclose(cached, fresh)
+
+
+def test_the_summary_is_at_the_largest_n_in_whatever_order_ns_are_given(study, jpg_split, tmp_path):
+    fams = tmp_path / "fam.txt"
+    fams.write_text("[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n")
+    out = tmp_path / "out"
+    assert study.main(["--data", str(jpg_split), "--families", str(fams), "--union", "", "--image-models",
+                       "null=random:0", "--pairs", "en-de", "--ns", "20,12", "--n-seeds", "2", "--out", str(out),
+                       "--no-progress"]) == 0
+    rows = {r["n"]: r for r in json.loads((out / "study.json").read_text())["rows"]}
+    largest = f"{study._pm(rows[20]['pearson']['bkr'])} / {study._pm(rows[20]['pearson']['corr'])}"
+    assert largest in (out / "summary.md").read_text()

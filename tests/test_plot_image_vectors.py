@@ -52,3 +52,26 @@ def test_a_missing_table_is_one_line_exit_2(fig, tmp_path, capsys):
     assert fig.run_cli(fig.main, ["--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "f.png")]) == 2
     assert "none.csv: no such file" in capsys.readouterr().err
     assert not (tmp_path / "f.png").exists()
+
+
+def test_a_method_row_with_one_twin_is_not_the_shipped_one(fig, tmp_path):
+    """The targets need both twins: a first method row with only the images-matched twin is passed over."""
+    rows = fig.read_table(write(tmp_path, "a,method,0.4,34,60,", "  # an indented comment", "b,method,0.5,40,50,80"))
+    assert fig.targets(rows) == {"half the paper-setting twin": 40.0, "0.8 x the images-matched twin": 40.0}
+
+
+def test_an_empty_agreement_is_refused_like_an_empty_full(fig, tmp_path):
+    with pytest.raises(UserError, match=r"t\.csv:3: column 'agreement' is empty, expected a number"):
+        fig.read_table(write(tmp_path, "a,method,,34,60,90"))
+
+
+def test_the_blends_are_drawn_in_order_of_agreement(fig, tmp_path, monkeypatch):
+    """Rows listed in any order: the blend curve runs left to right, each point at its own row's figures."""
+    drawn = {}
+    monkeypatch.setattr(fig, "save_figure", lambda figure, out: drawn.setdefault("fig", figure) and out)
+    rows = fig.read_table(write(tmp_path, "b,blend,0.6,30,20,", "a,blend,0.2,50,40,", "c,blend,0.4,40,,",
+                                "m,method,0.5,35,60,90"))
+    fig.plot(rows, tmp_path / "f.png")
+    full = drawn["fig"].axes[0].lines[0]
+    assert list(full.get_xdata()) == [0.2, 0.4, 0.6] and list(full.get_ydata()) == [50.0, 40.0, 30.0]
+    fig.plt.close(drawn["fig"])

@@ -139,3 +139,46 @@ def test_a_cache_in_the_copys_folder_is_refused_before_the_copy_is_written(objec
     out = tmp_path / "objects"
     assert objects.main(["--split", str(world / "test"), "--out", str(out), "--cache", str(out)]) == 2
     assert "--cache" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_colour_slot_counts_every_kind_of_that_colour(objects):
+    """Two kinds of one colour (a red circle and a large red star) on stripes: 2 in the red slot, 1 in each shape's
+    slots, 0.5 on the background (worked by hand from the module's slot layout)."""
+    from types import SimpleNamespace
+
+    kinds = (SimpleNamespace(shape="circle", colour="red", size="small"),
+             SimpleNamespace(shape="star", colour="red", size="large"))
+    v = objects.object_vector(SimpleNamespace(kinds=kinds, background=SimpleNamespace(kind="striped")))
+    n_shapes, n_colours = len(SHAPES), len(COLOURS)
+    circle, star, red = SHAPES.index("circle"), SHAPES.index("star"), list(COLOURS).index("red")
+    expected = np.zeros(objects.DIM, np.float32)
+    for s, large in ((circle, 0), (star, 1)):
+        expected[s] = 1
+        expected[n_shapes + n_colours * s + red] = 1
+        expected[n_shapes + n_shapes * n_colours + 2 * s + large] = 1
+    colour = n_shapes + n_shapes * n_colours + 2 * n_shapes
+    expected[colour + red] = 2
+    expected[colour + n_colours + BACKGROUNDS.index("striped")] = 0.5
+    np.testing.assert_array_equal(v, expected)
+
+
+def test_the_meaning_model_tells_apart_meanings_of_the_same_words_paired_otherwise(objects, tmp_path):
+    """'large red circle; small blue square' and 'small red circle; large blue square' hold the same words: only the
+    word pairs of the meaning tell them apart."""
+    from data_prep.shards import ShardWriter
+
+    meanings = ["large red circle; small blue square", "small red circle; large blue square"]
+    with ShardWriter(tmp_path / "split", split="test", source="unit", image_format="npy") as w:
+        for i, meaning in enumerate(meanings):
+            w.write(f"k{i}", np.zeros(3, np.float32), f"caption {i}", "en", f"test-{i}", f"g{i}", {"meaning": meaning})
+    rows = np.load(objects.write_meaning_embeddings(tmp_path / "split", tmp_path / "meaning.npy"))
+    assert rows[0] @ rows[1] < 1 - 1e-4
+
+
+def test_a_scene_id_of_a_hyphenated_split_is_drawn_from_that_split(objects, world):
+    """``train-parallel-4`` is scene 4 of split train-parallel (not split ``train``, index ``parallel-4``)."""
+    from data_prep.synth.world import SPLIT_IDS, draw_scene
+
+    cfg = objects.load_config(objects.SynthConfig, world / "world.yaml")
+    assert objects.scene_of(cfg, "train-parallel-4") == draw_scene(cfg, SPLIT_IDS["train-parallel"], 4)[0]
+    assert objects.scene_of(cfg, "train-parallel-4") != objects.scene_of(cfg, "train-4")
