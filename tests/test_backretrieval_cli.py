@@ -1196,3 +1196,39 @@ def test_eval_refuses_a_split_whose_manifest_counts_another_number_of_samples(sm
     err = capsys.readouterr().err
     assert code == 2 and err == f"error: {path}: num_samples is 79 but the shards hold 80 samples (the manifest does " \
                                 "not describe its shards; write the split again)\n"
+
+
+def test_file_checks_refuse_the_first_value_past_each_bound(tmp_path):
+    """Bounds of the files' checks, one past each edge: a target index equal to the number of targets (one past the
+    last row), a hits record with K 0 (Recall@0 is no recall), and two row counts that differ by one are refused;
+    the last valid value of each is accepted."""
+    from backretrieval.files import recorded_ks, same_rows, target_indices
+
+    assert target_indices("gt.npy", [0, 2, 1], 3, 3).tolist() == [0, 2, 1]
+    with pytest.raises(backretrieval.BackRetrievalError, match=r"gt.npy: row 1 holds target index 3, outside \[0, 3\)"):
+        target_indices("gt.npy", [0, 3, 1], 3, 3)
+    hits = tmp_path / "h.npy"
+    np.save(hits, np.zeros((4, 3), bool))
+    hits.with_name("h.npy.ks.json").write_text("[1, 5, 10]")
+    assert recorded_ks(hits, 3) == (1, 5, 10)
+    hits.with_name("h.npy.ks.json").write_text("[0, 5, 10]")
+    with pytest.raises(backretrieval.BackRetrievalError, match="expected a JSON list of positive integers"):
+        recorded_ks(hits, 3)
+    same_rows([("a.npy", 4), ("b.npy", 4)], "texts vs images")
+    with pytest.raises(backretrieval.BackRetrievalError,
+                       match=r"row counts differ \(texts vs images\): a.npy has 4, b.npy has 5"):
+        same_rows([("a.npy", 4), ("b.npy", 5)], "texts vs images")
+
+
+def test_an_output_npy_path_is_where_numpy_save_writes_it(tmp_path):
+    """--ranks-out/--hits-out append .npy as np.save does: ``ranks.v1`` becomes ``ranks.v1.npy`` (not ``ranks.npy``,
+    which would overwrite another file), and the path the record names is the one written."""
+    from backretrieval.files import npy_path, save_npy
+
+    np.save(tmp_path / "ref.v1", np.zeros(2))  # numpy's own rule, the reference
+    assert (tmp_path / "ref.v1.npy").is_file()
+    for name in ("ranks.v1", "ranks", "ranks.npy"):
+        written = save_npy(tmp_path / name, np.arange(3), "--ranks-out")
+        assert written == npy_path(tmp_path / name) and written.is_file()
+        assert written.name == (name if name.endswith(".npy") else name + ".npy")
+        assert np.load(written).tolist() == [0, 1, 2]

@@ -259,3 +259,18 @@ def test_evaluate_pairs_checks_its_options_before_any_pair_is_scored(langs, kwar
     text, images = rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
     with pytest.raises(BackRetrievalError, match=message):
         evaluate_pairs(text, langs, images, [f"i{n}" for n in range(6)], (1,), **kwargs)
+
+
+def test_aligned_pair_takes_the_first_caption_of_each_group_and_language(tmp_path):
+    """The protocol's parallel items: one per group captioned in both languages, from its first caption in each
+    language (file order); a group in one language only is no item."""
+    from backretrieval.data import SplitData, aligned_pair
+
+    langs = ["en", "de", "en", "de", "en", "fr"]
+    groups = ["g0", "g0", "g0", "g1", "g1", "g2"]  # g0 has two en captions (rows 0, 2); g2 no de caption
+    data = SplitData(split_dir=tmp_path, checksum="", texts=[f"t{i}" for i in range(6)],
+                     langs=np.asarray(langs, dtype=object), image_ids=np.asarray(groups, dtype=object),
+                     groups=np.asarray(groups, dtype=object), image_keys=["g0", "g1", "g2"],
+                     image_index=np.asarray([0, 0, 0, 1, 1, 2]), images=[], image_format="npy")
+    src, tgt, img = aligned_pair(data, "en", "de")
+    assert src.tolist() == [0, 4] and tgt.tolist() == [1, 3] and img.tolist() == [0, 1]
