@@ -103,6 +103,17 @@ def script_of(ch: str) -> str | None:
     return None
 
 
+def test_captions_of_cased_scripts_start_with_a_capital(world):
+    """Latin, Cyrillic and Greek captions begin with a capital letter, as a sentence does; the scripts without case
+    (Japanese, Chinese, Arabic) are left as written."""
+    for meta in read_captions(world / "test"):
+        first = meta["caption"][0]
+        if LANGUAGES[meta["lang"]].script in ("Latin", "Cyrillic", "Greek"):
+            assert first.isupper(), meta
+        else:
+            assert first.upper() == first.lower(), meta
+
+
 def test_languages_scripts_and_no_shared_tokens(world):
     assert len(LANGUAGES) >= 8
     assert len({lang.script for lang in LANGUAGES.values()} - {"Latin"}) >= 3
@@ -629,8 +640,10 @@ def test_a_smaller_world_written_over_a_larger_one_leaves_none_of_its_splits_or_
     pairs = {f"{s}-{t}.txt" for s in ("en", "de", "ru") for t in ("en", "de", "ru") if s != t}
     assert {p.name for p in (out / "dictionary").iterdir()} == pairs | {"concepts.json"}
     assert (out / "train-parallel").is_dir()
+    (out / "train" / "notes.txt").write_text("mine")  # a split folder's other files (a feature cache) stay
     generate(tiny(train_images=6, val_images=3, test_images=2, languages=["en", "de"]), out, progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["dictionary", "test", "train", "val", "world.yaml"]
+    assert (out / "train" / "notes.txt").read_text() == "mine"
     assert {p.name for p in (out / "dictionary").iterdir()} == {"en-de.txt", "de-en.txt", "concepts.json"}
     concepts = json.loads((out / "dictionary" / "concepts.json").read_text(encoding="utf-8"))
     assert {lang for langs in concepts.values() for lang in langs} == {"en", "de"}
