@@ -235,3 +235,22 @@ def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path):
     with pytest.raises(UserError) as err:
         load_train_config(tmp_path)
     assert str(err.value) == f"{tmp_path}: a folder; expected a YAML config file"
+
+
+def test_config_io_refuses_a_boolean_int_and_a_base_loop_and_reads_an_empty_file_as_no_key(tmp_path):
+    """Mutation audit of data_prep.config_io: `steps: yes` is no step count (YAML reads it as True, which Python
+    counts as 1); a _base_ chain that comes back to a file is one line, not a RecursionError; an empty file (or
+    comments only) reads as no key, which the training config refuses as empty; a leading -- on an override key is
+    dropped."""
+    with pytest.raises(UserError, match=r"key 'steps' expected int, got True \(YAML reads yes/no/on/off/true/false"):
+        load_train_config(write(tmp_path, "steps: yes\n"), [])
+    first = write(tmp_path, "_base_: second.yaml\nsteps: 3\n", "first.yaml")
+    write(tmp_path, "_base_: first.yaml\nseed: 2\n", "second.yaml")
+    with pytest.raises(UserError, match=rf"^{first}: _base_ chain loops back on itself$"):
+        load_train_config(first, [])
+    from data_prep.config_io import read_yaml
+
+    assert read_yaml(write(tmp_path, "", "empty.yaml")) == {} == read_yaml(write(tmp_path, "# notes\n", "notes.yaml"))
+    with pytest.raises(UserError, match=r"empty.yaml: the config file is empty \(no key\)"):
+        load_train_config(tmp_path / "empty.yaml", [])
+    assert parse_overrides(["--steps=5", "model.layers=2"]) == {"steps": 5, "model": {"layers": 2}}

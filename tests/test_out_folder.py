@@ -64,3 +64,16 @@ def test_a_killed_holders_forked_child_does_not_keep_the_folder_locked(tmp_path)
             os.waitpid(holder, 0)
         except ChildProcessError:  # reaped above
             pass
+
+
+def test_two_spellings_of_one_folder_share_its_lock(tmp_path):
+    """The lock file is named after the folder's real path: a command writing through a symlink to a folder another
+    command writes is refused, not let in beside it."""
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    with lock_out_folder(real):
+        with pytest.raises(UserError, match=rf"^--out {link}: another command is writing there now"):
+            with lock_out_folder(link):
+                pass

@@ -103,6 +103,17 @@ def script_of(ch: str) -> str | None:
     return None
 
 
+def test_captions_of_cased_scripts_start_with_a_capital(world):
+    """Latin, Cyrillic and Greek captions begin with a capital letter, as a sentence does; the scripts without case
+    (Japanese, Chinese, Arabic) are left as written."""
+    for meta in read_captions(world / "test"):
+        first = meta["caption"][0]
+        if LANGUAGES[meta["lang"]].script in ("Latin", "Cyrillic", "Greek"):
+            assert first.isupper(), meta
+        else:
+            assert first.upper() == first.lower(), meta
+
+
 def test_languages_scripts_and_no_shared_tokens(world):
     assert len(LANGUAGES) >= 8
     assert len({lang.script for lang in LANGUAGES.values()} - {"Latin"}) >= 3
@@ -537,3 +548,112 @@ def test_world_yaml_is_written_once_and_last(tmp_path, monkeypatch):
     assert events[-1] == ("land", "world.yaml") and ("land", "manifest.json") in events, events
     assert (tmp_path / "w" / "world.yaml").read_text(encoding="utf-8").startswith("# versions: ")
     assert load_config(SynthConfig, tmp_path / "w" / "world.yaml") == cfg
+
+
+# -- mutation audit: scene counts, positions, meanings, config refusals, a world written over a larger one --------
+def test_scene_counts_respect_max_objects_and_the_kind_limits():
+    """A scene is 1..max_objects objects in 1..3 kinds of distinct shapes, each seen 1..3 times; every bound is
+    reached over many scenes (a count or kind drawn one too few or too many changes what the captions can say)."""
+    for max_objects in (1, 3, 6):
+        kinds_seen, totals_seen = set(), set()
+        for index in range(400):
+            scene = sample_scene(np.random.default_rng([11, max_objects, index]), 96, max_objects, 0.0)
+            counts = [kind.count for kind in scene.kinds]
+            assert all(1 <= c <= 3 for c in counts) and sum(counts) <= max_objects, counts
+            assert len(scene.objects) == sum(counts)
+            assert len({kind.shape for kind in scene.kinds}) == len(scene.kinds)
+            for kind in scene.kinds:
+                assert sum(obj.shape == kind.shape for obj in scene.objects) == kind.count
+            kinds_seen.add(len(counts))
+            totals_seen.add(sum(counts))
+        assert kinds_seen == set(range(1, min(3, max_objects) + 1)), (max_objects, kinds_seen)
+        assert totals_seen == set(range(1, max_objects + 1)), (max_objects, totals_seen)
+
+
+@pytest.mark.parametrize("cx, cy, expected", [
+    (0.52, 0.47, "center"), (0.1, 0.5, "left"), (0.9, 0.55, "right"), (0.45, 0.1, "top"), (0.5, 0.92, "bottom"),
+    (0.9, 0.88, None), (0.1, 0.14, None), (0.8, 0.3, None),  # corners and diagonals: no clear region
+])
+def test_position_is_named_only_in_a_clear_region(cx, cy, expected):
+    from data_prep.synth.scene import _position_label
+
+    assert _position_label(cx, cy) == expected
+
+
+def test_mention_probabilities_one_and_zero_say_everything_and_the_least():
+    """p_mention_*=1 says every kind with all its (true) attributes and the background; 0 says one kind, its shape
+    and, for a kind seen 2-3 times, "several" (the config documents 0..1 as the probability of saying each)."""
+    for index in range(100):
+        rng = np.random.default_rng([7, index])
+        scene = sample_scene(rng, 64, 3, 0.0)
+        full = sample_meaning(scene, rng, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+        assert full.background == scene.background.kind
+        assert full.mentions == tuple(Mention(k.shape, k.count, k.colour, k.size, k.position) for k in scene.kinds)
+        least = sample_meaning(scene, rng, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        ((mention,),) = [least.mentions]
+        kind = next(k for k in scene.kinds if k.shape == mention.shape)
+        assert mention == Mention(kind.shape, 1 if kind.count == 1 else None) and least.background is None
+
+
+def test_canonical_meaning_is_the_documented_string_whatever_the_mention_order():
+    """Meaning.canonical() is the "meaning" stored in every sample: equal content gives an equal string."""
+    square, circles = Mention("square", 1, "blue", "small", "left"), Mention("circle", 2, "red", "large")
+    expected = "2 large red circle; small blue square at left; on striped"  # Meaning.canonical's docstring
+    assert Meaning((square, circles), "striped").canonical() == expected
+    assert Meaning((circles, square), "striped").canonical() == expected
+    assert Meaning((Mention("star", None, "white"),)).canonical() == "several white star"
+
+
+def test_config_refusals_and_the_probability_bounds():
+    with pytest.raises(UserError, match=r"adapt_images: expected at least 1 when heldout_languages is set"):
+        load_config(SynthConfig, overrides=["heldout_languages=[zh]", "adapt_images=0"])
+    with pytest.raises(UserError, match=r"languages: need at least one training language that is not held out"):
+        load_config(SynthConfig, overrides=["languages=[en, zh]", "heldout_languages=[en, zh]"])
+    bounds = load_config(SynthConfig, overrides=["p_mention_background=0", "p_mention_colour=1"])
+    assert (bounds.p_mention_background, bounds.p_mention_colour) == (0.0, 1.0)
+    with pytest.raises(UserError, match=r"p_mention_size: expected a probability in \[0, 1\], got 1.5"):
+        load_config(SynthConfig, overrides=["p_mention_size=1.5"])
+
+
+def test_a_key_value_override_is_named_as_the_key_not_as_the_flag_it_overrides():
+    """`synth --image-size 32 image_size=5`: the 5 came from the KEY=VALUE, so the error names image_size, not the
+    flag the user typed with a good value."""
+    from data_prep.cli import build_parser
+    from data_prep.synth.cli import config_from_args
+
+    args = build_parser().parse_args(["synth", "--out", "w", "--image-size", "32", "image_size=5"])
+    with pytest.raises(UserError) as err:
+        config_from_args(args)
+    assert str(err.value) == "<defaults> + overrides: image_size: expected 16..1024 pixels, got 5"
+    with pytest.raises(UserError, match=r"^--image-size 5: expected 16..1024 pixels, got 5$"):
+        config_from_args(build_parser().parse_args(["synth", "--out", "w", "--image-size", "5"]))
+
+
+def test_a_smaller_world_written_over_a_larger_one_leaves_none_of_its_splits_or_dictionaries(tmp_path):
+    """An earlier world's train-parallel/ and the dictionaries of a language the new world lacks would be read as
+    part of the new world; they go, and every ordered pair of distinct languages has one file."""
+    import json
+
+    out = tmp_path / "w"
+    generate(tiny(train_images=6, val_images=3, test_images=2, languages=["en", "de", "ru"], parallel_train_images=2),
+             out, progress=False)
+    pairs = {f"{s}-{t}.txt" for s in ("en", "de", "ru") for t in ("en", "de", "ru") if s != t}
+    assert {p.name for p in (out / "dictionary").iterdir()} == pairs | {"concepts.json"}
+    assert (out / "train-parallel").is_dir()
+    (out / "train" / "notes.txt").write_text("mine")  # a split folder's other files (a feature cache) stay
+    generate(tiny(train_images=6, val_images=3, test_images=2, languages=["en", "de"]), out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["dictionary", "test", "train", "val", "world.yaml"]
+    assert (out / "train" / "notes.txt").read_text() == "mine"
+    assert {p.name for p in (out / "dictionary").iterdir()} == {"en-de.txt", "de-en.txt", "concepts.json"}
+    concepts = json.loads((out / "dictionary" / "concepts.json").read_text(encoding="utf-8"))
+    assert {lang for langs in concepts.values() for lang in langs} == {"en", "de"}
+
+
+def test_a_world_yaml_of_another_config_is_no_world(tmp_path, capsys):
+    """A folder whose world.yaml is some other YAML mapping (no seed: not a SynthConfig) holds no world: refused."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "world.yaml").write_text("lr: 0.1\n")
+    assert synth_cli(["synth", "--out", str(out), *SMALL]) == 2
+    assert f"{out / 'world.yaml'} is not a world's config" in capsys.readouterr().err
+    assert (out / "world.yaml").read_text() == "lr: 0.1\n"
