@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -150,18 +150,17 @@ def test_a_copy_of_the_reference_falls_below_the_ceiling_by_its_shared_direction
 
 
 def test_chance_is_the_mean_reference_cosine_of_distinct_held_out_pairs(agree):
-    """Chance counts no image with itself, and across languages only pairs of two languages: with the two languages'
-    reference vectors in orthogonal halves of the space, every cross-language cosine is 0."""
+    """Chance counts no image with itself, and across languages only pairs of two languages (each pair summed
+    here by hand over the same draw)."""
     ids, ref, _ = clustered(n=120)
-    images_held = np.flatnonzero(agree.held_out_mask(len(ids), 60, 0))
-    cos = ref[images_held] @ ref[images_held].T
+    held = np.flatnonzero(agree.held_out_mask(len(ids), 60, 0))
+    lang = np.arange(len(ids)) % 2
     report = agree.screen((ids, ref), {"same": (ids, ref)}, held_out=60, k=3, strengths=(1.0,))
-    assert report["chance"] == pytest.approx(cos[~np.eye(60, dtype=bool)].mean())
-    langs = {i: "ab"[n % 2] for n, i in enumerate(ids)}
-    split = np.where(np.array([langs[i] == "a" for i in ids])[:, None], np.hstack([ref, 0 * ref]),
-                     np.hstack([0 * ref, ref]))
-    across = agree.screen((ids, split), {"same": (ids, split)}, held_out=60, k=3, strengths=(1.0,), languages=langs)
-    assert across["chance"] == pytest.approx(0.0, abs=1e-12)
+    across = agree.screen((ids, ref), {"same": (ids, ref)}, held_out=60, k=3, strengths=(1.0,),
+                          languages={i: "ab"[n % 2] for n, i in enumerate(ids)})
+    for got, pair in ((report, lambda i, j: i != j), (across, lambda i, j: lang[i] != lang[j])):
+        cosines = [ref[i] @ ref[j] for i in held for j in held if pair(i, j)]
+        assert got["chance"] == pytest.approx(np.mean(cosines))
 
 
 def test_the_reference_is_read_as_cosines_whatever_its_rows_lengths(agree):
@@ -217,3 +216,23 @@ def test_the_screened_images_keep_the_references_order(agree):
     reference = ["z", "b", "y", "a", "c"]
     assert agree.screened_images(reference, {"c": ["a", "b", "c", "y", "z"]}) == reference
     assert agree.screened_images(reference, {"c": ["c", "a", "z"]}, {"z": "en", "a": "de", "b": "en"}) == ["z", "a"]
+
+
+def test_an_image_is_never_its_own_neighbour_even_where_allowed_says_so(agree):
+    """agreement's neighbours are each image's nearest *others*: an ``allowed`` holding the diagonal changes nothing."""
+    vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    ref_sim = np.array([[1.0, 0.2, 0.0, 0.0], [0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.4], [0.0, 0.0, 0.4, 1.0]])
+    # centred, 0 and 1 point one way and 2 and 3 the other: each one's nearest other is its partner
+    got = agree.agreement(vectors, ref_sim, k=1, allowed=np.ones((4, 4), dtype=bool))
+    assert got["agreement@1"] == pytest.approx((0.2 + 0.2 + 0.4 + 0.4) / 4)
+
+
+def test_the_whole_image_row_is_read_from_a_cache_with_augmented_views(agree, tmp_path):
+    """A built cache holds the whole image (row 0) and its augmented views: the screen reads the whole image."""
+    ids = ["a", "b", "c"]
+    views = np.random.default_rng(9).normal(size=(3, 3, 4)).astype(np.float16)
+    path = write_cache(tmp_path / "built", ids, views[:, 0])
+    np.save(path / FEATURES, views)
+    (path / SPEC).write_text(json.dumps({"spec": asdict(replace(imported_spec(path.name), views=2))}))
+    _, rows = agree.whole_image_rows(path)
+    np.testing.assert_array_equal(rows, views[:, 0].astype(np.float32))

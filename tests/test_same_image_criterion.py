@@ -164,3 +164,14 @@ def test_the_criterion_is_the_mean_over_languages_of_their_reciprocal_ranks(crit
     for row in rows:
         en, de = row["per_language"]["en"], row["per_language"]["de"]
         assert en > 2 * de and row["criterion"] == pytest.approx((en + de) / 2)
+
+
+def test_each_languages_statistics_come_from_its_own_reference_captions(criterion, tmp_path):
+    with ShardWriter(tmp_path / "train", split="train", source="unit", image_format="png") as w:
+        for i in range(6):
+            w.write(f"t{i}-en", Image.new("RGB", (8, 8)), f"english {i}", "en", f"train{i}")
+            w.write(f"t{i}-de", Image.new("RGB", (8, 8)), f"deutsch {i}", "de", f"train{i}")
+    pools = criterion.reference_pools(str(tmp_path / "train"), ["en", "de"])
+    for lang, word in (("en", "english"), ("de", "deutsch")):
+        assert sorted(pools[lang].captions) == [f"{word} {i}" for i in range(6)]
+        assert set(pools[lang].langs.tolist()) == {lang}
