@@ -128,3 +128,49 @@ def test_a_negative_seed_or_learning_rate_is_a_usage_error(tune, tmp_path, bad):
     with pytest.raises(SystemExit) as exit_:
         tune.main(["--split", str(tmp_path), "--target", str(tmp_path), "--out", str(tmp_path / "o"), *bad])
     assert exit_.value.code == 2
+
+
+def test_each_trained_image_is_given_its_own_target_row_whatever_the_targets_order(tune, tiny_world, tmp_path,
+                                                                                  monkeypatch):
+    """The target cache (any feature cache: one of another split, say) may list the images in another order than
+    the split: each image's views are taught the target stored under its id, not the row at its position."""
+    import json
+    from dataclasses import asdict
+
+    from globetrotter.data.feature_cache import FEATURES, IMAGE_IDS, SPEC, imported_spec
+
+    split = tiny_world / "train"
+    ids = split_image_ids(split)[::-1]  # the target's order: reversed
+    target = tmp_path / "reversed"
+    target.mkdir()
+    np.save(target / FEATURES, np.repeat(np.arange(1, len(ids) + 1, dtype=np.float16)[:, None, None], 3, axis=2))
+    (target / IMAGE_IDS).write_text(json.dumps(ids))  # row r: r + 1 in every dimension
+    (target / SPEC).write_text(json.dumps({"spec": asdict(imported_spec(target.name))}))
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(backbone, images, targets, transform, settings):
+        seen["images"], seen["targets"] = images, targets
+        raise Stop
+
+    monkeypatch.setattr(tune, "fine_tune", capture)
+    monkeypatch.setattr(tune, "create_image_backbone", lambda *args: None)
+    with pytest.raises(Stop):
+        tune.main(["--split", str(split), "--target", str(target), "--held-out-images", "0", "--out",
+                   str(tmp_path / "out")])
+    row_of_blob = {data: ids.index(image_id) for image_id, _ext, data in tune.unique_images(split)}
+    assert len(seen["images"]) == len(ids)
+    assert [float(t[0]) for t in seen["targets"]] == [float(row_of_blob[b] + 1) for b in seen["images"]]
+
+
+def test_across_languages_the_held_out_images_are_the_screens_draw_over_captioned_images(tune, tiny_world):
+    """The screen with --across-languages reads only images the split captions; the fine-tune holds out that draw."""
+    agree = load_experiment("image_vector_agreement")
+    ids = split_image_ids(tiny_world / "train")
+    languages = {i: "en" if n % 3 else "de" for n, i in enumerate(ids) if n % 2}  # half the images captioned
+    _, held = tune.training_images(ids, ids, languages, held_out=10, seed=1)
+    screened = agree.screened_images(ids, {"split": ids}, languages)
+    assert held == {screened[i] for i in np.flatnonzero(agree.held_out_mask(len(screened), 10, 1))}
+    assert held <= set(languages)

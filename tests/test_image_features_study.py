@@ -137,3 +137,18 @@ def test_own_captions_are_each_images_own_words_and_share_nothing_across_scripts
     np.testing.assert_allclose(cos[same_text], 1.0, atol=2e-3)  # stored as float16
     assert np.abs(cos[~same_lang]).max() < 2e-3
     assert 0.05 < cos[same_lang & ~same_text].max() < 0.95
+
+
+def test_only_an_english_multi30k_caption_marks_a_flickr8k_caption_as_translated(study, sources, tmp_path):
+    """The left-out caption is the one Multi30K's English caption copies; a caption of another language (here one
+    that happens to spell the same words) marks nothing."""
+    token, _ = sources
+    task = tmp_path / "other" / "task1"
+    (task / "image_splits").mkdir(parents=True)
+    (task / "raw").mkdir()
+    (task / "image_splits" / "train.txt").write_text("111.jpg\n", encoding="utf-8")
+    for lang, line in {"en": "A cat sleeps .", "de": "a dog runs on the grass"}.items():
+        with gzip.open(task / "raw" / f"train.{lang}.gz", "wt", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    kept = study.described_captions(["111_aaa"], read_flickr8k(token, "en"), read_multi30k(tmp_path / "other", (1,)))
+    assert len(kept[0]) == 3

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -147,3 +147,92 @@ def test_a_copy_of_the_reference_falls_below_the_ceiling_by_its_shared_direction
     report = agree.screen((ids, shifted), {"copy": (ids, shifted)}, held_out=200, k=5, strengths=(1.0,))
     assert report["caches"]["copy"]["agreement@5"] < report["ceiling"]
     assert report["caches"]["copy"]["pair_r"] < 0.99
+
+
+def test_chance_is_the_mean_reference_cosine_of_distinct_held_out_pairs(agree):
+    """Chance counts no image with itself, and across languages only pairs of two languages (each pair summed
+    here by hand over the same draw)."""
+    ids, ref, _ = clustered(n=120)
+    held = np.flatnonzero(agree.held_out_mask(len(ids), 60, 0))
+    lang = np.arange(len(ids)) % 2
+    report = agree.screen((ids, ref), {"same": (ids, ref)}, held_out=60, k=3, strengths=(1.0,))
+    across = agree.screen((ids, ref), {"same": (ids, ref)}, held_out=60, k=3, strengths=(1.0,),
+                          languages={i: "ab"[n % 2] for n, i in enumerate(ids)})
+    for got, pair in ((report, lambda i, j: i != j), (across, lambda i, j: lang[i] != lang[j])):
+        cosines = [ref[i] @ ref[j] for i in held for j in held if pair(i, j)]
+        assert got["chance"] == pytest.approx(np.mean(cosines))
+
+
+def test_the_reference_is_read_as_cosines_whatever_its_rows_lengths(agree):
+    """The reference's figures are cosines: scaling its rows (a mean of caption embeddings is not of unit length)
+    changes no figure."""
+    ids, ref, _ = clustered(n=200)
+    scaled = ref * np.random.default_rng(5).uniform(0.2, 5.0, size=(len(ids), 1))
+    cache = {"c": (ids, ref + 0.5 * np.random.default_rng(6).normal(size=ref.shape))}
+    plain = agree.screen((ids, ref), cache, held_out=80, k=5, strengths=(1.0,))
+    again = agree.screen((ids, scaled), cache, held_out=80, k=5, strengths=(1.0,))
+
+    def figures(report):
+        row = report["caches"]["c"]
+        return [report["chance"], report["ceiling"], row["agreement@5"], row["pair_r"], row["ridge"]["agreement@5"]]
+
+    assert figures(again) == pytest.approx(figures(plain))
+
+
+def test_the_ridge_is_fitted_on_the_other_images_never_the_held_out_ones(agree):
+    """Noise vectors with more dimensions than held-out images: a ridge fitted on the held-out images would
+    interpolate their reference and read near the ceiling; fitted on the others it predicts nothing of them."""
+    ids, ref, _ = clustered(n=300)
+    noise = np.random.default_rng(7).normal(size=(len(ids), 400))
+    report = agree.screen((ids, ref), {"noise": (ids, noise)}, held_out=100, k=5, strengths=(1.0,))
+    assert report["caches"]["noise"]["ridge"]["agreement@5"] < report["chance"] + 0.15
+    assert report["ceiling"] > report["chance"] + 0.3  # the test would tell a leak apart
+
+
+def test_pair_r_across_languages_correlates_only_pairs_of_two_languages(agree):
+    """agreement's pair_r is the correlation of the two cosines over the allowed pairs only, each pair once."""
+    rng = np.random.default_rng(8)
+    vectors, ref = rng.normal(size=(12, 4)), rng.normal(size=(12, 4))
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    lang = np.arange(12) % 3
+    allowed = lang[:, None] != lang[None, :]
+    unit = vectors - vectors.mean(0)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    pairs = [(i, j) for i in range(12) for j in range(i + 1, 12) if lang[i] != lang[j]]
+    expected = np.corrcoef([unit[i] @ unit[j] for i, j in pairs], [ref[i] @ ref[j] for i, j in pairs])[0, 1]
+    assert agree.agreement(vectors, ref @ ref.T, k=2, allowed=allowed)["pair_r"] == pytest.approx(expected)
+
+
+def test_a_caches_rows_are_read_under_their_own_ids(agree, tmp_path):
+    """whole_image_rows pairs each id with the row the cache stores it in (ids that sort otherwise than the rows)."""
+    ids = ["img10", "img2", "img1", "img33"]
+    vectors = np.arange(len(ids) * 3, dtype=np.float32).reshape(len(ids), 3)
+    got_ids, got = agree.whole_image_rows(write_cache(tmp_path / "c", ids, vectors))
+    assert {i: tuple(v) for i, v in zip(got_ids, got)} == {i: tuple(v) for i, v in zip(ids, vectors)}
+
+
+def test_the_screened_images_keep_the_references_order(agree):
+    """The held-out draw is over the screened images in the reference's order (finetune_backbone.py draws the same)."""
+    reference = ["z", "b", "y", "a", "c"]
+    assert agree.screened_images(reference, {"c": ["a", "b", "c", "y", "z"]}) == reference
+    assert agree.screened_images(reference, {"c": ["c", "a", "z"]}, {"z": "en", "a": "de", "b": "en"}) == ["z", "a"]
+
+
+def test_an_image_is_never_its_own_neighbour_even_where_allowed_says_so(agree):
+    """agreement's neighbours are each image's nearest *others*: an ``allowed`` holding the diagonal changes nothing."""
+    vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    ref_sim = np.array([[1.0, 0.2, 0.0, 0.0], [0.2, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.4], [0.0, 0.0, 0.4, 1.0]])
+    # centred, 0 and 1 point one way and 2 and 3 the other: each one's nearest other is its partner
+    got = agree.agreement(vectors, ref_sim, k=1, allowed=np.ones((4, 4), dtype=bool))
+    assert got["agreement@1"] == pytest.approx((0.2 + 0.2 + 0.4 + 0.4) / 4)
+
+
+def test_the_whole_image_row_is_read_from_a_cache_with_augmented_views(agree, tmp_path):
+    """A built cache holds the whole image (row 0) and its augmented views: the screen reads the whole image."""
+    ids = ["a", "b", "c"]
+    views = np.random.default_rng(9).normal(size=(3, 3, 4)).astype(np.float16)
+    path = write_cache(tmp_path / "built", ids, views[:, 0])
+    np.save(path / FEATURES, views)
+    (path / SPEC).write_text(json.dumps({"spec": asdict(replace(imported_spec(path.name), views=2))}))
+    _, rows = agree.whole_image_rows(path)
+    np.testing.assert_array_equal(rows, views[:, 0].astype(np.float32))

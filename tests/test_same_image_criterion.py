@@ -136,3 +136,42 @@ def test_negative_or_zero_sizes_are_usage_errors(criterion, tmp_path, capsys, ba
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert bad[0] in err and "--retrieval" not in err
+
+
+def test_an_image_is_captioned_twice_by_two_different_captions_its_first_two(criterion, tmp_path):
+    """Exactly MIN_IMAGES images with two different captions (some with a third) are enough; an image whose one
+    caption is written twice is not captioned twice; a pair is the image's first and second captions in split order."""
+    n = criterion.MIN_IMAGES
+    with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="png") as w:
+        for i in range(n + 5):
+            img = Image.new("RGB", (8, 8), COLOURS[list(COLOURS)[i % len(COLOURS)]])
+            texts = [f"first {i}", f"second {i}"] + ([f"third {i}"] if i % 3 == 0 else [])
+            for j, text in enumerate(texts if i < n else [f"only {i}", f"only {i}"]):
+                w.write(f"v{i}-{j}", img, text, "en", f"image{i}")
+    pairs = criterion.caption_pairs(str(tmp_path / "val"), ["en"], n_images=n + 5, seed=0)
+    assert sorted(pairs["en"]) == sorted((f"first {i}", f"second {i}") for i in range(n))
+
+
+def test_the_criterion_is_the_mean_over_languages_of_their_reciprocal_ranks(criterion, twice_val, tmp_path):
+    pairs = criterion.caption_pairs(str(twice_val), ["en"], n_images=60, seed=0)["en"]
+    shuffled = [(a, b) for (a, _), (_, b) in zip(pairs, pairs[1:] + pairs[:1])]  # a language whose match is lost
+    with ShardWriter(tmp_path / "train", split="train", source="unit", image_format="png") as w:
+        for i in range(60):
+            for lang in ("en", "de"):  # numbers in its text, as twice_val's reference
+                w.write(f"t{i}-{lang}", Image.new("RGB", (8, 8)), f"picture {i} of {60 + i}", lang, f"train{i}")
+    pools = criterion.reference_pools(str(tmp_path / "train"), ["en", "de"])
+    _, rows = criterion.score_grid("tfidf", {"en": pairs, "de": shuffled}, pools)
+    for row in rows:
+        en, de = row["per_language"]["en"], row["per_language"]["de"]
+        assert en > 2 * de and row["criterion"] == pytest.approx((en + de) / 2)
+
+
+def test_each_languages_statistics_come_from_its_own_reference_captions(criterion, tmp_path):
+    with ShardWriter(tmp_path / "train", split="train", source="unit", image_format="png") as w:
+        for i in range(6):
+            w.write(f"t{i}-en", Image.new("RGB", (8, 8)), f"english {i}", "en", f"train{i}")
+            w.write(f"t{i}-de", Image.new("RGB", (8, 8)), f"deutsch {i}", "de", f"train{i}")
+    pools = criterion.reference_pools(str(tmp_path / "train"), ["en", "de"])
+    for lang, word in (("en", "english"), ("de", "deutsch")):
+        assert sorted(pools[lang].captions) == [f"{word} {i}" for i in range(6)]
+        assert set(pools[lang].langs.tolist()) == {lang}

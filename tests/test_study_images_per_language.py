@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import load_experiment
@@ -235,3 +236,50 @@ def test_eval_py_is_given_the_languages_as_one_comma_separated_value(curve, tmp_
     assert curve.translation(tmp_path / "run", args, "x", tmp_path) == 0.5
     assert [cmd[2] for cmd in commands] == ["select", "sentence"]
     assert all(cmd[cmd.index("--languages") + 1] == "en,de" for cmd in commands)
+
+
+def test_the_table_gives_each_share_its_seed_mean_and_the_first_model_over_the_second(curve):
+    rows = [{"model": m, "share": s, "seed": seed, "images_per_language": 10 * s, "translation": t}
+            for m, s, seed, t in [("full", 0.5, 1, 0.30), ("full", 0.5, 0, 0.10), ("sup", 0.5, 0, 0.40),
+                                  ("sup", 0.5, 1, 0.40), ("full", 1.0, 0, 0.50), ("sup", 1.0, 0, 0.25)]]
+    lines = curve.table(rows, ["full", "sup"], [0.5, 1.0]).splitlines()
+    assert "| full | 0.5 | 5 | 10.00% / 30.00% | 20.00% |" in lines  # seeds in order, their mean
+    assert "| sup | 0.5 | 5 | 40.00% / 40.00% | 40.00% |" in lines
+    assert "| 0.5 | 0.500 |" in lines and "| 1 | 2.000 |" in lines  # full / sup of the means: 0.2 / 0.4, 0.5 / 0.25
+
+
+def test_images_per_language_counts_the_distinct_images_of_each_language(curve, tmp_path):
+    """Counted from the split's captions: the mean over languages of the distinct images captioned in each (here
+    languages of unequal counts)."""
+    from collections import defaultdict
+
+    from conftest import make_tiny_world
+    from data_prep.shards import read_captions
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    world = make_tiny_world(tmp_path / "world", n_train=40, n_val=4, n_test=2)
+    config = tmp_path / "full.yaml"
+    save_config(load_train_config(None, [f"data.root={world}", "data.synth=null"]), config)
+    images = defaultdict(set)
+    for meta in read_captions(world / "train"):
+        images[meta["lang"]].add(str(meta["image_id"]))
+    sizes = [len(v) for v in images.values()]
+    assert len(set(sizes)) > 1  # a mean over languages tells apart any one language's count
+    assert curve.images_per_language(config) == pytest.approx(np.mean(sizes))
+
+
+def test_a_finished_run_of_another_share_is_refused(curve, tiny_world, tmp_path):
+    """The share is the study's axis: a run trained at share 0.5 is not reused where the study trains share 1."""
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+    from globetrotter.errors import UserError
+
+    model = tmp_path / "full.yaml"
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), model)
+    run_dir = tmp_path / "curve-full-sh1-s0"
+    run_dir.mkdir()
+    save_config(load_train_config(model, ["seed=0", "data.train_image_share=0.5"]), run_dir / "config.yaml")
+    curve.refuse_other_run(run_dir, str(model), 0.5, 0)  # its own share: reused
+    with pytest.raises(UserError, match=r"data.train_image_share: 0.5 -> 1"):
+        curve.refuse_other_run(run_dir, str(model), 1.0, 0)
