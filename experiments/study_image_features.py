@@ -51,6 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
+from backretrieval.cli.common import share_between_0_and_1  # noqa: E402
 from backretrieval.files import json_text  # noqa: E402
 from data_prep.converters.common import Caption  # noqa: E402
 from data_prep.converters.flickr8k import read_flickr8k  # noqa: E402
@@ -58,6 +59,7 @@ from data_prep.converters.images import flickr_photo_id  # noqa: E402
 from data_prep.converters.multi30k import read_multi30k  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.data.feature_import import import_embeddings, split_image_ids  # noqa: E402
+from globetrotter.argtypes import positive_int  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.image_ridge import unit_centred  # noqa: E402
 from globetrotter.training.backbone_finetune import mean_embeddings, model_readings, own_captions  # noqa: E402
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--multi30k", default="../shared/data/flickr8k/multi30k",
                     help="the Multi30K folder, to leave out the captions it translated (default: %(default)s, a "
                          "path relative to the current folder: give your copy's)")
-    ap.add_argument("--overlap", type=float, default=0.8,
+    ap.add_argument("--overlap", type=share_between_0_and_1, default=0.8,
                     help="word-set overlap (Jaccard) above which a caption counts as translated (default: %(default)s)")
     ap.add_argument("--out", dest="out_dir", default="outputs/flickr8k-image-vectors", metavar="DIR",
                     help="where the caches go (default: %(default)s)")
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                          "character n-gram TF-IDF reduced to 512 dimensions (a fine-tuning target without parallel text)")
     ap.add_argument("--blend", type=float, action="append", default=[], metavar="W",
                     help="also write blend-W, the oracle's share W of every cosine (repeatable)")
-    ap.add_argument("--threads", type=int, default=2, help="threads of the sentence encoder (default: %(default)s)")
+    ap.add_argument("--threads", type=positive_int, default=2, help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
         from backretrieval.embedders import USEEmbedder

@@ -152,3 +152,11 @@ def test_only_an_english_multi30k_caption_marks_a_flickr8k_caption_as_translated
             fh.write(line + "\n")
     kept = study.described_captions(["111_aaa"], read_flickr8k(token, "en"), read_multi30k(tmp_path / "other", (1,)))
     assert len(kept[0]) == 3
+
+
+@pytest.mark.parametrize("bad", [["--overlap", "1.5"], ["--overlap", "0"], ["--threads", "0"], ["--threads", "-2"]])
+def test_an_overlap_outside_0_1_or_threads_below_one_is_a_usage_error(study, bad, capsys):
+    """A Jaccard overlap is in (0, 1) (1 would leave every translated caption in); the encoder needs a thread."""
+    with pytest.raises(SystemExit) as stop:
+        study.main(bad)
+    assert stop.value.code == 2 and f"argument {bad[0]}: " in capsys.readouterr().err
