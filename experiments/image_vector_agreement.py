@@ -84,7 +84,9 @@ def screened_images(reference_ids: list[str], cache_ids: dict[str, list[str]],
     for name, ids in cache_ids.items():
         shared_here = shared & set(ids)
         if not shared_here:
-            raise UserError(f"cache {name}: none of its image ids are in the reference")
+            where = ("in the reference" if languages is None or not set(reference_ids) & set(ids)
+                     else "in the reference and captioned in the --across-languages split")
+            raise UserError(f"cache {name}: none of its image ids are {where}")
         shared = shared_here
     return [i for i in reference_ids if i in shared]
 

@@ -216,6 +216,12 @@ def test_the_screened_images_keep_the_references_order(agree):
     reference = ["z", "b", "y", "a", "c"]
     assert agree.screened_images(reference, {"c": ["a", "b", "c", "y", "z"]}) == reference
     assert agree.screened_images(reference, {"c": ["c", "a", "z"]}, {"z": "en", "a": "de", "b": "en"}) == ["z", "a"]
+    # a cache whose reference images no caption of the --across-languages split shows: said so, not "not in it"
+    with pytest.raises(UserError, match=r"^cache c: none of its image ids are in the reference and captioned in the "
+                                        r"--across-languages split$"):
+        agree.screened_images(reference, {"c": ["y", "c"]}, {"z": "en", "a": "de"})
+    with pytest.raises(UserError, match=r"^cache c: none of its image ids are in the reference$"):
+        agree.screened_images(reference, {"c": ["q"]}, {"z": "en", "a": "de"})
 
 
 def test_an_image_is_never_its_own_neighbour_even_where_allowed_says_so(agree):
