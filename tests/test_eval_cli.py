@@ -417,8 +417,8 @@ def test_select_chooses_on_val_and_sentence_applies_the_choice(tiny_run, tiny_wo
     assert scored["config"]["ranking"] == rec["details"]["chosen"]
     interval = scored["details"]["interval"]
     assert interval["lo"] <= scored["metrics"]["sentence_translation"] <= interval["hi"]
-    assert "95% interval over the groups" in capsys.readouterr().out
-    capsys.readouterr()
+    printed = capsys.readouterr().out  # the interval printed is the record's, both ends
+    assert f"95% interval over the groups {100 * interval['lo']:.2f}–{100 * interval['hi']:.2f}%" in printed
     assert run(["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--out", str(out),
                 "--ranking", str(path), "--head", "cross"]) == 2
     assert "drop --head" in capsys.readouterr().err
@@ -820,6 +820,9 @@ def test_cluster_says_when_the_split_has_fewer_groups_than_asked(world, fake, tm
                 "--n-groups", "5000", "--out", str(out)]) == 0
     groups = record(out, "cluster")["details"]["n_groups"]
     assert f"note: --n-groups 5000, but {world / 'test'} has {groups} groups in every one of" in capsys.readouterr().out
+    assert run(["cluster", "--model", "full", "--name", "full", "--split", str(world / "test"), "--k", "3",
+                "--n-groups", str(groups), "--out", str(out)]) == 0  # exactly the groups there are: nothing to say
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, capsys):
@@ -1396,6 +1399,28 @@ def test_a_twin_trained_on_train_parallel_is_told_the_reference_of_the_full_mode
     assert references == [str(original / "train")] * 2
 
 
+def test_the_summary_names_an_original_under_the_working_folder_relative_to_it(tmp_path, capsys, monkeypatch):
+    """more-captions records its original as an absolute path; the summary's command gives one under the working
+    folder relative to it (as the docs' commands are written), and one elsewhere as it is."""
+    import shlex
+
+    from globetrotter.training.report import print_summary
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    for where in (work, elsewhere):
+        for folder, manifest in [(where / "orig" / "train", {}), (where / "orig" / "test", {}), (where / "more" / "val", {}),
+                                 (where / "more" / "train", {"more_captions": {"from": str(where / "orig" / "train")}})]:
+            folder.mkdir(parents=True)
+            (folder / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(work)
+    for where, expected in [(work, str(Path("orig") / "train")), (elsewhere, str(elsewhere / "orig" / "train"))]:
+        print_summary({"run_dir": "runs/full", "metrics": {}}, where / "orig" / "test", where / "more" / "val")
+        select_argv = shlex.split(capsys.readouterr().out.splitlines()[-2].split(": ", 1)[1])
+        assert select_argv[select_argv.index("--reference") + 1] == expected
+
+
 def test_the_summary_of_a_twin_on_train_parallel_names_its_languages_and_the_original_test_split(tmp_path, capsys,
                                                                                                  monkeypatch):
     """The supervised twin trains on train-parallel (en/de/fr/cs), val and test have zh too: the printed select chose
@@ -1665,3 +1690,43 @@ def test_a_copy_of_the_choice_is_within_noise_of_it():
     margins = margins_to_choice([chosen.copy(), chosen], chosen=1)
     assert margins[0] == {"diff": 0.0, "lo": 0.0, "hi": 0.0}
     assert within_noise([{"label": "copy", "vs_chosen": margins[0]}, {"label": "chosen"}]) == ["copy"]
+
+
+def test_model_names_leave_out_the_checkpoints_folder(tmp_path):
+    """A record's model name is the last two parts of the run folder's path, a checkpoint folder's without the
+    ``checkpoints`` folder between them (``myrun-best``, not ``checkpoints-best``, which every run's best would share)."""
+    run = tmp_path / "runs" / "myrun"
+    assert model_specs.model_name(str(run)) == "runs-myrun"
+    assert model_specs.model_name(str(run / "checkpoints" / "best")) == "myrun-best"
+    assert model_specs.model_name(str(run / "checkpoints" / "best"), "mine") == "mine"
+    # two ridge baselines fitted on different datasets' train splits are two models: two names
+    assert model_specs.model_name(f"ridge:{tmp_path / 'a' / 'train'}") != model_specs.model_name(
+        f"ridge:{tmp_path / 'b' / 'train'}")
+
+
+def test_the_checkpoint_a_spec_loads_now_is_the_one_the_loaded_model_names(tiny_run, monkeypatch):
+    """A `--ranking` record is checked against the checkpoint its --model spec loads now: for a relative spec that
+    is the same absolute folder the loaded encoder's records name, or every choice would be refused."""
+    monkeypatch.chdir(tiny_run.parent)
+    now = model_specs.current_checkpoint(tiny_run.name)
+    assert now is not None and Path(now).is_absolute()
+    assert now == model_specs.checkpoint_of(model_specs.load_model(tiny_run.name))
+
+
+def test_the_retrieval_plot_draws_chance_as_printed_never_above_100(world, fake, tmp_path, capsys, monkeypatch):
+    """Chance of text->image Recall@K is K of the n gallery images, and 100% for a K at or above n: the plot's dashed
+    line says the same as the printed line (K=50 of 30 images: 100%, not 167%)."""
+    from globetrotter.evaluation import plots
+
+    drawn = {}
+    real = plots.plot_bars
+
+    def recording(*args, **kwargs):
+        drawn.update(kwargs["chance"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_bars", recording)
+    assert run(["retrieval", "--model", "full", "--split", str(world / "test"), "--out", str(tmp_path),
+                "--ks", "1,50"]) == 0
+    assert drawn == pytest.approx({"R@1": 100 / 30, "R@50": 100.0})
+    assert "R@1 3.3, R@50 100.0" in capsys.readouterr().out

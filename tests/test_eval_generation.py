@@ -156,6 +156,7 @@ def test_generate_command_translates_as_far_as_the_representation_is_shared(spli
     (["--sources", "de,zz"], "no caption in source language(s) ['zz']"),
     (["--sources", "en"], "at least one language other than the target"),
     (["--show", "-1"], "--show -1"),
+    (["--n-groups", "1"], "1 parallel group(s) in"),  # the mismatched floor needs another group to decode from
 ])
 def test_generate_bad_input_is_one_line_exit_2(splits, fake, tmp_path, capsys, extra, message):
     assert run(_argv(splits, tmp_path, "full", *extra)) == 2

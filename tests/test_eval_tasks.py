@@ -356,7 +356,8 @@ def test_generation_decodes_every_source_and_the_floor(world):
     m, d = result.metrics, result.details
     assert result.languages == ["en", "fr", "de"] and d["sources"] == ["fr", "de"] and d["n_groups"] == 10
     assert list(m["per_source"]) == ["fr", "de"] and all(s["n"] == 10 for s in m["per_source"].values())
-    assert m["chrf"] == pytest.approx(np.mean([m["per_source"][lang]["chrf"] for lang in ("fr", "de")]))
+    for score in ("chrf", "bleu"):  # the mean over the sources only: the target's reconstruction is apart
+        assert m[score] == pytest.approx(np.mean([m["per_source"][lang][score] for lang in ("fr", "de")]))
     assert len(d["examples"]) == 3 and set(d["examples"][0]["generated"]) == {"fr", "de", "en", "mismatched"}
     assert d["decoder"]["steps"] == 30 and d["train"]["captions"] == 30
     assert d["train"]["test_references_in_train"] == 10  # the world's train split captions the same scenes
@@ -428,7 +429,7 @@ def test_one_str_for_a_list_of_queries_or_languages_is_refused(world, tmp_path):
             evaluate_word_translation(FakeEncoder(), split=world / "test", **given)
 
 
-@pytest.mark.parametrize("value", [0, -5, 2.5])
+@pytest.mark.parametrize("value", [0, -5, 2.5, True])  # True: a bool is not a count (Python reads it as 1)
 def test_counts_and_k_must_be_positive_integers(world, tmp_path, value):
     """max_images=0 scored every image and recorded 0 (-5: numpy's error); n_groups 0 said 'at least 2 languages,
     found []' (-5: numpy's error, 2.5: a TypeError); translate_sentences(k=0) failed on faiss' bare assertion."""
@@ -499,3 +500,54 @@ def test_retrieval_puts_each_image_at_its_row_in_any_shard_order_and_batch_size(
         result = evaluate_retrieval(FakeEncoder(), tmp_path / "test", batch_size=batch_size)
         assert result.details == {"n_images": 30, "n_captions": 30}
         assert result.metrics["per_language"]["en"]["image_retrieval_recall@1"] == 1.0, batch_size
+
+
+def test_the_sentence_interval_is_the_bootstrap_of_its_own_groups_with_its_seed(world):
+    """details["interval"] is group_interval of the record's own per-group hits and positives, drawn with the
+    evaluation's seed (the seed the record names), whatever that seed is."""
+    from globetrotter.evaluation.sentence import group_interval
+
+    def interval_of(result, seed: int) -> dict:
+        per_group = result.details["per_group"]
+        return group_interval(np.array(per_group["hits"]), np.array(per_group["positives"]), seed=seed)
+
+    encoder = FakeEncoder(language_offset=1.0)  # languages apart: some translations missed, so the groups differ
+    first = evaluate_sentence_translation(encoder, world / "test", seed=0)
+    assert first.details["interval"] == interval_of(first, 0)
+    # a seed whose bootstrap tells it from seed 0 on these groups
+    seed = next(s for s in range(1, 50) if interval_of(first, s) != interval_of(first, 0))
+    result = evaluate_sentence_translation(encoder, world / "test", seed=seed)
+    assert result.details["interval"] == interval_of(result, seed) != interval_of(result, 0)
+
+
+def test_a_reference_given_to_a_ranking_without_statistics_is_recorded_as_unused(world):
+    """A cosine ranking takes no statistics: an explicit reference is checked but not used, and the record says so
+    (statistics none, reference None), as a ranking that reads it (CSLS) records it."""
+    from globetrotter.evaluation.ranking import Ranking
+
+    cosine = evaluate_sentence_translation(FakeEncoder(), world / "test", reference=world / "train")
+    assert cosine.details["scoring"]["statistics"] == "none"
+    assert cosine.config["reference"] is None and cosine.config["reference_size"] is None
+    csls = evaluate_sentence_translation(FakeEncoder(), world / "test", reference=world / "train",
+                                         ranking=Ranking(csls=True, csls_k=3))
+    assert csls.details["scoring"]["statistics"] == "inductive" and csls.config["reference"] is not None
+
+
+def test_transductive_scoring_refuses_a_choice_made_with_a_reference(world):
+    """A select choice carries the reference its statistics come from: transductive=True would score it with
+    others, and is refused naming the choice."""
+    from globetrotter.evaluation.ranking import Ranking
+    from globetrotter.evaluation.tasks.select import Choice
+
+    choice = Choice(Ranking(csls=True, csls_k=3), str(world / "train"), None, source="chosen.json")
+    with pytest.raises(UserError, match="excludes --ranking chosen.json"):
+        evaluate_sentence_translation(FakeEncoder(), world / "test", transductive=True, choice=choice)
+
+
+def test_clustering_refuses_as_many_clusters_as_sentences(world):
+    """k-means with one cluster a sentence makes every purity 1, as chance: k equal to the sentences sampled (2
+    groups x 3 languages = 6) is refused as k above them is; one fewer runs."""
+    for k in (6, 7):
+        with pytest.raises(UserError, match=f"^--k {k}: k-means needs fewer clusters than the 6 sentences"):
+            evaluate_clustering(FakeEncoder(), world / "test", n_groups=2, k=k)
+    assert evaluate_clustering(FakeEncoder(), world / "test", n_groups=2, k=5).details["k"] == 5

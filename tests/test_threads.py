@@ -117,3 +117,20 @@ def test_a_command_that_has_just_ended_takes_no_core_from_the_next(monkeypatch):
     monkeypatch.setattr(threads, "busy_cores", lambda window=0.25: 2.0)
     assert threads.load_average() == pytest.approx(1.9)
     assert threads.choose_threads(cores=2, load=threads.load_average(), env={}).threads == 1
+
+
+def test_the_cores_left_free_are_rounded_to_the_nearest_core():
+    """The rule's round(cores - load): 8 cores with a load of 2.4 leave 5.6 free, 6 cores (not 5); 2.6 leave 5."""
+    assert choose_threads(cores=8, load=2.4, env=NO_ENV).threads == 6
+    assert choose_threads(cores=8, load=2.6, env=NO_ENV).threads == 5
+
+
+def test_the_load_counts_only_this_processs_share_of_the_machine(monkeypatch):
+    """A process pinned to 4 of 16 cores sees the whole machine's load: it counts a quarter of it."""
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    monkeypatch.setattr(threads, "busy_cores", lambda window=0.25: 8.0)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
+    assert threads.load_average() == pytest.approx(8.0 * 4 / 16)
+    monkeypatch.setattr(threads, "available_cores", lambda: 16)
+    assert threads.load_average() == pytest.approx(8.0)

@@ -833,3 +833,17 @@ def test_a_bad_sample_two_workers_report_is_counted_once():
     for worker, bad in ((0, ["a.tar/s3"]), (1, ["a.tar/s3", "b.tar/s1"]), (0, ["b.tar/s1"])):
         position.consume({WORKER: worker, CURSOR: 4, BAD: bad, BAD_SHARD: "b.tar", STOP: False}, max_bad=5)
     assert position.bad == ["a.tar/s3", "b.tar/s1"] and position.bad_total == 2
+
+
+def test_an_unwritten_final_checkpoint_whose_step_best_holds_names_best(tmp_path, capsys):
+    """Validated at the last step, best/ holds the final weights although the step checkpoint was not written: the
+    line names best/ (not an older step checkpoint to resume from) and the run still exits with UNSAVED."""
+    from globetrotter.training import cli
+    from globetrotter.training.checkpoint import checkpoint_root
+
+    result = {"run_dir": str(tmp_path), "step": 4, "checkpoints": {"latest": 2, "best": 4}}
+    assert cli._unsaved_final_checkpoint(result) == cli.UNSAVED
+    err = capsys.readouterr().err
+    assert f"{checkpoint_root(str(tmp_path)) / 'best'} holds the weights of step 4" in err
+    assert "the last checkpoint is step 2" not in err
+    assert cli._unsaved_final_checkpoint({**result, "checkpoints": {"latest": 4, "best": 4}}) == 0

@@ -223,6 +223,7 @@ def test_the_summary_dates_the_test_figure_beside_a_best_checkpoint_of_another_s
                    0.05, "val/bkr@10": 0.15}, "best": {"step": 5, "metric": "val/bkr@10", "value": 0.1681}})
     out = capsys.readouterr().out
     assert "sentence translation (test, retrieval) at the last step: 6.7%" in out
+    assert "chance: 5.0%" in out and "(1.3x chance)" in out  # 6.7 / 5.0 = 1.34 times chance
     assert "val/bkr@10 at the last step: 0.1500" in out and "best checkpoint: step 5" in out
 
 

@@ -152,3 +152,50 @@ def test_compiled_step_matches_the_eager_step_in_one_compilation(eager, frozen, 
     assert_losses_close(compiled, eager, COMPILE_REL)
     # the steps' captions differ in length and number of cloze targets: still one graph, compiled once
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
+
+
+class _Noise(torch.nn.Module):
+    """A forward that draws from the RNG: its output tells which RNG state it ran from."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand(3)
+
+
+def test_a_first_compiled_call_that_fails_is_repeated_eagerly_from_the_same_rng_state(monkeypatch):
+    """A compiled forward that draws random numbers and then fails: the eager repeat must draw the same numbers as
+    an eager call from the RNG state before it (the fallback changes nothing of the run but its speed)."""
+    def compile_that_fails_after_drawing(model, *args, **kwargs):
+        def fails(*a, **k):
+            torch.rand(5)  # tracing consumed random numbers before failing
+            raise RuntimeError("inductor: lowering failed")
+        return fails
+
+    monkeypatch.setattr(torch, "compile", compile_that_fails_after_drawing)
+    lines: list[str] = []
+    forward = speed.CompiledForward(_Noise(), True, lines.append)
+    torch.manual_seed(7)
+    got = forward(torch.zeros(3))
+    torch.manual_seed(7)
+    want = _Noise()(torch.zeros(3))
+    assert torch.equal(got, want) and not forward.active and len(lines) == 1
+
+
+def test_an_error_after_a_first_compiled_call_that_worked_is_raised_not_a_fall_back(monkeypatch):
+    """Only the first call is the compilation: a later error is a real error and propagates."""
+    calls = []
+
+    def compile_that_fails_on_the_second_call(model, *args, **kwargs):
+        def compiled(*a, **k):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("a real error in step 2")
+            return model(*a, **k)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile_that_fails_on_the_second_call)
+    lines: list[str] = []
+    forward = speed.CompiledForward(_Noise(), True, lines.append)
+    forward(torch.zeros(3))
+    with pytest.raises(RuntimeError, match="a real error in step 2"):
+        forward(torch.zeros(3))
+    assert forward.active and lines == []
