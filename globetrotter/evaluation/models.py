@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
-from globetrotter.training.checkpoint import weights_sha256  # noqa: F401  (records name it; also this module's)
+from globetrotter.training.checkpoint import weights_sha256
 
 from .pivot_ridge import PREFIX as RIDGE_PREFIX
 from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec

@@ -28,7 +28,7 @@ def _cluster(args: argparse.Namespace) -> int:
           f"(chance {m['chance']['language_purity']:.3f}), meaning purity {m['meaning_purity']:.3f} "
           f"(chance {m['chance']['meaning_purity']:.3f}); NMI language {m['nmi_language']:.3f}, "
           f"meaning {m['nmi_meaning']:.3f}")
-    if args.n_groups is not None and d["n_groups"] < args.n_groups:  # as sentence says it
+    if d["n_groups"] < args.n_groups:  # as sentence says it
         print(f"note: --n-groups {args.n_groups}, but {args.split} has {d['n_groups']} groups in every one of "
               f"{','.join(result.config['languages'])}: all of them were clustered")
     for ex in d["examples"]:

@@ -185,7 +185,7 @@ def run_sentence(args: argparse.Namespace) -> int:
     if result.config["oracle_choice"]:
         print(f"note: {args.ranking} is the oracle's choice, made on parallel val text: a ceiling of the ranking, not "
               f"a figure of the method (whose choice is `eval.py select`'s, without parallel text)")
-    if args.n_groups is not None and d["n_groups"] < args.n_groups:  # the figure is of fewer groups than asked
+    if d["n_groups"] < args.n_groups:  # the figure is of fewer groups than asked
         print(f"note: --n-groups {args.n_groups}, but {args.split} has {d['n_groups']} groups in every one of "
               f"{','.join(langs)}: all of them were scored (chance and figure are of {d['n_groups']} groups, not "
               f"{args.n_groups})")
