@@ -57,9 +57,9 @@ from data_prep.converters.common import Caption  # noqa: E402
 from data_prep.converters.flickr8k import read_flickr8k  # noqa: E402
 from data_prep.converters.images import flickr_photo_id  # noqa: E402
 from data_prep.converters.multi30k import read_multi30k  # noqa: E402
+from globetrotter.argtypes import positive_int  # noqa: E402
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402
 from globetrotter.data.feature_import import import_embeddings, split_image_ids  # noqa: E402
-from globetrotter.argtypes import positive_int  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.image_ridge import unit_centred  # noqa: E402
 from globetrotter.training.backbone_finetune import mean_embeddings, model_readings, own_captions  # noqa: E402
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                          "character n-gram TF-IDF reduced to 512 dimensions (a fine-tuning target without parallel text)")
     ap.add_argument("--blend", type=float, action="append", default=[], metavar="W",
                     help="also write blend-W, the oracle's share W of every cosine (repeatable)")
-    ap.add_argument("--threads", type=positive_int, default=2, help="threads of the sentence encoder (default: %(default)s)")
+    ap.add_argument("--threads", type=positive_int, default=2,
+                    help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
         from backretrieval.embedders import USEEmbedder
