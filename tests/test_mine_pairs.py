@@ -128,3 +128,168 @@ def test_a_mutual_pair_carries_its_own_score(mine):
     scores = np.array([[0.1, 0.9, 0.3],
                        [0.6, 0.2, 0.4]])
     assert mine.mutual_pairs(scores) == [(0, 1, 0.9), (1, 0, 0.6)]
+
+
+# --- mine() end to end: a real split read and written, the teacher's two scores planted ---------------------------
+# Images of three languages show four concepts (fr lacks concept 3). An image's first two captions name its concept,
+# its third another one (a decoy, never scored at the default --captions-per-image 2). The text planted pairs
+# images of one concept; the look (the cached features) pairs images of one look class, another matching. Text
+# scores are large and offset, as a real scorer's may be: only the per-pair z-score puts them on the look's scale.
+CONCEPTS = {"en": [0, 1, 2, 3], "de": [0, 1, 2, 3], "fr": [0, 1, 2]}
+LOOK_SHIFT = {"en": 0, "de": 1, "fr": 2}  # the look class of a concept-k image of a language: (k + shift) % 4
+
+
+def _concept_world(root):
+    """The split (captions interleaved, a stale group and an extra field on some) and each image's (lang, concept)."""
+    from PIL import Image
+
+    from data_prep.shards import ShardWriter
+
+    images = {f"img{lang}{k}": (lang, k) for lang, ks in CONCEPTS.items() for k in ks}
+    with ShardWriter(root / "train", split="train", source="tiny", image_format="png", maxcount=7) as w:
+        for c in range(3):  # captions interleaved across images: an image's first ones are first in the split
+            for n, (img, (lang, k)) in enumerate(images.items()):
+                said = k if c < 2 else (k + 1) % 4
+                w.write(f"{img}-{c}", Image.new("RGB", (4, 4), (20 * n, 10 * c, 5)), f"{lang} concept{said} take{c}",
+                        lang, img, group="stale" if n == 0 else None,
+                        extra={"meaning": f"m{n}-{c}"} if c == 1 else None)
+    return root / "train", images
+
+
+class _PlantedContext:
+    """Stands in for ScoringContext: a caption's score with another is 50 + 40·[they name one concept] (a constant 50
+    when ``flat``), + 60 when either starts with ``hub`` (a caption near every other one)."""
+    seen: list[list[str]] = []
+    flat, hub = False, None
+
+    def __init__(self, encoder, captions, langs, pool):
+        self.concept = np.array([int(c.split("concept")[1].split()[0]) for c in captions])
+        self.near_all = np.array([self.hub is not None and c.startswith(self.hub) for c in captions])
+        _PlantedContext.seen.append(list(captions))
+
+    def scorer(self, ranking):
+        scale = 0.0 if self.flat else 40.0
+        return lambda rows: (50.0 + scale * (self.concept[rows][:, None] == self.concept[None, :])
+                             + 60.0 * (self.near_all[rows][:, None] | self.near_all[None, :]))
+
+
+class _PlantedCache:
+    """Stands in for the feature cache: an image's features are the one-hot of its look class."""
+
+    def __init__(self, images):
+        self.ids = list(images)
+        self.features = np.zeros((len(images), 1, 8), dtype=np.float32)
+        for i, (lang, k) in enumerate(images.values()):
+            self.features[i, 0, (k + LOOK_SHIFT[lang]) % 4] = 1.0
+
+    def rows(self, image_ids, split_dir):
+        return np.array([self.ids.index(i) for i in image_ids])
+
+
+@pytest.fixture
+def mined(mine, tmp_path, monkeypatch):
+    """``run(*flags) -> (exit code, out folder)``: mine() on the concept world, the teacher's scores planted."""
+    import types
+
+    import globetrotter.data.feature_cache as feature_cache
+    import globetrotter.evaluation.ranking as ranking
+    import globetrotter.evaluation.tasks.common as common
+    from backretrieval.files import json_text
+
+    split, images = _concept_world(tmp_path)
+    encoder = types.SimpleNamespace(cfg=types.SimpleNamespace(data=types.SimpleNamespace(features="cache")))
+    monkeypatch.setattr(common, "resolve_model", lambda model: (encoder, {"path": "teacher", "checkpoint": None}))
+    monkeypatch.setattr(ranking, "ScoringContext", _PlantedContext)
+    monkeypatch.setattr(feature_cache, "load_feature_cache", lambda path: _PlantedCache(images))
+    for name, value in (("seen", []), ("flat", False), ("hub", None)):
+        monkeypatch.setattr(_PlantedContext, name, value)
+    record = tmp_path / "select-teacher.json"
+    record.write_text(json_text({"model": {"path": "teacher", "checkpoint": None}, "languages": None,
+                                 "details": {"chosen": {"head": "text", "maxsim": 0.0, "csls": False, "csls_k": 10}},
+                                 "config": {"reference": str(split), "reference_size": None}}), encoding="utf-8")
+
+    def run(*flags: str, out: str = "mined"):
+        return run_cli(mine.main, ["--teacher", "teacher", "--ranking", str(record), "--split", str(split),
+                                   "--out", str(tmp_path / out), *flags]), tmp_path / out
+
+    run.split, run.images = split, images
+    return run
+
+
+def _groups(out) -> list[set[str]]:
+    """The output's groups, each the set of its images; a caption's group is its image's."""
+    from data_prep.shards import iter_metas
+
+    by_image: dict[str, set] = {}
+    for m in iter_metas(out):
+        by_image.setdefault(m["image_id"], set()).add(m["group"])
+    assert all(len(g) == 1 for g in by_image.values())
+    members: dict[str, set[str]] = {}
+    for img, (g,) in by_image.items():
+        if g is not None:
+            members.setdefault(g, set()).add(img)
+    return sorted(members.values(), key=sorted)
+
+
+def _expected(key) -> list[set[str]]:
+    """The images grouped by ``key(lang, concept)``, groups of one image left out."""
+    found: dict[int, set[str]] = {}
+    for lang, ks in CONCEPTS.items():
+        for k in ks:
+            found.setdefault(key(lang, k), set()).add(f"img{lang}{k}")
+    return sorted((g for g in found.values() if len(g) > 1), key=sorted)
+
+
+def test_mine_groups_the_planted_pairs_and_rewrites_nothing_else(mined):
+    """--image-weight 0: the captions alone pair the images of one concept; concept 3 has no fr image, so en 3 and
+    de 3 have no mutual fr neighbour. Every caption is written again with its key, image bytes, caption, language,
+    image and extra fields; only ``group`` is set (a stale one replaced), one group per image's captions."""
+    from data_prep.shards import iter_raw, read_manifest
+
+    code, out = mined("--image-weight", "0")
+    assert code == 0
+    assert _groups(out) == _expected(lambda lang, k: k)
+    def samples(split):
+        return {key: (data, {k: v for k, v in meta.items() if k != "group"}) for key, _, data, meta in iter_raw(split)}
+
+    assert samples(out) == samples(mined.split)
+    mined_groups = read_manifest(out)["mined_groups"]
+    assert mined_groups["pairs"] == {"de-en": 4, "de-fr": 3, "en-fr": 3}
+    assert (mined_groups["grouped_images"], mined_groups["groups"], mined_groups["captions_per_image"]) == (11, 4, 2)
+
+
+def test_mine_lets_a_weighted_look_outvote_larger_caption_scores(mined):
+    """--image-weight 3: the look's matching wins although the raw caption scores are 40 times the cosines (both
+    parts are z-scored per language pair before they are weighed)."""
+    code, out = mined("--image-weight", "3")
+    assert code == 0
+    assert _groups(out) == _expected(lambda lang, k: (k + LOOK_SHIFT[lang]) % 4)
+
+
+def test_mine_corrects_a_hub_image_by_csls(mined):
+    """de 0's captions score 60 more with every caption: by the raw scores en 1-3 would each choose it (110 against
+    their own concept's 90), and de 0 chooses en 0 alone. CSLS subtracts de 0's high radius: the concepts pair."""
+    _PlantedContext.hub = "de concept0"
+    code, out = mined("--image-weight", "0")
+    assert code == 0
+    assert _groups(out) == _expected(lambda lang, k: k)
+
+
+def test_mine_scores_the_first_captions_per_image_of_each_image(mined):
+    """--captions-per-image N: the scorer sees each image's first N captions in split order, images in id order."""
+    for n in (1, 2, 3):
+        assert mined("--captions-per-image", str(n), out=f"mined{n}")[0] == 0
+        assert _PlantedContext.seen[-1] == [f"{lang} concept{k if c < 2 else (k + 1) % 4} take{c}"
+                                            for img, (lang, k) in sorted(mined.images.items()) for c in range(n)]
+
+
+def test_mine_writes_over_its_own_output_but_refuses_another_folder(mined, tmp_path, capsys):
+    assert mined()[0] == 0
+    assert mined("--image-weight", "0")[0] == 0  # an earlier output: written again
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    assert mined(out="notes")[0] == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and "not an earlier output" in err and "\n" not in err
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["keep.txt"]
+
