@@ -73,6 +73,14 @@ def group_images(edges: list[tuple[int, int, float]], lang_of: np.ndarray) -> np
     return np.where(joined, roots, -1)
 
 
+def z_scored(x: np.ndarray) -> np.ndarray:
+    """``x`` less its mean, over its standard deviation; all zeros when every value is equal (e.g. one image of each
+    language): a term that tells no pair from another adds nothing, where dividing by its zero spread gave NaN."""
+    if x.max() == x.min():
+        return np.zeros_like(x)
+    return (x - x.mean()) / x.std()
+
+
 def image_scores(scorer, caption_image: np.ndarray, n_images: int, chunk: int = 512) -> np.ndarray:
     """``[images, images]`` float32 mean caption score of every two images (``scorer(rows)`` gives captions ×
     captions): the scorer's float32, each mean over a few captions, so float64 would only double the memory."""
@@ -161,7 +169,7 @@ def mine(args: argparse.Namespace) -> None:
         for b in languages[ai + 1:]:
             ia, ib = np.flatnonzero(lang_of == a), np.flatnonzero(lang_of == b)
             t, g = text[np.ix_(ia, ib)], look[np.ix_(ia, ib)]
-            z = (t - t.mean()) / t.std() + args.image_weight * (g - g.mean()) / g.std()
+            z = z_scored(t) + args.image_weight * z_scored(g)
             found = mutual_pairs(csls(z, args.csls_k))
             edges += [(int(ia[r]), int(ib[c]), s) for r, c, s in found]
             report[f"{a}-{b}"] = len(found)

@@ -293,3 +293,19 @@ def test_mine_writes_over_its_own_output_but_refuses_another_folder(mined, tmp_p
     assert err.startswith("error: --out") and "not an earlier output" in err and "\n" not in err
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["keep.txt"]
 
+
+def test_a_term_equal_for_every_pair_adds_nothing(mined):
+    """Every caption score equal (a language pair's spread 0): the look alone pairs the images, where dividing by
+    the zero spread made every score NaN."""
+    _PlantedContext.flat = True
+    code, out = mined("--captions-per-image", "1")
+    assert code == 0
+    assert _groups(out) == _expected(lambda lang, k: (k + LOOK_SHIFT[lang]) % 4)
+
+
+def test_z_scored_makes_a_term_without_spread_zero(mine):
+    """One value, or equal float32 values (whose mean rounds off them: a std of 3e-8, not 0), give zeros."""
+    np.testing.assert_array_equal(mine.z_scored(np.array([[0.7]], dtype=np.float32)), [[0.0]])
+    same = np.full((12, 12), 0.3, dtype=np.float32)
+    np.testing.assert_array_equal(mine.z_scored(same), np.zeros_like(same))
+    np.testing.assert_allclose(mine.z_scored(np.array([[1.0, 3.0], [1.0, 3.0]])), [[-1.0, 1.0], [-1.0, 1.0]])
