@@ -140,3 +140,17 @@ def test_the_helper_leaves_a_call_with_the_new_names_alone():
         warnings.simplefilter("error")
         assert f(1, new=2) == 3 and f(1, 2) == 3
     assert list(inspect.signature(f).parameters) == ["a", "new"]
+
+
+def test_an_old_method_name_forwards_every_argument_and_works_on_the_class_too():
+    class Record:
+        def to_record(self, inputs=None, *, extra=0):
+            return {"inputs": inputs, "extra": extra}
+
+        to_dict = RenamedMethod("to_record")
+
+    obj = Record()
+    value, message = one_deprecation(lambda: obj.to_dict({"a": 1}, extra=2))
+    assert value == obj.to_record({"a": 1}, extra=2) == {"inputs": {"a": 1}, "extra": 2}
+    assert "Record.to_dict()" in message and "use to_record()" in message
+    assert one_deprecation(lambda: Record.to_dict(obj, None, extra=3))[0] == {"inputs": None, "extra": 3}

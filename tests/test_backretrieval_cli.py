@@ -1232,3 +1232,88 @@ def test_an_output_npy_path_is_where_numpy_save_writes_it(tmp_path):
         assert written == npy_path(tmp_path / name) and written.is_file()
         assert written.name == (name if name.endswith(".npy") else name + ".npy")
         assert np.load(written).tolist() == [0, 1, 2]
+
+
+def test_the_printed_figures_are_the_records_with_their_intervals(small_split, tmp_path, capsys):
+    """What score, compare, eval and correlate print last is what their record holds: each figure with its own
+    interval (score), each model's score in its own place and the verdict, a tie in words (compare), every mean
+    (eval), and the four correlations under their names (correlate)."""
+    p = _embedding_files(tmp_path)
+    imgs = ["--src-img", p["si"], "--tgt-img", p["ti"], "--ks", "1,10", "--no-progress"]
+    assert main(["score", "--src-text", p["st"], "--tgt-text", p["tt"], *imgs, "--bootstrap", "200",
+                 "--hits-out", str(tmp_path / "ha"), "--out", str(tmp_path / "s.json")]) == 0
+    rec = json.loads((tmp_path / "s.json").read_text())
+    shown = capsys.readouterr().err.strip().splitlines()[-1]
+    assert shown == ", ".join(f"{m}={v:.4f} [{rec['intervals'][m]['lo']:.4f}, {rec['intervals'][m]['hi']:.4f}]"
+                              for m, v in rec["metrics"].items())
+    assert all(rec["intervals"][m]["lo"] < rec["intervals"][m]["hi"] for m in rec["metrics"])  # a real interval
+    assert main(["score", "--src-text", p["bs"], "--tgt-text", p["bt"], *imgs, "--bootstrap", "0",
+                 "--hits-out", str(tmp_path / "hb"), "--out", str(tmp_path / "b.json")]) == 0
+    capsys.readouterr()
+    for b, tie in (("hb", False), ("ha", True)):  # a against b, then against itself: no difference
+        assert main(["compare", "--hits", str(tmp_path / "ha.npy"), str(tmp_path / f"{b}.npy"), "--names", "good",
+                     "other", "--bootstrap", "100", "--out", str(tmp_path / "c.json")]) == 0
+        comparisons = json.loads((tmp_path / "c.json").read_text())["comparisons"]
+        assert capsys.readouterr().err.strip().splitlines()[-len(comparisons):] == [
+            f"{m}: good {c['a']:.4f} vs other {c['b']:.4f} (diff {c['diff']:+.4f}); p = {c['p_value']:.4g} -> "
+            + ("no significant difference" if tie else c["verdict"]) for m, c in comparisons.items()]
+        assert all(c["a"] - c["b"] == pytest.approx(c["diff"]) for c in comparisons.values())
+        assert tie == all(c["verdict"] == "tie" for c in comparisons.values())
+    split = ["--data", str(small_split / "test"), "--bootstrap", "0", "--ks", "1,5", "--no-progress"]
+    assert main(["eval", *split, "--model", f"good=npy:{small_split / 'good.npy'}", "--model", "random:8",
+                 "--out", str(tmp_path / "eval")]) == 0
+    models = json.loads((tmp_path / "eval" / "results.json").read_text())["models"]
+    shown = capsys.readouterr().err.splitlines()
+    assert all(f"{label}: " + ", ".join(f"{m}={v:.4f}" for m, v in res["mean"].items()) in shown
+               for label, res in models.items())
+    assert len(models["good"]["mean"]) > 1  # every metric, not only the first
+    good = small_split / "good.npy"
+    assert main(["correlate", *split, "--models", f"good=npy:{good}", f"half=noisy:0.5:npy:{good}",
+                 f"bad=noisy:2.0:npy:{good}", "random:8", "--pairs", "en-de", "--n", "15", "--n-seeds", "2",
+                 "--report-k", "1", "--out", str(tmp_path / "corr")]) == 0
+    c = json.loads((tmp_path / "corr" / "protocol.json").read_text())["pairs"]["en->de"]["correlation"]["@1"]
+    assert (f"en->de: Pearson BkR {c['pearson']['bkr']['mean']:.3f}, CORR {c['pearson']['corr']['mean']:.3f}; "
+            f"Spearman BkR {c['spearman']['bkr']['mean']:.3f}, CORR {c['spearman']['corr']['mean']:.3f}") in \
+        capsys.readouterr().err.splitlines()
+    assert len({f"{e['mean']:.3f}" for kind in c.values() for e in kind.values()}) == 4  # else a swap would not show
+
+
+def test_correlate_draws_and_tabulates_at_report_k_and_counts_the_seeds_a_correlation_is_undefined_in(
+        tmp_path, capsys, monkeypatch):
+    """The scatters and the table are at --report-k (not the largest --ks); the note counts the seeds of the figure
+    (of the four: Pearson/Spearman of BkR/CORR) undefined in the most seeds, and is left out when every figure is
+    defined in every seed."""
+    from backretrieval.cli import correlate as correlate_cli
+
+    def figure(defined: int) -> dict:
+        return {"mean": 0.5, "per_seed": [0.5, 0.5, 0.5], "defined": defined}
+
+    drawn_at = []
+
+    class Result:
+        def __init__(self, defined: list[int]) -> None:
+            kinds = dict(zip(["pearson", "spearman"], [defined[:2], defined[2:]]))
+            self.pairs = {"en->de": {"correlation": {"@1": {kind: {"bkr": figure(d[0]), "corr": figure(d[1])}
+                                                            for kind, d in kinds.items()}}}}
+
+        def save_plots(self, out, k):
+            drawn_at.append(k)
+            return []
+
+        def table(self, k):
+            return f"table at K={k}"
+
+        def to_record(self, inputs):
+            return {"task": "stub"}
+
+    argv = ["correlate", "--data", str(tmp_path), "--models", "a=random:4", "b=random:5", "--n-seeds", "3",
+            "--ks", "1,5", "--report-k", "1", "--pairs", "en-de", "--out", str(tmp_path / "out"), "--no-progress"]
+    for defined, note in (([3, 1, 2, 3], 2), ([3, 3, 3, 3], 0)):
+        monkeypatch.setattr(correlate_cli, "correlate_split", lambda *a, d=defined, **k: Result(d))
+        assert main(argv) == 0
+        shown = capsys.readouterr()
+        assert drawn_at.pop() == 1 and shown.out == "table at K=1\n"
+        notes = [line for line in shown.err.splitlines() if "undefined" in line]
+        assert notes == ([f"en->de: the correlation is undefined in up to {note} of 3 seed(s) (a metric equal for "
+                          "every model: the models are too few or too alike at this --n); left out of the means"]
+                         if note else [])
