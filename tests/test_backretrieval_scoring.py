@@ -285,3 +285,25 @@ def test_every_interval_is_the_bootstrap_of_its_hits_with_the_seed_given():
     for k in (1, 5):
         assert res.intervals[f"bkr@{k}"] == recall_interval(res.hits[k], 50, 0.95, seed=3)
         assert res.intervals[f"xlr@{k}"] == recall_interval(xlr["hits"][k], 50, 0.95, seed=3)
+
+
+def test_a_similarity_file_of_the_wrong_shape_is_refused_naming_file_and_shape(tmp_path):
+    """image_sim is (targets, sources): a file of the transposed or another shape names itself and the shape
+    expected from the text rows, before any figure."""
+    w = _world(np.random.default_rng(17), n=30)
+    p = _files(tmp_path, {"sim": np.ones((30, 20)), "src_text": w["src_text"], "tgt_text": w["tgt_text"]})
+    with pytest.raises(BackRetrievalError, match=r"sim.npy: image_sim has shape \(30, 20\), expected \(30, 30\) = "
+                                                 r"\(.*tgt_text.npy rows, .*src_text.npy rows\)$"):
+        score(p["src_text"], p["tgt_text"], image_sim=p["sim"], bootstrap=0, progress=False)
+
+
+def test_hits_with_nan_are_refused_naming_the_side(tmp_path):
+    """A file's NaN rows are named when it is read; hits given as arrays are checked as the files are."""
+    good = np.ones((30, 2))
+    bad = good.copy()
+    bad[3, 1] = np.nan
+    p = _files(tmp_path, {"a": good, "b": bad})
+    with pytest.raises(BackRetrievalError, match=r"b.npy: hits of B has 1 of 30 rows with NaN or inf \(first: row 3\)"):
+        compare(hits=(p["a"], p["b"]))
+    with pytest.raises(BackRetrievalError, match=r"^hits of B: .*contains NaN or inf$"):
+        compare(hits=(good, bad), ks=(1, 5))
