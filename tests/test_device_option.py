@@ -57,3 +57,9 @@ def test_every_tool_refuses_a_device_it_cannot_use(main, argv, capsys, monkeypat
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "argument --device: cuda: torch sees no CUDA device on this machine (use cpu)")
+
+
+def test_mps_is_refused_where_torch_has_no_mps(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^mps: MPS is not available on this machine \(use cpu\)$"):
+        torch_device("mps")
