@@ -307,3 +307,36 @@ def test_hits_with_nan_are_refused_naming_the_side(tmp_path):
         compare(hits=(p["a"], p["b"]))
     with pytest.raises(BackRetrievalError, match=r"^hits of B: .*contains NaN or inf$"):
         compare(hits=(good, bad), ks=(1, 5))
+
+
+def test_unreadable_empty_or_mismatched_inputs_are_refused_naming_the_file(tmp_path):
+    """A .npy file cut short (a copy interrupted), one of 0 rows, a target of another width, a ground truth of the
+    wrong length, an ids file that is not there: one line naming the file (or option) and what was expected."""
+    w = _world(np.random.default_rng(18), n=30)
+    p = _files(tmp_path, {"cut": w["src_text"], "empty": np.zeros((0, 8)), "wide": np.ones((30, 9))})
+    data = (tmp_path / "cut.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:len(data) - 100])
+    images = {"src_img": w["src_img"], "tgt_img": w["tgt_img"], "progress": False}
+    cases = [
+        (lambda: score(p["cut"], w["tgt_text"], **images), r"cut.npy: src_text is not a readable .npy file \(.+\)$"),
+        (lambda: score(p["empty"], w["tgt_text"], **images), r"empty.npy: src_text is empty \(0 rows\)$"),
+        (lambda: score(w["src_text"], p["wide"], **images),
+         r"^dimensions differ \(source vs target text embeddings\): src_text has 8, .*wide.npy has 9$"),
+        (lambda: score(w["src_text"], w["tgt_text"], xlr_tgt_text=w["tgt_text"], xlr_gt=np.arange(29), **images),
+         r"^xlr_gt: expected 30 target indices \(one per source row\), got shape \(29,\)$"),
+        (lambda: score(w["src_text"], w["tgt_text"], src_image_ids=str(tmp_path / "ids.txt"), **images),
+         r"ids.txt: src_image_ids file not found$"),
+    ]
+    for call, message in cases:
+        with pytest.raises(BackRetrievalError, match=message):
+            call()
+
+
+def test_a_hits_file_whose_recorded_ks_are_not_json_is_refused_naming_the_record(tmp_path):
+    from backretrieval.files import save_hits
+
+    for name in ("a", "b"):
+        save_hits(tmp_path / f"{name}.npy", np.ones((30, 2)), (1, 5), "hits")
+    (tmp_path / "b.npy.ks.json").write_text("[1, 5", encoding="utf-8")  # cut short
+    with pytest.raises(BackRetrievalError, match=r"b.npy.ks.json: not a readable JSON list of K \(.+\)$"):
+        compare(hits=(str(tmp_path / "a.npy"), str(tmp_path / "b.npy")))
