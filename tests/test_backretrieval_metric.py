@@ -617,15 +617,18 @@ _X = np.random.default_rng(0).standard_normal((4, 3))
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: bkr_recall(_X[:, :, None], _X, _X, _X), r"src_text: expected a 2-D array \(rows x dim\), got shape \(4, 3, 1\)"),
+    (lambda: bkr_recall(_X[:, :, None], _X, _X, _X),
+     r"src_text: expected a 2-D array \(rows x dim\), got shape \(4, 3, 1\)"),
     (lambda: xlr_recall(np.zeros((0, 3)), np.zeros((0, 3))), r"src_text: empty \(0 rows\)"),
     (lambda: xlr_recall(_X, _X[:3]), "without gt the sets must be row-aligned, got 4 sources and 3 targets"),
     (lambda: bkr_recall(_X, None, _X, None), "needs src_img and tgt_img .* or image_sim"),
-    (lambda: bkr_recall(_X, _X, _X, _X, approximate="yes"), "approximate: expected True/False or an ApproxConfig, got 'yes'"),
+    (lambda: bkr_recall(_X, _X, _X, _X, approximate="yes"),
+     "approximate: expected True/False or an ApproxConfig, got 'yes'"),
     (lambda: bkr_recall(_X, _X, _X, _X, approximate=ApproxConfig(candidates=0)),
      "candidates and nprobe must be >= 1 and pca_dim >= 0, got 0, "),
     (lambda: bkr_recall(None, _X, None, _X, text_sim=_X @ _X.T, approximate=True), "text_sim: .* drop approximate"),
-    (lambda: bkr_recall(None, _X, None, _X, retrieved=np.arange(4), approximate=True), "retrieved: .* drop approximate"),
+    (lambda: bkr_recall(None, _X, None, _X, retrieved=np.arange(4), approximate=True),
+     "retrieved: .* drop approximate"),
     (lambda: bkr_recall(None, _X, None, None, retrieved=np.arange(4)), "counted by src_img/tgt_img or image_sim"),
     (lambda: bkr_recall(None, _X, None, np.zeros((0, 3)), retrieved=np.arange(4)), r"no target to retrieve \(0 target"),
     (lambda: bkr_recall(None, None, None, None, image_sim=np.zeros((0, 4)), retrieved=np.zeros(4, int)),
