@@ -707,9 +707,12 @@ def test_copies_count_as_ties_only_for_the_queries_whose_own_column_has_one(ties
 
 
 def test_an_unknown_tie_policy_is_refused_by_the_rank_functions():
+    from backretrieval.image_index import neighbour_counts
     from backretrieval.ranking import MatrixScorer, count_ranks, ranks_and_hits
 
     with pytest.raises(ValueError, match="ties must be one of"):
         count_ranks(MatrixScorer(np.eye(3), np.arange(3)), np.arange(3), np.arange(3), "random")
     with pytest.raises(ValueError, match="ties must be one of"):
         ranks_and_hits({"ge": np.zeros(3, int)}, (1,), "random")
+    with pytest.raises(ValueError, match="ties must be one of"):
+        neighbour_counts(None, MatrixScorer(np.eye(3), np.arange(3)), np.arange(3), np.arange(3), "random")
