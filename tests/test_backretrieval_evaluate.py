@@ -274,3 +274,57 @@ def test_aligned_pair_takes_the_first_caption_of_each_group_and_language(tmp_pat
                      image_index=np.asarray([0, 0, 0, 1, 1, 2]), images=[], image_format="npy")
     src, tgt, img = aligned_pair(data, "en", "de")
     assert src.tolist() == [0, 4] and tgt.tolist() == [1, 3] and img.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"text_scores": lambda s, t: np.zeros((len(s), len(t)))},
+     r"^evaluate_pairs: text_scores gives BkR only \(with_corr=False, no groups\)$"),
+    ({"text_scores": lambda s, t: np.zeros((len(s), len(t))), "with_corr": False, "groups": ["g"] * 6},
+     r"^evaluate_pairs: text_scores gives BkR only"),
+    ({"text_emb": None, "with_corr": False}, "^evaluate_pairs: give text_emb or text_scores$"),
+    ({"groups": ["g0", "g1"]}, "^evaluate_pairs: groups has 2 entries, expected 6$"),
+])
+def test_evaluate_pairs_refuses_a_text_side_it_cannot_score(kwargs, message):
+    rng = np.random.default_rng(0)
+    text, images = rng.normal(size=(6, 4)), rng.normal(size=(6, 3))
+    kwargs = {"text_emb": text, **kwargs}
+    with pytest.raises(BackRetrievalError, match=message):
+        evaluate_pairs(kwargs.pop("text_emb"), ["en", "de"] * 3, images, [f"i{n}" for n in range(6)], (1,), **kwargs)
+
+
+def test_sides_that_share_no_image_are_kept_whole_and_shared_images_go_to_one_side():
+    from backretrieval.pairs import non_matching_sides
+
+    ids = np.array(["a", "b", "c", "d", "a", "e"])
+    src, tgt = non_matching_sides(np.array([0, 1]), np.array([2, 3, 5]), ids, np.random.default_rng(0))
+    assert src.tolist() == [0, 1] and tgt.tolist() == [2, 3, 5]  # nothing shared: nothing dropped
+    src, tgt = non_matching_sides(np.array([0, 1]), np.array([4, 3]), ids, np.random.default_rng(0))
+    assert not set(ids[src]) & set(ids[tgt]) and {"b", "d"} <= set(ids[src]) | set(ids[tgt])
+
+
+def _split_data(tmp_path, langs, groups, image_format="npy"):
+    from backretrieval.data import SplitData
+
+    n = len(langs)
+    return SplitData(split_dir=tmp_path, checksum="", texts=[f"t{i}" for i in range(n)],
+                     langs=np.asarray(langs, dtype=object), image_ids=np.asarray(groups, dtype=object),
+                     groups=np.asarray(groups, dtype=object), image_keys=[f"k{i}" for i in range(n)],
+                     image_index=np.arange(n), images=[b"\xff"] * n, image_format=image_format)
+
+
+def test_a_language_pair_without_a_common_group_is_refused_naming_the_split(tmp_path):
+    from backretrieval.data import aligned_pair
+
+    data = _split_data(tmp_path, ["en", "de", "en", "fr"], ["g0", "g1", "g2", "g0"])
+    with pytest.raises(BackRetrievalError, match=f"^{tmp_path}: no group has captions in both en and de$"):
+        aligned_pair(data, "en", "de")
+    assert aligned_pair(data, "en", "fr")[0].tolist() == [0]
+
+
+def test_a_split_of_pixels_without_an_image_model_is_refused_naming_the_format(tmp_path):
+    from backretrieval.data import image_features, stored_image_format
+
+    data = _split_data(tmp_path, ["en", "de"], ["g0", "g0"], image_format="jpg")
+    assert stored_image_format(data) == "jpg"
+    with pytest.raises(BackRetrievalError, match=f"^{tmp_path}: images are jpg; an image model is needed for g"):
+        image_features(data, None)

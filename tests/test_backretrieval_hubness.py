@@ -285,3 +285,26 @@ def test_hub_share_takes_the_top_ceil_of_one_percent_and_skewness_is_the_moment_
     centred = counts - counts.mean()
     moment_ratio = np.mean(centred ** 3) / np.mean(centred ** 2) ** 1.5
     assert stats_["skewness"] == pytest.approx(moment_ratio, rel=1e-9)
+
+
+def test_neighbourhood_radii_refuse_rows_of_another_dimension_or_groups_of_another_length():
+    from backretrieval.hubness import neighbourhood_radii
+
+    rng = np.random.default_rng(1)
+    q, pool = rng.standard_normal((4, 5)), rng.standard_normal((10, 5))
+    with pytest.raises(ValueError, match="^queries have 3 dims, the pool 5$"):
+        neighbourhood_radii(q[:, :3], pool, 2)
+    with pytest.raises(ValueError, match="^pool_groups has 9 codes for 10 pool rows$"):
+        neighbourhood_radii(q, pool, 2, pool_groups=np.zeros(9, int))
+
+
+def test_rescore_without_a_faiss_scorer_reads_each_candidate_and_marks_missing_ones():
+    """A scorer with no ``by_candidates`` (a precomputed matrix): candidate j of row i scores matrix[rows[i], j],
+    and a missing candidate (-1, a list shorter than asked) scores -inf, below every real score."""
+    from backretrieval.approximate import rescore
+    from backretrieval.ranking import MatrixScorer
+
+    matrix = np.arange(20, dtype=np.float32).reshape(4, 5)
+    rows, candidates = np.array([3, 0]), np.array([[4, -1, 0], [2, 2, -1]])
+    np.testing.assert_array_equal(rescore(MatrixScorer(matrix, np.arange(5)), rows, candidates),
+                                  [[19, -np.inf, 15], [2, 2, -np.inf]])

@@ -310,3 +310,25 @@ def test_a_copy_of_the_own_image_ending_a_list_under_another_rounding_sends_the_
     assert counts["gt"].tolist() == [0] and counts["ge"].tolist() == [3]
     exact = count_ranks(scorer, np.array([0]), np.array([0]), "expected")
     assert counts["gt"].tolist() == exact["gt"].tolist() and counts["ge"].tolist() == exact["ge"].tolist()
+
+
+def test_an_npz_without_the_list_arrays_is_refused_naming_what_is_missing(tmp_path):
+    """An .npz of something else (here: only ``ids``) is no neighbour file: the file and the missing arrays named."""
+    rng = np.random.default_rng(5)
+    _, si, _, ti = _world(rng, 50)
+    path = tmp_path / "lists.npz"
+    save_image_neighbours(path, image_neighbours(si, ti, 8))
+    with np.load(path) as data:
+        ids = data["ids"]
+    other = tmp_path / "other.npz"
+    np.savez(other, ids=ids)
+    with pytest.raises(BackRetrievalError, match=rf"^{other}: not an image neighbour file \(no .*scores.* array\)$"):
+        load_image_neighbours(other)
+
+
+def test_image_ids_not_one_per_source_row_are_refused():
+    rng = np.random.default_rng(6)
+    st, si, tt, ti = _world(rng, 20)
+    with pytest.raises(BackRetrievalError, match=r"^src_image_ids: expected 20 ids \(one per source text\), got shape "
+                                                  r"\(19,\)$"):
+        bkr_recall(st, si, tt, ti, (1,), src_image_ids=[f"i{i}" for i in range(19)])

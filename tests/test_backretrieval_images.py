@@ -461,3 +461,76 @@ def test_a_checkpoint_holding_its_weights_under_a_key_loads_them(tmp_path, key):
     torch.save({key: weights, "epoch": 3}, tmp_path / "ckpt.pth")
     loaded = create_image_model(TINY, str(tmp_path / "ckpt.pth"))[0].state_dict()
     assert all(torch.equal(loaded[name], tensor) for name, tensor in weights.items() if name in loaded)
+
+
+@pytest.mark.parametrize("headless", [False, True])
+def test_a_weight_file_of_the_same_layout_under_other_names_loads_in_order(tmp_path, headless):
+    """A port of the architecture that names its tensors otherwise (here: a ``backbone.`` prefix), saved with its
+    classifier or without it as a named file may be: the tensors are taken in order, and the model computes what
+    the original does (headless, a renamed file was refused: 'weights have 86 tensors but EfficientNet expects 88')."""
+    import timm
+
+    ref = timm.create_model(TINY, pretrained=False)
+    torch.nn.init.normal_(ref.conv_stem.weight)
+    if headless:
+        ref.reset_classifier(0)
+    torch.save({f"backbone.{k}": v.clone() for k, v in ref.state_dict().items()}, tmp_path / "port.pth")
+    ref.reset_classifier(0)
+    model, tag = create_image_model(TINY, str(tmp_path / "port.pth"))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), ref.eval()(x))
+    assert tag.startswith("file:port.pth:")
+
+
+def test_no_images_one_image_or_ids_of_another_count_are_one_line_errors(tmp_path):
+    picture = _picture(0)
+    cnn = ImageFeatureExtractor(TINY, "random", progress=False)
+    for g in (cnn, ThumbnailFeatures(4), RandomImageFeatures()):
+        with pytest.raises(BackRetrievalError, match="^no images to extract features from$"):
+            g.extract([])
+        with pytest.raises(BackRetrievalError, match="^images: expected a sequence of images, got one PngImageFile; "
+                                                     "wrap it in a list$|got one Image; wrap it in a list$"):
+            g.extract(picture)
+        with pytest.raises(BackRetrievalError, match="^images: expected a sequence of images, got int$"):
+            g.extract(5)
+    for g in (cnn, RandomImageFeatures()):
+        with pytest.raises(BackRetrievalError, match="^1 image ids for 2 images$"):
+            g.extract([picture, picture], ids=["a"])
+    with pytest.raises(BackRetrievalError, match="^no images to extract features from$"):
+        cnn.extract_readable([])
+    with pytest.raises(BackRetrievalError, match=r"^image model 'thumbnail:0': SIZE must be >= 1$"):
+        ThumbnailFeatures(0)
+
+
+def test_pil_images_are_identified_by_their_pixels():
+    """The random g (and the cache) key a PIL image by its pixels: the same picture twice is one vector, another
+    picture another."""
+    a, a_again, b = _picture(0), _picture(0), _picture(1)
+    feats = RandomImageFeatures().extract([a, a_again, b])
+    np.testing.assert_array_equal(feats[0], feats[1])
+    assert not np.allclose(feats[0], feats[2])
+
+
+def test_the_cnn_name_holds_its_weights_and_an_hf_hub_name_is_not_checked_offline():
+    from backretrieval.images import check_model_name
+
+    cnn = ImageFeatureExtractor(TINY, "random", progress=False)
+    assert cnn.name == f"{TINY}@random:0"  # the seed of its random weights
+    assert check_model_name("hf-hub:org/some-model") is None  # timm resolves it when it loads; nothing fetched here
+
+
+def test_extract_readable_without_a_cache_and_with_no_file_that_decodes(tmp_path):
+    """Without a cache folder the readable files are decoded into extract's features; when none decodes, the
+    features are (0, 0) and every file is skipped with why, from the cache record the second time as the first."""
+    torch.save(create_image_model(TINY, "random")[0].state_dict(), tmp_path / "w.pth")
+    (tmp_path / "ok.jpg").write_bytes(_jpeg(_picture(0)))
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    plain = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), progress=False)
+    feats, kept, skipped = plain.extract_readable([tmp_path / "broken.jpg", tmp_path / "ok.jpg"])
+    assert kept == [1] and [i for i, _ in skipped] == [0] and not (tmp_path / "cache").exists()
+    np.testing.assert_allclose(feats, plain.extract([str(tmp_path / "ok.jpg")]), rtol=1e-5, atol=1e-6)
+    cached = ImageFeatureExtractor(TINY, str(tmp_path / "w.pth"), cache_dir=tmp_path / "cache", progress=False)
+    for _ in range(2):
+        none, kept, skipped = cached.extract_readable([tmp_path / "broken.jpg"])
+        assert none.shape == (0, 0) and kept == [] and [i for i, _ in skipped] == [0] and skipped[0][1]

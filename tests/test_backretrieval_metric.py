@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from backretrieval import BackRetrievalError, BackRetrievalWarning, RandomEmbedder, bkr_recall, corr_score, xlr_recall
+from backretrieval.approximate import ApproxConfig
 from backretrieval.ranking import _TIE_K, nearest_neighbor
 
 KS = (1, 2, 5, 10)
@@ -610,3 +611,108 @@ def test_bkr_hubness_counts_the_target_set_not_the_source_set():
     assert hub["never_retrieved"] == pytest.approx(np.mean(occurrence == 0))
     assert hub["max_occurrence"] == occurrence.max()
     assert hub["skewness_random"] == pytest.approx(np.sqrt(30 / 40))  # Poisson of mean Q / Nt
+
+
+_X = np.random.default_rng(0).standard_normal((4, 3))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: bkr_recall(_X[:, :, None], _X, _X, _X),
+     r"src_text: expected a 2-D array \(rows x dim\), got shape \(4, 3, 1\)"),
+    (lambda: xlr_recall(np.zeros((0, 3)), np.zeros((0, 3))), r"src_text: empty \(0 rows\)"),
+    (lambda: xlr_recall(_X, _X[:3]), "without gt the sets must be row-aligned, got 4 sources and 3 targets"),
+    (lambda: bkr_recall(_X, None, _X, None), "needs src_img and tgt_img .* or image_sim"),
+    (lambda: bkr_recall(_X, _X, _X, _X, approximate="yes"),
+     "approximate: expected True/False or an ApproxConfig, got 'yes'"),
+    (lambda: bkr_recall(_X, _X, _X, _X, approximate=ApproxConfig(candidates=0)),
+     "candidates and nprobe must be >= 1 and pca_dim >= 0, got 0, "),
+    (lambda: bkr_recall(None, _X, None, _X, text_sim=_X @ _X.T, approximate=True), "text_sim: .* drop approximate"),
+    (lambda: bkr_recall(None, _X, None, _X, retrieved=np.arange(4), approximate=True),
+     "retrieved: .* drop approximate"),
+    (lambda: bkr_recall(None, _X, None, None, retrieved=np.arange(4)), "counted by src_img/tgt_img or image_sim"),
+    (lambda: bkr_recall(None, _X, None, np.zeros((0, 3)), retrieved=np.arange(4)), r"no target to retrieve \(0 target"),
+    (lambda: bkr_recall(None, None, None, None, image_sim=np.zeros((0, 4)), retrieved=np.zeros(4, int)),
+     "no target to retrieve"),
+])
+def test_inputs_the_metric_cannot_rank_are_refused_naming_the_argument(call, message):
+    """Wrong shapes, missing sides and options that contradict the given targets: a one-line error naming the
+    argument and what was expected, never a figure."""
+    with pytest.raises(BackRetrievalError, match=message) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def _brute_counts(scores: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> dict[str, np.ndarray]:
+    """Competitors above / at least the own score, by a loop over each query's row (the own column excluded)."""
+    gt, ge = [], []
+    for r, c in zip(rows, cols):
+        others = np.delete(scores[r], c)
+        gt.append(int(np.sum(others > scores[r, c])))
+        ge.append(int(np.sum(others >= scores[r, c])))
+    return {"gt": np.array(gt), "ge": np.array(ge)}
+
+
+def test_count_ranks_reads_the_columns_a_matrix_scorer_picks():
+    """Columns picked out of a precomputed matrix (one per distinct image), in another order: the counts are those
+    of the picked sub-matrix, in tiles of a few columns as in one."""
+    from backretrieval.ranking import MatrixScorer, count_ranks
+
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((7, 12)).astype(np.float32)
+    picked = np.array([11, 0, 4, 3, 9, 6])
+    rows, cols = np.array([0, 3, 3, 6, 2]), np.array([0, 5, 1, 2, 4])
+    expected = _brute_counts(matrix[:, picked], rows, cols)
+    for block_bytes in (8, 1 << 20):
+        found = count_ranks(MatrixScorer(matrix, picked), rows, cols, "expected", block_bytes=block_bytes)
+        for key in ("gt", "ge"):
+            np.testing.assert_array_equal(found[key], expected[key])
+    empty = count_ranks(MatrixScorer(matrix, picked), np.zeros(0, int), np.zeros(0, int), "pessimistic")
+    assert list(empty) == ["ge"] and empty["ge"].shape == (0,)
+
+
+def test_count_ranks_stops_once_every_query_is_past_max_rank():
+    """Every query's own column scores lowest of its row: after the first column chunk all are past max_rank, and the
+    count stops there. The counts are only promised >= max_rank (and never above the true ones)."""
+    from backretrieval.ranking import _FIRST_CHUNK_COLS, MatrixScorer, count_ranks
+
+    rng = np.random.default_rng(6)
+    n_cols = 2 * _FIRST_CHUNK_COLS + 100
+    matrix = rng.uniform(0.5, 1.0, (4, n_cols)).astype(np.float32)
+    rows, cols = np.arange(4), np.array([0, 7, n_cols - 1, 600])
+    matrix[rows, cols] = 0.0
+    scorer = MatrixScorer(matrix, np.arange(n_cols))
+    exact = count_ranks(scorer, rows, cols, "pessimistic")["ge"]
+    np.testing.assert_array_equal(exact, np.full(4, n_cols - 1))
+    stopped = count_ranks(scorer, rows, cols, "pessimistic", max_rank=10)["ge"]
+    assert (stopped >= 10).all() and (stopped < exact).all()  # the last chunks were never read
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "expected"])
+def test_copies_count_as_ties_only_for_the_queries_whose_own_column_has_one(ties):
+    """Columns 0 and 1 are copies: a query owning column 0 ties with column 1 (in ``ge``, never ``gt``); queries
+    owning a column without a copy count as plain cosines, whether or not a query with a copy shares their tile."""
+    from backretrieval.ranking import VectorScorer, count_ranks
+
+    rng = np.random.default_rng(7)
+    row_vecs, col_vecs = rng.standard_normal((5, 4)), rng.standard_normal((6, 4))
+    col_vecs[1] = col_vecs[0]
+    exact = _cos(row_vecs, col_vecs)
+    exact[:, 1] = exact[:, 0]  # the copy's cosine, in exact arithmetic
+    for rows, cols in ((np.array([0, 1, 4]), np.array([2, 3, 5])),  # no query owns a copied column
+                       (np.array([0, 1, 2, 3]), np.array([0, 3, 1, 4]))):
+        expected = _brute_counts(exact, rows, cols)
+        for block_bytes in (1, 1 << 20):  # one column and one query per tile, or all at once
+            found = count_ranks(VectorScorer(row_vecs, col_vecs), rows, cols, ties, block_bytes=block_bytes)
+            assert found and all(np.array_equal(found[key], expected[key]) for key in found)
+
+
+def test_an_unknown_tie_policy_is_refused_by_the_rank_functions():
+    from backretrieval.image_index import neighbour_counts
+    from backretrieval.ranking import MatrixScorer, count_ranks, ranks_and_hits
+
+    with pytest.raises(ValueError, match="ties must be one of"):
+        count_ranks(MatrixScorer(np.eye(3), np.arange(3)), np.arange(3), np.arange(3), "random")
+    with pytest.raises(ValueError, match="ties must be one of"):
+        ranks_and_hits({"ge": np.zeros(3, int)}, (1,), "random")
+    with pytest.raises(ValueError, match="ties must be one of"):
+        neighbour_counts(None, MatrixScorer(np.eye(3), np.arange(3)), np.arange(3), np.arange(3), "random")

@@ -303,3 +303,12 @@ def test_run_protocol_default_n_is_half_the_items():
     z, images = _world(rng, 20)
     out = run_protocol({"m": (z, z)}, images, seeds=1, ks=(1,), corr_pairs=1_000, progress=False)
     assert out["n"] == 10
+
+
+def test_a_model_without_one_embedding_per_image_is_refused_naming_it():
+    rng = np.random.default_rng(2)
+    _, images = _world(rng, 20)
+    good, short = rng.standard_normal((20, 8)), rng.standard_normal((19, 8))
+    with pytest.raises(BackRetrievalError, match="^model short: 20 source / 19 target embeddings for 20 images; "
+                                                 "expected one per image$"):
+        run_protocol({"good": (good, good), "short": (good, short)}, images, seeds=1)

@@ -285,3 +285,58 @@ def test_every_interval_is_the_bootstrap_of_its_hits_with_the_seed_given():
     for k in (1, 5):
         assert res.intervals[f"bkr@{k}"] == recall_interval(res.hits[k], 50, 0.95, seed=3)
         assert res.intervals[f"xlr@{k}"] == recall_interval(xlr["hits"][k], 50, 0.95, seed=3)
+
+
+def test_a_similarity_file_of_the_wrong_shape_is_refused_naming_file_and_shape(tmp_path):
+    """image_sim is (targets, sources): a file of the transposed or another shape names itself and the shape
+    expected from the text rows, before any figure."""
+    w = _world(np.random.default_rng(17), n=30)
+    p = _files(tmp_path, {"sim": np.ones((30, 20)), "src_text": w["src_text"], "tgt_text": w["tgt_text"]})
+    with pytest.raises(BackRetrievalError, match=r"sim.npy: image_sim has shape \(30, 20\), expected \(30, 30\) = "
+                                                 r"\(.*tgt_text.npy rows, .*src_text.npy rows\)$"):
+        score(p["src_text"], p["tgt_text"], image_sim=p["sim"], bootstrap=0, progress=False)
+
+
+def test_hits_with_nan_are_refused_naming_the_side(tmp_path):
+    """A file's NaN rows are named when it is read; hits given as arrays are checked as the files are."""
+    good = np.ones((30, 2))
+    bad = good.copy()
+    bad[3, 1] = np.nan
+    p = _files(tmp_path, {"a": good, "b": bad})
+    with pytest.raises(BackRetrievalError, match=r"b.npy: hits of B has 1 of 30 rows with NaN or inf \(first: row 3\)"):
+        compare(hits=(p["a"], p["b"]))
+    with pytest.raises(BackRetrievalError, match=r"^hits of B: .*contains NaN or inf$"):
+        compare(hits=(good, bad), ks=(1, 5))
+
+
+def test_unreadable_empty_or_mismatched_inputs_are_refused_naming_the_file(tmp_path):
+    """A .npy file cut short (a copy interrupted), one of 0 rows, a target of another width, a ground truth of the
+    wrong length, an ids file that is not there: one line naming the file (or option) and what was expected."""
+    w = _world(np.random.default_rng(18), n=30)
+    p = _files(tmp_path, {"cut": w["src_text"], "empty": np.zeros((0, 8)), "wide": np.ones((30, 9))})
+    data = (tmp_path / "cut.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:len(data) - 100])
+    images = {"src_img": w["src_img"], "tgt_img": w["tgt_img"], "progress": False}
+    cases = [
+        (lambda: score(p["cut"], w["tgt_text"], **images), r"cut.npy: src_text is not a readable .npy file \(.+\)$"),
+        (lambda: score(p["empty"], w["tgt_text"], **images), r"empty.npy: src_text is empty \(0 rows\)$"),
+        (lambda: score(w["src_text"], p["wide"], **images),
+         r"^dimensions differ \(source vs target text embeddings\): src_text has 8, .*wide.npy has 9$"),
+        (lambda: score(w["src_text"], w["tgt_text"], xlr_tgt_text=w["tgt_text"], xlr_gt=np.arange(29), **images),
+         r"^xlr_gt: expected 30 target indices \(one per source row\), got shape \(29,\)$"),
+        (lambda: score(w["src_text"], w["tgt_text"], src_image_ids=str(tmp_path / "ids.txt"), **images),
+         r"ids.txt: src_image_ids file not found$"),
+    ]
+    for call, message in cases:
+        with pytest.raises(BackRetrievalError, match=message):
+            call()
+
+
+def test_a_hits_file_whose_recorded_ks_are_not_json_is_refused_naming_the_record(tmp_path):
+    from backretrieval.files import save_hits
+
+    for name in ("a", "b"):
+        save_hits(tmp_path / f"{name}.npy", np.ones((30, 2)), (1, 5), "hits")
+    (tmp_path / "b.npy.ks.json").write_text("[1, 5", encoding="utf-8")  # cut short
+    with pytest.raises(BackRetrievalError, match=r"b.npy.ks.json: not a readable JSON list of K \(.+\)$"):
+        compare(hits=(str(tmp_path / "a.npy"), str(tmp_path / "b.npy")))

@@ -291,3 +291,42 @@ def test_p_better_mcnemar_is_one_sided():
     new, best = _discordant(6, 2)
     one_sided = sum(math.comb(8, i) for i in range(6, 9)) / 2 ** 8
     assert p_better(new, best) == pytest.approx(one_sided)
+
+
+@pytest.mark.parametrize("hits, message", [
+    (["a", "b"], "hits: expected a vector of per-query hits \\(numbers\\), got list"),
+    ([], "hits: no queries \\(empty hit vector\\)"),
+    ([1.0, np.nan], "hits: hit vector contains NaN or inf"),
+])
+def test_hits_that_are_not_a_vector_of_finite_numbers_are_refused(hits, message):
+    with pytest.raises(BackRetrievalError, match=message):
+        recall_interval(hits, bootstrap=10)
+
+
+def test_an_unknown_paired_test_is_refused_naming_the_known_ones():
+    a, b = np.array([1.0, 0.0, 1.0]), np.array([0.0, 0.0, 1.0])
+    for tests in ([], ["mcnemar", "wilcoxon"]):
+        with pytest.raises(BackRetrievalError, match="tests: expected some of mcnemar, bootstrap"):
+            compare_hits(a, b, tests=tests, bootstrap=10)
+    with pytest.raises(BackRetrievalError, match="test: expected None or one of mcnemar, bootstrap, got 'wilcoxon'"):
+        p_better(a, b, test="wilcoxon")
+    with pytest.raises(BackRetrievalError, match="test: expected None or one of mcnemar, bootstrap, got 'wilcoxon'"):
+        better_beyond_noise(a, b, test="wilcoxon")
+
+
+def test_p_better_without_a_discordant_query_is_one():
+    """McNemar on queries both models answer alike: no evidence either way, p = 1 (the binomial on 0 trials)."""
+    hits = np.array([1.0, 0.0, 1.0, 1.0])
+    assert p_better(hits, hits.copy(), test="mcnemar") == 1.0
+
+
+def test_a_corr_interval_whose_replicates_all_draw_one_query_is_undefined():
+    """Two queries, each with pairs of one text and one image distance: a replicate drawing one query only sees
+    equal distances (left out). When every replicate does, the interval is undefined (NaN), while the value
+    stays the Spearman of all pairs."""
+    weights = lambda seed: np.concatenate(list(bootstrap_weights(2, 4, seed)))  # noqa: E731
+    seed = next(s for s in range(200) if (weights(s).min(axis=1) == 0).all())  # each replicate: one query twice
+    text, image, query = np.array([1.0, 1.0, 2.0, 2.0]), np.array([5.0, 5.0, 3.0, 3.0]), np.array([0, 0, 1, 1])
+    res = corr_interval(text, image, query, 2, bootstrap=4, seed=seed)
+    assert res["value"] == pytest.approx(stats.spearmanr(text, image)[0]) == pytest.approx(-1.0)
+    assert all(math.isnan(res[key]) for key in ("lo", "hi", "se"))
