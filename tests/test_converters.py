@@ -1636,3 +1636,16 @@ def test_a_key_clash_in_the_writer_skips_that_caption_as_a_duplicate_and_counts_
     assert summary["skipped"] == {"duplicate_key": 1} and summary["issues"]["duplicate_key"]["count"] == 1
     assert summary["written"]["train"] == {"de": 4, "en": 3} and summary["balanced"]
     assert "photo 0 in en" not in {m["caption"] for m in read_captions(out / "train")}
+
+
+def test_versions_say_none_for_a_checkout_never_pip_installed(monkeypatch):
+    import importlib.metadata
+    import platform
+
+    from data_prep.versions import versions
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert versions() == {"globetrotter": None, "numpy": np.__version__, "python": platform.python_version()}
