@@ -341,3 +341,12 @@ def test_a_font_file_that_does_not_read_has_no_characters(tmp_path):
 
     (tmp_path / "broken.ttf").write_bytes(b"not a font")
     assert _charset(str(tmp_path / "broken.ttf")) == frozenset()
+
+
+def test_python_m_data_prep_cli_runs_the_data_commands():
+    """``python -m data_prep.cli`` (the data layer without the method's commands) parses and exits with the code."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "data_prep.cli", "synth", "--out"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 2 and "--out: expected one argument" in done.stderr
