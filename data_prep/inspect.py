@@ -176,8 +176,6 @@ def wrap_to_width(text: str, width: int) -> str:
             line = f"{line} {head}" if line else head
             lines.append(line)
             line, word = "", word[len(head):]
-        if not word:
-            continue
         if line and display_width(line) + 1 + display_width(word) > width:
             lines.append(line)
             line = word

@@ -113,8 +113,9 @@ def _acquire(lock: Path, made: list[Path], what: str, wait: Callable[[str], None
             remove_empty_folders(made)
             raise UserError(f"{what}: another command is writing there now (it holds {lock}); wait for it to finish, "
                             f"or give another folder") from None
-        except OSError:  # a file system without flock
+        except OSError:  # a file system without flock: nothing is locked, so no lock file is left behind
             os.close(fd)
+            lock.unlink(missing_ok=True)
             return None
         try:
             if os.path.samestat(os.fstat(fd), os.stat(lock)):

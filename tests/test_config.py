@@ -1,6 +1,8 @@
 """Config loading: YAML + overrides, validation errors that name the key, saved config round-trips."""
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +256,45 @@ def test_config_io_refuses_a_boolean_int_and_a_base_loop_and_reads_an_empty_file
     with pytest.raises(UserError, match=r"empty.yaml: the config file is empty \(no key\)"):
         load_train_config(tmp_path / "empty.yaml", [])
     assert parse_overrides(["--steps=5", "model.layers=2"]) == {"steps": 5, "model": {"layers": 2}}
+
+
+@dataclasses.dataclass
+class _Small:
+    """A config of each kind of field config_io converts (a mapping, a number, a class YAML builds itself)."""
+
+    name: str
+    weights: dict[str, int] = dataclasses.field(default_factory=dict)
+    rate: float = 0.1
+    day: datetime.date | None = None
+
+
+def test_config_io_names_the_key_and_the_file_for_each_kind_of_wrong_value(tmp_path):
+    """A mapping given a list, a number given words, a required key missing, a _base_ that is no file name and a
+    file that is not UTF-8 are each one line naming the file (or overrides) and the key; a number written as "3e-4"
+    (a YAML string) and a date YAML reads itself are taken."""
+    from data_prep.config_io import load_config as load
+
+    def error(text: str) -> str:
+        path = write(tmp_path, text)
+        with pytest.raises(UserError) as err:
+            load(_Small, path)
+        return str(err.value)
+
+    path = tmp_path / "c.yaml"
+    assert error("name: a\nweights: [1, 2]\n") == f"{path}: key 'weights' expected a mapping, got [1, 2]"
+    assert error("name: a\nrate: fast\n") == f"{path}: key 'rate' expected float, got 'fast'"
+    assert error("rate: 0.5\n").startswith(f"{path}: _Small: ") and "'name'" in error("rate: 0.5\n")
+    assert error("_base_: 5\nname: a\n") == f"{path}: key '_base_' expected a file name, got 5"
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(UserError, match=rf"^{path}: not UTF-8 text$"):
+        load(_Small, path)
+    small = load(_Small, write(tmp_path, "name: a\nrate: 3e-4\nday: 2024-05-01\nweights: {x: 2}\n"))
+    assert (small.rate, small.day, small.weights) == (3e-4, datetime.date(2024, 5, 1), {"x": 2})
+
+
+def test_an_override_value_that_is_no_yaml_is_its_text_and_an_empty_key_is_refused():
+    assert parse_overrides(["run.name=a: b: c"]) == {"run": {"name": "a: b: c"}}  # not YAML: the text as given
+    with pytest.raises(UserError, match="^override '=5': empty key$"):
+        parse_overrides(["=5"])
+    with pytest.raises(UserError, match="^override '--=5': empty key$"):
+        parse_overrides(["--=5"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -967,6 +968,9 @@ def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys)
     w = split_file_world(tmp_path)
     unknown = write_lines(tmp_path / "unknown.txt", ["101_a1b2c3.jpg", "999.jpg", "no_such_image.jpg"])
     test, dev = w["lists"]["test"], w["lists"]["dev"]
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(b"".join(b"%d.jpg\n" % i for i in range(5000)))[:500])
+    latin1 = write_lines(tmp_path / "latin1.txt", ["101_a1b2c3.jpg", b"caf\xe9.jpg"])
     cases = [
         (["--split-file", f"test={unknown}"], ["2 name(s) match no image", f"test={unknown}: 2 of 3 line(s)",
                                                f"{unknown}:2 '999.jpg'", f"{unknown}:3 'no_such_image.jpg'"]),
@@ -979,6 +983,11 @@ def test_bad_split_files_are_one_line_errors_and_write_nothing(tmp_path, capsys)
         (["--split-file", f"test={tmp_path / 'none.txt'}"], ["split file (or split folder with manifest.json) not found"]),
         (["--split-file", f"test={write_lines(tmp_path / 'empty.txt', ['', '# nothing'])}"], ["names no image"]),
         (["--all-to", "everything"], ["unknown split 'everything'"]),
+        (["--split-file", str(test)], [f"expected SPLIT=FILE (e.g. test=Flickr_8k.testImages.txt), got '{test}'"]),
+        (["--split-file", f"={test}"], ["expected SPLIT=FILE"]),
+        (["--split-file", f"test={latin1}"],
+         [f"{latin1}:2: split file line is not UTF-8 (invalid UTF-8 byte 0xe9 at column 4)"]),
+        (["--split-file", f"test={cut}"], [f"{cut}: cannot read the split file ("]),
     ]
     for extra, messages in cases:
         out = tmp_path / "out"
@@ -1354,3 +1363,289 @@ def test_strict_fails_on_bad_input_that_costs_no_caption(tmp_path, capsys):
     assert cli([*argv, "--out", tmp_path / "out"]) == 0
     assert cli([*argv, "--out", tmp_path / "strict", "--strict"]) == 1
     assert "missing_caption_file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--flickr8k", "Flickr8k.token.txt"], "--flickr8k: expected FILE:LANG (e.g. Flickr8k.token.txt:en), got "
+                                           "'Flickr8k.token.txt'"),
+    (["--multi30k-tasks", "3"], "--multi30k-tasks: expected 1, 2 or 1,2, got '3'"),
+    (["--multi30k-tasks", "one"], "--multi30k-tasks: expected 1, 2 or 1,2, got 'one'"),
+    (["--test-fraction", "half"], "--test-fraction: expected a fraction in [0, 1], got 'half'"),
+    (["--val-fraction", "1.5"], "--val-fraction: expected a fraction in [0, 1], got '1.5'"),
+    (["--resize", "0"], "--resize must be a positive number of pixels, got 0"),
+    (["--jpeg-quality", "101"], "--jpeg-quality must be in 1..100, got 101"),
+    (["--shard-size", "0"], "--shard-size must be positive, got 0"),
+    (["--max-images", "0"], "--max-images must be positive, got 0"),
+    (["--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--parallel-train", "en,ja"], "--parallel-train en,ja must be a subset of the languages kept (de,en,fr)"),
+])
+def test_a_bad_option_value_is_one_line_naming_the_flag_and_what_it_expects(tmp_path, capsys, extra, message):
+    photos, rows = folder_world(tmp_path, n=3)
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--no-progress", "--out", out,
+                *extra]) == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not out.exists()
+
+
+def test_a_dataset_with_photos_needs_images_in_one_line(tmp_path, capsys):
+    table = write_lines(tmp_path / "Flickr8k.token.txt", ["101.jpg#0\ta dog"])
+    assert cli(["flickr8k", "--flickr8k", f"{table}:en", "--out", tmp_path / "o", "--no-progress"]) == 2
+    assert one_error_line(capsys) == ("error: --images DIR is required with --multi30k, --flickr8k and --xtd10 (the "
+                                      "folder of the photos)")
+    assert not (tmp_path / "o").exists()
+
+
+def test_conversion_options_given_in_python_are_checked_as_the_flags_are(tmp_path):
+    """The Python API (ConvertOptions, ImageSpec) refuses what the command line refuses before parsing."""
+    from data_prep.converters.images import ImageSpec
+    from data_prep.converters.pipeline import ConvertOptions
+
+    with pytest.raises(UserError, match=r"^--test-fraction must be in \[0, 1\], got 1.5$"):
+        ConvertOptions(out_dir=tmp_path, test_fraction=1.5)
+    with pytest.raises(UserError, match=r"^--val-fraction must be in \[0, 1\], got -0.1$"):
+        ConvertOptions(out_dir=tmp_path, val_fraction=-0.1)
+    with pytest.raises(UserError, match=r"^--all-to: .*'holdout'"):
+        ConvertOptions(out_dir=tmp_path, all_to="holdout")
+    assert ConvertOptions(out_dir=tmp_path, all_to="test").all_to == "test"
+    with pytest.raises(ValueError, match="resize mode must be one of"):
+        ImageSpec(64, "stretch")
+    with pytest.raises(ValueError, match="resize must be a positive number of pixels, got 0"):
+        ImageSpec(0)
+
+
+def test_globetrotter_layout_reports_each_bad_listing_line_and_caption_line_where_it_is(tmp_path):
+    """A listing's non-UTF-8, blank and malformed lines and a caption file's non-UTF-8 line are issues naming file
+    and line (the good lines around them read on); a root without any listing is one line naming the expected one."""
+    from data_prep.converters.globetrotter_layout import read_globetrotter
+    from data_prep.converters.report import Issue
+
+    with pytest.raises(UserError, match=rf"^{tmp_path}: no Globetrotter listing found \(expected e.g. {tmp_path}/COCO/"
+                                        r"annotations/translated_independent/listing_train.txt\)$"):
+        read_globetrotter(tmp_path)
+    ind = tmp_path / "COCO" / "annotations" / "translated_independent"
+    write_lines(ind / "de" / "COCO_train2014_000000000001.txt", ["ein Hund", b"\xff kaputt", "ein Hund rennt"])
+    listing = write_lines(ind / "listing_train.txt", [
+        b"./de/\xff.txt", "", "./de/COCO_train2014_noNumber.txt", "./de/COCO_train2014_000000000002.jpg",
+        "COCO_train2014_000000000003.txt", "./de/COCO_train2014_000000000001.txt"])
+    records = list(read_globetrotter(tmp_path))
+    issues = [(r.kind, r.file, r.line) for r in records if isinstance(r, Issue)]
+    caption_file = str(ind / "de" / "COCO_train2014_000000000001.txt")
+    assert issues == [("non_utf8", str(listing), 1), ("malformed_line", str(listing), 3),
+                      ("malformed_line", str(listing), 4), ("malformed_line", str(listing), 5),
+                      ("non_utf8", caption_file, 2)]
+    captions = [(r.text, r.line, r.images) for r in records if not isinstance(r, Issue)]
+    assert captions == [(text, line, ("COCO/train2014/COCO_train2014_000000000001.jpg",))
+                        for text, line in (("ein Hund", 1), ("ein Hund rennt", 3))]
+
+
+def test_globetrotter_layout_reports_a_listing_or_caption_file_that_stops_reading(tmp_path, monkeypatch):
+    """An I/O error part-way (a failing disk, a cut network mount) is an unreadable_file issue naming the file; the
+    lines read before it are kept."""
+    from data_prep.converters import common
+    from data_prep.converters.globetrotter_layout import read_globetrotter
+    from data_prep.converters.report import Issue
+
+    ind = tmp_path / "COCO" / "annotations" / "translated_independent"
+    good = write_lines(ind / "de" / "COCO_train2014_000000000001.txt", ["ein Hund"])
+    bad = write_lines(ind / "ja" / "COCO_train2014_000000000002.txt", ["犬"])
+    listing = write_lines(ind / "listing_train.txt", ["./de/COCO_train2014_000000000001.txt",
+                                                      "./ja/COCO_train2014_000000000002.txt"])
+    opened = common.open_binary
+
+    def failing_on(broken: Path):
+        def open_binary(path):
+            if Path(path) == broken:
+                raise OSError(5, "Input/output error")
+            return opened(path)
+        return open_binary
+
+    monkeypatch.setattr(common, "open_binary", failing_on(bad))
+    records = list(read_globetrotter(tmp_path))
+    assert [(r.kind, r.file) for r in records if isinstance(r, Issue)] == [("unreadable_file", str(bad))]
+    assert [(r.text, r.file) for r in records if not isinstance(r, Issue)] == [("ein Hund", str(good))]
+    monkeypatch.setattr(common, "open_binary", failing_on(listing))
+    assert [(r.kind, r.file) for r in read_globetrotter(tmp_path)] == [("unreadable_file", str(listing))]
+
+
+def test_aligned_files_skip_exactly_the_lines_a_bad_byte_spoils(tmp_path):
+    """A non-UTF-8 image name costs the captions aligned to it (one per caption file), a non-UTF-8 caption only
+    itself; every other line keeps its image."""
+    from data_prep.converters.common import AlignedFile, Caption, read_aligned
+
+    names = write_lines(tmp_path / "names.txt", ["a.jpg", b"\xffb.jpg", "c.jpg"])
+    en = write_lines(tmp_path / "en.txt", ["a en", "b en", b"c \xfe en"])
+    de = write_lines(tmp_path / "de.txt", ["a de", "b de", "c de"])
+    records = list(read_aligned(names, [AlignedFile(en, "en"), AlignedFile(de, "de")], "test", "test"))
+    issues = [(r.kind, r.file, r.line, r.records) for r in records if not isinstance(r, Caption)]
+    assert issues == [("non_utf8", str(names), 2, 2), ("non_utf8", str(en), 3, 1)]
+    assert [(r.images, r.lang, r.text) for r in records if isinstance(r, Caption)] == [
+        (("a.jpg",), "en", "a en"), (("a.jpg",), "de", "a de"), (("c.jpg",), "de", "c de")]
+
+
+def test_aligned_files_cut_short_keep_the_lines_read_and_pair_no_caption_past_the_last_name(tmp_path):
+    """A split file that stops reading part-way (a gzip cut short) pairs only the captions of the names read, and
+    is not refused for its count; a caption file cut short is an unreadable_file issue, its lines read kept."""
+    from data_prep.converters.common import AlignedFile, Caption, read_aligned
+
+    n = 2000
+    whole = gzip.compress(b"".join(b"img%04d.jpg\n" % i for i in range(n)))
+    names = tmp_path / "names.txt.gz"
+    names.write_bytes(whole[:len(whole) // 2])
+    en = write_lines(tmp_path / "en.txt", [f"caption {i}" for i in range(n)])
+    records = list(read_aligned(names, [AlignedFile(en, "en")], "test", "test"))
+    (issue,) = [r for r in records if not isinstance(r, Caption)]
+    read = issue.line - 1  # the names read before it stopped
+    assert issue.kind == "unreadable_file" and issue.file == str(names) and 0 < read < n
+    captions = [r for r in records if isinstance(r, Caption)]
+    assert [(r.images[0], r.text) for r in captions] == [(f"img{i:04d}.jpg", f"caption {i}") for i in range(read)]
+
+    names = write_lines(tmp_path / "all.txt", [f"img{i:04d}.jpg" for i in range(n)])
+    whole = gzip.compress(b"".join(b"caption %d\n" % i for i in range(n)))
+    de = tmp_path / "de.txt.gz"
+    de.write_bytes(whole[:len(whole) // 2])
+    records = list(read_aligned(names, [AlignedFile(de, "de")], "test", "test"))
+    (issue,) = [r for r in records if not isinstance(r, Caption)]
+    assert issue.kind == "unreadable_file" and issue.file == str(de)
+    assert [r.text for r in records if isinstance(r, Caption)] == [f"caption {i}" for i in range(issue.line - 1)]
+
+
+def test_the_max_images_note_is_only_for_images_a_split_file_named():
+    """--all-to names every image (nothing to say); images left out that no split file named cost no split file."""
+    from data_prep.converters.common import split_from_name
+    from data_prep.converters.splits import FixedSplits
+
+    assert FixedSplits(split_of={"a": "test"}, all_to="test").limit_note(["a"], 1) is None
+    assert FixedSplits(split_of={"a": "test"}).limit_note(["b", "c"], 1) is None
+    assert FixedSplits(split_of={"a": "test", "b": "val"}).limit_note(["a", "c"], 1).startswith(
+        "--max-images 1 left out 1 of the 2 image(s) the split files name (test 1 of 1)")
+    assert [split_from_name(n) for n in ("train2014", "dev", "Val_images", "test_2016", "holdout")] == [
+        "train", "val", "val", "test", None]
+
+
+def test_the_image_index_skips_other_files_and_answers_same_name_and_examples_on_its_own(tmp_path):
+    """same_name and some_names build the folder index themselves (no resolve before them); a file that is no
+    image (notes.txt) is in neither."""
+    from data_prep.converters.images import ImageResolver
+
+    make_jpeg(tmp_path / "a" / "cat.jpg")
+    make_jpeg(tmp_path / "b" / "cat.jpg")
+    Image.new("RGB", (4, 4)).save(tmp_path / "dog.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    assert ImageResolver([tmp_path]).same_name(["x/cat.jpg"]) == [tmp_path / "a" / "cat.jpg", tmp_path / "b" / "cat.jpg"]
+    assert ImageResolver([tmp_path]).same_name(["dog.png"]) == []
+    assert ImageResolver([tmp_path]).some_names(5) == ["dog.png", "cat.jpg"]  # the root's files, then a/, b/
+
+
+def test_reader_folders_that_are_missing_or_lack_a_task_or_caption_file_are_one_line(tmp_path):
+    from data_prep.converters.multi30k import find_task_dir, read_multi30k
+    from data_prep.converters.xtd10 import read_xtd10
+
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'none'}: Multi30K folder not found$"):
+        read_multi30k(tmp_path / "none")
+    (tmp_path / "task1" / "image_splits").mkdir(parents=True)
+    assert find_task_dir(tmp_path / "task1", 1) == tmp_path / "task1"  # the task's own folder given as the root
+    assert find_task_dir(tmp_path / "task1", 2) is None
+    with pytest.raises(UserError, match=re.escape(f"{tmp_path}: no Multi30K task 2 folder (expected {tmp_path}/task2/"
+                                                  f"image_splits/ and {tmp_path}/task2/raw/)")):
+        read_multi30k(tmp_path, tasks=[1, 2])
+    write_lines(tmp_path / "xtd" / "test_image_names.txt", ["a.jpg"])
+    with pytest.raises(UserError, match=re.escape(f"{tmp_path / 'xtd'}: no test_1kcaptions_<lang>.txt file found")):
+        read_xtd10(tmp_path / "xtd")
+
+
+def test_caption_tables_skip_blank_lines_and_report_bad_bytes_bad_rows_and_files_cut_short(tmp_path):
+    """Flickr8k token files and folder tables: a blank line is no record; a non-UTF-8 line, a JSONL line that is no
+    object, and a gzip cut short are issues naming file and line; the rows around them are read."""
+    from data_prep.converters.common import Caption
+    from data_prep.converters.flickr8k import read_flickr8k
+    from data_prep.converters.folder import read_caption_table
+
+    def kinds(records):
+        return [(r.kind, r.line) for r in records if not isinstance(r, Caption)]
+
+    def texts(records):
+        return [r.text for r in records if isinstance(r, Caption)]
+
+    token = write_lines(tmp_path / "token.txt", ["1.jpg#0 a dog", "", "2.jpg#0 a cat"])
+    assert kinds(read_flickr8k(token, "en")) == [] and texts(read_flickr8k(token, "en")) == ["a dog", "a cat"]
+    jsonl = write_lines(tmp_path / "caps.jsonl", [json.dumps({"image": "1.jpg", "lang": "en", "caption": "one"}), "",
+                                                  json.dumps(["2.jpg", "en", "two"]), b'{"image": "\xff"}',
+                                                  json.dumps({"image": "3.jpg", "lang": "en", "caption": "three"})])
+    records = list(read_caption_table(jsonl))
+    assert kinds(records) == [("malformed_line", 3), ("non_utf8", 4)] and texts(records) == ["one", "three"]
+    assert [r.message for r in records if not isinstance(r, Caption)][0] == "expected a JSON object"
+    rows = b"".join(b"%d.jpg#0 caption %d\n" % (i, i) for i in range(3000))
+    for path, read in ((tmp_path / "cut.token.txt.gz", lambda p: read_flickr8k(p, "en")),
+                       (tmp_path / "cut.tsv.gz", read_caption_table)):
+        data = rows if read is not read_caption_table else rows.replace(b"#0 ", b"\ten\t")
+        path.write_bytes(gzip.compress(data)[:700])
+        records = list(read(path))
+        (issue,) = [r for r in records if not isinstance(r, Caption)]
+        assert issue.kind == "unreadable_file" and issue.file == str(path) and records[-1] is issue
+        assert texts(records) == [f"caption {i}" for i in range(issue.line - 1)]
+
+
+def test_a_language_list_skips_empty_items_and_names_an_unknown_code_or_an_empty_list():
+    from data_prep.converters.languages import parse_language_list
+
+    assert parse_language_list("en,,DE, ") == ["en", "de"]
+    with pytest.raises(ValueError, match=r"^unknown language code 'xx' \(expected ISO 639-1, e.g. en, de, zh, or "
+                                         r"fa-AF\)$"):
+        parse_language_list("en,xx")
+    with pytest.raises(ValueError, match="^empty language list$"):
+        parse_language_list(" , ")
+
+
+def test_issues_beyond_the_examples_shown_are_counted_and_unknown_kinds_refused():
+    from data_prep.converters.report import ConversionReport, Issue
+
+    report = ConversionReport()
+    for line in (1, 2, 3):
+        report.add(Issue("empty_caption", "caps.tsv", line, "empty"))
+    text = report.format_issues(max_examples=1)
+    assert text.splitlines()[1:] == ["  caps.tsv:1: empty_caption: empty", "  ... and 2 more"]
+    assert "more" not in report.format_issues(max_examples=3)
+    with pytest.raises(ValueError, match="unknown issue kind 'typo'"):
+        Issue("typo", "caps.tsv", 1, "x")
+    with pytest.raises(ValueError, match="unknown reason 'typo'"):
+        report.leave_out("typo")
+
+
+def test_a_key_clash_in_the_writer_skips_that_caption_as_a_duplicate_and_counts_it_once(tmp_path, monkeypatch):
+    """A clash the writer meets (never expected: keys are made distinct) costs the caption in its split, filed once as
+    duplicate_key (not again for its train-parallel copy), and the run goes on with every record accounted for."""
+    from data_prep.shards import DuplicateKey, ShardWriter
+
+    photos, rows = folder_world(tmp_path, n=4, langs=("en", "de"))
+    table = write_lines(tmp_path / "caps.tsv", rows)
+    real = ShardWriter.write
+    clashed = []
+
+    def clashing(self, key, image, caption, lang, image_id, group=None, extra=None):
+        if caption == "photo 0 in en":
+            clashed.append(self.split)
+            raise DuplicateKey(f"duplicate key {key!r}")
+        return real(self, key, image, caption, lang, image_id, group, extra)
+
+    monkeypatch.setattr(ShardWriter, "write", clashing)
+    out, summary = _convert_summary(tmp_path, ["folder", "--images", photos, "--captions", table, "--all-to", "train",
+                                               "--parallel-train", "en,de"])
+    assert sorted(clashed) == ["train", "train-parallel"]
+    assert summary["skipped"] == {"duplicate_key": 1} and summary["issues"]["duplicate_key"]["count"] == 1
+    assert summary["written"]["train"] == {"de": 4, "en": 3} and summary["balanced"]
+    assert "photo 0 in en" not in {m["caption"] for m in read_captions(out / "train")}
+
+
+def test_versions_say_none_for_a_checkout_never_pip_installed(monkeypatch):
+    import importlib.metadata
+    import platform
+
+    from data_prep.versions import versions
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert versions() == {"globetrotter": None, "numpy": np.__version__, "python": platform.python_version()}

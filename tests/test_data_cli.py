@@ -324,3 +324,29 @@ def test_fallback_fonts_take_the_earlier_candidate_on_a_tie():
     same = frozenset(map(ord, "中文"))
     assert choose_fallback_fonts(chars, frozenset(), [("First", same), ("Second", same)]) == (["First"], [])
     assert choose_fallback_fonts(chars, frozenset(), [("Second", same), ("First", same)]) == (["Second"], [])
+
+
+def test_a_word_wider_than_a_line_starts_on_a_new_line_when_less_than_a_wide_character_is_left():
+    """Hand-worked at 10 columns (a CJK character takes two): after "abcdefgh" (8) one column is left, too little
+    for any of the cut, so the cut starts a line of its own; after "ab" the cut fills the 7 columns left."""
+    from data_prep.inspect import wrap_to_width
+
+    assert wrap_to_width("abcdefgh 一二三四五六", 10) == "abcdefgh\n一二三四五\n六"
+    assert wrap_to_width("ab 一二三四五六", 10) == "ab 一二三\n四五六"
+    assert wrap_to_width("一二三四五六七八九十一二", 10) == "一二三四五\n六七八九十\n一二"
+
+
+def test_a_font_file_that_does_not_read_has_no_characters(tmp_path):
+    from data_prep.inspect import _charset
+
+    (tmp_path / "broken.ttf").write_bytes(b"not a font")
+    assert _charset(str(tmp_path / "broken.ttf")) == frozenset()
+
+
+def test_python_m_data_prep_cli_runs_the_data_commands():
+    """``python -m data_prep.cli`` (the data layer without the method's commands) parses and exits with the code."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "data_prep.cli", "synth", "--out"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 2 and "--out: expected one argument" in done.stderr

@@ -132,3 +132,24 @@ def test_install_hints_are_one_form_in_both_packages():
         assert install_hint(extras) == backretrieval_hint(extras)
     assert install_hint("import") == 'pip install "globetrotter[import]" (from a clone: pip install -e ".[import]")'
     assert install_hint() == 'pip install "globetrotter" (from a clone: pip install -e ".")'
+
+
+def test_an_entry_points_own_broken_import_is_re_raised_and_other_warnings_keep_pythons_form(capsys):
+    """exit_if_missing_dependency hands a broken import of the project's own back (its traceback is the bug report);
+    run_cli prints its Notice as one line and leaves any other warning to Python's own display."""
+    import warnings
+
+    from data_prep.errors import Notice, exit_if_missing_dependency
+
+    own = ModuleNotFoundError("No module named 'data_prep.nope'", name="data_prep.nope")
+    with pytest.raises(ModuleNotFoundError) as err:
+        exit_if_missing_dependency(own, "globetrotter-data")
+    assert err.value is own
+
+    def main(argv):
+        warnings.warn("input note", Notice)
+        warnings.warn("deprecated call", DeprecationWarning)
+
+    with pytest.warns(DeprecationWarning, match="deprecated call"):  # handed on to the display in force
+        assert run_cli(main, []) == 0
+    assert capsys.readouterr().err == "warning: input note\n"

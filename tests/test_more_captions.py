@@ -447,3 +447,45 @@ def test_the_table_of_a_parallel_split_counts_images_once_in_its_total():
             state.before[lang] += 1
     total = format_table(state)[-1].split()
     assert total == ["total", "2", "4", "0", "4", "2.00"]
+
+
+def test_option_errors_come_before_anything_is_read_and_images_is_said_to_be_unused(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    tsv = write_lines(tmp_path / "c.tsv", ["1.jpg\ten\ta caption"])
+    (tmp_path / "file").write_text("x")
+    base = ["more-captions", "--data", data, "--captions", tsv, "--no-progress"]
+    for extra, message in ((["--shard-size", "0", "--out", tmp_path / "o"], "--shard-size must be positive, got 0"),
+                           (["--out", tmp_path / "file"], f"--out {tmp_path / 'file'}: exists and is not a folder")):
+        assert cli([*base, *extra]) == 2
+        assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert cli([*base, "--images", data, "--out", tmp_path / "o"]) == 2  # data holds no split: refused after the note
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "note: --images is not used: image bytes are copied from the shards of --data"
+    assert err[-1].startswith(f"error: --data {data}: no train/manifest.json")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_run_leaves_neither_out_nor_its_staging_folder_and_a_stale_one_is_cleared(tmp_path, capsys):
+    """A staging folder left by a killed run (same pid) is cleared, not mixed in; an error while writing (a sample
+    whose image is not of the manifest's format) removes the staging folder and leaves --out unmade."""
+    import os
+
+    w, data = convert_world(tmp_path)
+    out = tmp_path / "more"
+    stale = tmp_path / f".more.partial-{os.getpid()}"
+    (stale / "train").mkdir(parents=True)
+    (stale / "train" / "junk.tar").write_text("from a killed run")
+    argv = ["more-captions", "--data", data, "--multi30k", w["m30k"], "--multi30k-tasks", "2", "--out", out,
+            "--no-progress"]
+    assert cli(argv) == 0
+    assert not stale.exists() and not (out / "train" / "junk.tar").exists()
+    manifest_path = data / "train" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest_path.write_text(json.dumps(dict(manifest, image_format="png")), encoding="utf-8")
+    out2 = tmp_path / "more2"
+    assert cli([*argv[:-3], "--out", out2, "--no-progress"]) == 2
+    key = read_captions(data / "train")[0]["key"]
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {data / 'train'}: sample '{key}' has a .jpg image but the manifest says png")
+    assert not out2.exists() and not list(tmp_path.glob(".more2.partial-*"))

@@ -77,3 +77,23 @@ def test_two_spellings_of_one_folder_share_its_lock(tmp_path):
         with pytest.raises(UserError, match=rf"^--out {link}: another command is writing there now"):
             with lock_out_folder(link):
                 pass
+
+
+def test_on_a_file_system_without_flock_the_block_runs_unlocked_and_leaves_no_lock_file(tmp_path, monkeypatch):
+    """flock failing with another error than 'held' (ENOLCK: an NFS mount without locking) is no reason to refuse:
+    the command runs unlocked, and the lock file it opened is closed and not counted as held."""
+    import errno
+
+    import data_prep.out_folder as out_folder
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(out_folder.fcntl, "flock", no_flock)
+    out = tmp_path / "deep" / "out"
+    ran = []
+    with lock_out_folder(out):
+        with lock_out_folder(out):  # not refused: nothing is locked
+            ran.append(True)
+    assert ran == [True]
+    assert not (tmp_path / "deep").exists()  # the folder made for the lock file removed again

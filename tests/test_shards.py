@@ -343,3 +343,98 @@ def test_every_reader_refuses_an_empty_caption_naming_shard_and_sample(tmp_path,
         read_captions(tmp_path / "blank")
     assert str(err.value) == (f"{tmp_path / 'blank' / 'train-000000.tar'}: sample 'k0' has an empty caption "
                               f"(expected the text of the image's caption; write the split again without it)")
+
+
+def test_a_uint8_array_is_written_as_the_image_it_is_and_its_height_and_width_recorded(tmp_path):
+    """A HxWx3 uint8 array (the writer's documented input, besides PIL and bytes) is encoded as that picture, and the
+    manifest's image_size is its [height, width], not the array's first two dims of another layout."""
+    pixels = np.random.default_rng(0).integers(0, 255, (6, 10, 3), dtype=np.uint8)
+    with ShardWriter(tmp_path / "s", split="train", source="t", image_format="png") as w:
+        w.write("k0", pixels, "a", "en", "i0")
+    assert read_manifest(tmp_path / "s")["image_size"] == [6, 10]
+    (sample,) = iter_samples(tmp_path / "s")
+    assert np.array_equal(np.asarray(sample.image), pixels)  # png: lossless
+
+
+def test_the_writer_refuses_an_unknown_format_and_a_key_with_a_dot_or_slash_writing_nothing(tmp_path):
+    from data_prep.shards import IMAGE_EXTS, encode_image
+
+    with pytest.raises(ValueError, match=re.escape(f"image_format must be one of {IMAGE_EXTS}, got 'gif'")):
+        ShardWriter(tmp_path / "gif", split="train", source="t", image_format="gif")
+    with pytest.raises(ValueError, match="unknown image format 'gif'"):
+        encode_image(image(0), "gif")
+    with ShardWriter(tmp_path / "s", split="train", source="t", image_format="png") as w:
+        for key in ("a.b", "a/b"):
+            with pytest.raises(ValueError, match=re.escape(f"key {key!r} must not contain '.' or '/'")):
+                w.write(key, image(0), "a", "en", "i0")
+        assert not list((tmp_path / "s").glob("*.tar"))  # refused before a shard was opened
+        w.write("ok", image(0), "a", "en", "i0")
+    assert [s.key for s in iter_samples(tmp_path / "s")] == ["ok"]
+
+
+def test_a_manifest_lacking_a_key_or_listing_a_missing_shard_is_one_line_naming_it(tmp_path):
+    write_split(tmp_path / "s", ROWS)
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for key in ("shards", "num_samples", "languages"):
+        path.write_text(json.dumps({k: v for k, v in manifest.items() if k != key}))
+        with pytest.raises(UserError) as err:
+            read_manifest(tmp_path / "s")
+        assert str(err.value) == f"{path}: manifest lacks key '{key}'"
+    path.write_text(json.dumps(manifest))
+    (tmp_path / "s" / "train-000001.tar").unlink()
+    with pytest.raises(UserError) as err:
+        read_manifest(tmp_path / "s")
+    assert str(err.value) == f"{tmp_path / 's' / 'train-000001.tar'}: shard listed in manifest.json is missing"
+
+
+def test_shards_read_as_given_skip_folders_and_hand_bad_samples_on_or_raise_them(tmp_path):
+    """``iter_raw`` with ``shards``: a folder member of a tar (another tool's tar) is no sample; a sample whose json
+    lacks a field is handed to ``on_bad`` and the next read, or raised without it; a shard that cannot be opened at all
+    (a folder) is one line naming it."""
+    from data_prep.shards import iter_raw
+
+    buf = io.BytesIO()
+    image(0).save(buf, format="PNG")
+    shard = tmp_path / "x.tar"
+    with tarfile.open(shard, "w") as tar:
+        folder = tarfile.TarInfo("sub")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name, data in (("sub/bad.png", buf.getvalue()), ("sub/bad.json", json.dumps({"caption": "x"}).encode()),
+                           ("sub/ok.png", buf.getvalue()),
+                           ("sub/ok.json", json.dumps({"caption": "x", "lang": "en", "image_id": "i"}).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    errors = []
+    assert [key for key, *_ in iter_raw(tmp_path, shards=[str(shard)], on_bad=errors.append)] == ["ok"]
+    assert len(errors) == 1 and f"{shard}: sample 'bad'" in str(errors[0]) and "lacks valid field(s)" in str(errors[0])
+    with pytest.raises(UserError, match=re.escape(f"{shard}: sample 'bad'")):
+        list(iter_raw(tmp_path, shards=[str(shard)]))
+    (tmp_path / "dir.tar").mkdir()
+    with pytest.raises(UserError) as err:
+        list(iter_raw(tmp_path, shards=[str(tmp_path / "dir.tar")]))
+    assert str(err.value).startswith(f"{tmp_path / 'dir.tar'}: unreadable shard (") and "\n" not in str(err.value)
+
+
+def test_a_new_split_folder_may_be_absent_empty_or_an_earlier_output_and_nothing_else(tmp_path):
+    from data_prep.shards import check_new_split_folder
+
+    own = lambda manifest: manifest.get("source") == "mine"  # noqa: E731
+    check_new_split_folder(tmp_path / "absent", [], own)
+    (tmp_path / "empty").mkdir()
+    check_new_split_folder(tmp_path / "empty", [], own)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=re.escape(f"--out {tmp_path / 'file'}: exists and is not a folder")):
+        check_new_split_folder(tmp_path / "file", [], own)
+    for name, manifest in (("garbled", "{oops"), ("other", json.dumps({"source": "theirs"})),
+                           ("nomanifest", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ("manifest.json" if manifest else "notes.txt")).write_text(manifest or "x")
+        with pytest.raises(UserError, match="exists, is not empty and is not an earlier output of this command"):
+            check_new_split_folder(tmp_path / name, [], own)
+        assert len(list((tmp_path / name).iterdir())) == 1  # nothing cleared
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "manifest.json").write_text(json.dumps({"source": "mine"}))
+    check_new_split_folder(tmp_path / "mine", [], own)

@@ -657,3 +657,43 @@ def test_a_world_yaml_of_another_config_is_no_world(tmp_path, capsys):
     assert synth_cli(["synth", "--out", str(out), *SMALL]) == 2
     assert f"{out / 'world.yaml'} is not a world's config" in capsys.readouterr().err
     assert (out / "world.yaml").read_text() == "lr: 0.1\n"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("languages=[en, de, en]", "languages: duplicate codes in ['en', 'de', 'en']"),
+    ("max_objects=7", "max_objects: expected 1..6, got 7"),
+    ("image_format=gif", "image_format: expected 'png' or 'jpg', got 'gif'"),
+    ("pixel_noise=65", "pixel_noise: expected 0..64, got 65.0"),
+])
+def test_each_config_bound_is_one_line_naming_the_key_and_what_it_expects(override, message):
+    with pytest.raises(UserError) as err:
+        load_config(SynthConfig, overrides=[override])
+    assert str(err.value) == f"<defaults> + overrides: {message}"
+
+
+def test_an_out_that_is_a_file_or_holds_a_garbled_world_yaml_is_refused_and_left_as_it_is(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    assert synth_cli(["synth", "--out", str(tmp_path / "file"), *SMALL]) == 2
+    assert (f"error: --out {tmp_path / 'file'}: is a file; expected the folder the world is written into"
+            in capsys.readouterr().err)
+    garbled = tmp_path / "garbled"
+    garbled.mkdir()
+    (garbled / "world.yaml").write_text("seed: [1\n")
+    assert synth_cli(["synth", "--out", str(garbled), *SMALL]) == 2
+    assert f"{garbled / 'world.yaml'} is not a world's config" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "mine" and [p.name for p in garbled.iterdir()] == ["world.yaml"]
+
+
+def test_an_unknown_shape_background_or_lexicon_is_refused_naming_it():
+    """Guards of the renderer and the lexicon loader: a name no table holds is an error naming it, never a blank
+    picture or an empty caption."""
+    from data_prep.synth.lexicon import load_lexicon
+    from data_prep.synth.render import _background, unit_outline
+    from data_prep.synth.scene import Background
+
+    with pytest.raises(ValueError, match="no outline for shape 'blob'"):
+        unit_outline("blob")
+    with pytest.raises(ValueError, match="unknown background 'dotted'"):
+        _background(Background("dotted", (0, 0, 0), (9, 9, 9), 0.0, 0.1, 0.0), 8, np.random.default_rng(0))
+    with pytest.raises(KeyError, match="unknown language 'xx'"):
+        load_lexicon("xx")

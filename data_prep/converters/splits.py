@@ -92,9 +92,7 @@ def read_split_file(split_file: SplitFile) -> list[tuple[int, str]]:
     is not UTF-8, or a file that names no image."""
     path = split_file.path
     if path.is_dir():  # a converted split: its image ids, in order (the same images as another dataset's split)
-        ids = list(dict.fromkeys(str(meta["image_id"]) for meta in read_captions(path)))
-        if not ids:
-            raise UserError(f"{path}: the split folder holds no image")
+        ids = list(dict.fromkeys(str(meta["image_id"]) for meta in read_captions(path)))  # read_manifest refuses none
         return list(enumerate(ids, 1))
     names = []
     try:
