@@ -146,7 +146,8 @@ def test_more_captions_adds_only_in_each_images_language(tmp_path, capsys):
 def test_the_note_on_the_original_feature_cache_says_whether_it_serves(tmp_path, capsys):
     """A train split converted again with --overwrite keeps its feature cache folder; more-captions said that old
     cache "serves the new one (same image ids and bytes)", and the first training run then refused it. The line now
-    says so only for a cache built from these images, and names the rebuild otherwise."""
+    says so only for a cache built from these images, and names the rebuild otherwise (also for a folder that holds
+    no readable cache.json, which training refuses as no cache)."""
     w, data = convert_world(tmp_path)
     cache = data / "train" / "features"
     cache.mkdir()
@@ -159,6 +160,15 @@ def test_the_note_on_the_original_feature_cache_says_whether_it_serves(tmp_path,
         assert ("the feature cache of the original train split serves the new one" in printed) is serves
         assert (f"training refuses it; rebuild it with globetrotter-data features build {data / 'train'}"
                 in printed) is not serves
+    for record in [None, "{not json", "[]"]:  # no cache.json, a garbled one, one that is no object: no cache at all
+        (cache / "cache.json").unlink(missing_ok=True)
+        if record is not None:
+            (cache / "cache.json").write_text(record, encoding="utf-8")
+        assert cli(argv) == 0
+        printed = capsys.readouterr().out
+        assert "serves the new one" not in printed
+        assert (f"note: {cache} holds no readable cache.json, so it is no feature cache: training refuses it; "
+                f"rebuild it with globetrotter-data features build {data / 'train'}") in printed
 
 
 def test_a_linked_split_rewritten_since_is_refused(tmp_path, capsys):

@@ -124,20 +124,24 @@ def _more_captions(args: argparse.Namespace) -> int:
 def feature_cache_line(original: Path, enriched: Path) -> str:
     """What to say of the feature cache in ``original/features``: that it serves ``enriched`` (same image ids and
     bytes) when its ``cache.json`` records the checksum of ``original`` or of ``enriched`` (the splits a trainer
-    accepts it for), else that it was built from another split (a train split converted again with ``--overwrite`` keeps its
-    old cache folder) and how to rebuild it: training refuses it."""
+    accepts it for) or none (a cache older than the record), else how to rebuild it, training refusing it: a folder
+    without a readable ``cache.json`` is no cache, and one built from another split (a train split converted again
+    with ``--overwrite`` keeps its old cache folder) holds other images."""
     cache = original / "features"
+    rebuild = f"rebuild it with globetrotter-data features build {original} --config CONFIG --out {cache} --overwrite"
     try:
-        built = json.loads((cache / "cache.json").read_text(encoding="utf-8")).get("split_checksum")
-    except (OSError, ValueError, AttributeError):
-        built = None
+        record = json.loads((cache / "cache.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        return f"note: {cache} holds no readable cache.json, so it is no feature cache: training refuses it; {rebuild}"
+    built = record.get("split_checksum")
     current = {read_manifest(original).get("checksum"), read_manifest(enriched).get("checksum")}
     if built is None or built in current:
         return (f"the feature cache of the original train split serves the new one (same image ids and bytes): "
                 f"data.features={cache.resolve()}")
     return (f"note: the feature cache {cache} was built from a split of checksum {built}, neither {original}'s nor "
-            f"the new train split's: training refuses it; rebuild it with globetrotter-data features build {original} "
-            f"--config CONFIG --out {cache} --overwrite")
+            f"the new train split's: training refuses it; {rebuild}")
 
 
 def check_splits(data: Path, splits: list[str]) -> None:
