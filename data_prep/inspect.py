@@ -160,7 +160,10 @@ def shorten_to_width(text: str, width: int) -> str:
 
 def wrap_to_width(text: str, width: int) -> str:
     """``text`` wrapped into lines of at most ``width`` columns (:func:`display_width`, so a line of CJK holds half
-    as many characters as one of Latin): at spaces where it has them, a word wider than a line cut by columns."""
+    as many characters as one of Latin): at spaces where it has them, a word wider than a line cut by columns.
+    ``width`` is at least 2, the columns of one CJK character (ValueError otherwise)."""
+    if width < 2:
+        raise ValueError(f"wrap_to_width: width must be at least 2 columns (one CJK character), got {width}")
     lines, line = [], ""
     for word in text.split():
         while display_width(word) > width:  # text without spaces (zh, ja): cut by columns

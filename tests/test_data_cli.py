@@ -336,6 +336,15 @@ def test_a_word_wider_than_a_line_starts_on_a_new_line_when_less_than_a_wide_cha
     assert wrap_to_width("一二三四五六七八九十一二", 10) == "一二三四五\n六七八九十\n一二"
 
 
+def test_wrap_to_width_refuses_a_width_narrower_than_one_wide_character():
+    """A CJK character takes 2 columns: at width 1 none fits a line, and the cut looped for ever."""
+    from data_prep.inspect import wrap_to_width
+
+    with pytest.raises(ValueError, match="at least 2 columns"):
+        wrap_to_width("一", 1)
+    assert wrap_to_width("一二", 2) == "一\n二"
+
+
 def test_a_font_file_that_does_not_read_has_no_characters(tmp_path):
     from data_prep.inspect import _charset
 
