@@ -939,3 +939,20 @@ def test_training_refuses_too_few_captions_or_misshaped_inputs_before_any_work()
         typical_squared_distance(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="max_captions_per_image must be >= 1, got 0"):
         first_captions(np.zeros(2, dtype=np.int64), np.array(["en", "en"]), 0)
+
+
+def test_retrieval_notes_a_language_the_text_encoder_lacks_after_the_tables(tmp_path, capsys, monkeypatch):
+    from globetrotter.zeroshot.cli import main
+    from globetrotter.zeroshot.cli import retrieval
+
+    rng = np.random.default_rng(0)
+    _write_split(tmp_path, "test", rng.normal(size=(4, 4)).astype(np.float32),
+                 [(f"{lang} {r}", lang, r) for r in range(4) for lang in ("en", "de")])
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    monkeypatch.setattr(retrieval, "languages_the_encoder_lacks", lambda encoder, codes: [c for c in codes if c == "de"])
+    out = tmp_path / "r.json"
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--out", str(out),
+                 "--ks", "1", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith("note: a: the text encoder 'random:16' was not trained on de")
+    assert json.loads(out.read_text())["models"]["a"]["languages_the_text_encoder_lacks"] == ["de"]

@@ -342,6 +342,9 @@ def test_case_study_splits_documents_and_summarises_pairs():
     assert precomputed_images(evaluate) is True
     with pytest.raises(UserError, match="not a mix"):
         precomputed_images([*evaluate, Document("fr", "i", "j", "3.jpg")])
+    assert precomputed_images([Document("fr", "i", "j", "3.jpg"), Document("de", "k", "l", "4.png")]) is False
+    with pytest.raises(UserError, match=r"^docs.jsonl: need at least 2 documents without an image to train on, got 1$"):
+        split_documents(docs[1:], "docs.jsonl")
     configs = case_study_configs(0.5, epochs=3)
     assert {n: (c.beta, c.epochs) for n, c in configs.items()} == {"triplet": (0.0, 3), "tripletxl": (0.5, 3)}
     with pytest.raises(UserError, match="^triplet: lr must be > 0"):
