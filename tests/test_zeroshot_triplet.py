@@ -512,3 +512,20 @@ def test_training_refuses_fewer_than_two_training_documents_after_the_held_out_s
     title, body, langs = _topic_embeddings(4, 2)
     with pytest.raises(UserError, match="need at least 2 training documents, got 1"):
         train_siamese(title, body, langs, TripletConfig(val_fraction=0.75), progress=False)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"k": 0}, r"k and epochs must be >= 1"),
+    ({"epochs": 0}, r"k and epochs must be >= 1"),
+    ({"hidden_dim": 0}, r"hidden_dim and out_dim must be >= 1, got 0, "),
+])
+def test_triplet_config_refuses_counts_below_one(options, message):
+    with pytest.raises(ValueError, match=message):
+        TripletConfig(**options).validate()
+
+
+def test_siamese_training_and_negatives_refuse_misshaped_inputs():
+    with pytest.raises(ValueError, match=r"title and body must be \[N, D\] and langs \[N\]"):
+        train_siamese(torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(4, dtype=torch.long), progress=False)
+    with pytest.raises(ValueError, match="a negative needs a batch of at least 2"):
+        random_other_index(1)
