@@ -186,3 +186,19 @@ def test_sides_of_unequal_length_list_their_own_records_and_no_per_seed_margin(c
     assert [r["model"] for r in result["records"]] == ["runs/a"]
     assert [r["model"] for r in result["against"]] == ["runs/b0", "runs/b1"]
     assert "per_seed" not in result and result["mean_over_seeds"]["diff"] == pytest.approx(0.2)
+
+
+def test_a_runs_image_encoder_is_named_in_the_form_of_a_g_spec_and_an_empty_side_is_refused():
+    """Imported image vectors are ``imported:NAME`` (the spec `g` takes them by), a timm network
+    ``timm:BACKBONE:WEIGHTS``; a model without a run config has none to compare."""
+    from globetrotter.config import IMPORTED_BACKBONE, TrainConfig
+    from globetrotter.evaluation.tasks.select import image_encoder_of
+
+    cfg = TrainConfig()
+    cfg.model.image_backbone, cfg.model.image_pretrained = IMPORTED_BACKBONE, "clip-b32"
+    assert image_encoder_of(cfg) == "imported:clip-b32"
+    cfg.model.image_backbone, cfg.model.image_pretrained = "resnet18", "package"
+    assert image_encoder_of(cfg) == "timm:resnet18:package"
+    assert image_encoder_of(None) is None
+    with pytest.raises(UserError, match="paired_margin: each side needs at least one select record"):
+        paired_margin([], [record([0.1, 0.2])])

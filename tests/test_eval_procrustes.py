@@ -1,6 +1,8 @@
 """Procrustes refinement (paper 3.4): recovers known rotations between noisy copies of a space."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.stats import special_ortho_group
@@ -75,3 +77,44 @@ def test_refinement_without_seeds_cannot_undo_a_random_rotation(space):
     y, rotation, _ = _noisy_rotated_copy(space, seed=4)
     res = refine_pairwise(space, y, k=5)
     assert np.linalg.norm(res.w - rotation) > 1.0
+
+
+def test_knn_by_faiss_at_scale_finds_what_the_exact_product_does():
+    from globetrotter.evaluation.procrustes import knn
+
+    rng = np.random.default_rng(1)
+    queries, base = normalize_rows(rng.normal(size=(20, DIM))), normalize_rows(rng.normal(size=(60, DIM)))
+    product = knn(queries, base, 5)  # 20 x 60 is below exact_below: numpy
+    by_faiss = knn(queries, base, 5, exact_below=0)
+    np.testing.assert_array_equal(by_faiss[1], product[1])
+    np.testing.assert_allclose(by_faiss[0], product[0], atol=1e-5)
+    brute = np.argsort(-(queries @ base.T), axis=1)[:, :5]
+    np.testing.assert_array_equal(product[1], brute)
+
+
+def test_pairwise_refinement_stops_when_fewer_than_two_mutual_anchors_are_left():
+    """One source word has one mutual neighbour: no map can be fitted on one pair, so the start (the identity) is kept
+    and the log says why it stopped."""
+    x, y = np.array([[1.0, 0.0]]), np.array([[1.0, 0.1], [0.0, 1.0]])
+    res = refine_pairwise(x, y, k=1)
+    np.testing.assert_array_equal(res.w, np.eye(2))
+    assert len(res.log) == 1 and res.log[0]["anchors"] == 1 and np.isnan(res.log[0]["mean_cosine"])
+    assert res.log[0]["delta"] == 0.0
+    with pytest.raises(ValueError, match="dimensions differ: 2 vs 3"):
+        refine_pairwise(x, np.ones((2, 3)))
+    with pytest.raises(ValueError, match="need at least 2 languages"):
+        refine_multi([x])
+
+
+def test_the_convergence_plot_of_a_pairwise_log_draws_its_mean_anchor_cosines(space, tmp_path, monkeypatch):
+    from globetrotter.evaluation import plots
+
+    y, _, _ = _noisy_rotated_copy(space, seed=3)
+    log = refine_pairwise(space, y, k=5, n_iter=3, seed_pairs=(np.arange(50), np.arange(50))).log
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.setdefault("ax", fig.axes[0]) and Path(path))
+    plots.plot_convergence(log, tmp_path / "c.png", "pairwise")
+    line = drawn["ax"].lines[0]
+    assert drawn["ax"].get_ylabel() == "mean anchor cosine"
+    assert list(line.get_xdata()) == [e["iteration"] for e in log]
+    assert list(line.get_ydata()) == [e["mean_cosine"] for e in log]

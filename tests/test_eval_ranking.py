@@ -414,3 +414,49 @@ def test_csls_k_may_equal_a_languages_reference_captions_but_not_pass_them():
     np.testing.assert_allclose(got, brute_csls(rows[:12], langs, rows[12:], pool.langs, 6, own=False), atol=1e-5)
     with pytest.raises(UserError, match="--csls-k 7 neighbours exceed the 6 reference captions in de"):
         ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=7))
+
+
+def test_a_ranking_record_of_the_wrong_form_or_value_is_one_line_naming_its_source():
+    """from_dict's own checks, and the constructor's (an unknown head, a negative weight, k = 0) also name the record
+    (they said "ranking head 'image': ..." with no file)."""
+    cases = [(["text"], r"^sel.json: the ranking is list, expected an object of head, maxsim, csls, csls_k$"),
+             ({"head": "text", "k": 3}, r"^sel.json: unknown ranking keys \['k'\] \(expected head, maxsim, csls, "),
+             ({"head": "image"}, r"^sel.json: ranking head 'image': expected one of text, cross$"),
+             ({"maxsim": -1.0}, r"^sel.json: ranking maxsim -1.0: expected a weight >= 0$"),
+             ({"csls": True, "csls_k": 0}, r"^sel.json: ranking csls_k 0: expected a number of neighbours >= 1$")]
+    for data, message in cases:
+        with pytest.raises(UserError, match=message):
+            Ranking.from_dict(data, "sel.json")
+    assert Ranking.from_dict({"head": "cross", "maxsim": 2, "csls": True, "csls_k": 4}) == \
+        Ranking("cross", 2.0, True, 4)
+
+
+def test_maxsim_with_too_few_reference_tokens_in_a_language_names_the_reference_and_the_way_out():
+    encoder = FakeEncoder(language_offset=3.0)
+    texts, langs = _scene_captions([(0, 0), (1, 2)])
+    few = ReferencePool(*_scene_captions([(0, 0)]), "pool")  # 3 tokens a language: hubness with 10 neighbours fails
+    with pytest.raises(UserError, match=r"^--maxsim: per-language hubness k=10 needs more than 10 distinct tokens in "
+                                        r"each language's texts; language 'de' has 3 \(the reference captions, pool\); "
+                                        r"give a reference split with more captions"):
+        ScoringContext(encoder, texts, langs, few).scorer(Ranking(maxsim=1.0)).matrix()
+
+
+@pytest.mark.parametrize("ranking", [Ranking(maxsim=0.5, csls=True, csls_k=3), Ranking(csls=True, csls_k=3)])
+def test_reranking_queries_a_chunk_at_a_time_scores_each_hit_as_alone(ranking, monkeypatch):
+    """The chunks after the first share the first's reference statistics (with_sentences): a query's re-scored hits
+    are those of a context of that query and its own hits alone, best first."""
+    from globetrotter.evaluation.tasks import translate
+
+    monkeypatch.setattr(translate, "QUERY_CHUNK", 2)
+    encoder = FakeEncoder(language_offset=3.0)
+    reference = ReferencePool(*_scene_captions([(c, s) for c in range(6) for s in range(5) if (c + s) % 2]), "pool")
+    queries = [caption("en", c, s) for c, s in ((0, 0), (1, 2), (3, 4), (2, 1), (5, 3))]
+    hits = [[(caption("de", (c + d) % 6, s), 0.0) for d in range(3)] for c, s in ((0, 0), (1, 2), (3, 4), (2, 1), (5, 3))]
+    got = translate.rerank_hits(encoder, ranking, reference, queries, "en", "de", hits, 256)
+    for query, row, scored in zip(queries, hits, got):
+        texts = [query] + [text for text, _ in row]
+        alone = ScoringContext(encoder, texts, ["en"] + ["de"] * len(row), reference, queries=1)
+        expected = alone.scorer(ranking)(np.arange(1))[0]
+        want = sorted(zip([text for text, _ in row], expected.tolist()), key=lambda item: -item[1])
+        assert [text for text, _ in scored] == [text for text, _ in want]
+        np.testing.assert_allclose([s for _, s in scored], [s for _, s in want], atol=1e-5)

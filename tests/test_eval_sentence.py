@@ -238,3 +238,16 @@ def test_the_ratio_interval_holds_the_central_level_of_the_paired_replicate_rati
     for value, share in ((got["lo"], tail), (got["hi"], 1 - tail)):  # a quantile: share below <= q <= share at most
         assert np.mean(ratios < value - 1e-12) <= share <= np.mean(ratios <= value + 1e-12)
     assert got["ratio"] == pytest.approx(top.sum() / bottom.sum())
+
+
+def test_sentence_translation_refuses_inputs_it_cannot_score():
+    emb = normalize_rows(np.eye(4, dtype=np.float32))
+    langs, groups = ["en", "de", "en", "de"], ["g0", "g0", "g1", "g1"]
+    with pytest.raises(ValueError, match="emb has 3 rows but langs has 4 and groups 4"):
+        sentence_translation(emb[:3], langs, groups)
+    with pytest.raises(ValueError, match=r"need at least 2 languages, got \['en'\]"):
+        sentence_translation(emb, ["en"] * 4, ["g0", "g1", "g2", "g3"])
+    with pytest.raises(ValueError, match="candidates must be 'other-language' or 'all', got 'same'"):
+        sentence_translation(emb, langs, groups, candidates="same")
+    with pytest.raises(ValueError, match=r"scores of 4 rows have shape \(4, 3\), expected \(4, 4\)"):
+        sentence_translation(lambda rows: np.zeros((len(rows), 3)), langs, groups)

@@ -330,3 +330,65 @@ def test_recall_matrix_rows_are_sources_and_means_skip_pairs_without_pairs():
     assert np.isnan(res["matrix_no_identical"][en, de]) and res["matrix_no_identical"][en, fr] == 0.5
     assert res["recall@1_no_identical"] == 0.5  # en→fr's alone: en→de has no non-identical pair
     assert res["recall@1"] == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_a_tokenizer_key_without_a_row_of_its_own_is_the_mean_of_its_exact_texts_tokens():
+    """keys=True: a key with a row takes it; one without (here the two-token "red car") is the mean of the rows of
+    the tokens of its very text; a byte fragment without a row, or a text of no known token, is dropped."""
+    tok = _word_level_tokenizer(["red", "car", "rot", "auto"])
+    tokens = ["red", "car", "rot", "auto"]
+    matrix = np.arange(8, dtype=np.float32).reshape(4, 2)
+    words, emb = input_word_embeddings(["car", "red car", "⟨e9⟩", "zzz"], tokens, matrix, tok, Counter(), keys=True)
+    assert words == ["car", "red car"]
+    np.testing.assert_array_equal(emb, [matrix[1], matrix[:2].mean(axis=0)])
+
+
+def test_dictionaries_of_a_language_without_a_space_or_of_one_language_are_left_out():
+    """A dictionary en-xx (no xx words given) or en-en has no pair to score: neither is a result, a language of the
+    matrix or a term of the means; the other pairs score as without them."""
+    e = np.eye(4, dtype=np.float32)
+    spaces = {"en": WordSpace(["taxi", "dog"], e[:2]), "fr": WordSpace(["chien", "taxi"], np.stack([e[1], e[0]]))}
+    dicts = {("en", "fr"): [("dog", "chien"), ("taxi", "taxi")]}
+    alone = word_translation(spaces, dicts, ks=(1,), recall_k=1)
+    res = word_translation(spaces, {**dicts, ("en", "xx"): [("dog", "Hund")], ("en", "en"): [("dog", "dog")]},
+                           ks=(1,), recall_k=1)
+    assert res["languages"] == ["en", "fr"] and set(res["pairs"]) == {"en-fr"}
+    np.testing.assert_array_equal(res["matrix"], alone["matrix"])
+    assert res["recall@1"] == alone["recall@1"] == 1.0
+    with pytest.raises(ValueError, match="procrustes must be 'none', 'pairwise' or 'multi', got 'full'"):
+        word_translation(spaces, dicts, procrustes="full")
+    with pytest.raises(ValueError, match="method must be 'nn' or 'csls', got 'cos'"):
+        rank_word_vectors(e[:1], e, k=1, method="cos")
+
+
+def test_no_mutual_pair_is_an_empty_dictionary_and_why_empty_says_which_rule_left_it_empty():
+    """Under the paper's idf, log(N / df), a token in every sentence scores 0: no pair is stored, so no pair is
+    mutual. That raised numpy's "all keys need to be the same shape" (indexing the scores with no pair gave a
+    sparse matrix) instead of an empty dictionary and the one-line reason."""
+    from globetrotter.evaluation.word_dictionary import why_empty
+
+    tokenized = {"en": [["a"], ["a"]], "de": [["b"], ["b"]]}
+    assert tfidf_dictionary(tokenized["en"], tokenized["de"], idf="paper") == []
+    assert build_dictionaries(tokenized, top_k=1, idf="paper") == {("de", "en"): [], ("en", "de"): []}
+    assert why_empty(tokenized, 1, 1) == "no token pair is in each other's tf-idf top --top-k 1"
+    assert why_empty(tokenized, 1, 3) == ("no de/en token is in at least --min-count 3 of the 2 sentences "
+                                          "(the most frequent: 2)")
+    assert why_empty({"en": tokenized["en"]}, 1, 1) == "it needs at least 2 languages, got ['en']"
+    with pytest.raises(ValueError, match="idf must be 'smooth' or 'paper', got 'bm25'"):
+        tfidf_dictionary(tokenized["en"], tokenized["de"], idf="bm25")
+    with pytest.raises(ValueError, match="2 source sentences but 1 target sentences"):
+        tfidf_dictionary(tokenized["en"], tokenized["de"][:1])
+
+
+def test_dictionary_folders_and_files_that_cannot_be_read_are_named(tmp_path):
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation.word_dictionary import read_dictionaries
+
+    with pytest.raises(UserError, match=r"none: dictionary folder not found \(expected <src>-<tgt>.txt files\)$"):
+        read_dictionaries(tmp_path / "none")
+    write_dictionary(tmp_path / "en-de.txt", [("dog", "Hund")])
+    with pytest.raises(UserError, match=r": no <src>-<tgt>.txt dictionary for languages \['en', 'fr'\]$"):
+        read_dictionaries(tmp_path, ["en", "fr"])
+    (tmp_path / "en-fr.txt").mkdir()  # a folder of a dictionary's name: unreadable as a file
+    with pytest.raises(UserError, match=r"en-fr.txt: unreadable dictionary \("):
+        read_dictionaries(tmp_path, ["en", "fr"])

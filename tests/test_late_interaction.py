@@ -155,3 +155,51 @@ def test_the_token_hubness_k_is_the_one_the_docs_state():
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text("utf-8").split())
     stated = re.findall(r"its mean cosine to its (\d+) nearest rows among the tokens", text)
     assert stated == [str(inspect.signature(LateInteraction).parameters["hub_k"].default)]
+
+
+class _IdEncoder:
+    """Text ``"3 7 7"`` is token ids 3, 7, 7 of a fixed table; the vocabulary is every row but 0 (a special)."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = table
+
+    def token_table(self):
+        return self.table, np.arange(1, len(self.table))
+
+    def token_ids(self, texts):
+        return [np.array([int(t) for t in text.split()], dtype=np.int64) for text in texts]
+
+
+def test_late_interaction_without_languages_takes_the_vocabularys_hubness_and_weights_the_definition(world):
+    from globetrotter.evaluation.late_interaction import LateInteraction
+
+    table, sentences = world
+    reference = [" ".join(map(str, s)) for s in sentences]
+    late = LateInteraction(_IdEncoder(table), 2.0, reference, hub_k=3)
+    assert late.languages is None and late.record["hubness"] == "vocabulary"
+    hub = row_hubness(table, k=3, rows=np.arange(1, len(table)))
+    np.testing.assert_allclose(late.hubness, hub, atol=1e-6)
+    texts = ["1 2 3", "5 5 9", "12"]
+    a, b = late.bags(texts), late.bags(texts[::-1], ["en", "de", "fr"])  # languages are not read without them
+    got = late.scorer(a, b)(np.arange(3))
+    ids = _IdEncoder(table).token_ids(texts)
+    want = [[2.0 * brute_maxsim(x, y, table, late.idf, hub) for y in ids[::-1]] for x in ids]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    empty = late.bags(["", ""])  # sentences of no token (special tokens only): nothing to match, scores 0
+    assert late.scorer(a, empty)(np.arange(3)).tolist() == [[0.0, 0.0]] * 3
+
+
+def test_late_interaction_refuses_a_negative_weight_and_languages_it_cannot_place(world):
+    from globetrotter.evaluation.late_interaction import LateInteraction
+
+    table, sentences = world
+    encoder, reference = _IdEncoder(table), [" ".join(map(str, s)) for s in sentences]
+    with pytest.raises(ValueError, match="the MaxSim weight must be >= 0, got -1"):
+        LateInteraction(encoder, -1, reference)
+    with pytest.raises(ValueError, match="2 languages for 13 texts"):
+        LateInteraction(encoder, 1.0, reference, hub_k=3, languages=["en", "de"])
+    late = LateInteraction(encoder, 1.0, reference, hub_k=3, languages=["en", "de", "fr"] * 4 + ["en"])
+    with pytest.raises(ValueError, match="per-language hubness: give the texts' languages"):
+        late.bags(["1 2"])
+    with pytest.raises(ValueError, match=r"languages \['it'\] are not among the reference texts' \['de', 'en', 'fr'\]"):
+        late.bags(["1 2", "3"], ["en", "it"])

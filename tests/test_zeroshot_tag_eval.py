@@ -202,8 +202,45 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
         identity.blocks[0][0].bias.zero_()
     save_adapter(identity, ZeroShotConfig(text_encoder="random:1280"), tmp_path / "identity")
     known = ["--adapter", str(tmp_path / "identity"), *common[2:], "--neighbours", "1"]
+    monkeypatch.setattr(tag_eval, "languages_the_encoder_lacks", lambda encoder, codes: ["de"])  # as mUSE lacks cs
     assert main(["tag-eval", *known, "--out", str(tmp_path / "known.json")]) == 0
-    scores = json.loads((tmp_path / "known.json").read_text(encoding="utf-8"))["scores"]
+    assert "note: the text encoder 'random:1280' was not trained on de\n" in capsys.readouterr().out
+    record = json.loads((tmp_path / "known.json").read_text(encoding="utf-8"))
+    assert record["languages_the_text_encoder_lacks"] == ["de"]
+    scores = record["scores"]
     for lang in ("de", "en"):
         assert scores[lang]["captions"]["value"] == pytest.approx(1.0), scores[lang]
         assert scores[lang]["frequency"]["value"] < 1.0
+    # 8 de content words in the train captions (ein/eine/im/auf/dem/mit/einem are stop words) and 9 en ones: --k 9
+    # is refused for de, naming the split, before any record is written
+    assert main(["tag-eval", *known, "--k", "9", "--out", str(tmp_path / "k9.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'train'}: fewer than 9 content words in 'de' to tag with" in err and err.count("\n") == 1
+    assert not (tmp_path / "k9.json").exists()
+
+
+def test_a_language_without_stop_words_or_segmenter_and_mismatched_inputs_are_refused():
+    with pytest.raises(UserError, match=r"^spaCy has no stop-word list for language 'qq'$"):
+        content_words("some words", "qq")
+    with pytest.raises(UserError, match=r"^no word segmenter for 'ja' \(jieba segments zh\)$"):
+        content_words("犬が走る", "ja")
+    with pytest.raises(ValueError, match="2 predictions but 1 truth sets"):
+        precision_at_k([["a"], ["b"]], [{"a"}], 1)
+    split = SplitFeatures(texts=["a dog"], langs=np.array(["en"], dtype=object), groups=np.array(["g0"], dtype=object),
+                          caption_image=np.array([0]), image_keys=["a"], text_features=np.zeros((1, 4), np.float32),
+                          image_features=np.eye(1, 4, dtype=np.float32))
+    with pytest.raises(UserError, match=r"no captions in 'de' to build its tag truth \(languages: \['en'\]\)"):
+        evaluate_tagging(split, ["de"], {"de": ["hund"]}, {"t": lambda f, lang: [["hund"]] * len(f)}, k=1)
+
+
+@pytest.mark.parametrize("share", ["0", "1.5", "nan"])
+def test_tag_eval_min_share_is_a_share_in_zero_one(share, tmp_path, capsys):
+    from globetrotter.zeroshot.cli import main
+
+    args = ["tag-eval", "--adapter", str(tmp_path / "none"), "--test", "t", "--vocab-from", "v", "--k", "5",
+            "--vocab-size", "4"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--min-share", share])
+    assert exit_info.value.code == 2 and f"expected a share in (0, 1], got '{share}'" in capsys.readouterr().err
+    assert main([*args, "--min-share", "1"]) == 2  # a share of 1 is taken: refused later, for --vocab-size
+    assert "--vocab-size 4: fewer candidate tags" in capsys.readouterr().err

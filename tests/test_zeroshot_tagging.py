@@ -462,3 +462,41 @@ def test_an_embedder_object_named_after_a_checkpoint_is_cached_as_its_spec(tmp_p
     weights.write_bytes(b"new")
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     assert embed_cached(Fixed(2.0), texts, tmp_path / "cache", progress=False)[0, 0] == 2.0
+
+
+def test_image_files_name_a_missing_path_and_a_source_without_images(tmp_path):
+    from globetrotter.zeroshot.tagging import image_files
+
+    (tmp_path / "notes.txt").write_text("no image", encoding="utf-8")
+    with pytest.raises(UserError, match=r"gone.jpg: image file or folder not found$"):
+        image_files([tmp_path / "gone.jpg"])
+    with pytest.raises(UserError, match=r"^no images \(.jpg/.png/...\) found in \["):
+        image_files([tmp_path])
+
+
+def test_misshaped_source_tags_or_class_names_are_refused():
+    with pytest.raises(ValueError, match=r"source_tags must be \[N=2, S\], got \(1, 1\)"):
+        assign_target_tags(torch.zeros(2, 2), torch.tensor([[0]]), torch.tensor([SPRING]), torch.tensor([SEASON]))
+    with pytest.raises(ValueError, match="logits have 3 classes but 2 class names were given"):
+        top_k_source_tags(torch.zeros(1, 3), k=1, class_names=["cat", "dog"])
+
+
+def test_the_imagenet_head_loads_from_a_weights_file_by_name_or_in_order(tmp_path):
+    """A local state-dict file: loaded by name, or by position when its names differ (another exporter's)."""
+    import timm
+
+    from globetrotter.zeroshot.tagging import load_imagenet_classifier
+
+    with pytest.raises(UserError, match=r"image weights 'package' are for .*not resnet18"):
+        load_imagenet_classifier("resnet18", "package")
+    with pytest.raises(UserError, match=r"missing.pth: image weights file not found \(or use 'package', 'hub'\)"):
+        load_imagenet_classifier("efficientnet_lite0", str(tmp_path / "missing.pth"))
+    torch.manual_seed(0)
+    state = timm.create_model("efficientnet_lite0", pretrained=False).state_dict()
+    torch.save(state, tmp_path / "named.pth")
+    torch.save({f"t{i}": v for i, v in enumerate(state.values())}, tmp_path / "renamed.pth")
+    for name in ("named.pth", "renamed.pth"):
+        head = load_imagenet_classifier("efficientnet_lite0", str(tmp_path / name))
+        assert head.out_features == 1000 and not head.training
+        torch.testing.assert_close(head.weight, state["classifier.weight"], rtol=0, atol=0)
+        torch.testing.assert_close(head.bias, state["classifier.bias"], rtol=0, atol=0)

@@ -101,6 +101,14 @@ def test_paper_config_is_the_papers_and_errors_are_one_line():
     ("loss.margin=nan", "loss.margin must be >= 0 and finite, or null, got nan"),
     ("loss.margin_scale=inf", "loss.margin_scale must be > 0 and finite, got inf"),
     ("adapter.output_scale=inf", "adapter.output_scale must be > 0 and finite, or null, got inf"),
+    ("adapter.dropout=[]", "adapter.dropout needs one rate per block, got none"),
+    ("adapter.dropout=[0.1,1.0]", "adapter.dropout rates must be in [0, 1), got [0.1, 1.0]"),
+    ("adapter.hidden_dims=[0]", "adapter.hidden_dims must be positive, got [0]"),
+    ("optim.batch_size=1", "optim.batch_size must be >= 2 (negatives come from the batch), got 1"),
+    ("optim.epochs=0", "optim.epochs must be >= 1, got 0"),
+    ("optim.beta2=1", "optim.beta1 and optim.beta2 must be in [0, 1)"),
+    ("train_langs=[]", "train_langs must name at least one language"),
+    ("max_captions_per_image=0", "max_captions_per_image must be >= 1 or null, got 0"),
 ])
 def test_non_finite_and_negative_config_values_are_refused_up_front(override, said):
     """NaN passed `rho <= 0`, `lr <= 0`... (every comparison with NaN is False) and weight_decay was never checked:
@@ -875,3 +883,76 @@ def test_m3l_random_negatives_follow_the_config_seed_only():
         return train_adapter(text, images, caption_image, cfg, progress=False)[1].loss
 
     assert losses(0, 1) == losses(0, 2) != losses(1, 1)
+
+
+def test_nearest_images_by_cosine_ranks_by_direction_and_by_l2_by_distance():
+    """A far image in the query's direction is the cosine-nearest, a near one off its direction the l2-nearest."""
+    images = np.array([[10.0, 0.0], [0.9, 0.5], [-1.0, 0.0]], dtype=np.float32)
+    query, before = np.array([[1.0, 0.0]], dtype=np.float32), images.copy()
+    assert nearest_images(query, images, k=3, metric="cosine").tolist() == [[0, 1, 2]]
+    assert nearest_images(query, images, k=3, metric="l2").tolist() == [[1, 2, 0]]
+    assert nearest_images(query, images, k=10, metric="cosine").shape == (1, 3)  # k beyond the gallery: all of it
+    assert target_ranks(query, images, [0], "cosine").tolist() == [1]
+    assert target_ranks(query, images, [0], "l2").tolist() == [3]
+    assert np.array_equal(images, before)  # the caller's arrays are not normalised
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: nearest_images(np.zeros((1, 2)), np.zeros((3, 4)), 1), r"query dim 2 != image dim 4"),
+    (lambda: nearest_images(np.zeros((1, 2)), np.zeros((3, 2)), 1, "dot"), r"unknown metric 'dot'"),
+    (lambda: target_ranks(np.zeros((2, 2)), np.zeros((3, 2)), [0]), r"2 queries but 1 targets"),
+    (lambda: target_ranks(np.zeros((0, 2)), np.zeros((3, 2)), []), r"no queries to evaluate"),
+    (lambda: target_ranks(np.zeros((1, 2)), np.zeros((3, 4)), [0]), r"query dim 2 != image dim 4"),
+    (lambda: target_ranks(np.zeros((1, 2)), np.zeros((3, 2)), [0], "dot"), r"unknown metric 'dot'"),
+    (lambda: TextToImageAdapter(4, 2, [3], [], form="residual"), r"dropout needs one rate per block, got none"),
+    (lambda: TextToImageAdapter(4, 2, [0], [0.1, 0.1]), r"layer widths must be positive, got \[4, 0, 2\]"),
+    (lambda: TextToImageAdapter(4, 2, [3], [0.1, 1.0]), r"dropout rates must be in \[0, 1\), got \[0.1, 1.0\]"),
+    (lambda: TextToImageAdapter(4, 2, [3], [0.1, 0.1], output_scale=0.0), r"output_scale must be > 0, got 0.0"),
+])
+def test_retrieval_and_adapter_refuse_inconsistent_arguments(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_an_adapter_embeds_no_texts_as_an_empty_matrix_of_its_image_width():
+    adapter = TextToImageAdapter(4, 3, [5], [0.0, 0.0])
+    out = adapter.embed(torch.zeros(0, 4))
+    assert out.shape == (0, 3) and adapter.training  # its mode is restored
+
+
+def test_training_refuses_too_few_captions_or_misshaped_inputs_before_any_work():
+    from globetrotter.zeroshot.data import first_captions
+    from globetrotter.zeroshot.losses import typical_squared_distance
+    from globetrotter.zeroshot.train import build_loss
+
+    cfg = ZeroShotConfig(text_encoder="random:4")
+    with pytest.raises(UserError, match="need at least 2 training captions, got 1"):
+        train_adapter(torch.zeros(1, 4), torch.zeros(2, 3), torch.zeros(1, dtype=torch.long), cfg, progress=False)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        train_adapter(torch.zeros(4), torch.zeros(2, 3), torch.zeros(4, dtype=torch.long), cfg, progress=False)
+    with pytest.raises(ValueError, match=r"caption_image must be \[3\], got \(2,\)"):
+        train_adapter(torch.zeros(3, 4), torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), cfg, progress=False)
+    assert cfg.loss.name == "patr" and cfg.loss.margin is None  # the default margin is measured on the images
+    with pytest.raises(ValueError, match="image features are needed to measure it"):
+        build_loss(cfg)
+    with pytest.raises(ValueError, match="need at least two images"):
+        typical_squared_distance(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="max_captions_per_image must be >= 1, got 0"):
+        first_captions(np.zeros(2, dtype=np.int64), np.array(["en", "en"]), 0)
+
+
+def test_retrieval_notes_a_language_the_text_encoder_lacks_after_the_tables(tmp_path, capsys, monkeypatch):
+    from globetrotter.zeroshot.cli import main
+    from globetrotter.zeroshot.cli import retrieval
+
+    rng = np.random.default_rng(0)
+    _write_split(tmp_path, "test", rng.normal(size=(4, 4)).astype(np.float32),
+                 [(f"{lang} {r}", lang, r) for r in range(4) for lang in ("en", "de")])
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    monkeypatch.setattr(retrieval, "languages_the_encoder_lacks", lambda encoder, codes: [c for c in codes if c == "de"])
+    out = tmp_path / "r.json"
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", str(tmp_path / "a"), "--out", str(out),
+                 "--ks", "1", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith("note: a: the text encoder 'random:16' was not trained on de")
+    assert json.loads(out.read_text())["models"]["a"]["languages_the_text_encoder_lacks"] == ["de"]

@@ -342,6 +342,9 @@ def test_case_study_splits_documents_and_summarises_pairs():
     assert precomputed_images(evaluate) is True
     with pytest.raises(UserError, match="not a mix"):
         precomputed_images([*evaluate, Document("fr", "i", "j", "3.jpg")])
+    assert precomputed_images([Document("fr", "i", "j", "3.jpg"), Document("de", "k", "l", "4.png")]) is False
+    with pytest.raises(UserError, match=r"^docs.jsonl: need at least 2 documents without an image to train on, got 1$"):
+        split_documents(docs[1:], "docs.jsonl")
     configs = case_study_configs(0.5, epochs=3)
     assert {n: (c.beta, c.epochs) for n, c in configs.items()} == {"triplet": (0.0, 3), "tripletxl": (0.5, 3)}
     with pytest.raises(UserError, match="^triplet: lr must be > 0"):
@@ -476,3 +479,53 @@ def test_triplet_command_leaves_out_pairs_that_shared_images_make_too_small(reci
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     assert record["left_out"] == {"languages": {}, "pairs": {"en->es": 6, "es->en": 6}}
     assert set(record["models"]["frozen"]["pairs"]) == {"en->ru", "es->ru", "ru->en", "ru->es"}
+
+
+def test_read_documents_skips_blank_lines_and_refuses_each_bad_input_naming_file_and_line(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('\n{"lang": "en", "title": "t", "body": "b"}\n   \n', encoding="utf-8")
+    (doc,) = read_documents(path)  # the blank lines are no documents and shift no line number
+    assert doc.id == "docs:2"
+    with pytest.raises(UserError, match=r"missing.jsonl: documents file not found \(expected JSONL"):
+        read_documents(tmp_path / "missing.jsonl")
+    cases = [(b'{"lang": "en", "title": "t", "body": "b"}\n\xff\xfe\n', r"docs.jsonl:2: not UTF-8 text"),
+             (b'["en", "t", "b"]\n', r"docs.jsonl:1: expected a JSON object, got list"),
+             (b'{"lang": "en", "title": "t", "body": "b", "image": 3}\n', r"docs.jsonl:1: key 'image' must be a file"),
+             (b'{"lang": "en", "title": "t", "body": "b", "image": ""}\n', r"docs.jsonl:1: key 'image' must be a file"),
+             (b"\n\n", r"docs.jsonl: no documents")]
+    for data, message in cases:
+        path.write_bytes(data)
+        with pytest.raises(UserError, match=message):
+            read_documents(path)
+
+
+def test_training_with_nothing_held_out_keeps_the_last_epoch_and_skips_a_lone_last_row():
+    title, body, langs = _topic_embeddings(33, 3)  # batches of 8: four full ones and a lone row, which has no negative
+    cfg = TripletConfig(hidden_dim=16, out_dim=8, epochs=3, batch_size=8, val_fraction=0.0)
+    model, history = train_siamese(title, body, langs, cfg, progress=False)
+    assert history.best_epoch == 2 and history.val == [] and len(history.train) == 3
+    assert all(np.isfinite(history.train))
+    assert not model.training
+
+
+def test_training_refuses_fewer_than_two_training_documents_after_the_held_out_share():
+    title, body, langs = _topic_embeddings(4, 2)
+    with pytest.raises(UserError, match="need at least 2 training documents, got 1"):
+        train_siamese(title, body, langs, TripletConfig(val_fraction=0.75), progress=False)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"k": 0}, r"k and epochs must be >= 1"),
+    ({"epochs": 0}, r"k and epochs must be >= 1"),
+    ({"hidden_dim": 0}, r"hidden_dim and out_dim must be >= 1, got 0, "),
+])
+def test_triplet_config_refuses_counts_below_one(options, message):
+    with pytest.raises(ValueError, match=message):
+        TripletConfig(**options).validate()
+
+
+def test_siamese_training_and_negatives_refuse_misshaped_inputs():
+    with pytest.raises(ValueError, match=r"title and body must be \[N, D\] and langs \[N\]"):
+        train_siamese(torch.zeros(4, 3), torch.zeros(4, 2), torch.zeros(4, dtype=torch.long), progress=False)
+    with pytest.raises(ValueError, match="a negative needs a batch of at least 2"):
+        random_other_index(1)

@@ -271,7 +271,7 @@ class LateInteraction:
         if languages is None:
             raise ValueError("per-language hubness: give the texts' languages")
         languages = np.asarray(languages).astype(str)
-        unknown = sorted(set(languages) - set(self.languages))
+        unknown = sorted(set(languages.tolist()) - set(self.languages))  # str, not np.str_ in the message
         if unknown:
             raise ValueError(f"languages {unknown} are not among the reference texts' {self.languages}")
         return np.searchsorted(self.languages, languages)

@@ -73,7 +73,7 @@ class Ranking:
     @classmethod
     def from_dict(cls, data: dict, source: str = "ranking record") -> "Ranking":
         """A ranking from its record (the ``chosen`` entry of ``eval.py select``'s JSON); a field of the wrong type
-        is a one-line error naming ``source``."""
+        or value is a one-line error naming ``source``."""
         if not isinstance(data, dict):
             raise UserError(f"{source}: the ranking is {type(data).__name__}, expected an object of head, maxsim, "
                             f"csls, csls_k")
@@ -85,7 +85,10 @@ class Ranking:
             if not isinstance(value, types[key]) or (key != "csls" and isinstance(value, bool)):
                 raise UserError(f"{source}: ranking {key} {value!r} is {type(value).__name__}, expected "
                                 f"{' or '.join(t.__name__ for t in types[key])}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except UserError as err:  # a value out of range: named with the record it is in
+            raise UserError(f"{source}: {err}") from None
 
 
 def needs_statistics(encoder: Any, ranking: Ranking) -> bool:

@@ -200,7 +200,7 @@ def sentence_translation(
                          f"{len(group_idx)}")
     n_lang, n_group = len(languages), int(group_idx.max()) + 1 if n else 0
     if n_lang < 2:
-        raise ValueError(f"need at least 2 languages, got {list(languages)}")
+        raise ValueError(f"need at least 2 languages, got {[str(lang) for lang in languages]}")
     presence = np.zeros((n_group, n_lang), dtype=np.int64)
     np.add.at(presence, (group_idx, lang_idx), 1)
     if presence.max() > 1:

@@ -108,6 +108,8 @@ def tfidf_dictionary(
     bj, bi = row_topk(backward, top_k)
     n_t = tgt_mat.shape[1]
     both = np.intersect1d(fi.astype(np.int64) * n_t + fj, bi.astype(np.int64) * n_t + bj)
+    if not len(both):  # no mutual pair (the paper's idf is 0 for a token in every sentence): no scores to index
+        return []
     i, j = both // n_t, both % n_t
     scores = np.asarray(forward[i, j]).ravel()
     order = np.lexsort((-scores, i))
