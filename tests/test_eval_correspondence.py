@@ -218,15 +218,7 @@ def test_captions_are_cut_at_word_breaks_when_at_least_half_hold_a_space():
     assert corr.uses_spaces([])  # no caption: word breaks, the default
 
 
-def test_a_subset_keeps_each_examples_fields_together_and_bad_task_options_are_named():
-    task = corr.build_task(metas(), seed=0, max_per_language=400)
-    full = task.train
-    de = full.subset(full.langs == "de")
-    rows = np.flatnonzero(full.langs == "de")
-    assert de.texts == [full.texts[i] for i in rows] and set(de.langs) == {"de"}
-    for field in ("labels", "first_units", "second_units", "first_chars", "second_chars"):
-        np.testing.assert_array_equal(getattr(de, field), getattr(full, field)[rows])
-    assert de.unit == full.unit and de.unit is not full.unit
+def test_bad_task_options_are_named():
     for fraction in (0.0, 1.0):
         with pytest.raises(UserError, match=rf"^--test-fraction {fraction}: expected a share strictly between 0 and 1$"):
             corr.build_task(metas(), test_fraction=fraction)

@@ -80,11 +80,6 @@ class CorrespondenceSet:
         return np.stack([self.first_units, self.second_units, self.first_chars, self.second_chars,
                          self.first_chars / total], 1).astype(np.float64)
 
-    def subset(self, mask: np.ndarray) -> "CorrespondenceSet":
-        idx = np.flatnonzero(mask)
-        return CorrespondenceSet([self.texts[i] for i in idx], self.labels[idx], self.langs[idx], self.first_units[idx],
-                                 self.second_units[idx], self.first_chars[idx], self.second_chars[idx], dict(self.unit))
-
 
 def build_language(captions: Sequence[str], image_ids: Sequence[str], lang: str, rng: np.random.Generator,
                    min_units: int = 4, max_examples: int | None = None, window: int = 3) -> CorrespondenceSet:
