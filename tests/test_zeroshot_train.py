@@ -15,7 +15,7 @@ from globetrotter.config_io import load_config
 from globetrotter.errors import UserError
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.config import ZeroShotConfig
-from globetrotter.zeroshot.retrieval import (chance_recall, format_table, nearest_images, rank_summary, recall_at_k,
+from globetrotter.zeroshot.retrieval import (chance_recall, format_table, rank_summary, recall_at_k,
                                              target_ranks, zero_shot_recall)
 from globetrotter.zeroshot.cli.common import write_json
 from globetrotter.zeroshot.train import META, load_adapter, save_adapter, train_adapter
@@ -169,7 +169,6 @@ def test_recall_matches_brute_force_ranking():
     assert recall_at_k(images[:5] * 7.0, images, np.arange(5), ks=(1,), metric="cosine") == {
         "image_retrieval_recall@1": 1.0
     }
-    assert nearest_images(images[:3], images, k=1)[:, 0].tolist() == [0, 1, 2]
     # the ranks behind Recall@K: 1-based, small chunks give the same, the median and intervals follow from them
     ranks = target_ranks(queries, images, targets, chunk=7)
     assert ranks.tolist() == (rank + 1).tolist()
@@ -885,21 +884,19 @@ def test_m3l_random_negatives_follow_the_config_seed_only():
     assert losses(0, 1) == losses(0, 2) != losses(1, 1)
 
 
-def test_nearest_images_by_cosine_ranks_by_direction_and_by_l2_by_distance():
+def test_target_ranks_by_cosine_rank_by_direction_and_by_l2_by_distance():
     """A far image in the query's direction is the cosine-nearest, a near one off its direction the l2-nearest."""
     images = np.array([[10.0, 0.0], [0.9, 0.5], [-1.0, 0.0]], dtype=np.float32)
     query, before = np.array([[1.0, 0.0]], dtype=np.float32), images.copy()
-    assert nearest_images(query, images, k=3, metric="cosine").tolist() == [[0, 1, 2]]
-    assert nearest_images(query, images, k=3, metric="l2").tolist() == [[1, 2, 0]]
-    assert nearest_images(query, images, k=10, metric="cosine").shape == (1, 3)  # k beyond the gallery: all of it
+    assert target_ranks(query, images, [1], "cosine").tolist() == [2]
+    assert target_ranks(query, images, [1], "l2").tolist() == [1]
     assert target_ranks(query, images, [0], "cosine").tolist() == [1]
     assert target_ranks(query, images, [0], "l2").tolist() == [3]
     assert np.array_equal(images, before)  # the caller's arrays are not normalised
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: nearest_images(np.zeros((1, 2)), np.zeros((3, 4)), 1), r"query dim 2 != image dim 4"),
-    (lambda: nearest_images(np.zeros((1, 2)), np.zeros((3, 2)), 1, "dot"), r"unknown metric 'dot'"),
+    (lambda: target_ranks(np.zeros((1, 2)), np.zeros((3, 2)), [0], "dot"), r"unknown metric 'dot'"),
     (lambda: target_ranks(np.zeros((2, 2)), np.zeros((3, 2)), [0]), r"2 queries but 1 targets"),
     (lambda: target_ranks(np.zeros((0, 2)), np.zeros((3, 2)), []), r"no queries to evaluate"),
     (lambda: target_ranks(np.zeros((1, 2)), np.zeros((3, 4)), [0]), r"query dim 2 != image dim 4"),

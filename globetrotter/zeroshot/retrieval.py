@@ -2,15 +2,14 @@
 
 Each query caption is projected by the adapter into the image space and the gallery images
 are ranked by distance (squared Euclidean, as the losses use; or cosine). Recall@K is the
-share of queries whose own image is among the K nearest. faiss does the nearest-neighbour
-search, so 100k-image galleries are handled without a Python loop. Metric names follow
-CLIP_benchmark (``image_retrieval_recall@K`` = text->image).
+share of queries whose own image is among the K nearest. The own image's rank is counted in
+chunks of queries (:func:`target_ranks`), so 100k-image galleries need no Python loop and no
+``Q x M`` matrix. Metric names follow CLIP_benchmark (``image_retrieval_recall@K`` = text->image).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
-import faiss
 import numpy as np
 import torch
 
@@ -34,31 +33,6 @@ def _as_f32(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def nearest_images(
-    queries: torch.Tensor | np.ndarray, images: torch.Tensor | np.ndarray, k: int, metric: Metric = "l2"
-) -> np.ndarray:
-    """Indices ``[Q, k]`` of the ``k`` gallery images nearest to each query (nearest first).
-
-    ``metric="l2"`` ranks by squared Euclidean distance, ``"cosine"`` by cosine similarity.
-    """
-    q, g = _as_f32(queries), _as_f32(images)
-    if q.shape[1] != g.shape[1]:
-        raise ValueError(f"query dim {q.shape[1]} != image dim {g.shape[1]}")
-    k = min(k, g.shape[0])
-    if metric == "cosine":
-        q, g = q.copy(), g.copy()
-        faiss.normalize_L2(q)
-        faiss.normalize_L2(g)
-        index: faiss.IndexFlat = faiss.IndexFlatIP(g.shape[1])
-    elif metric == "l2":
-        index = faiss.IndexFlatL2(g.shape[1])
-    else:
-        raise ValueError(f"unknown metric {metric!r}; expected 'l2' or 'cosine'")
-    index.add(g)
-    _, nn = index.search(q, k)
-    return nn
-
-
 def target_ranks(
     queries: torch.Tensor | np.ndarray,
     images: torch.Tensor | np.ndarray,
@@ -70,9 +44,9 @@ def target_ranks(
 
     The rank is the number of images at least as near to the query as its target, the target
     included: a tie counts against the query (as BackRetrieval's pessimistic ranks do), so an
-    adapter whose outputs tell no images apart ranks every target last, not first. ``metric``
-    as for :func:`nearest_images`. Computed in chunks of ``chunk`` queries, so memory stays
-    ``chunk x M``.
+    adapter whose outputs tell no images apart ranks every target last, not first. ``metric``:
+    ``"l2"`` (squared Euclidean distance) or ``"cosine"``. Computed in chunks of ``chunk`` queries,
+    so memory stays ``chunk x M``.
     """
     q = torch.from_numpy(_as_f32(queries))
     g = torch.from_numpy(_as_f32(images))
