@@ -438,3 +438,13 @@ def test_two_models_of_a_row_that_would_share_their_records_are_refused(protocol
     err = capsys.readouterr().err
     assert err.startswith(f"error: --row full: {second} and {first} would share the records full-runs-full-en-ru-*")
     assert err.count("\n") == 1 and not (tmp_path / "table").exists()
+
+
+def test_an_oracle_val_split_that_is_not_parallel_is_one_line_naming_the_flag(protocol, tiny_world, tmp_path, capsys):
+    """The tiny world's val split captions each image in one language: the oracle's refusal is said of --oracle-val."""
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", "TF-IDF=tfidf", "--oracle-val",
+                         str(tiny_world / "val"))
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --oracle-val: ") and "needs a parallel val split" in err and err.count("\n") == 1
+    assert not list((tmp_path / "table").glob("*oracle*.json")) and not (tmp_path / "table" / "table.md").exists()
