@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -154,3 +155,51 @@ def test_the_summary_is_at_the_largest_n_in_whatever_order_ns_are_given(study, j
     rows = {r["n"]: r for r in json.loads((out / "study.json").read_text())["rows"]}
     largest = f"{study._pm(rows[20]['pearson']['bkr'])} / {study._pm(rows[20]['pearson']['corr'])}"
     assert largest in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "--families file not found"),
+    ("[a]\nr1=random:8:1\nr2=random:8:2\nr3=random:8:3\n[a]\n", ":5: empty or repeated family header '[a]'"),
+    ("[ ]\n", ":1: empty or repeated family header '[ ]'"),
+    ("# models\nr1=random:8:1\n[a]\n", ":2: model spec 'r1=random:8:1' before any [family] header"),
+    ("[a]\nr1=random:8:1\nr1=random:8:2\nr3=random:8:3\n", ": family [a]: "),
+    ("# nothing yet\n\n", ": no [family] sections"),
+])
+def test_a_bad_families_file_is_one_error_naming_the_file_and_line(study, tmp_path, text, message):
+    path = tmp_path / "fam.txt"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(BackRetrievalError) as err:
+        study.read_families(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_tfidf_spec_of_another_analyzer_is_refused_naming_the_choices(study):
+    from backretrieval.embedders import load_embedder
+
+    with pytest.raises(BackRetrievalError, match=r"^embedder spec 'tfidf:chars': expected tfidf:char or tfidf:word$"):
+        load_embedder("tfidf:chars")
+
+
+def test_a_report_k_that_is_not_one_of_the_ks_is_refused_before_anything_is_read(study, tmp_path):
+    with pytest.raises(BackRetrievalError, match=r"^--report-k 5 is not one of --ks 1,10$"):
+        study.main(["--data", str(tmp_path / "none"), "--families", str(tmp_path / "none.txt"), "--ks", "1,10",
+                    "--report-k", "5", "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_positional_npy_model_keeps_a_row_per_text_and_a_rewritten_file_is_embedded_again(study, tmp_path):
+    """An ``npy:`` file without a texts sidecar maps rows to texts by position: a repeated text keeps its own row (no
+    de-duplication), and the cache key follows the file's time, so a rewritten file is not served from the cache."""
+    texts = ["red car", "blue sky", "red car"]
+    path = tmp_path / "emb.npy"
+    first = np.arange(9, dtype=np.float32).reshape(3, 3)
+    np.save(path, first)
+    _, got = study.embed_split("m", f"npy:{path}", texts, tmp_path / "cache", {}, False)
+    np.testing.assert_array_equal(got, first)  # rows 0 and 2 differ although their texts are the same
+    second = first[::-1] + 100
+    np.save(path, second)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # a later time, whatever the clock
+    _, again = study.embed_split("m", f"npy:{path}", texts, tmp_path / "cache", {}, False)
+    np.testing.assert_array_equal(again, second)
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 2

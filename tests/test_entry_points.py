@@ -153,3 +153,16 @@ def test_an_entry_points_own_broken_import_is_re_raised_and_other_warnings_keep_
     with pytest.warns(DeprecationWarning, match="deprecated call"):  # handed on to the display in force
         assert run_cli(main, []) == 0
     assert capsys.readouterr().err == "warning: input note\n"
+
+
+def test_eval_py_run_as_a_script_dispatches_to_the_evaluation_cli(monkeypatch, capsys):
+    """``python eval.py ...``: the script's ``__main__`` guard hands its arguments to the sub-command parser."""
+    monkeypatch.setattr(sys, "argv", ["eval.py", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(ROOT / "eval.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and all(command in out for command in ("select", "sentence", "word"))
+    monkeypatch.setattr(sys, "argv", ["eval.py", "nope"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(ROOT / "eval.py"), run_name="__main__")
+    assert done.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err

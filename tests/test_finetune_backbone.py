@@ -174,3 +174,37 @@ def test_across_languages_the_held_out_images_are_the_screens_draw_over_captione
     screened = agree.screened_images(ids, {"split": ids}, languages)
     assert held == {screened[i] for i in np.flatnonzero(agree.held_out_mask(len(screened), 10, 1))}
     assert held <= set(languages)
+
+
+def test_the_command_line_holds_out_the_screens_draw_over_the_across_languages_splits_images(tune, tiny_world,
+                                                                                            colour_target, tmp_path,
+                                                                                            monkeypatch):
+    """--across-languages SPLIT: the languages are read from that split's captions, so the images held out are the
+    screen's draw over the images it captions, and every other image of the target is trained on."""
+    from data_prep.shards import ShardWriter
+
+    target, ids = colour_target
+    captioned = ids[1::2]
+    with ShardWriter(tmp_path / "half", split="train", source="unit", image_format="npy") as w:
+        for n, image_id in enumerate(captioned):
+            w.write(f"k{n}", np.zeros(3, np.float32), f"caption {n}", ("en", "de")[n % 2], image_id, f"g{n}")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(backbone, images, targets, transform, settings):
+        seen["images"] = images
+        raise Stop
+
+    monkeypatch.setattr(tune, "fine_tune", capture)
+    monkeypatch.setattr(tune, "create_image_backbone", lambda *args: None)
+    with pytest.raises(Stop):
+        tune.main(["--split", str(tiny_world / "train"), "--target", str(target), "--held-out-images", "10",
+                   "--seed", "2", "--across-languages", str(tmp_path / "half"), "--out", str(tmp_path / "out")])
+    languages = {image_id: ("en", "de")[n % 2] for n, image_id in enumerate(captioned)}
+    train, held = tune.training_images(ids, ids, languages, held_out=10, seed=2)
+    image_of_blob = {data: image_id for image_id, _ext, data in tune.unique_images(tiny_world / "train")}
+    trained = [image_of_blob[b] for b in seen["images"]]
+    assert trained == [ids[r] for r in train] and len(held) == 10 and held <= set(captioned)
+    assert set(trained) == set(ids) - held

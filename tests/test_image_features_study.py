@@ -160,3 +160,69 @@ def test_an_overlap_outside_0_1_or_threads_below_one_is_a_usage_error(study, bad
     with pytest.raises(SystemExit) as stop:
         study.main(bad)
     assert stop.value.code == 2 and f"argument {bad[0]}: " in capsys.readouterr().err
+
+
+def _flickr_split(tmp_path):
+    """A split of the two photos of ``sources`` (one caption each) and its one-row-per-image control cache."""
+    from data_prep.shards import ShardWriter
+
+    split = tmp_path / "split"
+    with ShardWriter(split, split="train", source="unit", image_format="npy") as w:
+        for i, image in enumerate(("111_aaa", "222_bbb")):
+            w.write(f"k{i}", np.ones(4, np.float32), f"caption {i}", "en", image, f"g{i}")
+    return split
+
+
+class _WordCounts:
+    """A stand-in sentence encoder: each text's counts of a few words (deterministic, offline)."""
+
+    WORDS = ("dog", "grass", "animal", "children", "kids", "pool", "water", "brown", "the", "a")
+
+    def __init__(self, threads: int = 2) -> None:
+        pass
+
+    def encode(self, texts):
+        return np.array([[t.lower().split().count(w) + 0.1 for w in self.WORDS] for t in texts], np.float32)
+
+
+def test_the_study_writes_the_control_the_described_vectors_and_their_blend_from_the_caches(study, sources, tmp_path,
+                                                                                            monkeypatch, capsys):
+    """The control is the feature cache as it is; each image's oracle vector is the mean of its kept captions'
+    unit embeddings (photo 111's translated caption left out); a blend is made of those two caches as written."""
+    import backretrieval.embedders
+    from globetrotter.data.feature_cache import load_feature_cache
+
+    token, multi30k = sources
+    split, ids = _flickr_split(tmp_path), ["111_aaa", "222_bbb"]
+    control = np.random.default_rng(0).normal(size=(2, 6)).astype(np.float32)
+    cache = study.write_cache(split, control, ids, "control", tmp_path / "caches")
+    monkeypatch.setattr(backretrieval.embedders, "USEEmbedder", _WordCounts)
+    out = tmp_path / "out"
+    assert study.main(["--split", str(split), "--cache", str(cache), "--flickr8k", str(token), "--multi30k",
+                       str(multi30k), "--blend", "0.25", "--out", str(out)]) == 0
+
+    def rows(name):
+        c = load_feature_cache(out / name)
+        return np.asarray(c.features[c.rows(ids, split), 0], dtype=np.float32)
+
+    np.testing.assert_allclose(rows("efficientnet"), control, atol=1e-2)  # float16 storage
+    kept = [["A dog runs on the grass .", "The animal plays outside ."],
+            ["Two children swim in a pool .", "Kids in the water .", "A swimming pool with two kids ."]]
+    for got, captions in zip(rows("described"), kept):
+        emb = _WordCounts().encode(captions)
+        mean = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).mean(0)
+        np.testing.assert_allclose(got, mean / np.linalg.norm(mean), atol=2e-3)
+    np.testing.assert_allclose(rows("blend-0.25"), study.blend(rows("described"), rows("efficientnet"), 0.25),
+                               atol=2e-3)
+    printed = capsys.readouterr().out
+    assert "2 images; English captions per image after leaving out the translated one: 2.50" in printed
+    assert all(f"run_name={name}-sS" in printed for name in ("efficientnet", "described", "blend-0.25"))
+
+
+def test_a_blend_share_outside_0_1_is_refused_before_any_cache_is_written(study, sources, tmp_path, capsys):
+    token, multi30k = sources
+    out = tmp_path / "out"
+    assert study.main(["--split", str(tmp_path / "nowhere"), "--flickr8k", str(token), "--multi30k", str(multi30k),
+                       "--blend", "0.5", "--blend", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "error: --blend 1: the oracle's share must be between 0 and 1 (exclusive)\n"
+    assert not out.exists()

@@ -242,3 +242,26 @@ def test_the_whole_image_row_is_read_from_a_cache_with_augmented_views(agree, tm
     (path / SPEC).write_text(json.dumps({"spec": asdict(replace(imported_spec(path.name), views=2))}))
     _, rows = agree.whole_image_rows(path)
     np.testing.assert_array_equal(rows, views[:, 0].astype(np.float32))
+
+
+def test_the_command_line_reads_each_images_language_from_the_across_languages_split(agree, tmp_path):
+    """--across-languages SPLIT: the languages come from the split's captions, keyed by image id, so the report is
+    the screen's across those languages (not the plain screen)."""
+    from data_prep.shards import ShardWriter
+
+    ids, ref, topic = clustered(n=80)
+    langs = {i: ("en", "de")[n % 2] for n, i in enumerate(ids)}
+    with ShardWriter(tmp_path / "split", split="train", source="unit", image_format="npy") as w:
+        for n, i in enumerate(ids):
+            w.write(f"k{n}", np.zeros(3, np.float32), f"caption {n}", langs[i], i, f"g{n}")
+    reference = write_cache(tmp_path / "described", ids, ref)
+    onehot = write_cache(tmp_path / "topics", ids, np.eye(6)[topic])
+    out = tmp_path / "agreement.json"
+    assert agree.main(["--reference", str(reference), "--cache", str(onehot), "--held-out-images", "60", "--k", "3",
+                       "--ridge", "1", "--across-languages", str(tmp_path / "split"), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    read = agree.whole_image_rows(onehot)
+    expected = agree.screen(agree.whole_image_rows(reference), {"topics": read}, 60, 3, 0, (1.0,), langs)
+    plain = agree.screen(agree.whole_image_rows(reference), {"topics": read}, 60, 3, 0, (1.0,))
+    assert report["chance"] == pytest.approx(expected["chance"]) and report["chance"] != pytest.approx(plain["chance"])
+    assert report["caches"]["topics"]["agreement@3"] == pytest.approx(expected["caches"]["topics"]["agreement@3"])

@@ -83,3 +83,23 @@ def test_a_val_split_showing_test_images_is_refused_before_the_model_loads(oracl
     err = capsys.readouterr().err
     assert f"--val {val}: shows " in err and "images of the test split" in err and "no-run" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_keeps_the_candidate_of_the_highest_val_translation(oracle, tiny_world, tmp_path, capsys):
+    """A tfidf oracle on a parallel val split (test's captions under a val manifest): every ranking of the grid is
+    scored, and the record keeps the first of those with the highest val translation."""
+    val = tmp_path / "val"
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    out = tmp_path / "out"
+    assert oracle.main(["--model", "tfidf", "--val", str(val), "--reference", str(tiny_world / "train"),
+                        "--out", str(out)]) == 0
+    record = json.loads((out / "select-oracle-tfidf.json").read_text(encoding="utf-8"))
+    rows = record["details"]["candidates"]
+    best = max(row["val_translation"] for row in rows)
+    first_best = next(row for row in rows if row["val_translation"] == best)
+    assert len(rows) > 1 and record["metrics"]["chosen"] == first_best["label"]
+    assert record["details"]["chosen"] == first_best["ranking"] and record["config"]["oracle"] is True
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == len(rows) + 1 and printed[-1].startswith(f"oracle choice: {first_best['label']} (")

@@ -75,3 +75,41 @@ def test_the_blends_are_drawn_in_order_of_agreement(fig, tmp_path, monkeypatch):
     full = drawn["fig"].axes[0].lines[0]
     assert list(full.get_xdata()) == [0.2, 0.4, 0.6] and list(full.get_ydata()) == [50.0, 40.0, 30.0]
     fig.plt.close(drawn["fig"])
+
+
+def test_a_table_of_comments_only_has_no_rows_and_says_what_it_expected(fig, tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("# measured later\n\n   \n")
+    with pytest.raises(UserError, match=rf"^{path}: no rows \(expected the header {HEADER}, then one row per set"):
+        fig.read_table(path)
+
+
+def test_a_box_is_crossed_by_a_point_in_it_or_a_polyline_through_it_not_by_a_lone_point_or_one_beside_it(fig):
+    from matplotlib.transforms import Bbox
+
+    box = Bbox.from_extents(1.0, 10.0, 2.0, 20.0)  # x 1-2, y 10-20
+    assert fig._crosses(box, [], [(1.5, 15.0)])
+    assert not fig._crosses(box, [], [(2.5, 15.0)])
+    assert not fig._crosses(box, [([1.5], [15.0])], [])  # one point is no polyline: points are given apart
+    assert fig._crosses(box, [([0.0, 3.0], [0.0, 30.0])], [])  # the segment passes (1.5, 15)
+    assert not fig._crosses(box, [([0.0, 3.0], [30.0, 60.0])], [])  # above the box all along
+    assert not fig._crosses(box, [([3.0, 4.0], [15.0, 15.0])], [])  # at the box's height, to its right
+
+
+def _label(fig, points):
+    figure, ax = fig.plt.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 100)
+    fig._label_line(ax, "target", 50.0, [], points)
+    (text,) = ax.texts
+    placed = (text.get_position()[0], text.get_ha(), text.get_va())
+    fig.plt.close(figure)
+    return placed
+
+
+def test_a_target_label_goes_to_the_first_place_no_point_crosses_else_the_last_tried(fig, monkeypatch):
+    assert _label(fig, []) == (0, "left", "bottom")  # above the line at the left edge
+    assert _label(fig, [(0.1, 51.0)]) == (10, "right", "bottom")  # a point there: above at the right edge
+    assert _label(fig, [(0.1, 51.0), (9.9, 51.0)]) == (0, "left", "top")  # both above taken: below, left
+    monkeypatch.setattr(fig, "_crosses", lambda *a: True)  # every place crossed: the last tried, below at the right
+    assert _label(fig, []) == (10, "right", "top")

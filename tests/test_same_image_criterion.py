@@ -175,3 +175,20 @@ def test_each_languages_statistics_come_from_its_own_reference_captions(criterio
     for lang, word in (("en", "english"), ("de", "deutsch")):
         assert sorted(pools[lang].captions) == [f"{word} {i}" for i in range(6)]
         assert set(pools[lang].langs.tolist()) == {lang}
+
+
+def test_a_val_split_showing_test_images_is_refused_before_any_model_is_scored(criterion, tiny_world, tmp_path,
+                                                                               capsys):
+    """--test: a copy of the test split under a val manifest passes as val by its name; its images give it away."""
+    import shutil
+
+    val = tmp_path / "val"
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    out = tmp_path / "out"
+    assert criterion.main(["--model", str(tmp_path / "no-run"), "--val", str(val), "--reference",
+                           str(tiny_world / "train"), "--test", str(tiny_world / "test"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--val {val}: shows " in err and f"images of the test split {tiny_world / 'test'}" in err
+    assert "no-run" not in err and len(err.strip().splitlines()) == 1 and not out.exists()

@@ -406,3 +406,45 @@ def test_a_val_split_that_is_a_test_split_is_refused_before_anything_is_written(
     err = capsys.readouterr().err
     assert f"--val {other_test}: a test split" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "table").exists()
+
+
+def test_a_baseline_row_without_val_is_refused_naming_the_row_and_the_flag(protocol, tiny_world, tmp_path, capsys):
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", "TF-IDF=tfidf")
+    del argv[argv.index("--val"):argv.index("--val") + 2]
+    assert protocol.run_cli(protocol.main, argv) == 2
+    assert capsys.readouterr().err == ("error: --row TF-IDF: a baseline has no run config to take the val split "
+                                       "from; give --val SPLIT\n")
+    assert not (tmp_path / "table").exists()
+
+
+def test_a_ridge_row_on_a_split_that_is_not_there_is_refused_before_anything_is_fitted(protocol, tiny_world, tmp_path,
+                                                                                       capsys):
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", f"ridge=ridge:{tmp_path / 'nothing'}")
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --row ridge: ") and str(tmp_path / "nothing") in err and err.count("\n") == 1, err
+    assert not (tmp_path / "table").exists()
+
+
+def test_two_models_of_a_row_that_would_share_their_records_are_refused(protocol, tiny_world, tiny_run, tmp_path,
+                                                                        capsys):
+    """Records are named by the row and the run folder's last two parts: two seeds' runs at a/runs/full and
+    b/runs/full would overwrite each other's records, and one seed would be counted twice."""
+    for parent in ("a", "b"):
+        shutil.copytree(tiny_run, tmp_path / parent / "runs" / "full")
+    first, second = tmp_path / "a" / "runs" / "full", tmp_path / "b" / "runs" / "full"
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", f"full={first},{second}")
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --row full: {second} and {first} would share the records full-runs-full-en-ru-*")
+    assert err.count("\n") == 1 and not (tmp_path / "table").exists()
+
+
+def test_an_oracle_val_split_that_is_not_parallel_is_one_line_naming_the_flag(protocol, tiny_world, tmp_path, capsys):
+    """The tiny world's val split captions each image in one language: the oracle's refusal is said of --oracle-val."""
+    argv = protocol_argv(tiny_world, tmp_path / "table", "--row", "TF-IDF=tfidf", "--oracle-val",
+                         str(tiny_world / "val"))
+    assert protocol.run_cli(protocol.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --oracle-val: ") and "needs a parallel val split" in err and err.count("\n") == 1
+    assert not list((tmp_path / "table").glob("*oracle*.json")) and not (tmp_path / "table" / "table.md").exists()

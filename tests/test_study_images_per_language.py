@@ -283,3 +283,71 @@ def test_a_finished_run_of_another_share_is_refused(curve, tiny_world, tmp_path)
     curve.refuse_other_run(run_dir, str(model), 0.5, 0)  # its own share: reused
     with pytest.raises(UserError, match=r"data.train_image_share: 0.5 -> 1"):
         curve.refuse_other_run(run_dir, str(model), 1.0, 0)
+
+
+def _model_config(tiny_world, path):
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+
+    save_config(load_train_config(None, [f"data.root={tiny_world}", "data.synth=null"]), path)
+    return path
+
+
+@pytest.mark.parametrize("model, run, message", [
+    ("full", None, "error: --model: expected KEY=VALUE, got 'full'"),
+    ("MODEL", "full:one:0=RUN", "error: --run: expected LABEL:SHARE:SEED=DIR, got 'full:one:0'"),
+    ("MODEL", "full:1:0", "error: --run: expected KEY=VALUE, got 'full:1:0'"),
+    ("MODEL", "full:1:0=RUN", "error: --run full:1:0=RUN: no result.json (not a finished run)"),
+])
+def test_a_bad_model_or_run_item_stops_with_one_line_before_anything_is_trained(curve, tiny_world, tmp_path,
+                                                                                monkeypatch, model, run, message):
+    model_path = _model_config(tiny_world, tmp_path / "full.yaml")
+    (tmp_path / "run").mkdir()  # a folder, but no finished run in it
+    monkeypatch.setattr(curve, "run", lambda *args: pytest.fail("trained or evaluated a run"))
+    argv = ["--model", model.replace("MODEL", f"full={model_path}"), "--shares", "1", "--seeds", "0",
+            "--out", str(tmp_path / "out")]
+    if run is not None:
+        argv += ["--run", run.replace("RUN", str(tmp_path / "run"))]
+    with pytest.raises(SystemExit) as stop:
+        curve.main(argv)
+    assert stop.value.code == message.replace("RUN", str(tmp_path / "run"))
+    assert not (tmp_path / "out" / "curve.json").exists()
+
+
+def test_a_given_run_without_its_config_is_refused_naming_the_folder(curve, tiny_world, tmp_path, monkeypatch, capsys):
+    model_path = _model_config(tiny_world, tmp_path / "full.yaml")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "result.json").write_text("{}")
+    monkeypatch.setattr(curve, "translation", lambda *args: pytest.fail("scored a run it cannot place"))
+    with pytest.raises(SystemExit) as stop:
+        curve.main(["--model", f"full={model_path}", "--shares", "1", "--seeds", "0", "--run", f"full:1:0={run_dir}",
+                    "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (f"error: {run_dir}: no config.yaml (expected a run folder trained by "
+                                       "train.py)\n")
+    assert not (tmp_path / "out" / "curve.json").exists()
+
+
+@pytest.mark.parametrize("script, last", [("print('loading'); print('bad split'); raise SystemExit(3)", "bad split"),
+                                          ("raise SystemExit(4)", "(no output)")])
+def test_a_failing_command_stops_the_study_with_its_exit_code_log_and_last_line(curve, tmp_path, script, last):
+    import sys
+
+    log = tmp_path / "step.log"
+    with pytest.raises(SystemExit) as stop:
+        curve.run([sys.executable, "-c", script], log)
+    code = 3 if "3" in script else 4
+    assert stop.value.code == f"error: {sys.executable} -c {script} ... failed (exit {code}; {log}): {last}"
+    curve.run([sys.executable, "-c", "print('fine')"], log)  # a command that succeeds: its output in the log
+    assert log.read_text().strip() == "fine"
+
+
+def test_the_table_leaves_out_a_model_and_share_without_runs_and_its_ratio(curve):
+    """A share only one model has runs of (an interrupted study) gets that model's row and no ratio line."""
+    rows = [{"model": m, "share": s, "seed": 0, "images_per_language": 100 * s, "translation": t}
+            for m, s, t in [("full", 0.5, 0.2), ("sup", 0.5, 0.4), ("full", 1.0, 0.6)]]
+    lines = curve.table(rows, ["full", "sup"], [0.5, 1.0]).splitlines()
+    assert [line.split(" | ")[:2] for line in lines if line.startswith(("| full", "| sup"))] == \
+        [["| full", "0.5"], ["| full", "1"], ["| sup", "0.5"]]
+    assert lines[-1] == "| 0.5 | 0.500 |" and not any(line.startswith("| 1 |") for line in lines)

@@ -10,6 +10,7 @@ from conftest import load_experiment
 from data_prep.shards import decode_image, iter_raw, read_manifest
 from data_prep.synth import SynthConfig, generate
 from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES
+from globetrotter.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,23 @@ def test_a_scene_id_of_a_hyphenated_split_is_drawn_from_that_split(objects, worl
     cfg = objects.load_config(objects.SynthConfig, world / "world.yaml")
     assert objects.scene_of(cfg, "train-parallel-4") == draw_scene(cfg, SPLIT_IDS["train-parallel"], 4)[0]
     assert objects.scene_of(cfg, "train-parallel-4") != objects.scene_of(cfg, "train-4")
+
+
+@pytest.mark.parametrize("image_id", ["img-4", "train-x", "train4", "train-"])
+def test_an_image_id_that_is_no_scene_of_the_world_is_refused_naming_the_form(objects, world, image_id):
+    cfg = objects.load_config(objects.SynthConfig, world / "world.yaml")
+    with pytest.raises(UserError) as err:
+        objects.scene_of(cfg, image_id)
+    assert str(err.value) == f"image id {image_id!r}: not a synthetic scene id (<split>-<index>)"
+
+
+def test_a_caption_without_a_meaning_is_refused_naming_the_split_and_nothing_is_written(objects, tmp_path):
+    from data_prep.shards import ShardWriter
+
+    with ShardWriter(tmp_path / "split", split="test", source="unit", image_format="npy") as w:
+        w.write("k0", np.zeros(3, np.float32), "a red circle", "en", "test-0", "g0", {"meaning": "red circle"})
+        w.write("k1", np.zeros(3, np.float32), "a photo", "en", "test-1", "g1")
+    with pytest.raises(UserError) as err:
+        objects.write_meaning_embeddings(tmp_path / "split", tmp_path / "meaning.npy")
+    assert str(err.value) == f"{tmp_path / 'split'}: caption 'a photo' has no 'meaning' (not a synthetic split)"
+    assert list(tmp_path.iterdir()) == [tmp_path / "split"]

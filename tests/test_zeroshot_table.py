@@ -222,3 +222,88 @@ def test_a_figure_a_record_holds_as_null_is_a_dash_in_the_table():
                                    "de": {"image_retrieval_recall@10": None, "median_rank": 3.0}}}}
     row = zt.table([record], ["en", "de"]).splitlines()[-1]
     assert row == "| adapter | – | 0.500 | – | – |"
+
+
+def test_a_bundle_whose_test_split_lacks_a_language_is_refused_before_anything_is_written(tmp_path, capsys):
+    z, _, _, _, run = _tiny_en_table(tmp_path)
+    assert z.main([*run[:3], "en,de", *run[4:]]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --languages: {tmp_path / 'b.npz'}'s test split has no captions in de\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_rows_runs_only_the_numbered_rows_and_refuses_a_number_past_the_list(tmp_path, capsys):
+    z, _, _, _, run = _tiny_en_table(tmp_path)
+    z.ROWS = {label: (None, ["adapter.hidden_dims=[8]", "optim.epochs=1", "optim.batch_size=16"])
+              for label in ("row a", "row b", "row c")}
+    with pytest.raises(SystemExit) as stop:
+        z.main([*run, "--rows", "1,3"])
+    assert stop.value.code == 2
+    assert "--rows 1,3: expected comma-separated row numbers 0-2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert z.main([*run, "--rows", "2,0"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.json")) == ["row-a-s0.json", "row-c-s0.json"]
+    rows = [line.split(" | ")[0] for line in (tmp_path / "out" / "table.md").read_text().splitlines()[2:]]
+    assert rows == ["| row c", "| row a"]  # in the order asked
+
+
+def test_a_missing_bundle_is_a_usage_error_naming_save_bundle(tmp_path, capsys):
+    z = _driver()
+    with pytest.raises(SystemExit) as stop:
+        z.main(["--bundle", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    assert f"--bundle {tmp_path / 'nope.npz'}: no such file (write one with --save-bundle)" in capsys.readouterr().err
+
+
+def _three_splits(tmp_path, val_keys):
+    """train/val/test shard folders (en, 3 images each) and their features as the stubbed extraction returns them."""
+    from data_prep.shards import ShardWriter
+
+    rng = np.random.default_rng(1)
+    mix = rng.normal(size=(8, 16)).astype(np.float32)
+    features = {}
+    for name in ("train", "val", "test"):
+        with ShardWriter(tmp_path / name, split=name, source="unit", image_format="npy") as w:
+            for i in range(3):
+                w.write(f"{name}{i}", np.ones(4, np.float32), f"caption {i}", "en", f"{name}-img{i}", f"g{i}")
+        features[str(tmp_path / name)] = _split(rng, mix, 3, ["en"])
+    features[str(tmp_path / "val")].image_keys[:] = val_keys
+    return features
+
+
+def test_save_bundle_writes_the_splits_features_it_extracted_and_stops(tmp_path, capsys, monkeypatch):
+    z = _driver()
+    features = _three_splits(tmp_path, ["v0", "v1", "v2"])
+    calls = []
+
+    def load(split, _text, _extractor, langs, _cache, every_image=False, loaded=None):
+        calls.append((split, list(langs), every_image))
+        return features[split]
+
+    monkeypatch.setattr(z, "image_extractor", lambda *a: "extractor")
+    monkeypatch.setattr(z, "load_split_features", load)
+    argv = ["--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--test", str(tmp_path / "test"),
+            "--languages", "en", "--out", str(tmp_path / "out"), "--save-bundle", str(tmp_path / "b.npz")]
+    assert z.main(argv) == 0
+    # train on the config's train languages; val and test keep every image (a query for each)
+    assert calls == [(str(tmp_path / "train"), ["en"], False), (str(tmp_path / "val"), ["en"], True),
+                     (str(tmp_path / "test"), ["en"], True)]
+    back = z.load_bundle(tmp_path / "b.npz")
+    for name in ("train", "val", "test"):
+        given = features[str(tmp_path / name)]
+        assert back[name].texts == given.texts and back[name].image_keys == given.image_keys
+        np.testing.assert_allclose(back[name].image_features, given.image_features, atol=1e-2)
+    assert not (tmp_path / "out").exists() and capsys.readouterr().err == f"wrote {tmp_path / 'b.npz'}\n"
+
+
+def test_a_val_split_sharing_an_image_with_train_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+    z = _driver()
+    features = _three_splits(tmp_path, ["v0", "img1", "v2"])  # one val image is a train image (img0-img2)
+    monkeypatch.setattr(z, "image_extractor", lambda *a: "extractor")
+    monkeypatch.setattr(z, "load_split_features", lambda split, *a, **k: features[split])
+    argv = ["--train", str(tmp_path / "train"), "--val", str(tmp_path / "val"), "--test", str(tmp_path / "test"),
+            "--languages", "en", "--out", str(tmp_path / "out"), "--save-bundle", str(tmp_path / "b.npz")]
+    assert z.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--val {tmp_path / 'val'}" in err and "img1" in err, err
+    assert not (tmp_path / "b.npz").exists() and not (tmp_path / "out").exists()
