@@ -3,6 +3,7 @@ one-line usage error (exit 2) naming the value, before any data is read."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pytest
 import torch
@@ -42,6 +43,16 @@ def test_forwarded_zeroshot_commands_name_the_command_typed(capsys):
     with pytest.raises(SystemExit):
         eval_cli.main(["zeroshot", "train", "--device", "bogus"])
     assert "usage: globetrotter-eval zeroshot train" in capsys.readouterr().err
+
+
+def test_eval_py_names_itself_in_usage_lines(monkeypatch, capsys):
+    """Started as the repository's eval.py, its usage lines say eval.py, as every other message of it does."""
+    monkeypatch.setattr(sys, "argv", ["eval.py"])
+    for argv, usage in ((["nope"], "usage: eval.py [-h] COMMAND"), (["tag", "--device", "bogus"], "usage: eval.py tag"),
+                        (["zeroshot", "train", "--device", "bogus"], "usage: eval.py zeroshot train")):
+        with pytest.raises(SystemExit):
+            eval_cli.main(argv)
+        assert capsys.readouterr().err.startswith(usage)
 
 
 @pytest.mark.parametrize("main, argv", [

@@ -22,7 +22,7 @@ ZEROSHOT_COMMANDS = ("tag", "zeroshot")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="globetrotter-eval",
+        prog=program_name("eval"),  # as started: eval.py from the repository, else the console script
         description="Evaluate and use a trained Globetrotter model: translation by retrieval (sentences, words) with "
         "the ranking chosen on val, word ground truth, Procrustes refinement, cross-lingual image retrieval, "
         "clustering, sentence correspondence transfer, translation by generation. Each evaluation writes one JSON "
@@ -44,9 +44,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv and argv[0] in ZEROSHOT_COMMANDS:  # `eval.py tag ...` = `globetrotter-zeroshot tag ...`
         from globetrotter.zeroshot.cli import _main as zeroshot_main
 
-        # usage lines and errors name the command typed: `globetrotter-eval tag`, `globetrotter-eval zeroshot train`
-        return zeroshot_main(argv, "globetrotter-eval") if argv[0] == "tag" else \
-            zeroshot_main(argv[1:], "globetrotter-eval zeroshot")
+        # usage lines and errors name the command typed: `eval.py tag`, `globetrotter-eval zeroshot train`
+        prog = program_name("eval")
+        return zeroshot_main(argv, prog) if argv[0] == "tag" else zeroshot_main(argv[1:], f"{prog} zeroshot")
     args = build_parser().parse_args(argv)
     from globetrotter.encoder import texts_cut_once
     from globetrotter.threads import configure_threads
