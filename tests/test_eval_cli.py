@@ -826,6 +826,11 @@ def test_retrieval_command(world, fake, tmp_path, capsys):
     assert run(other) == 0  # another model under the same name: the one replaced is named
     assert f"it replaces an earlier record of another model, {Path('full').resolve()}, with this name" in \
         capsys.readouterr().out
+    (out / "retrieval-full.json").write_text("{cut short", encoding="utf-8")  # a record that no longer reads
+    assert run(argv) == 0
+    said = capsys.readouterr().out
+    assert "it replaces an earlier record of an unknown model (the file does not read as a record)" in said, said
+    assert record(out, "retrieval")["metrics"]["per_language"]["en"]["image_retrieval_recall@1"] == 1.0
 
 
 def test_the_metrics_warnings_are_one_line_on_the_command_line(world, fake, tmp_path, capsys):
