@@ -899,6 +899,9 @@ def test_translate_refuses_a_missing_corpus_and_an_empty_query_file(world, fake,
                 "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{empty}: no query in it (--input, one query per line)" in err
+    assert run(["translate", "--model", "full", "--to", "de", "--corpus", str(world / "test"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "translate: give sentences as arguments or --input FILE" in err
     assert not out.exists()  # refused before any index was built
 
 
@@ -1773,13 +1776,16 @@ def test_model_names_leave_out_the_checkpoints_folder(tmp_path):
         f"ridge:{tmp_path / 'b' / 'train'}")
 
 
-def test_the_checkpoint_a_spec_loads_now_is_the_one_the_loaded_model_names(tiny_run, monkeypatch):
+def test_the_checkpoint_a_spec_loads_now_is_the_one_the_loaded_model_names(tiny_run, tmp_path, monkeypatch):
     """A `--ranking` record is checked against the checkpoint its --model spec loads now: for a relative spec that
     is the same absolute folder the loaded encoder's records name, or every choice would be refused."""
     monkeypatch.chdir(tiny_run.parent)
     now = model_specs.current_checkpoint(tiny_run.name)
     assert now is not None and Path(now).is_absolute()
     assert now == model_specs.checkpoint_of(model_specs.load_model(tiny_run.name))
+    # a baseline, a folder without a checkpoint and a missing folder load none now: None, and loading says why
+    for spec in ("tfidf", str(tmp_path), str(tmp_path / "missing")):
+        assert model_specs.current_checkpoint(spec) is None, spec
 
 
 def test_the_retrieval_plot_draws_chance_as_printed_never_above_100(world, fake, tmp_path, capsys, monkeypatch):

@@ -183,6 +183,18 @@ def test_generate_bad_input_is_one_line_exit_2(splits, fake, tmp_path, capsys, e
     assert message in err and len(err.splitlines()) == 1
 
 
+def test_generate_refuses_a_train_split_without_the_target_language(splits, fake, tmp_path, capsys):
+    train = tmp_path / "train"
+    with ShardWriter(train, split="train", source="tiny", image_format="png", maxcount=100) as w:
+        for c in range(3):
+            w.write(f"f{c}", Image.new("RGB", (4, 4)), caption("fr", c, 0), "fr", f"f{c}")
+    out = tmp_path / "out"
+    assert run(_argv(splits, out, "full", "--target", "de") + ["--train", str(train)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists(), err
+    assert f"{train}: no caption in target language 'de' to train the decoder on (--train; has ['fr'])" in err
+
+
 def test_generate_threads_sets_torchs_threads_before_it_reads_the_splits(splits, fake, tmp_path, monkeypatch):
     asked: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", asked.append)
