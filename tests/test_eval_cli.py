@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import re
 import shutil
@@ -731,6 +732,39 @@ def test_build_dictionary_finds_the_lexicon(world, fake, tmp_path):
     assert truth <= pairs and ("red", "rot") in pairs and ("red", "blau") not in pairs
 
 
+def test_build_dictionary_refuses_a_tokenizer_file_that_is_not_one_and_hashes_only_a_serialisable_one(world, tmp_path,
+                                                                                                    capsys):
+    from globetrotter.evaluation.tasks.word import build_dictionary
+
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("not json", encoding="utf-8")
+    assert run(["build-dictionary", "--split", str(world / "test"), "--tokenizer", str(bad),
+                "--dictionary-out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{bad}: not a tokenizers JSON file (" in err
+    assert not (tmp_path / "none").exists()
+
+    class Unserialisable:
+        """A tokenizer object without ``to_str`` (not a ``tokenizers.Tokenizer``): it tokenizes, it has no JSON."""
+
+        def __init__(self, tok) -> None:
+            self._tok = tok
+
+        def __getattr__(self, name: str):
+            if name == "to_str":
+                raise AttributeError(name)
+            return getattr(self._tok, name)
+
+    real = FakeEncoder().tokenizer
+    built = {}
+    for label, tok in (("real", real), ("wrapped", Unserialisable(real))):
+        out = tmp_path / label
+        summary = build_dictionary(world / "test", out, tokenizer=tok, languages=["en", "de"]).summary
+        built[label] = (summary["tokenizer_sha256"], (out / "en-de.txt").read_text(encoding="utf-8"))
+    assert built["real"][0] == hashlib.sha256(real.to_str().encode("utf-8")).hexdigest()
+    assert built["wrapped"][0] is None and built["wrapped"][1] == built["real"][1]  # the same build, no hash
+
+
 def test_build_dictionary_replaces_its_earlier_build_and_never_a_hand_made_lexicon(world, fake, tmp_path, capsys):
     dict_out = tmp_path / "dict"
     assert run(["build-dictionary", "--split", str(world / "test"), "--words", "--dictionary-out", str(dict_out)]) == 0
@@ -792,6 +826,11 @@ def test_retrieval_command(world, fake, tmp_path, capsys):
     assert run(other) == 0  # another model under the same name: the one replaced is named
     assert f"it replaces an earlier record of another model, {Path('full').resolve()}, with this name" in \
         capsys.readouterr().out
+    (out / "retrieval-full.json").write_text("{cut short", encoding="utf-8")  # a record that no longer reads
+    assert run(argv) == 0
+    said = capsys.readouterr().out
+    assert "it replaces an earlier record of an unknown model (the file does not read as a record)" in said, said
+    assert record(out, "retrieval")["metrics"]["per_language"]["en"]["image_retrieval_recall@1"] == 1.0
 
 
 def test_the_metrics_warnings_are_one_line_on_the_command_line(world, fake, tmp_path, capsys):
@@ -845,6 +884,39 @@ def test_translate_sentences_from_split_and_text_file(world, fake, tmp_path, cap
                 "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["results"][0]["text"] == "un carré noir"
+
+
+def test_translate_refuses_a_missing_corpus_and_an_empty_query_file(world, fake, tmp_path, capsys):
+    out = tmp_path / "out"
+    missing = tmp_path / "missing.txt"
+    assert run(["translate", "--model", "full", "a red circle", "--to", "de", "--corpus", str(missing),
+                "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{missing}: corpus not found (a split folder or a text file" in err
+    empty = tmp_path / "queries.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    assert run(["translate", "--model", "full", "--input", str(empty), "--to", "de", "--corpus", str(world / "test"),
+                "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{empty}: no query in it (--input, one query per line)" in err
+    assert run(["translate", "--model", "full", "--to", "de", "--corpus", str(world / "test"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "translate: give sentences as arguments or --input FILE" in err
+    assert not out.exists()  # refused before any index was built
+
+
+def test_translate_word_notes_absent_words_only_for_an_encoder_with_a_tokenizer():
+    from types import SimpleNamespace
+
+    from globetrotter.evaluation.tasks.translate import _note_odd_words
+    from globetrotter.tokenizer import train_tokenizer
+
+    bpe = train_tokenizer(["a red square", "a blue circle"] * 5, vocab_size=100, min_frequency=1)
+    for tokenizer, expected in ((None, 1), (bpe, 2)):
+        said: list[str] = []
+        _note_odd_words(SimpleNamespace(tokenizer=tokenizer), ["red square", "qzxqzx"], said.append)
+        assert len(said) == expected and "['red square'] is several words" in said[0]
+        assert expected == 1 or "['qzxqzx'] is not in the model's vocabulary" in said[1]
 
 
 def test_translate_prints_negative_scores_in_the_column_of_the_others(capsys):
@@ -1704,13 +1776,16 @@ def test_model_names_leave_out_the_checkpoints_folder(tmp_path):
         f"ridge:{tmp_path / 'b' / 'train'}")
 
 
-def test_the_checkpoint_a_spec_loads_now_is_the_one_the_loaded_model_names(tiny_run, monkeypatch):
+def test_the_checkpoint_a_spec_loads_now_is_the_one_the_loaded_model_names(tiny_run, tmp_path, monkeypatch):
     """A `--ranking` record is checked against the checkpoint its --model spec loads now: for a relative spec that
     is the same absolute folder the loaded encoder's records name, or every choice would be refused."""
     monkeypatch.chdir(tiny_run.parent)
     now = model_specs.current_checkpoint(tiny_run.name)
     assert now is not None and Path(now).is_absolute()
     assert now == model_specs.checkpoint_of(model_specs.load_model(tiny_run.name))
+    # a baseline, a folder without a checkpoint and a missing folder load none now: None, and loading says why
+    for spec in ("tfidf", str(tmp_path), str(tmp_path / "missing")):
+        assert model_specs.current_checkpoint(spec) is None, spec
 
 
 def test_the_retrieval_plot_draws_chance_as_printed_never_above_100(world, fake, tmp_path, capsys, monkeypatch):

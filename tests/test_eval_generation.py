@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from data_prep.shards import ShardWriter
+from globetrotter.errors import UserError
 from globetrotter.evaluation import cli
 from globetrotter.evaluation import models as model_specs
 from globetrotter.evaluation import generation as gen
@@ -40,6 +42,23 @@ def test_scores_and_floor_permutation():
     assert (perm == gen.derangement(50, seed=3)).all() and not (perm == gen.derangement(50, seed=4)).all()
     with pytest.raises(ValueError):
         gen.derangement(1)
+
+
+def test_decoder_refuses_too_few_captions_and_mismatched_inputs():
+    tok = train_tokenizer(["a red circle", "two blue squares"] * 5, vocab_size=100, min_frequency=1)
+    cond = np.zeros((2, 4), np.float32)
+    with pytest.raises(UserError, match="at least 2 non-empty training captions, got 1"):
+        gen.train_decoder(["a red circle", ""], cond, tok, SMALL, progress=False)  # "" encodes to no token
+    with pytest.raises(ValueError, match="3 texts but 2 representations"):
+        gen.train_decoder(["a", "b", "c"], cond, tok, SMALL, progress=False)
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        gen.score(["a", "b"], ["a"])
+    with pytest.raises(UserError, match="^decoder width 30 is not a multiple of its 4 heads$"):
+        gen.PrefixDecoder(10, 4, d_model=30)  # the library's own check (eval.py generate refuses --d-model 30 first)
+    block = gen.Block(8, 2, 16, 0.0)
+    _, past = block(torch.zeros(1, 3, 8))
+    with pytest.raises(ValueError, match="one new position"):
+        block(torch.zeros(1, 2, 8), past)
 
 
 def _world(rng: np.random.Generator, dim: int = 24):
@@ -162,6 +181,25 @@ def test_generate_bad_input_is_one_line_exit_2(splits, fake, tmp_path, capsys, e
     assert run(_argv(splits, tmp_path, "full", *extra)) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_generate_refuses_a_train_split_without_the_target_language(splits, fake, tmp_path, capsys):
+    train = tmp_path / "train"
+    with ShardWriter(train, split="train", source="tiny", image_format="png", maxcount=100) as w:
+        for c in range(3):
+            w.write(f"f{c}", Image.new("RGB", (4, 4)), caption("fr", c, 0), "fr", f"f{c}")
+    out = tmp_path / "out"
+    assert run(_argv(splits, out, "full", "--target", "de") + ["--train", str(train)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists(), err
+    assert f"{train}: no caption in target language 'de' to train the decoder on (--train; has ['fr'])" in err
+
+
+def test_generate_threads_sets_torchs_threads_before_it_reads_the_splits(splits, fake, tmp_path, monkeypatch):
+    asked: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", asked.append)
+    assert run(_argv(splits, tmp_path, "full", "--n-groups", "1", "--threads", "3")) == 2  # refused after the threads
+    assert asked == [3]
 
 
 def test_generate_help_and_bad_splits_and_models_exit_2(splits, fake, tmp_path, capsys):

@@ -196,6 +196,26 @@ def test_the_reference_split_is_never_the_evaluated_one_a_test_split_or_one_show
         with pytest.raises(UserError, match=r"shows 1 images of the evaluated split .*\(e\.g\. 'w'\)"):
             checked_reference(val, copy, languages=languages)
     assert checked_reference(val, train, languages=("en",)).pool(None).captions == ["a en"]
+    with pytest.raises(ValueError, match=r"the captions in de were not read"):
+        checked_reference(val, train, languages=("en",)).pool(None, languages=["de"])
+
+
+def test_a_reference_for_no_split_and_no_language_is_not_read(tmp_path, monkeypatch):
+    """Nothing asked of the reference (no language) and no evaluated split whose images it could show: it is not
+    read (``reference_split`` of a text corpus); asked for a language, it is."""
+    from globetrotter.evaluation import reference
+    from globetrotter.evaluation.reference import checked_reference
+
+    train = _split(tmp_path / "train", "train", [("en", "a"), ("de", "b")])
+    evaluated = tmp_path / "corpus"  # a folder that holds no split (no manifest.json)
+    evaluated.mkdir()
+    real = reference.read_captions_once
+    monkeypatch.setattr(reference, "read_captions_once", lambda *a, **k: pytest.fail("the reference was read"))
+    unread = checked_reference(evaluated, train)
+    assert unread.split == train and unread.by_language is None and unread.languages == ()
+    assert reference.reference_split(evaluated, train) == train
+    monkeypatch.setattr(reference, "read_captions_once", real)
+    assert checked_reference(evaluated, train, languages=("de",)).pool(None).captions == ["b de"]
 
 
 class _RandomTokenModel:

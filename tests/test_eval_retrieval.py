@@ -46,6 +46,14 @@ def test_hand_computed_image_to_text_misses_over_the_images_with_a_caption():
     assert res["chance_text_retrieval_recall@2"] == pytest.approx(2 / 3)
 
 
+def test_recall_refuses_captions_without_one_image_each_and_no_captions():
+    images = np.eye(3, dtype=np.float32)
+    with pytest.raises(ValueError, match="^2 captions but 3 image indices$"):
+        retrieval_recall(images[:2], images, np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="^no captions to evaluate$"):
+        retrieval_recall(np.zeros((0, 3), np.float32), images, np.array([], dtype=np.int64))
+
+
 def test_image_to_text_chance_is_measured_by_captions_drawn_at_random():
     """On a split where few images are captioned in a language (each image in one language), image->text ranks
     only that language's captions: its chance is far above K / images (the command printed 1.7% for ~15%)."""

@@ -164,6 +164,10 @@ def test_word_translation_bad_input(world):
         evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", candidates="split")
     with pytest.raises(UserError, match="needs a trained run folder"):
         evaluate_word_translation("tfidf", dictionary=world / "dictionary")
+    for methods, procrustes in (((), ("none",)), (("nn",), ())):
+        with pytest.raises(ValueError, match="at least one method and one procrustes setting"):
+            evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", methods=methods,
+                                      procrustes=procrustes)
 
 
 def test_word_translation_passes_the_procrustes_settings_on(world, monkeypatch):

@@ -99,6 +99,7 @@ def test_a_damaged_meta_json_has_the_index_built_again(tmp_path, damage):
     ("en.jsonl", b'"a dog"\n"a c', r"en\.jsonl:2: not JSON \(.+\); expected one JSON string per line; rebuild it"),
     ("en.jsonl", b'"a dog"\n\xff\n"a car"\n', r"en\.jsonl:2:1: invalid UTF-8 byte 0xff"),
     ("en.jsonl", b'"a dog"\n["a cat"]\n"a car"\n', r"en\.jsonl:2: a JSON list, expected one JSON string per line"),
+    ("en.jsonl", b'"a dog"\n"a cat"\n', r": index of 'en' holds 3 vectors but 2 texts; rebuild it \(--rebuild\)$"),
 ])
 def test_a_damaged_saved_index_is_one_line_naming_the_file(tmp_path, name, damage, said):
     """A saved index or texts file cut short, binary, not UTF-8 or of other JSON: one line naming the file (and
@@ -121,3 +122,12 @@ def test_an_index_is_exact_below_ivf_min_rows_and_ivf_from_it():
     emb = normalize_rows(np.random.default_rng(0).normal(size=(100, 8)))
     assert type(build_index(emb[:99], ivf_min=100)).__name__ == "IndexFlatIP"
     assert type(build_index(emb, ivf_min=100)).__name__ == "IndexIVFFlat"
+
+
+def test_no_saved_index_or_no_corpus_text_is_one_line(tmp_path):
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'de.faiss'}: no saved index for language 'de'$"):
+        CorpusIndex.load(tmp_path, "de")
+    encode = lambda batch: pytest.fail("nothing to encode")  # noqa: E731
+    with pytest.raises(UserError, match="^corpus has no text in language 'en'$"):
+        open_or_build(tmp_path, "en", {"model": "m1"}, lambda: ["", "  \t"], encode, log=lambda s: None)
+    assert not (tmp_path / "en.faiss").exists()

@@ -58,6 +58,23 @@ def test_ridge_embeddings_are_unit_vectors_per_language_and_need_languages(tiny_
     assert emb[0] @ blue < emb[0] @ emb[1]
     with pytest.raises(UserError, match="language"):
         enc.encode_text(["red a square"])
+
+
+def test_the_fitted_ridge_embeds_no_image_and_is_no_trained_model(train_split, tmp_path):
+    """A loaded ridge object is refused by the commands that need a trained model, as its spec ridge:SPLIT is."""
+    from PIL import Image
+
+    from globetrotter.evaluation.tasks.checks import require_trained
+
+    enc = PivotRidgeEncoder(train_split)
+    with pytest.raises(UserError, match="^--model ridge: is a text baseline fitted through images; it does not embed"):
+        enc.encode_image([Image.new("RGB", (8, 8))])
+    with pytest.raises(UserError) as by_object:
+        require_trained(enc, "word")
+    with pytest.raises(UserError) as by_spec:
+        require_trained(f"ridge:{train_split}", "word")
+    assert str(by_object.value) == str(by_spec.value)
+    assert "--model ridge is a baseline" in str(by_object.value) and "word needs a trained run folder" in str(by_spec.value)
     with pytest.raises(UserError, match=r"\['xx'\]"):
         enc.encode_text(["red a square"], langs=["xx"])
 

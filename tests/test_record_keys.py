@@ -86,3 +86,13 @@ def test_a_language_matrix_is_written_row_language_first_without_its_diagonal():
     matrix = np.array([[np.nan, 1.0, 2.0], [3.0, np.nan, 4.0], [5.0, 6.0, np.nan]])
     assert matrix_dict(matrix, ["a", "b", "c"]) == {"a": {"b": 1.0, "c": 2.0}, "b": {"a": 3.0, "c": 4.0},
                                                     "c": {"a": 5.0, "b": 6.0}}
+
+
+def test_a_results_name_is_the_file_name_it_writes(tmp_path):
+    from globetrotter.evaluation import Result
+
+    for model, expected in (({"path": "runs/a", "name": "mine"}, "sentence-mine"), ({}, "sentence")):
+        result = Result(task="sentence", metrics={"m": 0.5}, languages=["en", "de"], model=model)
+        written = result.write(tmp_path / expected)
+        assert result.name == expected == written.stem and written.name == f"{expected}.json"
+        assert json.loads(written.read_text(encoding="utf-8"))["task"] == "sentence"

@@ -249,7 +249,7 @@ def test_a_val_split_whose_manifest_counts_another_number_of_samples_is_refused(
     path = split / "manifest.json"
     path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=num_samples)))
     with pytest.raises(UserError, match=f"^{path}: num_samples is {num_samples} but the shards hold 32 samples "):
-        BackRetrievalSet(split, max_per_lang=max_per_lang, seed=0, image_features="pixels", ks=(1,))
+        BackRetrievalSet(split, max_per_lang=None, seed=0, image_features="pixels", ks=(1,))
 
 
 @pytest.mark.parametrize("max_per_lang", [None, 3])
@@ -314,3 +314,63 @@ def test_across_languages_the_figure_is_the_mean_over_source_languages_not_over_
     metrics, hits = bkr.evaluate_across_languages(retrieved={"en": np.zeros(2, np.int64), "de": np.zeros(4, np.int64)})
     assert hits["val/bkr@1"].tolist() == [1, 0, 0, 0, 1, 0]  # de's queries first, then en's
     assert metrics["val/bkr@1"] == pytest.approx((1 / 4 + 1 / 2) / 2)
+
+
+def test_no_split_an_unknown_language_pair_or_two_score_sources_are_refused(tiny_world, tmp_path):
+    from globetrotter.errors import UserError
+
+    with pytest.raises(UserError, match=f"^{tmp_path}: no split here \\(expected manifest.json\\) for BackRetrieval$"):
+        BackRetrievalSet(tmp_path, image_features="pixels")
+    bkr = BackRetrievalSet(tiny_world / "val", max_per_lang=None, image_features="pixels", ks=(1,))
+    found, n = sorted(set(bkr.langs.tolist())), len(bkr.texts)
+    assert "en" in found and "xx" not in found
+    with pytest.raises(UserError, match=f"BackRetrieval needs captions in two of en,xx; the split has {','.join(found)}$"):
+        bkr.keep_languages(["xx", "en"])  # only en of the two is in the split
+    assert len(bkr.texts) == len(bkr.langs) == n  # the refusal kept every caption
+    bkr.keep_languages(found[:2])
+    assert sorted(set(bkr.langs.tolist())) == found[:2] and len(bkr.texts) < n
+    with pytest.raises(ValueError, match="give one of text_scores and retrieved"):
+        bkr.evaluate_across_languages()
+
+
+def test_every_caption_of_an_image_gets_its_one_decoded_picture(tmp_path, monkeypatch):
+    """max_per_lang=None reads every caption in one pass: an image captioned twice is decoded once and both
+    captions score against that picture's features."""
+    from PIL import Image
+
+    import data_prep.shards as shards
+    from data_prep.shards import ShardWriter
+
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255), (255, 0, 255)]
+    with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="png") as writer:
+        for copy in range(2):  # each image's second caption comes after every first one
+            for i, colour in enumerate(colours):
+                writer.write(f"s{copy}{i}", Image.new("RGB", (8, 8), colour), f"caption {copy} of {i}",
+                             "en" if i < 3 else "de", f"img{i}")
+    decoded = []
+    real = shards.decode_sample_image
+    monkeypatch.setattr(shards, "decode_sample_image", lambda *a: decoded.append(a[-1]) or real(*a))
+    bkr = BackRetrievalSet(tmp_path / "val", max_per_lang=None, image_features="pixels", ks=(1,))
+    assert sorted(decoded) == sorted(f"s0{i}" for i in range(6))  # each picture once, at its first caption
+    assert len(bkr.texts) == 12 and bkr.image_ids.tolist() == [f"img{i}" for i in range(6)] * 2
+    feats = bkr.image_feats.astype(np.float64)
+    np.testing.assert_array_equal(feats[:6], feats[6:])  # a second caption has its image's features
+    assert all(not np.allclose(feats[i], feats[j]) for i in range(6) for j in range(i))
+
+
+def test_a_manifest_counting_fewer_images_than_a_decoded_chunk_holds_is_refused(tiny_world, tmp_path, monkeypatch):
+    """The rows are allocated for the manifest's num_samples: a chunk that overflows them (a split of more than
+    one chunk of images) is refused with the manifest's one-line error, before anything is written past them."""
+    import json
+    import shutil
+
+    from globetrotter.errors import UserError
+    from globetrotter.evaluation import val_set
+
+    monkeypatch.setattr(val_set, "_CHUNK", 4)
+    split = tmp_path / "val"
+    shutil.copytree(tiny_world / "val", split)
+    path = split / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=6)))
+    with pytest.raises(UserError, match=f"^{path}: num_samples is 6 but the shards hold 32 samples "):
+        BackRetrievalSet(split, max_per_lang=None, seed=0, image_features="pixels", ks=(1,))

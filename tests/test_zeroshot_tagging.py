@@ -297,6 +297,10 @@ def test_tag_messages_blame_the_flag_at_fault(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab", f"xx={tmp_path / 'a.txt'}"])
     assert "'xx' is not an ISO 639-1 language code" in capsys.readouterr().err
+    for value in ("de", "=a.txt", "de="):  # no '=', no language, no file
+        with pytest.raises(SystemExit):
+            main(["tag", "--adapter", str(tmp_path / "none"), "--images", str(tmp_path), "--vocab", value])
+        assert f"--vocab: expected LANG=FILE, got {value!r}" in capsys.readouterr().err
 
 
 def test_an_unreadable_image_in_a_folder_is_skipped_and_the_rest_tagged(tmp_path, capsys):

@@ -953,3 +953,17 @@ def test_retrieval_notes_a_language_the_text_encoder_lacks_after_the_tables(tmp_
     printed = capsys.readouterr().out
     assert printed.rstrip().endswith("note: a: the text encoder 'random:16' was not trained on de")
     assert json.loads(out.read_text())["models"]["a"]["languages_the_text_encoder_lacks"] == ["de"]
+
+
+def test_a_record_or_output_folder_that_cannot_be_written_is_one_line_naming_it(tmp_path):
+    """The commands check --out up front; a path that turns unwritable after it (here: under a file) is still one
+    line naming it, and nothing is written."""
+    from globetrotter.zeroshot.cli.common import make_out_dir
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    with pytest.raises(UserError, match=f"^{blocker / 'r.json'}: cannot write the JSON record \\(.+\\)$"):
+        write_json({"metrics": {}}, blocker / "r.json", argparse.Namespace(out=str(blocker / "r.json")))
+    with pytest.raises(UserError, match=f"^{blocker / 'out'}: cannot create the output folder \\(.+\\)$"):
+        make_out_dir(blocker / "out")
+    assert blocker.read_text(encoding="utf-8") == "" and make_out_dir(tmp_path / "new" / "out").is_dir()

@@ -127,7 +127,8 @@ class CorpusIndex:
                                 f"line; {rebuild}")
             texts.append(text)
         if len(texts) != index.ntotal:
-            raise UserError(f"{folder}: index of {lang!r} holds {index.ntotal} vectors but {len(texts)} texts; rebuild it")
+            raise UserError(f"{folder}: index of {lang!r} holds {index.ntotal} vectors but {len(texts)} texts; "
+                            f"{rebuild}")
         return cls(index, texts, lang, read_meta(folder))
 
 

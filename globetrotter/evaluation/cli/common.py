@@ -79,7 +79,9 @@ def write(result: Result, args: argparse.Namespace, plots: Sequence[Path] = ()) 
     path = result.write(args.out)
     note = ""
     if earlier is not None:
-        whose = "this model" if earlier == result.model.get("path") else f"another model, {earlier}, with this name"
+        whose = ("this model" if earlier == result.model.get("path") else
+                 f"another model, {earlier}, with this name" if earlier else
+                 "an unknown model (the file does not read as a record)")
         note = (f" (it replaces an earlier record of {whose}; every record's summary is also in "
                 f"{Path(args.out) / 'results.jsonl'}: --name keeps records apart)")
     print(f"wrote {path}{note}")
