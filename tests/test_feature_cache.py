@@ -427,6 +427,17 @@ def test_a_translation_pair_never_joins_two_captions_of_one_language():
     assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples))] == [(1, 4)]
 
 
+def test_pairing_forgets_the_oldest_waiting_caption_beyond_max_pending():
+    """With room for two waiting captions, the third group's caption pushes out the first's (the oldest): its German
+    caption then finds no partner and waits, while the third group pairs."""
+    from globetrotter.data.pipeline import pair_by_group
+
+    samples = [(0, {"group": "a", "lang": "en"}), (1, {"group": "b", "lang": "en"}), (2, {"group": "c", "lang": "en"}),
+               (3, {"group": "a", "lang": "de"}), (4, {"group": "c", "lang": "de"})]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples), max_pending=2)] == [(2, 4)]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples), max_pending=3)] == [(0, 3), (2, 4)]
+
+
 def test_streamed_pairs_mix_the_language_pairs_of_each_group():
     """Shards list a group's captions in one fixed language order; the pixel path's pairs must not follow it (it
     used to: en-de and fr-cs only, every time)."""
