@@ -728,6 +728,47 @@ def test_the_report_reads_new_to_old_from_the_new_languages_row_and_old_to_new_f
     assert report.translation(cfg, ["en", "de"], None) is None
 
 
+def test_a_run_with_one_old_language_has_no_old_pairs_figure_and_the_summary_says_only_the_new_one(
+        tmp_path, monkeypatch, capsys):
+    """One old language (en) and the new one (el): the 2 x 2 matrix gives new->old in el's row and old->new in its
+    column; there are no old pairs to score (None), and the run's summary prints the new language's line alone."""
+    from types import SimpleNamespace
+
+    from globetrotter.training.adapt import report
+    from globetrotter.training.report import print_summary
+
+    test = tmp_path / "test"
+    test.mkdir()
+    (test / "manifest.json").write_text("{}")
+    monkeypatch.setattr(report, "read_manifest", lambda folder: {"languages": {"en": 4, "el": 4}})
+    monkeypatch.setattr(report, "read_captions", lambda folder: [])
+    asked = []
+
+    def parallel_set(metas, langs, **kw):
+        asked.append(list(langs))
+        return SimpleNamespace(captions=list(langs), langs=list(langs), groups=[0] * len(langs))
+
+    monkeypatch.setattr(report, "parallel_set", parallel_set)
+    nan = float("nan")
+    monkeypatch.setattr(report, "sentence_translation", lambda emb, langs, groups, tie_seed: {
+        "matrix": np.array([[nan, 0.25], [0.75, nan]]), "languages": ["en", "el"], "accuracy": 0.5, "chance": 0.25})
+    cfg = load_train_config(None, [f"data.root={tmp_path}", "data.test_split=test", "val.test_groups=4",
+                                   "adapt.language=el"])
+    out = report.translation(cfg, ["en"], SimpleNamespace(encode_text=lambda captions: captions))
+    assert asked == [["el", "en"]]  # the old languages alone are one language: not scored
+    assert (out["new_to_old"], out["old_to_new"], out["new_with_old"]) == (0.75, 0.25, 0.5)
+    assert out["old_pairs"] is None and out["chance_old"] is None
+    before = {**out, "new_with_old": 0.125}
+    print_summary({"run_dir": str(tmp_path), "metrics": {}, "adapt": {"language": "el", "before": before, "after": out}})
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("adaptation"))
+    assert line == ("adaptation to el (sentence translation on test, before -> after): el with the old languages "
+                    "12.5% -> 50.0% (chance 25.0%)")
+    with_old = {**out, "old_pairs": 0.8}
+    print_summary({"run_dir": str(tmp_path), "metrics": {},
+                   "adapt": {"language": "el", "before": {**before, "old_pairs": 0.9}, "after": with_old}})
+    assert "; old languages among themselves 90.0% -> 80.0%" in capsys.readouterr().out
+
+
 def test_a_new_token_whose_text_an_old_caption_holds_is_never_added():
     """The old captions hold "zqx" once, too rare for the old BPE to merge; the new language repeats it. A token
     for it would re-tokenize the old caption (the merge applies to every text), so it is not added, and the old
