@@ -951,3 +951,20 @@ def test_meta_tensors_are_never_taken_for_tied_aliases():
     assert ckpt.tied_aliases(tied) == {"b": "a"}
     meta = {"a": torch.empty(3, 3, device="meta"), "b": torch.empty(3, 3, device="meta")}
     assert ckpt.tied_aliases(meta) == {}
+
+
+def test_bad_samples_replayed_before_a_resume_point_are_skipped_without_being_counted_again(capsys):
+    """While a resumed stream replays the samples it consumed before its checkpoint (inactive), a bad one there is
+    skipped in silence: it is already in the saved count. Once active, a new bad sample is counted and said, and the
+    stream stops (False) when the count passes the limit."""
+    from globetrotter.data.stream import BadSamples
+
+    bad = BadSamples({"shard-0.tar/k1"}, limit=2, worker=0)
+    bad.active = False
+    assert bad(ValueError("cut"), "/d/shard-0.tar", "k1") and bad(ValueError("cut"), "/d/shard-0.tar", "k9")
+    assert (bad.count, bad.report(), capsys.readouterr().err) == (1, [], "")
+    bad.active = True
+    assert bad(ValueError("cut"), "/d/shard-0.tar", "k1") and bad.count == 1  # the same sample: counted once
+    assert bad(ValueError("cut"), "/d/shard-1.tar", "k2") and bad.report() == ["shard-1.tar/k2"]
+    assert "skipped bad sample k2 of /d/shard-1.tar (2 so far, worker 0): ValueError: cut" in capsys.readouterr().err
+    assert not bad(OSError("unreadable"), "/d/shard-1.tar", None) and bad.count == 3
