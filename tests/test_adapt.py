@@ -326,6 +326,16 @@ def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp
     assert adapt_split.features(el, root / "adapt", ids).path == root / "adapt" / "features"
     assert adapt_split.features(el, root / "train-copy", ids[:0]).path == root / "train" / "features"  # the bank's
     assert fingerprint(root / "train" / "features") == named
+    # another split of the named cache's photos (a copy of train: the same checksum) is read from it, never built
+    from dataclasses import replace
+
+    shutil.copytree(root / "train-copy", root / "train-twin")
+    ja = replace(el, adapt=replace(el.adapt, split=str(root / "train-twin"), language="ja"))
+    lines: list[str] = []
+    adapt_split.ensure_features(ja, lines.append)
+    assert lines == [f"adapt: {root / 'train-twin'}'s image features are read from {root / 'train' / 'features'} "
+                     "(built from the same photos)"]
+    assert not (root / "train-twin" / "features").exists() and fingerprint(root / "train" / "features") == named
     # other photos under the train split's image names (a manifest with another checksum): never the named cache
     shutil.copytree(root / "train-copy", root / "other-photos")
     manifest = json.loads((root / "other-photos" / "manifest.json").read_text())
