@@ -324,3 +324,17 @@ def test_fallback_fonts_take_the_earlier_candidate_on_a_tie():
     same = frozenset(map(ord, "中文"))
     assert choose_fallback_fonts(chars, frozenset(), [("First", same), ("Second", same)]) == (["First"], [])
     assert choose_fallback_fonts(chars, frozenset(), [("Second", same), ("First", same)]) == (["Second"], [])
+
+
+def test_features_build_with_imported_embeddings_says_to_import_them(tmp_path, capsys):
+    """model.image_backbone=imported (a run on someone else's vectors) names no network to build a cache with: one
+    line saying which command imports them, nothing written."""
+    from conftest import run_data_cli
+
+    code, _, err = run_data_cli(["features", "build", str(tmp_path / "S"), "--out", str(tmp_path / "out"),
+                                 "model.image_backbone=imported", "model.image_pretrained=clip",
+                                 "data.features=auto", "model.freeze_image_backbone=true", "loss.image=0"], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "error: model.image_backbone=imported has no network to build features with; import the embeddings with "
+        "globetrotter-data features import SPLIT --embeddings FILE --name NAME"]
+    assert sorted(tmp_path.iterdir()) == []

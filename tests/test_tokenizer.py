@@ -177,6 +177,16 @@ def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_
     assert done.value.code == 0 and (world / "tokenizer-uncased.json").read_bytes() != made
 
 
+def test_the_tokenizer_command_refuses_an_out_that_is_a_folder_and_leaves_it(tiny_world, tmp_path, capsys):
+    (tmp_path / "tokenizers").mkdir()
+    code, _, err = run_data_cli(["tokenizer", str(tiny_world / "train"), "--vocab-size", "300", "--out",
+                                 str(tmp_path / "tokenizers")], capsys)
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: --out {tmp_path / 'tokenizers'}: is a folder; expected the tokenizer file to write "
+        f"(e.g. {tmp_path / 'tokenizers' / 'tokenizer.json'})")
+    assert list((tmp_path / "tokenizers").iterdir()) == []
+
+
 def test_the_tokenizer_command_refuses_an_out_inside_the_split_and_says_when_the_vocabulary_is_smaller(
         tiny_world, tmp_path, capsys):
     import shutil
