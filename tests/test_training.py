@@ -473,6 +473,39 @@ def test_a_weights_file_that_holds_no_weights_is_a_one_line_error(tmp_path, suff
         create_image_backbone("resnet18", str(listing), channels=(8, 16, 32, 64), stem_width=8)
 
 
+def test_weights_of_another_width_missing_or_absent_are_one_line_naming_the_file(tmp_path):
+    """A weights file of a narrower ResNet (its model.image_backbone_args not the config's) was torch's multi-line
+    RuntimeError; now one line naming the file and the first tensor that does not fit. Weights missing a tensor, a
+    file that is not there, and arguments the constructor refuses are one line too."""
+    from safetensors.torch import save_file
+
+    from globetrotter.models import create_image_backbone
+
+    narrow = {"channels": (8, 16, 16, 16), "stem_width": 8}
+    path = tmp_path / "narrow.safetensors"
+    state = create_image_backbone("resnet18", None, **narrow).state_dict()
+    save_file(state, str(path))
+    with pytest.raises(UserError) as err:
+        create_image_backbone("resnet18", str(path), channels=(8, 16, 16, 32), stem_width=8)
+    assert "\n" not in str(err.value) and str(err.value).startswith(
+        f"model.image_pretrained: {path} does not fit resnet18 with model.image_backbone_args "
+        "{'channels': (8, 16, 16, 32), 'stem_width': 8} (size mismatch for layer4.0.conv1.weight: ")
+    del state["conv1.weight"]
+    save_file(state, str(tmp_path / "cut.safetensors"))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'cut.safetensors'}: weights do not fit resnet18 "
+                                        r"\(missing \['conv1.weight'\], unexpected \[\]\)$"):
+        create_image_backbone("resnet18", str(tmp_path / "cut.safetensors"), **narrow)
+    with pytest.raises(UserError, match=rf"^model.image_pretrained: weights file {tmp_path / 'gone.pt'} not found$"):
+        create_image_backbone("resnet18", str(tmp_path / "gone.pt"), **narrow)
+    with pytest.raises(UserError, match=r"^model.image_backbone_args \{'channels': 3\}: timm model 'resnet18' "
+                                        r"refused a value \("):
+        create_image_backbone("resnet18", None, channels=3)
+    with pytest.raises(UserError, match=r"^model.image_backbone: cannot create timm model 'resnet18' \("):
+        create_image_backbone("resnet18", None, channels=(-1, 16, 16, 16))
+    with pytest.raises(UserError, match=r"model.image_backbone_args must be empty with model.image_pretrained=package"):
+        create_image_backbone("efficientnet_lite0", "package", drop_rate=0.1)
+
+
 def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path):
     """npy samples (precomputed image features) reach a model only through a feature cache: training from pixels and
     building a cache refuse them at once, naming the split and the way in, and write nothing."""
