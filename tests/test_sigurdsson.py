@@ -107,6 +107,20 @@ def test_unknown_language_is_a_one_line_error():
         model.language_ids(np.array(["en", "fr"]))
 
 
+def test_the_per_language_tables_need_their_languages_and_each_captions_language():
+    with pytest.raises(ValueError, match=r"needs its training languages \(model.languages\)"):
+        SigurdssonTextEncoder(40, 8, [])
+    encoder = SigurdssonTextEncoder(40, 8, ["en", "de"])
+    with pytest.raises(ValueError, match=r"needs each caption's language \(lang_ids\)"):
+        encoder(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3), None)
+
+
+def test_a_language_list_of_another_length_than_the_texts_is_refused(sigurdsson_run):
+    enc = globetrotter.load(sigurdsson_run)
+    with pytest.raises(ValueError, match="^langs has 1 entries for 2 texts$"):
+        enc.encode_text(["red a square", "赤い 四角"], langs=["en"])
+
+
 TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
         "model.d_model=32", "model.embed_dim=16", "batch_size=16", "log_every=2", "val.every=2",
         "val.max_per_lang=8", "val.test_groups=12", "optim.warmup_steps=2", "steps=4", "checkpoint_every=4",
