@@ -968,3 +968,25 @@ def test_bad_samples_replayed_before_a_resume_point_are_skipped_without_being_co
     assert bad(ValueError("cut"), "/d/shard-1.tar", "k2") and bad.report() == ["shard-1.tar/k2"]
     assert "skipped bad sample k2 of /d/shard-1.tar (2 so far, worker 0): ValueError: cut" in capsys.readouterr().err
     assert not bad(OSError("unreadable"), "/d/shard-1.tar", None) and bad.count == 3
+
+
+def test_a_resume_whose_stream_cannot_continue_reads_a_fresh_stream_of_another_seed(tiny_world, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """A checkpoint without its data stream position (an older one): the resumed run says so and reads a stream of
+    a new seed from its start, not the first run's stream again from its beginning (the same batches twice)."""
+    from globetrotter.training import trainer
+
+    real, asked = trainer.train_loader_from_config, []
+
+    def recording(cfg, tokenizer, local_batch, seed, **kw):
+        asked.append((seed, list(kw["position"].cursors), kw["start_step"]))
+        return real(cfg, tokenizer, local_batch, seed, **kw)
+
+    monkeypatch.setattr(trainer, "train_loader_from_config", recording)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "seed=5")
+    train(cfg)
+    (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / ckpt.DATA_STREAM.format(rank=0)).unlink()
+    capsys.readouterr()
+    assert train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "seed=5"), resume="latest")["step"] == 3
+    assert asked == [(5, [0], 0), (5 * 1_000_003 + 2, [0], 2)]
+    assert "no data stream position for process 0" in capsys.readouterr().out
