@@ -656,6 +656,12 @@ def test_a_split_the_record_names_but_cannot_read_is_recorded_with_why_not_dropp
     assert sorted(data) == ["old_captions", "train"]
     assert data["train"] == {"path": str(missing.resolve()), "error": "no manifest.json there"}
     assert data["old_captions"]["checksum"] == read_manifest(tiny_world / "train")["checksum"]
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "manifest.json").write_text("[1")
+    assert splits_read({"val": damaged})["val"] == {
+        "path": str(damaged.resolve()), "error": f"{damaged / 'manifest.json'}: malformed manifest (Expecting ',' "
+                                                 "delimiter: line 1 column 3 (char 2))"}  # a manifest it cannot read
 
 
 def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_world, tmp_path, capsys):

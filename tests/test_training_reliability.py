@@ -502,6 +502,22 @@ def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero
                     f"continue the run with the same command and --resume latest")
 
 
+def test_a_run_that_wrote_no_checkpoint_at_all_says_to_run_it_again(tmp_path, capsys, monkeypatch):
+    """Every checkpoint write failed (a full disk from the start): there is nothing to resume, and the line says so;
+    a final checkpoint that was written is no error."""
+    from globetrotter.training import cli
+
+    monkeypatch.setenv("RANK", "0")
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {}}) == cli.UNSAVED
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path}: the final checkpoint (step 4) was not written; "
+                                               "no checkpoint was written: free disk space and run it again")
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {"latest": 4}}) == 0
+    monkeypatch.setenv("RANK", "1")  # the other processes: the exit code alone, the line is the first process's
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {}}) == cli.UNSAVED
+    cli._say_where_to_resume(tmp_path)
+    assert tuple(capsys.readouterr()) == ("", "")
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock")
 def test_a_second_run_into_a_run_folder_in_use_is_refused_and_readers_are_not(tiny_world, tmp_path):
     """Two train.py into one run folder at once mixed their checkpoints in silence. The running one holds the folder's
