@@ -260,6 +260,17 @@ def test_a_language_list_the_run_cannot_train_is_refused_before_anything_is_buil
     assert not cfg.run_dir.exists() and not (tmp_path / "tokenizer.json").exists()
 
 
+def test_a_language_list_naming_the_training_languages_in_any_order_is_kept_and_an_empty_one_filled(tiny_world):
+    """model.languages names the word tables in their order (a table's row is its index there): a list holding
+    exactly the training languages is kept as given; an empty one takes them, sorted."""
+    from globetrotter.training.prepare import with_text_languages
+
+    given = load_train_config(CONFIG, [f"data.root={tiny_world}", *TINY, "model.languages=[ja,en,ru,el]"])
+    assert with_text_languages(given) is given
+    empty = load_train_config(CONFIG, [f"data.root={tiny_world}", *TINY])
+    assert with_text_languages(empty).model.languages == ["el", "en", "ja", "ru"]
+
+
 def test_validation_scores_the_val_languages_the_model_has_tables_for_and_says_so(tiny_world, tmp_path, capsys):
     """Two of the val split's four languages trained (data.train_languages): validation used to stop the run at its
     first step (no word table for el, ja); it scores en and ru, and one line says why the others are left out."""
