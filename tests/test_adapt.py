@@ -299,6 +299,29 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     # (test_train_languages: the error where every token of the new language's captions is an old caption's)
     code, line = run_cli(capsys, "adapt.from=somewhere")
     assert code == 2 and "adapt.from needs adapt.language" in line
+    before = sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*"))
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",
+                         f"run_name={base.name}")  # the adapted run would write over the run it starts from
+    assert code == 2 and line.startswith(f"error: {base}: already holds a run (step-")
+    assert sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*")) == before
+    with pytest.raises(UserError, match=f"^run_name/output_dir: {base} is the starting run's folder; give the adapted "
+                                        "run its own$"):  # resolve_config says why, for a caller of the Python API
+        resolve_config(load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",
+                                                f"run_name={base.name}"]))
+
+
+def test_an_adaptation_whose_val_split_lacks_the_new_language_chooses_no_best_checkpoint(tmp_path, world):
+    """Validation on val cannot see the new language when val has no caption in it (or there is no val split): a
+    best checkpoint chosen there would be an arbitrary one, so none is chosen; a val split with it keeps the choice."""
+    from globetrotter.training.adapt.start import _selection
+
+    for root, chosen in ((tmp_path, ""), (world, "")):  # no val split; a val split without el (held out)
+        cfg = load_train_config(None, [f"data.root={root}", "adapt.language=el", "val.select_by=val/bkr@1"])
+        assert (_selection(cfg).select_by, _selection(cfg).select_test) == (chosen, None)
+    cfg = load_train_config(None, [f"data.root={world}", "adapt.language=ru", "val.select_by=val/bkr@1"])
+    assert _selection(cfg) is cfg.val
+    cfg = load_train_config(None, [f"data.root={tmp_path}", "adapt.language=el", "val.every=0"])
+    assert _selection(cfg) is cfg.val  # no validation: nothing is chosen anyway, and nothing changed
 
 
 def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp_path, capsys):
