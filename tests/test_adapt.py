@@ -929,3 +929,5 @@ def test_pixel_image_features_come_in_the_order_asked_with_repeats(world):
     model = SimpleNamespace(image=lambda x: x.flatten(1))
     got = image_features(cfg, model, world / "adapt", asked, "cpu", progress=False)
     torch.testing.assert_close(got, torch.stack([pixels[i] for i in asked]))
+    with pytest.raises(UserError, match=rf"^{world / 'adapt'}: image 'no-such-image' not found in the shards$"):
+        image_features(cfg, model, world / "adapt", [ids[0], "no-such-image"], "cpu", progress=False)
