@@ -304,6 +304,10 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
                          f"run_name={base.name}")  # the adapted run would write over the run it starts from
     assert code == 2 and line.startswith(f"error: {base}: already holds a run (step-")
     assert sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*")) == before
+    adapted = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}"])
+    with pytest.raises(UserError, match="^--resume: an adaptation run is short and starts from adapt.from"):
+        train(adapted, resume="latest")  # the Python API: refused as the command line refuses it
+    assert not adapted.run_dir.exists()
     with pytest.raises(UserError, match=f"^run_name/output_dir: {base} is the starting run's folder; give the adapted "
                                         "run its own$"):  # resolve_config says why, for a caller of the Python API
         resolve_config(load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",

@@ -734,3 +734,23 @@ def test_train_gives_the_callers_torch_thread_count_back(tiny_world, tmp_path):
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_validation_says_its_cut_texts_once_per_run_and_lets_other_warnings_through():
+    """Every validation encodes the same val captions: their TextsCut warning is logged once per run (a repeat, and
+    a second validation, say nothing more), while any other warning raised inside reaches the caller as it was."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+    from globetrotter.training.trainer import texts_cut_said_once
+
+    said: set[str] = set()
+    lines: list[str] = []
+    for _ in range(2):  # two validations
+        with pytest.warns(UserWarning, match="^something else$") as passed:
+            with texts_cut_said_once(said, lines.append):
+                warnings.warn("3 of 8 texts cut to max_length", TextsCut)
+                warnings.warn("3 of 8 texts cut to max_length", TextsCut)
+                warnings.warn("something else", UserWarning)
+        assert [w.category for w in passed] == [UserWarning]
+    assert lines == ["warning: validation: 3 of 8 texts cut to max_length (said once)"]
