@@ -438,3 +438,23 @@ def test_the_caches_a_config_asks_for_are_refused_in_one_line_when_they_cannot_b
         load_feature_cache(out, replace(pixels, backbone="imported", weights="p"))
     with pytest.raises(UserError, match="^data.features is not set: this run reads pixels$"):
         ensure_feature_cache(config("data.features="), "train")
+
+
+def test_a_folder_that_cannot_be_resolved_is_no_same_folder_and_the_cache_error_still_names_it(world, tmp_path):
+    """same_folder promises False where a path cannot be resolved; a symlink loop raised RuntimeError (Python < 3.13:
+    pathlib's loop error), so reading an imported cache recorded as built from such a path was a traceback."""
+    from globetrotter.data.feature_cache import same_folder
+
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    assert same_folder(tmp_path / "loop-a", world / "train") is False
+    assert same_folder(world / "train", world / "train" / ".." / "train") is True
+    split = world / "train"
+    ids = split_image_ids(split)
+    emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
+    import_embeddings(split, emb, tmp_path / "cache", "p", ids=id_file, progress=False)
+    record = json.loads((tmp_path / "cache" / "cache.json").read_text())
+    record["split"] = str(tmp_path / "loop-a")
+    (tmp_path / "cache" / "cache.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=f"it was built from another split, {tmp_path / 'loop-a'}; give {split} a "):
+        load_feature_cache(tmp_path / "cache").rows(["nope"], split)
