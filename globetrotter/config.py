@@ -117,17 +117,18 @@ class DataConfig:
         if self.shuffle_buffer < 0:
             raise ValueError(f"data.shuffle_buffer must be >= 0 (samples held to shuffle), got {self.shuffle_buffer}")
         if self.max_bad_samples < 0:
-            raise ValueError("data.max_bad_samples must be >= 0")
+            raise ValueError(f"data.max_bad_samples must be >= 0, got {self.max_bad_samples}")
         if self.max_length < 4:
-            raise ValueError("data.max_length must be at least 4")
+            raise ValueError(f"data.max_length must be at least 4, got {self.max_length}")
         if not 0 < self.crop_scale_min <= 1:
-            raise ValueError("data.crop_scale_min must be in (0, 1]")
+            raise ValueError(f"data.crop_scale_min must be in (0, 1], got {self.crop_scale_min}")
         if self.colour_jitter < 0 or not 0 <= self.hue_jitter <= 0.5 or not 0 <= self.grayscale <= 1:
-            raise ValueError("data.colour_jitter must be >= 0, data.hue_jitter in [0, 0.5], data.grayscale in [0, 1]")
+            raise ValueError(f"data.colour_jitter must be >= 0, data.hue_jitter in [0, 0.5], data.grayscale in [0, 1], got "
+                             f"{self.colour_jitter}, {self.hue_jitter}, {self.grayscale}")
         if self.feature_views < 2:
-            raise ValueError("data.feature_views must be >= 2 (L_v contrasts two cached views)")
+            raise ValueError(f"data.feature_views must be >= 2 (L_v contrasts two cached views), got {self.feature_views}")
         if self.neighbours_k < 1:
-            raise ValueError("data.neighbours_k must be >= 1")
+            raise ValueError(f"data.neighbours_k must be >= 1, got {self.neighbours_k}")
         if self.batching == "neighbours" and not self.features:
             raise ValueError("data.batching=neighbours needs data.features (neighbours are mined on cached features)")
 
@@ -233,7 +234,7 @@ class LossConfig:
         if self.text + self.image + self.cross + self.cloze == 0:
             raise ValueError("at least one loss weight must be > 0")
         if not 0 <= self.margin < 1:
-            raise ValueError("loss.margin must be in [0, 1)")
+            raise ValueError(f"loss.margin must be in [0, 1), got {self.margin}")
         if not self.temperature > 0:
             raise ValueError(f"loss.temperature must be > 0, got {self.temperature}")
         if not 0 < self.mask_prob <= 1:
@@ -350,7 +351,8 @@ class AdaptConfig:
         if self.epochs is not None and self.epochs <= 0:
             raise ValueError(f"adapt.epochs must be > 0 (or null to use steps), got {self.epochs}")
         if (self.old_batch is not None and self.old_batch < 1) or (self.old_captions is not None and self.old_captions < 1):
-            raise ValueError("adapt.old_batch and adapt.old_captions must be >= 1 (or null)")
+            raise ValueError(f"adapt.old_batch and adapt.old_captions must be >= 1 (or null), got {self.old_batch} and "
+                             f"{self.old_captions}")
         from .tokenizer import MIN_VOCAB_SIZE
 
         if self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:  # a BPE below it has no merge: no new token

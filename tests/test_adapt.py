@@ -299,6 +299,33 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     # (test_train_languages: the error where every token of the new language's captions is an old caption's)
     code, line = run_cli(capsys, "adapt.from=somewhere")
     assert code == 2 and "adapt.from needs adapt.language" in line
+    before = sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*"))
+    code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",
+                         f"run_name={base.name}")  # the adapted run would write over the run it starts from
+    assert code == 2 and line.startswith(f"error: {base}: already holds a run (step-")
+    assert sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*")) == before
+    adapted = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}"])
+    with pytest.raises(UserError, match="^--resume: an adaptation run is short and starts from adapt.from"):
+        train(adapted, resume="latest")  # the Python API: refused as the command line refuses it
+    assert not adapted.run_dir.exists()
+    with pytest.raises(UserError, match=f"^run_name/output_dir: {base} is the starting run's folder; give the adapted "
+                                        "run its own$"):  # resolve_config says why, for a caller of the Python API
+        resolve_config(load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",
+                                                f"run_name={base.name}"]))
+
+
+def test_an_adaptation_whose_val_split_lacks_the_new_language_chooses_no_best_checkpoint(tmp_path, world):
+    """Validation on val cannot see the new language when val has no caption in it (or there is no val split): a
+    best checkpoint chosen there would be an arbitrary one, so none is chosen; a val split with it keeps the choice."""
+    from globetrotter.training.adapt.start import _selection
+
+    for root, chosen in ((tmp_path, ""), (world, "")):  # no val split; a val split without el (held out)
+        cfg = load_train_config(None, [f"data.root={root}", "adapt.language=el", "val.select_by=val/bkr@1"])
+        assert (_selection(cfg).select_by, _selection(cfg).select_test) == (chosen, None)
+    cfg = load_train_config(None, [f"data.root={world}", "adapt.language=ru", "val.select_by=val/bkr@1"])
+    assert _selection(cfg) is cfg.val
+    cfg = load_train_config(None, [f"data.root={tmp_path}", "adapt.language=el", "val.every=0"])
+    assert _selection(cfg) is cfg.val  # no validation: nothing is chosen anyway, and nothing changed
 
 
 def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp_path, capsys):
@@ -326,6 +353,16 @@ def test_a_named_cache_serves_every_split_whose_images_it_holds(world, base, tmp
     assert adapt_split.features(el, root / "adapt", ids).path == root / "adapt" / "features"
     assert adapt_split.features(el, root / "train-copy", ids[:0]).path == root / "train" / "features"  # the bank's
     assert fingerprint(root / "train" / "features") == named
+    # another split of the named cache's photos (a copy of train: the same checksum) is read from it, never built
+    from dataclasses import replace
+
+    shutil.copytree(root / "train-copy", root / "train-twin")
+    ja = replace(el, adapt=replace(el.adapt, split=str(root / "train-twin"), language="ja"))
+    lines: list[str] = []
+    adapt_split.ensure_features(ja, lines.append)
+    assert lines == [f"adapt: {root / 'train-twin'}'s image features are read from {root / 'train' / 'features'} "
+                     "(built from the same photos)"]
+    assert not (root / "train-twin" / "features").exists() and fingerprint(root / "train" / "features") == named
     # other photos under the train split's image names (a manifest with another checksum): never the named cache
     shutil.copytree(root / "train-copy", root / "other-photos")
     manifest = json.loads((root / "other-photos" / "manifest.json").read_text())
@@ -728,6 +765,47 @@ def test_the_report_reads_new_to_old_from_the_new_languages_row_and_old_to_new_f
     assert report.translation(cfg, ["en", "de"], None) is None
 
 
+def test_a_run_with_one_old_language_has_no_old_pairs_figure_and_the_summary_says_only_the_new_one(
+        tmp_path, monkeypatch, capsys):
+    """One old language (en) and the new one (el): the 2 x 2 matrix gives new->old in el's row and old->new in its
+    column; there are no old pairs to score (None), and the run's summary prints the new language's line alone."""
+    from types import SimpleNamespace
+
+    from globetrotter.training.adapt import report
+    from globetrotter.training.report import print_summary
+
+    test = tmp_path / "test"
+    test.mkdir()
+    (test / "manifest.json").write_text("{}")
+    monkeypatch.setattr(report, "read_manifest", lambda folder: {"languages": {"en": 4, "el": 4}})
+    monkeypatch.setattr(report, "read_captions", lambda folder: [])
+    asked = []
+
+    def parallel_set(metas, langs, **kw):
+        asked.append(list(langs))
+        return SimpleNamespace(captions=list(langs), langs=list(langs), groups=[0] * len(langs))
+
+    monkeypatch.setattr(report, "parallel_set", parallel_set)
+    nan = float("nan")
+    monkeypatch.setattr(report, "sentence_translation", lambda emb, langs, groups, tie_seed: {
+        "matrix": np.array([[nan, 0.25], [0.75, nan]]), "languages": ["en", "el"], "accuracy": 0.5, "chance": 0.25})
+    cfg = load_train_config(None, [f"data.root={tmp_path}", "data.test_split=test", "val.test_groups=4",
+                                   "adapt.language=el"])
+    out = report.translation(cfg, ["en"], SimpleNamespace(encode_text=lambda captions: captions))
+    assert asked == [["el", "en"]]  # the old languages alone are one language: not scored
+    assert (out["new_to_old"], out["old_to_new"], out["new_with_old"]) == (0.75, 0.25, 0.5)
+    assert out["old_pairs"] is None and out["chance_old"] is None
+    before = {**out, "new_with_old": 0.125}
+    print_summary({"run_dir": str(tmp_path), "metrics": {}, "adapt": {"language": "el", "before": before, "after": out}})
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("adaptation"))
+    assert line == ("adaptation to el (sentence translation on test, before -> after): el with the old languages "
+                    "12.5% -> 50.0% (chance 25.0%)")
+    with_old = {**out, "old_pairs": 0.8}
+    print_summary({"run_dir": str(tmp_path), "metrics": {},
+                   "adapt": {"language": "el", "before": {**before, "old_pairs": 0.9}, "after": with_old}})
+    assert "; old languages among themselves 90.0% -> 80.0%" in capsys.readouterr().out
+
+
 def test_a_new_token_whose_text_an_old_caption_holds_is_never_added():
     """The old captions hold "zqx" once, too rare for the old BPE to merge; the new language repeats it. A token
     for it would re-tokenize the old caption (the merge applies to every text), so it is not added, and the old
@@ -855,3 +933,5 @@ def test_pixel_image_features_come_in_the_order_asked_with_repeats(world):
     model = SimpleNamespace(image=lambda x: x.flatten(1))
     got = image_features(cfg, model, world / "adapt", asked, "cpu", progress=False)
     torch.testing.assert_close(got, torch.stack([pixels[i] for i in asked]))
+    with pytest.raises(UserError, match=rf"^{world / 'adapt'}: image 'no-such-image' not found in the shards$"):
+        image_features(cfg, model, world / "adapt", [ids[0], "no-such-image"], "cpu", progress=False)

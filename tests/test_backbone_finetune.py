@@ -181,12 +181,21 @@ def test_a_diverged_epochs_nan_loss_is_null_in_the_record_which_a_rerun_still_re
 
 
 def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):
+    from globetrotter.config_io import save_config
+
     run, _ = round_one
     split = str(tiny_world / "train")
+    imported = tmp_path / "imported-run"
+    imported.mkdir()
+    on_vectors = [f"data.root={tiny_world}", "data.features=auto", "model.image_backbone=imported", "loss.image=0",
+                  "model.image_pretrained=clip", "model.freeze_image_backbone=true"]
+    save_config(load_train_config(None, on_vectors), imported / "config.yaml")
     cases = [
         (["--from-run", str(tmp_path)], "no config.yaml (expected a trained run folder)"),
         (["--from-run", str(tiny_run)], "model.freeze_image_backbone=false"),  # a backbone trained from pixels
         (["--from-run", str(run), "--out", str(tiny_world)], "holds no fine-tune"),  # a folder of other things
+        (["--from-run", str(imported)], "trained on imported image vectors (model.image_backbone=imported): there is "
+                                        "no backbone to fine-tune"),
     ]
     for extra, message in cases:
         if "--out" not in extra:
@@ -198,6 +207,9 @@ def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_
         code, _, stderr = run_data_cli(["features", "finetune", split, "--from-run", str(run), "--out",
                                         str(tmp_path / "out"), "--lr", lr], capsys)
         assert code == 2 and "argument --lr: expected a finite number > 0" in stderr
+    code, _, stderr = run_data_cli(["features", "finetune", split, "--from-run", str(run), "--out",
+                                    str(tmp_path / "out"), "--lr", "3e-4x"], capsys)
+    assert code == 2 and "argument --lr: expected a number > 0, got '3e-4x'" in stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -359,3 +359,17 @@ def test_python_m_data_prep_cli_runs_the_data_commands():
     done = subprocess.run([sys.executable, "-m", "data_prep.cli", "synth", "--out"], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode == 2 and "--out: expected one argument" in done.stderr
+
+
+def test_features_build_with_imported_embeddings_says_to_import_them(tmp_path, capsys):
+    """model.image_backbone=imported (a run on someone else's vectors) names no network to build a cache with: one
+    line saying which command imports them, nothing written."""
+    from conftest import run_data_cli
+
+    code, _, err = run_data_cli(["features", "build", str(tmp_path / "S"), "--out", str(tmp_path / "out"),
+                                 "model.image_backbone=imported", "model.image_pretrained=clip",
+                                 "data.features=auto", "model.freeze_image_backbone=true", "loss.image=0"], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "error: model.image_backbone=imported has no network to build features with; import the embeddings with "
+        "globetrotter-data features import SPLIT --embeddings FILE --name NAME"]
+    assert sorted(tmp_path.iterdir()) == []

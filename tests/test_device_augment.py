@@ -11,7 +11,7 @@ from globetrotter.config import load_train_config
 from globetrotter.data.augment import IMAGENET_MEAN, IMAGENET_STD, blur_kernel
 from globetrotter.data.pipeline import device_augment_from_config, train_loader_from_config
 from globetrotter.data.device_augment import (BLUR, BOX, FACTORS, FLIP, GRAY, JITTER, N_PARAMS, ORDER, SIGMA,
-                                              DeviceSimCLR)
+                                              DeviceSimCLR, crop_box)
 from globetrotter.data.stream import derive_seed
 from globetrotter.data.views import DeviceInputs
 from globetrotter.errors import UserError
@@ -182,3 +182,15 @@ def test_a_short_run_trains_with_views_made_on_the_device(tiny_world, tmp_path):
     assert cfg.data.source_side == 64
     result = train(cfg)
     assert result["step"] == 3 and result["bad_samples"] == 0
+
+
+@pytest.mark.parametrize("height, width", [(1000, 1000), (1000, 100), (100, 1000)])
+def test_a_crop_that_never_fits_falls_back_to_the_centred_crop_of_the_nearest_allowed_ratio(height, width):
+    """scale_min=1 asks for the whole area at a ratio other than 1, which never fits a 1000-pixel image in 10 tries:
+    torchvision's fallback is the centred, largest crop whose aspect ratio is clamped to [3/4, 4/3]."""
+    x0, y0, x1, y1 = crop_box(height, width, 1.0, random.Random(0))
+    w, h = (x1 - x0) * width, (y1 - y0) * height
+    ratio = min(max(width / height, 3 / 4), 4 / 3)
+    assert w / h == pytest.approx(ratio, abs=0.01)
+    assert max(w / width, h / height) == pytest.approx(1.0)  # as large as fits
+    assert (x0 + x1) / 2 == pytest.approx(0.5, abs=0.01) and (y0 + y1) / 2 == pytest.approx(0.5, abs=0.01)

@@ -260,6 +260,21 @@ def test_images_missing_from_the_cache_are_named_with_their_count(tiny_world, ca
     assert "data.features=auto" in message and len(message.splitlines()) == 1
 
 
+@pytest.mark.parametrize("batching, batch, with_cache, message", [
+    ("neighbours", 8, False, "data.batching=neighbours mines visual neighbours: it needs images"),
+    ("neighbours", 7, True, "data.batching=neighbours needs an even batch size, got 7"),
+    ("pairs", 7, True, "data.batching=pairs needs an even batch size, got 7"),
+    ("groups", 8, True, "data.batching must be random, neighbours or pairs, got 'groups'"),
+])
+def test_a_batching_that_cannot_be_made_is_one_line(tiny_world, cache_dir, tokenizer, batching, batch, with_cache,
+                                                    message):
+    """Neighbour batches pair each image with a visual neighbour in another language (an image and its neighbour:
+    an even batch, and images to mine), translation pairs fill a batch two by two."""
+    cache = load_feature_cache(cache_dir) if with_cache else None
+    with pytest.raises(UserError, match=f"^{message}"):
+        FeatureBatches(tiny_world / "train", cache, tokenizer, batch, 16, batching=batching)
+
+
 def test_batches_are_a_function_of_the_step_and_split_over_processes(tiny_world, cache_dir, tokenizer):
     cache = load_feature_cache(cache_dir)
     one = FeatureBatches(tiny_world / "train", cache, tokenizer, 16, 16, seed=3)
@@ -427,6 +442,17 @@ def test_a_translation_pair_never_joins_two_captions_of_one_language():
     assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples))] == [(1, 4)]
 
 
+def test_pairing_forgets_the_oldest_waiting_caption_beyond_max_pending():
+    """With room for two waiting captions, the third group's caption pushes out the first's (the oldest): its German
+    caption then finds no partner and waits, while the third group pairs."""
+    from globetrotter.data.pipeline import pair_by_group
+
+    samples = [(0, {"group": "a", "lang": "en"}), (1, {"group": "b", "lang": "en"}), (2, {"group": "c", "lang": "en"}),
+               (3, {"group": "a", "lang": "de"}), (4, {"group": "c", "lang": "de"})]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples), max_pending=2)] == [(2, 4)]
+    assert [(a[0], b[0]) for a, b in pair_by_group(iter(samples), max_pending=3)] == [(0, 3), (2, 4)]
+
+
 def test_streamed_pairs_mix_the_language_pairs_of_each_group():
     """Shards list a group's captions in one fixed language order; the pixel path's pairs must not follow it (it
     used to: en-de and fr-cs only, every time)."""
@@ -454,6 +480,20 @@ def test_other_language_neighbours_match_a_brute_force_search():
     sim = unit @ unit.T
     sim[langs[:, None] == langs[None, :]] = -np.inf
     np.testing.assert_array_equal(found, np.argsort(-sim, axis=1)[:, :4])
+
+
+def test_neighbour_recall_is_the_share_of_exact_neighbours_found_and_bad_arguments_are_refused():
+    from globetrotter.data.neighbours import neighbour_recall
+
+    exact, approx = np.array([[1, 2], [3, 4]]), np.array([[2, 5], [4, 3]])
+    assert neighbour_recall(approx, exact) == 3 / 4  # order within a row does not matter
+    with pytest.raises(ValueError, match=r"shapes differ: \(2, 1\) vs \(2, 2\)"):
+        neighbour_recall(approx[:, :1], exact)
+    x = np.ones((4, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"langs must have one entry per image \(4\), got shape \(3,\)"):
+        other_language_neighbours(x, np.array(list("abc")), 1)
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        other_language_neighbours(x, np.array(list("abab")), 0)
 
 
 def test_inverted_file_neighbours_keep_other_languages_and_most_exact_neighbours():

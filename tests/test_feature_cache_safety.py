@@ -366,3 +366,95 @@ def test_a_run_waits_for_another_writer_of_its_cache_and_reads_what_it_wrote(wor
         and "waiting" in lines[0], lines
     assert np.array_equal(cache.features, load_feature_cache(built).features)
     assert not lock_path(out).exists()
+
+
+def test_a_damaged_imported_or_joined_cache_says_how_it_was_written(world, tmp_path):
+    """An imported cache is written again with features import, a concatenation with features concat (not build);
+    a spec of another version, ids that do not match the rows, and an image the cache lacks are one line naming
+    the folder; a write to a path that is a file is refused and the file kept."""
+    import shutil
+
+    split = world / "train"
+    ids = split_image_ids(split)
+    emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
+    imported, joined = tmp_path / "imported", tmp_path / "joined"
+    import_embeddings(split, emb, imported, "p", ids=id_file, progress=False)
+    import_embeddings(split, emb, tmp_path / "other", "q", ids=id_file, progress=False)
+    concat_caches(split, [imported, tmp_path / "other"], joined, "pq", progress=False)
+    for folder, how in ((imported, "import"), (joined, "concat")):
+        damaged = shutil.copytree(folder, tmp_path / f"damaged-{how}")
+        (damaged / "features.npy").unlink()
+        with pytest.raises(UserError, match=f"write it again with globetrotter-data features {how} {split} ... "
+                                            f"--out {damaged} --overwrite"):
+            load_feature_cache(damaged)
+    old_spec = shutil.copytree(imported, tmp_path / "old-spec")
+    record = json.loads((old_spec / "cache.json").read_text())
+    record["spec"]["resolution"] = 224
+    (old_spec / "cache.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=f"^{old_spec}/cache.json: not a feature-cache spec of this version .*resolution"):
+        load_feature_cache(old_spec)
+    short = shutil.copytree(imported, tmp_path / "short")
+    (short / "image_ids.json").write_text(json.dumps(ids[:-1]))
+    with pytest.raises(UserError, match=f"^{short}: image_ids.json lists {len(ids) - 1} images but features.npy has "
+                                        f"{len(ids)} rows$"):
+        load_feature_cache(short)
+    with pytest.raises(UserError, match=f"^{imported}: 1 image\\(s\\) of {split} are missing from the feature cache "
+                                        f"\\(first: 'nope'\\); import it again with globetrotter-data features import$"):
+        load_feature_cache(imported).rows([ids[0], "nope"], split)
+    (tmp_path / "a-file").write_text("kept")
+    with pytest.raises(UserError, match="a-file: is not a folder, so not a feature cache to replace"):
+        import_embeddings(split, emb, tmp_path / "a-file", "p", ids=id_file, force=True, progress=False)
+    assert (tmp_path / "a-file").read_text() == "kept" and not (tmp_path / "a-file.tmp").exists()
+
+
+def test_overwriting_a_link_to_a_cache_replaces_the_link_and_keeps_what_it_pointed_at(world, tmp_path):
+    split = world / "train"
+    ids = split_image_ids(split)
+    emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
+    target, link = tmp_path / "target", tmp_path / "link"
+    import_embeddings(split, emb, target, "p", ids=id_file, progress=False)
+    before = listing(target)
+    link.symlink_to(target)
+    import_embeddings(split, emb, link, "q", ids=id_file, force=True, progress=False)
+    assert not link.is_symlink() and load_feature_cache(link).spec.weights == "q"
+    assert listing(target) == before and load_feature_cache(target).spec.weights == "p"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "src", "target", "world"]  # nothing left aside
+
+
+def test_the_caches_a_config_asks_for_are_refused_in_one_line_when_they_cannot_be(world, tmp_path):
+    """Weights that are not there, 'package' weights of a backbone without a package, a cache of pixels read as
+    imported embeddings, and data.features unset (a run that reads pixels) are each one line naming the setting."""
+    from dataclasses import replace
+
+    with pytest.raises(UserError, match=f"^model.image_pretrained: weights file {tmp_path / 'gone.pt'} not found$"):
+        spec_from_config(config(f"model.image_pretrained={tmp_path / 'gone.pt'}"))
+    with pytest.raises(UserError, match="^model.image_pretrained: image weights 'package' are for .*not resnet18"):
+        spec_from_config(load_train_config(None, ["model.image_pretrained=package"]))
+    pixels = spec_from_config(config())
+    out = tmp_path / "features"
+    build_feature_cache(world / "train", pixels, out, small_backbone(), workers=0, progress=False)
+    with pytest.raises(UserError, match=f"^{out}: feature cache built from pixels by resnet18 \\(random\\), but "
+                                        "model.image_backbone=imported asks for imported embeddings 'p'"):
+        load_feature_cache(out, replace(pixels, backbone="imported", weights="p"))
+    with pytest.raises(UserError, match="^data.features is not set: this run reads pixels$"):
+        ensure_feature_cache(config("data.features="), "train")
+
+
+def test_a_folder_that_cannot_be_resolved_is_no_same_folder_and_the_cache_error_still_names_it(world, tmp_path):
+    """same_folder promises False where a path cannot be resolved; a symlink loop raised RuntimeError (Python < 3.13:
+    pathlib's loop error), so reading an imported cache recorded as built from such a path was a traceback."""
+    from globetrotter.data.feature_cache import same_folder
+
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    assert same_folder(tmp_path / "loop-a", world / "train") is False
+    assert same_folder(world / "train", world / "train" / ".." / "train") is True
+    split = world / "train"
+    ids = split_image_ids(split)
+    emb, id_file = write_npy(tmp_path / "src", ids, np.random.default_rng(0).normal(size=(len(ids), 4)))
+    import_embeddings(split, emb, tmp_path / "cache", "p", ids=id_file, progress=False)
+    record = json.loads((tmp_path / "cache" / "cache.json").read_text())
+    record["split"] = str(tmp_path / "loop-a")
+    (tmp_path / "cache" / "cache.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=f"it was built from another split, {tmp_path / 'loop-a'}; give {split} a "):
+        load_feature_cache(tmp_path / "cache").rows(["nope"], split)

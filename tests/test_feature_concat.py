@@ -229,3 +229,48 @@ def test_a_centre_like_record_in_utf8_reads_the_same_under_a_non_utf8_locale(tmp
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == sources
+
+
+def test_a_centre_like_that_does_not_fit_these_caches_is_one_line_naming_what_it_holds(tiny_world, caches, tmp_path):
+    """--centre-like names a concatenation of a built and an imported cache: another order names both lists (a built
+    cache by backbone, weights, size and width); a means.npz whose vectors are not one per cache of these widths, a folder without cache.json or one whose
+    cache.json joined nothing is refused naming the folder, and nothing is written."""
+    import shutil
+
+    from globetrotter.data.feature_import import import_embeddings
+
+    split = tiny_world / "train"
+    a, _ = caches
+    ids = split_image_ids(split)
+    np.save(tmp_path / "emb.npy", np.random.default_rng(0).normal(size=(len(ids), 6)).astype(np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(ids) + "\n")
+    b = tmp_path / "imported"
+    import_embeddings(split, tmp_path / "emb.npy", b, "p", ids=tmp_path / "ids.txt", progress=False)
+    like = tmp_path / "ab"
+    concat_caches(split, [a, b], like, "ab", progress=False)
+    d = load_feature_cache(a).features.shape[-1]
+    out = tmp_path / "out"
+
+    def refused(folder: Path, caches_in_order: list[Path]) -> str:
+        with pytest.raises(UserError) as err:
+            concat_caches(split, caches_in_order, out, "x", progress=False, centre_like=folder)
+        assert "\n" not in str(err.value) and str(folder) in str(err.value)
+        assert not out.exists() and not out.with_name("out.tmp").exists()
+        return str(err.value)
+
+    built, imported = f"resnet18 (random, 32 px, {d} dims)", "imported 'p' (6 dims)"
+    assert f"it joined {built} + {imported}, but these caches are {imported} + {built}" in refused(like, [b, a])
+    wrong_width = shutil.copytree(like, tmp_path / "wrong-width")
+    np.savez(wrong_width / "means.npz", np.zeros(d), np.zeros(7))
+    assert f"its means.npz has means of {[d, 7]} dims, these caches {[d, 6]}" in refused(wrong_width, [a, b])
+    not_vectors = shutil.copytree(like, tmp_path / "not-vectors")
+    np.savez(not_vectors / "means.npz", np.zeros((2, d)))
+    assert f"means.npz holds [{(2, d)}], expected one mean vector per joined cache" in refused(not_vectors, [a, b])
+    no_record = shutil.copytree(like, tmp_path / "no-record")
+    (no_record / "cache.json").unlink()
+    assert "no readable cache.json" in refused(no_record, [a, b])
+    no_sources = shutil.copytree(like, tmp_path / "no-sources")
+    record = json.loads((no_sources / "cache.json").read_text())
+    del record["imported"]["sources"]
+    (no_sources / "cache.json").write_text(json.dumps(record))
+    assert "names no joined caches" in refused(no_sources, [a, b])

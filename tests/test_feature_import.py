@@ -516,3 +516,36 @@ def test_an_id_file_with_windows_line_ends_or_spaces_around_ids_names_the_same_i
     id_file.write_bytes("".join(f" {i}\t\r\n" for i in ids).encode())
     import_embeddings(tiny_world / "train", emb, tmp_path / "out", "toy", ids=id_file, progress=False)
     check_rows(tmp_path / "out", ids, vectors, tiny_world / "train")
+
+
+def test_missing_unreadable_or_mismatched_inputs_are_one_line_naming_the_file_and_write_nothing(tiny_world, source,
+                                                                                                tmp_path):
+    """Each input a user can get wrong: the ids or embeddings file absent, ids that are not a JSON list, a .npy cut
+    short, a file that is no parquet, a parquet row without an id or with every embedding null, --ids given with a
+    parquet file, another kind of file, and an empty --name."""
+    ids, vectors = source
+    split, out = tiny_world / "train", tmp_path / "features"
+    emb, id_file = write_npy(tmp_path / "src", ids, vectors)
+
+    def message(embeddings: Path, ids_: Path | None = id_file, name: str = "toy") -> str:
+        return refused(lambda: import_embeddings(split, embeddings, out, name, ids=ids_, progress=False), out)
+
+    assert message(emb, tmp_path / "gone.txt") == f"--ids {tmp_path / 'gone.txt'}: no such file"
+    (tmp_path / "ids.json").write_text(json.dumps({"ids": ids}))
+    assert message(emb, tmp_path / "ids.json") == f"{tmp_path / 'ids.json'}: expected a JSON list of image ids, got dict"
+    cut = tmp_path / "cut.npy"
+    cut.write_bytes(emb.read_bytes()[:200])
+    assert message(cut).startswith(f"{cut}: not a readable .npy array (")
+    assert message(tmp_path / "gone.npy") == f"--embeddings {tmp_path / 'gone.npy'}: no such file"
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not a parquet file at all")
+    assert message(junk, None).startswith(f"{junk}: not a readable parquet file (")
+    path = write_parquet(tmp_path / "noid.parquet", ids[:3] + [None] + ids[4:], list(vectors))
+    assert message(path, None) == f"{path}: row 3 has no image_id"
+    path = write_parquet(tmp_path / "nulls.parquet", ids, [None] * len(ids))
+    assert message(path, None) == (f"{path}: every row's embedding is null (expected a list of numbers per image)")
+    assert message(path) == f"{path}: --ids is for .npy inputs; a parquet file names its images (--id-column)"
+    other = tmp_path / "emb.csv"
+    other.write_text("a,1\n")
+    assert message(other) == f"--embeddings {other}: expected a .npy array (with --ids) or a .parquet file"
+    assert message(emb, name=" ").startswith("--name: give the embeddings a name")

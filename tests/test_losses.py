@@ -621,3 +621,34 @@ def test_the_objective_weighs_each_loss_by_its_own_lambda_and_takes_alpha_from_t
     assert float(total) == pytest.approx(float(expected), rel=1e-5)
     swapped = transitive_alpha(out["text_x"], out["image_x1"], out["image_x1"], margin=0.1, variant=variant)
     assert not torch.allclose(swapped, alpha), "α from the L_x image head would differ: the check can tell"
+
+
+def _ones(*shape: int) -> torch.Tensor:
+    return torch.ones(*shape)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: NTXentLoss(temperature=0), "temperature must be > 0, got 0"),
+    (lambda: NTXentLoss()(_ones(4, 8), _ones(4, 6)), r"expected two \[N, D\] tensors of one shape, got \(4, 8\) and \(4, 6\)"),
+    (lambda: CrossModalLoss(temperature=-1), "temperature must be > 0, got -1"),
+    (lambda: CrossModalLoss()(_ones(4, 8), _ones(3, 8)), r"expected \[N, D\] tensors of one shape, got \[\(4, 8\), \(3, 8\)\]"),
+    (lambda: CrossModalLoss()(_ones(4, 8), _ones(4, 8), _ones(4, 7)), r"got \[\(4, 8\), \(4, 8\), \(4, 7\)\]"),
+    (lambda: TransitiveTextLoss(temperature=0), "temperature must be > 0, got 0"),
+    (lambda: TransitiveTextLoss()(_ones(4, 8), _ones(3, 3)), r"expected text \[N, D\] and alpha \[N, N\], got \(4, 8\)"),
+    (lambda: transitive_alpha(_ones(4, 8), _ones(3, 8), _ones(4, 8)), r"expected \[N, D\] features with one N"),
+    (lambda: transitive_alpha(_ones(4, 8), _ones(4, 8), _ones(4, 8), pairs=_ones(3, 3)), r"pairs must be \[N, N\]"),
+    (lambda: alpha_stats(_ones(4, 4), truth=_ones(3, 3)), r"truth must have alpha's shape \(4, 4\), got \(3, 3\)"),
+    (lambda: supervised_alpha(torch.zeros(2, 2, dtype=torch.long)), r"groups must be \[N\], got \(2, 2\)"),
+    (lambda: mask_tokens(torch.ones(2, 5, dtype=torch.long), torch.ones(2, 4), 1, 10, [0]),
+     r"expected input_ids and attention_mask \[B, L\], got \(2, 5\), \(2, 4\)"),
+    (lambda: mask_tokens(torch.ones(2, 5, dtype=torch.long), torch.ones(2, 5), 1, 10, [0], mask_share=0.8,
+                         random_share=0.3), "bad masking probabilities: .*mask_share=0.8, random_share=0.3"),
+    (lambda: mask_tokens(torch.ones(2, 5, dtype=torch.long), torch.ones(2, 5), 1, 2, [0, 1], p=1.0),
+     "every token id is special: no random replacement can be drawn"),
+    (lambda: ClozeLoss()(_ones(2, 5, 10), torch.zeros(2, 4, dtype=torch.long)), r"logits \[B, L, V\] and labels \[B, L\] disagree"),
+    (lambda: cloze_accuracy(_ones(3, 10), torch.zeros(2, 4, dtype=torch.long)),
+     r"logits \(3, 10\) are neither \[B, L, V\] nor \[n_targets, V\] for labels \(2, 4\) with 8 target"),
+])
+def test_each_loss_refuses_features_of_the_wrong_shape_or_settings_out_of_range_naming_them(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -305,3 +305,25 @@ def test_alpha_precision_is_logged_only_for_a_batch_whose_every_truth_is_known()
     assert logs["alpha/precision"] == pytest.approx(1.0) and logs["alpha/recall"] == pytest.approx(1.0)
     _, logs = GlobetrotterObjective(loss)(out, {"truth": torch.tensor([0, 0, -1, -1])}, None)
     assert "alpha/precision" not in logs and "alpha/recall" not in logs and "alpha/mean" in logs
+
+
+def test_models_built_in_python_refuse_what_their_config_cannot_read():
+    """A config built in Python need not be validated: the model itself refuses a Sigurdsson encoder with a cloze
+    loss, n-grams without the tokenizer's token strings, and cached (pooled) image features with a backbone that
+    trains, each naming the setting."""
+    from dataclasses import replace
+
+    from globetrotter.models import GlobetrotterModel
+
+    cfg = load_train_config(None, SMALL)
+    with pytest.raises(ValueError, match="sigurdsson is a bag of words with no language model: set loss.cloze=0"):
+        GlobetrotterModel(replace(cfg.model, text_encoder="sigurdsson", languages=["en"]), cfg.loss, 40, 8)
+    ngrams = replace(cfg, model=replace(cfg.model, token_ngrams=[2, 3]))
+    with pytest.raises(ValueError, match=r"model.token_ngrams builds the n-grams of the tokenizer's tokens: pass tokenizer="):
+        build_model(ngrams, 40)
+    with pytest.raises(ValueError, match=r"model.token_ngrams needs the tokenizer's 40 token strings \(vocabulary=...\)"):
+        GlobetrotterModel(ngrams.model, cfg.loss, 40, 8, vocabulary=["a", "b"])
+    model = build_model(replace(cfg, model=replace(cfg.model, freeze_image_backbone=False)), 40)
+    b = batch()
+    with pytest.raises(ValueError, match=r"cached image features need a frozen image backbone"):
+        model(b["input_ids"], b["attention_mask"], None, torch.randn(6, 64), torch.randn(6, 64))

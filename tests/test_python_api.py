@@ -79,6 +79,17 @@ def test_encode_image_names_what_is_not_a_pil_image(encoder):
         encoder.encode_image([np.zeros((32, 32, 3), np.uint8)])
 
 
+def test_what_is_no_sequence_of_texts_or_images_is_named_and_the_config_is_the_runs(encoder, tiny_run):
+    from globetrotter.config_io import read_yaml
+
+    with pytest.raises(TypeError, match="^texts: expected a sequence of texts, got int$"):
+        encoder.encode_text(3)
+    with pytest.raises(TypeError, match=r"^images: expected a sequence of PIL images, got str \('red.jpg'\)$"):
+        encoder.encode_image("red.jpg")
+    assert encoder.config == read_yaml(tiny_run / "config.yaml")  # the model's settings, as the run saved them
+    assert str(globetrotter.load(tiny_run, device=None).device) == "cpu"  # None: torch's default device
+
+
 @pytest.mark.parametrize("device", ["gpu", "cuda:99"])
 def test_load_refuses_a_device_this_machine_lacks_in_one_line(tiny_run, device):
     with pytest.raises(UserError, match=f"device: .*{device}"):

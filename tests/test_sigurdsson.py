@@ -107,6 +107,20 @@ def test_unknown_language_is_a_one_line_error():
         model.language_ids(np.array(["en", "fr"]))
 
 
+def test_the_per_language_tables_need_their_languages_and_each_captions_language():
+    with pytest.raises(ValueError, match=r"needs its training languages \(model.languages\)"):
+        SigurdssonTextEncoder(40, 8, [])
+    encoder = SigurdssonTextEncoder(40, 8, ["en", "de"])
+    with pytest.raises(ValueError, match=r"needs each caption's language \(lang_ids\)"):
+        encoder(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3), None)
+
+
+def test_a_language_list_of_another_length_than_the_texts_is_refused(sigurdsson_run):
+    enc = globetrotter.load(sigurdsson_run)
+    with pytest.raises(ValueError, match="^langs has 1 entries for 2 texts$"):
+        enc.encode_text(["red a square", "赤い 四角"], langs=["en"])
+
+
 TINY = ["data.synth=null", "data.vocab_size=300", "data.image_size=32", "data.workers=0", "data.shuffle_buffer=50",
         "model.d_model=32", "model.embed_dim=16", "batch_size=16", "log_every=2", "val.every=2",
         "val.max_per_lang=8", "val.test_groups=12", "optim.warmup_steps=2", "steps=4", "checkpoint_every=4",
@@ -244,6 +258,17 @@ def test_a_language_list_the_run_cannot_train_is_refused_before_anything_is_buil
     with pytest.raises(UserError, match=message):
         train(cfg)
     assert not cfg.run_dir.exists() and not (tmp_path / "tokenizer.json").exists()
+
+
+def test_a_language_list_naming_the_training_languages_in_any_order_is_kept_and_an_empty_one_filled(tiny_world):
+    """model.languages names the word tables in their order (a table's row is its index there): a list holding
+    exactly the training languages is kept as given; an empty one takes them, sorted."""
+    from globetrotter.training.prepare import with_text_languages
+
+    given = load_train_config(CONFIG, [f"data.root={tiny_world}", *TINY, "model.languages=[ja,en,ru,el]"])
+    assert with_text_languages(given) is given
+    empty = load_train_config(CONFIG, [f"data.root={tiny_world}", *TINY])
+    assert with_text_languages(empty).model.languages == ["el", "en", "ja", "ru"]
 
 
 def test_validation_scores_the_val_languages_the_model_has_tables_for_and_says_so(tiny_world, tmp_path, capsys):

@@ -9,7 +9,7 @@ import torch
 
 from globetrotter.config import load_train_config
 from globetrotter.errors import UserError
-from globetrotter.models.subword import SubwordTable, ngram_matrix, token_strings
+from globetrotter.models.subword import SubwordTable, extend_ngram_matrix, ngram_matrix, token_strings
 from globetrotter.models.text import TextEncoder
 from globetrotter.training.token_init import image_pivot_embeddings, init_token_embeddings, token_bags
 from test_feature_cache import _cfg, weights  # noqa: F401 (the small frozen backbone's weights fixture)
@@ -147,8 +147,6 @@ def test_a_run_with_token_ngrams_saves_loads_and_resumes(tiny_world, tmp_path, w
 
 
 def test_extend_ngram_matrix_keeps_old_rows_and_columns_and_maps_shared_ngrams():
-    from globetrotter.models.subword import extend_ngram_matrix
-
     old = ["", "<dog", "<dogs", "<cat"]
     c = ngram_matrix(old, (2, 3))
     scaled = (c.multiply(np.array([[0.0], [2.0], [3.0], [1.0]], np.float32))).tocsr().astype(np.float32)
@@ -188,3 +186,23 @@ def test_the_models_cloze_logits_decode_with_the_composed_table():
         hidden = model.cloze_head.transform(model.text(ids, mask))[0]
     torch.testing.assert_close(logits, hidden @ table.T + model.cloze_head.bias, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(table, model.text.token_embedding.weight), "the n-gram rows count"
+
+
+def test_a_vocabulary_of_empty_strings_has_no_ngrams_and_the_table_is_the_token_rows():
+    """Only special tokens (empty strings): no n-gram columns, grown rows of empty strings stay empty, and the
+    composed table is the token rows themselves."""
+    c = ngram_matrix(["", ""], (2, 3))
+    assert c.shape == (2, 0)
+    grown = extend_ngram_matrix(c, ["", ""], ["", ""], (2, 3))
+    assert grown.shape == (4, 0)
+    table = SubwordTable(grown, d_model=3)
+    rows = torch.randn(4, 3)
+    assert torch.equal(table(rows), rows)
+
+
+def test_adding_only_empty_strings_appends_zero_rows_and_keeps_the_old_matrix():
+    strings = ["", "<dog", "<cat"]
+    c = ngram_matrix(strings, (2, 3))
+    grown = extend_ngram_matrix(c, strings, [""], (2, 3))
+    assert grown.shape == (4, c.shape[1])
+    assert np.array_equal(grown[:3].toarray(), c.toarray()) and not grown[3].toarray().any()

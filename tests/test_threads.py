@@ -134,3 +134,53 @@ def test_the_load_counts_only_this_processs_share_of_the_machine(monkeypatch):
     assert threads.load_average() == pytest.approx(8.0 * 4 / 16)
     monkeypatch.setattr(threads, "available_cores", lambda: 16)
     assert threads.load_average() == pytest.approx(8.0)
+
+
+def test_a_resumed_run_with_automatic_threads_keeps_its_checkpoints_count_and_an_explicit_one_wins(
+        tmp_path, monkeypatch):
+    """The automatic count depends on the machine's load; a resume takes the count its checkpoint was trained with
+    (so it continues exactly) and says what automatic would have been. threads=N in the config is kept as asked."""
+    import json
+    from types import SimpleNamespace
+
+    from globetrotter.config import load_train_config
+    from globetrotter.training import trainer
+    from globetrotter.training.checkpoint import STATE
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    applied: list[int] = []
+    monkeypatch.setattr(trainer, "apply_threads", applied.append)
+    monkeypatch.setattr(trainer, "choose_threads", lambda workers, processes, requested, load: (
+        threads.ThreadChoice(requested, "config", "asked") if requested else
+        threads.ThreadChoice(3, "automatic", "the cores' share")))
+    source = tmp_path / "step-4"
+    source.mkdir()
+    (source / STATE).write_text(json.dumps({"step": 4, "threads": 2}))
+    process, lines = SimpleNamespace(num_processes=1), []
+    choice = trainer._configure_threads(load_train_config(None, []), process, source, lines.append)
+    assert (choice.threads, choice.source, applied) == (2, "checkpoint", [2])
+    assert "the count step-4 was trained with" in lines[0] and "(automatic would be 3)" in lines[0]
+    assert trainer._configure_threads(load_train_config(None, []), process, None, lines.append).threads == 3
+    assert trainer._configure_threads(load_train_config(None, ["threads=5"]), process, source, lines.append).threads == 5
+    assert applied == [2, 3, 5]
+
+
+def test_a_stat_file_that_does_not_move_gives_no_busy_count_and_no_load_average_falls_back_to_it(
+        tmp_path, monkeypatch):
+    """No time passed between the two reads of the cpu line (a frozen or fake /proc/stat): nothing to divide by,
+    so no figure rather than a division by zero. Without a load average the cores busy now are the load."""
+    import os
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 5 100 0 0 0 0 0 0\n")
+    assert threads.busy_cores(0.0, str(stat)) is None
+
+    def no_loadavg():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", no_loadavg)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 1.5)
+    monkeypatch.setattr(threads, "available_cores", lambda: os.cpu_count() or 1)
+    assert threads.load_average() == 1.5
+    monkeypatch.setattr(threads, "busy_cores", lambda: None)
+    assert threads.load_average() is None

@@ -63,6 +63,35 @@ def test_a_tokenizer_without_the_special_tokens_is_one_line_not_none_ids():
         encode_batch(plain, ["a", "bb"], max_length=8)
 
 
+def test_a_tokenizer_file_without_the_special_tokens_or_missing_is_one_line_naming_it(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel()
+    plain.save(str(tmp_path / "plain.json"))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'plain.json'}: tokenizer lacks special tokens "
+                                        r"\['<pad>', '<mask>', '<s>'\]$"):
+        load_tokenizer(tmp_path / "plain.json")
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'gone.json'}: tokenizer file not found \(make one with "):
+        load_tokenizer(tmp_path / "gone.json")
+
+
+def test_only_a_tokenizer_of_a_known_normalisation_is_extended(tok):
+    """A lowercasing normaliser is neither none nor uncased: extending would encode the new language otherwise than
+    the file says, so it is refused; the file's own normalisation is read back as it was trained."""
+    from tokenizers import Tokenizer, normalizers
+
+    from globetrotter.tokenizer import extend_tokenizer, normalization_of
+
+    assert normalization_of(tok) == "none"
+    lowered = Tokenizer.from_str(tok.to_str())
+    lowered.normalizer = normalizers.Lowercase()
+    assert normalization_of(lowered) == "other"
+    with pytest.raises(UserError, match="extend_tokenizer: the tokenizer's normalisation is none of .*only a tokenizer "
+                                        "made by train_tokenizer can be extended"):
+        extend_tokenizer(lowered, ["neue Wörter hier"] * 10, vocab_size=300, known=[])
+
+
 def test_save_load(tok, tmp_path):
     path = save_tokenizer(tok, tmp_path / "tokenizer.json")
     again = load_tokenizer(path)
@@ -146,6 +175,16 @@ def test_the_tokenizer_command_writes_an_uncased_file_where_training_looks(tiny_
         data_cli(["tokenizer", str(world / "train"), "--vocab-size", "280", "--normalization", "uncased",
                   "--overwrite"])
     assert done.value.code == 0 and (world / "tokenizer-uncased.json").read_bytes() != made
+
+
+def test_the_tokenizer_command_refuses_an_out_that_is_a_folder_and_leaves_it(tiny_world, tmp_path, capsys):
+    (tmp_path / "tokenizers").mkdir()
+    code, _, err = run_data_cli(["tokenizer", str(tiny_world / "train"), "--vocab-size", "300", "--out",
+                                 str(tmp_path / "tokenizers")], capsys)
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: --out {tmp_path / 'tokenizers'}: is a folder; expected the tokenizer file to write "
+        f"(e.g. {tmp_path / 'tokenizers' / 'tokenizer.json'})")
+    assert list((tmp_path / "tokenizers").iterdir()) == []
 
 
 def test_the_tokenizer_command_refuses_an_out_inside_the_split_and_says_when_the_vocabulary_is_smaller(

@@ -187,6 +187,8 @@ def test_a_matching_share_keeps_exactly_the_slots_asked_for_and_all_when_the_las
         share = matching_share(slots, 2 * j)
         assert sum(keeps_caption({"image_id": i}, None, share) for i in slots) == j
     assert matching_share(slots, 19) == matching_share(slots, 20) == matching_share(slots, 21) == 1.0
+    with pytest.raises(ValueError, match="count must be >= 1, got 0"):  # no share keeps no image at all
+        matching_share(slots, 0)
 
 
 def test_every_train_path_reads_the_same_share_of_images(world, weights, cache, tmp_path):

@@ -473,6 +473,39 @@ def test_a_weights_file_that_holds_no_weights_is_a_one_line_error(tmp_path, suff
         create_image_backbone("resnet18", str(listing), channels=(8, 16, 32, 64), stem_width=8)
 
 
+def test_weights_of_another_width_missing_or_absent_are_one_line_naming_the_file(tmp_path):
+    """A weights file of a narrower ResNet (its model.image_backbone_args not the config's) was torch's multi-line
+    RuntimeError; now one line naming the file and the first tensor that does not fit. Weights missing a tensor, a
+    file that is not there, and arguments the constructor refuses are one line too."""
+    from safetensors.torch import save_file
+
+    from globetrotter.models import create_image_backbone
+
+    narrow = {"channels": (8, 16, 16, 16), "stem_width": 8}
+    path = tmp_path / "narrow.safetensors"
+    state = create_image_backbone("resnet18", None, **narrow).state_dict()
+    save_file(state, str(path))
+    with pytest.raises(UserError) as err:
+        create_image_backbone("resnet18", str(path), channels=(8, 16, 16, 32), stem_width=8)
+    assert "\n" not in str(err.value) and str(err.value).startswith(
+        f"model.image_pretrained: {path} does not fit resnet18 with model.image_backbone_args "
+        "{'channels': (8, 16, 16, 32), 'stem_width': 8} (size mismatch for layer4.0.conv1.weight: ")
+    del state["conv1.weight"]
+    save_file(state, str(tmp_path / "cut.safetensors"))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'cut.safetensors'}: weights do not fit resnet18 "
+                                        r"\(missing \['conv1.weight'\], unexpected \[\]\)$"):
+        create_image_backbone("resnet18", str(tmp_path / "cut.safetensors"), **narrow)
+    with pytest.raises(UserError, match=rf"^model.image_pretrained: weights file {tmp_path / 'gone.pt'} not found$"):
+        create_image_backbone("resnet18", str(tmp_path / "gone.pt"), **narrow)
+    with pytest.raises(UserError, match=r"^model.image_backbone_args \{'channels': 3\}: timm model 'resnet18' "
+                                        r"refused a value \("):
+        create_image_backbone("resnet18", None, channels=3)
+    with pytest.raises(UserError, match=r"^model.image_backbone: cannot create timm model 'resnet18' \("):
+        create_image_backbone("resnet18", None, channels=(-1, 16, 16, 16))
+    with pytest.raises(UserError, match=r"model.image_backbone_args must be empty with model.image_pretrained=package"):
+        create_image_backbone("efficientnet_lite0", "package", drop_rate=0.1)
+
+
 def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path):
     """npy samples (precomputed image features) reach a model only through a feature cache: training from pixels and
     building a cache refuse them at once, naming the split and the way in, and write nothing."""
@@ -623,6 +656,12 @@ def test_a_split_the_record_names_but_cannot_read_is_recorded_with_why_not_dropp
     assert sorted(data) == ["old_captions", "train"]
     assert data["train"] == {"path": str(missing.resolve()), "error": "no manifest.json there"}
     assert data["old_captions"]["checksum"] == read_manifest(tiny_world / "train")["checksum"]
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "manifest.json").write_text("[1")
+    assert splits_read({"val": damaged})["val"] == {
+        "path": str(damaged.resolve()), "error": f"{damaged / 'manifest.json'}: malformed manifest (Expecting ',' "
+                                                 "delimiter: line 1 column 3 (char 2))"}  # a manifest it cannot read
 
 
 def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_world, tmp_path, capsys):
@@ -695,3 +734,23 @@ def test_train_gives_the_callers_torch_thread_count_back(tiny_world, tmp_path):
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_validation_says_its_cut_texts_once_per_run_and_lets_other_warnings_through():
+    """Every validation encodes the same val captions: their TextsCut warning is logged once per run (a repeat, and
+    a second validation, say nothing more), while any other warning raised inside reaches the caller as it was."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+    from globetrotter.training.trainer import texts_cut_said_once
+
+    said: set[str] = set()
+    lines: list[str] = []
+    for _ in range(2):  # two validations
+        with pytest.warns(UserWarning, match="^something else$") as passed:
+            with texts_cut_said_once(said, lines.append):
+                warnings.warn("3 of 8 texts cut to max_length", TextsCut)
+                warnings.warn("3 of 8 texts cut to max_length", TextsCut)
+                warnings.warn("something else", UserWarning)
+        assert [w.category for w in passed] == [UserWarning]
+    assert lines == ["warning: validation: 3 of 8 texts cut to max_length (said once)"]

@@ -452,6 +452,25 @@ def test_a_resume_with_another_number_of_processes_restarts_every_stream_and_say
     assert "saved by 1 process(es), 2 now" in lines[-1]
 
 
+def test_a_resume_without_a_stream_position_or_with_other_workers_restarts_the_stream_and_says_so(tmp_path):
+    """A checkpoint with no data_stream file (an older one) and one saved with 2 data workers read with 1 (0 reads
+    as 1: the loading is in the process) cannot continue the stream: None, and one line saying it is not exact."""
+    from dataclasses import asdict
+
+    from globetrotter.training.checkpoint import write_stream_position
+    from globetrotter.training.resume import resume_position
+
+    lines: list[str] = []
+    assert resume_position(tmp_path, 0, 1, lines.append) is None
+    assert len(lines) == 1 and "no data stream position for process 0" in lines[0] and "not exact" in lines[0]
+    write_stream_position(tmp_path, 0, asdict(StreamPosition(2, [64, 96])))
+    assert resume_position(tmp_path, 0, 1, lines.append) is None
+    assert "saved with 2 data workers, data.workers=1 now" in lines[-1] and "not exact" in lines[-1]
+    assert resume_position(tmp_path, 0, 2, lines.append).cursors == [64, 96] and len(lines) == 2
+    write_stream_position(tmp_path, 0, asdict(StreamPosition(1, [64])))
+    assert resume_position(tmp_path, 0, 0, lines.append).cursors == [64] and len(lines) == 2
+
+
 def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero(tiny_world, tmp_path, monkeypatch,
                                                                                  capsys):
     """The final checkpoint (and best/ at the same step) failing to write: the run exited 0 with the normal summary
@@ -481,6 +500,22 @@ def test_a_run_whose_final_checkpoint_was_not_written_says_so_and_exits_non_zero
     assert last == (f"error: {cfg.run_dir}: the final checkpoint (step 4) was not written; the last checkpoint is "
                     f"step 2 ({ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2)}): free disk space, then "
                     f"continue the run with the same command and --resume latest")
+
+
+def test_a_run_that_wrote_no_checkpoint_at_all_says_to_run_it_again(tmp_path, capsys, monkeypatch):
+    """Every checkpoint write failed (a full disk from the start): there is nothing to resume, and the line says so;
+    a final checkpoint that was written is no error."""
+    from globetrotter.training import cli
+
+    monkeypatch.setenv("RANK", "0")
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {}}) == cli.UNSAVED
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path}: the final checkpoint (step 4) was not written; "
+                                               "no checkpoint was written: free disk space and run it again")
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {"latest": 4}}) == 0
+    monkeypatch.setenv("RANK", "1")  # the other processes: the exit code alone, the line is the first process's
+    assert cli._unsaved_final_checkpoint({"run_dir": str(tmp_path), "step": 4, "checkpoints": {}}) == cli.UNSAVED
+    cli._say_where_to_resume(tmp_path)
+    assert tuple(capsys.readouterr()) == ("", "")
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock")
@@ -641,6 +676,21 @@ def test_a_fresh_run_refuses_a_folder_of_files_no_run_wrote(tiny_world, tmp_path
     assert train(cfg)["checkpoints"]["latest"] == 2
 
 
+@pytest.mark.parametrize("name, text", [("config.yaml", "steps: [1,\n"), ("config.yaml", "- a list\n"),
+                                        ("result.json", "[1, 2]"), ("result.json", "{not json")])
+def test_an_unreadable_config_or_result_in_a_fresh_runs_folder_is_a_users_file_and_kept(tmp_path, name, text):
+    """A config.yaml or result.json that is not a run's (malformed, or not a mapping) names no run of the folder:
+    the fresh run refuses to write over it."""
+    from globetrotter.training.resume import refuse_foreign_files
+
+    cfg = tiny_cfg(tmp_path / "world", tmp_path, "steps=2")
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / name).write_text(text)
+    with pytest.raises(UserError, match=rf"^{cfg.run_dir}: holds files no run wrote \({name}\)"):
+        refuse_foreign_files(cfg)
+    assert (cfg.run_dir / name).read_text() == text
+
+
 def test_undefined_alpha_statistics_are_left_out_of_tensorboard_and_said_once(tiny_world, tmp_path, capsys):
     """A batch without a pair with α > 0 made alpha/cross_language_share 0/0: a NaN point at every such step,
     which breaks TensorBoard's plots. It is left out (the other scalars plotted) and one line says why."""
@@ -720,6 +770,27 @@ def test_a_resume_compares_every_key_but_the_run_keys_and_the_skipped_sections(t
     assert config_changes(tmp_path / "config.yaml", longer) == "data.max_length: 16 -> 24"
     assert config_changes(tmp_path / "config.yaml", longer, skip=("data",)) is None  # a section: every key under it
     assert config_changes(tmp_path / "config.yaml", longer, skip=("data.max",)) == "data.max_length: 16 -> 24"
+    assert config_changes(tmp_path / "nowhere.yaml", longer) is None  # a checkpoint saved without its config
+
+
+def test_a_resume_keeps_the_runs_own_nested_settings_unless_the_command_names_them(tmp_path):
+    """keep_run_settings: the checkpoint's val.every and data.workers (keys under a section) and steps come back
+    when the command line does not set them; one it names stays; a checkpoint saved without its config changes
+    nothing (and newly_ignored finds nothing to warn about)."""
+    from globetrotter.training.resume import keep_run_settings, newly_ignored
+
+    source = tmp_path / "ck"
+    source.mkdir()
+    (source / ckpt.STATE).write_text(json.dumps({"step": 1}))
+    now = tiny_cfg(tmp_path / "world", tmp_path, "steps=4", "val.every=0", "data.workers=0")
+    lines: list[str] = []
+    assert keep_run_settings(now, str(source), {}, lines.append) is now and lines == []
+    assert newly_ignored(source, now) == set()
+    save_config(tiny_cfg(tmp_path / "world", tmp_path, "steps=3", "val.every=7", "data.workers=2"),
+                source / "config.yaml")
+    kept = keep_run_settings(now, str(source), {"data": {"workers": 0}}, lines.append)
+    assert (kept.steps, kept.val.every, kept.data.workers) == (3, 7, 0)
+    assert len(lines) == 1 and "steps=3, val.every=7" in lines[0] and "workers" not in lines[0]
 
 
 def test_cloze_mask_seeds_differ_between_processes_and_steps_and_are_pure():
@@ -847,3 +918,91 @@ def test_an_unwritten_final_checkpoint_whose_step_best_holds_names_best(tmp_path
     assert f"{checkpoint_root(str(tmp_path)) / 'best'} holds the weights of step 4" in err
     assert "the last checkpoint is step 2" not in err
     assert cli._unsaved_final_checkpoint({**result, "checkpoints": {"latest": 4, "best": 4}}) == 0
+
+
+def test_publish_clears_an_old_leftover_and_puts_the_older_checkpoint_back_when_the_move_fails(tmp_path, monkeypatch):
+    """publish: a ``.old`` folder left by an earlier stopped publish is removed first; when moving the new folder
+    into place fails, the older checkpoint is renamed back (never lost) and the error goes on."""
+    final, tmp = tmp_path / "best", tmp_path / "best.tmp"
+    for folder, step in ((final, 1), (tmp, 2), (tmp_path / "best.old", 0)):
+        folder.mkdir()
+        (folder / ckpt.STATE).write_text(json.dumps({"step": step}))
+    real = os.replace
+
+    def failing(src, dst):
+        if Path(src) == tmp:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.publish(tmp, final)
+    assert ckpt.read_state(final)["step"] == 1 and not (tmp_path / "best.old").exists()
+    monkeypatch.setattr(os, "replace", real)
+    ckpt.publish(tmp, final)
+    assert ckpt.read_state(final)["step"] == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["best"]
+
+
+def test_a_checkpoint_without_its_state_is_incomplete_and_a_whole_one_has_no_damaged_file(tmp_path):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "step-1"
+    folder.mkdir()
+    with pytest.raises(UserError, match=rf"^{folder / ckpt.STATE}: cannot read the checkpoint's state "
+                                        r"\(FileNotFoundError: .*\); the checkpoint is incomplete$"):
+        ckpt.read_state(folder)
+    (folder / ckpt.STATE).write_text(json.dumps({"step": 1}))
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
+    (folder / "random_states_0.pkl").mkdir()  # not a file: not read
+    assert ckpt.damaged_file(folder) is None
+    (folder / "model.safetensors").write_bytes(b"cut")
+    assert ckpt.damaged_file(folder)[0] == folder / "model.safetensors"
+
+
+def test_meta_tensors_are_never_taken_for_tied_aliases():
+    """Tensors on the meta device have no storage (every data pointer is 0): two of one shape are not a tie, while
+    a real tie (one parameter under two names) is."""
+    real = torch.nn.Linear(3, 3)
+    tied = {"a": real.weight, "b": real.weight, "c": torch.nn.Linear(3, 3).weight}
+    assert ckpt.tied_aliases(tied) == {"b": "a"}
+    meta = {"a": torch.empty(3, 3, device="meta"), "b": torch.empty(3, 3, device="meta")}
+    assert ckpt.tied_aliases(meta) == {}
+
+
+def test_bad_samples_replayed_before_a_resume_point_are_skipped_without_being_counted_again(capsys):
+    """While a resumed stream replays the samples it consumed before its checkpoint (inactive), a bad one there is
+    skipped in silence: it is already in the saved count. Once active, a new bad sample is counted and said, and the
+    stream stops (False) when the count passes the limit."""
+    from globetrotter.data.stream import BadSamples
+
+    bad = BadSamples({"shard-0.tar/k1"}, limit=2, worker=0)
+    bad.active = False
+    assert bad(ValueError("cut"), "/d/shard-0.tar", "k1") and bad(ValueError("cut"), "/d/shard-0.tar", "k9")
+    assert (bad.count, bad.report(), capsys.readouterr().err) == (1, [], "")
+    bad.active = True
+    assert bad(ValueError("cut"), "/d/shard-0.tar", "k1") and bad.count == 1  # the same sample: counted once
+    assert bad(ValueError("cut"), "/d/shard-1.tar", "k2") and bad.report() == ["shard-1.tar/k2"]
+    assert "skipped bad sample k2 of /d/shard-1.tar (2 so far, worker 0): ValueError: cut" in capsys.readouterr().err
+    assert not bad(OSError("unreadable"), "/d/shard-1.tar", None) and bad.count == 3
+
+
+def test_a_resume_whose_stream_cannot_continue_reads_a_fresh_stream_of_another_seed(tiny_world, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """A checkpoint without its data stream position (an older one): the resumed run says so and reads a stream of
+    a new seed from its start, not the first run's stream again from its beginning (the same batches twice)."""
+    from globetrotter.training import trainer
+
+    real, asked = trainer.train_loader_from_config, []
+
+    def recording(cfg, tokenizer, local_batch, seed, **kw):
+        asked.append((seed, list(kw["position"].cursors), kw["start_step"]))
+        return real(cfg, tokenizer, local_batch, seed, **kw)
+
+    monkeypatch.setattr(trainer, "train_loader_from_config", recording)
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=2", "checkpoint_every=2", "seed=5")
+    train(cfg)
+    (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(2) / ckpt.DATA_STREAM.format(rank=0)).unlink()
+    capsys.readouterr()
+    assert train(tiny_cfg(tiny_world, tmp_path, "steps=3", "checkpoint_every=2", "seed=5"), resume="latest")["step"] == 3
+    assert asked == [(5, [0], 0), (5 * 1_000_003 + 2, [0], 2)]
+    assert "no data stream position for process 0" in capsys.readouterr().out

@@ -374,3 +374,27 @@ def test_a_manifest_counting_fewer_images_than_a_decoded_chunk_holds_is_refused(
     path.write_text(json.dumps(dict(json.loads(path.read_text()), num_samples=6)))
     with pytest.raises(UserError, match=f"^{path}: num_samples is 6 but the shards hold 32 samples "):
         BackRetrievalSet(split, max_per_lang=None, seed=0, image_features="pixels", ks=(1,))
+
+
+def test_a_test_split_that_is_not_there_is_not_scored_and_the_validator_call_is_its_metrics(tiny_world, tiny_run,
+                                                                                            tmp_path):
+    """val.test_groups > 0 scores sentence translation on the test split when it is there; a data.test_split with no
+    split folder leaves the test figures out (validation still scores val), never a crash mid-run."""
+    import shutil
+
+    import globetrotter
+    from globetrotter.config import load_train_config
+    from globetrotter.training.validation import Validator
+
+    root = tmp_path / "world"
+    shutil.copytree(tiny_world / "val", root / "val")
+    encoder = globetrotter.load(tiny_run)
+    without = Validator(load_train_config(None, [f"data.root={root}", "val.test_groups=4"]))
+    assert without.test_dir is None
+    metrics = without(encoder)
+    assert metrics == without.evaluate(encoder)[0] and "val/bkr@1" in metrics
+    assert not [k for k in metrics if k.startswith("test/")]
+    shutil.copytree(tiny_world / "test", root / "test")
+    scored = Validator(load_train_config(None, [f"data.root={root}", "val.test_groups=4"]))(encoder)
+    assert {k: v for k, v in scored.items() if k.startswith("val/")} == metrics
+    assert 0 <= scored["test/sentence_translation"] <= 1 and scored["test/sentence_translation_chance"] > 0

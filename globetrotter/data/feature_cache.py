@@ -405,7 +405,7 @@ def same_folder(a: str | Path, b: str | Path) -> bool:
     """Whether two paths name one folder once resolved (False where one cannot be resolved)."""
     try:
         return Path(a).resolve() == Path(b).resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop before Python 3.13
         return False
 
 

@@ -70,7 +70,9 @@ class _Concatenated(_Source):
         if means is None:
             self.means = [self._mean(cache, rows) for cache, rows in zip(self.caches, self.rows)]
         elif [len(m) for m in means] != dims:
-            raise UserError(f"--centre-like: its means have {[len(m) for m in means]} dims, these caches {dims}")
+            where = f"--centre-like {like[0]}: its {MEANS}" if like is not None else "--centre-like: its means"
+            raise UserError(f"{where} has means of {[len(m) for m in means]} dims, these caches {dims}; write that "
+                            f"concatenation again with globetrotter-data features concat")
         else:
             self.means = [np.asarray(m, dtype=np.float64) for m in means]
         self.dim = sum(dims)

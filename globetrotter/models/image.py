@@ -76,7 +76,13 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
                             f"({type(err).__name__}: {str(err).strip()[:120]})") from None
         if not isinstance(state, dict):
             raise UserError(f"model.image_pretrained: {path} holds a {type(state).__name__}, not a state dict")
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # a tensor of another shape: weights of another width or depth
+            first = next((line.strip() for line in str(err).splitlines() if "size mismatch" in line),
+                         str(err).strip().splitlines()[-1])
+            raise UserError(f"model.image_pretrained: {path} does not fit {name} with model.image_backbone_args "
+                            f"{kwargs} ({first})") from None
         unexpected = [k for k in unexpected if not k.startswith(("fc.", "classifier.", "head."))]
         if unexpected or len(missing) > 0:
             raise UserError(f"{path}: weights do not fit {name} (missing {missing[:3]}, unexpected {unexpected[:3]})")
