@@ -254,6 +254,20 @@ def test_damaged_best_hits_are_one_line_naming_the_file(tmp_path, hits, said):
     assert load_hits(_best_dir(tmp_path, np.array([1.0, 0.0])), {"step": 10}).tolist() == [1.0, 0.0]
 
 
+def test_best_hits_of_another_step_or_with_no_best_are_not_read(tmp_path):
+    """The hits beside best/ belong to the checkpoint written there: a best recorded at another step (best/ not yet
+    written again, or written by an earlier run) or no best at all gives None, so the next best is chosen by plain
+    max instead of against another checkpoint's hits."""
+    from globetrotter.training.selection import load_hits
+
+    best = _best_dir(tmp_path, np.array([1.0, 0.0]))
+    assert load_hits(best, {"step": 10}).tolist() == [1.0, 0.0]
+    assert load_hits(best, {"step": 20}) is None
+    assert load_hits(best, None) is None
+    (best / ckpt.STATE).unlink()
+    assert load_hits(best, {"step": 10}) is None
+
+
 def test_a_damaged_best_state_is_one_line_when_its_hits_are_read(tmp_path):
     """Its trainer_state.json not an object: the checkpoint's one-line error (it was an AttributeError)."""
     from globetrotter.errors import UserError
