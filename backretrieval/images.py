@@ -224,7 +224,11 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
                 model = timm.create_model(model_name, pretrained=False)
                 if len(state) != len(model.state_dict()):
                     model.reset_classifier(0)
-                load_state_dict_in_order(model, state)
+                try:
+                    load_state_dict_in_order(model, state)
+                except BackRetrievalError as err:
+                    raise BackRetrievalError(f"{path}: not weights of {model_name} (by name or in order, with or "
+                                             f"without its classifier): {err}") from None
             model.reset_classifier(0)
             tag = f"file:{path.name}:{_file_digest(path)}"
     except RuntimeError as err:  # timm: unknown model name

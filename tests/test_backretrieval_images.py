@@ -483,6 +483,19 @@ def test_a_weight_file_of_the_same_layout_under_other_names_loads_in_order(tmp_p
     assert tag.startswith("file:port.pth:")
 
 
+def test_a_weight_file_of_another_architecture_is_one_line_naming_the_file(tmp_path):
+    """Neither by name nor in order: the error names the file and the model it was read for (it said only 'weights
+    have N tensors but EfficientNet expects M')."""
+    import timm
+
+    torch.save(timm.create_model("resnet18", pretrained=False).state_dict(), tmp_path / "other.pth")
+    with pytest.raises(BackRetrievalError) as err:
+        create_image_model(TINY, str(tmp_path / "other.pth"))
+    said = str(err.value)
+    assert said.startswith(f"{tmp_path / 'other.pth'}: not weights of {TINY} (by name or in order") and "\n" not in said
+    assert "tensors but EfficientNet expects" in said
+
+
 def test_no_images_one_image_or_ids_of_another_count_are_one_line_errors(tmp_path):
     picture = _picture(0)
     cnn = ImageFeatureExtractor(TINY, "random", progress=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -504,3 +505,8 @@ def test_the_imagenet_head_loads_from_a_weights_file_by_name_or_in_order(tmp_pat
         assert head.out_features == 1000 and not head.training
         torch.testing.assert_close(head.weight, state["classifier.weight"], rtol=0, atol=0)
         torch.testing.assert_close(head.bias, state["classifier.bias"], rtol=0, atol=0)
+    headless = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+    torch.save({f"t{i}": v for i, v in enumerate(headless.values())}, tmp_path / "headless.pth")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'headless.pth'))}: not weights of "
+                                        r"efficientnet_lite0 with its classifier \(by name or in order\): weights have "):
+        load_imagenet_classifier("efficientnet_lite0", str(tmp_path / "headless.pth"))  # no head to tag with

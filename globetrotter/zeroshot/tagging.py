@@ -339,7 +339,11 @@ def load_imagenet_classifier(model_name: str, weights: str | None, online: bool 
         try:
             model.load_state_dict(state)
         except RuntimeError:
-            load_state_dict_in_order(model, state)
+            try:
+                load_state_dict_in_order(model, state)
+            except BackRetrievalError as err:
+                raise UserError(f"{path}: not weights of {model_name} with its classifier (by name or in order): "
+                                f"{err}") from None
     head = model.get_classifier()
     if not isinstance(head, torch.nn.Module) or getattr(head, "out_features", None) != 1000:
         raise UserError(f"image model {model_name} ({weights}) has no 1000-class ImageNet head to tag with")
