@@ -15,7 +15,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TextIO
 
 _CLI_NAMES: ContextVar[bool] = ContextVar("backretrieval_cli_names", default=False)
 # the parameters whose flag is spelled otherwise: the flags follow the project's other commands (--languages,
@@ -76,7 +76,8 @@ def one_line_warnings() -> Iterator[None]:
         warnings.simplefilter("always", BackRetrievalWarning)
         show, said = warnings.showwarning, set()
 
-        def one_line(message, category, filename, lineno, file=None, line=None):
+        def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: TextIO | None = None, line: str | None = None) -> None:
             if issubclass(category, BackRetrievalWarning):
                 if str(message) not in said:
                     said.add(str(message))

@@ -354,7 +354,7 @@ def remove_earlier_outputs(folder: PathLike, patterns: Sequence[str], written: S
     return stale
 
 
-def json_ready(obj):
+def json_ready(obj: Any) -> Any:
     """JSON-ready copy: arrays to lists, numpy scalars to Python, NaN/inf to null, paths to strings."""
     if isinstance(obj, dict):
         return {str(k): json_ready(v) for k, v in obj.items()}

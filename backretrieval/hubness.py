@@ -93,7 +93,7 @@ MAX_BLOCK = 1 << 24
 """Most similarities :func:`neighbourhood_radii` holds at once (64 MB of float32)."""
 
 
-def _unit_rows(x):
+def _unit_rows(x: np.ndarray | sp.spmatrix) -> np.ndarray | sp.csr_matrix:
     """L2-normalised float32 rows, dense (contiguous) or ``scipy.sparse`` CSR."""
     if sp.issparse(x):
         x = sp.csr_matrix(x, dtype=np.float32)
@@ -138,7 +138,7 @@ def neighbourhood_radii(
         if len(cols) - own < k:
             raise ValueError(f"k={k} neighbours exceed the {len(cols)} pool rows" +
                              (f" of group {g}" if pool_groups is not None else ""))
-    pool_t = pool.T.tocsr() if sp.issparse(pool) else pool.T
+    pool_t = pool.T if isinstance(pool, np.ndarray) else pool.T.tocsr()
     out = np.empty((n, len(columns)), dtype=np.float32)
     step = max(1, min(chunk, MAX_BLOCK // max(n_pool, 1)))
     with progress_bar(n, "CSLS radii", progress, n * n_pool) as bar:

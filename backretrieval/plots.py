@@ -5,6 +5,7 @@ All functions write a PNG with matplotlib's Agg backend and return the path.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
     from matplotlib.lines import Line2D
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     """``matplotlib.pyplot`` on the Agg backend (imported on first use: scoring needs no matplotlib)."""
     import matplotlib
 

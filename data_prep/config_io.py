@@ -192,7 +192,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.safe_load``'s loader, refusing a key given twice in one mapping (YAML keeps the last in silence, so
     ``steps: 5`` and, further down, ``steps: 6`` trained 6 steps with no word)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict = {}
         for key_node, _value in node.value:
             key = self.construct_object(key_node, deep=True)

@@ -20,7 +20,7 @@ import sys
 import warnings
 import zlib
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TextIO
 
 __all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli", "read_utf8"]
 
@@ -122,7 +122,8 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     with warnings.catch_warnings():  # restores showwarning on leaving
         show = warnings.showwarning
 
-        def one_line(message, category, filename, lineno, file=None, line=None):
+        def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: TextIO | None = None, line: str | None = None) -> None:
             if issubclass(category, one_line_warnings):
                 print(f"warning: {message}", file=sys.stderr)
             else:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -242,7 +242,7 @@ class FeatureBatches:
             batch["view2"] = torch.from_numpy(np.asarray(self.cache.features[rows, v2], dtype=np.float32))
         return batch
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         step = self.start_step
         while True:
             yield self.batch(step)

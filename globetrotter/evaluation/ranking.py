@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
 
-from .late_interaction import LateInteraction, maxsim_group_starts
+from .late_interaction import LateInteraction, SentenceTokens, maxsim_group_starts
 from .models import encode_texts_by_head
 from .reference import ReferencePool
 from .sentence import cosine_scores
@@ -298,7 +298,7 @@ class ScoringContext:
         return tables
 
     @cached_property
-    def _sentence_bags(self):
+    def _sentence_bags(self) -> SentenceTokens:
         late = self.late
         return late.reference_bags if self.reference is None else late.bags(self.captions, self.langs)
 
