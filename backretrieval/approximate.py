@@ -237,12 +237,15 @@ def approx_nearest(
 
 
 def approx_top_mean(queries: np.ndarray, index: ANNIndex, scorer: Scorer, k: int, candidates: int) -> np.ndarray:
-    """Mean of the ``k`` best exact scores among each query's index candidates, ``(Q,)`` float32 (CSLS's r)."""
+    """Mean of the ``k`` best exact scores among each query's index candidates, ``(Q,)`` float32 (CSLS's r); where
+    the index finds fewer than ``k`` (an IVF search whose visited cells hold fewer rows), the mean of those it found
+    (0 where it found none)."""
     k = max(1, min(int(k), index.n))
     out = np.empty(len(queries), dtype=np.float32)
     for s in range(0, len(queries), _CHUNK):
         cand = index.search(queries[s:s + _CHUNK], max(candidates, k))
         scores = rescore(scorer, np.arange(s, s + len(cand)), cand)
         top = -np.partition(-scores, k - 1, axis=1)[:, :k]
-        out[s:s + _CHUNK] = np.where(np.isfinite(top), top, 0.0).mean(axis=1)  # missing ids: count as 0
+        found = np.isfinite(top)
+        out[s:s + _CHUNK] = np.where(found, top, 0.0).sum(axis=1) / np.maximum(found.sum(axis=1), 1)
     return out

@@ -84,6 +84,30 @@ def test_the_approximate_csls_penalty_is_the_mean_over_csls_k_neighbours_even_be
     np.testing.assert_array_equal(found, csls.argmax(axis=1))
 
 
+def test_the_approximate_csls_penalty_averages_the_neighbours_the_index_found(monkeypatch):
+    """An IVF search whose visited cells hold fewer than csls_k rows returns -1 ids: r_S is the mean over the
+    neighbours it did find (it counted each missing one as a cosine of 0, so a target whose search came back short
+    looked less of a hub than it is); a target with no neighbour found gets 0."""
+    from backretrieval.approximate import ANNIndex, approx_top_mean
+    from backretrieval.ranking import VectorScorer
+
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((40, 8)) + 1.0  # a shared offset: every cosine well above 0
+    t = rng.standard_normal((6, 8)) + 1.0
+    cos = _cos(t, q)
+    index = ANNIndex(q, ApproxConfig())
+    exact = np.argsort(-cos, axis=1)
+    found = exact[:, :10].copy()
+    found[0, 4:] = -1  # the search of target 0 found 4 of its 10
+    found[1, :] = -1  # that of target 1 none
+    monkeypatch.setattr(index, "search", lambda x, k: found[:, :k])  # the 6 targets: one chunk
+    r = approx_top_mean(t, index, VectorScorer(t, q), k=10, candidates=10)
+    expected = np.sort(cos, axis=1)[:, -10:].mean(axis=1)
+    expected[0] = np.sort(cos[0])[-4:].mean()
+    expected[1] = 0.0
+    np.testing.assert_allclose(r, expected, atol=1e-5)
+
+
 def test_the_candidate_index_projects_on_the_uncentred_principal_directions():
     """pca_dim: the rows' top directions of their second moment (uncentred: inner products, a shared offset direction
     included), not of their variance about the mean; checked against an eigendecomposition."""
