@@ -18,8 +18,8 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (ArrayInput, IdsInput, PathLike, check_numbers, hits_ks_path, is_path, json_ready, load_input,
-                    load_matrix, recorded_ks, same_dim, same_rows)
+from .files import (ArrayInput, IdsInput, PathLike, check_numbers, check_rows, hits_ks_path, is_path, json_ready,
+                    load_input, load_matrix, recorded_ks, same_dim, same_rows, subject)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, censored_max_rank, check_ks, bkr_recall, xlr_recall
 from .scoring import ImageLists, prepare_images
@@ -103,15 +103,14 @@ def _hit_matrix(label: str, x: np.ndarray, what: str) -> np.ndarray:
     x = np.asarray(x)
     check_numbers(label, x, what)
     if x.ndim == 0 or len(x) == 0:
-        raise BackRetrievalError(f"{label}: {what} is empty (no queries)")
+        raise BackRetrievalError(f"{subject(label, what)} is empty (no queries)")
     x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    if not np.isfinite(x).all():
-        raise BackRetrievalError(f"{label}: {what} contains NaN or inf")
+    check_rows(label, x, what, vectors=False)
     outside = np.flatnonzero(((x < 0) | (x > 1)).any(axis=1))
     if len(outside):
         row = int(outside[0])
         value = x[row][(x[row] < 0) | (x[row] > 1)][0]
-        raise BackRetrievalError(f"{label}: {what} holds values outside [0, 1] ({len(outside)} rows; row {row}: "
+        raise BackRetrievalError(f"{subject(label, what)} holds values outside [0, 1] ({len(outside)} rows; row {row}: "
                                  f"{value:g}): hits are 0/1 or fractions, as 'score --hits-out' writes them "
                                  "(not ranks: --ranks-out)")
     return x

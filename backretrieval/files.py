@@ -57,6 +57,12 @@ def load_npy(path: PathLike, what: str, check_finite: bool = True, vectors: bool
     return array
 
 
+def subject(label: str, what: str) -> str:
+    """How a message names an input: ``"FILE: what"`` for a file, ``what`` alone for an array (whose label
+    :func:`load_input` makes ``what`` itself)."""
+    return what if label == what else f"{label}: {what}"
+
+
 def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True,
                rows: np.ndarray | None = None) -> None:
     """One-line error naming ``label`` and the first bad row of a ``(rows, dim)`` array: rows with NaN or inf and,
@@ -79,7 +85,7 @@ def check_rows(label: str, array: np.ndarray, what: str, vectors: bool = True,
         bad = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
         if len(bad):
             of = f"{len(array)} rows" if len(rows) == len(array) else f"the {len(rows)} rows used"
-            raise BackRetrievalError(f"{label}: {what} has {len(bad)} of {of} {why} "
+            raise BackRetrievalError(f"{subject(label, what)} has {len(bad)} of {of} {why} "
                                      f"(first: row {int(bad[0])}){after}")
 
 
@@ -89,7 +95,7 @@ def check_numbers(label: str, array: np.ndarray, what: str, bools: bool = True) 
     would be scored as 0/1 vectors."""
     if array.dtype.kind not in ("biuf" if bools else "iuf"):
         mask = "; a boolean array is a mask or hits, not vectors" if array.dtype.kind == "b" else ""
-        raise BackRetrievalError(f"{label}: {what} holds {array.dtype} values; expected real numbers{mask}")
+        raise BackRetrievalError(f"{subject(label, what)} holds {array.dtype} values; expected real numbers{mask}")
 
 
 def as_array(label: str, x: object) -> np.ndarray:
@@ -128,11 +134,11 @@ def load_matrix(x: ArrayInput, what: str, vectors: bool = True) -> tuple[str, np
     label, array = load_input(x, what, vectors, bools=False)
     check_numbers(label, array, what, bools=False)
     if array.ndim != 2:
-        raise BackRetrievalError(f"{label}: {what} must be a 2-D array (rows x dim), got shape {array.shape}")
+        raise BackRetrievalError(f"{subject(label, what)} must be a 2-D array (rows x dim), got shape {array.shape}")
     if array.shape[0] == 0:
-        raise BackRetrievalError(f"{label}: {what} is empty (0 rows)")
+        raise BackRetrievalError(f"{subject(label, what)} is empty (0 rows)")
     if array.shape[1] == 0:
-        raise BackRetrievalError(f"{label}: {what} has 0 columns (vectors of dimension 0)")
+        raise BackRetrievalError(f"{subject(label, what)} has 0 columns (vectors of dimension 0)")
     return label, array
 
 

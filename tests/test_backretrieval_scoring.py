@@ -305,8 +305,11 @@ def test_hits_with_nan_are_refused_naming_the_side(tmp_path):
     p = _files(tmp_path, {"a": good, "b": bad})
     with pytest.raises(BackRetrievalError, match=r"b.npy: hits of B has 1 of 30 rows with NaN or inf \(first: row 3\)"):
         compare(hits=(p["a"], p["b"]))
-    with pytest.raises(BackRetrievalError, match=r"^hits of B: .*contains NaN or inf$"):
-        compare(hits=(good, bad), ks=(1, 5))
+    with pytest.raises(BackRetrievalError, match=r"^hits of B has 1 of 30 rows with NaN or inf \(first: row 3\)$"):
+        compare(hits=(good, bad), ks=(1, 5))  # the side named once (it said "hits of B: hits of B ...") and the row
+    from backretrieval.files import load_matrix
+    with pytest.raises(BackRetrievalError, match=r"^image_sim must be a 2-D array \(rows x dim\), got shape \(3,\)$"):
+        load_matrix(np.ones(3), "image_sim")  # an array is named by what it is, once; a file by its path
 
 
 def test_unreadable_empty_or_mismatched_inputs_are_refused_naming_the_file(tmp_path):
