@@ -779,6 +779,28 @@ def test_retrieval_refuses_a_k_of_at_least_the_images_and_an_unwritable_json_fir
         assert f"{tmp_path / 'folder'}: cannot write the JSON record (is a directory)" in err, err
 
 
+def test_retrieval_refuses_a_damaged_later_adapter_before_any_feature_is_computed(tmp_path, capsys, monkeypatch):
+    """`--adapter a=OK --adapter b=DAMAGED` computed the test split's features and scored a before b's one-line error."""
+    from globetrotter.zeroshot.cli import main
+    from globetrotter.zeroshot.cli import retrieval as command
+
+    _write_split(tmp_path, "test", np.zeros((12, 4), dtype=np.float32), [(f"en {r}", "en", r) for r in range(12)])
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"), tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    computed = []
+
+    def load_split_features(*args, **kwargs):
+        computed.append(args)
+        raise UserError("the test split's features were computed")
+
+    monkeypatch.setattr(command, "load_split_features", load_split_features)
+    assert main(["retrieval", "--test", str(tmp_path / "test"), "--adapter", f"a={tmp_path / 'a'}",
+                 "--adapter", f"b={tmp_path / 'b'}", "--no-progress", "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'b'}: not an adapter checkpoint (missing adapter.safetensors" in err and err.count("\n") == 1
+    assert not computed
+
+
 def test_an_adapter_refuses_a_globetrotter_text_encoder_that_saved_other_weights_since(tiny_run, tmp_path, capsys):
     """meta.json named the text encoder globetrotter:RUN only: after the run saved other weights (a new best/, same
     path) retrieval embedded with them through an adapter trained on the old ones, in silence. The adapter now

@@ -33,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
                     "models": {}}
     table: dict = {}
     notes: list[str] = []
-    for name, path in distinct_names(args.adapter, "--adapter").items():
-        adapter, config, meta = load_adapter(path)
+    # every checkpoint read first: a damaged one after the first was found once the first's features were computed
+    adapters = {name: (path, *load_adapter(path)) for name, path in distinct_names(args.adapter, "--adapter").items()}
+    for name, (path, adapter, config, _) in adapters.items():
         extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                     progress=progress, online=args.online)
         test = load_split_features(args.test, config.text_encoder, extractor, args.languages, args.cache_dir, progress,
