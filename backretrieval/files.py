@@ -379,7 +379,7 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-def json_text(obj: object, default: Callable[[object], object] | None = None, **options: Any) -> str:
+def json_text(obj: object, default: Callable[[Any], object] | None = None, **options: Any) -> str:
     """The text of ``obj`` as strict JSON, as every record, summary, settings or state file is written: through
     :func:`json_ready` (NaN and ±inf as null, never Python's bare ``NaN``/``Infinity`` that other JSON readers
     refuse). ``default`` (as :func:`json.dumps` takes it) converts what json_ready leaves alone, its result made

@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -75,11 +76,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 
 KS = (1, 5, 10)
 METHODS = ["naive", "exact", "capped", "approx-ivf", "approx-count", "approx", "lists-flat", "lists"]  # run order
+BenchData = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # (src_text, src_img, tgt_text, tgt_img)
 APPROXIMATE = ("approx-ivf", "approx-count", "approx", "lists-flat", "lists")
 LIST_METHODS = {"lists": "pq", "lists-flat": "flat"}  # bench method: image_neighbours method
 
 
-def make_data(n: int, text_dim: int, image_dim: int, seed: int = 0, chunk: int = 8192) -> tuple[np.ndarray, ...]:
+def make_data(n: int, text_dim: int, image_dim: int, seed: int = 0, chunk: int = 8192) -> BenchData:
     """Source and target sets of n items each: (src_text, src_img, tgt_text, tgt_img), float32.
 
     Filled in row chunks so that generation leaves no large transient in the peak RSS.
@@ -88,22 +90,26 @@ def make_data(n: int, text_dim: int, image_dim: int, seed: int = 0, chunk: int =
     latent = 64
     to_text = rng.standard_normal((latent, text_dim), dtype=np.float32)
     to_image = rng.standard_normal((latent, image_dim), dtype=np.float32)
-    out = []
-    for _ in range(2):  # source side, then target side: different scenes
+
+    def side() -> tuple[np.ndarray, np.ndarray]:
         text = np.empty((n, text_dim), dtype=np.float32)
         image = np.empty((n, image_dim), dtype=np.float32)
         for s in range(0, n, chunk):
             z = rng.standard_normal((min(chunk, n - s), latent), dtype=np.float32)
             text[s:s + chunk] = z @ to_text + 12.0 * rng.standard_normal((len(z), text_dim), dtype=np.float32)
             image[s:s + chunk] = z @ to_image + 12.0 * rng.standard_normal((len(z), image_dim), dtype=np.float32)
-        out += [text, image]
-    return tuple(out)
+        return text, image
+
+    src_text, src_img = side()  # source side, then target side: different scenes
+    tgt_text, tgt_img = side()
+    return src_text, src_img, tgt_text, tgt_img
 
 
-def naive_bkr(src_text, src_img, tgt_text, tgt_img, ks=KS) -> tuple[np.ndarray, dict]:
+def naive_bkr(src_text: np.ndarray, src_img: np.ndarray, tgt_text: np.ndarray, tgt_img: np.ndarray,
+              ks: Sequence[int] = KS) -> tuple[np.ndarray, dict]:
     """The straightforward reference: float64 N x N matrices and a full sort per query."""
 
-    def unit(x):
+    def unit(x: np.ndarray) -> np.ndarray:
         x = x.astype(np.float64)
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -122,7 +128,7 @@ def lists_path(cache: str | None, n: int, image_dim: int, method: str) -> Path |
     return Path(cache) / f"image_lists_{n}_{image_dim}_{method}.npz" if cache else None
 
 
-def image_lists(data: tuple[np.ndarray, ...], method: str, cache: str | None) -> tuple[object, float | None]:
+def image_lists(data: BenchData, method: str, cache: str | None) -> tuple[object, float | None]:
     """Image neighbour lists of the bench data and their build seconds (None: read from ``cache``)."""
     from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
 
@@ -139,16 +145,18 @@ def image_lists(data: tuple[np.ndarray, ...], method: str, cache: str | None) ->
     return lists, seconds
 
 
-def metric_kwargs(method: str, lists: object) -> dict:
+def metric_kwargs(method: str, lists: object) -> dict[str, Any]:
     """bkr_recall options of a method."""
     from backretrieval import ApproxConfig
 
-    return {"capped": {"max_rank": max(KS)},
-            "approx-ivf": {"approximate": ApproxConfig(index="ivf", pca_dim=0, candidates=16, image_side="exact")},
-            "approx-count": {"approximate": ApproxConfig(image_side="exact")},
-            "approx": {"approximate": True},
-            "lists": {"approximate": True, "image_neighbours": lists},
-            "lists-flat": {"approximate": True, "image_neighbours": lists}}.get(method, {})
+    options: dict[str, dict[str, Any]] = {  # keyword arguments of several types
+        "capped": {"max_rank": max(KS)},
+        "approx-ivf": {"approximate": ApproxConfig(index="ivf", pca_dim=0, candidates=16, image_side="exact")},
+        "approx-count": {"approximate": ApproxConfig(image_side="exact")},
+        "approx": {"approximate": True},
+        "lists": {"approximate": True, "image_neighbours": lists},
+        "lists-flat": {"approximate": True, "image_neighbours": lists}}
+    return options.get(method, {})
 
 
 def worker(n: int, method: str, text_dim: int, image_dim: int, threads: int, cache: str | None) -> dict:
@@ -199,9 +207,10 @@ def list_recall(n: int, args: argparse.Namespace) -> str:
     from backretrieval.image_index import load_image_neighbours
 
     paths = [lists_path(args.image_cache, n, args.image_dim, m) for m in ("pq", "flat")]
-    if not all(p is not None and p.is_file() for p in paths):
+    present = [p for p in paths if p is not None and p.is_file()]
+    if len(present) < len(paths):
         return "-"
-    pq, flat = (load_image_neighbours(p) for p in paths)
+    pq, flat = (load_image_neighbours(p) for p in present)
     found = sum(len(np.intersect1d(a, b, assume_unique=True)) for a, b in zip(pq.ids, flat.ids))
     return f"{found / flat.ids.size:.4f}"
 

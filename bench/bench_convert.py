@@ -74,7 +74,7 @@ def shared_source(shared: Path) -> tuple[Path, Callable[[], list]]:
     return images, lambda: [read_multi30k(multi30k, (1,)), read_flickr8k(cn, "zh")]
 
 
-def run_once(images: Path, sources, workers: int, args, out: Path) -> dict:
+def run_once(images: Path, sources: Callable[[], list], workers: int, args: argparse.Namespace, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     opts = ConvertOptions(out_dir=out, image_roots=[images], languages=args.languages, assign_languages=True,
                           test_fraction=TEST_FRACTION, val_fraction=0.05, limit_images=args.max_images, seed=0,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 import tracemalloc
+from typing import Any, Callable, Sequence, TypeVar
 
 import faiss
 import numpy as np
@@ -37,9 +38,12 @@ from globetrotter.evaluation.tasks.translate import rerank_hits
 from globetrotter.evaluation.translate import CorpusIndex, build_index
 from globetrotter.evaluation.word import WordSpace, word_translation_scores
 
+T = TypeVar("T")
 
-def timed(fn, *args, repeat: int = 1, **kwargs):
-    best, out = float("inf"), None
+
+def timed(fn: Callable[..., T], *args: Any, repeat: int = 1, **kwargs: Any) -> tuple[float, T]:
+    """The best seconds of ``repeat`` calls ``fn(*args, **kwargs)``, and what the last one returned."""
+    best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
         out = fn(*args, **kwargs)
@@ -124,13 +128,13 @@ class _RandomModel:
     def __init__(self, emb: np.ndarray, ids: list[np.ndarray], table: np.ndarray) -> None:
         self.emb, self.ids, self.table = emb, ids, table
 
-    def encode_text(self, texts, batch_size: int = 256, head: str = "text") -> np.ndarray:
+    def encode_text(self, texts: Sequence[str], batch_size: int = 256, head: str = "text") -> np.ndarray:
         return self.emb[[int(t[1:]) for t in texts]]
 
-    def token_table(self):
+    def token_table(self) -> tuple[np.ndarray, np.ndarray]:
         return self.table, np.arange(len(self.table))
 
-    def token_ids(self, texts):
+    def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [self.ids[int(t[1:])] for t in texts]
 
 
@@ -149,7 +153,7 @@ def bench_late_interaction(n_groups: int, reference: int, vocab: int, dim: int, 
     t_cos, _ = timed(lambda: sentence_translation(model.emb[:n], langs, groups))
     print(f"  cosine ranking {t_cos:6.2f} s ({n / t_cos:8.0f} sentences/s): the baseline")
     for ranking in (Ranking(csls=True), Ranking(maxsim=4.0), Ranking(maxsim=4.0, csls=True)):
-        def run():
+        def run() -> dict:
             scorer = ScoringContext(model, texts, langs, pool).scorer(ranking)
             return sentence_translation(scorer, langs, groups)
         tracemalloc.start()

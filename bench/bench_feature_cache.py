@@ -18,14 +18,18 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from globetrotter.argtypes import positive_int
 from globetrotter.errors import run_cli
 
+if TYPE_CHECKING:
+    from globetrotter.config import TrainConfig
 
-def train_rate(cfg, steps: int) -> float:
+
+def train_rate(cfg: TrainConfig, steps: int) -> float:
     """Samples/s of ``steps`` training steps, batches drawn from the config's stream inside the timing."""
     from globetrotter.data.pipeline import train_loader_from_config
     from globetrotter.encoder import build_model
@@ -77,11 +81,11 @@ def main() -> None:
     from globetrotter.data.feature_cache import SPEC, cache_dir_for
     from globetrotter.errors import UserError
 
-    if not cfg.data.features:
+    cache = cache_dir_for(cfg, cfg.data.train_split)
+    if cache is None:  # data.features unset
         raise UserError(f"{args.config}: data.features is not set; nothing to compare (give a config that trains "
                         f"from a feature cache, or data.features=DIR)")
 
-    cache = cache_dir_for(cfg, cfg.data.train_split)
     if not (cache / SPEC).is_file():  # the timed runs would build the whole cache first (3,900 images: 10 minutes)
         raise UserError(f"{cache}: no feature cache there; this benchmark times a built one: build it first with "
                         f"`globetrotter-data features build {Path(cfg.data.root) / cfg.data.train_split} --config "

@@ -24,15 +24,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from globetrotter.argtypes import int_at_least  # noqa: E402
-from globetrotter.config import load_train_config  # noqa: E402
+from globetrotter.config import TrainConfig, load_train_config  # noqa: E402
 from globetrotter.encoder import build_model  # noqa: E402
 from globetrotter.errors import run_cli  # noqa: E402
+from globetrotter.models.text import TextEncoder  # noqa: E402
 from globetrotter.tokenizer import load_tokenizer  # noqa: E402
 from globetrotter.training import token_init  # noqa: E402
 from globetrotter.training.prepare import tokenizer_path  # noqa: E402
 
 
-def start(cfg, threads: int) -> tuple[float, dict, torch.Tensor]:
+def start(cfg: TrainConfig, threads: int) -> tuple[float, dict, torch.Tensor]:
     """Seconds of the image-pivot start at ``threads`` torch threads, its record and the token rows it set."""
     torch.set_num_threads(threads)
     tokenizer = load_tokenizer(tokenizer_path(cfg))
@@ -40,6 +41,7 @@ def start(cfg, threads: int) -> tuple[float, dict, torch.Tensor]:
     model = build_model(cfg, tokenizer.get_vocab_size(), tokenizer)
     began = time.perf_counter()
     record = token_init.init_from_config(model, cfg, tokenizer, log=lambda line: print("  " + line))
+    assert isinstance(model.text, TextEncoder)  # init_from_config refused any other text encoder
     return time.perf_counter() - began, record, model.text.token_embedding.weight.detach().clone()
 
 

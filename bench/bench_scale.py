@@ -48,6 +48,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -56,6 +57,14 @@ from globetrotter.argtypes import comma_separated, one_of, output_folder, positi
 from globetrotter.errors import UserError, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:  # the stages import what they time in their own process
+    from tokenizers import Tokenizer
+
+    from globetrotter.config import TrainConfig
+    from globetrotter.data.feature_batches import FeatureBatches
+    from globetrotter.evaluation.val_set import BackRetrievalSet
+    from globetrotter.models.globetrotter import GlobetrotterModel
 
 STAGES = ("shards", "tokenizer", "import", "neighbours", "batches", "train", "validation", "index")
 NAME = "generated-512"
@@ -79,7 +88,7 @@ def _overrides(work: Path, dim: int, threads: int = THREADS) -> list[str]:
             "loss.image=0", "data.batching=random", "data.synth=null", f"threads={threads}"]
 
 
-def _config(work: Path, dim: int, extra: list[str] = (), threads: int = THREADS):
+def _config(work: Path, dim: int, extra: Sequence[str] = (), threads: int = THREADS) -> TrainConfig:
     from dataclasses import replace
 
     from globetrotter.config import load_train_config
@@ -211,7 +220,8 @@ def stage_neighbours(work: Path, n: int) -> dict:
     return {"seconds": time.perf_counter() - start, "method": "exact" if n <= EXACT_MAX else "ivf"}
 
 
-def _model_and_batches(work: Path, dim: int):
+def _model_and_batches(work: Path,
+                       dim: int) -> tuple[TrainConfig, Tokenizer, GlobetrotterModel, FeatureBatches, float]:
     import torch
 
     from globetrotter.data.feature_batches import FeatureBatches
@@ -296,7 +306,7 @@ def stage_validation(work: Path, n: int, dim: int, threads: int = THREADS) -> di
     return out
 
 
-def estimate_against_exact(work: Path, val) -> dict:
+def estimate_against_exact(work: Path, val: BackRetrievalSet) -> dict:
     """The validation's BkR@10 estimate against the exact BkR@10 of every caption, on embeddings that carry signal:
     g the generated image embeddings, the text a fixed random projection of them plus noise (an untrained model's
     BkR is at chance, where any estimate is close)."""
@@ -375,7 +385,7 @@ def _status_mb(field: str) -> float:
     return 0.0
 
 
-def run_stage(name: str, *args) -> dict:
+def run_stage(name: str, *args: object) -> dict:
     """``stage_<name>(*args)`` in a fresh process: its seconds, peak RSS (MiB) and extra figures."""
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
         return pool.submit(_child, name, args).result()

@@ -89,7 +89,7 @@ def wait_for_quiet(limit: float) -> None:
         time.sleep(5)
 
 
-def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[float, int]:
+def measure(kind: str, one_thread: bool, args: argparse.Namespace, tmp: Path, tag: str) -> tuple[float, int]:
     """(rate, threads chosen): samples/s of a whole train.py run, or images/s of a cache build."""
     env = environment(one_thread)
     if kind == "train":
@@ -107,7 +107,10 @@ def measure(kind: str, one_thread: bool, args, tmp: Path, tag: str) -> tuple[flo
     threads = int(found.group(1)) if found else -1
     if kind == "train":
         return args.train_steps * 64 / seconds, threads
-    return float(RATE.search(done.stdout).group(1)), threads
+    rate = RATE.search(done.stdout)
+    if rate is None:
+        raise UserError(f"the feature-cache build ({tag}) printed no images_per_s=: {last_line(done.stdout)}")
+    return float(rate.group(1)), threads
 
 
 def main() -> None:
@@ -152,8 +155,8 @@ def main() -> None:
                 time.sleep(args.settle)
             try:
                 for kind in kinds:
-                    rates = {False: [], True: []}
-                    chosen = set()
+                    rates: dict[bool, list[float]] = {False: [], True: []}
+                    chosen: set[int] = set()
                     for r in range(args.repeats):
                         for one in (False, True):
                             if background is None:

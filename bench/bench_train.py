@@ -21,13 +21,17 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Literal
 
 import torch
 
 from globetrotter.argtypes import comma_separated, positive_int
 from globetrotter.errors import run_cli
 
-PATHS = ("cpu", "device")
+if TYPE_CHECKING:
+    from globetrotter.data.device_augment import DeviceSimCLR
+
+PATHS: tuple[Literal["cpu", "device"], ...] = ("cpu", "device")  # data.augment_on
 
 
 def main() -> None:
@@ -60,7 +64,7 @@ def main() -> None:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
     forward = CompiledForward(model, cfg.compile, print)  # compile=true: as the trainer does, eager on failure
 
-    def step(batch: dict, views) -> None:
+    def step(batch: dict, views: DeviceSimCLR | None) -> None:
         if views is not None:
             batch = views.apply(dict(batch), device)
         b = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
@@ -74,7 +78,7 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    def timed(fn, n: int) -> float:
+    def timed(fn: Callable[[], object], n: int) -> float:
         """Samples/s of ``n`` calls of ``fn`` (one batch each)."""
         if device == "cuda":
             torch.cuda.synchronize()

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.data import image_extractor
 from globetrotter.zeroshot.losses import M3Loss, PATRLoss
 from globetrotter.zeroshot.retrieval import recall_at_k
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (adapter outputs, images, image ids)
 
 IMAGES_BESIDE_REPO = "../shared/data/flickr8k/images"
 """The default ``--image-dir``, relative to the repository (the folder this file's parent is in)."""
@@ -84,7 +87,7 @@ def bench_training(steps: int, batch: int = 128, text_dim: int = 512, image_dim:
     image = torch.relu(torch.randn(batch * 4, image_dim, generator=gen))
     ids = torch.arange(batch * 4)
 
-    def run(loss_fn) -> float:
+    def run(loss_fn: LossFn) -> float:
         torch.manual_seed(0)
         adapter = TextToImageAdapter(text_dim, image_dim)
         opt = torch.optim.Adam(adapter.parameters(), lr=1e-3, betas=(0.99, 0.999))
@@ -98,8 +101,8 @@ def bench_training(steps: int, batch: int = 128, text_dim: int = 512, image_dim:
             opt.step()
         return steps * batch / (time.perf_counter() - start)
 
-    losses = {"MSE": lambda out, img, _: (out - img).pow(2).sum(1).mean(), "M3L": M3Loss(),
-              "PATR": PATRLoss(margin=150.0)}
+    losses: dict[str, LossFn] = {"MSE": lambda out, img, _: (out - img).pow(2).sum(1).mean(), "M3L": M3Loss(),
+                                 "PATR": PATRLoss(margin=150.0)}
     best = {name: 0.0 for name in losses}
     for _ in range(rounds):
         for name, loss_fn in losses.items():

@@ -60,7 +60,7 @@ def cache_rows(folder: Path) -> tuple[np.ndarray, list[str]]:
     from globetrotter.data.feature_cache import load_feature_cache
 
     cache = load_feature_cache(folder)
-    ids = sorted(cache.row_of, key=cache.row_of.get)
+    ids = sorted(cache.row_of, key=cache.row_of.__getitem__)
     return np.asarray(cache.features, dtype=np.float32), ids
 
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {}
     checks: list[dict] = []
 
-    def check(name: str, ok: bool, value) -> None:
+    def check(name: str, ok: bool, value: object) -> None:
         checks.append({"check": name, "ok": bool(ok), "value": value})
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {value}", flush=True)
 

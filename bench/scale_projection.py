@@ -16,16 +16,20 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from globetrotter.argtypes import positive_float, positive_int
-from globetrotter.errors import run_cli
+from globetrotter.errors import UserError, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+if TYPE_CHECKING:
+    from globetrotter.config import TrainConfig
 
-def step_flops(cfg, tokens: int, batch: int, features: bool) -> float:
+
+def step_flops(cfg: TrainConfig, tokens: int, batch: int, features: bool) -> float:
     """FLOPs of one training step on ``batch`` samples (counted, not estimated)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -43,7 +47,8 @@ def step_flops(cfg, tokens: int, batch: int, features: bool) -> float:
     ids = torch.randint(5, vocab, (batch, tokens))
     mask = torch.ones_like(ids)
     if features:
-        width = model.image.num_features
+        assert model.image is not None  # main refused a model that reads no images
+        width = cast(int, model.image.num_features)  # an int in timm and ImportedFeatures; nn.Module's typing can't see
         views = [torch.randn(batch, width) for _ in range(2)]
     else:
         views = [torch.randn(batch, 3, cfg.data.image_size, cfg.data.image_size) for _ in range(2)]
@@ -72,6 +77,9 @@ def main() -> int:
     from globetrotter.config import load_train_config
 
     cfg = load_train_config(args.config, ["data.synth=null"])
+    if not cfg.loss.uses_images:  # no backbone: the features path has none to read (a traceback after the first row)
+        raise UserError(f"--config {args.config}: its model reads no images (loss.image and loss.cross are 0, no "
+                        f"transitive loss.text); this projection counts the two image paths of a model that does")
     total_samples = args.samples * args.epochs
     rate = args.peak_tflops * 1e12 * args.mfu
     print(f"{args.config}: d_model {cfg.model.d_model}, {cfg.model.layers} layers, vocabulary {cfg.data.vocab_size}, "

@@ -33,10 +33,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from torchvision.transforms import v2
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
@@ -83,7 +87,7 @@ def training_images(ids: list[str], target_ids: list[str], languages: dict[str, 
     return [r for r, i in enumerate(ids) if i not in held and i in targets], held
 
 
-def augmentation(image_size: int):
+def augmentation(image_size: int) -> v2.Compose:
     """The views fine-tuned on: ``configs/flickr8k.yaml``'s augmentation (crops of at least half the picture, colour
     jitter without hue, flips)."""
     return simclr_transform(image_size, 0.5, jitter=0.4, hue=0.0, grayscale=0.0, hflip=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -118,8 +119,9 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
         held_langs = np.array([languages[i] for i, t in zip(images, test) if t])
         off &= held_langs[:, None] != held_langs[None, :]
     top = np.sort(np.where(off, ref_sim, -np.inf), axis=1)[:, -k:]
+    per_cache: dict[str, dict] = {}
     report = {"images": len(images), "held_out": held_out, "k": k, "seed": seed,
-              "chance": float(ref_sim[off].mean()), "ceiling": float(top.mean()), "caches": {}}
+              "chance": float(ref_sim[off].mean()), "ceiling": float(top.mean()), "caches": per_cache}
     for name, (ids, vectors) in caches.items():
         rows = {i: r for r, i in enumerate(ids)}
         x = vectors[[rows[i] for i in images]]
@@ -128,11 +130,11 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
             ridge = fit_image_ridge(x[~test], target[~test], strength).model
             fits[strength] = agreement(ridge.predict(x[test]), ref_sim, k, off)
         best = max(fits, key=lambda s: fits[s][f"agreement@{k}"])
-        report["caches"][name] = {**agreement(x[test], ref_sim, k, off), "ridge": {"strength": best, **fits[best]}}
+        per_cache[name] = {**agreement(x[test], ref_sim, k, off), "ridge": {"strength": best, **fits[best]}}
     return report
 
 
-def _main(argv: list[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("--reference", required=True, help="the feature cache of what people said about each image")
@@ -171,7 +173,7 @@ def _main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The command line; a bad input is a one-line error and exit code 2."""
     return run_cli(_main, argv)
 

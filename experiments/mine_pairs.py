@@ -23,6 +23,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -81,7 +82,8 @@ def z_scored(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / x.std()
 
 
-def image_scores(scorer, caption_image: np.ndarray, n_images: int, chunk: int = 512) -> np.ndarray:
+def image_scores(scorer: Callable[[np.ndarray], np.ndarray], caption_image: np.ndarray, n_images: int,
+                 chunk: int = 512) -> np.ndarray:
     """``[images, images]`` float32 mean caption score of every two images (``scorer(rows)`` gives captions ×
     captions): the scorer's float32, each mean over a few captions, so float64 would only double the memory."""
     n = len(caption_image)
@@ -95,7 +97,7 @@ def image_scores(scorer, caption_image: np.ndarray, n_images: int, chunk: int = 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="a trained run (its best checkpoint)")
     p.add_argument("--ranking", required=True, help="the teacher's `eval.py select` record (ranking and reference)")
@@ -147,7 +149,7 @@ def mine(args: argparse.Namespace) -> None:
     split_langs = sorted(set(langs.tolist()))
     unchosen = sorted(set(split_langs) - set(choice.languages or split_langs))
     if unchosen:  # no test and no parallel text read: the ranking is carried over, and the record says so
-        print(f"note: {args.ranking} chose its ranking on val for {','.join(choice.languages)}; applied to "
+        print(f"note: {args.ranking} chose its ranking on val for {','.join(choice.languages or ())}; applied to "
               f"{','.join(unchosen)} as it is", flush=True)
     if not encoder.cfg.data.features:
         raise UserError(f"--teacher {args.teacher}: trained without a feature cache (data.features); the images' "
@@ -160,8 +162,9 @@ def mine(args: argparse.Namespace) -> None:
     cfg = encoder.cfg
     cache = load_feature_cache(cfg.data.features)
     feats = torch.from_numpy(np.asarray(cache.features[cache.rows(images, split), 0], dtype=np.float32))
-    feats = unit_centred_targets(torch.nn.functional.normalize(feats, dim=-1)).numpy()  # unit, centred, unit
-    look = feats @ feats.T
+    unit = torch.nn.functional.normalize(feats, dim=-1).numpy()
+    centred = unit_centred_targets(unit).numpy()  # unit, centred, unit
+    look = centred @ centred.T
 
     edges, report = [], {}
     languages = sorted(set(lang_of.tolist()))
@@ -189,10 +192,10 @@ def mine(args: argparse.Namespace) -> None:
     with ShardWriter(out, split=out.name, source=f"{manifest.get('source', 'converted')}+mined",
                      image_format=manifest.get("image_format", "jpg"), extra=extra) as writer:
         for key, _, data, meta in iter_raw(split):
-            g = int(group[index[str(meta["image_id"])]])
+            mined = int(group[index[str(meta["image_id"])]])
             other = {k: v for k, v in meta.items() if k not in ("caption", "lang", "image_id", "group")}
             writer.write(key, data, meta["caption"], meta["lang"], str(meta["image_id"]),
-                         f"mined-{g}" if g >= 0 else None, extra=other or None)
+                         f"mined-{mined}" if mined >= 0 else None, extra=other or None)
     print(f"wrote {out} ({json.dumps(extra['mined_groups']['pairs'])})")
 
 

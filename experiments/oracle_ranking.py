@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -27,12 +28,12 @@ from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
     DEFAULT_SIZE, checked_reference, refuse_test_split, shared_images)
-from globetrotter.evaluation.sentence import parallel_set, sentence_translation  # noqa: E402
+from globetrotter.evaluation.sentence import ParallelSet, parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
 
 
-def parallel_val(split: str, languages: list[str] | None, n_groups: int | None, seed: int):
+def parallel_val(split: str, languages: list[str] | None, n_groups: int | None, seed: int) -> ParallelSet:
     """A seeded sample of ``split``'s images captioned in every one of ``languages``, its captions tied by group, or
     by image id where the split has no groups."""
     from data_prep.shards import read_captions
@@ -44,7 +45,8 @@ def parallel_val(split: str, languages: list[str] | None, n_groups: int | None, 
 
 def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: list[str] | None = None,
                   n_groups: int | None = None, reference_size: int = DEFAULT_SIZE, seed: int = 0,
-                  name: str | None = None, test: str | None = None, log=print) -> Path:
+                  name: str | None = None, test: str | None = None,
+                  log: Callable[[str], object] = print) -> Path:
     """Score ``model``'s ranking grid by sentence translation on the parallel ``val`` split (statistics from
     ``reference``, which may not be ``val``), keep the best, and write the record ``out/select-NAME.json``
     (`select`'s form). Returns its path. ``test``: the test split, whose images ``val`` may not show."""
@@ -56,7 +58,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     have = sorted(read_manifest(val)["languages"])
     missing = [lang for lang in languages or () if lang not in have]
     if missing:  # a code the split lacks: the --languages given, not the split's form, is the mistake
-        raise UserError(f"--languages {','.join(languages)}: --val {val} has no caption in {','.join(missing)} "
+        raise UserError(f"--languages {','.join(languages or ())}: --val {val} has no caption in {','.join(missing)} "
                         f"(it has {','.join(have)})")
     try:
         ps = parallel_val(val, languages, n_groups, seed)
@@ -118,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     oracle_choice(args.model, args.val, args.reference, args.out,
                   languages=args.languages, n_groups=args.n_groups,

@@ -16,7 +16,7 @@ import argparse
 import csv
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Sequence, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -24,8 +24,15 @@ from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.plots import save_figure  # noqa: E402  (sets the Agg backend)
 import matplotlib.pyplot as plt  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.transforms import Bbox
+
 COLUMNS = ("label", "kind", "agreement", "full", "matched_twin", "paper_twin")
 KINDS = ("blend", "method")
+Curve = tuple[Sequence[float], Sequence[float]]  # a polyline: its xs and ys (data units)
+Point = tuple[float, float]
 
 
 class Row(NamedTuple):
@@ -39,15 +46,18 @@ class Row(NamedTuple):
     paper_twin: float | None
 
 
-def _number(text: str, where: str, column: str, required: bool) -> float | None:
+def _number(text: str, where: str, column: str) -> float:
     if not text.strip():
-        if required:
-            raise UserError(f"{where}: column {column!r} is empty, expected a number")
-        return None
+        raise UserError(f"{where}: column {column!r} is empty, expected a number")
     try:
         return float(text)
     except ValueError:
         raise UserError(f"{where}: column {column!r} is {text!r}, expected a number") from None
+
+
+def _optional_number(text: str, where: str, column: str) -> float | None:
+    """:func:`_number`, None for an empty cell (a model that was not trained)."""
+    return _number(text, where, column) if text.strip() else None
 
 
 def read_table(path: str | Path) -> list[Row]:
@@ -71,33 +81,36 @@ def read_table(path: str | Path) -> list[Row]:
         label, kind = cells[0].strip(), cells[1].strip()
         if kind not in KINDS:
             raise UserError(f"{where}: kind {kind!r}, expected one of {', '.join(KINDS)}")
-        values = [_number(text, where, column, column in ("agreement", "full"))
-                  for text, column in zip(cells[2:], COLUMNS[2:])]
-        rows.append(Row(label, kind, *values))
-    if _shipped(rows) is None:
+        agreement, full = (_number(text, where, column) for text, column in zip(cells[2:4], COLUMNS[2:4]))
+        matched_twin, paper_twin = (_optional_number(text, where, column)
+                                    for text, column in zip(cells[4:], COLUMNS[4:]))
+        rows.append(Row(label, kind, agreement, full, matched_twin, paper_twin))
+    if _shipped_twins(rows) is None:
         raise UserError(f"{path}: no row of kind 'method' with both twins, which the targets are drawn from")
     return rows
 
 
-def _shipped(rows: list[Row]) -> Row | None:
-    """The shipped vectors' row: the first of kind ``method`` with both twins."""
-    return next((r for r in rows if r.kind == "method" and r.matched_twin is not None
+def _shipped_twins(rows: list[Row]) -> tuple[float, float] | None:
+    """``(matched_twin, paper_twin)`` of the shipped vectors' row: the first of kind ``method`` with both twins."""
+    return next(((r.matched_twin, r.paper_twin) for r in rows if r.kind == "method" and r.matched_twin is not None
                  and r.paper_twin is not None), None)
 
 
 def targets(rows: list[Row]) -> dict[str, float]:
     """The project's two targets in this measure: half the paper-setting twin and 0.8 of the images-matched twin,
-    both trained on the shipped vectors (:func:`_shipped`)."""
-    shipped = _shipped(rows)
-    return {"half the paper-setting twin": 0.5 * shipped.paper_twin,
-            "0.8 x the images-matched twin": 0.8 * shipped.matched_twin}
+    both trained on the shipped vectors (:func:`_shipped_twins`)."""
+    twins = _shipped_twins(rows)
+    if twins is None:  # read_table refuses such a table
+        raise UserError("no row of kind 'method' with both twins, which the targets are drawn from")
+    matched_twin, paper_twin = twins
+    return {"half the paper-setting twin": 0.5 * paper_twin, "0.8 x the images-matched twin": 0.8 * matched_twin}
 
 
-def _label_line(ax, text: str, level: float, curves, points) -> None:
+def _label_line(ax: Axes, text: str, level: float, curves: Sequence[Curve], points: Sequence[Point]) -> None:
     """Write ``text`` along the horizontal line at ``level``: above it at the left edge, else above it at the right
     edge, else below it (left, then right), the first place where no curve (``(xs, ys)`` polylines) and no point
     crosses the text; the last one tried when every place is crossed."""
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = cast("FigureCanvasAgg", ax.figure.canvas).get_renderer()  # the Agg backend, set on import
     (x0, x1) = ax.get_xlim()
     for va in ("bottom", "top"):
         for x, ha in ((x0, "left"), (x1, "right")):
@@ -109,7 +122,7 @@ def _label_line(ax, text: str, level: float, curves, points) -> None:
     ax.text(x1, level, text, ha="right", va="top", fontsize=7, color="tab:green")
 
 
-def _crosses(box, curves, points) -> bool:
+def _crosses(box: Bbox, curves: Sequence[Curve], points: Sequence[Point]) -> bool:
     """Whether a polyline of ``curves`` or a point of ``points`` (data units) passes through ``box``."""
     import numpy as np
 
@@ -134,15 +147,15 @@ def plot(rows: list[Row], out: str | Path) -> Path:
     if blends:
         ax.plot([r.agreement for r in blends], [r.full for r in blends], "o-", color="tab:blue",
                 label="full model, blends with what people said")
-        twin = [r for r in blends if r.matched_twin is not None]
-        ax.plot([r.agreement for r in twin], [r.matched_twin for r in twin], "s--", color="tab:gray",
+        twin = [(r.agreement, r.matched_twin) for r in blends if r.matched_twin is not None]
+        ax.plot([x for x, _ in twin], [y for _, y in twin], "s--", color="tab:gray",
                 label="images-matched twin, the same blends")
     ax.scatter([r.agreement for r in methods], [r.full for r in methods], marker="D", color="tab:red", zorder=3,
                label="full model, image vectors a method can build")
     for r in methods:
         ax.annotate(r.label, (r.agreement, r.full), textcoords="offset points", xytext=(6, -3), fontsize=7)
     curves = [([r.agreement for r in blends], [r.full for r in blends]),
-              ([r.agreement for r in twin], [r.matched_twin for r in twin])] if blends else []
+              ([x for x, _ in twin], [y for _, y in twin])] if blends else []
     points = [(r.agreement, r.full) for r in methods]
     for text, level in targets(rows).items():
         ax.axhline(level, color="tab:green", lw=0.8, ls=":")
@@ -155,7 +168,7 @@ def plot(rows: list[Row], out: str | Path) -> Path:
     return save_figure(fig, out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", default="docs/figures/image-vectors.csv",

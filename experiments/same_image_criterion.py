@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def caption_pairs(split: str, languages: list[str] | None, n_images: int,
                                 "captions)")
             continue
         chosen = sorted(rng.choice(len(twice), size=min(n_images, len(twice)), replace=False))
-        pairs[lang] = [tuple(by_lang[lang][twice[i]][:2]) for i in chosen]
+        pairs[lang] = [(by_lang[lang][twice[i]][0], by_lang[lang][twice[i]][1]) for i in chosen]
     if not pairs:
         raise UserError(f"--val {split}: no language has {MIN_IMAGES} images captioned twice "
                         "(more-captions --splits val gives val images more captions)")
@@ -157,7 +157,7 @@ def against_oracle(rows: list[dict], oracle: str) -> dict:
 
 
 def choose(model: str, sample: ValSample, out: str, *, oracle: str | None = None, name: str | None = None,
-           log=print) -> Path:
+           log: Callable[[str], object] = print) -> Path:
     """Score ``model``'s grid by the same-image criterion on ``sample`` and write the record
     ``out/same-image-NAME.json`` (every ranking's criterion, the choice and, with ``oracle``, how it compares).
     Returns its path."""
@@ -186,7 +186,7 @@ def choose(model: str, sample: ValSample, out: str, *, oracle: str | None = None
     return path
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, action="append", help="a trained run folder (repeatable)")
     parser.add_argument("--val", required=True,
@@ -215,7 +215,7 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The command line; a bad input is a one-line error and exit code 2."""
     return run_cli(_main, argv)
 

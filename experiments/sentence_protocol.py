@@ -35,7 +35,7 @@ import shlex
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +48,8 @@ from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.records import versions  # noqa: E402
 
 BASE_COLUMNS = ("cosine", "val-chosen")
+# results[row label][seed][language set][column]: (figure %, the ranking's label, per-group hits or None[, chance %])
+Results = Mapping[str, Sequence[Mapping[str, Mapping[str, tuple]]]]
 COMMAND_RECORD = "command.json"
 
 
@@ -86,7 +88,8 @@ def check_ratios(ratios: list[str], rows: list[tuple[str, list[str]]]) -> None:
 def check_model(label: str, model: str, has_val: bool) -> None:
     """A one-line :class:`UserError`, before anything is scored, when ``model`` of row ``label`` is no baseline and
     no run or checkpoint folder with a checkpoint, or a baseline without ``--val`` (it has no run config)."""
-    from globetrotter.evaluation.models import is_baseline, is_pivot_ridge_spec
+    from globetrotter.evaluation.models import is_baseline
+    from globetrotter.evaluation.pivot_ridge import is_pivot_ridge_spec
     from globetrotter.training.checkpoint import resolve
 
     try:
@@ -150,7 +153,7 @@ def slug(label: str, model: str, langs: str) -> str:
                      langs.replace(",", "-")))
 
 
-def reusable(path: Path, model: str, split: str | None, languages: str, **config) -> dict | None:
+def reusable(path: Path, model: str, split: str | None, languages: str, **config: object) -> dict | None:
     """The record at ``path`` when it holds this measurement already; None when absent; a one-line
     :class:`UserError` when it was written for another model or other weights (the checkpoint the run loads now: a
     run trained on or resumed since), split (``None``: any), languages or setting (``config``), which reusing it
@@ -257,7 +260,8 @@ def columns(args: argparse.Namespace) -> tuple[str, ...]:
     return BASE_COLUMNS + (("oracle",) if args.oracle_val else ())
 
 
-def table(rows, results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
+def table(rows: list[tuple[str, list[str]]], results: Results, language_sets: Sequence[str], ratios: Sequence[str],
+          cols: Sequence[str] = BASE_COLUMNS) -> str:
     """``table.md``: per row, each seed's figure in every language set and column, then the ranking each seed chose
     (``val-chosen``, and ``oracle`` when a column) in every language set (its own choice: one column per set when
     there are several), then the ``ratios`` rows and their intervals."""
@@ -288,7 +292,8 @@ def table(rows, results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
     return "\n".join(lines) + "\n" + ratio_intervals(results, language_sets, ratios, cols)
 
 
-def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
+def ratio_intervals(results: Results, language_sets: Sequence[str], ratios: Sequence[str],
+                    cols: Sequence[str] = BASE_COLUMNS) -> str:
     """Each ``--ratio`` cell again with its 95% interval: a paired bootstrap over the test groups (both models'
     records of the same groups, resampled together; :func:`globetrotter.evaluation.sentence.ratio_interval`)."""
     from globetrotter.evaluation.sentence import ratio_interval
@@ -315,7 +320,8 @@ def ratio_intervals(results, language_sets, ratios, cols=BASE_COLUMNS) -> str:
     return "\n95% intervals of the ratios (paired bootstrap over the test groups):\n\n" + "\n".join(lines) + "\n"
 
 
-def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> Path:
+def plot_table(rows: list[tuple[str, list[str]]], results: Results, language_sets: Sequence[str], path: Path,
+               cols: Sequence[str] = BASE_COLUMNS) -> Path:
     """``table.png``: per language set, each row's figure in every column as a bar (mean over its seeds) with a dot
     per seed, so rows, columns and the spread between seeds read at a glance; the panels share the y-axis, and each
     draws the chance level of its records (a figure's optional fourth entry, in percent) as a dashed line."""
@@ -329,7 +335,7 @@ def plot_table(rows, results, language_sets, path: Path, cols=BASE_COLUMNS) -> P
     fig, axes = plt.subplots(1, len(language_sets), figsize=(panel * len(language_sets), 4), squeeze=False,
                              sharey=True)
     for p, (ax, ls) in enumerate(zip(axes[0], language_sets)):
-        chances = set()
+        chances: set[float] = set()
         for c, column in enumerate(cols):
             x = np.arange(len(rows)) + (c - (len(cols) - 1) / 2) * width
             figures = [[results[label][i][ls][column] for i in range(len(models))] for label, models in rows]

@@ -166,7 +166,7 @@ def _stat(values: Sequence[float]) -> dict:
 def summarise(res: dict, k: int) -> dict:
     """One table row's numbers from a :func:`run_protocol` result: correlations, paired differences, ranges."""
     corr = res["correlation"][f"@{k}"]
-    row = {}
+    row: dict[str, object] = {}
     for kind in ("pearson", "spearman"):
         bkr, base = corr[kind]["bkr"]["per_seed"], corr[kind]["corr"]["per_seed"]
         row[kind] = {"bkr": _stat(bkr), "corr": _stat(base),

@@ -32,8 +32,12 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axis import Axis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
@@ -157,7 +161,7 @@ def table(rows: list[dict], labels: list[str], shares: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log2_ticks(axis, values) -> None:
+def log2_ticks(axis: Axis, values: Iterable[float]) -> None:
     """Label a base-2 log ``axis``: at powers of 2 when ``values`` span an octave or more, else (no power of 2 may
     fall among them) at up to 4 values spread evenly in log between the smallest and largest, 3 significant
     digits (whole numbers from 100 up)."""
@@ -269,16 +273,17 @@ def study(args: argparse.Namespace) -> None:
             raise UserError(f"--model {label}={config}: config file not found{where}")
     args.split = str(input_path(args.split, here))
     given = {}
-    for key, value in parse_pairs(args.run, "--run").items():
+    for key, folder in parse_pairs(args.run, "--run").items():
         label, share, seed = (key.split(":") + ["", ""])[:3]
         try:
-            given[label, float(share), int(seed)] = here / value
+            given[label, float(share), int(seed)] = here / folder
         except ValueError:
             sys.exit(f"error: --run: expected LABEL:SHARE:SEED=DIR, got {key!r}")
     out = Path(args.out_dir)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    rows, counted = [], {}
+    rows: list[dict] = []
+    counted: dict[str, float] = {}
     for label, config in models.items():
         for share in args.shares:
             for seed in args.seeds:

@@ -96,7 +96,7 @@ def save_bundle(path: Path, splits: dict[str, SplitFeatures]) -> None:
                        f"{name}/caption_image": s.caption_image, f"{name}/langs": np.asarray(s.langs, dtype=str),
                        f"{name}/groups": np.asarray(s.groups, dtype=str), f"{name}/texts": np.asarray(s.texts, dtype=str),
                        f"{name}/image_keys": np.asarray(s.image_keys, dtype=str)})
-    np.savez_compressed(path, **arrays)
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]  # numpy>=2.1's stub: a **dict may name allow_pickle
 
 
 def load_bundle(path: Path) -> dict[str, SplitFeatures]:

@@ -73,6 +73,23 @@ def test_ridge_cv_refuses_to_compare_one_thread_with_itself(monkeypatch, capsys)
     assert "--threads" in capsys.readouterr().err and calls == []
 
 
+def test_scale_projection_refuses_a_model_without_images_before_any_count(tmp_path, monkeypatch, capsys):
+    """A text-only config printed its pixel row, then ended in AttributeError ('NoneType' has no attribute
+    'num_features') counting the features path of a model with no image backbone."""
+    module = load_bench("scale_projection")
+    config = tmp_path / "text-only.yaml"
+    config.write_text(f"_base_: {REPO / 'configs' / 'globetrotter-paper.yaml'}\n"
+                      "loss: {text: 0.0, image: 0.0, cross: 0.0, cloze: 1.0}\n", encoding="utf-8")
+    counted = []
+    monkeypatch.setattr(module, "step_flops", lambda *a: counted.append(a[-1]) or 1e9)
+    assert exit_code(module, ["--config", str(config)], monkeypatch) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [f"error: --config {config}: its model reads no images (loss.image and "
+                                        "loss.cross are 0, no transitive loss.text); this projection counts the two "
+                                        "image paths of a model that does"]
+    assert counted == [] and "pixels" not in out
+
+
 def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
     module = load_bench("bench_neighbours")
     seen = []

@@ -2,7 +2,10 @@
 and per-module overrides of pyproject.toml's ``[tool.mypy]``) report no error. backretrieval's type hints are part of
 its API (users import it as a library, with any embedding model), so a hint that says something untrue fails here,
 not in a user's checker; data_prep's readers and writers are what every command's files go through; globetrotter's
-are the method's. Each run after the first finds most of what it imports in ``.mypy_cache``."""
+are the method's. The experiment drivers and the benchmarks are checked alike (``mypy experiments``, ``mypy bench``:
+folders without ``__init__.py``: each file a top-level module, its folder on the path, as the drivers import one
+another), so a value of the wrong type they hand the packages fails here, not in a long run. Each run after the
+first finds most of what it imports in ``.mypy_cache``."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (pip install -e .[dev])")
-@pytest.mark.parametrize("package", ["backretrieval", "data_prep", "globetrotter"])
-def test_package_type_checks_with_mypy(package: str):
-    done = subprocess.run([sys.executable, "-m", "mypy", package], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, f"mypy {package} (rc {done.returncode}):\n{done.stdout}{done.stderr}"
+@pytest.mark.parametrize("folder", ["backretrieval", "data_prep", "globetrotter", "experiments", "bench"])
+def test_type_checks_with_mypy(folder: str):
+    done = subprocess.run([sys.executable, "-m", "mypy", folder], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"mypy {folder} (rc {done.returncode}):\n{done.stdout}{done.stderr}"
 
 
 def test_a_type_checker_sees_every_lazy_name_of_backretrieval_as_its_submodule_defines_it():

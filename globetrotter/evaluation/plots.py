@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from backretrieval.plots import chance_line, save_figure  # noqa: E402  (one chance line, one way to write a figure)
+# one chance line, one way to write a figure (exported: experiments/ and bench/ take it from here, Agg set)
+from backretrieval.plots import chance_line, save_figure as save_figure  # noqa: E402
 
 # ISO 639-1 (and Dari "prs") -> family, covering the paper's 52 languages and common others.
 LANGUAGE_FAMILIES: dict[str, str] = {
