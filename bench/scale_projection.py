@@ -80,6 +80,9 @@ def main() -> int:
     if not cfg.loss.uses_images:  # no backbone: the features path has none to read (a traceback after the first row)
         raise UserError(f"--config {args.config}: its model reads no images (loss.image and loss.cross are 0, no "
                         f"transitive loss.text); this projection counts the two image paths of a model that does")
+    if cfg.model.token_ngrams:  # the n-gram rows need the tokenizer's tokens; they are lookups and sums, no matmul
+        cfg = replace(cfg, model=replace(cfg.model, token_ngrams=None))
+        print("model.token_ngrams: counted without the n-gram rows (embedding lookups and sums, no tokenizer read)")
     total_samples = args.samples * args.epochs
     rate = args.peak_tflops * 1e12 * args.mfu
     print(f"{args.config}: d_model {cfg.model.d_model}, {cfg.model.layers} layers, vocabulary {cfg.data.vocab_size}, "

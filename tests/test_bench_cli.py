@@ -90,6 +90,20 @@ def test_scale_projection_refuses_a_model_without_images_before_any_count(tmp_pa
     assert counted == [] and "pixels" not in out
 
 
+def test_scale_projection_counts_a_model_with_token_ngrams_without_its_tokenizer(monkeypatch, capsys):
+    """configs/quickstart.yaml (model.token_ngrams, as every recipe but the paper's) ended in ValueError ('pass
+    tokenizer='): the model was built without the tokenizer its n-gram rows read. It is counted without those rows
+    (lookups and sums, which the FLOP counter does not count anyway), and says so."""
+    module = load_bench("scale_projection")
+    assert exit_code(module, ["--config", str(REPO / "configs" / "quickstart.yaml"), "--batch", "2", "--tokens", "8"],
+                     monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "model.token_ngrams: counted without the n-gram rows" in out
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines() if line.startswith(("pixels", "cached"))}
+    pixels, features = (float(rows[k][-3]) for k in ("pixels, trainable backbone", "cached / imported features"))
+    assert pixels > features > 0  # the backbone's FLOPs are in the pixel path only
+
+
 def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
     module = load_bench("bench_neighbours")
     seen = []
