@@ -359,6 +359,26 @@ def test_help_explains_why(capsys):
     assert "no parallel text" in text and "exactly one language" in text and "--out" in text
 
 
+def test_captions_help_says_how_a_rows_image_is_matched(tmp_path, capsys):
+    """more-captions matches a --captions row's image by stem (the shards keep no file names) and ignores its split
+    column; its --help said the converters' rule (no stem match)."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (24, 16), "white").save(photos / "dog.jpg")
+    data = tmp_path / "data"
+    table = write_lines(tmp_path / "caps.tsv", ["dog.jpg\ten\ta white dog"])
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--out", data, "--no-progress"]) == 0
+    more = write_lines(tmp_path / "more.tsv", ["dog.png\ten\tanother dog\ttest"])
+    assert cli(["more-captions", "--data", data, "--captions", more, "--out", tmp_path / "more", "--no-progress"]) == 0
+    assert [m["caption"] for m in by_image(tmp_path / "more" / "train")["dog"]] == ["a white dog", "another dog"]
+    capsys.readouterr()
+    assert cli(["more-captions", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--captions FILE caption table")
+    captions = text[start:text.index("--images DIR", start)]
+    assert "no stem" not in captions and "file stem" in captions and "split column is ignored" in captions
+
+
 @pytest.mark.realdata
 def test_real_flickr8k_gets_more_captions(flickr8k_dir, tmp_path):
     data = tmp_path / "f8k"

@@ -159,8 +159,14 @@ def _default_workers() -> int:
 CAPTION_SOURCES = ("multi30k", "flickr8k", "globetrotter", "xtd10", "captions")
 
 
-def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] = CAPTION_SOURCES) -> None:
-    """The caption-source options (each repeatable) of ``sources`` (``multi30k`` brings ``--multi30k-tasks``)."""
+CAPTIONS_IMAGE = "image is a path or file name (no stem or photo id match)"
+"""How a converter finds the image a ``--captions`` row names (:mod:`.folder`)."""
+
+
+def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] = CAPTION_SOURCES,
+                         captions_image: str = CAPTIONS_IMAGE) -> None:
+    """The caption-source options (each repeatable) of ``sources`` (``multi30k`` brings ``--multi30k-tasks``);
+    ``captions_image``: how the command finds the image a ``--captions`` row names (its --help words)."""
     if "multi30k" in sources:
         group.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
                            help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
@@ -182,8 +188,7 @@ def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] 
     if "captions" in sources:
         group.add_argument("--captions", type=_existing_file, action="append", default=[], metavar="FILE",
                            help="caption table: TSV (image<TAB>lang<TAB>caption[<TAB>split]) or JSONL "
-                                "({\"image\", \"lang\", \"caption\"[, \"split\"]}), .gz allowed; image is a "
-                                "path or file name (no stem or photo id match)")
+                                "({\"image\", \"lang\", \"caption\"[, \"split\"]}), .gz allowed; " + captions_image)
 
 
 def _shared_options() -> argparse.ArgumentParser:

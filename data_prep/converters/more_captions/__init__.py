@@ -221,7 +221,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
                         help="comma-separated languages to add captions in (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
-    add_source_arguments(src, ("multi30k", "flickr8k", "captions"))
+    add_source_arguments(src, ("multi30k", "flickr8k", "captions"),
+                         captions_image="image is matched to the dataset's image ids by its file stem or Flickr photo "
+                                        "id, as the other sources' images are; a split column is ignored (the "
+                                        "dataset's splits stand)")
     src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
                      help="not needed (accepted so a converter command line can be reused): images are matched "
                           "to the dataset's image ids and their bytes come from its shards")
