@@ -58,16 +58,27 @@ def is_text_embedder(model: object) -> bool:
     return isinstance(getattr(model, "name", None), str) and callable(getattr(model, "encode", None))
 
 
-def _text_seed(text: str, seed: int) -> int:
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(int(seed)).encode()).digest()
+def _text_seed(text: str, key: str) -> int:
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=key.encode()).digest()
     return int.from_bytes(digest, "little")
 
 
-def _hashed_gaussian(texts: Sequence[str], dim: int, seed: int) -> np.ndarray:
+def _hashed_gaussian(texts: Sequence[str], dim: int, key: str) -> np.ndarray:
+    """One standard Gaussian vector per text, drawn from the stream ``key`` names (a seed's digits, as a rule)."""
     out = np.empty((len(texts), dim), dtype=np.float32)
     for i, text in enumerate(texts):
-        out[i] = np.random.default_rng(_text_seed(text, seed)).standard_normal(dim, dtype=np.float32)
+        out[i] = np.random.default_rng(_text_seed(text, key)).standard_normal(dim, dtype=np.float32)
     return out
+
+
+def _streams_of(embedder: object) -> set[str]:
+    """The keys of the hashed Gaussian streams ``embedder``'s vectors are drawn from (``random:``, ``noisy:`` and
+    the embedders they wrap); empty for a model."""
+    if isinstance(embedder, RandomEmbedder):
+        return {embedder.stream}
+    if isinstance(embedder, NoisyEmbedder):
+        return {embedder.stream} | _streams_of(embedder.base)
+    return set()
 
 
 class RandomEmbedder:
@@ -81,11 +92,12 @@ class RandomEmbedder:
         if dim < 1:
             raise BackRetrievalError(f"random embedder: dim must be >= 1, got {dim}")
         self.dim, self.seed = int(dim), int(seed)
+        self.stream = str(self.seed)
         self.name = f"random:{self.dim}:{self.seed}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """``(len(texts), dim)`` float32: each text's Gaussian vector, the same for the same text in any call."""
-        return _hashed_gaussian(list(texts), self.dim, self.seed)
+        return _hashed_gaussian(list(texts), self.dim, self.stream)
 
 
 class NoisyEmbedder:
@@ -93,13 +105,18 @@ class NoisyEmbedder:
 
     ``eps(t)`` is standard Gaussian, seeded by a hash of the text (deterministic per
     text), so the noise has about ``noise_std`` times the norm of the unit base
-    embedding. Increasing ``noise_std`` gives models of graded quality for the protocol.
+    embedding. Increasing ``noise_std`` gives models of graded quality for the protocol. Where the base draws its
+    vectors from the stream ``seed`` names (``random:DIM:SEED``, or a ``noisy:`` copy of the same seed), the noise
+    is drawn from another (it was the base's own vector again, and the copy ranked exactly as the base).
     """
 
     def __init__(self, base: TextEmbedder, noise_std: float, seed: int = 0) -> None:
         if noise_std < 0:
             raise BackRetrievalError(f"noisy embedder: noise_std must be >= 0, got {noise_std}")
         self.base, self.noise_std, self.seed = base, float(noise_std), int(seed)
+        self.stream, taken = str(self.seed), _streams_of(base)
+        while self.stream in taken:
+            self.stream = f"noise:{self.stream}"
         self.name = f"noisy:{self.noise_std:g}:{self.seed}:{base.name}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -107,7 +124,7 @@ class NoisyEmbedder:
         emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         dim = emb.shape[1]
-        return emb + self.noise_std / np.sqrt(dim) * _hashed_gaussian(list(texts), dim, self.seed)
+        return emb + self.noise_std / np.sqrt(dim) * _hashed_gaussian(list(texts), dim, self.stream)
 
 
 class NpyEmbedder:

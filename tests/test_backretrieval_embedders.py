@@ -36,6 +36,40 @@ def test_noisy_embedder_adds_deterministic_noise_of_the_given_size():
     assert "0.5" in noisy.name and base.name in noisy.name
 
 
+def test_a_noisy_copy_of_random_vectors_of_its_seed_is_noisy():
+    """noisy:STD:random:DIM drew its noise with the random base's own seed, from the same hashed stream: the noise
+    was each text's base vector again, so the copy ranked exactly as the base (BackRetrieval's correlate listed two
+    identical models). The noise now comes from another stream there; a model's noise (USE's) stays as it was."""
+    import hashlib
+
+    texts = [f"caption {i}" for i in range(64)]
+
+    def unit(x):
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    for copy in (load_embedder("noisy:1.0:random:16"), load_embedder("noisy:1.0:noisy:0.5:random:16")):
+        base = unit(copy.base.encode(texts))
+        noise = copy.encode(texts) - base
+        assert abs(np.mean(np.sum(unit(noise) * base, axis=1))) < 0.15  # was 1: the base's own direction
+    copy = load_embedder("noisy:1.0:random:16")
+    ranked = [np.argsort(-(unit(x) @ unit(x).T), axis=1) for x in (copy.encode(texts), copy.base.encode(texts))]
+    assert not np.array_equal(*ranked)
+
+    class Fixed:  # a model: its vectors are not drawn from a hashed stream
+        name = "fixed"
+
+        def encode(self, texts):
+            return np.tile(np.eye(4, dtype=np.float32)[:1], (len(texts), 1))
+
+    def drawn(text, key):  # the noise of seed 7, computed here as the embedder has always drawn it
+        seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little")
+        return np.random.default_rng(seed).standard_normal(4, dtype=np.float32)
+
+    got = NoisyEmbedder(Fixed(), 0.5, seed=7).encode(["a", "b"])
+    want = np.eye(4, dtype=np.float32)[:1] + 0.5 / 2 * np.stack([drawn("a", b"7"), drawn("b", b"7")])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_npy_embedder_in_file_order_or_by_sidecar(tmp_path):
     arr = np.arange(12, dtype=np.float32).reshape(4, 3)
     path = tmp_path / "e.npy"
