@@ -657,6 +657,26 @@ def test_the_reference_is_never_the_evaluated_split_nor_a_missing_one(tiny_run, 
 
 
 
+def test_a_ranking_without_statistics_reads_no_default_reference(tiny_run, tiny_world, tmp_path, capsys):
+    """The cosine of a trained model takes no statistics, so the train split beside --split is not read: one that shows
+    the evaluated images (here a copy of test) was refused, naming a --reference never given. A ranking that reads it
+    (CSLS) is refused still, naming the default and the flag that replaces it."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_world / "test", data / "test")
+    shutil.copytree(tiny_world / "test", data / "train")
+    manifest = json.loads((data / "train" / "manifest.json").read_text())
+    (data / "train" / "manifest.json").write_text(json.dumps({**manifest, "split": "train"}))
+    sentence = ["sentence", "--model", str(tiny_run), "--split", str(data / "test"), "--n-groups", "12", "--out",
+                str(tmp_path / "out"), "--name", "tiny"]
+    assert run(sentence) == 0
+    assert record(tmp_path / "out", "sentence", "tiny")["config"]["reference"] is None
+    capsys.readouterr()
+    assert run(sentence + ["--retrieval", "csls", "--csls-k", "3"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and re.search(r"\S+train \(the default reference split\): shows 12 images of the evaluated "
+                                       r"split .*with --reference SPLIT", err[0]), err
+
+
 def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path, monkeypatch):
     """The evaluated split was read twice, for its sample and again to check that the reference split shows none of
     its images; the check now takes the image ids the sample's reading found. The train split (the reference) was read
@@ -675,7 +695,7 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     monkeypatch.setattr(shards, "iter_raw", counting)
     base = ["sentence", "--model", str(tiny_run), "--split", str(tiny_world / "test"), "--n-groups", "12"]
     assert run(base + ["--out", str(tmp_path / "cosine")]) == 0
-    assert reads == Counter({"test": 1, "train": 1})
+    assert reads == Counter({"test": 1})  # the cosine takes no statistics: no reference read
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
     assert reads == Counter({"test": 1, "train": 1})

@@ -86,9 +86,11 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
     captions = read_captions_once(chosen, languages)
     shared = shared_images(chosen, evaluated, evaluated_images, captions.images)
     if shared:
-        raise UserError(f"--reference {chosen}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
+        given = f"--reference {chosen}" if reference is not None else f"{chosen} (the default reference split)"
+        raise UserError(f"{given}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
                         f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
-                        f"images (e.g. the train split of the same conversion)")
+                        f"images{' with --reference SPLIT' if reference is None else ''} (e.g. the train split of the "
+                        f"same conversion)")
     return captions
 
 
