@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", parents=[own], help="choose the sentence ranking on val by BackRetrieval",
                        description=SELECT_HELP)
     common.add_model(p, baselines=True)
-    p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/val); "
+    p.add_argument("--val", metavar="SPLIT", help="non-parallel split to choose on (default: the run's data.root/data.val_split); "
                         "neither it nor --reference may be a test split")
     p.add_argument("--languages", type=language_codes, metavar="CODES",
                    help="comma-separated language codes (default: all of the val split)")
@@ -108,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retrieval", type=comma_separated(one_of(*RETRIEVALS)), default=list(RETRIEVALS),
                    metavar="R,R", help=f"rankings to try, comma-separated (default {','.join(RETRIEVALS)})")
     p.add_argument("--max-per-language", type=positive_int,
-                   help="val captions per language (default: the run's val.max_per_lang)")
+                   help="val captions per language (default: the run's val.max_per_lang; 300 for a baseline)")
     p.add_argument("--image-features", metavar="SPEC",
                    help="BackRetrieval's image similarity g (default: the run's val.image_features; "
                         f"{select_task.DEFAULT_IMAGE_FEATURES} for a baseline)")

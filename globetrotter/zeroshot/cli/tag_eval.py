@@ -122,7 +122,8 @@ def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -
     p.add_argument("--languages", type=language_codes, metavar="CODES",
                    help="comma-separated languages to measure (default: all in --test)")
     p.add_argument("--vocab-size", type=positive_int, default=1000, metavar="N",
-                   help="candidate tags per language: its N most frequent content words (default 1000)")
+                   help="candidate tags per language: its N most frequent content words, those of the xtd10 tagger and "
+                        "the frequency baseline; the captions tagger takes any word of its captions (default 1000)")
     p.add_argument("--k", type=positive_int, default=5, metavar="K",
                    help="tags per image, and the K of Precision@K (default 5)")
     p.add_argument("--neighbours", type=positive_int, default=30, metavar="N",
