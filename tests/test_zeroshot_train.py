@@ -524,6 +524,21 @@ def test_a_val_split_of_at_most_k_images_is_refused_before_training(tmp_path, ca
     assert trained and len(json.loads((out / "meta.json").read_text())["history"]["val"]) == 1
 
 
+def test_val_k_without_val_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """--val-k without --val was ignored in silence (no epoch is chosen): refused in one line, as eval.py refuses an
+    option its command would not use."""
+    from globetrotter.zeroshot import train as zs_train
+    from globetrotter.zeroshot.cli import main
+
+    _write_split(tmp_path, "train", np.eye(8, dtype=np.float32), [(f"caption {r}", "en", r) for r in range(6)])
+    monkeypatch.setattr(zs_train, "train_adapter", lambda *a, **kw: pytest.fail("trained"))
+    assert main(["train", "--train", str(tmp_path / "train"), "--out", str(tmp_path / "zs"), "--val-k", "5",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "text_encoder=random:6"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --val-k 5 sets the K of the validation Recall@K; give --val SPLIT, or drop it"]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "zs").exists()
+
+
 def test_a_val_split_that_is_or_overlaps_the_train_split_is_refused_before_training(tmp_path, capsys, monkeypatch):
     """--val of the --train split itself (or of some of its images) was accepted: the epoch was chosen on training
     images. Refused in one line, as tag-eval refuses a --vocab-from that shows its --test images."""

@@ -24,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
     held = [name for name in (WEIGHTS, CONFIG, META) if (Path(args.out) / name).exists()]
     if held and not args.overwrite:  # checked before training: the adapter there was replaced in silence
         raise UserError(f"{args.out}: already holds an adapter ({held[0]}); pass --overwrite to replace it")
+    if args.val_k is not None and not args.val:  # it was ignored in silence: no epoch is chosen without --val
+        raise UserError(f"--val-k {args.val_k} sets the K of the validation Recall@K; give --val SPLIT, or drop it")
+    args.val_k = 10 if args.val_k is None else args.val_k
     if args.val and Path(args.val).resolve() == Path(args.train).resolve():  # the epoch would be chosen on train data
         raise UserError(f"--val {args.val}: is the --train split; give a split of other images, or drop --val")
     lacks = languages_the_encoder_lacks(config.text_encoder, config.train_langs)
@@ -75,8 +78,8 @@ def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -
     p.add_argument("--train", required=True, metavar="SPLIT", help="train split folder (manifest.json + shards)")
     p.add_argument("--val", metavar="SPLIT", help="optional val split: keep the epoch with the best train-language "
                    "text->image Recall@K on it (first caption per image)")
-    p.add_argument("--val-k", type=positive_int, default=10, metavar="K",
-                   help="K of the validation Recall@K (default 10)")
+    p.add_argument("--val-k", type=positive_int, default=None, metavar="K",
+                   help="K of the validation Recall@K, with --val (default 10)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="checkpoint folder: adapter.safetensors, config.yaml, meta.json")
     p.add_argument("--overwrite", action="store_true", help="replace the adapter already in --out")
