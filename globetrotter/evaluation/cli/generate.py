@@ -70,7 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated source languages (default: every other language of --split)")
     p.add_argument("--n-groups", type=positive_int, default=None, help="seeded sample of parallel groups (default: all)")
     p.add_argument("--show", type=int, default=5, help="examples printed (default %(default)s)")
-    p.add_argument("--head", choices=["text", "cross"], default="text", help="text head to embed with (default: the text-text head)")
+    p.add_argument("--head", choices=["text", "cross"], default="text", help="head to embed the captions with: text (the text-text head) or cross "
+                   "(the cross-modal head) (default %(default)s)")
     p.add_argument("--steps", type=positive_int, default=600, help="decoder training steps (default %(default)s)")
     p.add_argument("--layers", type=positive_int, default=2, help="decoder transformer layers (default %(default)s)")
     p.add_argument("--d-model", type=positive_int, default=128, help="decoder width, a multiple of its 4 heads (default %(default)s)")
