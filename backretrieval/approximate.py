@@ -59,7 +59,8 @@ class ApproxConfig:
             directions (uncentred: inner products are kept) for the candidate search (0: never).
         nlist: ``ivf`` cells (default ``4 sqrt(N)``, at most ``N // 39`` so k-means has data).
         nprobe: ``ivf`` cells visited per query (more: slower, closer to exact).
-        candidates: neighbours fetched per query and re-scored exactly (must exceed max K).
+        candidates: neighbours fetched per query and re-scored exactly (at least 1: step 2 keeps their best, so K
+            does not bound it; CSLS's radii fetch at least ``csls_k``).
         train_size: rows sampled (seeded) to train the PCA, the k-means and the quantizer.
         seed: seed of that sample and of k-means.
         image_side: BkR's step 4 without precomputed image lists: ``"pq"`` (default) builds the

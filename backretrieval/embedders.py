@@ -124,7 +124,8 @@ class NoisyEmbedder:
         emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         dim = emb.shape[1]
-        return emb + self.noise_std / np.sqrt(dim) * _hashed_gaussian(list(texts), dim, self.stream)
+        noisy = emb + self.noise_std / np.sqrt(dim) * _hashed_gaussian(list(texts), dim, self.stream)
+        return noisy.astype(np.float32)  # the float64 scale made the sum float64 (NEP 50), not the float32 promised
 
 
 class NpyEmbedder:

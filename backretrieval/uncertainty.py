@@ -272,7 +272,7 @@ def compare_hits(
     Returns ``{"a", "b", "diff", "mcnemar": {...}, "bootstrap": {...}, "p_value", "verdict"}``;
     ``p_value`` is the largest of the tests run (conservative) and ``verdict`` is ``"A"``,
     ``"B"`` or ``"tie"`` (no difference at level ``alpha``). McNemar is skipped (None) when
-    the hits are not 0/1.
+    the hits are not 0/1 (with McNemar the only test, a :class:`~backretrieval.errors.BackRetrievalError`).
     """
     tests = check_tests(tests)
     if not 0 < alpha < 1:

@@ -32,6 +32,7 @@ def test_noisy_embedder_adds_deterministic_noise_of_the_given_size():
     noisy = NoisyEmbedder(base, 0.5, seed=3)
     y = noisy.encode(texts)
     np.testing.assert_array_equal(y, noisy.encode(texts))
+    assert y.dtype == np.float32  # as documented, and as the other embedders (it was float64)
     assert np.mean(np.linalg.norm(y - clean, axis=1)) == pytest.approx(0.5, rel=0.1)
     assert "0.5" in noisy.name and base.name in noisy.name
 

@@ -187,9 +187,9 @@ def refine_multi(
     are ``inner_iter`` block-coordinate sweeps of per-language Procrustes updates.
     ``seed_pairs[(a, b)] = (i, j)`` optionally gives known pairs to start from. Maps
     are re-expressed so that ``maps[reference]`` is the identity. Stops when the largest
-    ``‖ΔW_a‖_F < tol`` or when a round finds the same anchors as the one before. Each log entry: iteration, objective after each inner sweep (mean
-    squared anchor distance over pairs; non-increasing within a round), mean anchors per
-    pair, max delta.
+    ``‖ΔW_a‖_F < tol`` or when a round finds the same anchors as the one before. Each log entry: iteration,
+    objective before and after each inner sweep (mean squared anchor distance over pairs; non-increasing within a
+    round), mean anchors per pair, max delta.
     """
     spaces = [normalize_rows(s).astype(np.float64) for s in spaces]
     n_lang, dim = len(spaces), spaces[0].shape[1]

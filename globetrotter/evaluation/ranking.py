@@ -106,7 +106,8 @@ class ScoringContext:
     fitted here, on the reference texts (or the sentences, transductive). ``queries`` = Q: a retrieval, the first Q
     sentences the queries, the others the candidates; a scorer then scores queries against candidates only, so
     MaxSim is computed for the query rows alone and each CSLS radius only in the languages it is read in (a query's
-    among the candidates' languages, a candidate's among the queries'). Default: every sentence against every
+    among the candidates' languages, a candidate's among the queries'); it needs a ``reference`` (a transductive
+    context with ``queries``, or Q outside 1 to N - 1, is a ``ValueError``). Default: every sentence against every
     sentence."""
 
     def __init__(self, encoder: Any, captions: Sequence[str], langs: Sequence[str] | np.ndarray,

@@ -147,7 +147,7 @@ def word_translation(
     """Word translation over every ordered language pair that has a dictionary.
 
     ``spaces[lang]`` candidate words and embeddings per language; ``dictionaries[(a, b)]``
-    ground-truth pairs (give both directions, see :func:`both_directions`). With
+    ground-truth pairs (give both directions, see :func:`~.word_dictionary.both_directions`). With
     ``procrustes="pairwise"`` each source space is first mapped onto the target by
     iterated Procrustes (:func:`~.procrustes.refine_pairwise`); with ``"multi"`` every
     language gets one map into a shared space (:func:`~.procrustes.refine_multi`).

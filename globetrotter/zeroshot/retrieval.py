@@ -107,7 +107,7 @@ def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int 
 
 @renamed_keywords(num_images="n_images")
 def chance_recall(n_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
-    """Recall@K of a random ranking: ``K / n_images``."""
+    """Recall@K of a random ranking: ``min(K, n_images) / n_images``."""
     return {f"image_retrieval_recall@{k}": min(1.0, k / n_images) for k in ks}
 
 

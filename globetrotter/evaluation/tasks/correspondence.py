@@ -42,7 +42,8 @@ def evaluate(
     given another caption's second half; a one-layer, one-head transformer probe trained for ``epochs`` on the
     ``seen`` languages (default: the first half of the sorted ``languages``). Metrics (fractions, means over
     ``probe_seeds``): ``seen_accuracy`` on held-out images of the seen languages, ``unseen_accuracy`` on the others,
-    ``relative_decrease`` = (seen - unseen) / (seen - 0.5), per-language accuracy, and the accuracy of a classifier
+    ``relative_decrease`` = (seen - unseen) / (seen - 0.5) (None unless seen is above chance beyond noise:
+    :func:`~..correspondence.relative_decrease`), per-language accuracy, and the accuracy of a classifier
     of surface lengths alone (``surface_shortcut_accuracy``, ~0.5 when the task gives nothing away).
     """
     import torch
