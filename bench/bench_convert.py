@@ -97,8 +97,9 @@ def main() -> None:
                         help="comma-separated worker counts to compare with 1, each at least 1 (default: the number "
                              "of cores this process may use)")
     parser.add_argument("--repeats", type=positive_int, default=2, help="runs per setting; the best is kept (default 2)")
-    parser.add_argument("--synthetic", action="store_true", help="use generated 500x375 JPEGs even if the Flickr8k folder ($GLOBETROTTER_SHARED, default "
-                             "../shared) exists")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="use generated 500x375 JPEGs even if the Flickr8k folder ($GLOBETROTTER_SHARED/data/flickr8k, "
+                             "default ../shared/data/flickr8k beside the repository) exists")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))

@@ -5,7 +5,8 @@
 Prints (1) the cache build rate (images/s, each image through the backbone K+1 times: the whole
 image and K augmented views) on ``--build-images`` images of the train split, and (2) end-to-end
 training samples/s (next batch + forward, losses, backward, AdamW) of the config as it is, from
-the cache, against the same config reading pixels (``data.features=null``), same batch size, and whether the
+the cache, against the same config reading pixels (``data.features=null``, and ``data.batching=random``: neighbour
+batches are mined on the cache), same batch size, and whether the
 cached path meets its target of 10x the pixel path. The build rate includes the loader's start: a few hundred
 ``--build-images`` give the steady rate. With ``model.token_ngrams`` set, (3) the cached path at the
 config's batch without the n-gram rows, to show what the subword-informed table costs a step. The config's cache

@@ -522,35 +522,38 @@ def main() -> int:
         else:
             print(f"{n:>9} the model's own process: not measured (no tokenizer yet: the tokenizer stage makes it)")
     sizes = sorted(results)
-    shown = [s for s in STAGES if all(s in results[n] for n in sizes)]  # this run's stages and earlier ones
-    if len(sizes) > 1:
+    measured = {s: [n for n in sizes if s in results[n]] for s in STAGES}  # this run's sizes and earlier ones'
+    shown = {s: ns for s, ns in measured.items() if len(ns) > 1}
+    if shown:
         print("\nlog-log slope of each stage's seconds (train: of 1 / samples per second)")
-        for name in shown:
+        for name, ns in shown.items():
             cells = []
-            for a, b in zip(sizes, sizes[1:]):
+            for a, b in zip(ns, ns[1:]):
                 ra, rb = results[a][name], results[b][name]
                 ta, tb = ((1 / ra["samples_per_s"], 1 / rb["samples_per_s"]) if name == "train"
                           else (ra["seconds"], rb["seconds"]))
                 cells.append(f"{a}->{b}: {slope(ta, tb, a, b):.2f}")
             print(f"  {name:<11} " + "  ".join(cells))
-        plot(results, sizes, shown, out / "scale.png")
+        plot(results, shown, out / "scale.png")
     else:
-        print(f"one size in {out / 'scale.json'}: no slopes and no scale.png (they need two sizes or more)")
+        print(f"no stage measured at two sizes in {out / 'scale.json'}: no slopes and no scale.png (they need two "
+              "sizes or more)")
     return 0
 
 
-def plot(results: dict, sizes: list[int], stages: list[str], path: Path) -> None:
+def plot(results: dict, stages: dict[str, list[int]], path: Path) -> None:
+    """``scale.png``: each stage's seconds and peak RSS at the sizes it was measured at (``stages``: name -> sizes)."""
     from globetrotter.evaluation.plots import save_figure  # sets the Agg backend, before pyplot
 
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name in stages:
+    for name, sizes in stages.items():
         ax.loglog(sizes, [results[n][name]["seconds"] for n in sizes], marker="o", label=name)
         ax2.semilogx(sizes, [results[n][name]["rss_mb"] / 1024 for n in sizes], marker="o", label=name)
     if "shards" in stages:  # a line of slope 1 through the first shard-writing time
-        ref = np.array(sizes, dtype=float)
-        ax.loglog(ref, results[sizes[0]]["shards"]["seconds"] * ref / ref[0], "k:", label="linear")
+        ref = np.array(stages["shards"], dtype=float)
+        ax.loglog(ref, results[stages["shards"][0]]["shards"]["seconds"] * ref / ref[0], "k:", label="linear")
     ax.set(xlabel="captions (= images)", ylabel="seconds", title="time per stage")
     ax2.set(xlabel="captions (= images)", ylabel="GiB", title="peak RSS per stage (own process)")
     ax.legend(fontsize=7)

@@ -14,9 +14,9 @@ images (``experiments/image_vector_agreement.py``, the same draw: ``--held-out-i
 
 Writes two imported caches into ``--out``: ``finetuned`` (the backbone's pooled features of the whole image) and
 ``finetuned-head`` (the head's predictions), the backbone's weights (``finetuned.safetensors``) and the settings they
-came from (``finetuned.settings.json``: the command line, every option, the seed, the images trained on and held out,
-the loss per epoch, the versions), and prints the screen's command. With ``--held-out-images 0`` every image is trained
-on, nothing is left to screen: the weights then build the feature cache of a training run, and that command is
+came from (``finetuned.settings.json``: the command line, every option, the seed, how many images were trained on,
+held out and embedded, the loss per epoch, the versions), and prints the screen's command. With
+``--held-out-images 0`` every image is trained on, nothing is left to screen: the weights then build the feature cache of a training run, and that command is
 printed instead (``globetrotter-data features build SPLIT --config configs/flickr8k.yaml
 model.image_pretrained=DIR/finetuned.safetensors --out ...``). The recipe's round two, fine-tuned to a trained run's
 own reading, is one command of the package, by the same steps (``globetrotter.training.backbone_finetune``):
@@ -63,7 +63,7 @@ WEIGHTS = "finetuned.safetensors"
 """The fine-tuned backbone's weights in ``--out``: ``model.image_pretrained`` of a feature cache build."""
 
 SETTINGS = "finetuned.settings.json"
-"""What the caches and weights in ``--out`` came from: the command line, every option, the images, the losses."""
+"""What the caches and weights in ``--out`` came from: the command line, every option, the image counts, the losses."""
 
 SCREEN = (".venv/bin/python experiments/image_vector_agreement.py --reference {target} --held-out-images {held_out} "
           "--seed {seed}{across} --cache finetuned={out}/finetuned --cache finetuned-head={out}/finetuned-head")

@@ -17,7 +17,7 @@ Each text model embeds the split once per run, and its embeddings are cached on 
 ``OUT/embeddings`` (keyed by spec, checkpoint file times and the texts), so reruns and
 other g reuse them; CNN image features are cached under ``--cache-dir``. Writes
 ``study.json``, ``table.md`` (every row), ``summary.md`` (the largest N, one row per g x
-family) and ``scatter_PAIR_nN.png`` (a panel per g x family: BkR@K and CORR against XLR@K,
+family) and ``scatter_PAIR_nN.png`` (two panels per g x family: BkR@K and CORR against XLR@K,
 model means over seeds).
 
 ``tfidf:char`` / ``tfidf:word`` are registered here as spec prefixes: TF-IDF of character

@@ -27,7 +27,7 @@ reduced to 512 dimensions by truncated SVD and averaged: what is said of each pi
 fine-tune the image backbone on (``experiments/finetune_backbone.py``) that a method may use.
 
 With ``--from-model RUN`` it writes one cache instead, ``self-NAME``: each image's vector is the mean embedding of
-its own captions (the run's train split, ``data.root``/train; the cross-modal head) under a trained full model
+its own captions (the run's train split, ``data.root``/``data.train_split``; the cross-modal head) under a trained full model
 (``globetrotter.training.backbone_finetune.model_readings``). No parallel text enters it: trained on directly, a second
 round of the recipe on the first round's view of its images (docs/results.md measures it; the recipe's round two
 fine-tunes the backbone to these vectors instead: ``globetrotter-data features finetune``).

@@ -3,8 +3,9 @@
 How well BackRetrieval with pixel thumbnails as g does on the synthetic world is in docs/results.md ("What
 BackRetrieval sees on this world"). This driver writes a copy of a synthetic split whose "images" are the
 scenes' object vectors: what a perfect object detector trained on the world's shapes, colours and sizes would
-report (a count per shape, shape x colour, shape x size and colour, and the background pattern at half weight),
-regenerated from the world's seed, never read from a caption. The copy keeps every caption, so
+report (each kind of object, whatever its count, adds one to its shape, shape x colour, shape x size and colour
+slots; the background pattern at half weight), regenerated from the world's seed, never read from a caption.
+The copy keeps every caption, so
 ``backretrieval correlate`` (or ``eval``) scores text models on it unchanged, with g the cosine of those vectors.
 Beside it, ``meaning.npy`` (and its ``meaning.npy.texts.json``) embeds each caption by its canonical meaning (TF-IDF
 of the meaning's words and word pairs): a text model that translates perfectly and knows how alike two meanings

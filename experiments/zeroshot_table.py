@@ -197,7 +197,7 @@ def _figure(value: float | None, spec: str) -> str:
 
 def table(records: list[dict], langs: list[str]) -> str:
     key = "image_retrieval_recall@10"
-    lines = ["| row | val en R@10 | " + " | ".join(f"{lang} R@10" for lang in langs) + " | median rank (en) |",
+    lines = ["| row | val en R@10 | " + " | ".join(f"{lang} R@10" for lang in langs) + f" | median rank ({langs[0]}) |",
              "|---|---|" + "---|" * len(langs) + "---|"]
     for label in dict.fromkeys(r["row"] for r in records):
         rs = [r for r in records if r["row"] == label]
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                       "inputs": vars(args), "versions": versions()}  # as every command's record
             path.write_text(json_text(record, indent=1, default=float) + "\n")
             records.append(record)
-            print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test en R@10 "
+            print(f"{label} seed {seed}: val {record['val_recall@10']:.3f}, test {args.languages[0]} R@10 "
                   f"{record['test']['metrics'][args.languages[0]]['image_retrieval_recall@10']:.3f} "
                   f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     text = table(records, args.languages)

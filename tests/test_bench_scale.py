@@ -115,3 +115,19 @@ def test_a_size_too_small_for_a_stage_is_one_line_before_anything_runs(scale, tm
     code, err = run(scale, monkeypatch, capsys, "--sizes", "14", "--pool", "5", "--dim", "4",
                     "--stages", stages, "--out", str(out))
     assert code == 0, err  # the smallest size every stage accepts
+
+
+def test_a_stage_measured_at_two_sizes_gets_its_slope_though_a_later_run_skipped_it(scale, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """The docstring's promise: a stage with two sizes or more in the folder gets its slope and its scale.png line,
+    even when a later run added a size without it (it was dropped unless measured at every size in the folder)."""
+    out = str(tmp_path / "scale")
+    for sizes, stages in (("50,60", "shards,import"), ("70", "shards")):
+        monkeypatch.setattr(sys, "argv", ["bench/bench_scale.py", "--sizes", sizes, "--pool", "5", "--dim", "4",
+                                          "--stages", stages, "--out", out])
+        capsys.readouterr()  # the later run's output alone
+        assert run_cli(lambda _argv: scale.main()) == 0
+    slopes = capsys.readouterr().out.split("log-log slope", 1)[1].splitlines()
+    assert any(line.split() == ["import", "50->60:", "0.00"] for line in slopes), slopes
+    assert any(line.split() == ["shards", "50->60:", "0.00", "60->70:", "0.00"] for line in slopes), slopes
+    assert (Path(out) / "scale.png").is_file()

@@ -224,6 +224,16 @@ def test_a_figure_a_record_holds_as_null_is_a_dash_in_the_table():
     assert row == "| adapter | – | 0.500 | – | – |"
 
 
+def test_the_median_rank_column_names_the_first_of_languages_it_is_read_in():
+    """--languages' first code gives the median rank; the header said "(en)" whatever it was."""
+    zt = _driver()
+    record = {"row": "adapter", "val_recall@10": 0.5,
+              "test": {"metrics": {"de": {"image_retrieval_recall@10": 0.5, "median_rank": 2.0},
+                                   "en": {"image_retrieval_recall@10": 0.25, "median_rank": 7.0}}}}
+    header, _, row = zt.table([record], ["de", "en"]).splitlines()
+    assert header.endswith("| median rank (de) |") and row.endswith("| 2 |")
+
+
 def test_a_bundle_whose_test_split_lacks_a_language_is_refused_before_anything_is_written(tmp_path, capsys):
     z, _, _, _, run = _tiny_en_table(tmp_path)
     assert z.main([*run[:3], "en,de", *run[4:]]) == 2
