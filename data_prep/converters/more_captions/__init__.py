@@ -49,7 +49,7 @@ from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST, read_manifest
 
-from ..cli import _existing_dir, _language_list, _sources, add_source_arguments, source_options
+from ..cli import _existing_dir, _language_list, _non_negative_int, _sources, add_source_arguments, source_options
 from ..pipeline import SUMMARY, same_text
 from ..report import ConversionReport
 from .gather import Matcher, gather, load_split, split_of_images
@@ -232,7 +232,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="samples per .tar shard (default 2000)")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when any bad input was found (the dataset is still written)")
-    parser.add_argument("--show-issues", type=int, default=5, metavar="N",
+    parser.add_argument("--show-issues", type=_non_negative_int, default=5, metavar="N",
                         help="print the first N issues of each kind (file:line) (default 5)")
     parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
