@@ -360,6 +360,9 @@ def test_help_explains_why(capsys):
     assert cli(["more-captions", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "no parallel text" in text and "exactly one language" in text and "--out" in text
+    # the splits --splits names are rewritten, not linked (it said val/ and train-parallel/ were symlinks, always)
+    assert "val/ and train-parallel/ unless named in --splits" in text
+    assert "val/, test/, train-parallel/ and tokenizer.json are symlinks" not in text
 
 
 def test_captions_help_says_how_a_rows_image_is_matched(tmp_path, capsys):
