@@ -232,7 +232,7 @@ def contact_sheet(split_dir: str | Path, out: str | Path, n: int = 24, cols: int
 
 def _run(args: argparse.Namespace) -> int:
     if args.sheet_size < 1:
-        raise UserError(f"--sheet-size must be a positive number of images, got {args.sheet_size}")
+        raise UserError(f"--sheet-size must be a positive number of captions, got {args.sheet_size}")
     if args.contact_sheet and Path(args.contact_sheet).is_dir():
         raise UserError(f"--contact-sheet {args.contact_sheet}: is a folder, expected the path of a PNG file to write")
     info = summarize(args.split_dir)
@@ -276,5 +276,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="verify the manifest's sample counts, the split rule for the split's kind, that every "
                    "image decodes and that no caption is empty")
     p.add_argument("--contact-sheet", metavar="PNG", help="write a grid of images with their captions")
-    p.add_argument("--sheet-size", type=int, default=24, help="images on the contact sheet (default %(default)s)")
+    p.add_argument("--sheet-size", type=int, default=24, metavar="N",
+                   help="captions on the contact sheet, the split's first N, each with its image (a test split "
+                        "shows each image once per language; default %(default)s)")
     p.set_defaults(func=_run)

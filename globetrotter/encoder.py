@@ -75,18 +75,21 @@ def _encode_batch(tokenizer: Tokenizer, texts: list[str], max_length: int,
 
 
 @contextmanager
-def texts_cut_once() -> Iterator[None]:
+def texts_cut_once(tally: dict[int, tuple[set[str], list[np.ndarray]]] | None = None,
+                   say: bool = True) -> Iterator[None]:
     """One command's :class:`TextsCut` notice: the encoding calls within this block (per split, language, head or
     model) are one warning at its end, ``CUT of TOTAL text(s)`` over the distinct texts encoded (a text in several
-    calls counts once; one warning per ``data.max_length`` where models differ), not one per call."""
-    tally: dict[int, tuple[set[str], list[np.ndarray]]] = {}
+    calls counts once; one warning per ``data.max_length`` where models differ), not one per call. ``tally`` (an
+    empty ``{}`` the caller keeps) counts several blocks apart in time as one, said by the one with ``say`` (the
+    last): an adaptation's before and after figures."""
+    tally = {} if tally is None else tally
     token = _CUT_TALLY.set(tally)
     try:
         yield
     finally:
         _CUT_TALLY.reset(token)
         for max_length, (cut, seen) in sorted(tally.items()):
-            if cut:
+            if cut and say:
                 warnings.warn(_cut_message(len(cut), len(np.unique(np.concatenate(seen))), max_length), TextsCut,
                               stacklevel=3)
 

@@ -544,6 +544,31 @@ def test_a_config_without_a_test_split_adapts(base, tmp_path):
     assert result["step"] == 2 and load_train_config(cfg.run_dir / "config.yaml").data.test_split is None
 
 
+def test_the_before_after_report_says_the_test_texts_it_cut_in_one_warning(world, base, tmp_path):
+    """The report encodes the test sentences four times (before and after; the new language with the old ones, and
+    the old ones among themselves): each was a TextsCut line of its own. Now the texts any of them cut are one line,
+    counted over the distinct texts encoded, as an eval.py command says them."""
+    import warnings
+
+    from globetrotter.encoder import TextsCut
+    from globetrotter.evaluation import parallel_set
+
+    start = load_train_config(base / "config.yaml", ["data.max_length=4", "steps=2", "run_name=short",
+                                                     f"output_dir={tmp_path}"])  # every test caption is cut
+    train(start)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg, result = adapt(start.run_dir, tmp_path, "adapt.epochs=null", "steps=2", "val.test_groups=8")
+    report = result["adapt"]
+    assert report["before"] is not None and report["after"] is not None
+    metas, old = read_captions(world / "test"), report["old_languages"]
+    texts = {caption for langs in (["el", *old], old)
+             for caption in parallel_set(metas, langs, n_groups=8, seed=cfg.seed).captions}
+    said = [str(w.message) for w in caught if issubclass(w.category, TextsCut) and Path(w.filename).name != "bank.py"]
+    assert said == [f"{len(texts)} of {len(texts)} text(s) are longer than data.max_length=4 tokens and were cut to "
+                    f"it, as in training: the tokens past it do not change their embeddings"], said
+
+
 def test_a_run_trained_with_l_v_alone_is_refused_before_anything_is_written(base, tmp_path, capsys):
     """Adaptation trains the text side with the run's losses, the image side fixed: a run trained with L_v alone left
     it no loss, and it stopped at its first step with a TypeError (the loss was the number 0), its folder written."""

@@ -1377,6 +1377,9 @@ def test_strict_fails_on_bad_input_that_costs_no_caption(tmp_path, capsys):
     (["--shard-size", "0"], "--shard-size must be positive, got 0"),
     (["--max-images", "0"], "--max-images must be positive, got 0"),
     (["--workers", "0"], "--workers must be at least 1, got 0"),
+    # issues[:-2] printed all but the last two and a wrong "... and -2 more"
+    (["--show-issues", "-2"], "--show-issues: expected an integer >= 0, got '-2'"),
+    (["--show-issues", "two"], "--show-issues: expected an integer >= 0, got 'two'"),
     (["--parallel-train", "en,ja"], "--parallel-train en,ja must be a subset of the languages kept (de,en,fr)"),
 ])
 def test_a_bad_option_value_is_one_line_naming_the_flag_and_what_it_expects(tmp_path, capsys, extra, message):

@@ -150,7 +150,7 @@ def test_inspect_refuses_a_folder_as_contact_sheet_and_a_sheet_size_below_one_be
     for extra, message in (
         (["--contact-sheet", str(folder)], f"--contact-sheet {folder}: is a folder, expected the path of a PNG file"),
         (["--contact-sheet", str(tmp_path / "s.png"), "--sheet-size", "0"], "--sheet-size must be a positive number "
-                                                                           "of images, got 0"),
+                                                                           "of captions, got 0"),
         (["--sheet-size", "-3"], "got -3"),
     ):
         code, stdout, err = run_data_cli(["inspect", str(split), *extra], capsys)
@@ -158,6 +158,15 @@ def test_inspect_refuses_a_folder_as_contact_sheet_and_a_sheet_size_below_one_be
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err[-2000:]
         assert stdout == ""  # refused before the split is read
     assert list(tmp_path.iterdir()) == [folder] and not list(folder.iterdir())  # no sheet written anywhere
+
+
+def test_inspect_help_says_the_sheet_size_counts_captions(capsys):
+    """A contact sheet has one panel per sample: a test split shows one image once per language, so --sheet-size
+    counts captions (its help said "images")."""
+    with pytest.raises(SystemExit):
+        data_cli.main(["inspect", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--sheet-size N captions on the contact sheet" in text and "images on the contact sheet" not in text
 
 
 def test_a_contact_sheet_named_without_a_suffix_is_written_and_named_as_the_png_it_is(tiny_world, tmp_path, capsys):

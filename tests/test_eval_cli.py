@@ -253,10 +253,15 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     for extra, message in ((["--transductive", "--reference", str(world / "train")], "excludes --reference"),
                            (["--reference", str(world / "nope")], "nope: no split here"),
                            (["--reference", str(world / "train"), "--languages", "en,de", "--csls-k", "40"],
-                            r"--csls-k 40 neighbours exceed the 30 reference captions in de \(\S+train\); raise "
-                            r"--reference-size, name a --reference with more de captions, or lower --csls-k"),
+                            r"--csls-k 40 neighbours exceed the 30 reference captions in de \(\S+train\); name a "
+                            r"--reference with 40 or more de captions, or lower --csls-k"),
+                           # the split has 30 de captions: a larger --reference-size helps up to them only
                            (["--reference-size", "3", "--n-groups", "10"],
-                            r"--csls-k 4 neighbours exceed the 3 reference captions in de"),
+                            r"--csls-k 4 neighbours exceed the 3 reference captions in de \(\S+train, a sample of "
+                            r"its 30\); raise --reference-size to 4 or more, or lower --csls-k$"),
+                           (["--reference-size", "3", "--csls-k", "40"],
+                            r"--csls-k 40 neighbours exceed the 3 reference captions in de \(\S+train, a sample of "
+                            r"its 30\); name a --reference with 40 or more de captions, or lower --csls-k$"),
                            (["--transductive", "--n-groups", "4"],
                             r"--retrieval csls --transductive: --csls-k 4 neighbours exceed the 3 evaluated sentences "
                             r"in de besides the query's own \(4 in all\); sample more groups \(--n-groups\) or lower "
@@ -274,6 +279,28 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert run(["sentence", "--model", "tfidf", "--split", str(world / "test"), "--out", str(out), "--maxsim", "1"]) == 2
     err = capsys.readouterr().err
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
+
+
+def test_select_says_what_helps_when_csls_k_exceeds_a_languages_reference_captions(world, tmp_path, capsys):
+    """select scores with sentence's reference pool: a --csls-k beyond a language's captions names --reference-size
+    only where its sample cut them (it said "raise --reference-size" also where the split has no more)."""
+    pool = tmp_path / "pool"  # 5 captions a language, of images the val split does not show
+    with ShardWriter(pool, split="train", source="tiny", image_format="png") as w:
+        for s in range(5):
+            for lang in LANGS:
+                w.write(f"p{s}{lang}", Image.new("RGB", (8, 8), (9, s, 0)), caption(lang, 1, s), lang,
+                        image_id=f"pool{s}{lang}")
+    argv = ["select", "--model", "tfidf", "--val", str(world / "train"), "--reference", str(pool), "--retrieval",
+            "csls", "--image-features", "pixels", "--out", str(tmp_path / "out")]
+    where = re.escape(str(pool))
+    for extra, message in ((["--csls-k", "6"], rf"the 5 reference captions in de \({where}\); name a --reference with 6 "
+                                               r"or more de captions, or lower --csls-k$"),
+                           (["--csls-k", "4", "--reference-size", "3"],
+                            rf"the 3 reference captions in de \({where}, a sample of its 5\); raise --reference-size to "
+                            r"4 or more, or lower --csls-k$")):
+        assert run(argv + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert re.search(message, err) and len(err.splitlines()) == 1, err
 
 
 def test_sentence_scores_with_the_reference_captions_read_alone(world):

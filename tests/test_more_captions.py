@@ -344,6 +344,9 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys):
         (["--data", data, *src, "--splits", "test", "--out", tmp_path / "o4"], "test stays as it is"),
         (["--data", data, *src, "--splits", "train,parallel", "--out", tmp_path / "o4"], "'train,parallel'"),
         (["--data", tmp_path / "absent", *src, "--out", tmp_path / "o5"], "folder not found"),
+        # issues[:-1] printed all but the last one and a wrong "... and -1 more"
+        (["--data", data, *src, "--show-issues", "-1", "--out", tmp_path / "o5"],
+         "--show-issues: expected an integer >= 0, got '-1'"),
     ]
     for argv, message in cases:
         assert cli(["more-captions", *argv, "--no-progress"]) == 2, message
@@ -357,6 +360,9 @@ def test_help_explains_why(capsys):
     assert cli(["more-captions", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "no parallel text" in text and "exactly one language" in text and "--out" in text
+    # the splits --splits names are rewritten, not linked (it said val/ and train-parallel/ were symlinks, always)
+    assert "val/ and train-parallel/ unless named in --splits" in text
+    assert "val/, test/, train-parallel/ and tokenizer.json are symlinks" not in text
 
 
 def test_captions_help_says_how_a_rows_image_is_matched(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_ridge_bad_input_is_one_line_exit_2(tiny_world, train_split, tmp_path, c
     assert eval_main(["sentence", "--model", f"ridge:{tiny_world / 'val'}", *split]) == 2  # no feature cache
     assert "no feature cache" in capsys.readouterr().err
     assert eval_main(["cluster", "--model", f"ridge:{train_split}", *split]) == 2
-    assert "baseline of `eval.py sentence` only" in capsys.readouterr().err
+    assert "baseline of `eval.py sentence` and `select` only" in capsys.readouterr().err
 
 
 def test_a_more_captions_split_without_a_cache_reads_its_origins(train_split, tmp_path):

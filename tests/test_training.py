@@ -686,15 +686,18 @@ def test_a_run_says_once_how_many_train_captions_are_cut_to_max_length(tiny_worl
                     f"first {limit} tokens only"]
 
 
-def test_validation_says_its_cut_val_captions_once_per_run_not_at_each_validation(tiny_world, tmp_path, capsys):
+@pytest.mark.parametrize("test_groups", [0, 4])
+def test_validation_says_its_cut_val_captions_once_per_run_not_at_each_validation(tiny_world, tmp_path, capsys,
+                                                                                  test_groups):
     """Each validation encodes the same val captions; their TextsCut warning came again at every validation (the
-    val set's own warning filters reset Python's once-per-place memory). The run now logs it once."""
+    val set's own warning filters reset Python's once-per-place memory). The run now logs it once. With test
+    figures (val.test_groups), the test sentences' encoding was a second line: val and test texts are now one."""
     import warnings
 
     from globetrotter.encoder import TextsCut
 
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "val.every=1", "data.max_length=4", "loss.image=0",
-                   "loss.cross=0")
+                   "loss.cross=0", f"val.test_groups={test_groups}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train(cfg)

@@ -135,6 +135,17 @@ def _fraction(value: str) -> float:
     return f
 
 
+def _non_negative_int(value: str) -> int:
+    """argparse type: an integer >= 0 (a count that may be zero), as globetrotter's ``non_negative_int``."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value!r}")
+    return n
+
+
 def _split_file(value: str) -> SplitFile:
     try:
         return parse_split_file(value)
@@ -251,7 +262,7 @@ def _shared_options() -> argparse.ArgumentParser:
     rep = parent.add_argument_group("report")
     rep.add_argument("--strict", action="store_true",
                      help="exit with status 1 when any bad input was found (the good samples are still written)")
-    rep.add_argument("--show-issues", type=int, default=5, metavar="N",
+    rep.add_argument("--show-issues", type=_non_negative_int, default=5, metavar="N",
                      help="print the first N issues of each kind (file:line) before the counts (default 5)")
     rep.add_argument("--no-check", action="store_true",
                      help="skip re-reading the written splits to verify the split rule")

@@ -110,7 +110,7 @@ def require_trained(spec: str | None, command: str) -> None:
     """A one-line error when a command that needs a trained model is given a baseline."""
     if spec is not None and is_baseline(spec):
         raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of "
-                        f"`{program_name('eval')} sentence` only; "
+                        f"`{program_name('eval')} sentence` and `select` only; "
                         f"{command} needs a trained run folder")
 
 

@@ -347,7 +347,9 @@ class SentenceScorer:
     def _require_neighbours(self, pool_codes: np.ndarray, codes: np.ndarray) -> None:
         """A one-line error naming the first language of ``codes`` (into the context's languages) whose rows among
         ``pool_codes`` (each pool row's language code) are fewer than ``csls_k``: the reference captions in it, or,
-        transductive, the evaluated sentences in it other than the query itself; with the remedy."""
+        transductive, the evaluated sentences in it other than the query itself; with the remedy (a larger
+        --reference-size where the pool's sample of its split cut the language below ``csls_k``, else another
+        --reference, or a smaller --csls-k)."""
         c, k = self.context, self.ranking.csls_k
         counts = np.bincount(pool_codes[pool_codes >= 0], minlength=len(c.languages))
         for code in codes:
@@ -357,9 +359,12 @@ class SentenceScorer:
                                 f"evaluated sentences in {lang} besides the query's own ({n} in all); sample more "
                                 f"groups (--n-groups) or lower --csls-k")
             if c.reference is not None and n < k:
+                total = (c.reference.available or {}).get(lang, n)  # the split's, before --reference-size's sample
+                where = c.reference.source if total == n else f"{c.reference.source}, a sample of its {total}"
+                remedy = (f"raise --reference-size to {k} or more" if total >= k else
+                          f"name a --reference with {k} or more {lang} captions")
                 raise UserError(f"--retrieval csls: --csls-k {k} neighbours exceed the {n} reference captions in "
-                                f"{lang} ({c.reference.source}); raise --reference-size, name a --reference with more "
-                                f"{lang} captions, or lower --csls-k")
+                                f"{lang} ({where}); {remedy}, or lower --csls-k")
 
     def cosine(self, rows: np.ndarray) -> np.ndarray:
         """``[len(rows), N]`` cosines of sentences ``rows`` against every sentence, by this ranking's head."""

@@ -32,12 +32,14 @@ seed, so that a ranking chosen on val with one seed is scored on test with the v
 
 @dataclass(frozen=True)
 class ReferencePool:
-    """Captions and their languages, read from ``source`` (a split folder, whose manifest ``checksum`` it names)."""
+    """Captions and their languages, read from ``source`` (a split folder, whose manifest ``checksum`` it names);
+    ``available``: each language's captions in that split before the per-language sample (None: not known)."""
 
     captions: list[str]
     langs: np.ndarray
     source: str
     checksum: str | None = None
+    available: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.captions)
@@ -160,7 +162,8 @@ class ReferenceCaptions:
                 texts = [texts[i] for i in np.sort(rng.choice(len(texts), max_per_lang, replace=False))]
             captions += texts
             langs += [lang] * len(texts)
-        return ReferencePool(captions, np.array(langs), str(self.split), dataset_info(self.split)["checksum"])
+        return ReferencePool(captions, np.array(langs), str(self.split), dataset_info(self.split)["checksum"],
+                             {lang: len(self.by_language[lang]) for lang in sorted(set(languages))})
 
 
 def read_captions_once(split: str | Path, languages: Sequence[str] = ()) -> ReferenceCaptions:

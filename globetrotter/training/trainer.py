@@ -37,7 +37,7 @@ from backretrieval.files import json_text, writable_dir
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
-from ..encoder import Encoder, TextsCut, build_model
+from ..encoder import Encoder, TextsCut, build_model, texts_cut_once
 from ..errors import UserError, error_line
 from ..losses import mask_tokens
 from ..models import GlobetrotterModel
@@ -569,7 +569,7 @@ def validate(cfg: TrainConfig, accelerator: Accelerator, validator: Validator | 
     if accelerator.is_main_process:
         assert validator is not None  # the main process builds one whenever val.every > 0, which calls this
         unwrapped.eval()
-        with texts_cut_said_once(validator.texts_cut_said, log):
+        with texts_cut_said_once(validator.texts_cut_said, log), texts_cut_once():  # val and test texts: one line
             metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
         unwrapped.train()
         hits = all_hits.get(key)

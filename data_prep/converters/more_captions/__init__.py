@@ -26,8 +26,8 @@ Captions in another language of an image are never added (``check_split_rule`` s
 passes). The images are not decoded again: each sample's image bytes are copied from the
 original shards, so image ids and pixels are unchanged and a feature cache of the original
 split (keyed by image id) serves the new one (``data.features: <data>/train/features``).
-Everything else of ``--data`` (``val/``, ``test/``, ``train-parallel/``, ``tokenizer.json``...)
-is linked (``--copy``: copied), so test figures stay comparable.
+Everything else of ``--data`` (``test/``, ``val/`` and ``train-parallel/`` unless ``--splits`` names them,
+``tokenizer.json``...) is linked (``--copy``: copied), so test figures stay comparable.
 
 Every source caption record is accounted for as in a conversion: added, skipped (bad
 input, with file and line) or unused (image not in an enriched split, another language,
@@ -49,7 +49,7 @@ from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST, read_manifest
 
-from ..cli import _existing_dir, _language_list, _sources, add_source_arguments, source_options
+from ..cli import _existing_dir, _language_list, _non_negative_int, _sources, add_source_arguments, source_options
 from ..pipeline import SUMMARY, same_text
 from ..report import ConversionReport
 from .gather import Matcher, gather, load_split, split_of_images
@@ -193,14 +193,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "split the same (each of its images more captions in the languages it already has, tied to its group), "
         "so the twins see as many captions per image and language as the full model (a control: the shipped twins "
         "train on translations alone, docs/results.md).", width=88) + "\n\n" + textwrap.fill(
-        "Writes a NEW dataset folder: its train split holds every caption of --data's train split plus every "
-        "caption the sources have for each train image in that image's language, each text once (case, "
-        "punctuation and spacing ignored); captions in other languages are never added. Image bytes are "
-        "copied from the original shards (nothing is decoded again), so image ids are the same and the "
-        "original train split's feature cache can be reused (data.features: <data>/train/features). val/, "
-        "test/, train-parallel/ and tokenizer.json are symlinks to the originals (--copy: copies), so test "
-        "figures stay comparable. Every source caption is accounted for: added, skipped (bad input, with file "
-        "and line) or unused (image not in train, another language, same text already there).", width=88)
+        "Writes a NEW dataset folder: each split named in --splits (default: train) holds every caption of "
+        "--data's split plus every caption the sources have for each of its images in that image's language, "
+        "each text once (case, punctuation and spacing ignored); captions in other languages are never added. "
+        "Image bytes are copied from the original shards (nothing is decoded again), so image ids are the same "
+        "and the original train split's feature cache can be reused (data.features: <data>/train/features). "
+        "Everything else of --data (test/, val/ and train-parallel/ unless named in --splits, tokenizer.json...) "
+        "is a symlink to the original (--copy: a copy), so test figures stay comparable. Every source caption is accounted "
+        "for: added, skipped (bad input, with file and line) or unused (image not in an enriched split, another "
+        "language, same text already there).", width=88)
     parser = subparsers.add_parser(
         COMMAND, help="more captions per train image, in its own language only (no parallel text)",
         description=description, epilog="example:\n  " + " \\\n      --".join(EXAMPLE.split(" --")) + "\n\n" +
@@ -214,7 +215,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier more-captions output in --out")
     parser.add_argument("--copy", action="store_true",
-                        help="copy val/, test/, train-parallel/, tokenizer.json... instead of linking them")
+                        help="copy everything of --data not in --splits (test/, tokenizer.json...) instead of linking it")
     parser.add_argument("--splits", type=_splits, default=["train"], metavar="SPLITS",
                         help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
                              "others are linked as they are")
@@ -232,7 +233,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="samples per .tar shard (default 2000)")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when any bad input was found (the dataset is still written)")
-    parser.add_argument("--show-issues", type=int, default=5, metavar="N",
+    parser.add_argument("--show-issues", type=_non_negative_int, default=5, metavar="N",
                         help="print the first N issues of each kind (file:line) (default 5)")
     parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

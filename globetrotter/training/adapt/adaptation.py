@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ...config import TrainConfig
-from ...encoder import Encoder, load
+from ...encoder import Encoder, load, texts_cut_once
 from ...models import GlobetrotterModel
 from ..prepare import train_languages
 from . import bank
@@ -38,6 +38,7 @@ class Adaptation:
             log(f"adapt: optim.embedding_lr_scale={cfg.optim.embedding_lr_scale:g} (the starting run's) scales the "
                 f"new token rows' lr to {cfg.optim.lr * cfg.optim.embedding_lr_scale:g}; configs/adapt.yaml sets 1")
         self.trained_rows = load_start(cfg, model, self.start, log)  # adapt.train=new-tokens: the rows that train
+        self.cut_tally: dict = {}  # the texts the report's encodings cut, before and after: one TextsCut at its end
 
     @torch.no_grad()
     def precompute(self, model: GlobetrotterModel, tokenizer: Tokenizer, device: str | torch.device,
@@ -55,7 +56,8 @@ class Adaptation:
                  f"bank of {len(self.features.bank_truth)} old-language train captions "
                  f"({','.join(train_languages(start_train_config(cfg, self.start.cfg)))}), "
                  f"{self.old_batch} beside each batch")
-        self.before = translation(cfg, self.old_languages, self.start) if main else None
+        with texts_cut_once(self.cut_tally, say=False):  # said with the "after" half's, in report
+            self.before = translation(cfg, self.old_languages, self.start) if main else None
         self.start.model.cpu()
         self.start = None  # the starting model is no longer needed
 
@@ -71,7 +73,9 @@ class Adaptation:
         return bank.batches(self.features, self.cfg, self.old_batch, local_batch, rank, world)
 
     def report(self, encoder: Encoder) -> dict:
-        """Before/after sentence translation (fractions): ``{"language", "before": {...}, "after": {...}}``."""
+        """Before/after sentence translation (fractions): ``{"language", "before": {...}, "after": {...}}``; the test
+        captions both halves cut to ``data.max_length`` are one :class:`~...encoder.TextsCut` warning."""
+        with texts_cut_once(self.cut_tally):
+            after = translation(self.cfg, self.old_languages, encoder)
         return {"language": self.cfg.adapt.language, "from": str(self.cfg.adapt.from_run), "checkpoint": str(self.source),
-                "old_languages": self.old_languages, "before": self.before,
-                "after": translation(self.cfg, self.old_languages, encoder)}
+                "old_languages": self.old_languages, "before": self.before, "after": after}
