@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from .late_interaction import LateInteraction, SentenceTokens, maxsim_group_star
 from .models import encode_texts_by_head
 from .reference import ReferencePool
 from .sentence import cosine_scores
-from .tfidf import TfidfEncoder
+from .tfidf import TfidfEncoder, is_tfidf_spec
 
 HEADS = ("text", "cross")
 SCORE_BLOCK = 1 << 22
@@ -92,8 +93,11 @@ class Ranking:
 
 
 def needs_statistics(encoder: Any, ranking: Ranking) -> bool:
-    """Whether scoring with ``encoder`` under ``ranking`` reads corpus statistics (the TF-IDF baseline's idf, CSLS's
-    radii, MaxSim's idf and hubness), and so a reference pool or the transductive form."""
+    """Whether scoring with ``encoder`` (loaded, or a model spec not loaded yet) under ``ranking`` reads corpus
+    statistics (the TF-IDF baseline's idf, CSLS's radii, MaxSim's idf and hubness), and so a reference pool or the
+    transductive form."""
+    if isinstance(encoder, (str, Path)):
+        return ranking.needs_statistics or is_tfidf_spec(str(encoder))
     return ranking.needs_statistics or isinstance(encoder, TfidfEncoder)
 
 

@@ -12,7 +12,7 @@ from ..ranking import Ranking, ScoringContext, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, checked_reference
 from ..sentence import Candidates, group_interval, sentence_translation
-from ..tfidf import TfidfEncoder, is_tfidf_spec
+from ..tfidf import TfidfEncoder
 from .checks import require_languages
 from .common import read_parallel, resolve_model
 from .select import Choice
@@ -67,9 +67,7 @@ def evaluate(
     ps = read_parallel(split, languages, n_groups, seed)  # a split that is not parallel is told so before its reference
     # the evaluated split read once, the reference once: its images checked, its captions kept for the statistics; a
     # ranking that takes none reads no reference (not even its choice's) unless --reference names one
-    reads = ranking.needs_statistics or isinstance(model, TfidfEncoder) or (
-        isinstance(model, (str, Path)) and is_tfidf_spec(str(model)))
-    source = (None if transductive or not (reads or explicit_reference)
+    source = (None if transductive or not (needs_statistics(model, ranking) or explicit_reference)
               else checked_reference(split, reference, ps.split_images, ps.languages))
     encoder, info = resolve_model(model, name, device)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
