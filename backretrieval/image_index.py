@@ -90,10 +90,12 @@ class ImageNeighbours:
 
     @property
     def n_targets(self) -> int:
+        """Nt: the number of target images (rows of ``ids``)."""
         return len(self.ids)
 
     @property
     def n_neighbours(self) -> int:
+        """C: the neighbours listed per target image."""
         return self.ids.shape[1]
 
 

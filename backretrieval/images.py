@@ -372,6 +372,8 @@ class ImageFeatureExtractor:
 
     @property
     def name(self) -> str:
+        """``MODEL@TAG``, the tag naming the weights loaded (``package:FILE``, ``hub:ID``, ``file:NAME:DIGEST``,
+        ``random:0``); loads the model if it is not loaded yet."""
         self._load()
         return f"{self.model_name}@{self._weights_tag}"
 

@@ -261,6 +261,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``inspect`` sub-command."""
     p = sub.add_parser(
         "inspect",
         help="print a split's languages, scripts, counts and samples",

@@ -225,9 +225,12 @@ class LossConfig:
 
     @property
     def uses_images(self) -> bool:
+        """Whether training reads images: L_v or L_x has a weight, or L_t takes its α from the images
+        (``transitive``)."""
         return self.image > 0 or self.cross > 0 or (self.text > 0 and self.alpha_source == "transitive")
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``loss.*`` key out of range; loading a config calls it."""
         for key in ("text", "image", "cross", "cloze"):
             if getattr(self, key) < 0:
                 raise ValueError(f"loss.{key} must be >= 0 (a weight; 0 removes the loss), got {getattr(self, key)}")
@@ -256,6 +259,7 @@ class OptimConfig:
     embedding_lr_scale: float = 1.0  # the text encoder's token embeddings learn at lr × this (1 = one group)
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``optim.*`` key out of range; loading a config calls it."""
         if not self.lr > 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -392,9 +396,12 @@ class TrainConfig:
 
     @property
     def run_dir(self) -> Path:
+        """The run folder, ``output_dir/run_name``."""
         return Path(self.output_dir) / self.run_name
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for the first key out of range, or keys that do not go together (e.g. ``data.features``
+        with a backbone that trains); loading a config calls it."""
         if self.steps <= 0:
             raise ValueError(f"steps must be > 0, got {self.steps}")
         if self.batch_size <= 1:

@@ -133,6 +133,7 @@ class Encoder:
 
     @property
     def config(self) -> dict:
+        """The training config the model was loaded with, as a plain dict keyed as in ``config.yaml``."""
         from .config_io import to_dict
 
         return to_dict(self.cfg)

@@ -24,6 +24,7 @@ __all__ = ["build_parser", "main", "parse_model_specs"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``backretrieval`` argument parser: the sub-commands ``score``, ``compare``, ``eval`` and ``correlate``."""
     parser = argparse.ArgumentParser(prog="backretrieval", description=METRIC_HELP, formatter_class=formatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

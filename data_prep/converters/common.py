@@ -48,6 +48,7 @@ class Caption:
 
     @property
     def where(self) -> str:
+        """``file:line`` of the record, or the file alone when it has no line number."""
         return f"{self.file}:{self.line}" if self.line else self.file
 
 

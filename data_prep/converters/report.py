@@ -67,6 +67,7 @@ class Issue:
 
     @property
     def where(self) -> str:
+        """``file:line`` of the issue, or the file alone when it has no line number."""
         return f"{self.file}:{self.line}" if self.line else str(self.file)
 
     def __str__(self) -> str:
@@ -109,18 +110,22 @@ class ConversionReport:
     # -- totals ------------------------------------------------------------------------------
     @property
     def total_written(self) -> int:
+        """Samples written over every split and language (the extra views, ``extra_written``, not counted)."""
         return sum(self.written.values())
 
     @property
     def total_skipped(self) -> int:
+        """Records skipped, over every issue kind."""
         return sum(self.skipped.values())
 
     @property
     def total_issues(self) -> int:
+        """Issues filed, of every kind."""
         return sum(len(v) for v in self.issues.values())
 
     @property
     def total_unused(self) -> int:
+        """Records left out on purpose, over every reason."""
         return sum(self.unused.values())
 
     def balance(self) -> int:

@@ -22,6 +22,7 @@ LEXICON_DIR = Path(__file__).with_name("lexicons")
 
 @dataclass(frozen=True)
 class Language:
+    """A language of the synthetic world: its English name and its script."""
     name: str
     script: str
 

@@ -75,6 +75,8 @@ class Background:
 
 @dataclass(frozen=True)
 class Scene:
+    """One drawn scene: its kinds, every object laid out, the background and the noise; rendering is a pure
+    function of it."""
     kinds: tuple[Kind, ...]
     objects: tuple[SceneObject, ...]
     background: Background

@@ -69,6 +69,7 @@ class Ranking:
         return self.csls or self.maxsim > 0
 
     def to_dict(self) -> dict:
+        """The ranking's fields as a dict: the form :meth:`from_dict` reads."""
         return asdict(self)
 
     @classmethod
@@ -152,6 +153,7 @@ class ScoringContext:
 
     @property
     def statistics(self) -> str:
+        """Where statistics come from: ``inductive`` (the reference pool) or ``transductive`` (the sentences)."""
         return "transductive" if self.reference is None else "inductive"
 
     def embeddings(self, head: str) -> np.ndarray | sp.csr_matrix:
@@ -161,6 +163,8 @@ class ScoringContext:
         return self._embeddings[head]
 
     def reference_embeddings(self, head: str) -> np.ndarray | sp.csr_matrix:
+        """The reference texts' embeddings by ``head``, computed once; with no reference, the sentences' own
+        (:meth:`embeddings`)."""
         if self.reference is None:
             return self.embeddings(head)
         self.encode((), (head,))
@@ -308,6 +312,7 @@ class ScoringContext:
         return late.reference_bags if self.reference is None else late.bags(self.captions, self.langs)
 
     def scorer(self, ranking: Ranking) -> "SentenceScorer":
+        """A :class:`SentenceScorer` of these sentences under ``ranking``."""
         return SentenceScorer(self, ranking)
 
 
@@ -395,6 +400,8 @@ class SentenceScorer:
 
     @property
     def record(self) -> dict:
+        """The ranking as result records give it: its fields and label, where its statistics come from (``none``:
+        it reads none), the reference pool when it reads one, and MaxSim's and TF-IDF's settings where used."""
         c = self.context
         out = {**self.ranking.to_dict(), "label": self.ranking.label,
                "statistics": c.statistics if needs_statistics(c.encoder, self.ranking) else "none"}

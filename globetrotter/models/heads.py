@@ -14,6 +14,7 @@ class ProjectionHead(nn.Module):
         self.net = nn.Sequential(nn.Linear(in_dim, in_dim), nn.GELU(), nn.LayerNorm(in_dim), nn.Linear(in_dim, out_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The projection of ``x``, scaled to unit length."""
         return F.normalize(self.net(x), dim=-1)
 
 

@@ -47,9 +47,12 @@ class SigurdssonTextEncoder(nn.Module):
 
     @property
     def d_model(self) -> int:
+        """Width of the word vectors and of the adapted states."""
         return self.word_embedding.embedding_dim
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lang_ids: torch.Tensor) -> torch.Tensor:
+        """Adapted word states (B, L, d_model): each token looked up in its caption's language's table and passed
+        through that language's adapting layer; ``attention_mask`` is unused here (:func:`max_pool_words` reads it)."""
         if lang_ids is None:
             raise ValueError("the Sigurdsson text encoder needs each caption's language (lang_ids)")
         words = self.word_embedding(input_ids + lang_ids[:, None] * self.vocab_size)  # (B, L, d)

@@ -43,6 +43,7 @@ class TextEncoder(nn.Module):
 
     @property
     def d_model(self) -> int:
+        """Width of the token vectors and states."""
         return self.token_embedding.embedding_dim
 
     def token_table(self) -> torch.Tensor:
@@ -81,4 +82,6 @@ class ClozeHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(token_embedding.num_embeddings))
 
     def forward(self, states: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits over the vocabulary for each state: the transform, then the tied token table (``table`` when given)
+        and the bias."""
         return F.linear(self.transform(states), self.token_embedding.weight if table is None else table, self.bias)

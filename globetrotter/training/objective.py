@@ -73,6 +73,8 @@ class GlobetrotterObjective(nn.Module):
         return float((positive & (codes[:, None] != codes[None, :])).sum()) / n_pos if n_pos else float("nan")
 
     def forward(self, out: dict[str, torch.Tensor], batch: dict, cloze_labels: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The weighted total of the loss terms over the global batch, and the scalars to log (each term, α's
+        statistics, cloze accuracy)."""
         cfg = self.cfg
         keys = [k for k in ("text_t", "text_x", "image_v1", "image_v2", "image_x1", "image_x2", "image_raw1") if k in out]
         gathered: dict[str, torch.Tensor] = dict(zip(keys, gather_many([out[k].float() for k in keys])))

@@ -134,6 +134,8 @@ class TextToImageAdapter(nn.Module):
         self.register_buffer("output_scale", torch.tensor(float(output_scale)))
 
     def forward(self, text_embeddings: torch.Tensor) -> torch.Tensor:
+        """Text embeddings mapped into the image-feature space: the blocks, unit length with ``normalize_output``, times
+        ``output_scale``."""
         out = self.blocks(text_embeddings)
         if self.normalize_output:
             out = F.normalize(out, dim=-1)

@@ -33,6 +33,7 @@ class AdapterConfig:
     normalize_output: bool = False
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``adapter.*`` key out of range or not matching the form."""
         if self.form == "xtd10" and len(self.dropout) != len(self.hidden_dims) + 1:
             raise ValueError(
                 f"adapter.dropout needs {len(self.hidden_dims) + 1} rates (one per block), got {self.dropout}"
@@ -69,6 +70,7 @@ class LossConfig:
     margin_scale: float = 8.0
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``loss.*`` key out of range (NaN included)."""
         # written as `not 0 < x < inf` so that NaN (every comparison False) is refused too
         if not 0 < self.rho < math.inf:
             raise ValueError(f"loss.rho must be > 0 and finite, got {self.rho}")
@@ -94,6 +96,7 @@ class OptimConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``optim.*`` key out of range (NaN included)."""
         if self.batch_size < 2:
             raise ValueError(f"optim.batch_size must be >= 2 (negatives come from the batch), got {self.batch_size}")
         if self.epochs < 1:
@@ -121,6 +124,7 @@ class ZeroShotConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
 
     def validate(self) -> None:
+        """Raise ``ValueError`` for no or repeated ``train_langs``, or ``max_captions_per_image`` below 1."""
         if not self.train_langs:
             raise ValueError("train_langs must name at least one language")
         repeated = sorted({lang for lang in self.train_langs if self.train_langs.count(lang) > 1})

@@ -121,6 +121,7 @@ class SiameseAdapter(nn.Module):
         self.in_dim, self.out_dim = in_dim, out_dim
 
     def forward(self, title: torch.Tensor, body: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The shared tower applied to the title and to the body embeddings."""
         return self.tower(title), self.tower(body)
 
     @torch.no_grad()
@@ -226,6 +227,7 @@ class TripletConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first setting out of range."""
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2, got {self.batch_size}")
         if not 0.0 <= self.val_fraction < 1.0:

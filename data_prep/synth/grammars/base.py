@@ -36,6 +36,7 @@ class Token:
 
 @dataclass(frozen=True)
 class Caption:
+    """A caption as a grammar writes it: its text and the dictionary words it uses."""
     text: str
     words: tuple[tuple[str, str], ...]  # (concept, word as written) of each dictionary word used
 
@@ -64,11 +65,13 @@ class Grammar:
         return Caption(text, tuple((t.concept, t.text) for t in tokens if t.concept))
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
+        """The caption's tokens for ``meaning``, choices drawn with ``rng``: what each language's grammar writes."""
         raise NotImplementedError
 
     # -- helpers for subclasses -------------------------------------------------------
     @staticmethod
     def pick(rng: np.random.Generator, options: Sequence) -> Any:
+        """One of ``options``, drawn uniformly with ``rng``."""
         return options[int(rng.integers(len(options)))]
 
     def synonym(self, section: str, concept: str, rng: np.random.Generator) -> Any:
@@ -76,6 +79,8 @@ class Grammar:
         return self.pick(rng, self.lex[section][concept])
 
     def word(self, text: str, section: str, concept: str | int) -> Token:
+        """A dictionary word ``text`` translating ``concept`` of lexicon ``section`` (``colours``, ``red``:
+        ``colour:red``)."""
         return Token(text, f"{PREFIX[section]}:{concept}")
 
     def phrase(self, text: str, concept: str | None = None) -> list[Token]:
@@ -94,6 +99,8 @@ class Grammar:
         return [Token(p) for p in text.split()]
 
     def phrase_of(self, section: str, concept: str, rng: np.random.Generator) -> list[Token]:
+        """Tokens of a random synonym of ``concept`` in lexicon ``section``, its dictionary words tagged with the
+        concept."""
         return self.phrase(self.synonym(section, concept, rng), f"{PREFIX[section]}:{concept}")
 
     def shuffled(self, meaning: Meaning, rng: np.random.Generator) -> list[Mention]:

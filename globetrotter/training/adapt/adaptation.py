@@ -63,9 +63,12 @@ class Adaptation:
 
     @property
     def old_batch(self) -> int:
+        """Old-language bank captions beside each batch: ``adapt.old_batch`` (default the batch size), at most the
+        bank's size (known after :meth:`precompute`)."""
         return min(self.cfg.adapt.old_batch or self.cfg.batch_size, len(self.features.bank_truth))
 
     def objective(self) -> AdaptationObjective:
+        """A new :class:`AdaptationObjective` with the run's loss weights."""
         return AdaptationObjective(self.cfg.loss)
 
     def batches(self, local_batch: int, rank: int = 0, world: int = 1) -> Iterator[dict]:
