@@ -125,11 +125,14 @@ class SiameseAdapter(nn.Module):
 
     @torch.no_grad()
     def represent(self, title: torch.Tensor, body: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-        """``concat(x_t, x_b)`` ``[N, 2 * out_dim]`` in eval mode, in batches."""
+        """``concat(x_t, x_b)`` ``[N, 2 * out_dim]`` in eval mode, in batches, on the CPU (the adapter may be
+        on another device)."""
         was_training = self.training
         self.eval()
+        device = next(self.parameters()).device
         out = [
-            torch.cat(self(title[i : i + batch_size].float(), body[i : i + batch_size].float()), dim=1)
+            torch.cat(self(title[i : i + batch_size].to(device=device, dtype=torch.float32),
+                           body[i : i + batch_size].to(device=device, dtype=torch.float32)), dim=1).cpu()
             for i in range(0, len(title), batch_size)
         ]
         self.train(was_training)
@@ -258,14 +261,14 @@ class TripletHistory:
 def _epoch_loss(model: SiameseAdapter, title: torch.Tensor, body: torch.Tensor, langs: torch.Tensor,
                 config: TripletConfig, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None) -> float:
     n = title.shape[0]
-    order = torch.randperm(n, generator=gen)
+    order = torch.randperm(n, generator=gen).to(title.device)
     total, batches = 0.0, 0
     for start in range(0, n, config.batch_size):
         idx = order[start : start + config.batch_size]
         if idx.numel() < 2:
             continue
         x_t, x_b = model(title[idx], body[idx])
-        neg = random_other_index(idx.numel(), gen)
+        neg = random_other_index(idx.numel(), gen).to(title.device)
         loss = triplet_xl_loss(x_b, x_t, langs[idx], neg, config.margin, config.beta, config.k).mean()
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
@@ -282,12 +285,14 @@ def train_siamese(
     langs: torch.Tensor,
     config: TripletConfig = TRIPLET,
     progress: bool = True,
+    device: str | torch.device = "cpu",
 ) -> tuple[SiameseAdapter, TripletHistory]:
-    """Train the siamese adapter with Triplet (``beta = 0``) or TripletXL (eq. 2).
+    """Train the siamese adapter with Triplet (``beta = 0``) or TripletXL (eq. 2) on ``device``.
 
     ``title``/``body`` ``[N, D]``: frozen embeddings of the training documents; ``langs``
     ``[N]`` long language ids. A random ``val_fraction`` is held out; the weights of the
     epoch with the lowest validation loss are kept (the last epoch when nothing is held out).
+    The adapter returned is on ``device``.
     """
     if title.shape != body.shape or title.ndim != 2 or langs.shape != (title.shape[0],):
         raise ValueError("title and body must be [N, D] and langs [N]")
@@ -300,8 +305,10 @@ def train_siamese(
     val_idx, train_idx = perm[:n_val], perm[n_val:]
     if train_idx.numel() < 2:
         raise UserError(f"need at least 2 training documents, got {train_idx.numel()}")
-    title, body = title.float(), body.float()
-    model = SiameseAdapter(title.shape[1], config.hidden_dim, config.out_dim)
+    device = torch.device(device)
+    title, body = title.to(device=device, dtype=torch.float32), body.to(device=device, dtype=torch.float32)
+    langs, val_idx, train_idx = langs.to(device), val_idx.to(device), train_idx.to(device)
+    model = SiameseAdapter(title.shape[1], config.hidden_dim, config.out_dim).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     history = TripletHistory()
     best, best_state = math.inf, None
