@@ -33,6 +33,9 @@ class AdapterConfig:
     normalize_output: bool = False
 
     def validate(self) -> None:
+        for key, value in (("adapter.hidden_dims", self.hidden_dims), ("adapter.dropout", self.dropout)):
+            if not isinstance(value, (list, tuple)):  # as YAML refuses it: a bare number was a TypeError here
+                raise ValueError(f"{key} expected a list (one entry per block), got {value!r}")
         if self.form == "xtd10" and len(self.dropout) != len(self.hidden_dims) + 1:
             raise ValueError(
                 f"adapter.dropout needs {len(self.hidden_dims) + 1} rates (one per block), got {self.dropout}"
