@@ -19,11 +19,21 @@ from globetrotter.zeroshot.triplet import (
     train_siamese,
     triplet_loss,
     triplet_xl_loss,
-    write_documents,
 )
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def write_documents(docs, path):
+    """Write documents as JSONL, the format read_documents reads (image paths as given)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for d in docs:
+            obj = {"id": d.id, "lang": d.lang, "title": d.title, "body": d.body}
+            if d.image is not None:
+                obj["image"] = d.image
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    return path
 
 
 def t(*rows):

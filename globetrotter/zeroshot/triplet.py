@@ -25,14 +25,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
 PAPER_MARGIN, PAPER_BETA, PAPER_K = 0.1, 0.01, 5  # eqs. (1), (2)
@@ -92,19 +90,6 @@ def read_documents(path: str | Path) -> list[Document]:
     if not docs:
         raise UserError(f"{path}: no documents")
     return docs
-
-
-def write_documents(docs: Sequence[Document], path: str | Path) -> Path:
-    """Write documents as JSONL (image paths as given)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for d in docs:
-            obj = {"id": d.id, "lang": d.lang, "title": d.title, "body": d.body}
-            if d.image is not None:
-                obj["image"] = d.image
-            fh.write(json_text(obj, ensure_ascii=False) + "\n")
-    return path
 
 
 # --------------------------------------------------------------------------- model
