@@ -69,10 +69,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from globetrotter.argtypes import comma_separated, one_of, positive_int
-from globetrotter.errors import run_cli
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
+
+from globetrotter.argtypes import comma_separated, one_of, positive_int  # noqa: E402
+from globetrotter.errors import run_cli  # noqa: E402
 
 KS = (1, 5, 10)
 METHODS = ["naive", "exact", "capped", "approx-ivf", "approx-count", "approx", "lists-flat", "lists"]  # run order

@@ -52,11 +52,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from backretrieval.files import json_text
-from globetrotter.argtypes import comma_separated, one_of, output_folder, positive_int
-from globetrotter.errors import UserError, run_cli
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backretrieval.files import json_text  # noqa: E402
+from globetrotter.argtypes import comma_separated, one_of, output_folder, positive_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 
 if TYPE_CHECKING:  # the stages import what they time in their own process
     from tokenizers import Tokenizer

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
-from globetrotter.argtypes import positive_float, positive_int
-from globetrotter.errors import UserError, run_cli
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from globetrotter.argtypes import positive_float, positive_int  # noqa: E402
+from globetrotter.errors import UserError, run_cli  # noqa: E402
 
 if TYPE_CHECKING:
     from globetrotter.config import TrainConfig

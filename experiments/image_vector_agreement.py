@@ -118,6 +118,16 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     if languages is not None:
         held_langs = np.array([languages[i] for i, t in zip(images, test) if t])
         off &= held_langs[:, None] != held_langs[None, :]
+    # pair_r correlates the cosines over these pairs: it was NaN (printed nan, null in the JSON) with fewer than 2 of
+    # them, or when one side's cosines are all the same
+    pairs = ref_sim[np.triu(off, 1)]
+    if len(pairs) < 2:
+        kind = " of two languages" if languages is not None else ""
+        raise UserError(f"--held-out-images {held_out}: {len(pairs)} pair(s) of held-out images{kind} to correlate; "
+                        f"pair_r needs at least 2")
+    if np.ptp(pairs) == 0:
+        raise UserError(f"--reference: every pair of the {held_out} held-out images has one cosine ({pairs[0]:.4g}); "
+                        f"expected vectors that tell images apart")
     top = np.sort(np.where(off, ref_sim, -np.inf), axis=1)[:, -k:]
     per_cache: dict[str, dict] = {}
     report = {"images": len(images), "held_out": held_out, "k": k, "seed": seed,
@@ -125,6 +135,9 @@ def screen(reference: tuple[list[str], np.ndarray], caches: dict[str, tuple[list
     for name, (ids, vectors) in caches.items():
         rows = {i: r for r, i in enumerate(ids)}
         x = vectors[[rows[i] for i in images]]
+        if not unit_centred(x[test]).any():  # it orders no images: agreement@k an arbitrary pick, pair_r NaN
+            raise UserError(f"--cache {name}: its vectors of the {held_out} held-out images are all the same; expected "
+                            f"vectors that tell images apart (check how the cache was built or imported)")
         fits = {}
         for strength in strengths:
             ridge = fit_image_ridge(x[~test], target[~test], strength).model

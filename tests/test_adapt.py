@@ -302,7 +302,8 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     before = sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*"))
     code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", f"output_dir={base.parent}",
                          f"run_name={base.name}")  # the adapted run would write over the run it starts from
-    assert code == 2 and line.startswith(f"error: {base}: already holds a run (step-")
+    # said as such, not as "already holds a run (...); delete the folder to run it again": the starting run's folder
+    assert code == 2 and line == f"error: run_name/output_dir: {base} is the starting run's folder; give the adapted run its own"
     assert sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*")) == before
     adapted = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}"])
     with pytest.raises(UserError, match="^--resume: an adaptation run is short and starts from adapt.from"):

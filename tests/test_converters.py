@@ -1610,6 +1610,9 @@ def test_issues_beyond_the_examples_shown_are_counted_and_unknown_kinds_refused(
     text = report.format_issues(max_examples=1)
     assert text.splitlines()[1:] == ["  caps.tsv:1: empty_caption: empty", "  ... and 2 more"]
     assert "more" not in report.format_issues(max_examples=3)
+    assert report.format_issues(max_examples=0).splitlines()[1:] == ["  ... and 3 more"]
+    with pytest.raises(ValueError, match=r"^max_examples must be >= 0, got -1$"):  # it printed "... and 4 more"
+        report.format_issues(max_examples=-1)
     with pytest.raises(ValueError, match="unknown issue kind 'typo'"):
         Issue("typo", "caps.tsv", 1, "x")
     with pytest.raises(ValueError, match="unknown reason 'typo'"):

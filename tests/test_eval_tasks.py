@@ -373,6 +373,19 @@ def test_generation_decodes_every_source_and_the_floor(world):
             evaluate_generation(FakeEncoder(), world / "test", world / "train", **kwargs)
 
 
+def test_generation_with_a_log_of_its_own_shows_no_progress_bar(world, capsys):
+    """log=lambda _: None silenced the note but the decoder's progress bar still ran on stderr."""
+    from globetrotter.evaluation.generation import DecoderConfig
+
+    decoder = DecoderConfig(d_model=16, layers=1, prefix_length=2, steps=5, batch_size=16)
+    evaluate_generation(FakeEncoder(), world / "test", world / "train", n_groups=4, decoder=decoder)
+    err = capsys.readouterr().err
+    assert "training a 1-layer decoder" in err and "decoder: " in err  # by default: the note and the bar
+    evaluate_generation(FakeEncoder(), world / "test", world / "train", n_groups=4, decoder=decoder,
+                        log=lambda _: None)
+    assert capsys.readouterr().err == ""
+
+
 def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
     built: list[str] = []
     hits = translate_sentences(FakeEncoder(), ["a red circle", "a blue ring"], to="de", corpus=world / "test", k=2,

@@ -84,6 +84,26 @@ def test_caches_without_shared_images_or_too_few_are_refused(agree):
         agree.screen((ids, ref), {"c": (ids, ref)}, held_out=45, k=10)
 
 
+def test_a_screen_whose_pair_r_is_undefined_is_refused_not_printed_as_nan(agree, tmp_path, capsys):
+    """A cache of one vector for every image, a reference of one, or a single held-out pair made pair_r NaN: printed
+    'pair r nan' (after numpy's warnings) and null in the JSON, with no word of why."""
+    ids, ref, _ = clustered(n=60)
+    reference = write_cache(tmp_path / "described", ids, ref)
+    constant = write_cache(tmp_path / "constant", ids, np.ones((60, 8)))
+    assert agree.main(["--reference", str(reference), "--cache", str(constant), "--held-out-images", "20", "--k", "3",
+                       "--out", str(tmp_path / "report.json")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == ("error: --cache constant: its vectors of the 20 held-out images are all the "
+                                         "same; expected vectors that tell images apart (check how the cache was built "
+                                         "or imported)")
+    assert not (tmp_path / "report.json").exists()
+    with pytest.raises(UserError, match=r"^--reference: every pair of the 20 held-out images has one cosine \(1\); "):
+        agree.screen((ids, np.ones((60, 8))), {"c": (ids, ref)}, held_out=20, k=3, strengths=(1.0,))
+    with pytest.raises(UserError, match=r"^--held-out-images 2: 1 pair\(s\) of held-out images to correlate; pair_r "
+                                        r"needs at least 2$"):
+        agree.screen((ids, ref), {"c": (ids, ref)}, held_out=2, k=1, strengths=(1.0,))
+
+
 def test_command_line_reads_caches_and_writes_its_report(agree, tmp_path, capsys):
     ids, ref, topic = clustered(n=200)
     reference = write_cache(tmp_path / "described", ids, ref)

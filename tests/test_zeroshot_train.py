@@ -117,6 +117,19 @@ def test_non_finite_and_negative_config_values_are_refused_up_front(override, sa
         load_config(ZeroShotConfig, overrides=[override])
 
 
+@pytest.mark.parametrize("options, key, value", [({"dropout": 0.1}, "adapter.dropout", "0.1"),
+                                                 ({"form": "xtd10", "dropout": 0.1}, "adapter.dropout", "0.1"),
+                                                 ({"hidden_dims": 64}, "adapter.hidden_dims", "64")])
+def test_an_adapter_config_of_a_bare_number_is_refused_from_python_as_from_yaml(options, key, value):
+    """AdapterConfig(dropout=0.1).validate() was a raw TypeError ('float' object is not iterable); YAML said it."""
+    from globetrotter.zeroshot.config import AdapterConfig
+
+    with pytest.raises(ValueError, match=rf"^{re.escape(key)} expected a list \(one entry per block\), got {value}$"):
+        AdapterConfig(**options).validate()
+    with pytest.raises(UserError, match=rf"key '{re.escape(key)}' expected a list, got {value}"):
+        load_config(ZeroShotConfig, overrides=[f"{key}={value}"])
+
+
 def test_train_names_a_train_language_the_text_encoder_lacks(tmp_path, capsys):
     """train_langs=[en,cs] with mUSE (no cs) ran with no note; retrieval and tag name cs."""
     from globetrotter.zeroshot.cli import main

@@ -19,11 +19,21 @@ from globetrotter.zeroshot.triplet import (
     train_siamese,
     triplet_loss,
     triplet_xl_loss,
-    write_documents,
 )
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def write_documents(docs, path):
+    """Write documents as JSONL, the format read_documents reads (image paths as given)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for d in docs:
+            obj = {"id": d.id, "lang": d.lang, "title": d.title, "body": d.body}
+            if d.image is not None:
+                obj["image"] = d.image
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    return path
 
 
 def t(*rows):
@@ -497,6 +507,49 @@ def test_read_documents_skips_blank_lines_and_refuses_each_bad_input_naming_file
         path.write_bytes(data)
         with pytest.raises(UserError, match=message):
             read_documents(path)
+
+
+def test_training_moves_the_adapter_and_every_batch_to_the_device(monkeypatch):
+    """train_siamese trained on the CPU whatever the caller asked (`triplet --device cuda` too)."""
+    import globetrotter.zeroshot.triplet as triplet
+
+    moved, batches, real = [], set(), triplet._epoch_loss
+
+    class Adapter(SiameseAdapter):
+        def to(self, *args, **kwargs):
+            moved.append(torch.device(args[0]))
+            return super().to(*args, **kwargs)
+
+    def epoch_loss(model, title, body, langs, config, gen, optimizer=None):
+        batches.update({title.device, body.device, langs.device})
+        return real(model, title, body, langs, config, gen, optimizer)
+
+    monkeypatch.setattr(triplet, "SiameseAdapter", Adapter)
+    monkeypatch.setattr(triplet, "_epoch_loss", epoch_loss)
+    title, body, langs = _topic_embeddings(40, 2)
+    cfg = TripletConfig(hidden_dim=8, out_dim=4, epochs=2, batch_size=8, val_fraction=0.2)
+    model, _ = train_siamese(title, body, langs, cfg, progress=False, device="cpu")
+    assert moved == [torch.device("cpu")] and batches == {torch.device("cpu")}
+    assert next(model.parameters()).device == torch.device("cpu")
+    assert model.represent(title, body).device == torch.device("cpu")  # the representation comes back to the CPU
+
+
+def test_triplet_command_trains_the_adapters_on_its_device(recipe_docs, tmp_path, monkeypatch):
+    """--device named the image model's device only: the adapters trained on the CPU whatever it said."""
+    import globetrotter.zeroshot.case_study as case_study
+
+    devices, real = [], case_study.train_siamese
+
+    def train_siamese(*args, **kwargs):
+        devices.append(kwargs.get("device"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(case_study, "train_siamese", train_siamese)
+    docs, spec = recipe_docs
+    assert main(["triplet", "--docs", str(docs), "--text-encoder", spec, "--out", str(tmp_path / "run"), "--epochs", "1",
+                 "--batch-size", "16", "--hidden-dim", "8", "--out-dim", "4", "--ks", "1,5", "--device", "cpu",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    assert devices == ["cpu", "cpu"]  # Triplet and TripletXL
 
 
 def test_training_with_nothing_held_out_keeps_the_last_epoch_and_skips_a_lone_last_row():

@@ -135,6 +135,8 @@ class ConversionReport:
     # -- output ------------------------------------------------------------------------------
     def format_issues(self, max_examples: int = 5) -> str:
         """The first ``max_examples`` issues of each kind with file:line, then how many more."""
+        if max_examples < 0:  # all but the last, then "... and N+1 more" of N: as --show-issues refuses it
+            raise ValueError(f"max_examples must be >= 0, got {max_examples}")
         out = []
         for kind in SKIP_KINDS:
             issues = self.issues.get(kind)

@@ -270,6 +270,8 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
         raise UserError(adapt.start.RESUME_REFUSED)
     source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
+        if adapting:  # into the starting run's folder: said as such, not as a used folder to delete (below)
+            adapt.start.refuse_starting_folder(cfg, adapt.starting_checkpoint(cfg.adapt.from_run))
         refuse_used_folder(cfg.run_dir, resumable=not adapting)  # a fresh run there would mix two runs' checkpoints
         refuse_foreign_files(cfg)  # nor overwrite a user's files
     else:

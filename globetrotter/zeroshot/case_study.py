@@ -149,9 +149,11 @@ def run_case_study(
     max_per_lang: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    device: str | torch.device = "cpu",
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """Train an adapter per config on ``train_docs`` and judge the representations of ``eval_docs`` (``frozen``
-    and one per config) by BackRetrieval with ``image_features`` (a row per evaluation document).
+    and one per config) by BackRetrieval with ``image_features`` (a row per evaluation document). The adapters
+    train on ``device``.
 
     ``embed`` gives the frozen text embeddings ``[n, D]``. Returns the
     :func:`~backretrieval.pairs.evaluate_pairs` result of each representation (``mean``, ``pairs``) and each
@@ -165,7 +167,7 @@ def run_case_study(
     representations = {"frozen": torch.cat([title[n_train:], body[n_train:]], dim=1)}
     histories = {}
     for name, config in configs.items():
-        model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress)
+        model, history = train_siamese(title[:n_train], body[:n_train], langs, config, progress=progress, device=device)
         representations[name] = model.represent(title[n_train:], body[n_train:])
         histories[name] = {"config": to_dict(config), "train": history.train, "val": history.val,
                            "best_epoch": history.best_epoch + 1}  # counted from 1, as meta.json's

@@ -34,6 +34,9 @@ class AdapterConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first ``adapter.*`` key out of range or not matching the form."""
+        for key, value in (("adapter.hidden_dims", self.hidden_dims), ("adapter.dropout", self.dropout)):
+            if not isinstance(value, (list, tuple)):  # as YAML refuses it: a bare number was a TypeError here
+                raise ValueError(f"{key} expected a list (one entry per block), got {value!r}")
         if self.form == "xtd10" and len(self.dropout) != len(self.hidden_dims) + 1:
             raise ValueError(
                 f"adapter.dropout needs {len(self.hidden_dims) + 1} rates (one per block), got {self.dropout}"

@@ -25,14 +25,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from backretrieval.files import json_text
 from globetrotter.errors import UserError
 
 PAPER_MARGIN, PAPER_BETA, PAPER_K = 0.1, 0.01, 5  # eqs. (1), (2)
@@ -94,19 +92,6 @@ def read_documents(path: str | Path) -> list[Document]:
     return docs
 
 
-def write_documents(docs: Sequence[Document], path: str | Path) -> Path:
-    """Write documents as JSONL (image paths as given)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for d in docs:
-            obj = {"id": d.id, "lang": d.lang, "title": d.title, "body": d.body}
-            if d.image is not None:
-                obj["image"] = d.image
-            fh.write(json_text(obj, ensure_ascii=False) + "\n")
-    return path
-
-
 # --------------------------------------------------------------------------- model
 class SiameseAdapter(nn.Module):
     """Two dense ReLU layers shared by title and body embeddings (BackRetrieval 3.2).
@@ -126,11 +111,14 @@ class SiameseAdapter(nn.Module):
 
     @torch.no_grad()
     def represent(self, title: torch.Tensor, body: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-        """``concat(x_t, x_b)`` ``[N, 2 * out_dim]`` in eval mode, in batches."""
+        """``concat(x_t, x_b)`` ``[N, 2 * out_dim]`` in eval mode, in batches, on the CPU (the adapter may be
+        on another device)."""
         was_training = self.training
         self.eval()
+        device = next(self.parameters()).device
         out = [
-            torch.cat(self(title[i : i + batch_size].float(), body[i : i + batch_size].float()), dim=1)
+            torch.cat(self(title[i : i + batch_size].to(device=device, dtype=torch.float32),
+                           body[i : i + batch_size].to(device=device, dtype=torch.float32)), dim=1).cpu()
             for i in range(0, len(title), batch_size)
         ]
         self.train(was_training)
@@ -260,14 +248,14 @@ class TripletHistory:
 def _epoch_loss(model: SiameseAdapter, title: torch.Tensor, body: torch.Tensor, langs: torch.Tensor,
                 config: TripletConfig, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None) -> float:
     n = title.shape[0]
-    order = torch.randperm(n, generator=gen)
+    order = torch.randperm(n, generator=gen).to(title.device)
     total, batches = 0.0, 0
     for start in range(0, n, config.batch_size):
         idx = order[start : start + config.batch_size]
         if idx.numel() < 2:
             continue
         x_t, x_b = model(title[idx], body[idx])
-        neg = random_other_index(idx.numel(), gen)
+        neg = random_other_index(idx.numel(), gen).to(title.device)
         loss = triplet_xl_loss(x_b, x_t, langs[idx], neg, config.margin, config.beta, config.k).mean()
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
@@ -284,12 +272,14 @@ def train_siamese(
     langs: torch.Tensor,
     config: TripletConfig = TRIPLET,
     progress: bool = True,
+    device: str | torch.device = "cpu",
 ) -> tuple[SiameseAdapter, TripletHistory]:
-    """Train the siamese adapter with Triplet (``beta = 0``) or TripletXL (eq. 2).
+    """Train the siamese adapter with Triplet (``beta = 0``) or TripletXL (eq. 2) on ``device``.
 
     ``title``/``body`` ``[N, D]``: frozen embeddings of the training documents; ``langs``
     ``[N]`` long language ids. A random ``val_fraction`` is held out; the weights of the
     epoch with the lowest validation loss are kept (the last epoch when nothing is held out).
+    The adapter returned is on ``device``.
     """
     if title.shape != body.shape or title.ndim != 2 or langs.shape != (title.shape[0],):
         raise ValueError("title and body must be [N, D] and langs [N]")
@@ -302,8 +292,10 @@ def train_siamese(
     val_idx, train_idx = perm[:n_val], perm[n_val:]
     if train_idx.numel() < 2:
         raise UserError(f"need at least 2 training documents, got {train_idx.numel()}")
-    title, body = title.float(), body.float()
-    model = SiameseAdapter(title.shape[1], config.hidden_dim, config.out_dim)
+    device = torch.device(device)
+    title, body = title.to(device=device, dtype=torch.float32), body.to(device=device, dtype=torch.float32)
+    langs, val_idx, train_idx = langs.to(device), val_idx.to(device), train_idx.to(device)
+    model = SiameseAdapter(title.shape[1], config.hidden_dim, config.out_dim).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     history = TripletHistory()
     best, best_state = math.inf, None

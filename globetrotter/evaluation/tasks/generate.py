@@ -80,7 +80,8 @@ def evaluate(
     training captions (``test_references_in_train`` of ``test_references``). ``seed`` also fixes the decoder's init
     and batch order. ``train`` may not be ``split`` itself, nor a parallel split (captions with a ``group``) holding
     any evaluated group or image: the decoder would learn the references (:class:`UserError`); so is a ``target`` or
-    a given source the model's tokenizer never read (its provenance record).
+    a given source the model's tokenizer never read (its provenance record). The note that the decoder trains and its
+    progress bar go to stderr; a ``log`` of one's own (``lambda _: None``: quiet) takes the note and shows no bar.
     """
     from data_prep.shards import read_captions
 
@@ -121,7 +122,8 @@ def evaluate(
     test_rep = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "
         f"for {decoder.steps} steps")
-    net, vocab, train_log = gen.train_decoder(train_texts, train_rep, encoder.tokenizer, decoder, seed=seed)
+    net, vocab, train_log = gen.train_decoder(train_texts, train_rep, encoder.tokenizer, decoder, seed=seed,
+                                              progress=log is _stderr)  # a log of the caller's own: no bar either
 
     # rows: each source language, the target itself (reconstruction), and the mismatched floor
     rows = {lang: test_rep[ps.langs == lang] for lang in [*sources, target]}

@@ -190,6 +190,13 @@ def trained_languages(start: TrainConfig) -> list[str]:
     return sorted(found)
 
 
+def refuse_starting_folder(cfg: TrainConfig, source: Path) -> None:
+    """One-line error when the adapted run's folder is the one of the run it starts from (``source``, its checkpoint:
+    :func:`starting_checkpoint`); checked before the folder's checkpoints are, whose error would offer to delete it."""
+    if cfg.run_dir.resolve() == source.parents[1].resolve():
+        raise UserError(f"run_name/output_dir: {cfg.run_dir} is the starting run's folder; give the adapted run its own")
+
+
 def resolve_config(cfg: TrainConfig) -> TrainConfig:
     """Check an adaptation config against its starting run; return it with ``steps`` (from
     ``adapt.epochs``), ``data.tokenizer`` (the grown one, in the run folder) and ``adapt.from`` (the starting
@@ -219,8 +226,7 @@ def resolve_config(cfg: TrainConfig) -> TrainConfig:
         raise UserError(f"loss: {source / 'config.yaml'} trains L_v alone (loss.text, loss.cross and loss.cloze are "
                         f"0), and adaptation trains the text side, which no loss of the run reaches; adapt a run "
                         f"trained with a text loss")
-    if cfg.run_dir.resolve() == source.parents[1].resolve():
-        raise UserError(f"run_name/output_dir: {cfg.run_dir} is the starting run's folder; give the adapted run its own")
+    refuse_starting_folder(cfg, source)
     cfg = split.resolved(cfg)  # adapt.split: a split under data.root, or any split folder (made absolute)
     count = split.check_languages(cfg, old)
     split.check_features(cfg)  # a cache beside the split built with another backbone: refused before anything is written

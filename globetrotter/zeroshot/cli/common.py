@@ -43,7 +43,7 @@ def common_options() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), metavar="DIR",
                    help="where frozen text and image features are cached (default: $GLOBETROTTER_CACHE or outputs/cache)")
     p.add_argument("--device", type=torch_device, default="cpu",
-                   help="torch device of the image model (and of the adapter `train` trains): cpu, cuda, cuda:1, ... "
+                   help="torch device of the image model (and of the adapters `train` and `triplet` train): cpu, cuda, cuda:1, ... "
                         "(default cpu)")
     p.add_argument("--online", action="store_true", help="allow downloads (sentence-transformers models, timm 'hub' weights)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",

@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return torch.from_numpy(embed_cached(args.text_encoder, texts, args.cache_dir, progress, args.online, loaded))
 
     results, histories = run_case_study(train_docs, eval_docs, embed, image_feats, configs, args.ks,
-                                        max_per_lang=args.max_per_language, seed=args.seed, progress=progress)
+                                        max_per_lang=args.max_per_language, seed=args.seed, progress=progress,
+                                        device=args.device)
     small_pairs = drop_small_pairs(results, k)
     for pair, n in small_pairs.items():
         print(f"note: {pair}: {n} source document(s) once shared images are split between the sides, not more than "
