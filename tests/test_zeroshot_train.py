@@ -144,6 +144,13 @@ def test_a_language_named_twice_in_train_langs_is_refused():
         load_config(ZeroShotConfig, overrides=["train_langs=[en,en,de]"])
 
 
+def test_train_langs_of_one_bare_code_is_refused_from_python():
+    """ZeroShotConfig(train_langs="en").validate() passed, and the string was read as the languages e and n."""
+    with pytest.raises(ValueError, match=r"^train_langs expected a list of language codes, got 'en'$"):
+        ZeroShotConfig(train_langs="en").validate()
+    ZeroShotConfig(train_langs=("en", "de")).validate()  # a tuple is a list of codes too
+
+
 def test_residual_adapter_blocks_are_pre_norm_skips_of_one_width():
     from globetrotter.zeroshot.adapter import ResidualBlock
 

@@ -128,6 +128,8 @@ class ZeroShotConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` for no or repeated ``train_langs``, or ``max_captions_per_image`` below 1."""
+        if not isinstance(self.train_langs, (list, tuple)):  # a bare "en" was read as the languages e and n
+            raise ValueError(f"train_langs expected a list of language codes, got {self.train_langs!r}")
         if not self.train_langs:
             raise ValueError("train_langs must name at least one language")
         repeated = sorted({lang for lang in self.train_langs if self.train_langs.count(lang) > 1})
