@@ -726,11 +726,13 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
     assert reads == Counter({"test": 1, "train": 1})
-    # select too read its reference twice, to check it and again for its captions (the record's pool is the same)
+    # select too read its reference twice, to check it and again for its captions (the record's pool is the same),
+    # and its val split's captions twice, for the images the reference must not show and again for the val sample
+    # (the pictures are read in a pass of their own, iter_split)
     reads.clear()
     assert run(["select", "--model", str(tiny_run), "--csls-k", "3", "--maxsim", "0,1", "--heads", "text",
                 "--name", "tiny", "--out", str(tmp_path / "select")]) == 0
-    assert reads["train"] == 1
+    assert reads["train"] == 1 and reads["val"] == 1
     chosen = record(tmp_path / "select", "select", "tiny")
     assert chosen["details"]["reference"] == read_reference(tiny_world / "train", chosen["languages"]).record
 
