@@ -33,7 +33,7 @@ from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .images import ImageModel  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
 from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
-from .pairs import check_pair_options, evaluate_pairs
+from .pairs import check_pair_options, evaluate_pairs, fewest_source_images
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
 from .renamed import renamed_keywords
@@ -243,14 +243,15 @@ def evaluate_split(
     censored_max_rank(max_rank, ks, option("approximate") if approximate else None)
 
     def enough_captions(data: SplitData) -> None:  # before g's features and any embedding
-        names, counts = np.unique(data.langs, return_counts=True)
+        names = np.unique(data.langs)
         if len(names) < 2:
             raise BackRetrievalError(f"{data.split_dir}: captions in {len(names)} language(s) "
                                      f"({', '.join(names.tolist()) or 'none'}); BkR needs two"
                                      + (f" (check {option('languages')})" if languages else ""))
-        fewest = int(np.argmin(counts))
-        per_side = int(counts[fewest]) if max_per_lang is None else min(int(counts[fewest]), max_per_lang)
-        enough_for_k(str(data.split_dir), per_side, ks, f"{names[fewest]} captions per side",
+        pair, per_side = fewest_source_images(data.langs, data.image_ids, max_per_lang, seed)  # as scored
+        shared = len(set(zip(data.image_ids.tolist(), data.langs.tolist()))) > len(set(data.image_ids.tolist()))
+        enough_for_k(str(data.split_dir), per_side, ks, f"distinct source images in {pair}" + (
+                     " (an image captioned in both languages goes to one side)" if shared else ""),
                      f"raise {option('max_per_lang')}" if max_per_lang else None)
 
     split = embed_split(data, specs, extractor, languages, online=online, progress=progress, check=enough_captions)

@@ -16,7 +16,7 @@ across languages), the groups captioned in both a and b give a row-aligned paral
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -72,6 +72,40 @@ def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and bool((np.diff(rows) == 1).all()):
         return x[rows[0]:rows[-1] + 1]
     return x[rows]
+
+
+def _pair_sides(rows_of: dict[str, np.ndarray], image_codes: np.ndarray, max_per_lang: int | None, seed: int
+                ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.random.Generator]]:
+    """Each ordered pair ``(i, j)`` of the languages of ``rows_of`` (their rows, in sorted order) with its source and
+    target rows as :func:`evaluate_pairs` scores them (the images shown on both sides split between them, then each
+    side subsampled to ``max_per_lang``) and the pair's seeded generator, for what else it draws."""
+    names = list(rows_of)
+    codes_of = {lang: np.unique(image_codes[rows]) for lang, rows in rows_of.items()}
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if a == b:
+                continue
+            rng = np.random.default_rng([seed, i, j])
+            src, tgt = rows_of[a], rows_of[b]
+            if len(np.intersect1d(codes_of[a], codes_of[b], assume_unique=True)):  # images on both sides
+                src, tgt = non_matching_sides(src, tgt, image_codes, rng)
+            src = _subsample(src, max_per_lang, rng)
+            yield i, j, src, _subsample(tgt, max_per_lang, rng), rng
+
+
+def fewest_source_images(langs: Sequence[str] | np.ndarray, image_ids: Sequence | np.ndarray,
+                         max_per_lang: int | None = None, seed: int = 0) -> tuple[str, int]:
+    """The ordered language pair (``"a->b"``) whose source side shows the fewest distinct images as
+    :func:`evaluate_pairs` scores it with these ``max_per_lang`` and ``seed`` (a parallel split's images go half to
+    each side), and that number: BkR ranks among them, so it must exceed the largest K. Internal: checked before any
+    caption is embedded."""
+    langs, image_ids = np.asarray(langs, dtype=object), np.asarray(image_ids, dtype=object)
+    names = sorted(set(langs.tolist()))
+    image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
+    rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
+    sizes = ((f"{names[i]}->{names[j]}", len(np.unique(image_codes[src])))
+             for i, j, src, _, _ in _pair_sides(rows_of, image_codes, max_per_lang, seed))
+    return min(sizes, key=lambda pair: pair[1])
 
 
 def first_per_group(rows: np.ndarray, groups: np.ndarray) -> dict:
@@ -302,7 +336,6 @@ def evaluate_pairs(
     rows_of = {lang: np.flatnonzero(langs == lang) for lang in names}
     # integer codes of the image ids (their sorted order): the sides' overlap found fast, the same split as the ids'
     image_codes = np.unique(image_ids, return_inverse=True)[1].reshape(-1)
-    codes_of = {lang: np.unique(image_codes[rows]) for lang, rows in rows_of.items()}
     first_of = {lang: first_per_group(rows_of[lang], groups) for lang in names} if groups is not None else {}
     options = {"ties": ties, "max_rank": max_rank, "block_bytes": block_bytes, "retrieval": retrieval,
                "csls_k": csls_k, "approximate": approximate, "progress": progress}
@@ -316,25 +349,18 @@ def evaluate_pairs(
     sides = [len(rows_of[lang]) if max_per_lang is None else min(len(rows_of[lang]), max_per_lang) for lang in names]
     bar = progress_bar(len(names) * (len(names) - 1), "pairs", progress, sum(sides) ** 2 - sum(n * n for n in sides),
                        unit="pair")
-    for i, a in enumerate(names):
-        for j, b in enumerate(names):
-            if a == b:
-                continue
-            rng = np.random.default_rng([seed, i, j])
-            src, tgt = rows_of[a], rows_of[b]
-            if len(np.intersect1d(codes_of[a], codes_of[b], assume_unique=True)):  # images on both sides
-                src, tgt = non_matching_sides(src, tgt, image_codes, rng)
-            src, tgt = _subsample(src, max_per_lang, rng), _subsample(tgt, max_per_lang, rng)
-            queries = _sample_queries(src, tgt, max_queries, rng)
-            parallel = None if groups is None else _parallel_rows(first_of[a], first_of[b], max_per_lang, rng)
-            entry, hits = score(src, tgt, queries, parallel)
-            for k, h in hits.items():
-                all_hits[f"bkr@{k}"].append(h)
-            for m in metrics:
-                if m in entry:
-                    matrix[m][i, j] = entry[m]
-            pairs[f"{a}->{b}"] = entry
-            bar.update(1)
+    for i, j, src, tgt, rng in _pair_sides(rows_of, image_codes, max_per_lang, seed):
+        a, b = names[i], names[j]
+        queries = _sample_queries(src, tgt, max_queries, rng)
+        parallel = None if groups is None else _parallel_rows(first_of[a], first_of[b], max_per_lang, rng)
+        entry, hits = score(src, tgt, queries, parallel)
+        for k, h in hits.items():
+            all_hits[f"bkr@{k}"].append(h)
+        for m in metrics:
+            if m in entry:
+                matrix[m][i, j] = entry[m]
+        pairs[f"{a}->{b}"] = entry
+        bar.update(1)
     bar.close()
     mean = {m: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan") for m, v in matrix.items()}
     out = {"langs": names, "ks": list(ks), "pairs": pairs, "matrix": matrix, "mean": mean}

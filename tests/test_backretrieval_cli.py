@@ -266,7 +266,7 @@ def test_user_errors_are_one_line_with_exit_code_2_and_name_the_flags(small_spli
           "--n-seeds", "1", "--out", str(tmp_path / "o"), "--no-progress"],
          ["3 items per side (--n), not more than the largest K (10)"]),
         (["eval", "--data", str(small_split / "test"), "--model", "random:4", "--max-per-language", "3", "--out",
-          str(tmp_path / "o"), "--no-progress"], ["3 de captions per side, not more than the largest K (10)"]),
+          str(tmp_path / "o"), "--no-progress"], ["3 distinct source images in de->en (an image captioned in both languages goes to one side), not more than the largest K (10)"]),
     ]
     for argv, expected in cases:
         code = main(argv)
@@ -413,7 +413,7 @@ def test_as_many_candidates_as_the_largest_k_is_refused(small_split, tmp_path, c
     for n in ("10", "0"):  # --n 0 is no request for the default
         assert f"protocol: {n} items per side (--n), not more than the largest K (10)" in _one_line_error(
             ["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--n", n], capsys)
-    assert "10 de captions per side, not more than the largest K (10)" in _one_line_error(
+    assert "10 distinct source images in de->en (an image captioned in both languages goes to one side), not more than the largest K (10)" in _one_line_error(
         ["eval", *split, "--model", "random:4", "--max-per-language", "10"], capsys)
     assert main(["correlate", *split, "--models", "random:4", "random:5", "--n-seeds", "1", "--n", "11"]) == 0
 
@@ -865,8 +865,8 @@ def test_every_models_files_are_checked_before_g_or_any_embedding(pixel_split, t
     nan_rows[0] = np.nan
     np.save(tmp_path / "nan.npy", np.concatenate([nan_rows, np.ones((1, 4), np.float32)]))
     (tmp_path / "nan.npy.texts.json").write_text(json.dumps(texts))
-    with pytest.raises(AssertionError, match="g's features were extracted"):  # past every check: to g
-        main(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'nan.npy'}"])
+    with pytest.raises(AssertionError, match="g's features were extracted"):  # past every check: to g (6 source
+        main(["eval", *run, "--model", "random:4", "--model", f"npy:{tmp_path / 'nan.npy'}", "--ks", "1,5"])  # images)
     nan_rows = np.ones((25, 4), np.float32)
     nan_rows[7] = 0.0
     np.save(tmp_path / "nan.npy", nan_rows)
@@ -917,7 +917,7 @@ def test_output_paths_and_split_preconditions_are_checked_before_any_work(pixel_
     assert "--n 7: needs 2N <= 12 items (disjoint, non-matching source and target samples); use --n 6 or less" in err
     err = _one_line_error(["eval", *run, "--model", "random:4", "--max-per-language", "3", "--out",
                            str(tmp_path / "o")], capsys)
-    assert "3 de captions per side, not more than the largest K (10)" in err and "raise --max-per-language" in err
+    assert "3 distinct source images in de->en (an image captioned in both languages goes to one side), not more than the largest K (10)" in err and "raise --max-per-language" in err
     # one language: eval failed in evaluate_pairs after g's features; correlate wrote an empty record
     assert "captions in 1 language(s) (en); BkR needs two (check --languages)" in _one_line_error(
         ["eval", *run, "--model", "random:4", "--languages", "en", "--out", str(tmp_path / "o")], capsys)

@@ -167,8 +167,36 @@ def test_the_language_with_fewest_captions_decides_whether_k_can_tell_models_apa
             feature = rng.standard_normal(8).astype(np.float32)
             for lang in ("en", "de") if i < 4 else ("en",):
                 w.write(f"s{i}_{lang}", feature, f"{lang} caption {i}", lang, image_id=f"img{i}")
-    with pytest.raises(BackRetrievalError, match=r"4 de captions per side, not more than the largest K \(5\)"):
+    with pytest.raises(BackRetrievalError, match=r"2 distinct source images in de->en \(an image captioned in both "
+                                                 r"languages goes to one side\), not more than the largest K \(5\)"):
         evaluate_split(tmp_path / "test", ["random:8"], ks=(1, 5), bootstrap=0, progress=False)
+
+
+@pytest.mark.parametrize("images, captions, parallel", [(8, 1, True), (3, 4, False)])
+def test_the_early_check_counts_the_source_images_each_pair_is_scored_on(tmp_path, images, captions, parallel):
+    """8 pictures captioned in en and de: each pair's sides split them, 4 a side. 12 captions of 3 pictures a
+    language: 3 source images. Either passed the check of captions per language (8 and 12 > K = 5), then every model
+    scored BkR@5 = 1 with a warning per pair, after every embedding; refused up front now. Twice the pictures: each
+    pair scored, no warning."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    for n in (images, 2 * images):
+        with ShardWriter(tmp_path / f"test{n}", split="test", source="unit", image_format="npy") as w:
+            for i in range(n):
+                feature = rng.standard_normal(8).astype(np.float32)
+                for lang in ("en", "de"):
+                    image = f"img{i}" if parallel else f"{lang}{i}"
+                    for c in range(captions):
+                        w.write(f"s{i}{lang}{c}", feature, f"{lang} caption {i} {c}", lang, image_id=image,
+                                group=image)
+    with pytest.raises(BackRetrievalError, match=rf"{images // 2 if parallel else images} distinct source images in "
+                                                 r"de->en.*, not more than the largest K \(5\)"):
+        evaluate_split(tmp_path / f"test{images}", ["random:8"], ks=(1, 5), bootstrap=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = evaluate_split(tmp_path / f"test{2 * images}", ["random:8"], ks=(1, 5), bootstrap=0, progress=False)
+    assert set(res.results["random:8"]["pairs"]) == {"de->en", "en->de"}
 
 
 def test_correlate_split_runs_the_protocol_per_pair(parallel_split, tmp_path):

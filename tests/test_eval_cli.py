@@ -726,11 +726,13 @@ def test_sentence_reads_the_evaluated_split_once(tiny_run, tiny_world, tmp_path,
     reads.clear()
     assert run(base + ["--retrieval", "csls", "--csls-k", "3", "--out", str(tmp_path / "csls")]) == 0
     assert reads == Counter({"test": 1, "train": 1})
-    # select too read its reference twice, to check it and again for its captions (the record's pool is the same)
+    # select too read its reference twice, to check it and again for its captions (the record's pool is the same),
+    # and its val split's captions twice, for the images the reference must not show and again for the val sample
+    # (the pictures are read in a pass of their own, iter_split)
     reads.clear()
     assert run(["select", "--model", str(tiny_run), "--csls-k", "3", "--maxsim", "0,1", "--heads", "text",
                 "--name", "tiny", "--out", str(tmp_path / "select")]) == 0
-    assert reads["train"] == 1
+    assert reads["train"] == 1 and reads["val"] == 1
     chosen = record(tmp_path / "select", "select", "tiny")
     assert chosen["details"]["reference"] == read_reference(tiny_world / "train", chosen["languages"]).record
 
@@ -1006,6 +1008,27 @@ def test_translate_ranks_by_a_choice_with_the_statistics_of_its_whole_pool(world
             matches = [t for t, _ in got[q]] == [t for t, _ in expected] and np.allclose(
                 [s for _, s in got[q]], [s for _, s in expected], atol=1e-5)
             assert matches == same, (pool_langs, query, got[q], expected)
+
+
+def test_translate_refuses_a_rerank_that_a_chosen_cosine_would_ignore(world, fake, tmp_path, capsys):
+    """--rerank K sets how many sentences a ranking with MaxSim or CSLS re-scores; a record that chose the cosine
+    re-scores none, so the K was accepted and had no effect: refused now, one line, exit 2, as --rerank without
+    --ranking is. A choice with CSLS takes it."""
+    argv = ["translate", "--model", "full", "a red circle", "--to", "de", "--from", "en", "--corpus",
+            str(world / "test"), "--out", str(tmp_path / "out")]
+    records = {}
+    for name, chosen in (("cosine", {"head": "cross", "maxsim": 0.0, "csls": False, "csls_k": 3}),
+                         ("csls", {"head": "text", "maxsim": 0.0, "csls": True, "csls_k": 3})):
+        records[name] = tmp_path / f"select-{name}.json"
+        records[name].write_text(json.dumps({"details": {"chosen": chosen},
+                                             "config": {"reference": str(world / "train"), "reference_size": None}}))
+    assert run(argv + ["--ranking", str(records["cosine"])]) == 0  # the record itself is fine
+    capsys.readouterr()
+    assert run(argv + ["--ranking", str(records["cosine"]), "--rerank", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: --rerank 3 re-scores under a ranking with MaxSim or CSLS; --ranking {records['cosine']} "
+                   "chose cosine (cross head), whose scores are the index's own: drop --rerank"), err
+    assert run(argv + ["--ranking", str(records["csls"]), "--rerank", "3"]) == 0
 
 
 def test_translate_applies_the_ranking_select_chose(tiny_run, tiny_world, tmp_path, capsys):

@@ -487,6 +487,14 @@ def test_sentence_translation_takes_a_device_as_the_other_tasks_do(world, monkey
     assert result.details["n_groups"] == 10
 
 
+def test_a_value_error_of_sentence_translation_is_not_blamed_on_the_split(world):
+    """The parallel sample (read_parallel) refuses every split that sentence_translation's ValueErrors describe (one
+    language, a group twice in a language, too few candidates); what is left is a bad argument, here ``candidates``,
+    or a bug. Either was a UserError naming the split as its cause (``test: candidates must be ...``, exit 2)."""
+    with pytest.raises(ValueError, match="^candidates must be 'other-language' or 'all', got 'same'$"):
+        evaluate_sentence_translation(FakeEncoder(), world / "test", n_groups=10, candidates="same")
+
+
 def test_retrieval_queries_are_embedded_by_the_cross_modal_head(world):
     """Text->image retrieval compares the images with the cross-modal text head: an encoder whose text-text head is
     unrelated to the images (here the cross head's embeddings negated) still finds every image at rank 1."""

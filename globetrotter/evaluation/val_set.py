@@ -65,14 +65,17 @@ class BackRetrievalSet:
     """
 
     def __init__(self, split: str | Path, max_per_lang: int | None = 200, seed: int = 0,
-                 image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10), device: str = "cpu") -> None:
+                 image_features: str = "pixels", ks: Sequence[int] = (1, 5, 10), device: str = "cpu",
+                 captions: list[tuple[str, str, str]] | None = None) -> None:
+        """``captions``: every caption's ``(text, language, image id)`` in split order, when the caller has read them
+        (else the split is read for them; with ``max_per_lang`` None they come with the pictures' pass)."""
         from data_prep.shards import read_manifest
 
         self.split, self.seed, self.ks, self.image_spec = Path(split), seed, tuple(ks), image_features
         if not (self.split / "manifest.json").is_file():
             raise UserError(f"{self.split}: no split here (expected manifest.json) for BackRetrieval")
         if image_features.startswith("features:"):  # rows of a feature cache: the captions alone are read
-            self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang)
+            self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang, captions)
             self._check_one_language()
             return
         from globetrotter.data.feature_cache import require_pictures
@@ -87,7 +90,7 @@ class BackRetrievalSet:
             ids: list[str] = []
             chunks = self._decoded_chunks(None, extract, (self.texts, langs, ids))
         else:  # captions first, then only the sampled captions' images are decoded
-            keep, self.texts, langs, ids = self._sample_captions(max_per_lang)
+            keep, self.texts, langs, ids = self._sample_captions(max_per_lang, captions)
             counts = np.unique(langs, return_counts=True)[1].tolist()
             # split rows of each distinct image's first kept caption, in split order
             firsts = sorted({image: j for j, image in reversed(list(zip(keep.tolist(), ids)))}.values())
@@ -129,12 +132,14 @@ class BackRetrievalSet:
                             f"{first!r}: {','.join(langs)}); BackRetrieval scores a split without parallel text, each "
                             f"image in one language (a val split, not a parallel test split)")
 
-    def _sample_captions(self, max_per_lang: int | None) -> tuple[np.ndarray, list[str], list[str], list[str]]:
+    def _sample_captions(self, max_per_lang: int | None, captions: list[tuple[str, str, str]] | None = None
+                         ) -> tuple[np.ndarray, list[str], list[str], list[str]]:
         """``(split rows, texts, languages, image ids)`` of at most ``max_per_lang`` captions per language (a
-        :attr:`seed`-ed sample, in split order; None: every caption)."""
+        :attr:`seed`-ed sample, in split order; None: every caption), from ``captions`` when given (else read)."""
         from data_prep.shards import iter_metas
 
-        metas = [(m["caption"], m["lang"], str(m["image_id"])) for m in iter_metas(self.split)]
+        metas = captions if captions is not None else [
+            (m["caption"], m["lang"], str(m["image_id"])) for m in iter_metas(self.split)]
         langs = np.array([m[1] for m in metas])
         if max_per_lang is None:
             keep = np.arange(len(metas))
@@ -144,13 +149,14 @@ class BackRetrievalSet:
                                            for lang in dict.fromkeys(langs.tolist())]))
         return keep, [metas[j][0] for j in keep], langs[keep].tolist(), [metas[j][2] for j in keep]
 
-    def _from_cache(self, path: Path, max_per_lang: int | None) -> None:
+    def _from_cache(self, path: Path, max_per_lang: int | None,
+                    captions: list[tuple[str, str, str]] | None = None) -> None:
         """Captions from the split, ``g`` the whole-image rows of the feature cache at ``path`` (any image of the
         split it lacks: a one-line error naming it)."""
         from globetrotter.data.feature_cache import load_feature_cache
 
         cache = load_feature_cache(path)
-        _, self.texts, langs, ids = self._sample_captions(max_per_lang)
+        _, self.texts, langs, ids = self._sample_captions(max_per_lang, captions)
         self.langs, self.image_ids = np.array(langs), np.array(ids)
         rows = cache.rows(ids, self.split)
         dtype = np.float16 if self.queries_per_pair is not None else np.float32

@@ -90,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "from the evaluated sentences themselves (not inductive; recorded)")
     p.set_defaults(func=run_sentence)
 
-    own = common.common_options(seed=None, seed_help="seed of the val sample (default: the run's seed, else 0)",
+    own = common.common_options(seed=None, seed_help="seed of the val sample and of the bootstrap intervals (default: "
+                                                    "the run's seed, else 0)",
                                 device_help="torch device of the model and of BackRetrieval's image model (g): cpu, "
                                             "cuda, cuda:1, ... (default cpu)")
     p = sub.add_parser("select", parents=[own], help="choose the sentence ranking on val by BackRetrieval",

@@ -11,6 +11,7 @@ from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
 
 from ..tasks import translate as translate_task
+from ..tasks.select import read_choice
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, read_text_corpus
 from . import common
 
@@ -87,10 +88,14 @@ def add_parser(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser,
 def _translate(args: argparse.Namespace) -> int:
     if args.rerank is not None and not args.ranking:
         raise UserError(f"--rerank {args.rerank} re-scores under a chosen ranking; give --ranking RECORD or drop it")
+    choice = read_choice(args.ranking) if args.ranking else None
+    if args.rerank is not None and choice is not None and not choice.ranking.needs_statistics:
+        raise UserError(f"--rerank {args.rerank} re-scores under a ranking with MaxSim or CSLS; --ranking "
+                        f"{args.ranking} chose {choice.ranking.label}, whose scores are the index's own: drop --rerank")
     texts = queries(args)
     results = translate_task.translate_sentences(
         args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_language, source=args.source,
-        k=args.k, ranking=args.ranking, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
+        k=args.k, ranking=choice, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
         **index_options(args))
     print_results(args, texts, results)
     return 0
@@ -100,7 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
-    p.add_argument("--corpus-language", help="language of a text-file corpus (default: --to)")
+    p.add_argument("--corpus-language", help="language of the corpus sentences, checked: it must be --to, the "
+                                             "language searched (default: --to)")
     p.add_argument("--from", dest="source",
                    help="language of the queries (needed by --ranking with MaxSim or CSLS, whose statistics are per "
                         "language, and by a model with per-language tables: the Sigurdsson baseline)")
@@ -108,6 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an `eval.py select` record of this model: rank by the ranking it chose on val, as "
                         "`eval.py sentence --ranking` scores (the printed score is then that ranking's)")
     p.add_argument("--rerank", type=positive_int, metavar="K",
-                   help="with --ranking: the nearest sentences by the chosen head's cosine that the ranking re-scores "
-                        f"(default {RERANK})")
+                   help="with --ranking of MaxSim or CSLS: the nearest sentences by the chosen head's cosine that the "
+                        f"ranking re-scores (default {RERANK})")
     p.set_defaults(func=_translate)

@@ -333,15 +333,21 @@ def select_ranking(
         if missing:
             raise UserError(f"{val}: no caption in language(s) {missing} (has {sorted(has)})")
     refuse_test_split(val, "--val")
+    from data_prep.shards import iter_metas
+
+    # val's captions read once, for the images the reference must not show and for BackRetrieval's sample
+    metas = [(m["caption"], m["lang"], str(m["image_id"])) for m in iter_metas(val)] if has else None
     # the reference read once: checked as choice_reference does, its captions of the languages val may evaluate kept
-    captions = checked_reference(val, reference, languages=tuple(languages or has))
+    captions = checked_reference(val, reference, None if metas is None else {image for _, _, image in metas},
+                                 languages=tuple(languages or has))
     ks = tuple(cfg.val.bkr_ks) if cfg is not None else (1, 5, 10)
     max_per_lang = max_per_lang or (cfg.val.max_per_lang if cfg is not None else 300)
     if image_features is None:
         image_features = DEFAULT_IMAGE_FEATURES if cfg is None else image_features_of(cfg, cfg.data.val_split)
     seed = seed if seed is not None else (cfg.seed if cfg is not None else 0)
     rankings = model_candidates(model, encoder, heads, maxsim, csls, csls_k)
-    bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks, device=device)
+    bkr = BackRetrievalSet(val, max_per_lang, seed, image_features, ks, device=device, captions=metas)
+    del metas
     if languages:
         bkr.keep_languages(languages)
     warning = bkr.saturation_warning()

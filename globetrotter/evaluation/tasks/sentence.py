@@ -91,10 +91,7 @@ def evaluate(
             pool = None
     source = None  # the reference's captions: only the pool's sample is kept while scoring
     scorer = ScoringContext(encoder, ps.captions, ps.langs, pool, batch_size).scorer(ranking)
-    try:
-        res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
-    except ValueError as err:
-        raise UserError(f"{split}: {err}") from None
+    res = sentence_translation(scorer, ps.langs, ps.groups, candidates=candidates, tie_seed=seed)
     langs = res["languages"]
     metrics = {"sentence_translation": res["accuracy"], "chance": res["chance"],
                "per_query_language": res["per_query_language"], "per_target_language": res["per_target_language"]}
