@@ -290,7 +290,7 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", "model.layers=2", f"output_dir={tmp_path}")
     assert code == 2 and line.startswith("error: model.layers: 2 differs from the starting run's 1")
     code, line = run_cli(capsys, "--resume", "latest", f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}")
-    assert code == 2 and "--resume" in line and "delete its folder" in line
+    assert code == 2 and "--resume" in line and "delete the adapted run's own folder (never adapt.from's)" in line
     for held_out in ("test", "val"):  # never trained on the split it is measured or chosen on
         code, line = run_cli(capsys, f"adapt.from={base}", "adapt.language=el", f"adapt.split={held_out}",
                              f"output_dir={tmp_path}")
@@ -699,8 +699,8 @@ def test_an_adapted_runs_saved_config_re_runs_the_adaptation_and_resume_says_it_
     and the saved config re-runs the adaptation; a steps the user really sets beside adapt.epochs is still refused."""
     saved = adapted / "config.yaml"
     code, line = run_cli(capsys, "--config", str(saved), "--resume", "latest")
-    assert code == 2 and line == ("error: --resume: an adaptation run is short and starts from adapt.from; delete its "
-                                  "folder and run it again instead"), line
+    assert code == 2 and line == ("error: --resume: an adaptation run is short and starts from adapt.from; delete the "
+                                  "adapted run's own folder (never adapt.from's) and run it again instead"), line
     assert "does not resume" in Path(__file__).parents[1].joinpath("docs", "training.md").read_text(encoding="utf-8")
     again = resolve_config(load_adapt_config(saved, [f"output_dir={tmp_path}"]))
     assert again.steps == 3 and again.adapt.epochs == 1 and again.data.tokenizer == str(again.run_dir / "tokenizer.json")

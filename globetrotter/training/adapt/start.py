@@ -21,8 +21,8 @@ from . import split
 # the data keys of the starting run's model and tokenizer (the grown tokenizer keeps its normalization)
 DATA_KEPT = ("max_length", "image_size", "tokenizer_normalization")
 
-RESUME_REFUSED = ("--resume: an adaptation run is short and starts from adapt.from; delete its folder and run it "
-                  "again instead")
+RESUME_REFUSED = ("--resume: an adaptation run is short and starts from adapt.from; delete the adapted run's own "
+                  "folder (never adapt.from's) and run it again instead")
 """The one line ``--resume`` of an adaptation gets (docs/training.md: a killed adaptation is run again)."""
 
 
