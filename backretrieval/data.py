@@ -39,6 +39,7 @@ class SplitData:
 
     @property
     def has_groups(self) -> bool:
+        """True when some caption has a ``group`` (tied to its translations)."""
         return any(g is not None for g in self.groups)
 
 

@@ -184,6 +184,7 @@ class NpyEmbedder:
         check_rows(str(self.path), self.array, "embeddings", rows=None if rows is None else np.unique(rows))
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """float32 rows of ``texts``: looked up by the sidecar's texts, else the whole file in order."""
         rows = self._rows_for(texts)  # the rows' values are checked where they are scored
         if rows is None:
             return np.asarray(self.array, dtype=np.float32)
@@ -250,10 +251,12 @@ class SentenceTransformerEmbedder:
 
     @staticmethod
     def missing_package(name_or_path: str) -> BackRetrievalError:
+        """The one-line error for an ``st:`` spec when sentence-transformers is not installed, with the install hint."""
         return BackRetrievalError(f"spec 'st:{name_or_path}' needs sentence-transformers: "
                                   f"{install_hint('sentence-transformers')}")
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` with the model, ``batch_size`` at a time: ``(len(texts), d)`` float32."""
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True), np.float32)
 
 
@@ -269,6 +272,7 @@ class MemoEmbedder:
         self._memo: dict[str, np.ndarray] = {}
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """The base embedder's float32 embeddings of ``texts``, computed once per distinct list of texts."""
         texts = list(texts)
         key = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
         if key not in self._memo:

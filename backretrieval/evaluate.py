@@ -58,6 +58,7 @@ class EmbeddedSplit:
     embeddings: dict[str, np.ndarray]  # label -> (captions, d)
 
     def header(self) -> dict:
+        """The record fields naming the data: split folder, checksum, ``image_model`` (None: the stored features)."""
         return {"data": str(self.data.split_dir), "checksum": self.data.checksum, "image_model": self.image_model}
 
 

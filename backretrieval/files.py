@@ -116,6 +116,7 @@ def require_sequence(value: object, name: str, what: str) -> None:
 
 
 def is_path(x: object) -> TypeIs[str | os.PathLike]:
+    """True for a path (``str`` or ``os.PathLike``), not an array."""
     return isinstance(x, (str, os.PathLike))
 
 
@@ -411,5 +412,7 @@ def dump_json(record: dict) -> str:
 
 
 def write_json(record: dict, path: PathLike, what: str = "the JSON record") -> Path:
+    """Write ``record`` as :func:`dump_json` text to ``path`` (its folder made) and return the path; an OS error is a
+    one-line error naming ``what``."""
     text = dump_json(record)
     return write_file(path, lambda p: p.write_text(text + "\n", encoding="utf-8"), what)

@@ -195,14 +195,17 @@ class CSLSScorer:
 
     @property
     def col_groups(self) -> np.ndarray | None:
+        """The cosine scorer's ``col_groups``: copies among the target columns (None: no copies)."""
         return self.base.col_groups
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """The cosines of ``rows`` against columns ``c0:c1``, less each column's half penalty."""
         out = self.base.tile(rows, c0, c1)
         out -= self.half_penalty[None, c0:c1]
         return out
 
     def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The cosines of the pairs ``(rows[i], cols[i])``, less each column's half penalty."""
         return self.base.pairs(rows, cols) - self.half_penalty[cols]
 
     def by_candidates(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:

@@ -262,12 +262,15 @@ class VectorScorer:
         return duplicate_rows(self.cols)
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """float32 ``(len(rows), c1 - c0)`` cosines of ``rows`` against the columns ``c0:c1``."""
         block = self.rows[rows] * self.inv_rows[rows, None]
         out = block @ self.cols[c0:c1].T
         out *= self.inv_cols[None, c0:c1]
         return out
 
     def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """float32 cosines of the pairs ``(rows[i], cols[i])``, ``chunk`` pairs at a time, in the order of operations of
+        :meth:`tile`."""
         out = np.empty(len(rows), dtype=np.float32)
         for s in range(0, len(rows), self.chunk):
             r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]  # the order of operations of tile()
@@ -308,11 +311,13 @@ class MatrixScorer:
         self.identity = self.n_cols == matrix.shape[1] and np.array_equal(self.col_index, np.arange(self.n_cols))
 
     def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """The matrix's float32 scores of ``rows`` against the columns ``c0:c1`` (read through ``col_index``)."""
         if self.identity:
             return np.asarray(self.matrix[rows, c0:c1], dtype=np.float32)
         return np.asarray(self.matrix[np.ix_(rows, self.col_index[c0:c1])], dtype=np.float32)
 
     def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The matrix's float32 scores of the pairs ``(rows[i], cols[i])`` (columns read through ``col_index``)."""
         return np.asarray(self.matrix[rows, self.col_index[cols]], dtype=np.float32)
 
 

@@ -81,6 +81,7 @@ def add_command(sub: argparse._SubParsersAction, name: str, help: str, *paragrap
 
 
 def formatter(prog: str) -> argparse.HelpFormatter:
+    """The commands' help layout: descriptions as written (line breaks kept), option help from column 34 at most."""
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
@@ -163,6 +164,7 @@ def share_between_0_and_1(text: str) -> float:
 
 
 def add_interval_options(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
+    """``--bootstrap`` (replicates; ``bootstrap_help``: its help) and ``--level`` of the intervals."""
     p.add_argument("--bootstrap", type=integer_at_least(0), default=1000, metavar="B", help=bootstrap_help)
     p.add_argument("--level", type=share_between_0_and_1, default=None,
                    help="interval level, with --bootstrap above 0 (default: 0.95)")
@@ -196,6 +198,7 @@ def add_beyond_paper_options(p: argparse.ArgumentParser, image_index: bool = Tru
 
 
 def add_image_index_option(p: argparse.ArgumentParser) -> None:
+    """``--image-index`` (image neighbour lists read from, or written to, an NPZ) and ``--image-index-method``."""
     p.add_argument("--image-index", metavar="NPZ",
                    help="image neighbour lists: read from NPZ when it exists, else computed (see "
                         "--image-index-method) and written there. Step 4 becomes a lookup (ranks above the largest "
@@ -219,6 +222,8 @@ def add_embedding_metric_options(p: argparse.ArgumentParser, hits: bool = False)
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The options that load models: the image model g (``--image-model``, ``--image-weights``, ``--batch-size``,
+    ``--device``, ``--cache-dir``) and ``--online`` (downloads allowed)."""
     p.add_argument("--image-model", default=DEFAULT_IMAGE_MODEL, metavar="G",
                    help="the image similarity g: a timm model whose pooled last-layer features define it (default: "
                         f"{DEFAULT_IMAGE_MODEL}, whose ImageNet weights ship offline; the paper's {PAPER_IMAGE_MODEL} "

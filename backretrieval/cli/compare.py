@@ -12,6 +12,7 @@ from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedd
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``compare`` sub-command."""
     p = add_command(sub, "compare", "does model A beat model B on the same data? (McNemar, paired bootstrap)",
                     "Compares two text models on the same queries: BkR@K (and XLR@K with parallel embeddings) of A "
                     "and B, their difference with a paired-bootstrap interval, McNemar's exact test on the queries "
@@ -45,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``compare`` with the parsed options: the JSON record to ``--out`` (else stdout), each metric's verdict on
+    stderr; exit code 0."""
     if args.out is not None and str(args.out) != "-":  # before scoring two models: a refusal then costs nothing
         writable_file(args.out, "the JSON record")
     result = compare(args.a_src_text, args.a_tgt_text, args.b_src_text, args.b_tgt_text, src_img=args.src_img,

@@ -16,6 +16,7 @@ from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``correlate`` sub-command."""
     p = add_command(sub, "correlate", "the paper's protocol: BkR vs XLR over models (Table 1, Fig. 2)",
                     "Protocol (paper 3.1): per seed, sample N source items and a disjoint (non-matching) set of N "
                     "target items of a parallel split; compute BkR and CORR on them and XLR on the source items' own "
@@ -49,6 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``correlate`` with the parsed options: protocol.json, table.md and the scatters into ``--out``, the table on
+    stdout; exit code 0."""
     resolve_dependent_options(args)
     specs = command_line_specs(args.models, "--models")
     if args.models_file:

@@ -14,6 +14,7 @@ from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, ad
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``eval`` sub-command."""
     p = add_command(sub, "eval", "BkR for every language pair of a shard split, one or more models",
                     "Evaluates each model spec on every ordered language pair of a split folder written by "
                     "globetrotter-data (texts, langs, image_ids; XLR too where 'group' ties translations). "
@@ -36,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``eval`` with the parsed options: results.json and the plots into ``--out``, each model's means on stderr;
+    exit code 0."""
     specs = command_line_specs(args.model, "--model")
     labels = parse_model_specs(specs, what="--model")
     # before any work: a refusal then costs nothing (XLR's heat maps depend on the split's groups, unread yet)

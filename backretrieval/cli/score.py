@@ -11,6 +11,7 @@ from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedd
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``score`` sub-command."""
     p = add_command(sub, "score", "BkR/XLR/CORR from embedding files (.npy)",
                     "Scores precomputed embeddings: row i of --src-text describes row i of --src-img (likewise for "
                     "the target side).", APPROXIMATE_HELP, IMAGE_INDEX_HELP)
@@ -41,6 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``score`` with the parsed options: the JSON record to ``--out`` (else stdout), the figures on stderr; exit
+    code 0."""
     options = metric_options(args)
     outputs = ((args.ranks_out and npy_path(args.ranks_out), "--ranks-out"),
                (args.hits_out and npy_path(args.hits_out), "--hits-out"),
