@@ -91,6 +91,8 @@ class DataConfig:
         return self.device_source_size or 2 * self.image_size
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``data.*`` key out of range or at odds with another; loading a config
+        calls it."""
         from .tokenizer import MIN_VOCAB_SIZE
 
         if self.vocab_size < MIN_VOCAB_SIZE:
@@ -186,6 +188,8 @@ class ModelConfig:
     languages: list[str] = field(default_factory=list)  # sigurdsson: one table each; empty = the train manifest's
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``model.*`` key out of range or at odds with another; loading a config
+        calls it."""
         if len(set(self.languages)) != len(self.languages):
             raise ValueError(f"model.languages has duplicates: {self.languages}")
         if self.token_ngrams is not None:
@@ -299,6 +303,8 @@ class ValConfig:
         return [f"val/bkr@{k}" for k in self.bkr_ks]
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``val.*`` key out of range or at odds with another; loading a config
+        calls it."""
         if self.every < 0:
             raise ValueError(f"val.every must be >= 0 (steps between validations; 0 disables), got {self.every}")
         if not all(k >= 1 for k in self.bkr_ks) or len(set(self.bkr_ks)) != len(self.bkr_ks):
@@ -350,6 +356,8 @@ class AdaptConfig:
     train: Literal["text", "new-tokens"] = "new-tokens"
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the first ``adapt.*`` key out of range or at odds with another; loading a config
+        calls it."""
         if self.from_run and not self.language:
             raise ValueError("adapt.from needs adapt.language (the new language's code)")
         if self.epochs is not None and self.epochs <= 0:

@@ -31,6 +31,7 @@ DESCRIPTION = ("Make datasets in the Globetrotter shard format (WebDataset tars 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``globetrotter-data`` parser: the data layer's sub-commands, ``tokenizer`` and ``features`` among them."""
     return data_cli.build_parser(COMMANDS, prog="globetrotter-data", description=DESCRIPTION)
 
 

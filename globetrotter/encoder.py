@@ -492,6 +492,7 @@ class BackRetrievalAdapter:
         self.name = f"globetrotter:{path}"
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """The checkpoint's ``head`` embeddings of ``texts`` (:meth:`Encoder.encode_text`)."""
         return self.encoder.encode_text(texts, head=self.head)
 
 

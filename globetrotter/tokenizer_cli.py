@@ -51,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``tokenizer`` sub-command."""
     p = sub.add_parser(
         "tokenizer",
         help="train the shared byte-level BPE tokenizer on a train split",

@@ -382,6 +382,7 @@ class FeatureCache:
 
     @property
     def views(self) -> int:
+        """K, the augmented views cached per image (the whole image's row not counted)."""
         return self.features.shape[1] - 1
 
     def rows(self, image_ids: list[str], split_dir: Path | str) -> np.ndarray:

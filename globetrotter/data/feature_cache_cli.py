@@ -154,6 +154,7 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``features`` sub-command and its actions ``build``, ``import``, ``concat`` and ``finetune``."""
     features = sub.add_parser(
         "features",
         help="the image-feature cache of a split: build it with a frozen backbone, import your own embeddings, "

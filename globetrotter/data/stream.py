@@ -65,9 +65,11 @@ class StreamPosition:
 
     @property
     def bad_total(self) -> int:
+        """How many distinct bad samples this process has met."""
         return len(self.bad)
 
     def to_dict(self) -> dict:
+        """The position as a plain dict, as a checkpoint saves it; ``StreamPosition(**d)`` rebuilds it."""
         return {"workers": self.workers, "cursors": self.cursors, "bad": self.bad, "bad_shard": self.bad_shard}
 
     def consume(self, batch: dict[str, Any], max_bad: int) -> dict[str, Any]:
@@ -90,6 +92,8 @@ class StreamPosition:
 
 
 def too_many_bad(count: int, max_bad: int, shard: str) -> UserError:
+    """The one-line error (returned, not raised) for ``count`` distinct bad samples skipped, more than
+    ``data.max_bad_samples`` (``max_bad``), naming ``shard``."""
     return UserError(f"{shard or 'the training data'}: {count} distinct bad samples skipped (truncated/unreadable shard or "
                      f"undecodable sample), more than data.max_bad_samples={max_bad}; check or rewrite this shard")
 
@@ -113,6 +117,7 @@ class BadSamples:
 
     @property
     def count(self) -> int:
+        """Distinct bad samples met, those met before a resume included."""
         return len(self.seen)
 
     def __call__(self, exn: Exception, shard: str | None = None, key: str | None = None) -> bool:

@@ -279,6 +279,8 @@ class CorrespondenceProbe(nn.Module):
         self.classifier = nn.Linear(d_model, 1)
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The logit (B,) that each example's halves belong together, from token ``states`` (B, L, d) and ``mask``
+        (1 = token)."""
         x = self.layer(states, src_key_padding_mask=mask == 0)
         return self.classifier(self.norm(x[:, 0])).squeeze(-1)
 

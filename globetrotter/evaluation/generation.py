@@ -58,6 +58,7 @@ class Vocabulary:
 
     @classmethod
     def build(cls, tokenizer: Tokenizer, texts: Sequence[str]) -> "Vocabulary":
+        """The vocabulary of the tokenizer ids that ``texts`` hold (special tokens left out), in ascending order."""
         ids = sorted({i for e in tokenizer.encode_batch(list(texts), add_special_tokens=False) for i in e.ids})
         return cls(tokenizer, np.asarray(ids, dtype=np.int64))
 
@@ -102,6 +103,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The outputs for ``x`` (B, T, d) and the keys and values of every position so far; with ``past`` (the cache),
+        ``x`` is one new position."""
         b, t, d = x.shape
         if past is not None and t != 1:
             raise ValueError("a cached step takes one new position")
@@ -157,6 +160,7 @@ class PrefixDecoder(nn.Module):
         return self.norm(x) @ self.token_embedding.weight.T, cache
 
     def forward(self, cond: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits (B, T, V) at each position of ``tokens`` (B, T), after the prefix made from ``cond``."""
         prefix = self._prefix(cond)
         x = torch.cat([prefix, self.token_embedding(tokens)], 1)
         return self._run(x, 0, None)[0][:, self.prefix_length :]

@@ -77,6 +77,7 @@ class CaptionTokenizer:
 
     @property
     def kind(self) -> str:
+        """``bpe`` with a tokenizer, else ``words``."""
         return "bpe" if self.tokenizer is not None else "words"
 
     def __call__(self, captions: Sequence[str]) -> list[list[str]]:

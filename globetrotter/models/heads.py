@@ -39,6 +39,7 @@ class CentredFeatureHead(nn.Module):
         self.register_buffer("seen", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` L2-normalised, less the centre, L2-normalised again; in training the batch first moves the centre."""
         x = F.normalize(x.float(), dim=-1)
         if self.training:
             with torch.no_grad():

@@ -24,6 +24,7 @@ class ImportedFeatures(nn.Module):
         self.name = name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as it is (imported embeddings [B, num_features]); a one-line error for anything not 2-D (pixels)."""
         if x.dim() != 2:
             raise UserError(f"model.image_backbone=imported: the image features are imported embeddings "
                             f"({self.name or 'model.image_pretrained'}), there is no image network to run on pixels "

@@ -123,6 +123,7 @@ class SubwordTable(nn.Module):
 
     @property
     def num_tokens(self) -> int:
+        """V, the token rows of ``C``."""
         return self.indptr.numel() - 1
 
     def matrix(self) -> sparse.csr_matrix:

@@ -47,10 +47,12 @@ DATA_STREAM = "data_stream_{rank}.json"
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
+    """The folder of a run's checkpoints: ``run_dir/checkpoints``."""
     return Path(run_dir) / "checkpoints"
 
 
 def step_name(step: int) -> str:
+    """The folder name of the checkpoint of ``step``: ``step-`` and the step in eight digits."""
     return f"step-{step:08d}"
 
 
@@ -71,6 +73,7 @@ def publish(tmp_dir: Path, final_dir: Path) -> None:
 
 
 def mark_latest(root: Path, name: str) -> None:
+    """Point ``root/latest`` at checkpoint ``name``, atomically (written beside it, then renamed into place)."""
     tmp = root / (LATEST + ".tmp")
     tmp.write_text(name + "\n")
     os.replace(tmp, root / LATEST)
@@ -311,6 +314,7 @@ def damaged_file(ckpt: Path) -> tuple[Path, str] | None:
 
 
 def write_stream_position(folder: Path, rank: int, position: dict) -> None:
+    """Write process ``rank``'s data stream ``position`` (:meth:`StreamPosition.to_dict`) into checkpoint ``folder``."""
     (Path(folder) / DATA_STREAM.format(rank=rank)).write_text(json_text(position))
 
 

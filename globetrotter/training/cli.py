@@ -17,6 +17,7 @@ trained; 130: interrupted)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``train.py`` / ``globetrotter-train`` parser: ``--config``, ``--resume`` and the config overrides."""
     # named as it was started: `train.py` (the repository's script) or `globetrotter-train` (the console script,
     # and `python -m globetrotter.training.cli`, whose own file name would say nothing)
     train, evaluate = program_name("train"), program_name("eval")

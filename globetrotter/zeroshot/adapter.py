@@ -41,6 +41,7 @@ class L2Norm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Each row of ``x`` scaled to unit length."""
         return F.normalize(x, dim=-1, eps=self.eps)
 
 
@@ -63,6 +64,7 @@ class ResidualBlock(nn.Module):
                                  nn.Linear(width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` plus the block's MLP of ``x``."""
         return x + self.mlp(x)
 
 

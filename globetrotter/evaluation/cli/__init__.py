@@ -21,6 +21,8 @@ ZEROSHOT_COMMANDS = ("tag", "zeroshot")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``eval.py`` / ``globetrotter-eval`` parser: every evaluation sub-command, and ``tag`` and ``zeroshot``
+    listed for ``--help`` (the zeroshot command line runs them)."""
     parser = argparse.ArgumentParser(
         prog=program_name("eval"),  # as started: eval.py from the repository, else the console script
         description="Evaluate and use a trained Globetrotter model: translation by retrieval (sentences, words) with "

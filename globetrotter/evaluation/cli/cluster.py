@@ -38,6 +38,7 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``cluster`` sub-command."""
     own = common.common_options(seed_help="seed of the --n-groups sample and of k-means (default 0)")
     p = sub.add_parser("cluster", parents=[own], help="k-means language vs meaning purity (paper A.4)", description=_CLUSTER_HELP)
     common.add_model(p)

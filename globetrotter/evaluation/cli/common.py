@@ -42,6 +42,7 @@ def common_options(seed: int | None = 0, seed_help: str = "seed of every sample 
 
 
 def add_model(p: argparse.ArgumentParser, required: bool = True, baselines: bool = False) -> None:
+    """``--model``: a run or checkpoint folder (``baselines``: or tfidf, ridge:TRAIN_SPLIT), ``required`` or not."""
     extra = "; or a baseline: tfidf (character n-gram TF-IDF) or ridge:TRAIN_SPLIT (linear image pivot)" if baselines else ""
     p.add_argument("--model", required=required,
                    help=f"trained model: a run folder (its best, else latest checkpoint) or a checkpoint folder{extra}")

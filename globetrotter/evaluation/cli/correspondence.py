@@ -45,6 +45,7 @@ def _correspondence(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``correspondence`` sub-command."""
     own = common.common_options(seed_help="seed of the task: the cuts, the swapped halves and the held-out images of "
                                           "the seen languages (default 0; the probe's seeds are --probe-seeds)")
     p = sub.add_parser("correspondence", parents=[own], help="sentence correspondence transfer to unseen languages (paper A.1)",

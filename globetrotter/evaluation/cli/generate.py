@@ -55,6 +55,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``generate`` sub-command."""
     own = common.common_options(seed_help="seed of the --n-groups sample, of the decoder's initialisation and batch "
                                           "order, and of the mismatched floor (default 0)",
                                 device_help="torch device of the model (the decoder trains on the CPU): cpu, cuda, "

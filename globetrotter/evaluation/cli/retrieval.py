@@ -49,6 +49,7 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``retrieval`` sub-command."""
     own = common.common_options(seed_help="seed of the --max-images sample (default 0)",
                                 device_help="torch device of the model (its text and image encoders): cpu, cuda, "
                                             "cuda:1, ... (default cpu)")

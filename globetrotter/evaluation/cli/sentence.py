@@ -53,6 +53,8 @@ RETRIEVALS = ("cosine", "csls")
 
 
 def add_ranking_options(p: argparse.ArgumentParser) -> None:
+    """The options of the ranking's statistics that ``sentence`` and ``select`` share: ``--reference``,
+    ``--reference-size`` and ``--csls-k``."""
     p.add_argument("--reference", metavar="SPLIT",
                    help="split whose captions (in the evaluated languages; no groups or images read) give the "
                         "ranking's statistics (default: the train split beside the evaluated split)")
@@ -63,6 +65,7 @@ def add_ranking_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``sentence`` and ``select`` sub-commands."""
     own = common.common_options(seed_help="seed of the --n-groups sample, of tie breaks and of the bootstrap interval "
                                           "(default 0)")
     p = sub.add_parser("sentence", parents=[own], help="sentence translation accuracy (paper 5.2)",
@@ -154,6 +157,7 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
 
 
 def run_sentence(args: argparse.Namespace) -> int:
+    """Run ``sentence`` with the parsed options: print the figure, write the record and its plots; exit code 0."""
     ranking, reference, reference_size, choice = _scoring(args)
     encoder = common.load(args)
     if args.reference_size is not None and choice is None and not needs_statistics(encoder, ranking):
@@ -195,6 +199,8 @@ def run_sentence(args: argparse.Namespace) -> int:
 
 
 def run_select(args: argparse.Namespace) -> int:
+    """Run ``select`` with the parsed options: choose the ranking on val, print it and the command that applies it to
+    test, write the record and its plot; exit code 0."""
     maxsim, rankings = args.maxsim, args.retrieval
     if args.csls_k is not None and "csls" not in rankings:
         raise UserError(f"--csls-k {args.csls_k} sets CSLS's neighbourhood; add csls to --retrieval or drop it")

@@ -102,6 +102,7 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``translate`` sub-command."""
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")

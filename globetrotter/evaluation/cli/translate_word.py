@@ -26,6 +26,7 @@ def _translate_word(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``translate-word`` sub-command."""
     own = common.common_options(with_seed=False, name=False, batch_size=False)  # no record, sample or encoding batch
     p = add_parser(sub, own, "translate-word", "translate words by retrieval over the vocabulary",
                    _TRANSLATE_WORD_HELP, k=10, queries="words")

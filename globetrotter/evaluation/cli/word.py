@@ -102,6 +102,7 @@ def _build_dictionary(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``word`` and ``build-dictionary`` sub-commands."""
     # token rows or one word at a time: no encoding batch; every group of --split is read: nothing sampled
     own = common.common_options(batch_size=False, with_seed=False)  # every group of --split is read: no sample
     p = sub.add_parser("word", parents=[own], help="word translation Recall@10 and MUSE P@k (paper 5.3)", description=_WORD_HELP)

@@ -25,6 +25,8 @@ COMMANDS = (train, retrieval, tag, tag_eval, triplet)
 
 
 def build_parser(prog: str = "globetrotter-zeroshot") -> argparse.ArgumentParser:
+    """The ``globetrotter-zeroshot`` parser (``prog``: the name its usage lines show), every sub-command with the
+    common options."""
     parser = argparse.ArgumentParser(
         prog=prog, formatter_class=formatter,
         description="The XTD10 zero-shot system (Aggarwal et al. 2020): an adapter from frozen multilingual "

@@ -17,6 +17,7 @@ from ..data import DEFAULT_CACHE
 
 
 def formatter(prog: str) -> argparse.HelpFormatter:
+    """The sub-commands' help layout: descriptions as written (line breaks kept), option help from column 36 at most."""
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=36)
 
 

@@ -24,6 +24,8 @@ Multi30K do; --all-captions uses every caption.
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``retrieval`` with the parsed options: print each adapter's Recall@K per language, write the record to
+    ``--out`` if given; exit code 0."""
     from globetrotter.evaluation.records import dataset_info  # what a record names of a split
 
     check_json(args.out)
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
+    """Add the ``retrieval`` sub-command (``parent``: the common options)."""
     p = add_command(sub, parent, "retrieval", "text->image Recall@K per language (XTD10 Tables 2/3)", RETRIEVAL_HELP,
                     "--test outputs/flickr8k/test --adapter m3l=runs/m3l --adapter patr=runs/patr "
                     "--languages en,de,fr,zh --out runs/retrieval.json")

@@ -39,6 +39,8 @@ def vocab(value: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``tag`` with the parsed options: print each image's tags per language, write the record to ``--out`` if
+    given; exit code 0."""
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
     check_json(args.out)
     progress = not args.no_progress
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
+    """Add the ``tag`` sub-command (``parent``: the common options)."""
     p = add_command(sub, parent, "tag", "zero-shot multilingual image tagging (XTD10 3.3.2)", TAG_HELP,
                     "--adapter runs/m3l --images photos/ --vocab de=tags_de.txt --vocab fr=tags_fr.txt --out tags.json")
     p.add_argument("--adapter", required=True, metavar="DIR", help="trained adapter checkpoint")

@@ -36,6 +36,8 @@ clone: pip install -e ".[tagging-eval]").
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``tag-eval`` with the parsed options: print each tagger's Precision@K per language beside the frequency
+    baseline's, write the record to ``--out`` if given; exit code 0."""
     from globetrotter.evaluation.records import dataset_info  # what a record names of a split
 
     check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
@@ -112,6 +114,7 @@ def _share(value: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
+    """Add the ``tag-eval`` sub-command (``parent``: the common options)."""
     p = add_command(sub, parent, "tag-eval", "tagging Precision@K on held-out captions vs a frequency baseline",
                     TAG_EVAL_HELP, "--adapter runs/zs --test outputs/flickr8k/test --vocab-from outputs/flickr8k/train "
                     "--languages en,de,fr,zh --out runs/tag-eval.json")

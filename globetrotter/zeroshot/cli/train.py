@@ -17,6 +17,7 @@ from .common import add_command, check_no_shared_images, check_out_dir, make_out
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``train`` with the parsed options: train the adapter and save it into ``--out``; exit code 0."""
     from globetrotter.evaluation.records import dataset_info  # what a record names of a split
 
     config = load_config(ZeroShotConfig, args.config, args.overrides)
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
+    """Add the ``train`` sub-command (``parent``: the common options)."""
     p = add_command(sub, parent, "train", "train the text->image adapter (XTD10 3.1-3.2)",
                     "Train the adapter on the train_langs captions of a split (English by default), with M3L (eq. 1) "
                     "or PATR (eq. 2) and in-batch hard negatives. Frozen features are cached.",

@@ -35,6 +35,8 @@ a relative one is found from the JSONL file's folder. A language with at most K 
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``triplet`` with the parsed options: train and judge the adapters, print their BackRetrieval summary,
+    write the box plot and the record into ``--out``; exit code 0."""
     from backretrieval.plots import pair_boxplot
 
     progress = not args.no_progress
@@ -108,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> None:
+    """Add the ``triplet`` sub-command (``parent``: the common options)."""
     p = add_command(sub, parent, "triplet", "Triplet/TripletXL over documents, judged by BackRetrieval (Fig. 3)",
                     TRIPLET_HELP, "--docs recipes.jsonl --text-encoder use --out runs/triplet")
     p.add_argument("--docs", required=True, nargs="+", metavar="JSONL", help="document files: {lang, title, body, image?}")
