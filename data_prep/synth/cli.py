@@ -94,6 +94,7 @@ def config_from_args(args: argparse.Namespace) -> SynthConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``synth`` with the parsed options: write the world into ``--out`` and print a line per split; exit code 0."""
     from .world import generate  # heavy imports only when generating
 
     cfg = config_from_args(args)

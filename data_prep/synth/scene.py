@@ -96,9 +96,11 @@ class Mention:
 
     @property
     def plural(self) -> bool:
+        """True unless the count is one ("several" is plural)."""
         return self.count != 1
 
     def canonical(self) -> str:
+        """The mention in words: count (none for one), size, colour, shape, ``at`` position (``2 large red circle``)."""
         count = "several" if self.count is None else ("" if self.count == 1 else str(self.count))
         where = f"at {self.position}" if self.position else ""
         return " ".join(p for p in (count, self.size, self.colour, self.shape, where) if p)

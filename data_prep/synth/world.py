@@ -66,6 +66,7 @@ class SplitPlan:
 
     @property
     def split_id(self) -> int:
+        """The split's stable id in the random streams (:data:`SPLIT_IDS`)."""
         return SPLIT_IDS[self.name]
 
 
@@ -92,6 +93,9 @@ def language_assignment(seed: int, plan: SplitPlan) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Record:
+    """One caption of a rendered scene, as a shard sample: key, encoded image, caption, language, image id, group
+    (the image id in a parallel split, else None) and the canonical meaning."""
+
     key: str
     image: bytes
     caption: str

@@ -19,10 +19,13 @@ MASCULINE, FEMININE, DUAL_M, DUAL_F = range(4)
 
 
 class Arabic(Grammar):
+    """Arabic (``ar``, no capitals): its own :meth:`tokens` (no list template); و glued to the noun phrase after it."""
+
     code = "ar"
     cased = False
 
     def noun_phrase(self, mention: Mention, rng: np.random.Generator) -> list[Token]:
+        """Numeral (none for one or two: singular, dual), noun, its agreeing adjectives in either order, position."""
         gender, singular, dual, plural = self.synonym("shapes", mention.shape, rng).split()
         feminine = gender == "f"
         numeral: list[Token] = []
@@ -45,6 +48,7 @@ class Arabic(Grammar):
         return out
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
+        """A template around the mentions' noun phrases, each after the first led by و, then the background."""
         objects: list[Token] = []
         for i, mention in enumerate(self.shuffled(meaning, rng)):
             item = self.noun_phrase(mention, rng)

@@ -136,6 +136,8 @@ class ListGrammar(Grammar):
     """
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
+        """A template around the list of noun phrases (each with its position), in the template's case, then the
+        background."""
         template = self.pick_template(rng)
         case = template.get("case", "nom")
         mentions = self.shuffled(meaning, rng)
@@ -156,7 +158,10 @@ class ListGrammar(Grammar):
         return len(mentions) > 1 or mentions[0].plural
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """The tokens of ``mention`` in ``case`` (``nom``, ``acc`` or ``dat``, as the template asks): what each subclass
+        writes."""
         raise NotImplementedError
 
     def count_key(self, mention: Mention) -> str:
+        """The lexicon ``counts`` key of ``mention``: its number, or ``several`` when it is unsaid."""
         return "several" if mention.count is None else str(mention.count)

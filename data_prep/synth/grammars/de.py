@@ -23,9 +23,13 @@ def dative_plural(plural: str) -> str:
 
 
 class German(ListGrammar):
+    """German (``de``): article or numeral, adjectives and noun declined in the case the template asks for."""
+
     code = "de"
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """``ein`` with mixed declension (singular) or a numeral with strong declension (plural), size, colour, noun, in
+        ``case``."""
         gender, singular, plural, *dative_singular = self.synonym("shapes", mention.shape, rng).split()
         g = GENDERS.index(gender)
         if mention.plural:

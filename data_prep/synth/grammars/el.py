@@ -22,9 +22,13 @@ def adjective_slot(g: int, plural: bool, accusative: bool) -> int:
 
 
 class Greek(ListGrammar):
+    """Greek (``el``): article or numeral, adjectives and noun agreeing in gender, number and case."""
+
     code = "el"
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """Numeral (the article for one), size, colour, noun, agreeing in gender, number and ``case`` (``acc``, else
+        nominative)."""
         gender, nom_sg, nom_pl, *acc = self.synonym("shapes", mention.shape, rng).split()
         g = GENDERS.index(gender)
         accusative = case == "acc"

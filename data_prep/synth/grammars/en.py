@@ -8,12 +8,16 @@ from .base import ListGrammar, Token
 
 
 class English(ListGrammar):
+    """English (``en``): a verb before the list agrees with its first noun phrase only."""
+
     code = "en"
 
     def plural_subject(self, mentions: list[Mention]) -> bool:
+        """The number of the first mention: "there is a circle and two stars"."""
         return mentions[0].plural  # "there is a circle and two stars": agrees with the first
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """``a``/``an`` or a numeral, size, colour, noun (``case`` unused)."""
         singular, plural = self.synonym("shapes", mention.shape, rng).split()
         words = []
         if mention.size:

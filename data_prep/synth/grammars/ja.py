@@ -14,11 +14,14 @@ from .base import Grammar, Token
 
 
 class Japanese(Grammar):
+    """Japanese (``ja``, no spaces, no capitals): its own :meth:`tokens`, with the count after the noun or before it."""
+
     code = "ja"
     separator = ""
     cased = False
 
     def described_noun(self, mention: Mention, rng: np.random.Generator) -> list[Token]:
+        """Size, colour and shape of ``mention`` (no count, no position)."""
         out: list[Token] = []
         if mention.size:
             out += self.phrase_of("sizes", mention.size, rng)
@@ -27,6 +30,7 @@ class Japanese(Grammar):
         return out + self.phrase_of("shapes", mention.shape, rng)
 
     def count(self, mention: Mention, rng: np.random.Generator) -> list[Token]:
+        """The count phrase of ``mention``: its number, or the lexicon's ``several``."""
         key = "1" if mention.count == 1 else ("several" if mention.count is None else str(mention.count))
         return self.phrase_of("counts", key, rng)
 
@@ -44,6 +48,8 @@ class Japanese(Grammar):
         return self.count(mention, rng) + [Token("の")] + self.described_noun(mention, rng)
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
+        """The background first, then a template of either form (``count_after``, ``count_before``) around the mentions;
+        with a background, templates marked ``background: false`` are not drawn."""
         options = [t for t in self.templates if not (meaning.background and t.get("background") is False)]
         template = self.pick(rng, options)
         mentions = self.shuffled(meaning, rng)

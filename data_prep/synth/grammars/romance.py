@@ -14,14 +14,18 @@ from .base import ListGrammar, Token
 
 
 def agree(entry: str, feminine: bool, plural: bool) -> str:
+    """The form of lexicon adjective ``entry`` (``"m f m.pl f.pl"``) for the gender and number, or its one form."""
     forms = entry.split()
     return forms[(2 if plural else 0) + (1 if feminine else 0)] if len(forms) == 4 else forms[0]
 
 
 class Romance(ListGrammar):
+    """What French and Spanish share (no language of its own): ``size_before_noun`` puts the size before the noun."""
+
     size_before_noun = False
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """Article or numeral, then noun, colour, size or size, noun, colour (``size_before_noun``); ``case`` unused."""
         gender, singular, plural = self.synonym("shapes", mention.shape, rng).split()
         feminine = gender == "f"
         key = self.count_key(mention)
@@ -42,9 +46,13 @@ class Romance(ListGrammar):
 
 
 class French(Romance):
+    """French (``fr``): the size before the noun, the colour after it (un petit cercle rouge)."""
+
     code = "fr"
     size_before_noun = True
 
 
 class Spanish(Romance):
+    """Spanish (``es``): colour then size, both after the noun (un círculo rojo pequeño)."""
+
     code = "es"

@@ -17,9 +17,12 @@ NOM_PL, GEN_PL = 3, 4
 
 
 class Russian(ListGrammar):
+    """Russian (``ru``, no articles): the numeral governs the case of the adjectives and the noun."""
+
     code = "ru"
 
     def noun_phrase(self, mention: Mention, case: str, rng: np.random.Generator) -> list[Token]:
+        """Numeral (none for one), size, colour, noun, in the forms the numeral governs (``case`` unused)."""
         gender, nom_sg, gen_sg, gen_pl = self.synonym("shapes", mention.shape, rng).split()
         g = GENDERS.index(gender)
         words = []

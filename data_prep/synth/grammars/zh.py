@@ -13,11 +13,14 @@ from .base import Grammar, Token
 
 
 class Chinese(Grammar):
+    """Chinese (``zh``, no spaces, no capitals): its own :meth:`tokens`, one clause per object with a position."""
+
     code = "zh"
     separator = ""
     cased = False
 
     def noun_phrase(self, mention: Mention, rng: np.random.Generator) -> list[Token]:
+        """Numeral with its classifier, colour, size, noun (the position is written by :meth:`tokens`)."""
         key = "1" if mention.count == 1 else ("several" if mention.count is None else str(mention.count))
         out = self.phrase_of("counts", key, rng)
         if mention.colour:
@@ -27,9 +30,12 @@ class Chinese(Grammar):
         return out + self.phrase_of("shapes", mention.shape, rng)
 
     def listing(self, mentions: list[Mention], rng: np.random.Generator) -> list[Token]:
+        """The noun phrases of ``mentions`` joined as a list with the lexicon's ``and``."""
         return self.join_list([self.noun_phrase(m, rng) for m in mentions], self.phrase(self.lex["and"]))
 
     def tokens(self, meaning: Meaning, rng: np.random.Generator) -> list[Token]:
+        """Without positions, a template around the list (with a background: the background, 有, the list); with them, a
+        有 clause per placed object, the rest after ``also``, the background first."""
         mentions = self.shuffled(meaning, rng)
         placed = [(m, m.position) for m in mentions if m.position]
         rest = [m for m in mentions if not m.position]
