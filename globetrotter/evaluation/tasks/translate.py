@@ -71,7 +71,7 @@ def _open(model: ModelLike, encoder: Any, corpus: str | Path | None, kind: str, 
     signature = {"model": _model_signature(encoder, path), **signature}
     folder = Path(index) if index else index_folder(out, path, corpus, kind) if out is not None else None
     return open_or_build(folder, lang, signature, texts_fn, encode_fn, rebuild=rebuild or path is None,
-                         ivf_min=ivf_min, nprobe=nprobe, log=log)
+                         ivf_min=ivf_min, nprobe=nprobe, log=log, progress=log is _stderr)  # own log: no bar
 
 
 def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict, Callable[[], list[str]]]:
@@ -144,7 +144,8 @@ def translate_sentences(
     built for the call and kept in memory: nothing is written unless ``index`` (a folder) or ``out`` (the index
     goes under ``out/index``, :func:`index_folder`; ``eval.py translate`` passes ``--out``) is given; then it is
     saved and reloaded while the model and corpus are unchanged. Notes (a saved index built, a ``k`` beyond the
-    corpus) go to ``log``, stderr by default; queries cut to the model's length are a ``TextsCut`` warning. A query
+    corpus) go to ``log``, stderr by default, with the progress bars (a ``log`` of one's own, ``lambda _: None``:
+    quiet, shows none); queries cut to the model's length are a ``TextsCut`` warning. A query
     with no text is a :class:`UserError`."""
     require_positive_int(k, "k")
     require_queries(queries, "translate", "sentence")
@@ -176,7 +177,8 @@ def translate_sentences(
     log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
     hits = found.search(emb, max(k, rerank))
     assert source is not None  # _choice_pool refused a ranking with statistics without --from
-    return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
+    return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size,
+                                             progress=log is _stderr)]  # a log of the caller's own: no bar either
 
 
 def _note_odd_words(encoder: Any, queries: Sequence[str], log: Callable[[str], None]) -> None:
@@ -214,12 +216,13 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
 
 
 def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
-                hits: Hits, batch_size: int) -> Hits:
+                hits: Hits, batch_size: int, progress: bool = True) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
-    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time."""
+    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
+    progress bar on stderr when ``progress`` and there are more)."""
     base, out = None, []
     for start in tqdm(range(0, len(queries), QUERY_CHUNK), desc=f"re-ranking ({ranking.label})", unit="chunk",
-                      disable=len(queries) <= QUERY_CHUNK, file=sys.stderr):
+                      disable=not progress or len(queries) <= QUERY_CHUNK, file=sys.stderr):
         chunk, found = list(queries[start:start + QUERY_CHUNK]), hits[start:start + QUERY_CHUNK]
         candidates = list(dict.fromkeys(text for row in found for text, _ in row))
         texts, langs = chunk + candidates, [source] * len(chunk) + [to] * len(candidates)
