@@ -404,6 +404,48 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
         translate_sentences(FakeEncoder(), ["a red circle"], to="xx", corpus=world / "test", out=tmp_path)
 
 
+def test_translate_sentences_refuses_a_rerank_that_re_scores_nothing(world):
+    """rerank=K sets how many sentences a ranking with MaxSim or CSLS re-scores: given with no ranking, or with a
+    choice of a plain cosine, it was taken and changed nothing (only eval.py translate refused it, and the library
+    could not tell it from its default): one line now, the command line's. Left out, it is the default."""
+    from globetrotter.evaluation import Choice, Ranking
+
+    quiet = {"to": "de", "corpus": world / "test", "source": "en", "k": 2, "log": lambda _: None}
+    cosine = Choice(Ranking("cross"), str(world / "train"), None, source="select.json")
+    csls = Choice(Ranking("text", 0.0, True, 3), str(world / "train"), None)
+    with pytest.raises(UserError, match=r"^--rerank 3 re-scores under a chosen ranking; give --ranking RECORD or "
+                                        r"drop it$"):
+        translate_sentences(FakeEncoder(), ["a red circle"], rerank=3, **quiet)
+    with pytest.raises(UserError, match=r"^--rerank 3 re-scores under a ranking with MaxSim or CSLS; --ranking "
+                                        r"select\.json chose cosine \(cross head\), whose scores are the index's "
+                                        r"own: drop --rerank$"):
+        translate_sentences(FakeEncoder(), ["a red circle"], ranking=cosine, rerank=3, **quiet)
+    with pytest.raises(UserError, match=r"^rerank: expected a positive integer, got 0$"):
+        translate_sentences(FakeEncoder(), ["a red circle"], ranking=csls, rerank=0, **quiet)
+    for choice, rerank in ((cosine, None), (csls, 3), (csls, None), (None, None)):
+        hits = translate_sentences(FakeEncoder(), ["a red circle"], ranking=choice, rerank=rerank, **quiet)
+        assert hits[0][0][0] == "ein kreis rot" and len(hits[0]) == 2, (choice, rerank)
+
+
+def test_translate_sentences_shows_its_bars_only_with_the_default_log(world, monkeypatch, capsys):
+    """eval.py translate (the default log) shows the bars of encoding a corpus of several chunks and of re-ranking
+    more than QUERY_CHUNK queries; a log of one's own (quiet) took the notes but still showed both bars."""
+    from functools import partial
+
+    from globetrotter.evaluation import Choice, Ranking
+    from globetrotter.evaluation.tasks import translate as task
+
+    monkeypatch.setattr(task, "open_or_build", partial(task.open_or_build, encode_chunk=4))  # 30 sentences: 8 chunks
+    given = {"to": "de", "corpus": world / "test", "source": "en", "k": 1,
+             "ranking": Choice(Ranking("text", 0.0, True, 3), str(world / "train"), None)}
+    queries = ["a red circle"] * (task.QUERY_CHUNK + 1)
+    translate_sentences(FakeEncoder(), queries, **given)
+    err = capsys.readouterr().err
+    assert "encoding de corpus" in err and "re-ranking (" in err, err
+    assert translate_sentences(FakeEncoder(), queries, log=lambda _: None, **given)[0][0][0] == "ein kreis rot"
+    assert capsys.readouterr().err == ""
+
+
 def test_translating_from_python_writes_no_file_unless_asked(world, tmp_path, monkeypatch):
     """translate_sentences and translate_words saved their index in ./eval_out/index/ of the working folder by
     default, as eval.py does: a library call keeps it in memory, and saves it with out= (eval.py passes --out)."""

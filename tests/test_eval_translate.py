@@ -131,3 +131,15 @@ def test_no_saved_index_or_no_corpus_text_is_one_line(tmp_path):
     with pytest.raises(UserError, match="^corpus has no text in language 'en'$"):
         open_or_build(tmp_path, "en", {"model": "m1"}, lambda: ["", "  \t"], encode, log=lambda s: None)
     assert not (tmp_path / "en.faiss").exists()
+
+
+def test_open_or_build_shows_its_bar_only_with_the_default_log(capsys):
+    """As evaluate_generation: a log of one's own (quiet) took the note but the encoding bar still showed."""
+    texts = ["a dog", "a cat", "a car"]
+    encode = lambda batch: normalize_rows(np.ones((len(batch), 4), dtype=np.float32))  # noqa: E731
+    open_or_build(None, "en", {}, lambda: texts, encode, encode_chunk=1)  # three chunks: a bar
+    assert "encoding en corpus" in capsys.readouterr().err
+    open_or_build(None, "en", {}, lambda: texts, encode, encode_chunk=1, log=lambda _: None)
+    assert capsys.readouterr().err == ""
+    open_or_build(None, "en", {}, lambda: texts, encode, encode_chunk=1, log=lambda _: None, progress=True)
+    assert "encoding en corpus" in capsys.readouterr().err

@@ -67,6 +67,19 @@ def test_adapter_rejects_wrong_dropout_count():
         TextToImageAdapter(8, 6, hidden_dims=(5,), dropout=(0.1, 0.1, 0.1))
 
 
+@pytest.mark.parametrize("form", ["xtd10", "residual"])
+def test_adapter_refuses_a_bare_number_for_its_lists_naming_the_argument(form):
+    """As AdapterConfig.validate refuses adapter.dropout: 0.1: called directly, the module raised a bare TypeError
+    (object of type 'float' has no len(), or 'float' object is not iterable)."""
+    with pytest.raises(ValueError, match=r"^dropout expected a sequence of rates, one per block, got 0\.1$"):
+        TextToImageAdapter(8, 6, hidden_dims=[5], dropout=0.1, form=form)
+    with pytest.raises(ValueError, match=r"^hidden_dims expected a sequence of widths, got 5$"):
+        TextToImageAdapter(8, 6, hidden_dims=5, dropout=[0.1, 0.1], form=form)
+    with pytest.raises(ValueError, match=r"^dropout expected a sequence of rates, one per block, got '0\.1'$"):
+        TextToImageAdapter(8, 6, hidden_dims=[5], dropout="0.1", form=form)
+    assert TextToImageAdapter(8, 6, hidden_dims=(5,), dropout=(0.1, 0.0), form=form)(torch.randn(2, 8)).shape == (2, 6)
+
+
 def test_paper_config_is_the_papers_and_errors_are_one_line():
     from pathlib import Path
 

@@ -156,11 +156,14 @@ def open_or_build(
     nprobe: int = DEFAULT_NPROBE,
     log: Callable[[str], None] = print,
     encode_chunk: int = 8192,
+    progress: bool | None = None,
 ) -> CorpusIndex:
     """Load the saved index of ``lang`` when ``meta.json`` matches ``signature`` (same model,
     same corpus); otherwise embed ``texts_fn()`` with ``encode_fn`` (deduplicated, order
-    kept; ``encode_chunk`` texts per call, with a progress bar), build (:func:`build_index`) and save it.
-    ``folder`` None: build it and keep it in memory only (nothing read or written)."""
+    kept; ``encode_chunk`` texts per call, with a progress bar on stderr when ``progress``), build
+    (:func:`build_index`) and save it. ``folder`` None: build it and keep it in memory only (nothing read or
+    written). The note that a saved index was built goes to ``log``; ``progress`` None shows the bar only with
+    the default ``log``: a ``log`` of one's own (``lambda _: None``: quiet) shows none."""
     folder = Path(folder) if folder is not None else None
     meta = read_meta(folder) if folder is not None else {}
     entry = meta.get("languages", {}).get(lang)
@@ -174,9 +177,10 @@ def open_or_build(
         raise UserError(f"corpus has no text in language {lang!r}")
     start = time.perf_counter()
     steps = range(0, len(texts), encode_chunk)
+    progress = log is print if progress is None else progress  # a log of the caller's own: no bar either
     emb = np.concatenate([
         encode_fn(texts[i : i + encode_chunk])
-        for i in tqdm(steps, desc=f"encoding {lang} corpus", unit="chunk", disable=len(steps) <= 1)
+        for i in tqdm(steps, desc=f"encoding {lang} corpus", unit="chunk", disable=not progress or len(steps) <= 1)
     ])
     encoded = time.perf_counter()
     index = build_index(emb, ivf_min=ivf_min, nprobe=nprobe)

@@ -22,7 +22,7 @@ in units the adapter starts at; squared-distance rankings are unchanged.
 """
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Iterable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +99,9 @@ class TextToImageAdapter(nn.Module):
         normalize_output: bool = False,
     ) -> None:
         super().__init__()
+        for name, value, what in (("hidden_dims", hidden_dims, "widths"), ("dropout", dropout, "rates, one per block")):
+            if isinstance(value, str) or not isinstance(value, Iterable):  # a bare 0.1 was a TypeError further on
+                raise ValueError(f"{name} expected a sequence of {what}, got {value!r}")
         if form not in ("xtd10", "residual"):
             raise ValueError(f"unknown adapter form {form!r}; expected 'residual' or 'xtd10'")
         if form == "residual" and len(hidden_dims) != 1:

@@ -11,7 +11,7 @@ from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
 
 from ..tasks import translate as translate_task
-from ..tasks.select import read_choice
+from ..tasks.translate import RERANK
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, read_text_corpus
 from . import common
 
@@ -23,10 +23,6 @@ _TRANSLATE_HELP = (
     "The corpus index (faiss; exact below --ivf-min sentences, IVF above) is built once, saved under --index and "
     "reloaded while the model and corpus are unchanged."
 )
-
-
-RERANK = 50
-"""Sentences ``--ranking`` re-scores per query unless ``--rerank`` says."""
 
 
 def queries(args: argparse.Namespace) -> list[str]:
@@ -86,16 +82,10 @@ def add_parser(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser,
 
 
 def _translate(args: argparse.Namespace) -> int:
-    if args.rerank is not None and not args.ranking:
-        raise UserError(f"--rerank {args.rerank} re-scores under a chosen ranking; give --ranking RECORD or drop it")
-    choice = read_choice(args.ranking) if args.ranking else None
-    if args.rerank is not None and choice is not None and not choice.ranking.needs_statistics:
-        raise UserError(f"--rerank {args.rerank} re-scores under a ranking with MaxSim or CSLS; --ranking "
-                        f"{args.ranking} chose {choice.ranking.label}, whose scores are the index's own: drop --rerank")
-    texts = queries(args)
+    texts = queries(args)  # --rerank without --ranking, or under a chosen cosine: refused by translate_sentences
     results = translate_task.translate_sentences(
         args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_language, source=args.source,
-        k=args.k, ranking=choice, rerank=args.rerank or RERANK, batch_size=args.batch_size, device=args.device,
+        k=args.k, ranking=args.ranking or None, rerank=args.rerank, batch_size=args.batch_size, device=args.device,
         **index_options(args))
     print_results(args, texts, results)
     return 0

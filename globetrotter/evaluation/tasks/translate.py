@@ -71,7 +71,7 @@ def _open(model: ModelLike, encoder: Any, corpus: str | Path | None, kind: str, 
     signature = {"model": _model_signature(encoder, path), **signature}
     folder = Path(index) if index else index_folder(out, path, corpus, kind) if out is not None else None
     return open_or_build(folder, lang, signature, texts_fn, encode_fn, rebuild=rebuild or path is None,
-                         ivf_min=ivf_min, nprobe=nprobe, log=log)
+                         ivf_min=ivf_min, nprobe=nprobe, log=log, progress=log is _stderr)  # own log: no bar
 
 
 def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict, Callable[[], list[str]]]:
@@ -112,6 +112,9 @@ def require_queries(queries: Sequence[str], command: str, what: str) -> None:
 QUERY_CHUNK = 8
 """Queries re-scored at a time under a ranking with statistics: their candidates' MaxSim is computed in one block."""
 
+RERANK = 50
+"""Sentences a ranking with statistics re-scores per query unless ``rerank`` (``--rerank``) says."""
+
 
 def translate_sentences(
     model: ModelLike,
@@ -123,7 +126,7 @@ def translate_sentences(
     source: str | None = None,
     k: int = 5,
     ranking: str | Path | Choice | None = None,
-    rerank: int = 50,
+    rerank: int | None = None,
     index: str | Path | None = None,
     out: str | Path | None = None,
     rebuild: bool = False,
@@ -138,19 +141,24 @@ def translate_sentences(
 
     Without ``ranking``: by the cosine of the text-text head. With ``ranking`` (an ``eval.py select`` record, or its
     :class:`~.select.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
-    ``rerank`` nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim (− the CSLS radii), every
-    statistic from the reference captions the choice was made with; the score is that sum. A ranking with
-    statistics needs ``source`` (they are per language) and both languages among the choice's. The corpus index is
+    ``rerank`` (default :data:`RERANK`) nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim
+    (− the CSLS radii), every statistic from the reference captions the choice was made with; the score is that sum.
+    A ranking with statistics needs ``source`` (they are per language) and both languages among the choice's; a
+    ``rerank`` given without one (no ``ranking``, or one that chose a plain cosine) re-scores nothing and is a
+    :class:`UserError`. The corpus index is
     built for the call and kept in memory: nothing is written unless ``index`` (a folder) or ``out`` (the index
     goes under ``out/index``, :func:`index_folder`; ``eval.py translate`` passes ``--out``) is given; then it is
     saved and reloaded while the model and corpus are unchanged. Notes (a saved index built, a ``k`` beyond the
-    corpus) go to ``log``, stderr by default; queries cut to the model's length are a ``TextsCut`` warning. A query
+    corpus) go to ``log``, stderr by default, with the progress bars (a ``log`` of one's own, ``lambda _: None``:
+    quiet, shows none); queries cut to the model's length are a ``TextsCut`` warning. A query
     with no text is a :class:`UserError`."""
     require_positive_int(k, "k")
     require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
     choice = read_choice(ranking) if isinstance(ranking, (str, Path)) else ranking
     chosen = choice.ranking if choice is not None else Ranking()
+    if rerank is not None:
+        _require_rerank(rerank, choice)
     corpus = Path(corpus)
     corpus_sig, texts = _corpus_texts(corpus, to, corpus_lang)
 
@@ -174,9 +182,22 @@ def translate_sentences(
     terms = ["cosine"] + ([f"+ {chosen.maxsim:g} x MaxSim"] if chosen.maxsim else []) + (
         ["- CSLS radii"] if chosen.csls else [])
     log(f"scores: those of the chosen ranking, {chosen.label} ({' '.join(terms)}), not cosines")
-    hits = found.search(emb, max(k, rerank))
+    hits = found.search(emb, max(k, rerank or RERANK))
     assert source is not None  # _choice_pool refused a ranking with statistics without --from
-    return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size)]
+    return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size,
+                                             progress=log is _stderr)]  # a log of the caller's own: no bar either
+
+
+def _require_rerank(rerank: int, choice: Choice | None) -> None:
+    """A one-line :class:`UserError` for a ``rerank`` that is no positive integer or that re-scores nothing: no
+    ranking chosen, or one that chose a plain cosine (its scores are the index's own)."""
+    require_positive_int(rerank, "rerank")
+    if choice is None:
+        raise UserError(f"--rerank {rerank} re-scores under a chosen ranking; give --ranking RECORD or drop it")
+    if not choice.ranking.needs_statistics:
+        raise UserError(f"--rerank {rerank} re-scores under a ranking with MaxSim or CSLS; --ranking "
+                        f"{choice.source} chose {choice.ranking.label}, whose scores are the index's own: drop "
+                        "--rerank")
 
 
 def _note_odd_words(encoder: Any, queries: Sequence[str], log: Callable[[str], None]) -> None:
@@ -214,12 +235,13 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
 
 
 def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
-                hits: Hits, batch_size: int) -> Hits:
+                hits: Hits, batch_size: int, progress: bool = True) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
-    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time."""
+    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
+    progress bar on stderr when ``progress`` and there are more)."""
     base, out = None, []
     for start in tqdm(range(0, len(queries), QUERY_CHUNK), desc=f"re-ranking ({ranking.label})", unit="chunk",
-                      disable=len(queries) <= QUERY_CHUNK, file=sys.stderr):
+                      disable=not progress or len(queries) <= QUERY_CHUNK, file=sys.stderr):
         chunk, found = list(queries[start:start + QUERY_CHUNK]), hits[start:start + QUERY_CHUNK]
         candidates = list(dict.fromkeys(text for row in found for text, _ in row))
         texts, langs = chunk + candidates, [source] * len(chunk) + [to] * len(candidates)
