@@ -1655,3 +1655,15 @@ def test_versions_say_none_for_a_checkout_never_pip_installed(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     assert versions() == {"globetrotter": None, "numpy": np.__version__, "python": platform.python_version()}
+
+
+@pytest.mark.parametrize("command", ["multi30k", "xtd10", "folder"])
+def test_the_help_says_a_caption_file_of_another_line_count_is_refused_not_skipped(command, capsys):
+    """The description listed "caption file shorter than its split file" among the bad input reported and skipped;
+    such a file is refused in one line, nothing written (test_multi30k_caption_file_missing_a_middle_line_is_refused),
+    and only a file cut short (unreadable part-way) is reported and skipped."""
+    assert cli([command, "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "shorter than its split file" not in shown
+    assert "caption file cut short" in shown
+    assert "line count differs from its split file's is refused (exit 2, nothing written)" in shown

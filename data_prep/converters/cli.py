@@ -282,8 +282,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, spec in _COMMANDS.items():
         description = textwrap.fill(
             f"Convert {spec['help']} to the shard format. Bad input (missing or unreadable image, empty caption, "
-            "caption file shorter than its split file, unknown language code, duplicate key, non-UTF-8 bytes) is "
-            "reported with file and line and skipped; the summary accounts for every caption record "
+            "caption file cut short, unknown language code, duplicate key, non-UTF-8 bytes) is reported with file "
+            "and line and skipped; a complete line-aligned caption file whose line count differs from its split "
+            "file's is refused (exit 2, nothing written). The summary accounts for every caption record "
             "(read = written + skipped + unused) and gives the throughput in images/s. Every source option "
             "works with every sub-command, so several sources go into one dataset.", width=88)
         epilog = "example:\n" + _format_example(spec["example"])
