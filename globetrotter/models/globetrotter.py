@@ -104,7 +104,7 @@ class GlobetrotterModel(nn.Module):
         if unknown:
             raise UserError(f"language(s) {','.join(unknown)} not among this model's training languages "
                             f"{','.join(self.cfg.languages)} (the Sigurdsson baseline has one word table per training "
-                            f"language)")
+                            f"language; evaluate those: --languages)")
         return torch.tensor([index[lang] for lang in langs], dtype=torch.long, device=device)
 
     def token_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -85,7 +85,8 @@ def evaluate(
     metas = [m for m in every if not wanted or m["lang"] in wanted]
     missing = wanted - {m["lang"] for m in metas}
     if missing:
-        raise UserError(f"{split}: no caption in language(s) {sorted(missing)}")
+        has = sorted({m["lang"] for m in every})
+        raise UserError(f"{split}: no caption in language(s) {sorted(missing)} (has {has})")
     image_ids = sorted({str(m["image_id"]) for m in every})  # the gallery: every image, whatever the languages
     if max_images is not None and len(image_ids) > max_images:
         pick = np.random.default_rng(seed).choice(len(image_ids), max_images, replace=False)
