@@ -44,7 +44,7 @@ def stop_words(lang: str) -> frozenset[str]:
     except ImportError as err:
         if getattr(err, "name", "") in ("spacy", "spacy.lang"):
             raise UserError(f"tagging truth needs spaCy's stop-word lists: {install_hint('tagging-eval')}") from None
-        raise UserError(f"spaCy has no stop-word list for language {lang!r}") from None
+        raise UserError(f"spaCy has no stop-word list for language {lang!r}; leave it out of --languages") from None
     return frozenset(w.lower() for w in module.STOP_WORDS)
 
 
@@ -52,7 +52,7 @@ def _segment(text: str, lang: str) -> list[str]:
     if lang not in SEGMENTED:
         return _WORD.findall(text)
     if lang != "zh":
-        raise UserError(f"no word segmenter for {lang!r} (jieba segments zh)")
+        raise UserError(f"no word segmenter for {lang!r} (jieba segments zh); leave it out of --languages")
     try:
         import jieba
     except ImportError:
