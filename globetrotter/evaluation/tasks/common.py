@@ -1,13 +1,26 @@
-"""What the evaluation tasks share: resolving a model argument, reading a parallel sample of a split."""
+"""What the evaluation tasks share: resolving a model argument, reading a parallel sample of a split, the default
+``log`` and whether progress bars show."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import models
 from ..models import ModelLike
 from ..sentence import ParallelSet, parallel_set
 from .checks import require_positive_int
+
+
+def log_to_stderr(message: str) -> None:
+    """The tasks' default ``log``: each note a line on stderr."""
+    print(message, file=sys.stderr)
+
+
+def shows_progress(log: Callable[[str], None]) -> bool:
+    """Whether a task logging to ``log`` shows its progress bars: only with the default :func:`log_to_stderr`; a
+    ``log`` of the caller's own (``lambda _: None``: quiet) shows none."""
+    return log is log_to_stderr
 
 
 def resolve_model(model: ModelLike, name: str | None = None, device: str = "cpu") -> tuple[Any, dict]:

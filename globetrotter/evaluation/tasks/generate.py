@@ -2,7 +2,6 @@
 :func:`evaluate`."""
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Literal, Sequence
@@ -16,11 +15,7 @@ from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from ..sentence import ParallelSet, parallel_set
 from .checks import require_known_languages, require_languages, require_trained
-from .common import resolve_model
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+from .common import log_to_stderr, resolve_model, shows_progress
 
 
 def _sources(split: str | Path, test_langs: Sequence[str], target: str, sources: Sequence[str] | None) -> list[str]:
@@ -65,7 +60,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 256,
     name: str | None = None,
-    log: Callable[[str], None] = _stderr,
+    log: Callable[[str], None] = log_to_stderr,
     device: str = "cpu",
 ) -> Result:
     """Train a small causal decoder to write ``train``'s ``target`` captions from ``model``'s frozen ``head``
@@ -123,7 +118,7 @@ def evaluate(
     log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "
         f"for {decoder.steps} steps")
     net, vocab, train_log = gen.train_decoder(train_texts, train_rep, encoder.tokenizer, decoder, seed=seed,
-                                              progress=log is _stderr)  # a log of the caller's own: no bar either
+                                              progress=shows_progress(log))
 
     # rows: each source language, the target itself (reconstruction), and the mismatched floor
     rows = {lang: test_rep[ps.langs == lang] for lang in [*sources, target]}

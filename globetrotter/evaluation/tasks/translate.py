@@ -25,15 +25,11 @@ from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signa
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
-from .common import resolve_model
+from .common import log_to_stderr, resolve_model, shows_progress
 from .select import Choice, read_choice
 
 Hits = list[list[tuple[str, float]]]
 """Per query, ``(text, score)`` best first."""
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 def _model_path(model: ModelLike, encoder: Any) -> Path | None:
@@ -71,7 +67,7 @@ def _open(model: ModelLike, encoder: Any, corpus: str | Path | None, kind: str, 
     signature = {"model": _model_signature(encoder, path), **signature}
     folder = Path(index) if index else index_folder(out, path, corpus, kind) if out is not None else None
     return open_or_build(folder, lang, signature, texts_fn, encode_fn, rebuild=rebuild or path is None,
-                         ivf_min=ivf_min, nprobe=nprobe, log=log, progress=log is _stderr)  # own log: no bar
+                         ivf_min=ivf_min, nprobe=nprobe, log=log, progress=shows_progress(log))
 
 
 def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict, Callable[[], list[str]]]:
@@ -133,7 +129,7 @@ def translate_sentences(
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
     batch_size: int = 256,
-    log: Callable[[str], None] = _stderr,
+    log: Callable[[str], None] = log_to_stderr,
     device: str = "cpu",
 ) -> Hits:
     """The ``k`` sentences of language ``to`` in ``corpus`` (a split folder, or a text file of one sentence per line
@@ -185,7 +181,7 @@ def translate_sentences(
     hits = found.search(emb, max(k, rerank or RERANK))
     assert source is not None  # _choice_pool refused a ranking with statistics without --from
     return [best[:k] for best in rerank_hits(encoder, chosen, pool, queries, source, to, hits, batch_size,
-                                             progress=log is _stderr)]  # a log of the caller's own: no bar either
+                                             progress=shows_progress(log))]
 
 
 def _require_rerank(rerank: int, choice: Choice | None) -> None:
@@ -337,7 +333,7 @@ def translate_words(
     rebuild: bool = False,
     ivf_min: int = DEFAULT_IVF_MIN,
     nprobe: int = DEFAULT_NPROBE,
-    log: Callable[[str], None] = _stderr,
+    log: Callable[[str], None] = log_to_stderr,
     device: str = "cpu",
 ) -> Hits:
     """The ``k`` words of language ``to`` nearest to each query word (of language ``source``), ``(word, score)``
