@@ -44,8 +44,8 @@ _EXPORTS = {
     "evaluate": ("SplitCorrelation", "SplitEvaluation", "correlate_split", "evaluate_split"),
     "hubness": ("hubness_stats",),
     "images": ("image_feature_extractor",),  # numpy and PIL only: torch and timm load with the first CNN
-    "image_index": ("ImageNeighbours", "image_neighbours", "image_neighbours_file", "load_image_neighbours",
-                    "save_image_neighbours"),
+    "image_index": ("ImageNeighbours", "image_neighbours"),
+    "image_index_file": ("image_neighbours_file", "load_image_neighbours", "save_image_neighbours"),
     "metric": ("bkr_recall", "corr_score", "xlr_recall"),
     "pairs": ("evaluate_pairs",),
     "protocol": ("correlate_over_models", "run_protocol", "sample_non_matching"),
@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from .errors import BackRetrievalError, BackRetrievalWarning
     from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
     from .hubness import hubness_stats
-    from .image_index import (ImageNeighbours, image_neighbours, image_neighbours_file, load_image_neighbours,
-                              save_image_neighbours)
+    from .image_index import ImageNeighbours, image_neighbours
+    from .image_index_file import image_neighbours_file, load_image_neighbours, save_image_neighbours
     from .images import image_feature_extractor
     from .metric import bkr_recall, corr_score, xlr_recall
     from .pairs import evaluate_pairs

@@ -35,7 +35,8 @@ own one):
     256; on less noisy features fewer would do (``candidates``).
   - ``"hnsw"``: faiss ``IndexHNSWFlat`` (optionally over PCA-reduced features), re-scored the
     same way; on noise-dominated features it misses more better images than ``pq``.
-* :func:`save_image_neighbours` / :func:`load_image_neighbours` keep them in an ``.npz`` with
+* :func:`~backretrieval.image_index_file.save_image_neighbours` /
+  :func:`~backretrieval.image_index_file.load_image_neighbours` keep them in an ``.npz`` with
   the image counts, the feature dimension and a fingerprint of the features, so that lists of
   other images (another N, dimension or content) are refused with a one-line error.
 
@@ -44,16 +45,15 @@ Per model the lookup costs one dot product per query and a ``(Q, C)`` comparison
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import faiss
 import numpy as np
 
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
-from .errors import BackRetrievalError, option
-from .files import PathLike, write_file
+from .errors import BackRetrievalError
+from .pictures import distinct_images
 from .ranking import (TIES, Scorer, VectorScorer, as_float32, column_groups, count_ranks, l2_normalize,
                       progress_bar)
 
@@ -63,7 +63,6 @@ PQ_CANDIDATES = 256  # ``pq``: source images fetched per target image and re-sco
 PQ_PCA_DIM = 64  # ``pq``: principal directions the codes quantize
 _CHUNK = 8192  # target images searched at once
 _FINGERPRINT_ROWS = 64
-_FIELDS = ("ids", "scores", "n_sources", "dim", "fingerprint", "method")  # of the .npz
 
 
 @dataclass(frozen=True)
@@ -118,52 +117,6 @@ def features_digest(x: np.ndarray) -> str:
         digest.update(as_float32(np.asarray(x[start:start + 65_536])).data)  # the buffer, not a copy
     return digest.hexdigest()
 
-
-def distinct_images(src_image_ids: Sequence | None, n_src: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first source row of each distinct image, column of each source row's image); no ids: one image per row."""
-    if src_image_ids is None:
-        rows = np.arange(n_src)
-        return rows, rows
-    ids = np.asarray(src_image_ids)
-    if ids.shape != (n_src,):
-        raise BackRetrievalError(f"src_image_ids: expected {n_src} ids (one per source text), got shape {ids.shape}")
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
-
-
-def shared_pictures(src_img: np.ndarray, tgt_img: np.ndarray) -> int:
-    """How many target rows hold the very features of a source row (the same picture on both sides).
-
-    BkR pivots on pictures that differ between the two sides: with a target caption of the query's own picture
-    among the candidates, retrieving it is rewarded as a translation (BkR then reads like XLR on parallel data).
-    """
-    def digests(features: np.ndarray) -> list[bytes]:
-        out: list[bytes] = []
-        for start in range(0, len(features), 65_536):  # in blocks: a memmap is never read whole at once
-            block = np.ascontiguousarray(np.asarray(features[start:start + 65_536], np.float32))
-            out.extend(hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in block)
-        return out
-
-    source = set(digests(src_img))
-    return sum(d in source for d in digests(tgt_img))
-
-
-def check_one_picture_per_id(src_img: np.ndarray, src_image_ids: Sequence, first: np.ndarray,
-                             inverse: np.ndarray) -> None:
-    """One-line error when source rows that share an image id hold different image features: the metric ranks an
-    id's picture once, by its first row's features, so the others' would be dropped in silence."""
-    if len(first) == len(inverse):
-        return
-    for start in range(0, len(inverse), 65_536):  # in blocks: a memmap is never read whole at once
-        rows = np.arange(start, min(start + 65_536, len(inverse)))
-        own, kept = np.asarray(src_img[rows], np.float32), np.asarray(src_img[first[inverse[rows]]], np.float32)
-        differ = ~np.isclose(own, kept, rtol=1e-4, atol=1e-6).all(axis=1)
-        if differ.any():
-            row = int(rows[np.argmax(differ)])
-            other = int(first[inverse[row]])
-            raise BackRetrievalError(f"src_image_ids: rows {other} and {row} share the image id "
-                                     f"{str(np.asarray(src_image_ids)[row])!r} but their image features differ; rows "
-                                     f"sharing an id must be one picture (give each picture its own id)")
 
 
 def image_neighbours(
@@ -244,32 +197,6 @@ class SourceImageIndex:
                 bar.update(len(found))
         return ImageNeighbours(ids, scores, len(src), src.shape[1], image_fingerprint(tgt, src), self.method)
 
-
-def image_neighbours_file(
-    path: PathLike,
-    src_img: np.ndarray,
-    tgt_img: np.ndarray,
-    n_neighbours: int = DEFAULT_NEIGHBOURS,
-    *,
-    src_image_ids: Sequence | None = None,
-    method: str = "flat",
-    seed: int = 0,
-    progress: bool = False,
-) -> tuple[ImageNeighbours, bool]:
-    """Lists kept in a file: ``(lists, built)``, read from ``path`` when it exists, else built and written there.
-
-    A new file holds ``max(DEFAULT_NEIGHBOURS, n_neighbours)`` neighbours per target image,
-    built with ``method`` (:func:`image_neighbours`). Whether existing lists belong to these
-    images is checked where they are used (:func:`check_image_neighbours`, naming the file). ``progress``: a bar
-    over a big build.
-    """
-    path = Path(path)
-    if path.exists():
-        return load_image_neighbours(path), False
-    lists = image_neighbours(src_img, tgt_img, max(DEFAULT_NEIGHBOURS, n_neighbours), src_image_ids=src_image_ids,
-                             method=method, seed=seed, progress=progress)
-    write_file(path, lambda p: save_image_neighbours(p, lists), option("image_index"))
-    return replace(lists, origin=str(path)), True
 
 
 def _source_search(src: np.ndarray, method: str, pca_dim: int, hnsw_m: int, ef_search: int,
@@ -387,36 +314,3 @@ def neighbour_counts(
             for key in out:
                 out[key][recount] = exact[key]
     return out
-
-
-def save_image_neighbours(path: str | Path, neighbours: ImageNeighbours) -> None:
-    """Write the lists and what they belong to into ``path`` (``.npz``, the name kept as given)."""
-    with open(path, "wb") as handle:
-        np.savez(handle, ids=neighbours.ids, scores=neighbours.scores, n_sources=neighbours.n_sources,
-                 dim=neighbours.dim, fingerprint=neighbours.fingerprint, method=neighbours.method)
-
-
-def load_image_neighbours(path: str | Path) -> ImageNeighbours:
-    """Lists written by :func:`save_image_neighbours`; one-line errors name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise BackRetrievalError(f"{path}: image neighbour file not found")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError):  # EOFError: an empty file
-        data = None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        empty = " (an empty file)" if path.stat().st_size == 0 else ""
-        raise BackRetrievalError(f"{path}: not an image neighbour file{empty} (an .npz written by --image-index)")
-    with data:
-        missing = [key for key in _FIELDS if key not in data.files]
-        if missing:
-            raise BackRetrievalError(f"{path}: not an image neighbour file (no {', '.join(missing)} array)")
-        fields = {key: data[key] for key in _FIELDS}
-    ids, scores = fields["ids"], fields["scores"]
-    if ids.ndim != 2 or scores.shape != ids.shape:
-        raise BackRetrievalError(f"{path}: ids {ids.shape} and scores {scores.shape} must be one (Nt, C) shape")
-    nb = ImageNeighbours(ids.astype(np.int64, copy=False), scores.astype(np.float32, copy=False),
-                         int(fields["n_sources"]), int(fields["dim"]), str(fields["fingerprint"]),
-                         str(fields["method"]))
-    return replace(nb, origin=str(path))

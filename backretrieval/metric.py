@@ -56,11 +56,10 @@ from .image_index import (
     ImageNeighbours,
     SourceImageIndex,
     check_image_neighbours,
-    check_one_picture_per_id,
     check_source_index,
-    distinct_images,
     neighbour_counts,
 )
+from .pictures import check_one_picture_per_id, distinct_images
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,

@@ -130,7 +130,8 @@ def lists_path(cache: str | None, n: int, image_dim: int, method: str) -> Path |
 
 def image_lists(data: BenchData, method: str, cache: str | None) -> tuple[object, float | None]:
     """Image neighbour lists of the bench data and their build seconds (None: read from ``cache``)."""
-    from backretrieval.image_index import image_neighbours, load_image_neighbours, save_image_neighbours
+    from backretrieval.image_index import image_neighbours
+    from backretrieval.image_index_file import load_image_neighbours, save_image_neighbours
 
     _, src_img, _, tgt_img = data
     path = lists_path(cache, len(src_img), src_img.shape[1], method)
@@ -204,7 +205,7 @@ def run_isolated(n: int, method: str, args: argparse.Namespace) -> dict:
 
 def list_recall(n: int, args: argparse.Namespace) -> str:
     """Share of the exact (flat) lists' entries that the pq lists of size ``n`` hold, when both are in the cache."""
-    from backretrieval.image_index import load_image_neighbours
+    from backretrieval.image_index_file import load_image_neighbours
 
     paths = [lists_path(args.image_cache, n, args.image_dim, m) for m in ("pq", "flat")]
     present = [p for p in paths if p is not None and p.is_file()]

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from backretrieval import ApproxConfig, BackRetrievalError, bkr_recall
-from backretrieval.image_index import (SourceImageIndex, image_neighbours, load_image_neighbours,
-                                       save_image_neighbours)
+from backretrieval.image_index import SourceImageIndex, image_neighbours
+from backretrieval.image_index_file import load_image_neighbours, save_image_neighbours
 
 KS = (1, 5, 10)
 
@@ -283,7 +283,8 @@ def test_expected_hit_counts_every_tie_when_all_pictures_are_alike():
 def test_a_new_list_file_holds_the_default_length_so_a_larger_k_can_reuse_it(tmp_path):
     """Built for a small K, the file still holds DEFAULT_NEIGHBOURS per target image (a later run with a larger K reads
     it rather than being refused), each list the exact best source images."""
-    from backretrieval.image_index import DEFAULT_NEIGHBOURS, image_neighbours_file
+    from backretrieval.image_index import DEFAULT_NEIGHBOURS
+    from backretrieval.image_index_file import image_neighbours_file
 
     rng = np.random.default_rng(0)
     src, tgt = rng.normal(size=(40, 6)).astype(np.float32), rng.normal(size=(5, 6)).astype(np.float32)
