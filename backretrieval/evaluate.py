@@ -32,7 +32,8 @@ from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, json_ready, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .images import ImageModel  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
-from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
+from .metric import DEFAULT_KS
+from .metric_checks import approx_config, censored_max_rank, check_ks, check_recall_options
 from .pairs import check_pair_options, evaluate_pairs, fewest_source_images
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching

@@ -24,8 +24,8 @@ from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex
 from .files import require_sequence
-from .metric import (DEFAULT_KS, approx_config, censored_max_rank, check_matrix, check_recall_options, bkr_recall,
-                     corr_with_interval, xlr_recall)
+from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
+from .metric_checks import approx_config, censored_max_rank, check_matrix, check_recall_options
 from .pictures import distinct_images
 from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
 from .renamed import renamed_keywords

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError, naming_flags, option
 from .files import enough_for_k
-from .metric import DEFAULT_KS, check_ks, bkr_recall, corr_terms, xlr_recall
+from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
+from .metric_checks import check_ks
 from .ranking import l2_normalize
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
 

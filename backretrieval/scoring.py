@@ -22,8 +22,8 @@ from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, json_ready, lo
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours
 from .image_index_file import image_neighbours_file
-from .metric import (DEFAULT_KS, bkr_recall, censored_max_rank, check_ks, check_one_image_side, corr_with_interval,
-                     xlr_recall)
+from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
+from .metric_checks import censored_max_rank, check_ks, check_one_image_side
 from .pictures import shared_pictures
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, check_interval_options, recall_intervals
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from backretrieval.errors import BackRetrievalError
-from backretrieval.metric import check_ks
+from backretrieval.metric_checks import check_ks
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
 
@@ -37,7 +37,8 @@ def require_positive_int(value: object, name: str) -> None:
 
 
 def require_ks(ks: Sequence[int] | int) -> tuple[int, ...]:
-    """``ks`` as a tuple of positive integers (:func:`backretrieval.metric.check_ks`), as a :class:`UserError`."""
+    """``ks`` as a tuple of positive integers (:func:`backretrieval.metric_checks.check_ks`), as a
+    :class:`UserError`."""
     try:
         return check_ks(ks)
     except BackRetrievalError as err:
