@@ -151,7 +151,7 @@ def image_features(data: SplitData, extractor: ImageModel | None) -> np.ndarray:
     if extractor is None:
         raise BackRetrievalError(f"{data.split_dir}: images are {data.image_format}; an image model is needed for g "
                                  "(e.g. extractor=backretrieval.image_feature_extractor(): efficientnet_lite0, offline)")
-    from .images import UnreadableImage
+    from .image_inputs import UnreadableImage
 
     try:
         return extractor.extract(data.images, ids=ids)

@@ -78,8 +78,8 @@ def encode_image(image: Image.Image | np.ndarray | bytes, fmt: str, quality: int
 
 def rgb_image(img: Image.Image) -> Image.Image:
     """``img`` as 8-bit RGB; 16-bit greyscale (modes ``I;16*`` and ``I``, as which Pillow opens a 16-bit PNG) is scaled
-    to 8 bits first (divided by 257), where ``convert("RGB")`` alone clips it to white. (backretrieval.images has the
-    same reading for its g; neither package imports the other.)"""
+    to 8 bits first (divided by 257), where ``convert("RGB")`` alone clips it to white. (backretrieval.image_inputs has
+    the same reading for its g; neither package imports the other.)"""
     if img.mode == "I" or img.mode.startswith("I;16"):
         pixels = np.asarray(img, dtype=np.float64) / 257.0
         img = Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))

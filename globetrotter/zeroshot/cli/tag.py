@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from backretrieval.images import default_image_weights
+from backretrieval.image_weights import default_image_weights
 
 from globetrotter.argtypes import distinct_names, positive_int
 from globetrotter.errors import UserError

@@ -7,7 +7,7 @@ import sys
 
 import torch
 from backretrieval.data import load_split
-from backretrieval.images import default_image_weights
+from backretrieval.image_weights import default_image_weights
 
 from globetrotter.argtypes import language_codes, positive_int
 from globetrotter.errors import UserError
