@@ -64,16 +64,14 @@ from .image_index import (
 from .ranking import (
     DEFAULT_BLOCK_BYTES,
     TIES,
-    MatrixScorer,
-    VectorScorer,
-    all_finite,
     count_ranks,
-    l2_normalize,
     ranks_and_hits,
 )
 from .renamed import renamed_keywords
 from .retrieval import check_retrieval, retrieve, text_scorer
+from .scorers import MatrixScorer, VectorScorer
 from .uncertainty import corr_interval
+from .vectors import all_finite, l2_normalize
 
 DEFAULT_KS = (1, 5, 10)
 
