@@ -29,13 +29,14 @@ from .data import SplitData, aligned_pair, check_image_model, image_features, lo
 from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs, embed_captions, is_text_embedder,
                          load_embedder, parse_model_specs, unsupported_languages)
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import PathLike, enough_for_k, json_ready, require_sequence
+from .files import PathLike, enough_for_k, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .images import ImageModel  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
 from .metric import DEFAULT_KS, approx_config, censored_max_rank, check_ks, check_recall_options
 from .pairs import check_pair_options, evaluate_pairs, fewest_source_images
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
+from .records import json_ready
 from .renamed import renamed_keywords
 from .scoring import DEFAULT_CORR_PAIRS
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL

@@ -53,7 +53,8 @@ import numpy as np
 
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError, option
-from .files import PathLike, write_file
+from .files import PathLike
+from .outputs import write_file
 from .ranking import TIES, count_ranks, progress_bar
 from .scorers import Scorer, VectorScorer, column_groups
 from .vectors import as_float32, l2_normalize

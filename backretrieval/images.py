@@ -46,7 +46,8 @@ import numpy as np
 from PIL import Image
 
 from .errors import BackRetrievalError, BackRetrievalWarning, install_hint, naming_flags, option
-from .files import json_text, read_cache_entry, require_sequence
+from .files import read_cache_entry, require_sequence
+from .records import json_text
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch

@@ -17,12 +17,14 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines,
-                    same_dim, same_rows, save_hits, target_indices)
+from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, load_input, load_matrix, read_lines, same_dim,
+                    same_rows, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours, image_neighbours_file, shared_pictures
 from .metric import (DEFAULT_KS, bkr_recall, censored_max_rank, check_ks, check_one_image_side, corr_with_interval,
                      xlr_recall)
+from .outputs import save_hits
+from .records import json_ready
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR
