@@ -26,8 +26,8 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs, embed_captions, is_text_embedder,
-                         load_embedder, parse_model_specs, unsupported_languages)
+from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, is_text_embedder, load_embedder,
+                         parse_model_specs, unsupported_languages)
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import PathLike, enough_for_k, require_sequence
 from .hubness import DEFAULT_CSLS_K
@@ -39,6 +39,7 @@ from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matc
 from .records import json_ready
 from .renamed import renamed_keywords
 from .scoring import DEFAULT_CORR_PAIRS
+from .text_models import TextEmbedder
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
 
 DEFAULT_PROTOCOL_N = 10_000  # items per side and seed (paper 3.1), at most half the pair's items

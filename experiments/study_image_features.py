@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
-        from backretrieval.embedders import USEEmbedder
+        from backretrieval.text_models import USEEmbedder
 
         for share in args.blend:  # before any caption is encoded or cache written
             check_share(share)

@@ -1014,7 +1014,7 @@ def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_
             evaluate_split(small_split / "test", ["english:8"], bootstrap=0, progress=False)
     finally:
         backretrieval.embedders._REGISTRY.pop("english")
-    assert "cs" not in backretrieval.embedders.USEEmbedder.languages
+    assert "cs" not in backretrieval.text_models.USEEmbedder.languages
 
 
 def test_hits_files_carry_their_k_and_compare_labels_and_checks_by_them(tmp_path, capsys):
