@@ -38,8 +38,7 @@ _EXPORTS = {
     "approximate": ("ApproxConfig",),
     "comparison": ("CompareResult", "compare"),
     "data": ("load_split",),
-    "embedders": ("NoisyEmbedder", "RandomEmbedder", "TextEmbedder", "embed_captions", "load_embedder",
-                  "parse_model_specs", "register_embedder"),
+    "embedders": ("embed_captions", "load_embedder", "parse_model_specs", "register_embedder"),
     "errors": ("BackRetrievalError", "BackRetrievalWarning"),
     "evaluate": ("SplitCorrelation", "SplitEvaluation", "correlate_split", "evaluate_split"),
     "hubness": ("hubness_stats",),
@@ -50,6 +49,7 @@ _EXPORTS = {
     "pairs": ("evaluate_pairs",),
     "protocol": ("correlate_over_models", "run_protocol", "sample_non_matching"),
     "scoring": ("ScoreResult", "score"),
+    "text_models": ("NoisyEmbedder", "RandomEmbedder", "TextEmbedder"),
     "uncertainty": ("better_beyond_noise", "compare_hits", "corr_interval", "p_better", "recall_interval"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -60,8 +60,7 @@ if TYPE_CHECKING:
     from .approximate import ApproxConfig
     from .comparison import CompareResult, compare
     from .data import load_split
-    from .embedders import (NoisyEmbedder, RandomEmbedder, TextEmbedder, embed_captions, load_embedder,
-                            parse_model_specs, register_embedder)
+    from .embedders import embed_captions, load_embedder, parse_model_specs, register_embedder
     from .errors import BackRetrievalError, BackRetrievalWarning
     from .evaluate import SplitCorrelation, SplitEvaluation, correlate_split, evaluate_split
     from .hubness import hubness_stats
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
     from .pairs import evaluate_pairs
     from .protocol import correlate_over_models, run_protocol, sample_non_matching
     from .scoring import ScoreResult, score
+    from .text_models import NoisyEmbedder, RandomEmbedder, TextEmbedder
     from .uncertainty import better_beyond_noise, compare_hits, corr_interval, p_better, recall_interval
 
 __all__ = ["ApproxConfig", "BackRetrievalError", "BackRetrievalWarning", "CompareResult", "ImageNeighbours",

@@ -37,7 +37,9 @@ import faiss
 import numpy as np
 
 from .errors import BackRetrievalError
-from .ranking import Scorer, l2_normalize, progress_bar
+from .ranking import progress_bar
+from .scorers import Scorer
+from .vectors import l2_normalize
 
 _CHUNK = 16384  # rows normalised / reduced / searched at once
 PCA_ROWS = 20_000  # rows of the training sample the PCA sees

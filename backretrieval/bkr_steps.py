@@ -15,8 +15,10 @@ from .image_index import (ImageNeighbours, SourceImageIndex, check_image_neighbo
                           neighbour_counts)
 from .metric_checks import check_matrix, check_one_image_side, check_source_index_used
 from .pictures import check_one_picture_per_id, distinct_images
-from .ranking import MatrixScorer, VectorScorer, all_finite, count_ranks
+from .ranking import count_ranks
 from .retrieval import retrieve
+from .scorers import MatrixScorer, VectorScorer
+from .vectors import all_finite
 
 
 def _query_rows(queries: ArrayLike, n_src: int) -> np.ndarray:

@@ -18,11 +18,13 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (ArrayInput, IdsInput, PathLike, check_numbers, check_rows, hits_ks_path, is_path, json_ready,
-                    load_input, load_matrix, recorded_ks, same_dim, same_rows, subject)
+from .files import (ArrayInput, IdsInput, PathLike, check_numbers, check_rows, is_path, load_input, load_matrix,
+                    same_dim, same_rows, subject)
 from .hubness import DEFAULT_CSLS_K
 from .metric import DEFAULT_KS, bkr_recall, xlr_recall
 from .metric_checks import censored_max_rank, check_ks
+from .outputs import hits_ks_path, recorded_ks
+from .records import json_ready
 from .scoring import ImageLists, prepare_images
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
                           compare_hits)

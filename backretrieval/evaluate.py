@@ -26,10 +26,10 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .data import SplitData, aligned_pair, check_image_model, image_features, load_split
-from .embedders import (SPEC_FORMS, TextEmbedder, check_spec, check_spec_inputs, embed_captions, is_text_embedder,
-                         load_embedder, parse_model_specs, unsupported_languages)
+from .embedders import (SPEC_FORMS, check_spec, check_spec_inputs, embed_captions, is_text_embedder, load_embedder,
+                         parse_model_specs, unsupported_languages)
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import PathLike, enough_for_k, json_ready, require_sequence
+from .files import PathLike, enough_for_k, require_sequence
 from .hubness import DEFAULT_CSLS_K
 from .images import ImageModel  # numpy and PIL only (torch and timm load with a CNN): the hints resolve
 from .metric import DEFAULT_KS
@@ -37,8 +37,10 @@ from .metric_checks import approx_config, censored_max_rank, check_ks, check_rec
 from .pairs import check_pair_options, evaluate_pairs, fewest_source_images
 from .plots import metric_name, pair_boxplot, pair_heatmap, scatter_bkr_vs_xlr
 from .protocol import DEFAULT_SEEDS, format_table, run_protocol, sample_non_matching
+from .records import json_ready
 from .renamed import renamed_keywords
 from .scoring import DEFAULT_CORR_PAIRS
+from .text_models import TextEmbedder
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL
 
 DEFAULT_PROTOCOL_N = 10_000  # items per side and seed (paper 3.1), at most half the pair's items

@@ -30,7 +30,9 @@ import scipy.sparse as sp
 from scipy import stats
 
 from .errors import BackRetrievalError
-from .ranking import VectorScorer, as_float32, l2_normalize, progress_bar
+from .ranking import progress_bar
+from .scorers import VectorScorer
+from .vectors import as_float32, l2_normalize
 
 DEFAULT_CSLS_K = 10  # Conneau et al. 2018 use k = 10
 RETRIEVALS = ("cosine", "csls")

@@ -54,8 +54,9 @@ import numpy as np
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError
 from .pictures import distinct_images
-from .ranking import (TIES, Scorer, VectorScorer, as_float32, column_groups, count_ranks, l2_normalize,
-                      progress_bar)
+from .ranking import TIES, count_ranks, progress_bar
+from .scorers import Scorer, VectorScorer, column_groups
+from .vectors import as_float32, l2_normalize
 
 DEFAULT_NEIGHBOURS = 32  # C: enough for Recall@K up to K = 31 (a list reaches one past K)
 METHODS = ("flat", "pq", "hnsw")

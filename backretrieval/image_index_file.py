@@ -9,8 +9,9 @@ from typing import Sequence
 import numpy as np
 
 from .errors import BackRetrievalError, option
-from .files import PathLike, write_file
+from .files import PathLike
 from .image_index import DEFAULT_NEIGHBOURS, ImageNeighbours, image_neighbours
+from .outputs import write_file
 
 _FIELDS = ("ids", "scores", "n_sources", "dim", "fingerprint", "method")  # of the .npz
 

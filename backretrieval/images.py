@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 import numpy as np
 
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import json_text, read_cache_entry
+from .files import read_cache_entry
 from .image_baselines import RandomImageFeatures, ThumbnailFeatures
 from .image_inputs import ImageSource, _decoded, _open, default_image_ids, image_sources, rgb_image
 from .image_weights import DEFAULT_IMAGE_MODEL, check_image_weights, create_image_model, default_image_weights
+from .records import json_text
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch

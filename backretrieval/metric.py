@@ -53,10 +53,12 @@ from .files import enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import ImageNeighbours, SourceImageIndex
 from .metric_checks import approx_config, censored_max_rank, check_matrix, check_recall_options
-from .ranking import DEFAULT_BLOCK_BYTES, VectorScorer, count_ranks, l2_normalize, ranks_and_hits
+from .ranking import DEFAULT_BLOCK_BYTES, count_ranks, ranks_and_hits
 from .renamed import renamed_keywords
 from .retrieval import text_scorer
+from .scorers import VectorScorer
 from .uncertainty import corr_interval
+from .vectors import l2_normalize
 
 DEFAULT_KS = (1, 5, 10)
 

@@ -10,8 +10,9 @@ from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
 from .files import ArrayInput, as_array, check_numbers, check_rows
 from .image_index import ImageNeighbours, SourceImageIndex
-from .ranking import TIES, all_finite
+from .ranking import TIES
 from .retrieval import check_retrieval
+from .vectors import all_finite
 
 
 def check_matrix(name: str, x: object, rows: int | None = None, dim: int | None = None, dim_of: str = "",

@@ -27,8 +27,9 @@ from .files import require_sequence
 from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
 from .metric_checks import approx_config, censored_max_rank, check_matrix, check_recall_options
 from .pictures import distinct_images
-from .ranking import DEFAULT_BLOCK_BYTES, as_float32, progress_bar
+from .ranking import DEFAULT_BLOCK_BYTES, progress_bar
 from .renamed import renamed_keywords
+from .vectors import as_float32
 from .uncertainty import DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 

@@ -28,8 +28,8 @@ from .errors import BackRetrievalError, naming_flags, option
 from .files import enough_for_k
 from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
 from .metric_checks import check_ks
-from .ranking import l2_normalize
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
+from .vectors import l2_normalize
 
 DEFAULT_SEEDS = 25  # paper 3.1
 DEFAULT_IMAGE_SIM_BYTES = 1 << 30

@@ -26,8 +26,8 @@ never by value):
 Exact ties come from identical vectors (or a precomputed similarity matrix). A BLAS rounds
 the same dot product differently at different matrix positions and in calls of different
 shapes, so float32 scores alone would not make copies of one vector tie: a copy of the own
-candidate would land above or below it at random. :class:`VectorScorer` therefore finds the
-columns that are copies of one another (:func:`duplicate_rows`: equal float32 values), and
+candidate would land above or below it at random. :class:`~backretrieval.scorers.VectorScorer` therefore finds the
+columns that are copies of one another (:func:`~backretrieval.duplicates.duplicate_rows`: equal float32 values), and
 :func:`count_ranks` counts every copy of the own candidate as tied with it, whatever its
 rounded score, so that copies tie exactly (as in exact arithmetic). The own score itself is
 computed in the tiles' order of operations (rows normalised, then the dot product, then the
@@ -36,12 +36,13 @@ To rank copies of one picture once rather than as ties, give them one image id.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from functools import cached_property
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import faiss
 import numpy as np
+
+from .scorers import Scorer, column_groups
+from .vectors import as_float32, l2_normalize
 
 if TYPE_CHECKING:  # tqdm is imported when a bar is made
     from tqdm.auto import tqdm
@@ -50,11 +51,7 @@ TIES = ("pessimistic", "optimistic", "expected")
 DEFAULT_BLOCK_BYTES = 64 << 20  # float32 scores held at once by count_ranks (64 MiB)
 _MAX_CHUNK_COLS = 16384
 _FIRST_CHUNK_COLS = 512
-_BY_INDEX_ROWS = 1024  # rows per faiss call in VectorScorer.by_candidates
 _TIE_K = 16  # nearest_neighbor: scores searched per query, enough to settle most ties without a re-score
-_HASH_ROWS = 2048  # duplicate_rows: rows hashed at once
-_HASH_DIMS = 64  # duplicate_rows: columns of the first hash (rows that share it are hashed on every column)
-_HASH_SEED = 20210711  # duplicate_rows: fixed weights of the row hash
 _SEARCH_ROWS = 8192  # nearest_neighbor: queries per faiss search (a progress step; no slower than one big call)
 _BAR_MIN_PAIRS = 1 << 28  # progress bars only for work of more (row, column) scores than this: seconds of it
 
@@ -66,125 +63,6 @@ def progress_bar(total: int, desc: str, show: bool, pairs: int, unit: str = "row
 
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False,
                 disable=not show or pairs < _BAR_MIN_PAIRS)
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows of ``x`` scaled to unit L2 norm, as a C-contiguous float32 copy (zero rows stay zero)."""
-    x = as_float32(x)
-    return np.ascontiguousarray(x * inverse_norms(x)[:, None], dtype=np.float32)
-
-
-def as_float32(x: np.ndarray) -> np.ndarray:
-    """``x`` as a C-contiguous float32 array: no copy when it already is one (memmaps included)."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous:
-        return x
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-_FLOAT32 = np.finfo(np.float32)
-
-
-def inverse_norms(x: np.ndarray, chunk: int = 8192) -> np.ndarray:
-    """``1 / ||x_i||`` per row (0 for an all-zero row), float32, computed in row chunks (no full-size temporary).
-
-    Any non-zero finite row gets its own inverse norm, so the cosine is scale-invariant: a row whose float32 sum of
-    squares overflows (a norm past about 1.8e19) or underflows (below about 1e-19) is summed again in float64; no
-    floor (an ``eps`` of 1e-12 scored a row of norm 1e-13 at a tenth of its cosine). Only rows of float32
-    subnormals (a norm below about 3e-39) get float32's largest number, not their inverse norm."""
-    out = np.empty(len(x), dtype=np.float32)
-    for s in range(0, len(x), chunk):
-        block = np.asarray(x[s:s + chunk], dtype=np.float32)
-        squares = np.einsum("ij,ij->i", block, block)
-        suspect = np.flatnonzero((squares < _FLOAT32.tiny) | np.isinf(squares))  # zero rows too: a few, or none
-        if len(suspect):
-            part = block[suspect]
-            finite = np.isfinite(part).all(axis=1)  # inf entries stay inf
-            squares = squares.astype(np.float64)
-            squares[suspect[finite]] = np.einsum("ij,ij->i", part[finite], part[finite], dtype=np.float64)
-        norms = np.sqrt(squares)
-        with np.errstate(divide="ignore"):
-            out[s:s + chunk] = np.minimum(np.where(norms > 0, 1.0 / norms, 0.0), _FLOAT32.max)
-    return out
-
-
-def all_finite(x: np.ndarray, chunk: int = 8192) -> bool:
-    """True when no entry of ``x`` is NaN or inf (checked in row chunks; float16 by its exponent bits, with no float32 copy)."""
-    for s in range(0, len(x), chunk):
-        block = np.asarray(x[s:s + chunk])
-        if block.dtype == np.float16 and block.flags.c_contiguous:
-            if (np.bitwise_and(block.view(np.uint16), 0x7C00) == 0x7C00).any():  # exponent all ones: inf or NaN
-                return False
-        elif not np.isfinite(block).all():
-            return False
-    return True
-
-
-def duplicate_rows(x: np.ndarray) -> np.ndarray | None:
-    """For each row of ``x``, the lowest index of a row with the same float32 values (itself when none), ``(N,)``
-    int64; None when all rows differ.
-
-    Rows are hashed exactly (their float32 bit patterns, ``-0.0`` as ``0.0``, times fixed odd 64-bit weights,
-    summed modulo 2**64: the same for equal rows in any order of operations), in chunks of rows (memmaps stay on
-    disk): first on :data:`_HASH_DIMS` evenly spaced columns, then on every column for the rows that share a
-    first hash with another; rows of equal hash are then compared value by value, so a hash collision never
-    merges distinct rows.
-    """
-    n = len(x)
-    if n < 2:
-        return None
-    dim = int(np.prod(x.shape[1:]))
-    picked = np.unique(np.linspace(0, dim - 1, min(dim, _HASH_DIMS)).astype(np.int64)) if dim else None
-    rows = np.arange(n)
-    hashes = _row_hashes(x, rows, picked)
-    if picked is not None and len(picked) < dim:  # the rows that may have a copy: hashed again, on every column
-        rows = rows[_shared(hashes)]
-        hashes = _row_hashes(x, rows)
-    keep = _shared(hashes)
-    rows, hashes = rows[keep], hashes[keep]
-    if len(rows) == 0:
-        return None
-    order = np.argsort(hashes, kind="stable")  # equal hashes: in row order
-    rows, hashes = rows[order], hashes[order]
-    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
-    sizes = np.diff(np.r_[starts, len(rows)])
-    lead = np.repeat(rows[starts], sizes)  # the lowest row of each run of equal hashes
-    out = np.arange(n, dtype=np.int64)
-    same = np.ones(len(rows), dtype=bool)
-    for s in range(0, len(rows), _HASH_ROWS):
-        a = np.asarray(x[rows[s:s + _HASH_ROWS]], dtype=np.float32).reshape(len(rows[s:s + _HASH_ROWS]), -1)
-        b = np.asarray(x[lead[s:s + _HASH_ROWS]], dtype=np.float32).reshape(len(a), -1)
-        same[s:s + _HASH_ROWS] = (a == b).all(axis=1)
-    out[rows[same]] = lead[same]
-    for r in np.unique(np.searchsorted(starts, np.flatnonzero(~same), side="right") - 1):  # hash collisions
-        members = rows[starts[r]:starts[r] + sizes[r]]  # in row order: settle the run by its values
-        values = np.asarray(x[members], dtype=np.float32).reshape(len(members), -1) + np.float32(0.0)
-        _, firsts, inverse = np.unique(values, axis=0, return_index=True, return_inverse=True)
-        out[members] = members[firsts][inverse.reshape(-1)]
-    return None if (out == np.arange(n)).all() else out
-
-
-def _shared(hashes: np.ndarray) -> np.ndarray:
-    """Mask of the entries of ``hashes`` that some other entry equals."""
-    _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
-    return counts[inverse.reshape(-1)] > 1
-
-
-def _row_hashes(x: np.ndarray, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
-    """``(len(rows),)`` uint64 exact hashes of the float32 values of ``x[rows]`` (of its columns ``cols``, default
-    all) (:func:`duplicate_rows`)."""
-    dim = int(np.prod(x.shape[1:])) if cols is None else len(cols)
-    weights = np.random.default_rng(_HASH_SEED).integers(1, 2**62, size=dim, dtype=np.uint64) * np.uint64(2) + \
-        np.uint64(1)  # odd
-    hashes = np.empty(len(rows), dtype=np.uint64)
-    contiguous = len(rows) == len(x)  # every row, in order: read slices
-    for s in range(0, len(rows), _HASH_ROWS):
-        block = np.asarray(x[s:s + _HASH_ROWS] if contiguous else x[rows[s:s + _HASH_ROWS]], dtype=np.float32)
-        block = block.reshape(len(block), -1)
-        if cols is not None:
-            block = block[:, cols]
-        block = np.ascontiguousarray(block) + np.float32(0.0)  # -0.0 -> 0.0
-        hashes[s:s + _HASH_ROWS] = (block.view(np.uint32).astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    return hashes
 
 
 def nearest_neighbor(
@@ -220,105 +98,6 @@ def nearest_neighbor(
         rows = tied[start:start + chunk_rows]
         best[rows] = np.argmax(queries[rows] @ database.T, axis=1)
     return best
-
-
-class Scorer(Protocol):
-    """Scores of a virtual ``(R, n_cols)`` matrix, delivered in tiles."""
-
-    n_cols: int
-
-    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """float32 ``(len(rows), c1 - c0)`` scores of ``rows`` against columns ``c0:c1``."""
-        ...
-
-    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """float32 ``(n,)`` scores of the pairs ``(rows[i], cols[i])``."""
-        ...
-
-
-def column_groups(scorer: Scorer) -> np.ndarray | None:
-    """A scorer's ``col_groups`` (:func:`duplicate_rows` of its column vectors: copies tie), or None (no copies,
-    or a scorer without column vectors: its scores of equal columns are equal as read)."""
-    return getattr(scorer, "col_groups", None)
-
-
-class VectorScorer:
-    """Cosines between row vectors ``(R, D)`` and column vectors ``(C, D)``, float32.
-
-    The inputs are used as they are (float32 arrays and memmaps are not copied); each
-    tile is normalised with precomputed inverse row and column norms. ``col_groups``
-    (computed when first read) marks the columns that are copies of one another
-    (:func:`duplicate_rows`), which :func:`count_ranks` counts as tied.
-    """
-
-    def __init__(self, row_vecs: np.ndarray, col_vecs: np.ndarray, chunk: int = 8192) -> None:
-        self.rows, self.cols, self.chunk = as_float32(row_vecs), as_float32(col_vecs), chunk
-        self.inv_rows, self.inv_cols = inverse_norms(self.rows), inverse_norms(self.cols)
-        self.n_cols = len(self.cols)
-
-    @cached_property
-    def col_groups(self) -> np.ndarray | None:
-        """:func:`duplicate_rows` of the column vectors (None: no two columns are equal), computed when first read."""
-        return duplicate_rows(self.cols)
-
-    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """float32 ``(len(rows), c1 - c0)`` cosines of ``rows`` against the columns ``c0:c1``."""
-        block = self.rows[rows] * self.inv_rows[rows, None]
-        out = block @ self.cols[c0:c1].T
-        out *= self.inv_cols[None, c0:c1]
-        return out
-
-    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """float32 cosines of the pairs ``(rows[i], cols[i])``, ``chunk`` pairs at a time, in the order of operations of
-        :meth:`tile`."""
-        out = np.empty(len(rows), dtype=np.float32)
-        for s in range(0, len(rows), self.chunk):
-            r, c = rows[s:s + self.chunk], cols[s:s + self.chunk]  # the order of operations of tile()
-            dot = np.einsum("ij,ij->i", self.rows[r] * self.inv_rows[r, None], self.cols[c])
-            out[s:s + self.chunk] = dot * self.inv_cols[c]
-        return out
-
-    def by_candidates(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        """float32 ``(R, C)`` scores of row ``rows[i]`` against the columns ``candidates[i]``; -inf for -1 ids.
-
-        faiss reads the candidate columns in place (``fvec_inner_products_by_idx``, no
-        ``(R, C, D)`` gather); blocks of rows run on ``faiss.omp_get_max_threads()`` threads. Rows are normalised
-        first, as in :meth:`tile` (two huge rows' raw inner product overflowed float32).
-        """
-        rows = np.asarray(rows, dtype=np.int64)
-        ids = np.ascontiguousarray(candidates, dtype=np.int64)
-        out = np.empty(ids.shape, dtype=np.float32)
-
-        def block(s: int) -> None:
-            e = min(s + _BY_INDEX_ROWS, len(rows))
-            x = np.ascontiguousarray(self.rows[rows[s:e]] * self.inv_rows[rows[s:e], None])
-            faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # in faiss, not in its __init__.pyi
-                faiss.swig_ptr(out[s:e]), faiss.swig_ptr(x), faiss.swig_ptr(self.cols), faiss.swig_ptr(ids[s:e]),
-                x.shape[1], e - s, ids.shape[1])
-
-        with ThreadPoolExecutor(max(1, faiss.omp_get_max_threads())) as pool:  # faiss releases the GIL
-            list(pool.map(block, range(0, len(rows), _BY_INDEX_ROWS)))
-        out *= self.inv_cols[np.maximum(ids, 0)]  # -inf (missing ids) stays -inf
-        return out
-
-
-class MatrixScorer:
-    """Scores read from a precomputed ``(R, C0)`` matrix (array or memmap), columns ``col_index``."""
-
-    def __init__(self, matrix: np.ndarray, col_index: np.ndarray) -> None:
-        self.matrix, self.col_index = matrix, np.asarray(col_index, dtype=np.int64)
-        self.n_cols = len(self.col_index)
-        self.identity = self.n_cols == matrix.shape[1] and np.array_equal(self.col_index, np.arange(self.n_cols))
-
-    def tile(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """The matrix's float32 scores of ``rows`` against the columns ``c0:c1`` (read through ``col_index``)."""
-        if self.identity:
-            return np.asarray(self.matrix[rows, c0:c1], dtype=np.float32)
-        return np.asarray(self.matrix[np.ix_(rows, self.col_index[c0:c1])], dtype=np.float32)
-
-    def pairs(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """The matrix's float32 scores of the pairs ``(rows[i], cols[i])`` (columns read through ``col_index``)."""
-        return np.asarray(self.matrix[rows, self.col_index[cols]], dtype=np.float32)
 
 
 def count_ranks(

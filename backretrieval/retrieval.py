@@ -11,7 +11,8 @@ import numpy as np
 from .approximate import ANNIndex, ApproxConfig, approx_nearest, approx_top_mean
 from .errors import BackRetrievalError, option
 from .hubness import DEFAULT_CSLS_K, RETRIEVALS, CSLSScorer, augment_for_csls, csls_penalty
-from .ranking import Scorer, VectorScorer, nearest_neighbor
+from .ranking import nearest_neighbor
+from .scorers import Scorer, VectorScorer
 
 
 def check_retrieval(retrieval: str, csls_k: int) -> None:

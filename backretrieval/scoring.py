@@ -17,14 +17,16 @@ import numpy as np
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, BackRetrievalWarning, option
-from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, json_ready, load_input, load_matrix, read_lines,
-                    same_dim, same_rows, save_hits, target_indices)
+from .files import (ArrayInput, IdsInput, PathLike, enough_for_k, load_input, load_matrix, read_lines, same_dim,
+                    same_rows, target_indices)
 from .hubness import DEFAULT_CSLS_K
 from .image_index import ImageNeighbours
 from .image_index_file import image_neighbours_file
 from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
 from .metric_checks import censored_max_rank, check_ks, check_one_image_side
+from .outputs import save_hits
 from .pictures import shared_pictures
+from .records import json_ready
 from .uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, check_interval_options, recall_intervals
 
 DEFAULT_CORR_PAIRS = 1_000_000  # source x target pairs sampled for CORR

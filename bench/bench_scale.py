@@ -54,7 +54,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import comma_separated, one_of, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import run_cli
 

@@ -1,6 +1,6 @@
 """Strict JSON text for the files data_prep writes (manifests, per-caption metadata, conversion summaries): a NaN or
 ±inf written as null, never Python's bare ``NaN``/``Infinity`` that other JSON readers refuse. (globetrotter and
-backretrieval write theirs with :func:`backretrieval.files.json_text`; data_prep imports neither.)"""
+backretrieval write theirs with :func:`backretrieval.records.json_text`; data_prep imports neither.)"""
 from __future__ import annotations
 
 import json

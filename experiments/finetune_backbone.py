@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from image_vector_agreement import held_out_mask, screened_images, whole_image_rows  # noqa: E402
 from study_image_features import write_cache  # noqa: E402
 
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_folder, positive_float, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
 from globetrotter.data.feature_cache import unique_images  # noqa: E402

@@ -42,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import (comma_separated, distinct_names, named_path, non_negative_int, output_file,  # noqa: E402
                                    positive_float, positive_int)
 from globetrotter.data.feature_cache import load_feature_cache  # noqa: E402

@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packa
 
 from backretrieval.embedders import embed_texts, is_positional, load_embedder, register_embedder  # noqa: E402
 from backretrieval.errors import BackRetrievalError, run_cli  # noqa: E402
-from backretrieval.files import enough_for_k, json_text  # noqa: E402
+from backretrieval.files import enough_for_k  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import comma_separated, output_folder, positive_int  # noqa: E402
 from globetrotter.evaluation.records import versions  # noqa: E402
 

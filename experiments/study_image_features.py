@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
 from backretrieval.cli.common import share_between_0_and_1  # noqa: E402
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from data_prep.converters.common import Caption  # noqa: E402
 from data_prep.converters.flickr8k import read_flickr8k  # noqa: E402
 from data_prep.converters.images import flickr_photo_id  # noqa: E402
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="threads of the sentence encoder (default: %(default)s)")
     args = ap.parse_args(argv)
     try:
-        from backretrieval.embedders import USEEmbedder
+        from backretrieval.text_models import USEEmbedder
 
         for share in args.blend:  # before any caption is encoded or cache written
             check_share(share)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo's packages, however installed
 
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import (comma_separated, language_codes, non_negative_int, output_folder,  # noqa: E402
                                    positive_int)
 from globetrotter.evaluation.records import versions  # noqa: E402

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from data_prep.config_io import load_config  # noqa: E402
 from data_prep.shards import ShardWriter, check_new_split_folder, iter_raw, read_manifest  # noqa: E402
 from data_prep.synth.config import SynthConfig  # noqa: E402

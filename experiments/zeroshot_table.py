@@ -33,7 +33,7 @@ from globetrotter.argtypes import (comma_separated, language_codes, non_negative
                                    output_folder, torch_device)
 from globetrotter.config_io import load_config  # noqa: E402
 from backretrieval.errors import BackRetrievalError  # noqa: E402
-from backretrieval.files import json_text  # noqa: E402
+from backretrieval.records import json_text  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.zeroshot.cli.common import check_no_shared_images  # noqa: E402

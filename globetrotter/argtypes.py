@@ -9,7 +9,7 @@ from typing import Callable
 from backretrieval.cli.common import comma_separated, language_codes, one_of  # lists: one parser
 from backretrieval.devices import torch_device  # --device: one definition for every tool
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import writable_dir, writable_file
+from backretrieval.outputs import writable_dir, writable_file
 
 __all__ = ["comma_separated", "distinct_names", "int_at_least", "language_codes", "named_path", "non_negative_float",
            "non_negative_int", "one_of", "output_file", "output_folder", "positive_float", "positive_int", "torch_device"]

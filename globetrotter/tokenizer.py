@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, cast
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.shards import file_sha256
 
 from .errors import UserError

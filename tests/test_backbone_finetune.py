@@ -248,7 +248,7 @@ def test_the_fine_tune_targets_are_the_readings_less_their_mean_at_unit_length()
 def test_a_fine_tune_interrupted_before_its_weights_or_its_record_is_done_again(tmp_path):
     """--out holding this fine-tune's record but no weights (or only the weights' partial .tmp and the readings, no
     record) is unfinished: done again, not taken as done and not refused as another folder."""
-    from backretrieval.files import json_text
+    from backretrieval.records import json_text
     from globetrotter.training.backbone_finetune import _settled
 
     record = {"run": "r", "split": "s", "settings": {"epochs": 1}}

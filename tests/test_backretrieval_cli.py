@@ -1014,7 +1014,7 @@ def test_a_model_scored_on_a_language_it_does_not_declare_is_warned_about(small_
             evaluate_split(small_split / "test", ["english:8"], bootstrap=0, progress=False)
     finally:
         backretrieval.embedders._REGISTRY.pop("english")
-    assert "cs" not in backretrieval.embedders.USEEmbedder.languages
+    assert "cs" not in backretrieval.text_models.USEEmbedder.languages
 
 
 def test_hits_files_carry_their_k_and_compare_labels_and_checks_by_them(tmp_path, capsys):
@@ -1133,7 +1133,7 @@ def test_a_written_record_names_the_installed_versions_or_null(tmp_path, monkeyp
     import importlib.metadata
     import platform
 
-    from backretrieval.files import write_json
+    from backretrieval.outputs import write_json
 
     record = json.loads(write_json({"task": "x"}, tmp_path / "r.json").read_text())
     assert record["versions"] == {"globetrotter": importlib.metadata.version("globetrotter"),
@@ -1202,7 +1202,8 @@ def test_file_checks_refuse_the_first_value_past_each_bound(tmp_path):
     """Bounds of the files' checks, one past each edge: a target index equal to the number of targets (one past the
     last row), a hits record with K 0 (Recall@0 is no recall), and two row counts that differ by one are refused;
     the last valid value of each is accepted."""
-    from backretrieval.files import recorded_ks, same_rows, target_indices
+    from backretrieval.files import same_rows, target_indices
+    from backretrieval.outputs import recorded_ks
 
     assert target_indices("gt.npy", [0, 2, 1], 3, 3).tolist() == [0, 2, 1]
     with pytest.raises(backretrieval.BackRetrievalError, match=r"gt.npy: row 1 holds target index 3, outside \[0, 3\)"):
@@ -1223,7 +1224,7 @@ def test_file_checks_refuse_the_first_value_past_each_bound(tmp_path):
 def test_an_output_npy_path_is_where_numpy_save_writes_it(tmp_path):
     """--ranks-out/--hits-out append .npy as np.save does: ``ranks.v1`` becomes ``ranks.v1.npy`` (not ``ranks.npy``,
     which would overwrite another file), and the path the record names is the one written."""
-    from backretrieval.files import npy_path, save_npy
+    from backretrieval.outputs import npy_path, save_npy
 
     np.save(tmp_path / "ref.v1", np.zeros(2))  # numpy's own rule, the reference
     assert (tmp_path / "ref.v1.npy").is_file()

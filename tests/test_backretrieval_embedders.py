@@ -9,7 +9,8 @@ import pytest
 
 from backretrieval import BackRetrievalError, NoisyEmbedder, RandomEmbedder, load_embedder, register_embedder
 from backretrieval import embedders as emb_mod
-from backretrieval.embedders import MemoEmbedder, embed_captions, unsupported_languages
+from backretrieval.embedders import embed_captions, unsupported_languages
+from backretrieval.text_models import MemoEmbedder
 
 
 def test_random_embedder_is_deterministic_per_text_and_seed():

@@ -1,11 +1,13 @@
-"""backretrieval.files: writing outputs (one-line errors naming the path) and JSON-ready values."""
+"""backretrieval.outputs, .records and .files: writing outputs (one-line errors naming the path), JSON-ready values."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from backretrieval import BackRetrievalError
-from backretrieval.files import json_text, make_dir, save_npy, target_indices, write_file
+from backretrieval.files import target_indices
+from backretrieval.outputs import make_dir, save_npy, write_file
+from backretrieval.records import json_text
 
 
 def test_outputs_under_a_file_or_onto_a_folder_are_refused_naming_the_path(tmp_path):

@@ -89,7 +89,7 @@ def test_the_approximate_csls_penalty_averages_the_neighbours_the_index_found(mo
     neighbours it did find (it counted each missing one as a cosine of 0, so a target whose search came back short
     looked less of a hub than it is); a target with no neighbour found gets 0."""
     from backretrieval.approximate import ANNIndex, approx_top_mean
-    from backretrieval.ranking import VectorScorer
+    from backretrieval.scorers import VectorScorer
 
     rng = np.random.default_rng(4)
     q = rng.standard_normal((40, 8)) + 1.0  # a shared offset: every cosine well above 0
@@ -326,7 +326,7 @@ def test_rescore_without_a_faiss_scorer_reads_each_candidate_and_marks_missing_o
     """A scorer with no ``by_candidates`` (a precomputed matrix): candidate j of row i scores matrix[rows[i], j],
     and a missing candidate (-1, a list shorter than asked) scores -inf, below every real score."""
     from backretrieval.approximate import rescore
-    from backretrieval.ranking import MatrixScorer
+    from backretrieval.scorers import MatrixScorer
 
     matrix = np.arange(20, dtype=np.float32).reshape(4, 5)
     rows, candidates = np.array([3, 0]), np.array([[4, -1, 0], [2, 2, -1]])

@@ -303,7 +303,8 @@ def test_a_copy_of_the_own_image_ending_a_list_under_another_rounding_sends_the_
     image's 1.0: ``expected`` ties need every copy, so the query is counted exactly (3 tied, none better), not from
     the list (2 tied)."""
     from backretrieval.image_index import ImageNeighbours, neighbour_counts
-    from backretrieval.ranking import VectorScorer, count_ranks
+    from backretrieval.ranking import count_ranks
+    from backretrieval.scorers import VectorScorer
 
     scorer = VectorScorer(np.array([[1.0, 0.0]]), np.array([[1.0, 0.0]] * 4 + [[0.0, 1.0]]))
     lists = ImageNeighbours(np.array([[1, 2]]), np.array([[1.0, 0.9999999]], np.float32), 5, 2, "f")

@@ -293,7 +293,7 @@ def test_rows_of_a_huge_norm_keep_their_cosine():
     """A float32 row scaled by 1e20 has a sum of squares past float32's range: its inverse norm was 1 / inf = 0, so
     it was scored as a zero vector (XLR@1 fell from 1.0 to 0.5 with half the rows scaled; the approximate mode's
     exact re-scoring, whose raw inner products of two such rows overflowed, crashed)."""
-    from backretrieval.ranking import l2_normalize
+    from backretrieval.vectors import l2_normalize
 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((40, 16)).astype(np.float32)
@@ -317,7 +317,7 @@ def test_rows_of_a_huge_norm_keep_their_cosine():
 def test_rows_of_a_tiny_norm_keep_their_cosine():
     """A row of norm 1e-13 (or 1e-25, whose float32 sum of squares underflows) was divided by max(norm, 1e-12): its
     cosines were a tenth (or nothing) of their value, so the nearest neighbour changed with the row's scale."""
-    from backretrieval.ranking import l2_normalize
+    from backretrieval.vectors import l2_normalize
 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((40, 16)).astype(np.float32)
@@ -364,7 +364,7 @@ def test_corr_needs_at_least_one_pair():
 def test_a_given_text_similarity_replaces_the_embeddings():
     """Any f, given as a matrix (late interaction, CSLS with outside statistics), is back-retrieved as the cosine is."""
     from backretrieval import evaluate_pairs
-    from backretrieval.ranking import l2_normalize
+    from backretrieval.vectors import l2_normalize
 
     rng = np.random.default_rng(3)
     st, si, tt, ti = (rng.standard_normal((30, 6)) for _ in range(4))
@@ -421,7 +421,7 @@ def test_given_targets_or_similarity_count_the_sets_by_the_image_side():
 
 
 def test_all_finite_finds_nan_and_inf_in_float16_and_float32():
-    from backretrieval.ranking import all_finite
+    from backretrieval.vectors import all_finite
 
     for dtype in (np.float16, np.float32):
         x = np.random.default_rng(0).standard_normal((20_000, 5)).astype(dtype)
@@ -480,7 +480,7 @@ def test_csls_copies_of_the_translation_tie_with_it():
 
 
 def test_duplicate_rows_finds_equal_rows_and_survives_hash_collisions(monkeypatch):
-    from backretrieval import ranking
+    from backretrieval import duplicates
 
     rng = np.random.default_rng(2)
     x = rng.standard_normal((50, 7)).astype(np.float32)
@@ -491,16 +491,16 @@ def test_duplicate_rows_finds_equal_rows_and_survives_hash_collisions(monkeypatc
     x[30, 0] = -0.0  # equal values, other bits
     x[44] = x[8] * np.float32(1.0000001)  # close, not equal
     reference = np.array([min(j for j in range(50) if (x[j] == x[i]).all()) for i in range(50)])
-    np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)
-    assert ranking.duplicate_rows(rng.standard_normal((50, 7))) is None
+    np.testing.assert_array_equal(duplicates.duplicate_rows(x), reference)
+    assert duplicates.duplicate_rows(rng.standard_normal((50, 7))) is None
     wide = np.repeat(x, 30, axis=1)  # 210 columns: a first hash on 64 of them, then on all for the candidates
-    np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
-    unpicked = sorted(set(range(210)) - set(np.linspace(0, 209, ranking._HASH_DIMS).astype(int)))[0]
+    np.testing.assert_array_equal(duplicates.duplicate_rows(wide), reference)
+    unpicked = sorted(set(range(210)) - set(np.linspace(0, 209, duplicates._HASH_DIMS).astype(int)))[0]
     wide[45] = wide[9]
     wide[45, unpicked] += 1.0  # row 45 equals row 9 on the first hash's columns only
-    np.testing.assert_array_equal(ranking.duplicate_rows(wide), reference)
-    monkeypatch.setattr(ranking, "_row_hashes", lambda x, rows, cols=None: np.zeros(len(rows), np.uint64))
-    np.testing.assert_array_equal(ranking.duplicate_rows(x), reference)  # every hash collides
+    np.testing.assert_array_equal(duplicates.duplicate_rows(wide), reference)
+    monkeypatch.setattr(duplicates, "_row_hashes", lambda x, rows, cols=None: np.zeros(len(rows), np.uint64))
+    np.testing.assert_array_equal(duplicates.duplicate_rows(x), reference)  # every hash collides
 
 
 def test_k_not_below_the_pool_warns_that_recall_is_one_for_any_model():
@@ -655,7 +655,8 @@ def _brute_counts(scores: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> dic
 def test_count_ranks_reads_the_columns_a_matrix_scorer_picks():
     """Columns picked out of a precomputed matrix (one per distinct image), in another order: the counts are those
     of the picked sub-matrix, in tiles of a few columns as in one."""
-    from backretrieval.ranking import MatrixScorer, count_ranks
+    from backretrieval.ranking import count_ranks
+    from backretrieval.scorers import MatrixScorer
 
     rng = np.random.default_rng(5)
     matrix = rng.standard_normal((7, 12)).astype(np.float32)
@@ -673,7 +674,8 @@ def test_count_ranks_reads_the_columns_a_matrix_scorer_picks():
 def test_count_ranks_stops_once_every_query_is_past_max_rank():
     """Every query's own column scores lowest of its row: after the first column chunk all are past max_rank, and the
     count stops there. The counts are only promised >= max_rank (and never above the true ones)."""
-    from backretrieval.ranking import _FIRST_CHUNK_COLS, MatrixScorer, count_ranks
+    from backretrieval.ranking import _FIRST_CHUNK_COLS, count_ranks
+    from backretrieval.scorers import MatrixScorer
 
     rng = np.random.default_rng(6)
     n_cols = 2 * _FIRST_CHUNK_COLS + 100
@@ -691,7 +693,8 @@ def test_count_ranks_stops_once_every_query_is_past_max_rank():
 def test_copies_count_as_ties_only_for_the_queries_whose_own_column_has_one(ties):
     """Columns 0 and 1 are copies: a query owning column 0 ties with column 1 (in ``ge``, never ``gt``); queries
     owning a column without a copy count as plain cosines, whether or not a query with a copy shares their tile."""
-    from backretrieval.ranking import VectorScorer, count_ranks
+    from backretrieval.ranking import count_ranks
+    from backretrieval.scorers import VectorScorer
 
     rng = np.random.default_rng(7)
     row_vecs, col_vecs = rng.standard_normal((5, 4)), rng.standard_normal((6, 4))
@@ -708,7 +711,8 @@ def test_copies_count_as_ties_only_for_the_queries_whose_own_column_has_one(ties
 
 def test_an_unknown_tie_policy_is_refused_by_the_rank_functions():
     from backretrieval.image_index import neighbour_counts
-    from backretrieval.ranking import MatrixScorer, count_ranks, ranks_and_hits
+    from backretrieval.ranking import count_ranks, ranks_and_hits
+    from backretrieval.scorers import MatrixScorer
 
     with pytest.raises(ValueError, match="ties must be one of"):
         count_ranks(MatrixScorer(np.eye(3), np.arange(3)), np.arange(3), np.arange(3), "random")

@@ -336,7 +336,7 @@ def test_unreadable_empty_or_mismatched_inputs_are_refused_naming_the_file(tmp_p
 
 
 def test_a_hits_file_whose_recorded_ks_are_not_json_is_refused_naming_the_record(tmp_path):
-    from backretrieval.files import save_hits
+    from backretrieval.outputs import save_hits
 
     for name in ("a", "b"):
         save_hits(tmp_path / f"{name}.npy", np.ones((30, 2)), (1, 5), "hits")

@@ -189,14 +189,14 @@ def test_the_study_writes_the_control_the_described_vectors_and_their_blend_from
                                                                                             monkeypatch, capsys):
     """The control is the feature cache as it is; each image's oracle vector is the mean of its kept captions'
     unit embeddings (photo 111's translated caption left out); a blend is made of those two caches as written."""
-    import backretrieval.embedders
+    import backretrieval.text_models
     from globetrotter.data.feature_cache import load_feature_cache
 
     token, multi30k = sources
     split, ids = _flickr_split(tmp_path), ["111_aaa", "222_bbb"]
     control = np.random.default_rng(0).normal(size=(2, 6)).astype(np.float32)
     cache = study.write_cache(split, control, ids, "control", tmp_path / "caches")
-    monkeypatch.setattr(backretrieval.embedders, "USEEmbedder", _WordCounts)
+    monkeypatch.setattr(backretrieval.text_models, "USEEmbedder", _WordCounts)
     out = tmp_path / "out"
     assert study.main(["--split", str(split), "--cache", str(cache), "--flickr8k", str(token), "--multi30k",
                        str(multi30k), "--blend", "0.25", "--out", str(out)]) == 0

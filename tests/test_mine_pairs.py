@@ -194,7 +194,7 @@ def mined(mine, tmp_path, monkeypatch):
     import globetrotter.data.feature_cache as feature_cache
     import globetrotter.evaluation.ranking as ranking
     import globetrotter.evaluation.tasks.common as common
-    from backretrieval.files import json_text
+    from backretrieval.records import json_text
 
     split, images = _concept_world(tmp_path)
     encoder = types.SimpleNamespace(cfg=types.SimpleNamespace(data=types.SimpleNamespace(features="cache")))

@@ -1,6 +1,6 @@
 """Every JSON file a command writes (records, summaries, settings, run state) is strict JSON: NaN and ±inf are null,
 never Python's bare ``NaN``/``Infinity`` that other JSON readers refuse. They are written through one helper,
-:func:`backretrieval.files.json_text` (globetrotter, backretrieval, experiments, bench) or
+:func:`backretrieval.records.json_text` (globetrotter, backretrieval, experiments, bench) or
 :func:`data_prep.strict_json.json_text` (data_prep, which imports neither)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backretrieval.files import json_text as backretrieval_json_text
+from backretrieval.records import json_text as backretrieval_json_text
 from conftest import REPO, strict_json
 from data_prep.strict_json import json_text as data_prep_json_text
 
@@ -51,7 +51,7 @@ def test_numpy_scalars_and_arrays_are_plain_json_in_the_backretrieval_helper():
 # The json.dumps/json.dump calls that write no file a user or a later command reads, by (file, function): hash or
 # cache keys (changing their text would orphan every cache), error-message excerpts, comparisons, and the like.
 NOT_WRITERS = {
-    ("backretrieval/files.py", "json_text"): "the helper itself",
+    ("backretrieval/records.py", "json_text"): "the helper itself",
     ("data_prep/strict_json.py", "json_text"): "the helper itself",
     ("globetrotter/data/feature_cache.py", "canonical_args"): "a cache key",
     ("globetrotter/data/feature_concat.py", "concat_caches"): "a digest of the sources",

@@ -12,9 +12,10 @@ from ..approximate import ApproxConfig
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
-from ..files import dump_json, remove_earlier_outputs, writable_dir, writable_file, write_json
 from ..image_weights import DEFAULT_IMAGE_MODEL, PAPER_IMAGE_MODEL
 from ..images import ImageModel, image_feature_extractor
+from ..outputs import remove_earlier_outputs, writable_dir, writable_file, write_json
+from ..records import dump_json
 from ..ranking import TIES
 from ..hubness import DEFAULT_CSLS_K
 from ..scoring import DEFAULT_CORR_PAIRS, ImageLists

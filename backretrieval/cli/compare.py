@@ -6,7 +6,7 @@ import sys
 
 from ..comparison import compare
 from ..uncertainty import TESTS
-from ..files import writable_file
+from ..outputs import writable_file
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, comma_separated,
                      emit_json, inputs, integer_at_least, metric_options, one_of, record_rank_cap, report_image_lists)
 

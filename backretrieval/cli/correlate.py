@@ -9,7 +9,8 @@ from pathlib import Path
 from ..errors import BackRetrievalError
 from ..evaluate import correlate_split, language_pairs
 from ..hubness import DEFAULT_CSLS_K
-from ..files import make_dir, read_text_lines, write_file
+from ..files import read_text_lines
+from ..outputs import make_dir, write_file
 from .common import (MODEL_SPECS, add_command, add_interval_options, add_metric_options, add_model_options,
                      comma_separated, command_line_specs, emit_json, extractor, inputs, integer_at_least, replace_plots,
                      resolve_dependent_options, writable_outputs)

@@ -7,7 +7,7 @@ import sys
 
 from ..embedders import parse_model_specs
 from ..evaluate import evaluate_split, plot_name
-from ..files import make_dir
+from ..outputs import make_dir
 from .common import (APPROXIMATE_HELP, MODEL_SPECS, add_beyond_paper_options, add_command, add_metric_options,
                      add_model_options, command_line_specs, emit_json, extractor, inputs, integer_at_least,
                      language_codes, metric_options, replace_plots, writable_outputs)

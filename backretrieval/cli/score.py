@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..files import npy_path, save_npy, writable_file
+from ..outputs import npy_path, save_npy, writable_file
 from ..scoring import score
 from .common import (APPROXIMATE_HELP, IMAGE_INDEX_HELP, add_command, add_embedding_metric_options, emit_json, inputs,
                      integer_at_least, metric_options, record_rank_cap, report_image_lists)

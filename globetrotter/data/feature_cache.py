@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import decode_sample_image, iter_split, read_manifest
 

@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import read_manifest
 

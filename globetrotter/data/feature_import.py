@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.errors import install_hint, read_utf8
 from data_prep.shards import file_sha256, iter_metas, read_manifest
 

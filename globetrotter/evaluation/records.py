@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from backretrieval.files import json_ready, json_text
+from backretrieval.records import json_ready, json_text
 from backretrieval.renamed import RenamedMethod
 
 

@@ -22,7 +22,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
 

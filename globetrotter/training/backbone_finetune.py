@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from data_prep.shards import rgb_image
 
 from ..config import IMPORTED_BACKBONE, TrainConfig, load_train_config

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import torch
 from safetensors import SafetensorError
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 
 from ..errors import UserError, error_line
 from ..weights_file import as_umask_allows

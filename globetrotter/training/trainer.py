@@ -32,7 +32,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import json_text, writable_dir
+from backretrieval.outputs import writable_dir
+from backretrieval.records import json_text
 
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys

@@ -17,9 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from backretrieval.data import image_features, load_split
-from backretrieval.embedders import TextEmbedder, embed_texts, is_positional, load_embedder
+from backretrieval.embedders import embed_texts, is_positional, load_embedder
 from backretrieval.files import read_cache_entry
 from backretrieval.images import ImageFeatureExtractor
+from backretrieval.text_models import TextEmbedder
 
 DEFAULT_CACHE = Path(os.environ.get("GLOBETROTTER_CACHE", "outputs/cache"))
 
@@ -55,7 +56,7 @@ class SplitFeatures:
 def languages_the_encoder_lacks(spec: str, langs: Sequence[str]) -> list[str]:
     """Those of ``langs`` the text encoder ``spec`` was not trained on, where that is known (``use``: the
     multilingual USE's languages); sorted, empty when unknown."""
-    from backretrieval.embedders import USEEmbedder
+    from backretrieval.text_models import USEEmbedder
 
     known = USEEmbedder.languages if spec == "use" else None
     return sorted(set(langs) - known) if known is not None else []

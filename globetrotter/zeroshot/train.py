@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from backretrieval.renamed import renamed_keywords
 
 from globetrotter.config_io import from_dict, read_yaml, save_config

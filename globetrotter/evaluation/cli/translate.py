@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
 from globetrotter.errors import UserError

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from backretrieval.errors import BackRetrievalWarning
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 from globetrotter.errors import UserError
 
 from ..models import ModelLike

@@ -8,7 +8,8 @@ from typing import Sequence
 
 from backretrieval.cli.common import inputs
 from backretrieval.errors import BackRetrievalError
-from backretrieval.files import json_text, writable_dir, writable_file
+from backretrieval.outputs import writable_dir, writable_file
+from backretrieval.records import json_text
 
 from globetrotter.argtypes import positive_int, torch_device
 from globetrotter.errors import UserError
