@@ -24,11 +24,12 @@ from backretrieval.renamed import renamed_keywords
 
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
-from .ranking import Ranking, ScoringContext, SentenceScorer
+from .ranking import Ranking
 from .models import ModelLike
 from .records import Result
 from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
+from .scoring import ScoringContext, SentenceScorer
 from .sentence import ParallelSet, parallel_set, sentence_translation
 from .tasks.cluster import evaluate as evaluate_clustering
 from .tasks.correspondence import evaluate as evaluate_correspondence

@@ -35,9 +35,10 @@ from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
 from ..models import ModelLike, is_baseline
-from ..ranking import HEADS, SCORE_BLOCK, Ranking, ScoringContext
+from ..ranking import HEADS, Ranking
 from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, checked_reference, refuse_test_split
+from ..scoring import SCORE_BLOCK, ScoringContext
 from ..val_set import BackRetrievalSet, image_features_of
 from .checks import require_languages, require_sequence
 from .common import resolve_model
@@ -78,7 +79,7 @@ def retrieved_by_ranking(context: ScoringContext, rankings: Sequence[Ranking], b
     """For each ranking, each val language's queries' best candidate (``retrieved`` of
     :meth:`~..val_set.BackRetrievalSet.evaluate_across_languages`: the index into the language's ``tgt`` of the row
     maximum of its scores, the lowest of ties), found a block of consecutive rows at a time
-    (:meth:`~..ranking.ScoringContext.row_blocks`: about ``block`` scores each), each block's cosines computed once per
+    (:meth:`~..scoring.ScoringContext.row_blocks`: about ``block`` scores each), each block's cosines computed once per
     head and its MaxSim once for every ranking: no ``[N, N]`` matrix, and the maxima of every block's scores as the
     whole matrix holds them. ``context`` scores ``bkr``'s captions (every sentence against every sentence)."""
     from backretrieval.errors import BackRetrievalError

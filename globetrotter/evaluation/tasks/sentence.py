@@ -8,9 +8,10 @@ from globetrotter.errors import UserError
 
 from ..models import ModelLike
 from ..pivot_ridge import PivotRidgeEncoder
-from ..ranking import Ranking, ScoringContext, needs_statistics
+from ..ranking import Ranking, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, checked_reference
+from ..scoring import ScoringContext
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
 from .checks import require_languages

@@ -18,9 +18,10 @@ from globetrotter.shell import program_name
 
 from ..models import ModelLike, encode_texts
 from ..procrustes import normalize_rows
-from ..ranking import Ranking, ScoringContext
+from ..ranking import Ranking
 from ..records import dataset_info
 from ..reference import ReferencePool, read_reference
+from ..scoring import ScoringContext
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
@@ -233,7 +234,7 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
 def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
                 hits: Hits, batch_size: int, progress: bool = True) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
-    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
+    :class:`~..scoring.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
     progress bar on stderr when ``progress`` and there are more)."""
     base, out = None, []
     for start in tqdm(range(0, len(queries), QUERY_CHUNK), desc=f"re-ranking ({ranking.label})", unit="chunk",
