@@ -14,6 +14,7 @@ from ..models import is_baseline
 from ..ranking import HEADS
 from ..reference import DEFAULT_SIZE
 from ..tasks import select as select_task
+from ..tasks.choice_margins import read_against, uncertainty_line
 from . import common
 from .sentence import CSLS_K, add_ranking_options
 
@@ -79,7 +80,7 @@ def run_select(args: argparse.Namespace) -> int:
                                 f"TF-IDF and ridge baselines have one embedding and no token "
                                 f"rows, so select tries only the text head's cosine and CSLS; drop {flag}")
     if args.against:  # checked before the model loads: a bad record is an error before any work
-        select_task.read_against(args.against)
+        read_against(args.against)
     encoder = common.load(args)
     result = select_task.select_ranking(
         encoder, val=args.val, languages=args.languages, heads=args.heads,
@@ -90,7 +91,7 @@ def run_select(args: argparse.Namespace) -> int:
     result.model = common.model_entry(args, encoder)
     print(f"chosen on val: {result.metrics['chosen']} ({result.details['reason']}); statistics from "
           f"{result.config['reference']}")
-    print(select_task.uncertainty_line(result.details))
+    print(uncertainty_line(result.details))
     figure = plots.plot_choice(result.details["candidates"], f"{common.plot_prefix(args, 'select')}-choice.png",
                                f"{models.model_name(args.model, args.name)}: rankings on val against the choice")
     path = common.write(result, args, [figure])

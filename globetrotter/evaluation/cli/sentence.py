@@ -12,7 +12,7 @@ from globetrotter.shell import program_name
 from .. import models, plots
 from ..ranking import HEADS, Ranking, needs_statistics
 from ..reference import DEFAULT_SIZE
-from ..tasks import select as select_task
+from ..tasks import choice as choice_task
 from ..tasks import sentence as sentence_task
 from . import common
 
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_sentence)
 
 
-def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None, select_task.Choice | None]:
+def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None, choice_task.Choice | None]:
     """The ranking and its reference captions (split, per-language cap), from the flags or from a ``select`` record
     (``--ranking``: its choice, checked to be this model's, so that test is scored with the statistics the choice was
     made with)."""
@@ -96,7 +96,7 @@ def _scoring(args: argparse.Namespace) -> tuple[Ranking, str | None, int | None,
         return ranking, args.reference, args.reference_size or DEFAULT_SIZE, None
     if explicit:
         raise UserError(f"--ranking {args.ranking} sets the whole ranking; drop {', '.join(explicit)}")
-    choice = select_task.read_choice(args.ranking)
+    choice = choice_task.read_choice(args.ranking)
     chosen_with = f"--ranking {args.ranking} was chosen with statistics from {choice.reference}"
     if args.transductive:
         raise UserError(f"{chosen_with}; --transductive would score it with others: drop one of them")

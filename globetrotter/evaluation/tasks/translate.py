@@ -26,8 +26,8 @@ from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signa
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
+from .choice import Choice, read_choice
 from .common import log_to_stderr, resolve_model, shows_progress
-from .select import Choice, read_choice
 
 Hits = list[list[tuple[str, float]]]
 """Per query, ``(text, score)`` best first."""
@@ -137,7 +137,7 @@ def translate_sentences(
     in ``corpus_lang`` = ``to``) nearest to each query (in ``source``), ``(text, score)`` best first.
 
     Without ``ranking``: by the cosine of the text-text head. With ``ranking`` (an ``eval.py select`` record, or its
-    :class:`~.select.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
+    :class:`~.choice.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
     ``rerank`` (default :data:`RERANK`) nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim
     (− the CSLS radii), every statistic from the reference captions the choice was made with; the score is that sum.
     A ranking with statistics needs ``source`` (they are per language) and both languages among the choice's; a
