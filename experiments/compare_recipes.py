@@ -27,8 +27,8 @@ from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_file  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.records import versions  # noqa: E402
-from globetrotter.evaluation.tasks.select import (check_against, paired_margin, read_record,  # noqa: E402
-                                                  shared_g_warning)
+from globetrotter.evaluation.tasks.choice import read_record  # noqa: E402
+from globetrotter.evaluation.tasks.choice_margins import check_against, paired_margin, shared_g_warning  # noqa: E402
 
 
 def compare(records: list[str], against: list[str], seed: int = 0) -> dict:

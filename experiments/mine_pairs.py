@@ -120,10 +120,10 @@ def mine(args: argparse.Namespace) -> None:
     import torch
 
     from globetrotter.data.feature_cache import load_feature_cache
-    from globetrotter.evaluation.ranking import ScoringContext
     from globetrotter.evaluation.reference import read_reference
+    from globetrotter.evaluation.scoring import ScoringContext
+    from globetrotter.evaluation.tasks.choice import read_choice
     from globetrotter.evaluation.tasks.common import resolve_model
-    from globetrotter.evaluation.tasks.select import read_choice
     from globetrotter.training.backbone_finetune import unit_centred_targets
 
     split, out = Path(args.split), Path(args.out)

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
-from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
     DEFAULT_SIZE, checked_reference, refuse_test_split, shared_images)
+from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
 from globetrotter.evaluation.sentence import ParallelSet, parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402

@@ -36,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
-from globetrotter.evaluation.ranking import ScoringContext  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
     DEFAULT_SIZE, ReferenceCaptions, ReferencePool, checked_reference, read_captions_once, refuse_test_split)
+from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
+from globetrotter.evaluation.tasks.choice import read_record  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
-from globetrotter.evaluation.tasks.select import model_candidates, read_record  # noqa: E402
+from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
 from oracle_ranking import refuse_shared_images  # noqa: E402
 
 MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import load_experiment, strict_json
 from globetrotter.errors import UserError
-from globetrotter.evaluation.tasks.select import compare_choices, paired_margin
+from globetrotter.evaluation.tasks.choice_margins import compare_choices, paired_margin
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_a_record_that_does_not_fit_is_named_by_its_file(cmp, tmp_path, capsys):
 
 def test_a_runner_up_that_is_the_simplest_ranking_is_said_once():
     """'over cosine +0.0144 [...]; over cosine +0.0144 [...]': the two margins were one."""
-    from globetrotter.evaluation.tasks.select import uncertainty_line
+    from globetrotter.evaluation.tasks.choice_margins import uncertainty_line
 
     margin = {"diff": 0.0144, "lo": 0.002, "hi": 0.027}
     details = {"uncertainty": {"mean": {"value": 0.12, "lo": 0.10, "hi": 0.14}, "over_simplest": margin,

@@ -590,8 +590,8 @@ def test_a_choice_is_checked_against_an_encoder_object_too(tiny_run, tiny_world,
     """The library form: a choice made for the TF-IDF baseline is refused for a loaded run, and one made for a run
     for the baseline's object; an encoder object's records are named after its run, not ``checkpoints``."""
     import globetrotter
-    from globetrotter.evaluation.tasks import select as select_task
     from globetrotter.evaluation.tasks import sentence as sentence_task
+    from globetrotter.evaluation.tasks.choice import read_choice
     from globetrotter.evaluation.tfidf import TfidfEncoder
     from globetrotter.errors import UserError
 
@@ -600,7 +600,7 @@ def test_a_choice_is_checked_against_an_encoder_object_too(tiny_run, tiny_world,
                 "--retrieval", "cosine"]) == 0
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "0",
                 "--heads", "text", "--retrieval", "cosine"]) == 0
-    for_tfidf, for_run = (select_task.read_choice(out / f"select-{name}.json") for name in ("tfidf", "run"))
+    for_tfidf, for_run = (read_choice(out / f"select-{name}.json") for name in ("tfidf", "run"))
     tried = json.loads((out / "select-tfidf.json").read_text(encoding="utf-8"))["config"]
     assert (tried["heads"], tried["maxsim"]) == (["text"], [0.0])  # what was tried, not the defaults asked for
     encoder = globetrotter.load(tiny_run)
@@ -987,7 +987,7 @@ def test_translate_ranks_by_a_choice_with_the_statistics_of_its_whole_pool(world
     counts every language), not only the two translated."""
     from data_prep.shards import read_captions
     from globetrotter.evaluation import Ranking, ScoringContext, read_reference
-    from globetrotter.evaluation.tasks.select import Choice
+    from globetrotter.evaluation.tasks.choice import Choice
     from globetrotter.evaluation.tasks.translate import translate_sentences
 
     encoder, ranking = fake["textonly"], Ranking("text", 1.5, True, 4)
@@ -1035,7 +1035,7 @@ def test_translate_applies_the_ranking_select_chose(tiny_run, tiny_world, tmp_pa
     from data_prep.shards import read_captions
     from globetrotter.evaluation import ScoringContext, read_reference
     from globetrotter.evaluation.tasks.common import resolve_model
-    from globetrotter.evaluation.tasks.select import read_choice
+    from globetrotter.evaluation.tasks.choice import read_choice
 
     out = tmp_path / "out"
     assert run(["select", "--model", str(tiny_run), "--name", "run", "--out", str(out), "--maxsim", "1",
@@ -1409,7 +1409,7 @@ def test_maxsim_on_a_trained_run_reads_its_token_rows(tiny_run, tiny_world, tmp_
 
 
 def test_a_candidate_val_cannot_tell_from_the_choice_is_named_as_such():
-    from globetrotter.evaluation.tasks.select import margins_to_choice, within_noise
+    from globetrotter.evaluation.tasks.choice_margins import margins_to_choice, within_noise
 
     rng = np.random.default_rng(0)
     chosen = rng.integers(0, 2, 400).astype(float)
@@ -1437,7 +1437,7 @@ def test_per_query_scores_weigh_each_language_once():
     np.testing.assert_allclose(scores, [1.0 * 5 / 6, 0.5 * 5 / 6, 0.0, 1.0 * 5 / 4, 0.5 * 5 / 4])
     # a score above 1 (a language of fewer queries) is no rank: select's intervals took it for one and stopped after
     # the whole grid was scored (val splits with unequal captions per language, e.g. en,zh)
-    from globetrotter.evaluation.tasks.select import choice_margins, margins_to_choice
+    from globetrotter.evaluation.tasks.choice_margins import choice_margins, margins_to_choice
 
     other = per_query_scores({"val/bkr@1": np.array([0.0, 0.0, 1.0, 1.0, 0.0])}, langs)
     margins = choice_margins([other, scores], chosen=1)
@@ -1754,7 +1754,7 @@ def test_translate_notes_a_k_above_the_corpus_and_cut_queries_and_translate_word
 def test_a_folder_given_as_the_ranking_record_is_named_as_a_folder(tmp_path, monkeypatch):
     """`eval.py sentence --ranking DIR` said 'DIR: no such file'."""
     from globetrotter.errors import UserError
-    from globetrotter.evaluation.tasks.select import read_choice
+    from globetrotter.evaluation.tasks.choice import read_choice
 
     monkeypatch.setattr(sys, "argv", ["eval.py"])
     with pytest.raises(UserError) as err:
@@ -1766,7 +1766,7 @@ def test_a_ranking_record_that_is_not_json_names_the_place_not_the_exception(tmp
     """`eval.py sentence --ranking afile.txt` said '(JSONDecodeError: Expecting value: line 1 column 1 (char 0))';
     a JSON object without a key of the record '(KeyError: 'reference')'."""
     from globetrotter.errors import UserError
-    from globetrotter.evaluation.tasks.select import read_choice
+    from globetrotter.evaluation.tasks.choice import read_choice
 
     monkeypatch.setattr(sys, "argv", ["eval.py"])
     (tmp_path / "afile.txt").write_text("not json\n")
@@ -1826,7 +1826,7 @@ def test_a_tie_goes_to_the_simpler_ranking_and_a_candidates_score_is_its_mean_ov
 def test_a_copy_of_the_choice_is_within_noise_of_it():
     """A candidate that scores every val query as the choice does cannot be told from it: its paired interval is
     [0, 0], which holds 0."""
-    from globetrotter.evaluation.tasks.select import margins_to_choice, within_noise
+    from globetrotter.evaluation.tasks.choice_margins import margins_to_choice, within_noise
 
     chosen = np.random.default_rng(1).integers(0, 2, 100).astype(float)
     margins = margins_to_choice([chosen.copy(), chosen], chosen=1)

@@ -319,7 +319,7 @@ def test_a_scorer_reads_maxsim_a_chunk_at_a_time_as_the_whole_maxsim_gives_it(ra
 def test_a_select_record_of_other_queries_names_its_seed_wherever_the_record_keeps_it(where):
     """A select record's seed left its config for the top-level ``seed`` every command's record spells alike; the
     error for a record of other val queries still names the seed of a record written before (``config.seed``)."""
-    from globetrotter.evaluation.tasks.select import check_against
+    from globetrotter.evaluation.tasks.choice_margins import check_against
 
     other = {"config": {"val": "v", "max_per_lang": 9, "languages": ["en", "de"]},
              "details": {"val": {"queries_sha256": "theirs", "image_features": "g"}, "chosen": {}, "per_query": [1.0]}}

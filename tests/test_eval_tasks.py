@@ -604,7 +604,7 @@ def test_transductive_scoring_refuses_a_choice_made_with_a_reference(world):
     """A select choice carries the reference its statistics come from: transductive=True would score it with
     others, and is refused naming the choice."""
     from globetrotter.evaluation.ranking import Ranking
-    from globetrotter.evaluation.tasks.select import Choice
+    from globetrotter.evaluation.tasks.choice import Choice
 
     choice = Choice(Ranking(csls=True, csls_k=3), str(world / "train"), None, source="chosen.json")
     with pytest.raises(UserError, match="excludes --ranking chosen.json"):

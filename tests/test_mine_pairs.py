@@ -192,14 +192,14 @@ def mined(mine, tmp_path, monkeypatch):
     import types
 
     import globetrotter.data.feature_cache as feature_cache
-    import globetrotter.evaluation.ranking as ranking
+    import globetrotter.evaluation.scoring as scoring
     import globetrotter.evaluation.tasks.common as common
     from backretrieval.records import json_text
 
     split, images = _concept_world(tmp_path)
     encoder = types.SimpleNamespace(cfg=types.SimpleNamespace(data=types.SimpleNamespace(features="cache")))
     monkeypatch.setattr(common, "resolve_model", lambda model: (encoder, {"path": "teacher", "checkpoint": None}))
-    monkeypatch.setattr(ranking, "ScoringContext", _PlantedContext)
+    monkeypatch.setattr(scoring, "ScoringContext", _PlantedContext)
     monkeypatch.setattr(feature_cache, "load_feature_cache", lambda path: _PlantedCache(images))
     for name, value in (("seen", []), ("flat", False), ("hub", None)):
         monkeypatch.setattr(_PlantedContext, name, value)

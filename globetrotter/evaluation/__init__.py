@@ -24,17 +24,19 @@ from backretrieval.renamed import renamed_keywords
 
 from .clustering import cluster_analysis, purity_scores
 from .procrustes import mutual_nearest_neighbors, orthogonal_map, refine_multi, refine_pairwise
-from .ranking import Ranking, ScoringContext, SentenceScorer
+from .ranking import Ranking
 from .models import ModelLike
 from .records import Result
 from .reference import ReferencePool, default_reference, read_reference
 from .retrieval import retrieval_per_language, retrieval_recall
+from .scoring import ScoringContext, SentenceScorer
 from .sentence import ParallelSet, parallel_set, sentence_translation
+from .tasks.choice import Choice
 from .tasks.cluster import evaluate as evaluate_clustering
 from .tasks.correspondence import evaluate as evaluate_correspondence
 from .tasks.generate import evaluate as evaluate_generation
 from .tasks.retrieval import evaluate as evaluate_retrieval
-from .tasks.select import Choice, select_ranking
+from .tasks.select import select_ranking
 from .tasks.sentence import evaluate as evaluate_sentence_translation
 from .tasks.translate import translate_sentences, translate_words
 from .tasks.word import build_dictionary as build_word_dictionary

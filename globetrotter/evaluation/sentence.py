@@ -9,7 +9,7 @@ is the same share restricted to queries in language ``a`` and positives in langu
 ``b``; ``A − Aᵀ`` is its asymmetry (Fig. 9).
 
 The scores need not be cosines: any ``scores(rows) -> [len(rows), N]`` ranks the candidates
-(:class:`~.ranking.SentenceScorer`: CSLS per language pair, late interaction, with their statistics
+(:class:`~.scoring.SentenceScorer`: CSLS per language pair, late interaction, with their statistics
 taken from reference texts other than the evaluated ones).
 
 Candidates: docs/design.md section 7 ranks among all *other-language* sentences (the default,
@@ -171,7 +171,7 @@ def sentence_translation(
     ``emb`` (N, D) L2-normalised sentence embeddings, dense or a ``scipy.sparse`` matrix
     (exact cosines over sparse vectors, e.g. the TF-IDF baseline), or a function ``scores(rows)``
     giving the ``[len(rows), N]`` scores of query ``rows`` against every sentence (higher is
-    better; :class:`~.ranking.SentenceScorer`); ``langs`` (N,) language codes;
+    better; :class:`~.scoring.SentenceScorer`); ``langs`` (N,) language codes;
     ``groups`` (N,) group ids (any exact-comparable values) with at most one sentence per
     (group, language). For query ``i`` the candidates are every other sentence (other
     languages only by default); the top ``k`` (default M−1) by cosine similarity are

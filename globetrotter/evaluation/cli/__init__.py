@@ -14,9 +14,9 @@ from typing import NoReturn, Sequence
 from globetrotter.errors import run_cli
 from globetrotter.shell import program_name
 
-from . import cluster, correspondence, generate, retrieval, sentence, translate, translate_word, word
+from . import cluster, correspondence, generate, retrieval, select, sentence, translate, translate_word, word
 
-COMMANDS = (sentence, word, retrieval, cluster, correspondence, generate, translate, translate_word)
+COMMANDS = (sentence, select, word, retrieval, cluster, correspondence, generate, translate, translate_word)
 ZEROSHOT_COMMANDS = ("tag", "zeroshot")
 
 

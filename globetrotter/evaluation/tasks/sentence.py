@@ -8,14 +8,15 @@ from globetrotter.errors import UserError
 
 from ..models import ModelLike
 from ..pivot_ridge import PivotRidgeEncoder
-from ..ranking import Ranking, ScoringContext, needs_statistics
+from ..ranking import Ranking, needs_statistics
 from ..records import Result, dataset_info, matrix_dict
 from ..reference import DEFAULT_SIZE, checked_reference
+from ..scoring import ScoringContext
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
 from .checks import require_languages
+from .choice import Choice
 from .common import read_parallel, resolve_model
-from .select import Choice
 
 
 def evaluate(
@@ -48,7 +49,7 @@ def evaluate(
     language, never from the evaluated sentences (inductive). ``transductive=True`` takes them from the evaluated
     sentences instead, and says so in the record; it excludes ``reference``, and a ranking that reads no statistics
     (the cosine of a trained model) has none to take. ``choice`` (an ``eval.py select``
-    record's :class:`~.select.Choice`) sets the ranking and the reference, and must have been made for these
+    record's :class:`~.choice.Choice`) sets the ranking and the reference, and must have been made for these
     languages with these reference captions.
 
     One-line errors: ``reference`` is ``split`` itself (that is the transductive form), ``transductive`` with a

@@ -18,15 +18,16 @@ from globetrotter.shell import program_name
 
 from ..models import ModelLike, encode_texts
 from ..procrustes import normalize_rows
-from ..ranking import Ranking, ScoringContext
+from ..ranking import Ranking
 from ..records import dataset_info
 from ..reference import ReferencePool, read_reference
+from ..scoring import ScoringContext
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
 from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
+from .choice import Choice, read_choice
 from .common import log_to_stderr, resolve_model, shows_progress
-from .select import Choice, read_choice
 
 Hits = list[list[tuple[str, float]]]
 """Per query, ``(text, score)`` best first."""
@@ -136,7 +137,7 @@ def translate_sentences(
     in ``corpus_lang`` = ``to``) nearest to each query (in ``source``), ``(text, score)`` best first.
 
     Without ``ranking``: by the cosine of the text-text head. With ``ranking`` (an ``eval.py select`` record, or its
-    :class:`~.select.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
+    :class:`~.choice.Choice`): by the ranking chosen on val, as ``eval.py sentence --ranking`` scores a pair: the
     ``rerank`` (default :data:`RERANK`) nearest by the chosen head's cosine are re-scored by cosine + W × MaxSim
     (− the CSLS radii), every statistic from the reference captions the choice was made with; the score is that sum.
     A ranking with statistics needs ``source`` (they are per language) and both languages among the choice's; a
@@ -233,7 +234,7 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
 def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Sequence[str], source: str, to: str,
                 hits: Hits, batch_size: int, progress: bool = True) -> Hits:
     """Each query's hits re-scored under ``ranking`` with ``pool``'s statistics (the score a
-    :class:`~..ranking.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
+    :class:`~..scoring.SentenceScorer` gives the pair), best first; :data:`QUERY_CHUNK` queries at a time (with a
     progress bar on stderr when ``progress`` and there are more)."""
     base, out = None, []
     for start in tqdm(range(0, len(queries), QUERY_CHUNK), desc=f"re-ranking ({ranking.label})", unit="chunk",
