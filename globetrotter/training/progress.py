@@ -19,7 +19,7 @@ from ..tokenizer import copy_tokenizer
 from ..data.stream import StreamPosition
 from . import checkpoint as ckpt
 from .logs import Log
-from .prepare import tokenizer_path
+from .tokenizer_file import tokenizer_path
 from .resume import resume_position
 from .selection import load_hits, save_hits
 

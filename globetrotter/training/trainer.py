@@ -43,8 +43,7 @@ from . import adapt, token_init
 from . import checkpoint as ckpt
 from .logs import Log, Scalars, log_training
 from .objective import GlobetrotterObjective
-from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
-                      with_text_languages)
+from .prepare import COMPLETED_KEYS, ensure_data, with_imported_dim, with_matched_image_share, with_text_languages
 from .progress import Checkpoints, restore_progress
 from .resume import (hold_run_folder, newly_ignored, refuse_changed_config, refuse_changed_tokenizer,
                      refuse_finished, refuse_foreign_files, refuse_used_folder)
@@ -52,6 +51,7 @@ from .report import splits_read
 from .scheduler import warmup_cosine, warmup_warning
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
 from .step import Stepper, param_groups
+from .tokenizer_file import tokenizer_path
 from .validation_step import build_validator, validate
 
 
