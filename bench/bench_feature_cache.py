@@ -37,7 +37,7 @@ def train_rate(cfg: TrainConfig, steps: int) -> float:
     from globetrotter.losses import mask_tokens
     from globetrotter.tokenizer import load_tokenizer, special_ids
     from globetrotter.training.objective import GlobetrotterObjective
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
 
     tok = load_tokenizer(tokenizer_path(cfg))
     specials = special_ids(tok)

@@ -30,7 +30,7 @@ from globetrotter.errors import run_cli  # noqa: E402
 from globetrotter.models.text import TextEncoder  # noqa: E402
 from globetrotter.tokenizer import load_tokenizer  # noqa: E402
 from globetrotter.training import token_init  # noqa: E402
-from globetrotter.training.prepare import tokenizer_path  # noqa: E402
+from globetrotter.training.tokenizer_file import tokenizer_path  # noqa: E402
 
 
 def start(cfg: TrainConfig, threads: int) -> tuple[float, dict, torch.Tensor]:

@@ -191,7 +191,7 @@ def stage_shards(work: Path, n: int, pool: dict) -> dict:
 
 def stage_tokenizer(work: Path, n: int, dim: int) -> dict:
     from globetrotter.tokenizer import train_tokenizer_on_split
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
 
     cfg = _config(work, dim)
     start = time.perf_counter()
@@ -228,7 +228,7 @@ def _model_and_batches(work: Path,
     from globetrotter.data.feature_cache import load_feature_cache
     from globetrotter.encoder import build_model
     from globetrotter.tokenizer import load_tokenizer
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
 
     cfg = _config(work, dim)
     tok = load_tokenizer(tokenizer_path(cfg))
@@ -287,7 +287,7 @@ def stage_validation(work: Path, n: int, dim: int, threads: int = THREADS) -> di
 
     from globetrotter.encoder import Encoder, build_model
     from globetrotter.tokenizer import load_tokenizer
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
     from globetrotter.training.validation import Validator
 
     torch.set_num_threads(threads)
@@ -353,7 +353,7 @@ def stage_baseline(work: Path, n: int, dim: int) -> dict:
     """The model's own process: the interpreter, torch and the quickstart model built (no data)."""
     from globetrotter.encoder import build_model
     from globetrotter.tokenizer import load_tokenizer
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
 
     cfg = _config(work, dim)
     tok = load_tokenizer(tokenizer_path(cfg))
@@ -441,7 +441,7 @@ def check_folder(out: Path, sizes: list[int], stages: list[str], settings: dict)
 def _made(work: Path, stage: str) -> bool:
     """Whether ``stage`` has left its output in ``work``."""
     if stage == "tokenizer":
-        from globetrotter.training.prepare import tokenizer_path
+        from globetrotter.training.tokenizer_file import tokenizer_path
 
         return tokenizer_path(_config(work, 1)).is_file()
     return (work / {"shards": "train/manifest.json", "import": "cache/cache.json"}[stage]).is_file()

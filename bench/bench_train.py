@@ -49,7 +49,8 @@ def main() -> None:
     from globetrotter.losses import mask_tokens
     from globetrotter.tokenizer import load_tokenizer, special_ids
     from globetrotter.training.objective import GlobetrotterObjective
-    from globetrotter.training.prepare import ensure_data, tokenizer_path
+    from globetrotter.training.prepare import ensure_data
+    from globetrotter.training.tokenizer_file import tokenizer_path
     from globetrotter.training.speed import CompiledForward
 
     cfg = load_train_config(args.config, args.overrides)

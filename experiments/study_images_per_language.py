@@ -68,7 +68,7 @@ def images_per_language(config: str | Path, share: float | None = None) -> float
     train.py and eval.py read it (they run there), whatever the working folder."""
     from data_prep.shards import images_by_language
     from globetrotter.config import load_train_config
-    from globetrotter.training.prepare import train_captions
+    from globetrotter.training.train_set import train_captions
 
     overrides = [] if share is None else [f"data.train_image_share={share}"]
     cfg = load_train_config(config, overrides)

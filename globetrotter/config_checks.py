@@ -16,11 +16,11 @@ run keys: its start warned) warns only about the keys a changed run key makes ig
 key, inherited or not.
 
 Only keys whose value differs from the dataclass default count (a default is never "set"). The rules follow what
-the code reads (docs/design.md section 5 and the comments of :mod:`globetrotter.config`); a key with a use in some
-setting outside training (``val.bkr_ks`` and ``val.max_per_lang`` are read again by ``eval.py select``) is not
-reported. ``data.features`` is not reported in a run without images: there it still selects the in-memory,
-index-based caption batches (:class:`~globetrotter.data.feature_batches.FeatureBatches` without a cache), the
-batches of the full twin.
+the code reads (docs/design.md section 5 and the comments of :mod:`globetrotter.config`, :mod:`.data_config` and
+:mod:`.model_config`); a key with a use in some setting outside training (``val.bkr_ks`` and ``val.max_per_lang``
+are read again by ``eval.py select``) is not reported. ``data.features`` is not reported in a run without images:
+there it still selects the in-memory, index-based caption batches
+(:class:`~globetrotter.data.feature_batches.FeatureBatches` without a cache), the batches of the full twin.
 """
 from __future__ import annotations
 

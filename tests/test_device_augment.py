@@ -16,7 +16,8 @@ from globetrotter.data.stream import derive_seed
 from globetrotter.data.views import DeviceInputs
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import load_tokenizer
-from globetrotter.training.prepare import ensure_data, tokenizer_path
+from globetrotter.training.prepare import ensure_data
+from globetrotter.training.tokenizer_file import tokenizer_path
 from globetrotter.training.trainer import train
 
 from test_training import tiny_cfg  # tests/ is on sys.path (rootless conftest dir)

@@ -135,7 +135,7 @@ def test_feature_target_head_needs_a_frozen_backbone():
 
 
 def test_token_embeddings_get_their_own_learning_rate_group_only_when_asked():
-    from globetrotter.training.trainer import param_groups
+    from globetrotter.training.step import param_groups
 
     model = build_model(load_train_config(None, SMALL), vocab_size=40)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

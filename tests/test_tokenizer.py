@@ -126,7 +126,7 @@ def test_uncased_folds_case_accents_and_the_first_word_and_the_file_carries_it(t
 
 def test_a_run_trains_its_tokenizer_with_the_asked_normalisation_and_refuses_another(tiny_world, tmp_path):
     from globetrotter.tokenizer import normalization_of
-    from globetrotter.training.prepare import tokenizer_path
+    from globetrotter.training.tokenizer_file import tokenizer_path
 
     cfg = load_train_config(None, [f"data.root={tiny_world}", f"output_dir={tmp_path}", "data.synth=null",
                                    "data.vocab_size=300", "data.tokenizer_normalization=uncased"])
@@ -350,7 +350,7 @@ def test_a_tokenizer_of_the_split_more_captions_copied_is_that_split_s(tiny_worl
     original_checksum): a tokenizer trained on that original is the split's, not one of a split rewritten since."""
     import shutil
 
-    from globetrotter.training.prepare import check_tokenizer
+    from globetrotter.training.tokenizer_file import check_tokenizer
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)
@@ -502,7 +502,7 @@ def test_a_damaged_shard_cannot_hide_parallel_captions_from_the_one_language_che
     import tarfile
 
     from data_prep.shards import iter_metas, read_manifest
-    from globetrotter.training.prepare import check_one_language_split
+    from globetrotter.training.train_set import check_one_language_split
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)

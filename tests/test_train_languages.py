@@ -19,7 +19,7 @@ from globetrotter.encoder import build_model
 from globetrotter.tokenizer import encode_batch, load_tokenizer, special_ids, token_bytes, train_tokenizer_on_split
 from globetrotter.training import token_init
 from globetrotter.training.adapt import load_adapt_config
-from globetrotter.training.prepare import train_captions
+from globetrotter.training.train_set import train_captions
 from globetrotter.training.cli import main as train_main
 from globetrotter.training.trainer import train
 
@@ -334,7 +334,8 @@ def test_neighbour_batching_on_one_training_language_is_refused_at_the_start(tin
     Training on one language with random batching stays legitimate (the others are evaluated or adapted to)."""
     from dataclasses import replace
 
-    from globetrotter.training.prepare import check_neighbour_languages, ensure_data
+    from globetrotter.training.prepare import ensure_data
+    from globetrotter.training.train_set import check_neighbour_languages
 
     from test_training import tiny_cfg
 

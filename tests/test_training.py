@@ -17,7 +17,8 @@ import globetrotter
 from globetrotter.config import load_train_config
 from globetrotter.errors import UserError
 from globetrotter.training import checkpoint as ckpt
-from globetrotter.training.trainer import MAX_BAD_STEPS, NonFiniteLoss, train
+from globetrotter.training.step import MAX_BAD_STEPS, NonFiniteLoss
+from globetrotter.training.trainer import train
 
 from conftest import TINY  # tests/ is on sys.path (rootless conftest dir)
 
@@ -336,12 +337,13 @@ def test_each_step_trains_with_the_cloze_masks_of_its_seed_made_from_the_loaders
     from globetrotter.losses import mask_tokens
     from globetrotter.models.globetrotter import GlobetrotterModel
     from globetrotter.tokenizer import load_tokenizer, special_ids
-    from globetrotter.training import objective, trainer
+    from globetrotter.training import objective
+    from globetrotter.training import step as step_module
     from globetrotter.training.resume import mask_seed
 
     real_forward, real_objective, seen, labels_seen, masked_from = (GlobetrotterModel.forward,
                                                                     objective.GlobetrotterObjective.forward, [], [], [])
-    real_mask = trainer.mask_tokens
+    real_mask = step_module.mask_tokens
 
     def recording_forward(self, input_ids, attention_mask, masked_ids=None, *args, **kwargs):
         seen.append((input_ids.clone(), attention_mask.clone(), masked_ids.clone()))
@@ -357,7 +359,7 @@ def test_each_step_trains_with_the_cloze_masks_of_its_seed_made_from_the_loaders
 
     monkeypatch.setattr(GlobetrotterModel, "forward", recording_forward)
     monkeypatch.setattr(objective.GlobetrotterObjective, "forward", recording_objective)
-    monkeypatch.setattr(trainer, "mask_tokens", recording_mask)
+    monkeypatch.setattr(step_module, "mask_tokens", recording_mask)
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "loss.corrupt_other=0.2")
     train(cfg)
     assert len(seen) == len(labels_seen) == len(masked_from) == 3
@@ -745,7 +747,7 @@ def test_validation_says_its_cut_texts_once_per_run_and_lets_other_warnings_thro
     import warnings
 
     from globetrotter.encoder import TextsCut
-    from globetrotter.training.trainer import texts_cut_said_once
+    from globetrotter.training.validation_step import texts_cut_said_once
 
     said: set[str] = set()
     lines: list[str] = []

@@ -708,7 +708,7 @@ def test_undefined_alpha_statistics_are_left_out_of_tensorboard_and_said_once(ti
 
 def test_a_non_finite_loss_or_gradient_norm_is_plotted_as_it_is():
     """Only undefined statistics are left out: a NaN loss or gradient norm is divergence and stays visible."""
-    from globetrotter.training.trainer import Scalars
+    from globetrotter.training.logs import Scalars
 
     written, lines = [], []
 

@@ -33,7 +33,7 @@ def frozen(tmp_path_factory) -> list[str]:
     would add minutes to a cold compile."""
     from safetensors.torch import save_file
 
-    from globetrotter.config import DataConfig
+    from globetrotter.data_config import DataConfig
     from test_feature_cache import frozen_backbone, small_backbone
 
     where = tmp_path_factory.mktemp("frozen")

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import LossConfig, ModelConfig
+from ..config import LossConfig
 from ..errors import UserError
+from ..model_config import ModelConfig
 from .heads import CentredFeatureHead, ProjectionHead
 from .image import create_image_backbone
 from .sigurdsson import SigurdssonTextEncoder, max_pool_words

@@ -5,127 +5,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from data_prep.shards import MANIFEST, file_sha256, images_in_several_languages, read_manifest
+from data_prep.shards import MANIFEST, read_manifest
 from data_prep.synth.config import SynthConfig
 
 from ..config import IMPORTED_BACKBONE, TrainConfig
 from ..errors import UserError
-from ..tokenizer import (
-    default_file_name,
-    load_tokenizer,
-    normalization_of,
-    other_split_warning,
-    provenance_path,
-    read_provenance,
-    refuse_held_out_split,
-    shows_parallel_text,
-    train_tokenizer_on_split,
-)
+from ..tokenizer import default_file_name, other_split_warning, train_tokenizer_on_split
+from .tokenizer_file import check_tokenizer, check_tokenizer_split, tokenizer_path
+from .train_set import (check_neighbour_languages, check_one_language_split, check_text_languages, check_val_languages,
+                        train_captions, train_languages)
 
 if TYPE_CHECKING:
     import torch
-
-
-def tokenizer_path(cfg: TrainConfig) -> Path:
-    """``data.tokenizer``, or ``<root>/tokenizer.json`` (``tokenizer-uncased.json`` for ``data.tokenizer_normalization:
-    uncased``, so that twins of both settings can share one data root)."""
-    if cfg.data.tokenizer:
-        return Path(cfg.data.tokenizer)
-    return Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
-
-
-def check_tokenizer(cfg: TrainConfig, path: Path, log: Callable[[str], None] = print) -> None:
-    """One-line errors when the tokenizer file at ``path`` was made with another normalisation than
-    ``data.tokenizer_normalization`` asks for (never a silent reuse), or, for a run without parallel text (any
-    ``loss.alpha_source`` but ``supervised``), when its provenance record says it was trained on captions that
-    show an image in more than one language: such a BPE carries translation pairs into the model. A file with no
-    provenance record, or one that lacks what the checks below need (:func:`unchecked_provenance`), is refused for a
-    run without parallel text (its origin cannot be checked) and used with a warning by a supervised one. The record
-    must describe this very file (its ``tokenizer_sha256``: not a record left beside a file copied over it), the
-    split it names must still be ``data.tokenizer_split`` as it was (its checksum: not a split rewritten since, nor
-    another split or data root), and its vocabulary size must be ``data.vocab_size`` (the saved config names the
-    size the run uses)."""
-    found = normalization_of(load_tokenizer(path))
-    again = f"delete it (and {provenance_path(path).name}) to train it again with the run"
-    if found != cfg.data.tokenizer_normalization:
-        raise UserError(f"{path}: tokenizer made with normalization {found}, but data.tokenizer_normalization is "
-                        f"{cfg.data.tokenizer_normalization}; point data.tokenizer elsewhere or delete the file to "
-                        f"train a new one")
-    provenance = read_provenance(path)
-    split_dir = Path(cfg.data.root) / cfg.data.tokenizer_split
-    if provenance is None:
-        if cfg.loss.alpha_source != "supervised":
-            raise UserError(f"{path}: the tokenizer records no provenance (the split it was trained on), so a run "
-                            f"without parallel text cannot check it saw none; {again} on {split_dir}")
-        log(f"warning: {path} records no provenance (the split it was trained on); {again} on {split_dir}")
-        return
-    recorded = provenance.get("tokenizer_sha256")
-    if recorded is not None and recorded != file_sha256(path):
-        raise UserError(f"{path}: its provenance record {provenance_path(path).name} describes another tokenizer file "
-                        f"(sha256 {recorded[:12]}, this one {file_sha256(path)[:12]}: copied over?); {again}")
-    if cfg.loss.alpha_source != "supervised" and shows_parallel_text(provenance):
-        split = next(s for s in provenance["splits"] if s.get("images_in_several_languages", 0) > 0)
-        raise UserError(f"{path}: tokenizer trained on {split['path']}, which captions images in several languages; "
-                        f"a run without parallel text needs one trained on a one-language split (data.tokenizer_split)")
-    gaps = unchecked_provenance(provenance)
-    if gaps:  # as unchecked as no record at all
-        what = f"its provenance record {provenance_path(path).name} lacks {', '.join(gaps)}"
-        if cfg.loss.alpha_source != "supervised":
-            raise UserError(f"{path}: {what}, so a run without parallel text cannot check it saw none; {again} on "
-                            f"{split_dir}")
-        log(f"warning: {path}: {what}; {again} on {split_dir}")
-    manifest = read_manifest(split_dir)
-    checksums = (manifest.get("checksum"), (manifest.get("more_captions") or {}).get("original_checksum"))
-    now = {c for c in checksums if c is not None}
-    trained_on = [s["checksum"] for s in provenance.get("splits", []) if s.get("checksum")]
-    if now and trained_on and not now & set(trained_on):
-        where = ", ".join(str(s.get("path")) for s in provenance["splits"])
-        from ..data.feature_cache import same_folder
-
-        if any(s.get("path") and same_folder(s["path"], split_dir) for s in provenance["splits"]):
-            why = f"{split_dir} was rewritten since; {again}"
-        else:  # another split's tokenizer: deleting it would take it from the runs of that split
-            default = Path(cfg.data.root) / default_file_name(cfg.data.tokenizer_normalization)
-            why = (f"another split's tokenizer; move it (and {provenance_path(path).name}) elsewhere, and the run "
-                   f"trains one on {split_dir} in its place, or point data.tokenizer at one trained on {split_dir}"
-                   if path.resolve() == default.resolve() else
-                   f"another split's tokenizer; point data.tokenizer at one trained on {split_dir} (or leave it unset: "
-                   f"the run trains one at {default})")
-        raise UserError(f"{path}: tokenizer trained on {where} (checksum {str(trained_on[0])[:12]}), not on "
-                        f"{split_dir} as it is now (checksum {sorted(now)[0][:12]}): {why}")
-    size = provenance.get("vocab_size")
-    if size is not None and size != cfg.data.vocab_size:
-        raise UserError(f"{path}: tokenizer trained with vocab_size {size}, but data.vocab_size is "
-                        f"{cfg.data.vocab_size}; set data.vocab_size={size} or {again}")
-
-
-def unchecked_provenance(provenance: dict) -> list[str]:
-    """What a tokenizer's provenance record lacks for :func:`check_tokenizer` to check it: the file's sha256, a
-    checksum of the split it was trained on, its vocabulary size (not asked of an adapted tokenizer's record: it grew
-    past its run's). Empty for a record the tokenizer was saved with."""
-    gaps = [] if provenance.get("tokenizer_sha256") else ["tokenizer_sha256"]
-    if not any(s.get("checksum") for s in provenance.get("splits", [])):
-        gaps.append("a split checksum (splits[].checksum)")
-    if provenance.get("vocab_size") is None and "adapt" not in provenance:
-        gaps.append("vocab_size")
-    return gaps
-
-
-def check_tokenizer_split(cfg: TrainConfig) -> None:
-    """One-line error when ``data.tokenizer_split`` is the run's val or test split (``data.val_split``,
-    ``data.test_split``), or a split its manifest calls val or test: the shared tokenizer sees train captions only."""
-    name = cfg.data.tokenizer_split
-    held = {cfg.data.val_split: "data.val_split", cfg.data.test_split: "data.test_split"}
-    if name in held:
-        raise UserError(f"data.tokenizer_split={name!r} is also {held[name]}: the shared tokenizer is trained on a "
-                        f"train split's captions only, never val or test; name a train split, e.g. "
-                        f"data.tokenizer_split={cfg.data.train_split}")
-    split_dir = Path(cfg.data.root) / name
-    if (split_dir / MANIFEST).is_file():
-        try:
-            refuse_held_out_split(split_dir, read_manifest(split_dir))
-        except UserError as err:
-            raise UserError(f"data.tokenizer_split={name!r}: {err}") from None
 
 
 def check_eval_splits(cfg: TrainConfig) -> None:
@@ -144,85 +35,6 @@ def check_eval_splits(cfg: TrainConfig) -> None:
     for split in (root / cfg.data.val_split if cfg.val.every > 0 else None, test if cfg.scores_test else None):
         if split is not None:
             read_manifest(split)  # e.g. a more-captions link whose original split was rewritten since
-
-
-def check_val_languages(cfg: TrainConfig) -> None:
-    """A one-line error, before anything is built, when validation (``val.every``) of a per-language text encoder
-    (``model.text_encoder=sigurdsson``: a word table per training language) would have fewer than two of
-    ``data.val_split``'s languages to score: BackRetrieval needs two, and the others have no table (the first
-    validation stopped the run, in its middle)."""
-    if cfg.val.every <= 0 or cfg.model.text_encoder != "sigurdsson":
-        return
-    split = Path(cfg.data.root) / cfg.data.val_split
-    present = sorted(read_manifest(split).get("languages", {}))
-    trained = train_languages(cfg)
-    if len([lang for lang in present if lang in trained]) < 2:
-        raise UserError(f"val.every={cfg.val.every}: BackRetrieval on {split} ({','.join(present)}) needs two "
-                        f"languages the model has a word table for, and the Sigurdsson baseline (model.text_encoder="
-                        f"sigurdsson) trains one for {','.join(trained)} only; train on two of the val split's languages "
-                        f"(data.train_languages), or set val.every=0")
-
-
-def check_neighbour_languages(cfg: TrainConfig) -> None:
-    """A one-line error, before a tokenizer or feature cache is built, when ``data.batching=neighbours`` would train
-    on one language (:func:`train_languages`): it pairs each caption with one of a visual neighbour captioned in
-    another language, and there is none (the refusal came after the feature cache, asking for a smaller
-    ``data.neighbours_k``). Training on one language is otherwise legitimate (docs/training.md, ``data.train_languages``:
-    the others can be evaluated or adapted to), and left alone."""
-    languages = train_languages(cfg)
-    if cfg.data.batching == "neighbours" and len(languages) < 2:
-        where = ("data.train_languages" if cfg.data.train_languages is not None
-                 else f"the only language of {Path(cfg.data.root) / cfg.data.train_split}")
-        raise UserError(f"data.batching=neighbours pairs each caption with a visual neighbour's caption in another "
-                        f"language, and the run trains on {','.join(languages)} only ({where}); train on two or more "
-                        f"languages, or set data.batching=random")
-
-
-def check_one_language_split(cfg: TrainConfig) -> None:
-    """For a run without parallel text (``loss.alpha_source`` other than ``supervised``): a one-line error when the
-    training captions show an image in more than one language (the train/val rule of docs/design.md section 3). A shard
-    that does not read whole is left to the loader, which skips and counts its bad samples."""
-    if cfg.loss.alpha_source == "supervised":
-        return
-    several = images_in_several_languages(train_captions(cfg, skip_unreadable=True))
-    if several:
-        first, langs = next(iter(several.items()))
-        raise UserError(f"{Path(cfg.data.root) / cfg.data.train_split}: {len(several)} image(s) captioned in more "
-                        f"than one language (e.g. {first!r}: {','.join(langs)}); a run without parallel text "
-                        f"(loss.alpha_source={cfg.loss.alpha_source}) trains on a one-language split")
-
-
-def train_languages(cfg: TrainConfig) -> list[str]:
-    """The languages training reads: ``data.train_languages``, checked against the train split's manifest
-    (a code the split lacks is a one-line error naming the split's languages), or all of the split's (sorted)."""
-    train_dir = Path(cfg.data.root) / cfg.data.train_split
-    found = sorted(read_manifest(train_dir).get("languages", {}))
-    wanted = cfg.data.train_languages
-    if wanted is None:
-        return found
-    missing = [code for code in wanted if code not in found]
-    if missing:
-        raise UserError(f"data.train_languages: {','.join(missing)} not in {train_dir} (its languages: {','.join(found)})")
-    return sorted(wanted)
-
-
-def train_captions(cfg: TrainConfig, skip_unreadable: bool = False) -> list[dict]:
-    """The train split's captions' metadata that training reads: those of :func:`train_languages` whose image is
-    in ``data.train_image_share`` only. ``skip_unreadable``: leave out the samples that do not read, as the loader
-    does (a one-line error naming the shard otherwise)."""
-    from data_prep.shards import iter_raw, read_captions
-
-    from ..data.subset import keeps_caption
-
-    split = Path(cfg.data.root) / cfg.data.train_split
-    if not skip_unreadable:
-        metas = read_captions(split)
-    else:
-        metas = [dict(meta, key=key) for key, _, _, meta in iter_raw(split, on_bad=lambda err: None)]
-    if cfg.data.train_languages is None and cfg.data.train_image_share >= 1:
-        return metas
-    keep = set(train_languages(cfg)) if cfg.data.train_languages is not None else None
-    return [m for m in metas if keeps_caption(m, keep, cfg.data.train_image_share)]
 
 
 # the keys the data completes (with_matched_image_share, with_text_languages, with_imported_dim): a config as given
@@ -373,28 +185,6 @@ def with_text_languages(cfg: TrainConfig) -> TrainConfig:
     if not cfg.model.languages:
         return replace(cfg, model=replace(cfg.model, languages=train_languages(cfg)))
     return cfg
-
-
-def check_text_languages(cfg: TrainConfig) -> None:
-    """A one-line error when ``model.languages`` of a per-language text encoder (``model.text_encoder=sigurdsson``:
-    one word table per language) is not the training languages (:func:`train_languages`): a training language it
-    lacks has no table for its captions, and a language training never reads would get a table no caption trains
-    (left at its random start, it would encode that language's captions with noise). Empty: the training
-    languages are taken."""
-    given = cfg.model.languages
-    if cfg.model.text_encoder != "sigurdsson" or not given:
-        return
-    found = train_languages(cfg)
-    missing, extra = [c for c in found if c not in given], [c for c in given if c not in found]
-    if not missing and not extra:
-        return
-    where = ("data.train_languages" if cfg.data.train_languages is not None
-             else f"the languages of {Path(cfg.data.root) / cfg.data.train_split}")
-    wrong = "; ".join(part for part in (f"lacks {','.join(missing)}" if missing else "",
-                                        f"names {','.join(extra)}, which training never reads" if extra else "") if part)
-    raise UserError(f"model.languages=[{','.join(given)}] {wrong}: the Sigurdsson baseline (model.text_encoder="
-                    f"sigurdsson) has one word table per training language, and the run trains on {','.join(found)} "
-                    f"({where}); give those, or leave model.languages empty to take them")
 
 
 def with_imported_dim(cfg: TrainConfig) -> TrainConfig:

@@ -158,7 +158,7 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer: Toke
     from ..errors import UserError
     from ..models.text import TextEncoder
     from ..tokenizer import encode_batch, special_ids
-    from .prepare import train_captions
+    from .train_set import train_captions
 
     text = model.text
     if not isinstance(text, TextEncoder):  # as TrainConfig.validate says it

@@ -8,27 +8,21 @@ process's data-stream position; the cloze masks are seeded per step), so ``--res
 continues the uninterrupted run exactly (bit for bit on CPU at a fixed thread count).
 
 :func:`train` reads in the order a run happens: refuse what cannot start, prepare the data and the
-config, build the model and its start, restore a checkpoint, then step (:class:`Stepper`), validate
-and choose ``best`` (:func:`validate`), and save (:class:`Checkpoints`).
+config, build the model and its start, restore a checkpoint, then step (:class:`~.step.Stepper`), validate
+and choose ``best`` (:func:`~.validation_step.validate`), and save (:class:`~.progress.Checkpoints`).
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator, TypeVar
+from typing import Collection, Iterable
 
-import numpy as np
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import ProjectConfiguration, set_seed
 from tokenizers import Tokenizer
-from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from backretrieval.errors import BackRetrievalError
@@ -38,80 +32,28 @@ from backretrieval.records import json_text
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
-from ..encoder import Encoder, TextsCut, build_model, texts_cut_once
-from ..errors import UserError, error_line
-from ..losses import mask_tokens
+from ..encoder import Encoder, build_model
+from ..errors import UserError
 from ..models import GlobetrotterModel
 from ..threads import ENV as THREADS_ENV
 from ..threads import ThreadChoice, apply_threads, choose_threads, load_average, using_threads
-from ..tokenizer import copy_tokenizer, load_tokenizer, special_ids
+from ..tokenizer import load_tokenizer
 from ..data.pipeline import device_augment_from_config, train_loader_from_config
-from ..data.stream import StreamPosition, too_many_bad
 from ..evaluation.records import versions
 from . import adapt, token_init
 from . import checkpoint as ckpt
+from .logs import Log, Scalars, log_training
 from .objective import GlobetrotterObjective
-from .prepare import (COMPLETED_KEYS, ensure_data, tokenizer_path, with_imported_dim, with_matched_image_share,
-                      with_text_languages)
-from .resume import (hold_run_folder, mask_seed, newly_ignored, refuse_changed_config, refuse_changed_tokenizer,
-                     refuse_finished, refuse_foreign_files, refuse_used_folder, resume_position)
+from .prepare import COMPLETED_KEYS, ensure_data, with_imported_dim, with_matched_image_share, with_text_languages
+from .progress import Checkpoints, restore_progress
+from .resume import (hold_run_folder, newly_ignored, refuse_changed_config, refuse_changed_tokenizer,
+                     refuse_finished, refuse_foreign_files, refuse_used_folder)
 from .report import splits_read
 from .scheduler import warmup_cosine, warmup_warning
-from .selection import Verdict, judge, load_hits, save_hits
 from .speed import CompiledForward, resolve_mixed_precision, warn_launcher_precision
-
-if TYPE_CHECKING:
-    from .validation import Validator
-
-MAX_BAD_STEPS = 5  # consecutive non-finite losses before the run stops
-
-Log = Callable[[str], None]
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss stayed NaN/inf for several steps; the weights were never updated with it."""
-
-
-TOKEN_TABLES = ("text.token_embedding.weight", "text.subword.ngram_embedding.weight", "text.word_embedding.weight")
-"""The text encoders' token tables (transformer, its n-gram rows, Sigurdsson baseline): ``optim.embedding_lr_scale``
-applies to them."""
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float, lr: float | None = None,
-                 embedding_lr_scale: float = 1.0) -> list[dict]:
-    """AdamW groups: no weight decay on biases, norms and embeddings. With ``embedding_lr_scale`` != 1 the
-    text encoder's token embeddings (tied to the cloze decoder; the Sigurdsson baseline's per-language word
-    tables) get their own group at ``lr × scale``: each row is updated only by the captions holding its
-    token, far more rarely than the layers above it."""
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    tokens: list[torch.nn.Parameter] = []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        if embedding_lr_scale != 1.0 and name in TOKEN_TABLES:
-            tokens.append(p)
-        else:
-            (no_decay if p.ndim < 2 or "embedding" in name else decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if tokens:
-        if lr is None:
-            raise ValueError("param_groups: embedding_lr_scale needs the base lr")
-        groups.append({"params": tokens, "weight_decay": 0.0, "lr": lr * embedding_lr_scale})
-    return groups
-
-
-@dataclass
-class Progress:
-    """Where the run stands besides its weights: the next step, the best checkpoint (and its selection hits,
-    main process), the bad samples met, and the data stream's position and seed."""
-
-    position: StreamPosition
-    loader_seed: int
-    step: int = 0
-    best: dict | None = None
-    best_hits: np.ndarray | None = None
-    bad_samples: int = 0
+from .step import Stepper, param_groups
+from .tokenizer_file import tokenizer_path
+from .validation_step import build_validator, validate
 
 
 def train(cfg: TrainConfig, resume: str | None = None, written: Collection[str] | None = None) -> dict:
@@ -173,11 +115,11 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
     accelerator.register_for_checkpointing(scheduler)  # stepped by us once per step (not per process)
     forward = CompiledForward(model, cfg.compile, log)  # the training forward; `model` stays eager for saving
 
-    progress = _restore(cfg, accelerator, source, log)
+    progress = restore_progress(cfg, accelerator, source, log)
     if main:  # once the checkpoint loaded: a resume that cannot start leaves the run's config.yaml as it was
         save_config(cfg, cfg.run_dir / "config.yaml")
     # built after the model's init and the start: its g's network draws from the seeded RNG
-    validator = _validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
+    validator = build_validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
     if main:  # a resumed run hides what the killed one logged after its checkpoint (TensorBoard's purge_step)
         accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {"purge_step": progress.step + 1}}
                                   if progress.step else {})
@@ -216,7 +158,7 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
             train_time = time.perf_counter() - t0 - paused
-            _log_training(cfg, scalars, bar, logs, progress.bad_samples, seen / max(train_time, 1e-9), done)
+            log_training(cfg, scalars, bar, logs, progress.bad_samples, seen / max(train_time, 1e-9), done)
             seen, t0, paused = 0, time.perf_counter(), 0.0
         pause = time.perf_counter()
         if cfg.val.every > 0 and (done % cfg.val.every == 0 or done == cfg.steps):
@@ -353,252 +295,6 @@ def _build_model(cfg: TrainConfig, tokenizer: Tokenizer, main: bool, start: bool
     return model
 
 
-def _restore(cfg: TrainConfig, accelerator: Accelerator, source: Path | None, log: Log) -> Progress:
-    """A fresh run's progress, or the checkpoint's: its state (weights, optimizer, scheduler, RNG) loaded, its step,
-    best and data-stream position; a stream that cannot continue gets a fresh seed, different from the first."""
-    progress = Progress(StreamPosition(max(1, cfg.data.workers)), loader_seed=cfg.seed)
-    if source is None:
-        return progress
-    _load_state(accelerator, source, log)
-    state = ckpt.read_state(source)
-    progress.step, progress.best = state["step"], state.get("best")
-    log(f"resumed from {source} at step {progress.step}")
-    if progress.best and source.resolve().parent != ckpt.checkpoint_root(cfg.run_dir).resolve():
-        log(f"another run's checkpoint: its best (step {progress.best.get('step')}) stays in that run; this run's "
-            f"best is chosen among its own validations")  # its best/ is not here: a best reported, none to load
-        progress.best = None
-    if accelerator.is_main_process:
-        progress.best_hits = load_hits(ckpt.checkpoint_root(cfg.run_dir) / "best", progress.best)
-    saved = resume_position(source, accelerator.process_index, cfg.data.workers, log, accelerator.num_processes)
-    if saved is None:
-        progress.loader_seed = cfg.seed * 1_000_003 + progress.step
-    else:
-        progress.position = saved
-    return progress
-
-
-def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
-    """``accelerator.load_state`` of checkpoint ``source``; a damaged file is a one-line error naming it, and RNG
-    states that cannot be read (Accelerate goes on without them, saying so at info level) are one logged line."""
-    rng = source / f"random_states_{accelerator.process_index}.pkl"
-    why = ckpt.unreadable(rng) if rng.is_file() else "missing"
-    if why:
-        log(f"{rng}: cannot restore the RNG states ({why}); the run goes on from other random numbers, so this "
-            f"resume is not exact")
-    try:
-        accelerator.load_state(str(source))
-    except ckpt.LOAD_ERRORS as err:
-        damaged = ckpt.damaged_file(source)
-        what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else error_line(err)
-        others = sorted(p.name for p in source.parent.glob("step-*") if p.is_dir() and p.name != source.name)
-        remedy = (f"resume from another one of the run's checkpoints ({', '.join(others)}: --resume "
-                  f"{source.parent / others[-1]})" if others else "the run holds no other checkpoint to resume from")
-        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; {remedy}") from None
-
-
-def _validator(cfg: TrainConfig, accelerator: Accelerator, log: Log) -> Validator:
-    """The validation hook (main process); warns when val is too small for a BkR@K to tell checkpoints apart."""
-    from .validation import Validator
-
-    validator = Validator(cfg, device=str(accelerator.device))
-    if validator.note:  # e.g. the languages a per-language model cannot encode, left out
-        log(validator.note)
-    warning = validator.val.saturation_warning()
-    if warning:  # the best checkpoint would then be chosen by a tie
-        log(warning)
-    return validator
-
-
-class Stepper:
-    """One optimisation step at a time. The cloze masks are seeded from (seed, rank, step); every process learns
-    whether the loss was finite everywhere and how many bad samples the worst stream met. A non-finite loss
-    skips the step with the weights and the running statistics (BatchNorm, the features head's centre) as they
-    were; :data:`MAX_BAD_STEPS` in a row stop the run."""
-
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, model: torch.nn.Module, forward: CompiledForward,
-                 objective: GlobetrotterObjective, optimizer: torch.optim.Optimizer, scheduler: LambdaLR,
-                 tokenizer: Tokenizer, log: Log) -> None:
-        self.cfg, self.accelerator, self.model, self.forward = cfg, accelerator, model, forward
-        self.objective, self.optimizer, self.scheduler, self.log = objective, optimizer, scheduler, log
-        self.unwrapped = accelerator.unwrap_model(model)
-        self.buffers = list(self.unwrapped.buffers())  # running statistics a forward moves
-        self.specials, self.vocab_size = special_ids(tokenizer), tokenizer.get_vocab_size()
-        self.generator = torch.Generator()  # cloze masks: reseeded every step
-        self.bad_steps = 0
-        self.rank = accelerator.process_index
-
-    def cloze_inputs(self, batch: dict, step: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The masked ids and their labels (-100 where not masked), on the CPU, or ``(None, None)`` without the cloze
-        loss. Drawn by a CPU generator, so every device gets the same masks; the training loop calls it on the
-        loader's batch before the batch moves to the device (a batch already there is copied back first)."""
-        if self.cfg.loss.cloze <= 0:
-            return None, None
-        loss = self.cfg.loss
-        self.generator.manual_seed(mask_seed(self.cfg.seed, self.rank, step))
-        return mask_tokens(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), self.specials["mask"],
-                           self.vocab_size, list(self.specials.values()), p=loss.mask_prob,
-                           generator=self.generator, corrupt_other=loss.corrupt_other)
-
-    def __call__(self, batch: dict, cloze: tuple[torch.Tensor | None, torch.Tensor | None], step: int,
-                 position: StreamPosition) -> tuple[dict | None, int]:
-        """Step on ``batch`` with its ``cloze`` inputs (:meth:`cloze_inputs`), both on the device:
-        ``(logs, bad_samples)``, logs None when the step was skipped; ``position`` is this process's stream (its bad
-        samples so far)."""
-        accelerator = self.accelerator
-        masked, labels = cloze
-        lang_ids = self.unwrapped.language_ids(batch["langs"], accelerator.device) if self.unwrapped.per_language else None
-        kept = [b.clone() for b in self.buffers]  # put back if the step is skipped
-        with accelerator.autocast():
-            out = self.forward(batch["input_ids"], batch["attention_mask"], masked, batch.get("view1"),
-                               batch.get("view2"), cloze_targets=None if labels is None else labels != -100,
-                               lang_ids=lang_ids)
-        loss, logs = self.objective(out, batch, labels)
-        health = accelerator.gather(torch.tensor([[float(torch.isfinite(loss)), position.bad_total]], device=accelerator.device))
-        finite, bad_samples = int(health[:, 0].sum()), int(health[:, 1].max())  # bad: the most any process met
-        if bad_samples > self.cfg.data.max_bad_samples:  # every process agrees: all stop
-            raise too_many_bad(bad_samples, self.cfg.data.max_bad_samples, position.bad_shard)
-        if finite < accelerator.num_processes:
-            self._skip(kept, logs, step)
-            return None, bad_samples
-        self.bad_steps = 0
-        accelerator.backward(loss)
-        if self.cfg.optim.grad_clip > 0 and accelerator.sync_gradients:
-            logs["grad_norm"] = float(accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip))
-        self.optimizer.step()
-        logs["lr"] = self.scheduler.get_last_lr()[0]  # the rate this step trained with, before the schedule moves on
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return logs, bad_samples
-
-    def _skip(self, kept: list[torch.Tensor], logs: dict, step: int) -> None:
-        self.bad_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():  # nor the running statistics, which a non-finite forward would have poisoned
-            for buffer, value in zip(self.buffers, kept):
-                buffer.copy_(value)
-        losses = ", ".join(f"{k}={v:.4g}" for k, v in logs.items() if k.startswith("loss/"))
-        self.log(f"step {step}: non-finite loss ({losses}); step skipped, weights unchanged")
-        if self.bad_steps >= MAX_BAD_STEPS:
-            latest = ckpt.checkpoint_root(self.cfg.run_dir) / ckpt.LATEST
-            raise NonFiniteLoss(f"loss non-finite for {self.bad_steps} consecutive steps at step {step}; lower optim.lr "
-                                f"or use mixed_precision=bf16/no; last good checkpoint: {latest}")
-
-
-UNDEFINED_BECAUSE = {
-    "alpha/precision": "no pair with α > 0 in the batch",
-    "alpha/cross_language_share": "no pair with α > 0 in the batch",
-    "alpha/recall": "no true translation pair in the batch",
-}
-"""Why a statistic of :func:`~..losses.alpha_stats` (or the objective) is NaN: a share of an empty set."""
-
-
-class Scalars:
-    """Writes a step's scalars to TensorBoard (``accelerator.log``), leaving out the statistics that are undefined
-    there (NaN: a share of an empty set, such as ``alpha/precision`` of a batch without a pair with α > 0), which
-    would break the plots; the first time a statistic is left out, one line says which and why. A loss or
-    ``grad_norm`` is always written as it is: a non-finite one is divergence, not an undefined statistic (the
-    :class:`Stepper` skips the steps whose loss is non-finite)."""
-
-    ALWAYS = ("loss/", "grad_norm")
-
-    def __init__(self, accelerator: Accelerator, log: Log) -> None:
-        self.accelerator, self.log = accelerator, log
-        self.said: set[str] = set()
-
-    def __call__(self, values: dict[str, float], step: int) -> None:
-        undefined = [k for k, v in values.items() if isinstance(v, float) and math.isnan(v) and not k.startswith(self.ALWAYS)]
-        new = [k for k in undefined if k not in self.said]
-        if new:
-            why = "; ".join(f"{k} ({UNDEFINED_BECAUSE.get(k, 'NaN')})" for k in new)
-            self.log(f"step {step}: undefined, so not plotted at this step nor any other where it is undefined "
-                     f"(said once): {why}")
-            self.said.update(new)
-        self.accelerator.log({k: v for k, v in values.items() if k not in undefined}, step=step)
-
-
-class Checkpoints:
-    """Saves the run's checkpoints: ``step-N/`` (then ``latest`` points at it, and old ones are pruned to
-    ``keep_checkpoints``) or ``best/``, each with its config, tokenizer, state (step, best, metrics, bad samples,
-    threads), every process's stream position and, in ``best/``, the selection hits."""
-
-    def __init__(self, cfg: TrainConfig, accelerator: Accelerator, tokenizer: Tokenizer, progress: Progress,
-                 threads: ThreadChoice, log: Log) -> None:
-        self.cfg, self.accelerator, self.progress, self.threads, self.log = cfg, accelerator, progress, threads, log
-        self.root = ckpt.checkpoint_root(cfg.run_dir)
-        self.tokenizer_file = tokenizer_path(cfg)
-
-    def save(self, step: int, metrics: dict, as_best: bool = False, hits: np.ndarray | None = None) -> bool:
-        """Write the checkpoint of ``step`` (``best/`` with ``as_best``); False when it could not be written."""
-        progress, rank = self.progress, self.accelerator.process_index
-
-        def fill(folder: Path, is_main: bool) -> None:
-            ckpt.write_stream_position(folder, rank, progress.position.to_dict())
-            if is_main:
-                save_hits(folder, hits if as_best else None)
-                save_config(self.cfg, folder / "config.yaml")
-                copy_tokenizer(self.tokenizer_file, folder / "tokenizer.json")
-                state = {"step": step, "best": progress.best, "metrics": metrics, "bad_samples": progress.bad_samples,
-                         "threads": self.threads.threads}
-                (folder / ckpt.STATE).write_text(json_text(state, indent=2))
-
-        name = "best" if as_best else ckpt.step_name(step)
-        return ckpt.write(self.accelerator, self.root, name, fill, latest=not as_best, keep=self.cfg.keep_checkpoints,
-                          log=self.log)
-
-
-@contextmanager
-def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
-    """Every validation encodes the same val captions: the :class:`~..encoder.TextsCut` warning of its encoding calls
-    is logged once per run (``said``: the messages logged so far), not at each validation; other warnings pass on."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TextsCut)
-        yield
-    for w in caught:
-        if not issubclass(w.category, TextsCut):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        elif str(w.message) not in said:
-            said.add(str(w.message))
-            log(f"warning: validation: {w.message} (said once)")
-
-
-def validate(cfg: TrainConfig, accelerator: Accelerator, validator: Validator | None, unwrapped: GlobetrotterModel,
-             tokenizer: Tokenizer, progress: Progress, done: int, log: Log,
-             scalars: Scalars) -> tuple[dict, bool, np.ndarray | None]:
-    """Validate after step ``done`` on the main process and judge the checkpoint against ``best``
-    (:func:`.selection.judge`); every process gets ``(metrics, accept)``, the main one the selection hits too. The
-    metrics go to TensorBoard through ``scalars``."""
-    key, verdict, hits = cfg.val.select_by, Verdict(False), None
-    metrics: dict = {}
-    if accelerator.is_main_process:
-        assert validator is not None  # the main process builds one whenever val.every > 0, which calls this
-        unwrapped.eval()
-        with texts_cut_said_once(validator.texts_cut_said, log), texts_cut_once():  # val and test texts: one line
-            metrics, all_hits = validator.evaluate(Encoder(unwrapped, tokenizer, cfg, device=str(accelerator.device)))
-        unwrapped.train()
-        hits = all_hits.get(key)
-        if key and key in metrics:
-            verdict = judge(metrics[key], hits, progress.best, progress.best_hits, cfg.val.select_test,
-                            cfg.val.select_alpha, cfg.seed)
-        scalars({**metrics, **_selection_logs(verdict)}, done)
-        log(f"step {done}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
-        if verdict.note:
-            log(f"step {done}: {verdict.note}")
-    metrics, accept = _broadcast((metrics, verdict.accept), accelerator)
-    return metrics, accept, hits
-
-
-def _log_training(cfg: TrainConfig, scalars: Scalars, bar: tqdm, logs: dict, bad_samples: int,
-                  samples_per_s: float, done: int) -> None:
-    """The step's losses, learning rate (the one it trained with), throughput (samples per second of training since
-    the last log: validation and checkpoint writes left out) and bad samples to TensorBoard and the progress bar."""
-    logs["samples_per_s"] = samples_per_s
-    logs["data/bad_samples"] = bad_samples
-    logs["loss/total"] = sum(getattr(cfg.loss, k.split("/")[1]) * v for k, v in logs.items()
-                             if k.startswith("loss/") and k != "loss/total")
-    scalars(logs, done)
-    bar.set_postfix(loss=f"{logs['loss/total']:.3f}", sps=f"{logs['samples_per_s']:.0f}")
-
-
 def _no_accelerator() -> bool:
     """True where torch sees no GPU (nor another accelerator): Accelerate is then told ``cpu=True``, without which
     the N processes of ``accelerate launch --multi_gpu`` on CPU (gloo) each trained alone as a run of one process,
@@ -620,24 +316,3 @@ def _configure_threads(cfg: TrainConfig, process: PartialState, source: Path | N
     apply_threads(choice.threads)
     log(f"{choice}; set threads=N in the config or {THREADS_ENV}=N to choose")
     return choice
-
-
-def _selection_logs(verdict: Verdict) -> dict[str, float]:
-    """TensorBoard scalars of a selection test: its p-value and whether a higher value was rejected as noise."""
-    if verdict.p_value is None:
-        return {}
-    return {"val/select_p_value": verdict.p_value, "val/select_rejected": float(verdict.noise)}
-
-
-_T = TypeVar("_T")
-
-
-def _broadcast(obj: _T, accelerator: Accelerator) -> _T:
-    """The main process's ``obj`` (picklable) on every process (checkpoint selection must agree)."""
-    if accelerator.num_processes == 1:
-        return obj
-    from accelerate.utils import broadcast_object_list
-
-    box = [obj]
-    broadcast_object_list(box, from_process=0)
-    return box[0]

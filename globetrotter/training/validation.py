@@ -36,7 +36,7 @@ class Validator:
         """Score the val captions of the languages the per-language model has a table for (``model.languages``, the
         training languages), as sentence translation does: the others cannot be encoded (the first validation
         stopped the run). Fewer than two left is refused before the run starts
-        (:func:`~.prepare.check_val_languages`)."""
+        (:func:`~.train_set.check_val_languages`)."""
         present = sorted(set(self.val.langs.tolist()))
         kept = [lang for lang in present if lang in cfg.model.languages]
         untrained = [lang for lang in present if lang not in cfg.model.languages]

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 from ...config import TrainConfig
 from ...encoder import Encoder, load, texts_cut_once
 from ...models import GlobetrotterModel
-from ..prepare import train_languages
+from ..train_set import train_languages
 from . import bank
 from .objective import AdaptationObjective
 from .report import translation

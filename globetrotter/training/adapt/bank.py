@@ -22,7 +22,7 @@ from ...encoder import Encoder
 from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...tokenizer import encode_batch
-from ..prepare import train_captions
+from ..train_set import train_captions
 from .start import start_train_config
 from . import split
 

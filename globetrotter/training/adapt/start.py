@@ -15,7 +15,7 @@ from ...encoder import load
 from ...errors import UserError
 from ...tokenizer import extend_tokenizer, load_tokenizer, read_provenance, save_tokenizer, special_ids, token_bytes
 from .. import checkpoint as ckpt
-from ..prepare import train_captions, train_languages
+from ..train_set import train_captions, train_languages
 from . import split
 
 # the data keys of the starting run's model and tokenizer (the grown tokenizer keeps its normalization)

@@ -14,7 +14,7 @@ from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings
 from ...models.text import TextEncoder
 from ...tokenizer import load_tokenizer, special_ids, token_strings_of
-from ..prepare import tokenizer_path
+from ..tokenizer_file import tokenizer_path
 from .start import rows_to_train
 
 
