@@ -91,7 +91,7 @@ def adapt(base: Path, out: Path, *extra: str):
     return cfg, train(cfg)
 
 
-@pytest.mark.filterwarnings("ignore::globetrotter.encoder.TextsCut")  # long captions, cut as in training
+@pytest.mark.filterwarnings("ignore::globetrotter.texts_cut.TextsCut")  # long captions, cut as in training
 def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, tmp_path):
     old = ["en", "ru", "ja"]
     el_before = colour_accuracy(base, world, ["el"], old)
@@ -176,7 +176,7 @@ def base_ngrams(world, base) -> Path:
     return cfg.run_dir
 
 
-@pytest.mark.filterwarnings("ignore::globetrotter.encoder.TextsCut")  # long captions, cut as in training
+@pytest.mark.filterwarnings("ignore::globetrotter.texts_cut.TextsCut")  # long captions, cut as in training
 def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_old_captions(world, base_ngrams,
                                                                                               tmp_path):
     old = ["en", "ru", "ja"]
@@ -551,8 +551,8 @@ def test_the_before_after_report_says_the_test_texts_it_cut_in_one_warning(world
     counted over the distinct texts encoded, as an eval.py command says them."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
     from globetrotter.evaluation import parallel_set
+    from globetrotter.texts_cut import TextsCut
 
     start = load_train_config(base / "config.yaml", ["data.max_length=4", "steps=2", "run_name=short",
                                                      f"output_dir={tmp_path}"])  # every test caption is cut

@@ -694,7 +694,7 @@ def test_validation_says_its_cut_val_captions_once_per_run_not_at_each_validatio
     figures (val.test_groups), the test sentences' encoding was a second line: val and test texts are now one."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "val.every=1", "data.max_length=4", "loss.image=0",
                    "loss.cross=0", f"val.test_groups={test_groups}")
@@ -744,7 +744,7 @@ def test_validation_says_its_cut_texts_once_per_run_and_lets_other_warnings_thro
     a second validation, say nothing more), while any other warning raised inside reaches the caller as it was."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
     from globetrotter.training.trainer import texts_cut_said_once
 
     said: set[str] = set()

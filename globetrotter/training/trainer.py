@@ -37,7 +37,9 @@ from backretrieval.files import json_text, writable_dir
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
-from ..encoder import Encoder, TextsCut, build_model, texts_cut_once
+from ..embeddings import Encoder
+from ..encoder import build_model
+from ..texts_cut import TextsCut, texts_cut_once
 from ..errors import UserError, error_line
 from ..losses import mask_tokens
 from ..models import GlobetrotterModel
@@ -547,7 +549,7 @@ class Checkpoints:
 
 @contextmanager
 def texts_cut_said_once(said: set[str], log: Log) -> Iterator[None]:
-    """Every validation encodes the same val captions: the :class:`~..encoder.TextsCut` warning of its encoding calls
+    """Every validation encodes the same val captions: the :class:`~..texts_cut.TextsCut` warning of its encoding calls
     is logged once per run (``said``: the messages logged so far), not at each validation; other warnings pass on."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TextsCut)

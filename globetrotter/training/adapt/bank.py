@@ -18,7 +18,7 @@ from ...config import TrainConfig
 from ...data.augment import eval_transform
 from ...data.feature_cache import unique_samples
 from ...data.truth import truth_id
-from ...encoder import Encoder
+from ...embeddings import Encoder
 from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...tokenizer import encode_batch
