@@ -13,7 +13,8 @@ import globetrotter
 from data_prep.shards import read_captions
 from globetrotter.config import load_train_config
 from globetrotter.config_io import save_config
-from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache import cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.losses import transitive_alpha
 from globetrotter.tokenizer import (extend_tokenizer, provenance_languages, read_provenance, token_bytes,
                                     train_tokenizer)
@@ -945,7 +946,7 @@ def test_pixel_image_features_come_in_the_order_asked_with_repeats(world):
     from types import SimpleNamespace
 
     from globetrotter.data.augment import eval_transform
-    from globetrotter.data.feature_cache import unique_samples
+    from globetrotter.data.feature_cache_build import unique_samples
     from globetrotter.training.adapt.bank import image_features
 
     from data_prep.shards import decode_sample_image

@@ -511,7 +511,8 @@ def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path)
     building a cache refuse them at once, naming the split and the way in, and write nothing."""
     from data_prep.shards import ShardWriter
 
-    from globetrotter.data.feature_cache import build_feature_cache, spec_from_config
+    from globetrotter.data.feature_cache import spec_from_config
+    from globetrotter.data.feature_cache_build import build_feature_cache
     from globetrotter.models import create_image_backbone
 
     world = tmp_path / "vectors"
