@@ -75,7 +75,8 @@ def main() -> None:
     args = p.parse_args()
 
     from globetrotter.config import load_train_config
-    from globetrotter.data.feature_cache import build_feature_cache, spec_from_config
+    from globetrotter.data.feature_cache import spec_from_config
+    from globetrotter.data.feature_cache_build import build_feature_cache
     from globetrotter.models.image import create_image_backbone
 
     cfg = load_train_config(args.config, args.overrides)

@@ -285,7 +285,8 @@ def stage_validation(work: Path, n: int, dim: int, threads: int = THREADS) -> di
     included; up to :data:`EXACT_CHECK_MAX` captions also the estimate against the exact full-set BkR."""
     import torch
 
-    from globetrotter.encoder import Encoder, build_model
+    from globetrotter.embeddings import Encoder
+    from globetrotter.encoder import build_model
     from globetrotter.tokenizer import load_tokenizer
     from globetrotter.training.tokenizer_file import tokenizer_path
     from globetrotter.training.validation import Validator

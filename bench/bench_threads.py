@@ -37,7 +37,8 @@ BUILD = """
 import sys
 from pathlib import Path
 from globetrotter.config import load_train_config
-from globetrotter.data.feature_cache import build_feature_cache, spec_from_config
+from globetrotter.data.feature_cache import spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.models.image import create_image_backbone
 from globetrotter.threads import configure_threads
 cfg = load_train_config("configs/flickr8k.yaml")

@@ -52,7 +52,7 @@ from study_image_features import write_cache  # noqa: E402
 from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_folder, positive_float, positive_int  # noqa: E402
 from globetrotter.data.augment import eval_transform, simclr_transform  # noqa: E402
-from globetrotter.data.feature_cache import unique_images  # noqa: E402
+from globetrotter.data.feature_cache_build import unique_images  # noqa: E402
 from globetrotter.errors import UserError  # noqa: E402
 from globetrotter.evaluation.records import versions  # noqa: E402
 from globetrotter.weights_file import save_weights  # noqa: E402

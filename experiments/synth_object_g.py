@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:  # before anything is written: a ShardWriter on the split itself would delete its shards
             check_out(args.split, args.out)
         if args.cache:
-            from globetrotter.data.feature_cache import check_cache_folder, same_folder
+            from globetrotter.data.feature_cache import same_folder
+            from globetrotter.data.feature_cache_write import check_cache_folder
 
             if args.out and same_folder(args.out, args.cache):
                 raise UserError(f"--cache {args.cache}: the same folder as --out; give the cache a folder of its own")

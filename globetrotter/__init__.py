@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from .errors import UserError  # what load and the library raise for a mistake a user can fix
 
 if TYPE_CHECKING:  # the encoder module imports torch: loaded by load() only
-    from .encoder import Encoder
+    from .embeddings import Encoder
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it: keep it a literal)
 
 
 def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
-    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.encoder.Encoder` on
+    """Load a trained model (run folder or checkpoint folder) as an :class:`~globetrotter.embeddings.Encoder` on
     ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...).
 
     ``prefer_best``: from a run folder (or its ``checkpoints/``), load its ``best`` checkpoint (the one validation
@@ -32,7 +32,7 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
 def __getattr__(name: str) -> type:
     """``globetrotter.Encoder``, imported on first use (PEP 562), so that ``import globetrotter`` stays light."""
     if name == "Encoder":
-        from .encoder import Encoder
+        from .embeddings import Encoder
 
         return Encoder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

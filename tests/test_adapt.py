@@ -13,7 +13,8 @@ import globetrotter
 from data_prep.shards import read_captions
 from globetrotter.config import load_train_config
 from globetrotter.config_io import save_config
-from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache import cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.losses import transitive_alpha
 from globetrotter.tokenizer import (extend_tokenizer, provenance_languages, read_provenance, token_bytes,
                                     train_tokenizer)
@@ -91,7 +92,7 @@ def adapt(base: Path, out: Path, *extra: str):
     return cfg, train(cfg)
 
 
-@pytest.mark.filterwarnings("ignore::globetrotter.encoder.TextsCut")  # long captions, cut as in training
+@pytest.mark.filterwarnings("ignore::globetrotter.texts_cut.TextsCut")  # long captions, cut as in training
 def test_adapting_teaches_the_new_language_and_keeps_the_old_ones(world, base, tmp_path):
     old = ["en", "ru", "ja"]
     el_before = colour_accuracy(base, world, ["el"], old)
@@ -176,7 +177,7 @@ def base_ngrams(world, base) -> Path:
     return cfg.run_dir
 
 
-@pytest.mark.filterwarnings("ignore::globetrotter.encoder.TextsCut")  # long captions, cut as in training
+@pytest.mark.filterwarnings("ignore::globetrotter.texts_cut.TextsCut")  # long captions, cut as in training
 def test_adapting_a_run_with_token_ngrams_grows_its_ngram_table_and_keeps_the_old_captions(world, base_ngrams,
                                                                                               tmp_path):
     old = ["en", "ru", "ja"]
@@ -551,8 +552,8 @@ def test_the_before_after_report_says_the_test_texts_it_cut_in_one_warning(world
     counted over the distinct texts encoded, as an eval.py command says them."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
     from globetrotter.evaluation import parallel_set
+    from globetrotter.texts_cut import TextsCut
 
     start = load_train_config(base / "config.yaml", ["data.max_length=4", "steps=2", "run_name=short",
                                                      f"output_dir={tmp_path}"])  # every test caption is cut
@@ -945,7 +946,7 @@ def test_pixel_image_features_come_in_the_order_asked_with_repeats(world):
     from types import SimpleNamespace
 
     from globetrotter.data.augment import eval_transform
-    from globetrotter.data.feature_cache import unique_samples
+    from globetrotter.data.feature_cache_build import unique_samples
     from globetrotter.training.adapt.bank import image_features
 
     from data_prep.shards import decode_sample_image

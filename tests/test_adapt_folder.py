@@ -16,7 +16,8 @@ from PIL import Image, ImageDraw
 
 from data_prep.shards import read_captions
 from globetrotter.config import load_train_config
-from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache import cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.data_cli import main as data_main
 from globetrotter.evaluation.cli import main as eval_main
 from globetrotter.training.cli import main as train_main

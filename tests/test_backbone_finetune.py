@@ -15,7 +15,8 @@ from conftest import TINY, run_data_cli, strict_json
 from data_prep.shards import read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.augment import eval_transform
-from globetrotter.data.feature_cache import load_feature_cache, unique_images
+from globetrotter.data.feature_cache import load_feature_cache
+from globetrotter.data.feature_cache_build import unique_images
 from globetrotter.errors import UserError
 from globetrotter.evaluation.models import encode_texts, load_model
 from globetrotter.models.image import create_image_backbone

@@ -1148,11 +1148,11 @@ def test_a_written_record_names_the_installed_versions_or_null(tmp_path, monkeyp
 
 def test_texts_cut_by_a_globetrotter_embedder_are_one_warning_line_under_backretrieval(capsys):
     """``backretrieval ... --model globetrotter:RUN`` prints BackRetrieval warnings as one ``warning:`` line; a
-    :class:`~globetrotter.encoder.TextsCut` there was Python's two lines with a source line of the package."""
+    :class:`~globetrotter.texts_cut.TextsCut` there was Python's two lines with a source line of the package."""
     import warnings
 
     from backretrieval.errors import one_line_warnings
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     with one_line_warnings():
         warnings.warn("3 of 8 text(s) are longer than data.max_length=4 tokens", TextsCut)

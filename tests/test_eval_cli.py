@@ -384,9 +384,9 @@ def test_select_runs_the_text_encoder_once_over_each_caption_for_both_heads(tiny
     the text encoder over the same texts, the heads being projections of the same sentence states. Each text now
     passes once, and each head's embeddings are those the head gives alone."""
     from globetrotter import load
-    from globetrotter.encoder import TextsCut
     from globetrotter.evaluation.tasks.select import select_ranking
     from globetrotter.models.globetrotter import GlobetrotterModel
+    from globetrotter.texts_cut import TextsCut
 
     passed = []
     real = GlobetrotterModel.sentence_states

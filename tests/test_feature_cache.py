@@ -19,8 +19,8 @@ from data_prep.shards import iter_samples, read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.augment import eval_transform
 from globetrotter.data.feature_batches import FeatureBatches
-from globetrotter.data.feature_cache import (CacheSpec, build_feature_cache, load_feature_cache,
-                                             spec_from_config)
+from globetrotter.data.feature_cache import CacheSpec, load_feature_cache, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.data.neighbours import other_language_neighbours
 from globetrotter.errors import UserError
 from globetrotter.models.image import create_image_backbone
@@ -103,7 +103,7 @@ def test_each_images_row_is_its_own_evaluation_view_then_its_augmented_views(tin
 def test_augmented_views_are_drawn_per_image_so_two_copies_of_a_picture_get_other_views(tiny_world):
     """The views' generator is seeded by (seed, image index): the same picture at two places of a split gets the
     same whole-image row but other crops and jitter, and the same ones at every read."""
-    from globetrotter.data.feature_cache import _Views, unique_samples
+    from globetrotter.data.feature_cache_build import _Views, unique_samples
 
     _, ext, data, shard, key = next(unique_samples(tiny_world / "train"))
     views = _Views([data, data], small_spec(), [ext, ext], [(shard, key)] * 2)
@@ -662,9 +662,9 @@ def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_ru
                                                                                          monkeypatch):
     import shutil
 
-    import globetrotter.data.feature_cache as feature_cache
+    import globetrotter.data.feature_cache_build as feature_cache_build
     import globetrotter.threads as threads
-    from globetrotter.data.feature_cache import ensure_feature_cache
+    from globetrotter.data.feature_cache_build import ensure_feature_cache
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
@@ -672,13 +672,13 @@ def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_ru
     monkeypatch.setattr(threads, "available_cores", lambda: 4)
     monkeypatch.setattr(threads, "load_average", lambda: 0.0)
     seen = []
-    real = feature_cache.build_feature_cache
+    real = feature_cache_build.build_feature_cache
 
     def build(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(feature_cache, "build_feature_cache", build)
+    monkeypatch.setattr(feature_cache_build, "build_feature_cache", build)
     cfg = _cfg(world, tmp_path, weights, "data.workers=1")
     assert threads.choose_threads(cfg.data.workers).threads == 2  # the run's share beside its data worker
     before = torch.get_num_threads()
@@ -695,7 +695,7 @@ def test_a_build_inside_a_run_gives_the_backbone_the_cores_and_hands_back_the_ru
 def test_a_run_builds_its_missing_cache_on_the_training_device(tiny_world, tmp_path, weights, monkeypatch):
     import shutil
 
-    import globetrotter.data.feature_cache as feature_cache
+    import globetrotter.data.feature_cache_build as feature_cache_build
     from globetrotter.training import trainer
     from globetrotter.training.prepare import ensure_data
 
@@ -715,13 +715,13 @@ def test_a_run_builds_its_missing_cache_on_the_training_device(tiny_world, tmp_p
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))
-    seen, real = [], feature_cache.build_feature_cache
+    seen, real = [], feature_cache_build.build_feature_cache
 
     def build(*args, device, **kwargs):  # a CPU machine has no second device: record it, build on the CPU
         seen.append(device)
         return real(*args, device="cpu", **kwargs)
 
-    monkeypatch.setattr(feature_cache, "build_feature_cache", build)
+    monkeypatch.setattr(feature_cache_build, "build_feature_cache", build)
     lines = []
     ensure_data(_cfg(world, tmp_path, weights), lines.append, device=torch.device("meta"))
     assert seen == ["meta"] and any("on meta)" in line for line in lines)
@@ -751,7 +751,7 @@ def test_an_image_that_does_not_decode_stops_a_build_in_one_line_naming_its_shar
     import shutil
 
     from conftest import truncate_image
-    from globetrotter.data.feature_cache import ensure_feature_cache
+    from globetrotter.data.feature_cache_build import ensure_feature_cache
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world, ignore=shutil.ignore_patterns("features"))

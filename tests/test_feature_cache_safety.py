@@ -13,8 +13,8 @@ import torch
 
 from conftest import make_tiny_world, run_data_cli
 from globetrotter.config import load_train_config
-from globetrotter.data.feature_cache import (build_feature_cache, ensure_feature_cache, load_feature_cache,
-                                             spec_from_config)
+from globetrotter.data.feature_cache import load_feature_cache, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache, ensure_feature_cache
 from globetrotter.data.feature_concat import concat_caches
 from globetrotter.data.feature_import import import_embeddings, split_image_ids
 from globetrotter.errors import UserError
@@ -107,7 +107,7 @@ def test_no_writer_replaces_a_folder_that_is_no_feature_cache(world, tmp_path, w
 def test_a_tmp_folder_holding_other_files_is_never_deleted_as_a_leftover_write(tmp_path):
     """``<out>.tmp`` is cleared only when it holds nothing but cache files (a killed write's leftover): a folder of
     that name holding anything else is refused and kept as it was; a leftover is removed."""
-    from globetrotter.data.feature_cache import start_cache_write
+    from globetrotter.data.feature_cache_write import start_cache_write
 
     out, tmp = tmp_path / "features", tmp_path / "features.tmp"
     tmp.mkdir()

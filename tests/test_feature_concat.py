@@ -11,7 +11,8 @@ import torch
 from conftest import run_data_cli
 
 from globetrotter.config import load_train_config
-from globetrotter.data.feature_cache import CacheSpec, build_feature_cache, load_feature_cache
+from globetrotter.data.feature_cache import CacheSpec, load_feature_cache
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.data.feature_concat import concat_caches
 from globetrotter.data.feature_import import split_image_ids
 from globetrotter.errors import UserError

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from globetrotter.data.feature_cache import build_feature_cache
+from globetrotter.data.feature_cache_build import build_feature_cache
 from globetrotter.errors import UserError
 from globetrotter.evaluation import cli
 from globetrotter.evaluation.pivot_ridge import PivotRidgeEncoder

@@ -43,7 +43,7 @@ def test_any_iterable_of_texts_is_encoded_as_its_list(encoder):
     cut count was taken from the generator, already used up)."""
     import warnings
 
-    from globetrotter.encoder import TextsCut, texts_cut_once
+    from globetrotter.texts_cut import TextsCut, texts_cut_once
 
     long = " ".join(["red square"] * encoder.cfg.data.max_length)
     texts = ["red square", "blue circle", long]
@@ -196,7 +196,7 @@ def test_texts_cut_to_max_length_are_counted_in_one_warning_per_call(encoder):
     that cuts now says how many of how many texts, and the limit, once: not once per batch."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     limit = encoder.cfg.data.max_length
     long = " ".join(["red square"] * limit)  # far more than max_length tokens
@@ -219,7 +219,7 @@ def test_every_encoding_method_warns_at_its_caller(encoder):
     package, instead of the line that called encode. Every encoding method's TextsCut names the caller's file."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     texts = [" ".join(["red square"] * encoder.cfg.data.max_length), "green"]
     with warnings.catch_warnings(record=True) as caught:
@@ -239,7 +239,7 @@ def test_a_commands_notice_counts_each_text_once(encoder):
     command had. It counts distinct texts."""
     import warnings
 
-    from globetrotter.encoder import TextsCut, texts_cut_once
+    from globetrotter.texts_cut import TextsCut, texts_cut_once
 
     long = " ".join(["red square"] * encoder.cfg.data.max_length)
     with warnings.catch_warnings(record=True) as caught:
@@ -343,7 +343,7 @@ def test_encoder_is_exported_lazily():
     import subprocess
     import sys
 
-    from globetrotter.encoder import Encoder
+    from globetrotter.embeddings import Encoder
 
     assert globetrotter.Encoder is Encoder and "Encoder" in globetrotter.__all__ and "Encoder" in dir(globetrotter)
     with pytest.raises(AttributeError, match="has no attribute 'Encoderr'"):
@@ -365,7 +365,7 @@ def test_the_type_hints_of_every_public_callable_resolve():
     import typing
 
     import globetrotter.evaluation as evaluation
-    from globetrotter.encoder import Encoder
+    from globetrotter.embeddings import Encoder
 
     def callables(value, label: str):
         if inspect.isfunction(value):
@@ -489,7 +489,8 @@ def test_each_head_reads_its_pooling_and_rows_come_back_in_order(encoder):
     import torch
     import torch.nn.functional as F
 
-    from globetrotter.encoder import Encoder, build_model
+    from globetrotter.embeddings import Encoder
+    from globetrotter.encoder import build_model
     from globetrotter.tokenizer import encode_batch
 
     cfg = replace(encoder.cfg, model=replace(encoder.cfg.model, text_pooling_x="mean"))
@@ -533,7 +534,7 @@ def test_a_calls_cut_notice_counts_a_repeated_text_each_time(encoder):
     """One call's notice counts the texts it was given: a long text passed twice is two of three texts cut."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     long = " ".join(["red square"] * encoder.cfg.data.max_length)
     with warnings.catch_warnings(record=True) as caught:

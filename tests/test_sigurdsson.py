@@ -223,12 +223,12 @@ def test_translate_needs_the_query_language(sigurdsson_run, tiny_world, tmp_path
     assert exit_info.value.code == 0
 
 
-@pytest.mark.filterwarnings("ignore::globetrotter.encoder.TextsCut")  # long captions, cut as in training
+@pytest.mark.filterwarnings("ignore::globetrotter.texts_cut.TextsCut")  # long captions, cut as in training
 def test_the_trainers_test_score_reads_the_languages_the_model_has_tables_for(tiny_world):
     """A test split with a held-out language (no word table): the trainer's test hook scores the model on the others
     (it used to stop a Sigurdsson run on a world with a held-out language at its first validation)."""
     from data_prep.shards import read_captions
-    from globetrotter.encoder import Encoder
+    from globetrotter.embeddings import Encoder
     from globetrotter.evaluation import sentence_translation_score
     from globetrotter.tokenizer import train_tokenizer
 

@@ -12,7 +12,8 @@ import globetrotter
 from data_prep.shards import images_by_language, read_captions
 from globetrotter.config import load_train_config
 from globetrotter.data.feature_batches import FeatureBatches
-from globetrotter.data.feature_cache import build_feature_cache, cache_dir_for, ensure_feature_cache, spec_from_config
+from globetrotter.data.feature_cache import cache_dir_for, spec_from_config
+from globetrotter.data.feature_cache_build import build_feature_cache, ensure_feature_cache
 from globetrotter.data.pipeline import make_train_loader
 from globetrotter.data.subset import image_share_key, keeps_caption, matching_share
 from globetrotter.encoder import build_model

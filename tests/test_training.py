@@ -513,7 +513,8 @@ def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path)
     building a cache refuse them at once, naming the split and the way in, and write nothing."""
     from data_prep.shards import ShardWriter
 
-    from globetrotter.data.feature_cache import build_feature_cache, spec_from_config
+    from globetrotter.data.feature_cache import spec_from_config
+    from globetrotter.data.feature_cache_build import build_feature_cache
     from globetrotter.models import create_image_backbone
 
     world = tmp_path / "vectors"
@@ -696,7 +697,7 @@ def test_validation_says_its_cut_val_captions_once_per_run_not_at_each_validatio
     figures (val.test_groups), the test sentences' encoding was a second line: val and test texts are now one."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
 
     cfg = tiny_cfg(tiny_world, tmp_path, "steps=3", "val.every=1", "data.max_length=4", "loss.image=0",
                    "loss.cross=0", f"val.test_groups={test_groups}")
@@ -746,7 +747,7 @@ def test_validation_says_its_cut_texts_once_per_run_and_lets_other_warnings_thro
     a second validation, say nothing more), while any other warning raised inside reaches the caller as it was."""
     import warnings
 
-    from globetrotter.encoder import TextsCut
+    from globetrotter.texts_cut import TextsCut
     from globetrotter.training.validation_step import texts_cut_said_once
 
     said: set[str] = set()

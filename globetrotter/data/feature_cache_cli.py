@@ -1,5 +1,5 @@
 """``globetrotter-data features build|import|concat|finetune``: the image-feature cache of a split for frozen-backbone
-training, built from pixels by a backbone (:mod:`.feature_cache`), imported from precomputed embeddings
+training, built from pixels by a backbone (:mod:`.feature_cache_build`), imported from precomputed embeddings
 (:mod:`.feature_import`), joined (:mod:`.feature_concat`), or built by a backbone fine-tuned to a trained run's reading of
 the images' captions (round two, :mod:`globetrotter.training.backbone_finetune`)."""
 from __future__ import annotations
@@ -20,10 +20,9 @@ from ..config import IMPORTED_BACKBONE, load_train_config
 from ..errors import UserError
 from ..shell import program_command
 from ..training.backbone_finetune import FinetuneSettings
-from .feature_cache import (
-    SPEC, CacheSpec, build_feature_cache, built_from_split, check_cache_folder, clear_stale_write, load_feature_cache,
-    spec_from_config,
-)
+from .feature_cache import SPEC, CacheSpec, built_from_split, load_feature_cache, spec_from_config
+from .feature_cache_build import build_feature_cache
+from .feature_cache_write import check_cache_folder, clear_stale_write
 
 
 def _warn_random_weights(spec: CacheSpec, split: Path) -> None:

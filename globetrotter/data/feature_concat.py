@@ -23,7 +23,8 @@ import numpy as np
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError, error_line
-from .feature_cache import MEANS, ROW0_FIELDS, SPEC, FeatureCache, check_cache_folder, load_feature_cache
+from .feature_cache import MEANS, ROW0_FIELDS, SPEC, FeatureCache, load_feature_cache
+from .feature_cache_write import check_cache_folder
 from .feature_import import CHUNK_ROWS, _Source, split_image_ids, write_imported
 
 

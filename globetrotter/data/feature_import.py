@@ -17,7 +17,7 @@ under a ``.tmp`` name and renamed at the end, so a refused import leaves nothing
 duplicate id, one dimension for every row; every image of the split must have a row, not null, with finite values
 within float16's range and not all zero (the rows of ids the split lacks are dropped, their values unchecked). ``--out``
 must be absent, empty or a feature cache
-(:func:`.feature_cache.check_cache_folder`): another folder is refused, ``--overwrite`` or not.
+(:func:`.feature_cache_write.check_cache_folder`): another folder is refused, ``--overwrite`` or not.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from data_prep.shards import file_sha256, iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError
-from .feature_cache import (FEATURES, IMAGE_IDS, SPEC, cache_write, check_cache_folder, imported_spec,
-                            read_cache_record, same_folder)
+from .feature_cache import FEATURES, IMAGE_IDS, SPEC, imported_spec, read_cache_record, same_folder
+from .feature_cache_write import cache_write, check_cache_folder
 
 CHUNK_ROWS = 65_536  # source rows converted (float32) at a time
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -274,7 +274,7 @@ def _file_name_hint(source_ids: dict[str, int], missing: set[str]) -> str:
 
 
 def _check_out(out_dir: Path, name: str, dim: int, force: bool, digest: str, split_dir: Path) -> None:
-    """Refuse a folder at ``out_dir`` that is no cache (:func:`.feature_cache.check_cache_folder`, ``force`` or not)
+    """Refuse a folder at ``out_dir`` that is no cache (:func:`.feature_cache_write.check_cache_folder`, ``force`` or not)
     and, unless ``force``, a cache of other embeddings or dimension, or of the same name and dimension but from
     another source (its recorded sha256 is not ``digest``) or of another split than ``split_dir``."""
     check_cache_folder(out_dir, "--out")

@@ -181,7 +181,7 @@ def train_loader_from_config(cfg: "TrainConfig", tokenizer: Tokenizer, local_bat
     d = cfg.data
     if d.features:
         from .feature_batches import FeatureBatches
-        from .feature_cache import ensure_feature_cache
+        from .feature_cache_build import ensure_feature_cache
 
         cache = ensure_feature_cache(cfg, d.train_split, log) if cfg.loss.uses_images else None
         return FeatureBatches(Path(d.root) / d.train_split, cache, tokenizer, local_batch, d.max_length, seed=cfg.seed,

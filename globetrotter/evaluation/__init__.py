@@ -46,7 +46,7 @@ from .word import rank_word_vectors, word_translation, word_translation_scores
 from .word_dictionary import tfidf_dictionary
 
 if TYPE_CHECKING:  # the encoder module imports torch
-    from ..encoder import Encoder
+    from ..embeddings import Encoder
 
 _PARALLEL_CACHE: dict[tuple, ParallelSet] = {}
 

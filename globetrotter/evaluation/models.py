@@ -19,7 +19,7 @@ from .pivot_ridge import PivotRidgeEncoder, is_pivot_ridge_spec
 from .tfidf import TfidfEncoder, is_tfidf_spec
 
 if TYPE_CHECKING:  # the encoder module imports torch
-    from globetrotter.encoder import Encoder
+    from globetrotter.embeddings import Encoder
 
 ModelLike = Union[str, Path, "Encoder", TfidfEncoder, PivotRidgeEncoder]
 """What an evaluation's ``model`` is: a run or checkpoint folder, a baseline spec (``tfidf``, ``ridge:SPLIT``), or

@@ -37,7 +37,7 @@ def is_tfidf_spec(model: str | None) -> bool:
 
 
 class TfidfEncoder:
-    """Character n-gram TF-IDF with the ``encode_text`` interface of :class:`globetrotter.encoder.Encoder`.
+    """Character n-gram TF-IDF with the ``encode_text`` interface of :class:`globetrotter.embeddings.Encoder`.
 
     ``ngram_range`` (inclusive, in characters), ``max_features`` (``None`` = the whole
     vocabulary of the fitting corpus; the vectors stay sparse either way) and

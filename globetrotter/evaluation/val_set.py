@@ -36,7 +36,7 @@ def image_features_of(cfg: TrainConfig, split: str) -> str:
     the run's image-feature cache for ``split`` (built once for a frozen backbone, checked against the config)."""
     if cfg.val.image_features != "features":
         return cfg.val.image_features
-    from globetrotter.data.feature_cache import ensure_feature_cache
+    from globetrotter.data.feature_cache_build import ensure_feature_cache
 
     return f"features:{ensure_feature_cache(cfg, split).path}"
 
@@ -78,7 +78,7 @@ class BackRetrievalSet:
             self._from_cache(Path(image_features.split(":", 1)[1]), max_per_lang, captions)
             self._check_one_language()
             return
-        from globetrotter.data.feature_cache import require_pictures
+        from globetrotter.data.feature_cache_build import require_pictures
 
         require_pictures(self.split, read_manifest(self.split), f"BackRetrieval with image features {image_features!r}")
         extract = self._feature_extractor(image_features, device)

@@ -222,7 +222,8 @@ def finetune_backbone(split: str | Path, run: str | Path, out: str | Path, setti
     from ..weights_file import save_weights
 
     from ..data.augment import simclr_transform
-    from ..data.feature_cache import build_feature_cache, load_feature_cache, spec_from_config, unique_images
+    from ..data.feature_cache import load_feature_cache, spec_from_config
+    from ..data.feature_cache_build import build_feature_cache, unique_images
     from ..data.feature_import import import_embeddings
     from ..evaluation.models import current_checkpoint, fingerprint
     from ..evaluation.records import versions

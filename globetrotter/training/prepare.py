@@ -148,7 +148,7 @@ def ensure_data(cfg: TrainConfig, log: Callable[[str], None] = print, device: st
     if cfg.data.synth is not None and (root / WORLD_CONFIG).is_file():
         check_world(cfg.data.synth, root / WORLD_CONFIG)
     if cfg.loss.uses_images and not cfg.data.features:
-        from ..data.feature_cache import require_pictures
+        from ..data.feature_cache_build import require_pictures
 
         require_pictures(train_dir, manifest, "training without data.features")
     train_languages(cfg)  # a code the split lacks: the one-line error, before anything is built
@@ -170,7 +170,7 @@ def ensure_data(cfg: TrainConfig, log: Callable[[str], None] = print, device: st
         train_tokenizer_on_split(split, path, cfg.data.vocab_size, normalization=norm)
     check_tokenizer(cfg, path, log)
     if cfg.data.features and cfg.loss.uses_images:
-        from ..data.feature_cache import ensure_feature_cache
+        from ..data.feature_cache_build import ensure_feature_cache
 
         ensure_feature_cache(cfg, cfg.data.train_split, log, device=device)
 

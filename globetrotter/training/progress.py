@@ -9,7 +9,7 @@ import numpy as np
 from accelerate import Accelerator
 from tokenizers import Tokenizer
 
-from backretrieval.files import json_text
+from backretrieval.records import json_text
 
 from ..config import TrainConfig
 from ..config_io import save_config

@@ -154,7 +154,7 @@ def init_from_config(model: torch.nn.Module, cfg: "TrainConfig", tokenizer: Toke
     """``model.token_init: image_pivot``: set the text encoder's token rows from the train split's captions (those of
     ``data.train_languages``) and the whole-image rows of its feature cache (``data.features``, built by then).
     Returns :func:`init_token_embeddings`'s record."""
-    from ..data.feature_cache import ensure_feature_cache
+    from ..data.feature_cache_build import ensure_feature_cache
     from ..errors import UserError
     from ..models.text import TextEncoder
     from ..tokenizer import encode_batch, special_ids

@@ -32,7 +32,8 @@ from backretrieval.records import json_text
 from ..config import TrainConfig
 from ..config_checks import warn_ignored_keys
 from ..config_io import save_config
-from ..encoder import Encoder, build_model
+from ..embeddings import Encoder
+from ..encoder import build_model
 from ..errors import UserError
 from ..models import GlobetrotterModel
 from ..threads import ENV as THREADS_ENV

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from ..config import TrainConfig
-from ..encoder import Encoder
+from ..embeddings import Encoder
 from ..evaluation.val_set import BackRetrievalSet, image_features_of
 
 

@@ -11,7 +11,8 @@ from accelerate import Accelerator
 from tokenizers import Tokenizer
 
 from ..config import TrainConfig
-from ..encoder import Encoder, TextsCut, texts_cut_once
+from ..embeddings import Encoder
+from ..texts_cut import TextsCut, texts_cut_once
 from ..models import GlobetrotterModel
 from .logs import Log, Scalars
 from .progress import Progress

@@ -50,7 +50,7 @@ def _main(argv: Sequence[str] | None) -> int:
         prog = program_name("eval")
         return zeroshot_main(argv, prog) if argv[0] == "tag" else zeroshot_main(argv[1:], f"{prog} zeroshot")
     args = build_parser().parse_args(argv)
-    from globetrotter.encoder import texts_cut_once
+    from globetrotter.texts_cut import texts_cut_once
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0)  # no data workers: this process's share of the cores (OMP_NUM_THREADS wins)

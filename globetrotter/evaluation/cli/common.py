@@ -13,7 +13,7 @@ from .. import models
 from ..records import DEFAULT_OUT, Result, record_path
 
 if TYPE_CHECKING:
-    from globetrotter.encoder import Encoder
+    from globetrotter.embeddings import Encoder
 
     from ..pivot_ridge import PivotRidgeEncoder
     from ..tfidf import TfidfEncoder

@@ -20,7 +20,7 @@ from ..tfidf import TfidfEncoder
 
 def require_sequence(value: object, name: str, what: str = "texts") -> None:
     """A ``TypeError`` when ``value`` is one ``str`` where a sequence of ``what`` is expected (it would be read as its
-    characters), as :meth:`~globetrotter.encoder.Encoder.encode_text` refuses one; for language codes the message
+    characters), as :meth:`~globetrotter.embeddings.Encoder.encode_text` refuses one; for language codes the message
     shows the list a comma-separated value stands for."""
     if isinstance(value, (str, bytes)):
         items = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else []

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def _encode_images(encoder: Any, split: str | Path, row_of: dict[str, int], batch_size: int) -> np.ndarray:
     """``[len(row_of), D]``: row ``row_of[image_id]`` embeds that image of ``split`` (read once, in batches)."""
     from data_prep.shards import decode_sample_image
-    from globetrotter.data.feature_cache import unique_samples
+    from globetrotter.data.feature_cache_build import unique_samples
 
     image_emb: list[np.ndarray | None] = [None] * len(row_of)
     batch: list[Image.Image | np.ndarray] = []  # as decode_sample_image gives them
@@ -77,7 +77,7 @@ def evaluate(
         raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
                         "text-image retrieval needs a trained run folder")
     from data_prep.shards import read_captions, read_manifest
-    from globetrotter.data.feature_cache import require_pictures
+    from globetrotter.data.feature_cache_build import require_pictures
 
     require_pictures(split, read_manifest(split), "text-image retrieval")  # the run's image encoder reads pictures
     wanted = set(languages or [])

@@ -9,8 +9,10 @@ import torch
 from tokenizers import Tokenizer
 
 from ...config import TrainConfig
-from ...encoder import Encoder, load, texts_cut_once
+from ...embeddings import Encoder
+from ...encoder import load
 from ...models import GlobetrotterModel
+from ...texts_cut import texts_cut_once
 from ..train_set import train_languages
 from . import bank
 from .objective import AdaptationObjective
@@ -77,7 +79,7 @@ class Adaptation:
 
     def report(self, encoder: Encoder) -> dict:
         """Before/after sentence translation (fractions): ``{"language", "before": {...}, "after": {...}}``; the test
-        captions both halves cut to ``data.max_length`` are one :class:`~...encoder.TextsCut` warning."""
+        captions both halves cut to ``data.max_length`` are one :class:`~...texts_cut.TextsCut` warning."""
         with texts_cut_once(self.cut_tally):
             after = translation(self.cfg, self.old_languages, encoder)
         return {"language": self.cfg.adapt.language, "from": str(self.cfg.adapt.from_run), "checkpoint": str(self.source),

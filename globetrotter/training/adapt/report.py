@@ -10,7 +10,7 @@ import numpy as np
 from data_prep.shards import read_captions, read_manifest
 
 from ...config import TrainConfig
-from ...encoder import Encoder
+from ...embeddings import Encoder
 from ...evaluation import parallel_set, sentence_translation
 from .split import new_language
 

@@ -29,9 +29,9 @@ from data_prep.shards import MANIFEST, read_captions, read_manifest
 
 from ...config import IMPORTED_BACKBONE, TrainConfig
 from ...data.feature_cache import (
-    ROW0_FIELDS, SPEC, CacheSpec, FeatureCache, build_feature_cache, built_from_split, ensure_feature_cache,
-    load_feature_cache, require_pictures, spec_from_config,
+    ROW0_FIELDS, SPEC, CacheSpec, FeatureCache, built_from_split, load_feature_cache, spec_from_config,
 )
+from ...data.feature_cache_build import build_feature_cache, ensure_feature_cache, require_pictures
 from ...errors import UserError
 
 FEATURES = "features"

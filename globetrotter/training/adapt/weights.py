@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ...config import TrainConfig
-from ...encoder import Encoder
+from ...embeddings import Encoder
 from ...errors import UserError
 from ...models import GlobetrotterModel
 from ...models.subword import SubwordTable, extend_ngram_matrix, token_strings

@@ -42,7 +42,7 @@ def build_parser(prog: str = "globetrotter-zeroshot") -> argparse.ArgumentParser
 
 def _main(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> int:
     args = build_parser(prog).parse_args(argv)
-    from globetrotter.encoder import texts_cut_once
+    from globetrotter.texts_cut import texts_cut_once
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
