@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tokenizers import Tokenizer
 
-from backretrieval.images import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
+from backretrieval.image_inputs import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
 
 from .config import TrainConfig
 from .data.augment import eval_transform
