@@ -14,7 +14,7 @@ from typing import Sequence
 
 from data_prep.errors import UserError
 
-from ..shards import file_sha256
+from ..checksums import file_sha256
 from .flickr8k import read_flickr8k
 from .folder import read_caption_table
 from .globetrotter_layout import read_globetrotter

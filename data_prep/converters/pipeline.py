@@ -11,7 +11,7 @@ and reported with file and line. Then it plans the splits
 split files a dataset publishes, or all to one split; a split file naming an unknown
 image, or an image in two splits, stops the conversion here, before anything is written),
 decodes and resizes each image once in a process pool, and writes every (image, caption)
-sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
+sample of each split with :class:`~data_prep.shard_writer.ShardWriter` (sequentially; the pool
 works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
@@ -37,7 +37,9 @@ from tqdm import tqdm
 
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
-from data_prep.shards import MANIFEST, DuplicateKey, ShardWriter, check_split_rule
+from data_prep.shard_writer import DuplicateKey, ShardWriter
+from data_prep.shards import MANIFEST
+from data_prep.split_rule import check_split_rule
 
 from .common import Caption, Record
 from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_task
@@ -204,7 +206,7 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
 
 MAX_ID = 64
 """Characters of an image id: its samples' keys (``<id>-<lang>-<n>.json``) fit a tar name
-(:data:`data_prep.shards.MAX_MEMBER_NAME`)."""
+(:data:`data_prep.shard_writer.MAX_MEMBER_NAME`)."""
 
 
 def safe_id(stem: str) -> str:
