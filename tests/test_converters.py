@@ -1403,7 +1403,7 @@ def test_a_dataset_with_photos_needs_images_in_one_line(tmp_path, capsys):
 def test_conversion_options_given_in_python_are_checked_as_the_flags_are(tmp_path):
     """The Python API (ConvertOptions, ImageSpec) refuses what the command line refuses before parsing."""
     from data_prep.converters.images import ImageSpec
-    from data_prep.converters.pipeline import ConvertOptions
+    from data_prep.converters.options import ConvertOptions
 
     with pytest.raises(UserError, match=r"^--test-fraction must be in \[0, 1\], got 1.5$"):
         ConvertOptions(out_dir=tmp_path, test_fraction=1.5)

@@ -21,7 +21,8 @@ from .globetrotter_layout import read_globetrotter
 from .images import RESIZE_MODES, ImageSpec
 from .languages import normalize_language, parse_language_list
 from .multi30k import TASKS, read_multi30k
-from .pipeline import ConvertOptions, convert
+from .options import ConvertOptions
+from .pipeline import convert
 from .splits import SPLIT_NAMES, SplitFile, parse_split_file, split_name
 from .xtd10 import read_xtd10
 

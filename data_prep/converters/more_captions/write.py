@@ -17,8 +17,8 @@ from data_prep.shards import LINKED_CHECKSUMS, MANIFEST, iter_raw, read_manifest
 from data_prep.split_rule import check_split_rule
 from data_prep.strict_json import json_text
 
-from ..pipeline import _KEY_UNSAFE, SUMMARY, safe_id
-from ..report import ConversionReport
+from ..pipeline import _KEY_UNSAFE, safe_id
+from ..report import SUMMARY, ConversionReport
 from .gather import EnrichedSplit
 
 COMMAND = "more-captions"
