@@ -176,7 +176,7 @@ def check_sizes(sizes: list[int], stages: list[str]) -> None:
 
 
 def stage_shards(work: Path, n: int, pool: dict) -> dict:
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     langs = pool["langs"]
     lang_of = languages_of(n, len(langs))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import UserError
-from .shards import (check_manifest_counts, check_samples, check_split_rule, iter_samples, read_captions,
-                     read_manifest)
+from .shards import check_manifest_counts, check_samples, iter_samples, read_captions, read_manifest
+from .split_rule import check_split_rule
 
 
 def script_of(text: str) -> str:

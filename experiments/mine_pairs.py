@@ -30,8 +30,8 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_prep.shards import (ShardWriter, carried_manifest_fields, check_new_split_folder, iter_metas,  # noqa: E402
-                               iter_raw, read_manifest)
+from data_prep.shard_writer import ShardWriter, carried_manifest_fields, check_new_split_folder  # noqa: E402
+from data_prep.shards import iter_metas, iter_raw, read_manifest  # noqa: E402
 from globetrotter.argtypes import non_negative_float, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 

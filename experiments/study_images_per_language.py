@@ -66,7 +66,7 @@ def images_per_language(config: str | Path, share: float | None = None) -> float
     train config ``config`` (a run folder's ``config.yaml``: the split and share that run trained on), its
     ``data.train_image_share`` set to ``share`` unless None. A relative ``data.root`` is read in the repo, as
     train.py and eval.py read it (they run there), whatever the working folder."""
-    from data_prep.shards import images_by_language
+    from data_prep.split_rule import images_by_language
     from globetrotter.config import load_train_config
     from globetrotter.training.train_set import train_captions
 

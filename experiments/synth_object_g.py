@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backretrieval.records import json_text  # noqa: E402
 from data_prep.config_io import load_config  # noqa: E402
-from data_prep.shards import ShardWriter, check_new_split_folder, iter_raw, read_manifest  # noqa: E402
+from data_prep.shard_writer import ShardWriter, check_new_split_folder  # noqa: E402
+from data_prep.shards import iter_raw, read_manifest  # noqa: E402
 from data_prep.synth.config import SynthConfig  # noqa: E402
 from data_prep.synth.scene import BACKGROUNDS, COLOURS, SHAPES, Scene  # noqa: E402
 from data_prep.synth.world import SPLIT_IDS, draw_scene  # noqa: E402

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator, cast
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from backretrieval.records import json_text
-from data_prep.shards import file_sha256
+from data_prep.checksums import file_sha256
 
 from .errors import UserError
 
@@ -324,7 +324,8 @@ def train_tokenizer_on_split(split_dir: str | Path, path: str | Path, vocab_size
     The split must keep the one-language rule (each image captioned in one language): a BPE trained on parallel
     captions would carry translation pairs into every model that shares it. A split that breaks the rule is a
     :class:`UserError` naming it and the first such image; so is a val or test split (:func:`refuse_held_out_split`)."""
-    from data_prep.shards import images_in_several_languages, iter_metas, read_manifest
+    from data_prep.shards import iter_metas, read_manifest
+    from data_prep.split_rule import images_in_several_languages
 
     manifest = read_manifest(split_dir)
     refuse_held_out_split(split_dir, manifest)

@@ -85,7 +85,7 @@ def make_tiny_world(root: Path, n_train: int = 96, n_val: int = 32, n_test: int 
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     words = WORDS if words is None else words
     names, every = list(COLOURS), list(words)

@@ -243,7 +243,7 @@ def test_an_adaptation_split_of_image_features_is_refused_before_a_pixel_run_wri
     """A run trained on pixels (no data.features) reads the adaptation split's pictures through its backbone: a split
     of precomputed ``npy`` features is a one-line error before the run folder is written, not an AttributeError
     (``ndarray.convert``) once the old captions' bank is built."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     world = make_tiny_world(tmp_path / "world", n_train=48, n_val=16, n_test=8, heldout=("el",), n_adapt=16)
     metas = read_captions(world / "adapt")

@@ -17,7 +17,7 @@ import backretrieval
 from backretrieval import compare, correlate_split, evaluate_split, score
 from backretrieval.cli import build_parser, main
 from backretrieval.cli.common import metric_options
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 
 REPO = Path(__file__).resolve().parents[1]
 

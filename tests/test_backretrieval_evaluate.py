@@ -10,7 +10,7 @@ from PIL import Image
 from backretrieval import (BackRetrievalError, correlate_split, evaluate_pairs, evaluate_split, parse_model_specs)
 from backretrieval.evaluate import language_pairs
 from backretrieval.images import image_feature_extractor
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 
 LANGS = ("de", "en", "fr")
 

@@ -10,7 +10,7 @@ from PIL import Image
 
 from backretrieval import BackRetrievalError
 from conftest import load_experiment
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 
 
 @pytest.fixture(scope="module")

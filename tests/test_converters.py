@@ -22,8 +22,8 @@ from data_prep.converters import (
 from data_prep.converters.images import ImageError
 from data_prep.converters.splits import ImageInfo
 from data_prep.errors import UserError
-from data_prep.shards import (check_split_rule, decode_image, encode_image, iter_raw, iter_samples, read_captions,
-                              read_manifest)
+from data_prep.shards import decode_image, encode_image, iter_raw, iter_samples, read_captions, read_manifest
+from data_prep.split_rule import check_split_rule
 
 # ------------------------------------------------------------------------------------------
 # fixture builders
@@ -1061,7 +1061,7 @@ def test_overwrite_keeps_the_old_dataset_until_the_new_one_is_complete(tmp_path,
 
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr("data_prep.converters.pipeline.ShardWriter.close", interrupted)
+    monkeypatch.setattr("data_prep.shard_writer.ShardWriter.close", interrupted)
     assert cli(argv + ["--overwrite"]) == 130  # Ctrl-C while the shards are being written
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
@@ -1160,7 +1160,7 @@ def test_summary_json_names_the_installed_versions(tmp_path):
 def test_only_a_key_clash_is_filed_as_a_duplicate_key(tmp_path, monkeypatch):
     """The converter filed every ValueError of ShardWriter.write as a skipped `duplicate_key`; the writer also refuses
     a caption, language, image id or group that no reader would read, which is a converter's bug: it stops the run."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     w = flickr8k_world(tmp_path)
     real = ShardWriter.write
@@ -1403,7 +1403,7 @@ def test_a_dataset_with_photos_needs_images_in_one_line(tmp_path, capsys):
 def test_conversion_options_given_in_python_are_checked_as_the_flags_are(tmp_path):
     """The Python API (ConvertOptions, ImageSpec) refuses what the command line refuses before parsing."""
     from data_prep.converters.images import ImageSpec
-    from data_prep.converters.pipeline import ConvertOptions
+    from data_prep.converters.options import ConvertOptions
 
     with pytest.raises(UserError, match=r"^--test-fraction must be in \[0, 1\], got 1.5$"):
         ConvertOptions(out_dir=tmp_path, test_fraction=1.5)
@@ -1622,7 +1622,7 @@ def test_issues_beyond_the_examples_shown_are_counted_and_unknown_kinds_refused(
 def test_a_key_clash_in_the_writer_skips_that_caption_as_a_duplicate_and_counts_it_once(tmp_path, monkeypatch):
     """A clash the writer meets (never expected: keys are made distinct) costs the caption in its split, filed once as
     duplicate_key (not again for its train-parallel copy), and the run goes on with every record accounted for."""
-    from data_prep.shards import DuplicateKey, ShardWriter
+    from data_prep.shard_writer import DuplicateKey, ShardWriter
 
     photos, rows = folder_world(tmp_path, n=4, langs=("en", "de"))
     table = write_lines(tmp_path / "caps.tsv", rows)

@@ -18,7 +18,8 @@ import yaml
 from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from data_prep.shards import ShardWriter, read_manifest
+from data_prep.shard_writer import ShardWriter
+from data_prep.shards import read_manifest
 from globetrotter.evaluation import cli, sentence_translation_score
 from globetrotter.evaluation import models as model_specs
 from globetrotter.evaluation.procrustes import normalize_rows
@@ -1784,7 +1785,7 @@ def test_a_ranking_record_that_is_not_json_names_the_place_not_the_exception(tmp
 def test_retrieval_refuses_a_split_of_image_features_before_loading_a_model(tmp_path, capsys):
     """Was a ``TypeError`` traceback (``images[0]: expected a PIL image, got ndarray``) once the model had loaded: an
     ``npy`` split's rows are precomputed image features, which the run's image encoder cannot read."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(tmp_path / "test", split="test", source="unit", image_format="npy") as writer:
         for i in range(6):

@@ -11,7 +11,7 @@ from scipy.stats import binomtest
 import torch
 from PIL import Image
 
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 from globetrotter.errors import UserError
 from globetrotter.evaluation import cli
 from globetrotter.evaluation import correspondence as corr

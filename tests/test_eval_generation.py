@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 from globetrotter.errors import UserError
 from globetrotter.evaluation import cli
 from globetrotter.evaluation import models as model_specs

@@ -136,7 +136,7 @@ def test_a_reference_pool_is_one_sample_whatever_the_seed_or_the_other_languages
     seed and language set is scored with the same statistics under another."""
     from PIL import Image
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
     from globetrotter.evaluation import read_reference
 
     with ShardWriter(tmp_path / "pool", split="train", source="made", image_format="png") as writer:
@@ -156,7 +156,7 @@ def _split(folder, split: str, rows: list[tuple[str, str]]):
     """A split of ``rows`` (language, image id), caption ``"<image> <language>"``; its folder."""
     from PIL import Image
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(folder, split=split, source="made", image_format="png") as writer:
         for i, (lang, image) in enumerate(rows):

@@ -107,7 +107,7 @@ def test_split_candidates_hold_a_lexicon_word_once(tmp_path, world):
     """--candidates split adds the split's tokens to the lexicon's words; a token that spells a lexicon word, bare (a
     caption starting with "red") or in-sentence ("▁red", the very vector the word "red" is embedded as), stays that
     word, a candidate once: a second copy of a target would tie with it and could take its place."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
     from PIL import Image
     from test_eval_cli import caption
 
@@ -555,7 +555,7 @@ def test_retrieval_puts_each_image_at_its_row_in_any_shard_order_and_batch_size(
     (sorted) order: each embedding lands at its own image's row, so every caption still finds its image at rank 1."""
     from PIL import Image
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
     from test_eval_cli import caption
 
     with ShardWriter(tmp_path / "test", split="test", source="tiny", image_format="png", maxcount=40) as w:

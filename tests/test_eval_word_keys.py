@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 from globetrotter.evaluation import evaluate_word_translation, translate_words
 from globetrotter.evaluation.word_keys import SPACE, CaptionTokenizer, WordEmbedder, input_word_embeddings, row_keys
 

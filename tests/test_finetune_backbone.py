@@ -181,7 +181,7 @@ def test_the_command_line_holds_out_the_screens_draw_over_the_across_languages_s
                                                                                             monkeypatch):
     """--across-languages SPLIT: the languages are read from that split's captions, so the images held out are the
     screen's draw over the images it captions, and every other image of the target is trained on."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     target, ids = colour_target
     captioned = ids[1::2]

@@ -164,7 +164,7 @@ def test_an_overlap_outside_0_1_or_threads_below_one_is_a_usage_error(study, bad
 
 def _flickr_split(tmp_path):
     """A split of the two photos of ``sources`` (one caption each) and its one-row-per-image control cache."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     split = tmp_path / "split"
     with ShardWriter(split, split="train", source="unit", image_format="npy") as w:

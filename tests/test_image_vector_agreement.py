@@ -267,7 +267,7 @@ def test_the_whole_image_row_is_read_from_a_cache_with_augmented_views(agree, tm
 def test_the_command_line_reads_each_images_language_from_the_across_languages_split(agree, tmp_path):
     """--across-languages SPLIT: the languages come from the split's captions, keyed by image id, so the report is
     the screen's across those languages (not the plain screen)."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     ids, ref, topic = clustered(n=80)
     langs = {i: ("en", "de")[n % 2] for n, i in enumerate(ids)}

@@ -143,7 +143,7 @@ def _concept_world(root):
     """The split (captions interleaved, a stale group and an extra field on some) and each image's (lang, concept)."""
     from PIL import Image
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     images = {f"img{lang}{k}": (lang, k) for lang, ks in CONCEPTS.items() for k in ks}
     with ShardWriter(root / "train", split="train", source="tiny", image_format="png", maxcount=7) as w:

@@ -19,7 +19,9 @@ from data_prep.converters.more_captions import same_text
 from data_prep.errors import UserError
 from globetrotter.config import load_train_config
 from globetrotter.training.prepare import check_eval_splits
-from data_prep.shards import check_split_rule, content_checksum, iter_raw, read_captions, read_manifest
+from data_prep.checksums import content_checksum
+from data_prep.shards import iter_raw, read_captions, read_manifest
+from data_prep.split_rule import check_split_rule
 from test_converters import cli, flickr8k_world, write_lines  # tests/ is on sys.path (rootless conftest)
 
 

@@ -51,7 +51,7 @@ def test_the_parallel_val_ties_captions_by_group_and_by_image_only_where_the_spl
     the oracle would score an en caption against the translation of another."""
     import numpy as np
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(tmp_path / "grouped", split="val", source="unit", image_format="npy") as writer:
         for i in range(3):

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from conftest import COLOURS, WORDS, load_experiment
-from data_prep.shards import ShardWriter
+from data_prep.shard_writer import ShardWriter
 from globetrotter.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -230,7 +230,7 @@ def test_a_language_any_split_lacks_is_refused_naming_that_split(tiny_world, tmp
     """Not only --test: a --val (or reference) split without captions in a code of a set is refused up front, named."""
     import numpy as np
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     protocol = load_experiment("sentence_protocol")
     english = tmp_path / "val-en"
@@ -264,7 +264,8 @@ def test_each_bar_of_the_figure_is_the_mean_over_the_rows_seeds(tmp_path, monkey
 
 def test_the_oracle_column_chooses_by_translation_on_a_parallel_val_split_and_refuses_test(tiny_world, tiny_run,
                                                                                             tmp_path):
-    from data_prep.shards import ShardWriter, iter_raw
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import iter_raw
 
     parallel_val = tmp_path / "val-parallel"  # a parallel split of other images: the grid's yardstick
     with ShardWriter(parallel_val, split="val", source="tiny", image_format="png") as writer:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.shards import (
-    ShardWriter, check_manifest_counts, check_split_rule, file_sha256, images_in_several_languages, iter_samples,
-    read_captions, read_manifest,
-)
+from data_prep.checksums import file_sha256
+from data_prep.shard_writer import ShardWriter
+from data_prep.shards import check_manifest_counts, iter_samples, read_captions, read_manifest
+from data_prep.split_rule import check_split_rule, images_in_several_languages
 from globetrotter.errors import UserError
 
 
@@ -419,7 +419,7 @@ def test_shards_read_as_given_skip_folders_and_hand_bad_samples_on_or_raise_them
 
 
 def test_a_new_split_folder_may_be_absent_empty_or_an_earlier_output_and_nothing_else(tmp_path):
-    from data_prep.shards import check_new_split_folder
+    from data_prep.shard_writer import check_new_split_folder
 
     own = lambda manifest: manifest.get("source") == "mine"  # noqa: E731
     check_new_split_folder(tmp_path / "absent", [], own)

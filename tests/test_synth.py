@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from data_prep.shards import check_split_rule, iter_samples, read_captions, read_manifest
+from data_prep.shards import iter_samples, read_captions, read_manifest
+from data_prep.split_rule import check_split_rule
 from data_prep.synth import LANGUAGES, SynthConfig, generate, known_languages
 from data_prep.synth.grammars import get_grammar
 from data_prep.synth.grammars.base import MARKED

@@ -166,7 +166,7 @@ def test_the_colour_slot_counts_every_kind_of_that_colour(objects):
 def test_the_meaning_model_tells_apart_meanings_of_the_same_words_paired_otherwise(objects, tmp_path):
     """'large red circle; small blue square' and 'small red circle; large blue square' hold the same words: only the
     word pairs of the meaning tell them apart."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     meanings = ["large red circle; small blue square", "small red circle; large blue square"]
     with ShardWriter(tmp_path / "split", split="test", source="unit", image_format="npy") as w:
@@ -194,7 +194,7 @@ def test_an_image_id_that_is_no_scene_of_the_world_is_refused_naming_the_form(ob
 
 
 def test_a_caption_without_a_meaning_is_refused_naming_the_split_and_nothing_is_written(objects, tmp_path):
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(tmp_path / "split", split="test", source="unit", image_format="npy") as w:
         w.write("k0", np.zeros(3, np.float32), "a red circle", "en", "test-0", "g0", {"meaning": "red circle"})

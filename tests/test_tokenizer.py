@@ -308,7 +308,8 @@ def test_a_record_describes_its_own_file_and_split_as_they_are(tiny_world, tmp_p
     (or another split), another vocabulary size, are refused; saving without a record removes a stale one."""
     import shutil
 
-    from data_prep.shards import ShardWriter, iter_raw
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import iter_raw
     from globetrotter.tokenizer import provenance_path, save_tokenizer, train_tokenizer
 
     world = tmp_path / "world"
@@ -449,7 +450,8 @@ def test_training_the_tokenizer_on_an_adapt_split_warns_as_the_tokenizer_command
     while globetrotter-data tokenizer warns for it; a train split still trains without a warning."""
     import shutil
 
-    from data_prep.shards import ShardWriter, iter_raw
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import iter_raw
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)
@@ -474,7 +476,8 @@ def test_the_advice_for_another_splits_tokenizer_at_the_default_path_works(tiny_
     data.tokenizer unset", which it was), and doing so lets the run train its own."""
     import shutil
 
-    from data_prep.shards import ShardWriter, iter_raw
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import iter_raw
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import globetrotter
-from data_prep.shards import images_by_language, read_captions
+from data_prep.shards import read_captions
+from data_prep.split_rule import images_by_language
 from globetrotter.config import load_train_config
 from globetrotter.data.feature_batches import FeatureBatches
 from globetrotter.data.feature_cache import cache_dir_for, spec_from_config
@@ -318,7 +319,7 @@ def test_adapting_from_the_train_split_errors(world, base, tmp_path, capsys):
     # a language whose captions hold no token of their own (all occur in the old captions): nothing to train
     from PIL import Image
 
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(world / "adapt-xx", split="adapt", source="tiny", image_format="png") as w:
         for i in range(4):

@@ -511,7 +511,7 @@ def test_weights_of_another_width_missing_or_absent_are_one_line_naming_the_file
 def test_a_split_of_feature_vectors_is_refused_where_pictures_are_read(tmp_path):
     """npy samples (precomputed image features) reach a model only through a feature cache: training from pixels and
     building a cache refuse them at once, naming the split and the way in, and write nothing."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     from globetrotter.data.feature_cache import spec_from_config
     from globetrotter.data.feature_cache_build import build_feature_cache

@@ -208,7 +208,8 @@ def test_an_image_that_does_not_decode_or_a_one_language_split_is_one_line(tiny_
     import shutil
 
     from conftest import truncate_image
-    from data_prep.shards import ShardWriter, iter_samples, read_captions
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import iter_samples, read_captions
     from globetrotter.errors import UserError
     from globetrotter.evaluation.tasks.retrieval import _encode_images
 
@@ -256,7 +257,7 @@ def test_a_val_split_whose_manifest_counts_another_number_of_samples_is_refused(
 def test_a_val_split_of_image_features_is_refused_by_a_g_that_reads_pictures(tmp_path, max_per_lang):
     """Was: ``AttributeError: 'numpy.ndarray' object has no attribute 'convert'`` (found by mypy:
     ``decode_sample_image`` gives an array for an ``npy`` split); such a split's rows reach g only as a cache."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
     from globetrotter.errors import UserError
 
     with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="npy") as writer:
@@ -339,7 +340,7 @@ def test_every_caption_of_an_image_gets_its_one_decoded_picture(tmp_path, monkey
     from PIL import Image
 
     import data_prep.shards as shards
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (0, 255, 255), (255, 0, 255)]
     with ShardWriter(tmp_path / "val", split="val", source="unit", image_format="png") as writer:

@@ -112,7 +112,7 @@ def test_a_record_written_before_its_options_were_named_inputs_is_still_reused(t
 
 
 def test_the_inputs_of_a_record_name_each_splits_manifest_checksum(tmp_path):
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     z = _driver()
 
@@ -172,7 +172,7 @@ def test_a_bad_device_or_bundle_path_is_a_usage_error(tmp_path, capsys):
 
 
 def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     z = _driver()
     for name in ("train", "val", "test"):
@@ -194,7 +194,7 @@ def test_a_language_the_test_split_lacks_is_refused_before_any_feature_is_extrac
 
 def test_a_val_that_is_the_train_split_is_refused_before_any_feature_is_extracted(tmp_path, capsys, monkeypatch):
     """--val of the --train split was accepted: each row's epoch was chosen on its training images."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     z = _driver()
     for name in ("train", "test"):
@@ -267,7 +267,7 @@ def test_a_missing_bundle_is_a_usage_error_naming_save_bundle(tmp_path, capsys):
 
 def _three_splits(tmp_path, val_keys):
     """train/val/test shard folders (en, 3 images each) and their features as the stubbed extraction returns them."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     rng = np.random.default_rng(1)
     mix = rng.normal(size=(8, 16)).astype(np.float32)

@@ -135,7 +135,8 @@ def test_caption_transfer_tags_take_the_images_a_block_at_a_time_as_the_whole_ma
 
 def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
     """Real offline EfficientNet-Lite0 head and features from npy shards, a chance-level text encoder."""
-    from data_prep.shards import ShardWriter, read_manifest
+    from data_prep.shard_writer import ShardWriter
+    from data_prep.shards import read_manifest
     from globetrotter.zeroshot.adapter import TextToImageAdapter
     from globetrotter.zeroshot.cli import main
     from globetrotter.zeroshot.config import ZeroShotConfig

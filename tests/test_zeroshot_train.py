@@ -355,7 +355,7 @@ def test_load_adapter_missing_is_a_user_error(tmp_path):
 
 def _write_split(root, split, images, captions, prefix="img"):
     """A shard split with npy image features; ``captions`` = [(caption, lang, image_row)], image ids prefix + row."""
-    from data_prep.shards import ShardWriter
+    from data_prep.shard_writer import ShardWriter
 
     with ShardWriter(root / split, split=split, source="test", image_format="npy") as writer:
         for i, (caption, lang, row) in enumerate(captions):

@@ -15,7 +15,8 @@ from .globetrotter_layout import read_globetrotter
 from .images import ImageResolver, ImageSpec, prepare_image
 from .languages import ISO_639_1, normalize_language
 from .multi30k import read_multi30k
-from .pipeline import ConvertOptions, convert
+from .options import ConvertOptions
+from .pipeline import convert
 from .report import ConversionReport, Issue
 from .splits import assign_languages, plan_splits
 from .xtd10 import read_xtd10

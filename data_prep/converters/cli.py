@@ -14,14 +14,15 @@ from typing import Sequence
 
 from data_prep.errors import UserError
 
-from ..shards import file_sha256
+from ..checksums import file_sha256
 from .flickr8k import read_flickr8k
 from .folder import read_caption_table
 from .globetrotter_layout import read_globetrotter
 from .images import RESIZE_MODES, ImageSpec
 from .languages import normalize_language, parse_language_list
 from .multi30k import TASKS, read_multi30k
-from .pipeline import ConvertOptions, convert
+from .options import ConvertOptions
+from .pipeline import convert
 from .splits import SPLIT_NAMES, SplitFile, parse_split_file, split_name
 from .xtd10 import read_xtd10
 

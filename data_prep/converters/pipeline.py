@@ -11,7 +11,7 @@ and reported with file and line. Then it plans the splits
 split files a dataset publishes, or all to one split; a split file naming an unknown
 image, or an image in two splits, stops the conversion here, before anything is written),
 decodes and resizes each image once in a process pool, and writes every (image, caption)
-sample of each split with :class:`~data_prep.shards.ShardWriter` (sequentially; the pool
+sample of each split with :class:`~data_prep.shard_writer.ShardWriter` (sequentially; the pool
 works ahead).
 
 Output: ``out_dir/{train,val,test}/`` (shards + ``manifest.json``), optionally
@@ -23,188 +23,36 @@ supervised baseline; these images are *also* in ``train``, in one language), and
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import re
 import shutil
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable
 
 import numpy as np
-from tqdm import tqdm
 
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
-from data_prep.shards import MANIFEST, DuplicateKey, ShardWriter, check_split_rule
+from data_prep.shards import MANIFEST
+from data_prep.split_rule import check_split_rule
 
-from .common import Caption, Record
-from .images import ImageResolver, ImageSpec, flickr_photo_id, prepare_image_task
-from .languages import normalize_language
-from .report import ConversionReport, Issue
-from .splits import (
-    NOT_CAPTIONED, FixedSplits, ImageInfo, SplitFile, SplitPlan, assign_from_split_files, examples, merge_hints,
-    plan_splits, split_name,
-)
+from .common import Record
+from .gather import _gather, _Image
+from .images import ImageResolver, flickr_photo_id
+from .notes import _counts, _encoding_note, _first_issue, _lacking_note, _nothing_usable, _region_note, _unbalanced_note
+from .options import ConvertOptions
+from .report import SUMMARY, ConversionReport
+from .splits import NOT_CAPTIONED, FixedSplits, ImageInfo, assign_from_split_files, merge_hints, plan_splits
+from .write import _plan_writes, _write_shards
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
-SUMMARY = "summary.json"
 STAGING = ".converting"  # under --out: the dataset being written, moved into place once complete
 _KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
-_WORD = re.compile(r"\w+")
-
-
-@dataclass
-class ConvertOptions:
-    """Everything a conversion needs besides its sources (command-line flags of the same names)."""
-
-    out_dir: Path
-    image_roots: list[Path] = field(default_factory=list)
-    languages: list[str] | None = None  # None: every language found
-    assign_languages: bool = False
-    test_fraction: float | None = None
-    val_fraction: float | None = None
-    split_files: list[SplitFile] = field(default_factory=list)  # --split-file SPLIT=FILE (exclusive with fractions)
-    all_to: str | None = None  # --all-to SPLIT: every image to one split
-    parallel_train: list[str] | None = None
-    seed: int = 0
-    limit_images: int | None = None
-    image: ImageSpec = field(default_factory=ImageSpec)
-    workers: int = 1
-    shard_size: int = 2000
-    overwrite: bool = False
-    check: bool = True
-    progress: bool = True
-    source_name: str = "converted"
-    source_args: dict = field(default_factory=dict)  # the sources as given, with caption files' sha256 (summary)
-
-    def __post_init__(self) -> None:
-        for name in ("test_fraction", "val_fraction"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if (self.test_fraction or 0.0) + (self.val_fraction or 0.0) > 1.0:
-            raise UserError("--test-fraction plus --val-fraction must not exceed 1")
-        given = self.split_options()
-        if len(given) > 1 and not all(name.endswith("-fraction") for name in given):
-            raise UserError(f"{' and '.join(given)} are exclusive: give the splits either by fractions "
-                            "(--test-fraction/--val-fraction), by split files (--split-file SPLIT=FILE, repeatable) "
-                            "or all to one split (--all-to SPLIT)")
-        if self.all_to is not None:
-            try:
-                self.all_to = split_name(self.all_to)
-            except ValueError as err:
-                raise UserError(f"--all-to: {err}") from None
-        if self.limit_images is not None and self.limit_images < 1:
-            raise UserError(f"--max-images must be positive, got {self.limit_images}")
-        if self.workers < 1:
-            raise UserError(f"--workers must be at least 1, got {self.workers}")
-
-    def split_options(self) -> list[str]:
-        """The command-line split options given: ``--split-file``, ``--all-to``, then the fractions."""
-        fractions = [f"--{n.replace('_', '-')}" for n in ("test_fraction", "val_fraction") if getattr(self, n) is not None]
-        lists = (["--split-file"] if self.split_files else []) + (["--all-to"] if self.all_to is not None else [])
-        return lists + fractions
-
-
-@dataclass
-class _Image:
-    """An image with its accepted captions, in arrival order."""
-
-    path: Path
-    captions: list[Caption] = field(default_factory=list)
-    image_id: str = ""
-
-
-def checked_records(sources: Iterable[Iterable[Record]], report: ConversionReport, languages: Sequence[str] | None,
-                    progress: bool) -> Iterator[Caption]:
-    """The records of ``sources`` that pass a conversion's checks, language code normalised and whitespace
-    collapsed. Bad input (reader issues, unknown language, empty caption, duplicate key) is filed in
-    ``report`` with file and line; a language outside ``languages`` is counted as left out."""
-    wanted = set(languages) if languages else None
-    seen: dict[tuple, str] = {}
-    bar = tqdm(desc="reading captions", unit=" rec", disable=not progress, mininterval=1.0)
-    for source in sources:
-        for item in source:
-            bar.update()
-            if isinstance(item, Issue):
-                report.records += item.records
-                report.add(item)
-                continue
-            report.records += 1
-            lang = normalize_language(item.lang)
-            if lang is None:
-                report.add(Issue("unknown_language", item.file, item.line,
-                                 f"language code {item.lang!r} is not ISO 639-1"))
-                continue
-            text = " ".join(item.text.split())
-            if not text:
-                report.add(Issue("empty_caption", item.file, item.line, "caption is empty or whitespace"))
-                continue
-            first = seen.get(item.key)
-            if first is not None:
-                report.add(Issue("duplicate_key", item.file, item.line, f"same caption key as {first}"))
-                continue
-            seen[item.key] = item.where
-            if wanted is not None and lang not in wanted:
-                report.leave_out("language_not_requested")
-                continue
-            yield replace(item, lang=lang, text=text)
-    bar.close()
-
-
-def same_text(text: str) -> str:
-    """What two captions must share to count as the same text: their words, case-folded (punctuation and spacing ignored)."""
-    return " ".join(_WORD.findall(text.casefold()))
-
-
-def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
-            resolver: ImageResolver) -> dict[Path, _Image]:
-    """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
-    (a caption table's split column) while a command-line split option is given is a one-line :class:`UserError`:
-    the option would re-split the images the user split (a test image could land in train)."""
-    images: dict[Path, _Image] = {}
-    given = options.split_options()
-    kept: dict[tuple[Path, str, str], tuple[str, str]] = {}  # (image, lang, same_text) -> (file, where) of the kept
-    repeats: list[str] = []
-    for item in checked_records(sources, report, options.languages, options.progress):
-        if item.user_split and item.split_hint is not None and given:
-            raise UserError(f"{item.where}: the caption table's split column already splits the images (this row: "
-                            f"{item.split_hint}), and {' and '.join(given)} would re-split them (an image labelled "
-                            f"test could go to train): drop {' and '.join(given)} to keep the column's splits, or "
-                            f"leave the column out (or empty) to split by {' and '.join(given)}; nothing written")
-        path = resolver.resolve(item.images, item.exact)
-        clash = resolver.same_name(item.images) if path is None and item.exact else []
-        if clash:
-            report.add(Issue("ambiguous_image", item.file, item.line,
-                             f"image name {item.images[0]!r} fits several files under the image folders "
-                             f"({examples(list(map(str, clash)))}): give the path of one, relative to its image "
-                             f"folder"))
-            continue
-        if path is None:
-            how = " (by path or file name)" if item.exact else ""
-            report.add(Issue("missing_image", item.file, item.line,
-                             f"image {item.images[0]!r} not found in the image folders{how}"))
-            continue
-        text_key = (path, item.lang, same_text(item.text))
-        first = kept.get(text_key) if text_key[2] else None
-        if first is not None and first[0] != str(item.file):  # overlapping sources (Multi30K tasks 1 and 2, ...);
-            report.leave_out("caption_already_present")      # one file's own repeats are its annotators' and stay
-            repeats.append(f"{item.where} repeats {first[1]}")
-            continue
-        kept.setdefault(text_key, (str(item.file), item.where))
-        images.setdefault(path, _Image(path)).captions.append(item)
-    if repeats:
-        report.note(f"{len(repeats)} caption(s) repeat a text their image already has in that language from another "
-                    f"source file (case, punctuation and spacing ignored: overlapping sources) and were kept once "
-                    f"(unused: caption_already_present); first: {repeats[0]}")
-    return images
 
 
 MAX_ID = 64
 """Characters of an image id: its samples' keys (``<id>-<lang>-<n>.json``) fit a tar name
-(:data:`data_prep.shards.MAX_MEMBER_NAME`)."""
+(:data:`data_prep.shard_writer.MAX_MEMBER_NAME`)."""
 
 
 def safe_id(stem: str) -> str:
@@ -227,47 +75,6 @@ def _assign_image_ids(images: Iterable[_Image]) -> None:
             image_id = f"{base}-{n}"
         used.add(image_id)
         img.image_id = image_id
-
-
-def _region_note(by_id: dict[str, _Image]) -> str | None:
-    """The warning for languages with a region or script subtag beside their base code (``fr-FR`` and ``fr``): kept
-    apart on purpose (:mod:`~data_prep.converters.languages`), but often one language written two ways. ``None``
-    when there is none."""
-    per_lang = Counter(lang for img in by_id.values() for lang in {c.lang for c in img.captions})
-    pairs = [(lang, lang.split("-")[0]) for lang in sorted(per_lang) if "-" in lang and lang.split("-")[0] in per_lang]
-    if not pairs:
-        return None
-    named = "; ".join(f"{tagged} ({per_lang[tagged]} image(s)) beside {base} ({per_lang[base]} image(s))"
-                      for tagged, base in pairs)
-    return (f"{named}: kept as separate languages (a region or script subtag makes its own language, e.g. fa-AF "
-            f"Dari beside fa Persian); if they are one language, write one code in the captions")
-
-
-def _lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], languages: Sequence[str]) -> str | None:
-    """The warning for source test images left out for lacking a requested language: which languages they lack
-    (most first, with counts) and the ``--languages`` that keeps them. ``None`` when none was left out."""
-    if not incomplete:
-        return None
-    lacking = Counter(lang for i in incomplete for lang in languages if lang not in infos[i].langs)
-    named = ", ".join(f"{lang} {n}" for lang, n in lacking.most_common())
-    keep = [lang for lang in languages if lang not in lacking]
-    hint = (f"--languages {','.join(keep)} keeps them (or complete those languages' captions)" if keep
-            else "complete those languages' captions")
-    return (f"{len(incomplete)} source test image(s) left out in every language, as they lack a caption in {named} "
-            f"(images per language): {hint}")
-
-
-def _encoding_note(report: ConversionReport) -> str | None:
-    """The advice for caption lines skipped as not UTF-8: most often a whole file saved in a legacy encoding, whose
-    lines with accents are lost and whose plain-ASCII lines are kept (a language can vanish this way)."""
-    issues = report.issues.get("non_utf8", [])
-    if not issues:
-        return None
-    files = sorted({issue.file for issue in issues})
-    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    return (f"{len(issues)} caption line(s) of {shown} are not UTF-8 and were skipped (their captions are lost): "
-            f"if a file is in another encoding (Latin-1, cp1252...), convert it first, e.g. "
-            f"iconv -f latin1 -t utf-8 {files[0]} > converted.txt")
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -304,17 +111,6 @@ def _remove_tree(folder: Path) -> None:
     """Remove ``folder`` and what it holds, if it exists."""
     if folder.is_dir():
         shutil.rmtree(folder)
-
-
-def _prepared_images(paths: Sequence[Path], spec: ImageSpec, workers: int) -> Iterator[tuple]:
-    """Yield ``(index, bytes, size, error)`` per path, in order; decoded in a process pool when ``workers > 1``."""
-    tasks = [(i, str(p), spec) for i, p in enumerate(paths)]
-    if workers <= 1 or len(tasks) < 2:
-        yield from map(prepare_image_task, tasks)
-        return
-    chunksize = max(1, min(16, len(tasks) // (workers * 8)))
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(prepare_image_task, tasks, chunksize=chunksize)
 
 
 def convert(sources: Iterable[Iterable[Record]], options: ConvertOptions) -> ConversionReport:
@@ -433,58 +229,6 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     return report
 
 
-def _unbalanced_note(plan: SplitPlan, unreadable: set[str]) -> str | None:
-    """The images per language that train and val hold when some of the images ``--assign-languages`` gave a
-    language could not be read (the balance is struck before any image is decoded), or None when none was lost."""
-    lost = unreadable & set(plan.lang_of)
-    if not lost:
-        return None
-    parts = []
-    for split in ("train", "val"):
-        ids = [i for i, s in plan.split_of.items() if s == split and i in plan.lang_of]
-        if lost.intersection(ids):
-            kept = Counter(plan.lang_of[i] for i in ids if i not in lost)
-            langs = sorted({plan.lang_of[i] for i in ids})
-            parts.append(f"{split} " + ", ".join(f"{lang} {kept[lang]}" for lang in langs))
-    return (f"--assign-languages balanced the images per language before they were decoded; {len(lost)} of them "
-            f"could not be read (unreadable_image) and were left out after, so the images per language are: "
-            f"{'; '.join(parts)}; fix or remove the unreadable images and convert again for an even balance")
-
-
-def _counts(counter: Counter) -> str:
-    """``"3 missing_image, 1 unknown_language"``: a counter's kinds, most records first."""
-    return ", ".join(f"{n} {kind}" for kind, n in counter.most_common())
-
-
-def _first_issue(report: ConversionReport) -> Issue | None:
-    """The first issue of the kind that cost the most records (of any kind when none cost a record)."""
-    kinds = [kind for kind, _ in report.skipped.most_common()] or [k for k, v in report.issues.items() if v]
-    return report.issues[kinds[0]][0] if kinds else None
-
-
-def _nothing_usable(report: ConversionReport, resolver: ImageResolver, source_args: dict) -> str:
-    """Why no caption record is usable, in one line: the caption sources (``source_args``, as the summary lists them)
-    when they hold none; else the records skipped or left out by kind, an example, and for images not found, some
-    file names the image folders do hold."""
-    if not report.records:
-        given = [str(s) for key, values in source_args.items() if key not in ("caption_sha256", "multi30k_tasks")
-                 for s in values]
-        named = f" ({', '.join(given)})" if given else ""
-        return f"nothing to convert: the caption sources{named} hold no caption record; nothing written"
-    line = (f"nothing to convert: none of the {report.records} caption record(s) is usable "
-            f"({_counts(report.skipped + report.unused)})")
-    first = _first_issue(report)
-    if first is not None:
-        line += f"; e.g. {first}"
-    if first is not None and first.kind == "missing_image":
-        names = resolver.some_names()
-        roots = ", ".join(map(str, resolver.roots))
-        line += (f"; the image folders hold e.g. {', '.join(map(repr, names))}" if names else
-                 f"; the image folders ({roots}) hold no image file" if roots else
-                 "; no --images folder was given (image names are read as paths from the caption file's folder)")
-    return line + "; nothing written"
-
-
 def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver) -> Callable[[str], str | None]:
     """``find(name)`` for split files: the image id a line names, :data:`NOT_CAPTIONED`, or ``None``.
 
@@ -518,90 +262,3 @@ def _fixed_splits(options: ConvertOptions, by_id: dict[str, _Image], resolver: I
     if not options.split_files:
         return None
     return assign_from_split_files(options.split_files, _image_lookup(by_id, resolver))
-
-
-def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[str],
-                 report: ConversionReport) -> dict[str, list[tuple[str, Caption, str, str | None]]]:
-    """Per planned image, the samples to write: ``(split, caption, key, group)``; the rest counted as unused.
-
-    Keys are ``<image id>-<lang>-<n>`` (n-th caption of the image in that language, in
-    source order), the same in every split the caption goes to.
-    """
-    writes = {}
-    for image_id, split in plan.split_of.items():
-        counter: dict[str, int] = defaultdict(int)
-        chosen = plan.lang_of.get(image_id)
-        captions = by_id[image_id].captions
-        with_parallel = bool(parallel) and split == "train" and parallel <= {c.lang for c in captions}
-        todo: list[tuple[str, Caption, str, str | None]] = []
-        for cap in captions:
-            key = f"{image_id}-{cap.lang}-{counter[cap.lang]}"
-            counter[cap.lang] += 1
-            if split == "test":
-                todo.append(("test", cap, key, image_id))
-            elif chosen is None or cap.lang == chosen:
-                todo.append((split, cap, key, None))
-            else:
-                report.leave_out("other_language_of_image")
-            if with_parallel and cap.lang in parallel:
-                todo.append(("train-parallel", cap, key, image_id))
-        writes[image_id] = todo
-    return writes
-
-
-def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
-                  report: ConversionReport, one_language: bool, out_dir: Path) -> set[str]:
-    """Decode the images of ``order`` in a pool and write their samples, split by split, under ``out_dir``.
-    Returns the ids of the images that could not be read (reported as ``unreadable_image``)."""
-    unreadable: set[str] = set()
-    writers: dict[str, ShardWriter] = {}
-    sizes: dict[str, set] = defaultdict(set)
-    paths = [by_id[i].path for i in order]
-    t0 = time.perf_counter()
-    bar = tqdm(total=len(order), desc="images", unit=" img", disable=not options.progress)
-    for index, data, size, error in _prepared_images(paths, options.image, options.workers):
-        bar.update()
-        image_id = order[index]
-        todo = writes[image_id]
-        main = [t for t in todo if t[0] != "train-parallel"]
-        if data is None:
-            first = todo[0][1] if todo else None
-            report.add(Issue("unreadable_image", str(by_id[image_id].path), None,
-                             f"{error} (first caption at {first.where if first else '?'}; "
-                             f"{len(main)} caption(s) skipped)", records=len(main)))
-            unreadable.add(image_id)
-            continue
-        written_splits = set()
-        for split, cap, key, group in todo:
-            writer = writers.get(split)
-            if writer is None:
-                writer = writers[split] = ShardWriter(
-                    out_dir / split, split=split, source=options.source_name, image_format="jpg",
-                    maxcount=options.shard_size,
-                    extra={"one_language_per_image": split in ("train", "val") and one_language,
-                           "resize": options.image.resize, "resize_mode": options.image.mode,
-                           "summary": f"../{SUMMARY}"})
-            try:
-                writer.write(key, data, cap.text, cap.lang, image_id, group)
-            except DuplicateKey as err:  # a key clash: never expected, reported rather than fatal
-                if split != "train-parallel":
-                    report.add(Issue("duplicate_key", cap.file, cap.line, str(err)))
-                continue
-            if split == "train-parallel":
-                report.extra_written[(split, cap.lang)] += 1
-            else:
-                report.written[(split, cap.lang)] += 1
-            sizes[split].add(size)
-            written_splits.add(split)
-        for split in written_splits - {"train-parallel"}:
-            report.images[split] += 1
-    bar.close()
-    for split, writer in writers.items():
-        uniform = sizes[split]
-        writer.extra["image_size"] = list(next(iter(uniform))) if len(uniform) == 1 else None
-        writer.extra["conversion"] = report.manifest_counts()  # every image decoded: what was lost is known
-        writer.close()
-    elapsed = time.perf_counter() - t0
-    report.timing.update(images=len(order), image_seconds=elapsed, workers=options.workers,
-                         images_per_s=len(order) / elapsed if elapsed > 0 else 0.0)
-    return unreadable

@@ -23,6 +23,8 @@ from typing import Any
 
 from ..strict_json import json_text
 
+SUMMARY = "summary.json"
+
 # Bad input, by kind: what the user reads in the summary.
 SKIP_KINDS: dict[str, str] = {
     "missing_image": "image named by a caption not found in the image folders",

@@ -36,7 +36,8 @@ from tqdm import tqdm
 from data_prep.config_io import save_config
 from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder, move_splits, remove_empty_folders
-from data_prep.shards import MANIFEST, ShardWriter, encode_image
+from data_prep.shard_writer import ShardWriter
+from data_prep.shards import MANIFEST, encode_image
 from data_prep.versions import versions
 
 from .config import SynthConfig

@@ -31,8 +31,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from backretrieval.records import json_text
+from data_prep.checksums import file_sha256
 from data_prep.errors import install_hint, read_utf8
-from data_prep.shards import file_sha256, iter_metas, read_manifest
+from data_prep.shards import iter_metas, read_manifest
 
 from ..config import IMPORTED_BACKBONE
 from ..errors import UserError

@@ -118,7 +118,7 @@ class BackRetrievalSet:
         """A one-line error when a kept image is captioned in more than one language: BackRetrieval needs a split
         without parallel text (a train/val split), where no caption's translation is among its candidates; and when
         the split has captions in fewer than two languages, which BackRetrieval needs (a language pair)."""
-        from data_prep.shards import images_in_several_languages
+        from data_prep.split_rule import images_in_several_languages
 
         found = sorted(set(self.langs.tolist()))
         if len(found) < 2:

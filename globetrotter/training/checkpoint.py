@@ -355,6 +355,6 @@ def weights_sha256(checkpoint: str | None) -> str | None:
 
 @lru_cache(maxsize=8)
 def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
-    from data_prep.shards import file_sha256
+    from data_prep.checksums import file_sha256
 
     return file_sha256(Path(path))

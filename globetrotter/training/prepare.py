@@ -48,7 +48,8 @@ def with_matched_image_share(cfg: TrainConfig, log: Callable[[str], None] = prin
     split shows per language, on average over :func:`train_languages`. One-line errors when that split lacks one of
     those languages, or when a ``data.train_image_share`` below 1 is set and differs (a resumed run's saved config
     holds the one found here)."""
-    from data_prep.shards import images_by_language, read_captions
+    from data_prep.shards import read_captions
+    from data_prep.split_rule import images_by_language
 
     from ..data.subset import matching_share
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from data_prep.shards import MANIFEST, file_sha256, read_manifest
+from data_prep.checksums import file_sha256
+from data_prep.shards import MANIFEST, read_manifest
 
 from ..config import TrainConfig
 from ..errors import UserError

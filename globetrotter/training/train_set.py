@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_prep.shards import images_in_several_languages, read_manifest
+from data_prep.shards import read_manifest
+from data_prep.split_rule import images_in_several_languages
 
 from ..config import TrainConfig
 from ..errors import UserError

@@ -50,8 +50,8 @@ from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST, read_manifest
 
 from ..cli import _existing_dir, _language_list, _non_negative_int, _sources, add_source_arguments, source_options
-from ..pipeline import SUMMARY, same_text
-from ..report import ConversionReport
+from ..gather import same_text
+from ..report import SUMMARY, ConversionReport
 from .gather import Matcher, gather, load_split, split_of_images
 from .summary import format_rest, format_table
 from .write import COMMAND, check_paths, write_dataset

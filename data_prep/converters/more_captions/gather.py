@@ -14,8 +14,9 @@ from data_prep.errors import UserError
 from data_prep.shards import MANIFEST, SPLITS, read_captions, read_manifest
 
 from ..common import Record
+from ..gather import checked_records, same_text
 from ..images import _stem, flickr_photo_id
-from ..pipeline import _KEY_UNSAFE, checked_records, safe_id, same_text
+from ..pipeline import _KEY_UNSAFE, safe_id
 from ..report import ConversionReport
 
 PARALLEL = ("train-parallel",)  # splits that show an image in several languages (tied by group); the others, one

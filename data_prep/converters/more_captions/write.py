@@ -12,13 +12,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from data_prep.errors import UserError
-from data_prep.shards import (
-    LINKED_CHECKSUMS, MANIFEST, ShardWriter, carried_manifest_fields, check_split_rule, iter_raw, read_manifest,
-)
+from data_prep.shard_writer import ShardWriter, carried_manifest_fields
+from data_prep.shards import LINKED_CHECKSUMS, MANIFEST, iter_raw, read_manifest
+from data_prep.split_rule import check_split_rule
 from data_prep.strict_json import json_text
 
-from ..pipeline import _KEY_UNSAFE, SUMMARY, safe_id
-from ..report import ConversionReport
+from ..pipeline import _KEY_UNSAFE, safe_id
+from ..report import SUMMARY, ConversionReport
 from .gather import EnrichedSplit
 
 COMMAND = "more-captions"
