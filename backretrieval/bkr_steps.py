@@ -43,9 +43,9 @@ def _query_rows(queries: ArrayLike, n_src: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _TextSide:
-    """What steps 1-2 read, checked by :func:`_text_side`: the source and target set sizes, the source rows that
-    query (``sampled``: ``queries`` was given) and one of the embeddings (``src_text``, ``tgt_text``), a given text
-    similarity (``text_sim``, one row per query) or the given targets (``retrieved``, one per query)."""
+    """What steps 1-2 read, checked by :func:`checked_text_side`: the source and target set sizes, the source rows
+    that query (``sampled``: ``queries`` was given) and one of the embeddings (``src_text``, ``tgt_text``), a given
+    text similarity (``text_sim``, one row per query) or the given targets (``retrieved``, one per query)."""
 
     n_src: int
     n_tgt: int
@@ -63,9 +63,10 @@ def _n_images(img: np.ndarray | None, image_sim: np.ndarray | None, axis: int) -
     return len(img) if img is not None else np.shape(image_sim)[axis] if image_sim is not None else None
 
 
-def _text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, text_sim: np.ndarray | None,
-               retrieved: np.ndarray | None, queries: np.ndarray | None, src_img: np.ndarray | None,
-               tgt_img: np.ndarray | None, image_sim: np.ndarray | None, approx: ApproxConfig | None) -> _TextSide:
+def checked_text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, text_sim: np.ndarray | None,
+                      retrieved: np.ndarray | None, queries: np.ndarray | None, src_img: np.ndarray | None,
+                      tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
+                      approx: ApproxConfig | None) -> _TextSide:
     """:func:`bkr_recall`'s text inputs (embeddings, ``text_sim`` or ``retrieved``) and ``queries``, checked; the set
     sizes come from the text, or from the images where the text side does not hold them (given targets, or a given
     similarity of sampled queries)."""
@@ -100,15 +101,15 @@ def _text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, text_si
     return _TextSide(n_src, n_tgt, query_rows, queries is not None, src_text, tgt_text, text_sim, retrieved)
 
 
-def _retrieve(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig | None,
-              progress: bool) -> np.ndarray:
+def retrieve_targets(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig | None,
+                     progress: bool) -> np.ndarray:
     """Steps 1-2: the ``(Q,)`` index of each query's retrieved target T_T* (ties: lowest index), given, the row
     maxima of a given similarity, or the search of the target embeddings."""
     if text.retrieved is not None:
         return text.retrieved
     if text.text_sim is not None:  # each query's best-scoring target
         return np.asarray(text.text_sim).argmax(axis=1).astype(np.int64)
-    if text.src_text is None or text.tgt_text is None:  # _text_side checked them: the message it would give
+    if text.src_text is None or text.tgt_text is None:  # checked_text_side checked them: the message it would give
         raise BackRetrievalError("bkr_recall needs src_text and tgt_text (text embeddings), text_sim or retrieved")
     return retrieve(text.src_text, text.tgt_text, retrieval, csls_k, approx,
                     rows=text.query_rows if text.sampled else None, progress=progress)
@@ -116,8 +117,9 @@ def _retrieve(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig
 
 @dataclass(frozen=True)
 class _ImageSide:
-    """What steps 3-4 read, checked by :func:`_image_side`: the distinct source images (``rows``: the first source row
-    of each; ``own``: the column of each query's own image among them) and g, whose form decides how step 4 counts:
+    """What steps 3-4 read, checked by :func:`checked_image_side`: the distinct source images (``rows``: the first
+    source row of each; ``own``: the column of each query's own image among them) and g, whose form decides how step
+    4 counts:
 
     - ``matrix``: a given g (``image_sim``) over the distinct images, counted exactly;
     - ``neighbours``: given lists of the cosine of ``tgt_img`` and ``distinct`` (the distinct source images' features),
@@ -137,10 +139,10 @@ class _ImageSide:
     source_index: SourceImageIndex | None = None
 
 
-def _image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
-                image_neighbours: ImageNeighbours | None, src_image_ids: Sequence | None,
-                text: _TextSide, max_k: int, approx: ApproxConfig | None,
-                source_index: SourceImageIndex | None) -> _ImageSide:
+def checked_image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
+                       image_neighbours: ImageNeighbours | None, src_image_ids: Sequence | None,
+                       text: _TextSide, max_k: int, approx: ApproxConfig | None,
+                       source_index: SourceImageIndex | None) -> _ImageSide:
     """:func:`bkr_recall`'s image inputs (``image_sim`` or features, ``src_image_ids``, ``image_neighbours``) checked
     against the set sizes of the text side."""
     n_src, n_tgt = text.n_src, text.n_tgt
@@ -180,15 +182,15 @@ def _image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, image_si
     return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed, source_index=source_index)
 
 
-def _count_better_images(image: _ImageSide, retrieved: np.ndarray, ks: tuple[int, ...], ties: str,
-                         max_rank: int | None, block_bytes: int, progress: bool) -> dict[str, np.ndarray]:
+def count_better_images(image: _ImageSide, retrieved: np.ndarray, ks: tuple[int, ...], ties: str,
+                        max_rank: int | None, block_bytes: int, progress: bool) -> dict[str, np.ndarray]:
     """Steps 3-4: for each query, how many distinct source images I_S beat (``"gt"``) or tie (``"ge"``) its own in
     g(I_T*, .), the row of its retrieved target (:func:`~backretrieval.ranking.count_ranks`' counts). Lists (given,
     or ``pq`` ones) only tell "fewer than K better images?": there ``max_rank`` is max(ks)."""
     if image.matrix is not None:  # the exact count, stopped at max_rank
         return count_ranks(image.matrix, retrieved, image.own, ties, max_rank, block_bytes, progress, "BkR ranks")
     tgt_img, distinct = image.tgt_img, image.distinct
-    if tgt_img is None or distinct is None:  # _image_side checked them: the message it would give
+    if tgt_img is None or distinct is None:  # checked_image_side checked them: the message it would give
         raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
     if image.neighbours is not None:  # a lookup in the lists of the retrieved targets
         scorer = VectorScorer(tgt_img, distinct)

@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import BackRetrievalError
-from .image_inputs import ImageSource, _open, default_image_ids, image_sources
+from .image_inputs import ImageSource, default_image_ids, image_sources, open_image
 
 RANDOM_G_DIM = 512
 
@@ -39,7 +39,7 @@ class ThumbnailFeatures:
             raise BackRetrievalError("no images to extract features from")
         out = np.empty((len(images), 3 * self.size * self.size), dtype=np.float32)
         for i, source in enumerate(images):
-            img = _open(source, i)
+            img = open_image(source, i)
             side = min(img.size)
             left, top = (img.width - side) // 2, (img.height - side) // 2
             img = img.crop((left, top, left + side, top + side)).resize((self.size, self.size), Image.Resampling.BOX)

@@ -55,7 +55,7 @@ class UnreadableImage(BackRetrievalError):
         self.index, self.why = index, why
 
 
-def _open(source: ImageSource, index: int | None = None) -> Image.Image:
+def open_image(source: ImageSource, index: int | None = None) -> Image.Image:
     """``source`` decoded as an RGB image; :class:`UnreadableImage` (image ``index`` of those given) when it
     does not decode."""
     if isinstance(source, Image.Image):
@@ -69,7 +69,7 @@ def _open(source: ImageSource, index: int | None = None) -> Image.Image:
     return rgb_image(img)
 
 
-def _decoded(path: str) -> tuple[Image.Image | None, str]:
+def decode_image_file(path: str) -> tuple[Image.Image | None, str]:
     """``(image, "")``, the file decoded whole (``verify`` passes a JPEG cut short after a sound header), or
     ``(None, why)`` for a file PIL cannot decode."""
     try:

@@ -75,7 +75,9 @@ def load_state_dict_in_order(model: torch.nn.Module, state_dict: dict[str, torch
     model.load_state_dict(mapped)
 
 
-def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the weights file ``path`` (``.safetensors`` or a torch checkpoint, unwrapped from a
+    ``state_dict``/``model``/``state_dict_ema`` key); a one-line error for a file that does not read."""
     import torch
     from safetensors.torch import load_file
 
@@ -92,7 +94,8 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The first 16 hex digits of the sha256 of the file ``path``, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -170,7 +173,7 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
             tag = f"package:{path.name}"
         else:
             path = Path(weights)
-            state = _read_state_dict(path)
+            state = read_state_dict(path)
             model = timm.create_model(model_name, pretrained=False)
             for headless in (False, True):  # a full checkpoint, or one saved without classifier
                 if headless:
@@ -190,7 +193,7 @@ def create_image_model(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | Non
                     raise BackRetrievalError(f"{path}: not weights of {model_name} (by name or in order, with or "
                                              f"without its classifier): {err}") from None
             model.reset_classifier(0)
-            tag = f"file:{path.name}:{_file_digest(path)}"
+            tag = f"file:{path.name}:{file_digest(path)}"
     except RuntimeError as err:  # timm: unknown model name
         raise BackRetrievalError(f"image model {model_name!r}: {err}") from None
     return model.eval(), tag

@@ -44,7 +44,7 @@ import numpy as np
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import read_cache_entry
 from .image_baselines import RandomImageFeatures, ThumbnailFeatures
-from .image_inputs import ImageSource, _decoded, _open, default_image_ids, image_sources, rgb_image
+from .image_inputs import ImageSource, decode_image_file, default_image_ids, image_sources, open_image, rgb_image
 from .image_weights import DEFAULT_IMAGE_MODEL, check_image_weights, create_image_model, default_image_weights
 from .records import json_text
 
@@ -138,7 +138,7 @@ class ImageFeatureExtractor:
         for start in tqdm(range(0, len(images), self.batch_size), desc=f"features {self.model_name}",
                           disable=not self.progress, unit="batch"):
             batch = images[start:start + self.batch_size]
-            parts.append(self._forward([transform(_open(s, start + j)) for j, s in enumerate(batch)]))
+            parts.append(self._forward([transform(open_image(s, start + j)) for j, s in enumerate(batch)]))
         return np.concatenate(parts).astype(np.float32)
 
     def _forward(self, pixels: list) -> np.ndarray:
@@ -172,7 +172,7 @@ class ImageFeatureExtractor:
         kept, skipped, parts, pending = [], [], [], []
         for i, path in enumerate(tqdm(files, desc=f"features {self.model_name}", disable=not self.progress,
                                       unit="image")):
-            image, why = _decoded(path)
+            image, why = decode_image_file(path)
             if image is None:
                 skipped.append((i, why))
                 continue

@@ -47,7 +47,7 @@ import numpy as np
 from scipy import stats
 
 from .approximate import ApproxConfig
-from .bkr_steps import _count_better_images, _image_side, _retrieve, _text_side
+from .bkr_steps import checked_image_side, checked_text_side, count_better_images, retrieve_targets
 from .errors import BackRetrievalError, option
 from .files import enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
@@ -151,14 +151,14 @@ def bkr_recall(
     approx = approx_config(approximate, ks)
     max_rank = censored_max_rank(max_rank, ks, option("approximate") if approx is not None else
                                  "image_neighbours" if image_neighbours is not None else None)
-    text = _text_side(src_text, tgt_text, text_sim, retrieved, queries, src_img, tgt_img, image_sim, approx)
-    image = _image_side(src_img, tgt_img, image_sim, image_neighbours, src_image_ids, text, max(ks), approx,
-                        source_index)
+    text = checked_text_side(src_text, tgt_text, text_sim, retrieved, queries, src_img, tgt_img, image_sim, approx)
+    image = checked_image_side(src_img, tgt_img, image_sim, image_neighbours, src_image_ids, text, max(ks), approx,
+                               source_index)
     # after the shapes: a row-count error is the one message, not this warning before it
     enough_for_k("bkr_recall", len(image.rows), ks, "distinct source images", warn=True)
-    found = _retrieve(text, retrieval, csls_k, approx, progress)  # steps 1-2: T_T* of each query
+    found = retrieve_targets(text, retrieval, csls_k, approx, progress)  # steps 1-2: T_T* of each query
     # steps 3-4: rank of g(I_T*, I_S^q) among g(I_T*, I_S) over the distinct source images
-    counts = _count_better_images(image, found, ks, ties, max_rank, block_bytes, progress)
+    counts = count_better_images(image, found, ks, ties, max_rank, block_bytes, progress)
     ranks, hits = ranks_and_hits(counts, ks, ties, max_rank)
     out: dict[str, Any] = _recall_dict("bkr", ks, hits)
     out.update(hits=hits, ranks=ranks, retrieved=found, hubness=hubness_stats(found, text.n_tgt),

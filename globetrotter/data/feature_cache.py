@@ -102,7 +102,7 @@ class CacheSpec:
 @functools.lru_cache(maxsize=8)
 def _weights_digest(weights: str | None, backbone: str) -> tuple[str, str]:
     """(name, first 16 hex digits of sha256) of ``backbone``'s weights; read once per process."""
-    from backretrieval.image_weights import _file_digest, package_weights_path
+    from backretrieval.image_weights import file_digest, package_weights_path
 
     if not weights:
         return "random", ""
@@ -110,13 +110,13 @@ def _weights_digest(weights: str | None, backbone: str) -> tuple[str, str]:
         from backretrieval.errors import BackRetrievalError
 
         try:
-            return "package", _file_digest(package_weights_path(backbone))
+            return "package", file_digest(package_weights_path(backbone))
         except BackRetrievalError as err:
             raise UserError(f"model.image_pretrained: {err}") from None
     path = Path(weights)
     if not path.is_file():
         raise UserError(f"model.image_pretrained: weights file {path} not found")
-    return path.name, _file_digest(path)
+    return path.name, file_digest(path)
 
 
 def imported_spec(name: str, sha256: str = "") -> CacheSpec:

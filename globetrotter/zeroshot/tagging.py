@@ -317,7 +317,7 @@ def load_imagenet_classifier(model_name: str, weights: str | None, online: bool 
     import timm
 
     from backretrieval.errors import BackRetrievalError
-    from backretrieval.image_weights import _read_state_dict, load_state_dict_in_order, package_weights_path
+    from backretrieval.image_weights import load_state_dict_in_order, package_weights_path, read_state_dict
 
     if weights == "package":
         try:
@@ -335,7 +335,7 @@ def load_imagenet_classifier(model_name: str, weights: str | None, online: bool 
         if not path.is_file():
             raise UserError(f"{path}: image weights file not found (or use 'package', 'hub')")
         model = timm.create_model(model_name, pretrained=False)
-        state = _read_state_dict(path)
+        state = read_state_dict(path)
         try:
             model.load_state_dict(state)
         except RuntimeError:
