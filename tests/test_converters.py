@@ -820,7 +820,7 @@ def test_out_that_is_a_file_is_a_one_line_error_before_anything_is_read(tmp_path
     make_jpeg(tmp_path / "photos" / "a.jpg")
     tsv = write_lines(tmp_path / "caps.tsv", ["a.jpg\ten\tan a"])
     (tmp_path / "file").write_text("mine")
-    monkeypatch.setattr("data_prep.converters.pipeline._gather", lambda *a: pytest.fail("read before the check"))
+    monkeypatch.setattr("data_prep.converters.pipeline.gather_images", lambda *a: pytest.fail("read before the check"))
     for out, message in ((tmp_path / "file", "exists and is not a folder"),
                          (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file, not a folder")):
         assert cli(["folder", "--images", tmp_path / "photos", "--captions", tsv, "--out", out, "--no-progress"]) == 2
@@ -1076,7 +1076,7 @@ def test_a_second_conversion_into_the_same_out_meanwhile_is_refused_in_one_line(
     out = tmp_path / "out"
     argv = ["folder", "--images", photos, "--captions", write_lines(tmp_path / "caps.tsv", rows), "--assign-languages",
             "--all-to", "train", "--out", out, "--workers", "1", "--no-progress"]
-    write, second = pipeline._write_shards, []
+    write, second = pipeline.write_shards, []
 
     def racing(*args, **kwargs):
         if not second:  # a second command starts while the first writes its shards
@@ -1084,7 +1084,7 @@ def test_a_second_conversion_into_the_same_out_meanwhile_is_refused_in_one_line(
             second[:] = [cli(argv), capsys.readouterr().err]
         return write(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "_write_shards", racing)
+    monkeypatch.setattr(pipeline, "write_shards", racing)
     assert cli(argv) == 0
     code, err = second
     lines = err.strip().splitlines()

@@ -83,7 +83,8 @@ _COMMANDS = {
 }
 
 
-def _existing_dir(value: str) -> Path:
+def existing_dir(value: str) -> Path:
+    """argparse type: the path of a folder that exists."""
     path = Path(value)
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value} is a file, expected a folder" if path.exists() else
@@ -109,7 +110,8 @@ def _file_and_language(value: str) -> tuple[Path, str]:
     return _existing_file(path), lang
 
 
-def _language_list(value: str) -> list[str]:
+def language_list(value: str) -> list[str]:
+    """argparse type: comma-separated language codes (:func:`parse_language_list`), normalised."""
     try:
         return parse_language_list(value)
     except ValueError as err:
@@ -136,7 +138,7 @@ def _fraction(value: str) -> float:
     return f
 
 
-def _non_negative_int(value: str) -> int:
+def non_negative_int(value: str) -> int:
     """argparse type: an integer >= 0 (a count that may be zero), as globetrotter's ``non_negative_int``."""
     try:
         n = int(value)
@@ -180,7 +182,7 @@ def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] 
     """The caption-source options (each repeatable) of ``sources`` (``multi30k`` brings ``--multi30k-tasks``);
     ``captions_image``: how the command finds the image a ``--captions`` row names (its --help words)."""
     if "multi30k" in sources:
-        group.add_argument("--multi30k", type=_existing_dir, action="append", default=[], metavar="DIR",
+        group.add_argument("--multi30k", type=existing_dir, action="append", default=[], metavar="DIR",
                            help="Multi30K data folder holding task1/ and/or task2/ (image_splits/ + raw/)")
         group.add_argument("--multi30k-tasks", type=_tasks, default=[1], metavar="1|2|1,2",
                            help="which Multi30K tasks to read: 1 = parallel en/de/fr/cs, 2 = five independent "
@@ -190,11 +192,11 @@ def add_source_arguments(group: argparse._ArgumentGroup, sources: Sequence[str] 
                            help="a Flickr8k token file (img.jpg#k<TAB>caption) or Flickr8k-CN caption file "
                                 "(img#zhc#k caption) and the language of its captions, e.g. Flickr8k.token.txt:en")
     if "globetrotter" in sources:
-        group.add_argument("--globetrotter", type=_existing_dir, action="append", default=[], metavar="ROOT",
+        group.add_argument("--globetrotter", type=existing_dir, action="append", default=[], metavar="ROOT",
                            help="Globetrotter dataset root (COCO/annotations/, flickr30k/entities/, ConceptualCaptions/ "
                                 "with translated_independent/ and translated_alllangs/); also searched for images")
     if "xtd10" in sources:
-        group.add_argument("--xtd10", type=_existing_dir, action="append", default=[], metavar="DIR",
+        group.add_argument("--xtd10", type=existing_dir, action="append", default=[], metavar="DIR",
                            help="XTD10 release folder (XTD10/test_image_names.txt, */test_1kcaptions_<lang>.txt; "
                                 "'jp' is read as ISO 639-1 'ja')")
     if "captions" in sources:
@@ -207,7 +209,7 @@ def _shared_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     src = parent.add_argument_group("sources (each repeatable; combine any of them into one dataset)")
     add_source_arguments(src)
-    src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
+    src.add_argument("--images", type=existing_dir, action="append", default=[], metavar="DIR",
                      help="image folder (searched recursively by path, file name, and Flickr photo id, so "
                           "<id>.jpg finds <id>_<secret>.jpg); required with --multi30k, --flickr8k, --xtd10")
 
@@ -216,7 +218,7 @@ def _shared_options() -> argparse.ArgumentParser:
                      help="dataset folder to write: train/, val/, test/ (shards + manifest.json), "
                           "train-parallel/ (with --parallel-train) and summary.json")
     out.add_argument("--overwrite", action="store_true", help="replace a dataset already in --out")
-    out.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
+    out.add_argument("--languages", type=language_list, default=None, metavar="CODES",
                      help="comma-separated ISO 639-1 languages to keep (default: every language found); "
                           "test images need a caption in each of them")
     out.add_argument("--shard-size", type=int, default=2000, metavar="N", help="samples per .tar shard (default 2000)")
@@ -241,7 +243,7 @@ def _shared_options() -> argparse.ArgumentParser:
                           "A name that matches no image, or an image in files of two splits, stops the conversion")
     spl.add_argument("--all-to", type=_split, default=None, metavar="SPLIT",
                      help="put every image in SPLIT (e.g. test: a whole dataset as an evaluation set)")
-    spl.add_argument("--parallel-train", type=_language_list, default=None, metavar="CODES",
+    spl.add_argument("--parallel-train", type=language_list, default=None, metavar="CODES",
                      help="also write train-parallel/: the train images captioned in all these languages, with all "
                           "those captions tied by group (for the supervised baseline), e.g. en,de,fr,cs")
     spl.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
@@ -263,7 +265,7 @@ def _shared_options() -> argparse.ArgumentParser:
     rep = parent.add_argument_group("report")
     rep.add_argument("--strict", action="store_true",
                      help="exit with status 1 when any bad input was found (the good samples are still written)")
-    rep.add_argument("--show-issues", type=_non_negative_int, default=5, metavar="N",
+    rep.add_argument("--show-issues", type=non_negative_int, default=5, metavar="N",
                      help="print the first N issues of each kind (file:line) before the counts (default 5)")
     rep.add_argument("--no-check", action="store_true",
                      help="skip re-reading the written splits to verify the split rule")
@@ -315,7 +317,8 @@ def source_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def _sources(args: argparse.Namespace) -> tuple[list, list[str]]:
+def caption_sources(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """The caption readers the source options of ``args`` name, and the names of their kinds (each once)."""
     sources, names = [], []
     for root in args.multi30k:
         sources.append(read_multi30k(root, args.multi30k_tasks))
@@ -350,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--jpeg-quality must be in 1..100, got {args.jpeg_quality}")
     if args.shard_size < 1:
         raise UserError(f"--shard-size must be positive, got {args.shard_size}")
-    sources, names = _sources(args)
+    sources, names = caption_sources(args)
     options = ConvertOptions(
         out_dir=args.out,
         image_roots=list(args.images) + list(args.globetrotter),

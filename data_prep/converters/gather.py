@@ -21,7 +21,7 @@ _WORD = re.compile(r"\w+")
 
 
 @dataclass
-class _Image:
+class GatheredImage:
     """An image with its accepted captions, in arrival order."""
 
     path: Path
@@ -71,12 +71,12 @@ def same_text(text: str) -> str:
     return " ".join(_WORD.findall(text.casefold()))
 
 
-def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
-            resolver: ImageResolver) -> dict[Path, _Image]:
+def gather_images(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
+                  resolver: ImageResolver) -> dict[Path, GatheredImage]:
     """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
     (a caption table's split column) while a command-line split option is given is a one-line :class:`UserError`:
     the option would re-split the images the user split (a test image could land in train)."""
-    images: dict[Path, _Image] = {}
+    images: dict[Path, GatheredImage] = {}
     given = options.split_options()
     kept: dict[tuple[Path, str, str], tuple[str, str]] = {}  # (image, lang, same_text) -> (file, where) of the kept
     repeats: list[str] = []
@@ -106,7 +106,7 @@ def _gather(sources: Iterable[Iterable[Record]], options: ConvertOptions, report
             repeats.append(f"{item.where} repeats {first[1]}")
             continue
         kept.setdefault(text_key, (str(item.file), item.where))
-        images.setdefault(path, _Image(path)).captions.append(item)
+        images.setdefault(path, GatheredImage(path)).captions.append(item)
     if repeats:
         report.note(f"{len(repeats)} caption(s) repeat a text their image already has in that language from another "
                     f"source file (case, punctuation and spacing ignored: overlapping sources) and were kept once "

@@ -34,7 +34,7 @@ _PHOTO_ID = re.compile(r"^(\d+)(?:_[0-9a-fA-F]+)?$")  # Flickr: 1000268201 or 10
 _EXIF_ORIENTATION = 0x0112
 
 
-def _stem(name: str) -> str:
+def image_stem(name: str) -> str:
     """File name without an image extension (other suffixes are kept: ``"a.b"`` stays ``"a.b"``)."""
     stem, ext = os.path.splitext(name)
     return stem if ext.lower() in IMAGE_SUFFIXES else name
@@ -42,7 +42,7 @@ def _stem(name: str) -> str:
 
 def flickr_photo_id(name: str) -> str | None:
     """The Flickr photo id in a file name (``"1000268201_693b08cb0e.jpg"`` -> ``"1000268201"``), else ``None``."""
-    match = _PHOTO_ID.match(_stem(name))
+    match = _PHOTO_ID.match(image_stem(name))
     return match.group(1) if match else None
 
 
@@ -75,7 +75,7 @@ class ImageResolver:
                     if name in by_name:
                         clashes.setdefault(name, [by_name[name]]).append(path)
                     by_name.setdefault(name, path)
-                    by_stem.setdefault(_stem(name), path)
+                    by_stem.setdefault(image_stem(name), path)
                     photo = flickr_photo_id(name)
                     if photo is not None:
                         by_photo.setdefault(photo, path)
@@ -124,7 +124,7 @@ class ImageResolver:
         name = os.path.basename(cand)
         if exact:
             return None if name in clashes else by_name.get(name)
-        stem = _stem(name)
+        stem = image_stem(name)
         found = by_name.get(name) or by_stem.get(stem)
         if found is None:
             photo = flickr_photo_id(stem)

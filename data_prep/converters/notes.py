@@ -4,13 +4,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from .gather import _Image
+from .gather import GatheredImage
 from .images import ImageResolver
 from .report import ConversionReport, Issue
 from .splits import ImageInfo, SplitPlan
 
 
-def _region_note(by_id: dict[str, _Image]) -> str | None:
+def region_note(by_id: dict[str, GatheredImage]) -> str | None:
     """The warning for languages with a region or script subtag beside their base code (``fr-FR`` and ``fr``): kept
     apart on purpose (:mod:`~data_prep.converters.languages`), but often one language written two ways. ``None``
     when there is none."""
@@ -24,7 +24,7 @@ def _region_note(by_id: dict[str, _Image]) -> str | None:
             f"Dari beside fa Persian); if they are one language, write one code in the captions")
 
 
-def _lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], languages: Sequence[str]) -> str | None:
+def lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], languages: Sequence[str]) -> str | None:
     """The warning for source test images left out for lacking a requested language: which languages they lack
     (most first, with counts) and the ``--languages`` that keeps them. ``None`` when none was left out."""
     if not incomplete:
@@ -38,7 +38,7 @@ def _lacking_note(incomplete: Sequence[str], infos: dict[str, ImageInfo], langua
             f"(images per language): {hint}")
 
 
-def _encoding_note(report: ConversionReport) -> str | None:
+def encoding_note(report: ConversionReport) -> str | None:
     """The advice for caption lines skipped as not UTF-8: most often a whole file saved in a legacy encoding, whose
     lines with accents are lost and whose plain-ASCII lines are kept (a language can vanish this way)."""
     issues = report.issues.get("non_utf8", [])
@@ -51,7 +51,7 @@ def _encoding_note(report: ConversionReport) -> str | None:
             f"iconv -f latin1 -t utf-8 {files[0]} > converted.txt")
 
 
-def _unbalanced_note(plan: SplitPlan, unreadable: set[str]) -> str | None:
+def unbalanced_note(plan: SplitPlan, unreadable: set[str]) -> str | None:
     """The images per language that train and val hold when some of the images ``--assign-languages`` gave a
     language could not be read (the balance is struck before any image is decoded), or None when none was lost."""
     lost = unreadable & set(plan.lang_of)
@@ -69,18 +69,18 @@ def _unbalanced_note(plan: SplitPlan, unreadable: set[str]) -> str | None:
             f"{'; '.join(parts)}; fix or remove the unreadable images and convert again for an even balance")
 
 
-def _counts(counter: Counter) -> str:
+def counts_by_kind(counter: Counter) -> str:
     """``"3 missing_image, 1 unknown_language"``: a counter's kinds, most records first."""
     return ", ".join(f"{n} {kind}" for kind, n in counter.most_common())
 
 
-def _first_issue(report: ConversionReport) -> Issue | None:
+def first_issue(report: ConversionReport) -> Issue | None:
     """The first issue of the kind that cost the most records (of any kind when none cost a record)."""
     kinds = [kind for kind, _ in report.skipped.most_common()] or [k for k, v in report.issues.items() if v]
     return report.issues[kinds[0]][0] if kinds else None
 
 
-def _nothing_usable(report: ConversionReport, resolver: ImageResolver, source_args: dict) -> str:
+def nothing_usable_message(report: ConversionReport, resolver: ImageResolver, source_args: dict) -> str:
     """Why no caption record is usable, in one line: the caption sources (``source_args``, as the summary lists them)
     when they hold none; else the records skipped or left out by kind, an example, and for images not found, some
     file names the image folders do hold."""
@@ -90,8 +90,8 @@ def _nothing_usable(report: ConversionReport, resolver: ImageResolver, source_ar
         named = f" ({', '.join(given)})" if given else ""
         return f"nothing to convert: the caption sources{named} hold no caption record; nothing written"
     line = (f"nothing to convert: none of the {report.records} caption record(s) is usable "
-            f"({_counts(report.skipped + report.unused)})")
-    first = _first_issue(report)
+            f"({counts_by_kind(report.skipped + report.unused)})")
+    first = first_issue(report)
     if first is not None:
         line += f"; e.g. {first}"
     if first is not None and first.kind == "missing_image":

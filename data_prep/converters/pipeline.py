@@ -37,17 +37,18 @@ from data_prep.shards import MANIFEST
 from data_prep.split_rule import check_split_rule
 
 from .common import Record
-from .gather import _gather, _Image
+from .gather import GatheredImage, gather_images
 from .images import ImageResolver, flickr_photo_id
-from .notes import _counts, _encoding_note, _first_issue, _lacking_note, _nothing_usable, _region_note, _unbalanced_note
+from .notes import (counts_by_kind, encoding_note, first_issue, lacking_note, nothing_usable_message, region_note,
+                    unbalanced_note)
 from .options import ConvertOptions
 from .report import SUMMARY, ConversionReport
 from .splits import NOT_CAPTIONED, FixedSplits, ImageInfo, assign_from_split_files, merge_hints, plan_splits
-from .write import _plan_writes, _write_shards
+from .write import plan_writes, write_shards
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
 STAGING = ".converting"  # under --out: the dataset being written, moved into place once complete
-_KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
+KEY_UNSAFE = re.compile(r"[^0-9A-Za-z_-]+")
 
 
 MAX_ID = 64
@@ -58,13 +59,13 @@ MAX_ID = 64
 def safe_id(stem: str) -> str:
     """The image id a file stem gets (characters outside ``[0-9A-Za-z_-]`` become ``_``); a longer one than
     :data:`MAX_ID` keeps its start and ends in a hash of the whole stem (so two long names stay two ids)."""
-    image_id = _KEY_UNSAFE.sub("_", stem).strip("_") or "image"
+    image_id = KEY_UNSAFE.sub("_", stem).strip("_") or "image"
     if len(image_id) <= MAX_ID:
         return image_id
     return f"{image_id[:MAX_ID - 11]}-{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:10]}"
 
 
-def _assign_image_ids(images: Iterable[_Image]) -> None:
+def _assign_image_ids(images: Iterable[GatheredImage]) -> None:
     """Readable, unique ids from file stems (``1000268201_693b08cb0e``); ``-2``, ``-3``... on clashes."""
     used: set[str] = set()
     for img in images:
@@ -134,11 +135,11 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     """:func:`convert`, with ``out_dir`` locked."""
     report = ConversionReport()
     resolver = ImageResolver(options.image_roots)
-    images = _gather(sources, options, report, resolver)
+    images = gather_images(sources, options, report, resolver)
     report.timing["read_seconds"] = time.perf_counter() - start
     if not images:
-        raise UserError(_nothing_usable(report, resolver, options.source_args))
-    encoding = _encoding_note(report)
+        raise UserError(nothing_usable_message(report, resolver, options.source_args))
+    encoding = encoding_note(report)
     if encoding:
         report.note(encoding)
     _assign_image_ids(images.values())
@@ -151,7 +152,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
         raise UserError(f"--languages {','.join(languages)}: no usable caption in {','.join(absent)} (the usable "
                         f"captions are in {','.join(found_langs)}): remove {','.join(absent)} from --languages, or add "
                         f"captions in {'that language' if len(absent) == 1 else 'those languages'}; nothing written")
-    region = _region_note(by_id)
+    region = region_note(by_id)
     if region:
         report.note(region)
 
@@ -181,7 +182,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
         report.note(note)
     for image_id in plan.incomplete_test:
         report.leave_out("test_image_missing_language", len(by_id[image_id].captions))
-    lacking = _lacking_note(plan.incomplete_test, infos, languages)
+    lacking = lacking_note(plan.incomplete_test, infos, languages)
     if lacking:
         report.note(lacking)
     one_language = options.assign_languages or all(len(infos[i].langs) == 1 for i, s in plan.split_of.items() if s != "test")
@@ -189,22 +190,22 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
         report.note("without --assign-languages, train/val keep every language of each image: this breaks the "
                     "Globetrotter rule (check_split_rule fails on train/val); pass --assign-languages to train Globetrotter")
 
-    writes = _plan_writes(by_id, plan, frozenset(options.parallel_train or ()), report)
+    writes = plan_writes(by_id, plan, frozenset(options.parallel_train or ()), report)
     if not any(writes.values()):
         need = (f"; a test image needs a caption in each of {','.join(languages)}"
                 if report.unused["test_image_missing_language"] else "")
         raise UserError(f"nothing to convert: all {report.records - report.total_skipped} usable caption record(s) "
-                        f"were left out ({_counts(report.unused)}){need}; nothing written")
+                        f"were left out ({counts_by_kind(report.unused)}){need}; nothing written")
     ids = list(writes)
     order = [ids[i] for i in rng.permutation(len(ids))]  # mix languages and sources across shards
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # deepest first
     staging, done = out_dir / STAGING, False
     try:  # the new dataset is written aside: a dataset being replaced stays whole until it is complete
         _remove_tree(staging)  # what a killed conversion left
-        unreadable = _write_shards(order, by_id, writes, options, report, one_language, staging)
+        unreadable = write_shards(order, by_id, writes, options, report, one_language, staging)
         if not report.total_written:
             raise UserError(f"nothing to convert: none of the {len(order)} image(s) could be written "
-                            f"({_counts(report.skipped)}); e.g. {_first_issue(report)}; nothing written")
+                            f"({counts_by_kind(report.skipped)}); e.g. {first_issue(report)}; nothing written")
         if options.check:
             for split in ("train", "val", "test"):
                 if report.images[split] and (split == "test" or one_language):
@@ -216,7 +217,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
         _remove_tree(staging)
         if not done:  # failed or interrupted before the swap: take away the folders it made
             remove_empty_folders(created)
-    unbalanced = _unbalanced_note(plan, unreadable) if options.assign_languages else None
+    unbalanced = unbalanced_note(plan, unreadable) if options.assign_languages else None
     if unbalanced:
         report.note(unbalanced)
     report.timing["total_seconds"] = time.perf_counter() - start
@@ -229,7 +230,7 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     return report
 
 
-def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver) -> Callable[[str], str | None]:
+def _image_lookup(by_id: dict[str, GatheredImage], resolver: ImageResolver) -> Callable[[str], str | None]:
     """``find(name)`` for split files: the image id a line names, :data:`NOT_CAPTIONED`, or ``None``.
 
     A line is tried as an image id, then as the captions' image names are (a path, a file name, its stem or
@@ -255,7 +256,8 @@ def _image_lookup(by_id: dict[str, _Image], resolver: ImageResolver) -> Callable
     return find
 
 
-def _fixed_splits(options: ConvertOptions, by_id: dict[str, _Image], resolver: ImageResolver) -> FixedSplits | None:
+def _fixed_splits(options: ConvertOptions, by_id: dict[str, GatheredImage],
+                  resolver: ImageResolver) -> FixedSplits | None:
     """The splits given by ``--split-file`` / ``--all-to`` (None: fractions or the sources' own splits)."""
     if options.all_to is not None:
         return FixedSplits(split_of={i: options.all_to for i in by_id}, all_to=options.all_to)

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from data_prep.shard_writer import DuplicateKey, ShardWriter
 
 from .common import Caption
-from .gather import _Image
+from .gather import GatheredImage
 from .images import ImageSpec, prepare_image_task
 from .options import ConvertOptions
 from .report import SUMMARY, ConversionReport, Issue
@@ -30,8 +30,8 @@ def _prepared_images(paths: Sequence[Path], spec: ImageSpec, workers: int) -> It
         yield from pool.imap(prepare_image_task, tasks, chunksize=chunksize)
 
 
-def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[str],
-                 report: ConversionReport) -> dict[str, list[tuple[str, Caption, str, str | None]]]:
+def plan_writes(by_id: dict[str, GatheredImage], plan: SplitPlan, parallel: frozenset[str],
+                report: ConversionReport) -> dict[str, list[tuple[str, Caption, str, str | None]]]:
     """Per planned image, the samples to write: ``(split, caption, key, group)``; the rest counted as unused.
 
     Keys are ``<image id>-<lang>-<n>`` (n-th caption of the image in that language, in
@@ -59,8 +59,8 @@ def _plan_writes(by_id: dict[str, _Image], plan: SplitPlan, parallel: frozenset[
     return writes
 
 
-def _write_shards(order: list[str], by_id: dict[str, _Image], writes: dict[str, list], options: ConvertOptions,
-                  report: ConversionReport, one_language: bool, out_dir: Path) -> set[str]:
+def write_shards(order: list[str], by_id: dict[str, GatheredImage], writes: dict[str, list], options: ConvertOptions,
+                 report: ConversionReport, one_language: bool, out_dir: Path) -> set[str]:
     """Decode the images of ``order`` in a pool and write their samples, split by split, under ``out_dir``.
     Returns the ids of the images that could not be read (reported as ``unreadable_image``)."""
     unreadable: set[str] = set()

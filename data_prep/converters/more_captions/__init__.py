@@ -49,7 +49,8 @@ from data_prep.errors import UserError
 from data_prep.out_folder import lock_out_folder
 from data_prep.shards import MANIFEST, read_manifest
 
-from ..cli import _existing_dir, _language_list, _non_negative_int, _sources, add_source_arguments, source_options
+from ..cli import (add_source_arguments, caption_sources, existing_dir, language_list, non_negative_int,
+                   source_options)
 from ..gather import same_text
 from ..report import SUMMARY, ConversionReport
 from .gather import Matcher, gather, load_split, split_of_images
@@ -93,7 +94,7 @@ def _more_captions(args: argparse.Namespace) -> int:
     states = {name: load_split(data / name, name) for name in args.splits}
     matcher = Matcher(split_of_images(data, states))
     report = ConversionReport()
-    sources, names = _sources(args)
+    sources, names = caption_sources(args)
     gather(sources, states, matcher, args.languages, report, not args.no_progress)
     check_usable(report, [*map(str, args.multi30k), *(str(f) for f, _ in args.flickr8k), *map(str, args.captions)])
     report.timing["read_seconds"] = time.perf_counter() - start
@@ -208,7 +209,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         textwrap.fill(EXAMPLE_FOLDERS, 88),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--data", type=_existing_dir, required=True, metavar="DIR",
+    parser.add_argument("--data", type=existing_dir, required=True, metavar="DIR",
                         help="converted dataset (train/ with one language per image; val/, test/...)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="new dataset folder to write (must not exist, or be empty)")
@@ -219,21 +220,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--splits", type=_splits, default=["train"], metavar="SPLITS",
                         help="splits to enrich, comma-separated: train, val, train-parallel (default: train); the "
                              "others are linked as they are")
-    parser.add_argument("--languages", type=_language_list, default=None, metavar="CODES",
+    parser.add_argument("--languages", type=language_list, default=None, metavar="CODES",
                         help="comma-separated languages to add captions in (default: every language)")
     src = parser.add_argument_group("sources (each repeatable; as in the converters)")
     add_source_arguments(src, ("multi30k", "flickr8k", "captions"),
                          captions_image="image is matched to the dataset's image ids by its file stem or Flickr photo "
                                         "id, as the other sources' images are; a split column is ignored (the "
                                         "dataset's splits stand)")
-    src.add_argument("--images", type=_existing_dir, action="append", default=[], metavar="DIR",
+    src.add_argument("--images", type=existing_dir, action="append", default=[], metavar="DIR",
                      help="not needed (accepted so a converter command line can be reused): images are matched "
                           "to the dataset's image ids and their bytes come from its shards")
     parser.add_argument("--shard-size", type=int, default=2000, metavar="N",
                         help="samples per .tar shard (default 2000)")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when any bad input was found (the dataset is still written)")
-    parser.add_argument("--show-issues", type=_non_negative_int, default=5, metavar="N",
+    parser.add_argument("--show-issues", type=non_negative_int, default=5, metavar="N",
                         help="print the first N issues of each kind (file:line) (default 5)")
     parser.add_argument("--no-check", action="store_true", help="skip re-reading the new splits to check the rule")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

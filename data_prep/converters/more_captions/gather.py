@@ -15,8 +15,8 @@ from data_prep.shards import MANIFEST, SPLITS, read_captions, read_manifest
 
 from ..common import Record
 from ..gather import checked_records, same_text
-from ..images import _stem, flickr_photo_id
-from ..pipeline import _KEY_UNSAFE, safe_id
+from ..images import flickr_photo_id, image_stem
+from ..pipeline import KEY_UNSAFE, safe_id
 from ..report import ConversionReport
 
 PARALLEL = ("train-parallel",)  # splits that show an image in several languages (tied by group); the others, one
@@ -107,11 +107,11 @@ class Matcher:
 
     def match(self, candidates: Iterable[str]) -> str | None:
         """The image id the caption's image names, :data:`AMBIGUOUS`, or ``None`` (no image of the dataset)."""
-        stems = [_stem(os.path.basename(c)) for c in candidates if c]
+        stems = [image_stem(os.path.basename(c)) for c in candidates if c]
         for stem in stems:
             # the id a conversion gives the stem; also the whole sanitised stem, as ids of over 64 characters were
             # before they were shortened
-            for image_id in (stem, safe_id(stem), _KEY_UNSAFE.sub("_", stem).strip("_")):
+            for image_id in (stem, safe_id(stem), KEY_UNSAFE.sub("_", stem).strip("_")):
                 if image_id in self.split_of:
                     return AMBIGUOUS if image_id in self.ambiguous else image_id
         for stem in stems:

@@ -17,7 +17,7 @@ from data_prep.shards import LINKED_CHECKSUMS, MANIFEST, iter_raw, read_manifest
 from data_prep.split_rule import check_split_rule
 from data_prep.strict_json import json_text
 
-from ..pipeline import _KEY_UNSAFE, safe_id
+from ..pipeline import KEY_UNSAFE, safe_id
 from ..report import SUMMARY, ConversionReport
 from .gather import EnrichedSplit
 
@@ -26,7 +26,7 @@ COMMAND = "more-captions"
 
 def _new_key(state: EnrichedSplit, image_id: str, lang: str) -> str:
     """``<image id>-<lang>-<n>``, the converters' scheme, n continuing after the image's captions in ``lang``."""
-    base = f"{safe_id(image_id)}-{_KEY_UNSAFE.sub('_', lang)}"
+    base = f"{safe_id(image_id)}-{KEY_UNSAFE.sub('_', lang)}"
     while True:
         n = state.per_image_lang[(image_id, lang)]
         state.per_image_lang[(image_id, lang)] += 1
