@@ -17,7 +17,7 @@ from .data.augment import eval_transform
 from .errors import UserError
 from .models import GlobetrotterModel, SigurdssonTextEncoder, TextEncoder
 from .shell import program_name
-from .texts_cut import _encode_batch, _warn_cut
+from .texts_cut import encode_noting_cut, warn_cut
 from .tokenizer import encode_batch, special_ids
 
 BACKRETRIEVAL_HEAD = "text"  # the head BackRetrieval judges: globetrotter:RUN specs and Encoder.encode alike
@@ -66,7 +66,7 @@ class Encoder:
         ``globetrotter:RUN`` spec): :meth:`encode_text` for :class:`backretrieval.TextEmbedder`."""
         texts = _check_texts(texts)  # encode_text's steps, not a call of it: the TextsCut warning names our caller
         out, cut = self._encode_heads(texts, (BACKRETRIEVAL_HEAD,), 256, None)  # encode_text's default batch size
-        _warn_cut(cut, texts, self.cfg.data.max_length)
+        warn_cut(cut, texts, self.cfg.data.max_length)
         return out[BACKRETRIEVAL_HEAD]
 
     @property
@@ -96,7 +96,7 @@ class Encoder:
         warning says how many of the texts were cut."""
         texts = _check_texts(texts)
         out, cut = self._encode_heads(texts, (head,), batch_size, langs)
-        _warn_cut(cut, texts, self.cfg.data.max_length)
+        warn_cut(cut, texts, self.cfg.data.max_length)
         return out[head]
 
     @torch.no_grad()
@@ -110,7 +110,7 @@ class Encoder:
             raise ValueError(f"heads: expected a sequence of head names, at least one head (text, cross, backbone); "
                              f"got {heads!r}")
         out, cut = self._encode_heads(texts, heads, batch_size, langs)
-        _warn_cut(cut, texts, self.cfg.data.max_length)
+        warn_cut(cut, texts, self.cfg.data.max_length)
         return out
 
     def _encode_heads(self, texts: list[str], heads: Sequence[str], batch_size: int,
@@ -129,7 +129,7 @@ class Encoder:
         cut: list[str] = []
         for i in range(0, len(texts), batch_size):
             rows = order[i : i + batch_size]
-            ids, mask = _encode_batch(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length, cut)
+            ids, mask = encode_noting_cut(self.tokenizer, [texts[r] for r in rows], self.cfg.data.max_length, cut)
             ids_t = torch.tensor(ids, device=self.device)
             mask_t = torch.tensor(mask, device=self.device)
             batch_langs = None if lang_ids is None else lang_ids[torch.as_tensor(rows, device=lang_ids.device)]
@@ -156,11 +156,12 @@ class Encoder:
         chunks = []
         cut: list[str] = []
         for i in range(0, len(texts), batch_size):
-            ids, mask = _encode_batch(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length, cut)
+            ids, mask = encode_noting_cut(self.tokenizer, list(texts[i : i + batch_size]), self.cfg.data.max_length,
+                                          cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             hidden = self.model.token_states(ids_t, mask_t, None if lang_ids is None else lang_ids[i : i + batch_size])
             chunks.append((hidden.float().cpu().numpy(), np.asarray(mask, np.int64)))
-        _warn_cut(cut, texts, self.cfg.data.max_length)
+        warn_cut(cut, texts, self.cfg.data.max_length)
         width = max((s.shape[1] for s, _ in chunks), default=1)
         d = self.model.text.d_model
         states = np.zeros((len(texts), width, d), np.float32)
@@ -278,7 +279,8 @@ class Encoder:
         out = []
         cut: list[str] = []
         for i in range(0, len(words), batch_size):
-            ids, mask = _encode_batch(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length, cut)
+            ids, mask = encode_noting_cut(self.tokenizer, list(words[i : i + batch_size]), self.cfg.data.max_length,
+                                          cut)
             ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
             if lang_ids is not None:
                 vectors = self.model.sentence_states(ids_t, mask_t, lang_ids[i : i + batch_size])[0]
@@ -287,7 +289,7 @@ class Encoder:
                 m = mask_t[:, 1:].unsqueeze(-1).float()
                 vectors = (states * m).sum(1) / m.sum(1).clamp_min(1)
             out.append(F.normalize(vectors.float(), dim=-1).cpu())
-        _warn_cut(cut, words, self.cfg.data.max_length)
+        warn_cut(cut, words, self.cfg.data.max_length)
         return torch.cat(out).numpy() if out else np.zeros((0, self.cfg.model.d_model), np.float32)
 
 

@@ -32,7 +32,7 @@ def _cut_message(cut: int, total: int, max_length: int) -> str:
             f"training: the tokens past it do not change their embeddings")
 
 
-def _warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None:
+def warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None:
     """One :class:`TextsCut` warning for a call that cut the texts ``cut`` of its ``texts`` (none when nothing was
     cut); the same count again from the same place is shown once (Python's default filter), so a validation repeated
     through a run says it once. Inside :func:`texts_cut_once` the call is tallied instead, and said at the block's
@@ -47,8 +47,8 @@ def _warn_cut(cut: Sequence[str], texts: Sequence[str], max_length: int) -> None
                       stacklevel=4)  # the caller of encode_text: past this function, the method and no_grad's wrapper
 
 
-def _encode_batch(tokenizer: Tokenizer, texts: list[str], max_length: int,
-                  cut: list[str]) -> tuple[list[list[int]], list[list[int]]]:
+def encode_noting_cut(tokenizer: Tokenizer, texts: list[str], max_length: int,
+                      cut: list[str]) -> tuple[list[list[int]], list[list[int]]]:
     """:func:`~.tokenizer.encode_batch` of ``texts``; those longer than ``max_length`` tokens appended to ``cut``."""
     at: list[int] = []
     ids, mask = encode_batch(tokenizer, texts, max_length, at)

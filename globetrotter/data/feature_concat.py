@@ -25,7 +25,7 @@ from ..config import IMPORTED_BACKBONE
 from ..errors import UserError, error_line
 from .feature_cache import MEANS, ROW0_FIELDS, SPEC, FeatureCache, load_feature_cache
 from .feature_cache_write import check_cache_folder
-from .feature_import import CHUNK_ROWS, _Source, split_image_ids, write_imported
+from .feature_import import CHUNK_ROWS, FeatureSource, split_image_ids, write_imported
 
 
 def _encoder(spec: dict, dim: int) -> tuple:
@@ -47,7 +47,7 @@ def _describe(encoders: list[tuple]) -> str:
     return " + ".join(one(e) for e in encoders)
 
 
-class _Concatenated(_Source):
+class _Concatenated(FeatureSource):
     """The split's images in split order, each row the concatenation of every cache's centred unit whole-image row."""
 
     def __init__(self, split_dir: Path, paths: Sequence[Path], means: Sequence[np.ndarray] | None = None,

@@ -99,7 +99,7 @@ def read_id_list(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-class _Source:
+class FeatureSource:
     """Embeddings in source order: ``ids`` (all rows'), ``dim``, ``fmt`` and ``chunks(kept)`` of float32 rows
     (``kept``: bool per source row, True for the split's images; the other rows are dropped, so they may be null)."""
 
@@ -109,10 +109,11 @@ class _Source:
     dim: int
 
     def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
+        """The float32 rows of the source rows ``kept`` marks, in source order, a chunk at a time."""
         raise NotImplementedError
 
 
-class _Npy(_Source):
+class _Npy(FeatureSource):
     def __init__(self, path: Path, ids_path: Path | None) -> None:
         if ids_path is None:
             raise UserError(f"{path}: a .npy file holds no image ids; give them with --ids FILE (one per line, or .json)")
@@ -142,7 +143,7 @@ class _Npy(_Source):
             yield saturating_float32(self.array[start: start + CHUNK_ROWS])
 
 
-class _Parquet(_Source):
+class _Parquet(FeatureSource):
     def __init__(self, path: Path, id_column: str, embedding_column: str) -> None:
         try:
             import pyarrow.parquet as pq
@@ -225,7 +226,7 @@ class _Parquet(_Source):
             row += len(column)
 
 
-def _open_source(path: Path, ids: Path | None, id_column: str | None, embedding_column: str | None) -> _Source:
+def _open_source(path: Path, ids: Path | None, id_column: str | None, embedding_column: str | None) -> FeatureSource:
     """The source at ``path``; ``id_column`` / ``embedding_column``: ``None`` for the defaults (refused with a
     ``.npy`` when given, as it names no columns)."""
     if path.is_dir():
@@ -246,7 +247,7 @@ def _open_source(path: Path, ids: Path | None, id_column: str | None, embedding_
     raise UserError(f"--embeddings {path}: expected a .npy array (with --ids) or a .parquet file")
 
 
-def _check_ids(source: _Source, wanted: list[str], split_dir: Path) -> list[int]:
+def _check_ids(source: FeatureSource, wanted: list[str], split_dir: Path) -> list[int]:
     """The source row of each of the split's images; refuses duplicate ids and images without a row."""
     row_of: dict[str, int] = {}
     for row, image_id in enumerate(source.ids):
@@ -326,8 +327,8 @@ def import_embeddings(split_dir: str | Path, embeddings: str | Path, out_dir: st
                            "dim": source.dim, "sha256": sha256}, extra={"hash_seconds": hash_seconds})
 
 
-def write_imported(split_dir: str | Path, source: _Source, out_dir: str | Path, name: str, digest: str, force: bool,
-                   progress: bool, imported: dict, extra: dict | None = None,
+def write_imported(split_dir: str | Path, source: FeatureSource, out_dir: str | Path, name: str, digest: str,
+                   force: bool, progress: bool, imported: dict, extra: dict | None = None,
                    extra_files: Callable[[Path], None] | None = None) -> dict:
     """Write the rows of ``source`` for the split's images as the imported cache ``name`` in ``out_dir`` (under a
     ``.tmp`` name, swapped in at the end: a refused write leaves nothing); ``imported`` describes the source in the

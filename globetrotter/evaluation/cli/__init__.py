@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ZEROSHOT_COMMANDS:  # `eval.py tag ...` = `globetrotter-zeroshot tag ...`
-        from globetrotter.zeroshot.cli import _main as zeroshot_main
+        from globetrotter.zeroshot.cli import run_command as zeroshot_main
 
         # usage lines and errors name the command typed: `eval.py tag`, `globetrotter-eval zeroshot train`
         prog = program_name("eval")

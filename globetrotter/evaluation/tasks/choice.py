@@ -13,7 +13,7 @@ from ..models import ModelLike
 from ..ranking import Ranking
 
 
-def _select() -> str:
+def select_command() -> str:
     """This command as messages name it: ``eval.py select`` from the repository's script, else
     ``globetrotter-eval select`` (:func:`globetrotter.shell.program_name`)."""
     return f"{program_name('eval')} select"
@@ -24,17 +24,17 @@ def read_record(path: str | Path, flag: str) -> dict:
     not JSON)."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"{path}: a folder; {flag} takes the JSON record that `{_select()}` wrote")
+        raise UserError(f"{path}: a folder; {flag} takes the JSON record that `{select_command()}` wrote")
     if not path.is_file():
-        raise UserError(f"{path}: no such file ({flag} takes the JSON record that `{_select()}` wrote)")
+        raise UserError(f"{path}: no such file ({flag} takes the JSON record that `{select_command()}` wrote)")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text (byte {err.start}), so not a record of `{_select()}` (the JSON it "
-                        "writes)") from None
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}), so not a record of `{select_command()}` (the JSON "
+                        "it writes)") from None
     except json.JSONDecodeError as err:
-        raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected the record `{_select()}` "
-                        "wrote") from None
+        raise UserError(f"{path}:{err.lineno}:{err.colno}: not JSON ({err.msg}); expected the record "
+                        f"`{select_command()}` wrote") from None
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,12 @@ class Choice:
         """The choice of a ``select`` record (``Result.to_record()`` of :func:`select_ranking`, or its JSON read back;
         the oracle's records have the same form). A record of another form is a one-line error."""
         if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("details", "config")):
-            raise UserError(f"{source}: not a record of `{_select()}` (expected a JSON object with "
+            raise UserError(f"{source}: not a record of `{select_command()}` (expected a JSON object with "
                             f"details and config)")
         model, languages = data.get("model") or {}, data.get("languages")
         reference = data["details"].get("reference") or {}
         if not isinstance(model, dict) or not isinstance(reference, dict):
-            raise UserError(f"{source}: not a record of `{_select()}` (model and details.reference: objects)")
+            raise UserError(f"{source}: not a record of `{select_command()}` (model and details.reference: objects)")
         return cls(Ranking.from_dict(data["details"]["chosen"], source), str(data["config"]["reference"]),
                    data["config"]["reference_size"], model.get("path"),
                    None if languages is None else tuple(sorted(languages)), reference.get("sha256"), source,
@@ -88,7 +88,7 @@ class Choice:
         ``checkpoint`` a loaded model holds, or the digest of its weights file: a run folder that has saved a better
         or later one since), other ``languages``, or a reference pool (its ``record``) whose captions are not the
         ones it was chosen with."""
-        again = f"choose again with `{_select()}` for this evaluation"
+        again = f"choose again with `{select_command()}` for this evaluation"
         same_weights = checkpoint is not None and checkpoint == self.checkpoint  # e.g. RUN and RUN/checkpoints/best
         if model is not None and self.model is not None and model != self.model and not same_weights:
             raise UserError(f"{self.source} chose a ranking for {self.model}, not {model}; {again}")
@@ -116,6 +116,6 @@ def read_choice(record: str | Path) -> Choice:
     try:
         return Choice.from_record(data, source=str(record))
     except KeyError as err:
-        raise UserError(f"{record}: not a record of `{_select()}` (missing key {err.args[0]!r})") from None
+        raise UserError(f"{record}: not a record of `{select_command()}` (missing key {err.args[0]!r})") from None
     except (ValueError, TypeError, AttributeError) as err:
-        raise UserError(f"{record}: not a record of `{_select()}` ({err})") from None
+        raise UserError(f"{record}: not a record of `{select_command()}` ({err})") from None

@@ -11,7 +11,7 @@ from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
 from globetrotter.errors import UserError
 
-from .choice import _select, read_record
+from .choice import read_record, select_command
 
 
 def choice_margins(scores: Sequence[np.ndarray], chosen: int, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -58,22 +58,23 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
     the form alone is checked)."""
     theirs = other.get("details") if isinstance(other, dict) else None
     if not isinstance(theirs, dict) or not isinstance(theirs.get("val"), dict) or "chosen" not in theirs:
-        raise UserError(f"{source}: not a record of `{_select()}`")
+        raise UserError(f"{source}: not a record of `{select_command()}`")
     if "per_query" not in theirs:
         raise UserError(f"{source}: the record holds no per-query scores (written before they were kept); choose "
-                        f"again with `{_select()}` for that model")
+                        f"again with `{select_command()}` for that model")
     if not _finite_scores(theirs["per_query"]):
         scores = theirs["per_query"]
         raise UserError(f"{source}: details.per_query is {json_text(scores)[:40]}, expected a non-empty list of "
-                        f"finite numbers (each val query's score); choose again with `{_select()}` for that model")
+                        f"finite numbers (each val query's score); choose again with `{select_command()}` for that "
+                        "model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
         config = other.get("config") or {}
         said = {k: config.get(k) for k in ("val", "seed", "max_per_lang", "languages")}
         said["seed"] = other.get("seed", said["seed"])  # a record written before the seed left its config keeps it there
         raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
                         f"{theirs['val'].get('image_features')} against {image_features}); run "
-                        f"`{_select()}` for both models with the same --val, --seed, --max-per-language, --image-features "
-                        f"and --languages")
+                        f"`{select_command()}` for both models with the same --val, --seed, --max-per-language, "
+                        f"--image-features and --languages")
 
 
 def _finite_scores(scores: object) -> bool:

@@ -40,7 +40,9 @@ def build_parser(prog: str = "globetrotter-zeroshot") -> argparse.ArgumentParser
     return parser
 
 
-def _main(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> int:
+def run_command(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> int:
+    """Parse ``argv`` as the command line of ``prog`` and run its command; the exit code, a user error raised (for
+    :func:`~globetrotter.errors.run_cli`, and ``eval.py tag``/``zeroshot``, which forward to it)."""
     args = build_parser(prog).parse_args(argv)
     from globetrotter.texts_cut import texts_cut_once
     from globetrotter.threads import configure_threads
@@ -57,4 +59,4 @@ def _main(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot") -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: ``globetrotter-zeroshot COMMAND ...``; returns the exit code (2 with one line for a user error)."""
-    return run_cli(_main, argv)
+    return run_cli(run_command, argv)
