@@ -66,7 +66,8 @@ def resolved(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, adapt=replace(cfg.adapt, split=str(folder.resolve())))
 
 
-def _counts(folder: Path) -> dict[str, int]:
+def manifest_language_counts(folder: Path) -> dict[str, int]:
+    """Captions per language, as the manifest of the split ``folder`` counts them."""
     return {code: int(n) for code, n in read_manifest(folder).get("languages", {}).items()}
 
 
@@ -86,7 +87,7 @@ def check_new_language(cfg: TrainConfig, old_languages: list[str]) -> None:
         return
     try:
         folder = split_dir(cfg)
-        held = f"; {folder} has {_counts(folder).get(a.language, 0)} {a.language} caption(s)"
+        held = f"; {folder} has {manifest_language_counts(folder).get(a.language, 0)} {a.language} caption(s)"
     except UserError:
         held = ""
     raise UserError(f"adapt.language={a.language}: {a.from_run} was trained on {a.language} already (its training "
@@ -99,7 +100,7 @@ def check_languages(cfg: TrainConfig, old_languages: list[str]) -> int:
     language and the counts when the language is one the run was trained on, or the split holds none of it."""
     check_new_language(cfg, old_languages)
     a, folder = cfg.adapt, split_dir(cfg)
-    languages = _counts(folder)
+    languages = manifest_language_counts(folder)
     count = languages.get(new_language(cfg), 0)
     if not count:
         counts = ", ".join(f"{code} {n}" for code, n in sorted(languages.items()))

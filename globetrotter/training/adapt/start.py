@@ -35,7 +35,7 @@ def _saved_steps(cfg: TrainConfig) -> int | None:
     """The steps ``adapt.epochs`` gives ``cfg`` (the adaptation split's manifest count of the language), as
     :func:`resolve_config` resolves and the run's saved config records them; None when the split cannot say."""
     try:
-        count = split._counts(split.split_dir(cfg)).get(split.new_language(cfg), 0)
+        count = split.manifest_language_counts(split.split_dir(cfg)).get(split.new_language(cfg), 0)
     except (UserError, OSError, ValueError):
         return None
     return epoch_steps(cfg.adapt.epochs, count, cfg.batch_size) if count and cfg.adapt.epochs is not None else None
