@@ -109,7 +109,7 @@ def main() -> None:
             train = timed(lambda: step(next(ready), views), args.steps)
             full = timed(lambda: step(next(it), views), args.steps)
             rows.append((path, threads, loader, augment, train, full))
-            del it  # ends the loader's workers
+            it = iter(())  # the loader's iterator dropped: its workers end (the lambdas above read `it` late)
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**30
 
