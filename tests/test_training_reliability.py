@@ -209,6 +209,48 @@ def test_a_run_folder_holds_one_run(tiny_world, tmp_path):
     assert longer["step"] == 3 and (ckpt.checkpoint_root(cfg.run_dir) / ckpt.step_name(3)).is_dir()
 
 
+def test_a_run_that_stopped_before_its_first_checkpoint_is_run_again_by_the_same_command(tiny_world, tmp_path,
+                                                                                         monkeypatch):
+    """A run that stopped after training began, before its first checkpoint (its data stream failed at step 3), left
+    config.yaml and tensorboard/ and nothing a reader takes for a model. The same command trained into the folder
+    again, but TensorBoard drew the failed try's steps under the new run's (1, 2, 1, 2, 3, 4); --resume latest said
+    the run folder was not a run folder, not what to do."""
+    import globetrotter
+
+    cfg = tiny_cfg(tiny_world, tmp_path, "steps=4", "checkpoint_every=4", "log_every=1", "val.every=0")
+    consume, calls = StreamPosition.consume, []
+
+    def stops_at_step_3(self, batch, max_bad):
+        calls.append(1)
+        if len(calls) == 3:
+            raise UserError("train-000001.tar: no readable sample in 50 shard reads in a row")
+        return consume(self, batch, max_bad)
+
+    monkeypatch.setattr(StreamPosition, "consume", stops_at_step_3)
+    with pytest.raises(UserError, match="no readable sample"):
+        train(cfg)
+    assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["config.yaml", "tensorboard"]
+    with pytest.raises(UserError, match="no checkpoint found"):
+        globetrotter.load(cfg.run_dir)
+    with pytest.raises(UserError, match=r"no checkpoint found to resume \(a run there stopped before its first "
+                                        r"checkpoint.*give the same command without --resume$") as err:
+        train(cfg, resume="latest")
+    assert "\n" not in str(err.value)
+    monkeypatch.setattr(StreamPosition, "consume", consume)  # the cause fixed
+    assert train(cfg)["checkpoints"]["latest"] == 4
+    assert _steps(cfg.run_dir, "loss/image") == [1, 2, 3, 4]
+
+
+def _steps(run_dir: Path, tag: str) -> list[int]:
+    """The steps TensorBoard shows for ``tag`` in a run folder's one TensorBoard run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (folder,) = {p.parent for p in (run_dir / "tensorboard").rglob("events.out.tfevents.*")}
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_shards_with_no_readable_sample_stop_the_run_in_one_line(tiny_world, tmp_path, workers):
     """Every train shard truncated before its first sample: the stream would draw them again and again and never

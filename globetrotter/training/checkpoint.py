@@ -135,11 +135,16 @@ def restore_best(run_dir: str | Path, log: Callable[[str], None] = print) -> Non
 def furthest(run_dir: str | Path) -> Path:
     """The checkpoint of a run that got furthest, for ``--resume latest``: the one ``latest`` names, or ``best/``
     when it holds a later step (a validation between step checkpoints: a run killed before its first step
-    checkpoint has only ``best/``); a one-line error when the run has neither."""
+    checkpoint has only ``best/``); a one-line error when the run has neither (one that says what to do when the
+    folder holds no ``latest`` pointer: a run that stopped before its first checkpoint, or none ran there)."""
     held = [path for path in (_latest_or_none(run_dir), checkpoint_root(run_dir) / "best") if path is not None
             and (path / STATE).is_file()]
     if not held:
-        return resolve(run_dir, prefer_best=False)  # its one-line error
+        if any((root / LATEST).is_file() for root in (checkpoint_root(run_dir), Path(run_dir))):
+            return resolve(run_dir, prefer_best=False)  # its one-line error: a damaged pointer, say
+        raise UserError(f"{run_dir}: no checkpoint found to resume (a run there stopped before its first checkpoint, "
+                        f"or none ran there: check output_dir/run_name); to run it again, give the same command "
+                        f"without --resume")
     return max(held, key=lambda path: read_state(path).get("step", 0))  # a tie: latest's
 
 

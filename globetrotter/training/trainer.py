@@ -121,9 +121,10 @@ def _train(cfg: TrainConfig, resume: str | None, cpu: bool, process: PartialStat
         save_config(cfg, cfg.run_dir / "config.yaml")
     # built after the model's init and the start: its g's network draws from the seeded RNG
     validator = build_validator(cfg, accelerator, log) if cfg.val.every > 0 and main else None
-    if main:  # a resumed run hides what the killed one logged after its checkpoint (TensorBoard's purge_step)
-        accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {"purge_step": progress.step + 1}}
-                                  if progress.step else {})
+    if main:  # TensorBoard's purge_step hides what an earlier try logged from that step on: a resumed run's killed one
+        # after its checkpoint, a fresh run's failed one (a folder it left before its first checkpoint) from the start
+        accelerator.init_trackers(cfg.run_name, init_kwargs={"tensorboard": {
+            "purge_step": progress.step + 1 if progress.step else 0}})
     rank, unwrapped = accelerator.process_index, accelerator.unwrap_model(model)
     loader: Iterable[dict]
     if adaptation is not None:
