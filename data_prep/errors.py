@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
-__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli", "warning_lines",
-           "read_utf8"]
+__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli",
+           "warning_lines", "read_utf8"]
 
 OWN_PACKAGES = ("globetrotter", "backretrieval", "data_prep")
 # module -> the pip package that provides it, where the names differ
