@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import pickle
+import re
 from importlib import util as importlib_util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,12 +88,26 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - unpickling/format errors of many types: a bad file, not a bug
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise BackRetrievalError(f"{path}: not a readable weights file ({first})") from None
+        raise BackRetrievalError(f"{path}: not a readable weights file (a PyTorch checkpoint or .safetensors): "
+                                 f"{unreadable_reason(err)}") from None
     for key in ("state_dict", "model", "state_dict_ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             return state[key]
     return state
+
+
+def unreadable_reason(err: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` or safetensors refused a file, in words: torch's own text of a
+    weights-only refusal is a paragraph of advice ending in a bare opcode number."""
+    pickled = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    if pickled:
+        return f"it pickles {pickled.group(1)}, not only tensors (save the model's state_dict() instead)"
+    if isinstance(err, pickle.UnpicklingError):
+        return "its bytes are neither a torch.save archive nor a pickle of tensors"
+    if isinstance(err, EOFError):
+        return "the file is empty or cut short"
+    first = (str(err).strip().splitlines() or [""])[0].split(". ")[0].strip()
+    return first or type(err).__name__
 
 
 def file_digest(path: Path) -> str:

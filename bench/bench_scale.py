@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import comma_separated, one_of, output_folder, positive_int  # noqa: E402
-from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.errors import UserError, cli_warning_lines, run_cli  # noqa: E402
 
 if TYPE_CHECKING:  # the stages import what they time in their own process
     from tokenizers import Tokenizer
@@ -372,7 +372,8 @@ def _child(name: str, args: tuple) -> dict:
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
-    result = globals()[f"stage_{name}"](*args)  # its "seconds": the stage's work, after the imports
+    with cli_warning_lines():  # outside main's run_cli: texts cut, say, one warning line as the commands print it
+        result = globals()[f"stage_{name}"](*args)  # its "seconds": the stage's work, after the imports
     done.set()
     watcher.join()
     return {**result, "rss_mb": max(peak["anon"], _status_mb("RssAnon")), "rss_total_mb": _status_mb("VmHWM")}

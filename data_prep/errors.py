@@ -19,10 +19,12 @@ import shlex
 import sys
 import warnings
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
 
-__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli", "read_utf8"]
+__all__ = ["UserError", "Notice", "install_hint", "missing_dependency", "exit_if_missing_dependency", "run_cli",
+           "warning_lines", "read_utf8"]
 
 OWN_PACKAGES = ("globetrotter", "backretrieval", "data_prep")
 # module -> the pip package that provides it, where the names differ
@@ -117,20 +119,28 @@ class Notice(UserWarning):
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
             one_line_warnings: tuple[type[Warning], ...] = (Notice,)) -> int:
     """Run ``main(argv)``; print a :class:`UserError` (or a :data:`PATH_ERRORS` error) as one line and return exit
-    code 2; a :class:`Notice` (and any other of ``one_line_warnings``) is one ``warning: ...`` line (shown as
-    Python's filters say: once per place)."""
+    code 2; a :class:`Notice` (and any other of ``one_line_warnings``) is one ``warning: ...`` line
+    (:func:`warning_lines`)."""
+    with warning_lines(one_line_warnings):
+        return _run(main, argv)
+
+
+@contextmanager
+def warning_lines(categories: tuple[type[Warning], ...] = (Notice,)) -> Iterator[None]:
+    """Within this block, a warning of ``categories`` is one ``warning: ...`` line on stderr (shown as Python's
+    filters say: once per place), as :func:`run_cli` prints them; other warnings keep Python's form."""
     with warnings.catch_warnings():  # restores showwarning on leaving
         show = warnings.showwarning
 
         def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                      file: TextIO | None = None, line: str | None = None) -> None:
-            if issubclass(category, one_line_warnings):
+            if issubclass(category, categories):
                 print(f"warning: {message}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = one_line
-        return _run(main, argv)
+        yield
 
 
 def _run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None) -> int:

@@ -180,6 +180,25 @@ def test_bad_weight_files_and_missing_images_are_user_errors(tmp_path):
         ext.extract([str(tmp_path / "missing.png")])  # the cache key stats the file first
 
 
+def test_an_unreadable_weights_file_is_one_line_saying_why_in_words(tmp_path):
+    """torch's weights-only refusal is a paragraph of advice ending in "Unsupported operand 105": the message was
+    its first sentence (or a bare code), not why the file does not read."""
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pth")  # a whole pickled module, not a state dict
+    (tmp_path / "empty.pth").write_bytes(b"")
+    (tmp_path / "bad.pth").write_bytes(b"i am not a checkpoint")  # 'i' is pickle opcode 105
+    (tmp_path / "bad.safetensors").write_bytes(b"abc")
+    cases = {"bad.pth": "its bytes are neither a torch.save archive nor a pickle of tensors",
+             "module.pth": "it pickles torch.nn.modules.linear.Linear, not only tensors (save the model's state_dict() "
+                           "instead)",
+             "empty.pth": "the file is empty or cut short",
+             "bad.safetensors": "Error while deserializing header: header too small"}
+    for name, reason in cases.items():
+        with pytest.raises(BackRetrievalError) as err:
+            create_image_model(TINY, str(tmp_path / name))
+        assert str(err.value) == (f"{tmp_path / name}: not a readable weights file (a PyTorch checkpoint or "
+                                  f".safetensors): {reason}")
+
+
 def test_thumbnail_g_is_the_centre_square_box_averaged_and_flattened(tmp_path):
     img = Image.new("RGB", (48, 32), (0, 0, 0))  # 8-pixel black margins left and right
     img.paste((255, 0, 0), (8, 0, 24, 32))  # centre square: red left half, blue right half

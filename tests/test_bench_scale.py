@@ -131,3 +131,21 @@ def test_a_stage_measured_at_two_sizes_gets_its_slope_though_a_later_run_skipped
     assert any(line.split() == ["import", "50->60:", "0.00"] for line in slopes), slopes
     assert any(line.split() == ["shards", "50->60:", "0.00", "60->70:", "0.00"] for line in slopes), slopes
     assert (Path(out) / "scale.png").is_file()
+
+
+def test_a_stage_process_prints_a_cut_text_notice_as_the_commands_one_warning_line(monkeypatch, capsys):
+    """Each stage runs in a process of its own, outside main's run_cli: the validation stage's TextsCut notice was
+    Python's raw form (``.../file.py:NN: TextsCut: ...`` and a source line); now the commands' one line."""
+    from globetrotter.texts_cut import warn_cut
+
+    module = load_bench("bench_scale")
+
+    def validation() -> dict:
+        warn_cut(["a long caption"], ["a long caption", "short"], 4)
+        return {"seconds": 1.0}
+
+    monkeypatch.setattr(module, "stage_validation", validation)
+    assert module._child("validation", ())["seconds"] == 1.0
+    err = capsys.readouterr().err
+    assert err == ("warning: 1 of 2 text(s) are longer than data.max_length=4 tokens and were cut to it, as in "
+                   "training: the tokens past it do not change their embeddings\n"), err

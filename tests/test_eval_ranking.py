@@ -218,6 +218,24 @@ def test_a_reference_for_no_split_and_no_language_is_not_read(tmp_path, monkeypa
     assert checked_reference(evaluated, train, languages=("de",)).pool(None).captions == ["b de"]
 
 
+def test_shared_images_honours_the_ids_given_for_a_folder_that_holds_no_split(tmp_path):
+    """The evaluated images given as ids (a caller that read them elsewhere) with a folder that holds no split: they
+    were ignored (no image shared, the reference taken) because the folder has no manifest."""
+    from globetrotter.evaluation.reference import checked_reference, reference_split, shared_images
+
+    train = _split(tmp_path / "train", "train", [("en", "a"), ("de", "b")])
+    evaluated = tmp_path / "corpus"  # no manifest.json
+    evaluated.mkdir()
+    assert shared_images(train, evaluated, other_images=["b", "z"]) == {"b"}
+    assert shared_images(evaluated, train, split_images=["a"]) == {"a"}
+    assert shared_images(train, evaluated) == set()  # neither given nor a split: no image
+    for call in (lambda: reference_split(evaluated, train, ["b"]),
+                 lambda: checked_reference(evaluated, train, ["b"], languages=("en",))):
+        with pytest.raises(UserError, match=r"shows 1 images of the evaluated split .*\(e\.g\. 'b'\)"):
+            call()
+    assert reference_split(evaluated, train, ["z"]) == train
+
+
 class _RandomTokenModel:
     """Caption ``"s<i>"``: row ``i`` of random embeddings per head and random token ids (none for some), drawn from a
     few prototypes so that candidates tie."""

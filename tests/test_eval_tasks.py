@@ -407,19 +407,23 @@ def test_translate_sentences_and_words_with_a_loaded_encoder(world, tmp_path):
 def test_translate_sentences_refuses_a_rerank_that_re_scores_nothing(world):
     """rerank=K sets how many sentences a ranking with MaxSim or CSLS re-scores: given with no ranking, or with a
     choice of a plain cosine, it was taken and changed nothing (only eval.py translate refused it, and the library
-    could not tell it from its default): one line now, the command line's. Left out, it is the default."""
+    could not tell it from its default): one line now, naming the arguments given (eval.py translate's names its
+    flags). Left out, it is the default."""
     from globetrotter.evaluation import Choice, Ranking
 
     quiet = {"to": "de", "corpus": world / "test", "source": "en", "k": 2, "log": lambda _: None}
     cosine = Choice(Ranking("cross"), str(world / "train"), None, source="select.json")
     csls = Choice(Ranking("text", 0.0, True, 3), str(world / "train"), None)
-    with pytest.raises(UserError, match=r"^--rerank 3 re-scores under a chosen ranking; give --ranking RECORD or "
-                                        r"drop it$"):
+    with pytest.raises(UserError, match=r"^rerank=3 re-scores under a chosen ranking; give ranking \(a select record "
+                                        r"or its Choice\) or drop it$"):
         translate_sentences(FakeEncoder(), ["a red circle"], rerank=3, **quiet)
-    with pytest.raises(UserError, match=r"^--rerank 3 re-scores under a ranking with MaxSim or CSLS; --ranking "
-                                        r"select\.json chose cosine \(cross head\), whose scores are the index's "
-                                        r"own: drop --rerank$"):
+    with pytest.raises(UserError, match=r"^rerank=3 re-scores under a ranking with MaxSim or CSLS; ranking "
+                                        r"\(select\.json\) chose cosine \(cross head\), whose scores are the "
+                                        r"index's own: drop rerank$"):
         translate_sentences(FakeEncoder(), ["a red circle"], ranking=cosine, rerank=3, **quiet)
+    with pytest.raises(UserError, match=r"^ranking \(the select record\): csls takes its statistics per "
+                                        r"language; give the queries' language with source=LANG$"):
+        translate_sentences(FakeEncoder(), ["a red circle"], ranking=csls, **dict(quiet, source=None))
     with pytest.raises(UserError, match=r"^rerank: expected a positive integer, got 0$"):
         translate_sentences(FakeEncoder(), ["a red circle"], ranking=csls, rerank=0, **quiet)
     for choice, rerank in ((cosine, None), (csls, 3), (csls, None), (None, None)):

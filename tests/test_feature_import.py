@@ -120,8 +120,13 @@ def test_bad_npy_inputs_are_refused_naming_the_file_and_the_first_offending_id(t
 
     message, emb = attempt(ids + ["one-more"], vectors)
     assert str(emb) in message and f"{len(ids)} rows" in message and "'one-more'" in message
-    message, _ = attempt(ids[:-1] + [ids[0]], vectors)
-    assert "duplicate image id" in message and repr(ids[0]) in message
+    message, emb = attempt(ids[:-1] + [ids[0]], vectors)  # the id file holds the duplicate: it was emb.npy named
+    last = len(ids) - 1
+    assert message == (f"{tmp_path / 'src' / 'ids.txt'}: duplicate image id {ids[0]!r} (lines 1 and {last + 1}; "
+                       f"rows 0 and {last} of {emb})")
+    emb, id_file = write_npy(tmp_path / "json", ids[:-1] + [ids[0]], vectors, json_ids=True)
+    message = refused(lambda: import_embeddings(split, emb, out, "toy", ids=id_file, progress=False), out)
+    assert message == f"{id_file}: duplicate image id {ids[0]!r} (items 0 and {last}; rows 0 and {last} of {emb})"
     broken = vectors.copy()
     broken[5, 3] = np.nan
     message, _ = attempt(ids, broken)

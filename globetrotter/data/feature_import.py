@@ -112,6 +112,10 @@ class FeatureSource:
         """The float32 rows of the source rows ``kept`` marks, in source order, a chunk at a time."""
         raise NotImplementedError
 
+    def duplicate(self, image_id: str, first: int, row: int) -> str:
+        """The message for ``image_id`` given to source rows ``first`` and ``row``, naming the file that says so."""
+        return f"{self.path}: duplicate image id {image_id!r} (rows {first} and {row})"
+
 
 class _Npy(FeatureSource):
     def __init__(self, path: Path, ids_path: Path | None) -> None:
@@ -137,6 +141,13 @@ class _Npy(FeatureSource):
             first = (f"first id without a row: {self.ids[rows]!r}" if len(self.ids) > rows
                      else f"first row without an id: {len(self.ids)}")
             raise UserError(f"{path}: {rows} rows but {ids_path} lists {len(self.ids)} ids ({first})")
+        self.ids_path = ids_path
+
+    def duplicate(self, image_id: str, first: int, row: int) -> str:
+        """The message naming the id file's lines (a ``.json`` list's items) and the array's rows."""
+        unit, at = ("items", 0) if self.ids_path.name.removesuffix(".gz").endswith(".json") else ("lines", 1)
+        return (f"{self.ids_path}: duplicate image id {image_id!r} ({unit} {first + at} and {row + at}; rows {first} "
+                f"and {row} of {self.path})")
 
     def chunks(self, kept: np.ndarray) -> Iterator[np.ndarray]:
         for start in range(0, len(self.ids), CHUNK_ROWS):
@@ -252,7 +263,7 @@ def _check_ids(source: FeatureSource, wanted: list[str], split_dir: Path) -> lis
     row_of: dict[str, int] = {}
     for row, image_id in enumerate(source.ids):
         if row_of.setdefault(image_id, row) != row:
-            raise UserError(f"{source.path}: duplicate image id {image_id!r} (rows {row_of[image_id]} and {row})")
+            raise UserError(source.duplicate(image_id, row_of[image_id], row))
     missing = [i for i in wanted if i not in row_of]
     if missing:
         raise UserError(f"{source.path}: {len(missing)} image(s) of {split_dir} have no embedding "

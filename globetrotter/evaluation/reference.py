@@ -83,7 +83,7 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
         raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
                         f"evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "--reference")
-    if not languages and not (Path(evaluated) / "manifest.json").is_file():
+    if not languages and evaluated_images is None and not (Path(evaluated) / "manifest.json").is_file():
         return ReferenceCaptions(chosen, (), None)  # no captions asked for, no evaluated images to compare: no read
     captions = read_captions_once(chosen, languages)
     shared = shared_images(chosen, evaluated, evaluated_images, captions.images)
@@ -98,12 +98,15 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
 
 def shared_images(split: str | Path, other: str | Path, other_images: Collection[str] | None = None,
                   split_images: Collection[str] | None = None) -> set[str]:
-    """The image ids two splits both show (none when either folder holds no split); ``other_images`` and
-    ``split_images``: ``other``'s and ``split``'s image ids, when the caller has read them."""
-    if not all((Path(folder) / "manifest.json").is_file() for folder in (split, other)):
-        return set()
-    shown = set(split_images if split_images is not None else read_captions_once(split).images)
-    return shown & (set(other_images) if other_images is not None else read_captions_once(other).images)
+    """The image ids two splits both show; ``other_images`` and ``split_images``: ``other``'s and ``split``'s image
+    ids, when the caller has read them (that folder is then not read). A folder whose ids are not given and that
+    holds no split shows none."""
+    shown: list[set[str]] = []
+    for folder, ids in ((split, split_images), (other, other_images)):
+        if ids is None and not (Path(folder) / "manifest.json").is_file():
+            return set()
+        shown.append(set(ids) if ids is not None else set(read_captions_once(folder).images))
+    return shown[0] & shown[1]
 
 
 def refuse_test_split(split: str | Path, flag: str) -> None:

@@ -60,21 +60,17 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
     except RuntimeError as err:
         raise UserError(f"model.image_backbone: cannot create timm model {name!r} ({err})") from None
     if weights:
+        from backretrieval.errors import BackRetrievalError
+        from backretrieval.image_weights import read_state_dict
+
         path = Path(weights)
         if not path.is_file():
             raise UserError(f"model.image_pretrained: weights file {path} not found")
         state: object  # torch.load's file may hold anything: checked to be a dict below
         try:
-            if path.suffix == ".safetensors":
-                from safetensors.torch import load_file
-
-                state = load_file(str(path))
-            else:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-                state = state.get("state_dict", state) if isinstance(state, dict) else state
-        except Exception as err:  # noqa: BLE001 - pickle, zip and safetensors each fail their own way on a bad file
-            raise UserError(f"model.image_pretrained: {path} is not a weights file that torch or safetensors can read "
-                            f"({type(err).__name__}: {str(err).strip()[:120]})") from None
+            state = read_state_dict(path)
+        except BackRetrievalError as err:
+            raise UserError(f"model.image_pretrained: {err}") from None
         if not isinstance(state, dict):
             raise UserError(f"model.image_pretrained: {path} holds a {type(state).__name__}, not a state dict")
         try:
