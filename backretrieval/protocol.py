@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 from tqdm.auto import tqdm
 
-from .errors import BackRetrievalError, naming_flags, option
+from .errors import BackRetrievalError, given, option
 from .files import enough_for_k
 from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
 from .metric_checks import check_ks
@@ -38,14 +38,12 @@ DEFAULT_IMAGE_SIM_BYTES = 1 << 30
 def sample_non_matching(n_items: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Two disjoint random index sets of size ``n`` from ``range(n_items)``: sources, targets."""
     if n < 1 or 2 * n > n_items:
-        given = f"--n {n}" if naming_flags() else f"n={n}"
         if n < 1:
-            raise BackRetrievalError(f"{given}: expected at least 1 item per side")
-        largest = f"--n {n_items // 2}" if naming_flags() else f"n={n_items // 2}"
-        remedy = (f"use {largest} or less" if n_items >= 2
+            raise BackRetrievalError(f"{given('n', n)}: expected at least 1 item per side")
+        remedy = (f"use {given('n', n_items // 2)} or less" if n_items >= 2
                   else "no N fits: use more data")
-        raise BackRetrievalError(f"{given}: needs 2N <= {n_items} items (disjoint, non-matching source and target "
-                                 f"samples); {remedy}")
+        raise BackRetrievalError(f"{given('n', n)}: needs 2N <= {n_items} items (disjoint, non-matching source and "
+                                 f"target samples); {remedy}")
     perm = np.random.default_rng(seed).permutation(n_items)
     return np.sort(perm[:n]), np.sort(perm[n:2 * n])
 

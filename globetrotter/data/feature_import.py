@@ -64,6 +64,11 @@ def saturating_float32(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def is_json_id_list(path: Path) -> bool:
+    """Whether the id file ``path`` is a ``.json`` list (``.json`` or ``.json.gz``), else one id per line."""
+    return path.name.removesuffix(".gz").endswith(".json")
+
+
 def read_id_list(path: Path) -> list[str]:
     """Image ids of an id file: a ``.json`` list, else one id per line; UTF-8, a byte-order mark dropped (``.gz``:
     gunzipped first).
@@ -72,7 +77,7 @@ def read_id_list(path: Path) -> list[str]:
     :func:`~data_prep.errors.read_utf8` says them, and for malformed JSON; the line of a text file without an id)."""
     if not path.is_file():
         raise UserError(f"--ids {path}: no such file")
-    json_list = path.name.removesuffix(".gz").endswith(".json")
+    json_list = is_json_id_list(path)
     try:
         text = read_utf8(path, "a JSON list of image ids" if json_list else "one image id per line")
     except OSError as err:
@@ -145,7 +150,7 @@ class _Npy(FeatureSource):
 
     def duplicate(self, image_id: str, first: int, row: int) -> str:
         """The message naming the id file's lines (a ``.json`` list's items) and the array's rows."""
-        unit, at = ("items", 0) if self.ids_path.name.removesuffix(".gz").endswith(".json") else ("lines", 1)
+        unit, at = ("items", 0) if is_json_id_list(self.ids_path) else ("lines", 1)
         return (f"{self.ids_path}: duplicate image id {image_id!r} ({unit} {first + at} and {row + at}; rows {first} "
                 f"and {row} of {self.path})")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from backretrieval.errors import naming_flags, option
+from backretrieval.errors import given, option, said
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
@@ -190,19 +190,19 @@ def _require_rerank(rerank: int, choice: Choice | None) -> None:
     """A one-line :class:`UserError` for a ``rerank`` that is no positive integer or that re-scores nothing: no
     ranking chosen, or one that chose a plain cosine (its scores are the index's own)."""
     require_positive_int(rerank, "rerank")
-    given = f"--rerank {rerank}" if naming_flags() else f"rerank={rerank}"
     if choice is None:
-        ranking = option("ranking", "RECORD") if naming_flags() else "ranking (a select record or its Choice)"
-        raise UserError(f"{given} re-scores under a chosen ranking; give {ranking} or drop it")
+        ranking = said(option("ranking", "RECORD"), "ranking (a select record or its Choice)")
+        raise UserError(f"{given('rerank', rerank)} re-scores under a chosen ranking; give {ranking} or drop it")
     if not choice.ranking.needs_statistics:
-        raise UserError(f"{given} re-scores under a ranking with MaxSim or CSLS; {_ranking_given(choice)} chose "
+        raise UserError(f"{given('rerank', rerank)} re-scores under a ranking with MaxSim or CSLS; "
+                        f"{_ranking_given(choice)} chose "
                         f"{choice.ranking.label}, whose scores are the index's own: drop {option('rerank')}")
 
 
 def _ranking_given(choice: Choice) -> str:
     """How a message names the ranking the caller gave: ``--ranking RECORD`` on the command line (inside
     :func:`~backretrieval.errors.cli_option_names`), ``ranking (its source)`` in Python, where no flag was typed."""
-    return f"--ranking {choice.source}" if naming_flags() else f"ranking ({choice.source})"
+    return said(f"--ranking {choice.source}", f"ranking ({choice.source})")
 
 
 def _note_odd_words(encoder: Any, queries: Sequence[str], log: Callable[[str], None]) -> None:
@@ -227,7 +227,7 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     language is not given or either language is not among the choice's."""
     if source is None:
         raise UserError(f"{_ranking_given(choice)}: {choice.ranking.label} takes its statistics per language; give "
-                        f"the queries' language with {'--from LANG' if naming_flags() else 'source=LANG'}")
+                        f"the queries' language with {said('--from LANG', 'source=LANG')}")
     languages = choice.languages or tuple(sorted({source, to}))
     missing = [lang for lang in dict.fromkeys((source, to)) if lang not in languages]
     if missing:
