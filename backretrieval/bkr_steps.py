@@ -42,19 +42,18 @@ def _query_rows(queries: ArrayLike, n_src: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _TextSide:
-    """What steps 1-2 read, checked by :func:`checked_text_side`: the source and target set sizes, the source rows
-    that query (``sampled``: ``queries`` was given) and one of the embeddings (``src_text``, ``tgt_text``), a given
-    text similarity (``text_sim``, one row per query) or the given targets (``retrieved``, one per query)."""
+class CheckedTextSide:
+    """What steps 1-2 read, checked by :func:`checked_text_side`. One of ``src_text``/``tgt_text``, ``text_sim`` or
+    ``retrieved`` is set; the others are None."""
 
-    n_src: int
-    n_tgt: int
-    query_rows: np.ndarray
-    sampled: bool
-    src_text: np.ndarray | None = None
-    tgt_text: np.ndarray | None = None
-    text_sim: np.ndarray | None = None
-    retrieved: np.ndarray | None = None
+    n_src: int  # source rows (captions in the query language)
+    n_tgt: int  # target rows (captions in the other language)
+    query_rows: np.ndarray  # (Q,) int64: the source rows that query
+    sampled: bool  # ``queries`` was given (query_rows is a subset, not every source row)
+    src_text: np.ndarray | None = None  # (n_src, d) source text embeddings
+    tgt_text: np.ndarray | None = None  # (n_tgt, d) target text embeddings
+    text_sim: np.ndarray | None = None  # (Q, n_tgt) a given text similarity, one row per query
+    retrieved: np.ndarray | None = None  # (Q,) int64: the given retrieved target of each query
 
 
 def _n_images(img: np.ndarray | None, image_sim: np.ndarray | None, axis: int) -> int | None:
@@ -66,7 +65,7 @@ def _n_images(img: np.ndarray | None, image_sim: np.ndarray | None, axis: int) -
 def checked_text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, text_sim: np.ndarray | None,
                       retrieved: np.ndarray | None, queries: np.ndarray | None, src_img: np.ndarray | None,
                       tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
-                      approx: ApproxConfig | None) -> _TextSide:
+                      approx: ApproxConfig | None) -> CheckedTextSide:
     """:func:`bkr_recall`'s text inputs (embeddings, ``text_sim`` or ``retrieved``) and ``queries``, checked; the set
     sizes come from the text, or from the images where the text side does not hold them (given targets, or a given
     similarity of sampled queries)."""
@@ -98,10 +97,10 @@ def checked_text_side(src_text: np.ndarray | None, tgt_text: np.ndarray | None, 
         raise BackRetrievalError(f"text_sim: expected {len(query_rows)} rows (one per query), got {len(text_sim)}")
     if retrieved is not None:
         retrieved = target_indices("retrieved", retrieved, len(query_rows), n_tgt)
-    return _TextSide(n_src, n_tgt, query_rows, queries is not None, src_text, tgt_text, text_sim, retrieved)
+    return CheckedTextSide(n_src, n_tgt, query_rows, queries is not None, src_text, tgt_text, text_sim, retrieved)
 
 
-def retrieve_targets(text: _TextSide, retrieval: str, csls_k: int, approx: ApproxConfig | None,
+def retrieve_targets(text: CheckedTextSide, retrieval: str, csls_k: int, approx: ApproxConfig | None,
                      progress: bool) -> np.ndarray:
     """Steps 1-2: the ``(Q,)`` index of each query's retrieved target T_T* (ties: lowest index), given, the row
     maxima of a given similarity, or the search of the target embeddings."""
@@ -116,33 +115,26 @@ def retrieve_targets(text: _TextSide, retrieval: str, csls_k: int, approx: Appro
 
 
 @dataclass(frozen=True)
-class _ImageSide:
-    """What steps 3-4 read, checked by :func:`checked_image_side`: the distinct source images (``rows``: the first
-    source row of each; ``own``: the column of each query's own image among them) and g, whose form decides how step
-    4 counts:
+class CheckedImageSide:
+    """What steps 3-4 read, checked by :func:`checked_image_side`: the distinct source images and g, whose form
+    decides how step 4 counts: ``matrix`` counted exactly; ``neighbours`` looked up; ``pq_seed`` set: ``pq`` lists
+    of ``distinct`` built for the retrieved targets only, looked up; otherwise the cosine of ``tgt_img`` and
+    ``distinct``, counted exactly."""
 
-    - ``matrix``: a given g (``image_sim``) over the distinct images, counted exactly;
-    - ``neighbours``: given lists of the cosine of ``tgt_img`` and ``distinct`` (the distinct source images' features),
-      looked up;
-    - ``pq_seed``: ``pq`` lists of ``distinct`` built for the retrieved targets only (from ``source_index`` when
-      given), looked up;
-    - otherwise the cosine of ``tgt_img`` and ``distinct``, counted exactly.
-    """
-
-    rows: np.ndarray
-    own: np.ndarray
-    matrix: MatrixScorer | None = None
-    tgt_img: np.ndarray | None = None
-    distinct: np.ndarray | None = None
-    neighbours: ImageNeighbours | None = None
-    pq_seed: int | None = None
-    source_index: SourceImageIndex | None = None
+    rows: np.ndarray  # the first source row of each distinct source image
+    own: np.ndarray  # (Q,) the column of each query's own image among the distinct images
+    matrix: MatrixScorer | None = None  # a given g (``image_sim``) over the distinct images
+    tgt_img: np.ndarray | None = None  # (n_tgt, d) target image features
+    distinct: np.ndarray | None = None  # one feature row per distinct source image
+    neighbours: ImageNeighbours | None = None  # given lists of the cosine of ``tgt_img`` and ``distinct``
+    pq_seed: int | None = None  # the seed of the ``pq`` lists step 4 builds (None: no ``pq`` lists)
+    source_index: SourceImageIndex | None = None  # a given ``pq`` index of ``distinct`` the lists come from
 
 
 def checked_image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, image_sim: np.ndarray | None,
                        image_neighbours: ImageNeighbours | None, src_image_ids: Sequence | None,
-                       text: _TextSide, max_k: int, approx: ApproxConfig | None,
-                       source_index: SourceImageIndex | None) -> _ImageSide:
+                       text: CheckedTextSide, max_k: int, approx: ApproxConfig | None,
+                       source_index: SourceImageIndex | None) -> CheckedImageSide:
     """:func:`bkr_recall`'s image inputs (``image_sim`` or features, ``src_image_ids``, ``image_neighbours``) checked
     against the set sizes of the text side."""
     n_src, n_tgt = text.n_src, text.n_tgt
@@ -164,7 +156,7 @@ def checked_image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, i
             )
         if not all_finite(image_sim):  # NaN compares false everywhere: every rank would be 1
             raise BackRetrievalError("image_sim: contains NaN or inf")
-        return _ImageSide(image_rows, own, matrix=MatrixScorer(image_sim, image_rows))
+        return CheckedImageSide(image_rows, own, matrix=MatrixScorer(image_sim, image_rows))
     if src_img is None or tgt_img is None:
         raise BackRetrievalError("bkr_recall needs src_img and tgt_img (image features) or image_sim")
     src_img = check_matrix("src_img", src_img, rows=n_src)
@@ -175,14 +167,15 @@ def checked_image_side(src_img: np.ndarray | None, tgt_img: np.ndarray | None, i
     distinct = src_img if every else src_img[image_rows]  # one row per image: no copy
     if image_neighbours is not None:
         check_image_neighbours(image_neighbours, tgt_img, distinct, max_k)
-        return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, neighbours=image_neighbours)
+        return CheckedImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, neighbours=image_neighbours)
     pq_seed = approx.seed if approx is not None and approx.image_side == "pq" else None
     if pq_seed is not None and source_index is not None:  # the index step 4 will search: of these images?
         check_source_index(source_index, distinct)
-    return _ImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed, source_index=source_index)
+    return CheckedImageSide(image_rows, own, tgt_img=tgt_img, distinct=distinct, pq_seed=pq_seed,
+                            source_index=source_index)
 
 
-def count_better_images(image: _ImageSide, retrieved: np.ndarray, ks: tuple[int, ...], ties: str,
+def count_better_images(image: CheckedImageSide, retrieved: np.ndarray, ks: tuple[int, ...], ties: str,
                         max_rank: int | None, block_bytes: int, progress: bool) -> dict[str, np.ndarray]:
     """Steps 3-4: for each query, how many distinct source images I_S beat (``"gt"``) or tie (``"ge"``) its own in
     g(I_T*, .), the row of its retrieved target (:func:`~backretrieval.ranking.count_ranks`' counts). Lists (given,
