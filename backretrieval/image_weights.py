@@ -74,20 +74,32 @@ def load_state_dict_in_order(model: torch.nn.Module, state_dict: dict[str, torch
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of the weights file ``path`` (``.safetensors`` or a torch checkpoint, unwrapped from a
-    ``state_dict``/``model``/``state_dict_ema`` key); a one-line error for a file that does not read."""
+    ``state_dict``/``model``/``state_dict_ema`` key); a one-line error for a file that does not read or does not hold
+    a mapping of names to tensors."""
     import torch
     from safetensors.torch import load_file
+
+    def unreadable(reason: str) -> BackRetrievalError:
+        return BackRetrievalError(f"{path}: not a readable weights file (a PyTorch checkpoint or .safetensors): "
+                                  f"{reason}")
 
     try:
         if path.suffix == ".safetensors":
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - unpickling/format errors of many types: a bad file, not a bug
-        raise BackRetrievalError(f"{path}: not a readable weights file (a PyTorch checkpoint or .safetensors): "
-                                 f"{unreadable_reason(err)}") from None
+        raise unreadable(unreadable_reason(err)) from None
     for key in ("state_dict", "model", "state_dict_ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
-            return state[key]
+            state = state[key]
+            break
+    if not isinstance(state, dict):
+        raise unreadable(f"it holds an object of type {type(state).__name__}, not a mapping of names to tensors")
+    for name, value in state.items():
+        if not isinstance(name, str):
+            raise unreadable(f"its key {name!r} is of type {type(name).__name__}, not a tensor name (str)")
+        if not isinstance(value, torch.Tensor):
+            raise unreadable(f"its entry {name!r} is of type {type(value).__name__}, not a tensor")
     return state
 
 

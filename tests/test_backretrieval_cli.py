@@ -786,6 +786,23 @@ def test_image_weights_hints_lead_to_a_model_that_runs(pixel_split, tmp_path, ca
     assert not out.exists()
 
 
+def test_an_image_weights_file_that_holds_no_state_dict_is_one_line(pixel_split, tmp_path, capsys):
+    """--image-weights FILE holding a list of tensors was a TypeError traceback from load_state_dict, and a state dict
+    with a non-tensor entry was reported as weights of another model: read_state_dict now refuses both as a file that
+    holds no weights."""
+    import torch
+
+    torch.save([torch.zeros(2)], tmp_path / "list.pth")
+    torch.save({"state_dict": {"conv_stem.weight": torch.zeros(2), "epoch": 3}}, tmp_path / "mixed.pth")
+    run = ["eval", "--data", str(pixel_split), "--model", "random:8", "--out", str(tmp_path / "o"), "--no-progress",
+           "--ks", "1,5", "--bootstrap", "0", "--image-model", "test_efficientnet"]
+    for name, reason in (("list.pth", "it holds an object of type list, not a mapping of names to tensors"),
+                         ("mixed.pth", "its entry 'epoch' is of type int, not a tensor")):
+        err = _one_line_error([*run, "--image-weights", str(tmp_path / name)], capsys)
+        assert err == (f"error: {tmp_path / name}: not a readable weights file (a PyTorch checkpoint or "
+                       f".safetensors): {reason}\n")
+
+
 def test_model_specs_are_checked_before_the_image_model(pixel_split, tmp_path, capsys, monkeypatch):
     """A mistyped --model was reported only once the image model's problem was fixed: the specs (cheap, nothing
     loaded) are now checked first, in the library too."""

@@ -471,10 +471,21 @@ def test_a_weights_file_that_holds_no_weights_is_a_one_line_error(tmp_path, suff
     with pytest.raises(UserError, match=rf"^model.image_pretrained: {path}: not a readable weights file \(a PyTorch "
                                         rf"checkpoint or .safetensors\): {reason}$"):
         create_image_backbone("resnet18", str(path), channels=(8, 16, 32, 64), stem_width=8)
-    listing = tmp_path / "list.pth"
-    torch.save([1, 2], listing)
-    with pytest.raises(UserError, match=rf"^model.image_pretrained: {listing} holds a list, not a state dict"):
-        create_image_backbone("resnet18", str(listing), channels=(8, 16, 32, 64), stem_width=8)
+
+
+def test_a_weights_file_that_holds_no_state_dict_is_refused_as_holding_no_weights(tmp_path):
+    """A state dict with a non-tensor entry was reported as weights that do not fit the model (missing and unexpected
+    names): read_state_dict now refuses it, and a file holding a list, in the words of every unreadable file."""
+    from globetrotter.models import create_image_backbone
+
+    torch.save([1, 2], tmp_path / "list.pth")
+    torch.save({"model": {"conv1.weight": torch.zeros(2), "note": "trained"}}, tmp_path / "mixed.pth")
+    for name, reason in (("list.pth", "it holds an object of type list, not a mapping of names to tensors"),
+                         ("mixed.pth", "its entry 'note' is of type str, not a tensor")):
+        with pytest.raises(UserError) as err:
+            create_image_backbone("resnet18", str(tmp_path / name), channels=(8, 16, 32, 64), stem_width=8)
+        assert str(err.value) == (f"model.image_pretrained: {tmp_path / name}: not a readable weights file (a "
+                                  f"PyTorch checkpoint or .safetensors): {reason}")
 
 
 def test_weights_of_another_width_missing_or_absent_are_one_line_naming_the_file(tmp_path):

@@ -66,13 +66,10 @@ def create_image_backbone(name: str = "resnet18", weights: str | None = None, **
         path = Path(weights)
         if not path.is_file():
             raise UserError(f"model.image_pretrained: weights file {path} not found")
-        state: object  # torch.load's file may hold anything: checked to be a dict below
         try:
             state = read_state_dict(path)
         except BackRetrievalError as err:
             raise UserError(f"model.image_pretrained: {err}") from None
-        if not isinstance(state, dict):
-            raise UserError(f"model.image_pretrained: {path} holds a {type(state).__name__}, not a state dict")
         try:
             missing, unexpected = model.load_state_dict(state, strict=False)
         except RuntimeError as err:  # a tensor of another shape: weights of another width or depth
