@@ -337,6 +337,31 @@ def test_load_of_a_path_that_does_not_exist_says_so(tmp_path):
         globetrotter.load(tmp_path / "empty")
 
 
+def test_load_of_a_run_that_stopped_before_its_first_checkpoint_says_so(tiny_world, tmp_path, capsys):
+    """A run folder a run left before its first checkpoint (its config.yaml and tensorboard/) was said to hold "no
+    checkpoint found (expected a run folder, ...)", to globetrotter.load and eval.py alike, though it is a run folder:
+    it now says the run stopped before its first checkpoint and how to train it again. Other folders keep the message."""
+    from globetrotter.config import load_train_config
+    from globetrotter.config_io import save_config
+    from globetrotter.evaluation import cli
+
+    run = tmp_path / "runs" / "stopped"
+    (run / "tensorboard").mkdir(parents=True)
+    save_config(load_train_config(None, [f"output_dir={tmp_path / 'runs'}", "run_name=stopped"]), run / "config.yaml")
+    said = (f"{run}: no checkpoint found (a run there stopped before its first checkpoint: nothing to load); to train "
+            "it again, give the globetrotter-train command that started it, without --resume")
+    with pytest.raises(UserError) as err:
+        globetrotter.load(run)
+    assert str(err.value) == said
+    with pytest.raises(SystemExit) as done:
+        cli.main(["sentence", "--model", str(run), "--split", str(tiny_world / "test"), "--out", str(tmp_path / "o")])
+    assert done.value.code == 2 and capsys.readouterr().err == f"error: {said}\n"
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest").write_text("step-00000004\n")  # a pointer to a checkpoint that is gone
+    with pytest.raises(UserError, match=r"stopped: no checkpoint found \(expected a run folder, its checkpoints/"):
+        globetrotter.load(run)
+
+
 def test_encoder_is_exported_lazily():
     """globetrotter.Encoder, the class load returns, was an AttributeError (imported for type checkers only). It is
     exported on first use: `import globetrotter` still imports no torch."""

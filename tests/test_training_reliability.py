@@ -230,7 +230,9 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_run_again_by_the_same
     with pytest.raises(UserError, match="no readable sample"):
         train(cfg)
     assert sorted(p.name for p in cfg.run_dir.iterdir()) == ["config.yaml", "tensorboard"]
-    with pytest.raises(UserError, match="no checkpoint found"):
+    with pytest.raises(UserError, match=r"no checkpoint found \(a run there stopped before its first checkpoint: "
+                                        r"nothing to load\); to train it again, give the \S+ command that started it, "
+                                        r"without --resume$"):
         globetrotter.load(cfg.run_dir)
     with pytest.raises(UserError, match=r"no checkpoint found to resume \(a run there stopped before its first "
                                         r"checkpoint.*give the same command without --resume$") as err:

@@ -33,6 +33,7 @@ from safetensors import SafetensorError
 from backretrieval.records import json_text
 
 from ..errors import UserError, error_line
+from ..shell import program_name
 from ..weights_file import as_umask_allows
 
 if TYPE_CHECKING:
@@ -106,7 +107,25 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
             target = root / _read_pointer(root / LATEST)
             if (target / STATE).is_file():
                 return target
+    if _left_before_first_checkpoint(path):
+        raise UserError(f"{path}: no checkpoint found ({_STOPPED_EARLY}: nothing to load); to train it again, give "
+                        f"the {program_name('train')} command that started it, without --resume")
     raise UserError(f"{path}: no checkpoint found (expected a run folder, its checkpoints/, or a checkpoint with {STATE})")
+
+
+_STOPPED_EARLY = "a run there stopped before its first checkpoint"
+"""What a run folder without a checkpoint is said to be, to a reader (:func:`resolve`) and to ``--resume latest``
+(:func:`furthest`)."""
+
+
+def _left_before_first_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a run folder that a run left before its first checkpoint: its ``config.yaml`` (and
+    TensorBoard logs), and nothing of a checkpoint: no ``latest`` pointer, nothing in ``checkpoints/``, and not the
+    ``trainer_state.json`` or ``tokenizer.json`` that a checkpoint folder holds beside its ``config.yaml`` (one
+    without its state is incomplete, not a run that stopped early)."""
+    root, of_a_checkpoint = checkpoint_root(path), (LATEST, STATE, "tokenizer.json")
+    return ((path / "config.yaml").is_file() and not any((path / name).exists() for name in of_a_checkpoint)
+            and not (root.is_dir() and any(root.iterdir())))
 
 
 def _read_pointer(pointer: Path) -> str:
@@ -142,9 +161,8 @@ def furthest(run_dir: str | Path) -> Path:
     if not held:
         if any((root / LATEST).is_file() for root in (checkpoint_root(run_dir), Path(run_dir))):
             return resolve(run_dir, prefer_best=False)  # its one-line error: a damaged pointer, say
-        raise UserError(f"{run_dir}: no checkpoint found to resume (a run there stopped before its first checkpoint, "
-                        f"or none ran there: check output_dir/run_name); to run it again, give the same command "
-                        f"without --resume")
+        raise UserError(f"{run_dir}: no checkpoint found to resume ({_STOPPED_EARLY}, or none ran there: check "
+                        f"output_dir/run_name); to run it again, give the same command without --resume")
     return max(held, key=lambda path: read_state(path).get("step", 0))  # a tie: latest's
 
 
