@@ -70,9 +70,10 @@ def naming_flags() -> bool:
 
 
 @contextmanager
-def cli_option_names() -> Iterator[None]:
-    """Within this block, :func:`option` names inputs by their command-line flags."""
-    token = _CLI_NAMES.set(True)
+def cli_option_names(on: bool = True) -> Iterator[None]:
+    """Within this block, :func:`option` names inputs by their command-line flags; ``on=False``: by their parameter
+    names again (a call whose parameters are no flag of the command running it: another program's command line)."""
+    token = _CLI_NAMES.set(on)
     try:
         yield
     finally:

@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the project, and oracle_ranking beside this file
 
+from backretrieval.errors import cli_option_names  # noqa: E402
 from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import language_codes, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
@@ -394,7 +395,8 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
     check_languages(args.languages, splits)
     check_n_groups(args.n_groups, args.test, args.languages)
     if args.val:  # the statistics of a choice come neither from the split it is made on nor from a test split
-        choice_reference(args.val, reference(args))
+        with cli_option_names():  # its refusals name this script's --val and --reference, not the library's val=
+            choice_reference(args.val, reference(args))
     for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
         if split:  # a choice made on images of the test split would read test
             refuse_shared_images(split, args.test, flag)

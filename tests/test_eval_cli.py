@@ -282,6 +282,20 @@ def test_sentence_command_wires_the_ranking_reference_and_transductive_form(worl
     assert "--maxsim" in err and len(err.strip().splitlines()) == 1
 
 
+def test_select_names_a_g_of_an_unknown_model_by_its_image_features_not_backretrievals_flag(world, tmp_path, capsys):
+    """backretrieval words a g's unknown model with its own flag (--image-model) under a command line; eval.py has
+    none: select names the --image-features value it was given, and the model as an argument."""
+    pool = tmp_path / "pool"  # a reference split of images the val split does not show
+    with ShardWriter(pool, split="train", source="tiny", image_format="png") as w:
+        for lang in LANGS:
+            w.write(f"p{lang}", Image.new("RGB", (8, 8), (9, 9, 0)), caption(lang, 1, 1), lang, image_id=f"pool{lang}")
+    assert run(["select", "--model", "tfidf", "--val", str(world / "train"), "--reference", str(pool),
+                "--image-features", "timm:resnet5:package", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: image features 'timm:resnet5:package': image model 'resnet5' is not a timm model "
+                          "(did you mean") and "--image-model" not in err and len(err.splitlines()) == 1, err
+
+
 def test_select_says_what_helps_when_csls_k_exceeds_a_languages_reference_captions(world, tmp_path, capsys):
     """select scores with sentence's reference pool: a --csls-k beyond a language's captions names --reference-size
     only where its sample cut them (it said "raise --reference-size" also where the split has no more)."""
@@ -1342,6 +1356,21 @@ def test_unknown_languages_and_missing_query_file_are_named(world, fake, tmp_pat
      "error: --lr -1.0: expected a learning rate > 0"),
     (["generate", "--model", "full", "--train", "{train}", "--split", "{test}", "--d-model", "6"],
      "error: --d-model 6: expected a multiple of the decoder's 4 heads"),
+    # the library names its arguments to a Python caller (test_eval_tasks), eval.py's flags here
+    (["generate", "--model", "full", "--train", "{train}", "--split", "{test}", "--lr", "-1"],
+     "error: --lr -1.0: expected a learning rate > 0"),
+    (["generate", "--model", "full", "--train", "{train}", "--split", "{test}", "--show", "-1"],
+     "error: --show -1: expected a number of examples >= 0"),
+    (["generate", "--model", "full", "--train", "{test}", "--split", "{test}"],
+     "error: --train {test}: is the evaluated --split itself; the decoder would learn the references (give the train "
+     "split)"),
+    (["word", "--model", "full"],
+     "error: word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary"),
+    (["sentence", "--model", "full", "--split", "{test}", "--transductive", "--reference", "{train}"],
+     "error: --transductive takes the statistics from the evaluated sentences; it excludes --reference {train}"),
+    (["select", "--model", "tfidf", "--val", "{test}"],
+     "error: --val {test}: a test split; choices are made on val and read nothing of test, not even its captions' "
+     "statistics: name a val split (e.g. the val split beside it)"),
 ])
 def test_ignored_options_and_bad_values_are_refused_before_anything_is_written(world, fake, tmp_path, capsys, argv,
                                                                               message):
@@ -1757,10 +1786,15 @@ def test_a_folder_given_as_the_ranking_record_is_named_as_a_folder(tmp_path, mon
     from globetrotter.errors import UserError
     from globetrotter.evaluation.tasks.choice import read_choice
 
+    from backretrieval.errors import cli_option_names
+
     monkeypatch.setattr(sys, "argv", ["eval.py"])
-    with pytest.raises(UserError) as err:
+    with pytest.raises(UserError) as err, cli_option_names():  # as eval.py runs it
         read_choice(tmp_path)
     assert str(err.value) == f"{tmp_path}: a folder; --ranking takes the JSON record that `eval.py select` wrote"
+    with pytest.raises(UserError) as err:  # a Python caller typed no flag
+        read_choice(tmp_path)
+    assert str(err.value) == f"{tmp_path}: a folder; ranking takes the JSON record that `eval.py select` wrote"
 
 
 def test_a_ranking_record_that_is_not_json_names_the_place_not_the_exception(tmp_path, monkeypatch):

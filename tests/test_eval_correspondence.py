@@ -118,7 +118,7 @@ def test_relative_decrease_and_bad_input():
     with pytest.raises(UserError, match="no unseen language"):
         corr.build_task(metas(langs={"en": EN, "de": DE}), seen=["de", "en"])
     # a cap too small for the seen test set was blamed on the captions' length alone
-    with pytest.raises(UserError, match=r"seen test set has 0 example\(s\), needs 2: .*; --max-per-language 4 keeps "
+    with pytest.raises(UserError, match=r"seen test set has 0 example\(s\), needs 2: .*; max_per_lang=4 keeps "
                                         r"at most 1 a language here"):
         corr.build_task(metas(), max_per_language=4, test_fraction=0.2)
     with pytest.raises(ValueError, match="min_units=2"):  # was clamped to 4 silently, and the record said 2
@@ -192,15 +192,19 @@ def test_correspondence_command_on_a_trained_run(tiny_world, tiny_run, tmp_path,
 
 def test_seen_languages_are_named_as_typed():
     """`correspondence --seen en,de` that left no unseen language said "--seen ['de', 'en']"."""
+    from backretrieval.errors import cli_option_names
     from globetrotter.errors import UserError
     from globetrotter.evaluation.correspondence import split_languages
 
-    with pytest.raises(UserError) as err:
+    with pytest.raises(UserError) as err, cli_option_names():  # as eval.py correspondence runs it
         split_languages(["de", "en"], ["en", "de"])
     assert str(err.value) == "--seen en,de: leaves no unseen language to test transfer on (languages: de, en)"
-    with pytest.raises(UserError) as err:
+    with pytest.raises(UserError) as err, cli_option_names():
         split_languages(["de", "en", "fr"], ["en", "xx"])
     assert str(err.value) == "--seen en,xx: language(s) xx not among de, en, fr"
+    with pytest.raises(UserError) as err:  # a Python caller typed no flag: the argument as given
+        split_languages(["de", "en", "fr"], ["en", "xx"])
+    assert str(err.value) == "seen=['en', 'xx']: language(s) xx not among de, en, fr"
     assert split_languages(["de", "en", "fr"], ["fr", "de"]) == (["de", "fr"], ["en"])
 
 
@@ -220,7 +224,7 @@ def test_captions_are_cut_at_word_breaks_when_at_least_half_hold_a_space():
 
 def test_bad_task_options_are_named():
     for fraction in (0.0, 1.0):
-        with pytest.raises(UserError, match=rf"^--test-fraction {fraction}: expected a share strictly between 0 and 1$"):
+        with pytest.raises(UserError, match=rf"^test_fraction={fraction}: expected a share strictly between 0 and 1$"):
             corr.build_task(metas(), test_fraction=fraction)
     with pytest.raises(UserError, match=r"^no caption in language\(s\) \['fr'\] \(has \['de', 'el', 'en', 'zh'\]\)$"):
         corr.build_task(metas(), languages=["de", "fr"])

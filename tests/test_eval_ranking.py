@@ -186,9 +186,9 @@ def test_the_reference_split_is_never_the_evaluated_one_a_test_split_or_one_show
     held = _split(tmp_path / "held", "test", [("en", "t"), ("de", "t")])  # a test split by its manifest alone
     named = _split(tmp_path / "test", "train", [("en", "u")])  # by its folder's name alone
     for split in (held, named):
-        with pytest.raises(UserError, match="--reference .*: a test split"):
+        with pytest.raises(UserError, match="reference=.*: a test split"):
             reference_split(val, split)
-    with pytest.raises(UserError, match="--val .*held: a test split"):
+    with pytest.raises(UserError, match="val=.*held: a test split"):
         choice_reference(held, train)
     # another train split showing val's image w, in a language the pool does not read: its captions are w's too
     copy = _split(tmp_path / "copy", "train", [("en", "a"), ("fr", "w")])
@@ -450,7 +450,7 @@ def test_csls_k_may_equal_a_languages_reference_captions_but_not_pass_them():
     got = ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=6)).matrix()
     rows = encoder.rows
     np.testing.assert_allclose(got, brute_csls(rows[:12], langs, rows[12:], pool.langs, 6, own=False), atol=1e-5)
-    with pytest.raises(UserError, match="--csls-k 7 neighbours exceed the 6 reference captions in de"):
+    with pytest.raises(UserError, match="^csls=True: csls_k=7 neighbours exceed the 6 reference captions in de"):
         ScoringContext(encoder, evaluated, langs, pool).scorer(Ranking(csls=True, csls_k=7))
 
 
@@ -473,7 +473,7 @@ def test_maxsim_with_too_few_reference_tokens_in_a_language_names_the_reference_
     encoder = FakeEncoder(language_offset=3.0)
     texts, langs = _scene_captions([(0, 0), (1, 2)])
     few = ReferencePool(*_scene_captions([(0, 0)]), "pool")  # 3 tokens a language: hubness with 10 neighbours fails
-    with pytest.raises(UserError, match=r"^--maxsim: per-language hubness k=10 needs more than 10 distinct tokens in "
+    with pytest.raises(UserError, match=r"^maxsim: per-language hubness k=10 needs more than 10 distinct tokens in "
                                         r"each language's texts; language 'de' has 3 \(the reference captions, pool\); "
                                         r"give a reference split with more captions"):
         ScoringContext(encoder, texts, langs, few).scorer(Ranking(maxsim=1.0)).matrix()

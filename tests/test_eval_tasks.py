@@ -158,9 +158,9 @@ def test_every_evaluation_takes_the_model_and_its_split_positionally(world):
 
 
 def test_word_translation_bad_input(world):
-    with pytest.raises(UserError, match="--split .* or --dictionary"):
+    with pytest.raises(UserError, match="give split .* or dictionary$"):
         evaluate_word_translation(FakeEncoder())
-    with pytest.raises(UserError, match="--candidates split needs --split"):
+    with pytest.raises(UserError, match="^word: candidates='split' needs split$"):
         evaluate_word_translation(FakeEncoder(), dictionary=world / "dictionary", candidates="split")
     with pytest.raises(UserError, match="needs a trained run folder"):
         evaluate_word_translation("tfidf", dictionary=world / "dictionary")
@@ -244,10 +244,10 @@ def test_dictionary_summary_holds_what_redraws_it(world, tmp_path):
 
 
 def test_empty_ground_truth_and_empty_queries_are_one_line_errors(world, tmp_path):
-    with pytest.raises(UserError, match=r"no word pair in any of the 6 language pairs.*--min-count 1000.*nothing written"):
+    with pytest.raises(UserError, match=r"no word pair in any of the 6 language pairs.*min_count=1000.*nothing written"):
         build_word_dictionary(world / "test", tmp_path / "empty", words=True, min_count=1000)
     assert not (tmp_path / "empty").exists()
-    with pytest.raises(UserError, match=r"no ground-truth pair: the tf-idf dictionary .* is empty.*--min-count 1000"):
+    with pytest.raises(UserError, match=r"no ground-truth pair: the tf-idf dictionary .* is empty.*min_count=1000"):
         evaluate_word_translation(FakeEncoder(), split=world / "test", min_count=1000)
     lexicon = tmp_path / "lexicon"
     lexicon.mkdir()
@@ -366,9 +366,11 @@ def test_generation_decodes_every_source_and_the_floor(world):
     assert d["decoder"]["steps"] == 30 and d["train"]["captions"] == 30
     assert d["train"]["test_references_in_train"] == 10  # the world's train split captions the same scenes
     assert len(lines) == 1 and lines[0].startswith("training a 1-layer decoder on 30 en captions")
-    for kwargs, message in (({"target": "xx"}, "no caption in target language 'xx'"),
-                            ({"sources": ["en"]}, "at least one language other than the target"),
-                            ({"decoder": DecoderConfig(lr=-1.0)}, "--lr -1.0")):
+    # a Python caller typed no flag: each refusal names the argument as given (eval.py's flags: test_eval_cli)
+    for kwargs, message in (({"target": "xx"}, r"no caption in target language 'xx' \(target; has "),
+                            ({"sources": ["en"]}, "^sources: give at least one language other than the target"),
+                            ({"decoder": DecoderConfig(lr=-1.0)}, "^decoder.lr=-1.0: expected a learning rate > 0$"),
+                            ({"show": -1}, "^show=-1: expected a number of examples >= 0$")):
         with pytest.raises(UserError, match=message):
             evaluate_generation(FakeEncoder(), world / "test", world / "train", **kwargs)
 
@@ -611,7 +613,7 @@ def test_transductive_scoring_refuses_a_choice_made_with_a_reference(world):
     from globetrotter.evaluation.tasks.choice import Choice
 
     choice = Choice(Ranking(csls=True, csls_k=3), str(world / "train"), None, source="chosen.json")
-    with pytest.raises(UserError, match="excludes --ranking chosen.json"):
+    with pytest.raises(UserError, match=r"^transductive=True takes .*; it excludes choice \(chosen.json\)$"):
         evaluate_sentence_translation(FakeEncoder(), world / "test", transductive=True, choice=choice)
 
 
@@ -619,6 +621,33 @@ def test_clustering_refuses_as_many_clusters_as_sentences(world):
     """k-means with one cluster a sentence makes every purity 1, as chance: k equal to the sentences sampled (2
     groups x 3 languages = 6) is refused as k above them is; one fewer runs."""
     for k in (6, 7):
-        with pytest.raises(UserError, match=f"^--k {k}: k-means needs fewer clusters than the 6 sentences"):
+        with pytest.raises(UserError, match=f"^k={k}: k-means needs fewer clusters than the 6 sentences"):
             evaluate_clustering(FakeEncoder(), world / "test", n_groups=2, k=k)
     assert evaluate_clustering(FakeEncoder(), world / "test", n_groups=2, k=5).details["k"] == 5
+
+
+def test_a_python_callers_refusals_name_its_arguments_not_eval_py_flags(world):
+    """The library's refusals named eval.py's flags (--transductive, --reference, --val) to a Python caller, who
+    typed none: they name the arguments as given (eval.py's wording: test_eval_cli)."""
+    cases = [(lambda: evaluate_sentence_translation(FakeEncoder(), world / "test", transductive=True,
+                                                    reference=world / "train"),
+              f"transductive=True takes the statistics from the evaluated sentences; it excludes "
+              f"reference={world / 'train'}"),
+             (lambda: select_ranking(FakeEncoder(), world / "test", image_features="pixels"),
+              f"val={world / 'test'}: a test split; choices are made on val and read nothing of test, not even its "
+              f"captions' statistics: name a val split (e.g. the val split beside it)"),
+             (lambda: evaluate_word_translation(FakeEncoder()),
+              "word: give split (a parallel split, for the tf-idf ground truth) or dictionary")]
+    for call, message in cases:
+        with pytest.raises(UserError) as err:
+            call()
+        assert str(err.value) == message and "--" not in str(err.value)
+
+
+def test_translate_words_names_a_language_the_model_never_read_by_its_argument(tiny_run, tmp_path):
+    """``translate_words(..., to="xx")`` said "--to xx: not a language ..." (eval.py translate-word's flag)."""
+    for given, named in (({"to": "xx"}, "to=xx"), ({"to": "en", "source": "xx"}, "source=xx")):
+        with pytest.raises(UserError) as err:
+            translate_words(tiny_run, ["red"], **given, log=lambda _: None)
+        assert str(err.value).startswith(f"{named}: not a language of the model's training captions (")
+        assert "--" not in str(err.value)

@@ -94,7 +94,7 @@ def test_a_loaded_baseline_object_is_refused_like_its_spec(tmp_path, command):
     from globetrotter.evaluation import evaluate_clustering, evaluate_word_translation
 
     evaluate = {"word": evaluate_word_translation, "cluster": evaluate_clustering}[command]
-    with pytest.raises(UserError, match=rf"^{command}: --model tfidf is a baseline of .* sentence` and `select` only; {command} "
+    with pytest.raises(UserError, match=rf"^{command}: model=tfidf is a baseline of .* sentence` and `select` only; {command} "
                                         r"needs a trained run folder$"):
         evaluate(TfidfEncoder(), tmp_path / "no_split_read")
 

@@ -94,12 +94,12 @@ def test_a_damaged_meta_json_has_the_index_built_again(tmp_path, damage):
 
 
 @pytest.mark.parametrize("name, damage, said", [
-    ("en.faiss", b"", r"en\.faiss: not a readable faiss index \(.+\); rebuild it \(--rebuild\)$"),
+    ("en.faiss", b"", r"en\.faiss: not a readable faiss index \(.+\); rebuild it \(rebuild=True\)$"),
     ("en.faiss", b"\x00\x01\x02\x03" * 8, r"en\.faiss: not a readable faiss index"),
     ("en.jsonl", b'"a dog"\n"a c', r"en\.jsonl:2: not JSON \(.+\); expected one JSON string per line; rebuild it"),
     ("en.jsonl", b'"a dog"\n\xff\n"a car"\n', r"en\.jsonl:2:1: invalid UTF-8 byte 0xff"),
     ("en.jsonl", b'"a dog"\n["a cat"]\n"a car"\n', r"en\.jsonl:2: a JSON list, expected one JSON string per line"),
-    ("en.jsonl", b'"a dog"\n"a cat"\n', r": index of 'en' holds 3 vectors but 2 texts; rebuild it \(--rebuild\)$"),
+    ("en.jsonl", b'"a dog"\n"a cat"\n', r": index of 'en' holds 3 vectors but 2 texts; rebuild it \(rebuild=True\)$"),
 ])
 def test_a_damaged_saved_index_is_one_line_naming_the_file(tmp_path, name, damage, said):
     """A saved index or texts file cut short, binary, not UTF-8 or of other JSON: one line naming the file (and

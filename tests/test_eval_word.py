@@ -289,7 +289,7 @@ def test_a_dictionary_file_given_for_its_folder_is_named_as_such(tmp_path, monke
         monkeypatch.chdir(tmp_path)
         with pytest.raises(UserError) as err:
             read_dictionaries(given)
-        assert str(err.value) == (f"{given}: a file; --dictionary takes the folder of <src>-<tgt>.txt files (e.g. its "
+        assert str(err.value) == (f"{given}: a file; dictionary takes the folder of <src>-<tgt>.txt files (e.g. its "
                                   f"folder, {tmp_path.resolve()})")
     assert read_dictionaries(tmp_path) == {("en", "de"): [("dog", "Hund")]}
 
@@ -370,8 +370,8 @@ def test_no_mutual_pair_is_an_empty_dictionary_and_why_empty_says_which_rule_lef
     tokenized = {"en": [["a"], ["a"]], "de": [["b"], ["b"]]}
     assert tfidf_dictionary(tokenized["en"], tokenized["de"], idf="paper") == []
     assert build_dictionaries(tokenized, top_k=1, idf="paper") == {("de", "en"): [], ("en", "de"): []}
-    assert why_empty(tokenized, 1, 1) == "no token pair is in each other's tf-idf top --top-k 1"
-    assert why_empty(tokenized, 1, 3) == ("no de/en token is in at least --min-count 3 of the 2 sentences "
+    assert why_empty(tokenized, 1, 1) == "no token pair is in each other's tf-idf top top_k=1"
+    assert why_empty(tokenized, 1, 3) == ("no de/en token is in at least min_count=3 of the 2 sentences "
                                           "(the most frequent: 2)")
     assert why_empty({"en": tokenized["en"]}, 1, 1) == "it needs at least 2 languages, got ['en']"
     with pytest.raises(ValueError, match="idf must be 'smooth' or 'paper', got 'bm25'"):

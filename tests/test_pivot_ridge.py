@@ -67,14 +67,14 @@ def test_the_fitted_ridge_embeds_no_image_and_is_no_trained_model(train_split, t
     from globetrotter.evaluation.tasks.checks import require_trained
 
     enc = PivotRidgeEncoder(train_split)
-    with pytest.raises(UserError, match="^--model ridge: is a text baseline fitted through images; it does not embed"):
+    with pytest.raises(UserError, match="^model=ridge: is a text baseline fitted through images; it does not embed"):
         enc.encode_image([Image.new("RGB", (8, 8))])
     with pytest.raises(UserError) as by_object:
         require_trained(enc, "word")
     with pytest.raises(UserError) as by_spec:
         require_trained(f"ridge:{train_split}", "word")
     assert str(by_object.value) == str(by_spec.value)
-    assert "--model ridge is a baseline" in str(by_object.value) and "word needs a trained run folder" in str(by_spec.value)
+    assert "model=ridge is a baseline" in str(by_object.value) and "word needs a trained run folder" in str(by_spec.value)
     with pytest.raises(UserError, match=r"\['xx'\]"):
         enc.encode_text(["red a square"], langs=["xx"])
 

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backretrieval.errors import given, naming_flags
 from globetrotter.errors import UserError
 
 CUT_RANGE = (0.35, 0.65)
@@ -180,23 +181,29 @@ class CorrespondenceTask:
     unseen: list[str]
 
 
+def _seen(seen: Sequence[str]) -> str:
+    """How a message names the seen languages given: ``--seen de,en`` on the command line, ``seen=['de', 'en']`` in
+    Python."""
+    return given("seen", ",".join(seen) if naming_flags() else list(seen))
+
+
 def split_languages(languages: Sequence[str], seen: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
     """Seen = the first half of the sorted languages (rounded up) unless given; unseen = the rest."""
     languages = sorted(set(languages))
     if len(languages) < 2:
         raise UserError(f"the correspondence test needs at least 2 languages (the probe trains on the first half "
                         f"and is tested on the other), found {languages}")
-    typed = ",".join(seen) if seen else ""  # --seen as the user typed it, for messages
+    typed = list(seen) if seen else []  # seen as the caller gave it, for messages
     if seen:
         unknown = sorted(set(seen) - set(languages))
         if unknown:
-            raise UserError(f"--seen {typed}: language(s) {', '.join(unknown)} not among {', '.join(languages)}")
+            raise UserError(f"{_seen(typed)}: language(s) {', '.join(unknown)} not among {', '.join(languages)}")
         seen = sorted(set(seen))
     else:
         seen = languages[: (len(languages) + 1) // 2]
     unseen = [lang for lang in languages if lang not in seen]
     if not unseen:
-        raise UserError(f"--seen {typed or ','.join(seen)}: leaves no unseen language to test transfer on (languages: "
+        raise UserError(f"{_seen(typed or seen)}: leaves no unseen language to test transfer on (languages: "
                         f"{', '.join(languages)})")
     return seen, unseen
 
@@ -211,7 +218,7 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
     ``max_per_language`` per language and part). Deterministic in ``seed``.
     """
     if not 0 < test_fraction < 1:
-        raise UserError(f"--test-fraction {test_fraction}: expected a share strictly between 0 and 1")
+        raise UserError(f"{given('test_fraction', test_fraction)}: expected a share strictly between 0 and 1")
     by_lang: dict[str, tuple[list[str], list[str]]] = {}
     for m in metas:
         caps, ids = by_lang.setdefault(m["lang"], ([], []))
@@ -246,7 +253,7 @@ def build_task(metas: Sequence[dict], languages: Sequence[str] | None = None, se
     for name, built in (("training", task.train), ("seen test", task.seen_test), ("unseen test", task.unseen_test)):
         if len(built) < 2:
             capped = "" if max_per_language is None else \
-                f"; --max-per-language {max_per_language} keeps at most {caps_of[name]} a language here"
+                f"; {given('max_per_lang', max_per_language)} keeps at most {caps_of[name]} a language here"
             raise UserError(f"the correspondence {name} set has {len(built)} example(s), needs 2: captions need at least "
                             f"{min_units} units (words, or characters for unspaced scripts){capped}")
     return task

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence, Union
 import numpy as np
 import scipy.sparse as sp
 
+from backretrieval.errors import given
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 from globetrotter.training.checkpoint import weights_sha256
@@ -109,7 +110,7 @@ def checkpoint_of(encoder: Any) -> str | None:
 def require_trained(spec: str | None, command: str) -> None:
     """A one-line error when a command that needs a trained model is given a baseline."""
     if spec is not None and is_baseline(spec):
-        raise UserError(f"{command}: --model {spec.split(':')[0]} is a baseline of "
+        raise UserError(f"{command}: {given('model', spec.split(':')[0])} is a baseline of "
                         f"`{program_name('eval')} sentence` and `select` only; "
                         f"{command} needs a trained run folder")
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 import numpy as np
 from PIL import Image
 
+from backretrieval.errors import given
 from globetrotter.errors import UserError
 from globetrotter.image_ridge import fit_image_ridge, image_targets
 
@@ -70,7 +71,7 @@ class PivotRidgeEncoder:
 
         if not (self.train_split / "manifest.json").is_file():
             raise UserError(f"{self.train_split}: no split here (expected manifest.json); "
-                            f"--model ridge:SPLIT needs the training split the baseline is fitted on")
+                            f"{given('model', 'ridge:SPLIT')} needs the training split the baseline is fitted on")
         metas = read_captions(self.train_split)
         cache = load_feature_cache(self.features)
         rows = cache.rows([str(m["image_id"]) for m in metas], self.train_split)
@@ -94,11 +95,11 @@ class PivotRidgeEncoder:
                     langs: str | Sequence[str] | None = None) -> np.ndarray:
         """(N, F) L2-normalised predicted image features of ``texts`` in languages ``langs``."""
         if langs is None:
-            raise UserError("--model ridge: needs each text's language (one map per training language)")
+            raise UserError(f"{given('model', 'ridge')}: needs each text's language (one map per training language)")
         langs = [langs] * len(texts) if isinstance(langs, str) else list(langs)
         unknown = sorted(set(langs) - set(self.maps))
         if unknown:
-            raise UserError(f"--model ridge: language(s) {unknown} have no caption in {self.train_split} "
+            raise UserError(f"{given('model', 'ridge')}: language(s) {unknown} have no caption in {self.train_split} "
                             f"(it has {sorted(self.maps)})")
         out = np.zeros((len(texts), len(self.centre)), dtype=np.float32)
         langs_arr = np.array(langs)
@@ -110,4 +111,4 @@ class PivotRidgeEncoder:
 
     def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> NoReturn:
         """Always a :class:`UserError`: the baseline embeds captions only."""
-        raise UserError("--model ridge: is a text baseline fitted through images; it does not embed images")
+        raise UserError(f"{given('model', 'ridge')}: is a text baseline fitted through images; it does not embed images")

@@ -16,6 +16,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
+from backretrieval.errors import given, option, said
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
@@ -79,20 +80,20 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
         if reference is None:  # the default beside a split named train: no --reference was given
             raise UserError(f"{evaluated}: the default reference split (the train split beside it) is the evaluated "
                             f"split itself: the statistics would come from the evaluated sentences; name another split "
-                            f"with --reference SPLIT")
-        raise UserError(f"--reference {chosen} is the evaluated split {evaluated}: the statistics would come from the "
-                        f"evaluated sentences; name another split (e.g. the train split)")
-    refuse_test_split(chosen, "--reference")
+                            f"with {_reference_split()}")
+        raise UserError(f"{given('reference', chosen)} is the evaluated split {evaluated}: the statistics would come "
+                        f"from the evaluated sentences; name another split (e.g. the train split)")
+    refuse_test_split(chosen, "reference")
     if not languages and evaluated_images is None and not (Path(evaluated) / "manifest.json").is_file():
         return ReferenceCaptions(chosen, (), None)  # no captions asked for, no evaluated images to compare: no read
     captions = read_captions_once(chosen, languages)
     shared = shared_images(chosen, evaluated, evaluated_images, captions.images)
     if shared:
-        given = f"--reference {chosen}" if reference is not None else f"{chosen} (the default reference split)"
-        raise UserError(f"{given}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
+        named = given("reference", chosen) if reference is not None else f"{chosen} (the default reference split)"
+        raise UserError(f"{named}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
                         f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
-                        f"images{' with --reference SPLIT' if reference is None else ''} (e.g. the train split of the "
-                        f"same conversion)")
+                        f"images{' with ' + _reference_split() if reference is None else ''} (e.g. the train split of "
+                        f"the same conversion)")
     return captions
 
 
@@ -109,24 +110,32 @@ def shared_images(split: str | Path, other: str | Path, other_images: Collection
     return shown[0] & shown[1]
 
 
+def _reference_split() -> str:
+    """How a message names a reference split to give: ``--reference SPLIT`` on the command line."""
+    return said("--reference SPLIT", "reference=SPLIT")
+
+
 def refuse_test_split(split: str | Path, flag: str) -> None:
     """A one-line error when ``split`` is a test split (its manifest names it ``test``, or its folder is ``test``): a
     choice is made on val, and reads neither the test captions nor statistics taken from them. ``flag`` names the
-    option that gave it, and the advice is the split it takes (``--val``: a val split; else the train split)."""
+    option that gave it: a parameter name (``val``, named as :func:`~backretrieval.errors.given` says) or a script's
+    own flag (``--val``); the advice is the split it takes (``val``: a val split; else the train split)."""
     from data_prep.shards import read_manifest
 
     split = Path(split)
     role = read_manifest(split).get("split") if (split / "manifest.json").is_file() else None
     if role == "test" or split.name == "test":
-        instead = "a val split (e.g. the val split beside it)" if flag == "--val" else "another split (e.g. the train split)"
-        raise UserError(f"{flag} {split}: a test split; choices are made on val and read nothing of test, not even "
+        instead = ("a val split (e.g. the val split beside it)" if flag.lstrip("-") == "val"
+                   else "another split (e.g. the train split)")
+        named = f"{flag} {split}" if flag.startswith("-") else given(flag, split)
+        raise UserError(f"{named}: a test split; choices are made on val and read nothing of test, not even "
                         f"its captions' statistics: name {instead}")
 
 
 def choice_reference(val: str | Path, reference: str | Path | None = None) -> Path:
     """The reference split of a choice made on ``val`` (:func:`reference_split`); a one-line error when ``val`` or the
     reference is a test split (:func:`refuse_test_split`)."""
-    refuse_test_split(val, "--val")
+    refuse_test_split(val, "val")
     return reference_split(val, reference)
 
 
@@ -149,14 +158,15 @@ class ReferenceCaptions:
         languages = self.languages if languages is None else tuple(languages)
         if self.by_language is None:
             raise UserError(f"{self.split}: no split here (expected manifest.json) to take the reference statistics "
-                            f"from; name one with --reference SPLIT (unlabelled captions of the evaluated languages)")
+                            f"from; name one with {_reference_split()} (unlabelled captions of the evaluated "
+                            "languages)")
         unread = sorted(set(languages) - set(self.languages))
         if unread:
             raise ValueError(f"{self.split}: the captions in {','.join(unread)} were not read")
         missing = sorted(set(languages) - self.found)
         if missing:
             raise UserError(f"{self.split}: no caption in {','.join(missing)} for the reference statistics "
-                            f"(--reference; the split has {','.join(sorted(self.found)) or 'none'})")
+                            f"({option('reference')}; the split has {','.join(sorted(self.found)) or 'none'})")
         captions, langs = [], []
         for lang in sorted(set(languages)):
             texts = self.by_language[lang]

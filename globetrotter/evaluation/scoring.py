@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from backretrieval.errors import given, option, said
 from backretrieval.hubness import neighbourhood_radii
 from globetrotter.errors import UserError
 
@@ -115,7 +116,7 @@ class ScoringContext:
 
     def _late_interaction(self) -> LateInteraction:
         if not hasattr(self.encoder, "token_table"):
-            raise UserError("--maxsim scores a trained model's token rows; this model has none "
+            raise UserError(f"{option('maxsim')} scores a trained model's token rows; this model has none "
                             "(the TF-IDF and ridge baselines embed whole captions)")
         texts, langs = ((self.captions, self.langs) if self.reference is None
                         else (self.reference.captions, self.reference.langs))
@@ -123,8 +124,9 @@ class ScoringContext:
         try:
             return LateInteraction(self.encoder, 1.0, texts, languages=langs, source=source)
         except ValueError as err:
-            raise UserError(f"--maxsim: {err} (the reference captions, {source}); give a reference split with "
-                            f"more captions in it (--reference), or rank without MaxSim (--maxsim 0)") from None
+            raise UserError(f"{option('maxsim')}: {err} (the reference captions, {source}); give a reference split "
+                            f"with more captions in it ({option('reference')}), or rank without MaxSim "
+                            f"({given('maxsim', 0)})") from None
 
     @cached_property
     def maxsim_self(self) -> np.ndarray:
@@ -202,7 +204,7 @@ class ScoringContext:
         missing = sorted(set(self.languages[np.concatenate([codes for _, codes in parts])]) -
                          set(self.languages[np.unique(self.pool_code[self.pool_code >= 0])]))
         if missing:
-            raise UserError(f"--retrieval csls: no reference text in {', '.join(missing)} to take CSLS radii among")
+            raise UserError(f"{_csls()}: no reference text in {', '.join(missing)} to take CSLS radii among")
         return [(rows, codes, np.flatnonzero(np.isin(self.pool_code, codes))) for rows, codes in parts]
 
     @cached_property
@@ -233,6 +235,11 @@ class ScoringContext:
     def scorer(self, ranking: Ranking) -> "SentenceScorer":
         """A :class:`SentenceScorer` of these sentences under ``ranking``."""
         return SentenceScorer(self, ranking)
+
+
+def _csls() -> str:
+    """How a message names a CSLS ranking: ``--retrieval csls`` on the command line, ``csls=True`` in Python."""
+    return said("--retrieval csls", "csls=True")
 
 
 class SentenceScorer:
@@ -270,7 +277,8 @@ class SentenceScorer:
                                                                  pool_groups=groups, extra=extra)
             return radii
         except ValueError as err:
-            raise UserError(f"--retrieval csls: {err} (fewer reference texts than --csls-k in a language)") from None
+            raise UserError(f"{_csls()}: {err} (fewer reference texts than {option('csls_k')} in a "
+                            "language)") from None
 
     def _require_neighbours(self, pool_codes: np.ndarray, codes: np.ndarray) -> None:
         """A one-line error naming the first language of ``codes`` (into the context's languages) whose rows among
@@ -283,16 +291,17 @@ class SentenceScorer:
         for code in codes:
             lang, n = c.languages[code], int(counts[code])
             if c.reference is None and n - 1 < k:  # a query is never its own neighbour
-                raise UserError(f"--retrieval csls --transductive: --csls-k {k} neighbours exceed the {n - 1} "
+                csls = said("--retrieval csls --transductive", "csls=True, transductive=True")
+                raise UserError(f"{csls}: {given('csls_k', k)} neighbours exceed the {n - 1} "
                                 f"evaluated sentences in {lang} besides the query's own ({n} in all); sample more "
-                                f"groups (--n-groups) or lower --csls-k")
+                                f"groups ({option('n_groups')}) or lower {option('csls_k')}")
             if c.reference is not None and n < k:
                 total = (c.reference.available or {}).get(lang, n)  # the split's, before --reference-size's sample
                 where = c.reference.source if total == n else f"{c.reference.source}, a sample of its {total}"
-                remedy = (f"raise --reference-size to {k} or more" if total >= k else
-                          f"name a --reference with {k} or more {lang} captions")
-                raise UserError(f"--retrieval csls: --csls-k {k} neighbours exceed the {n} reference captions in "
-                                f"{lang} ({where}); {remedy}, or lower --csls-k")
+                remedy = (f"raise {option('reference_size')} to {k} or more" if total >= k else
+                          f"name a {option('reference')} with {k} or more {lang} captions")
+                raise UserError(f"{_csls()}: {given('csls_k', k)} neighbours exceed the {n} reference captions in "
+                                f"{lang} ({where}); {remedy}, or lower {option('csls_k')}")
 
     def cosine(self, rows: np.ndarray) -> np.ndarray:
         """``[len(rows), N]`` cosines of sentences ``rows`` against every sentence, by this ranking's head."""

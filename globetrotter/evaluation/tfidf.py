@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from PIL import Image
 
+from backretrieval.errors import given
 from globetrotter.errors import UserError
 
 SPEC = "tfidf"
@@ -89,4 +90,4 @@ class TfidfEncoder:
 
     def encode_image(self, images: Sequence[Image.Image], batch_size: int = 256) -> NoReturn:
         """Always a :class:`UserError`: the baseline reads text only."""
-        raise UserError("--model tfidf is a text-only surface baseline: it has no image encoder (use a trained run)")
+        raise UserError(f"{given('model', 'tfidf')} is a text-only surface baseline: it has no image encoder (use a trained run)")

@@ -22,6 +22,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from backretrieval.errors import said
 from backretrieval.records import json_text
 from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
@@ -106,12 +107,12 @@ class CorpusIndex:
         path = folder / f"{lang}.faiss"
         if not path.is_file():
             raise UserError(f"{path}: no saved index for language {lang!r}")
-        rebuild = "rebuild it (--rebuild)"
+        rebuild = f"rebuild it ({said('--rebuild', 'rebuild=True')})"
         try:
             index = faiss.read_index(str(path))
         except RuntimeError as err:  # faiss's C++ error: several lines ending in what failed
-            said = [line for line in str(err).splitlines() if line.strip()]
-            raise UserError(f"{path}: not a readable faiss index ({said[-1].strip()[:120] if said else 'no detail'}); "
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            raise UserError(f"{path}: not a readable faiss index ({lines[-1].strip()[:120] if lines else 'no detail'}); "
                             f"{rebuild}") from None
         texts_path = folder / f"{lang}.jsonl"
         texts = []

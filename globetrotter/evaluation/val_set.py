@@ -175,6 +175,7 @@ class BackRetrievalSet:
             raise UserError(f"image features {image_features!r}: expected pixels, features:PATH or "
                             f"timm:NAME[:WEIGHTS]{hint}")
         # timm:NAME[:WEIGHTS], WEIGHTS a local file or "package" (offline EfficientNet-Lite0/1/2)
+        from backretrieval.errors import BackRetrievalError, cli_option_names
         from backretrieval.images import ImageFeatureExtractor
 
         from data_prep.shards import read_manifest
@@ -186,6 +187,11 @@ class BackRetrievalSet:
         checksum = read_manifest(self.split).get("checksum")
         extractor = ImageFeatureExtractor(name, weights[0] if weights else None, progress=False, device=device,
                                           cache_dir=self.split / "bkr-image-features")
+        try:  # the model and weights checked first, worded as arguments: the backretrieval command line's flags
+            with cli_option_names(False):  # (--image-model, --image-weights) are no flags of eval.py or train.py
+                extractor.check()
+        except BackRetrievalError as err:
+            raise UserError(f"image features {image_features!r}: {err}") from None
         return lambda pictures, ids: extractor.extract(pictures, ids=[f"{checksum}:{i}" for i in ids])
 
     def _decoded_chunks(self, rows: np.ndarray | None, extract: Callable[[list, list], np.ndarray], record: tuple[list, list, list] | None = None

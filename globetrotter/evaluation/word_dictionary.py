@@ -26,7 +26,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import sparse
 
-from backretrieval.errors import BackRetrievalWarning
+from backretrieval.errors import BackRetrievalWarning, given, option
 from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
 from globetrotter.token_stats import smoothed_idf
@@ -148,9 +148,9 @@ def why_empty(tokenized: Mapping[str, Sequence[Sequence[str]]], top_k: int, min_
     bare = sorted(lang for lang, c in df.items() if not any(v >= min_count for v in c.values()))
     if bare:
         most = max((v for lang in bare for v in df[lang].values()), default=0)
-        return (f"no {'/'.join(bare)} token is in at least --min-count {min_count} of the {n} sentences "
+        return (f"no {'/'.join(bare)} token is in at least {given('min_count', min_count)} of the {n} sentences "
                 f"(the most frequent: {most})")
-    return f"no token pair is in each other's tf-idf top --top-k {top_k}"
+    return f"no token pair is in each other's tf-idf top {given('top_k', top_k)}"
 
 
 def read_dictionary(path: str | Path) -> list[tuple[str, str]]:
@@ -193,7 +193,7 @@ def read_dictionaries(folder: str | Path, languages: Sequence[str] | None = None
     """Every ``<src>-<tgt>.txt`` of ``folder`` (restricted to ``languages`` when given)."""
     folder = Path(folder)
     if folder.is_file():
-        raise UserError(f"{folder}: a file; --dictionary takes the folder of <src>-<tgt>.txt files (e.g. its folder, "
+        raise UserError(f"{folder}: a file; {option('dictionary')} takes the folder of <src>-<tgt>.txt files (e.g. its folder, "
                         f"{folder.resolve().parent})")
     if not folder.is_dir():
         raise UserError(f"{folder}: dictionary folder not found (expected <src>-<tgt>.txt files)")

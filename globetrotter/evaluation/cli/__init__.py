@@ -50,11 +50,14 @@ def _main(argv: Sequence[str] | None) -> int:
         prog = program_name("eval")
         return zeroshot_main(argv, prog) if argv[0] == "tag" else zeroshot_main(argv[1:], f"{prog} zeroshot")
     args = build_parser().parse_args(argv)
+    from backretrieval.errors import cli_option_names
     from globetrotter.texts_cut import texts_cut_once
     from globetrotter.threads import configure_threads
 
     configure_threads(workers=0)  # no data workers: this process's share of the cores (OMP_NUM_THREADS wins)
-    with texts_cut_once():  # texts cut to the model's length: one line for the command, not one per encoding
+    # texts cut to the model's length: one line for the command, not one per encoding; the library's refusals name
+    # the flags typed (--k 5), not its Python arguments (k=5)
+    with texts_cut_once(), cli_option_names():
         return args.func(args)
 
 

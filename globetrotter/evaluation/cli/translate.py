@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from backretrieval.errors import cli_option_names
 from backretrieval.records import json_text
 from globetrotter.argtypes import output_folder, positive_int
 from globetrotter.errors import UserError
@@ -84,11 +83,10 @@ def add_parser(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser,
 
 def _translate(args: argparse.Namespace) -> int:
     texts = queries(args)  # --rerank without --ranking, or under a chosen cosine: refused by translate_sentences
-    with cli_option_names():  # its refusals name the flags typed, not the library's arguments
-        results = translate_task.translate_sentences(
-            args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_language, source=args.source,
-            k=args.k, ranking=args.ranking or None, rerank=args.rerank, batch_size=args.batch_size,
-            device=args.device, **index_options(args))
+    results = translate_task.translate_sentences(
+        args.model, texts, to=args.to, corpus=args.corpus, corpus_lang=args.corpus_language, source=args.source,
+        k=args.k, ranking=args.ranking or None, rerank=args.rerank, batch_size=args.batch_size,
+        device=args.device, **index_options(args))
     print_results(args, texts, results)
     return 0
 

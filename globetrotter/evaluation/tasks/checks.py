@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from backretrieval.errors import BackRetrievalError
+from backretrieval.errors import BackRetrievalError, given, option, said
 from backretrieval.metric_checks import check_ks
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
@@ -16,6 +16,23 @@ from ..models import ModelLike
 from ..pivot_ridge import PREFIX as RIDGE_PREFIX
 from ..pivot_ridge import PivotRidgeEncoder
 from ..tfidf import TfidfEncoder
+
+
+FLAG_OF = {"source": "--from", "corpus_lang": "--corpus-language"}
+"""The library parameters whose ``eval.py`` flag is spelled otherwise (``translate --from``)."""
+
+
+def named(name: str) -> str:
+    """How a message names the parameter ``name``: its ``eval.py`` flag under
+    :func:`~backretrieval.errors.cli_option_names` (:data:`FLAG_OF`, else :func:`~backretrieval.errors.option`'s
+    spelling), the parameter itself in Python."""
+    return said(FLAG_OF[name], name) if name in FLAG_OF else option(name)
+
+
+def named_value(name: str, value: object) -> str:
+    """How a message names the value given for ``name``: ``--flag VALUE`` under the command line, ``name=VALUE`` in
+    Python (:func:`named`'s spellings)."""
+    return said(f"{FLAG_OF[name]} {value}", f"{name}={value}") if name in FLAG_OF else given(name, value)
 
 
 def require_sequence(value: object, name: str, what: str = "texts") -> None:
@@ -63,13 +80,14 @@ def require_trained(model: ModelLike, command: str) -> None:
 
 
 def require_known_languages(encoder: Any, given: Mapping[str, str | None]) -> None:
-    """A one-line error when a language given (option name -> code; None: not given) is not among the captions the
-    model's tokenizer was trained on, as its checkpoint's provenance record names them (no record: no check)."""
+    """A one-line error when a language given (parameter name -> code; None: not given; named as :func:`named_value`
+    says) is not among the captions the model's tokenizer was trained on, as its checkpoint's provenance record names
+    them (no record: no check)."""
     checkpoint = getattr(encoder, "checkpoint", None)
     known = provenance_languages(read_provenance(Path(checkpoint) / "tokenizer.json")) if checkpoint else None
     if known is None:
         return
-    for flag, lang in given.items():
+    for name, lang in given.items():
         if lang is not None and lang not in known:
-            raise UserError(f"{flag} {lang}: not a language of the model's training captions "
+            raise UserError(f"{named_value(name, lang)}: not a language of the model's training captions "
                             f"({', '.join(sorted(known))})")

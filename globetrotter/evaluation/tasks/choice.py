@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from backretrieval.errors import option, said
 from globetrotter.errors import UserError
 from globetrotter.shell import program_name
 
@@ -20,8 +21,9 @@ def select_command() -> str:
 
 
 def read_record(path: str | Path, flag: str) -> dict:
-    """A ``select`` record's JSON, for the option ``flag`` (a one-line error naming the file when it is missing or
-    not JSON)."""
+    """A ``select`` record's JSON, for the option ``flag`` (how messages name it: the parameter as
+    :func:`~backretrieval.errors.option` gives it, or a script's flag; a one-line error naming the file when it is
+    missing or not JSON)."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: a folder; {flag} takes the JSON record that `{select_command()}` wrote")
@@ -101,9 +103,10 @@ class Choice:
                             f"(sha256 {self.weights_sha256[:12]}, now {weights_sha256[:12]}: has the run saved another "
                             f"checkpoint there since?); {again}")
         if languages is not None and self.languages is not None and tuple(sorted(languages)) != self.languages:
+            chosen_languages = said(f"--languages {','.join(self.languages)}", f"languages={list(self.languages)}")
             raise UserError(f"{self.source} chose a ranking for {','.join(self.languages)}, not "
-                            f"{','.join(sorted(languages))}: evaluate --languages {','.join(self.languages)}, or "
-                            f"{again} (--languages)")
+                            f"{','.join(sorted(languages))}: evaluate {chosen_languages}, or {again} "
+                            f"({option('languages')})")
         if reference is not None and self.reference_sha256 is not None and reference["sha256"] != self.reference_sha256:
             raise UserError(f"{self.source}: the captions of {reference['split']} are not those the ranking was "
                             f"chosen with (sha256 {reference['sha256'][:12]}, the record's {self.reference_sha256[:12]}); "
@@ -112,7 +115,7 @@ class Choice:
 
 def read_choice(record: str | Path) -> Choice:
     """The :class:`Choice` of a ``select`` record's JSON file."""
-    data = read_record(record, "--ranking")
+    data = read_record(record, option("ranking"))
     try:
         return Choice.from_record(data, source=str(record))
     except KeyError as err:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from backretrieval.errors import given, option, said
 from backretrieval.records import json_text
 from backretrieval.uncertainty import paired_bootstrap, recall_interval
 
@@ -44,18 +45,21 @@ def within_noise(rows: Sequence[dict]) -> list[str]:
     return [r["label"] for r in rows if r.get("vs_chosen") and r["vs_chosen"]["lo"] <= 0 <= r["vs_chosen"]["hi"]]
 
 
-def read_against(path: str | Path, flag: str = "--against") -> dict:
+def read_against(path: str | Path, flag: str | None = None) -> dict:
     """Another model's ``select`` record to compare with (its JSON): a one-line error when it is missing, of another
-    form, or without per-query scores (written before they were kept)."""
-    other = read_record(path, flag)
-    check_against(other, None, "", f"{flag} {path}")
+    form, or without per-query scores (written before they were kept). ``flag``: how messages name the option that
+    gave it (default: ``against``, as :func:`~backretrieval.errors.option` names it)."""
+    other = read_record(path, flag or option("against"))
+    check_against(other, None, "", f"{flag} {path}" if flag else given("against", path))
     return other
 
 
-def check_against(other: dict, queries: str | None, image_features: str, source: str = "--against") -> None:
+def check_against(other: dict, queries: str | None, image_features: str, source: str | None = None) -> None:
     """A one-line error unless ``other`` (a ``select`` record's JSON) holds per-query scores of the val queries whose
     :func:`queries_sha256` is ``queries`` (``image_features``: this selection's ``g``, named in the error; ``None``:
-    the form alone is checked)."""
+    the form alone is checked). ``source`` names ``other`` in errors (default: ``against``, as
+    :func:`~backretrieval.errors.option` names it)."""
+    source = source or option("against")
     theirs = other.get("details") if isinstance(other, dict) else None
     if not isinstance(theirs, dict) or not isinstance(theirs.get("val"), dict) or "chosen" not in theirs:
         raise UserError(f"{source}: not a record of `{select_command()}`")
@@ -69,12 +73,13 @@ def check_against(other: dict, queries: str | None, image_features: str, source:
                         "model")
     if queries is not None and theirs["val"].get("queries_sha256") != queries:
         config = other.get("config") or {}
-        said = {k: config.get(k) for k in ("val", "seed", "max_per_lang", "languages")}
-        said["seed"] = other.get("seed", said["seed"])  # a record written before the seed left its config keeps it there
-        raise UserError(f"{source}: its val queries are not this selection's ({said}, g "
+        kept = {k: config.get(k) for k in ("val", "seed", "max_per_lang", "languages")}
+        kept["seed"] = other.get("seed", kept["seed"])  # a record written before the seed left its config keeps it there
+        raise UserError(f"{source}: its val queries are not this selection's ({kept}, g "
                         f"{theirs['val'].get('image_features')} against {image_features}); run "
-                        f"`{select_command()}` for both models with the same --val, --seed, --max-per-language, "
-                        f"--image-features and --languages")
+                        f"{said(f'`{select_command()}`', 'select_ranking')} for both models with the same "
+                        f"{', '.join(map(option, ('val', 'seed', 'max_per_lang', 'image_features')))} and "
+                        f"{option('languages')}")
 
 
 def _finite_scores(scores: object) -> bool:
@@ -89,12 +94,12 @@ def _finite_scores(scores: object) -> bool:
         return False
 
 
-def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str = "--against") -> dict:
+def compare_choices(record: dict, other: dict, *, seed: int = 0, source: str | None = None) -> dict:
     """How far ``record``'s choice stands above ``other``'s on the same val queries (two ``select`` records, their
     JSON read back): the paired bootstrap interval (1,000 replicates, 95%) of the margin of its per-query score over
     the other's, with what the other chose. A one-line error when ``other`` is no select record, predates per-query
-    scores, or scored other queries (:func:`check_against`)."""
-    margin = paired_margin([record], [other], seed=seed, sources=("this model", source))
+    scores, or scored other queries (:func:`check_against`; ``source`` names ``other``, default ``against``)."""
+    margin = paired_margin([record], [other], seed=seed, sources=("this model", source or option("against")))
     model, metrics = (x if isinstance(x, dict) else {} for x in (other.get("model"), other.get("metrics")))
     return {"model": model.get("path"), "chosen": metrics.get("chosen"), "mean_bkr": metrics.get("mean_bkr"), **margin}
 
@@ -134,7 +139,7 @@ def shared_g_warning(sides: Sequence[str], g: str) -> str:
     """The line that says a comparison's ``g`` is one side's own image encoder."""
     return (f"note: g ({g}) is the image encoder of {' and '.join(sides)}; BackRetrieval leans towards a model that "
             f"sees images as g does, so this margin does not referee two image encoders: compare again under a g "
-            f"neither uses (--image-features)")
+            f"neither uses ({option('image_features')})")
 
 
 def uncertainty_line(details: dict) -> str:

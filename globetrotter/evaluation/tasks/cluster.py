@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Sequence
 
+from backretrieval.errors import given, option
 from globetrotter.errors import UserError
 
 from ..clustering import cluster_analysis
@@ -37,9 +38,9 @@ def evaluate(
     require_languages(languages=languages)
     ps = read_parallel(split, languages, n_groups, seed)
     if k >= len(ps):
-        raise UserError(f"--k {k}: k-means needs fewer clusters than the {len(ps)} sentences sampled "
+        raise UserError(f"{given('k', k)}: k-means needs fewer clusters than the {len(ps)} sentences sampled "
                         f"({len(ps.group_ids)} groups x {len(ps.languages)} languages; one sentence a cluster makes "
-                        f"every purity 1, as chance): lower --k or sample more groups (--n-groups)")
+                        f"every purity 1, as chance): lower {option('k')} or sample more groups ({option('n_groups')})")
     encoder, info = resolve_model(model, name, device)
     emb = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     res = cluster_analysis(emb, ps.langs, ps.groups, ps.captions, k=k, seed=seed)

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from backretrieval.errors import given
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
@@ -55,7 +56,7 @@ def evaluate(
     require_trained(model, "correspondence")
     require_languages(languages=languages, seen=seen)
     if not 0 < lr < float("inf"):
-        raise UserError(f"--lr {lr}: expected a learning rate > 0")
+        raise UserError(f"{given('lr', lr)}: expected a learning rate > 0")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,
                            max_per_language=max_per_lang, min_units=min_units)
     encoder, info = resolve_model(model, name, device)

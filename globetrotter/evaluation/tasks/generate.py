@@ -8,6 +8,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
+from backretrieval.errors import given, option, said
 from globetrotter.errors import UserError
 
 from ..generation import DecoderConfig
@@ -21,14 +22,14 @@ from .common import log_to_stderr, resolve_model, shows_progress
 def _sources(split: str | Path, test_langs: Sequence[str], target: str, sources: Sequence[str] | None) -> list[str]:
     """The source languages (default: every language of the split but the target), checked against it."""
     if target not in test_langs:
-        raise UserError(f"{split}: no caption in target language {target!r} (--target; has {list(test_langs)})")
+        raise UserError(f"{split}: no caption in target language {target!r} ({option('target')}; has {list(test_langs)})")
     sources = list(sources) if sources else [lang for lang in test_langs if lang != target]
     unknown = sorted(set(sources) - set(test_langs))
     if unknown:
-        raise UserError(f"{split}: no caption in source language(s) {unknown} (--sources; has {list(test_langs)})")
+        raise UserError(f"{split}: no caption in source language(s) {unknown} ({option('sources')}; has {list(test_langs)})")
     sources = [lang for lang in dict.fromkeys(sources) if lang != target]
     if not sources:
-        raise UserError(f"--sources: give at least one language other than the target {target!r}")
+        raise UserError(f"{option('sources')}: give at least one language other than the target {target!r}")
     return sources
 
 
@@ -41,8 +42,8 @@ def _refuse_overlap(train: str | Path, split: str | Path, train_metas: Sequence[
     shared_groups = {str(m["group"]) for m in train_metas if m.get("group") is not None} & groups
     shared_images = {str(m["image_id"]) for m in train_metas} & images
     if shared_groups or shared_images:
-        raise UserError(f"--train {train}: a parallel split sharing {len(shared_groups)} groups and "
-                        f"{len(shared_images)} images with the {len(groups)} evaluated groups of --split {split}; "
+        raise UserError(f"{given('train', train)}: a parallel split sharing {len(shared_groups)} groups and "
+                        f"{len(shared_images)} images with the {len(groups)} evaluated groups of {given('split', split)}; "
                         "the decoder would learn the references (give the train split)")
 
 
@@ -86,14 +87,16 @@ def evaluate(
     require_trained(model, "generate")
     require_languages(sources=sources)
     if show < 0:
-        raise UserError(f"--show {show}: expected a number of examples >= 0")
+        raise UserError(f"{given('show', show)}: expected a number of examples >= 0")
     if not 0 < decoder.lr < float("inf"):
-        raise UserError(f"--lr {decoder.lr}: expected a learning rate > 0")
+        lr = said(f"--lr {decoder.lr}", f"decoder.lr={decoder.lr}")  # the decoder's settings: flags of their own
+        raise UserError(f"{lr}: expected a learning rate > 0")
     if decoder.d_model % decoder.heads:  # checked before the model loads and the data is read
-        raise UserError(f"--d-model {decoder.d_model}: expected a multiple of the decoder's {decoder.heads} heads")
+        d_model = said(f"--d-model {decoder.d_model}", f"decoder.d_model={decoder.d_model}")
+        raise UserError(f"{d_model}: expected a multiple of the decoder's {decoder.heads} heads")
     if Path(train).resolve() == Path(split).resolve():
-        raise UserError(f"--train {train}: is the evaluated --split itself; the decoder would learn the references "
-                        "(give the train split)")
+        raise UserError(f"{given('train', train)}: is the evaluated {option('split')} itself; the decoder would learn "
+                        "the references (give the train split)")
     test_metas = read_captions(split)
     given_sources = list(sources) if sources else None
     sources = _sources(split, sorted({m["lang"] for m in test_metas}), target, sources)
@@ -105,14 +108,14 @@ def evaluate(
     train_texts = [m["caption"] for m in train_metas if m["lang"] == target]
     if not train_texts:
         raise UserError(f"{train}: no caption in target language {target!r} to train the decoder on "
-                        f"(--train; has {sorted({m['lang'] for m in train_metas})})")
+                        f"({option('train')}; has {sorted({m['lang'] for m in train_metas})})")
     references = [c for c, lang in zip(ps.captions, ps.langs) if lang == target]
     train_set = set(train_texts)
 
     encoder, info = resolve_model(model, name, device)
-    require_known_languages(encoder, {"--target": target})
+    require_known_languages(encoder, {"target": target})
     for lang in given_sources or []:
-        require_known_languages(encoder, {"--sources": lang})
+        require_known_languages(encoder, {"sources": lang})
     train_rep = encoder.encode_text(train_texts, batch_size=batch_size, head=head, **language_kwargs(encoder, target))
     test_rep = encoder.encode_text(ps.captions, batch_size=batch_size, head=head, **language_kwargs(encoder, ps.langs))
     log(f"training a {decoder.layers}-layer decoder on {len(train_texts)} {target} captions of {train} "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
+from backretrieval.errors import given, option
 from backretrieval.files import enough_for_k
 from globetrotter.errors import UserError
 
@@ -74,7 +75,7 @@ def evaluate(
     if max_images is not None:
         require_positive_int(max_images, "max_images")
     if isinstance(model, str) and is_tfidf_spec(model):
-        raise UserError("retrieval: --model tfidf is a text-only surface baseline with no image encoder; "
+        raise UserError(f"retrieval: {given('model', model)} is a text-only surface baseline with no image encoder; "
                         "text-image retrieval needs a trained run folder")
     from data_prep.shards import read_captions, read_manifest
     from globetrotter.data.feature_cache_build import require_pictures
@@ -93,7 +94,7 @@ def evaluate(
         image_ids = [image_ids[i] for i in np.sort(pick)]
     row_of = {iid: i for i, iid in enumerate(image_ids)}
     # K not below the gallery: Recall@K is 1 for any model (a warning, as backretrieval's recall functions give)
-    enough_for_k("retrieval", len(image_ids), ks, "images in the gallery", "raise max_images" if max_images else None,
+    enough_for_k("retrieval", len(image_ids), ks, "images in the gallery", f"raise {option('max_images')}" if max_images else None,
                  warn=True)
     encoder, info = resolve_model(model, name, device)
     image_emb = _encode_images(encoder, split, row_of, batch_size)

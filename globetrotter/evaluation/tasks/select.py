@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from backretrieval.errors import given, said
 from globetrotter.errors import UserError
 
 from ..models import ModelLike, is_baseline
@@ -176,12 +177,13 @@ def select_ranking(
     require_languages(languages=languages)
     require_sequence(heads, "heads", "head names")
     other = read_against(against) if isinstance(against, (str, Path)) else against
-    source = "--against" + (f" {against}" if isinstance(against, (str, Path)) else "")
+    source = given("against", against) if isinstance(against, (str, Path)) else None  # None: check_against's name
     encoder, info = resolve_model(model, name, device)
     cfg = getattr(encoder, "cfg", None)
     if val is None:
         if cfg is None:
-            raise UserError("select: --val SPLIT is needed for a model without a run config (the baselines)")
+            raise UserError(f"select: {said('--val SPLIT', 'val')} is needed for a model without a run config (the "
+                            "baselines)")
         val = Path(cfg.data.root) / cfg.data.val_split
     has: Sequence[str] = ()
     if (Path(val) / "manifest.json").is_file():  # before g embeds any image
@@ -191,7 +193,7 @@ def select_ranking(
         missing = sorted(set(languages or ()) - set(has))
         if missing:
             raise UserError(f"{val}: no caption in language(s) {missing} (has {sorted(has)})")
-    refuse_test_split(val, "--val")
+    refuse_test_split(val, "val")
     from data_prep.shards import iter_metas
 
     # val's captions read once, for the images the reference must not show and for BackRetrieval's sample

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from backretrieval.errors import given, said
 from globetrotter.errors import UserError
 
 from ..models import ModelLike
@@ -17,6 +18,11 @@ from ..tfidf import TfidfEncoder
 from .checks import require_languages
 from .choice import Choice
 from .common import read_parallel, resolve_model
+
+
+def _transductive() -> str:
+    """How a message names ``transductive=True``: ``--transductive`` on the command line."""
+    return said("--transductive", "transductive=True")
 
 
 def evaluate(
@@ -59,9 +65,9 @@ def evaluate(
     """
     require_languages(languages=languages)
     if transductive and (reference is not None or choice is not None):
-        raise UserError(f"--transductive takes the statistics from the evaluated sentences; it excludes "
-                        f"{'--ranking' if choice is not None else '--reference'} "
-                        f"{choice.source if choice is not None else reference}")
+        excluded = (said(f"--ranking {choice.source}", f"choice ({choice.source})") if choice is not None
+                    else given("reference", reference))
+        raise UserError(f"{_transductive()} takes the statistics from the evaluated sentences; it excludes {excluded}")
     explicit_reference = reference is not None and choice is None
     if choice is not None:
         ranking, reference, reference_size = choice.ranking, choice.reference, choice.reference_size
@@ -72,12 +78,13 @@ def evaluate(
               else checked_reference(split, reference, ps.split_images, ps.languages))
     encoder, info = resolve_model(model, name, device)
     if ranking.head != "text" and isinstance(encoder, (TfidfEncoder, PivotRidgeEncoder)):
-        raise UserError(f"--head {ranking.head}: the TF-IDF and ridge baselines have one embedding, no "
-                        f"{ranking.head} head; drop --head")
+        raise UserError(f"{said(f'--head {ranking.head}', f'ranking.head={ranking.head!r}')}: the TF-IDF and ridge "
+                        f"baselines have one embedding, no {ranking.head} head; "
+                        f"{said('drop --head', 'rank by the text head')}")
     if transductive and not needs_statistics(encoder, ranking):
-        raise UserError(f"--transductive takes the ranking's statistics from the evaluated sentences, but the "
+        raise UserError(f"{_transductive()} takes the ranking's statistics from the evaluated sentences, but the "
                         f"{ranking.label} ranking reads none (CSLS, MaxSim and the TF-IDF baseline's idf do): "
-                        f"drop --transductive")
+                        f"drop {_transductive()}")
     if choice is not None:
         choice.check_model(model, info)
         choice.check(languages=ps.languages)

@@ -26,7 +26,7 @@ from ..scoring import ScoringContext
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
-from .checks import require_known_languages, require_positive_int, require_sequence, require_trained
+from .checks import named, named_value, require_known_languages, require_positive_int, require_sequence, require_trained
 from .choice import Choice, read_choice
 from .common import log_to_stderr, resolve_model, shows_progress
 
@@ -77,7 +77,7 @@ def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict,
     from data_prep.shards import read_captions, read_manifest
 
     if (corpus_lang or to) != to:
-        raise UserError(f"{corpus}: corpus language {corpus_lang!r} differs from --to {to!r}")
+        raise UserError(f"{corpus}: corpus language {corpus_lang!r} differs from {named_value('to', repr(to))}")
     if corpus.is_dir():
         manifest = read_manifest(corpus)
         if to not in manifest["languages"]:
@@ -90,7 +90,7 @@ def _corpus_texts(corpus: Path, to: str, corpus_lang: str | None) -> tuple[dict,
     def texts() -> list[str]:
         found = read_text_corpus(corpus)
         if not found:
-            raise UserError(f"{corpus}: no sentence in it (--corpus, a text file of one sentence per line)")
+            raise UserError(f"{corpus}: no sentence in it ({named('corpus')}, a text file of one sentence per line)")
         return found
 
     return file_signature(corpus), texts
@@ -162,7 +162,7 @@ def translate_sentences(
 
     pool = _choice_pool(choice, source, to) if choice is not None and chosen.needs_statistics else None
     encoder, info = resolve_model(model, device=device)
-    require_known_languages(encoder, {"--to": to, "--from": source})
+    require_known_languages(encoder, {"to": to, "source": source})
     if choice is not None:
         choice.check_model(model, info)
 
@@ -173,7 +173,7 @@ def translate_sentences(
     found = _open(model, encoder, corpus, kind, to, {"corpus": corpus_sig, "head": chosen.head, "ivf_min": ivf_min},
                   texts, encode, index=index, out=out, rebuild=rebuild, ivf_min=ivf_min, nprobe=nprobe, log=log)
     if k > len(found.texts):
-        log(f"note: --k {k}: the corpus has {len(found.texts)} {to} sentences; each query lists all of them")
+        log(f"note: {given('k', k)}: the corpus has {len(found.texts)} {to} sentences; each query lists all of them")
     emb = encode_texts(encoder, queries, source, chosen.head, batch_size)
     if pool is None:
         return found.search(emb, k)
@@ -231,9 +231,9 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     languages = choice.languages or tuple(sorted({source, to}))
     missing = [lang for lang in dict.fromkeys((source, to)) if lang not in languages]
     if missing:
+        select = said(f"`{program_name('eval')} select --languages`", "select_ranking(languages=...)")
         raise UserError(f"{_ranking_given(choice)} was chosen for {','.join(languages)}, not "
-                        f"{','.join(missing)}; choose one for these languages with "
-                        f"`{program_name('eval')} select --languages`")
+                        f"{','.join(missing)}; choose one for these languages with {select}")
     pool = read_reference(choice.reference, languages, choice.reference_size)
     choice.check(reference=pool.record)
     return pool
@@ -263,15 +263,16 @@ def rerank_hits(encoder: Any, ranking: Ranking, pool: ReferencePool, queries: Se
 
 def caption_counts(corpus: str | Path, encoder: Any, required: dict[str, str | None]) -> dict[str, Counter]:
     """Each language's token counts over the captions of the split ``corpus`` (keys of ``encoder``'s tokenizer);
-    ``required`` maps an option name to a language that must have captions (None: not asked)."""
+    ``required`` maps a parameter name (named as :func:`~.checks.named` says) to a language that must have captions
+    (None: not asked)."""
     from data_prep.shards import read_captions
 
     by_lang: dict[str, list[str]] = {}
     for m in read_captions(corpus):
         by_lang.setdefault(m["lang"], []).append(m["caption"])
-    for flag, lang in required.items():
+    for name, lang in required.items():
         if lang is not None and lang not in by_lang:
-            raise UserError(f"{corpus}: no caption in language {lang!r} ({flag}; has {sorted(by_lang)})")
+            raise UserError(f"{corpus}: no caption in language {lang!r} ({named(name)}; has {sorted(by_lang)})")
     tokenize = CaptionTokenizer(encoder.tokenizer)
     return {lang: Counter(t for s in tokenize(caps) for t in s) for lang, caps in by_lang.items()}
 
@@ -316,15 +317,15 @@ def _training_note(corpora: dict[str, Path], wanted: Sequence[str]) -> str:
     """The log line saying which vocabulary :func:`translate_words` searches without ``--corpus``."""
     if len(corpora) == len(wanted) and len(set(corpora.values())) == 1:
         return (f"vocabulary: the {' and '.join(wanted)} tokens of {corpora[wanted[0]]}, the model's training "
-                "captions (--corpus to choose another)")
+                f"captions ({named('corpus')} to choose another)")
     if len(corpora) == len(wanted):
         parts = [f"the {' and '.join(l for l in wanted if corpora[l] == path)} tokens of {path}"
                  for path in dict.fromkeys(corpora[l] for l in wanted)]
-        return f"vocabulary: {' and '.join(parts)}, the model's training captions (--corpus to choose another)"
+        return f"vocabulary: {' and '.join(parts)}, the model's training captions ({named('corpus')} to choose another)"
     missing = [lang for lang in wanted if lang not in corpora]
     return (f"vocabulary: every token of the shared BPE, whatever its language (no split of the captions the "
-            f"tokenizer was trained on in {', '.join(missing)} is on this machine; --corpus SPLIT keeps each "
-            "language's own)")
+            f"tokenizer was trained on in {', '.join(missing)} is on this machine; "
+            f"{said('--corpus SPLIT', 'corpus=SPLIT')} keeps each language's own)")
 
 
 def translate_words(
@@ -358,7 +359,7 @@ def translate_words(
     require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]
-    require_known_languages(encoder, {"--to": to, "--from": source})
+    require_known_languages(encoder, {"to": to, "source": source})
     if corpus is None:
         wanted = [lang for lang in dict.fromkeys((to, source)) if lang]
         corpora = training_corpus(encoder, wanted)
@@ -367,7 +368,7 @@ def translate_words(
         corpus = corpora[to] if complete else None  # the index holds --to's words: named by its split
         counts = _training_counts(corpora, encoder) if complete else {}
     else:
-        counts = caption_counts(corpus, encoder, {"--to": to, "--from": source})
+        counts = caption_counts(corpus, encoder, {"to": to, "source": source})
     embed = WordEmbedder(encoder, embeddings, counts)
     signature = {"embeddings": embeddings, "corpus": dataset_info(corpus)["checksum"] if corpus else None,
                  "word_keys": "own-row"}  # indexes built when keys took another form's row are rebuilt

@@ -13,7 +13,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from backretrieval.errors import BackRetrievalWarning
+from backretrieval.errors import BackRetrievalWarning, option, said
 from backretrieval.records import json_text
 from globetrotter.errors import UserError
 
@@ -78,7 +78,8 @@ def evaluate(
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
     if not dictionary and not split:
-        raise UserError("word: give --split (a parallel split, for the tf-idf ground truth) or --dictionary")
+        raise UserError(f"word: give {option('split')} (a parallel split, for the tf-idf ground truth) or "
+                        f"{option('dictionary')}")
     encoder, info = resolve_model(model, name, device)
     tokenized: dict[str, list[list[str]]] = {}
     if split:
@@ -98,7 +99,7 @@ def evaluate(
                else f"the tf-idf dictionary of {split} is empty, {why_empty(tokenized, top_k, min_count)}")
         raise UserError(f"word: no ground-truth pair: {why}")
     if candidates == "split" and not tokenized:
-        raise UserError("word: --candidates split needs --split")
+        raise UserError(f"word: {_split_candidates()} needs {option('split')}")
     # plain words (a lexicon's) and tokenizer keys (the tf-idf dictionary's, the split's tokens) per language
     plain: dict[str, set] = {}
     keys: dict[str, set] = {}
@@ -145,6 +146,16 @@ def evaluate(
                   config=config, details=details, arrays={"recall": matrices, "languages": res["languages"]})
 
 
+def _split_candidates() -> str:
+    """How a message names ``candidates="split"``: ``--candidates split`` on the command line."""
+    return said("--candidates split", "candidates='split'")
+
+
+def _words() -> str:
+    """How a message names ``words=True``: ``--words`` on the command line."""
+    return said("--words", "words=True")
+
+
 def _warn_few_candidates(spaces: Mapping[str, WordSpace], dicts: Mapping[tuple[str, str], Sequence]) -> None:
     """A :class:`~backretrieval.errors.BackRetrievalWarning` naming the language pairs whose target language has no
     more candidate words than Recall@K's K: every rank is then at most K, so Recall@K is 1 for any model."""
@@ -154,8 +165,8 @@ def _warn_few_candidates(spaces: Mapping[str, WordSpace], dicts: Mapping[tuple[s
     if few:
         warnings.warn(f"word: {len(few)} language pair(s) with {k} or fewer target candidates ({', '.join(few)}), "
                       f"not more than the largest K ({k}): Recall@{k} and P@{k} would be 1 for any model there; "
-                      "give more dictionary words, or --split with --candidates split", BackRetrievalWarning,
-                      stacklevel=3)
+                      f"give more dictionary words, or {option('split')} with {_split_candidates()}",
+                      BackRetrievalWarning, stacklevel=3)
 
 
 class Dictionaries(NamedTuple):
@@ -196,7 +207,7 @@ def _check_out_folder(folder: Path) -> list[Path]:
     if (found or summary.exists()) and not _is_build_summary(summary):
         what = f"{len(found)} <src>-<tgt>.txt files" if found else "a summary.json"
         raise UserError(f"build-dictionary: {folder} holds {what} that no earlier build-dictionary wrote (no "
-                        "summary.json of one); give another --dictionary-out, nothing written")
+                        f"summary.json of one); give another {said('--dictionary-out', 'out')}, nothing written")
     return found
 
 
@@ -236,7 +247,7 @@ def build_dictionary(
     spaces (zh, ja: most captions hold no space), said on stderr; fewer than 2 languages left: a :class:`UserError`."""
     require_languages(languages=languages)
     if _given(tokenizer) + _given(model) + bool(words) != 1:
-        raise UserError("build-dictionary: give exactly one of --tokenizer, --model or --words")
+        raise UserError(f"build-dictionary: give exactly one of {option('tokenizer')}, {option('model')} or {_words()}")
     folder = Path(out or Path(split).resolve().parent / "dictionary-tfidf")
     earlier = _check_out_folder(folder)
     tok = None
@@ -267,11 +278,12 @@ def build_dictionary(
         unspaced = [lang for lang in kept if not uses_spaces([c for c, l in zip(ps.captions, ps.langs) if l == lang])]
         kept = [lang for lang in kept if lang not in unspaced]
         if len(kept) < 2:
-            raise UserError(f"build-dictionary --words: {split} has {len(kept)} language(s) written with spaces "
-                            f"({kept}; {unspaced} are not), need 2; use --model or --tokenizer for BPE tokens")
+            raise UserError(f"build-dictionary {_words()}: {split} has {len(kept)} language(s) written with spaces "
+                            f"({kept}; {unspaced} are not), need 2; use {option('model')} or {option('tokenizer')} "
+                            "for BPE tokens")
         if unspaced:
-            print(f"build-dictionary --words: left out {', '.join(unspaced)} (written without spaces, so a 'word' "
-                  "would be a whole phrase); use --model or --tokenizer for them", file=sys.stderr)
+            print(f"build-dictionary {_words()}: left out {', '.join(unspaced)} (written without spaces, so a 'word' "
+                  f"would be a whole phrase); use {option('model')} or {option('tokenizer')} for them", file=sys.stderr)
             tokenized = {lang: tokenized[lang] for lang in kept}
     pairs = build_dictionaries(tokenized, top_k, idf, min_count)
     if not any(pairs.values()):
