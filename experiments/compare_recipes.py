@@ -23,6 +23,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backretrieval.errors import cli_option_names  # noqa: E402
 from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import non_negative_int, output_file  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
@@ -69,22 +70,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the bootstrap (default: 0)")
     parser.add_argument("--out", type=output_file, help="also write the comparison here as JSON")
     args = parser.parse_args(argv)
-    result = compare(args.records, args.against, args.seed)
-    for side in ("records", "against"):
-        for row in result[side]:
-            print(f"{row['record']}: {row['chosen']}, mean val BkR {row['mean_bkr']:.4f}")
-    for i, margin in enumerate(result.get("per_seed", []), 1):
-        print(f"record {i} over its counterpart, paired over the val queries: {_line(margin)}")
-    pooled = result["mean_over_seeds"]
-    print(f"mean over {len(args.records)} against {len(args.against)} record(s), paired over the val queries "
-          f"(95% bootstrap): {_line(pooled)}")
-    if pooled["g_is_encoder_of"]:
-        print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        record = {**result, "inputs": vars(args), "versions": versions()}  # as every command's record
-        Path(args.out).write_text(json_text(record, indent=2), encoding="utf-8")
-        print(f"wrote {args.out}")
+    with cli_option_names():  # the library's refusals and note name `eval.py select`'s flags (--val), not val=
+        result = compare(args.records, args.against, args.seed)
+        for side in ("records", "against"):
+            for row in result[side]:
+                print(f"{row['record']}: {row['chosen']}, mean val BkR {row['mean_bkr']:.4f}")
+        for i, margin in enumerate(result.get("per_seed", []), 1):
+            print(f"record {i} over its counterpart, paired over the val queries: {_line(margin)}")
+        pooled = result["mean_over_seeds"]
+        print(f"mean over {len(args.records)} against {len(args.against)} record(s), paired over the val queries "
+              f"(95% bootstrap): {_line(pooled)}")
+        if pooled["g_is_encoder_of"]:
+            print(shared_g_warning(pooled["g_is_encoder_of"], result["g"]))
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            record = {**result, "inputs": vars(args), "versions": versions()}  # as every command's record
+            Path(args.out).write_text(json_text(record, indent=2), encoding="utf-8")
+            print(f"wrote {args.out}")
     return 0
 
 

@@ -119,7 +119,9 @@ def mine(args: argparse.Namespace) -> None:
     """Score, pair, group and write the split (:func:`main`'s arguments)."""
     import torch
 
+    from backretrieval.errors import cli_option_names
     from globetrotter.data.feature_cache import load_feature_cache
+    from globetrotter.evaluation.models import is_baseline
     from globetrotter.evaluation.reference import read_reference
     from globetrotter.evaluation.scoring import ScoringContext
     from globetrotter.evaluation.tasks.choice import read_choice
@@ -129,8 +131,12 @@ def mine(args: argparse.Namespace) -> None:
     split, out = Path(args.split), Path(args.out)
     # before any work: a ShardWriter on the split (or another one) would delete its shards
     check_new_split_folder(out, [split], lambda manifest: "mined_groups" in manifest)
+    if is_baseline(args.teacher):  # before the library's refusals of model=SPEC: --teacher here
+        raise UserError(f"--teacher {args.teacher}: a baseline; the teacher is a trained run folder (its captions' "
+                        "scores and its feature cache)")
     encoder, teacher = resolve_model(args.teacher)
-    choice = read_choice(args.ranking)
+    with cli_option_names():  # its refusals name --ranking, this script's flag too; the record's reference and CSLS
+        choice = read_choice(args.ranking)  # settings below are no flags here, so they keep the library's names
     choice.check(model=teacher["path"], checkpoint=teacher["checkpoint"])
     metas = list(iter_metas(split))
     images = sorted({str(m["image_id"]) for m in metas})

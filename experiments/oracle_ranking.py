@@ -22,8 +22,10 @@ from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backretrieval.errors import cli_option_names  # noqa: E402
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.ranking import Ranking  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
     DEFAULT_SIZE, checked_reference, refuse_test_split, shared_images)
@@ -51,6 +53,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     ``reference``, which may not be ``val``), keep the best, and write the record ``out/select-NAME.json``
     (`select`'s form). Returns its path. ``test``: the test split, whose images ``val`` may not show."""
     refuse_test_split(val, "--val")
+    check_reference_size(reference_size)
     if test is not None:
         refuse_shared_images(val, test, "--val")
     from data_prep.shards import read_manifest
@@ -101,6 +104,15 @@ def refuse_shared_images(chosen_on: str, test: str, flag: str) -> None:
                         f"{sorted(shared)[0]!r}); choose on val images only")
 
 
+def check_reference_size(reference_size: int) -> None:
+    """A one-line error when ``--reference-size`` is below the neighbours each CSLS ranking of the grid takes among a
+    language's reference captions (the scoring's own refusal would name `eval.py`'s --csls-k, no flag here)."""
+    k = Ranking.csls_k
+    if reference_size < k:
+        raise UserError(f"--reference-size {reference_size}: the grid's CSLS rankings take {k} neighbours among each "
+                        f"language's reference captions; give {k} or more")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a trained run folder, or a baseline (tfidf)")
@@ -122,10 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    oracle_choice(args.model, args.val, args.reference, args.out,
-                  languages=args.languages, n_groups=args.n_groups,
-                  reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
-                  log=lambda line: print(line, flush=True))
+    with cli_option_names():  # the library's refusals name this script's flags (--reference X), not reference=X
+        oracle_choice(args.model, args.val, args.reference, args.out,
+                      languages=args.languages, n_groups=args.n_groups,
+                      reference_size=args.reference_size, seed=args.seed, name=args.name, test=args.test,
+                      log=lambda line: print(line, flush=True))
     return 0
 
 

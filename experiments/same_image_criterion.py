@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from backretrieval.errors import cli_option_names  # noqa: E402
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
@@ -43,7 +44,7 @@ from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
 from globetrotter.evaluation.tasks.choice import read_record  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
-from oracle_ranking import refuse_shared_images  # noqa: E402
+from oracle_ranking import check_reference_size, refuse_shared_images  # noqa: E402
 
 MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out
 
@@ -112,6 +113,7 @@ class ValSample:
              reference_size: int = DEFAULT_SIZE, seed: int = 0, test: str | None = None) -> "ValSample":
         """Check ``val`` (never test, no image of ``test``) and read its pairs and the reference pools."""
         refuse_test_split(val, "--val")
+        check_reference_size(reference_size)
         if test is not None:
             refuse_shared_images(val, test, "--val")
         pairs = caption_pairs(val, languages, n_images, seed)
@@ -207,12 +209,13 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.oracle and len(args.oracle) != len(args.model):
         raise UserError(f"--oracle given {len(args.oracle)} times for {len(args.model)} --model: one per model")
-    sample = ValSample.read(args.val, args.reference, languages=args.languages,
-                            n_images=args.n_images, reference_size=args.reference_size, seed=args.seed,
-                            test=args.test)
-    for i, model in enumerate(args.model):
-        choose(model, sample, args.out, oracle=args.oracle[i] if args.oracle else None,
-               log=lambda line: print(line, flush=True))
+    with cli_option_names():  # the library's refusals name this script's flags (--reference X), not reference=X
+        sample = ValSample.read(args.val, args.reference, languages=args.languages,
+                                n_images=args.n_images, reference_size=args.reference_size, seed=args.seed,
+                                test=args.test)
+        for i, model in enumerate(args.model):
+            choose(model, sample, args.out, oracle=args.oracle[i] if args.oracle else None,
+                   log=lambda line: print(line, flush=True))
     return 0
 
 

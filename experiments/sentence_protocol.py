@@ -395,8 +395,7 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
     check_languages(args.languages, splits)
     check_n_groups(args.n_groups, args.test, args.languages)
     if args.val:  # the statistics of a choice come neither from the split it is made on nor from a test split
-        with cli_option_names():  # its refusals name this script's --val and --reference, not the library's val=
-            choice_reference(args.val, reference(args))
+        choice_reference(args.val, reference(args))
     for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
         if split:  # a choice made on images of the test split would read test
             refuse_shared_images(split, args.test, flag)
@@ -449,22 +448,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.languages = [",".join(codes) for codes in args.languages]  # a set as its text: its records' and columns' key
-    rows = parse_rows(args.row)
-    check_inputs(rows, args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    record = command_record(argv, rows, args)
-    text = json_text(record, indent=2)
-    if not (out / COMMAND_RECORD).is_file() or (out / COMMAND_RECORD).read_text(encoding="utf-8") != text:
-        (out / COMMAND_RECORD).write_text(text, encoding="utf-8")  # the same command again leaves it as it was
-    results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]
-               for label, models in rows}
-    text = table(rows, results, args.languages, args.ratio, columns(args))
-    text += (f"\nCommand ({COMMAND_RECORD}: its options, each model's checkpoint and training seed): "
-             f"`{record['command']}`\n")
-    (out / "table.md").write_text(text, encoding="utf-8")
-    plot_table(rows, results, args.languages, out / "table.png", columns(args))
-    print(text)
+    with cli_option_names():  # the library's refusals name this script's flags (--val X), not val=X
+        rows = parse_rows(args.row)
+        check_inputs(rows, args)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        record = command_record(argv, rows, args)
+        text = json_text(record, indent=2)
+        if not (out / COMMAND_RECORD).is_file() or (out / COMMAND_RECORD).read_text(encoding="utf-8") != text:
+            (out / COMMAND_RECORD).write_text(text, encoding="utf-8")  # the same command again leaves it as it was
+        results = {label: [{ls: measure(m, slug(label, m, ls), ls, args) for ls in args.languages} for m in models]
+                   for label, models in rows}
+        text = table(rows, results, args.languages, args.ratio, columns(args))
+        text += (f"\nCommand ({COMMAND_RECORD}: its options, each model's checkpoint and training seed): "
+                 f"`{record['command']}`\n")
+        (out / "table.md").write_text(text, encoding="utf-8")
+        plot_table(rows, results, args.languages, out / "table.png", columns(args))
+        print(text)
     return 0
 
 

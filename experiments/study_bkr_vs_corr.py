@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages, however installed
 
 from backretrieval.embedders import embed_texts, is_positional, load_embedder, register_embedder  # noqa: E402
-from backretrieval.errors import BackRetrievalError, run_cli  # noqa: E402
+from backretrieval.errors import BackRetrievalError, cli_option_names, run_cli  # noqa: E402
 from backretrieval.files import enough_for_k  # noqa: E402
 from backretrieval.records import json_text  # noqa: E402
 from globetrotter.argtypes import comma_separated, output_folder, positive_int  # noqa: E402
@@ -314,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if 2 * n > items:
                 raise BackRetrievalError(f"--ns {n}: {src}-{tgt} has {items} parallel items; disjoint source "
                                          f"and target samples need 2N <= {items}")
-            enough_for_k("protocol", n, args.ks, f"items per side (--ns {n})", "raise --ns")
+            with cli_option_names():  # "lower --ks", this script's flag; not its whole run: the library's
+                enough_for_k("protocol", n, args.ks, f"items per side (--ns {n})", "raise --ns")  # --image-model is none
     feats = {}
     for label, extractor in extractors.items():
         feats[label] = image_features(data, extractor)

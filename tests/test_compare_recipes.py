@@ -128,7 +128,8 @@ def test_a_g_that_is_one_sides_own_image_encoder_is_said(cmp, tmp_path, capsys):
     assert paired_margin([mine], [theirs], sources=("new", "shipped"))["g_is_encoder_of"] == ["shipped"]
     a, b = write(tmp_path, "a", mine), write(tmp_path, "b", theirs)
     assert cmp.run_cli(cmp.main, [a, "--against", b]) == 0
-    assert "note: g (g) is the image encoder of --against;" in capsys.readouterr().out
+    note = capsys.readouterr().out
+    assert "note: g (g) is the image encoder of --against;" in note and "under a g neither uses (--image-features)" in note
     mine["details"]["val"]["model_image_encoder"] = "g"  # both sides see images as g does: it leans towards neither
     assert paired_margin([mine], [theirs])["g_is_encoder_of"] == []
     assert cmp.run_cli(cmp.main, [write(tmp_path, "a", mine), "--against", b]) == 0
@@ -160,6 +161,11 @@ def test_a_record_that_does_not_fit_is_named_by_its_file(cmp, tmp_path, capsys):
         assert cmp.run_cli(cmp.main, [*good, "--against", good[0], bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --against {bad}: ") and expected in err, err
+    # the remedy names the command that wrote the records and its flags, not the library's select_ranking(val=...)
+    assert cmp.run_cli(cmp.main, [good[0], "--against", other]) == 2
+    err = capsys.readouterr().err
+    assert "select` for both models with the same --val, --seed, --max-per-language" in err, err
+    assert "select_ranking" not in err
 
 
 def test_a_runner_up_that_is_the_simplest_ranking_is_said_once():

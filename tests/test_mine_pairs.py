@@ -91,6 +91,19 @@ def test_an_out_holding_data_is_refused_before_the_teacher_is_read(mine, tmp_pat
     assert (out / f"{out.name}-000000.tar").read_bytes() == b"shard"
 
 
+def test_a_baseline_teacher_and_a_missing_ranking_record_are_named_by_this_scripts_flags(mine, mined, tmp_path,
+                                                                                          capsys):
+    """A baseline has no run to teach from (it was an AttributeError after loading it), and read_choice's refusal
+    names --ranking as typed here, not the library's Python argument."""
+    assert run_cli(mine.main, ["--teacher", "tfidf", "--ranking", "x.json", "--split", str(mined.split),
+                               "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --teacher tfidf: a baseline;") and "model=" not in err
+    assert mined("--ranking", str(tmp_path / "missing.json"))[0] == 2
+    err = capsys.readouterr().err
+    assert "missing.json: no such file (--ranking takes the JSON record" in err, err
+
+
 @pytest.mark.parametrize("option", ["--captions-per-image", "--csls-k", "--image-weight"])
 def test_a_negative_count_or_weight_is_a_usage_error(mine, tmp_path, option):
     with pytest.raises(SystemExit) as exit_:

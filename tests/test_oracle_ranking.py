@@ -103,3 +103,21 @@ def test_the_command_line_keeps_the_candidate_of_the_highest_val_translation(ora
     assert record["details"]["chosen"] == first_best["ranking"] and record["config"]["oracle"] is True
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == len(rows) + 1 and printed[-1].startswith(f"oracle choice: {first_best['label']} (")
+
+
+def test_the_librarys_refusals_name_this_scripts_flags_and_a_reference_size_below_csls_k_is_refused_first(
+        oracle, tiny_world, tmp_path, capsys):
+    """The reference checks of the evaluation library name --reference, as typed here, not its Python reference=; a
+    --reference-size below the grid's CSLS neighbourhood is refused in this script's words (not eval.py's --csls-k)."""
+    val = tmp_path / "val"
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    base = ["--model", str(tmp_path / "no-run"), "--val", str(val), "--out", str(tmp_path / "out")]
+    assert oracle.run_cli(oracle.main, base + ["--reference", str(val)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --reference {val} is the evaluated split") and "reference=" not in err
+    assert oracle.run_cli(oracle.main, base + ["--reference", str(tiny_world / "train"), "--reference-size", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --reference-size 5: the grid's CSLS rankings take 10 neighbours") and "csls-k" not in err
+    assert "no-run" not in err and not (tmp_path / "out").exists()

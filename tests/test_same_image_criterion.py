@@ -113,6 +113,11 @@ def test_bad_input_is_a_one_line_error(criterion, twice_val, tiny_world, tiny_ru
     assert "missing.json: no such file" in capsys.readouterr().err
     assert criterion.main(base + ["--val", str(twice_val), "--oracle", "a", "--oracle", "b"]) == 2
     assert "--oracle given 2 times for 1 --model" in capsys.readouterr().err
+    # the library's refusals name this script's flags (--reference), not the Python arguments (reference=)
+    assert criterion.main([*base, "--val", str(twice_val), "--reference", str(twice_val)]) == 2
+    assert f"error: --reference {twice_val} is the evaluated split" in capsys.readouterr().err
+    assert criterion.main([*base, "--val", str(twice_val), "--reference-size", "3"]) == 2
+    assert "error: --reference-size 3: the grid's CSLS rankings take 10 neighbours" in capsys.readouterr().err
 
 
 def test_a_model_that_matches_words_finds_the_own_caption_far_above_chance(criterion, twice_val):
