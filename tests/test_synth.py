@@ -372,6 +372,10 @@ def test_a_folder_of_other_files_is_not_written_over_without_overwrite(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --out {out}: ") and "--overwrite" in err[0], err
     assert files_of(tmp_path) == before
+    with pytest.raises(UserError) as refused:  # from Python: the arguments called with, no flag of the command line
+        generate(tiny(), out, progress=False)
+    assert str(refused.value).startswith(f"out_dir {out}: ") and str(refused.value).endswith("or pass overwrite=True")
+    assert "--" not in str(refused.value) and files_of(tmp_path) == before
     (out / "test" / "manifest.json").unlink()  # the notes alone are no world either
     assert synth_cli(["synth", "--out", str(out), *SMALL]) == 2
     assert f"{out / 'world.yaml'} is not a world's config" in capsys.readouterr().err

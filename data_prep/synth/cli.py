@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from .world import generate  # heavy imports only when generating
 
     cfg = config_from_args(args)
-    summary = generate(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite)
+    summary = generate(cfg, args.out, progress=not args.no_progress, overwrite=args.overwrite, flag="--out")
     print(f"synthetic world written to {summary['out_dir']} in {summary['seconds']:.1f} s "
           f"({summary['images_per_second']:.0f} images/s)")
     for name, split in summary["splits"].items():

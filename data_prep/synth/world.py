@@ -200,7 +200,8 @@ def _not_a_world(out_dir: Path) -> str | None:
 def _check_out_dir(out_dir: Path, overwrite: bool, flag: str) -> None:
     """One-line :class:`UserError` for an ``out_dir`` that is a file, or (unless ``overwrite``) a non-empty folder
     that holds no earlier synthetic world: the world's splits, ``dictionary/`` and ``world.yaml`` would replace
-    what is there. An earlier world is written over (its other files stay)."""
+    what is there. An earlier world is written over (its other files stay). ``flag`` names ``out_dir``: a command's
+    flag (``--out``: the remedy is ``--overwrite``) or a Python argument (``out_dir``: ``overwrite=True``)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{flag} {out_dir}: is a file; expected the folder the world is written into")
     if overwrite or not out_dir.is_dir() or not any(p.name != STAGING for p in out_dir.iterdir()):
@@ -208,11 +209,12 @@ def _check_out_dir(out_dir: Path, overwrite: bool, flag: str) -> None:
     why = _not_a_world(out_dir)
     if why is not None:
         raise UserError(f"{flag} {out_dir}: {why}; a world written there replaces its splits, dictionary/ and "
-                        f"world.yaml: give an absent or empty folder (or an earlier world), or pass --overwrite")
+                        f"world.yaml: give an absent or empty folder (or an earlier world), or pass "
+                        f"{'--overwrite' if flag.startswith('-') else 'overwrite=True'}")
 
 
 def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overwrite: bool = False,
-             flag: str = "--out") -> dict:
+             flag: str = "out_dir") -> dict:
     """Render the world described by ``cfg`` into ``out_dir``; returns a summary.
 
     Writes ``train/ val/ test/`` (+ ``train-parallel/``, ``adapt/`` when asked), the
@@ -221,7 +223,7 @@ def generate(cfg: SynthConfig, out_dir: str | Path, progress: bool = True, overw
     {name: {"images", "samples", "languages": {code: n}}}, "dictionary_pairs"}``.
 
     ``out_dir`` is absent, empty or an earlier world (else a one-line :class:`UserError` naming ``flag``, unless
-    ``overwrite``), and no other command may write it meanwhile (:func:`~data_prep.out_folder.lock_out_folder`).
+    ``overwrite``; ``flag``: how messages name ``out_dir``, this argument by default, ``--out`` from the command line), and no other command may write it meanwhile (:func:`~data_prep.out_folder.lock_out_folder`).
     The splits are rendered under ``out_dir/.generating`` and moved into place once all are written, so an
     interrupted generation leaves an earlier world whole and a new one absent; ``world.yaml`` is removed before
     the move and written after it, the mark of a complete world (``ensure_data`` refuses splits without it).
