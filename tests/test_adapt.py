@@ -307,8 +307,8 @@ def test_bad_inputs_are_one_line_errors_with_exit_2(world, base, tmp_path, capsy
     assert code == 2 and line == f"error: run_name/output_dir: {base} is the starting run's folder; give the adapted run its own"
     assert sorted((p, p.stat().st_mtime_ns) for p in base.rglob("*")) == before
     adapted = load_adapt_config(None, [f"adapt.from={base}", "adapt.language=el", f"output_dir={tmp_path}"])
-    with pytest.raises(UserError, match="^--resume: an adaptation run is short and starts from adapt.from"):
-        train(adapted, resume="latest")  # the Python API: refused as the command line refuses it
+    with pytest.raises(UserError, match="^resume: an adaptation run is short and starts from adapt.from"):
+        train(adapted, resume="latest")  # the Python API: refused as the command line refuses it, naming its argument
     assert not adapted.run_dir.exists()
     with pytest.raises(UserError, match=f"^run_name/output_dir: {base} is the starting run's folder; give the adapted "
                                         "run its own$"):  # resolve_config says why, for a caller of the Python API

@@ -430,6 +430,15 @@ def test_the_caches_a_config_asks_for_are_refused_in_one_line_when_they_cannot_b
         spec_from_config(config(f"model.image_pretrained={tmp_path / 'gone.pt'}"))
     with pytest.raises(UserError, match="^model.image_pretrained: image weights 'package' are for .*not resnet18"):
         spec_from_config(load_train_config(None, ["model.image_pretrained=package"]))
+    from backretrieval.errors import cli_option_names
+    from globetrotter.models.image import create_image_backbone
+
+    with cli_option_names():  # train.py's: the backretrieval command line's --image-model is no flag of it
+        for make in (lambda: spec_from_config(load_train_config(None, ["model.image_pretrained=package"])),
+                     lambda: create_image_backbone("resnet18", "package")):
+            with pytest.raises(UserError, match="not resnet18") as refused:
+                make()
+            assert "--image" not in str(refused.value), refused.value
     pixels = spec_from_config(config())
     out = tmp_path / "features"
     build_feature_cache(world / "train", pixels, out, small_backbone(), workers=0, progress=False)

@@ -193,7 +193,7 @@ def test_a_run_folder_holds_one_run(tiny_world, tmp_path):
     train(cfg)
     config, result = (cfg.run_dir / name for name in ("config.yaml", "result.json"))
     before = config.read_text(), result.read_text()
-    with pytest.raises(UserError, match=r"already holds a run \(step-00000002\); continue it with --resume latest"):
+    with pytest.raises(UserError, match=r"already holds a run \(step-00000002\); continue it with resume=latest"):
         train(tiny_cfg(tiny_world, tmp_path, "steps=2", "val.every=0", "seed=3"))
     with pytest.raises(UserError, match=r"the config differs from the checkpoint's \(seed: 0 -> 7\)"):
         train(tiny_cfg(tiny_world, tmp_path, "steps=4", "val.every=0", "seed=7"), resume="latest")
@@ -235,12 +235,35 @@ def test_a_run_that_stopped_before_its_first_checkpoint_is_run_again_by_the_same
                                         r"without --resume$"):
         globetrotter.load(cfg.run_dir)
     with pytest.raises(UserError, match=r"no checkpoint found to resume \(a run there stopped before its first "
-                                        r"checkpoint.*give the same command without --resume$") as err:
+                                        r"checkpoint.*call train without resume=latest$") as err:
         train(cfg, resume="latest")
     assert "\n" not in str(err.value)
     monkeypatch.setattr(StreamPosition, "consume", consume)  # the cause fixed
     assert train(cfg)["checkpoints"]["latest"] == 4
     assert _steps(cfg.run_dir, "loss/image") == [1, 2, 3, 4]
+
+
+def test_resume_refusals_name_the_argument_from_python_and_the_flag_from_train_py(tmp_path, capsys):
+    """train(cfg, resume=...) is Python API: its refusals name resume=latest there, and --resume latest from train.py
+    (whose flag it is), for a folder with nothing to resume and for a fresh run into a folder holding one."""
+    from globetrotter.config import load_train_config
+    from globetrotter.errors import run_cli
+    from globetrotter.training import cli
+
+    where = [f"output_dir={tmp_path}", "run_name=empty"]  # nothing ran there
+    with pytest.raises(UserError) as err:
+        train(load_train_config(None, where), resume="latest")
+    assert str(err.value).endswith("to run it again, call train without resume=latest") and "--" not in str(err.value)
+    assert run_cli(cli._main, ["--resume", "latest", *where]) == 2
+    assert capsys.readouterr().err.strip().endswith("to run it again, give the same command without --resume latest")
+    held = ckpt.checkpoint_root(tmp_path / "used") / ckpt.step_name(2)  # a run's checkpoint: its state is enough
+    held.mkdir(parents=True)
+    (held / ckpt.STATE).write_text(json.dumps({"step": 2}))
+    used = [f"output_dir={tmp_path}", "run_name=used"]
+    with pytest.raises(UserError, match=r"already holds a run \(step-00000002\); continue it with resume=latest, or "):
+        train(load_train_config(None, used))
+    assert run_cli(cli._main, used) == 2
+    assert "already holds a run (step-00000002); continue it with --resume latest, or " in capsys.readouterr().err
 
 
 def _steps(run_dir: Path, tag: str) -> list[int]:
@@ -619,7 +642,7 @@ def test_a_resume_from_a_damaged_checkpoint_names_the_run_s_other_checkpoints(ti
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(UserError) as err:
         train(tiny_cfg(tiny_world, tmp_path, "steps=6", "checkpoint_every=2", "val.every=0"), resume="latest")
-    assert str(err.value).endswith(f"({ckpt.step_name(2)}: --resume {root / ckpt.step_name(2)})")
+    assert str(err.value).endswith(f"({ckpt.step_name(2)}: resume={root / ckpt.step_name(2)})")  # train()'s argument
 
 
 def test_a_resume_whose_rng_states_are_damaged_says_it_is_not_exact(tiny_world, tmp_path, capsys):

