@@ -1,7 +1,8 @@
-"""The evaluation library names what its caller typed: a refusal or warning of ``globetrotter.evaluation`` (its tasks
-and the modules they call, not ``cli/``) names no ``eval.py`` flag literally. It names a parameter through
-``backretrieval.errors``' ``option()`` / ``given()`` / ``said()``, which give the flag (``--k 5``) inside
-``cli_option_names()`` (every ``eval.py`` command runs in it) and the argument (``k=5``) to a Python caller."""
+"""The evaluation and zero-shot libraries name what their caller typed: a refusal or warning of
+``globetrotter.evaluation`` (its tasks and the modules they call) or of ``globetrotter.zeroshot`` (not their ``cli/``)
+names no flag literally. It names a parameter through ``backretrieval.errors``' ``option()`` / ``given()`` /
+``said()``, which give the flag (``--k 5``) inside ``cli_option_names()`` (every ``eval.py`` and
+``globetrotter-zeroshot`` command runs in it) and the argument (``k=5``) to a Python caller."""
 from __future__ import annotations
 
 import ast
@@ -12,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = sorted([*(ROOT / "globetrotter" / "evaluation").glob("*.py"),
-                  *(ROOT / "globetrotter" / "evaluation" / "tasks").glob("*.py")])
+                  *(ROOT / "globetrotter" / "evaluation" / "tasks").glob("*.py"),
+                  *(ROOT / "globetrotter" / "zeroshot").glob("*.py")])
 FLAG = re.compile(r"--[a-z]")
 CHECKED = ("UserError", "warnings.warn", "warn")  # the calls whose text a caller reads
 
@@ -60,6 +62,6 @@ def test_the_checker_finds_a_flag_in_a_refusal_or_warning_and_passes_said_and_th
 
 
 @pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_refusal_of_the_evaluation_library_names_a_flag_literally(path):
+def test_no_refusal_of_the_evaluation_or_zeroshot_library_names_a_flag_literally(path):
     found = flag_literals(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
     assert not found, "name the parameter with option()/given()/said(): " + "; ".join(found)

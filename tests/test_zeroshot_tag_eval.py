@@ -221,11 +221,12 @@ def test_tag_eval_command_end_to_end(tmp_path, capsys, monkeypatch):
 
 
 def test_a_language_without_stop_words_or_segmenter_and_mismatched_inputs_are_refused():
+    """From Python the language is left out of the arguments (no --languages flag there)."""
     with pytest.raises(UserError, match=r"^spaCy has no stop-word list for language 'qq'; leave it out of "
-                                        r"--languages$"):
+                                        r"the languages given \(lang, langs\)$"):
         content_words("some words", "qq")
     with pytest.raises(UserError, match=r"^no word segmenter for 'ja' \(jieba segments zh\); leave it out of "
-                                        r"--languages$"):
+                                        r"the languages given \(lang, langs\)$"):
         content_words("犬が走る", "ja")
     with pytest.raises(ValueError, match="2 predictions but 1 truth sets"):
         precision_at_k([["a"], ["b"]], [{"a"}], 1)
@@ -234,6 +235,30 @@ def test_a_language_without_stop_words_or_segmenter_and_mismatched_inputs_are_re
                           image_features=np.eye(1, 4, dtype=np.float32))
     with pytest.raises(UserError, match=r"no captions in 'de' to build its tag truth \(languages: \['en'\]\)"):
         evaluate_tagging(split, ["de"], {"de": ["hund"]}, {"t": lambda f, lang: [["hund"]] * len(f)}, k=1)
+
+
+def test_tag_eval_tells_the_command_line_to_leave_a_language_out_of_its_languages_flag(tmp_path, capsys):
+    """A language the truth cannot be built in is named with the flag that chose it (--languages), as a Python call
+    names its arguments."""
+    from data_prep.shard_writer import ShardWriter
+    from globetrotter.zeroshot.adapter import TextToImageAdapter
+    from globetrotter.zeroshot.cli import main
+    from globetrotter.zeroshot.config import ZeroShotConfig
+    from globetrotter.zeroshot.train import save_adapter
+
+    images = np.abs(np.random.default_rng(0).normal(size=(2, 4))).astype(np.float32)
+    rows = [("a dog on the grass", "en", 0), ("草の上の犬", "ja", 0), ("a red car", "en", 1), ("赤い車", "ja", 1)]
+    for split in ("test", "train"):
+        with ShardWriter(tmp_path / split, split=split, source="test", image_format="npy") as writer:
+            for i, (caption, lang, row) in enumerate(rows):
+                writer.write(f"s{i}", images[row], caption, lang, image_id=f"{split}{row}", group=f"{split}{row}")
+    save_adapter(TextToImageAdapter(16, 4, [8], [0.0, 0.0]), ZeroShotConfig(text_encoder="random:16"),
+                 tmp_path / "ckpt")
+    assert main(["tag-eval", "--adapter", str(tmp_path / "ckpt"), "--test", str(tmp_path / "test"), "--vocab-from",
+                 str(tmp_path / "train"), "--languages", "en,ja", "--k", "1", "--cache-dir", str(tmp_path / "cache"),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("error: no word segmenter for 'ja' (jieba segments zh); leave it out of "
+                                       "--languages\n")
 
 
 @pytest.mark.parametrize("share", ["0", "1.5", "nan"])

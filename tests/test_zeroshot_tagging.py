@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from backretrieval import BackRetrievalWarning
+from backretrieval.errors import cli_option_names
 from globetrotter.errors import UserError
 from globetrotter.zeroshot.adapter import TextToImageAdapter
 from globetrotter.zeroshot.cli import main
@@ -71,13 +72,14 @@ def test_a_padded_slot_gets_no_tag_while_target_tags_are_left():
 
 def test_nan_weights_or_embeddings_are_refused_not_ranked(tmp_path, capsys):
     """A NaN weight (``--w1 nan`` parsed as a float) or a NaN embedding made the scores NaN: the tags silently
-    vanished, or a NaN caption became every image's nearest. Now a one-line error naming the value."""
+    vanished, or a NaN caption became every image's nearest. Now a one-line error naming the value: as the Python
+    argument (``w1=nan``) from Python, as the flag (``--w1 nan``) from the command line."""
     targets, image, source = torch.tensor([SEASON, COIL]), torch.tensor([[0.9, 0.1]]), torch.tensor([SPRING])
-    for w1, w2, bad in ((math.nan, 0.35, "w1 nan"), (0.65, math.inf, "w2 inf"), (-1.0, 0.35, "w1 -1.0")):
+    for w1, w2, bad in ((math.nan, 0.35, "w1=nan"), (0.65, math.inf, "w2=inf"), (-1.0, 0.35, "w1=-1.0")):
         with pytest.raises(UserError, match=f"^{bad}: expected a finite tag weight >= 0"):
             assign_target_tags(image, torch.tensor([[0]]), source, targets, w1=w1, w2=w2)
     # both 0: every score 0, and the tags were the vocabulary's first lines
-    with pytest.raises(UserError, match=r"^w1 0.0, w2 0.0: every tag would score 0 \(eq. 5\); expected at least one"):
+    with pytest.raises(UserError, match=r"^w1=0.0, w2=0.0: every tag would score 0 \(eq. 5\); expected at least one"):
         assign_target_tags(image, torch.tensor([[0]]), source, targets, w1=0.0, w2=0.0)
     with pytest.raises(UserError, match="target tag embeddings: 1 of 2 rows hold NaN or inf"):
         assign_target_tags(image, torch.tensor([[0]]), source, torch.tensor([SEASON, [math.nan, 0.0]]))
@@ -240,10 +242,27 @@ def test_tag_command_end_to_end(tmp_path, capsys, monkeypatch):
 
 
 def test_classifier_hub_weights_need_online():
+    """A Python caller is told the argument to pass (online=True), not the command line's --online."""
     from globetrotter.zeroshot.tagging import load_imagenet_classifier
 
-    with pytest.raises(UserError, match="--online"):
+    with pytest.raises(UserError, match=r"^image weights 'hub' download efficientnet_lite0; opt in with online=True$"):
         load_imagenet_classifier("efficientnet_lite0", "hub", online=False)
+    with cli_option_names(), pytest.raises(UserError, match=r"; opt in with --online$"):
+        load_imagenet_classifier("efficientnet_lite0", "hub", online=False)
+
+
+def test_an_image_model_without_weights_is_worded_as_the_adapter_config_not_as_backretrieval_flags(tmp_path, capsys):
+    """The adapter config's image_encoder is no --image-model of tag (backretrieval's command line has those flags):
+    its refusal keeps the argument wording under the zeroshot command line's flag wording."""
+    save_adapter(TextToImageAdapter(16, 512, [8], [0.0, 0.0]),
+                 ZeroShotConfig(text_encoder="random:16", image_encoder="resnet18"), tmp_path / "ckpt")
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "img0.png")
+    (tmp_path / "de.txt").write_text("rot\n", encoding="utf-8")
+    assert main(["tag", "--adapter", str(tmp_path / "ckpt"), "--images", str(tmp_path / "img0.png"), "--vocab",
+                 f"de={tmp_path / 'de.txt'}", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: image model resnet18: no weights given; pass weights: ") and err.count("\n") == 1
+    assert "--image-" not in err, err
 
 
 def test_a_damaged_cache_entry_is_computed_again_and_named(tmp_path, capsys):

@@ -694,6 +694,9 @@ def test_split_recall_asks_one_query_per_image_unless_all_captions_and_validatio
     assert every["metrics"]["en"]["image_retrieval_recall@1"] == 0.5 and every["n_queries"] == {"en": 8}
     with pytest.raises(UserError, match=r"^test: no captions in \['fr'\]"):
         split_recall(_Identity(), split, ["en", "fr"], where="test")
+    # a gallery of at most the largest K: a Python caller is told the argument (ks), not the command's --ks
+    with pytest.raises(UserError, match=r"^test: 4 image\(s\), not more than the largest K \(4\): .*; lower ks$"):
+        split_recall(_Identity(), split, ks=(1, 4), where="test")
     # the --val score: first caption per image, the mean over the languages present (xx has none)
     assert validation_recall(split, ["en", "de", "xx"], k=1)(_Identity()) == pytest.approx(0.5)
     assert len(train_rows(split, ["de"])) == 4

@@ -343,7 +343,8 @@ def test_triplet_command_refuses_npy_features_of_the_wrong_form_and_unused_or_un
 
 
 def test_case_study_splits_documents_and_summarises_pairs():
-    from globetrotter.zeroshot.case_study import case_study_configs, pair_summary, precomputed_images, split_documents
+    from globetrotter.zeroshot.case_study import (case_study_configs, check_annotations, pair_summary,
+                                                  precomputed_images, split_documents)
 
     docs = [Document("en", "a", "b"), Document("de", "c", "d"), Document("en", "e", "f", "1.npy"),
             Document("de", "g", "h", "2.npy")]
@@ -355,6 +356,8 @@ def test_case_study_splits_documents_and_summarises_pairs():
     assert precomputed_images([Document("fr", "i", "j", "3.jpg"), Document("de", "k", "l", "4.png")]) is False
     with pytest.raises(UserError, match=r"^docs.jsonl: need at least 2 documents without an image to train on, got 1$"):
         split_documents(docs[1:], "docs.jsonl")
+    with pytest.raises(UserError, match=r"^annotate 'en-de': not a language pair"):  # the argument, not --annotate
+        check_annotations(["en->de", "en-de"], evaluate)
     configs = case_study_configs(0.5, epochs=3)
     assert {n: (c.beta, c.epochs) for n, c in configs.items()} == {"triplet": (0.0, 3), "tripletxl": (0.5, 3)}
     with pytest.raises(UserError, match="^triplet: lr must be > 0"):
@@ -371,6 +374,9 @@ def test_a_language_of_exactly_k_images_is_left_out():
             for i in range(n)]
     kept, left_out = languages_with_enough_images(docs, 2)
     assert left_out == {"fr": 2} and {d.lang for d in kept} == {"en", "de"}
+    # none left: a Python caller is told its argument (k), the command line its flag (--ks)
+    with pytest.raises(UserError, match=r"\(the largest K\), got de 3, en 3, fr 2; add documents or lower k$"):
+        languages_with_enough_images(docs, 3)
 
 
 def _triplet_args(docs, spec, tmp_path, out="run", *extra, ks="1,5"):
@@ -402,7 +408,8 @@ def test_a_language_with_too_few_images_is_left_out_of_the_mean(recipe_docs, tmp
                     .replace('"lang": "ru"', '"lang": "en"') + stray.read_text(encoding="utf-8"), encoding="utf-8")
     assert main(_triplet_args(only, spec, tmp_path, "never")) == 2
     err = capsys.readouterr().err
-    assert "in at least 2 languages with more than 5 images each (the largest K), got en 36, klingon 1" in err
+    assert "in at least 2 languages with more than 5 images each (the largest K), got en 36, klingon 1; add " \
+           "documents or lower --ks" in err
     assert err.count("\n") == 1 and not (tmp_path / "never").exists()
 
 
@@ -426,7 +433,8 @@ def test_pairs_whose_shared_images_leave_too_few_sources_are_left_out():
     for res in results.values():
         assert set(res["pairs"]) == {"de->fr", "en->fr", "fr->de", "fr->en"}
         assert res["mean"]["bkr@3"] == pytest.approx(np.mean([p["bkr@3"] for p in res["pairs"].values()]))
-    with pytest.raises(UserError, match="every language pair has at most 20 source documents"):
+    with pytest.raises(UserError, match="every language pair has at most 20 source documents .*; add documents or "
+                                        "lower k$"):  # the argument, not the command line's --ks
         drop_small_pairs(results, 20)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from backretrieval.errors import BackRetrievalError
+from backretrieval.errors import BackRetrievalError, option, said
 from backretrieval.files import load_npy
 from backretrieval.pairs import evaluate_pairs
 from globetrotter.config_io import to_dict
@@ -62,7 +62,7 @@ def languages_with_enough_images(
     if len(counts) - len(left_out) < 2:
         found = ", ".join(f"{lang} {n}" for lang, n in counts.items())
         raise UserError(f"{where}: need documents with images in at least 2 languages with more than {k} images each "
-                        f"(the largest K), got {found}; add documents or lower --ks")
+                        f"(the largest K), got {found}; add documents or lower {said('--ks', 'k')}")
     return [d for d in docs if d.lang not in left_out], left_out
 
 
@@ -77,7 +77,8 @@ def drop_small_pairs(results: dict[str, dict], k: int) -> dict[str, int]:
         return {}
     if len(small) == len(first["pairs"]):
         raise UserError(f"every language pair has at most {k} source documents (the largest K) once the images "
-                        f"the languages share are split between the sides; add documents or lower --ks")
+                        f"the languages share are split between the sides; add documents or lower "
+                        f"{said('--ks', 'k')}")
     for res in results.values():
         names = list(res["langs"])
         for pair in small:
@@ -128,15 +129,15 @@ def npy_image_features(paths: Sequence[str]) -> np.ndarray:
     return np.stack(rows)
 
 
-def check_annotations(annotate: Sequence[str], docs: Sequence[Document], flag: str = "--annotate") -> None:
+def check_annotations(annotate: Sequence[str], docs: Sequence[Document]) -> None:
     """Refuse a pair to label that is not one of the box plot's ``A->B`` language pairs of ``docs`` (it was
     silently left unlabelled)."""
     langs = sorted({d.lang for d in docs})
     for pair in annotate:
         src, sep, tgt = pair.partition("->")
         if not sep or src not in langs or tgt not in langs or src == tgt:
-            raise UserError(f"{flag} {pair!r}: not a language pair of the evaluation documents; expected A->B with "
-                            f"A, B two of {', '.join(langs)} (e.g. {langs[0]}->{langs[-1]})")
+            raise UserError(f"{option('annotate')} {pair!r}: not a language pair of the evaluation documents; "
+                            f"expected A->B with A, B two of {', '.join(langs)} (e.g. {langs[0]}->{langs[-1]})")
 
 
 def run_case_study(

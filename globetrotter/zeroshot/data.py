@@ -18,6 +18,7 @@ import numpy as np
 
 from backretrieval.data import image_features, load_split
 from backretrieval.embedders import embed_texts, is_positional, load_embedder
+from backretrieval.errors import cli_option_names
 from backretrieval.files import read_cache_entry
 from backretrieval.images import ImageFeatureExtractor
 from backretrieval.text_models import TextEmbedder
@@ -173,7 +174,9 @@ def load_split_features(
         keep = first_captions(data.image_index, data.langs, max_captions_per_image)
     texts = [data.texts[i] for i in keep]
     text_features = embed_cached(text_encoder, texts, cache_dir, progress, online, loaded)
-    images = image_features(data, None if data.image_format == "npy" else extractor)
+    with cli_option_names(False):  # the zeroshot commands' image model is a config's image_encoder/image_weights:
+        # backretrieval's --image-model/--image-weights are none of their flags
+        images = image_features(data, None if data.image_format == "npy" else extractor)
     return SplitFeatures(
         texts=texts,
         langs=np.asarray(data.langs, dtype=object)[keep],

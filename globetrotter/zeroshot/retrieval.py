@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from backretrieval.errors import option
 from backretrieval.renamed import renamed_keywords
 from backretrieval.uncertainty import recall_interval
 
@@ -159,7 +160,7 @@ def split_recall(
     where: str = "test split",
     adapter_name: str = "adapter",
     n_boot: int = 1000,
-    remedy: str = "lower --ks",
+    remedy: str | None = None,
 ) -> dict:
     """Text->image Recall@K of ``adapter`` in each language of a test split (XTD10 Tables 2 and 3).
 
@@ -167,7 +168,7 @@ def split_recall(
     caption with ``all_captions``; the gallery is every image of the split. ``langs`` defaults to all of the
     split's; one without a caption, or features that do not fit the adapter, are one-line errors naming the
     split (``where``) and the adapter (``adapter_name``); so is a gallery of at most the largest K images, where
-    Recall@K is 1 for any adapter (``remedy`` says what to do). Returns ``{"metrics": {lang:
+    Recall@K is 1 for any adapter (``remedy`` says what to do; None: lower ``ks``). Returns ``{"metrics": {lang:
     {"image_retrieval_recall@K": r, "median_rank": m}}, "intervals": {lang: {"image_retrieval_recall@K": 95% bootstrap
     interval}}, "n_queries": {lang: n}, "n_images": M}``.
     """
@@ -180,7 +181,7 @@ def split_recall(
     n_images, k = len(test.image_keys), max(ks)
     if n_images <= k:  # every rank is at most K: Recall@500 of 80 images was printed as 1.000
         raise UserError(f"{where}: {n_images} image(s), not more than the largest K ({k}): Recall@{k} would be 1 for "
-                        f"any adapter; {remedy}")
+                        f"any adapter; {remedy or 'lower ' + option('ks')}")
     ranks = language_ranks(
         adapter,
         {lang: torch.from_numpy(test.text_features[r]) for lang, r in rows.items()},

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from backretrieval.errors import said
 from backretrieval.uncertainty import bootstrap_means, percentile_interval
 from data_prep.errors import install_hint
 from globetrotter.errors import UserError
@@ -44,7 +45,8 @@ def stop_words(lang: str) -> frozenset[str]:
     except ImportError as err:
         if getattr(err, "name", "") in ("spacy", "spacy.lang"):
             raise UserError(f"tagging truth needs spaCy's stop-word lists: {install_hint('tagging-eval')}") from None
-        raise UserError(f"spaCy has no stop-word list for language {lang!r}; leave it out of --languages") from None
+        raise UserError(f"spaCy has no stop-word list for language {lang!r}; leave it out of "
+                        f"{said('--languages', 'the languages given (lang, langs)')}") from None
     return frozenset(w.lower() for w in module.STOP_WORDS)
 
 
@@ -52,7 +54,8 @@ def _segment(text: str, lang: str) -> list[str]:
     if lang not in SEGMENTED:
         return _WORD.findall(text)
     if lang != "zh":
-        raise UserError(f"no word segmenter for {lang!r} (jieba segments zh); leave it out of --languages")
+        raise UserError(f"no word segmenter for {lang!r} (jieba segments zh); leave it out of "
+                        f"{said('--languages', 'the languages given (lang, langs)')}")
     try:
         import jieba
     except ImportError:

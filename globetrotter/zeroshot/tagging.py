@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from backretrieval.errors import BackRetrievalWarning
+from backretrieval.errors import BackRetrievalWarning, cli_option_names, given, said
 
 from globetrotter.errors import UserError
 
@@ -48,16 +48,16 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
 
 
-def check_tag_weights(w1: float, w2: float, names: tuple[str, str] = ("w1", "w2")) -> None:
+def check_tag_weights(w1: float, w2: float) -> None:
     """Refuse eq. 5 weights that are not finite numbers >= 0 (a NaN weight made every score NaN and the tags
-    silently vanished), or both 0 (every score 0). ``names`` name them in the message (the flags, on the command
-    line)."""
-    for name, value in zip(names, (w1, w2)):
+    silently vanished), or both 0 (every score 0); the message names them as the caller gave them (``w1=nan``, or
+    ``--w1 nan`` on the command line)."""
+    for name, value in (("w1", w1), ("w2", w2)):
         if not (math.isfinite(value) and value >= 0):
-            raise UserError(f"{name} {value}: expected a finite tag weight >= 0 (eq. 5; the paper's W1, W2 are "
+            raise UserError(f"{given(name, value)}: expected a finite tag weight >= 0 (eq. 5; the paper's W1, W2 are "
                             f"{PAPER_W1}, {PAPER_W2})")
     if w1 == 0 and w2 == 0:  # every score 0: the tags were the vocabulary's first lines, in file order
-        raise UserError(f"{names[0]} {w1}, {names[1]} {w2}: every tag would score 0 (eq. 5); expected at least one "
+        raise UserError(f"{given('w1', w1)}, {given('w2', w2)}: every tag would score 0 (eq. 5); expected at least one "
                         f"weight > 0 (the paper's are {PAPER_W1}, {PAPER_W2})")
 
 
@@ -320,15 +320,16 @@ def load_imagenet_classifier(model_name: str, weights: str | None, online: bool 
     from backretrieval.image_weights import load_state_dict_in_order, package_weights_path, read_state_dict
 
     if weights == "package":
-        try:
-            path = package_weights_path(model_name)
+        try:  # worded as arguments: the image model of the zeroshot commands is a config's image_encoder, and
+            with cli_option_names(False):  # backretrieval's --image-model/--image-weights are none of their flags
+                path = package_weights_path(model_name)
         except BackRetrievalError as err:
             raise UserError(str(err)) from None
         model = timm.create_model(model_name, pretrained=False)
         load_state_dict_in_order(model, torch.load(path, map_location="cpu", weights_only=True))
     elif weights == "hub":
         if not online:
-            raise UserError(f"image weights 'hub' download {model_name}; opt in with --online")
+            raise UserError(f"image weights 'hub' download {model_name}; opt in with {said('--online', 'online=True')}")
         model = timm.create_model(model_name, pretrained=True)
     else:
         path = Path(weights or "")  # none given (a model no package holds): not found, as a file

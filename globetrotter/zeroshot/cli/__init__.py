@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from backretrieval.errors import BackRetrievalError
+from backretrieval.errors import BackRetrievalError, cli_option_names
 from globetrotter.errors import UserError, run_cli
 
 from . import retrieval, tag, tag_eval, train, triplet
@@ -50,8 +50,9 @@ def run_command(argv: Sequence[str] | None, prog: str = "globetrotter-zeroshot")
     configure_threads(workers=0, requested=args.threads)  # --threads, else this process's share of the cores
     try:
         # run_cli prints the metric's warnings (a K not below a pair's images) as one 'warning:' line each; texts cut
-        # by a globetrotter:RUN text encoder are one line for the command, not one per language or split encoded
-        with texts_cut_once():
+        # by a globetrotter:RUN text encoder are one line for the command, not one per language or split encoded; the
+        # library's refusals name the flags typed (--ks 5), not its Python arguments (ks=5)
+        with texts_cut_once(), cli_option_names():
             return args.func(args)
     except BackRetrievalError as err:  # the metric package's one-line user errors
         raise UserError(str(err)) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from backretrieval.errors import cli_option_names
 from backretrieval.image_weights import default_image_weights
 
 from globetrotter.argtypes import distinct_names, positive_int
@@ -41,7 +42,7 @@ def vocab(value: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     """Run ``tag`` with the parsed options: print each image's tags per language, write the record to ``--out`` if
     given; exit code 0."""
-    check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
+    check_tag_weights(args.w1, args.w2)
     check_json(args.out)
     progress = not args.no_progress
     vocab_files = distinct_names(args.vocab, "--vocab", "language", "give one vocabulary file per language")
@@ -52,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
         paths = paths[: args.max_images]
     extractor = image_extractor(config.image_encoder, config.image_weights, args.cache_dir, args.device,
                                 progress=progress, online=args.online)
-    found, kept, unreadable = extractor.extract_readable(paths)  # each image decoded once
+    with cli_option_names(False):  # the image model is the adapter config's image_encoder/image_weights, worded as
+        # arguments: backretrieval's --image-model/--image-weights are no flags of tag
+        found, kept, unreadable = extractor.extract_readable(paths)  # each image decoded once
     skipped = [(paths[i], why) for i, why in unreadable]
     paths = [paths[i] for i in kept]
     for path, why in skipped:

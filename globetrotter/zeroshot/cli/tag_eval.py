@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     baseline's, write the record to ``--out`` if given; exit code 0."""
     from globetrotter.evaluation.records import dataset_info  # what a record names of a split
 
-    check_tag_weights(args.w1, args.w2, ("--w1", "--w2"))
+    check_tag_weights(args.w1, args.w2)
     check_json(args.out)
     if args.vocab_size < args.k:  # was blamed on the --vocab-from split after all its features were computed
         raise UserError(f"--vocab-size {args.vocab_size}: fewer candidate tags than --k ({args.k}) tags per image; "
