@@ -40,7 +40,7 @@ from globetrotter.zeroshot.cli.common import check_no_shared_images  # noqa: E40
 from globetrotter.zeroshot.config import ZeroShotConfig  # noqa: E402
 from globetrotter.zeroshot.data import (DEFAULT_CACHE, SplitFeatures, first_captions, image_extractor,  # noqa: E402
                                         load_split_features)
-from globetrotter.zeroshot.retrieval import split_recall  # noqa: E402
+from globetrotter.zeroshot.retrieval import DEFAULT_KS, split_recall  # noqa: E402
 from globetrotter.zeroshot.train import train_on_split, train_rows, validation_recall  # noqa: E402
 
 XTD10 = str(ROOT / "configs" / "zeroshot" / "xtd10.yaml")
@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         splits = load_splits(args, load_config(ZeroShotConfig, None, []))
     except (UserError, BackRetrievalError) as err:  # a missing split, a text encoder not installed: one line
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    n_test, k = len(splits["test"].image_keys), max(DEFAULT_KS)
+    if n_test <= k and not args.save_bundle:  # refused before any row trains: every Recall@K would be 1
+        print(f"error: --test: {n_test} image(s), not more than the table's largest K ({k}): every Recall@{k} would "
+              f"be 1; give a test split with more images", file=sys.stderr)
         return 2
     if args.save_bundle:
         save_bundle(Path(args.save_bundle), splits)
