@@ -163,7 +163,7 @@ def check_image_weights(model_name: str = DEFAULT_IMAGE_MODEL, weights: str | No
     if weights == "hub":
         if not online:
             raise BackRetrievalError(f"image weights 'hub' download {model_name} from the internet; "
-                                     "opt in with --online")
+                                     f"opt in with {said('--online', 'online=True')}")
     elif weights == "package":
         package_weights_path(model_name)
     elif weights != "random" and not Path(weights).is_file():

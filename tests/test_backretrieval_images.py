@@ -11,6 +11,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from backretrieval import BackRetrievalError
+from backretrieval.errors import cli_option_names
 from backretrieval.image_baselines import RandomImageFeatures, ThumbnailFeatures
 from backretrieval.image_weights import (
     check_image_weights,
@@ -113,7 +114,9 @@ def test_local_weight_files_torch_and_safetensors(tmp_path):
 def test_weight_sources_never_download_silently(tmp_path):
     with pytest.raises(BackRetrievalError, match="no weights given"):
         create_image_model("resnet50", None)
-    with pytest.raises(BackRetrievalError, match="--online"):
+    with pytest.raises(BackRetrievalError, match=r"opt in with online=True$"):  # a Python caller typed no flag
+        create_image_model("resnet50", "hub", online=False)
+    with cli_option_names(), pytest.raises(BackRetrievalError, match=r"opt in with --online$"):
         create_image_model("resnet50", "hub", online=False)
     with pytest.raises(BackRetrievalError, match="are for efficientnet_lite0"):
         create_image_model("resnet50", "package")
