@@ -196,6 +196,13 @@ class _Captured(Exception):
         self.parser = parser
 
 
+def scripts(folder: str) -> list[str]:
+    """The scripts of ``bench/`` or ``experiments/`` (paths from the repository root): each file with a ``__main__``
+    block; a module beside them that a script imports (``experiments/protocol_table.py``) has none and no parser."""
+    return [str(path.relative_to(ROOT)) for path in sorted((ROOT / folder).glob("*.py"))
+            if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")]
+
+
 def _script_parser(relative: str) -> argparse.ArgumentParser:
     """The parser of a bench/ or experiments/ script: its ``build_parser()``, else captured where ``main``
     calls ``parse_args`` (nothing after that line runs)."""
@@ -594,8 +601,7 @@ def option_defaults() -> dict[str, set[tuple[float, ...]]]:
     """Every numeric default of every ``--option`` of every program: the parser's own, or, where the parser's is None
     and resolved later, the one its help states ("(default: 128)")."""
     out: dict[str, set[tuple[float, ...]]] = {}
-    programs = [*HELP_PROGRAMS, *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "bench").glob("*.py"))),
-                *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "experiments").glob("*.py")))]
+    programs = [*HELP_PROGRAMS, *scripts("bench"), *scripts("experiments")]
     for program in programs:
         try:
             todo = [parser_for(program)]

@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from test_docs_commands import HELP_PROGRAMS, ROOT, parser_for, subcommands
+from test_docs_commands import HELP_PROGRAMS, parser_for, scripts, subcommands
 
-SCRIPTS = tuple(sorted(str(path.relative_to(ROOT)) for folder in ("bench", "experiments")
-                       for path in (ROOT / folder).glob("*.py")))
+SCRIPTS = tuple(sorted(scripts("bench") + scripts("experiments")))
 
 # an old spelling -> the shared one that replaced it
 RETIRED = {
