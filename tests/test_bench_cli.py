@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from conftest import REPO, load_bench
+from test_docs_commands import scripts
 
 from globetrotter.errors import run_cli
 
@@ -115,7 +116,7 @@ def test_neighbours_nprobe_reaches_the_search(monkeypatch, capsys):
     assert seen == [32, 32] and "nprobe 32" in capsys.readouterr().out
 
 
-BENCH_SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py"))
+BENCH_SCRIPTS = [path.removeprefix("bench/") for path in scripts("bench")]
 
 
 @pytest.mark.parametrize("script", BENCH_SCRIPTS)

@@ -138,7 +138,7 @@ def test_a_stage_process_prints_a_cut_text_notice_as_the_commands_one_warning_li
     Python's raw form (``.../file.py:NN: TextsCut: ...`` and a source line); now the commands' one line."""
     from globetrotter.texts_cut import warn_cut
 
-    module = load_bench("bench_scale")
+    module = load_bench("scale_stages")
 
     def validation() -> dict:
         warn_cut(["a long caption"], ["a long caption", "short"], 4)
