@@ -1,13 +1,14 @@
-"""Small modules with one job: no module of ``backretrieval``, ``globetrotter`` or ``data_prep`` (nor ``train.py``
-or ``eval.py``) is over 400 lines, and no ``eval.py`` sub-command module (``globetrotter/evaluation/cli/``) is over
-200: past that, a module is split along its seams, not trimmed. Tests, ``experiments/`` and ``bench/`` scripts are
-not held to it."""
+"""Small modules with one job: no module of ``backretrieval``, ``globetrotter`` or ``data_prep`` (nor ``train.py``,
+``eval.py`` or a script of ``experiments/`` or ``bench/``, or a module beside them) is over 400 lines, and no
+``eval.py`` sub-command module (``globetrotter/evaluation/cli/``) is over 200: past that, a module is split along its
+seams, not trimmed. Tests are not held to it."""
 from __future__ import annotations
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("backretrieval", "globetrotter", "data_prep")
+SCRIPT_FOLDERS = ("experiments", "bench")
 MODULE_LIMIT = 400
 SUBCOMMAND_LIMIT = 200
 SUBCOMMANDS = ROOT / "globetrotter" / "evaluation" / "cli"
@@ -29,6 +30,14 @@ def test_no_module_is_over_400_lines():
     assert len(modules) > 100  # the walk finds the packages
     too_long = oversized(modules, MODULE_LIMIT)
     assert not too_long, f"modules over {MODULE_LIMIT} lines (split each along its seams):\n" + "\n".join(too_long)
+
+
+def test_no_experiment_or_bench_script_is_over_400_lines():
+    scripts = [path for folder in SCRIPT_FOLDERS for path in sorted((ROOT / folder).glob("*.py"))]
+    assert len(scripts) > 20  # the walk finds the scripts
+    too_long = oversized(scripts, MODULE_LIMIT)
+    assert not too_long, (f"experiments/ and bench/ files over {MODULE_LIMIT} lines (split each along its seams, into "
+                          "the script and a module beside it):\n" + "\n".join(too_long))
 
 
 def test_no_eval_subcommand_module_is_over_200_lines():
