@@ -63,13 +63,14 @@ def test_bundle_round_trip_and_one_row(tmp_path):
                    "--out", str(tmp_path / "out")]) == 2
 
 
-def _tiny_en_table(tmp_path):
-    """The driver with one tiny row over a bundle of en splits, and the command that measures it (seed 0)."""
+def _tiny_en_table(tmp_path, n_test: int = 12):
+    """The driver with one tiny row over a bundle of en splits (``n_test`` test images), and the command that
+    measures it (seed 0)."""
     z = _driver()
     rng = np.random.default_rng(0)
     mix = rng.normal(size=(8, 16)).astype(np.float32)
     splits = {"train": _split(rng, mix, 30, ["en"]), "val": _split(rng, mix, 12, ["en"]),
-              "test": _split(rng, mix, 12, ["en"], caps=1)}
+              "test": _split(rng, mix, n_test, ["en"], caps=1)}
     z.save_bundle(tmp_path / "b.npz", splits)
     z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
     run = ["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
@@ -80,15 +81,8 @@ def _tiny_en_table(tmp_path):
 def test_a_test_split_with_fewer_images_than_the_largest_k_names_this_drivers_test_flag(tmp_path, capsys):
     """The table's K are fixed: a test split of no more images than the largest K is refused before any row trains,
     naming --test, not the library's "lower ks" (this driver has no such flag) after a row's training."""
-    z = _driver()
-    rng = np.random.default_rng(0)
-    mix = rng.normal(size=(8, 16)).astype(np.float32)
-    splits = {"train": _split(rng, mix, 30, ["en"]), "val": _split(rng, mix, 12, ["en"]),
-              "test": _split(rng, mix, 6, ["en"], caps=1)}
-    z.save_bundle(tmp_path / "b.npz", splits)
-    z.ROWS = {"tiny": (None, ["adapter.hidden_dims=[16]", "optim.epochs=1", "optim.batch_size=16"])}
-    assert z.main(["--bundle", str(tmp_path / "b.npz"), "--languages", "en", "--seeds", "0", "--device", "cpu",
-                   "--out", str(tmp_path / "out")]) == 2
+    z, *_, run = _tiny_en_table(tmp_path, n_test=6)
+    assert z.main(run) == 2
     err = capsys.readouterr().err
     assert "--test: 6 image(s)" in err and "give a test split with more images" in err and "ks" not in err
     assert not (tmp_path / "out").exists()  # nothing trained, nothing written
