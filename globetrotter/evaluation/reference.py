@@ -16,7 +16,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from backretrieval.errors import given, option, said
+from backretrieval.errors import given, option
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
@@ -80,7 +80,7 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
         if reference is None:  # the default beside a split named train: no --reference was given
             raise UserError(f"{evaluated}: the default reference split (the train split beside it) is the evaluated "
                             f"split itself: the statistics would come from the evaluated sentences; name another split "
-                            f"with {_reference_split()}")
+                            f"with {given('reference', 'SPLIT')}")
         raise UserError(f"{given('reference', chosen)} is the evaluated split {evaluated}: the statistics would come "
                         f"from the evaluated sentences; name another split (e.g. the train split)")
     refuse_test_split(chosen, "reference")
@@ -92,7 +92,7 @@ def checked_reference(evaluated: str | Path, reference: str | Path | None = None
         named = given("reference", chosen) if reference is not None else f"{chosen} (the default reference split)"
         raise UserError(f"{named}: shows {len(shared)} images of the evaluated split {evaluated} (e.g. "
                         f"{sorted(shared)[0]!r}), whose captions would give the statistics; name a split of other "
-                        f"images{' with ' + _reference_split() if reference is None else ''} (e.g. the train split of "
+                        f"images{' with ' + given('reference', 'SPLIT') if reference is None else ''} (e.g. the train split of "
                         f"the same conversion)")
     return captions
 
@@ -108,11 +108,6 @@ def shared_images(split: str | Path, other: str | Path, other_images: Collection
             return set()
         shown.append(set(ids) if ids is not None else set(read_captions_once(folder).images))
     return shown[0] & shown[1]
-
-
-def _reference_split() -> str:
-    """How a message names a reference split to give: ``--reference SPLIT`` on the command line."""
-    return said("--reference SPLIT", "reference=SPLIT")
 
 
 def refuse_test_split(split: str | Path, flag: str) -> None:
@@ -158,7 +153,7 @@ class ReferenceCaptions:
         languages = self.languages if languages is None else tuple(languages)
         if self.by_language is None:
             raise UserError(f"{self.split}: no split here (expected manifest.json) to take the reference statistics "
-                            f"from; name one with {_reference_split()} (unlabelled captions of the evaluated "
+                            f"from; name one with {given('reference', 'SPLIT')} (unlabelled captions of the evaluated "
                             "languages)")
         unread = sorted(set(languages) - set(self.languages))
         if unread:

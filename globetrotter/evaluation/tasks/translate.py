@@ -227,7 +227,7 @@ def _choice_pool(choice: Choice, source: str | None, to: str) -> ReferencePool:
     language is not given or either language is not among the choice's."""
     if source is None:
         raise UserError(f"{_ranking_given(choice)}: {choice.ranking.label} takes its statistics per language; give "
-                        f"the queries' language with {said('--from LANG', 'source=LANG')}")
+                        f"the queries' language with {named_value('source', 'LANG')}")
     languages = choice.languages or tuple(sorted({source, to}))
     missing = [lang for lang in dict.fromkeys((source, to)) if lang not in languages]
     if missing:
@@ -325,7 +325,7 @@ def _training_note(corpora: dict[str, Path], wanted: Sequence[str]) -> str:
     missing = [lang for lang in wanted if lang not in corpora]
     return (f"vocabulary: every token of the shared BPE, whatever its language (no split of the captions the "
             f"tokenizer was trained on in {', '.join(missing)} is on this machine; "
-            f"{said('--corpus SPLIT', 'corpus=SPLIT')} keeps each language's own)")
+            f"{given('corpus', 'SPLIT')} keeps each language's own)")
 
 
 def translate_words(
