@@ -10,10 +10,10 @@ from numpy.typing import ArrayLike
 
 from .approximate import ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import as_array, target_indices
+from .files import as_array, check_matrix, target_indices
 from .image_index import (ImageNeighbours, SourceImageIndex, check_image_neighbours, check_source_index,
                           neighbour_counts)
-from .metric_checks import check_matrix, check_one_image_side, check_source_index_used
+from .metric_checks import check_one_image_side, check_source_index_used
 from .pictures import check_one_picture_per_id, distinct_images
 from .ranking import count_ranks
 from .retrieval import retrieve

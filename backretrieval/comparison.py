@@ -27,7 +27,7 @@ from .outputs import hits_ks_path, recorded_ks
 from .records import json_ready
 from .scoring import ImageLists, prepare_images
 from .uncertainty import (DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, TESTS, check_alpha, check_tests,
-                          compare_hits)
+                          check_whole_replicates, compare_hits)
 
 PairedHits = dict[str, tuple[np.ndarray, np.ndarray]]  # metric -> (hits of A, hits of B), query-aligned
 
@@ -233,6 +233,7 @@ def compare(
                                  f"got {got}")
     if not 0 < alpha < 1:
         raise BackRetrievalError(f"{option('alpha')} must be in (0, 1), got {alpha}")
+    check_whole_replicates(bootstrap)
     if bootstrap < 1 and "bootstrap" in tests:
         raise BackRetrievalError(f"{option('bootstrap')} must be >= 1 for the paired bootstrap test")
     if "bootstrap" in tests:

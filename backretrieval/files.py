@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .errors import BackRetrievalError, BackRetrievalWarning, option
+from .vectors import all_finite
 
 if TYPE_CHECKING:  # typing_extensions: mypy's own copy, no dependency at run time
     from typing_extensions import TypeIs
@@ -98,12 +99,16 @@ def check_numbers(label: str, array: np.ndarray, what: str, bools: bool = True) 
 
 
 def as_array(label: str, x: object) -> np.ndarray:
-    """``np.asarray(x)``; a one-line error naming ``label`` for nested lists of unequal lengths (ragged rows)."""
+    """``np.asarray(x)``; a one-line error naming ``label`` for nested lists of unequal lengths (ragged rows) and for
+    a torch tensor numpy cannot read (one that requires grad, or on a GPU)."""
     try:
         return np.asarray(x)
     except ValueError as err:  # "setting an array element with a sequence ... inhomogeneous shape"
         raise BackRetrievalError(f"{label}: cannot be read as an array (rows of unequal lengths?): "
                                  f"{str(err).splitlines()[0][:120]}") from None
+    except (RuntimeError, TypeError) as err:  # a torch tensor that requires grad or is on a GPU: torch's traceback
+        raise BackRetrievalError(f"{label}: cannot be read as an array ({str(err).splitlines()[0][:120]}); give "
+                                 "tensor.detach().cpu().numpy()") from None
 
 
 def require_sequence(value: object, name: str, what: str) -> None:
@@ -238,3 +243,26 @@ def read_cache_entry(path: PathLike, rows: int) -> np.ndarray | None:
     warnings.warn(f"{path}: unreadable cache entry ({why}); computing it again", BackRetrievalWarning, stacklevel=2)
     path.unlink(missing_ok=True)
     return None
+
+
+def check_matrix(name: str, x: object, rows: int | None = None, dim: int | None = None, dim_of: str = "",
+            vectors: bool = True) -> np.ndarray:
+    """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
+    compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
+    x = as_array(name, x)
+    check_numbers(name, x, "the array", bools=False)
+    if x.ndim != 2:
+        raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
+    if rows is not None and x.shape[0] != rows:
+        raise BackRetrievalError(f"{name}: expected {rows} rows (one per text), got {x.shape[0]}")
+    if dim is not None and x.shape[1] != dim:
+        raise BackRetrievalError(f"{name}: expected dimension {dim} (as {dim_of}), got {x.shape[1]}")
+    if x.shape[0] == 0:
+        raise BackRetrievalError(f"{name}: empty (0 rows)")
+    if x.shape[1] == 0:
+        raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
+    if vectors:  # NaN, inf or all-zero rows, the first one named: one pass
+        check_rows(name, x, "the array")
+    elif not all_finite(x):
+        raise BackRetrievalError(f"{name}: contains NaN or inf")
+    return x

@@ -53,6 +53,7 @@ import numpy as np
 
 from .approximate import PCA_ROWS, ANNIndex, ApproxConfig, normalise_and_project, pca_basis, rescore
 from .errors import BackRetrievalError
+from .files import check_matrix
 from .pictures import distinct_images
 from .ranking import TIES, count_ranks, progress_bar
 from .scorers import Scorer, VectorScorer, column_groups
@@ -151,7 +152,8 @@ def image_neighbours(
         seed: seed of the PCA (and quantizer) sample.
         progress: a bar over the target images when they are many (:meth:`SourceImageIndex.lists`).
     """
-    src = as_float32(src_img)
+    src = as_float32(check_matrix("src_img", src_img))  # NaN rows were listed as neighbour -1, in silence
+    check_matrix("tgt_img", tgt_img, dim=src.shape[1], dim_of="src_img")  # another width: faiss' bare AssertionError
     if src_image_ids is not None:
         src = as_float32(src[distinct_images(src_image_ids, len(src))[0]])
     index = SourceImageIndex(src, method, candidates=candidates, pca_dim=pca_dim, hnsw_m=hnsw_m, ef_search=ef_search,

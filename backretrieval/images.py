@@ -32,6 +32,7 @@ model, its weights and the identities of the images in order.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 
+from .devices import torch_device
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import read_cache_entry
 from .image_baselines import RandomImageFeatures, ThumbnailFeatures
@@ -293,12 +295,16 @@ def image_feature_extractor(
 
     Every result has ``name``, ``spec`` (``model`` as given; ``MODEL:WEIGHTS`` for a CNN), ``kind``
     (``"cnn"``, ``"thumbnail"``, ``"random"``) and
-    ``extract(images, ids=None) -> (n, D)``. Bad specs raise a one-line
+    ``extract(images, ids=None) -> (n, D)``. Bad specs (and a CNN's ``device`` this machine lacks) raise a one-line
     :class:`BackRetrievalError`; a CNN is only loaded when features are first needed (its weights are
     checked by ``check()``, which loads nothing).
     """
     prefix, colon, arg = model.partition(":")
     if prefix not in ("thumbnail", "random"):
+        try:  # a GPU this machine lacks: one line now, not torch's traceback at the first extract
+            torch_device(device)
+        except argparse.ArgumentTypeError as err:
+            raise BackRetrievalError(f"device: {err}") from None
         return ImageFeatureExtractor(model, weights, online=online, batch_size=batch_size, device=device,
                                      cache_dir=cache_dir, progress=progress)
     if weights:

@@ -49,10 +49,10 @@ from scipy import stats
 from .approximate import ApproxConfig
 from .bkr_steps import checked_image_side, checked_text_side, count_better_images, retrieve_targets
 from .errors import BackRetrievalError, option
-from .files import enough_for_k, target_indices
+from .files import check_matrix, enough_for_k, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import ImageNeighbours, SourceImageIndex
-from .metric_checks import approx_config, censored_max_rank, check_matrix, check_recall_options
+from .metric_checks import approx_config, censored_max_rank, check_recall_options
 from .ranking import DEFAULT_BLOCK_BYTES, count_ranks, ranks_and_hits
 from .renamed import renamed_keywords
 from .retrieval import text_scorer

@@ -1,5 +1,5 @@
-"""The metric functions' inputs and options, checked with one-line errors: matrices, ks, the recall options, the rank
-cap, the approximate mode and which image inputs go together."""
+"""The metric functions' options, checked with one-line errors: ks, the recall options, the rank cap, the approximate
+mode and which image inputs go together (their matrices: :func:`~backretrieval.files.check_matrix`)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -8,34 +8,10 @@ import numpy as np
 
 from .approximate import IMAGE_SIDES, INDEXES, ApproxConfig
 from .errors import BackRetrievalError, option
-from .files import ArrayInput, as_array, check_numbers, check_rows
+from .files import ArrayInput
 from .image_index import ImageNeighbours, SourceImageIndex
 from .ranking import TIES
 from .retrieval import check_retrieval
-from .vectors import all_finite
-
-
-def check_matrix(name: str, x: object, rows: int | None = None, dim: int | None = None, dim_of: str = "",
-            vectors: bool = True) -> np.ndarray:
-    """``x`` checked as a ``(rows, dim)`` matrix of finite numbers; ``vectors`` (embeddings, image features: rows
-    compared by cosine): no all-zero row either (:func:`~backretrieval.files.check_rows`)."""
-    x = as_array(name, x)
-    check_numbers(name, x, "the array", bools=False)
-    if x.ndim != 2:
-        raise BackRetrievalError(f"{name}: expected a 2-D array (rows x dim), got shape {x.shape}")
-    if rows is not None and x.shape[0] != rows:
-        raise BackRetrievalError(f"{name}: expected {rows} rows (one per text), got {x.shape[0]}")
-    if dim is not None and x.shape[1] != dim:
-        raise BackRetrievalError(f"{name}: expected dimension {dim} (as {dim_of}), got {x.shape[1]}")
-    if x.shape[0] == 0:
-        raise BackRetrievalError(f"{name}: empty (0 rows)")
-    if x.shape[1] == 0:
-        raise BackRetrievalError(f"{name}: 0 columns (vectors of dimension 0)")
-    if vectors:  # NaN, inf or all-zero rows, the first one named: one pass
-        check_rows(name, x, "the array")
-    elif not all_finite(x):
-        raise BackRetrievalError(f"{name}: contains NaN or inf")
-    return x
 
 
 def check_ks(ks: Sequence[int] | int) -> tuple[int, ...]:

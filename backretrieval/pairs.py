@@ -23,9 +23,9 @@ import numpy as np
 from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex
-from .files import require_sequence
+from .files import check_matrix, require_sequence
 from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
-from .metric_checks import approx_config, censored_max_rank, check_matrix, check_recall_options
+from .metric_checks import approx_config, censored_max_rank, check_recall_options
 from .pictures import distinct_images
 from .ranking import DEFAULT_BLOCK_BYTES, progress_bar
 from .renamed import renamed_keywords

@@ -80,9 +80,17 @@ def check_tests(tests: Sequence[str] | str) -> tuple[str, ...]:
     return tests
 
 
+def check_whole_replicates(bootstrap: object) -> None:
+    """One-line error when ``bootstrap`` is no integer (2.5 or 1e3 was a TypeError inside numpy's sampling, a bool
+    read as 0 or 1 replicates). Internal: not exported by the package."""
+    if isinstance(bootstrap, (bool, np.bool_)) or not isinstance(bootstrap, (int, np.integer)):
+        raise BackRetrievalError(f"{option('bootstrap')}: expected a whole number of replicates, got {bootstrap!r}")
+
+
 def check_interval_options(bootstrap: int, level: float) -> None:
-    """One-line errors for the interval options a scoring call takes: ``bootstrap`` replicates (>= 0; 0: no
-    intervals) and their ``level`` (in (0, 1)). Internal: not exported by the package."""
+    """One-line errors for the interval options a scoring call takes: ``bootstrap`` replicates (an integer >= 0; 0:
+    no intervals) and their ``level`` (in (0, 1)). Internal: not exported by the package."""
+    check_whole_replicates(bootstrap)
     if bootstrap < 0:
         raise BackRetrievalError(f"{option('bootstrap')}: expected a number of replicates >= 0 (0: no intervals), "
                                  f"got {bootstrap}")
@@ -91,6 +99,7 @@ def check_interval_options(bootstrap: int, level: float) -> None:
 
 
 def _check(n_boot: int, level: float) -> None:
+    check_whole_replicates(n_boot)
     if n_boot < 1:
         raise BackRetrievalError(f"bootstrap: the number of replicates must be >= 1, got {n_boot}")
     if not 0.0 < level < 1.0:
