@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from backretrieval.files import check_matrix
+from backretrieval.metric_checks import check_ks
 from scipy.stats import hypergeom
 
 from .procrustes import knn, normalize_rows
@@ -34,12 +36,19 @@ def retrieval_recall(
     images of the chance that K captions drawn at random hold one of the image's (its c of the T captions:
     1 - C(T - c, K) / C(T, K)); on a split where few images have a caption in the language it is far above K / I.
     """
-    text_emb, image_emb = normalize_rows(text_emb), normalize_rows(image_emb)
-    target = np.asarray(text_to_image, dtype=np.int64).reshape(-1)
-    if len(target) != len(text_emb):
-        raise ValueError(f"{len(text_emb)} captions but {len(target)} image indices")
-    if len(target) == 0:
+    ks = check_ks(ks)  # K=0, 1.5 or "5": one line (recall@0 was reported)
+    given = np.asarray(text_to_image).reshape(-1)
+    if len(given) == 0 and len(text_emb) == 0:
         raise ValueError("no captions to evaluate")
+    image_emb = normalize_rows(check_matrix("image_emb", image_emb, vectors=False))
+    text_emb = normalize_rows(check_matrix("text_emb", text_emb, dim=image_emb.shape[1], dim_of="image_emb",
+                                           vectors=False))
+    if len(given) != len(text_emb):
+        raise ValueError(f"{len(text_emb)} captions but {len(given)} image indices")
+    if given.dtype.kind not in "iu" or given.min() < 0 or given.max() >= len(image_emb):  # 0.5 was read as image 0
+        raise ValueError(f"text_to_image: expected image rows (integers) in [0, {len(image_emb)}), got {given.dtype} "
+                         f"values in [{given.min()}, {given.max()}]")
+    target = given.astype(np.int64)
     kmax = max(ks)
     _, t2i = knn(text_emb, image_emb, kmax)
     t2i_hit = t2i == target[:, None]
@@ -68,7 +77,11 @@ def retrieval_per_language(
     """:func:`retrieval_recall` for the captions of each language against the shared image
     gallery; returns ``{"per_language": {lang: metrics}, "mean": metrics averaged over languages}``."""
     langs = np.asarray(langs)
-    target = np.asarray(text_to_image, dtype=np.int64)
+    target = np.asarray(text_to_image)
+    if len(text_emb) == 0:
+        raise ValueError("no captions to evaluate")
+    if langs.shape != (len(text_emb),):
+        raise ValueError(f"langs: expected one language per caption ({len(text_emb)}), got shape {langs.shape}")
     per_lang = {}
     for lang in sorted(set(langs.tolist())):
         sel = langs == lang

@@ -23,9 +23,12 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from backretrieval.files import check_matrix
 from backretrieval.uncertainty import bootstrap_weights, percentile_interval
 
 from globetrotter.errors import UserError
+
+from .procrustes import normalize_rows
 
 Candidates = Literal["other-language", "all"]
 # query row indices -> [len(rows), N] scores of those rows against every sentence (higher: nearer)
@@ -33,9 +36,10 @@ Scores = Callable[[np.ndarray], np.ndarray]
 
 
 def cosine_scores(emb: Any) -> Scores:
-    """``rows -> emb[rows] @ emb.T``: the cosines of L2-normalised rows, dense or ``scipy.sparse`` (exact)."""
+    """``rows -> emb[rows] @ emb.T``: the cosines of the rows, dense (L2-normalised here) or ``scipy.sparse`` of
+    L2-normalised rows (exact)."""
     sparse = sp.issparse(emb)
-    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
+    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else normalize_rows(emb)
     emb_t = emb.T.tocsr() if sparse else emb.T
 
     def scores(rows: np.ndarray) -> np.ndarray:
@@ -168,8 +172,9 @@ def sentence_translation(
 ) -> dict:
     """Sentence translation accuracy by retrieval (paper section 5.2).
 
-    ``emb`` (N, D) L2-normalised sentence embeddings, dense or a ``scipy.sparse`` matrix
-    (exact cosines over sparse vectors, e.g. the TF-IDF baseline), or a function ``scores(rows)``
+    ``emb`` (N, D) sentence embeddings, dense (any array of finite numbers: ranked by cosine whatever the rows'
+    norms) or a ``scipy.sparse`` matrix of L2-normalised rows (exact cosines over sparse vectors, e.g. the TF-IDF
+    baseline), or a function ``scores(rows)``
     giving the ``[len(rows), N]`` scores of query ``rows`` against every sentence (higher is
     better; :class:`~.scoring.SentenceScorer`); ``langs`` (N,) language codes;
     ``groups`` (N,) group ids (any exact-comparable values) with at most one sentence per
@@ -191,6 +196,10 @@ def sentence_translation(
     0) scores at chance instead of by the layout of the sample.
 
     """
+    if not callable(emb) and not sp.issparse(emb):  # a list, 1-D or non-finite values: one line, not numpy's
+        emb = check_matrix("emb", emb, vectors=False)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise ValueError(f"k: expected a positive integer, got {k!r}")  # 0 or -1 scored 0 or 1.0, 1.5 as 1
     scores = emb if callable(emb) else cosine_scores(emb)
     n = len(langs)
     languages, lang_idx = _codes(langs)

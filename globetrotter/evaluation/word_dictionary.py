@@ -93,6 +93,11 @@ def tfidf_dictionary(
     """
     if len(src_sents) != len(tgt_sents):
         raise ValueError(f"{len(src_sents)} source sentences but {len(tgt_sents)} target sentences")
+    for name, sents in (("src_sents", src_sents), ("tgt_sents", tgt_sents)):
+        at = next((i for i, sent in enumerate(sents) if isinstance(sent, str)), None)
+        if at is not None:  # its characters were read as the tokens
+            raise TypeError(f"{name}[{at}]: expected a sentence's list of tokens, got a str ({sents[at][:40]!r}); "
+                            "split it into tokens")
     src_mat, src_vocab = _sentence_matrix(src_sents)
     tgt_mat, tgt_vocab = _sentence_matrix(tgt_sents)
     if min_count > 1:

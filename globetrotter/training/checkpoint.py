@@ -108,6 +108,14 @@ def resolve(path: str | Path, prefer_best: bool = True) -> Path:
             target = root / _read_pointer(root / LATEST)
             if (target / STATE).is_file():
                 return target
+    if path.is_file():  # model.safetensors, config.yaml: said to hold no checkpoint, as a folder without one
+        try:
+            resolve(path.parent, prefer_best)
+            hint = f"; give the folder it is in, {path.parent}"
+        except UserError:
+            hint = ""
+        raise UserError(f"{path}: a file, not a folder (expected a run folder, its checkpoints/, or a checkpoint "
+                        f"folder){hint}")
     if _left_before_first_checkpoint(path):
         raise UserError(f"{path}: no checkpoint found ({_STOPPED_EARLY}: nothing to load); to train it again, give "
                         f"the {program_name('train')} command that started it, without --resume")

@@ -1,0 +1,177 @@
+"""What a notebook user passes to the metric functions over arrays (``globetrotter.evaluation``'s pure functions and
+``backretrieval``'s): lists, other dtypes and unnormalised rows work; a K below 1, non-finite rows, another width,
+indices outside the gallery, a str for a list of tokens, a fractional bootstrap or a GPU this machine lacks are one
+line naming the argument, never numpy's, faiss' or torch's traceback, nor a silent figure."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import backretrieval as br
+import globetrotter
+from backretrieval import BackRetrievalError
+from globetrotter.errors import UserError
+from globetrotter.evaluation import cluster_analysis, retrieval_per_language, retrieval_recall, sentence_translation
+from globetrotter.evaluation import tfidf_dictionary
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _parallel(n_groups: int = 20, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit rows of ``n_groups`` groups in en/de/fr (each group near its own meaning), their languages and groups."""
+    rng = np.random.default_rng(seed)
+    langs = np.tile(["en", "de", "fr"], n_groups)
+    groups = np.repeat(np.arange(n_groups), 3)
+    emb = rng.normal(size=(n_groups, 8))[groups] + 0.3 * rng.normal(size=(3 * n_groups, 8))
+    return emb / np.linalg.norm(emb, axis=1, keepdims=True), langs, groups
+
+
+def test_sentence_translation_ranks_by_cosine_whatever_the_rows_norms():
+    """The docstring promises cosine ranking; rows of other norms (another model's raw vectors) were ranked by dot
+    product, in silence (here 0.49 for 0.96). A list of rows is an array too (it was AttributeError: .shape)."""
+    emb, langs, groups = _parallel()
+    scaled = emb * np.random.default_rng(1).uniform(0.1, 10, (len(emb), 1))
+    unit = sentence_translation(emb, langs, groups)["accuracy"]
+    assert sentence_translation(scaled, langs, groups)["accuracy"] == pytest.approx(unit)
+    assert sentence_translation(scaled.tolist(), list(langs), list(groups))["accuracy"] == pytest.approx(unit)
+
+
+@pytest.mark.parametrize("k", [0, -1, 1.5, True])
+def test_sentence_translation_refuses_a_k_that_is_no_positive_integer(k):
+    """k=-1 gave accuracy 1.0 and a negative chance, k=0 0.0, k=1.5 the figure of k=1."""
+    emb, langs, groups = _parallel()
+    with pytest.raises(ValueError, match=f"^k: expected a positive integer, got {k!r}$"):
+        sentence_translation(emb, langs, groups, k=k)
+
+
+def test_sentence_translation_refuses_non_finite_rows_and_a_1d_array():
+    """A NaN row was scored (its query and candidacy lost in silence); a 1-D array said 'scores of 60 rows have shape
+    ()'."""
+    emb, langs, groups = _parallel()
+    emb[4] = np.nan
+    with pytest.raises(BackRetrievalError, match="^emb: contains NaN or inf$"):
+        sentence_translation(emb, langs, groups)
+    with pytest.raises(BackRetrievalError, match=r"^emb: expected a 2-D array \(rows x dim\), got shape \(60,\)$"):
+        sentence_translation(emb[:, 0], langs, groups)
+
+
+def _gallery() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(2)
+    images = rng.normal(size=(10, 8)).astype(np.float32)
+    target = np.arange(20) % 10
+    return images[target] + 0.1 * rng.normal(size=(20, 8)).astype(np.float32), images, target
+
+
+def test_retrieval_recall_refuses_what_numpy_or_faiss_failed_on_or_read_silently():
+    text, images, target = _gallery()
+    with pytest.raises(BackRetrievalError, match=r"^ks: expected positive integers, got \(0,\)$"):
+        retrieval_recall(text, images, target, ks=(0,))  # recall@0 was reported
+    with pytest.raises(BackRetrievalError, match=r"^text_emb: expected dimension 4 \(as image_emb\), got 8$"):
+        retrieval_recall(text, images[:, :4], target)  # numpy's matmul error
+    with pytest.raises(ValueError, match=r"^text_to_image: expected image rows \(integers\) in \[0, 10\), got int64 "
+                                         r"values in \[5, 14\]$"):
+        retrieval_recall(text, images, target + 5)  # IndexError (negative: bincount's error)
+    with pytest.raises(ValueError, match=r"got float64 values in \[0.5, 9.5\]$"):
+        retrieval_recall(text, images, target + 0.5)  # read as image 0 to 9
+    nan = images.copy()
+    nan[3] = np.nan
+    with pytest.raises(BackRetrievalError, match="^image_emb: contains NaN or inf$"):
+        retrieval_recall(text, nan, target)  # scored
+    assert retrieval_recall(text, images, target, ks=5) == retrieval_recall(text, images, target, ks=(5,))
+    with pytest.raises(ValueError, match=r"^langs: expected one language per caption \(20\), got shape \(18,\)$"):
+        retrieval_per_language(text, ["en", "de"] * 9, images, target)  # numpy's boolean-index IndexError
+    with pytest.raises(ValueError, match="^no captions to evaluate$"):
+        retrieval_per_language(text[:0], [], images, target[:0])  # StopIteration
+
+
+def test_cluster_analysis_refuses_no_clusters_non_finite_rows_and_unequal_lengths():
+    emb, langs, groups = _parallel()
+    with pytest.raises(ValueError, match="^k: expected a positive number of clusters, got 0$"):
+        cluster_analysis(emb, langs, groups, k=0)  # faiss' C++ assertion
+    nan = emb.copy()
+    nan[2] = np.inf
+    with pytest.raises(BackRetrievalError, match="^emb: contains NaN or inf$"):
+        cluster_analysis(nan, langs, groups, k=5)  # faiss' C++ assertion
+    with pytest.raises(ValueError, match="^emb has 60 rows but langs has 59, groups 60; expected one each$"):
+        cluster_analysis(emb, langs[:-1], groups, k=5)  # scipy's coo_matrix error
+    with pytest.raises(ValueError, match="groups 60 and captions 3; expected one each$"):
+        cluster_analysis(emb, langs, groups, captions="abc", k=5)  # IndexError: string index out of range
+
+
+def test_tfidf_dictionary_refuses_a_sentence_given_as_one_str():
+    """A sentence is a list of tokens: "a b" was read as the tokens 'a', ' ', 'b' (a dictionary of characters)."""
+    with pytest.raises(TypeError, match=r"^src_sents\[0\]: expected a sentence's list of tokens, got a str \('a b'\)"):
+        tfidf_dictionary(["a b", "a c"], [["x", "y"], ["x", "z"]], min_count=1)
+    pairs = tfidf_dictionary([["a", "b"], ["a", "c"]], [["x", "y"], ["x", "z"]], min_count=1)
+    assert ("a", "x") in {(s, t) for s, t, _ in pairs}
+
+
+def _world(n: int = 30, d: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {name: rng.normal(size=(n, d)).astype(np.float32) for name in ("st", "tt", "si", "ti")}
+
+
+@pytest.mark.parametrize("bootstrap", [2.5, 1e3, True])
+def test_bootstrap_must_be_a_whole_number_of_replicates(bootstrap):
+    """bootstrap=1e3 (or 2.5) was a TypeError inside numpy's sampling, True one replicate."""
+    w = _world()
+    said = f"^bootstrap: expected a whole number of replicates, got {bootstrap!r}$"
+    with pytest.raises(BackRetrievalError, match=said):
+        br.score(w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], bootstrap=bootstrap, progress=False)
+    with pytest.raises(BackRetrievalError, match=said):
+        br.compare(w["st"], w["tt"], w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], bootstrap=bootstrap)
+    with pytest.raises(BackRetrievalError, match=said):
+        br.recall_interval(np.ones(5), bootstrap=bootstrap)
+    with pytest.raises(BackRetrievalError, match=said):
+        br.compare_hits(np.ones(5), np.zeros(5), bootstrap=bootstrap)
+    assert br.score(w["st"], w["tt"], src_img=w["si"], tgt_img=w["ti"], bootstrap=np.int64(5), progress=False).intervals
+
+
+def test_image_neighbours_checks_its_features_as_bkr_recall_does():
+    """A NaN source row was listed as neighbour -1 in silence; target features of another width were faiss' bare
+    AssertionError."""
+    w = _world()
+    nan = w["si"].copy()
+    nan[2] = np.nan
+    with pytest.raises(BackRetrievalError, match=r"^src_img: the array has 1 of 30 rows with NaN or inf \(first: row 2\)"):
+        br.image_neighbours(nan, w["ti"])
+    with pytest.raises(BackRetrievalError, match=r"^tgt_img: expected dimension 6 \(as src_img\), got 3$"):
+        br.image_neighbours(w["si"], w["ti"][:, :3])
+    lists = br.image_neighbours(w["si"].astype(np.float16), torch.from_numpy(w["ti"]))
+    assert lists.ids.shape[0] == 30 and (lists.ids >= 0).all()
+
+
+def test_a_tensor_that_requires_grad_is_named_not_torchs_traceback():
+    w = _world()
+    grad = torch.from_numpy(w["st"]).requires_grad_()
+    with pytest.raises(BackRetrievalError, match=r"^src_text: cannot be read as an array \(.*requires grad.*\); give "
+                                                 r"tensor\.detach\(\)\.cpu\(\)\.numpy\(\)$"):
+        br.bkr_recall(grad, w["si"], w["tt"], w["ti"])
+    res = br.bkr_recall(torch.from_numpy(w["st"]), w["si"], w["tt"].tolist(), w["ti"].astype(np.float64), ks=(1, 5))
+    assert res["bkr@5"] == br.bkr_recall(w["st"], w["si"], w["tt"], w["ti"], ks=(1, 5))["bkr@5"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a CUDA device")
+def test_an_image_model_on_a_gpu_this_machine_lacks_is_refused_when_made():
+    """image_feature_extractor(device="cuda") was made, and its first extract raised torch's 'Found no NVIDIA driver'
+    RuntimeError; it is refused when made, as globetrotter.load refuses it. Networkless g take no device."""
+    with pytest.raises(BackRetrievalError, match="^device: cuda: torch sees no CUDA device on this machine"):
+        br.image_feature_extractor(device="cuda")
+    assert br.image_feature_extractor("thumbnail:8", device="cuda").kind == "thumbnail"
+
+
+def test_load_of_a_file_of_a_checkpoint_names_the_folder_to_give(tiny_run, tmp_path):
+    """load(".../model.safetensors") said 'no checkpoint found', as of a folder without a model; it says it is a file
+    and names its folder when that folder loads."""
+    from globetrotter.training.checkpoint import resolve
+
+    ckpt = resolve(tiny_run)
+    with pytest.raises(UserError) as err:
+        globetrotter.load(ckpt / "model.safetensors")
+    assert str(err.value) == (f"{ckpt / 'model.safetensors'}: a file, not a folder (expected a run folder, its "
+                              f"checkpoints/, or a checkpoint folder); give the folder it is in, {ckpt}")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UserError, match=r"notes.txt: a file, not a folder \(expected a run folder, its checkpoints/, "
+                                        r"or a checkpoint folder\)$"):
+        globetrotter.load(tmp_path / "notes.txt")
