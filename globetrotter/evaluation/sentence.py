@@ -36,10 +36,9 @@ Scores = Callable[[np.ndarray], np.ndarray]
 
 
 def cosine_scores(emb: Any) -> Scores:
-    """``rows -> emb[rows] @ emb.T``: the cosines of the rows, dense (L2-normalised here) or ``scipy.sparse`` of
-    L2-normalised rows (exact)."""
+    """``rows -> emb[rows] @ emb.T``: the cosines of L2-normalised rows, dense or ``scipy.sparse`` (exact)."""
     sparse = sp.issparse(emb)
-    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else normalize_rows(emb)
+    emb = sp.csr_matrix(emb, dtype=np.float32) if sparse else np.ascontiguousarray(emb, dtype=np.float32)
     emb_t = emb.T.tocsr() if sparse else emb.T
 
     def scores(rows: np.ndarray) -> np.ndarray:
@@ -196,8 +195,8 @@ def sentence_translation(
     0) scores at chance instead of by the layout of the sample.
 
     """
-    if not callable(emb) and not sp.issparse(emb):  # a list, 1-D or non-finite values: one line, not numpy's
-        emb = check_matrix("emb", emb, vectors=False)
+    if not callable(emb) and not sp.issparse(emb):  # a list, 1-D or non-finite values: one line, not numpy's; rows of
+        emb = normalize_rows(check_matrix("emb", emb, vectors=False))  # any norm ranked by cosine, not dot product
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise ValueError(f"k: expected a positive integer, got {k!r}")  # 0 or -1 scored 0 or 1.0, 1.5 as 1
     scores = emb if callable(emb) else cosine_scores(emb)
