@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backretrieval.errors import cli_option_names  # noqa: E402
@@ -28,7 +30,7 @@ from globetrotter.errors import UserError, run_cli  # noqa: E402
 from globetrotter.evaluation.ranking import Ranking  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
-    DEFAULT_SIZE, checked_reference, refuse_test_split, shared_images)
+    DEFAULT_SIZE, ReferencePool, checked_reference, refuse_test_split, shared_images)
 from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
 from globetrotter.evaluation.sentence import ParallelSet, parallel_set, sentence_translation  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
@@ -71,6 +73,7 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     # the reference read once: never test, nor the split the choice is made on, nor one showing its images
     captions = checked_reference(val, reference, ps.split_images, ps.languages)
     reference, pool = str(captions.split), captions.pool(reference_size)
+    check_reference_captions(pool)
     encoder, info = resolve_model(model)  # after every check of the splits: loading a run takes a while
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     rows = []
@@ -111,6 +114,19 @@ def check_reference_size(reference_size: int) -> None:
     if reference_size < k:
         raise UserError(f"--reference-size {reference_size}: the grid's CSLS rankings take {k} neighbours among each "
                         f"language's reference captions; give {k} or more")
+
+
+def check_reference_captions(pool: ReferencePool, flag: str = "--reference") -> None:
+    """A one-line error when a language of ``pool`` (the reference captions read from the split ``flag`` gave) has
+    fewer captions than the neighbours each CSLS ranking of the grid takes: its split has no more, once
+    :func:`check_reference_size` has passed (the scoring's own refusal would name `eval.py`'s --csls-k, no flag here)."""
+    k = Ranking.csls_k
+    langs, counts = np.unique(pool.langs, return_counts=True)
+    for lang, n in zip(langs.tolist(), counts.tolist()):
+        if n < k:
+            raise UserError(f"{flag} {pool.source}: {n} {lang} captions, fewer than the {k} neighbours the grid's "
+                            f"CSLS rankings take among each language's reference captions; name a split with {k} or "
+                            f"more in each language")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,7 @@ from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
 from globetrotter.evaluation.tasks.choice import read_record  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
-from oracle_ranking import check_reference_size, refuse_shared_images  # noqa: E402
+from oracle_ranking import check_reference_captions, check_reference_size, refuse_shared_images  # noqa: E402
 
 MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out
 
@@ -119,8 +119,10 @@ class ValSample:
         pairs = caption_pairs(val, languages, n_images, seed)
         # the reference read once: never test, nor the split the choice is made on, nor one showing its images
         captions = checked_reference(val, reference, languages=list(pairs))
-        return cls(str(val), str(captions.split), reference_size, n_images, seed, pairs,
-                   reference_pools(captions, pairs, reference_size))
+        pools = reference_pools(captions, pairs, reference_size)
+        for pool in pools.values():
+            check_reference_captions(pool)
+        return cls(str(val), str(captions.split), reference_size, n_images, seed, pairs, pools)
 
 
 def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],

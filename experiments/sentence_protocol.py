@@ -285,9 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) -> None:
     """Every check that needs no scoring, before any row is scored: a mistake in the last row, or a record in
     ``--out`` written for another setting, would otherwise stop the table after hours of scoring."""
-    from oracle_ranking import refuse_shared_images
+    from oracle_ranking import check_reference_captions, refuse_shared_images
 
-    from globetrotter.evaluation.reference import choice_reference
+    from globetrotter.evaluation.reference import choice_reference, read_captions_once
 
     check_ratios(args.ratio, rows)
     if args.oracle_val and Path(args.oracle_val).resolve() == Path(args.test).resolve():
@@ -302,6 +302,8 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
     for flag, split in (("--val", args.val), ("--oracle-val", args.oracle_val)):
         if split:  # a choice made on images of the test split would read test
             refuse_shared_images(split, args.test, flag)
+    codes = sorted({code for ls in args.languages for code in ls.split(",")})  # eval.py's --csls-k is no flag here
+    check_reference_captions(read_captions_once(reference(args), codes).pool(), ref_flag)
     named: dict[str, str] = {}
     for label, models in rows:
         for model in models:

@@ -134,6 +134,19 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+def write_thin_reference(folder: Path, languages: tuple[str, ...] = ("en", "ru", "el", "ja"), n: int = 5) -> Path:
+    """A train split of ``n`` captions in each of ``languages``: fewer than the grid's CSLS neighbours (10)."""
+    import numpy as np
+
+    from data_prep.shard_writer import ShardWriter
+
+    with ShardWriter(folder, split="train", source="unit", image_format="npy") as writer:
+        for i in range(n):
+            for lang in languages:
+                writer.write(f"r{i}{lang}", np.zeros(4, np.float32), f"{lang} caption {i}", lang, f"ref{i}")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tiny_world, tmp_path_factory) -> Path:
     """A run folder trained for 2 steps on the tiny world (a real checkpoint for the commands that load one)."""

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import load_experiment
+from conftest import load_experiment, write_thin_reference
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +121,22 @@ def test_the_librarys_refusals_name_this_scripts_flags_and_a_reference_size_belo
     err = capsys.readouterr().err
     assert err.startswith("error: --reference-size 5: the grid's CSLS rankings take 10 neighbours") and "csls-k" not in err
     assert "no-run" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_in_this_scripts_flags(oracle, tiny_world,
+                                                                                          tmp_path, capsys):
+    """A --reference of 5 captions a language: the scoring's refusal named eval.py's --retrieval and --csls-k (no
+    flags here), after a ranking was scored."""
+    val = tmp_path / "val"
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    thin = write_thin_reference(tmp_path / "thin")
+    argv = ["--model", "tfidf", "--val", str(val), "--reference", str(thin),
+            "--out", str(tmp_path / "out")]
+    assert oracle.run_cli(oracle.main, argv) == 2
+    printed = capsys.readouterr()
+    err = printed.err
+    assert err.startswith(f"error: --reference {thin}: 5 el captions, fewer than the 10 neighbours"), err
+    assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
+    assert printed.out == "" and not (tmp_path / "out").exists()  # no ranking scored

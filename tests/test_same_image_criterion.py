@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import COLOURS, WORDS, load_experiment
+from conftest import COLOURS, WORDS, load_experiment, write_thin_reference
 from data_prep.shard_writer import ShardWriter
 from globetrotter.errors import UserError
 
@@ -197,3 +197,18 @@ def test_a_val_split_showing_test_images_is_refused_before_any_model_is_scored(c
     err = capsys.readouterr().err
     assert f"--val {val}: shows " in err and f"images of the test split {tiny_world / 'test'}" in err
     assert "no-run" not in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_in_this_scripts_flags(criterion, twice_val,
+                                                                                          tmp_path, capsys):
+    """A --reference of 5 en captions: the scoring's refusal named eval.py's --retrieval and --csls-k (no flags
+    here), after a model was loaded and scored."""
+    thin = write_thin_reference(tmp_path / "thin", languages=("en",))
+    argv = ["--model", "tfidf", "--val", str(twice_val), "--reference", str(thin),
+            "--out", str(tmp_path / "out")]
+    assert criterion.main(argv) == 2
+    printed = capsys.readouterr()
+    err = printed.err
+    assert err.startswith(f"error: --reference {thin}: 5 en captions, fewer than the 10 neighbours"), err
+    assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
+    assert printed.out == "" and not (tmp_path / "out").exists()  # no ranking scored

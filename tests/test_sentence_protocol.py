@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_experiment
+from conftest import load_experiment, write_thin_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -449,3 +449,17 @@ def test_an_oracle_val_split_that_is_not_parallel_is_one_line_naming_the_flag(pr
     err = capsys.readouterr().err
     assert err.startswith("error: --oracle-val: ") and "needs a parallel val split" in err and err.count("\n") == 1
     assert not list((tmp_path / "table").glob("*oracle*.json")) and not (tmp_path / "table" / "table.md").exists()
+
+
+def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_before_anything_is_scored(protocol, tiny_world,
+                                                                                                tmp_path, capsys):
+    """A --reference of 5 captions a language: `eval.py select`'s refusal named its --retrieval and --csls-k (no flags
+    here), once the first column of the first row was scored."""
+    thin = write_thin_reference(tmp_path / "thin", languages=("en", "ru"))
+    out = tmp_path / "table"
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--reference", str(thin),
+                                                         "--row", "a=tfidf")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --reference {thin}: 5 en captions, fewer than the 10 neighbours"), err
+    assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
+    assert not out.exists()

@@ -576,13 +576,19 @@ def test_training_refuses_fewer_than_two_training_documents_after_the_held_out_s
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"k": 0}, r"k and epochs must be >= 1"),
-    ({"epochs": 0}, r"k and epochs must be >= 1"),
-    ({"hidden_dim": 0}, r"hidden_dim and out_dim must be >= 1, got 0, "),
+    ({"k": 0}, r"^k must be >= 1, got 0$"),
+    ({"epochs": -2}, r"^epochs must be >= 1, got -2$"),
+    ({"hidden_dim": 0}, r"^hidden_dim must be >= 1, got 0$"),
+    ({"out_dim": 0}, r"^out_dim must be >= 1, got 0$"),
 ])
-def test_triplet_config_refuses_counts_below_one(options, message):
+def test_triplet_config_refuses_counts_below_one_naming_the_field_and_its_value(options, message):
+    """"k and epochs must be >= 1" said neither which one nor the value given."""
+    from globetrotter.zeroshot.case_study import case_study_configs
+
     with pytest.raises(ValueError, match=message):
         TripletConfig(**options).validate()
+    with pytest.raises(UserError, match=message.replace("^", "^triplet: ")):  # the case study's one-line refusal
+        case_study_configs(**options)
 
 
 def test_siamese_training_and_negatives_refuse_misshaped_inputs():

@@ -220,10 +220,9 @@ class TripletConfig:
             raise ValueError(f"batch_size must be >= 2, got {self.batch_size}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.k < 1 or self.epochs < 1:
-            raise ValueError("k and epochs must be >= 1")
-        if self.hidden_dim < 1 or self.out_dim < 1:
-            raise ValueError(f"hidden_dim and out_dim must be >= 1, got {self.hidden_dim}, {self.out_dim}")
+        for name in ("k", "epochs", "hidden_dim", "out_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
         if not (math.isfinite(self.beta) and self.beta >= 0):

@@ -136,10 +136,12 @@ def paired_margin(records: Sequence[dict], others: Sequence[dict], *, seed: int 
 
 
 def shared_g_warning(sides: Sequence[str], g: str) -> str:
-    """The line that says a comparison's ``g`` is one side's own image encoder."""
+    """The line that says a comparison's ``g`` is one side's own image encoder; on the command line it names `select`'s
+    flag as that command's (experiments/compare_recipes.py, which prints it too, has no such flag)."""
+    flag = said(f"`{select_command()} --image-features`", option("image_features"))
     return (f"note: g ({g}) is the image encoder of {' and '.join(sides)}; BackRetrieval leans towards a model that "
             f"sees images as g does, so this margin does not referee two image encoders: compare again under a g "
-            f"neither uses ({option('image_features')})")
+            f"neither uses ({flag})")
 
 
 def uncertainty_line(details: dict) -> str:
