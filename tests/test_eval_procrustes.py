@@ -100,7 +100,7 @@ def test_pairwise_refinement_stops_when_fewer_than_two_mutual_anchors_are_left()
     np.testing.assert_array_equal(res.w, np.eye(2))
     assert len(res.log) == 1 and res.log[0]["anchors"] == 1 and np.isnan(res.log[0]["mean_cosine"])
     assert res.log[0]["delta"] == 0.0
-    with pytest.raises(ValueError, match="dimensions differ: 2 vs 3"):
+    with pytest.raises(ValueError, match=r"^y: expected dimension 2 \(as x\), got 3$"):
         refine_pairwise(x, np.ones((2, 3)))
     with pytest.raises(ValueError, match="need at least 2 languages"):
         refine_multi([x])

@@ -13,7 +13,9 @@ import globetrotter
 from backretrieval import BackRetrievalError
 from globetrotter.errors import UserError
 from globetrotter.evaluation import cluster_analysis, retrieval_per_language, retrieval_recall, sentence_translation
-from globetrotter.evaluation import tfidf_dictionary
+from globetrotter.evaluation import mutual_nearest_neighbors, orthogonal_map, purity_scores, rank_word_vectors
+from globetrotter.evaluation import refine_multi, refine_pairwise, tfidf_dictionary, word_translation_scores
+from globetrotter.evaluation.word import WordSpace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -175,3 +177,67 @@ def test_load_of_a_file_of_a_checkpoint_names_the_folder_to_give(tiny_run, tmp_p
     with pytest.raises(UserError, match=r"notes.txt: a file, not a folder \(expected a run folder, its checkpoints/, "
                                         r"or a checkpoint folder\)$"):
         globetrotter.load(tmp_path / "notes.txt")
+
+
+def _rotated(n: int = 30, d: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Word vectors ``x`` and a rotated, slightly noisy copy ``y``."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(n, d))
+    return x, x @ np.linalg.qr(rng.normal(size=(d, d)))[0] + 0.01 * rng.normal(size=(n, d))
+
+
+def test_procrustes_refuses_other_widths_non_finite_rows_and_a_k_below_one():
+    """Spaces of different widths were numpy's matmul error in refine_multi and mutual_nearest_neighbors; a NaN row
+    ran in silence (its word dropped); k=0 kept the identity and k=-1 gave some other map, both in silence."""
+    x, y = _rotated()
+    with pytest.raises(BackRetrievalError, match=r"^spaces\[1\]: expected dimension 8 \(as spaces\[0\]\), got 4$"):
+        refine_multi([x, y[:, :4]])
+    with pytest.raises(BackRetrievalError, match=r"^y: expected dimension 8 \(as x\), got 4$"):
+        mutual_nearest_neighbors(x, y[:, :4])
+    nan = x.copy()
+    nan[3] = np.nan
+    with pytest.raises(BackRetrievalError, match="^x: contains NaN or inf$"):
+        refine_pairwise(nan, y)
+    for k in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=f"^k: expected a positive integer, got {k!r}$"):
+            refine_pairwise(x, y, k=k)
+    with pytest.raises(ValueError, match=r"^seed_pairs: expected row indices \(integers\) in \[0, 30\), got int64 "
+                                         r"values in \[40, 44\]$"):
+        refine_pairwise(x, y, seed_pairs=(np.arange(5), np.arange(40, 45)))  # numpy's IndexError
+    with pytest.raises(ValueError, match=r"^reference: expected a language's position in spaces \(0 to 1\), got 5$"):
+        refine_multi([x, y], reference=5)  # IndexError after the first round
+    with pytest.raises(ValueError, match=r"^seed_pairs: key \(0, 2\) names no pair of the 2 spaces \(0 to 1\)$"):
+        refine_multi([x, y], seed_pairs={(0, 2): (np.arange(5), np.arange(5))})
+    with pytest.raises(ValueError, match=r"^weights: expected 30 finite weights >= 0 \(one per row of x\), got shape "
+                                         r"\(30,\), values in \[-1.0, -1.0\]$"):
+        orthogonal_map(x, y, weights=-np.ones(30))  # scipy's 'array must not contain infs or NaNs'
+    res = refine_pairwise(torch.from_numpy(x), y.astype(np.float16).tolist())  # a tensor and a list are arrays
+    assert res.anchors[0].size and np.allclose(res.w.T @ res.w, np.eye(8))
+
+
+def test_word_ranking_refuses_a_nan_vector_and_a_k_that_is_no_positive_integer():
+    """By CSLS one NaN query made every target's radius NaN: every query got the same arbitrary list, in silence;
+    k=-1 listed every target, recall_k=-1 reported recall@-1 = 1.0."""
+    x, y = _rotated()
+    nan = x.copy()
+    nan[1] = np.nan
+    with pytest.raises(BackRetrievalError, match="^queries: contains NaN or inf$"):
+        rank_word_vectors(nan, y, k=3, method="csls")
+    with pytest.raises(ValueError, match="^k: expected a positive integer, got -1$"):
+        rank_word_vectors(x, y, k=-1)
+    with pytest.raises(ValueError, match="^csls_k: expected a positive integer, got 0$"):
+        rank_word_vectors(x, y, method="csls", csls_k=0)  # numpy's kth out of bounds
+    words = [f"w{i}" for i in range(30)]
+    src, tgt = WordSpace(words, x), WordSpace(words, y)
+    with pytest.raises(ValueError, match="^recall_k: expected a positive integer, got -1$"):
+        word_translation_scores(src, tgt, [(w, w) for w in words], recall_k=-1)
+    with pytest.raises(ValueError, match="^emb has 30 rows but words has 5; expected one per word$"):
+        WordSpace(words[:5], x)  # the 25 rows no word names were candidates
+    same = WordSpace(words, 2 * x)
+    assert word_translation_scores(src, same, [(w, w) for w in words], ks=5)["all"]["precision@5"] == 1.0
+
+
+def test_purity_scores_refuses_unequal_lengths():
+    with pytest.raises(ValueError, match=r"^labels has shape \(3,\), langs \(4,\), groups \(4,\); expected one label, "
+                                         r"language and group per sentence \(at least one\)$"):
+        purity_scores([0, 0, 1], ["en", "de", "en", "de"], [0, 0, 1, 1])  # scipy's coo_matrix error

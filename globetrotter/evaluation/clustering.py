@@ -63,6 +63,9 @@ def purity_scores(labels: np.ndarray, langs: Sequence | np.ndarray, groups: Sequ
     """Language purity, meaning purity and both NMIs of a clustering (see module docstring)."""
     labels, langs, groups = np.asarray(labels), np.asarray(langs), np.asarray(groups)
     n = len(labels)
+    if n == 0 or langs.shape[:1] != (n,) or groups.shape[:1] != (n,):  # scipy's coo_matrix error
+        raise ValueError(f"labels has shape {labels.shape}, langs {langs.shape}, groups {groups.shape}; expected one "
+                         "label, language and group per sentence (at least one)")
     by_lang = _contingency(labels, langs)  # (clusters, languages)
     by_group = _contingency(groups, labels)  # (groups, clusters)
     return {

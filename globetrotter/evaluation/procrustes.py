@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 
 import faiss
 import numpy as np
+from backretrieval.files import as_array, check_matrix
 from scipy.linalg import orthogonal_procrustes
 
 Pairs = tuple[np.ndarray, np.ndarray]
@@ -30,7 +31,11 @@ def orthogonal_map(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = No
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if weights is not None:
-        s = np.sqrt(np.asarray(weights, dtype=np.float64))[:, None]
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != x.shape[:1] or not (np.isfinite(w) & (w >= 0)).all():  # numpy's broadcast error, scipy's NaN one
+            raise ValueError(f"weights: expected {len(x)} finite weights >= 0 (one per row of x), got shape {w.shape}"
+                             + ("" if w.shape != x.shape[:1] else f", values in [{w.min()}, {w.max()}]"))
+        s = np.sqrt(w)[:, None]
         x, y = x * s, y * s
     w, _ = orthogonal_procrustes(x, y)
     return w
@@ -41,6 +46,39 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     x = np.array(x, dtype=np.float32, copy=True)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
+
+
+def positive_count(value: object, name: str = "k") -> int:
+    """``value`` (a count of neighbours, a K) as an ``int``; a one-line ``ValueError`` naming ``name`` unless it is
+    an integer >= 1 (0 found no neighbour in silence, -1 every one, 1.5 was numpy's error)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def word_vectors(name: str, x: object, dim: int | None = None, dim_of: str = "") -> np.ndarray:
+    """``x`` checked as ``(words, dim)`` finite vectors (:func:`~backretrieval.files.check_matrix`: a 1-D array,
+    NaN rows or another width than ``dim_of``'s are one line naming ``name``); no words (0 rows) is allowed."""
+    x = as_array(name, x)
+    if x.ndim == 2 and len(x) == 0 and dim in (None, x.shape[1]):
+        return x
+    return check_matrix(name, x, dim=dim, dim_of=dim_of, vectors=False)
+
+
+def check_pairs(name: str, pairs: Pairs, n_x: int, n_y: int) -> tuple[np.ndarray, np.ndarray]:
+    """Known pairs ``(i, j)`` as two int arrays of one length, ``i`` rows of a space of ``n_x`` words and ``j`` of
+    one of ``n_y``; a one-line ``ValueError`` naming ``name`` otherwise (numpy's IndexError, scipy's shape error)."""
+    try:
+        i, j = (np.asarray(side).reshape(-1) for side in pairs)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected two sequences of row indices (i, j)") from None
+    if len(i) != len(j):
+        raise ValueError(f"{name}: expected as many target rows as source rows, got {len(i)} and {len(j)}")
+    for side, n in ((i, n_x), (j, n_y)):
+        if len(side) and (side.dtype.kind not in "iu" or side.min() < 0 or side.max() >= n):
+            raise ValueError(f"{name}: expected row indices (integers) in [0, {n}), got {side.dtype} values in "
+                             f"[{side.min()}, {side.max()}]")
+    return i.astype(np.int64), j.astype(np.int64)
 
 
 def knn(queries: np.ndarray, base: np.ndarray, k: int, exact_below: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +109,9 @@ def mutual_nearest_neighbors(x: np.ndarray, y: np.ndarray, k: int = 5, one_per_w
     partner, so a dense neighbourhood does not add k² near-miss anchors; otherwise
     every mutual pair is returned. Returns two int arrays.
     """
-    xn, yn = normalize_rows(x), normalize_rows(y)
+    k = positive_count(k)
+    x = word_vectors("x", x)
+    xn, yn = normalize_rows(x), normalize_rows(word_vectors("y", y, x.shape[1], "x"))
     sims, x_to_y = knn(xn, yn, k)  # (nx, k)
     _, y_to_x = knn(yn, xn, k)  # (ny, k)
     back = y_to_x[x_to_y]  # (nx, k, k): neighbours of each candidate y
@@ -113,11 +153,12 @@ def refine_pairwise(
     mutual-k-NN anchors (paper: k = 5) and the Procrustes solution until ``‖ΔW‖_F < tol``
     or ``n_iter`` rounds. Each log entry: iteration, anchors, mean anchor cosine, delta.
     """
-    xn, yn = normalize_rows(x), normalize_rows(y)
-    if xn.shape[1] != yn.shape[1]:
-        raise ValueError(f"dimensions differ: {xn.shape[1]} vs {yn.shape[1]}")
+    positive_count(k)
+    x = word_vectors("x", x)
+    xn, yn = normalize_rows(x), normalize_rows(word_vectors("y", y, x.shape[1], "x"))
     if seed_pairs is not None:
-        w = orthogonal_map(xn[seed_pairs[0]], yn[seed_pairs[1]])
+        si, sj = check_pairs("seed_pairs", seed_pairs, len(xn), len(yn))
+        w = orthogonal_map(xn[si], yn[sj])
     else:
         w = np.eye(xn.shape[1])
     log: list[dict] = []
@@ -191,14 +232,24 @@ def refine_multi(
     objective before and after each inner sweep (mean squared anchor distance over pairs; non-increasing within a
     round), mean anchors per pair, max delta.
     """
-    spaces = [normalize_rows(s).astype(np.float64) for s in spaces]
+    if len(spaces) < 2:
+        raise ValueError(f"spaces: need at least 2 languages, got {len(spaces)}")
+    positive_count(k)
+    first = word_vectors("spaces[0]", spaces[0])
+    spaces = [normalize_rows(word_vectors(f"spaces[{a}]", s, first.shape[1], "spaces[0]")).astype(np.float64)
+              for a, s in enumerate(spaces)]
     n_lang, dim = len(spaces), spaces[0].shape[1]
-    if n_lang < 2:
-        raise ValueError("need at least 2 languages")
+    if isinstance(reference, bool) or not isinstance(reference, (int, np.integer)) or not -n_lang <= reference < n_lang:
+        raise ValueError(f"reference: expected a language's position in spaces (0 to {n_lang - 1}), got {reference!r}")
     maps = [np.eye(dim) for _ in range(n_lang)]
     if seed_pairs:
+        seeds = {}
+        for (a, b), pairs in dict(seed_pairs).items():
+            if not (0 <= a < n_lang and 0 <= b < n_lang):  # IndexError: list index out of range
+                raise ValueError(f"seed_pairs: key {(a, b)!r} names no pair of the {n_lang} spaces (0 to {n_lang - 1})")
+            seeds[(a, b)] = check_pairs(f"seed_pairs[{(a, b)!r}]", pairs, len(spaces[a]), len(spaces[b]))
         for _ in range(inner_iter):
-            _block_update(spaces, maps, dict(seed_pairs), n_lang)
+            _block_update(spaces, maps, seeds, n_lang)
         maps = [m @ maps[reference].T for m in maps]
     log: list[dict] = []
     previous_anchors: dict | None = None

@@ -20,9 +20,11 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
+from backretrieval.files import require_sequence
 from backretrieval.hubness import neighbourhood_radii
+from backretrieval.metric_checks import check_ks
 
-from .procrustes import knn, normalize_rows, refine_multi, refine_pairwise
+from .procrustes import knn, normalize_rows, positive_count, refine_multi, refine_pairwise, word_vectors
 
 Method = Literal["nn", "csls"]
 
@@ -43,15 +45,19 @@ def rank_word_vectors(
     ``sources`` (the whole source vocabulary; defaults to ``queries``). Memory: a
     (chunk_size, n_targets) float32 block at a time.
     """
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
-    targets = np.ascontiguousarray(targets, dtype=np.float32)
+    k = positive_count(k)  # 0 ranked nothing, -1 every target, in silence
+    queries = np.ascontiguousarray(word_vectors("queries", queries), dtype=np.float32)
+    targets = np.ascontiguousarray(word_vectors("targets", targets, queries.shape[1], "queries"), dtype=np.float32)
     k = min(k, len(targets))
     if method == "nn":
         scores, idx = knn(queries, targets, k)
         return idx, scores
     if method != "csls":
         raise ValueError(f"method must be 'nn' or 'csls', got {method!r}")
-    sources = queries if sources is None else np.ascontiguousarray(sources, dtype=np.float32)
+    positive_count(csls_k, "csls_k")
+    positive_count(chunk_size, "chunk_size")
+    sources = queries if sources is None else np.ascontiguousarray(
+        word_vectors("sources", sources, queries.shape[1], "queries"), dtype=np.float32)  # a NaN row: every score NaN
     r_tgt_of_query = neighbourhood_radii(queries, targets, min(csls_k, len(targets)))  # r_T(x)
     r_src_of_target = neighbourhood_radii(targets, sources, min(csls_k, len(sources)))  # r_S(y)
     idx = np.empty((len(queries), k), dtype=np.int64)
@@ -75,7 +81,10 @@ class WordSpace:
     emb: np.ndarray
 
     def __post_init__(self) -> None:
-        self.emb = normalize_rows(self.emb)
+        require_sequence(self.words, "words", "words")  # "abc" was the words 'a', 'b', 'c'
+        self.emb = normalize_rows(word_vectors("emb", self.emb))
+        if len(self.emb) != len(self.words):  # extra rows were candidates no word names, fewer an IndexError
+            raise ValueError(f"emb has {len(self.emb)} rows but words has {len(self.words)}; expected one per word")
         self.index = {w: i for i, w in enumerate(self.words)}
 
 
@@ -110,6 +119,7 @@ def word_translation_scores(
     "no_identical": {...}, "coverage", "chance_recall"}`` (fractions in [0, 1]); the
     ``no_identical`` subset drops pairs whose two strings are equal (paper Fig. 5, right).
     """
+    ks, recall_k = check_ks(ks), positive_count(recall_k, "recall_k")  # recall@0 was 0, recall@-1 1.0, in silence
     known = [(src.index[s], tgt.index[t], s == t) for s, t in pairs if s in src.index and t in tgt.index]
     coverage = len(known) / max(len(pairs), 1)
     result: dict[str, float | dict] = {"coverage": coverage,
@@ -154,6 +164,9 @@ def word_translation(
     Returns per-pair results, the recall matrix (row = source, column = target)
     with and without identical tokens, averages over pairs and the Procrustes logs.
     """
+    ks, recall_k = check_ks(ks), positive_count(recall_k, "recall_k")
+    if procrustes != "none":
+        positive_count(procrustes_k, "procrustes_k")
     languages = sorted({lang for pair in dictionaries for lang in pair if lang in spaces})
     mapped = dict(spaces)
     logs: dict = {}
