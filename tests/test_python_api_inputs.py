@@ -241,3 +241,32 @@ def test_purity_scores_refuses_unequal_lengths():
     with pytest.raises(ValueError, match=r"^labels has shape \(3,\), langs \(4,\), groups \(4,\); expected one label, "
                                          r"language and group per sentence \(at least one\)$"):
         purity_scores([0, 0, 1], ["en", "de", "en", "de"], [0, 0, 1, 1])  # scipy's coo_matrix error
+
+
+def test_zero_shot_recall_refuses_ks_below_one_targets_outside_the_gallery_and_features_of_other_widths():
+    """recall_at_k(ks=(0,)) reported 0.0 and ks=(-1,) too; a target outside the gallery was torch's gather error,
+    a fractional one read as its integer part; chance_recall(0) divided by zero and -3 gave a negative chance; text
+    features of another width than the adapter's were torch's 'mat1 and mat2 shapes cannot be multiplied'."""
+    from globetrotter.zeroshot import TextToImageAdapter, chance_recall, recall_at_k, zero_shot_recall
+
+    text, images, target = _gallery()
+    with pytest.raises(BackRetrievalError, match=r"^ks: expected positive integers, got \(0,\)$"):
+        recall_at_k(text, images, target, ks=(0,))
+    with pytest.raises(ValueError, match=r"^targets: expected image rows \(integers\) in \[0, 10\), got int64 values in "
+                                         r"\[5, 14\]$"):
+        recall_at_k(text, images, target + 5)
+    with pytest.raises(ValueError, match=r"got float64 values in \[0.5, 9.5\]$"):
+        recall_at_k(text, images, target + 0.5)
+    with pytest.raises(ValueError, match=r"^queries and images: expected 2-D arrays \(rows x dim\), got shapes \(20,\) "
+                                         r"and \(10,\)$"):
+        recall_at_k(text[:, 0], images[:, 0], target)  # IndexError: tuple index out of range
+    for n in (0, -3, 2.5):
+        with pytest.raises(ValueError, match=f"^n_images: expected a positive integer, got {n!r}$"):
+            chance_recall(n)
+    assert chance_recall(10, ks=5) == {"image_retrieval_recall@5": 0.5}  # one K, as recall_at_k takes it
+    assert recall_at_k(torch.from_numpy(text), images.tolist(), list(target), ks=1) == {"image_retrieval_recall@1": 1.0}
+    torch.manual_seed(0)
+    adapter = TextToImageAdapter(6, 8)
+    with pytest.raises(UserError, match=r"^text_features\['en'\]: the adapter maps 6-d text embeddings to 8-d image "
+                                        r"features, but the encoders give 8-d text and 8-d image features$"):
+        zero_shot_recall(adapter, {"en": torch.from_numpy(text)}, {"en": target}, torch.from_numpy(images))

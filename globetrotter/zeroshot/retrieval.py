@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from backretrieval.errors import option
+from backretrieval.metric_checks import check_ks
 from backretrieval.renamed import renamed_keywords
 from backretrieval.uncertainty import recall_interval
 
@@ -51,11 +52,18 @@ def target_ranks(
     """
     q = torch.from_numpy(_as_f32(queries))
     g = torch.from_numpy(_as_f32(images))
-    t = torch.as_tensor(np.asarray(targets, dtype=np.int64).reshape(-1))
-    if len(t) != len(q):
-        raise ValueError(f"{len(q)} queries but {len(t)} targets")
-    if len(t) == 0:
+    given = np.asarray(targets).reshape(-1)
+    if q.ndim != 2 or g.ndim != 2:  # IndexError: tuple index out of range
+        raise ValueError(f"queries and images: expected 2-D arrays (rows x dim), got shapes {tuple(q.shape)} and "
+                         f"{tuple(g.shape)}")
+    if len(given) != len(q):
+        raise ValueError(f"{len(q)} queries but {len(given)} targets")
+    if len(given) == 0:
         raise ValueError("no queries to evaluate")
+    if given.dtype.kind not in "iu" or given.min() < 0 or given.max() >= len(g):  # torch's gather error; 0.5 as 0
+        raise ValueError(f"targets: expected image rows (integers) in [0, {len(g)}), got {given.dtype} values in "
+                         f"[{given.min()}, {given.max()}]")
+    t = torch.as_tensor(given.astype(np.int64))
     if q.shape[1] != g.shape[1]:
         raise ValueError(f"query dim {q.shape[1]} != image dim {g.shape[1]}")
     if metric == "cosine":
@@ -87,13 +95,14 @@ def recall_at_k(
     ``queries`` ``[Q, D]`` (already in the image space), ``images`` ``[M, D]``, ``targets``
     ``[Q]`` rows of ``images``. Returns ``{"image_retrieval_recall@K": r}`` for each K.
     """
+    ks = check_ks(ks)  # K=0 or -1 reported 0.0, 1.5 its own figure, in silence
     ranks = target_ranks(queries, images, targets, metric)
     return {f"image_retrieval_recall@{k}": float((ranks <= k).mean()) for k in ks}
 
 
 def rank_metrics(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """Recall@K of the ranks ``[Q]`` of the queries' own images, and their ``median_rank``."""
-    ranks = np.asarray(ranks)
+    ranks, ks = np.asarray(ranks), check_ks(ks)
     return {**{f"image_retrieval_recall@{k}": float((ranks <= k).mean()) for k in ks},
             "median_rank": float(np.median(ranks))}
 
@@ -109,6 +118,9 @@ def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int 
 @renamed_keywords(num_images="n_images")
 def chance_recall(n_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """Recall@K of a random ranking: ``min(K, n_images) / n_images``."""
+    if isinstance(n_images, bool) or not isinstance(n_images, (int, np.integer)) or n_images < 1:
+        raise ValueError(f"n_images: expected a positive integer, got {n_images!r}")  # 0 divided by zero, -3 < 0
+    ks = check_ks(ks)
     return {f"image_retrieval_recall@{k}": min(1.0, k / n_images) for k in ks}
 
 
@@ -137,6 +149,9 @@ def language_ranks(
     metric: Metric = "l2",
 ) -> dict[str, np.ndarray]:
     """Per language, the rank of each query's own image (:func:`target_ranks`) after the adapter."""
+    for lang, feats in text_features.items():  # torch's 'mat1 and mat2 shapes cannot be multiplied'
+        if isinstance(adapter, TextToImageAdapter):
+            check_adapter_dims(adapter, feats.shape[-1], image_features.shape[-1], f"text_features[{lang!r}]")
     return {lang: target_ranks(adapter.embed(feats), image_features, targets[lang], metric)
             for lang, feats in text_features.items()}
 
