@@ -54,8 +54,10 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     in ``[0, n_targets)``.
     """
     retrieved = np.asarray(retrieved)
-    if n_targets < 1:
-        raise BackRetrievalError(f"n_targets: expected at least one target, got {n_targets}")
+    if isinstance(n_targets, bool) or not isinstance(n_targets, (int, np.integer)) or n_targets < 1:
+        raise BackRetrievalError(f"n_targets: expected at least one target, got {n_targets!r}")  # 2.5: numpy's error
+    if not 0 < top <= 1:  # 0 or -1 took one hub in silence, 2 was a NaN conversion error
+        raise BackRetrievalError(f"top: expected the share of targets that are hubs, in (0, 1], got {top!r}")
     if retrieved.size and (retrieved.dtype.kind not in "iu" or retrieved.min() < 0 or retrieved.max() >= n_targets):
         raise BackRetrievalError(f"retrieved: expected target indices (integers) in [0, {n_targets}), got "
                                  f"{retrieved.dtype} values in [{retrieved.min()}, {retrieved.max()}]")

@@ -25,7 +25,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError, given, option
-from .files import enough_for_k
+from .files import as_array, check_matrix, enough_for_k
 from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
 from .metric_checks import check_ks
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
@@ -37,6 +37,9 @@ DEFAULT_IMAGE_SIM_BYTES = 1 << 30
 
 def sample_non_matching(n_items: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Two disjoint random index sets of size ``n`` from ``range(n_items)``: sources, targets."""
+    for name, value in (("n_items", n_items), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # 2.5: a slice or numpy error
+            raise BackRetrievalError(f"{given(name, value)}: expected a whole number")
     if n < 1 or 2 * n > n_items:
         if n < 1:
             raise BackRetrievalError(f"{given('n', n)}: expected at least 1 item per side")
@@ -165,17 +168,25 @@ def run_protocol(
         "correlation": see :func:`correlate_over_models` (only with >= 2 models)}``.
     """
     ks = check_ks(ks)
-    image_feats = np.asarray(image_feats, dtype=np.float32)
+    image_feats = check_matrix("image_feats", image_feats, vectors=False).astype(np.float32, copy=False)
     n_items = len(image_feats)
+    models = {name: (as_array(f"model {name} source", pair[0]), as_array(f"model {name} target", pair[1]))
+              for name, pair in models.items()}  # lists of rows: numpy's 'only integer scalar arrays' TypeError
     for name, (src, tgt) in models.items():
         if len(src) != n_items or len(tgt) != n_items:
             raise BackRetrievalError(
                 f"model {name}: {len(src)} source / {len(tgt)} target embeddings for {n_items} images; "
                 "expected one per image"
             )
-    n = n_items // 2 if n is None else int(n)
+    n = n_items // 2 if n is None else n
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):  # 10.5 was run as 10, True as 1
+        raise BackRetrievalError(f"{given('n', n)}: expected a whole number of items per side")
     enough_for_k("protocol", n, ks, f"items per side ({option('n')})", f"raise {option('n')}")
-    seeds = list(range(seeds)) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    single = isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool)
+    if not single and not (isinstance(seeds, (Sequence, np.ndarray)) and not isinstance(seeds, str) and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds)):
+        raise BackRetrievalError(f"{given('seeds', repr(seeds))}: expected a number of seeds or a list of integer seeds")
+    seeds = list(range(seeds)) if single else [int(s) for s in seeds]  # "12" was the seeds 1 and 2, True one seed
     if not seeds:
         raise BackRetrievalError("protocol: needs at least 1 seed, got none")
     per_model: dict[str, list[dict]] = {name: [] for name in models}

@@ -201,13 +201,22 @@ def corr_interval(
     that draws no pair, or only pairs of equal distances, is left out.
     """
     _check(bootstrap, level)
+    text_dist, image_dist, q = (np.asarray(v) for v in (text_dist, image_dist, query_of_pair))
+    if not text_dist.ndim == image_dist.ndim == q.ndim == 1 or not len(text_dist) == len(image_dist) == len(q):
+        raise BackRetrievalError(f"text_dist, image_dist, query_of_pair: expected one value per pair (1-D, one length), "
+                                 f"got shapes {text_dist.shape}, {image_dist.shape}, {q.shape}")  # numpy's errors
+    if not (np.isfinite(text_dist).all() and np.isfinite(image_dist).all()):  # NaN ranks: CORR 0 in silence
+        raise BackRetrievalError("text_dist, image_dist: contain NaN or inf; expected finite distances")
+    if len(q) and (q.dtype.kind not in "iu" or q.min() < 0 or q.max() >= n_queries):  # 0.5 was read as query 0
+        raise BackRetrievalError(f"query_of_pair: expected query indices (integers) in [0, {n_queries}), got "
+                                 f"{q.dtype} values in [{q.min()}, {q.max()}]")
     x = stats.rankdata(text_dist)
     y = stats.rankdata(image_dist)
     if not (x.std() > 0 and y.std() > 0):
         return {"value": 0.0, "lo": 0.0, "hi": 0.0, "se": 0.0}
     x = (x - x.mean()) / x.std()  # centred ranks: better conditioned sums
     y = (y - y.mean()) / y.std()
-    q = np.asarray(query_of_pair, dtype=np.int64)
+    q = q.astype(np.int64)
     terms = np.stack([np.bincount(q, weights=v, minlength=n_queries)
                       for v in (np.ones_like(x), x, y, x * x, y * y, x * y)], axis=1)  # (Nq, 6)
     sums = np.concatenate([w @ terms for w in bootstrap_weights(n_queries, bootstrap, seed)])

@@ -270,3 +270,54 @@ def test_zero_shot_recall_refuses_ks_below_one_targets_outside_the_gallery_and_f
     with pytest.raises(UserError, match=r"^text_features\['en'\]: the adapter maps 6-d text embeddings to 8-d image "
                                         r"features, but the encoders give 8-d text and 8-d image features$"):
         zero_shot_recall(adapter, {"en": torch.from_numpy(text)}, {"en": target}, torch.from_numpy(images))
+
+
+def test_corr_interval_refuses_nan_distances_and_pairs_of_queries_outside_the_sample():
+    """A NaN distance made CORR 0.0 with interval [0, 0] in silence; a query index outside [0, n_queries) was numpy's
+    matmul or bincount error, a fractional one read as its integer part; lengths that differ numpy's broadcast error."""
+    rng = np.random.default_rng(4)
+    text = rng.random(50)
+    image, query = text + 0.1 * rng.random(50), np.arange(50) % 10
+    nan = text.copy()
+    nan[3] = np.nan
+    with pytest.raises(BackRetrievalError, match="^text_dist, image_dist: contain NaN or inf; expected finite distances$"):
+        br.corr_interval(nan, image, query, 10, bootstrap=20)
+    with pytest.raises(BackRetrievalError, match=r"^query_of_pair: expected query indices \(integers\) in \[0, 10\), got "
+                                                 r"int64 values in \[5, 14\]$"):
+        br.corr_interval(text, image, query + 5, 10, bootstrap=20)
+    with pytest.raises(BackRetrievalError, match=r"got float64 values in \[0.5, 9.5\]$"):
+        br.corr_interval(text, image, query + 0.5, 10, bootstrap=20)
+    with pytest.raises(BackRetrievalError, match=r"^text_dist, image_dist, query_of_pair: expected one value per pair "
+                                                 r"\(1-D, one length\), got shapes \(50,\), \(40,\), \(50,\)$"):
+        br.corr_interval(text, image[:40], query, 10, bootstrap=20)
+    assert br.corr_interval(torch.from_numpy(text), image.tolist(), query, 10, bootstrap=20)["value"] > 0.9
+
+
+def test_hubness_and_protocol_counts_must_be_whole_numbers():
+    """hubness_stats(top=0) took one hub in silence and top=2 was a NaN conversion error, n_targets=2.5 numpy's error;
+    run_protocol(n=10.5) ran with 10 and seeds="12" with the seeds 1 and 2, seeds=2.0 was 'float is not iterable';
+    sample_non_matching(10, 2.5, 0) a slice error."""
+    with pytest.raises(BackRetrievalError, match=r"^top: expected the share of targets that are hubs, in \(0, 1\], got 0$"):
+        br.hubness_stats([0, 0, 1, 2], 5, top=0)
+    with pytest.raises(BackRetrievalError, match="^n_targets: expected at least one target, got 4.5$"):
+        br.hubness_stats([0, 0, 1, 2], 4.5)
+    with pytest.raises(BackRetrievalError, match="^n=2.5: expected a whole number$"):
+        br.sample_non_matching(10, 2.5, 0)
+    rng = np.random.default_rng(5)
+    images = rng.normal(size=(40, 6))
+    models = {"a": (images @ rng.normal(size=(6, 5)), (images @ rng.normal(size=(6, 5))).tolist())}
+    with pytest.raises(BackRetrievalError, match="^n=10.5: expected a whole number of items per side$"):
+        br.run_protocol(models, images, n=10.5, seeds=1, progress=False)
+    for seeds in ("12", 2.0, True):
+        with pytest.raises(BackRetrievalError, match=f"^seeds={seeds!r}: expected a number of seeds or a list of "
+                                                     "integer seeds$"):
+            br.run_protocol(models, images, seeds=seeds, progress=False)
+    with pytest.raises(BackRetrievalError, match=r"^image_feats: expected a 2-D array \(rows x dim\), got shape \(40,\)$"):
+        br.run_protocol(models, images[:, 0], seeds=1, progress=False)  # numpy's einsum error
+    assert br.run_protocol(models, images, seeds=[3], ks=(1,), progress=False)["seeds"] == [3]  # a list of rows
+
+
+def test_load_refuses_a_prefer_best_that_is_no_bool(tiny_run):
+    """prefer_best="no" (or "False") was read as true: the best checkpoint was loaded whatever it said."""
+    with pytest.raises(UserError, match="^prefer_best: expected True or False, got 'no'$"):
+        globetrotter.load(tiny_run, prefer_best="no")
