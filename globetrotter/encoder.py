@@ -57,6 +57,8 @@ def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Enc
     """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder,
     onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
     device = _check_device(device)
+    if not isinstance(prefer_best, (bool, np.bool_)):  # "no" was read as true
+        raise UserError(f"prefer_best: expected True or False, got {prefer_best!r}")
     if not Path(path).exists():  # said as such, not as a folder without a checkpoint
         raise UserError(f"{path}: no such file or folder (expected a run folder, its checkpoints/, or a checkpoint "
                         "folder)")
