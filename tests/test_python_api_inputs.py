@@ -321,3 +321,25 @@ def test_load_refuses_a_prefer_best_that_is_no_bool(tiny_run):
     """prefer_best="no" (or "False") was read as true: the best checkpoint was loaded whatever it said."""
     with pytest.raises(UserError, match="^prefer_best: expected True or False, got 'no'$"):
         globetrotter.load(tiny_run, prefer_best="no")
+
+
+def test_tagging_and_the_cross_lingual_loss_refuse_a_str_for_a_list_and_k_below_one():
+    """tag_images read an image's tags "dog" as the tags 'd', 'o', 'g' and a vocabulary "xyz" as 'x', 'y', 'z';
+    cross_lingual_knn_loss(k=0) was 0 for every document, in silence."""
+    from globetrotter.zeroshot import cross_lingual_knn_loss, tag_images
+
+    torch.manual_seed(0)
+    images = torch.randn(2, 8)
+
+    def embed(tags: list[str]) -> torch.Tensor:
+        return torch.randn(len(tags), 8)
+
+    with pytest.raises(BackRetrievalError, match=r"^source_tags\[0\]: expected a sequence of tags, got one str \('dog'\)"):
+        tag_images(images, ["dog", ["cat"]], embed, {"de": ["Hund", "Katze"]})
+    with pytest.raises(BackRetrievalError, match=r"^target_vocabularies\['de'\]: expected a sequence of tags, got one "
+                                                 r"str \('xyz'\)"):
+        tag_images(images, [["dog"], ["cat"]], embed, {"de": "xyz"})
+    assert [len(row) for row in tag_images(images, [["dog"], ["cat"]], embed, {"de": ["Hund", "Katze"]})["de"]] == [1, 1]
+    body, title, langs = torch.randn(6, 4), torch.randn(6, 4), torch.tensor([0, 0, 1, 1, 2, 2])
+    with pytest.raises(ValueError, match="^k: expected a positive integer, got 0$"):
+        cross_lingual_knn_loss(body, title, langs, k=0)

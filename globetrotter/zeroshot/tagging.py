@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from backretrieval.errors import BackRetrievalWarning, cli_option_names, given, said
+from backretrieval.files import require_sequence
 
 from globetrotter.errors import UserError
 
@@ -210,6 +211,10 @@ def tag_images(
     Returns ``{lang: [[target tag per source tag] per image]}`` (a source tag with no
     target left is dropped).
     """
+    for n, row in enumerate(source_tags):  # "dog" was the tags 'd', 'o', 'g'
+        require_sequence(row, f"source_tags[{n}]", "tags")
+    for lang, vocab in target_vocabularies.items():
+        require_sequence(vocab, f"target_vocabularies[{lang!r}]", "tags")
     source_vocab, index = index_source_tags(source_tags)
     source_emb = embed_tags(source_vocab) if source_vocab else torch.zeros(0, image_embeddings.shape[1])
     result: dict[str, list[list[str]]] = {}
