@@ -182,11 +182,13 @@ def run_protocol(
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):  # 10.5 was run as 10, True as 1
         raise BackRetrievalError(f"{given('n', n)}: expected a whole number of items per side")
     enough_for_k("protocol", n, ks, f"items per side ({option('n')})", f"raise {option('n')}")
-    single = isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool)
-    if not single and not (isinstance(seeds, (Sequence, np.ndarray)) and not isinstance(seeds, str) and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds)):
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        seeds = list(range(seeds))
+    elif isinstance(seeds, (Sequence, np.ndarray)) and not isinstance(seeds, str) and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds):
+        seeds = [int(s) for s in seeds]
+    else:  # "12" was the seeds 1 and 2, True one seed, 2.0 'float object is not iterable'
         raise BackRetrievalError(f"{given('seeds', repr(seeds))}: expected a number of seeds or a list of integer seeds")
-    seeds = list(range(seeds)) if single else [int(s) for s in seeds]  # "12" was the seeds 1 and 2, True one seed
     if not seeds:
         raise BackRetrievalError("protocol: needs at least 1 seed, got none")
     per_model: dict[str, list[dict]] = {name: [] for name in models}
