@@ -111,6 +111,22 @@ def as_array(label: str, x: object) -> np.ndarray:
                                  "tensor.detach().cpu().numpy()") from None
 
 
+def is_whole(value: object) -> TypeIs[int | np.integer]:
+    """An ``int`` or numpy integer, not a bool: a count as a caller may give it (``True``, ``2.5`` or ``1e3`` is
+    none)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def require_count(value: object, name: str, minimum: int = 1) -> int:
+    """``value`` as an ``int``; a one-line :class:`BackRetrievalError` naming ``name`` unless it is a whole number
+    >= ``minimum`` (0 or -1 neighbours, clusters or items gave a figure in silence, 1.5 was read as 1 or failed
+    inside numpy)."""
+    if not is_whole(value) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise BackRetrievalError(f"{name}: expected {what}, got {value!r}")
+    return int(value)
+
+
 def require_sequence(value: object, name: str, what: str) -> None:
     """One-line error when ``value`` is one ``str`` (or ``bytes``) where a sequence of ``what`` is expected: it would be
     read as its characters (the wording of globetrotter's ``Encoder.encode_text``)."""

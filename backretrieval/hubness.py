@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from .errors import BackRetrievalError
+from .files import require_count
 from .ranking import progress_bar
 from .scorers import VectorScorer
 from .vectors import as_float32, l2_normalize
@@ -54,8 +55,7 @@ def hubness_stats(retrieved: np.ndarray, n_targets: int, top: float = HUB_SHARE)
     in ``[0, n_targets)``.
     """
     retrieved = np.asarray(retrieved)
-    if isinstance(n_targets, bool) or not isinstance(n_targets, (int, np.integer)) or n_targets < 1:
-        raise BackRetrievalError(f"n_targets: expected at least one target, got {n_targets!r}")  # 2.5: numpy's error
+    require_count(n_targets, "n_targets")  # 2.5: numpy's error
     if not 0 < top <= 1:  # 0 or -1 took one hub in silence, 2 was a NaN conversion error
         raise BackRetrievalError(f"top: expected the share of targets that are hubs, in (0, 1], got {top!r}")
     if retrieved.size and (retrieved.dtype.kind not in "iu" or retrieved.min() < 0 or retrieved.max() >= n_targets):

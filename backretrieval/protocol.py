@@ -25,7 +25,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from .errors import BackRetrievalError, given, option
-from .files import as_array, check_matrix, enough_for_k
+from .files import as_array, check_matrix, enough_for_k, is_whole
 from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
 from .metric_checks import check_ks
 from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
@@ -38,7 +38,7 @@ DEFAULT_IMAGE_SIM_BYTES = 1 << 30
 def sample_non_matching(n_items: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Two disjoint random index sets of size ``n`` from ``range(n_items)``: sources, targets."""
     for name, value in (("n_items", n_items), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # 2.5: a slice or numpy error
+        if not is_whole(value):  # 2.5: a slice or numpy error
             raise BackRetrievalError(f"{given(name, value)}: expected a whole number")
     if n < 1 or 2 * n > n_items:
         if n < 1:
@@ -179,13 +179,13 @@ def run_protocol(
                 "expected one per image"
             )
     n = n_items // 2 if n is None else n
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):  # 10.5 was run as 10, True as 1
+    if not is_whole(n):  # 10.5 was run as 10, True as 1
         raise BackRetrievalError(f"{given('n', n)}: expected a whole number of items per side")
     enough_for_k("protocol", n, ks, f"items per side ({option('n')})", f"raise {option('n')}")
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+    if is_whole(seeds):
         seeds = list(range(seeds))
     elif isinstance(seeds, (Sequence, np.ndarray)) and not isinstance(seeds, str) and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds):
+            is_whole(s) for s in seeds):
         seeds = [int(s) for s in seeds]
     else:  # "12" was the seeds 1 and 2, True one seed, 2.0 'float object is not iterable'
         raise BackRetrievalError(f"{given('seeds', repr(seeds))}: expected a number of seeds or a list of integer seeds")

@@ -40,6 +40,7 @@ import numpy as np
 from scipy import stats
 
 from .errors import BackRetrievalError, option
+from .files import is_whole
 from .renamed import renamed_keywords
 
 DEFAULT_BOOTSTRAP = 1000  # replicates; the percentile interval's Monte Carlo error is ~0.1 point at 95%
@@ -83,7 +84,7 @@ def check_tests(tests: Sequence[str] | str) -> tuple[str, ...]:
 def check_whole_replicates(bootstrap: object) -> None:
     """One-line error when ``bootstrap`` is no integer (2.5 or 1e3 was a TypeError inside numpy's sampling, a bool
     read as 0 or 1 replicates). Internal: not exported by the package."""
-    if isinstance(bootstrap, (bool, np.bool_)) or not isinstance(bootstrap, (int, np.integer)):
+    if not is_whole(bootstrap):
         raise BackRetrievalError(f"{option('bootstrap')}: expected a whole number of replicates, got {bootstrap!r}")
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tokenizers import Tokenizer
 
+from backretrieval.files import require_count
 from backretrieval.image_inputs import rgb_image  # numpy and PIL only: one 8-bit RGB reading of a picture
 
 from .config import TrainConfig
@@ -316,8 +317,7 @@ def _check_head(head: str) -> None:
 
 
 def _check_batch_size(batch_size: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    require_count(batch_size, "batch_size")
 
 
 def _check_images(images: Sequence[Image.Image]) -> list[Image.Image]:

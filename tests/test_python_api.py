@@ -155,7 +155,7 @@ def test_compare_names_hits_and_tests_are_checked_as_pairs_and_names():
 
 
 def test_hubness_stats_refuses_indices_outside_the_targets():
-    with pytest.raises(BackRetrievalError, match="n_targets: expected at least one target"):
+    with pytest.raises(BackRetrievalError, match="n_targets: expected a positive integer"):
         br.hubness_stats(np.array([], dtype=np.int64), 0)
     with pytest.raises(BackRetrievalError, match=r"retrieved: expected target indices .* in \[0, 5\)"):
         br.hubness_stats(np.array([1, 7]), 5)

@@ -89,7 +89,7 @@ def test_retrieval_recall_refuses_what_numpy_or_faiss_failed_on_or_read_silently
 
 def test_cluster_analysis_refuses_no_clusters_non_finite_rows_and_unequal_lengths():
     emb, langs, groups = _parallel()
-    with pytest.raises(ValueError, match="^k: expected a positive number of clusters, got 0$"):
+    with pytest.raises(ValueError, match="^k: expected a positive integer, got 0$"):
         cluster_analysis(emb, langs, groups, k=0)  # faiss' C++ assertion
     nan = emb.copy()
     nan[2] = np.inf
@@ -299,7 +299,7 @@ def test_hubness_and_protocol_counts_must_be_whole_numbers():
     sample_non_matching(10, 2.5, 0) a slice error."""
     with pytest.raises(BackRetrievalError, match=r"^top: expected the share of targets that are hubs, in \(0, 1\], got 0$"):
         br.hubness_stats([0, 0, 1, 2], 5, top=0)
-    with pytest.raises(BackRetrievalError, match="^n_targets: expected at least one target, got 4.5$"):
+    with pytest.raises(BackRetrievalError, match="^n_targets: expected a positive integer, got 4.5$"):
         br.hubness_stats([0, 0, 1, 2], 4.5)
     with pytest.raises(BackRetrievalError, match="^n=2.5: expected a whole number$"):
         br.sample_non_matching(10, 2.5, 0)

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import faiss
 import numpy as np
-from backretrieval.files import check_matrix
+from backretrieval.files import check_matrix, require_count
 from scipy import sparse
 from scipy.stats import entropy
 
@@ -91,8 +91,7 @@ def cluster_analysis(
     labels (``chance``), cluster sizes, and for the first ``n_examples`` clusters
     ``n_examples`` member sentences with their language (as the paper's Fig. 10).
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k: expected a positive number of clusters, got {k!r}")
+    require_count(k, "k")  # clusters
     emb = check_matrix("emb", emb, vectors=False)  # NaN rows, a 1-D array: one line, not faiss' assertion
     if len(langs) != len(emb) or len(groups) != len(emb) or captions is not None and len(captions) != len(emb):
         raise ValueError(f"emb has {len(emb)} rows but langs has {len(langs)}, groups {len(groups)}"

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import faiss
 import numpy as np
-from backretrieval.files import as_array, check_matrix
+from backretrieval.files import as_array, check_matrix, is_whole, require_count
 from scipy.linalg import orthogonal_procrustes
 
 Pairs = tuple[np.ndarray, np.ndarray]
@@ -46,14 +46,6 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     x = np.array(x, dtype=np.float32, copy=True)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
-
-
-def positive_count(value: object, name: str = "k") -> int:
-    """``value`` (a count of neighbours, a K) as an ``int``; a one-line ``ValueError`` naming ``name`` unless it is
-    an integer >= 1 (0 found no neighbour in silence, -1 every one, 1.5 was numpy's error)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
 
 
 def word_vectors(name: str, x: object, dim: int | None = None, dim_of: str = "") -> np.ndarray:
@@ -109,7 +101,7 @@ def mutual_nearest_neighbors(x: np.ndarray, y: np.ndarray, k: int = 5, one_per_w
     partner, so a dense neighbourhood does not add k² near-miss anchors; otherwise
     every mutual pair is returned. Returns two int arrays.
     """
-    k = positive_count(k)
+    k = require_count(k, "k")
     x = word_vectors("x", x)
     xn, yn = normalize_rows(x), normalize_rows(word_vectors("y", y, x.shape[1], "x"))
     sims, x_to_y = knn(xn, yn, k)  # (nx, k)
@@ -153,7 +145,7 @@ def refine_pairwise(
     mutual-k-NN anchors (paper: k = 5) and the Procrustes solution until ``‖ΔW‖_F < tol``
     or ``n_iter`` rounds. Each log entry: iteration, anchors, mean anchor cosine, delta.
     """
-    positive_count(k)
+    require_count(k, "k")
     x = word_vectors("x", x)
     xn, yn = normalize_rows(x), normalize_rows(word_vectors("y", y, x.shape[1], "x"))
     if seed_pairs is not None:
@@ -234,12 +226,12 @@ def refine_multi(
     """
     if len(spaces) < 2:
         raise ValueError(f"spaces: need at least 2 languages, got {len(spaces)}")
-    positive_count(k)
+    require_count(k, "k")
     first = word_vectors("spaces[0]", spaces[0])
     spaces = [normalize_rows(word_vectors(f"spaces[{a}]", s, first.shape[1], "spaces[0]")).astype(np.float64)
               for a, s in enumerate(spaces)]
     n_lang, dim = len(spaces), spaces[0].shape[1]
-    if isinstance(reference, bool) or not isinstance(reference, (int, np.integer)) or not -n_lang <= reference < n_lang:
+    if not is_whole(reference) or not -n_lang <= reference < n_lang:
         raise ValueError(f"reference: expected a language's position in spaces (0 to {n_lang - 1}), got {reference!r}")
     maps = [np.eye(dim) for _ in range(n_lang)]
     if seed_pairs:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from backretrieval.files import check_matrix
+from backretrieval.files import check_matrix, require_count
 from backretrieval.uncertainty import bootstrap_weights, percentile_interval
 
 from globetrotter.errors import UserError
@@ -197,8 +197,8 @@ def sentence_translation(
     """
     if not callable(emb) and not sp.issparse(emb):  # a list, 1-D or non-finite values: one line, not numpy's; rows of
         emb = normalize_rows(check_matrix("emb", emb, vectors=False))  # any norm ranked by cosine, not dot product
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise ValueError(f"k: expected a positive integer, got {k!r}")  # 0 or -1 scored 0 or 1.0, 1.5 as 1
+    if k is not None:  # 0 or -1 scored 0 or 1.0, 1.5 as 1
+        require_count(k, "k")
     scores = emb if callable(emb) else cosine_scores(emb)
     n = len(langs)
     languages, lang_idx = _codes(langs)

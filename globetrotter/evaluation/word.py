@@ -20,11 +20,11 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from backretrieval.files import require_sequence
+from backretrieval.files import require_count, require_sequence
 from backretrieval.hubness import neighbourhood_radii
 from backretrieval.metric_checks import check_ks
 
-from .procrustes import knn, normalize_rows, positive_count, refine_multi, refine_pairwise, word_vectors
+from .procrustes import knn, normalize_rows, refine_multi, refine_pairwise, word_vectors
 
 Method = Literal["nn", "csls"]
 
@@ -45,7 +45,7 @@ def rank_word_vectors(
     ``sources`` (the whole source vocabulary; defaults to ``queries``). Memory: a
     (chunk_size, n_targets) float32 block at a time.
     """
-    k = positive_count(k)  # 0 ranked nothing, -1 every target, in silence
+    k = require_count(k, "k")  # 0 ranked nothing, -1 every target, in silence
     queries = np.ascontiguousarray(word_vectors("queries", queries), dtype=np.float32)
     targets = np.ascontiguousarray(word_vectors("targets", targets, queries.shape[1], "queries"), dtype=np.float32)
     k = min(k, len(targets))
@@ -54,8 +54,8 @@ def rank_word_vectors(
         return idx, scores
     if method != "csls":
         raise ValueError(f"method must be 'nn' or 'csls', got {method!r}")
-    positive_count(csls_k, "csls_k")
-    positive_count(chunk_size, "chunk_size")
+    require_count(csls_k, "csls_k")
+    require_count(chunk_size, "chunk_size")
     sources = queries if sources is None else np.ascontiguousarray(
         word_vectors("sources", sources, queries.shape[1], "queries"), dtype=np.float32)  # a NaN row: every score NaN
     r_tgt_of_query = neighbourhood_radii(queries, targets, min(csls_k, len(targets)))  # r_T(x)
@@ -119,7 +119,7 @@ def word_translation_scores(
     "no_identical": {...}, "coverage", "chance_recall"}`` (fractions in [0, 1]); the
     ``no_identical`` subset drops pairs whose two strings are equal (paper Fig. 5, right).
     """
-    ks, recall_k = check_ks(ks), positive_count(recall_k, "recall_k")  # recall@0 was 0, recall@-1 1.0, in silence
+    ks, recall_k = check_ks(ks), require_count(recall_k, "recall_k")  # recall@0 was 0, recall@-1 1.0, in silence
     known = [(src.index[s], tgt.index[t], s == t) for s, t in pairs if s in src.index and t in tgt.index]
     coverage = len(known) / max(len(pairs), 1)
     result: dict[str, float | dict] = {"coverage": coverage,
@@ -164,9 +164,9 @@ def word_translation(
     Returns per-pair results, the recall matrix (row = source, column = target)
     with and without identical tokens, averages over pairs and the Procrustes logs.
     """
-    ks, recall_k = check_ks(ks), positive_count(recall_k, "recall_k")
+    ks, recall_k = check_ks(ks), require_count(recall_k, "recall_k")
     if procrustes != "none":
-        positive_count(procrustes_k, "procrustes_k")
+        require_count(procrustes_k, "procrustes_k")
     languages = sorted({lang for pair in dictionaries for lang in pair if lang in spaces})
     mapped = dict(spaces)
     logs: dict = {}

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from backretrieval.errors import option
+from backretrieval.files import require_count
 from backretrieval.metric_checks import check_ks
 from backretrieval.renamed import renamed_keywords
 from backretrieval.uncertainty import recall_interval
@@ -118,8 +119,7 @@ def rank_summary(ranks: np.ndarray, ks: Sequence[int] = DEFAULT_KS, n_boot: int 
 @renamed_keywords(num_images="n_images")
 def chance_recall(n_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """Recall@K of a random ranking: ``min(K, n_images) / n_images``."""
-    if isinstance(n_images, bool) or not isinstance(n_images, (int, np.integer)) or n_images < 1:
-        raise ValueError(f"n_images: expected a positive integer, got {n_images!r}")  # 0 divided by zero, -3 < 0
+    require_count(n_images, "n_images")  # 0 divided by zero, -3 gave a negative chance
     ks = check_ks(ks)
     return {f"image_retrieval_recall@{k}": min(1.0, k / n_images) for k in ks}
 

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from backretrieval.files import require_count
+
 from globetrotter.errors import UserError
 
 PAPER_MARGIN, PAPER_BETA, PAPER_K = 0.1, 0.01, 5  # eqs. (1), (2)
@@ -160,8 +162,7 @@ def cross_lingual_knn_loss(body: torch.Tensor, title: torch.Tensor, langs: torch
     excluded); ``L_XL = sum_{l != l_r} |m_l - m_{l_r}|`` over the languages present.
     A document alone in its language has no ``m_{l_r}`` and loss 0. ``langs`` ``[B]`` long.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:  # 0 gave loss 0 in silence, -1 torch's topk error
-        raise ValueError(f"k: expected a positive integer, got {k!r}")
+    require_count(k, "k")  # 0 gave loss 0 in silence, -1 torch's topk error
     batch = body.shape[0]
     dist = cosine_distance_matrix(body, title)  # [B, B], row r: distances from x_rb to every x_nt
     eye = torch.eye(batch, dtype=torch.bool, device=body.device)

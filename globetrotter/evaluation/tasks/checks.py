@@ -4,9 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from backretrieval.errors import BackRetrievalError, given, option, said
+from backretrieval.files import is_whole
 from backretrieval.metric_checks import check_ks
 from globetrotter.errors import UserError
 from globetrotter.tokenizer import provenance_languages, read_provenance
@@ -49,7 +48,7 @@ def require_sequence(value: object, name: str, what: str = "texts") -> None:
 def require_positive_int(value: object, name: str) -> None:
     """A one-line :class:`UserError` naming ``name`` unless ``value`` is an integer >= 1 (a count, a k), as the
     command line's ``positive_int`` refuses 0, -5 or 2.5 (numpy's error, or a silent 'all', otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_whole(value) or value < 1:
         raise UserError(f"{name}: expected a positive integer, got {value!r}")
 
 
