@@ -783,6 +783,26 @@ def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys
     assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
 
 
+def test_an_image_labelled_with_two_splits_is_a_one_line_error(tmp_path, capsys):
+    """A table labelling one image's rows train and test (splits drawn per row, not per image) put the image in test
+    in silence, the most held-out label winning. Now exit 2 naming both rows; unlabelled rows beside a label stay."""
+    photos, rows = folder_world(tmp_path)
+    labelled = [f"{row}\t{'test' if row.startswith('p0.') else 'train'}" for row in rows]
+    labelled[2] = labelled[2][:-len("test")] + "train"  # p0.jpg fr: line 3
+    table = write_lines(tmp_path / "caps.tsv", labelled)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--no-progress", "--out", out]) == 2
+    err = one_error_line(capsys)
+    assert f"{table}:3: image 'p0.jpg' is labelled train here but test at {table}:1: an image belongs to one " \
+           f"split" in err, err
+    assert not out.exists()
+    jsonl = write_lines(tmp_path / "caps.jsonl", [json.dumps({"image": "p0.jpg", "lang": "en", "caption": "a"}),
+                                                  json.dumps({"image": "p0.jpg", "lang": "de", "caption": "b",
+                                                              "split": "test"})])
+    assert cli(["folder", "--images", photos, "--captions", jsonl, "--workers", "1", "--no-progress", "--out", out]) == 0
+    assert sorted(samples_by_image(out / "test")) == ["p0"]
+
+
 def test_a_table_where_only_some_rows_carry_a_split_is_a_one_line_error(tmp_path, capsys):
     """A tab inside a caption of a 3-column table made a 4th field read as the split ('...<TAB>Test': image in test,
     caption cut), silently; a row missing its split field in a 4-column table was accepted too."""
