@@ -629,6 +629,22 @@ def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):
     assert report.total_written == 2 and not report.issues
 
 
+def test_folder_finds_jfif_and_heic_photos_by_file_name(tmp_path):
+    """A browser's .jfif JPEG and a phone's .heic under --images, named by file name, were "not found in the image
+    folders" (the folders were searched for a shorter list of suffixes): the JPEG is now read, the HEIC (which Pillow
+    cannot decode here) an unreadable image."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(photos / "dog.jfif", format="JPEG")
+    (photos / "cat.heic").write_bytes(b"\x00\x00\x00\x18ftypheic" + bytes(16))
+    tsv = write_lines(tmp_path / "caps.tsv", ["dog.jfif\ten\ta dog", "cat.heic\ten\ta cat"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {"unreadable_image": 1} and summary["written"] == {"train": {"en": 1}}, summary
+    assert sorted(samples_by_image(out / "train")) == ["dog"]
+
+
 def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
     """same.jpg, with x/same.jpg and y/same.jpg under the folder, went to the first file, silently: now each such row
     is an ambiguous_image issue (skipped, counted); a path picks its file."""
