@@ -645,6 +645,25 @@ def test_folder_finds_jfif_and_heic_photos_by_file_name(tmp_path):
     assert sorted(samples_by_image(out / "train")) == ["dog"]
 
 
+def test_files_given_ids_ending_2_are_named_with_their_ids(tmp_path, capsys):
+    """Two phone folders' IMG_0001.JPG became ids IMG_0001 and IMG_0001-2 in table order, and nothing said which file
+    got which: a user keying imported embeddings by these ids could swap them. One warning and the summary say it."""
+    photos = tmp_path / "photos"
+    make_jpeg(photos / "100APPLE" / "IMG_0001.JPG", color=(200, 0, 0))
+    make_jpeg(photos / "101APPLE" / "IMG_0001.JPG", color=(0, 0, 200))
+    tsv = write_lines(tmp_path / "caps.tsv", ["101APPLE/IMG_0001.JPG\ten\ta blue one",
+                                              "100APPLE/IMG_0001.JPG\ten\ta red one"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["renamed_ids"] == {str(photos / "100APPLE" / "IMG_0001.JPG"): "IMG_0001-2"}, summary
+    assert {s.image_id: s.caption for s in iter_samples(out / "train")} == {"IMG_0001": "a blue one",
+                                                                           "IMG_0001-2": "a red one"}
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if "IMG_0001-2" in ln]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: 1 image file(s) share their id") and \
+        f"{photos / '100APPLE' / 'IMG_0001.JPG'} is IMG_0001-2" in warnings[0], warnings
+
+
 def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
     """same.jpg, with x/same.jpg and y/same.jpg under the folder, went to the first file, silently: now each such row
     is an ambiguous_image issue (skipped, counted); a path picks its file."""
