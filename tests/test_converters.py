@@ -629,6 +629,41 @@ def test_folder_layout_matches_by_path_or_file_name_only(tmp_path, capsys):
     assert report.total_written == 2 and not report.issues
 
 
+def test_folder_finds_jfif_and_heic_photos_by_file_name(tmp_path):
+    """A browser's .jfif JPEG and a phone's .heic under --images, named by file name, were "not found in the image
+    folders" (the folders were searched for a shorter list of suffixes): the JPEG is now read, the HEIC (which Pillow
+    cannot decode here) an unreadable image."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(photos / "dog.jfif", format="JPEG")
+    (photos / "cat.heic").write_bytes(b"\x00\x00\x00\x18ftypheic" + bytes(16))
+    tsv = write_lines(tmp_path / "caps.tsv", ["dog.jfif\ten\ta dog", "cat.heic\ten\ta cat"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["skipped"] == {"unreadable_image": 1} and summary["written"] == {"train": {"en": 1}}, summary
+    assert sorted(samples_by_image(out / "train")) == ["dog"]
+
+
+def test_files_given_ids_ending_2_are_named_with_their_ids(tmp_path, capsys):
+    """Two phone folders' IMG_0001.JPG became ids IMG_0001 and IMG_0001-2 in table order, and nothing said which file
+    got which: a user keying imported embeddings by these ids could swap them. One warning and the summary say it."""
+    photos = tmp_path / "photos"
+    make_jpeg(photos / "100APPLE" / "IMG_0001.JPG", color=(200, 0, 0))
+    make_jpeg(photos / "101APPLE" / "IMG_0001.JPG", color=(0, 0, 200))
+    tsv = write_lines(tmp_path / "caps.tsv", ["101APPLE/IMG_0001.JPG\ten\ta blue one",
+                                              "100APPLE/IMG_0001.JPG\ten\ta red one"])
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", tsv, "--workers", "1", "--out", out, "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["renamed_ids"] == {str(photos / "100APPLE" / "IMG_0001.JPG"): "IMG_0001-2"}, summary
+    assert {s.image_id: s.caption for s in iter_samples(out / "train")} == {"IMG_0001": "a blue one",
+                                                                           "IMG_0001-2": "a red one"}
+    warnings = [ln for ln in capsys.readouterr().out.splitlines() if "IMG_0001-2" in ln]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: 1 image file(s) share their id") and \
+        f"{photos / '100APPLE' / 'IMG_0001.JPG'} is IMG_0001-2" in warnings[0], warnings
+
+
 def test_folder_file_name_of_several_files_is_an_ambiguous_image(tmp_path):
     """same.jpg, with x/same.jpg and y/same.jpg under the folder, went to the first file, silently: now each such row
     is an ambiguous_image issue (skipped, counted); a path picks its file."""
@@ -781,6 +816,26 @@ def test_a_split_column_with_a_split_option_is_a_one_line_error(tmp_path, capsys
     assert cli(["folder", "--images", photos, "--captions", table, "--assign-languages", "--workers", "1", "--no-progress",
                 "--out", out]) == 0
     assert sorted(samples_by_image(out / "test")) == ["p0", "p1"] and sorted(samples_by_image(out / "val")) == ["p2"]
+
+
+def test_an_image_labelled_with_two_splits_is_a_one_line_error(tmp_path, capsys):
+    """A table labelling one image's rows train and test (splits drawn per row, not per image) put the image in test
+    in silence, the most held-out label winning. Now exit 2 naming both rows; unlabelled rows beside a label stay."""
+    photos, rows = folder_world(tmp_path)
+    labelled = [f"{row}\t{'test' if row.startswith('p0.') else 'train'}" for row in rows]
+    labelled[2] = labelled[2][:-len("test")] + "train"  # p0.jpg fr: line 3
+    table = write_lines(tmp_path / "caps.tsv", labelled)
+    out = tmp_path / "out"
+    assert cli(["folder", "--images", photos, "--captions", table, "--workers", "1", "--no-progress", "--out", out]) == 2
+    err = one_error_line(capsys)
+    assert f"{table}:3: image 'p0.jpg' is labelled train here but test at {table}:1: an image belongs to one " \
+           f"split" in err, err
+    assert not out.exists()
+    jsonl = write_lines(tmp_path / "caps.jsonl", [json.dumps({"image": "p0.jpg", "lang": "en", "caption": "a"}),
+                                                  json.dumps({"image": "p0.jpg", "lang": "de", "caption": "b",
+                                                              "split": "test"})])
+    assert cli(["folder", "--images", photos, "--captions", jsonl, "--workers", "1", "--no-progress", "--out", out]) == 0
+    assert sorted(samples_by_image(out / "test")) == ["p0"]
 
 
 def test_a_table_where_only_some_rows_carry_a_split_is_a_one_line_error(tmp_path, capsys):

@@ -16,7 +16,8 @@ exists is a missing image). The path is normalised before it is matched (``./a.j
 records; any other line that does not follow the format is reported as malformed. The key of a
 caption is ``(image, lang, caption)`` as they are compared once normalised (the path, the
 language code, the caption's whitespace): a repeated row is a duplicate. A table's split column is the user's
-own split: given with a command-line split option (``--test-fraction``...), a conversion refuses it.
+own split: given with a command-line split option (``--test-fraction``...), a conversion refuses it, as it
+refuses an image whose rows name two splits.
 """
 from __future__ import annotations
 

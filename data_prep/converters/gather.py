@@ -71,11 +71,23 @@ def same_text(text: str) -> str:
     return " ".join(_WORD.findall(text.casefold()))
 
 
+def _check_one_split(item: Caption, image: GatheredImage | None) -> None:
+    """One-line :class:`UserError` when a caption table labels ``item``'s image with another split than an earlier
+    row did: an image is in one split, and the most held-out label would win in silence (splits.merge_hints)."""
+    other = next((c for c in image.captions if c.user_split and c.split_hint not in (None, item.split_hint)),
+                 None) if image is not None else None
+    if other is not None:
+        raise UserError(f"{item.where}: image {item.images[0]!r} is labelled {item.split_hint} here but "
+                        f"{other.split_hint} at {other.where}: an image belongs to one split; give every row of an "
+                        f"image the same split; nothing written")
+
+
 def gather_images(sources: Iterable[Iterable[Record]], options: ConvertOptions, report: ConversionReport,
                   resolver: ImageResolver) -> dict[Path, GatheredImage]:
     """Check every record; keep good captions grouped by image file. A caption the user labelled with a split
     (a caption table's split column) while a command-line split option is given is a one-line :class:`UserError`:
-    the option would re-split the images the user split (a test image could land in train)."""
+    the option would re-split the images the user split (a test image could land in train); so is an image whose
+    rows the user labelled with two splits."""
     images: dict[Path, GatheredImage] = {}
     given = options.split_options()
     kept: dict[tuple[Path, str, str], tuple[str, str]] = {}  # (image, lang, same_text) -> (file, where) of the kept
@@ -99,6 +111,8 @@ def gather_images(sources: Iterable[Iterable[Record]], options: ConvertOptions, 
             report.add(Issue("missing_image", item.file, item.line,
                              f"image {item.images[0]!r} not found in the image folders{how}"))
             continue
+        if item.user_split and item.split_hint is not None:
+            _check_one_split(item, images.get(path))
         text_key = (path, item.lang, same_text(item.text))
         first = kept.get(text_key) if text_key[2] else None
         if first is not None and first[0] != str(item.file):  # overlapping sources (Multi30K tasks 1 and 2, ...);

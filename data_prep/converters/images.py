@@ -28,7 +28,10 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..shards import rgb_image
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+# what the image folders are searched for: Pillow's formats, and the phone and browser ones it may lack (.heic: an
+# unreadable image, said so, where a caption naming it would otherwise read as a file not found)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".avif",
+                  ".heic", ".heif")
 RESIZE_MODES = ("shorter", "center-crop")
 _PHOTO_ID = re.compile(r"^(\d+)(?:_[0-9a-fA-F]+)?$")  # Flickr: 1000268201 or 1000268201_693b08cb0e
 _EXIF_ORIENTATION = 0x0112

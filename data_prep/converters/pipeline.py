@@ -43,7 +43,9 @@ from .notes import (counts_by_kind, encoding_note, first_issue, lacking_note, no
                     unbalanced_note)
 from .options import ConvertOptions
 from .report import SUMMARY, ConversionReport
-from .splits import NOT_CAPTIONED, FixedSplits, ImageInfo, assign_from_split_files, merge_hints, plan_splits
+from .splits import (
+    NOT_CAPTIONED, FixedSplits, ImageInfo, assign_from_split_files, examples, merge_hints, plan_splits,
+)
 from .write import plan_writes, write_shards
 
 OUTPUT_SPLITS = ("train", "val", "test", "train-parallel")
@@ -65,9 +67,11 @@ def safe_id(stem: str) -> str:
     return f"{image_id[:MAX_ID - 11]}-{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:10]}"
 
 
-def _assign_image_ids(images: Iterable[GatheredImage]) -> None:
-    """Readable, unique ids from file stems (``1000268201_693b08cb0e``); ``-2``, ``-3``... on clashes."""
+def _assign_image_ids(images: Iterable[GatheredImage]) -> dict[str, str]:
+    """Readable, unique ids from file stems (``1000268201_693b08cb0e``); ``-2``, ``-3``... on clashes, in the order
+    the images come. Returns file path -> id of the images so renamed."""
     used: set[str] = set()
+    renamed: dict[str, str] = {}
     for img in images:
         base = safe_id(img.path.stem)
         image_id, n = base, 1
@@ -76,6 +80,9 @@ def _assign_image_ids(images: Iterable[GatheredImage]) -> None:
             image_id = f"{base}-{n}"
         used.add(image_id)
         img.image_id = image_id
+        if n > 1:
+            renamed[str(img.path)] = image_id
+    return renamed
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -142,7 +149,12 @@ def _convert(sources: Iterable[Iterable[Record]], options: ConvertOptions, out_d
     encoding = encoding_note(report)
     if encoding:
         report.note(encoding)
-    _assign_image_ids(images.values())
+    report.renamed_ids = _assign_image_ids(images.values())
+    if report.renamed_ids:
+        report.note(f"{len(report.renamed_ids)} image file(s) share their id with an earlier file's (the stem, "
+                    f"characters outside A-Z a-z 0-9 _ - made _) and got ids ending -2, -3...: "
+                    f"{examples([f'{path} is {i}' for path, i in report.renamed_ids.items()])}; key your own "
+                    f"embeddings of them by these ids (every one in summary.json's renamed_ids)")
     by_id = {img.image_id: img for img in images.values()}
 
     found_langs = sorted({c.lang for img in by_id.values() for c in img.captions})

@@ -88,6 +88,7 @@ class ConversionReport:
         self.extra_written: Counter = Counter()  # (split, lang) -> samples of extra views (train-parallel)
         self.images: Counter = Counter()  # split -> images written
         self.notes: list[str] = []
+        self.renamed_ids: dict[str, str] = {}  # image file -> its id, where the file stem's was taken (-2, -3...)
         self.split_lines: list[str] = []  # where the splits came from (--split-file, --all-to), with counts
         self.timing: dict[str, float] = {}
         self.options: dict[str, Any] = {}
@@ -252,6 +253,7 @@ class ConversionReport:
             "issues": {kind: {"count": len(v), "examples": [asdict(i) for i in v[:max_examples]]}
                        for kind, v in self.issues.items()},
             "notes": list(self.notes),
+            "renamed_ids": dict(self.renamed_ids),
             "split_sources": list(self.split_lines),
             "timing": dict(self.timing),
             "options": dict(self.options),
