@@ -28,7 +28,7 @@ from .errors import BackRetrievalError, given, option
 from .files import as_array, check_matrix, enough_for_k, is_whole
 from .metric import DEFAULT_KS, bkr_recall, corr_terms, xlr_recall
 from .metric_checks import check_ks
-from .uncertainty import DEFAULT_LEVEL, corr_interval, recall_intervals
+from .uncertainty import DEFAULT_LEVEL, check_interval_options, corr_interval, recall_intervals
 from .vectors import l2_normalize
 
 DEFAULT_SEEDS = 25  # paper 3.1
@@ -113,7 +113,15 @@ def correlate_over_models(per_model: Mapping[str, Sequence[dict]], ks: Sequence[
     names = list(per_model)
     if len(names) < 2:
         raise BackRetrievalError(f"correlation over models needs at least 2 models, got {len(names)}")
+    ks = check_ks(ks)  # one K as an int was 'int object is not iterable'
     n_seeds = min(len(per_model[m]) for m in names)
+    for m in names:  # a K the records lack was KeyError: 'xlr@5'
+        for s, record in enumerate(per_model[m][:n_seeds]):
+            lacking = [key for k in ks for key in (f"xlr@{k}", f"bkr@{k}") if key not in record]
+            if lacking or "corr" not in record:
+                held = sorted(int(key[4:]) for key in record if key.startswith("xlr@"))
+                raise BackRetrievalError(f"per_model[{m!r}][{s}]: no {(lacking or ['corr'])[0]!r} (the record holds K "
+                                         f"= {held}); expected a protocol_seed record of every K in ks {list(ks)}")
     out: dict = {}
     for k in ks:
         entry: dict = {}
@@ -168,6 +176,9 @@ def run_protocol(
         "correlation": see :func:`correlate_over_models` (only with >= 2 models)}``.
     """
     ks = check_ks(ks)
+    check_interval_options(bootstrap, level)  # -1 ran with no intervals, in silence
+    if not models:  # an empty result, in silence
+        raise BackRetrievalError("models: expected at least one model (name -> (source, target) embeddings), got none")
     image_feats = check_matrix("image_feats", image_feats, vectors=False).astype(np.float32, copy=False)
     n_items = len(image_feats)
     models = {name: (as_array(f"model {name} source", pair[0]), as_array(f"model {name} target", pair[1]))

@@ -40,7 +40,7 @@ import numpy as np
 from scipy import stats
 
 from .errors import BackRetrievalError, option
-from .files import is_whole
+from .files import is_whole, require_count
 from .renamed import renamed_keywords
 
 DEFAULT_BOOTSTRAP = 1000  # replicates; the percentile interval's Monte Carlo error is ~0.1 point at 95%
@@ -206,9 +206,12 @@ def corr_interval(
     if not text_dist.ndim == image_dist.ndim == q.ndim == 1 or not len(text_dist) == len(image_dist) == len(q):
         raise BackRetrievalError(f"text_dist, image_dist, query_of_pair: expected one value per pair (1-D, one length), "
                                  f"got shapes {text_dist.shape}, {image_dist.shape}, {q.shape}")  # numpy's errors
+    if len(q) == 0:  # CORR 0 with numpy's 'Degrees of freedom <= 0' RuntimeWarning
+        raise BackRetrievalError("text_dist, image_dist, query_of_pair: no pairs; expected at least one pair")
+    n_queries = require_count(n_queries, "n_queries")  # 2.5 was bincount's TypeError
     if not (np.isfinite(text_dist).all() and np.isfinite(image_dist).all()):  # NaN ranks: CORR 0 in silence
         raise BackRetrievalError("text_dist, image_dist: contain NaN or inf; expected finite distances")
-    if len(q) and (q.dtype.kind not in "iu" or q.min() < 0 or q.max() >= n_queries):  # 0.5 was read as query 0
+    if (q.dtype.kind not in "iu" or q.min() < 0 or q.max() >= n_queries):  # 0.5 was read as query 0
         raise BackRetrievalError(f"query_of_pair: expected query indices (integers) in [0, {n_queries}), got "
                                  f"{q.dtype} values in [{q.min()}, {q.max()}]")
     x = stats.rankdata(text_dist)

@@ -4,6 +4,8 @@ indices outside the gallery, a str for a list of tokens, a fractional bootstrap 
 line naming the argument, never numpy's, faiss' or torch's traceback, nor a silent figure."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -343,3 +345,160 @@ def test_tagging_and_the_cross_lingual_loss_refuse_a_str_for_a_list_and_k_below_
     body, title, langs = torch.randn(6, 4), torch.randn(6, 4), torch.tensor([0, 0, 1, 1, 2, 2])
     with pytest.raises(ValueError, match="^k: expected a positive integer, got 0$"):
         cross_lingual_knn_loss(body, title, langs, k=0)
+
+
+def test_zero_shot_recall_takes_numpy_features_and_names_a_language_without_targets():
+    """Numpy text features were AttributeError: 'numpy.ndarray' object has no attribute 'to' (the docstring said
+    tensors), a list of rows 'no attribute shape'; a language of text_features missing from targets KeyError: 'de'; a
+    1-D tensor's length was read as its width."""
+    from globetrotter.zeroshot import TextToImageAdapter, zero_shot_recall
+
+    torch.manual_seed(0)
+    adapter = TextToImageAdapter(6, 8)
+    rng = np.random.default_rng(0)
+    text, images = rng.normal(size=(20, 6)).astype(np.float32), rng.normal(size=(10, 8)).astype(np.float32)
+    target = np.arange(20) % 10
+    tensors = zero_shot_recall(adapter, {"en": torch.from_numpy(text)}, {"en": target}, torch.from_numpy(images))
+    assert zero_shot_recall(adapter, {"en": text}, {"en": target}, images) == tensors
+    assert zero_shot_recall(adapter, {"en": text.tolist()}, {"en": target}, images.tolist()) == tensors
+    with pytest.raises(UserError, match=r"^targets: no image rows for \['de'\] \(text_features has \['en', 'de'\], "
+                                        r"targets \['en'\]\); expected one entry per language of text_features$"):
+        zero_shot_recall(adapter, {"en": text, "de": text}, {"en": target}, images)
+    with pytest.raises(UserError, match=r"^text_features\['en'\]: expected a 2-D array \(rows x dim\), got shape \(20,\)$"):
+        zero_shot_recall(adapter, {"en": torch.from_numpy(text[:, 0])}, {"en": target}, images)
+    with pytest.raises(UserError, match="^text_features: expected a dict of language -> rows, got a Tensor$"):
+        zero_shot_recall(adapter, torch.from_numpy(text), {"en": target}, images)
+
+
+def test_assign_target_tags_refuses_tags_outside_the_vocabulary_and_other_widths_and_takes_an_empty_vocabulary():
+    """A tag index past the source vocabulary was torch's IndexError (-2 a pad in silence, 1.0 'tensors used as
+    indices must be long'); embeddings of another width 'mat1 and mat2 shapes cannot be multiplied'; an empty target
+    vocabulary argmax's 'Expected reduction dim 1 to have non-zero size' (now every slot -1, as when the vocabulary is
+    used up); numpy inputs 'isfinite(): argument must be Tensor'."""
+    from globetrotter.zeroshot import assign_target_tags, tag_images
+
+    torch.manual_seed(0)
+    img, src, tgt = torch.randn(3, 8), torch.randn(5, 8), torch.randn(4, 8)
+    tags = torch.tensor([[0, 1], [2, -1], [3, 4]])
+    chosen = assign_target_tags(img, tags, src, tgt)
+    for bad, shown in (([[0, 7], [2, -1], [3, 4]], r"torch.int64 values in \[-1, 7\]"),
+                       ([[0, -2], [2, -1], [3, 4]], r"torch.int64 values in \[-2, 4\]"),
+                       (tags.float().tolist(), r"torch.float32 values in \[-1.0, 4.0\]")):
+        with pytest.raises(ValueError, match=r"^source_tags: expected rows of source_embeddings \(integers\) in \[0, 5\) "
+                                             rf"or -1 \(padding\), got {shown}$"):
+            assign_target_tags(img, torch.tensor(bad), src, tgt)
+    with pytest.raises(ValueError, match=r"^target tag embeddings: expected \[rows, 8\] \(the image features' width\), "
+                                         r"got \(4, 4\)$"):
+        assign_target_tags(img, tags, src, tgt[:, :4])
+    assert (assign_target_tags(img, tags, src, tgt[:0]) == -1).all()
+    assert torch.equal(assign_target_tags(img.numpy(), tags.numpy(), src.numpy(), tgt.numpy()), chosen)
+
+    def embed(words: list[str]) -> torch.Tensor:
+        return torch.randn(len(words), 8)
+
+    assert tag_images(img, [["a"], ["b"], ["c"]], embed, {"de": []}) == {"de": [[], [], []]}
+
+
+def test_the_protocols_correlation_names_a_k_its_records_lack_and_refuses_no_models_or_pairs():
+    """correlate_over_models with a K the records lack was KeyError: 'xlr@10', one K as an int 'int object is not
+    iterable'; run_protocol({}) returned an empty result and bootstrap=-1 ran with no intervals, in silence;
+    corr_interval of no pairs was CORR 0 with numpy's 'Degrees of freedom <= 0' RuntimeWarning."""
+    from backretrieval.protocol import correlate_over_models
+
+    rng = np.random.default_rng(5)
+    images = rng.normal(size=(40, 6))
+    models = {"a": (images @ rng.normal(size=(6, 5)), images @ rng.normal(size=(6, 5))),
+              "b": (rng.normal(size=(40, 5)), rng.normal(size=(40, 5)))}
+    res = br.run_protocol(models, images, seeds=2, ks=(1, 5), progress=False)
+    per_model = {name: entry["per_seed"] for name, entry in res["models"].items()}
+    with pytest.raises(BackRetrievalError, match=r"^per_model\['a'\]\[0\]: no 'xlr@10' \(the record holds K = \[1, 5\]\); "
+                                                 r"expected a protocol_seed record of every K in ks \[10\]$"):
+        correlate_over_models(per_model, (10,))
+    assert correlate_over_models(per_model, 5) == correlate_over_models(per_model, (5,))
+    with pytest.raises(BackRetrievalError, match=r"^models: expected at least one model \(name -> \(source, target\) "
+                                                 r"embeddings\), got none$"):
+        br.run_protocol({}, images, seeds=1, progress=False)
+    with pytest.raises(BackRetrievalError, match=r"^bootstrap: expected a number of replicates >= 0 \(0: no intervals\), "
+                                                 r"got -1$"):
+        br.run_protocol(models, images, seeds=1, bootstrap=-1, progress=False)
+    with pytest.raises(BackRetrievalError, match="^text_dist, image_dist, query_of_pair: no pairs; expected at least one "
+                                                 "pair$"):
+        br.corr_interval([], [], [], 10, bootstrap=20)
+    with pytest.raises(BackRetrievalError, match="^n_queries: expected a positive integer, got 2.5$"):
+        br.corr_interval([0.1, 0.2, 0.3], [0.1, 0.3, 0.2], [0, 1, 1], 2.5, bootstrap=20)  # bincount's TypeError
+
+
+def test_a_ranking_and_the_selection_grid_refuse_values_of_another_type():
+    """Ranking(csls_k=2.5) was made (numpy's 'Partition index must be integer' when scored), csls="no" read as true,
+    maxsim="1" a TypeError of '<='; select_ranking(maxsim=0.5) or csls=True was 'object is not iterable',
+    max_per_lang=0 its default in silence; reference_size=-1 or 2.5 numpy's error (select and sentence); a str
+    for the sentence ranking AttributeError: no needs_statistics."""
+    from globetrotter.evaluation import Ranking, evaluate_sentence_translation, select_ranking
+
+    for fields, said in (({"csls": True, "csls_k": 2.5}, "csls_k 2.5: expected a number of neighbours >= 1"),
+                         ({"csls": "no"}, "csls 'no': expected True or False"),
+                         ({"maxsim": "1"}, "maxsim '1': expected a weight >= 0")):
+        with pytest.raises(UserError, match=f"^ranking {said}$"):
+            Ranking(**fields)
+    assert Ranking(maxsim=np.float64(1.0), csls=True, csls_k=np.int64(3)).needs_statistics
+    for grid, said in (({"maxsim": 0.5}, "maxsim: expected a sequence of the values to try, got one float (0.5)"),
+                       ({"csls": True}, "csls: expected a sequence of the values to try, got one bool (True)")):
+        with pytest.raises(TypeError, match=rf"^{re.escape(said)}; wrap it in a list$"):
+            select_ranking("runs/none", "val", **grid)
+    for count in ({"max_per_lang": 0}, {"reference_size": -1}, {"reference_size": 2.5}):
+        (name, value), = count.items()
+        with pytest.raises(UserError, match=f"^{name}: expected a positive integer, got {value}$"):
+            select_ranking("runs/none", "val", **count)
+    with pytest.raises(UserError, match="^reference_size: expected a positive integer, got 2.5$"):
+        evaluate_sentence_translation("runs/none", "test", reference_size=2.5)
+    with pytest.raises(UserError, match=r"^ranking: expected a Ranking \(head, maxsim, csls, csls_k\), got str 'csls'; an "
+                                        r"eval.py select record goes in as choice=Choice.from_record\(record\)$"):
+        evaluate_sentence_translation("runs/none", "test", ranking="csls")
+
+
+def test_parallel_set_and_read_reference_refuse_a_path_a_str_for_a_list_and_counts_below_one(tiny_world):
+    """parallel_set(split_folder) was AttributeError: 'str' object has no attribute 'get', languages "en,ru" its
+    letters, n_groups=0 an empty set in silence and 2.5 numpy's error; read_reference(max_per_lang=0) said the split
+    had no reference text."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import parallel_set, read_reference
+
+    test = tiny_world / "test"
+    with pytest.raises(TypeError, match=r"^metas: expected a sequence of caption dicts \(data_prep.shards.read_captions"
+                                        r"\(split\)\), got one PosixPath \("):
+        parallel_set(test)
+    metas = read_captions(test)
+    with pytest.raises(TypeError, match=r"^languages: expected a sequence of language codes, got one str \('en,ru'\)"):
+        parallel_set(metas, "en,ru")
+    for n in (0, 2.5):
+        with pytest.raises(BackRetrievalError, match=f"^n_groups: expected a positive integer, got {n}$"):
+            parallel_set(metas, n_groups=n)
+    assert len(parallel_set(metas, ("en", "ru"), n_groups=3).captions) == 6
+    with pytest.raises(UserError, match="^max_per_lang: expected a positive integer, got 0$"):
+        read_reference(tiny_world / "train", ["en"], 0)
+
+
+def test_translation_refuses_a_list_for_one_language_a_ranking_object_an_index_file_and_unknown_word_options(tiny_run):
+    """to=["ru"] was 'unhashable type: list'; translate_sentences(ranking=Ranking()) AttributeError: no .ranking;
+    index=FILE FileExistsError once the corpus was encoded; translate_words(method="cos") ranked by cosine and
+    embeddings="output" (as evaluate_word_translation's, and its candidates="all") read as another value, in
+    silence."""
+    from globetrotter.evaluation import Ranking, evaluate_word_translation, translate_sentences, translate_words
+
+    test = tiny_run.parent.parent / "world-missing"  # never read: each call stops before its corpus
+    quiet = {"log": lambda _: None}
+    with pytest.raises(TypeError, match=r"^to: expected one language code \(a str\), got list \['ru'\]$"):
+        translate_sentences(tiny_run, ["red"], to=["ru"], corpus=test, **quiet)
+    with pytest.raises(UserError, match=r"^ranking: expected an eval.py select record \(its path\) or its Choice, got "
+                                        r"Ranking "):
+        translate_sentences(tiny_run, ["red"], to="ru", corpus=test, ranking=Ranking(), **quiet)
+    with pytest.raises(ValueError, match="^method must be 'nn' or 'csls', got 'cos'$"):
+        translate_words(tiny_run, ["red"], to="ru", method="cos", **quiet)
+    with pytest.raises(ValueError, match="^candidates must be 'dictionary' or 'split', got 'all'$"):
+        evaluate_word_translation(tiny_run, test, candidates="all")
+    with pytest.raises(ValueError, match="^embeddings must be 'input' or 'contextual', got 'output'$"):
+        translate_words(tiny_run, ["red"], to="ru", embeddings="output", **quiet)
+    config = tiny_run / "config.yaml"
+    with pytest.raises(UserError, match=f"^{re.escape(str(config))}: a file, not a folder; expected the folder the index "
+                                        r"is saved in \(or none yet\)$"):
+        translate_sentences(tiny_run, ["red"], to="en", corpus=config, index=config, **quiet)

@@ -16,8 +16,11 @@ sentences themselves, each a neighbour of the others but not of itself.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any
+
+from backretrieval.files import is_whole
 
 from globetrotter.errors import UserError
 
@@ -40,10 +43,12 @@ class Ranking:
     def __post_init__(self) -> None:
         if self.head not in HEADS:
             raise UserError(f"ranking head {self.head!r}: expected one of {', '.join(HEADS)}")
-        if not 0 <= self.maxsim < float("inf"):
-            raise UserError(f"ranking maxsim {self.maxsim}: expected a weight >= 0")
-        if self.csls_k < 1:
-            raise UserError(f"ranking csls_k {self.csls_k}: expected a number of neighbours >= 1")
+        if not isinstance(self.maxsim, Real) or isinstance(self.maxsim, bool) or not 0 <= self.maxsim < float("inf"):
+            raise UserError(f"ranking maxsim {self.maxsim!r}: expected a weight >= 0")  # "1" was TypeError: '<='
+        if not isinstance(self.csls, bool):  # "no" was read as true
+            raise UserError(f"ranking csls {self.csls!r}: expected True or False")
+        if not is_whole(self.csls_k) or self.csls_k < 1:  # 2.5 was numpy's 'Partition index must be integer'
+            raise UserError(f"ranking csls_k {self.csls_k!r}: expected a number of neighbours >= 1")
 
     @property
     def label(self) -> str:

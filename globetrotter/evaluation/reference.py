@@ -17,6 +17,7 @@ from typing import Collection, Sequence
 import numpy as np
 
 from backretrieval.errors import given, option
+from backretrieval.files import is_whole
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
@@ -200,5 +201,7 @@ def read_reference(split: str | Path, languages: Sequence[str],
     with :data:`SAMPLE_SEED`, so that a language's captions are the same whichever other languages are read.
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
-    statistics could not be taken)."""
+    statistics could not be taken), a ``max_per_lang`` that is no positive integer."""
+    if max_per_lang is not None and (not is_whole(max_per_lang) or max_per_lang < 1):  # numpy's error, or no captions
+        raise UserError(f"max_per_lang: expected a positive integer, got {max_per_lang!r}")
     return read_captions_once(split, languages).pool(max_per_lang)

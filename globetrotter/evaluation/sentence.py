@@ -19,6 +19,7 @@ options") also lets same-language sentences compete (``candidates="all"``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -84,6 +85,13 @@ def parallel_set(
     The sample is a function of (sorted group ids, ``seed``) only, not of shard order.
     ``split_images`` holds every caption's image id (a reference split must show none of them).
     """
+    for name, value, what in (("metas", metas, "caption dicts (data_prep.shards.read_captions(split))"),
+                              ("languages", languages, "language codes")):
+        if isinstance(value, (str, bytes, PathLike)):  # a split's path was AttributeError: no .get; "en,de" its letters
+            raise TypeError(f"{name}: expected a sequence of {what}, got one {type(value).__name__} "
+                            f"({str(value)[:40]!r}); wrap it in a list")
+    if n_groups is not None:  # 0 gave an empty set in silence, 2.5 or -1 numpy's error
+        require_count(n_groups, "n_groups")
     first: dict[str, dict[str, dict]] = {}
     images: dict[str, set] = {}
     every_image: set[str] = set()

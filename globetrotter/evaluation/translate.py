@@ -166,6 +166,8 @@ def open_or_build(
     written). The note that a saved index was built goes to ``log``; ``progress`` None shows the bar only with
     the default ``log``: a ``log`` of one's own (``lambda _: None``: quiet) shows none."""
     folder = Path(folder) if folder is not None else None
+    if folder is not None and folder.exists() and not folder.is_dir():  # FileExistsError once the corpus was encoded
+        raise UserError(f"{folder}: a file, not a folder; expected the folder the index is saved in (or none yet)")
     meta = read_meta(folder) if folder is not None else {}
     entry = meta.get("languages", {}).get(lang)
     if (not rebuild and entry is not None and meta.get("signature") == signature and folder is not None

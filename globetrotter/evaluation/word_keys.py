@@ -177,6 +177,8 @@ class WordEmbedder:
     ``keys=True`` for words that are tokenizer keys (each gets its own input row), ``False`` for plain words."""
 
     def __init__(self, encoder: Any, kind: Embeddings = "input", counts: Mapping[str, Counter] | None = None) -> None:
+        if kind not in ("input", "contextual"):  # "output" was read as "contextual", in silence
+            raise ValueError(f"embeddings must be 'input' or 'contextual', got {kind!r}")
         self.encoder, self.kind, self.counts = encoder, kind, counts or {}
         per_language = getattr(encoder, "needs_language", False)
         self.shared = encoder.token_embeddings() if kind == "input" and not per_language else None

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from backretrieval.errors import option
-from backretrieval.files import require_count
+from backretrieval.files import check_matrix, require_count
 from backretrieval.metric_checks import check_ks
 from backretrieval.renamed import renamed_keywords
 from backretrieval.uncertainty import recall_interval
@@ -126,19 +126,39 @@ def chance_recall(n_images: int, ks: Sequence[int] = DEFAULT_KS) -> dict[str, fl
 
 def zero_shot_recall(
     adapter: TextToImageAdapter,
-    text_features: Mapping[str, torch.Tensor],
+    text_features: Mapping[str, torch.Tensor | np.ndarray],
     targets: Mapping[str, torch.Tensor | np.ndarray],
-    image_features: torch.Tensor,
+    image_features: torch.Tensor | np.ndarray,
     ks: Sequence[int] = DEFAULT_KS,
     metric: Metric = "l2",
 ) -> dict[str, dict[str, float]]:
     """Per-language text->image Recall@K of an adapter (the layout of XTD10 Tables 2 and 3).
 
     ``text_features[lang]`` ``[Q_lang, Dt]``: frozen sentence embeddings of the test captions
-    in ``lang``; ``targets[lang]`` ``[Q_lang]``: their image rows in ``image_features``.
+    in ``lang``; ``targets[lang]`` ``[Q_lang]``: their image rows in ``image_features``. Features may be tensors,
+    numpy arrays or lists of rows.
     """
+    for name, given in (("text_features", text_features), ("targets", targets)):
+        if not isinstance(given, Mapping):  # a tensor was AttributeError: no .items
+            raise UserError(f"{name}: expected a dict of language -> rows, got a {type(given).__name__}")
+    missing = [lang for lang in text_features if lang not in targets]  # KeyError: 'de'
+    if missing:
+        raise UserError(f"targets: no image rows for {missing} (text_features has {list(text_features)}, targets "
+                        f"{list(targets)}); expected one entry per language of text_features")
+    feats = {lang: as_features(f"text_features[{lang!r}]", x) for lang, x in text_features.items()}
+    images = as_features("image_features", image_features)
     return {lang: rank_metrics(ranks, ks)
-            for lang, ranks in language_ranks(adapter, text_features, targets, image_features, metric).items()}
+            for lang, ranks in language_ranks(adapter, feats, targets, images, metric).items()}
+
+
+def as_features(name: str, x: object) -> torch.Tensor:
+    """``x`` as a ``(rows, dim)`` tensor: a tensor as it is, an array or a list of rows checked
+    (:func:`~backretrieval.files.check_matrix`); a numpy array was AttributeError: no ``.to``."""
+    if isinstance(x, torch.Tensor):
+        if x.ndim != 2:  # a 1-D tensor's length was read as its width
+            raise UserError(f"{name}: expected a 2-D array (rows x dim), got shape {tuple(x.shape)}")
+        return x
+    return torch.from_numpy(np.array(check_matrix(name, x, vectors=False), dtype=np.float32))
 
 
 def language_ranks(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from backretrieval.errors import BackRetrievalWarning, cli_option_names, given, said
-from backretrieval.files import require_sequence
+from backretrieval.files import as_array, check_matrix, require_sequence
 
 from globetrotter.errors import UserError
 
@@ -86,14 +86,30 @@ def assign_target_tags(
     ``source_embeddings`` ``[V, D]`` (-1 pads). ``target_embeddings`` ``[T, D]``: the target
     vocabulary. Tag embeddings are adapter outputs, so all live in the image space.
     Returns ``[N, S]`` long rows of the target vocabulary (-1 for padding, or when the
-    vocabulary is used up). Vectorised over images; the loop runs over the S tag slots.
+    vocabulary is used up). Vectorised over images; the loop runs over the S tag slots. Numpy arrays are taken too.
     """
+    image_embeddings, source_embeddings, target_embeddings = (
+        x if isinstance(x, torch.Tensor) else torch.from_numpy(check_matrix(name, x, vectors=False))
+        for name, x in (("image_embeddings", image_embeddings), ("source_embeddings", source_embeddings),
+                        ("target_embeddings", target_embeddings)))
+    source_tags = torch.as_tensor(as_array("source_tags", source_tags))
     if source_tags.ndim != 2 or source_tags.shape[0] != image_embeddings.shape[0]:
         raise ValueError(f"source_tags must be [N={image_embeddings.shape[0]}, S], got {tuple(source_tags.shape)}")
     check_tag_weights(w1, w2)
     for what, emb in (("image features", image_embeddings), ("source tag embeddings", source_embeddings),
                       ("target tag embeddings", target_embeddings)):
         check_finite(what, emb)
+        if emb.ndim != 2 or emb.shape[1] != image_embeddings.shape[1]:  # torch's 'mat1 and mat2 shapes cannot be ...'
+            raise ValueError(f"{what}: expected [rows, {image_embeddings.shape[-1]}] (the image features' width), got "
+                             f"{tuple(emb.shape)}")
+    if source_tags.numel() and (source_tags.is_floating_point() or source_tags.min() < -1
+                                or source_tags.max() >= len(source_embeddings)):  # torch's IndexError; -2 a pad
+        raise ValueError(f"source_tags: expected rows of source_embeddings (integers) in [0, {len(source_embeddings)}) "
+                         f"or -1 (padding), got {source_tags.dtype} values in [{source_tags.min().item()}, "
+                         f"{source_tags.max().item()}]")
+    if len(target_embeddings) == 0 or len(source_embeddings) == 0:  # no target tag (each slot as when the
+        # vocabulary is used up), or no source tag (every slot padding): argmax over nothing, an index into nothing
+        return torch.full(source_tags.shape, -1, dtype=torch.long)
     sim_image = cosine_matrix(image_embeddings, target_embeddings)  # eq. (3), [N, T]
     sim_source = cosine_matrix(source_embeddings, target_embeddings)  # eq. (4), [V, T]
     n, slots = source_tags.shape
@@ -220,7 +236,8 @@ def tag_images(
     result: dict[str, list[list[str]]] = {}
     for lang, vocab in target_vocabularies.items():
         vocab = list(vocab)
-        chosen = assign_target_tags(image_embeddings, index, source_emb, embed_tags(vocab), w1, w2)
+        target_emb = embed_tags(vocab) if vocab else torch.zeros(0, source_emb.shape[1])
+        chosen = assign_target_tags(image_embeddings, index, source_emb, target_emb, w1, w2)
         result[lang] = [[vocab[i] for i in row if i >= 0] for row in chosen.tolist()]
     return result
 

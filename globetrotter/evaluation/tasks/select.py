@@ -24,7 +24,7 @@ import hashlib
 import json
 from itertools import product
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from ..records import Result, dataset_info
 from ..reference import DEFAULT_SIZE, checked_reference, refuse_test_split
 from ..scoring import SCORE_BLOCK, ScoringContext
 from ..val_set import BackRetrievalSet, image_features_of
-from .checks import require_languages, require_sequence
+from .checks import require_languages, require_positive_int, require_sequence
 from .choice_margins import check_against, choice_margins, compare_choices, margins_to_choice, read_against
 from .common import resolve_model
 
@@ -176,6 +176,13 @@ def select_ranking(
     """
     require_languages(languages=languages)
     require_sequence(heads, "heads", "head names")
+    for listed, what in ((maxsim, "maxsim"), (csls, "csls")):  # 0.5 or True was 'float/bool object is not iterable'
+        if not isinstance(listed, Iterable) or isinstance(listed, str):
+            raise TypeError(f"{what}: expected a sequence of the values to try, got one {type(listed).__name__} "
+                            f"({listed!r}); wrap it in a list")
+    for count, what in ((max_per_lang, "max_per_lang"), (reference_size, "reference_size")):
+        if count is not None:  # 0 was the default in silence, 2.5 or -1 numpy's error
+            require_positive_int(count, what)
     other = read_against(against) if isinstance(against, (str, Path)) else against
     source = given("against", against) if isinstance(against, (str, Path)) else None  # None: check_against's name
     encoder, info = resolve_model(model, name, device)

@@ -15,7 +15,7 @@ from ..reference import DEFAULT_SIZE, checked_reference
 from ..scoring import ScoringContext
 from ..sentence import Candidates, group_interval, sentence_translation
 from ..tfidf import TfidfEncoder
-from .checks import require_languages
+from .checks import require_languages, require_positive_int
 from .choice import Choice
 from .common import read_parallel, resolve_model
 
@@ -64,6 +64,11 @@ def evaluate(
     reference captions were read. ``device`` runs a model given by its spec (a loaded encoder keeps its own).
     """
     require_languages(languages=languages)
+    if not isinstance(ranking, Ranking):  # a str, a path or a Choice was AttributeError: no .needs_statistics
+        raise UserError(f"ranking: expected a Ranking (head, maxsim, csls, csls_k), got {type(ranking).__name__} "
+                        f"{str(ranking)[:60]!r}; an eval.py select record goes in as choice=Choice.from_record(record)")
+    if reference_size is not None:  # 2.5 or -1 was numpy's error
+        require_positive_int(reference_size, "reference_size")
     if transductive and (reference is not None or choice is not None):
         excluded = (said(f"--ranking {choice.source}", f"choice ({choice.source})") if choice is not None
                     else given("reference", reference))

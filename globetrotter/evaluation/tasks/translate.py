@@ -107,6 +107,12 @@ def require_queries(queries: Sequence[str], command: str, what: str) -> None:
             if blank else f"no query {what} given"))
 
 
+def require_language(value: object, name: str) -> None:
+    """A ``TypeError`` when ``value`` is no str, one language code (a list was 'unhashable type: list')."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one language code (a str), got {type(value).__name__} {value!r}")
+
+
 QUERY_CHUNK = 8
 """Queries re-scored at a time under a ranking with statistics: their candidates' MaxSim is computed in one block."""
 
@@ -151,8 +157,12 @@ def translate_sentences(
     quiet, shows none); queries cut to the model's length are a ``TextsCut`` warning. A query
     with no text is a :class:`UserError`."""
     require_positive_int(k, "k")
+    require_language(to, "to")
     require_queries(queries, "translate", "sentence")
     require_trained(model, "translate")
+    if ranking is not None and not isinstance(ranking, (str, Path, Choice)):  # a Ranking: AttributeError
+        raise UserError(f"ranking: expected an eval.py select record (its path) or its Choice, got "
+                        f"{type(ranking).__name__} {str(ranking)[:60]!r}")
     choice = read_choice(ranking) if isinstance(ranking, (str, Path)) else ranking
     chosen = choice.ranking if choice is not None else Ranking()
     if rerank is not None:
@@ -356,6 +366,9 @@ def translate_words(
     :class:`UserError`. The index is kept in memory, or saved and reloaded, and notes are logged, as
     :func:`translate_sentences`'s."""
     require_positive_int(k, "k")
+    if method not in ("nn", "csls"):  # "cos" was ranked by cosine, in silence
+        raise ValueError(f"method must be 'nn' or 'csls', got {method!r}")
+    require_language(to, "to")
     require_queries(queries, "translate-word", "word")
     require_trained(model, "translate-word")
     encoder = resolve_model(model, device=device)[0]

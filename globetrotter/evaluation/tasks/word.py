@@ -77,6 +77,8 @@ def evaluate(
     require_sequence(procrustes, "procrustes", "refinement names")
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
+    if candidates not in ("dictionary", "split"):  # "all" was read as "dictionary", in silence
+        raise ValueError(f"candidates must be 'dictionary' or 'split', got {candidates!r}")
     if not dictionary and not split:
         raise UserError(f"word: give {option('split')} (a parallel split, for the tf-idf ground truth) or "
                         f"{option('dictionary')}")
