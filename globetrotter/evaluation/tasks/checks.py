@@ -45,6 +45,12 @@ def require_sequence(value: object, name: str, what: str = "texts") -> None:
                         f"wrap it in a list{example}")
 
 
+def require_language(value: object, name: str) -> None:
+    """A ``TypeError`` when ``value`` is no str, one language code (a list was 'unhashable type: list')."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one language code (a str), got {type(value).__name__} {value!r}")
+
+
 def require_positive_int(value: object, name: str) -> None:
     """A one-line :class:`UserError` naming ``name`` unless ``value`` is an integer >= 1 (a count, a k), as the
     command line's ``positive_int`` refuses 0, -5 or 2.5 (numpy's error, or a silent 'all', otherwise)."""

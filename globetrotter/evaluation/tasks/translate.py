@@ -26,7 +26,8 @@ from ..scoring import ScoringContext
 from ..translate import DEFAULT_IVF_MIN, DEFAULT_NPROBE, CorpusIndex, file_signature, open_or_build, read_text_corpus
 from ..word import rank_word_vectors
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text, vocabulary
-from .checks import named, named_value, require_known_languages, require_positive_int, require_sequence, require_trained
+from .checks import (named, named_value, require_known_languages, require_language, require_positive_int,
+                     require_sequence, require_trained)
 from .choice import Choice, read_choice
 from .common import log_to_stderr, resolve_model, shows_progress
 
@@ -105,12 +106,6 @@ def require_queries(queries: Sequence[str], command: str, what: str) -> None:
         raise UserError(f"{command}: " + (
             f"query {', '.join(map(str, blank))} of {len(queries)} is empty or only spaces: no {what} to translate"
             if blank else f"no query {what} given"))
-
-
-def require_language(value: object, name: str) -> None:
-    """A ``TypeError`` when ``value`` is no str, one language code (a list was 'unhashable type: list')."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: expected one language code (a str), got {type(value).__name__} {value!r}")
 
 
 QUERY_CHUNK = 8
