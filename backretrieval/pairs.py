@@ -23,7 +23,7 @@ import numpy as np
 from .errors import BackRetrievalError, option
 from .approximate import ApproxConfig
 from .image_index import SourceImageIndex
-from .files import check_matrix, require_sequence
+from .files import check_matrix, is_whole, require_sequence
 from .metric import DEFAULT_KS, bkr_recall, corr_with_interval, xlr_recall
 from .metric_checks import approx_config, censored_max_rank, check_recall_options
 from .pictures import distinct_images
@@ -38,7 +38,7 @@ def check_pair_options(max_per_lang: int | None, seed: int, bootstrap: int, leve
     """:func:`evaluate_pairs`' own options (``corr_pairs`` and ``block_bytes`` when given), checked before any work:
     one-line errors, where numpy would give its own messages, or nothing at all when no pair is scored. Internal:
     not exported by the package."""
-    if max_per_lang is not None and max_per_lang < 1:
+    if max_per_lang is not None and (not is_whole(max_per_lang) or max_per_lang < 1):  # 2.5: numpy's TypeError
         raise BackRetrievalError(f"{option('max_per_lang')} {max_per_lang}: expected at least 1 caption per side")
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise BackRetrievalError(f"{option('seed')}: expected an integer >= 0, got {seed!r}")

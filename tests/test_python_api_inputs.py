@@ -502,3 +502,13 @@ def test_translation_refuses_a_list_for_one_language_a_ranking_object_an_index_f
     with pytest.raises(UserError, match=f"^{re.escape(str(config))}: a file, not a folder; expected the folder the index "
                                         r"is saved in \(or none yet\)$"):
         translate_sentences(tiny_run, ["red"], to="en", corpus=config, index=config, **quiet)
+
+
+def test_evaluate_pairs_refuses_a_fractional_max_per_lang():
+    """max_per_lang=2.5 was numpy's 'expected a sequence of integers or a single integer' TypeError."""
+    rng = np.random.default_rng(0)
+    langs, ids = np.tile(["en", "de"], 30), np.repeat(np.arange(30), 2).astype(str)
+    images = rng.normal(size=(60, 8))
+    with pytest.raises(BackRetrievalError, match="^max_per_lang 2.5: expected at least 1 caption per side$"):
+        br.evaluate_pairs(images[:, :6], langs, images, ids, max_per_lang=2.5)
+    assert br.evaluate_pairs(images[:, :6], langs, images, ids, ks=(1,), max_per_lang=np.int64(20))["pairs"]
