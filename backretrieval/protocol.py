@@ -181,6 +181,10 @@ def run_protocol(
         raise BackRetrievalError("models: expected at least one model (name -> (source, target) embeddings), got none")
     image_feats = check_matrix("image_feats", image_feats, vectors=False).astype(np.float32, copy=False)
     n_items = len(image_feats)
+    for name, pair in models.items():  # one array was read as its first two rows: a misleading row count
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            got = f"{len(pair)} items" if isinstance(pair, (tuple, list)) else f"one {type(pair).__name__}"
+            raise BackRetrievalError(f"models[{name!r}]: expected a (source, target) pair of embeddings, got {got}")
     models = {name: (as_array(f"model {name} source", pair[0]), as_array(f"model {name} target", pair[1]))
               for name, pair in models.items()}  # lists of rows: numpy's 'only integer scalar arrays' TypeError
     for name, (src, tgt) in models.items():

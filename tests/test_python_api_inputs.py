@@ -512,3 +512,82 @@ def test_evaluate_pairs_refuses_a_fractional_max_per_lang():
     with pytest.raises(BackRetrievalError, match="^max_per_lang 2.5: expected at least 1 caption per side$"):
         br.evaluate_pairs(images[:, :6], langs, images, ids, max_per_lang=2.5)
     assert br.evaluate_pairs(images[:, :6], langs, images, ids, ks=(1,), max_per_lang=np.int64(20))["pairs"]
+
+
+def test_a_seed_a_str_for_languages_and_fractional_word_counts_are_named(tiny_world):
+    """seed=1.5 (sentence, cluster, word samples) was numpy's SeedSequence TypeError; read_reference(split, "en") said
+    the split had no caption in 'e,n'; min_count=2.5 was taken as 3 in silence, procrustes_iter=2.5 (n_iter) range's
+    TypeError."""
+    from data_prep.shards import read_captions
+    from globetrotter.evaluation import evaluate_word_translation, parallel_set, read_reference
+
+    metas = read_captions(tiny_world / "test")
+    for seed, said in ((1.5, "1.5"), (-1, "-1")):
+        with pytest.raises(BackRetrievalError, match=f"^seed: expected an integer >= 0, got {said}$"):
+            parallel_set(metas, n_groups=3, seed=seed)
+    assert parallel_set(metas, n_groups=3, seed=np.int64(2)).captions == parallel_set(metas, n_groups=3, seed=2).captions
+    with pytest.raises(TypeError, match=r"^languages: expected a sequence of language codes, got one str \('en'\); "
+                                        r"wrap it in a list \(\['en'\]\)$"):
+        read_reference(tiny_world / "train", "en")
+    for count in ("min_count", "procrustes_iter", "procrustes_k", "top_k"):
+        with pytest.raises(UserError, match=f"^{count}: expected a positive integer, got 2.5$"):
+            evaluate_word_translation("runs/none", tiny_world / "test", procrustes=["pairwise"], **{count: 2.5})
+    with pytest.raises(BackRetrievalError, match="^min_count: expected a positive integer, got 2.5$"):
+        tfidf_dictionary([["a", "b"], ["a", "c"]], [["x", "y"], ["x", "z"]], min_count=2.5)
+    x, y = _rotated()
+    with pytest.raises(BackRetrievalError, match="^n_iter: expected a positive integer, got 2.5$"):
+        refine_pairwise(x, y, n_iter=2.5)
+    with pytest.raises(BackRetrievalError, match="^inner_iter: expected a positive integer, got 0$"):
+        refine_multi([x, y], inner_iter=0)
+
+
+def test_run_protocol_names_a_model_given_as_one_array_instead_of_a_pair():
+    """{"a": emb} was read as the pair (emb[0], emb[1]): 'model a: 5 source / 5 target embeddings for 40 images'."""
+    rng = np.random.default_rng(5)
+    images = rng.normal(size=(40, 6))
+    with pytest.raises(BackRetrievalError, match=r"^models\['a'\]: expected a \(source, target\) pair of embeddings, "
+                                                 r"got one ndarray$"):
+        br.run_protocol({"a": images @ rng.normal(size=(6, 5))}, images, seeds=1, progress=False)
+    with pytest.raises(BackRetrievalError, match=r"^models\['a'\]: expected a \(source, target\) pair of embeddings, "
+                                                 r"got 3 items$"):
+        br.run_protocol({"a": (images, images, images)}, images, seeds=1, progress=False)
+
+
+def test_zero_shot_training_takes_numpy_and_refuses_what_trained_nothing_or_the_wrong_image():
+    """train_adapter never validated a config made in Python: epochs=0 or batch_size=1 returned an untrained adapter in
+    silence, batch_size=2.5 a slice error; caption_image -1 was the last image in silence, 10 of 10 images torch's
+    IndexError; a NaN caption 'the loss is nan ...; lower optim.lr'; numpy inputs (train_siamese's too) 'no attribute
+    to'/'must be Tensor'; train_siamese trained on NaN titles in silence, epochs=1.5 was range's TypeError."""
+    from globetrotter.zeroshot import ZeroShotConfig, train_adapter, train_siamese
+    from globetrotter.zeroshot.config import OptimConfig
+    from globetrotter.zeroshot.triplet import TripletConfig
+
+    rng = np.random.default_rng(0)
+    text, images = rng.normal(size=(20, 6)).astype(np.float32), rng.normal(size=(10, 8)).astype(np.float32)
+    target = np.arange(20) % 10
+    config = ZeroShotConfig(optim=OptimConfig(epochs=1, batch_size=8))
+    _, tensors = train_adapter(torch.from_numpy(text), torch.from_numpy(images), torch.from_numpy(target), config,
+                               progress=False)
+    assert train_adapter(text, images, target, config, progress=False)[1].loss == tensors.loss
+    for optim, said in (({"epochs": 0}, "optim.epochs must be an integer >= 1, got 0"),
+                        ({"batch_size": 1}, "optim.batch_size must be an integer >= 2"),
+                        ({"batch_size": 2.5}, "optim.batch_size must be an integer >= 2")):
+        with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+            train_adapter(text, images, target, ZeroShotConfig(optim=OptimConfig(**optim)), progress=False)
+    for rows, shown in ((target - 1, r"int64 values in \[-1, 8\]"), (target + 1, r"int64 values in \[1, 10\]")):
+        with pytest.raises(ValueError, match=rf"^caption_image: expected image rows \(integers\) in \[0, 10\), got "
+                                             rf"torch.{shown}$"):
+            train_adapter(text, images, rows, config, progress=False)
+    nan = text.copy()
+    nan[3] = np.nan
+    with pytest.raises(UserError, match="^text_features: contains NaN or inf$"):
+        train_adapter(nan, images, target, config, progress=False)
+    langs = np.arange(20) % 2
+    triplet = TripletConfig(hidden_dim=4, out_dim=4, batch_size=8, epochs=1)
+    _, history = train_siamese(torch.from_numpy(text), torch.from_numpy(text[::-1].copy()), torch.from_numpy(langs),
+                               triplet, progress=False)
+    assert train_siamese(text, text[::-1].copy(), langs, triplet, progress=False)[1].train == history.train
+    with pytest.raises(UserError, match="^title: contains NaN or inf$"):
+        train_siamese(nan, text, langs, triplet, progress=False)
+    with pytest.raises(ValueError, match="^epochs must be an integer >= 1, got 1.5$"):
+        train_siamese(text, text, langs, TripletConfig(epochs=1.5), progress=False)

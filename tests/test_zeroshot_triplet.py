@@ -256,7 +256,7 @@ def test_triplet_command_names_a_language_the_text_encoder_lacks(tmp_path, capsy
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--batch-size", "1"], "batch_size must be >= 2"),
+        (["--batch-size", "1"], "batch_size must be an integer >= 2"),
         (["--val-fraction", "1.5"], "val_fraction must be in [0, 1)"),
         (["--lr", "0"], "lr must be > 0"),
         (["--beta", "-1"], "beta must be >= 0"),
@@ -576,10 +576,10 @@ def test_training_refuses_fewer_than_two_training_documents_after_the_held_out_s
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"k": 0}, r"^k must be >= 1, got 0$"),
-    ({"epochs": -2}, r"^epochs must be >= 1, got -2$"),
-    ({"hidden_dim": 0}, r"^hidden_dim must be >= 1, got 0$"),
-    ({"out_dim": 0}, r"^out_dim must be >= 1, got 0$"),
+    ({"k": 0}, r"^k must be an integer >= 1, got 0$"),
+    ({"epochs": -2}, r"^epochs must be an integer >= 1, got -2$"),
+    ({"hidden_dim": 0}, r"^hidden_dim must be an integer >= 1, got 0$"),
+    ({"out_dim": 0}, r"^out_dim must be an integer >= 1, got 0$"),
 ])
 def test_triplet_config_refuses_counts_below_one_naming_the_field_and_its_value(options, message):
     """"k and epochs must be >= 1" said neither which one nor the value given."""

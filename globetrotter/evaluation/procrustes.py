@@ -146,6 +146,7 @@ def refine_pairwise(
     or ``n_iter`` rounds. Each log entry: iteration, anchors, mean anchor cosine, delta.
     """
     require_count(k, "k")
+    require_count(n_iter, "n_iter")  # 2.5 was range's TypeError
     x = word_vectors("x", x)
     xn, yn = normalize_rows(x), normalize_rows(word_vectors("y", y, x.shape[1], "x"))
     if seed_pairs is not None:
@@ -226,7 +227,8 @@ def refine_multi(
     """
     if len(spaces) < 2:
         raise ValueError(f"spaces: need at least 2 languages, got {len(spaces)}")
-    require_count(k, "k")
+    for name, count in (("k", k), ("n_iter", n_iter), ("inner_iter", inner_iter)):  # 2.5: range's TypeError
+        require_count(count, name)
     first = word_vectors("spaces[0]", spaces[0])
     spaces = [normalize_rows(word_vectors(f"spaces[{a}]", s, first.shape[1], "spaces[0]")).astype(np.float64)
               for a, s in enumerate(spaces)]

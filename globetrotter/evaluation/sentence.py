@@ -92,6 +92,7 @@ def parallel_set(
                             f"({str(value)[:40]!r}); wrap it in a list")
     if n_groups is not None:  # 0 gave an empty set in silence, 2.5 or -1 numpy's error
         require_count(n_groups, "n_groups")
+    require_count(seed, "seed", minimum=0)  # 1.5 or -1 was numpy's SeedSequence error
     first: dict[str, dict[str, dict]] = {}
     images: dict[str, set] = {}
     every_image: set[str] = set()

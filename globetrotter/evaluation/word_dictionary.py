@@ -27,6 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from backretrieval.errors import BackRetrievalWarning, given, option
+from backretrieval.files import require_count
 from data_prep.errors import read_utf8
 from globetrotter.errors import UserError
 from globetrotter.token_stats import smoothed_idf
@@ -98,6 +99,8 @@ def tfidf_dictionary(
         if at is not None:  # its characters were read as the tokens
             raise TypeError(f"{name}[{at}]: expected a sentence's list of tokens, got a str ({sents[at][:40]!r}); "
                             "split it into tokens")
+    require_count(top_k, "top_k")
+    require_count(min_count, "min_count")  # 2.5 was taken as 3, in silence
     src_mat, src_vocab = _sentence_matrix(src_sents)
     tgt_mat, tgt_vocab = _sentence_matrix(tgt_sents)
     if min_count > 1:

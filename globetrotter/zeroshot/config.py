@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from backretrieval.files import is_whole
+
 
 @dataclass
 class AdapterConfig:
@@ -100,10 +102,13 @@ class OptimConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first ``optim.*`` key out of range (NaN included)."""
-        if self.batch_size < 2:
-            raise ValueError(f"optim.batch_size must be >= 2 (negatives come from the batch), got {self.batch_size}")
-        if self.epochs < 1:
-            raise ValueError(f"optim.epochs must be >= 1, got {self.epochs}")
+        if not is_whole(self.batch_size) or self.batch_size < 2:  # 2.5 (a config made in Python): a slice error
+            raise ValueError(f"optim.batch_size must be an integer >= 2 (negatives come from the batch), got "
+                             f"{self.batch_size}")
+        if not is_whole(self.epochs) or self.epochs < 1:
+            raise ValueError(f"optim.epochs must be an integer >= 1, got {self.epochs}")
+        if not is_whole(self.seed):  # 1.5: torch's manual_seed error
+            raise ValueError(f"optim.seed must be an integer, got {self.seed}")
         if not 0 < self.lr < math.inf:  # NaN fails every comparison, so it is refused here too
             raise ValueError(f"optim.lr must be > 0 and finite, got {self.lr}")
         if not 0 <= self.weight_decay < math.inf:

@@ -83,12 +83,23 @@ def train_adapter(
     epochs of shuffled batches of ``optim.batch_size`` captions. When ``validate`` is given
     it is called after each epoch (higher is better) and the best epoch's weights are kept.
     """
+    for part in (config.adapter, config.loss, config.optim, config):  # made in Python: epochs=0 trained nothing
+        part.validate()
+    text_features, image_features, caption_image = (torch.as_tensor(x) for x in (text_features, image_features,
+                                                                                 caption_image))  # numpy's rows too
     if text_features.ndim != 2 or image_features.ndim != 2:
         raise ValueError("text_features and image_features must be 2-D [rows, dim]")
     if caption_image.shape != (text_features.shape[0],):
         raise ValueError(f"caption_image must be [{text_features.shape[0]}], got {tuple(caption_image.shape)}")
     if text_features.shape[0] < 2:
         raise UserError(f"need at least 2 training captions, got {text_features.shape[0]}")
+    m = len(image_features)
+    if caption_image.is_floating_point() or caption_image.min() < 0 or caption_image.max() >= m:  # -1: the last image
+        raise ValueError(f"caption_image: expected image rows (integers) in [0, {m}), got {caption_image.dtype} values "
+                         f"in [{caption_image.min()}, {caption_image.max()}]")
+    for name, x in (("text_features", text_features), ("image_features", image_features)):
+        if not torch.isfinite(x).all():  # a NaN caption was 'the loss is nan ...; lower optim.lr'
+            raise UserError(f"{name}: contains NaN or inf")
     if len(torch.unique(torch.as_tensor(caption_image))) < 2:  # an image is contrasted with another image's captions
         raise UserError(f"the {text_features.shape[0]} training captions show one image; the losses need at least "
                         f"2 images")

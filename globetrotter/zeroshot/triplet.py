@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from backretrieval.files import require_count
+from backretrieval.files import is_whole, require_count
 
 from globetrotter.errors import UserError
 
@@ -219,13 +219,15 @@ class TripletConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first setting out of range."""
-        if self.batch_size < 2:
-            raise ValueError(f"batch_size must be >= 2, got {self.batch_size}")
+        if not is_whole(self.batch_size) or self.batch_size < 2:
+            raise ValueError(f"batch_size must be an integer >= 2, got {self.batch_size}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        for name in ("k", "epochs", "hidden_dim", "out_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("k", "epochs", "hidden_dim", "out_dim"):  # 1.5 epochs: range's TypeError
+            if not is_whole(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)}")
+        if not is_whole(self.seed):  # 1.5: torch's manual_seed error
+            raise ValueError(f"seed must be an integer, got {self.seed}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be > 0 and finite, got {self.lr}")
         if not (math.isfinite(self.beta) and self.beta >= 0):
@@ -283,9 +285,13 @@ def train_siamese(
     epoch with the lowest validation loss are kept (the last epoch when nothing is held out).
     The adapter returned is on ``device``.
     """
+    title, body, langs = (torch.as_tensor(x) for x in (title, body, langs))  # numpy: AttributeError: no .to
     if title.shape != body.shape or title.ndim != 2 or langs.shape != (title.shape[0],):
         raise ValueError("title and body must be [N, D] and langs [N]")
     config.validate()
+    for name, x in (("title", title), ("body", body)):
+        if not torch.isfinite(x).all():  # every loss NaN, and the last epoch kept, in silence
+            raise UserError(f"{name}: contains NaN or inf")
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     n = title.shape[0]

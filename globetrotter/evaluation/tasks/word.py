@@ -24,7 +24,7 @@ from ..word import PROCRUSTES_ITER, PROCRUSTES_K, Method, WordSpace, word_transl
 from ..word_dictionary import (IDF, MIN_COUNT, TOP_K, Idf, both_directions, build_dictionaries, read_dictionaries,
                                why_empty, write_dictionary)
 from ..word_keys import CaptionTokenizer, Embeddings, WordEmbedder, key_text
-from .checks import require_languages, require_sequence, require_trained
+from .checks import require_languages, require_positive_int, require_sequence, require_trained
 from .common import read_parallel, resolve_model
 
 Procrustes = Literal["none", "pairwise", "multi"]
@@ -75,6 +75,9 @@ def evaluate(
     require_languages(languages=languages)
     require_sequence(methods, "methods", "method names")
     require_sequence(procrustes, "procrustes", "refinement names")
+    for count, value in (("procrustes_k", procrustes_k), ("procrustes_iter", procrustes_iter), ("top_k", top_k),
+                         ("min_count", min_count)):  # procrustes_iter=2.5 was range's TypeError, min_count=2.5 read as 3
+        require_positive_int(value, count)
     if not methods or not procrustes:
         raise ValueError("word: give at least one method and one procrustes setting")
     if candidates not in ("dictionary", "split"):  # "all" was read as "dictionary", in silence
