@@ -304,6 +304,7 @@ class SplitCorrelation:
 
 def language_pairs(pairs: Sequence[str | tuple[str, str]]) -> list[tuple[str, str]]:
     """(source, target) language pairs from ``SRC-TGT`` strings or tuples; two different languages each."""
+    require_sequence(pairs, "pairs", "language pairs (SRC-TGT)")  # "en-ru" was read as the pairs 'e', 'n', ...
     out = []
     for raw in pairs:
         src, dash, tgt = raw.partition("-") if isinstance(raw, str) else (raw[0], "-", raw[1])

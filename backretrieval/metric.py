@@ -49,7 +49,7 @@ from scipy import stats
 from .approximate import ApproxConfig
 from .bkr_steps import checked_image_side, checked_text_side, count_better_images, retrieve_targets
 from .errors import BackRetrievalError, option
-from .files import check_matrix, enough_for_k, target_indices
+from .files import check_matrix, enough_for_k, is_whole, target_indices
 from .hubness import DEFAULT_CSLS_K, hubness_stats
 from .image_index import ImageNeighbours, SourceImageIndex
 from .metric_checks import approx_config, censored_max_rank, check_recall_options
@@ -258,8 +258,8 @@ def corr_terms(
     ``query`` is the source row of each pair, for the bootstrap over queries
     (:func:`backretrieval.uncertainty.corr_interval`).
     """
-    if corr_pairs < 1:
-        raise BackRetrievalError(f"corr: {option('corr_pairs')} must be >= 1, got {corr_pairs}")
+    if not is_whole(corr_pairs) or corr_pairs < 1:  # 2.5 was numpy's TypeError
+        raise BackRetrievalError(f"corr: {option('corr_pairs')} must be an integer >= 1, got {corr_pairs}")
     src_text = check_matrix("src_text", src_text)
     tgt_text = check_matrix("tgt_text", tgt_text, dim=src_text.shape[1], dim_of="src_text")
     src_img = check_matrix("src_img", src_img, rows=len(src_text))

@@ -10,6 +10,7 @@ import numpy as np
 
 from .approximate import ANNIndex, ApproxConfig, approx_nearest, approx_top_mean
 from .errors import BackRetrievalError, option
+from .files import is_whole
 from .hubness import DEFAULT_CSLS_K, RETRIEVALS, CSLSScorer, augment_for_csls, csls_penalty
 from .ranking import nearest_neighbor
 from .scorers import Scorer, VectorScorer
@@ -19,7 +20,7 @@ def check_retrieval(retrieval: str, csls_k: int) -> None:
     """One-line errors for a bad retrieval criterion or CSLS neighbourhood."""
     if retrieval not in RETRIEVALS:
         raise BackRetrievalError(f"{option('retrieval')}: expected one of {', '.join(RETRIEVALS)}, got {retrieval!r}")
-    if csls_k < 1:
+    if not is_whole(csls_k) or csls_k < 1:  # 2.5 was taken
         raise BackRetrievalError(f"{option('csls_k')}: expected a positive number of neighbours, got {csls_k}")
 
 

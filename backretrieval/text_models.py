@@ -9,7 +9,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .errors import BackRetrievalError, install_hint
-from .files import check_rows, load_npy
+from .files import check_rows, load_npy, require_sequence
 
 
 @runtime_checkable
@@ -62,6 +62,7 @@ class RandomEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """``(len(texts), dim)`` float32: each text's Gaussian vector, the same for the same text in any call."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         return _hashed_gaussian(list(texts), self.dim, self.stream)
 
 
@@ -86,6 +87,7 @@ class NoisyEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """``(len(texts), d)`` float32: the base's rows L2-normalised, plus each text's seeded noise (class doc)."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         emb = np.asarray(self.base.encode(list(texts)), dtype=np.float32)
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         dim = emb.shape[1]
@@ -150,6 +152,7 @@ class NpyEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 rows of ``texts``: looked up by the sidecar's texts, else the whole file in order."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         rows = self._rows_for(texts)  # the rows' values are checked where they are scored
         if rows is None:
             return np.asarray(self.array, dtype=np.float32)
@@ -183,6 +186,7 @@ class USEEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` with the model, ``batch_size`` at a time: ``(len(texts), 512)`` float32."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         from tqdm.auto import tqdm
 
         texts = list(texts)
@@ -222,6 +226,7 @@ class SentenceTransformerEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` with the model, ``batch_size`` at a time: ``(len(texts), d)`` float32."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True), np.float32)
 
 
@@ -238,6 +243,7 @@ class MemoEmbedder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """The base embedder's float32 embeddings of ``texts``, computed once per distinct list of texts."""
+        require_sequence(texts, "texts", "texts")  # one str was embedded as its characters
         texts = list(texts)
         key = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
         if key not in self._memo:

@@ -591,3 +591,21 @@ def test_zero_shot_training_takes_numpy_and_refuses_what_trained_nothing_or_the_
         train_siamese(nan, text, langs, triplet, progress=False)
     with pytest.raises(ValueError, match="^epochs must be an integer >= 1, got 1.5$"):
         train_siamese(text, text, langs, TripletConfig(epochs=1.5), progress=False)
+
+
+def test_backretrieval_embedders_and_split_options_refuse_a_str_for_a_list_and_fractional_counts(tmp_path):
+    """An embedder's encode("a b") embedded the 3 characters in silence; correlate_split(pairs="en-ru") said 'got 'e'';
+    corr_pairs=2.5 was numpy's TypeError, csls_k=2.5 taken in silence."""
+    for spec in ("random:8", "noisy:0.1:random:8"):
+        with pytest.raises(BackRetrievalError, match=r"^texts: expected a sequence of texts, got one str \('a b'\); "
+                                                     r"wrap it in a list$"):
+            br.load_embedder(spec).encode("a b")
+    assert br.load_embedder("random:8").encode(("a b",)).shape == (1, 8)
+    with pytest.raises(BackRetrievalError, match=r"^pairs: expected a sequence of language pairs \(SRC-TGT\), got one "
+                                                 r"str \('en-ru'\); wrap it in a list$"):
+        br.correlate_split(tmp_path / "missing", ["random:8", "random:4"], pairs="en-ru", progress=False)
+    w = _world()
+    with pytest.raises(BackRetrievalError, match="^csls_k: expected a positive number of neighbours, got 2.5$"):
+        br.bkr_recall(w["st"], w["si"], w["tt"], w["ti"], retrieval="csls", csls_k=2.5)
+    with pytest.raises(BackRetrievalError, match="^corr: corr_pairs must be an integer >= 1, got 2.5$"):
+        br.corr_score(w["st"], w["si"], w["tt"], w["ti"], corr_pairs=2.5)
