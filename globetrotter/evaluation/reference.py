@@ -17,12 +17,11 @@ from typing import Collection, Sequence
 import numpy as np
 
 from backretrieval.errors import given, option
-from backretrieval.files import is_whole
+from backretrieval.files import is_whole, require_sequence
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
 from .records import dataset_info
-from .tasks.checks import require_languages
 
 DEFAULT_SIZE = 2000
 """Reference captions per language (a fixed sample of larger splits): enough for k = 10 neighbourhoods and idf,
@@ -203,7 +202,7 @@ def read_reference(split: str | Path, languages: Sequence[str],
 
     One-line errors: no split at ``split``; a language of ``languages`` with no caption there (its radii and token
     statistics could not be taken), a ``max_per_lang`` that is no positive integer."""
-    require_languages(languages=languages)  # "en" was read as the languages 'e' and 'n'
+    require_sequence(languages, "languages", "language codes")  # "en" was read as the languages 'e' and 'n'
     if max_per_lang is not None and (not is_whole(max_per_lang) or max_per_lang < 1):  # numpy's error, or no captions
         raise UserError(f"max_per_lang: expected a positive integer, got {max_per_lang!r}")
     return read_captions_once(split, languages).pool(max_per_lang)
