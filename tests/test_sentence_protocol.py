@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_experiment, write_thin_reference
+from conftest import load_experiment, write_repetitive_reference, write_thin_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -463,3 +463,16 @@ def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_before_any
     assert err.startswith(f"error: --reference {thin}: 5 en captions, fewer than the 10 neighbours"), err
     assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_reference_too_repetitive_for_maxsim_is_refused_before_anything_is_scored(protocol, tiny_world, tiny_run,
+                                                                                   tmp_path, capsys):
+    """12 captions a language, of 2 words each: `eval.py select`'s refusal named its --maxsim (no flag here), once the
+    cosine column of the first row was scored."""
+    reference = write_repetitive_reference(tmp_path / "reference")
+    out = tmp_path / "table"
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--reference", str(reference),
+                                                         "--row", f"a={tiny_run}")) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: --row a: {tiny_run}: --reference {reference}: its en captions hold "), err
+    assert "--maxsim" not in err and not out.exists()
