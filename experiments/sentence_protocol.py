@@ -324,8 +324,8 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
     for label, models in rows:  # the grid's MaxSim needs each run's tokenizer: eval.py select refused it (--maxsim)
         for model in models:
             if not is_baseline(model):
-                encoder, _ = resolve_model(model)
                 try:
+                    encoder, _ = resolve_model(model)
                     check_reference_tokens(encoder, model_candidates(model, encoder), pool, ref_flag)
                 except UserError as err:
                     raise UserError(f"--row {label}: {model}: {err}") from None

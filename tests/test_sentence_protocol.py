@@ -389,10 +389,18 @@ def test_a_failing_evaluation_is_one_line_that_says_why(protocol, tiny_world, ti
     for weights in resolve(run_dir).glob("*.safetensors"):
         weights.unlink()  # a checkpoint folder that resolves, whose weights are gone: only loading it finds out
     out = tmp_path / "table"
-    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--row", f"full={run_dir}")) == 2
-    err = capsys.readouterr().err
-    assert "eval.py select --model" in err and "cannot load the weights" in err and ".log" in err
-    assert len(err.strip().splitlines()) == 1
+    out.mkdir()
+    with pytest.raises(protocol.UserError) as err:  # eval.py inside: its failure in one line, and where its log is
+        protocol.run(["select", "--model", str(run_dir), "--reference", str(tiny_world / "train"), "--out", str(out)],
+                     out / "full.log")
+    assert "eval.py select --model" in str(err.value) and "cannot load the weights" in str(err.value)
+    assert str(out / "full.log") in str(err.value) and "\n" not in str(err.value)
+    # the table loads each run before any row is scored (the grid's MaxSim needs its tokenizer): refused there
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, tmp_path / "table2", "--row",
+                                                         f"full={run_dir}")) == 2
+    err_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err_line.startswith(f"error: --row full: {run_dir}: ") and "cannot load the weights" in err_line
+    assert not (tmp_path / "table2").exists()
 
 
 def test_a_val_split_that_is_a_test_split_is_refused_before_anything_is_written(protocol, tiny_world, tmp_path, capsys):
