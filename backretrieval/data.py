@@ -1,7 +1,8 @@
 """Read a shard split (the project's WebDataset format) into what the metrics need.
 
-Only the ``eval``/``correlate`` commands use this module, and it imports ``data_prep``
-(the data layer) lazily, so the metric itself has no dependency on it. One caption is one
+Only the ``eval``/``correlate`` commands use this module (and ``--languages``, read as the
+converters write a split's codes), and it imports ``data_prep`` (the data layer) lazily, so
+the metric itself has no dependency on it. One caption is one
 row: text, language, image id, group. Images are kept once per distinct image id, as
 encoded bytes, or as float32 features when the split stores ``npy`` features.
 """
@@ -41,6 +42,15 @@ class SplitData:
     def has_groups(self) -> bool:
         """True when some caption has a ``group`` (tied to its translations)."""
         return any(g is not None for g in self.groups)
+
+
+def language_code(code: str) -> str:
+    """``code`` as a split holds it: the converters' form (``data_prep``'s ``normalize_language``: ``EN`` -> ``en``,
+    ``pt_br`` -> ``pt-BR``), so ``--languages EN`` names the split's ``en``; a code the converters refuse (``xx``,
+    ``jp``) is kept as given, and refused by the command as a language the split lacks."""
+    from data_prep.converters.languages import normalize_language  # lazily, as the shard reader below
+
+    return normalize_language(code) or code
 
 
 def _reraise_user_error(err: Exception) -> None:

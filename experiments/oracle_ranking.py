@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backretrieval.errors import cli_option_names  # noqa: E402
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.late_interaction import HUB_K  # noqa: E402
 from globetrotter.evaluation.ranking import Ranking  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
@@ -75,9 +76,11 @@ def oracle_choice(model: str, val: str, reference: str, out: str, *, languages: 
     reference, pool = str(captions.split), captions.pool(reference_size)
     check_reference_captions(pool)
     encoder, info = resolve_model(model)  # after every check of the splits: loading a run takes a while
+    rankings = model_candidates(model, encoder)
+    check_reference_tokens(encoder, rankings, pool)
     context = ScoringContext(encoder, ps.captions, ps.langs, pool)
     rows = []
-    for ranking in model_candidates(model, encoder):
+    for ranking in rankings:
         res = sentence_translation(context.scorer(ranking), ps.langs, ps.groups, tie_seed=seed)
         rows.append({"ranking": ranking.to_dict(), "label": ranking.label, "val_translation": res["accuracy"]})
         log(f"oracle: {ranking.label:<28} val sentence translation {100 * res['accuracy']:.2f}%")
@@ -127,6 +130,24 @@ def check_reference_captions(pool: ReferencePool, flag: str = "--reference") -> 
             raise UserError(f"{flag} {pool.source}: {n} {lang} captions, fewer than the {k} neighbours the grid's "
                             f"CSLS rankings take among each language's reference captions; name a split with {k} or "
                             f"more in each language")
+
+
+def check_reference_tokens(encoder: Any, rankings: Sequence[Ranking], pool: ReferencePool,
+                           flag: str = "--reference") -> None:
+    """A one-line error, once the model is loaded and before any scoring, when ``rankings`` (the model's grid) hold a
+    MaxSim ranking and the captions of a language of ``pool`` (read from the split ``flag`` gave) hold no more distinct
+    tokens of ``encoder`` than the neighbours of MaxSim's per-language hubness (the scoring's own refusal would name
+    `eval.py`'s --maxsim, no flag here, after the grid's other rankings were scored)."""
+    if not any(ranking.maxsim for ranking in rankings):
+        return
+    langs = np.asarray(pool.langs)
+    for lang in sorted(set(langs.tolist())):
+        ids = encoder.token_ids([pool.captions[i] for i in np.flatnonzero(langs == lang)])
+        n = len(np.unique(np.concatenate(ids)))
+        if n <= HUB_K:
+            raise UserError(f"{flag} {pool.source}: its {lang} captions hold {n} distinct tokens of the model, no more "
+                            f"than the {HUB_K} neighbours the grid's MaxSim rankings take among each language's "
+                            f"tokens; name a split with more varied {lang} captions")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,8 @@ from globetrotter.evaluation.scoring import ScoringContext  # noqa: E402
 from globetrotter.evaluation.tasks.choice import read_record  # noqa: E402
 from globetrotter.evaluation.tasks.common import resolve_model  # noqa: E402
 from globetrotter.evaluation.tasks.select import model_candidates  # noqa: E402
-from oracle_ranking import check_reference_captions, check_reference_size, refuse_shared_images  # noqa: E402
+from oracle_ranking import (check_reference_captions, check_reference_size, check_reference_tokens,  # noqa: E402
+                            refuse_shared_images)
 
 MIN_IMAGES = 50  # a language with fewer val images captioned twice is left out
 
@@ -131,6 +132,8 @@ def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
     info, rows with the ranking, its label, the mean reciprocal rank per language and their mean)."""
     encoder, info = resolve_model(model)
     rankings = model_candidates(model, encoder)
+    for lang in pairs:
+        check_reference_tokens(encoder, rankings, pools[lang])
     per_lang: dict[str, list[float]] = {}
     for lang, lang_pairs in pairs.items():
         n = len(lang_pairs)

@@ -285,9 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
 def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) -> None:
     """Every check that needs no scoring, before any row is scored: a mistake in the last row, or a record in
     ``--out`` written for another setting, would otherwise stop the table after hours of scoring."""
-    from oracle_ranking import check_reference_captions, refuse_shared_images
+    from oracle_ranking import check_reference_captions, check_reference_tokens, refuse_shared_images
 
+    from globetrotter.evaluation.models import is_baseline
     from globetrotter.evaluation.reference import choice_reference, read_captions_once
+    from globetrotter.evaluation.tasks.common import resolve_model
+    from globetrotter.evaluation.tasks.select import model_candidates
 
     check_ratios(args.ratio, rows)
     if args.oracle_val and Path(args.oracle_val).resolve() == Path(args.test).resolve():
@@ -303,7 +306,8 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
         if split:  # a choice made on images of the test split would read test
             refuse_shared_images(split, args.test, flag)
     codes = sorted({code for ls in args.languages for code in ls.split(",")})  # eval.py's --csls-k is no flag here
-    check_reference_captions(read_captions_once(reference(args), codes).pool(), ref_flag)
+    pool = read_captions_once(reference(args), codes).pool()
+    check_reference_captions(pool, ref_flag)
     named: dict[str, str] = {}
     for label, models in rows:
         for model in models:
@@ -317,6 +321,14 @@ def check_inputs(rows: list[tuple[str, list[str]]], args: argparse.Namespace) ->
         for model in models:
             for ls in args.languages:
                 measure(model, slug(label, model, ls), ls, args, score=False)
+    for label, models in rows:  # the grid's MaxSim needs each run's tokenizer: eval.py select refused it (--maxsim)
+        for model in models:
+            if not is_baseline(model):
+                try:
+                    encoder, _ = resolve_model(model)
+                    check_reference_tokens(encoder, model_candidates(model, encoder), pool, ref_flag)
+                except UserError as err:
+                    raise UserError(f"--row {label}: {model}: {err}") from None
 
 
 def model_entry(model: str) -> dict:

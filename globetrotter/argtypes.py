@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Callable
 
 from backretrieval.cli.common import comma_separated, language_codes, one_of  # lists: one parser
+from backretrieval.data import language_code  # one code (--to): as language_codes reads each
 from backretrieval.devices import torch_device  # --device: one definition for every tool
 from backretrieval.errors import BackRetrievalError
 from backretrieval.outputs import writable_dir, writable_file
 
-__all__ = ["comma_separated", "distinct_names", "int_at_least", "language_codes", "named_path", "non_negative_float",
-           "non_negative_int", "one_of", "output_file", "output_folder", "positive_float", "positive_int", "torch_device"]
+__all__ = ["comma_separated", "distinct_names", "int_at_least", "language_code", "language_codes", "named_path",
+           "non_negative_float", "non_negative_int", "one_of", "output_file", "output_folder", "positive_float",
+           "positive_int", "torch_device"]
 
 
 def _integer_at_least(text: str, minimum: int, expected: str) -> int:

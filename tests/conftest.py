@@ -147,6 +147,21 @@ def write_thin_reference(folder: Path, languages: tuple[str, ...] = ("en", "ru",
     return folder
 
 
+def write_repetitive_reference(folder: Path, languages: tuple[str, ...] = ("en", "ru"), n: int = 12) -> Path:
+    """A train split of ``n`` captions in each of ``languages`` (as many as the grid's CSLS neighbours take), each
+    ``red square`` or ``blue square``: no more distinct tokens than MaxSim's per-language hubness neighbours (10)."""
+    import numpy as np
+
+    from data_prep.shard_writer import ShardWriter
+
+    with ShardWriter(folder, split="train", source="unit", image_format="npy") as writer:
+        for i in range(n):
+            for lang in languages:
+                writer.write(f"r{i}{lang}", np.zeros(4, np.float32), ("red", "blue")[i % 2] + " square", lang,
+                             f"ref{i}")
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tiny_world, tmp_path_factory) -> Path:
     """A run folder trained for 2 steps on the tiny world (a real checkpoint for the commands that load one)."""

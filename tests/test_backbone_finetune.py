@@ -181,6 +181,15 @@ def test_a_diverged_epochs_nan_loss_is_null_in_the_record_which_a_rerun_still_re
     assert code == 0 and "up to date" in stdout, stderr[-2000:]
 
 
+def test_round_two_no_progress_hides_its_bars_as_features_import_does(round_one, tiny_world, tmp_path, capsys):
+    """`features finetune --no-progress` was "unrecognized arguments", while its siblings (import, concat) take it."""
+    argv = ["features", "finetune", str(tiny_world / "train"), "--from-run", str(round_one[0]), "--out",
+            str(tmp_path / "round-two"), "--epochs", "1", "--workers", "0", "--no-progress"]
+    code, stdout, stderr = run_data_cli(argv, capsys)
+    assert code == 0 and "next round: " in stdout, stderr[-2000:]
+    assert not any(bar in stderr for bar in ("import targets.npy", "fine-tune", "features train")), stderr[-2000:]
+
+
 def test_round_two_refuses_what_it_cannot_fine_tune_in_one_line(round_one, tiny_run, tiny_world, tmp_path, capsys):
     from globetrotter.config_io import save_config
 

@@ -173,6 +173,19 @@ def test_eval_languages_are_one_comma_separated_value(small_split, tmp_path, cap
             capsys.readouterr().err
 
 
+def test_eval_languages_are_read_as_the_converters_write_a_split_codes(small_split, tmp_path, capsys):
+    """`eval --languages EN,De` scores the split's en and de (it was "no captions in language(s) ['EN', 'De']": a split
+    only holds the converters' codes); a code given twice in two spellings is a usage error."""
+    out = tmp_path / "eval"
+    run = ["eval", "--data", str(small_split / "test"), "--model", "random:8", "--bootstrap", "0", "--no-progress"]
+    assert main([*run, "--languages", "EN,De", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["inputs"]["languages"] == ["en", "de"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([*run, "--languages", "en,EN", "--out", str(out)])
+    assert stop.value.code == 2 and "en given twice in 'en,EN'" in capsys.readouterr().err
+
+
 def test_correlate_writes_the_library_record_table_and_scatter(small_split, tmp_path, capsys):
     (tmp_path / "models.txt").write_text("# more models\nnoisy=noisy:1.0:random:8\nrandom:8\n")
     out = tmp_path / "corr"

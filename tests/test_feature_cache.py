@@ -635,6 +635,17 @@ def test_features_cli_builds_then_reports_up_to_date_and_refuses_other_settings(
     assert stderr.strip().splitlines()[-1].endswith("); rebuild it with --overwrite, or build into another --out")
 
 
+def test_features_build_no_progress_hides_the_bar_as_features_import_does(tiny_world, tmp_path, weights, capsys):
+    """`features build --no-progress` was "unrecognized arguments", while its siblings (import, concat) take it."""
+    base = ["features", "build", str(tiny_world / "train"), "model.image_backbone_args.channels=[8,16,16,16]",
+            "model.image_backbone_args.stem_width=8", "--out", str(tmp_path / "cache"), "--workers", "0",
+            "--image-model", "resnet18", "--image-weights", str(weights), "--image-size", "32", "--views", "0"]
+    code, _, stderr = run_data_cli(base, capsys)
+    assert code == 0 and "features train" in stderr, stderr[-2000:]  # the bar, on a stderr that is no terminal
+    code, stdout, stderr = run_data_cli([*base, "--overwrite", "--no-progress"], capsys)
+    assert code == 0 and "wrote" in stdout and "features train" not in stderr, stderr[-2000:]
+
+
 def test_features_build_into_another_splits_cache_is_refused_and_a_killed_writes_tmp_is_removed(
         tiny_world, tmp_path, weights, capsys):
     out = tmp_path / "cache"

@@ -266,7 +266,7 @@ def test_held_out_is_language_codes_and_a_count_of_images_is_held_out_images():
 
 def test_every_languages_value_refuses_a_code_twice_and_an_empty_list_or_item():
     """One parser of language codes (backretrieval's language_codes, re-exported by globetrotter.argtypes) outside
-    data_prep, which keeps its own (it normalises the codes). An empty item (``en,,de``, ``en,``) was dropped in
+    data_prep, which keeps its own (it skips empty items; both normalise the codes). An empty item (``en,,de``, ``en,``) was dropped in
     silence, where a list of numbers (``--ks 1,,5``) refuses it."""
     found = set()
     for label, parser in PARSERS:
@@ -280,3 +280,29 @@ def test_every_languages_value_refuses_a_code_twice_and_an_empty_list_or_item():
                     action.type(bad)
     assert {"eval.py sentence", "eval.py select", "zeroshot retrieval", "backretrieval eval",
             "experiments/zeroshot_table.py"} <= found
+
+
+# (program, sub-command path, option) of the options that take one language code
+ONE_LANGUAGE = [("eval.py", "translate", "--to"), ("eval.py", "translate", "--from"),
+                ("eval.py", "translate", "--corpus-language"), ("eval.py", "translate-word", "--to"),
+                ("eval.py", "translate-word", "--from"), ("eval.py", "generate", "--target")]
+
+
+def test_every_language_code_is_read_as_the_converters_write_a_split_codes():
+    """A split holds only the converters' codes (``data_prep``'s ``normalize_language``: ``EN`` -> ``en``), so
+    ``--languages EN,de`` was refused as naming a language the split lacks, and ``en,EN`` read as two languages. A
+    code the converters refuse (``xx``) is kept as given: the command refuses it as a language the data lacks."""
+    found = set()
+    for label, parser in PARSERS:
+        action = parser._option_string_actions.get("--languages")
+        if action is not None and action.type is not None and not label.startswith("data "):
+            found.add(label)
+            assert action.type("EN, de_de,zh-hans") == ["en", "de-DE", "zh-Hans"], label
+            assert action.type("en,xx") == ["en", "xx"], label
+            with pytest.raises(argparse.ArgumentTypeError, match="en given twice in 'en,EN'"):
+                action.type("en,EN")
+    assert {"eval.py sentence", "eval.py select", "zeroshot retrieval", "zeroshot tag-eval", "backretrieval eval",
+            "experiments/oracle_ranking.py", "experiments/sentence_protocol.py"} <= found
+    for program, path, flag in ONE_LANGUAGE:
+        action = command_parser(program, path)._option_string_actions[flag]
+        assert action.type("EN_us") == "en-US" and action.type("xx") == "xx", f"{program} {path} {flag}"

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import load_experiment, write_thin_reference
+from conftest import load_experiment, write_repetitive_reference, write_thin_reference
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +140,22 @@ def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_in_this_sc
     assert err.startswith(f"error: --reference {thin}: 5 el captions, fewer than the 10 neighbours"), err
     assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
     assert printed.out == "" and not (tmp_path / "out").exists()  # no ranking scored
+
+
+def test_a_reference_too_repetitive_for_maxsim_is_refused_in_this_scripts_flags_before_any_ranking(
+        oracle, tiny_world, tiny_run, tmp_path, capsys):
+    """12 captions a language, of 2 words each: the scoring's refusal named eval.py's --maxsim (no flag here), once
+    the grid's cosine and CSLS rankings were scored."""
+    val = tmp_path / "val"  # a parallel split of other images: test's captions, under a val manifest
+    shutil.copytree(tiny_world / "test", val)
+    manifest = json.loads((val / "manifest.json").read_text(encoding="utf-8"))
+    (val / "manifest.json").write_text(json.dumps({**manifest, "split": "val"}), encoding="utf-8")
+    reference = write_repetitive_reference(tmp_path / "reference")
+    argv = ["--model", str(tiny_run), "--val", str(val), "--reference", str(reference), "--languages", "en,ru",
+            "--out", str(tmp_path / "out")]
+    assert oracle.run_cli(oracle.main, argv) == 2
+    printed = capsys.readouterr()
+    err = printed.err.strip().splitlines()[-1]  # after the loading note of a run without a best checkpoint
+    assert err.startswith(f"error: --reference {reference}: its en captions hold "), printed.err
+    assert err.endswith("name a split with more varied en captions") and "--maxsim" not in printed.err
+    assert "oracle: " not in printed.out and not (tmp_path / "out").exists()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import COLOURS, WORDS, load_experiment, write_thin_reference
+from conftest import COLOURS, WORDS, load_experiment, write_repetitive_reference, write_thin_reference
 from data_prep.shard_writer import ShardWriter
 from globetrotter.errors import UserError
 
@@ -212,3 +212,18 @@ def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_in_this_sc
     assert err.startswith(f"error: --reference {thin}: 5 en captions, fewer than the 10 neighbours"), err
     assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
     assert printed.out == "" and not (tmp_path / "out").exists()  # no ranking scored
+
+
+def test_a_reference_too_repetitive_for_maxsim_is_refused_in_this_scripts_flags_before_any_ranking(
+        criterion, twice_val, tiny_run, tmp_path, capsys):
+    """12 en captions of 2 words each: the scoring's refusal named eval.py's --maxsim (no flag here), once the grid's
+    cosine and CSLS rankings were scored."""
+    reference = write_repetitive_reference(tmp_path / "reference", languages=("en",))
+    argv = ["--model", str(tiny_run), "--val", str(twice_val), "--reference", str(reference),
+            "--out", str(tmp_path / "out")]
+    assert criterion.main(argv) == 2
+    printed = capsys.readouterr()
+    err = printed.err.strip().splitlines()[-1]  # after the loading note of a run without a best checkpoint
+    assert err.startswith(f"error: --reference {reference}: its en captions hold "), printed.err
+    assert "--maxsim" not in printed.err
+    assert "same image: " not in printed.out and not (tmp_path / "out").exists()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_experiment, write_thin_reference
+from conftest import load_experiment, write_repetitive_reference, write_thin_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -389,10 +389,18 @@ def test_a_failing_evaluation_is_one_line_that_says_why(protocol, tiny_world, ti
     for weights in resolve(run_dir).glob("*.safetensors"):
         weights.unlink()  # a checkpoint folder that resolves, whose weights are gone: only loading it finds out
     out = tmp_path / "table"
-    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--row", f"full={run_dir}")) == 2
-    err = capsys.readouterr().err
-    assert "eval.py select --model" in err and "cannot load the weights" in err and ".log" in err
-    assert len(err.strip().splitlines()) == 1
+    out.mkdir()
+    with pytest.raises(protocol.UserError) as err:  # eval.py inside: its failure in one line, and where its log is
+        protocol.run(["select", "--model", str(run_dir), "--reference", str(tiny_world / "train"), "--out", str(out)],
+                     out / "full.log")
+    assert "eval.py select --model" in str(err.value) and "cannot load the weights" in str(err.value)
+    assert str(out / "full.log") in str(err.value) and "\n" not in str(err.value)
+    # the table loads each run before any row is scored (the grid's MaxSim needs its tokenizer): refused there
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, tmp_path / "table2", "--row",
+                                                         f"full={run_dir}")) == 2
+    err_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err_line.startswith(f"error: --row full: {run_dir}: ") and "cannot load the weights" in err_line
+    assert not (tmp_path / "table2").exists()
 
 
 def test_a_val_split_that_is_a_test_split_is_refused_before_anything_is_written(protocol, tiny_world, tmp_path, capsys):
@@ -463,3 +471,16 @@ def test_a_reference_split_with_fewer_captions_than_csls_k_is_refused_before_any
     assert err.startswith(f"error: --reference {thin}: 5 en captions, fewer than the 10 neighbours"), err
     assert "csls-k" not in err and "--retrieval" not in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_reference_too_repetitive_for_maxsim_is_refused_before_anything_is_scored(protocol, tiny_world, tiny_run,
+                                                                                   tmp_path, capsys):
+    """12 captions a language, of 2 words each: `eval.py select`'s refusal named its --maxsim (no flag here), once the
+    cosine column of the first row was scored."""
+    reference = write_repetitive_reference(tmp_path / "reference")
+    out = tmp_path / "table"
+    assert protocol.run_cli(protocol.main, protocol_argv(tiny_world, out, "--reference", str(reference),
+                                                         "--row", f"a={tiny_run}")) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: --row a: {tiny_run}: --reference {reference}: its en captions hold "), err
+    assert "--maxsim" not in err and not out.exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from ..approximate import ApproxConfig
+from ..data import language_code
 from ..devices import torch_device
 from ..embedders import SPEC_FORMS, check_spec, parse_model_specs
 from ..errors import BackRetrievalError
@@ -130,10 +131,12 @@ def one_of(*choices: str) -> Callable[[str], str]:
 
 def language_codes(text: str) -> list[str]:
     """An argparse ``type``: comma-separated language codes (``en,de,fr``), as every command of the project takes
-    ``--languages``; an empty list or item (``en,,de``), or a code given twice, is a usage error."""
+    ``--languages``, each in the converters' form (:func:`~backretrieval.data.language_code`: ``EN`` is ``en``); an
+    empty list or item (``en,,de``), or a code given twice (``en,EN``), is a usage error."""
     codes = [code.strip() for code in text.split(",")]
     if not all(codes):
         raise argparse.ArgumentTypeError(f"expected comma-separated language codes, e.g. en,de,fr, got {text!r}")
+    codes = [language_code(code) for code in codes]
     repeated = sorted({code for code in codes if codes.count(code) > 1})
     if repeated:
         raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {text!r}; expected each language once")

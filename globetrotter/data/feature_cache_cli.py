@@ -102,7 +102,7 @@ def _build(args: argparse.Namespace) -> int:
                       hint="set threads=N (override) or OMP_NUM_THREADS=N to choose")
     backbone = create_image_backbone(model.image_backbone, model.image_pretrained, **model.image_backbone_args)
     record = build_feature_cache(split, spec, out, backbone, batch_images=args.batch_images, workers=args.workers,
-                                 device=args.device)
+                                 device=args.device, progress=not args.no_progress)
     return _wrote(args, f"wrote {out}: {record['images']} images x {spec.views + 1} views x {record['dim']} dims in "
                         f"{record['build_seconds']:.0f} s ({record['images_per_s']:.1f} images/s)", record)
 
@@ -144,7 +144,7 @@ def _finetune(args: argparse.Namespace) -> int:
     settings = FinetuneSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
     configure_threads(0, log=print, hint="set OMP_NUM_THREADS=N to choose")
     two = finetune_backbone(args.split_dir, args.from_run, args.out, settings, workers=args.workers,
-                            device=args.device)
+                            device=args.device, progress=not args.no_progress)
     overrides = [f"run_name={Path(args.from_run).resolve().name}-round-two",
                  f"model.image_pretrained={two.model.image_pretrained}", f"data.features={two.data.features}"]
     print(f"next round: {program_command('train')} --config {shlex.quote(str(Path(args.from_run) / 'config.yaml'))} "
@@ -196,6 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "process (default %(default)s)")
     p.add_argument("--device", type=torch_device, default="cpu",
                    help="torch device of the backbone: cpu, cuda, cuda:1, ... (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the cache record as JSON")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, as for train.py")
     p.set_defaults(func=_build)
@@ -282,5 +283,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "process (default %(default)s)")
     f.add_argument("--device", type=torch_device, default="cpu",
                    help="torch device of the backbone: cpu, cuda, cuda:1, ... (default %(default)s)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
     f.set_defaults(func=_finetune)
 

@@ -87,6 +87,11 @@ def sentence_tokens(token_ids: Sequence[np.ndarray], table: np.ndarray, weights:
                      half_hub / 2.0, len(lengths), np.repeat(languages, lengths))
 
 
+HUB_K = 10
+"""Neighbours of a token row's hubness (:class:`LateInteraction`'s default): per language, the reference texts must
+hold more distinct tokens than that."""
+
+
 def language_hubness(table: np.ndarray, token_ids: Sequence[np.ndarray], languages: np.ndarray, k: int = 10,
                      names: Sequence[str] | None = None) -> np.ndarray:
     """[V, M] hubness of every row of ``table`` among the tokens of each language's sentences: column ``m`` is
@@ -246,7 +251,7 @@ class LateInteraction:
     reference text) are given, else over the vocabulary (module docstring). Bags of texts in those languages
     (:meth:`bags`) are then scored against each other. ``source`` says in records what the reference texts are."""
 
-    def __init__(self, encoder: Any, weight: float, reference: Sequence[str], hub_k: int = 10,
+    def __init__(self, encoder: Any, weight: float, reference: Sequence[str], hub_k: int = HUB_K,
                  languages: Sequence[str] | np.ndarray | None = None, source: str = "reference texts") -> None:
         if weight < 0:
             raise ValueError(f"the MaxSim weight must be >= 0, got {weight}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from globetrotter.argtypes import language_codes, positive_int
+from globetrotter.argtypes import language_code, language_codes, positive_int
 
 from ..tasks import generate as generate_task
 from . import common
@@ -66,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train", required=True, help="split whose --target captions train the decoder (the train split; not --split, nor a "
                         "parallel split sharing its groups or images)")
     p.add_argument("--split", required=True, help="parallel test split folder (groups tie translations)")
-    p.add_argument("--target", default="en", help="language the decoder writes (default %(default)s)")
+    p.add_argument("--target", default="en", type=language_code,
+                   help="language the decoder writes (default %(default)s)")
     p.add_argument("--sources", type=language_codes, metavar="CODES",
                    help="comma-separated source languages (default: every other language of --split)")
     p.add_argument("--n-groups", type=positive_int, default=None, help="seeded sample of parallel groups (default: all)")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from backretrieval.records import json_text
-from globetrotter.argtypes import output_folder, positive_int
+from globetrotter.argtypes import language_code, output_folder, positive_int
 from globetrotter.errors import UserError
 
 from ..tasks import translate as translate_task
@@ -68,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction, parent: argparse.ArgumentParser,
     common.add_model(p)
     p.add_argument("text", nargs="*", help=f"{queries} to translate")
     p.add_argument("--input", help="file of queries, one per line")
-    p.add_argument("--to", required=True, help="target language code")
+    p.add_argument("--to", required=True, type=language_code, help="target language code")
     p.add_argument("--k", type=positive_int, default=k, help="results per query (default %(default)s)")
     p.add_argument("--index", type=output_folder,
                    help="index folder (default: under --out/index, one per model and corpus)")
@@ -96,9 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     own = common.common_options(with_seed=False, name=False)  # prints translations: no record, no sample
     p = add_parser(sub, own, "translate", "translate sentences by retrieval from a corpus", _TRANSLATE_HELP, k=5)
     p.add_argument("--corpus", required=True, help="target corpus: a split folder, or a text file with one sentence per line")
-    p.add_argument("--corpus-language", help="language of the corpus sentences, checked: it must be --to, the "
-                                             "language searched (default: --to)")
-    p.add_argument("--from", dest="source",
+    p.add_argument("--corpus-language", type=language_code,
+                   help="language of the corpus sentences, checked: it must be --to, the language searched (default: --to)")
+    p.add_argument("--from", dest="source", type=language_code,
                    help="language of the queries (needed by --ranking with MaxSim or CSLS, whose statistics are per "
                         "language, and by a model with per-language tables: the Sigurdsson baseline)")
     p.add_argument("--ranking", metavar="RECORD",

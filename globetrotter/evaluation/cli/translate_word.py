@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from globetrotter.argtypes import language_code
+
 from ..tasks import translate as translate_task
 from . import common
 from .translate import add_parser, index_options, print_results, queries
@@ -32,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    _TRANSLATE_WORD_HELP, k=10, queries="words")
     p.add_argument("--corpus", help="split folder whose captions give each language's vocabulary (default: the captions the "
                         "tokenizer was trained on, when on this machine; else the whole vocabulary)")
-    p.add_argument("--from", dest="source", help="source language (for the word's form and CSLS)")
+    p.add_argument("--from", dest="source", type=language_code, help="source language (for the word's form and CSLS)")
     p.add_argument("--embeddings", choices=["input", "contextual"], default="input", help="word embeddings (default: input)")
     p.add_argument("--method", choices=["nn", "csls"], default="nn", help="ranking (default: nn)")
     p.set_defaults(func=_translate_word)
