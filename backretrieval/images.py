@@ -32,7 +32,6 @@ model, its weights and the identities of the images in order.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -42,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, Union
 
 import numpy as np
 
-from .devices import torch_device
+from .devices import check_device
 from .errors import BackRetrievalError, BackRetrievalWarning, option
 from .files import read_cache_entry
 from .image_baselines import RandomImageFeatures, ThumbnailFeatures
@@ -301,10 +300,7 @@ def image_feature_extractor(
     """
     prefix, colon, arg = model.partition(":")
     if prefix not in ("thumbnail", "random"):
-        try:  # a GPU this machine lacks: one line now, not torch's traceback at the first extract
-            torch_device(device)
-        except argparse.ArgumentTypeError as err:
-            raise BackRetrievalError(f"device: {err}") from None
+        check_device(device)  # a GPU this machine lacks: one line now, not torch's traceback at the first extract
         return ImageFeatureExtractor(model, weights, online=online, batch_size=batch_size, device=device,
                                      cache_dir=cache_dir, progress=progress)
     if weights:

@@ -1,16 +1,16 @@
 """A trained Globetrotter model, loaded for use: ``globetrotter.load(path).encode_text([...])``."""
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model
 from tokenizers import Tokenizer
+
+from backretrieval.devices import check_device
 
 from .config import TrainConfig, load_train_config
 from .embeddings import BACKRETRIEVAL_HEAD, Encoder
@@ -40,23 +40,10 @@ def build_model(cfg: TrainConfig, vocab_size: int, tokenizer: Tokenizer | None =
                              list(special_ids(tokenizer).values()))
 
 
-def _check_device(device: str | torch.device) -> str:
-    """``device`` as a string torch reads, when this machine has it; a one-line :class:`UserError` otherwise (a typo
-    such as ``gpu``, ``cuda`` without a GPU), not torch's traceback from moving the weights."""
-    from backretrieval.devices import torch_device  # the check of every tool's --device
-
-    if device is None:  # as torch reads it: the default device
-        return "cpu"
-    try:
-        return torch_device(str(device))
-    except argparse.ArgumentTypeError as err:
-        raise UserError(f"device: {err}") from None
-
-
 def load(path: str | Path, device: str = "cpu", prefer_best: bool = True) -> Encoder:
     """Load a trained model from a run folder (its ``best`` checkpoint, else ``latest``) or a checkpoint folder,
     onto ``device`` (``cpu``, ``cuda``, ``cuda:1``, ...; a device this machine lacks is a :class:`UserError`)."""
-    device = _check_device(device)
+    device = check_device(device, UserError)
     if not isinstance(prefer_best, (bool, np.bool_)):  # "no" was read as true
         raise UserError(f"prefer_best: expected True or False, got {prefer_best!r}")
     if not Path(path).exists():  # said as such, not as a folder without a checkpoint

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from backretrieval.devices import check_device
 from backretrieval.records import json_text
 from backretrieval.renamed import renamed_keywords
 
@@ -105,7 +106,7 @@ def train_adapter(
                         f"2 images")
     opt = config.optim
     torch.manual_seed(opt.seed)
-    device = torch.device(device)
+    device = torch.device(check_device(device, UserError))  # a GPU this machine lacks: one line, not torch's
     trained_on = image_features[torch.unique(caption_image)]  # the images the captions show, not the whole gallery
     scale = config.adapter.output_scale
     if scale is None:  # the mean feature norm of the images trained on (adapter.py); 1 for a free residual output

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from backretrieval.devices import check_device
 from backretrieval.files import is_whole, require_count
 
 from globetrotter.errors import UserError
@@ -300,7 +301,7 @@ def train_siamese(
     val_idx, train_idx = perm[:n_val], perm[n_val:]
     if train_idx.numel() < 2:
         raise UserError(f"need at least 2 training documents, got {train_idx.numel()}")
-    device = torch.device(device)
+    device = torch.device(check_device(device, UserError))  # a GPU this machine lacks: one line, not torch's
     title, body = title.to(device=device, dtype=torch.float32), body.to(device=device, dtype=torch.float32)
     langs, val_idx, train_idx = langs.to(device), val_idx.to(device), train_idx.to(device)
     model = SiameseAdapter(title.shape[1], config.hidden_dim, config.out_dim).to(device)
