@@ -109,11 +109,21 @@ class BackRetrievalAdapter:
         return self.encoder.encode_text(texts, head=self.head)
 
 
+def _require_folder(spec: str) -> None:
+    """A one-line BackRetrieval error for ``globetrotter:`` with no folder after it (it loaded the current folder)."""
+    if not spec.strip():
+        from backretrieval.errors import BackRetrievalError
+
+        raise BackRetrievalError(f"embedder spec {'globetrotter:' + spec!r}: expected globetrotter:RUN_FOLDER (a run "
+                                 f"folder, its checkpoints/, or a checkpoint folder)")
+
+
 def backretrieval_embedder(spec: str) -> BackRetrievalAdapter:
     """Entry point of the ``backretrieval.embedders`` group: ``spec`` is a checkpoint or run folder. A folder that
     holds no model is BackRetrieval's own one-line error."""
     from backretrieval.errors import BackRetrievalError
 
+    _require_folder(spec)
     try:
         return BackRetrievalAdapter(spec)
     except UserError as err:
@@ -124,6 +134,7 @@ def _check_backretrieval_spec(spec: str) -> None:
     """What ``backretrieval`` checks before any work (nothing loaded): the folder holds a checkpoint."""
     from backretrieval.errors import BackRetrievalError
 
+    _require_folder(spec)
     try:
         resolve(spec)
     except UserError as err:

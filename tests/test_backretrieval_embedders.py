@@ -136,6 +136,18 @@ def test_a_globetrotter_spec_without_a_model_is_backretrievals_own_error(tmp_pat
         load_embedder(f"globetrotter:{tmp_path}")
 
 
+@pytest.mark.parametrize("spec", ["globetrotter:", "globetrotter: "])
+def test_a_globetrotter_spec_without_a_folder_is_refused_not_read_as_the_current_folder(spec, tmp_path, monkeypatch):
+    """globetrotter: with nothing after it loaded the folder the command ran in ('.: no checkpoint found')."""
+    from backretrieval.embedders import check_spec_inputs
+
+    monkeypatch.chdir(tmp_path)
+    said = rf"^embedder spec {spec!r}: expected globetrotter:RUN_FOLDER \(a run folder, its checkpoints/, or a "
+    for call in (load_embedder, check_spec_inputs):
+        with pytest.raises(BackRetrievalError, match=said):
+            call(spec)
+
+
 def test_register_embedder_adds_a_prefix():
     register_embedder("twice", lambda arg, **_: RandomEmbedder(int(arg) * 2))
     try:
