@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backretrieval.errors import cli_option_names  # noqa: E402
 from globetrotter.argtypes import language_codes, non_negative_int, output_folder, positive_int  # noqa: E402
 from globetrotter.errors import UserError, run_cli  # noqa: E402
+from globetrotter.evaluation.ranking import Ranking  # noqa: E402
 from globetrotter.evaluation.records import Result, dataset_info  # noqa: E402
 from globetrotter.evaluation.reference import (  # noqa: E402
     DEFAULT_SIZE, ReferenceCaptions, ReferencePool, checked_reference, read_captions_once, refuse_test_split)
@@ -126,14 +128,34 @@ class ValSample:
         return cls(str(val), str(captions.split), reference_size, n_images, seed, pairs, pools)
 
 
+def checked_grid(model: str, pools: dict[str, ReferencePool]) -> tuple[Any, dict, list[Ranking]]:
+    """``model`` loaded (encoder, info) and its grid of rankings, once each language's reference captions in ``pools``
+    hold enough of its tokens for the grid's MaxSim rankings (a one-line error otherwise, before any scoring)."""
+    encoder, info = resolve_model(model)
+    rankings = model_candidates(model, encoder)
+    for pool in pools.values():
+        check_reference_tokens(encoder, rankings, pool)
+    return encoder, info, rankings
+
+
+def check_models(models: Sequence[str], sample: ValSample, oracles: Sequence[str] | None = None) -> None:
+    """Every check of every model before any is scored: a run that cannot load, a reference too thin for its MaxSim
+    rankings, an oracle record of other rankings (a later model's refusal came once the records of those before it
+    were written); the error names the model."""
+    for i, model in enumerate(models):
+        try:
+            _, _, rankings = checked_grid(model, sample.pools)
+            if oracles:
+                oracle_translations(oracles[i], [ranking.label for ranking in rankings])
+        except UserError as err:
+            raise UserError(str(err) if str(err).startswith(model) else f"--model {model}: {err}") from None
+
+
 def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
                pools: dict[str, ReferencePool]) -> tuple[dict, list[dict]]:
     """The criterion of every ranking of ``model``'s grid, with each language's statistics from ``pools``: (model
     info, rows with the ranking, its label, the mean reciprocal rank per language and their mean)."""
-    encoder, info = resolve_model(model)
-    rankings = model_candidates(model, encoder)
-    for lang in pairs:
-        check_reference_tokens(encoder, rankings, pools[lang])
+    encoder, info, rankings = checked_grid(model, pools)
     per_lang: dict[str, list[float]] = {}
     for lang, lang_pairs in pairs.items():
         n = len(lang_pairs)
@@ -146,18 +168,25 @@ def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],
     return info, rows
 
 
+def oracle_translations(oracle: str, labels: Sequence[str]) -> dict[str, float]:
+    """The oracle record's translation on the parallel val split of each ranking it scored, by label; a one-line error
+    when ``oracle`` is no oracle record or has no ranking of ``labels``."""
+    record = read_record(oracle, "--oracle")
+    if not isinstance(record, dict) or not record.get("config", {}).get("oracle"):
+        raise UserError(f"--oracle {oracle}: not an oracle record (experiments/oracle_ranking.py writes them)")
+    translation = {c["label"]: c["val_translation"] for c in record["details"]["candidates"]}
+    missing = [label for label in labels if label not in translation]
+    if missing:
+        raise UserError(f"--oracle {oracle}: has no ranking {missing[0]!r}; is it this model's record?")
+    return translation
+
+
 def against_oracle(rows: list[dict], oracle: str) -> dict:
     """Spearman of the criterion with the oracle record's translation on the parallel val split, over the grid, and
     what the criterion's choice and the oracle's translate."""
     from scipy.stats import spearmanr
 
-    record = read_record(oracle, "--oracle")
-    if not isinstance(record, dict) or not record.get("config", {}).get("oracle"):
-        raise UserError(f"--oracle {oracle}: not an oracle record (experiments/oracle_ranking.py writes them)")
-    translation = {c["label"]: c["val_translation"] for c in record["details"]["candidates"]}
-    missing = [row["label"] for row in rows if row["label"] not in translation]
-    if missing:
-        raise UserError(f"--oracle {oracle}: has no ranking {missing[0]!r}; is it this model's record?")
+    translation = oracle_translations(oracle, [row["label"] for row in rows])
     chosen = max(rows, key=lambda row: row["criterion"])["label"]
     return {"spearman": float(spearmanr([r["criterion"] for r in rows], [translation[r["label"]] for r in rows])[0]),
             "chosen_translation": translation[chosen], "oracle_translation": max(translation.values()),
@@ -218,6 +247,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sample = ValSample.read(args.val, args.reference, languages=args.languages,
                                 n_images=args.n_images, reference_size=args.reference_size, seed=args.seed,
                                 test=args.test)
+        if len(args.model) > 1:  # one model is refused before its record is written: loaded once
+            check_models(args.model, sample, args.oracle)
         for i, model in enumerate(args.model):
             choose(model, sample, args.out, oracle=args.oracle[i] if args.oracle else None,
                    log=lambda line: print(line, flush=True))

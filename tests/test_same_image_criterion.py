@@ -227,3 +227,33 @@ def test_a_reference_too_repetitive_for_maxsim_is_refused_in_this_scripts_flags_
     assert err.startswith(f"error: --reference {reference}: its en captions hold "), printed.err
     assert "--maxsim" not in printed.err
     assert "same image: " not in printed.out and not (tmp_path / "out").exists()
+
+
+def test_every_model_is_checked_before_any_record_is_written(criterion, twice_val, tiny_world, tiny_run, tmp_path,
+                                                             capsys):
+    """With several --model, each was checked only when its turn came: the first model's record was written, and
+    only then a later run folder that cannot load, a reference too thin for its MaxSim rankings or an oracle record that
+    is none was refused."""
+    from globetrotter.evaluation.tasks.common import resolve_model
+    from globetrotter.evaluation.tasks.select import model_candidates
+
+    out = tmp_path / "out"
+    repetitive = write_repetitive_reference(tmp_path / "repetitive", languages=("en",))
+    not_oracle = tmp_path / "select.json"
+    not_oracle.write_text(json.dumps({"config": {}, "details": {"candidates": []}}))
+    oracle = tmp_path / "oracle.json"  # every ranking of tfidf's grid and tiny_run's
+    oracle.write_text(json.dumps({"config": {"oracle": True}, "details": {"candidates": [
+        {"label": r.label, "val_translation": 0.5} for m in ("tfidf", str(tiny_run))
+        for r in model_candidates(m, resolve_model(m)[0])]}}))
+    missing = tmp_path / "missing-run"
+    for models, reference, oracles, said in (
+            (["tfidf", str(missing)], tiny_world / "train", [], f"{missing}: model not found"),
+            (["tfidf", str(tiny_run)], repetitive, [], f"--model {tiny_run}: --reference {repetitive}: its en captions"),
+            (["tfidf", str(tiny_run)], tiny_world / "train", [oracle, not_oracle],
+             f"--model {tiny_run}: --oracle {not_oracle}: not an oracle record")):
+        argv = [arg for model in models for arg in ("--model", model)]
+        argv += [arg for path in oracles for arg in ("--oracle", str(path))]
+        assert criterion.main([*argv, "--val", str(twice_val), "--reference", str(reference), "--out", str(out)]) == 2
+        printed = capsys.readouterr()
+        assert printed.err.strip().splitlines()[-1].startswith(f"error: {said}"), printed.err
+        assert "same image: " not in printed.out and not out.exists()  # nothing scored, no record written
