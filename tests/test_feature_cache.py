@@ -573,7 +573,9 @@ def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_e
 
     world = tmp_path / "world"
     shutil.copytree(tiny_world, world)
-    cfg = _cfg(world, tmp_path, weights, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2")
+    # one thread in both runs: the automatic count follows the machine's load, and another count sums in another order
+    cfg = _cfg(world, tmp_path, weights, "steps=3", "checkpoint_every=3", "data.batching=neighbours", "data.neighbours_k=2",
+               "threads=1")
     result = train(cfg)
     assert (world / "train" / "features" / "cache.json").is_file()
     assert spec_from_config(cfg) == load_feature_cache(world / "train" / "features").spec
@@ -581,7 +583,7 @@ def test_training_from_cached_features_builds_the_cache_and_gives_a_model_that_e
     # the same run again finds the cache: it trains bit for bit as the run that built it (the views and the
     # backbone's init drew on the random state before the run was seeded)
     again = _cfg(world, tmp_path / "again", weights, "steps=3", "checkpoint_every=3", "data.batching=neighbours",
-                 "data.neighbours_k=2")
+                 "data.neighbours_k=2", "threads=1")
     train(again)
     built, found = (load_file(ckpt.checkpoint_root(c.run_dir) / ckpt.step_name(3) / "model.safetensors") for c in (cfg, again))
     assert built.keys() == found.keys() and all(torch.equal(built[k], found[k]) for k in built)

@@ -142,7 +142,7 @@ def test_the_next_round_of_a_backbone_finetune_names_the_training_command(tmp_pa
                           data=SimpleNamespace(features="round2/features"))
     monkeypatch.setattr(backbone_finetune, "finetune_backbone", lambda *a, **k: two)
     args = SimpleNamespace(epochs=1, lr=1e-3, seed=0, split_dir="data/train", from_run="runs/one", out="round2",
-                           workers=0, device="cpu")
+                           workers=0, device="cpu", no_progress=False)
     assert feature_cache_cli._finetune(args) == 0
     line = capsys.readouterr().out.strip()
     assert line == ("next round: .venv/bin/globetrotter-train --config runs/one/config.yaml run_name=one-round-two "
