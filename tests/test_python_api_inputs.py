@@ -609,3 +609,55 @@ def test_backretrieval_embedders_and_split_options_refuse_a_str_for_a_list_and_f
         br.bkr_recall(w["st"], w["si"], w["tt"], w["ti"], retrieval="csls", csls_k=2.5)
     with pytest.raises(BackRetrievalError, match="^corr: corr_pairs must be an integer >= 1, got 2.5$"):
         br.corr_score(w["st"], w["si"], w["tt"], w["ti"], corr_pairs=2.5)
+
+
+def test_evaluate_correspondence_refuses_counts_and_seeds_before_reading_anything():
+    """epochs=0 (or -1) and probe_batch_size=-1 gave an untrained probe's figures in silence, probe_batch_size=0 a
+    ZeroDivisionError, 2.5 torch's scheduler error, max_per_lang=2.5 a slice error; probe_seeds=() numpy's NaN error,
+    probe_seeds=3 'int' object is not iterable."""
+    from globetrotter.evaluation import evaluate_correspondence
+
+    for name, value in (("epochs", 0), ("epochs", -1), ("epochs", 2.5), ("probe_batch_size", 0),
+                        ("probe_batch_size", -1), ("max_per_lang", 2.5), ("max_per_lang", -1)):
+        with pytest.raises(UserError, match=rf"^{name}: expected a positive integer, got {value}$"):
+            evaluate_correspondence("unused-run", "unused-split", **{name: value})
+    for seeds in ((), 3, [0, 1.5]):
+        with pytest.raises(UserError, match=rf"^probe_seeds: expected a non-empty sequence of integers, got "
+                                            rf"{re.escape(repr(seeds))}$"):
+            evaluate_correspondence("unused-run", "unused-split", probe_seeds=seeds)
+
+
+def test_evaluate_generation_refuses_a_dict_for_the_decoder_and_sizes_that_are_no_positive_integers():
+    """decoder={...} was 'no attribute lr'; 0 layers or steps a figure in silence, 0 heads a ZeroDivisionError, -1
+    or 2.5 torch's shape errors; show=2.5 range's TypeError; target=['en'] 'no caption in target language ['en']'."""
+    from dataclasses import replace
+
+    from globetrotter.evaluation import evaluate_generation
+    from globetrotter.evaluation.generation import DecoderConfig
+
+    with pytest.raises(TypeError, match=r"^decoder: expected a DecoderConfig \(globetrotter.evaluation.generation\), "
+                                        r"got dict; build one as DecoderConfig\(\*\*settings\)$"):
+        evaluate_generation("unused-run", "unused-split", "unused-train", decoder={"steps": 2})
+    for size, value in (("layers", 0), ("steps", -1), ("heads", 0), ("prefix_length", 2.5), ("batch_size", 0)):
+        with pytest.raises(UserError, match=rf"^decoder.{size}: expected a positive integer, got {value}$"):
+            evaluate_generation("unused-run", "unused-split", "unused-train",
+                                decoder=replace(DecoderConfig(), **{size: value}))
+    with pytest.raises(UserError, match=r"^show=2.5: expected a number of examples >= 0$"):
+        evaluate_generation("unused-run", "unused-split", "unused-train", show=2.5)
+    with pytest.raises(TypeError, match=r"^target: expected one language code \(a str\), got list \['en'\]$"):
+        evaluate_generation("unused-run", "unused-split", "unused-train", target=["en"])
+
+
+def test_train_adapter_refuses_a_dict_for_its_config_and_names_the_loaders():
+    """config={...} was AttributeError: 'dict' object has no attribute 'adapter'."""
+    from globetrotter.config_io import from_dict
+    from globetrotter.zeroshot import ZeroShotConfig, train_adapter
+
+    rng = np.random.default_rng(0)
+    text, images = rng.normal(size=(20, 6)).astype(np.float32), rng.normal(size=(10, 8)).astype(np.float32)
+    settings = {"optim": {"epochs": 1, "batch_size": 8}}
+    with pytest.raises(TypeError, match=r"^config: expected a ZeroShotConfig, got dict; build one from a dict with "
+                                        r"globetrotter\.config_io\.from_dict\(ZeroShotConfig, settings\), or from YAML "
+                                        r"with load_config\(ZeroShotConfig, 'configs/zeroshot/xtd10\.yaml'\)$"):
+        train_adapter(text, images, np.arange(20) % 10, settings, progress=False)
+    assert train_adapter(text, images, np.arange(20) % 10, from_dict(ZeroShotConfig, settings), progress=False)[1].loss

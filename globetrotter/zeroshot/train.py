@@ -84,6 +84,10 @@ def train_adapter(
     epochs of shuffled batches of ``optim.batch_size`` captions. When ``validate`` is given
     it is called after each epoch (higher is better) and the best epoch's weights are kept.
     """
+    if not isinstance(config, ZeroShotConfig):  # a dict was 'no attribute adapter'
+        raise TypeError(f"config: expected a ZeroShotConfig, got {type(config).__name__}; build one from a dict with "
+                        "globetrotter.config_io.from_dict(ZeroShotConfig, settings), or from YAML with "
+                        "load_config(ZeroShotConfig, 'configs/zeroshot/xtd10.yaml')")
     for part in (config.adapter, config.loss, config.optim, config):  # made in Python: epochs=0 trained nothing
         part.validate()
     text_features, image_features, caption_image = (torch.as_tensor(x) for x in (text_features, image_features,

@@ -7,12 +7,13 @@ from typing import Sequence
 import numpy as np
 
 from backretrieval.errors import given
+from backretrieval.files import is_whole
 from backretrieval.renamed import renamed_keywords
 from globetrotter.errors import UserError
 
 from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
-from .checks import require_languages, require_trained
+from .checks import require_languages, require_positive_int, require_trained
 from .common import resolve_model
 
 PARTS = ("train", "seen_test", "unseen_test")
@@ -55,6 +56,13 @@ def evaluate(
 
     require_trained(model, "correspondence")
     require_languages(languages=languages, seen=seen)
+    counts = {"epochs": epochs, "probe_batch_size": probe_batch_size, "max_per_lang": max_per_lang}
+    for count_name, count in counts.items():  # 0 epochs was an untrained probe's figure, 2.5 torch's scheduler error
+        if count is not None:
+            require_positive_int(count, count_name)
+    if isinstance(probe_seeds, (str, bytes)) or not isinstance(probe_seeds, Sequence) or not probe_seeds \
+            or not all(is_whole(s) for s in probe_seeds):
+        raise UserError(f"probe_seeds: expected a non-empty sequence of integers, got {probe_seeds!r}")
     if not 0 < lr < float("inf"):
         raise UserError(f"{given('lr', lr)}: expected a learning rate > 0")
     task = corr.build_task(read_captions(split), languages, seen, seed=seed, test_fraction=test_fraction,

@@ -9,13 +9,14 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from backretrieval.errors import given, option, said
+from backretrieval.files import is_whole
 from globetrotter.errors import UserError
 
 from ..generation import DecoderConfig
 from ..models import ModelLike, language_kwargs
 from ..records import Result, dataset_info
 from ..sentence import ParallelSet, parallel_set
-from .checks import require_known_languages, require_languages, require_trained
+from .checks import require_known_languages, require_language, require_languages, require_positive_int, require_trained
 from .common import log_to_stderr, resolve_model, shows_progress
 
 
@@ -84,9 +85,15 @@ def evaluate(
     from .. import generation as gen
 
     decoder = decoder or gen.DecoderConfig()
+    if not isinstance(decoder, gen.DecoderConfig):  # a dict was 'no attribute lr'
+        raise TypeError(f"decoder: expected a DecoderConfig (globetrotter.evaluation.generation), got "
+                        f"{type(decoder).__name__}; build one as DecoderConfig(**settings)")
     require_trained(model, "generate")
+    require_language(target, "target")
     require_languages(sources=sources)
-    if show < 0:
+    for size in ("d_model", "layers", "heads", "prefix_length", "max_tokens", "steps", "batch_size"):
+        require_positive_int(getattr(decoder, size), f"decoder.{size}")  # 0 layers or steps: a figure in silence
+    if not is_whole(show) or show < 0:
         raise UserError(f"{given('show', show)}: expected a number of examples >= 0")
     if not 0 < decoder.lr < float("inf"):
         lr = said(f"--lr {decoder.lr}", f"decoder.lr={decoder.lr}")  # the decoder's settings: flags of their own
