@@ -141,14 +141,19 @@ def checked_grid(model: str, pools: dict[str, ReferencePool]) -> tuple[Any, dict
 def check_models(models: Sequence[str], sample: ValSample, oracles: Sequence[str] | None = None) -> None:
     """Every check of every model before any is scored: a run that cannot load, a reference too thin for its MaxSim
     rankings, an oracle record of other rankings (a later model's refusal came once the records of those before it
-    were written); the error names the model."""
+    were written; two models of one record name wrote one record, the first overwritten); the error names the model."""
+    named: dict[str, int] = {}  # record name -> the first --model of it
     for i, model in enumerate(models):
         try:
-            _, _, rankings = checked_grid(model, sample.pools)
+            _, info, rankings = checked_grid(model, sample.pools)
             if oracles:
                 oracle_translations(oracles[i], [ranking.label for ranking in rankings])
         except UserError as err:
             raise UserError(str(err) if str(err).startswith(model) else f"--model {model}: {err}") from None
+        if named.setdefault(info["name"], i) != i:
+            raise UserError(f"--model {models[named[info['name']]]} and --model {model} would share the record "
+                            f"same-image-{info['name']}.json; give each run once, or run folders whose last two "
+                            "parts differ")
 
 
 def score_grid(model: str, pairs: dict[str, list[tuple[str, str]]],

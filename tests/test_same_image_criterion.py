@@ -257,3 +257,19 @@ def test_every_model_is_checked_before_any_record_is_written(criterion, twice_va
         printed = capsys.readouterr()
         assert printed.err.strip().splitlines()[-1].startswith(f"error: {said}"), printed.err
         assert "same image: " not in printed.out and not out.exists()  # nothing scored, no record written
+
+
+def test_two_models_of_one_record_name_are_refused_before_any_is_scored(criterion, twice_val, tiny_world, tiny_run,
+                                                                        tmp_path, capsys):
+    """The same run given twice (or two runs whose folders end alike) wrote same-image-NAME.json twice: the second
+    overwrote the first in silence."""
+    out = tmp_path / "out"
+    for first, second, name in (("tfidf", "tfidf", "tfidf"), (str(tiny_run), f"{tiny_run}/", None)):
+        argv = ["--model", first, "--model", second, "--val", str(twice_val), "--reference", str(tiny_world / "train"),
+                "--out", str(out)]
+        assert criterion.main(argv) == 2
+        printed = capsys.readouterr()
+        err = printed.err.strip().splitlines()  # after the runs' loading notes
+        assert err[-1].startswith(f"error: --model {first} and --model {second} would share the "
+                                                   f"record same-image-{name or ''}"), printed.err
+        assert "same image: " not in printed.out and not out.exists()
