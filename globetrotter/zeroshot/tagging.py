@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from backretrieval.errors import BackRetrievalWarning, cli_option_names, given, said
-from backretrieval.files import as_array, check_matrix, require_sequence
+from backretrieval.files import as_array, require_sequence
 
 from globetrotter.errors import UserError
+
+from .retrieval import as_features
 
 if TYPE_CHECKING:
     from .adapter import TextToImageAdapter
@@ -89,9 +91,9 @@ def assign_target_tags(
     vocabulary is used up). Vectorised over images; the loop runs over the S tag slots. Numpy arrays are taken too.
     """
     image_embeddings, source_embeddings, target_embeddings = (
-        x if isinstance(x, torch.Tensor) else torch.from_numpy(check_matrix(name, x, vectors=False))
-        for name, x in (("image_embeddings", image_embeddings), ("source_embeddings", source_embeddings),
-                        ("target_embeddings", target_embeddings)))
+        as_features(name, x) for name, x in (("image_embeddings", image_embeddings),
+                                             ("source_embeddings", source_embeddings),
+                                             ("target_embeddings", target_embeddings)))
     source_tags = torch.as_tensor(as_array("source_tags", source_tags))
     if source_tags.ndim != 2 or source_tags.shape[0] != image_embeddings.shape[0]:
         raise ValueError(f"source_tags must be [N={image_embeddings.shape[0]}, S], got {tuple(source_tags.shape)}")
